@@ -1,0 +1,115 @@
+//! The one error type: misuse, never a denial.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong when a limiter was built or called incorrectly.
+///
+/// A refused request is *not* an error: it is a [`Decision`](crate::Decision)
+/// whose [`is_allowed`](crate::Decision::is_allowed) is false. Errors are for
+/// input that can never succeed. Every variant has a stable [`code`](Error::code)
+/// that the Python and Node bindings expose unchanged, and a lowercase message
+/// that names the offending value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The rate is zero, negative, NaN or infinite.
+    InvalidRate {
+        /// The rate as the caller gave it.
+        value: String,
+    },
+    /// The rate is so high that one token would take less than 1 ns.
+    RateTooHigh {
+        /// The rate as the caller gave it.
+        value: String,
+    },
+    /// One token would take longer than the supported maximum, or
+    /// `burst × period` would exceed it (2^60 ns, about 36 years).
+    PeriodTooLong {
+        /// The offending span in nanoseconds (saturated at `u128::MAX`).
+        nanos: u128,
+    },
+    /// The burst is zero.
+    InvalidBurst {
+        /// The burst as given.
+        burst: u64,
+    },
+    /// A quota string did not parse.
+    Parse {
+        /// The whole input.
+        input: String,
+        /// What was wrong with it.
+        reason: &'static str,
+    },
+    /// More tokens were requested at once than the bucket can ever hold.
+    InsufficientCapacity {
+        /// Tokens requested.
+        requested: u64,
+        /// The bucket's burst (capacity).
+        burst: u64,
+    },
+    /// Waiting for the tokens would take longer than the caller allows.
+    /// Nothing was taken.
+    DeadlineExceeded {
+        /// How long the caller would have had to wait.
+        wait: Duration,
+        /// The longest wait the caller accepted.
+        max_wait: Duration,
+    },
+}
+
+impl Error {
+    /// A stable, machine-readable identifier for the kind of error,
+    /// identical in Rust, Python and Node.
+    ///
+    /// # Examples
+    /// ```
+    /// let err = ratebound::Quota::per_second(0).unwrap_err();
+    /// assert_eq!(err.code(), "invalid_rate");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidRate { .. } => "invalid_rate",
+            Error::RateTooHigh { .. } => "rate_too_high",
+            Error::PeriodTooLong { .. } => "period_too_long",
+            Error::InvalidBurst { .. } => "invalid_burst",
+            Error::Parse { .. } => "parse_error",
+            Error::InsufficientCapacity { .. } => "insufficient_capacity",
+            Error::DeadlineExceeded { .. } => "deadline_exceeded",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidRate { value } => {
+                write!(f, "invalid rate {value}: must be a positive, finite number")
+            }
+            Error::RateTooHigh { value } => write!(
+                f,
+                "rate {value} is too high: one token would take less than 1 ns"
+            ),
+            Error::PeriodTooLong { nanos } => write!(
+                f,
+                "period of {nanos} ns is too long: the maximum is 2^60 ns (about 36 years)"
+            ),
+            Error::InvalidBurst { burst } => {
+                write!(f, "invalid burst {burst}: must be at least 1")
+            }
+            Error::Parse { input, reason } => {
+                write!(f, "cannot parse quota {input:?}: {reason}")
+            }
+            Error::InsufficientCapacity { requested, burst } => write!(
+                f,
+                "requested {requested} tokens but the burst is {burst}: the request can never succeed"
+            ),
+            Error::DeadlineExceeded { wait, max_wait } => write!(
+                f,
+                "waiting {wait:?} for tokens exceeds the maximum wait of {max_wait:?}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,66 @@
+//! The one CAS loop: every limiter's state is one `AtomicU64` changed only here.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// One 64-bit word of limiter state on its own cache line.
+#[derive(Debug)]
+pub(crate) struct AtomicState {
+    word: CachePadded<AtomicU64>,
+}
+
+impl AtomicState {
+    pub(crate) fn new(word: u64) -> AtomicState {
+        AtomicState {
+            word: CachePadded::new(AtomicU64::new(word)),
+        }
+    }
+
+    /// The current word.
+    #[inline]
+    pub(crate) fn load(&self) -> u64 {
+        // Ordering: Acquire pairs with the Release half of `update`'s CAS, so
+        // whatever a writer published before changing the word (a new quota
+        // slot) is visible to whoever reads the word it wrote.
+        self.word.load(Ordering::Acquire)
+    }
+
+    /// Applies `f` to the current word until it sticks.
+    ///
+    /// `f` returns `Ok((out, next))` to replace the word with `next`, or
+    /// `Err(e)` to leave it alone (a denial writes nothing). A `next` equal
+    /// to the word is not written either: the decision is linearized at the
+    /// load that produced it.
+    ///
+    /// Invariant: the word only ever changes from a value `w` to `f(w)`, for a
+    /// `w` that was the whole word at the moment of the exchange; a failed
+    /// exchange re-runs `f` on the value that beat it. So no update is lost
+    /// and none is applied twice.
+    #[inline]
+    pub(crate) fn update<T, E>(
+        &self,
+        mut f: impl FnMut(u64) -> Result<(T, u64), E>,
+    ) -> Result<T, E> {
+        let mut current = self.load();
+        loop {
+            let (out, next) = f(current)?;
+            if next == current {
+                return Ok(out);
+            }
+            // Ordering: AcqRel on success — Release publishes what a writer
+            // stored before the exchange (see `load`), Acquire keeps the
+            // chain from earlier writers intact. Acquire on failure: the value
+            // we retry with is read like `load`'s.
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(out),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}

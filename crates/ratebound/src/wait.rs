@@ -1,0 +1,74 @@
+//! Async waiting on tokio's timer (feature `tokio`).
+
+use std::time::Duration;
+
+use crate::bucket::Reservation;
+use crate::{Clock, Error, TokenBucket};
+
+/// Gives a reservation's tokens back unless the wait completed.
+struct CancelOnDrop<'a, C: Clock>(Option<Reservation<'a, C>>);
+
+impl<C: Clock> Drop for CancelOnDrop<'_, C> {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.0.take() {
+            reservation.cancel();
+        }
+    }
+}
+
+impl<C: Clock> TokenBucket<C> {
+    /// Waits until one token is yours. See [`wait_n`](Self::wait_n).
+    ///
+    /// # Errors
+    /// Only [`Error::DeadlineExceeded`], when the queue ahead is longer than
+    /// the state can represent (decades).
+    pub async fn until_ready(&self) -> Result<(), Error> {
+        self.wait_n(1, Duration::MAX).await
+    }
+
+    /// Waits until `n` tokens are yours, however long that takes.
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] when `n` exceeds the burst.
+    pub async fn until_n_ready(&self, n: u64) -> Result<(), Error> {
+        self.wait_n(n, Duration::MAX).await
+    }
+
+    /// Reserves `n` tokens and sleeps (on tokio's timer) until they are
+    /// yours, unless that would take longer than `max_wait`: then it returns
+    /// [`Error::DeadlineExceeded`] at once, without sleeping and without
+    /// taking anything. Waiters are served in the order they reserved.
+    ///
+    /// If the future is dropped before it completes, the tokens are given
+    /// back (as [`Reservation::cancel`] does).
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] when `n` exceeds the burst;
+    /// [`Error::DeadlineExceeded`] when the wait would exceed `max_wait`.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ratebound::Error> {
+    /// use ratebound::{Quota, TokenBucket};
+    /// use std::time::Duration;
+    ///
+    /// let bucket = TokenBucket::new(Quota::per_second(100)?.with_burst(1)?);
+    /// bucket.wait_n(1, Duration::ZERO).await?; // the bucket starts full
+    /// let err = bucket.wait_n(1, Duration::from_millis(1)).await.unwrap_err();
+    /// assert_eq!(err.code(), "deadline_exceeded"); // ~10 ms away: refused at once
+    /// bucket.wait_n(1, Duration::from_millis(50)).await?; // sleeps ~10 ms
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_n(&self, n: u64, max_wait: Duration) -> Result<(), Error> {
+        let reservation = self.reserve_n(n, max_wait)?;
+        let delay = reservation.delay();
+        if delay.is_zero() {
+            return Ok(());
+        }
+        let mut guard = CancelOnDrop(Some(reservation));
+        tokio::time::sleep(delay).await;
+        // Completed: the tokens are the caller's now.
+        guard.0 = None;
+        Ok(())
+    }
+}
