@@ -271,7 +271,9 @@ impl<C: Clock> TokenBucket<C> {
             if g != ticket.generation {
                 return Err(());
             }
-            let next = self.params(g).cancel(tat(word), ticket.reserved_tat, ticket.n);
+            let next = self
+                .params(g)
+                .cancel(tat(word), ticket.reserved_tat, ticket.n);
             Ok(((), pack(g, next)))
         });
     }

@@ -79,9 +79,13 @@ fn source() -> &'static Source {
 }
 
 fn kernel_trusts_tsc() -> bool {
-    cfg!(all(target_os = "linux", any(target_arch = "x86", target_arch = "x86_64")))
-        && std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .is_ok_and(|s| s.trim() == "tsc")
+    cfg!(all(
+        target_os = "linux",
+        any(target_arch = "x86", target_arch = "x86_64")
+    )) && std::fs::read_to_string(
+        "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+    )
+    .is_ok_and(|s| s.trim() == "tsc")
 }
 
 impl MonotonicClock {
@@ -165,7 +169,8 @@ impl ManualClock {
     /// Sets the time in nanoseconds since the epoch.
     pub fn set_nanos(&self, nanos: u64) {
         // Ordering: Relaxed, as in `advance_nanos`.
-        self.nanos.store(nanos.min(MAX_TIME_NANOS), Ordering::Relaxed);
+        self.nanos
+            .store(nanos.min(MAX_TIME_NANOS), Ordering::Relaxed);
     }
 }
 

@@ -83,7 +83,13 @@ impl Params {
     /// `Ok((wait, new_tat))`, or `Err(wait)` when the wait would exceed
     /// `max_wait` (or push TAT past [`MAX_TAT`]).
     #[inline]
-    pub(crate) fn reserve(self, tat: u64, now: u64, n: u64, max_wait: u64) -> Result<(u64, u64), u64> {
+    pub(crate) fn reserve(
+        self,
+        tat: u64,
+        now: u64,
+        n: u64,
+        max_wait: u64,
+    ) -> Result<(u64, u64), u64> {
         let base = tat.max(now);
         let next = base + n * self.period;
         let wait = (next - now).saturating_sub(self.tau());
@@ -111,7 +117,11 @@ impl Params {
         let scale = |span: u64, round_up: bool| -> u128 {
             let num = u128::from(span) * u128::from(to.period);
             let den = u128::from(self.period);
-            if round_up { num.div_ceil(den) } else { num / den }
+            if round_up {
+                num.div_ceil(den)
+            } else {
+                num / den
+            }
         };
         let (old_tau, new_tau) = (self.tau(), to.tau());
         let converted = if used <= old_tau {
@@ -133,7 +143,10 @@ mod tests {
 
     #[test]
     fn design_scenario_one_by_hand() {
-        let p = Params { period: S / 2, burst: 3 };
+        let p = Params {
+            period: S / 2,
+            burst: 3,
+        };
         let mut tat = 0;
         for remaining in [2, 1, 0] {
             let (d, next) = p.check(tat, 0, 1).unwrap();
@@ -148,7 +161,10 @@ mod tests {
 
     #[test]
     fn a_backwards_reading_never_adds_tokens() {
-        let p = Params { period: 10, burst: 5 };
+        let p = Params {
+            period: 10,
+            burst: 5,
+        };
         let (_, tat) = p.check(0, 1_000, 3).unwrap();
         assert!(p.available(tat, 900) <= p.available(tat, 1_000));
         assert!(p.check(tat, 0, 5).is_err());
@@ -157,7 +173,10 @@ mod tests {
 
     #[test]
     fn convert_keeps_whole_tokens_and_caps_at_the_new_burst() {
-        let old = Params { period: 300, burst: 10 };
+        let old = Params {
+            period: 300,
+            burst: 10,
+        };
         let tat = 1_000 + 4 * 300 + 17; // 5 tokens and a bit at now = 1000
         assert_eq!(old.available(tat, 1_000), 5);
         for (period, burst, want) in [(7, 10, 5), (1_000, 8, 5), (300, 3, 3), (1, 100, 5)] {
@@ -168,7 +187,10 @@ mod tests {
 
     #[test]
     fn cancel_returns_only_what_later_takers_do_not_need() {
-        let p = Params { period: 10, burst: 4 };
+        let p = Params {
+            period: 10,
+            burst: 4,
+        };
         let (_, reserved) = p.reserve(0, 0, 3, u64::MAX).unwrap();
         assert_eq!(p.cancel(reserved, reserved, 3), 0);
         let (_, later) = p.check(reserved, 0, 1).unwrap();

@@ -368,10 +368,22 @@ mod tests {
 
     #[test]
     fn float_constructors_are_exact_decimals() {
-        assert_eq!(Quota::per_second(0.1).unwrap().emission_interval_nanos(), 10_000_000_000);
-        assert_eq!(Quota::per_second(3).unwrap().emission_interval_nanos(), 333_333_334);
-        assert_eq!(Quota::per_minute(100).unwrap(), Quota::parse("100/min").unwrap());
-        assert_eq!(Quota::per_hour(5000).unwrap(), Quota::parse("5000/h").unwrap());
+        assert_eq!(
+            Quota::per_second(0.1).unwrap().emission_interval_nanos(),
+            10_000_000_000
+        );
+        assert_eq!(
+            Quota::per_second(3).unwrap().emission_interval_nanos(),
+            333_333_334
+        );
+        assert_eq!(
+            Quota::per_minute(100).unwrap(),
+            Quota::parse("100/min").unwrap()
+        );
+        assert_eq!(
+            Quota::per_hour(5000).unwrap(),
+            Quota::parse("5000/h").unwrap()
+        );
         assert_eq!(Quota::per_second(1e9).unwrap().emission_interval_nanos(), 1);
     }
 
@@ -384,29 +396,56 @@ mod tests {
             (Quota::per_second(f64::INFINITY), "invalid_rate", "inf"),
             (Quota::per_second(2e9), "rate_too_high", "2000000000"),
             (Quota::per_second(1e40), "rate_too_high", "1000"),
-            (Quota::per_second(1).and_then(|q| q.with_burst(0)), "invalid_burst", "0"),
+            (
+                Quota::per_second(1).and_then(|q| q.with_burst(0)),
+                "invalid_burst",
+                "0",
+            ),
             (Quota::parse("ten/s"), "parse_error", "ten/s"),
-            (Quota::parse("10/fortnight"), "parse_error", "unknown time unit"),
+            (
+                Quota::parse("10/fortnight"),
+                "parse_error",
+                "unknown time unit",
+            ),
             (Quota::parse("-1/s"), "invalid_rate", "-1"),
-            (Quota::with_period(Duration::from_secs(40 * 365 * 86_400)), "period_too_long", "ns"),
+            (
+                Quota::with_period(Duration::from_secs(40 * 365 * 86_400)),
+                "period_too_long",
+                "ns",
+            ),
         ];
         for (result, code, needle) in cases {
             let err = result.unwrap_err();
             assert_eq!(err.code(), code, "{err}");
-            assert!(err.to_string().contains(needle), "{err:?} should name {needle}");
+            assert!(
+                err.to_string().contains(needle),
+                "{err:?} should name {needle}"
+            );
         }
         assert_eq!(Quota::parse("10/0s").unwrap_err().code(), "parse_error");
         assert_eq!(Quota::parse("").unwrap_err().code(), "parse_error");
-        assert_eq!(Quota::parse("10/s burst x").unwrap_err().code(), "parse_error");
         assert_eq!(
-            Quota::per_second(1).and_then(|q| q.with_burst(u64::MAX)).unwrap_err().code(),
+            Quota::parse("10/s burst x").unwrap_err().code(),
+            "parse_error"
+        );
+        assert_eq!(
+            Quota::per_second(1)
+                .and_then(|q| q.with_burst(u64::MAX))
+                .unwrap_err()
+                .code(),
             "period_too_long"
         );
     }
 
     #[test]
     fn display_parses_back() {
-        for s in ["10/s burst 20", "3/s", "1/day", "7/13ms burst 9", "1000000000/s"] {
+        for s in [
+            "10/s burst 20",
+            "3/s",
+            "1/day",
+            "7/13ms burst 9",
+            "1000000000/s",
+        ] {
             let q = Quota::parse(s).unwrap();
             assert_eq!(Quota::parse(&q.to_string()).unwrap(), q, "{s} -> {q}");
         }

@@ -1,0 +1,314 @@
+//! Model checks of every concurrent path with loom.
+//!
+//! Run: `RUSTFLAGS="--cfg ratebound_loom" cargo test -p ratebound --release --test loom`
+//! (`LOOM_MAX_PREEMPTIONS` bounds the search; ci/test uses 3).
+//!
+//! Each model runs a few threads against one bucket on a frozen clock, records
+//! what every call returned, and then demands that some sequential order of
+//! those calls, replayed on a simple token-counting reference model, returns
+//! exactly the same answers and ends in the same state (linearizability).
+#![cfg(ratebound_loom)]
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::thread;
+use ratebound::{Decision, ManualClock, Quota, TokenBucket};
+
+const T: u64 = 1_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Check(u64),
+    /// Reserve n tokens, accepting a wait of at most this many tokens' time.
+    Reserve(u64, u64),
+    /// Cancel the reservation made by this thread's previous op.
+    CancelLast,
+    /// Switch to this burst (same rate).
+    SetBurst(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    Checked { allowed: bool, remaining: u64 },
+    Reserved { wait_tokens: u64 },
+    Refused,
+    TooMany,
+    Done,
+}
+
+fn seen(d: Decision) -> Seen {
+    Seen::Checked {
+        allowed: d.is_allowed(),
+        remaining: d.remaining(),
+    }
+}
+
+/// Runs one thread's ops against the real bucket.
+fn run(bucket: &TokenBucket<ManualClock>, ops: &[Op]) -> Vec<Seen> {
+    let mut out = Vec::new();
+    let mut last = None;
+    for op in ops {
+        out.push(match *op {
+            Op::Check(n) => bucket.check_n(n).map_or(Seen::TooMany, seen),
+            Op::Reserve(n, max) => match bucket.reserve_n(n, Duration::from_nanos(max * T)) {
+                Ok(r) => {
+                    let wait_tokens = r.delay().as_nanos() as u64 / T;
+                    last = Some(r);
+                    Seen::Reserved { wait_tokens }
+                }
+                Err(_) => Seen::Refused,
+            },
+            Op::CancelLast => {
+                if let Some(r) = last.take() {
+                    r.cancel();
+                }
+                Seen::Done
+            }
+            Op::SetBurst(b) => {
+                bucket.set_quota(
+                    Quota::with_period(Duration::from_nanos(T))
+                        .unwrap()
+                        .with_burst(b)
+                        .unwrap(),
+                );
+                Seen::Done
+            }
+        });
+    }
+    out
+}
+
+/// The reference: whole tokens on a frozen clock, `used` beyond a full bucket
+/// (may exceed the burst while reservations are queued).
+#[derive(Clone, Debug)]
+struct Model {
+    burst: u64,
+    used: u64,
+    generation: u64,
+}
+
+struct ModelTicket {
+    n: u64,
+    used_after: u64,
+    generation: u64,
+}
+
+impl Model {
+    fn remaining(&self) -> u64 {
+        self.burst.saturating_sub(self.used)
+    }
+
+    fn apply(&mut self, op: Op, last: &mut Option<ModelTicket>) -> Seen {
+        match op {
+            Op::Check(n) if n > self.burst => Seen::TooMany,
+            Op::Check(n) => {
+                let allowed = self.used + n <= self.burst;
+                if allowed {
+                    self.used += n;
+                }
+                Seen::Checked {
+                    allowed,
+                    remaining: self.remaining(),
+                }
+            }
+            Op::Reserve(n, max) => {
+                let wait_tokens = (self.used + n).saturating_sub(self.burst);
+                if wait_tokens > max {
+                    return Seen::Refused;
+                }
+                self.used += n;
+                *last = Some(ModelTicket {
+                    n,
+                    used_after: self.used,
+                    generation: self.generation,
+                });
+                Seen::Reserved { wait_tokens }
+            }
+            Op::CancelLast => {
+                if let Some(t) = last.take() {
+                    if t.generation == self.generation {
+                        let later = self.used.saturating_sub(t.used_after);
+                        self.used -= t.n.saturating_sub(later).min(self.used);
+                    }
+                }
+                Seen::Done
+            }
+            Op::SetBurst(b) => {
+                // Keep the token count (negative while in debt), capped at b.
+                let tokens = self.burst as i64 - self.used as i64;
+                self.used = (b as i64 - tokens.min(b as i64)) as u64;
+                self.burst = b;
+                self.generation += 1;
+                Seen::Done
+            }
+        }
+    }
+}
+
+/// True if some interleaving of the threads' op lists, run on the model,
+/// reproduces every answer and the final number of available tokens.
+fn linearizable(burst: u64, threads: &[(&[Op], Vec<Seen>)], available: u64) -> bool {
+    fn search(
+        model: Model,
+        threads: &[(&[Op], Vec<Seen>)],
+        pos: &mut Vec<usize>,
+        tickets: &mut Vec<Option<ModelTicket>>,
+        available: u64,
+    ) -> bool {
+        if pos.iter().zip(threads).all(|(p, (ops, _))| *p == ops.len()) {
+            return model.remaining() == available;
+        }
+        for i in 0..threads.len() {
+            let (ops, seen) = &threads[i];
+            if pos[i] == ops.len() {
+                continue;
+            }
+            let mut next = model.clone();
+            let saved = tickets[i].as_ref().map(|t| ModelTicket { ..*t });
+            if next.apply(ops[pos[i]], &mut tickets[i]) == seen[pos[i]] {
+                pos[i] += 1;
+                if search(next, threads, pos, tickets, available) {
+                    return true;
+                }
+                pos[i] -= 1;
+            }
+            tickets[i] = saved;
+        }
+        false
+    }
+    let model = Model {
+        burst,
+        used: 0,
+        generation: 0,
+    };
+    let mut pos = vec![0; threads.len()];
+    let mut tickets = threads.iter().map(|_| None).collect();
+    search(model, threads, &mut pos, &mut tickets, available)
+}
+
+/// Runs `plans` on concurrent threads against a full bucket of `burst`
+/// (one token per second, clock frozen at 10 s) and checks linearizability.
+fn model_check(burst: u64, plans: &'static [&'static [Op]]) {
+    loom::model(move || {
+        let clock = ManualClock::new();
+        clock.set_nanos(10 * T);
+        let quota = Quota::with_period(Duration::from_nanos(T))
+            .unwrap()
+            .with_burst(burst)
+            .unwrap();
+        let bucket = Arc::new(TokenBucket::with_clock(quota, clock));
+        let handles: Vec<_> = plans
+            .iter()
+            .map(|ops| {
+                let bucket = bucket.clone();
+                thread::spawn(move || run(&bucket, ops))
+            })
+            .collect();
+        let results: Vec<(&[Op], Vec<Seen>)> = plans
+            .iter()
+            .copied()
+            .zip(handles.into_iter().map(|h| h.join().unwrap()))
+            .collect();
+        let available = bucket.available();
+        assert!(
+            linearizable(burst, &results, available),
+            "no sequential order explains {results:?} ending with {available} available"
+        );
+    });
+}
+
+#[test]
+fn two_threads_checking_admit_exactly_the_burst() {
+    model_check(
+        3,
+        &[&[Op::Check(1), Op::Check(1)], &[Op::Check(1), Op::Check(1)]],
+    );
+}
+
+#[test]
+fn three_threads_taking_several_tokens() {
+    model_check(4, &[&[Op::Check(2)], &[Op::Check(3)], &[Op::Check(2)]]);
+}
+
+#[test]
+fn reserve_and_cancel_race_a_check() {
+    model_check(
+        2,
+        &[
+            &[Op::Reserve(2, 5), Op::CancelLast],
+            &[Op::Check(1), Op::Check(1)],
+        ],
+    );
+}
+
+#[test]
+fn two_reservations_cancelled_concurrently() {
+    model_check(
+        2,
+        &[
+            &[Op::Reserve(2, 5), Op::CancelLast],
+            &[Op::Reserve(1, 5), Op::CancelLast],
+        ],
+    );
+}
+
+#[test]
+fn set_quota_races_checks() {
+    model_check(4, &[&[Op::SetBurst(1)], &[Op::Check(1), Op::Check(2)]]);
+}
+
+#[test]
+fn set_quota_raising_the_burst_races_checks() {
+    model_check(
+        2,
+        &[
+            &[Op::SetBurst(3)],
+            &[Op::Check(1), Op::Check(1), Op::Check(1)],
+        ],
+    );
+}
+
+#[test]
+fn set_quota_races_reserve_and_cancel() {
+    model_check(
+        2,
+        &[&[Op::SetBurst(3)], &[Op::Reserve(2, 5), Op::CancelLast]],
+    );
+}
+
+#[test]
+fn checks_while_the_clock_moves() {
+    // One thread moves the clock by one token's time; two read it and check.
+    // However they interleave, one or two are admitted, and a refusal is a
+    // pure function of the state it saw: no one wrote after it (burst 1: a
+    // refusal means the other check had already taken the token), so the
+    // same check at the same time afterwards gives the same answer.
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let quota = Quota::with_period(Duration::from_nanos(T))
+            .unwrap()
+            .with_burst(1)
+            .unwrap();
+        let bucket = Arc::new(TokenBucket::with_clock(quota, clock.clone()));
+        let ticker = thread::spawn(move || clock.advance_nanos(T));
+        let checkers: Vec<_> = (0..2)
+            .map(|_| {
+                let bucket = bucket.clone();
+                thread::spawn(move || {
+                    let now = ratebound::Clock::now(bucket.clock());
+                    (now, bucket.check_at(now))
+                })
+            })
+            .collect();
+        ticker.join().unwrap();
+        let decisions: Vec<(u64, Decision)> =
+            checkers.into_iter().map(|h| h.join().unwrap()).collect();
+        let admitted = decisions.iter().filter(|(_, d)| d.is_allowed()).count();
+        assert!((1..=2).contains(&admitted), "{decisions:?}");
+        for (now, d) in decisions.iter().filter(|(_, d)| !d.is_allowed()) {
+            assert_eq!(bucket.check_at(*now), *d, "{decisions:?}");
+            assert!(d.retry_after_nanos() >= 1, "{d:?}");
+        }
+    });
+}
