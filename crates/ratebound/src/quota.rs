@@ -335,7 +335,7 @@ impl fmt::Display for Quota {
         let (size, name) = UNITS
             .iter()
             .copied()
-            .find(|(size, _)| self.period % size == 0)
+            .find(|(size, _)| self.period.is_multiple_of(*size))
             .unwrap_or((1, "ns"));
         write!(f, "1/{}{} burst {}", self.period / size, name, self.burst)
     }

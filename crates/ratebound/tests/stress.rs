@@ -1,0 +1,108 @@
+//! Real threads on one bucket.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ratebound::{Clock, ManualClock, MonotonicClock, Quota, TokenBucket};
+
+#[test]
+fn threads_on_a_frozen_clock_admit_exactly_the_burst() {
+    let burst = 1_000;
+    let quota = Quota::per_second(1).unwrap().with_burst(burst).unwrap();
+    let bucket = Arc::new(TokenBucket::with_clock(quota, ManualClock::new()));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let (bucket, admitted) = (bucket.clone(), admitted.clone());
+            std::thread::spawn(move || {
+                for k in 0..1_000u64 {
+                    // Mix single and multi-token takes.
+                    let n = 1 + (k + i) % 3;
+                    if bucket.check_n(n).unwrap().is_allowed() {
+                        admitted.fetch_add(n, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Tokens are only ever taken whole: what is left is what no one took.
+    let taken = admitted.load(Ordering::Relaxed);
+    assert_eq!(taken + bucket.available(), burst);
+    assert!(
+        taken >= burst - 2,
+        "every thread stops only when < 3 tokens remain: took {taken}"
+    );
+}
+
+#[test]
+fn threads_on_the_real_clock_stay_within_burst_plus_rate_times_elapsed() {
+    let quota = Quota::per_second(1_000).unwrap().with_burst(50).unwrap();
+    let bucket = Arc::new(TokenBucket::new(quota));
+    let clock = MonotonicClock::new();
+    let start = clock.now();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let bucket = bucket.clone();
+            std::thread::spawn(move || {
+                let clock = MonotonicClock::new();
+                let mut admitted = 0u64;
+                // Bounded: at most ~0.5 s and 50 million calls.
+                for _ in 0..50_000_000u64 {
+                    if bucket.check().is_allowed() {
+                        admitted += 1;
+                    }
+                    if clock.now() - start > 500_000_000 {
+                        break;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let admitted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let elapsed = clock.now() - start;
+    let bound = 50 + elapsed / quota.emission_interval_nanos();
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {elapsed} ns, bound {bound}"
+    );
+    assert!(
+        admitted >= 50,
+        "the first burst is always there: {admitted}"
+    );
+}
+
+#[test]
+fn concurrent_reservations_queue_one_token_apart() {
+    // Frozen clock: 4 threads reserve 1 token each, 10 times. No slot is
+    // handed out twice and none is skipped: sorted, the delays are the two
+    // free tokens (0, 0) and then one per T.
+    let quota = Quota::with_period(Duration::from_millis(1))
+        .unwrap()
+        .with_burst(2)
+        .unwrap();
+    let bucket = Arc::new(TokenBucket::with_clock(quota, ManualClock::new()));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let bucket = bucket.clone();
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|_| bucket.reserve_n(1, Duration::from_secs(1)).unwrap().delay())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut delays: Vec<Duration> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    delays.sort();
+    let want: Vec<Duration> = (0..40u64)
+        .map(|i| Duration::from_millis(i.saturating_sub(1)))
+        .collect();
+    assert_eq!(delays, want);
+}
