@@ -82,3 +82,9 @@ pub use clock::{Clock, MAX_TIME_NANOS, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::Error;
 pub use quota::{MAX_SPAN_NANOS, Quota};
+
+/// The READMEs' examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
