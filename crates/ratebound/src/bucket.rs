@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::gcra::{MAX_TAT, Params};
+use crate::limiter::{Limiter, Permit, Reservation};
 use crate::state::AtomicState;
 use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::{Decision, Error, Quota};
@@ -179,6 +180,12 @@ impl<C: Clock> TokenBucket<C> {
     /// request could never succeed, so it is misuse rather than a denial.
     #[inline]
     pub fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        self.acquire(n, now).map(|(decision, _)| decision)
+    }
+
+    /// `check_n_at`, plus a permit to give the tokens back when allowed.
+    #[inline]
+    fn acquire(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
         let now = now.min(MAX_TIME_NANOS);
         let outcome = self.state.update(|word| {
             let g = generation(word);
@@ -187,14 +194,36 @@ impl<C: Clock> TokenBucket<C> {
                 return Err(Err(capacity(n, p)));
             }
             match p.check(tat(word), now, n) {
-                Ok((decision, next)) => Ok((decision, pack(g, next))),
-                Err(denial) => Err(Ok(denial)),
+                Ok((decision, next)) => {
+                    let permit = Permit {
+                        n,
+                        mark: next,
+                        aux: g as u64,
+                    };
+                    Ok(((decision, Some(permit)), pack(g, next)))
+                }
+                Err(denial) => Err(Ok((denial, None))),
             }
         });
         match outcome {
-            Ok(decision) => Ok(decision),
+            Ok(acquired) => Ok(acquired),
             Err(result) => result,
         }
+    }
+
+    /// What `check_n_at(n, now)` would decide, without taking anything.
+    ///
+    /// # Errors
+    /// As [`check_n_at`](Self::check_n_at).
+    pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        let word = self.state.load();
+        let p = self.params(generation(word));
+        if n > p.burst {
+            return Err(capacity(n, p));
+        }
+        Ok(match p.check(tat(word), now.min(MAX_TIME_NANOS), n) {
+            Ok((decision, _)) | Err(decision) => decision,
+        })
     }
 
     /// Whole tokens available now.
@@ -215,7 +244,7 @@ impl<C: Clock> TokenBucket<C> {
     ///
     /// # Errors
     /// As [`reserve_n_at`](Self::reserve_n_at).
-    pub fn reserve_n(&self, n: u64, max_wait: Duration) -> Result<Reservation<'_, C>, Error> {
+    pub fn reserve_n(&self, n: u64, max_wait: Duration) -> Result<Reservation<'_>, Error> {
         self.reserve_n_at(n, max_wait, self.clock.now())
     }
 
@@ -231,10 +260,10 @@ impl<C: Clock> TokenBucket<C> {
         n: u64,
         max_wait: Duration,
         now: u64,
-    ) -> Result<Reservation<'_, C>, Error> {
+    ) -> Result<Reservation<'_>, Error> {
         let now = now.min(MAX_TIME_NANOS);
         let max_wait_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let ticket = self.state.update(|word| {
+        let (permit, wait) = self.state.update(|word| {
             let g = generation(word);
             let p = self.params(g);
             if n > p.burst {
@@ -242,14 +271,12 @@ impl<C: Clock> TokenBucket<C> {
             }
             match p.reserve(tat(word), now, n, max_wait_nanos) {
                 Ok((wait, next)) => {
-                    let ticket = Ticket {
+                    let permit = Permit {
                         n,
-                        generation: g,
-                        reserved_tat: next,
-                        reserved_at: now,
-                        wait,
+                        mark: next,
+                        aux: g as u64,
                     };
-                    Ok((ticket, pack(g, next)))
+                    Ok(((permit, wait), pack(g, next)))
                 }
                 Err(wait) => Err(Error::DeadlineExceeded {
                     wait: Duration::from_nanos(wait),
@@ -258,22 +285,23 @@ impl<C: Clock> TokenBucket<C> {
             }
         })?;
         Ok(Reservation {
-            bucket: self,
-            ticket,
+            limiter: self,
+            permit,
+            reserved_at: now,
+            wait,
         })
     }
 
-    fn cancel_ticket(&self, ticket: &Ticket) {
-        // Nothing to give back across a quota change: the tokens were
-        // converted along with the rest of the state.
+    /// Gives back a permit's tokens, except those that later takers depend
+    /// on; nothing across a quota change (the tokens were converted along
+    /// with the rest of the state).
+    fn give_back(&self, permit: Permit) {
         let _ = self.state.update(|word| {
             let g = generation(word);
-            if g != ticket.generation {
+            if g as u64 != permit.aux {
                 return Err(());
             }
-            let next = self
-                .params(g)
-                .cancel(tat(word), ticket.reserved_tat, ticket.n);
+            let next = self.params(g).cancel(tat(word), permit.mark, permit.n);
             Ok(((), pack(g, next)))
         });
     }
@@ -334,47 +362,38 @@ fn capacity(n: u64, p: Params) -> Error {
     }
 }
 
-/// What a reservation took: enough to give it back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Ticket {
-    n: u64,
-    generation: usize,
-    reserved_tat: u64,
-    reserved_at: u64,
-    wait: u64,
-}
-
-/// Tokens taken ahead of time by [`TokenBucket::reserve_n`]: act after
-/// [`delay`](Reservation::delay), or [`cancel`](Reservation::cancel) to give
-/// them back. Dropping a reservation keeps the tokens taken.
-#[derive(Debug)]
-#[must_use = "a reservation holds tokens: act after delay() or cancel() it"]
-pub struct Reservation<'a, C: Clock = MonotonicClock> {
-    bucket: &'a TokenBucket<C>,
-    ticket: Ticket,
-}
-
-impl<C: Clock> Reservation<'_, C> {
-    /// How long after the reservation was made the caller may act.
-    pub fn delay(&self) -> Duration {
-        Duration::from_nanos(self.ticket.wait)
+impl<C: Clock> Limiter for TokenBucket<C> {
+    fn now(&self) -> u64 {
+        self.clock.now()
     }
 
-    /// The clock time (ns) at which the caller may act.
-    pub fn ready_at_nanos(&self) -> u64 {
-        self.ticket.reserved_at + self.ticket.wait
+    fn limit(&self) -> u64 {
+        self.params(generation(self.state.load())).burst
     }
 
-    /// Tokens reserved.
-    pub fn tokens(&self) -> u64 {
-        self.ticket.n
+    fn check_at(&self, now: u64) -> Decision {
+        TokenBucket::check_at(self, now)
     }
 
-    /// Gives the tokens back, as far as no later taker depends on them: a
-    /// check or reservation made after this one was decided as if these
-    /// tokens were gone, so the part of the bucket it used stays used (the
-    /// rule of Go's `x/time/rate`). Call it only if you did not act.
-    pub fn cancel(self) {
-        self.bucket.cancel_ticket(&self.ticket);
+    fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        TokenBucket::check_n_at(self, n, now)
+    }
+
+    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        TokenBucket::peek_n_at(self, n, now)
+    }
+
+    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
+        self.acquire(n, now)
+    }
+
+    /// Gives the tokens back as far as no later taker depends on them (see
+    /// [`Reservation::cancel`]).
+    fn release(&self, permit: Permit) {
+        self.give_back(permit);
+    }
+
+    fn available_at(&self, now: u64) -> u64 {
+        TokenBucket::available_at(self, now)
     }
 }

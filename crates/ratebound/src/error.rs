@@ -48,6 +48,23 @@ pub enum Error {
         /// The bucket's burst (capacity).
         burst: u64,
     },
+    /// A window limiter's limit is zero or larger than its state can count.
+    InvalidLimit {
+        /// The limit as given.
+        limit: u64,
+        /// The largest limit this algorithm and window accept.
+        max: u64,
+    },
+    /// A window is zero, longer than 2^60 ns, or too short for its limit
+    /// (the window index and the counts share one 64-bit word).
+    InvalidWindow {
+        /// The window in nanoseconds (saturated at `u128::MAX`).
+        nanos: u128,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A composite limiter was given no members.
+    NoLimiters,
     /// Waiting for the tokens would take longer than the caller allows.
     /// Nothing was taken.
     DeadlineExceeded {
@@ -76,6 +93,9 @@ impl Error {
             Error::Parse { .. } => "parse_error",
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
             Error::DeadlineExceeded { .. } => "deadline_exceeded",
+            Error::InvalidLimit { .. } => "invalid_limit",
+            Error::InvalidWindow { .. } => "invalid_window",
+            Error::NoLimiters => "no_limiters",
         }
     }
 }
@@ -104,6 +124,13 @@ impl fmt::Display for Error {
                 f,
                 "requested {requested} tokens but the burst is {burst}: the request can never succeed"
             ),
+            Error::InvalidLimit { limit, max } => {
+                write!(f, "invalid limit {limit}: must be between 1 and {max}")
+            }
+            Error::InvalidWindow { nanos, reason } => {
+                write!(f, "invalid window of {nanos} ns: {reason}")
+            }
+            Error::NoLimiters => write!(f, "a composite limiter needs at least one member"),
             Error::DeadlineExceeded { wait, max_wait } => write!(
                 f,
                 "waiting {wait:?} for tokens exceeds the maximum wait of {max_wait:?}"

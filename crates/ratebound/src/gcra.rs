@@ -105,8 +105,7 @@ impl Params {
     /// (who moved TAT beyond `reserved_tat`) depend on.
     #[inline]
     pub(crate) fn cancel(self, tat: u64, reserved_tat: u64, n: u64) -> u64 {
-        let later = tat.saturating_sub(reserved_tat);
-        tat - (n * self.period).saturating_sub(later).min(tat)
+        give_back(tat, reserved_tat, n, self.period)
     }
 
     /// The state under quota `to` that has the same number of tokens at
@@ -133,6 +132,15 @@ impl Params {
         };
         u64::try_from(converted).unwrap_or(MAX_TAT).min(MAX_TAT)
     }
+}
+
+/// A schedule `tat` after giving back `n` slots of `period` that a taker had
+/// reserved up to `reserved`: everything past `reserved` belongs to later
+/// takers and stays.
+#[inline]
+pub(crate) fn give_back(tat: u64, reserved: u64, n: u64, period: u64) -> u64 {
+    let later = tat.saturating_sub(reserved);
+    tat - (n * period).saturating_sub(later).min(tat)
 }
 
 #[cfg(test)]

@@ -66,22 +66,34 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod all_of;
 mod bucket;
 mod clock;
 mod decision;
 mod error;
 mod gcra;
+mod leaky;
+mod limiter;
+mod log;
 mod quota;
+mod sliding;
 mod state;
 mod sync;
 #[cfg(feature = "tokio")]
 mod wait;
+mod window;
 
-pub use bucket::{Reservation, TokenBucket};
+pub use all_of::AllOf;
+pub use bucket::TokenBucket;
 pub use clock::{Clock, MAX_TIME_NANOS, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::Error;
+pub use leaky::LeakyBucket;
+pub use limiter::{Limiter, Permit, Reservation};
+pub use log::{MAX_LOG_LIMIT, SlidingLog};
 pub use quota::{MAX_SPAN_NANOS, Quota};
+pub use sliding::SlidingWindow;
+pub use window::{FixedWindow, MAX_WINDOW_LIMIT};
 
 /// The READMEs' examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use crate::bucket::Reservation;
-use crate::{Clock, Error, TokenBucket};
+use crate::limiter::Reservation;
+use crate::{Clock, Error, LeakyBucket, TokenBucket};
 
 /// Gives a reservation's tokens back unless the wait completed.
-struct CancelOnDrop<'a, C: Clock>(Option<Reservation<'a, C>>);
+struct CancelOnDrop<'a>(Option<Reservation<'a>>);
 
-impl<C: Clock> Drop for CancelOnDrop<'_, C> {
+impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(reservation) = self.0.take() {
             reservation.cancel();
@@ -60,15 +60,42 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok(()) }
     /// ```
     pub async fn wait_n(&self, n: u64, max_wait: Duration) -> Result<(), Error> {
-        let reservation = self.reserve_n(n, max_wait)?;
-        let delay = reservation.delay();
-        if delay.is_zero() {
-            return Ok(());
-        }
-        let mut guard = CancelOnDrop(Some(reservation));
-        tokio::time::sleep(delay).await;
-        // Completed: the tokens are the caller's now.
-        guard.0 = None;
+        sleep_until_ready(self.reserve_n(n, max_wait)?).await;
         Ok(())
     }
+}
+
+impl<C: Clock> LeakyBucket<C> {
+    /// Waits for the next departure slot, up to the bucket's `max_delay`.
+    ///
+    /// # Errors
+    /// [`Error::DeadlineExceeded`] at once when the queue is full.
+    pub async fn until_ready(&self) -> Result<(), Error> {
+        self.wait_n(1, Duration::MAX).await
+    }
+
+    /// Queues for `n` departure slots and sleeps (on tokio's timer) until the
+    /// first of them, unless the wait would exceed `max_wait` or the
+    /// bucket's `max_delay`: then it fails at once, queuing nothing. If the
+    /// future is dropped before it completes, the slots are given back.
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] when `n` exceeds the queue's capacity;
+    /// [`Error::DeadlineExceeded`] when the wait would be too long.
+    pub async fn wait_n(&self, n: u64, max_wait: Duration) -> Result<(), Error> {
+        sleep_until_ready(self.reserve_n(n, max_wait)?).await;
+        Ok(())
+    }
+}
+
+/// Sleeps for a reservation's delay; gives it back if dropped before then.
+async fn sleep_until_ready(reservation: Reservation<'_>) {
+    let delay = reservation.delay();
+    if delay.is_zero() {
+        return;
+    }
+    let mut guard = CancelOnDrop(Some(reservation));
+    tokio::time::sleep(delay).await;
+    // Completed: the tokens are the caller's now.
+    guard.0 = None;
 }

@@ -1,10 +1,14 @@
 //! Replays the shared test vectors in `spec/` (the Python and Node suites
 //! replay the same files).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use ratebound::{Decision, Error, ManualClock, Quota, Reservation, TokenBucket};
-use serde_json::Value;
+use ratebound::{
+    AllOf, Decision, Error, FixedWindow, LeakyBucket, Limiter, ManualClock, Quota, Reservation,
+    SlidingLog, SlidingWindow, TokenBucket,
+};
+use serde_json::{Value, json};
 
 fn load(name: &str) -> Value {
     let path = format!("{}/../../spec/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -19,35 +23,108 @@ fn u64_of(v: &Value, key: &str) -> Option<u64> {
     })
 }
 
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("{key} must be a string in {v}"))
+}
+
+/// The limiter a vector describes, with the concrete type where a call
+/// needs more than the `Limiter` trait.
+enum Built {
+    Bucket(Arc<TokenBucket<ManualClock>>),
+    Leaky(Arc<LeakyBucket<ManualClock>>),
+    Composite(Arc<AllOf>),
+    Other(Arc<dyn Limiter>),
+}
+
+impl Built {
+    fn limiter(&self) -> Arc<dyn Limiter> {
+        match self {
+            Built::Bucket(b) => b.clone(),
+            Built::Leaky(l) => l.clone(),
+            Built::Composite(c) => c.clone(),
+            Built::Other(o) => o.clone(),
+        }
+    }
+
+    fn reserve(&self, n: u64, max_wait: Duration) -> Result<Reservation<'_>, Error> {
+        match self {
+            Built::Bucket(b) => b.reserve_n(n, max_wait),
+            Built::Leaky(l) => l.reserve_n(n, max_wait),
+            _ => panic!("reserve needs a token bucket or a leaky bucket"),
+        }
+    }
+}
+
+fn build(spec: &Value, clock: &ManualClock) -> Built {
+    let window = || Duration::from_nanos(u64_of(spec, "window_ns").expect("window_ns"));
+    let limit = || u64_of(spec, "limit").expect("limit");
+    let quota = || Quota::parse(str_of(spec, "quota")).expect("valid quota");
+    let c = clock.clone();
+    match str_of(spec, "algorithm") {
+        "token_bucket" => Built::Bucket(Arc::new(TokenBucket::with_clock(quota(), c))),
+        "leaky_bucket" => {
+            let max_delay =
+                Duration::from_nanos(u64_of(spec, "max_delay_ns").expect("max_delay_ns"));
+            Built::Leaky(Arc::new(
+                LeakyBucket::with_clock(quota(), max_delay, c).unwrap(),
+            ))
+        }
+        "fixed_window" => Built::Other(Arc::new(
+            FixedWindow::with_clock(limit(), window(), c).unwrap(),
+        )),
+        "sliding_window" => Built::Other(Arc::new(
+            SlidingWindow::with_clock(limit(), window(), c).unwrap(),
+        )),
+        "sliding_log" => Built::Other(Arc::new(
+            SlidingLog::with_clock(limit(), window(), c).unwrap(),
+        )),
+        "all_of" => {
+            let members = spec["members"].as_array().expect("members");
+            let members = members.iter().map(|m| build(m, clock).limiter()).collect();
+            Built::Composite(Arc::new(AllOf::new(members).unwrap()))
+        }
+        other => panic!("unknown algorithm {other}"),
+    }
+}
+
 /// What one call produced, as the JSON field names of `expect`.
 fn observed(result: Result<Decision, Error>) -> Value {
     match result {
-        Ok(d) => serde_json::json!({
+        Ok(d) => json!({
             "allowed": d.is_allowed(),
             "limit": d.limit(),
             "remaining": d.remaining(),
             "retry_after_ns": d.retry_after_nanos(),
             "reset_after_ns": d.reset_after_nanos(),
         }),
-        Err(e) => serde_json::json!({ "error": e.code() }),
+        Err(e) => json!({ "error": e.code() }),
     }
 }
 
-fn compare(id: &str, step: usize, got: &Value, expect: &Value, failures: &mut Vec<String>) {
+fn compare(where_: &str, got: &Value, expect: &Value, failures: &mut Vec<String>) {
     for (field, want) in expect.as_object().expect("expect is an object") {
         let got = got.get(field).unwrap_or(&Value::Null);
         if got != want {
-            failures.push(format!("{id} step {step}: {field} = {got}, want {want}"));
+            failures.push(format!("{where_}: {field} = {got}, want {want}"));
         }
     }
 }
 
 fn replay(vector: &Value, failures: &mut Vec<String>) {
-    let id = vector["id"].as_str().expect("id");
-    let quota = Quota::parse(vector["quota"].as_str().expect("quota")).expect("valid quota");
+    let id = str_of(vector, "id");
     let clock = ManualClock::new();
-    let bucket = TokenBucket::with_clock(quota, clock.clone());
-    let mut reservations: Vec<Option<Reservation<'_, ManualClock>>> = Vec::new();
+    let built = match vector.get("limiter") {
+        Some(spec) => build(spec, &clock),
+        // token_bucket.json names only the quota.
+        None => build(
+            &json!({"algorithm": "token_bucket", "quota": vector["quota"]}),
+            &clock,
+        ),
+    };
+    let limiter = built.limiter();
+    let mut reservations: Vec<Option<Reservation<'_>>> = Vec::new();
     let (mut admitted, mut refused) = (0u64, 0u64);
 
     for (i, step) in vector["steps"]
@@ -63,66 +140,117 @@ fn replay(vector: &Value, failures: &mut Vec<String>) {
             clock.advance_nanos(dt);
         }
         let n = u64_of(step, "n").unwrap_or(1);
-        let got = match step["call"].as_str().expect("call") {
-            "check" => {
-                let result = bucket.check_n(n);
-                match &result {
-                    Ok(d) if d.is_allowed() => admitted += 1,
-                    Ok(_) => refused += 1,
-                    Err(_) => {}
-                }
-                // check() and check_n(1) must agree.
-                observed(result)
-            }
-            "available" => serde_json::json!({ "available": bucket.available() }),
-            "reserve" => {
-                let max_wait =
-                    Duration::from_nanos(u64_of(step, "max_wait_ns").expect("max_wait_ns"));
-                match bucket.reserve_n(n, max_wait) {
-                    Ok(r) => {
-                        let got = serde_json::json!({ "delay_ns": r.delay().as_nanos() as u64 });
-                        reservations.push(Some(r));
-                        got
+        for rep in 0..u64_of(step, "repeat").unwrap_or(1) {
+            let got = match str_of(step, "call") {
+                "check" => {
+                    let result = limiter.check_n(n);
+                    match &result {
+                        Ok(d) if d.is_allowed() => admitted += 1,
+                        Ok(_) => refused += 1,
+                        Err(_) => {}
                     }
-                    Err(e) => serde_json::json!({ "error": e.code() }),
+                    observed(result)
                 }
+                "available" => json!({ "available": limiter.available() }),
+                "member_available" => {
+                    let Built::Composite(c) = &built else {
+                        panic!("{id}: not a composite")
+                    };
+                    let k = u64_of(step, "member").expect("member") as usize;
+                    json!({ "available": c.members()[k].available() })
+                }
+                "reserve" => {
+                    let max_wait =
+                        Duration::from_nanos(u64_of(step, "max_wait_ns").expect("max_wait_ns"));
+                    match built.reserve(n, max_wait) {
+                        Ok(r) => {
+                            let got = json!({ "delay_ns": r.delay().as_nanos() as u64 });
+                            reservations.push(Some(r));
+                            got
+                        }
+                        Err(e) => json!({ "error": e.code() }),
+                    }
+                }
+                "cancel" => {
+                    let k = u64_of(step, "reservation").expect("reservation") as usize;
+                    reservations[k]
+                        .take()
+                        .expect("each reservation is cancelled once")
+                        .cancel();
+                    Value::Null
+                }
+                "set_quota" => {
+                    let Built::Bucket(b) = &built else {
+                        panic!("{id}: set_quota needs a token bucket")
+                    };
+                    b.set_quota(Quota::parse(str_of(step, "quota")).expect("valid quota"));
+                    Value::Null
+                }
+                other => panic!("{id} step {i}: unknown call {other}"),
+            };
+            if let Some(expect) = step.get("expect") {
+                let where_ = if rep == 0 {
+                    format!("{id} step {i}")
+                } else {
+                    format!("{id} step {i} (repeat {rep})")
+                };
+                compare(&where_, &got, expect, failures);
             }
-            "cancel" => {
-                let k = u64_of(step, "reservation").expect("reservation") as usize;
-                reservations[k]
-                    .take()
-                    .expect("each reservation is cancelled once")
-                    .cancel();
-                Value::Null
-            }
-            "set_quota" => {
-                bucket.set_quota(
-                    Quota::parse(step["quota"].as_str().expect("quota")).expect("valid quota"),
-                );
-                Value::Null
-            }
-            other => panic!("{id} step {i}: unknown call {other}"),
-        };
-        if let Some(expect) = step.get("expect") {
-            compare(id, i, &got, expect, failures);
         }
     }
     if let Some(totals) = vector.get("totals") {
-        let got = serde_json::json!({ "admitted": admitted, "refused": refused });
-        compare(id, usize::MAX, &got, totals, failures);
+        let got = json!({ "admitted": admitted, "refused": refused });
+        compare(&format!("{id} totals"), &got, totals, failures);
     }
 }
 
-#[test]
-fn token_bucket_vectors() {
-    let spec = load("token_bucket.json");
+fn replay_file(name: &str, at_least: usize) {
+    let spec = load(name);
     let vectors = spec["vectors"].as_array().expect("vectors");
-    assert!(vectors.len() >= 8, "expected the full set of vectors");
+    assert!(
+        vectors.len() >= at_least,
+        "{name}: expected at least {at_least} vectors"
+    );
     let mut failures = Vec::new();
     for vector in vectors {
         replay(vector, &mut failures);
     }
-    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "{name}:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn token_bucket_vectors() {
+    replay_file("token_bucket.json", 8);
+}
+
+#[test]
+fn fixed_window_vectors() {
+    replay_file("fixed_window.json", 1);
+}
+
+#[test]
+fn sliding_window_vectors() {
+    replay_file("sliding_window.json", 2);
+}
+
+#[test]
+fn sliding_log_vectors() {
+    replay_file("sliding_log.json", 1);
+}
+
+#[test]
+fn leaky_bucket_vectors() {
+    replay_file("leaky_bucket.json", 2);
+}
+
+#[test]
+fn boundary_burst_vectors() {
+    replay_file("boundary_burst.json", 4);
+}
+
+#[test]
+fn all_of_vectors() {
+    replay_file("all_of.json", 2);
 }
 
 #[test]

@@ -1,0 +1,191 @@
+//! Several limiters checked as one, all or nothing.
+
+use std::sync::Arc;
+
+use crate::limiter::{Limiter, Permit};
+use crate::{Decision, Error};
+
+/// Permits held inline for this many members before spilling to the heap.
+const INLINE: usize = 8;
+
+/// Several limiters as one: a request is admitted only if **every** member
+/// admits it — e.g. 10/s burst 20 *and* 1000/hour, or requests per minute
+/// *and* tokens per minute for an LLM API.
+///
+/// Members are asked in order with [`Limiter::acquire_n_at`]; if one refuses,
+/// the members that had admitted give their share back with
+/// [`Limiter::release`], so nothing is taken (for a token bucket, give-back
+/// follows [`Reservation::cancel`](crate::Reservation::cancel)'s rule). The
+/// decision reports the most restrictive member: on a refusal the largest
+/// `retry_after` among the members that would refuse (so waiting that long
+/// satisfies all of them, if no one else takes meanwhile), and always the
+/// smallest `remaining` (with that member's `limit`) and the largest
+/// `reset_after`. Every member is judged at the same instant: the first
+/// member's clock reading.
+///
+/// Members are shared (`Arc`), so one limiter can sit in several composites,
+/// e.g. a per-route limit and a global one. An `AllOf` nested in another
+/// `AllOf` works, but its own admissions cannot be given back: a refusal by
+/// a sibling of the inner `AllOf` leaves the inner one's share taken.
+///
+/// # Examples
+/// ```
+/// use ratebound::{AllOf, FixedWindow, Limiter, ManualClock, Quota, TokenBucket};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let burst = Arc::new(TokenBucket::with_clock(Quota::parse("10/s burst 20")?, clock.clone()));
+/// let hourly = Arc::new(FixedWindow::with_clock(25, Duration::from_secs(3600), clock.clone())?);
+/// let both = AllOf::new(vec![burst.clone(), hourly.clone()])?;
+///
+/// assert!(both.check_n(20)?.is_allowed());
+/// clock.advance(Duration::from_secs(1)); // the bucket has 10 again
+/// let refused = both.check_n(10)?; // the hour has only 5 left
+/// assert!(!refused.is_allowed());
+/// assert_eq!(burst.available(), 10); // the bucket's share was given back
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub struct AllOf {
+    members: Vec<Arc<dyn Limiter>>,
+}
+
+impl AllOf {
+    /// A composite of `members`, checked in this order.
+    ///
+    /// # Errors
+    /// [`Error::NoLimiters`] for an empty list.
+    pub fn new(members: Vec<Arc<dyn Limiter>>) -> Result<AllOf, Error> {
+        if members.is_empty() {
+            return Err(Error::NoLimiters);
+        }
+        Ok(AllOf { members })
+    }
+
+    /// The members, in the order they are checked.
+    pub fn members(&self) -> &[Arc<dyn Limiter>] {
+        &self.members
+    }
+
+    /// Gives back what members `..upto` took.
+    fn roll_back(&self, held: &[Option<Permit>]) {
+        for (member, permit) in self.members.iter().zip(held).rev() {
+            if let Some(permit) = permit {
+                member.release(*permit);
+            }
+        }
+    }
+
+    fn acquire_with(
+        &self,
+        n: u64,
+        now: u64,
+        held: &mut [Option<Permit>],
+    ) -> Result<Decision, Error> {
+        let mut combined: Option<Decision> = None;
+        for (i, member) in self.members.iter().enumerate() {
+            match member.acquire_n_at(n, now) {
+                Ok((decision, permit)) if decision.is_allowed() => {
+                    held[i] = permit;
+                    combined = Some(merge(combined, decision));
+                }
+                Ok((refusal, _)) => {
+                    self.roll_back(&held[..i]);
+                    // The members not yet asked may refuse for longer.
+                    let mut combined = merge(combined, refusal);
+                    for later in &self.members[i + 1..] {
+                        combined = merge(Some(combined), later.peek_n_at(n, now)?);
+                    }
+                    combined.allowed = false;
+                    return Ok(combined);
+                }
+                Err(e) => {
+                    self.roll_back(&held[..i]);
+                    return Err(e);
+                }
+            }
+        }
+        // `members` is never empty.
+        Ok(combined.unwrap_or(REFUSED))
+    }
+}
+
+/// Only reachable if `members` were empty, which `new` rules out.
+const REFUSED: Decision = Decision {
+    allowed: false,
+    limit: 0,
+    remaining: 0,
+    retry_after: u64::MAX,
+    reset_after: 0,
+};
+
+/// The more restrictive combination of two members' decisions.
+fn merge(acc: Option<Decision>, d: Decision) -> Decision {
+    let Some(acc) = acc else { return d };
+    let (limit, remaining) = if d.remaining < acc.remaining {
+        (d.limit, d.remaining)
+    } else {
+        (acc.limit, acc.remaining)
+    };
+    Decision {
+        allowed: acc.allowed && d.allowed,
+        limit,
+        remaining,
+        retry_after: acc.retry_after.max(d.retry_after),
+        reset_after: acc.reset_after.max(d.reset_after),
+    }
+}
+
+impl Limiter for AllOf {
+    fn now(&self) -> u64 {
+        self.members[0].now()
+    }
+
+    /// The smallest member limit.
+    fn limit(&self) -> u64 {
+        self.members.iter().map(|m| m.limit()).min().unwrap_or(0)
+    }
+
+    fn check_at(&self, now: u64) -> Decision {
+        // Every member's limit is at least 1 for ratebound's limiters; a
+        // custom member that errors on n = 1 makes the composite refuse.
+        self.check_n_at(1, now).unwrap_or(REFUSED)
+    }
+
+    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        let mut combined = None;
+        for member in &self.members {
+            combined = Some(merge(combined, member.peek_n_at(n, now)?));
+        }
+        Ok(combined.unwrap_or(REFUSED))
+    }
+
+    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
+        let decision = if self.members.len() <= INLINE {
+            self.acquire_with(n, now, &mut [None; INLINE])?
+        } else {
+            self.acquire_with(n, now, &mut vec![None; self.members.len()])?
+        };
+        // The members' permits are not kept: see the type's docs on nesting.
+        Ok((decision, None))
+    }
+
+    /// Does nothing: an `AllOf` keeps no permit (see the type's docs).
+    fn release(&self, _permit: Permit) {}
+
+    fn available_at(&self, now: u64) -> u64 {
+        self.members
+            .iter()
+            .map(|m| m.available_at(now))
+            .min()
+            .unwrap_or(0)
+    }
+}
+
+impl std::fmt::Debug for AllOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllOf")
+            .field("members", &self.members.len())
+            .finish()
+    }
+}

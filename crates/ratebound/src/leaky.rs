@@ -1,0 +1,278 @@
+//! Leaky bucket as a queue: requests leave one every `T`, never faster.
+
+use std::time::Duration;
+
+use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
+use crate::gcra::{MAX_TAT, give_back};
+use crate::limiter::{Limiter, Permit, Reservation};
+use crate::quota::MAX_SPAN_NANOS;
+use crate::state::AtomicState;
+use crate::window::capacity;
+use crate::{Decision, Error, Quota};
+
+/// The leaky-bucket math: no atomics, no clock. The state is the next free
+/// departure slot `S`: a request taking `n` slots leaves at `max(S, now)`
+/// and moves `S` to that plus `n·T`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Leaky {
+    pub(crate) period: u64,
+    pub(crate) max_delay: u64,
+    pub(crate) capacity: u64,
+}
+
+impl Leaky {
+    /// Free places in the queue at `now`.
+    #[inline]
+    pub(crate) fn available(self, slot: u64, now: u64) -> u64 {
+        let queued = (slot.saturating_sub(now)).div_ceil(self.period);
+        self.capacity.saturating_sub(queued)
+    }
+
+    fn decision(self, allowed: bool, slot: u64, now: u64) -> Decision {
+        let busy = slot.saturating_sub(now);
+        Decision {
+            allowed,
+            limit: self.capacity,
+            remaining: self.available(slot, now),
+            retry_after: if allowed { 0 } else { busy },
+            reset_after: busy,
+        }
+    }
+
+    /// A request may leave now only if no one is queued ahead of it.
+    #[inline]
+    pub(crate) fn check(self, slot: u64, now: u64, n: u64) -> Result<(Decision, u64), Decision> {
+        if slot > now {
+            return Err(self.decision(false, slot, now));
+        }
+        if n == 0 {
+            return Ok((self.decision(true, slot, now), slot));
+        }
+        let next = now + n * self.period;
+        Ok((self.decision(true, next, now), next))
+    }
+
+    /// Queues `n` slots: `Ok((wait, new_slot))`, or `Err(wait)` when the wait
+    /// would exceed `min(max_wait, max_delay)`.
+    #[inline]
+    pub(crate) fn reserve(
+        self,
+        slot: u64,
+        now: u64,
+        n: u64,
+        max_wait: u64,
+    ) -> Result<(u64, u64), u64> {
+        let start = slot.max(now);
+        let wait = start - now;
+        let next = start + n * self.period;
+        if wait > max_wait.min(self.max_delay) || next > MAX_TAT {
+            Err(wait)
+        } else {
+            Ok((wait, next))
+        }
+    }
+
+    /// Gives back `n` slots reserved up to `reserved`, except those that
+    /// later requests were scheduled behind.
+    #[inline]
+    pub(crate) fn release(self, slot: u64, reserved: u64, n: u64) -> u64 {
+        give_back(slot, reserved, n, self.period)
+    }
+}
+
+/// A leaky bucket used as a queue (traffic shaping): admitted requests leave
+/// exactly one emission interval `T` apart, never in bursts, and at most
+/// `max_delay` of waiting may queue up.
+///
+/// [`check`](Limiter::check) admits a request only if it can leave **now**
+/// (nobody is queued ahead); [`reserve_n`](Self::reserve_n) and, with feature
+/// `tokio`, [`wait_n`](Self::wait_n) hand out the next departure slot and
+/// make the caller wait for it, refusing when the wait would exceed
+/// `max_delay` — the bounded queue. Use it to pace outgoing calls to a
+/// partner API. The state is one `AtomicU64`, the next free departure slot.
+///
+/// Only the quota's emission interval matters here (its burst is ignored:
+/// output spacing is constant). A request for `n` takes `n` consecutive
+/// slots. [`limit`](Limiter::limit) is the queue's capacity,
+/// `1 + ⌊max_delay / T⌋` requests, and `remaining` is the free places in it.
+///
+/// # Examples
+/// ```
+/// use ratebound::{LeakyBucket, Limiter, ManualClock, Quota};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let pacer = LeakyBucket::with_clock(Quota::per_second(10)?, Duration::from_millis(250), clock)?;
+/// assert!(pacer.check().is_allowed()); // leaves now
+/// assert!(!pacer.check().is_allowed()); // would have to queue
+/// let delays: Vec<Duration> = (0..3)
+///     .filter_map(|_| pacer.reserve_n(1, Duration::MAX).ok().map(|r| r.delay()))
+///     .collect();
+/// // 100 ms apart; a fourth would wait 300 ms > max_delay and is refused.
+/// assert_eq!(delays, [Duration::from_millis(100), Duration::from_millis(200)]);
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::PeriodTooLong`] when `max_delay` exceeds 2^60 ns.
+#[derive(Debug)]
+pub struct LeakyBucket<C: Clock = MonotonicClock> {
+    state: AtomicState,
+    math: Leaky,
+    clock: C,
+}
+
+impl LeakyBucket<MonotonicClock> {
+    /// Requests spaced by `rate`'s emission interval, at most `max_delay`
+    /// queued, on the default clock.
+    ///
+    /// # Errors
+    /// See [`LeakyBucket`].
+    pub fn new(rate: Quota, max_delay: Duration) -> Result<Self, Error> {
+        Self::with_clock(rate, max_delay, MonotonicClock)
+    }
+}
+
+impl<C: Clock> LeakyBucket<C> {
+    /// As [`new`](LeakyBucket::new), reading time from `clock`.
+    ///
+    /// # Errors
+    /// See [`LeakyBucket`].
+    pub fn with_clock(rate: Quota, max_delay: Duration, clock: C) -> Result<Self, Error> {
+        let nanos = max_delay.as_nanos();
+        if nanos > u128::from(MAX_SPAN_NANOS) {
+            return Err(Error::PeriodTooLong { nanos });
+        }
+        let period = rate.emission_interval_nanos();
+        let max_delay = nanos as u64;
+        Ok(LeakyBucket {
+            state: AtomicState::new(0),
+            math: Leaky {
+                period,
+                max_delay,
+                capacity: 1 + max_delay / period,
+            },
+            clock,
+        })
+    }
+
+    /// The spacing between departures.
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.math.period)
+    }
+
+    /// The longest a request may be queued.
+    pub fn max_delay(&self) -> Duration {
+        Duration::from_nanos(self.math.max_delay)
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Queues `n` requests now. See [`reserve_n_at`](Self::reserve_n_at).
+    ///
+    /// # Errors
+    /// As [`reserve_n_at`](Self::reserve_n_at).
+    pub fn reserve_n(&self, n: u64, max_wait: Duration) -> Result<Reservation<'_>, Error> {
+        self.reserve_n_at(n, max_wait, self.clock.now())
+    }
+
+    /// Takes the next `n` departure slots at `now`; the reservation's delay
+    /// is how long until the first of them.
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] when `n` exceeds the queue's capacity;
+    /// [`Error::DeadlineExceeded`] when the wait would exceed `max_wait` or
+    /// `max_delay` — then nothing is queued.
+    pub fn reserve_n_at(
+        &self,
+        n: u64,
+        max_wait: Duration,
+        now: u64,
+    ) -> Result<Reservation<'_>, Error> {
+        capacity(n, self.math.capacity)?;
+        let now = now.min(MAX_TIME_NANOS);
+        let max_wait_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let (wait, next) = self
+            .state
+            .update(|slot| {
+                self.math
+                    .reserve(slot, now, n, max_wait_nanos)
+                    .map(|(wait, next)| ((wait, next), next))
+            })
+            .map_err(|wait| Error::DeadlineExceeded {
+                wait: Duration::from_nanos(wait),
+                max_wait: max_wait.min(self.max_delay()),
+            })?;
+        Ok(Reservation {
+            limiter: self,
+            permit: Permit {
+                n,
+                mark: next,
+                aux: 0,
+            },
+            reserved_at: now,
+            wait,
+        })
+    }
+}
+
+impl<C: Clock> Limiter for LeakyBucket<C> {
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn limit(&self) -> u64 {
+        self.math.capacity
+    }
+
+    #[inline]
+    fn check_at(&self, now: u64) -> Decision {
+        let now = now.min(MAX_TIME_NANOS);
+        match self.state.update(|slot| self.math.check(slot, now, 1)) {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        capacity(n, self.math.capacity)?;
+        let now = now.min(MAX_TIME_NANOS);
+        Ok(match self.math.check(self.state.load(), now, n) {
+            Ok((decision, _)) | Err(decision) => decision,
+        })
+    }
+
+    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
+        capacity(n, self.math.capacity)?;
+        let now = now.min(MAX_TIME_NANOS);
+        let outcome = self
+            .state
+            .update(|slot| self.math.check(slot, now, n).map(|(d, s)| ((d, s), s)));
+        Ok(match outcome {
+            Ok((decision, slot)) => (
+                decision,
+                Some(Permit {
+                    n,
+                    mark: slot,
+                    aux: 0,
+                }),
+            ),
+            Err(denial) => (denial, None),
+        })
+    }
+
+    /// Frees the permit's slots, except those later requests were queued
+    /// behind (see [`Reservation::cancel`]).
+    fn release(&self, permit: Permit) {
+        let _ = self
+            .state
+            .update::<(), ()>(|slot| Ok(((), self.math.release(slot, permit.mark, permit.n))));
+    }
+
+    fn available_at(&self, now: u64) -> u64 {
+        self.math
+            .available(self.state.load(), now.min(MAX_TIME_NANOS))
+    }
+}

@@ -1,0 +1,319 @@
+//! Sliding window counter: the previous and current windows' counts and the
+//! window index in one atomic word; the previous count is weighted by how
+//! much of it still overlaps the sliding window.
+
+use std::time::Duration;
+
+use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
+use crate::limiter::{Limiter, Permit};
+use crate::state::AtomicState;
+use crate::window::{capacity, validate};
+use crate::{Decision, Error};
+
+/// The sliding-window math: no atomics, no clock.
+///
+/// Word: `[index | previous count | current count]`, counts `bits` wide.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sliding {
+    pub(crate) limit: u64,
+    pub(crate) window: u64,
+    pub(crate) bits: u32,
+}
+
+/// The state as seen at a moment: window index, counts, and how far into
+/// the window that moment is.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    index: u64,
+    previous: u64,
+    current: u64,
+    elapsed: u64,
+    /// `max(now, window start)`: a reading before the stored window (a clock
+    /// that went back) is judged at the stored window's start.
+    at: u64,
+}
+
+impl Sliding {
+    #[inline]
+    fn mask(self) -> u64 {
+        (1 << self.bits) - 1
+    }
+
+    #[inline]
+    fn pack(self, index: u64, previous: u64, current: u64) -> u64 {
+        (index << (2 * self.bits)) | (previous << self.bits) | current
+    }
+
+    #[inline]
+    fn view(self, word: u64, now: u64) -> View {
+        let (index, previous, current) = (
+            word >> (2 * self.bits),
+            (word >> self.bits) & self.mask(),
+            word & self.mask(),
+        );
+        let now_index = now / self.window;
+        let (index, previous, current) = if now_index == index {
+            (index, previous, current)
+        } else if now_index == index + 1 {
+            (now_index, current, 0)
+        } else if now_index > index {
+            (now_index, 0, 0)
+        } else {
+            (index, previous, current)
+        };
+        let at = now.max(index * self.window);
+        View {
+            index,
+            previous,
+            current,
+            elapsed: at - index * self.window,
+            at,
+        }
+    }
+
+    /// `limit·W − (previous·(W − elapsed) + current·W)`: the room left, in
+    /// units of 1/W of a request (negative → 0).
+    #[inline]
+    fn room(self, v: View, current: u64) -> u128 {
+        let w = u128::from(self.window);
+        let used = u128::from(v.previous) * (w - u128::from(v.elapsed)) + u128::from(current) * w;
+        (u128::from(self.limit) * w).saturating_sub(used)
+    }
+
+    #[inline]
+    fn fits(self, v: View, current: u64) -> bool {
+        let w = u128::from(self.window);
+        u128::from(v.previous) * (w - u128::from(v.elapsed)) + u128::from(current) * w
+            <= u128::from(self.limit) * w
+    }
+
+    /// Time from `v.at` until the estimate leaves room for `n ≤ limit`.
+    fn wait(self, v: View, n: u64) -> u64 {
+        let w = u128::from(self.window);
+        let elapsed = u128::from(v.elapsed);
+        // Still in this window: need previous·(W − e) ≤ (limit − current − n)·W.
+        if v.current + n <= self.limit && v.previous > 0 {
+            let spare = u128::from(self.limit - v.current - n) * w;
+            let target = w - (spare / u128::from(v.previous)).min(w);
+            if target < w {
+                return (target.max(elapsed) - elapsed) as u64;
+            }
+        }
+        // In the next window the current count becomes the previous one:
+        // need current·(W − e) ≤ (limit − n)·W.
+        let to_next = w - elapsed;
+        let spare = u128::from(self.limit - n) * w;
+        let target = if v.current == 0 {
+            0
+        } else {
+            w - (spare / u128::from(v.current)).min(w)
+        };
+        // target == W: two windows on, both counts have slid out.
+        (to_next + target) as u64
+    }
+
+    fn reset_after(self, v: View, current: u64, now: u64) -> u64 {
+        let end = if current > 0 {
+            (v.index + 2) * self.window
+        } else if v.previous > 0 {
+            (v.index + 1) * self.window
+        } else {
+            return 0;
+        };
+        end - now
+    }
+
+    fn decision(self, v: View, current: u64, now: u64, allowed: bool, n: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: self.limit,
+            remaining: (self.room(v, current) / u128::from(self.window)) as u64,
+            retry_after: if allowed {
+                0
+            } else {
+                (v.at - now) + self.wait(v, n)
+            },
+            reset_after: self.reset_after(v, current, now),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn available(self, word: u64, now: u64) -> u64 {
+        let v = self.view(word, now);
+        (self.room(v, v.current) / u128::from(self.window)) as u64
+    }
+
+    /// `Ok((decision, new_word))` when admitted, `Err(denial)` otherwise.
+    #[inline]
+    pub(crate) fn check(self, word: u64, now: u64, n: u64) -> Result<(Decision, u64), Decision> {
+        let v = self.view(word, now);
+        if n == 0 {
+            return Ok((self.decision(v, v.current, now, true, 0), word));
+        }
+        if self.fits(v, v.current + n) {
+            let current = v.current + n;
+            let next = self.pack(v.index, v.previous, current);
+            Ok((self.decision(v, current, now, true, n), next))
+        } else {
+            Err(self.decision(v, v.current, now, false, n))
+        }
+    }
+
+    /// The word after giving `n` back to window `index`: from the current
+    /// count if that window is still current, from the previous count if it
+    /// has just become the previous one.
+    pub(crate) fn release(self, word: u64, index: u64, n: u64) -> Option<u64> {
+        let (stored, previous, current) = (
+            word >> (2 * self.bits),
+            (word >> self.bits) & self.mask(),
+            word & self.mask(),
+        );
+        if stored == index && current > 0 {
+            Some(self.pack(stored, previous, current - n.min(current)))
+        } else if stored == index + 1 && previous > 0 {
+            Some(self.pack(stored, previous - n.min(previous), current))
+        } else {
+            None
+        }
+    }
+}
+
+/// At most `limit` per sliding window, estimated from two fixed windows:
+/// `estimate = previous × (1 − elapsed/window) + current`, and `n` more are
+/// admitted iff `estimate + n ≤ limit` (exact integer arithmetic).
+///
+/// This smooths the fixed window's boundary burst at the cost of assuming
+/// the previous window's requests were spread evenly. The window index and
+/// both counts share one `AtomicU64` (each count takes `⌈log2(limit + 1)⌉`
+/// bits, so the limit and the shortest window trade off; see
+/// [`Error::InvalidWindow`]), updated by a compare-exchange loop. Windows
+/// are aligned to the clock's epoch, as in [`FixedWindow`](crate::FixedWindow).
+/// `retry_after` is the exact time until the estimate leaves room for the
+/// request.
+///
+/// # Examples
+/// ```
+/// use ratebound::{Limiter, ManualClock, SlidingWindow};
+/// use std::time::Duration;
+///
+/// // 50 per minute: 42 in the previous minute, 18 so far, 15 s in.
+/// let clock = ManualClock::new();
+/// let limiter = SlidingWindow::with_clock(50, Duration::from_secs(60), clock.clone())?;
+/// limiter.check_n(42)?;
+/// clock.set(Duration::from_secs(75));
+/// let d = limiter.check_n(18)?; // 42 × 0.75 + 18 = 49.5
+/// assert!(d.is_allowed());
+/// assert_eq!(d.remaining(), 0);
+/// assert!(!limiter.check().is_allowed());
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`FixedWindow`](crate::FixedWindow), with two counts in the word.
+#[derive(Debug)]
+pub struct SlidingWindow<C: Clock = MonotonicClock> {
+    state: AtomicState,
+    math: Sliding,
+    clock: C,
+}
+
+impl SlidingWindow<MonotonicClock> {
+    /// `limit` per sliding `window`, on the default clock.
+    ///
+    /// # Errors
+    /// See [`SlidingWindow`].
+    pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
+        Self::with_clock(limit, window, MonotonicClock)
+    }
+}
+
+impl<C: Clock> SlidingWindow<C> {
+    /// `limit` per sliding `window`, reading time from `clock`.
+    ///
+    /// # Errors
+    /// See [`SlidingWindow`].
+    pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
+        let (window, bits) = validate(limit, window, 2)?;
+        Ok(SlidingWindow {
+            state: AtomicState::new(0),
+            math: Sliding {
+                limit,
+                window,
+                bits,
+            },
+            clock,
+        })
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.math.window)
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C: Clock> Limiter for SlidingWindow<C> {
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn limit(&self) -> u64 {
+        self.math.limit
+    }
+
+    #[inline]
+    fn check_at(&self, now: u64) -> Decision {
+        let now = now.min(MAX_TIME_NANOS);
+        match self.state.update(|word| self.math.check(word, now, 1)) {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        capacity(n, self.math.limit)?;
+        let now = now.min(MAX_TIME_NANOS);
+        Ok(match self.math.check(self.state.load(), now, n) {
+            Ok((decision, _)) | Err(decision) => decision,
+        })
+    }
+
+    #[inline]
+    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
+        capacity(n, self.math.limit)?;
+        let now = now.min(MAX_TIME_NANOS);
+        let outcome = self
+            .state
+            .update(|word| self.math.check(word, now, n).map(|(d, w)| ((d, w), w)));
+        Ok(match outcome {
+            Ok((decision, word)) => {
+                let permit = Permit {
+                    n,
+                    mark: word >> (2 * self.math.bits),
+                    aux: 0,
+                };
+                (decision, Some(permit))
+            }
+            Err(denial) => (denial, None),
+        })
+    }
+
+    /// Gives the count back while the permit's window still counts (as the
+    /// current or the previous window).
+    fn release(&self, permit: Permit) {
+        let _ = self.state.update(|word| {
+            self.math
+                .release(word, permit.mark, permit.n)
+                .map(|w| ((), w))
+                .ok_or(())
+        });
+    }
+
+    fn available_at(&self, now: u64) -> u64 {
+        self.math
+            .available(self.state.load(), now.min(MAX_TIME_NANOS))
+    }
+}

@@ -1,0 +1,277 @@
+//! Fixed window: a counter that resets at each window boundary, packed with
+//! the window index into one atomic word.
+
+use std::time::Duration;
+
+use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
+use crate::limiter::{Limiter, Permit};
+use crate::quota::MAX_SPAN_NANOS;
+use crate::state::AtomicState;
+use crate::{Decision, Error};
+
+/// The largest limit a window limiter accepts (its counts are at most 32 bits).
+pub const MAX_WINDOW_LIMIT: u64 = u32::MAX as u64;
+
+/// Bits needed to hold any count up to `limit`.
+pub(crate) fn count_bits(limit: u64) -> u32 {
+    64 - limit.leading_zeros()
+}
+
+/// Checks a window limiter's parameters: `counts` fields of `bits` each plus
+/// a window index that must reach `MAX_TIME_NANOS / window` in one word.
+pub(crate) fn validate(limit: u64, window: Duration, counts: u32) -> Result<(u64, u32), Error> {
+    if limit == 0 || limit > MAX_WINDOW_LIMIT {
+        return Err(Error::InvalidLimit {
+            limit,
+            max: MAX_WINDOW_LIMIT,
+        });
+    }
+    let nanos = window.as_nanos();
+    if nanos == 0 || nanos > u128::from(MAX_SPAN_NANOS) {
+        return Err(Error::InvalidWindow {
+            nanos,
+            reason: "must be between 1 ns and 2^60 ns".to_string(),
+        });
+    }
+    let window = nanos as u64;
+    let bits = count_bits(limit);
+    let index_bits = 64 - counts * bits;
+    let max_index = MAX_TIME_NANOS / window;
+    if index_bits < 64 && max_index >= 1 << index_bits {
+        let min = (MAX_TIME_NANOS >> index_bits) + 1;
+        return Err(Error::InvalidWindow {
+            nanos,
+            reason: format!(
+                "too short for limit {limit}: its counts take {} bits of the 64-bit state, \
+                 leaving {index_bits} bits of window index, enough for windows of {min} ns or more",
+                counts * bits
+            ),
+        });
+    }
+    Ok((window, bits))
+}
+
+/// The fixed-window math: no atomics, no clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fixed {
+    pub(crate) limit: u64,
+    pub(crate) window: u64,
+    pub(crate) bits: u32,
+}
+
+impl Fixed {
+    #[inline]
+    fn unpack(self, word: u64) -> (u64, u64) {
+        (word >> self.bits, word & ((1 << self.bits) - 1))
+    }
+
+    #[inline]
+    fn pack(self, index: u64, count: u64) -> u64 {
+        (index << self.bits) | count
+    }
+
+    /// The window in force at `now` and its count. A reading before the
+    /// stored window (a clock that went back) stays in the stored window.
+    #[inline]
+    fn current(self, word: u64, now: u64) -> (u64, u64) {
+        let (index, count) = self.unpack(word);
+        let now_index = now / self.window;
+        if now_index > index {
+            (now_index, 0)
+        } else {
+            (index, count)
+        }
+    }
+
+    #[inline]
+    pub(crate) fn available(self, word: u64, now: u64) -> u64 {
+        self.limit - self.current(word, now).1
+    }
+
+    /// `Ok((decision, new_word))` when admitted, `Err(denial)` otherwise.
+    #[inline]
+    pub(crate) fn check(self, word: u64, now: u64, n: u64) -> Result<(Decision, u64), Decision> {
+        let (index, count) = self.current(word, now);
+        let until_end = (index + 1) * self.window - now;
+        let decision = |allowed: bool, count: u64| Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self.limit - count,
+            retry_after: if allowed { 0 } else { until_end },
+            reset_after: if count == 0 { 0 } else { until_end },
+        };
+        if n == 0 {
+            return Ok((decision(true, count), word));
+        }
+        if count + n <= self.limit {
+            Ok((decision(true, count + n), self.pack(index, count + n)))
+        } else {
+            // n ≤ limit, so the next window admits it.
+            Err(decision(false, count))
+        }
+    }
+
+    /// The word after giving `n` back to window `index`, if it is still the
+    /// stored one.
+    pub(crate) fn release(self, word: u64, index: u64, n: u64) -> Option<u64> {
+        let (stored, count) = self.unpack(word);
+        (stored == index && count > 0).then(|| self.pack(stored, count - n.min(count)))
+    }
+}
+
+/// At most `limit` per window of fixed length; the count resets at each
+/// window boundary.
+///
+/// Windows are aligned to the clock's epoch: window `k` is
+/// `[k·window, (k+1)·window)` in the clock's nanoseconds (for
+/// [`MonotonicClock`], counted from the first reading in the process; for
+/// [`ManualClock`](crate::ManualClock), from 0). The window index and the
+/// count share one `AtomicU64`, updated by a compare-exchange loop; a
+/// refusal writes nothing.
+///
+/// The pitfall: a burst at the end of one window and another at the start of
+/// the next pass up to **2 × limit** within a span much shorter than the
+/// window. [`SlidingWindow`](crate::SlidingWindow) and
+/// [`SlidingLog`](crate::SlidingLog) do not.
+///
+/// # Examples
+/// ```
+/// use ratebound::{FixedWindow, Limiter, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter = FixedWindow::with_clock(2, Duration::from_secs(1), clock.clone())?;
+/// assert!(limiter.check().is_allowed());
+/// assert!(limiter.check().is_allowed());
+/// let refused = limiter.check();
+/// assert_eq!(refused.retry_after(), Duration::from_secs(1)); // the next window
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+///
+/// # Errors
+/// Constructors return [`Error::InvalidLimit`] for a limit of 0 or above
+/// [`MAX_WINDOW_LIMIT`], and [`Error::InvalidWindow`] for a zero window, one
+/// over 2^60 ns, or one too short for the limit's bits (the window index
+/// needs `log2(2^61 / window)` bits beside the count's `log2(limit + 1)`:
+/// for a limit of 100 any window of 16 ns or more is fine).
+#[derive(Debug)]
+pub struct FixedWindow<C: Clock = MonotonicClock> {
+    state: AtomicState,
+    math: Fixed,
+    clock: C,
+}
+
+impl FixedWindow<MonotonicClock> {
+    /// `limit` per `window`, on the default clock.
+    ///
+    /// # Errors
+    /// See [`FixedWindow`].
+    pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
+        Self::with_clock(limit, window, MonotonicClock)
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    /// `limit` per `window`, reading time from `clock`.
+    ///
+    /// # Errors
+    /// See [`FixedWindow`].
+    pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
+        let (window, bits) = validate(limit, window, 1)?;
+        Ok(FixedWindow {
+            state: AtomicState::new(0),
+            math: Fixed {
+                limit,
+                window,
+                bits,
+            },
+            clock,
+        })
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.math.window)
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C: Clock> Limiter for FixedWindow<C> {
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn limit(&self) -> u64 {
+        self.math.limit
+    }
+
+    #[inline]
+    fn check_at(&self, now: u64) -> Decision {
+        let now = now.min(MAX_TIME_NANOS);
+        match self.state.update(|word| self.math.check(word, now, 1)) {
+            Ok(decision) | Err(decision) => decision,
+        }
+    }
+
+    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        capacity(n, self.math.limit)?;
+        let now = now.min(MAX_TIME_NANOS);
+        Ok(match self.math.check(self.state.load(), now, n) {
+            Ok((decision, _)) | Err(decision) => decision,
+        })
+    }
+
+    #[inline]
+    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
+        capacity(n, self.math.limit)?;
+        let now = now.min(MAX_TIME_NANOS);
+        let outcome = self
+            .state
+            .update(|word| self.math.check(word, now, n).map(|(d, w)| ((d, w), w)));
+        Ok(match outcome {
+            // The word written (or kept, for n = 0) names the window that
+            // the admission counted in.
+            Ok((decision, word)) => {
+                let permit = Permit {
+                    n,
+                    mark: word >> self.math.bits,
+                    aux: 0,
+                };
+                (decision, Some(permit))
+            }
+            Err(denial) => (denial, None),
+        })
+    }
+
+    /// Gives the count back if the permit's window is still the current one;
+    /// a window that has ended has reset anyway.
+    fn release(&self, permit: Permit) {
+        let _ = self.state.update(|word| {
+            self.math
+                .release(word, permit.mark, permit.n)
+                .map(|w| ((), w))
+                .ok_or(())
+        });
+    }
+
+    fn available_at(&self, now: u64) -> u64 {
+        self.math
+            .available(self.state.load(), now.min(MAX_TIME_NANOS))
+    }
+}
+
+/// `InsufficientCapacity` when `n` exceeds `limit`.
+pub(crate) fn capacity(n: u64, limit: u64) -> Result<(), Error> {
+    if n > limit {
+        Err(Error::InsufficientCapacity {
+            requested: n,
+            burst: limit,
+        })
+    } else {
+        Ok(())
+    }
+}
