@@ -114,7 +114,8 @@ impl AllOf {
 const REFUSED: Decision = Decision {
     allowed: false,
     limit: 0,
-    remaining: 0,
+    slack: 0,
+    unit: 1,
     retry_after: u64::MAX,
     reset_after: 0,
 };
@@ -122,18 +123,18 @@ const REFUSED: Decision = Decision {
 /// The more restrictive combination of two members' decisions.
 fn merge(acc: Option<Decision>, d: Decision) -> Decision {
     let Some(acc) = acc else { return d };
-    let (limit, remaining) = if d.remaining < acc.remaining {
-        (d.limit, d.remaining)
+    let (limit, remaining) = if d.remaining() < acc.remaining() {
+        (d.limit, d.remaining())
     } else {
-        (acc.limit, acc.remaining)
+        (acc.limit, acc.remaining())
     };
-    Decision {
-        allowed: acc.allowed && d.allowed,
+    Decision::counted(
+        acc.allowed && d.allowed,
         limit,
         remaining,
-        retry_after: acc.retry_after.max(d.retry_after),
-        reset_after: acc.reset_after.max(d.reset_after),
-    }
+        acc.retry_after.max(d.retry_after),
+        acc.reset_after.max(d.reset_after),
+    )
 }
 
 impl Limiter for AllOf {

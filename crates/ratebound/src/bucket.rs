@@ -149,15 +149,13 @@ impl<C: Clock> TokenBucket<C> {
     pub fn check_at(&self, now: u64) -> Decision {
         let now = now.min(MAX_TIME_NANOS);
         // n = 1 never exceeds the burst (b ≥ 1), so this cannot be misuse.
-        let outcome = self.state.update(|word| {
+        let (word, allowed) = self.state.update(|word| {
             let g = generation(word);
-            self.params(g)
-                .check(tat(word), now, 1)
-                .map(|(decision, next)| (decision, pack(g, next)))
+            let next = self.params(g).admit(tat(word), now, 1)?;
+            Some(pack(g, next))
         });
-        match outcome {
-            Ok(decision) | Err(decision) => decision,
-        }
+        self.params(generation(word))
+            .decision(tat(word), now, 1, allowed)
     }
 
     /// Takes `n` tokens now if there are `n`. See [`check_n_at`](Self::check_n_at).
@@ -187,28 +185,26 @@ impl<C: Clock> TokenBucket<C> {
     #[inline]
     fn acquire(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
         let now = now.min(MAX_TIME_NANOS);
-        let outcome = self.state.update(|word| {
+        let (word, allowed) = self.state.update(|word| {
             let g = generation(word);
             let p = self.params(g);
             if n > p.burst {
-                return Err(Err(capacity(n, p)));
+                return None;
             }
-            match p.check(tat(word), now, n) {
-                Ok((decision, next)) => {
-                    let permit = Permit {
-                        n,
-                        mark: next,
-                        aux: g as u64,
-                    };
-                    Ok(((decision, Some(permit)), pack(g, next)))
-                }
-                Err(denial) => Err(Ok((denial, None))),
-            }
+            Some(pack(g, p.admit(tat(word), now, n)?))
         });
-        match outcome {
-            Ok(acquired) => Ok(acquired),
-            Err(result) => result,
+        let g = generation(word);
+        let p = self.params(g);
+        if n > p.burst {
+            return Err(capacity(n, p));
         }
+        let decision = p.decision(tat(word), now, n, allowed);
+        let permit = allowed.then(|| Permit {
+            n,
+            mark: p.admit(tat(word), now, n).unwrap_or(tat(word)),
+            aux: g as u64,
+        });
+        Ok((decision, permit))
     }
 
     /// What `check_n_at(n, now)` would decide, without taking anything.
@@ -221,9 +217,9 @@ impl<C: Clock> TokenBucket<C> {
         if n > p.burst {
             return Err(capacity(n, p));
         }
-        Ok(match p.check(tat(word), now.min(MAX_TIME_NANOS), n) {
-            Ok((decision, _)) | Err(decision) => decision,
-        })
+        let now = now.min(MAX_TIME_NANOS);
+        let allowed = p.admit(tat(word), now, n).is_some();
+        Ok(p.decision(tat(word), now, n, allowed))
     }
 
     /// Whole tokens available now.
@@ -263,46 +259,46 @@ impl<C: Clock> TokenBucket<C> {
     ) -> Result<Reservation<'_>, Error> {
         let now = now.min(MAX_TIME_NANOS);
         let max_wait_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let (permit, wait) = self.state.update(|word| {
+        let (word, _) = self.state.update(|word| {
             let g = generation(word);
             let p = self.params(g);
             if n > p.burst {
-                return Err(capacity(n, p));
+                return None;
             }
-            match p.reserve(tat(word), now, n, max_wait_nanos) {
-                Ok((wait, next)) => {
-                    let permit = Permit {
-                        n,
-                        mark: next,
-                        aux: g as u64,
-                    };
-                    Ok(((permit, wait), pack(g, next)))
-                }
-                Err(wait) => Err(Error::DeadlineExceeded {
-                    wait: Duration::from_nanos(wait),
-                    max_wait,
-                }),
-            }
-        })?;
-        Ok(Reservation {
-            limiter: self,
-            permit,
-            reserved_at: now,
-            wait,
-        })
+            let (_, next) = p.reserve(tat(word), now, n, max_wait_nanos).ok()?;
+            Some(pack(g, next))
+        });
+        let g = generation(word);
+        let p = self.params(g);
+        if n > p.burst {
+            return Err(capacity(n, p));
+        }
+        match p.reserve(tat(word), now, n, max_wait_nanos) {
+            Ok((wait, next)) => Ok(Reservation {
+                limiter: self,
+                permit: Permit {
+                    n,
+                    mark: next,
+                    aux: g as u64,
+                },
+                reserved_at: now,
+                wait,
+            }),
+            Err(wait) => Err(Error::DeadlineExceeded {
+                wait: Duration::from_nanos(wait),
+                max_wait,
+            }),
+        }
     }
 
     /// Gives back a permit's tokens, except those that later takers depend
     /// on; nothing across a quota change (the tokens were converted along
     /// with the rest of the state).
     fn give_back(&self, permit: Permit) {
-        let _ = self.state.update(|word| {
+        self.state.update(|word| {
             let g = generation(word);
-            if g as u64 != permit.aux {
-                return Err(());
-            }
-            let next = self.params(g).cancel(tat(word), permit.mark, permit.n);
-            Ok(((), pack(g, next)))
+            (g as u64 == permit.aux)
+                .then(|| pack(g, self.params(g).cancel(tat(word), permit.mark, permit.n)))
         });
     }
 
@@ -341,9 +337,9 @@ impl<C: Clock> TokenBucket<C> {
         // Ordering: Relaxed — published by the Release CAS in `update` below.
         slot.period.store(to.period, Ordering::Relaxed);
         slot.burst.store(to.burst, Ordering::Relaxed);
-        let _ = self.state.update::<(), ()>(|word| {
+        self.state.update(|word| {
             let converted = self.params(generation(word)).convert(tat(word), now, to);
-            Ok(((), pack(next_g, converted)))
+            Some(pack(next_g, converted))
         });
     }
 }

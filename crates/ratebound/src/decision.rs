@@ -7,16 +7,50 @@ use std::time::Duration;
 ///
 /// A small `Copy` value; making one never allocates. A denial is a `Decision`
 /// with [`is_allowed`](Decision::is_allowed) false, never an error.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// Two decisions are equal when everything their accessors return is equal.
+#[derive(Clone, Copy)]
 pub struct Decision {
     pub(crate) allowed: bool,
     pub(crate) limit: u64,
-    pub(crate) remaining: u64,
+    /// `remaining = min(slack / unit, limit)`, divided only when asked for,
+    /// so that a caller who reads only `is_allowed` pays no division.
+    pub(crate) slack: u64,
+    pub(crate) unit: u64,
     pub(crate) retry_after: u64,
     pub(crate) reset_after: u64,
 }
 
 impl Decision {
+    /// A decision whose remaining count is already known.
+    #[inline]
+    pub(crate) fn counted(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after: u64,
+        reset_after: u64,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            slack: remaining,
+            unit: 1,
+            retry_after,
+            reset_after,
+        }
+    }
+
+    fn observable(&self) -> (bool, u64, u64, u64, u64) {
+        (
+            self.allowed,
+            self.limit,
+            self.remaining(),
+            self.retry_after,
+            self.reset_after,
+        )
+    }
+
     /// True if the request was admitted (and its tokens taken).
     #[inline]
     pub fn is_allowed(&self) -> bool {
@@ -32,7 +66,7 @@ impl Decision {
     /// Whole tokens left after this decision.
     #[inline]
     pub fn remaining(&self) -> u64 {
-        self.remaining
+        (self.slack / self.unit).min(self.limit)
     }
 
     /// How long until the same request would be admitted, exactly, if no one
@@ -59,5 +93,31 @@ impl Decision {
     #[inline]
     pub fn reset_after_nanos(&self) -> u64 {
         self.reset_after
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.observable() == other.observable()
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.observable().hash(state);
+    }
+}
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("retry_after", &self.retry_after())
+            .field("reset_after", &self.reset_after())
+            .finish()
     }
 }

@@ -35,47 +35,37 @@ impl Params {
         ((now + self.tau()).saturating_sub(tat.max(now)) / self.period).min(self.burst)
     }
 
-    fn denial(self, base: u64, now: u64, next: u64) -> Decision {
-        let tau = self.tau();
-        Decision {
-            allowed: false,
-            limit: self.burst,
-            remaining: self.available(base, now),
-            // A denial means next − now > τ, so this is at least 1 ns.
-            retry_after: next - tau - now,
-            reset_after: base.saturating_sub(now),
+    /// The new TAT if `n ≤ b` tokens are admitted at `now`, `None` if
+    /// refused. `n = 0` is a query: admitted, and TAT stays as it is.
+    #[inline]
+    pub(crate) fn admit(self, tat: u64, now: u64, n: u64) -> Option<u64> {
+        if n == 0 {
+            return Some(tat);
         }
+        let next = tat.max(now) + n * self.period;
+        (next - now <= self.tau()).then_some(next)
     }
 
-    /// Decides on `n ≤ b` tokens at `now`: `Ok((decision, new_tat))` when
-    /// admitted, `Err(denial)` when not (the state must stay as it is).
+    /// The answer for `n` at `now`, decided on state `tat` (the state before
+    /// the admission, if there was one).
     #[inline]
-    pub(crate) fn check(self, tat: u64, now: u64, n: u64) -> Result<(Decision, u64), Decision> {
+    pub(crate) fn decision(self, tat: u64, now: u64, n: u64, allowed: bool) -> Decision {
         let tau = self.tau();
         let base = tat.max(now);
-        if n == 0 {
-            // A query: admitted, consumes nothing, writes nothing.
-            let decision = Decision {
-                allowed: true,
-                limit: self.burst,
-                remaining: self.available(tat, now),
-                retry_after: 0,
-                reset_after: base - now,
-            };
-            return Ok((decision, tat));
-        }
         let next = base + n * self.period;
-        if next - now <= tau {
-            let decision = Decision {
-                allowed: true,
-                limit: self.burst,
-                remaining: (now + tau - next) / self.period,
-                retry_after: 0,
-                reset_after: next - now,
-            };
-            Ok((decision, next))
+        let (after, retry_after) = if allowed {
+            (next, 0)
         } else {
-            Err(self.denial(base, now, next))
+            // A refusal means next − now > τ, so this is at least 1 ns.
+            (base, next - tau - now)
+        };
+        Decision {
+            allowed,
+            limit: self.burst,
+            slack: (now + tau).saturating_sub(after),
+            unit: self.period,
+            retry_after,
+            reset_after: after - now,
         }
     }
 
@@ -157,14 +147,15 @@ mod tests {
         };
         let mut tat = 0;
         for remaining in [2, 1, 0] {
-            let (d, next) = p.check(tat, 0, 1).unwrap();
-            assert_eq!(d.remaining, remaining);
+            let next = p.admit(tat, 0, 1).unwrap();
+            assert_eq!(p.decision(tat, 0, 1, true).remaining(), remaining);
             tat = next;
         }
-        let denied = p.check(tat, 0, 1).unwrap_err();
+        assert_eq!(p.admit(tat, 0, 1), None);
+        let denied = p.decision(tat, 0, 1, false);
         assert_eq!((denied.retry_after, denied.reset_after), (S / 2, 3 * S / 2));
-        assert_eq!(p.check(tat, S / 4, 1).unwrap_err().retry_after, S / 4);
-        assert!(p.check(tat, S / 2, 1).is_ok());
+        assert_eq!(p.decision(tat, S / 4, 1, false).retry_after, S / 4);
+        assert!(p.admit(tat, S / 2, 1).is_some());
     }
 
     #[test]
@@ -173,10 +164,10 @@ mod tests {
             period: 10,
             burst: 5,
         };
-        let (_, tat) = p.check(0, 1_000, 3).unwrap();
+        let tat = p.admit(0, 1_000, 3).unwrap();
         assert!(p.available(tat, 900) <= p.available(tat, 1_000));
-        assert!(p.check(tat, 0, 5).is_err());
-        assert_eq!(p.check(tat, 0, 0).unwrap().1, tat);
+        assert_eq!(p.admit(tat, 0, 5), None);
+        assert_eq!(p.admit(tat, 0, 0), Some(tat));
     }
 
     #[test]
@@ -201,7 +192,7 @@ mod tests {
         };
         let (_, reserved) = p.reserve(0, 0, 3, u64::MAX).unwrap();
         assert_eq!(p.cancel(reserved, reserved, 3), 0);
-        let (_, later) = p.check(reserved, 0, 1).unwrap();
+        let later = p.admit(reserved, 0, 1).unwrap();
         assert_eq!(p.cancel(later, reserved, 3), 20);
     }
 }

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
+use crate::core::{Core, WordMath, limiter_via_core};
 use crate::gcra::{MAX_TAT, give_back};
-use crate::limiter::{Limiter, Permit, Reservation};
+use crate::limiter::{Permit, Reservation};
 use crate::quota::MAX_SPAN_NANOS;
-use crate::state::AtomicState;
 use crate::window::capacity;
 use crate::{Decision, Error, Quota};
 
@@ -21,37 +21,6 @@ pub(crate) struct Leaky {
 }
 
 impl Leaky {
-    /// Free places in the queue at `now`.
-    #[inline]
-    pub(crate) fn available(self, slot: u64, now: u64) -> u64 {
-        let queued = (slot.saturating_sub(now)).div_ceil(self.period);
-        self.capacity.saturating_sub(queued)
-    }
-
-    fn decision(self, allowed: bool, slot: u64, now: u64) -> Decision {
-        let busy = slot.saturating_sub(now);
-        Decision {
-            allowed,
-            limit: self.capacity,
-            remaining: self.available(slot, now),
-            retry_after: if allowed { 0 } else { busy },
-            reset_after: busy,
-        }
-    }
-
-    /// A request may leave now only if no one is queued ahead of it.
-    #[inline]
-    pub(crate) fn check(self, slot: u64, now: u64, n: u64) -> Result<(Decision, u64), Decision> {
-        if slot > now {
-            return Err(self.decision(false, slot, now));
-        }
-        if n == 0 {
-            return Ok((self.decision(true, slot, now), slot));
-        }
-        let next = now + n * self.period;
-        Ok((self.decision(true, next, now), next))
-    }
-
     /// Queues `n` slots: `Ok((wait, new_slot))`, or `Err(wait)` when the wait
     /// would exceed `min(max_wait, max_delay)`.
     #[inline]
@@ -71,12 +40,57 @@ impl Leaky {
             Ok((wait, next))
         }
     }
+}
 
-    /// Gives back `n` slots reserved up to `reserved`, except those that
-    /// later requests were scheduled behind.
+impl WordMath for Leaky {
+    fn limit(self) -> u64 {
+        self.capacity
+    }
+
+    /// A request may leave now only if no one is queued ahead of it.
     #[inline]
-    pub(crate) fn release(self, slot: u64, reserved: u64, n: u64) -> u64 {
-        give_back(slot, reserved, n, self.period)
+    fn admit(self, slot: u64, now: u64, n: u64) -> Option<u64> {
+        if slot > now {
+            None
+        } else if n == 0 {
+            Some(slot)
+        } else {
+            Some(now + n * self.period)
+        }
+    }
+
+    #[inline]
+    fn decision(self, slot: u64, now: u64, n: u64, allowed: bool) -> Decision {
+        let after = match self.admit(slot, now, n) {
+            Some(next) if allowed => next,
+            _ => slot,
+        };
+        let busy = after.saturating_sub(now);
+        Decision::counted(
+            allowed,
+            self.capacity,
+            self.available(after, now),
+            if allowed { 0 } else { busy },
+            busy,
+        )
+    }
+
+    fn mark(self, slot: u64, now: u64, n: u64) -> u64 {
+        self.admit(slot, now, n).unwrap_or(slot)
+    }
+
+    /// Frees the slots reserved up to `reserved`, except those that later
+    /// requests were queued behind (see [`Reservation::cancel`]).
+    #[inline]
+    fn release(self, slot: u64, reserved: u64, n: u64) -> Option<u64> {
+        Some(give_back(slot, reserved, n, self.period))
+    }
+
+    /// Free places in the queue at `now`.
+    #[inline]
+    fn available(self, slot: u64, now: u64) -> u64 {
+        let queued = (slot.saturating_sub(now)).div_ceil(self.period);
+        self.capacity.saturating_sub(queued)
     }
 }
 
@@ -117,9 +131,7 @@ impl Leaky {
 /// [`Error::PeriodTooLong`] when `max_delay` exceeds 2^60 ns.
 #[derive(Debug)]
 pub struct LeakyBucket<C: Clock = MonotonicClock> {
-    state: AtomicState,
-    math: Leaky,
-    clock: C,
+    core: Core<Leaky, C>,
 }
 
 impl LeakyBucket<MonotonicClock> {
@@ -145,30 +157,29 @@ impl<C: Clock> LeakyBucket<C> {
         }
         let period = rate.emission_interval_nanos();
         let max_delay = nanos as u64;
+        let math = Leaky {
+            period,
+            max_delay,
+            capacity: 1 + max_delay / period,
+        };
         Ok(LeakyBucket {
-            state: AtomicState::new(0),
-            math: Leaky {
-                period,
-                max_delay,
-                capacity: 1 + max_delay / period,
-            },
-            clock,
+            core: Core::new(math, clock),
         })
     }
 
     /// The spacing between departures.
     pub fn emission_interval(&self) -> Duration {
-        Duration::from_nanos(self.math.period)
+        Duration::from_nanos(self.core.math.period)
     }
 
     /// The longest a request may be queued.
     pub fn max_delay(&self) -> Duration {
-        Duration::from_nanos(self.math.max_delay)
+        Duration::from_nanos(self.core.math.max_delay)
     }
 
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
-        &self.clock
+        &self.core.clock
     }
 
     /// Queues `n` requests now. See [`reserve_n_at`](Self::reserve_n_at).
@@ -176,7 +187,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// # Errors
     /// As [`reserve_n_at`](Self::reserve_n_at).
     pub fn reserve_n(&self, n: u64, max_wait: Duration) -> Result<Reservation<'_>, Error> {
-        self.reserve_n_at(n, max_wait, self.clock.now())
+        self.reserve_n_at(n, max_wait, self.core.clock.now())
     }
 
     /// Takes the next `n` departure slots at `now`; the reservation's delay
@@ -192,87 +203,31 @@ impl<C: Clock> LeakyBucket<C> {
         max_wait: Duration,
         now: u64,
     ) -> Result<Reservation<'_>, Error> {
-        capacity(n, self.math.capacity)?;
+        let math = self.core.math;
+        capacity(n, math.capacity)?;
         let now = now.min(MAX_TIME_NANOS);
         let max_wait_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let (wait, next) = self
-            .state
-            .update(|slot| {
-                self.math
-                    .reserve(slot, now, n, max_wait_nanos)
-                    .map(|(wait, next)| ((wait, next), next))
-            })
-            .map_err(|wait| Error::DeadlineExceeded {
+        let (slot, _) = self.core.state.update(|slot| {
+            let (_, next) = math.reserve(slot, now, n, max_wait_nanos).ok()?;
+            Some(next)
+        });
+        match math.reserve(slot, now, n, max_wait_nanos) {
+            Ok((wait, next)) => Ok(Reservation {
+                limiter: self,
+                permit: Permit {
+                    n,
+                    mark: next,
+                    aux: 0,
+                },
+                reserved_at: now,
+                wait,
+            }),
+            Err(wait) => Err(Error::DeadlineExceeded {
                 wait: Duration::from_nanos(wait),
                 max_wait: max_wait.min(self.max_delay()),
-            })?;
-        Ok(Reservation {
-            limiter: self,
-            permit: Permit {
-                n,
-                mark: next,
-                aux: 0,
-            },
-            reserved_at: now,
-            wait,
-        })
-    }
-}
-
-impl<C: Clock> Limiter for LeakyBucket<C> {
-    fn now(&self) -> u64 {
-        self.clock.now()
-    }
-
-    fn limit(&self) -> u64 {
-        self.math.capacity
-    }
-
-    #[inline]
-    fn check_at(&self, now: u64) -> Decision {
-        let now = now.min(MAX_TIME_NANOS);
-        match self.state.update(|slot| self.math.check(slot, now, 1)) {
-            Ok(decision) | Err(decision) => decision,
+            }),
         }
     }
-
-    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
-        capacity(n, self.math.capacity)?;
-        let now = now.min(MAX_TIME_NANOS);
-        Ok(match self.math.check(self.state.load(), now, n) {
-            Ok((decision, _)) | Err(decision) => decision,
-        })
-    }
-
-    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
-        capacity(n, self.math.capacity)?;
-        let now = now.min(MAX_TIME_NANOS);
-        let outcome = self
-            .state
-            .update(|slot| self.math.check(slot, now, n).map(|(d, s)| ((d, s), s)));
-        Ok(match outcome {
-            Ok((decision, slot)) => (
-                decision,
-                Some(Permit {
-                    n,
-                    mark: slot,
-                    aux: 0,
-                }),
-            ),
-            Err(denial) => (denial, None),
-        })
-    }
-
-    /// Frees the permit's slots, except those later requests were queued
-    /// behind (see [`Reservation::cancel`]).
-    fn release(&self, permit: Permit) {
-        let _ = self
-            .state
-            .update::<(), ()>(|slot| Ok(((), self.math.release(slot, permit.mark, permit.n))));
-    }
-
-    fn available_at(&self, now: u64) -> u64 {
-        self.math
-            .available(self.state.load(), now.min(MAX_TIME_NANOS))
-    }
 }
+
+limiter_via_core!(LeakyBucket);

@@ -69,6 +69,7 @@
 mod all_of;
 mod bucket;
 mod clock;
+mod core;
 mod decision;
 mod error;
 mod gcra;

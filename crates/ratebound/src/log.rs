@@ -128,13 +128,13 @@ impl<C: Clock> SlidingLog<C> {
             let blocker = log[(count + n - self.limit - 1) as usize];
             blocker + self.window - now
         };
-        Decision {
+        Decision::counted(
             allowed,
-            limit: self.limit,
-            remaining: self.limit - after,
+            self.limit,
+            self.limit - after,
             retry_after,
-            reset_after: newest.map_or(0, |t| t + self.window - now),
-        }
+            newest.map_or(0, |t| t + self.window - now),
+        )
     }
 }
 

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
-use crate::limiter::{Limiter, Permit};
-use crate::state::AtomicState;
-use crate::window::{capacity, validate};
+use crate::clock::{Clock, MonotonicClock};
+use crate::core::{Core, WordMath, limiter_via_core};
+use crate::window::validate;
 use crate::{Decision, Error};
 
 /// The sliding-window math: no atomics, no clock.
@@ -46,11 +45,7 @@ impl Sliding {
 
     #[inline]
     fn view(self, word: u64, now: u64) -> View {
-        let (index, previous, current) = (
-            word >> (2 * self.bits),
-            (word >> self.bits) & self.mask(),
-            word & self.mask(),
-        );
+        let (index, previous, current) = self.unpack(word);
         let now_index = now / self.window;
         let (index, previous, current) = if now_index == index {
             (index, previous, current)
@@ -123,51 +118,62 @@ impl Sliding {
         end - now
     }
 
-    fn decision(self, v: View, current: u64, now: u64, allowed: bool, n: u64) -> Decision {
-        Decision {
+    fn answer(self, v: View, current: u64, now: u64, allowed: bool, n: u64) -> Decision {
+        Decision::counted(
             allowed,
-            limit: self.limit,
-            remaining: (self.room(v, current) / u128::from(self.window)) as u64,
-            retry_after: if allowed {
+            self.limit,
+            (self.room(v, current) / u128::from(self.window)) as u64,
+            if allowed {
                 0
             } else {
                 (v.at - now) + self.wait(v, n)
             },
-            reset_after: self.reset_after(v, current, now),
-        }
+            self.reset_after(v, current, now),
+        )
     }
 
-    #[inline]
-    pub(crate) fn available(self, word: u64, now: u64) -> u64 {
-        let v = self.view(word, now);
-        (self.room(v, v.current) / u128::from(self.window)) as u64
-    }
-
-    /// `Ok((decision, new_word))` when admitted, `Err(denial)` otherwise.
-    #[inline]
-    pub(crate) fn check(self, word: u64, now: u64, n: u64) -> Result<(Decision, u64), Decision> {
-        let v = self.view(word, now);
-        if n == 0 {
-            return Ok((self.decision(v, v.current, now, true, 0), word));
-        }
-        if self.fits(v, v.current + n) {
-            let current = v.current + n;
-            let next = self.pack(v.index, v.previous, current);
-            Ok((self.decision(v, current, now, true, n), next))
-        } else {
-            Err(self.decision(v, v.current, now, false, n))
-        }
-    }
-
-    /// The word after giving `n` back to window `index`: from the current
-    /// count if that window is still current, from the previous count if it
-    /// has just become the previous one.
-    pub(crate) fn release(self, word: u64, index: u64, n: u64) -> Option<u64> {
-        let (stored, previous, current) = (
+    fn unpack(self, word: u64) -> (u64, u64, u64) {
+        (
             word >> (2 * self.bits),
             (word >> self.bits) & self.mask(),
             word & self.mask(),
-        );
+        )
+    }
+}
+
+impl WordMath for Sliding {
+    fn limit(self) -> u64 {
+        self.limit
+    }
+
+    #[inline]
+    fn admit(self, word: u64, now: u64, n: u64) -> Option<u64> {
+        let v = self.view(word, now);
+        if n == 0 {
+            Some(word)
+        } else if self.fits(v, v.current + n) {
+            Some(self.pack(v.index, v.previous, v.current + n))
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    fn decision(self, word: u64, now: u64, n: u64, allowed: bool) -> Decision {
+        let v = self.view(word, now);
+        let current = if allowed { v.current + n } else { v.current };
+        self.answer(v, current, now, allowed, n)
+    }
+
+    fn mark(self, word: u64, now: u64, _n: u64) -> u64 {
+        self.view(word, now).index
+    }
+
+    /// Gives `n` back to window `index`: from the current count if that
+    /// window is still current, from the previous count if it has just
+    /// become the previous one.
+    fn release(self, word: u64, index: u64, n: u64) -> Option<u64> {
+        let (stored, previous, current) = self.unpack(word);
         if stored == index && current > 0 {
             Some(self.pack(stored, previous, current - n.min(current)))
         } else if stored == index + 1 && previous > 0 {
@@ -175,6 +181,11 @@ impl Sliding {
         } else {
             None
         }
+    }
+
+    fn available(self, word: u64, now: u64) -> u64 {
+        let v = self.view(word, now);
+        (self.room(v, v.current) / u128::from(self.window)) as u64
     }
 }
 
@@ -212,9 +223,7 @@ impl Sliding {
 /// As [`FixedWindow`](crate::FixedWindow), with two counts in the word.
 #[derive(Debug)]
 pub struct SlidingWindow<C: Clock = MonotonicClock> {
-    state: AtomicState,
-    math: Sliding,
-    clock: C,
+    core: Core<Sliding, C>,
 }
 
 impl SlidingWindow<MonotonicClock> {
@@ -235,85 +244,26 @@ impl<C: Clock> SlidingWindow<C> {
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
         let (window, bits) = validate(limit, window, 2)?;
         Ok(SlidingWindow {
-            state: AtomicState::new(0),
-            math: Sliding {
-                limit,
-                window,
-                bits,
-            },
-            clock,
+            core: Core::new(
+                Sliding {
+                    limit,
+                    window,
+                    bits,
+                },
+                clock,
+            ),
         })
     }
 
     /// The window length.
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.math.window)
+        Duration::from_nanos(self.core.math.window)
     }
 
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
-        &self.clock
+        &self.core.clock
     }
 }
 
-impl<C: Clock> Limiter for SlidingWindow<C> {
-    fn now(&self) -> u64 {
-        self.clock.now()
-    }
-
-    fn limit(&self) -> u64 {
-        self.math.limit
-    }
-
-    #[inline]
-    fn check_at(&self, now: u64) -> Decision {
-        let now = now.min(MAX_TIME_NANOS);
-        match self.state.update(|word| self.math.check(word, now, 1)) {
-            Ok(decision) | Err(decision) => decision,
-        }
-    }
-
-    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
-        capacity(n, self.math.limit)?;
-        let now = now.min(MAX_TIME_NANOS);
-        Ok(match self.math.check(self.state.load(), now, n) {
-            Ok((decision, _)) | Err(decision) => decision,
-        })
-    }
-
-    #[inline]
-    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
-        capacity(n, self.math.limit)?;
-        let now = now.min(MAX_TIME_NANOS);
-        let outcome = self
-            .state
-            .update(|word| self.math.check(word, now, n).map(|(d, w)| ((d, w), w)));
-        Ok(match outcome {
-            Ok((decision, word)) => {
-                let permit = Permit {
-                    n,
-                    mark: word >> (2 * self.math.bits),
-                    aux: 0,
-                };
-                (decision, Some(permit))
-            }
-            Err(denial) => (denial, None),
-        })
-    }
-
-    /// Gives the count back while the permit's window still counts (as the
-    /// current or the previous window).
-    fn release(&self, permit: Permit) {
-        let _ = self.state.update(|word| {
-            self.math
-                .release(word, permit.mark, permit.n)
-                .map(|w| ((), w))
-                .ok_or(())
-        });
-    }
-
-    fn available_at(&self, now: u64) -> u64 {
-        self.math
-            .available(self.state.load(), now.min(MAX_TIME_NANOS))
-    }
-}
+limiter_via_core!(SlidingWindow);

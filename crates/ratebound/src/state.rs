@@ -26,27 +26,29 @@ impl AtomicState {
         self.word.load(Ordering::Acquire)
     }
 
-    /// Applies `f` to the current word until it sticks.
+    /// Applies `f` to the current word until it sticks, and returns the
+    /// word the final call of `f` decided on and whether it admitted.
     ///
-    /// `f` returns `Ok((out, next))` to replace the word with `next`, or
-    /// `Err(e)` to leave it alone (a denial writes nothing). A `next` equal
-    /// to the word is not written either: the decision is linearized at the
-    /// load that produced it.
+    /// `f` returns `Some(next)` to admit and replace the word with `next`, or
+    /// `None` to refuse and leave it alone (a refusal writes nothing). A
+    /// `next` equal to the word is not written either: the decision is
+    /// linearized at the load that produced it. Callers build their answer
+    /// from the returned word after the loop, so the loop itself moves only
+    /// plain integers.
     ///
     /// Invariant: the word only ever changes from a value `w` to `f(w)`, for a
     /// `w` that was the whole word at the moment of the exchange; a failed
     /// exchange re-runs `f` on the value that beat it. So no update is lost
     /// and none is applied twice.
     #[inline]
-    pub(crate) fn update<T, E>(
-        &self,
-        mut f: impl FnMut(u64) -> Result<(T, u64), E>,
-    ) -> Result<T, E> {
+    pub(crate) fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> (u64, bool) {
         let mut current = self.load();
         loop {
-            let (out, next) = f(current)?;
+            let Some(next) = f(current) else {
+                return (current, false);
+            };
             if next == current {
-                return Ok(out);
+                return (current, true);
             }
             // Ordering: AcqRel on success — Release publishes what a writer
             // stored before the exchange (see `load`), Acquire keeps the
@@ -58,7 +60,7 @@ impl AtomicState {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(out),
+                Ok(_) => return (current, true),
                 Err(actual) => current = actual,
             }
         }

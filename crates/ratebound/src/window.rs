@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
-use crate::limiter::{Limiter, Permit};
+use crate::core::{Core, WordMath, limiter_via_core};
 use crate::quota::MAX_SPAN_NANOS;
-use crate::state::AtomicState;
 use crate::{Decision, Error};
 
 /// The largest limit a window limiter accepts (its counts are at most 32 bits).
@@ -82,40 +81,53 @@ impl Fixed {
             (index, count)
         }
     }
+}
 
-    #[inline]
-    pub(crate) fn available(self, word: u64, now: u64) -> u64 {
-        self.limit - self.current(word, now).1
+impl WordMath for Fixed {
+    fn limit(self) -> u64 {
+        self.limit
     }
 
-    /// `Ok((decision, new_word))` when admitted, `Err(denial)` otherwise.
     #[inline]
-    pub(crate) fn check(self, word: u64, now: u64, n: u64) -> Result<(Decision, u64), Decision> {
+    fn admit(self, word: u64, now: u64, n: u64) -> Option<u64> {
         let (index, count) = self.current(word, now);
-        let until_end = (index + 1) * self.window - now;
-        let decision = |allowed: bool, count: u64| Decision {
-            allowed,
-            limit: self.limit,
-            remaining: self.limit - count,
-            retry_after: if allowed { 0 } else { until_end },
-            reset_after: if count == 0 { 0 } else { until_end },
-        };
         if n == 0 {
-            return Ok((decision(true, count), word));
-        }
-        if count + n <= self.limit {
-            Ok((decision(true, count + n), self.pack(index, count + n)))
+            Some(word)
+        } else if count + n <= self.limit {
+            Some(self.pack(index, count + n))
         } else {
             // n ≤ limit, so the next window admits it.
-            Err(decision(false, count))
+            None
         }
     }
 
-    /// The word after giving `n` back to window `index`, if it is still the
-    /// stored one.
-    pub(crate) fn release(self, word: u64, index: u64, n: u64) -> Option<u64> {
+    #[inline]
+    fn decision(self, word: u64, now: u64, n: u64, allowed: bool) -> Decision {
+        let (index, count) = self.current(word, now);
+        let count = if allowed { count + n } else { count };
+        let until_end = (index + 1) * self.window - now;
+        Decision::counted(
+            allowed,
+            self.limit,
+            self.limit - count,
+            if allowed { 0 } else { until_end },
+            if count == 0 { 0 } else { until_end },
+        )
+    }
+
+    fn mark(self, word: u64, now: u64, _n: u64) -> u64 {
+        self.current(word, now).0
+    }
+
+    /// Gives the count back if the mark's window is still the stored one; a
+    /// window that has ended has reset anyway.
+    fn release(self, word: u64, index: u64, n: u64) -> Option<u64> {
         let (stored, count) = self.unpack(word);
         (stored == index && count > 0).then(|| self.pack(stored, count - n.min(count)))
+    }
+
+    fn available(self, word: u64, now: u64) -> u64 {
+        self.limit - self.current(word, now).1
     }
 }
 
@@ -156,9 +168,7 @@ impl Fixed {
 /// for a limit of 100 any window of 16 ns or more is fine).
 #[derive(Debug)]
 pub struct FixedWindow<C: Clock = MonotonicClock> {
-    state: AtomicState,
-    math: Fixed,
-    clock: C,
+    core: Core<Fixed, C>,
 }
 
 impl FixedWindow<MonotonicClock> {
@@ -179,90 +189,29 @@ impl<C: Clock> FixedWindow<C> {
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
         let (window, bits) = validate(limit, window, 1)?;
         Ok(FixedWindow {
-            state: AtomicState::new(0),
-            math: Fixed {
-                limit,
-                window,
-                bits,
-            },
-            clock,
+            core: Core::new(
+                Fixed {
+                    limit,
+                    window,
+                    bits,
+                },
+                clock,
+            ),
         })
     }
 
     /// The window length.
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.math.window)
+        Duration::from_nanos(self.core.math.window)
     }
 
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
-        &self.clock
+        &self.core.clock
     }
 }
 
-impl<C: Clock> Limiter for FixedWindow<C> {
-    fn now(&self) -> u64 {
-        self.clock.now()
-    }
-
-    fn limit(&self) -> u64 {
-        self.math.limit
-    }
-
-    #[inline]
-    fn check_at(&self, now: u64) -> Decision {
-        let now = now.min(MAX_TIME_NANOS);
-        match self.state.update(|word| self.math.check(word, now, 1)) {
-            Ok(decision) | Err(decision) => decision,
-        }
-    }
-
-    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
-        capacity(n, self.math.limit)?;
-        let now = now.min(MAX_TIME_NANOS);
-        Ok(match self.math.check(self.state.load(), now, n) {
-            Ok((decision, _)) | Err(decision) => decision,
-        })
-    }
-
-    #[inline]
-    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
-        capacity(n, self.math.limit)?;
-        let now = now.min(MAX_TIME_NANOS);
-        let outcome = self
-            .state
-            .update(|word| self.math.check(word, now, n).map(|(d, w)| ((d, w), w)));
-        Ok(match outcome {
-            // The word written (or kept, for n = 0) names the window that
-            // the admission counted in.
-            Ok((decision, word)) => {
-                let permit = Permit {
-                    n,
-                    mark: word >> self.math.bits,
-                    aux: 0,
-                };
-                (decision, Some(permit))
-            }
-            Err(denial) => (denial, None),
-        })
-    }
-
-    /// Gives the count back if the permit's window is still the current one;
-    /// a window that has ended has reset anyway.
-    fn release(&self, permit: Permit) {
-        let _ = self.state.update(|word| {
-            self.math
-                .release(word, permit.mark, permit.n)
-                .map(|w| ((), w))
-                .ok_or(())
-        });
-    }
-
-    fn available_at(&self, now: u64) -> u64 {
-        self.math
-            .available(self.state.load(), now.min(MAX_TIME_NANOS))
-    }
-}
+limiter_via_core!(FixedWindow);
 
 /// `InsufficientCapacity` when `n` exceeds `limit`.
 pub(crate) fn capacity(n: u64, limit: u64) -> Result<(), Error> {
