@@ -123,18 +123,20 @@ const REFUSED: Decision = Decision {
 /// The more restrictive combination of two members' decisions.
 fn merge(acc: Option<Decision>, d: Decision) -> Decision {
     let Some(acc) = acc else { return d };
-    let (limit, remaining) = if d.remaining() < acc.remaining() {
-        (d.limit, d.remaining())
-    } else {
-        (acc.limit, acc.remaining())
-    };
-    Decision::counted(
-        acc.allowed && d.allowed,
-        limit,
-        remaining,
-        acc.retry_after.max(d.retry_after),
-        acc.reset_after.max(d.reset_after),
-    )
+    let tighter = if fewer_remaining(d, acc) { d } else { acc };
+    Decision {
+        allowed: acc.allowed && d.allowed,
+        retry_after: acc.retry_after.max(d.retry_after),
+        reset_after: acc.reset_after.max(d.reset_after),
+        ..tighter
+    }
+}
+
+/// `a.remaining() < b.remaining()` without dividing: remaining is
+/// `min(slack, limit·unit) / unit`, compared by cross-multiplying.
+fn fewer_remaining(a: Decision, b: Decision) -> bool {
+    let capped = |d: Decision| u128::from(d.slack).min(u128::from(d.limit) * u128::from(d.unit));
+    capped(a) * u128::from(b.unit) < capped(b) * u128::from(a.unit)
 }
 
 impl Limiter for AllOf {

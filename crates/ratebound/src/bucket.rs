@@ -99,7 +99,7 @@ pub struct TokenBucket<C: Clock = MonotonicClock> {
 impl TokenBucket<MonotonicClock> {
     /// A full bucket for `quota` on the default [`MonotonicClock`].
     pub fn new(quota: Quota) -> Self {
-        Self::with_clock(quota, MonotonicClock)
+        Self::with_clock(quota, MonotonicClock::new())
     }
 }
 

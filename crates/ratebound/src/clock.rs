@@ -54,8 +54,12 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 ///
 /// All `MonotonicClock`s in a process share one epoch, so limiters can be
 /// compared and moved between threads freely.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MonotonicClock;
+#[derive(Clone, Copy)]
+pub struct MonotonicClock {
+    // Resolved once in `new`, so a reading is a match and a TSC read, with
+    // no lazy-initialization check.
+    source: &'static Source,
+}
 
 enum Source {
     Tsc { clock: quanta::Clock, start: u64 },
@@ -89,9 +93,10 @@ fn kernel_trusts_tsc() -> bool {
 }
 
 impl MonotonicClock {
-    /// The process-wide monotonic clock.
+    /// The process-wide monotonic clock (the time source is chosen at the
+    /// first call in the process).
     pub fn new() -> MonotonicClock {
-        MonotonicClock
+        MonotonicClock { source: source() }
     }
 
     /// `"tsc"` or `"os"`: which time source this process uses.
@@ -106,13 +111,27 @@ impl MonotonicClock {
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
-        match source() {
+        match self.source {
             // Saturating: a raw reading below `start` gives 0, never a wrap.
             Source::Tsc { clock, start } => clock.delta_as_nanos(*start, clock.raw()),
             Source::Os { start } => {
                 u64::try_from(start.elapsed().as_nanos()).unwrap_or(MAX_TIME_NANOS)
             }
         }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock::new()
+    }
+}
+
+impl std::fmt::Debug for MonotonicClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MonotonicClock")
+            .field("source", &MonotonicClock::source())
+            .finish()
     }
 }
 

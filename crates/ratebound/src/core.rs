@@ -9,20 +9,25 @@ use crate::{Decision, Error};
 
 /// An algorithm as pure functions of (state word, time): no atomics, no clock.
 pub(crate) trait WordMath: Copy {
+    /// A moment as the math needs it, worked out once per call (a window
+    /// algorithm divides `now` by its window once, not in every step).
+    type At: Copy;
+    /// `now` (already capped at `MAX_TIME_NANOS`) as an `At`.
+    fn at(self, now: u64) -> Self::At;
     /// The most that can be taken at once.
     fn limit(self) -> u64;
     /// The new word if `n ≤ limit` is admitted at `now`; `None` to refuse.
     /// Returning the same word admits without writing.
-    fn admit(self, word: u64, now: u64, n: u64) -> Option<u64>;
+    fn admit(self, word: u64, now: Self::At, n: u64) -> Option<u64>;
     /// The answer for `n` at `now`, decided on `word`.
-    fn decision(self, word: u64, now: u64, n: u64, allowed: bool) -> Decision;
+    fn decision(self, word: u64, now: Self::At, n: u64, allowed: bool) -> Decision;
     /// Where an admission of `n` at `now` on `word` landed, for `release`.
-    fn mark(self, word: u64, now: u64, n: u64) -> u64;
+    fn mark(self, word: u64, now: Self::At, n: u64) -> u64;
     /// The word after giving back `n` admitted at `mark`; `None` if there is
     /// nothing left to give back.
     fn release(self, word: u64, mark: u64, n: u64) -> Option<u64>;
     /// How many could be taken at `now`.
-    fn available(self, word: u64, now: u64) -> u64;
+    fn available(self, word: u64, now: Self::At) -> u64;
 }
 
 /// One state word, an algorithm and a clock.
@@ -44,7 +49,7 @@ impl<M: WordMath, C: Clock> Core<M, C> {
 
     #[inline]
     pub(crate) fn check_at(&self, now: u64) -> Decision {
-        let now = now.min(MAX_TIME_NANOS);
+        let now = self.math.at(now.min(MAX_TIME_NANOS));
         // n = 1 never exceeds the limit (every limit is at least 1).
         let (word, allowed) = self.state.update(|word| self.math.admit(word, now, 1));
         self.math.decision(word, now, 1, allowed)
@@ -52,7 +57,7 @@ impl<M: WordMath, C: Clock> Core<M, C> {
 
     pub(crate) fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
         capacity(n, self.math.limit())?;
-        let now = now.min(MAX_TIME_NANOS);
+        let now = self.math.at(now.min(MAX_TIME_NANOS));
         let word = self.state.load();
         let allowed = self.math.admit(word, now, n).is_some();
         Ok(self.math.decision(word, now, n, allowed))
@@ -65,7 +70,7 @@ impl<M: WordMath, C: Clock> Core<M, C> {
         now: u64,
     ) -> Result<(Decision, Option<Permit>), Error> {
         capacity(n, self.math.limit())?;
-        let now = now.min(MAX_TIME_NANOS);
+        let now = self.math.at(now.min(MAX_TIME_NANOS));
         let (word, allowed) = self.state.update(|word| self.math.admit(word, now, n));
         let permit = allowed.then(|| Permit {
             n,
@@ -82,7 +87,7 @@ impl<M: WordMath, C: Clock> Core<M, C> {
 
     pub(crate) fn available_at(&self, now: u64) -> u64 {
         self.math
-            .available(self.state.load(), now.min(MAX_TIME_NANOS))
+            .available(self.state.load(), self.math.at(now.min(MAX_TIME_NANOS)))
     }
 }
 

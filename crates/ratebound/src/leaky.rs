@@ -43,6 +43,12 @@ impl Leaky {
 }
 
 impl WordMath for Leaky {
+    type At = u64;
+
+    fn at(self, now: u64) -> u64 {
+        now
+    }
+
     fn limit(self) -> u64 {
         self.capacity
     }
@@ -141,7 +147,7 @@ impl LeakyBucket<MonotonicClock> {
     /// # Errors
     /// See [`LeakyBucket`].
     pub fn new(rate: Quota, max_delay: Duration) -> Result<Self, Error> {
-        Self::with_clock(rate, max_delay, MonotonicClock)
+        Self::with_clock(rate, max_delay, MonotonicClock::new())
     }
 }
 

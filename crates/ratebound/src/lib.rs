@@ -58,6 +58,23 @@
 //! # Ok::<(), ratebound::Error>(())
 //! ```
 //!
+//! # Five algorithms, one interface
+//!
+//! The [`Limiter`] trait gives every algorithm the same calls and the same
+//! [`Decision`], so switching is a one-line change:
+//!
+//! | type | algorithm | state |
+//! |---|---|---|
+//! | [`TokenBucket`] | GCRA token bucket: rate r, burst b | one `AtomicU64` |
+//! | [`FixedWindow`] | `limit` per aligned window (up to 2× across a boundary) | one `AtomicU64` |
+//! | [`SlidingWindow`] | weighted two-window counter | one `AtomicU64` |
+//! | [`SlidingLog`] | exact: one timestamp per request | `O(limit)` under a mutex |
+//! | [`LeakyBucket`] | queue: departures exactly `T` apart, bounded wait | one `AtomicU64` |
+//!
+//! [`AllOf`] checks several as one, all or nothing. `docs/algorithms.md` in
+//! the repository compares them, with the boundary-burst numbers the test
+//! vectors prove.
+//!
 //! # Features
 //!
 //! - `tokio`: `until_ready`, `until_n_ready` and `wait_n`, which sleep on
@@ -96,8 +113,9 @@ pub use quota::{MAX_SPAN_NANOS, Quota};
 pub use sliding::SlidingWindow;
 pub use window::{FixedWindow, MAX_WINDOW_LIMIT};
 
-/// The READMEs' examples, compiled and run as doctests.
+/// The examples of the READMEs and docs/, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 #[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/algorithms.md")]
 struct ReadmeDoctests;

@@ -59,7 +59,7 @@ impl SlidingLog<MonotonicClock> {
     /// # Errors
     /// See [`SlidingLog`].
     pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
-        Self::with_clock(limit, window, MonotonicClock)
+        Self::with_clock(limit, window, MonotonicClock::new())
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::core::{Core, WordMath, limiter_via_core};
-use crate::window::validate;
+use crate::window::{Moment, validate};
 use crate::{Decision, Error};
 
 /// The sliding-window math: no atomics, no clock.
@@ -44,9 +44,9 @@ impl Sliding {
     }
 
     #[inline]
-    fn view(self, word: u64, now: u64) -> View {
+    fn view(self, word: u64, moment: Moment) -> View {
+        let (now, now_index) = (moment.now, moment.index);
         let (index, previous, current) = self.unpack(word);
-        let now_index = now / self.window;
         let (index, previous, current) = if now_index == index {
             (index, previous, current)
         } else if now_index == index + 1 {
@@ -89,7 +89,7 @@ impl Sliding {
         // Still in this window: need previous·(W − e) ≤ (limit − current − n)·W.
         if v.current + n <= self.limit && v.previous > 0 {
             let spare = u128::from(self.limit - v.current - n) * w;
-            let target = w - (spare / u128::from(v.previous)).min(w);
+            let target = w - div(spare, v.previous).min(w);
             if target < w {
                 return (target.max(elapsed) - elapsed) as u64;
             }
@@ -101,7 +101,7 @@ impl Sliding {
         let target = if v.current == 0 {
             0
         } else {
-            w - (spare / u128::from(v.current)).min(w)
+            w - div(spare, v.current).min(w)
         };
         // target == W: two windows on, both counts have slid out.
         (to_next + target) as u64
@@ -119,17 +119,31 @@ impl Sliding {
     }
 
     fn answer(self, v: View, current: u64, now: u64, allowed: bool, n: u64) -> Decision {
-        Decision::counted(
-            allowed,
-            self.limit,
-            (self.room(v, current) / u128::from(self.window)) as u64,
-            if allowed {
-                0
-            } else {
-                (v.at - now) + self.wait(v, n)
+        let retry_after = if allowed {
+            0
+        } else {
+            (v.at - now) + self.wait(v, n)
+        };
+        let reset_after = self.reset_after(v, current, now);
+        let room = self.room(v, current);
+        match u64::try_from(room) {
+            // remaining = room / W, divided only if the caller asks.
+            Ok(slack) => Decision {
+                allowed,
+                limit: self.limit,
+                slack,
+                unit: self.window,
+                retry_after,
+                reset_after,
             },
-            self.reset_after(v, current, now),
-        )
+            Err(_) => Decision::counted(
+                allowed,
+                self.limit,
+                (room / u128::from(self.window)) as u64,
+                retry_after,
+                reset_after,
+            ),
+        }
     }
 
     fn unpack(self, word: u64) -> (u64, u64, u64) {
@@ -141,13 +155,33 @@ impl Sliding {
     }
 }
 
+/// `a / b`, with a 64-bit division when `a` fits in 64 bits (it nearly
+/// always does, and a 128-bit division costs several times more).
+#[inline]
+fn div(a: u128, b: u64) -> u128 {
+    match u64::try_from(a) {
+        Ok(a) => u128::from(a / b),
+        Err(_) => a / u128::from(b),
+    }
+}
+
 impl WordMath for Sliding {
+    type At = Moment;
+
+    #[inline]
+    fn at(self, now: u64) -> Moment {
+        Moment {
+            now,
+            index: now / self.window,
+        }
+    }
+
     fn limit(self) -> u64 {
         self.limit
     }
 
     #[inline]
-    fn admit(self, word: u64, now: u64, n: u64) -> Option<u64> {
+    fn admit(self, word: u64, now: Moment, n: u64) -> Option<u64> {
         let v = self.view(word, now);
         if n == 0 {
             Some(word)
@@ -159,13 +193,13 @@ impl WordMath for Sliding {
     }
 
     #[inline]
-    fn decision(self, word: u64, now: u64, n: u64, allowed: bool) -> Decision {
+    fn decision(self, word: u64, now: Moment, n: u64, allowed: bool) -> Decision {
         let v = self.view(word, now);
         let current = if allowed { v.current + n } else { v.current };
-        self.answer(v, current, now, allowed, n)
+        self.answer(v, current, now.now, allowed, n)
     }
 
-    fn mark(self, word: u64, now: u64, _n: u64) -> u64 {
+    fn mark(self, word: u64, now: Moment, _n: u64) -> u64 {
         self.view(word, now).index
     }
 
@@ -183,7 +217,7 @@ impl WordMath for Sliding {
         }
     }
 
-    fn available(self, word: u64, now: u64) -> u64 {
+    fn available(self, word: u64, now: Moment) -> u64 {
         let v = self.view(word, now);
         (self.room(v, v.current) / u128::from(self.window)) as u64
     }
@@ -232,7 +266,7 @@ impl SlidingWindow<MonotonicClock> {
     /// # Errors
     /// See [`SlidingWindow`].
     pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
-        Self::with_clock(limit, window, MonotonicClock)
+        Self::with_clock(limit, window, MonotonicClock::new())
     }
 }
 

@@ -72,9 +72,9 @@ impl Fixed {
     /// The window in force at `now` and its count. A reading before the
     /// stored window (a clock that went back) stays in the stored window.
     #[inline]
-    fn current(self, word: u64, now: u64) -> (u64, u64) {
+    fn current(self, word: u64, now: Moment) -> (u64, u64) {
         let (index, count) = self.unpack(word);
-        let now_index = now / self.window;
+        let now_index = now.index;
         if now_index > index {
             (now_index, 0)
         } else {
@@ -83,13 +83,30 @@ impl Fixed {
     }
 }
 
+/// A time and the window it falls in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Moment {
+    pub(crate) now: u64,
+    pub(crate) index: u64,
+}
+
 impl WordMath for Fixed {
+    type At = Moment;
+
+    #[inline]
+    fn at(self, now: u64) -> Moment {
+        Moment {
+            now,
+            index: now / self.window,
+        }
+    }
+
     fn limit(self) -> u64 {
         self.limit
     }
 
     #[inline]
-    fn admit(self, word: u64, now: u64, n: u64) -> Option<u64> {
+    fn admit(self, word: u64, now: Moment, n: u64) -> Option<u64> {
         let (index, count) = self.current(word, now);
         if n == 0 {
             Some(word)
@@ -102,10 +119,10 @@ impl WordMath for Fixed {
     }
 
     #[inline]
-    fn decision(self, word: u64, now: u64, n: u64, allowed: bool) -> Decision {
+    fn decision(self, word: u64, now: Moment, n: u64, allowed: bool) -> Decision {
         let (index, count) = self.current(word, now);
         let count = if allowed { count + n } else { count };
-        let until_end = (index + 1) * self.window - now;
+        let until_end = (index + 1) * self.window - now.now;
         Decision::counted(
             allowed,
             self.limit,
@@ -115,7 +132,7 @@ impl WordMath for Fixed {
         )
     }
 
-    fn mark(self, word: u64, now: u64, _n: u64) -> u64 {
+    fn mark(self, word: u64, now: Moment, _n: u64) -> u64 {
         self.current(word, now).0
     }
 
@@ -126,7 +143,7 @@ impl WordMath for Fixed {
         (stored == index && count > 0).then(|| self.pack(stored, count - n.min(count)))
     }
 
-    fn available(self, word: u64, now: u64) -> u64 {
+    fn available(self, word: u64, now: Moment) -> u64 {
         self.limit - self.current(word, now).1
     }
 }
@@ -177,7 +194,7 @@ impl FixedWindow<MonotonicClock> {
     /// # Errors
     /// See [`FixedWindow`].
     pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
-        Self::with_clock(limit, window, MonotonicClock)
+        Self::with_clock(limit, window, MonotonicClock::new())
     }
 }
 

@@ -106,3 +106,47 @@ fn concurrent_reservations_queue_one_token_apart() {
         .collect();
     assert_eq!(delays, want);
 }
+
+#[test]
+fn window_algorithms_on_a_frozen_clock_admit_exactly_their_limit() {
+    use ratebound::{FixedWindow, Limiter, SlidingLog, SlidingWindow};
+    let limit = 600;
+    let minute = Duration::from_secs(60);
+    let clock = ManualClock::new();
+    let limiters: Vec<(&str, Arc<dyn Limiter>)> = vec![
+        (
+            "fixed",
+            Arc::new(FixedWindow::with_clock(limit, minute, clock.clone()).unwrap()),
+        ),
+        (
+            "sliding",
+            Arc::new(SlidingWindow::with_clock(limit, minute, clock.clone()).unwrap()),
+        ),
+        (
+            "log",
+            Arc::new(SlidingLog::with_clock(limit, minute, clock.clone()).unwrap()),
+        ),
+    ];
+    for (name, limiter) in limiters {
+        let admitted = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let (limiter, admitted) = (limiter.clone(), admitted.clone());
+                std::thread::spawn(move || {
+                    for k in 0..500u64 {
+                        let n = 1 + (k + i) % 3;
+                        if limiter.check_n(n).unwrap().is_allowed() {
+                            admitted.fetch_add(n, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let taken = admitted.load(Ordering::Relaxed);
+        assert_eq!(taken + limiter.available(), limit, "{name}");
+        assert!(taken >= limit - 2, "{name}: took only {taken}");
+    }
+}
