@@ -65,6 +65,20 @@ pub enum Error {
     },
     /// A composite limiter was given no members.
     NoLimiters,
+    /// A keyed limiter at its `max_keys` cap, with the `RejectNewKeys`
+    /// policy, was asked about a key it does not track. Nothing changed.
+    TooManyKeys {
+        /// The cap.
+        max_keys: usize,
+    },
+    /// A keyed limiter's tier does not exist, or its tiers do not fit
+    /// together (another algorithm, another window, more than four).
+    InvalidTier {
+        /// The tier asked for (or the number of tiers given).
+        tier: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// Waiting for the tokens would take longer than the caller allows.
     /// Nothing was taken.
     DeadlineExceeded {
@@ -96,6 +110,8 @@ impl Error {
             Error::InvalidLimit { .. } => "invalid_limit",
             Error::InvalidWindow { .. } => "invalid_window",
             Error::NoLimiters => "no_limiters",
+            Error::TooManyKeys { .. } => "too_many_keys",
+            Error::InvalidTier { .. } => "invalid_tier",
         }
     }
 }
@@ -131,6 +147,11 @@ impl fmt::Display for Error {
                 write!(f, "invalid window of {nanos} ns: {reason}")
             }
             Error::NoLimiters => write!(f, "a composite limiter needs at least one member"),
+            Error::TooManyKeys { max_keys } => write!(
+                f,
+                "the limiter already tracks its maximum of {max_keys} keys and refuses new ones"
+            ),
+            Error::InvalidTier { tier, reason } => write!(f, "invalid tier {tier}: {reason}"),
             Error::DeadlineExceeded { wait, max_wait } => write!(
                 f,
                 "waiting {wait:?} for tokens exceeds the maximum wait of {max_wait:?}"

@@ -155,6 +155,33 @@ impl Sliding {
     }
 }
 
+/// What a keyed limiter needs beyond the decision.
+impl Sliding {
+    /// True if the state decides like a fresh one from `now` on.
+    pub(crate) fn is_fresh(self, word: u64, now: u64) -> bool {
+        let (index, previous, current) = self.unpack(word);
+        (previous == 0 && current == 0) || index + 1 < now / self.window
+    }
+
+    /// At least this long since the last admission.
+    pub(crate) fn idle(self, word: u64, now: u64) -> u64 {
+        let (index, previous, current) = self.unpack(word);
+        if current > 0 {
+            now.saturating_sub((index + 1) * self.window)
+        } else if previous > 0 {
+            now.saturating_sub(index * self.window)
+        } else {
+            now
+        }
+    }
+
+    /// The same window and counts (capped) under `to`'s limit.
+    pub(crate) fn convert(self, word: u64, to: Sliding) -> u64 {
+        let (index, previous, current) = self.unpack(word);
+        to.pack(index, previous.min(to.limit), current.min(to.limit))
+    }
+}
+
 /// `a / b`, with a 64-bit division when `a` fits in 64 bits (it nearly
 /// always does, and a 128-bit division costs several times more).
 #[inline]
@@ -276,7 +303,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// # Errors
     /// See [`SlidingWindow`].
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
-        let (window, bits) = validate(limit, window, 2)?;
+        let (window, bits) = validate(limit, window, 2, 64)?;
         Ok(SlidingWindow {
             core: Core::new(
                 Sliding {

@@ -41,28 +41,31 @@ impl AtomicState {
     /// exchange re-runs `f` on the value that beat it. So no update is lost
     /// and none is applied twice.
     #[inline]
-    pub(crate) fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> (u64, bool) {
-        let mut current = self.load();
-        loop {
-            let Some(next) = f(current) else {
-                return (current, false);
-            };
-            if next == current {
-                return (current, true);
-            }
-            // Ordering: AcqRel on success — Release publishes what a writer
-            // stored before the exchange (see `load`), Acquire keeps the
-            // chain from earlier writers intact. Acquire on failure: the value
-            // we retry with is read like `load`'s.
-            match self.word.compare_exchange_weak(
-                current,
-                next,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return (current, true),
-                Err(actual) => current = actual,
-            }
+    pub(crate) fn update(&self, f: impl FnMut(u64) -> Option<u64>) -> (u64, bool) {
+        update(&self.word, f)
+    }
+}
+
+/// [`AtomicState::update`] on any atomic word (a keyed limiter's entries are
+/// not cache-padded: that would cost 128 bytes a key).
+#[inline]
+pub(crate) fn update(word: &AtomicU64, mut f: impl FnMut(u64) -> Option<u64>) -> (u64, bool) {
+    // Ordering: Acquire, as in `AtomicState::load`.
+    let mut current = word.load(Ordering::Acquire);
+    loop {
+        let Some(next) = f(current) else {
+            return (current, false);
+        };
+        if next == current {
+            return (current, true);
+        }
+        // Ordering: AcqRel on success — Release publishes what a writer
+        // stored before the exchange (see `load`), Acquire keeps the chain
+        // from earlier writers intact. Acquire on failure: the value we retry
+        // with is read like `load`'s.
+        match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return (current, true),
+            Err(actual) => current = actual,
         }
     }
 }

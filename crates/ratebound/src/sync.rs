@@ -6,12 +6,12 @@
 
 #[cfg(ratebound_loom)]
 pub(crate) use loom::sync::{
-    Arc, Mutex,
+    Arc, Mutex, RwLock,
     atomic::{AtomicU64, Ordering},
 };
 
 #[cfg(not(ratebound_loom))]
 pub(crate) use std::sync::{
-    Arc, Mutex,
+    Arc, Mutex, RwLock,
     atomic::{AtomicU64, Ordering},
 };

@@ -17,8 +17,15 @@ pub(crate) fn count_bits(limit: u64) -> u32 {
 }
 
 /// Checks a window limiter's parameters: `counts` fields of `bits` each plus
-/// a window index that must reach `MAX_TIME_NANOS / window` in one word.
-pub(crate) fn validate(limit: u64, window: Duration, counts: u32) -> Result<(u64, u32), Error> {
+/// a window index that must reach `MAX_TIME_NANOS / window` in the
+/// `word_bits` low bits of one word (64, or 62 when a keyed limiter keeps a
+/// tier in the top two).
+pub(crate) fn validate(
+    limit: u64,
+    window: Duration,
+    counts: u32,
+    word_bits: u32,
+) -> Result<(u64, u32), Error> {
     if limit == 0 || limit > MAX_WINDOW_LIMIT {
         return Err(Error::InvalidLimit {
             limit,
@@ -34,14 +41,14 @@ pub(crate) fn validate(limit: u64, window: Duration, counts: u32) -> Result<(u64
     }
     let window = nanos as u64;
     let bits = count_bits(limit);
-    let index_bits = 64 - counts * bits;
+    let index_bits = word_bits - counts * bits;
     let max_index = MAX_TIME_NANOS / window;
     if index_bits < 64 && max_index >= 1 << index_bits {
         let min = (MAX_TIME_NANOS >> index_bits) + 1;
         return Err(Error::InvalidWindow {
             nanos,
             reason: format!(
-                "too short for limit {limit}: its counts take {} bits of the 64-bit state, \
+                "too short for limit {limit}: its counts take {} bits of the {word_bits}-bit state, \
                  leaving {index_bits} bits of window index, enough for windows of {min} ns or more",
                 counts * bits
             ),
@@ -80,6 +87,31 @@ impl Fixed {
         } else {
             (index, count)
         }
+    }
+}
+
+/// What a keyed limiter needs beyond the decision.
+impl Fixed {
+    /// True if the state decides like a fresh one from `now` on.
+    pub(crate) fn is_fresh(self, word: u64, now: u64) -> bool {
+        let (index, count) = self.unpack(word);
+        count == 0 || index < now / self.window
+    }
+
+    /// At least this long since the last admission.
+    pub(crate) fn idle(self, word: u64, now: u64) -> u64 {
+        let (index, count) = self.unpack(word);
+        if count == 0 {
+            now
+        } else {
+            now.saturating_sub((index + 1) * self.window)
+        }
+    }
+
+    /// The same window and count (capped) under `to`'s limit.
+    pub(crate) fn convert(self, word: u64, to: Fixed) -> u64 {
+        let (index, count) = self.unpack(word);
+        to.pack(index, count.min(to.limit))
     }
 }
 
@@ -204,7 +236,7 @@ impl<C: Clock> FixedWindow<C> {
     /// # Errors
     /// See [`FixedWindow`].
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
-        let (window, bits) = validate(limit, window, 1)?;
+        let (window, bits) = validate(limit, window, 1, 64)?;
         Ok(FixedWindow {
             core: Core::new(
                 Fixed {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebound::{
-    AllOf, Decision, Error, FixedWindow, LeakyBucket, Limiter, ManualClock, Quota, Reservation,
-    SlidingLog, SlidingWindow, TokenBucket,
+    AllOf, Decision, Error, FixedWindow, KeyedAlgorithm, KeyedLimiter, LeakyBucket, Limiter,
+    ManualClock, Overflow, Quota, Reservation, SlidingLog, SlidingWindow, TokenBucket,
 };
 use serde_json::{Value, json};
 
@@ -202,6 +202,78 @@ fn replay(vector: &Value, failures: &mut Vec<String>) {
         let got = json!({ "admitted": admitted, "refused": refused });
         compare(&format!("{id} totals"), &got, totals, failures);
     }
+}
+
+fn keyed_algorithm(spec: &Value) -> KeyedAlgorithm {
+    let window = || Duration::from_nanos(u64_of(spec, "window_ns").expect("window_ns"));
+    let limit = || u64_of(spec, "limit").expect("limit");
+    match str_of(spec, "algorithm") {
+        "token_bucket" => KeyedAlgorithm::TokenBucket(Quota::parse(str_of(spec, "quota")).unwrap()),
+        "fixed_window" => KeyedAlgorithm::FixedWindow {
+            limit: limit(),
+            window: window(),
+        },
+        "sliding_window" => KeyedAlgorithm::SlidingWindow {
+            limit: limit(),
+            window: window(),
+        },
+        other => panic!("no keyed {other}"),
+    }
+}
+
+fn replay_keyed(vector: &Value, failures: &mut Vec<String>) {
+    let id = str_of(vector, "id");
+    let spec = &vector["limiter"];
+    let clock = ManualClock::new();
+    let mut limiter = KeyedLimiter::<String>::new(keyed_algorithm(&spec["per_key"]))
+        .unwrap()
+        .with_clock(clock.clone());
+    if let Some(max_keys) = u64_of(spec, "max_keys") {
+        let overflow = match str_of(spec, "overflow") {
+            "reject_new_keys" => Overflow::RejectNewKeys,
+            "evict_least_recent" => Overflow::EvictLeastRecent,
+            other => panic!("{id}: overflow {other}"),
+        };
+        limiter = limiter.with_max_keys(max_keys as usize, overflow).unwrap();
+    }
+    for (i, step) in vector["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .enumerate()
+    {
+        if let Some(dt) = u64_of(step, "advance_ns") {
+            clock.advance_nanos(dt);
+        }
+        let key = || step["key"].as_str().expect("key").to_string();
+        let got = match str_of(step, "call") {
+            "check" => observed(limiter.check_n(&key(), u64_of(step, "n").unwrap_or(1))),
+            "len" => json!({ "len": limiter.len() }),
+            "available" => json!({ "available": limiter.available(&key()) }),
+            "cleanup" => json!({ "removed": limiter.cleanup() }),
+            "cleanup_idle" => {
+                let idle = Duration::from_nanos(u64_of(step, "idle_ns").expect("idle_ns"));
+                json!({ "removed": limiter.cleanup_idle(idle) })
+            }
+            "remove" => json!({ "removed": limiter.remove(&key()) }),
+            other => panic!("{id} step {i}: unknown call {other}"),
+        };
+        if let Some(expect) = step.get("expect") {
+            compare(&format!("{id} step {i}"), &got, expect, failures);
+        }
+    }
+}
+
+#[test]
+fn keyed_vectors() {
+    let spec = load("keyed.json");
+    let vectors = spec["vectors"].as_array().expect("vectors");
+    assert!(vectors.len() >= 4);
+    let mut failures = Vec::new();
+    for vector in vectors {
+        replay_keyed(vector, &mut failures);
+    }
+    assert!(failures.is_empty(), "keyed.json:\n{}", failures.join("\n"));
 }
 
 fn replay_file(name: &str, at_least: usize) {
