@@ -113,6 +113,8 @@ pub use limiter::{Limiter, Permit, Reservation};
 pub use log::{MAX_LOG_LIMIT, SlidingLog};
 pub use quota::{MAX_SPAN_NANOS, Quota};
 pub use sliding::SlidingWindow;
+#[cfg(feature = "tokio")]
+pub use wait::CleanupTask;
 pub use window::{FixedWindow, MAX_WINDOW_LIMIT};
 
 /// The examples of the READMEs and docs/, compiled and run as doctests.

@@ -1,9 +1,11 @@
-//! Async waiting on tokio's timer (feature `tokio`).
+//! Async waiting on tokio's timer, and background cleanup (feature `tokio`).
 
+use std::hash::Hash;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::limiter::Reservation;
-use crate::{Clock, Error, LeakyBucket, TokenBucket};
+use crate::{Clock, Error, KeyedLimiter, LeakyBucket, TokenBucket};
 
 /// Gives a reservation's tokens back unless the wait completed.
 struct CancelOnDrop<'a>(Option<Reservation<'a>>);
@@ -98,4 +100,50 @@ async fn sleep_until_ready(reservation: Reservation<'_>) {
     tokio::time::sleep(delay).await;
     // Completed: the tokens are the caller's now.
     guard.0 = None;
+}
+
+/// A background cleanup started by [`KeyedLimiter::spawn_cleanup`]; stops
+/// when dropped (or when the limiter is dropped).
+#[derive(Debug)]
+pub struct CleanupTask(tokio::task::JoinHandle<()>);
+
+impl CleanupTask {
+    /// Stops the task.
+    pub fn stop(self) {}
+}
+
+impl Drop for CleanupTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<K, C> KeyedLimiter<K, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    /// Runs [`cleanup`](KeyedLimiter::cleanup) every `every` on the current
+    /// tokio runtime, until the returned task is dropped or the limiter is.
+    /// Never needed for correctness (the `max_keys` cap sweeps on its own);
+    /// it keeps memory low between floods.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (as `tokio::spawn` does).
+    pub fn spawn_cleanup(self: &Arc<Self>, every: Duration) -> CleanupTask {
+        let limiter: Weak<Self> = Arc::downgrade(self);
+        CleanupTask(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.tick().await; // the first tick is immediate
+            loop {
+                ticks.tick().await;
+                match limiter.upgrade() {
+                    Some(limiter) => {
+                        limiter.cleanup();
+                    }
+                    None => return,
+                }
+            }
+        }))
+    }
 }

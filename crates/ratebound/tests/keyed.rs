@@ -33,7 +33,10 @@ fn a_noisy_neighbour_does_not_eat_the_quiet_keys_quota() {
         }
         clock.advance(Duration::from_millis(10));
     }
-    assert_eq!(quiet_admitted, quiet_asked, "every quiet request is within its own quota");
+    assert_eq!(
+        quiet_admitted, quiet_asked,
+        "every quiet request is within its own quota"
+    );
     // The noisy key gets its own burst plus its rate, and no more.
     assert!(noisy <= 10 + 10 * 10, "noisy admitted {noisy}");
     assert!(noisy >= 100, "noisy still gets its own quota: {noisy}");
@@ -53,7 +56,11 @@ fn concurrent_first_use_creates_one_state_and_loses_nothing() {
                 let (limiter, admitted) = (limiter.clone(), admitted.clone());
                 std::thread::spawn(move || {
                     for _ in 0..40 {
-                        if limiter.check(&"shared-key".to_string()).unwrap().is_allowed() {
+                        if limiter
+                            .check(&"shared-key".to_string())
+                            .unwrap()
+                            .is_allowed()
+                        {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -81,7 +88,11 @@ fn tiers_give_keys_their_own_quota_and_can_change() {
         .with_clock(clock.clone());
     let free = "free:1".to_string();
     let paid = "paid:1".to_string();
-    let admitted = |key: &String| (0..20).filter(|_| limiter.check(key).unwrap().is_allowed()).count();
+    let admitted = |key: &String| {
+        (0..20)
+            .filter(|_| limiter.check(key).unwrap().is_allowed())
+            .count()
+    };
     assert_eq!(admitted(&free), 2);
     assert_eq!(admitted(&paid), 10);
     assert_eq!(limiter.check(&free).unwrap().limit(), 2);
@@ -97,7 +108,10 @@ fn tiers_give_keys_their_own_quota_and_can_change() {
     clock.advance(Duration::from_secs(5));
     limiter.set_tier(&paid, 0).unwrap();
     assert_eq!(limiter.available(&paid), 2);
-    assert_eq!(limiter.set_tier(&paid, 4).unwrap_err().code(), "invalid_tier");
+    assert_eq!(
+        limiter.set_tier(&paid, 4).unwrap_err().code(),
+        "invalid_tier"
+    );
     // Tiers must share the algorithm.
     let mixed = KeyedLimiter::<String>::new(bucket("1/s"))
         .unwrap()
@@ -116,7 +130,10 @@ fn bad_input_is_an_error_and_creates_no_state() {
     let limiter = KeyedLimiter::new(bucket("1/s burst 2"))
         .unwrap()
         .with_clock(ManualClock::new());
-    assert_eq!(limiter.check_n(&7u64, 3).unwrap_err().code(), "insufficient_capacity");
+    assert_eq!(
+        limiter.check_n(&7u64, 3).unwrap_err().code(),
+        "insufficient_capacity"
+    );
     assert_eq!(limiter.len(), 0);
     let wild = KeyedLimiter::new(bucket("1/s"))
         .unwrap()
@@ -124,7 +141,11 @@ fn bad_input_is_an_error_and_creates_no_state() {
         .unwrap();
     assert_eq!(wild.check(&1).unwrap_err().code(), "invalid_tier");
     assert_eq!(
-        KeyedLimiter::<u64>::new(bucket("1/s")).unwrap().with_max_keys(0, Overflow::RejectNewKeys).unwrap_err().code(),
+        KeyedLimiter::<u64>::new(bucket("1/s"))
+            .unwrap()
+            .with_max_keys(0, Overflow::RejectNewKeys)
+            .unwrap_err()
+            .code(),
         "invalid_limit"
     );
 }
@@ -187,16 +208,25 @@ fn algorithms() -> impl Strategy<Value = (KeyedAlgorithm, Duration)> {
     prop_oneof![
         (1u64..2_000, 1u64..=4).prop_map(|(ms, burst)| (
             KeyedAlgorithm::TokenBucket(
-                Quota::with_period(Duration::from_millis(ms)).unwrap().with_burst(burst).unwrap()
+                Quota::with_period(Duration::from_millis(ms))
+                    .unwrap()
+                    .with_burst(burst)
+                    .unwrap()
             ),
             Duration::from_millis(ms * burst)
         )),
         (1u64..=4, 1u64..3_000).prop_map(|(limit, ms)| (
-            KeyedAlgorithm::FixedWindow { limit, window: Duration::from_millis(ms) },
+            KeyedAlgorithm::FixedWindow {
+                limit,
+                window: Duration::from_millis(ms)
+            },
             Duration::from_millis(ms)
         )),
         (1u64..=4, 1u64..3_000).prop_map(|(limit, ms)| (
-            KeyedAlgorithm::SlidingWindow { limit, window: Duration::from_millis(ms) },
+            KeyedAlgorithm::SlidingWindow {
+                limit,
+                window: Duration::from_millis(ms)
+            },
             Duration::from_millis(2 * ms)
         )),
     ]

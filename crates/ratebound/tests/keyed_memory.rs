@@ -79,8 +79,15 @@ fn a_flood_of_random_keys_stays_within_the_cap_and_memory_comes_back() {
     let flooded = rss();
     if let (Some(a), Some(b)) = (before, flooded) {
         let grown = b.saturating_sub(a);
-        assert!(grown < RSS_BOUND, "RSS grew by {grown} bytes under the flood");
-        println!("flood: RSS grew by {} KiB for {} keys", grown / 1024, limiter.len());
+        assert!(
+            grown < RSS_BOUND,
+            "RSS grew by {grown} bytes under the flood"
+        );
+        println!(
+            "flood: RSS grew by {} KiB for {} keys",
+            grown / 1024,
+            limiter.len()
+        );
     }
 
     // Later, every bucket is full again: cleanup drops them all and gives the

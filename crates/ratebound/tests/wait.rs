@@ -65,3 +65,30 @@ async fn waiting_for_more_than_the_burst_is_an_error() {
     let err = bucket.until_n_ready(4).await.unwrap_err();
     assert_eq!(err.code(), "insufficient_capacity");
 }
+
+#[tokio::test(start_paused = true)]
+async fn background_cleanup_drops_fresh_keys_and_stops_with_its_handle() {
+    use ratebound::{KeyedAlgorithm, KeyedLimiter};
+    use std::sync::Arc;
+    let clock = ManualClock::new();
+    let limiter = Arc::new(
+        KeyedLimiter::new(KeyedAlgorithm::TokenBucket(
+            Quota::parse("10/s burst 1").unwrap(),
+        ))
+        .unwrap()
+        .with_clock(clock.clone()),
+    );
+    limiter.check(&1u32).unwrap();
+    limiter.check(&2u32).unwrap();
+    let task = limiter.spawn_cleanup(Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(limiter.len(), 2, "nothing is fresh yet on the manual clock");
+    clock.advance(Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(limiter.len(), 0, "the second pass dropped both");
+    task.stop();
+    limiter.check(&3u32).unwrap();
+    clock.advance(Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(limiter.len(), 1, "a stopped task cleans nothing");
+}
