@@ -457,3 +457,26 @@ fn all_of_rolls_back_under_contention() {
         );
     });
 }
+
+#[test]
+fn keyed_first_use_creates_one_state() {
+    // Two threads take from the same, new key at once (burst 1): exactly one
+    // state is created and exactly one of them is admitted.
+    use ratebound::{KeyedAlgorithm, KeyedLimiter};
+    loom::model(|| {
+        let quota = Quota::with_period(Duration::from_nanos(T)).unwrap();
+        let limiter = Arc::new(
+            KeyedLimiter::<u32>::new(KeyedAlgorithm::TokenBucket(quota))
+                .unwrap()
+                .with_clock(ManualClock::new()),
+        );
+        let other = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.check(&7).unwrap().is_allowed())
+        };
+        let mine = limiter.check(&7).unwrap().is_allowed();
+        let theirs = other.join().unwrap();
+        assert!(mine != theirs, "exactly one admitted: {mine} {theirs}");
+        assert_eq!(limiter.len(), 1);
+    });
+}
