@@ -71,14 +71,17 @@
 //! | [`SlidingLog`] | exact: one timestamp per request | `O(limit)` under a mutex |
 //! | [`LeakyBucket`] | queue: departures exactly `T` apart, bounded wait | one `AtomicU64` |
 //!
-//! [`AllOf`] checks several as one, all or nothing. `docs/algorithms.md` in
+//! [`AllOf`] checks several as one, all or nothing. [`KeyedLimiter`] keeps
+//! a token bucket, fixed window or sliding window per key (API key, user,
+//! IP), with memory bounded by cleanup and a `max_keys` cap. `docs/algorithms.md` in
 //! the repository compares them, with the boundary-burst numbers the test
 //! vectors prove.
 //!
 //! # Features
 //!
 //! - `tokio`: `until_ready`, `until_n_ready` and `wait_n`, which sleep on
-//!   tokio's timer and give tokens back if the future is dropped.
+//!   tokio's timer and give tokens back if the future is dropped; and
+//!   `KeyedLimiter::spawn_cleanup`, an optional interval cleanup.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
