@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::limiter::{Limiter, Permit};
-use crate::quota::MAX_SPAN_NANOS;
 use crate::sync::Mutex;
-use crate::window::capacity;
+use crate::window::{capacity, limit_and_window};
 use crate::{Decision, Error};
 
 /// The largest limit a [`SlidingLog`] accepts: its memory is 8 bytes per
@@ -69,23 +68,11 @@ impl<C: Clock> SlidingLog<C> {
     /// # Errors
     /// See [`SlidingLog`].
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
-        if limit == 0 || limit > MAX_LOG_LIMIT {
-            return Err(Error::InvalidLimit {
-                limit,
-                max: MAX_LOG_LIMIT,
-            });
-        }
-        let nanos = window.as_nanos();
-        if nanos == 0 || nanos > u128::from(MAX_SPAN_NANOS) {
-            return Err(Error::InvalidWindow {
-                nanos,
-                reason: "must be between 1 ns and 2^60 ns".to_string(),
-            });
-        }
+        let window = limit_and_window(limit, MAX_LOG_LIMIT, window)?;
         Ok(SlidingLog {
             log: Mutex::new(VecDeque::new()),
             limit,
-            window: nanos as u64,
+            window,
             clock,
         })
     }

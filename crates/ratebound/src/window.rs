@@ -16,6 +16,22 @@ pub(crate) fn count_bits(limit: u64) -> u32 {
     64 - limit.leading_zeros()
 }
 
+/// Checks that `1 ≤ limit ≤ max` and `1 ns ≤ window ≤ 2^60 ns`; returns the
+/// window in nanoseconds.
+pub(crate) fn limit_and_window(limit: u64, max: u64, window: Duration) -> Result<u64, Error> {
+    if limit == 0 || limit > max {
+        return Err(Error::InvalidLimit { limit, max });
+    }
+    let nanos = window.as_nanos();
+    if nanos == 0 || nanos > u128::from(MAX_SPAN_NANOS) {
+        return Err(Error::InvalidWindow {
+            nanos,
+            reason: "must be between 1 ns and 2^60 ns".to_string(),
+        });
+    }
+    Ok(nanos as u64)
+}
+
 /// Checks a window limiter's parameters: `counts` fields of `bits` each plus
 /// a window index that must reach `MAX_TIME_NANOS / window` in the
 /// `word_bits` low bits of one word (64, or 62 when a keyed limiter keeps a
@@ -26,20 +42,8 @@ pub(crate) fn validate(
     counts: u32,
     word_bits: u32,
 ) -> Result<(u64, u32), Error> {
-    if limit == 0 || limit > MAX_WINDOW_LIMIT {
-        return Err(Error::InvalidLimit {
-            limit,
-            max: MAX_WINDOW_LIMIT,
-        });
-    }
-    let nanos = window.as_nanos();
-    if nanos == 0 || nanos > u128::from(MAX_SPAN_NANOS) {
-        return Err(Error::InvalidWindow {
-            nanos,
-            reason: "must be between 1 ns and 2^60 ns".to_string(),
-        });
-    }
-    let window = nanos as u64;
+    let window = limit_and_window(limit, MAX_WINDOW_LIMIT, window)?;
+    let nanos = u128::from(window);
     let bits = count_bits(limit);
     let index_bits = word_bits - counts * bits;
     let max_index = MAX_TIME_NANOS / window;
