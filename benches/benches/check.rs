@@ -10,7 +10,6 @@
 //! by side) shows up as CPU/wall well below 1.
 
 use std::hint::black_box;
-use std::io::Write;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -22,7 +21,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota as GQuota, RateLimiter};
 use ratebound::{Clock as _, ManualClock, MonotonicClock, Quota, TokenBucket};
 use ratebound_benches::{
-    BaselineClock, ManualNanos, MutexBucket, PairStats, StdClock, run_pair, run_timed,
+    BaselineClock, ManualNanos, MutexBucket, PairStats, StdClock, run_pair, run_timed, write_stats,
 };
 
 /// One check, its result kept alive with `black_box`; true if admitted.
@@ -264,26 +263,6 @@ fn two_threads(c: &mut Criterion) {
         group.finish();
     }
     write_stats(&lines);
-}
-
-/// Appends JSON lines (the two-thread CPU/wall figures, the clock source) to
-/// `$RATEBOUND_BENCH_THREAD_STATS` when it is set; `ci/bench` sets it and
-/// puts them in its report.
-fn write_stats(lines: &[String]) {
-    let Some(path) = std::env::var_os("RATEBOUND_BENCH_THREAD_STATS") else {
-        return;
-    };
-    if lines.is_empty() {
-        return;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    for line in lines {
-        writeln!(file, "{line}").unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    }
 }
 
 fn clock(c: &mut Criterion) {

@@ -1,7 +1,9 @@
-//! Support code for ratebound's benchmarks (`benches/check.rs`; see README.md):
-//! the mutex token bucket used as a baseline, the clocks it reads, the timed
-//! loops, and per-thread CPU time for the two-thread rows.
+//! Support code for ratebound's benchmarks (`benches/*.rs` and
+//! `src/bin/keyed_memory.rs`; see README.md): the mutex token bucket used as
+//! a baseline, the clocks it reads, the timed loops, per-thread CPU time for
+//! the two-thread rows, and the shuffled key orders of the keyed rows.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -140,28 +142,21 @@ pub struct PairRun {
 /// sleeping thread (an idle vCPU, on a VM) takes tens to hundreds of
 /// microseconds, which would show up as one thread starting late.
 pub fn run_pair<F: Fn() -> bool + Sync>(iters: u64, op: F) -> PairRun {
+    run_pair_each(iters, &op, &op)
+}
+
+/// [`run_pair`] with its own `op` on each thread (the first runs `op_a`, the
+/// second `op_b`), for rows where each thread walks its own sequence, e.g.
+/// its own shuffled order of keys ([`KeyWalk`]).
+pub fn run_pair_each(
+    iters: u64,
+    op_a: impl FnMut() -> bool + Send,
+    op_b: impl FnMut() -> bool + Send,
+) -> PairRun {
     let arrived = AtomicUsize::new(0);
-    let worker = || {
-        arrived.fetch_add(1, Ordering::AcqRel);
-        while arrived.load(Ordering::Acquire) < 2 {
-            std::hint::spin_loop();
-        }
-        let cpu0 = thread_cpu_time();
-        let start = Instant::now();
-        let mut allowed = 0u64;
-        for _ in 0..iters {
-            allowed += u64::from(op());
-        }
-        let end = Instant::now();
-        let cpu = match (cpu0, thread_cpu_time()) {
-            (Some(a), Some(b)) => b.saturating_sub(a),
-            _ => Duration::ZERO,
-        };
-        (start, end, cpu, allowed)
-    };
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(worker);
-        let b = s.spawn(worker);
+        let a = s.spawn(|| pair_worker(&arrived, iters, op_a));
+        let b = s.spawn(|| pair_worker(&arrived, iters, op_b));
         (
             a.join().expect("bench thread panicked"),
             b.join().expect("bench thread panicked"),
@@ -171,6 +166,107 @@ pub fn run_pair<F: Fn() -> bool + Sync>(iters: u64, op: F) -> PairRun {
         wall: a.1.max(b.1) - a.0.min(b.0),
         cpu: [a.2, b.2],
         allowed: a.3 + b.3,
+    }
+}
+
+/// One thread of [`run_pair_each`]: waits for the other at the spinning
+/// barrier, then runs `op` `iters` times; returns start, end, CPU time and
+/// how many calls returned true.
+fn pair_worker(
+    arrived: &AtomicUsize,
+    iters: u64,
+    mut op: impl FnMut() -> bool,
+) -> (Instant, Instant, Duration, u64) {
+    arrived.fetch_add(1, Ordering::AcqRel);
+    while arrived.load(Ordering::Acquire) < 2 {
+        std::hint::spin_loop();
+    }
+    let cpu0 = thread_cpu_time();
+    let start = Instant::now();
+    let mut allowed = 0u64;
+    for _ in 0..iters {
+        allowed += u64::from(op());
+    }
+    let end = Instant::now();
+    let cpu = match (cpu0, thread_cpu_time()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => Duration::ZERO,
+    };
+    (start, end, cpu, allowed)
+}
+
+/// The keys `0..n` in a random order fixed by `seed`, walked round and round:
+/// the keyed rows precompute their order so that the timed loop reads the
+/// next key from a sequential array instead of calling an RNG.
+#[derive(Clone, Debug)]
+pub struct KeyWalk {
+    order: Vec<u64>,
+    pos: usize,
+}
+
+impl KeyWalk {
+    /// A permutation of `0..n` (Fisher–Yates on SplitMix64 from `seed`).
+    ///
+    /// # Panics
+    /// For `n == 0`.
+    pub fn shuffled(n: u64, seed: u64) -> KeyWalk {
+        assert!(n > 0, "KeyWalk of no keys");
+        let mut order: Vec<u64> = (0..n).collect();
+        let mut rng = SplitMix64(seed);
+        for i in (1..order.len()).rev() {
+            // The multiply-shift reduction of a 64-bit draw to 0..=i.
+            let j = ((u128::from(rng.next()) * (i as u128 + 1)) >> 64) as usize;
+            order.swap(i, j);
+        }
+        KeyWalk { order, pos: 0 }
+    }
+
+    /// The keys, in walking order.
+    pub fn keys(&self) -> &[u64] {
+        &self.order
+    }
+
+    /// The next key, from where the previous call left off (after the last
+    /// key, the first again).
+    #[inline(always)]
+    pub fn next_key(&mut self) -> &u64 {
+        let i = self.pos;
+        self.pos = if i + 1 == self.order.len() { 0 } else { i + 1 };
+        &self.order[i]
+    }
+}
+
+/// Sebastiano Vigna's SplitMix64: enough randomness for a shuffle, no crate.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Appends JSON lines (the two-thread CPU/wall figures, the clock source) to
+/// `$RATEBOUND_BENCH_THREAD_STATS` when it is set; `ci/bench` sets it and
+/// puts them in its report.
+pub fn write_stats(lines: &[String]) {
+    let Some(path) = std::env::var_os("RATEBOUND_BENCH_THREAD_STATS") else {
+        return;
+    };
+    if lines.is_empty() {
+        return;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    for line in lines {
+        writeln!(file, "{line}").unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
 }
 
@@ -273,6 +369,37 @@ mod tests {
         assert!(run.wall > Duration::ZERO);
         let (_, allowed) = run_timed(10, || bucket.check());
         assert_eq!(allowed, 0);
+    }
+
+    #[test]
+    fn run_pair_each_runs_each_op_on_its_own_thread() {
+        let (mut a, mut b) = (0u64, 0u64);
+        let run = run_pair_each(
+            7,
+            || {
+                a += 1;
+                true
+            },
+            || {
+                b += 1;
+                b % 2 == 0
+            },
+        );
+        assert_eq!((a, b, run.allowed), (7, 7, 7 + 3));
+    }
+
+    #[test]
+    fn key_walk_is_a_permutation_walked_round_and_round() {
+        let mut walk = KeyWalk::shuffled(1000, 1);
+        let mut sorted = walk.keys().to_vec();
+        assert_ne!(sorted, (0..1000).collect::<Vec<u64>>(), "shuffled");
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..1000).collect::<Vec<u64>>());
+        let first: Vec<u64> = (0..1000).map(|_| *walk.next_key()).collect();
+        assert_eq!(first, walk.keys());
+        let again = *walk.next_key();
+        assert_eq!(again, walk.keys()[0]);
+        assert_ne!(KeyWalk::shuffled(1000, 2).keys(), walk.keys());
     }
 
     #[test]
