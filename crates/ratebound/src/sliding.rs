@@ -43,7 +43,7 @@ impl Sliding {
         (index << (2 * self.bits)) | (previous << self.bits) | current
     }
 
-    #[inline]
+    #[inline(always)]
     fn view(self, word: u64, moment: Moment) -> View {
         let (now, now_index) = (moment.now, moment.index);
         let (index, previous, current) = self.unpack(word);
@@ -82,7 +82,9 @@ impl Sliding {
             <= u128::from(self.limit) * w
     }
 
-    /// Time from `v.at` until the estimate leaves room for `n ≤ limit`.
+    /// Time from `v.at` until the estimate leaves room for `n ≤ limit`
+    /// (refusals only: kept out of the admitting path's code).
+    #[inline(never)]
     fn wait(self, v: View, n: u64) -> u64 {
         let w = u128::from(self.window);
         let elapsed = u128::from(v.elapsed);
@@ -107,6 +109,7 @@ impl Sliding {
         (to_next + target) as u64
     }
 
+    #[inline]
     fn reset_after(self, v: View, current: u64, now: u64) -> u64 {
         let end = if current > 0 {
             (v.index + 2) * self.window
@@ -118,6 +121,7 @@ impl Sliding {
         end - now
     }
 
+    #[inline]
     fn answer(self, v: View, current: u64, now: u64, allowed: bool, n: u64) -> Decision {
         let retry_after = if allowed {
             0
@@ -146,6 +150,7 @@ impl Sliding {
         }
     }
 
+    #[inline(always)]
     fn unpack(self, word: u64) -> (u64, u64, u64) {
         (
             word >> (2 * self.bits),
