@@ -34,7 +34,7 @@ pub enum Error {
         /// The burst as given.
         burst: u64,
     },
-    /// A quota string did not parse.
+    /// A string did not parse (a quota, a CIDR network, a policy name).
     Parse {
         /// The whole input.
         input: String,
@@ -134,7 +134,7 @@ impl fmt::Display for Error {
                 write!(f, "invalid burst {burst}: must be at least 1")
             }
             Error::Parse { input, reason } => {
-                write!(f, "cannot parse quota {input:?}: {reason}")
+                write!(f, "cannot parse {input:?}: {reason}")
             }
             Error::InsufficientCapacity { requested, burst } => write!(
                 f,

@@ -93,6 +93,7 @@ mod core;
 mod decision;
 mod error;
 mod gcra;
+pub mod http;
 mod keyed;
 mod leaky;
 mod limiter;

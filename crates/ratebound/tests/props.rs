@@ -212,3 +212,50 @@ proptest! {
         }
     }
 }
+
+mod http_props {
+    use std::net::IpAddr;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use ratebound::http::{Cidr, TrustedProxies, client_ip, ip_key, retry_after_secs};
+
+    proptest! {
+        #[test]
+        fn retry_after_is_never_early_and_less_than_a_second_late(nanos in any::<u64>()) {
+            let wait = Duration::from_nanos(nanos);
+            let secs = retry_after_secs(wait);
+            prop_assert!(Duration::from_secs(secs) >= wait);
+            prop_assert!(Duration::from_secs(secs) < wait + Duration::from_secs(1));
+        }
+
+        #[test]
+        fn forwarding_headers_never_panic_and_untrusted_peers_are_never_overridden(
+            peer in any::<[u8; 4]>(),
+            xff in "\\PC{0,64}",
+            fwd in "\\PC{0,64}",
+            hops in 0usize..4,
+        ) {
+            let peer = IpAddr::from(peer);
+            let trusted = TrustedProxies::Cidrs(vec![Cidr::parse("10.0.0.0/8").unwrap()]);
+            let got = client_ip(peer, Some(&xff), Some(&fwd), &trusted);
+            if !Cidr::parse("10.0.0.0/8").unwrap().contains(peer) {
+                prop_assert_eq!(got, peer);
+            }
+            let _ = client_ip(peer, Some(&xff), None, &TrustedProxies::Hops(hops));
+            prop_assert_eq!(client_ip(peer, Some(&xff), Some(&fwd), &TrustedProxies::None), peer);
+        }
+
+        #[test]
+        fn cidr_parsing_never_panics(s in "\\PC{0,40}") {
+            let _ = Cidr::parse(&s);
+        }
+
+        #[test]
+        fn ip_keys_are_stable(bits in any::<u128>(), prefix in 0u8..=255) {
+            let ip = IpAddr::from(bits.to_be_bytes());
+            let once = ip_key(ip, prefix);
+            prop_assert_eq!(ip_key(once, prefix), once);
+        }
+    }
+}

@@ -343,3 +343,79 @@ fn check_and_check_at_agree_with_check_n() {
         assert_eq!(x, z);
     }
 }
+
+#[test]
+fn http_vectors() {
+    use ratebound::http::{
+        Cidr, Policy, TrustedProxies, client_ip, ip_key, ratelimit_policy, retry_after_secs,
+    };
+    let spec = load("http.json");
+    let mut failures = Vec::new();
+    for vector in spec["vectors"].as_array().expect("vectors") {
+        let id = str_of(vector, "id");
+        for (i, case) in vector["cases"]
+            .as_array()
+            .expect("cases")
+            .iter()
+            .enumerate()
+        {
+            let got = match str_of(vector, "kind") {
+                "retry_after" => json!(retry_after_secs(Duration::from_nanos(
+                    u64_of(case, "wait_ns").unwrap()
+                ))),
+                "ip_key" => {
+                    let ip = str_of(case, "ip").parse().unwrap();
+                    json!(ip_key(ip, u64_of(case, "prefix").unwrap() as u8).to_string())
+                }
+                "client_ip" => {
+                    let trust = &case["trust"];
+                    let trusted = if let Some(cidrs) = trust.get("cidrs") {
+                        TrustedProxies::Cidrs(
+                            cidrs
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .map(|c| Cidr::parse(c.as_str().unwrap()).unwrap())
+                                .collect(),
+                        )
+                    } else if let Some(hops) = u64_of(trust, "hops") {
+                        TrustedProxies::Hops(hops as usize)
+                    } else {
+                        TrustedProxies::None
+                    };
+                    let peer = str_of(case, "peer").parse().unwrap();
+                    let ip = client_ip(
+                        peer,
+                        case["xff"].as_str(),
+                        case["forwarded"].as_str(),
+                        &trusted,
+                    );
+                    json!(ip.to_string())
+                }
+                "ratelimit_policy" => {
+                    let policies: Vec<Policy> = case["policies"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| {
+                            Policy::for_quota(
+                                str_of(p, "name"),
+                                Quota::parse(str_of(p, "quota")).unwrap(),
+                            )
+                            .unwrap()
+                        })
+                        .collect();
+                    json!(ratelimit_policy(&policies))
+                }
+                other => panic!("{id}: unknown kind {other}"),
+            };
+            compare(
+                &format!("{id} case {i}"),
+                &json!({ "want": got }),
+                &json!({ "want": case["want"] }),
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "http.json:\n{}", failures.join("\n"));
+}

@@ -1,0 +1,471 @@
+//! Protocol-neutral pieces of an HTTP front door, shared by the tower layer
+//! and the Python and Node middleware so that every language answers alike:
+//! `Retry-After` rounding, the `RateLimit-Policy` / `RateLimit` field values,
+//! IP normalisation with IPv6 prefix grouping, and trusted-proxy parsing of
+//! `X-Forwarded-For` / `Forwarded`. No HTTP library: strings and `IpAddr`s in,
+//! strings and `IpAddr`s out.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use crate::{Decision, Error};
+
+/// Whole seconds for a `Retry-After` (or a `RateLimit` `t=`), rounded **up**:
+/// a client that waits that long is never refused for lack of tokens that
+/// should have been there (RFC 9110 allows only whole seconds). Zero stays
+/// zero; 1 ns becomes 1 s.
+///
+/// # Examples
+/// ```
+/// use ratebound::http::retry_after_secs;
+/// use std::time::Duration;
+///
+/// assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+/// assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+/// assert_eq!(retry_after_secs(Duration::from_nanos(2_000_000_001)), 3);
+/// ```
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    wait.as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0))
+}
+
+/// One quota policy as the `RateLimit-Policy` field advertises it
+/// (draft-ietf-httpapi-ratelimit-headers-10): a name, a quota `q` and a
+/// window `w` in seconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    name: String,
+    quota: u64,
+    window_secs: u64,
+}
+
+impl Policy {
+    /// A policy named `name` allowing `quota` per `window` (rounded up to
+    /// whole seconds, at least 1).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] when `name` is empty or holds anything but printable
+    /// ASCII (a structured-field string cannot carry it).
+    pub fn new(name: &str, quota: u64, window: Duration) -> Result<Policy, Error> {
+        if name.is_empty() || !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(Error::Parse {
+                input: name.to_string(),
+                reason: "a policy name must be non-empty printable ASCII",
+            });
+        }
+        Ok(Policy {
+            name: name.to_string(),
+            quota,
+            window_secs: retry_after_secs(window).max(1),
+        })
+    }
+
+    /// The policy of a token bucket: `q` = burst, `w` = the time to refill
+    /// the whole burst (b·T).
+    ///
+    /// # Errors
+    /// As [`Policy::new`].
+    pub fn for_quota(name: &str, quota: crate::Quota) -> Result<Policy, Error> {
+        Policy::new(
+            name,
+            quota.burst(),
+            Duration::from_nanos(quota.tolerance_nanos()),
+        )
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Writes `s` as a structured-field string: quoted, `"` and `\` escaped.
+fn sf_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
+/// The `RateLimit-Policy` field value for `policies`, e.g.
+/// `"burst";q=20;w=2, "hourly";q=1000;w=3600`.
+pub fn ratelimit_policy(policies: &[Policy]) -> String {
+    let mut out = String::new();
+    for (i, p) in policies.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        sf_string(&mut out, &p.name);
+        let _ = write!(out, ";q={};w={}", p.quota, p.window_secs);
+    }
+    out
+}
+
+/// The `RateLimit` field value for each policy's decision, e.g.
+/// `"burst";r=0;t=1`: `r` = remaining, `t` = seconds until the quota is
+/// whole again, rounded up.
+pub fn ratelimit(entries: &[(&Policy, Decision)]) -> String {
+    let mut out = String::new();
+    for (i, (p, d)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        sf_string(&mut out, &p.name);
+        let _ = write!(
+            out,
+            ";r={};t={}",
+            d.remaining(),
+            retry_after_secs(d.reset_after())
+        );
+    }
+    out
+}
+
+/// The legacy trio `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
+/// `X-RateLimit-Reset` (seconds until full, rounded up), as name–value pairs.
+pub fn legacy_headers(decision: &Decision) -> [(&'static str, String); 3] {
+    [
+        ("X-RateLimit-Limit", decision.limit().to_string()),
+        ("X-RateLimit-Remaining", decision.remaining().to_string()),
+        (
+            "X-RateLimit-Reset",
+            retry_after_secs(decision.reset_after()).to_string(),
+        ),
+    ]
+}
+
+/// The address a limit should be keyed on: an IPv4-mapped IPv6 address
+/// (`::ffff:a.b.c.d`) becomes the IPv4 address, and an IPv6 address is cut
+/// to its first `v6_prefix` bits (64 by default in the front doors), so one
+/// host cannot dodge its limit by rotating through the addresses of its /64.
+/// `v6_prefix` above 128 counts as 128.
+///
+/// # Examples
+/// ```
+/// use ratebound::http::ip_key;
+///
+/// let a = ip_key("2001:db8:1:2:aaaa::1".parse().unwrap(), 64);
+/// let b = ip_key("2001:db8:1:2:bbbb::9".parse().unwrap(), 64);
+/// assert_eq!(a, b);
+/// assert_eq!(a.to_string(), "2001:db8:1:2::");
+/// assert_eq!(ip_key("::ffff:192.0.2.7".parse().unwrap(), 64).to_string(), "192.0.2.7");
+/// ```
+pub fn ip_key(ip: IpAddr, v6_prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6);
+                let keep = u32::from(v6_prefix.min(128));
+                let mask = u128::MAX.checked_shl(128 - keep).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(bits & mask))
+            }
+        },
+    }
+}
+
+/// A network in CIDR notation, e.g. `10.0.0.0/8` or `2001:db8::/32`; a bare
+/// address is a /32 or /128.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `"10.0.0.0/8"`, `"::1/128"` or a bare address.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] naming the input.
+    pub fn parse(input: &str) -> Result<Cidr, Error> {
+        let fail = |reason| Error::Parse {
+            input: input.to_string(),
+            reason,
+        };
+        let (addr, prefix) = match input.trim().split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (input.trim(), None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| fail("not an IP address or CIDR network"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| fail("the prefix length must be 0-32 (IPv4) or 0-128 (IPv6)"))?,
+        };
+        Ok(Cidr {
+            network: mask(addr, prefix),
+            prefix,
+        })
+    }
+
+    /// True if `ip` is in this network (IPv4-mapped IPv6 addresses count as
+    /// their IPv4 address).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        ip.is_ipv4() == self.network.is_ipv4() && mask(ip, self.prefix) == self.network
+    }
+}
+
+fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & m))
+        }
+        IpAddr::V6(v6) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & m))
+        }
+    }
+}
+
+/// Which proxies' forwarding headers to believe. The default believes none:
+/// without configuration, `X-Forwarded-For` and `Forwarded` are ignored,
+/// since any client can send them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum TrustedProxies {
+    /// Ignore forwarding headers: the client is the peer.
+    #[default]
+    None,
+    /// Believe forwarding entries added by peers in these networks: walk the
+    /// chain from the peer backwards and stop at the first untrusted hop.
+    Cidrs(Vec<Cidr>),
+    /// Exactly this many proxies sit in front of the server: the client is
+    /// that many hops back from the peer.
+    Hops(usize),
+}
+
+/// The client's address: the peer, or — only when `trusted` says the peer is
+/// a proxy whose headers can be believed — the address that proxy chain
+/// reports. `Forwarded` (RFC 7239) is read if present, else
+/// `X-Forwarded-For`. Entries that do not parse as an address (`unknown`,
+/// obfuscated identifiers, garbage) end the walk: the last trusted hop's
+/// view is kept, never a guess. The result is not yet grouped: pass it to
+/// [`ip_key`].
+///
+/// # Examples
+/// ```
+/// use ratebound::http::{client_ip, Cidr, TrustedProxies};
+///
+/// let peer = "10.0.0.5".parse().unwrap();
+/// let xff = Some("203.0.113.9, 10.0.0.7");
+/// // By default the header is ignored: anyone can send it.
+/// assert_eq!(client_ip(peer, xff, None, &TrustedProxies::None), peer);
+/// let trusted = TrustedProxies::Cidrs(vec![Cidr::parse("10.0.0.0/8")?]);
+/// assert_eq!(client_ip(peer, xff, None, &trusted).to_string(), "203.0.113.9");
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub fn client_ip(
+    peer: IpAddr,
+    x_forwarded_for: Option<&str>,
+    forwarded: Option<&str>,
+    trusted: &TrustedProxies,
+) -> IpAddr {
+    if *trusted == TrustedProxies::None {
+        return peer;
+    }
+    // The chain, nearest hop last: what each proxy appended, then the peer.
+    let hops: Vec<Option<IpAddr>> = match forwarded {
+        Some(f) => f.split(',').map(forwarded_for).collect(),
+        None => x_forwarded_for
+            .map(|x| x.split(',').map(|e| parse_hop(e.trim())).collect())
+            .unwrap_or_default(),
+    };
+    match trusted {
+        TrustedProxies::None => peer,
+        TrustedProxies::Hops(n) => {
+            // `n` proxies: the client is the n-th entry counted from the end.
+            let mut current = peer;
+            for hop in hops.iter().rev().take(*n) {
+                match hop {
+                    Some(ip) => current = *ip,
+                    None => break,
+                }
+            }
+            current
+        }
+        TrustedProxies::Cidrs(cidrs) => {
+            let trusted = |ip: IpAddr| cidrs.iter().any(|c| c.contains(ip));
+            let mut current = peer;
+            for hop in hops.iter().rev() {
+                if !trusted(current) {
+                    break;
+                }
+                match hop {
+                    Some(ip) => current = *ip,
+                    None => break,
+                }
+            }
+            current
+        }
+    }
+}
+
+/// The address in one `X-Forwarded-For` entry or `for=` value: `a.b.c.d`,
+/// `a.b.c.d:port`, `IPv6`, `[IPv6]` or `[IPv6]:port`.
+fn parse_hop(entry: &str) -> Option<IpAddr> {
+    let entry = entry.trim().trim_matches('"');
+    if let Some(rest) = entry.strip_prefix('[') {
+        return rest.split_once(']')?.0.parse().ok();
+    }
+    if let Ok(ip) = entry.parse() {
+        return Some(ip);
+    }
+    // IPv4 with a port.
+    let (host, port) = entry.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// The `for=` address of one `Forwarded` element (`for=...;proto=...`).
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.trim().split_once('=')?;
+        if name.trim().eq_ignore_ascii_case("for") {
+            parse_hop(value)
+        } else {
+            None
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_never_early() {
+        for (nanos, secs) in [
+            (0u64, 0u64),
+            (1, 1),
+            (999_999_999, 1),
+            (1_000_000_000, 1),
+            (1_000_000_001, 2),
+            (3_333_333_334, 4),
+        ] {
+            assert_eq!(
+                retry_after_secs(Duration::from_nanos(nanos)),
+                secs,
+                "{nanos} ns"
+            );
+        }
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn fields_follow_the_draft_syntax() {
+        let burst =
+            Policy::for_quota("burst", crate::Quota::parse("10/s burst 20").unwrap()).unwrap();
+        let hourly = Policy::new("hour\"ly", 1000, Duration::from_secs(3600)).unwrap();
+        assert_eq!(
+            ratelimit_policy(&[burst.clone(), hourly.clone()]),
+            r#""burst";q=20;w=2, "hour\"ly";q=1000;w=3600"#
+        );
+        let d = Decision::counted(false, 20, 0, 1_500_000_000, 1_000_000_001);
+        assert_eq!(ratelimit(&[(&burst, d)]), r#""burst";r=0;t=2"#);
+        let legacy = legacy_headers(&d);
+        assert_eq!(legacy[2], ("X-RateLimit-Reset", "2".to_string()));
+        assert_eq!(
+            Policy::new("", 1, Duration::from_secs(1))
+                .unwrap_err()
+                .code(),
+            "parse_error"
+        );
+        assert_eq!(
+            Policy::new("é", 1, Duration::from_secs(1))
+                .unwrap_err()
+                .code(),
+            "parse_error"
+        );
+    }
+
+    #[test]
+    fn ipv6_is_grouped_and_mapped_ipv4_unwrapped() {
+        assert_eq!(ip_key(ip("2001:db8::1"), 64), ip("2001:db8::"));
+        assert_eq!(ip_key(ip("2001:db8::1"), 128), ip("2001:db8::1"));
+        assert_eq!(ip_key(ip("2001:db8::1"), 0), ip("::"));
+        assert_eq!(ip_key(ip("2001:db8::1"), 200), ip("2001:db8::1"));
+        assert_eq!(ip_key(ip("::ffff:10.1.2.3"), 64), ip("10.1.2.3"));
+        assert_eq!(ip_key(ip("10.1.2.3"), 64), ip("10.1.2.3"));
+    }
+
+    #[test]
+    fn cidrs_parse_and_match() {
+        let net = Cidr::parse("10.0.0.0/8").unwrap();
+        assert!(net.contains(ip("10.200.1.1")));
+        assert!(net.contains(ip("::ffff:10.0.0.1")));
+        assert!(!net.contains(ip("11.0.0.1")));
+        assert!(!net.contains(ip("::1")));
+        assert!(Cidr::parse("::1").unwrap().contains(ip("::1")));
+        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains(ip("8.8.8.8")));
+        for bad in ["10.0.0.0/33", "10.0.0.0/x", "nonsense", "", "::/129"] {
+            let err = Cidr::parse(bad).unwrap_err();
+            assert_eq!(err.code(), "parse_error");
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn forwarding_headers_are_believed_only_from_trusted_proxies() {
+        let trusted = TrustedProxies::Cidrs(vec![Cidr::parse("10.0.0.0/8").unwrap()]);
+        let proxy = ip("10.0.0.5");
+        let stranger = ip("198.51.100.1");
+        let xff = Some("203.0.113.9, 10.0.0.7");
+        // Spoofed by an untrusted peer: ignored.
+        assert_eq!(client_ip(stranger, xff, None, &trusted), stranger);
+        // From the trusted chain: the first untrusted hop.
+        assert_eq!(client_ip(proxy, xff, None, &trusted), ip("203.0.113.9"));
+        // A client that prepends its own fake entry does not get past the
+        // first untrusted hop.
+        let spoofed = Some("1.2.3.4, 203.0.113.9, 10.0.0.7");
+        assert_eq!(client_ip(proxy, spoofed, None, &trusted), ip("203.0.113.9"));
+        // Garbage ends the walk at the last hop that could be read.
+        assert_eq!(
+            client_ip(proxy, Some("garbage, 10.0.0.7"), None, &trusted),
+            ip("10.0.0.7")
+        );
+        assert_eq!(client_ip(proxy, Some(""), None, &trusted), proxy);
+        // Hop counts.
+        assert_eq!(
+            client_ip(proxy, xff, None, &TrustedProxies::Hops(1)),
+            ip("10.0.0.7")
+        );
+        assert_eq!(
+            client_ip(proxy, xff, None, &TrustedProxies::Hops(2)),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            client_ip(proxy, xff, None, &TrustedProxies::Hops(9)),
+            ip("203.0.113.9")
+        );
+        assert_eq!(client_ip(proxy, xff, None, &TrustedProxies::Hops(0)), proxy);
+        // Forwarded, with ports, brackets and quotes.
+        let fwd = Some(r#"for="[2001:db8::1]:4711";proto=https, for=10.0.0.7:8080"#);
+        assert_eq!(client_ip(proxy, xff, fwd, &trusted), ip("2001:db8::1"));
+        assert_eq!(
+            client_ip(proxy, None, Some("for=unknown, for=10.0.0.7"), &trusted),
+            ip("10.0.0.7")
+        );
+        // Never by default.
+        assert_eq!(client_ip(proxy, xff, fwd, &TrustedProxies::None), proxy);
+    }
+}
