@@ -10,6 +10,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::core::WordMath;
 use crate::gcra::{MAX_TAT, Params};
+use crate::limiter::Permit;
 use crate::sliding::Sliding;
 use crate::state::update;
 use crate::sync::{AtomicU64, Ordering, RwLock};
@@ -164,6 +165,24 @@ impl Math {
             Math::Bucket(p) => p.tau(),
             Math::Fixed(f) => f.window,
             Math::Sliding(s) => 2 * s.window,
+        }
+    }
+
+    /// Where an admission of `n` at `now` on `state` landed.
+    fn mark(self, state: u64, now: u64, n: u64) -> u64 {
+        match self {
+            Math::Bucket(p) => p.admit(state, now, n).unwrap_or(state),
+            Math::Fixed(f) => f.mark(state, f.at(now), n),
+            Math::Sliding(s) => s.mark(state, s.at(now), n),
+        }
+    }
+
+    /// `state` after giving back `n` admitted at `mark`.
+    fn release(self, state: u64, mark: u64, n: u64) -> Option<u64> {
+        match self {
+            Math::Bucket(p) => Some(p.cancel(state, mark, n)),
+            Math::Fixed(f) => WordMath::release(f, state, mark, n),
+            Math::Sliding(s) => WordMath::release(s, state, mark, n),
         }
     }
 
@@ -400,9 +419,14 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         }
     }
 
-    /// Decides on one key's word.
+    /// Decides on one key's word; a permit to give the admission back.
     #[inline]
-    fn decide(&self, word: &AtomicU64, n: u64, now: u64) -> Result<Decision, Error> {
+    fn decide(
+        &self,
+        word: &AtomicU64,
+        n: u64,
+        now: u64,
+    ) -> Result<(Decision, Option<Permit>), Error> {
         // The tier never changes under a read lock (set_tier writes it under
         // the shard's write lock), so it can be read once.
         // Ordering: Relaxed — only the tier bits are used from this load.
@@ -418,7 +442,13 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let (seen, allowed) = update(word, |w| {
             math.admit(w & STATE_MASK, now, n).map(|next| next | tag)
         });
-        Ok(math.decision(seen & STATE_MASK, now, n, allowed))
+        let state = seen & STATE_MASK;
+        let permit = allowed.then(|| Permit {
+            n,
+            mark: math.mark(state, now, n),
+            aux: tier as u64,
+        });
+        Ok((math.decision(state, now, n, allowed), permit))
     }
 
     /// Takes one for `key` now. See [`check_n_at`](Self::check_n_at).
@@ -458,6 +488,22 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// callback names a tier that does not exist.
     #[inline]
     pub fn check_n_at(&self, key: &K, n: u64, now: u64) -> Result<Decision, Error> {
+        self.acquire_n_at(key, n, now).map(|(decision, _)| decision)
+    }
+
+    /// Like [`check_n_at`](Self::check_n_at), and when allowed also returns a
+    /// [`Permit`] with which [`release`](Self::release) gives the admission
+    /// back — to check several policies all-or-nothing.
+    ///
+    /// # Errors
+    /// As [`check_n_at`](Self::check_n_at).
+    #[inline]
+    pub fn acquire_n_at(
+        &self,
+        key: &K,
+        n: u64,
+        now: u64,
+    ) -> Result<(Decision, Option<Permit>), Error> {
         let now = now.min(MAX_TIME_NANOS);
         let (hash, shard) = self.locate(key);
         {
@@ -477,7 +523,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         shard: &RwLock<Shard<K>>,
         n: u64,
         now: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<(Decision, Option<Permit>), Error> {
         let tier = self.tier_of_new(key)?;
         let limit = self.tiers[tier].limit();
         if n > limit {
@@ -547,6 +593,26 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
             }
         }
         shard.table.len() < shard.cap
+    }
+
+    /// Gives back what an [`acquire_n_at`](Self::acquire_n_at) for `key`
+    /// took, as the key's algorithm allows (a token bucket keeps what later
+    /// takers depend on; a window gives back while the window still counts).
+    /// Nothing if the key was dropped or changed tier meanwhile.
+    pub fn release(&self, key: &K, permit: Permit) {
+        let (hash, shard) = self.locate(key);
+        let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
+            update(word, |w| {
+                let tier = w >> TIER_SHIFT;
+                if tier != permit.aux {
+                    return None;
+                }
+                let math = self.tiers[tier as usize];
+                math.release(w & STATE_MASK, permit.mark, permit.n)
+                    .map(|state| state | (tier << TIER_SHIFT))
+            });
+        }
     }
 
     /// How many `key` could take now (its full limit if untracked).

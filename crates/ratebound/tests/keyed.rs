@@ -255,3 +255,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn acquire_and_release_give_an_admission_back() {
+    let clock = ManualClock::new();
+    let burst = KeyedLimiter::new(bucket("10/s burst 3"))
+        .unwrap()
+        .with_clock(clock.clone());
+    let hourly = KeyedLimiter::new(KeyedAlgorithm::FixedWindow {
+        limit: 2,
+        window: Duration::from_secs(3600),
+    })
+    .unwrap()
+    .with_clock(clock.clone());
+    let key = "k".to_string();
+    let now = clock.now();
+    // Two requests pass both policies; the third is refused by the hourly
+    // one, and the burst policy's token is given back.
+    for _ in 0..3 {
+        let (a, permit) = burst.acquire_n_at(&key, 1, now).unwrap();
+        assert!(a.is_allowed());
+        let b = hourly.check_at(&key, now).unwrap();
+        if !b.is_allowed() {
+            burst.release(&key, permit.unwrap());
+        }
+    }
+    assert_eq!(
+        burst.available(&key),
+        1,
+        "3 - 2 admitted; the refused one's token came back"
+    );
+    assert_eq!(hourly.available(&key), 0);
+    let (_, permit) = hourly.acquire_n_at(&key, 0, now).unwrap();
+    hourly.release(&key, permit.unwrap());
+    assert_eq!(hourly.available(&key), 0, "releasing nothing gives nothing");
+}
