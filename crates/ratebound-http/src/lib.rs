@@ -1,0 +1,589 @@
+//! A tower [`Layer`] that rate-limits HTTP requests per key with ratebound:
+//! refusals are `429 Too Many Requests` with an honest `Retry-After` (whole
+//! seconds, rounded **up**) and the IETF `RateLimit-Policy` / `RateLimit`
+//! fields; an optional concurrency cap sheds load with `503` before the inner
+//! service runs. Works with axum (`Router::layer`), hyper services and tonic.
+//!
+//! Every decision is made by the core crate (`ratebound::KeyedLimiter`,
+//! `ratebound::http`); this crate is only the tower glue.
+//!
+//! # Examples
+//! ```
+//! use axum::{Router, routing::get};
+//! use ratebound::Quota;
+//! use ratebound_http::{KeySource, RateLimitLayer};
+//!
+//! let layer = RateLimitLayer::builder()
+//!     .policy("burst", Quota::parse("10/s burst 20")?)
+//!     .policy("hourly", Quota::parse("1000/hour")?)
+//!     .key(KeySource::header("x-api-key")?)
+//!     .build()?;
+//! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+//! # Ok::<(), ratebound::Error>(())
+//! ```
+//!
+//! # Keys
+//! [`KeySource`] picks the key: a header, the client IP, or a closure over
+//! the request. IP keys group IPv6 addresses by a prefix (default /64, so one
+//! host cannot rotate through its addresses) and read `X-Forwarded-For` /
+//! `Forwarded` only from configured trusted proxies. The peer address comes
+//! from axum's `ConnectInfo<SocketAddr>` or a [`PeerAddr`] extension. A
+//! request without a key follows [`MissingKey`]: by default it falls back to
+//! the client IP — one shared bucket for every keyless client would let one
+//! of them lock all the others out. Keys longer than 256 bytes are replaced
+//! by a keyed hash of themselves (so a 64 KiB header costs no more memory
+//! than a short one); non-UTF-8 bytes are hex-escaped.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use ratebound::http::{
+    Policy, TrustedProxies, client_ip, ip_key, legacy_headers, ratelimit, ratelimit_policy,
+    retry_after_secs,
+};
+use ratebound::{
+    Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, MonotonicClock, Overflow, Quota,
+};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// The peer's socket address, for servers that are not axum: insert it into
+/// the request's extensions (axum's `ConnectInfo<SocketAddr>` is read too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+type Limiter = KeyedLimiter<String, Arc<dyn Clock>>;
+type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
+/// Where a request's key comes from.
+#[derive(Clone)]
+pub enum KeySource {
+    /// A request header (e.g. `X-API-Key`); absent or empty means no key.
+    Header(HeaderName),
+    /// The client IP (see the crate docs on proxies and IPv6 grouping).
+    ClientIp,
+    /// A closure over the request head; `None` means no key.
+    Custom(KeyFn),
+}
+
+impl KeySource {
+    /// Keys from the header `name`.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for an invalid header name.
+    pub fn header(name: &str) -> Result<KeySource, Error> {
+        HeaderName::try_from(name)
+            .map(KeySource::Header)
+            .map_err(|_| Error::Parse {
+                input: name.to_string(),
+                reason: "not a valid HTTP header name",
+            })
+    }
+
+    /// Keys from a closure over the request head.
+    pub fn custom(f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> KeySource {
+        KeySource::Custom(Arc::new(f))
+    }
+}
+
+/// What to do with a request that has no key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Limit it by client IP (the default).
+    FallBackToIp,
+    /// Put every keyless request in one shared bucket.
+    SharedAnonymous,
+    /// Refuse it with this status (e.g. 401 or 400).
+    Reject(StatusCode),
+}
+
+/// Which quota headers to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaHeaders {
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10), the default.
+    Draft,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (of the most restrictive policy).
+    Legacy,
+    /// None (a 429 still carries `Retry-After`).
+    Off,
+}
+
+/// The body of a refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalBody {
+    /// `text/plain`, one line (the default).
+    Text,
+    /// `application/problem+json` (RFC 9457).
+    ProblemJson,
+}
+
+struct Shared {
+    policies: Vec<(Policy, Limiter)>,
+    policy_field: HeaderValue,
+    key: KeySource,
+    missing: MissingKey,
+    trusted: TrustedProxies,
+    v6_prefix: u8,
+    exempt: Option<Predicate>,
+    critical: Option<Predicate>,
+    shed: Option<Arc<Semaphore>>,
+    headers: QuotaHeaders,
+    body: RefusalBody,
+    long_keys: RandomState,
+}
+
+/// Builds a [`RateLimitLayer`].
+pub struct Builder {
+    quotas: Vec<(String, Quota)>,
+    clock: Arc<dyn Clock>,
+    max_keys: Option<(usize, Overflow)>,
+    key: KeySource,
+    missing: MissingKey,
+    trusted: TrustedProxies,
+    v6_prefix: u8,
+    exempt: Option<Predicate>,
+    critical: Option<Predicate>,
+    concurrency: Option<usize>,
+    headers: QuotaHeaders,
+    body: RefusalBody,
+}
+
+impl Builder {
+    /// Adds a token-bucket policy per key; several policies must all admit.
+    pub fn policy(mut self, name: &str, quota: Quota) -> Self {
+        self.quotas.push((name.to_string(), quota));
+        self
+    }
+
+    /// Where keys come from (default: [`KeySource::ClientIp`]).
+    pub fn key(mut self, key: KeySource) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// What a request without a key gets (default: [`MissingKey::FallBackToIp`]).
+    pub fn missing_key(mut self, missing: MissingKey) -> Self {
+        self.missing = missing;
+        self
+    }
+
+    /// Whose forwarding headers to believe (default: nobody's).
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted = trusted;
+        self
+    }
+
+    /// How many leading bits of an IPv6 address make one client (default 64).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.v6_prefix = bits;
+        self
+    }
+
+    /// Caps the keys tracked per policy (default: uncapped).
+    pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
+        self.max_keys = Some((max_keys, overflow));
+        self
+    }
+
+    /// Requests for which `f` is true bypass limiting and shedding (health
+    /// checks, internal callers).
+    pub fn exempt(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.exempt = Some(Arc::new(f));
+        self
+    }
+
+    /// At most `limit` requests in the inner service at once; the rest are
+    /// refused at once with 503 and `Retry-After: 1` — never queued.
+    pub fn concurrency_limit(mut self, limit: usize) -> Self {
+        self.concurrency = Some(limit);
+        self
+    }
+
+    /// Requests for which `f` is true are never shed by the concurrency
+    /// limit (they still count toward it).
+    pub fn critical(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.critical = Some(Arc::new(f));
+        self
+    }
+
+    /// Which quota headers to send (default: [`QuotaHeaders::Draft`]).
+    pub fn quota_headers(mut self, headers: QuotaHeaders) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// The body of a 429 (default: [`RefusalBody::Text`]).
+    pub fn refusal_body(mut self, body: RefusalBody) -> Self {
+        self.body = body;
+        self
+    }
+
+    /// The clock the limiters read (default: `MonotonicClock`).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    /// [`Error::NoLimiters`] without a policy (unless a concurrency limit is
+    /// all you want: then add none and set `concurrency_limit`); the
+    /// policies' own errors ([`Error::Parse`] for a name that is not
+    /// printable ASCII).
+    pub fn build(self) -> Result<RateLimitLayer, Error> {
+        if self.quotas.is_empty() && self.concurrency.is_none() {
+            return Err(Error::NoLimiters);
+        }
+        let mut policies = Vec::new();
+        for (name, quota) in &self.quotas {
+            let policy = Policy::for_quota(name, *quota)?;
+            let mut limiter = KeyedLimiter::new(KeyedAlgorithm::TokenBucket(*quota))?
+                .with_clock(self.clock.clone());
+            if let Some((max, overflow)) = self.max_keys {
+                limiter = limiter.with_max_keys(max, overflow)?;
+            }
+            policies.push((policy, limiter));
+        }
+        let field: Vec<Policy> = policies.iter().map(|(p, _)| p.clone()).collect();
+        let policy_field = HeaderValue::from_str(&ratelimit_policy(&field))
+            .unwrap_or_else(|_| HeaderValue::from_static(""));
+        Ok(RateLimitLayer {
+            shared: Arc::new(Shared {
+                policies,
+                policy_field,
+                key: self.key,
+                missing: self.missing,
+                trusted: self.trusted,
+                v6_prefix: self.v6_prefix,
+                exempt: self.exempt,
+                critical: self.critical,
+                shed: self.concurrency.map(|n| Arc::new(Semaphore::new(n))),
+                headers: self.headers,
+                body: self.body,
+                long_keys: RandomState::new(),
+            }),
+        })
+    }
+}
+
+/// The tower layer; see the crate docs.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    /// A builder with no policies, client-IP keys and draft headers.
+    pub fn builder() -> Builder {
+        Builder {
+            quotas: Vec::new(),
+            clock: Arc::new(MonotonicClock::new()),
+            max_keys: None,
+            key: KeySource::ClientIp,
+            missing: MissingKey::FallBackToIp,
+            trusted: TrustedProxies::None,
+            v6_prefix: 64,
+            exempt: None,
+            critical: None,
+            concurrency: None,
+            headers: QuotaHeaders::Draft,
+            body: RefusalBody::Text,
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service the layer wraps around `S`.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+/// The longest key kept as it is; longer ones are hashed.
+const MAX_KEY_BYTES: usize = 256;
+
+/// What the layer decided before the inner service.
+enum Verdict {
+    Pass(Vec<Decision>),
+    Refuse(Response<Bytes>),
+}
+
+impl Shared {
+    fn client_ip(&self, parts: &Parts) -> Option<IpAddr> {
+        let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
+        #[cfg(feature = "axum")]
+        let peer = peer.or_else(|| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0)
+        });
+        let peer = peer?.ip();
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let ip = client_ip(
+            peer,
+            header("x-forwarded-for"),
+            header("forwarded"),
+            &self.trusted,
+        );
+        Some(ip_key(ip, self.v6_prefix))
+    }
+
+    /// The request's key, or the status to refuse a keyless request with.
+    fn key(&self, parts: &Parts) -> Result<String, StatusCode> {
+        let raw = match &self.key {
+            KeySource::Header(name) => parts
+                .headers
+                .get(name)
+                .map(|v| escape(v.as_bytes()))
+                .filter(|k| !k.is_empty()),
+            KeySource::ClientIp => self.client_ip(parts).map(|ip| format!("ip:{ip}")),
+            KeySource::Custom(f) => f(parts),
+        };
+        let key = match raw {
+            Some(k) => format!("k:{k}"),
+            None => match self.missing {
+                MissingKey::FallBackToIp => match self.client_ip(parts) {
+                    Some(ip) => format!("ip:{ip}"),
+                    None => "anonymous".to_string(),
+                },
+                MissingKey::SharedAnonymous => "anonymous".to_string(),
+                MissingKey::Reject(status) => return Err(status),
+            },
+        };
+        Ok(if key.len() > MAX_KEY_BYTES {
+            format!("h:{:016x}:{}", self.long_keys.hash_one(&key), key.len())
+        } else {
+            key
+        })
+    }
+
+    fn decide(&self, parts: &Parts) -> Verdict {
+        if self.policies.is_empty() {
+            return Verdict::Pass(Vec::new());
+        }
+        let key = match self.key(parts) {
+            Ok(k) => k,
+            Err(status) => {
+                return Verdict::Refuse(plain(status, "a key is required for this endpoint\n"));
+            }
+        };
+        let mut decisions = Vec::with_capacity(self.policies.len());
+        let mut permits = Vec::with_capacity(self.policies.len());
+        let mut refused = false;
+        for (_, limiter) in &self.policies {
+            match limiter.acquire_n_at(&key, 1, limiter.clock().now()) {
+                Ok((d, permit)) => {
+                    refused |= !d.is_allowed();
+                    decisions.push(d);
+                    permits.push(permit);
+                }
+                Err(Error::TooManyKeys { .. }) => {
+                    self.release(&key, permits);
+                    let mut r = plain(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "too many clients are being tracked; try again shortly\n",
+                    );
+                    r.headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                    return Verdict::Refuse(r);
+                }
+                Err(_) => {
+                    self.release(&key, permits);
+                    return Verdict::Refuse(plain(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "rate limiter misconfigured\n",
+                    ));
+                }
+            }
+        }
+        if !refused {
+            return Verdict::Pass(decisions);
+        }
+        // All or nothing: give back what the admitting policies took.
+        self.release(&key, permits);
+        let wait = decisions
+            .iter()
+            .filter(|d| !d.is_allowed())
+            .map(|d| d.retry_after())
+            .max()
+            .unwrap_or(Duration::ZERO);
+        Verdict::Refuse(self.refusal(wait, &decisions))
+    }
+
+    fn release(&self, key: &String, permits: Vec<Option<ratebound::Permit>>) {
+        for ((_, limiter), permit) in self.policies.iter().zip(permits) {
+            if let Some(permit) = permit {
+                limiter.release(key, permit);
+            }
+        }
+    }
+
+    fn refusal(&self, wait: Duration, decisions: &[Decision]) -> Response<Bytes> {
+        let secs = retry_after_secs(wait).max(1);
+        let mut response = match self.body {
+            RefusalBody::Text => plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!("rate limit exceeded; retry in {secs} s\n"),
+            ),
+            RefusalBody::ProblemJson => {
+                let body = format!(
+                    "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+                     \"detail\":\"rate limit exceeded; retry in {secs} s\",\"retry_after\":{secs}}}"
+                );
+                let mut r = Response::new(Bytes::from(body));
+                *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/problem+json"),
+                );
+                r
+            }
+        };
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+        self.quota_headers(response.headers_mut(), decisions);
+        response
+    }
+
+    fn quota_headers(&self, headers: &mut http::HeaderMap, decisions: &[Decision]) {
+        match self.headers {
+            QuotaHeaders::Off => {}
+            QuotaHeaders::Draft => {
+                let entries: Vec<(&Policy, Decision)> = self
+                    .policies
+                    .iter()
+                    .map(|(p, _)| p)
+                    .zip(decisions.iter().copied())
+                    .collect();
+                if let Ok(v) = HeaderValue::from_str(&ratelimit(&entries)) {
+                    headers.insert("ratelimit", v);
+                }
+                headers.insert("ratelimit-policy", self.policy_field.clone());
+            }
+            QuotaHeaders::Legacy => {
+                if let Some(tightest) = decisions.iter().min_by_key(|d| d.remaining()) {
+                    for (name, value) in legacy_headers(tightest) {
+                        if let Ok(v) = HeaderValue::from_str(&value) {
+                            headers.insert(name, v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A slot in the inner service, or `None` when the cap is reached and the
+    /// request is not critical.
+    fn admit_concurrency(&self, parts: &Parts) -> Result<Option<OwnedSemaphorePermit>, ()> {
+        let Some(shed) = &self.shed else {
+            return Ok(None);
+        };
+        match shed.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(_) if self.critical.as_ref().is_some_and(|f| f(parts)) => Ok(None),
+            Err(_) => Err(()),
+        }
+    }
+}
+
+/// Non-UTF-8 header bytes, hex-escaped so distinct keys stay distinct.
+fn escape(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => bytes.iter().map(|b| format!("%{b:02x}")).collect(),
+    }
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Bytes> {
+    let mut r = Response::new(Bytes::from(text.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn convert<B: From<Bytes>>(response: Response<Bytes>) -> Response<B> {
+    response.map(B::from)
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: From<Bytes> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResBody>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The inner service that was polled ready goes with this call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        let (parts, body) = request.into_parts();
+        if shared.exempt.as_ref().is_some_and(|f| f(&parts)) {
+            return Box::pin(inner.call(Request::from_parts(parts, body)));
+        }
+        // Shedding first: a saturated service refuses before any token is spent.
+        let slot = match shared.admit_concurrency(&parts) {
+            Ok(slot) => slot,
+            Err(()) => {
+                let mut r = plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server busy; try again shortly\n",
+                );
+                r.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                return Box::pin(std::future::ready(Ok(convert(r))));
+            }
+        };
+        let decisions = match shared.decide(&parts) {
+            Verdict::Pass(decisions) => decisions,
+            Verdict::Refuse(r) => return Box::pin(std::future::ready(Ok(convert(r)))),
+        };
+        let future = inner.call(Request::from_parts(parts, body));
+        Box::pin(async move {
+            let mut response = future.await?;
+            drop(slot);
+            shared.quota_headers(response.headers_mut(), &decisions);
+            Ok(response)
+        })
+    }
+}

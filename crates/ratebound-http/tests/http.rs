@@ -1,0 +1,402 @@
+//! The layer over real HTTP: an axum server on 127.0.0.1 and hyper's client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ratebound::http::{Cidr, TrustedProxies};
+use ratebound::{ManualClock, Quota};
+use ratebound_http::{KeySource, QuotaHeaders, RateLimitLayer, RefusalBody};
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    addr
+}
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn get_with(
+    client: &HttpClient,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &[u8])],
+) -> (StatusCode, HeaderMap, String) {
+    let mut request = Request::get(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/health", get(|| async { "healthy" }))
+        .layer(layer)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers.get(name).map_or("", |v| v.to_str().unwrap())
+}
+
+#[tokio::test]
+async fn design_scenario_2_over_http_and_retry_after_is_honest() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder()
+        .policy("default", Quota::parse("1/s burst 2").unwrap())
+        .key(KeySource::header("x-api-key").unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let c = client();
+    let alice: &[(&str, &[u8])] = &[("x-api-key", b"alice")];
+    let bob: &[(&str, &[u8])] = &[("x-api-key", b"bob")];
+
+    let (s1, h1, _) = get_with(&c, addr, "/", alice).await;
+    let (s2, _, _) = get_with(&c, addr, "/", alice).await;
+    let (s3, h3, body) = get_with(&c, addr, "/", alice).await;
+    let (s4, _, _) = get_with(&c, addr, "/", bob).await;
+    assert_eq!(
+        [s1, s2, s3, s4],
+        [200, 200, 429, 200].map(|s| StatusCode::from_u16(s).unwrap())
+    );
+    assert_eq!(header(&h3, "retry-after"), "1");
+    assert!(body.contains("retry in 1 s"), "{body}");
+    assert_eq!(header(&h1, "ratelimit-policy"), r#""default";q=2;w=2"#);
+    assert_eq!(header(&h1, "ratelimit"), r#""default";r=1;t=1"#);
+    assert_eq!(header(&h3, "ratelimit"), r#""default";r=0;t=2"#);
+
+    // Waiting exactly Retry-After seconds is enough.
+    clock.advance(Duration::from_secs(1));
+    let (s5, _, _) = get_with(&c, addr, "/", alice).await;
+    assert_eq!(s5, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn retry_after_is_never_earlier_than_the_exact_wait_at_sub_second_rates() {
+    for (rate, burst) in [(0.3, 1u64), (2.5, 2)] {
+        let quota = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+        let clock = ManualClock::new();
+        let layer = RateLimitLayer::builder()
+            .policy("p", quota)
+            .key(KeySource::header("x-api-key").unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let addr = serve(app(layer)).await;
+        let c = client();
+        let key: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+        for round in 0..5 {
+            // Spend the burst, then read the refusal.
+            let mut refusal = None;
+            for _ in 0..=burst {
+                let (status, headers, _) = get_with(&c, addr, "/", key).await;
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    refusal = Some(headers);
+                    break;
+                }
+            }
+            let headers = refusal.unwrap_or_else(|| panic!("{rate}/s round {round}: no refusal"));
+            let secs: u64 = header(&headers, "retry-after").parse().unwrap();
+            // The exact wait for one token from empty is T; the header must
+            // not be earlier, and is at most a second later.
+            let exact = quota.emission_interval();
+            assert!(
+                Duration::from_secs(secs) >= exact,
+                "{rate}/s: {secs} s < {exact:?}"
+            );
+            assert!(Duration::from_secs(secs) < exact + Duration::from_secs(1));
+            clock.advance(Duration::from_secs(secs));
+            let (status, _, _) = get_with(&c, addr, "/", key).await;
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{rate}/s round {round}: refused after Retry-After"
+            );
+            clock.advance(Duration::from_secs(60));
+        }
+    }
+}
+
+#[tokio::test]
+async fn forwarding_headers_count_only_from_trusted_proxies() {
+    let quota = Quota::parse("1/hour burst 1").unwrap();
+    let spoof1: &[(&str, &[u8])] = &[("x-forwarded-for", b"203.0.113.1")];
+    let spoof2: &[(&str, &[u8])] = &[("x-forwarded-for", b"203.0.113.2")];
+
+    // Untrusted (the default): the header is ignored, both share the peer's bucket.
+    let untrusted = RateLimitLayer::builder()
+        .policy("p", quota)
+        .build()
+        .unwrap();
+    let addr = serve(app(untrusted)).await;
+    let c = client();
+    assert_eq!(get_with(&c, addr, "/", spoof1).await.0, StatusCode::OK);
+    assert_eq!(
+        get_with(&c, addr, "/", spoof2).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Loopback trusted as a proxy: each forwarded client has its own bucket,
+    // and IPv6 clients are grouped by /64.
+    let trusted = RateLimitLayer::builder()
+        .policy("p", quota)
+        .trusted_proxies(TrustedProxies::Cidrs(vec![
+            Cidr::parse("127.0.0.0/8").unwrap(),
+        ]))
+        .build()
+        .unwrap();
+    let addr = serve(app(trusted)).await;
+    assert_eq!(get_with(&c, addr, "/", spoof1).await.0, StatusCode::OK);
+    assert_eq!(get_with(&c, addr, "/", spoof2).await.0, StatusCode::OK);
+    assert_eq!(
+        get_with(&c, addr, "/", spoof1).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let v6a: &[(&str, &[u8])] = &[("x-forwarded-for", b"2001:db8:1:2::a")];
+    let v6b: &[(&str, &[u8])] = &[("x-forwarded-for", b"2001:db8:1:2:ffff::b")];
+    let v6c: &[(&str, &[u8])] = &[("x-forwarded-for", b"2001:db8:1:3::a")];
+    assert_eq!(get_with(&c, addr, "/", v6a).await.0, StatusCode::OK);
+    assert_eq!(
+        get_with(&c, addr, "/", v6b).await.0,
+        StatusCode::TOO_MANY_REQUESTS,
+        "same /64"
+    );
+    assert_eq!(
+        get_with(&c, addr, "/", v6c).await.0,
+        StatusCode::OK,
+        "another /64"
+    );
+}
+
+#[tokio::test]
+async fn several_policies_lose_no_tokens_when_one_refuses() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder()
+        .policy("daily", Quota::parse("1/hour burst 5").unwrap())
+        .policy("rate", Quota::parse("2/s burst 2").unwrap())
+        .key(KeySource::header("x-api-key").unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let c = client();
+    let key: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+    for _ in 0..2 {
+        assert_eq!(get_with(&c, addr, "/", key).await.0, StatusCode::OK);
+    }
+    // "rate" refuses five times; "daily" must give each token back.
+    for _ in 0..5 {
+        let (status, headers, _) = get_with(&c, addr, "/", key).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&headers, "retry-after"), "1");
+    }
+    clock.advance(Duration::from_secs(1));
+    let (status, _, _) = get_with(&c, addr, "/", key).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, headers, _) = get_with(&c, addr, "/", key).await;
+    assert_eq!(status, StatusCode::OK);
+    // 5 − 4 admitted = 1 left of the daily burst: nothing was lost.
+    assert!(
+        header(&headers, "ratelimit").starts_with(r#""daily";r=1;"#),
+        "{headers:?}"
+    );
+    assert_eq!(
+        header(&headers, "ratelimit-policy"),
+        r#""daily";q=5;w=18000, "rate";q=2;w=1"#
+    );
+}
+
+#[tokio::test]
+async fn a_saturated_service_sheds_at_once_and_lets_critical_requests_through() {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (f, p) = (in_flight.clone(), peak.clone());
+    let layer = RateLimitLayer::builder()
+        .concurrency_limit(4)
+        .critical(|parts| parts.headers.contains_key("x-critical"))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (f, p) = (f.clone(), p.clone());
+                async move {
+                    let now = f.fetch_add(1, Ordering::SeqCst) + 1;
+                    p.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    f.fetch_sub(1, Ordering::SeqCst);
+                    "slow"
+                }
+            }),
+        )
+        .layer(layer);
+    let addr = serve(app).await;
+    let c = client();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let (status, headers, _) = get_with(&c, addr, "/", &[]).await;
+                (
+                    status,
+                    header(&headers, "retry-after").to_string(),
+                    start.elapsed(),
+                )
+            })
+        })
+        .collect();
+    // While the four slow ones run, a critical request still passes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let critical = get_with(&c, addr, "/", &[("x-critical", b"1")]).await.0;
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    let ok = results.iter().filter(|r| r.0 == StatusCode::OK).count();
+    let mut shed: Vec<Duration> = results
+        .iter()
+        .filter(|r| r.0 == StatusCode::SERVICE_UNAVAILABLE)
+        .map(|r| {
+            assert_eq!(r.1, "1");
+            r.2
+        })
+        .collect();
+    assert_eq!(ok, 4, "exactly the cap ran");
+    assert_eq!(shed.len(), 46);
+    assert_eq!(critical, StatusCode::OK);
+    assert!(peak.load(Ordering::SeqCst) <= 5, "4 + the critical one");
+    shed.sort();
+    let p99 = shed[(shed.len() * 99).div_ceil(100) - 1];
+    println!("503 latency p99 {p99:?} (max {:?})", shed.last().unwrap());
+    assert!(
+        p99 < Duration::from_millis(50),
+        "refusals must not wait for the slow handler: {p99:?}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_keys_get_a_defined_answer_and_exemptions_bypass() {
+    let layer = RateLimitLayer::builder()
+        .policy("p", Quota::parse("1/hour burst 1").unwrap())
+        .key(KeySource::header("x-api-key").unwrap())
+        .exempt(|parts| parts.uri.path() == "/health")
+        .refusal_body(RefusalBody::ProblemJson)
+        .quota_headers(QuotaHeaders::Legacy)
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let c = client();
+    let huge = vec![b'a'; 16 * 1024];
+    let binary: &[u8] = &[0xff, 0xfe, b'x'];
+    for key in [&huge[..], binary, b"  spaces  "] {
+        let headers: &[(&str, &[u8])] = &[("x-api-key", key)];
+        assert_eq!(get_with(&c, addr, "/", headers).await.0, StatusCode::OK);
+        let (status, h, body) = get_with(&c, addr, "/", headers).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&h, "content-type"), "application/problem+json");
+        assert!(body.contains("\"status\":429"), "{body}");
+        assert_eq!(header(&h, "x-ratelimit-limit"), "1");
+        assert_eq!(header(&h, "x-ratelimit-remaining"), "0");
+    }
+    // Two long keys that differ only at the end are different keys.
+    let mut other = huge.clone();
+    *other.last_mut().unwrap() = b'b';
+    assert_eq!(
+        get_with(&c, addr, "/", &[("x-api-key", &other[..])])
+            .await
+            .0,
+        StatusCode::OK
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            get_with(&c, addr, "/health", &[("x-api-key", binary)])
+                .await
+                .0,
+            StatusCode::OK
+        );
+    }
+    assert!(
+        RateLimitLayer::builder().build().is_err(),
+        "no policy and no cap"
+    );
+    assert_eq!(
+        KeySource::header("bad header").err().unwrap().code(),
+        "parse_error"
+    );
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_follows_the_policy() {
+    use ratebound_http::MissingKey;
+    let quota = Quota::parse("1/hour burst 1").unwrap();
+    let c = client();
+    let none: &[(&str, &[u8])] = &[];
+    let keyed: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+    let build = |missing| {
+        RateLimitLayer::builder()
+            .policy("p", quota)
+            .key(KeySource::header("x-api-key").unwrap())
+            .missing_key(missing)
+            .build()
+            .unwrap()
+    };
+    // Reject: 401, and nothing is counted.
+    let addr = serve(app(build(MissingKey::Reject(StatusCode::UNAUTHORIZED)))).await;
+    for _ in 0..3 {
+        assert_eq!(
+            get_with(&c, addr, "/", none).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(get_with(&c, addr, "/", keyed).await.0, StatusCode::OK);
+    // Fall back to the IP (the default): keyless requests get the peer's bucket,
+    // separate from the keyed one.
+    let addr = serve(app(build(MissingKey::FallBackToIp))).await;
+    assert_eq!(get_with(&c, addr, "/", none).await.0, StatusCode::OK);
+    assert_eq!(get_with(&c, addr, "/", keyed).await.0, StatusCode::OK);
+    assert_eq!(
+        get_with(&c, addr, "/", none).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // An empty header is no key either.
+    assert_eq!(
+        get_with(&c, addr, "/", &[("x-api-key", b"")]).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
