@@ -356,27 +356,41 @@ impl Shared {
     }
 
     /// The request's key, or the status to refuse a keyless request with.
+    /// One allocation: prefixes keep header, custom and IP keys apart.
     fn key(&self, parts: &Parts) -> Result<String, StatusCode> {
-        let raw = match &self.key {
-            KeySource::Header(name) => parts
-                .headers
-                .get(name)
-                .map(|v| escape(v.as_bytes()))
-                .filter(|k| !k.is_empty()),
-            KeySource::ClientIp => self.client_ip(parts).map(|ip| format!("ip:{ip}")),
-            KeySource::Custom(f) => f(parts),
-        };
-        let key = match raw {
-            Some(k) => format!("k:{k}"),
-            None => match self.missing {
+        use std::fmt::Write as _;
+        let mut key = String::with_capacity(48);
+        match &self.key {
+            KeySource::Header(name) => {
+                if let Some(v) = parts.headers.get(name).filter(|v| !v.is_empty()) {
+                    key.push_str("k:");
+                    push_escaped(&mut key, v.as_bytes());
+                }
+            }
+            KeySource::ClientIp => {
+                if let Some(ip) = self.client_ip(parts) {
+                    let _ = write!(key, "ip:{ip}");
+                }
+            }
+            KeySource::Custom(f) => {
+                if let Some(k) = f(parts) {
+                    key.push_str("k:");
+                    key.push_str(&k);
+                }
+            }
+        }
+        if key.is_empty() {
+            match self.missing {
                 MissingKey::FallBackToIp => match self.client_ip(parts) {
-                    Some(ip) => format!("ip:{ip}"),
-                    None => "anonymous".to_string(),
+                    Some(ip) => {
+                        let _ = write!(key, "ip:{ip}");
+                    }
+                    None => key.push_str("anonymous"),
                 },
-                MissingKey::SharedAnonymous => "anonymous".to_string(),
+                MissingKey::SharedAnonymous => key.push_str("anonymous"),
                 MissingKey::Reject(status) => return Err(status),
-            },
-        };
+            }
+        }
         Ok(if key.len() > MAX_KEY_BYTES {
             format!("h:{:016x}:{}", self.long_keys.hash_one(&key), key.len())
         } else {
@@ -477,13 +491,12 @@ impl Shared {
         match self.headers {
             QuotaHeaders::Off => {}
             QuotaHeaders::Draft => {
-                let entries: Vec<(&Policy, Decision)> = self
+                let entries = self
                     .policies
                     .iter()
                     .map(|(p, _)| p)
-                    .zip(decisions.iter().copied())
-                    .collect();
-                if let Ok(v) = HeaderValue::from_str(&ratelimit(&entries)) {
+                    .zip(decisions.iter().copied());
+                if let Ok(v) = HeaderValue::from_str(&ratelimit(entries)) {
                     headers.insert("ratelimit", v);
                 }
                 headers.insert("ratelimit-policy", self.policy_field.clone());
@@ -514,11 +527,18 @@ impl Shared {
     }
 }
 
-/// Non-UTF-8 header bytes, hex-escaped so distinct keys stay distinct.
-fn escape(bytes: &[u8]) -> String {
+/// Appends header bytes; non-UTF-8 values are hex-escaped whole (with a
+/// marker no UTF-8 value produces) so distinct keys stay distinct.
+fn push_escaped(out: &mut String, bytes: &[u8]) {
+    use std::fmt::Write as _;
     match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_string(),
-        Err(_) => bytes.iter().map(|b| format!("%{b:02x}")).collect(),
+        Ok(s) => out.push_str(s),
+        Err(_) => {
+            out.push('\u{0}');
+            for b in bytes {
+                let _ = write!(out, "{b:02x}");
+            }
+        }
     }
 }
 

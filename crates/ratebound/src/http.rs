@@ -109,13 +109,13 @@ pub fn ratelimit_policy(policies: &[Policy]) -> String {
 /// The `RateLimit` field value for each policy's decision, e.g.
 /// `"burst";r=0;t=1`: `r` = remaining, `t` = seconds until the quota is
 /// whole again, rounded up.
-pub fn ratelimit(entries: &[(&Policy, Decision)]) -> String {
-    let mut out = String::new();
-    for (i, (p, d)) in entries.iter().enumerate() {
+pub fn ratelimit<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decision)>) -> String {
+    let mut out = String::with_capacity(64);
+    for (i, (p, d)) in entries.into_iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        sf_string(&mut out, &p.name);
+        sf_string(&mut out, p.name());
         let _ = write!(
             out,
             ";r={};t={}",
@@ -381,7 +381,7 @@ mod tests {
             r#""burst";q=20;w=2, "hour\"ly";q=1000;w=3600"#
         );
         let d = Decision::counted(false, 20, 0, 1_500_000_000, 1_000_000_001);
-        assert_eq!(ratelimit(&[(&burst, d)]), r#""burst";r=0;t=2"#);
+        assert_eq!(ratelimit([(&burst, d)]), r#""burst";r=0;t=2"#);
         let legacy = legacy_headers(&d);
         assert_eq!(legacy[2], ("X-RateLimit-Reset", "2".to_string()));
         assert_eq!(
