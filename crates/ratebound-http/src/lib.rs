@@ -325,6 +325,14 @@ pub struct RateLimit<S> {
     shared: Arc<Shared>,
 }
 
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static LEGACY: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+];
+
 /// The longest key kept as it is; longer ones are hashed.
 const MAX_KEY_BYTES: usize = 256;
 
@@ -497,15 +505,15 @@ impl Shared {
                     .map(|(p, _)| p)
                     .zip(decisions.iter().copied());
                 if let Ok(v) = HeaderValue::from_str(&ratelimit(entries)) {
-                    headers.insert("ratelimit", v);
+                    headers.insert(RATELIMIT.clone(), v);
                 }
-                headers.insert("ratelimit-policy", self.policy_field.clone());
+                headers.insert(RATELIMIT_POLICY.clone(), self.policy_field.clone());
             }
             QuotaHeaders::Legacy => {
                 if let Some(tightest) = decisions.iter().min_by_key(|d| d.remaining()) {
-                    for (name, value) in legacy_headers(tightest) {
+                    for (name, (_, value)) in LEGACY.iter().zip(legacy_headers(tightest)) {
                         if let Ok(v) = HeaderValue::from_str(&value) {
-                            headers.insert(name, v);
+                            headers.insert(name.clone(), v);
                         }
                     }
                 }
