@@ -16,6 +16,9 @@ use ratebound::Quota;
 use ratebound_http::{KeySource, QuotaHeaders, RateLimitLayer};
 use tower_service::Service;
 
+/// One row: sends a request with this key, returns the status.
+type Row = Box<dyn FnMut(&str) -> u16>;
+
 /// The trivial handler: answers at once.
 #[derive(Clone)]
 struct Hello;
@@ -60,7 +63,7 @@ fn layer(headers: QuotaHeaders) -> RateLimitLayer {
 fn bench(c: &mut Criterion) {
     let keys: Vec<String> = (0..10_000).map(|i| format!("key-{i}")).collect();
     let mut group = c.benchmark_group("http_layer");
-    let mut cases: Vec<(&str, Box<dyn FnMut(&str) -> u16>)> = Vec::new();
+    let mut cases: Vec<(&str, Row)> = Vec::new();
     let mut bare = Hello;
     // The same request is built in every row, so the difference is the layer.
     cases.push((
