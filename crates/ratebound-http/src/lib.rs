@@ -30,9 +30,9 @@
 //! from axum's `ConnectInfo<SocketAddr>` or a [`PeerAddr`] extension. A
 //! request without a key follows [`MissingKey`]: by default it falls back to
 //! the client IP — one shared bucket for every keyless client would let one
-//! of them lock all the others out. Keys longer than 256 bytes are replaced
-//! by a keyed hash of themselves (so a 64 KiB header costs no more memory
-//! than a short one); non-UTF-8 bytes are hex-escaped.
+//! of them lock all the others out. Keys are stored as 128-bit keyed hashes
+//! of their bytes (two randomly seeded SipHash passes), so a 64 KiB or
+//! non-UTF-8 header costs what a short key does and no key is copied.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -66,7 +66,14 @@ use tower_service::Service;
 pub struct PeerAddr(pub SocketAddr);
 
 type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
-type Limiter = KeyedLimiter<String, Arc<dyn Clock>>;
+type Limiter = KeyedLimiter<Fingerprint, Arc<dyn Clock>>;
+
+/// A key as the tables store it: 128 bits from two independently, randomly
+/// seeded SipHash passes over a namespace byte and the key's bytes. No key is
+/// copied to the heap, a 64 KiB key costs what a short one does, and distinct
+/// byte strings (UTF-8 or not) stay distinct except with probability about
+/// n²/2^129 for n keys — which an outsider cannot steer, not knowing the seeds.
+type Fingerprint = [u64; 2];
 type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 /// Where a request's key comes from.
@@ -143,7 +150,7 @@ struct Shared {
     shed: Option<Arc<Semaphore>>,
     headers: QuotaHeaders,
     body: RefusalBody,
-    long_keys: RandomState,
+    seeds: [RandomState; 2],
 }
 
 /// Builds a [`RateLimitLayer`].
@@ -275,7 +282,7 @@ impl Builder {
                 shed: self.concurrency.map(|n| Arc::new(Semaphore::new(n))),
                 headers: self.headers,
                 body: self.body,
-                long_keys: RandomState::new(),
+                seeds: [RandomState::new(), RandomState::new()],
             }),
         })
     }
@@ -333,9 +340,6 @@ static LEGACY: [HeaderName; 3] = [
     HeaderName::from_static("x-ratelimit-reset"),
 ];
 
-/// The longest key kept as it is; longer ones are hashed.
-const MAX_KEY_BYTES: usize = 256;
-
 /// What the layer decided before the inner service.
 enum Verdict {
     Pass(Vec<Decision>),
@@ -364,46 +368,48 @@ impl Shared {
     }
 
     /// The request's key, or the status to refuse a keyless request with.
-    /// One allocation: prefixes keep header, custom and IP keys apart.
-    fn key(&self, parts: &Parts) -> Result<String, StatusCode> {
-        use std::fmt::Write as _;
-        let mut key = String::with_capacity(48);
-        match &self.key {
-            KeySource::Header(name) => {
-                if let Some(v) = parts.headers.get(name).filter(|v| !v.is_empty()) {
-                    key.push_str("k:");
-                    push_escaped(&mut key, v.as_bytes());
-                }
-            }
-            KeySource::ClientIp => {
-                if let Some(ip) = self.client_ip(parts) {
-                    let _ = write!(key, "ip:{ip}");
-                }
-            }
-            KeySource::Custom(f) => {
-                if let Some(k) = f(parts) {
-                    key.push_str("k:");
-                    key.push_str(&k);
-                }
-            }
+    fn key(&self, parts: &Parts) -> Result<Fingerprint, StatusCode> {
+        const KEY: u8 = 0;
+        const ANONYMOUS: u8 = 2;
+        let found = match &self.key {
+            KeySource::Header(name) => parts
+                .headers
+                .get(name)
+                .filter(|v| !v.is_empty())
+                .map(|v| self.fingerprint(KEY, v.as_bytes())),
+            KeySource::ClientIp => self.client_ip(parts).map(|ip| self.fingerprint_ip(ip)),
+            KeySource::Custom(f) => f(parts).map(|k| self.fingerprint(KEY, k.as_bytes())),
+        };
+        if let Some(key) = found {
+            return Ok(key);
         }
-        if key.is_empty() {
-            match self.missing {
-                MissingKey::FallBackToIp => match self.client_ip(parts) {
-                    Some(ip) => {
-                        let _ = write!(key, "ip:{ip}");
-                    }
-                    None => key.push_str("anonymous"),
-                },
-                MissingKey::SharedAnonymous => key.push_str("anonymous"),
-                MissingKey::Reject(status) => return Err(status),
-            }
+        match self.missing {
+            MissingKey::FallBackToIp => Ok(match self.client_ip(parts) {
+                Some(ip) => self.fingerprint_ip(ip),
+                None => self.fingerprint(ANONYMOUS, b""),
+            }),
+            MissingKey::SharedAnonymous => Ok(self.fingerprint(ANONYMOUS, b"")),
+            MissingKey::Reject(status) => Err(status),
         }
-        Ok(if key.len() > MAX_KEY_BYTES {
-            format!("h:{:016x}:{}", self.long_keys.hash_one(&key), key.len())
-        } else {
-            key
+    }
+
+    fn fingerprint(&self, namespace: u8, bytes: &[u8]) -> Fingerprint {
+        use std::hash::Hasher as _;
+        self.seeds.each_ref().map(|seed| {
+            let mut h = seed.build_hasher();
+            h.write_u8(namespace);
+            h.write(bytes);
+            h.finish()
         })
+    }
+
+    /// IP keys have their own namespace, so no header value can name one.
+    fn fingerprint_ip(&self, ip: IpAddr) -> Fingerprint {
+        const IP: u8 = 1;
+        match ip {
+            IpAddr::V4(v4) => self.fingerprint(IP, &v4.octets()),
+            IpAddr::V6(v6) => self.fingerprint(IP, &v6.octets()),
+        }
     }
 
     fn decide(&self, parts: &Parts) -> Verdict {
@@ -459,7 +465,7 @@ impl Shared {
         Verdict::Refuse(self.refusal(wait, &decisions))
     }
 
-    fn release(&self, key: &String, permits: Vec<Option<ratebound::Permit>>) {
+    fn release(&self, key: &Fingerprint, permits: Vec<Option<ratebound::Permit>>) {
         for ((_, limiter), permit) in self.policies.iter().zip(permits) {
             if let Some(permit) = permit {
                 limiter.release(key, permit);
@@ -531,21 +537,6 @@ impl Shared {
             Ok(permit) => Ok(Some(permit)),
             Err(_) if self.critical.as_ref().is_some_and(|f| f(parts)) => Ok(None),
             Err(_) => Err(()),
-        }
-    }
-}
-
-/// Appends header bytes; non-UTF-8 values are hex-escaped whole (with a
-/// marker no UTF-8 value produces) so distinct keys stay distinct.
-fn push_escaped(out: &mut String, bytes: &[u8]) {
-    use std::fmt::Write as _;
-    match std::str::from_utf8(bytes) {
-        Ok(s) => out.push_str(s),
-        Err(_) => {
-            out.push('\u{0}');
-            for b in bytes {
-                let _ = write!(out, "{b:02x}");
-            }
         }
     }
 }

@@ -304,8 +304,10 @@ async fn a_saturated_service_sheds_at_once_and_lets_critical_requests_through() 
     shed.sort();
     let p99 = shed[(shed.len() * 99).div_ceil(100) - 1];
     println!("503 latency p99 {p99:?} (max {:?})", shed.last().unwrap());
+    // Not a performance check (that is a benchmark's job): a refusal that
+    // waited for a slot would take the handler's 800 ms.
     assert!(
-        p99 < Duration::from_millis(50),
+        p99 < Duration::from_millis(400),
         "refusals must not wait for the slow handler: {p99:?}"
     );
 }
