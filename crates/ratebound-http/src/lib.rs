@@ -510,7 +510,8 @@ impl Shared {
                     .iter()
                     .map(|(p, _)| p)
                     .zip(decisions.iter().copied());
-                if let Ok(v) = HeaderValue::from_str(&ratelimit(entries)) {
+                // The string's buffer becomes the value: no copy.
+                if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(ratelimit(entries))) {
                     headers.insert(RATELIMIT.clone(), v);
                 }
                 headers.insert(RATELIMIT_POLICY.clone(), self.policy_field.clone());

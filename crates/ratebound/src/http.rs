@@ -36,6 +36,9 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     name: String,
+    /// `name` as a structured-field string, quoted once here rather than for
+    /// every response.
+    quoted: String,
     quota: u64,
     window_secs: u64,
 }
@@ -54,8 +57,11 @@ impl Policy {
                 reason: "a policy name must be non-empty printable ASCII",
             });
         }
+        let mut quoted = String::with_capacity(name.len() + 2);
+        sf_string(&mut quoted, name);
         Ok(Policy {
             name: name.to_string(),
+            quoted,
             quota,
             window_secs: retry_after_secs(window).max(1),
         })
@@ -92,6 +98,23 @@ fn sf_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Appends `n` in decimal.
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
 /// The `RateLimit-Policy` field value for `policies`, e.g.
 /// `"burst";q=20;w=2, "hourly";q=1000;w=3600`.
 pub fn ratelimit_policy(policies: &[Policy]) -> String {
@@ -100,7 +123,7 @@ pub fn ratelimit_policy(policies: &[Policy]) -> String {
         if i > 0 {
             out.push_str(", ");
         }
-        sf_string(&mut out, &p.name);
+        out.push_str(&p.quoted);
         let _ = write!(out, ";q={};w={}", p.quota, p.window_secs);
     }
     out
@@ -115,13 +138,12 @@ pub fn ratelimit<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decision)>) 
         if i > 0 {
             out.push_str(", ");
         }
-        sf_string(&mut out, p.name());
-        let _ = write!(
-            out,
-            ";r={};t={}",
-            d.remaining(),
-            retry_after_secs(d.reset_after())
-        );
+        // Called for every response: no formatting machinery.
+        out.push_str(&p.quoted);
+        out.push_str(";r=");
+        push_u64(&mut out, d.remaining());
+        out.push_str(";t=");
+        push_u64(&mut out, retry_after_secs(d.reset_after()));
     }
     out
 }
