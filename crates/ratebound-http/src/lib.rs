@@ -425,8 +425,10 @@ impl Shared {
         let mut decisions = Vec::with_capacity(self.policies.len());
         let mut permits = Vec::with_capacity(self.policies.len());
         let mut refused = false;
+        // Every policy is judged at the same instant (they share one clock).
+        let now = self.policies[0].1.clock().now();
         for (_, limiter) in &self.policies {
-            match limiter.acquire_n_at(&key, 1, limiter.clock().now()) {
+            match limiter.acquire_n_at(&key, 1, now) {
                 Ok((d, permit)) => {
                     refused |= !d.is_allowed();
                     decisions.push(d);
@@ -497,11 +499,13 @@ impl Shared {
         response
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from(secs));
-        self.quota_headers(response.headers_mut(), decisions);
+        insert_all(response.headers_mut(), self.quota_header_values(decisions));
         response
     }
 
-    fn quota_headers(&self, headers: &mut http::HeaderMap, decisions: &[Decision]) {
+    /// The quota header fields for these decisions (at most three).
+    fn quota_header_values(&self, decisions: &[Decision]) -> QuotaFields {
+        let mut out: QuotaFields = [None, None, None];
         match self.headers {
             QuotaHeaders::Off => {}
             QuotaHeaders::Draft => {
@@ -512,20 +516,24 @@ impl Shared {
                     .zip(decisions.iter().copied());
                 // The string's buffer becomes the value: no copy.
                 if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(ratelimit(entries))) {
-                    headers.insert(RATELIMIT.clone(), v);
+                    out[0] = Some((RATELIMIT.clone(), v));
                 }
-                headers.insert(RATELIMIT_POLICY.clone(), self.policy_field.clone());
+                out[1] = Some((RATELIMIT_POLICY.clone(), self.policy_field.clone()));
             }
             QuotaHeaders::Legacy => {
                 if let Some(tightest) = decisions.iter().min_by_key(|d| d.remaining()) {
-                    for (name, (_, value)) in LEGACY.iter().zip(legacy_headers(tightest)) {
-                        if let Ok(v) = HeaderValue::from_str(&value) {
-                            headers.insert(name.clone(), v);
-                        }
+                    for (slot, (name, (_, value))) in out
+                        .iter_mut()
+                        .zip(LEGACY.iter().zip(legacy_headers(tightest)))
+                    {
+                        *slot = HeaderValue::from_str(&value)
+                            .ok()
+                            .map(|v| (name.clone(), v));
                     }
                 }
             }
         }
+        out
     }
 
     /// A slot in the inner service, or `None` when the cap is reached and the
@@ -539,6 +547,15 @@ impl Shared {
             Err(_) if self.critical.as_ref().is_some_and(|f| f(parts)) => Ok(None),
             Err(_) => Err(()),
         }
+    }
+}
+
+/// Up to three header fields, without a heap allocation for the list.
+type QuotaFields = [Option<(HeaderName, HeaderValue)>; 3];
+
+fn insert_all(headers: &mut http::HeaderMap, fields: QuotaFields) {
+    for (name, value) in fields.into_iter().flatten() {
+        headers.insert(name, value);
     }
 }
 
@@ -576,7 +593,7 @@ where
         // The inner service that was polled ready goes with this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let shared = self.shared.clone();
+        let shared = &*self.shared;
         let (parts, body) = request.into_parts();
         if shared.exempt.as_ref().is_some_and(|f| f(&parts)) {
             return Box::pin(inner.call(Request::from_parts(parts, body)));
@@ -598,11 +615,13 @@ where
             Verdict::Pass(decisions) => decisions,
             Verdict::Refuse(r) => return Box::pin(std::future::ready(Ok(convert(r)))),
         };
+        // Worked out now, so the response future needs nothing shared.
+        let quota = shared.quota_header_values(&decisions);
         let future = inner.call(Request::from_parts(parts, body));
         Box::pin(async move {
             let mut response = future.await?;
             drop(slot);
-            shared.quota_headers(response.headers_mut(), &decisions);
+            insert_all(response.headers_mut(), quota);
             Ok(response)
         })
     }
