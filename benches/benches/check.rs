@@ -193,14 +193,7 @@ impl RowRunner for Pair<'_, '_> {
                 run.wall
             })
         });
-        if stats.runs > 0 {
-            let [a, b] = stats.cpu_over_wall();
-            println!(
-                "{}/{name}: CPU/wall per thread {a:.2} {b:.2} over {} runs (1.00 = both threads ran side by side)",
-                self.group_name, stats.runs
-            );
-            self.stats_out.push(stats.to_json(self.group_name, name));
-        }
+        self.stats_out.extend(stats.report(self.group_name, name));
     }
 }
 

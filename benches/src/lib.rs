@@ -325,6 +325,20 @@ impl PairStats {
         ]
     }
 
+    /// Prints the CPU/wall figures of a two-thread row and returns its JSON
+    /// line for `ci/bench`'s table; `None` if the row never ran.
+    pub fn report(&self, group: &str, function: &str) -> Option<String> {
+        if self.runs == 0 {
+            return None;
+        }
+        let [a, b] = self.cpu_over_wall();
+        println!(
+            "{group}/{function}: CPU/wall per thread {a:.2} {b:.2} over {} runs (1.00 = both threads ran side by side)",
+            self.runs
+        );
+        Some(self.to_json(group, function))
+    }
+
     /// One JSON object (one line) for `ci/bench`'s table.
     pub fn to_json(&self, group: &str, function: &str) -> String {
         let [r0, r1] = self.cpu_over_wall();
