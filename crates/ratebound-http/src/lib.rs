@@ -155,7 +155,7 @@ struct Shared {
 
 /// Builds a [`RateLimitLayer`].
 pub struct Builder {
-    quotas: Vec<(String, Quota)>,
+    quotas: Vec<(String, KeyedAlgorithm)>,
     clock: Arc<dyn Clock>,
     max_keys: Option<(usize, Overflow)>,
     key: KeySource,
@@ -171,8 +171,14 @@ pub struct Builder {
 
 impl Builder {
     /// Adds a token-bucket policy per key; several policies must all admit.
-    pub fn policy(mut self, name: &str, quota: Quota) -> Self {
-        self.quotas.push((name.to_string(), quota));
+    pub fn policy(self, name: &str, quota: Quota) -> Self {
+        self.policy_with(name, KeyedAlgorithm::TokenBucket(quota))
+    }
+
+    /// Adds a policy of any keyed algorithm — e.g. a fixed window of 1000
+    /// per day, advertised as `q=1000;w=86400`.
+    pub fn policy_with(mut self, name: &str, algorithm: KeyedAlgorithm) -> Self {
+        self.quotas.push((name.to_string(), algorithm));
         self
     }
 
@@ -257,10 +263,9 @@ impl Builder {
             return Err(Error::NoLimiters);
         }
         let mut policies = Vec::new();
-        for (name, quota) in &self.quotas {
-            let policy = Policy::for_quota(name, *quota)?;
-            let mut limiter = KeyedLimiter::new(KeyedAlgorithm::TokenBucket(*quota))?
-                .with_clock(self.clock.clone());
+        for (name, algorithm) in &self.quotas {
+            let policy = Policy::for_keyed(name, *algorithm)?;
+            let mut limiter = KeyedLimiter::new(*algorithm)?.with_clock(self.clock.clone());
             if let Some((max, overflow)) = self.max_keys {
                 limiter = limiter.with_max_keys(max, overflow)?;
             }

@@ -402,3 +402,35 @@ async fn a_request_without_a_key_follows_the_policy() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+#[tokio::test]
+async fn window_policies_work_beside_buckets() {
+    use ratebound::KeyedAlgorithm;
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder()
+        .policy("burst", Quota::parse("10/s burst 10").unwrap())
+        .policy_with(
+            "daily",
+            KeyedAlgorithm::FixedWindow {
+                limit: 3,
+                window: Duration::from_secs(86_400),
+            },
+        )
+        .key(KeySource::header("x-api-key").unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let c = client();
+    let key: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+    for _ in 0..3 {
+        assert_eq!(get_with(&c, addr, "/", key).await.0, StatusCode::OK);
+    }
+    let (status, headers, _) = get_with(&c, addr, "/", key).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&headers, "retry-after"), "86400");
+    assert_eq!(
+        header(&headers, "ratelimit-policy"),
+        r#""burst";q=10;w=1, "daily";q=3;w=86400"#
+    );
+}

@@ -80,6 +80,22 @@ impl Policy {
         )
     }
 
+    /// The policy of a keyed limiter's algorithm: a bucket as in
+    /// [`for_quota`](Policy::for_quota), a window as `q` = limit, `w` = the
+    /// window.
+    ///
+    /// # Errors
+    /// As [`Policy::new`].
+    pub fn for_keyed(name: &str, algorithm: crate::KeyedAlgorithm) -> Result<Policy, Error> {
+        match algorithm {
+            crate::KeyedAlgorithm::TokenBucket(quota) => Policy::for_quota(name, quota),
+            crate::KeyedAlgorithm::FixedWindow { limit, window }
+            | crate::KeyedAlgorithm::SlidingWindow { limit, window } => {
+                Policy::new(name, limit, window)
+            }
+        }
+    }
+
     /// The policy's name.
     pub fn name(&self) -> &str {
         &self.name
