@@ -255,12 +255,23 @@ impl Builder {
     ///
     /// # Errors
     /// [`Error::NoLimiters`] without a policy (unless a concurrency limit is
-    /// all you want: then add none and set `concurrency_limit`); the
+    /// all you want: then add none and set `concurrency_limit`);
+    /// [`Error::InvalidLimit`] for a concurrency limit of 0 or above tokio's
+    /// semaphore maximum; the
     /// policies' own errors ([`Error::Parse`] for a name that is not
     /// printable ASCII).
     pub fn build(self) -> Result<RateLimitLayer, Error> {
         if self.quotas.is_empty() && self.concurrency.is_none() {
             return Err(Error::NoLimiters);
+        }
+        // tokio's semaphore panics above MAX_PERMITS; 0 would shed everything.
+        if let Some(limit) = self.concurrency
+            && (limit == 0 || limit > Semaphore::MAX_PERMITS)
+        {
+            return Err(Error::InvalidLimit {
+                limit: limit as u64,
+                max: Semaphore::MAX_PERMITS as u64,
+            });
         }
         let mut policies = Vec::new();
         for (name, algorithm) in &self.quotas {
@@ -427,57 +438,38 @@ impl Shared {
                 return Verdict::Refuse(plain(status, "a key is required for this endpoint\n"));
             }
         };
-        let mut decisions = Vec::with_capacity(self.policies.len());
-        let mut permits = Vec::with_capacity(self.policies.len());
-        let mut refused = false;
-        // Every policy is judged at the same instant (they share one clock).
+        // Every policy is judged at the same instant (they share one clock),
+        // all or nothing (the core gives back what admitting policies took).
         let now = self.policies[0].1.clock().now();
-        for (_, limiter) in &self.policies {
-            match limiter.acquire_n_at(&key, 1, now) {
-                Ok((d, permit)) => {
-                    refused |= !d.is_allowed();
-                    decisions.push(d);
-                    permits.push(permit);
-                }
-                Err(Error::TooManyKeys { .. }) => {
-                    self.release(&key, permits);
-                    let mut r = plain(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "too many clients are being tracked; try again shortly\n",
-                    );
-                    r.headers_mut()
-                        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                    return Verdict::Refuse(r);
-                }
-                Err(_) => {
-                    self.release(&key, permits);
-                    return Verdict::Refuse(plain(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "rate limiter misconfigured\n",
-                    ));
-                }
+        let limiters = self.policies.iter().map(|(_, limiter)| limiter);
+        let decisions = match KeyedLimiter::check_all_at(limiters, &key, 1, now) {
+            Ok(decisions) => decisions,
+            Err(Error::TooManyKeys { .. }) => {
+                let mut r = plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many clients are being tracked; try again shortly\n",
+                );
+                r.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                return Verdict::Refuse(r);
             }
-        }
-        if !refused {
+            Err(_) => {
+                return Verdict::Refuse(plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "rate limiter misconfigured\n",
+                ));
+            }
+        };
+        if decisions.iter().all(Decision::is_allowed) {
             return Verdict::Pass(decisions);
         }
-        // All or nothing: give back what the admitting policies took.
-        self.release(&key, permits);
+        // Allowed decisions wait 0: the largest wait is the refusals' longest.
         let wait = decisions
             .iter()
-            .filter(|d| !d.is_allowed())
-            .map(|d| d.retry_after())
+            .map(Decision::retry_after)
             .max()
             .unwrap_or(Duration::ZERO);
         Verdict::Refuse(self.refusal(wait, &decisions))
-    }
-
-    fn release(&self, key: &Fingerprint, permits: Vec<Option<ratebound::Permit>>) {
-        for ((_, limiter), permit) in self.policies.iter().zip(permits) {
-            if let Some(permit) = permit {
-                limiter.release(key, permit);
-            }
-        }
     }
 
     fn refusal(&self, wait: Duration, decisions: &[Decision]) -> Response<Bytes> {

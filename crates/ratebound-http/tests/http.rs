@@ -357,6 +357,15 @@ async fn malformed_keys_get_a_defined_answer_and_exemptions_bypass() {
         RateLimitLayer::builder().build().is_err(),
         "no policy and no cap"
     );
+    for bad in [0, usize::MAX] {
+        let err = RateLimitLayer::builder()
+            .concurrency_limit(bad)
+            .build()
+            .err()
+            .unwrap();
+        assert_eq!(err.code(), "invalid_limit");
+        assert!(err.to_string().contains(&bad.to_string()), "{err}");
+    }
     assert_eq!(
         KeySource::header("bad header").err().unwrap().code(),
         "parse_error"

@@ -595,6 +595,51 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         shard.table.len() < shard.cap
     }
 
+    /// Checks `key` against several keyed limiters (policies) all or nothing
+    /// at `now`: returns one decision per limiter, in order. The request is
+    /// admitted iff every decision is allowed; if any refuses, what the
+    /// others took is given back (see [`release`](Self::release)), and the
+    /// largest `retry_after` among the decisions is the wait after which all
+    /// of them would admit it. The limiters' clocks are not read: every
+    /// policy is judged at the same `now`.
+    ///
+    /// # Errors
+    /// The first limiter's error (e.g. [`Error::TooManyKeys`]), after giving
+    /// back what the earlier ones took.
+    pub fn check_all_at<'a>(
+        limiters: impl IntoIterator<Item = &'a Self>,
+        key: &K,
+        n: u64,
+        now: u64,
+    ) -> Result<Vec<Decision>, Error>
+    where
+        Self: 'a,
+    {
+        let mut taken: Vec<(&Self, Option<Permit>)> = Vec::new();
+        let mut decisions = Vec::new();
+        let mut outcome = Ok(());
+        for limiter in limiters {
+            match limiter.acquire_n_at(key, n, now) {
+                Ok((decision, permit)) => {
+                    decisions.push(decision);
+                    taken.push((limiter, permit));
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        if outcome.is_err() || decisions.iter().any(|d| !d.is_allowed()) {
+            for (limiter, permit) in taken.into_iter().rev() {
+                if let Some(permit) = permit {
+                    limiter.release(key, permit);
+                }
+            }
+        }
+        outcome.map(|()| decisions)
+    }
+
     /// Gives back what an [`acquire_n_at`](Self::acquire_n_at) for `key`
     /// took, as the key's algorithm allows (a token bucket keeps what later
     /// takers depend on; a window gives back while the window still counts).
@@ -666,7 +711,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let (hash, shard) = self.locate(key);
         let shard = shard.read().unwrap_or_else(|e| e.into_inner());
         if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
-            // Ordering: Release/Relaxed — a plain replacement of the state;
+            // Ordering: AcqRel/Relaxed, as for a check's exchange — a replacement
+            // of the state;
             // the fetch_update keeps the tier bits of whatever it replaces.
             let _ = word.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |w| {
                 Some(w & !STATE_MASK)

@@ -290,3 +290,30 @@ fn acquire_and_release_give_an_admission_back() {
     hourly.release(&key, permit.unwrap());
     assert_eq!(hourly.available(&key), 0, "releasing nothing gives nothing");
 }
+
+#[test]
+fn check_all_is_all_or_nothing_and_rolls_back_on_errors() {
+    let clock = ManualClock::new();
+    let burst = KeyedLimiter::new(bucket("10/s burst 3"))
+        .unwrap()
+        .with_clock(clock.clone());
+    let daily = KeyedLimiter::new(KeyedAlgorithm::FixedWindow {
+        limit: 2,
+        window: Duration::from_secs(86_400),
+    })
+    .unwrap()
+    .with_max_keys(1, Overflow::RejectNewKeys)
+    .unwrap()
+    .with_clock(clock.clone());
+    let (a, b) = ("a".to_string(), "b".to_string());
+    let now = clock.now();
+    let all = |key: &String| KeyedLimiter::check_all_at([&burst, &daily], key, 1, now);
+    assert!(all(&a).unwrap().iter().all(|d| d.is_allowed()));
+    assert!(all(&a).unwrap().iter().all(|d| d.is_allowed()));
+    let refused = all(&a).unwrap();
+    assert!(refused[0].is_allowed() && !refused[1].is_allowed());
+    assert_eq!(burst.available(&a), 1, "the burst policy's token came back");
+    // "daily" tracks one key: "b" is an error there, and "burst" gives back.
+    assert_eq!(all(&b).unwrap_err().code(), "too_many_keys");
+    assert_eq!(burst.available(&b), 3);
+}
