@@ -87,6 +87,25 @@ pub enum Error {
         /// The longest wait the caller accepted.
         max_wait: Duration,
     },
+    /// A number given by name (from a binding's options, a seconds value) is
+    /// not usable: NaN, infinite, negative, not a whole number where one is
+    /// needed, or out of range.
+    InvalidNumber {
+        /// The parameter's name, e.g. `"window"`.
+        name: &'static str,
+        /// The value as given.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The algorithm cannot do what was asked (e.g. reserve tokens ahead of
+    /// time in a fixed window).
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// The algorithm asked.
+        algorithm: &'static str,
+    },
 }
 
 impl Error {
@@ -112,6 +131,8 @@ impl Error {
             Error::NoLimiters => "no_limiters",
             Error::TooManyKeys { .. } => "too_many_keys",
             Error::InvalidTier { .. } => "invalid_tier",
+            Error::InvalidNumber { .. } => "invalid_number",
+            Error::Unsupported { .. } => "unsupported",
         }
     }
 }
@@ -156,6 +177,15 @@ impl fmt::Display for Error {
                 f,
                 "waiting {wait:?} for tokens exceeds the maximum wait of {max_wait:?}"
             ),
+            Error::InvalidNumber {
+                name,
+                value,
+                reason,
+            } => write!(f, "invalid {name} {value}: {reason}"),
+            Error::Unsupported {
+                operation,
+                algorithm,
+            } => write!(f, "{algorithm} does not support {operation}"),
         }
     }
 }

@@ -87,6 +87,7 @@
 #![warn(missing_docs)]
 
 mod all_of;
+pub mod any;
 mod bucket;
 mod clock;
 mod core;

@@ -1,0 +1,202 @@
+//! The run-time surface the bindings wrap: number checks, acquisition steps,
+//! keys and the HTTP gate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratebound::any::{
+    Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, MissingKey, QuotaHeaders,
+    Rate, Request, keyed_algorithm, seconds, whole,
+};
+use ratebound::{Error, KeyedAlgorithm, Limiter, ManualClock, Overflow, Quota};
+
+const SECOND: u64 = 1_000_000_000;
+
+fn manual() -> (ManualClock, AnyClock) {
+    let c = ManualClock::new();
+    (c.clone(), AnyClock::Manual(c))
+}
+
+#[test]
+fn numbers_are_checked_and_named() {
+    for bad in [f64::NAN, f64::INFINITY, -1.0, 1e30] {
+        let e = seconds("window", bad).unwrap_err();
+        assert_eq!(e.code(), "invalid_number", "{bad}");
+        assert!(e.to_string().starts_with("invalid window "), "{e}");
+    }
+    assert_eq!(seconds("window", 1.5).unwrap(), Duration::from_millis(1500));
+    for bad in [0.0, -1.0, 1.5, f64::NAN, f64::INFINITY, 2f64.powi(60)] {
+        let e = whole("limit", bad, 1).unwrap_err();
+        assert_eq!(e.code(), "invalid_number", "{bad}");
+        assert!(e.to_string().contains("limit"), "{e}");
+    }
+    assert_eq!(whole("limit", 7.0, 1).unwrap(), 7);
+    let (_, c) = manual();
+    for (rate, burst, code) in [
+        (Rate::PerSecond(0.0), None, "invalid_rate"),
+        (Rate::PerSecond(f64::NAN), None, "invalid_rate"),
+        (Rate::PerSecond(-1.0), None, "invalid_rate"),
+        (Rate::Text("abc"), None, "parse_error"),
+        (Rate::PerSecond(1.0), Some(0.0), "invalid_number"),
+        (Rate::PerSecond(1.0), Some(-1.0), "invalid_number"),
+        (Rate::PerSecond(1.0), Some(2.5), "invalid_number"),
+    ] {
+        let e = AnyLimiter::token_bucket(rate, burst, c.clone())
+            .err()
+            .unwrap();
+        assert_eq!(e.code(), code, "{rate:?} {burst:?}");
+    }
+}
+
+#[test]
+fn bucket_reserves_and_windows_retry() {
+    let (clock, c) = manual();
+    let tb = AnyLimiter::token_bucket(Rate::PerSecond(2.0), Some(1.0), c.clone()).unwrap();
+    assert_eq!(tb.acquire_step(1, None, 0).unwrap(), Acquire::Admitted);
+    let Acquire::Reserved { wait_nanos, permit } = tb.acquire_step(1, None, 0).unwrap() else {
+        panic!("a bucket reserves");
+    };
+    assert_eq!(wait_nanos, SECOND / 2);
+    // A deadline the next wait (1 s) cannot meet fails at once, taking nothing.
+    let e = tb.acquire_step(1, Some(SECOND / 2), 0).unwrap_err();
+    assert_eq!(e.code(), "deadline_exceeded");
+    // Giving the reservation back makes its slot available again.
+    tb.release(permit);
+    clock.advance(Duration::from_millis(500));
+    assert!(tb.try_acquire());
+    assert!(!tb.try_acquire());
+
+    let fw = AnyLimiter::fixed_window(1.0, 1.0, c).unwrap();
+    assert_eq!(fw.acquire_step(1, None, 0).unwrap(), Acquire::Admitted);
+    assert_eq!(
+        fw.acquire_step(1, None, SECOND / 4).unwrap(),
+        Acquire::Retry {
+            wait_nanos: 3 * SECOND / 4
+        }
+    );
+    let e = fw
+        .acquire_step(1, Some(SECOND / 2), SECOND / 4)
+        .unwrap_err();
+    assert_eq!(e.code(), "deadline_exceeded");
+    assert_eq!(
+        fw.reserve_n_at(1, None, 0).unwrap_err().code(),
+        "unsupported"
+    );
+    assert_eq!(
+        fw.acquire_step(2, None, 0).unwrap_err().code(),
+        "insufficient_capacity"
+    );
+}
+
+#[test]
+fn all_of_members_are_shared() {
+    let (_, c) = manual();
+    let a = Arc::new(AnyLimiter::token_bucket(Rate::Text("1/s burst 2"), None, c.clone()).unwrap());
+    let b = Arc::new(AnyLimiter::sliding_log(1.0, 1.0, c).unwrap());
+    let both = AnyLimiter::all_of(vec![a.clone(), b.clone()]).unwrap();
+    assert!(both.try_acquire());
+    assert!(!both.try_acquire());
+    // The refusal by the log gave the bucket's token back.
+    assert_eq!(a.available_at(0), 1);
+    assert_eq!(AnyLimiter::all_of(vec![]).err().unwrap(), Error::NoLimiters);
+}
+
+#[test]
+fn key_kinds_are_distinct() {
+    let (_, c) = manual();
+    let k = AnyKeyed::new(
+        keyed_algorithm("token_bucket", Some(Rate::PerSecond(1.0)), None, None, None).unwrap(),
+        Some(100),
+        Overflow::RejectNewKeys,
+        c,
+    )
+    .unwrap();
+    assert!(k.try_acquire(Key::Text("1")).unwrap());
+    assert!(k.try_acquire(Key::Bytes(b"1")).unwrap());
+    assert!(k.try_acquire(Key::Int(1)).unwrap());
+    assert!(!k.try_acquire(Key::Text("1")).unwrap());
+    assert_eq!(k.len(), 3);
+    let big = vec![0xffu8; 64 * 1024];
+    assert!(k.try_acquire(Key::Bytes(&big)).unwrap());
+    assert_eq!(
+        keyed_algorithm("fixed_window", None, None, Some(10.0), None)
+            .unwrap_err()
+            .code(),
+        "invalid_number"
+    );
+    assert_eq!(
+        keyed_algorithm("nope", None, None, None, None)
+            .unwrap_err()
+            .code(),
+        "parse_error"
+    );
+}
+
+fn gate(options: GateOptions, clock: AnyClock) -> Gate {
+    Gate::new(
+        vec![(
+            "per-key".to_string(),
+            KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 2").unwrap()),
+        )],
+        options,
+        clock,
+    )
+    .unwrap()
+}
+
+#[test]
+fn gate_design_scenario_2() {
+    let (clock, c) = manual();
+    let g = gate(GateOptions::default(), c);
+    let req = |key| Request {
+        key: Some(Key::Text(key)),
+        ..Request::default()
+    };
+    let first = g.decide(&req("alice"));
+    assert_eq!(first.status, 0);
+    assert!(
+        first
+            .headers
+            .contains(&("ratelimit", "\"per-key\";r=1;t=1".to_string()))
+    );
+    assert_eq!(g.decide(&req("alice")).status, 0);
+    let refused = g.decide(&req("alice"));
+    assert_eq!(refused.status, 429);
+    assert!(refused.headers.contains(&("retry-after", "1".to_string())));
+    assert!(refused.body.unwrap().1.contains("retry in 1 s"));
+    assert_eq!(g.decide(&req("bob")).status, 0);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(g.decide(&req("alice")).status, 0);
+}
+
+#[test]
+fn gate_keys_and_missing_keys() {
+    let (_, c) = manual();
+    let g = gate(GateOptions::default(), c.clone());
+    let from = |peer: &str, xff| Request {
+        peer: Some(peer.parse().unwrap()),
+        x_forwarded_for: xff,
+        ..Request::default()
+    };
+    // Untrusted forwarding headers do not change the key; IPv6 is grouped by /64.
+    assert_eq!(g.decide(&from("2001:db8::1", Some("1.2.3.4"))).status, 0);
+    assert_eq!(g.decide(&from("2001:db8::2", Some("5.6.7.8"))).status, 0);
+    assert_eq!(g.decide(&from("2001:db8::3", None)).status, 429);
+    assert_eq!(g.decide(&from("2001:db8:0:1::3", None)).status, 0);
+
+    let reject = gate(
+        GateOptions {
+            missing: MissingKey::Reject(401),
+            headers: QuotaHeaders::Legacy,
+            ..GateOptions::default()
+        },
+        c,
+    );
+    assert_eq!(reject.decide(&from("10.0.0.1", None)).status, 401);
+    let ok = reject.decide(&Request {
+        key: Some(Key::Text("k")),
+        ..Request::default()
+    });
+    assert_eq!(ok.status, 0);
+    assert_eq!(ok.headers[1], ("x-ratelimit-remaining", "1".to_string()));
+}
