@@ -1,0 +1,276 @@
+"""ratebound: a lock-free rate limiter in Rust, from Python.
+
+Every decision is made by the Rust core, so Python, Rust and Node answer
+identically. Limiters are thread-safe and never spawn threads.
+
+>>> import ratebound as rb
+>>> clock = rb.ManualClock()
+>>> tb = rb.TokenBucket(rate=2, burst=3, clock=clock)
+>>> [tb.try_acquire() for _ in range(4)]
+[True, True, True, False]
+>>> d = tb.check()
+>>> d.allowed, d.retry_after
+(False, 0.5)
+>>> clock.advance(0.5)
+>>> bool(tb.check())
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from typing import Any, Callable, Optional, TypeVar, Union
+
+from . import _ratebound
+from ._errors import (
+    InsufficientCapacity,
+    QuotaError,
+    RateboundError,
+    RateLimitExceeded,
+    TooManyKeys,
+    Unsupported,
+)
+from ._ratebound import Decision, ManualClock, Reservation, client_ip, ip_key, retry_after_secs
+from . import asgi, wsgi
+
+__version__: str = _ratebound.__version__
+
+__all__ = [
+    "AllOf",
+    "Decision",
+    "FixedWindow",
+    "InsufficientCapacity",
+    "KeyedLimiter",
+    "LeakyBucket",
+    "Limiter",
+    "ManualClock",
+    "QuotaError",
+    "RateLimitExceeded",
+    "RateboundError",
+    "Reservation",
+    "SlidingLog",
+    "SlidingWindow",
+    "TokenBucket",
+    "TooManyKeys",
+    "Unsupported",
+    "asgi",
+    "client_ip",
+    "ip_key",
+    "limit",
+    "retry_after_secs",
+    "wsgi",
+]
+
+Rate = Union[int, float, str]
+Number = Union[int, float]
+
+
+class Limiter(_ratebound.Limiter):
+    """What every single limiter can do: ``check``, ``try_acquire``, ``peek``,
+    ``available``, ``acquire`` (asyncio) and ``acquire_blocking`` (threads)."""
+
+    __slots__ = ()
+
+    async def acquire(self, n: int = 1, timeout: Optional[Number] = None) -> None:
+        """Waits until ``n`` are taken, without blocking the event loop.
+
+        Raises :class:`RateLimitExceeded` at once, taking nothing, when the
+        wait would exceed ``timeout`` seconds. A bucket reserves its tokens
+        first and sleeps once; cancelling the task gives them back.
+        """
+        deadline = self._deadline(timeout)
+        while True:
+            step = self._step(n, deadline)
+            if step is None:
+                return
+            wait, permit = step
+            try:
+                await asyncio.sleep(wait)
+            except BaseException:
+                if permit is not None:
+                    self._release(permit)
+                raise
+            if permit is not None:
+                return
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(limit={self.limit}, available={self.available()})"
+
+
+class TokenBucket(Limiter):
+    """A token bucket (GCRA): ``rate`` tokens per second (a number, or a
+    string such as ``"100/minute"`` or ``"10/s burst 20"``), holding at most
+    ``burst`` (default: the rate's own, at least 1)."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, rate: Rate, burst: Optional[int] = None, *, clock: Optional[ManualClock] = None
+    ) -> "TokenBucket":
+        return super().__new__(cls, "token_bucket", rate=rate, burst=burst, clock=clock)
+
+
+class FixedWindow(Limiter):
+    """At most ``limit`` per fixed window of ``window`` seconds."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, limit: int, window: Number, *, clock: Optional[ManualClock] = None
+    ) -> "FixedWindow":
+        return super().__new__(cls, "fixed_window", limit=limit, window=window, clock=clock)
+
+
+class SlidingWindow(Limiter):
+    """At most about ``limit`` per sliding ``window`` seconds (a weighted
+    counter of two fixed windows: O(1) memory)."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, limit: int, window: Number, *, clock: Optional[ManualClock] = None
+    ) -> "SlidingWindow":
+        return super().__new__(cls, "sliding_window", limit=limit, window=window, clock=clock)
+
+
+class SlidingLog(Limiter):
+    """Exactly at most ``limit`` in any ``window`` seconds (a log of
+    timestamps: O(limit) memory, ``limit`` ≤ 10**6)."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, limit: int, window: Number, *, clock: Optional[ManualClock] = None
+    ) -> "SlidingLog":
+        return super().__new__(cls, "sliding_log", limit=limit, window=window, clock=clock)
+
+
+class LeakyBucket(Limiter):
+    """A leaky bucket as a queue: requests leave ``1/rate`` s apart, and one
+    is admitted only if it would leave within ``max_delay`` seconds."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, rate: Rate, max_delay: Number, *, clock: Optional[ManualClock] = None
+    ) -> "LeakyBucket":
+        return super().__new__(cls, "leaky_bucket", rate=rate, max_delay=max_delay, clock=clock)
+
+
+class AllOf(Limiter):
+    """Admits only if every member admits; then all of them count it, and
+    when one refuses, none does (what the others took is given back)."""
+
+    __slots__ = ()
+
+    def __new__(cls, limiters: "list[Limiter]") -> "AllOf":
+        return super().__new__(cls, "all_of", members=limiters)
+
+
+class KeyedLimiter(_ratebound.KeyedLimiter):
+    """One limit per key (``str``, ``bytes`` or ``int``), a token bucket of
+    ``rate``/``burst`` by default or ``algorithm="fixed_window"`` /
+    ``"sliding_window"`` with ``limit`` and ``window``. Memory stays bounded:
+    at most ``max_keys`` keys (``overflow="evict"`` forgets the least
+    recently used, ``"reject"`` raises :class:`TooManyKeys`), each stored as a
+    16-byte fingerprint off the Python heap. ``cleanup()`` drops keys whose
+    state is fresh; ``cleanup_idle(seconds)`` those idle that long."""
+
+    __slots__ = ()
+
+    async def acquire(self, key: Union[str, bytes, int], n: int = 1, timeout: Optional[Number] = None) -> None:
+        """Waits until ``n`` are taken for ``key`` (see :meth:`Limiter.acquire`);
+        a keyed limiter does not reserve: it sleeps until the key would admit
+        and asks again."""
+        deadline = self._deadline(timeout)
+        while True:
+            step = self._step(key, n, deadline)
+            if step is None:
+                return
+            await asyncio.sleep(step[0])
+
+    def __repr__(self) -> str:
+        return f"KeyedLimiter(keys={len(self)}, max_keys={self.max_keys})"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def limit(
+    limiter: Union[Limiter, KeyedLimiter, Rate],
+    *,
+    key: Optional[Callable[..., Union[str, bytes, int]]] = None,
+    wait: bool = False,
+    timeout: Optional[Number] = None,
+    max_keys: int = 100_000,
+) -> Callable[[F], F]:
+    """Limits calls to the decorated function (sync or async).
+
+    ``limiter`` is a limiter, or a rate (``10``, ``"10/s"``) for a new token
+    bucket — per key when ``key`` is given: ``key(*args, **kwargs)`` names the
+    key of each call. A refused call raises :class:`RateLimitExceeded` with
+    ``retry_after``; with ``wait=True`` it waits instead (``timeout`` seconds
+    at most; the event loop is not blocked for async functions).
+    """
+    if isinstance(limiter, (Limiter, KeyedLimiter)):
+        lim: Union[Limiter, KeyedLimiter] = limiter
+    elif key is not None:
+        lim = KeyedLimiter(limiter, max_keys=max_keys)
+    else:
+        lim = TokenBucket(limiter)
+    if isinstance(lim, KeyedLimiter) and key is None:
+        raise TypeError("a KeyedLimiter needs key=")
+
+    def refused(d: Decision) -> RateLimitExceeded:
+        return RateLimitExceeded(
+            f"rate limit exceeded; retry in {d.retry_after:.3f} s",
+            "rate_limited",
+            d.retry_after,
+        )
+
+    def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                if isinstance(lim, KeyedLimiter):
+                    k = key(*args, **kwargs)  # type: ignore[misc]
+                    if wait:
+                        await lim.acquire(k, 1, timeout)
+                    else:
+                        d = lim.check(k)
+                        if not d:
+                            raise refused(d)
+                elif wait:
+                    await lim.acquire(1, timeout)
+                else:
+                    d = lim.check()
+                    if not d:
+                        raise refused(d)
+                return await fn(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if isinstance(lim, KeyedLimiter):
+                k = key(*args, **kwargs)  # type: ignore[misc]
+                if wait:
+                    lim.acquire_blocking(k, 1, timeout)
+                else:
+                    d = lim.check(k)
+                    if not d:
+                        raise refused(d)
+            elif wait:
+                lim.acquire_blocking(1, timeout)
+            else:
+                d = lim.check()
+                if not d:
+                    raise refused(d)
+            return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,61 @@
+"""The exceptions ratebound raises. Every one has ``code``: the core's stable
+error code, the same in Rust, Python and Node."""
+
+from __future__ import annotations
+
+__all__ = [
+    "RateboundError",
+    "QuotaError",
+    "InsufficientCapacity",
+    "RateLimitExceeded",
+    "TooManyKeys",
+    "Unsupported",
+]
+
+
+class RateboundError(Exception):
+    """Base class of ratebound's errors."""
+
+    code: str
+
+    def __init__(self, message: str = "", code: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class QuotaError(RateboundError, ValueError):
+    """A rate, burst, limit, window or other number that can never work; the
+    message names the value."""
+
+
+class InsufficientCapacity(RateboundError, ValueError):
+    """More tokens asked for at once than the limiter can ever hold."""
+
+
+class RateLimitExceeded(RateboundError):
+    """Raised by ``acquire`` when its timeout cannot be met (at once, taking
+    nothing), and by ``@limit``-decorated functions when refused.
+    ``retry_after`` is the wait in seconds after which it would succeed."""
+
+    retry_after: float
+
+    def __init__(
+        self,
+        message: str = "rate limit exceeded",
+        code: str = "deadline_exceeded",
+        retry_after: float = 0.0,
+    ) -> None:
+        super().__init__(message, code)
+        self.retry_after = retry_after
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (str(self), self.code, self.retry_after))
+
+
+class TooManyKeys(RateboundError):
+    """A keyed limiter at its ``max_keys`` cap with ``overflow="reject"`` was
+    asked about a new key."""
+
+
+class Unsupported(RateboundError, TypeError):
+    """The algorithm cannot do this (e.g. ``reserve`` on a window)."""

@@ -1,0 +1,69 @@
+"""Options shared by the ASGI and WSGI middleware: they build one
+``_ratebound.Gate_``, which makes the whole decision in Rust."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
+
+from . import _ratebound
+from ._ratebound import ManualClock
+
+PolicySpec = Union[int, float, str, Mapping[str, Any]]
+
+_ALGORITHMS = ("token_bucket", "fixed_window", "sliding_window")
+
+
+def _policy(name: str, spec: PolicySpec) -> tuple:
+    if isinstance(spec, Mapping):
+        algorithm = spec.get("algorithm", "token_bucket")
+        if algorithm not in _ALGORITHMS:
+            raise ValueError(f"policy {name!r}: algorithm must be one of {_ALGORITHMS}, got {algorithm!r}")
+        return (name, algorithm, spec.get("rate"), spec.get("burst"), spec.get("limit"), spec.get("window"))
+    return (name, "token_bucket", spec, None, None, None)
+
+
+def build_gate(
+    rate: Optional[Union[int, float, str]],
+    burst: Optional[int],
+    policies: Optional[Mapping[str, PolicySpec]],
+    trusted_proxies: Union[None, int, Iterable[str]],
+    ipv6_prefix: int,
+    missing_key: Union[str, int],
+    headers: str,
+    body: str,
+    max_keys: Optional[int],
+    overflow: str,
+    clock: Optional[ManualClock],
+) -> Any:
+    if (rate is None) == (policies is None):
+        raise TypeError("give either rate= (one policy) or policies= (a dict of name -> rate)")
+    if policies is None:
+        specs = [("default", "token_bucket", rate, burst, None, None)]
+    else:
+        if burst is not None:
+            raise TypeError("burst= goes with rate=; give each policy its own burst")
+        specs = [_policy(name, spec) for name, spec in policies.items()]
+    return _ratebound.Gate_(
+        specs,
+        trusted_proxies=None if trusted_proxies is None else (
+            trusted_proxies if isinstance(trusted_proxies, int) else list(trusted_proxies)
+        ),
+        ipv6_prefix=ipv6_prefix,
+        missing_key=missing_key,
+        headers=headers,
+        body=body,
+        max_keys=max_keys,
+        overflow=overflow,
+        clock=clock,
+    )
+
+
+def reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+KeyFunc = Callable[[Any], Union[str, bytes, int, None]]

@@ -1,0 +1,112 @@
+"""ASGI middleware (Starlette, FastAPI, any ASGI 3 app).
+
+>>> from starlette.applications import Starlette
+>>> import ratebound as rb
+>>> app = rb.asgi.RateLimitMiddleware(Starlette(), rate="10/s burst 20", key_header="x-api-key")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, Optional, Union
+
+from ._http import KeyFunc, PolicySpec, build_gate
+from ._ratebound import ManualClock
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+__all__ = ["RateLimitMiddleware"]
+
+
+class RateLimitMiddleware:
+    """Rate-limits HTTP requests per key before they reach ``app``.
+
+    - ``rate``/``burst`` for one token-bucket policy, or ``policies``: a dict
+      of name -> rate (``"10/s burst 20"``, ``5``) or
+      ``{"algorithm": "fixed_window", "limit": 100, "window": 60}``; a request
+      passes only if every policy admits it, and then every policy counts it.
+    - The key: the ``key_header`` request header, or ``key(scope)``, else the
+      client IP (IPv6 grouped by ``ipv6_prefix`` bits). ``X-Forwarded-For`` /
+      ``Forwarded`` are believed only from ``trusted_proxies`` (CIDR strings, or
+      a hop count). A request without a key follows ``missing_key``: ``"ip"``
+      (default), ``"shared"`` (one bucket for all keyless requests) or a status
+      such as 401 to refuse it.
+    - Refusals: 429 with ``Retry-After`` in whole seconds rounded up and a
+      ``body`` of ``"text"`` or ``"problem+json"``; 503 with ``Retry-After: 1``
+      when ``overflow="reject"`` and ``max_keys`` keys are tracked.
+    - ``headers``: ``"draft"`` (``RateLimit-Policy`` and ``RateLimit``, on every
+      response), ``"legacy"`` (``X-RateLimit-*``) or ``"off"``.
+    - ``exempt(scope)`` returning true bypasses limiting (health checks).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        rate: Optional[Union[int, float, str]] = None,
+        burst: Optional[int] = None,
+        policies: Optional[Mapping[str, PolicySpec]] = None,
+        key_header: Optional[str] = None,
+        key: Optional[KeyFunc] = None,
+        trusted_proxies: Union[None, int, Iterable[str]] = None,
+        ipv6_prefix: int = 64,
+        missing_key: Union[str, int] = "ip",
+        headers: str = "draft",
+        body: str = "text",
+        exempt: Optional[Callable[[Scope], bool]] = None,
+        max_keys: Optional[int] = 1_000_000,
+        overflow: str = "evict",
+        clock: Optional[ManualClock] = None,
+    ) -> None:
+        if key_header is not None and key is not None:
+            raise TypeError("give key_header= or key=, not both")
+        self.app = app
+        self.gate = build_gate(
+            rate, burst, policies, trusted_proxies, ipv6_prefix, missing_key,
+            headers, body, max_keys, overflow, clock,
+        )
+        self._header = key_header.lower().encode("latin-1") if key_header else None
+        self._key = key
+        self._forwarding = trusted_proxies is not None
+        self._exempt = exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
+            await self.app(scope, receive, send)
+            return
+        k: Any = None
+        xff = fwd = None
+        wanted = self._header
+        if wanted is not None or self._forwarding:
+            for name, value in scope["headers"]:
+                if name == wanted:
+                    k = value or None
+                elif self._forwarding:
+                    if name == b"x-forwarded-for":
+                        xff = value.decode("latin-1") if xff is None else xff + "," + value.decode("latin-1")
+                    elif name == b"forwarded":
+                        fwd = value.decode("latin-1") if fwd is None else fwd + "," + value.decode("latin-1")
+        if self._key is not None:
+            k = self._key(scope)
+        client = scope.get("client")
+        status, headers, ctype, body = self.gate.decide(k, client[0] if client else None, xff, fwd)
+        if status:
+            headers.append((b"content-type", ctype))
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if not headers:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), *headers]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -1,0 +1,1096 @@
+//! The `ratebound._ratebound` extension module: pyo3 glue over
+//! `ratebound::any`. Nothing here decides anything: it converts Python
+//! values into the core's types, the core's answers and errors back, and
+//! releases the GIL while it sleeps.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
+use ratebound::any::{
+    self, Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, MissingKey,
+    QuotaHeaders, Rate, RefusalBody,
+};
+use ratebound::http::{Cidr, TrustedProxies};
+use ratebound::{Clock, Error, Limiter as _, Permit};
+
+// ---------------------------------------------------------------- errors
+
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// The Python exception for a core error: the classes live in
+/// `ratebound._errors` (plain Python, so they pickle and subclass normally);
+/// each carries `.code`, the core's stable `Error::code()`.
+fn py_err(py: Python<'_>, e: Error) -> PyErr {
+    let class = match &e {
+        Error::InsufficientCapacity { .. } => "InsufficientCapacity",
+        Error::DeadlineExceeded { .. } => "RateLimitExceeded",
+        Error::TooManyKeys { .. } => "TooManyKeys",
+        Error::Unsupported { .. } => "Unsupported",
+        _ => "QuotaError",
+    };
+    let made = (|| -> PyResult<PyErr> {
+        let module =
+            ERRORS.get_or_try_init(py, || py.import("ratebound._errors").map(Bound::unbind))?;
+        let cls = module.bind(py).getattr(class)?;
+        let instance = match &e {
+            Error::DeadlineExceeded { wait, .. } => {
+                cls.call1((e.to_string(), e.code(), wait.as_secs_f64()))?
+            }
+            _ => cls.call1((e.to_string(), e.code()))?,
+        };
+        Ok(PyErr::from_value(instance))
+    })();
+    made.unwrap_or_else(|err| err)
+}
+
+trait OrPy<T> {
+    fn or_py(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> OrPy<T> for Result<T, Error> {
+    fn or_py(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| py_err(py, e))
+    }
+}
+
+// ------------------------------------------------------ value conversion
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+/// A number argument as a float; a bool, a string or anything else is a
+/// `TypeError`, an int too large for a float a `QuotaError` naming it.
+fn number(py: Python<'_>, name: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    if obj.is_instance_of::<PyBool>()
+        || !(obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>())
+    {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a number, got {}",
+            type_name(obj)
+        )));
+    }
+    obj.extract::<f64>().map_err(|_| {
+        py_err(
+            py,
+            Error::InvalidNumber {
+                name,
+                value: obj.repr().map(|r| r.to_string()).unwrap_or_default(),
+                reason: "is too large",
+            },
+        )
+    })
+}
+
+fn opt_number(
+    py: Python<'_>,
+    name: &'static str,
+    obj: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<f64>> {
+    match obj {
+        Some(o) if !o.is_none() => number(py, name, o).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn required(py: Python<'_>, name: &'static str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    match obj {
+        Some(o) if !o.is_none() => number(py, name, o),
+        _ => Err(py_err(
+            py,
+            Error::InvalidNumber {
+                name,
+                value: "None".to_string(),
+                reason: "is required",
+            },
+        )),
+    }
+}
+
+/// A token count: a whole number ≥ 0 (an int).
+fn count(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+    match obj {
+        None => Ok(1),
+        Some(o) => {
+            if let Ok(n) = o.extract::<u64>()
+                && !o.is_instance_of::<PyBool>()
+            {
+                return Ok(n);
+            }
+            any::whole("n", number(py, "n", o)?, 0).or_py(py)
+        }
+    }
+}
+
+/// A rate: tokens per second (int or float) or a quota string.
+fn with_rate<T>(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    f: impl FnOnce(Rate<'_>) -> Result<T, Error>,
+) -> PyResult<T> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        let text = s.to_cow()?;
+        return f(Rate::Text(&text)).or_py(py);
+    }
+    let r = number(py, "rate", obj).map_err(|e| {
+        if e.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(format!(
+                "rate must be a number of tokens per second or a string like \"10/s\", got {}",
+                type_name(obj)
+            ))
+        } else {
+            e
+        }
+    })?;
+    f(Rate::PerSecond(r)).or_py(py)
+}
+
+fn clock_of(clock: Option<&Bound<'_, PyAny>>) -> PyResult<AnyClock> {
+    match clock {
+        None => Ok(AnyClock::default()),
+        Some(c) if c.is_none() => Ok(AnyClock::default()),
+        Some(c) => match c.cast::<ManualClock>() {
+            Ok(m) => Ok(AnyClock::Manual(m.get().inner.clone())),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "clock must be a ratebound.ManualClock or None, got {}",
+                type_name(c)
+            ))),
+        },
+    }
+}
+
+/// Calls `f` with the key as the core takes it (str, bytes or int; a bool
+/// or anything else is a `TypeError`).
+fn with_key<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(Key<'_>) -> PyResult<R>) -> PyResult<R> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return f(Key::Text(&s.to_cow()?));
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return f(Key::Bytes(b.as_bytes()));
+    }
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
+        let i = obj
+            .extract::<i128>()
+            .map_err(|_| PyValueError::new_err("an int key must fit in 128 bits"))?;
+        return f(Key::Int(i));
+    }
+    Err(PyTypeError::new_err(format!(
+        "a key must be str, bytes or int, got {}",
+        type_name(obj)
+    )))
+}
+
+fn nanos_to_secs(n: u64) -> f64 {
+    n as f64 / 1e9
+}
+
+// ----------------------------------------------------------------- clock
+
+/// A clock that moves only when told to; starts at 0.
+#[pyclass(frozen, module = "ratebound")]
+struct ManualClock {
+    inner: ratebound::ManualClock,
+}
+
+#[pymethods]
+impl ManualClock {
+    #[new]
+    fn new() -> Self {
+        ManualClock {
+            inner: ratebound::ManualClock::new(),
+        }
+    }
+
+    /// Moves the clock forward by `seconds`.
+    fn advance(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        self.inner.advance(d);
+        Ok(())
+    }
+
+    /// Moves the clock forward by `nanos` nanoseconds.
+    fn advance_ns(&self, nanos: u64) {
+        self.inner.advance_nanos(nanos);
+    }
+
+    /// Sets the clock to `seconds` since its epoch (may go backwards).
+    fn set(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        self.inner.set(d);
+        Ok(())
+    }
+
+    /// Sets the clock to `nanos` since its epoch (may go backwards).
+    fn set_ns(&self, nanos: u64) {
+        self.inner.set_nanos(nanos);
+    }
+
+    /// Seconds since the epoch.
+    fn now(&self) -> f64 {
+        nanos_to_secs(self.inner.now())
+    }
+
+    /// Nanoseconds since the epoch.
+    fn now_ns(&self) -> u64 {
+        self.inner.now()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ManualClock(now={})", nanos_to_secs(self.inner.now()))
+    }
+}
+
+// -------------------------------------------------------------- decision
+
+/// A limiter's answer. `bool(d)` is `d.allowed`.
+#[pyclass(frozen, module = "ratebound")]
+struct Decision {
+    inner: ratebound::Decision,
+}
+
+#[pymethods]
+impl Decision {
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.inner.is_allowed()
+    }
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+    #[getter]
+    fn remaining(&self) -> u64 {
+        self.inner.remaining()
+    }
+    /// Seconds until the same request would be allowed (0.0 if allowed).
+    #[getter]
+    fn retry_after(&self) -> f64 {
+        nanos_to_secs(self.inner.retry_after_nanos())
+    }
+    /// Seconds until the limiter is back to its full quota.
+    #[getter]
+    fn reset_after(&self) -> f64 {
+        nanos_to_secs(self.inner.reset_after_nanos())
+    }
+    #[getter]
+    fn retry_after_ns(&self) -> u64 {
+        self.inner.retry_after_nanos()
+    }
+    #[getter]
+    fn reset_after_ns(&self) -> u64 {
+        self.inner.reset_after_nanos()
+    }
+    fn __bool__(&self) -> bool {
+        self.inner.is_allowed()
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<Decision>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Decision(allowed={}, limit={}, remaining={}, retry_after={}, reset_after={})",
+            if self.inner.is_allowed() {
+                "True"
+            } else {
+                "False"
+            },
+            self.inner.limit(),
+            self.inner.remaining(),
+            nanos_to_secs(self.inner.retry_after_nanos()),
+            nanos_to_secs(self.inner.reset_after_nanos()),
+        )
+    }
+}
+
+fn decision(py: Python<'_>, d: ratebound::Decision) -> PyResult<Py<Decision>> {
+    Py::new(py, Decision { inner: d })
+}
+
+// ------------------------------------------------------------- waiting
+
+/// What a reservation or an acquisition step holds: tokens to give back if
+/// the waiter gives up.
+#[pyclass(frozen, module = "ratebound")]
+struct Permit_ {
+    permit: Permit,
+    released: AtomicBool,
+}
+
+/// One acquisition step as Python sees it: `None` when admitted, else
+/// `(seconds_to_sleep, permit_or_None)`: with a permit the tokens are taken
+/// (go after sleeping; release the permit if cancelled); without one,
+/// sleep and step again.
+fn step_to_py(py: Python<'_>, step: Acquire) -> PyResult<Py<PyAny>> {
+    Ok(match step {
+        Acquire::Admitted => py.None(),
+        Acquire::Reserved { wait_nanos, permit } => {
+            let p = Py::new(
+                py,
+                Permit_ {
+                    permit,
+                    released: AtomicBool::new(false),
+                },
+            )?;
+            (nanos_to_secs(wait_nanos), p)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()
+        }
+        Acquire::Retry { wait_nanos } => (nanos_to_secs(wait_nanos), py.None())
+            .into_pyobject(py)?
+            .into_any()
+            .unbind(),
+    })
+}
+
+/// The clock time `timeout` seconds after `now`, or `None`.
+fn deadline(py: Python<'_>, now: u64, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    match opt_number(py, "timeout", timeout)? {
+        None => Ok(None),
+        Some(t) => {
+            let d = any::seconds("timeout", t).or_py(py)?;
+            Ok(Some(now.saturating_add(d.as_nanos() as u64)))
+        }
+    }
+}
+
+/// Sleeps `nanos` with the GIL released, waking every 50 ms to let Python
+/// handle signals (Ctrl-C raises here).
+fn sleep_released(py: Python<'_>, nanos: u64) -> PyResult<()> {
+    let mut left = Duration::from_nanos(nanos);
+    while !left.is_zero() {
+        let chunk = left.min(Duration::from_millis(50));
+        py.detach(|| std::thread::sleep(chunk));
+        left -= chunk;
+        py.check_signals()?;
+    }
+    Ok(())
+}
+
+/// Drives acquisition steps to the end, sleeping with the GIL released.
+fn acquire_blocking(
+    py: Python<'_>,
+    mut step: impl FnMut(u64) -> Result<Acquire, Error>,
+    now: impl Fn() -> u64,
+    release: impl Fn(Permit),
+) -> PyResult<()> {
+    loop {
+        match step(now()).or_py(py)? {
+            Acquire::Admitted => return Ok(()),
+            Acquire::Reserved { wait_nanos, permit } => {
+                return sleep_released(py, wait_nanos).inspect_err(|_| release(permit));
+            }
+            Acquire::Retry { wait_nanos } => sleep_released(py, wait_nanos)?,
+        }
+    }
+}
+
+// --------------------------------------------------------------- limiter
+
+/// The base of every single limiter; construct the subclasses
+/// (`TokenBucket`, `FixedWindow`, ...) from the `ratebound` package.
+#[pyclass(frozen, subclass, module = "ratebound")]
+struct Limiter {
+    inner: Arc<AnyLimiter>,
+}
+
+#[pymethods]
+impl Limiter {
+    #[new]
+    #[pyo3(signature = (algorithm, *, rate=None, burst=None, limit=None, window=None, max_delay=None, members=None, clock=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        algorithm: &str,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        limit: Option<&Bound<'_, PyAny>>,
+        window: Option<&Bound<'_, PyAny>>,
+        max_delay: Option<&Bound<'_, PyAny>>,
+        members: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let c = clock_of(clock)?;
+        let rate_obj = || -> PyResult<&Bound<'_, PyAny>> {
+            rate.filter(|r| !r.is_none()).ok_or_else(|| {
+                py_err(
+                    py,
+                    Error::InvalidNumber {
+                        name: "rate",
+                        value: "None".to_string(),
+                        reason: "is required",
+                    },
+                )
+            })
+        };
+        let inner = match algorithm {
+            "token_bucket" => {
+                let b = opt_number(py, "burst", burst)?;
+                with_rate(py, rate_obj()?, |r| AnyLimiter::token_bucket(r, b, c))?
+            }
+            "leaky_bucket" => {
+                let d = required(py, "max_delay", max_delay)?;
+                with_rate(py, rate_obj()?, |r| AnyLimiter::leaky_bucket(r, d, c))?
+            }
+            "fixed_window" | "sliding_window" | "sliding_log" => {
+                let l = required(py, "limit", limit)?;
+                let w = required(py, "window", window)?;
+                let made = match algorithm {
+                    "fixed_window" => AnyLimiter::fixed_window(l, w, c),
+                    "sliding_window" => AnyLimiter::sliding_window(l, w, c),
+                    _ => AnyLimiter::sliding_log(l, w, c),
+                };
+                made.or_py(py)?
+            }
+            "all_of" => {
+                let mut list = Vec::new();
+                if let Some(m) = members {
+                    for item in m.try_iter()? {
+                        let item = item?;
+                        let l = item.cast::<Limiter>().map_err(|_| {
+                            PyTypeError::new_err(format!(
+                                "AllOf members must be ratebound limiters, got {}",
+                                type_name(&item)
+                            ))
+                        })?;
+                        list.push(l.get().inner.clone());
+                    }
+                }
+                AnyLimiter::all_of(list).or_py(py)?
+            }
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown algorithm {other:?}"
+                )));
+            }
+        };
+        Ok(Limiter {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Takes `n` (default 1) if the limit allows; the decision says so
+    /// either way. A refusal is not an error.
+    #[pyo3(signature = (n=None))]
+    fn check(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+        let d = match n {
+            None => self.inner.check_at(self.inner.now()),
+            Some(_) => {
+                let n = count(py, n)?;
+                self.inner.check_n_at(n, self.inner.now()).or_py(py)?
+            }
+        };
+        decision(py, d)
+    }
+
+    /// Like `check`, returning only whether it was allowed.
+    #[pyo3(signature = (n=None))]
+    fn try_acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        match n {
+            None => Ok(self.inner.try_acquire()),
+            Some(_) => {
+                let n = count(py, n)?;
+                Ok(self
+                    .inner
+                    .check_n_at(n, self.inner.now())
+                    .or_py(py)?
+                    .is_allowed())
+            }
+        }
+    }
+
+    /// What `check(n)` would answer, without taking anything.
+    #[pyo3(signature = (n=None))]
+    fn peek(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+        let n = count(py, n)?;
+        let d = self.inner.peek_n_at(n, self.inner.now()).or_py(py)?;
+        decision(py, d)
+    }
+
+    /// Tokens (requests) that could be taken now.
+    fn available(&self) -> u64 {
+        self.inner.available()
+    }
+
+    /// The most that can ever be taken at once (burst or window limit).
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    /// The algorithm's name, e.g. "token_bucket".
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm()
+    }
+
+    /// Takes `n` now even if they arrive only later, if within `max_wait`
+    /// seconds (None: any wait). Token and leaky buckets only.
+    #[pyo3(signature = (n=None, max_wait=None))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        max_wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Reservation> {
+        let n = count(py, n)?;
+        let max_wait = match opt_number(py, "max_wait", max_wait)? {
+            Some(s) => Some(any::seconds("max_wait", s).or_py(py)?),
+            None => None,
+        };
+        let (wait, permit) = self
+            .inner
+            .reserve_n_at(n, max_wait, self.inner.now())
+            .or_py(py)?;
+        Ok(Reservation {
+            limiter: self.inner.clone(),
+            permit,
+            wait,
+            cancelled: AtomicBool::new(false),
+        })
+    }
+
+    /// Replaces a token bucket's rate (and burst), converting its state.
+    #[pyo3(signature = (rate, burst=None))]
+    fn set_quota(
+        &self,
+        py: Python<'_>,
+        rate: &Bound<'_, PyAny>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let b = opt_number(py, "burst", burst)?;
+        let q = with_rate(py, rate, |r| any::quota(r, b))?;
+        self.inner.set_quota_at(q, self.inner.now()).or_py(py)
+    }
+
+    /// Blocks the calling thread (GIL released) until `n` are taken; raises
+    /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
+    #[pyo3(signature = (n=None, timeout=None))]
+    fn acquire_blocking(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = count(py, n)?;
+        let limiter = &self.inner;
+        let deadline = deadline(py, limiter.now(), timeout)?;
+        acquire_blocking(
+            py,
+            |now| limiter.acquire_step(n, deadline, now),
+            || limiter.now(),
+            |p| limiter.release(p),
+        )
+    }
+
+    /// For `acquire`: the deadline (clock ns) for a timeout in seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn _deadline(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        deadline(py, self.inner.now(), timeout)
+    }
+
+    /// For `acquire`: one step (see `step_to_py`).
+    fn _step(
+        &self,
+        py: Python<'_>,
+        n: &Bound<'_, PyAny>,
+        deadline: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let n = count(py, Some(n))?;
+        let step = self
+            .inner
+            .acquire_step(n, deadline, self.inner.now())
+            .or_py(py)?;
+        step_to_py(py, step)
+    }
+
+    /// For `acquire`: gives back a step's tokens (once).
+    fn _release(&self, permit: &Bound<'_, Permit_>) {
+        let p = permit.get();
+        if !p.released.swap(true, Ordering::AcqRel) {
+            self.inner.release(p.permit);
+        }
+    }
+}
+
+/// Tokens taken ahead of time by `reserve`: act after `delay` seconds, or
+/// `cancel()` to give them back.
+#[pyclass(frozen, module = "ratebound")]
+struct Reservation {
+    limiter: Arc<AnyLimiter>,
+    permit: Permit,
+    wait: u64,
+    cancelled: AtomicBool,
+}
+
+#[pymethods]
+impl Reservation {
+    /// Seconds to wait before acting.
+    #[getter]
+    fn delay(&self) -> f64 {
+        nanos_to_secs(self.wait)
+    }
+    #[getter]
+    fn delay_ns(&self) -> u64 {
+        self.wait
+    }
+    #[getter]
+    fn tokens(&self) -> u64 {
+        self.permit.tokens()
+    }
+    /// Gives the tokens back as far as no later taker depends on them
+    /// (once; later calls do nothing).
+    fn cancel(&self) {
+        if !self.cancelled.swap(true, Ordering::AcqRel) {
+            self.limiter.release(self.permit);
+        }
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Reservation(tokens={}, delay={})",
+            self.permit.tokens(),
+            nanos_to_secs(self.wait)
+        )
+    }
+}
+
+// ----------------------------------------------------------------- keyed
+
+/// A limit per key (str, bytes or int); keys are stored as 128-bit
+/// fingerprints, off the Python heap.
+#[pyclass(frozen, subclass, module = "ratebound")]
+struct KeyedLimiter {
+    inner: Arc<AnyKeyed>,
+}
+
+#[pymethods]
+impl KeyedLimiter {
+    #[new]
+    #[pyo3(signature = (rate=None, burst=None, *, algorithm="token_bucket", limit=None, window=None, max_keys=None, overflow="evict", clock=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        algorithm: &str,
+        limit: Option<&Bound<'_, PyAny>>,
+        window: Option<&Bound<'_, PyAny>>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        overflow: &str,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let c = clock_of(clock)?;
+        let b = opt_number(py, "burst", burst)?;
+        let l = opt_number(py, "limit", limit)?;
+        let w = opt_number(py, "window", window)?;
+        let alg = match rate.filter(|r| !r.is_none()) {
+            Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w))?,
+            None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py)?,
+        };
+        let max = match opt_number(py, "max_keys", max_keys)? {
+            Some(m) => Some(any::whole("max_keys", m, 1).or_py(py)? as usize),
+            None => None,
+        };
+        let o = any::overflow(overflow).or_py(py)?;
+        Ok(KeyedLimiter {
+            inner: Arc::new(AnyKeyed::new(alg, max, o, c).or_py(py)?),
+        })
+    }
+
+    /// Takes `n` (default 1) for `key` if its limit allows.
+    #[pyo3(signature = (key, n=None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Decision>> {
+        let n = count(py, n)?;
+        let d = with_key(key, |k| self.inner.check_n(k, n).or_py(py))?;
+        decision(py, d)
+    }
+
+    /// Like `check`, returning only whether it was allowed.
+    #[pyo3(signature = (key, n=None))]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let n = count(py, n)?;
+        with_key(key, |k| {
+            Ok(self.inner.check_n(k, n).or_py(py)?.is_allowed())
+        })
+    }
+
+    /// Tokens `key` could take now.
+    fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+        with_key(key, |k| Ok(self.inner.available(k)))
+    }
+
+    /// Forgets `key`; whether it was tracked.
+    fn remove(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        with_key(key, |k| Ok(self.inner.remove(k)))
+    }
+
+    /// Gives `key` a full quota again.
+    fn reset(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        with_key(key, |k| {
+            self.inner.reset(k);
+            Ok(())
+        })
+    }
+
+    /// Drops keys whose state is fresh (as if never seen); how many.
+    fn cleanup(&self, py: Python<'_>) -> usize {
+        let inner = &self.inner;
+        py.detach(|| inner.cleanup())
+    }
+
+    /// Drops keys idle for at least `seconds`; how many.
+    fn cleanup_idle(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let inner = &self.inner;
+        Ok(py.detach(|| inner.cleanup_idle(d)))
+    }
+
+    /// The cap on tracked keys.
+    #[getter]
+    fn max_keys(&self) -> usize {
+        self.inner.max_keys()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Blocks (GIL released) until `n` are taken for `key`; raises
+    /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
+    #[pyo3(signature = (key, n=None, timeout=None))]
+    fn acquire_blocking(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = count(py, n)?;
+        let limiter = &self.inner;
+        let deadline = deadline(py, limiter.now(), timeout)?;
+        with_key(key, |key| {
+            acquire_blocking(
+                py,
+                |now| limiter.acquire_step(key, n, deadline, now),
+                || limiter.now(),
+                |_| {},
+            )
+        })
+    }
+
+    /// For `acquire`: the deadline (clock ns) for a timeout in seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn _deadline(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        deadline(py, self.inner.now(), timeout)
+    }
+
+    /// For `acquire`: one step (see `step_to_py`).
+    fn _step(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: &Bound<'_, PyAny>,
+        deadline: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let n = count(py, Some(n))?;
+        let step = with_key(key, |k| {
+            self.inner
+                .acquire_step(k, n, deadline, self.inner.now())
+                .or_py(py)
+        })?;
+        step_to_py(py, step)
+    }
+}
+
+// ------------------------------------------------------------------ http
+
+fn trusted_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<TrustedProxies> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(TrustedProxies::None);
+    };
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
+        let hops =
+            any::whole("trusted_proxies", number(py, "trusted_proxies", obj)?, 0).or_py(py)?;
+        return Ok(TrustedProxies::Hops(hops as usize));
+    }
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(
+            "trusted_proxies must be a list of CIDR strings or a hop count, got str",
+        ));
+    }
+    let mut cidrs = Vec::new();
+    for item in obj.try_iter()? {
+        let item = item?;
+        let text: String = item.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "trusted_proxies entries must be CIDR strings, got {}",
+                type_name(&item)
+            ))
+        })?;
+        cidrs.push(Cidr::parse(&text).or_py(py)?);
+    }
+    Ok(TrustedProxies::Cidrs(cidrs))
+}
+
+/// The whole decision of the ASGI and WSGI middleware (`ratebound.asgi`,
+/// `ratebound.wsgi` drive it).
+#[pyclass(frozen, module = "ratebound")]
+struct Gate_ {
+    inner: Gate,
+}
+
+#[pymethods]
+impl Gate_ {
+    #[new]
+    #[pyo3(signature = (policies, *, trusted_proxies=None, ipv6_prefix=64, missing_key=None, headers="draft", body="text", max_keys=Some(1_000_000), overflow="evict", clock=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        policies: &Bound<'_, PyAny>,
+        trusted_proxies: Option<&Bound<'_, PyAny>>,
+        ipv6_prefix: u8,
+        missing_key: Option<&Bound<'_, PyAny>>,
+        headers: &str,
+        body: &str,
+        max_keys: Option<u64>,
+        overflow: &str,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let mut list = Vec::new();
+        for item in policies.try_iter()? {
+            let item = item?;
+            let tuple = item.cast::<PyTuple>().map_err(|_| {
+                PyTypeError::new_err(
+                    "policies must be (name, algorithm, rate, burst, limit, window) tuples",
+                )
+            })?;
+            let name: String = tuple.get_item(0)?.extract()?;
+            let algorithm: String = tuple.get_item(1)?.extract()?;
+            let rate = tuple.get_item(2)?;
+            let b = opt_number(py, "burst", Some(&tuple.get_item(3)?))?;
+            let l = opt_number(py, "limit", Some(&tuple.get_item(4)?))?;
+            let w = opt_number(py, "window", Some(&tuple.get_item(5)?))?;
+            let alg = if rate.is_none() {
+                any::keyed_algorithm(&algorithm, None, b, l, w).or_py(py)?
+            } else {
+                with_rate(py, &rate, |r| {
+                    any::keyed_algorithm(&algorithm, Some(r), b, l, w)
+                })?
+            };
+            list.push((name, alg));
+        }
+        let missing = match missing_key.filter(|m| !m.is_none()) {
+            None => MissingKey::FallBackToIp,
+            Some(m) => {
+                if let Ok(s) = m.extract::<String>() {
+                    match s.as_str() {
+                        "ip" => MissingKey::FallBackToIp,
+                        "shared" => MissingKey::SharedAnonymous,
+                        other => {
+                            return Err(PyValueError::new_err(format!(
+                                "missing_key must be \"ip\", \"shared\" or an HTTP status, got {other:?}"
+                            )));
+                        }
+                    }
+                } else {
+                    let status: u16 = m.extract().map_err(|_| {
+                        PyTypeError::new_err(
+                            "missing_key must be \"ip\", \"shared\" or an HTTP status",
+                        )
+                    })?;
+                    if !(400..600).contains(&status) {
+                        return Err(PyValueError::new_err(format!(
+                            "missing_key status must be 4xx or 5xx, got {status}"
+                        )));
+                    }
+                    MissingKey::Reject(status)
+                }
+            }
+        };
+        let body = match body {
+            "text" => RefusalBody::Text,
+            "problem+json" | "problem_json" => RefusalBody::ProblemJson,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "body must be \"text\" or \"problem+json\", got {other:?}"
+                )));
+            }
+        };
+        let max_keys = match max_keys {
+            Some(m) => Some((
+                any::whole("max_keys", m as f64, 1).or_py(py)? as usize,
+                any::overflow(overflow).or_py(py)?,
+            )),
+            None => None,
+        };
+        let options = GateOptions {
+            trusted: trusted_of(py, trusted_proxies)?,
+            ipv6_prefix,
+            missing,
+            headers: QuotaHeaders::parse(headers).or_py(py)?,
+            body,
+            max_keys,
+        };
+        Ok(Gate_ {
+            inner: Gate::new(list, options, clock_of(clock)?).or_py(py)?,
+        })
+    }
+
+    /// `(status, headers, content_type, body)`: status 0 lets the request
+    /// through with `headers` added to its response; otherwise answer with
+    /// status, headers and body. Header names and values are bytes.
+    #[pyo3(signature = (key, peer=None, x_forwarded_for=None, forwarded=None))]
+    fn decide<'py>(
+        &self,
+        py: Python<'py>,
+        key: Option<&Bound<'py, PyAny>>,
+        peer: Option<&str>,
+        x_forwarded_for: Option<&str>,
+        forwarded: Option<&str>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let peer = peer.and_then(|p| p.parse::<IpAddr>().ok());
+        let decide = |key: Option<Key<'_>>| {
+            self.inner.decide(&any::Request {
+                key,
+                peer,
+                x_forwarded_for,
+                forwarded,
+            })
+        };
+        let v = match key.filter(|k| !k.is_none()) {
+            Some(k) => with_key(k, |k| Ok(decide(Some(k))))?,
+            None => decide(None),
+        };
+        let headers = PyList::empty(py);
+        for (name, value) in &v.headers {
+            headers.append((
+                PyBytes::new(py, name.as_bytes()),
+                PyBytes::new(py, value.as_bytes()),
+            ))?;
+        }
+        let (ctype, body) = match &v.body {
+            Some((c, b)) => (
+                Some(PyBytes::new(py, c.as_bytes())),
+                Some(PyBytes::new(py, b.as_bytes())),
+            ),
+            None => (None, None),
+        };
+        (v.status, headers, ctype, body).into_pyobject(py)
+    }
+
+    /// The `RateLimit-Policy` field value.
+    #[getter]
+    fn policy_field(&self) -> &str {
+        self.inner.policy_field()
+    }
+
+    /// Keys tracked (by the first policy).
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Drops fresh per-key state; how many entries went.
+    fn cleanup(&self, py: Python<'_>) -> usize {
+        let inner = &self.inner;
+        py.detach(|| inner.cleanup())
+    }
+}
+
+/// Whole seconds, rounded up, for a wait of `nanos` (the Retry-After value).
+#[pyfunction]
+fn retry_after_secs(nanos: u64) -> u64 {
+    ratebound::http::retry_after_secs(Duration::from_nanos(nanos))
+}
+
+/// The address to key on: IPv4-mapped unwrapped, IPv6 cut to `prefix` bits.
+#[pyfunction]
+#[pyo3(signature = (ip, prefix=64))]
+fn ip_key(ip: &str, prefix: u8) -> PyResult<String> {
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| PyValueError::new_err(format!("not an IP address: {ip:?}")))?;
+    Ok(ratebound::http::ip_key(ip, prefix).to_string())
+}
+
+/// The client's address from the peer and forwarding headers, believing
+/// them only as `trusted_proxies` (CIDR list or hop count) allows.
+#[pyfunction]
+#[pyo3(signature = (peer, x_forwarded_for=None, forwarded=None, trusted_proxies=None))]
+fn client_ip(
+    py: Python<'_>,
+    peer: &str,
+    x_forwarded_for: Option<&str>,
+    forwarded: Option<&str>,
+    trusted_proxies: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let peer: IpAddr = peer
+        .parse()
+        .map_err(|_| PyValueError::new_err(format!("not an IP address: {peer:?}")))?;
+    let trusted = trusted_of(py, trusted_proxies)?;
+    Ok(ratebound::http::client_ip(peer, x_forwarded_for, forwarded, &trusted).to_string())
+}
+
+/// The `RateLimit-Policy` value for `(name, quota_string)` token-bucket
+/// policies.
+#[pyfunction]
+fn ratelimit_policy(py: Python<'_>, policies: Vec<(String, String)>) -> PyResult<String> {
+    let mut list = Vec::new();
+    for (name, quota) in policies {
+        let q = ratebound::Quota::parse(&quota).or_py(py)?;
+        list.push(ratebound::http::Policy::for_quota(&name, q).or_py(py)?);
+    }
+    Ok(ratebound::http::ratelimit_policy(&list))
+}
+
+/// The clock source the default clock uses ("tsc" or "os").
+#[pyfunction]
+fn clock_source() -> &'static str {
+    ratebound::MonotonicClock::source()
+}
+
+#[pymodule(gil_used = false)]
+fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ManualClock>()?;
+    m.add_class::<Decision>()?;
+    m.add_class::<Limiter>()?;
+    m.add_class::<Reservation>()?;
+    m.add_class::<Permit_>()?;
+    m.add_class::<KeyedLimiter>()?;
+    m.add_class::<Gate_>()?;
+    m.add_function(wrap_pyfunction!(retry_after_secs, m)?)?;
+    m.add_function(wrap_pyfunction!(ip_key, m)?)?;
+    m.add_function(wrap_pyfunction!(client_ip, m)?)?;
+    m.add_function(wrap_pyfunction!(ratelimit_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(clock_source, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
