@@ -14,7 +14,7 @@ PolicySpec = Union[int, float, str, Mapping[str, Any]]
 _ALGORITHMS = ("token_bucket", "fixed_window", "sliding_window")
 
 
-def _policy(name: str, spec: PolicySpec) -> tuple:
+def _policy(name: str, spec: PolicySpec) -> tuple[Any, ...]:
     if isinstance(spec, Mapping):
         algorithm = spec.get("algorithm", "token_bucket")
         if algorithm not in _ALGORITHMS:

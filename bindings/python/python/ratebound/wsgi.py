@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 from ._http import KeyFunc, PolicySpec, build_gate, reason
 from ._ratebound import ManualClock
 
-Environ = dict
+Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
@@ -82,7 +82,7 @@ class RateLimitMiddleware:
         if not fields:
             return self.app(environ, start_response)
 
-        def start_with_headers(status_line: str, response_headers: list, exc_info: Any = None) -> Any:
+        def start_with_headers(status_line: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             return start_response(status_line, [*response_headers, *fields], exc_info)
 
         return self.app(environ, start_with_headers)

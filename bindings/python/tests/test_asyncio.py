@@ -1,0 +1,106 @@
+"""asyncio waiting on the real clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import ratebound as rb
+
+
+async def test_fifty_tasks_are_paced() -> None:
+    tb = rb.TokenBucket(100, 1)
+    stamps: list = []
+
+    async def one() -> None:
+        await tb.acquire()
+        stamps.append(time.monotonic())
+
+    start = time.monotonic()
+    await asyncio.gather(*(one() for _ in range(50)))
+    total = time.monotonic() - start
+    stamps.sort()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    # 49 waits of 10 ms after the first token: about 0.49 s (loaded machine: < 2 s).
+    assert 0.48 <= total < 2.0, total
+    # Reservations are 10 ms apart; a sleep never ends early, but the loop may
+    # wake two tasks in one pass, so spacing is checked on the average and on
+    # the total span from the first admission.
+    assert stamps[-1] - stamps[0] >= 0.49 - 0.005, stamps[-1] - stamps[0]
+    assert sum(gaps) / len(gaps) >= 0.0099
+
+
+async def test_admissions_never_run_ahead_of_10ms_slots() -> None:
+    # The k-th admission (from 0) never comes before k × 10 ms after the
+    # start. Two consecutive admissions may be closer than 10 ms when the
+    # earlier one woke late (its slot was still at the scheduled time; seen:
+    # 10.5 ms then 8.5 ms), but never ahead of the schedule.
+    tb = rb.TokenBucket(100, 1)
+    start = time.monotonic()
+    stamps: list = []
+
+    async def one() -> None:
+        await tb.acquire()
+        stamps.append(time.monotonic())
+
+    await asyncio.gather(*(one() for _ in range(20)))
+    stamps.sort()
+    early = [(k, t - start) for k, t in enumerate(stamps) if t - start < k * 0.01 - 0.0005]
+    assert not early, early
+
+
+async def test_unmeetable_timeout_raises_at_once() -> None:
+    tb = rb.TokenBucket(1, 1)
+    assert tb.try_acquire()
+    start = time.perf_counter()
+    with pytest.raises(rb.RateLimitExceeded) as info:
+        await tb.acquire(1, timeout=0.5)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.005, elapsed
+    assert 0.5 < info.value.retry_after <= 1.0
+    # Nothing was taken: the next token is still due in about 1 s.
+    assert tb.check().retry_after > 0.5
+
+
+async def test_cancelled_acquire_gives_tokens_back() -> None:
+    c = rb.ManualClock()
+    tb = rb.TokenBucket(10, 1, clock=c)
+    assert tb.try_acquire()
+    # The clock is manual: the waiter's reservation (due in 0.1 s of clock
+    # time) sleeps in real time, and is cancelled before it ends.
+    task = asyncio.ensure_future(tb.acquire())
+    await asyncio.sleep(0.01)
+    assert tb.peek().retry_after == pytest.approx(0.2)  # the reservation holds the slot
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert tb.peek().retry_after == pytest.approx(0.1)  # given back
+    c.advance(0.1)
+    assert tb.try_acquire()
+
+
+async def test_windows_and_keyed_wait_by_retrying() -> None:
+    fw = rb.FixedWindow(1, 0.05)
+    await fw.acquire()
+    start = time.monotonic()
+    await fw.acquire()
+    assert time.monotonic() - start < 0.5
+    k = rb.KeyedLimiter(50, 1)
+    await k.acquire("a")
+    await k.acquire("a", 1, timeout=1)
+    with pytest.raises(rb.RateLimitExceeded):
+        await k.acquire("a", 1, timeout=0.001)
+
+
+async def test_async_decorator_waits() -> None:
+    tb = rb.TokenBucket(100, 1)
+
+    @rb.limit(tb, wait=True, timeout=1)
+    async def work() -> int:
+        return 1
+
+    start = time.monotonic()
+    assert sum([await work() for _ in range(3)]) == 3
+    assert time.monotonic() - start >= 0.019
