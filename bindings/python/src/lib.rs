@@ -172,7 +172,12 @@ fn clock_of(clock: Option<&Bound<'_, PyAny>>) -> PyResult<AnyClock> {
 /// or anything else is a `TypeError`).
 fn with_key<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(Key<'_>) -> PyResult<R>) -> PyResult<R> {
     if let Ok(s) = obj.cast::<PyString>() {
-        return f(Key::Text(&s.to_cow()?));
+        // One temporary bytes object: the abi3 (3.9) API has no borrowed
+        // UTF-8 view. A lone surrogate raises UnicodeEncodeError here.
+        let utf8 = s.encode_utf8()?;
+        let text = std::str::from_utf8(utf8.as_bytes())
+            .map_err(|_| PyValueError::new_err("a str key must encode to UTF-8"))?;
+        return f(Key::Text(text));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
         return f(Key::Bytes(b.as_bytes()));
@@ -252,7 +257,7 @@ impl ManualClock {
 // -------------------------------------------------------------- decision
 
 /// A limiter's answer. `bool(d)` is `d.allowed`.
-#[pyclass(frozen, module = "ratebound")]
+#[pyclass(frozen, freelist = 64, module = "ratebound")]
 struct Decision {
     inner: ratebound::Decision,
 }

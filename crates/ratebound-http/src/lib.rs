@@ -31,17 +31,18 @@
 //! request without a key follows [`MissingKey`]: by default it falls back to
 //! the client IP — one shared bucket for every keyless client would let one
 //! of them lock all the others out. Keys are stored as 128-bit keyed hashes
-//! of their bytes (two randomly seeded SipHash passes), so a 64 KiB or
-//! non-UTF-8 header costs what a short key does and no key is copied.
+//! of their bytes (one pass of SipHash-2-4-128 with a random key), so a
+//! 64 KiB or non-UTF-8 header costs what a short key does and no key is
+//! copied.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::future::Future;
-use std::hash::{BuildHasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -56,7 +57,7 @@ use ratebound::http::{
 use ratebound::{
     Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, MonotonicClock, Overflow, Quota,
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -68,12 +69,13 @@ pub struct PeerAddr(pub SocketAddr);
 type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 type Limiter = KeyedLimiter<Fingerprint, Arc<dyn Clock>>;
 
-/// A key as the tables store it: 128 bits from two independently, randomly
-/// seeded SipHash passes over a namespace byte and the key's bytes. No key is
-/// copied to the heap, a 64 KiB key costs what a short one does, and distinct
-/// byte strings (UTF-8 or not) stay distinct except with probability about
-/// n²/2^129 for n keys — which an outsider cannot steer, not knowing the seeds.
-type Fingerprint = [u64; 2];
+/// A key as the tables store it: the 128-bit output of one SipHash-2-4 pass,
+/// with a random 128-bit key, over a namespace byte and the key's bytes. No
+/// key is copied to the heap, a 64 KiB key costs what a short one does, and
+/// distinct byte strings (UTF-8 or not) stay distinct except with
+/// probability about n²/2^129 for n keys — which an outsider cannot steer,
+/// not knowing the seed.
+use ratebound::fingerprint::{Fingerprint, Seed};
 type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 /// Where a request's key comes from.
@@ -147,10 +149,10 @@ struct Shared {
     v6_prefix: u8,
     exempt: Option<Predicate>,
     critical: Option<Predicate>,
-    shed: Option<Arc<Semaphore>>,
+    shed: Option<Arc<Cap>>,
     headers: QuotaHeaders,
     body: RefusalBody,
-    seeds: [RandomState; 2],
+    seed: Seed,
 }
 
 /// Builds a [`RateLimitLayer`].
@@ -295,10 +297,15 @@ impl Builder {
                 v6_prefix: self.v6_prefix,
                 exempt: self.exempt,
                 critical: self.critical,
-                shed: self.concurrency.map(|n| Arc::new(Semaphore::new(n))),
+                shed: self.concurrency.map(|limit| {
+                    Arc::new(Cap {
+                        limit,
+                        in_use: AtomicUsize::new(0),
+                    })
+                }),
                 headers: self.headers,
                 body: self.body,
-                seeds: [RandomState::new(), RandomState::new()],
+                seed: Seed::random(),
             }),
         })
     }
@@ -356,10 +363,52 @@ static LEGACY: [HeaderName; 3] = [
     HeaderName::from_static("x-ratelimit-reset"),
 ];
 
-/// What the layer decided before the inner service.
-enum Verdict {
-    Pass(Vec<Decision>),
-    Refuse(Response<Bytes>),
+/// One decision per policy, by index: on the stack for up to four policies.
+#[derive(Default)]
+struct Decisions {
+    inline: [Option<Decision>; 4],
+    spill: Vec<Option<Decision>>,
+}
+
+impl Decisions {
+    fn set(&mut self, i: usize, decision: Decision) {
+        match self.inline.get_mut(i) {
+            Some(slot) => *slot = Some(decision),
+            None => {
+                let j = i - self.inline.len();
+                if self.spill.len() <= j {
+                    self.spill.resize(j + 1, None);
+                }
+                self.spill[j] = Some(decision);
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Decision> + '_ {
+        self.inline
+            .iter()
+            .chain(self.spill.iter())
+            .map_while(|d| *d)
+    }
+}
+
+/// The concurrency cap. It is only ever tried, never waited on, so a count
+/// does what a semaphore would — without a semaphore's lock of its waiter
+/// list on every release.
+struct Cap {
+    limit: usize,
+    in_use: AtomicUsize,
+}
+
+/// A place in the inner service, given back on drop.
+struct Slot(Arc<Cap>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // Ordering: Release — what the request did happens before its slot
+        // is seen free (as a semaphore's release would order it).
+        self.0.in_use.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl Shared {
@@ -410,13 +459,7 @@ impl Shared {
     }
 
     fn fingerprint(&self, namespace: u8, bytes: &[u8]) -> Fingerprint {
-        use std::hash::Hasher as _;
-        self.seeds.each_ref().map(|seed| {
-            let mut h = seed.build_hasher();
-            h.write_u8(namespace);
-            h.write(bytes);
-            h.finish()
-        })
+        self.seed.fingerprint(namespace, bytes)
     }
 
     /// IP keys have their own namespace, so no header value can name one.
@@ -428,22 +471,28 @@ impl Shared {
         }
     }
 
-    fn decide(&self, parts: &Parts) -> Verdict {
+    /// Every policy's decision into `decisions` (left empty without
+    /// policies); the refusal to answer with, if any.
+    fn decide(&self, parts: &Parts, decisions: &mut Decisions) -> Option<Response<Bytes>> {
         if self.policies.is_empty() {
-            return Verdict::Pass(Vec::new());
+            return None;
         }
         let key = match self.key(parts) {
             Ok(k) => k,
             Err(status) => {
-                return Verdict::Refuse(plain(status, "a key is required for this endpoint\n"));
+                return Some(plain(status, "a key is required for this endpoint\n"));
             }
         };
         // Every policy is judged at the same instant (they share one clock),
         // all or nothing (the core gives back what admitting policies took).
         let now = self.policies[0].1.clock().now();
         let limiters = self.policies.iter().map(|(_, limiter)| limiter);
-        let decisions = match KeyedLimiter::check_all_at(limiters, &key, 1, now) {
-            Ok(decisions) => decisions,
+        let admitted = KeyedLimiter::check_all_with(limiters, &key, 1, now, |i, decision| {
+            decisions.set(i, decision);
+        });
+        match admitted {
+            Ok(true) => return None,
+            Ok(false) => {}
             Err(Error::TooManyKeys { .. }) => {
                 let mut r = plain(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -451,28 +500,25 @@ impl Shared {
                 );
                 r.headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                return Verdict::Refuse(r);
+                return Some(r);
             }
             Err(_) => {
-                return Verdict::Refuse(plain(
+                return Some(plain(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "rate limiter misconfigured\n",
                 ));
             }
-        };
-        if decisions.iter().all(Decision::is_allowed) {
-            return Verdict::Pass(decisions);
         }
         // Allowed decisions wait 0: the largest wait is the refusals' longest.
         let wait = decisions
             .iter()
-            .map(Decision::retry_after)
+            .map(|d| d.retry_after())
             .max()
             .unwrap_or(Duration::ZERO);
-        Verdict::Refuse(self.refusal(wait, &decisions))
+        Some(self.refusal(wait, decisions))
     }
 
-    fn refusal(&self, wait: Duration, decisions: &[Decision]) -> Response<Bytes> {
+    fn refusal(&self, wait: Duration, decisions: &Decisions) -> Response<Bytes> {
         let secs = retry_after_secs(wait).max(1);
         let mut response = match self.body {
             RefusalBody::Text => plain(
@@ -501,16 +547,12 @@ impl Shared {
     }
 
     /// The quota header fields for these decisions (at most three).
-    fn quota_header_values(&self, decisions: &[Decision]) -> QuotaFields {
+    fn quota_header_values(&self, decisions: &Decisions) -> QuotaFields {
         let mut out: QuotaFields = [None, None, None];
         match self.headers {
             QuotaHeaders::Off => {}
             QuotaHeaders::Draft => {
-                let entries = self
-                    .policies
-                    .iter()
-                    .map(|(p, _)| p)
-                    .zip(decisions.iter().copied());
+                let entries = self.policies.iter().map(|(p, _)| p).zip(decisions.iter());
                 // The string's buffer becomes the value: no copy.
                 if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(ratelimit(entries))) {
                     out[0] = Some((RATELIMIT.clone(), v));
@@ -518,10 +560,10 @@ impl Shared {
                 out[1] = Some((RATELIMIT_POLICY.clone(), self.policy_field.clone()));
             }
             QuotaHeaders::Legacy => {
-                if let Some(tightest) = decisions.iter().min_by_key(|d| d.remaining()) {
+                if let Some(tightest) = decisions.iter().min_by_key(Decision::remaining) {
                     for (slot, (name, (_, value))) in out
                         .iter_mut()
-                        .zip(LEGACY.iter().zip(legacy_headers(tightest)))
+                        .zip(LEGACY.iter().zip(legacy_headers(&tightest)))
                     {
                         *slot = HeaderValue::from_str(&value)
                             .ok()
@@ -535,12 +577,20 @@ impl Shared {
 
     /// A slot in the inner service, or `None` when the cap is reached and the
     /// request is not critical.
-    fn admit_concurrency(&self, parts: &Parts) -> Result<Option<OwnedSemaphorePermit>, ()> {
+    fn admit_concurrency(&self, parts: &Parts) -> Result<Option<Slot>, ()> {
         let Some(shed) = &self.shed else {
             return Ok(None);
         };
-        match shed.clone().try_acquire_owned() {
-            Ok(permit) => Ok(Some(permit)),
+        // Ordering: Acquire — pairs with a slot's Release on drop; the count
+        // itself is exact (one read-modify-write at a time), so never more
+        // than `limit` slots are out.
+        let taken = shed
+            .in_use
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n < shed.limit).then_some(n + 1)
+            });
+        match taken {
+            Ok(_) => Ok(Some(Slot(shed.clone()))),
             Err(_) if self.critical.as_ref().is_some_and(|f| f(parts)) => Ok(None),
             Err(_) => Err(()),
         }
@@ -587,9 +637,9 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The inner service that was polled ready goes with this call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // The inner service is called here, not in the response future: the
+        // service that was polled ready is the one called, with no clone.
+        let inner = &mut self.inner;
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
         if shared.exempt.as_ref().is_some_and(|f| f(&parts)) {
@@ -608,10 +658,10 @@ where
                 return Box::pin(std::future::ready(Ok(convert(r))));
             }
         };
-        let decisions = match shared.decide(&parts) {
-            Verdict::Pass(decisions) => decisions,
-            Verdict::Refuse(r) => return Box::pin(std::future::ready(Ok(convert(r)))),
-        };
+        let mut decisions = Decisions::default();
+        if let Some(r) = shared.decide(&parts, &mut decisions) {
+            return Box::pin(std::future::ready(Ok(convert(r))));
+        }
         // Worked out now, so the response future needs nothing shared.
         let quota = shared.quota_header_values(&decisions);
         let future = inner.call(Request::from_parts(parts, body));

@@ -33,7 +33,6 @@
 //! # Ok::<(), ratebound::Error>(())
 //! ```
 
-use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -434,32 +433,36 @@ pub enum Key<'a> {
     Int(i128),
 }
 
-/// A 128-bit key fingerprint: two independently, randomly seeded SipHash
-/// passes over a kind byte and the key's bytes. Distinct keys collide with
-/// probability about n²/2^129 for n keys, which an outsider cannot steer
-/// without the seeds; a 64 KiB key is stored in 16 bytes.
-pub type Fingerprint = [u64; 2];
+pub use crate::fingerprint::Fingerprint;
+use crate::fingerprint::Seed;
 
-/// Makes [`Fingerprint`]s with seeds of its own.
-#[derive(Clone, Debug, Default)]
+/// Makes [`Fingerprint`]s (one SipHash-2-4-128 pass) with a random key of
+/// its own: distinct keys collide with probability about n²/2^129 for n
+/// keys, which an outsider cannot steer without the key; a 64 KiB key is
+/// stored in 16 bytes.
+#[derive(Clone, Copy, Debug)]
 pub struct Fingerprinter {
-    seeds: [RandomState; 2],
+    seed: Seed,
+}
+
+impl Default for Fingerprinter {
+    fn default() -> Self {
+        Fingerprinter {
+            seed: Seed::random(),
+        }
+    }
 }
 
 impl Fingerprinter {
-    /// New random seeds.
+    /// A new random key.
     pub fn new() -> Fingerprinter {
         Fingerprinter::default()
     }
 
     /// The fingerprint of `bytes` in the namespace `kind`.
+    #[inline]
     pub fn of(&self, kind: u8, bytes: &[u8]) -> Fingerprint {
-        self.seeds.each_ref().map(|seed| {
-            let mut h = seed.build_hasher();
-            h.write_u8(kind);
-            h.write(bytes);
-            h.finish()
-        })
+        self.seed.fingerprint(kind, bytes)
     }
 
     /// The fingerprint of a [`Key`].

@@ -115,7 +115,7 @@ fn sf_string(out: &mut String, s: &str) {
 }
 
 /// Appends `n` in decimal.
-fn push_u64(out: &mut String, mut n: u64) {
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
@@ -126,9 +126,7 @@ fn push_u64(out: &mut String, mut n: u64) {
             break;
         }
     }
-    for &d in &digits[i..] {
-        out.push(char::from(d));
-    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// The `RateLimit-Policy` field value for `policies`, e.g.
@@ -149,19 +147,21 @@ pub fn ratelimit_policy(policies: &[Policy]) -> String {
 /// `"burst";r=0;t=1`: `r` = remaining, `t` = seconds until the quota is
 /// whole again, rounded up.
 pub fn ratelimit<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decision)>) -> String {
-    let mut out = String::with_capacity(64);
+    // Called for every response: no formatting machinery, and bytes rather
+    // than a `String` until the end, so that the value is checked for UTF-8
+    // once instead of once per piece (it is ASCII: quoted names and digits).
+    let mut out = Vec::with_capacity(64);
     for (i, (p, d)) in entries.into_iter().enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            out.extend_from_slice(b", ");
         }
-        // Called for every response: no formatting machinery.
-        out.push_str(&p.quoted);
-        out.push_str(";r=");
+        out.extend_from_slice(p.quoted.as_bytes());
+        out.extend_from_slice(b";r=");
         push_u64(&mut out, d.remaining());
-        out.push_str(";t=");
+        out.extend_from_slice(b";t=");
         push_u64(&mut out, retry_after_secs(d.reset_after()));
     }
-    out
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The legacy trio `X-RateLimit-Limit`, `X-RateLimit-Remaining`,

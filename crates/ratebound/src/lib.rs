@@ -93,6 +93,7 @@ mod clock;
 mod core;
 mod decision;
 mod error;
+pub mod fingerprint;
 mod gcra;
 pub mod http;
 mod keyed;

@@ -200,3 +200,43 @@ fn gate_keys_and_missing_keys() {
     assert_eq!(ok.status, 0);
     assert_eq!(ok.headers[1], ("x-ratelimit-remaining", "1".to_string()));
 }
+
+#[test]
+fn gate_refusal_reports_what_was_given_back() {
+    // Burst admits, the per-second window refuses: the burst's token is given
+    // back, and the RateLimit field says so (r=1, not 0).
+    let (_, c) = manual();
+    let g = Gate::new(
+        vec![
+            (
+                "burst".to_string(),
+                KeyedAlgorithm::TokenBucket(Quota::parse("1/minute burst 3").unwrap()),
+            ),
+            (
+                "second".to_string(),
+                KeyedAlgorithm::FixedWindow {
+                    limit: 2,
+                    window: Duration::from_secs(1),
+                },
+            ),
+        ],
+        GateOptions::default(),
+        c,
+    )
+    .unwrap();
+    let req = Request {
+        key: Some(Key::Text("k")),
+        ..Request::default()
+    };
+    assert_eq!(g.decide(&req).status, 0);
+    assert_eq!(g.decide(&req).status, 0);
+    let refused = g.decide(&req);
+    assert_eq!(refused.status, 429);
+    let field = &refused
+        .headers
+        .iter()
+        .find(|(n, _)| *n == "ratelimit")
+        .unwrap()
+        .1;
+    assert_eq!(field, "\"burst\";r=1;t=120, \"second\";r=0;t=1");
+}
