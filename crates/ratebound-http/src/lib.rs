@@ -229,7 +229,9 @@ impl Builder {
     }
 
     /// Requests for which `f` is true are never shed by the concurrency
-    /// limit (they still count toward it).
+    /// limit: below the cap they take a place like any request (so they
+    /// count toward it); at the cap they go through without one, so the
+    /// number in flight can exceed the cap by the critical requests.
     pub fn critical(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
         self.critical = Some(Arc::new(f));
         self
