@@ -871,6 +871,30 @@ fn trusted_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Truste
 #[pyclass(frozen, module = "ratebound")]
 struct Gate_ {
     inner: Gate,
+    /// Header names and the fixed policy value, made once as Python
+    /// objects: `(name, as bytes, as str)`.
+    fixed: Vec<(String, Py<PyAny>, Py<PyAny>)>,
+}
+
+const FIELD_NAMES: [&str; 6] = [
+    "ratelimit-policy",
+    "ratelimit",
+    "retry-after",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+];
+
+impl Gate_ {
+    /// `text` as bytes (ASGI) or str (WSGI), from the cache when it is one of
+    /// the fixed strings.
+    fn text<'py>(&self, py: Python<'py>, text: &str, wsgi: bool) -> Bound<'py, PyAny> {
+        match self.fixed.iter().find(|(t, _, _)| t == text) {
+            Some((_, b, s)) => if wsgi { s } else { b }.bind(py).clone(),
+            None if wsgi => PyString::new(py, text).into_any(),
+            None => PyBytes::new(py, text.as_bytes()).into_any(),
+        }
+    }
 }
 
 #[pymethods]
@@ -965,15 +989,28 @@ impl Gate_ {
             body,
             max_keys,
         };
-        Ok(Gate_ {
-            inner: Gate::new(list, options, clock_of(clock)?).or_py(py)?,
-        })
+        let inner = Gate::new(list, options, clock_of(clock)?).or_py(py)?;
+        let fixed = FIELD_NAMES
+            .iter()
+            .copied()
+            .chain([inner.policy_field()])
+            .map(|t| {
+                (
+                    t.to_string(),
+                    PyBytes::new(py, t.as_bytes()).into_any().unbind(),
+                    PyString::new(py, t).into_any().unbind(),
+                )
+            })
+            .collect();
+        Ok(Gate_ { inner, fixed })
     }
 
     /// `(status, headers, content_type, body)`: status 0 lets the request
     /// through with `headers` added to its response; otherwise answer with
-    /// status, headers and body. Header names and values are bytes.
-    #[pyo3(signature = (key, peer=None, x_forwarded_for=None, forwarded=None))]
+    /// status, headers and body. Header names and values, the content type
+    /// and the body are bytes, or with `wsgi=True` str (the body stays
+    /// bytes).
+    #[pyo3(signature = (key, peer=None, x_forwarded_for=None, forwarded=None, wsgi=false))]
     fn decide<'py>(
         &self,
         py: Python<'py>,
@@ -981,6 +1018,7 @@ impl Gate_ {
         peer: Option<&str>,
         x_forwarded_for: Option<&str>,
         forwarded: Option<&str>,
+        wsgi: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let peer = peer.and_then(|p| p.parse::<IpAddr>().ok());
         let decide = |key: Option<Key<'_>>| {
@@ -997,14 +1035,11 @@ impl Gate_ {
         };
         let headers = PyList::empty(py);
         for (name, value) in &v.headers {
-            headers.append((
-                PyBytes::new(py, name.as_bytes()),
-                PyBytes::new(py, value.as_bytes()),
-            ))?;
+            headers.append((self.text(py, name, wsgi), self.text(py, value, wsgi)))?;
         }
         let (ctype, body) = match &v.body {
             Some((c, b)) => (
-                Some(PyBytes::new(py, c.as_bytes())),
+                Some(self.text(py, c, wsgi)),
                 Some(PyBytes::new(py, b.as_bytes())),
             ),
             None => (None, None),

@@ -1,7 +1,7 @@
 """Type stubs for the extension module (kept in step with src/lib.rs; CI
 type-checks tests/typed_usage.py against them with mypy --strict)."""
 
-from typing import Iterable, Optional, TypeVar, Union, final
+from typing import Any, Iterable, Optional, TypeVar, Union, final
 
 from typing_extensions import disjoint_base
 
@@ -147,7 +147,8 @@ class Gate_:
         peer: Optional[str] = None,
         x_forwarded_for: Optional[str] = None,
         forwarded: Optional[str] = None,
-    ) -> tuple[int, list[tuple[bytes, bytes]], Optional[bytes], Optional[bytes]]: ...
+        wsgi: bool = False,
+    ) -> tuple[int, list[tuple[Any, Any]], Any, Optional[bytes]]: ...
     @property
     def policy_field(self) -> str: ...
     def __len__(self) -> int: ...

@@ -105,7 +105,6 @@ class RateLimitMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = dict(message)
                 message["headers"] = [*message.get("headers", ()), *headers]
             await send(message)
 

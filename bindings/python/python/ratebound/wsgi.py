@@ -72,10 +72,9 @@ class RateLimitMiddleware:
         if self._forwarding:
             xff = environ.get("HTTP_X_FORWARDED_FOR")
             fwd = environ.get("HTTP_FORWARDED")
-        status, headers, ctype, body = self.gate.decide(k, environ.get("REMOTE_ADDR"), xff, fwd)
-        fields = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in headers]
+        status, fields, ctype, body = self.gate.decide(k, environ.get("REMOTE_ADDR"), xff, fwd, True)
         if status:
-            fields.append(("content-type", ctype.decode("latin-1")))
+            fields.append(("content-type", ctype))
             fields.append(("content-length", str(len(body))))
             start_response(f"{status} {reason(status)}", fields)
             return [body]
