@@ -2,8 +2,7 @@
 directly (no server, no network), bare and wrapped, 10 000 keys in turn so
 every request is admitted; median of 7 runs of wall-clock µs per request
 (the event loop's and the app's own work included in both, so the
-difference is the middleware's). Also slowapi-style comparison points are
-not run here: see the README for the issue's reference numbers.
+difference is the middleware's).
 
     target/venv/bin/python bindings/python/bench/middleware.py
 """
