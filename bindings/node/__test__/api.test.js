@@ -1,0 +1,262 @@
+'use strict'
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const { Worker } = require('node:worker_threads')
+const rb = require('..')
+
+test('DESIGN.md scenario 1 through check() and tryAcquire()', () => {
+  const clock = new rb.ManualClock()
+  const tb = new rb.TokenBucket({ rate: 2, burst: 3, clock })
+  assert.equal(clock.now(), 0)
+  assert.deepEqual([tb.tryAcquire(), tb.tryAcquire(), tb.tryAcquire()], [true, true, true])
+  const d = tb.check()
+  assert.deepEqual(d, { allowed: false, limit: 3, remaining: 0, retryAfter: 0.5, resetAfter: 1.5 })
+  clock.advance(0.25)
+  assert.equal(tb.check().retryAfter, 0.25)
+  clock.advance(0.25)
+  assert.equal(tb.check().allowed, true)
+  assert.equal(clock.now(), 0.5)
+  clock.advance(10)
+  assert.equal(tb.check(2).remaining, 1)
+  assert.deepEqual([tb.peek().allowed, tb.peek().remaining], [true, 0])
+  assert.equal(tb.available(), 1)
+  assert.equal(tb.limit, 3)
+  assert.equal(tb.algorithm, 'token_bucket')
+})
+
+test('rates as strings, and every algorithm', () => {
+  const clock = new rb.ManualClock()
+  assert.equal(new rb.TokenBucket({ rate: '100/minute', clock }).limit, 100)
+  assert.equal(new rb.TokenBucket({ rate: '10/s burst 20', clock }).limit, 20)
+  const fw = new rb.FixedWindow({ limit: 2, window: 1, clock })
+  const sw = new rb.SlidingWindow({ limit: 2, window: 1, clock })
+  const sl = new rb.SlidingLog({ limit: 2, window: 1, clock })
+  const lb = new rb.LeakyBucket({ rate: 10, maxDelay: 0.1, clock })
+  for (const l of [fw, sw, sl]) {
+    assert.deepEqual([l.tryAcquire(), l.tryAcquire(), l.tryAcquire()], [true, true, false], l.algorithm)
+  }
+  assert.equal(lb.algorithm, 'leaky_bucket')
+  const all = new rb.AllOf([new rb.TokenBucket({ rate: 10, burst: 2, clock }), new rb.FixedWindow({ limit: 3, window: 1, clock })])
+  assert.equal(all.check().allowed, true)
+  assert.equal(all.algorithm, 'all_of')
+})
+
+const BAD = [0, -1, NaN, Infinity, null, undefined, 'abc', 2 ** 60]
+
+test('bad input table: every value is a RangeError or TypeError with a code, never a crash', () => {
+  const clock = new rb.ManualClock()
+  const makers = {
+    'TokenBucket rate': (v) => new rb.TokenBucket({ rate: v, clock }),
+    'TokenBucket burst': (v) => new rb.TokenBucket({ rate: 1, burst: v === undefined ? 0.5 : v, clock }),
+    'FixedWindow limit': (v) => new rb.FixedWindow({ limit: v, window: 1, clock }),
+    'SlidingWindow window': (v) => new rb.SlidingWindow({ limit: 1, window: v === 2 ** 60 ? 2 ** 40 : v, clock }),
+    'SlidingLog limit': (v) => new rb.SlidingLog({ limit: v, window: 1, clock }),
+    'LeakyBucket rate': (v) => new rb.LeakyBucket({ rate: v, maxDelay: 1, clock }),
+    'KeyedLimiter rate': (v) => new rb.KeyedLimiter({ rate: v, clock }),
+    'KeyedLimiter maxKeys': (v) => new rb.KeyedLimiter({ rate: 1, maxKeys: v === undefined ? -5 : v, clock }),
+    'check n': (v) => new rb.TokenBucket({ rate: 1, clock }).check(v === undefined || v === 0 ? 2 : v),
+    'clock advance': (v) => clock.advance(v === 0 ? -0.5 : v),
+  }
+  const seen = []
+  for (const [what, make] of Object.entries(makers)) {
+    for (const v of BAD) {
+      if (what.endsWith('burst') && (v === null)) continue // null burst = default burst
+      if (what === 'KeyedLimiter maxKeys' && v === null) continue // null = no cap
+      let threw = null
+      try {
+        make(v)
+      } catch (e) {
+        threw = e
+      }
+      assert.ok(threw, `${what} = ${String(v)} did not throw`)
+      assert.ok(threw instanceof RangeError || threw instanceof TypeError, `${what} = ${String(v)}: ${threw}`)
+      assert.match(threw.code, /^ERR_/, `${what} = ${String(v)}: code ${threw.code}`)
+      assert.ok(threw.message.length > 10)
+      seen.push(threw.code)
+    }
+  }
+  assert.ok(seen.includes('ERR_RATEBOUND_INVALID_RATE'))
+  assert.ok(seen.includes('ERR_RATEBOUND_PARSE_ERROR'))
+  assert.ok(seen.includes('ERR_RATEBOUND_INVALID_NUMBER'))
+  assert.ok(seen.includes('ERR_RATEBOUND_INSUFFICIENT_CAPACITY'))
+})
+
+test('n > burst is InsufficientCapacity; missing options are a TypeError', () => {
+  const tb = new rb.TokenBucket({ rate: 1, burst: 3 })
+  assert.throws(() => tb.check(4), { name: 'RangeError', code: 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY' })
+  assert.throws(() => new rb.TokenBucket(), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' })
+  assert.throws(() => new rb.TokenBucket({}), { name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+  assert.throws(() => tb.check('x'), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+  assert.throws(() => rb.TokenBucket.prototype.check.call({}))
+  // A limiter of another class is refused, not misread.
+  const k = new rb.KeyedLimiter({ rate: 1 })
+  assert.throws(() => rb.TokenBucket.prototype.tryAcquire.call(k))
+  assert.throws(() => rb.KeyedLimiter.prototype.check.call(tb, 'a'))
+  assert.throws(() => new rb.FixedWindow({ limit: 1, window: 1 }).reserve(), { code: 'ERR_RATEBOUND_UNSUPPORTED' })
+})
+
+test('keyed: scenario 2 and 3, key kinds, cleanup, size, reject policy', () => {
+  const clock = new rb.ManualClock()
+  const k = new rb.KeyedLimiter({ rate: 1, burst: 2, maxKeys: 100000, clock })
+  assert.equal(k.check('alice').allowed, true)
+  assert.equal(k.check('alice').allowed, true)
+  const refused = k.check('alice')
+  assert.equal(refused.allowed, false)
+  assert.equal(refused.retryAfter, 1)
+  assert.equal(k.check('bob').allowed, true)
+  // '1', 1 and Buffer '1' are three keys; long keys work.
+  assert.equal(k.check('1').remaining, 1)
+  assert.equal(k.check(1).remaining, 1)
+  assert.equal(k.check(Buffer.from('1')).remaining, 1)
+  assert.equal(k.check('x'.repeat(100000)).remaining, 1)
+  assert.equal(k.check('x'.repeat(100000)).remaining, 0)
+  assert.equal(k.check('é'.repeat(200)).remaining, 1)
+  assert.equal(k.check('é'.repeat(200)).remaining, 0)
+  assert.equal(k.size, 7)
+  assert.equal(k.maxKeys, 100000)
+  assert.throws(() => k.check({}), { name: 'TypeError' })
+  assert.throws(() => k.check(1.5), { name: 'RangeError' })
+  assert.equal(k.tryAcquire('carol'), true)
+  clock.advance(600)
+  assert.equal(k.cleanupIdle(300), 8)
+  assert.equal(k.size, 0)
+  k.check('dave')
+  clock.advance(5)
+  assert.equal(k.cleanup(), 1)
+  const strict = new rb.KeyedLimiter({ rate: 1, maxKeys: 1, overflow: 'reject', clock })
+  strict.check('a')
+  assert.throws(() => strict.check('b'), { code: 'ERR_RATEBOUND_TOO_MANY_KEYS' })
+  const windows = new rb.KeyedLimiter({ algorithm: 'fixed_window', limit: 1, window: 60, clock })
+  assert.deepEqual([windows.tryAcquire('a'), windows.tryAcquire('a')], [true, false])
+})
+
+test('acquire: 50 on 100/s burst 1 take about 0.5 s, spaced 10 ms on the real clock', async () => {
+  const tb = new rb.TokenBucket({ rate: 100, burst: 1 })
+  const t0 = performance.now()
+  const times = []
+  for (let i = 0; i < 50; i++) {
+    await tb.acquire()
+    times.push(performance.now() - t0)
+  }
+  const total = times[49] / 1000
+  assert.ok(total >= 0.485 && total < 2, `total ${total} s`)
+  for (let i = 1; i < 50; i++) {
+    // Never early: the i-th token exists 10 ms × i after the first (1 ms
+    // of timer granularity allowed).
+    assert.ok(times[i] >= i * 10 - 1, `acquire ${i} at ${times[i]} ms`)
+  }
+})
+
+test('acquire: an unmeetable timeout rejects at once, taking nothing', async () => {
+  const tb = new rb.TokenBucket({ rate: 1, burst: 1 })
+  assert.equal(tb.tryAcquire(), true)
+  const t0 = performance.now()
+  await assert.rejects(tb.acquire(1, { timeout: 0.1 }), (e) => {
+    assert.ok(e instanceof rb.RateLimitExceededError)
+    assert.equal(e.code, 'ERR_RATEBOUND_RATE_LIMIT_EXCEEDED')
+    assert.ok(e.retryAfter > 0.9 && e.retryAfter <= 1, `retryAfter ${e.retryAfter}`)
+    return true
+  })
+  // At once: the wait it refused would have been ~1 s.
+  assert.ok(performance.now() - t0 < 250, `took ${performance.now() - t0} ms`)
+  // Nothing was taken: a 2 s timeout is met by waiting ~1 s, not 2.
+  const w = new rb.FixedWindow({ limit: 1, window: 60 })
+  w.tryAcquire()
+  await assert.rejects(w.acquire(1, { timeout: 1 }), rb.RateLimitExceededError)
+  await assert.rejects(tb.acquire(2), { code: 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY' })
+})
+
+test('acquire: abort gives the reserved tokens back', async () => {
+  const clock = new rb.ManualClock()
+  const tb = new rb.TokenBucket({ rate: 10, burst: 1, clock })
+  assert.equal(tb.tryAcquire(), true)
+  const ac = new AbortController()
+  const p = tb.acquire(1, { signal: ac.signal })
+  // The token 0.1 s ahead is reserved now: nothing is available.
+  clock.advance(0.1)
+  assert.equal(tb.available(), 0)
+  ac.abort()
+  await assert.rejects(p, { name: 'AbortError' })
+  assert.equal(tb.available(), 1)
+  await assert.rejects(tb.acquire(1, { signal: AbortSignal.abort() }), { name: 'AbortError' })
+  // Keyed and window limiters retry: abort during the sleep.
+  const k = new rb.KeyedLimiter({ rate: 1, burst: 1, clock })
+  k.check('a')
+  const ac2 = new AbortController()
+  const p2 = k.acquire('a', 1, { signal: ac2.signal })
+  ac2.abort()
+  await assert.rejects(p2, { name: 'AbortError' })
+  clock.advance(1)
+  await k.acquire('a')
+  assert.equal(k.check('a').allowed, false)
+})
+
+test('reserve and cancel', () => {
+  const clock = new rb.ManualClock()
+  const tb = new rb.TokenBucket({ rate: 2, burst: 1, clock })
+  const r0 = tb.reserve()
+  assert.equal(r0.delay, 0)
+  const r1 = tb.reserve(1, 1)
+  assert.equal(r1.delay, 0.5)
+  assert.throws(() => tb.reserve(1, 0.1), { code: 'ERR_RATEBOUND_DEADLINE_EXCEEDED' })
+  r1.cancel()
+  r1.cancel()
+  assert.equal(tb.reserve(1, 1).delayNanos, 500000000)
+})
+
+test('worker_threads: each worker has its own limiters (sharing one is a non-goal)', async () => {
+  const code = `
+    const { parentPort } = require('node:worker_threads')
+    const rb = require(${JSON.stringify(require.resolve('..'))})
+    const tb = new rb.TokenBucket({ rate: 1, burst: 2 })
+    const k = new rb.KeyedLimiter({ rate: 1, burst: 1 })
+    parentPort.postMessage([tb.tryAcquire(), tb.tryAcquire(), tb.tryAcquire(), tb.check().allowed, k.check('a').allowed, k.check('a').allowed])
+  `
+  const run = () =>
+    new Promise((resolve, reject) => {
+      const w = new Worker(code, { eval: true })
+      w.once('message', resolve)
+      w.once('error', reject)
+    })
+  const results = await Promise.all([run(), run()])
+  for (const r of results) assert.deepEqual(r, [true, true, false, false, true, false])
+  // The main thread's limiters are untouched by the workers' tables.
+  const tb = new rb.TokenBucket({ rate: 1, burst: 1 })
+  assert.equal(tb.tryAcquire(), true)
+})
+
+test('two copies of the module in one thread (as test runners make) share the decision array', () => {
+  const path = require.resolve('..')
+  delete require.cache[path]
+  const rb2 = require('..')
+  assert.notEqual(rb2, rb)
+  const clock = new rb.ManualClock()
+  const a = new rb.TokenBucket({ rate: 1, burst: 5, clock })
+  const b = new rb2.TokenBucket({ rate: 1, burst: 9, clock })
+  assert.equal(b.check().remaining, 8)
+  assert.equal(a.check().remaining, 4)
+  assert.equal(b.check().limit, 9)
+  const k = new rb2.KeyedLimiter({ rate: 1, burst: 3, clock })
+  assert.equal(k.check('x').remaining, 2)
+  assert.equal(a.check().limit, 5)
+})
+
+test('garbage-collected limiters free their slots in the fast-path table', async () => {
+  const v8 = require('node:v8')
+  const vm = require('node:vm')
+  v8.setFlagsFromString('--expose-gc')
+  const gc = vm.runInNewContext('gc')
+  let highest = 0
+  for (let i = 0; i < 2000; i++) {
+    const tb = new rb.TokenBucket({ rate: 1 })
+    tb.tryAcquire()
+    highest = Math.max(highest, tb.handle)
+  }
+  for (let i = 0; i < 5; i++) {
+    gc()
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  const tb = new rb.TokenBucket({ rate: 1, burst: 1 })
+  assert.ok(tb.handle < highest, `slot ${tb.handle} not reused (highest ${highest})`)
+  assert.deepEqual([tb.tryAcquire(), tb.tryAcquire()], [true, false])
+})

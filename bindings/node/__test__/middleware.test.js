@@ -1,0 +1,147 @@
+'use strict'
+// DESIGN.md scenario 2 (and 3) through real Express and Fastify servers on
+// 127.0.0.1: rate 1/s burst 2 keyed by X-API-Key: alice 200, alice 200,
+// alice 429 with Retry-After: 1, bob 200.
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const expressLib = require('express')
+const Fastify = require('fastify')
+const rb = require('..')
+
+async function get(port, path, headers = {}) {
+  const r = await fetch(`http://127.0.0.1:${port}${path}`, { headers })
+  return { status: r.status, headers: r.headers, body: await r.text() }
+}
+
+async function scenario2(port, clock) {
+  const a1 = await get(port, '/', { 'x-api-key': 'alice' })
+  const a2 = await get(port, '/', { 'x-api-key': 'alice' })
+  const a3 = await get(port, '/', { 'x-api-key': 'alice' })
+  const b1 = await get(port, '/', { 'x-api-key': 'bob' })
+  assert.deepEqual([a1.status, a2.status, a3.status, b1.status], [200, 200, 429, 200])
+  assert.equal(a1.body, 'hello')
+  assert.equal(a3.headers.get('retry-after'), '1')
+  assert.equal(a3.headers.get('ratelimit-policy'), '"default";q=2;w=2')
+  assert.equal(a3.headers.get('ratelimit'), '"default";r=0;t=2')
+  assert.equal(a1.headers.get('ratelimit'), '"default";r=1;t=1')
+  assert.match(a3.body, /rate limit exceeded; retry in 1 s/)
+  // Exempt paths are not counted.
+  assert.equal((await get(port, '/health', { 'x-api-key': 'alice' })).status, 200)
+  // Scenario 3: 10 minutes later one request without a key (keyed by IP),
+  // then state idle over 5 minutes is dropped: alice and bob.
+  clock.advance(600)
+  assert.equal((await get(port, '/')).status, 200)
+}
+
+test('Express middleware: scenario 2 and 3, custom handler, trust proxy', async () => {
+  const clock = new rb.ManualClock()
+  const app = expressLib()
+  const limit = rb.express({
+    rate: 1,
+    burst: 2,
+    key: { header: 'X-API-Key' },
+    skip: (req) => req.path === '/health',
+    clock,
+  })
+  app.use(limit)
+  app.get('/', (req, res) => res.send('hello'))
+  app.get('/health', (req, res) => res.send('ok'))
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((r) => server.once('listening', r))
+  try {
+    const { port } = server.address()
+    await scenario2(port, clock)
+    assert.equal(limit.gate.size, 3)
+  } finally {
+    server.close()
+  }
+
+  // A custom handler, and keys by req.ip under Express's trust proxy setting.
+  const app2 = expressLib()
+  app2.set('trust proxy', 'loopback')
+  const seen = []
+  app2.use(
+    rb.express({
+      rate: '1/minute',
+      burst: 1,
+      clock,
+      handler: (req, res, next, refusal) => {
+        seen.push(refusal)
+        res.status(refusal.status).json({ wait: refusal.retryAfter })
+      },
+    }),
+  )
+  app2.get('/', (req, res) => res.send('hi'))
+  const server2 = app2.listen(0, '127.0.0.1')
+  await new Promise((r) => server2.once('listening', r))
+  try {
+    const { port } = server2.address()
+    const xff = (ip) => ({ 'x-forwarded-for': ip })
+    assert.equal((await get(port, '/', xff('203.0.113.1'))).status, 200)
+    assert.equal((await get(port, '/', xff('203.0.113.2'))).status, 200)
+    const refused = await get(port, '/', xff('203.0.113.1'))
+    assert.equal(refused.status, 429)
+    assert.equal(refused.headers.get('retry-after'), '60')
+    assert.deepEqual(JSON.parse(refused.body), { wait: 60 })
+    assert.equal(seen.length, 1)
+  } finally {
+    server2.close()
+  }
+})
+
+test('Fastify plugin: scenario 2 and 3, legacy headers, problem+json', async () => {
+  const clock = new rb.ManualClock()
+  const app = Fastify()
+  await app.register(rb.fastify, {
+    rate: 1,
+    burst: 2,
+    key: (req) => req.headers['x-api-key'],
+    skip: (req) => req.url === '/health',
+    clock,
+  })
+  app.get('/', async () => 'hello')
+  app.get('/health', async () => 'ok')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    await scenario2(app.server.address().port, clock)
+    assert.equal(app.ratebound.size, 3)
+  } finally {
+    await app.close()
+  }
+
+  const app2 = Fastify()
+  await app2.register(rb.fastify, {
+    policies: [
+      { name: 'burst', rate: 10, burst: 1 },
+      { name: 'hourly', algorithm: 'fixed_window', limit: 100, window: 3600 },
+    ],
+    headers: 'legacy',
+    body: 'problem+json',
+    missingKey: 401,
+    key: { header: 'x-api-key' },
+    clock,
+  })
+  app2.get('/', async () => 'hello')
+  await app2.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const port = app2.server.address().port
+    assert.equal((await get(port, '/')).status, 401)
+    const ok = await get(port, '/', { 'x-api-key': 'k' })
+    assert.equal(ok.status, 200)
+    assert.equal(ok.headers.get('x-ratelimit-remaining'), '0')
+    const refused = await get(port, '/', { 'x-api-key': 'k' })
+    assert.equal(refused.status, 429)
+    assert.match(refused.headers.get('content-type'), /^application\/problem\+json/)
+    assert.equal(JSON.parse(refused.body).status, 429)
+    assert.equal(refused.headers.get('retry-after'), '1')
+  } finally {
+    await app2.close()
+  }
+})
+
+test('middleware options are checked at startup', () => {
+  assert.throws(() => rb.express({ rate: 0 }), { code: 'ERR_RATEBOUND_INVALID_RATE' })
+  assert.throws(() => rb.express({ rate: 1, key: 42 }), TypeError)
+  assert.throws(() => rb.express({ rate: 1, trustedProxies: ['nonsense'] }), { code: 'ERR_RATEBOUND_PARSE_ERROR' })
+  assert.throws(() => rb.express(), TypeError)
+})

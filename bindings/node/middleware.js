@@ -1,0 +1,131 @@
+'use strict'
+// Express/Connect middleware and a Fastify plugin over the native Gate: the
+// Gate (the Rust core) decides the key's bucket, the status, Retry-After,
+// the RateLimit fields and the body; this file only moves values between
+// the framework and the Gate.
+
+const POLICY_FIELDS = ['name', 'algorithm', 'rate', 'burst', 'limit', 'window']
+
+module.exports = function middleware(Gate, gateDecide) {
+  function prepare(options) {
+    if (options == null || typeof options !== 'object') {
+      const e = new TypeError('ratebound middleware options are required')
+      e.code = 'ERR_INVALID_ARG_TYPE'
+      throw e
+    }
+    let policies = options.policies
+    if (policies == null) {
+      const p = {}
+      for (const f of POLICY_FIELDS) if (options[f] !== undefined) p[f] = options[f]
+      policies = [p]
+    }
+    const gate = new Gate({
+      policies,
+      trustedProxies: options.trustedProxies,
+      ipv6Prefix: options.ipv6Prefix,
+      missingKey: options.missingKey,
+      headers: options.headers,
+      body: options.body,
+      maxKeys: options.maxKeys,
+      overflow: options.overflow,
+      clock: options.clock,
+    })
+    let keyOf = null
+    const k = options.key
+    if (typeof k === 'function') keyOf = k
+    else if (k != null && typeof k === 'object' && typeof k.header === 'string') {
+      const name = k.header.toLowerCase()
+      keyOf = (req) => {
+        const v = req.headers[name]
+        return Array.isArray(v) ? v[0] : v
+      }
+    } else if (k != null && k !== 'ip') {
+      const e = new TypeError("key is 'ip', { header: name } or a function of the request")
+      e.code = 'ERR_INVALID_ARG_TYPE'
+      throw e
+    }
+    const skip = options.skip || options.exempt || null
+    const handler = options.handler || null
+    // With trustedProxies the Gate reads the forwarding headers itself (the
+    // Rust HTTP crate's rules); without, the framework's req.ip (Express's
+    // `trust proxy`, Fastify's `trustProxy`) is the peer.
+    const ownProxies = options.trustedProxies != null
+    const slot = gate.handle
+    // One raw call, one string back: status, content type, body, then
+    // header name/value pairs, separated by NUL.
+    function decide(req) {
+      const key = keyOf === null ? null : keyOf(req)
+      if (ownProxies) {
+        const h = req.headers
+        return gateDecide(slot, key, req.socket.remoteAddress, h['x-forwarded-for'], h.forwarded).split('\0')
+      }
+      return gateDecide(slot, key, req.ip).split('\0')
+    }
+    return { gate, decide, skip, handler }
+  }
+
+  function refusal(v) {
+    const headers = {}
+    let retryAfter = 0
+    for (let i = 3; i < v.length; i += 2) {
+      headers[v[i]] = v[i + 1]
+      if (v[i] === 'retry-after') retryAfter = Number(v[i + 1])
+    }
+    return { status: Number(v[0]), retryAfter, headers, contentType: v[1], body: v[2] }
+  }
+
+  /** Express/Connect middleware. */
+  function express(options) {
+    const { gate, decide, skip, handler } = prepare(options)
+    function ratebound(req, res, next) {
+      if (skip !== null && skip(req)) return next()
+      let v
+      try {
+        v = decide(req)
+      } catch (e) {
+        return next(e)
+      }
+      for (let i = 3; i < v.length; i += 2) res.setHeader(v[i], v[i + 1])
+      if (v[0] === '0') return next()
+      if (handler !== null) return handler(req, res, next, refusal(v))
+      res.statusCode = Number(v[0])
+      res.setHeader('content-type', v[1])
+      res.end(v[2])
+    }
+    ratebound.gate = gate
+    return ratebound
+  }
+
+  /** Fastify plugin: an onRequest hook on the whole app. */
+  function fastify(instance, options, done) {
+    let prepared
+    try {
+      prepared = prepare(options)
+    } catch (e) {
+      return done(e)
+    }
+    const { gate, decide, skip, handler } = prepared
+    instance.decorate('ratebound', gate)
+    instance.addHook('onRequest', function ratebound(request, reply, next) {
+      if (skip !== null && skip(request)) return next()
+      let v
+      try {
+        v = decide(request)
+      } catch (e) {
+        return next(e)
+      }
+      for (let i = 3; i < v.length; i += 2) reply.header(v[i], v[i + 1])
+      if (v[0] === '0') return next()
+      if (handler !== null) return handler(request, reply, next, refusal(v))
+      reply.code(Number(v[0])).header('content-type', v[1]).send(v[2])
+    })
+    done()
+  }
+  // Like fastify-plugin: the hook applies to the whole app, not only to an
+  // encapsulated child context.
+  fastify[Symbol.for('skip-override')] = true
+  fastify[Symbol.for('fastify.display-name')] = 'ratebound'
+  fastify[Symbol.for('plugin-meta')] = { name: 'ratebound', fastify: '>=4' }
+
+  return { express, fastify }
+}

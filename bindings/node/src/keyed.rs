@@ -1,0 +1,203 @@
+//! `KeyedLimiter`: one limit per key, keys off the JavaScript heap.
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi::{JsValue, sys};
+use napi_derive::napi;
+use ratebound::any::{self, Acquire, AnyKeyed, Key};
+
+use crate::error::{OrThrow, throw};
+use crate::fast::{self, key_error, with_key};
+use crate::limiters::{
+    Decision, ManualClock, clock_of, deadline_of, loose_number, loose_rate, rate_of, tokens,
+    undefined_not_none,
+};
+
+/// Options of `new KeyedLimiter(...)`.
+#[napi(object, object_to_js = false)]
+pub struct KeyedLimiterOptions<'a> {
+    /// The per-key algorithm: `'token_bucket'` (the default, with `rate` and
+    /// `burst`), `'fixed_window'` or `'sliding_window'` (with `limit` and
+    /// `window`).
+    pub algorithm: Option<String>,
+    /// Tokens per second per key, or a quota string (token bucket).
+    #[napi(ts_type = "number | string")]
+    pub rate: Option<Unknown<'a>>,
+    /// The most tokens one key holds (token bucket).
+    #[napi(ts_type = "number")]
+    pub burst: Option<Unknown<'a>>,
+    /// Requests per window per key (windows).
+    #[napi(ts_type = "number")]
+    pub limit: Option<Unknown<'a>>,
+    /// The window in seconds (windows).
+    #[napi(ts_type = "number")]
+    pub window: Option<Unknown<'a>>,
+    /// The most keys tracked at once (default: no cap; `cleanup()` and
+    /// `cleanupIdle()` keep memory bounded).
+    #[napi(ts_type = "number")]
+    pub max_keys: Option<Unknown<'a>>,
+    /// At the cap: `'evict'` the least recent key (the default) or
+    /// `'reject'` new keys (their `check` throws `ERR_RATEBOUND_TOO_MANY_KEYS`).
+    pub overflow: Option<String>,
+    /// A `ManualClock` to decide with (default: the monotonic clock).
+    pub clock: Option<&'static ManualClock>,
+}
+
+/// One limit per key (API key, user id, IP): a token bucket, fixed window or
+/// sliding window for each key, created on first use. Keys are strings, safe
+/// integers or `Uint8Array`s (`'1'`, `1` and `Buffer.from('1')` are three
+/// keys); each is stored as a 128-bit keyed fingerprint in native memory
+/// (about 36 bytes per key, nothing on the V8 heap).
+#[napi]
+pub struct KeyedLimiter {
+    inner: Arc<AnyKeyed>,
+    handle: u32,
+}
+
+impl Drop for KeyedLimiter {
+    fn drop(&mut self) {
+        fast::unregister_keyed(self.handle);
+    }
+}
+
+impl KeyedLimiter {
+    fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
+        let raw_env: sys::napi_env = env.raw();
+        // SAFETY: the env and the argument of the current call.
+        #[allow(unsafe_code)]
+        let r = unsafe { with_key(raw_env, key.raw(), f) };
+        r.map_err(|e| key_error(env, e))
+    }
+}
+
+#[napi]
+impl KeyedLimiter {
+    /// A keyed limiter: `{ rate, burst }` per key, or `{ algorithm:
+    /// 'fixed_window' | 'sliding_window', limit, window }`.
+    #[napi(constructor)]
+    pub fn new(env: Env, options: Option<KeyedLimiterOptions<'_>>) -> Result<KeyedLimiter> {
+        let o = options.ok_or_else(|| crate::error::invalid_type(&env, "options are required"))?;
+        let name = o.algorithm.as_deref().unwrap_or("token_bucket");
+        let rate_option = loose_rate(&env, &o.rate)?;
+        let rate = match &rate_option {
+            Some(_) => Some(rate_of(&rate_option).or_throw(&env)?),
+            None => None,
+        };
+        let burst = loose_number(&env, &o.burst, "burst")?;
+        let limit = loose_number(&env, &o.limit, "limit")?;
+        let window = loose_number(&env, &o.window, "window")?;
+        let algorithm = any::keyed_algorithm(name, rate, burst, limit, window)
+            .map_err(undefined_not_none)
+            .or_throw(&env)?;
+        let max_keys = match loose_number(&env, &o.max_keys, "maxKeys")? {
+            Some(m) => Some(any::whole("maxKeys", m, 1).or_throw(&env)? as usize),
+            None => None,
+        };
+        let overflow = any::overflow(o.overflow.as_deref().unwrap_or("evict")).or_throw(&env)?;
+        let inner = Arc::new(
+            AnyKeyed::new(algorithm, max_keys, overflow, clock_of(o.clock)).or_throw(&env)?,
+        );
+        Ok(KeyedLimiter {
+            handle: fast::register_keyed(inner.clone()),
+            inner,
+        })
+    }
+
+    /// Takes `n` (default 1) for `key` now if all `n` are there.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for more
+    /// than a key ever holds; {Error} `ERR_RATEBOUND_TOO_MANY_KEYS` for a new
+    /// key at the cap with `overflow: 'reject'`.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, n?: number")]
+    pub fn check(&self, env: Env, key: Unknown<'_>, n: Option<f64>) -> Result<Decision> {
+        let n = tokens(&env, n)?;
+        self.key(&env, &key, |k| self.inner.check_n(k, n))?
+            .map(Decision::from)
+            .or_throw(&env)
+    }
+
+    /// Takes one for `key` now if it is there: the decision only.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn try_acquire(&self, env: Env, key: Unknown<'_>) -> Result<bool> {
+        self.key(&env, &key, |k| self.inner.try_acquire(k))?
+            .or_throw(&env)
+    }
+
+    /// How many `key` could take now.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn available(&self, env: Env, key: Unknown<'_>) -> Result<f64> {
+        Ok(self.key(&env, &key, |k| self.inner.available(k))? as f64)
+    }
+
+    /// Forgets `key`; whether it was tracked.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn remove(&self, env: Env, key: Unknown<'_>) -> Result<bool> {
+        self.key(&env, &key, |k| self.inner.remove(k))
+    }
+
+    /// Gives `key` a fresh (full) state.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn reset(&self, env: Env, key: Unknown<'_>) -> Result<()> {
+        self.key(&env, &key, |k| self.inner.reset(k))
+    }
+
+    /// Drops the keys whose state is fresh again (removing them changes no
+    /// future decision); how many went.
+    #[napi]
+    pub fn cleanup(&self) -> f64 {
+        self.inner.cleanup() as f64
+    }
+
+    /// Drops the keys idle for at least `seconds`; how many went.
+    #[napi]
+    pub fn cleanup_idle(&self, env: Env, seconds: f64) -> Result<f64> {
+        let idle = any::seconds("seconds", seconds).or_throw(&env)?;
+        Ok(self.inner.cleanup_idle(idle) as f64)
+    }
+
+    /// Keys tracked.
+    #[napi(getter)]
+    pub fn size(&self) -> f64 {
+        self.inner.len() as f64
+    }
+
+    /// The cap on tracked keys.
+    #[napi(getter)]
+    pub fn max_keys(&self) -> f64 {
+        self.inner.max_keys() as f64
+    }
+
+    /// The slot of the fast entry points (internal).
+    #[napi(getter, skip_typescript)]
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// One step of `acquire` (internal): `[kind, waitNanos, 0, deadline]`,
+    /// kind 0 admitted, 2 retry, 3 deadline cannot be met.
+    #[napi(skip_typescript)]
+    pub fn acquire_step(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        n: f64,
+        timeout: Option<f64>,
+        deadline: Option<f64>,
+    ) -> Result<Vec<f64>> {
+        let n = any::whole("n", n, 0).or_throw(&env)?;
+        let now = self.inner.now();
+        let deadline = deadline_of(&env, now, timeout, deadline)?;
+        let d = deadline.map_or(-1.0, |d| d as f64);
+        match self.key(&env, &key, |k| self.inner.acquire_step(k, n, deadline, now))? {
+            Ok(Acquire::Admitted) => Ok(vec![0.0, 0.0, 0.0, d]),
+            Ok(Acquire::Retry { wait_nanos }) | Ok(Acquire::Reserved { wait_nanos, .. }) => {
+                Ok(vec![2.0, wait_nanos as f64, 0.0, d])
+            }
+            Err(ratebound::Error::DeadlineExceeded { wait, .. }) => {
+                Ok(vec![3.0, wait.as_nanos() as f64, 0.0, d])
+            }
+            Err(e) => Err(throw(&env, &e)),
+        }
+    }
+}

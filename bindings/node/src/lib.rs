@@ -1,0 +1,16 @@
+//! Node.js bindings for ratebound: the npm package `ratebound`.
+//!
+//! Every decision is made by the core crate through [`ratebound::any`]; this
+//! crate converts JavaScript values to the core's types and the core's errors
+//! to JavaScript errors, nothing more. The classes here are exported by the
+//! generated loader (`index.js`) and described by the generated `index.d.ts`;
+//! `ratebound.js` adds what needs the event loop (`acquire`, the middleware)
+//! and swaps the three hot calls (`tryAcquire`, `check`, keyed `check`) for
+//! the raw N-API entry points of [`fast`].
+
+pub mod error;
+pub mod fast;
+pub mod gate;
+pub mod http;
+pub mod keyed;
+pub mod limiters;
