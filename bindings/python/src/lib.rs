@@ -257,7 +257,7 @@ impl ManualClock {
 // -------------------------------------------------------------- decision
 
 /// A limiter's answer. `bool(d)` is `d.allowed`.
-#[pyclass(frozen, freelist = 64, module = "ratebound")]
+#[pyclass(frozen, module = "ratebound")]
 struct Decision {
     inner: ratebound::Decision,
 }
