@@ -72,6 +72,18 @@ impl Clock for AnyClock {
     }
 }
 
+/// A number as an error message shows it: plain decimals for ordinary
+/// values, scientific notation for huge or tiny ones (`1e300`, not 301
+/// digits).
+fn show(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
 /// `value` seconds as a [`Duration`] (rounded to the nearest nanosecond).
 ///
 /// # Errors
@@ -90,7 +102,7 @@ pub fn seconds(name: &'static str, value: f64) -> Result<Duration, Error> {
     if !value.is_finite() || value < 0.0 {
         return Err(Error::InvalidNumber {
             name,
-            value: value.to_string(),
+            value: show(value),
             reason: "must be a finite number of seconds, at least 0",
         });
     }
@@ -98,7 +110,7 @@ pub fn seconds(name: &'static str, value: f64) -> Result<Duration, Error> {
     if nanos > MAX_SPAN_NANOS as f64 {
         return Err(Error::InvalidNumber {
             name,
-            value: value.to_string(),
+            value: show(value),
             reason: "must be at most 2^60 ns (about 36 years)",
         });
     }
@@ -131,7 +143,7 @@ pub fn whole(name: &'static str, value: f64, min: u64) -> Result<u64, Error> {
     };
     Err(Error::InvalidNumber {
         name,
-        value: value.to_string(),
+        value: show(value),
         reason,
     })
 }

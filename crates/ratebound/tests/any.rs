@@ -31,6 +31,14 @@ fn numbers_are_checked_and_named() {
         assert!(e.to_string().contains("limit"), "{e}");
     }
     assert_eq!(whole("limit", 7.0, 1).unwrap(), 7);
+    assert_eq!(
+        whole("limit", 1e300, 1).unwrap_err().to_string(),
+        "invalid limit 1e300: must be at most 2^53"
+    );
+    assert_eq!(
+        whole("burst", -1.0, 1).unwrap_err().to_string(),
+        "invalid burst -1: must be at least 1"
+    );
     let (_, c) = manual();
     for (rate, burst, code) in [
         (Rate::PerSecond(0.0), None, "invalid_rate"),
