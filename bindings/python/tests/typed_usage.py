@@ -43,6 +43,12 @@ def use() -> list[object]:
         await k.acquire("bob")
 
     asyncio.run(waiting())
+
+    async def asgi_app(scope: object, receive: object, send: object) -> None:
+        return None
+
+    mw = rb.asgi.RateLimitMiddleware(asgi_app, rate="10/s", key_header="x-api-key", headers="legacy")
+    wmw = rb.wsgi.RateLimitMiddleware(lambda environ, start: [b""], policies={"a": "1/s"}, max_keys=10)
     try:
         tb.check(100)
     except rb.InsufficientCapacity as e:
@@ -55,8 +61,8 @@ def use() -> list[object]:
         raise rb.RateLimitExceeded(retry_after=1.5)
     except rb.RateLimitExceeded as e:
         retry: float = e.retry_after
-    return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry]
+    return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry, mw, wmw]
 
 
 def test_typed_usage() -> None:
-    assert len(use()) == 14
+    assert len(use()) == 16

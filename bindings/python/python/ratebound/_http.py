@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, TypedDict, Union
 
 from . import _ratebound
 from ._ratebound import ManualClock
@@ -67,3 +67,58 @@ def reason(status: int) -> str:
 
 
 KeyFunc = Callable[[Any], Union[str, bytes, int, None]]
+
+
+class Options(TypedDict, total=False):
+    """The keyword options of both middleware, for type checkers."""
+
+    rate: Optional[Union[int, float, str]]
+    burst: Optional[int]
+    policies: Optional[Mapping[str, PolicySpec]]
+    key_header: Optional[str]
+    key: Optional[KeyFunc]
+    trusted_proxies: Union[None, int, Iterable[str]]
+    ipv6_prefix: int
+    missing_key: Union[str, int]
+    headers: str
+    body: str
+    exempt: Optional[Callable[[Any], bool]]
+    max_keys: Optional[int]
+    overflow: str
+    clock: Optional[ManualClock]
+
+
+class MiddlewareBase:
+    """The options both middleware take (see
+    :class:`ratebound.asgi.RateLimitMiddleware`)."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        rate: Optional[Union[int, float, str]] = None,
+        burst: Optional[int] = None,
+        policies: Optional[Mapping[str, PolicySpec]] = None,
+        key_header: Optional[str] = None,
+        key: Optional[KeyFunc] = None,
+        trusted_proxies: Union[None, int, Iterable[str]] = None,
+        ipv6_prefix: int = 64,
+        missing_key: Union[str, int] = "ip",
+        headers: str = "draft",
+        body: str = "text",
+        exempt: Optional[Callable[[Any], bool]] = None,
+        max_keys: Optional[int] = 1_000_000,
+        overflow: str = "evict",
+        clock: Optional[ManualClock] = None,
+    ) -> None:
+        if key_header is not None and key is not None:
+            raise TypeError("give key_header= or key=, not both")
+        self.app = app
+        self.gate = build_gate(
+            rate, burst, policies, trusted_proxies, ipv6_prefix, missing_key,
+            headers, body, max_keys, overflow, clock,
+        )
+        self.key_header = key_header
+        self._key = key
+        self._forwarding = trusted_proxies is not None
+        self._exempt = exempt

@@ -7,10 +7,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Iterable, Mapping, MutableMapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
 
-from ._http import KeyFunc, PolicySpec, build_gate
-from ._ratebound import ManualClock
+from ._http import MiddlewareBase, Options
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -18,10 +17,13 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["RateLimitMiddleware"]
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(MiddlewareBase):
     """Rate-limits HTTP requests per key before they reach ``app``.
 
     - ``rate``/``burst`` for one token-bucket policy, or ``policies``: a dict
@@ -42,36 +44,11 @@ class RateLimitMiddleware:
     - ``exempt(scope)`` returning true bypasses limiting (health checks).
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        rate: Optional[Union[int, float, str]] = None,
-        burst: Optional[int] = None,
-        policies: Optional[Mapping[str, PolicySpec]] = None,
-        key_header: Optional[str] = None,
-        key: Optional[KeyFunc] = None,
-        trusted_proxies: Union[None, int, Iterable[str]] = None,
-        ipv6_prefix: int = 64,
-        missing_key: Union[str, int] = "ip",
-        headers: str = "draft",
-        body: str = "text",
-        exempt: Optional[Callable[[Scope], bool]] = None,
-        max_keys: Optional[int] = 1_000_000,
-        overflow: str = "evict",
-        clock: Optional[ManualClock] = None,
-    ) -> None:
-        if key_header is not None and key is not None:
-            raise TypeError("give key_header= or key=, not both")
-        self.app = app
-        self.gate = build_gate(
-            rate, burst, policies, trusted_proxies, ipv6_prefix, missing_key,
-            headers, body, max_keys, overflow, clock,
-        )
-        self._header = key_header.lower().encode("latin-1") if key_header else None
-        self._key = key
-        self._forwarding = trusted_proxies is not None
-        self._exempt = exempt
+    app: ASGIApp
+
+    def __init__(self, app: ASGIApp, **options: Unpack[Options]) -> None:
+        super().__init__(app, **options)
+        self._header = self.key_header.lower().encode("latin-1") if self.key_header else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):

@@ -8,55 +8,32 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ._http import KeyFunc, PolicySpec, build_gate, reason
-from ._ratebound import ManualClock
+from ._http import MiddlewareBase, Options, reason
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["RateLimitMiddleware"]
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(MiddlewareBase):
     """Rate-limits requests before they reach ``app``; the options are those
     of :class:`ratebound.asgi.RateLimitMiddleware` (``key(environ)`` and
     ``exempt(environ)`` take the WSGI environ)."""
 
-    def __init__(
-        self,
-        app: WSGIApp,
-        *,
-        rate: Optional[Union[int, float, str]] = None,
-        burst: Optional[int] = None,
-        policies: Optional[Mapping[str, PolicySpec]] = None,
-        key_header: Optional[str] = None,
-        key: Optional[KeyFunc] = None,
-        trusted_proxies: Union[None, int, Iterable[str]] = None,
-        ipv6_prefix: int = 64,
-        missing_key: Union[str, int] = "ip",
-        headers: str = "draft",
-        body: str = "text",
-        exempt: Optional[Callable[[Environ], bool]] = None,
-        max_keys: Optional[int] = 1_000_000,
-        overflow: str = "evict",
-        clock: Optional[ManualClock] = None,
-    ) -> None:
-        if key_header is not None and key is not None:
-            raise TypeError("give key_header= or key=, not both")
-        self.app = app
-        self.gate = build_gate(
-            rate, burst, policies, trusted_proxies, ipv6_prefix, missing_key,
-            headers, body, max_keys, overflow, clock,
-        )
+    app: WSGIApp
+
+    def __init__(self, app: WSGIApp, **options: Unpack[Options]) -> None:
+        super().__init__(app, **options)
         self._environ_key = (
-            "HTTP_" + key_header.upper().replace("-", "_") if key_header else None
+            "HTTP_" + self.key_header.upper().replace("-", "_") if self.key_header else None
         )
-        self._key = key
-        self._forwarding = trusted_proxies is not None
-        self._exempt = exempt
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self._exempt is not None and self._exempt(environ):
