@@ -83,6 +83,11 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies'> {
   key?: 'ip' | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
   skip?: (req: any) => boolean
+  /**
+   * With `concurrencyLimit`: requests for which this returns true are never
+   * shed (at the cap they go on without a place).
+   */
+  critical?: (req: any) => boolean
   /** Called instead of the default refusal (the headers are already set). */
   handler?: (req: any, res: any, next: (err?: unknown) => void, refusal: Refusal) => void
 }

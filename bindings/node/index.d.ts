@@ -83,6 +83,11 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies'> {
   key?: 'ip' | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
   skip?: (req: any) => boolean
+  /**
+   * With `concurrencyLimit`: requests for which this returns true are never
+   * shed (at the cap they go on without a place).
+   */
+  critical?: (req: any) => boolean
   /** Called instead of the default refusal (the headers are already set). */
   handler?: (req: any, res: any, next: (err?: unknown) => void, refusal: Refusal) => void
 }
@@ -214,6 +219,18 @@ export declare class Gate {
    * proxies).
    */
   decide(key?: string | number | Uint8Array | null, peer?: string | null, xForwardedFor?: string | null, forwarded?: string | null): Verdict
+  /**
+   * Load shedding: a place among the requests in flight (always `true`
+   * without a `concurrencyLimit`); pair a `true` with one `leave()` when
+   * the response is done.
+   */
+  tryEnter(): boolean
+  /** Gives back a place from `tryEnter()`. */
+  leave(): void
+  /** Whether a `concurrencyLimit` is set. */
+  get capped(): boolean
+  /** The answer to a shed request: 503, `Retry-After: 1`, a short text. */
+  shed(): Verdict
   /** The `RateLimit-Policy` field value. */
   get policy(): string
   /** Keys tracked by the first policy. */
@@ -552,6 +569,12 @@ export interface GateOptions {
   maxKeys?: number
   /** At the cap: `'evict'` (default) or `'reject'` (a new key gets 503). */
   overflow?: string
+  /**
+   * Load shedding: at most this many requests in flight; beyond it
+   * `tryEnter()` is false and the middleware answers `shed()` (503,
+   * `Retry-After: 1`) at once. Default: no cap.
+   */
+  concurrencyLimit?: number
   /** A `ManualClock` to decide with (default: the monotonic clock). */
   clock?: ManualClock
 }

@@ -28,6 +28,7 @@ module.exports = function middleware(Gate, gateDecide) {
       body: options.body,
       maxKeys: options.maxKeys,
       overflow: options.overflow,
+      concurrencyLimit: options.concurrencyLimit,
       clock: options.clock,
     })
     let keyOf = null
@@ -46,6 +47,7 @@ module.exports = function middleware(Gate, gateDecide) {
     }
     const skip = options.skip || options.exempt || null
     const handler = options.handler || null
+    const critical = options.critical || null
     // With trustedProxies the Gate reads the forwarding headers itself (the
     // Rust HTTP crate's rules); without, the framework's req.ip (Express's
     // `trust proxy`, Fastify's `trustProxy`) is the peer.
@@ -61,7 +63,28 @@ module.exports = function middleware(Gate, gateDecide) {
       }
       return gateDecide(slot, key, req.ip).split('\0')
     }
-    return { gate, decide, skip, handler }
+    // Load shedding (the core's concurrency cap): `enter(req, res)` is true
+    // when the request may go on; false when it was answered with 503.
+    let enter = null
+    if (gate.capped) {
+      const shed = gate.shed()
+      enter = (req, res, answer) => {
+        if (gate.tryEnter()) {
+          let left = false
+          res.once('close', () => {
+            if (!left) {
+              left = true
+              gate.leave()
+            }
+          })
+          return true
+        }
+        if (critical !== null && critical(req)) return true
+        answer(shed)
+        return false
+      }
+    }
+    return { gate, decide, skip, handler, enter }
   }
 
   function refusal(v) {
@@ -76,9 +99,17 @@ module.exports = function middleware(Gate, gateDecide) {
 
   /** Express/Connect middleware. */
   function express(options) {
-    const { gate, decide, skip, handler } = prepare(options)
+    const { gate, decide, skip, handler, enter } = prepare(options)
+    const shedWith = (res) => (shed) => {
+      res.statusCode = shed.status
+      for (let i = 0; i < shed.headers.length; i += 2) res.setHeader(shed.headers[i], shed.headers[i + 1])
+      res.setHeader('content-type', shed.contentType)
+      res.end(shed.body)
+    }
     function ratebound(req, res, next) {
       if (skip !== null && skip(req)) return next()
+      // Shedding first: a saturated app refuses before any token is spent.
+      if (enter !== null && !enter(req, res, shedWith(res))) return
       let v
       try {
         v = decide(req)
@@ -104,10 +135,19 @@ module.exports = function middleware(Gate, gateDecide) {
     } catch (e) {
       return done(e)
     }
-    const { gate, decide, skip, handler } = prepared
+    const { gate, decide, skip, handler, enter } = prepared
     instance.decorate('ratebound', gate)
     instance.addHook('onRequest', function ratebound(request, reply, next) {
       if (skip !== null && skip(request)) return next()
+      if (
+        enter !== null &&
+        !enter(request, reply.raw, (shed) => {
+          for (let i = 0; i < shed.headers.length; i += 2) reply.header(shed.headers[i], shed.headers[i + 1])
+          reply.code(shed.status).header('content-type', shed.contentType).send(shed.body)
+        })
+      ) {
+        return
+      }
       let v
       try {
         v = decide(request)

@@ -145,3 +145,73 @@ test('middleware options are checked at startup', () => {
   assert.throws(() => rb.express({ rate: 1, trustedProxies: ['nonsense'] }), { code: 'ERR_RATEBOUND_PARSE_ERROR' })
   assert.throws(() => rb.express(), TypeError)
 })
+
+// Load shedding: a cap of 4 in front of a slow route; 10 requests at once:
+// exactly 4 run, 6 are refused with 503 and Retry-After: 1 at once; a
+// critical request still passes; every place comes back.
+async function shedding(start) {
+  let inside = 0
+  let release
+  const gateOpen = new Promise((r) => (release = r))
+  const slow = async () => {
+    inside++
+    await gateOpen
+    inside--
+    return 'done'
+  }
+  const { port, stop } = await start(slow)
+  try {
+    const pending = Array.from({ length: 10 }, () => get(port, '/slow'))
+    const settled = []
+    pending.forEach((p) => p.then((r) => settled.push(r)))
+    for (let i = 0; i < 400 && !(inside === 4 && settled.length === 6); i++) {
+      await new Promise((r) => setTimeout(r, 5))
+    }
+    assert.equal(inside, 4)
+    assert.equal(settled.length, 6)
+    for (const r of settled) {
+      assert.equal(r.status, 503)
+      assert.equal(r.headers.get('retry-after'), '1')
+    }
+    const critical = get(port, '/slow', { 'x-critical': '1' })
+    for (let i = 0; i < 400 && inside !== 5; i++) await new Promise((r) => setTimeout(r, 5))
+    assert.equal(inside, 5)
+    release()
+    const done = await Promise.all([...pending, critical])
+    assert.equal(done.filter((r) => r.status === 200).length, 5)
+    // Places came back: four at once are admitted again.
+    const again = await Promise.all(Array.from({ length: 4 }, () => get(port, '/slow')))
+    assert.deepEqual(again.map((r) => r.status), [200, 200, 200, 200])
+  } finally {
+    await stop()
+  }
+}
+
+const shedOptions = {
+  rate: 1000,
+  burst: 1000,
+  concurrencyLimit: 4,
+  critical: (req) => req.headers['x-critical'] === '1',
+}
+
+test('Express middleware sheds load beyond concurrencyLimit', async () => {
+  await shedding(async (slow) => {
+    const app = expressLib()
+    app.use(rb.express(shedOptions))
+    app.get('/slow', async (req, res) => res.send(await slow()))
+    const server = app.listen(0, '127.0.0.1')
+    await new Promise((r) => server.once('listening', r))
+    return { port: server.address().port, stop: () => new Promise((r) => server.close(r)) }
+  })
+  assert.throws(() => rb.express({ rate: 1, concurrencyLimit: 0 }), RangeError)
+})
+
+test('Fastify plugin sheds load beyond concurrencyLimit', async () => {
+  await shedding(async (slow) => {
+    const app = Fastify()
+    await app.register(rb.fastify, shedOptions)
+    app.get('/slow', async () => slow())
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: app.server.address().port, stop: () => app.close() }
+  })
+})

@@ -53,7 +53,7 @@ async function waiting(): Promise<void> {
   }
 }
 
-const mw = express({ rate: 1, burst: 2, key: { header: 'x-api-key' }, skip: (req) => req.path === '/health' })
+const mw = express({ rate: 1, burst: 2, key: { header: 'x-api-key' }, skip: (req) => req.path === '/health', concurrencyLimit: 64, critical: (req) => req.path === '/pay' })
 const gate: Gate = mw.gate
 const v = gate.decide('alice', '127.0.0.1')
 const status: number = v.status

@@ -60,6 +60,10 @@ pub struct GateOptions<'a> {
     pub max_keys: Option<f64>,
     /// At the cap: `'evict'` (default) or `'reject'` (a new key gets 503).
     pub overflow: Option<String>,
+    /// Load shedding: at most this many requests in flight; beyond it
+    /// `tryEnter()` is false and the middleware answers `shed()` (503,
+    /// `Retry-After: 1`) at once. Default: no cap.
+    pub concurrency_limit: Option<f64>,
     /// A `ManualClock` to decide with (default: the monotonic clock).
     pub clock: Option<&'static ManualClock>,
 }
@@ -77,6 +81,25 @@ pub struct Verdict {
     pub content_type: Option<String>,
     /// A refusal's body.
     pub body: Option<String>,
+}
+
+/// The core's verdict as a JS object.
+fn verdict(v: any::Verdict) -> Verdict {
+    let mut headers = Vec::with_capacity(v.headers.len() * 2);
+    for (name, value) in v.headers {
+        headers.push(name.to_string());
+        headers.push(value);
+    }
+    let (content_type, body) = match v.body {
+        Some((t, b)) => (Some(t.to_string()), Some(b)),
+        None => (None, None),
+    };
+    Verdict {
+        status: u32::from(v.status),
+        headers,
+        content_type,
+        body,
+    }
 }
 
 /// An HTTP middleware's whole decision, made by the core: the key (the
@@ -171,6 +194,10 @@ impl Gate {
             None => o.max_keys.map_or(1_000_000, |(m, _)| m),
         };
         o.max_keys = Some((max, overflow));
+        o.concurrency_limit = match options.concurrency_limit {
+            Some(c) => Some(any::whole("concurrencyLimit", c, 1).or_throw(&env)? as usize),
+            None => None,
+        };
         let inner = Arc::new(any::Gate::new(policies, o, clock_of(options.clock)).or_throw(&env)?);
         Ok(Gate {
             handle: fast::register_gate(inner.clone()),
@@ -204,7 +231,7 @@ impl Gate {
         };
         let key =
             key.filter(|k| !matches!(k.get_type(), Ok(ValueType::Undefined) | Ok(ValueType::Null)));
-        let verdict = match key {
+        let v = match key {
             None => decide(None),
             Some(k) => {
                 let raw_env: sys::napi_env = env.raw();
@@ -219,21 +246,33 @@ impl Gate {
                 r.map_err(|e| key_error(&env, e))?
             }
         };
-        let mut headers = Vec::with_capacity(verdict.headers.len() * 2);
-        for (name, value) in verdict.headers {
-            headers.push(name.to_string());
-            headers.push(value);
-        }
-        let (content_type, body) = match verdict.body {
-            Some((t, b)) => (Some(t.to_string()), Some(b)),
-            None => (None, None),
-        };
-        Ok(Verdict {
-            status: u32::from(verdict.status),
-            headers,
-            content_type,
-            body,
-        })
+        Ok(verdict(v))
+    }
+
+    /// Load shedding: a place among the requests in flight (always `true`
+    /// without a `concurrencyLimit`); pair a `true` with one `leave()` when
+    /// the response is done.
+    #[napi]
+    pub fn try_enter(&self) -> bool {
+        self.inner.try_enter()
+    }
+
+    /// Gives back a place from `tryEnter()`.
+    #[napi]
+    pub fn leave(&self) {
+        self.inner.leave();
+    }
+
+    /// Whether a `concurrencyLimit` is set.
+    #[napi(getter)]
+    pub fn capped(&self) -> bool {
+        self.inner.is_capped()
+    }
+
+    /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
+    #[napi]
+    pub fn shed(&self) -> Verdict {
+        verdict(self.inner.shed())
     }
 
     /// The `RateLimit-Policy` field value.

@@ -886,6 +886,27 @@ const FIELD_NAMES: [&str; 6] = [
 ];
 
 impl Gate_ {
+    /// `(status, headers, content_type, body)` for Python.
+    fn verdict<'py>(
+        &self,
+        py: Python<'py>,
+        v: &any::Verdict,
+        wsgi: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let headers = PyList::empty(py);
+        for (name, value) in &v.headers {
+            headers.append((self.text(py, name, wsgi), self.text(py, value, wsgi)))?;
+        }
+        let (ctype, body) = match &v.body {
+            Some((c, b)) => (
+                Some(self.text(py, c, wsgi)),
+                Some(PyBytes::new(py, b.as_bytes())),
+            ),
+            None => (None, None),
+        };
+        (v.status, headers, ctype, body).into_pyobject(py)
+    }
+
     /// `text` as bytes (ASGI) or str (WSGI), from the cache when it is one of
     /// the fixed strings.
     fn text<'py>(&self, py: Python<'py>, text: &str, wsgi: bool) -> Bound<'py, PyAny> {
@@ -900,7 +921,7 @@ impl Gate_ {
 #[pymethods]
 impl Gate_ {
     #[new]
-    #[pyo3(signature = (policies, *, trusted_proxies=None, ipv6_prefix=64, missing_key=None, headers="draft", body="text", max_keys=Some(1_000_000), overflow="evict", clock=None))]
+    #[pyo3(signature = (policies, *, trusted_proxies=None, ipv6_prefix=64, missing_key=None, headers="draft", body="text", max_keys=Some(1_000_000), overflow="evict", concurrency_limit=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -912,6 +933,7 @@ impl Gate_ {
         body: &str,
         max_keys: Option<u64>,
         overflow: &str,
+        concurrency_limit: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut list = Vec::new();
@@ -988,6 +1010,10 @@ impl Gate_ {
             headers: QuotaHeaders::parse(headers).or_py(py)?,
             body,
             max_keys,
+            concurrency_limit: match opt_number(py, "concurrency_limit", concurrency_limit)? {
+                Some(c) => Some(any::whole("concurrency_limit", c, 1).or_py(py)? as usize),
+                None => None,
+            },
         };
         let inner = Gate::new(list, options, clock_of(clock)?).or_py(py)?;
         let fixed = FIELD_NAMES
@@ -1033,18 +1059,30 @@ impl Gate_ {
             Some(k) => with_key(k, |k| Ok(decide(Some(k))))?,
             None => decide(None),
         };
-        let headers = PyList::empty(py);
-        for (name, value) in &v.headers {
-            headers.append((self.text(py, name, wsgi), self.text(py, value, wsgi)))?;
-        }
-        let (ctype, body) = match &v.body {
-            Some((c, b)) => (
-                Some(self.text(py, c, wsgi)),
-                Some(PyBytes::new(py, b.as_bytes())),
-            ),
-            None => (None, None),
-        };
-        (v.status, headers, ctype, body).into_pyobject(py)
+        self.verdict(py, &v, wsgi)
+    }
+
+    /// Load shedding: a place among the requests in flight (always `True`
+    /// without a concurrency limit); pair a `True` with one `leave()`.
+    fn try_enter(&self) -> bool {
+        self.inner.try_enter()
+    }
+
+    /// Gives back a place from `try_enter`.
+    fn leave(&self) {
+        self.inner.leave();
+    }
+
+    /// Whether a concurrency limit is set.
+    #[getter]
+    fn capped(&self) -> bool {
+        self.inner.is_capped()
+    }
+
+    /// The 503 answer to a shed request, as `decide` returns answers.
+    #[pyo3(signature = (wsgi=false))]
+    fn shed<'py>(&self, py: Python<'py>, wsgi: bool) -> PyResult<Bound<'py, PyTuple>> {
+        self.verdict(py, &self.inner.shed(), wsgi)
     }
 
     /// The `RateLimit-Policy` field value.

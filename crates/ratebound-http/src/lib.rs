@@ -42,7 +42,6 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -51,8 +50,8 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use ratebound::http::{
-    Policy, TrustedProxies, client_ip, ip_key, legacy_headers, ratelimit, ratelimit_policy,
-    retry_after_secs,
+    ConcurrencyCap, Policy, TrustedProxies, client_ip, ip_key, legacy_headers, ratelimit,
+    ratelimit_policy, retry_after_secs,
 };
 use ratebound::{
     Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, MonotonicClock, Overflow, Quota,
@@ -149,7 +148,7 @@ struct Shared {
     v6_prefix: u8,
     exempt: Option<Predicate>,
     critical: Option<Predicate>,
-    shed: Option<Arc<Cap>>,
+    shed: Option<Arc<ConcurrencyCap>>,
     headers: QuotaHeaders,
     body: RefusalBody,
     seed: Seed,
@@ -299,12 +298,10 @@ impl Builder {
                 v6_prefix: self.v6_prefix,
                 exempt: self.exempt,
                 critical: self.critical,
-                shed: self.concurrency.map(|limit| {
-                    Arc::new(Cap {
-                        limit,
-                        in_use: AtomicUsize::new(0),
-                    })
-                }),
+                shed: match self.concurrency {
+                    Some(limit) => Some(Arc::new(ConcurrencyCap::new(limit)?)),
+                    None => None,
+                },
                 headers: self.headers,
                 body: self.body,
                 seed: Seed::random(),
@@ -394,22 +391,12 @@ impl Decisions {
     }
 }
 
-/// The concurrency cap. It is only ever tried, never waited on, so a count
-/// does what a semaphore would — without a semaphore's lock of its waiter
-/// list on every release.
-struct Cap {
-    limit: usize,
-    in_use: AtomicUsize,
-}
-
 /// A place in the inner service, given back on drop.
-struct Slot(Arc<Cap>);
+struct Slot(Arc<ConcurrencyCap>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // Ordering: Release — what the request did happens before its slot
-        // is seen free (as a semaphore's release would order it).
-        self.0.in_use.fetch_sub(1, Ordering::Release);
+        self.0.leave();
     }
 }
 
@@ -583,18 +570,12 @@ impl Shared {
         let Some(shed) = &self.shed else {
             return Ok(None);
         };
-        // Ordering: Acquire — pairs with a slot's Release on drop; the count
-        // itself is exact (one read-modify-write at a time), so never more
-        // than `limit` slots are out.
-        let taken = shed
-            .in_use
-            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
-                (n < shed.limit).then_some(n + 1)
-            });
-        match taken {
-            Ok(_) => Ok(Some(Slot(shed.clone()))),
-            Err(_) if self.critical.as_ref().is_some_and(|f| f(parts)) => Ok(None),
-            Err(_) => Err(()),
+        if shed.try_enter() {
+            Ok(Some(Slot(shed.clone())))
+        } else if self.critical.as_ref().is_some_and(|f| f(parts)) {
+            Ok(None)
+        } else {
+            Err(())
         }
     }
 }

@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::http::{
-    Policy, TrustedProxies, client_ip, ip_key, legacy_headers, ratelimit, ratelimit_policy,
-    retry_after_secs,
+    ConcurrencyCap, Policy, TrustedProxies, client_ip, ip_key, legacy_headers, ratelimit,
+    ratelimit_policy, retry_after_secs,
 };
 use crate::{
     AllOf, Clock, Decision, Error, FixedWindow, KeyedAlgorithm, KeyedLimiter, LeakyBucket, Limiter,
@@ -765,6 +765,9 @@ pub struct GateOptions {
     pub body: RefusalBody,
     /// The cap on keys per policy (`None`: no cap) and what happens at it.
     pub max_keys: Option<(usize, Overflow)>,
+    /// The cap on requests in flight (`None`: no cap); see
+    /// [`Gate::try_enter`].
+    pub concurrency_limit: Option<usize>,
 }
 
 impl Default for GateOptions {
@@ -776,6 +779,7 @@ impl Default for GateOptions {
             headers: QuotaHeaders::Draft,
             body: RefusalBody::Text,
             max_keys: Some((1_000_000, Overflow::EvictLeastRecent)),
+            concurrency_limit: None,
         }
     }
 }
@@ -820,6 +824,7 @@ pub struct Gate {
     policy_field: String,
     options: GateOptions,
     clock: AnyClock,
+    cap: Option<ConcurrencyCap>,
 }
 
 impl Gate {
@@ -827,7 +832,8 @@ impl Gate {
     ///
     /// # Errors
     /// [`Error::NoLimiters`] for no policy; [`Policy::for_keyed`]'s errors
-    /// (a bad name); the keyed limiters' errors.
+    /// (a bad name); the keyed limiters' errors; [`Error::InvalidLimit`]
+    /// for a concurrency limit of 0.
     pub fn new(
         policies: Vec<(String, KeyedAlgorithm)>,
         options: GateOptions,
@@ -846,7 +852,12 @@ impl Gate {
             }
             limiters.push(limiter);
         }
+        let cap = options
+            .concurrency_limit
+            .map(ConcurrencyCap::new)
+            .transpose()?;
         Ok(Gate {
+            cap,
             policy_field: ratelimit_policy(&names),
             policies: names,
             limiters,
@@ -854,6 +865,38 @@ impl Gate {
             options,
             clock,
         })
+    }
+
+    /// Load shedding, before [`decide`](Self::decide): a place among the
+    /// requests in flight if the concurrency cap has one (always, without a
+    /// cap). `true` must be paired with one [`leave`](Self::leave) when the
+    /// response is done; on `false`, answer [`shed`](Self::shed) at once —
+    /// unless the request is critical, which goes on without a place.
+    #[inline]
+    pub fn try_enter(&self) -> bool {
+        self.cap.as_ref().is_none_or(ConcurrencyCap::try_enter)
+    }
+
+    /// Gives back a place from [`try_enter`](Self::try_enter).
+    #[inline]
+    pub fn leave(&self) {
+        if let Some(cap) = &self.cap {
+            cap.leave();
+        }
+    }
+
+    /// Whether a concurrency cap is set.
+    pub fn is_capped(&self) -> bool {
+        self.cap.is_some()
+    }
+
+    /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
+    pub fn shed(&self) -> Verdict {
+        plain(
+            503,
+            "server busy; try again shortly\n",
+            vec![("retry-after", "1".to_string())],
+        )
     }
 
     /// The `RateLimit-Policy` field value.

@@ -248,3 +248,40 @@ fn gate_refusal_reports_what_was_given_back() {
         .1;
     assert_eq!(field, "\"burst\";r=1;t=120, \"second\";r=0;t=1");
 }
+
+#[test]
+fn gate_sheds_beyond_its_concurrency_limit() {
+    let (_, c) = manual();
+    let g = Gate::new(
+        vec![(
+            "p".to_string(),
+            KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
+        )],
+        GateOptions {
+            concurrency_limit: Some(2),
+            ..GateOptions::default()
+        },
+        c.clone(),
+    )
+    .unwrap();
+    assert!(g.is_capped());
+    assert!(g.try_enter() && g.try_enter());
+    assert!(!g.try_enter());
+    let shed = g.shed();
+    assert_eq!(shed.status, 503);
+    assert!(shed.headers.contains(&("retry-after", "1".to_string())));
+    g.leave();
+    assert!(g.try_enter());
+    let zero = Gate::new(
+        vec![(
+            "p".to_string(),
+            KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
+        )],
+        GateOptions {
+            concurrency_limit: Some(0),
+            ..GateOptions::default()
+        },
+        c,
+    );
+    assert_eq!(zero.err().unwrap().code(), "invalid_limit");
+}

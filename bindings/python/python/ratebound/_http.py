@@ -34,6 +34,7 @@ def build_gate(
     body: str,
     max_keys: Optional[int],
     overflow: str,
+    concurrency_limit: Optional[int],
     clock: Optional[ManualClock],
 ) -> Any:
     if (rate is None) == (policies is None):
@@ -55,6 +56,7 @@ def build_gate(
         body=body,
         max_keys=max_keys,
         overflow=overflow,
+        concurrency_limit=concurrency_limit,
         clock=clock,
     )
 
@@ -85,6 +87,8 @@ class Options(TypedDict, total=False):
     exempt: Optional[Callable[[Any], bool]]
     max_keys: Optional[int]
     overflow: str
+    concurrency_limit: Optional[int]
+    critical: Optional[Callable[[Any], bool]]
     clock: Optional[ManualClock]
 
 
@@ -109,6 +113,8 @@ class MiddlewareBase:
         exempt: Optional[Callable[[Any], bool]] = None,
         max_keys: Optional[int] = 1_000_000,
         overflow: str = "evict",
+        concurrency_limit: Optional[int] = None,
+        critical: Optional[Callable[[Any], bool]] = None,
         clock: Optional[ManualClock] = None,
     ) -> None:
         if key_header is not None and key is not None:
@@ -116,8 +122,10 @@ class MiddlewareBase:
         self.app = app
         self.gate = build_gate(
             rate, burst, policies, trusted_proxies, ipv6_prefix, missing_key,
-            headers, body, max_keys, overflow, clock,
+            headers, body, max_keys, overflow, concurrency_limit, clock,
         )
+        self._capped = concurrency_limit is not None
+        self._critical = critical
         self.key_header = key_header
         self._key = key
         self._forwarding = trusted_proxies is not None

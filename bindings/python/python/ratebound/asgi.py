@@ -42,6 +42,10 @@ class RateLimitMiddleware(MiddlewareBase):
     - ``headers``: ``"draft"`` (``RateLimit-Policy`` and ``RateLimit``, on every
       response), ``"legacy"`` (``X-RateLimit-*``) or ``"off"``.
     - ``exempt(scope)`` returning true bypasses limiting (health checks).
+    - ``concurrency_limit``: at most this many requests in the app at once;
+      beyond it, 503 with ``Retry-After: 1`` at once, before any token is
+      spent — never a queue. ``critical(scope)`` returning true lets a request
+      through even then (it takes no place).
     """
 
     app: ASGIApp
@@ -54,6 +58,21 @@ class RateLimitMiddleware(MiddlewareBase):
         if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
             await self.app(scope, receive, send)
             return
+        if not self._capped:
+            await self._limited(scope, receive, send)
+            return
+        # Shedding first: a saturated app refuses before any token is spent.
+        entered = self.gate.try_enter()
+        if not entered and not (self._critical is not None and self._critical(scope)):
+            await _answer(send, self.gate.shed())
+            return
+        try:
+            await self._limited(scope, receive, send)
+        finally:
+            if entered:
+                self.gate.leave()
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         k: Any = None
         xff = fwd = None
         wanted = self._header
@@ -69,12 +88,10 @@ class RateLimitMiddleware(MiddlewareBase):
         if self._key is not None:
             k = self._key(scope)
         client = scope.get("client")
-        status, headers, ctype, body = self.gate.decide(k, client[0] if client else None, xff, fwd)
-        if status:
-            headers.append((b"content-type", ctype))
-            headers.append((b"content-length", str(len(body)).encode()))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+        verdict = self.gate.decide(k, client[0] if client else None, xff, fwd)
+        headers = verdict[1]
+        if verdict[0]:
+            await _answer(send, verdict)
             return
         if not headers:
             await self.app(scope, receive, send)
@@ -86,3 +103,12 @@ class RateLimitMiddleware(MiddlewareBase):
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+async def _answer(send: Send, verdict: Any) -> None:
+    """Sends a refusal (status, headers, content type, body) from the gate."""
+    status, headers, ctype, body = verdict
+    headers.append((b"content-type", ctype))
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ._http import MiddlewareBase, Options, reason
 
@@ -38,6 +38,22 @@ class RateLimitMiddleware(MiddlewareBase):
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self._exempt is not None and self._exempt(environ):
             return self.app(environ, start_response)
+        if not self._capped:
+            return self._limited(environ, start_response)
+        entered = self.gate.try_enter()
+        if not entered and not (self._critical is not None and self._critical(environ)):
+            return _answer(start_response, self.gate.shed(True))
+        if not entered:
+            return self._limited(environ, start_response)
+        try:
+            body = self._limited(environ, start_response)
+        except BaseException:
+            self.gate.leave()
+            raise
+        # The place is held until the server has sent the whole body.
+        return _Release(body, self.gate)
+
+    def _limited(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self._key is not None:
             k: Any = self._key(environ)
         elif self._environ_key is not None:
@@ -49,12 +65,10 @@ class RateLimitMiddleware(MiddlewareBase):
         if self._forwarding:
             xff = environ.get("HTTP_X_FORWARDED_FOR")
             fwd = environ.get("HTTP_FORWARDED")
-        status, fields, ctype, body = self.gate.decide(k, environ.get("REMOTE_ADDR"), xff, fwd, True)
-        if status:
-            fields.append(("content-type", ctype))
-            fields.append(("content-length", str(len(body))))
-            start_response(f"{status} {reason(status)}", fields)
-            return [body]
+        verdict = self.gate.decide(k, environ.get("REMOTE_ADDR"), xff, fwd, True)
+        fields = verdict[1]
+        if verdict[0]:
+            return _answer(start_response, verdict)
         if not fields:
             return self.app(environ, start_response)
 
@@ -62,3 +76,35 @@ class RateLimitMiddleware(MiddlewareBase):
             return start_response(status_line, [*response_headers, *fields], exc_info)
 
         return self.app(environ, start_with_headers)
+
+
+def _answer(start_response: StartResponse, verdict: Any) -> list[bytes]:
+    """Starts a refusal (status, headers, content type, body) from the gate."""
+    status, fields, ctype, body = verdict
+    fields.append(("content-type", ctype))
+    fields.append(("content-length", str(len(body))))
+    start_response(f"{status} {reason(status)}", fields)
+    return [body]
+
+
+class _Release:
+    """The app's response body, giving the concurrency place back when the
+    server closes it (PEP 3333: ``close()`` is called once the response is
+    done, or abandoned)."""
+
+    def __init__(self, body: Iterable[bytes], gate: Any) -> None:
+        self._body = body
+        self._gate = gate
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            gate, self._gate = self._gate, None
+            if gate is not None:
+                gate.leave()
