@@ -921,17 +921,17 @@ impl Gate_ {
 #[pymethods]
 impl Gate_ {
     #[new]
-    #[pyo3(signature = (policies, *, trusted_proxies=None, ipv6_prefix=64, missing_key=None, headers="draft", body="text", max_keys=Some(1_000_000), overflow="evict", concurrency_limit=None, clock=None))]
+    #[pyo3(signature = (policies, *, trusted_proxies=None, ipv6_prefix=None, missing_key=None, headers="draft", body="text", max_keys=None, overflow="evict", concurrency_limit=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         policies: &Bound<'_, PyAny>,
         trusted_proxies: Option<&Bound<'_, PyAny>>,
-        ipv6_prefix: u8,
+        ipv6_prefix: Option<&Bound<'_, PyAny>>,
         missing_key: Option<&Bound<'_, PyAny>>,
         headers: &str,
         body: &str,
-        max_keys: Option<u64>,
+        max_keys: Option<&Bound<'_, PyAny>>,
         overflow: &str,
         concurrency_limit: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
@@ -996,16 +996,19 @@ impl Gate_ {
                 )));
             }
         };
-        let max_keys = match max_keys {
+        let max_keys = match opt_number(py, "max_keys", max_keys)? {
             Some(m) => Some((
-                any::whole("max_keys", m as f64, 1).or_py(py)? as usize,
+                any::whole("max_keys", m, 1).or_py(py)? as usize,
                 any::overflow(overflow).or_py(py)?,
             )),
             None => None,
         };
         let options = GateOptions {
             trusted: trusted_of(py, trusted_proxies)?,
-            ipv6_prefix,
+            ipv6_prefix: match ipv6_prefix.filter(|p| !p.is_none()) {
+                Some(p) => prefix_of(py, p)?,
+                None => 64,
+            },
             missing,
             headers: QuotaHeaders::parse(headers).or_py(py)?,
             body,
@@ -1103,6 +1106,12 @@ impl Gate_ {
     }
 }
 
+/// An IPv6 prefix length: a whole number ≥ 0; above 128 counts as 128.
+fn prefix_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<u8> {
+    let bits = any::whole("ipv6_prefix", number(py, "ipv6_prefix", obj)?, 0).or_py(py)?;
+    Ok(bits.min(128) as u8)
+}
+
 /// Whole seconds, rounded up, for a wait of `nanos` (the Retry-After value).
 #[pyfunction]
 fn retry_after_secs(nanos: u64) -> u64 {
@@ -1111,8 +1120,12 @@ fn retry_after_secs(nanos: u64) -> u64 {
 
 /// The address to key on: IPv4-mapped unwrapped, IPv6 cut to `prefix` bits.
 #[pyfunction]
-#[pyo3(signature = (ip, prefix=64))]
-fn ip_key(ip: &str, prefix: u8) -> PyResult<String> {
+#[pyo3(signature = (ip, prefix=None))]
+fn ip_key(py: Python<'_>, ip: &str, prefix: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    let prefix = match prefix.filter(|p| !p.is_none()) {
+        Some(p) => prefix_of(py, p)?,
+        None => 64,
+    };
     let ip: IpAddr = ip
         .parse()
         .map_err(|_| PyValueError::new_err(format!("not an IP address: {ip:?}")))?;

@@ -313,3 +313,18 @@ def test_exceptions_pickle() -> None:
     e = rb.RateLimitExceeded("x", "deadline_exceeded", 1.5)
     f = pickle.loads(pickle.dumps(e))
     assert (f.code, f.retry_after, str(f)) == ("deadline_exceeded", 1.5, "x")
+
+
+def test_http_helpers_and_middleware_numbers_are_checked() -> None:
+    assert rb.ip_key("2001:db8::1:2:3:4:5") == "2001:db8:0:1::"
+    assert rb.ip_key("2001:db8::1", 300) == "2001:db8::1"  # above 128 counts as 128
+    with pytest.raises(rb.QuotaError, match="ipv6_prefix -1"):
+        rb.ip_key("2001:db8::1", -1)
+    with pytest.raises(ValueError):
+        rb.ip_key("not an address")
+    with pytest.raises(rb.QuotaError, match="max_keys -5"):
+        rb.asgi.RateLimitMiddleware(None, rate=1, max_keys=-5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ipv6_prefix"):
+        rb.wsgi.RateLimitMiddleware(None, rate=1, ipv6_prefix="x")  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="concurrency_limit"):
+        rb.asgi.RateLimitMiddleware(None, rate=1, concurrency_limit=1.5)  # type: ignore[arg-type]

@@ -133,11 +133,11 @@ class Gate_:
         policies: Iterable[tuple[str, str, Optional[_Rate], Optional[int], Optional[int], Optional[_Number]]],
         *,
         trusted_proxies: Union[None, int, Iterable[str]] = None,
-        ipv6_prefix: int = 64,
+        ipv6_prefix: Optional[int] = None,
         missing_key: Union[None, str, int] = None,
         headers: str = "draft",
         body: str = "text",
-        max_keys: Optional[int] = ...,
+        max_keys: Optional[int] = None,
         overflow: str = "evict",
         concurrency_limit: Optional[int] = None,
         clock: Optional[ManualClock] = None,
@@ -161,7 +161,7 @@ class Gate_:
     def cleanup(self) -> int: ...
 
 def retry_after_secs(nanos: int) -> int: ...
-def ip_key(ip: str, prefix: int = 64) -> str: ...
+def ip_key(ip: str, prefix: Optional[int] = None) -> str: ...
 def client_ip(
     peer: str,
     x_forwarded_for: Optional[str] = None,
