@@ -511,7 +511,7 @@ mod tests {
 /// A cap on requests in flight, for load shedding: a request either gets a
 /// place at once or is refused at once (503 with `Retry-After: 1` in the
 /// front doors) — it never waits, so there is no queue to grow. Lock-free:
-/// one atomic count.
+/// one atomic count, model-checked with loom.
 ///
 /// # Examples
 /// ```
@@ -528,7 +528,7 @@ mod tests {
 #[derive(Debug)]
 pub struct ConcurrencyCap {
     limit: usize,
-    in_use: std::sync::atomic::AtomicUsize,
+    in_use: crate::sync::AtomicUsize,
 }
 
 impl ConcurrencyCap {
@@ -545,7 +545,7 @@ impl ConcurrencyCap {
         }
         Ok(ConcurrencyCap {
             limit,
-            in_use: std::sync::atomic::AtomicUsize::new(0),
+            in_use: crate::sync::AtomicUsize::new(0),
         })
     }
 
@@ -553,7 +553,7 @@ impl ConcurrencyCap {
     /// `true` must be paired with one [`leave`](Self::leave).
     #[inline]
     pub fn try_enter(&self) -> bool {
-        use std::sync::atomic::Ordering;
+        use crate::sync::Ordering;
         // Ordering: Acquire pairs with leave()'s Release: what the previous
         // holder of the place did happens before this request runs. The
         // count itself is exact (one read-modify-write at a time), so never
@@ -569,7 +569,7 @@ impl ConcurrencyCap {
     /// unpaired call is ignored rather than wrapping the count.
     #[inline]
     pub fn leave(&self) {
-        use std::sync::atomic::Ordering;
+        use crate::sync::Ordering;
         // Ordering: Release — what the request did happens before its place
         // is seen free.
         let _ = self
@@ -579,7 +579,7 @@ impl ConcurrencyCap {
 
     /// Requests in flight now.
     pub fn in_flight(&self) -> usize {
-        self.in_use.load(std::sync::atomic::Ordering::Relaxed)
+        self.in_use.load(crate::sync::Ordering::Relaxed)
     }
 
     /// The cap.

@@ -7,11 +7,11 @@
 #[cfg(ratebound_loom)]
 pub(crate) use loom::sync::{
     Arc, Mutex, RwLock,
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
 #[cfg(not(ratebound_loom))]
 pub(crate) use std::sync::{
     Arc, Mutex, RwLock,
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
 };
