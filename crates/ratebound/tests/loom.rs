@@ -129,11 +129,11 @@ impl Model {
                 Seen::Reserved { wait_tokens }
             }
             Op::CancelLast => {
-                if let Some(t) = last.take() {
-                    if t.generation == self.generation {
-                        let later = self.used.saturating_sub(t.used_after);
-                        self.used -= t.n.saturating_sub(later).min(self.used);
-                    }
+                if let Some(t) = last.take()
+                    && t.generation == self.generation
+                {
+                    let later = self.used.saturating_sub(t.used_after);
+                    self.used -= t.n.saturating_sub(later).min(self.used);
                 }
                 Seen::Done
             }
@@ -509,7 +509,10 @@ fn concurrency_cap_never_lets_more_in_than_its_limit() {
         };
         let mine = attempt(&cap, &inside);
         let theirs = other.join().unwrap();
-        assert!(mine + theirs >= 2, "a free place was refused: {mine} + {theirs}");
+        assert!(
+            mine + theirs >= 2,
+            "a free place was refused: {mine} + {theirs}"
+        );
         assert_eq!(cap.in_flight(), 0);
     });
 }
