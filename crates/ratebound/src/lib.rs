@@ -77,6 +77,18 @@
 //! the repository compares them, with the boundary-burst numbers the test
 //! vectors prove.
 //!
+//! # Modules for front doors
+//!
+//! - [`http`]: the protocol-neutral HTTP pieces — `Retry-After` rounding,
+//!   the IETF `RateLimit` / `RateLimit-Policy` values, client IPs behind
+//!   trusted proxies, IPv6 prefix grouping, a lock-free concurrency cap.
+//! - [`any`]: limiters, keys and a whole HTTP middleware decision
+//!   ([`any::Gate`]) chosen at run time from loosely typed options — the
+//!   surface the Python and Node bindings wrap, so they decide nothing
+//!   themselves.
+//! - [`fingerprint`]: 128-bit keyed fingerprints (SipHash-2-4-128) for
+//!   storing keys of any length in 16 bytes.
+//!
 //! # Features
 //!
 //! - `tokio`: `until_ready`, `until_n_ready` and `wait_n`, which sleep on
