@@ -104,16 +104,16 @@ impl WordMath for Leaky {
 /// exactly one emission interval `T` apart, never in bursts, and at most
 /// `max_delay` of waiting may queue up.
 ///
-/// [`check`](Limiter::check) admits a request only if it can leave **now**
+/// [`check`](crate::Limiter::check) admits a request only if it can leave **now**
 /// (nobody is queued ahead); [`reserve_n`](Self::reserve_n) and, with feature
-/// `tokio`, [`wait_n`](Self::wait_n) hand out the next departure slot and
+/// `tokio`, `wait_n` hand out the next departure slot and
 /// make the caller wait for it, refusing when the wait would exceed
 /// `max_delay` — the bounded queue. Use it to pace outgoing calls to a
 /// partner API. The state is one `AtomicU64`, the next free departure slot.
 ///
 /// Only the quota's emission interval matters here (its burst is ignored:
 /// output spacing is constant). A request for `n` takes `n` consecutive
-/// slots. [`limit`](Limiter::limit) is the queue's capacity,
+/// slots. [`limit`](crate::Limiter::limit) is the queue's capacity,
 /// `1 + ⌊max_delay / T⌋` requests, and `remaining` is the free places in it.
 ///
 /// # Examples
