@@ -81,6 +81,47 @@ def median(f) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(f() for _ in range(RUNS))
 
 
+def starlette_rows(loop) -> list:  # type: ignore[no-untyped-def]
+    """The same through a Starlette app: bare, with ratebound's middleware and
+    with slowapi's (in-memory storage), if slowapi is installed."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def hello(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    def app() -> Starlette:
+        return Starlette(routes=[Route("/", hello)])
+
+    rows = []
+    bare = app()
+    ours = rb.asgi.RateLimitMiddleware(app(), rate=1e6, burst=10**6, key_header="x-api-key")
+    loop.run_until_complete(run_asgi(ours))
+    b = median(lambda: loop.run_until_complete(run_asgi(bare)))
+    o = median(lambda: loop.run_until_complete(run_asgi(ours)))
+    rows.append(("Starlette app, ratebound, one policy, draft headers", b, o))
+    try:
+        from slowapi import Limiter
+        from slowapi.middleware import SlowAPIMiddleware
+
+        limiter = Limiter(
+            key_func=lambda request: request.headers["x-api-key"],
+            default_limits=["1000000/second"],
+            headers_enabled=True,
+        )
+        theirs = app()
+        theirs.state.limiter = limiter
+        theirs.add_middleware(SlowAPIMiddleware)
+        loop.run_until_complete(run_asgi(theirs))
+        t = median(lambda: loop.run_until_complete(run_asgi(theirs)))
+        rows.append(("Starlette app, slowapi 0.1.10 (memory storage), one limit, headers", b, t))
+    except ImportError as exc:
+        print(f"slowapi skipped: {exc!r}")
+    return rows
+
+
 def main() -> None:
     wrapped = rb.asgi.RateLimitMiddleware(asgi_app, rate=1e6, burst=10**6, key_header="x-api-key")
     two = rb.asgi.RateLimitMiddleware(
@@ -101,6 +142,8 @@ def main() -> None:
     print(f"| ASGI, one policy, draft headers | {bare:.2f} | {one:.2f} | {one - bare:.2f} |")
     print(f"| ASGI, two policies, draft headers | {bare:.2f} | {both:.2f} | {both - bare:.2f} |")
     print(f"| WSGI, one policy, draft headers | {wbare:.2f} | {wone:.2f} | {wone - wbare:.2f} |")
+    for label, b, w in starlette_rows(loop):
+        print(f"| {label} | {b:.2f} | {w:.2f} | {w - b:.2f} |")
 
 
 if __name__ == "__main__":
