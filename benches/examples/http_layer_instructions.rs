@@ -14,55 +14,13 @@
 //! request are its inclusive count divided by the number of requests.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use ratebound::Quota;
-use ratebound_http::{KeySource, QuotaHeaders, RateLimitLayer};
+use ratebound_benches::http_layer::{Hello, keys, layer, send};
+use ratebound_http::QuotaHeaders;
 use tower_service::Service;
-
-/// The trivial handler: answers at once.
-#[derive(Clone)]
-struct Hello;
-
-impl Service<Request<()>> for Hello {
-    type Response = Response<Bytes>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Response<Bytes>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<()>) -> Self::Future {
-        std::future::ready(Ok(Response::new(Bytes::from_static(b"hello\n"))))
-    }
-}
-
-/// Drives a future that completes without waiting (both services here do).
-fn run<F: Future>(future: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(future).poll(&mut cx) {
-        Poll::Ready(out) => out,
-        Poll::Pending => panic!("the services here never wait"),
-    }
-}
-
-/// One request with this key through `svc`; its status.
-fn send<S>(svc: &mut S, key: &str) -> u16
-where
-    S: Service<Request<()>, Response = Response<Bytes>, Error = Infallible>,
-{
-    let request = Request::builder()
-        .header("x-api-key", key)
-        .body(())
-        .expect("request");
-    run(svc.call(request)).unwrap().status().as_u16()
-}
 
 /// The counted part: `n` requests, cycling through `keys`.
 #[inline(never)]
@@ -93,20 +51,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map_or("layer", String::as_str);
     let n: usize = args.get(2).map_or(100_000, |s| s.parse().expect("count"));
-    let keys: Vec<String> = (0..10_000).map(|i| format!("key-{i}")).collect();
-    let layer = |headers| {
-        RateLimitLayer::builder()
-            .policy(
-                "burst",
-                Quota::parse("1000000/s burst 1000000").expect("quota"),
-            )
-            .policy("hourly", Quota::parse("1000000000/hour").expect("quota"))
-            .key(KeySource::header("x-api-key").expect("name"))
-            .concurrency_limit(64)
-            .quota_headers(headers)
-            .build()
-            .expect("layer")
-    };
+    let keys = keys();
     match mode {
         "bare" => drive(Hello, &keys, n),
         "layer" => drive(

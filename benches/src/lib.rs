@@ -1,7 +1,10 @@
 //! Support code for ratebound's benchmarks (`benches/*.rs` and
 //! `src/bin/keyed_memory.rs`; see README.md): the mutex token bucket used as
 //! a baseline, the clocks it reads, the timed loops, per-thread CPU time for
-//! the two-thread rows, and the shuffled key orders of the keyed rows.
+//! the two-thread rows, the shuffled key orders of the keyed rows, and the
+//! HTTP layer rows' setup ([`http_layer`]).
+
+pub mod http_layer;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
