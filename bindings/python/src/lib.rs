@@ -91,6 +91,27 @@ fn number(py: Python<'_>, name: &'static str, obj: &Bound<'_, PyAny>) -> PyResul
     })
 }
 
+/// A count of nanoseconds: an int from 0 to 2^64 - 1 (a `QuotaError`
+/// naming the value outside that, a `TypeError` for anything but an int).
+fn whole_nanos(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "nanos must be an int, got {}",
+            type_name(obj)
+        )));
+    }
+    obj.extract::<u64>().map_err(|_| {
+        py_err(
+            py,
+            Error::InvalidNumber {
+                name: "nanos",
+                value: obj.repr().map(|r| r.to_string()).unwrap_or_default(),
+                reason: "must be a whole number of nanoseconds from 0 to 2^64 - 1",
+            },
+        )
+    })
+}
+
 fn opt_number(
     py: Python<'_>,
     name: &'static str,
@@ -223,8 +244,9 @@ impl ManualClock {
     }
 
     /// Moves the clock forward by `nanos` nanoseconds.
-    fn advance_ns(&self, nanos: u64) {
-        self.inner.advance_nanos(nanos);
+    fn advance_ns(&self, py: Python<'_>, nanos: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.advance_nanos(whole_nanos(py, nanos)?);
+        Ok(())
     }
 
     /// Sets the clock to `seconds` since its epoch (may go backwards).
@@ -235,8 +257,9 @@ impl ManualClock {
     }
 
     /// Sets the clock to `nanos` since its epoch (may go backwards).
-    fn set_ns(&self, nanos: u64) {
-        self.inner.set_nanos(nanos);
+    fn set_ns(&self, py: Python<'_>, nanos: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.set_nanos(whole_nanos(py, nanos)?);
+        Ok(())
     }
 
     /// Seconds since the epoch.
@@ -1114,8 +1137,10 @@ fn prefix_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<u8> {
 
 /// Whole seconds, rounded up, for a wait of `nanos` (the Retry-After value).
 #[pyfunction]
-fn retry_after_secs(nanos: u64) -> u64 {
-    ratebound::http::retry_after_secs(Duration::from_nanos(nanos))
+fn retry_after_secs(py: Python<'_>, nanos: &Bound<'_, PyAny>) -> PyResult<u64> {
+    Ok(ratebound::http::retry_after_secs(Duration::from_nanos(
+        whole_nanos(py, nanos)?,
+    )))
 }
 
 /// The address to key on: IPv4-mapped unwrapped, IPv6 cut to `prefix` bits.

@@ -326,3 +326,18 @@ def test_http_helpers_and_middleware_numbers_are_checked() -> None:
         rb.wsgi.RateLimitMiddleware(None, rate=1, ipv6_prefix="x")  # type: ignore[arg-type]
     with pytest.raises(rb.QuotaError, match="concurrency_limit"):
         rb.asgi.RateLimitMiddleware(None, rate=1, concurrency_limit=1.5)  # type: ignore[arg-type]
+
+
+def test_nanosecond_arguments_are_checked() -> None:
+    c = rb.ManualClock()
+    c.advance_ns(5)
+    c.set_ns(7)
+    assert c.now_ns() == 7
+    for bad in (-1, 2**64):
+        with pytest.raises(rb.QuotaError, match="nanos"):
+            c.advance_ns(bad)
+        with pytest.raises(rb.QuotaError, match="nanos"):
+            rb.retry_after_secs(bad)
+    with pytest.raises(TypeError):
+        c.set_ns(1.5)  # type: ignore[arg-type]
+    assert rb.retry_after_secs(1) == 1
