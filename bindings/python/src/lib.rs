@@ -11,12 +11,11 @@ use std::time::Duration;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use ratebound::any::{
-    self, Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, MissingKey,
-    QuotaHeaders, Rate, RefusalBody,
+    self, Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, KeySource, Loose, Rate,
 };
-use ratebound::http::{Cidr, TrustedProxies};
+use ratebound::http::{Forwarding, Headers};
 use ratebound::{Clock, Error, Limiter as _, Permit};
 
 // ---------------------------------------------------------------- errors
@@ -32,6 +31,7 @@ fn py_err(py: Python<'_>, e: Error) -> PyErr {
         Error::DeadlineExceeded { .. } => "RateLimitExceeded",
         Error::TooManyKeys { .. } => "TooManyKeys",
         Error::Unsupported { .. } => "Unsupported",
+        Error::InvalidOption { .. } => "ConfigError",
         _ => "QuotaError",
     };
     let made = (|| -> PyResult<PyErr> {
@@ -861,51 +861,124 @@ impl KeyedLimiter {
 
 // ------------------------------------------------------------------ http
 
-fn trusted_of(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<TrustedProxies> {
-    let Some(obj) = obj.filter(|o| !o.is_none()) else {
-        return Ok(TrustedProxies::None);
-    };
-    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
-        let hops =
-            any::whole("trusted_proxies", number(py, "trusted_proxies", obj)?, 0).or_py(py)?;
-        return Ok(TrustedProxies::Hops(hops as usize));
+/// A middleware option as the core's loose parser takes it: `None` is "not
+/// given" (the core's default).
+fn set_option(
+    options: &mut GateOptions,
+    name: &str,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let py = value.py();
+    if value.is_none() {
+        return Ok(());
     }
-    if obj.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(
-            "trusted_proxies must be a list of CIDR strings or a hop count, got str",
-        ));
-    }
-    let mut cidrs = Vec::new();
-    for item in obj.try_iter()? {
-        let item = item?;
-        let text: String = item.extract().map_err(|_| {
+    let result = if let Ok(s) = value.cast::<PyString>() {
+        options.set(name, Loose::Text(&s.to_cow()?))
+    } else if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must not be a bool, got {}",
+            value.repr()?
+        )));
+    } else if value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() {
+        options.set(name, Loose::Number(number(py, "option", value)?))
+    } else {
+        let mut texts = Vec::new();
+        for item in value.try_iter().map_err(|_| {
             PyTypeError::new_err(format!(
-                "trusted_proxies entries must be CIDR strings, got {}",
-                type_name(&item)
+                "{name} must be a str, a number or a list of str, got {}",
+                type_name(value)
             ))
-        })?;
-        cidrs.push(Cidr::parse(&text).or_py(py)?);
+        })? {
+            let item = item?;
+            texts.push(item.extract::<String>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{name} entries must be str, got {}",
+                    type_name(&item)
+                ))
+            })?);
+        }
+        let list: Vec<&str> = texts.iter().map(String::as_str).collect();
+        options.set(name, Loose::List(&list))
+    };
+    result.or_py(py)
+}
+
+/// The header lines of a request as the Python servers hand them over: an
+/// ASGI `scope["headers"]` list of `(name, value)` bytes pairs, or a WSGI
+/// environ (`HTTP_X_API_KEY`; the server has already joined repeated lines
+/// with commas).
+enum PyHeaders<'a, 'py> {
+    Asgi(&'a Bound<'py, PyAny>),
+    Environ(&'a Bound<'py, PyDict>, &'a [(String, Py<PyString>)]),
+    None,
+}
+
+/// Bytes of a latin-1 WSGI string (PEP 3333 "native strings").
+fn latin1(s: &str, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend(s.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')));
+}
+
+impl Headers for PyHeaders<'_, '_> {
+    fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, mut f: F) {
+        match self {
+            PyHeaders::None => {}
+            PyHeaders::Asgi(list) => {
+                let Ok(iter) = list.try_iter() else { return };
+                for item in iter.flatten() {
+                    let (Ok(n), Ok(v)) = (item.get_item(0), item.get_item(1)) else {
+                        continue;
+                    };
+                    let (Ok(n), Ok(v)) = (n.cast::<PyBytes>(), v.cast::<PyBytes>()) else {
+                        continue;
+                    };
+                    if n.as_bytes().eq_ignore_ascii_case(name.as_bytes()) {
+                        f(v.as_bytes());
+                    }
+                }
+            }
+            PyHeaders::Environ(environ, keys) => {
+                let Some((_, key)) = keys.iter().find(|(n, _)| n == name) else {
+                    return;
+                };
+                let Ok(Some(value)) = environ.get_item(key.bind(environ.py())) else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                if let Ok(s) = value.cast::<PyString>() {
+                    if let Ok(text) = s.to_cow() {
+                        latin1(&text, &mut buf);
+                        f(&buf);
+                    }
+                } else if let Ok(b) = value.cast::<PyBytes>() {
+                    f(b.as_bytes());
+                }
+            }
+        }
     }
-    Ok(TrustedProxies::Cidrs(cidrs))
 }
 
 /// The whole decision of the ASGI and WSGI middleware (`ratebound.asgi`,
-/// `ratebound.wsgi` drive it).
+/// `ratebound.wsgi` drive it): built from the middleware's options by the
+/// core's parser, every rule and default the core's.
 #[pyclass(frozen, module = "ratebound")]
 struct Gate_ {
     inner: Gate,
     /// Header names and the fixed policy value, made once as Python
     /// objects: `(name, as bytes, as str)`.
     fixed: Vec<(String, Py<PyAny>, Py<PyAny>)>,
+    /// The header names the gate reads, with their WSGI environ keys.
+    environ_keys: Vec<(String, Py<PyString>)>,
 }
 
-const FIELD_NAMES: [&str; 6] = [
+const FIELD_NAMES: [&str; 7] = [
     "ratelimit-policy",
     "ratelimit",
     "retry-after",
     "x-ratelimit-limit",
     "x-ratelimit-remaining",
     "x-ratelimit-reset",
+    "text/plain; charset=utf-8",
 ];
 
 impl Gate_ {
@@ -913,12 +986,16 @@ impl Gate_ {
     fn verdict<'py>(
         &self,
         py: Python<'py>,
-        v: &any::Verdict,
+        v: &any::Verdict<'_>,
         wsgi: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let headers = PyList::empty(py);
-        for (name, value) in &v.headers {
-            headers.append((self.text(py, name, wsgi), self.text(py, value, wsgi)))?;
+        for (name, value) in v.fields.iter() {
+            let value = match value {
+                any::Field::Text(t) => self.text(py, t, wsgi),
+                any::Field::Number(n) => self.text(py, &n.to_string(), wsgi),
+            };
+            headers.append((self.text(py, name, wsgi), value))?;
         }
         let (ctype, body) = match &v.body {
             Some((c, b)) => (
@@ -943,20 +1020,16 @@ impl Gate_ {
 
 #[pymethods]
 impl Gate_ {
+    /// `policies`: `(name, algorithm, rate, burst, limit, window)` tuples;
+    /// `options`: the middleware's options by name (`None` values are not
+    /// given); `given_key`: the application passes each request's key.
     #[new]
-    #[pyo3(signature = (policies, *, trusted_proxies=None, ipv6_prefix=None, missing_key=None, headers="draft", body="text", max_keys=None, overflow="evict", concurrency_limit=None, clock=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (policies, options, *, given_key=false, clock=None))]
     fn new(
         py: Python<'_>,
         policies: &Bound<'_, PyAny>,
-        trusted_proxies: Option<&Bound<'_, PyAny>>,
-        ipv6_prefix: Option<&Bound<'_, PyAny>>,
-        missing_key: Option<&Bound<'_, PyAny>>,
-        headers: &str,
-        body: &str,
-        max_keys: Option<&Bound<'_, PyAny>>,
-        overflow: &str,
-        concurrency_limit: Option<&Bound<'_, PyAny>>,
+        options: &Bound<'_, PyDict>,
+        given_key: bool,
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut list = Vec::new();
@@ -982,66 +1055,15 @@ impl Gate_ {
             };
             list.push((name, alg));
         }
-        let missing = match missing_key.filter(|m| !m.is_none()) {
-            None => MissingKey::FallBackToIp,
-            Some(m) => {
-                if let Ok(s) = m.extract::<String>() {
-                    match s.as_str() {
-                        "ip" => MissingKey::FallBackToIp,
-                        "shared" => MissingKey::SharedAnonymous,
-                        other => {
-                            return Err(PyValueError::new_err(format!(
-                                "missing_key must be \"ip\", \"shared\" or an HTTP status, got {other:?}"
-                            )));
-                        }
-                    }
-                } else {
-                    let status: u16 = m.extract().map_err(|_| {
-                        PyTypeError::new_err(
-                            "missing_key must be \"ip\", \"shared\" or an HTTP status",
-                        )
-                    })?;
-                    if !(400..600).contains(&status) {
-                        return Err(PyValueError::new_err(format!(
-                            "missing_key status must be 4xx or 5xx, got {status}"
-                        )));
-                    }
-                    MissingKey::Reject(status)
-                }
-            }
-        };
-        let body = match body {
-            "text" => RefusalBody::Text,
-            "problem+json" | "problem_json" => RefusalBody::ProblemJson,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "body must be \"text\" or \"problem+json\", got {other:?}"
-                )));
-            }
-        };
-        let max_keys = match opt_number(py, "max_keys", max_keys)? {
-            Some(m) => Some((
-                any::whole("max_keys", m, 1).or_py(py)? as usize,
-                any::overflow(overflow).or_py(py)?,
-            )),
-            None => None,
-        };
-        let options = GateOptions {
-            trusted: trusted_of(py, trusted_proxies)?,
-            ipv6_prefix: match ipv6_prefix.filter(|p| !p.is_none()) {
-                Some(p) => prefix_of(py, p)?,
-                None => 64,
-            },
-            missing,
-            headers: QuotaHeaders::parse(headers).or_py(py)?,
-            body,
-            max_keys,
-            concurrency_limit: match opt_number(py, "concurrency_limit", concurrency_limit)? {
-                Some(c) => Some(any::whole("concurrency_limit", c, 1).or_py(py)? as usize),
-                None => None,
-            },
-        };
-        let inner = Gate::new(list, options, clock_of(clock)?).or_py(py)?;
+        let mut o = GateOptions::default();
+        for (name, value) in options.iter() {
+            let name: String = name.extract()?;
+            set_option(&mut o, &name, &value)?;
+        }
+        if given_key {
+            o.key = KeySource::Given;
+        }
+        let inner = Gate::new(list, o, clock_of(clock)?).or_py(py)?;
         let fixed = FIELD_NAMES
             .iter()
             .copied()
@@ -1054,38 +1076,59 @@ impl Gate_ {
                 )
             })
             .collect();
-        Ok(Gate_ { inner, fixed })
+        let environ_keys = inner
+            .header_names()
+            .map(|n| {
+                let key = format!("HTTP_{}", n.to_ascii_uppercase().replace('-', "_"));
+                (n.to_string(), PyString::new(py, &key).unbind())
+            })
+            .collect();
+        Ok(Gate_ {
+            inner,
+            fixed,
+            environ_keys,
+        })
     }
 
     /// `(status, headers, content_type, body)`: status 0 lets the request
     /// through with `headers` added to its response; otherwise answer with
-    /// status, headers and body. Header names and values, the content type
-    /// and the body are bytes, or with `wsgi=True` str (the body stays
-    /// bytes).
-    #[pyo3(signature = (key, peer=None, x_forwarded_for=None, forwarded=None, wsgi=false))]
+    /// status, headers and body. `headers` in: the ASGI scope's header
+    /// list, or with `wsgi=True` the WSGI environ. Header names and values
+    /// and the content type out are bytes, or with `wsgi=True` str (the body
+    /// stays bytes).
+    #[pyo3(signature = (key, peer=None, headers=None, wsgi=false))]
     fn decide<'py>(
         &self,
         py: Python<'py>,
         key: Option<&Bound<'py, PyAny>>,
         peer: Option<&str>,
-        x_forwarded_for: Option<&str>,
-        forwarded: Option<&str>,
+        headers: Option<&Bound<'py, PyAny>>,
         wsgi: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let peer = peer.and_then(|p| p.parse::<IpAddr>().ok());
+        let environ;
+        let lines = match headers.filter(|h| !h.is_none()) {
+            None => PyHeaders::None,
+            Some(h) if wsgi => {
+                environ = h.cast::<PyDict>().map_err(|_| {
+                    PyTypeError::new_err("a WSGI environ must be a dict")
+                })?;
+                PyHeaders::Environ(environ, &self.environ_keys)
+            }
+            Some(h) => PyHeaders::Asgi(h),
+        };
         let decide = |key: Option<Key<'_>>| {
-            self.inner.decide(&any::Request {
+            let v = self.inner.decide(&any::Request {
                 key,
                 peer,
-                x_forwarded_for,
-                forwarded,
-            })
+                headers: &lines,
+            });
+            self.verdict(py, &v, wsgi)
         };
-        let v = match key.filter(|k| !k.is_none()) {
-            Some(k) => with_key(k, |k| Ok(decide(Some(k))))?,
+        match key.filter(|k| !k.is_none()) {
+            Some(k) => with_key(k, |k| decide(Some(k))),
             None => decide(None),
-        };
-        self.verdict(py, &v, wsgi)
+        }
     }
 
     /// Load shedding: a place among the requests in flight (always `True`
@@ -1157,22 +1200,47 @@ fn ip_key(py: Python<'_>, ip: &str, prefix: Option<&Bound<'_, PyAny>>) -> PyResu
     Ok(ratebound::http::ip_key(ip, prefix).to_string())
 }
 
-/// The client's address from the peer and forwarding headers, believing
-/// them only as `trusted_proxies` (CIDR list or hop count) allows.
+/// The client's address from the peer and the request's header lines
+/// (`(name, value)` pairs of str or bytes, in order), believing only the
+/// `client_ip_header` (default `X-Forwarded-For`) of `trusted_proxies` (CIDR
+/// strings or a hop count) — the middleware's rule.
 #[pyfunction]
-#[pyo3(signature = (peer, x_forwarded_for=None, forwarded=None, trusted_proxies=None))]
+#[pyo3(signature = (peer, headers=None, trusted_proxies=None, client_ip_header=None))]
 fn client_ip(
     py: Python<'_>,
     peer: &str,
-    x_forwarded_for: Option<&str>,
-    forwarded: Option<&str>,
+    headers: Option<&Bound<'_, PyAny>>,
     trusted_proxies: Option<&Bound<'_, PyAny>>,
+    client_ip_header: Option<&str>,
 ) -> PyResult<String> {
     let peer: IpAddr = peer
         .parse()
         .map_err(|_| PyValueError::new_err(format!("not an IP address: {peer:?}")))?;
-    let trusted = trusted_of(py, trusted_proxies)?;
-    Ok(ratebound::http::client_ip(peer, x_forwarded_for, forwarded, &trusted).to_string())
+    let mut o = GateOptions::default();
+    if let Some(t) = trusted_proxies {
+        set_option(&mut o, "trusted_proxies", t)?;
+    }
+    let forwarding = match client_ip_header {
+        Some(name) => Forwarding::parse(name).or_py(py)?,
+        None => Forwarding::default(),
+    };
+    let mut lines: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    if let Some(h) = headers.filter(|h| !h.is_none()) {
+        let as_bytes = |o: Bound<'_, PyAny>| -> PyResult<Vec<u8>> {
+            if let Ok(s) = o.cast::<PyString>() {
+                Ok(s.to_cow()?.as_bytes().to_vec())
+            } else {
+                o.extract::<Vec<u8>>().map_err(|_| {
+                    PyTypeError::new_err("header lines are (name, value) pairs of str or bytes")
+                })
+            }
+        };
+        for item in h.try_iter()? {
+            let item = item?;
+            lines.push((as_bytes(item.get_item(0)?)?, as_bytes(item.get_item(1)?)?));
+        }
+    }
+    Ok(ratebound::http::client_ip(peer, &lines, &forwarding, &o.trusted).to_string())
 }
 
 /// The `RateLimit-Policy` value for `(name, quota_string)` token-bucket

@@ -182,7 +182,7 @@ def test_http_vectors() -> None:
             elif kind == "client_ip":
                 trust = case["trust"]
                 trusted = trust.get("cidrs", trust.get("hops"))
-                got = rb.client_ip(case["peer"], case.get("xff"), case.get("forwarded"), trusted)
+                got = rb.client_ip(case["peer"], [tuple(h) for h in case["headers"]], trusted, case.get("header"))
             elif kind == "ratelimit_policy":
                 got = rb._ratebound.ratelimit_policy([(p["name"], p["quota"]) for p in case["policies"]])
             else:

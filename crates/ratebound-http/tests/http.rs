@@ -357,15 +357,13 @@ async fn malformed_keys_get_a_defined_answer_and_exemptions_bypass() {
         RateLimitLayer::builder().build().is_err(),
         "no policy and no cap"
     );
-    for bad in [0, usize::MAX] {
-        let err = RateLimitLayer::builder()
-            .concurrency_limit(bad)
-            .build()
-            .err()
-            .unwrap();
-        assert_eq!(err.code(), "invalid_limit");
-        assert!(err.to_string().contains(&bad.to_string()), "{err}");
-    }
+    let err = RateLimitLayer::builder()
+        .concurrency_limit(0)
+        .build()
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "invalid_limit");
+    assert!(err.to_string().contains("invalid limit 0"), "{err}");
     assert_eq!(
         KeySource::header("bad header").err().unwrap().code(),
         "parse_error"
@@ -388,7 +386,7 @@ async fn a_request_without_a_key_follows_the_policy() {
             .unwrap()
     };
     // Reject: 401, and nothing is counted.
-    let addr = serve(app(build(MissingKey::Reject(StatusCode::UNAUTHORIZED)))).await;
+    let addr = serve(app(build(MissingKey::Reject(401)))).await;
     for _ in 0..3 {
         assert_eq!(
             get_with(&c, addr, "/", none).await.0,

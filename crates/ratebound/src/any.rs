@@ -37,10 +37,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::http::{
-    ConcurrencyCap, Policy, TrustedProxies, client_ip, ip_key, legacy_headers, ratelimit,
-    ratelimit_policy, retry_after_secs,
-};
 use crate::{
     AllOf, Clock, Decision, Error, FixedWindow, KeyedAlgorithm, KeyedLimiter, LeakyBucket, Limiter,
     MAX_SPAN_NANOS, ManualClock, MonotonicClock, Overflow, Permit, Quota, SlidingLog,
@@ -54,6 +50,14 @@ pub enum AnyClock {
     Monotonic(MonotonicClock),
     /// A clock moved only by hand, for tests.
     Manual(ManualClock),
+    /// Any other clock.
+    Shared(Arc<dyn Clock>),
+}
+
+impl std::fmt::Debug for dyn Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
 }
 
 impl Default for AnyClock {
@@ -68,6 +72,7 @@ impl Clock for AnyClock {
         match self {
             AnyClock::Monotonic(c) => c.now(),
             AnyClock::Manual(c) => c.now(),
+            AnyClock::Shared(c) => c.now(),
         }
     }
 }
@@ -696,339 +701,7 @@ impl AnyKeyed {
     }
 }
 
-/// Which quota header fields a [`Gate`] sets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum QuotaHeaders {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
-    #[default]
-    Draft,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` of
-    /// the tightest policy.
-    Legacy,
-    /// None.
-    Off,
-}
-
-impl QuotaHeaders {
-    /// By name: `"draft"`, `"legacy"` or `"off"`.
-    ///
-    /// # Errors
-    /// [`Error::Parse`] for any other name.
-    pub fn parse(name: &str) -> Result<QuotaHeaders, Error> {
-        match name {
-            "draft" => Ok(QuotaHeaders::Draft),
-            "legacy" => Ok(QuotaHeaders::Legacy),
-            "off" => Ok(QuotaHeaders::Off),
-            other => Err(Error::Parse {
-                input: other.to_string(),
-                reason: "headers is \"draft\", \"legacy\" or \"off\"",
-            }),
-        }
-    }
-}
-
-/// What a [`Gate`] does with a request that has no key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum MissingKey {
-    /// Key it by its client IP (the default: one bucket shared by every
-    /// keyless client would let one of them lock all the others out).
-    #[default]
-    FallBackToIp,
-    /// Share one bucket among all keyless requests.
-    SharedAnonymous,
-    /// Refuse it with this status (e.g. 401 or 400).
-    Reject(u16),
-}
-
-/// The body of a refusal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum RefusalBody {
-    /// `text/plain`.
-    #[default]
-    Text,
-    /// `application/problem+json` (RFC 9457).
-    ProblemJson,
-}
-
-/// How a [`Gate`] finds keys and answers refusals.
-#[derive(Clone, Debug)]
-pub struct GateOptions {
-    /// Whose forwarding headers to believe.
-    pub trusted: TrustedProxies,
-    /// IPv6 keys are cut to this prefix (default 64).
-    pub ipv6_prefix: u8,
-    /// What a keyless request gets.
-    pub missing: MissingKey,
-    /// Which quota fields to set.
-    pub headers: QuotaHeaders,
-    /// The refusal body.
-    pub body: RefusalBody,
-    /// The cap on keys per policy (`None`: no cap) and what happens at it.
-    pub max_keys: Option<(usize, Overflow)>,
-    /// The cap on requests in flight (`None`: no cap); see
-    /// [`Gate::try_enter`].
-    pub concurrency_limit: Option<usize>,
-}
-
-impl Default for GateOptions {
-    fn default() -> Self {
-        GateOptions {
-            trusted: TrustedProxies::None,
-            ipv6_prefix: 64,
-            missing: MissingKey::FallBackToIp,
-            headers: QuotaHeaders::Draft,
-            body: RefusalBody::Text,
-            max_keys: Some((1_000_000, Overflow::EvictLeastRecent)),
-            concurrency_limit: None,
-        }
-    }
-}
-
-/// What a request carries that a [`Gate`] may key on.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Request<'a> {
-    /// The key the application chose (a header's value, a closure's result),
-    /// or `None` when it has none (or keys by IP).
-    pub key: Option<Key<'a>>,
-    /// The peer's address, if known.
-    pub peer: Option<IpAddr>,
-    /// The `X-Forwarded-For` field, if any.
-    pub x_forwarded_for: Option<&'a str>,
-    /// The `Forwarded` field, if any.
-    pub forwarded: Option<&'a str>,
-}
-
-/// A [`Gate`]'s answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    /// 0 to let the request through; otherwise the status to answer with
-    /// (429, 503, or the [`MissingKey::Reject`] status).
-    pub status: u16,
-    /// Header fields to set on the response (the refusal, or the inner
-    /// service's response when let through), names in lowercase.
-    pub headers: Vec<(&'static str, String)>,
-    /// A refusal's content type and body.
-    pub body: Option<(&'static str, String)>,
-}
-
-/// An HTTP middleware's decision, whole: the key (an application key, else
-/// the client IP under the trusted-proxy rules, grouped by IPv6 prefix),
-/// every policy all-or-nothing, and the answer — status, `Retry-After` in
-/// whole seconds rounded up (at least 1), the quota fields and the body. The
-/// Python and Node middleware only move these values in and out of their
-/// frameworks.
-pub struct Gate {
-    policies: Vec<Policy>,
-    limiters: Vec<KeyedLimiter<Fingerprint, AnyClock>>,
-    fingerprints: Fingerprinter,
-    policy_field: String,
-    options: GateOptions,
-    clock: AnyClock,
-    cap: Option<ConcurrencyCap>,
-}
-
-impl Gate {
-    /// A gate applying every `(name, algorithm)` policy to each key.
-    ///
-    /// # Errors
-    /// [`Error::NoLimiters`] for no policy; [`Policy::for_keyed`]'s errors
-    /// (a bad name); the keyed limiters' errors; [`Error::InvalidLimit`]
-    /// for a concurrency limit of 0.
-    pub fn new(
-        policies: Vec<(String, KeyedAlgorithm)>,
-        options: GateOptions,
-        clock: AnyClock,
-    ) -> Result<Gate, Error> {
-        if policies.is_empty() {
-            return Err(Error::NoLimiters);
-        }
-        let mut names = Vec::new();
-        let mut limiters = Vec::new();
-        for (name, algorithm) in policies {
-            names.push(Policy::for_keyed(&name, algorithm)?);
-            let mut limiter = KeyedLimiter::new(algorithm)?.with_clock(clock.clone());
-            if let Some((max, overflow)) = options.max_keys {
-                limiter = limiter.with_max_keys(max, overflow)?;
-            }
-            limiters.push(limiter);
-        }
-        let cap = options
-            .concurrency_limit
-            .map(ConcurrencyCap::new)
-            .transpose()?;
-        Ok(Gate {
-            cap,
-            policy_field: ratelimit_policy(&names),
-            policies: names,
-            limiters,
-            fingerprints: Fingerprinter::new(),
-            options,
-            clock,
-        })
-    }
-
-    /// Load shedding, before [`decide`](Self::decide): a place among the
-    /// requests in flight if the concurrency cap has one (always, without a
-    /// cap). `true` must be paired with one [`leave`](Self::leave) when the
-    /// response is done; on `false`, answer [`shed`](Self::shed) at once —
-    /// unless the request is critical, which goes on without a place.
-    #[inline]
-    pub fn try_enter(&self) -> bool {
-        self.cap.as_ref().is_none_or(ConcurrencyCap::try_enter)
-    }
-
-    /// Gives back a place from [`try_enter`](Self::try_enter).
-    #[inline]
-    pub fn leave(&self) {
-        if let Some(cap) = &self.cap {
-            cap.leave();
-        }
-    }
-
-    /// Whether a concurrency cap is set.
-    pub fn is_capped(&self) -> bool {
-        self.cap.is_some()
-    }
-
-    /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
-    pub fn shed(&self) -> Verdict {
-        plain(
-            503,
-            "server busy; try again shortly\n",
-            vec![("retry-after", "1".to_string())],
-        )
-    }
-
-    /// The `RateLimit-Policy` field value.
-    pub fn policy_field(&self) -> &str {
-        &self.policy_field
-    }
-
-    /// Keys tracked by the first policy.
-    pub fn len(&self) -> usize {
-        self.limiters[0].len()
-    }
-
-    /// Whether no key is tracked.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Drops fresh state from every policy; how many entries went.
-    pub fn cleanup(&self) -> usize {
-        self.limiters.iter().map(KeyedLimiter::cleanup).sum()
-    }
-
-    fn key(&self, request: &Request<'_>) -> Result<Fingerprint, u16> {
-        if let Some(key) = request.key {
-            return Ok(self.fingerprints.key(key));
-        }
-        let ip = || {
-            request.peer.map(|peer| {
-                let ip = client_ip(
-                    peer,
-                    request.x_forwarded_for,
-                    request.forwarded,
-                    &self.options.trusted,
-                );
-                self.fingerprints.ip(ip_key(ip, self.options.ipv6_prefix))
-            })
-        };
-        let anonymous = || self.fingerprints.of(4, b"");
-        match self.options.missing {
-            MissingKey::FallBackToIp => Ok(ip().unwrap_or_else(anonymous)),
-            MissingKey::SharedAnonymous => Ok(anonymous()),
-            MissingKey::Reject(status) => Err(status),
-        }
-    }
-
-    /// The decision for `request`, now.
-    pub fn decide(&self, request: &Request<'_>) -> Verdict {
-        self.decide_at(request, self.clock.now())
-    }
-
-    /// The decision for `request` at `now`.
-    pub fn decide_at(&self, request: &Request<'_>, now: u64) -> Verdict {
-        let key = match self.key(request) {
-            Ok(key) => key,
-            Err(status) => return plain(status, "a key is required for this endpoint\n", vec![]),
-        };
-        let decisions = match KeyedLimiter::check_all_at(&self.limiters, &key, 1, now) {
-            Ok(decisions) => decisions,
-            Err(Error::TooManyKeys { .. }) => {
-                return plain(
-                    503,
-                    "too many clients are being tracked; try again shortly\n",
-                    vec![("retry-after", "1".to_string())],
-                );
-            }
-            Err(_) => return plain(500, "rate limiter misconfigured\n", vec![]),
-        };
-        let mut headers = self.quota_fields(&decisions);
-        if decisions.iter().all(Decision::is_allowed) {
-            return Verdict {
-                status: 0,
-                headers,
-                body: None,
-            };
-        }
-        let wait = decisions
-            .iter()
-            .map(Decision::retry_after)
-            .max()
-            .unwrap_or(Duration::ZERO);
-        let secs = retry_after_secs(wait).max(1);
-        headers.push(("retry-after", secs.to_string()));
-        let body = match self.options.body {
-            RefusalBody::Text => (
-                "text/plain; charset=utf-8",
-                format!("rate limit exceeded; retry in {secs} s\n"),
-            ),
-            RefusalBody::ProblemJson => (
-                "application/problem+json",
-                format!(
-                    "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
-                     \"detail\":\"rate limit exceeded; retry in {secs} s\",\"retry_after\":{secs}}}"
-                ),
-            ),
-        };
-        Verdict {
-            status: 429,
-            headers,
-            body: Some(body),
-        }
-    }
-
-    fn quota_fields(&self, decisions: &[Decision]) -> Vec<(&'static str, String)> {
-        match self.options.headers {
-            QuotaHeaders::Off => Vec::new(),
-            QuotaHeaders::Draft => vec![
-                ("ratelimit-policy", self.policy_field.clone()),
-                (
-                    "ratelimit",
-                    ratelimit(self.policies.iter().zip(decisions.iter().copied())),
-                ),
-            ],
-            QuotaHeaders::Legacy => decisions
-                .iter()
-                .min_by_key(|d| d.remaining())
-                .map(|tightest| {
-                    let [a, b, c] = legacy_headers(tightest);
-                    vec![
-                        ("x-ratelimit-limit", a.1),
-                        ("x-ratelimit-remaining", b.1),
-                        ("x-ratelimit-reset", c.1),
-                    ]
-                })
-                .unwrap_or_default(),
-        }
-    }
-}
-
-fn plain(status: u16, text: &str, headers: Vec<(&'static str, String)>) -> Verdict {
-    Verdict {
-        status,
-        headers,
-        body: Some(("text/plain; charset=utf-8", text.to_string())),
-    }
-}
+pub use crate::gate::{
+    DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, KeySource, Loose, MissingKey, QuotaHeaders, RefusalBody,
+    Request, Verdict,
+};

@@ -106,6 +106,16 @@ pub enum Error {
         /// The algorithm asked.
         algorithm: &'static str,
     },
+    /// A middleware option with a value it cannot take (an unknown name, a
+    /// header name that is not a token, an option that needs another one).
+    InvalidOption {
+        /// The option, as the caller spelt it.
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// What it must be.
+        reason: &'static str,
+    },
 }
 
 impl Error {
@@ -133,6 +143,7 @@ impl Error {
             Error::InvalidTier { .. } => "invalid_tier",
             Error::InvalidNumber { .. } => "invalid_number",
             Error::Unsupported { .. } => "unsupported",
+            Error::InvalidOption { .. } => "invalid_option",
         }
     }
 }
@@ -182,6 +193,11 @@ impl fmt::Display for Error {
                 value,
                 reason,
             } => write!(f, "invalid {name} {value}: {reason}"),
+            Error::InvalidOption {
+                name,
+                value,
+                reason,
+            } => write!(f, "invalid {name} {value:?}: {reason}"),
             Error::Unsupported {
                 operation,
                 algorithm,

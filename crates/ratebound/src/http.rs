@@ -1,8 +1,9 @@
 //! Protocol-neutral pieces of an HTTP front door, shared by the tower layer
 //! and the Python and Node middleware so that every language answers alike:
 //! `Retry-After` rounding, the `RateLimit-Policy` / `RateLimit` field values,
-//! IP normalisation with IPv6 prefix grouping, and trusted-proxy parsing of
-//! `X-Forwarded-For` / `Forwarded`. No HTTP library: strings and `IpAddr`s in,
+//! IP normalisation with IPv6 prefix grouping, and the client address from
+//! the one configured forwarding header (`X-Forwarded-For`, `Forwarded` or a
+//! single-address header) of trusted proxies. No HTTP library: strings and `IpAddr`s in,
 //! strings and `IpAddr`s out.
 
 use std::fmt::Write as _;
@@ -288,70 +289,223 @@ pub enum TrustedProxies {
     Hops(usize),
 }
 
+/// The header lines of a request, as a front door has them: every line of
+/// one field, in the order received. Implemented for a slice of
+/// `(name, value)` pairs (names compared without regard to case); the tower
+/// layer implements it over `http::HeaderMap`, the Python and Node bindings
+/// over their servers' header lists.
+pub trait Headers {
+    /// Calls `f` with the value of each line of the field `name` (given in
+    /// lower case), in order.
+    fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, f: F);
+}
+
+impl<N: AsRef<[u8]>, V: AsRef<[u8]>> Headers for [(N, V)] {
+    fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, mut f: F) {
+        for (n, v) in self {
+            if n.as_ref().eq_ignore_ascii_case(name.as_bytes()) {
+                f(v.as_ref());
+            }
+        }
+    }
+}
+
+impl<N: AsRef<[u8]>, V: AsRef<[u8]>> Headers for Vec<(N, V)> {
+    fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, f: F) {
+        self.as_slice().for_each_line(name, f);
+    }
+}
+
+/// A request with no header lines.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHeaders;
+
+impl Headers for NoHeaders {
+    fn for_each_line<F: FnMut(&[u8])>(&self, _: &str, _: F) {}
+}
+
+/// Which forwarding header carries the client's address. It is
+/// configuration, never guessed from what a request contains: the other
+/// forwarding headers are ignored, since a proxy passes on whatever the
+/// client sent in them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Forwarding {
+    /// `X-Forwarded-For` (nginx, HAProxy, AWS ALB, most proxies): a list,
+    /// each proxy appending the address it received from. The default.
+    #[default]
+    XForwardedFor,
+    /// `Forwarded` (RFC 7239): a list of elements, read for their `for=`.
+    Forwarded,
+    /// One header with one address that the proxy sets and overwrites (e.g.
+    /// `x-real-ip`, `cf-connecting-ip`, `fly-client-ip`), lower case.
+    Single(String),
+}
+
+impl Forwarding {
+    /// By header name, in any case: `x-forwarded-for`, `forwarded`, or any
+    /// other field name for a single-address header.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for a name that is not an HTTP field name (RFC 9110
+    /// token characters).
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::http::Forwarding;
+    /// assert_eq!(Forwarding::parse("X-Forwarded-For")?, Forwarding::XForwardedFor);
+    /// assert_eq!(Forwarding::parse("CF-Connecting-IP")?.header(), "cf-connecting-ip");
+    /// assert!(Forwarding::parse("bad name").is_err());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn parse(name: &str) -> Result<Forwarding, Error> {
+        let name = field_name(name)?;
+        Ok(match name.as_str() {
+            "x-forwarded-for" => Forwarding::XForwardedFor,
+            "forwarded" => Forwarding::Forwarded,
+            _ => Forwarding::Single(name),
+        })
+    }
+
+    /// The header's name, lower case.
+    pub fn header(&self) -> &str {
+        match self {
+            Forwarding::XForwardedFor => "x-forwarded-for",
+            Forwarding::Forwarded => "forwarded",
+            Forwarding::Single(name) => name,
+        }
+    }
+}
+
+/// `name` in lower case if it is an HTTP field name (a non-empty token).
+///
+/// # Errors
+/// [`Error::Parse`] naming the input otherwise.
+pub fn field_name(name: &str) -> Result<String, Error> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(Error::Parse {
+            input: name.to_string(),
+            reason: "not an HTTP header name",
+        });
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
 /// The client's address: the peer, or — only when `trusted` says the peer is
-/// a proxy whose headers can be believed — the address that proxy chain
-/// reports. `Forwarded` (RFC 7239) is read if present, else
-/// `X-Forwarded-For`. Entries that do not parse as an address (`unknown`,
-/// obfuscated identifiers, garbage) end the walk: the last trusted hop's
-/// view is kept, never a guess. The result is not yet grouped: pass it to
-/// [`ip_key`].
+/// a proxy whose headers can be believed — the address that the configured
+/// forwarding header reports. Only that header is read; its lines are
+/// combined in order, as for any list field (RFC 9110 §5.3), so a line a
+/// proxy adds after the client's is the one nearer the peer.
+///
+/// - `X-Forwarded-For` and `Forwarded` are walked from the peer backwards:
+///   with [`TrustedProxies::Cidrs`], past every hop in a trusted network, to
+///   the first address that is not; with [`TrustedProxies::Hops`]`(n)`, `n`
+///   entries back. An entry that is not an address (`unknown`, an obfuscated
+///   identifier, garbage) ends the walk: the last trusted hop's view is
+///   kept, never a guess.
+/// - A single-address header is believed when the peer is trusted (in a
+///   trusted network, or `Hops(n)` with `n ≥ 1`) and it has exactly one
+///   line holding one address; anything else (two lines, a list, garbage)
+///   leaves the peer.
+///
+/// The result is not yet grouped: pass it to [`ip_key`].
 ///
 /// # Examples
 /// ```
-/// use ratebound::http::{client_ip, Cidr, TrustedProxies};
+/// use ratebound::http::{client_ip, Cidr, Forwarding, TrustedProxies};
 ///
 /// let peer = "10.0.0.5".parse().unwrap();
-/// let xff = Some("203.0.113.9, 10.0.0.7");
+/// let lines = [("x-forwarded-for", "203.0.113.9, 10.0.0.7"), ("forwarded", "for=6.6.6.6")];
+/// let xff = Forwarding::XForwardedFor;
 /// // By default the header is ignored: anyone can send it.
-/// assert_eq!(client_ip(peer, xff, None, &TrustedProxies::None), peer);
+/// assert_eq!(client_ip(peer, &lines[..], &xff, &TrustedProxies::None), peer);
 /// let trusted = TrustedProxies::Cidrs(vec![Cidr::parse("10.0.0.0/8")?]);
-/// assert_eq!(client_ip(peer, xff, None, &trusted).to_string(), "203.0.113.9");
+/// assert_eq!(client_ip(peer, &lines[..], &xff, &trusted).to_string(), "203.0.113.9");
 /// # Ok::<(), ratebound::Error>(())
 /// ```
-pub fn client_ip(
+pub fn client_ip<H: Headers + ?Sized>(
     peer: IpAddr,
-    x_forwarded_for: Option<&str>,
-    forwarded: Option<&str>,
+    headers: &H,
+    forwarding: &Forwarding,
     trusted: &TrustedProxies,
 ) -> IpAddr {
     if *trusted == TrustedProxies::None {
         return peer;
     }
-    // The chain, nearest hop last: what each proxy appended, then the peer.
-    let hops: Vec<Option<IpAddr>> = match forwarded {
-        Some(f) => f.split(',').map(forwarded_for).collect(),
-        None => x_forwarded_for
-            .map(|x| x.split(',').map(|e| parse_hop(e.trim())).collect())
-            .unwrap_or_default(),
-    };
+    // The field's lines joined with commas: one list, nearest hop last.
+    let mut combined: Vec<u8> = Vec::new();
+    let mut lines = 0usize;
+    headers.for_each_line(forwarding.header(), |line| {
+        if lines > 0 {
+            combined.push(b',');
+        }
+        combined.extend_from_slice(line);
+        lines += 1;
+    });
+    if lines == 0 {
+        return peer;
+    }
+    fn entry(bytes: &[u8]) -> Option<&str> {
+        std::str::from_utf8(bytes).ok()
+    }
+    match forwarding {
+        Forwarding::Single(_) => {
+            let believed = match trusted {
+                TrustedProxies::None => false,
+                TrustedProxies::Hops(n) => *n >= 1,
+                TrustedProxies::Cidrs(cidrs) => cidrs.iter().any(|c| c.contains(peer)),
+            };
+            if !believed || lines != 1 || combined.contains(&b',') {
+                return peer;
+            }
+            entry(&combined).and_then(parse_hop).unwrap_or(peer)
+        }
+        Forwarding::XForwardedFor => walk(
+            peer,
+            combined.rsplit(|b| *b == b',').map(|e| entry(e).and_then(parse_hop)),
+            trusted,
+        ),
+        Forwarding::Forwarded => walk(
+            peer,
+            combined
+                .rsplit(|b| *b == b',')
+                .map(|e| entry(e).and_then(forwarded_for)),
+            trusted,
+        ),
+    }
+}
+
+/// Walks `hops` (nearest first) from `peer` as `trusted` allows.
+fn walk(
+    peer: IpAddr,
+    hops: impl Iterator<Item = Option<IpAddr>>,
+    trusted: &TrustedProxies,
+) -> IpAddr {
+    let mut current = peer;
     match trusted {
-        TrustedProxies::None => peer,
+        TrustedProxies::None => {}
         TrustedProxies::Hops(n) => {
             // `n` proxies: the client is the n-th entry counted from the end.
-            let mut current = peer;
-            for hop in hops.iter().rev().take(*n) {
+            for hop in hops.take(*n) {
                 match hop {
-                    Some(ip) => current = *ip,
+                    Some(ip) => current = ip,
                     None => break,
                 }
             }
-            current
         }
         TrustedProxies::Cidrs(cidrs) => {
-            let trusted = |ip: IpAddr| cidrs.iter().any(|c| c.contains(ip));
-            let mut current = peer;
-            for hop in hops.iter().rev() {
-                if !trusted(current) {
+            for hop in hops {
+                if !cidrs.iter().any(|c| c.contains(current)) {
                     break;
                 }
                 match hop {
-                    Some(ip) => current = *ip,
+                    Some(ip) => current = ip,
                     None => break,
                 }
             }
-            current
         }
     }
+    current
 }
 
 /// The address in one `X-Forwarded-For` entry or `for=` value: `a.b.c.d`,
@@ -467,44 +621,61 @@ mod tests {
         let trusted = TrustedProxies::Cidrs(vec![Cidr::parse("10.0.0.0/8").unwrap()]);
         let proxy = ip("10.0.0.5");
         let stranger = ip("198.51.100.1");
-        let xff = Some("203.0.113.9, 10.0.0.7");
+        let xff = Forwarding::XForwardedFor;
+        let one = |v: &'static str| vec![("x-forwarded-for", v)];
+        let lines = one("203.0.113.9, 10.0.0.7");
         // Spoofed by an untrusted peer: ignored.
-        assert_eq!(client_ip(stranger, xff, None, &trusted), stranger);
+        assert_eq!(client_ip(stranger, &lines, &xff, &trusted), stranger);
         // From the trusted chain: the first untrusted hop.
-        assert_eq!(client_ip(proxy, xff, None, &trusted), ip("203.0.113.9"));
+        assert_eq!(client_ip(proxy, &lines, &xff, &trusted), ip("203.0.113.9"));
         // A client that prepends its own fake entry does not get past the
         // first untrusted hop.
-        let spoofed = Some("1.2.3.4, 203.0.113.9, 10.0.0.7");
-        assert_eq!(client_ip(proxy, spoofed, None, &trusted), ip("203.0.113.9"));
+        let spoofed = one("1.2.3.4, 203.0.113.9, 10.0.0.7");
+        assert_eq!(client_ip(proxy, &spoofed, &xff, &trusted), ip("203.0.113.9"));
         // Garbage ends the walk at the last hop that could be read.
-        assert_eq!(
-            client_ip(proxy, Some("garbage, 10.0.0.7"), None, &trusted),
-            ip("10.0.0.7")
-        );
-        assert_eq!(client_ip(proxy, Some(""), None, &trusted), proxy);
+        let garbage = one("garbage, 10.0.0.7");
+        assert_eq!(client_ip(proxy, &garbage, &xff, &trusted), ip("10.0.0.7"));
+        assert_eq!(client_ip(proxy, &one(""), &xff, &trusted), proxy);
         // Hop counts.
-        assert_eq!(
-            client_ip(proxy, xff, None, &TrustedProxies::Hops(1)),
-            ip("10.0.0.7")
-        );
-        assert_eq!(
-            client_ip(proxy, xff, None, &TrustedProxies::Hops(2)),
-            ip("203.0.113.9")
-        );
-        assert_eq!(
-            client_ip(proxy, xff, None, &TrustedProxies::Hops(9)),
-            ip("203.0.113.9")
-        );
-        assert_eq!(client_ip(proxy, xff, None, &TrustedProxies::Hops(0)), proxy);
-        // Forwarded, with ports, brackets and quotes.
-        let fwd = Some(r#"for="[2001:db8::1]:4711";proto=https, for=10.0.0.7:8080"#);
-        assert_eq!(client_ip(proxy, xff, fwd, &trusted), ip("2001:db8::1"));
-        assert_eq!(
-            client_ip(proxy, None, Some("for=unknown, for=10.0.0.7"), &trusted),
-            ip("10.0.0.7")
-        );
+        let hops = |n| TrustedProxies::Hops(n);
+        assert_eq!(client_ip(proxy, &lines, &xff, &hops(1)), ip("10.0.0.7"));
+        assert_eq!(client_ip(proxy, &lines, &xff, &hops(2)), ip("203.0.113.9"));
+        assert_eq!(client_ip(proxy, &lines, &xff, &hops(9)), ip("203.0.113.9"));
+        assert_eq!(client_ip(proxy, &lines, &xff, &hops(0)), proxy);
+        // Two lines are one list, in order: the proxy's line (added after
+        // the client's) is nearer the peer.
+        let two = vec![
+            ("X-Forwarded-For", "6.6.6.6"),
+            ("x-forwarded-for", "203.0.113.9"),
+        ];
+        assert_eq!(client_ip(proxy, &two, &xff, &hops(1)), ip("203.0.113.9"));
+        // Forwarded is read only when configured, and then XFF is not.
+        let both = vec![
+            ("x-forwarded-for", "203.0.113.9"),
+            (
+                "forwarded",
+                r#"for="[2001:db8::1]:4711";proto=https, for=10.0.0.7:8080"#,
+            ),
+        ];
+        assert_eq!(client_ip(proxy, &both, &xff, &trusted), ip("203.0.113.9"));
+        let fwd = Forwarding::Forwarded;
+        assert_eq!(client_ip(proxy, &both, &fwd, &trusted), ip("2001:db8::1"));
+        let unknown = vec![("forwarded", "for=unknown, for=10.0.0.7")];
+        assert_eq!(client_ip(proxy, &unknown, &fwd, &trusted), ip("10.0.0.7"));
+        // A single-address header: one line, one address, trusted peer.
+        let real = Forwarding::parse("X-Real-IP").unwrap();
+        let r = |v: &'static str| vec![("x-real-ip", v)];
+        assert_eq!(client_ip(proxy, &r("203.0.113.9"), &real, &trusted), ip("203.0.113.9"));
+        assert_eq!(client_ip(stranger, &r("203.0.113.9"), &real, &trusted), stranger);
+        assert_eq!(client_ip(proxy, &r("1.1.1.1, 2.2.2.2"), &real, &trusted), proxy);
+        let twice = vec![("x-real-ip", "1.1.1.1"), ("x-real-ip", "2.2.2.2")];
+        assert_eq!(client_ip(proxy, &twice, &real, &trusted), proxy);
+        assert_eq!(client_ip(proxy, &r("203.0.113.9"), &real, &hops(1)), ip("203.0.113.9"));
+        // Non-UTF-8 bytes are one unreadable entry, not a reason to drop the header.
+        let bytes: Vec<(&[u8], &[u8])> = vec![(b"x-forwarded-for", b"\xff\xfe, 203.0.113.9")];
+        assert_eq!(client_ip(proxy, &bytes, &xff, &trusted), ip("203.0.113.9"));
         // Never by default.
-        assert_eq!(client_ip(proxy, xff, fwd, &TrustedProxies::None), proxy);
+        assert_eq!(client_ip(proxy, &both, &fwd, &TrustedProxies::None), proxy);
     }
 }
 

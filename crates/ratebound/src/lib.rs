@@ -104,6 +104,7 @@ mod bucket;
 mod clock;
 mod core;
 mod decision;
+mod gate;
 mod error;
 pub mod fingerprint;
 mod gcra;

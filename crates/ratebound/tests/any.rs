@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebound::any::{
-    Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, MissingKey, QuotaHeaders,
-    Rate, Request, keyed_algorithm, seconds, whole,
+    Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, KeySource, Loose, MissingKey,
+    QuotaHeaders, Rate, Request, keyed_algorithm, seconds, whole,
 };
+use ratebound::http::NoHeaders;
 use ratebound::{Error, KeyedAlgorithm, Limiter, ManualClock, Overflow, Quota};
 
 const SECOND: u64 = 1_000_000_000;
@@ -140,6 +141,14 @@ fn key_kinds_are_distinct() {
     );
 }
 
+fn given(key: &str) -> Request<'_, NoHeaders> {
+    Request {
+        key: Some(Key::Text(key)),
+        peer: None,
+        headers: &NoHeaders,
+    }
+}
+
 fn gate(options: GateOptions, clock: AnyClock) -> Gate {
     Gate::new(
         vec![(
@@ -155,22 +164,25 @@ fn gate(options: GateOptions, clock: AnyClock) -> Gate {
 #[test]
 fn gate_design_scenario_2() {
     let (clock, c) = manual();
-    let g = gate(GateOptions::default(), c);
-    let req = |key| Request {
-        key: Some(Key::Text(key)),
-        ..Request::default()
-    };
+    let g = gate(
+        GateOptions {
+            key: KeySource::Given,
+            ..GateOptions::default()
+        },
+        c,
+    );
+    let req = given;
     let first = g.decide(&req("alice"));
     assert_eq!(first.status, 0);
     assert!(
         first
-            .headers
+            .headers()
             .contains(&("ratelimit", "\"per-key\";r=1;t=1".to_string()))
     );
     assert_eq!(g.decide(&req("alice")).status, 0);
     let refused = g.decide(&req("alice"));
     assert_eq!(refused.status, 429);
-    assert!(refused.headers.contains(&("retry-after", "1".to_string())));
+    assert!(refused.headers().contains(&("retry-after", "1".to_string())));
     assert!(refused.body.unwrap().1.contains("retry in 1 s"));
     assert_eq!(g.decide(&req("bob")).status, 0);
     clock.advance(Duration::from_secs(1));
@@ -181,32 +193,33 @@ fn gate_design_scenario_2() {
 fn gate_keys_and_missing_keys() {
     let (_, c) = manual();
     let g = gate(GateOptions::default(), c.clone());
-    let from = |peer: &str, xff| Request {
+    let xff = |v| [("x-forwarded-for", v)];
+    let (a, b, none) = (xff("1.2.3.4"), xff("5.6.7.8"), [("x", "")]);
+    let from = |peer: &str, headers| Request {
+        key: None,
         peer: Some(peer.parse().unwrap()),
-        x_forwarded_for: xff,
-        ..Request::default()
+        headers,
     };
     // Untrusted forwarding headers do not change the key; IPv6 is grouped by /64.
-    assert_eq!(g.decide(&from("2001:db8::1", Some("1.2.3.4"))).status, 0);
-    assert_eq!(g.decide(&from("2001:db8::2", Some("5.6.7.8"))).status, 0);
-    assert_eq!(g.decide(&from("2001:db8::3", None)).status, 429);
-    assert_eq!(g.decide(&from("2001:db8:0:1::3", None)).status, 0);
+    assert_eq!(g.decide(&from("2001:db8::1", &a[..])).status, 0);
+    assert_eq!(g.decide(&from("2001:db8::2", &b[..])).status, 0);
+    assert_eq!(g.decide(&from("2001:db8::3", &none[..])).status, 429);
+    assert_eq!(g.decide(&from("2001:db8:0:1::3", &none[..])).status, 0);
 
     let reject = gate(
         GateOptions {
+            key: KeySource::Given,
             missing: MissingKey::Reject(401),
             headers: QuotaHeaders::Legacy,
             ..GateOptions::default()
         },
         c,
     );
-    assert_eq!(reject.decide(&from("10.0.0.1", None)).status, 401);
-    let ok = reject.decide(&Request {
-        key: Some(Key::Text("k")),
-        ..Request::default()
-    });
+    assert_eq!(reject.decide(&from("10.0.0.1", &none[..])).status, 401);
+    assert_eq!(reject.decide(&given("")).status, 401, "an empty key is no key");
+    let ok = reject.decide(&given("k"));
     assert_eq!(ok.status, 0);
-    assert_eq!(ok.headers[1], ("x-ratelimit-remaining", "1".to_string()));
+    assert_eq!(ok.headers()[1], ("x-ratelimit-remaining", "1".to_string()));
 }
 
 #[test]
@@ -228,21 +241,21 @@ fn gate_refusal_reports_what_was_given_back() {
                 },
             ),
         ],
-        GateOptions::default(),
+        GateOptions {
+            key: KeySource::Given,
+            ..GateOptions::default()
+        },
         c,
     )
     .unwrap();
-    let req = Request {
-        key: Some(Key::Text("k")),
-        ..Request::default()
-    };
+    let req = given("k");
     assert_eq!(g.decide(&req).status, 0);
     assert_eq!(g.decide(&req).status, 0);
     let refused = g.decide(&req);
     assert_eq!(refused.status, 429);
     let field = &refused
-        .headers
-        .iter()
+        .headers()
+        .into_iter()
         .find(|(n, _)| *n == "ratelimit")
         .unwrap()
         .1;
@@ -269,7 +282,7 @@ fn gate_sheds_beyond_its_concurrency_limit() {
     assert!(!g.try_enter());
     let shed = g.shed();
     assert_eq!(shed.status, 503);
-    assert!(shed.headers.contains(&("retry-after", "1".to_string())));
+    assert!(shed.headers().contains(&("retry-after", "1".to_string())));
     g.leave();
     assert!(g.try_enter());
     let zero = Gate::new(
@@ -284,4 +297,47 @@ fn gate_sheds_beyond_its_concurrency_limit() {
         c,
     );
     assert_eq!(zero.err().unwrap().code(), "invalid_limit");
+}
+
+#[test]
+fn gate_options_parse_once_and_name_bad_values() {
+    let mut o = GateOptions::default();
+    for (name, value, code, text) in [
+        ("maxKeys", Loose::Number(0.0), "invalid_number", "invalid maxKeys 0"),
+        ("max_keys", Loose::Text("ten"), "invalid_option", "invalid max_keys \"ten\""),
+        ("missing_key", Loose::Number(302.0), "invalid_number", "302"),
+        ("missingKey", Loose::Text("nobody"), "parse_error", "nobody"),
+        ("key_header", Loose::Text("x api key"), "parse_error", "x api key"),
+        ("client_ip_header", Loose::Text("x:y"), "parse_error", "x:y"),
+        ("trusted_proxies", Loose::List(&["10.0.0.0/99"]), "parse_error", "10.0.0.0/99"),
+        ("trustedProxies", Loose::Number(-1.0), "invalid_number", "-1"),
+        ("ipv6_prefix", Loose::Number(1.5), "invalid_number", "1.5"),
+        ("colour", Loose::Text("red"), "invalid_option", "colour"),
+    ] {
+        let err = o.set(name, value).unwrap_err();
+        assert_eq!(err.code(), code, "{name}: {err}");
+        assert!(err.to_string().contains(text), "{name}: {err}");
+    }
+    // A forwarding header without trusted proxies would key every request
+    // by the proxy: refused when the gate is built.
+    o.set("client_ip_header", Loose::Text("X-Real-IP")).unwrap();
+    let policy = (
+        "p".to_string(),
+        KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
+    );
+    let err = Gate::new(vec![policy.clone()], o.clone(), AnyClock::default())
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "invalid_option");
+    assert!(err.to_string().contains("x-real-ip"), "{err}");
+    o.set("trusted_proxies", Loose::Number(1.0)).unwrap();
+    o.set("ipv6Prefix", Loose::Number(500.0)).unwrap();
+    assert_eq!(o.ipv6_prefix, 128);
+    let g = Gate::new(vec![policy], o, AnyClock::default()).unwrap();
+    assert_eq!(g.header_names().collect::<Vec<_>>(), ["x-real-ip"]);
+    // The defaults live in one place.
+    let d = GateOptions::default();
+    assert_eq!(d.max_keys, (1_000_000, Overflow::EvictLeastRecent));
+    assert_eq!(d.ipv6_prefix, 64);
+    assert_eq!(d.missing, MissingKey::FallBackToIp);
 }

@@ -347,7 +347,8 @@ fn check_and_check_at_agree_with_check_n() {
 #[test]
 fn http_vectors() {
     use ratebound::http::{
-        Cidr, Policy, TrustedProxies, client_ip, ip_key, ratelimit_policy, retry_after_secs,
+        Cidr, Forwarding, Policy, TrustedProxies, client_ip, ip_key, ratelimit_policy,
+        retry_after_secs,
     };
     let spec = load("http.json");
     let mut failures = Vec::new();
@@ -384,12 +385,15 @@ fn http_vectors() {
                         TrustedProxies::None
                     };
                     let peer = str_of(case, "peer").parse().unwrap();
-                    let ip = client_ip(
-                        peer,
-                        case["xff"].as_str(),
-                        case["forwarded"].as_str(),
-                        &trusted,
-                    );
+                    let lines: Vec<(&str, &str)> = case["headers"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|l| (l[0].as_str().unwrap(), l[1].as_str().unwrap()))
+                        .collect();
+                    let header = case["header"].as_str().unwrap_or("x-forwarded-for");
+                    let forwarding = Forwarding::parse(header).unwrap();
+                    let ip = client_ip(peer, &lines, &forwarding, &trusted);
                     json!(ip.to_string())
                 }
                 "ratelimit_policy" => {

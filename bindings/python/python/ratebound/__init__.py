@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 from . import _ratebound
 from ._errors import (
+    ConfigError,
     InsufficientCapacity,
     QuotaError,
     RateboundError,
@@ -39,6 +40,7 @@ __version__: str = _ratebound.__version__
 
 __all__ = [
     "AllOf",
+    "ConfigError",
     "Decision",
     "FixedWindow",
     "InsufficientCapacity",

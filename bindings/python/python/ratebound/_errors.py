@@ -10,6 +10,7 @@ __all__ = [
     "RateLimitExceeded",
     "TooManyKeys",
     "Unsupported",
+    "ConfigError",
 ]
 
 
@@ -59,3 +60,10 @@ class TooManyKeys(RateboundError):
 
 class Unsupported(RateboundError, TypeError):
     """The algorithm cannot do this (e.g. ``reserve`` on a window)."""
+
+
+class ConfigError(RateboundError, ValueError, TypeError):
+    """A middleware option that cannot work: a value of the wrong kind (a
+    string where a number goes), an unknown name, or one option that needs
+    another (a ``client_ip_header`` without ``trusted_proxies``). Both a
+    ``ValueError`` and a ``TypeError``, so that either ``except`` catches it."""

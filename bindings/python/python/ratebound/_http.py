@@ -27,16 +27,12 @@ def build_gate(
     rate: Optional[Union[int, float, str]],
     burst: Optional[int],
     policies: Optional[Mapping[str, PolicySpec]],
-    trusted_proxies: Union[None, int, Iterable[str]],
-    ipv6_prefix: int,
-    missing_key: Union[str, int],
-    headers: str,
-    body: str,
-    max_keys: Optional[int],
-    overflow: str,
-    concurrency_limit: Optional[int],
+    options: dict[str, Any],
+    given_key: bool,
     clock: Optional[ManualClock],
 ) -> Any:
+    """The core's gate: ``options`` go to its one parser by name (``None``
+    means the core's default)."""
     if (rate is None) == (policies is None):
         raise TypeError("give either rate= (one policy) or policies= (a dict of name -> rate)")
     if policies is None:
@@ -45,20 +41,7 @@ def build_gate(
         if burst is not None:
             raise TypeError("burst= goes with rate=; give each policy its own burst")
         specs = [_policy(name, spec) for name, spec in policies.items()]
-    return _ratebound.Gate_(
-        specs,
-        trusted_proxies=None if trusted_proxies is None else (
-            trusted_proxies if isinstance(trusted_proxies, int) else list(trusted_proxies)
-        ),
-        ipv6_prefix=ipv6_prefix,
-        missing_key=missing_key,
-        headers=headers,
-        body=body,
-        max_keys=max_keys,
-        overflow=overflow,
-        concurrency_limit=concurrency_limit,
-        clock=clock,
-    )
+    return _ratebound.Gate_(specs, options, given_key=given_key, clock=clock)
 
 
 def reason(status: int) -> str:
@@ -79,14 +62,15 @@ class Options(TypedDict, total=False):
     policies: Optional[Mapping[str, PolicySpec]]
     key_header: Optional[str]
     key: Optional[KeyFunc]
-    trusted_proxies: Union[None, int, Iterable[str]]
-    ipv6_prefix: int
-    missing_key: Union[str, int]
-    headers: str
-    body: str
+    trusted_proxies: Union[None, int, str, Iterable[str]]
+    client_ip_header: Optional[str]
+    ipv6_prefix: Optional[int]
+    missing_key: Union[None, str, int]
+    headers: Optional[str]
+    body: Optional[str]
     exempt: Optional[Callable[[Any], bool]]
     max_keys: Optional[int]
-    overflow: str
+    overflow: Optional[str]
     concurrency_limit: Optional[int]
     critical: Optional[Callable[[Any], bool]]
     clock: Optional[ManualClock]
@@ -94,7 +78,8 @@ class Options(TypedDict, total=False):
 
 class MiddlewareBase:
     """The options both middleware take (see
-    :class:`ratebound.asgi.RateLimitMiddleware`)."""
+    :class:`ratebound.asgi.RateLimitMiddleware`). Every option left at
+    ``None`` takes the core's default, the same in Rust and Node."""
 
     def __init__(
         self,
@@ -105,14 +90,15 @@ class MiddlewareBase:
         policies: Optional[Mapping[str, PolicySpec]] = None,
         key_header: Optional[str] = None,
         key: Optional[KeyFunc] = None,
-        trusted_proxies: Union[None, int, Iterable[str]] = None,
-        ipv6_prefix: int = 64,
-        missing_key: Union[str, int] = "ip",
-        headers: str = "draft",
-        body: str = "text",
+        trusted_proxies: Union[None, int, str, Iterable[str]] = None,
+        client_ip_header: Optional[str] = None,
+        ipv6_prefix: Optional[int] = None,
+        missing_key: Union[None, str, int] = None,
+        headers: Optional[str] = None,
+        body: Optional[str] = None,
         exempt: Optional[Callable[[Any], bool]] = None,
-        max_keys: Optional[int] = 1_000_000,
-        overflow: str = "evict",
+        max_keys: Optional[int] = None,
+        overflow: Optional[str] = None,
         concurrency_limit: Optional[int] = None,
         critical: Optional[Callable[[Any], bool]] = None,
         clock: Optional[ManualClock] = None,
@@ -121,12 +107,25 @@ class MiddlewareBase:
             raise TypeError("give key_header= or key=, not both")
         self.app = app
         self.gate = build_gate(
-            rate, burst, policies, trusted_proxies, ipv6_prefix, missing_key,
-            headers, body, max_keys, overflow, concurrency_limit, clock,
+            rate,
+            burst,
+            policies,
+            {
+                "key_header": key_header,
+                "trusted_proxies": trusted_proxies,
+                "client_ip_header": client_ip_header,
+                "ipv6_prefix": ipv6_prefix,
+                "missing_key": missing_key,
+                "headers": headers,
+                "body": body,
+                "max_keys": max_keys,
+                "overflow": overflow,
+                "concurrency_limit": concurrency_limit,
+            },
+            key is not None,
+            clock,
         )
         self._capped = concurrency_limit is not None
         self._critical = critical
-        self.key_header = key_header
         self._key = key
-        self._forwarding = trusted_proxies is not None
         self._exempt = exempt

@@ -131,15 +131,9 @@ class Gate_:
     def __new__(
         cls: type[_T],
         policies: Iterable[tuple[str, str, Optional[_Rate], Optional[int], Optional[int], Optional[_Number]]],
+        options: dict[str, Any],
         *,
-        trusted_proxies: Union[None, int, Iterable[str]] = None,
-        ipv6_prefix: Optional[int] = None,
-        missing_key: Union[None, str, int] = None,
-        headers: str = "draft",
-        body: str = "text",
-        max_keys: Optional[int] = None,
-        overflow: str = "evict",
-        concurrency_limit: Optional[int] = None,
+        given_key: bool = False,
         clock: Optional[ManualClock] = None,
     ) -> _T: ...
     def try_enter(self) -> bool: ...
@@ -151,8 +145,7 @@ class Gate_:
         self,
         key: Optional[_Key],
         peer: Optional[str] = None,
-        x_forwarded_for: Optional[str] = None,
-        forwarded: Optional[str] = None,
+        headers: Optional[Any] = None,
         wsgi: bool = False,
     ) -> tuple[int, list[tuple[Any, Any]], Any, Optional[bytes]]: ...
     @property
@@ -164,9 +157,9 @@ def retry_after_secs(nanos: int) -> int: ...
 def ip_key(ip: str, prefix: Optional[int] = None) -> str: ...
 def client_ip(
     peer: str,
-    x_forwarded_for: Optional[str] = None,
-    forwarded: Optional[str] = None,
-    trusted_proxies: Union[None, int, Iterable[str]] = None,
+    headers: Optional[Iterable[tuple[Union[str, bytes], Union[str, bytes]]]] = None,
+    trusted_proxies: Union[None, int, str, Iterable[str]] = None,
+    client_ip_header: Optional[str] = None,
 ) -> str: ...
 def ratelimit_policy(policies: list[tuple[str, str]]) -> str: ...
 def clock_source() -> str: ...

@@ -31,14 +31,22 @@ class RateLimitMiddleware(MiddlewareBase):
       ``{"algorithm": "fixed_window", "limit": 100, "window": 60}``; a request
       passes only if every policy admits it, and then every policy counts it.
     - The key: the ``key_header`` request header, or ``key(scope)``, else the
-      client IP (IPv6 grouped by ``ipv6_prefix`` bits). ``X-Forwarded-For`` /
-      ``Forwarded`` are believed only from ``trusted_proxies`` (CIDR strings, or
-      a hop count). A request without a key follows ``missing_key``: ``"ip"``
-      (default), ``"shared"`` (one bucket for all keyless requests) or a status
+      client IP (IPv6 grouped by ``ipv6_prefix`` bits, 64 by default). A key
+      header counts only as one line, not empty and without a comma;
+      repeated lines, a comma-joined value or an empty one are no key. A
+      request without a key follows ``missing_key``: ``"ip"`` (default),
+      ``"shared"`` (one bucket for all keyless requests) or a status 400-599
       such as 401 to refuse it.
+    - Proxies: forwarding headers are ignored unless ``trusted_proxies``
+      (CIDR strings, or a hop count) says whose to believe, and then only the
+      ``client_ip_header`` is read: ``"x-forwarded-for"`` (default),
+      ``"forwarded"`` (RFC 7239) or a header the proxy sets and overwrites
+      (``"cf-connecting-ip"``, ``"x-real-ip"``). Never both: a proxy passes on
+      whatever else the client sent.
     - Refusals: 429 with ``Retry-After`` in whole seconds rounded up and a
       ``body`` of ``"text"`` or ``"problem+json"``; 503 with ``Retry-After: 1``
-      when ``overflow="reject"`` and ``max_keys`` keys are tracked.
+      when ``overflow="reject"`` and ``max_keys`` keys (1 000 000 by default)
+      are tracked; with ``overflow="evict"`` (default) the least recent goes.
     - ``headers``: ``"draft"`` (``RateLimit-Policy`` and ``RateLimit``, on every
       response), ``"legacy"`` (``X-RateLimit-*``) or ``"off"``.
     - ``exempt(scope)`` returning true bypasses limiting (health checks).
@@ -52,7 +60,6 @@ class RateLimitMiddleware(MiddlewareBase):
 
     def __init__(self, app: ASGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
-        self._header = self.key_header.lower().encode("latin-1") if self.key_header else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
@@ -73,22 +80,9 @@ class RateLimitMiddleware(MiddlewareBase):
                 self.gate.leave()
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
-        k: Any = None
-        xff = fwd = None
-        wanted = self._header
-        if wanted is not None or self._forwarding:
-            for name, value in scope["headers"]:
-                if name == wanted:
-                    k = value or None
-                elif self._forwarding:
-                    if name == b"x-forwarded-for":
-                        xff = value.decode("latin-1") if xff is None else xff + "," + value.decode("latin-1")
-                    elif name == b"forwarded":
-                        fwd = value.decode("latin-1") if fwd is None else fwd + "," + value.decode("latin-1")
-        if self._key is not None:
-            k = self._key(scope)
+        k = self._key(scope) if self._key is not None else None
         client = scope.get("client")
-        verdict = self.gate.decide(k, client[0] if client else None, xff, fwd)
+        verdict = self.gate.decide(k, client[0] if client else None, scope["headers"])
         headers = verdict[1]
         if verdict[0]:
             await _answer(send, verdict)

@@ -31,9 +31,6 @@ class RateLimitMiddleware(MiddlewareBase):
 
     def __init__(self, app: WSGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
-        self._environ_key = (
-            "HTTP_" + self.key_header.upper().replace("-", "_") if self.key_header else None
-        )
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self._exempt is not None and self._exempt(environ):
@@ -54,18 +51,10 @@ class RateLimitMiddleware(MiddlewareBase):
         return _Release(body, self.gate)
 
     def _limited(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        if self._key is not None:
-            k: Any = self._key(environ)
-        elif self._environ_key is not None:
-            value = environ.get(self._environ_key)
-            k = value.encode("latin-1") if value else None
-        else:
-            k = None
-        xff = fwd = None
-        if self._forwarding:
-            xff = environ.get("HTTP_X_FORWARDED_FOR")
-            fwd = environ.get("HTTP_FORWARDED")
-        verdict = self.gate.decide(k, environ.get("REMOTE_ADDR"), xff, fwd, True)
+        k = self._key(environ) if self._key is not None else None
+        # The server has joined repeated header lines with commas; the gate
+        # reads the environ's HTTP_* entries it needs.
+        verdict = self.gate.decide(k, environ.get("REMOTE_ADDR"), environ, True)
         fields = verdict[1]
         if verdict[0]:
             return _answer(start_response, verdict)

@@ -1,0 +1,213 @@
+"""Replays spec/gate.json — the whole middleware decision — over real HTTP
+on 127.0.0.1: the ASGI middleware in front of Starlette under uvicorn, and
+the WSGI middleware in front of Flask under wsgiref, with httpx sending each
+vector's header lines in order. The Rust core, the tower layer and the
+Express/Fastify middleware replay the same file."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import httpx
+import pytest
+import uvicorn
+from flask import Flask
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+import ratebound as rb
+
+SPEC = json.loads((pathlib.Path(__file__).parents[3] / "spec" / "gate.json").read_text())
+VECTORS = SPEC["vectors"]
+
+
+def middleware_options(options: dict[str, Any], clock: rb.ManualClock, given: Callable[[Any], Any]) -> dict[str, Any]:
+    """The vector's options as the middleware's keyword arguments."""
+    out: dict[str, Any] = {"clock": clock}
+    for name, value in options.items():
+        if name == "policies":
+            out["policies"] = {p["name"]: {k: v for k, v in p.items() if k != "name"} for p in value}
+        elif name == "key":
+            assert value == "given"
+            out["key"] = given
+        else:
+            out[name] = value
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Current:
+    """The middleware under test now: one server serves every vector."""
+
+    app: Any = None
+
+
+def first_line(lines: list[tuple[bytes, bytes]], name: bytes) -> Any:
+    return next((v.decode("latin-1") for n, v in lines if n == name), None)
+
+
+@pytest.fixture(scope="module")
+def asgi_server() -> Iterator[tuple[str, Current]]:
+    current = Current()
+
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("ok")
+
+    inner = Starlette(routes=[Route("/", hello)])
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        # Test scaffolding, not the middleware: the client address the
+        # vector names, as a proxy-less server would see it.
+        peer = first_line(scope["headers"], b"x-test-peer")
+        await current.app(dict(scope, client=(peer, 4711)), receive, send)
+
+    port = free_port()
+    current.app = inner
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if server.started:
+            break
+        time.sleep(0.02)
+    current.inner = inner  # type: ignore[attr-defined]
+    yield f"http://127.0.0.1:{port}", current
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def wsgi_server() -> Iterator[tuple[str, Current]]:
+    current = Current()
+    flask = Flask(__name__)
+
+    @flask.get("/")
+    def hello() -> str:
+        return "ok"
+
+    def app(environ, start_response):  # type: ignore[no-untyped-def]
+        environ["REMOTE_ADDR"] = environ.get("HTTP_X_TEST_PEER", "")
+        return current.app(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    current.inner = flask.wsgi_app  # type: ignore[attr-defined]
+    yield f"http://127.0.0.1:{server.server_port}", current
+    server.shutdown()
+    thread.join(timeout=5)
+
+
+def compare(at: str, response: httpx.Response, expect: dict[str, Any], failures: list[str]) -> None:
+    if response.status_code != expect["status"]:
+        failures.append(f"{at}: status = {response.status_code}, want {expect['status']}")
+    for name, want in expect.get("headers", {}).items():
+        got = response.headers.get(name)
+        if got != want:
+            failures.append(f"{at}: {name} = {got!r}, want {want!r}")
+    if "body" in expect and response.text != expect["body"]:
+        failures.append(f"{at}: body = {response.text!r}, want {expect['body']!r}")
+
+
+def replay(base: str, current: Current, build: Callable[..., Any], given: Callable[[Any], Any]) -> list[str]:
+    failures: list[str] = []
+    with httpx.Client(base_url=base, timeout=10) as client:
+        for v in VECTORS:
+            clock = rb.ManualClock()
+            mw = build(current.inner, **middleware_options(v["options"], clock, given))  # type: ignore[attr-defined]
+            current.app = mw
+            for i, r in enumerate(v["requests"]):
+                if "at_ns" in r:
+                    clock.set_ns(r["at_ns"])
+                occupied = r.get("occupied", 0)
+                assert all(mw.gate.try_enter() for _ in range(occupied))
+                try:
+                    lines = [("x-test-peer", r["peer"]), *[(n, val) for n, val in r["headers"]]]
+                    response = client.get("/", headers=lines)
+                finally:
+                    for _ in range(occupied):
+                        mw.gate.leave()
+                compare(f"{v['id']} step {i}", response, r["expect"], failures)
+    return failures
+
+
+def test_spec_has_the_cases_the_issue_names() -> None:
+    ids = {v["id"] for v in VECTORS}
+    assert len(VECTORS) >= 40
+    for needed in ("forged-forwarded-with-hops", "header-key-repeated-lines-are-no-key", "ip-ipv6-grouped-by-64",
+                   "ip-ipv4-mapped-ipv6", "header-key-empty-is-no-key", "multi-policy-refusal-gives-back",
+                   "shed-when-the-cap-is-full", "problem-json-body"):
+        assert needed in ids
+
+
+def test_asgi_replays_every_vector(asgi_server: tuple[str, Current]) -> None:
+    base, current = asgi_server
+
+    def given(scope: Any) -> Any:
+        return first_line(scope["headers"], b"x-given")
+
+    failures = replay(base, current, rb.asgi.RateLimitMiddleware, given)
+    assert not failures, "\n".join(failures)
+
+
+def test_wsgi_replays_every_vector(wsgi_server: tuple[str, Current]) -> None:
+    base, current = wsgi_server
+
+    def given(environ: Any) -> Any:
+        return environ.get("HTTP_X_GIVEN")
+
+    failures = replay(base, current, rb.wsgi.RateLimitMiddleware, given)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("trusted", [1, ["127.0.0.0/8"]])
+def test_forged_forwarded_header_is_refused(asgi_server: tuple[str, Current], trusted: Any) -> None:
+    """Issue 11 as a new user tried it: behind a proxy writing
+    X-Forwarded-For, a client sending its own ``Forwarded: for=<anything>``
+    no longer chooses its own key (before the fix: 5 x 200)."""
+    base, current = asgi_server
+    current.app = rb.asgi.RateLimitMiddleware(current.inner, rate=1, burst=1, trusted_proxies=trusted)  # type: ignore[attr-defined]
+    statuses = []
+    with httpx.Client(base_url=base) as client:
+        for i in range(5):
+            r = client.get("/", headers=[("x-test-peer", "127.0.0.1"), ("x-forwarded-for", "5.5.5.5"),
+                                         ("forwarded", f"for=9.9.{i}.1")])
+            statuses.append(r.status_code)
+    assert statuses == [200, 429, 429, 429, 429]
+
+
+def test_options_are_checked_by_the_core() -> None:
+    app = Starlette()
+    with pytest.raises(rb.ConfigError, match="client_ip_header.*trusted_proxies"):
+        rb.asgi.RateLimitMiddleware(app, rate=1, client_ip_header="CF-Connecting-IP")
+    with pytest.raises(rb.QuotaError, match="missing_key status 200"):
+        rb.asgi.RateLimitMiddleware(app, rate=1, missing_key=200)
+    with pytest.raises(rb.QuotaError, match="not an HTTP header name"):
+        rb.wsgi.RateLimitMiddleware(app, rate=1, key_header="x api key")
+    with pytest.raises(rb.QuotaError, match="10.0.0.0/33"):
+        rb.wsgi.RateLimitMiddleware(app, rate=1, trusted_proxies=["10.0.0.0/33"])
+    with pytest.raises(TypeError, match="trusted_proxies must not be a bool"):
+        rb.asgi.RateLimitMiddleware(app, rate=1, trusted_proxies=True)
+    with pytest.raises(rb.QuotaError, match="max_keys 0"):
+        rb.asgi.RateLimitMiddleware(app, rate=1, max_keys=0)
+    # The helper applies the middleware's rule.
+    lines = [("X-Forwarded-For", "6.6.6.6"), ("x-forwarded-for", "203.0.113.9"), ("forwarded", "for=1.1.1.1")]
+    assert rb.client_ip("127.0.0.1", lines, trusted_proxies=1) == "203.0.113.9"
+    assert rb.client_ip("127.0.0.1", lines, trusted_proxies=1, client_ip_header="forwarded") == "1.1.1.1"
+    assert rb.client_ip("127.0.0.1", lines) == "127.0.0.1"

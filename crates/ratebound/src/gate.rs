@@ -1,0 +1,776 @@
+//! The whole decision of an HTTP rate-limiting middleware, once, for every
+//! front door: the tower layer, the Python ASGI/WSGI middleware and the
+//! Express/Fastify middleware only convert a request in and a [`Verdict`]
+//! out. `spec/gate.json` holds the vectors each of them replays.
+//!
+//! Re-exported from [`crate::any`].
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::any::{AnyClock, Fingerprinter, Key};
+use crate::fingerprint::Fingerprint;
+use crate::http::{
+    ConcurrencyCap, Forwarding, Headers, Policy, TrustedProxies, client_ip, field_name, ip_key,
+    ratelimit, ratelimit_policy, retry_after_secs,
+};
+use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, Overflow};
+
+/// Which quota header fields a [`Gate`] sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QuotaHeaders {
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
+    #[default]
+    Draft,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` of
+    /// the tightest policy.
+    Legacy,
+    /// None (a refusal still carries `Retry-After`).
+    Off,
+}
+
+impl QuotaHeaders {
+    /// By name: `"draft"`, `"legacy"` or `"off"`.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for any other name.
+    pub fn parse(name: &str) -> Result<QuotaHeaders, Error> {
+        match name {
+            "draft" => Ok(QuotaHeaders::Draft),
+            "legacy" => Ok(QuotaHeaders::Legacy),
+            "off" => Ok(QuotaHeaders::Off),
+            other => Err(Error::Parse {
+                input: other.to_string(),
+                reason: "headers is \"draft\", \"legacy\" or \"off\"",
+            }),
+        }
+    }
+}
+
+/// What a [`Gate`] does with a request that has no valid key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MissingKey {
+    /// Key it by its client IP (the default: one bucket shared by every
+    /// keyless client would let one of them lock all the others out).
+    #[default]
+    FallBackToIp,
+    /// Share one bucket among all keyless requests.
+    SharedAnonymous,
+    /// Refuse it with this status, 400–599 (e.g. 401 or 400).
+    Reject(u16),
+}
+
+impl MissingKey {
+    /// Refusing keyless requests with `status`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] unless `status` is a whole number in
+    /// 400..=599 (a refusal is a client or server error).
+    pub fn reject(status: f64) -> Result<MissingKey, Error> {
+        let code = crate::any::whole("missing_key status", status, 0)?;
+        if !(400..=599).contains(&code) {
+            return Err(Error::InvalidNumber {
+                name: "missing_key status",
+                value: code.to_string(),
+                reason: "must be an HTTP error status, 400-599",
+            });
+        }
+        Ok(MissingKey::Reject(code as u16))
+    }
+
+    /// By name: `"ip"`, `"shared"`, or a status such as `"401"`.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for another name; as [`MissingKey::reject`] for a
+    /// status out of range.
+    pub fn parse(name: &str) -> Result<MissingKey, Error> {
+        match name {
+            "ip" => Ok(MissingKey::FallBackToIp),
+            "shared" => Ok(MissingKey::SharedAnonymous),
+            other => match other.parse::<u16>() {
+                Ok(status) => MissingKey::reject(f64::from(status)),
+                Err(_) => Err(Error::Parse {
+                    input: other.to_string(),
+                    reason: "missing_key is \"ip\", \"shared\" or an HTTP status (400-599)",
+                }),
+            },
+        }
+    }
+}
+
+/// The body of a refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RefusalBody {
+    /// `text/plain`, one line.
+    #[default]
+    Text,
+    /// `application/problem+json` (RFC 9457).
+    ProblemJson,
+}
+
+impl RefusalBody {
+    /// By name: `"text"` or `"problem+json"` (`"problem_json"`).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for any other name.
+    pub fn parse(name: &str) -> Result<RefusalBody, Error> {
+        match name {
+            "text" => Ok(RefusalBody::Text),
+            "problem+json" | "problem_json" => Ok(RefusalBody::ProblemJson),
+            other => Err(Error::Parse {
+                input: other.to_string(),
+                reason: "body is \"text\" or \"problem+json\"",
+            }),
+        }
+    }
+}
+
+/// Where a [`Gate`] finds a request's key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum KeySource {
+    /// The client IP (the peer, or what trusted proxies report), IPv6
+    /// grouped by prefix. The default.
+    #[default]
+    ClientIp,
+    /// A request header (lower case), e.g. `x-api-key`. The key is its value
+    /// when the request has exactly one line of it, not empty (after
+    /// trimming spaces and tabs) and without a comma; otherwise the request
+    /// has no valid key. Repeated lines are what a client adds to smuggle a
+    /// key past a proxy that appends its own, and a comma is how servers
+    /// (WSGI, Node's `req.headers`) merge repeated lines, so neither is
+    /// guessed at.
+    Header(String),
+    /// The application's own key, passed in [`Request::key`] (a closure's
+    /// result); an empty one is no key.
+    Given,
+}
+
+impl KeySource {
+    /// Keys from the header `name` (any case).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for a name that is not an HTTP field name.
+    pub fn header(name: &str) -> Result<KeySource, Error> {
+        field_name(name).map(KeySource::Header)
+    }
+}
+
+/// A loosely typed option value, as a dynamic language passes it (see
+/// [`GateOptions::set`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Loose<'a> {
+    /// A string.
+    Text(&'a str),
+    /// A number.
+    Number(f64),
+    /// A list of strings.
+    List(&'a [&'a str]),
+}
+
+/// How a [`Gate`] finds keys and answers; [`Default`] holds every default,
+/// for every front door.
+#[derive(Clone, Debug)]
+pub struct GateOptions {
+    /// Where the key comes from (default: the client IP).
+    pub key: KeySource,
+    /// Whose forwarding headers to believe (default: nobody's).
+    pub trusted: TrustedProxies,
+    /// Which forwarding header carries the client address (`None`: the
+    /// default, `X-Forwarded-For`, when proxies are trusted).
+    pub forwarding: Option<Forwarding>,
+    /// IPv6 keys are cut to this prefix (default 64).
+    pub ipv6_prefix: u8,
+    /// What a request without a valid key gets (default: keyed by IP).
+    pub missing: MissingKey,
+    /// Which quota fields to set (default: the IETF draft's).
+    pub headers: QuotaHeaders,
+    /// The refusal body (default: text).
+    pub body: RefusalBody,
+    /// The cap on keys per policy, and what happens at it (default
+    /// 1 000 000, evicting the least recent). Always capped: a middleware
+    /// faces clients that can invent keys.
+    pub max_keys: (usize, Overflow),
+    /// The cap on requests in flight (`None`: no cap); see
+    /// [`Gate::try_enter`].
+    pub concurrency_limit: Option<usize>,
+}
+
+/// The default cap on keys per policy.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+impl Default for GateOptions {
+    fn default() -> Self {
+        GateOptions {
+            key: KeySource::ClientIp,
+            trusted: TrustedProxies::None,
+            forwarding: None,
+            ipv6_prefix: 64,
+            missing: MissingKey::FallBackToIp,
+            headers: QuotaHeaders::Draft,
+            body: RefusalBody::Text,
+            max_keys: (DEFAULT_MAX_KEYS, Overflow::EvictLeastRecent),
+            concurrency_limit: None,
+        }
+    }
+}
+
+/// The options [`GateOptions::set`] knows, in Python's and JavaScript's
+/// spelling.
+const OPTIONS: [(&str, &str); 10] = [
+    ("key_header", "keyHeader"),
+    ("trusted_proxies", "trustedProxies"),
+    ("client_ip_header", "clientIpHeader"),
+    ("ipv6_prefix", "ipv6Prefix"),
+    ("missing_key", "missingKey"),
+    ("headers", "headers"),
+    ("body", "body"),
+    ("max_keys", "maxKeys"),
+    ("overflow", "overflow"),
+    ("concurrency_limit", "concurrencyLimit"),
+];
+
+fn loose_text(value: Loose<'_>) -> String {
+    match value {
+        Loose::Text(t) => t.to_string(),
+        Loose::Number(n) => n.to_string(),
+        Loose::List(l) => format!("{l:?}"),
+    }
+}
+
+impl GateOptions {
+    /// Sets the option `name` (`snake_case` or `camelCase`) from a loosely
+    /// typed value — the one parser of the Python and Node middleware
+    /// options:
+    ///
+    /// | option | value |
+    /// |---|---|
+    /// | `key_header` | a header name |
+    /// | `trusted_proxies` | CIDR networks (a list or one string), or a number of hops |
+    /// | `client_ip_header` | `"x-forwarded-for"`, `"forwarded"` or a single-address header such as `"cf-connecting-ip"` |
+    /// | `ipv6_prefix` | 0–128 (more counts as 128) |
+    /// | `missing_key` | `"ip"`, `"shared"` or a status 400–599 |
+    /// | `headers` | `"draft"`, `"legacy"`, `"off"` |
+    /// | `body` | `"text"`, `"problem+json"` |
+    /// | `max_keys` | a whole number ≥ 1 |
+    /// | `overflow` | `"evict"`, `"reject"` |
+    /// | `concurrency_limit` | a whole number ≥ 1 |
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for an unknown option or a value of the
+    /// wrong kind; the parsers' own errors ([`Error::Parse`],
+    /// [`Error::InvalidNumber`]) naming the bad value.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::any::{GateOptions, Loose};
+    /// let mut o = GateOptions::default();
+    /// o.set("trusted_proxies", Loose::List(&["10.0.0.0/8"]))?;
+    /// o.set("clientIpHeader", Loose::Text("CF-Connecting-IP"))?;
+    /// assert_eq!(o.set("missing_key", Loose::Number(200.0)).unwrap_err().to_string(),
+    ///            "invalid missing_key status 200: must be an HTTP error status, 400-599");
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn set(&mut self, name: &str, value: Loose<'_>) -> Result<(), Error> {
+        let Some(&(snake, camel)) = OPTIONS.iter().find(|(s, c)| *s == name || *c == name) else {
+            return Err(Error::InvalidOption {
+                name: "option",
+                value: name.to_string(),
+                reason: "is not a middleware option",
+            });
+        };
+        let spelt = if name == snake { snake } else { camel };
+        let wrong = |reason| Error::InvalidOption {
+            name: spelt,
+            value: loose_text(value),
+            reason,
+        };
+        match (snake, value) {
+            ("key_header", Loose::Text(t)) => self.key = KeySource::header(t)?,
+            ("trusted_proxies", Loose::Number(n)) => {
+                self.trusted = TrustedProxies::Hops(crate::any::whole(spelt, n, 0)? as usize);
+            }
+            ("trusted_proxies", Loose::Text(t)) => {
+                self.trusted = TrustedProxies::Cidrs(vec![crate::http::Cidr::parse(t)?]);
+            }
+            ("trusted_proxies", Loose::List(list)) => {
+                let cidrs = list
+                    .iter()
+                    .map(|c| crate::http::Cidr::parse(c))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.trusted = TrustedProxies::Cidrs(cidrs);
+            }
+            ("client_ip_header", Loose::Text(t)) => self.forwarding = Some(Forwarding::parse(t)?),
+            ("ipv6_prefix", Loose::Number(n)) => {
+                self.ipv6_prefix = crate::any::whole(spelt, n, 0)?.min(128) as u8;
+            }
+            ("missing_key", Loose::Text(t)) => self.missing = MissingKey::parse(t)?,
+            ("missing_key", Loose::Number(n)) => self.missing = MissingKey::reject(n)?,
+            ("headers", Loose::Text(t)) => self.headers = QuotaHeaders::parse(t)?,
+            ("body", Loose::Text(t)) => self.body = RefusalBody::parse(t)?,
+            ("max_keys", Loose::Number(n)) => {
+                let max = crate::any::whole(spelt, n, 1)?;
+                self.max_keys.0 = usize::try_from(max).unwrap_or(usize::MAX);
+            }
+            ("overflow", Loose::Text(t)) => self.max_keys.1 = crate::any::overflow(t)?,
+            ("concurrency_limit", Loose::Number(n)) => {
+                let limit = crate::any::whole(spelt, n, 1)?;
+                self.concurrency_limit = Some(usize::try_from(limit).unwrap_or(usize::MAX));
+            }
+            ("missing_key", _) => return Err(wrong("must be \"ip\", \"shared\" or a status")),
+            (
+                "ipv6_prefix" | "max_keys" | "concurrency_limit",
+                Loose::Text(_) | Loose::List(_),
+            ) => return Err(wrong("must be a number")),
+            _ => return Err(wrong("must be a string")),
+        }
+        Ok(())
+    }
+
+    /// Checks that the options make sense together.
+    fn check(&self) -> Result<(), Error> {
+        if let Some(f) = &self.forwarding
+            && self.trusted == TrustedProxies::None
+        {
+            return Err(Error::InvalidOption {
+                name: "client_ip_header",
+                value: f.header().to_string(),
+                reason: "is read only from trusted proxies: set trusted_proxies as well",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a request carries that a [`Gate`] may key on.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a, H: ?Sized> {
+    /// The application's key with [`KeySource::Given`] (ignored otherwise).
+    pub key: Option<Key<'a>>,
+    /// The peer's address, if known.
+    pub peer: Option<IpAddr>,
+    /// The request's header lines.
+    pub headers: &'a H,
+}
+
+/// Every policy's decision by index: on the stack for up to four policies.
+#[derive(Clone, Debug, Default)]
+pub struct Decisions {
+    inline: [Option<Decision>; 4],
+    spill: Vec<Option<Decision>>,
+}
+
+impl Decisions {
+    fn set(&mut self, i: usize, decision: Decision) {
+        match self.inline.get_mut(i) {
+            Some(slot) => *slot = Some(decision),
+            None => {
+                let j = i - self.inline.len();
+                if self.spill.len() <= j {
+                    self.spill.resize(j + 1, None);
+                }
+                self.spill[j] = Some(decision);
+            }
+        }
+    }
+
+    /// The decisions, in policy order.
+    pub fn iter(&self) -> impl Iterator<Item = Decision> + '_ {
+        self.inline
+            .iter()
+            .chain(self.spill.iter())
+            .map_while(|d| *d)
+    }
+}
+
+/// One header field value of a [`Verdict`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field<'a> {
+    /// Text.
+    Text(&'a str),
+    /// A whole number.
+    Number(u64),
+}
+
+impl std::fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Field::Text(t) => f.write_str(t),
+            Field::Number(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// The header fields of a [`Verdict`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fields<'g> {
+    /// `RateLimit-Policy` (the gate's [`policy_field`](Gate::policy_field)).
+    pub policy: Option<&'g str>,
+    /// `RateLimit`.
+    pub ratelimit: Option<String>,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    pub legacy: Option<[u64; 3]>,
+    /// `Retry-After`, whole seconds.
+    pub retry_after: Option<u64>,
+}
+
+impl Fields<'_> {
+    /// Every field as (lower-case name, value).
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, Field<'_>)> {
+        let draft = self
+            .policy
+            .map(|p| ("ratelimit-policy", Field::Text(p)))
+            .into_iter()
+            .chain(
+                self.ratelimit
+                    .as_deref()
+                    .map(|r| ("ratelimit", Field::Text(r))),
+            );
+        let legacy = self.legacy.into_iter().flat_map(|[limit, remaining, reset]| {
+            [
+                ("x-ratelimit-limit", Field::Number(limit)),
+                ("x-ratelimit-remaining", Field::Number(remaining)),
+                ("x-ratelimit-reset", Field::Number(reset)),
+            ]
+        });
+        let retry = self
+            .retry_after
+            .map(|s| ("retry-after", Field::Number(s)));
+        draft.chain(legacy).chain(retry)
+    }
+}
+
+/// A [`Gate`]'s answer: let the request through (status 0) with the quota
+/// fields on the application's response, or answer it with a status, the
+/// fields and a body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict<'g> {
+    /// 0 to let the request through; otherwise the status to answer with
+    /// (429, 503, 500, or the [`MissingKey::Reject`] status).
+    pub status: u16,
+    /// The header fields to set.
+    pub fields: Fields<'g>,
+    /// A refusal's content type and body.
+    pub body: Option<(&'static str, String)>,
+}
+
+impl<'g> Verdict<'g> {
+    fn pass(fields: Fields<'g>) -> Verdict<'g> {
+        Verdict {
+            status: 0,
+            fields,
+            body: None,
+        }
+    }
+
+    fn plain(status: u16, text: &str, retry_after: Option<u64>) -> Verdict<'g> {
+        Verdict {
+            status,
+            fields: Fields {
+                retry_after,
+                ..Fields::default()
+            },
+            body: Some(("text/plain; charset=utf-8", text.to_string())),
+        }
+    }
+
+    /// Whether the request goes on to the application.
+    pub fn is_pass(&self) -> bool {
+        self.status == 0
+    }
+
+    /// The fields as (lower-case name, text) pairs.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        self.fields
+            .iter()
+            .map(|(n, v)| (n, v.to_string()))
+            .collect()
+    }
+}
+
+/// An HTTP middleware's decision, whole: the key (see [`KeySource`]; an IP
+/// under the trusted-proxy rules, grouped by IPv6 prefix), every policy
+/// all-or-nothing, and the answer — status, `Retry-After` in whole seconds
+/// rounded up (at least 1), the quota fields and the body. The front doors
+/// only move these values in and out of their frameworks.
+///
+/// # Examples
+/// ```
+/// use ratebound::any::{AnyClock, Gate, GateOptions, KeySource, Request};
+/// use ratebound::{KeyedAlgorithm, ManualClock, Quota};
+///
+/// let options = GateOptions { key: KeySource::header("X-API-Key")?, ..GateOptions::default() };
+/// let policy = ("default".to_string(), KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 1")?));
+/// let gate = Gate::new(vec![policy], options, AnyClock::Manual(ManualClock::new()))?;
+/// let lines = [("x-api-key", "alice")];
+/// let request = Request { key: None, peer: None, headers: &lines[..] };
+/// assert!(gate.decide(&request).is_pass());
+/// let refused = gate.decide(&request);
+/// assert_eq!(refused.status, 429);
+/// assert_eq!(refused.fields.retry_after, Some(1));
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub struct Gate {
+    policies: Vec<Policy>,
+    limiters: Vec<KeyedLimiter<Fingerprint, AnyClock>>,
+    fingerprints: Fingerprinter,
+    policy_field: String,
+    forwarding: Forwarding,
+    options: GateOptions,
+    clock: AnyClock,
+    cap: Option<ConcurrencyCap>,
+}
+
+const KEY_REQUIRED: &str = "a key is required for this endpoint\n";
+
+impl Gate {
+    /// A gate applying every `(name, algorithm)` policy to each key.
+    ///
+    /// # Errors
+    /// [`Error::NoLimiters`] for no policy and no concurrency limit;
+    /// [`Policy::for_keyed`]'s errors (a bad name); the keyed limiters'
+    /// errors; [`Error::InvalidLimit`] for a concurrency limit of 0;
+    /// [`Error::InvalidOption`] for a `client_ip_header` without trusted
+    /// proxies.
+    pub fn new(
+        policies: Vec<(String, KeyedAlgorithm)>,
+        options: GateOptions,
+        clock: AnyClock,
+    ) -> Result<Gate, Error> {
+        if policies.is_empty() && options.concurrency_limit.is_none() {
+            return Err(Error::NoLimiters);
+        }
+        options.check()?;
+        let mut names = Vec::new();
+        let mut limiters = Vec::new();
+        for (name, algorithm) in policies {
+            names.push(Policy::for_keyed(&name, algorithm)?);
+            let (max, overflow) = options.max_keys;
+            limiters.push(
+                KeyedLimiter::new(algorithm)?
+                    .with_clock(clock.clone())
+                    .with_max_keys(max, overflow)?,
+            );
+        }
+        let cap = options
+            .concurrency_limit
+            .map(ConcurrencyCap::new)
+            .transpose()?;
+        Ok(Gate {
+            cap,
+            policy_field: ratelimit_policy(&names),
+            policies: names,
+            limiters,
+            fingerprints: Fingerprinter::new(),
+            forwarding: options.forwarding.clone().unwrap_or_default(),
+            options,
+            clock,
+        })
+    }
+
+    /// The options, as checked.
+    pub fn options(&self) -> &GateOptions {
+        &self.options
+    }
+
+    /// The header names the gate reads (the key header, the forwarding
+    /// header when proxies are trusted), lower case: a front door that
+    /// cannot hand over every line may hand over these.
+    pub fn header_names(&self) -> impl Iterator<Item = &str> {
+        let key = match &self.options.key {
+            KeySource::Header(name) => Some(name.as_str()),
+            _ => None,
+        };
+        let forwarding =
+            (self.options.trusted != TrustedProxies::None).then(|| self.forwarding.header());
+        key.into_iter().chain(forwarding)
+    }
+
+    /// Load shedding, before [`decide`](Self::decide): a place among the
+    /// requests in flight if the concurrency cap has one (always, without a
+    /// cap). `true` must be paired with one [`leave`](Self::leave) when the
+    /// response is done; on `false`, answer [`shed`](Self::shed) at once —
+    /// unless the request is critical, which goes on without a place (so
+    /// the number in flight can exceed the cap by the critical requests).
+    #[inline]
+    pub fn try_enter(&self) -> bool {
+        self.cap.as_ref().is_none_or(ConcurrencyCap::try_enter)
+    }
+
+    /// Gives back a place from [`try_enter`](Self::try_enter).
+    #[inline]
+    pub fn leave(&self) {
+        if let Some(cap) = &self.cap {
+            cap.leave();
+        }
+    }
+
+    /// Whether a concurrency cap is set.
+    pub fn is_capped(&self) -> bool {
+        self.cap.is_some()
+    }
+
+    /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
+    pub fn shed(&self) -> Verdict<'static> {
+        Verdict::plain(503, "server busy; try again shortly\n", Some(1))
+    }
+
+    /// The `RateLimit-Policy` field value.
+    pub fn policy_field(&self) -> &str {
+        &self.policy_field
+    }
+
+    /// The clock reading decisions are made with.
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Keys tracked by the first policy.
+    pub fn len(&self) -> usize {
+        self.limiters.first().map_or(0, KeyedLimiter::len)
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops fresh state from every policy; how many entries went.
+    pub fn cleanup(&self) -> usize {
+        self.limiters.iter().map(KeyedLimiter::cleanup).sum()
+    }
+
+    fn ip<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Option<Fingerprint> {
+        let peer = request.peer?;
+        let ip = client_ip(
+            peer,
+            request.headers,
+            &self.forwarding,
+            &self.options.trusted,
+        );
+        Some(self.fingerprints.ip(ip_key(ip, self.options.ipv6_prefix)))
+    }
+
+    /// The key header's fingerprint, when the request has exactly one line
+    /// of it holding a usable key (see [`KeySource::Header`]).
+    fn header_key<H: Headers + ?Sized>(&self, headers: &H, name: &str) -> Option<Fingerprint> {
+        let mut lines = 0u32;
+        let mut found = None;
+        headers.for_each_line(name, |value| {
+            lines += 1;
+            if lines == 1 {
+                let value = value.trim_ascii();
+                if !value.is_empty() && !value.contains(&b',') {
+                    found = Some(self.fingerprints.key(Key::Bytes(value)));
+                }
+            }
+        });
+        if lines == 1 { found } else { None }
+    }
+
+    fn key<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Result<Fingerprint, u16> {
+        let found = match &self.options.key {
+            KeySource::ClientIp => self.ip(request),
+            KeySource::Header(name) => self.header_key(request.headers, name),
+            KeySource::Given => match request.key {
+                None | Some(Key::Text("")) | Some(Key::Bytes([])) => None,
+                Some(key) => Some(self.fingerprints.key(key)),
+            },
+        };
+        if let Some(key) = found {
+            return Ok(key);
+        }
+        let anonymous = || self.fingerprints.of(4, b"");
+        match self.options.missing {
+            MissingKey::FallBackToIp => Ok(self.ip(request).unwrap_or_else(anonymous)),
+            MissingKey::SharedAnonymous => Ok(anonymous()),
+            MissingKey::Reject(status) => Err(status),
+        }
+    }
+
+    /// The decision for `request`, now.
+    pub fn decide<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Verdict<'_> {
+        self.decide_at(request, self.clock.now())
+    }
+
+    /// The decision for `request` at `now`.
+    pub fn decide_at<H: Headers + ?Sized>(
+        &self,
+        request: &Request<'_, H>,
+        now: u64,
+    ) -> Verdict<'_> {
+        if self.limiters.is_empty() {
+            return Verdict::pass(Fields::default());
+        }
+        let key = match self.key(request) {
+            Ok(key) => key,
+            Err(status) => return Verdict::plain(status, KEY_REQUIRED, None),
+        };
+        let mut decisions = Decisions::default();
+        let admitted = KeyedLimiter::check_all_with(&self.limiters, &key, 1, now, |i, d| {
+            decisions.set(i, d);
+        });
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(Error::TooManyKeys { .. }) => {
+                return Verdict::plain(
+                    503,
+                    "too many clients are being tracked; try again shortly\n",
+                    Some(1),
+                );
+            }
+            Err(_) => return Verdict::plain(500, "rate limiter misconfigured\n", None),
+        };
+        let mut fields = self.quota_fields(&decisions);
+        if admitted {
+            return Verdict::pass(fields);
+        }
+        // Allowed decisions wait 0: the largest wait is the refusals' longest.
+        let wait = decisions
+            .iter()
+            .map(|d| d.retry_after())
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let secs = retry_after_secs(wait).max(1);
+        fields.retry_after = Some(secs);
+        let body = match self.options.body {
+            RefusalBody::Text => (
+                "text/plain; charset=utf-8",
+                format!("rate limit exceeded; retry in {secs} s\n"),
+            ),
+            RefusalBody::ProblemJson => (
+                "application/problem+json",
+                format!(
+                    "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+                     \"detail\":\"rate limit exceeded; retry in {secs} s\",\"retry_after\":{secs}}}"
+                ),
+            ),
+        };
+        Verdict {
+            status: 429,
+            fields,
+            body: Some(body),
+        }
+    }
+
+    /// The quota fields for `decisions`.
+    fn quota_fields(&self, decisions: &Decisions) -> Fields<'_> {
+        let mut v = Fields::default();
+        match self.options.headers {
+            QuotaHeaders::Off => {}
+            QuotaHeaders::Draft => {
+                v.policy = Some(&self.policy_field);
+                v.ratelimit = Some(ratelimit(self.policies.iter().zip(decisions.iter())));
+            }
+            QuotaHeaders::Legacy => {
+                v.legacy = decisions.iter().min_by_key(Decision::remaining).map(|d| {
+                    [
+                        d.limit(),
+                        d.remaining(),
+                        retry_after_secs(d.reset_after()),
+                    ]
+                });
+            }
+        }
+        v
+    }
+}

@@ -1,0 +1,181 @@
+//! Replays `spec/gate.json` against the core's `Gate` directly (the tower
+//! layer, ASGI, WSGI, Express and Fastify replay it over HTTP).
+
+use ratebound::any::{
+    AnyClock, Gate, GateOptions, Key, KeySource, Loose, Rate, Request, keyed_algorithm,
+};
+use ratebound::{KeyedAlgorithm, ManualClock};
+use serde_json::Value;
+
+fn load() -> Value {
+    let path = format!("{}/../../spec/gate.json", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn policy(p: &Value) -> (String, KeyedAlgorithm) {
+    let num = |k: &str| p.get(k).and_then(Value::as_f64);
+    let rate = match p.get("rate") {
+        Some(Value::String(s)) => Some(Rate::Text(s)),
+        Some(v) => v.as_f64().map(Rate::PerSecond),
+        None => None,
+    };
+    let algorithm = p
+        .get("algorithm")
+        .and_then(Value::as_str)
+        .unwrap_or("token_bucket");
+    let alg = keyed_algorithm(
+        algorithm,
+        rate,
+        num("burst"),
+        num("limit"),
+        num("window"),
+    )
+    .unwrap_or_else(|e| panic!("policy {p}: {e}"));
+    (p["name"].as_str().unwrap_or("default").to_string(), alg)
+}
+
+/// The gate a vector's options describe, through the loose parser the
+/// bindings use.
+fn build(options: &Value, clock: &ManualClock) -> Gate {
+    let mut o = GateOptions::default();
+    let obj = options.as_object().expect("options object");
+    for (name, value) in obj {
+        match name.as_str() {
+            "policies" => {}
+            "key" => {
+                assert_eq!(value, "given");
+                o.key = KeySource::Given;
+            }
+            _ => {
+                let list: Vec<&str>;
+                let loose = match value {
+                    Value::String(s) => Loose::Text(s),
+                    Value::Number(n) => Loose::Number(n.as_f64().unwrap()),
+                    Value::Array(a) => {
+                        list = a.iter().map(|x| x.as_str().unwrap()).collect();
+                        Loose::List(&list)
+                    }
+                    other => panic!("option {name}: {other}"),
+                };
+                o.set(name, loose)
+                    .unwrap_or_else(|e| panic!("option {name}: {e}"));
+            }
+        }
+    }
+    let policies = options["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .map(policy)
+        .collect();
+    Gate::new(policies, o, AnyClock::Manual(clock.clone())).expect("gate")
+}
+
+/// Compares one answer with `expect`; failures are
+/// `"<id> step <i>: <field> = <got>, want <want>"`.
+pub fn compare(
+    at: &str,
+    status: u16,
+    header: impl Fn(&str) -> Option<String>,
+    body: Option<&str>,
+    expect: &Value,
+    failures: &mut Vec<String>,
+) {
+    let want = expect["status"].as_u64().unwrap();
+    if u64::from(status) != want {
+        failures.push(format!("{at}: status = {status}, want {want}"));
+    }
+    if let Some(fields) = expect.get("headers").and_then(Value::as_object) {
+        for (name, want) in fields {
+            let got = header(name);
+            let want = want.as_str().map(str::to_string);
+            if got != want {
+                failures.push(format!("{at}: {name} = {got:?}, want {want:?}"));
+            }
+        }
+    }
+    if let Some(want) = expect.get("body").and_then(Value::as_str)
+        && body != Some(want)
+    {
+        failures.push(format!("{at}: body = {body:?}, want {want:?}"));
+    }
+}
+
+#[test]
+fn gate_vectors() {
+    let spec = load();
+    let vectors = spec["vectors"].as_array().unwrap();
+    assert!(vectors.len() >= 40, "{} vectors", vectors.len());
+    let mut failures = Vec::new();
+    for v in vectors {
+        let id = v["id"].as_str().unwrap();
+        let clock = ManualClock::new();
+        let gate = build(&v["options"], &clock);
+        for (i, r) in v["requests"].as_array().unwrap().iter().enumerate() {
+            if let Some(at) = r.get("at_ns").and_then(Value::as_u64) {
+                clock.set_nanos(at);
+            }
+            let lines: Vec<(String, String)> = r["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| {
+                    (
+                        l[0].as_str().unwrap().to_string(),
+                        l[1].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            let given = lines
+                .iter()
+                .find(|(n, _)| n == "x-given")
+                .map(|(_, v)| v.as_str());
+            let occupied = r.get("occupied").and_then(Value::as_u64).unwrap_or(0);
+            let mut taken = 0;
+            for _ in 0..occupied {
+                taken += u64::from(gate.try_enter());
+            }
+            assert_eq!(taken, occupied, "{id} step {i}: places to occupy");
+            // The middleware's order: a place first, then the decision.
+            let (status, headers, body) = if gate.try_enter() {
+                let verdict = gate.decide(&Request {
+                    key: given.map(Key::Text),
+                    peer: Some(r["peer"].as_str().unwrap().parse().unwrap()),
+                    headers: &lines,
+                });
+                gate.leave();
+                let status = if verdict.is_pass() {
+                    200
+                } else {
+                    verdict.status
+                };
+                (status, verdict.headers(), verdict.body.clone())
+            } else {
+                let shed = gate.shed();
+                (shed.status, shed.headers(), shed.body.clone())
+            };
+            for _ in 0..occupied {
+                gate.leave();
+            }
+            let header = |name: &str| {
+                if name == "content-type" {
+                    return body.as_ref().map(|(t, _)| t.to_string());
+                }
+                headers
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.clone())
+            };
+            compare(
+                &format!("{id} step {i}"),
+                status,
+                header,
+                body.as_ref().map(|(_, b)| b.as_str()),
+                &r["expect"],
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "gate.json:\n{}", failures.join("\n"));
+}
