@@ -863,11 +863,7 @@ impl KeyedLimiter {
 
 /// A middleware option as the core's loose parser takes it: `None` is "not
 /// given" (the core's default).
-fn set_option(
-    options: &mut GateOptions,
-    name: &str,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<()> {
+fn set_option(options: &mut GateOptions, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = value.py();
     if value.is_none() {
         return Ok(());
@@ -916,7 +912,10 @@ enum PyHeaders<'a, 'py> {
 /// Bytes of a latin-1 WSGI string (PEP 3333 "native strings").
 fn latin1(s: &str, out: &mut Vec<u8>) {
     out.clear();
-    out.extend(s.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')));
+    out.extend(
+        s.chars()
+            .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')),
+    );
 }
 
 impl Headers for PyHeaders<'_, '_> {
@@ -1110,9 +1109,9 @@ impl Gate_ {
         let lines = match headers.filter(|h| !h.is_none()) {
             None => PyHeaders::None,
             Some(h) if wsgi => {
-                environ = h.cast::<PyDict>().map_err(|_| {
-                    PyTypeError::new_err("a WSGI environ must be a dict")
-                })?;
+                environ = h
+                    .cast::<PyDict>()
+                    .map_err(|_| PyTypeError::new_err("a WSGI environ must be a dict"))?;
                 PyHeaders::Environ(environ, &self.environ_keys)
             }
             Some(h) => PyHeaders::Asgi(h),

@@ -255,9 +255,14 @@ impl Builder {
         let gate = Gate::new(self.quotas, self.options, self.clock)?;
         let policy_field =
             HeaderValue::from_str(gate.policy_field()).unwrap_or(HeaderValue::from_static(""));
+        let names = gate
+            .header_names()
+            .filter_map(|n| Some((n.as_ptr() as usize, HeaderName::try_from(n).ok()?)))
+            .collect();
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 gate,
+                names,
                 policy_field,
                 key: self.key,
                 exempt: self.exempt,
@@ -269,6 +274,8 @@ impl Builder {
 
 struct Shared {
     gate: Gate,
+    /// The header names the gate reads, by the address of the gate's string.
+    names: Vec<(usize, HeaderName)>,
     policy_field: HeaderValue,
     key: KeySource,
     exempt: Option<Predicate>,
@@ -326,13 +333,25 @@ static LEGACY: [HeaderName; 3] = [
     HeaderName::from_static("x-ratelimit-reset"),
 ];
 
-/// The request's header lines, for the gate.
-struct Lines<'a>(&'a HeaderMap);
+/// The request's header lines, for the gate: the names it reads are made
+/// into `HeaderName`s once, when the layer is built, not parsed per request
+/// (found by the address of the gate's own name string, else by text).
+struct Lines<'a> {
+    map: &'a HeaderMap,
+    names: &'a [(usize, HeaderName)],
+}
 
 impl Headers for Lines<'_> {
+    #[inline]
     fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, mut f: F) {
-        for value in self.0.get_all(name) {
-            f(value.as_bytes());
+        let known = self
+            .names
+            .iter()
+            .find(|(at, _)| *at == name.as_ptr() as usize)
+            .or_else(|| self.names.iter().find(|(_, n)| n.as_str() == name));
+        match known {
+            Some((_, known)) => self.map.get_all(known).iter().for_each(|v| f(v.as_bytes())),
+            None => self.map.get_all(name).iter().for_each(|v| f(v.as_bytes())),
         }
     }
 }
@@ -371,7 +390,10 @@ impl Shared {
         self.gate.decide(&any::Request {
             key: custom.as_deref().map(Key::Text),
             peer: Self::peer(parts),
-            headers: &Lines(&parts.headers),
+            headers: &Lines {
+                map: &parts.headers,
+                names: &self.names,
+            },
         })
     }
 
@@ -397,7 +419,9 @@ impl Shared {
 
     /// The response to a verdict that refuses.
     fn refusal(&self, verdict: Verdict<'_>) -> Response<Bytes> {
-        let (content_type, body) = verdict.body.unwrap_or(("text/plain; charset=utf-8", String::new()));
+        let (content_type, body) = verdict
+            .body
+            .unwrap_or(("text/plain; charset=utf-8", String::new()));
         let mut response = Response::new(Bytes::from(body));
         *response.status_mut() =
             StatusCode::from_u16(verdict.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -43,14 +43,8 @@ fn build(options: &Value, clock: &ManualClock) -> RateLimitLayer {
             .get("algorithm")
             .and_then(Value::as_str)
             .unwrap_or("token_bucket");
-        let alg = keyed_algorithm(
-            algorithm,
-            rate,
-            num("burst"),
-            num("limit"),
-            num("window"),
-        )
-        .unwrap();
+        let alg =
+            keyed_algorithm(algorithm, rate, num("burst"), num("limit"), num("window")).unwrap();
         b = b.policy_with(p["name"].as_str().unwrap(), alg);
     }
     let text = |k: &str| options.get(k).and_then(Value::as_str);
@@ -117,18 +111,20 @@ fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer)
-        .layer(axum::middleware::map_request(|mut req: AxumRequest| async {
-            let peer = req
-                .headers()
-                .get("x-test-peer")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok())
-                .map(|ip| SocketAddr::new(ip, 4711));
-            if let Some(peer) = peer {
-                req.extensions_mut().insert(PeerAddr(peer));
-            }
-            req
-        }))
+        .layer(axum::middleware::map_request(
+            |mut req: AxumRequest| async {
+                let peer = req
+                    .headers()
+                    .get("x-test-peer")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok())
+                    .map(|ip| SocketAddr::new(ip, 4711));
+                if let Some(peer) = peer {
+                    req.extensions_mut().insert(PeerAddr(peer));
+                }
+                req
+            },
+        ))
 }
 
 async fn serve(app: Router) -> SocketAddr {

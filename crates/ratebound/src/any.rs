@@ -477,7 +477,7 @@ impl Fingerprinter {
     }
 
     /// The fingerprint of `bytes` in the namespace `kind`.
-    #[inline]
+    #[inline(always)]
     pub fn of(&self, kind: u8, bytes: &[u8]) -> Fingerprint {
         self.seed.fingerprint(kind, bytes)
     }
@@ -702,6 +702,6 @@ impl AnyKeyed {
 }
 
 pub use crate::gate::{
-    DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, KeySource, Loose, MissingKey, QuotaHeaders, RefusalBody,
-    Request, Verdict,
+    DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, KeySource, Loose, MissingKey,
+    QuotaHeaders, RefusalBody, Request, Verdict,
 };

@@ -12,7 +12,7 @@ use crate::any::{AnyClock, Fingerprinter, Key};
 use crate::fingerprint::Fingerprint;
 use crate::http::{
     ConcurrencyCap, Forwarding, Headers, Policy, TrustedProxies, client_ip, field_name, ip_key,
-    ratelimit, ratelimit_policy, retry_after_secs,
+    ratelimit_bytes, ratelimit_policy, retry_after_secs,
 };
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, Overflow};
 
@@ -317,10 +317,9 @@ impl GateOptions {
                 self.concurrency_limit = Some(usize::try_from(limit).unwrap_or(usize::MAX));
             }
             ("missing_key", _) => return Err(wrong("must be \"ip\", \"shared\" or a status")),
-            (
-                "ipv6_prefix" | "max_keys" | "concurrency_limit",
-                Loose::Text(_) | Loose::List(_),
-            ) => return Err(wrong("must be a number")),
+            ("ipv6_prefix" | "max_keys" | "concurrency_limit", Loose::Text(_) | Loose::List(_)) => {
+                return Err(wrong("must be a number"));
+            }
             _ => return Err(wrong("must be a string")),
         }
         Ok(())
@@ -360,6 +359,7 @@ pub struct Decisions {
 }
 
 impl Decisions {
+    #[inline]
     fn set(&mut self, i: usize, decision: Decision) {
         match self.inline.get_mut(i) {
             Some(slot) => *slot = Some(decision),
@@ -405,8 +405,8 @@ impl std::fmt::Display for Field<'_> {
 pub struct Fields<'g> {
     /// `RateLimit-Policy` (the gate's [`policy_field`](Gate::policy_field)).
     pub policy: Option<&'g str>,
-    /// `RateLimit`.
-    pub ratelimit: Option<String>,
+    /// `RateLimit` (ASCII).
+    pub ratelimit: Option<Vec<u8>>,
     /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
     pub legacy: Option<[u64; 3]>,
     /// `Retry-After`, whole seconds.
@@ -420,21 +420,24 @@ impl Fields<'_> {
             .policy
             .map(|p| ("ratelimit-policy", Field::Text(p)))
             .into_iter()
-            .chain(
-                self.ratelimit
-                    .as_deref()
-                    .map(|r| ("ratelimit", Field::Text(r))),
-            );
-        let legacy = self.legacy.into_iter().flat_map(|[limit, remaining, reset]| {
-            [
-                ("x-ratelimit-limit", Field::Number(limit)),
-                ("x-ratelimit-remaining", Field::Number(remaining)),
-                ("x-ratelimit-reset", Field::Number(reset)),
-            ]
-        });
-        let retry = self
-            .retry_after
-            .map(|s| ("retry-after", Field::Number(s)));
+            .chain(self.ratelimit.as_deref().map(|r| {
+                // Built from quoted printable ASCII and digits.
+                (
+                    "ratelimit",
+                    Field::Text(std::str::from_utf8(r).unwrap_or("")),
+                )
+            }));
+        let legacy = self
+            .legacy
+            .into_iter()
+            .flat_map(|[limit, remaining, reset]| {
+                [
+                    ("x-ratelimit-limit", Field::Number(limit)),
+                    ("x-ratelimit-remaining", Field::Number(remaining)),
+                    ("x-ratelimit-reset", Field::Number(reset)),
+                ]
+            });
+        let retry = self.retry_after.map(|s| ("retry-after", Field::Number(s)));
         draft.chain(legacy).chain(retry)
     }
 }
@@ -652,6 +655,7 @@ impl Gate {
 
     /// The key header's fingerprint, when the request has exactly one line
     /// of it holding a usable key (see [`KeySource::Header`]).
+    #[inline]
     fn header_key<H: Headers + ?Sized>(&self, headers: &H, name: &str) -> Option<Fingerprint> {
         let mut lines = 0u32;
         let mut found = None;
@@ -660,13 +664,15 @@ impl Gate {
             if lines == 1 {
                 let value = value.trim_ascii();
                 if !value.is_empty() && !value.contains(&b',') {
-                    found = Some(self.fingerprints.key(Key::Bytes(value)));
+                    // As `Key::Bytes(value)`.
+                    found = Some(self.fingerprints.of(1, value));
                 }
             }
         });
         if lines == 1 { found } else { None }
     }
 
+    #[inline]
     fn key<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Result<Fingerprint, u16> {
         let found = match &self.options.key {
             KeySource::ClientIp => self.ip(request),
@@ -688,11 +694,13 @@ impl Gate {
     }
 
     /// The decision for `request`, now.
+    #[inline]
     pub fn decide<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Verdict<'_> {
         self.decide_at(request, self.clock.now())
     }
 
     /// The decision for `request` at `now`.
+    #[inline]
     pub fn decide_at<H: Headers + ?Sized>(
         &self,
         request: &Request<'_, H>,
@@ -759,16 +767,13 @@ impl Gate {
             QuotaHeaders::Off => {}
             QuotaHeaders::Draft => {
                 v.policy = Some(&self.policy_field);
-                v.ratelimit = Some(ratelimit(self.policies.iter().zip(decisions.iter())));
+                v.ratelimit = Some(ratelimit_bytes(self.policies.iter().zip(decisions.iter())));
             }
             QuotaHeaders::Legacy => {
-                v.legacy = decisions.iter().min_by_key(Decision::remaining).map(|d| {
-                    [
-                        d.limit(),
-                        d.remaining(),
-                        retry_after_secs(d.reset_after()),
-                    ]
-                });
+                v.legacy = decisions
+                    .iter()
+                    .min_by_key(Decision::remaining)
+                    .map(|d| [d.limit(), d.remaining(), retry_after_secs(d.reset_after())]);
             }
         }
         v

@@ -115,17 +115,28 @@ fn sf_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Appends `n` in decimal.
+/// Appends `n` in decimal, two digits per step.
 fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+                                2021222324252627282930313233343536373839\
+                                4041424344454647484950515253545556575859\
+                                6061626364656667686970717273747576777879\
+                                8081828384858687888990919293949596979899";
     let mut digits = [0u8; 20];
     let mut i = digits.len();
-    loop {
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
         i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        digits[i] = b'0' + n as u8;
     }
     out.extend_from_slice(&digits[i..]);
 }
@@ -148,9 +159,13 @@ pub fn ratelimit_policy(policies: &[Policy]) -> String {
 /// `"burst";r=0;t=1`: `r` = remaining, `t` = seconds until the quota is
 /// whole again, rounded up.
 pub fn ratelimit<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decision)>) -> String {
-    // Called for every response: no formatting machinery, and bytes rather
-    // than a `String` until the end, so that the value is checked for UTF-8
-    // once instead of once per piece (it is ASCII: quoted names and digits).
+    String::from_utf8(ratelimit_bytes(entries)).unwrap_or_default()
+}
+
+/// [`ratelimit`] as bytes (ASCII: quoted printable names and digits), for a
+/// front door whose header values are bytes: no UTF-8 check.
+pub fn ratelimit_bytes<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decision)>) -> Vec<u8> {
+    // Called for every response: no formatting machinery.
     let mut out = Vec::with_capacity(64);
     for (i, (p, d)) in entries.into_iter().enumerate() {
         if i > 0 {
@@ -162,7 +177,7 @@ pub fn ratelimit<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decision)>) 
         out.extend_from_slice(b";t=");
         push_u64(&mut out, retry_after_secs(d.reset_after()));
     }
-    String::from_utf8(out).unwrap_or_default()
+    out
 }
 
 /// The legacy trio `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
@@ -462,7 +477,9 @@ pub fn client_ip<H: Headers + ?Sized>(
         }
         Forwarding::XForwardedFor => walk(
             peer,
-            combined.rsplit(|b| *b == b',').map(|e| entry(e).and_then(parse_hop)),
+            combined
+                .rsplit(|b| *b == b',')
+                .map(|e| entry(e).and_then(parse_hop)),
             trusted,
         ),
         Forwarding::Forwarded => walk(
@@ -542,6 +559,15 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn decimal_digits() {
+        for n in [0, 7, 10, 99, 100, 101, 999_999, 1_000_000, u64::MAX] {
+            let mut out = Vec::new();
+            push_u64(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes(), "{n}");
+        }
     }
 
     #[test]
@@ -631,7 +657,10 @@ mod tests {
         // A client that prepends its own fake entry does not get past the
         // first untrusted hop.
         let spoofed = one("1.2.3.4, 203.0.113.9, 10.0.0.7");
-        assert_eq!(client_ip(proxy, &spoofed, &xff, &trusted), ip("203.0.113.9"));
+        assert_eq!(
+            client_ip(proxy, &spoofed, &xff, &trusted),
+            ip("203.0.113.9")
+        );
         // Garbage ends the walk at the last hop that could be read.
         let garbage = one("garbage, 10.0.0.7");
         assert_eq!(client_ip(proxy, &garbage, &xff, &trusted), ip("10.0.0.7"));
@@ -665,12 +694,24 @@ mod tests {
         // A single-address header: one line, one address, trusted peer.
         let real = Forwarding::parse("X-Real-IP").unwrap();
         let r = |v: &'static str| vec![("x-real-ip", v)];
-        assert_eq!(client_ip(proxy, &r("203.0.113.9"), &real, &trusted), ip("203.0.113.9"));
-        assert_eq!(client_ip(stranger, &r("203.0.113.9"), &real, &trusted), stranger);
-        assert_eq!(client_ip(proxy, &r("1.1.1.1, 2.2.2.2"), &real, &trusted), proxy);
+        assert_eq!(
+            client_ip(proxy, &r("203.0.113.9"), &real, &trusted),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            client_ip(stranger, &r("203.0.113.9"), &real, &trusted),
+            stranger
+        );
+        assert_eq!(
+            client_ip(proxy, &r("1.1.1.1, 2.2.2.2"), &real, &trusted),
+            proxy
+        );
         let twice = vec![("x-real-ip", "1.1.1.1"), ("x-real-ip", "2.2.2.2")];
         assert_eq!(client_ip(proxy, &twice, &real, &trusted), proxy);
-        assert_eq!(client_ip(proxy, &r("203.0.113.9"), &real, &hops(1)), ip("203.0.113.9"));
+        assert_eq!(
+            client_ip(proxy, &r("203.0.113.9"), &real, &hops(1)),
+            ip("203.0.113.9")
+        );
         // Non-UTF-8 bytes are one unreadable entry, not a reason to drop the header.
         let bytes: Vec<(&[u8], &[u8])> = vec![(b"x-forwarded-for", b"\xff\xfe, 203.0.113.9")];
         assert_eq!(client_ip(proxy, &bytes, &xff, &trusted), ip("203.0.113.9"));

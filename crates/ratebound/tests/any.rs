@@ -182,7 +182,11 @@ fn gate_design_scenario_2() {
     assert_eq!(g.decide(&req("alice")).status, 0);
     let refused = g.decide(&req("alice"));
     assert_eq!(refused.status, 429);
-    assert!(refused.headers().contains(&("retry-after", "1".to_string())));
+    assert!(
+        refused
+            .headers()
+            .contains(&("retry-after", "1".to_string()))
+    );
     assert!(refused.body.unwrap().1.contains("retry in 1 s"));
     assert_eq!(g.decide(&req("bob")).status, 0);
     clock.advance(Duration::from_secs(1));
@@ -216,7 +220,11 @@ fn gate_keys_and_missing_keys() {
         c,
     );
     assert_eq!(reject.decide(&from("10.0.0.1", &none[..])).status, 401);
-    assert_eq!(reject.decide(&given("")).status, 401, "an empty key is no key");
+    assert_eq!(
+        reject.decide(&given("")).status,
+        401,
+        "an empty key is no key"
+    );
     let ok = reject.decide(&given("k"));
     assert_eq!(ok.status, 0);
     assert_eq!(ok.headers()[1], ("x-ratelimit-remaining", "1".to_string()));
@@ -303,14 +311,39 @@ fn gate_sheds_beyond_its_concurrency_limit() {
 fn gate_options_parse_once_and_name_bad_values() {
     let mut o = GateOptions::default();
     for (name, value, code, text) in [
-        ("maxKeys", Loose::Number(0.0), "invalid_number", "invalid maxKeys 0"),
-        ("max_keys", Loose::Text("ten"), "invalid_option", "invalid max_keys \"ten\""),
+        (
+            "maxKeys",
+            Loose::Number(0.0),
+            "invalid_number",
+            "invalid maxKeys 0",
+        ),
+        (
+            "max_keys",
+            Loose::Text("ten"),
+            "invalid_option",
+            "invalid max_keys \"ten\"",
+        ),
         ("missing_key", Loose::Number(302.0), "invalid_number", "302"),
         ("missingKey", Loose::Text("nobody"), "parse_error", "nobody"),
-        ("key_header", Loose::Text("x api key"), "parse_error", "x api key"),
+        (
+            "key_header",
+            Loose::Text("x api key"),
+            "parse_error",
+            "x api key",
+        ),
         ("client_ip_header", Loose::Text("x:y"), "parse_error", "x:y"),
-        ("trusted_proxies", Loose::List(&["10.0.0.0/99"]), "parse_error", "10.0.0.0/99"),
-        ("trustedProxies", Loose::Number(-1.0), "invalid_number", "-1"),
+        (
+            "trusted_proxies",
+            Loose::List(&["10.0.0.0/99"]),
+            "parse_error",
+            "10.0.0.0/99",
+        ),
+        (
+            "trustedProxies",
+            Loose::Number(-1.0),
+            "invalid_number",
+            "-1",
+        ),
         ("ipv6_prefix", Loose::Number(1.5), "invalid_number", "1.5"),
         ("colour", Loose::Text("red"), "invalid_option", "colour"),
     ] {

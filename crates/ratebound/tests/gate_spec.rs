@@ -24,14 +24,8 @@ fn policy(p: &Value) -> (String, KeyedAlgorithm) {
         .get("algorithm")
         .and_then(Value::as_str)
         .unwrap_or("token_bucket");
-    let alg = keyed_algorithm(
-        algorithm,
-        rate,
-        num("burst"),
-        num("limit"),
-        num("window"),
-    )
-    .unwrap_or_else(|e| panic!("policy {p}: {e}"));
+    let alg = keyed_algorithm(algorithm, rate, num("burst"), num("limit"), num("window"))
+        .unwrap_or_else(|e| panic!("policy {p}: {e}"));
     (p["name"].as_str().unwrap_or("default").to_string(), alg)
 }
 

@@ -218,7 +218,7 @@ mod http_props {
     use std::time::Duration;
 
     use proptest::prelude::*;
-    use ratebound::http::{Cidr, TrustedProxies, client_ip, ip_key, retry_after_secs};
+    use ratebound::http::{Cidr, Forwarding, TrustedProxies, client_ip, ip_key, retry_after_secs};
 
     proptest! {
         #[test]
@@ -237,13 +237,17 @@ mod http_props {
             hops in 0usize..4,
         ) {
             let peer = IpAddr::from(peer);
+            let lines = [("x-forwarded-for", xff.as_str()), ("forwarded", fwd.as_str()), ("x-real-ip", xff.as_str())];
             let trusted = TrustedProxies::Cidrs(vec![Cidr::parse("10.0.0.0/8").unwrap()]);
-            let got = client_ip(peer, Some(&xff), Some(&fwd), &trusted);
-            if !Cidr::parse("10.0.0.0/8").unwrap().contains(peer) {
-                prop_assert_eq!(got, peer);
+            let single = Forwarding::parse("x-real-ip").unwrap();
+            for header in [Forwarding::XForwardedFor, Forwarding::Forwarded, single] {
+                let got = client_ip(peer, &lines[..], &header, &trusted);
+                if !Cidr::parse("10.0.0.0/8").unwrap().contains(peer) {
+                    prop_assert_eq!(got, peer);
+                }
+                let _ = client_ip(peer, &lines[..], &header, &TrustedProxies::Hops(hops));
+                prop_assert_eq!(client_ip(peer, &lines[..], &header, &TrustedProxies::None), peer);
             }
-            let _ = client_ip(peer, Some(&xff), None, &TrustedProxies::Hops(hops));
-            prop_assert_eq!(client_ip(peer, Some(&xff), Some(&fwd), &TrustedProxies::None), peer);
         }
 
         #[test]
