@@ -14,7 +14,6 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ratebound::any::{Rate, keyed_algorithm};
 use ratebound::http::{Cidr, Forwarding, TrustedProxies};
 use ratebound::{ManualClock, Overflow};
 use ratebound_http::{
@@ -22,30 +21,17 @@ use ratebound_http::{
 };
 use serde_json::Value;
 
-fn load() -> Value {
-    let path = format!("{}/../../spec/gate.json", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+#[path = "../../ratebound/tests/support/gate.rs"]
+mod support;
+use support::{compare, load, policy};
 
 /// The layer a vector's options describe, through the builder's typed
 /// options (the core's parsers for the strings).
 fn build(options: &Value, clock: &ManualClock) -> RateLimitLayer {
     let mut b: Builder = RateLimitLayer::builder().clock(clock.clone());
     for p in options["policies"].as_array().unwrap() {
-        let num = |k: &str| p.get(k).and_then(Value::as_f64);
-        let rate = match p.get("rate") {
-            Some(Value::String(s)) => Some(Rate::Text(s)),
-            Some(v) => v.as_f64().map(Rate::PerSecond),
-            None => None,
-        };
-        let algorithm = p
-            .get("algorithm")
-            .and_then(Value::as_str)
-            .unwrap_or("token_bucket");
-        let alg =
-            keyed_algorithm(algorithm, rate, num("burst"), num("limit"), num("window")).unwrap();
-        b = b.policy_with(p["name"].as_str().unwrap(), alg);
+        let (name, algorithm) = policy(p);
+        b = b.policy_with(&name, algorithm);
     }
     let text = |k: &str| options.get(k).and_then(Value::as_str);
     if let Some(h) = text("key_header") {
@@ -170,29 +156,20 @@ async fn the_tower_layer_replays_every_gate_vector_over_http() {
             let (parts, body) = response.into_parts();
             let body = body.collect().await.unwrap().to_bytes();
             let body = String::from_utf8_lossy(&body).into_owned();
-            let at = format!("{id} step {i}");
-            let expect = &r["expect"];
-            let want = expect["status"].as_u64().unwrap();
-            if u64::from(parts.status.as_u16()) != want {
-                failures.push(format!("{at}: status = {}, want {want}", parts.status));
-            }
-            if let Some(fields) = expect.get("headers").and_then(Value::as_object) {
-                for (name, want) in fields {
-                    let got = parts
-                        .headers
-                        .get(name.as_str())
-                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-                    let want = want.as_str().map(str::to_string);
-                    if got != want {
-                        failures.push(format!("{at}: {name} = {got:?}, want {want:?}"));
-                    }
-                }
-            }
-            if let Some(want) = expect.get("body").and_then(Value::as_str)
-                && body != want
-            {
-                failures.push(format!("{at}: body = {body:?}, want {want:?}"));
-            }
+            let header = |name: &str| {
+                parts
+                    .headers
+                    .get(name)
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            };
+            compare(
+                &format!("{id} step {i}"),
+                parts.status.as_u16(),
+                header,
+                Some(&body),
+                &r["expect"],
+                &mut failures,
+            );
         }
     }
     assert!(failures.is_empty(), "gate.json:\n{}", failures.join("\n"));

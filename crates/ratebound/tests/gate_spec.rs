@@ -1,33 +1,12 @@
 //! Replays `spec/gate.json` against the core's `Gate` directly (the tower
 //! layer, ASGI, WSGI, Express and Fastify replay it over HTTP).
 
-use ratebound::any::{
-    AnyClock, Gate, GateOptions, Key, KeySource, Loose, Rate, Request, keyed_algorithm,
-};
-use ratebound::{KeyedAlgorithm, ManualClock};
+mod support;
+
+use ratebound::ManualClock;
+use ratebound::any::{AnyClock, Gate, GateOptions, Key, KeySource, Loose, Request};
 use serde_json::Value;
-
-fn load() -> Value {
-    let path = format!("{}/../../spec/gate.json", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn policy(p: &Value) -> (String, KeyedAlgorithm) {
-    let num = |k: &str| p.get(k).and_then(Value::as_f64);
-    let rate = match p.get("rate") {
-        Some(Value::String(s)) => Some(Rate::Text(s)),
-        Some(v) => v.as_f64().map(Rate::PerSecond),
-        None => None,
-    };
-    let algorithm = p
-        .get("algorithm")
-        .and_then(Value::as_str)
-        .unwrap_or("token_bucket");
-    let alg = keyed_algorithm(algorithm, rate, num("burst"), num("limit"), num("window"))
-        .unwrap_or_else(|e| panic!("policy {p}: {e}"));
-    (p["name"].as_str().unwrap_or("default").to_string(), alg)
-}
+use support::gate::{compare, load, policy};
 
 /// The gate a vector's options describe, through the loose parser the
 /// bindings use.
@@ -64,36 +43,6 @@ fn build(options: &Value, clock: &ManualClock) -> Gate {
         .map(policy)
         .collect();
     Gate::new(policies, o, AnyClock::Manual(clock.clone())).expect("gate")
-}
-
-/// Compares one answer with `expect`; failures are
-/// `"<id> step <i>: <field> = <got>, want <want>"`.
-pub fn compare(
-    at: &str,
-    status: u16,
-    header: impl Fn(&str) -> Option<String>,
-    body: Option<&str>,
-    expect: &Value,
-    failures: &mut Vec<String>,
-) {
-    let want = expect["status"].as_u64().unwrap();
-    if u64::from(status) != want {
-        failures.push(format!("{at}: status = {status}, want {want}"));
-    }
-    if let Some(fields) = expect.get("headers").and_then(Value::as_object) {
-        for (name, want) in fields {
-            let got = header(name);
-            let want = want.as_str().map(str::to_string);
-            if got != want {
-                failures.push(format!("{at}: {name} = {got:?}, want {want:?}"));
-            }
-        }
-    }
-    if let Some(want) = expect.get("body").and_then(Value::as_str)
-        && body != Some(want)
-    {
-        failures.push(format!("{at}: body = {body:?}, want {want:?}"));
-    }
 }
 
 #[test]

@@ -1,0 +1,3 @@
+//! Helpers shared by test targets.
+
+pub mod gate;
