@@ -62,8 +62,12 @@ export interface Refusal {
   body: string
 }
 
-/** Options of `express()` and `fastify`. */
-export interface MiddlewareOptions extends Omit<GateOptions, 'policies'> {
+/**
+ * Options of `express()` and `fastify`: the `Gate`'s options (`keyHeader`,
+ * `trustedProxies`, `clientIpHeader`, `missingKey`, ...; every default is
+ * the core's), one policy's fields or `policies`, and the key.
+ */
+export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey'> {
   /** One policy, as in `PolicyOptions` (`rate`/`burst` or `algorithm`/`limit`/`window`). */
   rate?: number | string
   burst?: number
@@ -75,10 +79,13 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies'> {
   /** Several policies, all or nothing (instead of the single-policy fields). */
   policies?: PolicyOptions[]
   /**
-   * The key: `'ip'` (default: `req.ip`, which follows Express's `trust
-   * proxy` / Fastify's `trustProxy` setting, unless `trustedProxies` is
-   * given), `{ header: 'x-api-key' }`, or a function of the request
-   * (`null`/`undefined`/`''` for no key).
+   * The key: `'ip'` (default: the client IP — `req.ip`, which follows
+   * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
+   * `trustedProxies` the address the core finds from the socket and the
+   * `clientIpHeader`), `{ header: 'x-api-key' }` (the same as `keyHeader`:
+   * the core reads the header lines; repeated lines, a comma or an empty
+   * value are no key), or a function of the request (`null`/`undefined`/`''`
+   * for no key).
    */
   key?: 'ip' | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */

@@ -62,8 +62,12 @@ export interface Refusal {
   body: string
 }
 
-/** Options of `express()` and `fastify`. */
-export interface MiddlewareOptions extends Omit<GateOptions, 'policies'> {
+/**
+ * Options of `express()` and `fastify`: the `Gate`'s options (`keyHeader`,
+ * `trustedProxies`, `clientIpHeader`, `missingKey`, ...; every default is
+ * the core's), one policy's fields or `policies`, and the key.
+ */
+export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey'> {
   /** One policy, as in `PolicyOptions` (`rate`/`burst` or `algorithm`/`limit`/`window`). */
   rate?: number | string
   burst?: number
@@ -75,10 +79,13 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies'> {
   /** Several policies, all or nothing (instead of the single-policy fields). */
   policies?: PolicyOptions[]
   /**
-   * The key: `'ip'` (default: `req.ip`, which follows Express's `trust
-   * proxy` / Fastify's `trustProxy` setting, unless `trustedProxies` is
-   * given), `{ header: 'x-api-key' }`, or a function of the request
-   * (`null`/`undefined`/`''` for no key).
+   * The key: `'ip'` (default: the client IP — `req.ip`, which follows
+   * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
+   * `trustedProxies` the address the core finds from the socket and the
+   * `clientIpHeader`), `{ header: 'x-api-key' }` (the same as `keyHeader`:
+   * the core reads the header lines; repeated lines, a comma or an empty
+   * value are no key), or a function of the request (`null`/`undefined`/`''`
+   * for no key).
    */
   key?: 'ip' | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
@@ -203,22 +210,26 @@ export declare class FixedWindow {
 }
 
 /**
- * An HTTP middleware's whole decision, made by the core: the key (the
- * application's key, else the client IP under the trusted-proxy rules,
- * IPv6 grouped by prefix), every policy all-or-nothing, and the answer —
- * status, `Retry-After` in whole seconds rounded up, the quota fields and
- * the body. `express()` and `fastify()` only move these values in and out.
+ * An HTTP middleware's whole decision, made by the core
+ * (`ratebound::any::Gate`): the key (the `keyHeader`, the application's
+ * key, or the client IP under the trusted-proxy rules, IPv6 grouped by
+ * prefix), every policy all-or-nothing, and the answer — status,
+ * `Retry-After` in whole seconds rounded up, the quota fields and the
+ * body. `express()` and `fastify()` only move these values in and out.
  */
 export declare class Gate {
   /** A gate applying every policy to each request. */
   constructor(options: GateOptions)
   /**
-   * The decision for one request: `key` (a string, safe integer or
-   * `Uint8Array`; `null`/`undefined`/`''` for none), the peer address, and
-   * the `X-Forwarded-For` and `Forwarded` fields (read only from trusted
-   * proxies).
+   * The decision for one request: `key` (with `givenKey`: a string, safe
+   * integer or `Uint8Array`; `null`/`undefined`/`''` for none; ignored
+   * otherwise), the peer address (the socket's, or the framework's
+   * `req.ip`), and the request's raw header lines (`req.rawHeaders`: a
+   * flat array `[name, value, ...]` in the order received). The gate
+   * reads only the `keyHeader` lines and, with `trustedProxies`, the
+   * `clientIpHeader` lines.
    */
-  decide(key?: string | number | Uint8Array | null, peer?: string | null, xForwardedFor?: string | null, forwarded?: string | null): Verdict
+  decide(key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null): Verdict
   /**
    * Load shedding: a place among the requests in flight (always `true`
    * without a `concurrencyLimit`); pair a `true` with one `leave()` when
@@ -231,6 +242,12 @@ export declare class Gate {
   get capped(): boolean
   /** The answer to a shed request: 503, `Retry-After: 1`, a short text. */
   shed(): Verdict
+  /**
+   * The header fields the gate reads (the key header; the forwarding
+   * header when proxies are trusted), lower case. A middleware may hand
+   * over only these lines.
+   */
+  get headerNames(): Array<string>
   /** The `RateLimit-Policy` field value. */
   get policy(): string
   /** Keys tracked by the first policy. */
@@ -541,34 +558,64 @@ export interface Decision {
   resetAfter: number
 }
 
-/** Options of `new Gate(...)`. */
+/**
+ * Options of `new Gate(...)`. Every option but `policies` is optional and
+ * its default is the core's (`GateOptions::default`, the same for the
+ * Rust, Python and Node middleware); each is parsed by the core
+ * (`GateOptions::set`).
+ */
 export interface GateOptions {
-  /** The policies, all applied to every request (all or nothing). */
+  /**
+   * The policies, all applied to every request (all or nothing). May be
+   * empty when `concurrencyLimit` is set (load shedding only).
+   */
   policies: Array<PolicyOptions>
   /**
-   * Whose forwarding headers to believe: a list of CIDR networks
-   * (`['10.0.0.0/8']`) or a number of proxy hops. Default: none.
+   * Key requests by this header (any case), e.g. `'x-api-key'`. A
+   * request has a key only when it has exactly one line of it, not empty
+   * after trimming and without a comma; otherwise it has none (see
+   * `missingKey`). Default: key by client IP.
    */
-  trustedProxies?: Array<string> | number
+  keyHeader?: string
+  /**
+   * The key is the application's: the `key` argument of `decide` (a
+   * string, safe integer or `Uint8Array`; `null`, `undefined` or empty
+   * for none). Without it (or `keyHeader`) requests are keyed by client
+   * IP and `key` is ignored.
+   */
+  givenKey?: boolean
+  /**
+   * Whose forwarding header to believe: CIDR networks (`['10.0.0.0/8']`
+   * or one string) or a number of proxy hops in front of the app.
+   * Default: nobody's (the peer is the client).
+   */
+  trustedProxies?: string | string[] | number
+  /**
+   * The forwarding header the trusted proxies set: `'x-forwarded-for'`
+   * (the default), `'forwarded'` (RFC 7239) or a single-address header
+   * such as `'cf-connecting-ip'` or `'x-real-ip'`. Only this header is
+   * read; it requires `trustedProxies`.
+   */
+  clientIpHeader?: string
   /** IPv6 keys are cut to this prefix length (default 64). */
   ipv6Prefix?: number
   /**
-   * A request without a key: `'ip'` (key it by client IP, the default),
-   * `'shared'` (one bucket for all keyless requests) or a status to refuse
-   * it with (e.g. 401).
+   * A request without a valid key: `'ip'` (key it by client IP, the
+   * default), `'shared'` (one bucket for all keyless requests) or a
+   * status 400-599 to refuse it with (e.g. 401).
    */
-  missingKey?: string | number
+  missingKey?: 'ip' | 'shared' | number
   /**
    * Quota header fields: `'draft'` (IETF `RateLimit-Policy` and
    * `RateLimit`, the default), `'legacy'` (`X-RateLimit-*`) or `'off'`.
    */
-  headers?: string
+  headers?: 'draft' | 'legacy' | 'off'
   /** The refusal body: `'text'` (default) or `'problem+json'` (RFC 9457). */
-  body?: string
+  body?: 'text' | 'problem+json'
   /** The most keys per policy (default 1 000 000). */
   maxKeys?: number
   /** At the cap: `'evict'` (default) or `'reject'` (a new key gets 503). */
-  overflow?: string
+  overflow?: 'evict' | 'reject'
   /**
    * Load shedding: at most this many requests in flight; beyond it
    * `tryEnter()` is false and the middleware answers `shed()` (503,
@@ -671,7 +718,7 @@ export interface TokenBucketOptions {
 export interface Verdict {
   /**
    * 0 to let the request through; otherwise the status to answer with
-   * (429, 503, or the `missingKey` status).
+   * (429, 503, 500, or the `missingKey` status).
    */
   status: number
   /**
@@ -700,10 +747,16 @@ export interface WindowOptions {
 
 export declare namespace http {
   /**
-   * The client's address from the peer and the forwarding fields, believing
-   * only `trusted` proxies (CIDR networks or a hop count; none by default).
+   * The client's address: the peer, or — only when `trustedProxies` says
+   * the peer is a proxy (CIDR networks, one CIDR string, or a number of
+   * hops; none by default) — the address the `clientIpHeader` reports
+   * (`'x-forwarded-for'` by default, `'forwarded'`, or a single-address
+   * header such as `'cf-connecting-ip'`), as the core's `client_ip` finds
+   * it. `rawHeaders` are the request's header lines as `req.rawHeaders`
+   * gives them (`[name, value, ...]`, in order, repeated lines kept): only
+   * the lines of that one header are read, combined in order.
    */
-  export function clientIp(peer: string, trusted?: Array<string> | number | undefined | null, xForwardedFor?: string | undefined | null, forwarded?: string | undefined | null): string
+  export function clientIp(peer: string, rawHeaders?: string[] | null, trustedProxies?: string | string[] | number | null, clientIpHeader?: string | null): string
   /**
    * The address a limit is keyed on: IPv4-mapped IPv6 unwrapped, IPv6 cut to
    * its first `prefix` bits.

@@ -6,12 +6,18 @@
 
 const POLICY_FIELDS = ['name', 'algorithm', 'rate', 'burst', 'limit', 'window']
 
+function typeError(message) {
+  const e = new TypeError(message)
+  e.code = 'ERR_INVALID_ARG_TYPE'
+  return e
+}
+
 module.exports = function middleware(Gate, gateDecide) {
-  function prepare(options) {
+  // `raw(req)` is the framework request's Node IncomingMessage (Express:
+  // the request itself; Fastify: request.raw).
+  function prepare(options, raw) {
     if (options == null || typeof options !== 'object') {
-      const e = new TypeError('ratebound middleware options are required')
-      e.code = 'ERR_INVALID_ARG_TYPE'
-      throw e
+      throw typeError('ratebound middleware options are required')
     }
     let policies = options.policies
     if (policies == null) {
@@ -19,9 +25,25 @@ module.exports = function middleware(Gate, gateDecide) {
       for (const f of POLICY_FIELDS) if (options[f] !== undefined) p[f] = options[f]
       policies = [p]
     }
+    // The key: 'ip' (the core's default), { header } (the core reads the
+    // header lines itself), or a function whose result the core is given.
+    let keyOf = null
+    let keyHeader = options.keyHeader
+    const k = options.key
+    if (typeof k === 'function') keyOf = k
+    else if (k != null && typeof k === 'object' && typeof k.header === 'string') {
+      if (keyHeader != null) throw typeError('give the key header once: key: { header } or keyHeader')
+      keyHeader = k.header
+    } else if (k != null && k !== 'ip') {
+      throw typeError("key is 'ip', { header: name } or a function of the request")
+    }
+    // Every option is parsed, and defaulted, by the core.
     const gate = new Gate({
       policies,
+      keyHeader,
+      givenKey: keyOf !== null,
       trustedProxies: options.trustedProxies,
+      clientIpHeader: options.clientIpHeader,
       ipv6Prefix: options.ipv6Prefix,
       missingKey: options.missingKey,
       headers: options.headers,
@@ -31,37 +53,42 @@ module.exports = function middleware(Gate, gateDecide) {
       concurrencyLimit: options.concurrencyLimit,
       clock: options.clock,
     })
-    let keyOf = null
-    const k = options.key
-    if (typeof k === 'function') keyOf = k
-    else if (k != null && typeof k === 'object' && typeof k.header === 'string') {
-      const name = k.header.toLowerCase()
-      keyOf = (req) => {
-        const v = req.headers[name]
-        return Array.isArray(v) ? v[0] : v
-      }
-    } else if (k != null && k !== 'ip') {
-      const e = new TypeError("key is 'ip', { header: name } or a function of the request")
-      e.code = 'ERR_INVALID_ARG_TYPE'
-      throw e
-    }
     const skip = options.skip || options.exempt || null
     const handler = options.handler || null
     const critical = options.critical || null
-    // With trustedProxies the Gate reads the forwarding headers itself (the
-    // Rust HTTP crate's rules); without, the framework's req.ip (Express's
-    // `trust proxy`, Fastify's `trustProxy`) is the peer.
+    // With trustedProxies the peer is the socket's address and the core
+    // applies the proxy rules to the header lines; without, the peer is the
+    // framework's req.ip (Express's `trust proxy`, Fastify's `trustProxy`)
+    // and the core reads no forwarding header.
     const ownProxies = options.trustedProxies != null
     const slot = gate.handle
     // One raw call, one string back: status, content type, body, then
-    // header name/value pairs, separated by NUL.
-    function decide(req) {
-      const key = keyOf === null ? null : keyOf(req)
-      if (ownProxies) {
-        const h = req.headers
-        return gateDecide(slot, key, req.socket.remoteAddress, h['x-forwarded-for'], h.forwarded).split('\0')
+    // header name/value pairs, separated by NUL. The header lines go over
+    // as Node received them (rawHeaders: in order, repeated lines kept); the
+    // core reads only the ones it needs.
+    // Only the lines of the fields the gate reads cross into Rust (each
+    // value that crosses costs an N-API call); the gate names them.
+    const wanted = gate.headerNames
+    function lines(rawHeaders) {
+      if (wanted.length === 0 || rawHeaders == null) return undefined
+      const out = []
+      for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+        const name = rawHeaders[i]
+        for (let j = 0; j < wanted.length; j++) {
+          const w = wanted[j]
+          if (name.length === w.length && (name === w || name.toLowerCase() === w)) {
+            out.push(name, rawHeaders[i + 1])
+            break
+          }
+        }
       }
-      return gateDecide(slot, key, req.ip).split('\0')
+      return out
+    }
+    function decide(req) {
+      const r = raw(req)
+      const key = keyOf === null ? undefined : keyOf(req)
+      const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
+      return gateDecide(slot, key, peer, lines(r.rawHeaders)).split('\0')
     }
     // Load shedding (the core's concurrency cap): `enter(req, res)` is true
     // when the request may go on; false when it was answered with 503.
@@ -99,7 +126,7 @@ module.exports = function middleware(Gate, gateDecide) {
 
   /** Express/Connect middleware. */
   function express(options) {
-    const { gate, decide, skip, handler, enter } = prepare(options)
+    const { gate, decide, skip, handler, enter } = prepare(options, (req) => req)
     const shedWith = (res) => (shed) => {
       res.statusCode = shed.status
       for (let i = 0; i < shed.headers.length; i += 2) res.setHeader(shed.headers[i], shed.headers[i + 1])
@@ -131,7 +158,7 @@ module.exports = function middleware(Gate, gateDecide) {
   function fastify(instance, options, done) {
     let prepared
     try {
-      prepared = prepare(options)
+      prepared = prepare(options, (request) => request.raw)
     } catch (e) {
       return done(e)
     }
@@ -143,7 +170,7 @@ module.exports = function middleware(Gate, gateDecide) {
         enter !== null &&
         !enter(request, reply.raw, (shed) => {
           for (let i = 0; i < shed.headers.length; i += 2) reply.header(shed.headers[i], shed.headers[i + 1])
-          reply.code(shed.status).header('content-type', shed.contentType).send(shed.body)
+          reply.code(shed.status).header('content-type', shed.contentType).send(Buffer.from(shed.body))
         })
       ) {
         return
@@ -157,7 +184,9 @@ module.exports = function middleware(Gate, gateDecide) {
       for (let i = 3; i < v.length; i += 2) reply.header(v[i], v[i + 1])
       if (v[0] === '0') return next()
       if (handler !== null) return handler(request, reply, next, refusal(v))
-      reply.code(Number(v[0])).header('content-type', v[1]).send(v[2])
+      // A Buffer: Fastify sends it as is, with the core's content type
+      // (for a string it would add a charset to a JSON type).
+      reply.code(Number(v[0])).header('content-type', v[1]).send(Buffer.from(v[2]))
     })
     done()
   }

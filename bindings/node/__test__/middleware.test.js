@@ -144,6 +144,80 @@ test('middleware options are checked at startup', () => {
   assert.throws(() => rb.express({ rate: 1, key: 42 }), TypeError)
   assert.throws(() => rb.express({ rate: 1, trustedProxies: ['nonsense'] }), { code: 'ERR_RATEBOUND_PARSE_ERROR' })
   assert.throws(() => rb.express(), TypeError)
+  // Every option is parsed by the core (GateOptions::set); a value of the
+  // wrong kind names the option.
+  const invalidOption = { name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_OPTION' }
+  assert.throws(() => rb.express({ rate: 1, trustedProxies: true }), { ...invalidOption, message: /trustedProxies/ })
+  assert.throws(() => rb.express({ rate: 1, trustedProxies: ['10.0.0.0/8', 7] }), { ...invalidOption, message: /trustedProxies/ })
+  assert.throws(() => rb.express({ rate: 1, headers: 3 }), { ...invalidOption, message: /headers/ })
+  assert.throws(() => rb.express({ rate: 1, maxKeys: '10' }), { ...invalidOption, message: /maxKeys/ })
+  assert.throws(() => rb.express({ rate: 1, missingKey: {} }), { ...invalidOption, message: /missingKey/ })
+  // The forwarding header is read only from trusted proxies.
+  assert.throws(() => rb.express({ rate: 1, clientIpHeader: 'cf-connecting-ip' }), { ...invalidOption, message: /clientIpHeader|client_ip_header/ })
+  assert.throws(() => rb.express({ rate: 1, trustedProxies: 1, clientIpHeader: 'bad name' }), { code: 'ERR_RATEBOUND_PARSE_ERROR' })
+  assert.throws(() => rb.express({ rate: 1, key: { header: 'x y' } }), { code: 'ERR_RATEBOUND_PARSE_ERROR' })
+  assert.throws(() => rb.express({ rate: 1, key: { header: 'a' }, keyHeader: 'b' }), TypeError)
+  // A missing-key status is an HTTP error status (the core's range).
+  assert.throws(() => rb.express({ rate: 1, missingKey: 200 }), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+  assert.throws(() => rb.express({ rate: 1, missingKey: 600 }), RangeError)
+  assert.throws(() => rb.express({ rate: 1, missingKey: 'nobody' }), { code: 'ERR_RATEBOUND_PARSE_ERROR' })
+  for (const ok of [
+    { trustedProxies: '10.0.0.0/8', clientIpHeader: 'CF-Connecting-IP' },
+    { trustedProxies: 2, clientIpHeader: 'forwarded' },
+    { keyHeader: 'X-API-Key', missingKey: 401 },
+    { key: () => 'k', missingKey: 'shared' },
+  ]) {
+    rb.express({ rate: 1, ...ok })
+  }
+})
+
+test('Gate: the core reads the raw header lines, in order', () => {
+  const clock = new rb.ManualClock()
+  const gate = new rb.Gate({ policies: [{ rate: 1, burst: 1 }], keyHeader: 'x-api-key', missingKey: 401, clock })
+  assert.equal(gate.decide(undefined, '192.0.2.1', ['X-Api-Key', 'alice']).status, 0)
+  assert.equal(gate.decide(undefined, '192.0.2.1', ['x-api-key', 'alice']).status, 429)
+  // Two lines, a comma, an empty value: no key.
+  for (const lines of [['x-api-key', 'bob', 'x-api-key', 'carol'], ['x-api-key', 'bob, carol'], ['x-api-key', ' '], []]) {
+    const v = gate.decide(undefined, '192.0.2.1', lines)
+    assert.equal(v.status, 401, JSON.stringify(lines))
+    assert.equal(v.body, 'a key is required for this endpoint\n')
+  }
+  // Without givenKey the key argument is not the key.
+  assert.equal(gate.decide('alice-again', '192.0.2.1', ['x-api-key', 'dave']).status, 0)
+  assert.throws(() => gate.decide(undefined, '192.0.2.1', 'x-api-key: alice'), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' })
+  assert.throws(() => gate.decide(undefined, '192.0.2.1', ['x-api-key', 42]), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' })
+
+  // givenKey: the application's key; an empty one is no key.
+  const given = new rb.Gate({ policies: [{ rate: 1, burst: 1 }], givenKey: true, missingKey: 'shared', clock })
+  assert.equal(given.decide('alice', '192.0.2.1').status, 0)
+  assert.equal(given.decide('alice', '192.0.2.2').status, 429)
+  assert.equal(given.decide('', '192.0.2.1').status, 0)
+  assert.equal(given.decide(null, '192.0.2.2').status, 429)
+  assert.throws(() => new rb.Gate({ policies: [{ rate: 1 }], givenKey: true, keyHeader: 'x-api-key' }), { code: 'ERR_RATEBOUND_INVALID_OPTION' })
+
+  // Behind a proxy: only the configured header, its lines combined in order.
+  const proxied = new rb.Gate({ policies: [{ rate: 1, burst: 1 }], trustedProxies: 1, clock })
+  assert.equal(proxied.decide(undefined, '127.0.0.1', ['X-Forwarded-For', '6.6.6.0', 'x-forwarded-for', '203.0.113.9']).status, 0)
+  assert.equal(proxied.decide(undefined, '127.0.0.1', ['x-forwarded-for', '6.6.6.1, 203.0.113.9', 'forwarded', 'for=9.9.9.9']).status, 429)
+
+  // Load shedding only: no policy, a concurrency limit.
+  const shedOnly = new rb.Gate({ policies: [], concurrencyLimit: 1 })
+  assert.equal(shedOnly.tryEnter(), true)
+  assert.equal(shedOnly.tryEnter(), false)
+  shedOnly.leave()
+  assert.equal(shedOnly.decide(undefined, '192.0.2.1').status, 0)
+  assert.throws(() => new rb.Gate({ policies: [] }), { code: 'ERR_RATEBOUND_NO_LIMITERS' })
+})
+
+test('http.clientIp reads only the configured header from trusted proxies', () => {
+  const lines = ['X-Forwarded-For', '203.0.113.9', 'Forwarded', 'for=6.6.6.6', 'CF-Connecting-IP', '198.51.100.7']
+  assert.equal(rb.http.clientIp('10.0.0.5', lines), '10.0.0.5')
+  assert.equal(rb.http.clientIp('10.0.0.5', lines, ['10.0.0.0/8']), '203.0.113.9')
+  assert.equal(rb.http.clientIp('10.0.0.5', lines, '10.0.0.0/8', 'forwarded'), '6.6.6.6')
+  assert.equal(rb.http.clientIp('10.0.0.5', lines, 1, 'cf-connecting-ip'), '198.51.100.7')
+  assert.equal(rb.http.clientIp('198.51.100.1', lines, ['10.0.0.0/8'], 'cf-connecting-ip'), '198.51.100.1')
+  assert.throws(() => rb.http.clientIp('10.0.0.5', lines, true), { code: 'ERR_RATEBOUND_INVALID_OPTION' })
+  assert.throws(() => rb.http.clientIp('10.0.0.5', {}, 1), { code: 'ERR_INVALID_ARG_TYPE' })
 })
 
 // Load shedding: a cap of 4 in front of a slow route; 10 requests at once:

@@ -54,15 +54,22 @@ async function waiting(): Promise<void> {
 }
 
 const mw = express({ rate: 1, burst: 2, key: { header: 'x-api-key' }, skip: (req) => req.path === '/health', concurrencyLimit: 64, critical: (req) => req.path === '/pay' })
+const behindCloudflare = express({ rate: 1, trustedProxies: ['173.245.48.0/20'], clientIpHeader: 'cf-connecting-ip', missingKey: 401, keyHeader: 'x-api-key' })
 const gate: Gate = mw.gate
-const v = gate.decide('alice', '127.0.0.1')
+const v = gate.decide(undefined, '127.0.0.1', ['X-API-Key', 'alice'])
 const status: number = v.status
+const given = new Gate({ policies: [{ rate: 1 }], givenKey: true, trustedProxies: 1 })
+given.decide('alice', '127.0.0.1')
 const plugin: typeof fastify = fastify
 const secs: number = http.retryAfterSecs(1)
+const client: string = http.clientIp('10.0.0.5', ['X-Forwarded-For', '203.0.113.9'], ['10.0.0.0/8'], 'x-forwarded-for')
+
+// @ts-expect-error: missingKey is 'ip', 'shared' or a status
+express({ rate: 1, missingKey: 'nobody' })
 
 // @ts-expect-error: rate is a number or a string
 new TokenBucket({ rate: true })
 // @ts-expect-error: check takes a count
 tb.check('two')
 
-export { t, d2, ok, fields, kd, removed, size, waiting, status, plugin, secs }
+export { t, d2, ok, fields, kd, removed, size, waiting, status, plugin, secs, client, behindCloudflare }

@@ -118,7 +118,9 @@ async function main() {
   // middleware and the Fastify hook with stand-in request/response objects
   // (key by IP; headers set on a no-op response).
   const mw = rb.express({ rate: BIG, burst: BIG })
-  const req = { ip: '127.0.0.1', headers: {}, socket: { remoteAddress: '127.0.0.1' } }
+  const socket = { remoteAddress: '127.0.0.1' }
+  const rawHeaders = ['Host', '127.0.0.1', 'Accept', '*/*']
+  const req = { ip: '127.0.0.1', headers: {}, rawHeaders, socket, raw: { rawHeaders, socket } }
   const res = { setHeader() {} }
   const next = () => {}
   row('middleware', 'ratebound express() middleware, one request (stand-in req/res)', bench(() => mw(req, res, next) === undefined, 300_000))

@@ -4,7 +4,9 @@
 //! case (`ERR_RATEBOUND_INVALID_RATE`, `ERR_RATEBOUND_INSUFFICIENT_CAPACITY`,
 //! ...). Numbers out of range are `RangeError`s; values of the wrong kind (a
 //! quota string that does not parse, an unknown option name, a missing
-//! option) are `TypeError`s; the rest (`TOO_MANY_KEYS`) are plain `Error`s.
+//! option, a middleware option of the wrong kind —
+//! `ERR_RATEBOUND_INVALID_OPTION`) are `TypeError`s; the rest
+//! (`TOO_MANY_KEYS`) are plain `Error`s.
 
 use napi::bindgen_prelude::*;
 use ratebound::Error as CoreError;
@@ -23,9 +25,10 @@ pub enum Kind {
 /// The JavaScript error class for `e`.
 pub fn kind(e: &CoreError) -> Kind {
     match e {
-        CoreError::Parse { .. } | CoreError::Unsupported { .. } | CoreError::NoLimiters => {
-            Kind::Type
-        }
+        CoreError::Parse { .. }
+        | CoreError::Unsupported { .. }
+        | CoreError::NoLimiters
+        | CoreError::InvalidOption { .. } => Kind::Type,
         CoreError::InvalidNumber { reason, .. } if reason.starts_with("is required") => Kind::Type,
         CoreError::TooManyKeys { .. } => Kind::Plain,
         _ => Kind::Range,

@@ -66,6 +66,11 @@ impl<T> Slab<T> {
     fn get(&self, slot: u32) -> Option<&T> {
         self.items.get(slot as usize)?.as_deref()
     }
+
+    #[inline]
+    fn get_arc(&self, slot: u32) -> Option<Arc<T>> {
+        self.items.get(slot as usize)?.clone()
+    }
 }
 
 thread_local! {
@@ -495,28 +500,6 @@ unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
     kind
 }
 
-/// A string argument, or `None` for anything else.
-unsafe fn opt_string(env: sys::napi_env, v: sys::napi_value) -> Option<String> {
-    // SAFETY: live handles (the caller's contract).
-    unsafe {
-        if type_of(env, v) != sys::ValueType::napi_string {
-            return None;
-        }
-        let mut len = 0usize;
-        sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len);
-        let mut buf = vec![0u8; len + 1];
-        sys::napi_get_value_string_utf8(
-            env,
-            v,
-            buf.as_mut_ptr().cast::<c_char>(),
-            buf.len(),
-            &mut len,
-        );
-        buf.truncate(len);
-        String::from_utf8(buf).ok()
-    }
-}
-
 /// An IP address argument (a string), or `None`.
 unsafe fn opt_ip(env: sys::napi_env, v: sys::napi_value) -> Option<std::net::IpAddr> {
     // SAFETY: live handles (the caller's contract).
@@ -537,7 +520,224 @@ unsafe fn opt_ip(env: sys::napi_env, v: sys::napi_value) -> Option<std::net::IpA
     }
 }
 
-/// `gateDecide(slot, key, peer, xForwardedFor, forwarded)` -> one string,
+/// Appends the UTF-8 bytes of the string `v` to `out`; `false` if `v` is
+/// not a string.
+unsafe fn push_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> bool {
+    let mut len = 0usize;
+    // SAFETY: live handles (the caller's contract); a null buffer asks for
+    // the length only.
+    let status = unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len) };
+    if status != sys::Status::napi_ok {
+        return false;
+    }
+    let start = out.len();
+    out.resize(start + len + 1, 0);
+    let mut written = 0usize;
+    // SAFETY: `out[start..]` holds `len + 1` bytes, room for the string and a NUL.
+    unsafe {
+        sys::napi_get_value_string_utf8(
+            env,
+            v,
+            out[start..].as_mut_ptr().cast::<c_char>(),
+            len + 1,
+            &mut written,
+        )
+    };
+    out.truncate(start + written);
+    true
+}
+
+/// A request's header lines as Node gives them (`req.rawHeaders`: a flat
+/// array `[name, value, name, value, ...]`, in the order received,
+/// duplicates kept), copied out for the core: only the lines of the fields
+/// the gate reads ([`any::Gate::header_names`]), and nothing at all when it
+/// reads none. Every JavaScript value is read before the core decides, so no
+/// JavaScript (an array getter) can run while it does.
+pub struct Lines<'n> {
+    /// The field names wanted, lower case.
+    names: Vec<&'n str>,
+    /// Each line: the index of its name in `names`, and its value's range
+    /// in `bytes`.
+    lines: Vec<(usize, std::ops::Range<usize>)>,
+    bytes: Vec<u8>,
+}
+
+/// `rawHeaders` that is not a flat array of strings.
+pub struct NotRawHeaders;
+
+/// The message of [`NotRawHeaders`].
+pub const RAW_HEADERS_TYPE: &str =
+    "rawHeaders must be a flat array of strings [name, value, ...] (req.rawHeaders)";
+
+impl<'n> Lines<'n> {
+    /// No lines.
+    pub fn none() -> Lines<'n> {
+        Lines {
+            names: Vec::new(),
+            lines: Vec::new(),
+            bytes: Vec::new(),
+        }
+    }
+
+    /// The lines of the fields `names` (lower case) in the array `value`
+    /// (`undefined`, `null` or a null handle: no lines). Names are compared
+    /// without regard to case.
+    ///
+    /// # Errors
+    /// [`NotRawHeaders`] when `value` is neither absent nor an array, or
+    /// when a name, or the value of a wanted line, is not a string.
+    ///
+    /// # Safety
+    /// `env` and `value` (unless null) must be the live handles of the
+    /// current callback.
+    pub unsafe fn read(
+        env: sys::napi_env,
+        value: sys::napi_value,
+        names: impl IntoIterator<Item = &'n str>,
+    ) -> std::result::Result<Lines<'n>, NotRawHeaders> {
+        let mut out = Lines::none();
+        if value.is_null() {
+            return Ok(out);
+        }
+        // SAFETY: live handles (the caller's contract).
+        unsafe {
+            match type_of(env, value) {
+                sys::ValueType::napi_undefined | sys::ValueType::napi_null => return Ok(out),
+                sys::ValueType::napi_object => {}
+                _ => return Err(NotRawHeaders),
+            }
+            let mut is_array = false;
+            sys::napi_is_array(env, value, &mut is_array);
+            if !is_array {
+                return Err(NotRawHeaders);
+            }
+            out.names.extend(names);
+            if out.names.is_empty() {
+                return Ok(out);
+            }
+            let mut len = 0u32;
+            sys::napi_get_array_length(env, value, &mut len);
+            // A name longer than every wanted one by at most 3 bytes still
+            // shows as longer: N-API writes whole characters (≤ 4 bytes)
+            // into the room of the longest name plus 4.
+            let room = out.names.iter().map(|n| n.len()).max().unwrap_or(0) + 5;
+            let mut stack = [0u8; 128];
+            let mut heap = Vec::new();
+            let buf: &mut [u8] = if room <= stack.len() {
+                &mut stack[..room]
+            } else {
+                heap.resize(room, 0);
+                &mut heap
+            };
+            let mut i = 0u32;
+            while i + 1 < len {
+                let mut name = ptr::null_mut();
+                sys::napi_get_element(env, value, i, &mut name);
+                let mut written = 0usize;
+                let status = sys::napi_get_value_string_utf8(
+                    env,
+                    name,
+                    buf.as_mut_ptr().cast::<c_char>(),
+                    buf.len(),
+                    &mut written,
+                );
+                if status != sys::Status::napi_ok {
+                    return Err(NotRawHeaders);
+                }
+                let got = &buf[..written];
+                if let Some(which) = out
+                    .names
+                    .iter()
+                    .position(|n| n.as_bytes().eq_ignore_ascii_case(got))
+                {
+                    let mut line = ptr::null_mut();
+                    sys::napi_get_element(env, value, i + 1, &mut line);
+                    let start = out.bytes.len();
+                    if !push_utf8(env, line, &mut out.bytes) {
+                        return Err(NotRawHeaders);
+                    }
+                    out.lines.push((which, start..out.bytes.len()));
+                }
+                i += 2;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl ratebound::http::Headers for Lines<'_> {
+    fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, mut f: F) {
+        for (which, range) in &self.lines {
+            if self.names[*which].eq_ignore_ascii_case(name) {
+                f(&self.bytes[range.clone()]);
+            }
+        }
+    }
+}
+
+/// What a gate call's arguments failed on.
+pub enum DecideError {
+    /// The key.
+    Key(KeyError),
+    /// The header lines.
+    Headers,
+}
+
+/// `gate`'s verdict for one request, given to `f`: `key` (absent, `null` or
+/// `undefined` for none; read only by a gate whose key is given), the peer
+/// and the raw header lines (see [`Lines`]).
+///
+/// # Safety
+/// `env` and the handles (unless null) must be the live handles of the
+/// current callback.
+pub unsafe fn decide<R>(
+    env: sys::napi_env,
+    gate: &any::Gate,
+    key: sys::napi_value,
+    peer: Option<std::net::IpAddr>,
+    raw_headers: sys::napi_value,
+    f: impl FnOnce(&any::Verdict<'_>) -> R,
+) -> std::result::Result<R, DecideError> {
+    // SAFETY: the caller's contract. Every header line is copied out before
+    // `with_key` borrows a Uint8Array's bytes, so no JavaScript runs while
+    // the core reads them.
+    unsafe {
+        let headers =
+            Lines::read(env, raw_headers, gate.header_names()).map_err(|_| DecideError::Headers)?;
+        let absent = key.is_null()
+            || matches!(
+                type_of(env, key),
+                sys::ValueType::napi_undefined | sys::ValueType::napi_null
+            );
+        if absent {
+            let request = any::Request {
+                key: None,
+                peer,
+                headers: &headers,
+            };
+            return Ok(f(&gate.decide(&request)));
+        }
+        with_key(env, key, |k| {
+            let request = any::Request {
+                key: Some(k),
+                peer,
+                headers: &headers,
+            };
+            f(&gate.decide(&request))
+        })
+        .map_err(DecideError::Key)
+    }
+}
+
+/// Throws the error a bad gate argument gets.
+pub fn decide_error(env: &Env, e: DecideError) -> napi::Error {
+    match e {
+        DecideError::Key(e) => key_error(env, e),
+        DecideError::Headers => error::invalid_type(env, RAW_HEADERS_TYPE),
+    }
+}
+
+/// `gateDecide(slot, key, peer, rawHeaders)` -> one string,
 /// `status \0 contentType \0 body (\0 name \0 value)*`: a single value
 /// crosses the boundary whatever the number of header fields.
 unsafe extern "C" fn raw_gate_decide(
@@ -546,37 +746,43 @@ unsafe extern "C" fn raw_gate_decide(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, key, peer, xff, fwd] = args::<5>(env, info);
+        let [h, key, peer, raw_headers] = args::<4>(env, info);
         let h = slot(env, h);
         let peer = opt_ip(env, peer);
-        let (xff, fwd) = (opt_string(env, xff), opt_string(env, fwd));
-        let absent = matches!(
-            type_of(env, key),
-            sys::ValueType::napi_undefined | sys::ValueType::napi_null
-        );
-        let verdict = GATES.with(|s| {
-            let s = s.borrow();
-            let gate = s.get(h)?;
-            let decide = |key: Option<Key<'_>>| {
-                gate.decide(&any::Request {
-                    key,
-                    peer,
-                    x_forwarded_for: xff.as_deref(),
-                    forwarded: fwd.as_deref(),
-                })
-            };
-            Some(if absent {
-                Ok(decide(None))
+        // The gate is held by its own reference, not by a borrow of the
+        // table: nothing the call does can then collide with the table.
+        let Some(gate) = GATES.with(|s| s.borrow().get_arc(h)) else {
+            raw_throw(
+                env,
+                error::Kind::Type,
+                "ERR_INVALID_THIS",
+                "not a live ratebound gate",
+            );
+            return ptr::null_mut();
+        };
+        let out = decide(env, &gate, key, peer, raw_headers, |verdict| {
+            use std::fmt::Write;
+            let mut out = String::with_capacity(96);
+            let _ = write!(out, "{}", verdict.status);
+            out.push('\0');
+            if let Some((content_type, body)) = &verdict.body {
+                out.push_str(content_type);
+                out.push('\0');
+                out.push_str(body);
             } else {
-                with_key(env, key, |k| match k {
-                    Key::Text("") | Key::Bytes([]) => decide(None),
-                    k => decide(Some(k)),
-                })
-            })
+                out.push('\0');
+            }
+            for (name, value) in verdict.fields.iter() {
+                out.push('\0');
+                out.push_str(name);
+                out.push('\0');
+                let _ = write!(out, "{value}");
+            }
+            out
         });
-        let verdict = match verdict {
-            Some(Ok(v)) => v,
-            Some(Err(_)) => {
+        let out = match out {
+            Ok(out) => out,
+            Err(DecideError::Key(KeyError::Type)) => {
                 raw_throw(
                     env,
                     error::Kind::Type,
@@ -585,32 +791,25 @@ unsafe extern "C" fn raw_gate_decide(
                 );
                 return ptr::null_mut();
             }
-            None => {
+            Err(DecideError::Key(KeyError::Range)) => {
+                raw_throw(
+                    env,
+                    error::Kind::Range,
+                    "ERR_RATEBOUND_INVALID_KEY",
+                    "a numeric key must be a safe integer",
+                );
+                return ptr::null_mut();
+            }
+            Err(DecideError::Headers) => {
                 raw_throw(
                     env,
                     error::Kind::Type,
-                    "ERR_INVALID_THIS",
-                    "not a live ratebound gate",
+                    "ERR_INVALID_ARG_TYPE",
+                    RAW_HEADERS_TYPE,
                 );
                 return ptr::null_mut();
             }
         };
-        let mut out = String::with_capacity(96);
-        out.push_str(&verdict.status.to_string());
-        out.push('\0');
-        if let Some((content_type, body)) = &verdict.body {
-            out.push_str(content_type);
-            out.push('\0');
-            out.push_str(body);
-        } else {
-            out.push('\0');
-        }
-        for (name, value) in &verdict.headers {
-            out.push('\0');
-            out.push_str(name);
-            out.push('\0');
-            out.push_str(value);
-        }
         let mut js = ptr::null_mut();
         sys::napi_create_string_utf8(
             env,

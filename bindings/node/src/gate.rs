@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
+use napi::JsValue;
 use napi::bindgen_prelude::*;
-use napi::{JsValue, sys};
 use napi_derive::napi;
-use ratebound::any::{self, GateOptions as CoreOptions, MissingKey, QuotaHeaders, RefusalBody};
-use ratebound::http::{Cidr, TrustedProxies};
+use ratebound::Error as CoreError;
+use ratebound::any::{self, GateOptions as CoreOptions, KeySource, Loose};
 
-use crate::error::{OrThrow, invalid_type};
-use crate::fast::{self, key_error, with_key};
+use crate::error::{OrThrow, throw};
+use crate::fast;
 use crate::limiters::{
     ManualClock, clock_of, loose_number, loose_rate, rate_of, undefined_not_none,
 };
@@ -37,33 +37,63 @@ pub struct PolicyOptions<'a> {
     pub window: Option<Unknown<'a>>,
 }
 
-/// Options of `new Gate(...)`.
+/// Options of `new Gate(...)`. Every option but `policies` is optional and
+/// its default is the core's (`GateOptions::default`, the same for the
+/// Rust, Python and Node middleware); each is parsed by the core
+/// (`GateOptions::set`).
 #[napi(object, object_to_js = false)]
 pub struct GateOptions<'a> {
-    /// The policies, all applied to every request (all or nothing).
+    /// The policies, all applied to every request (all or nothing). May be
+    /// empty when `concurrencyLimit` is set (load shedding only).
     pub policies: Vec<PolicyOptions<'a>>,
-    /// Whose forwarding headers to believe: a list of CIDR networks
-    /// (`['10.0.0.0/8']`) or a number of proxy hops. Default: none.
-    pub trusted_proxies: Option<Either<Vec<String>, f64>>,
+    /// Key requests by this header (any case), e.g. `'x-api-key'`. A
+    /// request has a key only when it has exactly one line of it, not empty
+    /// after trimming and without a comma; otherwise it has none (see
+    /// `missingKey`). Default: key by client IP.
+    #[napi(ts_type = "string")]
+    pub key_header: Option<Unknown<'a>>,
+    /// The key is the application's: the `key` argument of `decide` (a
+    /// string, safe integer or `Uint8Array`; `null`, `undefined` or empty
+    /// for none). Without it (or `keyHeader`) requests are keyed by client
+    /// IP and `key` is ignored.
+    pub given_key: Option<bool>,
+    /// Whose forwarding header to believe: CIDR networks (`['10.0.0.0/8']`
+    /// or one string) or a number of proxy hops in front of the app.
+    /// Default: nobody's (the peer is the client).
+    #[napi(ts_type = "string | string[] | number")]
+    pub trusted_proxies: Option<Unknown<'a>>,
+    /// The forwarding header the trusted proxies set: `'x-forwarded-for'`
+    /// (the default), `'forwarded'` (RFC 7239) or a single-address header
+    /// such as `'cf-connecting-ip'` or `'x-real-ip'`. Only this header is
+    /// read; it requires `trustedProxies`.
+    #[napi(ts_type = "string")]
+    pub client_ip_header: Option<Unknown<'a>>,
     /// IPv6 keys are cut to this prefix length (default 64).
-    pub ipv6_prefix: Option<f64>,
-    /// A request without a key: `'ip'` (key it by client IP, the default),
-    /// `'shared'` (one bucket for all keyless requests) or a status to refuse
-    /// it with (e.g. 401).
-    pub missing_key: Option<Either<String, f64>>,
+    #[napi(ts_type = "number")]
+    pub ipv6_prefix: Option<Unknown<'a>>,
+    /// A request without a valid key: `'ip'` (key it by client IP, the
+    /// default), `'shared'` (one bucket for all keyless requests) or a
+    /// status 400-599 to refuse it with (e.g. 401).
+    #[napi(ts_type = "'ip' | 'shared' | number")]
+    pub missing_key: Option<Unknown<'a>>,
     /// Quota header fields: `'draft'` (IETF `RateLimit-Policy` and
     /// `RateLimit`, the default), `'legacy'` (`X-RateLimit-*`) or `'off'`.
-    pub headers: Option<String>,
+    #[napi(ts_type = "'draft' | 'legacy' | 'off'")]
+    pub headers: Option<Unknown<'a>>,
     /// The refusal body: `'text'` (default) or `'problem+json'` (RFC 9457).
-    pub body: Option<String>,
+    #[napi(ts_type = "'text' | 'problem+json'")]
+    pub body: Option<Unknown<'a>>,
     /// The most keys per policy (default 1 000 000).
-    pub max_keys: Option<f64>,
+    #[napi(ts_type = "number")]
+    pub max_keys: Option<Unknown<'a>>,
     /// At the cap: `'evict'` (default) or `'reject'` (a new key gets 503).
-    pub overflow: Option<String>,
+    #[napi(ts_type = "'evict' | 'reject'")]
+    pub overflow: Option<Unknown<'a>>,
     /// Load shedding: at most this many requests in flight; beyond it
     /// `tryEnter()` is false and the middleware answers `shed()` (503,
     /// `Retry-After: 1`) at once. Default: no cap.
-    pub concurrency_limit: Option<f64>,
+    #[napi(ts_type = "number")]
+    pub concurrency_limit: Option<Unknown<'a>>,
     /// A `ManualClock` to decide with (default: the monotonic clock).
     pub clock: Option<&'static ManualClock>,
 }
@@ -72,7 +102,7 @@ pub struct GateOptions<'a> {
 #[napi(object)]
 pub struct Verdict {
     /// 0 to let the request through; otherwise the status to answer with
-    /// (429, 503, or the `missingKey` status).
+    /// (429, 503, 500, or the `missingKey` status).
     pub status: u32,
     /// Header fields to set, flat: `[name, value, name, value, ...]`, names
     /// in lower case (on a pass, for the response of the route).
@@ -84,14 +114,14 @@ pub struct Verdict {
 }
 
 /// The core's verdict as a JS object.
-fn verdict(v: any::Verdict) -> Verdict {
-    let mut headers = Vec::with_capacity(v.headers.len() * 2);
-    for (name, value) in v.headers {
+fn verdict(v: &any::Verdict<'_>) -> Verdict {
+    let mut headers = Vec::new();
+    for (name, value) in v.headers() {
         headers.push(name.to_string());
         headers.push(value);
     }
-    let (content_type, body) = match v.body {
-        Some((t, b)) => (Some(t.to_string()), Some(b)),
+    let (content_type, body) = match &v.body {
+        Some((t, b)) => (Some(t.to_string()), Some(b.clone())),
         None => (None, None),
     };
     Verdict {
@@ -102,11 +132,77 @@ fn verdict(v: any::Verdict) -> Verdict {
     }
 }
 
-/// An HTTP middleware's whole decision, made by the core: the key (the
-/// application's key, else the client IP under the trusted-proxy rules,
-/// IPv6 grouped by prefix), every policy all-or-nothing, and the answer —
-/// status, `Retry-After` in whole seconds rounded up, the quota fields and
-/// the body. `express()` and `fastify()` only move these values in and out.
+/// Sets the option `name` from a JavaScript value: a string, a number or an
+/// array of strings, as the core's `GateOptions::set` takes them;
+/// `null`/`undefined` leave the default.
+pub fn set_option(
+    env: &Env,
+    options: &mut CoreOptions,
+    name: &'static str,
+    value: &Option<Unknown<'_>>,
+) -> Result<()> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    let wrong = |shown: String, reason| {
+        throw(
+            env,
+            &CoreError::InvalidOption {
+                name,
+                value: shown,
+                reason,
+            },
+        )
+    };
+    match value.get_type()? {
+        ValueType::Undefined | ValueType::Null => Ok(()),
+        ValueType::String => {
+            let text = String::from_unknown(*value)?;
+            options.set(name, Loose::Text(&text)).or_throw(env)
+        }
+        ValueType::Number => {
+            let number = f64::from_unknown(*value)?;
+            options.set(name, Loose::Number(number)).or_throw(env)
+        }
+        ValueType::Object if value.is_array()? => {
+            let mut list = Vec::new();
+            for item in Vec::<Unknown<'_>>::from_unknown(*value)? {
+                if item.get_type()? != ValueType::String {
+                    return Err(wrong(shown(item)?, "must be a list of strings"));
+                }
+                list.push(String::from_unknown(item)?);
+            }
+            let list: Vec<&str> = list.iter().map(String::as_str).collect();
+            options.set(name, Loose::List(&list)).or_throw(env)
+        }
+        _ => Err(wrong(
+            shown(*value)?,
+            "must be a string, a number or a list of strings",
+        )),
+    }
+}
+
+/// A value for an error message: its string form, or its type.
+fn shown(value: Unknown<'_>) -> Result<String> {
+    Ok(match value.get_type()? {
+        ValueType::Boolean => bool::from_unknown(value)?.to_string(),
+        ValueType::Number => f64::from_unknown(value)?.to_string(),
+        ValueType::Undefined => "undefined".into(),
+        ValueType::Null => "null".into(),
+        ValueType::Object if value.is_array()? => "an array".into(),
+        ValueType::Object => "an object".into(),
+        ValueType::Function => "a function".into(),
+        ValueType::Symbol => "a symbol".into(),
+        _ => "a value".into(),
+    })
+}
+
+/// An HTTP middleware's whole decision, made by the core
+/// (`ratebound::any::Gate`): the key (the `keyHeader`, the application's
+/// key, or the client IP under the trusted-proxy rules, IPv6 grouped by
+/// prefix), every policy all-or-nothing, and the answer — status,
+/// `Retry-After` in whole seconds rounded up, the quota fields and the
+/// body. `express()` and `fastify()` only move these values in and out.
 #[napi]
 pub struct Gate {
     inner: Arc<any::Gate>,
@@ -144,60 +240,34 @@ impl Gate {
             ));
         }
         let mut o = CoreOptions::default();
-        match &options.trusted_proxies {
-            None => {}
-            Some(Either::A(cidrs)) => {
-                let cidrs = cidrs
-                    .iter()
-                    .map(|c| Cidr::parse(c))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .or_throw(&env)?;
-                o.trusted = TrustedProxies::Cidrs(cidrs);
-            }
-            Some(Either::B(hops)) => {
-                o.trusted = TrustedProxies::Hops(
-                    any::whole("trustedProxies", *hops, 0).or_throw(&env)? as usize,
-                );
-            }
+        let loose = [
+            ("keyHeader", &options.key_header),
+            ("trustedProxies", &options.trusted_proxies),
+            ("clientIpHeader", &options.client_ip_header),
+            ("ipv6Prefix", &options.ipv6_prefix),
+            ("missingKey", &options.missing_key),
+            ("headers", &options.headers),
+            ("body", &options.body),
+            ("maxKeys", &options.max_keys),
+            ("overflow", &options.overflow),
+            ("concurrencyLimit", &options.concurrency_limit),
+        ];
+        for (name, value) in loose {
+            set_option(&env, &mut o, name, value)?;
         }
-        if let Some(bits) = options.ipv6_prefix {
-            let bits = any::whole("ipv6Prefix", bits, 0).or_throw(&env)?;
-            o.ipv6_prefix = u8::try_from(bits.min(128)).unwrap_or(128);
-        }
-        o.missing = match &options.missing_key {
-            None => MissingKey::FallBackToIp,
-            Some(Either::A(s)) if s == "ip" => MissingKey::FallBackToIp,
-            Some(Either::A(s)) if s == "shared" => MissingKey::SharedAnonymous,
-            Some(Either::B(status))
-                if (100.0..=599.0).contains(status) && status.fract() == 0.0 =>
-            {
-                MissingKey::Reject(*status as u16)
-            }
-            Some(_) => {
-                return Err(invalid_type(
+        if options.given_key == Some(true) {
+            if let KeySource::Header(header) = &o.key {
+                return Err(throw(
                     &env,
-                    "missingKey is 'ip', 'shared' or an HTTP status (100-599)",
+                    &CoreError::InvalidOption {
+                        name: "givenKey",
+                        value: header.clone(),
+                        reason: "cannot be combined with keyHeader",
+                    },
                 ));
             }
-        };
-        o.headers =
-            QuotaHeaders::parse(options.headers.as_deref().unwrap_or("draft")).or_throw(&env)?;
-        o.body = match options.body.as_deref() {
-            None | Some("text") => RefusalBody::Text,
-            Some("problem+json") | Some("problem_json") => RefusalBody::ProblemJson,
-            Some(_) => return Err(invalid_type(&env, "body is 'text' or 'problem+json'")),
-        };
-        let overflow =
-            any::overflow(options.overflow.as_deref().unwrap_or("evict")).or_throw(&env)?;
-        let max = match options.max_keys {
-            Some(m) => any::whole("maxKeys", m, 1).or_throw(&env)? as usize,
-            None => o.max_keys.map_or(1_000_000, |(m, _)| m),
-        };
-        o.max_keys = Some((max, overflow));
-        o.concurrency_limit = match options.concurrency_limit {
-            Some(c) => Some(any::whole("concurrencyLimit", c, 1).or_throw(&env)? as usize),
-            None => None,
-        };
+            o.key = KeySource::Given;
+        }
         let inner = Arc::new(any::Gate::new(policies, o, clock_of(options.clock)).or_throw(&env)?);
         Ok(Gate {
             handle: fast::register_gate(inner.clone()),
@@ -205,48 +275,30 @@ impl Gate {
         })
     }
 
-    /// The decision for one request: `key` (a string, safe integer or
-    /// `Uint8Array`; `null`/`undefined`/`''` for none), the peer address, and
-    /// the `X-Forwarded-For` and `Forwarded` fields (read only from trusted
-    /// proxies).
+    /// The decision for one request: `key` (with `givenKey`: a string, safe
+    /// integer or `Uint8Array`; `null`/`undefined`/`''` for none; ignored
+    /// otherwise), the peer address (the socket's, or the framework's
+    /// `req.ip`), and the request's raw header lines (`req.rawHeaders`: a
+    /// flat array `[name, value, ...]` in the order received). The gate
+    /// reads only the `keyHeader` lines and, with `trustedProxies`, the
+    /// `clientIpHeader` lines.
     #[napi(
-        ts_args_type = "key?: string | number | Uint8Array | null, peer?: string | null, xForwardedFor?: string | null, forwarded?: string | null"
+        ts_args_type = "key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null"
     )]
     pub fn decide(
         &self,
         env: Env,
         key: Option<Unknown<'_>>,
         peer: Option<String>,
-        x_forwarded_for: Option<String>,
-        forwarded: Option<String>,
+        raw_headers: Option<Unknown<'_>>,
     ) -> Result<Verdict> {
         let peer = peer.and_then(|p| p.parse().ok());
-        let decide = |key: Option<any::Key<'_>>| {
-            self.inner.decide(&any::Request {
-                key,
-                peer,
-                x_forwarded_for: x_forwarded_for.as_deref(),
-                forwarded: forwarded.as_deref(),
-            })
-        };
-        let key =
-            key.filter(|k| !matches!(k.get_type(), Ok(ValueType::Undefined) | Ok(ValueType::Null)));
-        let v = match key {
-            None => decide(None),
-            Some(k) => {
-                let raw_env: sys::napi_env = env.raw();
-                // SAFETY: the env and the argument of the current call.
-                #[allow(unsafe_code)]
-                let r = unsafe {
-                    with_key(raw_env, k.raw(), |k| match k {
-                        any::Key::Text("") | any::Key::Bytes([]) => decide(None),
-                        k => decide(Some(k)),
-                    })
-                };
-                r.map_err(|e| key_error(&env, e))?
-            }
-        };
-        Ok(verdict(v))
+        let key = key.map_or(std::ptr::null_mut(), |k| k.raw());
+        let lines = raw_headers.map_or(std::ptr::null_mut(), |h| h.raw());
+        // SAFETY: the env and the arguments of the current call.
+        #[allow(unsafe_code)]
+        let v = unsafe { fast::decide(env.raw(), &self.inner, key, peer, lines, verdict) };
+        v.map_err(|e| fast::decide_error(&env, e))
     }
 
     /// Load shedding: a place among the requests in flight (always `true`
@@ -272,7 +324,15 @@ impl Gate {
     /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
     #[napi]
     pub fn shed(&self) -> Verdict {
-        verdict(self.inner.shed())
+        verdict(&self.inner.shed())
+    }
+
+    /// The header fields the gate reads (the key header; the forwarding
+    /// header when proxies are trusted), lower case. A middleware may hand
+    /// over only these lines.
+    #[napi(getter)]
+    pub fn header_names(&self) -> Vec<String> {
+        self.inner.header_names().map(str::to_string).collect()
     }
 
     /// The `RateLimit-Policy` field value.

@@ -3,12 +3,16 @@
 
 use std::time::Duration;
 
+use napi::JsValue;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratebound::http::{self, Cidr, Policy, TrustedProxies};
+use ratebound::any::GateOptions;
+use ratebound::http::{self, Policy};
 use ratebound::{Error as CoreError, any};
 
 use crate::error::{OrThrow, invalid_type};
+use crate::fast::{Lines, RAW_HEADERS_TYPE};
+use crate::gate::set_option;
 use crate::limiters::{RateOption, rate_of};
 
 fn ip(env: &Env, s: &str) -> Result<std::net::IpAddr> {
@@ -40,37 +44,36 @@ pub fn ip_key(env: Env, address: String, prefix: f64) -> Result<String> {
     Ok(http::ip_key(ip(&env, &address)?, prefix).to_string())
 }
 
-/// The client's address from the peer and the forwarding fields, believing
-/// only `trusted` proxies (CIDR networks or a hop count; none by default).
-#[napi(namespace = "http")]
+/// The client's address: the peer, or — only when `trustedProxies` says
+/// the peer is a proxy (CIDR networks, one CIDR string, or a number of
+/// hops; none by default) — the address the `clientIpHeader` reports
+/// (`'x-forwarded-for'` by default, `'forwarded'`, or a single-address
+/// header such as `'cf-connecting-ip'`), as the core's `client_ip` finds
+/// it. `rawHeaders` are the request's header lines as `req.rawHeaders`
+/// gives them (`[name, value, ...]`, in order, repeated lines kept): only
+/// the lines of that one header are read, combined in order.
+#[napi(
+    namespace = "http",
+    ts_args_type = "peer: string, rawHeaders?: string[] | null, trustedProxies?: string | string[] | number | null, clientIpHeader?: string | null"
+)]
 pub fn client_ip(
     env: Env,
     peer: String,
-    trusted: Option<Either<Vec<String>, f64>>,
-    x_forwarded_for: Option<String>,
-    forwarded: Option<String>,
+    raw_headers: Option<Unknown<'_>>,
+    trusted_proxies: Option<Unknown<'_>>,
+    client_ip_header: Option<Unknown<'_>>,
 ) -> Result<String> {
-    let trusted = match trusted {
-        None => TrustedProxies::None,
-        Some(Either::A(cidrs)) => TrustedProxies::Cidrs(
-            cidrs
-                .iter()
-                .map(|c| Cidr::parse(c))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .or_throw(&env)?,
-        ),
-        Some(Either::B(hops)) => {
-            TrustedProxies::Hops(any::whole("trusted", hops, 0).or_throw(&env)? as usize)
-        }
-    };
+    let mut o = GateOptions::default();
+    set_option(&env, &mut o, "trustedProxies", &trusted_proxies)?;
+    set_option(&env, &mut o, "clientIpHeader", &client_ip_header)?;
+    let forwarding = o.forwarding.unwrap_or_default();
     let peer = ip(&env, &peer)?;
-    Ok(http::client_ip(
-        peer,
-        x_forwarded_for.as_deref(),
-        forwarded.as_deref(),
-        &trusted,
-    )
-    .to_string())
+    let lines = raw_headers.map_or(std::ptr::null_mut(), |h| h.raw());
+    // SAFETY: the env and an argument of the current call.
+    #[allow(unsafe_code)]
+    let lines = unsafe { Lines::read(env.raw(), lines, [forwarding.header()]) }
+        .map_err(|_| invalid_type(&env, RAW_HEADERS_TYPE))?;
+    Ok(http::client_ip(peer, &lines, &forwarding, &o.trusted).to_string())
 }
 
 /// A token-bucket policy for `rateLimitPolicy`.

@@ -1,0 +1,212 @@
+'use strict'
+// Replays spec/gate.json — the whole middleware decision, the vectors the
+// Rust core, the tower layer and the Python middleware replay — over real
+// HTTP on 127.0.0.1, through rb.express() and the rb.fastify plugin. Each
+// request goes out on its own connection with its header lines in order
+// (repeated lines kept); the server makes the vector's `peer` the socket's
+// remote address before the framework sees the request.
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const http = require('node:http')
+const path = require('node:path')
+const expressLib = require('express')
+const Fastify = require('fastify')
+const rb = require('..')
+
+const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'gate.json')
+const { vectors } = JSON.parse(fs.readFileSync(SPEC, 'utf8'))
+
+// The test-only header carrying the peer the server is to see.
+const PEER = 'x-test-peer'
+
+// Before the framework: the socket's remote address becomes the vector's
+// peer (each request has its own connection, so no other request sees it).
+function withPeer(req) {
+  const peer = req.headers[PEER]
+  if (typeof peer === 'string') {
+    Object.defineProperty(req.socket, 'remoteAddress', { value: peer, configurable: true })
+  }
+}
+
+// The first line of `name` in a request's raw header lines, or undefined.
+function firstLine(rawHeaders, name) {
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    if (rawHeaders[i].toLowerCase() === name) return rawHeaders[i + 1]
+  }
+  return undefined
+}
+
+const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
+
+// The vector's options as the middleware takes them: camelCase names;
+// `key: "given"` is a key function returning the x-given header.
+function middlewareOptions(options, clock, rawOf) {
+  const out = { clock }
+  for (const [name, value] of Object.entries(options)) {
+    if (name === 'key') {
+      if (value !== 'given') throw new Error(`unknown key source ${JSON.stringify(value)}`)
+      out.key = (req) => firstLine(rawOf(req), 'x-given')
+    } else {
+      out[camel(name)] = value
+    }
+  }
+  return out
+}
+
+// One GET / on a fresh connection with exactly these header lines (after
+// Host and the peer), in this order.
+function send(port, peer, lines) {
+  const headers = ['Host', `127.0.0.1:${port}`, PEER, peer]
+  for (const [name, value] of lines) headers.push(name, value)
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: '/', method: 'GET', agent: false, headers }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk) => (body += chunk))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// Takes `n` concurrency places; a place a finished response has not given
+// back yet (its 'close' may trail the client's end) is waited for briefly.
+async function occupy(gate, n) {
+  let taken = 0
+  for (let tries = 0; taken < n && tries < 400; tries++) {
+    if (gate.tryEnter()) taken++
+    else await sleep(5)
+  }
+  return taken
+}
+
+const show = (v) => (v === undefined ? 'absent' : JSON.stringify(v))
+
+async function replay(vector, start, failures) {
+  const clock = new rb.ManualClock()
+  const { port, gate, stop } = await start(vector.options, clock)
+  try {
+    for (const [i, r] of vector.requests.entries()) {
+      const where = `${vector.id} step ${i}`
+      if (r.at_ns !== undefined) clock.setNanos(r.at_ns)
+      const occupied = r.occupied ?? 0
+      const taken = await occupy(gate, occupied)
+      let got
+      try {
+        if (taken !== occupied) failures.push(`${where}: occupied = ${taken}, want ${occupied}`)
+        got = await send(port, r.peer, r.headers)
+      } finally {
+        for (let j = 0; j < taken; j++) gate.leave()
+      }
+      const want = r.expect
+      if (got.status !== want.status) failures.push(`${where}: status = ${got.status}, want ${want.status}`)
+      for (const [name, value] of Object.entries(want.headers ?? {})) {
+        const have = got.headers[name.toLowerCase()]
+        const expected = value === null ? undefined : value
+        if (have !== expected) failures.push(`${where}: header ${name.toLowerCase()} = ${show(have)}, want ${show(expected)}`)
+      }
+      if (want.body !== undefined && got.body !== want.body) {
+        failures.push(`${where}: body = ${show(got.body)}, want ${show(want.body)}`)
+      }
+    }
+  } finally {
+    await stop()
+  }
+}
+
+async function startExpress(options, clock) {
+  const mw = rb.express(middlewareOptions(options, clock, (req) => req.rawHeaders))
+  const app = expressLib()
+  app.use(mw)
+  app.use((req, res) => res.status(200).send('ok'))
+  const server = http.createServer((req, res) => {
+    withPeer(req)
+    app(req, res)
+  })
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  return {
+    port: server.address().port,
+    gate: mw.gate,
+    stop: () => new Promise((r) => server.close(r)),
+  }
+}
+
+async function startFastify(options, clock) {
+  const app = Fastify({
+    serverFactory: (handler) =>
+      http.createServer((req, res) => {
+        withPeer(req)
+        handler(req, res)
+      }),
+  })
+  await app.register(rb.fastify, middlewareOptions(options, clock, (request) => request.raw.rawHeaders))
+  app.get('/', (request, reply) => reply.code(200).send('ok'))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: app.server.address().port, gate: app.ratebound, stop: () => app.close() }
+}
+
+for (const [framework, start] of [
+  ['Express', startExpress],
+  ['Fastify', startFastify],
+]) {
+  test(`spec/gate.json over HTTP: ${framework}`, async () => {
+    const failures = []
+    let replayed = 0
+    for (const vector of vectors) {
+      await replay(vector, start, failures)
+      replayed++
+    }
+    assert.deepEqual(failures, [])
+    assert.equal(replayed, vectors.length)
+    assert.ok(vectors.length >= 48, `${vectors.length} vectors`)
+  })
+}
+
+// The issue's attack: behind one trusted proxy, a client sends the same
+// X-Forwarded-For (what the proxy reports) and a fresh Forwarded each time,
+// hoping the middleware prefers the one it controls. Only the configured
+// header (X-Forwarded-For by default) is read: one bucket, 1 admitted.
+async function forgedForwarded(start) {
+  const { port, stop } = await start()
+  try {
+    const statuses = []
+    for (let i = 0; i < 5; i++) {
+      const r = await send(port, '127.0.0.1', [
+        ['X-Forwarded-For', '5.5.5.5'],
+        ['Forwarded', `for=9.9.${i}.1`],
+      ])
+      statuses.push(r.status)
+    }
+    assert.deepEqual(statuses, [200, 429, 429, 429, 429])
+  } finally {
+    await stop()
+  }
+}
+
+const attackOptions = { rate: 1, burst: 1, trustedProxies: 1 }
+
+test('a forged Forwarded header does not buy fresh buckets: Express', async () => {
+  await forgedForwarded(async () => {
+    const app = expressLib()
+    app.use(rb.express(attackOptions))
+    app.use((req, res) => res.send('ok'))
+    const server = app.listen(0, '127.0.0.1')
+    await new Promise((r) => server.once('listening', r))
+    return { port: server.address().port, stop: () => new Promise((r) => server.close(r)) }
+  })
+})
+
+test('a forged Forwarded header does not buy fresh buckets: Fastify', async () => {
+  await forgedForwarded(async () => {
+    const app = Fastify()
+    await app.register(rb.fastify, attackOptions)
+    app.get('/', async () => 'ok')
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: app.server.address().port, stop: () => app.close() }
+  })
+})
