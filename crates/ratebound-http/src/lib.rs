@@ -350,6 +350,12 @@ impl Headers for Lines<'_> {
             .find(|(at, _)| *at == name.as_ptr() as usize)
             .or_else(|| self.names.iter().find(|(_, n)| n.as_str() == name));
         match known {
+            // No field has a second line (both counts are O(1)): one lookup.
+            Some((_, known)) if self.map.len() == self.map.keys_len() => {
+                if let Some(v) = self.map.get(known) {
+                    f(v.as_bytes());
+                }
+            }
             Some((_, known)) => self.map.get_all(known).iter().for_each(|v| f(v.as_bytes())),
             None => self.map.get_all(name).iter().for_each(|v| f(v.as_bytes())),
         }
@@ -447,15 +453,12 @@ fn convert<B: From<Bytes>>(response: Response<Bytes>) -> Response<B> {
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: From<Bytes> + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: From<Bytes>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ResBody>, S::Error>> + Send>>;
+    type Future = ResponseFuture<S::Future, ResBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -468,7 +471,8 @@ where
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
         if shared.exempt.as_ref().is_some_and(|f| f(&parts)) {
-            return Box::pin(inner.call(Request::from_parts(parts, body)));
+            let future = inner.call(Request::from_parts(parts, body));
+            return ResponseFuture::inner(future, None, [None, None, None]);
         }
         // Shedding first: a saturated service refuses before any token is spent.
         let mut slot = None;
@@ -476,23 +480,95 @@ where
             if shared.gate.try_enter() {
                 slot = Some(Slot(self.shared.clone()));
             } else if !shared.critical.as_ref().is_some_and(|f| f(&parts)) {
-                let shed = shared.refusal(shared.gate.shed());
-                return Box::pin(std::future::ready(Ok(convert(shed))));
+                return ResponseFuture::ready(shared.refusal(shared.gate.shed()));
             }
         }
         let verdict = shared.decide(&parts);
         if !verdict.is_pass() {
-            let refusal = shared.refusal(verdict);
-            return Box::pin(std::future::ready(Ok(convert(refusal))));
+            return ResponseFuture::ready(shared.refusal(verdict));
         }
         // Worked out now, so the response future needs nothing shared.
         let quota = shared.quota_fields(verdict.fields);
         let future = inner.call(Request::from_parts(parts, body));
-        Box::pin(async move {
-            let mut response = future.await?;
-            drop(slot);
-            insert_all(response.headers_mut(), quota);
-            Ok(response)
-        })
+        ResponseFuture::inner(future, slot, quota)
     }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RateLimit`]: a refusal made at once, or the
+    /// inner service's response with the quota fields added (and the
+    /// concurrency place given back when it is done or dropped). Not boxed.
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<F, B> {
+        Ready { response: Option<Response<B>> },
+        Inner {
+            #[pin]
+            future: F,
+            slot: Option<Slot>,
+            quota: QuotaFields,
+        },
+    }
+}
+
+impl<F, B: From<Bytes>> ResponseFuture<F, B> {
+    fn ready(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Ready {
+                response: Some(convert(response)),
+            },
+        }
+    }
+
+    fn inner(future: F, slot: Option<Slot>, quota: QuotaFields) -> Self {
+        ResponseFuture {
+            state: State::Inner {
+                future,
+                slot,
+                quota,
+            },
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: From<Bytes>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            // Polled again after completion: an empty 500 rather than a panic.
+            StateProj::Ready { response } => Poll::Ready(Ok(response
+                .take()
+                .unwrap_or_else(|| convert(plain_empty(StatusCode::INTERNAL_SERVER_ERROR))))),
+            StateProj::Inner {
+                future,
+                slot,
+                quota,
+            } => {
+                let result = std::task::ready!(future.poll(cx));
+                // The inner service is done with its place.
+                drop(slot.take());
+                Poll::Ready(result.map(|mut response| {
+                    insert_all(response.headers_mut(), std::mem::take(quota));
+                    response
+                }))
+            }
+        }
+    }
+}
+
+fn plain_empty(status: StatusCode) -> Response<Bytes> {
+    let mut r = Response::new(Bytes::new());
+    *r.status_mut() = status;
+    r
 }

@@ -441,3 +441,63 @@ async fn window_policies_work_beside_buckets() {
         r#""burst";q=10;w=1, "daily";q=3;w=86400"#
     );
 }
+
+/// The response future is not boxed: a refusal is ready at once, and one
+/// polled again after it finished answers an empty 500 instead of panicking.
+#[test]
+fn the_response_future_is_ready_at_once_and_never_panics() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    let layer = RateLimitLayer::builder()
+        .policy("p", Quota::parse("1/hour burst 1").unwrap())
+        .key(KeySource::header("x-api-key").unwrap())
+        .missing_key(ratebound_http::MissingKey::Reject(401))
+        .build()
+        .unwrap();
+    let inner = tower_service_fn(|_req: Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Bytes::from_static(b"ok")))
+    });
+    let mut svc = layer.layer(inner);
+    let mut future = std::pin::pin!(svc.call(Request::new(())));
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(Ok(r)) => assert_eq!(r.status(), StatusCode::UNAUTHORIZED),
+        other => panic!("a refusal is ready at once: {:?}", other.is_ready()),
+    }
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(Ok(r)) => assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR),
+        other => panic!("polled again: {:?}", other.is_ready()),
+    }
+}
+
+/// A `Service` from an async closure, for the test above.
+fn tower_service_fn<F, Fut>(f: F) -> ServiceFn<F>
+where
+    F: FnMut(Request<()>) -> Fut,
+{
+    ServiceFn(f)
+}
+
+#[derive(Clone)]
+struct ServiceFn<F>(F);
+
+impl<F, Fut, T, E> tower_service::Service<Request<()>> for ServiceFn<F>
+where
+    F: FnMut(Request<()>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    type Response = T;
+    type Error = E;
+    type Future = Fut;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), E>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<()>) -> Fut {
+        (self.0)(req)
+    }
+}
