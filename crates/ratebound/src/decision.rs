@@ -41,6 +41,32 @@ impl Decision {
         }
     }
 
+    /// A decision made elsewhere — by a shared store such as Redis running
+    /// the same math — from its parts: whether it was allowed, the limit,
+    /// the whole tokens remaining, and the waits in nanoseconds.
+    ///
+    /// # Examples
+    /// ```
+    /// let d = ratebound::Decision::from_parts(false, 20, 0, 500_000_000, 2_000_000_000);
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(d.retry_after().as_millis(), 500);
+    /// ```
+    pub fn from_parts(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Decision {
+        Decision::counted(
+            allowed,
+            limit,
+            remaining.min(limit),
+            retry_after_nanos,
+            reset_after_nanos,
+        )
+    }
+
     fn observable(&self) -> (bool, u64, u64, u64, u64) {
         (
             self.allowed,

@@ -1,0 +1,71 @@
+-- ratebound: sliding window counter, one key, one round trip.
+-- KEYS[1]  the key; its value is "<window index>:<previous count>:<current count>".
+-- ARGV[1]  now in µs, or "" to read Redis' TIME
+-- ARGV[2]  limit per window
+-- ARGV[3]  W: the window in µs (limit · W ≤ 2^53, checked by the caller,
+--          so every product below is exact in a double)
+-- ARGV[4]  n: requests
+-- ARGV[5]  mode: "check"
+-- The estimate weights the previous window's count by how much of it still
+-- overlaps the sliding window: admit n iff
+--   previous·(W − elapsed) + (current + n)·W ≤ limit·W.
+-- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken}: the
+-- same math as the core crate's SlidingWindow, in µs.
+local function clock(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function div(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 end
+  return q
+end
+local now = clock(ARGV[1])
+local limit = tonumber(ARGV[2])
+local W = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local now_idx = div(now, W)
+local idx, prev, cur = now_idx, 0, 0
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local i, p, c = string.match(stored, '^(%d+):(%d+):(%d+)$')
+  if i then idx, prev, cur = tonumber(i), tonumber(p), tonumber(c) end
+end
+if now_idx == idx + 1 then
+  idx, prev, cur = now_idx, cur, 0
+elseif now_idx > idx then
+  idx, prev, cur = now_idx, 0, 0
+end
+-- A reading before the stored window (a clock that went back) is judged
+-- at the stored window's start.
+local at = math.max(now, idx * W)
+local e = at - idx * W
+local function used(current) return prev * (W - e) + current * W end
+local function reset_after(current)
+  if current > 0 then return (idx + 2) * W - now end
+  if prev > 0 then return (idx + 1) * W - now end
+  return 0
+end
+local function remaining(current)
+  return div(math.max(limit * W - used(current), 0), W)
+end
+if used(cur + n) <= limit * W then
+  cur = cur + n
+  local reset = reset_after(cur)
+  if reset > 0 then
+    redis.call('SET', KEYS[1], string.format('%d:%d:%d', idx, prev, cur), 'PX', math.ceil(reset / 1000))
+  end
+  return {1, remaining(cur), 0, reset, n}
+end
+-- Refused: the exact wait until the estimate leaves room for n.
+local function wait()
+  if cur + n <= limit and prev > 0 then
+    local target = W - math.min(div((limit - cur - n) * W, prev), W)
+    if target < W then return math.max(target, e) - e end
+  end
+  local target = 0
+  if cur > 0 then target = W - math.min(div((limit - n) * W, cur), W) end
+  return (W - e) + target
+end
+return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0}

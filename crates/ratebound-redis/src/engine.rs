@@ -1,0 +1,673 @@
+//! The sans-I/O heart: builds each Redis call, turns each reply (or
+//! failure) into a [`Decision`], applies the fail policy and the circuit
+//! breaker, and keeps the lease bookkeeping. It performs no I/O; the Rust
+//! driver ([`crate::RedisLimiter`]) and the Python and Node drivers only run
+//! the [`Call`]s it hands out with their language's Redis client.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use ratebound::any::{AnyClock, Fingerprint, Fingerprinter};
+use ratebound::{Clock, Error, KeyedAlgorithm, KeyedLimiter, Overflow, Quota};
+
+use crate::script::{FIXED_WINDOW, GCRA, SLIDING_WINDOW, Script};
+
+/// The largest integer a double holds exactly: the scripts' arithmetic is
+/// exact below it.
+const MAX_EXACT: u128 = 1 << 53;
+
+/// What a global limit counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// A GCRA token bucket: `rate` per second, bursts of `burst`.
+    TokenBucket(Quota),
+    /// At most `limit` per window, windows aligned to Redis' clock.
+    FixedWindow {
+        /// Requests per window.
+        limit: u64,
+        /// The window.
+        window: Duration,
+    },
+    /// A sliding window counter of `limit` per `window`.
+    SlidingWindow {
+        /// Requests per window.
+        limit: u64,
+        /// The window.
+        window: Duration,
+    },
+}
+
+impl Algorithm {
+    /// The most one key can take at once (burst, or limit).
+    pub fn capacity(&self) -> u64 {
+        match self {
+            Algorithm::TokenBucket(q) => q.burst(),
+            Algorithm::FixedWindow { limit, .. } | Algorithm::SlidingWindow { limit, .. } => *limit,
+        }
+    }
+
+    /// Average tokens per second over the long run.
+    fn rate(&self) -> f64 {
+        match self {
+            Algorithm::TokenBucket(q) => 1e9 / q.emission_interval_nanos() as f64,
+            Algorithm::FixedWindow { limit, window }
+            | Algorithm::SlidingWindow { limit, window } => *limit as f64 / window.as_secs_f64(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket(_) => "token_bucket",
+            Algorithm::FixedWindow { .. } => "fixed_window",
+            Algorithm::SlidingWindow { .. } => "sliding_window",
+        }
+    }
+}
+
+/// What answers while Redis is down, slow or erroring.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OnError {
+    /// Admit (availability over the limit).
+    Open,
+    /// Refuse, with `Retry-After` = the breaker's cool-down.
+    Closed,
+    /// A local token bucket per key, at this many tokens per second — a
+    /// share of the global rate (e.g. rate / number of instances); its burst
+    /// is the global burst scaled by the same share, at least 1.
+    Local(f64),
+}
+
+impl OnError {
+    /// By name: `"open"`, `"closed"`, or `"local"` with `local_rate`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for another name, or `"local"` without a
+    /// positive `local_rate`.
+    pub fn parse(name: &str, local_rate: Option<f64>) -> Result<OnError, Error> {
+        match (name, local_rate) {
+            ("open", _) => Ok(OnError::Open),
+            ("closed", _) => Ok(OnError::Closed),
+            ("local", Some(r)) if r.is_finite() && r > 0.0 => Ok(OnError::Local(r)),
+            ("local", _) => Err(Error::InvalidOption {
+                name: "local_rate",
+                value: format!("{local_rate:?}"),
+                reason: "on_error \"local\" needs a positive local_rate (tokens per second)",
+            }),
+            (other, _) => Err(Error::InvalidOption {
+                name: "on_error",
+                value: other.to_string(),
+                reason: "is \"open\", \"closed\" or \"local\"",
+            }),
+        }
+    }
+}
+
+/// Which path answered a [`Decision`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Redis decided.
+    Redis,
+    /// Tokens leased earlier from Redis, spent locally.
+    Lease,
+    /// Redis failed; the fail policy admitted.
+    FailOpen,
+    /// Redis failed; the fail policy refused.
+    FailClosed,
+    /// Redis failed; the local share of the limit decided.
+    Local,
+}
+
+impl Source {
+    /// `"redis"`, `"lease"`, `"fail_open"`, `"fail_closed"` or `"local"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Redis => "redis",
+            Source::Lease => "lease",
+            Source::FailOpen => "fail_open",
+            Source::FailClosed => "fail_closed",
+            Source::Local => "local",
+        }
+    }
+}
+
+/// A global limit's answer: the core's [`ratebound::Decision`] and the
+/// path that produced it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    inner: ratebound::Decision,
+    source: Source,
+}
+
+impl Decision {
+    /// Which path answered.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// The decision itself.
+    pub fn decision(&self) -> ratebound::Decision {
+        self.inner
+    }
+
+    /// Whether the request may go on.
+    pub fn is_allowed(&self) -> bool {
+        self.inner.is_allowed()
+    }
+
+    /// The limit (burst, or requests per window).
+    pub fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    /// Whole tokens left (for a leased answer: this instance's lease).
+    pub fn remaining(&self) -> u64 {
+        self.inner.remaining()
+    }
+
+    /// How long until the request could succeed (zero when allowed).
+    pub fn retry_after(&self) -> Duration {
+        self.inner.retry_after()
+    }
+
+    /// How long until the key's state is fresh again.
+    pub fn reset_after(&self) -> Duration {
+        self.inner.reset_after()
+    }
+}
+
+/// What a [`Call`] asks of Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    /// Take `n` tokens or nothing.
+    Check,
+    /// Take at least `n` and up to the lease size.
+    Lease,
+    /// Give unspent leased tokens back.
+    Return,
+}
+
+/// One script run for a driver to perform: `EVALSHA sha 1 key args...`,
+/// and on a `NOSCRIPT` reply `EVAL text 1 key args...` once (which also
+/// loads the script). The reply is five integers, for [`Engine::finish`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The script.
+    pub script: &'static Script,
+    /// The one key (prefix + the caller's key): cluster-safe.
+    pub key: Vec<u8>,
+    /// The arguments, as Redis strings.
+    pub args: Vec<String>,
+    /// What the call asks.
+    pub kind: CallKind,
+    /// The tokens the caller asked for.
+    pub n: u64,
+}
+
+impl Call {
+    /// The same call judged at `now_us` (µs) instead of Redis' `TIME`: the
+    /// explicit-time twin, for replaying test vectors.
+    pub fn at(mut self, now_us: u64) -> Call {
+        self.args[0] = now_us.to_string();
+        self
+    }
+}
+
+/// What became of a [`Call`].
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome<'a> {
+    /// The script's reply.
+    Reply(&'a [i64]),
+    /// No reply within the deadline. The call may still have run: its
+    /// tokens may be spent.
+    Timeout,
+    /// A connection or server error (its text, for nothing but logs).
+    Failed(&'a str),
+}
+
+/// The first step of a check: an answer already, or a call to make.
+#[derive(Clone, Debug)]
+pub enum Begin {
+    /// Answered without Redis (a lease, or the fail policy while the breaker
+    /// is open).
+    Done(Decision),
+    /// Run this call, then pass its outcome to [`Engine::finish`].
+    Call(Call),
+}
+
+/// How a global limiter is set up.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// What it counts.
+    pub algorithm: Algorithm,
+    /// Prepended to every key (default `"rb:"`).
+    pub prefix: String,
+    /// What answers when Redis cannot (default [`OnError::Open`]).
+    pub on_error: OnError,
+    /// Every call's deadline (default 50 ms).
+    pub timeout: Duration,
+    /// Tokens taken per round trip and spent locally (0: no leasing).
+    pub lease: u64,
+    /// How long leased tokens may be spent before they lapse (default 1 s).
+    pub lease_ttl: Duration,
+    /// Consecutive failures that open the circuit breaker (default 3).
+    pub breaker_threshold: u32,
+    /// How long an open breaker answers with the fail policy before it
+    /// lets one probe through (default 1 s); also a fail-closed refusal's
+    /// `retry_after`.
+    pub breaker_cooldown: Duration,
+}
+
+impl Config {
+    /// Defaults for `algorithm`.
+    pub fn new(algorithm: Algorithm) -> Config {
+        Config {
+            algorithm,
+            prefix: "rb:".to_string(),
+            on_error: OnError::Open,
+            timeout: Duration::from_millis(50),
+            lease: 0,
+            lease_ttl: Duration::from_secs(1),
+            breaker_threshold: 3,
+            breaker_cooldown: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Tokens leased for one key.
+#[derive(Clone, Copy, Debug)]
+struct Lease {
+    tokens: u64,
+    expires: u64,
+}
+
+/// A circuit breaker: after `threshold` consecutive failures it opens for
+/// `cooldown`, answering with the fail policy and sending nothing; then one
+/// probe at a time is let through, and a success closes it.
+#[derive(Debug)]
+struct Breaker {
+    failures: AtomicU32,
+    /// Clock time until which the breaker is open; 0 when closed.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+    threshold: u32,
+    cooldown: u64,
+}
+
+impl Breaker {
+    fn may_call(&self, now: u64) -> bool {
+        // Ordering: Relaxed throughout — the breaker is advice about a
+        // remote server, not a guard of memory; a stale view costs at most
+        // one extra call or one extra fail-policy answer.
+        let until = self.open_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return true;
+        }
+        if now < until {
+            return false;
+        }
+        // Half open: one probe at a time.
+        self.probing
+            .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    fn success(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        self.open_until.store(0, Ordering::Relaxed);
+        self.probing.store(false, Ordering::Relaxed);
+    }
+
+    fn failure(&self, now: u64) {
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if failures >= self.threshold {
+            self.open_until
+                .store(now.saturating_add(self.cooldown).max(1), Ordering::Relaxed);
+        }
+        self.probing.store(false, Ordering::Relaxed);
+    }
+
+    fn is_open(&self) -> bool {
+        self.open_until.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// The sans-I/O global limiter (see the module docs).
+pub struct Engine {
+    config: Config,
+    script: &'static Script,
+    /// The script's fixed arguments after `now`, `n`, `mode`.
+    fixed: [String; 2],
+    breaker: Breaker,
+    leases: Mutex<HashMap<Vec<u8>, Lease>>,
+    local: Option<KeyedLimiter<Fingerprint, AnyClock>>,
+    fingerprints: Fingerprinter,
+    clock: AnyClock,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn micros_up(nanos: u128) -> u128 {
+    nanos.div_ceil(1000)
+}
+
+impl Engine {
+    /// An engine for `config`, reading the monotonic clock for leases and
+    /// the breaker (decisions use Redis' clock).
+    ///
+    /// # Errors
+    /// [`Error::RateTooHigh`] for a bucket faster than one token per µs
+    /// (Redis keeps µs); [`Error::InvalidWindow`] for a window under 1 µs or
+    /// a sliding window whose `limit × window(µs)` exceeds 2^53 (the
+    /// script's arithmetic would no longer be exact);
+    /// [`Error::Unsupported`] for leasing a sliding window;
+    /// [`Error::InvalidOption`] for a zero timeout.
+    pub fn new(config: Config) -> Result<Engine, Error> {
+        Engine::with_clock(config, AnyClock::default())
+    }
+
+    /// As [`new`](Self::new), with `clock` for leases and the breaker.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_clock(config: Config, clock: AnyClock) -> Result<Engine, Error> {
+        let (script, fixed) = match config.algorithm {
+            Algorithm::TokenBucket(q) => {
+                let t = micros_up(u128::from(q.emission_interval_nanos()));
+                if u128::from(q.emission_interval_nanos()) < 1000 {
+                    return Err(Error::RateTooHigh {
+                        value: format!(
+                            "{} per second (Redis keeps microseconds: at most 1000000 per second per key)",
+                            1e9 / q.emission_interval_nanos() as f64
+                        ),
+                    });
+                }
+                let tau = t * u128::from(q.burst());
+                (&GCRA, [t.to_string(), tau.to_string()])
+            }
+            Algorithm::FixedWindow { limit, window }
+            | Algorithm::SlidingWindow { limit, window } => {
+                let w = window.as_nanos();
+                if w < 1000 || w % 1000 != 0 {
+                    return Err(Error::InvalidWindow {
+                        nanos: w,
+                        reason: "a Redis window is a whole number of microseconds, at least 1"
+                            .to_string(),
+                    });
+                }
+                // The core's checks of limit and window.
+                KeyedLimiter::<u8>::new(KeyedAlgorithm::FixedWindow { limit, window })?;
+                let w = w / 1000;
+                let sliding = matches!(config.algorithm, Algorithm::SlidingWindow { .. });
+                if sliding && u128::from(limit) * w > MAX_EXACT {
+                    return Err(Error::InvalidWindow {
+                        nanos: window.as_nanos(),
+                        reason: format!(
+                            "too long for limit {limit} in Redis: limit × window in µs must be at most 2^53"
+                        ),
+                    });
+                }
+                let script = if sliding {
+                    &SLIDING_WINDOW
+                } else {
+                    &FIXED_WINDOW
+                };
+                (script, [limit.to_string(), w.to_string()])
+            }
+        };
+        if config.lease > 0 && matches!(config.algorithm, Algorithm::SlidingWindow { .. }) {
+            return Err(Error::Unsupported {
+                operation: "leasing",
+                algorithm: "sliding_window",
+            });
+        }
+        if config.timeout.is_zero() {
+            return Err(Error::InvalidOption {
+                name: "timeout",
+                value: "0".to_string(),
+                reason: "every call needs a deadline above zero",
+            });
+        }
+        let local = match config.on_error {
+            OnError::Local(rate) => {
+                let share = rate / config.algorithm.rate();
+                let burst = ((config.algorithm.capacity() as f64 * share).round() as u64).max(1);
+                let quota = Quota::per_second(rate)?.with_burst(burst)?;
+                Some(
+                    KeyedLimiter::new(KeyedAlgorithm::TokenBucket(quota))?
+                        .with_clock(clock.clone())
+                        .with_max_keys(100_000, Overflow::EvictLeastRecent)?,
+                )
+            }
+            _ => None,
+        };
+        Ok(Engine {
+            breaker: Breaker {
+                failures: AtomicU32::new(0),
+                open_until: AtomicU64::new(0),
+                probing: AtomicBool::new(false),
+                threshold: config.breaker_threshold.max(1),
+                cooldown: u64::try_from(config.breaker_cooldown.as_nanos()).unwrap_or(u64::MAX),
+            },
+            script,
+            fixed,
+            leases: Mutex::new(HashMap::new()),
+            local,
+            fingerprints: Fingerprinter::new(),
+            clock,
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Every call's deadline.
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout
+    }
+
+    /// Whether the circuit breaker is open (Redis is being spared).
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    fn full_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.config.prefix.len() + key.len());
+        k.extend_from_slice(self.config.prefix.as_bytes());
+        k.extend_from_slice(key);
+        k
+    }
+
+    fn call(&self, key: Vec<u8>, kind: CallKind, n: u64) -> Call {
+        let (mode, max) = match kind {
+            CallKind::Check => ("check", n),
+            CallKind::Lease => ("lease", self.config.lease.max(n)),
+            CallKind::Return => ("return", n),
+        };
+        Call {
+            script: self.script,
+            key,
+            args: vec![
+                String::new(),
+                self.fixed[0].clone(),
+                self.fixed[1].clone(),
+                n.to_string(),
+                mode.to_string(),
+                max.to_string(),
+            ],
+            kind,
+            n,
+        }
+    }
+
+    /// Step one of taking `n` tokens for `key`.
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] for an `n` above the burst (or
+    /// limit), which can never pass; [`Error::InvalidNumber`] for `n = 0`.
+    pub fn begin(&self, key: &[u8], n: u64) -> Result<Begin, Error> {
+        let capacity = self.config.algorithm.capacity();
+        if n == 0 {
+            return Err(Error::InvalidNumber {
+                name: "n",
+                value: "0".to_string(),
+                reason: "must be at least 1",
+            });
+        }
+        if n > capacity {
+            return Err(Error::InsufficientCapacity {
+                requested: n,
+                burst: capacity,
+            });
+        }
+        let now = self.clock.now();
+        let full = self.full_key(key);
+        if self.config.lease > 0 {
+            let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(lease) = leases.get_mut(&full)
+                && lease.expires > now
+                && lease.tokens >= n
+            {
+                lease.tokens -= n;
+                let left = lease.tokens;
+                return Ok(Begin::Done(Decision {
+                    inner: ratebound::Decision::from_parts(true, capacity, left, 0, 0),
+                    source: Source::Lease,
+                }));
+            }
+        }
+        if !self.breaker.may_call(now) {
+            return Ok(Begin::Done(self.fail(&full, n, now)));
+        }
+        let kind = if self.config.lease > 0 {
+            CallKind::Lease
+        } else {
+            CallKind::Check
+        };
+        Ok(Begin::Call(self.call(full, kind, n)))
+    }
+
+    /// Step two: the decision from what became of `call`.
+    pub fn finish(&self, call: &Call, outcome: Outcome<'_>) -> Decision {
+        let now = self.clock.now();
+        let reply = match outcome {
+            Outcome::Reply(r) if r.len() == 5 && r.iter().all(|v| *v >= 0) => r,
+            // A reply of another shape is a server that is not running our
+            // script: a failure like any other.
+            Outcome::Reply(_) | Outcome::Timeout | Outcome::Failed(_) => {
+                self.breaker.failure(now);
+                return self.fail(&call.key, call.n, now);
+            }
+        };
+        self.breaker.success();
+        let [allowed, remaining, retry_us, reset_us, taken] =
+            [reply[0], reply[1], reply[2], reply[3], reply[4]].map(|v| v as u64);
+        let allowed = allowed == 1;
+        let mut remaining = remaining;
+        if allowed && call.kind == CallKind::Lease && taken > call.n {
+            let spare = taken - call.n;
+            let ttl = u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX);
+            let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+            if leases.len() >= 100_000 {
+                leases.retain(|_, l| l.expires > now && l.tokens > 0);
+            }
+            let entry = leases.entry(call.key.clone()).or_insert(Lease {
+                tokens: 0,
+                expires: 0,
+            });
+            if entry.expires <= now {
+                entry.tokens = 0;
+            }
+            entry.tokens += spare;
+            entry.expires = now.saturating_add(ttl);
+            remaining = entry.tokens;
+        }
+        Decision {
+            inner: ratebound::Decision::from_parts(
+                allowed,
+                self.config.algorithm.capacity(),
+                remaining,
+                retry_us.saturating_mul(1000),
+                reset_us.saturating_mul(1000),
+            ),
+            source: Source::Redis,
+        }
+    }
+
+    /// The fail policy's answer for `n` on `key` (the full key).
+    fn fail(&self, key: &[u8], n: u64, now: u64) -> Decision {
+        let capacity = self.config.algorithm.capacity();
+        match self.config.on_error {
+            OnError::Open => Decision {
+                inner: ratebound::Decision::from_parts(true, capacity, 0, 0, 0),
+                source: Source::FailOpen,
+            },
+            OnError::Closed => Decision {
+                inner: ratebound::Decision::from_parts(
+                    false,
+                    capacity,
+                    0,
+                    self.breaker.cooldown,
+                    0,
+                ),
+                source: Source::FailClosed,
+            },
+            OnError::Local(_) => {
+                let refused =
+                    ratebound::Decision::from_parts(false, capacity, 0, self.breaker.cooldown, 0);
+                let fp = self.fingerprints.of(1, key);
+                // More than the local share's burst can never pass locally.
+                let d = self
+                    .local
+                    .as_ref()
+                    .and_then(|local| local.check_n_at(&fp, n, now).ok());
+                Decision {
+                    inner: d.unwrap_or(refused),
+                    source: Source::Local,
+                }
+            }
+        }
+    }
+
+    /// The calls that give every unspent leased token back (on shutdown);
+    /// the leases are forgotten. Run each like any call; their outcome
+    /// needs no [`finish`](Self::finish).
+    pub fn drain(&self) -> Vec<Call> {
+        let now = self.clock.now();
+        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        leases
+            .drain()
+            .filter(|(_, l)| l.tokens > 0 && l.expires > now)
+            .map(|(key, l)| self.call(key, CallKind::Return, l.tokens))
+            .collect()
+    }
+
+    /// Leased tokens held now, over all keys.
+    pub fn leased(&self) -> u64 {
+        let now = self.clock.now();
+        let leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        leases
+            .values()
+            .filter(|l| l.expires > now)
+            .map(|l| l.tokens)
+            .sum()
+    }
+
+    /// The algorithm's name.
+    pub fn algorithm(&self) -> &'static str {
+        self.config.algorithm.name()
+    }
+}

@@ -1,0 +1,65 @@
+//! The Lua scripts, the single source of truth for every language: the
+//! Python and Node drivers run these same texts (the engine hands them out
+//! with each call).
+
+use std::sync::OnceLock;
+
+/// One script: its text and its SHA-1 (what `EVALSHA` names).
+#[derive(Debug)]
+pub struct Script {
+    /// A short name: `gcra`, `fixed_window`, `sliding_window`.
+    pub name: &'static str,
+    /// The Lua source.
+    pub text: &'static str,
+    sha: OnceLock<String>,
+}
+
+impl PartialEq for Script {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Script {}
+
+impl Script {
+    const fn new(name: &'static str, text: &'static str) -> Script {
+        Script {
+            name,
+            text,
+            sha: OnceLock::new(),
+        }
+    }
+
+    /// The hex SHA-1 of the text, as `SCRIPT LOAD` returns it.
+    pub fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| sha1_smol::Sha1::from(self.text).digest().to_string())
+    }
+}
+
+/// The GCRA token bucket.
+pub static GCRA: Script = Script::new("gcra", include_str!("../lua/gcra.lua"));
+/// The fixed window counter.
+pub static FIXED_WINDOW: Script =
+    Script::new("fixed_window", include_str!("../lua/fixed_window.lua"));
+/// The sliding window counter.
+pub static SLIDING_WINDOW: Script =
+    Script::new("sliding_window", include_str!("../lua/sliding_window.lua"));
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shas_are_hex_sha1() {
+        for s in [&super::GCRA, &super::FIXED_WINDOW, &super::SLIDING_WINDOW] {
+            assert_eq!(s.sha().len(), 40);
+            assert!(s.sha().bytes().all(|b| b.is_ascii_hexdigit()));
+        }
+        assert_ne!(super::GCRA.sha(), super::FIXED_WINDOW.sha());
+        // The SHA-1 of the empty string, to check the hashing itself.
+        assert_eq!(
+            sha1_smol::Sha1::from("").digest().to_string(),
+            "da39a3ee5e6b4b0d3255bfef95601890afd80709"
+        );
+    }
+}
