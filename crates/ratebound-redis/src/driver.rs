@@ -91,9 +91,36 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// possible); [`Error::InvalidNumber`] for `n = 0`. Redis failures are
     /// not errors: the fail policy answers them.
     pub async fn check_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Decision, Error> {
-        match self.engine.begin(key.as_ref(), n)? {
+        self.check_n_with(key.as_ref(), n, None).await
+    }
+
+    /// [`check_n`](Self::check_n) judged at `now_us` (µs) instead of
+    /// Redis' `TIME`: the explicit-time twin, for test vectors.
+    ///
+    /// # Errors
+    /// As [`check_n`](Self::check_n).
+    pub async fn check_n_at(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        now_us: u64,
+    ) -> Result<Decision, Error> {
+        self.check_n_with(key.as_ref(), n, Some(now_us)).await
+    }
+
+    async fn check_n_with(
+        &self,
+        key: &[u8],
+        n: u64,
+        now_us: Option<u64>,
+    ) -> Result<Decision, Error> {
+        match self.engine.begin(key, n)? {
             Begin::Done(d) => Ok(d),
             Begin::Call(call) => {
+                let call = match now_us {
+                    Some(now) => call.at(now),
+                    None => call,
+                };
                 let result = self.run(&call).await;
                 Ok(match &result {
                     Ok(reply) => self.engine.finish(&call, Outcome::Reply(reply)),

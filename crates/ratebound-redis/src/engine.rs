@@ -671,3 +671,158 @@ impl Engine {
         self.config.algorithm.name()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratebound::ManualClock;
+
+    fn engine(on_error: OnError, lease: u64) -> (Engine, ManualClock) {
+        let clock = ManualClock::new();
+        let mut c = Config::new(Algorithm::TokenBucket(
+            Quota::parse("10/s burst 20").unwrap(),
+        ));
+        c.on_error = on_error;
+        c.lease = lease;
+        c.breaker_threshold = 2;
+        c.breaker_cooldown = Duration::from_millis(100);
+        (
+            Engine::with_clock(c, AnyClock::Manual(clock.clone())).unwrap(),
+            clock,
+        )
+    }
+
+    fn call(e: &Engine, key: &str, n: u64) -> Call {
+        match e.begin(key.as_bytes(), n).unwrap() {
+            Begin::Call(c) => c,
+            Begin::Done(d) => panic!("expected a call, got {d:?}"),
+        }
+    }
+
+    #[test]
+    fn calls_carry_the_script_key_and_arguments() {
+        let (e, _) = engine(OnError::Open, 0);
+        let c = call(&e, "alice", 3);
+        assert_eq!(c.script.name, "gcra");
+        assert_eq!(c.key, b"rb:alice");
+        // now (Redis TIME), T = 100 000 µs, tau = 20 T, n, mode, max.
+        assert_eq!(c.args, ["", "100000", "2000000", "3", "check", "3"]);
+        assert_eq!(c.clone().at(42).args[0], "42");
+        let d = e.finish(&c, Outcome::Reply(&[1, 17, 0, 300_000, 3]));
+        assert_eq!(d.source(), Source::Redis);
+        assert_eq!(d.remaining(), 17);
+        assert_eq!(d.reset_after(), Duration::from_millis(300));
+        let d = e.finish(&c, Outcome::Reply(&[0, 0, 250, 2_000_000, 0]));
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Duration::from_micros(250));
+    }
+
+    #[test]
+    fn the_breaker_opens_after_failures_and_probes_after_its_cooldown() {
+        let (e, clock) = engine(OnError::Closed, 0);
+        let c = call(&e, "k", 1);
+        let d = e.finish(&c, Outcome::Timeout);
+        assert_eq!(d.source(), Source::FailClosed);
+        assert_eq!(d.retry_after(), Duration::from_millis(100));
+        assert!(!e.breaker_open());
+        e.finish(&call(&e, "k", 1), Outcome::Failed("connection refused"));
+        assert!(e.breaker_open());
+        // Open: answered without a call.
+        assert!(
+            matches!(e.begin(b"k", 1).unwrap(), Begin::Done(d) if d.source() == Source::FailClosed)
+        );
+        clock.advance(Duration::from_millis(100));
+        // One probe at a time.
+        let probe = call(&e, "k", 1);
+        assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
+        e.finish(&probe, Outcome::Reply(&[1, 19, 0, 100_000, 1]));
+        assert!(!e.breaker_open());
+        call(&e, "k", 1);
+        // A reply of the wrong shape is a failure too.
+        let d = e.finish(&call(&e, "k", 1), Outcome::Reply(&[1, 2, 3]));
+        assert_eq!(d.source(), Source::FailClosed);
+    }
+
+    #[test]
+    fn open_and_local_policies() {
+        let (e, _) = engine(OnError::Open, 0);
+        let d = e.finish(&call(&e, "k", 1), Outcome::Timeout);
+        assert!(d.is_allowed());
+        assert_eq!(d.source(), Source::FailOpen);
+        // Local at 5/s (half of 10/s): burst 20 × 0.5 = 10 per key.
+        let (e, _) = engine(OnError::Local(5.0), 0);
+        let c = call(&e, "k", 1);
+        let allowed = (0..12)
+            .filter(|_| e.finish(&c, Outcome::Timeout).is_allowed())
+            .count();
+        assert_eq!(allowed, 10);
+        assert_eq!(e.finish(&c, Outcome::Timeout).source(), Source::Local);
+    }
+
+    #[test]
+    fn leases_are_spent_locally_and_given_back() {
+        let (e, clock) = engine(OnError::Open, 5);
+        let c = call(&e, "k", 1);
+        assert_eq!(c.args[4..], ["lease", "5"]);
+        let d = e.finish(&c, Outcome::Reply(&[1, 15, 0, 500_000, 5]));
+        assert_eq!((d.source(), d.remaining()), (Source::Redis, 4));
+        for left in [3, 2] {
+            match e.begin(b"k", 1).unwrap() {
+                Begin::Done(d) => assert_eq!((d.source(), d.remaining()), (Source::Lease, left)),
+                Begin::Call(_) => panic!("the lease has tokens"),
+            }
+        }
+        assert_eq!(e.leased(), 2);
+        // More than the lease holds: a call.
+        assert!(matches!(e.begin(b"k", 3).unwrap(), Begin::Call(_)));
+        let returns = e.drain();
+        assert_eq!(returns.len(), 1);
+        assert_eq!(returns[0].kind, CallKind::Return);
+        assert_eq!(returns[0].args[3..5], ["2", "return"]);
+        assert_eq!(e.leased(), 0);
+        // Leases lapse.
+        e.finish(&call(&e, "j", 1), Outcome::Reply(&[1, 15, 0, 500_000, 5]));
+        clock.advance(Duration::from_secs(1));
+        assert!(matches!(e.begin(b"j", 1).unwrap(), Begin::Call(_)));
+        assert!(e.drain().is_empty());
+    }
+
+    #[test]
+    fn bad_settings_are_typed_errors() {
+        assert_eq!(
+            e_code(Config::new(Algorithm::TokenBucket(
+                Quota::per_second(2e6).unwrap()
+            ))),
+            "rate_too_high"
+        );
+        let w = |window| Algorithm::FixedWindow { limit: 10, window };
+        assert_eq!(
+            e_code(Config::new(w(Duration::from_nanos(1500)))),
+            "invalid_window"
+        );
+        assert_eq!(e_code(Config::new(w(Duration::ZERO))), "invalid_window");
+        let mut c = Config::new(Algorithm::SlidingWindow {
+            limit: 10,
+            window: Duration::from_secs(1),
+        });
+        c.lease = 10;
+        assert_eq!(e_code(c), "unsupported");
+        let mut c = Config::new(w(Duration::from_secs(1)));
+        c.timeout = Duration::ZERO;
+        assert_eq!(e_code(c), "invalid_option");
+        assert_eq!(
+            OnError::parse("sometimes", None).unwrap_err().code(),
+            "invalid_option"
+        );
+        let (e, _) = engine(OnError::Open, 0);
+        assert_eq!(e.begin(b"k", 0).unwrap_err().code(), "invalid_number");
+        assert_eq!(
+            e.begin(b"k", 21).unwrap_err().code(),
+            "insufficient_capacity"
+        );
+    }
+
+    fn e_code(c: Config) -> &'static str {
+        Engine::new(c).unwrap_err().code()
+    }
+}

@@ -1,0 +1,170 @@
+//! Real Redis servers for the tests: `redis-server` on free 127.0.0.1
+//! ports, persistence off, in a directory of their own, stopped on drop.
+//! `ci/test` installs Debian's `redis-server` when it is missing; without it
+//! these tests fail (they do not skip).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free port on 127.0.0.1 (bound and released: another process could
+/// take it in between, which only makes a test fail loudly).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn scratch(port: u16) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ratebound-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Sends one inline command and returns the raw reply (for readiness checks).
+pub fn raw(port: u16, command: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(
+        &format!("127.0.0.1:{port}").parse().expect("addr"),
+        Duration::from_millis(200),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// One `redis-server`.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    cluster: bool,
+}
+
+impl Server {
+    /// A standalone server.
+    pub fn start() -> Server {
+        Server::start_on(free_port(), false)
+    }
+
+    /// A server on `port`, cluster-enabled or not; waits until it answers.
+    pub fn start_on(port: u16, cluster: bool) -> Server {
+        let mut s = Server {
+            child: None,
+            port,
+            cluster,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let dir = scratch(self.port);
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.cluster {
+            let conf = format!("nodes-{}.conf", self.port);
+            let _ = std::fs::remove_file(dir.join(&conf));
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", &conf]);
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot start redis-server ({e}): install it (ci/test does: apt-get install redis-server)"
+            )
+        });
+        self.child = Some(child);
+        let start = Instant::now();
+        while raw(self.port, "PING").is_none_or(|r| !r.starts_with("+PONG")) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server on port {} did not start",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis://127.0.0.1:port/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (as a crash would).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port (an empty server: no scripts, no keys).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(scratch(self.port));
+    }
+}
+
+/// A cluster of three masters, no replicas.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| Server::start_on(free_port(), true))
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.args(["--cluster", "create"]);
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create (ci/test installs redis-tools)");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let start = Instant::now();
+        for n in &nodes {
+            while raw(n.port, "CLUSTER INFO").is_none_or(|r| !r.contains("cluster_state:ok")) {
+                assert!(start.elapsed() < Duration::from_secs(20), "cluster not ok");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Cluster { nodes }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::url).collect()
+    }
+}
+
+/// A fresh key for one test (a shared server never sees it twice).
+pub fn fresh(name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
