@@ -105,7 +105,11 @@ async fn fifty_instances_share_one_limit() {
     let quota = Quota::parse("10/s burst 20").unwrap();
     let mut instances = Vec::new();
     for _ in 0..50 {
-        instances.push(RedisLimiter::token_bucket(quota, manager(&server.url()).await).unwrap());
+        // A generous deadline: this test is about sharing one limit, not
+        // about deadlines (tests/faults.rs), and the machine may be busy.
+        let mut c = Config::new(Algorithm::TokenBucket(quota));
+        c.timeout = Duration::from_secs(1);
+        instances.push(RedisLimiter::new(c, manager(&server.url()).await).unwrap());
     }
     let admitted = Arc::new(AtomicU64::new(0));
     let run = Duration::from_secs(3);
@@ -158,108 +162,6 @@ async fn fifty_instances_share_one_limit() {
         "contrast: 50 local buckets admitted {local_admitted} in 0.5 s (global bound {bound:.0})"
     );
     assert!(local_admitted as f64 > 10.0 * bound);
-}
-
-fn policy_config(on_error: OnError) -> Config {
-    let mut c = Config::new(Algorithm::TokenBucket(
-        Quota::parse("100/s burst 100").unwrap(),
-    ));
-    c.on_error = on_error;
-    c.timeout = Duration::from_millis(50);
-    c.breaker_cooldown = Duration::from_millis(200);
-    c
-}
-
-/// Checks until `want` answers (bounded by `within`); the longest call.
-async fn until_source(
-    limiter: &RedisLimiter<ConnectionManager>,
-    key: &str,
-    want: Source,
-    within: Duration,
-) -> Duration {
-    let start = Instant::now();
-    let mut longest = Duration::ZERO;
-    loop {
-        let t = Instant::now();
-        let d = limiter.check(key).await.unwrap();
-        longest = longest.max(t.elapsed());
-        if d.source() == want {
-            return longest;
-        }
-        assert!(
-            start.elapsed() < within,
-            "no {want:?} within {within:?} (last {:?})",
-            d.source()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_fail_policy_does_what_it_says_and_recovers() {
-    let slack = Duration::from_millis(40);
-    for (on_error, failed) in [
-        (OnError::Open, Source::FailOpen),
-        (OnError::Closed, Source::FailClosed),
-        (OnError::Local(50.0), Source::Local),
-    ] {
-        let mut server = Server::start();
-        let limiter =
-            RedisLimiter::new(policy_config(on_error), manager(&server.url()).await).unwrap();
-        let key = fresh("faults");
-        assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
-
-        // Killed: every call answers within its deadline, by the policy.
-        server.kill();
-        let mut longest = Duration::ZERO;
-        for _ in 0..10 {
-            let t = Instant::now();
-            let d = limiter.check(&key).await.unwrap();
-            longest = longest.max(t.elapsed());
-            assert_eq!(d.source(), failed, "{on_error:?}");
-            match on_error {
-                OnError::Open => assert!(d.is_allowed()),
-                OnError::Closed => {
-                    assert!(!d.is_allowed());
-                    assert_eq!(d.retry_after(), Duration::from_millis(200));
-                }
-                OnError::Local(_) => assert!(d.is_allowed(), "the local share's burst"),
-            }
-        }
-        assert!(longest <= Duration::from_millis(50) + slack, "{longest:?}");
-        assert!(limiter.engine().breaker_open());
-
-        // Restarted (empty: no script, no keys): the breaker probes after
-        // its cool-down and Redis answers again, with the same client.
-        server.restart();
-        let longest = until_source(&limiter, &key, Source::Redis, Duration::from_secs(5)).await;
-        assert!(longest <= Duration::from_millis(50) + slack, "{longest:?}");
-
-        // Slow: CLIENT PAUSE makes calls miss their deadline.
-        let mut admin = manager(&server.url()).await;
-        let _: () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(400)
-            .arg("ALL")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        let t = Instant::now();
-        let d = limiter.check(&key).await.unwrap();
-        let took = t.elapsed();
-        assert_eq!(d.source(), failed);
-        assert!(took <= Duration::from_millis(50) + slack, "{took:?}");
-        let longest = until_source(&limiter, &key, Source::Redis, Duration::from_secs(5)).await;
-        assert!(longest <= Duration::from_millis(50) + slack, "{longest:?}");
-
-        // SCRIPT FLUSH: transparent (EVALSHA's NOSCRIPT loads it again).
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
