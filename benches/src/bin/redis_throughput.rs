@@ -58,7 +58,7 @@ fn ceiling(port: u16, clients: usize, seconds: f64) -> f64 {
     text.split("requests per second")
         .next()
         .and_then(|s| s.rsplit(':').next())
-        .and_then(|s| s.trim().split_whitespace().last())
+        .and_then(|s| s.split_whitespace().last())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("cannot read redis-benchmark's output: {text}"))
 }
