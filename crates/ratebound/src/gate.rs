@@ -193,6 +193,10 @@ pub struct GateOptions {
     /// The cap on requests in flight (`None`: no cap); see
     /// [`Gate::try_enter`].
     pub concurrency_limit: Option<usize>,
+    /// Policies decided outside the gate — global limits in Redis — by
+    /// name and shape (for the `RateLimit-Policy` field); their decisions
+    /// come to [`Gate::decide_with`].
+    pub remote: Vec<(String, KeyedAlgorithm)>,
 }
 
 /// The default cap on keys per policy.
@@ -210,6 +214,7 @@ impl Default for GateOptions {
             body: RefusalBody::Text,
             max_keys: (DEFAULT_MAX_KEYS, Overflow::EvictLeastRecent),
             concurrency_limit: None,
+            remote: Vec::new(),
         }
     }
 }
@@ -349,6 +354,45 @@ pub struct Request<'a, H: ?Sized> {
     pub peer: Option<IpAddr>,
     /// The request's header lines.
     pub headers: &'a H,
+}
+
+/// Where the text of a request's key goes while the gate resolves it: the
+/// hot path writes nowhere (`()`), [`Gate::identity`] into a buffer.
+trait Sink {
+    fn key(&mut self, bytes: &[u8]);
+    fn ip(&mut self, ip: IpAddr);
+    fn anonymous(&mut self);
+    fn clear(&mut self);
+}
+
+impl Sink for () {
+    #[inline(always)]
+    fn key(&mut self, _: &[u8]) {}
+    #[inline(always)]
+    fn ip(&mut self, _: IpAddr) {}
+    #[inline(always)]
+    fn anonymous(&mut self) {}
+    #[inline(always)]
+    fn clear(&mut self) {}
+}
+
+impl Sink for Vec<u8> {
+    fn key(&mut self, bytes: &[u8]) {
+        self.clear();
+        self.extend_from_slice(b"key:");
+        self.extend_from_slice(bytes);
+    }
+    fn ip(&mut self, ip: IpAddr) {
+        self.clear();
+        self.extend_from_slice(format!("ip:{ip}").as_bytes());
+    }
+    fn anonymous(&mut self) {
+        self.clear();
+        self.extend_from_slice(b"anonymous");
+    }
+    fn clear(&mut self) {
+        Vec::clear(self);
+    }
 }
 
 /// Every policy's decision by index: on the stack for up to four policies.
@@ -514,6 +558,8 @@ impl<'g> Verdict<'g> {
 /// ```
 pub struct Gate {
     policies: Vec<Policy>,
+    /// Policies decided elsewhere (see [`Gate::decide_with`]).
+    remote: Vec<Policy>,
     limiters: Vec<KeyedLimiter<Fingerprint, AnyClock>>,
     fingerprints: Fingerprinter,
     policy_field: String,
@@ -539,7 +585,7 @@ impl Gate {
         options: GateOptions,
         clock: AnyClock,
     ) -> Result<Gate, Error> {
-        if policies.is_empty() && options.concurrency_limit.is_none() {
+        if policies.is_empty() && options.remote.is_empty() && options.concurrency_limit.is_none() {
             return Err(Error::NoLimiters);
         }
         options.check()?;
@@ -558,9 +604,16 @@ impl Gate {
             .concurrency_limit
             .map(ConcurrencyCap::new)
             .transpose()?;
+        let remote = options
+            .remote
+            .iter()
+            .map(|(name, algorithm)| Policy::for_keyed(name, *algorithm))
+            .collect::<Result<Vec<_>, _>>()?;
+        let all: Vec<Policy> = names.iter().chain(remote.iter()).cloned().collect();
         Ok(Gate {
             cap,
-            policy_field: ratelimit_policy(&names),
+            policy_field: ratelimit_policy(&all),
+            remote,
             policies: names,
             limiters,
             fingerprints: Fingerprinter::new(),
@@ -642,7 +695,11 @@ impl Gate {
         self.limiters.iter().map(KeyedLimiter::cleanup).sum()
     }
 
-    fn ip<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Option<Fingerprint> {
+    fn ip<H: Headers + ?Sized, S: Sink>(
+        &self,
+        request: &Request<'_, H>,
+        sink: &mut S,
+    ) -> Option<Fingerprint> {
         let peer = request.peer?;
         let ip = client_ip(
             peer,
@@ -650,13 +707,20 @@ impl Gate {
             &self.forwarding,
             &self.options.trusted,
         );
-        Some(self.fingerprints.ip(ip_key(ip, self.options.ipv6_prefix)))
+        let ip = ip_key(ip, self.options.ipv6_prefix);
+        sink.ip(ip);
+        Some(self.fingerprints.ip(ip))
     }
 
     /// The key header's fingerprint, when the request has exactly one line
     /// of it holding a usable key (see [`KeySource::Header`]).
     #[inline]
-    fn header_key<H: Headers + ?Sized>(&self, headers: &H, name: &str) -> Option<Fingerprint> {
+    fn header_key<H: Headers + ?Sized, S: Sink>(
+        &self,
+        headers: &H,
+        name: &str,
+        sink: &mut S,
+    ) -> Option<Fingerprint> {
         let mut lines = 0u32;
         let mut found = None;
         headers.for_each_line(name, |value| {
@@ -664,33 +728,90 @@ impl Gate {
             if lines == 1 {
                 let value = value.trim_ascii();
                 if !value.is_empty() && !value.contains(&b',') {
+                    sink.key(value);
                     // As `Key::Bytes(value)`.
                     found = Some(self.fingerprints.of(1, value));
                 }
             }
         });
-        if lines == 1 { found } else { None }
+        if lines == 1 {
+            found
+        } else {
+            sink.clear();
+            None
+        }
     }
 
+    /// The request's key under every rule (key source, missing key), its
+    /// text written to `sink` as well.
     #[inline]
-    fn key<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Result<Fingerprint, u16> {
+    fn resolve<H: Headers + ?Sized, S: Sink>(
+        &self,
+        request: &Request<'_, H>,
+        sink: &mut S,
+    ) -> Result<Fingerprint, u16> {
         let found = match &self.options.key {
-            KeySource::ClientIp => self.ip(request),
-            KeySource::Header(name) => self.header_key(request.headers, name),
+            KeySource::ClientIp => self.ip(request, sink),
+            KeySource::Header(name) => self.header_key(request.headers, name, sink),
             KeySource::Given => match request.key {
                 None | Some(Key::Text("")) | Some(Key::Bytes([])) => None,
-                Some(key) => Some(self.fingerprints.key(key)),
+                Some(key) => {
+                    match key {
+                        Key::Text(t) => sink.key(t.as_bytes()),
+                        Key::Bytes(b) => sink.key(b),
+                        Key::Int(i) => sink.key(i.to_string().as_bytes()),
+                    }
+                    Some(self.fingerprints.key(key))
+                }
             },
         };
         if let Some(key) = found {
             return Ok(key);
         }
-        let anonymous = || self.fingerprints.of(4, b"");
+        let anonymous = |sink: &mut S| {
+            sink.anonymous();
+            self.fingerprints.of(4, b"")
+        };
         match self.options.missing {
-            MissingKey::FallBackToIp => Ok(self.ip(request).unwrap_or_else(anonymous)),
-            MissingKey::SharedAnonymous => Ok(anonymous()),
+            MissingKey::FallBackToIp => match self.ip(request, sink) {
+                Some(ip) => Ok(ip),
+                None => Ok(anonymous(sink)),
+            },
+            MissingKey::SharedAnonymous => Ok(anonymous(sink)),
             MissingKey::Reject(status) => Err(status),
         }
+    }
+
+    #[inline]
+    fn key<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Result<Fingerprint, u16> {
+        self.resolve(request, &mut ())
+    }
+
+    /// The request's key as text that every instance derives alike — for a
+    /// limit kept outside this process, such as a global limit in Redis:
+    /// `key:<the key>` (a key header's trimmed value, or the application's
+    /// key), `ip:<address>` (IPv6 cut to its prefix) or `anonymous`, by the
+    /// same rules [`decide`](Self::decide) keys on. `Err(status)` when a
+    /// keyless request is refused ([`MissingKey::Reject`]).
+    ///
+    /// # Errors
+    /// The [`MissingKey::Reject`] status.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::any::{AnyClock, Gate, GateOptions, Request};
+    /// use ratebound::{KeyedAlgorithm, Quota};
+    /// let policy = ("p".to_string(), KeyedAlgorithm::TokenBucket(Quota::parse("1/s")?));
+    /// let gate = Gate::new(vec![policy], GateOptions::default(), AnyClock::default())?;
+    /// let lines: [(&str, &str); 0] = [];
+    /// let r = Request { key: None, peer: Some("2001:db8::7".parse().unwrap()), headers: &lines[..] };
+    /// assert_eq!(gate.identity(&r), Ok(b"ip:2001:db8::".to_vec()));
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn identity<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Result<Vec<u8>, u16> {
+        let mut text = Vec::new();
+        self.resolve(request, &mut text)?;
+        Ok(text)
     }
 
     /// The decision for `request`, now.
@@ -728,7 +849,7 @@ impl Gate {
             }
             Err(_) => return Verdict::plain(500, "rate limiter misconfigured\n", None),
         };
-        let mut fields = self.quota_fields(&decisions);
+        let fields = self.quota_fields(&decisions);
         if admitted {
             return Verdict::pass(fields);
         }
@@ -738,6 +859,11 @@ impl Gate {
             .map(|d| d.retry_after())
             .max()
             .unwrap_or(Duration::ZERO);
+        self.refusal(fields, wait)
+    }
+
+    /// A 429 carrying `fields`, for a wait of `wait`.
+    fn refusal<'g>(&self, mut fields: Fields<'g>, wait: Duration) -> Verdict<'g> {
         let secs = retry_after_secs(wait).max(1);
         fields.retry_after = Some(secs);
         let body = match self.options.body {
@@ -757,6 +883,94 @@ impl Gate {
             status: 429,
             fields,
             body: Some(body),
+        }
+    }
+
+    /// The decision for `request` now, with the decisions of the remote
+    /// policies (limits kept elsewhere, e.g. global limits in Redis, checked
+    /// by the front door for [`identity`](Self::identity)), one per
+    /// [`GateOptions::remote`] policy, in order.
+    pub fn decide_with<H: Headers + ?Sized>(
+        &self,
+        request: &Request<'_, H>,
+        remote: &[crate::Decision],
+    ) -> Verdict<'_> {
+        self.decide_with_at(request, remote, self.clock.now())
+    }
+
+    /// [`decide_with`](Self::decide_with) at `now`. A remote refusal is a
+    /// 429 at once (the local policies are not charged; the `RateLimit`
+    /// field lists the remote policies); otherwise the local policies decide
+    /// and the remote ones join the quota fields. A request a local policy
+    /// refuses after a remote one admitted it stays counted remotely — the
+    /// remote store can only be told once.
+    pub fn decide_with_at<H: Headers + ?Sized>(
+        &self,
+        request: &Request<'_, H>,
+        remote: &[crate::Decision],
+        now: u64,
+    ) -> Verdict<'_> {
+        // A keyless request the options refuse is refused before anything
+        // else (a front door whose `identity` was refused passes `&[]`).
+        if let Err(status) = self.key(request) {
+            return Verdict::plain(status, KEY_REQUIRED, None);
+        }
+        if remote.len() != self.remote.len() {
+            return Verdict::plain(500, "rate limiter misconfigured\n", None);
+        }
+        let remote_pairs = || self.remote.iter().zip(remote.iter().copied());
+        if remote.iter().any(|d| !d.is_allowed()) {
+            let mut fields = Fields::default();
+            self.add_quota_fields(&mut fields, remote_pairs());
+            let wait = remote
+                .iter()
+                .map(|d| d.retry_after())
+                .max()
+                .unwrap_or(Duration::ZERO);
+            return self.refusal(fields, wait);
+        }
+        let mut verdict = self.decide_at(request, now);
+        if verdict.status == 0 || verdict.status == 429 {
+            self.add_quota_fields(&mut verdict.fields, remote_pairs());
+        }
+        verdict
+    }
+
+    /// Adds the remote policies' entries to `fields`: appended to
+    /// `RateLimit`, or taking the legacy fields when tighter.
+    fn add_quota_fields<'a>(
+        &'a self,
+        fields: &mut Fields<'a>,
+        entries: impl Iterator<Item = (&'a Policy, crate::Decision)> + Clone,
+    ) {
+        if entries.clone().next().is_none() {
+            return;
+        }
+        match self.options.headers {
+            QuotaHeaders::Off => {}
+            QuotaHeaders::Draft => {
+                fields.policy = Some(&self.policy_field);
+                let more = ratelimit_bytes(entries);
+                match &mut fields.ratelimit {
+                    Some(value) if !value.is_empty() => {
+                        value.extend_from_slice(b", ");
+                        value.extend_from_slice(&more);
+                    }
+                    _ => fields.ratelimit = Some(more),
+                }
+            }
+            QuotaHeaders::Legacy => {
+                if let Some(d) = entries
+                    .map(|(_, d)| d)
+                    .min_by_key(crate::Decision::remaining)
+                    && fields
+                        .legacy
+                        .is_none_or(|[_, remaining, _]| d.remaining() < remaining)
+                {
+                    fields.legacy =
+                        Some([d.limit(), d.remaining(), retry_after_secs(d.reset_after())]);
+                }
+            }
         }
     }
 

@@ -374,3 +374,111 @@ fn gate_options_parse_once_and_name_bad_values() {
     assert_eq!(d.ipv6_prefix, 64);
     assert_eq!(d.missing, MissingKey::FallBackToIp);
 }
+
+#[test]
+fn gate_identity_and_remote_policies() {
+    use ratebound::Decision;
+    let (_, c) = manual();
+    let remote = (
+        "global".to_string(),
+        KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap()),
+    );
+    let g = Gate::new(
+        vec![(
+            "local".to_string(),
+            KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 2").unwrap()),
+        )],
+        GateOptions {
+            key: KeySource::header("x-api-key").unwrap(),
+            remote: vec![remote],
+            ..GateOptions::default()
+        },
+        c,
+    )
+    .unwrap();
+    assert_eq!(g.policy_field(), r#""local";q=2;w=2, "global";q=20;w=2"#);
+    let lines = [("x-api-key", " alice ")];
+    let req = Request {
+        key: None,
+        peer: Some("2001:db8::9".parse().unwrap()),
+        headers: &lines[..],
+    };
+    assert_eq!(g.identity(&req), Ok(b"key:alice".to_vec()));
+    let none: [(&str, &str); 0] = [];
+    let keyless = Request {
+        key: None,
+        peer: Some("2001:db8::9".parse().unwrap()),
+        headers: &none[..],
+    };
+    assert_eq!(g.identity(&keyless), Ok(b"ip:2001:db8::".to_vec()));
+    let twice = [("x-api-key", "a"), ("x-api-key", "b")];
+    let smuggled = Request {
+        key: None,
+        peer: None,
+        headers: &twice[..],
+    };
+    assert_eq!(g.identity(&smuggled), Ok(b"anonymous".to_vec()));
+
+    // The remote policy admits: both entries in RateLimit.
+    let ok = Decision::from_parts(true, 20, 19, 0, 100_000_000);
+    let v = g.decide_with(&req, &[ok]);
+    assert_eq!(v.status, 0);
+    let field = |v: &ratebound::any::Verdict<'_>| {
+        v.headers()
+            .into_iter()
+            .find(|(n, _)| *n == "ratelimit")
+            .map(|(_, v)| v)
+    };
+    assert_eq!(field(&v).unwrap(), r#""local";r=1;t=1, "global";r=19;t=1"#);
+    // The remote policy refuses: 429 with its wait, the local bucket untouched.
+    let no = Decision::from_parts(false, 20, 0, 2_500_000_000, 2_000_000_000);
+    let v = g.decide_with(&req, &[no]);
+    assert_eq!(v.status, 429);
+    assert_eq!(v.fields.retry_after, Some(3));
+    assert_eq!(field(&v).unwrap(), r#""global";r=0;t=2"#);
+    assert_eq!(
+        g.decide_with(&req, &[ok]).status,
+        0,
+        "the local bucket still had a token"
+    );
+    assert_eq!(g.decide_with(&req, &[ok]).status, 429, "now it has none");
+    // The wrong number of remote decisions is a misconfiguration.
+    assert_eq!(g.decide_with(&req, &[]).status, 500);
+
+    // A keyless request refused by the options: identity says so, and
+    // decide_with without remote decisions answers it.
+    let (_, c) = manual();
+    let reject = Gate::new(
+        vec![],
+        GateOptions {
+            key: KeySource::Given,
+            missing: MissingKey::Reject(401),
+            remote: vec![(
+                "global".to_string(),
+                KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
+            )],
+            ..GateOptions::default()
+        },
+        c,
+    )
+    .unwrap();
+    let bare = Request {
+        key: None,
+        peer: None,
+        headers: &none[..],
+    };
+    assert_eq!(reject.identity(&bare), Err(401));
+    assert_eq!(reject.decide_with(&bare, &[]).status, 401);
+    let given = Request {
+        key: Some(Key::Int(42)),
+        peer: None,
+        headers: &none[..],
+    };
+    assert_eq!(reject.identity(&given), Ok(b"key:42".to_vec()));
+    assert_eq!(
+        reject
+            .decide_with(&given, &[Decision::from_parts(true, 1, 0, 0, 0)])
+            .status,
+        0
+    );
+}
