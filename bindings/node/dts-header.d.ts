@@ -109,3 +109,131 @@ export declare function fastify(instance: any, options: MiddlewareOptions, done:
 
 /** An empty native call (the benchmarks' floor). */
 export declare function noop(): void
+
+/**
+ * A Redis client for the global limits (`redis.*`), detected by its
+ * methods: an ioredis `Redis` or `Cluster` (`evalsha`), or a node-redis v4+
+ * client from `createClient` or cluster from `createCluster` (`evalSha`).
+ * The client stays the application's: its connection, TLS, auth, retry and
+ * offline-queue settings apply, and closing it is the application's job.
+ */
+export type RedisClient =
+  | { evalsha(...args: any[]): any; eval(...args: any[]): any }
+  | { evalSha(...args: any[]): any; eval(...args: any[]): any }
+
+/**
+ * Global limits in Redis, shared by every instance of a service: one key
+ * per limit, one Lua script per algorithm (`EVALSHA`, and `EVAL` once on
+ * `NOSCRIPT`, within one deadline), Redis' own clock, an explicit fail
+ * policy with a circuit breaker, and token leasing. The decisions are the
+ * native `RedisEngine`'s; these classes only run its calls with your client.
+ * Each works with and without `new`.
+ *
+ * ```js
+ * const lim = new rb.redis.TokenBucket({ client, rate: 10, burst: 20, onError: 'closed' })
+ * const d = await lim.check('partner-api')   // d.allowed, d.retryAfter, d.source, ...
+ * ```
+ */
+export declare namespace redis {
+  /** The options every global limit takes. */
+  interface CommonOptions
+    extends Pick<
+      RedisEngineOptions,
+      'prefix' | 'onError' | 'localRate' | 'timeout' | 'breakerCooldown' | 'breakerThreshold'
+    > {
+    /** The ioredis or node-redis client (or cluster) to run the scripts with. */
+    client: RedisClient
+  }
+  /** Options of `redis.TokenBucket`. */
+  interface TokenBucketOptions extends CommonOptions, Pick<RedisEngineOptions, 'lease' | 'leaseTtl'> {
+    /** Tokens per second per key, or a quota string (`'10/s burst 20'`). */
+    rate: number | string
+    /** The most tokens one key holds (default: the quota string's burst, else 1). */
+    burst?: number
+  }
+  /** Options of `redis.FixedWindow`. */
+  interface FixedWindowOptions extends CommonOptions, Pick<RedisEngineOptions, 'lease' | 'leaseTtl'> {
+    /** Requests per window per key. */
+    limit: number
+    /** The window in seconds (a whole number of microseconds). */
+    window: number
+  }
+  /** Options of `redis.SlidingWindow` (no leasing). */
+  interface SlidingWindowOptions extends CommonOptions {
+    /** Requests per sliding window per key. */
+    limit: number
+    /** The window in seconds (a whole number of microseconds). */
+    window: number
+  }
+  /** The driver's counters since the limiter was made. */
+  interface Stats {
+    /** Round trips started (an `EVALSHA`, and its `EVAL` after `NOSCRIPT`, count once). */
+    calls: number
+    /** `NOSCRIPT` replies answered with `EVAL`. */
+    evals: number
+    /** Calls that missed their deadline (the fail policy answered; they may still have run). */
+    timeouts: number
+    /** Calls that failed with a client or server error (the fail policy answered). */
+    errors: number
+  }
+  /** A global limit (what `TokenBucket`, `FixedWindow` and `SlidingWindow` make). */
+  interface Limiter {
+    /**
+     * Takes `n` (default 1) tokens for `key`: Redis' decision, a lease's, or
+     * the fail policy's when Redis is down, slow or erroring (`source` says
+     * which). Never rejects for a Redis failure, only for bad arguments
+     * (`RangeError`/`TypeError`, as `RedisEngine.begin` throws). Keys are
+     * sent as raw bytes after the prefix: `'1'`, `1` and `Buffer.from('1')`
+     * are one key in Redis.
+     */
+    check(key: Key, n?: number): Promise<RedisDecision>
+    /** Whether `n` (default 1) tokens for `key` were taken. */
+    tryAcquire(key: Key, n?: number): Promise<boolean>
+    /**
+     * `check` judged at `atUs` microseconds of Redis time instead of its
+     * `TIME`: the explicit-time twin, for replaying test vectors.
+     */
+    checkAt(key: Key, n: number, atUs: number): Promise<RedisDecision>
+    /**
+     * Gives every unspent leased token back to Redis (call it on shutdown);
+     * resolves with how many keys' tokens went back. The client stays open.
+     */
+    close(): Promise<number>
+    /** Whether the circuit breaker is open (Redis is being spared). */
+    readonly breakerOpen: boolean
+    /** The native engine (configuration, breaker, leases). */
+    readonly engine: RedisEngine
+    /** Leased tokens held now, over all keys. */
+    readonly leased: number
+    /** Every call's deadline, in seconds. */
+    readonly timeout: number
+    /** The burst, or the window's limit. */
+    readonly limit: number
+    readonly algorithm: 'token_bucket' | 'fixed_window' | 'sliding_window'
+    /** Which client was detected. */
+    readonly clientKind: 'ioredis' | 'ioredis-cluster' | 'node-redis'
+    /** The driver's counters. */
+    readonly stats: Stats
+  }
+  interface TokenBucket extends Limiter {}
+  interface FixedWindow extends Limiter {}
+  interface SlidingWindow extends Limiter {}
+  /** A GCRA token bucket per key in Redis: `rate` per second, bursts of `burst`. */
+  const TokenBucket: {
+    new (options: TokenBucketOptions): TokenBucket
+    (options: TokenBucketOptions): TokenBucket
+    readonly prototype: TokenBucket
+  }
+  /** At most `limit` per `window` seconds per key, windows aligned to Redis' clock. */
+  const FixedWindow: {
+    new (options: FixedWindowOptions): FixedWindow
+    (options: FixedWindowOptions): FixedWindow
+    readonly prototype: FixedWindow
+  }
+  /** A sliding window counter of `limit` per `window` seconds per key in Redis. */
+  const SlidingWindow: {
+    new (options: SlidingWindowOptions): SlidingWindow
+    (options: SlidingWindowOptions): SlidingWindow
+    readonly prototype: SlidingWindow
+  }
+}

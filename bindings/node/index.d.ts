@@ -111,6 +111,134 @@ export declare function fastify(instance: any, options: MiddlewareOptions, done:
 export declare function noop(): void
 
 /**
+ * A Redis client for the global limits (`redis.*`), detected by its
+ * methods: an ioredis `Redis` or `Cluster` (`evalsha`), or a node-redis v4+
+ * client from `createClient` or cluster from `createCluster` (`evalSha`).
+ * The client stays the application's: its connection, TLS, auth, retry and
+ * offline-queue settings apply, and closing it is the application's job.
+ */
+export type RedisClient =
+  | { evalsha(...args: any[]): any; eval(...args: any[]): any }
+  | { evalSha(...args: any[]): any; eval(...args: any[]): any }
+
+/**
+ * Global limits in Redis, shared by every instance of a service: one key
+ * per limit, one Lua script per algorithm (`EVALSHA`, and `EVAL` once on
+ * `NOSCRIPT`, within one deadline), Redis' own clock, an explicit fail
+ * policy with a circuit breaker, and token leasing. The decisions are the
+ * native `RedisEngine`'s; these classes only run its calls with your client.
+ * Each works with and without `new`.
+ *
+ * ```js
+ * const lim = new rb.redis.TokenBucket({ client, rate: 10, burst: 20, onError: 'closed' })
+ * const d = await lim.check('partner-api')   // d.allowed, d.retryAfter, d.source, ...
+ * ```
+ */
+export declare namespace redis {
+  /** The options every global limit takes. */
+  interface CommonOptions
+    extends Pick<
+      RedisEngineOptions,
+      'prefix' | 'onError' | 'localRate' | 'timeout' | 'breakerCooldown' | 'breakerThreshold'
+    > {
+    /** The ioredis or node-redis client (or cluster) to run the scripts with. */
+    client: RedisClient
+  }
+  /** Options of `redis.TokenBucket`. */
+  interface TokenBucketOptions extends CommonOptions, Pick<RedisEngineOptions, 'lease' | 'leaseTtl'> {
+    /** Tokens per second per key, or a quota string (`'10/s burst 20'`). */
+    rate: number | string
+    /** The most tokens one key holds (default: the quota string's burst, else 1). */
+    burst?: number
+  }
+  /** Options of `redis.FixedWindow`. */
+  interface FixedWindowOptions extends CommonOptions, Pick<RedisEngineOptions, 'lease' | 'leaseTtl'> {
+    /** Requests per window per key. */
+    limit: number
+    /** The window in seconds (a whole number of microseconds). */
+    window: number
+  }
+  /** Options of `redis.SlidingWindow` (no leasing). */
+  interface SlidingWindowOptions extends CommonOptions {
+    /** Requests per sliding window per key. */
+    limit: number
+    /** The window in seconds (a whole number of microseconds). */
+    window: number
+  }
+  /** The driver's counters since the limiter was made. */
+  interface Stats {
+    /** Round trips started (an `EVALSHA`, and its `EVAL` after `NOSCRIPT`, count once). */
+    calls: number
+    /** `NOSCRIPT` replies answered with `EVAL`. */
+    evals: number
+    /** Calls that missed their deadline (the fail policy answered; they may still have run). */
+    timeouts: number
+    /** Calls that failed with a client or server error (the fail policy answered). */
+    errors: number
+  }
+  /** A global limit (what `TokenBucket`, `FixedWindow` and `SlidingWindow` make). */
+  interface Limiter {
+    /**
+     * Takes `n` (default 1) tokens for `key`: Redis' decision, a lease's, or
+     * the fail policy's when Redis is down, slow or erroring (`source` says
+     * which). Never rejects for a Redis failure, only for bad arguments
+     * (`RangeError`/`TypeError`, as `RedisEngine.begin` throws). Keys are
+     * sent as raw bytes after the prefix: `'1'`, `1` and `Buffer.from('1')`
+     * are one key in Redis.
+     */
+    check(key: Key, n?: number): Promise<RedisDecision>
+    /** Whether `n` (default 1) tokens for `key` were taken. */
+    tryAcquire(key: Key, n?: number): Promise<boolean>
+    /**
+     * `check` judged at `atUs` microseconds of Redis time instead of its
+     * `TIME`: the explicit-time twin, for replaying test vectors.
+     */
+    checkAt(key: Key, n: number, atUs: number): Promise<RedisDecision>
+    /**
+     * Gives every unspent leased token back to Redis (call it on shutdown);
+     * resolves with how many keys' tokens went back. The client stays open.
+     */
+    close(): Promise<number>
+    /** Whether the circuit breaker is open (Redis is being spared). */
+    readonly breakerOpen: boolean
+    /** The native engine (configuration, breaker, leases). */
+    readonly engine: RedisEngine
+    /** Leased tokens held now, over all keys. */
+    readonly leased: number
+    /** Every call's deadline, in seconds. */
+    readonly timeout: number
+    /** The burst, or the window's limit. */
+    readonly limit: number
+    readonly algorithm: 'token_bucket' | 'fixed_window' | 'sliding_window'
+    /** Which client was detected. */
+    readonly clientKind: 'ioredis' | 'ioredis-cluster' | 'node-redis'
+    /** The driver's counters. */
+    readonly stats: Stats
+  }
+  interface TokenBucket extends Limiter {}
+  interface FixedWindow extends Limiter {}
+  interface SlidingWindow extends Limiter {}
+  /** A GCRA token bucket per key in Redis: `rate` per second, bursts of `burst`. */
+  const TokenBucket: {
+    new (options: TokenBucketOptions): TokenBucket
+    (options: TokenBucketOptions): TokenBucket
+    readonly prototype: TokenBucket
+  }
+  /** At most `limit` per `window` seconds per key, windows aligned to Redis' clock. */
+  const FixedWindow: {
+    new (options: FixedWindowOptions): FixedWindow
+    (options: FixedWindowOptions): FixedWindow
+    readonly prototype: FixedWindow
+  }
+  /** A sliding window counter of `limit` per `window` seconds per key in Redis. */
+  const SlidingWindow: {
+    new (options: SlidingWindowOptions): SlidingWindow
+    (options: SlidingWindowOptions): SlidingWindow
+    readonly prototype: SlidingWindow
+  }
+}
+
+/**
  * Which binding artifact the generated loader actually loaded: `'native'` for
  * a native addon, otherwise the `platformArchABI` of the WASI flavor. Every
  * flavor napi-rs can build is listed, because `NAPI_RS_NATIVE_LIBRARY_PATH`
@@ -368,6 +496,112 @@ export declare class ManualClock {
   now(): number
   /** The time in nanoseconds since the clock's epoch (exact up to 2^53). */
   nowNanos(): number
+}
+
+/**
+ * One script run for the driver to perform: `EVALSHA sha 1 key ...args`,
+ * and on a `NOSCRIPT` error `EVAL text 1 key ...args` once, within one
+ * deadline; then `engine.finish(call, ...)`.
+ */
+export declare class RedisCall {
+  /** The script's SHA-1 (for `EVALSHA`). */
+  get sha(): string
+  /** The script's Lua source (for `EVAL` after `NOSCRIPT`). */
+  get text(): string
+  /** The script's name: `'gcra'`, `'fixed_window'` or `'sliding_window'`. */
+  get script(): string
+  /** The one key: the prefix and the caller's key, as raw bytes. */
+  get key(): Buffer
+  /** The script's arguments, as Redis strings. */
+  get args(): Array<string>
+  /**
+   * What the call asks: `'check'`, `'lease'` or `'return'` (from
+   * `drain()`: give leased tokens back; such calls need no `finish`).
+   */
+  get kind(): 'check' | 'lease' | 'return'
+  /** The tokens asked for. */
+  get n(): number
+  /**
+   * The same call judged at `nowUs` (whole microseconds of Redis time)
+   * instead of Redis' `TIME`: the explicit-time twin, for replaying test
+   * vectors. Production calls never need it.
+   */
+  at(nowUs: number): RedisCall
+}
+
+/**
+ * A global limit's engine (see `redis.js` for the drivers): one key per
+ * limit in Redis, one Lua script per algorithm, Redis' own clock, an
+ * explicit fail policy with a circuit breaker, and token leasing. It
+ * performs no I/O: `begin` answers locally (a lease, or the fail policy
+ * while the breaker is open) or hands out a `RedisCall`, whose outcome
+ * `finish` turns into the decision.
+ *
+ * ```js
+ * const engine = new RedisEngine({ rate: 10, burst: 20, onError: 'closed' })
+ * const b = engine.begin('partner-api', 1)
+ * if (b instanceof RedisCall) {
+ *   // EVALSHA b.sha 1 b.key ...b.args (EVAL b.text ... on NOSCRIPT), within engine.timeout s
+ *   const d = engine.finish(b, reply, timedOut, errorText)   // reply: 5 integers, or null
+ * }
+ * ```
+ */
+export declare class RedisEngine {
+  /**
+   * An engine: `{ rate, burst }` (token bucket) or `{ algorithm:
+   * 'fixed_window' | 'sliding_window', limit, window }`, plus the Redis
+   * options (`prefix`, `onError`, `localRate`, `timeout`, `lease`,
+   * `leaseTtl`, `breakerCooldown`, `breakerThreshold`).
+   *
+   * @throws {RangeError} for a number out of range (`ERR_RATEBOUND_INVALID_RATE`,
+   * `ERR_RATEBOUND_RATE_TOO_HIGH` above 1 000 000/s,
+   * `ERR_RATEBOUND_INVALID_WINDOW`, `ERR_RATEBOUND_INVALID_NUMBER`, ...);
+   * {TypeError} `ERR_RATEBOUND_INVALID_OPTION` for an unknown `onError`
+   * or `'local'` without `localRate`, `ERR_RATEBOUND_UNSUPPORTED` for
+   * leasing a sliding window.
+   */
+  constructor(options?: RedisEngineOptions | undefined | null)
+  /**
+   * Step one of taking `n` (default 1) tokens for `key`: a decision
+   * already (a lease, or the fail policy while the breaker is open), or a
+   * `RedisCall` to run. Keys are strings (UTF-8), safe integers (their
+   * decimal text) or `Uint8Array`s (their bytes), sent to Redis as raw
+   * bytes after the prefix: `'1'`, `1` and `Buffer.from('1')` are the
+   * same key in Redis.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for `n = 0`,
+   * `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an `n` above the burst (or
+   * limit); {TypeError} `ERR_INVALID_ARG_TYPE` for a key of another kind.
+   */
+  begin(key: string | number | Uint8Array, n?: number): RedisDecision | RedisCall
+  /**
+   * Step two: the decision from what became of `call` — the script's
+   * reply (five integers), or `null` with `timedOut` (no reply within the
+   * deadline) or an `error` text (a connection or server error). A reply
+   * of another shape counts as a failure. Failures feed the circuit
+   * breaker and are answered by the fail policy.
+   */
+  finish(call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null): RedisDecision
+  /**
+   * The calls that give every unspent leased token back (on shutdown);
+   * the leases are forgotten. Run each like any call; their outcome
+   * needs no `finish`.
+   */
+  drain(): Array<RedisCall>
+  /** Whether the circuit breaker is open (Redis is being spared). */
+  get breakerOpen(): boolean
+  /** Every call's deadline, in seconds. */
+  get timeout(): number
+  /** Leased tokens held now, over all keys. */
+  get leased(): number
+  /** The most one key admits at once (burst, or limit). */
+  get limit(): number
+  /** `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
+  get algorithm(): string
+  /** The prefix of every key in Redis. */
+  get prefix(): string
+  /** The fail policy: `'open'`, `'closed'` or `'local'`. */
+  get onError(): 'open' | 'closed' | 'local'
 }
 
 /**
@@ -696,6 +930,81 @@ export interface QuotaPolicy {
   rate: number | string
   /** The burst (default: the quota string's). */
   burst?: number
+}
+
+/**
+ * The answer of a global limit: the usual decision and the path that gave
+ * it. A refusal is a decision, never an exception.
+ */
+export interface RedisDecision {
+  /** Whether the request was admitted (and its tokens taken). */
+  allowed: boolean
+  /** The burst, or the window's limit. */
+  limit: number
+  /** Whole tokens left (for a `'lease'` answer: this instance's lease). */
+  remaining: number
+  /** Seconds until the same request could be admitted; 0 when allowed. */
+  retryAfter: number
+  /** Seconds until the key's state is fresh again. */
+  resetAfter: number
+  /**
+   * Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
+   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy).
+   */
+  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local'
+}
+
+/**
+ * Options of `new RedisEngine(...)` (and of `redis.TokenBucket`,
+ * `redis.FixedWindow`, `redis.SlidingWindow`, which add `client`).
+ */
+export interface RedisEngineOptions {
+  /**
+   * `'token_bucket'` (the default, with `rate` and `burst`),
+   * `'fixed_window'` or `'sliding_window'` (with `limit` and `window`).
+   */
+  algorithm?: 'token_bucket' | 'fixed_window' | 'sliding_window'
+  /** Tokens per second per key, or a quota string (`'10/s burst 20'`). */
+  rate?: number | string
+  /** The most tokens one key holds (token bucket). */
+  burst?: number
+  /** Requests per window per key (windows). */
+  limit?: number
+  /** The window in seconds (windows; a whole number of microseconds). */
+  window?: number
+  /** Prepended to every key in Redis (default `'rb:'`). */
+  prefix?: string
+  /**
+   * What answers while Redis is down, slow or erroring: `'open'` (admit,
+   * the default), `'closed'` (refuse, `retryAfter` = `breakerCooldown`)
+   * or `'local'` (a local token bucket per key at `localRate`).
+   */
+  onError?: 'open' | 'closed' | 'local'
+  /**
+   * With `onError: 'local'`: this instance's share of the rate, tokens
+   * per second (e.g. rate / number of instances); its burst is the
+   * burst scaled by the same share, at least 1.
+   */
+  localRate?: number
+  /**
+   * Every call's deadline in seconds (default 0.05), `NOSCRIPT` retry
+   * included. A call that timed out may still have run in Redis.
+   */
+  timeout?: number
+  /**
+   * Tokens taken per round trip and spent locally (default 0: none).
+   * Not with `'sliding_window'`.
+   */
+  lease?: number
+  /** Seconds leased tokens may be spent before they lapse (default 1). */
+  leaseTtl?: number
+  /**
+   * Seconds an open circuit breaker answers with the fail policy before
+   * it lets one probe through (default 1).
+   */
+  breakerCooldown?: number
+  /** Consecutive failures that open the breaker (default 3). */
+  breakerThreshold?: number
 }
 
 /** Options of `new TokenBucket(...)`. */

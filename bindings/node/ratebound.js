@@ -142,6 +142,8 @@ define(native.KeyedLimiter.prototype, 'acquire', function acquire(key, n = 1, op
 })
 
 const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide)
+// Global limits in Redis, with the application's ioredis or node-redis client.
+const redis = require('./redis.js')(native)
 
 const noop = fast.noop
 const {
@@ -155,6 +157,8 @@ const {
   KeyedLimiter,
   Gate,
   Reservation,
+  RedisEngine,
+  RedisCall,
   http,
 } = native
 
@@ -169,7 +173,10 @@ module.exports = {
   KeyedLimiter,
   Gate,
   Reservation,
+  RedisEngine,
+  RedisCall,
   http,
+  redis,
   RateLimitExceededError,
   express,
   fastify,

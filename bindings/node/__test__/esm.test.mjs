@@ -1,6 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { TokenBucket, ManualClock, express, fastify, RateLimitExceededError } from 'ratebound'
+import { TokenBucket, ManualClock, express, fastify, RateLimitExceededError, redis, RedisEngine } from 'ratebound'
 
 test('ESM named imports', () => {
   const clock = new ManualClock()
@@ -10,4 +10,6 @@ test('ESM named imports', () => {
   assert.equal(typeof express, 'function')
   assert.equal(typeof fastify, 'function')
   assert.equal(typeof RateLimitExceededError, 'function')
+  assert.equal(typeof redis.TokenBucket, 'function')
+  assert.equal(typeof RedisEngine, 'function')
 })

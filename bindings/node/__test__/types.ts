@@ -14,7 +14,13 @@ import {
   express,
   fastify,
   http,
+  redis,
+  RedisCall,
+  RedisDecision,
+  RedisEngine,
 } from 'ratebound'
+import IORedis, { Cluster } from 'ioredis'
+import { createClient, createCluster } from 'redis'
 
 const clock = new ManualClock()
 clock.advance(0.25)
@@ -64,6 +70,43 @@ const plugin: typeof fastify = fastify
 const secs: number = http.retryAfterSecs(1)
 const client: string = http.clientIp('10.0.0.5', ['X-Forwarded-For', '203.0.113.9'], ['10.0.0.0/8'], 'x-forwarded-for')
 
+async function global(): Promise<void> {
+  const io = new IORedis({ enableOfflineQueue: false, maxRetriesPerRequest: 1 })
+  const nr = createClient({ disableOfflineQueue: true })
+  const ioCluster = new Cluster([{ host: '127.0.0.1', port: 7000 }])
+  const nrCluster = createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] })
+  const tb = new redis.TokenBucket({ client: io, rate: '10/s', burst: 20, onError: 'local', localRate: 1, lease: 5 })
+  const fw = redis.FixedWindow({ client: nr, limit: 100, window: 60, prefix: 'app:', timeout: 0.1 })
+  const sw = new redis.SlidingWindow({ client: ioCluster, limit: 100, window: 60, onError: 'closed', breakerCooldown: 2 })
+  const tb2 = new redis.TokenBucket({ client: nrCluster, rate: 10 })
+  const d: RedisDecision = await tb.check('partner-api')
+  const source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' = d.source
+  const ok: boolean = await fw.tryAcquire(42, 2)
+  const at: RedisDecision = await sw.checkAt(Buffer.from('k'), 1, 1_200_000_000_000_000)
+  const returned: number = await tb2.close()
+  const open: boolean = tb.breakerOpen
+  const calls: number = tb.stats.calls + tb.stats.evals + tb.stats.timeouts + tb.stats.errors
+  const engine = new RedisEngine({ rate: 10, burst: 20 })
+  const b = engine.begin('k', 1)
+  if (b instanceof RedisCall) {
+    const args: string[] = b.args
+    const key: Buffer = b.key
+    const later: RedisDecision = engine.finish(b.at(1), [1, 0, 0, 0, 1], false, null)
+    const failed: RedisDecision = engine.finish(b, null, true)
+    void [args, key, later, failed]
+  } else {
+    const local: RedisDecision = b
+    void local
+  }
+  void [source, ok, at, returned, open, calls, engine.drain(), tb.engine.breakerOpen]
+  // @ts-expect-error: a client is required
+  new redis.TokenBucket({ rate: 10 })
+  // @ts-expect-error: no leasing on a sliding window
+  new redis.SlidingWindow({ client: io, limit: 1, window: 1, lease: 2 })
+  // @ts-expect-error: onError is 'open', 'closed' or 'local'
+  new redis.TokenBucket({ client: io, rate: 1, onError: 'maybe' })
+}
+
 // @ts-expect-error: missingKey is 'ip', 'shared' or a status
 express({ rate: 1, missingKey: 'nobody' })
 
@@ -72,4 +115,4 @@ new TokenBucket({ rate: true })
 // @ts-expect-error: check takes a count
 tb.check('two')
 
-export { t, d2, ok, fields, kd, removed, size, waiting, status, plugin, secs, client, behindCloudflare }
+export { t, d2, ok, fields, kd, removed, size, waiting, status, plugin, secs, client, behindCloudflare, global }

@@ -6,7 +6,9 @@
 //! generated loader (`index.js`) and described by the generated `index.d.ts`;
 //! `ratebound.js` adds what needs the event loop (`acquire`, the middleware)
 //! and swaps the three hot calls (`tryAcquire`, `check`, keyed `check`) for
-//! the raw N-API entry points of [`fast`].
+//! the raw N-API entry points of [`fast`]. [`redis`] exposes the sans-I/O
+//! engine of `ratebound-redis` (global limits in Redis), whose calls
+//! `redis.js` runs with the application's ioredis or node-redis client.
 
 pub mod error;
 pub mod fast;
@@ -14,3 +16,4 @@ pub mod gate;
 pub mod http;
 pub mod keyed;
 pub mod limiters;
+pub mod redis;

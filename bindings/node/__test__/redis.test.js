@@ -1,0 +1,726 @@
+'use strict'
+// Global limits in Redis (rb.redis.*) against REAL Redis servers that this
+// file starts itself: redis-server on free 127.0.0.1 ports, no persistence,
+// in a temporary directory, all killed at the end (also a 3-master cluster).
+// Every loop is bounded in time; nothing but 127.0.0.1 is contacted.
+// Without redis-server every test here FAILS (ci/test installs it).
+const { test, after } = require('node:test')
+const assert = require('node:assert/strict')
+const { spawn, execFile, execFileSync } = require('node:child_process')
+const { once } = require('node:events')
+const { performance } = require('node:perf_hooks')
+const crypto = require('node:crypto')
+const fs = require('node:fs')
+const net = require('node:net')
+const os = require('node:os')
+const path = require('node:path')
+const util = require('node:util')
+const IORedis = require('ioredis')
+const { createClient, createCluster } = require('redis')
+const rb = require('..')
+
+const execFileP = util.promisify(execFile)
+const HOST = '127.0.0.1'
+const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
+const REDIS_SERVER = process.env.REDIS_SERVER || 'redis-server'
+const REDIS_CLI = process.env.REDIS_CLI || 'redis-cli'
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const now = () => performance.now()
+
+// Every rejection nobody handled, anywhere in this file: there must be none.
+const unhandled = []
+process.on('unhandledRejection', (e) => unhandled.push(e))
+
+function requireRedis() {
+  for (const bin of [REDIS_SERVER, REDIS_CLI]) {
+    try {
+      execFileSync(bin, ['--version'], { stdio: 'pipe', timeout: 5000 })
+    } catch (e) {
+      throw new Error(
+        `${bin} is not installed (${e.code || e.message}): these tests need a real Redis ` +
+          '(apt-get install redis-server redis-tools; ci/test installs it)',
+      )
+    }
+  }
+}
+
+const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'ratebound-redis-test-'))
+const servers = new Set()
+const clients = new Set()
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer()
+    s.unref()
+    s.on('error', reject)
+    s.listen(0, HOST, () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+async function cli(port, ...args) {
+  const { stdout } = await execFileP(REDIS_CLI, ['-h', HOST, '-p', String(port), ...args], { timeout: 10000 })
+  return stdout.trim()
+}
+
+class Server {
+  constructor(port, extra = []) {
+    this.port = port
+    this.extra = extra
+    this.proc = null
+  }
+
+  async start() {
+    requireRedis()
+    const args = [
+      '--port', String(this.port), '--bind', HOST, '--save', '', '--appendonly', 'no',
+      '--dir', TMP, '--logfile', path.join(TMP, `redis-${this.port}.log`), ...this.extra,
+    ]
+    this.proc = spawn(REDIS_SERVER, args, { stdio: 'ignore' })
+    this.proc.on('error', () => {})
+    servers.add(this)
+    for (let i = 0; i < 200; i++) {
+      if (this.proc.exitCode !== null) throw new Error(`redis-server on port ${this.port} exited (${this.proc.exitCode}); see ${TMP}`)
+      try {
+        if ((await cli(this.port, 'PING')) === 'PONG') return this
+      } catch {}
+      await sleep(25)
+    }
+    throw new Error(`redis-server on port ${this.port} did not answer PING within 5 s`)
+  }
+
+  async kill() {
+    const p = this.proc
+    if (p && p.exitCode === null && p.signalCode === null) {
+      const exited = once(p, 'exit')
+      p.kill('SIGKILL')
+      await exited
+    }
+    servers.delete(this)
+  }
+}
+
+async function startServer(extra) {
+  return new Server(await freePort(), extra).start()
+}
+
+process.on('exit', () => {
+  for (const s of servers) if (s.proc && s.proc.exitCode === null) s.proc.kill('SIGKILL')
+})
+
+const isIORedis = (c) => c instanceof IORedis || c instanceof IORedis.Cluster
+
+function dropClient(c) {
+  clients.delete(c)
+  try {
+    if (isIORedis(c)) c.disconnect()
+    else c.destroy()
+  } catch {}
+}
+
+after(async () => {
+  for (const c of [...clients]) dropClient(c)
+  for (const s of [...servers]) await s.kill()
+  fs.rmSync(TMP, { recursive: true, force: true })
+})
+
+// ioredis: `fast` fails at once while disconnected (no offline queue, no
+// retries); otherwise the defaults (commands queue while disconnected).
+async function ioredis(port, { fast = true } = {}) {
+  const options = { host: HOST, port, lazyConnect: true, retryStrategy: () => 50 }
+  if (fast) Object.assign(options, { enableOfflineQueue: false, maxRetriesPerRequest: 0 })
+  const c = new IORedis(options)
+  c.on('error', () => {})
+  clients.add(c)
+  await c.connect()
+  return c
+}
+
+// node-redis: `fast` disables the offline queue.
+async function nodeRedis(port, { fast = true } = {}) {
+  const c = createClient({ socket: { host: HOST, port, reconnectStrategy: () => 50 }, disableOfflineQueue: fast })
+  c.on('error', () => {})
+  clients.add(c)
+  await c.connect()
+  return c
+}
+
+const CLIENTS = { ioredis, 'node-redis': nodeRedis }
+
+async function closeClient(c) {
+  dropClient(c)
+}
+
+const randomKey = (what) => `${what}-${crypto.randomBytes(8).toString('hex')}`
+
+function limiterFor(config, client, extra = {}) {
+  switch (config.algorithm) {
+    case 'token_bucket':
+      return new rb.redis.TokenBucket({ client, rate: config.rate, burst: config.burst, lease: config.lease, ...extra })
+    case 'fixed_window':
+      return new rb.redis.FixedWindow({ client, limit: config.limit, window: config.window, lease: config.lease, ...extra })
+    case 'sliding_window':
+      return new rb.redis.SlidingWindow({ client, limit: config.limit, window: config.window, ...extra })
+    default:
+      throw new Error(`unknown algorithm ${config.algorithm}`)
+  }
+}
+
+// ------------------------------------------------------------- the shared server
+
+let mainServer
+async function main() {
+  if (!mainServer) mainServer = await startServer()
+  return mainServer
+}
+
+// ------------------------------------------------------------------- spec vectors
+
+test('spec/redis.json: every vector with ioredis and node-redis, zero differences', async () => {
+  const server = await main()
+  const { vectors } = JSON.parse(fs.readFileSync(SPEC, 'utf8'))
+  assert.ok(vectors.length >= 8)
+  for (const [kind, connect] of Object.entries(CLIENTS)) {
+    const client = await connect(server.port)
+    const failures = []
+    let steps = 0
+    for (const v of vectors) {
+      const lim = limiterFor(v.config, client)
+      const key = randomKey(v.id)
+      for (const [i, step] of v.steps.entries()) {
+        const d = await lim.checkAt(key, step.n ?? 1, step.at_us)
+        steps++
+        const got = {
+          allowed: d.allowed,
+          remaining: d.remaining,
+          retry_after_us: Math.round(d.retryAfter * 1e6),
+          reset_after_us: Math.round(d.resetAfter * 1e6),
+          source: d.source,
+        }
+        for (const [field, want] of Object.entries(step.expect)) {
+          if (got[field] !== want) failures.push(`${v.id} step ${i}: ${field} = ${JSON.stringify(got[field])}, want ${JSON.stringify(want)}`)
+        }
+      }
+      await lim.close()
+    }
+    assert.deepEqual(failures, [], `${kind}: differences from spec/redis.json`)
+    assert.ok(steps >= 30, `${kind}: ${steps} steps replayed`)
+    await closeClient(client)
+  }
+})
+
+test('the driver detects each client; keys go to Redis as raw bytes after the prefix', async () => {
+  const server = await main()
+  const io = await ioredis(server.port)
+  const nr = await nodeRedis(server.port)
+  const a = new rb.redis.TokenBucket({ client: io, rate: 1, burst: 5, prefix: 'rbtest:' })
+  const b = rb.redis.TokenBucket({ client: nr, rate: 1, burst: 5, prefix: 'rbtest:' }) // without `new`
+  assert.equal(a.clientKind, 'ioredis')
+  assert.equal(b.clientKind, 'node-redis')
+  assert.ok(b instanceof rb.redis.TokenBucket)
+  const base = randomKey('raw')
+  // '1', 1 and Buffer.from('1') are one key in Redis, shared by both clients.
+  assert.equal((await a.check(`${base}1`)).remaining, 4)
+  assert.equal((await b.check(Buffer.from(`${base}1`))).remaining, 3)
+  assert.equal(await io.exists(`rbtest:${base}1`), 1)
+  const n = 7_000_000_000_123
+  await a.check(n)
+  await b.check(String(n))
+  assert.equal((await a.check(n)).remaining, 2)
+  await io.del(`rbtest:${n}`)
+  const keys = ['with spaces and\ttabs', 'ünïcødé ✓ 🚦 key', 'k'.repeat(10 * 1024), Buffer.from([0, 255, 10, 13, 32, 0])]
+  for (const key of keys) {
+    for (const lim of [a, b]) {
+      const d = await lim.check(key)
+      assert.equal(d.source, 'redis', `${lim.clientKind} ${String(key).slice(0, 20)}`)
+      assert.equal(d.allowed, true)
+    }
+    const raw = Buffer.concat([Buffer.from('rbtest:'), Buffer.isBuffer(key) ? key : Buffer.from(key, 'utf8')])
+    assert.equal(await io.exists(raw), 1, `the key is stored as its raw bytes: ${raw.subarray(0, 40)}`)
+    assert.equal((await a.check(key)).remaining, 2, 'both clients count on one key')
+    await io.del(raw)
+  }
+  await closeClient(io)
+  await closeClient(nr)
+})
+
+test('bad input: typed errors naming the value, never a crash', async () => {
+  const server = await main()
+  const io = await ioredis(server.port)
+  const lim = new rb.redis.TokenBucket({ client: io, rate: 10, burst: 20 })
+  const rejects = async (p, name, code, re) => {
+    await assert.rejects(p, (e) => {
+      assert.equal(e.name, name, e.message)
+      assert.equal(e.code, code, e.message)
+      if (re) assert.match(e.message, re)
+      return true
+    })
+  }
+  const throws = (fn, name, code, re) =>
+    assert.throws(fn, (e) => {
+      assert.equal(e.name, name, e.message)
+      assert.equal(e.code, code, e.message)
+      if (re) assert.match(e.message, re)
+      return true
+    })
+  await rejects(lim.check('k', 0), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /n 0/)
+  await rejects(lim.check('k', 21), 'RangeError', 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY', /21/)
+  await rejects(lim.check('k', 1.5), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /1\.5/)
+  await rejects(lim.check('k', -1), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER')
+  await rejects(lim.tryAcquire('k', NaN), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER')
+  await rejects(lim.check({}), 'TypeError', 'ERR_INVALID_ARG_TYPE')
+  await rejects(lim.check(null), 'TypeError', 'ERR_INVALID_ARG_TYPE')
+  await rejects(lim.check(2 ** 60), 'RangeError', 'ERR_RATEBOUND_INVALID_KEY')
+  await rejects(lim.checkAt('k', 1, -5), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /nowUs/)
+  const C = rb.redis.TokenBucket
+  throws(() => new C(), 'TypeError', 'ERR_INVALID_ARG_TYPE')
+  throws(() => new C({ rate: 1 }), 'TypeError', 'ERR_INVALID_ARG_TYPE', /client/)
+  throws(() => new C({ client: {}, rate: 1 }), 'TypeError', 'ERR_INVALID_ARG_TYPE', /evalsha/)
+  throws(() => new C({ client: io, rate: 1, onErorr: 'open' }), 'TypeError', 'ERR_RATEBOUND_INVALID_OPTION', /onErorr/)
+  throws(() => new C({ client: io, rate: 1, onError: 'maybe' }), 'TypeError', 'ERR_RATEBOUND_INVALID_OPTION', /onError "maybe"/)
+  throws(() => new C({ client: io, rate: 1, onError: 'local' }), 'TypeError', 'ERR_RATEBOUND_INVALID_OPTION', /localRate/)
+  throws(() => new C({ client: io, rate: 1, onError: 'local', localRate: -2 }), 'TypeError', 'ERR_RATEBOUND_INVALID_OPTION', /localRate "-2"/)
+  throws(() => new C({ client: io, rate: 1, onError: 3 }), 'TypeError', 'ERR_INVALID_ARG_TYPE', /onError/)
+  throws(() => new C({ client: io, rate: 1, timeout: 0 }), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /timeout 0/)
+  throws(() => new C({ client: io, rate: 1, timeout: -1 }), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /timeout/)
+  throws(() => new C({ client: io, rate: 1, timeout: 1e9 }), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /timeout/)
+  throws(() => new C({ client: io, rate: 1, lease: 2.5 }), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /lease 2\.5/)
+  throws(() => new C({ client: io, rate: 1, leaseTtl: 0, lease: 2 }), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /leaseTtl/)
+  throws(() => new C({ client: io, rate: 2e6 }), 'RangeError', 'ERR_RATEBOUND_RATE_TOO_HIGH', /1000000/)
+  throws(() => new C({ client: io, rate: 0 }), 'RangeError', 'ERR_RATEBOUND_INVALID_RATE')
+  throws(() => new C({ client: io, rate: '10 per fortnight' }), 'TypeError', 'ERR_RATEBOUND_PARSE_ERROR')
+  throws(() => new C({ client: io, burst: 3 }), 'TypeError', 'ERR_RATEBOUND_INVALID_NUMBER', /rate/)
+  throws(() => new C({ client: io, limit: 3, window: 1 }), 'TypeError', 'ERR_RATEBOUND_INVALID_OPTION', /limit/)
+  throws(() => new C({ client: io, rate: 1, prefix: 7 }), 'TypeError', 'ERR_INVALID_ARG_TYPE', /prefix/)
+  throws(() => new rb.redis.FixedWindow({ client: io, limit: 10, window: 1e-7 }), 'RangeError', 'ERR_RATEBOUND_INVALID_WINDOW')
+  throws(() => new rb.redis.SlidingWindow({ client: io, limit: 10, window: 1, lease: 3 }), 'TypeError', 'ERR_RATEBOUND_UNSUPPORTED')
+  throws(() => new rb.redis.FixedWindow({ client: io, limit: 10 }), 'TypeError', 'ERR_RATEBOUND_INVALID_NUMBER', /window/)
+  throws(() => new rb.RedisEngine({ rate: 1, breakerThreshold: 0 }), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /breakerThreshold/)
+  // The limiter still works after all that.
+  assert.equal((await lim.check(randomKey('after-bad-input'))).source, 'redis')
+  await closeClient(io)
+})
+
+test('unreachable Redis (a closed port): the fail policy answers within the deadline, never a hang', async () => {
+  const port = await freePort() // nothing listens there
+  const made = []
+  // Clients as people make them: defaults (commands queue while
+  // disconnected), and the fail-fast settings.
+  const io1 = new IORedis({ host: HOST, port, retryStrategy: () => 50 })
+  const io2 = new IORedis({ host: HOST, port, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => 50 })
+  const nr1 = createClient({ socket: { host: HOST, port, reconnectStrategy: () => 50 } })
+  const nr2 = createClient({ socket: { host: HOST, port, reconnectStrategy: () => 50 }, disableOfflineQueue: true })
+  const nr3 = createClient({ socket: { host: HOST, port } }) // never connected
+  for (const c of [io1, io2, nr1, nr2, nr3]) {
+    c.on('error', () => {})
+    clients.add(c)
+  }
+  nr1.connect().catch(() => {})
+  nr2.connect().catch(() => {})
+  let worst = 0
+  for (const [policy, extra, source, allowed] of [
+    ['open', {}, 'fail_open', true],
+    ['closed', {}, 'fail_closed', false],
+    ['local', { localRate: 5 }, 'local', true], // a local burst of 20 × 5/10 = 10
+  ]) {
+    for (const c of [io1, io2, nr1, nr2, nr3]) {
+      const lim = new rb.redis.TokenBucket({ client: c, rate: 10, burst: 20, onError: policy, breakerCooldown: 5, ...extra })
+      made.push(lim)
+      for (let i = 0; i < 5; i++) {
+        const t = now()
+        const d = await lim.check('down')
+        const took = now() - t
+        worst = Math.max(worst, took)
+        assert.equal(d.source, source, `${policy} ${lim.clientKind} call ${i}`)
+        assert.equal(d.allowed, allowed, `${policy} ${lim.clientKind} call ${i}`)
+        assert.ok(took <= 50 + 40, `${policy} ${lim.clientKind} call ${i} took ${took.toFixed(1)} ms (deadline 50 ms)`)
+        if (policy === 'closed') assert.equal(d.retryAfter, 5)
+      }
+      assert.equal(lim.breakerOpen, true, 'three failures open the breaker')
+    }
+  }
+  assert.equal(await made[0].close(), 0)
+  for (const c of [io1, io2, nr1, nr2, nr3]) dropClient(c)
+  await sleep(60) // late rejections of queued commands, if any, surface here
+  assert.deepEqual(unhandled, [])
+  console.log(`# unreachable Redis: slowest answer ${worst.toFixed(1)} ms (deadline 50 ms)`)
+})
+
+// ------------------------------------------------------------------ the incident
+
+test('the incident: 50 instances share 10/s burst 20 through Redis; 50 local buckets do not', async () => {
+  const server = await main()
+  const key = randomKey('partner-api')
+  const INSTANCES = 50
+  const instances = []
+  for (let i = 0; i < INSTANCES; i++) {
+    const client = i % 2 === 0 ? await ioredis(server.port) : await nodeRedis(server.port)
+    instances.push({
+      client,
+      global: new rb.redis.TokenBucket({ client, rate: 10, burst: 20, onError: 'closed', timeout: 1 }),
+      local: new rb.TokenBucket({ rate: 10, burst: 20 }),
+    })
+  }
+  let admitted = 0
+  let localAdmitted = 0
+  let requests = 0
+  const sources = new Map()
+  const DURATION = 3000
+  const t0 = now()
+  await Promise.all(
+    instances.map(async ({ global, local }, i) => {
+      await sleep(i % 10) // staggered starts
+      while (now() - t0 < DURATION) {
+        const d = await global.check(key)
+        requests++
+        sources.set(d.source, (sources.get(d.source) ?? 0) + 1)
+        if (d.allowed) admitted++
+        if (local.tryAcquire()) localAdmitted++
+        await sleep(15)
+      }
+    }),
+  )
+  const elapsed = (now() - t0) / 1000
+  const bound = 20 + 10 * elapsed + 1
+  const line = `incident: ${requests} requests in ${elapsed.toFixed(3)} s; Redis admitted ${admitted} (bound ${bound.toFixed(1)}), 50 local buckets admitted ${localAdmitted}`
+  console.log(`# ${line}`)
+  assert.deepEqual([...sources.keys()], ['redis'], `every decision from Redis: ${JSON.stringify([...sources])}`)
+  assert.ok(admitted <= bound, line)
+  assert.ok(admitted >= 0.9 * bound, line)
+  assert.ok(localAdmitted > 20 * bound, `local buckets multiply the limit: ${line}`)
+  for (const { client } of instances) await closeClient(client)
+})
+
+// ------------------------------------------------------------------------ faults
+
+const POLICIES = [
+  ['open', {}],
+  ['closed', {}],
+  ['local', { localRate: 5 }],
+]
+const COOLDOWN = 0.2
+
+// Three policies × two clients with the fail-fast settings, plus both
+// clients with their defaults (offline queue on) under 'open'.
+async function faultLimiters(port, extra = {}) {
+  const out = []
+  for (const [kind, connect] of Object.entries(CLIENTS)) {
+    for (const [policy, opts] of POLICIES) {
+      const client = await connect(port)
+      out.push({ kind, policy, queue: false, client, key: randomKey(`fault-${policy}`), lim: new rb.redis.TokenBucket({ client, rate: 100, burst: 100, onError: policy, breakerCooldown: COOLDOWN, ...opts, ...extra }) })
+    }
+    const client = await connect(port, { fast: false })
+    out.push({ kind, policy: 'open', queue: true, client, key: randomKey('fault-open-queue'), lim: new rb.redis.TokenBucket({ client, rate: 100, burst: 100, onError: 'open', breakerCooldown: COOLDOWN, ...extra }) })
+  }
+  return out
+}
+
+// Every limiter checks its key every 10 ms until `end` ms; each record is
+// { s, e (ms since t0), source, allowed, retryAfter, breaker }.
+function drive(limiters, t0, end) {
+  return Promise.all(
+    limiters.map(async (l) => {
+      l.records = []
+      while (now() - t0 < end) {
+        const s = now() - t0
+        const d = await l.lim.check(l.key)
+        l.records.push({ s, e: now() - t0, source: d.source, allowed: d.allowed, retryAfter: d.retryAfter, breaker: l.lim.breakerOpen })
+        await sleep(10)
+      }
+    }),
+  )
+}
+
+const name = (l) => `${l.kind} onError ${l.policy}${l.queue ? ' (offline queue on)' : ''}`
+
+function checkPolicy(l, during, seconds) {
+  assert.ok(during.length >= 5, `${name(l)}: ${during.length} calls during the fault`)
+  const redis = during.filter((r) => r.source === 'redis')
+  assert.deepEqual(redis, [], `${name(l)}: no Redis answer during the fault`)
+  // The first failures answer after their own timeout; after three the
+  // breaker is open and answers at once.
+  assert.ok(during.some((r) => r.breaker), `${name(l)}: the breaker opened`)
+  switch (l.policy) {
+    case 'open':
+      for (const r of during) assert.deepEqual([r.source, r.allowed], ['fail_open', true], name(l))
+      break
+    case 'closed':
+      for (const r of during) assert.deepEqual([r.source, r.allowed, r.retryAfter], ['fail_closed', false, COOLDOWN], name(l))
+      break
+    case 'local': {
+      for (const r of during) assert.equal(r.source, 'local', name(l))
+      const admitted = during.filter((r) => r.allowed).length
+      // localRate 5/s, burst 100 × 5/100 = 5.
+      assert.ok(admitted >= 1 && admitted <= 5 + 5 * seconds + 1, `${name(l)}: local admitted ${admitted} in ${seconds.toFixed(2)} s`)
+      break
+    }
+  }
+}
+
+function checkRecovery(l, from) {
+  const after = l.records.filter((r) => r.s >= from)
+  const first = after.find((r) => r.source === 'redis')
+  assert.ok(first, `${name(l)}: Redis answers again without a new client`)
+  const tail = l.records.slice(-5)
+  assert.deepEqual(tail.map((r) => r.source), Array(5).fill('redis'), `${name(l)}: recovered`)
+  return first.s - from
+}
+
+function overshoot(limiters, deadlineMs) {
+  let worst = -Infinity
+  for (const l of limiters) for (const r of l.records) worst = Math.max(worst, r.e - r.s - deadlineMs)
+  return worst
+}
+
+async function settle(limiters) {
+  for (const l of limiters) await closeClient(l.client)
+  await sleep(60)
+  assert.deepEqual(unhandled, [], 'no unhandled rejection')
+}
+
+test('fault: the server is killed mid-run and restarted on the same port', async () => {
+  const server = await startServer()
+  const limiters = await faultLimiters(server.port)
+  const t0 = now()
+  let killedAt, restartedAt
+  const run = drive(limiters, t0, 2800)
+  await sleep(400)
+  await server.kill()
+  killedAt = now() - t0
+  await sleep(1000)
+  restartedAt = now() - t0
+  await server.start()
+  await run
+  for (const l of limiters) {
+    const during = l.records.filter((r) => r.s >= killedAt + 20 && r.e <= restartedAt)
+    checkPolicy(l, during, (restartedAt - killedAt) / 1000)
+  }
+  const recovery = limiters.map((l) => checkRecovery(l, restartedAt))
+  const worst = overshoot(limiters, 50)
+  const line = `kill/restart: outage ${(restartedAt - killedAt).toFixed(0)} ms; recovery after restart ${Math.min(...recovery).toFixed(0)}–${Math.max(...recovery).toFixed(0)} ms; worst overshoot of the 50 ms deadline ${worst.toFixed(1)} ms`
+  console.log(`# ${line}`)
+  assert.ok(Math.max(...recovery) < 1500, line)
+  assert.ok(worst <= 40, line)
+  await settle(limiters)
+  await server.kill()
+})
+
+test('fault: CLIENT PAUSE 500 ALL', async () => {
+  const server = await startServer()
+  const limiters = await faultLimiters(server.port)
+  const t0 = now()
+  const run = drive(limiters, t0, 2000)
+  await sleep(300)
+  const pausedFrom = now() - t0
+  assert.equal(await cli(server.port, 'CLIENT', 'PAUSE', '500', 'ALL'), 'OK')
+  const pausedUntil = pausedFrom + 500
+  await run
+  for (const l of limiters) {
+    const during = l.records.filter((r) => r.s >= pausedFrom + 40 && r.e <= pausedUntil - 20)
+    checkPolicy(l, during, (pausedUntil - pausedFrom) / 1000)
+  }
+  const recovery = limiters.map((l) => checkRecovery(l, pausedUntil))
+  const worst = overshoot(limiters, 50)
+  const line = `CLIENT PAUSE 500: recovery after the pause ${Math.min(...recovery).toFixed(0)}–${Math.max(...recovery).toFixed(0)} ms; worst overshoot of the 50 ms deadline ${worst.toFixed(1)} ms`
+  console.log(`# ${line}`)
+  assert.ok(Math.max(...recovery) < 1000, line)
+  assert.ok(worst <= 40, line)
+  await settle(limiters)
+  await server.kill()
+})
+
+test('fault: SCRIPT FLUSH mid-run is transparent (EVAL once, source stays redis)', async () => {
+  const server = await startServer()
+  // A roomy deadline: this test is about NOSCRIPT, not about timeouts.
+  const limiters = await faultLimiters(server.port, { timeout: 0.5 })
+  const t0 = now()
+  const run = drive(limiters, t0, 900)
+  await sleep(250)
+  assert.equal(await cli(server.port, 'SCRIPT', 'FLUSH'), 'OK')
+  await sleep(300)
+  assert.equal(await cli(server.port, 'SCRIPT', 'FLUSH'), 'OK')
+  await run
+  for (const l of limiters) {
+    const sources = [...new Set(l.records.map((r) => r.source))]
+    assert.deepEqual(sources, ['redis'], `${name(l)}: ${JSON.stringify(sources)}`)
+    assert.ok(l.records.every((r) => r.allowed), name(l))
+    assert.equal(l.lim.stats.errors + l.lim.stats.timeouts, 0, name(l))
+  }
+  const evals = limiters.reduce((sum, l) => sum + l.lim.stats.evals, 0)
+  const info = await cli(server.port, 'INFO', 'commandstats')
+  const evalCalls = Number(/cmdstat_eval:calls=(\d+)/.exec(info)?.[1] ?? 0)
+  assert.ok(evals >= 3, `EVAL after NOSCRIPT: ${evals} (first load + 2 flushes)`)
+  assert.equal(evalCalls, evals, 'every EVAL the driver sent reached Redis')
+  await settle(limiters)
+  await server.kill()
+})
+
+// ----------------------------------------------------------------------- cluster
+
+// CRC16/XMODEM, the key → slot hash of Redis Cluster (no hash tags in our keys).
+function slotOf(key) {
+  let crc = 0
+  for (const byte of Buffer.from(key)) {
+    crc ^= byte << 8
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  }
+  return crc % 16384
+}
+
+test('cluster: 3 masters, keys on different masters, the bound holds per key', async () => {
+  requireRedis()
+  const nodes = []
+  for (let i = 0; i < 3; i++) {
+    const port = await freePort()
+    nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(TMP, `nodes-${port}.conf`), '--cluster-node-timeout', '2000']).start())
+  }
+  await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30000 })
+  for (let i = 0; ; i++) {
+    const states = await Promise.all(nodes.map((n) => cli(n.port, 'CLUSTER', 'INFO')))
+    if (states.every((s) => s.includes('cluster_state:ok'))) break
+    assert.ok(i < 200, 'cluster_state:ok within 10 s')
+    await sleep(50)
+  }
+  const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
+  io.on('error', () => {})
+  clients.add(io)
+  const nr = createCluster({ rootNodes: [{ socket: { host: HOST, port: nodes[0].port } }] })
+  nr.on('error', () => {})
+  clients.add(nr)
+  await nr.connect()
+  // Which port serves which slots.
+  const slots = await io.cluster('SLOTS')
+  const owner = (slot) => slots.find(([from, to]) => slot >= from && slot <= to)[2][1]
+  // One key per master.
+  const keys = new Map()
+  for (let i = 0; keys.size < 3 && i < 10000; i++) {
+    const k = `partner-${i}`
+    const port = owner(slotOf(`rb:${k}`))
+    if (!keys.has(port)) keys.set(port, k)
+  }
+  assert.equal(keys.size, 3, 'a key on each master')
+  const lines = []
+  const instances = []
+  for (const [cluster] of [[io], [nr]]) {
+    for (let i = 0; i < 3; i++) instances.push(new rb.redis.TokenBucket({ client: cluster, rate: 5, burst: 10, onError: 'closed', timeout: 1 }))
+  }
+  assert.deepEqual([...new Set(instances.map((l) => l.clientKind))], ['ioredis-cluster', 'node-redis'])
+  const admitted = new Map([...keys.values()].map((k) => [k, 0]))
+  const sources = new Set()
+  const t0 = now()
+  await Promise.all(
+    instances.flatMap((lim) =>
+      [...keys.values()].map(async (key) => {
+        while (now() - t0 < 1500) {
+          const d = await lim.check(key)
+          sources.add(d.source)
+          if (d.allowed) admitted.set(key, admitted.get(key) + 1)
+          await sleep(10)
+        }
+      }),
+    ),
+  )
+  const elapsed = (now() - t0) / 1000
+  const bound = 10 + 5 * elapsed + 1
+  assert.deepEqual([...sources], ['redis'])
+  for (const [port, key] of keys) {
+    const got = admitted.get(key)
+    lines.push(`${key}@${port}: ${got}`)
+    assert.ok(got <= bound && got >= 0.8 * bound, `${key} on :${port}: admitted ${got}, bound ${bound.toFixed(1)}`)
+    assert.equal(await cli(port, 'EXISTS', `rb:${key}`), '1', `rb:${key} lives on :${port}`)
+  }
+  assert.ok(instances.reduce((s, l) => s + l.stats.evals, 0) >= 3, 'NOSCRIPT on each node loads the script')
+  console.log(`# cluster: admitted per key in ${elapsed.toFixed(2)} s (bound ${bound.toFixed(1)}): ${lines.join(', ')}`)
+  dropClient(io)
+  dropClient(nr)
+  for (const n of nodes) await n.kill()
+})
+
+// ----------------------------------------------------------------------- leasing
+
+test('leasing: lease 1, 10, 100 — the bound holds under concurrency, round trips drop by about k', async () => {
+  const server = await main()
+  const trips = {}
+  const lines = []
+  for (const k of [1, 10, 100]) {
+    const instances = []
+    for (let i = 0; i < 4; i++) {
+      const client = i % 2 === 0 ? await ioredis(server.port) : await nodeRedis(server.port)
+      instances.push({ client })
+    }
+    // Round trips, demand under the rate: 4 instances × 5 concurrent loops × 60.
+    const roomy = randomKey(`lease-${k}-roomy`)
+    for (const inst of instances) inst.lim = new rb.redis.TokenBucket({ client: inst.client, rate: 100000, burst: 100000, lease: k, timeout: 1, onError: 'closed' })
+    await cli(server.port, 'CONFIG', 'RESETSTAT')
+    let total = 0
+    await Promise.all(
+      instances.flatMap(({ lim }) =>
+        Array.from({ length: 5 }, async () => {
+          for (let j = 0; j < 60; j++) {
+            const d = await lim.check(roomy)
+            assert.ok(d.allowed && (d.source === 'redis' || d.source === 'lease'), JSON.stringify(d))
+            total++
+          }
+        }),
+      ),
+    )
+    const calls = instances.reduce((s, { lim }) => s + lim.stats.calls, 0)
+    const evals = instances.reduce((s, { lim }) => s + lim.stats.evals, 0)
+    const info = await cli(server.port, 'INFO', 'commandstats')
+    const served = ['evalsha', 'eval'].reduce((s, c) => s + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(info)?.[1] ?? 0), 0)
+    assert.equal(served, calls + evals, `Redis ran the driver's ${calls} EVALSHA and ${evals} EVAL`)
+    trips[k] = calls
+    for (const { lim } of instances) await lim.close()
+
+    // The bound, demand far above the rate: 20/s burst 100.
+    const tight = randomKey(`lease-${k}-tight`)
+    for (const inst of instances) inst.lim = new rb.redis.TokenBucket({ client: inst.client, rate: 20, burst: 100, lease: k, timeout: 1, onError: 'closed' })
+    let admitted = 0
+    const t0 = now()
+    await Promise.all(
+      instances.flatMap(({ lim }) =>
+        Array.from({ length: 5 }, async () => {
+          while (now() - t0 < 1200) {
+            if ((await lim.check(tight)).allowed) admitted++
+            await sleep(5)
+          }
+        }),
+      ),
+    )
+    const elapsed = (now() - t0) / 1000
+    const bound = 100 + 20 * elapsed + 1
+    lines.push(`lease ${k}: ${total} checks in ${trips[k]} round trips; ${admitted} admitted under contention (bound ${bound.toFixed(1)})`)
+    assert.ok(admitted <= bound, lines.at(-1))
+    assert.ok(admitted >= 0.5 * bound, lines.at(-1))
+    for (const { lim, client } of instances) {
+      await lim.close()
+      await closeClient(client)
+    }
+  }
+  console.log(`# leasing: ${lines.join('; ')}`)
+  assert.equal(trips[1], 1200)
+  assert.ok(trips[1] / trips[10] >= 5, `lease 10: ${trips[1]} → ${trips[10]} round trips`)
+  assert.ok(trips[1] / trips[100] >= 30, `lease 100: ${trips[1]} → ${trips[100]} round trips`)
+})
+
+test('close() gives leased tokens back', async () => {
+  const server = await main()
+  const client = await ioredis(server.port)
+  const key = randomKey('return')
+  const lim = new rb.redis.TokenBucket({ client, rate: 1, burst: 10, lease: 8 })
+  const d = await lim.check(key)
+  assert.deepEqual([d.source, d.remaining], ['redis', 7])
+  assert.equal(lim.leased, 7)
+  assert.equal(await lim.close(), 1)
+  assert.equal(lim.leased, 0)
+  const other = new rb.redis.TokenBucket({ client, rate: 1, burst: 10 })
+  assert.equal((await other.check(key)).remaining, 8, 'the 7 unspent tokens are back in Redis')
+  await closeClient(client)
+})
+
+test('no unhandled rejection in this file', async () => {
+  await sleep(100)
+  assert.deepEqual(unhandled.map(String), [])
+})

@@ -1,0 +1,290 @@
+'use strict'
+// Global limits in Redis: the driver of the native RedisEngine (the sans-I/O
+// engine of the ratebound-redis crate) with the application's own client —
+// ioredis (Redis or Cluster) or node-redis v4+ (createClient or
+// createCluster). No limiting logic lives here: the engine builds every
+// call, reads every reply and decides what a timeout or an error means (the
+// fail policy, the circuit breaker, the leases). This file only runs the
+// calls, like the Rust driver (crates/ratebound-redis/src/driver.rs):
+//
+//   EVALSHA <sha> 1 <key> <args...>, and on NOSCRIPT  EVAL <text> 1 <key> <args...>
+//
+// once, both within ONE deadline (a timer, cleared on completion). A timeout
+// or any client error is an outcome handed to the engine, never a rejection.
+
+module.exports = function redisDrivers(native) {
+  const { RedisEngine, RedisCall } = native
+
+  function optionError(message) {
+    const e = new TypeError(message)
+    e.code = 'ERR_RATEBOUND_INVALID_OPTION'
+    return e
+  }
+
+  function isNoScript(e) {
+    return e != null && typeof e.message === 'string' && e.message.startsWith('NOSCRIPT')
+  }
+
+  function errorText(e) {
+    if (e == null) return 'unknown error'
+    if (typeof e.message === 'string' && e.message !== '') return e.message
+    return String(e)
+  }
+
+  // What each client needs to run a script on one key: `evalsha` and
+  // `eval` returning a Promise, and whether a queued command can be
+  // withdrawn when its deadline passes.
+  function adapterFor(client) {
+    if (client == null || (typeof client !== 'object' && typeof client !== 'function')) {
+      const e = new TypeError('client must be an ioredis client (Redis or Cluster) or a node-redis v4+ client (createClient or createCluster)')
+      e.code = 'ERR_INVALID_ARG_TYPE'
+      throw e
+    }
+    if (typeof client.evalSha === 'function' && typeof client.eval === 'function') {
+      // node-redis v4+ (client or cluster; a cluster routes by the first key).
+      const abortable = typeof client.withAbortSignal === 'function'
+      return {
+        kind: 'node-redis',
+        abortable,
+        evalsha(sha, key, args, signal) {
+          const c = signal === undefined ? client : client.withAbortSignal(signal)
+          return c.evalSha(sha, { keys: [key], arguments: args })
+        },
+        eval(text, key, args, signal) {
+          const c = signal === undefined ? client : client.withAbortSignal(signal)
+          return c.eval(text, { keys: [key], arguments: args })
+        },
+      }
+    }
+    if (typeof client.evalsha === 'function' && typeof client.eval === 'function') {
+      // ioredis (Redis or Cluster; a cluster routes by the key).
+      return {
+        kind: client.isCluster === true ? 'ioredis-cluster' : 'ioredis',
+        abortable: false,
+        evalsha: (sha, key, args) => client.evalsha(sha, 1, key, ...args),
+        eval: (text, key, args) => client.eval(text, 1, key, ...args),
+      }
+    }
+    const e = new TypeError(
+      'client has neither evalSha (node-redis v4+) nor evalsha (ioredis): pass an ioredis Redis/Cluster or a node-redis client/cluster',
+    )
+    e.code = 'ERR_INVALID_ARG_TYPE'
+    throw e
+  }
+
+  // The script's reply as the engine takes it (five integers), or null.
+  function integers(reply) {
+    if (!Array.isArray(reply)) return null
+    const out = new Array(reply.length)
+    for (let i = 0; i < reply.length; i++) {
+      const v = reply[i]
+      out[i] = typeof v === 'number' ? v : typeof v === 'bigint' || typeof v === 'string' ? Number(v) : NaN
+    }
+    return out
+  }
+
+  const TIMEOUT = Object.freeze({ timedOut: true })
+
+  // Runs `call` within `ms`: resolves (never rejects) with { reply } or
+  // TIMEOUT or { error }. Every client promise gets its handlers at once, so
+  // a late failure after the deadline is no unhandled rejection.
+  function run(adapter, call, ms, stats) {
+    return new Promise((resolve) => {
+      let done = false
+      const controller = adapter.abortable ? new AbortController() : undefined
+      const signal = controller === undefined ? undefined : controller.signal
+      const timer = setTimeout(() => {
+        if (done) return
+        done = true
+        stats.timeouts++
+        // node-redis: a command still queued (offline) is withdrawn, so it
+        // does not run when the connection comes back. One already sent may
+        // still run: its tokens may be spent.
+        if (controller !== undefined) controller.abort()
+        resolve(TIMEOUT)
+      }, ms)
+      const settle = (result) => {
+        if (done) return
+        done = true
+        clearTimeout(timer)
+        resolve(result)
+      }
+      const fail = (e) => {
+        if (!done) stats.errors++
+        settle({ error: errorText(e) })
+      }
+      const ok = (reply) => settle({ reply })
+      const key = call.key
+      const args = call.args
+      stats.calls++
+      let first
+      try {
+        first = adapter.evalsha(call.sha, key, args, signal)
+      } catch (e) {
+        fail(e)
+        return
+      }
+      Promise.resolve(first).then(ok, (e) => {
+        if (done) return
+        if (!isNoScript(e)) {
+          fail(e)
+          return
+        }
+        // Not loaded on this server (a restart, a failover, SCRIPT FLUSH,
+        // another cluster node): EVAL loads it. Same deadline.
+        stats.evals++
+        let second
+        try {
+          second = adapter.eval(call.text, key, args, signal)
+        } catch (e2) {
+          fail(e2)
+          return
+        }
+        Promise.resolve(second).then(ok, fail)
+      })
+    })
+  }
+
+  const COMMON = ['client', 'prefix', 'onError', 'localRate', 'timeout', 'lease', 'leaseTtl', 'breakerCooldown', 'breakerThreshold']
+  const OPTIONS = {
+    token_bucket: new Set([...COMMON, 'rate', 'burst']),
+    fixed_window: new Set([...COMMON, 'limit', 'window']),
+    sliding_window: new Set([...COMMON, 'limit', 'window']),
+  }
+
+  class RedisLimiter {
+    #engine
+    #adapter
+    #ms
+    #stats = { calls: 0, evals: 0, timeouts: 0, errors: 0 }
+
+    constructor(algorithm, name, options) {
+      if (options == null || typeof options !== 'object') {
+        const e = new TypeError(`redis.${name}: options are required`)
+        e.code = 'ERR_INVALID_ARG_TYPE'
+        throw e
+      }
+      const known = OPTIONS[algorithm]
+      for (const k of Object.keys(options)) {
+        if (!known.has(k)) throw optionError(`redis.${name}: unknown option '${k}' (known: ${[...known].join(', ')})`)
+      }
+      const adapter = adapterFor(options.client)
+      const engineOptions = { ...options, algorithm }
+      delete engineOptions.client
+      this.#engine = new RedisEngine(engineOptions)
+      this.#adapter = adapter
+      this.#ms = this.#engine.timeout * 1000
+    }
+
+    async #decide(begun, atUs) {
+      if (!(begun instanceof RedisCall)) return begun
+      const call = atUs === undefined ? begun : begun.at(atUs)
+      const r = await run(this.#adapter, call, this.#ms, this.#stats)
+      if (r === TIMEOUT) return this.#engine.finish(call, null, true, null)
+      if (r.error !== undefined) return this.#engine.finish(call, null, false, r.error)
+      const reply = integers(r.reply)
+      if (reply === null) return this.#engine.finish(call, null, false, 'unexpected reply')
+      return this.#engine.finish(call, reply, false, null)
+    }
+
+    /**
+     * Takes `n` (default 1) tokens for `key`: Redis' decision, a lease's,
+     * or the fail policy's (see `source`). Rejects only for bad arguments.
+     */
+    async check(key, n) {
+      return this.#decide(this.#engine.begin(key, n))
+    }
+
+    /** Whether `n` (default 1) tokens for `key` were taken. */
+    async tryAcquire(key, n) {
+      return (await this.#decide(this.#engine.begin(key, n))).allowed
+    }
+
+    /**
+     * `check` judged at `atUs` microseconds of Redis time instead of its
+     * `TIME`: the explicit-time twin, for replaying test vectors.
+     */
+    async checkAt(key, n, atUs) {
+      return this.#decide(this.#engine.begin(key, n), atUs)
+    }
+
+    /**
+     * Gives every unspent leased token back to Redis (call it on shutdown);
+     * resolves with how many keys' tokens went back. The client stays open:
+     * it is the application's.
+     */
+    async close() {
+      const calls = this.#engine.drain()
+      const results = await Promise.all(calls.map((c) => run(this.#adapter, c, this.#ms, this.#stats)))
+      return results.filter((r) => r.reply !== undefined).length
+    }
+
+    /** Whether the circuit breaker is open (Redis is being spared). */
+    get breakerOpen() {
+      return this.#engine.breakerOpen
+    }
+
+    /** The native engine (configuration, breaker, leases). */
+    get engine() {
+      return this.#engine
+    }
+
+    /** Leased tokens held now, over all keys. */
+    get leased() {
+      return this.#engine.leased
+    }
+
+    /** The deadline of every call, in seconds. */
+    get timeout() {
+      return this.#engine.timeout
+    }
+
+    /** The burst, or the window's limit. */
+    get limit() {
+      return this.#engine.limit
+    }
+
+    /** The algorithm: 'token_bucket', 'fixed_window' or 'sliding_window'. */
+    get algorithm() {
+      return this.#engine.algorithm
+    }
+
+    /** Which client was detected: 'ioredis', 'ioredis-cluster' or 'node-redis'. */
+    get clientKind() {
+      return this.#adapter.kind
+    }
+
+    /**
+     * Counters since creation: `calls` (round trips started), `evals`
+     * (NOSCRIPT answered with EVAL), `timeouts`, `errors`.
+     */
+    get stats() {
+      return { ...this.#stats }
+    }
+  }
+
+  // Each class works with and without `new`.
+  function limiterClass(algorithm, name) {
+    const C = {
+      [name]: class extends RedisLimiter {
+        constructor(options) {
+          super(algorithm, name, options)
+        }
+      },
+    }[name]
+    const F = {
+      [name]: function (options) {
+        return new C(options)
+      },
+    }[name]
+    F.prototype = C.prototype
+    Object.defineProperty(C.prototype, 'constructor', { value: F, writable: true, configurable: true, enumerable: false })
+    return F
+  }
+
+  return {
+    TokenBucket: limiterClass('token_bucket', 'TokenBucket'),
+    FixedWindow: limiterClass('fixed_window', 'FixedWindow'),
+    SlidingWindow: limiterClass('sliding_window', 'SlidingWindow'),
+  }
+}

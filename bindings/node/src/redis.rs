@@ -1,0 +1,498 @@
+//! `RedisEngine`: the sans-I/O engine of `ratebound-redis` (global limits
+//! in Redis), for the JavaScript driver in `redis.js`.
+//!
+//! The engine decides everything — which script, which key and arguments,
+//! what a reply, a timeout or an error means, the fail policy, the circuit
+//! breaker and the leases — and performs no I/O. `redis.js` runs each
+//! [`RedisCall`] with the application's ioredis or node-redis client
+//! (`EVALSHA`, and `EVAL` once on `NOSCRIPT`, within one deadline) and hands
+//! back what became of it.
+
+use std::time::Duration;
+
+use napi::bindgen_prelude::*;
+use napi::{JsValue, sys};
+use napi_derive::napi;
+use ratebound::Error as CoreError;
+use ratebound::KeyedAlgorithm;
+use ratebound::any::{self, Key};
+use ratebound_redis::{Algorithm, Begin, Call, CallKind, Config, Engine, OnError, Outcome};
+
+use crate::error::{OrThrow, invalid_type};
+use crate::fast::{key_error, with_key};
+use crate::limiters::{loose_number, loose_rate, rate_of, tokens, undefined_not_none};
+
+/// The longest deadline: `setTimeout` takes at most 2^31 − 1 ms.
+const MAX_TIMEOUT_SECS: f64 = 2_147_483.0;
+
+/// Options of `new RedisEngine(...)` (and of `redis.TokenBucket`,
+/// `redis.FixedWindow`, `redis.SlidingWindow`, which add `client`).
+#[napi(object, object_to_js = false)]
+pub struct RedisEngineOptions<'a> {
+    /// `'token_bucket'` (the default, with `rate` and `burst`),
+    /// `'fixed_window'` or `'sliding_window'` (with `limit` and `window`).
+    #[napi(ts_type = "'token_bucket' | 'fixed_window' | 'sliding_window'")]
+    pub algorithm: Option<String>,
+    /// Tokens per second per key, or a quota string (`'10/s burst 20'`).
+    #[napi(ts_type = "number | string")]
+    pub rate: Option<Unknown<'a>>,
+    /// The most tokens one key holds (token bucket).
+    #[napi(ts_type = "number")]
+    pub burst: Option<Unknown<'a>>,
+    /// Requests per window per key (windows).
+    #[napi(ts_type = "number")]
+    pub limit: Option<Unknown<'a>>,
+    /// The window in seconds (windows; a whole number of microseconds).
+    #[napi(ts_type = "number")]
+    pub window: Option<Unknown<'a>>,
+    /// Prepended to every key in Redis (default `'rb:'`).
+    #[napi(ts_type = "string")]
+    pub prefix: Option<Unknown<'a>>,
+    /// What answers while Redis is down, slow or erroring: `'open'` (admit,
+    /// the default), `'closed'` (refuse, `retryAfter` = `breakerCooldown`)
+    /// or `'local'` (a local token bucket per key at `localRate`).
+    #[napi(ts_type = "'open' | 'closed' | 'local'")]
+    pub on_error: Option<Unknown<'a>>,
+    /// With `onError: 'local'`: this instance's share of the rate, tokens
+    /// per second (e.g. rate / number of instances); its burst is the
+    /// burst scaled by the same share, at least 1.
+    #[napi(ts_type = "number")]
+    pub local_rate: Option<Unknown<'a>>,
+    /// Every call's deadline in seconds (default 0.05), `NOSCRIPT` retry
+    /// included. A call that timed out may still have run in Redis.
+    #[napi(ts_type = "number")]
+    pub timeout: Option<Unknown<'a>>,
+    /// Tokens taken per round trip and spent locally (default 0: none).
+    /// Not with `'sliding_window'`.
+    #[napi(ts_type = "number")]
+    pub lease: Option<Unknown<'a>>,
+    /// Seconds leased tokens may be spent before they lapse (default 1).
+    #[napi(ts_type = "number")]
+    pub lease_ttl: Option<Unknown<'a>>,
+    /// Seconds an open circuit breaker answers with the fail policy before
+    /// it lets one probe through (default 1).
+    #[napi(ts_type = "number")]
+    pub breaker_cooldown: Option<Unknown<'a>>,
+    /// Consecutive failures that open the breaker (default 3).
+    #[napi(ts_type = "number")]
+    pub breaker_threshold: Option<Unknown<'a>>,
+}
+
+/// The answer of a global limit: the usual decision and the path that gave
+/// it. A refusal is a decision, never an exception.
+#[napi(object, object_from_js = false)]
+pub struct RedisDecision {
+    /// Whether the request was admitted (and its tokens taken).
+    pub allowed: bool,
+    /// The burst, or the window's limit.
+    pub limit: f64,
+    /// Whole tokens left (for a `'lease'` answer: this instance's lease).
+    pub remaining: f64,
+    /// Seconds until the same request could be admitted; 0 when allowed.
+    pub retry_after: f64,
+    /// Seconds until the key's state is fresh again.
+    pub reset_after: f64,
+    /// Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
+    /// `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy).
+    #[napi(ts_type = "'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local'")]
+    pub source: &'static str,
+}
+
+impl From<ratebound_redis::Decision> for RedisDecision {
+    fn from(d: ratebound_redis::Decision) -> RedisDecision {
+        let inner = d.decision();
+        RedisDecision {
+            allowed: inner.is_allowed(),
+            limit: inner.limit() as f64,
+            remaining: inner.remaining() as f64,
+            retry_after: inner.retry_after_nanos() as f64 / 1e9,
+            reset_after: inner.reset_after_nanos() as f64 / 1e9,
+            source: d.source().as_str(),
+        }
+    }
+}
+
+/// One script run for the driver to perform: `EVALSHA sha 1 key ...args`,
+/// and on a `NOSCRIPT` error `EVAL text 1 key ...args` once, within one
+/// deadline; then `engine.finish(call, ...)`.
+#[napi]
+pub struct RedisCall {
+    call: Call,
+}
+
+#[napi]
+impl RedisCall {
+    /// The script's SHA-1 (for `EVALSHA`).
+    #[napi(getter)]
+    pub fn sha(&self) -> &'static str {
+        self.call.script.sha()
+    }
+
+    /// The script's Lua source (for `EVAL` after `NOSCRIPT`).
+    #[napi(getter)]
+    pub fn text(&self) -> &'static str {
+        self.call.script.text
+    }
+
+    /// The script's name: `'gcra'`, `'fixed_window'` or `'sliding_window'`.
+    #[napi(getter)]
+    pub fn script(&self) -> &'static str {
+        self.call.script.name
+    }
+
+    /// The one key: the prefix and the caller's key, as raw bytes.
+    #[napi(getter)]
+    pub fn key(&self) -> Buffer {
+        Buffer::from(self.call.key.clone())
+    }
+
+    /// The script's arguments, as Redis strings.
+    #[napi(getter)]
+    pub fn args(&self) -> Vec<String> {
+        self.call.args.clone()
+    }
+
+    /// What the call asks: `'check'`, `'lease'` or `'return'` (from
+    /// `drain()`: give leased tokens back; such calls need no `finish`).
+    #[napi(getter, ts_return_type = "'check' | 'lease' | 'return'")]
+    pub fn kind(&self) -> &'static str {
+        match self.call.kind {
+            CallKind::Check => "check",
+            CallKind::Lease => "lease",
+            CallKind::Return => "return",
+        }
+    }
+
+    /// The tokens asked for.
+    #[napi(getter)]
+    pub fn n(&self) -> f64 {
+        self.call.n as f64
+    }
+
+    /// The same call judged at `nowUs` (whole microseconds of Redis time)
+    /// instead of Redis' `TIME`: the explicit-time twin, for replaying test
+    /// vectors. Production calls never need it.
+    #[napi]
+    pub fn at(&self, env: Env, now_us: f64) -> Result<RedisCall> {
+        let now = any::whole("nowUs", now_us, 0).or_throw(&env)?;
+        Ok(RedisCall {
+            call: self.call.clone().at(now),
+        })
+    }
+}
+
+/// A number option in seconds.
+fn secs(env: &Env, value: &Option<Unknown<'_>>, name: &'static str) -> Result<Option<Duration>> {
+    match loose_number(env, value, name)? {
+        Some(s) => Ok(Some(any::seconds(name, s).or_throw(env)?)),
+        None => Ok(None),
+    }
+}
+
+/// A string option (`null`/`undefined`: not given).
+fn loose_string(env: &Env, value: &Option<Unknown<'_>>, name: &str) -> Result<Option<String>> {
+    let Some(v) = value else { return Ok(None) };
+    match v.get_type()? {
+        ValueType::Undefined | ValueType::Null => Ok(None),
+        ValueType::String => Ok(Some(String::from_unknown(*v)?)),
+        _ => Err(invalid_type(env, &format!("{name} must be a string"))),
+    }
+}
+
+/// The engine's option names as JavaScript spells them.
+fn js_names(e: CoreError) -> CoreError {
+    match e {
+        CoreError::InvalidOption {
+            name: "local_rate",
+            value,
+            ..
+        } => CoreError::InvalidOption {
+            name: "localRate",
+            // The core shows the Rust `Option<f64>`; say it as JavaScript.
+            value: match value
+                .strip_prefix("Some(")
+                .and_then(|v| v.strip_suffix(')'))
+                .map(str::parse::<f64>)
+            {
+                Some(Ok(v)) => v.to_string(),
+                Some(Err(_)) => value,
+                None => "undefined".to_string(),
+            },
+            reason: "onError 'local' needs a positive localRate (tokens per second)",
+        },
+        CoreError::InvalidOption {
+            name: "on_error",
+            value,
+            ..
+        } => CoreError::InvalidOption {
+            name: "onError",
+            value,
+            reason: "is 'open', 'closed' or 'local'",
+        },
+        e => undefined_not_none(e),
+    }
+}
+
+/// A global limit's engine (see `redis.js` for the drivers): one key per
+/// limit in Redis, one Lua script per algorithm, Redis' own clock, an
+/// explicit fail policy with a circuit breaker, and token leasing. It
+/// performs no I/O: `begin` answers locally (a lease, or the fail policy
+/// while the breaker is open) or hands out a `RedisCall`, whose outcome
+/// `finish` turns into the decision.
+///
+/// ```js
+/// const engine = new RedisEngine({ rate: 10, burst: 20, onError: 'closed' })
+/// const b = engine.begin('partner-api', 1)
+/// if (b instanceof RedisCall) {
+///   // EVALSHA b.sha 1 b.key ...b.args (EVAL b.text ... on NOSCRIPT), within engine.timeout s
+///   const d = engine.finish(b, reply, timedOut, errorText)   // reply: 5 integers, or null
+/// }
+/// ```
+#[napi]
+pub struct RedisEngine {
+    engine: Engine,
+}
+
+#[napi]
+impl RedisEngine {
+    /// An engine: `{ rate, burst }` (token bucket) or `{ algorithm:
+    /// 'fixed_window' | 'sliding_window', limit, window }`, plus the Redis
+    /// options (`prefix`, `onError`, `localRate`, `timeout`, `lease`,
+    /// `leaseTtl`, `breakerCooldown`, `breakerThreshold`).
+    ///
+    /// @throws {RangeError} for a number out of range (`ERR_RATEBOUND_INVALID_RATE`,
+    /// `ERR_RATEBOUND_RATE_TOO_HIGH` above 1 000 000/s,
+    /// `ERR_RATEBOUND_INVALID_WINDOW`, `ERR_RATEBOUND_INVALID_NUMBER`, ...);
+    /// {TypeError} `ERR_RATEBOUND_INVALID_OPTION` for an unknown `onError`
+    /// or `'local'` without `localRate`, `ERR_RATEBOUND_UNSUPPORTED` for
+    /// leasing a sliding window.
+    #[napi(constructor)]
+    pub fn new(env: Env, options: Option<RedisEngineOptions<'_>>) -> Result<RedisEngine> {
+        let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
+        let name = o.algorithm.as_deref().unwrap_or("token_bucket");
+        let rate_option = loose_rate(&env, &o.rate)?;
+        let rate = match &rate_option {
+            Some(_) => Some(rate_of(&rate_option).or_throw(&env)?),
+            None => None,
+        };
+        let burst = loose_number(&env, &o.burst, "burst")?;
+        let limit = loose_number(&env, &o.limit, "limit")?;
+        let window = loose_number(&env, &o.window, "window")?;
+        let algorithm = match any::keyed_algorithm(name, rate, burst, limit, window)
+            .map_err(undefined_not_none)
+            .or_throw(&env)?
+        {
+            KeyedAlgorithm::TokenBucket(q) => Algorithm::TokenBucket(q),
+            KeyedAlgorithm::FixedWindow { limit, window } => {
+                Algorithm::FixedWindow { limit, window }
+            }
+            KeyedAlgorithm::SlidingWindow { limit, window } => {
+                Algorithm::SlidingWindow { limit, window }
+            }
+            _ => {
+                return Err(crate::error::throw(
+                    &env,
+                    &CoreError::Unsupported {
+                        operation: "a global limit in Redis",
+                        algorithm: "this algorithm",
+                    },
+                ));
+            }
+        };
+        let mut config = Config::new(algorithm);
+        if let Some(prefix) = loose_string(&env, &o.prefix, "prefix")? {
+            config.prefix = prefix;
+        }
+        let on_error = loose_string(&env, &o.on_error, "onError")?;
+        let local_rate = loose_number(&env, &o.local_rate, "localRate")?;
+        config.on_error = OnError::parse(on_error.as_deref().unwrap_or("open"), local_rate)
+            .map_err(js_names)
+            .or_throw(&env)?;
+        if let Some(t) = loose_number(&env, &o.timeout, "timeout")? {
+            if t > MAX_TIMEOUT_SECS {
+                return Err(crate::error::throw(
+                    &env,
+                    &CoreError::InvalidNumber {
+                        name: "timeout",
+                        value: t.to_string(),
+                        reason: "must be at most 2147483 seconds (setTimeout's longest delay)",
+                    },
+                ));
+            }
+            config.timeout = any::seconds("timeout", t).or_throw(&env)?;
+            if config.timeout < Duration::from_micros(1) {
+                return Err(crate::error::throw(
+                    &env,
+                    &CoreError::InvalidNumber {
+                        name: "timeout",
+                        value: t.to_string(),
+                        reason: "must be above 0 seconds: every call needs a deadline",
+                    },
+                ));
+            }
+        }
+        if let Some(lease) = loose_number(&env, &o.lease, "lease")? {
+            config.lease = any::whole("lease", lease, 0).or_throw(&env)?;
+        }
+        if let Some(ttl) = secs(&env, &o.lease_ttl, "leaseTtl")? {
+            if ttl.is_zero() {
+                return Err(crate::error::throw(
+                    &env,
+                    &CoreError::InvalidNumber {
+                        name: "leaseTtl",
+                        value: "0".to_string(),
+                        reason: "must be above 0 seconds",
+                    },
+                ));
+            }
+            config.lease_ttl = ttl;
+        }
+        if let Some(cooldown) = secs(&env, &o.breaker_cooldown, "breakerCooldown")? {
+            config.breaker_cooldown = cooldown;
+        }
+        if let Some(t) = loose_number(&env, &o.breaker_threshold, "breakerThreshold")? {
+            let t = any::whole("breakerThreshold", t, 1).or_throw(&env)?;
+            config.breaker_threshold = u32::try_from(t)
+                .map_err(|_| CoreError::InvalidNumber {
+                    name: "breakerThreshold",
+                    value: t.to_string(),
+                    reason: "must be at most 2^32 - 1",
+                })
+                .or_throw(&env)?;
+        }
+        let engine = Engine::new(config).map_err(js_names).or_throw(&env)?;
+        Ok(RedisEngine { engine })
+    }
+
+    /// Step one of taking `n` (default 1) tokens for `key`: a decision
+    /// already (a lease, or the fail policy while the breaker is open), or a
+    /// `RedisCall` to run. Keys are strings (UTF-8), safe integers (their
+    /// decimal text) or `Uint8Array`s (their bytes), sent to Redis as raw
+    /// bytes after the prefix: `'1'`, `1` and `Buffer.from('1')` are the
+    /// same key in Redis.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for `n = 0`,
+    /// `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an `n` above the burst (or
+    /// limit); {TypeError} `ERR_INVALID_ARG_TYPE` for a key of another kind.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array, n?: number",
+        ts_return_type = "RedisDecision | RedisCall"
+    )]
+    pub fn begin(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        n: Option<f64>,
+    ) -> Result<Either<RedisDecision, RedisCall>> {
+        let n = tokens(&env, n)?;
+        let raw_env: sys::napi_env = env.raw();
+        // SAFETY: the env and the argument of the current call.
+        #[allow(unsafe_code)]
+        let begun = unsafe {
+            with_key(raw_env, key.raw(), |k| match k {
+                Key::Text(s) => self.engine.begin(s.as_bytes(), n),
+                Key::Bytes(b) => self.engine.begin(b, n),
+                Key::Int(i) => self.engine.begin(i.to_string().as_bytes(), n),
+            })
+        };
+        match begun.map_err(|e| key_error(&env, e))?.or_throw(&env)? {
+            Begin::Done(d) => Ok(Either::A(d.into())),
+            Begin::Call(call) => Ok(Either::B(RedisCall { call })),
+        }
+    }
+
+    /// Step two: the decision from what became of `call` — the script's
+    /// reply (five integers), or `null` with `timedOut` (no reply within the
+    /// deadline) or an `error` text (a connection or server error). A reply
+    /// of another shape counts as a failure. Failures feed the circuit
+    /// breaker and are answered by the fail policy.
+    #[napi(
+        ts_args_type = "call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null"
+    )]
+    pub fn finish(
+        &self,
+        call: &RedisCall,
+        reply: Option<Vec<f64>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+    ) -> RedisDecision {
+        let outcome_reply: Vec<i64>;
+        let outcome = match reply {
+            Some(r) => {
+                outcome_reply = r
+                    .into_iter()
+                    .map(|v| {
+                        if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0 {
+                            v as i64
+                        } else {
+                            // Not an integer the script can reply: a failure.
+                            -1
+                        }
+                    })
+                    .collect();
+                Outcome::Reply(&outcome_reply)
+            }
+            None if timed_out == Some(true) => Outcome::Timeout,
+            None => Outcome::Failed(error.as_deref().unwrap_or("no reply")),
+        };
+        self.engine.finish(&call.call, outcome).into()
+    }
+
+    /// The calls that give every unspent leased token back (on shutdown);
+    /// the leases are forgotten. Run each like any call; their outcome
+    /// needs no `finish`.
+    #[napi]
+    pub fn drain(&self) -> Vec<RedisCall> {
+        self.engine
+            .drain()
+            .into_iter()
+            .map(|call| RedisCall { call })
+            .collect()
+    }
+
+    /// Whether the circuit breaker is open (Redis is being spared).
+    #[napi(getter)]
+    pub fn breaker_open(&self) -> bool {
+        self.engine.breaker_open()
+    }
+
+    /// Every call's deadline, in seconds.
+    #[napi(getter)]
+    pub fn timeout(&self) -> f64 {
+        self.engine.timeout().as_secs_f64()
+    }
+
+    /// Leased tokens held now, over all keys.
+    #[napi(getter)]
+    pub fn leased(&self) -> f64 {
+        self.engine.leased() as f64
+    }
+
+    /// The most one key admits at once (burst, or limit).
+    #[napi(getter)]
+    pub fn limit(&self) -> f64 {
+        self.engine.config().algorithm.capacity() as f64
+    }
+
+    /// `'token_bucket'`, `'fixed_window'` or `'sliding_window'`.
+    #[napi(getter)]
+    pub fn algorithm(&self) -> &'static str {
+        self.engine.algorithm()
+    }
+
+    /// The prefix of every key in Redis.
+    #[napi(getter)]
+    pub fn prefix(&self) -> String {
+        self.engine.config().prefix.clone()
+    }
+
+    /// The fail policy: `'open'`, `'closed'` or `'local'`.
+    #[napi(getter, ts_return_type = "'open' | 'closed' | 'local'")]
+    pub fn on_error(&self) -> &'static str {
+        match self.engine.config().on_error {
+            OnError::Open => "open",
+            OnError::Closed => "closed",
+            OnError::Local(_) => "local",
+        }
+    }
+}
