@@ -359,6 +359,17 @@ export declare class Gate {
    */
   decide(key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null): Verdict
   /**
+   * The request's key as text every instance derives alike (for the
+   * `remote` policies in Redis): a `Buffer` (`key:…`, `ip:…` or
+   * `anonymous`), or the status a keyless request is refused with.
+   */
+  identity(key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null): Buffer | number
+  /**
+   * `decide` with the `remote` policies' decisions for the request's
+   * `identity`, in order (none when `identity` gave a status).
+   */
+  decideWith(key: string | number | Uint8Array | null | undefined, peer: string | null | undefined, rawHeaders: string[] | null | undefined, remote: RemoteDecision[]): Verdict
+  /**
    * Load shedding: a place among the requests in flight (always `true`
    * without a `concurrencyLimit`); pair a `true` with one `leave()` when
    * the response is done.
@@ -819,6 +830,13 @@ export interface GateOptions {
    */
   givenKey?: boolean
   /**
+   * Global limits kept in Redis (`rb.redis` limiters' engines), by name:
+   * the gate advertises them in `RateLimit-Policy` and merges their
+   * decisions (`decideWith`); the middleware checks them for the
+   * request's `identity`.
+   */
+  remote?: Array<RemotePolicy>
+  /**
    * Whose forwarding header to believe: CIDR networks (`['10.0.0.0/8']`
    * or one string) or a number of proxy hops in front of the app.
    * Default: nobody's (the peer is the client).
@@ -1005,6 +1023,31 @@ export interface RedisEngineOptions {
   breakerCooldown?: number
   /** Consecutive failures that open the breaker (default 3). */
   breakerThreshold?: number
+}
+
+/**
+ * A decision made elsewhere (an `rb.redis` limiter's), as `decideWith`
+ * takes it.
+ */
+export interface RemoteDecision {
+  /** Whether it admitted. */
+  allowed: boolean
+  /** The burst, or the window's limit. */
+  limit: number
+  /** Whole tokens left. */
+  remaining: number
+  /** Seconds until it could admit. */
+  retryAfter: number
+  /** Seconds until the key's state is fresh again. */
+  resetAfter: number
+}
+
+/** A policy kept in Redis: its name and its limiter's engine. */
+export interface RemotePolicy {
+  /** The name in the `RateLimit-Policy` field. */
+  name: string
+  /** The `rb.redis` limiter's `engine`. */
+  engine: RedisEngine
 }
 
 /** Options of `new TokenBucket(...)`. */

@@ -37,9 +37,23 @@ module.exports = function middleware(Gate, gateDecide) {
     } else if (k != null && k !== 'ip') {
       throw typeError("key is 'ip', { header: name } or a function of the request")
     }
+    // Global limits in Redis (rb.redis limiters) are policies too: given
+    // as the limiter itself or { name, limiter }. The gate advertises them
+    // and merges their decisions; this file only makes the call.
+    const local = []
+    const remote = []
+    for (const p of policies) {
+      const limiter = p != null && p.limiter != null ? p.limiter : p
+      if (limiter != null && typeof limiter.check === 'function' && limiter.engine != null) {
+        remote.push({ name: (p.limiter != null && p.name) || 'global', limiter })
+      } else {
+        local.push(p)
+      }
+    }
     // Every option is parsed, and defaulted, by the core.
     const gate = new Gate({
-      policies,
+      policies: local,
+      remote: remote.map((r) => ({ name: r.name, engine: r.limiter.engine })),
       keyHeader,
       givenKey: keyOf !== null,
       trustedProxies: options.trustedProxies,
@@ -90,6 +104,20 @@ module.exports = function middleware(Gate, gateDecide) {
       const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
       return gateDecide(slot, key, peer, lines(r.rawHeaders)).split('\0')
     }
+    // With Redis policies: the request's identity goes to each limiter (one
+    // round trip each, bounded by its deadline; Redis trouble is answered
+    // by its fail policy), then the gate decides with their decisions. A
+    // promise of the same array `decide` returns.
+    async function decideRemote(req) {
+      const r = raw(req)
+      const key = keyOf === null ? undefined : keyOf(req)
+      const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
+      const headerLines = lines(r.rawHeaders)
+      const id = gate.identity(key, peer, headerLines)
+      const decisions = typeof id === 'number' ? [] : await Promise.all(remote.map((x) => x.limiter.check(id)))
+      const v = gate.decideWith(key, peer, headerLines, decisions)
+      return [String(v.status), v.contentType ?? '', v.body ?? '', ...v.headers]
+    }
     // Load shedding (the core's concurrency cap): `enter(req, res)` is true
     // when the request may go on; false when it was answered with 503.
     let enter = null
@@ -111,7 +139,7 @@ module.exports = function middleware(Gate, gateDecide) {
         return false
       }
     }
-    return { gate, decide, skip, handler, enter }
+    return { gate, decide, decideRemote: remote.length > 0 ? decideRemote : null, skip, handler, enter }
   }
 
   function refusal(v) {
@@ -126,7 +154,7 @@ module.exports = function middleware(Gate, gateDecide) {
 
   /** Express/Connect middleware. */
   function express(options) {
-    const { gate, decide, skip, handler, enter } = prepare(options, (req) => req)
+    const { gate, decide, decideRemote, skip, handler, enter } = prepare(options, (req) => req)
     const shedWith = (res) => (shed) => {
       res.statusCode = shed.status
       for (let i = 0; i < shed.headers.length; i += 2) res.setHeader(shed.headers[i], shed.headers[i + 1])
@@ -137,12 +165,19 @@ module.exports = function middleware(Gate, gateDecide) {
       if (skip !== null && skip(req)) return next()
       // Shedding first: a saturated app refuses before any token is spent.
       if (enter !== null && !enter(req, res, shedWith(res))) return
+      if (decideRemote !== null) {
+        decideRemote(req).then((v) => answer(req, res, next, v), next)
+        return
+      }
       let v
       try {
         v = decide(req)
       } catch (e) {
         return next(e)
       }
+      answer(req, res, next, v)
+    }
+    function answer(req, res, next, v) {
       for (let i = 3; i < v.length; i += 2) res.setHeader(v[i], v[i + 1])
       if (v[0] === '0') return next()
       if (handler !== null) return handler(req, res, next, refusal(v))
@@ -162,7 +197,7 @@ module.exports = function middleware(Gate, gateDecide) {
     } catch (e) {
       return done(e)
     }
-    const { gate, decide, skip, handler, enter } = prepared
+    const { gate, decide, decideRemote, skip, handler, enter } = prepared
     instance.decorate('ratebound', gate)
     instance.addHook('onRequest', function ratebound(request, reply, next) {
       if (skip !== null && skip(request)) return next()
@@ -175,19 +210,26 @@ module.exports = function middleware(Gate, gateDecide) {
       ) {
         return
       }
+      if (decideRemote !== null) {
+        decideRemote(request).then((v) => answer(request, reply, next, v), next)
+        return
+      }
       let v
       try {
         v = decide(request)
       } catch (e) {
         return next(e)
       }
+      answer(request, reply, next, v)
+    })
+    function answer(request, reply, next, v) {
       for (let i = 3; i < v.length; i += 2) reply.header(v[i], v[i + 1])
       if (v[0] === '0') return next()
       if (handler !== null) return handler(request, reply, next, refusal(v))
       // A Buffer: Fastify sends it as is, with the core's content type
       // (for a string it would add a charset to a JSON type).
       reply.code(Number(v[0])).header('content-type', v[1]).send(Buffer.from(v[2]))
-    })
+    }
     done()
   }
   // Like fastify-plugin: the hook applies to the whole app, not only to an

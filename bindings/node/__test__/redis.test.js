@@ -724,3 +724,64 @@ test('no unhandled rejection in this file', async () => {
   await sleep(100)
   assert.deepEqual(unhandled.map(String), [])
 })
+
+// ------------------------------------------------------------- middleware
+
+async function listen(app) {
+  const server = app.listen(0, HOST)
+  await once(server, 'listening')
+  return server
+}
+
+function get(port, headers) {
+  const http = require('node:http')
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: HOST, port, path: '/', headers, agent: false }, (res) => {
+      let body = ''
+      res.on('data', (c) => (body += c))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
+    })
+    req.on('error', reject)
+  })
+}
+
+test('middleware: a global limit in Redis is one policy away, shared by two instances (Express and Fastify)', async () => {
+  const express = require('express')
+  const Fastify = require('fastify')
+  const s = await main()
+  const prefix = `${randomKey('mw')}:`
+  const global = async () => rb.redis.TokenBucket({ client: await ioredis(s.port), rate: 1, burst: 2, prefix })
+  const policies = async () => [{ name: 'burst', rate: 100, burst: 100 }, { name: 'global', limiter: await global() }]
+
+  const a = express()
+  a.use(rb.express({ policies: await policies(), key: { header: 'x-api-key' } }))
+  a.get('/', (req, res) => res.send('ok'))
+  const fastify = Fastify()
+  await fastify.register(rb.fastify, { policies: await policies(), key: { header: 'x-api-key' } })
+  fastify.get('/', async () => 'ok')
+  await fastify.listen({ port: 0, host: HOST })
+  const serverA = await listen(a)
+  try {
+    const portA = serverA.address().port
+    const portB = fastify.server.address().port
+    const first = await get(portA, { 'x-api-key': 'alice' })
+    assert.equal(first.status, 200)
+    assert.equal(first.headers['ratelimit-policy'], '"burst";q=100;w=1, "global";q=2;w=2')
+    assert.equal(first.headers.ratelimit, '"burst";r=99;t=1, "global";r=1;t=1')
+    assert.equal((await get(portB, { 'x-api-key': 'alice' })).status, 200)
+    // The third, on either instance: the shared limit refuses.
+    const third = await get(portA, { 'x-api-key': 'alice' })
+    assert.equal(third.status, 429)
+    assert.equal(third.headers['retry-after'], '1')
+    assert.equal(third.headers.ratelimit, '"global";r=0;t=2')
+    assert.equal((await get(portB, { 'x-api-key': 'alice' })).status, 429)
+    // Another key has its own global bucket; the local one was not charged
+    // by the refusals.
+    assert.equal((await get(portB, { 'x-api-key': 'bob' })).status, 200)
+    // Keyless requests are keyed by IP, globally too.
+    assert.equal((await get(portA, {})).status, 200)
+  } finally {
+    serverA.close()
+    await fastify.close()
+  }
+})

@@ -698,6 +698,23 @@ pub unsafe fn decide<R>(
     raw_headers: sys::napi_value,
     f: impl FnOnce(&any::Verdict<'_>) -> R,
 ) -> std::result::Result<R, DecideError> {
+    // SAFETY: the caller's contract.
+    unsafe { with_request(env, gate, key, peer, raw_headers, |r| f(&gate.decide(r))) }
+}
+
+/// `f` given the request `key`, `peer` and the raw header lines make (see
+/// [`decide`]).
+///
+/// # Safety
+/// As [`decide`].
+pub unsafe fn with_request<R>(
+    env: sys::napi_env,
+    gate: &any::Gate,
+    key: sys::napi_value,
+    peer: Option<std::net::IpAddr>,
+    raw_headers: sys::napi_value,
+    f: impl FnOnce(&any::Request<'_, Lines<'_>>) -> R,
+) -> std::result::Result<R, DecideError> {
     // SAFETY: the caller's contract. Every header line is copied out before
     // `with_key` borrows a Uint8Array's bytes, so no JavaScript runs while
     // the core reads them.
@@ -715,7 +732,7 @@ pub unsafe fn decide<R>(
                 peer,
                 headers: &headers,
             };
-            return Ok(f(&gate.decide(&request)));
+            return Ok(f(&request));
         }
         with_key(env, key, |k| {
             let request = any::Request {
@@ -723,7 +740,7 @@ pub unsafe fn decide<R>(
                 peer,
                 headers: &headers,
             };
-            f(&gate.decide(&request))
+            f(&request)
         })
         .map_err(DecideError::Key)
     }

@@ -37,6 +37,57 @@ pub struct PolicyOptions<'a> {
     pub window: Option<Unknown<'a>>,
 }
 
+/// A policy kept in Redis: its name and its limiter's engine.
+#[napi(object, object_to_js = false)]
+pub struct RemotePolicy {
+    /// The name in the `RateLimit-Policy` field.
+    pub name: String,
+    /// The `rb.redis` limiter's `engine`.
+    pub engine: &'static crate::redis::RedisEngine,
+}
+
+/// A decision made elsewhere (an `rb.redis` limiter's), as `decideWith`
+/// takes it.
+#[napi(object, object_to_js = false)]
+pub struct RemoteDecision {
+    /// Whether it admitted.
+    pub allowed: bool,
+    /// The burst, or the window's limit.
+    pub limit: f64,
+    /// Whole tokens left.
+    pub remaining: f64,
+    /// Seconds until it could admit.
+    pub retry_after: f64,
+    /// Seconds until the key's state is fresh again.
+    pub reset_after: f64,
+}
+
+impl RemoteDecision {
+    fn core(&self) -> ratebound::Decision {
+        let count = |v: f64| {
+            if v.is_finite() && v > 0.0 {
+                v.round() as u64
+            } else {
+                0
+            }
+        };
+        let nanos = |s: f64| {
+            if s.is_finite() && s > 0.0 {
+                (s * 1e9).round() as u64
+            } else {
+                0
+            }
+        };
+        ratebound::Decision::from_parts(
+            self.allowed,
+            count(self.limit),
+            count(self.remaining),
+            nanos(self.retry_after),
+            nanos(self.reset_after),
+        )
+    }
+}
+
 /// Options of `new Gate(...)`. Every option but `policies` is optional and
 /// its default is the core's (`GateOptions::default`, the same for the
 /// Rust, Python and Node middleware); each is parsed by the core
@@ -57,6 +108,11 @@ pub struct GateOptions<'a> {
     /// for none). Without it (or `keyHeader`) requests are keyed by client
     /// IP and `key` is ignored.
     pub given_key: Option<bool>,
+    /// Global limits kept in Redis (`rb.redis` limiters' engines), by name:
+    /// the gate advertises them in `RateLimit-Policy` and merges their
+    /// decisions (`decideWith`); the middleware checks them for the
+    /// request's `identity`.
+    pub remote: Option<Vec<RemotePolicy>>,
     /// Whose forwarding header to believe: CIDR networks (`['10.0.0.0/8']`
     /// or one string) or a number of proxy hops in front of the app.
     /// Default: nobody's (the peer is the client).
@@ -268,6 +324,10 @@ impl Gate {
             }
             o.key = KeySource::Given;
         }
+        for remote in options.remote.iter().flatten() {
+            let algorithm = remote.engine.engine.config().algorithm.keyed();
+            o.remote.push((remote.name.clone(), algorithm));
+        }
         let inner = Arc::new(any::Gate::new(policies, o, clock_of(options.clock)).or_throw(&env)?);
         Ok(Gate {
             handle: fast::register_gate(inner.clone()),
@@ -298,6 +358,63 @@ impl Gate {
         // SAFETY: the env and the arguments of the current call.
         #[allow(unsafe_code)]
         let v = unsafe { fast::decide(env.raw(), &self.inner, key, peer, lines, verdict) };
+        v.map_err(|e| fast::decide_error(&env, e))
+    }
+
+    /// The request's key as text every instance derives alike (for the
+    /// `remote` policies in Redis): a `Buffer` (`key:…`, `ip:…` or
+    /// `anonymous`), or the status a keyless request is refused with.
+    #[napi(
+        ts_args_type = "key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null",
+        ts_return_type = "Buffer | number"
+    )]
+    pub fn identity(
+        &self,
+        env: Env,
+        key: Option<Unknown<'_>>,
+        peer: Option<String>,
+        raw_headers: Option<Unknown<'_>>,
+    ) -> Result<Either<Buffer, u32>> {
+        let peer = peer.and_then(|p| p.parse().ok());
+        let key = key.map_or(std::ptr::null_mut(), |k| k.raw());
+        let lines = raw_headers.map_or(std::ptr::null_mut(), |h| h.raw());
+        let inner = &self.inner;
+        // SAFETY: the env and the arguments of the current call.
+        #[allow(unsafe_code)]
+        let id = unsafe {
+            fast::with_request(env.raw(), inner, key, peer, lines, |r| inner.identity(r))
+        };
+        match id.map_err(|e| fast::decide_error(&env, e))? {
+            Ok(bytes) => Ok(Either::A(bytes.into())),
+            Err(status) => Ok(Either::B(u32::from(status))),
+        }
+    }
+
+    /// `decide` with the `remote` policies' decisions for the request's
+    /// `identity`, in order (none when `identity` gave a status).
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array | null | undefined, peer: string | null | undefined, rawHeaders: string[] | null | undefined, remote: RemoteDecision[]"
+    )]
+    pub fn decide_with(
+        &self,
+        env: Env,
+        key: Option<Unknown<'_>>,
+        peer: Option<String>,
+        raw_headers: Option<Unknown<'_>>,
+        remote: Vec<RemoteDecision>,
+    ) -> Result<Verdict> {
+        let peer = peer.and_then(|p| p.parse().ok());
+        let key = key.map_or(std::ptr::null_mut(), |k| k.raw());
+        let lines = raw_headers.map_or(std::ptr::null_mut(), |h| h.raw());
+        let decisions: Vec<ratebound::Decision> = remote.iter().map(RemoteDecision::core).collect();
+        let inner = &self.inner;
+        // SAFETY: the env and the arguments of the current call.
+        #[allow(unsafe_code)]
+        let v = unsafe {
+            fast::with_request(env.raw(), inner, key, peer, lines, |r| {
+                verdict(&inner.decide_with(r, &decisions))
+            })
+        };
         v.map_err(|e| fast::decide_error(&env, e))
     }
 

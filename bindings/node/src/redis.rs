@@ -250,7 +250,7 @@ fn js_names(e: CoreError) -> CoreError {
 /// ```
 #[napi]
 pub struct RedisEngine {
-    engine: Engine,
+    pub(crate) engine: Engine,
 }
 
 #[napi]

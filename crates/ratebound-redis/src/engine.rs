@@ -48,6 +48,20 @@ impl Algorithm {
         }
     }
 
+    /// The same limit as the core's per-key algorithm — the shape a
+    /// middleware advertises for it (`RateLimit-Policy`).
+    pub fn keyed(&self) -> KeyedAlgorithm {
+        match *self {
+            Algorithm::TokenBucket(q) => KeyedAlgorithm::TokenBucket(q),
+            Algorithm::FixedWindow { limit, window } => {
+                KeyedAlgorithm::FixedWindow { limit, window }
+            }
+            Algorithm::SlidingWindow { limit, window } => {
+                KeyedAlgorithm::SlidingWindow { limit, window }
+            }
+        }
+    }
+
     /// Average tokens per second over the long run.
     fn rate(&self) -> f64 {
         match self {
