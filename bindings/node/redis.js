@@ -1,4 +1,5 @@
 'use strict'
+const { isUtf8 } = require('node:buffer')
 // Global limits in Redis: the driver of the native RedisEngine (the sans-I/O
 // engine of the ratebound-redis crate) with the application's own client —
 // ioredis (Redis or Cluster) or node-redis v4+ (createClient or
@@ -114,7 +115,11 @@ module.exports = function redisDrivers(native) {
         settle({ error: errorText(e) })
       }
       const ok = (reply) => settle({ reply })
-      const key = call.key
+      // A key that is valid UTF-8 goes as a string: the clients write an
+      // all-string command in one piece, a Buffer argument through a slower
+      // path (a third of the CPU per check under load, measured).
+      const raw = call.key
+      const key = isUtf8(raw) ? raw.toString('utf8') : raw
       const args = call.args
       stats.calls++
       let first
