@@ -4,6 +4,10 @@ and inline types; also run by pytest (test_typed_usage) so it must work."""
 from __future__ import annotations
 
 import asyncio
+from typing import Optional
+
+import redis
+import redis.asyncio
 
 import ratebound as rb
 
@@ -61,8 +65,32 @@ def use() -> list[object]:
         raise rb.RateLimitExceeded(retry_after=1.5)
     except rb.RateLimitExceeded as e:
         retry: float = e.retry_after
-    return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry, mw, wmw]
+    # Global limits in Redis; nothing listens on port 1: the fail policy answers.
+    client = redis.Redis(host="127.0.0.1", port=1)
+    with rb.redis.TokenBucket(client, rate=10, burst=20, on_error="closed", timeout=0.05) as gtb:
+        gd: rb.Decision = gtb.check("partner-api", n=1)
+        source: Optional[str] = gd.source
+        gok: bool = gtb.try_acquire(b"raw-key")
+        is_open: bool = gtb.breaker_open
+    gfw = rb.redis.FixedWindow(client, limit=100, window=60, lease=10, lease_ttl=0.5, breaker_cooldown=0.2)
+    returned: int = gfw.close()
+    rb.redis.SlidingWindow(client, 100, 60.0, on_error="local", local_rate=1).close()
+    client.close()
+
+    async def global_async() -> bool:
+        ac = redis.asyncio.Redis(host="127.0.0.1", port=1)
+        async with rb.redis.AsyncTokenBucket(ac, "10/s burst 20", prefix="app:") as lim:
+            ad = await lim.check(42)
+            aok: bool = await lim.try_acquire("k", 2)
+        await ac.aclose()
+        return ad.source == "fail_open" and aok
+
+    async_ok = asyncio.run(global_async())
+    return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry, mw, wmw,
+            source, gok, is_open, returned, async_ok]
 
 
 def test_typed_usage() -> None:
-    assert len(use()) == 16
+    got = use()
+    assert len(got) == 21
+    assert got[16:] == ["fail_closed", False, False, 0, True]  # two failures: the breaker opens at 3

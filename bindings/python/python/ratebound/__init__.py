@@ -34,7 +34,7 @@ from ._errors import (
     Unsupported,
 )
 from ._ratebound import Decision, ManualClock, Reservation, client_ip, ip_key, retry_after_secs
-from . import asgi, wsgi
+from . import asgi, redis, wsgi
 
 __version__: str = _ratebound.__version__
 
@@ -61,6 +61,7 @@ __all__ = [
     "client_ip",
     "ip_key",
     "limit",
+    "redis",
     "retry_after_secs",
     "wsgi",
 ]

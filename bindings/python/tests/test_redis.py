@@ -1,0 +1,834 @@
+"""Global limits in Redis (ratebound.redis) against real Redis servers that
+these tests start themselves: `redis-server` on free 127.0.0.1 ports with
+persistence off, in a temporary directory, stopped at the end; and a
+3-master Redis Cluster made with `redis-cli --cluster create`.
+
+Without redis-server the tests fail (ci/test installs it) instead of
+skipping: a global limit untested against Redis is not tested."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import pathlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.crc import key_slot
+
+import ratebound as rb
+import ratebound.redis as rbr
+
+# Any warning (an unclosed socket or client, a deprecation) fails these tests.
+pytestmark = pytest.mark.filterwarnings("error")
+
+SPEC = pathlib.Path(__file__).resolve().parents[3] / "spec" / "redis.json"
+HOST = "127.0.0.1"
+# How far past its deadline a call may return: "a few tens of ms" on this
+# shared, 2-core machine.
+SLACK = 0.04
+
+
+def fresh_key(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex}"
+
+
+# --------------------------------------------------------------- servers
+
+
+def binaries() -> tuple[str, str]:
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        pytest.fail(
+            "redis-server and redis-cli are needed for the Redis tests "
+            "(Debian: apt-get install redis-server redis-tools; ci/test installs them)",
+            pytrace=False,
+        )
+    return server, cli
+
+
+def free_port(cluster: bool = False) -> int:
+    """A free port on 127.0.0.1 (and, for a cluster node, its bus port + 10000)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if not cluster:
+            return port
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port + 10000))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no free port")
+
+
+def ping(port: int) -> bool:
+    c = redis.Redis(host=HOST, port=port, socket_timeout=0.2, socket_connect_timeout=0.2, retry=None)
+    try:
+        return bool(c.ping())
+    except redis.exceptions.RedisError:
+        return False
+    finally:
+        c.close()
+
+
+class Server:
+    """One redis-server process on 127.0.0.1:port."""
+
+    def __init__(self, directory: pathlib.Path, port: Optional[int] = None, cluster: bool = False) -> None:
+        self.binary = binaries()[0]
+        self.dir = directory
+        self.cluster = cluster
+        self.port = port if port is not None else free_port(cluster)
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "Server":
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", HOST,
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.dir),
+            "--logfile", str(self.dir / f"redis-{self.port}.log"),
+        ]
+        if self.cluster:
+            args += [
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", str(self.dir / f"nodes-{self.port}.conf"),
+                "--cluster-node-timeout", "2000",
+            ]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):  # up to ~10 s
+            if ping(self.port):
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        log = (self.dir / f"redis-{self.port}.log")
+        raise AssertionError(f"redis-server on port {self.port} did not start: {log.read_text()[-2000:] if log.exists() else ''}")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+            self.proc = None
+
+    def client(self, **kw: Any) -> redis.Redis:
+        return redis.Redis(host=HOST, port=self.port, **kw)
+
+    def admin(self, *args: Any) -> Any:
+        c = redis.Redis(host=HOST, port=self.port, socket_timeout=5)
+        try:
+            return c.execute_command(*args)
+        finally:
+            c.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = Server(tmp_path_factory.mktemp("redis")).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def own_server(tmp_path: pathlib.Path) -> Iterator[Server]:
+    """A server for one test (the fault tests kill theirs)."""
+    s = Server(tmp_path).start()
+    yield s
+    s.stop()
+
+
+class Cluster:
+    def __init__(self, nodes: list[Server]) -> None:
+        self.nodes = nodes
+
+    def client(self) -> redis.cluster.RedisCluster:
+        return redis.cluster.RedisCluster(host=HOST, port=self.nodes[0].port)
+
+    def async_client(self) -> redis.asyncio.cluster.RedisCluster:
+        return redis.asyncio.cluster.RedisCluster(host=HOST, port=self.nodes[0].port)
+
+    def owner(self, slot: int) -> int:
+        """The port of the master that serves `slot`."""
+        for start, end, master, *_ in self.nodes[0].admin("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return int(master[1])
+        raise AssertionError(f"slot {slot} is not served")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    _, cli = binaries()
+    directory = tmp_path_factory.mktemp("cluster")
+    nodes = [Server(directory, cluster=True) for _ in range(3)]
+    try:
+        for n in nodes:
+            n.start()
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"{HOST}:{n.port}" for n in nodes), "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+        for _ in range(300):  # up to ~15 s
+            states = [n.admin("CLUSTER", "INFO") for n in nodes]
+            if all(b"cluster_state:ok" in s for s in states):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the cluster did not reach cluster_state:ok")
+        yield Cluster(nodes)
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+# ------------------------------------------------------------ test vectors
+
+CLASSES: dict[str, Callable[..., Any]] = {
+    "token_bucket": lambda client, c, **kw: rbr.TokenBucket(client, c["rate"], c.get("burst"), lease=c.get("lease", 0), **kw),
+    "fixed_window": lambda client, c, **kw: rbr.FixedWindow(client, c["limit"], c["window"], lease=c.get("lease", 0), **kw),
+    "sliding_window": lambda client, c, **kw: rbr.SlidingWindow(client, c["limit"], c["window"], **kw),
+}
+
+
+def fields(d: rb.Decision) -> dict:
+    return {
+        "allowed": d.allowed,
+        "remaining": d.remaining,
+        "retry_after_us": d.retry_after_ns // 1000,
+        "reset_after_us": d.reset_after_ns // 1000,
+        "source": d.source,
+    }
+
+
+def test_spec_vectors_replay_against_redis(server: Server) -> None:
+    vectors = json.loads(SPEC.read_text())["vectors"]
+    assert vectors
+    failures: list[str] = []
+    client = server.client()
+    for v in vectors:
+        # A fresh random key per vector; a generous deadline, so that a slow
+        # moment of the machine cannot turn an answer into the fail policy's.
+        limiter = CLASSES[v["config"]["algorithm"]](client, v["config"], prefix=fresh_key("spec") + ":", timeout=2.0)
+        for i, step in enumerate(v["steps"]):
+            got = fields(limiter._check_at(v["id"], step["n"], step["at_us"]))
+            for field, want in step["expect"].items():
+                if got[field] != want:
+                    failures.append(f"{v['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
+        limiter.close()
+    client.close()
+    assert not failures, "\n".join(failures)
+
+
+# -------------------------------------------------------------- incident
+
+
+def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
+    """The incident: fifty instances, each with its own client, call a
+    partner that allows 10/s with bursts of 20. Sharing one limit in Redis
+    they stay within 20 + 10 × elapsed; fifty local buckets (the contrast,
+    run alongside) admit about fifty times that."""
+    key = fresh_key("partner-api")
+    instances = 50
+    run_for = 3.0
+    barrier = threading.Barrier(instances)
+    admitted = [0] * instances
+    local_admitted = [0] * instances
+    sources: list[dict[str, int]] = [{} for _ in range(instances)]
+    starts = [0.0] * instances
+    ends = [0.0] * instances
+    errors: list[BaseException] = []
+
+    def instance(i: int) -> None:
+        try:
+            client = server.client()
+            # Fail closed with a generous deadline: a failure must not be
+            # able to admit, and 50 threads on 2 cores are slow to wake.
+            limiter = rbr.TokenBucket(client, rate=10, burst=20, on_error="closed", timeout=0.5)
+            local = rb.TokenBucket(10, 20)
+            barrier.wait()
+            starts[i] = time.monotonic()
+            stop = starts[i] + run_for
+            while time.monotonic() < stop:
+                d = limiter.check(key)
+                admitted[i] += d.allowed
+                sources[i][d.source or "?"] = sources[i].get(d.source or "?", 0) + 1
+                local_admitted[i] += local.try_acquire()
+                time.sleep(0.005)
+            ends[i] = time.monotonic()
+            limiter.close()
+            client.close()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    elapsed = max(ends) - min(starts)
+    bound = 20 + 10 * elapsed + 1
+    total = sum(admitted)
+    local_total = sum(local_admitted)
+    failed = sum(s.get("fail_closed", 0) for s in sources)
+    assert total <= bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f}"
+    assert total >= 0.9 * bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f} ({failed} failures)"
+    # The contrast: fifty local buckets are fifty limits.
+    assert local_total > 10 * bound, f"local buckets admitted {local_total}, bound {bound:.1f}"
+    print(f"\nincident: Redis admitted {total} in {elapsed:.2f} s (bound {bound:.1f}); 50 local buckets {local_total}")
+
+
+async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
+    key = fresh_key("partner-api-async")
+    run_for = 2.0
+    clients = [redis.asyncio.Redis(host=HOST, port=server.port) for _ in range(50)]
+    limiters = [rbr.AsyncTokenBucket(c, rate=10, burst=20, on_error="closed", timeout=0.5) for c in clients]
+    admitted = [0] * 50
+    start = time.monotonic()
+    stop = start + run_for
+
+    sources: collections.Counter[str] = collections.Counter()
+
+    async def instance(i: int) -> None:
+        while time.monotonic() < stop:
+            d = await limiters[i].check(key)
+            admitted[i] += d.allowed
+            sources[d.source or "?"] += 1
+            await asyncio.sleep(0.005)
+
+    await asyncio.gather(*(instance(i) for i in range(50)))
+    elapsed = time.monotonic() - start
+    for lim, c in zip(limiters, clients):
+        await lim.aclose()
+        await c.aclose()
+    bound = 20 + 10 * elapsed + 1
+    total = sum(admitted)
+    assert 0.9 * bound <= total <= bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f}, answers {dict(sources)}"
+    print(f"\nincident, asyncio: {total} admitted in {elapsed:.2f} s (bound {bound:.1f})")
+
+
+# ----------------------------------------------------------------- faults
+
+
+class Timed:
+    """Runs checks, recording each one's duration, source and answer."""
+
+    def __init__(self, limiter: Any, key: str) -> None:
+        self.limiter = limiter
+        self.key = key
+        self.longest = 0.0
+        self.log: list[tuple[str, bool]] = []
+
+    def check(self) -> rb.Decision:
+        t = time.monotonic()
+        d = self.limiter.check(self.key)
+        self.longest = max(self.longest, time.monotonic() - t)
+        self.log.append((d.source, d.allowed))
+        return d
+
+    def until(self, source: str, within: float) -> list[rb.Decision]:
+        """Checks every 10 ms until one answers from `source` (at most `within` s)."""
+        out = []
+        stop = time.monotonic() + within
+        while time.monotonic() < stop:
+            d = self.check()
+            out.append(d)
+            if d.source == source:
+                return out
+            time.sleep(0.01)
+        raise AssertionError(f"no answer from {source} within {within} s: {[x.source for x in out][-10:]}")
+
+    def run(self, seconds: float) -> list[rb.Decision]:
+        out = []
+        stop = time.monotonic() + seconds
+        while time.monotonic() < stop:
+            out.append(self.check())
+            time.sleep(0.01)
+        return out
+
+
+FAIL_SOURCE = {"open": "fail_open", "closed": "fail_closed", "local": "local"}
+
+
+def assert_policy(policy: str, answers: list[rb.Decision], elapsed: float) -> None:
+    failed = [d for d in answers if d.source != "redis"]
+    assert failed, "Redis was down but every answer came from it"
+    assert {d.source for d in failed} == {FAIL_SOURCE[policy]}, {d.source for d in failed}
+    allowed = sum(d.allowed for d in failed)
+    if policy == "open":
+        assert allowed == len(failed)
+    elif policy == "closed":
+        assert allowed == 0
+        assert all(d.retry_after == pytest.approx(0.2) for d in failed)
+    else:
+        # The local share: 5/s, burst round(1000 × 5/1000) = 5.
+        assert 1 <= allowed <= 5 + 5 * elapsed + 1, (allowed, elapsed)
+        assert allowed < len(failed)
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "local"])
+def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
+    timeout = 0.05
+    client = own_server.client()
+    limiter = rbr.TokenBucket(
+        client,
+        rate=1000,
+        burst=1000,
+        on_error=policy,
+        local_rate=5 if policy == "local" else None,
+        timeout=timeout,
+        breaker_cooldown=0.2,
+    )
+    t = Timed(limiter, fresh_key("faults"))
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+
+    # Killed mid-run, restarted on the same port.
+    own_server.kill()
+    start = time.monotonic()
+    down = t.run(0.5)
+    assert_policy(policy, down, time.monotonic() - start)
+    assert limiter.breaker_open
+    own_server.start()
+    t.until("redis", within=3.0)  # the breaker's probe finds it back: no new client
+    assert all(d.source == "redis" for d in t.run(0.1))
+
+    # Slow: every client paused for 500 ms.
+    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    start = time.monotonic()
+    slow = t.run(0.4)
+    assert_policy(policy, slow, time.monotonic() - start)
+    t.until("redis", within=3.0)
+
+    # SCRIPT FLUSH mid-run: transparent (EVALSHA fails, EVAL reloads).
+    before = len(t.log)
+    own_server.admin("SCRIPT", "FLUSH")
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+    own_server.admin("SCRIPT", "FLUSH")
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+    assert len(t.log) > before
+
+    assert t.longest <= timeout + SLACK, f"a call took {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)"
+    print(f"\nfaults, on_error={policy}: longest call {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
+    limiter.close()
+    client.close()
+
+
+async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
+    timeout = 0.05
+    client = redis.asyncio.Redis(host=HOST, port=own_server.port)
+    limiter = rbr.AsyncTokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
+    key = fresh_key("faults-async")
+    longest = 0.0
+
+    async def run(seconds: float) -> list[rb.Decision]:
+        nonlocal longest
+        out = []
+        stop = time.monotonic() + seconds
+        while time.monotonic() < stop:
+            t = time.monotonic()
+            out.append(await limiter.check(key))
+            longest = max(longest, time.monotonic() - t)
+            await asyncio.sleep(0.01)
+        return out
+
+    async def back(within: float) -> None:
+        stop = time.monotonic() + within
+        while time.monotonic() < stop:
+            if (await run(0.01))[-1].source == "redis":
+                return
+        raise AssertionError("no recovery")
+
+    assert all(d.source == "redis" for d in await run(0.1))
+    own_server.kill()
+    assert_policy("closed", await run(0.4), 0.4)
+    own_server.start()
+    await back(3.0)
+    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    assert_policy("closed", await run(0.4), 0.4)
+    await back(3.0)
+    own_server.admin("SCRIPT", "FLUSH")
+    assert all(d.source == "redis" for d in await run(0.1))
+    assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"
+    print(f"\nfaults, asyncio: longest call {longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
+    await limiter.aclose()
+    await client.aclose()
+
+
+# ---------------------------------------------------------------- cluster
+
+
+def keys_per_master(cluster: Cluster, prefix: str = "rb:") -> dict[int, str]:
+    """One key for each master (by the slot of prefix + key)."""
+    keys: dict[int, str] = {}
+    base = uuid.uuid4().hex
+    for i in range(10_000):
+        k = f"{base}-{i}"
+        owner = cluster.owner(key_slot(f"{prefix}{k}".encode())) if len(keys) < 3 else None
+        if owner is not None and owner not in keys:
+            keys[owner] = k
+        if len(keys) == 3:
+            return keys
+    raise AssertionError("no key for every master")
+
+
+def holds(node: Server, key: str) -> bool:
+    """Whether `node` stores `key` (SCAN: no redirection)."""
+    cursor = 0
+    for _ in range(1000):
+        cursor, found = node.admin("SCAN", cursor, "MATCH", key, "COUNT", 1000)
+        if found:
+            return True
+        if int(cursor) == 0:
+            return False
+    raise AssertionError("SCAN did not finish")
+
+
+def test_cluster_bound_holds_per_key(cluster: Cluster) -> None:
+    keys = keys_per_master(cluster)
+    assert len(set(keys)) == 3
+    instances, run_for = 8, 2.0
+    admitted: list[dict[str, int]] = [{k: 0 for k in keys.values()} for _ in range(instances)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(instances)
+    starts = [0.0] * instances
+    ends = [0.0] * instances
+    sources: collections.Counter[str] = collections.Counter()
+
+    def instance(i: int) -> None:
+        try:
+            client = cluster.client()
+            limiter = rbr.TokenBucket(client, rate=10, burst=10, on_error="closed", timeout=0.5)
+            barrier.wait()
+            starts[i] = time.monotonic()
+            while time.monotonic() < starts[i] + run_for:
+                for k in keys.values():
+                    d = limiter.check(k)
+                    admitted[i][k] += d.allowed
+                    sources[d.source or "?"] += 1
+                time.sleep(0.005)
+            ends[i] = time.monotonic()
+            limiter.close()
+            client.close()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    elapsed = max(ends) - min(starts)
+    bound = 10 + 10 * elapsed + 1
+    for port, k in keys.items():
+        total = sum(a[k] for a in admitted)
+        assert 0.9 * bound <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, answers {dict(sources)}"
+        # The key lives on its own master, and only there.
+        assert [n.port for n in cluster.nodes if holds(n, f"rb:{k}")] == [port], (k, port)
+
+
+async def test_cluster_asyncio(cluster: Cluster) -> None:
+    keys = list(keys_per_master(cluster).values())
+    clients = [cluster.async_client() for _ in range(5)]
+    limiters = [rbr.AsyncTokenBucket(c, rate=10, burst=10, on_error="closed", timeout=0.5) for c in clients]
+    # `async with` would do the same: each limiter's cluster client reads the
+    # topology and command table (~0.1 s each) before the clock starts.
+    for lim in limiters:
+        await lim.__aenter__()
+    admitted = {k: 0 for k in keys}
+    sources: collections.Counter[str] = collections.Counter()
+    start = time.monotonic()
+
+    async def instance(lim: rbr.AsyncTokenBucket) -> None:
+        while time.monotonic() < start + 1.5:
+            for k in keys:
+                d = await lim.check(k)
+                admitted[k] += d.allowed
+                sources[d.source or "?"] += 1
+            await asyncio.sleep(0.005)
+
+    await asyncio.gather(*(instance(lim) for lim in limiters))
+    elapsed = time.monotonic() - start
+    for lim, c in zip(limiters, clients):
+        await lim.aclose()
+        await c.aclose()
+    bound = 10 + 10 * elapsed + 1
+    for k, total in admitted.items():
+        assert 0.9 * bound <= total <= bound, f"{k}: {total} admitted, bound {bound:.1f}, answers {dict(sources)}"
+
+
+# ---------------------------------------------------------------- leasing
+
+
+def round_trips(server: Server) -> int:
+    """EVALSHA calls since the last CONFIG RESETSTAT."""
+    stats = server.admin("INFO", "commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_leasing_cuts_round_trips_and_keeps_the_bound(server: Server, k: int) -> None:
+    threads_n = 4
+    # Round trips: 4 instances take 250 each, well within the limit.
+    key = fresh_key("lease-trips")
+    client = server.client()
+    warm = rbr.TokenBucket(client, rate=1, burst=1)
+    warm.check(fresh_key("warm"))  # the script is loaded: one EVALSHA per call from here
+    warm.close()
+    server.admin("CONFIG", "RESETSTAT")
+    allowed = [0] * threads_n
+
+    def spend(i: int) -> None:
+        lim = rbr.TokenBucket(client, rate=1000, burst=2000, lease=k, on_error="closed", timeout=0.5)
+        for _ in range(250):
+            allowed[i] += lim.check(key).allowed
+        lim._runner.close()  # no drain: the Return calls would count as round trips
+
+    threads = [threading.Thread(target=spend, args=(i,)) for i in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    trips = round_trips(server)
+    assert sum(allowed) == 1000
+    # Each instance asks Redis once per k tokens: ceil(250 / k) round trips.
+    want = threads_n * -(-250 // k)
+    assert want <= trips <= want + 2, (k, trips, want)
+    print(f"\nlease={k}: 1000 admitted in {trips} round trips")
+
+    # The bound under contention: 8 instances, each leasing k.
+    key = fresh_key("lease-bound")
+    instances, run_for = 8, 1.0
+    admitted = [0] * instances
+    starts = [0.0] * instances
+    ends = [0.0] * instances
+    barrier = threading.Barrier(instances)
+
+    def hammer(i: int) -> None:
+        lim = rbr.TokenBucket(client, rate=20, burst=20, lease=k, on_error="closed", timeout=0.5)
+        barrier.wait()
+        starts[i] = time.monotonic()
+        while time.monotonic() < starts[i] + run_for:
+            admitted[i] += lim.check(key).allowed
+            time.sleep(0.002)
+        ends[i] = time.monotonic()
+        lim.close()
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(instances)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    elapsed = max(ends) - min(starts)
+    bound = 20 + 20 * elapsed + 1
+    assert 0 < sum(admitted) <= bound, (k, sum(admitted), bound)
+    client.close()
+
+
+def test_close_returns_leased_tokens(server: Server) -> None:
+    client = server.client()
+    key = fresh_key("lease-return")
+    lim = rbr.TokenBucket(client, rate=1, burst=20, lease=10)
+    d = lim.check(key)
+    assert (d.source, d.remaining) == ("redis", 9)
+    assert lim.check(key).source == "lease"
+    assert lim.leased() == 8
+    assert lim.close() == 1
+    assert lim.leased() == 0
+    other = rbr.TokenBucket(client, rate=1, burst=20)
+    # 20 - 2 spent = 18 (one more may have dripped in meanwhile).
+    got = sum(other.check(key).allowed for _ in range(25))
+    assert got in (18, 19), got
+    other.close()
+    client.close()
+
+
+# -------------------------------------------------------------- bad input
+
+
+def test_odd_keys_are_stored_raw(server: Server) -> None:
+    client = server.client()
+    prefix = fresh_key("odd") + ":"
+    lim = rbr.TokenBucket(client, rate=1, burst=2, prefix=prefix)
+    keys: list[Any] = ["a key with spaces", "ключ 🔑", "k" * 10240, b"\x00\xff raw", 42, ""]
+    for k in keys:
+        d = lim.check(k)
+        assert (d.source, d.allowed, d.remaining) == ("redis", True, 1), (k, d)
+        raw = k if isinstance(k, bytes) else str(k).encode()
+        assert server.admin("EXISTS", prefix.encode() + raw) == 1, k
+    # Each key is its own limit.
+    assert [lim.check(k).remaining for k in keys] == [0] * len(keys)
+    assert not any(lim.check(k).allowed for k in keys)
+    # 42 and "42" name the same Redis key.
+    assert not lim.check("42").allowed
+    with pytest.raises(TypeError):
+        lim.check(1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        lim.check(True)
+    lim.close()
+    client.close()
+
+
+def test_bad_numbers_are_the_cores_typed_errors(server: Server) -> None:
+    client = server.client()
+    lim = rbr.TokenBucket(client, rate=10, burst=20)
+    with pytest.raises(rb.QuotaError) as e:
+        lim.check("k", 0)
+    assert e.value.code == "invalid_number"
+    with pytest.raises(rb.InsufficientCapacity):
+        lim.check("k", 21)
+    with pytest.raises(rb.QuotaError):
+        lim.check("k", -1)
+    with pytest.raises(rb.InsufficientCapacity):
+        rbr.FixedWindow(client, limit=5, window=1).check("k", 6)
+    lim.close()
+    bad: list[tuple[type, Callable[[], Any], str]] = [
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=-1), "-1"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate="abc"), "abc"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, burst=0), "burst"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=2_000_000), "2000000"),
+        (rb.QuotaError, lambda: rbr.FixedWindow(client, limit=0, window=1), "limit"),
+        (rb.QuotaError, lambda: rbr.FixedWindow(client, limit=5, window=1e-7), "window"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, timeout=-1), "timeout"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, lease=-1), "lease"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, lease=1.5), "lease"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, breaker_threshold=0), "breaker_threshold"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, breaker_cooldown=float("nan")), "breaker_cooldown"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, lease_ttl=-2), "lease_ttl"),
+        (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, timeout=0), "timeout"),
+        (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, on_error="maybe"), "maybe"),
+        (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, on_error="local"), "local_rate"),
+        (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, on_error="local", local_rate=0), "local_rate"),
+        (TypeError, lambda: rbr.TokenBucket(client, rate=True), "rate"),
+        (TypeError, lambda: rbr.TokenBucket(client, rate=10, timeout="1"), "timeout"),
+        (TypeError, lambda: rbr.TokenBucket(object(), rate=10), "client"),
+        (TypeError, lambda: rbr.TokenBucket(redis.asyncio.Redis(), rate=10), "asyncio"),
+        (TypeError, lambda: rbr.AsyncTokenBucket(client, rate=10), "sync"),
+    ]
+    for cls, make, word in bad:
+        with pytest.raises(cls) as info:
+            make()
+        assert word in str(info.value), (word, str(info.value))
+        assert "Panic" not in type(info.value).__name__
+    with pytest.raises(rb.Unsupported):
+        rb._ratebound.RedisEngine_("sliding_window", limit=5, window=1, lease=2)
+    with pytest.raises(rb.QuotaError):
+        rb._ratebound.RedisEngine_("leaky_bucket", rate=1)
+    client.close()
+
+
+def closed_port() -> int:
+    return free_port()
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "local"])
+def test_unreachable_redis_answers_by_policy_at_once(policy: str) -> None:
+    client = redis.Redis(host=HOST, port=closed_port())  # defaults: retries with backoff
+    t = time.monotonic()
+    lim = rbr.TokenBucket(client, rate=10, burst=20, on_error=policy, local_rate=1 if policy == "local" else None)
+    assert time.monotonic() - t < 0.5  # no I/O at construction
+    answers = []
+    for _ in range(5):
+        t = time.monotonic()
+        answers.append(lim.check("k"))
+        took = time.monotonic() - t
+        assert took < 0.05 + SLACK, took  # a refused connection, not redis-py's 3.8 s of retries
+    assert {d.source for d in answers} == {FAIL_SOURCE[policy]}
+    want = {"open": [True] * 5, "closed": [False] * 5, "local": [True, True, False, False, False]}[policy]
+    assert [d.allowed for d in answers] == want
+    assert lim.breaker_open
+    lim.close()
+    client.close()
+
+
+def test_silent_server_costs_one_deadline() -> None:
+    """A host that accepts connections but never answers: the call gives up at
+    its deadline (the handshake or the reply times out), not after redis-py's
+    5 s default."""
+    with socket.socket() as listener:
+        listener.bind((HOST, 0))
+        listener.listen(64)
+        client = redis.Redis(host=HOST, port=listener.getsockname()[1])
+        lim = rbr.TokenBucket(client, rate=10, burst=20, timeout=0.05)
+        for _ in range(3):
+            t = time.monotonic()
+            d = lim.check("k")
+            took = time.monotonic() - t
+            assert d.source == "fail_open"
+            assert took < 0.05 + SLACK, took
+        lim.close()
+        client.close()
+
+
+async def test_unreachable_redis_asyncio() -> None:
+    client = redis.asyncio.Redis(host=HOST, port=closed_port())
+    lim = rbr.AsyncFixedWindow(client, limit=5, window=1, on_error="closed")
+    t = time.monotonic()
+    d = await lim.check("k")
+    assert time.monotonic() - t < 0.05 + SLACK
+    assert (d.source, d.allowed) == ("fail_closed", False)
+    await lim.aclose()
+    await client.aclose()
+
+
+# ------------------------------------------------------------ the engine
+
+
+def test_engine_without_io() -> None:
+    e = rb._ratebound.RedisEngine_("token_bucket", rate="10/s burst 20", breaker_cooldown=0.05)
+    call = e.begin("k")
+    assert isinstance(call, rb._ratebound.RedisCall_)
+    assert call.key == b"rb:k" and call.kind == "check" and call.n == 1 and call.script == "gcra"
+    assert len(call.sha) == 40 and "redis.call" in call.text
+    assert call.args[0] == "" and call.at(7).args[0] == "7"
+    d = e.finish(call, [1, 19, 0, 100000, 1])
+    assert (d.allowed, d.remaining, d.reset_after_ns, d.source) == (True, 19, 100_000_000, "redis")
+    # A reply of another shape is a failure; three open the breaker.
+    assert e.finish(call, b"OK").source == "fail_open"
+    assert e.finish(call, timed_out=True).source == "fail_open"
+    assert e.finish(call, error="ConnectionError").source == "fail_open"
+    assert e.breaker_open
+    assert isinstance(e.begin("k"), rb.Decision)
+    time.sleep(0.06)
+    probe = e.begin("k")
+    assert isinstance(probe, rb._ratebound.RedisCall_)
+    assert e.finish(probe, [1, 18, 0, 200000, 1]).source == "redis"
+    assert not e.breaker_open
+    with pytest.raises(TypeError):
+        e.finish(call)
+    with pytest.raises(TypeError):
+        call.at(True)  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError):
+        call.at(-1)
+    assert rb.TokenBucket(1).check().source is None
+    assert "source='redis'" in repr(d)
