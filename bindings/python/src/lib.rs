@@ -1321,6 +1321,41 @@ const FIELD_NAMES: [&str; 7] = [
 ];
 
 impl Gate_ {
+    /// `f` given the request `key`, `peer` and `headers` (an ASGI header
+    /// list, or with `wsgi` the environ) make.
+    fn with_request<'py, R>(
+        &self,
+        key: Option<&Bound<'py, PyAny>>,
+        peer: Option<&str>,
+        headers: Option<&Bound<'py, PyAny>>,
+        wsgi: bool,
+        f: impl FnOnce(&any::Request<'_, PyHeaders<'_, 'py>>) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let peer = peer.and_then(|p| p.parse::<IpAddr>().ok());
+        let environ;
+        let lines = match headers.filter(|h| !h.is_none()) {
+            None => PyHeaders::None,
+            Some(h) if wsgi => {
+                environ = h
+                    .cast::<PyDict>()
+                    .map_err(|_| PyTypeError::new_err("a WSGI environ must be a dict"))?;
+                PyHeaders::Environ(environ, &self.environ_keys)
+            }
+            Some(h) => PyHeaders::Asgi(h),
+        };
+        let run = |key: Option<Key<'_>>| {
+            f(&any::Request {
+                key,
+                peer,
+                headers: &lines,
+            })
+        };
+        match key.filter(|k| !k.is_none()) {
+            Some(k) => with_key(k, |k| run(Some(k))),
+            None => run(None),
+        }
+    }
+
     /// `(status, headers, content_type, body)` for Python.
     fn verdict<'py>(
         &self,
@@ -1363,13 +1398,14 @@ impl Gate_ {
     /// `options`: the middleware's options by name (`None` values are not
     /// given); `given_key`: the application passes each request's key.
     #[new]
-    #[pyo3(signature = (policies, options, *, given_key=false, clock=None))]
+    #[pyo3(signature = (policies, options, *, given_key=false, clock=None, remote=None))]
     fn new(
         py: Python<'_>,
         policies: &Bound<'_, PyAny>,
         options: &Bound<'_, PyDict>,
         given_key: bool,
         clock: Option<&Bound<'_, PyAny>>,
+        remote: Option<Vec<(String, PyRef<'_, RedisEngine_>)>>,
     ) -> PyResult<Self> {
         let mut list = Vec::new();
         for item in policies.try_iter()? {
@@ -1401,6 +1437,10 @@ impl Gate_ {
         }
         if given_key {
             o.key = KeySource::Given;
+        }
+        for (name, engine) in remote.iter().flatten() {
+            o.remote
+                .push((name.clone(), engine.inner.config().algorithm.keyed()));
         }
         let inner = Gate::new(list, o, clock_of(clock)?).or_py(py)?;
         let fixed = FIELD_NAMES
@@ -1444,30 +1484,47 @@ impl Gate_ {
         headers: Option<&Bound<'py, PyAny>>,
         wsgi: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let peer = peer.and_then(|p| p.parse::<IpAddr>().ok());
-        let environ;
-        let lines = match headers.filter(|h| !h.is_none()) {
-            None => PyHeaders::None,
-            Some(h) if wsgi => {
-                environ = h
-                    .cast::<PyDict>()
-                    .map_err(|_| PyTypeError::new_err("a WSGI environ must be a dict"))?;
-                PyHeaders::Environ(environ, &self.environ_keys)
-            }
-            Some(h) => PyHeaders::Asgi(h),
-        };
-        let decide = |key: Option<Key<'_>>| {
-            let v = self.inner.decide(&any::Request {
-                key,
-                peer,
-                headers: &lines,
-            });
-            self.verdict(py, &v, wsgi)
-        };
-        match key.filter(|k| !k.is_none()) {
-            Some(k) => with_key(k, |k| decide(Some(k))),
-            None => decide(None),
-        }
+        self.with_request(key, peer, headers, wsgi, |r| {
+            self.verdict(py, &self.inner.decide(r), wsgi)
+        })
+    }
+
+    /// The request's key as text every instance derives alike, for the
+    /// `remote` (Redis) policies: bytes (`key:…`, `ip:…` or `anonymous`), or
+    /// the status a keyless request is refused with.
+    #[pyo3(signature = (key, peer=None, headers=None, wsgi=false))]
+    fn identity<'py>(
+        &self,
+        py: Python<'py>,
+        key: Option<&Bound<'py, PyAny>>,
+        peer: Option<&str>,
+        headers: Option<&Bound<'py, PyAny>>,
+        wsgi: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.with_request(key, peer, headers, wsgi, |r| {
+            Ok(match self.inner.identity(r) {
+                Ok(text) => PyBytes::new(py, &text).into_any(),
+                Err(status) => status.into_pyobject(py)?.into_any(),
+            })
+        })
+    }
+
+    /// `decide` with the `remote` policies' decisions for the request's
+    /// `identity`, in order (none when `identity` gave a status).
+    #[pyo3(signature = (key, peer, headers, remote, wsgi=false))]
+    fn decide_with<'py>(
+        &self,
+        py: Python<'py>,
+        key: Option<&Bound<'py, PyAny>>,
+        peer: Option<&str>,
+        headers: Option<&Bound<'py, PyAny>>,
+        remote: Vec<PyRef<'py, Decision>>,
+        wsgi: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let decisions: Vec<ratebound::Decision> = remote.iter().map(|d| d.inner).collect();
+        self.with_request(key, peer, headers, wsgi, |r| {
+            self.verdict(py, &self.inner.decide_with(r, &decisions), wsgi)
+        })
     }
 
     /// Load shedding: a place among the requests in flight (always `True`

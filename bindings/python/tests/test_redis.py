@@ -29,6 +29,11 @@ from redis.crc import key_slot
 
 import ratebound as rb
 import ratebound.redis as rbr
+from flask import Flask
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient  # warns (httpx) at import, outside the tests
 
 # Any warning (an unclosed socket or client, a deprecation) fails these tests.
 pytestmark = pytest.mark.filterwarnings("error")
@@ -832,3 +837,50 @@ def test_engine_without_io() -> None:
         call.at(-1)
     assert rb.TokenBucket(1).check().source is None
     assert "source='redis'" in repr(d)
+
+
+# ---------------------------------------------------------------- middleware
+
+
+def test_middleware_global_limit_is_one_policy_away(server: Server) -> None:
+    """A Redis limiter as a policy: two ASGI apps (two instances) share the
+    global limit of 2 per key; the local burst policy and the quota fields
+    show both; a WSGI app with a sync limiter shares it too."""
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("ok")
+
+    prefix = f"{fresh_key('mw')}:"
+
+    def asgi_app() -> Any:
+        limiter = rbr.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=server.port), rate=1, burst=2, prefix=prefix)
+        return rb.asgi.RateLimitMiddleware(
+            Starlette(routes=[Route("/", hello)]),
+            policies={"burst": "100/s burst 100", "global": limiter},
+            key_header="x-api-key",
+        )
+
+    flask = Flask(__name__)
+    flask.get("/")(lambda: "ok")
+    wsgi = rb.wsgi.RateLimitMiddleware(
+        flask.wsgi_app,
+        policies={"global": rbr.TokenBucket(server.client(), rate=1, burst=2, prefix=prefix)},
+        key_header="x-api-key",
+    )
+    with TestClient(asgi_app()) as a, TestClient(asgi_app()) as b:
+        first = a.get("/", headers={"x-api-key": "alice"})
+        assert first.status_code == 200
+        assert first.headers["ratelimit-policy"] == '"burst";q=100;w=1, "global";q=2;w=2'
+        assert first.headers["ratelimit"] == '"burst";r=99;t=1, "global";r=1;t=1'
+        assert b.get("/", headers={"x-api-key": "alice"}).status_code == 200
+        third = a.get("/", headers={"x-api-key": "alice"})
+        assert third.status_code == 429
+        assert third.headers["retry-after"] == "1"
+        assert third.headers["ratelimit"] == '"global";r=0;t=2'
+        assert b.get("/", headers={"x-api-key": "bob"}).status_code == 200
+    flask_client = flask.test_client()
+    flask.wsgi_app = wsgi  # type: ignore[method-assign]
+    assert flask_client.get("/", headers={"x-api-key": "alice"}).status_code == 429
+    assert flask_client.get("/", headers={"x-api-key": "carol"}).status_code == 200
+    # The wrong kind of limiter for the protocol is a clear error.
+    with pytest.raises(TypeError, match="asyncio limiter"):
+        rb.asgi.RateLimitMiddleware(Starlette(), policies={"g": rbr.TokenBucket(server.client(), rate=1)})

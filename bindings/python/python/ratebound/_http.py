@@ -7,9 +7,10 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, TypedDict, Union
 
 from . import _ratebound
+from . import redis as _redis
 from ._ratebound import ManualClock
 
-PolicySpec = Union[int, float, str, Mapping[str, Any]]
+PolicySpec = Union[int, float, str, Mapping[str, Any], "_redis._Limiter", "_redis._AsyncLimiter"]
 
 def _policy(name: str, spec: PolicySpec) -> tuple[Any, ...]:
     """One policy as the core's gate takes it; the core checks it."""
@@ -19,6 +20,9 @@ def _policy(name: str, spec: PolicySpec) -> tuple[Any, ...]:
     return (name, "token_bucket", spec, None, None, None)
 
 
+Remote = Union["_redis._Limiter", "_redis._AsyncLimiter"]
+
+
 def build_gate(
     rate: Optional[Union[int, float, str]],
     burst: Optional[int],
@@ -26,18 +30,29 @@ def build_gate(
     options: dict[str, Any],
     given_key: bool,
     clock: Optional[ManualClock],
-) -> Any:
-    """The core's gate: ``options`` go to its one parser by name (``None``
-    means the core's default)."""
+) -> tuple[Any, list[Remote]]:
+    """The core's gate (``options`` go to its one parser by name; ``None``
+    means the core's default) and the Redis limiters among the policies,
+    which the gate advertises and whose decisions it merges."""
     if (rate is None) == (policies is None):
         raise TypeError("give either rate= (one policy) or policies= (a dict of name -> rate)")
+    remote: list[tuple[str, Remote]] = []
     if policies is None:
         specs = [("default", "token_bucket", rate, burst, None, None)]
     else:
         if burst is not None:
             raise TypeError("burst= goes with rate=; give each policy its own burst")
-        specs = [_policy(name, spec) for name, spec in policies.items()]
-    return _ratebound.Gate_(specs, options, given_key=given_key, clock=clock)
+        specs = []
+        for name, spec in policies.items():
+            if isinstance(spec, (_redis._Limiter, _redis._AsyncLimiter)):
+                remote.append((name, spec))
+            else:
+                specs.append(_policy(name, spec))
+    gate = _ratebound.Gate_(
+        specs, options, given_key=given_key, clock=clock,
+        remote=[(name, limiter._engine) for name, limiter in remote],
+    )
+    return gate, [limiter for _, limiter in remote]
 
 
 def reason(status: int) -> str:
@@ -102,7 +117,7 @@ class MiddlewareBase:
         if key_header is not None and key is not None:
             raise TypeError("give key_header= or key=, not both")
         self.app = app
-        self.gate = build_gate(
+        self.gate, self._remote = build_gate(
             rate,
             burst,
             policies,

@@ -141,6 +141,7 @@ class Gate_:
         options: dict[str, Any],
         *,
         given_key: bool = False,
+        remote: Optional[list[tuple[str, RedisEngine_]]] = None,
         clock: Optional[ManualClock] = None,
     ) -> _T: ...
     def try_enter(self) -> bool: ...
@@ -153,6 +154,21 @@ class Gate_:
         key: Optional[_Key],
         peer: Optional[str] = None,
         headers: Optional[Any] = None,
+        wsgi: bool = False,
+    ) -> tuple[int, list[tuple[Any, Any]], Any, Optional[bytes]]: ...
+    def identity(
+        self,
+        key: Optional[_Key],
+        peer: Optional[str] = None,
+        headers: Optional[Any] = None,
+        wsgi: bool = False,
+    ) -> Union[bytes, int]: ...
+    def decide_with(
+        self,
+        key: Optional[_Key],
+        peer: Optional[str],
+        headers: Optional[Any],
+        remote: list[Decision],
         wsgi: bool = False,
     ) -> tuple[int, list[tuple[Any, Any]], Any, Optional[bytes]]: ...
     @property

@@ -7,9 +7,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
 
 from ._http import MiddlewareBase, Options
+from .redis import _AsyncLimiter as AsyncLimiter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -54,12 +57,23 @@ class RateLimitMiddleware(MiddlewareBase):
       beyond it, 503 with ``Retry-After: 1`` at once, before any token is
       spent — never a queue. ``critical(scope)`` returning true lets a request
       through even then (it takes no place).
+    - A policy may be a global limit in Redis (``rb.redis.AsyncTokenBucket``
+      and the other asyncio limiters): it is checked for the request's key
+      (``key:<key>``, ``ip:<address>`` or ``anonymous``, by the same rules),
+      a refusal there is a 429 at once, and it joins the quota fields.
     """
 
     app: ASGIApp
 
     def __init__(self, app: ASGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
+        for limiter in self._remote:
+            if not isinstance(limiter, AsyncLimiter):
+                raise TypeError(
+                    f"an ASGI policy in Redis needs an asyncio limiter (rb.redis.AsyncTokenBucket, ...), "
+                    f"got {type(limiter).__name__}"
+                )
+        self._async_remote = [lim for lim in self._remote if isinstance(lim, AsyncLimiter)]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
@@ -82,7 +96,18 @@ class RateLimitMiddleware(MiddlewareBase):
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         k = self._key(scope) if self._key is not None else None
         client = scope.get("client")
-        verdict = self.gate.decide(k, client[0] if client else None, scope["headers"])
+        peer = client[0] if client else None
+        if self._async_remote:
+            # Global limits in Redis: the request's identity to each limiter
+            # (one round trip within its deadline; Redis trouble is answered
+            # by its fail policy), then the gate decides with their answers.
+            ident = self.gate.identity(k, peer, scope["headers"])
+            decisions = [] if isinstance(ident, int) else await asyncio.gather(
+                *(limiter.check(ident) for limiter in self._async_remote)
+            )
+            verdict = self.gate.decide_with(k, peer, scope["headers"], list(decisions))
+        else:
+            verdict = self.gate.decide(k, peer, scope["headers"])
         headers = verdict[1]
         if verdict[0]:
             await _answer(send, verdict)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ._http import MiddlewareBase, Options, reason
+from .redis import _Limiter as SyncLimiter
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -31,6 +32,13 @@ class RateLimitMiddleware(MiddlewareBase):
 
     def __init__(self, app: WSGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
+        for limiter in self._remote:
+            if not isinstance(limiter, SyncLimiter):
+                raise TypeError(
+                    f"a WSGI policy in Redis needs a sync limiter (rb.redis.TokenBucket, ...), "
+                    f"got {type(limiter).__name__}"
+                )
+        self._sync_remote = [lim for lim in self._remote if isinstance(lim, SyncLimiter)]
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self._exempt is not None and self._exempt(environ):
@@ -54,7 +62,13 @@ class RateLimitMiddleware(MiddlewareBase):
         k = self._key(environ) if self._key is not None else None
         # The server has joined repeated header lines with commas; the gate
         # reads the environ's HTTP_* entries it needs.
-        verdict = self.gate.decide(k, environ.get("REMOTE_ADDR"), environ, True)
+        peer = environ.get("REMOTE_ADDR")
+        if self._sync_remote:
+            ident = self.gate.identity(k, peer, environ, True)
+            decisions = [] if isinstance(ident, int) else [limiter.check(ident) for limiter in self._sync_remote]
+            verdict = self.gate.decide_with(k, peer, environ, decisions, True)
+        else:
+            verdict = self.gate.decide(k, peer, environ, True)
         fields = verdict[1]
         if verdict[0]:
             return _answer(start_response, verdict)
