@@ -9,16 +9,6 @@
 -- ARGV[6]  with "lease": the most to take
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken}.
 -- A refusal writes nothing; the key expires at the window's end.
-local function clock(arg)
-  if arg ~= '' then return tonumber(arg) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local function div(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 end
-  return q
-end
 local now = clock(ARGV[1])
 local limit = tonumber(ARGV[2])
 local W = tonumber(ARGV[3])

@@ -1,8 +1,8 @@
 -- ratebound: GCRA token bucket, one key, one round trip.
 -- KEYS[1]  the bucket's key; its value is the theoretical arrival time (TAT)
 --          in integer microseconds of Redis' own clock (TIME).
--- ARGV[1]  now in µs, or "" to read Redis' TIME (the explicit-time twin
---          exists for tests; production calls pass "").
+-- ARGV[1]  now in µs, or "" to read Redis' TIME (see clock() in prelude.lua;
+--          production calls pass "").
 -- ARGV[2]  T: the emission interval in µs (1/rate, rounded up)
 -- ARGV[3]  tau: the tolerance in µs (burst · T)
 -- ARGV[4]  n: tokens
@@ -12,18 +12,6 @@
 -- Reply: {allowed (0/1), remaining, retry_after_us, reset_after_us, taken}.
 -- A refusal writes nothing. The key expires when the bucket is full again
 -- (PX rounded up), so forgetting it changes no decision.
-local function clock(arg)
-  if arg ~= '' then return tonumber(arg) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- floor(a / b) for non-negative integers, exact where a double division
--- would round up to the next integer.
-local function div(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 end
-  return q
-end
 local now = clock(ARGV[1])
 local T = tonumber(ARGV[2])
 local tau = tonumber(ARGV[3])

@@ -38,14 +38,22 @@ impl Script {
     }
 }
 
+/// A script's text: `lua/prelude.lua` (the shared helpers), then its body.
+macro_rules! script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../lua/prelude.lua"),
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+}
+
 /// The GCRA token bucket.
-pub static GCRA: Script = Script::new("gcra", include_str!("../lua/gcra.lua"));
+pub static GCRA: Script = Script::new("gcra", script!("gcra.lua"));
 /// The fixed window counter.
-pub static FIXED_WINDOW: Script =
-    Script::new("fixed_window", include_str!("../lua/fixed_window.lua"));
+pub static FIXED_WINDOW: Script = Script::new("fixed_window", script!("fixed_window.lua"));
 /// The sliding window counter.
-pub static SLIDING_WINDOW: Script =
-    Script::new("sliding_window", include_str!("../lua/sliding_window.lua"));
+pub static SLIDING_WINDOW: Script = Script::new("sliding_window", script!("sliding_window.lua"));
 
 #[cfg(test)]
 mod tests {
@@ -56,6 +64,13 @@ mod tests {
             assert!(s.sha().bytes().all(|b| b.is_ascii_hexdigit()));
         }
         assert_ne!(super::GCRA.sha(), super::FIXED_WINDOW.sha());
+        // Each text starts with the shared helpers.
+        assert!(super::GCRA.text.contains("local function clock(arg)"));
+        assert!(
+            super::SLIDING_WINDOW
+                .text
+                .contains("local function div(a, b)")
+        );
         // The SHA-1 of the empty string, to check the hashing itself.
         assert_eq!(
             sha1_smol::Sha1::from("").digest().to_string(),
