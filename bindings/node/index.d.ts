@@ -526,6 +526,12 @@ export declare class RedisCall {
   /** The script's arguments, as Redis strings. */
   get args(): Array<string>
   /**
+   * `[sha, key, ...args]` in one crossing (what a driver sends with
+   * `EVALSHA sha 1 key ...args`): the key a string when it is valid
+   * UTF-8 (the clients' one-piece write path), else a `Buffer`.
+   */
+  command(): Array<string | Buffer>
+  /**
    * What the call asks: `'check'`, `'lease'` or `'return'` (from
    * `drain()`: give leased tokens back; such calls need no `finish`).
    */

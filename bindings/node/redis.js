@@ -1,5 +1,4 @@
 'use strict'
-const { isUtf8 } = require('node:buffer')
 // Global limits in Redis: the driver of the native RedisEngine (the sans-I/O
 // engine of the ratebound-redis crate) with the application's own client —
 // ioredis (Redis or Cluster) or node-redis v4+ (createClient or
@@ -115,16 +114,17 @@ module.exports = function redisDrivers(native) {
         settle({ error: errorText(e) })
       }
       const ok = (reply) => settle({ reply })
-      // A key that is valid UTF-8 goes as a string: the clients write an
-      // all-string command in one piece, a Buffer argument through a slower
-      // path (a third of the CPU per check under load, measured).
-      const raw = call.key
-      const key = isUtf8(raw) ? raw.toString('utf8') : raw
-      const args = call.args
+      // [sha, key, ...args] in one native call; a key that is valid UTF-8
+      // comes as a string (the clients write an all-string command in one
+      // piece, a Buffer argument through a slower path).
+      const command = call.command()
+      const sha = command[0]
+      const key = command[1]
+      const args = command.slice(2)
       stats.calls++
       let first
       try {
-        first = adapter.evalsha(call.sha, key, args, signal)
+        first = adapter.evalsha(sha, key, args, signal)
       } catch (e) {
         fail(e)
         return

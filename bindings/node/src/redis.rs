@@ -152,6 +152,23 @@ impl RedisCall {
         self.call.args.clone()
     }
 
+    /// `[sha, key, ...args]` in one crossing (what a driver sends with
+    /// `EVALSHA sha 1 key ...args`): the key a string when it is valid
+    /// UTF-8 (the clients' one-piece write path), else a `Buffer`.
+    #[napi(ts_return_type = "Array<string | Buffer>")]
+    pub fn command(&self) -> Vec<Either<&'static str, Either<String, Buffer>>> {
+        let mut out = Vec::with_capacity(2 + self.call.args.len());
+        out.push(Either::A(self.call.script.sha()));
+        out.push(Either::B(match std::str::from_utf8(&self.call.key) {
+            Ok(text) => Either::A(text.to_string()),
+            Err(_) => Either::B(Buffer::from(self.call.key.clone())),
+        }));
+        for a in &self.call.args {
+            out.push(Either::B(Either::A(a.clone())));
+        }
+        out
+    }
+
     /// What the call asks: `'check'`, `'lease'` or `'return'` (from
     /// `drain()`: give leased tokens back; such calls need no `finish`).
     #[napi(getter, ts_return_type = "'check' | 'lease' | 'return'")]
