@@ -87,9 +87,35 @@ import asyncio
 import sys
 import threading
 import time
-from typing import Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, TypeVar, Union
 
 from ._ratebound import Decision, RedisCall_, RedisEngine_
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class SlidingOptions(TypedDict, total=False):
+    """The keyword options every limiter takes (defaults are the core's):
+    ``prefix`` ("rb:"), ``on_error`` ("open", "closed" or "local" with
+    ``local_rate`` tokens per second), ``timeout`` (every call's deadline,
+    0.05 s), ``breaker_threshold`` (3 failures in a row open the circuit
+    breaker) and ``breaker_cooldown`` (for 1 s)."""
+
+    prefix: str
+    on_error: str
+    local_rate: Optional[Union[int, float]]
+    timeout: Union[int, float]
+    breaker_threshold: int
+    breaker_cooldown: Union[int, float]
+
+
+class Options(SlidingOptions, total=False):
+    """:class:`SlidingOptions` and leasing: ``lease`` tokens taken per round
+    trip (0: none), spent locally for up to ``lease_ttl`` seconds (1 s)."""
+
+    lease: int
+    lease_ttl: Union[int, float]
 
 __all__ = [
     "AsyncFixedWindow",
@@ -432,29 +458,14 @@ class TokenBucket(_Limiter):
         client: Any,
         rate: Rate,
         burst: Optional[int] = None,
-        *,
-        prefix: str = "rb:",
-        on_error: str = "open",
-        local_rate: Optional[Number] = None,
-        timeout: Number = 0.05,
-        lease: int = 0,
-        lease_ttl: Number = 1.0,
-        breaker_threshold: int = 3,
-        breaker_cooldown: Number = 1.0,
+        **options: Unpack[Options],
     ) -> None:
         super().__init__(
             client,
             "token_bucket",
             rate=rate,
             burst=burst,
-            prefix=prefix,
-            on_error=on_error,
-            local_rate=local_rate,
-            timeout=timeout,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            breaker_threshold=breaker_threshold,
-            breaker_cooldown=breaker_cooldown,
+            **options,
         )
 
 
@@ -469,29 +480,14 @@ class FixedWindow(_Limiter):
         client: Any,
         limit: int,
         window: Number,
-        *,
-        prefix: str = "rb:",
-        on_error: str = "open",
-        local_rate: Optional[Number] = None,
-        timeout: Number = 0.05,
-        lease: int = 0,
-        lease_ttl: Number = 1.0,
-        breaker_threshold: int = 3,
-        breaker_cooldown: Number = 1.0,
+        **options: Unpack[Options],
     ) -> None:
         super().__init__(
             client,
             "fixed_window",
             limit=limit,
             window=window,
-            prefix=prefix,
-            on_error=on_error,
-            local_rate=local_rate,
-            timeout=timeout,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            breaker_threshold=breaker_threshold,
-            breaker_cooldown=breaker_cooldown,
+            **options,
         )
 
 
@@ -507,25 +503,14 @@ class SlidingWindow(_Limiter):
         client: Any,
         limit: int,
         window: Number,
-        *,
-        prefix: str = "rb:",
-        on_error: str = "open",
-        local_rate: Optional[Number] = None,
-        timeout: Number = 0.05,
-        breaker_threshold: int = 3,
-        breaker_cooldown: Number = 1.0,
+        **options: Unpack[SlidingOptions],
     ) -> None:
         super().__init__(
             client,
             "sliding_window",
             limit=limit,
             window=window,
-            prefix=prefix,
-            on_error=on_error,
-            local_rate=local_rate,
-            timeout=timeout,
-            breaker_threshold=breaker_threshold,
-            breaker_cooldown=breaker_cooldown,
+            **options,
         )
 
 
@@ -736,29 +721,14 @@ class AsyncTokenBucket(_AsyncLimiter):
         client: Any,
         rate: Rate,
         burst: Optional[int] = None,
-        *,
-        prefix: str = "rb:",
-        on_error: str = "open",
-        local_rate: Optional[Number] = None,
-        timeout: Number = 0.05,
-        lease: int = 0,
-        lease_ttl: Number = 1.0,
-        breaker_threshold: int = 3,
-        breaker_cooldown: Number = 1.0,
+        **options: Unpack[Options],
     ) -> None:
         super().__init__(
             client,
             "token_bucket",
             rate=rate,
             burst=burst,
-            prefix=prefix,
-            on_error=on_error,
-            local_rate=local_rate,
-            timeout=timeout,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            breaker_threshold=breaker_threshold,
-            breaker_cooldown=breaker_cooldown,
+            **options,
         )
 
 
@@ -772,29 +742,14 @@ class AsyncFixedWindow(_AsyncLimiter):
         client: Any,
         limit: int,
         window: Number,
-        *,
-        prefix: str = "rb:",
-        on_error: str = "open",
-        local_rate: Optional[Number] = None,
-        timeout: Number = 0.05,
-        lease: int = 0,
-        lease_ttl: Number = 1.0,
-        breaker_threshold: int = 3,
-        breaker_cooldown: Number = 1.0,
+        **options: Unpack[Options],
     ) -> None:
         super().__init__(
             client,
             "fixed_window",
             limit=limit,
             window=window,
-            prefix=prefix,
-            on_error=on_error,
-            local_rate=local_rate,
-            timeout=timeout,
-            lease=lease,
-            lease_ttl=lease_ttl,
-            breaker_threshold=breaker_threshold,
-            breaker_cooldown=breaker_cooldown,
+            **options,
         )
 
 
@@ -808,23 +763,12 @@ class AsyncSlidingWindow(_AsyncLimiter):
         client: Any,
         limit: int,
         window: Number,
-        *,
-        prefix: str = "rb:",
-        on_error: str = "open",
-        local_rate: Optional[Number] = None,
-        timeout: Number = 0.05,
-        breaker_threshold: int = 3,
-        breaker_cooldown: Number = 1.0,
+        **options: Unpack[SlidingOptions],
     ) -> None:
         super().__init__(
             client,
             "sliding_window",
             limit=limit,
             window=window,
-            prefix=prefix,
-            on_error=on_error,
-            local_rate=local_rate,
-            timeout=timeout,
-            breaker_threshold=breaker_threshold,
-            breaker_cooldown=breaker_cooldown,
+            **options,
         )
