@@ -20,7 +20,7 @@ const INLINE: usize = 8;
 /// `retry_after` among the members that would refuse (so waiting that long
 /// satisfies all of them, if no one else takes meanwhile), and always the
 /// smallest `remaining` (with that member's `limit`) and the largest
-/// `reset_after`. Every member is judged at the same instant: the first
+/// `reset_after` — on a refusal, of the state it leaves, after the give-back. Every member is judged at the same instant: the first
 /// member's clock reading.
 ///
 /// Members are shared (`Arc`), so one limiter can sit in several composites,
@@ -44,6 +44,8 @@ const INLINE: usize = 8;
 /// let refused = both.check_n(10)?; // the hour has only 5 left
 /// assert!(!refused.is_allowed());
 /// assert_eq!(burst.available(), 10); // the bucket's share was given back
+/// // The refusal describes the state it leaves: the hour's 5 are the fewest.
+/// assert_eq!(refused.remaining(), 5);
 /// # Ok::<(), ratebound::Error>(())
 /// ```
 pub struct AllOf {
@@ -91,10 +93,26 @@ impl AllOf {
                 }
                 Ok((refusal, _)) => {
                     self.roll_back(&held[..i]);
-                    // The members not yet asked may refuse for longer.
-                    let mut combined = merge(combined, refusal);
+                    // The answer describes the state the refusal leaves: the
+                    // members that had admitted as they are after giving
+                    // back (a request for nothing takes nothing and reports
+                    // it), the refusing one as it is (a refusal writes
+                    // nothing), and the members not yet asked as they are,
+                    // with the wait they would impose.
+                    let mut combined = refusal;
+                    for earlier in &self.members[..i] {
+                        combined = merge(Some(combined), earlier.peek_n_at(0, now)?);
+                    }
                     for later in &self.members[i + 1..] {
-                        combined = merge(Some(combined), later.peek_n_at(n, now)?);
+                        let state = later.peek_n_at(0, now)?;
+                        let would = later.peek_n_at(n, now)?;
+                        combined = merge(
+                            Some(combined),
+                            Decision {
+                                retry_after: would.retry_after,
+                                ..state
+                            },
+                        );
                     }
                     combined.allowed = false;
                     return Ok(combined);

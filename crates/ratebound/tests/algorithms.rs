@@ -388,3 +388,37 @@ fn window_limits_and_windows_are_validated_with_clear_errors() {
     assert!(FixedWindow::with_clock(100, Duration::from_nanos(16), clock()).is_ok());
     assert!(SlidingWindow::with_clock(1_000, Duration::from_secs(60), clock()).is_ok());
 }
+
+/// A refused composite answers for the state it leaves: the members that
+/// had admitted are shown after their give-back, the members not yet asked
+/// as they are (issue 13: it used to show a member's remaining from before
+/// its give-back).
+#[test]
+fn a_refused_all_of_reports_the_state_after_the_give_back() {
+    use ratebound::{AllOf, FixedWindow, Limiter, ManualClock, Quota, TokenBucket};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let clock = ManualClock::new();
+    let bucket = Arc::new(TokenBucket::with_clock(
+        Quota::parse("10/s burst 20").unwrap(),
+        clock.clone(),
+    ));
+    let hour =
+        Arc::new(FixedWindow::with_clock(25, Duration::from_secs(3600), clock.clone()).unwrap());
+    let day = Arc::new(
+        FixedWindow::with_clock(1000, Duration::from_secs(86_400), clock.clone()).unwrap(),
+    );
+    let all = AllOf::new(vec![bucket.clone(), hour.clone(), day.clone()]).unwrap();
+    assert!(all.check_n(20).unwrap().is_allowed());
+    clock.advance(Duration::from_secs(1));
+    let refused = all.check_n(10).unwrap();
+    assert!(!refused.is_allowed());
+    assert_eq!(bucket.available(), 10);
+    // Fewest left after the refusal: the hour's 5 (the bucket has 10 again,
+    // the day 980), not the bucket's 0 had it kept the 10.
+    assert_eq!(refused.remaining(), 5);
+    assert_eq!(refused.limit(), 25);
+    // The wait is the hour's: until its window ends.
+    assert_eq!(refused.retry_after(), Duration::from_secs(3599));
+}
