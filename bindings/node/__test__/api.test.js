@@ -85,7 +85,9 @@ test('n > burst is InsufficientCapacity; missing options are a TypeError', () =>
   const tb = new rb.TokenBucket({ rate: 1, burst: 3 })
   assert.throws(() => tb.check(4), { name: 'RangeError', code: 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY' })
   assert.throws(() => new rb.TokenBucket(), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' })
-  assert.throws(() => new rb.TokenBucket({}), { name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+  assert.throws(() => new rb.TokenBucket({}), { name: 'TypeError', code: 'ERR_RATEBOUND_MISSING', message: 'missing rate: a value is required' })
+  assert.throws(() => new rb.TokenBucket({ rate: null }), { name: 'TypeError', code: 'ERR_RATEBOUND_MISSING' })
+  assert.throws(() => new rb.FixedWindow({ limit: 1 }), { name: 'TypeError', code: 'ERR_RATEBOUND_MISSING' })
   assert.throws(() => tb.check('x'), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
   assert.throws(() => rb.TokenBucket.prototype.check.call({}))
   // A limiter of another class is refused, not misread.

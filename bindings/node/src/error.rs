@@ -24,13 +24,10 @@ pub enum Kind {
 
 /// The JavaScript error class for `e`.
 pub fn kind(e: &CoreError) -> Kind {
-    match e {
-        CoreError::Parse { .. }
-        | CoreError::Unsupported { .. }
-        | CoreError::NoLimiters
-        | CoreError::InvalidOption { .. } => Kind::Type,
-        CoreError::InvalidNumber { reason, .. } if reason.starts_with("is required") => Kind::Type,
-        CoreError::TooManyKeys { .. } => Kind::Plain,
+    // The core's typed kind, never the message's text.
+    match e.kind() {
+        ratebound::ErrorKind::Type => Kind::Type,
+        ratebound::ErrorKind::State => Kind::Plain,
         _ => Kind::Range,
     }
 }

@@ -11,9 +11,7 @@ use ratebound::any::{self, GateOptions as CoreOptions, KeySource, Loose};
 
 use crate::error::{OrThrow, throw};
 use crate::fast;
-use crate::limiters::{
-    ManualClock, clock_of, loose_number, loose_rate, rate_of, undefined_not_none,
-};
+use crate::limiters::{ManualClock, clock_of, loose_number, loose_rate, rate_of};
 
 /// One policy of a `Gate`: a token bucket (`rate`, `burst`) or a window
 /// (`algorithm`, `limit`, `window`) per key.
@@ -287,9 +285,8 @@ impl Gate {
             let burst = loose_number(&env, &p.burst, "burst")?;
             let limit = loose_number(&env, &p.limit, "limit")?;
             let window = loose_number(&env, &p.window, "window")?;
-            let algorithm = any::keyed_algorithm(name, rate, burst, limit, window)
-                .map_err(undefined_not_none)
-                .or_throw(&env)?;
+            let algorithm =
+                any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)?;
             policies.push((
                 p.name.clone().unwrap_or_else(|| "default".into()),
                 algorithm,

@@ -11,7 +11,6 @@ use crate::error::{OrThrow, throw};
 use crate::fast::{self, key_error, with_key};
 use crate::limiters::{
     Decision, ManualClock, clock_of, deadline_of, loose_number, loose_rate, rate_of, tokens,
-    undefined_not_none,
 };
 
 /// Options of `new KeyedLimiter(...)`.
@@ -87,9 +86,7 @@ impl KeyedLimiter {
         let burst = loose_number(&env, &o.burst, "burst")?;
         let limit = loose_number(&env, &o.limit, "limit")?;
         let window = loose_number(&env, &o.window, "window")?;
-        let algorithm = any::keyed_algorithm(name, rate, burst, limit, window)
-            .map_err(undefined_not_none)
-            .or_throw(&env)?;
+        let algorithm = any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)?;
         let max_keys = match loose_number(&env, &o.max_keys, "maxKeys")? {
             Some(m) => Some(any::whole("maxKeys", m, 1).or_throw(&env)? as usize),
             None => None,

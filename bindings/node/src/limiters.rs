@@ -147,11 +147,7 @@ pub fn loose_rate(env: &Env, value: &Loose<'_>) -> Result<Option<RateOption>> {
 
 /// A missing required option, as the core names it.
 pub fn required(name: &'static str) -> CoreError {
-    CoreError::InvalidNumber {
-        name,
-        value: "undefined".to_string(),
-        reason: "is required",
-    }
+    CoreError::Missing { name }
 }
 
 /// `rate` as the core takes it.
@@ -160,21 +156,6 @@ pub fn rate_of(rate: &Option<RateOption>) -> std::result::Result<Rate<'_>, CoreE
         Some(Either::A(r)) => Ok(Rate::PerSecond(*r)),
         Some(Either::B(s)) => Ok(Rate::Text(s)),
         None => Err(required("rate")),
-    }
-}
-
-/// The core's "missing" error names the value `None` (Python's word): say
-/// `undefined` and make it required.
-pub fn undefined_not_none(e: CoreError) -> CoreError {
-    match e {
-        CoreError::InvalidNumber { name, value, .. } if value == "None" => {
-            CoreError::InvalidNumber {
-                name,
-                value: "undefined".to_string(),
-                reason: "is required",
-            }
-        }
-        e => e,
     }
 }
 

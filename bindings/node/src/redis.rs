@@ -20,7 +20,7 @@ use ratebound_redis::{Algorithm, Begin, Call, CallKind, Config, Engine, OnError,
 
 use crate::error::{OrThrow, invalid_type};
 use crate::fast::{key_error, with_key};
-use crate::limiters::{loose_number, loose_rate, rate_of, tokens, undefined_not_none};
+use crate::limiters::{loose_number, loose_rate, rate_of, tokens};
 
 /// The longest deadline: `setTimeout` takes at most 2^31 − 1 ms.
 const MAX_TIMEOUT_SECS: f64 = 2_147_483.0;
@@ -246,7 +246,7 @@ fn js_names(e: CoreError) -> CoreError {
             value,
             reason: "is 'open', 'closed' or 'local'",
         },
-        e => undefined_not_none(e),
+        e => e,
     }
 }
 
@@ -295,27 +295,25 @@ impl RedisEngine {
         let burst = loose_number(&env, &o.burst, "burst")?;
         let limit = loose_number(&env, &o.limit, "limit")?;
         let window = loose_number(&env, &o.window, "window")?;
-        let algorithm = match any::keyed_algorithm(name, rate, burst, limit, window)
-            .map_err(undefined_not_none)
-            .or_throw(&env)?
-        {
-            KeyedAlgorithm::TokenBucket(q) => Algorithm::TokenBucket(q),
-            KeyedAlgorithm::FixedWindow { limit, window } => {
-                Algorithm::FixedWindow { limit, window }
-            }
-            KeyedAlgorithm::SlidingWindow { limit, window } => {
-                Algorithm::SlidingWindow { limit, window }
-            }
-            _ => {
-                return Err(crate::error::throw(
-                    &env,
-                    &CoreError::Unsupported {
-                        operation: "a global limit in Redis",
-                        algorithm: "this algorithm",
-                    },
-                ));
-            }
-        };
+        let algorithm =
+            match any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)? {
+                KeyedAlgorithm::TokenBucket(q) => Algorithm::TokenBucket(q),
+                KeyedAlgorithm::FixedWindow { limit, window } => {
+                    Algorithm::FixedWindow { limit, window }
+                }
+                KeyedAlgorithm::SlidingWindow { limit, window } => {
+                    Algorithm::SlidingWindow { limit, window }
+                }
+                _ => {
+                    return Err(crate::error::throw(
+                        &env,
+                        &CoreError::Unsupported {
+                            operation: "a global limit in Redis",
+                            algorithm: "this algorithm",
+                        },
+                    ));
+                }
+            };
         let mut config = Config::new(algorithm);
         if let Some(prefix) = loose_string(&env, &o.prefix, "prefix")? {
             config.prefix = prefix;

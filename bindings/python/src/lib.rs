@@ -34,6 +34,7 @@ fn py_err(py: Python<'_>, e: Error) -> PyErr {
         Error::TooManyKeys { .. } => "TooManyKeys",
         Error::Unsupported { .. } => "Unsupported",
         Error::InvalidOption { .. } => "ConfigError",
+        Error::Missing { .. } => "MissingValue",
         _ => "QuotaError",
     };
     let made = (|| -> PyResult<PyErr> {
@@ -128,14 +129,7 @@ fn opt_number(
 fn required(py: Python<'_>, name: &'static str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
     match obj {
         Some(o) if !o.is_none() => number(py, name, o),
-        _ => Err(py_err(
-            py,
-            Error::InvalidNumber {
-                name,
-                value: "None".to_string(),
-                reason: "is required",
-            },
-        )),
+        _ => Err(py_err(py, Error::Missing { name })),
     }
 }
 
@@ -471,16 +465,8 @@ impl Limiter {
     ) -> PyResult<Self> {
         let c = clock_of(clock)?;
         let rate_obj = || -> PyResult<&Bound<'_, PyAny>> {
-            rate.filter(|r| !r.is_none()).ok_or_else(|| {
-                py_err(
-                    py,
-                    Error::InvalidNumber {
-                        name: "rate",
-                        value: "None".to_string(),
-                        reason: "is required",
-                    },
-                )
-            })
+            rate.filter(|r| !r.is_none())
+                .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))
         };
         let inner = match algorithm {
             "token_bucket" => {

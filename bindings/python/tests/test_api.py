@@ -57,6 +57,15 @@ def test_wrong_types(value) -> None:
         if value is None and (where.endswith("burst") or where.endswith("max_keys")):
             make()  # None means "the default" there
             continue
+        if value is None:
+            # None where a value is required: a TypeError (issue 13), typed by
+            # the core's kind, naming what is missing.
+            with pytest.raises(TypeError) as missing:
+                make()
+            assert isinstance(missing.value, rb.MissingValue), f"{where}: {missing.value!r}"
+            assert missing.value.code == "missing"
+            assert where.split(".")[-1].split("=")[0] in str(missing.value) or "missing" in str(missing.value)
+            continue
         with pytest.raises((TypeError, rb.QuotaError)) as info:
             make()
         if value == "abc" and where.endswith("rate"):
@@ -261,7 +270,7 @@ def test_keyed_windows() -> None:
     c = rb.ManualClock()
     k = rb.KeyedLimiter(algorithm="sliding_window", limit=2, window=10, clock=c)
     assert [k.try_acquire("x") for _ in range(3)] == [True, True, False]
-    with pytest.raises(rb.QuotaError, match="window"):
+    with pytest.raises(rb.MissingValue, match="missing window"):
         rb.KeyedLimiter(algorithm="fixed_window", limit=2)
 
 

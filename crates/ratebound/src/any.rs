@@ -515,11 +515,7 @@ pub fn keyed_algorithm(
     limit: Option<f64>,
     window: Option<f64>,
 ) -> Result<KeyedAlgorithm, Error> {
-    let missing = |name| Error::InvalidNumber {
-        name,
-        value: "None".to_string(),
-        reason: "is required for this algorithm",
-    };
+    let missing = |name| Error::Missing { name };
     match algorithm {
         "token_bucket" => Ok(KeyedAlgorithm::TokenBucket(quota(
             rate.ok_or(missing("rate"))?,

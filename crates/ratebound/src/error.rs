@@ -106,6 +106,12 @@ pub enum Error {
         /// The algorithm asked.
         algorithm: &'static str,
     },
+    /// A value that is required was not given (Python's `None`, JavaScript's
+    /// `undefined` or `null`).
+    Missing {
+        /// The value's name.
+        name: &'static str,
+    },
     /// A middleware option with a value it cannot take (an unknown name, a
     /// header name that is not a token, an option that needs another one).
     InvalidOption {
@@ -118,7 +124,45 @@ pub enum Error {
     },
 }
 
+/// What kind of mistake an [`Error`] is, for the bindings to pick their
+/// language's error class by — never by the message's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A value of the wrong kind, or none where one is required (a quota
+    /// string that does not parse, an unknown option, an operation the
+    /// algorithm does not have): Python `TypeError`-like, JavaScript
+    /// `TypeError`.
+    Type,
+    /// A value of the right kind out of range (a rate of 0, a burst the
+    /// request can never fit): Python `ValueError`-like, JavaScript
+    /// `RangeError`.
+    Range,
+    /// A refusal of state, not of input (a keyed limiter at its key cap).
+    State,
+}
+
 impl Error {
+    /// The kind of mistake (see [`ErrorKind`]).
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::{ErrorKind, Quota};
+    /// assert_eq!(Quota::per_second(0).unwrap_err().kind(), ErrorKind::Range);
+    /// assert_eq!(Quota::parse("ten per second").unwrap_err().kind(), ErrorKind::Type);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Parse { .. }
+            | Error::Unsupported { .. }
+            | Error::NoLimiters
+            | Error::InvalidOption { .. }
+            | Error::Missing { .. } => ErrorKind::Type,
+            Error::TooManyKeys { .. } => ErrorKind::State,
+            _ => ErrorKind::Range,
+        }
+    }
+
     /// A stable, machine-readable identifier for the kind of error,
     /// identical in Rust, Python and Node.
     ///
@@ -144,6 +188,7 @@ impl Error {
             Error::InvalidNumber { .. } => "invalid_number",
             Error::Unsupported { .. } => "unsupported",
             Error::InvalidOption { .. } => "invalid_option",
+            Error::Missing { .. } => "missing",
         }
     }
 }
@@ -198,6 +243,7 @@ impl fmt::Display for Error {
                 value,
                 reason,
             } => write!(f, "invalid {name} {value:?}: {reason}"),
+            Error::Missing { name } => write!(f, "missing {name}: a value is required"),
             Error::Unsupported {
                 operation,
                 algorithm,

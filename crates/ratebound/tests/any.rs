@@ -127,12 +127,12 @@ fn key_kinds_are_distinct() {
     assert_eq!(k.len(), 3);
     let big = vec![0xffu8; 64 * 1024];
     assert!(k.try_acquire(Key::Bytes(&big)).unwrap());
-    assert_eq!(
-        keyed_algorithm("fixed_window", None, None, Some(10.0), None)
-            .unwrap_err()
-            .code(),
-        "invalid_number"
-    );
+    // A missing value is its own typed kind (issue 13): bindings pick their
+    // TypeError by `kind()`, and the message names no language's "nothing".
+    let missing = keyed_algorithm("fixed_window", None, None, Some(10.0), None).unwrap_err();
+    assert_eq!(missing.code(), "missing");
+    assert_eq!(missing.kind(), ratebound::ErrorKind::Type);
+    assert_eq!(missing.to_string(), "missing window: a value is required");
     assert_eq!(
         keyed_algorithm("nope", None, None, None, None)
             .unwrap_err()

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 from . import _ratebound
 from ._errors import (
     ConfigError,
+    MissingValue,
     InsufficientCapacity,
     QuotaError,
     RateboundError,
@@ -42,6 +43,7 @@ __all__ = [
     "AllOf",
     "ConfigError",
     "Decision",
+    "MissingValue",
     "FixedWindow",
     "InsufficientCapacity",
     "KeyedLimiter",

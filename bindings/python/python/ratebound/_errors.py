@@ -11,6 +11,7 @@ __all__ = [
     "TooManyKeys",
     "Unsupported",
     "ConfigError",
+    "MissingValue",
 ]
 
 
@@ -67,3 +68,8 @@ class ConfigError(RateboundError, ValueError, TypeError):
     string where a number goes), an unknown name, or one option that needs
     another (a ``client_ip_header`` without ``trusted_proxies``). Both a
     ``ValueError`` and a ``TypeError``, so that either ``except`` catches it."""
+
+
+class MissingValue(RateboundError, TypeError):
+    """``None`` where a value is required (e.g. ``TokenBucket(rate=None)``):
+    a ``TypeError``, as Python's own functions raise for a missing argument."""
