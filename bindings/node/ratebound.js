@@ -57,21 +57,29 @@ function abortError(signal) {
   return e
 }
 
+// A host timer holds at most 2^31 - 1 ms (about 24.8 days); a longer
+// setTimeout fires after 1 ms. Longer sleeps are chained timers.
+const MAX_TIMER_MS = 2 ** 31 - 1
+
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
-    if (!signal) {
-      setTimeout(resolve, ms)
-      return
-    }
+    let left = ms
+    let timer
     const onAbort = () => {
       clearTimeout(timer)
       reject(abortError(signal))
     }
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort)
-      resolve()
-    }, ms)
-    signal.addEventListener('abort', onAbort, { once: true })
+    const arm = () => {
+      const chunk = Math.min(left, MAX_TIMER_MS)
+      left -= chunk
+      timer = setTimeout(() => {
+        if (left > 0) return arm()
+        if (signal) signal.removeEventListener('abort', onAbort)
+        resolve()
+      }, chunk)
+    }
+    if (signal) signal.addEventListener('abort', onAbort, { once: true })
+    arm()
   })
 }
 

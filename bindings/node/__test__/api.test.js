@@ -262,3 +262,27 @@ test('garbage-collected limiters free their slots in the fast-path table', async
   assert.ok(tb.handle < highest, `slot ${tb.handle} not reused (highest ${highest})`)
   assert.deepEqual([tb.tryAcquire(), tb.tryAcquire()], [true, false])
 })
+
+// Issue 13: setTimeout holds at most 2^31 - 1 ms and fires after 1 ms for
+// anything longer, so a 30-day wait used to resolve at once. Every timer
+// acquire() sets must fit a host timer, and together they cover the wait.
+test('acquire: a 30-day wait is never cut short by the host timer limit', async () => {
+  const real = globalThis.setTimeout
+  const asked = []
+  globalThis.setTimeout = (fn, ms, ...args) => {
+    asked.push(ms)
+    return real(fn, 0, ...args)
+  }
+  try {
+    const clock = new rb.ManualClock()
+    const monthly = new rb.TokenBucket({ rate: 1 / (30 * 86400), burst: 1, clock })
+    assert.ok(monthly.tryAcquire())
+    await monthly.acquire(1) // reserves the next token: 30 days away
+  } finally {
+    globalThis.setTimeout = real
+  }
+  const thirtyDays = 30 * 86400 * 1000
+  assert.ok(asked.length >= 2, `one timer cannot hold 30 days: ${asked}`)
+  for (const ms of asked) assert.ok(ms <= 2 ** 31 - 1, `a timer of ${ms} ms fires at once`)
+  assert.ok(asked.reduce((a, b) => a + b, 0) >= thirtyDays, `${asked} < 30 days`)
+})
