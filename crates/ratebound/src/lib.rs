@@ -106,7 +106,6 @@ mod core;
 mod decision;
 mod error;
 pub mod fingerprint;
-mod gate;
 mod gcra;
 pub mod http;
 mod keyed;

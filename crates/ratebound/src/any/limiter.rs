@@ -1,0 +1,266 @@
+//! [`AnyLimiter`]: one of the five algorithms (or an [`AllOf`]) behind one
+//! type, and [`Acquire`], the one step of a wait that any event loop can
+//! drive.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::AnyClock;
+use super::numbers::{Rate, quota, seconds, window_args};
+use crate::{
+    AllOf, Decision, Error, FixedWindow, LeakyBucket, Limiter, Permit, Quota, SlidingLog,
+    SlidingWindow, TokenBucket,
+};
+
+/// One of the algorithms, chosen at run time. Every call is a `match` and a
+/// direct call: no dynamic dispatch on the hot path.
+pub enum AnyLimiter {
+    /// See [`TokenBucket`].
+    TokenBucket(TokenBucket<AnyClock>),
+    /// See [`FixedWindow`].
+    FixedWindow(FixedWindow<AnyClock>),
+    /// See [`SlidingWindow`].
+    SlidingWindow(SlidingWindow<AnyClock>),
+    /// See [`SlidingLog`].
+    SlidingLog(SlidingLog<AnyClock>),
+    /// See [`LeakyBucket`].
+    LeakyBucket(LeakyBucket<AnyClock>),
+    /// See [`AllOf`].
+    AllOf(AllOf),
+}
+
+macro_rules! each {
+    ($self:expr, $l:ident => $e:expr) => {
+        match $self {
+            AnyLimiter::TokenBucket($l) => $e,
+            AnyLimiter::FixedWindow($l) => $e,
+            AnyLimiter::SlidingWindow($l) => $e,
+            AnyLimiter::SlidingLog($l) => $e,
+            AnyLimiter::LeakyBucket($l) => $e,
+            AnyLimiter::AllOf($l) => $e,
+        }
+    };
+}
+
+/// What one step of an acquisition found (see [`AnyLimiter::acquire_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// Taken now: go ahead.
+    Admitted,
+    /// Taken ahead of time: go ahead after `wait_nanos`. If the waiter is
+    /// cancelled before then, [`release`](Limiter::release) the permit.
+    Reserved {
+        /// How long to wait.
+        wait_nanos: u64,
+        /// What to give back if the waiter gives up.
+        permit: Permit,
+    },
+    /// Nothing taken (the algorithm cannot reserve): sleep `wait_nanos`,
+    /// then take another step.
+    Retry {
+        /// How long to sleep, at least 1 ns.
+        wait_nanos: u64,
+    },
+}
+impl AnyLimiter {
+    /// A token bucket: `rate` per second (or a quota string), `burst`
+    /// replacing the rate's own burst when given.
+    ///
+    /// # Errors
+    /// As [`quota`].
+    pub fn token_bucket(
+        rate: Rate<'_>,
+        burst: Option<f64>,
+        clock: AnyClock,
+    ) -> Result<AnyLimiter, Error> {
+        Ok(AnyLimiter::TokenBucket(TokenBucket::with_clock(
+            quota(rate, burst)?,
+            clock,
+        )))
+    }
+
+    /// A fixed window of `limit` per `window` seconds.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a limit or window that is not a number
+    /// of the right kind; [`FixedWindow::new`]'s errors.
+    pub fn fixed_window(limit: f64, window: f64, clock: AnyClock) -> Result<AnyLimiter, Error> {
+        let (limit, window) = window_args(limit, window)?;
+        FixedWindow::with_clock(limit, window, clock).map(AnyLimiter::FixedWindow)
+    }
+
+    /// A sliding window counter of `limit` per `window` seconds.
+    ///
+    /// # Errors
+    /// As [`fixed_window`](Self::fixed_window), with [`SlidingWindow::new`].
+    pub fn sliding_window(limit: f64, window: f64, clock: AnyClock) -> Result<AnyLimiter, Error> {
+        let (limit, window) = window_args(limit, window)?;
+        SlidingWindow::with_clock(limit, window, clock).map(AnyLimiter::SlidingWindow)
+    }
+
+    /// A sliding log of `limit` per `window` seconds.
+    ///
+    /// # Errors
+    /// As [`fixed_window`](Self::fixed_window), with [`SlidingLog::new`].
+    pub fn sliding_log(limit: f64, window: f64, clock: AnyClock) -> Result<AnyLimiter, Error> {
+        let (limit, window) = window_args(limit, window)?;
+        SlidingLog::with_clock(limit, window, clock).map(AnyLimiter::SlidingLog)
+    }
+
+    /// A leaky bucket (a queue): one departure per `1/rate` s, admitting a
+    /// request only if it leaves within `max_delay` seconds.
+    ///
+    /// # Errors
+    /// As [`quota`] and [`seconds`]; [`LeakyBucket::new`]'s errors.
+    pub fn leaky_bucket(
+        rate: Rate<'_>,
+        max_delay: f64,
+        clock: AnyClock,
+    ) -> Result<AnyLimiter, Error> {
+        let q = quota(rate, None)?;
+        LeakyBucket::with_clock(q, seconds("max_delay", max_delay)?, clock)
+            .map(AnyLimiter::LeakyBucket)
+    }
+
+    /// All of `members` at once (see [`AllOf`]).
+    ///
+    /// # Errors
+    /// [`Error::NoLimiters`] for an empty list.
+    pub fn all_of(members: Vec<Arc<AnyLimiter>>) -> Result<AnyLimiter, Error> {
+        let members = members.into_iter().map(|m| m as Arc<dyn Limiter>).collect();
+        AllOf::new(members).map(AnyLimiter::AllOf)
+    }
+
+    /// The algorithm's name: `"token_bucket"`, `"fixed_window"`,
+    /// `"sliding_window"`, `"sliding_log"`, `"leaky_bucket"` or `"all_of"`.
+    pub fn algorithm(&self) -> &'static str {
+        match self {
+            AnyLimiter::TokenBucket(_) => "token_bucket",
+            AnyLimiter::FixedWindow(_) => "fixed_window",
+            AnyLimiter::SlidingWindow(_) => "sliding_window",
+            AnyLimiter::SlidingLog(_) => "sliding_log",
+            AnyLimiter::LeakyBucket(_) => "leaky_bucket",
+            AnyLimiter::AllOf(_) => "all_of",
+        }
+    }
+
+    /// One token now or not: the decision without building a [`Decision`].
+    #[inline]
+    pub fn try_acquire(&self) -> bool {
+        each!(self, l => l.check_at(l.now()).is_allowed())
+    }
+
+    /// Takes `n` tokens at `now` even if they are not there yet, as long as
+    /// they will be within `max_wait` (`None`: any wait): the wait and the
+    /// permit that [`release`](Limiter::release) gives back.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the algorithms that cannot reserve (the
+    /// windows and the log); otherwise as [`TokenBucket::reserve_n_at`].
+    pub fn reserve_n_at(
+        &self,
+        n: u64,
+        max_wait: Option<Duration>,
+        now: u64,
+    ) -> Result<(u64, Permit), Error> {
+        let max_wait = max_wait.unwrap_or(Duration::MAX);
+        let r = match self {
+            AnyLimiter::TokenBucket(b) => b.reserve_n_at(n, max_wait, now)?,
+            AnyLimiter::LeakyBucket(b) => b.reserve_n_at(n, max_wait, now)?,
+            other => {
+                return Err(Error::Unsupported {
+                    operation: "reservations",
+                    algorithm: other.algorithm(),
+                });
+            }
+        };
+        // The tokens stay taken: the caller holds the permit now.
+        Ok((r.wait, r.permit))
+    }
+
+    /// One step of waiting for `n` tokens at `now`, to be admitted no later
+    /// than the clock time `deadline` (`None`: no deadline). A bucket
+    /// reserves, so the caller sleeps once and goes; the windows and the log
+    /// cannot, so the caller sleeps until they would admit and steps again.
+    ///
+    /// # Errors
+    /// [`Error::DeadlineExceeded`] at once, taking nothing, when the wait
+    /// would end after the deadline; [`Error::InsufficientCapacity`] /
+    /// [`Error::InvalidLimit`]-style errors for an `n` that can never pass.
+    pub fn acquire_step(&self, n: u64, deadline: Option<u64>, now: u64) -> Result<Acquire, Error> {
+        let max_wait = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
+        match self {
+            AnyLimiter::TokenBucket(_) | AnyLimiter::LeakyBucket(_) => {
+                let (wait_nanos, permit) = self.reserve_n_at(n, max_wait, now)?;
+                Ok(if wait_nanos == 0 {
+                    Acquire::Admitted
+                } else {
+                    Acquire::Reserved { wait_nanos, permit }
+                })
+            }
+            _ => {
+                let d = self.check_n_at(n, now)?;
+                if d.is_allowed() {
+                    return Ok(Acquire::Admitted);
+                }
+                let wait = d.retry_after_nanos().max(1);
+                match max_wait {
+                    Some(max) if u128::from(wait) > max.as_nanos() => {
+                        Err(Error::DeadlineExceeded {
+                            wait: Duration::from_nanos(wait),
+                            max_wait: max,
+                        })
+                    }
+                    _ => Ok(Acquire::Retry { wait_nanos: wait }),
+                }
+            }
+        }
+    }
+
+    /// Replaces a token bucket's quota (see [`TokenBucket::set_quota_at`]).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the other algorithms.
+    pub fn set_quota_at(&self, quota: Quota, now: u64) -> Result<(), Error> {
+        match self {
+            AnyLimiter::TokenBucket(b) => {
+                b.set_quota_at(quota, now);
+                Ok(())
+            }
+            other => Err(Error::Unsupported {
+                operation: "changing the quota",
+                algorithm: other.algorithm(),
+            }),
+        }
+    }
+}
+
+impl Limiter for AnyLimiter {
+    #[inline]
+    fn now(&self) -> u64 {
+        each!(self, l => l.now())
+    }
+    fn limit(&self) -> u64 {
+        each!(self, l => l.limit())
+    }
+    #[inline]
+    fn check_at(&self, now: u64) -> Decision {
+        each!(self, l => l.check_at(now))
+    }
+    #[inline]
+    fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        each!(self, l => l.check_n_at(n, now))
+    }
+    fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        each!(self, l => l.peek_n_at(n, now))
+    }
+    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
+        each!(self, l => l.acquire_n_at(n, now))
+    }
+    fn release(&self, permit: Permit) {
+        each!(self, l => l.release(permit))
+    }
+    fn available_at(&self, now: u64) -> u64 {
+        each!(self, l => l.available_at(now))
+    }
+}

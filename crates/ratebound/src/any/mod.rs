@@ -1,0 +1,49 @@
+//! Limiters chosen at run time, from loosely typed options: the one surface
+//! the Python and Node bindings wrap, so that they only convert types and
+//! errors and every language makes the same decisions.
+//!
+//! - [`AnyClock`]: the monotonic clock or a [`ManualClock`](crate::ManualClock), picked at run
+//!   time.
+//! - [`seconds`] and [`whole`]: numbers as a dynamic language passes them
+//!   (a float), checked and named in the error.
+//! - [`AnyLimiter`]: one of the five algorithms (or an [`AllOf`](crate::AllOf)) behind one
+//!   type, with [`acquire_step`](AnyLimiter::acquire_step) — the one step of
+//!   a wait that any event loop can drive.
+//! - [`AnyKeyed`]: a [`KeyedLimiter`](crate::KeyedLimiter) over [`Key`]s (text, bytes or
+//!   integers) stored as 128-bit keyed fingerprints, so a key costs the same
+//!   few bytes whatever its length, and none of it lives on a script
+//!   engine's heap.
+//! - [`Gate`]: an HTTP middleware's whole decision (key, all-or-nothing
+//!   policies, status, `Retry-After`, quota fields, body), for the Python and
+//!   Node middleware.
+//!
+//! # Examples
+//! ```
+//! use ratebound::any::{AnyClock, AnyLimiter, Acquire, Rate};
+//! use ratebound::{Limiter, ManualClock};
+//!
+//! let clock = ManualClock::new();
+//! let tb = AnyLimiter::token_bucket(Rate::Text("2/s"), Some(3.0), AnyClock::Manual(clock.clone()))?;
+//! assert!(tb.try_acquire());
+//! let d = tb.check_n(2)?;
+//! assert_eq!(d.remaining(), 0);
+//! // A wait of 0.5 s is within the deadline: the tokens are reserved now.
+//! let step = tb.acquire_step(1, Some(1_000_000_000), tb.now())?;
+//! assert!(matches!(step, Acquire::Reserved { wait_nanos: 500_000_000, .. }));
+//! # Ok::<(), ratebound::Error>(())
+//! ```
+
+mod clock;
+pub mod gate;
+mod keyed;
+mod limiter;
+mod numbers;
+
+pub use clock::AnyClock;
+pub use gate::{
+    DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, KeySource, Loose, MissingKey,
+    QuotaHeaders, RefusalBody, Request, Verdict,
+};
+pub use keyed::{AnyKeyed, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow};
+pub use limiter::{Acquire, AnyLimiter};
+pub use numbers::{Rate, quota, seconds, whole};

@@ -1,0 +1,114 @@
+//! Numbers as a dynamic language passes them (a float): [`seconds`],
+//! [`whole`], a [`Rate`] as a number or a quota string, checked once here and
+//! named in the error, so every binding refuses the same values alike.
+
+use std::time::Duration;
+
+use crate::{Error, MAX_SPAN_NANOS, Quota};
+
+/// A number as an error message shows it: plain decimals for ordinary
+/// values, scientific notation for huge or tiny ones (`1e300`, not 301
+/// digits).
+fn show(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// `value` seconds as a [`Duration`] (rounded to the nearest nanosecond).
+///
+/// # Errors
+/// [`Error::InvalidNumber`] naming `name` for NaN, an infinity, a negative
+/// value or more than 2^60 ns (about 36 years).
+///
+/// # Examples
+/// ```
+/// use ratebound::any::seconds;
+/// assert_eq!(seconds("window", 0.25)?.as_nanos(), 250_000_000);
+/// assert_eq!(seconds("window", -1.0).unwrap_err().to_string(),
+///            "invalid window -1: must be a finite number of seconds, at least 0");
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub fn seconds(name: &'static str, value: f64) -> Result<Duration, Error> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(Error::InvalidNumber {
+            name,
+            value: show(value),
+            reason: "must be a finite number of seconds, at least 0",
+        });
+    }
+    let nanos = (value * 1e9).round();
+    if nanos > MAX_SPAN_NANOS as f64 {
+        return Err(Error::InvalidNumber {
+            name,
+            value: show(value),
+            reason: "must be at most 2^60 ns (about 36 years)",
+        });
+    }
+    // In range and whole: the conversion is exact.
+    Ok(Duration::from_nanos(nanos as u64))
+}
+
+/// `value` as a whole number of at least `min` and at most 2^53 (the largest
+/// integer a double holds exactly).
+///
+/// # Errors
+/// [`Error::InvalidNumber`] naming `name` for NaN, an infinity, a fraction
+/// or a value out of range.
+pub fn whole(name: &'static str, value: f64, min: u64) -> Result<u64, Error> {
+    const MAX_EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    let reason = if !value.is_finite() {
+        "must be a finite whole number"
+    } else if value.fract() != 0.0 {
+        "must be a whole number"
+    } else if value < min as f64 {
+        if min == 0 {
+            "must not be negative"
+        } else {
+            "must be at least 1"
+        }
+    } else if value > MAX_EXACT {
+        "must be at most 2^53"
+    } else {
+        return Ok(value as u64);
+    };
+    Err(Error::InvalidNumber {
+        name,
+        value: show(value),
+        reason,
+    })
+}
+
+/// A rate as a dynamic language gives it.
+#[derive(Clone, Copy, Debug)]
+pub enum Rate<'a> {
+    /// Tokens per second.
+    PerSecond(f64),
+    /// A quota string for [`Quota::parse`], e.g. `"100/minute"` or
+    /// `"10/s burst 20"`.
+    Text(&'a str),
+}
+
+/// The quota for `rate`, with `burst` (a whole number ≥ 1) replacing the
+/// rate's own burst when given.
+///
+/// # Errors
+/// The [`Quota`] constructors' errors; [`Error::InvalidNumber`] for a burst
+/// that is not a whole number ≥ 1.
+pub fn quota(rate: Rate<'_>, burst: Option<f64>) -> Result<Quota, Error> {
+    let q = match rate {
+        Rate::PerSecond(r) => Quota::per_second(r)?,
+        Rate::Text(t) => Quota::parse(t)?,
+    };
+    match burst {
+        Some(b) => q.with_burst(whole("burst", b, 1)?),
+        None => Ok(q),
+    }
+}
+
+pub(super) fn window_args(limit: f64, window: f64) -> Result<(u64, Duration), Error> {
+    Ok((whole("limit", limit, 1)?, seconds("window", window)?))
+}
