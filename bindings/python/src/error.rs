@@ -1,0 +1,47 @@
+//! Core errors as Python exceptions (the classes live in `ratebound._errors`).
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use ratebound::Error;
+
+// ---------------------------------------------------------------- errors
+
+pub(crate) static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// The Python exception for a core error: the classes live in
+/// `ratebound._errors` (plain Python, so they pickle and subclass normally);
+/// each carries `.code`, the core's stable `Error::code()`.
+pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
+    let class = match &e {
+        Error::InsufficientCapacity { .. } => "InsufficientCapacity",
+        Error::DeadlineExceeded { .. } => "RateLimitExceeded",
+        Error::TooManyKeys { .. } => "TooManyKeys",
+        Error::Unsupported { .. } => "Unsupported",
+        Error::InvalidOption { .. } => "ConfigError",
+        Error::Missing { .. } => "MissingValue",
+        _ => "QuotaError",
+    };
+    let made = (|| -> PyResult<PyErr> {
+        let module =
+            ERRORS.get_or_try_init(py, || py.import("ratebound._errors").map(Bound::unbind))?;
+        let cls = module.bind(py).getattr(class)?;
+        let instance = match &e {
+            Error::DeadlineExceeded { wait, .. } => {
+                cls.call1((e.to_string(), e.code(), wait.as_secs_f64()))?
+            }
+            _ => cls.call1((e.to_string(), e.code()))?,
+        };
+        Ok(PyErr::from_value(instance))
+    })();
+    made.unwrap_or_else(|err| err)
+}
+
+pub(crate) trait OrPy<T> {
+    fn or_py(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> OrPy<T> for Result<T, Error> {
+    fn or_py(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| py_err(py, e))
+    }
+}

@@ -1,0 +1,104 @@
+//! The protocol-neutral HTTP helpers (`retry_after_secs`, `ip_key`, `client_ip`, ...).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use ratebound::any::GateOptions;
+use ratebound::http::Forwarding;
+
+use crate::convert::*;
+use crate::error::*;
+use crate::gate::*;
+
+/// Whole seconds, rounded up, for a wait of `nanos` (the Retry-After value).
+#[pyfunction]
+pub(crate) fn retry_after_secs(py: Python<'_>, nanos: &Bound<'_, PyAny>) -> PyResult<u64> {
+    Ok(ratebound::http::retry_after_secs(Duration::from_nanos(
+        whole_nanos(py, nanos)?,
+    )))
+}
+
+/// The address to key on: IPv4-mapped unwrapped, IPv6 cut to `prefix` bits.
+#[pyfunction]
+#[pyo3(signature = (ip, prefix=None))]
+pub(crate) fn ip_key(
+    py: Python<'_>,
+    ip: &str,
+    prefix: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let prefix = match prefix.filter(|p| !p.is_none()) {
+        Some(p) => prefix_of(py, p)?,
+        None => 64,
+    };
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| PyValueError::new_err(format!("not an IP address: {ip:?}")))?;
+    Ok(ratebound::http::ip_key(ip, prefix).to_string())
+}
+
+/// The client's address from the peer and the request's header lines
+/// (`(name, value)` pairs of str or bytes, in order), believing only the
+/// `client_ip_header` (default `X-Forwarded-For`) of `trusted_proxies` (CIDR
+/// strings or a hop count) — the middleware's rule.
+#[pyfunction]
+#[pyo3(signature = (peer, headers=None, trusted_proxies=None, client_ip_header=None))]
+pub(crate) fn client_ip(
+    py: Python<'_>,
+    peer: &str,
+    headers: Option<&Bound<'_, PyAny>>,
+    trusted_proxies: Option<&Bound<'_, PyAny>>,
+    client_ip_header: Option<&str>,
+) -> PyResult<String> {
+    let peer: IpAddr = peer
+        .parse()
+        .map_err(|_| PyValueError::new_err(format!("not an IP address: {peer:?}")))?;
+    let mut o = GateOptions::default();
+    if let Some(t) = trusted_proxies {
+        set_option(&mut o, "trusted_proxies", t)?;
+    }
+    let forwarding = match client_ip_header {
+        Some(name) => Forwarding::parse(name).or_py(py)?,
+        None => Forwarding::default(),
+    };
+    let mut lines: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    if let Some(h) = headers.filter(|h| !h.is_none()) {
+        let as_bytes = |o: Bound<'_, PyAny>| -> PyResult<Vec<u8>> {
+            if let Ok(s) = o.cast::<PyString>() {
+                Ok(s.to_cow()?.as_bytes().to_vec())
+            } else {
+                o.extract::<Vec<u8>>().map_err(|_| {
+                    PyTypeError::new_err("header lines are (name, value) pairs of str or bytes")
+                })
+            }
+        };
+        for item in h.try_iter()? {
+            let item = item?;
+            lines.push((as_bytes(item.get_item(0)?)?, as_bytes(item.get_item(1)?)?));
+        }
+    }
+    Ok(ratebound::http::client_ip(peer, &lines, &forwarding, &o.trusted).to_string())
+}
+
+/// The `RateLimit-Policy` value for `(name, quota_string)` token-bucket
+/// policies.
+#[pyfunction]
+pub(crate) fn ratelimit_policy(
+    py: Python<'_>,
+    policies: Vec<(String, String)>,
+) -> PyResult<String> {
+    let mut list = Vec::new();
+    for (name, quota) in policies {
+        let q = ratebound::Quota::parse(&quota).or_py(py)?;
+        list.push(ratebound::http::Policy::for_quota(&name, q).or_py(py)?);
+    }
+    Ok(ratebound::http::ratelimit_policy(&list))
+}
+
+/// The clock source the default clock uses ("tsc" or "os").
+#[pyfunction]
+pub(crate) fn clock_source() -> &'static str {
+    ratebound::MonotonicClock::source()
+}

@@ -1,0 +1,173 @@
+//! `KeyedLimiter`: per-key limits over the core's fingerprinted keys.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use ratebound::any::{self, AnyKeyed};
+
+use crate::convert::*;
+use crate::decision::*;
+use crate::error::*;
+use crate::waiting::*;
+
+// ----------------------------------------------------------------- keyed
+
+/// A limit per key (str, bytes or int); keys are stored as 128-bit
+/// fingerprints, off the Python heap.
+#[pyclass(frozen, subclass, module = "ratebound")]
+pub(crate) struct KeyedLimiter {
+    pub(crate) inner: Arc<AnyKeyed>,
+}
+
+#[pymethods]
+impl KeyedLimiter {
+    #[new]
+    #[pyo3(signature = (rate=None, burst=None, *, algorithm="token_bucket", limit=None, window=None, max_keys=None, overflow="evict", clock=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        algorithm: &str,
+        limit: Option<&Bound<'_, PyAny>>,
+        window: Option<&Bound<'_, PyAny>>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        overflow: &str,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let c = clock_of(clock)?;
+        let b = opt_number(py, "burst", burst)?;
+        let l = opt_number(py, "limit", limit)?;
+        let w = opt_number(py, "window", window)?;
+        let alg = match rate.filter(|r| !r.is_none()) {
+            Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w))?,
+            None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py)?,
+        };
+        let max = match opt_number(py, "max_keys", max_keys)? {
+            Some(m) => Some(any::whole("max_keys", m, 1).or_py(py)? as usize),
+            None => None,
+        };
+        let o = any::overflow(overflow).or_py(py)?;
+        Ok(KeyedLimiter {
+            inner: Arc::new(AnyKeyed::new(alg, max, o, c).or_py(py)?),
+        })
+    }
+
+    /// Takes `n` (default 1) for `key` if its limit allows.
+    #[pyo3(signature = (key, n=None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Decision>> {
+        let n = count(py, n)?;
+        let d = with_key(key, |k| self.inner.check_n(k, n).or_py(py))?;
+        decision(py, d)
+    }
+
+    /// Like `check`, returning only whether it was allowed.
+    #[pyo3(signature = (key, n=None))]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let n = count(py, n)?;
+        with_key(key, |k| {
+            Ok(self.inner.check_n(k, n).or_py(py)?.is_allowed())
+        })
+    }
+
+    /// Tokens `key` could take now.
+    fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+        with_key(key, |k| Ok(self.inner.available(k)))
+    }
+
+    /// Forgets `key`; whether it was tracked.
+    fn remove(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        with_key(key, |k| Ok(self.inner.remove(k)))
+    }
+
+    /// Gives `key` a full quota again.
+    fn reset(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        with_key(key, |k| {
+            self.inner.reset(k);
+            Ok(())
+        })
+    }
+
+    /// Drops keys whose state is fresh (as if never seen); how many.
+    fn cleanup(&self, py: Python<'_>) -> usize {
+        let inner = &self.inner;
+        py.detach(|| inner.cleanup())
+    }
+
+    /// Drops keys idle for at least `seconds`; how many.
+    fn cleanup_idle(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let inner = &self.inner;
+        Ok(py.detach(|| inner.cleanup_idle(d)))
+    }
+
+    /// The cap on tracked keys.
+    #[getter]
+    fn max_keys(&self) -> usize {
+        self.inner.max_keys()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Blocks (GIL released) until `n` are taken for `key`; raises
+    /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
+    #[pyo3(signature = (key, n=None, timeout=None))]
+    fn acquire_blocking(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = count(py, n)?;
+        let limiter = &self.inner;
+        let deadline = deadline(py, limiter.now(), timeout)?;
+        with_key(key, |key| {
+            acquire_blocking(
+                py,
+                |now| limiter.acquire_step(key, n, deadline, now),
+                || limiter.now(),
+                |_| {},
+            )
+        })
+    }
+
+    /// For `acquire`: the deadline (clock ns) for a timeout in seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn _deadline(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        deadline(py, self.inner.now(), timeout)
+    }
+
+    /// For `acquire`: one step (see `step_to_py`).
+    fn _step(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: &Bound<'_, PyAny>,
+        deadline: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let n = count(py, Some(n))?;
+        let step = with_key(key, |k| {
+            self.inner
+                .acquire_step(k, n, deadline, self.inner.now())
+                .or_py(py)
+        })?;
+        step_to_py(py, step)
+    }
+}

@@ -1,0 +1,279 @@
+//! `Limiter` (the five algorithms and `AllOf`) and `Reservation`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use ratebound::any::{self, AnyLimiter};
+use ratebound::{Error, Limiter as _, Permit};
+
+use crate::convert::*;
+use crate::decision::*;
+use crate::error::*;
+use crate::waiting::*;
+
+// --------------------------------------------------------------- limiter
+
+/// The base of every single limiter; construct the subclasses
+/// (`TokenBucket`, `FixedWindow`, ...) from the `ratebound` package.
+#[pyclass(frozen, subclass, module = "ratebound")]
+pub(crate) struct Limiter {
+    pub(crate) inner: Arc<AnyLimiter>,
+}
+
+#[pymethods]
+impl Limiter {
+    #[new]
+    #[pyo3(signature = (algorithm, *, rate=None, burst=None, limit=None, window=None, max_delay=None, members=None, clock=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        algorithm: &str,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        limit: Option<&Bound<'_, PyAny>>,
+        window: Option<&Bound<'_, PyAny>>,
+        max_delay: Option<&Bound<'_, PyAny>>,
+        members: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let c = clock_of(clock)?;
+        let rate_obj = || -> PyResult<&Bound<'_, PyAny>> {
+            rate.filter(|r| !r.is_none())
+                .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))
+        };
+        let inner = match algorithm {
+            "token_bucket" => {
+                let b = opt_number(py, "burst", burst)?;
+                with_rate(py, rate_obj()?, |r| AnyLimiter::token_bucket(r, b, c))?
+            }
+            "leaky_bucket" => {
+                let d = required(py, "max_delay", max_delay)?;
+                with_rate(py, rate_obj()?, |r| AnyLimiter::leaky_bucket(r, d, c))?
+            }
+            "fixed_window" | "sliding_window" | "sliding_log" => {
+                let l = required(py, "limit", limit)?;
+                let w = required(py, "window", window)?;
+                let made = match algorithm {
+                    "fixed_window" => AnyLimiter::fixed_window(l, w, c),
+                    "sliding_window" => AnyLimiter::sliding_window(l, w, c),
+                    _ => AnyLimiter::sliding_log(l, w, c),
+                };
+                made.or_py(py)?
+            }
+            "all_of" => {
+                let mut list = Vec::new();
+                if let Some(m) = members {
+                    for item in m.try_iter()? {
+                        let item = item?;
+                        let l = item.cast::<Limiter>().map_err(|_| {
+                            PyTypeError::new_err(format!(
+                                "AllOf members must be ratebound limiters, got {}",
+                                type_name(&item)
+                            ))
+                        })?;
+                        list.push(l.get().inner.clone());
+                    }
+                }
+                AnyLimiter::all_of(list).or_py(py)?
+            }
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown algorithm {other:?}"
+                )));
+            }
+        };
+        Ok(Limiter {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Takes `n` (default 1) if the limit allows; the decision says so
+    /// either way. A refusal is not an error.
+    #[pyo3(signature = (n=None))]
+    fn check(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+        let d = match n {
+            None => self.inner.check_at(self.inner.now()),
+            Some(_) => {
+                let n = count(py, n)?;
+                self.inner.check_n_at(n, self.inner.now()).or_py(py)?
+            }
+        };
+        decision(py, d)
+    }
+
+    /// Like `check`, returning only whether it was allowed.
+    #[pyo3(signature = (n=None))]
+    fn try_acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        match n {
+            None => Ok(self.inner.try_acquire()),
+            Some(_) => {
+                let n = count(py, n)?;
+                Ok(self
+                    .inner
+                    .check_n_at(n, self.inner.now())
+                    .or_py(py)?
+                    .is_allowed())
+            }
+        }
+    }
+
+    /// What `check(n)` would answer, without taking anything.
+    #[pyo3(signature = (n=None))]
+    fn peek(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+        let n = count(py, n)?;
+        let d = self.inner.peek_n_at(n, self.inner.now()).or_py(py)?;
+        decision(py, d)
+    }
+
+    /// Tokens (requests) that could be taken now.
+    fn available(&self) -> u64 {
+        self.inner.available()
+    }
+
+    /// The most that can ever be taken at once (burst or window limit).
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    /// The algorithm's name, e.g. "token_bucket".
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm()
+    }
+
+    /// Takes `n` now even if they arrive only later, if within `max_wait`
+    /// seconds (None: any wait). Token and leaky buckets only.
+    #[pyo3(signature = (n=None, max_wait=None))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        max_wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Reservation> {
+        let n = count(py, n)?;
+        let max_wait = match opt_number(py, "max_wait", max_wait)? {
+            Some(s) => Some(any::seconds("max_wait", s).or_py(py)?),
+            None => None,
+        };
+        let (wait, permit) = self
+            .inner
+            .reserve_n_at(n, max_wait, self.inner.now())
+            .or_py(py)?;
+        Ok(Reservation {
+            limiter: self.inner.clone(),
+            permit,
+            wait,
+            cancelled: AtomicBool::new(false),
+        })
+    }
+
+    /// Replaces a token bucket's rate (and burst), converting its state.
+    #[pyo3(signature = (rate, burst=None))]
+    fn set_quota(
+        &self,
+        py: Python<'_>,
+        rate: &Bound<'_, PyAny>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let b = opt_number(py, "burst", burst)?;
+        let q = with_rate(py, rate, |r| any::quota(r, b))?;
+        self.inner.set_quota_at(q, self.inner.now()).or_py(py)
+    }
+
+    /// Blocks the calling thread (GIL released) until `n` are taken; raises
+    /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
+    #[pyo3(signature = (n=None, timeout=None))]
+    fn acquire_blocking(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = count(py, n)?;
+        let limiter = &self.inner;
+        let deadline = deadline(py, limiter.now(), timeout)?;
+        acquire_blocking(
+            py,
+            |now| limiter.acquire_step(n, deadline, now),
+            || limiter.now(),
+            |p| limiter.release(p),
+        )
+    }
+
+    /// For `acquire`: the deadline (clock ns) for a timeout in seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn _deadline(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        deadline(py, self.inner.now(), timeout)
+    }
+
+    /// For `acquire`: one step (see `step_to_py`).
+    fn _step(
+        &self,
+        py: Python<'_>,
+        n: &Bound<'_, PyAny>,
+        deadline: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let n = count(py, Some(n))?;
+        let step = self
+            .inner
+            .acquire_step(n, deadline, self.inner.now())
+            .or_py(py)?;
+        step_to_py(py, step)
+    }
+
+    /// For `acquire`: gives back a step's tokens (once).
+    fn _release(&self, permit: &Bound<'_, Permit_>) {
+        let p = permit.get();
+        if !p.released.swap(true, Ordering::AcqRel) {
+            self.inner.release(p.permit);
+        }
+    }
+}
+
+/// Tokens taken ahead of time by `reserve`: act after `delay` seconds, or
+/// `cancel()` to give them back.
+#[pyclass(frozen, module = "ratebound")]
+pub(crate) struct Reservation {
+    pub(crate) limiter: Arc<AnyLimiter>,
+    pub(crate) permit: Permit,
+    pub(crate) wait: u64,
+    pub(crate) cancelled: AtomicBool,
+}
+
+#[pymethods]
+impl Reservation {
+    /// Seconds to wait before acting.
+    #[getter]
+    fn delay(&self) -> f64 {
+        nanos_to_secs(self.wait)
+    }
+    #[getter]
+    fn delay_ns(&self) -> u64 {
+        self.wait
+    }
+    #[getter]
+    fn tokens(&self) -> u64 {
+        self.permit.tokens()
+    }
+    /// Gives the tokens back as far as no later taker depends on them
+    /// (once; later calls do nothing).
+    fn cancel(&self) {
+        if !self.cancelled.swap(true, Ordering::AcqRel) {
+            self.limiter.release(self.permit);
+        }
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Reservation(tokens={}, delay={})",
+            self.permit.tokens(),
+            nanos_to_secs(self.wait)
+        )
+    }
+}
