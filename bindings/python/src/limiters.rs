@@ -1,7 +1,6 @@
 //! `Limiter` (the five algorithms and `AllOf`) and `Reservation`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -164,9 +163,9 @@ impl Limiter {
             .or_py(py)?;
         Ok(Reservation {
             limiter: self.inner.clone(),
-            permit,
+            tokens: permit.tokens(),
+            permit: std::sync::Mutex::new(Some(permit)),
             wait,
-            cancelled: AtomicBool::new(false),
         })
     }
 
@@ -228,11 +227,17 @@ impl Limiter {
         step_to_py(py, step)
     }
 
-    /// For `acquire`: gives back a step's tokens (once).
+    /// For `acquire`: gives back a step's tokens (once: the permit is
+    /// taken).
     fn _release(&self, permit: &Bound<'_, Permit_>) {
-        let p = permit.get();
-        if !p.released.swap(true, Ordering::AcqRel) {
-            self.inner.release(p.permit);
+        let taken = permit
+            .get()
+            .permit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(p) = taken {
+            self.inner.release(p);
         }
     }
 }
@@ -242,9 +247,10 @@ impl Limiter {
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Reservation {
     pub(crate) limiter: Arc<AnyLimiter>,
-    pub(crate) permit: Permit,
+    pub(crate) tokens: u64,
+    /// Taken by `cancel`: a permit is single use.
+    pub(crate) permit: std::sync::Mutex<Option<Permit>>,
     pub(crate) wait: u64,
-    pub(crate) cancelled: AtomicBool,
 }
 
 #[pymethods]
@@ -260,19 +266,20 @@ impl Reservation {
     }
     #[getter]
     fn tokens(&self) -> u64 {
-        self.permit.tokens()
+        self.tokens
     }
     /// Gives the tokens back as far as no later taker depends on them
     /// (once; later calls do nothing).
     fn cancel(&self) {
-        if !self.cancelled.swap(true, Ordering::AcqRel) {
-            self.limiter.release(self.permit);
+        let taken = self.permit.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = taken {
+            self.limiter.release(p);
         }
     }
     fn __repr__(&self) -> String {
         format!(
             "Reservation(tokens={}, delay={})",
-            self.permit.tokens(),
+            self.tokens,
             nanos_to_secs(self.wait)
         )
     }

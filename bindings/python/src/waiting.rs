@@ -1,6 +1,5 @@
 //! Waiting: the core's acquisition step driven from Python (blocking and asyncio).
 
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -16,8 +15,8 @@ use crate::error::*;
 /// the waiter gives up.
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Permit_ {
-    pub(crate) permit: Permit,
-    pub(crate) released: AtomicBool,
+    /// Taken when given back: a permit is single use.
+    pub(crate) permit: std::sync::Mutex<Option<Permit>>,
 }
 
 /// One acquisition step as Python sees it: `None` when admitted, else
@@ -31,8 +30,7 @@ pub(crate) fn step_to_py(py: Python<'_>, step: Acquire) -> PyResult<Py<PyAny>> {
             let p = Py::new(
                 py,
                 Permit_ {
-                    permit,
-                    released: AtomicBool::new(false),
+                    permit: std::sync::Mutex::new(Some(permit)),
                 },
             )?;
             (nanos_to_secs(wait_nanos), p)

@@ -70,10 +70,10 @@ impl AllOf {
     }
 
     /// Gives back what members `..upto` took.
-    fn roll_back(&self, held: &[Option<Permit>]) {
+    fn roll_back(&self, held: &mut [Option<Permit>]) {
         for (member, permit) in self.members.iter().zip(held).rev() {
-            if let Some(permit) = permit {
-                member.release(*permit);
+            if let Some(permit) = permit.take() {
+                member.release(permit);
             }
         }
     }
@@ -92,7 +92,7 @@ impl AllOf {
                     combined = Some(merge(combined, decision));
                 }
                 Ok((refusal, _)) => {
-                    self.roll_back(&held[..i]);
+                    self.roll_back(&mut held[..i]);
                     // The answer describes the state the refusal leaves: the
                     // members that had admitted as they are after giving
                     // back (a request for nothing takes nothing and reports
@@ -118,7 +118,7 @@ impl AllOf {
                     return Ok(combined);
                 }
                 Err(e) => {
-                    self.roll_back(&held[..i]);
+                    self.roll_back(&mut held[..i]);
                     return Err(e);
                 }
             }
@@ -183,16 +183,23 @@ impl Limiter for AllOf {
 
     fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
         let decision = if self.members.len() <= INLINE {
-            self.acquire_with(n, now, &mut [None; INLINE])?
+            self.acquire_with(n, now, &mut [const { None }; INLINE])?
         } else {
-            self.acquire_with(n, now, &mut vec![None; self.members.len()])?
+            let mut held: Vec<Option<Permit>> = std::iter::repeat_with(|| None)
+                .take(self.members.len())
+                .collect();
+            self.acquire_with(n, now, &mut held)?
         };
         // The members' permits are not kept: see the type's docs on nesting.
         Ok((decision, None))
     }
 
     /// Does nothing: an `AllOf` keeps no permit (see the type's docs).
-    fn release(&self, _permit: Permit) {}
+    /// A composite issues no permit of its own (see the type's docs):
+    /// every permit is foreign to it.
+    fn try_release(&self, _permit: Permit) -> Result<(), Error> {
+        Err(Error::ForeignPermit)
+    }
 
     fn available_at(&self, now: u64) -> u64 {
         self.members

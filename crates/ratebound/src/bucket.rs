@@ -90,6 +90,8 @@ impl Slot {
 /// ```
 #[derive(Debug)]
 pub struct TokenBucket<C: Clock = MonotonicClock> {
+    /// This bucket's id (see [`Permit`]).
+    id: u64,
     state: AtomicState,
     slots: [Slot; SLOTS],
     writer: Mutex<()>,
@@ -108,6 +110,7 @@ impl<C: Clock> TokenBucket<C> {
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         let p = params(quota);
         TokenBucket {
+            id: crate::sync::next_issuer(),
             // TAT 0: full at any time ≥ 0.
             state: AtomicState::new(pack(0, 0)),
             slots: [Slot::new(p), Slot::new(p), Slot::new(p), Slot::new(p)],
@@ -201,6 +204,8 @@ impl<C: Clock> TokenBucket<C> {
         let decision = p.decision(tat(word), now, n, allowed);
         let permit = allowed.then(|| Permit {
             n,
+            issuer: self.id,
+            key: 0,
             mark: p.admit(tat(word), now, n).unwrap_or(tat(word)),
             aux: g as u64,
         });
@@ -278,6 +283,8 @@ impl<C: Clock> TokenBucket<C> {
                 limiter: self,
                 permit: Permit {
                     n,
+                    issuer: self.id,
+                    key: 0,
                     mark: next,
                     aux: g as u64,
                 },
@@ -294,12 +301,16 @@ impl<C: Clock> TokenBucket<C> {
     /// Gives back a permit's tokens, except those that later takers depend
     /// on; nothing across a quota change (the tokens were converted along
     /// with the rest of the state).
-    fn give_back(&self, permit: Permit) {
+    fn give_back(&self, permit: Permit) -> Result<(), Error> {
+        if permit.issuer != self.id {
+            return Err(Error::ForeignPermit);
+        }
         self.state.update(|word| {
             let g = generation(word);
             (g as u64 == permit.aux)
                 .then(|| pack(g, self.params(g).cancel(tat(word), permit.mark, permit.n)))
         });
+        Ok(())
     }
 
     /// Changes the quota now, keeping the current number of tokens (capped
@@ -385,8 +396,8 @@ impl<C: Clock> Limiter for TokenBucket<C> {
 
     /// Gives the tokens back as far as no later taker depends on them (see
     /// [`Reservation::cancel`]).
-    fn release(&self, permit: Permit) {
-        self.give_back(permit);
+    fn try_release(&self, permit: Permit) -> Result<(), Error> {
+        self.give_back(permit)
     }
 
     fn available_at(&self, now: u64) -> u64 {

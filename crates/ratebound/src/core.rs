@@ -33,6 +33,8 @@ pub(crate) trait WordMath: Copy {
 /// One state word, an algorithm and a clock.
 #[derive(Debug)]
 pub(crate) struct Core<M, C> {
+    /// This limiter's id (see [`Permit`]).
+    pub(crate) id: u64,
     pub(crate) state: AtomicState,
     pub(crate) math: M,
     pub(crate) clock: C,
@@ -41,6 +43,7 @@ pub(crate) struct Core<M, C> {
 impl<M: WordMath, C: Clock> Core<M, C> {
     pub(crate) fn new(math: M, clock: C) -> Self {
         Core {
+            id: crate::sync::next_issuer(),
             state: AtomicState::new(0),
             math,
             clock,
@@ -74,15 +77,21 @@ impl<M: WordMath, C: Clock> Core<M, C> {
         let (word, allowed) = self.state.update(|word| self.math.admit(word, now, n));
         let permit = allowed.then(|| Permit {
             n,
+            issuer: self.id,
+            key: 0,
             mark: self.math.mark(word, now, n),
             aux: 0,
         });
         Ok((self.math.decision(word, now, n, allowed), permit))
     }
 
-    pub(crate) fn release(&self, permit: Permit) {
+    pub(crate) fn release(&self, permit: Permit) -> Result<(), Error> {
+        if permit.issuer != self.id {
+            return Err(Error::ForeignPermit);
+        }
         self.state
             .update(|word| self.math.release(word, permit.mark, permit.n));
+        Ok(())
     }
 
     pub(crate) fn available_at(&self, now: u64) -> u64 {
@@ -122,7 +131,7 @@ macro_rules! limiter_via_core {
                 self.core.acquire_n_at(n, now)
             }
 
-            fn release(&self, permit: $crate::Permit) {
+            fn try_release(&self, permit: $crate::Permit) -> Result<(), $crate::Error> {
                 self.core.release(permit)
             }
 

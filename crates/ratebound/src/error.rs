@@ -106,6 +106,9 @@ pub enum Error {
         /// The algorithm asked.
         algorithm: &'static str,
     },
+    /// A permit given back to a limiter (or for a key) that did not issue
+    /// it: nothing is given back.
+    ForeignPermit,
     /// A value that is required was not given (Python's `None`, JavaScript's
     /// `undefined` or `null`).
     Missing {
@@ -157,7 +160,8 @@ impl Error {
             | Error::Unsupported { .. }
             | Error::NoLimiters
             | Error::InvalidOption { .. }
-            | Error::Missing { .. } => ErrorKind::Type,
+            | Error::Missing { .. }
+            | Error::ForeignPermit => ErrorKind::Type,
             Error::TooManyKeys { .. } => ErrorKind::State,
             _ => ErrorKind::Range,
         }
@@ -189,6 +193,7 @@ impl Error {
             Error::Unsupported { .. } => "unsupported",
             Error::InvalidOption { .. } => "invalid_option",
             Error::Missing { .. } => "missing",
+            Error::ForeignPermit => "foreign_permit",
         }
     }
 }
@@ -244,6 +249,10 @@ impl fmt::Display for Error {
                 reason,
             } => write!(f, "invalid {name} {value:?}: {reason}"),
             Error::Missing { name } => write!(f, "missing {name}: a value is required"),
+            Error::ForeignPermit => write!(
+                f,
+                "the permit was issued by another limiter or for another key: nothing was given back"
+            ),
             Error::Unsupported {
                 operation,
                 algorithm,

@@ -255,6 +255,8 @@ type Assign<K> = Arc<dyn Fn(&K) -> usize + Send + Sync>;
 /// # Ok::<(), ratebound::Error>(())
 /// ```
 pub struct KeyedLimiter<K, C: Clock = MonotonicClock> {
+    /// This limiter's id (see [`Permit`]).
+    id: u64,
     shards: Box<[CachePadded<RwLock<Shard<K>>>]>,
     hasher: DefaultHashBuilder,
     tiers: Vec<Math>,
@@ -309,6 +311,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K, MonotonicClock> {
     pub fn new(algorithm: KeyedAlgorithm) -> Result<Self, Error> {
         let math = Math::new(algorithm)?;
         Ok(KeyedLimiter {
+            id: crate::sync::next_issuer(),
             shards: new_shards(shards_for(usize::MAX), usize::MAX),
             hasher: DefaultHashBuilder::default(),
             tiers: vec![math],
@@ -325,6 +328,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// The same limiter reading time from `clock`.
     pub fn with_clock<D: Clock>(self, clock: D) -> KeyedLimiter<K, D> {
         KeyedLimiter {
+            id: self.id,
             shards: self.shards,
             hasher: self.hasher,
             tiers: self.tiers,
@@ -424,6 +428,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     fn decide(
         &self,
         word: &AtomicU64,
+        hash: u64,
         n: u64,
         now: u64,
     ) -> Result<(Decision, Option<Permit>), Error> {
@@ -445,6 +450,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let state = seen & STATE_MASK;
         let permit = allowed.then(|| Permit {
             n,
+            issuer: self.id,
+            key: hash,
             mark: math.mark(state, now, n),
             aux: tier as u64,
         });
@@ -509,7 +516,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         {
             let shard = shard.read().unwrap_or_else(|e| e.into_inner());
             if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
-                return self.decide(word, n, now);
+                return self.decide(word, hash, n, now);
             }
         }
         self.check_new(key, hash, shard, n, now)
@@ -536,7 +543,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
         // Another thread may have created it since the read lock was dropped.
         if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
-            return self.decide(word, n, now);
+            return self.decide(word, hash, n, now);
         }
         if !self.make_room(&mut shard, now) {
             return Err(Error::TooManyKeys {
@@ -548,7 +555,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let entry = shard
             .table
             .insert_unique(hash, (key.clone(), fresh), hasher);
-        self.decide(&entry.get().1, n, now)
+        self.decide(&entry.get().1, hash, n, now)
     }
 
     /// True if the word's state is fresh at `now`.
@@ -703,7 +710,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let admitted = decision.is_allowed() && matches!(rest, Ok(true));
         let mut shown = decision;
         if !admitted && let Some(permit) = permit {
-            limiter.release(key, permit);
+            // Issued just above, for this key: it is this limiter's own.
+            let _ = limiter.release(key, permit);
             // The state after the give-back: a request for nothing takes
             // nothing and reports it.
             if let Ok((now_state, _)) = limiter.acquire_n_at(key, 0, now) {
@@ -718,8 +726,15 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// took, as the key's algorithm allows (a token bucket keeps what later
     /// takers depend on; a window gives back while the window still counts).
     /// Nothing if the key was dropped or changed tier meanwhile.
-    pub fn release(&self, key: &K, permit: Permit) {
+    ///
+    /// # Errors
+    /// [`Error::ForeignPermit`] for a permit another limiter issued, or
+    /// this one for another key: nothing is given back.
+    pub fn release(&self, key: &K, permit: Permit) -> Result<(), Error> {
         let (hash, shard) = self.locate(key);
+        if permit.issuer != self.id || permit.key != hash {
+            return Err(Error::ForeignPermit);
+        }
         let shard = shard.read().unwrap_or_else(|e| e.into_inner());
         if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
             update(word, |w| {
@@ -732,6 +747,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
                     .map(|state| state | (tier << TIER_SHIFT))
             });
         }
+        Ok(())
     }
 
     /// How many `key` could take now (its full limit if untracked).

@@ -222,6 +222,8 @@ impl<C: Clock> LeakyBucket<C> {
                 limiter: self,
                 permit: Permit {
                     n,
+                    issuer: self.core.id,
+                    key: 0,
                     mark: next,
                     aux: 0,
                 },

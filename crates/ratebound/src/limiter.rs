@@ -65,7 +65,17 @@ pub trait Limiter: Send + Sync {
 
     /// Gives back what an [`acquire_n_at`](Self::acquire_n_at) took, as far
     /// as the algorithm can: see each limiter's documentation.
-    fn release(&self, permit: Permit);
+    ///
+    /// # Errors
+    /// [`Error::ForeignPermit`] for a permit this limiter did not issue (it
+    /// gives nothing back).
+    fn try_release(&self, permit: Permit) -> Result<(), Error>;
+
+    /// [`try_release`](Self::try_release), for callers that hold only their
+    /// own permits: a foreign permit gives nothing back.
+    fn release(&self, permit: Permit) {
+        let _ = self.try_release(permit);
+    }
 
     /// How many could be taken at `now`.
     fn available_at(&self, now: u64) -> u64;
@@ -91,11 +101,18 @@ pub trait Limiter: Send + Sync {
 
 /// Proof of an admission, for giving it back with [`Limiter::release`].
 ///
-/// Opaque: only the limiter that issued it knows what it means. Releasing a
-/// permit on another limiter is harmless but meaningless.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Single use and tied to its issuer: giving it back consumes it (it is
+/// neither `Copy` nor `Clone`, so it cannot be given back twice), and a
+/// limiter refuses a permit another limiter — or, for a keyed limiter,
+/// another key — issued ([`Error::ForeignPermit`]), instead of granting
+/// tokens it never took.
+#[derive(Debug, PartialEq, Eq)]
 pub struct Permit {
     pub(crate) n: u64,
+    /// The issuing limiter's id.
+    pub(crate) issuer: u64,
+    /// For a keyed limiter, the key's hash (0 otherwise).
+    pub(crate) key: u64,
     /// The algorithm's mark of where the admission landed (a TAT, a window
     /// index, a timestamp).
     pub(crate) mark: u64,

@@ -46,6 +46,8 @@ pub const MAX_LOG_LIMIT: u64 = 1_000_000;
 /// 2^60 ns.
 #[derive(Debug)]
 pub struct SlidingLog<C: Clock = MonotonicClock> {
+    /// This log's id (see [`Permit`]).
+    id: u64,
     log: Mutex<VecDeque<u64>>,
     limit: u64,
     window: u64,
@@ -70,6 +72,7 @@ impl<C: Clock> SlidingLog<C> {
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
         let window = limit_and_window(limit, MAX_LOG_LIMIT, window)?;
         Ok(SlidingLog {
+            id: crate::sync::next_issuer(),
             log: Mutex::new(VecDeque::new()),
             limit,
             window,
@@ -152,8 +155,12 @@ impl<C: Clock> Limiter for SlidingLog<C> {
 
     /// Removes up to `n` entries stamped with the permit's time, if they are
     /// still in the log.
-    fn release(&self, permit: Permit) {
+    fn try_release(&self, permit: Permit) -> Result<(), Error> {
+        if permit.issuer != self.id {
+            return Err(Error::ForeignPermit);
+        }
         self.give_back(permit);
+        Ok(())
     }
 
     fn available_at(&self, now: u64) -> u64 {
@@ -175,6 +182,8 @@ impl<C: Clock> SlidingLog<C> {
             log.extend(std::iter::repeat_n(stamp, n as usize));
             let permit = Permit {
                 n,
+                issuer: self.id,
+                key: 0,
                 mark: stamp,
                 aux: 0,
             };

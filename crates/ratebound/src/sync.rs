@@ -15,3 +15,12 @@ pub(crate) use std::sync::{
     Arc, Mutex, RwLock,
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
+
+/// A process-wide id for each limiter, so that a [`Permit`](crate::Permit)
+/// knows who issued it. Plain std atomics even under loom: only uniqueness
+/// matters, no decision depends on how ids interleave.
+pub(crate) fn next_issuer() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Ordering: Relaxed — a fetch_add is unique whatever the ordering.
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}

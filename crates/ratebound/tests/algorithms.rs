@@ -422,3 +422,49 @@ fn a_refused_all_of_reports_the_state_after_the_give_back() {
     // The wait is the hour's: until its window ends.
     assert_eq!(refused.retry_after(), Duration::from_secs(3599));
 }
+
+/// Issue 13: a permit is single use (not `Copy`: the compiler refuses a
+/// second release) and belongs to its issuer. Given to another bucket, or
+/// for another key, it is refused and grants nothing — it used to lower
+/// that bucket's TAT, up to a whole extra burst.
+#[test]
+fn a_permit_belongs_to_the_limiter_and_key_that_issued_it() {
+    use ratebound::{
+        Error, KeyedAlgorithm, KeyedLimiter, Limiter, ManualClock, Quota, TokenBucket,
+    };
+
+    let clock = ManualClock::new();
+    let q = Quota::parse("1/hour burst 5").unwrap();
+    let a = TokenBucket::with_clock(q, clock.clone());
+    let b = TokenBucket::with_clock(q, clock.clone());
+    let (_, permit) = a.acquire_n_at(5, 0).unwrap();
+    assert!(b.check_n(5).unwrap().is_allowed());
+    assert_eq!(b.available(), 0);
+    assert_eq!(b.try_release(permit.unwrap()), Err(Error::ForeignPermit));
+    assert_eq!(b.available(), 0, "a foreign permit grants nothing");
+    assert_eq!(a.available(), 0);
+    // The issuer takes it back.
+    let (_, permit) = a.acquire_n_at(0, 0).unwrap();
+    assert!(permit.is_none() || a.try_release(permit.unwrap()).is_ok());
+
+    let keyed = KeyedLimiter::new(KeyedAlgorithm::TokenBucket(q))
+        .unwrap()
+        .with_clock(clock.clone());
+    let (_, permit) = keyed.acquire_n_at(&"alice", 5, 0).unwrap();
+    assert!(keyed.check_n_at(&"bob", 5, 0).unwrap().is_allowed());
+    let err = keyed.release(&"bob", permit.unwrap()).unwrap_err();
+    assert_eq!(err.code(), "foreign_permit");
+    assert_eq!(
+        keyed.available(&"bob"),
+        0,
+        "another key's permit grants nothing"
+    );
+    let (_, permit) = keyed.acquire_n_at(&"carol", 2, 0).unwrap();
+    assert_eq!(keyed.available(&"carol"), 3);
+    keyed.release(&"carol", permit.unwrap()).unwrap();
+    assert_eq!(
+        keyed.available(&"carol"),
+        5,
+        "its own key's permit gives back"
+    );
+}

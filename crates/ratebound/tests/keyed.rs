@@ -277,7 +277,7 @@ fn acquire_and_release_give_an_admission_back() {
         assert!(a.is_allowed());
         let b = hourly.check_at(&key, now).unwrap();
         if !b.is_allowed() {
-            burst.release(&key, permit.unwrap());
+            burst.release(&key, permit.unwrap()).unwrap();
         }
     }
     assert_eq!(
@@ -287,7 +287,7 @@ fn acquire_and_release_give_an_admission_back() {
     );
     assert_eq!(hourly.available(&key), 0);
     let (_, permit) = hourly.acquire_n_at(&key, 0, now).unwrap();
-    hourly.release(&key, permit.unwrap());
+    hourly.release(&key, permit.unwrap()).unwrap();
     assert_eq!(hourly.available(&key), 0, "releasing nothing gives nothing");
 }
 

@@ -43,7 +43,7 @@ macro_rules! each {
 }
 
 /// What one step of an acquisition found (see [`AnyLimiter::acquire_step`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Acquire {
     /// Taken now: go ahead.
     Admitted,
@@ -257,8 +257,8 @@ impl Limiter for AnyLimiter {
     fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
         each!(self, l => l.acquire_n_at(n, now))
     }
-    fn release(&self, permit: Permit) {
-        each!(self, l => l.release(permit))
+    fn try_release(&self, permit: Permit) -> Result<(), Error> {
+        each!(self, l => l.try_release(permit))
     }
     fn available_at(&self, now: u64) -> u64 {
         each!(self, l => l.available_at(now))
