@@ -25,8 +25,7 @@ const INLINE: usize = 8;
 ///
 /// Members are shared (`Arc`), so one limiter can sit in several composites,
 /// e.g. a per-route limit and a global one. An `AllOf` nested in another
-/// `AllOf` works, but its own admissions cannot be given back: a refusal by
-/// a sibling of the inner `AllOf` leaves the inner one's share taken.
+/// rolls back like any member: its permit holds its members' permits.
 ///
 /// # Examples
 /// ```
@@ -49,6 +48,8 @@ const INLINE: usize = 8;
 /// # Ok::<(), ratebound::Error>(())
 /// ```
 pub struct AllOf {
+    /// This composite's id (see [`Permit`]).
+    id: u64,
     members: Vec<Arc<dyn Limiter>>,
 }
 
@@ -61,7 +62,10 @@ impl AllOf {
         if members.is_empty() {
             return Err(Error::NoLimiters);
         }
-        Ok(AllOf { members })
+        Ok(AllOf {
+            id: crate::sync::next_issuer(),
+            members,
+        })
     }
 
     /// The members, in the order they are checked.
@@ -181,24 +185,41 @@ impl Limiter for AllOf {
         Ok(combined.unwrap_or(REFUSED))
     }
 
-    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
-        let decision = if self.members.len() <= INLINE {
-            self.acquire_with(n, now, &mut [const { None }; INLINE])?
+    fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        // No permit to hand out: the members' permits stay on the stack.
+        if self.members.len() <= INLINE {
+            self.acquire_with(n, now, &mut [const { None }; INLINE])
         } else {
-            let mut held: Vec<Option<Permit>> = std::iter::repeat_with(|| None)
-                .take(self.members.len())
-                .collect();
-            self.acquire_with(n, now, &mut held)?
-        };
-        // The members' permits are not kept: see the type's docs on nesting.
-        Ok((decision, None))
+            self.acquire_n_at(n, now).map(|(d, _)| d)
+        }
     }
 
-    /// Does nothing: an `AllOf` keeps no permit (see the type's docs).
-    /// A composite issues no permit of its own (see the type's docs):
-    /// every permit is foreign to it.
-    fn try_release(&self, _permit: Permit) -> Result<(), Error> {
-        Err(Error::ForeignPermit)
+    fn acquire_n_at(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
+        let mut held: Vec<Option<Permit>> = std::iter::repeat_with(|| None)
+            .take(self.members.len())
+            .collect();
+        let decision = self.acquire_with(n, now, &mut held)?;
+        // An admission's permit holds every member's: giving it back gives
+        // each back, so an `AllOf` nested in another rolls back too.
+        let permit = decision.allowed.then(|| Permit {
+            n,
+            issuer: self.id,
+            key: 0,
+            members: Some(held.into_boxed_slice()),
+            mark: 0,
+            aux: 0,
+        });
+        Ok((decision, permit))
+    }
+
+    /// Gives every member's share back, last member first.
+    fn try_release(&self, permit: Permit) -> Result<(), Error> {
+        if permit.issuer != self.id {
+            return Err(Error::ForeignPermit);
+        }
+        let mut held = permit.members.map(Vec::from).unwrap_or_default();
+        self.roll_back(&mut held);
+        Ok(())
     }
 
     fn available_at(&self, now: u64) -> u64 {

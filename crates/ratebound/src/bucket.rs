@@ -206,6 +206,7 @@ impl<C: Clock> TokenBucket<C> {
             n,
             issuer: self.id,
             key: 0,
+            members: None,
             mark: p.admit(tat(word), now, n).unwrap_or(tat(word)),
             aux: g as u64,
         });
@@ -285,6 +286,7 @@ impl<C: Clock> TokenBucket<C> {
                     n,
                     issuer: self.id,
                     key: 0,
+                    members: None,
                     mark: next,
                     aux: g as u64,
                 },

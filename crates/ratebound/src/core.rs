@@ -79,6 +79,7 @@ impl<M: WordMath, C: Clock> Core<M, C> {
             n,
             issuer: self.id,
             key: 0,
+            members: None,
             mark: self.math.mark(word, now, n),
             aux: 0,
         });

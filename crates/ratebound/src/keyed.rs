@@ -452,6 +452,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
             n,
             issuer: self.id,
             key: hash,
+            members: None,
             mark: math.mark(state, now, n),
             aux: tier as u64,
         });

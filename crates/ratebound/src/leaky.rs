@@ -224,6 +224,7 @@ impl<C: Clock> LeakyBucket<C> {
                     n,
                     issuer: self.core.id,
                     key: 0,
+                    members: None,
                     mark: next,
                     aux: 0,
                 },

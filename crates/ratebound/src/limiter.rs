@@ -113,6 +113,8 @@ pub struct Permit {
     pub(crate) issuer: u64,
     /// For a keyed limiter, the key's hash (0 otherwise).
     pub(crate) key: u64,
+    /// For a composite ([`AllOf`](crate::AllOf)), its members' permits.
+    pub(crate) members: Option<Box<[Option<Permit>]>>,
     /// The algorithm's mark of where the admission landed (a TAT, a window
     /// index, a timestamp).
     pub(crate) mark: u64,

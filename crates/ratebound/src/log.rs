@@ -184,6 +184,7 @@ impl<C: Clock> SlidingLog<C> {
                 n,
                 issuer: self.id,
                 key: 0,
+                members: None,
                 mark: stamp,
                 aux: 0,
             };

@@ -468,3 +468,43 @@ fn a_permit_belongs_to_the_limiter_and_key_that_issued_it() {
         "its own key's permit gives back"
     );
 }
+
+/// Issue 13: an `AllOf` nested in another rolls back like any member: a
+/// refusal by its sibling gives the inner composite's members their tokens
+/// back (it used to leave them taken).
+#[test]
+fn a_nested_all_of_rolls_back() {
+    use ratebound::{AllOf, FixedWindow, Limiter, ManualClock, Quota, TokenBucket};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let clock = ManualClock::new();
+    let a = Arc::new(TokenBucket::with_clock(
+        Quota::parse("1/hour burst 5").unwrap(),
+        clock.clone(),
+    ));
+    let b = Arc::new(TokenBucket::with_clock(
+        Quota::parse("1/hour burst 5").unwrap(),
+        clock.clone(),
+    ));
+    let inner = Arc::new(AllOf::new(vec![a.clone(), b.clone()]).unwrap());
+    let tight =
+        Arc::new(FixedWindow::with_clock(5, Duration::from_secs(3600), clock.clone()).unwrap());
+    assert!(tight.check_n(5).unwrap().is_allowed()); // the sibling is full
+    let outer = AllOf::new(vec![inner.clone(), tight]).unwrap();
+    assert!(!outer.check_n(3).unwrap().is_allowed());
+    assert_eq!(
+        (a.available(), b.available()),
+        (5, 5),
+        "the inner composite gave back"
+    );
+    // Its own permit gives back too, and only to it.
+    let (_, permit) = inner.acquire_n_at(2, 0).unwrap();
+    assert_eq!((a.available(), b.available()), (3, 3));
+    inner.try_release(permit.unwrap()).unwrap();
+    assert_eq!((a.available(), b.available()), (5, 5));
+    // A member cannot take the composite's permit.
+    let (_, permit) = inner.acquire_n_at(1, 0).unwrap();
+    assert!(a.try_release(permit.unwrap()).is_err());
+    assert_eq!((a.available(), b.available()), (4, 4));
+}
