@@ -90,12 +90,13 @@ impl Slot {
 /// ```
 #[derive(Debug)]
 pub struct TokenBucket<C: Clock = MonotonicClock> {
-    /// This bucket's id (see [`Permit`]).
-    id: u64,
     state: AtomicState,
     slots: [Slot; SLOTS],
     writer: Mutex<()>,
     clock: C,
+    /// This bucket's id (see [`Permit`]); last, so that the hot state keeps
+    /// its place in the struct.
+    id: u64,
 }
 
 impl TokenBucket<MonotonicClock> {
