@@ -8,22 +8,16 @@
 //! (`EVALSHA`, and `EVAL` once on `NOSCRIPT`, within one deadline) and hands
 //! back what became of it.
 
-use std::time::Duration;
-
 use napi::bindgen_prelude::*;
 use napi::{JsValue, sys};
 use napi_derive::napi;
 use ratebound::Error as CoreError;
-use ratebound::KeyedAlgorithm;
-use ratebound::any::{self, Key};
+use ratebound::any::{self, Key, Loose as CoreLoose};
 use ratebound_redis::{Algorithm, Begin, Call, CallKind, Config, Engine, OnError, Outcome};
 
 use crate::error::{OrThrow, invalid_type};
 use crate::fast::{key_error, with_key};
 use crate::limiters::{loose_number, loose_rate, rate_of, tokens};
-
-/// The longest deadline: `setTimeout` takes at most 2^31 − 1 ms.
-const MAX_TIMEOUT_SECS: f64 = 2_147_483.0;
 
 /// Options of `new RedisEngine(...)` (and of `redis.TokenBucket`,
 /// `redis.FixedWindow`, `redis.SlidingWindow`, which add `client`).
@@ -198,14 +192,6 @@ impl RedisCall {
     }
 }
 
-/// A number option in seconds.
-fn secs(env: &Env, value: &Option<Unknown<'_>>, name: &'static str) -> Result<Option<Duration>> {
-    match loose_number(env, value, name)? {
-        Some(s) => Ok(Some(any::seconds(name, s).or_throw(env)?)),
-        None => Ok(None),
-    }
-}
-
 /// A string option (`null`/`undefined`: not given).
 fn loose_string(env: &Env, value: &Option<Unknown<'_>>, name: &str) -> Result<Option<String>> {
     let Some(v) = value else { return Ok(None) };
@@ -295,86 +281,33 @@ impl RedisEngine {
         let burst = loose_number(&env, &o.burst, "burst")?;
         let limit = loose_number(&env, &o.limit, "limit")?;
         let window = loose_number(&env, &o.window, "window")?;
-        let algorithm =
-            match any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)? {
-                KeyedAlgorithm::TokenBucket(q) => Algorithm::TokenBucket(q),
-                KeyedAlgorithm::FixedWindow { limit, window } => {
-                    Algorithm::FixedWindow { limit, window }
-                }
-                KeyedAlgorithm::SlidingWindow { limit, window } => {
-                    Algorithm::SlidingWindow { limit, window }
-                }
-                _ => {
-                    return Err(crate::error::throw(
-                        &env,
-                        &CoreError::Unsupported {
-                            operation: "a global limit in Redis",
-                            algorithm: "this algorithm",
-                        },
-                    ));
-                }
-            };
-        let mut config = Config::new(algorithm);
-        if let Some(prefix) = loose_string(&env, &o.prefix, "prefix")? {
-            config.prefix = prefix;
-        }
+        let keyed = any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)?;
+        let algorithm = Algorithm::from_keyed(keyed).or_throw(&env)?;
+        // Every option is parsed, checked and defaulted by the core.
+        let prefix = loose_string(&env, &o.prefix, "prefix")?;
         let on_error = loose_string(&env, &o.on_error, "onError")?;
-        let local_rate = loose_number(&env, &o.local_rate, "localRate")?;
-        config.on_error = OnError::parse(on_error.as_deref().unwrap_or("open"), local_rate)
+        let mut options: Vec<(&str, CoreLoose<'_>)> = Vec::new();
+        if let Some(p) = &prefix {
+            options.push(("prefix", CoreLoose::Text(p)));
+        }
+        if let Some(e) = &on_error {
+            options.push(("onError", CoreLoose::Text(e)));
+        }
+        for (name, value) in [
+            ("localRate", &o.local_rate),
+            ("timeout", &o.timeout),
+            ("lease", &o.lease),
+            ("leaseTtl", &o.lease_ttl),
+            ("breakerThreshold", &o.breaker_threshold),
+            ("breakerCooldown", &o.breaker_cooldown),
+        ] {
+            if let Some(n) = loose_number(&env, value, name)? {
+                options.push((name, CoreLoose::Number(n)));
+            }
+        }
+        let config = Config::from_options(algorithm, &options)
             .map_err(js_names)
             .or_throw(&env)?;
-        if let Some(t) = loose_number(&env, &o.timeout, "timeout")? {
-            if t > MAX_TIMEOUT_SECS {
-                return Err(crate::error::throw(
-                    &env,
-                    &CoreError::InvalidNumber {
-                        name: "timeout",
-                        value: t.to_string(),
-                        reason: "must be at most 2147483 seconds (setTimeout's longest delay)",
-                    },
-                ));
-            }
-            config.timeout = any::seconds("timeout", t).or_throw(&env)?;
-            if config.timeout < Duration::from_micros(1) {
-                return Err(crate::error::throw(
-                    &env,
-                    &CoreError::InvalidNumber {
-                        name: "timeout",
-                        value: t.to_string(),
-                        reason: "must be above 0 seconds: every call needs a deadline",
-                    },
-                ));
-            }
-        }
-        if let Some(lease) = loose_number(&env, &o.lease, "lease")? {
-            config.lease = any::whole("lease", lease, 0).or_throw(&env)?;
-        }
-        if let Some(ttl) = secs(&env, &o.lease_ttl, "leaseTtl")? {
-            if ttl.is_zero() {
-                return Err(crate::error::throw(
-                    &env,
-                    &CoreError::InvalidNumber {
-                        name: "leaseTtl",
-                        value: "0".to_string(),
-                        reason: "must be above 0 seconds",
-                    },
-                ));
-            }
-            config.lease_ttl = ttl;
-        }
-        if let Some(cooldown) = secs(&env, &o.breaker_cooldown, "breakerCooldown")? {
-            config.breaker_cooldown = cooldown;
-        }
-        if let Some(t) = loose_number(&env, &o.breaker_threshold, "breakerThreshold")? {
-            let t = any::whole("breakerThreshold", t, 1).or_throw(&env)?;
-            config.breaker_threshold = u32::try_from(t)
-                .map_err(|_| CoreError::InvalidNumber {
-                    name: "breakerThreshold",
-                    value: t.to_string(),
-                    reason: "must be at most 2^32 - 1",
-                })
-                .or_throw(&env)?;
-        }
         let engine = Engine::new(config).map_err(js_names).or_throw(&env)?;
         Ok(RedisEngine { engine })
     }

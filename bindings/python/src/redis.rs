@@ -1,13 +1,11 @@
 //! Global limits in Redis: the sans-I/O engine (`RedisEngine_`) and its calls (`RedisCall_`); `ratebound.redis` does the I/O.
 
-use std::time::Duration;
-
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
-use ratebound::any::{self, Key};
-use ratebound::{Error, KeyedAlgorithm};
-use ratebound_redis::{Algorithm, Begin, Call, CallKind, Config, Engine, OnError, Outcome};
+use ratebound::Error;
+use ratebound::any::{self, Key, Loose};
+use ratebound_redis::{Algorithm, Begin, Call, CallKind, Config, Engine, Outcome};
 
 use crate::convert::*;
 use crate::decision::*;
@@ -27,34 +25,6 @@ pub(crate) fn with_raw_key<R>(
         Key::Bytes(b) => f(b),
         Key::Int(i) => f(i.to_string().as_bytes()),
     })
-}
-
-/// Seconds (int or float, ≥ 0) as a `Duration`, or `default` for `None`.
-pub(crate) fn opt_seconds(
-    py: Python<'_>,
-    name: &'static str,
-    obj: Option<&Bound<'_, PyAny>>,
-    default: Duration,
-) -> PyResult<Duration> {
-    match opt_number(py, name, obj)? {
-        Some(s) => any::seconds(name, s).or_py(py),
-        None => Ok(default),
-    }
-}
-
-/// A whole number ≥ `min` (int, or a float without a fraction), or
-/// `default` for `None`.
-pub(crate) fn opt_whole(
-    py: Python<'_>,
-    name: &'static str,
-    obj: Option<&Bound<'_, PyAny>>,
-    min: u64,
-    default: u64,
-) -> PyResult<u64> {
-    match opt_number(py, name, obj)? {
-        Some(n) => any::whole(name, n, min).or_py(py),
-        None => Ok(default),
-    }
 }
 
 /// One script run the engine asks for (see `ratebound.redis`): run
@@ -163,7 +133,7 @@ impl RedisEngine_ {
 #[pymethods]
 impl RedisEngine_ {
     #[new]
-    #[pyo3(signature = (algorithm="token_bucket", *, rate=None, burst=None, limit=None, window=None, prefix="rb:", on_error="open", local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None))]
+    #[pyo3(signature = (algorithm="token_bucket", *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -172,8 +142,8 @@ impl RedisEngine_ {
         burst: Option<&Bound<'_, PyAny>>,
         limit: Option<&Bound<'_, PyAny>>,
         window: Option<&Bound<'_, PyAny>>,
-        prefix: &str,
-        on_error: &str,
+        prefix: Option<&str>,
+        on_error: Option<&str>,
         local_rate: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         lease: Option<&Bound<'_, PyAny>>,
@@ -188,50 +158,28 @@ impl RedisEngine_ {
             Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w))?,
             None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py)?,
         };
-        let algorithm = match keyed {
-            KeyedAlgorithm::TokenBucket(q) => Algorithm::TokenBucket(q),
-            KeyedAlgorithm::FixedWindow { limit, window } => {
-                Algorithm::FixedWindow { limit, window }
+        // Every option is parsed, checked and defaulted by the core.
+        let mut options: Vec<(&str, Loose<'_>)> = Vec::new();
+        if let Some(p) = prefix {
+            options.push(("prefix", Loose::Text(p)));
+        }
+        if let Some(o) = on_error {
+            options.push(("on_error", Loose::Text(o)));
+        }
+        for (name, value) in [
+            ("local_rate", local_rate),
+            ("timeout", timeout),
+            ("lease", lease),
+            ("lease_ttl", lease_ttl),
+            ("breaker_threshold", breaker_threshold),
+            ("breaker_cooldown", breaker_cooldown),
+        ] {
+            if let Some(n) = opt_number(py, name, value)? {
+                options.push((name, Loose::Number(n)));
             }
-            KeyedAlgorithm::SlidingWindow { limit, window } => {
-                Algorithm::SlidingWindow { limit, window }
-            }
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown algorithm {algorithm:?}"
-                )));
-            }
-        };
-        let mut config = Config::new(algorithm);
-        config.prefix = prefix.to_string();
-        config.on_error =
-            OnError::parse(on_error, opt_number(py, "local_rate", local_rate)?).or_py(py)?;
-        config.timeout = opt_seconds(py, "timeout", timeout, config.timeout)?;
-        config.lease = opt_whole(py, "lease", lease, 0, 0)?;
-        config.lease_ttl = opt_seconds(py, "lease_ttl", lease_ttl, config.lease_ttl)?;
-        let threshold = opt_whole(
-            py,
-            "breaker_threshold",
-            breaker_threshold,
-            1,
-            u64::from(config.breaker_threshold),
-        )?;
-        config.breaker_threshold = u32::try_from(threshold).map_err(|_| {
-            py_err(
-                py,
-                Error::InvalidNumber {
-                    name: "breaker_threshold",
-                    value: threshold.to_string(),
-                    reason: "must be at most 2^32 - 1",
-                },
-            )
-        })?;
-        config.breaker_cooldown = opt_seconds(
-            py,
-            "breaker_cooldown",
-            breaker_cooldown,
-            config.breaker_cooldown,
-        )?;
+        }
+        let algorithm = Algorithm::from_keyed(keyed).or_py(py)?;
+        let config = Config::from_options(algorithm, &options).or_py(py)?;
         Ok(RedisEngine_ {
             inner: Engine::new(config).or_py(py)?,
         })

@@ -748,7 +748,7 @@ def test_bad_numbers_are_the_cores_typed_errors(server: Server) -> None:
         (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, breaker_threshold=0), "breaker_threshold"),
         (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, breaker_cooldown=float("nan")), "breaker_cooldown"),
         (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, lease_ttl=-2), "lease_ttl"),
-        (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, timeout=0), "timeout"),
+        (rb.QuotaError, lambda: rbr.TokenBucket(client, rate=10, timeout=0), "timeout 0"),
         (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, on_error="maybe"), "maybe"),
         (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, on_error="local"), "local_rate"),
         (rb.ConfigError, lambda: rbr.TokenBucket(client, rate=10, on_error="local", local_rate=0), "local_rate"),

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratebound::any::{AnyClock, Fingerprint, Fingerprinter};
+use ratebound::any::{self, AnyClock, Fingerprint, Fingerprinter, Loose};
 use ratebound::{Clock, Error, KeyedAlgorithm, KeyedLimiter, Overflow, Quota};
 
 use crate::script::{FIXED_WINDOW, GCRA, SLIDING_WINDOW, Script};
@@ -45,6 +45,26 @@ impl Algorithm {
         match self {
             Algorithm::TokenBucket(q) => q.burst(),
             Algorithm::FixedWindow { limit, .. } | Algorithm::SlidingWindow { limit, .. } => *limit,
+        }
+    }
+
+    /// The global limit for one of the core's per-key algorithms.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for an algorithm Redis has no script for.
+    pub fn from_keyed(algorithm: KeyedAlgorithm) -> Result<Algorithm, Error> {
+        match algorithm {
+            KeyedAlgorithm::TokenBucket(q) => Ok(Algorithm::TokenBucket(q)),
+            KeyedAlgorithm::FixedWindow { limit, window } => {
+                Ok(Algorithm::FixedWindow { limit, window })
+            }
+            KeyedAlgorithm::SlidingWindow { limit, window } => {
+                Ok(Algorithm::SlidingWindow { limit, window })
+            }
+            _ => Err(Error::Unsupported {
+                operation: "a global limit in Redis",
+                algorithm: "this algorithm",
+            }),
         }
     }
 
@@ -286,6 +306,122 @@ impl Config {
             breaker_threshold: 3,
             breaker_cooldown: Duration::from_secs(1),
         }
+    }
+}
+
+/// The options [`Config::from_options`] knows, in Python's and JavaScript's
+/// spelling.
+const OPTIONS: [(&str, &str); 8] = [
+    ("prefix", "prefix"),
+    ("on_error", "onError"),
+    ("local_rate", "localRate"),
+    ("timeout", "timeout"),
+    ("lease", "lease"),
+    ("lease_ttl", "leaseTtl"),
+    ("breaker_threshold", "breakerThreshold"),
+    ("breaker_cooldown", "breakerCooldown"),
+];
+
+/// The longest deadline: what one host timer holds (2^31 − 1 ms, Node's
+/// `setTimeout`), so that every driver can enforce it.
+const MAX_TIMEOUT_MS: u64 = (1 << 31) - 1;
+
+impl Config {
+    /// A configuration from loosely typed options (`snake_case` or
+    /// `camelCase`), the one parser of the Python and Node drivers; options
+    /// not given keep [`Config::new`]'s defaults.
+    ///
+    /// | option | value |
+    /// |---|---|
+    /// | `prefix` | a string |
+    /// | `on_error` | `"open"`, `"closed"`, `"local"` (with `local_rate`, tokens/s) |
+    /// | `timeout` | seconds, above 0 and at most 2 147 483 (a host timer's longest) |
+    /// | `lease` | a whole number ≥ 0 |
+    /// | `lease_ttl` | seconds, above 0 |
+    /// | `breaker_threshold` | a whole number, 1 to 2^32 − 1 |
+    /// | `breaker_cooldown` | seconds |
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for an unknown option or a value of the
+    /// wrong kind; [`Error::InvalidNumber`] naming an out-of-range number;
+    /// [`OnError::parse`]'s errors.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::{KeyedAlgorithm, Quota, any::Loose};
+    /// use ratebound_redis::{Algorithm, Config};
+    /// let a = Algorithm::from_keyed(KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20")?))?;
+    /// let c = Config::from_options(a, &[("leaseTtl", Loose::Number(0.5)), ("lease", Loose::Number(10.0))])?;
+    /// assert_eq!((c.lease, c.lease_ttl.as_millis()), (10, 500));
+    /// let err = Config::from_options(a, &[("timeout", Loose::Number(0.0))]).unwrap_err();
+    /// assert_eq!(err.to_string(), "invalid timeout 0: must be above 0 and at most 2147483 seconds");
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn from_options(
+        algorithm: Algorithm,
+        options: &[(&str, Loose<'_>)],
+    ) -> Result<Config, Error> {
+        let mut c = Config::new(algorithm);
+        let (mut on_error, mut local_rate) = (None, None);
+        for &(name, value) in options {
+            let Some(&(snake, camel)) = OPTIONS.iter().find(|(s, c)| *s == name || *c == name)
+            else {
+                return Err(Error::InvalidOption {
+                    name: "option",
+                    value: name.to_string(),
+                    reason: "is not a Redis limiter option",
+                });
+            };
+            let spelt = if name == snake { snake } else { camel };
+            let number = || match value {
+                Loose::Number(n) => Ok(n),
+                _ => Err(Error::InvalidOption {
+                    name: spelt,
+                    value: format!("{value:?}"),
+                    reason: "must be a number",
+                }),
+            };
+            let text = || match value {
+                Loose::Text(t) => Ok(t),
+                _ => Err(Error::InvalidOption {
+                    name: spelt,
+                    value: format!("{value:?}"),
+                    reason: "must be a string",
+                }),
+            };
+            let out_of_range = |reason| Error::InvalidNumber {
+                name: spelt,
+                value: format!("{}", number().unwrap_or(f64::NAN)),
+                reason,
+            };
+            match snake {
+                "prefix" => c.prefix = text()?.to_string(),
+                "on_error" => on_error = Some(text()?),
+                "local_rate" => local_rate = Some(number()?),
+                "timeout" => {
+                    let t = any::seconds(spelt, number()?)?;
+                    if t < Duration::from_micros(1) || t > Duration::from_millis(MAX_TIMEOUT_MS) {
+                        return Err(out_of_range("must be above 0 and at most 2147483 seconds"));
+                    }
+                    c.timeout = t;
+                }
+                "lease" => c.lease = any::whole(spelt, number()?, 0)?,
+                "lease_ttl" => {
+                    c.lease_ttl = any::seconds(spelt, number()?)?;
+                    if c.lease_ttl.is_zero() {
+                        return Err(out_of_range("must be above 0 seconds"));
+                    }
+                }
+                "breaker_threshold" => {
+                    let t = any::whole(spelt, number()?, 1)?;
+                    c.breaker_threshold =
+                        u32::try_from(t).map_err(|_| out_of_range("must be at most 2^32 - 1"))?;
+                }
+                _ => c.breaker_cooldown = any::seconds(spelt, number()?)?,
+            }
+        }
+        c.on_error = OnError::parse(on_error.unwrap_or("open"), local_rate)?;
+        Ok(c)
     }
 }
 
@@ -834,6 +970,83 @@ mod tests {
             e.begin(b"k", 21).unwrap_err().code(),
             "insufficient_capacity"
         );
+    }
+
+    #[test]
+    fn loose_options_are_parsed_once_for_every_binding() {
+        use ratebound::any::Loose;
+        let a = Algorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap());
+        let c = Config::from_options(
+            a,
+            &[
+                ("onError", Loose::Text("local")),
+                ("local_rate", Loose::Number(2.0)),
+                ("prefix", Loose::Text("x:")),
+                ("breakerThreshold", Loose::Number(5.0)),
+                ("breaker_cooldown", Loose::Number(0.25)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.on_error, OnError::Local(2.0));
+        assert_eq!((c.prefix.as_str(), c.breaker_threshold), ("x:", 5));
+        assert_eq!(c.breaker_cooldown, Duration::from_millis(250));
+        assert_eq!(
+            c.timeout,
+            Duration::from_millis(50),
+            "defaults are Config::new's"
+        );
+        for (name, value, code, text) in [
+            (
+                "timeout",
+                Loose::Number(3e6),
+                "invalid_number",
+                "invalid timeout 3000000",
+            ),
+            (
+                "leaseTtl",
+                Loose::Number(0.0),
+                "invalid_number",
+                "invalid leaseTtl 0",
+            ),
+            ("lease", Loose::Number(1.5), "invalid_number", "lease 1.5"),
+            (
+                "breaker_threshold",
+                Loose::Number(5e9),
+                "invalid_number",
+                "at most 2^32 - 1",
+            ),
+            (
+                "timeout",
+                Loose::Text("soon"),
+                "invalid_option",
+                "must be a number",
+            ),
+            (
+                "prefix",
+                Loose::Number(1.0),
+                "invalid_option",
+                "must be a string",
+            ),
+            ("colour", Loose::Text("red"), "invalid_option", "colour"),
+            (
+                "on_error",
+                Loose::Text("local"),
+                "invalid_option",
+                "local_rate",
+            ),
+        ] {
+            let err = Config::from_options(a, &[(name, value)]).unwrap_err();
+            assert_eq!(err.code(), code, "{name}: {err}");
+            assert!(err.to_string().contains(text), "{name}: {err}");
+        }
+        let sliding = Algorithm::from_keyed(KeyedAlgorithm::SlidingWindow {
+            limit: 5,
+            window: Duration::from_secs(1),
+        });
+        assert!(matches!(
+            sliding,
+            Ok(Algorithm::SlidingWindow { limit: 5, .. })
+        ));
     }
 
     fn e_code(c: Config) -> &'static str {
