@@ -1,4 +1,4 @@
-//! The token bucket: GCRA state in one atomic word, quotas in generation slots.
+//! The token bucket: GCRA state in one atomic word, quotas in epoch slots.
 
 use std::time::Duration;
 
@@ -6,13 +6,14 @@ use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::gcra::{MAX_TAT, Params};
 use crate::limiter::{Limiter, Permit, Reservation};
 use crate::state::AtomicState;
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, Mutex, Ordering, fence};
 use crate::{Decision, Error, Quota};
 
-// The state word: [generation: 2 bits | TAT: 62 bits]. The generation picks
-// which of four quota slots is in force; `set_quota` fills the next slot and
+// The state word: [generation: 2 bits | TAT: 62 bits]. Quota changes are
+// numbered (epochs 0, 1, 2, …); the generation is the epoch mod 4 and picks
+// the slot that holds that epoch's quota. `set_quota` fills the next slot and
 // then moves the word to the next generation in the same CAS that converts
-// the TAT, so a check never combines a TAT with the wrong quota.
+// the TAT, so a TAT is only ever combined with the quota it was written under.
 const GEN_SHIFT: u32 = 62;
 const SLOTS: usize = 4;
 
@@ -32,19 +33,75 @@ fn pack(generation: usize, tat: u64) -> u64 {
     ((generation as u64) << GEN_SHIFT) | tat
 }
 
+/// One epoch's quota behind a sequence number (a seqlock with one writer):
+/// `seq` is `2·epoch` while the slot holds that epoch's quota and odd while
+/// it is being rewritten, so a reader knows whether the pair it read is
+/// whole, and of which epoch.
 #[derive(Debug)]
 struct Slot {
+    seq: AtomicU64,
     period: AtomicU64,
     burst: AtomicU64,
 }
 
+/// A slot that has never held a quota (odd: no reader takes it as valid).
+const UNWRITTEN: u64 = u64::MAX;
+
 impl Slot {
-    fn new(p: Params) -> Slot {
+    fn new(seq: u64, p: Params) -> Slot {
         Slot {
+            seq: AtomicU64::new(seq),
             period: AtomicU64::new(p.period),
             burst: AtomicU64::new(p.burst),
         }
     }
+
+    /// The quota and its epoch, or `None` if the slot is being rewritten or
+    /// changed while it was read.
+    #[inline]
+    fn read(&self) -> Option<(Params, u64)> {
+        // Ordering: Acquire on the first `seq` load pairs with the writer's
+        // final Release store, so the fields read below are at least that
+        // epoch's; the Acquire fence keeps the field loads before the second
+        // `seq` load, which catches a rewrite that overlapped them.
+        let before = self.seq.load(Ordering::Acquire);
+        let p = Params {
+            period: self.period.load(Ordering::Relaxed),
+            burst: self.burst.load(Ordering::Relaxed),
+        };
+        fence(Ordering::Acquire);
+        let after = self.seq.load(Ordering::Relaxed);
+        (before == after && before & 1 == 0).then_some((p, before / 2))
+    }
+
+    /// The quota of a slot that no one is rewriting (the writer's view).
+    fn held(&self) -> Params {
+        Params {
+            period: self.period.load(Ordering::Relaxed),
+            burst: self.burst.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Rewrites the slot for `epoch` (one writer at a time).
+    fn write(&self, epoch: u64, p: Params) {
+        // Ordering: the odd store and the Release fence come before the
+        // field stores, so a reader that sees a new field also sees `seq`
+        // changed on its second load; the final Release store publishes the
+        // whole pair with its epoch.
+        self.seq.store(2 * epoch + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.period.store(p.period, Ordering::Relaxed);
+        self.burst.store(p.burst, Ordering::Relaxed);
+        self.seq.store(2 * epoch, Ordering::Release);
+    }
+}
+
+/// What one pass of the CAS loop decided on: the word, the quota of the
+/// word's epoch, and that epoch.
+struct Seen {
+    word: u64,
+    params: Params,
+    epoch: u64,
 }
 
 /// A token bucket of `burst` tokens, initially full, refilled at one token
@@ -92,6 +149,9 @@ impl Slot {
 pub struct TokenBucket<C: Clock = MonotonicClock> {
     state: AtomicState,
     slots: [Slot; SLOTS],
+    /// The latest epoch whose word is installed, stored after the CAS that
+    /// installs it: a lower bound on the epoch of any word loaded after it.
+    epoch: AtomicU64,
     writer: Mutex<()>,
     clock: C,
     /// This bucket's id (see [`Permit`]); last, so that the hot state keeps
@@ -114,7 +174,13 @@ impl<C: Clock> TokenBucket<C> {
             id: crate::sync::next_issuer(),
             // TAT 0: full at any time ≥ 0.
             state: AtomicState::new(pack(0, 0)),
-            slots: [Slot::new(p), Slot::new(p), Slot::new(p), Slot::new(p)],
+            slots: [
+                Slot::new(0, p),
+                Slot::new(UNWRITTEN, p),
+                Slot::new(UNWRITTEN, p),
+                Slot::new(UNWRITTEN, p),
+            ],
+            epoch: AtomicU64::new(0),
             writer: Mutex::new(()),
             clock,
         }
@@ -127,18 +193,67 @@ impl<C: Clock> TokenBucket<C> {
 
     /// The quota in force.
     pub fn quota(&self) -> Quota {
-        let p = self.params(generation(self.state.load()));
+        let p = self.snapshot().params;
         Quota::from_params(p.period, p.burst)
     }
 
+    /// The quota of `word`'s epoch, given `floor`, an epoch loaded before
+    /// the word; `None` when that cannot be told (the slot is being
+    /// rewritten, or holds an epoch four or more past `floor`: the word is
+    /// then older than the slot's quota) — the caller starts over.
+    ///
+    /// Why this is exact: the word's epoch `e` is at least `floor` (the
+    /// epoch is stored after the CAS that installs it) and at most the
+    /// slot's epoch `v` (a slot is written before the CAS that makes the
+    /// word point at it, and the word was loaded with Acquire); both are
+    /// `≡ generation (mod 4)`, so `v < floor + 4` leaves only `e = v`.
     #[inline]
-    fn params(&self, generation: usize) -> Params {
-        let slot = &self.slots[generation];
-        // Ordering: Relaxed — the slot was written before the Release CAS that
-        // installed `generation`, and the word was read with Acquire.
-        Params {
-            period: slot.period.load(Ordering::Relaxed),
-            burst: slot.burst.load(Ordering::Relaxed),
+    fn quota_of(&self, word: u64, floor: u64) -> Option<(Params, u64)> {
+        let (p, v) = self.slots[generation(word)].read()?;
+        (v < floor + SLOTS as u64).then_some((p, v))
+    }
+
+    /// Runs `f(tat, quota, epoch)` in the CAS loop on the quota (and
+    /// epoch) of each word it sees (`f` returns the new TAT to admit, `None` to refuse), and
+    /// returns what the final pass decided on and whether it admitted.
+    #[inline]
+    fn update(&self, mut f: impl FnMut(u64, Params, u64) -> Option<u64>) -> (Seen, bool) {
+        loop {
+            // Ordering: Acquire pairs with the writer's Release store, so the
+            // word loaded next is at least of this epoch.
+            let floor = self.epoch.load(Ordering::Acquire);
+            let mut last = None;
+            let (word, allowed) = self.state.update(|word| {
+                last = self.quota_of(word, floor);
+                let (p, epoch) = last?;
+                Some(pack(generation(word), f(tat(word), p, epoch)?))
+            });
+            if let Some((params, epoch)) = last {
+                return (
+                    Seen {
+                        word,
+                        params,
+                        epoch,
+                    },
+                    allowed,
+                );
+            }
+        }
+    }
+
+    /// The current word and its quota, read without writing.
+    #[inline]
+    fn snapshot(&self) -> Seen {
+        loop {
+            let floor = self.epoch.load(Ordering::Acquire);
+            let word = self.state.load();
+            if let Some((params, epoch)) = self.quota_of(word, floor) {
+                return Seen {
+                    word,
+                    params,
+                    epoch,
+                };
+            }
         }
     }
 
@@ -153,13 +268,8 @@ impl<C: Clock> TokenBucket<C> {
     pub fn check_at(&self, now: u64) -> Decision {
         let now = now.min(MAX_TIME_NANOS);
         // n = 1 never exceeds the burst (b ≥ 1), so this cannot be misuse.
-        let (word, allowed) = self.state.update(|word| {
-            let g = generation(word);
-            let next = self.params(g).admit(tat(word), now, 1)?;
-            Some(pack(g, next))
-        });
-        self.params(generation(word))
-            .decision(tat(word), now, 1, allowed)
+        let (seen, allowed) = self.update(|tat, p, _| p.admit(tat, now, 1));
+        seen.params.decision(tat(seen.word), now, 1, allowed)
     }
 
     /// Takes `n` tokens now if there are `n`. See [`check_n_at`](Self::check_n_at).
@@ -189,27 +299,24 @@ impl<C: Clock> TokenBucket<C> {
     #[inline]
     fn acquire(&self, n: u64, now: u64) -> Result<(Decision, Option<Permit>), Error> {
         let now = now.min(MAX_TIME_NANOS);
-        let (word, allowed) = self.state.update(|word| {
-            let g = generation(word);
-            let p = self.params(g);
+        let (seen, allowed) = self.update(|tat, p, _| {
             if n > p.burst {
                 return None;
             }
-            Some(pack(g, p.admit(tat(word), now, n)?))
+            p.admit(tat, now, n)
         });
-        let g = generation(word);
-        let p = self.params(g);
+        let (p, before) = (seen.params, tat(seen.word));
         if n > p.burst {
             return Err(capacity(n, p));
         }
-        let decision = p.decision(tat(word), now, n, allowed);
+        let decision = p.decision(before, now, n, allowed);
         let permit = allowed.then(|| Permit {
             n,
             issuer: self.id,
             key: 0,
             members: None,
-            mark: p.admit(tat(word), now, n).unwrap_or(tat(word)),
-            aux: g as u64,
+            mark: p.admit(before, now, n).unwrap_or(before),
+            aux: seen.epoch,
         });
         Ok((decision, permit))
     }
@@ -219,14 +326,14 @@ impl<C: Clock> TokenBucket<C> {
     /// # Errors
     /// As [`check_n_at`](Self::check_n_at).
     pub fn peek_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
-        let word = self.state.load();
-        let p = self.params(generation(word));
+        let seen = self.snapshot();
+        let (p, tat) = (seen.params, tat(seen.word));
         if n > p.burst {
             return Err(capacity(n, p));
         }
         let now = now.min(MAX_TIME_NANOS);
-        let allowed = p.admit(tat(word), now, n).is_some();
-        Ok(p.decision(tat(word), now, n, allowed))
+        let allowed = p.admit(tat, now, n).is_some();
+        Ok(p.decision(tat, now, n, allowed))
     }
 
     /// Whole tokens available now.
@@ -236,9 +343,9 @@ impl<C: Clock> TokenBucket<C> {
 
     /// Whole tokens available at `now`.
     pub fn available_at(&self, now: u64) -> u64 {
-        let word = self.state.load();
-        self.params(generation(word))
-            .available(tat(word), now.min(MAX_TIME_NANOS))
+        let seen = self.snapshot();
+        seen.params
+            .available(tat(seen.word), now.min(MAX_TIME_NANOS))
     }
 
     /// Takes `n` tokens now, possibly ahead of time: the returned
@@ -266,21 +373,19 @@ impl<C: Clock> TokenBucket<C> {
     ) -> Result<Reservation<'_>, Error> {
         let now = now.min(MAX_TIME_NANOS);
         let max_wait_nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let (word, _) = self.state.update(|word| {
-            let g = generation(word);
-            let p = self.params(g);
+        let (seen, _) = self.update(|tat, p, _| {
             if n > p.burst {
                 return None;
             }
-            let (_, next) = p.reserve(tat(word), now, n, max_wait_nanos).ok()?;
-            Some(pack(g, next))
+            p.reserve(tat, now, n, max_wait_nanos)
+                .ok()
+                .map(|(_, next)| next)
         });
-        let g = generation(word);
-        let p = self.params(g);
+        let p = seen.params;
         if n > p.burst {
             return Err(capacity(n, p));
         }
-        match p.reserve(tat(word), now, n, max_wait_nanos) {
+        match p.reserve(tat(seen.word), now, n, max_wait_nanos) {
             Ok((wait, next)) => Ok(Reservation {
                 limiter: self,
                 permit: Permit {
@@ -289,7 +394,7 @@ impl<C: Clock> TokenBucket<C> {
                     key: 0,
                     members: None,
                     mark: next,
-                    aux: g as u64,
+                    aux: seen.epoch,
                 },
                 reserved_at: now,
                 wait,
@@ -308,10 +413,10 @@ impl<C: Clock> TokenBucket<C> {
         if permit.issuer != self.id {
             return Err(Error::ForeignPermit);
         }
-        self.state.update(|word| {
-            let g = generation(word);
-            (g as u64 == permit.aux)
-                .then(|| pack(g, self.params(g).cancel(tat(word), permit.mark, permit.n)))
+        // A permit of another epoch changes nothing: its tokens were
+        // converted with the rest of the state.
+        self.update(|tat, p, epoch| {
+            (epoch == permit.aux).then(|| p.cancel(tat, permit.mark, permit.n))
         });
         Ok(())
     }
@@ -319,6 +424,11 @@ impl<C: Clock> TokenBucket<C> {
     /// Changes the quota now, keeping the current number of tokens (capped
     /// at the new burst). Concurrent checks see either the old quota or the
     /// new one, never a mix. See [`set_quota_at`](Self::set_quota_at).
+    ///
+    /// One race is left open: a check that read the quota, then stalled
+    /// while four more `set_quota` calls ran, and finds the state word equal
+    /// to the very value it read (to the nanosecond), completes with the
+    /// quota of four changes ago — one check's tokens priced at that quota.
     pub fn set_quota(&self, quota: Quota) {
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         self.set_quota_locked(quota, self.clock.now());
@@ -336,25 +446,29 @@ impl<C: Clock> TokenBucket<C> {
     fn set_quota_locked(&self, quota: Quota, now: u64) {
         let now = now.min(MAX_TIME_NANOS);
         let to = params(quota);
-        // Only writers change the generation and we hold the writer lock, so
-        // the generation read here stays the current one until our CAS.
-        let g = generation(self.state.load());
-        let next_g = (g + 1) % SLOTS;
-        // The next slot last served generation g − 3. A check still holding a
-        // word of that generation fails its CAS, because the word now carries
-        // another generation — unless it stalled across four `set_quota`
-        // calls and the word came back to the very same 64 bits. That window
-        // (four quota changes inside one check's load-to-CAS, and an equal
-        // TAT to the nanosecond) is the one gap in this scheme, and is why
-        // quota changes are meant to be rare, administrative events.
-        let slot = &self.slots[next_g];
-        // Ordering: Relaxed — published by the Release CAS in `update` below.
-        slot.period.store(to.period, Ordering::Relaxed);
-        slot.burst.store(to.burst, Ordering::Relaxed);
-        self.state.update(|word| {
-            let converted = self.params(generation(word)).convert(tat(word), now, to);
-            Some(pack(next_g, converted))
-        });
+        // Only writers change the epoch, and we hold the writer lock: the
+        // word is of epoch `current` until our CAS, and its slot is stable.
+        let current = self.epoch.load(Ordering::Relaxed);
+        let next = current + 1;
+        let next_g = (next % SLOTS as u64) as usize;
+        // The slot last held epoch `next − 4`. A check that loaded a word of
+        // that epoch and reads the slot now sees it being rewritten, or of an
+        // epoch too new for its word, and starts over: no check ever pairs a
+        // word with another epoch's quota, or reads half of one. A check that
+        // had already read the old quota fails its exchange, the word now
+        // being of another epoch — unless, across these four changes, the
+        // word came back to the very same 64 bits (same generation, same TAT
+        // to the nanosecond). Closing that last gap needs either more tag
+        // bits than the word has or readers that announce themselves (a
+        // write on every check); quota changes are rare, administrative
+        // events, so it is documented on `set_quota` instead.
+        let from = self.slots[(current % SLOTS as u64) as usize].held();
+        self.slots[next_g].write(next, to);
+        self.state
+            .update(|word| Some(pack(next_g, from.convert(tat(word), now, to))));
+        // Ordering: Release — readers that load this epoch then load a word
+        // at least this new (see `quota_of`).
+        self.epoch.store(next, Ordering::Release);
     }
 }
 
@@ -378,7 +492,7 @@ impl<C: Clock> Limiter for TokenBucket<C> {
     }
 
     fn limit(&self) -> u64 {
-        self.params(generation(self.state.load())).burst
+        self.snapshot().params.burst
     }
 
     fn check_at(&self, now: u64) -> Decision {
@@ -405,5 +519,58 @@ impl<C: Clock> Limiter for TokenBucket<C> {
 
     fn available_at(&self, now: u64) -> u64 {
         TokenBucket::available_at(self, now)
+    }
+}
+
+#[cfg(all(test, not(ratebound_loom)))]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    fn quota(periods: u64, burst: u64) -> Quota {
+        Quota::with_period(Duration::from_secs(periods))
+            .and_then(|q| q.with_burst(burst))
+            .expect("valid quota")
+    }
+
+    /// A check that loaded its word and then stalled while four quota
+    /// changes brought the word's slot back into use must not pair that
+    /// word with the slot's new quota (the old code read the slot blindly).
+    #[test]
+    fn a_word_from_four_quota_changes_ago_gets_no_quota() {
+        let bucket = TokenBucket::with_clock(quota(1, 4), ManualClock::new());
+        let floor = bucket.epoch.load(Ordering::Acquire);
+        let stale = bucket.state.load();
+        assert_eq!(
+            bucket.quota_of(stale, floor).map(|(p, e)| (p.burst, e)),
+            Some((4, 0))
+        );
+
+        for (periods, burst) in [(2, 3), (1, 2), (3, 5), (1, 6)] {
+            bucket.set_quota_at(quota(periods, burst), 0);
+        }
+        assert_eq!(generation(bucket.state.load()), generation(stale));
+        assert_eq!(bucket.quota_of(stale, floor), None);
+
+        let floor = bucket.epoch.load(Ordering::Acquire);
+        let word = bucket.state.load();
+        let (p, epoch) = bucket.quota_of(word, floor).expect("current quota");
+        assert_eq!((p.period, p.burst, epoch), (1_000_000_000, 6, 4));
+    }
+
+    /// A slot caught mid-rewrite (new period, old burst) is never read as a
+    /// quota: the pair would be from two quotas.
+    #[test]
+    fn a_slot_being_rewritten_is_not_read() {
+        let p = params(quota(1, 4));
+        let slot = Slot::new(0, p);
+        assert_eq!(slot.read(), Some((p, 0)));
+        slot.seq.store(2 * 4 + 1, Ordering::Relaxed);
+        slot.period.store(3_000_000_000, Ordering::Relaxed);
+        assert_eq!(slot.read(), None);
+        slot.burst.store(9, Ordering::Relaxed);
+        slot.seq.store(2 * 4, Ordering::Release);
+        let (read, epoch) = slot.read().expect("whole again");
+        assert_eq!((read.period, read.burst, epoch), (3_000_000_000, 9, 4));
     }
 }

@@ -7,13 +7,13 @@
 #[cfg(ratebound_loom)]
 pub(crate) use loom::sync::{
     Arc, Mutex, RwLock,
-    atomic::{AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering, fence},
 };
 
 #[cfg(not(ratebound_loom))]
 pub(crate) use std::sync::{
     Arc, Mutex, RwLock,
-    atomic::{AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering, fence},
 };
 
 /// A process-wide id for each limiter, so that a [`Permit`](crate::Permit)

@@ -29,6 +29,8 @@ enum Op {
     CancelLast,
     /// Switch to this burst (same rate).
     SetBurst(u64),
+    /// Switch to one token every this many `T`, with this burst.
+    SetQuota(u64, u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +73,15 @@ fn run(bucket: &TokenBucket<ManualClock>, ops: &[Op]) -> Vec<Seen> {
             Op::SetBurst(b) => {
                 bucket.set_quota(
                     Quota::with_period(Duration::from_nanos(T))
+                        .unwrap()
+                        .with_burst(b)
+                        .unwrap(),
+                );
+                Seen::Done
+            }
+            Op::SetQuota(periods, b) => {
+                bucket.set_quota(
+                    Quota::with_period(Duration::from_nanos(periods * T))
                         .unwrap()
                         .with_burst(b)
                         .unwrap(),
@@ -137,7 +148,9 @@ impl Model {
                 }
                 Seen::Done
             }
-            Op::SetBurst(b) => {
+            // On a frozen clock a whole token is a whole token at any rate:
+            // a quota change keeps the count, whatever the period.
+            Op::SetBurst(b) | Op::SetQuota(_, b) => {
                 // Keep the token count (negative while in debt), capped at b.
                 let tokens = self.burst as i64 - self.used as i64;
                 self.used = (b as i64 - tokens.min(b as i64)) as u64;
@@ -268,6 +281,26 @@ fn set_quota_raising_the_burst_races_checks() {
         &[
             &[Op::SetBurst(3)],
             &[Op::Check(1), Op::Check(1), Op::Check(1)],
+        ],
+    );
+}
+
+#[test]
+fn a_check_racing_four_quota_changes_answers_for_one_quota() {
+    // Four changes bring the word back to the slot the check read its quota
+    // from, now rewritten with another period and burst: whether the check
+    // reads that slot before, during or after the rewrite, its answer (and
+    // the state it leaves) must be that of one quota.
+    model_check(
+        4,
+        &[
+            &[
+                Op::SetQuota(2, 3),
+                Op::SetQuota(1, 2),
+                Op::SetQuota(3, 5),
+                Op::SetQuota(1, 6),
+            ],
+            &[Op::Check(1), Op::Check(2)],
         ],
     );
 }
