@@ -790,6 +790,12 @@ export declare class TokenBucket {
 }
 
 /**
+ * One caller's wait, made and driven by `acquire` (internal: it has no
+ * methods of its own): the deadline, the tokens it holds, when it is over.
+ */
+export declare class Waiter {}
+
+/**
  * The answer to one check. A refusal is a decision with `allowed: false`,
  * never an exception.
  */

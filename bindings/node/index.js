@@ -847,4 +847,5 @@ module.exports.Reservation = nativeBinding.Reservation
 module.exports.SlidingLog = nativeBinding.SlidingLog
 module.exports.SlidingWindow = nativeBinding.SlidingWindow
 module.exports.TokenBucket = nativeBinding.TokenBucket
+module.exports.Waiter = nativeBinding.Waiter
 module.exports.http = nativeBinding.http

@@ -57,56 +57,45 @@ function abortError(signal) {
   return e
 }
 
-// A host timer holds at most 2^31 - 1 ms (about 24.8 days); a longer
-// setTimeout fires after 1 ms. Longer sleeps are chained timers.
-const MAX_TIMER_MS = 2 ** 31 - 1
-
+// The core's waiter never asks for a sleep longer than a host timer holds
+// (2^31 - 1 ms).
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
-    let left = ms
+    if (signal && signal.aborted) return reject(abortError(signal))
     let timer
     const onAbort = () => {
       clearTimeout(timer)
       reject(abortError(signal))
     }
-    const arm = () => {
-      const chunk = Math.min(left, MAX_TIMER_MS)
-      left -= chunk
-      timer = setTimeout(() => {
-        if (left > 0) return arm()
-        if (signal) signal.removeEventListener('abort', onAbort)
-        resolve()
-      }, chunk)
-    }
     if (signal) signal.addEventListener('abort', onAbort, { once: true })
-    arm()
+    timer = setTimeout(() => {
+      if (signal) signal.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
   })
 }
 
-// Drives the core's acquire_step: kind 0 admitted, 1 reserved (sleep, then
-// go; give the permit back if aborted), 2 retry (sleep, step again), 3 the
-// timeout cannot be met (reject at once, nothing taken).
-async function drive(limiter, step, options) {
-  const timeout = options == null ? undefined : options.timeout
+// Drives the core's waiter: [0] done, [2, ns] sleep and step again, [3, ns]
+// the timeout cannot be met (nothing taken). An abort gives back what the
+// waiter holds.
+async function drive(step, abandon, options) {
   const signal = options == null ? undefined : options.signal
   if (signal && signal.aborted) throw abortError(signal)
-  let deadline
   for (;;) {
-    const [kind, waitNs, permit, dl] = step(timeout == null ? undefined : timeout, deadline)
-    if (dl >= 0) deadline = dl
+    const [kind, ns] = step()
     if (kind === 0) return
-    if (kind === 3) throw new RateLimitExceededError(waitNs / 1e9)
+    if (kind === 3) throw new RateLimitExceededError(ns / 1e9)
     try {
-      await sleep(Math.ceil(waitNs / 1e6), signal)
+      await sleep(Math.ceil(ns / 1e6), signal)
     } catch (e) {
-      if (kind === 1) limiter.releasePermit(permit)
+      abandon()
       throw e
     }
-    if (kind === 1) {
-      limiter.forgetPermit(permit)
-      return
-    }
   }
+}
+
+function timeoutOf(options) {
+  return options == null || options.timeout == null ? undefined : options.timeout
 }
 
 function define(proto, name, fn) {
@@ -131,8 +120,13 @@ for (const C of [
     if (h === undefined) h = handleOf(this, getter)
     return decision((n === undefined ? fastCheckOne(h) : fastCheck(h, n)) === 1)
   })
-  define(C.prototype, 'acquire', function acquire(n = 1, options) {
-    return drive(this, (timeout, deadline) => this.acquireStep(n, timeout, deadline), options)
+  define(C.prototype, 'acquire', async function acquire(n = 1, options) {
+    const waiter = this.waiter(n, timeoutOf(options))
+    return drive(
+      () => this.waitStep(waiter),
+      () => this.abandonWait(waiter),
+      options,
+    )
   })
 }
 
@@ -145,8 +139,10 @@ define(native.KeyedLimiter.prototype, 'tryAcquire', function tryAcquire(key) {
   const h = this[HANDLE]
   return fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, 1) === 1
 })
-define(native.KeyedLimiter.prototype, 'acquire', function acquire(key, n = 1, options) {
-  return drive(this, (timeout, deadline) => this.acquireStep(key, n, timeout, deadline), options)
+define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n = 1, options) {
+  const waiter = this.waiter(n, timeoutOf(options))
+  // A keyed wait holds nothing to give back.
+  return drive(() => this.waitStep(waiter, key), () => {}, options)
 })
 
 const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide)

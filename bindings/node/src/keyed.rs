@@ -5,12 +5,13 @@ use std::sync::Arc;
 use napi::bindgen_prelude::*;
 use napi::{JsValue, sys};
 use napi_derive::napi;
-use ratebound::any::{self, Acquire, AnyKeyed, Key};
+use ratebound::any::{self, AnyKeyed, Key};
 
-use crate::error::{OrThrow, throw};
+use crate::error::OrThrow;
 use crate::fast::{self, key_error, with_key};
 use crate::limiters::{
-    Decision, ManualClock, clock_of, deadline_of, loose_number, loose_rate, rate_of, tokens,
+    Decision, HOST_MAX_SLEEP, ManualClock, Waiter, clock_of, loose_number, loose_rate, rate_of,
+    step_to_js, tokens,
 };
 
 /// Options of `new KeyedLimiter(...)`.
@@ -171,30 +172,19 @@ impl KeyedLimiter {
         self.handle
     }
 
-    /// One step of `acquire` (internal): `[kind, waitNanos, 0, deadline]`,
-    /// kind 0 admitted, 2 retry, 3 deadline cannot be met.
+    /// A wait for `n` tokens of some key (internal: `acquire`).
     #[napi(skip_typescript)]
-    pub fn acquire_step(
-        &self,
-        env: Env,
-        key: Unknown<'_>,
-        n: f64,
-        timeout: Option<f64>,
-        deadline: Option<f64>,
-    ) -> Result<Vec<f64>> {
+    pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
         let n = any::whole("n", n, 0).or_throw(&env)?;
-        let now = self.inner.now();
-        let deadline = deadline_of(&env, now, timeout, deadline)?;
-        let d = deadline.map_or(-1.0, |d| d as f64);
-        match self.key(&env, &key, |k| self.inner.acquire_step(k, n, deadline, now))? {
-            Ok(Acquire::Admitted) => Ok(vec![0.0, 0.0, 0.0, d]),
-            Ok(Acquire::Retry { wait_nanos }) | Ok(Acquire::Reserved { wait_nanos, .. }) => {
-                Ok(vec![2.0, wait_nanos as f64, 0.0, d])
-            }
-            Err(ratebound::Error::DeadlineExceeded { wait, .. }) => {
-                Ok(vec![3.0, wait.as_nanos() as f64, 0.0, d])
-            }
-            Err(e) => Err(throw(&env, &e)),
-        }
+        Waiter::new(&env, self.inner.waiter(n, timeout, HOST_MAX_SLEEP))
+    }
+
+    /// One step of a wait for `key` (internal: `acquire`).
+    #[napi(skip_typescript)]
+    pub fn wait_step(&self, env: Env, waiter: &Waiter, key: Unknown<'_>) -> Result<Vec<f64>> {
+        let step = self.key(&env, &key, |k| {
+            self.inner.wait_step(&mut waiter.state.borrow_mut(), k)
+        })?;
+        step_to_js(&env, step)
     }
 }

@@ -1,12 +1,11 @@
 //! The clock, the decision and the five algorithms (plus `AllOf`) as classes.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratebound::any::{self, Acquire, AnyClock, AnyLimiter, Rate};
+use ratebound::any::{self, AnyClock, AnyLimiter, Rate};
 use ratebound::{Error as CoreError, Limiter, Permit};
 
 use crate::error::{OrThrow, invalid_type};
@@ -215,13 +214,11 @@ pub struct LeakyBucketOptions<'a> {
     pub clock: Option<&'static ManualClock>,
 }
 
-/// The state every limiter class shares: the core limiter, its slot in the
-/// fast-path table, and the permits of `acquire` calls still waiting.
+/// The state every limiter class shares: the core limiter and its slot in
+/// the fast-path table.
 pub struct Shared {
     pub(crate) limiter: Arc<AnyLimiter>,
     handle: u32,
-    permits: RefCell<HashMap<u32, Permit>>,
-    next_permit: Cell<u32>,
 }
 
 impl Shared {
@@ -230,8 +227,6 @@ impl Shared {
         Shared {
             handle: fast::register_limiter(limiter.clone()),
             limiter,
-            permits: RefCell::new(HashMap::new()),
-            next_permit: Cell::new(0),
         }
     }
 
@@ -248,34 +243,19 @@ impl Shared {
             .or_throw(env)
     }
 
-    /// `[kind, waitNanos, permitId, deadlineNanos]`: kind 0 admitted, 1
-    /// reserved (sleep, then go; `releasePermit` if aborted), 2 retry (sleep,
-    /// then step again), 3 the deadline cannot be met (nothing taken).
-    fn acquire_step(
-        &self,
-        env: &Env,
-        n: f64,
-        timeout: Option<f64>,
-        deadline: Option<f64>,
-    ) -> Result<Vec<f64>> {
+    fn waiter(&self, env: &Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
         let n = any::whole("n", n, 0).or_throw(env)?;
-        let now = self.limiter.now();
-        let deadline = deadline_of(env, now, timeout, deadline)?;
-        let d = deadline.map_or(-1.0, |d| d as f64);
-        Ok(match self.limiter.acquire_step(n, deadline, now) {
-            Ok(Acquire::Admitted) => vec![0.0, 0.0, 0.0, d],
-            Ok(Acquire::Reserved { wait_nanos, permit }) => {
-                let id = self.next_permit.get().wrapping_add(1);
-                self.next_permit.set(id);
-                self.permits.borrow_mut().insert(id, permit);
-                vec![1.0, wait_nanos as f64, f64::from(id), d]
-            }
-            Ok(Acquire::Retry { wait_nanos }) => vec![2.0, wait_nanos as f64, 0.0, d],
-            Err(CoreError::DeadlineExceeded { wait, .. }) => {
-                vec![3.0, wait.as_nanos() as f64, 0.0, d]
-            }
-            Err(e) => return Err(crate::error::throw(env, &e)),
-        })
+        Waiter::new(env, self.limiter.waiter(n, timeout, HOST_MAX_SLEEP))
+    }
+
+    fn wait_step(&self, env: &Env, waiter: &Waiter) -> Result<Vec<f64>> {
+        step_to_js(env, self.limiter.wait_step(&mut waiter.state.borrow_mut()))
+    }
+
+    fn abandon_wait(&self, env: &Env, waiter: &Waiter) -> Result<()> {
+        self.limiter
+            .abandon(&mut waiter.state.borrow_mut())
+            .or_throw(env)
     }
 
     fn reserve(&self, env: &Env, n: Option<f64>, max_wait: Option<f64>) -> Result<Reservation> {
@@ -291,16 +271,6 @@ impl Shared {
             permit: Cell::new(Some(permit)),
             wait,
         })
-    }
-
-    fn release_permit(&self, id: u32) {
-        if let Some(permit) = self.permits.borrow_mut().remove(&id) {
-            self.limiter.release(permit);
-        }
-    }
-
-    fn forget_permit(&self, id: u32) {
-        self.permits.borrow_mut().remove(&id);
     }
 }
 
@@ -342,23 +312,35 @@ impl Reservation {
     }
 }
 
-/// The absolute deadline on the limiter's clock: `deadline` as given (a
-/// later step), else `now + timeout`, else none.
-pub fn deadline_of(
-    env: &Env,
-    now: u64,
-    timeout: Option<f64>,
-    deadline: Option<f64>,
-) -> Result<Option<u64>> {
-    if let Some(d) = deadline {
-        return Ok(Some(any::whole("deadline", d, 0).or_throw(env)?));
+/// A host timer holds at most 2^31 − 1 ms (about 24.8 days; a longer
+/// `setTimeout` fires after 1 ms): the core's waiter never asks for more.
+pub const HOST_MAX_SLEEP: u64 = ((1 << 31) - 1) * 1_000_000;
+
+/// One caller's wait, made and driven by `acquire` (internal: it has no
+/// methods of its own): the deadline, the tokens it holds, when it is over.
+#[napi]
+pub struct Waiter {
+    pub(crate) state: RefCell<any::Waiter>,
+}
+
+impl Waiter {
+    /// Wraps a core waiter just made, or throws its error.
+    pub fn new(env: &Env, made: std::result::Result<any::Waiter, CoreError>) -> Result<Waiter> {
+        Ok(Waiter {
+            state: RefCell::new(made.or_throw(env)?),
+        })
     }
-    match timeout {
-        None => Ok(None),
-        Some(t) => {
-            let t = any::seconds("timeout", t).or_throw(env)?;
-            Ok(Some(now.saturating_add(t.as_nanos() as u64)))
-        }
+}
+
+/// A wait step for JavaScript: `[0, 0]` done, `[2, nanos]` sleep that long
+/// and step again, `[3, nanos]` the timeout cannot be met (nothing taken;
+/// `nanos` is the wait that would have been needed).
+pub fn step_to_js(env: &Env, step: std::result::Result<any::Wait, CoreError>) -> Result<Vec<f64>> {
+    match step {
+        Ok(any::Wait::Done) => Ok(vec![0.0, 0.0]),
+        Ok(any::Wait::Sleep(nanos)) => Ok(vec![2.0, nanos as f64]),
+        Err(CoreError::DeadlineExceeded { wait, .. }) => Ok(vec![3.0, wait.as_nanos() as f64]),
+        Err(e) => Err(crate::error::throw(env, &e)),
     }
 }
 
@@ -433,28 +415,22 @@ macro_rules! limiter_class {
                 self.shared.handle
             }
 
-            /// One step of `acquire` (internal).
+            /// A wait for `n` tokens (internal: `acquire`).
             #[napi(skip_typescript)]
-            pub fn acquire_step(
-                &self,
-                env: Env,
-                n: f64,
-                timeout: Option<f64>,
-                deadline: Option<f64>,
-            ) -> Result<Vec<f64>> {
-                self.shared.acquire_step(&env, n, timeout, deadline)
+            pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
+                self.shared.waiter(&env, n, timeout)
             }
 
-            /// Gives back the tokens of an aborted `acquire` (internal).
+            /// One step of a wait (internal: `acquire`).
             #[napi(skip_typescript)]
-            pub fn release_permit(&self, id: u32) {
-                self.shared.release_permit(id)
+            pub fn wait_step(&self, env: Env, waiter: &Waiter) -> Result<Vec<f64>> {
+                self.shared.wait_step(&env, waiter)
             }
 
-            /// Forgets the permit of a finished `acquire` (internal).
+            /// Ends a wait early, giving back what it holds (internal).
             #[napi(skip_typescript)]
-            pub fn forget_permit(&self, id: u32) {
-                self.shared.forget_permit(id)
+            pub fn abandon_wait(&self, env: Env, waiter: &Waiter) -> Result<()> {
+                self.shared.abandon_wait(&env, waiter)
             }
         }
     };

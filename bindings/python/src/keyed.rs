@@ -132,42 +132,19 @@ impl KeyedLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let n = count(py, n)?;
-        let limiter = &self.inner;
-        let deadline = deadline(py, limiter.now(), timeout)?;
-        with_key(key, |key| {
-            acquire_blocking(
-                py,
-                |now| limiter.acquire_step(key, n, deadline, now),
-                || limiter.now(),
-                |_| {},
-            )
-        })
+        Waiter::for_key(py, &self.inner, key, n, timeout)?.run_blocking(py)
     }
 
-    /// For `acquire`: the deadline (clock ns) for a timeout in seconds.
-    #[pyo3(signature = (timeout=None))]
-    fn _deadline(
-        &self,
-        py: Python<'_>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<u64>> {
-        deadline(py, self.inner.now(), timeout)
-    }
-
-    /// For `acquire`: one step (see `step_to_py`).
-    fn _step(
+    /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
+    #[pyo3(signature = (key, n=None, timeout=None))]
+    fn _waiter(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: &Bound<'_, PyAny>,
-        deadline: Option<u64>,
-    ) -> PyResult<Py<PyAny>> {
-        let n = count(py, Some(n))?;
-        let step = with_key(key, |k| {
-            self.inner
-                .acquire_step(k, n, deadline, self.inner.now())
-                .or_py(py)
-        })?;
-        step_to_py(py, step)
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Waiter> {
+        let n = count(py, n)?;
+        Waiter::for_key(py, &self.inner, key, n, timeout)
     }
 }

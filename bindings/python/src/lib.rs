@@ -32,7 +32,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Decision>()?;
     m.add_class::<Limiter>()?;
     m.add_class::<Reservation>()?;
-    m.add_class::<Permit_>()?;
+    m.add_class::<Waiter>()?;
     m.add_class::<KeyedLimiter>()?;
     m.add_class::<Gate_>()?;
     m.add_class::<RedisEngine_>()?;

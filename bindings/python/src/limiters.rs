@@ -192,53 +192,19 @@ impl Limiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let n = count(py, n)?;
-        let limiter = &self.inner;
-        let deadline = deadline(py, limiter.now(), timeout)?;
-        acquire_blocking(
-            py,
-            |now| limiter.acquire_step(n, deadline, now),
-            || limiter.now(),
-            |p| limiter.release(p),
-        )
+        Waiter::for_limiter(py, &self.inner, n, timeout)?.run_blocking(py)
     }
 
-    /// For `acquire`: the deadline (clock ns) for a timeout in seconds.
-    #[pyo3(signature = (timeout=None))]
-    fn _deadline(
+    /// For `acquire`: a wait for `n` (see `Waiter`).
+    #[pyo3(signature = (n=None, timeout=None))]
+    fn _waiter(
         &self,
         py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<u64>> {
-        deadline(py, self.inner.now(), timeout)
-    }
-
-    /// For `acquire`: one step (see `step_to_py`).
-    fn _step(
-        &self,
-        py: Python<'_>,
-        n: &Bound<'_, PyAny>,
-        deadline: Option<u64>,
-    ) -> PyResult<Py<PyAny>> {
-        let n = count(py, Some(n))?;
-        let step = self
-            .inner
-            .acquire_step(n, deadline, self.inner.now())
-            .or_py(py)?;
-        step_to_py(py, step)
-    }
-
-    /// For `acquire`: gives back a step's tokens (once: the permit is
-    /// taken).
-    fn _release(&self, permit: &Bound<'_, Permit_>) {
-        let taken = permit
-            .get()
-            .permit
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(p) = taken {
-            self.inner.release(p);
-        }
+    ) -> PyResult<Waiter> {
+        let n = count(py, n)?;
+        Waiter::for_limiter(py, &self.inner, n, timeout)
     }
 }
 

@@ -1,68 +1,124 @@
-//! Waiting: the core's acquisition step driven from Python (blocking and asyncio).
+//! Waiting: the core's [`any::Waiter`] driven from Python — a blocking loop
+//! here (GIL released), an asyncio loop in `ratebound/__init__.py`. Both only
+//! sleep what the waiter says and ask it again; the deadline, when the wait
+//! is over and what to give back live in the core.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use ratebound::any::{self, Acquire};
-use ratebound::{Error, Permit};
+use ratebound::any::{self, AnyKeyed, AnyLimiter, Wait};
 
 use crate::convert::*;
 use crate::error::*;
 
-// ------------------------------------------------------------- waiting
+/// Python's timers hold any sleep (asyncio re-arms its selector daily;
+/// blocking sleeps are cut into 50 ms pieces below).
+const HOST_MAX_SLEEP: u64 = u64::MAX;
 
-/// What a reservation or an acquisition step holds: tokens to give back if
-/// the waiter gives up.
+enum Source {
+    Limiter(Arc<AnyLimiter>),
+    /// The key as given: converted again at each step, like any call.
+    Keyed(Arc<AnyKeyed>, Py<PyAny>),
+}
+
+/// One caller's wait (internal: made by `acquire`): `step()` returns the
+/// seconds to sleep before stepping again, or `None` when the tokens are
+/// taken; `abandon()` gives back what the wait holds.
 #[pyclass(frozen, module = "ratebound")]
-pub(crate) struct Permit_ {
-    /// Taken when given back: a permit is single use.
-    pub(crate) permit: std::sync::Mutex<Option<Permit>>,
+pub(crate) struct Waiter {
+    source: Source,
+    state: Mutex<any::Waiter>,
 }
 
-/// One acquisition step as Python sees it: `None` when admitted, else
-/// `(seconds_to_sleep, permit_or_None)`: with a permit the tokens are taken
-/// (go after sleeping; release the permit if cancelled); without one,
-/// sleep and step again.
-pub(crate) fn step_to_py(py: Python<'_>, step: Acquire) -> PyResult<Py<PyAny>> {
-    Ok(match step {
-        Acquire::Admitted => py.None(),
-        Acquire::Reserved { wait_nanos, permit } => {
-            let p = Py::new(
-                py,
-                Permit_ {
-                    permit: std::sync::Mutex::new(Some(permit)),
-                },
-            )?;
-            (nanos_to_secs(wait_nanos), p)
-                .into_pyobject(py)?
-                .into_any()
-                .unbind()
+impl Waiter {
+    pub(crate) fn for_limiter(
+        py: Python<'_>,
+        limiter: &Arc<AnyLimiter>,
+        n: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Waiter> {
+        let timeout = opt_number(py, "timeout", timeout)?;
+        let state = limiter.waiter(n, timeout, HOST_MAX_SLEEP).or_py(py)?;
+        Ok(Waiter {
+            source: Source::Limiter(limiter.clone()),
+            state: Mutex::new(state),
+        })
+    }
+
+    pub(crate) fn for_key(
+        py: Python<'_>,
+        keyed: &Arc<AnyKeyed>,
+        key: &Bound<'_, PyAny>,
+        n: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Waiter> {
+        let timeout = opt_number(py, "timeout", timeout)?;
+        // The key is checked now, so that a bad key fails before any wait.
+        with_key(key, |_| Ok(()))?;
+        let state = keyed.waiter(n, timeout, HOST_MAX_SLEEP).or_py(py)?;
+        Ok(Waiter {
+            source: Source::Keyed(keyed.clone(), key.clone().unbind()),
+            state: Mutex::new(state),
+        })
+    }
+
+    fn next(&self, py: Python<'_>) -> PyResult<Wait> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &self.source {
+            Source::Limiter(l) => l.wait_step(&mut state).or_py(py),
+            Source::Keyed(k, key) => {
+                with_key(key.bind(py), |key| k.wait_step(&mut state, key).or_py(py))
+            }
         }
-        Acquire::Retry { wait_nanos } => (nanos_to_secs(wait_nanos), py.None())
-            .into_pyobject(py)?
-            .into_any()
-            .unbind(),
-    })
+    }
+
+    fn give_up(&self, py: Python<'_>) -> PyResult<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &self.source {
+            Source::Limiter(l) => l.abandon(&mut state).or_py(py),
+            // A keyed wait holds nothing.
+            Source::Keyed(..) => Ok(()),
+        }
+    }
+
+    /// Steps and sleeps (GIL released) until done; gives back what it holds
+    /// if a signal handler raises during a sleep.
+    pub(crate) fn run_blocking(&self, py: Python<'_>) -> PyResult<()> {
+        loop {
+            match self.next(py)? {
+                Wait::Done => return Ok(()),
+                Wait::Sleep(nanos) => {
+                    if let Err(e) = sleep_released(py, nanos) {
+                        self.give_up(py)?;
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
 }
 
-/// The clock time `timeout` seconds after `now`, or `None`.
-pub(crate) fn deadline(
-    py: Python<'_>,
-    now: u64,
-    timeout: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<u64>> {
-    match opt_number(py, "timeout", timeout)? {
-        None => Ok(None),
-        Some(t) => {
-            let d = any::seconds("timeout", t).or_py(py)?;
-            Ok(Some(now.saturating_add(d.as_nanos() as u64)))
-        }
+#[pymethods]
+impl Waiter {
+    /// Seconds to sleep before stepping again, or `None`: the tokens are
+    /// taken.
+    fn step(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        Ok(match self.next(py)? {
+            Wait::Done => None,
+            Wait::Sleep(nanos) => Some(nanos_to_secs(nanos)),
+        })
+    }
+
+    /// Ends the wait, giving back the tokens it holds (once).
+    fn abandon(&self, py: Python<'_>) -> PyResult<()> {
+        self.give_up(py)
     }
 }
 
 /// Sleeps `nanos` with the GIL released, waking every 50 ms to let Python
 /// handle signals (Ctrl-C raises here).
-pub(crate) fn sleep_released(py: Python<'_>, nanos: u64) -> PyResult<()> {
+fn sleep_released(py: Python<'_>, nanos: u64) -> PyResult<()> {
     let mut left = Duration::from_nanos(nanos);
     while !left.is_zero() {
         let chunk = left.min(Duration::from_millis(50));
@@ -71,22 +127,4 @@ pub(crate) fn sleep_released(py: Python<'_>, nanos: u64) -> PyResult<()> {
         py.check_signals()?;
     }
     Ok(())
-}
-
-/// Drives acquisition steps to the end, sleeping with the GIL released.
-pub(crate) fn acquire_blocking(
-    py: Python<'_>,
-    mut step: impl FnMut(u64) -> Result<Acquire, Error>,
-    now: impl Fn() -> u64,
-    release: impl Fn(Permit),
-) -> PyResult<()> {
-    loop {
-        match step(now()).or_py(py)? {
-            Acquire::Admitted => return Ok(()),
-            Acquire::Reserved { wait_nanos, permit } => {
-                return sleep_released(py, wait_nanos).inspect_err(|_| release(permit));
-            }
-            Acquire::Retry { wait_nanos } => sleep_released(py, wait_nanos)?,
-        }
-    }
 }

@@ -69,7 +69,7 @@ async def test_cancelled_acquire_gives_tokens_back() -> None:
     tb = rb.TokenBucket(10, 1, clock=c)
     assert tb.try_acquire()
     # The clock is manual: the waiter's reservation (due in 0.1 s of clock
-    # time) sleeps in real time, and is cancelled before it ends.
+    # time) waits for the clock to be moved, and is cancelled before.
     task = asyncio.ensure_future(tb.acquire())
     await asyncio.sleep(0.01)
     assert tb.peek().retry_after == pytest.approx(0.2)  # the reservation holds the slot
@@ -104,3 +104,42 @@ async def test_async_decorator_waits() -> None:
     start = time.monotonic()
     assert sum([await work() for _ in range(3)]) == 3
     assert time.monotonic() - start >= 0.019
+
+
+async def test_a_thirty_day_wait_on_a_manual_clock_is_never_done_early() -> None:
+    # Issue 13: the core's waiter says when a wait is over, on the limiter's
+    # clock; the binding only sleeps what it says.
+    c = rb.ManualClock()
+    monthly = rb.TokenBucket(1 / (30 * 86400), 1, clock=c)
+    assert monthly.try_acquire()
+    task = asyncio.ensure_future(monthly.acquire())
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    c.advance(30 * 86400 - 0.001)
+    await asyncio.sleep(0.01)
+    assert not task.done(), "done 1 ms before the token is due"
+    c.advance(0.002)
+    await asyncio.wait_for(task, 1)
+    assert not monthly.try_acquire(), "the reserved token was used"
+
+
+def test_a_blocking_thirty_day_wait_is_never_done_early() -> None:
+    import threading
+
+    c = rb.ManualClock()
+    monthly = rb.TokenBucket(1 / (30 * 86400), 1, clock=c)
+    assert monthly.try_acquire()
+    done = threading.Event()
+
+    def wait() -> None:
+        monthly.acquire_blocking()
+        done.set()
+
+    t = threading.Thread(target=wait)
+    t.start()
+    assert not done.wait(0.05)
+    c.advance(30 * 86400 - 0.001)
+    assert not done.wait(0.05), "done 1 ms before the token is due"
+    c.advance(0.002)
+    assert done.wait(2)
+    t.join()

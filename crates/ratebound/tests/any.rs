@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebound::any::{
-    Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, KeySource, Loose, MissingKey,
-    QuotaHeaders, Rate, Request, keyed_algorithm, seconds, whole,
+    Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, KeySource, Loose,
+    MANUAL_POLL_NANOS, MissingKey, QuotaHeaders, Rate, Request, Wait, keyed_algorithm, seconds,
+    whole,
 };
 use ratebound::http::NoHeaders;
 use ratebound::{Error, KeyedAlgorithm, Limiter, ManualClock, Overflow, Quota};
@@ -481,4 +482,164 @@ fn gate_identity_and_remote_policies() {
             .status,
         0
     );
+}
+
+const DAY: u64 = 86_400 * SECOND;
+/// Node's timer limit, 2^31 − 1 ms, in nanoseconds.
+const NODE_TIMER: u64 = ((1 << 31) - 1) * 1_000_000;
+
+/// Drives `waiter` the way a binding does, except that each sleep moves the
+/// manual clock instead of waiting: the clock time at which it says done.
+fn drive_on(clock: &ManualClock, mut step: impl FnMut() -> Result<Wait, Error>) -> u64 {
+    for _ in 0..100_000 {
+        match step().expect("step") {
+            Wait::Done => return ratebound::Clock::now(clock),
+            Wait::Sleep(nanos) => {
+                assert!((1..=NODE_TIMER).contains(&nanos), "sleep {nanos}");
+                clock.advance_nanos(nanos);
+            }
+        }
+    }
+    panic!("no end after 100000 steps");
+}
+
+#[test]
+fn a_thirty_day_wait_is_never_done_early() {
+    // One token per 30 days: the second waits 30 days, in sleeps a Node
+    // timer can hold, and is done exactly when the clock says so.
+    let (clock, any_clock) = manual();
+    let tb = AnyLimiter::token_bucket(Rate::Text("1/s"), None, AnyClock::default()).unwrap();
+    assert_eq!(tb.max_sleep(), u64::MAX);
+    let tb = AnyLimiter::TokenBucket(ratebound::TokenBucket::with_clock(
+        Quota::with_period(Duration::from_nanos(30 * DAY)).unwrap(),
+        any_clock,
+    ));
+    assert!(tb.try_acquire());
+    let mut waiter = tb.waiter(1, None, NODE_TIMER).unwrap();
+    // On a manual clock the waiter looks again every millisecond.
+    assert_eq!(
+        tb.wait_step(&mut waiter).unwrap(),
+        Wait::Sleep(MANUAL_POLL_NANOS)
+    );
+    clock.advance_nanos(30 * DAY - 2 * MANUAL_POLL_NANOS);
+    assert_eq!(
+        tb.wait_step(&mut waiter).unwrap(),
+        Wait::Sleep(MANUAL_POLL_NANOS)
+    );
+    let done_at = drive_on(&clock, || tb.wait_step(&mut waiter));
+    assert_eq!(done_at, 30 * DAY, "done exactly when due");
+    assert!(waiter.is_over());
+    // The reservation was used: abandoning now gives nothing back.
+    tb.abandon(&mut waiter).unwrap();
+    assert!(!tb.try_acquire());
+}
+
+#[test]
+fn a_waiter_on_the_real_clock_sleeps_in_host_timer_pieces() {
+    let (clock, any_clock) = manual();
+    let tb = AnyLimiter::token_bucket(Rate::Text("1/s"), None, AnyClock::default()).unwrap();
+    assert!(tb.try_acquire());
+    let mut waiter = tb.waiter(1, None, NODE_TIMER).unwrap();
+    match tb.wait_step(&mut waiter).unwrap() {
+        Wait::Sleep(n) => assert!(n > 900_000_000 && n <= SECOND, "{n}"),
+        Wait::Done => panic!("done before its token"),
+    }
+    tb.abandon(&mut waiter).unwrap();
+    assert!(waiter.is_over());
+    // A 40-day wait on a clock that is not manual is cut at the host's limit.
+    drop(any_clock);
+    let shared: Arc<dyn ratebound::Clock> = Arc::new(clock.clone());
+    let slow_any = AnyLimiter::TokenBucket(ratebound::TokenBucket::with_clock(
+        Quota::with_period(Duration::from_nanos(40 * DAY)).unwrap(),
+        AnyClock::Shared(shared),
+    ));
+    assert!(slow_any.try_acquire());
+    let mut waiter = slow_any.waiter(1, None, NODE_TIMER).unwrap();
+    assert_eq!(
+        slow_any.wait_step(&mut waiter).unwrap(),
+        Wait::Sleep(NODE_TIMER)
+    );
+    assert_eq!(
+        drive_on(&clock, || slow_any.wait_step(&mut waiter)),
+        40 * DAY
+    );
+}
+
+#[test]
+fn an_abandoned_wait_gives_its_tokens_back_once() {
+    let (clock, any_clock) = manual();
+    let tb = AnyLimiter::token_bucket(Rate::Text("1/s"), None, any_clock).unwrap();
+    assert!(tb.try_acquire());
+    let mut waiter = tb.waiter(1, None, u64::MAX).unwrap();
+    assert!(matches!(tb.wait_step(&mut waiter).unwrap(), Wait::Sleep(_)));
+    assert_eq!(
+        tb.peek_n_at(1, tb.now()).unwrap().retry_after(),
+        Duration::from_secs(2)
+    );
+    tb.abandon(&mut waiter).unwrap();
+    assert_eq!(
+        tb.peek_n_at(1, tb.now()).unwrap().retry_after(),
+        Duration::from_secs(1)
+    );
+    // Twice, or stepping after abandoning, changes nothing.
+    tb.abandon(&mut waiter).unwrap();
+    assert_eq!(tb.wait_step(&mut waiter).unwrap(), Wait::Done);
+    assert_eq!(
+        tb.peek_n_at(1, tb.now()).unwrap().retry_after(),
+        Duration::from_secs(1)
+    );
+    clock.advance(Duration::from_secs(1));
+    assert!(tb.try_acquire());
+    // Another limiter's waiter is refused, not applied.
+    let other = AnyLimiter::token_bucket(Rate::Text("1/s"), None, AnyClock::default()).unwrap();
+    assert!(other.try_acquire());
+    let mut theirs = other.waiter(1, None, u64::MAX).unwrap();
+    assert!(matches!(
+        other.wait_step(&mut theirs).unwrap(),
+        Wait::Sleep(_)
+    ));
+    assert!(matches!(tb.abandon(&mut theirs), Err(Error::ForeignPermit)));
+}
+
+#[test]
+fn a_timeout_that_cannot_be_met_fails_at_once_and_windows_retry() {
+    let (clock, any_clock) = manual();
+    let tb = AnyLimiter::token_bucket(Rate::Text("1/s"), None, any_clock.clone()).unwrap();
+    assert!(tb.try_acquire());
+    let mut waiter = tb.waiter(1, Some(0.5), u64::MAX).unwrap();
+    assert!(matches!(
+        tb.wait_step(&mut waiter),
+        Err(Error::DeadlineExceeded { .. })
+    ));
+    assert_eq!(tb.available(), 0);
+    assert!(matches!(
+        tb.waiter(1, Some(-1.0), u64::MAX),
+        Err(Error::InvalidNumber {
+            name: "timeout",
+            ..
+        })
+    ));
+    // A window retries until it admits; its deadline counts from the start.
+    let fw = AnyLimiter::fixed_window(1.0, 10.0, any_clock.clone()).unwrap();
+    assert!(fw.try_acquire());
+    let mut waiter = fw.waiter(1, Some(10.0), u64::MAX).unwrap();
+    assert_eq!(drive_on(&clock, || fw.wait_step(&mut waiter)), 10 * SECOND);
+    // Keyed: the same, per key.
+    let k = AnyKeyed::new(
+        keyed_algorithm("fixed_window", None, None, Some(1.0), Some(5.0)).unwrap(),
+        None,
+        ratebound::Overflow::EvictLeastRecent,
+        any_clock,
+    )
+    .unwrap();
+    assert!(k.check_n(Key::Text("a"), 1).unwrap().is_allowed());
+    let mut waiter = k.waiter(1, Some(1.0), u64::MAX).unwrap();
+    assert!(matches!(
+        k.wait_step(&mut waiter, Key::Text("a")),
+        Err(Error::DeadlineExceeded { .. })
+    ));
+    let mut waiter = k.waiter(1, None, u64::MAX).unwrap();
+    let start = ratebound::Clock::now(&clock);
+    let end = drive_on(&clock, || k.wait_step(&mut waiter, Key::Text("a")));
+    assert_eq!(end - start, 5 * SECOND);
 }

@@ -72,6 +72,20 @@ Rate = Union[int, float, str]
 Number = Union[int, float]
 
 
+async def _wait(waiter: "_ratebound.Waiter") -> None:
+    """Sleeps what the core's waiter says until it says done; a cancelled
+    task gives back what the waiter holds."""
+    try:
+        while True:
+            wait = waiter.step()
+            if wait is None:
+                return
+            await asyncio.sleep(wait)
+    except BaseException:
+        waiter.abandon()
+        raise
+
+
 class Limiter(_ratebound.Limiter):
     """What every single limiter can do: ``check``, ``try_acquire``, ``peek``,
     ``available``, ``acquire`` (asyncio) and ``acquire_blocking`` (threads)."""
@@ -85,20 +99,7 @@ class Limiter(_ratebound.Limiter):
         wait would exceed ``timeout`` seconds. A bucket reserves its tokens
         first and sleeps once; cancelling the task gives them back.
         """
-        deadline = self._deadline(timeout)
-        while True:
-            step = self._step(n, deadline)
-            if step is None:
-                return
-            wait, permit = step
-            try:
-                await asyncio.sleep(wait)
-            except BaseException:
-                if permit is not None:
-                    self._release(permit)
-                raise
-            if permit is not None:
-                return
+        await _wait(self._waiter(n, timeout))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(limit={self.limit}, available={self.available()})"
@@ -189,12 +190,7 @@ class KeyedLimiter(_ratebound.KeyedLimiter):
         """Waits until ``n`` are taken for ``key`` (see :meth:`Limiter.acquire`);
         a keyed limiter does not reserve: it sleeps until the key would admit
         and asks again."""
-        deadline = self._deadline(timeout)
-        while True:
-            step = self._step(key, n, deadline)
-            if step is None:
-                return
-            await asyncio.sleep(step[0])
+        await _wait(self._waiter(key, n, timeout))
 
     def __repr__(self) -> str:
         return f"KeyedLimiter(keys={len(self)}, max_keys={self.max_keys})"

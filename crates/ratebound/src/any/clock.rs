@@ -28,6 +28,17 @@ impl Default for AnyClock {
     }
 }
 
+impl AnyClock {
+    /// The longest a [`Waiter`](super::Waiter) on this clock sleeps before
+    /// looking at it again: a manual clock moves only by hand.
+    pub fn max_sleep(&self) -> u64 {
+        match self {
+            AnyClock::Manual(_) => super::MANUAL_POLL_NANOS,
+            AnyClock::Monotonic(_) | AnyClock::Shared(_) => u64::MAX,
+        }
+    }
+}
+
 impl Clock for AnyClock {
     #[inline]
     fn now(&self) -> u64 {

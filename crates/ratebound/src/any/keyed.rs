@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::numbers::{Rate, quota, window_args};
-use super::{Acquire, AnyClock};
+use super::{Acquire, AnyClock, Wait, Waiter};
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, Overflow};
 
 /// A key as a dynamic language gives it. The three kinds never collide:
@@ -224,6 +224,32 @@ impl AnyKeyed {
             }),
             _ => Ok(Acquire::Retry { wait_nanos: wait }),
         }
+    }
+
+    /// A wait for `n` tokens of any key starting now (see
+    /// [`AnyLimiter::waiter`](super::AnyLimiter::waiter)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a bad `timeout`.
+    pub fn waiter(
+        &self,
+        n: u64,
+        timeout: Option<f64>,
+        host_max_sleep: u64,
+    ) -> Result<Waiter, Error> {
+        let max_sleep = host_max_sleep.min(self.limiter.clock().max_sleep());
+        Waiter::new(n, timeout, self.now(), max_sleep)
+    }
+
+    /// Advances `waiter` for `key` at the clock's time. A keyed limiter does
+    /// not reserve (a key's state may be evicted), so a waiter on it holds
+    /// nothing and needs no abandoning.
+    ///
+    /// # Errors
+    /// As [`acquire_step`](Self::acquire_step).
+    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Wait, Error> {
+        let now = self.now();
+        waiter.step(now, |n, deadline| self.acquire_step(key, n, deadline, now))
     }
 
     /// Tokens `key` could take now.

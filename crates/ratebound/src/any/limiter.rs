@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::AnyClock;
 use super::numbers::{Rate, quota, seconds, window_args};
+use super::{Wait, Waiter};
 use crate::{
     AllOf, Decision, Error, FixedWindow, LeakyBucket, Limiter, Permit, Quota, SlidingLog,
     SlidingWindow, TokenBucket,
@@ -25,8 +26,9 @@ pub enum AnyLimiter {
     SlidingLog(SlidingLog<AnyClock>),
     /// See [`LeakyBucket`].
     LeakyBucket(LeakyBucket<AnyClock>),
-    /// See [`AllOf`].
-    AllOf(AllOf),
+    /// See [`AllOf`]; with the longest a [`Waiter`] on it sleeps (the
+    /// shortest of its members': see [`AnyClock::max_sleep`]).
+    AllOf(AllOf, u64),
 }
 
 macro_rules! each {
@@ -37,7 +39,7 @@ macro_rules! each {
             AnyLimiter::SlidingWindow($l) => $e,
             AnyLimiter::SlidingLog($l) => $e,
             AnyLimiter::LeakyBucket($l) => $e,
-            AnyLimiter::AllOf($l) => $e,
+            AnyLimiter::AllOf($l, _) => $e,
         }
     };
 }
@@ -127,8 +129,64 @@ impl AnyLimiter {
     /// # Errors
     /// [`Error::NoLimiters`] for an empty list.
     pub fn all_of(members: Vec<Arc<AnyLimiter>>) -> Result<AnyLimiter, Error> {
+        let max_sleep = members
+            .iter()
+            .map(|m| m.max_sleep())
+            .min()
+            .unwrap_or(u64::MAX);
         let members = members.into_iter().map(|m| m as Arc<dyn Limiter>).collect();
-        AllOf::new(members).map(AnyLimiter::AllOf)
+        AllOf::new(members).map(|all| AnyLimiter::AllOf(all, max_sleep))
+    }
+
+    /// The longest a [`Waiter`] on this limiter sleeps before looking at its
+    /// clock again (see [`AnyClock::max_sleep`]).
+    pub fn max_sleep(&self) -> u64 {
+        match self {
+            AnyLimiter::TokenBucket(l) => l.clock().max_sleep(),
+            AnyLimiter::FixedWindow(l) => l.clock().max_sleep(),
+            AnyLimiter::SlidingWindow(l) => l.clock().max_sleep(),
+            AnyLimiter::SlidingLog(l) => l.clock().max_sleep(),
+            AnyLimiter::LeakyBucket(l) => l.clock().max_sleep(),
+            AnyLimiter::AllOf(_, max_sleep) => *max_sleep,
+        }
+    }
+
+    /// A wait for `n` tokens starting now, failing at once if it cannot end
+    /// within `timeout` seconds; `host_max_sleep` is the longest sleep the
+    /// caller's timer can hold, in nanoseconds (Node: 2^31 − 1 ms).
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a bad `timeout`.
+    pub fn waiter(
+        &self,
+        n: u64,
+        timeout: Option<f64>,
+        host_max_sleep: u64,
+    ) -> Result<Waiter, Error> {
+        Waiter::new(n, timeout, self.now(), host_max_sleep.min(self.max_sleep()))
+    }
+
+    /// Advances `waiter` at the clock's time: [`Wait::Done`] or how long to
+    /// sleep before the next step.
+    ///
+    /// # Errors
+    /// As [`acquire_step`](Self::acquire_step), on the first step (or a
+    /// window's retries): the deadline cannot be met, or `n` never can.
+    pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Wait, Error> {
+        let now = self.now();
+        waiter.step(now, |n, deadline| self.acquire_step(n, deadline, now))
+    }
+
+    /// Ends `waiter` early (cancelled, aborted, interrupted): the tokens it
+    /// held are given back, as far as no later taker depends on them.
+    ///
+    /// # Errors
+    /// [`Error::ForeignPermit`] if `waiter` was made by another limiter.
+    pub fn abandon(&self, waiter: &mut Waiter) -> Result<(), Error> {
+        match waiter.abandon() {
+            Some(permit) => self.try_release(permit),
+            None => Ok(()),
+        }
     }
 
     /// The algorithm's name: `"token_bucket"`, `"fixed_window"`,
@@ -140,7 +198,7 @@ impl AnyLimiter {
             AnyLimiter::SlidingWindow(_) => "sliding_window",
             AnyLimiter::SlidingLog(_) => "sliding_log",
             AnyLimiter::LeakyBucket(_) => "leaky_bucket",
-            AnyLimiter::AllOf(_) => "all_of",
+            AnyLimiter::AllOf(..) => "all_of",
         }
     }
 

@@ -8,7 +8,8 @@
 //!   (a float), checked and named in the error.
 //! - [`AnyLimiter`]: one of the five algorithms (or an [`AllOf`](crate::AllOf)) behind one
 //!   type, with [`acquire_step`](AnyLimiter::acquire_step) — the one step of
-//!   a wait that any event loop can drive.
+//!   a wait, and [`Waiter`], the state machine that any event loop drives
+//!   (deadline, next sleep, give-back when abandoned).
 //! - [`AnyKeyed`]: a [`KeyedLimiter`](crate::KeyedLimiter) over [`Key`]s (text, bytes or
 //!   integers) stored as 128-bit keyed fingerprints, so a key costs the same
 //!   few bytes whatever its length, and none of it lives on a script
@@ -38,6 +39,7 @@ pub mod gate;
 mod keyed;
 mod limiter;
 mod numbers;
+mod waiter;
 
 pub use clock::AnyClock;
 pub use gate::{
@@ -47,3 +49,4 @@ pub use gate::{
 pub use keyed::{AnyKeyed, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow};
 pub use limiter::{Acquire, AnyLimiter};
 pub use numbers::{Rate, quota, seconds, whole};
+pub use waiter::{MANUAL_POLL_NANOS, Wait, Waiter};

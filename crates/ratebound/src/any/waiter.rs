@@ -1,0 +1,146 @@
+//! [`Waiter`]: one caller's wait for tokens, as a state machine that any
+//! event loop drives — the deadline, how long to sleep next (never more than
+//! the host's timer can hold), when the wait is over, and what to give back
+//! when the caller gives up. Python's asyncio and blocking waits and Node's
+//! Promises each only sleep what it says and ask again.
+
+use std::time::Duration;
+
+use super::limiter::Acquire;
+use super::numbers::seconds;
+use crate::{Error, Permit};
+
+/// How long a waiter on a [`ManualClock`](crate::ManualClock) sleeps at most
+/// before looking at the clock again: the clock moves only by hand, so
+/// sleeping the clock's remaining time would not notice it being moved.
+pub const MANUAL_POLL_NANOS: u64 = 1_000_000;
+
+/// What to do next (see [`Waiter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The tokens are yours: go ahead.
+    Done,
+    /// Sleep this many nanoseconds (at least 1), then step again.
+    Sleep(u64),
+}
+
+/// One caller's wait for `n` tokens, made by
+/// [`AnyLimiter::waiter`](super::AnyLimiter::waiter) or
+/// [`AnyKeyed::waiter`](super::AnyKeyed::waiter) and advanced by their
+/// `wait_step`.
+///
+/// A bucket reserves on the first step, and the waiter then holds the
+/// tokens until the limiter's clock reaches the time they are due — it says
+/// [`Wait::Done`] only then, however early a host timer fires or however
+/// long the wait (a wait of 30 days is slept in pieces the host's timer can
+/// hold). The windows cannot reserve: the waiter sleeps until they would
+/// admit and asks again. The deadline (`timeout` after the waiter was made)
+/// is kept here: a wait that cannot end before it fails at once, taking
+/// nothing. A caller that gives up calls `abandon`, which gives held tokens
+/// back.
+///
+/// # Examples
+/// ```
+/// use ratebound::any::{AnyClock, AnyLimiter, Rate, Wait};
+/// use ratebound::{Limiter, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let tb = AnyLimiter::token_bucket(Rate::Text("1/s"), None, AnyClock::Manual(clock.clone()))?;
+/// assert!(tb.try_acquire());
+/// let mut waiter = tb.waiter(1, None, u64::MAX)?;
+/// // Reserved; the clock is manual, so the waiter looks again every 1 ms.
+/// assert_eq!(tb.wait_step(&mut waiter)?, Wait::Sleep(1_000_000));
+/// clock.advance_nanos(999_999_999);
+/// assert_eq!(tb.wait_step(&mut waiter)?, Wait::Sleep(1));
+/// clock.advance_nanos(1);
+/// assert_eq!(tb.wait_step(&mut waiter)?, Wait::Done);
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Waiter {
+    n: u64,
+    deadline: Option<u64>,
+    /// Tokens taken ahead of time: the clock time they are due, and the
+    /// permit to give back if the caller gives up first.
+    held: Option<(u64, Permit)>,
+    max_sleep: u64,
+    done: bool,
+}
+
+impl Waiter {
+    /// A wait for `n` starting at `now`, failing if it cannot end within
+    /// `timeout` seconds, sleeping at most `max_sleep` nanoseconds at a time.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a `timeout` that is not a finite number
+    /// of seconds ≥ 0.
+    pub(crate) fn new(
+        n: u64,
+        timeout: Option<f64>,
+        now: u64,
+        max_sleep: u64,
+    ) -> Result<Waiter, Error> {
+        let deadline = match timeout {
+            None => None,
+            Some(t) => Some(now.saturating_add(nanos(seconds("timeout", t)?))),
+        };
+        Ok(Waiter {
+            n,
+            deadline,
+            held: None,
+            max_sleep: max_sleep.max(1),
+            done: false,
+        })
+    }
+
+    /// One step at `now`; `take(n, deadline)` is the limiter's
+    /// `acquire_step` at `now`.
+    pub(crate) fn step(
+        &mut self,
+        now: u64,
+        take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
+    ) -> Result<Wait, Error> {
+        if self.done {
+            return Ok(Wait::Done);
+        }
+        if let Some((due, _)) = self.held {
+            if now >= due {
+                // The permit is used: nothing is given back any more.
+                self.held = None;
+                self.done = true;
+                return Ok(Wait::Done);
+            }
+            return Ok(self.sleep(due - now));
+        }
+        Ok(match take(self.n, self.deadline)? {
+            Acquire::Admitted => {
+                self.done = true;
+                Wait::Done
+            }
+            Acquire::Reserved { wait_nanos, permit } => {
+                self.held = Some((now.saturating_add(wait_nanos), permit));
+                self.sleep(wait_nanos)
+            }
+            Acquire::Retry { wait_nanos } => self.sleep(wait_nanos),
+        })
+    }
+
+    fn sleep(&self, nanos: u64) -> Wait {
+        Wait::Sleep(nanos.clamp(1, self.max_sleep))
+    }
+
+    /// Ends the wait; the tokens to give back, if any were held.
+    pub(crate) fn abandon(&mut self) -> Option<Permit> {
+        self.done = true;
+        self.held.take().map(|(_, permit)| permit)
+    }
+
+    /// True once the wait is over (done or abandoned).
+    pub fn is_over(&self) -> bool {
+        self.done
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
