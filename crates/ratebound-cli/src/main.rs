@@ -1,0 +1,402 @@
+//! `ratebound`: a demo of the source scenarios, a simulator that replays
+//! traffic against every algorithm (with charts), a Redis inspector and a
+//! quick benchmark — all on the core that enforces the limits.
+//!
+//! Bad input is one line on stderr and exit code 2, never a panic.
+
+mod bench;
+mod demo;
+mod inspect;
+mod plot;
+mod simulate;
+mod traffic;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ratebound::Quota;
+
+use simulate::{Algo, Limits};
+
+pub(crate) const SECOND: u64 = 1_000_000_000;
+
+/// An error for the user: printed as one line, exit code 2.
+#[derive(Debug)]
+pub struct CliError(String);
+
+impl CliError {
+    /// An error with this message.
+    pub fn new(msg: impl Into<String>) -> CliError {
+        CliError(msg.into())
+    }
+}
+
+impl From<ratebound::Error> for CliError {
+    fn from(e: ratebound::Error) -> CliError {
+        CliError(e.to_string())
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Rate limiting you can see: the source scenarios, your traffic replayed
+/// against every algorithm, a global limit's state in Redis.
+#[derive(Parser, Debug)]
+#[command(name = "ratebound", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Replays DESIGN.md scenarios 1-6 on a manual clock, as tables.
+    Demo,
+    /// Replays traffic against one or all algorithms on a manual clock.
+    Simulate(SimulateArgs),
+    /// Shows a global limit's state in Redis (tokens, TAT, TTL).
+    Inspect(InspectArgs),
+    /// A quick throughput check of the core on this machine.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    /// token-bucket, fixed-window, sliding-window, sliding-log, leaky-bucket
+    /// or all.
+    #[arg(long, default_value = "all")]
+    algorithm: String,
+    /// The buckets' quota, as the core parses it: "10/s burst 20".
+    #[arg(long, allow_hyphen_values = true)]
+    rate: Option<String>,
+    /// The windows' limit per --window (default: the quota's burst).
+    #[arg(long, allow_hyphen_values = true)]
+    limit: Option<String>,
+    /// The windows' length: 60s, 1min, 500ms (default: burst / rate).
+    #[arg(long, allow_hyphen_values = true)]
+    window: Option<String>,
+    /// The leaky bucket's longest queueing delay (default: burst / rate).
+    #[arg(long, allow_hyphen_values = true)]
+    max_delay: Option<String>,
+    /// steady:RATE, burst:N@T, boundary, poisson:RATE, noisy-neighbour,
+    /// incident, or a file of timestamp[,key][,n] rows (CSV or JSON lines).
+    #[arg(long)]
+    traffic: String,
+    /// How long the built-in shapes run.
+    #[arg(long, default_value = "60s", allow_hyphen_values = true)]
+    duration: String,
+    /// The seed of poisson traffic.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One limiter for all keys (a global limit) instead of one per key.
+    #[arg(long)]
+    global: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Draw admitted/refused over time and the level, one panel per
+    /// algorithm, into an .svg file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// The server, e.g. redis://127.0.0.1:6379.
+    #[arg(long)]
+    redis: String,
+    /// The full key (with its prefix, e.g. rb:user-1).
+    key: String,
+    /// The limit's quota, to turn a token bucket's TAT into tokens.
+    #[arg(long, allow_hyphen_values = true)]
+    rate: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value = "0.5", allow_hyphen_values = true)]
+    seconds: String,
+}
+
+/// A span: `60s`, `1.5s`, `500ms`, `2min`, `1h`, or a number of seconds.
+pub fn parse_duration(text: &str, what: &str) -> Result<u64, CliError> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| {
+        CliError::new(format!(
+            "{what}: {text:?} is not a duration (e.g. 60s, 500ms)"
+        ))
+    })?;
+    let scale = match unit.trim() {
+        "" | "s" | "sec" => 1e9,
+        "ms" => 1e6,
+        "us" => 1e3,
+        "ns" => 1.0,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        "d" => 86_400e9,
+        other => {
+            return Err(CliError::new(format!(
+                "{what}: unknown unit {other:?} in {text:?} (ns, us, ms, s, min, h, d)"
+            )));
+        }
+    };
+    let nanos = value * scale;
+    if !nanos.is_finite() || nanos <= 0.0 || nanos > 2f64.powi(60) {
+        return Err(CliError::new(format!(
+            "{what}: {text:?} must be more than 0 and at most about 36 years"
+        )));
+    }
+    Ok(nanos.round() as u64)
+}
+
+/// A whole number ≥ 1.
+fn parse_count(text: &str, what: &str) -> Result<u64, CliError> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(CliError::new(format!(
+            "{what}: {text:?} must be a whole number of at least 1"
+        ))),
+    }
+}
+
+/// A span for people: 500ms, 1.5s, 2min.
+pub fn show_duration(nanos: u64) -> String {
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    let trim = |v: f64| {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    if nanos < 1_000_000 {
+        format!("{}us", trim(nanos as f64 / 1e3))
+    } else if nanos < SECOND {
+        format!("{}ms", trim(nanos as f64 / 1e6))
+    } else if nanos < 600 * SECOND {
+        format!("{}s", trim(nanos as f64 / 1e9))
+    } else {
+        format!("{}min", trim(nanos as f64 / 60e9))
+    }
+}
+
+/// The limits every algorithm gets, each derived from the other when only
+/// one is given (the same long-run rate and burst).
+fn limits(args: &SimulateArgs) -> Result<Limits, CliError> {
+    let default_rate = if args.traffic == "boundary" {
+        "100/min burst 100"
+    } else {
+        "10/s burst 20"
+    };
+    let window = args
+        .window
+        .as_deref()
+        .map(|w| parse_duration(w, "--window"))
+        .transpose()?;
+    let limit = args
+        .limit
+        .as_deref()
+        .map(|l| parse_count(l, "--limit"))
+        .transpose()?;
+    let quota = match (&args.rate, limit, window) {
+        (Some(rate), _, _) => {
+            Quota::parse(rate).map_err(|e| CliError::new(format!("--rate: {e}")))?
+        }
+        (None, Some(l), Some(w)) => Quota::with_period(Duration::from_nanos((w / l).max(1)))
+            .and_then(|q| q.with_burst(l))
+            .map_err(|e| CliError::new(format!("--limit/--window: {e}")))?,
+        (None, _, _) => Quota::parse(default_rate)?,
+    };
+    let tolerance = quota.tolerance_nanos();
+    let limit = limit.unwrap_or(quota.burst());
+    let window = window.unwrap_or(tolerance);
+    let max_delay = match &args.max_delay {
+        Some(d) => parse_duration(d, "--max-delay")?,
+        None => tolerance,
+    };
+    Ok(Limits {
+        quota,
+        limit,
+        window: Duration::from_nanos(window),
+        max_delay: Duration::from_nanos(max_delay),
+    })
+}
+
+fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
+    let algos = Algo::parse(&args.algorithm)?;
+    let limits = limits(args)?;
+    let duration = parse_duration(&args.duration, "--duration")?;
+    let builtin = [
+        "steady",
+        "burst",
+        "boundary",
+        "poisson",
+        "noisy-neighbour",
+        "noisy-neighbor",
+        "incident",
+    ];
+    let shape_name = args.traffic.split(':').next().unwrap_or("");
+    let path = PathBuf::from(&args.traffic);
+    let traffic =
+        if builtin.contains(&shape_name) || !path.exists() && !args.traffic.contains(['/', '.']) {
+            traffic::shape(
+                &args.traffic,
+                &traffic::ShapeArgs {
+                    duration,
+                    seed: args.seed,
+                    limit: limits.limit,
+                    window: simulate::nanos(limits.window),
+                    rate: SECOND as f64 / limits.quota.emission_interval_nanos() as f64,
+                },
+            )?
+        } else {
+            traffic::file(&path)?
+        };
+    let incident = shape_name == "incident";
+    let mut outcomes = Vec::new();
+    for &algo in &algos {
+        outcomes.push(simulate::run(
+            algo,
+            &limits,
+            &traffic,
+            args.global && !incident,
+        )?);
+        if incident {
+            outcomes.push(simulate::run(algo, &limits, &traffic, true)?);
+        }
+    }
+    if let Some(path) = &args.plot {
+        plot::svg(
+            path,
+            &format!(
+                "{}: {} requests, quota {}",
+                traffic.name,
+                traffic.events.len(),
+                limits.quota
+            ),
+            &outcomes,
+        )?;
+    }
+    if args.json {
+        let v = simulate::json(&traffic, &limits, &outcomes);
+        return serde_json::to_string_pretty(&v).map_err(|e| CliError::new(e.to_string()));
+    }
+    let mut out = format!(
+        "traffic {}: {} requests over {} from {} keys\nlimits: quota {} (token and leaky bucket, max delay {}); {} per {} (windows)\n\n",
+        traffic.name,
+        traffic.events.len(),
+        show_duration(traffic.duration),
+        traffic.keys.len(),
+        limits.quota,
+        show_duration(simulate::nanos(limits.max_delay)),
+        limits.limit,
+        show_duration(simulate::nanos(limits.window)),
+    );
+    out.push_str(&simulate::table(&outcomes));
+    if incident {
+        out.push_str(&incident_note(&outcomes, &limits, traffic.duration));
+    }
+    if let Some(path) = &args.plot {
+        out.push_str(&format!("\nplot: {}\n", path.display()));
+    }
+    Ok(out)
+}
+
+/// The incident in one paragraph: what 50 local limits let through against
+/// the partner's one limit.
+fn incident_note(outcomes: &[Outcome], limits: &Limits, duration: u64) -> String {
+    let secs = duration as f64 / 1e9;
+    let partner =
+        limits.quota.burst() as f64 + secs * 1e9 / limits.quota.emission_interval_nanos() as f64;
+    let mut out = format!(
+        "\nThe partner allows {} over the run ({} + {}/s x {:.0} s). 50 instances, each with its own local limit:\n",
+        partner.floor(),
+        limits.quota.burst(),
+        1e9 / limits.quota.emission_interval_nanos() as f64,
+        secs
+    );
+    for pair in outcomes.chunks(2) {
+        if let [local, global] = pair {
+            out.push_str(&format!(
+                "  {:<16} local limits admit {} (x{:.1} the partner's limit); one global limit admits {}\n",
+                local.algo.name(),
+                local.admitted,
+                local.admitted as f64 / partner,
+                global.admitted
+            ));
+        }
+    }
+    out
+}
+
+use simulate::Outcome;
+
+fn run(cli: Cli) -> Result<String, CliError> {
+    match cli.command {
+        Command::Demo => demo::render(),
+        Command::Simulate(args) => simulate(&args),
+        Command::Inspect(args) => inspect::run(&args.redis, &args.key, args.rate.as_deref()),
+        Command::Bench(args) => {
+            let secs = parse_duration(&args.seconds, "--seconds")?;
+            bench::run(Duration::from_nanos(secs))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            // One line: clap's message up to its first blank line (its
+            // tips and usage block follow), joined.
+            let text = e.render().to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!(
+                "ratebound: {} (see ratebound --help)",
+                message.join(" ").trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(out) => {
+            print!("{out}");
+            if !out.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ratebound: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The `ratebound` binary as a user runs it: output, exit codes, files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn ratebound(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ratebound"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A file under the target directory, fresh for this test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-tests");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// Fails with exit code 2 and exactly one line on stderr containing `needle`.
+fn assert_usage_error(args: &[&str], needle: &str) {
+    let o = ratebound(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err:?}");
+    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let o = ratebound(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("JSON output")
+}
+
+fn admitted(v: &serde_json::Value, algorithm: &str, scope: &str) -> u64 {
+    v["algorithms"]
+        .as_array()
+        .expect("algorithms")
+        .iter()
+        .find(|a| a["algorithm"] == algorithm && a["scope"] == scope)
+        .and_then(|a| a["admitted"].as_u64())
+        .unwrap_or_else(|| panic!("no {algorithm}/{scope} in {v}"))
+}
+
+#[test]
+fn demo_matches_the_golden_file() {
+    let o = ratebound(&["demo"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let golden = include_str!("golden/demo.txt");
+    assert_eq!(
+        stdout(&o),
+        golden,
+        "demo output changed; if on purpose, regenerate tests/golden/demo.txt"
+    );
+    // The scenarios' numbers, in the golden file itself.
+    for expected in [
+        "7 admitted, 3 refused",
+        "429 (1s)",
+        "2 removed (alice, bob), 1 left",
+        "14 admitted, 6 refused",
+        "fixed window: 100 + 100 = 200 admitted",
+        "sliding window: 100 + 0 = 100 admitted",
+        "sliding log: 100 + 0 = 100 admitted",
+        "18 of 18 at 75 s",
+    ] {
+        assert!(golden.contains(expected), "{expected}");
+    }
+}
+
+#[test]
+fn boundary_burst_doubles_a_fixed_window_only() {
+    let v = json(&[
+        "simulate",
+        "--traffic",
+        "boundary",
+        "--limit",
+        "100",
+        "--window",
+        "60s",
+        "--json",
+    ]);
+    assert_eq!(v["requests"], 200);
+    assert_eq!(admitted(&v, "fixed-window", "key"), 200);
+    assert_eq!(admitted(&v, "sliding-window", "key"), 100);
+    assert_eq!(admitted(&v, "sliding-log", "key"), 100);
+    assert_eq!(admitted(&v, "token-bucket", "key"), 100);
+}
+
+#[test]
+fn incident_shows_fifty_local_limits_overshooting_the_partner() {
+    let v = json(&[
+        "simulate",
+        "--traffic",
+        "incident",
+        "--rate",
+        "10/s burst 20",
+        "--algorithm",
+        "token-bucket",
+        "--duration",
+        "30s",
+        "--json",
+    ]);
+    let local = admitted(&v, "token-bucket", "key");
+    let global = admitted(&v, "token-bucket", "global");
+    // The partner's limit: 20 + 10/s over the run's 30 s.
+    assert!(global <= 20 + 10 * 30, "{global}");
+    assert!(global >= 10 * 30, "{global}");
+    // Each of the 50 instances admits its own 20 + 10/s.
+    assert!(local >= 45 * global, "local {local} vs global {global}");
+    let text = stdout(&ratebound(&[
+        "simulate",
+        "--traffic",
+        "incident",
+        "--algorithm",
+        "token-bucket",
+        "--duration",
+        "30s",
+    ]));
+    assert!(text.contains("The partner allows 320"), "{text}");
+}
+
+#[test]
+fn leaky_bucket_reports_added_delay() {
+    let v = json(&[
+        "simulate",
+        "--traffic",
+        "burst:30@1s",
+        "--rate",
+        "10/s burst 20",
+        "--algorithm",
+        "leaky-bucket",
+        "--json",
+    ]);
+    let a = &v["algorithms"][0];
+    // 20 fit in a 2 s queue (one every 100 ms, the first at once) plus one
+    // exactly at its end.
+    assert_eq!(a["admitted"], 21, "{v}");
+    assert_eq!(a["delay_p99_s"], 2.0, "{v}");
+    assert_eq!(a["delay_p50_s"], 1.0, "{v}");
+}
+
+#[test]
+fn traffic_files_csv_and_json_lines() {
+    let csv = scratch("log.csv");
+    // A header, seconds with keys and weights, and RFC 3339 times.
+    std::fs::write(
+        &csv,
+        "timestamp,key,n\n0,alice,1\n0,alice,1\n0,alice,1\n0,bob,2\n0.5,bob,1\n",
+    )
+    .unwrap();
+    let v = json(&[
+        "simulate",
+        "--traffic",
+        csv.to_str().unwrap(),
+        "--rate",
+        "1/s burst 2",
+        "--algorithm",
+        "token-bucket",
+        "--json",
+    ]);
+    // alice: 2 of 3; bob: 2 tokens then none left at 0.5 s.
+    assert_eq!(admitted(&v, "token-bucket", "key"), 3, "{v}");
+    assert_eq!(v["algorithms"][0]["keys"], 2);
+
+    let jsonl = scratch("log.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"t\": \"2026-12-01T10:00:00Z\", \"key\": \"a\"}\n{\"t\": \"2026-12-01T10:00:00.5Z\", \"key\": \"a\"}\n{\"t\": \"2026-12-01T11:00:00+01:00\", \"key\": \"a\"}\n",
+    )
+    .unwrap();
+    let v = json(&[
+        "simulate",
+        "--traffic",
+        jsonl.to_str().unwrap(),
+        "--rate",
+        "1/s burst 1",
+        "--algorithm",
+        "token-bucket",
+        "--json",
+    ]);
+    // The third is the same instant as the first (+01:00): refused too.
+    assert_eq!(admitted(&v, "token-bucket", "key"), 1, "{v}");
+    assert_eq!(v["requests"], 3);
+}
+
+#[test]
+fn the_plot_is_an_svg_with_one_panel_per_algorithm() {
+    let svg = scratch("plot.svg");
+    let o = ratebound(&[
+        "simulate",
+        "--traffic",
+        "boundary",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
+    assert!(text.len() > 10_000, "{} bytes", text.len());
+    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    for algo in [
+        "token-bucket",
+        "fixed-window",
+        "sliding-window",
+        "sliding-log",
+        "leaky-bucket",
+    ] {
+        assert!(
+            texts.iter().any(|t| t.starts_with(algo)),
+            "no panel for {algo}"
+        );
+    }
+    assert!(
+        texts.iter().any(|t| t.contains("200 admitted")),
+        "the fixed window's 200"
+    );
+    let polylines = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .count();
+    assert!(polylines >= 10, "{polylines} lines drawn");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_2() {
+    assert_usage_error(
+        &[
+            "simulate",
+            "--traffic",
+            "boundary",
+            "--algorithm",
+            "gcra-ish",
+        ],
+        "unknown algorithm \"gcra-ish\"",
+    );
+    assert_usage_error(
+        &["simulate", "--traffic", "boundary", "--rate", "-5/s"],
+        "--rate",
+    );
+    assert_usage_error(
+        &["simulate", "--traffic", "boundary", "--rate", "0/s"],
+        "--rate",
+    );
+    assert_usage_error(
+        &[
+            "simulate",
+            "--traffic",
+            "boundary",
+            "--limit",
+            "0",
+            "--window",
+            "60s",
+        ],
+        "--limit: \"0\"",
+    );
+    assert_usage_error(
+        &[
+            "simulate",
+            "--traffic",
+            "boundary",
+            "--limit",
+            "-3",
+            "--window",
+            "60s",
+        ],
+        "--limit: \"-3\"",
+    );
+    assert_usage_error(
+        &["simulate", "--traffic", "boundary", "--window", "-1s"],
+        "--window",
+    );
+    assert_usage_error(&["simulate", "--traffic", "steady:fast"], "not a rate");
+    assert_usage_error(
+        &["simulate", "--traffic", "tsunami"],
+        "unknown traffic \"tsunami\"",
+    );
+    assert_usage_error(
+        &["simulate", "--traffic", "boundary", "--frobnicate"],
+        "--frobnicate",
+    );
+    assert_usage_error(&["simulate"], "--traffic");
+    assert_usage_error(
+        &["simulate", "--traffic", "boundary", "--plot", "/tmp/x.png"],
+        "PNG",
+    );
+    assert_usage_error(
+        &["simulate", "--traffic", "./no/such/file.csv"],
+        "cannot read",
+    );
+    assert_usage_error(&["inspect", "--redis", "redis://127.0.0.1:1", "k"], "redis");
+
+    let bad = scratch("bad.csv");
+    std::fs::write(&bad, "0,a\n1,a\n2,a,many\n").unwrap();
+    assert_usage_error(
+        &["simulate", "--traffic", bad.to_str().unwrap()],
+        "line 3, column 5: n \"many\" is not a whole number",
+    );
+    let bad = scratch("bad-time.csv");
+    std::fs::write(&bad, "0,a\nsoon,a\n").unwrap();
+    assert_usage_error(
+        &["simulate", "--traffic", bad.to_str().unwrap()],
+        "line 2, column 1",
+    );
+    let bad = scratch("bad.jsonl");
+    std::fs::write(&bad, "{\"t\": 1}\n{\"t\": 2,}\n").unwrap();
+    assert_usage_error(
+        &["simulate", "--traffic", bad.to_str().unwrap()],
+        "line 2, column",
+    );
+}
+
+#[test]
+fn bench_prints_ns_per_check() {
+    let o = ratebound(&["bench", "--seconds", "0.05"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(out.matches("ns per check").count(), 3, "{out}");
+    for line in out.lines().skip(1) {
+        let ns: f64 = line
+            .split_whitespace()
+            .rev()
+            .nth(3)
+            .and_then(|v| v.parse().ok())
+            .or_else(|| {
+                line.split("  ")
+                    .filter_map(|p| p.trim().split(' ').next()?.parse().ok())
+                    .next()
+            })
+            .unwrap_or_else(|| panic!("no number in {line:?}"));
+        assert!(ns > 0.0 && ns < 100_000.0, "{line}");
+    }
+}
+
+#[path = "../../ratebound-redis/tests/support/mod.rs"]
+mod support;
+
+#[test]
+fn inspect_reads_a_token_bucket_in_a_real_redis() {
+    let server = support::Server::start();
+    let client = redis::Client::open(server.url()).expect("url");
+    let mut con = client.get_connection().expect("connect");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+    let now_us = secs * 1_000_000 + micros;
+    // As gcra.lua leaves it: TAT in µs of Redis' clock, 1.5 s ahead (1/s
+    // burst 3: 1.5 tokens used, 1 whole token left), expiring then.
+    let tat = now_us + 1_500_000;
+    redis::cmd("SET")
+        .arg("rb:alice")
+        .arg(tat.to_string())
+        .arg("PX")
+        .arg(1500)
+        .query::<()>(&mut con)
+        .expect("SET");
+    let o = ratebound(&[
+        "inspect",
+        "--redis",
+        &server.url(),
+        "rb:alice",
+        "--rate",
+        "1/s burst 3",
+    ]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.contains("type string"), "{out}");
+    assert!(out.contains(&format!("value: {tat}")), "{out}");
+    assert!(out.contains("1 of 3 tokens"), "{out}");
+    // A key that is not there: a full bucket.
+    let o = ratebound(&["inspect", "--redis", &server.url(), "rb:nobody"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("absent"), "{}", stdout(&o));
+}
