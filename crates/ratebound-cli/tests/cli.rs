@@ -386,3 +386,63 @@ fn inspect_reads_a_token_bucket_in_a_real_redis() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("absent"), "{}", stdout(&o));
 }
+
+#[test]
+fn poisson_is_seeded_and_a_noisy_neighbour_is_contained_per_key() {
+    let run = |seed: &str| {
+        stdout(&ratebound(&[
+            "simulate",
+            "--traffic",
+            "poisson:30/s",
+            "--seed",
+            seed,
+            "--json",
+        ]))
+    };
+    assert_eq!(run("7"), run("7"), "the same seed replays the same traffic");
+    assert_ne!(run("7"), run("8"));
+    let v = json(&[
+        "simulate",
+        "--traffic",
+        "poisson:30/s",
+        "--seed",
+        "7",
+        "--json",
+    ]);
+    let requests = v["requests"].as_u64().unwrap();
+    // About 30/s over 60 s.
+    assert!((1500..=2100).contains(&requests), "{requests}");
+
+    // 10/s burst 20 per key: the noisy key (50/s) gets its own 20 + 10/s,
+    // the nine quiet ones (5/s each) everything they send.
+    let per_key = json(&[
+        "simulate",
+        "--traffic",
+        "noisy-neighbour",
+        "--algorithm",
+        "token-bucket",
+        "--json",
+    ]);
+    let global = json(&[
+        "simulate",
+        "--traffic",
+        "noisy-neighbour",
+        "--algorithm",
+        "token-bucket",
+        "--global",
+        "--json",
+    ]);
+    assert_eq!(per_key["algorithms"][0]["keys"], 10);
+    assert_eq!(global["algorithms"][0]["keys"], 1);
+    let quiet_total = 9 * 5 * 60;
+    // The burst, plus one token a 100 ms up to its last request at 59.98 s.
+    let noisy_share = 20 + 599;
+    assert_eq!(
+        admitted(&per_key, "token-bucket", "key"),
+        quiet_total + noisy_share
+    );
+    assert!(
+        admitted(&global, "token-bucket", "global") <= noisy_share,
+        "{global}"
+    );
+}
