@@ -97,7 +97,9 @@ class Limiter(_ratebound.Limiter):
 
         Raises :class:`RateLimitExceeded` at once, taking nothing, when the
         wait would exceed ``timeout`` seconds. A bucket reserves its tokens
-        first and sleeps once; cancelling the task gives them back.
+        first and sleeps until the limiter's clock reaches them (on a
+        :class:`ManualClock`, until the clock is moved there); cancelling
+        the task gives them back.
         """
         await _wait(self._waiter(n, timeout))
 
