@@ -34,6 +34,19 @@ impl Seed {
         }
     }
 
+    /// A seed from its two 64-bit halves — for state shared between
+    /// processes, which must all fingerprint keys alike (a shared-memory
+    /// table stores its seed in its header).
+    pub fn from_keys(k0: u64, k1: u64) -> Seed {
+        Seed { k0, k1 }
+    }
+
+    /// The seed's two halves (a secret: store it where only the owner of
+    /// the state can read it).
+    pub fn keys(self) -> (u64, u64) {
+        (self.k0, self.k1)
+    }
+
     /// The fingerprint of `namespace` followed by `bytes`.
     #[inline]
     pub fn fingerprint(self, namespace: u8, bytes: &[u8]) -> Fingerprint {

@@ -913,3 +913,99 @@ impl<K, C: Clock> std::fmt::Debug for KeyedLimiter<K, C> {
             .finish()
     }
 }
+
+/// One key's algorithm on a state word the caller keeps: the arithmetic and
+/// the compare-exchange loop of [`KeyedLimiter`], for state that lives
+/// elsewhere — in a table in shared memory, for instance, where every
+/// process that maps it updates the same words (a compare-exchange is as
+/// atomic across processes as across threads).
+///
+/// A word starts at [`WordRule::FRESH`]; the rule uses its low 62 bits and
+/// keeps the top two at 0.
+///
+/// # Examples
+/// ```
+/// use std::sync::atomic::AtomicU64;
+/// use ratebound::{KeyedAlgorithm, Quota, WordRule};
+///
+/// let rule = WordRule::new(KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 2")?))?;
+/// let word = AtomicU64::new(WordRule::FRESH);
+/// let now = 5_000_000_000;
+/// assert!(rule.check_n_at(&word, 1, now)?.0.is_allowed());
+/// assert!(rule.check_n_at(&word, 1, now)?.0.is_allowed());
+/// assert!(!rule.check_n_at(&word, 1, now)?.0.is_allowed());
+/// assert!(!rule.is_fresh(word.load(std::sync::atomic::Ordering::Relaxed), now));
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct WordRule {
+    math: Math,
+}
+
+impl WordRule {
+    /// The state of a key never seen (or fresh again).
+    pub const FRESH: u64 = 0;
+
+    /// The rule of `algorithm`.
+    ///
+    /// # Errors
+    /// As [`KeyedLimiter::new`].
+    pub fn new(algorithm: KeyedAlgorithm) -> Result<WordRule, Error> {
+        Ok(WordRule {
+            math: Math::new(algorithm)?,
+        })
+    }
+
+    /// The most one check can take.
+    pub fn limit(&self) -> u64 {
+        self.math.limit()
+    }
+
+    /// Takes `n` at `now` from `word` if all `n` are there; a refusal
+    /// writes nothing. Also where the admission landed (for
+    /// [`release`](Self::release)), when admitted.
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] when `n` exceeds the limit.
+    #[inline]
+    pub fn check_n_at(
+        &self,
+        word: &AtomicU64,
+        n: u64,
+        now: u64,
+    ) -> Result<(Decision, Option<u64>), Error> {
+        let math = self.math;
+        if n > math.limit() {
+            return Err(Error::InsufficientCapacity {
+                requested: n,
+                burst: math.limit(),
+            });
+        }
+        let now = now.min(crate::MAX_TIME_NANOS);
+        let (seen, allowed) = update(word, |w| math.admit(w & STATE_MASK, now, n));
+        let state = seen & STATE_MASK;
+        let mark = allowed.then(|| math.mark(state, now, n));
+        Ok((math.decision(state, now, n, allowed), mark))
+    }
+
+    /// Gives back `n` admitted at `mark` (see
+    /// [`KeyedLimiter::release`]): as far as no later admission depends on
+    /// them.
+    pub fn release(&self, word: &AtomicU64, mark: u64, n: u64) {
+        let math = self.math;
+        update(word, |w| math.release(w & STATE_MASK, mark, n));
+    }
+
+    /// How many `state` could take at `now`.
+    pub fn available(&self, state: u64, now: u64) -> u64 {
+        self.math
+            .available(state & STATE_MASK, now.min(crate::MAX_TIME_NANOS))
+    }
+
+    /// True if `state` decides exactly like [`FRESH`](Self::FRESH) from
+    /// `now` on: the key may be forgotten, its word reused.
+    pub fn is_fresh(&self, state: u64, now: u64) -> bool {
+        self.math
+            .is_fresh(state & STATE_MASK, now.min(crate::MAX_TIME_NANOS))
+    }
+}

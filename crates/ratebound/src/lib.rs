@@ -125,7 +125,7 @@ pub use bucket::TokenBucket;
 pub use clock::{Clock, MAX_TIME_NANOS, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{Error, ErrorKind};
-pub use keyed::{KeyedAlgorithm, KeyedLimiter, Overflow};
+pub use keyed::{KeyedAlgorithm, KeyedLimiter, Overflow, WordRule};
 pub use leaky::LeakyBucket;
 pub use limiter::{Limiter, Permit, Reservation};
 pub use log::{MAX_LOG_LIMIT, SlidingLog};

@@ -47,6 +47,11 @@ impl Fingerprinter {
         Fingerprinter::default()
     }
 
+    /// Fingerprints under a given seed (processes sharing state share it).
+    pub fn with_seed(seed: Seed) -> Fingerprinter {
+        Fingerprinter { seed }
+    }
+
     /// The fingerprint of `bytes` in the namespace `kind`.
     #[inline(always)]
     pub fn of(&self, kind: u8, bytes: &[u8]) -> Fingerprint {

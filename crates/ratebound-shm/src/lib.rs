@@ -1,0 +1,723 @@
+//! Cross-process rate limits on one host: ratebound's one-word limiter
+//! state in a file-backed shared memory map.
+//!
+//! Every process that opens the same file — gunicorn or uWSGI workers, a
+//! Node cluster, several Rust services — updates the same 64-bit words with
+//! compare-exchange, which is as atomic across processes as across threads.
+//! So the processes share one limit at the speed of an in-process check, and
+//! there is no lock anywhere: a process killed at any instant leaves every
+//! word a valid state (at worst, an admission it made stays counted).
+//!
+//! - [`SharedLimiter`]: one limit (token bucket, fixed window or sliding
+//!   window counter) for all processes.
+//! - [`SharedKeyedLimiter`]: one limit per key, in a table whose size is
+//!   fixed when the file is made; a full table reuses only slots whose state
+//!   is fresh again, else refuses the new key with
+//!   [`ratebound::Error::TooManyKeys`].
+//! - [`SystemClock`]: `CLOCK_MONOTONIC`, which is one clock for every
+//!   process on a Linux host (the core's default clock reads the TSC with a
+//!   per-process calibration, so it is not shared).
+//!
+//! # The file
+//! A header of 16 words — magic, layout version, mode (single or keyed),
+//! algorithm and its two parameters, clock, capacity, the secret seed that
+//! fingerprints keys, the boot it was made in — then `(fingerprint, state)`
+//! pairs. It is created with mode 0600 under a temporary name and linked
+//! into place whole, so no process ever sees a half-written header. Opening
+//! checks the owner and mode, the magic, the version, every parameter and
+//! the size: a mismatch is an [`Error`], never a silently different limit.
+//!
+//! # Examples
+//! ```
+//! use ratebound::{KeyedAlgorithm, Quota};
+//! use ratebound_shm::SharedLimiter;
+//!
+//! let dir = std::env::temp_dir().join(format!("rb-shm-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let path = dir.join("api.limit");
+//! let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 2")?);
+//! let a = SharedLimiter::open(&path, algorithm)?;
+//! let b = SharedLimiter::open(&path, algorithm)?; // another process, in real life
+//! assert!(a.check()?.is_allowed());
+//! assert!(b.check()?.is_allowed());
+//! assert!(!a.check()?.is_allowed()); // the two share one burst of 2
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod map;
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ratebound::any::{Fingerprinter, Key};
+use ratebound::fingerprint::Seed;
+use ratebound::{Clock, Decision, KeyedAlgorithm, WordRule};
+
+use map::Region;
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process on the
+/// host (it counts from boot, so a file made before a reboot is refused).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        (t.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.tv_nsec as u64)
+    }
+}
+
+/// Why a shared limiter could not be opened or used.
+#[derive(Debug)]
+pub enum Error {
+    /// The file or its directory could not be created, opened or mapped.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The file holds a limiter with another parameter.
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// Which parameter.
+        field: &'static str,
+        /// The file's value.
+        stored: u64,
+        /// The value asked for.
+        requested: u64,
+    },
+    /// Not a ratebound table, another layout version, or a damaged or
+    /// truncated one.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file belongs to another user, or others may read or write it.
+    Permissions {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file was made before the host's last boot: its times are of a
+    /// clock that has since restarted.
+    StaleBoot {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A limiter error: a bad quota, `n` over the limit, a full table.
+    Limit(ratebound::Error),
+}
+
+impl From<ratebound::Error> for Error {
+    fn from(e: ratebound::Error) -> Error {
+        Error::Limit(e)
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Error::Mismatch {
+                path,
+                field,
+                stored,
+                requested,
+            } => write!(
+                f,
+                "{}: holds a limiter with {field} {stored}, not {requested} (remove the file to change the limit)",
+                path.display()
+            ),
+            Error::Corrupt { path, reason } => {
+                write!(
+                    f,
+                    "{}: not a usable ratebound table: {reason}",
+                    path.display()
+                )
+            }
+            Error::Permissions { path, reason } => write!(f, "{}: {reason}", path.display()),
+            Error::StaleBoot { path } => write!(
+                f,
+                "{}: made before the host's last boot, its times are void; remove it",
+                path.display()
+            ),
+            Error::Limit(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            Error::Limit(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+// The header, in words.
+const MAGIC: u64 = u64::from_le_bytes(*b"RBSHMTAB");
+const VERSION: u64 = 1;
+const HEADER: usize = 16;
+const W_MAGIC: usize = 0;
+const W_VERSION: usize = 1;
+const W_MODE: usize = 2;
+const W_ALGORITHM: usize = 3;
+const W_A: usize = 4;
+const W_B: usize = 5;
+const W_CLOCK: usize = 6;
+const W_CAPACITY: usize = 7;
+const W_SEED0: usize = 8;
+const W_SEED1: usize = 9;
+const W_BOOT: usize = 10;
+
+const MODE_SINGLE: u64 = 1;
+const MODE_KEYED: u64 = 2;
+const CLOCK_MONOTONIC: u64 = 1;
+
+/// A slot's fingerprint word when no key has claimed it.
+const EMPTY: u64 = 0;
+/// How far from its home slot a key may live.
+const WINDOW: usize = 64;
+
+/// `(algorithm, a, b)` as the header stores them.
+fn encode(algorithm: KeyedAlgorithm) -> (u64, u64, u64) {
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    match algorithm {
+        KeyedAlgorithm::TokenBucket(q) => (1, q.emission_interval_nanos(), q.burst()),
+        KeyedAlgorithm::FixedWindow { limit, window } => (2, limit, nanos(window)),
+        KeyedAlgorithm::SlidingWindow { limit, window } => (3, limit, nanos(window)),
+        // A future algorithm: refused by `WordRule::new` before this runs.
+        _ => (0, 0, 0),
+    }
+}
+
+/// This boot's identity (Linux), hashed; 0 where unknown.
+fn boot_id() -> u64 {
+    match std::fs::read("/proc/sys/kernel/random/boot_id") {
+        Ok(bytes) => Seed::from_keys(0, 0).fingerprint(0, &bytes)[0] | 1,
+        Err(_) => 0,
+    }
+}
+
+/// The mapped file: header and slots.
+struct Table {
+    region: Region,
+    path: PathBuf,
+    rule: WordRule,
+    /// Slots (pairs of words) after the header.
+    slots: usize,
+    fingerprints: Fingerprinter,
+}
+
+impl Table {
+    fn open(
+        path: &Path,
+        algorithm: KeyedAlgorithm,
+        mode: u64,
+        capacity: u64,
+    ) -> Result<Table, Error> {
+        let rule = WordRule::new(algorithm)?;
+        let (alg, a, b) = encode(algorithm);
+        let slots = usize::try_from(capacity).map_err(|_| {
+            Error::Limit(ratebound::Error::InvalidNumber {
+                name: "max_keys",
+                value: capacity.to_string(),
+                reason: "needs more slots than this machine can address",
+            })
+        })?;
+        let expected: [(usize, &'static str, u64); 6] = [
+            (W_MODE, "mode (1 single, 2 keyed)", mode),
+            (
+                W_ALGORITHM,
+                "algorithm (1 token bucket, 2 fixed window, 3 sliding window)",
+                alg,
+            ),
+            (W_A, if alg == 1 { "period (ns)" } else { "limit" }, a),
+            (W_B, if alg == 1 { "burst" } else { "window (ns)" }, b),
+            (W_CLOCK, "clock (1 CLOCK_MONOTONIC)", CLOCK_MONOTONIC),
+            (W_CAPACITY, "capacity (slots)", capacity),
+        ];
+        let io_err = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        for _ in 0..8 {
+            let file = match OpenOptions::new().read(true).write(true).open(path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    match create(path, &expected, slots) {
+                        Ok(()) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(io_err(e)),
+            };
+            return verify(path, &file, &expected, slots).map(|(region, seed)| Table {
+                region,
+                path: path.to_path_buf(),
+                rule,
+                slots,
+                fingerprints: Fingerprinter::with_seed(seed),
+            });
+        }
+        Err(io_err(io::Error::other(
+            "the file kept appearing and disappearing while being opened",
+        )))
+    }
+
+    #[inline]
+    fn words(&self) -> &[AtomicU64] {
+        self.region.words()
+    }
+
+    #[inline]
+    fn fingerprint(&self, i: usize) -> &AtomicU64 {
+        &self.words()[HEADER + 2 * i]
+    }
+
+    #[inline]
+    fn state(&self, i: usize) -> &AtomicU64 {
+        &self.words()[HEADER + 2 * i + 1]
+    }
+}
+
+fn words_for(slots: usize) -> Option<usize> {
+    slots.checked_mul(2)?.checked_add(HEADER)
+}
+
+/// Makes the file: written whole under a temporary name, mode 0600, then
+/// linked into place (never over an existing file).
+fn create(path: &Path, expected: &[(usize, &'static str, u64)], slots: usize) -> Result<(), Error> {
+    let io_err = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(io_err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("directory {} does not exist", dir.display()),
+        )));
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        SystemClock.now()
+    ));
+    let words = words_for(slots).ok_or_else(|| io_err(io::Error::other("table too large")))?;
+    let result = (|| -> io::Result<()> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.set_len(words as u64 * 8)?;
+        let region = Region::map(&file, HEADER)?;
+        let w = region.words();
+        let (k0, k1) = Seed::random().keys();
+        for &(i, _, v) in expected {
+            w[i].store(v, Ordering::Relaxed);
+        }
+        w[W_SEED0].store(k0, Ordering::Relaxed);
+        w[W_SEED1].store(k1, Ordering::Relaxed);
+        w[W_BOOT].store(boot_id(), Ordering::Relaxed);
+        w[W_VERSION].store(VERSION, Ordering::Relaxed);
+        // The magic last: a header without it is not a table.
+        w[W_MAGIC].store(MAGIC, Ordering::Release);
+        drop(region);
+        file.sync_all()?;
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    match result {
+        Ok(()) => Ok(()),
+        // Another process made it first: open theirs.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_err(e)),
+    }
+}
+
+/// Checks an existing file and maps it.
+fn verify(
+    path: &Path,
+    file: &File,
+    expected: &[(usize, &'static str, u64)],
+    slots: usize,
+) -> Result<(Region, Seed), Error> {
+    let p = || path.to_path_buf();
+    let meta = file
+        .metadata()
+        .map_err(|source| Error::Io { path: p(), source })?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(Error::Permissions {
+            path: p(),
+            reason: format!(
+                "owned by uid {}, not by this process's uid {me}",
+                meta.uid()
+            ),
+        });
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(Error::Permissions {
+            path: p(),
+            reason: format!(
+                "mode {:o} lets other users read or change the limits; it must be 600",
+                meta.mode() & 0o777
+            ),
+        });
+    }
+    let corrupt = |reason: String| Error::Corrupt { path: p(), reason };
+    if meta.len() < HEADER as u64 * 8 {
+        return Err(corrupt(format!(
+            "{} bytes, shorter than the header",
+            meta.len()
+        )));
+    }
+    let header = Region::map(file, HEADER).map_err(|source| Error::Io { path: p(), source })?;
+    let h = header.words();
+    let word = |i: usize| h[i].load(Ordering::Acquire);
+    if word(W_MAGIC) != MAGIC {
+        return Err(corrupt("no ratebound magic number".to_string()));
+    }
+    if word(W_VERSION) != VERSION {
+        return Err(corrupt(format!(
+            "layout version {}, this build reads version {VERSION}",
+            word(W_VERSION)
+        )));
+    }
+    for &(i, field, requested) in expected {
+        if word(i) != requested {
+            return Err(Error::Mismatch {
+                path: p(),
+                field,
+                stored: word(i),
+                requested,
+            });
+        }
+    }
+    if word(W_BOOT) != boot_id() {
+        return Err(Error::StaleBoot { path: p() });
+    }
+    let seed = Seed::from_keys(word(W_SEED0), word(W_SEED1));
+    drop(header);
+    let words = words_for(slots).ok_or_else(|| corrupt("capacity too large".to_string()))?;
+    if meta.len() != words as u64 * 8 {
+        return Err(corrupt(format!(
+            "{} bytes where its capacity needs {} (truncated or damaged)",
+            meta.len(),
+            words * 8
+        )));
+    }
+    let region = Region::map(file, words).map_err(|source| Error::Io { path: p(), source })?;
+    Ok((region, seed))
+}
+
+/// One limit shared by every process that opens the same file.
+pub struct SharedLimiter {
+    table: Table,
+    clock: SystemClock,
+}
+
+impl std::fmt::Debug for SharedLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedLimiter")
+            .field("path", &self.table.path)
+            .field("rule", &self.table.rule)
+            .finish()
+    }
+}
+
+impl SharedLimiter {
+    /// Opens the limiter at `path`, making the file (mode 0600) if there is
+    /// none.
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] when the file holds another algorithm or
+    /// parameters; [`Error::Corrupt`], [`Error::Permissions`],
+    /// [`Error::StaleBoot`], [`Error::Io`] (a missing directory, say);
+    /// [`Error::Limit`] for a bad algorithm.
+    pub fn open(path: impl AsRef<Path>, algorithm: KeyedAlgorithm) -> Result<SharedLimiter, Error> {
+        Ok(SharedLimiter {
+            table: Table::open(path.as_ref(), algorithm, MODE_SINGLE, 1)?,
+            clock: SystemClock,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.table.path
+    }
+
+    /// The most one check can take.
+    pub fn limit(&self) -> u64 {
+        self.table.rule.limit()
+    }
+
+    /// Takes one now if there is one.
+    ///
+    /// # Errors
+    /// None in practice (`n = 1` never exceeds a limit); the signature is
+    /// that of [`check_n`](Self::check_n).
+    pub fn check(&self) -> Result<Decision, Error> {
+        self.check_n(1)
+    }
+
+    /// Takes `n` now if all `n` are there.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `InsufficientCapacity` when `n` exceeds the
+    /// limit.
+    pub fn check_n(&self, n: u64) -> Result<Decision, Error> {
+        self.check_n_at(n, self.clock.now())
+    }
+
+    /// Takes `n` at `now` (ns of `CLOCK_MONOTONIC`).
+    ///
+    /// # Errors
+    /// As [`check_n`](Self::check_n).
+    pub fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
+        Ok(self.table.rule.check_n_at(self.table.state(0), n, now)?.0)
+    }
+
+    /// How many could be taken now.
+    pub fn available(&self) -> u64 {
+        let state = self.table.state(0).load(Ordering::Acquire);
+        self.table.rule.available(state, self.clock.now())
+    }
+}
+
+/// One limit per key, shared by every process that opens the same file; a
+/// table of fixed size.
+pub struct SharedKeyedLimiter {
+    table: Table,
+    clock: SystemClock,
+}
+
+impl std::fmt::Debug for SharedKeyedLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedKeyedLimiter")
+            .field("path", &self.table.path)
+            .field("slots", &self.table.slots)
+            .finish()
+    }
+}
+
+/// Where a key's state is: its slot and that slot's place in the key's
+/// probe window.
+#[derive(Clone, Copy)]
+struct Found {
+    slot: usize,
+    place: usize,
+}
+
+impl SharedKeyedLimiter {
+    /// Opens the keyed limiter at `path` with room for `max_keys` keys
+    /// (the table has `2 × max_keys` slots, at least 64), making the file if
+    /// there is none.
+    ///
+    /// # Errors
+    /// As [`SharedLimiter::open`]; [`Error::Limit`] for `max_keys = 0`.
+    pub fn open(
+        path: impl AsRef<Path>,
+        algorithm: KeyedAlgorithm,
+        max_keys: u64,
+    ) -> Result<SharedKeyedLimiter, Error> {
+        if max_keys == 0 {
+            return Err(Error::Limit(ratebound::Error::InvalidNumber {
+                name: "max_keys",
+                value: "0".to_string(),
+                reason: "must be at least 1",
+            }));
+        }
+        let slots = max_keys.saturating_mul(2).max(WINDOW as u64);
+        Ok(SharedKeyedLimiter {
+            table: Table::open(path.as_ref(), algorithm, MODE_KEYED, slots)?,
+            clock: SystemClock,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.table.path
+    }
+
+    /// The most one check can take.
+    pub fn limit(&self) -> u64 {
+        self.table.rule.limit()
+    }
+
+    /// Slots in the table.
+    pub fn slots(&self) -> usize {
+        self.table.slots
+    }
+
+    /// Slots held by a key (fresh or not).
+    pub fn len(&self) -> usize {
+        (0..self.table.slots)
+            .filter(|&i| self.table.fingerprint(i).load(Ordering::Relaxed) != EMPTY)
+            .count()
+    }
+
+    /// True if no key was ever seen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn fingerprint_of(&self, key: Key<'_>) -> u64 {
+        match self.table.fingerprints.key(key)[0] {
+            EMPTY => 1,
+            fp => fp,
+        }
+    }
+
+    #[inline]
+    fn slot_at(&self, fp: u64, place: usize) -> usize {
+        ((fp % self.table.slots as u64) as usize + place) % self.table.slots
+    }
+
+    fn window(&self) -> usize {
+        WINDOW.min(self.table.slots)
+    }
+
+    /// The key's slot: the first in its window holding it, else the first
+    /// empty one (claimed), else the first whose state is fresh (reused).
+    fn locate(&self, fp: u64, now: u64) -> Result<Found, Error> {
+        let t = &self.table;
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held == fp {
+                return Ok(Found { slot, place });
+            }
+            if held == EMPTY {
+                match t.fingerprint(slot).compare_exchange(
+                    EMPTY,
+                    fp,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(Found { slot, place }),
+                    Err(now_held) if now_held == fp => return Ok(Found { slot, place }),
+                    // Another key took it: slots never become empty again,
+                    // so go on.
+                    Err(_) => continue,
+                }
+            }
+        }
+        // No empty slot left in the window: reuse the first fresh one. Its
+        // old key, if a process is deciding for it right now, notices and
+        // gives back (see `check_n_at`).
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held == fp {
+                return Ok(Found { slot, place });
+            }
+            let state = t.state(slot).load(Ordering::Acquire);
+            if t.rule.is_fresh(state, now) {
+                match t.fingerprint(slot).compare_exchange(
+                    held,
+                    fp,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(Found { slot, place }),
+                    Err(now_held) if now_held == fp => return Ok(Found { slot, place }),
+                    Err(_) => continue,
+                }
+            }
+        }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: self.table.slots / 2,
+        }))
+    }
+
+    /// True if `found` is still where the key lives: the slot still holds
+    /// it and no slot before it in the window does.
+    fn still_home(&self, fp: u64, found: Found) -> bool {
+        let t = &self.table;
+        t.fingerprint(found.slot).load(Ordering::Acquire) == fp
+            && (0..found.place).all(|place| {
+                t.fingerprint(self.slot_at(fp, place))
+                    .load(Ordering::Acquire)
+                    != fp
+            })
+    }
+
+    /// Takes one for `key` now.
+    ///
+    /// # Errors
+    /// As [`check_n_at`](Self::check_n_at).
+    pub fn check(&self, key: Key<'_>) -> Result<Decision, Error> {
+        self.check_n_at(key, 1, self.clock.now())
+    }
+
+    /// Takes `n` for `key` at `now` (ns of `CLOCK_MONOTONIC`).
+    ///
+    /// A decision is made on the key's slot and then checked: if meanwhile
+    /// the slot went to another key (it was fresh and reused) or the key
+    /// turned up earlier in its window (two processes placed it at once),
+    /// an admission is given back and the check is made again where the
+    /// key lives. Never more than the limit; at worst, a process killed in
+    /// between leaves an admission counted against a fresh key.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `InsufficientCapacity` when `n` exceeds the
+    /// limit, or `TooManyKeys` when the key has no slot.
+    pub fn check_n_at(&self, key: Key<'_>, n: u64, now: u64) -> Result<Decision, Error> {
+        let fp = self.fingerprint_of(key);
+        let t = &self.table;
+        loop {
+            let found = self.locate(fp, now)?;
+            let (decision, mark) = t.rule.check_n_at(t.state(found.slot), n, now)?;
+            if self.still_home(fp, found) {
+                return Ok(decision);
+            }
+            if let Some(mark) = mark {
+                t.rule.release(t.state(found.slot), mark, n);
+            }
+        }
+    }
+
+    /// How many `key` could take now (the full limit if it has no slot).
+    pub fn available(&self, key: Key<'_>) -> u64 {
+        let fp = self.fingerprint_of(key);
+        let t = &self.table;
+        let now = self.clock.now();
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held == fp {
+                return t.rule.available(t.state(slot).load(Ordering::Acquire), now);
+            }
+            if held == EMPTY {
+                break;
+            }
+        }
+        t.rule.limit()
+    }
+}

@@ -1,0 +1,82 @@
+//! The only `unsafe` in this crate: a file mapped into memory, seen as a
+//! slice of `AtomicU64`.
+//!
+//! Why it is sound:
+//! - The mapping is shared (`MAP_SHARED`), readable and writable, page
+//!   aligned and a whole number of 8-byte words long (checked), so every
+//!   `AtomicU64` in the slice is aligned and in bounds; `AtomicU64` has the
+//!   size and alignment of `u64`.
+//! - Rust never reads or writes the bytes except through those atomics, in
+//!   this process or (by the same code) in any other that maps the file, so
+//!   there are no data races: concurrent atomic operations on the same word
+//!   from several processes are what the hardware makes atomic.
+//! - The slice borrows the [`Region`], which owns the mapping: it cannot
+//!   outlive it.
+//! - Left to the operating system: another process truncating the file
+//!   would make the pages beyond its end fault (`SIGBUS`). The file is the
+//!   owner's alone (mode 0600, checked on open), and ratebound never
+//!   shrinks one.
+
+use std::fs::File;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+
+/// A file's contents mapped shared, as words.
+pub(crate) struct Region {
+    /// Keeps the mapping alive; never touched otherwise.
+    _map: memmap2::MmapMut,
+    words: NonNull<AtomicU64>,
+    len: usize,
+}
+
+// SAFETY: the region is only ever accessed through `&AtomicU64`, which is
+// `Send` and `Sync`; the pointer stays valid while `_map` lives.
+#[allow(unsafe_code)]
+unsafe impl Send for Region {}
+// SAFETY: as for `Send`.
+#[allow(unsafe_code)]
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Maps the first `words` 8-byte words of `file` (which must be at least
+    /// that long) shared, read-write.
+    pub(crate) fn map(file: &File, words: usize) -> io::Result<Region> {
+        let bytes = words
+            .checked_mul(8)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
+        if file.metadata()?.len() < bytes as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "file shorter than its table",
+            ));
+        }
+        // SAFETY: the file is at least `bytes` long (checked just above) and
+        // is mapped shared; its contents are only accessed as atomics (see
+        // the module comment). Truncation by another process is excluded by
+        // the file's permissions, as documented.
+        #[allow(unsafe_code)]
+        let mut map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(file)? };
+        let ptr = NonNull::new(map.as_mut_ptr().cast::<AtomicU64>())
+            .ok_or_else(|| io::Error::other("mmap returned a null pointer"))?;
+        if !ptr.as_ptr().is_aligned() {
+            return Err(io::Error::other("mapping not 8-byte aligned"));
+        }
+        Ok(Region {
+            _map: map,
+            words: ptr,
+            len: words,
+        })
+    }
+
+    /// The mapped words.
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `words` points at `len` aligned, initialized (file-backed)
+        // 8-byte words that live as long as `self._map`, which `self`
+        // owns; shared access through atomics only (module comment).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr(), self.len)
+        }
+    }
+}

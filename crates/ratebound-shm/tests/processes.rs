@@ -1,0 +1,427 @@
+//! Shared limits across real processes (this test binary re-run as
+//! workers), `kill -9` in the middle of a run, and every way a file can be
+//! wrong.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ratebound::any::Key;
+use ratebound::{KeyedAlgorithm, Quota};
+use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
+
+/// A fresh directory for one test.
+fn dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("shm-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("test dir");
+    d
+}
+
+fn bucket(q: &str) -> KeyedAlgorithm {
+    KeyedAlgorithm::TokenBucket(Quota::parse(q).expect("quota"))
+}
+
+/// Runs this binary's `worker` test in a new process with `env`.
+fn spawn(env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", "worker", "--nocapture", "--test-threads=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn a worker process")
+}
+
+/// The `admitted=N` a worker printed.
+fn admitted(child: Child) -> u64 {
+    let out = child.wait_with_output().expect("worker output");
+    assert!(out.status.success(), "worker failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.split_once("admitted=").map(|(_, n)| n))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in {text:?}"))
+}
+
+/// The worker: does nothing unless started by a test above with
+/// `RB_SHM_PATH` set.
+#[test]
+fn worker() {
+    let Ok(path) = std::env::var("RB_SHM_PATH") else {
+        return;
+    };
+    let quota = std::env::var("RB_SHM_QUOTA").expect("quota");
+    let keys: u64 = std::env::var("RB_SHM_KEYS").map_or(0, |k| k.parse().expect("keys"));
+    let iterations: u64 =
+        std::env::var("RB_SHM_ITER").map_or(u64::MAX, |k| k.parse().expect("iter"));
+    let millis: u64 = std::env::var("RB_SHM_MILLIS").map_or(u64::MAX, |k| k.parse().expect("ms"));
+    let log = std::env::var("RB_SHM_LOG").ok();
+    let mut log = log.map(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .expect("log")
+    });
+    let start = Instant::now();
+    let mut admitted = 0u64;
+    let deadline = Duration::from_millis(millis);
+    if keys == 0 {
+        let l = SharedLimiter::open(&path, bucket(&quota)).expect("open");
+        let mut i = 0;
+        while i < iterations && start.elapsed() < deadline {
+            admitted += u64::from(l.check().expect("check").is_allowed());
+            i += 1;
+        }
+    } else {
+        let max: u64 = std::env::var("RB_SHM_MAX").map_or(1000, |k| k.parse().expect("max"));
+        let l = SharedKeyedLimiter::open(&path, bucket(&quota), max).expect("open keyed");
+        let mut i = 0u64;
+        while i < iterations && start.elapsed() < deadline {
+            let key = i % keys;
+            if l.check(Key::Int(key as i128)).expect("check").is_allowed() {
+                admitted += 1;
+                if let Some(f) = log.as_mut() {
+                    // One line per admission, written after it: a kill in
+                    // between loses the line, never invents one.
+                    writeln!(f, "{key}").expect("log line");
+                }
+            }
+            i += 1;
+        }
+    }
+    println!("admitted={admitted}");
+}
+
+#[test]
+fn four_processes_share_one_burst_exactly() {
+    let d = dir("burst");
+    let path = d.join("one.limit");
+    // One token an hour: nothing refills during the test.
+    let env = |iter: &str| {
+        vec![
+            ("RB_SHM_PATH", path.display().to_string()),
+            ("RB_SHM_QUOTA", "1/h burst 1000".to_string()),
+            ("RB_SHM_ITER", iter.to_string()),
+        ]
+    };
+    let workers: Vec<Child> = (0..4).map(|_| spawn(&env("20000"))).collect();
+    let total: u64 = workers.into_iter().map(admitted).sum();
+    assert_eq!(
+        total, 1000,
+        "four processes together admit exactly the burst"
+    );
+    let l = SharedLimiter::open(&path, bucket("1/h burst 1000")).expect("open");
+    assert_eq!(l.available(), 0);
+    // The file is the owner's alone.
+    let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
+    let d = dir("rate");
+    let path = d.join("rate.limit");
+    let env = vec![
+        ("RB_SHM_PATH", path.display().to_string()),
+        ("RB_SHM_QUOTA", "2000/s burst 50".to_string()),
+        ("RB_SHM_MILLIS", "300".to_string()),
+    ];
+    let start = Instant::now();
+    let workers: Vec<Child> = (0..4).map(|_| spawn(&env)).collect();
+    let total: u64 = workers.into_iter().map(admitted).sum();
+    let elapsed = start.elapsed().as_secs_f64();
+    let bound = 50.0 + 2000.0 * elapsed;
+    assert!(
+        (total as f64) <= bound,
+        "{total} admitted > {bound:.0} in {elapsed:.3} s"
+    );
+    // They did share the refill, not just the burst.
+    assert!(total > 50 + 100, "{total} admitted in {elapsed:.3} s");
+}
+
+#[test]
+fn keyed_processes_share_each_keys_burst() {
+    let d = dir("keyed");
+    let path = d.join("keyed.limit");
+    let env = vec![
+        ("RB_SHM_PATH", path.display().to_string()),
+        ("RB_SHM_QUOTA", "1/h burst 10".to_string()),
+        ("RB_SHM_KEYS", "50".to_string()),
+        ("RB_SHM_ITER", "5000".to_string()),
+    ];
+    let workers: Vec<Child> = (0..4).map(|_| spawn(&env)).collect();
+    let total: u64 = workers.into_iter().map(admitted).sum();
+    assert_eq!(total, 50 * 10);
+    let l = SharedKeyedLimiter::open(&path, bucket("1/h burst 10"), 1000).expect("open");
+    assert_eq!(l.len(), 50, "one slot per key");
+    for k in 0..50 {
+        assert_eq!(l.available(Key::Int(k)), 0, "key {k}");
+    }
+    assert_eq!(
+        l.available(Key::Int(50)),
+        10,
+        "an unseen key has its whole burst"
+    );
+}
+
+#[test]
+fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
+    let d = dir("kill");
+    let path = d.join("kill.limit");
+    // 100 000 keys of one token each: the workers race through them (each
+    // from key 0), claiming slots, while they are being killed.
+    let quota = "1/h burst 1";
+    let keys = 100_000u64;
+    let env = |n: usize| {
+        vec![
+            ("RB_SHM_PATH", path.display().to_string()),
+            ("RB_SHM_QUOTA", quota.to_string()),
+            ("RB_SHM_KEYS", keys.to_string()),
+            ("RB_SHM_MAX", keys.to_string()),
+            ("RB_SHM_ITER", keys.to_string()),
+            (
+                "RB_SHM_LOG",
+                d.join(format!("log-{n}")).display().to_string(),
+            ),
+            ("RB_SHM_MILLIS", "3000".to_string()),
+        ]
+    };
+    let mut next = 0;
+    let mut live: Vec<Child> = (0..3)
+        .map(|_| {
+            next += 1;
+            spawn(&env(next))
+        })
+        .collect();
+    // Twelve rounds: let them run a little, SIGKILL one, start another.
+    for round in 0..12usize {
+        std::thread::sleep(Duration::from_millis(15 + 7 * (round as u64 % 3)));
+        let mut victim = live.remove(round % live.len());
+        victim.kill().expect("SIGKILL");
+        let _ = victim.wait();
+        next += 1;
+        live.push(spawn(&env(next)));
+    }
+    for mut c in live {
+        c.kill().expect("SIGKILL");
+        let _ = c.wait();
+    }
+    // What the workers logged is at most what the table counts, which is at
+    // most each key's burst.
+    let mut logged = vec![0u64; keys as usize];
+    for n in 1..=next {
+        let Ok(f) = std::fs::File::open(d.join(format!("log-{n}"))) else {
+            continue;
+        };
+        for line in BufReader::new(f).lines() {
+            let Ok(line) = line else { continue };
+            // A kill mid-line leaves a partial last line: not counted.
+            if let Ok(k) = line.trim().parse::<usize>() {
+                logged[k] += 1;
+            }
+        }
+    }
+    let l = SharedKeyedLimiter::open(&path, bucket(quota), keys)
+        .expect("the table opens after the kills");
+    let mut counted_total = 0;
+    for k in 0..keys {
+        // Each key's one token was taken at most once, by whichever process.
+        let counted = 1 - l.available(Key::Int(k as i128));
+        assert!(
+            logged[k as usize] <= counted,
+            "key {k}: logged {} > counted {counted}",
+            logged[k as usize]
+        );
+        counted_total += counted;
+    }
+    let logged_total: u64 = logged.iter().sum();
+    eprintln!(
+        "kill test: {logged_total} logged, {counted_total} counted, {} slots held",
+        l.len()
+    );
+    assert!(
+        logged_total > 1000,
+        "the workers ran: {logged_total} logged"
+    );
+    assert!(counted_total >= logged_total);
+    assert!(!l.is_empty() && l.len() <= l.slots());
+    // Survivors and new workers keep working: a new key is admitted, an
+    // exhausted one refused.
+    assert!(
+        l.check(Key::Text("after-the-kills"))
+            .expect("check")
+            .is_allowed()
+    );
+    assert_eq!(
+        logged[0], 1,
+        "key 0, first for every worker, was admitted once"
+    );
+    assert!(!l.check(Key::Int(0)).expect("check").is_allowed());
+}
+
+#[test]
+fn a_full_table_reuses_only_fresh_slots() {
+    let d = dir("full");
+    let path = d.join("full.limit");
+    let window = KeyedAlgorithm::FixedWindow {
+        limit: 1,
+        window: Duration::from_millis(100),
+    };
+    // max_keys 1 still makes the smallest table: 64 slots.
+    let l = SharedKeyedLimiter::open(&path, window, 1).expect("open");
+    assert_eq!(l.slots(), 64);
+    for k in 0..64 {
+        assert!(l.check(Key::Int(k)).expect("room").is_allowed());
+    }
+    // Every slot holds a key whose window still counts: no room.
+    match l.check(Key::Int(1000)) {
+        Err(Error::Limit(ratebound::Error::TooManyKeys { .. })) => {}
+        other => panic!("expected TooManyKeys, got {other:?}"),
+    }
+    // Once their windows are over the slots are fresh and are reused.
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(l.check(Key::Int(1000)).expect("a fresh slot").is_allowed());
+    assert!(!l.check(Key::Int(1000)).expect("same window").is_allowed());
+    assert_eq!(l.len(), 64);
+}
+
+fn expect_err(r: Result<impl std::fmt::Debug, Error>, what: &str) -> Error {
+    match r {
+        Ok(v) => panic!("{what}: opened {v:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn wrong_files_are_clear_errors() {
+    let d = dir("errors");
+    let path = d.join("x.limit");
+    SharedLimiter::open(&path, bucket("10/s burst 10")).expect("create");
+
+    let e = expect_err(
+        SharedLimiter::open(&path, bucket("10/s burst 20")),
+        "other burst",
+    );
+    assert!(
+        matches!(
+            e,
+            Error::Mismatch {
+                field: "burst",
+                stored: 10,
+                requested: 20,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("burst 10, not 20"), "{e}");
+    let e = expect_err(
+        SharedLimiter::open(
+            &path,
+            KeyedAlgorithm::FixedWindow {
+                limit: 10,
+                window: Duration::from_secs(1),
+            },
+        ),
+        "other algorithm",
+    );
+    assert!(
+        matches!(e, Error::Mismatch { field, .. } if field.starts_with("algorithm")),
+        "{e}"
+    );
+    let e = expect_err(
+        SharedKeyedLimiter::open(&path, bucket("10/s burst 10"), 10),
+        "keyed on single",
+    );
+    assert!(
+        matches!(e, Error::Mismatch { field, .. } if field.starts_with("mode")),
+        "{e}"
+    );
+
+    // Corrupt: the magic, the version, the size.
+    let bytes = std::fs::read(&path).expect("read");
+    let write = |b: &[u8]| {
+        std::fs::write(&path, b).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    };
+    let mut bad = bytes.clone();
+    bad[..8].copy_from_slice(b"GARBAGE!");
+    write(&bad);
+    let e = expect_err(
+        SharedLimiter::open(&path, bucket("10/s burst 10")),
+        "bad magic",
+    );
+    assert!(
+        matches!(e, Error::Corrupt { .. }) && e.to_string().contains("magic"),
+        "{e}"
+    );
+    let mut bad = bytes.clone();
+    bad[8..16].copy_from_slice(&2u64.to_le_bytes());
+    write(&bad);
+    let e = expect_err(
+        SharedLimiter::open(&path, bucket("10/s burst 10")),
+        "version 2",
+    );
+    assert!(e.to_string().contains("layout version 2"), "{e}");
+    write(&bytes[..bytes.len() - 8]);
+    let e = expect_err(
+        SharedLimiter::open(&path, bucket("10/s burst 10")),
+        "truncated",
+    );
+    assert!(
+        matches!(e, Error::Corrupt { .. }) && e.to_string().contains("truncated"),
+        "{e}"
+    );
+    write(&bytes[..20]);
+    let e = expect_err(
+        SharedLimiter::open(&path, bucket("10/s burst 10")),
+        "header cut",
+    );
+    assert!(e.to_string().contains("shorter than the header"), "{e}");
+    write(&bytes);
+    SharedLimiter::open(&path, bucket("10/s burst 10")).expect("whole again");
+
+    // Permissions: readable by others, then another owner.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let e = expect_err(
+        SharedLimiter::open(&path, bucket("10/s burst 10")),
+        "mode 644",
+    );
+    assert!(
+        matches!(e, Error::Permissions { .. }) && e.to_string().contains("mode 644"),
+        "{e}"
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(&path, Some(65534), None).expect("chown");
+        let e = expect_err(
+            SharedLimiter::open(&path, bucket("10/s burst 10")),
+            "other owner",
+        );
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+    }
+
+    // A path in a directory that does not exist.
+    let missing = d.join("no-such-dir").join("x.limit");
+    let e = expect_err(SharedLimiter::open(&missing, bucket("10/s")), "missing dir");
+    assert!(
+        matches!(e, Error::Io { .. }) && e.to_string().contains("does not exist"),
+        "{e}"
+    );
+    // Bad parameters are the core's errors.
+    let e = expect_err(
+        SharedKeyedLimiter::open(d.join("k"), bucket("10/s"), 0),
+        "max_keys 0",
+    );
+    assert!(e.to_string().contains("max_keys"), "{e}");
+    assert!(
+        !Path::new(&d.join("k")).exists(),
+        "nothing made for a bad call"
+    );
+}
