@@ -223,7 +223,7 @@ impl Gate_ {
         options: &Bound<'_, PyDict>,
         given_key: bool,
         clock: Option<&Bound<'_, PyAny>>,
-        remote: Option<Vec<(String, PyRef<'_, RedisEngine_>)>>,
+        remote: Option<Vec<(String, Bound<'_, PyAny>)>>,
     ) -> PyResult<Self> {
         let mut list = Vec::new();
         for item in policies.try_iter()? {
@@ -256,9 +256,20 @@ impl Gate_ {
         if given_key {
             o.key = KeySource::Given;
         }
-        for (name, engine) in remote.iter().flatten() {
-            o.remote
-                .push((name.clone(), engine.inner.config().algorithm.keyed()));
+        // Policies decided elsewhere: a global limit in Redis (its engine),
+        // or a limit shared by the host's processes (shared memory).
+        for (name, limiter) in remote.iter().flatten() {
+            let algorithm = if let Ok(engine) = limiter.cast::<RedisEngine_>() {
+                engine.get().inner.config().algorithm.keyed()
+            } else if let Ok(shared) = limiter.cast::<crate::shared::SharedKeyedLimiter>() {
+                shared.get().algorithm()
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "a remote policy must be a Redis limiter or a SharedKeyedLimiter, got {}",
+                    type_name(limiter)
+                )));
+            };
+            o.remote.push((name.clone(), algorithm));
         }
         let inner = Gate::new(list, o, clock_of(clock)?).or_py(py)?;
         let fixed = FIELD_NAMES

@@ -13,6 +13,7 @@ mod http;
 mod keyed;
 mod limiters;
 mod redis;
+mod shared;
 mod waiting;
 
 use pyo3::prelude::*;
@@ -34,6 +35,8 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Reservation>()?;
     m.add_class::<Waiter>()?;
     m.add_class::<KeyedLimiter>()?;
+    m.add_class::<shared::SharedTokenBucket>()?;
+    m.add_class::<shared::SharedKeyedLimiter>()?;
     m.add_class::<Gate_>()?;
     m.add_class::<RedisEngine_>()?;
     m.add_class::<RedisCall_>()?;

@@ -159,6 +159,22 @@ impl std::fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// A stable, machine-readable identifier, the same in Rust, Python and
+    /// Node: `shm_io`, `shm_mismatch`, `shm_corrupt`, `shm_permissions`,
+    /// `shm_stale_boot`, or the core's code for [`Error::Limit`].
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "shm_io",
+            Error::Mismatch { .. } => "shm_mismatch",
+            Error::Corrupt { .. } => "shm_corrupt",
+            Error::Permissions { .. } => "shm_permissions",
+            Error::StaleBoot { .. } => "shm_stale_boot",
+            Error::Limit(e) => e.code(),
+        }
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -219,6 +235,7 @@ struct Table {
     region: Region,
     path: PathBuf,
     rule: WordRule,
+    algorithm: KeyedAlgorithm,
     /// Slots (pairs of words) after the header.
     slots: usize,
     fingerprints: Fingerprinter,
@@ -271,6 +288,7 @@ impl Table {
                 region,
                 path: path.to_path_buf(),
                 rule,
+                algorithm,
                 slots,
                 fingerprints: Fingerprinter::with_seed(seed),
             });
@@ -570,6 +588,11 @@ impl SharedKeyedLimiter {
         self.table.rule.limit()
     }
 
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> KeyedAlgorithm {
+        self.table.algorithm
+    }
+
     /// Slots in the table.
     pub fn slots(&self) -> usize {
         self.table.slots
@@ -674,6 +697,14 @@ impl SharedKeyedLimiter {
     /// As [`check_n_at`](Self::check_n_at).
     pub fn check(&self, key: Key<'_>) -> Result<Decision, Error> {
         self.check_n_at(key, 1, self.clock.now())
+    }
+
+    /// Takes `n` for `key` now.
+    ///
+    /// # Errors
+    /// As [`check_n_at`](Self::check_n_at).
+    pub fn check_n(&self, key: Key<'_>, n: u64) -> Result<Decision, Error> {
+        self.check_n_at(key, n, self.clock.now())
     }
 
     /// Takes `n` for `key` at `now` (ns of `CLOCK_MONOTONIC`).

@@ -31,10 +31,21 @@ from ._errors import (
     QuotaError,
     RateboundError,
     RateLimitExceeded,
+    SharedStateError,
+    SharedStatePermissionError,
     TooManyKeys,
     Unsupported,
 )
-from ._ratebound import Decision, ManualClock, Reservation, client_ip, ip_key, retry_after_secs
+from ._ratebound import (
+    Decision,
+    ManualClock,
+    Reservation,
+    SharedKeyedLimiter,
+    SharedTokenBucket,
+    client_ip,
+    ip_key,
+    retry_after_secs,
+)
 from . import asgi, redis, wsgi
 
 __version__: str = _ratebound.__version__
@@ -54,6 +65,10 @@ __all__ = [
     "RateLimitExceeded",
     "RateboundError",
     "Reservation",
+    "SharedKeyedLimiter",
+    "SharedStateError",
+    "SharedStatePermissionError",
+    "SharedTokenBucket",
     "SlidingLog",
     "SlidingWindow",
     "TokenBucket",

@@ -12,6 +12,8 @@ __all__ = [
     "Unsupported",
     "ConfigError",
     "MissingValue",
+    "SharedStateError",
+    "SharedStatePermissionError",
 ]
 
 
@@ -73,3 +75,15 @@ class ConfigError(RateboundError, ValueError, TypeError):
 class MissingValue(RateboundError, TypeError):
     """``None`` where a value is required (e.g. ``TokenBucket(rate=None)``):
     a ``TypeError``, as Python's own functions raise for a missing argument."""
+
+
+class SharedStateError(RateboundError, OSError):
+    """A shared limit's file could not be used: its directory is missing, it
+    holds another limit (``code == "shm_mismatch"``), it is not a ratebound
+    table or is truncated (``"shm_corrupt"``), or it was made before the
+    host's last boot (``"shm_stale_boot"``). The message names the file."""
+
+
+class SharedStatePermissionError(SharedStateError, PermissionError):
+    """A shared limit's file belongs to another user, or other users could
+    read or change it (``code == "shm_permissions"``)."""

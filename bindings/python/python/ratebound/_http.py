@@ -10,7 +10,9 @@ from . import _ratebound
 from . import redis as _redis
 from ._ratebound import ManualClock
 
-PolicySpec = Union[int, float, str, Mapping[str, Any], "_redis._Limiter", "_redis._AsyncLimiter"]
+PolicySpec = Union[
+    int, float, str, Mapping[str, Any], "_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"
+]
 
 def _policy(name: str, spec: PolicySpec) -> tuple[Any, ...]:
     """One policy as the core's gate takes it; the core checks it."""
@@ -20,7 +22,7 @@ def _policy(name: str, spec: PolicySpec) -> tuple[Any, ...]:
     return (name, "token_bucket", spec, None, None, None)
 
 
-Remote = Union["_redis._Limiter", "_redis._AsyncLimiter"]
+Remote = Union["_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"]
 
 
 def build_gate(
@@ -32,8 +34,10 @@ def build_gate(
     clock: Optional[ManualClock],
 ) -> tuple[Any, list[Remote]]:
     """The core's gate (``options`` go to its one parser by name; ``None``
-    means the core's default) and the Redis limiters among the policies,
-    which the gate advertises and whose decisions it merges."""
+    means the core's default) and the policies decided elsewhere — Redis
+    limiters and limits shared by the host's processes
+    (:class:`ratebound.SharedKeyedLimiter`) — which the gate advertises and
+    whose decisions it merges."""
     if (rate is None) == (policies is None):
         raise TypeError("give either rate= (one policy) or policies= (a dict of name -> rate)")
     remote: list[tuple[str, Remote]] = []
@@ -44,13 +48,16 @@ def build_gate(
             raise TypeError("burst= goes with rate=; give each policy its own burst")
         specs = []
         for name, spec in policies.items():
-            if isinstance(spec, (_redis._Limiter, _redis._AsyncLimiter)):
+            if isinstance(spec, (_redis._Limiter, _redis._AsyncLimiter, _ratebound.SharedKeyedLimiter)):
                 remote.append((name, spec))
             else:
                 specs.append(_policy(name, spec))
     gate = _ratebound.Gate_(
         specs, options, given_key=given_key, clock=clock,
-        remote=[(name, limiter._engine) for name, limiter in remote],
+        remote=[
+            (name, limiter if isinstance(limiter, _ratebound.SharedKeyedLimiter) else limiter._engine)
+            for name, limiter in remote
+        ],
     )
     return gate, [limiter for _, limiter in remote]
 

@@ -1,6 +1,7 @@
 """Type stubs for the extension module (kept in step with src/lib.rs; CI
 type-checks tests/typed_usage.py against them with mypy --strict)."""
 
+import os
 from typing import Any, Iterable, Optional, TypeVar, Union, final
 
 from typing_extensions import disjoint_base
@@ -14,6 +15,8 @@ __all__ = [
     "Limiter",
     "Reservation",
     "Waiter",
+    "SharedTokenBucket",
+    "SharedKeyedLimiter",
     "KeyedLimiter",
     "Gate_",
     "RedisEngine_",
@@ -140,7 +143,7 @@ class Gate_:
         options: dict[str, Any],
         *,
         given_key: bool = False,
-        remote: Optional[list[tuple[str, RedisEngine_]]] = None,
+        remote: Optional[list[tuple[str, Union[RedisEngine_, SharedKeyedLimiter]]]] = None,
         clock: Optional[ManualClock] = None,
     ) -> _T: ...
     def try_enter(self) -> bool: ...
@@ -243,3 +246,38 @@ def client_ip(
 ) -> str: ...
 def ratelimit_policy(policies: list[tuple[str, str]]) -> str: ...
 def clock_source() -> str: ...
+
+@final
+class SharedTokenBucket:
+    def __new__(cls, path: Union[str, "os.PathLike[str]"], rate: Optional[_Rate] = None, burst: Optional[int] = None) -> SharedTokenBucket: ...
+    def check(self, n: Optional[int] = None) -> Decision: ...
+    def try_acquire(self, n: Optional[int] = None) -> bool: ...
+    def available(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def path(self) -> "os.PathLike[str]": ...
+
+@final
+class SharedKeyedLimiter:
+    def __new__(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        rate: Optional[_Rate] = None,
+        burst: Optional[int] = None,
+        *,
+        algorithm: str = "token_bucket",
+        limit: Optional[int] = None,
+        window: Optional[_Number] = None,
+        max_keys: Optional[int] = None,
+    ) -> SharedKeyedLimiter: ...
+    def check(self, key: _Key, n: Optional[int] = None) -> Decision: ...
+    def try_acquire(self, key: _Key, n: Optional[int] = None) -> bool: ...
+    def available(self, key: _Key) -> int: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def path(self) -> "os.PathLike[str]": ...
+    def __len__(self) -> int: ...

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping, Union
 
+from . import _ratebound
 from ._http import MiddlewareBase, Options
 from .redis import _AsyncLimiter as AsyncLimiter
 
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["RateLimitMiddleware"]
+
+
+async def _ready(decision: Any) -> Any:
+    """A shared-memory decision (made at once) among awaited Redis ones."""
+    return decision
 
 
 class RateLimitMiddleware(MiddlewareBase):
@@ -68,12 +74,14 @@ class RateLimitMiddleware(MiddlewareBase):
     def __init__(self, app: ASGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
         for limiter in self._remote:
-            if not isinstance(limiter, AsyncLimiter):
+            if not isinstance(limiter, (AsyncLimiter, _ratebound.SharedKeyedLimiter)):
                 raise TypeError(
                     f"an ASGI policy in Redis needs an asyncio limiter (rb.redis.AsyncTokenBucket, ...), "
                     f"got {type(limiter).__name__}"
                 )
-        self._async_remote = [lim for lim in self._remote if isinstance(lim, AsyncLimiter)]
+        self._async_remote: list[Union[AsyncLimiter, _ratebound.SharedKeyedLimiter]] = [
+            lim for lim in self._remote if isinstance(lim, (AsyncLimiter, _ratebound.SharedKeyedLimiter))
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
@@ -103,7 +111,12 @@ class RateLimitMiddleware(MiddlewareBase):
             # by its fail policy), then the gate decides with their answers.
             ident = self.gate.identity(k, peer, scope["headers"])
             decisions = [] if isinstance(ident, int) else await asyncio.gather(
-                *(limiter.check(ident) for limiter in self._async_remote)
+                *(
+                    _ready(limiter.check(ident))
+                    if isinstance(limiter, _ratebound.SharedKeyedLimiter)
+                    else limiter.check(ident)
+                    for limiter in self._async_remote
+                )
             )
             verdict = self.gate.decide_with(k, peer, scope["headers"], list(decisions))
         else:

@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
 
+from . import _ratebound
 from ._http import MiddlewareBase, Options, reason
 from .redis import _Limiter as SyncLimiter
 
@@ -33,12 +34,14 @@ class RateLimitMiddleware(MiddlewareBase):
     def __init__(self, app: WSGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
         for limiter in self._remote:
-            if not isinstance(limiter, SyncLimiter):
+            if not isinstance(limiter, (SyncLimiter, _ratebound.SharedKeyedLimiter)):
                 raise TypeError(
                     f"a WSGI policy in Redis needs a sync limiter (rb.redis.TokenBucket, ...), "
                     f"got {type(limiter).__name__}"
                 )
-        self._sync_remote = [lim for lim in self._remote if isinstance(lim, SyncLimiter)]
+        self._sync_remote: list[Union[SyncLimiter, _ratebound.SharedKeyedLimiter]] = [
+            lim for lim in self._remote if isinstance(lim, (SyncLimiter, _ratebound.SharedKeyedLimiter))
+        ]
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self._exempt is not None and self._exempt(environ):

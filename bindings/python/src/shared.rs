@@ -1,0 +1,222 @@
+//! `SharedTokenBucket` and `SharedKeyedLimiter`: limits shared by every
+//! process on the host through a file-backed memory map (crate
+//! `ratebound-shm`). Conversions only: the crate opens, checks and decides.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use ratebound::any;
+use ratebound::{Error, KeyedAlgorithm};
+use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
+
+use crate::convert::*;
+use crate::decision::*;
+use crate::error::*;
+
+/// A shared-memory error as a Python exception: `SharedStatePermissionError`
+/// (a `PermissionError`) for the file's owner or mode, `SharedStateError`
+/// (an `OSError`) for the rest of the file's troubles, the core's classes
+/// for limiter errors. Each carries `.code`.
+fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
+    let class = match e {
+        ShmError::Limit(core) => return py_err(py, core),
+        ShmError::Permissions { .. } => "SharedStatePermissionError",
+        _ => "SharedStateError",
+    };
+    let made = (|| -> PyResult<PyErr> {
+        let module =
+            ERRORS.get_or_try_init(py, || py.import("ratebound._errors").map(Bound::unbind))?;
+        let cls = module.bind(py).getattr(class)?;
+        Ok(PyErr::from_value(cls.call1((e.to_string(), e.code()))?))
+    })();
+    made.unwrap_or_else(|err| err)
+}
+
+trait OrShm<T> {
+    fn or_shm(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> OrShm<T> for Result<T, ShmError> {
+    fn or_shm(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| shm_err(py, e))
+    }
+}
+
+/// A token bucket shared by every process that opens `path`.
+#[pyclass(frozen, module = "ratebound")]
+pub(crate) struct SharedTokenBucket {
+    inner: SharedLimiter,
+}
+
+#[pymethods]
+impl SharedTokenBucket {
+    #[new]
+    #[pyo3(signature = (path, rate=None, burst=None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let rate = rate
+            .filter(|r| !r.is_none())
+            .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))?;
+        let b = opt_number(py, "burst", burst)?;
+        let quota = with_rate(py, rate, |r| any::quota(r, b))?;
+        Ok(SharedTokenBucket {
+            inner: SharedLimiter::open(path, KeyedAlgorithm::TokenBucket(quota)).or_shm(py)?,
+        })
+    }
+
+    /// Takes `n` (default 1) now if all `n` are there, for every process.
+    #[pyo3(signature = (n=None))]
+    fn check(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+        let n = count(py, n)?;
+        decision(py, self.inner.check_n(n).or_shm(py)?)
+    }
+
+    /// `check(n).allowed`, without building the decision.
+    #[pyo3(signature = (n=None))]
+    fn try_acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let n = count(py, n)?;
+        Ok(self.inner.check_n(n).or_shm(py)?.is_allowed())
+    }
+
+    /// Tokens available now.
+    fn available(&self) -> u64 {
+        self.inner.available()
+    }
+
+    /// The burst.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    /// The file the processes share.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SharedTokenBucket(path={:?}, limit={}, available={})",
+            self.inner.path().display().to_string(),
+            self.inner.limit(),
+            self.inner.available()
+        )
+    }
+}
+
+/// One limit per key, shared by every process that opens `path`; room for
+/// `max_keys` keys, fixed when the file is made.
+#[pyclass(frozen, module = "ratebound")]
+pub(crate) struct SharedKeyedLimiter {
+    inner: ShmKeyed,
+}
+
+impl SharedKeyedLimiter {
+    /// The algorithm, for a middleware that takes this limiter as a policy.
+    pub(crate) fn algorithm(&self) -> KeyedAlgorithm {
+        self.inner.algorithm()
+    }
+}
+
+/// Keys tracked when `max_keys` is not given.
+const DEFAULT_MAX_KEYS: f64 = 10_000.0;
+
+#[pymethods]
+impl SharedKeyedLimiter {
+    #[new]
+    #[pyo3(signature = (path, rate=None, burst=None, *, algorithm="token_bucket", limit=None, window=None, max_keys=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        algorithm: &str,
+        limit: Option<&Bound<'_, PyAny>>,
+        window: Option<&Bound<'_, PyAny>>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let b = opt_number(py, "burst", burst)?;
+        let l = opt_number(py, "limit", limit)?;
+        let w = opt_number(py, "window", window)?;
+        let alg = match rate.filter(|r| !r.is_none()) {
+            Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w))?,
+            None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py)?,
+        };
+        let max = opt_number(py, "max_keys", max_keys)?.unwrap_or(DEFAULT_MAX_KEYS);
+        let max = any::whole("max_keys", max, 1).or_py(py)?;
+        Ok(SharedKeyedLimiter {
+            inner: ShmKeyed::open(path, alg, max).or_shm(py)?,
+        })
+    }
+
+    /// Takes `n` (default 1) for `key` if its limit allows, for every
+    /// process.
+    #[pyo3(signature = (key, n=None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Decision>> {
+        let n = count(py, n)?;
+        let d = with_key(key, |k| self.inner.check_n(k, n).or_shm(py))?;
+        decision(py, d)
+    }
+
+    /// `check(key, n).allowed`.
+    #[pyo3(signature = (key, n=None))]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let n = count(py, n)?;
+        with_key(key, |k| {
+            Ok(self.inner.check_n(k, n).or_shm(py)?.is_allowed())
+        })
+    }
+
+    /// How many `key` could take now.
+    fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+        with_key(key, |k| Ok(self.inner.available(k)))
+    }
+
+    /// The most one check can take.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    /// Slots in the table (twice `max_keys`, at least 64).
+    #[getter]
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+
+    /// The file the processes share.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// Slots held by a key.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SharedKeyedLimiter(path={:?}, keys={}, slots={})",
+            self.inner.path().display().to_string(),
+            self.inner.len(),
+            self.inner.slots()
+        )
+    }
+}

@@ -1,0 +1,203 @@
+"""Limits shared by processes through a file-backed memory map
+(SharedTokenBucket, SharedKeyedLimiter): real processes, SIGKILL, bad files."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+import ratebound as rb
+
+# fork, as gunicorn and uWSGI start their workers.
+CTX = multiprocessing.get_context("fork")
+
+
+def _hammer(path: str, iterations: int, out: "multiprocessing.Queue[int]") -> None:
+    tb = rb.SharedTokenBucket(path, rate="1/h", burst=500)
+    out.put(sum(tb.try_acquire() for _ in range(iterations)))
+
+
+def _for(path: str, seconds: float, out: "multiprocessing.Queue[int]") -> None:
+    tb = rb.SharedTokenBucket(path, rate=2000, burst=50)
+    admitted = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        admitted += tb.try_acquire()
+    out.put(admitted)
+
+
+def _keyed(path: str, out: "multiprocessing.Queue[int]") -> None:
+    k = rb.SharedKeyedLimiter(path, rate="1/h", burst=10, max_keys=1000)
+    out.put(sum(k.try_acquire(f"client-{i % 50}") for i in range(5000)))
+
+
+def _forever(path: str, log: str) -> None:
+    tb = rb.SharedTokenBucket(path, rate="1/h", burst=20000)
+    with open(log, "a", buffering=1) as f:
+        while True:
+            if tb.try_acquire():
+                # Written after the admission: a kill in between loses the
+                # line, never invents one.
+                f.write("1\n")
+
+
+def _run(target, args, n: int) -> int:  # type: ignore[no-untyped-def]
+    out: "multiprocessing.Queue[int]" = CTX.Queue()
+    procs = [CTX.Process(target=target, args=(*args, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    total = sum(out.get(timeout=30) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return total
+
+
+def test_four_processes_share_one_burst_exactly(tmp_path: Path) -> None:
+    path = str(tmp_path / "api.limit")
+    assert _run(_hammer, (path, 5000), 4) == 500
+    assert rb.SharedTokenBucket(path, rate="1/h", burst=500).available() == 0
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed(tmp_path: Path) -> None:
+    path = str(tmp_path / "rate.limit")
+    start = time.monotonic()
+    total = _run(_for, (path, 0.3), 4)
+    elapsed = time.monotonic() - start
+    assert total <= 50 + 2000 * elapsed, (total, elapsed)
+    assert total > 150, total  # they shared the refill too
+
+
+def test_keyed_processes_share_each_keys_burst(tmp_path: Path) -> None:
+    path = str(tmp_path / "keyed.limit")
+    assert _run(_keyed, (path,), 4) == 50 * 10
+    k = rb.SharedKeyedLimiter(path, rate="1/h", burst=10, max_keys=1000)
+    assert len(k) == 50
+    assert k.available("client-7") == 0 and k.available("client-new") == 10
+    # The same key in another form is another key (str vs bytes vs int).
+    assert k.available(b"client-7") == 10
+
+
+def test_sigkill_during_a_run_keeps_the_bound_and_the_table_usable(tmp_path: Path) -> None:
+    path = str(tmp_path / "kill.limit")
+    procs = []
+    logs = []
+    for i in range(3):
+        logs.append(str(tmp_path / f"log-{i}"))
+        procs.append(CTX.Process(target=_forever, args=(path, logs[-1])))
+        procs[-1].start()
+    for round in range(6):
+        time.sleep(0.02)
+        victim = procs.pop(round % len(procs))
+        os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        victim.join()
+        logs.append(str(tmp_path / f"log-{3 + round}"))
+        procs.append(CTX.Process(target=_forever, args=(path, logs[-1])))
+        procs[-1].start()
+    time.sleep(0.05)
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        p.join()
+    logged = sum(Path(log).read_text().count("1\n") for log in logs if os.path.exists(log))
+    tb = rb.SharedTokenBucket(path, rate="1/h", burst=20000)
+    counted = 20000 - tb.available()
+    assert 0 < logged <= counted <= 20000, (logged, counted)
+    # A new worker keeps working on the same table.
+    assert tb.try_acquire() == (counted < 20000)
+
+
+def test_bad_files_and_arguments_are_clear_errors(tmp_path: Path) -> None:
+    path = tmp_path / "x.limit"
+    rb.SharedTokenBucket(path, rate=10, burst=10)
+    with pytest.raises(rb.SharedStateError, match="burst 10, not 20") as info:
+        rb.SharedTokenBucket(path, rate=10, burst=20)
+    assert info.value.code == "shm_mismatch"
+    with pytest.raises(rb.SharedStateError, match="mode"):
+        rb.SharedKeyedLimiter(path, rate=10, burst=10, max_keys=5)
+
+    whole = path.read_bytes()
+    path.write_bytes(b"GARBAGE!" + whole[8:])
+    with pytest.raises(rb.SharedStateError, match="magic") as info:
+        rb.SharedTokenBucket(path, rate=10, burst=10)
+    assert info.value.code == "shm_corrupt"
+    path.write_bytes(whole[:-8])
+    with pytest.raises(rb.SharedStateError, match="truncated"):
+        rb.SharedTokenBucket(path, rate=10, burst=10)
+    path.write_bytes(whole)
+    rb.SharedTokenBucket(path, rate=10, burst=10)
+
+    os.chmod(path, 0o644)
+    with pytest.raises(PermissionError, match="mode 644") as perm:
+        rb.SharedTokenBucket(path, rate=10, burst=10)
+    assert isinstance(perm.value, rb.SharedStatePermissionError)
+    assert perm.value.code == "shm_permissions"
+    os.chmod(path, 0o600)
+
+    with pytest.raises(OSError, match="does not exist") as missing:
+        rb.SharedTokenBucket(tmp_path / "no-such-dir" / "x.limit", rate=10)
+    assert missing.value.code == "shm_io"
+    with pytest.raises(rb.QuotaError):
+        rb.SharedTokenBucket(tmp_path / "y.limit", rate=-1)
+    with pytest.raises(TypeError):
+        rb.SharedTokenBucket(tmp_path / "y.limit", rate=None)
+    with pytest.raises(rb.QuotaError, match="max_keys"):
+        rb.SharedKeyedLimiter(tmp_path / "z.limit", rate=1, max_keys=0)
+    with pytest.raises(rb.InsufficientCapacity):
+        rb.SharedTokenBucket(path, rate=10, burst=10).check(11)
+    assert not (tmp_path / "y.limit").exists()
+
+
+def test_a_shared_keyed_limiter_is_a_middleware_policy(tmp_path: Path) -> None:
+    """Two WSGI apps and one ASGI app (three workers, in real life three
+    processes) share a per-key limit of 2 through one file."""
+    from flask import Flask
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    path = tmp_path / "clients.limit"
+
+    def shared() -> rb.SharedKeyedLimiter:
+        return rb.SharedKeyedLimiter(path, rate="1/h", burst=2, max_keys=1000)
+
+    def flask_client():  # type: ignore[no-untyped-def]
+        app = Flask(__name__)
+        app.get("/")(lambda: "ok")
+        app.wsgi_app = rb.wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+            app.wsgi_app, policies={"host": shared()}, key_header="x-api-key"
+        )
+        return app.test_client()
+
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("ok")
+
+    a, b = flask_client(), flask_client()
+    first = a.get("/", headers={"x-api-key": "alice"})
+    assert first.status_code == 200
+    assert first.headers["ratelimit-policy"] == '"host";q=2;w=7200'
+    assert b.get("/", headers={"x-api-key": "alice"}).status_code == 200
+    third = a.get("/", headers={"x-api-key": "alice"})
+    assert third.status_code == 429
+    assert int(third.headers["retry-after"]) > 3500
+    assert b.get("/", headers={"x-api-key": "bob"}).status_code == 200
+    asgi = rb.asgi.RateLimitMiddleware(
+        Starlette(routes=[Route("/", hello)]),
+        policies={"local": "100/s", "host": shared()},
+        key_header="x-api-key",
+    )
+    with TestClient(asgi) as c:
+        assert c.get("/", headers={"x-api-key": "alice"}).status_code == 429
+        ok = c.get("/", headers={"x-api-key": "bob"})
+        assert ok.status_code == 200
+        assert '"host";r=0' in ok.headers["ratelimit"]
+    # The key the middleware used is the gate's identity, the same in every
+    # language: the limiter itself sees it.
+    assert shared().available(b"key:alice") == 0
