@@ -635,6 +635,59 @@ export declare class Reservation {
 }
 
 /**
+ * One limit per key shared by every process that opens `path`, in a table
+ * of fixed size. Keys are fingerprinted like `KeyedLimiter`'s (and
+ * Python's): the same key is the same key in every language.
+ */
+export declare class SharedKeyedLimiter {
+  /**
+   * Opens (or makes) the shared keyed limiter at `path`.
+   *
+   * @throws {Error} as `SharedTokenBucket`'s constructor.
+   */
+  constructor(options?: SharedKeyedLimiterOptions | undefined | null)
+  /** Takes `n` (default 1) for `key` now if all `n` are there. */
+  check(key: string | number | Uint8Array, n?: number): Decision
+  /** Takes one for `key` now if it is there: the decision only. */
+  tryAcquire(key: string | number | Uint8Array): boolean
+  /** How many `key` could take now. */
+  available(key: string | number | Uint8Array): number
+  /** The most one check can take. */
+  get limit(): number
+  /** Slots in the table (twice `maxKeys`, at least 64). */
+  get slots(): number
+  /** Slots held by a key. */
+  get size(): number
+  /** The file the processes share. */
+  get path(): string
+}
+
+/**
+ * A token bucket shared by every process that opens `path`: one burst and
+ * one refill for all of them, updated lock-free in shared memory.
+ */
+export declare class SharedTokenBucket {
+  /**
+   * Opens (or makes) the shared bucket at `path`.
+   *
+   * @throws {Error} `ERR_RATEBOUND_SHM_MISMATCH` when the file holds
+   * another limit, `_SHM_CORRUPT`, `_SHM_PERMISSIONS`, `_SHM_IO` (a
+   * missing directory); {RangeError}/{TypeError} for a bad rate or burst.
+   */
+  constructor(options?: SharedTokenBucketOptions | undefined | null)
+  /** Takes `n` (default 1) now if all `n` are there, for every process. */
+  check(n?: number | undefined | null): Decision
+  /** Takes one now if it is there: the decision only. */
+  tryAcquire(): boolean
+  /** Tokens available now. */
+  available(): number
+  /** The burst. */
+  get limit(): number
+  /** The file the processes share. */
+  get path(): string
+}
+
+/**
  * A sliding log: exactly `limit` per any `window` seconds, keeping one
  * timestamp per admitted request (memory grows with the limit).
  */
@@ -1060,6 +1113,43 @@ export interface RemotePolicy {
   name: string
   /** The `rb.redis` limiter's `engine`. */
   engine: RedisEngine
+}
+
+/** Options of `new SharedKeyedLimiter(...)`. */
+export interface SharedKeyedLimiterOptions {
+  /** The file every process opens; made with mode 0600 if missing. */
+  path: string
+  /**
+   * `'token_bucket'` (default, with `rate` and `burst`),
+   * `'fixed_window'` or `'sliding_window'` (with `limit` and `window`).
+   */
+  algorithm?: string
+  /** Tokens per second per key, or a quota string. */
+  rate?: number | string
+  /** The most tokens one key holds. */
+  burst?: number
+  /** Requests per window per key (windows). */
+  limit?: number
+  /** The window in seconds (windows). */
+  window?: number
+  /**
+   * Room for this many keys, fixed when the file is made (default
+   * 10 000).
+   */
+  maxKeys?: number
+}
+
+/** Options of `new SharedTokenBucket(...)`. */
+export interface SharedTokenBucketOptions {
+  /**
+   * The file every process opens (e.g. under `/dev/shm`); made with mode
+   * 0600 if missing.
+   */
+  path: string
+  /** Tokens per second, or a quota string (`'10/s burst 20'`). */
+  rate?: number | string
+  /** The most tokens held at once. */
+  burst?: number
 }
 
 /** Options of `new TokenBucket(...)`. */

@@ -17,3 +17,4 @@ pub mod http;
 pub mod keyed;
 pub mod limiters;
 pub mod redis;
+pub mod shared;

@@ -201,3 +201,49 @@ def test_a_shared_keyed_limiter_is_a_middleware_policy(tmp_path: Path) -> None:
     # The key the middleware used is the gate's identity, the same in every
     # language: the limiter itself sees it.
     assert shared().available(b"key:alice") == 0
+
+
+def test_gunicorn_example_four_workers_share_the_limit(tmp_path: Path) -> None:
+    """examples/gunicorn_shared.py under gunicorn -w 4 on 127.0.0.1: 20
+    requests of one client get exactly 5 answers of 200, whichever of the
+    four worker processes serves each."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    env = dict(os.environ, RATEBOUND_LIMIT_FILE=str(tmp_path / "clients.limit"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}", "--chdir", str(examples),
+         "gunicorn_shared:app"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        for _ in range(100):  # up to 10 s for the workers to start
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, headers={"x-api-key": "warmup"}), timeout=2)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        statuses = []
+        for _ in range(20):
+            req = urllib.request.Request(url, headers={"x-api-key": "alice", "connection": "close"})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    statuses.append(resp.status)
+            except urllib.error.HTTPError as e:
+                statuses.append(e.code)
+                assert e.headers["retry-after"] is not None
+        assert statuses.count(200) == 5, statuses
+        assert statuses.count(429) == 15, statuses
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

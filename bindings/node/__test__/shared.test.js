@@ -1,0 +1,168 @@
+// Limits shared by processes through a file-backed memory map: real child
+// processes, SIGKILL in the middle of a run, and bad files.
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const { spawn } = require('node:child_process')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const rb = require('..')
+
+const WORKER = path.join(__dirname, 'fixtures', 'shared-worker.js')
+
+function tmpdir() {
+  return fs.mkdtempSync(path.join(os.tmpdir(), 'rb-shm-'))
+}
+
+function run(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [WORKER, ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
+    let out = ''
+    child.stdout.on('data', (d) => (out += d))
+    child.on('error', reject)
+    child.on('exit', (code) => {
+      const m = /admitted=(\d+)/.exec(out)
+      if (code !== 0 || !m) reject(new Error(`worker exited ${code}: ${out}`))
+      else resolve(Number(m[1]))
+    })
+  })
+}
+
+test('four processes share one burst exactly', async () => {
+  const file = path.join(tmpdir(), 'api.limit')
+  const counts = await Promise.all([0, 1, 2, 3].map(() => run(['count', file, '5000'])))
+  assert.equal(counts.reduce((a, b) => a + b, 0), 500)
+  const tb = new rb.SharedTokenBucket({ path: file, rate: '1/h', burst: 500 })
+  assert.equal(tb.available(), 0)
+  assert.equal(fs.statSync(file).mode & 0o777, 0o600)
+})
+
+test('keyed processes share each key\'s burst', async () => {
+  const file = path.join(tmpdir(), 'keyed.limit')
+  const counts = await Promise.all([0, 1, 2, 3].map(() => run(['keyed', file, '5000'])))
+  assert.equal(counts.reduce((a, b) => a + b, 0), 50 * 10)
+  const k = new rb.SharedKeyedLimiter({ path: file, rate: '1/h', burst: 10, maxKeys: 1000 })
+  assert.equal(k.size, 50)
+  assert.equal(k.available('client-7'), 0)
+  assert.equal(k.available('client-new'), 10)
+  assert.equal(k.available(Buffer.from('client-7')), 10, 'a string and its bytes are two keys')
+})
+
+test('SIGKILL during a run keeps the bound and the table usable', async () => {
+  const dir = tmpdir()
+  const file = path.join(dir, 'kill.limit')
+  const logs = []
+  const start = () => {
+    const log = path.join(dir, `log-${logs.length}`)
+    logs.push(log)
+    return spawn(process.execPath, [WORKER, 'forever', file, log], { stdio: 'ignore' })
+  }
+  const exited = (c) => new Promise((resolve) => (c.exitCode !== null || c.signalCode !== null ? resolve() : c.on('exit', resolve)))
+  let live = [start(), start(), start()]
+  await new Promise((r) => setTimeout(r, 150)) // let them load the addon
+  for (let round = 0; round < 6; round++) {
+    await new Promise((r) => setTimeout(r, 20))
+    const victim = live.splice(round % live.length, 1)[0]
+    victim.kill('SIGKILL')
+    await exited(victim)
+    live.push(start())
+  }
+  await new Promise((r) => setTimeout(r, 150))
+  for (const c of live) {
+    c.kill('SIGKILL')
+    await exited(c)
+  }
+  const logged = logs
+    .filter((l) => fs.existsSync(l))
+    .map((l) => (fs.readFileSync(l, 'utf8').match(/1\n/g) || []).length)
+    .reduce((a, b) => a + b, 0)
+  const tb = new rb.SharedTokenBucket({ path: file, rate: '1/h', burst: 20000 })
+  const counted = 20000 - tb.available()
+  assert.ok(logged > 0 && logged <= counted && counted <= 20000, `${logged} logged, ${counted} counted`)
+  assert.equal(tb.tryAcquire(), counted < 20000)
+})
+
+test('bad files and options are clear errors', () => {
+  const dir = tmpdir()
+  const file = path.join(dir, 'x.limit')
+  new rb.SharedTokenBucket({ path: file, rate: 10, burst: 10 })
+  assert.throws(() => new rb.SharedTokenBucket({ path: file, rate: 10, burst: 20 }), {
+    code: 'ERR_RATEBOUND_SHM_MISMATCH',
+    message: /burst 10, not 20/,
+  })
+  assert.throws(() => new rb.SharedKeyedLimiter({ path: file, rate: 10, burst: 10, maxKeys: 5 }), {
+    code: 'ERR_RATEBOUND_SHM_MISMATCH',
+    message: /mode/,
+  })
+  const whole = fs.readFileSync(file)
+  fs.writeFileSync(file, Buffer.concat([Buffer.from('GARBAGE!'), whole.subarray(8)]))
+  assert.throws(() => new rb.SharedTokenBucket({ path: file, rate: 10, burst: 10 }), {
+    code: 'ERR_RATEBOUND_SHM_CORRUPT',
+    message: /magic/,
+  })
+  fs.writeFileSync(file, whole.subarray(0, whole.length - 8))
+  assert.throws(() => new rb.SharedTokenBucket({ path: file, rate: 10, burst: 10 }), {
+    code: 'ERR_RATEBOUND_SHM_CORRUPT',
+    message: /truncated/,
+  })
+  fs.writeFileSync(file, whole)
+  fs.chmodSync(file, 0o644)
+  assert.throws(() => new rb.SharedTokenBucket({ path: file, rate: 10, burst: 10 }), {
+    code: 'ERR_RATEBOUND_SHM_PERMISSIONS',
+    message: /mode 644/,
+  })
+  fs.chmodSync(file, 0o600)
+  new rb.SharedTokenBucket({ path: file, rate: 10, burst: 10 })
+  assert.throws(() => new rb.SharedTokenBucket({ path: path.join(dir, 'nope', 'x'), rate: 10 }), {
+    code: 'ERR_RATEBOUND_SHM_IO',
+    message: /does not exist/,
+  })
+  assert.throws(() => new rb.SharedTokenBucket({ path: path.join(dir, 'y'), rate: -1 }), RangeError)
+  assert.throws(() => new rb.SharedTokenBucket({ path: path.join(dir, 'y'), rate: null }), {
+    name: 'TypeError',
+    code: 'ERR_RATEBOUND_MISSING',
+  })
+  assert.throws(() => new rb.SharedKeyedLimiter({ path: path.join(dir, 'z'), rate: 1, maxKeys: 0 }), RangeError)
+  assert.throws(() => new rb.SharedTokenBucket({ path: file, rate: 10, burst: 10 }).check(11), {
+    code: 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY',
+  })
+  assert.equal(fs.existsSync(path.join(dir, 'y')), false)
+})
+
+test('examples/cluster.js: four cluster workers share one per-client limit', async () => {
+  const net = require('node:net')
+  const port = await new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = s.address().port
+      s.close(() => resolve(p))
+    })
+  })
+  const file = path.join(tmpdir(), 'clients.limit')
+  const child = spawn(process.execPath, [path.join(__dirname, '..', 'examples', 'cluster.js')], {
+    env: { ...process.env, RATEBOUND_LIMIT_FILE: file, PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  try {
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('cluster did not start')), 10000)
+      child.stdout.on('data', (d) => {
+        if (String(d).includes('ready')) {
+          clearTimeout(timer)
+          resolve()
+        }
+      })
+    })
+    const statuses = []
+    for (let i = 0; i < 20; i++) {
+      const res = await fetch(`http://127.0.0.1:${port}/`, { headers: { 'x-api-key': 'alice', connection: 'close' } })
+      statuses.push(res.status)
+      await res.text()
+      if (res.status === 429) assert.ok(Number(res.headers.get('retry-after')) >= 1)
+    }
+    assert.equal(statuses.filter((s) => s === 200).length, 5, `${statuses}`)
+    assert.equal(statuses.filter((s) => s === 429).length, 15, `${statuses}`)
+  } finally {
+    child.kill('SIGTERM')
+    await new Promise((resolve) => child.on('exit', resolve))
+  }
+})

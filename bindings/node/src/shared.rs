@@ -1,0 +1,229 @@
+//! `SharedTokenBucket` and `SharedKeyedLimiter`: limits shared by every
+//! process on the host (cluster workers, PM2 instances) through a
+//! file-backed memory map (crate `ratebound-shm`). Conversions only.
+
+use napi::bindgen_prelude::*;
+use napi::{JsValue, sys};
+use napi_derive::napi;
+use ratebound::KeyedAlgorithm;
+use ratebound::any::{self, Key};
+use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
+
+use crate::error::{Kind, OrThrow, throw, throw_as};
+use crate::fast::{key_error, with_key};
+use crate::limiters::{Decision, loose_number, loose_rate, rate_of, tokens};
+
+/// A shared-memory error as a JavaScript error: the core's for limiter
+/// errors; otherwise an `Error` with `code` `ERR_RATEBOUND_SHM_IO`,
+/// `_SHM_MISMATCH`, `_SHM_CORRUPT`, `_SHM_PERMISSIONS` or `_SHM_STALE_BOOT`
+/// and a message naming the file.
+fn shm_throw(env: &Env, e: ShmError) -> napi::Error {
+    match e {
+        ShmError::Limit(core) => throw(env, &core),
+        other => {
+            let code = format!("ERR_RATEBOUND_{}", other.code().to_ascii_uppercase());
+            throw_as(env, Kind::Plain, &code, &other.to_string())
+        }
+    }
+}
+
+/// Options of `new SharedTokenBucket(...)`.
+#[napi(object, object_to_js = false)]
+pub struct SharedTokenBucketOptions<'a> {
+    /// The file every process opens (e.g. under `/dev/shm`); made with mode
+    /// 0600 if missing.
+    pub path: String,
+    /// Tokens per second, or a quota string (`'10/s burst 20'`).
+    #[napi(ts_type = "number | string")]
+    pub rate: Option<Unknown<'a>>,
+    /// The most tokens held at once.
+    #[napi(ts_type = "number")]
+    pub burst: Option<Unknown<'a>>,
+}
+
+/// A token bucket shared by every process that opens `path`: one burst and
+/// one refill for all of them, updated lock-free in shared memory.
+#[napi]
+pub struct SharedTokenBucket {
+    inner: SharedLimiter,
+}
+
+#[napi]
+impl SharedTokenBucket {
+    /// Opens (or makes) the shared bucket at `path`.
+    ///
+    /// @throws {Error} `ERR_RATEBOUND_SHM_MISMATCH` when the file holds
+    /// another limit, `_SHM_CORRUPT`, `_SHM_PERMISSIONS`, `_SHM_IO` (a
+    /// missing directory); {RangeError}/{TypeError} for a bad rate or burst.
+    #[napi(constructor)]
+    pub fn new(
+        env: Env,
+        options: Option<SharedTokenBucketOptions<'_>>,
+    ) -> Result<SharedTokenBucket> {
+        let o = options.ok_or_else(|| crate::error::invalid_type(&env, "options are required"))?;
+        let rate = loose_rate(&env, &o.rate)?;
+        let burst = loose_number(&env, &o.burst, "burst")?;
+        let quota = rate_of(&rate)
+            .and_then(|r| any::quota(r, burst))
+            .or_throw(&env)?;
+        let inner = SharedLimiter::open(&o.path, KeyedAlgorithm::TokenBucket(quota))
+            .map_err(|e| shm_throw(&env, e))?;
+        Ok(SharedTokenBucket { inner })
+    }
+
+    /// Takes `n` (default 1) now if all `n` are there, for every process.
+    #[napi]
+    pub fn check(&self, env: Env, n: Option<f64>) -> Result<Decision> {
+        let n = tokens(&env, n)?;
+        self.inner
+            .check_n(n)
+            .map(Decision::from)
+            .map_err(|e| shm_throw(&env, e))
+    }
+
+    /// Takes one now if it is there: the decision only.
+    #[napi]
+    pub fn try_acquire(&self, env: Env) -> Result<bool> {
+        self.inner
+            .check()
+            .map(|d| d.is_allowed())
+            .map_err(|e| shm_throw(&env, e))
+    }
+
+    /// Tokens available now.
+    #[napi]
+    pub fn available(&self) -> f64 {
+        self.inner.available() as f64
+    }
+
+    /// The burst.
+    #[napi(getter)]
+    pub fn limit(&self) -> f64 {
+        self.inner.limit() as f64
+    }
+
+    /// The file the processes share.
+    #[napi(getter)]
+    pub fn path(&self) -> String {
+        self.inner.path().display().to_string()
+    }
+}
+
+/// Options of `new SharedKeyedLimiter(...)`.
+#[napi(object, object_to_js = false)]
+pub struct SharedKeyedLimiterOptions<'a> {
+    /// The file every process opens; made with mode 0600 if missing.
+    pub path: String,
+    /// `'token_bucket'` (default, with `rate` and `burst`),
+    /// `'fixed_window'` or `'sliding_window'` (with `limit` and `window`).
+    pub algorithm: Option<String>,
+    /// Tokens per second per key, or a quota string.
+    #[napi(ts_type = "number | string")]
+    pub rate: Option<Unknown<'a>>,
+    /// The most tokens one key holds.
+    #[napi(ts_type = "number")]
+    pub burst: Option<Unknown<'a>>,
+    /// Requests per window per key (windows).
+    #[napi(ts_type = "number")]
+    pub limit: Option<Unknown<'a>>,
+    /// The window in seconds (windows).
+    #[napi(ts_type = "number")]
+    pub window: Option<Unknown<'a>>,
+    /// Room for this many keys, fixed when the file is made (default
+    /// 10 000).
+    #[napi(ts_type = "number")]
+    pub max_keys: Option<Unknown<'a>>,
+}
+
+/// One limit per key shared by every process that opens `path`, in a table
+/// of fixed size. Keys are fingerprinted like `KeyedLimiter`'s (and
+/// Python's): the same key is the same key in every language.
+#[napi]
+pub struct SharedKeyedLimiter {
+    inner: ShmKeyed,
+}
+
+impl SharedKeyedLimiter {
+    fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
+        let raw_env: sys::napi_env = env.raw();
+        // SAFETY: the env and the argument of the current call.
+        #[allow(unsafe_code)]
+        let r = unsafe { with_key(raw_env, key.raw(), f) };
+        r.map_err(|e| key_error(env, e))
+    }
+}
+
+#[napi]
+impl SharedKeyedLimiter {
+    /// Opens (or makes) the shared keyed limiter at `path`.
+    ///
+    /// @throws {Error} as `SharedTokenBucket`'s constructor.
+    #[napi(constructor)]
+    pub fn new(
+        env: Env,
+        options: Option<SharedKeyedLimiterOptions<'_>>,
+    ) -> Result<SharedKeyedLimiter> {
+        let o = options.ok_or_else(|| crate::error::invalid_type(&env, "options are required"))?;
+        let name = o.algorithm.as_deref().unwrap_or("token_bucket");
+        let rate_option = loose_rate(&env, &o.rate)?;
+        let rate = match &rate_option {
+            Some(_) => Some(rate_of(&rate_option).or_throw(&env)?),
+            None => None,
+        };
+        let burst = loose_number(&env, &o.burst, "burst")?;
+        let limit = loose_number(&env, &o.limit, "limit")?;
+        let window = loose_number(&env, &o.window, "window")?;
+        let algorithm = any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)?;
+        let max = loose_number(&env, &o.max_keys, "maxKeys")?.unwrap_or(10_000.0);
+        let max = any::whole("maxKeys", max, 1).or_throw(&env)?;
+        let inner = ShmKeyed::open(&o.path, algorithm, max).map_err(|e| shm_throw(&env, e))?;
+        Ok(SharedKeyedLimiter { inner })
+    }
+
+    /// Takes `n` (default 1) for `key` now if all `n` are there.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, n?: number")]
+    pub fn check(&self, env: Env, key: Unknown<'_>, n: Option<f64>) -> Result<Decision> {
+        let n = tokens(&env, n)?;
+        self.key(&env, &key, |k| self.inner.check_n(k, n))?
+            .map(Decision::from)
+            .map_err(|e| shm_throw(&env, e))
+    }
+
+    /// Takes one for `key` now if it is there: the decision only.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn try_acquire(&self, env: Env, key: Unknown<'_>) -> Result<bool> {
+        self.key(&env, &key, |k| self.inner.check(k))?
+            .map(|d| d.is_allowed())
+            .map_err(|e| shm_throw(&env, e))
+    }
+
+    /// How many `key` could take now.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn available(&self, env: Env, key: Unknown<'_>) -> Result<f64> {
+        Ok(self.key(&env, &key, |k| self.inner.available(k))? as f64)
+    }
+
+    /// The most one check can take.
+    #[napi(getter)]
+    pub fn limit(&self) -> f64 {
+        self.inner.limit() as f64
+    }
+
+    /// Slots in the table (twice `maxKeys`, at least 64).
+    #[napi(getter)]
+    pub fn slots(&self) -> f64 {
+        self.inner.slots() as f64
+    }
+
+    /// Slots held by a key.
+    #[napi(getter)]
+    pub fn size(&self) -> f64 {
+        self.inner.len() as f64
+    }
+
+    /// The file the processes share.
+    #[napi(getter)]
+    pub fn path(&self) -> String {
+        self.inner.path().display().to_string()
+    }
+}
