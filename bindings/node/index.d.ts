@@ -76,8 +76,15 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
   window?: number
   /** The policy's name in the `RateLimit-Policy` field (default `'default'`). */
   name?: string
-  /** Several policies, all or nothing (instead of the single-policy fields). */
-  policies?: PolicyOptions[]
+  /**
+   * Several policies, all or nothing (instead of the single-policy fields):
+   * limits in this process, global limits in Redis (`redis.*`) and limits
+   * shared by the host's processes (`SharedKeyedLimiter`), each as itself or
+   * `{ name, limiter }`.
+   */
+  policies?: Array<
+    PolicyOptions | redis.Limiter | SharedKeyedLimiter | { name: string; limiter: redis.Limiter | SharedKeyedLimiter }
+  >
   /**
    * The key: `'ip'` (default: the client IP — `req.ip`, which follows
    * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
@@ -1107,12 +1114,17 @@ export interface RemoteDecision {
   resetAfter: number
 }
 
-/** A policy kept in Redis: its name and its limiter's engine. */
+/**
+ * A policy decided elsewhere: in Redis (its limiter's engine) or in
+ * shared memory (a `SharedKeyedLimiter`); one of the two.
+ */
 export interface RemotePolicy {
   /** The name in the `RateLimit-Policy` field. */
   name: string
   /** The `rb.redis` limiter's `engine`. */
-  engine: RedisEngine
+  engine?: RedisEngine
+  /** A limit shared by the host's processes. */
+  shared?: SharedKeyedLimiter
 }
 
 /** Options of `new SharedKeyedLimiter(...)`. */

@@ -12,7 +12,7 @@ function typeError(message) {
   return e
 }
 
-module.exports = function middleware(Gate, gateDecide) {
+module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
   // `raw(req)` is the framework request's Node IncomingMessage (Express:
   // the request itself; Fastify: request.raw).
   function prepare(options, raw) {
@@ -37,15 +37,17 @@ module.exports = function middleware(Gate, gateDecide) {
     } else if (k != null && k !== 'ip') {
       throw typeError("key is 'ip', { header: name } or a function of the request")
     }
-    // Global limits in Redis (rb.redis limiters) are policies too: given
-    // as the limiter itself or { name, limiter }. The gate advertises them
-    // and merges their decisions; this file only makes the call.
+    // Global limits in Redis (rb.redis limiters) and limits shared by the
+    // host's processes (rb.SharedKeyedLimiter) are policies too: given as
+    // the limiter itself or { name, limiter }. The gate advertises them and
+    // merges their decisions; this file only makes the call.
     const local = []
     const remote = []
     for (const p of policies) {
       const limiter = p != null && p.limiter != null ? p.limiter : p
-      if (limiter != null && typeof limiter.check === 'function' && limiter.engine != null) {
-        remote.push({ name: (p.limiter != null && p.name) || 'global', limiter })
+      const shared = limiter instanceof SharedKeyedLimiter
+      if (shared || (limiter != null && typeof limiter.check === 'function' && limiter.engine != null)) {
+        remote.push({ name: (p.limiter != null && p.name) || (shared ? 'host' : 'global'), limiter, shared })
       } else {
         local.push(p)
       }
@@ -53,7 +55,7 @@ module.exports = function middleware(Gate, gateDecide) {
     // Every option is parsed, and defaulted, by the core.
     const gate = new Gate({
       policies: local,
-      remote: remote.map((r) => ({ name: r.name, engine: r.limiter.engine })),
+      remote: remote.map((r) => (r.shared ? { name: r.name, shared: r.limiter } : { name: r.name, engine: r.limiter.engine })),
       keyHeader,
       givenKey: keyOf !== null,
       trustedProxies: options.trustedProxies,

@@ -145,7 +145,7 @@ define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n =
   return drive(() => this.waitStep(waiter, key), () => {}, options)
 })
 
-const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide)
+const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide, native.SharedKeyedLimiter)
 // Global limits in Redis, with the application's ioredis or node-redis client.
 const redis = require('./redis.js')(native)
 

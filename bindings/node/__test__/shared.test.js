@@ -166,3 +166,48 @@ test('examples/cluster.js: four cluster workers share one per-client limit', asy
     await new Promise((resolve) => child.on('exit', resolve))
   }
 })
+
+test('a SharedKeyedLimiter is a middleware policy: Express and Fastify share it', async () => {
+  const express = require('express')
+  const Fastify = require('fastify')
+  const http = require('node:http')
+  const get = (port, headers) =>
+    new Promise((resolve, reject) => {
+      http
+        .get({ host: '127.0.0.1', port, path: '/', headers, agent: false }, (res) => {
+          res.resume()
+          res.on('end', () => resolve({ status: res.statusCode, headers: res.headers }))
+        })
+        .on('error', reject)
+    })
+  const file = path.join(tmpdir(), 'clients.limit')
+  const shared = () => new rb.SharedKeyedLimiter({ path: file, rate: '1/h', burst: 2, maxKeys: 1000 })
+  const a = express()
+  a.use(rb.express({ policies: [{ name: 'local', rate: 100 }, shared()], key: { header: 'x-api-key' } }))
+  a.get('/', (req, res) => res.send('ok'))
+  const serverA = a.listen(0, '127.0.0.1')
+  await new Promise((resolve) => serverA.on('listening', resolve))
+  const f = Fastify()
+  await f.register(rb.fastify, { policies: [{ name: 'clients', limiter: shared() }], key: { header: 'x-api-key' } })
+  f.get('/', async () => 'ok')
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const portA = serverA.address().port
+    const portB = f.server.address().port
+    const first = await get(portA, { 'x-api-key': 'alice' })
+    assert.equal(first.status, 200)
+    assert.equal(first.headers['ratelimit-policy'], '"local";q=100;w=1, "host";q=2;w=7200')
+    assert.equal((await get(portB, { 'x-api-key': 'alice' })).status, 200)
+    const third = await get(portA, { 'x-api-key': 'alice' })
+    assert.equal(third.status, 429)
+    assert.ok(Number(third.headers['retry-after']) > 3500)
+    assert.equal((await get(portB, { 'x-api-key': 'alice' })).status, 429)
+    assert.equal((await get(portB, { 'x-api-key': 'bob' })).status, 200)
+    // Python's middleware keys the same request the same way: one file can
+    // serve workers of both languages.
+    assert.equal(shared().available(Buffer.from('key:alice')), 0)
+  } finally {
+    serverA.close()
+    await f.close()
+  }
+})

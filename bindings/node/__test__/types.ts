@@ -9,6 +9,8 @@ import {
   ManualClock,
   RateLimitExceededError,
   SlidingLog,
+  SharedKeyedLimiter,
+  SharedTokenBucket,
   SlidingWindow,
   TokenBucket,
   express,
@@ -116,3 +118,17 @@ new TokenBucket({ rate: true })
 tb.check('two')
 
 export { t, d2, ok, fields, kd, removed, size, waiting, status, plugin, secs, client, behindCloudflare, global }
+
+// Limits shared by the host's processes (type-checked, not run).
+function sharedLimits(): void {
+  const bucket = new SharedTokenBucket({ path: '/dev/shm/app.limit', rate: '10/s', burst: 20 })
+  const ok: boolean = bucket.tryAcquire()
+  const d: Decision = bucket.check(2)
+  const left: number = bucket.available()
+  const clients = new SharedKeyedLimiter({ path: '/dev/shm/clients.limit', rate: 5, burst: 5, maxKeys: 1000 })
+  const c: Decision = clients.check('alice')
+  const size: number = clients.size + clients.slots + clients.limit
+  express({ policies: [{ name: 'local', rate: 100 }, clients, { name: 'clients', limiter: clients }] })
+  void [ok, d, left, c, size]
+}
+void sharedLimits

@@ -35,13 +35,16 @@ pub struct PolicyOptions<'a> {
     pub window: Option<Unknown<'a>>,
 }
 
-/// A policy kept in Redis: its name and its limiter's engine.
+/// A policy decided elsewhere: in Redis (its limiter's engine) or in
+/// shared memory (a `SharedKeyedLimiter`); one of the two.
 #[napi(object, object_to_js = false)]
 pub struct RemotePolicy {
     /// The name in the `RateLimit-Policy` field.
     pub name: String,
     /// The `rb.redis` limiter's `engine`.
-    pub engine: &'static crate::redis::RedisEngine,
+    pub engine: Option<&'static crate::redis::RedisEngine>,
+    /// A limit shared by the host's processes.
+    pub shared: Option<&'static crate::shared::SharedKeyedLimiter>,
 }
 
 /// A decision made elsewhere (an `rb.redis` limiter's), as `decideWith`
@@ -322,7 +325,16 @@ impl Gate {
             o.key = KeySource::Given;
         }
         for remote in options.remote.iter().flatten() {
-            let algorithm = remote.engine.engine.config().algorithm.keyed();
+            let algorithm = match (remote.engine, remote.shared) {
+                (Some(engine), None) => engine.engine.config().algorithm.keyed(),
+                (None, Some(shared)) => shared.algorithm(),
+                _ => {
+                    return Err(crate::error::invalid_type(
+                        &env,
+                        "a remote policy is an rb.redis limiter's engine or a SharedKeyedLimiter",
+                    ));
+                }
+            };
             o.remote.push((remote.name.clone(), algorithm));
         }
         let inner = Arc::new(any::Gate::new(policies, o, clock_of(options.clock)).or_throw(&env)?);

@@ -144,6 +144,11 @@ pub struct SharedKeyedLimiter {
 }
 
 impl SharedKeyedLimiter {
+    /// The algorithm, for a middleware that takes this limiter as a policy.
+    pub fn algorithm(&self) -> KeyedAlgorithm {
+        self.inner.algorithm()
+    }
+
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
         let raw_env: sys::napi_env = env.raw();
         // SAFETY: the env and the argument of the current call.
