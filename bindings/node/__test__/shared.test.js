@@ -37,6 +37,18 @@ test('four processes share one burst exactly', async () => {
   assert.equal(fs.statSync(file).mode & 0o777, 0o600)
 })
 
+test('on the real clock processes stay within burst + rate x elapsed', async () => {
+  const file = path.join(tmpdir(), 'rate.limit')
+  // The workers load the addon first; the bound is measured from before
+  // they start, so it only grows.
+  const start = process.hrtime.bigint()
+  const counts = await Promise.all([0, 1, 2, 3].map(() => run(['rate', file, '300'])))
+  const elapsed = Number(process.hrtime.bigint() - start) / 1e9
+  const total = counts.reduce((a, b) => a + b, 0)
+  assert.ok(total <= 50 + 2000 * elapsed, `${total} admitted in ${elapsed} s`)
+  assert.ok(total > 150, `${total} admitted: they shared the refill too`)
+})
+
 test('keyed processes share each key\'s burst', async () => {
   const file = path.join(tmpdir(), 'keyed.limit')
   const counts = await Promise.all([0, 1, 2, 3].map(() => run(['keyed', file, '5000'])))

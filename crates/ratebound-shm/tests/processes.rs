@@ -52,6 +52,10 @@ fn admitted(child: Child) -> u64 {
 /// `RB_SHM_PATH` set.
 #[test]
 fn worker() {
+    if std::env::var("RB_SHM_CLOCK").is_ok() {
+        println!("now={}", ratebound::Clock::now(&ratebound_shm::SystemClock));
+        return;
+    }
     let Ok(path) = std::env::var("RB_SHM_PATH") else {
         return;
     };
@@ -96,6 +100,30 @@ fn worker() {
         }
     }
     println!("admitted={admitted}");
+}
+
+#[test]
+fn every_process_reads_the_same_clock() {
+    // CLOCK_MONOTONIC is system-wide: a child's reading falls between the
+    // parent's readings before it started and after it ended (a clock
+    // calibrated per process, as the TSC-based default is, need not).
+    let clock = ratebound_shm::SystemClock;
+    for _ in 0..3 {
+        let before = ratebound::Clock::now(&clock);
+        let child = spawn(&[("RB_SHM_CLOCK", "1".to_string())]);
+        let out = child.wait_with_output().expect("child");
+        let after = ratebound::Clock::now(&clock);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let theirs: u64 = text
+            .lines()
+            .find_map(|l| l.split_once("now=").map(|(_, n)| n.trim().to_string()))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no reading in {text:?}"));
+        assert!(
+            before <= theirs && theirs <= after,
+            "{before} <= {theirs} <= {after}"
+        );
+    }
 }
 
 #[test]
