@@ -44,6 +44,29 @@ pub struct KeyedLimiterOptions<'a> {
     pub clock: Option<&'static ManualClock>,
 }
 
+/// A per-key algorithm from JavaScript's loose options (`KeyedLimiter`,
+/// `SharedKeyedLimiter`): types checked, the choice made by the core's
+/// `keyed_algorithm`.
+pub fn keyed_algorithm_of(
+    env: &Env,
+    algorithm: &Option<String>,
+    rate: &Option<Unknown<'_>>,
+    burst: &Option<Unknown<'_>>,
+    limit: &Option<Unknown<'_>>,
+    window: &Option<Unknown<'_>>,
+) -> Result<ratebound::KeyedAlgorithm> {
+    let name = algorithm.as_deref().unwrap_or("token_bucket");
+    let rate_option = loose_rate(env, rate)?;
+    let rate = match &rate_option {
+        Some(_) => Some(rate_of(&rate_option).or_throw(env)?),
+        None => None,
+    };
+    let burst = loose_number(env, burst, "burst")?;
+    let limit = loose_number(env, limit, "limit")?;
+    let window = loose_number(env, window, "window")?;
+    any::keyed_algorithm(name, rate, burst, limit, window).or_throw(env)
+}
+
 /// One limit per key (API key, user id, IP): a token bucket, fixed window or
 /// sliding window for each key, created on first use. Keys are strings, safe
 /// integers or `Uint8Array`s (`'1'`, `1` and `Buffer.from('1')` are three
@@ -78,16 +101,8 @@ impl KeyedLimiter {
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<KeyedLimiterOptions<'_>>) -> Result<KeyedLimiter> {
         let o = options.ok_or_else(|| crate::error::invalid_type(&env, "options are required"))?;
-        let name = o.algorithm.as_deref().unwrap_or("token_bucket");
-        let rate_option = loose_rate(&env, &o.rate)?;
-        let rate = match &rate_option {
-            Some(_) => Some(rate_of(&rate_option).or_throw(&env)?),
-            None => None,
-        };
-        let burst = loose_number(&env, &o.burst, "burst")?;
-        let limit = loose_number(&env, &o.limit, "limit")?;
-        let window = loose_number(&env, &o.window, "window")?;
-        let algorithm = any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)?;
+        let algorithm =
+            keyed_algorithm_of(&env, &o.algorithm, &o.rate, &o.burst, &o.limit, &o.window)?;
         let max_keys = match loose_number(&env, &o.max_keys, "maxKeys")? {
             Some(m) => Some(any::whole("maxKeys", m, 1).or_throw(&env)? as usize),
             None => None,

@@ -169,16 +169,14 @@ impl SharedKeyedLimiter {
         options: Option<SharedKeyedLimiterOptions<'_>>,
     ) -> Result<SharedKeyedLimiter> {
         let o = options.ok_or_else(|| crate::error::invalid_type(&env, "options are required"))?;
-        let name = o.algorithm.as_deref().unwrap_or("token_bucket");
-        let rate_option = loose_rate(&env, &o.rate)?;
-        let rate = match &rate_option {
-            Some(_) => Some(rate_of(&rate_option).or_throw(&env)?),
-            None => None,
-        };
-        let burst = loose_number(&env, &o.burst, "burst")?;
-        let limit = loose_number(&env, &o.limit, "limit")?;
-        let window = loose_number(&env, &o.window, "window")?;
-        let algorithm = any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)?;
+        let algorithm = crate::keyed::keyed_algorithm_of(
+            &env,
+            &o.algorithm,
+            &o.rate,
+            &o.burst,
+            &o.limit,
+            &o.window,
+        )?;
         let max = loose_number(&env, &o.max_keys, "maxKeys")?.unwrap_or(10_000.0);
         let max = any::whole("maxKeys", max, 1).or_throw(&env)?;
         let inner = ShmKeyed::open(&o.path, algorithm, max).map_err(|e| shm_throw(&env, e))?;

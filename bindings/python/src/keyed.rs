@@ -14,6 +14,26 @@ use crate::waiting::*;
 
 /// A limit per key (str, bytes or int); keys are stored as 128-bit
 /// fingerprints, off the Python heap.
+/// A per-key algorithm from Python's loose options (`KeyedLimiter`,
+/// `SharedKeyedLimiter`): numbers checked and named, the choice made by the
+/// core's `keyed_algorithm`.
+pub(crate) fn keyed_algorithm_of(
+    py: Python<'_>,
+    algorithm: &str,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+    limit: Option<&Bound<'_, PyAny>>,
+    window: Option<&Bound<'_, PyAny>>,
+) -> PyResult<ratebound::KeyedAlgorithm> {
+    let b = opt_number(py, "burst", burst)?;
+    let l = opt_number(py, "limit", limit)?;
+    let w = opt_number(py, "window", window)?;
+    match rate.filter(|r| !r.is_none()) {
+        Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w)),
+        None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py),
+    }
+}
+
 #[pyclass(frozen, subclass, module = "ratebound")]
 pub(crate) struct KeyedLimiter {
     pub(crate) inner: Arc<AnyKeyed>,
@@ -36,13 +56,7 @@ impl KeyedLimiter {
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let c = clock_of(clock)?;
-        let b = opt_number(py, "burst", burst)?;
-        let l = opt_number(py, "limit", limit)?;
-        let w = opt_number(py, "window", window)?;
-        let alg = match rate.filter(|r| !r.is_none()) {
-            Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w))?,
-            None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py)?,
-        };
+        let alg = keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
         let max = match opt_number(py, "max_keys", max_keys)? {
             Some(m) => Some(any::whole("max_keys", m, 1).or_py(py)? as usize),
             None => None,

@@ -141,13 +141,7 @@ impl SharedKeyedLimiter {
         window: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let b = opt_number(py, "burst", burst)?;
-        let l = opt_number(py, "limit", limit)?;
-        let w = opt_number(py, "window", window)?;
-        let alg = match rate.filter(|r| !r.is_none()) {
-            Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w))?,
-            None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py)?,
-        };
+        let alg = crate::keyed::keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
         let max = opt_number(py, "max_keys", max_keys)?.unwrap_or(DEFAULT_MAX_KEYS);
         let max = any::whole("max_keys", max, 1).or_py(py)?;
         Ok(SharedKeyedLimiter {
