@@ -4,7 +4,28 @@
 // needs the event loop: acquire() and the Express/Fastify middleware.
 // No limiting logic lives here: every decision is the Rust core's.
 
-const native = require('./index.js')
+const native = loadNative()
+
+// The addon for this platform: the one in this package (linux-x64-gnu in
+// the published tarball), a per-platform package (`ratebound-<platform>`),
+// or a build from source. Without one, a single message says what to do —
+// never a bare "Cannot find module".
+function loadNative() {
+  try {
+    return require('./index.js')
+  } catch (e) {
+    const platform = `${process.platform}-${process.arch}`
+    const err = new Error(
+      `ratebound: no native addon for ${platform} could be loaded (${e && e.message ? e.message.split('\n')[0] : e}). ` +
+        'This package ships a prebuilt addon for linux-x64-gnu only. To build one for this machine, install Rust ' +
+        '(https://rustup.rs, 1.88 or newer) and run, in a clone of the ratebound repository: ' +
+        'cd bindings/node && npm install && npm run build — then install that directory (npm install <path>).',
+    )
+    err.code = 'ERR_RATEBOUND_NO_ADDON'
+    err.cause = e
+    throw err
+  }
+}
 
 // The raw entry points, and the array the decision's numbers come back in
 // ([limit, remaining, retry ns, reset ns]): one per thread, shared by every
