@@ -48,6 +48,16 @@ from ._ratebound import (
 )
 from . import asgi, redis, wsgi
 
+
+def __getattr__(name: str) -> Any:
+    # The per-route limits import their framework: loaded on first use, so
+    # that `import ratebound` needs neither FastAPI nor Flask.
+    if name in ("fastapi", "flask"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'ratebound' has no attribute {name!r}")
+
 __version__: str = _ratebound.__version__
 
 __all__ = [

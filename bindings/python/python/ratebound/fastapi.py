@@ -1,0 +1,70 @@
+"""Per-route limits for FastAPI (and Starlette routes with dependencies):
+``dependencies=[Depends(limit("5/minute"))]``.
+
+>>> from fastapi import Depends, FastAPI
+>>> import ratebound as rb
+>>> app = FastAPI()
+>>> login = rb.fastapi.limit("5/minute")              # per client IP
+>>> @app.post("/login", dependencies=[Depends(login)])
+... def do_login() -> dict:
+...     return {"ok": True}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Union
+
+from fastapi import HTTPException, Request, Response
+
+from ._http import PolicySpec
+from ._ratebound import ManualClock
+from ._route import KeySpec, route_gate
+
+__all__ = ["limit"]
+
+
+class limit:  # noqa: N801 - used like a function: Depends(limit("5/minute"))
+    """A dependency that limits the routes it is given to.
+
+    ``limit(rate, burst=None, *, key="ip", policies=None, clock=None,
+    **options)``: one token-bucket policy ``rate`` (``"5/minute"``,
+    ``"100/s burst 20"``, a number per second) or ``policies`` (a dict of
+    name -> rate, as the middleware takes); ``key``: ``"ip"`` (default), a
+    header name such as ``"x-api-key"``, or a function of the
+    ``Request``; ``options``: the middleware's (``trusted_proxies``,
+    ``client_ip_header``, ``missing_key``, ``headers``, ``body``,
+    ``max_keys``, ``overflow``, ``ipv6_prefix``).
+
+    A refusal raises ``HTTPException(429)`` with ``Retry-After`` (whole
+    seconds, rounded up) and the RateLimit fields. An admitted request gets
+    the RateLimit fields on its response through FastAPI's ``Response``
+    parameter — merged into whatever the endpoint returns, unless it returns
+    a ``Response`` object of its own (then copy them from
+    ``request.state.ratelimit``). One ``limit`` object used by several
+    routes is one shared limit; a new ``limit(...)`` per route is a limit
+    per route. Works for sync and async endpoints.
+    """
+
+    def __init__(
+        self,
+        rate: Optional[Union[int, float, str]] = None,
+        burst: Optional[int] = None,
+        *,
+        key: KeySpec = "ip",
+        policies: Optional[Mapping[str, PolicySpec]] = None,
+        clock: Optional[ManualClock] = None,
+        **options: Any,
+    ) -> None:
+        self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
+
+    async def __call__(self, request: Request, response: Response) -> None:
+        k = self._key(request) if self._key is not None else None
+        client = request.client
+        status, fields, _ctype, body = self.gate.decide(k, client.host if client else None, request.scope["headers"])
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in fields}
+        request.state.ratelimit = headers
+        if status:
+            detail = body.decode() if body else "rate limit exceeded"
+            raise HTTPException(status_code=status, detail=detail.strip(), headers=headers)
+        for name, value in headers.items():
+            response.headers[name] = value

@@ -1,0 +1,63 @@
+"""Per-route limits for Flask: ``@limit("5/minute")`` on a view.
+
+>>> from flask import Flask
+>>> import ratebound as rb
+>>> app = Flask(__name__)
+>>> @app.post("/login")
+... @rb.flask.limit("5/minute")                        # per client IP
+... def login() -> str:
+...     return "ok"
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Mapping, Optional, TypeVar, Union, cast
+
+import flask
+
+from ._http import PolicySpec
+from ._ratebound import ManualClock
+from ._route import KeySpec, route_gate
+
+__all__ = ["limit"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class limit:  # noqa: N801 - used like a function: @limit("5/minute")
+    """A view decorator limiting that view (every view it decorates shares
+    the one limit; a new ``limit(...)`` per view is a limit per view).
+
+    Arguments as ``ratebound.fastapi.limit``; ``key`` may be a function of
+    ``flask.request``. A refusal answers 429 with ``Retry-After`` (whole
+    seconds, rounded up) and the RateLimit fields; an admitted response gets
+    the RateLimit fields too.
+    """
+
+    def __init__(
+        self,
+        rate: Optional[Union[int, float, str]] = None,
+        burst: Optional[int] = None,
+        *,
+        key: KeySpec = "ip",
+        policies: Optional[Mapping[str, PolicySpec]] = None,
+        clock: Optional[ManualClock] = None,
+        **options: Any,
+    ) -> None:
+        self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
+
+    def __call__(self, view: F) -> F:
+        @functools.wraps(view)
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            request = flask.request
+            k = self._key(request) if self._key is not None else None
+            status, fields, ctype, body = self.gate.decide(k, request.remote_addr, request.environ, True)
+            if status:
+                return flask.Response(body, status=status, headers=fields, content_type=ctype)
+            response = flask.make_response(view(*args, **kwargs))
+            for name, value in fields:
+                response.headers[name] = value
+            return response
+
+        return cast(F, limited)
