@@ -113,6 +113,15 @@ export declare function express(
 
 /** A Fastify plugin (`app.register(fastify, options)`), applied to the whole app. */
 export declare function fastify(instance: any, options: MiddlewareOptions, done: (err?: Error) => void): void
+export declare namespace fastify {
+  /**
+   * One route's limit, as an onRequest hook:
+   * `app.post('/login', { onRequest: fastify.limit({ rate: '5/minute' }) }, handler)`.
+   * The same hook on several routes is one shared limit; options are checked
+   * when it is made.
+   */
+  function limit(options: MiddlewareOptions): ((request: any, reply: any, done: (err?: Error) => void) => void) & { gate: Gate }
+}
 
 /** An empty native call (the benchmarks' floor). */
 export declare function noop(): void

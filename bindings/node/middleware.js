@@ -6,6 +6,16 @@
 
 const POLICY_FIELDS = ['name', 'algorithm', 'rate', 'burst', 'limit', 'window']
 
+// Every option the middleware reads: anything else is a misspelling, and
+// fails where the middleware is made (as the core's parser does for its own).
+const OPTIONS = new Set([
+  ...POLICY_FIELDS,
+  'policies', 'key', 'keyHeader', 'trustedProxies', 'clientIpHeader', 'ipv6Prefix', 'missingKey',
+  'headers', 'body', 'maxKeys', 'overflow', 'concurrencyLimit', 'critical', 'exempt', 'skip', 'handler', 'clock',
+  // Fastify's own register options, which it passes on to the plugin.
+  'prefix', 'logLevel', 'logSerializers',
+])
+
 function typeError(message) {
   const e = new TypeError(message)
   e.code = 'ERR_INVALID_ARG_TYPE'
@@ -18,6 +28,13 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
   function prepare(options, raw) {
     if (options == null || typeof options !== 'object') {
       throw typeError('ratebound middleware options are required')
+    }
+    for (const name of Object.keys(options)) {
+      if (!OPTIONS.has(name)) {
+        const e = new TypeError(`unknown ratebound middleware option '${name}'`)
+        e.code = 'ERR_RATEBOUND_INVALID_OPTION'
+        throw e
+      }
     }
     let policies = options.policies
     if (policies == null) {
@@ -191,17 +208,18 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     return ratebound
   }
 
-  /** Fastify plugin: an onRequest hook on the whole app. */
-  function fastify(instance, options, done) {
-    let prepared
-    try {
-      prepared = prepare(options, (request) => request.raw)
-    } catch (e) {
-      return done(e)
+  /** The onRequest hook of one prepared gate (the plugin's, or one route's). */
+  function fastifyHook(prepared) {
+    const { decide, decideRemote, skip, handler, enter } = prepared
+    function answer(request, reply, next, v) {
+      for (let i = 3; i < v.length; i += 2) reply.header(v[i], v[i + 1])
+      if (v[0] === '0') return next()
+      if (handler !== null) return handler(request, reply, next, refusal(v))
+      // A Buffer: Fastify sends it as is, with the core's content type
+      // (for a string it would add a charset to a JSON type).
+      reply.code(Number(v[0])).header('content-type', v[1]).send(Buffer.from(v[2]))
     }
-    const { gate, decide, decideRemote, skip, handler, enter } = prepared
-    instance.decorate('ratebound', gate)
-    instance.addHook('onRequest', function ratebound(request, reply, next) {
+    return function ratebound(request, reply, next) {
       if (skip !== null && skip(request)) return next()
       if (
         enter !== null &&
@@ -223,17 +241,35 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
         return next(e)
       }
       answer(request, reply, next, v)
-    })
-    function answer(request, reply, next, v) {
-      for (let i = 3; i < v.length; i += 2) reply.header(v[i], v[i + 1])
-      if (v[0] === '0') return next()
-      if (handler !== null) return handler(request, reply, next, refusal(v))
-      // A Buffer: Fastify sends it as is, with the core's content type
-      // (for a string it would add a charset to a JSON type).
-      reply.code(Number(v[0])).header('content-type', v[1]).send(Buffer.from(v[2]))
     }
+  }
+
+  /** Fastify plugin: an onRequest hook on the whole app. */
+  function fastify(instance, options, done) {
+    let prepared
+    try {
+      prepared = prepare(options, (request) => request.raw)
+    } catch (e) {
+      return done(e)
+    }
+    instance.decorate('ratebound', prepared.gate)
+    instance.addHook('onRequest', fastifyHook(prepared))
     done()
   }
+
+  /**
+   * One route's limit: an onRequest hook for the route's options,
+   * `fastify.post('/login', { onRequest: rb.fastify.limit({ rate: '5/minute' }) }, handler)`.
+   * The same hook on several routes is one shared limit. Options are checked
+   * here, when the route is declared.
+   */
+  fastify.limit = function limit(options) {
+    const prepared = prepare(options, (request) => request.raw)
+    const hook = fastifyHook(prepared)
+    hook.gate = prepared.gate
+    return hook
+  }
+
   // Like fastify-plugin: the hook applies to the whole app, not only to an
   // encapsulated child context.
   fastify[Symbol.for('skip-override')] = true

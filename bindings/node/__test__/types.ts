@@ -132,3 +132,7 @@ function sharedLimits(): void {
   void [ok, d, left, c, size]
 }
 void sharedLimits
+
+// A route's own limit (type-checked, not run).
+const loginHook = fastify.limit({ rate: '5/minute' })
+void loginHook.gate
