@@ -501,3 +501,80 @@ where
         (self.0)(req)
     }
 }
+
+/// Per-route limits the axum way: `route_layer` on a router of the limited
+/// routes, merged with unlimited ones; one layer on two routes is one
+/// shared limit.
+#[tokio::test]
+async fn route_layers_limit_each_route_and_share_one_limit_between_two() {
+    use axum::routing::post;
+    let clock = ManualClock::new();
+    let per_route = |quota: &str, key: Option<&str>| {
+        let mut b = RateLimitLayer::builder()
+            .policy("default", Quota::parse(quota).unwrap())
+            .clock(clock.clone());
+        if let Some(h) = key {
+            b = b.key(KeySource::header(h).unwrap());
+        }
+        b.build().unwrap()
+    };
+    let shared = per_route("1/s burst 2", None);
+    let app = Router::new()
+        .merge(
+            Router::new()
+                .route("/login", post(|| async { "ok" }))
+                .route_layer(per_route("5/minute", None)),
+        )
+        .merge(
+            Router::new()
+                .route("/api", get(|| async { "ok" }))
+                .route_layer(per_route("3/s", Some("x-api-key"))),
+        )
+        .merge(
+            Router::new()
+                .route("/a", get(|| async { "a" }))
+                .route("/b", get(|| async { "b" }))
+                .route_layer(shared),
+        )
+        .route("/health", get(|| async { "healthy" }));
+    let addr = serve(app).await;
+    let client = client();
+    let post_login = || async {
+        let request = Request::post(format!("http://{addr}/login"))
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        (response.status(), response.headers().clone())
+    };
+    for i in 0..5u64 {
+        let (status, headers) = post_login().await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            header(&headers, "ratelimit"),
+            format!("\"default\";r={};t={}", 4 - i, 12 * (i + 1))
+        );
+    }
+    let (status, headers) = post_login().await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&headers, "retry-after"), "12");
+    for _ in 0..3 {
+        let (s, ..) = get_with(&client, addr, "/api", &[("x-api-key", b"alice")]).await;
+        assert_eq!(s, StatusCode::OK);
+    }
+    let (s, ..) = get_with(&client, addr, "/api", &[("x-api-key", b"alice")]).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let (s, ..) = get_with(&client, addr, "/api", &[("x-api-key", b"bob")]).await;
+    assert_eq!(s, StatusCode::OK);
+    for _ in 0..20 {
+        let (s, h, _) = get_with(&client, addr, "/health", &[]).await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(h.get("ratelimit").is_none());
+    }
+    let mut shared_statuses = Vec::new();
+    for path in ["/a", "/b", "/a", "/b"] {
+        shared_statuses.push(get_with(&client, addr, path, &[]).await.0.as_u16());
+    }
+    assert_eq!(shared_statuses, [200, 200, 429, 429]);
+    clock.advance(Duration::from_secs(12));
+    assert_eq!(post_login().await.0, StatusCode::OK);
+}
