@@ -67,7 +67,23 @@ export interface Refusal {
  * `trustedProxies`, `clientIpHeader`, `missingKey`, ...; every default is
  * the core's), one policy's fields or `policies`, and the key.
  */
+/** What `onDecision` is told about each limited request. */
+export interface DecisionEvent {
+  /** `'allowed'`, `'refused'`, `'shed'` or `'rejected'` (no valid key, a full key table). */
+  outcome: 'allowed' | 'refused' | 'shed' | 'rejected'
+  /** The policy that refused, else null. */
+  policy: string | null
+  /** Every policy's name, in order. */
+  policies: string[]
+  /** The `label` option, else the route (Express `req.route.path`, Fastify's route url), else null. */
+  label: string | null
+}
+
 export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey'> {
+  /** Called once per limited request, for metrics (nothing is done for it when unset). */
+  onDecision?: (event: DecisionEvent) => void
+  /** The label `onDecision` reports (default: the route). */
+  label?: string
   /** One policy, as in `PolicyOptions` (`rate`/`burst` or `algorithm`/`limit`/`window`). */
   rate?: number | string
   burst?: number
@@ -397,6 +413,8 @@ export declare class Gate {
   get capped(): boolean
   /** The answer to a shed request: 503, `Retry-After: 1`, a short text. */
   shed(): Verdict
+  /** The policies' names, local then remote (for `onDecision`). */
+  get policyNames(): Array<string>
   /**
    * The header fields the gate reads (the key header; the forwarding
    * header when proxies are trusted), lower case. A middleware may hand
@@ -1205,6 +1223,13 @@ export interface Verdict {
   contentType?: string
   /** A refusal's body. */
   body?: string
+  /**
+   * `'allowed'`, `'refused'`, `'shed'` or `'rejected'` (no valid key, a
+   * full key table), for metrics.
+   */
+  outcome: string
+  /** The policy that refused (the first in order), if one did. */
+  refusedBy?: string
 }
 
 /**

@@ -14,6 +14,7 @@ const OPTIONS = new Set([
   'headers', 'body', 'maxKeys', 'overflow', 'concurrencyLimit', 'critical', 'exempt', 'skip', 'handler', 'clock',
   // Fastify's own register options, which it passes on to the plugin.
   'prefix', 'logLevel', 'logSerializers',
+  'onDecision', 'label',
 ])
 
 function typeError(message) {
@@ -25,7 +26,7 @@ function typeError(message) {
 module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
   // `raw(req)` is the framework request's Node IncomingMessage (Express:
   // the request itself; Fastify: request.raw).
-  function prepare(options, raw) {
+  function prepare(options, raw, routeOf) {
     if (options == null || typeof options !== 'object') {
       throw typeError('ratebound middleware options are required')
     }
@@ -135,10 +136,25 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
       const id = gate.identity(key, peer, headerLines)
       const decisions = typeof id === 'number' ? [] : await Promise.all(remote.map((x) => x.limiter.check(id)))
       const v = gate.decideWith(key, peer, headerLines, decisions)
-      return [String(v.status), v.contentType ?? '', v.body ?? '', ...v.headers]
+      return [String(v.status), v.contentType ?? '', v.body ?? '', v.outcome, v.refusedBy ?? '', ...v.headers]
     }
     // Load shedding (the core's concurrency cap): `enter(req, res)` is true
     // when the request may go on; false when it was answered with 503.
+    // Metrics: onDecision({ outcome, policy, policies, label }) for every
+    // limited request when set; nothing is done for it otherwise. `label`:
+    // the option, else the route (Express: req.route.path; Fastify: the
+    // route's url), else null.
+    if (options.onDecision != null && typeof options.onDecision !== 'function') {
+      throw typeError('onDecision must be a function of the decision event')
+    }
+    const onDecision = options.onDecision || null
+    const label = options.label == null ? null : String(options.label)
+    const policyNames = onDecision === null ? null : gate.policyNames
+    const report =
+      onDecision === null
+        ? null
+        : (v, route) =>
+            onDecision({ outcome: v[3], policy: v[4] === '' ? null : v[4], policies: policyNames, label: label ?? route ?? null })
     let enter = null
     if (gate.capped) {
       const shed = gate.shed()
@@ -154,17 +170,18 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
           return true
         }
         if (critical !== null && critical(req)) return true
+        if (report !== null) report(['503', '', '', 'shed', ''], routeOf(req))
         answer(shed)
         return false
       }
     }
-    return { gate, decide, decideRemote: remote.length > 0 ? decideRemote : null, skip, handler, enter }
+    return { gate, decide, decideRemote: remote.length > 0 ? decideRemote : null, skip, handler, enter, report }
   }
 
   function refusal(v) {
     const headers = {}
     let retryAfter = 0
-    for (let i = 3; i < v.length; i += 2) {
+    for (let i = 5; i < v.length; i += 2) {
       headers[v[i]] = v[i + 1]
       if (v[i] === 'retry-after') retryAfter = Number(v[i + 1])
     }
@@ -173,7 +190,11 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
 
   /** Express/Connect middleware. */
   function express(options) {
-    const { gate, decide, decideRemote, skip, handler, enter } = prepare(options, (req) => req)
+    const { gate, decide, decideRemote, skip, handler, enter, report } = prepare(
+      options,
+      (req) => req,
+      (req) => (req.route == null ? null : req.route.path),
+    )
     const shedWith = (res) => (shed) => {
       res.statusCode = shed.status
       for (let i = 0; i < shed.headers.length; i += 2) res.setHeader(shed.headers[i], shed.headers[i + 1])
@@ -197,7 +218,8 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
       answer(req, res, next, v)
     }
     function answer(req, res, next, v) {
-      for (let i = 3; i < v.length; i += 2) res.setHeader(v[i], v[i + 1])
+      if (report !== null) report(v, req.route == null ? null : req.route.path)
+      for (let i = 5; i < v.length; i += 2) res.setHeader(v[i], v[i + 1])
       if (v[0] === '0') return next()
       if (handler !== null) return handler(req, res, next, refusal(v))
       res.statusCode = Number(v[0])
@@ -208,11 +230,14 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     return ratebound
   }
 
+  const fastifyRoute = (request) => (request.routeOptions == null ? null : request.routeOptions.url)
+
   /** The onRequest hook of one prepared gate (the plugin's, or one route's). */
   function fastifyHook(prepared) {
-    const { decide, decideRemote, skip, handler, enter } = prepared
+    const { decide, decideRemote, skip, handler, enter, report } = prepared
     function answer(request, reply, next, v) {
-      for (let i = 3; i < v.length; i += 2) reply.header(v[i], v[i + 1])
+      if (report !== null) report(v, request.routeOptions == null ? null : request.routeOptions.url)
+      for (let i = 5; i < v.length; i += 2) reply.header(v[i], v[i + 1])
       if (v[0] === '0') return next()
       if (handler !== null) return handler(request, reply, next, refusal(v))
       // A Buffer: Fastify sends it as is, with the core's content type
@@ -248,7 +273,7 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
   function fastify(instance, options, done) {
     let prepared
     try {
-      prepared = prepare(options, (request) => request.raw)
+      prepared = prepare(options, (request) => request.raw, fastifyRoute)
     } catch (e) {
       return done(e)
     }
@@ -264,7 +289,7 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
    * here, when the route is declared.
    */
   fastify.limit = function limit(options) {
-    const prepared = prepare(options, (request) => request.raw)
+    const prepared = prepare(options, (request) => request.raw, fastifyRoute)
     const hook = fastifyHook(prepared)
     hook.gate = prepared.gate
     return hook

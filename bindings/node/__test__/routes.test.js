@@ -84,3 +84,77 @@ test('bad configuration fails where the route is declared', () => {
   assert.throws(() => rb.fastify.limit({ rate: -1 }), RangeError)
   assert.throws(() => rb.fastify.limit({ rate: 5, concurencyLimit: 3 }), { code: 'ERR_RATEBOUND_INVALID_OPTION' })
 })
+
+test('examples/metrics.js: prom-client counters match the requests sent', async () => {
+  const { makeApp } = require('../examples/metrics.js')
+  const server = makeApp().listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.on('listening', resolve))
+  try {
+    const port = server.address().port
+    const statuses = []
+    for (let i = 0; i < 8; i++) statuses.push((await request(port, 'POST', '/login')).status)
+    assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429, 429, 429])
+    for (let i = 0; i < 3; i++) assert.equal((await request(port, 'GET', '/api/items', { 'x-api-key': 'k' })).status, 200)
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+    const samples = {}
+    for (const line of text.split('\n')) {
+      if (line.startsWith('ratebound_requests{')) {
+        const [name, value] = line.split(' ')
+        samples[name] = Number(value)
+      }
+    }
+    assert.deepEqual(samples, {
+      'ratebound_requests{policy="default",route="/login",outcome="allowed"}': 5,
+      'ratebound_requests{policy="default",route="/login",outcome="refused"}': 3,
+      'ratebound_requests{policy="burst",route="/api/items",outcome="allowed"}': 3,
+      'ratebound_requests{policy="hourly",route="/api/items",outcome="allowed"}': 3,
+    })
+  } finally {
+    server.close()
+  }
+})
+
+test('onDecision: the refusing policy, shedding, and Fastify route labels', async () => {
+  const Fastify = require('fastify')
+  const events = []
+  const f = Fastify()
+  const hook = rb.fastify.limit({
+    policies: [
+      { name: 'burst', rate: 100 },
+      { name: 'tiny', algorithm: 'fixed_window', limit: 1, window: 60 },
+    ],
+    key: { header: 'x-api-key' },
+    onDecision: (e) => events.push(e),
+  })
+  f.get('/items/:id', { onRequest: hook }, async () => 'ok')
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const port = f.server.address().port
+    assert.equal((await request(port, 'GET', '/items/1', { 'x-api-key': 'a' })).status, 200)
+    assert.equal((await request(port, 'GET', '/items/2', { 'x-api-key': 'a' })).status, 429)
+  } finally {
+    await f.close()
+  }
+  assert.deepEqual(events, [
+    { outcome: 'allowed', policy: null, policies: ['burst', 'tiny'], label: '/items/:id' },
+    { outcome: 'refused', policy: 'tiny', policies: ['burst', 'tiny'], label: '/items/:id' },
+  ])
+  // Shedding: a concurrency limit of 1 with one request inside.
+  const express = require('express')
+  const shed = []
+  const mw = rb.express({ rate: 100, concurrencyLimit: 1, onDecision: (e) => shed.push(e), label: 'app' })
+  const app = express()
+  app.use(mw)
+  app.get('/', (req, res) => res.send('ok'))
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.on('listening', resolve))
+  try {
+    assert.ok(mw.gate.tryEnter())
+    assert.equal((await request(server.address().port, 'GET', '/')).status, 503)
+    mw.gate.leave()
+  } finally {
+    server.close()
+  }
+  assert.deepEqual(shed, [{ outcome: 'shed', policy: null, policies: ['default'], label: 'app' }])
+  assert.throws(() => rb.express({ rate: 1, onDecision: 'yes' }), TypeError)
+})

@@ -136,3 +136,7 @@ void sharedLimits
 // A route's own limit (type-checked, not run).
 const loginHook = fastify.limit({ rate: '5/minute' })
 void loginHook.gate
+
+// Metrics (type-checked, not run).
+const counted = express({ rate: 5, label: 'login', onDecision: (e) => void [e.outcome, e.policy, e.policies.length, e.label] })
+void counted

@@ -789,6 +789,11 @@ unsafe extern "C" fn raw_gate_decide(
             } else {
                 out.push('\0');
             }
+            // The outcome and the refusing policy, for `onDecision`.
+            out.push('\0');
+            out.push_str(verdict.outcome.as_str());
+            out.push('\0');
+            out.push_str(verdict.refused_by.unwrap_or(""));
             for (name, value) in verdict.fields.iter() {
                 out.push('\0');
                 out.push_str(name);

@@ -168,6 +168,11 @@ pub struct Verdict {
     pub content_type: Option<String>,
     /// A refusal's body.
     pub body: Option<String>,
+    /// `'allowed'`, `'refused'`, `'shed'` or `'rejected'` (no valid key, a
+    /// full key table), for metrics.
+    pub outcome: String,
+    /// The policy that refused (the first in order), if one did.
+    pub refused_by: Option<String>,
 }
 
 /// The core's verdict as a JS object.
@@ -186,6 +191,8 @@ fn verdict(v: &any::Verdict<'_>) -> Verdict {
         headers,
         content_type,
         body,
+        outcome: v.outcome.as_str().to_string(),
+        refused_by: v.refused_by.map(str::to_string),
     }
 }
 
@@ -451,6 +458,12 @@ impl Gate {
     #[napi]
     pub fn shed(&self) -> Verdict {
         verdict(&self.inner.shed())
+    }
+
+    /// The policies' names, local then remote (for `onDecision`).
+    #[napi(getter)]
+    pub fn policy_names(&self) -> Vec<String> {
+        self.inner.policy_names().map(str::to_string).collect()
     }
 
     /// The header fields the gate reads (the key header; the forwarding

@@ -196,7 +196,16 @@ impl Gate_ {
             ),
             None => (None, None),
         };
-        (v.status, headers, ctype, body).into_pyobject(py)
+        let refused_by = v.refused_by.map(|name| PyString::new(py, name));
+        (
+            v.status,
+            headers,
+            ctype,
+            body,
+            v.outcome.as_str(),
+            refused_by,
+        )
+            .into_pyobject(py)
     }
 
     /// `text` as bytes (ASGI) or str (WSGI), from the cache when it is one of
@@ -383,6 +392,12 @@ impl Gate_ {
     #[getter]
     fn policy_field(&self) -> &str {
         self.inner.policy_field()
+    }
+
+    /// The policies' names, local then remote (for `on_decision`).
+    #[getter]
+    fn policy_names(&self) -> Vec<String> {
+        self.inner.policy_names().map(str::to_string).collect()
     }
 
     /// Keys tracked (by the first policy).

@@ -178,3 +178,71 @@ def test_bad_configuration_fails_where_the_route_is_declared() -> None:
         rb.flask.limit("5/minute", key=42)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         rb.fastapi.limit("5/minute", missing_key="sometimes")
+
+
+def test_metrics_example_counts_exactly_what_was_sent(uvicorn_url: Any) -> None:
+    """examples/metrics.py over real HTTP: 8 logins (5 admitted, 3 refused)
+    and 3 API calls, then the scraped counters hold exactly those numbers."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "metrics_example", Path(__file__).resolve().parent.parent / "examples" / "metrics.py"
+    )
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    with httpx.Client(base_url=uvicorn_url(example.app), timeout=5) as client:
+        statuses = [client.post("/login").status_code for _ in range(8)]
+        assert statuses == [200] * 5 + [429] * 3
+        assert all(client.get("/api/items", headers={"x-api-key": "k"}).status_code == 200 for _ in range(3))
+        text = client.get("/metrics").text
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("ratebound_requests_total{")
+    }
+    assert samples == {
+        'ratebound_requests_total{outcome="allowed",policy="default",route="/login"}': 5.0,
+        'ratebound_requests_total{outcome="refused",policy="default",route="/login"}': 3.0,
+        'ratebound_requests_total{outcome="allowed",policy="burst",route="/api/items"}': 3.0,
+        'ratebound_requests_total{outcome="allowed",policy="hourly",route="/api/items"}': 3.0,
+    }, text
+
+
+def test_middleware_on_decision_reports_refusing_policy_and_shedding() -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    async def hello(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    events: list = []
+    app = rb.asgi.RateLimitMiddleware(
+        Starlette(routes=[Route("/", hello)]),
+        policies={"burst": "100/s", "tiny": {"algorithm": "fixed_window", "limit": 1, "window": 60}},
+        key_header="x-api-key",
+        on_decision=events.append,
+        label="api",
+    )
+    with TestClient(app) as c:
+        assert c.get("/", headers={"x-api-key": "a"}).status_code == 200
+        assert c.get("/", headers={"x-api-key": "a"}).status_code == 429
+    assert events == [
+        rb.RateLimitEvent("allowed", None, ("burst", "tiny"), "api"),
+        rb.RateLimitEvent("refused", "tiny", ("burst", "tiny"), "api"),
+    ]
+    # WSGI, with a concurrency limit of 1 and a request already inside: shed.
+    import flask
+
+    seen: list = []
+    inner = flask.Flask(__name__)
+    inner.get("/")(lambda: "ok")
+    wsgi = rb.wsgi.RateLimitMiddleware(inner.wsgi_app, rate=100, concurrency_limit=1, on_decision=seen.append)
+    assert wsgi.gate.try_enter()  # one request in flight
+    inner.wsgi_app = wsgi  # type: ignore[method-assign]
+    assert inner.test_client().get("/").status_code == 503
+    wsgi.gate.leave()
+    assert [e.outcome for e in seen] == ["shed"]

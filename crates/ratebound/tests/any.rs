@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use ratebound::any::{
     Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, KeySource, Loose,
-    MANUAL_POLL_NANOS, MissingKey, QuotaHeaders, Rate, Request, Wait, keyed_algorithm, seconds,
-    whole,
+    MANUAL_POLL_NANOS, MissingKey, Outcome, QuotaHeaders, Rate, Request, Wait, keyed_algorithm,
+    seconds, whole,
 };
 use ratebound::http::NoHeaders;
 use ratebound::{Error, KeyedAlgorithm, Limiter, ManualClock, Overflow, Quota};
@@ -269,6 +269,58 @@ fn gate_refusal_reports_what_was_given_back() {
         .unwrap()
         .1;
     assert_eq!(field, "\"burst\";r=1;t=120, \"second\";r=0;t=1");
+    // For a metrics hook: what happened, and which policy refused.
+    assert_eq!(refused.outcome, Outcome::Refused);
+    assert_eq!(refused.refused_by, Some("second"));
+    assert_eq!(g.policy_names().collect::<Vec<_>>(), ["burst", "second"]);
+    assert_eq!(g.shed().outcome.as_str(), "shed");
+}
+
+#[test]
+fn verdicts_say_their_outcome() {
+    let (_, c) = manual();
+    let g = Gate::new(
+        vec![(
+            "p".to_string(),
+            KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 1").unwrap()),
+        )],
+        GateOptions {
+            key: KeySource::Given,
+            missing: MissingKey::Reject(401),
+            remote: vec![(
+                "global".to_string(),
+                KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
+            )],
+            ..GateOptions::default()
+        },
+        c,
+    )
+    .unwrap();
+    let ok = ratebound::Decision::from_parts(true, 1, 0, 0, 1_000_000_000);
+    let no = ratebound::Decision::from_parts(false, 1, 0, 500_000_000, 1_000_000_000);
+    let first = g.decide_with(&given("k"), &[ok]);
+    assert_eq!((first.outcome, first.refused_by), (Outcome::Allowed, None));
+    let local = g.decide_with(&given("k"), &[ok]);
+    assert_eq!(
+        (local.outcome, local.refused_by),
+        (Outcome::Refused, Some("p"))
+    );
+    let remote = g.decide_with(&given("j"), &[no]);
+    assert_eq!(
+        (remote.outcome, remote.refused_by),
+        (Outcome::Refused, Some("global"))
+    );
+    let keyless = Request {
+        key: None,
+        peer: None,
+        headers: &NoHeaders,
+    };
+    let rejected = g.decide_with(&keyless, &[]);
+    assert_eq!(
+        (rejected.status, rejected.outcome),
+        (401, Outcome::Rejected)
+    );
+    assert_eq!(Outcome::Allowed.as_str(), "allowed");
 }
 
 #[test]

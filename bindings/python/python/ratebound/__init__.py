@@ -47,6 +47,7 @@ from ._ratebound import (
     retry_after_secs,
 )
 from . import asgi, redis, wsgi
+from ._http import RateLimitEvent
 
 
 def __getattr__(name: str) -> Any:
@@ -72,6 +73,7 @@ __all__ = [
     "Limiter",
     "ManualClock",
     "QuotaError",
+    "RateLimitEvent",
     "RateLimitExceeded",
     "RateboundError",
     "Reservation",

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional, TypedDict, Union
 
 from . import _ratebound
 from . import redis as _redis
@@ -62,6 +62,27 @@ def build_gate(
     return gate, [limiter for _, limiter in remote]
 
 
+class RateLimitEvent(NamedTuple):
+    """What ``on_decision`` is told about each limited request: ``outcome``
+    (``"allowed"``, ``"refused"``, ``"shed"`` or ``"rejected"`` — no valid
+    key, a full key table), ``policy`` (the policy that refused, else
+    ``None``), ``policies`` (every policy's name) and ``label`` (the route,
+    or the middleware's ``label``)."""
+
+    outcome: str
+    policy: Optional[str]
+    policies: tuple[str, ...]
+    label: Optional[str]
+
+
+OnDecision = Callable[[RateLimitEvent], None]
+
+
+def report(on_decision: OnDecision, gate: Any, verdict: Any, label: Optional[str]) -> None:
+    """Tells ``on_decision`` what ``verdict`` (a gate answer) did."""
+    on_decision(RateLimitEvent(verdict[4], verdict[5], tuple(gate.policy_names), label))
+
+
 def reason(status: int) -> str:
     try:
         return HTTPStatus(status).phrase
@@ -92,6 +113,8 @@ class Options(TypedDict, total=False):
     concurrency_limit: Optional[int]
     critical: Optional[Callable[[Any], bool]]
     clock: Optional[ManualClock]
+    on_decision: Optional[OnDecision]
+    label: Optional[str]
 
 
 class MiddlewareBase:
@@ -120,6 +143,8 @@ class MiddlewareBase:
         concurrency_limit: Optional[int] = None,
         critical: Optional[Callable[[Any], bool]] = None,
         clock: Optional[ManualClock] = None,
+        on_decision: Optional[OnDecision] = None,
+        label: Optional[str] = None,
     ) -> None:
         if key_header is not None and key is not None:
             raise TypeError("give key_header= or key=, not both")
@@ -143,6 +168,10 @@ class MiddlewareBase:
             key is not None,
             clock,
         )
+        # Metrics: told of every limited request when set; nothing is done
+        # for it otherwise.
+        self._on_decision = on_decision
+        self._label = label
         self._capped = concurrency_limit is not None
         self._critical = critical
         self._key = key

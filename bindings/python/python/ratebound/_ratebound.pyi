@@ -7,6 +7,9 @@ from typing import Any, Iterable, Optional, TypeVar, Union, final
 from typing_extensions import disjoint_base
 
 _T = TypeVar("_T")
+# A gate's answer: status (0: let through), header fields, content type,
+# body, outcome ("allowed", "refused", "shed", "rejected"), refusing policy.
+_Verdict = tuple[int, list[tuple[Any, Any]], Any, Optional[bytes], str, Optional[str]]
 
 __version__: str
 __all__ = [
@@ -150,14 +153,14 @@ class Gate_:
     def leave(self) -> None: ...
     @property
     def capped(self) -> bool: ...
-    def shed(self, wsgi: bool = False) -> tuple[int, list[tuple[Any, Any]], Any, Optional[bytes]]: ...
+    def shed(self, wsgi: bool = False) -> _Verdict: ...
     def decide(
         self,
         key: Optional[_Key],
         peer: Optional[str] = None,
         headers: Optional[Any] = None,
         wsgi: bool = False,
-    ) -> tuple[int, list[tuple[Any, Any]], Any, Optional[bytes]]: ...
+    ) -> _Verdict: ...
     def identity(
         self,
         key: Optional[_Key],
@@ -172,9 +175,11 @@ class Gate_:
         headers: Optional[Any],
         remote: list[Decision],
         wsgi: bool = False,
-    ) -> tuple[int, list[tuple[Any, Any]], Any, Optional[bytes]]: ...
+    ) -> _Verdict: ...
     @property
     def policy_field(self) -> str: ...
+    @property
+    def policy_names(self) -> list[str]: ...
     def __len__(self) -> int: ...
     def cleanup(self) -> int: ...
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Union
 
-from ._http import PolicySpec, build_gate
+from ._http import OnDecision, PolicySpec, build_gate, report
 from ._ratebound import ManualClock
 
 KeySpec = Union[str, Callable[[Any], Union[str, bytes, int, None]]]
@@ -55,3 +55,9 @@ def route_gate(
     if remote:
         raise TypeError("a route limit takes in-process policies; give Redis and shared limiters to the middleware")
     return gate, key_func
+
+
+def tell(on_decision: Optional[OnDecision], gate: Any, verdict: Any, label: Optional[str]) -> None:
+    """``on_decision`` of a route's verdict, if one is set."""
+    if on_decision is not None:
+        report(on_decision, gate, verdict, label)

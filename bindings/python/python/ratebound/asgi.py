@@ -12,7 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping, Union
 
 from . import _ratebound
-from ._http import MiddlewareBase, Options
+from ._http import MiddlewareBase, Options, report
 from .redis import _AsyncLimiter as AsyncLimiter
 
 Scope = MutableMapping[str, Any]
@@ -93,7 +93,10 @@ class RateLimitMiddleware(MiddlewareBase):
         # Shedding first: a saturated app refuses before any token is spent.
         entered = self.gate.try_enter()
         if not entered and not (self._critical is not None and self._critical(scope)):
-            await _answer(send, self.gate.shed())
+            shed = self.gate.shed()
+            if self._on_decision is not None:
+                report(self._on_decision, self.gate, shed, self._label)
+            await _answer(send, shed)
             return
         try:
             await self._limited(scope, receive, send)
@@ -121,6 +124,8 @@ class RateLimitMiddleware(MiddlewareBase):
             verdict = self.gate.decide_with(k, peer, scope["headers"], list(decisions))
         else:
             verdict = self.gate.decide(k, peer, scope["headers"])
+        if self._on_decision is not None:
+            report(self._on_decision, self.gate, verdict, self._label)
         headers = verdict[1]
         if verdict[0]:
             await _answer(send, verdict)
@@ -139,7 +144,7 @@ class RateLimitMiddleware(MiddlewareBase):
 
 async def _answer(send: Send, verdict: Any) -> None:
     """Sends a refusal (status, headers, content type, body) from the gate."""
-    status, headers, ctype, body = verdict
+    status, headers, ctype, body = verdict[:4]
     headers.append((b"content-type", ctype))
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -16,9 +16,9 @@ from typing import Any, Mapping, Optional, Union
 
 from fastapi import HTTPException, Request, Response
 
-from ._http import PolicySpec
+from ._http import OnDecision, PolicySpec
 from ._ratebound import ManualClock
-from ._route import KeySpec, route_gate
+from ._route import KeySpec, route_gate, tell
 
 __all__ = ["limit"]
 
@@ -42,7 +42,9 @@ class limit:  # noqa: N801 - used like a function: Depends(limit("5/minute"))
     a ``Response`` object of its own (then copy them from
     ``request.state.ratelimit``). One ``limit`` object used by several
     routes is one shared limit; a new ``limit(...)`` per route is a limit
-    per route. Works for sync and async endpoints.
+    per route. Works for sync and async endpoints. ``on_decision`` is told
+    of every request (a ``RateLimitEvent``; ``label`` defaults to the route's
+    path template), for metrics.
     """
 
     def __init__(
@@ -53,14 +55,22 @@ class limit:  # noqa: N801 - used like a function: Depends(limit("5/minute"))
         key: KeySpec = "ip",
         policies: Optional[Mapping[str, PolicySpec]] = None,
         clock: Optional[ManualClock] = None,
+        on_decision: Optional[OnDecision] = None,
+        label: Optional[str] = None,
         **options: Any,
     ) -> None:
         self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
+        self._on_decision = on_decision
+        self._label = label
 
     async def __call__(self, request: Request, response: Response) -> None:
         k = self._key(request) if self._key is not None else None
         client = request.client
-        status, fields, _ctype, body = self.gate.decide(k, client.host if client else None, request.scope["headers"])
+        verdict = self.gate.decide(k, client.host if client else None, request.scope["headers"])
+        if self._on_decision is not None:
+            route = request.scope.get("route")
+            tell(self._on_decision, self.gate, verdict, self._label or getattr(route, "path", None))
+        status, fields, _ctype, body = verdict[:4]
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in fields}
         request.state.ratelimit = headers
         if status:

@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping, Optional, TypeVar, Union, cast
 
 import flask
 
-from ._http import PolicySpec
+from ._http import OnDecision, PolicySpec
 from ._ratebound import ManualClock
-from ._route import KeySpec, route_gate
+from ._route import KeySpec, route_gate, tell
 
 __all__ = ["limit"]
 
@@ -43,16 +43,24 @@ class limit:  # noqa: N801 - used like a function: @limit("5/minute")
         key: KeySpec = "ip",
         policies: Optional[Mapping[str, PolicySpec]] = None,
         clock: Optional[ManualClock] = None,
+        on_decision: Optional[OnDecision] = None,
+        label: Optional[str] = None,
         **options: Any,
     ) -> None:
         self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
+        self._on_decision = on_decision
+        self._label = label
 
     def __call__(self, view: F) -> F:
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
             request = flask.request
             k = self._key(request) if self._key is not None else None
-            status, fields, ctype, body = self.gate.decide(k, request.remote_addr, request.environ, True)
+            verdict = self.gate.decide(k, request.remote_addr, request.environ, True)
+            if self._on_decision is not None:
+                rule = request.url_rule
+                tell(self._on_decision, self.gate, verdict, self._label or (rule.rule if rule else None))
+            status, fields, ctype, body = verdict[:4]
             if status:
                 return flask.Response(body, status=status, headers=fields, content_type=ctype)
             response = flask.make_response(view(*args, **kwargs))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
 
 from . import _ratebound
-from ._http import MiddlewareBase, Options, reason
+from ._http import MiddlewareBase, Options, reason, report
 from .redis import _Limiter as SyncLimiter
 
 Environ = dict[str, Any]
@@ -50,7 +50,10 @@ class RateLimitMiddleware(MiddlewareBase):
             return self._limited(environ, start_response)
         entered = self.gate.try_enter()
         if not entered and not (self._critical is not None and self._critical(environ)):
-            return _answer(start_response, self.gate.shed(True))
+            shed = self.gate.shed(True)
+            if self._on_decision is not None:
+                report(self._on_decision, self.gate, shed, self._label)
+            return _answer(start_response, shed)
         if not entered:
             return self._limited(environ, start_response)
         try:
@@ -72,6 +75,8 @@ class RateLimitMiddleware(MiddlewareBase):
             verdict = self.gate.decide_with(k, peer, environ, decisions, True)
         else:
             verdict = self.gate.decide(k, peer, environ, True)
+        if self._on_decision is not None:
+            report(self._on_decision, self.gate, verdict, self._label)
         fields = verdict[1]
         if verdict[0]:
             return _answer(start_response, verdict)
@@ -86,7 +91,7 @@ class RateLimitMiddleware(MiddlewareBase):
 
 def _answer(start_response: StartResponse, verdict: Any) -> list[bytes]:
     """Starts a refusal (status, headers, content type, body) from the gate."""
-    status, fields, ctype, body = verdict
+    status, fields, ctype, body = verdict[:4]
     fields.append(("content-type", ctype))
     fields.append(("content-length", str(len(body))))
     start_response(f"{status} {reason(status)}", fields)

@@ -498,6 +498,38 @@ pub struct Verdict<'g> {
     pub fields: Fields<'g>,
     /// A refusal's content type and body.
     pub body: Option<(&'static str, String)>,
+    /// What happened, for metrics.
+    pub outcome: Outcome,
+    /// The policy that refused (the first, in order, local then remote),
+    /// when [`outcome`](Self::outcome) is [`Outcome::Refused`].
+    pub refused_by: Option<&'g str>,
+}
+
+/// What a [`Verdict`] did, as a metrics hook counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Let through.
+    Allowed,
+    /// Refused by a policy (429).
+    Refused,
+    /// Shed by the concurrency cap (503).
+    Shed,
+    /// Refused before any policy: no valid key, a full key table, a
+    /// misconfiguration.
+    Rejected,
+}
+
+impl Outcome {
+    /// `"allowed"`, `"refused"`, `"shed"` or `"rejected"`: the same words in
+    /// every front door.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Refused => "refused",
+            Outcome::Shed => "shed",
+            Outcome::Rejected => "rejected",
+        }
+    }
 }
 
 impl<'g> Verdict<'g> {
@@ -506,6 +538,8 @@ impl<'g> Verdict<'g> {
             status: 0,
             fields,
             body: None,
+            outcome: Outcome::Allowed,
+            refused_by: None,
         }
     }
 
@@ -517,6 +551,8 @@ impl<'g> Verdict<'g> {
                 ..Fields::default()
             },
             body: Some(("text/plain; charset=utf-8", text.to_string())),
+            outcome: Outcome::Rejected,
+            refused_by: None,
         }
     }
 
@@ -667,7 +703,18 @@ impl Gate {
 
     /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
     pub fn shed(&self) -> Verdict<'static> {
-        Verdict::plain(503, "server busy; try again shortly\n", Some(1))
+        Verdict {
+            outcome: Outcome::Shed,
+            ..Verdict::plain(503, "server busy; try again shortly\n", Some(1))
+        }
+    }
+
+    /// The policies' names, local then remote (for a metrics hook).
+    pub fn policy_names(&self) -> impl Iterator<Item = &str> {
+        self.policies
+            .iter()
+            .chain(self.remote.iter())
+            .map(Policy::name)
     }
 
     /// The `RateLimit-Policy` field value.
@@ -859,11 +906,21 @@ impl Gate {
             .map(|d| d.retry_after())
             .max()
             .unwrap_or(Duration::ZERO);
-        self.refusal(fields, wait)
+        let by = decisions
+            .iter()
+            .position(|d| !d.is_allowed())
+            .and_then(|i| self.policies.get(i))
+            .map(Policy::name);
+        self.refusal(fields, wait, by)
     }
 
     /// A 429 carrying `fields`, for a wait of `wait`.
-    fn refusal<'g>(&self, mut fields: Fields<'g>, wait: Duration) -> Verdict<'g> {
+    fn refusal<'g>(
+        &'g self,
+        mut fields: Fields<'g>,
+        wait: Duration,
+        refused_by: Option<&'g str>,
+    ) -> Verdict<'g> {
         let secs = retry_after_secs(wait).max(1);
         fields.retry_after = Some(secs);
         let body = match self.options.body {
@@ -883,6 +940,8 @@ impl Gate {
             status: 429,
             fields,
             body: Some(body),
+            outcome: Outcome::Refused,
+            refused_by,
         }
     }
 
@@ -927,7 +986,12 @@ impl Gate {
                 .map(|d| d.retry_after())
                 .max()
                 .unwrap_or(Duration::ZERO);
-            return self.refusal(fields, wait);
+            let by = remote
+                .iter()
+                .position(|d| !d.is_allowed())
+                .and_then(|i| self.remote.get(i))
+                .map(Policy::name);
+            return self.refusal(fields, wait, by);
         }
         let mut verdict = self.decide_at(request, now);
         if verdict.status == 0 || verdict.status == 429 {
