@@ -87,7 +87,7 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use ratebound::any::{self, AnyClock, Gate, GateOptions, Key, Verdict};
-pub use ratebound::any::{MissingKey, QuotaHeaders, RefusalBody};
+pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody};
 use ratebound::http::{Forwarding, Headers, TrustedProxies};
 use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
 use tower_layer::Layer;
@@ -100,6 +100,24 @@ pub struct PeerAddr(pub SocketAddr);
 
 type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+type OnDecision = Arc<dyn Fn(&DecisionEvent<'_>) + Send + Sync>;
+
+/// What [`Builder::on_decision`]'s callback is told about each limited
+/// request, for metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct DecisionEvent<'a> {
+    /// Allowed, refused (429), shed (503) or rejected (no valid key, a full
+    /// key table).
+    pub outcome: Outcome,
+    /// The policy that refused, if one did.
+    pub policy: Option<&'a str>,
+    /// Every policy's name, in order.
+    pub policies: &'a [String],
+    /// The [`Builder::label`], if set.
+    pub label: Option<&'a str>,
+    /// The request's head (its path, method, ...).
+    pub request: &'a Parts,
+}
 
 /// Where a request's key comes from.
 #[derive(Clone)]
@@ -142,9 +160,24 @@ pub struct Builder {
     key: KeySource,
     exempt: Option<Predicate>,
     critical: Option<Predicate>,
+    on_decision: Option<OnDecision>,
+    label: Option<String>,
 }
 
 impl Builder {
+    /// Calls `f` once per limited request (not for exempt ones) with what
+    /// happened — for metrics. Unset, nothing is done for it.
+    pub fn on_decision(mut self, f: impl Fn(&DecisionEvent<'_>) + Send + Sync + 'static) -> Self {
+        self.on_decision = Some(Arc::new(f));
+        self
+    }
+
+    /// The label [`DecisionEvent::label`] carries (e.g. the route).
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = Some(label.to_string());
+        self
+    }
+
     /// Adds a token-bucket policy per key; several policies must all admit.
     pub fn policy(self, name: &str, quota: Quota) -> Self {
         self.policy_with(name, KeyedAlgorithm::TokenBucket(quota))
@@ -259,6 +292,7 @@ impl Builder {
             .header_names()
             .filter_map(|n| Some((n.as_ptr() as usize, HeaderName::try_from(n).ok()?)))
             .collect();
+        let policy_names = gate.policy_names().map(str::to_string).collect();
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 gate,
@@ -267,6 +301,9 @@ impl Builder {
                 key: self.key,
                 exempt: self.exempt,
                 critical: self.critical,
+                on_decision: self.on_decision,
+                label: self.label,
+                policy_names,
             }),
         })
     }
@@ -280,6 +317,25 @@ struct Shared {
     key: KeySource,
     exempt: Option<Predicate>,
     critical: Option<Predicate>,
+    on_decision: Option<OnDecision>,
+    label: Option<String>,
+    policy_names: Vec<String>,
+}
+
+impl Shared {
+    /// Tells the metrics hook, if there is one.
+    #[inline]
+    fn report(&self, outcome: Outcome, policy: Option<&str>, request: &Parts) {
+        if let Some(f) = &self.on_decision {
+            f(&DecisionEvent {
+                outcome,
+                policy,
+                policies: &self.policy_names,
+                label: self.label.as_deref(),
+                request,
+            });
+        }
+    }
 }
 
 /// The tower layer; see the crate docs.
@@ -298,6 +354,8 @@ impl RateLimitLayer {
             key: KeySource::ClientIp,
             exempt: None,
             critical: None,
+            on_decision: None,
+            label: None,
         }
     }
 
@@ -480,10 +538,12 @@ where
             if shared.gate.try_enter() {
                 slot = Some(Slot(self.shared.clone()));
             } else if !shared.critical.as_ref().is_some_and(|f| f(&parts)) {
+                shared.report(Outcome::Shed, None, &parts);
                 return ResponseFuture::ready(shared.refusal(shared.gate.shed()));
             }
         }
         let verdict = shared.decide(&parts);
+        shared.report(verdict.outcome, verdict.refused_by, &parts);
         if !verdict.is_pass() {
             return ResponseFuture::ready(shared.refusal(verdict));
         }

@@ -578,3 +578,73 @@ async fn route_layers_limit_each_route_and_share_one_limit_between_two() {
     clock.advance(Duration::from_secs(12));
     assert_eq!(post_login().await.0, StatusCode::OK);
 }
+
+/// The metrics hook: told of each limited request (not of exempt ones) with
+/// the outcome, the refusing policy, every policy and the label.
+#[tokio::test]
+async fn on_decision_reports_each_limited_request() {
+    use ratebound::KeyedAlgorithm;
+    use ratebound_http::Outcome;
+    use std::sync::Mutex;
+    type Seen = Vec<(Outcome, Option<String>, Vec<String>, Option<String>, String)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let sink = seen.clone();
+    let layer = RateLimitLayer::builder()
+        .policy("burst", Quota::parse("100/s").unwrap())
+        .policy_with(
+            "tiny",
+            KeyedAlgorithm::FixedWindow {
+                limit: 1,
+                window: Duration::from_secs(60),
+            },
+        )
+        .key(KeySource::header("x-api-key").unwrap())
+        .exempt(|p| p.uri.path() == "/health")
+        .label("api")
+        .on_decision(move |e| {
+            sink.lock().unwrap().push((
+                e.outcome,
+                e.policy.map(str::to_string),
+                e.policies.to_vec(),
+                e.label.map(str::to_string),
+                e.request.uri.path().to_string(),
+            ));
+        })
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = client();
+    assert_eq!(
+        get_with(&client, addr, "/", &[("x-api-key", b"a")]).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get_with(&client, addr, "/", &[("x-api-key", b"a")]).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        get_with(&client, addr, "/health", &[]).await.0,
+        StatusCode::OK
+    );
+    let names = vec!["burst".to_string(), "tiny".to_string()];
+    let label = Some("api".to_string());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            (
+                Outcome::Allowed,
+                None,
+                names.clone(),
+                label.clone(),
+                "/".to_string()
+            ),
+            (
+                Outcome::Refused,
+                Some("tiny".to_string()),
+                names,
+                label,
+                "/".to_string()
+            ),
+        ]
+    );
+}
