@@ -61,3 +61,25 @@ def tell(on_decision: Optional[OnDecision], gate: Any, verdict: Any, label: Opti
     """``on_decision`` of a route's verdict, if one is set."""
     if on_decision is not None:
         report(on_decision, gate, verdict, label)
+
+
+class RouteLimit:
+    """What ``fastapi.limit`` and ``flask.limit`` share: the gate built from
+    their arguments (checked at once), the key function and the metrics
+    hook."""
+
+    def __init__(
+        self,
+        rate: Optional[Union[int, float, str]] = None,
+        burst: Optional[int] = None,
+        *,
+        key: KeySpec = "ip",
+        policies: Optional[Mapping[str, PolicySpec]] = None,
+        clock: Optional[ManualClock] = None,
+        on_decision: Optional[OnDecision] = None,
+        label: Optional[str] = None,
+        **options: Any,
+    ) -> None:
+        self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
+        self._on_decision = on_decision
+        self._label = label

@@ -12,18 +12,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from fastapi import HTTPException, Request, Response
 
-from ._http import OnDecision, PolicySpec
-from ._ratebound import ManualClock
-from ._route import KeySpec, route_gate, tell
+from ._route import RouteLimit, tell
 
 __all__ = ["limit"]
 
 
-class limit:  # noqa: N801 - used like a function: Depends(limit("5/minute"))
+class limit(RouteLimit):  # noqa: N801 - used like a function: Depends(limit("5/minute"))
     """A dependency that limits the routes it is given to.
 
     ``limit(rate, burst=None, *, key="ip", policies=None, clock=None,
@@ -46,22 +44,6 @@ class limit:  # noqa: N801 - used like a function: Depends(limit("5/minute"))
     of every request (a ``RateLimitEvent``; ``label`` defaults to the route's
     path template), for metrics.
     """
-
-    def __init__(
-        self,
-        rate: Optional[Union[int, float, str]] = None,
-        burst: Optional[int] = None,
-        *,
-        key: KeySpec = "ip",
-        policies: Optional[Mapping[str, PolicySpec]] = None,
-        clock: Optional[ManualClock] = None,
-        on_decision: Optional[OnDecision] = None,
-        label: Optional[str] = None,
-        **options: Any,
-    ) -> None:
-        self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
-        self._on_decision = on_decision
-        self._label = label
 
     async def __call__(self, request: Request, response: Response) -> None:
         k = self._key(request) if self._key is not None else None

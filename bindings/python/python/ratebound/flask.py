@@ -12,20 +12,18 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Optional, TypeVar, Union, cast
+from typing import Any, Callable, TypeVar, cast
 
 import flask
 
-from ._http import OnDecision, PolicySpec
-from ._ratebound import ManualClock
-from ._route import KeySpec, route_gate, tell
+from ._route import RouteLimit, tell
 
 __all__ = ["limit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class limit:  # noqa: N801 - used like a function: @limit("5/minute")
+class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute")
     """A view decorator limiting that view (every view it decorates shares
     the one limit; a new ``limit(...)`` per view is a limit per view).
 
@@ -34,22 +32,6 @@ class limit:  # noqa: N801 - used like a function: @limit("5/minute")
     seconds, rounded up) and the RateLimit fields; an admitted response gets
     the RateLimit fields too.
     """
-
-    def __init__(
-        self,
-        rate: Optional[Union[int, float, str]] = None,
-        burst: Optional[int] = None,
-        *,
-        key: KeySpec = "ip",
-        policies: Optional[Mapping[str, PolicySpec]] = None,
-        clock: Optional[ManualClock] = None,
-        on_decision: Optional[OnDecision] = None,
-        label: Optional[str] = None,
-        **options: Any,
-    ) -> None:
-        self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
-        self._on_decision = on_decision
-        self._label = label
 
     def __call__(self, view: F) -> F:
         @functools.wraps(view)
