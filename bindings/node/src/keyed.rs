@@ -84,13 +84,19 @@ impl Drop for KeyedLimiter {
     }
 }
 
+/// `f` of a JavaScript key argument (string, safe integer or Uint8Array),
+/// or the key's `TypeError`/`RangeError`.
+pub fn js_key<R>(env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
+    let raw_env: sys::napi_env = env.raw();
+    // SAFETY: the env and the argument of the current call.
+    #[allow(unsafe_code)]
+    let r = unsafe { with_key(raw_env, key.raw(), f) };
+    r.map_err(|e| key_error(env, e))
+}
+
 impl KeyedLimiter {
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
-        let raw_env: sys::napi_env = env.raw();
-        // SAFETY: the env and the argument of the current call.
-        #[allow(unsafe_code)]
-        let r = unsafe { with_key(raw_env, key.raw(), f) };
-        r.map_err(|e| key_error(env, e))
+        js_key(env, key, f)
     }
 }
 

@@ -3,14 +3,12 @@
 //! file-backed memory map (crate `ratebound-shm`). Conversions only.
 
 use napi::bindgen_prelude::*;
-use napi::{JsValue, sys};
 use napi_derive::napi;
 use ratebound::KeyedAlgorithm;
 use ratebound::any::{self, Key};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
 use crate::error::{Kind, OrThrow, throw, throw_as};
-use crate::fast::{key_error, with_key};
 use crate::limiters::{Decision, loose_number, loose_rate, rate_of, tokens};
 
 /// A shared-memory error as a JavaScript error: the core's for limiter
@@ -150,11 +148,7 @@ impl SharedKeyedLimiter {
     }
 
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
-        let raw_env: sys::napi_env = env.raw();
-        // SAFETY: the env and the argument of the current call.
-        #[allow(unsafe_code)]
-        let r = unsafe { with_key(raw_env, key.raw(), f) };
-        r.map_err(|e| key_error(env, e))
+        crate::keyed::js_key(env, key, f)
     }
 }
 
@@ -177,8 +171,10 @@ impl SharedKeyedLimiter {
             &o.limit,
             &o.window,
         )?;
-        let max = loose_number(&env, &o.max_keys, "maxKeys")?.unwrap_or(10_000.0);
-        let max = any::whole("maxKeys", max, 1).or_throw(&env)?;
+        let max = match loose_number(&env, &o.max_keys, "maxKeys")? {
+            Some(m) => any::whole("maxKeys", m, 1).or_throw(&env)?,
+            None => ratebound_shm::DEFAULT_MAX_KEYS,
+        };
         let inner = ShmKeyed::open(&o.path, algorithm, max).map_err(|e| shm_throw(&env, e))?;
         Ok(SharedKeyedLimiter { inner })
     }

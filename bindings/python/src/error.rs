@@ -22,9 +22,7 @@ pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
         _ => "QuotaError",
     };
     let made = (|| -> PyResult<PyErr> {
-        let module =
-            ERRORS.get_or_try_init(py, || py.import("ratebound._errors").map(Bound::unbind))?;
-        let cls = module.bind(py).getattr(class)?;
+        let cls = error_class(py, class)?;
         let instance = match &e {
             Error::DeadlineExceeded { wait, .. } => {
                 cls.call1((e.to_string(), e.code(), wait.as_secs_f64()))?
@@ -34,6 +32,13 @@ pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
         Ok(PyErr::from_value(instance))
     })();
     made.unwrap_or_else(|err| err)
+}
+
+/// The exception class `name` of `ratebound._errors`.
+pub(crate) fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let module =
+        ERRORS.get_or_try_init(py, || py.import("ratebound._errors").map(Bound::unbind))?;
+    module.bind(py).getattr(name)
 }
 
 pub(crate) trait OrPy<T> {

@@ -24,9 +24,7 @@ fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
         _ => "SharedStateError",
     };
     let made = (|| -> PyResult<PyErr> {
-        let module =
-            ERRORS.get_or_try_init(py, || py.import("ratebound._errors").map(Bound::unbind))?;
-        let cls = module.bind(py).getattr(class)?;
+        let cls = error_class(py, class)?;
         Ok(PyErr::from_value(cls.call1((e.to_string(), e.code()))?))
     })();
     made.unwrap_or_else(|err| err)
@@ -123,9 +121,6 @@ impl SharedKeyedLimiter {
     }
 }
 
-/// Keys tracked when `max_keys` is not given.
-const DEFAULT_MAX_KEYS: f64 = 10_000.0;
-
 #[pymethods]
 impl SharedKeyedLimiter {
     #[new]
@@ -142,8 +137,10 @@ impl SharedKeyedLimiter {
         max_keys: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let alg = crate::keyed::keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
-        let max = opt_number(py, "max_keys", max_keys)?.unwrap_or(DEFAULT_MAX_KEYS);
-        let max = any::whole("max_keys", max, 1).or_py(py)?;
+        let max = match opt_number(py, "max_keys", max_keys)? {
+            Some(m) => any::whole("max_keys", m, 1).or_py(py)?,
+            None => ratebound_shm::DEFAULT_MAX_KEYS,
+        };
         Ok(SharedKeyedLimiter {
             inner: ShmKeyed::open(path, alg, max).or_shm(py)?,
         })

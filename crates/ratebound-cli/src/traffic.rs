@@ -76,6 +76,20 @@ fn rate_per_second(spec: &str, what: &str) -> Result<f64, CliError> {
     Ok(rate)
 }
 
+/// The most requests a built-in shape may make (a typo such as
+/// `steady:1e12/s` would otherwise fill the memory).
+const MAX_EVENTS: f64 = 100_000_000.0;
+
+/// Refuses a shape that would make more than [`MAX_EVENTS`] requests.
+fn bounded(what: &str, expected: f64) -> Result<(), CliError> {
+    if expected > MAX_EVENTS {
+        return Err(CliError::new(format!(
+            "{what} would make about {expected:.0} requests, more than {MAX_EVENTS:.0}: lower the rate or --duration"
+        )));
+    }
+    Ok(())
+}
+
 /// `count` requests evenly spread over `[start, start + span)` for `key`.
 fn steady(events: &mut Vec<Event>, key: u32, start: u64, span: u64, rate: f64) {
     let gap = (SECOND as f64 / rate).max(1.0);
@@ -145,6 +159,7 @@ pub fn shape(spec: &str, args: &ShapeArgs) -> Result<Traffic, CliError> {
         "steady" => {
             needs_arg("steady:RATE, e.g. steady:20/s")?;
             let rate = rate_per_second(arg, "--traffic steady")?;
+            bounded("--traffic steady", rate * args.duration as f64 / 1e9)?;
             steady(&mut events, keys.id("-")?, 0, args.duration, rate);
         }
         "burst" => {
@@ -159,6 +174,7 @@ pub fn shape(spec: &str, args: &ShapeArgs) -> Result<Traffic, CliError> {
                     "--traffic burst: {n:?} is not a whole number of requests"
                 ))
             })?;
+            bounded("--traffic burst", n as f64)?;
             let at = crate::parse_duration(at, "--traffic burst time")?;
             let key = keys.id("-")?;
             events.extend((0..n).map(|_| Event { t: at, key, n: 1 }));
@@ -177,6 +193,7 @@ pub fn shape(spec: &str, args: &ShapeArgs) -> Result<Traffic, CliError> {
         "poisson" => {
             needs_arg("poisson:RATE, e.g. poisson:50/s")?;
             let rate = rate_per_second(arg, "--traffic poisson")?;
+            bounded("--traffic poisson", rate * args.duration as f64 / 1e9)?;
             let key = keys.id("-")?;
             let mut rng = SplitMix::new(args.seed);
             let mut t = 0.0;
@@ -194,6 +211,10 @@ pub fn shape(spec: &str, args: &ShapeArgs) -> Result<Traffic, CliError> {
         }
         "noisy-neighbour" | "noisy-neighbor" => {
             // One key sends five times the limit; nine others half of it.
+            bounded(
+                "--traffic noisy-neighbour",
+                9.5 * args.rate * args.duration as f64 / 1e9,
+            )?;
             let noisy = keys.id("noisy")?;
             steady(&mut events, noisy, 0, args.duration, 5.0 * args.rate);
             for i in 1..=9 {
@@ -211,6 +232,7 @@ pub fn shape(spec: &str, args: &ShapeArgs) -> Result<Traffic, CliError> {
         "incident" => {
             // 50 instances, each behind its own local limiter, share 1000
             // requests per second round-robin.
+            bounded("--traffic incident", 1000.0 * args.duration as f64 / 1e9)?;
             let pods: Vec<u32> = (0..50)
                 .map(|i| keys.id(&format!("pod-{i:02}")))
                 .collect::<Result<_, _>>()?;

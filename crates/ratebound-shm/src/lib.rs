@@ -205,6 +205,10 @@ const MODE_SINGLE: u64 = 1;
 const MODE_KEYED: u64 = 2;
 const CLOCK_MONOTONIC: u64 = 1;
 
+/// The room for keys a keyed limiter gets when none is asked for (the
+/// Python and Node constructors' default).
+pub const DEFAULT_MAX_KEYS: u64 = 10_000;
+
 /// A slot's fingerprint word when no key has claimed it.
 const EMPTY: u64 = 0;
 /// How far from its home slot a key may live.

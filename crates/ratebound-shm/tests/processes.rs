@@ -25,10 +25,12 @@ fn bucket(q: &str) -> KeyedAlgorithm {
     KeyedAlgorithm::TokenBucket(Quota::parse(q).expect("quota"))
 }
 
-/// Runs this binary's `worker` test in a new process with `env`.
-fn spawn(env: &[(&str, String)]) -> Child {
+/// Runs the test `test` of this binary again in a new process, as a worker
+/// (`RB_SHM_ROLE` set: the test calls [`work`] and returns) with `env`.
+fn spawn(test: &str, env: &[(&str, String)]) -> Child {
     let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
-    cmd.args(["--exact", "worker", "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("RB_SHM_ROLE", "worker")
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     for (k, v) in env {
@@ -48,17 +50,23 @@ fn admitted(child: Child) -> u64 {
         .unwrap_or_else(|| panic!("no count in {text:?}"))
 }
 
-/// The worker: does nothing unless started by a test above with
-/// `RB_SHM_PATH` set.
-#[test]
-fn worker() {
+/// True in a worker process: the calling test has done the worker's part
+/// (see [`spawn`]) and must return.
+fn worked() -> bool {
+    if std::env::var_os("RB_SHM_ROLE").is_none() {
+        return false;
+    }
+    work();
+    true
+}
+
+/// A worker's part, as its environment says.
+fn work() {
     if std::env::var("RB_SHM_CLOCK").is_ok() {
         println!("now={}", ratebound::Clock::now(&ratebound_shm::SystemClock));
         return;
     }
-    let Ok(path) = std::env::var("RB_SHM_PATH") else {
-        return;
-    };
+    let path = std::env::var("RB_SHM_PATH").expect("RB_SHM_PATH for a worker");
     let quota = std::env::var("RB_SHM_QUOTA").expect("quota");
     let keys: u64 = std::env::var("RB_SHM_KEYS").map_or(0, |k| k.parse().expect("keys"));
     let iterations: u64 =
@@ -104,13 +112,19 @@ fn worker() {
 
 #[test]
 fn every_process_reads_the_same_clock() {
+    if worked() {
+        return;
+    }
     // CLOCK_MONOTONIC is system-wide: a child's reading falls between the
     // parent's readings before it started and after it ended (a clock
     // calibrated per process, as the TSC-based default is, need not).
     let clock = ratebound_shm::SystemClock;
     for _ in 0..3 {
         let before = ratebound::Clock::now(&clock);
-        let child = spawn(&[("RB_SHM_CLOCK", "1".to_string())]);
+        let child = spawn(
+            "every_process_reads_the_same_clock",
+            &[("RB_SHM_CLOCK", "1".to_string())],
+        );
         let out = child.wait_with_output().expect("child");
         let after = ratebound::Clock::now(&clock);
         let text = String::from_utf8_lossy(&out.stdout);
@@ -128,6 +142,9 @@ fn every_process_reads_the_same_clock() {
 
 #[test]
 fn four_processes_share_one_burst_exactly() {
+    if worked() {
+        return;
+    }
     let d = dir("burst");
     let path = d.join("one.limit");
     // One token an hour: nothing refills during the test.
@@ -138,7 +155,9 @@ fn four_processes_share_one_burst_exactly() {
             ("RB_SHM_ITER", iter.to_string()),
         ]
     };
-    let workers: Vec<Child> = (0..4).map(|_| spawn(&env("20000"))).collect();
+    let workers: Vec<Child> = (0..4)
+        .map(|_| spawn("four_processes_share_one_burst_exactly", &env("20000")))
+        .collect();
     let total: u64 = workers.into_iter().map(admitted).sum();
     assert_eq!(
         total, 1000,
@@ -153,6 +172,9 @@ fn four_processes_share_one_burst_exactly() {
 
 #[test]
 fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
+    if worked() {
+        return;
+    }
     let d = dir("rate");
     let path = d.join("rate.limit");
     let env = vec![
@@ -161,7 +183,14 @@ fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
         ("RB_SHM_MILLIS", "300".to_string()),
     ];
     let start = Instant::now();
-    let workers: Vec<Child> = (0..4).map(|_| spawn(&env)).collect();
+    let workers: Vec<Child> = (0..4)
+        .map(|_| {
+            spawn(
+                "on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed",
+                &env,
+            )
+        })
+        .collect();
     let total: u64 = workers.into_iter().map(admitted).sum();
     let elapsed = start.elapsed().as_secs_f64();
     let bound = 50.0 + 2000.0 * elapsed;
@@ -175,6 +204,9 @@ fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
 
 #[test]
 fn keyed_processes_share_each_keys_burst() {
+    if worked() {
+        return;
+    }
     let d = dir("keyed");
     let path = d.join("keyed.limit");
     let env = vec![
@@ -183,7 +215,9 @@ fn keyed_processes_share_each_keys_burst() {
         ("RB_SHM_KEYS", "50".to_string()),
         ("RB_SHM_ITER", "5000".to_string()),
     ];
-    let workers: Vec<Child> = (0..4).map(|_| spawn(&env)).collect();
+    let workers: Vec<Child> = (0..4)
+        .map(|_| spawn("keyed_processes_share_each_keys_burst", &env))
+        .collect();
     let total: u64 = workers.into_iter().map(admitted).sum();
     assert_eq!(total, 50 * 10);
     let l = SharedKeyedLimiter::open(&path, bucket("1/h burst 10"), 1000).expect("open");
@@ -200,6 +234,9 @@ fn keyed_processes_share_each_keys_burst() {
 
 #[test]
 fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
+    if worked() {
+        return;
+    }
     let d = dir("kill");
     let path = d.join("kill.limit");
     // 100 000 keys of one token each: the workers race through them (each
@@ -224,7 +261,10 @@ fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
     let mut live: Vec<Child> = (0..3)
         .map(|_| {
             next += 1;
-            spawn(&env(next))
+            spawn(
+                "kill_dash_nine_during_a_run_leaves_a_consistent_table",
+                &env(next),
+            )
         })
         .collect();
     // Twelve rounds: let them run a little, SIGKILL one, start another.
@@ -234,7 +274,10 @@ fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
         victim.kill().expect("SIGKILL");
         let _ = victim.wait();
         next += 1;
-        live.push(spawn(&env(next)));
+        live.push(spawn(
+            "kill_dash_nine_during_a_run_leaves_a_consistent_table",
+            &env(next),
+        ));
     }
     for mut c in live {
         c.kill().expect("SIGKILL");

@@ -78,9 +78,9 @@ class RateLimitEvent(NamedTuple):
 OnDecision = Callable[[RateLimitEvent], None]
 
 
-def report(on_decision: OnDecision, gate: Any, verdict: Any, label: Optional[str]) -> None:
+def report(on_decision: OnDecision, policies: tuple[str, ...], verdict: Any, label: Optional[str]) -> None:
     """Tells ``on_decision`` what ``verdict`` (a gate answer) did."""
-    on_decision(RateLimitEvent(verdict[4], verdict[5], tuple(gate.policy_names), label))
+    on_decision(RateLimitEvent(verdict[4], verdict[5], policies, label))
 
 
 def reason(status: int) -> str:
@@ -172,6 +172,7 @@ class MiddlewareBase:
         # for it otherwise.
         self._on_decision = on_decision
         self._label = label
+        self._policies: tuple[str, ...] = tuple(self.gate.policy_names)
         self._capped = concurrency_limit is not None
         self._critical = critical
         self._key = key

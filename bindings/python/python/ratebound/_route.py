@@ -57,10 +57,6 @@ def route_gate(
     return gate, key_func
 
 
-def tell(on_decision: Optional[OnDecision], gate: Any, verdict: Any, label: Optional[str]) -> None:
-    """``on_decision`` of a route's verdict, if one is set."""
-    if on_decision is not None:
-        report(on_decision, gate, verdict, label)
 
 
 class RouteLimit:
@@ -83,3 +79,9 @@ class RouteLimit:
         self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
         self._on_decision = on_decision
         self._label = label
+        self._policies: tuple[str, ...] = tuple(self.gate.policy_names)
+
+    def _tell(self, verdict: Any, route: Optional[str]) -> None:
+        """Tells ``on_decision`` (set) what ``verdict`` did on ``route``."""
+        if self._on_decision is not None:
+            report(self._on_decision, self._policies, verdict, self._label or route)

@@ -95,7 +95,7 @@ class RateLimitMiddleware(MiddlewareBase):
         if not entered and not (self._critical is not None and self._critical(scope)):
             shed = self.gate.shed()
             if self._on_decision is not None:
-                report(self._on_decision, self.gate, shed, self._label)
+                report(self._on_decision, self._policies, shed, self._label)
             await _answer(send, shed)
             return
         try:
@@ -125,7 +125,7 @@ class RateLimitMiddleware(MiddlewareBase):
         else:
             verdict = self.gate.decide(k, peer, scope["headers"])
         if self._on_decision is not None:
-            report(self._on_decision, self.gate, verdict, self._label)
+            report(self._on_decision, self._policies, verdict, self._label)
         headers = verdict[1]
         if verdict[0]:
             await _answer(send, verdict)

@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request, Response
 
-from ._route import RouteLimit, tell
+from ._route import RouteLimit
 
 __all__ = ["limit"]
 
@@ -51,7 +51,7 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: Depends(limit("5/
         verdict = self.gate.decide(k, client.host if client else None, request.scope["headers"])
         if self._on_decision is not None:
             route = request.scope.get("route")
-            tell(self._on_decision, self.gate, verdict, self._label or getattr(route, "path", None))
+            self._tell(verdict, getattr(route, "path", None))
         status, fields, _ctype, body = verdict[:4]
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in fields}
         request.state.ratelimit = headers

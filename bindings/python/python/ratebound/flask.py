@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar, cast
 
 import flask
 
-from ._route import RouteLimit, tell
+from ._route import RouteLimit
 
 __all__ = ["limit"]
 
@@ -41,7 +41,7 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
             verdict = self.gate.decide(k, request.remote_addr, request.environ, True)
             if self._on_decision is not None:
                 rule = request.url_rule
-                tell(self._on_decision, self.gate, verdict, self._label or (rule.rule if rule else None))
+                self._tell(verdict, rule.rule if rule else None)
             status, fields, ctype, body = verdict[:4]
             if status:
                 return flask.Response(body, status=status, headers=fields, content_type=ctype)

@@ -52,7 +52,7 @@ class RateLimitMiddleware(MiddlewareBase):
         if not entered and not (self._critical is not None and self._critical(environ)):
             shed = self.gate.shed(True)
             if self._on_decision is not None:
-                report(self._on_decision, self.gate, shed, self._label)
+                report(self._on_decision, self._policies, shed, self._label)
             return _answer(start_response, shed)
         if not entered:
             return self._limited(environ, start_response)
@@ -76,7 +76,7 @@ class RateLimitMiddleware(MiddlewareBase):
         else:
             verdict = self.gate.decide(k, peer, environ, True)
         if self._on_decision is not None:
-            report(self._on_decision, self.gate, verdict, self._label)
+            report(self._on_decision, self._policies, verdict, self._label)
         fields = verdict[1]
         if verdict[0]:
             return _answer(start_response, verdict)
