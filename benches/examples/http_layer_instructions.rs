@@ -16,7 +16,6 @@
 use std::convert::Infallible;
 use std::hint::black_box;
 
-use bytes::Bytes;
 use http::{Request, Response};
 use ratebound_benches::http_layer::{Hello, keys, layer, send};
 use ratebound_http::QuotaHeaders;
@@ -24,9 +23,9 @@ use tower_service::Service;
 
 /// The counted part: `n` requests, cycling through `keys`.
 #[inline(never)]
-fn measured<S>(svc: &mut S, keys: &[String], n: usize) -> usize
+fn measured<S, B>(svc: &mut S, keys: &[String], n: usize) -> usize
 where
-    S: Service<Request<()>, Response = Response<Bytes>, Error = Infallible>,
+    S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
 {
     let mut ok = 0;
     for i in 0..n {
@@ -35,9 +34,9 @@ where
     ok
 }
 
-fn drive<S>(mut svc: S, keys: &[String], n: usize)
+fn drive<S, B>(mut svc: S, keys: &[String], n: usize)
 where
-    S: Service<Request<()>, Response = Response<Bytes>, Error = Infallible>,
+    S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
 {
     // Warm-up: every key's state exists before counting starts.
     for key in keys {

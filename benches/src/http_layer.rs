@@ -66,9 +66,9 @@ fn run<F: Future>(future: F) -> F::Output {
 
 /// One request with this key through `svc` (built the same way in every
 /// row, so differences are the layer's); its status.
-pub fn send<S>(svc: &mut S, key: &str) -> u16
+pub fn send<S, B>(svc: &mut S, key: &str) -> u16
 where
-    S: Service<Request<()>, Response = Response<Bytes>, Error = Infallible>,
+    S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
 {
     let request = Request::builder()
         .header("x-api-key", key)

@@ -2,7 +2,8 @@
 //! refusals are `429 Too Many Requests` with an honest `Retry-After` (whole
 //! seconds, rounded **up**) and the IETF `RateLimit-Policy` / `RateLimit`
 //! fields; an optional concurrency cap sheds load with `503` before the inner
-//! service runs. Works with axum (`Router::layer`), hyper services and tonic.
+//! service runs. Works with axum (`Router::layer`, `Router::route_layer`),
+//! hyper services and tonic (gRPC calls get a gRPC status, see below).
 //!
 //! The whole decision — key, proxies, policies, status, headers, body — is
 //! made by the core's [`ratebound::any::Gate`], the same one the Python and
@@ -22,6 +23,29 @@
 //!     .build()?;
 //! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
 //! # Ok::<(), ratebound::Error>(())
+//! ```
+//!
+//! # gRPC
+//! A request whose content type is `application/grpc…` is refused the gRPC
+//! way, since a gRPC client cannot read an HTTP 429: HTTP 200 with no body,
+//! `grpc-status` `RESOURCE_EXHAUSTED` (a policy refused) or `UNAVAILABLE`
+//! (shed), and a `google.rpc.Status` in `grpc-status-details-bin` whose
+//! `google.rpc.RetryInfo` holds the wait — the same whole seconds, rounded
+//! up, as `Retry-After`, which comes along as metadata with the RateLimit
+//! fields. With the `tonic` feature the peer address is read from tonic's
+//! `TcpConnectInfo`. A tonic server takes the layer as it is:
+//! ```
+//! # #[cfg(feature = "tonic")] fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use ratebound::Quota;
+//! use ratebound_http::{KeySource, RateLimitLayer};
+//!
+//! let layer = RateLimitLayer::builder()
+//!     .policy("calls", Quota::parse("2/minute")?)
+//!     .key(KeySource::header("x-api-key")?) // gRPC metadata are headers
+//!     .build()?;
+//! let server = tonic::transport::Server::builder().layer(layer);
+//! # let _ = server; Ok(()) }
+//! # #[cfg(not(feature = "tonic"))] fn main() {}
 //! ```
 //!
 //! # Keys
@@ -75,6 +99,8 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+mod grpc;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -442,6 +468,13 @@ impl Shared {
                 .get::<axum::extract::ConnectInfo<SocketAddr>>()
                 .map(|c| c.0)
         });
+        #[cfg(feature = "tonic")]
+        let peer = peer.or_else(|| {
+            parts
+                .extensions
+                .get::<tonic::transport::server::TcpConnectInfo>()
+                .and_then(|c| c.remote_addr())
+        });
         peer.map(|p| p.ip())
     }
 
@@ -481,8 +514,14 @@ impl Shared {
         out
     }
 
-    /// The response to a verdict that refuses.
-    fn refusal(&self, verdict: Verdict<'_>) -> Response<Bytes> {
+    /// The response to a verdict that refuses: a gRPC status for a gRPC
+    /// request, else the gate's status and body.
+    fn refusal(&self, verdict: Verdict<'_>, request: &Parts) -> Response<Bytes> {
+        if grpc::is_grpc(request) {
+            let mut response = grpc::refusal(&verdict);
+            insert_all(response.headers_mut(), self.quota_fields(verdict.fields));
+            return response;
+        }
         let (content_type, body) = verdict
             .body
             .unwrap_or(("text/plain; charset=utf-8", String::new()));
@@ -505,18 +544,13 @@ fn insert_all(headers: &mut HeaderMap, fields: QuotaFields) {
     }
 }
 
-fn convert<B: From<Bytes>>(response: Response<Bytes>) -> Response<B> {
-    response.map(B::from)
-}
-
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: From<Bytes>,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -539,13 +573,13 @@ where
                 slot = Some(Slot(self.shared.clone()));
             } else if !shared.critical.as_ref().is_some_and(|f| f(&parts)) {
                 shared.report(Outcome::Shed, None, &parts);
-                return ResponseFuture::ready(shared.refusal(shared.gate.shed()));
+                return ResponseFuture::ready(shared.refusal(shared.gate.shed(), &parts));
             }
         }
         let verdict = shared.decide(&parts);
         shared.report(verdict.outcome, verdict.refused_by, &parts);
         if !verdict.is_pass() {
-            return ResponseFuture::ready(shared.refusal(verdict));
+            return ResponseFuture::ready(shared.refusal(verdict, &parts));
         }
         // Worked out now, so the response future needs nothing shared.
         let quota = shared.quota_fields(verdict.fields);
@@ -558,16 +592,16 @@ pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`]: a refusal made at once, or the
     /// inner service's response with the quota fields added (and the
     /// concurrency place given back when it is done or dropped). Not boxed.
-    pub struct ResponseFuture<F, B> {
+    pub struct ResponseFuture<F> {
         #[pin]
-        state: State<F, B>,
+        state: State<F>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = StateProj]
-    enum State<F, B> {
-        Ready { response: Option<Response<B>> },
+    enum State<F> {
+        Ready { response: Option<Response<Bytes>> },
         Inner {
             #[pin]
             future: F,
@@ -577,11 +611,11 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, B: From<Bytes>> ResponseFuture<F, B> {
+impl<F> ResponseFuture<F> {
     fn ready(response: Response<Bytes>) -> Self {
         ResponseFuture {
             state: State::Ready {
-                response: Some(convert(response)),
+                response: Some(response),
             },
         }
     }
@@ -597,19 +631,23 @@ impl<F, B: From<Bytes>> ResponseFuture<F, B> {
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F, B>
+impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    B: From<Bytes>,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Response<ResponseBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             // Polled again after completion: an empty 500 rather than a panic.
-            StateProj::Ready { response } => Poll::Ready(Ok(response
-                .take()
-                .unwrap_or_else(|| convert(plain_empty(StatusCode::INTERNAL_SERVER_ERROR))))),
+            StateProj::Ready { response } => {
+                let response = response.take().unwrap_or_else(|| {
+                    let mut r = Response::new(Bytes::new());
+                    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                    r
+                });
+                Poll::Ready(Ok(response.map(ResponseBody::refusal)))
+            }
             StateProj::Inner {
                 future,
                 slot,
@@ -620,15 +658,77 @@ where
                 drop(slot.take());
                 Poll::Ready(result.map(|mut response| {
                     insert_all(response.headers_mut(), std::mem::take(quota));
-                    response
+                    response.map(ResponseBody::inner)
                 }))
             }
         }
     }
 }
 
-fn plain_empty(status: StatusCode) -> Response<Bytes> {
-    let mut r = Response::new(Bytes::new());
-    *r.status_mut() = status;
-    r
+pin_project_lite::pin_project! {
+    /// The body of a [`RateLimit`] response: the inner service's body, or
+    /// the layer's own refusal (empty for a gRPC refusal, which is all
+    /// headers). Works with any inner body whose data is [`Bytes`] — axum's,
+    /// hyper's, tonic's.
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner { #[pin] body: B },
+        Refusal { data: Option<Bytes> },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    fn inner(body: B) -> Self {
+        ResponseBody {
+            kind: Kind::Inner { body },
+        }
+    }
+
+    fn refusal(data: Bytes) -> Self {
+        ResponseBody {
+            kind: Kind::Refusal {
+                data: (!data.is_empty()).then_some(data),
+            },
+        }
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for ResponseBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Refusal { data } => {
+                Poll::Ready(data.take().map(|d| Ok(http_body::Frame::data(d))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Refusal { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match &self.kind {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Refusal { data } => {
+                http_body::SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
 }
