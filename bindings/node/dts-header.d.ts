@@ -62,11 +62,6 @@ export interface Refusal {
   body: string
 }
 
-/**
- * Options of `express()` and `fastify`: the `Gate`'s options (`keyHeader`,
- * `trustedProxies`, `clientIpHeader`, `missingKey`, ...; every default is
- * the core's), one policy's fields or `policies`, and the key.
- */
 /** What `onDecision` is told about each limited request. */
 export interface DecisionEvent {
   /** `'allowed'`, `'refused'`, `'shed'` or `'rejected'` (no valid key, a full key table). */
@@ -79,9 +74,19 @@ export interface DecisionEvent {
   label: string | null
 }
 
+/**
+ * Options of `express()`, `fastify.limit()`, the `fastify` plugin and a
+ * Fastify route's `config.rateLimit`: the `Gate`'s options (`keyHeader`,
+ * `trustedProxies`, `clientIpHeader`, `missingKey`, ...; every default is
+ * the core's), one policy's fields or `policies`, and the key.
+ */
 export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey'> {
-  /** Called once per limited request, for metrics (nothing is done for it when unset). */
-  onDecision?: (event: DecisionEvent) => void
+  /**
+   * Called once per limited request, for metrics (nothing is done for it
+   * when unset or null). A Fastify route's `config.rateLimit` without it
+   * inherits the plugin's; `null` there means none.
+   */
+  onDecision?: ((event: DecisionEvent) => void) | null
   /** The label `onDecision` reports (default: the route). */
   label?: string
   /** One policy, as in `PolicyOptions` (`rate`/`burst` or `algorithm`/`limit`/`window`). */
@@ -127,8 +132,33 @@ export declare function express(
   options: MiddlewareOptions,
 ): ((req: any, res: any, next: (err?: unknown) => void) => void) & { gate: Gate }
 
-/** A Fastify plugin (`app.register(fastify, options)`), applied to the whole app. */
-export declare function fastify(instance: any, options: MiddlewareOptions, done: (err?: Error) => void): void
+/**
+ * Options of the `fastify` plugin: the app-wide limit's options, or
+ * `global: false` for no app-wide limit (only routes with
+ * `config.rateLimit` are limited; `onDecision`, which those routes inherit,
+ * is then the only option).
+ */
+export type PluginOptions =
+  | (MiddlewareOptions & { global?: true })
+  | { global: false; onDecision?: ((event: DecisionEvent) => void) | null }
+
+/**
+ * A Fastify route's `config.rateLimit` under the `fastify` plugin: the
+ * route's own limit, made when the route is declared, which replaces the
+ * app-wide one for that route (of the plugin's options only `onDecision` is
+ * inherited); `false`: no limit on the route. To type route configs, augment
+ * Fastify's in your code:
+ * `declare module 'fastify' { interface FastifyContextConfig { rateLimit?: FastifyRouteRateLimit } }`.
+ */
+export type FastifyRouteRateLimit = MiddlewareOptions | false
+
+/**
+ * A Fastify plugin (`app.register(fastify, options)`): the app-wide limit
+ * on every route of the context it is registered in, and the own limit of
+ * each route declared after it with `config.rateLimit`. `app.ratebound` is
+ * the app-wide limit's `Gate` (null with `global: false`).
+ */
+export declare function fastify(instance: any, options: PluginOptions, done: (err?: Error) => void): void
 export declare namespace fastify {
   /**
    * One route's limit, as an onRequest hook:

@@ -17,26 +17,40 @@ const OPTIONS = new Set([
   'onDecision', 'label',
 ])
 
+// What the Fastify plugin takes with `global: false` besides `global`: it
+// makes no limit then, so a limit's option there would be ignored (a mistake).
+const ROUTES_ONLY_OPTIONS = new Set(['onDecision', 'prefix', 'logLevel', 'logSerializers'])
+
 function typeError(message) {
   const e = new TypeError(message)
   e.code = 'ERR_INVALID_ARG_TYPE'
   return e
 }
 
+function invalidOption(message) {
+  const e = new TypeError(message)
+  e.code = 'ERR_RATEBOUND_INVALID_OPTION'
+  return e
+}
+
+// The checks every set of middleware options passes before anything is made.
+function checkOptions(options) {
+  if (options == null || typeof options !== 'object') {
+    throw typeError('ratebound middleware options are required')
+  }
+  for (const name of Object.keys(options)) {
+    if (!OPTIONS.has(name)) throw invalidOption(`unknown ratebound middleware option '${name}'`)
+  }
+  if (options.onDecision != null && typeof options.onDecision !== 'function') {
+    throw typeError('onDecision must be a function of the decision event')
+  }
+}
+
 module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
   // `raw(req)` is the framework request's Node IncomingMessage (Express:
   // the request itself; Fastify: request.raw).
   function prepare(options, raw, routeOf) {
-    if (options == null || typeof options !== 'object') {
-      throw typeError('ratebound middleware options are required')
-    }
-    for (const name of Object.keys(options)) {
-      if (!OPTIONS.has(name)) {
-        const e = new TypeError(`unknown ratebound middleware option '${name}'`)
-        e.code = 'ERR_RATEBOUND_INVALID_OPTION'
-        throw e
-      }
-    }
+    checkOptions(options)
     let policies = options.policies
     if (policies == null) {
       const p = {}
@@ -144,9 +158,6 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     // limited request when set; nothing is done for it otherwise. `label`:
     // the option, else the route (Express: req.route.path; Fastify: the
     // route's url), else null.
-    if (options.onDecision != null && typeof options.onDecision !== 'function') {
-      throw typeError('onDecision must be a function of the decision event')
-    }
     const onDecision = options.onDecision || null
     const label = options.label == null ? null : String(options.label)
     const policyNames = onDecision === null ? null : gate.policyNames
@@ -230,6 +241,7 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     return ratebound
   }
 
+  const fastifyRaw = (request) => request.raw
   const fastifyRoute = (request) => (request.routeOptions == null ? null : request.routeOptions.url)
 
   /** The onRequest hook of one prepared gate (the plugin's, or one route's). */
@@ -269,16 +281,115 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     }
   }
 
-  /** Fastify plugin: an onRequest hook on the whole app. */
+  /**
+   * The Fastify plugin's limits, decided here and nowhere else: every route
+   * of the context the plugin is registered in meets the app-wide limit
+   * (none with `global: false`), except a route declared after the plugin
+   * with `config.rateLimit`: options give it its own limit instead, made
+   * when the route is declared (bad options fail there); `false` gives it
+   * none. A route's own options replace the app-wide ones: only
+   * `onDecision` is inherited, when the route gives none (`null`: none).
+   */
+  function fastifyLimits(options) {
+    if (options == null || typeof options !== 'object') {
+      throw typeError('ratebound middleware options are required')
+    }
+    const { global = true, ...rest } = options
+    if (typeof global !== 'boolean') {
+      throw typeError(`global is true (an app-wide limit, the default) or false (only routes' own limits), not ${String(global)}`)
+    }
+    let app = null
+    if (global) {
+      app = prepare(rest, fastifyRaw, fastifyRoute)
+    } else {
+      checkOptions(rest)
+      for (const name of Object.keys(rest)) {
+        if (!ROUTES_ONLY_OPTIONS.has(name)) {
+          throw invalidOption(`option '${name}' makes no limit with global: false: give it in a route's config.rateLimit`)
+        }
+      }
+    }
+    const appHook = app === null ? null : fastifyHook(app)
+    const inherited = rest.onDecision == null ? null : rest.onDecision
+    // The routes this registration has seen carry their hook (or null) in
+    // a copy of their config. One options object on one path is one limit:
+    // Fastify's automatic HEAD route shares its GET route's.
+    const seen = Symbol('ratebound.route')
+    const made = new WeakMap()
+    function ownHook(own, url) {
+      let byUrl = made.get(own)
+      if (byUrl === undefined) made.set(own, (byUrl = new Map()))
+      let hook = byUrl.get(url)
+      if (hook === undefined) {
+        const o = own.onDecision === undefined && inherited !== null ? { ...own, onDecision: inherited } : own
+        hook = fastifyHook(prepare(o, fastifyRaw, fastifyRoute))
+        byUrl.set(url, hook)
+      }
+      return hook
+    }
+    function onRoute(route) {
+      const own = route.config == null ? undefined : route.config.rateLimit
+      if (own === undefined) return
+      const where = `route ${route.method} ${route.url}`
+      let hook = null
+      if (own !== false) {
+        if (own === null || typeof own !== 'object') {
+          throw typeError(`${where}: config.rateLimit is the route's limit options or false, not ${String(own)}`)
+        }
+        try {
+          hook = ownHook(own, route.url)
+        } catch (e) {
+          e.message = `${where}: config.rateLimit: ${e.message}`
+          throw e
+        }
+      }
+      route.config = { ...route.config, [seen]: hook }
+    }
+    // A route with a config.rateLimit this registration never saw was
+    // declared before it: an error, never silently the app-wide limit.
+    function hookOf(request) {
+      const route = request.routeOptions
+      const config = route == null ? undefined : route.config
+      if (config != null) {
+        const hook = config[seen]
+        if (hook !== undefined) return hook
+        if (config.rateLimit !== undefined) {
+          const e = new Error(
+            `route ${route.method} ${route.url} has config.rateLimit but was declared before the ratebound plugin was registered: register the plugin first (await app.register(...))`,
+          )
+          e.code = 'ERR_RATEBOUND_ROUTE_NOT_SEEN'
+          throw e
+        }
+      }
+      return appHook
+    }
+    function onRequest(request, reply, next) {
+      let hook
+      try {
+        hook = hookOf(request)
+      } catch (e) {
+        return next(e)
+      }
+      if (hook === null) return next()
+      hook(request, reply, next)
+    }
+    return { gate: app === null ? null : app.gate, onRoute, onRequest }
+  }
+
+  /**
+   * Fastify plugin: the app-wide limit (unless `global: false`) and the
+   * routes' own limits (`config.rateLimit`), in one onRequest hook.
+   */
   function fastify(instance, options, done) {
-    let prepared
+    let limits
     try {
-      prepared = prepare(options, (request) => request.raw, fastifyRoute)
+      limits = fastifyLimits(options)
     } catch (e) {
       return done(e)
     }
-    instance.decorate('ratebound', prepared.gate)
-    instance.addHook('onRequest', fastifyHook(prepared))
+    instance.decorate('ratebound', limits.gate)
+    instance.addHook('onRoute', limits.onRoute)
+    instance.addHook('onRequest', limits.onRequest)
     done()
   }
 
@@ -289,14 +400,15 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
    * here, when the route is declared.
    */
   fastify.limit = function limit(options) {
-    const prepared = prepare(options, (request) => request.raw, fastifyRoute)
+    const prepared = prepare(options, fastifyRaw, fastifyRoute)
     const hook = fastifyHook(prepared)
     hook.gate = prepared.gate
     return hook
   }
 
-  // Like fastify-plugin: the hook applies to the whole app, not only to an
-  // encapsulated child context.
+  // Like fastify-plugin: the hooks apply to the context the plugin is
+  // registered in (the whole app, at the root), not only to a child context
+  // of its own; the onRoute hook sees the routes of child contexts made after it.
   fastify[Symbol.for('skip-override')] = true
   fastify[Symbol.for('fastify.display-name')] = 'ratebound'
   fastify[Symbol.for('plugin-meta')] = { name: 'ratebound', fastify: '>=4' }

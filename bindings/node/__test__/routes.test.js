@@ -1,6 +1,7 @@
 // Per-route limits over real HTTP on 127.0.0.1, the way Express and Fastify
 // users write them: /login 5 per minute per IP, /api per API key, /health
-// unlimited, and one limit shared by two routes.
+// unlimited, and one limit shared by two routes; in Fastify also as the
+// routes' config.rateLimit under the plugin.
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const http = require('node:http')
@@ -9,8 +10,10 @@ const rb = require('..')
 function request(port, method, path, headers = {}) {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method, path, headers, agent: false }, (res) => {
-      res.resume()
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers }))
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk) => (body += chunk))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
     })
     req.on('error', reject)
     req.end()
@@ -74,6 +77,161 @@ test('Fastify: onRequest: rb.fastify.limit(...) per route, and one shared by two
   await f.listen({ port: 0, host: '127.0.0.1' })
   try {
     await checkRoutes(f.server.address().port, clock)
+  } finally {
+    await f.close()
+  }
+})
+
+test('Fastify: config.rateLimit per route under the plugin; rateLimit: false exempts a route', async () => {
+  const Fastify = require('fastify')
+  const clock = new rb.ManualClock()
+  const f = Fastify()
+  // The app-wide limit: 2 per client, then 1 a second. /a and /b have no
+  // config, so they meet it (and share it); /login's 6 requests and /health's
+  // 20 would be refused by it, so its passing them shows the routes' own
+  // settings replace it.
+  await f.register(rb.fastify, { rate: 1, burst: 2, clock })
+  f.post('/login', { config: { rateLimit: { rate: '5/minute', clock } } }, async () => 'ok')
+  f.get('/api', { config: { rateLimit: { rate: 3, key: { header: 'x-api-key' }, clock } } }, async () => 'ok')
+  f.get('/health', { config: { rateLimit: false } }, async () => 'ok')
+  f.get('/a', async () => 'a')
+  f.get('/b', async () => 'b')
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const port = f.server.address().port
+    await checkRoutes(port, clock)
+    // 12 s later the app-wide bucket is full again (2), and still shared.
+    const after = []
+    for (const p of ['/b', '/a', '/b']) {
+      const r = await request(port, 'GET', p)
+      assert.equal(r.headers['ratelimit-policy'], '"default";q=2;w=2', 'the app-wide limit')
+      after.push(r.status)
+    }
+    assert.deepEqual(after, [200, 200, 429])
+    assert.equal((await request(port, 'GET', '/health')).status, 200)
+  } finally {
+    await f.close()
+  }
+})
+
+test('Fastify: global: false limits only configured routes, in child plugins too, a GET and its HEAD as one', async () => {
+  const Fastify = require('fastify')
+  const clock = new rb.ManualClock()
+  const f = Fastify()
+  await f.register(rb.fastify, { global: false })
+  assert.equal(f.ratebound, null, 'no app-wide gate')
+  f.get('/open', async () => 'ok')
+  // An encapsulated child context, registered after the plugin: the
+  // plugin's onRoute hook sees its routes (prefixed).
+  f.register(
+    async (child) => {
+      child.get('/items', { config: { rateLimit: { rate: 1, burst: 2, clock } } }, async () => 'items')
+    },
+    { prefix: '/v1' },
+  )
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const port = f.server.address().port
+    for (let i = 0; i < 10; i++) {
+      const open = await request(port, 'GET', '/open')
+      assert.equal(open.status, 200)
+      assert.equal(open.headers.ratelimit, undefined)
+    }
+    const statuses = []
+    for (const m of ['GET', 'HEAD', 'GET']) statuses.push((await request(port, m, '/v1/items')).status)
+    assert.deepEqual(statuses, [200, 200, 429], "Fastify's automatic HEAD route shares its GET route's limit")
+    clock.advance(1)
+    const again = await request(port, 'GET', '/v1/items')
+    assert.equal(again.status, 200)
+    assert.equal(again.body, 'items')
+  } finally {
+    await f.close()
+  }
+})
+
+test('Fastify: onDecision for config routes: inherited from the plugin, their own, or none', async () => {
+  const Fastify = require('fastify')
+  const clock = new rb.ManualClock()
+  const app = []
+  const own = []
+  const f = Fastify()
+  await f.register(rb.fastify, { global: false, onDecision: (e) => app.push(e) })
+  f.get('/inherits', { config: { rateLimit: { rate: 1, burst: 2, clock } } }, async () => 'ok')
+  f.get('/own', { config: { rateLimit: { rate: 1, burst: 1, clock, label: 'own', onDecision: (e) => own.push(e) } } }, async () => 'ok')
+  f.get('/quiet', { config: { rateLimit: { rate: 1, burst: 1, clock, onDecision: null } } }, async () => 'ok')
+  f.get('/free', { config: { rateLimit: false } }, async () => 'ok')
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const port = f.server.address().port
+    const statuses = []
+    for (const p of ['/inherits', '/inherits', '/inherits', '/own', '/own', '/quiet', '/quiet', '/free']) {
+      statuses.push((await request(port, 'GET', p)).status)
+    }
+    assert.deepEqual(statuses, [200, 200, 429, 200, 429, 200, 429, 200])
+  } finally {
+    await f.close()
+  }
+  const event = (outcome, label) => ({ outcome, policy: outcome === 'refused' ? 'default' : null, policies: ['default'], label })
+  assert.deepEqual(app, [event('allowed', '/inherits'), event('allowed', '/inherits'), event('refused', '/inherits')])
+  assert.deepEqual(own, [event('allowed', 'own'), event('refused', 'own')])
+})
+
+test('Fastify: a bad config.rateLimit or plugin option fails at ready(), not at the first request', async () => {
+  const Fastify = require('fastify')
+  async function ready(pluginOptions, rateLimit) {
+    const f = Fastify()
+    f.register(rb.fastify, pluginOptions)
+    f.register(async (child) => {
+      child.get('/x', { config: { rateLimit } }, async () => 'ok')
+    })
+    try {
+      await f.ready()
+    } finally {
+      await f.close()
+    }
+  }
+  const where = /^route GET \/x: config\.rateLimit/
+  await assert.rejects(ready({ global: false }, { rate: 5, concurencyLimit: 3 }), {
+    name: 'TypeError',
+    code: 'ERR_RATEBOUND_INVALID_OPTION',
+    message: /^route GET \/x: config\.rateLimit: unknown ratebound middleware option 'concurencyLimit'$/,
+  })
+  await assert.rejects(ready({ global: false }, { rate: -1 }), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_RATE', message: where })
+  await assert.rejects(ready({ rate: 100 }, { rate: '5/fortnight' }), { name: 'TypeError', code: 'ERR_RATEBOUND_PARSE_ERROR', message: where })
+  await assert.rejects(ready({ global: false }, { key: 'ip' }), { code: 'ERR_RATEBOUND_MISSING', message: where })
+  await assert.rejects(ready({ global: false }, true), { code: 'ERR_INVALID_ARG_TYPE', message: where })
+  // With global: false the plugin makes no limit: a limit option is a mistake.
+  await assert.rejects(ready({ global: false, rate: 5 }, false), { code: 'ERR_RATEBOUND_INVALID_OPTION', message: /'rate'/ })
+  await assert.rejects(ready({ global: 'no', rate: 5 }, false), { code: 'ERR_INVALID_ARG_TYPE', message: /global/ })
+  await assert.rejects(ready({}, false), { code: 'ERR_RATEBOUND_MISSING' })
+  await ready({ global: false }, { rate: 5 })
+  // A route declared at the root after the plugin: its declaration throws.
+  const f = Fastify()
+  await f.register(rb.fastify, { global: false })
+  assert.throws(() => f.get('/y', { config: { rateLimit: { rate: 0 } } }, async () => 'ok'), {
+    code: 'ERR_RATEBOUND_INVALID_RATE',
+    message: /^route GET \/y: /,
+  })
+  await f.close()
+})
+
+test('Fastify: a config.rateLimit route declared before the plugin fails loudly', async () => {
+  const Fastify = require('fastify')
+  const f = Fastify()
+  // Not awaited: the plugin loads after the routes below are declared, so
+  // its onRoute hook never sees /early.
+  f.register(rb.fastify, { rate: 100 })
+  f.get('/early', { config: { rateLimit: { rate: 1 } } }, async () => 'ok')
+  f.get('/plain', async () => 'ok')
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const port = f.server.address().port
+    const early = await request(port, 'GET', '/early')
+    assert.equal(early.status, 500)
+    assert.equal(JSON.parse(early.body).code, 'ERR_RATEBOUND_ROUTE_NOT_SEEN')
+    const plain = await request(port, 'GET', '/plain')
+    assert.equal(plain.status, 200)
+    assert.equal(plain.headers['ratelimit-policy'], '"default";q=100;w=1', 'the app-wide limit still covers it')
   } finally {
     await f.close()
   }

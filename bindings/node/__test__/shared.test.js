@@ -64,25 +64,44 @@ test('SIGKILL during a run keeps the bound and the table usable', async () => {
   const dir = tmpdir()
   const file = path.join(dir, 'kill.limit')
   const logs = []
+  const children = []
+  // A worker, once it has opened the limiter (it says so on stdout): on a
+  // busy machine loading the addon can take far longer than any fixed
+  // pause, and a worker killed before it starts tests nothing. Bounded: 30 s.
   const start = () => {
     const log = path.join(dir, `log-${logs.length}`)
     logs.push(log)
-    return spawn(process.execPath, [WORKER, 'forever', file, log], { stdio: 'ignore' })
+    const c = spawn(process.execPath, [WORKER, 'forever', file, log], { stdio: ['ignore', 'pipe', 'inherit'] })
+    children.push(c)
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`worker ${log} not ready in 30 s`)), 30000)
+      c.stdout.once('data', () => {
+        clearTimeout(timer)
+        resolve(c)
+      })
+      c.once('exit', (code) => {
+        clearTimeout(timer)
+        reject(new Error(`worker ${log} exited (${code}) before it was ready`))
+      })
+    })
   }
   const exited = (c) => new Promise((resolve) => (c.exitCode !== null || c.signalCode !== null ? resolve() : c.on('exit', resolve)))
-  let live = [start(), start(), start()]
-  await new Promise((r) => setTimeout(r, 150)) // let them load the addon
-  for (let round = 0; round < 6; round++) {
-    await new Promise((r) => setTimeout(r, 20))
-    const victim = live.splice(round % live.length, 1)[0]
-    victim.kill('SIGKILL')
-    await exited(victim)
-    live.push(start())
-  }
-  await new Promise((r) => setTimeout(r, 150))
-  for (const c of live) {
-    c.kill('SIGKILL')
-    await exited(c)
+  try {
+    const live = [await start(), await start(), await start()]
+    for (let round = 0; round < 6; round++) {
+      await new Promise((r) => setTimeout(r, 20))
+      const victim = live.splice(round % live.length, 1)[0]
+      victim.kill('SIGKILL')
+      await exited(victim)
+      live.push(await start())
+    }
+    await new Promise((r) => setTimeout(r, 50))
+  } finally {
+    // Every worker dies, whatever failed above.
+    for (const c of children) {
+      c.kill('SIGKILL')
+      await exited(c)
+    }
   }
   const logged = logs
     .filter((l) => fs.existsSync(l))

@@ -15,6 +15,7 @@ import {
   TokenBucket,
   express,
   fastify,
+  FastifyRouteRateLimit,
   http,
   redis,
   RedisCall,
@@ -23,6 +24,15 @@ import {
 } from 'ratebound'
 import IORedis, { Cluster } from 'ioredis'
 import { createClient, createCluster } from 'redis'
+import Fastify from 'fastify'
+
+// Route configs typed the way the README shows users (ratebound's own
+// declarations do not augment Fastify's).
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    rateLimit?: FastifyRouteRateLimit
+  }
+}
 
 const clock = new ManualClock()
 clock.advance(0.25)
@@ -140,3 +150,20 @@ void loginHook.gate
 // Metrics (type-checked, not run).
 const counted = express({ rate: 5, label: 'login', onDecision: (e) => void [e.outcome, e.policy, e.policies.length, e.label] })
 void counted
+
+// Fastify routes' own limits under the plugin (type-checked, not run).
+async function fastifyRoutes(): Promise<void> {
+  const app = Fastify()
+  await app.register(fastify, { rate: 100, key: { header: 'x-api-key' }, onDecision: (e) => void e.outcome })
+  app.post('/login', { config: { rateLimit: { rate: '5/minute', onDecision: null } } }, async () => 'ok')
+  app.get('/health', { config: { rateLimit: false } }, async () => 'ok')
+  // @ts-expect-error: a rate is a number or a string
+  app.get('/bad', { config: { rateLimit: { rate: true } } }, async () => 'ok')
+  const routesOnly = Fastify()
+  await routesOnly.register(fastify, { global: false, onDecision: (e) => void e.label })
+  // @ts-expect-error: with global: false the plugin makes no limit, so it takes no limit option
+  await routesOnly.register(fastify, { global: false, rate: 5 })
+  const own: FastifyRouteRateLimit = { rate: 3, key: { header: 'x-api-key' } }
+  void own
+}
+void fastifyRoutes
