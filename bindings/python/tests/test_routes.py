@@ -4,11 +4,8 @@ unlimited, and one limit shared by two routes."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
+import contextlib
 from typing import Any, Iterator
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import pytest
@@ -17,36 +14,7 @@ from fastapi import Depends, FastAPI
 import ratebound as rb
 import ratebound.fastapi
 import ratebound.flask
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def check_routes(client: httpx.Client) -> None:
-    """The same expectations for every framework."""
-    for i in range(5):
-        ok = client.post("/login")
-        assert ok.status_code == 200, ok.text
-        assert ok.headers["ratelimit-policy"] == '"default";q=5;w=60'
-        assert ok.headers["ratelimit"] == f'"default";r={4 - i};t={12 * (i + 1)}'
-    sixth = client.post("/login")
-    assert sixth.status_code == 429
-    # One token every 12 s: the wait is 12 s (rounded up, never early).
-    assert sixth.headers["retry-after"] == "12"
-    assert sixth.headers["ratelimit"] == '"default";r=0;t=60'
-    # /api is limited per API key, not per IP: alice's fourth refused, bob fine.
-    for _ in range(3):
-        assert client.get("/api", headers={"x-api-key": "alice"}).status_code == 200
-    assert client.get("/api", headers={"x-api-key": "alice"}).status_code == 429
-    assert client.get("/api", headers={"x-api-key": "bob"}).status_code == 200
-    # /health is not limited at all.
-    assert all(client.get("/health").status_code == 200 for _ in range(20))
-    assert "ratelimit" not in client.get("/health").headers
-    # /a and /b share one limit of 2.
-    assert [client.get(p).status_code for p in ("/a", "/b", "/a", "/b")] == [200, 200, 429, 429]
+from routes_spec import check_routes, uvicorn_serving, wsgiref_serving
 
 
 def fastapi_app(clock: rb.ManualClock) -> FastAPI:
@@ -80,27 +48,8 @@ def fastapi_app(clock: rb.ManualClock) -> FastAPI:
 
 @pytest.fixture
 def uvicorn_url() -> Iterator[Any]:
-    import uvicorn
-
-    servers = []
-
-    def start(app: Any) -> str:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        for _ in range(200):
-            if server.started:
-                break
-            time.sleep(0.025)
-        assert server.started
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with contextlib.ExitStack() as servers:
+        yield lambda app: servers.enter_context(uvicorn_serving(app))
 
 
 def test_fastapi_routes_over_real_http(uvicorn_url: Any) -> None:
@@ -149,22 +98,10 @@ def flask_app(clock: rb.ManualClock) -> Any:
 
 def test_flask_routes_over_real_http() -> None:
     clock = rb.ManualClock()
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = make_server("127.0.0.1", 0, flask_app(clock), handler_class=Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}", timeout=5) as client:
-            check_routes(client)
-            clock.advance(12)
-            assert client.post("/login").status_code == 200
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with wsgiref_serving(flask_app(clock)) as url, httpx.Client(base_url=url, timeout=5) as client:
+        check_routes(client)
+        clock.advance(12)
+        assert client.post("/login").status_code == 200
 
 
 def test_bad_configuration_fails_where_the_route_is_declared() -> None:

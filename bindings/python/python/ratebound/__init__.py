@@ -52,8 +52,8 @@ from ._http import RateLimitEvent
 
 def __getattr__(name: str) -> Any:
     # The per-route limits import their framework: loaded on first use, so
-    # that `import ratebound` needs neither FastAPI nor Flask.
-    if name in ("fastapi", "flask"):
+    # that `import ratebound` needs neither FastAPI, Flask nor Django.
+    if name in ("django", "fastapi", "flask"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

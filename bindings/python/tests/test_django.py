@@ -1,0 +1,478 @@
+"""Django: ``rb.django.limit`` on function, class-based and async views —
+the routes every framework is held to (``routes_spec.check_routes``) through
+Django's test client, its ASGI test client, wsgiref and uvicorn on
+127.0.0.1 — and ``rb.django.RateLimitMiddleware`` configured from
+``settings.RATEBOUND``, in Django's sync and async modes.
+
+Django's settings are configured once per process, here; each test
+overrides only what it needs (``ROOT_URLCONF``, ``MIDDLEWARE``,
+``RATEBOUND``), so the other test modules never see Django."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import sys
+import types
+from typing import Any, AsyncIterator, Callable, Iterator
+
+import django
+import httpx
+import pytest
+from django.conf import settings
+
+if not settings.configured:
+    settings.configure(
+        ALLOWED_HOSTS=["127.0.0.1", "testserver", "localhost"],
+        INSTALLED_APPS=[],
+        MIDDLEWARE=[],
+        ROOT_URLCONF="ratebound_django_no_urls",
+        SECRET_KEY="ratebound tests only",
+    )
+    django.setup()
+
+from asgiref.sync import async_to_sync  # noqa: E402
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse  # noqa: E402
+from django.test import AsyncClient, Client, override_settings  # noqa: E402
+from django.urls import URLPattern, path  # noqa: E402
+from django.utils.decorators import method_decorator  # noqa: E402
+from django.views import View  # noqa: E402
+
+import ratebound as rb  # noqa: E402
+import ratebound.django  # noqa: E402,F401
+from routes_spec import check_routes, uvicorn_serving, wsgiref_serving  # noqa: E402
+
+MIDDLEWARE = ["ratebound.django.RateLimitMiddleware"]
+_names = itertools.count()
+
+
+@pytest.fixture
+def urls() -> Iterator[Callable[..., str]]:
+    """Makes a URLconf module of the patterns given; returns its name."""
+    made: list[str] = []
+
+    def make(*patterns: URLPattern) -> str:
+        name = f"ratebound_django_urls_{next(_names)}"
+        module = types.ModuleType(name)
+        module.urlpatterns = list(patterns)  # type: ignore[attr-defined]
+        sys.modules[name] = module
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        del sys.modules[name]
+
+
+def function_views(clock: rb.ManualClock) -> list[URLPattern]:
+    shared = rb.django.limit(1, 2, clock=clock)
+
+    @rb.django.limit("5/minute", clock=clock)
+    def login(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    @rb.django.limit(3, key="x-api-key", clock=clock)
+    def api(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    def health(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    @shared
+    def a(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("a")
+
+    @shared
+    def b(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("b")
+
+    return [path("login", login), path("api", api), path("health", health), path("a", a), path("b", b)]
+
+
+def class_views(clock: rb.ManualClock) -> list[URLPattern]:
+    shared = rb.django.limit(1, 2, clock=clock)
+
+    @rb.django.limit("5/minute", clock=clock)  # the class: every request to it
+    class Login(View):
+        def post(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("ok")
+
+    @method_decorator(rb.django.limit(3, key="x-api-key", clock=clock), name="dispatch")
+    class Api(View):
+        def get(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("ok")
+
+    class Health(View):
+        def get(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("ok")
+
+    @shared
+    class A(View):
+        def get(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("a")
+
+    class B(View):
+        @method_decorator(shared)  # one handler
+        def get(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("b")
+
+    return [
+        path("login", Login.as_view()),
+        path("api", Api.as_view()),
+        path("health", Health.as_view()),
+        path("a", A.as_view()),
+        path("b", B.as_view()),
+    ]
+
+
+def async_views(clock: rb.ManualClock) -> list[URLPattern]:
+    shared = rb.django.limit(1, 2, clock=clock)
+
+    @rb.django.limit("5/minute", clock=clock)
+    async def login(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    @rb.django.limit(3, key="x-api-key", clock=clock)
+    class Api(View):  # an async class-based view, decorated whole
+        async def get(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("ok")
+
+    async def health(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    @shared
+    async def a(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("a")
+
+    @method_decorator(shared, name="dispatch")  # its dispatch is sync, its handlers async
+    class B(View):
+        async def get(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("b")
+
+    return [
+        path("login", login),
+        path("api", Api.as_view()),
+        path("health", health),
+        path("a", a),
+        path("b", B.as_view()),
+    ]
+
+
+VIEWS = {"function": function_views, "class": class_views, "async": async_views}
+
+
+class BlockingAsyncClient:
+    """Django's ``AsyncClient`` (ASGI: ``ASGIRequest``, the middleware in
+    async mode) called from a plain test."""
+
+    def __init__(self) -> None:
+        self._client = AsyncClient()
+
+    def get(self, url: str, **kwargs: Any) -> Any:
+        return async_to_sync(self._client.get)(url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> Any:
+        return async_to_sync(self._client.post)(url, **kwargs)
+
+
+@contextlib.contextmanager
+def client_for(transport: str) -> Iterator[Any]:
+    """A client of the current settings' site: Django's test client, its
+    async one, or httpx over wsgiref (WSGI) or uvicorn (ASGI)."""
+    if transport == "client":
+        yield Client()
+    elif transport == "async_client":
+        yield BlockingAsyncClient()
+    elif transport == "wsgiref":
+        with wsgiref_serving(WSGIHandler()) as url, httpx.Client(base_url=url, timeout=5) as client:
+            yield client
+    else:
+        with uvicorn_serving(ASGIHandler()) as url, httpx.Client(base_url=url, timeout=5) as client:
+            yield client
+
+
+TRANSPORTS = ["client", "async_client", "wsgiref", "uvicorn"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("views", list(VIEWS))
+def test_limit_on_views(views: str, transport: str, urls: Callable[..., str]) -> None:
+    clock = rb.ManualClock()
+    with override_settings(ROOT_URLCONF=urls(*VIEWS[views](clock))), client_for(transport) as client:
+        check_routes(client)
+        refused = client.post("/login")
+        assert refused.status_code == 429
+        assert refused.headers["content-type"] == "text/plain; charset=utf-8"
+        assert refused.content == b"rate limit exceeded; retry in 12 s\n"
+        # A forged X-Forwarded-For is not a new client: no proxy is trusted.
+        assert client.post("/login", headers={"x-forwarded-for": "203.0.113.9"}).status_code == 429
+        assert client.post("/login", headers={"forwarded": "for=203.0.113.9"}).status_code == 429
+        clock.advance(12)
+        assert client.post("/login").status_code == 200
+        assert client.post("/login").status_code == 429
+        # Admitted responses carry the fields, whatever the kind of view.
+        assert client.get("/api", headers={"x-api-key": "carol"}).headers["ratelimit"] == '"default";r=2;t=1'
+        assert client.get("/b").headers["ratelimit"] == '"default";r=1;t=1'
+
+
+def test_limit_key_function_and_on_decision_label(urls: Callable[..., str]) -> None:
+    clock = rb.ManualClock()
+    events: list[rb.RateLimitEvent] = []
+    per_user = rb.django.limit(
+        1, 1, key=lambda request: request.GET.get("user"), on_decision=events.append, clock=clock
+    )
+    named = rb.django.limit(1, 1, on_decision=events.append, label="reports", clock=clock)
+
+    @per_user
+    def item(request: HttpRequest, pk: int) -> HttpResponse:
+        return HttpResponse(str(pk))
+
+    @named
+    def report(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("report")
+
+    with override_settings(ROOT_URLCONF=urls(path("items/<int:pk>", item), path("reports/", report))):
+        client = Client()
+        assert [client.get(f"/items/{n}?user=ann").status_code for n in (1, 2)] == [200, 429]
+        assert client.get("/items/3?user=bob").content == b"3"
+        assert [client.get("/reports/").status_code for _ in range(2)] == [200, 429]
+    assert events == [
+        rb.RateLimitEvent("allowed", None, ("default",), "items/<int:pk>"),
+        rb.RateLimitEvent("refused", "default", ("default",), "items/<int:pk>"),
+        rb.RateLimitEvent("allowed", None, ("default",), "items/<int:pk>"),
+        rb.RateLimitEvent("allowed", None, ("default",), "reports"),
+        rb.RateLimitEvent("refused", "default", ("default",), "reports"),
+    ]
+
+
+def test_limit_bad_configuration_fails_where_the_view_is_declared() -> None:
+    with pytest.raises(rb.QuotaError, match='"5/fortnight"'):
+        rb.django.limit("5/fortnight")
+    with pytest.raises(TypeError, match="unknown option 'concurency_limit'"):
+        rb.django.limit("5/minute", concurency_limit=3)
+
+    class NotAView:
+        pass
+
+    with pytest.raises(TypeError, match="not NotAView"):
+        rb.django.limit("5/minute")(NotAView)
+
+
+# The middleware: a small site, and functions named by dotted path.
+
+
+def hello(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("hello")
+
+
+def stream(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(iter([b"chunk 1 ", b"chunk 2"]))
+
+
+async def astream(request: HttpRequest) -> StreamingHttpResponse:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"chunk 1 "
+        yield b"chunk 2"
+
+    return StreamingHttpResponse(chunks())
+
+
+def body_of(response: Any) -> bytes:
+    """A streaming response's whole body, read now."""
+    if not response.is_async:
+        return b"".join(response.streaming_content)
+
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(read)()
+
+
+SITE = [
+    path("", hello),
+    path("health", hello, name="health"),
+    path("health/deep", hello),
+    path("healthz", hello),
+    path("about/status", hello, name="status"),
+    path("stream", stream),
+    path("astream", astream),
+    path("pay", hello),
+]
+RECORDED: list[rb.RateLimitEvent] = []
+
+
+def user_key(request: HttpRequest) -> str | None:
+    return request.headers.get("x-user")
+
+
+def is_payment(request: HttpRequest) -> bool:
+    return request.path == "/pay"
+
+
+def record(event: rb.RateLimitEvent) -> None:
+    RECORDED.append(event)
+
+
+@contextlib.contextmanager
+def site(urls: Callable[..., str], transport: str, **ratebound: Any) -> Iterator[Any]:
+    """A client of SITE behind the middleware with ``RATEBOUND=ratebound``."""
+    with override_settings(ROOT_URLCONF=urls(*SITE), MIDDLEWARE=MIDDLEWARE, RATEBOUND=ratebound):
+        with client_for(transport) as client:
+            yield client
+
+
+MODES = ["client", "async_client"]  # the middleware in Django's sync and async modes
+
+
+@pytest.mark.parametrize("transport", MODES + ["wsgiref", "uvicorn"])
+def test_middleware_refuses_per_key(urls: Callable[..., str], transport: str) -> None:
+    clock = rb.ManualClock()
+    with site(urls, transport, rate=1, burst=2, key_header="x-api-key", clock=clock) as client:
+        first = client.get("/", headers={"x-api-key": "carol"})
+        assert first.status_code == 200
+        assert first.headers["ratelimit-policy"] == '"default";q=2;w=2'
+        assert first.headers["ratelimit"] == '"default";r=1;t=1'
+        statuses = [client.get("/", headers={"x-api-key": user}).status_code for user in ("alice", "alice")]
+        refused = client.get("/", headers={"x-api-key": "alice"})
+        assert statuses + [refused.status_code] == [200, 200, 429]
+        assert refused.headers["retry-after"] == "1"
+        assert refused.headers["ratelimit"] == '"default";r=0;t=2'
+        assert refused.content == b"rate limit exceeded; retry in 1 s\n"
+        assert client.get("/", headers={"x-api-key": "bob"}).status_code == 200
+        clock.advance(1)
+        assert client.get("/", headers={"x-api-key": "alice"}).status_code == 200
+
+
+@pytest.mark.parametrize("transport", MODES)
+def test_middleware_exempt_paths_and_url_names(urls: Callable[..., str], transport: str) -> None:
+    clock = rb.ManualClock()
+    with site(urls, transport, rate=1, burst=1, exempt=["/health", "status"], clock=clock) as client:
+        assert [client.get("/").status_code for _ in range(2)] == [200, 429]
+        for exempt in ("/health", "/health/deep", "/about/status"):
+            responses = [client.get(exempt) for _ in range(3)]
+            assert [r.status_code for r in responses] == [200, 200, 200], exempt
+            assert "ratelimit" not in responses[0].headers
+        # A prefix is a whole path segment: /healthz is limited (and spent).
+        assert client.get("/healthz").status_code == 429
+
+
+@pytest.mark.parametrize("transport", MODES)
+def test_middleware_dotted_paths_and_on_decision(urls: Callable[..., str], transport: str) -> None:
+    clock = rb.ManualClock()
+    RECORDED.clear()
+    options = {
+        "policies": {"burst": "100/s", "tiny": {"algorithm": "fixed_window", "limit": 1, "window": 60}},
+        "key": f"{__name__}.user_key",
+        "exempt": f"{__name__}.is_payment",
+        "on_decision": f"{__name__}.record",
+        "label": "site",
+        "clock": clock,
+    }
+    with site(urls, transport, **options) as client:
+        assert client.get("/", headers={"x-user": "ann"}).status_code == 200
+        assert client.get("/", headers={"x-user": "ann"}).status_code == 429
+        assert client.get("/", headers={"x-user": "bob"}).status_code == 200
+        assert client.get("/pay").status_code == 200  # exempt: not told
+    policies = ("burst", "tiny")
+    assert RECORDED == [
+        rb.RateLimitEvent("allowed", None, policies, "site"),
+        rb.RateLimitEvent("refused", "tiny", policies, "site"),
+        rb.RateLimitEvent("allowed", None, policies, "site"),
+    ]
+
+
+@pytest.mark.parametrize("transport", MODES)
+def test_middleware_ignores_forged_forwarding_headers(urls: Callable[..., str], transport: str) -> None:
+    clock = rb.ManualClock()
+    with site(urls, transport, rate=1, burst=1, clock=clock) as client:
+        assert client.get("/").status_code == 200
+        for name in ("x-forwarded-for", "forwarded", "x-real-ip"):
+            forged = {name: "for=203.0.113.9" if name == "forwarded" else "203.0.113.9"}
+            assert client.get("/", headers=forged).status_code == 429, forged
+    # Behind a trusted proxy (the test clients' peer is 127.0.0.1) the header names the client.
+    with site(urls, transport, rate=1, burst=1, trusted_proxies=["127.0.0.1/32"], clock=clock) as client:
+        statuses = [client.get("/", headers={"x-forwarded-for": ip}).status_code
+                    for ip in ("203.0.113.9", "203.0.113.10", "203.0.113.9")]
+        assert statuses == [200, 200, 429]
+
+
+# An async streaming body is for ASGI (under WSGI Django reads it whole, with a warning).
+@pytest.mark.parametrize(
+    "transport, stream", [("client", "/stream"), ("async_client", "/stream"), ("async_client", "/astream")]
+)
+def test_middleware_sheds_and_gives_places_back(urls: Callable[..., str], transport: str, stream: str) -> None:
+    clock = rb.ManualClock()
+    events: list[rb.RateLimitEvent] = []
+    options = {"rate": 100, "concurrency_limit": 1, "critical": is_payment, "on_decision": events.append}
+    with site(urls, transport, clock=clock, **options) as client:
+        # Each ordinary response gives its place back when the view answers.
+        assert [client.get("/").status_code for _ in range(3)] == [200, 200, 200]
+        streaming = client.get(stream)  # holds its place until its body is sent
+        assert streaming.is_async == (stream == "/astream")
+        shed = client.get("/")
+        assert (shed.status_code, shed.headers["retry-after"]) == (503, "1")
+        assert client.get("/pay").status_code == 200  # critical: never shed
+        assert body_of(streaming) == b"chunk 1 chunk 2"
+        assert client.get("/").status_code == 200
+    assert [e.outcome for e in events] == ["allowed"] * 4 + ["shed", "allowed", "allowed"]
+
+
+@pytest.mark.parametrize("transport", MODES)
+def test_middleware_with_a_shared_limit(urls: Callable[..., str], transport: str, tmp_path: Any) -> None:
+    clock = rb.ManualClock()
+    host = rb.SharedKeyedLimiter(str(tmp_path / "site.limit"), rate="1/h", burst=2, max_keys=1000)
+    events: list[rb.RateLimitEvent] = []
+    options = {"policies": {"local": "100/s", "host": host}, "key_header": "x-api-key", "on_decision": events.append}
+    with site(urls, transport, clock=clock, **options) as client:
+        responses = [client.get("/", headers={"x-api-key": "k"}) for _ in range(3)]
+        assert [r.status_code for r in responses] == [200, 200, 429]
+        assert responses[0].headers["ratelimit-policy"] == '"local";q=100;w=1, "host";q=2;w=7200'
+    assert [(e.outcome, e.policy) for e in events] == [("allowed", None), ("allowed", None), ("refused", "host")]
+
+
+@pytest.mark.parametrize(
+    "ratebound, message, cause",
+    [
+        ({"rate": "5/minute", "concurency_limit": 3}, "unknown option 'concurency_limit'", None),
+        ({"rate": "5/fortnight"}, 'cannot parse "5/fortnight"', rb.QuotaError),
+        ({"rate": 5, "missing_key": "sometimes"}, 'cannot parse "sometimes": missing_key', rb.QuotaError),
+        ({"rate": 5, "key": "nowhere.key_of"}, "key 'nowhere.key_of' cannot be imported", ImportError),
+        ({"rate": 5, "exempt": ["/health", 7]}, "exempt lists path prefixes and URL names", None),
+        ({"rate": 5, "key": user_key, "key_header": "x-api-key"}, "give key_header= or key=, not both", TypeError),
+        ("10/s", "settings.RATEBOUND is a dict of options, not str", None),
+    ],
+)
+def test_middleware_bad_settings_fail_at_startup(ratebound: Any, message: str, cause: Any) -> None:
+    with override_settings(MIDDLEWARE=MIDDLEWARE, RATEBOUND=ratebound):
+        with pytest.raises(ImproperlyConfigured, match=re.escape(message)) as failure:
+            WSGIHandler()  # loads the middleware: what a server does at startup
+    if cause is not None:
+        assert isinstance(failure.value.__cause__, cause)
+
+
+def test_middleware_without_settings_fails_at_startup() -> None:
+    from django.core.wsgi import get_wsgi_application
+
+    with override_settings(MIDDLEWARE=MIDDLEWARE):
+        assert not hasattr(settings, "RATEBOUND")
+        with pytest.raises(ImproperlyConfigured, match=r"needs settings\.RATEBOUND"):
+            get_wsgi_application()
+
+
+def test_middleware_redis_limiter_of_the_wrong_kind_fails_at_startup() -> None:
+    import redis
+
+    import ratebound.redis as rbr
+
+    sync_bucket = rbr.TokenBucket(redis.Redis(host="127.0.0.1", port=1), rate=10)
+    async_bucket = rbr.AsyncTokenBucket(redis.asyncio.Redis(host="127.0.0.1", port=1), rate=10)
+    with override_settings(MIDDLEWARE=MIDDLEWARE, RATEBOUND={"policies": {"global": sync_bucket}}):
+        with pytest.raises(ImproperlyConfigured, match="needs an asyncio limiter under ASGI, got TokenBucket"):
+            ASGIHandler()
+    with override_settings(MIDDLEWARE=MIDDLEWARE, RATEBOUND={"policies": {"global": async_bucket}}):
+        with pytest.raises(ImproperlyConfigured, match="needs a sync limiter under WSGI, got AsyncTokenBucket"):
+            WSGIHandler()
