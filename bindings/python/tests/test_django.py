@@ -471,8 +471,8 @@ def test_middleware_redis_limiter_of_the_wrong_kind_fails_at_startup() -> None:
     sync_bucket = rbr.TokenBucket(redis.Redis(host="127.0.0.1", port=1), rate=10)
     async_bucket = rbr.AsyncTokenBucket(redis.asyncio.Redis(host="127.0.0.1", port=1), rate=10)
     with override_settings(MIDDLEWARE=MIDDLEWARE, RATEBOUND={"policies": {"global": sync_bucket}}):
-        with pytest.raises(ImproperlyConfigured, match="needs an asyncio limiter under ASGI, got TokenBucket"):
+        with pytest.raises(ImproperlyConfigured, match=r"needs an asyncio limiter \(rb.redis.AsyncTokenBucket, ...\) under ASGI, got TokenBucket"):
             ASGIHandler()
     with override_settings(MIDDLEWARE=MIDDLEWARE, RATEBOUND={"policies": {"global": async_bucket}}):
-        with pytest.raises(ImproperlyConfigured, match="needs a sync limiter under WSGI, got AsyncTokenBucket"):
+        with pytest.raises(ImproperlyConfigured, match=r"needs a sync limiter \(rb.redis.TokenBucket, ...\) under WSGI, got AsyncTokenBucket"):
             WSGIHandler()

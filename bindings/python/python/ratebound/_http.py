@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Optional, TypedDict, Union
 
 from . import _ratebound
 from . import redis as _redis
@@ -177,3 +178,56 @@ class MiddlewareBase:
         self._critical = critical
         self._key = key
         self._exempt = exempt
+
+    def _check_remote(self, asyncio_: bool, front: str) -> None:
+        """Every policy decided elsewhere suits the middleware's mode:
+        asyncio Redis limiters under ASGI, sync ones under WSGI, a
+        shared-memory limiter under both."""
+        wanted = _redis._AsyncLimiter if asyncio_ else _redis._Limiter
+        for limiter in self._remote:
+            if not isinstance(limiter, (wanted, _ratebound.SharedKeyedLimiter)):
+                kind = "an asyncio limiter (rb.redis.AsyncTokenBucket, ...)" if asyncio_ else "a sync limiter (rb.redis.TokenBucket, ...)"
+                raise TypeError(f"a policy in Redis needs {kind} under {front}, got {type(limiter).__name__}")
+
+    def _verdict(self, key: Any, peer: Optional[str], headers: Any, wsgi: bool) -> Any:
+        """The gate's verdict on a request, told to ``on_decision``. Policies
+        decided elsewhere (sync Redis limiters, shared-memory ones: the
+        middleware checked their kind) get the request's identity first,
+        and the gate decides with their answers."""
+        if self._remote:
+            ident = self.gate.identity(key, peer, headers, wsgi)
+            decisions = [] if isinstance(ident, int) else [lim.check(ident) for lim in self._remote]
+            verdict = self.gate.decide_with(key, peer, headers, decisions, wsgi)
+        else:
+            verdict = self.gate.decide(key, peer, headers, wsgi)
+        if self._on_decision is not None:
+            report(self._on_decision, self._policies, verdict, self._label)
+        return verdict
+
+    async def _verdict_async(self, key: Any, peer: Optional[str], headers: Any, wsgi: bool) -> Any:
+        """``_verdict`` with asyncio Redis limiters: one round trip each, all
+        at once (within its deadline; Redis trouble is answered by its fail
+        policy)."""
+        if self._remote:
+            ident = self.gate.identity(key, peer, headers, wsgi)
+            decisions = [] if isinstance(ident, int) else await asyncio.gather(
+                *(_asked(lim, ident) for lim in self._remote)
+            )
+            verdict = self.gate.decide_with(key, peer, headers, list(decisions), wsgi)
+        else:
+            verdict = self.gate.decide(key, peer, headers, wsgi)
+        if self._on_decision is not None:
+            report(self._on_decision, self._policies, verdict, self._label)
+        return verdict
+
+
+def _asked(limiter: Remote, ident: bytes) -> Awaitable[Any]:
+    """A remote policy's answer for ``ident``, to await: an asyncio Redis
+    limiter's round trip, or a shared-memory decision made at once."""
+    if isinstance(limiter, _redis._AsyncLimiter):
+        return limiter.check(ident)
+    return _ready(limiter.check(ident))
+
+
+async def _ready(decision: Any) -> Any:
+    return decision

@@ -7,13 +7,9 @@
 
 from __future__ import annotations
 
-import asyncio
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping, Union
-
-from . import _ratebound
 from ._http import MiddlewareBase, Options, report
-from .redis import _AsyncLimiter as AsyncLimiter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -25,11 +21,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["RateLimitMiddleware"]
-
-
-async def _ready(decision: Any) -> Any:
-    """A shared-memory decision (made at once) among awaited Redis ones."""
-    return decision
 
 
 class RateLimitMiddleware(MiddlewareBase):
@@ -73,15 +64,7 @@ class RateLimitMiddleware(MiddlewareBase):
 
     def __init__(self, app: ASGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
-        for limiter in self._remote:
-            if not isinstance(limiter, (AsyncLimiter, _ratebound.SharedKeyedLimiter)):
-                raise TypeError(
-                    f"an ASGI policy in Redis needs an asyncio limiter (rb.redis.AsyncTokenBucket, ...), "
-                    f"got {type(limiter).__name__}"
-                )
-        self._async_remote: list[Union[AsyncLimiter, _ratebound.SharedKeyedLimiter]] = [
-            lim for lim in self._remote if isinstance(lim, (AsyncLimiter, _ratebound.SharedKeyedLimiter))
-        ]
+        self._check_remote(True, "ASGI")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
@@ -107,25 +90,7 @@ class RateLimitMiddleware(MiddlewareBase):
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         k = self._key(scope) if self._key is not None else None
         client = scope.get("client")
-        peer = client[0] if client else None
-        if self._async_remote:
-            # Global limits in Redis: the request's identity to each limiter
-            # (one round trip within its deadline; Redis trouble is answered
-            # by its fail policy), then the gate decides with their answers.
-            ident = self.gate.identity(k, peer, scope["headers"])
-            decisions = [] if isinstance(ident, int) else await asyncio.gather(
-                *(
-                    _ready(limiter.check(ident))
-                    if isinstance(limiter, _ratebound.SharedKeyedLimiter)
-                    else limiter.check(ident)
-                    for limiter in self._async_remote
-                )
-            )
-            verdict = self.gate.decide_with(k, peer, scope["headers"], list(decisions))
-        else:
-            verdict = self.gate.decide(k, peer, scope["headers"])
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, verdict, self._label)
+        verdict = await self._verdict_async(k, client[0] if client else None, scope["headers"], False)
         headers = verdict[1]
         if verdict[0]:
             await _answer(send, verdict)

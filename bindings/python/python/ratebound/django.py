@@ -16,7 +16,6 @@ view), and ``RateLimitMiddleware`` for the whole site, configured from
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Optional, TypeVar, Union
@@ -30,13 +29,9 @@ from django.utils.decorators import method_decorator
 from django.utils.module_loading import import_string
 from django.views import View
 
-from . import _ratebound
 from ._errors import RateboundError
 from ._http import MiddlewareBase, Options, report
 from ._route import RouteLimit
-from .asgi import _ready
-from .redis import _AsyncLimiter as AsyncLimiter
-from .redis import _Limiter as SyncLimiter
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -170,18 +165,9 @@ class RateLimitMiddleware(MiddlewareBase):
         is_async = iscoroutinefunction(get_response)
         try:
             super().__init__(get_response, **_settings_options())
-            wanted = AsyncLimiter if is_async else SyncLimiter
-            for limiter in self._remote:
-                if not isinstance(limiter, (wanted, _ratebound.SharedKeyedLimiter)):
-                    raise TypeError(
-                        f"a policy in Redis needs {'an asyncio' if is_async else 'a sync'} limiter "
-                        f"under {'ASGI' if is_async else 'WSGI'}, got {type(limiter).__name__}"
-                    )
+            self._check_remote(is_async, "ASGI" if is_async else "WSGI")
         except (TypeError, ValueError, RateboundError) as e:
             raise ImproperlyConfigured(f"settings.RATEBOUND: {e}") from e
-        shared = _ratebound.SharedKeyedLimiter
-        self._sync_remote = [lim for lim in self._remote if isinstance(lim, (SyncLimiter, shared))]
-        self._async_remote = [lim for lim in self._remote if isinstance(lim, (AsyncLimiter, shared))]
         self._is_async = is_async
         if is_async:
             markcoroutinefunction(self)
@@ -231,15 +217,7 @@ class RateLimitMiddleware(MiddlewareBase):
     def _limited(self, request: HttpRequest) -> HttpResponseBase:
         meta = request.META
         k = self._key(request) if self._key is not None else None
-        peer = meta.get("REMOTE_ADDR")
-        if self._sync_remote:
-            ident = self.gate.identity(k, peer, meta, True)
-            decisions = [] if isinstance(ident, int) else [lim.check(ident) for lim in self._sync_remote]
-            verdict = self.gate.decide_with(k, peer, meta, decisions, True)
-        else:
-            verdict = self.gate.decide(k, peer, meta, True)
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, verdict, self._label)
+        verdict = self._verdict(k, meta.get("REMOTE_ADDR"), meta, True)
         if verdict[0]:
             return _refusal(verdict)
         return _with_fields(self.app(request), verdict[1])  # type: ignore[no-any-return]
@@ -247,22 +225,7 @@ class RateLimitMiddleware(MiddlewareBase):
     async def _limited_async(self, request: HttpRequest) -> HttpResponseBase:
         meta = request.META
         k = self._key(request) if self._key is not None else None
-        peer = meta.get("REMOTE_ADDR")
-        if self._async_remote:
-            # Global limits in Redis, as in ratebound.asgi: one round trip
-            # each, then the gate decides with their answers.
-            ident = self.gate.identity(k, peer, meta, True)
-            decisions = [] if isinstance(ident, int) else await asyncio.gather(
-                *(
-                    _ready(lim.check(ident)) if isinstance(lim, _ratebound.SharedKeyedLimiter) else lim.check(ident)
-                    for lim in self._async_remote
-                )
-            )
-            verdict = self.gate.decide_with(k, peer, meta, list(decisions), True)
-        else:
-            verdict = self.gate.decide(k, peer, meta, True)
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, verdict, self._label)
+        verdict = await self._verdict_async(k, meta.get("REMOTE_ADDR"), meta, True)
         if verdict[0]:
             return _refusal(verdict)
         return _with_fields(await self.app(request), verdict[1])  # type: ignore[no-any-return]

@@ -8,11 +8,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from . import _ratebound
 from ._http import MiddlewareBase, Options, reason, report
-from .redis import _Limiter as SyncLimiter
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -33,15 +31,7 @@ class RateLimitMiddleware(MiddlewareBase):
 
     def __init__(self, app: WSGIApp, **options: Unpack[Options]) -> None:
         super().__init__(app, **options)
-        for limiter in self._remote:
-            if not isinstance(limiter, (SyncLimiter, _ratebound.SharedKeyedLimiter)):
-                raise TypeError(
-                    f"a WSGI policy in Redis needs a sync limiter (rb.redis.TokenBucket, ...), "
-                    f"got {type(limiter).__name__}"
-                )
-        self._sync_remote: list[Union[SyncLimiter, _ratebound.SharedKeyedLimiter]] = [
-            lim for lim in self._remote if isinstance(lim, (SyncLimiter, _ratebound.SharedKeyedLimiter))
-        ]
+        self._check_remote(False, "WSGI")
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self._exempt is not None and self._exempt(environ):
@@ -68,15 +58,7 @@ class RateLimitMiddleware(MiddlewareBase):
         k = self._key(environ) if self._key is not None else None
         # The server has joined repeated header lines with commas; the gate
         # reads the environ's HTTP_* entries it needs.
-        peer = environ.get("REMOTE_ADDR")
-        if self._sync_remote:
-            ident = self.gate.identity(k, peer, environ, True)
-            decisions = [] if isinstance(ident, int) else [limiter.check(ident) for limiter in self._sync_remote]
-            verdict = self.gate.decide_with(k, peer, environ, decisions, True)
-        else:
-            verdict = self.gate.decide(k, peer, environ, True)
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, verdict, self._label)
+        verdict = self._verdict(k, environ.get("REMOTE_ADDR"), environ, True)
         fields = verdict[1]
         if verdict[0]:
             return _answer(start_response, verdict)
