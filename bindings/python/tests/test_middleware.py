@@ -4,11 +4,6 @@ and wsgiref on 127.0.0.1)."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-from wsgiref.simple_server import WSGIRequestHandler, make_server
-
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -19,6 +14,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import ratebound as rb
+from routes_spec import uvicorn_serving, wsgiref_serving
 
 
 def starlette_app() -> Starlette:
@@ -161,32 +157,11 @@ def test_asgi_missing_key_and_malformed_input() -> None:
         rb.asgi.RateLimitMiddleware(starlette_app(), rate=1, missing_key="sometimes")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_asgi_over_real_http_with_uvicorn() -> None:
-    import uvicorn
-
     clock = rb.ManualClock()
     app = rb.asgi.RateLimitMiddleware(starlette_app(), rate=1, burst=2, key_header="x-api-key", clock=clock)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(200):
-            if server.started:
-                break
-            time.sleep(0.025)
-        assert server.started
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            scenario_2(lambda user: client.get("/", headers={"x-api-key": user}))
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with uvicorn_serving(app) as url, httpx.Client(base_url=url, timeout=5) as client:
+        scenario_2(lambda user: client.get("/", headers={"x-api-key": user}))
 
 
 def test_wsgi_scenario_2_flask() -> None:
@@ -223,16 +198,5 @@ def test_wsgi_over_real_http() -> None:
     app = flask_app()
     app.wsgi_app = rb.wsgi.RateLimitMiddleware(app.wsgi_app, rate=1, burst=2, key_header="x-api-key", clock=clock)  # type: ignore[method-assign]
 
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}", timeout=5) as client:
-            scenario_2(lambda user: client.get("/", headers={"x-api-key": user}))
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with wsgiref_serving(app) as url, httpx.Client(base_url=url, timeout=5) as client:
+        scenario_2(lambda user: client.get("/", headers={"x-api-key": user}))

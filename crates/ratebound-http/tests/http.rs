@@ -17,21 +17,10 @@ use ratebound::http::{Cidr, TrustedProxies};
 use ratebound::{ManualClock, Quota};
 use ratebound_http::{KeySource, QuotaHeaders, RateLimitLayer, RefusalBody};
 
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+mod serve;
+use serve::serve;
 
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
 fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()

@@ -3,13 +3,14 @@
 //! calls admitted by both policies, and nothing for `/health`.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+
+mod serve;
 
 #[allow(dead_code)] // its `main` is the example's
 #[path = "../examples/metrics.rs"]
@@ -18,16 +19,7 @@ mod example;
 #[tokio::test]
 async fn the_metrics_example_counts_exactly_what_was_sent() {
     let app = example::app(example::recorder().unwrap()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
+    let addr = serve::serve(app).await;
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let send = async |method: Method, path: &str, key: Option<&str>| {
         let mut request = Request::builder()

@@ -32,6 +32,7 @@ from django.views import View
 from ._errors import RateboundError
 from ._http import MiddlewareBase, Options, report
 from ._route import RouteLimit
+from .wsgi import _Release
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -296,40 +297,18 @@ def _leave_when_sent(response: HttpResponseBase, gate: Any) -> HttpResponseBase:
     if isinstance(response, StreamingHttpResponse):
         body = response.streaming_content
         if isinstance(body, Iterator):
-            response.streaming_content = _Leave(body, gate)
+            response.streaming_content = _Release(body, gate)
         else:
-            response.streaming_content = _LeaveAsync(body, gate)
+            response.streaming_content = _LeaveAsync(body, gate)  # type: ignore[arg-type]  # an async body: only __aiter__ is used
     else:
         gate.leave()
     return response
 
 
-class _Place:
-    """A streaming body holding its request's concurrency place until Django
-    closes the response — its WSGI and ASGI handlers close every response
-    once sent or abandoned, and the body with it, as ``ratebound.wsgi``
-    relies on the server's ``close()``."""
+class _LeaveAsync(_Release):
+    """An async streaming body holding its request's concurrency place
+    until Django closes the response (its ASGI handler closes every
+    response once sent or abandoned, as a WSGI server does)."""
 
-    def __init__(self, body: Any, gate: Any) -> None:
-        self._body = body
-        self._gate = gate
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            gate, self._gate = self._gate, None
-            if gate is not None:
-                gate.leave()
-
-
-class _Leave(_Place):
-    def __iter__(self) -> Iterator[bytes]:
-        return self._body  # type: ignore[no-any-return]
-
-
-class _LeaveAsync(_Place):
     def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._body  # type: ignore[no-any-return]
+        return self._body  # type: ignore[return-value]
