@@ -268,8 +268,10 @@ impl Builder {
         self
     }
 
-    /// At most `limit` requests in the inner service at once; the rest are
-    /// refused at once with 503 and `Retry-After: 1` — never queued.
+    /// At most `limit` requests in flight at once — from the call into the
+    /// inner service until the response body has been sent (or dropped), so
+    /// a streaming response counts until it ends; the rest are refused at
+    /// once with 503 and `Retry-After: 1` — never queued.
     pub fn concurrency_limit(mut self, limit: usize) -> Self {
         self.options.concurrency_limit = Some(limit);
         self
@@ -590,8 +592,9 @@ where
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`]: a refusal made at once, or the
-    /// inner service's response with the quota fields added (and the
-    /// concurrency place given back when it is done or dropped). Not boxed.
+    /// inner service's response with the quota fields added (the
+    /// concurrency place passes to its body, or is given back if the future
+    /// is dropped or fails). Not boxed.
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,
@@ -654,11 +657,12 @@ where
                 quota,
             } => {
                 let result = std::task::ready!(future.poll(cx));
-                // The inner service is done with its place.
-                drop(slot.take());
+                // The place goes with the body: a request is in flight until
+                // its response has been sent (an error gives it back now).
+                let slot = slot.take();
                 Poll::Ready(result.map(|mut response| {
                     insert_all(response.headers_mut(), std::mem::take(quota));
-                    response.map(ResponseBody::inner)
+                    response.map(|body| ResponseBody::inner(body, slot))
                 }))
             }
         }
@@ -669,7 +673,10 @@ pin_project_lite::pin_project! {
     /// The body of a [`RateLimit`] response: the inner service's body, or
     /// the layer's own refusal (empty for a gRPC refusal, which is all
     /// headers). Works with any inner body whose data is [`Bytes`] — axum's,
-    /// hyper's, tonic's.
+    /// hyper's, tonic's. Under a [concurrency
+    /// limit](Builder::concurrency_limit) it holds the request's place until
+    /// its last frame has been read, or it is dropped: a streaming response
+    /// is in flight until it ends.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -679,15 +686,15 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<B> {
-        Inner { #[pin] body: B },
+        Inner { #[pin] body: B, slot: Option<Slot> },
         Refusal { data: Option<Bytes> },
     }
 }
 
 impl<B> ResponseBody<B> {
-    fn inner(body: B) -> Self {
+    fn inner(body: B, slot: Option<Slot>) -> Self {
         ResponseBody {
-            kind: Kind::Inner { body },
+            kind: Kind::Inner { body, slot },
         }
     }
 
@@ -709,7 +716,14 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for ResponseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Inner { body, slot } => {
+                let frame = std::task::ready!(body.poll_frame(cx));
+                if !matches!(frame, Some(Ok(_))) {
+                    // The end, or an error: the response is over.
+                    drop(slot.take());
+                }
+                Poll::Ready(frame)
+            }
             KindProj::Refusal { data } => {
                 Poll::Ready(data.take().map(|d| Ok(http_body::Frame::data(d))))
             }
@@ -718,14 +732,14 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for ResponseBody<B> {
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Inner { body, .. } => body.is_end_stream(),
             Kind::Refusal { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body, .. } => body.size_hint(),
             Kind::Refusal { data } => {
                 http_body::SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

@@ -491,6 +491,100 @@ where
     }
 }
 
+/// A body that sends one frame once `release` fires.
+struct Gated(Option<tokio::sync::oneshot::Receiver<()>>);
+
+impl http_body::Body for Gated {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let Some(rx) = self.0.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let _ = std::task::ready!(std::pin::Pin::new(rx).poll(cx));
+        self.0 = None;
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(
+            b"done",
+        )))))
+    }
+}
+
+/// A streaming response holds its concurrency place until its body has
+/// been sent, as in the Python and Node middleware — not only until the
+/// handler has returned the response head.
+#[tokio::test]
+async fn a_streaming_response_is_in_flight_until_its_body_ends() {
+    use std::sync::Mutex;
+    let gates: Arc<Mutex<Vec<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
+    let g = gates.clone();
+    let layer = RateLimitLayer::builder()
+        .concurrency_limit(1)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/stream",
+            get(move || {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                g.lock().unwrap().push(tx);
+                async move { axum::body::Body::new(Gated(Some(rx))) }
+            }),
+        )
+        .layer(layer);
+    let addr = serve(app).await;
+    let c = client();
+    let uri = || format!("http://{addr}/stream");
+    // The first response's head arrives; its body waits for the gate.
+    let first = c
+        .request(Request::get(uri()).body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    // Still streaming: the one place is taken (only the head is read, and
+    // within a bound: an admitted request's body would wait forever).
+    let second = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.request(Request::get(uri()).body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("an answer")
+    .unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The body ends; the place is free again.
+    gates.lock().unwrap().pop().unwrap().send(()).unwrap();
+    let body = tokio::time::timeout(Duration::from_secs(10), first.into_body().collect())
+        .await
+        .expect("the body ends")
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], b"done");
+    let third = tokio::spawn({
+        let c = c.clone();
+        async move { get_with(&c, addr, "/stream", &[]).await.0 }
+    });
+    // Let the third request's body finish too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(tx) = gates.lock().unwrap().pop() {
+            tx.send(()).unwrap();
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the third request never reached the handler"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let third = tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .expect("an answer");
+    assert_eq!(third.unwrap(), StatusCode::OK);
+}
+
 /// Per-route limits the axum way: `route_layer` on a router of the limited
 /// routes, merged with unlimited ones; one layer on two routes is one
 /// shared limit.
