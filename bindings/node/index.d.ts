@@ -133,21 +133,20 @@ export declare function express(
 ): ((req: any, res: any, next: (err?: unknown) => void) => void) & { gate: Gate }
 
 /**
- * Options of the `fastify` plugin: the app-wide limit's options, or
- * `global: false` for no app-wide limit (only routes with
- * `config.rateLimit` are limited; `onDecision`, which those routes inherit,
- * is then the only option).
+ * Options of the `fastify` plugin: the app-wide limit's options, which are
+ * also the defaults of every route's `config.rateLimit`; with
+ * `global: false` there is no app-wide limit (only routes with
+ * `config.rateLimit` are limited) and the options are only those defaults.
  */
-export type PluginOptions =
-  | (MiddlewareOptions & { global?: true })
-  | { global: false; onDecision?: ((event: DecisionEvent) => void) | null }
+export type PluginOptions = MiddlewareOptions & { global?: boolean }
 
 /**
  * A Fastify route's `config.rateLimit` under the `fastify` plugin: the
  * route's own limit, made when the route is declared, which replaces the
- * app-wide one for that route (of the plugin's options only `onDecision` is
- * inherited); `false`: no limit on the route. To type route configs, augment
- * Fastify's in your code:
+ * app-wide one for that route. It inherits the plugin's options it does not
+ * give, except that the policy (`rate`, `burst`, `policies`, ...) and the
+ * key (`key`, `keyHeader`) come whole from one side, and `label`; `false`:
+ * no limit on the route. To type route configs, augment Fastify's in your code:
  * `declare module 'fastify' { interface FastifyContextConfig { rateLimit?: FastifyRouteRateLimit } }`.
  */
 export type FastifyRouteRateLimit = MiddlewareOptions | false

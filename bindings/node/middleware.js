@@ -17,9 +17,13 @@ const OPTIONS = new Set([
   'onDecision', 'label',
 ])
 
-// What the Fastify plugin takes with `global: false` besides `global`: it
-// makes no limit then, so a limit's option there would be ignored (a mistake).
-const ROUTES_ONLY_OPTIONS = new Set(['onDecision', 'prefix', 'logLevel', 'logSerializers'])
+// Fastify's own register options: never a route's.
+const REGISTER_OPTIONS = new Set(['prefix', 'logLevel', 'logSerializers'])
+
+// The options that make a limit's policies: a route gives all of them or
+// none (inheriting only the plugin's `burst` under its own `rate` would
+// change its limit behind its back).
+const POLICY_OPTIONS = new Set([...POLICY_FIELDS, 'policies'])
 
 function typeError(message) {
   const e = new TypeError(message)
@@ -287,8 +291,10 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
    * (none with `global: false`), except a route declared after the plugin
    * with `config.rateLimit`: options give it its own limit instead, made
    * when the route is declared (bad options fail there); `false` gives it
-   * none. A route's own options replace the app-wide ones: only
-   * `onDecision` is inherited, when the route gives none (`null`: none).
+   * none. As in @fastify/rate-limit, the plugin's options are the defaults
+   * of a route's own: a route inherits every option it does not give —
+   * except the policy (`rate`, `burst`, `policies`, ...), inherited whole
+   * or not at all, the key (`key`/`keyHeader`, likewise) and `label`.
    */
   function fastifyLimits(options) {
     if (options == null || typeof options !== 'object') {
@@ -298,19 +304,32 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     if (typeof global !== 'boolean') {
       throw typeError(`global is true (an app-wide limit, the default) or false (only routes' own limits), not ${String(global)}`)
     }
+    checkOptions(rest)
+    // What routes inherit.
+    const defaults = {}
+    for (const [name, value] of Object.entries(rest)) {
+      if (!REGISTER_OPTIONS.has(name) && name !== 'label') defaults[name] = value
+    }
+    const hasPolicy = (o) => Object.keys(o).some((name) => POLICY_OPTIONS.has(name) && o[name] !== undefined)
     let app = null
     if (global) {
       app = prepare(rest, fastifyRaw, fastifyRoute)
-    } else {
-      checkOptions(rest)
-      for (const name of Object.keys(rest)) {
-        if (!ROUTES_ONLY_OPTIONS.has(name)) {
-          throw invalidOption(`option '${name}' makes no limit with global: false: give it in a route's config.rateLimit`)
-        }
-      }
+    } else if (hasPolicy(rest)) {
+      // Only defaults, but checked now: a bad rate fails at registration.
+      prepare(rest, fastifyRaw, fastifyRoute)
     }
     const appHook = app === null ? null : fastifyHook(app)
-    const inherited = rest.onDecision == null ? null : rest.onDecision
+    function merged(own) {
+      const out = {}
+      const ownPolicy = hasPolicy(own)
+      const ownKey = own.key !== undefined || own.keyHeader !== undefined
+      for (const [name, value] of Object.entries(defaults)) {
+        if (ownPolicy && POLICY_OPTIONS.has(name)) continue
+        if (ownKey && (name === 'key' || name === 'keyHeader')) continue
+        out[name] = value
+      }
+      return Object.assign(out, own)
+    }
     // The routes this registration has seen carry their hook (or null) in
     // a copy of their config. One options object on one path is one limit:
     // Fastify's automatic HEAD route shares its GET route's.
@@ -321,8 +340,7 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
       if (byUrl === undefined) made.set(own, (byUrl = new Map()))
       let hook = byUrl.get(url)
       if (hook === undefined) {
-        const o = own.onDecision === undefined && inherited !== null ? { ...own, onDecision: inherited } : own
-        hook = fastifyHook(prepare(o, fastifyRaw, fastifyRoute))
+        hook = fastifyHook(prepare(merged(own), fastifyRaw, fastifyRoute))
         byUrl.set(url, hook)
       }
       return hook

@@ -149,6 +149,42 @@ test('Fastify: global: false limits only configured routes, in child plugins too
   }
 })
 
+test('Fastify: a route inherits the plugin options it does not give; its policy and key come whole', async () => {
+  const Fastify = require('fastify')
+  const clock = new rb.ManualClock()
+  const f = Fastify()
+  // Defaults for every configured route: 1/s burst 2, and the client
+  // address from X-Forwarded-For when the peer is this host's proxy.
+  await f.register(rb.fastify, { global: false, rate: 1, burst: 2, trustedProxies: ['127.0.0.1/32'], clock })
+  f.get('/inherit', { config: { rateLimit: {} } }, async () => 'ok')
+  f.post('/login', { config: { rateLimit: { rate: '5/minute' } } }, async () => 'ok')
+  f.get('/keyed', { config: { rateLimit: { keyHeader: 'x-api-key' } } }, async () => 'ok')
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const port = f.server.address().port
+    const from = (ip, extra = {}) => ({ 'x-forwarded-for': ip, ...extra })
+    const statuses = async (method, path, headers, n) => {
+      const out = []
+      for (let i = 0; i < n; i++) out.push((await request(port, method, path, headers)).status)
+      return out
+    }
+    // The plugin's policy and trustedProxies: each forwarded client has 2.
+    assert.deepEqual(await statuses('GET', '/inherit', from('10.0.0.1'), 3), [200, 200, 429])
+    assert.deepEqual(await statuses('GET', '/inherit', from('10.0.0.2'), 1), [200])
+    // Its own rate, without the plugin's burst of 2 (5/minute: a burst of
+    // 5); still keyed by the forwarded client.
+    assert.deepEqual(await statuses('POST', '/login', from('10.0.0.1'), 6), [200, 200, 200, 200, 200, 429])
+    assert.deepEqual(await statuses('POST', '/login', from('10.0.0.3'), 1), [200])
+    // Its own key, the plugin's policy.
+    const r = await request(port, 'GET', '/keyed', { 'x-api-key': 'k' })
+    assert.equal(r.headers['ratelimit-policy'], '"default";q=2;w=2')
+    assert.deepEqual(await statuses('GET', '/keyed', { 'x-api-key': 'k' }, 2), [200, 429])
+    assert.deepEqual(await statuses('GET', '/keyed', { 'x-api-key': 'other' }, 1), [200])
+  } finally {
+    await f.close()
+  }
+})
+
 test('Fastify: onDecision for config routes: inherited from the plugin, their own, or none', async () => {
   const Fastify = require('fastify')
   const clock = new rb.ManualClock()
@@ -200,11 +236,18 @@ test('Fastify: a bad config.rateLimit or plugin option fails at ready(), not at 
   await assert.rejects(ready({ rate: 100 }, { rate: '5/fortnight' }), { name: 'TypeError', code: 'ERR_RATEBOUND_PARSE_ERROR', message: where })
   await assert.rejects(ready({ global: false }, { key: 'ip' }), { code: 'ERR_RATEBOUND_MISSING', message: where })
   await assert.rejects(ready({ global: false }, true), { code: 'ERR_INVALID_ARG_TYPE', message: where })
-  // With global: false the plugin makes no limit: a limit option is a mistake.
-  await assert.rejects(ready({ global: false, rate: 5 }, false), { code: 'ERR_RATEBOUND_INVALID_OPTION', message: /'rate'/ })
+  // With global: false the plugin's options are the routes' defaults,
+  // checked at registration all the same.
+  await assert.rejects(ready({ global: false, rate: -1 }, false), { code: 'ERR_RATEBOUND_INVALID_RATE' })
+  await assert.rejects(ready({ global: false, concurencyLimit: 3 }, false), {
+    code: 'ERR_RATEBOUND_INVALID_OPTION',
+    message: /'concurencyLimit'/,
+  })
   await assert.rejects(ready({ global: 'no', rate: 5 }, false), { code: 'ERR_INVALID_ARG_TYPE', message: /global/ })
   await assert.rejects(ready({}, false), { code: 'ERR_RATEBOUND_MISSING' })
   await ready({ global: false }, { rate: 5 })
+  // A route's key replaces the plugin's whole (both kept would be two keys).
+  await ready({ global: false, rate: 5, keyHeader: 'x-a' }, { key: { header: 'x-b' } })
   // A route declared at the root after the plugin: its declaration throws.
   const f = Fastify()
   await f.register(rb.fastify, { global: false })
