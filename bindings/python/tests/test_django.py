@@ -348,6 +348,21 @@ def test_middleware_refuses_per_key(urls: Callable[..., str], transport: str) ->
 
 
 @pytest.mark.parametrize("transport", MODES)
+def test_middleware_and_a_view_limit_both_show_their_fields(urls: Callable[..., str], transport: str) -> None:
+    clock = rb.ManualClock()
+    login = rb.django.limit(policies={"login": "5/minute"}, clock=clock)(hello)
+    settings = {"policies": {"site": "10/s"}, "clock": clock}
+    with override_settings(ROOT_URLCONF=urls(path("login", login)), MIDDLEWARE=MIDDLEWARE, RATEBOUND=settings):
+        with client_for(transport) as client:
+            first = client.get("/login")
+            assert first.status_code == 200
+            # The view's fields first (its response passes out through the
+            # middleware), then the site's: one list, neither lost.
+            assert first.headers["ratelimit-policy"] == '"login";q=5;w=60, "site";q=10;w=1'
+            assert first.headers["ratelimit"] == '"login";r=4;t=12, "site";r=9;t=1'
+
+
+@pytest.mark.parametrize("transport", MODES)
 def test_middleware_exempt_paths_and_url_names(urls: Callable[..., str], transport: str) -> None:
     clock = rb.ManualClock()
     with site(urls, transport, rate=1, burst=1, exempt=["/health", "status"], clock=clock) as client:

@@ -62,11 +62,20 @@ def _refusal(verdict: Any) -> _Refusal:
     return _Refusal(body, status=status, content_type=ctype, headers=dict(fields))
 
 
+# List fields: a view's limit and the middleware's both appear in them.
+_LISTS = ("ratelimit", "ratelimit-policy")
+
+
 def _with_fields(response: Any, fields: Fields) -> Any:
-    """``response`` with the RateLimit fields added."""
+    """``response`` with the RateLimit fields added: joined to the same
+    fields already there (a view limit's, under the middleware), as two
+    header lines of a list field would be."""
     if isinstance(response, HttpResponseBase):
         for name, value in fields:
-            response[name] = value
+            if name.lower() in _LISTS and name in response:
+                response[name] = f"{response[name]}, {value}"
+            else:
+                response[name] = value
     return response
 
 
