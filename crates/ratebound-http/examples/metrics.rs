@@ -18,7 +18,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ratebound::Quota;
 use ratebound_http::{DecisionEvent, KeySource, Outcome, RateLimitLayer};
 
-/// One count per policy that saw the request: a refusal is counted against
+/// One count per policy that saw the request (the route is the one axum
+/// matched, the label's default): a refusal is counted against
 /// the policy that refused; an admitted (or shed, or rejected) request
 /// against every policy of the limit.
 fn count(event: &DecisionEvent<'_>) {
@@ -49,14 +50,12 @@ pub fn recorder() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
 pub fn app(metrics: PrometheusHandle) -> Result<Router, ratebound::Error> {
     let login = RateLimitLayer::builder()
         .policy("default", Quota::parse("5/minute")?)
-        .label("/login")
         .on_decision(count)
         .build()?;
     let api = RateLimitLayer::builder()
         .policy("burst", Quota::parse("10/s burst 20")?)
         .policy("hourly", Quota::parse("1000/hour")?)
         .key(KeySource::header("x-api-key")?)
-        .label("/api/items")
         .on_decision(count)
         .build()?;
     Ok(Router::new()

@@ -139,7 +139,9 @@ pub struct DecisionEvent<'a> {
     pub policy: Option<&'a str>,
     /// Every policy's name, in order.
     pub policies: &'a [String],
-    /// The [`Builder::label`], if set.
+    /// The [`Builder::label`] if set, else the route template axum matched
+    /// (`/items/{id}`: known to a layer added with `Router::layer` or
+    /// `route_layer`, not to one around the whole `Router` as a service).
     pub label: Option<&'a str>,
     /// The request's head (its path, method, ...).
     pub request: &'a Parts,
@@ -198,7 +200,8 @@ impl Builder {
         self
     }
 
-    /// The label [`DecisionEvent::label`] carries (e.g. the route).
+    /// The label [`DecisionEvent::label`] carries, instead of the route
+    /// template axum matched.
     pub fn label(mut self, label: &str) -> Self {
         self.label = Some(label.to_string());
         self
@@ -351,6 +354,16 @@ struct Shared {
 }
 
 impl Shared {
+    /// The route template axum matched (`/items/{id}`), when there is one.
+    fn route(request: &Parts) -> Option<&str> {
+        #[cfg(feature = "axum")]
+        if let Some(matched) = request.extensions.get::<axum::extract::MatchedPath>() {
+            return Some(matched.as_str());
+        }
+        let _ = request;
+        None
+    }
+
     /// Tells the metrics hook, if there is one.
     #[inline]
     fn report(&self, outcome: Outcome, policy: Option<&str>, request: &Parts) {
@@ -359,7 +372,7 @@ impl Shared {
                 outcome,
                 policy,
                 policies: &self.policy_names,
-                label: self.label.as_deref(),
+                label: self.label.as_deref().or_else(|| Self::route(request)),
                 request,
             });
         }

@@ -662,6 +662,33 @@ async fn route_layers_limit_each_route_and_share_one_limit_between_two() {
     assert_eq!(post_login().await.0, StatusCode::OK);
 }
 
+/// Without a label, the hook is told the route template axum matched —
+/// the same default as the Python and Node front doors.
+#[tokio::test]
+async fn on_decision_labels_requests_with_the_matched_route() {
+    use std::sync::Mutex;
+    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let sink = seen.clone();
+    let layer = RateLimitLayer::builder()
+        .policy("default", Quota::parse("100/s").unwrap())
+        .on_decision(move |e| sink.lock().unwrap().push(e.label.map(str::to_string)))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/items/{id}", get(|| async { "item" }))
+        .route("/", get(|| async { "home" }))
+        .layer(layer);
+    let addr = serve(app).await;
+    let client = client();
+    for path in ["/items/7", "/items/8", "/"] {
+        assert_eq!(get_with(&client, addr, path, &[]).await.0, StatusCode::OK);
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Some("/items/{id}"), Some("/items/{id}"), Some("/")].map(|l| l.map(str::to_string))
+    );
+}
+
 /// The metrics hook: told of each limited request (not of exempt ones) with
 /// the outcome, the refusing policy, every policy and the label.
 #[tokio::test]
