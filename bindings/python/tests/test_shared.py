@@ -37,9 +37,10 @@ def _keyed(path: str, out: "multiprocessing.Queue[int]") -> None:
     out.put(sum(k.try_acquire(f"client-{i % 50}") for i in range(5000)))
 
 
-def _forever(path: str, log: str) -> None:
+def _forever(path: str, log: str, ready: "multiprocessing.Queue[int]") -> None:
     tb = rb.SharedTokenBucket(path, rate="1/h", burst=20000)
     with open(log, "a", buffering=1) as f:
+        ready.put(os.getpid())
         while True:
             if tb.try_acquire():
                 # Written after the admission: a kill in between loses the
@@ -87,24 +88,32 @@ def test_keyed_processes_share_each_keys_burst(tmp_path: Path) -> None:
 
 def test_sigkill_during_a_run_keeps_the_bound_and_the_table_usable(tmp_path: Path) -> None:
     path = str(tmp_path / "kill.limit")
+    ready: "multiprocessing.Queue[int]" = CTX.Queue()
     procs = []
-    logs = []
-    for i in range(3):
-        logs.append(str(tmp_path / f"log-{i}"))
-        procs.append(CTX.Process(target=_forever, args=(path, logs[-1])))
+    logs: list[str] = []
+
+    def start() -> None:
+        # Killed only once it runs (has opened the limiter): on a busy
+        # machine a fixed pause may end before a worker starts.
+        logs.append(str(tmp_path / f"log-{len(logs)}"))
+        procs.append(CTX.Process(target=_forever, args=(path, logs[-1], ready)))
         procs[-1].start()
-    for round in range(6):
-        time.sleep(0.02)
-        victim = procs.pop(round % len(procs))
-        os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        victim.join()
-        logs.append(str(tmp_path / f"log-{3 + round}"))
-        procs.append(CTX.Process(target=_forever, args=(path, logs[-1])))
-        procs[-1].start()
-    time.sleep(0.05)
-    for p in procs:
-        os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        p.join()
+        assert ready.get(timeout=30) == procs[-1].pid
+
+    try:
+        for _ in range(3):
+            start()
+        for round in range(6):
+            time.sleep(0.02)
+            victim = procs.pop(round % len(procs))
+            os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            victim.join()
+            start()
+        time.sleep(0.05)
+    finally:
+        for p in procs:
+            os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            p.join()
     logged = sum(Path(log).read_text().count("1\n") for log in logs if os.path.exists(log))
     tb = rb.SharedTokenBucket(path, rate="1/h", burst=20000)
     counted = 20000 - tb.available()

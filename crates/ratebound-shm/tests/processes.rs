@@ -39,6 +39,23 @@ fn spawn(test: &str, env: &[(&str, String)]) -> Child {
     cmd.spawn().expect("spawn a worker process")
 }
 
+/// Waits until the worker has opened its table (it prints `ready`); keeps
+/// its output open in `readers` so that it can go on printing.
+fn ready(child: &mut Child, readers: &mut Vec<BufReader<std::process::ChildStdout>>) {
+    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = out.read_line(&mut line).expect("worker output");
+        assert!(n > 0, "the worker ended before it was ready");
+        // libtest may have written "test … " on the same line.
+        if line.trim_end().ends_with("ready") {
+            break;
+        }
+    }
+    readers.push(out);
+}
+
 /// The `admitted=N` a worker printed.
 fn admitted(child: Child) -> u64 {
     let out = child.wait_with_output().expect("worker output");
@@ -93,6 +110,8 @@ fn work() {
     } else {
         let max: u64 = std::env::var("RB_SHM_MAX").map_or(1000, |k| k.parse().expect("max"));
         let l = SharedKeyedLimiter::open(&path, bucket(&quota), max).expect("open keyed");
+        // For a parent that kills workers only once they run.
+        println!("ready");
         let mut i = 0u64;
         while i < iterations && start.elapsed() < deadline {
             let key = i % keys;
@@ -258,26 +277,26 @@ fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
         ]
     };
     let mut next = 0;
-    let mut live: Vec<Child> = (0..3)
-        .map(|_| {
-            next += 1;
-            spawn(
-                "kill_dash_nine_during_a_run_leaves_a_consistent_table",
-                &env(next),
-            )
-        })
-        .collect();
+    let mut readers = Vec::new();
+    // A worker is killed only once it runs: on a busy machine a fixed pause
+    // may end before a worker has started.
+    let mut start = |next: &mut usize| {
+        *next += 1;
+        let mut child = spawn(
+            "kill_dash_nine_during_a_run_leaves_a_consistent_table",
+            &env(*next),
+        );
+        ready(&mut child, &mut readers);
+        child
+    };
+    let mut live: Vec<Child> = (0..3).map(|_| start(&mut next)).collect();
     // Twelve rounds: let them run a little, SIGKILL one, start another.
     for round in 0..12usize {
         std::thread::sleep(Duration::from_millis(15 + 7 * (round as u64 % 3)));
         let mut victim = live.remove(round % live.len());
         victim.kill().expect("SIGKILL");
         let _ = victim.wait();
-        next += 1;
-        live.push(spawn(
-            "kill_dash_nine_during_a_run_leaves_a_consistent_table",
-            &env(next),
-        ));
+        live.push(start(&mut next));
     }
     for mut c in live {
         c.kill().expect("SIGKILL");
