@@ -304,7 +304,6 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     if (typeof global !== 'boolean') {
       throw typeError(`global is true (an app-wide limit, the default) or false (only routes' own limits), not ${String(global)}`)
     }
-    checkOptions(rest)
     // What routes inherit.
     const defaults = {}
     for (const [name, value] of Object.entries(rest)) {
@@ -317,6 +316,8 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     } else if (hasPolicy(rest)) {
       // Only defaults, but checked now: a bad rate fails at registration.
       prepare(rest, fastifyRaw, fastifyRoute)
+    } else {
+      checkOptions(rest)
     }
     const appHook = app === null ? null : fastifyHook(app)
     function merged(own) {

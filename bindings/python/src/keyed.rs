@@ -12,8 +12,6 @@ use crate::waiting::*;
 
 // ----------------------------------------------------------------- keyed
 
-/// A limit per key (str, bytes or int); keys are stored as 128-bit
-/// fingerprints, off the Python heap.
 /// A per-key algorithm from Python's loose options (`KeyedLimiter`,
 /// `SharedKeyedLimiter`): numbers checked and named, the choice made by the
 /// core's `keyed_algorithm`.
@@ -34,6 +32,8 @@ pub(crate) fn keyed_algorithm_of(
     }
 }
 
+/// A limit per key (str, bytes or int); keys are stored as 128-bit
+/// fingerprints, off the Python heap.
 #[pyclass(frozen, subclass, module = "ratebound")]
 pub(crate) struct KeyedLimiter {
     pub(crate) inner: Arc<AnyKeyed>,

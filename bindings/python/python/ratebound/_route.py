@@ -57,8 +57,6 @@ def route_gate(
     return gate, key_func
 
 
-
-
 class RouteLimit:
     """What ``fastapi.limit`` and ``flask.limit`` share: the gate built from
     their arguments (checked at once), the key function and the metrics
