@@ -56,14 +56,22 @@ impl Sliding {
         } else {
             (index, previous, current)
         };
-        let at = now.max(index * self.window);
+        let start = self.start(index);
+        let at = now.max(start);
         View {
             index,
             previous,
             current,
-            elapsed: at - index * self.window,
+            elapsed: at - start,
             at,
         }
+    }
+
+    /// The start of window `index`. Saturating: the index of a damaged word
+    /// (a shared file) can lie beyond any time the clock reaches.
+    #[inline(always)]
+    fn start(self, index: u64) -> u64 {
+        index.saturating_mul(self.window)
     }
 
     /// `limit·W − (previous·(W − elapsed) + current·W)`: the room left, in
@@ -112,13 +120,13 @@ impl Sliding {
     #[inline]
     fn reset_after(self, v: View, current: u64, now: u64) -> u64 {
         let end = if current > 0 {
-            (v.index + 2) * self.window
+            self.start(v.index + 2)
         } else if v.previous > 0 {
-            (v.index + 1) * self.window
+            self.start(v.index + 1)
         } else {
             return 0;
         };
-        end - now
+        end.saturating_sub(now)
     }
 
     #[inline]
@@ -126,7 +134,8 @@ impl Sliding {
         let retry_after = if allowed {
             0
         } else {
-            (v.at - now) + self.wait(v, n)
+            // Saturating: `v.at` of a damaged word's index may be u64::MAX.
+            (v.at - now).saturating_add(self.wait(v, n))
         };
         let reset_after = self.reset_after(v, current, now);
         let room = self.room(v, current);
@@ -172,9 +181,9 @@ impl Sliding {
     pub(crate) fn idle(self, word: u64, now: u64) -> u64 {
         let (index, previous, current) = self.unpack(word);
         if current > 0 {
-            now.saturating_sub((index + 1) * self.window)
+            now.saturating_sub(self.start(index + 1))
         } else if previous > 0 {
-            now.saturating_sub(index * self.window)
+            now.saturating_sub(self.start(index))
         } else {
             now
         }
@@ -333,3 +342,53 @@ impl<C: Clock> SlidingWindow<C> {
 }
 
 limiter_via_core!(SlidingWindow);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn sliding(limit: u64, window: u64) -> Sliding {
+        let (window, bits) = validate(limit, Duration::from_nanos(window), 2, 64).unwrap();
+        Sliding {
+            limit,
+            window,
+            bits,
+        }
+    }
+
+    #[test]
+    fn counts_above_the_limit_leave_none_and_never_wrap() {
+        // Limit 5 takes 3 bits per count: a damaged word can say 7 and 7.
+        let s = sliding(5, S);
+        let word = s.pack(3, 7, 7);
+        for now in [3 * S + 10, 4 * S + 10] {
+            let m = s.at(now);
+            assert_eq!(s.available(word, m), 0, "at {now}");
+            assert_eq!(s.admit(word, m, 1), None, "at {now}");
+            let refused = s.decision(word, m, 1, false);
+            assert_eq!(refused.remaining(), 0, "at {now}");
+            assert!(refused.retry_after_nanos() > 0, "at {now}");
+        }
+        // Two windows on, both counts have slid out.
+        assert_eq!(s.available(word, s.at(5 * S)), 5);
+    }
+
+    #[test]
+    fn an_index_beyond_any_clock_saturates() {
+        // Limit 1, 1 s windows: 62 bits of index; `index · window` of the
+        // largest one overflows u64.
+        let s = sliding(1, S);
+        let word = u64::MAX;
+        let now = S / 2;
+        let m = s.at(now);
+        assert_eq!(s.available(word, m), 0);
+        let refused = s.decision(word, m, 1, false);
+        assert_eq!(refused.remaining(), 0);
+        // (u64::MAX − now) + two windows' wait: saturated.
+        assert_eq!(refused.retry_after_nanos(), u64::MAX);
+        assert_eq!(refused.reset_after_nanos(), u64::MAX - now);
+        assert_eq!(s.idle(word, now), 0);
+    }
+}

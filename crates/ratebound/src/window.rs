@@ -80,6 +80,13 @@ impl Fixed {
         (index << self.bits) | count
     }
 
+    /// The end of window `index`. Saturating: the index of a damaged word
+    /// (a shared file) can lie beyond any time the clock reaches.
+    #[inline]
+    fn end(self, index: u64) -> u64 {
+        (index + 1).saturating_mul(self.window)
+    }
+
     /// The window in force at `now` and its count. A reading before the
     /// stored window (a clock that went back) stays in the stored window.
     #[inline]
@@ -108,7 +115,7 @@ impl Fixed {
         if count == 0 {
             now
         } else {
-            now.saturating_sub((index + 1) * self.window)
+            now.saturating_sub(self.end(index))
         }
     }
 
@@ -158,11 +165,14 @@ impl WordMath for Fixed {
     fn decision(self, word: u64, now: Moment, n: u64, allowed: bool) -> Decision {
         let (index, count) = self.current(word, now);
         let count = if allowed { count + n } else { count };
-        let until_end = (index + 1) * self.window - now.now;
+        // `end ≥ now`: the window in force has not ended.
+        let until_end = self.end(index) - now.now;
         Decision::counted(
             allowed,
             self.limit,
-            self.limit - count,
+            // Saturating: the count field is wider than the limit, and a
+            // damaged word may hold more than the limit (never admitted).
+            self.limit.saturating_sub(count),
             if allowed { 0 } else { until_end },
             if count == 0 { 0 } else { until_end },
         )
@@ -180,7 +190,8 @@ impl WordMath for Fixed {
     }
 
     fn available(self, word: u64, now: Moment) -> u64 {
-        self.limit - self.current(word, now).1
+        // Saturating, as in `decision`: a count above the limit leaves none.
+        self.limit.saturating_sub(self.current(word, now).1)
     }
 }
 
@@ -275,5 +286,51 @@ pub(crate) fn capacity(n: u64, limit: u64) -> Result<(), Error> {
         })
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn fixed(limit: u64, window: u64) -> Fixed {
+        let (window, bits) = validate(limit, Duration::from_nanos(window), 1, 64).unwrap();
+        Fixed {
+            limit,
+            window,
+            bits,
+        }
+    }
+
+    #[test]
+    fn a_count_above_the_limit_leaves_none_and_never_wraps() {
+        // A limit of 5 takes 3 bits, so a word can say 7: a damaged shared
+        // file can hold one. It used to report 5 − 7 = 2^64 − 2 available.
+        let f = fixed(5, S);
+        let word = f.pack(3, 7);
+        let now = f.at(3 * S + 10);
+        assert_eq!(f.available(word, now), 0);
+        assert_eq!(f.admit(word, now, 1), None);
+        let refused = f.decision(word, now, 1, false);
+        assert_eq!(refused.remaining(), 0);
+        assert_eq!(refused.retry_after_nanos(), S - 10);
+        // The next window starts from zero as usual.
+        assert_eq!(f.available(word, f.at(4 * S)), 5);
+    }
+
+    #[test]
+    fn an_index_beyond_any_clock_saturates() {
+        // Limit 1, 1 s windows: 63 bits of index, far more than 2^61 ns of
+        // clock; `(index + 1) · window` of the largest one overflows u64.
+        let f = fixed(1, S);
+        let word = u64::MAX;
+        let now = f.at(5 * S);
+        assert_eq!(f.available(word, now), 0);
+        let refused = f.decision(word, now, 1, false);
+        assert_eq!(refused.remaining(), 0);
+        assert_eq!(refused.retry_after_nanos(), u64::MAX - 5 * S);
+        assert_eq!(f.idle(word, 5 * S), 0);
     }
 }
