@@ -256,6 +256,12 @@ export declare namespace redis {
      */
     checkAt(key: Key, n: number, atUs: number): Promise<RedisDecision>
     /**
+     * `check` within `scope`, a middleware's policy name: that policy's own
+     * Redis key (`rb:tb@burst:alice`), shared by every instance with the
+     * same policy and never by another policy on the same prefix.
+     */
+    checkIn(scope: string, key: Key, n?: number): Promise<RedisDecision>
+    /**
      * Gives every unspent leased token back to Redis (call it on shutdown);
      * resolves with how many keys' tokens went back. The client stays open.
      */

@@ -256,6 +256,12 @@ export declare namespace redis {
      */
     checkAt(key: Key, n: number, atUs: number): Promise<RedisDecision>
     /**
+     * `check` within `scope`, a middleware's policy name: that policy's own
+     * Redis key (`rb:tb@burst:alice`), shared by every instance with the
+     * same policy and never by another policy on the same prefix.
+     */
+    checkIn(scope: string, key: Key, n?: number): Promise<RedisDecision>
+    /**
      * Gives every unspent leased token back to Redis (call it on shutdown);
      * resolves with how many keys' tokens went back. The client stays open.
      */
@@ -427,9 +433,11 @@ export declare class Gate {
   identity(key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null): Buffer | number
   /**
    * `decide` with the `remote` policies' decisions for the request's
-   * `identity`, in order (none when `identity` gave a status).
+   * `identity`, in order (none when `identity` gave a status); `null`
+   * for a policy whose table is full (it threw
+   * `ERR_RATEBOUND_TOO_MANY_KEYS`): the gate answers as for its own.
    */
-  decideWith(key: string | number | Uint8Array | null | undefined, peer: string | null | undefined, rawHeaders: string[] | null | undefined, remote: RemoteDecision[]): Verdict
+  decideWith(key: string | number | Uint8Array | null | undefined, peer: string | null | undefined, rawHeaders: string[] | null | undefined, remote: Array<RemoteDecision | null>): Verdict
   /**
    * Load shedding: a place among the requests in flight (always `true`
    * without a `concurrencyLimit`); pair a `true` with one `leave()` when
@@ -649,14 +657,18 @@ export declare class RedisEngine {
    * bytes after the prefix: `'1'`, `1` and `Buffer.from('1')` are the
    * same key in Redis.
    *
-   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for `n = 0`,
-   * `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an `n` above the burst (or
-   * limit); {TypeError} `ERR_INVALID_ARG_TYPE` for a key of another kind.
+   * `n = 0` is a query (admitted, nothing taken). Within `scope` (a
+   * middleware's policy name) the key is that policy's own.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an
+   * `n` above the burst (or limit), `ERR_RATEBOUND_INVALID_NUMBER` for
+   * an `n` that is not a whole number; {TypeError}
+   * `ERR_INVALID_ARG_TYPE` for a key of another kind.
    */
-  begin(key: string | number | Uint8Array, n?: number): RedisDecision | RedisCall
+  begin(key: string | number | Uint8Array, n?: number, scope?: string | null): RedisDecision | RedisCall
   /**
    * Step two: the decision from what became of `call` — the script's
-   * reply (five integers), or `null` with `timedOut` (no reply within the
+   * reply (six integers), or `null` with `timedOut` (no reply within the
    * deadline) or an `error` text (a connection or server error). A reply
    * of another shape counts as a failure. Failures feed the circuit
    * breaker and are answered by the fail policy.
@@ -1095,9 +1107,11 @@ export interface RedisDecision {
   resetAfter: number
   /**
    * Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
-   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy).
+   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy), or
+   * `'damaged'` (Redis answered, but the key held a value no script
+   * wrote: it was rebuilt as spent and the request refused).
    */
-  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local'
+  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged'
 }
 
 /**

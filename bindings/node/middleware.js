@@ -25,6 +25,20 @@ const REGISTER_OPTIONS = new Set(['prefix', 'logLevel', 'logSerializers'])
 // change its limit behind its back).
 const POLICY_OPTIONS = new Set([...POLICY_FIELDS, 'policies'])
 
+
+// A remote policy's answer for `id`, as the gate takes it: a Redis limiter
+// checks the key in its policy's own scope (two policies of one middleware
+// never share a Redis key); a host-shared table that is full answers null,
+// which the gate turns into its full-table answer (503), never a 500.
+function answer(policy, id) {
+  if (!policy.shared) return policy.limiter.checkIn(policy.name, id)
+  try {
+    return policy.limiter.check(id)
+  } catch (e) {
+    if (e != null && e.code === 'ERR_RATEBOUND_TOO_MANY_KEYS') return null
+    throw e
+  }
+}
 function typeError(message) {
   const e = new TypeError(message)
   e.code = 'ERR_INVALID_ARG_TYPE'
@@ -152,7 +166,7 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
       const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
       const headerLines = lines(r.rawHeaders)
       const id = gate.identity(key, peer, headerLines)
-      const decisions = typeof id === 'number' ? [] : await Promise.all(remote.map((x) => x.limiter.check(id)))
+      const decisions = typeof id === 'number' ? [] : await Promise.all(remote.map((x) => answer(x, id)))
       const v = gate.decideWith(key, peer, headerLines, decisions)
       return [String(v.status), v.contentType ?? '', v.body ?? '', v.outcome, v.refusedBy ?? '', ...v.headers]
     }

@@ -72,7 +72,7 @@ module.exports = function redisDrivers(native) {
     throw e
   }
 
-  // The script's reply as the engine takes it (five integers), or null.
+  // The script's reply as the engine takes it (six integers), or null.
   function integers(reply) {
     if (!Array.isArray(reply)) return null
     const out = new Array(reply.length)
@@ -203,6 +203,14 @@ module.exports = function redisDrivers(native) {
     /** Whether `n` (default 1) tokens for `key` were taken. */
     async tryAcquire(key, n) {
       return (await this.#decide(this.#engine.begin(key, n))).allowed
+    }
+
+    /**
+     * `check` within `scope` (a middleware's policy name): that policy's
+     * own key in Redis, never shared with another policy on the prefix.
+     */
+    async checkIn(scope, key, n) {
+      return this.#decide(this.#engine.begin(key, n, scope))
     }
 
     /**

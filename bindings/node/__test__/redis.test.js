@@ -187,9 +187,14 @@ test('spec/redis.json: every vector with ioredis and node-redis, zero difference
     const failures = []
     let steps = 0
     for (const v of vectors) {
-      const lim = limiterFor(v.config, client)
+      let lim = limiterFor(v.config, client)
       const key = randomKey(v.id)
       for (const [i, step] of v.steps.entries()) {
+        if (step.config !== undefined) {
+          // A redeploy: the same key under new settings from here on.
+          await lim.close()
+          lim = limiterFor(step.config, client)
+        }
         const d = await lim.checkAt(key, step.n ?? 1, step.at_us)
         steps++
         const got = {
@@ -206,12 +211,13 @@ test('spec/redis.json: every vector with ioredis and node-redis, zero difference
       await lim.close()
     }
     assert.deepEqual(failures, [], `${kind}: differences from spec/redis.json`)
-    assert.ok(steps >= 30, `${kind}: ${steps} steps replayed`)
+    assert.equal(steps, vectors.reduce((sum, v) => sum + v.steps.length, 0))
+    assert.ok(steps >= 50, `${kind}: ${steps} steps replayed`)
     await closeClient(client)
   }
 })
 
-test('the driver detects each client; keys go to Redis as raw bytes after the prefix', async () => {
+test("the driver detects each client; keys go to Redis as raw bytes after the prefix and the algorithm's tag", async () => {
   const server = await main()
   const io = await ioredis(server.port)
   const nr = await nodeRedis(server.port)
@@ -224,12 +230,12 @@ test('the driver detects each client; keys go to Redis as raw bytes after the pr
   // '1', 1 and Buffer.from('1') are one key in Redis, shared by both clients.
   assert.equal((await a.check(`${base}1`)).remaining, 4)
   assert.equal((await b.check(Buffer.from(`${base}1`))).remaining, 3)
-  assert.equal(await io.exists(`rbtest:${base}1`), 1)
+  assert.equal(await io.exists(`rbtest:tb:${base}1`), 1)
   const n = 7_000_000_000_123
   await a.check(n)
   await b.check(String(n))
   assert.equal((await a.check(n)).remaining, 2)
-  await io.del(`rbtest:${n}`)
+  await io.del(`rbtest:tb:${n}`)
   const keys = ['with spaces and\ttabs', 'ünïcødé ✓ 🚦 key', 'k'.repeat(10 * 1024), Buffer.from([0, 255, 10, 13, 32, 0])]
   for (const key of keys) {
     for (const lim of [a, b]) {
@@ -237,7 +243,7 @@ test('the driver detects each client; keys go to Redis as raw bytes after the pr
       assert.equal(d.source, 'redis', `${lim.clientKind} ${String(key).slice(0, 20)}`)
       assert.equal(d.allowed, true)
     }
-    const raw = Buffer.concat([Buffer.from('rbtest:'), Buffer.isBuffer(key) ? key : Buffer.from(key, 'utf8')])
+    const raw = Buffer.concat([Buffer.from('rbtest:tb:'), Buffer.isBuffer(key) ? key : Buffer.from(key, 'utf8')])
     assert.equal(await io.exists(raw), 1, `the key is stored as its raw bytes: ${raw.subarray(0, 40)}`)
     assert.equal((await a.check(key)).remaining, 2, 'both clients count on one key')
     await io.del(raw)
@@ -265,7 +271,9 @@ test('bad input: typed errors naming the value, never a crash', async () => {
       if (re) assert.match(e.message, re)
       return true
     })
-  await rejects(lim.check('k', 0), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /n 0/)
+  // n = 0 is a query, as for every local limiter.
+  const q = await lim.check('k', 0)
+  assert.deepEqual([q.allowed, q.remaining, q.source], [true, 20, 'redis'])
   await rejects(lim.check('k', 21), 'RangeError', 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY', /21/)
   await rejects(lim.check('k', 1.5), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER', /1\.5/)
   await rejects(lim.check('k', -1), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER')
@@ -597,7 +605,7 @@ test('cluster: 3 masters, keys on different masters, the bound holds per key', a
   const keys = new Map()
   for (let i = 0; keys.size < 3 && i < 10000; i++) {
     const k = `partner-${i}`
-    const port = owner(slotOf(`rb:${k}`))
+    const port = owner(slotOf(`rb:tb:${k}`))
     if (!keys.has(port)) keys.set(port, k)
   }
   assert.equal(keys.size, 3, 'a key on each master')
@@ -629,7 +637,7 @@ test('cluster: 3 masters, keys on different masters, the bound holds per key', a
     const got = admitted.get(key)
     lines.push(`${key}@${port}: ${got}`)
     assert.ok(got <= bound && got >= 0.8 * bound, `${key} on :${port}: admitted ${got}, bound ${bound.toFixed(1)}`)
-    assert.equal(await cli(port, 'EXISTS', `rb:${key}`), '1', `rb:${key} lives on :${port}`)
+    assert.equal(await cli(port, 'EXISTS', `rb:tb:${key}`), '1', `rb:tb:${key} lives on :${port}`)
   }
   assert.ok(instances.reduce((s, l) => s + l.stats.evals, 0) >= 3, 'NOSCRIPT on each node loads the script')
   console.log(`# cluster: admitted per key in ${elapsed.toFixed(2)} s (bound ${bound.toFixed(1)}): ${lines.join(', ')}`)
@@ -720,11 +728,6 @@ test('close() gives leased tokens back', async () => {
   await closeClient(client)
 })
 
-test('no unhandled rejection in this file', async () => {
-  await sleep(100)
-  assert.deepEqual(unhandled.map(String), [])
-})
-
 // ------------------------------------------------------------- middleware
 
 async function listen(app) {
@@ -784,4 +787,59 @@ test('middleware: a global limit in Redis is one policy away, shared by two inst
     serverA.close()
     await fastify.close()
   }
+})
+
+test('middleware: two Redis policies of one middleware never share a key', async () => {
+  const express = require('express')
+  const s = await main()
+  const client = await ioredis(s.port)
+  const prefix = `${randomKey('two')}:`
+  // 10/hour burst 20 and 100/hour on one prefix: 60 requests let 20 through
+  // (the burst); when both wrote rb:<key> they shared one state.
+  const burst = rb.redis.TokenBucket({ client, rate: '10/hour burst 20', prefix, timeout: 2 })
+  const hourly = rb.redis.TokenBucket({ client, rate: '100/hour', prefix, timeout: 2 })
+  const app = express()
+  app.use(rb.express({ policies: [{ name: 'burst', limiter: burst }, { name: 'hourly', limiter: hourly }], key: { header: 'x-api-key' } }))
+  app.get('/', (req, res) => res.send('ok'))
+  const server = await listen(app)
+  try {
+    const port = server.address().port
+    const codes = []
+    for (let i = 0; i < 60; i++) codes.push((await get(port, { 'x-api-key': 'alice' })).status)
+    assert.equal(codes.filter((c) => c === 200).length, 20, codes.join(','))
+    assert.deepEqual([...new Set(codes)].sort(), [200, 429])
+    const keys = (await client.keys(`${prefix}*`)).sort()
+    assert.deepEqual(keys, [`${prefix}tb@burst:key:alice`, `${prefix}tb@hourly:key:alice`])
+    // Unnamed, two Redis policies would both be 'global': refused at once.
+    assert.throws(
+      () => rb.express({ policies: [burst, hourly] }),
+      (e) => e.code === 'ERR_RATEBOUND_INVALID_OPTION' && /global/.test(e.message),
+    )
+  } finally {
+    server.close()
+    await closeClient(client)
+  }
+})
+
+test('a damaged key is refused alone (source damaged) and never opens the breaker', async () => {
+  const s = await main()
+  const client = await ioredis(s.port)
+  const prefix = `${randomKey('damaged')}:`
+  const lim = rb.redis.TokenBucket({ client, rate: 1, burst: 5, prefix, onError: 'closed', timeout: 2 })
+  for (const [i, value] of ['garbage', '', '1e300', '-5', 'nan'].entries()) {
+    await client.set(`${prefix}tb:k${i}`, value)
+    const d = await lim.check(`k${i}`)
+    assert.deepEqual([d.allowed, d.source], [false, 'damaged'], JSON.stringify(value))
+  }
+  await client.rpush(`${prefix}tb:list`, 'x')
+  assert.equal((await lim.check('list')).source, 'damaged')
+  assert.equal(lim.breakerOpen, false)
+  assert.equal((await lim.check('someone-else')).source, 'redis')
+  await closeClient(client)
+})
+
+// Last: every test above has run (node:test runs a file's tests in order).
+test('no unhandled rejection in this file', async () => {
+  await sleep(100)
+  assert.deepEqual(unhandled.map(String), [])
 })

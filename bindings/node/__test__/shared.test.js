@@ -242,3 +242,51 @@ test('a SharedKeyedLimiter is a middleware policy: Express and Fastify share it'
     await f.close()
   }
 })
+
+test('a full SharedKeyedLimiter policy answers 503 (Retry-After 1) in Express and Fastify, never 500', async () => {
+  const express = require('express')
+  const Fastify = require('fastify')
+  const http = require('node:http')
+  const get = (port, headers) =>
+    new Promise((resolve, reject) => {
+      http
+        .get({ host: '127.0.0.1', port, path: '/', headers, agent: false }, (res) => {
+          let body = ''
+          res.on('data', (c) => (body += c))
+          res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
+        })
+        .on('error', reject)
+    })
+  const table = (name) => new rb.SharedKeyedLimiter({ path: path.join(tmpdir(), `${name}.limit`), rate: '1/h', burst: 100, maxKeys: 8 })
+  const a = express()
+  const tableA = table('express-full')
+  a.use(rb.express({ policies: [tableA], key: { header: 'x-api-key' } }))
+  a.get('/', (req, res) => res.send('ok'))
+  const serverA = a.listen(0, '127.0.0.1')
+  await new Promise((resolve) => serverA.on('listening', resolve))
+  const f = Fastify()
+  const tableB = table('fastify-full')
+  await f.register(rb.fastify, { policies: [tableB], key: { header: 'x-api-key' } })
+  f.get('/', async () => 'ok')
+  await f.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    for (const [port, t] of [[serverA.address().port, tableA], [f.server.address().port, tableB]]) {
+      const counts = new Map()
+      for (let i = 0; i < 150; i++) {
+        const r = await get(port, { 'x-api-key': `user-${i}` })
+        counts.set(r.status, (counts.get(r.status) ?? 0) + 1)
+        if (r.status === 503) {
+          assert.equal(r.headers['retry-after'], '1')
+          assert.match(r.body, /too many clients/)
+        }
+      }
+      assert.deepEqual([...counts.keys()].sort(), [200, 503], JSON.stringify([...counts]))
+      assert.ok(counts.get(200) >= 8 && counts.get(200) <= t.slots, JSON.stringify([...counts]))
+      // A client the table holds is still served.
+      assert.equal((await get(port, { 'x-api-key': 'user-0' })).status, 200)
+    }
+  } finally {
+    serverA.close()
+    await f.close()
+  }
+})

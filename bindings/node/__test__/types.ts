@@ -92,7 +92,8 @@ async function global(): Promise<void> {
   const sw = new redis.SlidingWindow({ client: ioCluster, limit: 100, window: 60, onError: 'closed', breakerCooldown: 2 })
   const tb2 = new redis.TokenBucket({ client: nrCluster, rate: 10 })
   const d: RedisDecision = await tb.check('partner-api')
-  const source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' = d.source
+  const source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' = d.source
+  const scoped: RedisDecision = await tb.checkIn('burst', 'partner-api')
   const ok: boolean = await fw.tryAcquire(42, 2)
   const at: RedisDecision = await sw.checkAt(Buffer.from('k'), 1, 1_200_000_000_000_000)
   const returned: number = await tb2.close()

@@ -7,7 +7,7 @@ use napi::JsValue;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
-use ratebound::any::{self, GateOptions as CoreOptions, KeySource, Loose};
+use ratebound::any::{self, GateOptions as CoreOptions, KeySource, Loose, RemoteAnswer};
 
 use crate::error::{OrThrow, throw};
 use crate::fast;
@@ -407,9 +407,11 @@ impl Gate {
     }
 
     /// `decide` with the `remote` policies' decisions for the request's
-    /// `identity`, in order (none when `identity` gave a status).
+    /// `identity`, in order (none when `identity` gave a status); `null`
+    /// for a policy whose table is full (it threw
+    /// `ERR_RATEBOUND_TOO_MANY_KEYS`): the gate answers as for its own.
     #[napi(
-        ts_args_type = "key: string | number | Uint8Array | null | undefined, peer: string | null | undefined, rawHeaders: string[] | null | undefined, remote: RemoteDecision[]"
+        ts_args_type = "key: string | number | Uint8Array | null | undefined, peer: string | null | undefined, rawHeaders: string[] | null | undefined, remote: Array<RemoteDecision | null>"
     )]
     pub fn decide_with(
         &self,
@@ -417,12 +419,15 @@ impl Gate {
         key: Option<Unknown<'_>>,
         peer: Option<String>,
         raw_headers: Option<Unknown<'_>>,
-        remote: Vec<RemoteDecision>,
+        remote: Vec<Option<RemoteDecision>>,
     ) -> Result<Verdict> {
         let peer = peer.and_then(|p| p.parse().ok());
         let key = key.map_or(std::ptr::null_mut(), |k| k.raw());
         let lines = raw_headers.map_or(std::ptr::null_mut(), |h| h.raw());
-        let decisions: Vec<ratebound::Decision> = remote.iter().map(RemoteDecision::core).collect();
+        let decisions: Vec<RemoteAnswer> = remote
+            .iter()
+            .map(|d| d.as_ref().map_or(RemoteAnswer::Full, |d| d.core().into()))
+            .collect();
         let inner = &self.inner;
         // SAFETY: the env and the arguments of the current call.
         #[allow(unsafe_code)]

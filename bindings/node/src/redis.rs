@@ -87,8 +87,10 @@ pub struct RedisDecision {
     /// Seconds until the key's state is fresh again.
     pub reset_after: f64,
     /// Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
-    /// `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy).
-    #[napi(ts_type = "'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local'")]
+    /// `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy), or
+    /// `'damaged'` (Redis answered, but the key held a value no script
+    /// wrote: it was rebuilt as spent and the request refused).
+    #[napi(ts_type = "'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged'")]
     pub source: &'static str,
 }
 
@@ -319,11 +321,15 @@ impl RedisEngine {
     /// bytes after the prefix: `'1'`, `1` and `Buffer.from('1')` are the
     /// same key in Redis.
     ///
-    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for `n = 0`,
-    /// `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an `n` above the burst (or
-    /// limit); {TypeError} `ERR_INVALID_ARG_TYPE` for a key of another kind.
+    /// `n = 0` is a query (admitted, nothing taken). Within `scope` (a
+    /// middleware's policy name) the key is that policy's own.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an
+    /// `n` above the burst (or limit), `ERR_RATEBOUND_INVALID_NUMBER` for
+    /// an `n` that is not a whole number; {TypeError}
+    /// `ERR_INVALID_ARG_TYPE` for a key of another kind.
     #[napi(
-        ts_args_type = "key: string | number | Uint8Array, n?: number",
+        ts_args_type = "key: string | number | Uint8Array, n?: number, scope?: string | null",
         ts_return_type = "RedisDecision | RedisCall"
     )]
     pub fn begin(
@@ -331,16 +337,18 @@ impl RedisEngine {
         env: Env,
         key: Unknown<'_>,
         n: Option<f64>,
+        scope: Option<String>,
     ) -> Result<Either<RedisDecision, RedisCall>> {
         let n = tokens(&env, n)?;
         let raw_env: sys::napi_env = env.raw();
+        let scope = scope.as_deref();
         // SAFETY: the env and the argument of the current call.
         #[allow(unsafe_code)]
         let begun = unsafe {
             with_key(raw_env, key.raw(), |k| match k {
-                Key::Text(s) => self.engine.begin(s.as_bytes(), n),
-                Key::Bytes(b) => self.engine.begin(b, n),
-                Key::Int(i) => self.engine.begin(i.to_string().as_bytes(), n),
+                Key::Text(s) => self.engine.begin_in(scope, s.as_bytes(), n),
+                Key::Bytes(b) => self.engine.begin_in(scope, b, n),
+                Key::Int(i) => self.engine.begin_in(scope, i.to_string().as_bytes(), n),
             })
         };
         match begun.map_err(|e| key_error(&env, e))?.or_throw(&env)? {
@@ -350,7 +358,7 @@ impl RedisEngine {
     }
 
     /// Step two: the decision from what became of `call` — the script's
-    /// reply (five integers), or `null` with `timedOut` (no reply within the
+    /// reply (six integers), or `null` with `timedOut` (no reply within the
     /// deadline) or an `error` text (a connection or server error). A reply
     /// of another shape counts as a failure. Failures feed the circuit
     /// breaker and are answered by the fail policy.

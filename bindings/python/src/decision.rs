@@ -48,7 +48,8 @@ impl Decision {
         self.inner.reset_after_nanos()
     }
     /// A Redis limiter's path: "redis", "lease", "fail_open",
-    /// "fail_closed" or "local"; `None` for a local limiter.
+    /// "fail_closed", "local" or "damaged" (the key held a value no script
+    /// wrote: rebuilt as spent, refused); `None` for a local limiter.
     #[getter]
     fn source(&self) -> Option<&'static str> {
         self.source.map(Source::as_str)

@@ -185,18 +185,20 @@ impl RedisEngine_ {
         })
     }
 
-    /// Step one of taking `n` (default 1) for `key` (str, bytes or int):
+    /// Step one of taking `n` (default 1) for `key` (str, bytes or int),
+    /// within `scope` if given (a middleware's policy name: its own keys):
     /// a `Decision` already (a lease, or the fail policy while the breaker
     /// is open), or a `RedisCall_` to run and pass to `finish`.
-    #[pyo3(signature = (key, n=None))]
+    #[pyo3(signature = (key, n=None, scope=None))]
     fn begin(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<&Bound<'_, PyAny>>,
+        scope: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let n = count(py, n)?;
-        match with_raw_key(key, |k| self.inner.begin(k, n).or_py(py))? {
+        match with_raw_key(key, |k| self.inner.begin_in(scope, k, n).or_py(py))? {
             Begin::Done(d) => Ok(Self::decision(py, d)?.into_any()),
             Begin::Call(call) => Ok(Py::new(py, RedisCall_ { inner: call })?.into_any()),
         }

@@ -237,14 +237,21 @@ def fields(d: rb.Decision) -> dict:
 
 def test_spec_vectors_replay_against_redis(server: Server) -> None:
     vectors = json.loads(SPEC.read_text())["vectors"]
-    assert vectors
+    assert len(vectors) >= 12
     failures: list[str] = []
     client = server.client()
+    steps = 0
     for v in vectors:
         # A fresh random key per vector; a generous deadline, so that a slow
         # moment of the machine cannot turn an answer into the fail policy's.
-        limiter = CLASSES[v["config"]["algorithm"]](client, v["config"], prefix=fresh_key("spec") + ":", timeout=2.0)
+        prefix = fresh_key("spec") + ":"
+        limiter = CLASSES[v["config"]["algorithm"]](client, v["config"], prefix=prefix, timeout=2.0)
         for i, step in enumerate(v["steps"]):
+            if "config" in step:
+                # A redeploy: the same key under new settings from here on.
+                limiter.close()
+                limiter = CLASSES[step["config"]["algorithm"]](client, step["config"], prefix=prefix, timeout=2.0)
+            steps += 1
             got = fields(limiter._check_at(v["id"], step["n"], step["at_us"]))
             for field, want in step["expect"].items():
                 if got[field] != want:
@@ -252,6 +259,7 @@ def test_spec_vectors_replay_against_redis(server: Server) -> None:
         limiter.close()
     client.close()
     assert not failures, "\n".join(failures)
+    assert steps == sum(len(v["steps"]) for v in vectors) and steps >= 50, steps
 
 
 # -------------------------------------------------------------- incident
@@ -499,8 +507,9 @@ async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
 # ---------------------------------------------------------------- cluster
 
 
-def keys_per_master(cluster: Cluster, prefix: str = "rb:") -> dict[int, str]:
-    """One key for each master (by the slot of prefix + key)."""
+def keys_per_master(cluster: Cluster, prefix: str = "rb:tb:") -> dict[int, str]:
+    """One key for each master (by the slot of the token bucket's Redis key,
+    prefix + "tb:" + key)."""
     keys: dict[int, str] = {}
     base = uuid.uuid4().hex
     for i in range(10_000):
@@ -569,7 +578,7 @@ def test_cluster_bound_holds_per_key(cluster: Cluster) -> None:
         total = sum(a[k] for a in admitted)
         assert 0.9 * earned <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, answers {dict(sources)}"
         # The key lives on its own master, and only there.
-        assert [n.port for n in cluster.nodes if holds(n, f"rb:{k}")] == [port], (k, port)
+        assert [n.port for n in cluster.nodes if holds(n, f"rb:tb:{k}")] == [port], (k, port)
 
 
 async def test_cluster_asyncio(cluster: Cluster) -> None:
@@ -708,7 +717,7 @@ def test_odd_keys_are_stored_raw(server: Server) -> None:
         d = lim.check(k)
         assert (d.source, d.allowed, d.remaining) == ("redis", True, 1), (k, d)
         raw = k if isinstance(k, bytes) else str(k).encode()
-        assert server.admin("EXISTS", prefix.encode() + raw) == 1, k
+        assert server.admin("EXISTS", prefix.encode() + b"tb:" + raw) == 1, k
     # Each key is its own limit.
     assert [lim.check(k).remaining for k in keys] == [0] * len(keys)
     assert not any(lim.check(k).allowed for k in keys)
@@ -725,9 +734,9 @@ def test_odd_keys_are_stored_raw(server: Server) -> None:
 def test_bad_numbers_are_the_cores_typed_errors(server: Server) -> None:
     client = server.client()
     lim = rbr.TokenBucket(client, rate=10, burst=20)
-    with pytest.raises(rb.QuotaError) as e:
-        lim.check("k", 0)
-    assert e.value.code == "invalid_number"
+    # n = 0 is a query, as for every local limiter.
+    q = lim.check("k", 0)
+    assert (q.allowed, q.remaining, q.source) == (True, 20, "redis")
     with pytest.raises(rb.InsufficientCapacity):
         lim.check("k", 21)
     with pytest.raises(rb.QuotaError):
@@ -831,11 +840,12 @@ def test_engine_without_io() -> None:
     e = rb._ratebound.RedisEngine_("token_bucket", rate="10/s burst 20", breaker_cooldown=0.05)
     call = e.begin("k")
     assert isinstance(call, rb._ratebound.RedisCall_)
-    assert call.key == b"rb:k" and call.kind == "check" and call.n == 1 and call.script == "gcra"
+    assert call.key == b"rb:tb:k" and call.kind == "check" and call.n == 1 and call.script == "gcra"
     assert len(call.sha) == 40 and "redis.call" in call.text
     assert call.args[0] == "" and call.at(7).args[0] == "7"
-    d = e.finish(call, [1, 19, 0, 100000, 1])
+    d = e.finish(call, [1, 19, 0, 100000, 1, 0])
     assert (d.allowed, d.remaining, d.reset_after_ns, d.source) == (True, 19, 100_000_000, "redis")
+    assert e.begin("k", scope="hourly").key == b"rb:tb@hourly:k"
     # A reply of another shape is a failure; three open the breaker.
     assert e.finish(call, b"OK").source == "fail_open"
     assert e.finish(call, timed_out=True).source == "fail_open"
@@ -845,7 +855,7 @@ def test_engine_without_io() -> None:
     time.sleep(0.06)
     probe = e.begin("k")
     assert isinstance(probe, rb._ratebound.RedisCall_)
-    assert e.finish(probe, [1, 18, 0, 200000, 1]).source == "redis"
+    assert e.finish(probe, [1, 18, 0, 200000, 1, 0]).source == "redis"
     assert not e.breaker_open
     with pytest.raises(TypeError):
         e.finish(call)
@@ -858,6 +868,48 @@ def test_engine_without_io() -> None:
 
 
 # ---------------------------------------------------------------- middleware
+
+
+def test_two_redis_policies_of_one_middleware_never_share_a_key(server: Server) -> None:
+    """10/hour burst 20 and 100/hour, both Redis limiters on one prefix: 60
+    requests let 20 through (the burst). When both wrote rb:<key> they
+    shared one state and let through far more."""
+    flask = Flask(__name__)
+    flask.get("/")(lambda: "ok")
+    prefix = f"{fresh_key('two')}:"
+    burst = rbr.TokenBucket(server.client(), "10/hour burst 20", prefix=prefix, timeout=2.0)
+    hourly = rbr.TokenBucket(server.client(), "100/hour", prefix=prefix, timeout=2.0)
+    flask.wsgi_app = rb.wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        flask.wsgi_app, policies={"burst": burst, "hourly": hourly}, key_header="x-api-key"
+    )
+    client = flask.test_client()
+    codes = [client.get("/", headers={"x-api-key": "alice"}).status_code for _ in range(60)]
+    assert codes.count(200) == 20, codes
+    assert set(codes) == {200, 429}
+    # Each policy has its own key, named by it; the direct key is untouched.
+    r = server.client()
+    names = sorted(k.decode() for k in r.keys(f"{prefix}*"))
+    assert names == [f"{prefix}tb@burst:key:alice", f"{prefix}tb@hourly:key:alice"], names
+    assert burst.check(b"key:alice").allowed
+    r.close()
+
+
+def test_a_damaged_key_is_refused_alone_and_never_opens_the_breaker(server: Server) -> None:
+    client = server.client()
+    prefix = f"{fresh_key('damaged')}:"
+    lim = rbr.TokenBucket(client, rate=1, burst=5, prefix=prefix, on_error="closed", timeout=2.0)
+    r = server.client()
+    for i, value in enumerate(["garbage", "", "1e300", "-5", "nan"]):
+        r.set(f"{prefix}tb:k{i}", value)
+        d = lim.check(f"k{i}")
+        assert (d.allowed, d.source) == (False, "damaged"), value
+    r.rpush(f"{prefix}tb:list", "x")
+    assert lim.check("list").source == "damaged"
+    assert not lim.breaker_open
+    assert lim.check("someone-else").source == "redis"
+    r.close()
+    lim.close()
+    client.close()
 
 
 def test_middleware_global_limit_is_one_policy_away(server: Server) -> None:

@@ -212,6 +212,46 @@ def test_a_shared_keyed_limiter_is_a_middleware_policy(tmp_path: Path) -> None:
     assert shared().available(b"key:alice") == 0
 
 
+def test_a_full_shared_table_answers_503_never_500(tmp_path: Path) -> None:
+    """A SharedKeyedLimiter policy whose table is full follows the gate's
+    full-table rule (503, Retry-After 1) under uvicorn and wsgiref, as the
+    middleware's own table does; keys already in the table go on."""
+    import httpx
+    from flask import Flask
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from routes_spec import uvicorn_serving, wsgiref_serving
+
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("ok")
+
+    flask = Flask(__name__)
+    flask.get("/")(lambda: "ok")
+    for name, serving, wrap in [
+        ("uvicorn", uvicorn_serving, lambda p: rb.asgi.RateLimitMiddleware(
+            Starlette(routes=[Route("/", hello)]), policies={"host": p}, key_header="x-api-key")),
+        ("wsgiref", wsgiref_serving, lambda p: rb.wsgi.RateLimitMiddleware(
+            flask.wsgi_app, policies={"host": p}, key_header="x-api-key")),
+    ]:
+        table = rb.SharedKeyedLimiter(tmp_path / f"{name}.limit", rate="1/h", burst=100, max_keys=8)
+        with serving(wrap(table)) as url, httpx.Client(base_url=url, timeout=5) as client:
+            statuses: dict[int, int] = {}
+            for i in range(150):
+                r = client.get("/", headers={"x-api-key": f"user-{i}"})
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                if r.status_code == 503:
+                    assert r.headers["retry-after"] == "1", name
+                    assert "too many clients" in r.text, name
+            assert set(statuses) == {200, 503}, (name, statuses)
+            assert 8 <= statuses[200] <= table.slots, (name, statuses)
+            # A client the table holds is still served.
+            assert client.get("/", headers={"x-api-key": "user-0"}).status_code == 200, name
+        with pytest.raises(rb.TooManyKeys):
+            table.check(b"one-more")
+
+
 def test_gunicorn_example_four_workers_share_the_limit(tmp_path: Path) -> None:
     """examples/gunicorn_shared.py under gunicorn -w 4 on 127.0.0.1: 20
     requests of one client get exactly 5 answers of 200, whichever of the

@@ -4,11 +4,15 @@
 -- ARGV[1]  now in µs, or "" to read Redis' TIME
 -- ARGV[2]  limit per window
 -- ARGV[3]  W: the window in µs
--- ARGV[4]  n: requests
+-- ARGV[4]  n: requests (0: a query — admitted, nothing written)
 -- ARGV[5]  mode: "check", "lease" (at least n, up to ARGV[6]) or "return"
 -- ARGV[6]  with "lease": the most to take
--- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken}.
--- A refusal writes nothing; the key expires at the window's end.
+-- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken,
+-- damaged}, every field ≥ 0 whatever the key holds.
+-- A refusal writes nothing; the key expires at the window's end. A count
+-- above the limit (the limit was lowered) is refused until the window
+-- ends, remaining 0. A value that is not "<index>:<count>" (damaged) is
+-- rebuilt as a full current window, stored, and judged as that.
 local now = clock(ARGV[1])
 local limit = tonumber(ARGV[2])
 local W = tonumber(ARGV[3])
@@ -16,11 +20,6 @@ local n = tonumber(ARGV[4])
 local mode = ARGV[5]
 local idx = div(now, W)
 local count = 0
-local stored = redis.call('GET', KEYS[1])
-if stored then
-  local i, c = string.match(stored, '^(%d+):(%d+)$')
-  if i and tonumber(i) == idx then count = tonumber(c) end
-end
 local until_end = (idx + 1) * W - now
 local function store()
   if count > 0 then
@@ -29,20 +28,40 @@ local function store()
     redis.call('DEL', KEYS[1])
   end
 end
+local raw, damaged = load(KEYS[1])
+if raw then
+  local i, c = string.match(raw, '^(%d+):(%d+)$')
+  i, c = uint(i), uint(c)
+  if not (i and c) then
+    damaged = true
+  elseif i == idx then
+    count = c
+  end
+end
+local bad = 0
+if damaged then
+  bad = 1
+  count = limit
+  store()
+end
+local function remaining() return math.max(limit - count, 0) end
+local function reset()
+  if count > 0 then return until_end end
+  return 0
+end
+if n == 0 then
+  return {1, remaining(), 0, reset(), 0, bad}
+end
 if mode == 'return' then
   count = math.max(count - n, 0)
   store()
-  local reset = 0
-  if count > 0 then reset = until_end end
-  return {1, limit - count, 0, reset, n}
+  return {1, remaining(), 0, reset(), n, bad}
 end
 local take = n
-if mode == 'lease' then take = math.max(n, math.min(tonumber(ARGV[6]), limit - count)) end
+if mode == 'lease' then take = math.max(n, math.min(tonumber(ARGV[6]), remaining())) end
 if count + take > limit then
-  local reset = 0
-  if count > 0 then reset = until_end end
-  return {0, limit - count, until_end, reset, 0}
+  return {0, remaining(), until_end, reset(), 0, bad}
 end
 count = count + take
 store()
-return {1, limit - count, 0, until_end, take}
+return {1, remaining(), 0, until_end, take, bad}

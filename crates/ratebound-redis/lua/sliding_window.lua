@@ -4,23 +4,33 @@
 -- ARGV[2]  limit per window
 -- ARGV[3]  W: the window in µs (limit · W ≤ 2^53, checked by the caller,
 --          so every product below is exact in a double)
--- ARGV[4]  n: requests
+-- ARGV[4]  n: requests (0: a query — admitted, nothing written)
 -- ARGV[5]  mode: "check"
 -- The estimate weights the previous window's count by how much of it still
 -- overlaps the sliding window: admit n iff
 --   previous·(W − elapsed) + (current + n)·W ≤ limit·W.
--- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken}: the
--- same math as the core crate's SlidingWindow, in µs.
+-- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken,
+-- damaged}: the same math as the core crate's SlidingWindow, in µs; every
+-- field ≥ 0 whatever the key holds. Counts above the limit (it was
+-- lowered) are refused with the exact wait. A value that is not
+-- "<index>:<previous>:<current>" (damaged) is rebuilt as a full current
+-- window, stored, and judged as that.
 local now = clock(ARGV[1])
 local limit = tonumber(ARGV[2])
 local W = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 local now_idx = div(now, W)
 local idx, prev, cur = now_idx, 0, 0
-local stored = redis.call('GET', KEYS[1])
-if stored then
-  local i, p, c = string.match(stored, '^(%d+):(%d+):(%d+)$')
-  if i then idx, prev, cur = tonumber(i), tonumber(p), tonumber(c) end
+local raw, damaged = load(KEYS[1])
+if raw then
+  local i, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  i, p, c = uint(i), uint(p), uint(c)
+  if i and p and c then idx, prev, cur = i, p, c else damaged = true end
+end
+local bad = 0
+if damaged then
+  bad = 1
+  idx, prev, cur = now_idx, 0, limit
 end
 if now_idx == idx + 1 then
   idx, prev, cur = now_idx, cur, 0
@@ -40,13 +50,20 @@ end
 local function remaining(current)
   return div(math.max(limit * W - used(current), 0), W)
 end
-if used(cur + n) <= limit * W then
-  cur = cur + n
+local function store()
   local reset = reset_after(cur)
   if reset > 0 then
     redis.call('SET', KEYS[1], string.format('%d:%d:%d', idx, prev, cur), 'PX', math.ceil(reset / 1000))
   end
-  return {1, remaining(cur), 0, reset, n}
+  return reset
+end
+if damaged then store() end
+if n == 0 then
+  return {1, remaining(cur), 0, reset_after(cur), 0, bad}
+end
+if used(cur + n) <= limit * W then
+  cur = cur + n
+  return {1, remaining(cur), 0, store(), n, bad}
 end
 -- Refused: the exact wait until the estimate leaves room for n.
 local function wait()
@@ -58,4 +75,4 @@ local function wait()
   if cur > 0 then target = W - math.min(div((limit - n) * W, cur), W) end
   return (W - e) + target
 end
-return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0}
+return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0, bad}

@@ -88,10 +88,27 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     ///
     /// # Errors
     /// [`Error::InsufficientCapacity`] for an `n` above the burst (never
-    /// possible); [`Error::InvalidNumber`] for `n = 0`. Redis failures are
-    /// not errors: the fail policy answers them.
+    /// possible). `n = 0` is a query (admitted, nothing taken). Redis
+    /// failures are not errors: the fail policy answers them; nor is a key
+    /// whose state is beyond the limit (refused) or damaged
+    /// ([`Source::Damaged`](crate::Source::Damaged)).
     pub async fn check_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Decision, Error> {
-        self.check_n_with(key.as_ref(), n, None).await
+        self.check_n_with(None, key.as_ref(), n, None).await
+    }
+
+    /// [`check_n`](Self::check_n) for `key` within `scope` (see
+    /// [`Engine::redis_key`]): a middleware's check for its policy named
+    /// `scope`, which never shares a key with another policy.
+    ///
+    /// # Errors
+    /// As [`check_n`](Self::check_n).
+    pub async fn check_in(
+        &self,
+        scope: &str,
+        key: impl AsRef<[u8]>,
+        n: u64,
+    ) -> Result<Decision, Error> {
+        self.check_n_with(Some(scope), key.as_ref(), n, None).await
     }
 
     /// [`check_n`](Self::check_n) judged at `now_us` (µs) instead of
@@ -105,16 +122,17 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         n: u64,
         now_us: u64,
     ) -> Result<Decision, Error> {
-        self.check_n_with(key.as_ref(), n, Some(now_us)).await
+        self.check_n_with(None, key.as_ref(), n, Some(now_us)).await
     }
 
     async fn check_n_with(
         &self,
+        scope: Option<&str>,
         key: &[u8],
         n: u64,
         now_us: Option<u64>,
     ) -> Result<Decision, Error> {
-        match self.engine.begin(key, n)? {
+        match self.engine.begin_in(scope, key, n)? {
             Begin::Done(d) => Ok(d),
             Begin::Call(call) => {
                 let call = match now_us {

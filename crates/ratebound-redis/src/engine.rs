@@ -98,6 +98,20 @@ impl Algorithm {
             Algorithm::SlidingWindow { .. } => "sliding_window",
         }
     }
+
+    /// The key space's name after the prefix: each algorithm keeps its
+    /// state in a format of its own, so a token bucket and a window on the
+    /// same key can never read each other's state. The limit's numbers are
+    /// not part of it: a limiter whose rate, burst or limit changes (a
+    /// redeploy) keeps its keys, and a state beyond the new limit is
+    /// refused with the exact wait.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket(_) => "tb",
+            Algorithm::FixedWindow { .. } => "fw",
+            Algorithm::SlidingWindow { .. } => "sw",
+        }
+    }
 }
 
 /// What answers while Redis is down, slow or erroring.
@@ -151,10 +165,18 @@ pub enum Source {
     FailClosed,
     /// Redis failed; the local share of the limit decided.
     Local,
+    /// Redis decided, but the key held a value the script did not write
+    /// (another type, a value that is not the algorithm's state): the key
+    /// was rebuilt as spent — a bucket empty, a window full, from now —
+    /// and the request refused. That key is refused until it refills (at
+    /// most one burst period or window); no other key, and not the
+    /// circuit breaker, is affected.
+    Damaged,
 }
 
 impl Source {
-    /// `"redis"`, `"lease"`, `"fail_open"`, `"fail_closed"` or `"local"`.
+    /// `"redis"`, `"lease"`, `"fail_open"`, `"fail_closed"`, `"local"` or
+    /// `"damaged"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Redis => "redis",
@@ -162,6 +184,7 @@ impl Source {
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
             Source::Local => "local",
+            Source::Damaged => "damaged",
         }
     }
 }
@@ -224,12 +247,12 @@ pub enum CallKind {
 
 /// One script run for a driver to perform: `EVALSHA sha 1 key args...`,
 /// and on a `NOSCRIPT` reply `EVAL text 1 key args...` once (which also
-/// loads the script). The reply is five integers, for [`Engine::finish`].
+/// loads the script). The reply is six integers, for [`Engine::finish`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Call {
     /// The script.
     pub script: &'static Script,
-    /// The one key (prefix + the caller's key): cluster-safe.
+    /// The one key (see [`Engine::redis_key`]): cluster-safe.
     pub key: Vec<u8>,
     /// The arguments, as Redis strings.
     pub args: Vec<String>,
@@ -275,7 +298,7 @@ pub enum Begin {
 pub struct Config {
     /// What it counts.
     pub algorithm: Algorithm,
-    /// Prepended to every key (default `"rb:"`).
+    /// Prepended to every key (default `"rb:"`); see [`Engine::redis_key`].
     pub prefix: String,
     /// What answers when Redis cannot (default [`OnError::Open`]).
     pub on_error: OnError,
@@ -634,9 +657,32 @@ impl Engine {
         self.breaker.is_open()
     }
 
-    fn full_key(&self, key: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.config.prefix.len() + key.len());
-        k.extend_from_slice(self.config.prefix.as_bytes());
+    /// The Redis key for `key`: the prefix, the algorithm's
+    /// [tag](Algorithm::tag), then `:` and the key —
+    /// `rb:tb:alice` for a token bucket, `rb:fw:alice` for a fixed window.
+    /// Within a `scope` (a middleware's policy name, so that two policies
+    /// of one middleware never share a key) the tag is followed by `@`, the
+    /// scope with `%` and `:` escaped (`%25`, `%3A`), then `:` and the key:
+    /// `rb:tb@burst:alice`. Different (scope, key) pairs never give the same
+    /// Redis key; every instance of one limiter gives the same one.
+    pub fn redis_key(&self, scope: Option<&str>, key: &[u8]) -> Vec<u8> {
+        let prefix = self.config.prefix.as_bytes();
+        let tag = self.config.algorithm.tag().as_bytes();
+        let extra = scope.map_or(0, |s| 1 + 3 * s.len());
+        let mut k = Vec::with_capacity(prefix.len() + tag.len() + extra + 1 + key.len());
+        k.extend_from_slice(prefix);
+        k.extend_from_slice(tag);
+        if let Some(scope) = scope {
+            k.push(b'@');
+            for b in scope.bytes() {
+                match b {
+                    b'%' => k.extend_from_slice(b"%25"),
+                    b':' => k.extend_from_slice(b"%3A"),
+                    _ => k.push(b),
+                }
+            }
+        }
+        k.push(b':');
         k.extend_from_slice(key);
         k
     }
@@ -663,20 +709,25 @@ impl Engine {
         }
     }
 
-    /// Step one of taking `n` tokens for `key`.
+    /// Step one of taking `n` tokens for `key`. `n = 0` is a query, as in
+    /// the core: admitted, nothing taken, the key's state reported (it asks
+    /// Redis even when a lease holds tokens, and never leases).
     ///
     /// # Errors
     /// [`Error::InsufficientCapacity`] for an `n` above the burst (or
-    /// limit), which can never pass; [`Error::InvalidNumber`] for `n = 0`.
+    /// limit), which can never pass.
     pub fn begin(&self, key: &[u8], n: u64) -> Result<Begin, Error> {
+        self.begin_in(None, key, n)
+    }
+
+    /// [`begin`](Self::begin) for `key` within `scope` (see
+    /// [`redis_key`](Self::redis_key)): what a middleware calls for its
+    /// policy named `scope`.
+    ///
+    /// # Errors
+    /// As [`begin`](Self::begin).
+    pub fn begin_in(&self, scope: Option<&str>, key: &[u8], n: u64) -> Result<Begin, Error> {
         let capacity = self.config.algorithm.capacity();
-        if n == 0 {
-            return Err(Error::InvalidNumber {
-                name: "n",
-                value: "0".to_string(),
-                reason: "must be at least 1",
-            });
-        }
         if n > capacity {
             return Err(Error::InsufficientCapacity {
                 requested: n,
@@ -684,8 +735,9 @@ impl Engine {
             });
         }
         let now = self.clock.now();
-        let full = self.full_key(key);
-        if self.config.lease > 0 {
+        let full = self.redis_key(scope, key);
+        let leasing = self.config.lease > 0 && n > 0;
+        if leasing {
             let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(lease) = leases.get_mut(&full)
                 && lease.expires > now
@@ -702,7 +754,7 @@ impl Engine {
         if !self.breaker.may_call(now) {
             return Ok(Begin::Done(self.fail(&full, n, now)));
         }
-        let kind = if self.config.lease > 0 {
+        let kind = if leasing {
             CallKind::Lease
         } else {
             CallKind::Check
@@ -714,17 +766,19 @@ impl Engine {
     pub fn finish(&self, call: &Call, outcome: Outcome<'_>) -> Decision {
         let now = self.clock.now();
         let reply = match outcome {
-            Outcome::Reply(r) if r.len() == 5 && r.iter().all(|v| *v >= 0) => r,
+            Outcome::Reply(r) if r.len() == 6 && r.iter().all(|v| *v >= 0) => r,
             // A reply of another shape is a server that is not running our
-            // script: a failure like any other.
+            // script: a failure like any other. (The scripts reply
+            // well-formed for every state a key can hold — beyond the limit,
+            // damaged — so no data in Redis lands here.)
             Outcome::Reply(_) | Outcome::Timeout | Outcome::Failed(_) => {
                 self.breaker.failure(now);
                 return self.fail(&call.key, call.n, now);
             }
         };
         self.breaker.success();
-        let [allowed, remaining, retry_us, reset_us, taken] =
-            [reply[0], reply[1], reply[2], reply[3], reply[4]].map(|v| v as u64);
+        let [allowed, remaining, retry_us, reset_us, taken, damaged] =
+            [reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]].map(|v| v as u64);
         let allowed = allowed == 1;
         let mut remaining = remaining;
         if allowed && call.kind == CallKind::Lease && taken > call.n {
@@ -753,7 +807,11 @@ impl Engine {
                 retry_us.saturating_mul(1000),
                 reset_us.saturating_mul(1000),
             ),
-            source: Source::Redis,
+            source: if damaged == 1 {
+                Source::Damaged
+            } else {
+                Source::Redis
+            },
         }
     }
 
@@ -854,17 +912,21 @@ mod tests {
         let (e, _) = engine(OnError::Open, 0);
         let c = call(&e, "alice", 3);
         assert_eq!(c.script.name, "gcra");
-        assert_eq!(c.key, b"rb:alice");
+        assert_eq!(c.key, b"rb:tb:alice");
         // now (Redis TIME), T = 100 000 µs, tau = 20 T, n, mode, max.
         assert_eq!(c.args, ["", "100000", "2000000", "3", "check", "3"]);
         assert_eq!(c.clone().at(42).args[0], "42");
-        let d = e.finish(&c, Outcome::Reply(&[1, 17, 0, 300_000, 3]));
+        let d = e.finish(&c, Outcome::Reply(&[1, 17, 0, 300_000, 3, 0]));
         assert_eq!(d.source(), Source::Redis);
         assert_eq!(d.remaining(), 17);
         assert_eq!(d.reset_after(), Duration::from_millis(300));
-        let d = e.finish(&c, Outcome::Reply(&[0, 0, 250, 2_000_000, 0]));
+        let d = e.finish(&c, Outcome::Reply(&[0, 0, 250, 2_000_000, 0, 0]));
         assert!(!d.is_allowed());
         assert_eq!(d.retry_after(), Duration::from_micros(250));
+        // The script found the key damaged and rebuilt it: a refusal of
+        // Redis', which the breaker counts as a success.
+        let d = e.finish(&c, Outcome::Reply(&[0, 0, 100_000, 2_000_000, 0, 1]));
+        assert_eq!((d.is_allowed(), d.source()), (false, Source::Damaged));
     }
 
     #[test]
@@ -885,12 +947,20 @@ mod tests {
         // One probe at a time.
         let probe = call(&e, "k", 1);
         assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
-        e.finish(&probe, Outcome::Reply(&[1, 19, 0, 100_000, 1]));
+        e.finish(&probe, Outcome::Reply(&[1, 19, 0, 100_000, 1, 0]));
         assert!(!e.breaker_open());
         call(&e, "k", 1);
-        // A reply of the wrong shape is a failure too.
-        let d = e.finish(&call(&e, "k", 1), Outcome::Reply(&[1, 2, 3]));
-        assert_eq!(d.source(), Source::FailClosed);
+        // A reply of the wrong shape is a failure too (0.1.0's five fields,
+        // a negative field).
+        for reply in [
+            &[1, 2, 3][..],
+            &[1, 19, 0, 100_000, 1],
+            &[0, -3, 1, 1, 0, 0],
+        ] {
+            let (e, _) = engine(OnError::Closed, 0);
+            let d = e.finish(&call(&e, "k", 1), Outcome::Reply(reply));
+            assert_eq!(d.source(), Source::FailClosed, "{reply:?}");
+        }
     }
 
     #[test]
@@ -914,7 +984,7 @@ mod tests {
         let (e, clock) = engine(OnError::Open, 5);
         let c = call(&e, "k", 1);
         assert_eq!(c.args[4..], ["lease", "5"]);
-        let d = e.finish(&c, Outcome::Reply(&[1, 15, 0, 500_000, 5]));
+        let d = e.finish(&c, Outcome::Reply(&[1, 15, 0, 500_000, 5, 0]));
         assert_eq!((d.source(), d.remaining()), (Source::Redis, 4));
         for left in [3, 2] {
             match e.begin(b"k", 1).unwrap() {
@@ -931,10 +1001,69 @@ mod tests {
         assert_eq!(returns[0].args[3..5], ["2", "return"]);
         assert_eq!(e.leased(), 0);
         // Leases lapse.
-        e.finish(&call(&e, "j", 1), Outcome::Reply(&[1, 15, 0, 500_000, 5]));
+        e.finish(
+            &call(&e, "j", 1),
+            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0]),
+        );
         clock.advance(Duration::from_secs(1));
         assert!(matches!(e.begin(b"j", 1).unwrap(), Begin::Call(_)));
         assert!(e.drain().is_empty());
+    }
+
+    #[test]
+    fn key_spaces_are_named_by_algorithm_and_scope() {
+        let (tb, _) = engine(OnError::Open, 0);
+        let fw = Engine::new(Config::new(Algorithm::FixedWindow {
+            limit: 5,
+            window: Duration::from_secs(1),
+        }))
+        .unwrap();
+        let sw = Engine::new(Config::new(Algorithm::SlidingWindow {
+            limit: 5,
+            window: Duration::from_secs(1),
+        }))
+        .unwrap();
+        assert_eq!(tb.redis_key(None, b"alice"), b"rb:tb:alice");
+        assert_eq!(fw.redis_key(None, b"alice"), b"rb:fw:alice");
+        assert_eq!(sw.redis_key(None, b"alice"), b"rb:sw:alice");
+        assert_eq!(tb.redis_key(Some("burst"), b"alice"), b"rb:tb@burst:alice");
+        // Injective: a scope with ':' or '%' cannot mimic another pair.
+        let keys = [
+            tb.redis_key(Some("a:b"), b"c"),
+            tb.redis_key(Some("a"), b"b:c"),
+            tb.redis_key(Some("a%3Ab"), b"c"),
+            tb.redis_key(None, b"a:b:c"),
+            tb.redis_key(Some(""), b"a:b:c"),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b, "{:?}", String::from_utf8_lossy(a));
+            }
+        }
+        assert_eq!(keys[0], b"rb:tb@a%3Ab:c");
+        // Calls carry the scoped key.
+        match tb.begin_in(Some("hourly"), b"k", 1).unwrap() {
+            Begin::Call(c) => assert_eq!(c.key, b"rb:tb@hourly:k"),
+            Begin::Done(d) => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn n_zero_is_a_query_that_never_leases() {
+        let (e, _) = engine(OnError::Open, 5);
+        let c = call(&e, "k", 0);
+        assert_eq!(
+            (c.kind, &c.args[3..5]),
+            (CallKind::Check, &["0".to_string(), "check".to_string()][..])
+        );
+        // A lease with tokens does not answer a query either.
+        e.finish(
+            &call(&e, "k", 1),
+            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0]),
+        );
+        assert_eq!(e.leased(), 4);
+        assert!(matches!(e.begin(b"k", 0).unwrap(), Begin::Call(_)));
+        assert_eq!(e.leased(), 4);
     }
 
     #[test]
@@ -965,7 +1094,6 @@ mod tests {
             "invalid_option"
         );
         let (e, _) = engine(OnError::Open, 0);
-        assert_eq!(e.begin(b"k", 0).unwrap_err().code(), "invalid_number");
         assert_eq!(
             e.begin(b"k", 21).unwrap_err().code(),
             "insufficient_capacity"

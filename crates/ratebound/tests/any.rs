@@ -315,7 +315,39 @@ fn verdicts_say_their_outcome() {
         peer: None,
         headers: &NoHeaders,
     };
-    let rejected = g.decide_with(&keyless, &[]);
+    // A remote policy whose table is full: the gate's own full-table
+    // answer (503, Retry-After 1), never 500; nothing charged locally.
+    let full = g.decide_with(&given("m"), &[ratebound::any::RemoteAnswer::Full]);
+    assert_eq!(
+        (full.status, full.outcome, full.fields.retry_after),
+        (503, Outcome::Rejected, Some(1))
+    );
+    // Two policies of one name would share a RateLimit entry and, in
+    // Redis, a key: refused where the gate is made.
+    let twice = Gate::new(
+        vec![(
+            "global".to_string(),
+            KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
+        )],
+        GateOptions {
+            remote: vec![(
+                "global".to_string(),
+                KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
+            )],
+            ..GateOptions::default()
+        },
+        AnyClock::default(),
+    );
+    let err = twice.err().expect("two policies named global");
+    assert_eq!(err.code(), "invalid_option");
+    assert!(err.to_string().contains("global"), "{err}");
+    let after = g.decide_with(&given("m"), &[ok]);
+    assert_eq!(
+        after.outcome,
+        Outcome::Allowed,
+        "the full answer charged nothing"
+    );
+    let rejected = g.decide_with::<_, ratebound::Decision>(&keyless, &[]);
     assert_eq!(
         (rejected.status, rejected.outcome),
         (401, Outcome::Rejected)
@@ -496,7 +528,7 @@ fn gate_identity_and_remote_policies() {
     );
     assert_eq!(g.decide_with(&req, &[ok]).status, 429, "now it has none");
     // The wrong number of remote decisions is a misconfiguration.
-    assert_eq!(g.decide_with(&req, &[]).status, 500);
+    assert_eq!(g.decide_with::<_, Decision>(&req, &[]).status, 500);
 
     // A keyless request refused by the options: identity says so, and
     // decide_with without remote decisions answers it.
@@ -521,7 +553,7 @@ fn gate_identity_and_remote_policies() {
         headers: &none[..],
     };
     assert_eq!(reject.identity(&bare), Err(401));
-    assert_eq!(reject.decide_with(&bare, &[]).status, 401);
+    assert_eq!(reject.decide_with::<_, Decision>(&bare, &[]).status, 401);
     let given = Request {
         key: Some(Key::Int(42)),
         peer: None,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, N
 
 from . import _ratebound
 from . import redis as _redis
+from ._errors import TooManyKeys
 from ._ratebound import ManualClock
 
 PolicySpec = Union[
@@ -33,12 +34,12 @@ def build_gate(
     options: dict[str, Any],
     given_key: bool,
     clock: Optional[ManualClock],
-) -> tuple[Any, list[Remote]]:
+) -> tuple[Any, list[tuple[str, Remote]]]:
     """The core's gate (``options`` go to its one parser by name; ``None``
     means the core's default) and the policies decided elsewhere — Redis
     limiters and limits shared by the host's processes
-    (:class:`ratebound.SharedKeyedLimiter`) — which the gate advertises and
-    whose decisions it merges."""
+    (:class:`ratebound.SharedKeyedLimiter`), by name — which the gate
+    advertises and whose decisions it merges."""
     if (rate is None) == (policies is None):
         raise TypeError("give either rate= (one policy) or policies= (a dict of name -> rate)")
     remote: list[tuple[str, Remote]] = []
@@ -60,7 +61,7 @@ def build_gate(
             for name, limiter in remote
         ],
     )
-    return gate, [limiter for _, limiter in remote]
+    return gate, remote
 
 
 class RateLimitEvent(NamedTuple):
@@ -184,7 +185,7 @@ class MiddlewareBase:
         asyncio Redis limiters under ASGI, sync ones under WSGI, a
         shared-memory limiter under both."""
         wanted = _redis._AsyncLimiter if asyncio_ else _redis._Limiter
-        for limiter in self._remote:
+        for _, limiter in self._remote:
             if not isinstance(limiter, (wanted, _ratebound.SharedKeyedLimiter)):
                 kind = "an asyncio limiter (rb.redis.AsyncTokenBucket, ...)" if asyncio_ else "a sync limiter (rb.redis.TokenBucket, ...)"
                 raise TypeError(f"a policy in Redis needs {kind} under {front}, got {type(limiter).__name__}")
@@ -196,7 +197,7 @@ class MiddlewareBase:
         and the gate decides with their answers."""
         if self._remote:
             ident = self.gate.identity(key, peer, headers, wsgi)
-            decisions = [] if isinstance(ident, int) else [lim.check(ident) for lim in self._remote]
+            decisions = [] if isinstance(ident, int) else [_sync_answer(n, lim, ident) for n, lim in self._remote]
             verdict = self.gate.decide_with(key, peer, headers, decisions, wsgi)
         else:
             verdict = self.gate.decide(key, peer, headers, wsgi)
@@ -211,7 +212,7 @@ class MiddlewareBase:
         if self._remote:
             ident = self.gate.identity(key, peer, headers, wsgi)
             decisions = [] if isinstance(ident, int) else await asyncio.gather(
-                *(_asked(lim, ident) for lim in self._remote)
+                *(_asked(n, lim, ident) for n, lim in self._remote)
             )
             verdict = self.gate.decide_with(key, peer, headers, list(decisions), wsgi)
         else:
@@ -221,12 +222,25 @@ class MiddlewareBase:
         return verdict
 
 
-def _asked(limiter: Remote, ident: bytes) -> Awaitable[Any]:
-    """A remote policy's answer for ``ident``, to await: an asyncio Redis
-    limiter's round trip, or a shared-memory decision made at once."""
+def _sync_answer(name: str, limiter: Remote, ident: bytes) -> Any:
+    """A remote policy's answer for ``ident`` as the gate takes it: a Redis
+    limiter checks the key in its policy's own scope (two policies of one
+    middleware never share a Redis key); a shared-memory table that is full
+    answers ``None``, which the gate turns into its full-table answer."""
+    if isinstance(limiter, _ratebound.SharedKeyedLimiter):
+        try:
+            return limiter.check(ident)
+        except TooManyKeys:
+            return None
+    return limiter._check_in(name, ident)
+
+
+def _asked(name: str, limiter: Remote, ident: bytes) -> Awaitable[Any]:
+    """``_sync_answer`` to await: an asyncio Redis limiter's round trip, or
+    a shared-memory decision made at once."""
     if isinstance(limiter, _redis._AsyncLimiter):
-        return limiter.check(ident)
-    return _ready(limiter.check(ident))
+        return limiter._check_in(name, ident)
+    return _ready(_sync_answer(name, limiter, ident))
 
 
 async def _ready(decision: Any) -> Any:

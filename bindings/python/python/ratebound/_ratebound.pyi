@@ -66,7 +66,9 @@ class Decision:
     def source(self) -> Optional[str]:
         """Which path of a Redis limiter answered: "redis", "lease",
         "fail_open", "fail_closed" or "local" (the fail policy's local
-        share). ``None`` for every local limiter's decision."""
+        share), or "damaged" (Redis answered, but the key held a value no
+        script wrote: it was rebuilt as spent and the request refused).
+        ``None`` for every local limiter's decision."""
     def __bool__(self) -> bool: ...
 
 @final
@@ -173,7 +175,7 @@ class Gate_:
         key: Optional[_Key],
         peer: Optional[str],
         headers: Optional[Any],
-        remote: list[Decision],
+        remote: list[Optional[Decision]],
         wsgi: bool = False,
     ) -> _Verdict: ...
     @property
@@ -220,7 +222,7 @@ class RedisEngine_:
         breaker_threshold: Optional[int] = None,
         breaker_cooldown: Optional[_Number] = None,
     ) -> "RedisEngine_": ...
-    def begin(self, key: _Key, n: Optional[int] = None) -> Union[Decision, RedisCall_]: ...
+    def begin(self, key: _Key, n: Optional[int] = None, scope: Optional[str] = None) -> Union[Decision, RedisCall_]: ...
     def finish(
         self,
         call: RedisCall_,

@@ -75,10 +75,21 @@ unused while another instance is refused, and that tokens taken together
 can be spent in a burst. ``close()`` gives unspent leased tokens back.
 
 Keys are ``str`` (its UTF-8 bytes), ``bytes`` or ``int`` (its decimal
-digits), prefixed with ``prefix`` (default ``"rb:"``): ``1``, ``"1"`` and
-``b"1"`` are the same Redis key. Errors the core raises for a request that
-can never work: ``n = 0`` (:class:`~ratebound.QuotaError`), ``n`` above the
-burst or limit (:class:`~ratebound.InsufficientCapacity`).
+digits): ``1``, ``"1"`` and ``b"1"`` are the same Redis key. In Redis a key
+is ``prefix`` (default ``"rb:"``), the algorithm's tag (``tb``, ``fw``,
+``sw``), ``:`` and the key — ``rb:tb:alice`` — so a token bucket and a
+window never read each other's state, while a limiter whose numbers change
+(a redeploy) keeps its keys. A middleware checks each Redis policy in its own
+scope, ``rb:tb@<policy name>:<identity>``: two policies never share a key.
+
+**What a key holds.** A state beyond the limit (the burst or limit was
+lowered) is refused with the exact wait, never a failure. A value no script
+wrote (another type, text that is not the state) is rebuilt as spent and
+refused with ``source="damaged"``, healing within one burst period or
+window; neither reaches the fail policy or the circuit breaker. Errors the core raises for a request that
+can never work: ``n`` above the burst or limit
+(:class:`~ratebound.InsufficientCapacity`). ``n = 0`` is a query, as for every
+local limiter: admitted, nothing taken, the key's state reported.
 """
 
 from __future__ import annotations
@@ -385,22 +396,24 @@ class _Limiter:
         answer, a lease's, or the fail policy's (see ``Decision.source``).
         Never raises for a Redis failure; raises the core's errors for an
         ``n`` that can never pass."""
-        step = self._engine.begin(key, n)
-        if isinstance(step, Decision):
-            return step
-        reply, timed_out, error = self._runner.run(step)
-        return self._engine.finish(step, reply, timed_out, error)
+        return self._decide(self._engine.begin(key, n))
 
     def try_acquire(self, key: Key, n: int = 1) -> bool:
         """Like :meth:`check`, returning only whether it was allowed."""
         return self.check(key, n).allowed
 
+    def _check_in(self, scope: str, key: Key, n: int = 1) -> Decision:
+        # check() within a middleware policy's scope: that policy's own key.
+        return self._decide(self._engine.begin(key, n, scope))
+
     def _check_at(self, key: Key, n: int, now_us: int) -> Decision:
         # Judged at now_us (µs) instead of Redis' TIME: for test vectors.
-        step = self._engine.begin(key, n)
+        return self._decide(self._engine.begin(key, n), now_us)
+
+    def _decide(self, step: Any, now_us: Optional[int] = None) -> Decision:
         if isinstance(step, Decision):
             return step
-        call = step.at(now_us)
+        call = step if now_us is None else step.at(now_us)
         reply, timed_out, error = self._runner.run(call)
         return self._engine.finish(call, reply, timed_out, error)
 
@@ -654,21 +667,22 @@ class _AsyncLimiter:
         """Takes ``n`` tokens for ``key`` if the global limit allows (see
         :meth:`TokenBucket.check`); the call to Redis is bounded by
         ``timeout`` as a whole."""
-        step = self._engine.begin(key, n)
-        if isinstance(step, Decision):
-            return step
-        reply, timed_out, error = await self._runner.run(step)
-        return self._engine.finish(step, reply, timed_out, error)
+        return await self._decide(self._engine.begin(key, n))
 
     async def try_acquire(self, key: Key, n: int = 1) -> bool:
         """Like :meth:`check`, returning only whether it was allowed."""
         return (await self.check(key, n)).allowed
 
+    async def _check_in(self, scope: str, key: Key, n: int = 1) -> Decision:
+        return await self._decide(self._engine.begin(key, n, scope))
+
     async def _check_at(self, key: Key, n: int, now_us: int) -> Decision:
-        step = self._engine.begin(key, n)
+        return await self._decide(self._engine.begin(key, n), now_us)
+
+    async def _decide(self, step: Any, now_us: Optional[int] = None) -> Decision:
         if isinstance(step, Decision):
             return step
-        call = step.at(now_us)
+        call = step if now_us is None else step.at(now_us)
         reply, timed_out, error = await self._runner.run(call)
         return self._engine.finish(call, reply, timed_out, error)
 

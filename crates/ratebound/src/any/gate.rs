@@ -543,6 +543,17 @@ impl<'g> Verdict<'g> {
         }
     }
 
+    /// A new key refused because a policy's table is full (its cap on
+    /// keys, with overflow "reject"): 503, `Retry-After: 1` — the server's
+    /// trouble, not the client's over-use.
+    fn too_many_keys() -> Verdict<'g> {
+        Verdict::plain(
+            503,
+            "too many clients are being tracked; try again shortly\n",
+            Some(1),
+        )
+    }
+
     fn plain(status: u16, text: &str, retry_after: Option<u64>) -> Verdict<'g> {
         Verdict {
             status,
@@ -567,6 +578,24 @@ impl<'g> Verdict<'g> {
             .iter()
             .map(|(n, v)| (n, v.to_string()))
             .collect()
+    }
+}
+
+/// What a remote policy (a limit kept outside the gate: Redis, a table
+/// shared by the host's processes) answered, for [`Gate::decide_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteAnswer {
+    /// The policy decided.
+    Decided(crate::Decision),
+    /// The policy's table holds as many keys as it may and refused a new
+    /// one ([`Error::TooManyKeys`]): the gate answers as for its own full
+    /// table (503, `Retry-After: 1`), never 500.
+    Full,
+}
+
+impl From<crate::Decision> for RemoteAnswer {
+    fn from(d: crate::Decision) -> RemoteAnswer {
+        RemoteAnswer::Decided(d)
     }
 }
 
@@ -615,7 +644,7 @@ impl Gate {
     /// [`Policy::for_keyed`]'s errors (a bad name); the keyed limiters'
     /// errors; [`Error::InvalidLimit`] for a concurrency limit of 0;
     /// [`Error::InvalidOption`] for a `client_ip_header` without trusted
-    /// proxies.
+    /// proxies, or two policies of one name.
     pub fn new(
         policies: Vec<(String, KeyedAlgorithm)>,
         options: GateOptions,
@@ -646,6 +675,17 @@ impl Gate {
             .map(|(name, algorithm)| Policy::for_keyed(name, *algorithm))
             .collect::<Result<Vec<_>, _>>()?;
         let all: Vec<Policy> = names.iter().chain(remote.iter()).cloned().collect();
+        // A name is a policy's identity: its RateLimit entry and, for a
+        // Redis policy, its keys (`Engine::begin_in`). Two alike would share.
+        for (i, p) in all.iter().enumerate() {
+            if all[..i].iter().any(|q| q.name() == p.name()) {
+                return Err(Error::InvalidOption {
+                    name: "policies",
+                    value: p.name().to_string(),
+                    reason: "two policies have this name; give each its own (it names the policy's RateLimit entry and its Redis keys)",
+                });
+            }
+        }
         Ok(Gate {
             cap,
             policy_field: ratelimit_policy(&all),
@@ -887,13 +927,7 @@ impl Gate {
         });
         let admitted = match admitted {
             Ok(admitted) => admitted,
-            Err(Error::TooManyKeys { .. }) => {
-                return Verdict::plain(
-                    503,
-                    "too many clients are being tracked; try again shortly\n",
-                    Some(1),
-                );
-            }
+            Err(Error::TooManyKeys { .. }) => return Verdict::too_many_keys(),
             Err(_) => return Verdict::plain(500, "rate limiter misconfigured\n", None),
         };
         let fields = self.quota_fields(&decisions);
@@ -949,10 +983,13 @@ impl Gate {
     /// policies (limits kept elsewhere, e.g. global limits in Redis, checked
     /// by the front door for [`identity`](Self::identity)), one per
     /// [`GateOptions::remote`] policy, in order.
-    pub fn decide_with<H: Headers + ?Sized>(
+    /// Each answer is a [`Decision`](crate::Decision) or a
+    /// [`RemoteAnswer`] (a policy whose table is full answers as the gate's
+    /// own full table does: 503).
+    pub fn decide_with<H: Headers + ?Sized, R: Copy + Into<RemoteAnswer>>(
         &self,
         request: &Request<'_, H>,
-        remote: &[crate::Decision],
+        remote: &[R],
     ) -> Verdict<'_> {
         self.decide_with_at(request, remote, self.clock.now())
     }
@@ -963,10 +1000,10 @@ impl Gate {
     /// and the remote ones join the quota fields. A request a local policy
     /// refuses after a remote one admitted it stays counted remotely — the
     /// remote store can only be told once.
-    pub fn decide_with_at<H: Headers + ?Sized>(
+    pub fn decide_with_at<H: Headers + ?Sized, R: Copy + Into<RemoteAnswer>>(
         &self,
         request: &Request<'_, H>,
-        remote: &[crate::Decision],
+        remote: &[R],
         now: u64,
     ) -> Verdict<'_> {
         // A keyless request the options refuse is refused before anything
@@ -977,6 +1014,14 @@ impl Gate {
         if remote.len() != self.remote.len() {
             return Verdict::plain(500, "rate limiter misconfigured\n", None);
         }
+        let mut decided = Vec::with_capacity(remote.len());
+        for r in remote {
+            match (*r).into() {
+                RemoteAnswer::Decided(d) => decided.push(d),
+                RemoteAnswer::Full => return Verdict::too_many_keys(),
+            }
+        }
+        let remote = &decided[..];
         let remote_pairs = || self.remote.iter().zip(remote.iter().copied());
         if remote.iter().any(|d| !d.is_allowed()) {
             let mut fields = Fields::default();

@@ -44,7 +44,7 @@ mod waiter;
 pub use clock::AnyClock;
 pub use gate::{
     DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, KeySource, Loose, MissingKey,
-    Outcome, QuotaHeaders, RefusalBody, Request, Verdict,
+    Outcome, QuotaHeaders, RefusalBody, RemoteAnswer, Request, Verdict,
 };
 pub use keyed::{AnyKeyed, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow};
 pub use limiter::{Acquire, AnyLimiter};
