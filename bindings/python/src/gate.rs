@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use ratebound::any::{self, Gate, GateOptions, Key, KeySource, Loose};
+use ratebound::any::{self, Gate, GateOptions, Key, KeySource, Loose, RemoteAnswer};
 use ratebound::http::Headers;
 
 use crate::convert::*;
@@ -67,13 +67,15 @@ pub(crate) enum PyHeaders<'a, 'py> {
     None,
 }
 
-/// Bytes of a latin-1 WSGI string (PEP 3333 "native strings").
-pub(crate) fn latin1(s: &str, out: &mut Vec<u8>) {
-    out.clear();
-    out.extend(
-        s.chars()
-            .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')),
-    );
+/// The bytes of a WSGI environ string, losslessly. PEP 3333's "native
+/// strings" carry the request's bytes one per character (latin-1): those
+/// bytes, exactly. A server that hands over characters above U+00FF has
+/// decoded the bytes itself (as UTF-8): their UTF-8 bytes again — the bytes
+/// the request carried — so no two different values share a key (`user€`
+/// and `user?` once did).
+pub(crate) fn wsgi_bytes(s: &str) -> Vec<u8> {
+    let narrow: Option<Vec<u8>> = s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+    narrow.unwrap_or_else(|| s.as_bytes().to_vec())
 }
 
 impl Headers for PyHeaders<'_, '_> {
@@ -101,11 +103,16 @@ impl Headers for PyHeaders<'_, '_> {
                 let Ok(Some(value)) = environ.get_item(key.bind(environ.py())) else {
                     return;
                 };
-                let mut buf = Vec::new();
                 if let Ok(s) = value.cast::<PyString>() {
                     if let Ok(text) = s.to_cow() {
-                        latin1(&text, &mut buf);
-                        f(&buf);
+                        f(&wsgi_bytes(&text));
+                    } else if let Ok(raw) = s
+                        .call_method1("encode", ("utf-8", "surrogateescape"))
+                        .and_then(|b| b.extract::<Vec<u8>>())
+                    {
+                        // Lone surrogates: a server's undecodable bytes kept
+                        // with surrogateescape — those bytes.
+                        f(&raw);
                     }
                 } else if let Ok(b) = value.cast::<PyBytes>() {
                     f(b.as_bytes());
@@ -348,7 +355,9 @@ impl Gate_ {
     }
 
     /// `decide` with the `remote` policies' decisions for the request's
-    /// `identity`, in order (none when `identity` gave a status).
+    /// `identity`, in order (none when `identity` gave a status); `None`
+    /// for a policy whose table is full (it raised `TooManyKeys`): the gate
+    /// answers as for its own.
     #[pyo3(signature = (key, peer, headers, remote, wsgi=false))]
     fn decide_with<'py>(
         &self,
@@ -356,10 +365,13 @@ impl Gate_ {
         key: Option<&Bound<'py, PyAny>>,
         peer: Option<&str>,
         headers: Option<&Bound<'py, PyAny>>,
-        remote: Vec<PyRef<'py, Decision>>,
+        remote: Vec<Option<PyRef<'py, Decision>>>,
         wsgi: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let decisions: Vec<ratebound::Decision> = remote.iter().map(|d| d.inner).collect();
+        let decisions: Vec<RemoteAnswer> = remote
+            .iter()
+            .map(|d| d.as_ref().map_or(RemoteAnswer::Full, |d| d.inner.into()))
+            .collect();
         self.with_request(key, peer, headers, wsgi, |r| {
             self.verdict(py, &self.inner.decide_with(r, &decisions), wsgi)
         })

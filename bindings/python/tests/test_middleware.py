@@ -200,3 +200,33 @@ def test_wsgi_over_real_http() -> None:
 
     with wsgiref_serving(app) as url, httpx.Client(base_url=url, timeout=5) as client:
         scenario_2(lambda user: client.get("/", headers={"x-api-key": user}))
+
+
+def test_wsgi_keys_are_lossless_outside_latin1() -> None:
+    """A WSGI server that hands over characters above U+00FF (it decoded
+    the bytes itself) must not fold them: ``user€`` and ``user?`` are two
+    clients (each non-latin-1 character once became ``?``). PEP 3333's
+    latin-1 strings are the request's bytes: ``user\\xe2\\x82\\xac`` is
+    ``user€`` sent as UTF-8, one client with it."""
+    def app(environ, start_response):  # type: ignore[no-untyped-def]
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    mw = rb.wsgi.RateLimitMiddleware(app, rate="1/hour", burst=1, key_header="x-api-key")
+
+    def status(key: str) -> str:
+        seen: list[str] = []
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "127.0.0.1", "HTTP_X_API_KEY": key}
+        body = mw(environ, lambda s, h, exc_info=None: seen.append(s))
+        b"".join(body)
+        return seen[0]
+
+    assert status("user€") == "200 OK"
+    assert status("user?") == "200 OK"
+    assert status("userΩ") == "200 OK"
+    assert status("user€").startswith("429")
+    assert status("user\xe2\x82\xac").startswith("429")
+    # Lone surrogates (a server's undecodable bytes, surrogateescape): kept.
+    assert status("user\udcff") == "200 OK"
+    assert status("user\udcfe") == "200 OK"
+    assert status("user\udcff").startswith("429")
