@@ -208,6 +208,12 @@ impl fmt::Display for Error {
                 f,
                 "rate {value} is too high: one token would take less than 1 ns"
             ),
+            // u128::MAX stands for a span beyond u128 (a rate like 5e-324
+            // per second): say so rather than print the placeholder.
+            Error::PeriodTooLong { nanos: u128::MAX } => write!(
+                f,
+                "period of more than 2^128 ns is too long: the maximum is 2^60 ns (about 36 years)"
+            ),
             Error::PeriodTooLong { nanos } => write!(
                 f,
                 "period of {nanos} ns is too long: the maximum is 2^60 ns (about 36 years)"

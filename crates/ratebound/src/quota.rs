@@ -363,6 +363,18 @@ mod tests {
         assert_eq!((q.emission_interval_nanos(), q.burst()), (100_000_000, 20));
         assert_eq!(Quota::parse(" 10/S, Burst=20 ").unwrap(), q);
         assert_eq!(Quota::parse("100/minute").unwrap().burst(), 100);
+        // A rate whose period is beyond u128 says so, not u128::MAX ns.
+        for tiny in [5e-324, 1e-300, 1e-30] {
+            let err = Quota::per_second(tiny).unwrap_err();
+            assert_eq!(err.code(), "period_too_long");
+            assert_eq!(
+                err.to_string(),
+                "period of more than 2^128 ns is too long: the maximum is 2^60 ns (about 36 years)",
+                "{tiny}"
+            );
+        }
+        let err = Quota::per_second(1e-10).unwrap_err().to_string();
+        assert!(err.starts_with("period of 10000000000000000000 ns"), "{err}");
         assert_eq!(Quota::parse("1.5/s").unwrap().burst(), 1);
     }
 
