@@ -161,10 +161,20 @@ test('acquire: an unmeetable timeout rejects at once, taking nothing', async () 
   })
   // At once: the wait it refused would have been ~1 s.
   assert.ok(performance.now() - t0 < 250, `took ${performance.now() - t0} ms`)
-  // Nothing was taken: a 2 s timeout is met by waiting ~1 s, not 2.
+  // Nothing was taken: the next token is still the one due ~1 s after the
+  // first (a reserved token would put it ~2 s away) ...
+  const next = tb.peek().retryAfter
+  assert.ok(next > 0.5 && next <= 1, `next token in ${next} s`)
+  // ... so a 1.5 s timeout is met by waiting the rest of that second.
+  await tb.acquire(1, { timeout: 1.5 })
+  assert.ok(performance.now() - t0 >= 999, `met after ${performance.now() - t0} ms`)
+})
+
+test('acquire: a window whose next slot is past the timeout rejects; more than the burst is an error', async () => {
   const w = new rb.FixedWindow({ limit: 1, window: 60 })
-  w.tryAcquire()
+  assert.equal(w.tryAcquire(), true)
   await assert.rejects(w.acquire(1, { timeout: 1 }), rb.RateLimitExceededError)
+  const tb = new rb.TokenBucket({ rate: 1, burst: 1 })
   await assert.rejects(tb.acquire(2), { code: 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY' })
 })
 
