@@ -759,3 +759,8 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for ResponseBody<B> {
         }
     }
 }
+
+/// The README's examples, compiled (and run where they can) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

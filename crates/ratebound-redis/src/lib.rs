@@ -54,3 +54,8 @@ pub use ratebound::Error;
 
 #[cfg(feature = "tokio")]
 pub use driver::RedisLimiter;
+
+/// The README's examples, compiled (and run where they can) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
