@@ -374,7 +374,10 @@ mod tests {
             );
         }
         let err = Quota::per_second(1e-10).unwrap_err().to_string();
-        assert!(err.starts_with("period of 10000000000000000000 ns"), "{err}");
+        assert!(
+            err.starts_with("period of 10000000000000000000 ns"),
+            "{err}"
+        );
         assert_eq!(Quota::parse("1.5/s").unwrap().burst(), 1);
     }
 
