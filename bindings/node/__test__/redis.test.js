@@ -754,7 +754,8 @@ test('middleware: a global limit in Redis is one policy away, shared by two inst
   const s = await main()
   const prefix = `${randomKey('mw')}:`
   const global = async () => rb.redis.TokenBucket({ client: await ioredis(s.port), rate: 1, burst: 2, prefix })
-  const policies = async () => [{ name: 'burst', rate: 100, burst: 100 }, { name: 'global', limiter: await global() }]
+  // The local policy refills slowly (100/hour), so that what charged it shows.
+  const policies = async () => [{ name: 'burst', rate: '100/hour' }, { name: 'global', limiter: await global() }]
 
   const a = express()
   a.use(rb.express({ policies: await policies(), key: { header: 'x-api-key' } }))
@@ -769,8 +770,8 @@ test('middleware: a global limit in Redis is one policy away, shared by two inst
     const portB = fastify.server.address().port
     const first = await get(portA, { 'x-api-key': 'alice' })
     assert.equal(first.status, 200)
-    assert.equal(first.headers['ratelimit-policy'], '"burst";q=100;w=1, "global";q=2;w=2')
-    assert.equal(first.headers.ratelimit, '"burst";r=99;t=1, "global";r=1;t=1')
+    assert.equal(first.headers['ratelimit-policy'], '"burst";q=100;w=3600, "global";q=2;w=2')
+    assert.equal(first.headers.ratelimit, '"burst";r=99;t=36, "global";r=1;t=1')
     assert.equal((await get(portB, { 'x-api-key': 'alice' })).status, 200)
     // The third, on either instance: the shared limit refuses.
     const third = await get(portA, { 'x-api-key': 'alice' })
@@ -778,11 +779,17 @@ test('middleware: a global limit in Redis is one policy away, shared by two inst
     assert.equal(third.headers['retry-after'], '1')
     assert.equal(third.headers.ratelimit, '"global";r=0;t=2')
     assert.equal((await get(portB, { 'x-api-key': 'alice' })).status, 429)
-    // Another key has its own global bucket; the local one was not charged
-    // by the refusals.
+    // Another key has its own global bucket.
     assert.equal((await get(portB, { 'x-api-key': 'bob' })).status, 200)
     // Keyless requests are keyed by IP, globally too.
     assert.equal((await get(portA, {})).status, 200)
+    // Once the global bucket has a token again, alice is admitted on A: its
+    // local bucket was charged by her two admitted requests there (first,
+    // this one), not by the refusal in between (that would leave 97).
+    await sleep(1100)
+    const again = await get(portA, { 'x-api-key': 'alice' })
+    assert.equal(again.status, 200)
+    assert.match(again.headers.ratelimit, /^"burst";r=98;/)
   } finally {
     serverA.close()
     await fastify.close()
