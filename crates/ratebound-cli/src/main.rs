@@ -22,6 +22,32 @@ use simulate::{Algo, Limits};
 
 pub(crate) const SECOND: u64 = 1_000_000_000;
 
+/// The longest span the simulator takes, in ns: 2^60, about 36 years (a
+/// `--duration`, or the time a traffic file covers). Every sum of times
+/// fits in a `u64` with room to spare.
+pub(crate) const MAX_SPAN: u64 = 1 << 60;
+
+/// Shows text from the user in an error message: quoted and escaped as
+/// `{:?}` does, cut to about 80 characters (with its length in bytes) when
+/// it is longer, so that a bad 10 MB line is not echoed whole.
+pub(crate) struct Shown<'a>(pub &'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MOST: usize = 80;
+        let (mut shown, mut end) = (0, 0);
+        for (i, c) in self.0.char_indices() {
+            shown += c.escape_debug().len();
+            if shown > MOST {
+                let head = &self.0[..end];
+                return write!(f, "{head:?}... ({} bytes)", self.0.len());
+            }
+            end = i + c.len_utf8();
+        }
+        write!(f, "{:?}", self.0)
+    }
+}
+
 /// An error for the user: printed as one line, exit code 2.
 #[derive(Debug)]
 pub struct CliError(String);
@@ -134,7 +160,8 @@ pub fn parse_duration(text: &str, what: &str) -> Result<u64, CliError> {
     let (num, unit) = t.split_at(split);
     let value: f64 = num.parse().map_err(|_| {
         CliError::new(format!(
-            "{what}: {text:?} is not a duration (e.g. 60s, 500ms)"
+            "{what}: {} is not a duration (e.g. 60s, 500ms)",
+            Shown(text)
         ))
     })?;
     let scale = match unit.trim() {
@@ -147,14 +174,17 @@ pub fn parse_duration(text: &str, what: &str) -> Result<u64, CliError> {
         "d" => 86_400e9,
         other => {
             return Err(CliError::new(format!(
-                "{what}: unknown unit {other:?} in {text:?} (ns, us, ms, s, min, h, d)"
+                "{what}: unknown unit {} in {} (ns, us, ms, s, min, h, d)",
+                Shown(other),
+                Shown(text)
             )));
         }
     };
     let nanos = value * scale;
-    if !nanos.is_finite() || nanos <= 0.0 || nanos > 2f64.powi(60) {
+    if !nanos.is_finite() || nanos <= 0.0 || nanos > MAX_SPAN as f64 {
         return Err(CliError::new(format!(
-            "{what}: {text:?} must be more than 0 and at most about 36 years"
+            "{what}: {} must be more than 0 and at most about 36 years",
+            Shown(text)
         )));
     }
     Ok(nanos.round() as u64)
@@ -165,7 +195,8 @@ fn parse_count(text: &str, what: &str) -> Result<u64, CliError> {
     match text.trim().parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(CliError::new(format!(
-            "{what}: {text:?} must be a whole number of at least 1"
+            "{what}: {} must be a whole number of at least 1",
+            Shown(text)
         ))),
     }
 }
@@ -398,5 +429,34 @@ fn main() -> ExitCode {
             eprintln!("ratebound: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shown;
+
+    #[test]
+    fn shown_text_is_quoted_and_cut_to_about_80_characters() {
+        assert_eq!(Shown("many").to_string(), "\"many\"");
+        assert_eq!(Shown("a\0b\"").to_string(), "\"a\\0b\\\"\"");
+        let exactly = "x".repeat(80);
+        assert_eq!(Shown(&exactly).to_string(), format!("{exactly:?}"));
+        let long = "x".repeat(10_000_000);
+        assert_eq!(
+            Shown(&long).to_string(),
+            format!("{:?}... (10000000 bytes)", &long[..80])
+        );
+        // Escapes count as what they show, and a character is never split.
+        let zeros = "\0".repeat(100);
+        assert_eq!(
+            Shown(&zeros).to_string(),
+            format!("{:?}... (100 bytes)", &zeros[..40])
+        );
+        let accents = "é".repeat(100);
+        assert_eq!(
+            Shown(&accents).to_string(),
+            format!("{:?}... (200 bytes)", &accents[..160])
+        );
     }
 }

@@ -9,7 +9,7 @@ use ratebound::{
 };
 
 use crate::traffic::Traffic;
-use crate::{CliError, show_duration};
+use crate::{CliError, Shown, show_duration};
 
 /// The algorithms, in the order they are reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,8 +51,9 @@ impl Algo {
             .map(|a| vec![a])
             .ok_or_else(|| {
                 CliError::new(format!(
-                    "unknown algorithm {spec:?}: use token-bucket, fixed-window, sliding-window, \
-                     sliding-log, leaky-bucket or all"
+                    "unknown algorithm {}: use token-bucket, fixed-window, sliding-window, \
+                     sliding-log, leaky-bucket or all",
+                    Shown(spec)
                 ))
             })
     }

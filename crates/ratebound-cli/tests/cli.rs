@@ -442,3 +442,168 @@ fn poisson_is_seeded_and_a_noisy_neighbour_is_contained_per_key() {
         "{global}"
     );
 }
+
+/// `simulate --json` on a traffic file: the output, or the error line.
+fn simulate_file(path: &std::path::Path, rate: &str) -> Result<serde_json::Value, String> {
+    let o = ratebound(&[
+        "simulate",
+        "--traffic",
+        path.to_str().unwrap(),
+        "--rate",
+        rate,
+        "--algorithm",
+        "token-bucket",
+        "--json",
+    ]);
+    if o.status.success() {
+        Ok(serde_json::from_slice(&o.stdout).expect("JSON output"))
+    } else {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        Err(stderr(&o))
+    }
+}
+
+#[test]
+fn quoted_csv_fields_keep_their_commas_and_quotes() {
+    let csv = scratch("quoted.csv");
+    std::fs::write(
+        &csv,
+        "timestamp,key,n\n0,\"a,b\",1\n0,\"a,b\"\n0,\"say \"\"hi\"\"\",1\n0,c\n",
+    )
+    .unwrap();
+    let v = simulate_file(&csv, "1/s burst 1").unwrap_or_else(|e| panic!("{e}"));
+    // Three keys ("a,b", `say "hi"`, c); "a,b" sent two at once and got one.
+    assert_eq!(v["requests"], 4, "{v}");
+    assert_eq!(v["algorithms"][0]["keys"], 3, "{v}");
+    assert_eq!(admitted(&v, "token-bucket", "key"), 3, "{v}");
+}
+
+#[test]
+fn a_line_over_1_mib_is_refused_without_echoing_it() {
+    const MIB: usize = 1 << 20;
+    // A valid row whose key makes the line one byte too long...
+    let long = scratch("long-line.csv");
+    let mut text = String::from("0,a\n0,");
+    text.push_str(&"k".repeat(MIB - 1));
+    text.push('\n');
+    std::fs::write(&long, &text).unwrap();
+    let err = simulate_file(&long, "1/s").unwrap_err();
+    assert!(err.contains("line 2 is longer than 1 MiB"), "{err:.300}");
+    assert!(err.len() < 300, "{} bytes: {err:.300}", err.len());
+    // ...while one byte shorter is a row.
+    std::fs::write(&long, &text[..text.len() - 2]).unwrap();
+    let v = simulate_file(&long, "1/s").unwrap_or_else(|e| panic!("{e:.300}"));
+    assert_eq!(v["requests"], 2);
+
+    // A 10 MB bad line, and a bad field just under the bound: the message
+    // quotes at most ~80 characters of either.
+    for (name, line) in [
+        ("bad-10mb.csv", format!("1,a,{}\n", "9x".repeat(5_000_000))),
+        ("bad-field.csv", format!("1,a,{}\n", "9x".repeat(500_000))),
+        ("bad-time.csv", format!("{},a\n", "9x".repeat(500_000))),
+        (
+            "bad-n.jsonl",
+            format!("{{\"t\": 1, \"n\": \"{}\"}}\n", "9x".repeat(500_000)),
+        ),
+    ] {
+        let bad = scratch(name);
+        std::fs::write(&bad, format!("0,a\n{line}")).unwrap();
+        let err = simulate_file(&bad, "1/s").unwrap_err();
+        assert!(err.contains("line 2"), "{name}: {err:.300}");
+        assert!(err.len() < 300, "{name}: {} bytes: {err:.300}", err.len());
+    }
+}
+
+#[test]
+fn timestamps_beyond_the_nanosecond_range_are_refused() {
+    for (name, rows, needle) in [
+        (
+            "huge.csv",
+            "0,a\n1e300,a\n",
+            "line 2, column 1: timestamp \"1e300\"",
+        ),
+        (
+            "minus-huge.csv",
+            "0,a\n-1e300,a\n",
+            "line 2, column 1: timestamp \"-1e300\"",
+        ),
+        // 2^63 ns is just past the last representable nanosecond.
+        (
+            "past-i64.csv",
+            "0,a\n9223372036.854775808,a\n",
+            "line 2, column 1",
+        ),
+        (
+            "huge.jsonl",
+            "{\"t\": 0}\n{\"t\": 1e300}\n",
+            "line 2, column 1: timestamp \"1e+300\"",
+        ),
+        (
+            "far.jsonl",
+            "{\"t\": 0}\n{\"t\": \"9999-12-31T23:59:59Z\"}\n",
+            "line 2",
+        ),
+    ] {
+        let path = scratch(name);
+        std::fs::write(&path, rows).unwrap();
+        let err = simulate_file(&path, "1/s").unwrap_err();
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(err.contains("out of range"), "{name}: {err}");
+    }
+    // Each time fits, but not the span between them (285 years; the
+    // built-in shapes' --duration stops at about 36).
+    let far = scratch("far-apart.csv");
+    std::fs::write(&far, "0,a\n9000000000,a\n").unwrap();
+    let err = simulate_file(&far, "1/s").unwrap_err();
+    assert!(err.contains("line 2") && err.contains("line 1"), "{err}");
+    assert!(err.contains("36 years"), "{err}");
+}
+
+#[test]
+fn the_boundary_shape_is_bounded_like_the_others() {
+    assert_usage_error(
+        &[
+            "simulate",
+            "--traffic",
+            "boundary",
+            "--limit",
+            "100000000000",
+            "--window",
+            "60s",
+        ],
+        "--traffic boundary would make about 200000000000 requests",
+    );
+}
+
+/// An endless file without a line break ends in an error at its first line,
+/// in bounded memory: the binary runs with 4 GiB of address space, and is
+/// killed if it is still running after two minutes (it needs milliseconds).
+#[cfg(target_os = "linux")]
+#[test]
+fn dev_zero_is_refused_at_its_first_line() {
+    use std::time::{Duration, Instant};
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$0\" simulate --traffic /dev/zero")
+        .arg(env!("CARGO_BIN_EXE_ratebound"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still reading /dev/zero after two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().expect("output");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err:.300}");
+    assert!(
+        err.contains("/dev/zero: line 1 is longer than 1 MiB"),
+        "{err:.300}"
+    );
+}
