@@ -1,6 +1,7 @@
 //! `ratebound simulate`: replays traffic against the algorithms on a manual
 //! clock — the same core that enforces the limit — and sums up each.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -154,6 +155,10 @@ pub const BINS: usize = 240;
 
 /// Replays `traffic` against `algo`: one limiter per key, or one for all
 /// (`global`).
+///
+/// Besides the traffic, it holds one limiter per key, the admitted requests
+/// of the last `window` (for the most admitted in any window) and, for the
+/// leaky bucket, one delay per admitted request (for exact percentiles).
 pub fn run(
     algo: Algo,
     limits: &Limits,
@@ -165,7 +170,8 @@ pub fn run(
     let bin_width = traffic.duration.div_ceil(BINS as u64).max(1);
     let mut bins = vec![Bin::default(); BINS];
     let (mut admitted, mut refused) = (0u64, 0u64);
-    let mut admitted_at: Vec<(u64, u64)> = Vec::new();
+    let span = u64::try_from(limits.window.as_nanos()).unwrap_or(u64::MAX);
+    let mut in_window = MostInWindow::new(span);
     let mut delays = Vec::new();
     let mut sampled = 0;
     let first_key = traffic.events.first().map_or(0, |e| e.key as usize);
@@ -190,7 +196,7 @@ pub fn run(
         if ok {
             admitted += 1;
             bin.admitted += 1;
-            admitted_at.push((e.t, 1));
+            in_window.admit(e.t);
             if algo == Algo::LeakyBucket {
                 delays.push(delay);
             }
@@ -200,17 +206,6 @@ pub fn run(
         }
     }
     sample_until(&limiters, &mut bins, &mut sampled, u64::MAX);
-    let window = limits.window;
-    let span = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
-    let (mut most, mut inside, mut first) = (0u64, 0u64, 0usize);
-    for i in 0..admitted_at.len() {
-        inside += admitted_at[i].1;
-        while admitted_at[i].0 - admitted_at[first].0 >= span {
-            inside -= admitted_at[first].1;
-            first += 1;
-        }
-        most = most.max(inside);
-    }
     delays.sort_unstable();
     let pick = |q: f64| -> Option<u64> {
         if delays.is_empty() {
@@ -224,14 +219,45 @@ pub fn run(
         global,
         admitted,
         refused,
-        max_in_window: most,
-        window,
+        max_in_window: in_window.most,
+        window: limits.window,
         delay_p50: pick(0.50),
         delay_p99: pick(0.99),
         keys: limiters.iter().filter(|l| l.is_some()).count(),
         bins,
         bin_width,
     })
+}
+
+/// The most requests admitted within any `span` ns, counted as they are
+/// admitted in time order: it keeps only the times of the last `span`.
+struct MostInWindow {
+    span: u64,
+    times: VecDeque<u64>,
+    most: u64,
+}
+
+impl MostInWindow {
+    fn new(span: u64) -> MostInWindow {
+        MostInWindow {
+            span,
+            times: VecDeque::new(),
+            most: 0,
+        }
+    }
+
+    /// One more admitted at `t` (no earlier than the one before).
+    fn admit(&mut self, t: u64) {
+        while self
+            .times
+            .front()
+            .is_some_and(|&first| t - first >= self.span)
+        {
+            self.times.pop_front();
+        }
+        self.times.push_back(t);
+        self.most = self.most.max(self.times.len() as u64);
+    }
 }
 
 /// The summary table.
@@ -295,4 +321,29 @@ pub fn json(traffic: &Traffic, limits: &Limits, outcomes: &[Outcome]) -> serde_j
             "keys": o.keys,
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MostInWindow;
+
+    fn most(span: u64, times: &[u64]) -> (u64, usize) {
+        let mut w = MostInWindow::new(span);
+        let mut held = 0;
+        for &t in times {
+            w.admit(t);
+            held = held.max(w.times.len());
+        }
+        (w.most, held)
+    }
+
+    #[test]
+    fn the_most_in_any_window_keeps_only_that_window() {
+        // [t - span + 1, t]: 0, 1 and 2 within 3 ns; 10..=13 within 5.
+        assert_eq!(most(3, &[0, 1, 2, 3, 10]), (3, 3));
+        assert_eq!(most(5, &[0, 1, 2, 10, 11, 12, 13]), (4, 4));
+        assert_eq!(most(1, &[5, 5, 5, 6]), (3, 3));
+        assert_eq!(most(u64::MAX, &[0, 1, u64::MAX - 1]), (3, 3));
+        assert_eq!(most(10, &[]), (0, 0));
+    }
 }
