@@ -137,7 +137,7 @@ struct InspectArgs {
     /// The server, e.g. redis://127.0.0.1:6379.
     #[arg(long)]
     redis: String,
-    /// The full key (with its prefix, e.g. rb:user-1).
+    /// The full Redis key: prefix, algorithm tag and key (e.g. rb:tb:user-1).
     key: String,
     /// The limit's quota, to turn a token bucket's TAT into tokens.
     #[arg(long, allow_hyphen_values = true)]
