@@ -351,8 +351,16 @@ fn http_vectors() {
         retry_after_secs,
     };
     let spec = load("http.json");
+    let vectors = spec["vectors"].as_array().expect("vectors");
+    // Every case in the file is replayed, and there are cases: a replay that
+    // matched nothing fails.
+    let in_file: usize = vectors
+        .iter()
+        .map(|v| v["cases"].as_array().map_or(0, Vec::len))
+        .sum();
+    let mut replayed = 0;
     let mut failures = Vec::new();
-    for vector in spec["vectors"].as_array().expect("vectors") {
+    for vector in vectors {
         let id = str_of(vector, "id");
         for (i, case) in vector["cases"]
             .as_array()
@@ -419,7 +427,14 @@ fn http_vectors() {
                 &json!({ "want": case["want"] }),
                 &mut failures,
             );
+            replayed += 1;
         }
     }
     assert!(failures.is_empty(), "http.json:\n{}", failures.join("\n"));
+    assert_eq!(replayed, in_file, "http.json: cases replayed");
+    assert!(
+        vectors.len() >= 4 && replayed >= 20,
+        "http.json: {} vectors, {replayed} cases replayed; expected at least 4 and 20",
+        vectors.len()
+    );
 }
