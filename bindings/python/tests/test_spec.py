@@ -55,7 +55,8 @@ def compare(where: str, got: dict, expect: dict, failures: list) -> None:
             failures.append(f"{where}: {field} = {got.get(field)!r}, want {want!r}")
 
 
-def replay(vector: dict, failures: list) -> None:
+def replay(vector: dict, failures: list) -> tuple[int, int]:
+    """Replays one vector: (steps replayed, expectations compared)."""
     vid = vector["id"]
     clock = rb.ManualClock()
     spec = vector.get("limiter") or {"algorithm": "token_bucket", "quota": vector["quota"]}
@@ -65,7 +66,9 @@ def replay(vector: dict, failures: list) -> None:
         limiter = rb.AllOf(members)
     reservations: list = []
     admitted = refused = 0
+    steps = compared = 0
     for i, step in enumerate(vector["steps"]):
+        steps += 1
         if "set_time_ns" in step:
             clock.set_ns(step["set_time_ns"])
         if "advance_ns" in step:
@@ -101,29 +104,44 @@ def replay(vector: dict, failures: list) -> None:
             if "expect" in step:
                 where = f"{vid} step {i}" + (f" (repeat {rep})" if rep else "")
                 compare(where, got, step["expect"], failures)
+                compared += 1
     if "totals" in vector:
         compare(f"{vid} totals", {"admitted": admitted, "refused": refused}, vector["totals"], failures)
+        compared += 1
+    return steps, compared
 
 
 @pytest.mark.parametrize(
-    "name",
+    ("name", "at_least"),
     [
-        "token_bucket.json",
-        "fixed_window.json",
-        "sliding_window.json",
-        "sliding_log.json",
-        "leaky_bucket.json",
-        "boundary_burst.json",
-        "all_of.json",
+        ("token_bucket.json", 8),
+        ("fixed_window.json", 1),
+        ("sliding_window.json", 2),
+        ("sliding_log.json", 1),
+        ("leaky_bucket.json", 2),
+        ("boundary_burst.json", 4),
+        ("all_of.json", 2),
     ],
 )
-def test_vectors(name: str) -> None:
+def test_vectors(name: str, at_least: int) -> None:
     vectors = load(name)["vectors"]
-    assert vectors
     failures: list = []
+    replayed = steps = 0
+    unchecked = []
     for vector in vectors:
-        replay(vector, failures)
+        n, compared = replay(vector, failures)
+        replayed += 1
+        steps += n
+        if compared == 0:
+            unchecked.append(vector["id"])
     assert not failures, "\n".join(failures)
+    # Every vector and step in the file was replayed, each vector compared
+    # something, and the file holds at least its floor of vectors (the Rust
+    # replay's): a replay that matched nothing fails.
+    in_file = (len(vectors), sum(len(v["steps"]) for v in vectors))
+    assert (replayed, steps) == in_file, f"{name}: (vectors, steps) replayed {(replayed, steps)}, in the file {in_file}"
+    assert not unchecked, f"{name}: vectors that compared nothing: {unchecked}"
+    assert replayed >= at_least, f"{name}: {replayed} vectors, expected at least {at_least}"
 
 
 def test_keyed_vectors() -> None:
@@ -172,7 +190,9 @@ def test_keyed_vectors() -> None:
 
 def test_http_vectors() -> None:
     failures: list = []
-    for vector in load("http.json")["vectors"]:
+    vectors = load("http.json")["vectors"]
+    replayed = 0
+    for vector in vectors:
         kind = vector["kind"]
         for i, case in enumerate(vector["cases"]):
             if kind == "retry_after":
@@ -189,4 +209,9 @@ def test_http_vectors() -> None:
                 raise AssertionError(f"{vector['id']}: unknown kind {kind}")
             if got != case["want"]:
                 failures.append(f"{vector['id']} case {i}: {got!r}, want {case['want']!r}")
+            replayed += 1
     assert not failures, "\n".join(failures)
+    # Every case in the file was replayed, and there are cases (as in the
+    # Rust replay): a replay that matched nothing fails.
+    assert replayed == sum(len(v["cases"]) for v in vectors)
+    assert len(vectors) >= 4 and replayed >= 20, (len(vectors), replayed)
