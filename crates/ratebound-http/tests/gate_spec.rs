@@ -26,67 +26,87 @@ mod support;
 use support::{compare, load, policy};
 
 /// The layer a vector's options describe, through the builder's typed
-/// options (the core's parsers for the strings).
-fn build(options: &Value, clock: &ManualClock) -> RateLimitLayer {
+/// options (the core's parsers for the strings). An option name this
+/// replay does not know, or a value of a type it does not read, fails the
+/// vector: ignored, it would replay some other gate than the file says.
+fn build(id: &str, options: &Value, clock: &ManualClock) -> RateLimitLayer {
     let mut b: Builder = RateLimitLayer::builder().clock(clock.clone());
-    for p in options["policies"].as_array().unwrap() {
-        let (name, algorithm) = policy(p);
-        b = b.policy_with(&name, algorithm);
-    }
-    let text = |k: &str| options.get(k).and_then(Value::as_str);
-    if let Some(h) = text("key_header") {
-        b = b.key(KeySource::header(h).unwrap());
-    }
-    if text("key") == Some("given") {
-        b = b.key(KeySource::custom(|parts| {
-            parts
-                .headers
-                .get("x-given")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        }));
-    }
-    match options.get("trusted_proxies") {
-        Some(Value::Number(n)) => {
-            b = b.trusted_proxies(TrustedProxies::Hops(n.as_u64().unwrap() as usize));
+    let options = options
+        .as_object()
+        .unwrap_or_else(|| panic!("{id}: options is not an object"));
+    let bad = |name: &str, value: &Value| -> ! { panic!("{id}: option {name} = {value}") };
+    let text = |name: &str, value: &Value| -> String {
+        value
+            .as_str()
+            .map_or_else(|| bad(name, value), str::to_string)
+    };
+    let number = |name: &str, value: &Value| value.as_u64().unwrap_or_else(|| bad(name, value));
+    for (name, value) in options {
+        match name.as_str() {
+            "policies" => {
+                for p in value.as_array().unwrap_or_else(|| bad(name, value)) {
+                    for field in p.as_object().unwrap_or_else(|| bad(name, p)).keys() {
+                        assert!(
+                            ["name", "algorithm", "rate", "burst", "limit", "window"]
+                                .contains(&field.as_str()),
+                            "{id}: unknown policy field {field}"
+                        );
+                    }
+                    let (policy_name, algorithm) = policy(p);
+                    b = b.policy_with(&policy_name, algorithm);
+                }
+            }
+            "key_header" => b = b.key(KeySource::header(&text(name, value)).unwrap()),
+            "key" => {
+                assert_eq!(value, "given", "{id}: option key");
+                b = b.key(KeySource::custom(|parts| {
+                    parts
+                        .headers
+                        .get("x-given")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                }));
+            }
+            "trusted_proxies" => match value {
+                Value::Number(_) => {
+                    b = b.trusted_proxies(TrustedProxies::Hops(number(name, value) as usize));
+                }
+                Value::Array(a) => {
+                    let cidrs = a
+                        .iter()
+                        .map(|c| Cidr::parse(&text(name, c)).unwrap())
+                        .collect();
+                    b = b.trusted_proxies(TrustedProxies::Cidrs(cidrs));
+                }
+                _ => bad(name, value),
+            },
+            "client_ip_header" => {
+                b = b.client_ip_header(Forwarding::parse(&text(name, value)).unwrap());
+            }
+            "ipv6_prefix" => b = b.ipv6_prefix(number(name, value) as u8),
+            "missing_key" => match value {
+                Value::String(s) => b = b.missing_key(MissingKey::parse(s).unwrap()),
+                Value::Number(n) => {
+                    b = b.missing_key(MissingKey::reject(n.as_f64().unwrap()).unwrap());
+                }
+                _ => bad(name, value),
+            },
+            "headers" => b = b.quota_headers(QuotaHeaders::parse(&text(name, value)).unwrap()),
+            "body" => b = b.refusal_body(RefusalBody::parse(&text(name, value)).unwrap()),
+            "max_keys" => {
+                let overflow = match options.get("overflow") {
+                    Some(o) => ratebound::any::overflow(&text("overflow", o)).unwrap(),
+                    None => Overflow::EvictLeastRecent,
+                };
+                b = b.max_keys(number(name, value) as usize, overflow);
+            }
+            "overflow" => assert!(
+                options.contains_key("max_keys"),
+                "{id}: overflow without max_keys"
+            ),
+            "concurrency_limit" => b = b.concurrency_limit(number(name, value) as usize),
+            other => panic!("{id}: unknown option {other}"),
         }
-        Some(Value::Array(a)) => {
-            let cidrs = a
-                .iter()
-                .map(|c| Cidr::parse(c.as_str().unwrap()).unwrap())
-                .collect();
-            b = b.trusted_proxies(TrustedProxies::Cidrs(cidrs));
-        }
-        _ => {}
-    }
-    if let Some(h) = text("client_ip_header") {
-        b = b.client_ip_header(Forwarding::parse(h).unwrap());
-    }
-    if let Some(bits) = options.get("ipv6_prefix").and_then(Value::as_u64) {
-        b = b.ipv6_prefix(bits as u8);
-    }
-    match options.get("missing_key") {
-        Some(Value::String(s)) => b = b.missing_key(MissingKey::parse(s).unwrap()),
-        Some(Value::Number(n)) => {
-            b = b.missing_key(MissingKey::reject(n.as_f64().unwrap()).unwrap());
-        }
-        _ => {}
-    }
-    if let Some(h) = text("headers") {
-        b = b.quota_headers(QuotaHeaders::parse(h).unwrap());
-    }
-    if let Some(body) = text("body") {
-        b = b.refusal_body(RefusalBody::parse(body).unwrap());
-    }
-    if let Some(max) = options.get("max_keys").and_then(Value::as_u64) {
-        let overflow = match text("overflow") {
-            Some(o) => ratebound::any::overflow(o).unwrap(),
-            None => Overflow::EvictLeastRecent,
-        };
-        b = b.max_keys(max as usize, overflow);
-    }
-    if let Some(limit) = options.get("concurrency_limit").and_then(Value::as_u64) {
-        b = b.concurrency_limit(limit as usize);
     }
     b.build().unwrap()
 }
@@ -131,7 +151,7 @@ async fn the_tower_layer_replays_every_gate_vector_over_http() {
     for v in vectors {
         let id = v["id"].as_str().unwrap();
         let clock = ManualClock::new();
-        let layer = build(&v["options"], &clock);
+        let layer = build(id, &v["options"], &clock);
         let addr = serve(app(layer.clone())).await;
         for (i, r) in v["requests"].as_array().unwrap().iter().enumerate() {
             if let Some(at) = r.get("at_ns").and_then(Value::as_u64) {
