@@ -39,12 +39,23 @@ function firstLine(rawHeaders, name) {
 
 const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
 
+// The fields a policy of spec/gate.json may have. The middleware throws on
+// an option name it does not know, but reads only the policy fields it
+// knows: a misspelt one would replay another policy than the file says.
+const POLICY_FIELDS = new Set(['name', 'algorithm', 'rate', 'burst', 'limit', 'window'])
+
 // The vector's options as the middleware takes them: camelCase names;
 // `key: "given"` is a key function returning the x-given header.
 function middlewareOptions(options, clock, rawOf) {
   const out = { clock }
   for (const [name, value] of Object.entries(options)) {
-    if (name === 'key') {
+    if (name === 'policies') {
+      for (const p of value) {
+        const unknown = Object.keys(p).filter((f) => !POLICY_FIELDS.has(f))
+        if (unknown.length > 0) throw new Error(`unknown policy field ${unknown.join(', ')}`)
+      }
+      out.policies = value
+    } else if (name === 'key') {
       if (value !== 'given') throw new Error(`unknown key source ${JSON.stringify(value)}`)
       out.key = (req) => firstLine(rawOf(req), 'x-given')
     } else {

@@ -28,11 +28,19 @@ SPEC = json.loads((pathlib.Path(__file__).parents[3] / "spec" / "gate.json").rea
 VECTORS = SPEC["vectors"]
 
 
+# The fields a policy of spec/gate.json may have. The middleware refuses a
+# keyword it does not know, but reads only the policy fields it knows: a
+# misspelt one would replay another policy than the file says.
+POLICY_FIELDS = {"name", "algorithm", "rate", "burst", "limit", "window"}
+
+
 def middleware_options(options: dict[str, Any], clock: rb.ManualClock, given: Callable[[Any], Any]) -> dict[str, Any]:
     """The vector's options as the middleware's keyword arguments."""
     out: dict[str, Any] = {"clock": clock}
     for name, value in options.items():
         if name == "policies":
+            for p in value:
+                assert set(p) <= POLICY_FIELDS, f"unknown policy fields {set(p) - POLICY_FIELDS}"
             out["policies"] = {p["name"]: {k: v for k, v in p.items() if k != "name"} for p in value}
         elif name == "key":
             assert value == "given"
