@@ -2,7 +2,8 @@
 the routes every framework is held to (``routes_spec.check_routes``) through
 Django's test client, its ASGI test client, wsgiref and uvicorn on
 127.0.0.1 — and ``rb.django.RateLimitMiddleware`` configured from
-``settings.RATEBOUND``, in Django's sync and async modes.
+``settings.RATEBOUND``, in Django's sync and async modes, replaying
+spec/gate.json over HTTP under wsgiref and uvicorn.
 
 Django's settings are configured once per process, here; each test
 overrides only what it needs (``ROOT_URLCONF``, ``MIDDLEWARE``,
@@ -491,3 +492,49 @@ def test_middleware_redis_limiter_of_the_wrong_kind_fails_at_startup() -> None:
     with override_settings(MIDDLEWARE=MIDDLEWARE, RATEBOUND={"policies": {"global": async_bucket}}):
         with pytest.raises(ImproperlyConfigured, match=r"needs a sync limiter \(rb.redis.TokenBucket, ...\) under WSGI, got AsyncTokenBucket"):
             WSGIHandler()
+
+
+# spec/gate.json over HTTP: the middleware, loaded from settings.RATEBOUND
+# per vector, behind wsgiref (WSGI) and uvicorn (ASGI), with the servers and
+# the replay of test_gate_spec.py (which gives each request the vector's
+# peer as its client address).
+from test_gate_spec import VECTORS, asgi_server, replay, wsgi_server  # noqa: E402,F401 - the servers are fixtures
+
+
+class LoadedMiddleware(rb.django.RateLimitMiddleware):
+    """The middleware, remembered when Django loads it: the replay takes
+    concurrency places from its gate (test scaffolding only)."""
+
+    last: Any = None
+
+    def __init__(self, get_response: Any) -> None:
+        super().__init__(get_response)
+        LoadedMiddleware.last = self
+
+
+def ok(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+def given_key(request: HttpRequest) -> Any:
+    return request.META.get("HTTP_X_GIVEN")
+
+
+@pytest.mark.parametrize("server", ["wsgiref", "uvicorn"])
+def test_middleware_replays_every_gate_vector(server: str, urls: Callable[..., str], request: Any) -> None:
+    base, current = request.getfixturevalue({"wsgiref": "wsgi_server", "uvicorn": "asgi_server"}[server])
+    handler = {"wsgiref": WSGIHandler, "uvicorn": ASGIHandler}[server]
+
+    def build(inner: Any, **options: Any) -> Any:
+        # What a server does at startup: Django loads the middleware, which
+        # reads settings.RATEBOUND (the vector's options).
+        with override_settings(RATEBOUND=options):
+            app = handler()
+        app.gate = LoadedMiddleware.last.gate  # type: ignore[attr-defined]
+        return app
+
+    middleware = [f"{__name__}.LoadedMiddleware"]
+    with override_settings(ROOT_URLCONF=urls(path("", ok)), MIDDLEWARE=middleware):
+        failures = replay(base, current, build, given_key)
+    assert not failures, "\n".join(failures)
+    assert len(VECTORS) >= 48

@@ -1,7 +1,7 @@
 //! Replays `spec/gate.json` — the whole middleware decision — through the
 //! tower layer over real HTTP on 127.0.0.1 (axum server, hyper client, each
-//! vector's header lines sent in order). The core, ASGI, WSGI, Express and
-//! Fastify replay the same file.
+//! vector's header lines sent in order). The core, ASGI, WSGI, Django,
+//! Express and Fastify replay the same file.
 
 use std::net::SocketAddr;
 
