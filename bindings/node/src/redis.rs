@@ -13,7 +13,7 @@ use napi::{JsValue, sys};
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key, Loose as CoreLoose};
-use ratebound_redis::{Algorithm, Begin, Call, CallKind, Config, Engine, OnError, Outcome};
+use ratebound_redis::{Algorithm, Begin, Call, Config, Engine, OnError, Outcome};
 
 use crate::error::{OrThrow, invalid_type};
 use crate::fast::{key_error, with_key};
@@ -165,15 +165,15 @@ impl RedisCall {
         out
     }
 
-    /// What the call asks: `'check'`, `'lease'` or `'return'` (from
-    /// `drain()`: give leased tokens back; such calls need no `finish`).
-    #[napi(getter, ts_return_type = "'check' | 'lease' | 'return'")]
+    /// What the call asks: `'check'`, `'lease'`, `'return'` (from
+    /// `drain()`: give leased tokens back; such calls need no `finish`),
+    /// `'reserve'` or `'pause'`.
+    #[napi(
+        getter,
+        ts_return_type = "'check' | 'lease' | 'return' | 'reserve' | 'pause'"
+    )]
     pub fn kind(&self) -> &'static str {
-        match self.call.kind {
-            CallKind::Check => "check",
-            CallKind::Lease => "lease",
-            CallKind::Return => "return",
-        }
+        self.call.kind.as_str()
     }
 
     /// The tokens asked for.

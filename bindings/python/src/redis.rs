@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 use ratebound::Error;
 use ratebound::any::{self, Key, Loose};
-use ratebound_redis::{Algorithm, Begin, Call, CallKind, Config, Engine, Outcome};
+use ratebound_redis::{Algorithm, Begin, Call, Config, Engine, Outcome};
 
 use crate::convert::*;
 use crate::decision::*;
@@ -62,14 +62,10 @@ impl RedisCall_ {
     fn args(&self) -> Vec<String> {
         self.inner.args.clone()
     }
-    /// What the call asks: "check", "lease" or "return".
+    /// What the call asks: "check", "lease", "return", "reserve" or "pause".
     #[getter]
     fn kind(&self) -> &'static str {
-        match self.inner.kind {
-            CallKind::Check => "check",
-            CallKind::Lease => "lease",
-            CallKind::Return => "return",
-        }
+        self.inner.kind.as_str()
     }
     /// The tokens asked for.
     #[getter]

@@ -843,7 +843,7 @@ def test_engine_without_io() -> None:
     assert call.key == b"rb:tb:k" and call.kind == "check" and call.n == 1 and call.script == "gcra"
     assert len(call.sha) == 40 and "redis.call" in call.text
     assert call.args[0] == "" and call.at(7).args[0] == "7"
-    d = e.finish(call, [1, 19, 0, 100000, 1, 0])
+    d = e.finish(call, [1, 19, 0, 100000, 1, 0, 7])
     assert (d.allowed, d.remaining, d.reset_after_ns, d.source) == (True, 19, 100_000_000, "redis")
     assert e.begin("k", scope="hourly").key == b"rb:tb@hourly:k"
     # A reply of another shape is a failure; three open the breaker.
@@ -855,7 +855,7 @@ def test_engine_without_io() -> None:
     time.sleep(0.06)
     probe = e.begin("k")
     assert isinstance(probe, rb._ratebound.RedisCall_)
-    assert e.finish(probe, [1, 18, 0, 200000, 1, 0]).source == "redis"
+    assert e.finish(probe, [1, 18, 0, 200000, 1, 0, 7]).source == "redis"
     assert not e.breaker_open
     with pytest.raises(TypeError):
         e.finish(call)

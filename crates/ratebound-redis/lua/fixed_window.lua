@@ -8,7 +8,7 @@
 -- ARGV[5]  mode: "check", "lease" (at least n, up to ARGV[6]) or "return"
 -- ARGV[6]  with "lease": the most to take
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken,
--- damaged}, every field ≥ 0 whatever the key holds.
+-- damaged, now_us}, every field ≥ 0 whatever the key holds.
 -- A refusal writes nothing; the key expires at the window's end. A count
 -- above the limit (the limit was lowered) is refused until the window
 -- ends, remaining 0. A value that is not "<index>:<count>" (damaged) is
@@ -50,18 +50,18 @@ local function reset()
   return 0
 end
 if n == 0 then
-  return {1, remaining(), 0, reset(), 0, bad}
+  return {1, remaining(), 0, reset(), 0, bad, now}
 end
 if mode == 'return' then
   count = math.max(count - n, 0)
   store()
-  return {1, remaining(), 0, reset(), n, bad}
+  return {1, remaining(), 0, reset(), n, bad, now}
 end
 local take = n
 if mode == 'lease' then take = math.max(n, math.min(tonumber(ARGV[6]), remaining())) end
 if count + take > limit then
-  return {0, remaining(), until_end, reset(), 0, bad}
+  return {0, remaining(), until_end, reset(), 0, bad, now}
 end
 count = count + take
 store()
-return {1, remaining(), 0, until_end, take, bad}
+return {1, remaining(), 0, until_end, take, bad, now}

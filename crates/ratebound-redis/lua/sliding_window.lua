@@ -10,7 +10,7 @@
 -- overlaps the sliding window: admit n iff
 --   previous·(W − elapsed) + (current + n)·W ≤ limit·W.
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken,
--- damaged}: the same math as the core crate's SlidingWindow, in µs; every
+-- damaged, now_us}: the same math as the core crate's SlidingWindow, in µs; every
 -- field ≥ 0 whatever the key holds. Counts above the limit (it was
 -- lowered) are refused with the exact wait. A value that is not
 -- "<index>:<previous>:<current>" (damaged) is rebuilt as a full current
@@ -59,11 +59,11 @@ local function store()
 end
 if damaged then store() end
 if n == 0 then
-  return {1, remaining(cur), 0, reset_after(cur), 0, bad}
+  return {1, remaining(cur), 0, reset_after(cur), 0, bad, now}
 end
 if used(cur + n) <= limit * W then
   cur = cur + n
-  return {1, remaining(cur), 0, store(), n, bad}
+  return {1, remaining(cur), 0, store(), n, bad, now}
 end
 -- Refused: the exact wait until the estimate leaves room for n.
 local function wait()
@@ -75,4 +75,4 @@ local function wait()
   if cur > 0 then target = W - math.min(div((limit - n) * W, cur), W) end
   return (W - e) + target
 end
-return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0, bad}
+return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0, bad, now}

@@ -9,7 +9,10 @@ use ratebound::{Error, Quota};
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, ServerErrorKind};
 
-use crate::engine::{Algorithm, Begin, Call, Config, Decision, Engine, Outcome};
+use std::time::Duration;
+
+use crate::engine::{Algorithm, Begin, Call, Config, Decision, Engine, Outcome, Source};
+use crate::reserve::{Acquisition, ReserveBegin, Reserved, Step};
 
 /// A global limit in Redis: every instance that checks the same key with
 /// the same settings shares one limit.
@@ -140,11 +143,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                     None => call,
                 };
                 let result = self.run(&call).await;
-                Ok(match &result {
-                    Ok(reply) => self.engine.finish(&call, Outcome::Reply(reply)),
-                    Err(None) => self.engine.finish(&call, Outcome::Timeout),
-                    Err(Some(e)) => self.engine.finish(&call, Outcome::Failed(e)),
-                })
+                Ok(self.engine.finish(&call, outcome(&result)))
             }
         }
     }
@@ -157,6 +156,117 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             done += usize::from(self.run(&call).await.is_ok());
         }
         done
+    }
+
+    /// Waits for `n` tokens for `key`, as long as `timeout` allows (none:
+    /// as long as it takes): one `EVALSHA` reserves them in Redis — every
+    /// instance is served in the order its call reached Redis — and the
+    /// task sleeps until they are due; no polling. A window cannot reserve:
+    /// it sleeps the exact `retry_after` and asks again. While Redis is
+    /// down, `open` returns at once, `closed` fails at once, `local` waits
+    /// on the local share. If the future is dropped while it holds
+    /// reserved tokens, they are given back (by a spawned task).
+    ///
+    /// # Errors
+    /// [`Error::DeadlineExceeded`] at once, taking nothing, when the wait
+    /// would exceed `timeout` (or the fail policy `closed` refuses);
+    /// [`Error::InsufficientCapacity`] for `n` above the burst;
+    /// [`Error::InvalidNumber`] for `n = 0`.
+    pub async fn acquire_n(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        timeout: Option<Duration>,
+    ) -> Result<Source, Error> {
+        let a = self.engine.acquire(None, key.as_ref(), n, timeout)?;
+        let mut held = GiveBackOnDrop {
+            limiter: self.clone(),
+            a: Some(a),
+        };
+        loop {
+            let Some(a) = held.a.as_mut() else {
+                return Ok(Source::Redis);
+            };
+            match self.engine.acquire_step(a)? {
+                Step::Done(source) => {
+                    held.a = None;
+                    return Ok(source);
+                }
+                Step::Sleep(d) => tokio::time::sleep(d).await,
+                Step::Call(call) => {
+                    let result = self.run(&call).await;
+                    self.engine.acquire_reply(a, outcome(&result));
+                }
+            }
+        }
+    }
+
+    /// Reserves `n` tokens for `key` if they are due within `max_wait`:
+    /// taken in Redis now, usable after [`RedisReservation::delay`]. Drop
+    /// or [`cancel`](RedisReservation::cancel) it to give them back;
+    /// [`wait`](RedisReservation::wait) sleeps until they are due.
+    ///
+    /// # Errors
+    /// [`Error::DeadlineExceeded`] when they would be due only after
+    /// `max_wait` (nothing is taken), or when the fail policy refuses;
+    /// [`Error::Unsupported`] for a window (it cannot reserve: use
+    /// [`acquire_n`](Self::acquire_n)); as [`acquire_n`](Self::acquire_n).
+    pub async fn reserve_n(
+        &self,
+        key: impl AsRef<[u8]>,
+        n: u64,
+        max_wait: Duration,
+    ) -> Result<RedisReservation<C>, Error> {
+        if !matches!(self.engine.config().algorithm, Algorithm::TokenBucket(_)) {
+            return Err(Error::Unsupported {
+                operation: "reserve",
+                algorithm: self.engine.algorithm(),
+            });
+        }
+        let (r, call) = match self.engine.begin_reserve(None, key.as_ref(), n, max_wait)? {
+            ReserveBegin::Done(r) => (r, None),
+            ReserveBegin::Call(call) => {
+                let result = self.run(&call).await;
+                (
+                    self.engine.finish_reserve(&call, outcome(&result)),
+                    Some(call),
+                )
+            }
+        };
+        match r {
+            Reserved::Granted { wait, source, .. } => Ok(RedisReservation {
+                limiter: self.clone(),
+                call: if wait.is_zero() { None } else { call },
+                due: tokio::time::Instant::now() + wait,
+                delay: wait,
+                source,
+            }),
+            Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => {
+                Err(Error::DeadlineExceeded { wait, max_wait })
+            }
+        }
+    }
+
+    /// Pauses `key` for `duration` for every instance: the bucket is empty
+    /// until then (on Redis' clock) and every reservation already made
+    /// moves past it, in its order; a pause that ends no later than one
+    /// already on changes nothing. The shift it gave (zero: covered
+    /// already), or `None` when Redis could not be told.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a window; [`Error::InvalidNumber`] for a
+    /// zero pause.
+    pub async fn pause(
+        &self,
+        key: impl AsRef<[u8]>,
+        duration: Duration,
+    ) -> Result<Option<Duration>, Error> {
+        let call = self.engine.begin_pause(None, key.as_ref(), duration)?;
+        let result = self.run(&call).await;
+        Ok(self
+            .engine
+            .finish_pause(outcome(&result))
+            .map(|(_, shift)| shift))
     }
 
     /// Runs `call` within the deadline: `Err(None)` on timeout,
@@ -191,5 +301,109 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             Ok(Err(e)) => Err(Some(e.to_string())),
             Err(_) => Err(None),
         }
+    }
+}
+
+fn outcome(result: &Result<Vec<i64>, Option<String>>) -> Outcome<'_> {
+    match result {
+        Ok(reply) => Outcome::Reply(reply),
+        Err(None) => Outcome::Timeout,
+        Err(Some(e)) => Outcome::Failed(e),
+    }
+}
+
+/// An acquisition in progress: dropped while it holds reserved tokens (the
+/// caller's future was dropped), it gives them back from a spawned task.
+struct GiveBackOnDrop<C: ConnectionLike + Clone + Send + Sync + 'static> {
+    limiter: RedisLimiter<C>,
+    a: Option<Acquisition>,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for GiveBackOnDrop<C> {
+    fn drop(&mut self) {
+        if let Some(mut a) = self.a.take()
+            && let Some(call) = self.limiter.engine.acquire_abandon(&mut a)
+        {
+            give_back_later(self.limiter.clone(), call);
+        }
+    }
+}
+
+fn give_back_later<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    limiter: RedisLimiter<C>,
+    call: Call,
+) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = limiter.run(&call).await;
+        });
+    }
+}
+
+/// Tokens reserved in Redis by [`RedisLimiter::reserve_n`]: usable after
+/// [`delay`](Self::delay); given back when cancelled or dropped unless
+/// [`wait`](Self::wait) or [`consume`](Self::consume) kept them.
+#[must_use = "a reservation dropped at once gives its tokens back"]
+pub struct RedisReservation<C: ConnectionLike + Clone + Send + Sync + 'static> {
+    limiter: RedisLimiter<C>,
+    /// The call that reserved them, while they can still be given back.
+    call: Option<Call>,
+    due: tokio::time::Instant,
+    delay: Duration,
+    source: Source,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisReservation<C> {
+    /// How long after the reservation the tokens were due.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Which path answered.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// Sleeps until the tokens are due; they are the caller's.
+    pub async fn wait(mut self) {
+        tokio::time::sleep_until(self.due).await;
+        self.call = None;
+    }
+
+    /// Keeps the tokens without waiting (the caller sleeps itself).
+    pub fn consume(mut self) {
+        self.call = None;
+    }
+
+    /// Gives the tokens back now; whether Redis took them back.
+    pub async fn cancel(mut self) -> bool {
+        match self.call.take() {
+            Some(call) => {
+                let back = self.limiter.engine.give_back(&call);
+                self.limiter.run(&back).await.is_ok()
+            }
+            None => false,
+        }
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for RedisReservation<C> {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            give_back_later(self.limiter.clone(), self.limiter.engine.give_back(&call));
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for RedisReservation<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisReservation")
+            .field("delay", &self.delay)
+            .field("source", &self.source)
+            .field("held", &self.call.is_some())
+            .finish()
     }
 }

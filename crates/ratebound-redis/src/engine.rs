@@ -241,13 +241,40 @@ pub enum CallKind {
     Check,
     /// Take at least `n` and up to the lease size.
     Lease,
-    /// Give unspent leased tokens back.
+    /// Give unspent leased tokens (or a reservation's) back.
     Return,
+    /// Take `n` tokens now or ahead of time, if they are due within
+    /// `max_wait_us` (a token bucket's reservation).
+    Reserve {
+        /// The longest wait, in µs.
+        max_wait_us: u64,
+    },
+    /// Empty the bucket for `for_us` µs from Redis' now, moving every
+    /// reserved slot past it.
+    Pause {
+        /// How long, in µs.
+        for_us: u64,
+    },
+}
+
+impl CallKind {
+    /// `"check"`, `"lease"`, `"return"`, `"reserve"` or `"pause"`: the
+    /// script's mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Check => "check",
+            CallKind::Lease => "lease",
+            CallKind::Return => "return",
+            CallKind::Reserve { .. } => "reserve",
+            CallKind::Pause { .. } => "pause",
+        }
+    }
 }
 
 /// One script run for a driver to perform: `EVALSHA sha 1 key args...`,
 /// and on a `NOSCRIPT` reply `EVAL text 1 key args...` once (which also
-/// loads the script). The reply is six integers, for [`Engine::finish`].
+/// loads the script). The reply is seven integers, for [`Engine::finish`]
+/// (or [`Engine::finish_reserve`], [`Engine::finish_pause`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Call {
     /// The script.
@@ -450,26 +477,26 @@ impl Config {
 
 /// Tokens leased for one key.
 #[derive(Clone, Copy, Debug)]
-struct Lease {
-    tokens: u64,
-    expires: u64,
+pub(crate) struct Lease {
+    pub(crate) tokens: u64,
+    pub(crate) expires: u64,
 }
 
 /// A circuit breaker: after `threshold` consecutive failures it opens for
 /// `cooldown`, answering with the fail policy and sending nothing; then one
 /// probe at a time is let through, and a success closes it.
 #[derive(Debug)]
-struct Breaker {
+pub(crate) struct Breaker {
     failures: AtomicU32,
     /// Clock time until which the breaker is open; 0 when closed.
     open_until: AtomicU64,
     probing: AtomicBool,
     threshold: u32,
-    cooldown: u64,
+    pub(crate) cooldown: u64,
 }
 
 impl Breaker {
-    fn may_call(&self, now: u64) -> bool {
+    pub(crate) fn may_call(&self, now: u64) -> bool {
         // Ordering: Relaxed throughout — the breaker is advice about a
         // remote server, not a guard of memory; a stale view costs at most
         // one extra call or one extra fail-policy answer.
@@ -486,13 +513,13 @@ impl Breaker {
             .is_ok()
     }
 
-    fn success(&self) {
+    pub(crate) fn success(&self) {
         self.failures.store(0, Ordering::Relaxed);
         self.open_until.store(0, Ordering::Relaxed);
         self.probing.store(false, Ordering::Relaxed);
     }
 
-    fn failure(&self, now: u64) {
+    pub(crate) fn failure(&self, now: u64) {
         let failures = self
             .failures
             .fetch_add(1, Ordering::Relaxed)
@@ -511,15 +538,20 @@ impl Breaker {
 
 /// The sans-I/O global limiter (see the module docs).
 pub struct Engine {
-    config: Config,
+    pub(crate) config: Config,
     script: &'static Script,
     /// The script's fixed arguments after `now`, `n`, `mode`.
     fixed: [String; 2],
-    breaker: Breaker,
-    leases: Mutex<HashMap<Vec<u8>, Lease>>,
-    local: Option<KeyedLimiter<Fingerprint, AnyClock>>,
-    fingerprints: Fingerprinter,
-    clock: AnyClock,
+    pub(crate) breaker: Breaker,
+    pub(crate) leases: Mutex<HashMap<Vec<u8>, Lease>>,
+    pub(crate) local: Option<KeyedLimiter<Fingerprint, AnyClock>>,
+    pub(crate) fingerprints: Fingerprinter,
+    pub(crate) clock: AnyClock,
+}
+
+/// Whether `r` is a reply of the scripts: seven integers, none negative.
+pub(crate) fn well_formed(r: &[i64]) -> bool {
+    r.len() == 7 && r.iter().all(|v| *v >= 0)
 }
 
 impl std::fmt::Debug for Engine {
@@ -687,12 +719,14 @@ impl Engine {
         k
     }
 
-    fn call(&self, key: Vec<u8>, kind: CallKind, n: u64) -> Call {
-        let (mode, max) = match kind {
-            CallKind::Check => ("check", n),
-            CallKind::Lease => ("lease", self.config.lease.max(n)),
-            CallKind::Return => ("return", n),
+    pub(crate) fn call(&self, key: Vec<u8>, kind: CallKind, n: u64) -> Call {
+        let max = match kind {
+            CallKind::Check | CallKind::Return => n,
+            CallKind::Lease => self.config.lease.max(n),
+            CallKind::Reserve { max_wait_us } => max_wait_us,
+            CallKind::Pause { for_us } => for_us,
         };
+        let mode = kind.as_str();
         Call {
             script: self.script,
             key,
@@ -766,7 +800,7 @@ impl Engine {
     pub fn finish(&self, call: &Call, outcome: Outcome<'_>) -> Decision {
         let now = self.clock.now();
         let reply = match outcome {
-            Outcome::Reply(r) if r.len() == 6 && r.iter().all(|v| *v >= 0) => r,
+            Outcome::Reply(r) if well_formed(r) => r,
             // A reply of another shape is a server that is not running our
             // script: a failure like any other. (The scripts reply
             // well-formed for every state a key can hold — beyond the limit,
@@ -816,7 +850,7 @@ impl Engine {
     }
 
     /// The fail policy's answer for `n` on `key` (the full key).
-    fn fail(&self, key: &[u8], n: u64, now: u64) -> Decision {
+    pub(crate) fn fail(&self, key: &[u8], n: u64, now: u64) -> Decision {
         let capacity = self.config.algorithm.capacity();
         match self.config.on_error {
             OnError::Open => Decision {
@@ -916,16 +950,16 @@ mod tests {
         // now (Redis TIME), T = 100 000 µs, tau = 20 T, n, mode, max.
         assert_eq!(c.args, ["", "100000", "2000000", "3", "check", "3"]);
         assert_eq!(c.clone().at(42).args[0], "42");
-        let d = e.finish(&c, Outcome::Reply(&[1, 17, 0, 300_000, 3, 0]));
+        let d = e.finish(&c, Outcome::Reply(&[1, 17, 0, 300_000, 3, 0, 7]));
         assert_eq!(d.source(), Source::Redis);
         assert_eq!(d.remaining(), 17);
         assert_eq!(d.reset_after(), Duration::from_millis(300));
-        let d = e.finish(&c, Outcome::Reply(&[0, 0, 250, 2_000_000, 0, 0]));
+        let d = e.finish(&c, Outcome::Reply(&[0, 0, 250, 2_000_000, 0, 0, 7]));
         assert!(!d.is_allowed());
         assert_eq!(d.retry_after(), Duration::from_micros(250));
         // The script found the key damaged and rebuilt it: a refusal of
         // Redis', which the breaker counts as a success.
-        let d = e.finish(&c, Outcome::Reply(&[0, 0, 100_000, 2_000_000, 0, 1]));
+        let d = e.finish(&c, Outcome::Reply(&[0, 0, 100_000, 2_000_000, 0, 1, 7]));
         assert_eq!((d.is_allowed(), d.source()), (false, Source::Damaged));
     }
 
@@ -947,10 +981,10 @@ mod tests {
         // One probe at a time.
         let probe = call(&e, "k", 1);
         assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
-        e.finish(&probe, Outcome::Reply(&[1, 19, 0, 100_000, 1, 0]));
+        e.finish(&probe, Outcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
         assert!(!e.breaker_open());
         call(&e, "k", 1);
-        // A reply of the wrong shape is a failure too (0.1.0's five fields,
+        // A reply of the wrong shape is a failure too (0.1.0's five fields, six,
         // a negative field).
         for reply in [
             &[1, 2, 3][..],
@@ -984,7 +1018,7 @@ mod tests {
         let (e, clock) = engine(OnError::Open, 5);
         let c = call(&e, "k", 1);
         assert_eq!(c.args[4..], ["lease", "5"]);
-        let d = e.finish(&c, Outcome::Reply(&[1, 15, 0, 500_000, 5, 0]));
+        let d = e.finish(&c, Outcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]));
         assert_eq!((d.source(), d.remaining()), (Source::Redis, 4));
         for left in [3, 2] {
             match e.begin(b"k", 1).unwrap() {
@@ -1003,7 +1037,7 @@ mod tests {
         // Leases lapse.
         e.finish(
             &call(&e, "j", 1),
-            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0]),
+            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
         );
         clock.advance(Duration::from_secs(1));
         assert!(matches!(e.begin(b"j", 1).unwrap(), Begin::Call(_)));
@@ -1059,7 +1093,7 @@ mod tests {
         // A lease with tokens does not answer a query either.
         e.finish(
             &call(&e, "k", 1),
-            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0]),
+            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
         );
         assert_eq!(e.leased(), 4);
         assert!(matches!(e.begin(b"k", 0).unwrap(), Begin::Call(_)));

@@ -42,6 +42,7 @@
 #![warn(missing_docs)]
 
 mod engine;
+mod reserve;
 pub mod script;
 
 #[cfg(feature = "tokio")]
@@ -51,9 +52,10 @@ pub use engine::{
     Algorithm, Begin, Call, CallKind, Config, Decision, Engine, OnError, Outcome, Source,
 };
 pub use ratebound::Error;
+pub use reserve::{Acquisition, ReserveBegin, Reserved, Step};
 
 #[cfg(feature = "tokio")]
-pub use driver::RedisLimiter;
+pub use driver::{RedisLimiter, RedisReservation};
 
 /// The README's examples, compiled (and run where they can) as doctests.
 #[cfg(doctest)]
