@@ -237,6 +237,16 @@ export declare namespace redis {
     /** Calls that failed with a client or server error (the fail policy answered). */
     errors: number
   }
+  /** Tokens reserved in Redis by `reserve`. */
+  interface RedisReservation {
+    /** Seconds until the tokens are due. */
+    readonly delay: number
+    /** Which path answered. */
+    readonly source: string
+    /** Gives the tokens back (once); whether Redis took them back. */
+    cancel(): Promise<boolean>
+  }
+
   /** A global limit (what `TokenBucket`, `FixedWindow` and `SlidingWindow` make). */
   interface Limiter {
     /**
@@ -261,6 +271,29 @@ export declare namespace redis {
      * same policy and never by another policy on the same prefix.
      */
     checkIn(scope: string, key: Key, n?: number): Promise<RedisDecision>
+    /**
+     * Waits until `n` (default 1) tokens for `key` are taken, counted across
+     * every instance: a token bucket reserves them in Redis with one call
+     * (one order for the fleet, no polling) and sleeps until they are due; a
+     * window sleeps its exact `retryAfter` and asks again. Rejects with
+     * `RateLimitExceededError` at once, taking nothing, when the wait would
+     * exceed `timeout` seconds; an aborted `signal` gives back what it holds.
+     * Resolves with the source that answered.
+     */
+    acquire(key: Key, n?: number, options?: { timeout?: number; signal?: AbortSignal }): Promise<string>
+    /**
+     * Takes `n` tokens for `key` now even if they are due only later (token
+     * buckets): act after `delay` seconds; `cancel()` gives them back.
+     * Rejects with `RateLimitExceededError` beyond `maxWait` (nothing taken).
+     */
+    reserve(key: Key, n?: number, options?: { maxWait?: number }): Promise<RedisReservation>
+    /**
+     * Empties `key`'s bucket for `seconds` for every instance, moving every
+     * reservation already made past it; resolves with the shift it gave in
+     * seconds (0: a pause already on covered it), or null when Redis could
+     * not be told.
+     */
+    pause(key: Key, seconds: number): Promise<number | null>
     /**
      * Gives every unspent leased token back to Redis (call it on shutdown);
      * resolves with how many keys' tokens went back. The client stays open.

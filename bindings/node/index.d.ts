@@ -237,6 +237,16 @@ export declare namespace redis {
     /** Calls that failed with a client or server error (the fail policy answered). */
     errors: number
   }
+  /** Tokens reserved in Redis by `reserve`. */
+  interface RedisReservation {
+    /** Seconds until the tokens are due. */
+    readonly delay: number
+    /** Which path answered. */
+    readonly source: string
+    /** Gives the tokens back (once); whether Redis took them back. */
+    cancel(): Promise<boolean>
+  }
+
   /** A global limit (what `TokenBucket`, `FixedWindow` and `SlidingWindow` make). */
   interface Limiter {
     /**
@@ -261,6 +271,29 @@ export declare namespace redis {
      * same policy and never by another policy on the same prefix.
      */
     checkIn(scope: string, key: Key, n?: number): Promise<RedisDecision>
+    /**
+     * Waits until `n` (default 1) tokens for `key` are taken, counted across
+     * every instance: a token bucket reserves them in Redis with one call
+     * (one order for the fleet, no polling) and sleeps until they are due; a
+     * window sleeps its exact `retryAfter` and asks again. Rejects with
+     * `RateLimitExceededError` at once, taking nothing, when the wait would
+     * exceed `timeout` seconds; an aborted `signal` gives back what it holds.
+     * Resolves with the source that answered.
+     */
+    acquire(key: Key, n?: number, options?: { timeout?: number; signal?: AbortSignal }): Promise<string>
+    /**
+     * Takes `n` tokens for `key` now even if they are due only later (token
+     * buckets): act after `delay` seconds; `cancel()` gives them back.
+     * Rejects with `RateLimitExceededError` beyond `maxWait` (nothing taken).
+     */
+    reserve(key: Key, n?: number, options?: { maxWait?: number }): Promise<RedisReservation>
+    /**
+     * Empties `key`'s bucket for `seconds` for every instance, moving every
+     * reservation already made past it; resolves with the shift it gave in
+     * seconds (0: a pause already on covered it), or null when Redis could
+     * not be told.
+     */
+    pause(key: Key, seconds: number): Promise<number | null>
     /**
      * Gives every unspent leased token back to Redis (call it on shutdown);
      * resolves with how many keys' tokens went back. The client stays open.
@@ -580,6 +613,9 @@ export declare class ManualClock {
   nowNanos(): number
 }
 
+/** One caller's wait for global tokens (`RedisEngine.acquire`). */
+export declare class RedisAcquisition {}
+
 /**
  * One script run for the driver to perform: `EVALSHA sha 1 key ...args`,
  * and on a `NOSCRIPT` error `EVAL text 1 key ...args` once, within one
@@ -603,10 +639,11 @@ export declare class RedisCall {
    */
   command(): Array<string | Buffer>
   /**
-   * What the call asks: `'check'`, `'lease'` or `'return'` (from
-   * `drain()`: give leased tokens back; such calls need no `finish`).
+   * What the call asks: `'check'`, `'lease'`, `'return'` (from
+   * `drain()`: give leased tokens back; such calls need no `finish`),
+   * `'reserve'` or `'pause'`.
    */
-  get kind(): 'check' | 'lease' | 'return'
+  get kind(): 'check' | 'lease' | 'return' | 'reserve' | 'pause'
   /** The tokens asked for. */
   get n(): number
   /**
@@ -668,7 +705,7 @@ export declare class RedisEngine {
   begin(key: string | number | Uint8Array, n?: number, scope?: string | null): RedisDecision | RedisCall
   /**
    * Step two: the decision from what became of `call` — the script's
-   * reply (six integers), or `null` with `timedOut` (no reply within the
+   * reply (seven integers), or `null` with `timedOut` (no reply within the
    * deadline) or an `error` text (a connection or server error). A reply
    * of another shape counts as a failure. Failures feed the circuit
    * breaker and are answered by the fail policy.
@@ -694,6 +731,58 @@ export declare class RedisEngine {
   get prefix(): string
   /** The fail policy: `'open'`, `'closed'` or `'local'`. */
   get onError(): 'open' | 'closed' | 'local'
+  /**
+   * A wait for `n` (default 1) tokens for `key` (within `scope`),
+   * failing if it cannot end within `timeout` seconds (none: as long as
+   * it takes).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for a bad `n` or
+   * timeout, `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for `n` above the burst.
+   */
+  acquire(key: string | number | Uint8Array, n?: number, timeout?: number | null, scope?: string | null): RedisAcquisition
+  /**
+   * What the wait does next: a `RedisCall` (run it, then
+   * `acquireReply`), a number (sleep that many seconds, then step
+   * again), a string (done: the source that answered), or
+   * `{ retryAfter }` — it cannot end within its timeout (nothing taken).
+   */
+  acquireStep(a: RedisAcquisition): RedisCall | number | string | Exceeded
+  /** Hands the wait what became of the call its last step gave. */
+  acquireReply(a: RedisAcquisition, reply: number[] | null, timedOut?: boolean, error?: string | null): void
+  /** The caller gave up: the call that gives held tokens back, or null. */
+  acquireAbandon(a: RedisAcquisition): RedisCall | null
+  /**
+   * Step one of a reservation of `n` for `key` due within `maxWait`
+   * seconds (none: any wait): answered already (a lease, the fail
+   * policy: `Granted`, or `Exceeded` — refused, nothing taken) or a
+   * `RedisCall` for `finishReserve`.
+   *
+   * @throws {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+   */
+  beginReserve(key: string | number | Uint8Array, n?: number, maxWait?: number | null, scope?: string | null): Granted | Exceeded | RedisCall
+  /**
+   * Step two of a reservation: `Granted`, or `Exceeded` when the tokens
+   * are due only beyond its maxWait (nothing taken).
+   */
+  finishReserve(call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null): Granted | Exceeded
+  /**
+   * The call that gives a reservation's tokens back (`reserveCall`: the
+   * call that took them).
+   */
+  giveBack(reserveCall: RedisCall): RedisCall
+  /**
+   * The call that pauses `key` for `seconds` for every instance.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for a bad
+   * duration; {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+   */
+  beginPause(key: string | number | Uint8Array, seconds: number, scope?: string | null): RedisCall
+  /**
+   * What became of a pause: the shift it gave the reserved slots in
+   * seconds (0: a pause already on covered it), or null when Redis could
+   * not be told.
+   */
+  finishPause(reply: number[] | null, timedOut?: boolean, error?: string | null): number | null
 }
 
 /**
@@ -943,6 +1032,12 @@ export interface Decision {
   resetAfter: number
 }
 
+/** A wait that cannot end within its timeout. */
+export interface Exceeded {
+  /** Seconds the tokens would need. */
+  retryAfter: number
+}
+
 /**
  * Options of `new Gate(...)`. Every option but `policies` is optional and
  * its default is the core's (`GateOptions::default`, the same for the
@@ -1016,6 +1111,14 @@ export interface GateOptions {
   concurrencyLimit?: number
   /** A `ManualClock` to decide with (default: the monotonic clock). */
   clock?: ManualClock
+}
+
+/** A reservation granted: act after `delay` seconds. */
+export interface Granted {
+  /** Seconds until the tokens are due. */
+  delay: number
+  /** Which path answered (`'redis'`, `'lease'`, `'fail_open'`, ...). */
+  source: string
 }
 
 /** Options of `new KeyedLimiter(...)`. */

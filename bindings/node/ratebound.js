@@ -168,7 +168,7 @@ define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n =
 
 const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide, native.SharedKeyedLimiter)
 // Global limits in Redis, with the application's ioredis or node-redis client.
-const redis = require('./redis.js')(native)
+const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abortError })
 
 const noop = fast.noop
 const {

@@ -12,8 +12,10 @@
 // once, both within ONE deadline (a timer, cleared on completion). A timeout
 // or any client error is an outcome handed to the engine, never a rejection.
 
-module.exports = function redisDrivers(native) {
+module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, abortError }) {
   const { RedisEngine, RedisCall } = native
+  // The longest sleep a host timer holds; the engine is asked again after it.
+  const MAX_SLEEP_MS = 2 ** 31 - 1
 
   function optionError(message) {
     const e = new TypeError(message)
@@ -203,6 +205,103 @@ module.exports = function redisDrivers(native) {
     /** Whether `n` (default 1) tokens for `key` were taken. */
     async tryAcquire(key, n) {
       return (await this.#decide(this.#engine.begin(key, n))).allowed
+    }
+
+    async #reply(a, call) {
+      const r = await run(this.#adapter, call, this.#ms, this.#stats)
+      if (r === TIMEOUT) return this.#engine.acquireReply(a, null, true, null)
+      if (r.error !== undefined) return this.#engine.acquireReply(a, null, false, r.error)
+      const reply = integers(r.reply)
+      if (reply === null) return this.#engine.acquireReply(a, null, false, 'unexpected reply')
+      return this.#engine.acquireReply(a, reply, false, null)
+    }
+
+    async #result(call) {
+      const r = await run(this.#adapter, call, this.#ms, this.#stats)
+      if (r === TIMEOUT) return [null, true, null]
+      if (r.error !== undefined) return [null, false, r.error]
+      const reply = integers(r.reply)
+      return reply === null ? [null, false, 'unexpected reply'] : [reply, false, null]
+    }
+
+    /**
+     * Waits until `n` (default 1) tokens for `key` are taken, counted
+     * across every instance. A token bucket reserves them in Redis with one
+     * call (every instance is served in the order its call reached Redis,
+     * no polling) and sleeps until they are due; a window sleeps its exact
+     * `retryAfter` and asks again. Rejects with `RateLimitExceededError` at
+     * once, taking nothing, when the wait would exceed `timeout` seconds.
+     * An aborted `signal` gives back what the wait holds. Resolves with the
+     * source that answered (`'redis'`, `'lease'`, `'fail_open'`, `'local'`).
+     */
+    async acquire(key, n, options) {
+      const signal = options == null ? undefined : options.signal
+      if (signal && signal.aborted) throw abortError(signal)
+      const timeout = options == null || options.timeout == null ? null : options.timeout
+      const a = this.#engine.acquire(key, n, timeout, null)
+      for (;;) {
+        const step = this.#engine.acquireStep(a)
+        if (typeof step === 'string') return step
+        if (step instanceof RedisCall) {
+          await this.#reply(a, step)
+        } else if (typeof step === 'number') {
+          try {
+            await sleep(Math.min(Math.ceil(step * 1000), MAX_SLEEP_MS), signal)
+          } catch (e) {
+            const back = this.#engine.acquireAbandon(a)
+            if (back !== null) await run(this.#adapter, back, this.#ms, this.#stats)
+            throw e
+          }
+        } else {
+          throw new RateLimitExceededError(step.retryAfter)
+        }
+      }
+    }
+
+    /**
+     * Takes `n` tokens for `key` now even if they are due only later
+     * (token buckets): resolves with `{ delay, source, cancel() }` — act
+     * after `delay` seconds; `await cancel()` gives them back (once).
+     * Rejects with `RateLimitExceededError`, taking nothing, when they would
+     * be due only after `maxWait` seconds.
+     */
+    async reserve(key, n, options) {
+      const maxWait = options == null || options.maxWait == null ? null : options.maxWait
+      const begun = this.#engine.beginReserve(key, n, maxWait, null)
+      let call = null
+      let granted = begun
+      if (begun instanceof RedisCall) {
+        granted = this.#engine.finishReserve(begun, ...(await this.#result(begun)))
+        if (granted.delay > 0) call = begun
+      }
+      // Refused (nothing taken): the package's RateLimitExceededError, as
+      // for local limiters.
+      if (granted.retryAfter !== undefined) throw new RateLimitExceededError(granted.retryAfter)
+      const self = this
+      return {
+        delay: granted.delay,
+        source: granted.source,
+        async cancel() {
+          const c = call
+          call = null
+          if (c === null) return false
+          const r = await run(self.#adapter, self.#engine.giveBack(c), self.#ms, self.#stats)
+          return r !== TIMEOUT && r.error === undefined
+        },
+      }
+    }
+
+    /**
+     * Empties `key`'s bucket for `seconds` on Redis' clock, for every
+     * instance, moving every reservation already made past the pause in its
+     * order (obeying a partner's `Retry-After` once for the fleet); a pause
+     * ending no later than one already on changes nothing. Resolves with the
+     * shift it gave in seconds (0: covered already), or null when Redis
+     * could not be told.
+     */
+    async pause(key, seconds) {
+      const call = this.#engine.beginPause(key, seconds, null)
+      return this.#engine.finishPause(...(await this.#result(call)))
     }
 
     /**

@@ -845,6 +845,103 @@ test('a damaged key is refused alone (source damaged) and never opens the breake
   await closeClient(client)
 })
 
+test('waiting: twenty instances acquire in one order, one script call each, never ahead of the bound', async () => {
+  const s = await main()
+  const key = randomKey('twenty')
+  const clients = []
+  const limiters = []
+  for (let i = 0; i < 20; i++) {
+    const c = await ioredis(s.port)
+    clients.push(c)
+    limiters.push(rb.redis.TokenBucket({ client: c, rate: '50/s burst 10', onError: 'closed', timeout: 1 }))
+  }
+  const calls = async () => {
+    const info = await cli(s.port, 'INFO', 'commandstats')
+    return ['evalsha', 'eval'].reduce((sum, c) => sum + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(info)?.[1] ?? 0), 0)
+  }
+  const before = await calls()
+  const t0 = now()
+  const done = []
+  await Promise.all(
+    limiters.map(async (lim) => {
+      for (let i = 0; i < 3; i++) {
+        assert.equal(await lim.acquire(key, 1, { timeout: 10 }), 'redis')
+        done.push((now() - t0) / 1000)
+      }
+    }),
+  )
+  const used = (await calls()) - before
+  done.sort((a, b) => a - b)
+  assert.equal(done.length, 60)
+  done.forEach((t, i) => assert.ok(t >= Math.max(i + 1 - 10, 0) / 50 - 0.002, `completion ${i} at ${t}`))
+  assert.ok(done[59] >= 1.0 && done[59] < 1.6, `last at ${done[59]}`)
+  assert.ok(used >= 60 && used <= 60 + 2 * 20, `${used} script calls`)
+  console.log(`# waiting: 60 acquisitions by 20 instances, last at ${done[59].toFixed(3)} s, ${used} script calls`)
+  for (const c of clients) await closeClient(c)
+})
+
+test('waiting: reservations share one order, cancel gives the slot back, beyond maxWait rejects', async () => {
+  const s = await main()
+  const client = await ioredis(s.port)
+  const key = randomKey('reserve')
+  const a = rb.redis.TokenBucket({ client, rate: '10/s burst 1', onError: 'closed', timeout: 1 })
+  const b = rb.redis.TokenBucket({ client, rate: '10/s burst 1', onError: 'closed', timeout: 1 })
+  const rs = []
+  for (const lim of [a, b, a, b]) rs.push(await lim.reserve(key, 1, { maxWait: 5 }))
+  assert.equal(rs[0].delay, 0)
+  rs.slice(1).forEach((r, i) => assert.ok(r.delay <= 0.1 * (i + 1) && r.delay >= 0.1 * (i + 1) - 0.03, `${rs.map((x) => x.delay)}`))
+  await assert.rejects(a.reserve(key, 1, { maxWait: 0.25 }), (e) => e instanceof rb.RateLimitExceededError && e.retryAfter > 0.25)
+  const next = await b.reserve(key, 1, { maxWait: 5 })
+  assert.ok(next.delay >= 0.37 && next.delay <= 0.4, `${next.delay}`)
+  assert.equal(await next.cancel(), true)
+  assert.equal(await next.cancel(), false)
+  const again = await a.reserve(key, 1, { maxWait: 5 })
+  assert.ok(again.delay >= 0.37 && again.delay <= 0.4, `${again.delay}`)
+  // An aborted acquire gives its slot back.
+  const ac = new AbortController()
+  const waiting = a.acquire(key, 1, { signal: ac.signal })
+  await sleep(30)
+  ac.abort()
+  await assert.rejects(waiting, (e) => e.name === 'AbortError')
+  const after = await b.reserve(key, 1, { maxWait: 5 })
+  assert.ok(after.delay <= 0.47, `the aborted slot was given back: ${after.delay}`)
+  await closeClient(client)
+})
+
+test('waiting: a pause is for everyone and once; a wait that cannot end in time rejects at once', async () => {
+  const s = await main()
+  const client = await ioredis(s.port)
+  const key = randomKey('pause')
+  const a = rb.redis.TokenBucket({ client, rate: '100/s burst 10', timeout: 1 })
+  const b = rb.redis.TokenBucket({ client, rate: '100/s burst 10', timeout: 1 })
+  assert.equal((await b.check(key)).allowed, true)
+  const shift = await a.pause(key, 0.4)
+  assert.ok(shift >= 0.399, `${shift}`)
+  assert.equal(await b.pause(key, 0.1), 0, 'inside a pause already on: nothing moves')
+  const d = await b.check(key)
+  assert.ok(!d.allowed && d.retryAfter > 0.3, JSON.stringify(d))
+  let t = now()
+  await b.acquire(key, 1, { timeout: 5 })
+  assert.ok(now() - t > 300, `${now() - t} ms`)
+  await a.pause(key, 10)
+  t = now()
+  await assert.rejects(b.acquire(key, 1, { timeout: 0.5 }), rb.RateLimitExceededError)
+  assert.ok(now() - t < 400, `${now() - t} ms`)
+  // Bad input: typed errors, never a hang.
+  await assert.rejects(a.pause(key, -1), (e) => e.code === 'ERR_RATEBOUND_INVALID_NUMBER')
+  await assert.rejects(a.pause(key, NaN), (e) => e.code === 'ERR_RATEBOUND_INVALID_NUMBER')
+  await assert.rejects(a.acquire(key, 1, { timeout: Infinity }), (e) => e.code === 'ERR_RATEBOUND_INVALID_NUMBER')
+  await assert.rejects(a.acquire(key, 11), (e) => e.code === 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY')
+  await assert.rejects(a.reserve(key, 1, { maxWait: -2 }), (e) => e.code === 'ERR_RATEBOUND_INVALID_NUMBER')
+  const fw = rb.redis.FixedWindow({ client, limit: 2, window: 0.5, timeout: 1 })
+  await assert.rejects(fw.pause(key, 1), (e) => e.code === 'ERR_RATEBOUND_UNSUPPORTED')
+  await assert.rejects(fw.reserve(key, 1), (e) => e.code === 'ERR_RATEBOUND_UNSUPPORTED')
+  const wkey = randomKey('window')
+  await fw.acquire(wkey, 2)
+  assert.equal(await fw.acquire(wkey, 1, { timeout: 2 }), 'redis')
+  await closeClient(client)
+})
+
 // Last: every test above has run (node:test runs a file's tests in order).
 test('no unhandled rejection in this file', async () => {
   await sleep(100)

@@ -17,4 +17,5 @@ pub mod http;
 pub mod keyed;
 pub mod limiters;
 pub mod redis;
+pub mod redis_wait;
 pub mod shared;

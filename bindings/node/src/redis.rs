@@ -113,7 +113,7 @@ impl From<ratebound_redis::Decision> for RedisDecision {
 /// deadline; then `engine.finish(call, ...)`.
 #[napi]
 pub struct RedisCall {
-    call: Call,
+    pub(crate) call: Call,
 }
 
 #[napi]
@@ -358,7 +358,7 @@ impl RedisEngine {
     }
 
     /// Step two: the decision from what became of `call` — the script's
-    /// reply (six integers), or `null` with `timedOut` (no reply within the
+    /// reply (seven integers), or `null` with `timedOut` (no reply within the
     /// deadline) or an `error` text (a connection or server error). A reply
     /// of another shape counts as a failure. Failures feed the circuit
     /// breaker and are answered by the fail policy.
@@ -372,26 +372,10 @@ impl RedisEngine {
         timed_out: Option<bool>,
         error: Option<String>,
     ) -> RedisDecision {
-        let outcome_reply: Vec<i64>;
-        let outcome = match reply {
-            Some(r) => {
-                outcome_reply = r
-                    .into_iter()
-                    .map(|v| {
-                        if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0 {
-                            v as i64
-                        } else {
-                            // Not an integer the script can reply: a failure.
-                            -1
-                        }
-                    })
-                    .collect();
-                Outcome::Reply(&outcome_reply)
-            }
-            None if timed_out == Some(true) => Outcome::Timeout,
-            None => Outcome::Failed(error.as_deref().unwrap_or("no reply")),
-        };
-        self.engine.finish(&call.call, outcome).into()
+        with_outcome(reply, timed_out, error, |o| {
+            self.engine.finish(&call.call, o)
+        })
+        .into()
     }
 
     /// The calls that give every unspent leased token back (on shutdown);
@@ -450,5 +434,33 @@ impl RedisEngine {
             OnError::Closed => "closed",
             OnError::Local(_) => "local",
         }
+    }
+}
+
+/// Runs `f` on what became of a call: its reply (integers; anything else
+/// is a failure), `timedOut`, or an `error` text.
+pub(crate) fn with_outcome<R>(
+    reply: Option<Vec<f64>>,
+    timed_out: Option<bool>,
+    error: Option<String>,
+    f: impl FnOnce(Outcome<'_>) -> R,
+) -> R {
+    match reply {
+        Some(r) => {
+            let ints: Vec<i64> = r
+                .into_iter()
+                .map(|v| {
+                    if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0 {
+                        v as i64
+                    } else {
+                        // Not an integer the script can reply: a failure.
+                        -1
+                    }
+                })
+                .collect();
+            f(Outcome::Reply(&ints))
+        }
+        None if timed_out == Some(true) => f(Outcome::Timeout),
+        None => f(Outcome::Failed(error.as_deref().unwrap_or("no reply"))),
     }
 }

@@ -40,6 +40,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Gate_>()?;
     m.add_class::<RedisEngine_>()?;
     m.add_class::<RedisCall_>()?;
+    m.add_class::<redis::RedisAcquisition_>()?;
     m.add_function(wrap_pyfunction!(retry_after_secs, m)?)?;
     m.add_function(wrap_pyfunction!(ip_key, m)?)?;
     m.add_function(wrap_pyfunction!(client_ip, m)?)?;

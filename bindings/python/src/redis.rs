@@ -2,10 +2,15 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyString, PyTuple};
 use ratebound::Error;
 use ratebound::any::{self, Key, Loose};
-use ratebound_redis::{Algorithm, Begin, Call, Config, Engine, Outcome};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ratebound_redis::{
+    Acquisition, Algorithm, Begin, Call, Config, Engine, Outcome, ReserveBegin, Reserved, Step,
+};
 
 use crate::convert::*;
 use crate::decision::*;
@@ -213,27 +218,162 @@ impl RedisEngine_ {
         error: Option<&str>,
     ) -> PyResult<Py<Decision>> {
         let call = &call.get().inner;
-        let d = if timed_out {
-            self.inner.finish(call, Outcome::Timeout)
-        } else if let Some(e) = error {
-            self.inner.finish(call, Outcome::Failed(e))
-        } else if let Some(r) = reply.filter(|r| !r.is_none()) {
-            // Anything but a list of ints is a server not running our
-            // script: a failure like any other.
-            match r.extract::<Vec<i64>>() {
-                Ok(v) if !r.is_instance_of::<PyString>() && !r.is_instance_of::<PyBytes>() => {
-                    self.inner.finish(call, Outcome::Reply(&v))
-                }
-                _ => self
-                    .inner
-                    .finish(call, Outcome::Failed("the reply is not a list of integers")),
-            }
-        } else {
-            return Err(PyTypeError::new_err(
-                "finish needs the call's reply, timed_out=True or error",
-            ));
-        };
+        let d = with_outcome(reply, timed_out, error, |o| self.inner.finish(call, o))?;
         Self::decision(py, d)
+    }
+
+    /// A wait for `n` (default 1) tokens for `key`, within `scope` if
+    /// given, failing if it cannot end within `timeout` seconds (None: as
+    /// long as it takes); driven by `acquire_step`.
+    #[pyo3(signature = (key, n=None, timeout=None, scope=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        scope: Option<&str>,
+    ) -> PyResult<RedisAcquisition_> {
+        let n = count(py, n)?;
+        let timeout = opt_seconds(py, "timeout", timeout)?;
+        let a = with_raw_key(key, |k| self.inner.acquire(scope, k, n, timeout).or_py(py))?;
+        Ok(RedisAcquisition_ {
+            inner: Mutex::new(a),
+        })
+    }
+
+    /// What the wait does next: `("call", RedisCall_)` (run it, then
+    /// `acquire_reply`), `("sleep", seconds)` or `("done", source)`.
+    /// Raises `RateLimitExceeded` when it cannot end within its timeout.
+    fn acquire_step<'py>(
+        &self,
+        py: Python<'py>,
+        a: &Bound<'py, RedisAcquisition_>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let step = self.inner.acquire_step(&mut a.get().lock()).or_py(py)?;
+        match step {
+            Step::Call(call) => {
+                ("call", Py::new(py, RedisCall_ { inner: call })?.into_any()).into_pyobject(py)
+            }
+            Step::Sleep(d) => (
+                "sleep",
+                d.as_secs_f64().into_pyobject(py)?.into_any().unbind(),
+            )
+                .into_pyobject(py),
+            Step::Done(source) => (
+                "done",
+                source.as_str().into_pyobject(py)?.into_any().unbind(),
+            )
+                .into_pyobject(py),
+        }
+    }
+
+    /// Hands the wait what became of the call its last step gave.
+    #[pyo3(signature = (a, reply=None, timed_out=false, error=None))]
+    fn acquire_reply(
+        &self,
+        a: &Bound<'_, RedisAcquisition_>,
+        reply: Option<&Bound<'_, PyAny>>,
+        timed_out: bool,
+        error: Option<&str>,
+    ) -> PyResult<()> {
+        with_outcome(reply, timed_out, error, |o| {
+            self.inner.acquire_reply(&mut a.get().lock(), o);
+        })
+    }
+
+    /// The caller gave up: the call that gives held tokens back, if any.
+    fn acquire_abandon(&self, a: &Bound<'_, RedisAcquisition_>) -> Option<RedisCall_> {
+        self.inner
+            .acquire_abandon(&mut a.get().lock())
+            .map(|inner| RedisCall_ { inner })
+    }
+
+    /// Step one of a reservation of `n` for `key` due within `max_wait`
+    /// seconds (None: any wait): `(delay, source)` already (a lease, the
+    /// fail policy) or a `RedisCall_` for `finish_reserve`. Raises
+    /// `RateLimitExceeded` when refused, taking nothing.
+    #[pyo3(signature = (key, n=None, max_wait=None, scope=None))]
+    fn begin_reserve(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        max_wait: Option<&Bound<'_, PyAny>>,
+        scope: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        let n = count(py, n)?;
+        let max_wait = opt_seconds(py, "max_wait", max_wait)?.unwrap_or(Duration::MAX);
+        let begun = with_raw_key(key, |k| {
+            self.inner.begin_reserve(scope, k, n, max_wait).or_py(py)
+        })?;
+        match begun {
+            ReserveBegin::Done(r) => Ok(reserved(py, r, max_wait)?.into_any().unbind()),
+            ReserveBegin::Call(call) => Ok(Py::new(py, RedisCall_ { inner: call })?.into_any()),
+        }
+    }
+
+    /// Step two of a reservation: `(delay, source)`, or `RateLimitExceeded`
+    /// (nothing taken) when the tokens are due only beyond its max_wait.
+    #[pyo3(signature = (call, reply=None, timed_out=false, error=None))]
+    fn finish_reserve<'py>(
+        &self,
+        py: Python<'py>,
+        call: &Bound<'py, RedisCall_>,
+        reply: Option<&Bound<'py, PyAny>>,
+        timed_out: bool,
+        error: Option<&str>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let call = &call.get().inner;
+        let r = with_outcome(reply, timed_out, error, |o| {
+            self.inner.finish_reserve(call, o)
+        })?;
+        let max_wait = match call.kind {
+            ratebound_redis::CallKind::Reserve { max_wait_us } => {
+                Duration::from_micros(max_wait_us)
+            }
+            _ => Duration::MAX,
+        };
+        reserved(py, r, max_wait)
+    }
+
+    /// The call that gives a reservation's tokens back (`reserve_call`: the
+    /// call that took them).
+    fn give_back(&self, reserve_call: &Bound<'_, RedisCall_>) -> RedisCall_ {
+        RedisCall_ {
+            inner: self.inner.give_back(&reserve_call.get().inner),
+        }
+    }
+
+    /// The call that pauses `key` for `seconds` for every instance.
+    #[pyo3(signature = (key, seconds, scope=None))]
+    fn begin_pause(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        seconds: &Bound<'_, PyAny>,
+        scope: Option<&str>,
+    ) -> PyResult<RedisCall_> {
+        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let call = with_raw_key(key, |k| self.inner.begin_pause(scope, k, d).or_py(py))?;
+        Ok(RedisCall_ { inner: call })
+    }
+
+    /// What became of a pause: the shift it gave the reserved slots, in
+    /// seconds (0.0: a pause already on covered it), or None when Redis
+    /// could not be told.
+    #[pyo3(signature = (reply=None, timed_out=false, error=None))]
+    fn finish_pause(
+        &self,
+        reply: Option<&Bound<'_, PyAny>>,
+        timed_out: bool,
+        error: Option<&str>,
+    ) -> PyResult<Option<f64>> {
+        with_outcome(reply, timed_out, error, |o| {
+            self.inner
+                .finish_pause(o)
+                .map(|(_, shift)| shift.as_secs_f64())
+        })
     }
 
     /// The calls that give every unspent leased token back (run them on
@@ -280,4 +420,74 @@ impl RedisEngine_ {
     fn leased(&self) -> u64 {
         self.inner.leased()
     }
+}
+
+/// One caller's wait for global tokens (`RedisEngine_.acquire`).
+#[pyclass(frozen, module = "ratebound")]
+pub(crate) struct RedisAcquisition_ {
+    inner: Mutex<Acquisition>,
+}
+
+impl RedisAcquisition_ {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Acquisition> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs `f` on what became of a call — its `reply` (a list of ints;
+/// anything else is a failure), `timed_out`, or an `error` text.
+fn with_outcome<R>(
+    reply: Option<&Bound<'_, PyAny>>,
+    timed_out: bool,
+    error: Option<&str>,
+    f: impl FnOnce(Outcome<'_>) -> R,
+) -> PyResult<R> {
+    if timed_out {
+        return Ok(f(Outcome::Timeout));
+    }
+    if let Some(e) = error {
+        return Ok(f(Outcome::Failed(e)));
+    }
+    let Some(r) = reply.filter(|r| !r.is_none()) else {
+        return Err(PyTypeError::new_err(
+            "finish needs the call's reply, timed_out=True or error",
+        ));
+    };
+    // Anything but a list of ints is a server not running our script: a
+    // failure like any other.
+    match r.extract::<Vec<i64>>() {
+        Ok(v) if !r.is_instance_of::<PyString>() && !r.is_instance_of::<PyBytes>() => {
+            Ok(f(Outcome::Reply(&v)))
+        }
+        _ => Ok(f(Outcome::Failed("the reply is not a list of integers"))),
+    }
+}
+
+/// A granted reservation as `(delay seconds, source)`; a refused one
+/// raises `RateLimitExceeded`.
+fn reserved<'py>(
+    py: Python<'py>,
+    r: Reserved,
+    max_wait: Duration,
+) -> PyResult<Bound<'py, PyTuple>> {
+    match r {
+        Reserved::Granted { wait, source, .. } => {
+            (wait.as_secs_f64(), source.as_str()).into_pyobject(py)
+        }
+        Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => {
+            Err(py_err(py, Error::DeadlineExceeded { wait, max_wait }))
+        }
+    }
+}
+
+/// Optional seconds, checked by the core (finite, ≥ 0).
+fn opt_seconds(
+    py: Python<'_>,
+    name: &'static str,
+    obj: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Duration>> {
+    opt_number(py, name, obj)?
+        .map(|t| any::seconds(name, t))
+        .transpose()
+        .or_py(py)
 }

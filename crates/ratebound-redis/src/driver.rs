@@ -217,12 +217,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         n: u64,
         max_wait: Duration,
     ) -> Result<RedisReservation<C>, Error> {
-        if !matches!(self.engine.config().algorithm, Algorithm::TokenBucket(_)) {
-            return Err(Error::Unsupported {
-                operation: "reserve",
-                algorithm: self.engine.algorithm(),
-            });
-        }
         let (r, call) = match self.engine.begin_reserve(None, key.as_ref(), n, max_wait)? {
             ReserveBegin::Done(r) => (r, None),
             ReserveBegin::Call(call) => {

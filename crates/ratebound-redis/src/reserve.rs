@@ -91,14 +91,31 @@ impl Engine {
     /// [`begin_in`](Self::begin_in)), waiting at most `max_wait`: a token
     /// bucket takes them in Redis even if they are due only later, and
     /// every instance is served in the order its call reaches Redis. A
-    /// window cannot reserve: its call is a check, and a refusal is
-    /// [`Reserved::Retry`] after its exact `retry_after` (within
-    /// `max_wait`). A lease with `n` tokens answers first.
+    /// lease with `n` tokens answers first.
     ///
     /// # Errors
-    /// [`Error::InsufficientCapacity`] for an `n` above the burst (or
-    /// limit), [`Error::InvalidNumber`] for `n = 0`.
+    /// [`Error::Unsupported`] for a window (it cannot reserve: wait with
+    /// [`acquire`](Self::acquire)); [`Error::InsufficientCapacity`] for an
+    /// `n` above the burst, [`Error::InvalidNumber`] for `n = 0`.
     pub fn begin_reserve(
+        &self,
+        scope: Option<&str>,
+        key: &[u8],
+        n: u64,
+        max_wait: Duration,
+    ) -> Result<ReserveBegin, Error> {
+        if !matches!(self.config.algorithm, Algorithm::TokenBucket(_)) {
+            return Err(Error::Unsupported {
+                operation: "reserve",
+                algorithm: self.algorithm(),
+            });
+        }
+        self.begin_take(scope, key, n, max_wait)
+    }
+
+    /// [`begin_reserve`](Self::begin_reserve), or for a window a check whose
+    /// refusal is [`Reserved::Retry`] after its exact `retry_after`.
+    fn begin_take(
         &self,
         scope: Option<&str>,
         key: &[u8],
@@ -317,7 +334,7 @@ impl Engine {
                 }
                 State::Start | State::RetryAt(_) => {
                     let max_wait = a.max_wait(now);
-                    match self.begin_reserve(a.scope.as_deref(), &a.key, a.n, max_wait)? {
+                    match self.begin_take(a.scope.as_deref(), &a.key, a.n, max_wait)? {
                         ReserveBegin::Done(r) => self.apply(a, r, None, now),
                         ReserveBegin::Call(call) => a.state = State::Pending(call),
                     }

@@ -129,6 +129,7 @@ class Options(SlidingOptions, total=False):
     lease_ttl: Union[int, float]
 
 __all__ = [
+    "RedisReservation",
     "AsyncFixedWindow",
     "AsyncSlidingWindow",
     "AsyncTokenBucket",
@@ -417,6 +418,59 @@ class _Limiter:
         reply, timed_out, error = self._runner.run(call)
         return self._engine.finish(call, reply, timed_out, error)
 
+    def acquire_blocking(self, key: Key, n: int = 1, timeout: Optional[Number] = None) -> None:
+        """Waits until ``n`` tokens for ``key`` are taken, counted across
+        every instance; the thread sleeps (releasing the GIL) meanwhile.
+
+        A token bucket reserves them in Redis with one call — every instance
+        is served in the order its call reached Redis, with no polling — and
+        sleeps until they are due; a window sleeps its exact ``retry_after``
+        and asks again. Raises :class:`~ratebound.RateLimitExceeded` at
+        once, taking nothing, when the wait would exceed ``timeout``
+        seconds. While Redis is down, ``on_error="open"`` returns at once,
+        ``"closed"`` raises at once, ``"local"`` waits on the local share.
+        Interrupted (``KeyboardInterrupt``, ...), it gives back what it
+        holds."""
+        a = self._engine.acquire(key, n, timeout)
+        try:
+            while True:
+                kind, what = self._engine.acquire_step(a)
+                if kind == "done":
+                    return
+                if kind == "sleep":
+                    time.sleep(what)
+                else:
+                    reply, timed_out, error = self._runner.run(what)
+                    self._engine.acquire_reply(a, reply, timed_out, error)
+        except BaseException:
+            back = self._engine.acquire_abandon(a)
+            if back is not None:
+                self._runner.run(back)
+            raise
+
+    def reserve(self, key: Key, n: int = 1, max_wait: Optional[Number] = None) -> "RedisReservation":
+        """Takes ``n`` tokens for ``key`` now, even if they are due only
+        later (token buckets): a :class:`RedisReservation` whose ``delay``
+        says when to act; ``cancel()`` gives them back. Raises
+        :class:`~ratebound.RateLimitExceeded`, taking nothing, when they
+        would be due only after ``max_wait`` seconds."""
+        step = self._engine.begin_reserve(key, n, max_wait)
+        if not isinstance(step, tuple):
+            reply, timed_out, error = self._runner.run(step)
+            delay, source = self._engine.finish_reserve(step, reply, timed_out, error)
+            return RedisReservation(self, step if delay > 0 else None, delay, source)
+        return RedisReservation(self, None, step[0], step[1])
+
+    def pause(self, key: Key, seconds: Number) -> Optional[float]:
+        """Empties ``key``'s bucket for ``seconds`` on Redis' clock, for
+        every instance, and moves every reservation already made past the
+        pause, in its order (how to obey a partner's ``Retry-After`` once
+        for the fleet). A pause ending no later than one already on changes
+        nothing. Returns the shift it gave in seconds (0.0: covered already),
+        or ``None`` when Redis could not be told."""
+        call = self._engine.begin_pause(key, seconds)
+        return self._engine.finish_pause(*self._runner.run(call))
+
     @property
     def breaker_open(self) -> bool:
         """Whether the circuit breaker is open (the fail policy answers
@@ -449,6 +503,37 @@ class _Limiter:
     def __repr__(self) -> str:
         e = self._engine
         return f"{type(self).__name__}(algorithm={e.algorithm!r}, limit={e.limit}, prefix={e.prefix!r})"
+
+
+class RedisReservation:
+    """Tokens reserved in Redis by ``reserve``: act after ``delay`` seconds;
+    ``cancel()`` gives them back (once; never below the present)."""
+
+    __slots__ = ("_limiter", "_call", "delay", "source")
+
+    def __init__(self, limiter: Any, call: Any, delay: float, source: str) -> None:
+        self._limiter = limiter
+        self._call = call
+        self.delay = delay
+        self.source = source
+
+    def cancel(self) -> bool:
+        """Gives the tokens back; whether Redis took them back (False once
+        given back, or for a reservation that was due at once)."""
+        call, self._call = self._call, None
+        if call is None:
+            return False
+        return self._limiter._runner.run(self._limiter._engine.give_back(call))[0] is not None
+
+    async def acancel(self) -> bool:
+        """:meth:`cancel` for a reservation of an asyncio limiter."""
+        call, self._call = self._call, None
+        if call is None:
+            return False
+        return (await self._limiter._runner.run(self._limiter._engine.give_back(call)))[0] is not None
+
+    def __repr__(self) -> str:
+        return f"RedisReservation(delay={self.delay!r}, source={self.source!r})"
 
 
 class TokenBucket(_Limiter):
@@ -685,6 +770,43 @@ class _AsyncLimiter:
         call = step if now_us is None else step.at(now_us)
         reply, timed_out, error = await self._runner.run(call)
         return self._engine.finish(call, reply, timed_out, error)
+
+    async def acquire(self, key: Key, n: int = 1, timeout: Optional[Number] = None) -> None:
+        """Waits until ``n`` tokens for ``key`` are taken, counted across
+        every instance, without blocking the event loop (see
+        :meth:`TokenBucket.acquire_blocking`). A cancelled task gives back
+        the tokens it holds."""
+        a = self._engine.acquire(key, n, timeout)
+        try:
+            while True:
+                kind, what = self._engine.acquire_step(a)
+                if kind == "done":
+                    return
+                if kind == "sleep":
+                    await asyncio.sleep(what)
+                else:
+                    reply, timed_out, error = await self._runner.run(what)
+                    self._engine.acquire_reply(a, reply, timed_out, error)
+        except BaseException:
+            back = self._engine.acquire_abandon(a)
+            if back is not None:
+                await asyncio.shield(self._runner.run(back))
+            raise
+
+    async def reserve(self, key: Key, n: int = 1, max_wait: Optional[Number] = None) -> RedisReservation:
+        """:meth:`TokenBucket.reserve`; give the tokens back with
+        ``await reservation.acancel()``."""
+        step = self._engine.begin_reserve(key, n, max_wait)
+        if not isinstance(step, tuple):
+            reply, timed_out, error = await self._runner.run(step)
+            delay, source = self._engine.finish_reserve(step, reply, timed_out, error)
+            return RedisReservation(self, step if delay > 0 else None, delay, source)
+        return RedisReservation(self, None, step[0], step[1])
+
+    async def pause(self, key: Key, seconds: Number) -> Optional[float]:
+        """:meth:`TokenBucket.pause`."""
+        call = self._engine.begin_pause(key, seconds)
+        return self._engine.finish_pause(*(await self._runner.run(call)))
 
     @property
     def breaker_open(self) -> bool:

@@ -1,0 +1,255 @@
+//! Waiting for a global token: the engine's reservation, pause and
+//! acquisition steps for `redis.js` to drive (it runs each call with the
+//! application's client and sleeps what it is told; every rule is the
+//! engine's).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use napi_derive::napi;
+use ratebound::Error as CoreError;
+use ratebound::any::{self, Key};
+use ratebound_redis::{Acquisition, ReserveBegin, Reserved, Step};
+
+use crate::error::OrThrow;
+use crate::fast::{key_error, with_key};
+use crate::limiters::tokens;
+use crate::redis::{RedisCall, RedisEngine, with_outcome};
+
+/// One caller's wait for global tokens (`RedisEngine.acquire`).
+#[napi]
+pub struct RedisAcquisition {
+    inner: Mutex<Acquisition>,
+}
+
+impl RedisAcquisition {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Acquisition> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A reservation granted: act after `delay` seconds.
+#[napi(object, object_from_js = false)]
+pub struct Granted {
+    /// Seconds until the tokens are due.
+    pub delay: f64,
+    /// Which path answered (`'redis'`, `'lease'`, `'fail_open'`, ...).
+    pub source: &'static str,
+}
+
+/// A wait that cannot end within its timeout.
+#[napi(object, object_from_js = false)]
+pub struct Exceeded {
+    /// Seconds the tokens would need.
+    pub retry_after: f64,
+}
+
+fn seconds(env: &Env, name: &'static str, v: Option<f64>) -> Result<Option<Duration>> {
+    v.map(|t| any::seconds(name, t)).transpose().or_throw(env)
+}
+
+fn granted(r: Reserved) -> Either<Granted, Exceeded> {
+    match r {
+        Reserved::Granted { wait, source, .. } => Either::A(Granted {
+            delay: wait.as_secs_f64(),
+            source: source.as_str(),
+        }),
+        Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => Either::B(Exceeded {
+            retry_after: wait.as_secs_f64(),
+        }),
+    }
+}
+
+impl RedisEngine {
+    /// Runs `f` with the raw bytes of a JS key.
+    fn with_raw<R>(
+        &self,
+        env: &Env,
+        key: Unknown<'_>,
+        f: impl FnOnce(&[u8]) -> std::result::Result<R, CoreError>,
+    ) -> Result<R> {
+        let raw_env: sys::napi_env = env.raw();
+        // SAFETY: the env and the argument of the current call.
+        #[allow(unsafe_code)]
+        let r = unsafe {
+            with_key(raw_env, key.raw(), |k| match k {
+                Key::Text(s) => f(s.as_bytes()),
+                Key::Bytes(b) => f(b),
+                Key::Int(i) => f(i.to_string().as_bytes()),
+            })
+        };
+        r.map_err(|e| key_error(env, e))?.or_throw(env)
+    }
+}
+
+#[napi]
+impl RedisEngine {
+    /// A wait for `n` (default 1) tokens for `key` (within `scope`),
+    /// failing if it cannot end within `timeout` seconds (none: as long as
+    /// it takes).
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for a bad `n` or
+    /// timeout, `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for `n` above the burst.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array, n?: number, timeout?: number | null, scope?: string | null"
+    )]
+    pub fn acquire(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        n: Option<f64>,
+        timeout: Option<f64>,
+        scope: Option<String>,
+    ) -> Result<RedisAcquisition> {
+        let n = tokens(&env, n)?;
+        let timeout = seconds(&env, "timeout", timeout)?;
+        let a = self.with_raw(&env, key, |k| {
+            self.engine.acquire(scope.as_deref(), k, n, timeout)
+        })?;
+        Ok(RedisAcquisition {
+            inner: Mutex::new(a),
+        })
+    }
+
+    /// What the wait does next: a `RedisCall` (run it, then
+    /// `acquireReply`), a number (sleep that many seconds, then step
+    /// again), a string (done: the source that answered), or
+    /// `{ retryAfter }` — it cannot end within its timeout (nothing taken).
+    #[napi(ts_return_type = "RedisCall | number | string | Exceeded")]
+    pub fn acquire_step(
+        &self,
+        env: Env,
+        a: &RedisAcquisition,
+    ) -> Result<Either4<RedisCall, f64, &'static str, Exceeded>> {
+        Ok(match self.engine.acquire_step(&mut a.lock()) {
+            Ok(Step::Call(call)) => Either4::A(RedisCall { call }),
+            Ok(Step::Sleep(d)) => Either4::B(d.as_secs_f64()),
+            Ok(Step::Done(source)) => Either4::C(source.as_str()),
+            Err(CoreError::DeadlineExceeded { wait, .. }) => Either4::D(Exceeded {
+                retry_after: wait.as_secs_f64(),
+            }),
+            Err(e) => return Err::<_, CoreError>(e).or_throw(&env),
+        })
+    }
+
+    /// Hands the wait what became of the call its last step gave.
+    #[napi(
+        ts_args_type = "a: RedisAcquisition, reply: number[] | null, timedOut?: boolean, error?: string | null"
+    )]
+    pub fn acquire_reply(
+        &self,
+        a: &RedisAcquisition,
+        reply: Option<Vec<f64>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+    ) {
+        with_outcome(reply, timed_out, error, |o| {
+            self.engine.acquire_reply(&mut a.lock(), o);
+        });
+    }
+
+    /// The caller gave up: the call that gives held tokens back, or null.
+    #[napi]
+    pub fn acquire_abandon(&self, a: &RedisAcquisition) -> Option<RedisCall> {
+        self.engine
+            .acquire_abandon(&mut a.lock())
+            .map(|call| RedisCall { call })
+    }
+
+    /// Step one of a reservation of `n` for `key` due within `maxWait`
+    /// seconds (none: any wait): answered already (a lease, the fail
+    /// policy: `Granted`, or `Exceeded` — refused, nothing taken) or a
+    /// `RedisCall` for `finishReserve`.
+    ///
+    /// @throws {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array, n?: number, maxWait?: number | null, scope?: string | null",
+        ts_return_type = "Granted | Exceeded | RedisCall"
+    )]
+    pub fn begin_reserve(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        n: Option<f64>,
+        max_wait: Option<f64>,
+        scope: Option<String>,
+    ) -> Result<Either3<Granted, Exceeded, RedisCall>> {
+        let n = tokens(&env, n)?;
+        let max_wait = seconds(&env, "maxWait", max_wait)?.unwrap_or(Duration::MAX);
+        let begun = self.with_raw(&env, key, |k| {
+            self.engine.begin_reserve(scope.as_deref(), k, n, max_wait)
+        })?;
+        Ok(match begun {
+            ReserveBegin::Done(r) => match granted(r) {
+                Either::A(g) => Either3::A(g),
+                Either::B(x) => Either3::B(x),
+            },
+            ReserveBegin::Call(call) => Either3::C(RedisCall { call }),
+        })
+    }
+
+    /// Step two of a reservation: `Granted`, or `Exceeded` when the tokens
+    /// are due only beyond its maxWait (nothing taken).
+    #[napi(
+        ts_args_type = "call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null",
+        ts_return_type = "Granted | Exceeded"
+    )]
+    pub fn finish_reserve(
+        &self,
+        call: &RedisCall,
+        reply: Option<Vec<f64>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+    ) -> Either<Granted, Exceeded> {
+        granted(with_outcome(reply, timed_out, error, |o| {
+            self.engine.finish_reserve(&call.call, o)
+        }))
+    }
+
+    /// The call that gives a reservation's tokens back (`reserveCall`: the
+    /// call that took them).
+    #[napi]
+    pub fn give_back(&self, reserve_call: &RedisCall) -> RedisCall {
+        RedisCall {
+            call: self.engine.give_back(&reserve_call.call),
+        }
+    }
+
+    /// The call that pauses `key` for `seconds` for every instance.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for a bad
+    /// duration; {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array, seconds: number, scope?: string | null"
+    )]
+    pub fn begin_pause(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        seconds: f64,
+        scope: Option<String>,
+    ) -> Result<RedisCall> {
+        let d = any::seconds("seconds", seconds).or_throw(&env)?;
+        let call = self.with_raw(&env, key, |k| {
+            self.engine.begin_pause(scope.as_deref(), k, d)
+        })?;
+        Ok(RedisCall { call })
+    }
+
+    /// What became of a pause: the shift it gave the reserved slots in
+    /// seconds (0: a pause already on covered it), or null when Redis could
+    /// not be told.
+    #[napi(ts_args_type = "reply: number[] | null, timedOut?: boolean, error?: string | null")]
+    pub fn finish_pause(
+        &self,
+        reply: Option<Vec<f64>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+    ) -> Option<f64> {
+        with_outcome(reply, timed_out, error, |o| {
+            self.engine.finish_pause(o).map(|(_, s)| s.as_secs_f64())
+        })
+    }
+}
