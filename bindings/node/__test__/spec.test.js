@@ -129,8 +129,9 @@ for (const [file, atLeast] of Object.entries(FILES)) {
 test('every spec file is replayed', () => {
   const files = fs.readdirSync(SPEC).filter((f) => f.endsWith('.json')).sort()
   // gate.json is replayed over HTTP by gate_spec.test.js; redis.json against
-  // real Redis servers, with ioredis and node-redis, by redis.test.js.
-  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'redis.json'].sort())
+  // real Redis servers, with ioredis and node-redis, by redis.test.js;
+  // redis_wait.json through the engine by redis_wait_spec.test.js.
+  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'redis.json', 'redis_wait.json'].sort())
 })
 
 function keyedAlgorithm(spec) {
