@@ -10,8 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fw="${1:-fastify}"
 out="$(mktemp -d)"
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$out"' EXIT
-node --perf-basic-prof bench/server.js "$fw" ratebound > "$out/port" &
+trap 'kill "$pid" 2>/dev/null || true; rm -rf "$out" "/tmp/perf-$pid.map"' EXIT
+# --perf-basic-prof also makes node 20 write an isolate-*-v8.log into the
+# working directory (bindings/node): keep V8's log in the temporary directory.
+node --perf-basic-prof --logfile="$out/v8.log" --no-logfile-per-isolate bench/server.js "$fw" ratebound > "$out/port" &
 pid=$!
 for _ in $(seq 50); do [ -s "$out/port" ] && break; sleep 0.1; done
 perf record -F 2000 -g -p "$pid" -o "$out/perf.data" -- sleep 5 > /dev/null 2>&1 &
