@@ -27,6 +27,20 @@
 //! checks the owner and mode, the magic, the version, every parameter and
 //! the size: a mismatch is an [`Error`], never a silently different limit.
 //!
+//! Every block of the file is allocated when it is made (`fallocate`), so
+//! a table too large for its filesystem — a small `/dev/shm` — is an
+//! [`Error::Io`] (`shm_io`: "cannot allocate the table's N bytes: No space
+//! left on device") and leaves no temporary file behind, rather than a
+//! process killed by `SIGBUS` when it first touches a page the filesystem
+//! has no room for. An existing file with unallocated blocks gets them on
+//! open.
+//!
+//! What no check can catch: a process of the same user that truncates the
+//! file while others have it mapped makes them die of `SIGBUS` at their
+//! next decision on a word past the new end. Only the file's owner can do
+//! that (mode 0600); never truncate or rewrite a table in use, and remove
+//! one only when no process has it open.
+//!
 //! # Examples
 //! ```
 //! use ratebound::{KeyedAlgorithm, Quota};
@@ -322,6 +336,46 @@ fn words_for(slots: usize) -> Option<usize> {
     slots.checked_mul(2)?.checked_add(HEADER)
 }
 
+/// Gives the first `bytes` of `file` their blocks (and the file that
+/// length): a sparse file maps fine, but on a full filesystem (a small
+/// tmpfs) the first write to a page with no block behind it raises
+/// `SIGBUS`, which kills the process. `fallocate` reserves them or fails
+/// with `ENOSPC` now, as an error. Where the filesystem cannot
+/// (`EOPNOTSUPP`), a new file (`zero_fill`) is written with zeros, which
+/// allocates as well; an existing one, whose words may be in use, is left
+/// as it is.
+fn allocate(file: &File, bytes: u64, zero_fill: bool) -> io::Result<()> {
+    use rustix::io::Errno;
+    loop {
+        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, bytes) {
+            Ok(()) => return Ok(()),
+            Err(Errno::INTR) => continue,
+            Err(Errno::OPNOTSUPP | Errno::NOSYS) if zero_fill => break,
+            Err(Errno::OPNOTSUPP | Errno::NOSYS) => return Ok(()),
+            Err(e) => return Err(allocation_error(bytes, e.into())),
+        }
+    }
+    use std::os::unix::fs::FileExt;
+    let zeros = vec![0u8; 1 << 16];
+    let mut at = 0;
+    while at < bytes {
+        let n = (bytes - at).min(zeros.len() as u64);
+        file.write_all_at(&zeros[..n as usize], at)
+            .map_err(|e| allocation_error(bytes, e))?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// The error of a failed allocation: the system's kind (`StorageFull` for
+/// `ENOSPC`), with the size that did not fit.
+fn allocation_error(bytes: u64, e: io::Error) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("cannot allocate the table's {bytes} bytes: {e}"),
+    )
+}
+
 /// Makes the file: written whole under a temporary name, mode 0600, then
 /// linked into place (never over an existing file).
 fn create(path: &Path, expected: &[(usize, &'static str, u64)], slots: usize) -> Result<(), Error> {
@@ -356,7 +410,7 @@ fn create(path: &Path, expected: &[(usize, &'static str, u64)], slots: usize) ->
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        file.set_len(words as u64 * 8)?;
+        allocate(&file, words as u64 * 8, true)?;
         let region = Region::map(&file, HEADER)?;
         let w = region.words();
         let (k0, k1) = Seed::random().keys();
@@ -453,6 +507,12 @@ fn verify(
             meta.len(),
             words * 8
         )));
+    }
+    // Fewer blocks than bytes (a file made sparse, by an older build or by
+    // hand): allocate them now, or fail now, rather than fault later.
+    // Allocating changes no word, so processes using the file are unaware.
+    if meta.blocks().saturating_mul(512) < meta.len() {
+        allocate(file, meta.len(), false).map_err(|source| Error::Io { path: p(), source })?;
     }
     let region = Region::map(file, words).map_err(|source| Error::Io { path: p(), source })?;
     Ok((region, seed))

@@ -12,10 +12,16 @@
 //!   from several processes are what the hardware makes atomic.
 //! - The slice borrows the [`Region`], which owns the mapping: it cannot
 //!   outlive it.
+//! - Every page has its blocks: the file is made with `fallocate`, and an
+//!   existing file with fewer blocks than bytes is allocated on open
+//!   (`allocate` in lib.rs), so that touching a page never needs space
+//!   the filesystem no longer has — on a full tmpfs, a sparse file's first
+//!   write to a page raises `SIGBUS`.
 //! - Left to the operating system: another process truncating the file
 //!   would make the pages beyond its end fault (`SIGBUS`). The file is the
 //!   owner's alone (mode 0600, checked on open), and ratebound never
-//!   shrinks one.
+//!   shrinks one; the size is checked on open, which is all that can be
+//!   checked without a system call on every decision.
 
 use std::fs::File;
 use std::io;

@@ -83,6 +83,10 @@ fn work() {
         println!("now={}", ratebound::Clock::now(&ratebound_shm::SystemClock));
         return;
     }
+    if let Ok(dir) = std::env::var("RB_SHM_TMPFS") {
+        tmpfs_child(Path::new(&dir));
+        return;
+    }
     let path = std::env::var("RB_SHM_PATH").expect("RB_SHM_PATH for a worker");
     let quota = std::env::var("RB_SHM_QUOTA").expect("quota");
     let keys: u64 = std::env::var("RB_SHM_KEYS").map_or(0, |k| k.parse().expect("keys"));
@@ -514,4 +518,191 @@ fn wrong_files_are_clear_errors() {
         !Path::new(&d.join("k")).exists(),
         "nothing made for a bad call"
     );
+}
+
+/// Mounts a tmpfs of `size` on `dir` for as long as it lives (we run as
+/// root in CI); `None` with the reason when it cannot.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if out.status.success() {
+            Ok(Tmpfs(dir.to_path_buf()))
+        } else {
+            Err(format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Files in `dir` whose names end in `.tmp`.
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+/// The tmpfs test's part in a child process (so that a `SIGBUS` is the
+/// child's death, which the parent reports, not the test binary's).
+fn tmpfs_child(dir: &Path) {
+    let alg = bucket("10/s burst 10");
+    // 200 000 slots of 16 bytes and the header: 3 200 128 bytes, on 1 MiB.
+    let big = dir.join("big.limit");
+    let e = match SharedKeyedLimiter::open(&big, alg, 100_000) {
+        Ok(l) => {
+            // Before the fix it opened (the file was sparse); its first
+            // thousands of keys then killed the process with SIGBUS.
+            for k in 0..100_000 {
+                let _ = l.check(Key::Int(k));
+            }
+            panic!("a 3 200 128-byte table opened on a 1 MiB tmpfs");
+        }
+        Err(e) => e,
+    };
+    println!("too large: {e}");
+    assert_eq!(e.code(), "shm_io", "{e}");
+    let message = e.to_string();
+    assert!(
+        message.starts_with(&big.display().to_string()) && message.contains("3200128 bytes"),
+        "{message}"
+    );
+    assert!(
+        matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull),
+        "{e:?}"
+    );
+    assert!(!big.exists(), "no table is left");
+    assert_eq!(leftovers(dir), Vec::<String>::new());
+
+    // A table whose file has lost its blocks (made sparse: by an older
+    // build, by hand): its slots' pages are holes, which read as zeros —
+    // empty slots — so the file is valid, but on a full filesystem the
+    // first write to a hole raises SIGBUS.
+    let sparse = dir.join("sparse.limit");
+    let len = {
+        let l = SharedKeyedLimiter::open(&sparse, alg, 10_000).expect("room for 320 KB");
+        assert!(l.check(Key::Int(1)).expect("check").is_allowed());
+        std::fs::metadata(&sparse).expect("meta").len()
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sparse)
+        .expect("open");
+    rustix::fs::fallocate(
+        &file,
+        rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+        4096,
+        len - 4096,
+    )
+    .expect("punch a hole");
+    drop(file);
+    let meta = std::fs::metadata(&sparse).expect("meta");
+    assert!(
+        std::os::unix::fs::MetadataExt::blocks(&meta) * 512 < len,
+        "sparse now"
+    );
+
+    // A full tmpfs: even a one-slot table has no page left. Before the fix
+    // the constructor died with SIGBUS writing the header, leaving its
+    // temporary file.
+    let mut filler = std::fs::File::create(dir.join("filler")).expect("filler");
+    let chunk = vec![1u8; 64 << 10];
+    loop {
+        match filler.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => panic!("filling the tmpfs: {e}"),
+        }
+    }
+    let small = dir.join("small.limit");
+    let e = expect_err(SharedLimiter::open(&small, alg), "a full tmpfs");
+    println!("full: {e}");
+    assert_eq!(e.code(), "shm_io", "{e}");
+    assert!(e.to_string().contains("cannot allocate"), "{e}");
+    assert!(!small.exists(), "no table is left");
+    assert_eq!(leftovers(dir), Vec::<String>::new());
+    // The sparse table is given its blocks on open, which fails now.
+    let e = match SharedKeyedLimiter::open(&sparse, alg, 10_000) {
+        Ok(l) => {
+            for k in 0..10_000 {
+                let _ = l.check(Key::Int(k));
+            }
+            panic!("a sparse table opened on a full tmpfs");
+        }
+        Err(e) => e,
+    };
+    println!("sparse: {e}");
+    assert_eq!(e.code(), "shm_io", "{e}");
+    assert!(e.to_string().contains("cannot allocate"), "{e}");
+
+    // With room again, the same calls make tables that work.
+    drop(filler);
+    std::fs::remove_file(dir.join("filler")).expect("remove filler");
+    let l = SharedKeyedLimiter::open(&sparse, alg, 10_000).expect("room again");
+    let meta = std::fs::metadata(&sparse).expect("meta");
+    assert!(
+        std::os::unix::fs::MetadataExt::blocks(&meta) * 512 >= len,
+        "allocated on open"
+    );
+    for k in 2..1000 {
+        assert!(l.check(Key::Int(k)).expect("check").is_allowed());
+    }
+    drop(l);
+    std::fs::remove_file(&sparse).expect("remove");
+    let l = SharedKeyedLimiter::open(&small, alg, 1000).expect("room again");
+    for k in 0..500 {
+        assert!(l.check(Key::Int(k)).expect("check").is_allowed());
+    }
+    println!("tmpfs-child-done");
+}
+
+#[test]
+fn a_table_too_large_for_its_tmpfs_is_an_error_not_sigbus() {
+    if worked() {
+        return;
+    }
+    let d = dir("tmpfs");
+    let _mounted = match Tmpfs::mount(&d, "1m") {
+        Ok(m) => m,
+        Err(reason) => {
+            eprintln!("skipped: this test needs a tmpfs of its own: {reason}");
+            return;
+        }
+    };
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "a_table_too_large_for_its_tmpfs_is_an_error_not_sigbus",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RB_SHM_ROLE", "worker")
+        .env("RB_SHM_TMPFS", &d)
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("tmpfs-child-done"),
+        "the child failed ({}, signal {:?}; 7 is SIGBUS):\n{stdout}\n{stderr}",
+        out.status,
+        std::os::unix::process::ExitStatusExt::signal(&out.status)
+    );
+    assert_eq!(leftovers(&d), Vec::<String>::new());
 }
