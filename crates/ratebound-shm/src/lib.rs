@@ -738,8 +738,10 @@ impl SharedKeyedLimiter {
                 }
             }
         }
+        // The table holds one key per slot: that is its capacity, whatever
+        // `max_keys` it was opened with (the slots are twice as many).
         Err(Error::Limit(ratebound::Error::TooManyKeys {
-            max_keys: self.table.slots / 2,
+            max_keys: self.table.slots,
         }))
     }
 

@@ -373,10 +373,14 @@ fn a_full_table_reuses_only_fresh_slots() {
     for k in 0..64 {
         assert!(l.check(Key::Int(k)).expect("room").is_allowed());
     }
-    // Every slot holds a key whose window still counts: no room.
+    // Every slot holds a key whose window still counts: no room. The
+    // error says how many keys the table holds: 64 (it said 32, half the
+    // slots, whatever max_keys was asked for).
     match l.check(Key::Int(1000)) {
-        Err(Error::Limit(ratebound::Error::TooManyKeys { .. })) => {}
-        other => panic!("expected TooManyKeys, got {other:?}"),
+        Err(e @ Error::Limit(ratebound::Error::TooManyKeys { max_keys: 64 })) => {
+            assert!(e.to_string().contains("maximum of 64 keys"), "{e}");
+        }
+        other => panic!("expected TooManyKeys with max_keys 64, got {other:?}"),
     }
     // Once their windows are over the slots are fresh and are reused.
     std::thread::sleep(Duration::from_millis(250));
