@@ -26,6 +26,8 @@
 //! into place whole, so no process ever sees a half-written header. Opening
 //! checks the owner and mode, the magic, the version, every parameter and
 //! the size: a mismatch is an [`Error`], never a silently different limit.
+//! A path that is a symbolic link opens its target (whose owner and mode
+//! are checked); a dangling one is an [`Error::Io`].
 //!
 //! Every block of the file is allocated when it is made (`fallocate`), so
 //! a table too large for its filesystem — a small `/dev/shm` — is an
@@ -295,6 +297,20 @@ impl Table {
             let file = match OpenOptions::new().read(true).write(true).open(path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // A symbolic link is followed, as any path is (the
+                    // owner and mode checked are its target's); one whose
+                    // target is missing is not made: linking the new file
+                    // into place would fail on the link itself, forever.
+                    if let Ok(target) = std::fs::read_link(path) {
+                        return Err(io_err(io::Error::new(
+                            io::ErrorKind::NotFound,
+                            format!(
+                                "a dangling symbolic link: its target {} does not exist \
+                                 (create the target or remove the link)",
+                                target.display()
+                            ),
+                        )));
+                    }
                     match create(path, &expected, slots) {
                         Ok(()) => continue,
                         Err(e) => return Err(e),

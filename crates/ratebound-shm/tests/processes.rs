@@ -524,6 +524,46 @@ fn wrong_files_are_clear_errors() {
     );
 }
 
+#[test]
+fn a_dangling_symlink_is_a_clear_error() {
+    let d = dir("symlink");
+    let link = d.join("x.limit");
+    let target = d.join("missing").join("x.limit");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let e = expect_err(SharedLimiter::open(&link, bucket("10/s")), "dangling link");
+    assert_eq!(e.code(), "shm_io", "{e}");
+    assert!(
+        matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{e:?}"
+    );
+    let message = e.to_string();
+    assert!(
+        message.contains("a dangling symbolic link")
+            && message.contains(&target.display().to_string())
+            && message.starts_with(&link.display().to_string()),
+        "{message}"
+    );
+    let e = expect_err(
+        SharedKeyedLimiter::open(&link, bucket("10/s"), 10),
+        "dangling link, keyed",
+    );
+    assert!(e.to_string().contains("a dangling symbolic link"), "{e}");
+    // Nothing was made: only the link is in the directory.
+    let names: Vec<_> = std::fs::read_dir(&d)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["x.limit"], "{names:?}");
+    // A link to a table is followed, as before: both paths share a limit.
+    let real = d.join("real.limit");
+    let good = d.join("good.limit");
+    std::os::unix::fs::symlink(&real, &good).expect("symlink");
+    let a = SharedLimiter::open(&real, bucket("1/h burst 1")).expect("open the target");
+    let b = SharedLimiter::open(&good, bucket("1/h burst 1")).expect("open through a link");
+    assert!(a.check().expect("check").is_allowed());
+    assert!(!b.check().expect("check").is_allowed());
+}
+
 /// Mounts a tmpfs of `size` on `dir` for as long as it lives (we run as
 /// root in CI); `None` with the reason when it cannot.
 struct Tmpfs(PathBuf);
