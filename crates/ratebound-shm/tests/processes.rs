@@ -564,6 +564,31 @@ fn a_dangling_symlink_is_a_clear_error() {
     assert!(!b.check().expect("check").is_allowed());
 }
 
+#[test]
+fn a_damaged_word_over_the_limit_leaves_nothing_available() {
+    // A fixed window of 5 keeps its count in 3 bits: a damaged file can say
+    // 7. The window (2^59 ns, 18 years) makes every reading window 0.
+    let d = dir("damaged");
+    let path = d.join("w.limit");
+    let window = KeyedAlgorithm::FixedWindow {
+        limit: 5,
+        window: Duration::from_nanos(1 << 59),
+    };
+    let l = SharedLimiter::open(&path, window).expect("create");
+    assert_eq!(l.available(), 5);
+    // The state word follows the 16 header words and the slot's fingerprint.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open to write");
+    std::os::unix::fs::FileExt::write_all_at(&file, &7u64.to_le_bytes(), 17 * 8).expect("write");
+    // It said 2^64 − 2 (5 − 7, wrapped).
+    assert_eq!(l.available(), 0);
+    let d = l.check().expect("check");
+    assert!(!d.is_allowed());
+    assert_eq!(d.remaining(), 0);
+}
+
 /// Mounts a tmpfs of `size` on `dir` for as long as it lives (we run as
 /// root in CI); `None` with the reason when it cannot.
 struct Tmpfs(PathBuf);
