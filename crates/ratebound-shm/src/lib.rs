@@ -62,12 +62,14 @@
 //! ```
 
 mod map;
+#[cfg(all(test, ratebound_loom))]
+mod model;
+mod sync;
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratebound::any::{Fingerprinter, Key};
@@ -75,6 +77,7 @@ use ratebound::fingerprint::Seed;
 use ratebound::{Clock, Decision, KeyedAlgorithm, WordRule};
 
 use map::Region;
+use sync::{AtomicU64, Ordering};
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process on the
 /// host (it counts from boot, so a file made before a reboot is refused).
@@ -227,6 +230,11 @@ pub const DEFAULT_MAX_KEYS: u64 = 10_000;
 
 /// A slot's fingerprint word when no key has claimed it.
 const EMPTY: u64 = 0;
+/// Set in a fingerprint word while a process reuses the slot for another
+/// key: the other 63 bits are still the old key's, which owns the slot
+/// until the reuse completes. Anyone may clear it (cancelling that reuse);
+/// see `SharedKeyedLimiter::reclaim`. Fingerprints are 63 bits.
+const RECLAIMING: u64 = 1 << 63;
 /// How far from its home slot a key may live.
 const WINDOW: usize = 64;
 
@@ -691,7 +699,7 @@ impl SharedKeyedLimiter {
     }
 
     fn fingerprint_of(&self, key: Key<'_>) -> u64 {
-        match self.table.fingerprints.key(key)[0] {
+        match self.table.fingerprints.key(key)[0] & !RECLAIMING {
             EMPTY => 1,
             fp => fp,
         }
@@ -712,11 +720,20 @@ impl SharedKeyedLimiter {
         let t = &self.table;
         for place in 0..self.window() {
             let slot = self.slot_at(fp, place);
+            // Ordering: Acquire — pairs with the Release of the exchange
+            // that wrote this fingerprint (the key's claim, or a reuse),
+            // after which that process's view of the slot is ours too.
             let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held == fp {
-                return Ok(Found { slot, place });
+            if held & !RECLAIMING == fp {
+                if held == fp || self.cancel(slot, fp) {
+                    return Ok(Found { slot, place });
+                }
+                // Reused for another key just now: go on.
+                continue;
             }
             if held == EMPTY {
+                // Ordering: AcqRel/Acquire — Release publishes the claim to
+                // whoever next reads the fingerprint, Acquire as for the load.
                 match t.fingerprint(slot).compare_exchange(
                     EMPTY,
                     fp,
@@ -733,25 +750,22 @@ impl SharedKeyedLimiter {
         }
         // No empty slot left in the window: reuse the first fresh one. Its
         // old key, if a process is deciding for it right now, notices and
-        // gives back (see `check_n_at`).
+        // gives back (see `reclaim` and `check_n_at`).
         for place in 0..self.window() {
             let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as above.
             let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held == fp {
-                return Ok(Found { slot, place });
-            }
-            let state = t.state(slot).load(Ordering::Acquire);
-            if t.rule.is_fresh(state, now) {
-                match t.fingerprint(slot).compare_exchange(
-                    held,
-                    fp,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return Ok(Found { slot, place }),
-                    Err(now_held) if now_held == fp => return Ok(Found { slot, place }),
-                    Err(_) => continue,
+            if held & !RECLAIMING == fp {
+                if held == fp || self.cancel(slot, fp) {
+                    return Ok(Found { slot, place });
                 }
+                continue;
+            }
+            // Ordering: Acquire — a first look; `reclaim` decides on a
+            // read-modify-write of the state.
+            let state = t.state(slot).load(Ordering::Acquire);
+            if held != EMPTY && t.rule.is_fresh(state, now) && self.reclaim(slot, held, fp, now) {
+                return Ok(Found { slot, place });
             }
         }
         // The table holds one key per slot: that is its capacity, whatever
@@ -761,14 +775,92 @@ impl SharedKeyedLimiter {
         }))
     }
 
+    /// Clears the reclaiming bit of `slot` held by `fp`'s key: true if the
+    /// slot is then surely `fp`'s (a reuse that had not completed fails).
+    fn cancel(&self, slot: usize, fp: u64) -> bool {
+        // Ordering: AcqRel/Acquire, as for a claim.
+        match self.table.fingerprint(slot).compare_exchange(
+            fp | RECLAIMING,
+            fp,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => true,
+            Err(now_held) => now_held == fp,
+        }
+    }
+
+    /// Reuses `slot`, whose fingerprint word was `held` (another key, or a
+    /// reuse of it that some process began), for `fp`'s key, if its state
+    /// is fresh; true if it is now `fp`'s.
+    ///
+    /// Three steps: announce (set `RECLAIMING` on the old key's
+    /// fingerprint), read the state by a read-modify-write and give up
+    /// unless it is fresh, then swap the old key's fingerprint for `fp`.
+    ///
+    /// Invariant: an admission of the old key is never forgotten. A
+    /// process deciding for it writes the state (the decision's exchange)
+    /// and then reads the fingerprint (`still_home`). If that decision's
+    /// write comes before our read-modify-write of the state, we read its
+    /// (not fresh) state and give up. Otherwise our read-modify-write
+    /// (Release) is read by the decision's exchange (Acquire): our
+    /// announcement happens before its fingerprint read, which sees the
+    /// bit or our key, and either cancels us or gives the admission back.
+    /// (A plain load of the state would not do: two processes' store then
+    /// load on two words may each miss the other's store.) A fresh state
+    /// forgets nothing that matters: it decides as a new key's does. Any
+    /// process may cancel an announcement, so one left by a killed process
+    /// holds nothing: the old key's next check clears it, another reuse
+    /// takes it over.
+    fn reclaim(&self, slot: usize, held: u64, fp: u64, now: u64) -> bool {
+        let t = &self.table;
+        let word = t.fingerprint(slot);
+        let owner = held & !RECLAIMING;
+        // Ordering: AcqRel/Acquire — a read-modify-write (also when the bit
+        // was already set): it is what the decision's exchange on the state
+        // will have to come after, below.
+        if word
+            .compare_exchange(
+                held,
+                owner | RECLAIMING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        // Ordering: AcqRel — Release so that a decision whose exchange
+        // reads this value (or a later one) sees our announcement; Acquire
+        // so that we see every decision written before it.
+        let state = t.state(slot).fetch_or(0, Ordering::AcqRel);
+        if !t.rule.is_fresh(state, now) {
+            self.cancel(slot, owner);
+            return false;
+        }
+        // Ordering: AcqRel/Acquire, as for a claim.
+        match word.compare_exchange(owner | RECLAIMING, fp, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            // Another process of the same key completed the same reuse.
+            Err(now_held) => now_held == fp,
+        }
+    }
+
     /// True if `found` is still where the key lives: the slot still holds
-    /// it and no slot before it in the window does.
+    /// it (a reuse of it begun meanwhile is cancelled) and no slot before it
+    /// in the window does.
     fn still_home(&self, fp: u64, found: Found) -> bool {
         let t = &self.table;
-        t.fingerprint(found.slot).load(Ordering::Acquire) == fp
+        // Ordering: Acquire — after the decision's exchange on the state
+        // (see `reclaim`'s invariant for why that suffices).
+        let held = t.fingerprint(found.slot).load(Ordering::Acquire);
+        (held == fp || (held == fp | RECLAIMING && self.cancel(found.slot, fp)))
             && (0..found.place).all(|place| {
+                // Ordering: Acquire, as above. A slot of this key earlier
+                // in the window, even one being reused, is where it lives.
                 t.fingerprint(self.slot_at(fp, place))
                     .load(Ordering::Acquire)
+                    & !RECLAIMING
                     != fp
             })
     }
@@ -796,15 +888,21 @@ impl SharedKeyedLimiter {
     /// turned up earlier in its window (two processes placed it at once),
     /// an admission is given back and the check is made again where the
     /// key lives. Never more than the limit; at worst, a process killed in
-    /// between leaves an admission counted against a fresh key.
+    /// between leaves an admission counted against a fresh key, and a new
+    /// key that decides on a slot while another key's admission there is
+    /// being given back is refused once.
     ///
     /// # Errors
     /// [`Error::Limit`] with `InsufficientCapacity` when `n` exceeds the
-    /// limit, or `TooManyKeys` when the key has no slot.
+    /// limit, or `TooManyKeys` when the key has no slot (also when, eight
+    /// times in a row, other processes took the slot it had decided on).
     pub fn check_n_at(&self, key: Key<'_>, n: u64, now: u64) -> Result<Decision, Error> {
         let fp = self.fingerprint_of(key);
         let t = &self.table;
-        loop {
+        // Bounded: two keys contending for the last fresh slot could take
+        // it from each other indefinitely (each gives back, then reuses it
+        // again); a refusal for want of a slot ends that.
+        for _ in 0..8 {
             let found = self.locate(fp, now)?;
             let (decision, mark) = t.rule.check_n_at(t.state(found.slot), n, now)?;
             if self.still_home(fp, found) {
@@ -814,6 +912,9 @@ impl SharedKeyedLimiter {
                 t.rule.release(t.state(found.slot), mark, n);
             }
         }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: t.slots,
+        }))
     }
 
     /// How many `key` could take now (the full limit if it has no slot).
@@ -823,8 +924,10 @@ impl SharedKeyedLimiter {
         let now = self.clock.now();
         for place in 0..self.window() {
             let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as in `locate`.
             let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held == fp {
+            if held & !RECLAIMING == fp {
+                // Ordering: Acquire, as for a decision's first load.
                 return t.rule.available(t.state(slot).load(Ordering::Acquire), now);
             }
             if held == EMPTY {

@@ -22,13 +22,20 @@
 //!   owner's alone (mode 0600, checked on open), and ratebound never
 //!   shrinks one; the size is checked on open, which is all that can be
 //!   checked without a system call on every decision.
+//!
+//! Under `--cfg ratebound_loom` a region is loom's atomics on the heap
+//! instead (no `unsafe`, no file): the model checks in src/model.rs build
+//! tables with [`Region::heap`].
 
 use std::fs::File;
 use std::io;
+#[cfg(not(ratebound_loom))]
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+
+use crate::sync::AtomicU64;
 
 /// A file's contents mapped shared, as words.
+#[cfg(not(ratebound_loom))]
 pub(crate) struct Region {
     /// Keeps the mapping alive; never touched otherwise.
     _map: memmap2::MmapMut,
@@ -38,12 +45,15 @@ pub(crate) struct Region {
 
 // SAFETY: the region is only ever accessed through `&AtomicU64`, which is
 // `Send` and `Sync`; the pointer stays valid while `_map` lives.
+#[cfg(not(ratebound_loom))]
 #[allow(unsafe_code)]
 unsafe impl Send for Region {}
 // SAFETY: as for `Send`.
+#[cfg(not(ratebound_loom))]
 #[allow(unsafe_code)]
 unsafe impl Sync for Region {}
 
+#[cfg(not(ratebound_loom))]
 impl Region {
     /// Maps the first `words` 8-byte words of `file` (which must be at least
     /// that long) shared, read-write.
@@ -84,5 +94,34 @@ impl Region {
         unsafe {
             std::slice::from_raw_parts(self.words.as_ptr(), self.len)
         }
+    }
+}
+
+/// Under loom: the words on the heap, as loom's atomics.
+#[cfg(ratebound_loom)]
+pub(crate) struct Region {
+    words: Box<[AtomicU64]>,
+}
+
+#[cfg(ratebound_loom)]
+impl Region {
+    /// No file is mapped under loom (its atomics cannot live in one).
+    pub(crate) fn map(_file: &File, _words: usize) -> io::Result<Region> {
+        Err(io::Error::other(
+            "no memory map under --cfg ratebound_loom: the models use Region::heap",
+        ))
+    }
+
+    /// `words` words, all 0 (a fresh file's contents).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn heap(words: usize) -> Region {
+        Region {
+            words: (0..words).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The words.
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        &self.words
     }
 }

@@ -87,6 +87,10 @@ fn work() {
         tmpfs_child(Path::new(&dir));
         return;
     }
+    if std::env::var("RB_SHM_REUSE").is_ok() {
+        reuse_worker();
+        return;
+    }
     let path = std::env::var("RB_SHM_PATH").expect("RB_SHM_PATH for a worker");
     let quota = std::env::var("RB_SHM_QUOTA").expect("quota");
     let keys: u64 = std::env::var("RB_SHM_KEYS").map_or(0, |k| k.parse().expect("keys"));
@@ -774,4 +778,158 @@ fn a_table_too_large_for_its_tmpfs_is_an_error_not_sigbus() {
         std::os::unix::process::ExitStatusExt::signal(&out.status)
     );
     assert_eq!(leftovers(&d), Vec::<String>::new());
+}
+
+/// One worker of the reuse test: for each `go <phase> <start>` line on
+/// stdin, waits for `start` (ns of `CLOCK_MONOTONIC`, so that the workers
+/// begin together), takes one for each of the phase's keys, three rounds,
+/// at the phase's time, and reports every admission and every refusal for
+/// want of a slot.
+fn reuse_worker() {
+    let path = std::env::var("RB_SHM_PATH").expect("path");
+    let start: u64 = std::env::var("RB_SHM_ROTATE")
+        .expect("rotate")
+        .parse()
+        .expect("rotate");
+    let l = SharedKeyedLimiter::open(&path, reuse_window(), 1).expect("open");
+    println!("ready");
+    for line in std::io::stdin().lines() {
+        let line = line.expect("stdin");
+        let Some((phase, begin)) = line.strip_prefix("go ").and_then(|l| l.split_once(' ')) else {
+            break;
+        };
+        let phase: u64 = phase.parse().expect("phase");
+        let begin: u64 = begin.parse().expect("start");
+        while ratebound::Clock::now(&ratebound_shm::SystemClock) < begin {
+            std::hint::spin_loop();
+        }
+        let now = phase * REUSE_WINDOW + 1;
+        for i in 0..3 * REUSE_KEYS {
+            let key = (1000 * phase + (start + i) % REUSE_KEYS) as i128;
+            match l.check_n_at(Key::Int(key), 1, now) {
+                Ok(d) if d.is_allowed() => println!("admit {key}"),
+                Ok(_) => {}
+                Err(Error::Limit(ratebound::Error::TooManyKeys { .. })) => {
+                    println!("toomany {key}")
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        println!("done {phase}");
+    }
+}
+
+const REUSE_WINDOW: u64 = 1_000_000_000;
+/// Half the table: a key always finds a fresh slot, whatever the others
+/// hold at that instant (each of 4 processes holds at most one slot it is
+/// about to give back).
+const REUSE_KEYS: u64 = 32;
+
+fn reuse_window() -> KeyedAlgorithm {
+    KeyedAlgorithm::FixedWindow {
+        limit: 1,
+        window: Duration::from_nanos(REUSE_WINDOW),
+    }
+}
+
+#[test]
+fn processes_reusing_fresh_slots_admit_each_key_once() {
+    if worked() {
+        return;
+    }
+    let d = dir("reuse");
+    let path = d.join("reuse.limit");
+    // 64 slots, filled with keys 0..64 admitted in window 1: no empty slot
+    // is left, so every key after this lives in a reused one.
+    let l = SharedKeyedLimiter::open(&path, reuse_window(), 1).expect("open");
+    let now1 = REUSE_WINDOW + 1;
+    for k in 0..64 {
+        assert!(
+            l.check_n_at(Key::Int(k), 1, now1)
+                .expect("room")
+                .is_allowed()
+        );
+    }
+    assert!(matches!(
+        l.check_n_at(Key::Int(64), 1, now1),
+        Err(Error::Limit(ratebound::Error::TooManyKeys { .. }))
+    ));
+    // Four processes in lockstep: in each window (phase) the last window's
+    // slots are fresh, and all four race to reuse them for the same 32 new
+    // keys, two from key 0, two from key 16.
+    let mut workers: Vec<(Child, BufReader<std::process::ChildStdout>)> = (0..4u64)
+        .map(|w| {
+            let mut child = Command::new(std::env::current_exe().expect("test binary"))
+                .args([
+                    "--exact",
+                    "processes_reusing_fresh_slots_admit_each_key_once",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("RB_SHM_ROLE", "worker")
+                .env("RB_SHM_REUSE", "1")
+                .env("RB_SHM_PATH", &path)
+                .env("RB_SHM_ROTATE", (w % 2 * 16).to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn a worker");
+            let out = BufReader::new(child.stdout.take().expect("stdout"));
+            (child, out)
+        })
+        .collect();
+    let read_until = |out: &mut BufReader<std::process::ChildStdout>, end: &str| -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = out.read_line(&mut line).expect("worker output");
+            assert!(n > 0, "a worker ended early");
+            // libtest may have written "test … " on the same line.
+            let line = line.trim_end();
+            if line.ends_with(end) {
+                return lines;
+            }
+            if let Some(at) = line.find("admit ").or_else(|| line.find("toomany ")) {
+                lines.push(line[at..].to_string());
+            }
+        }
+    };
+    for (_, out) in workers.iter_mut() {
+        read_until(out, "ready");
+    }
+    for phase in 2..42u64 {
+        let begin = ratebound::Clock::now(&ratebound_shm::SystemClock) + 10_000_000;
+        for (child, _) in workers.iter_mut() {
+            let stdin = child.stdin.as_mut().expect("stdin");
+            writeln!(stdin, "go {phase} {begin}").expect("go");
+            stdin.flush().expect("flush");
+        }
+        let mut admitted = std::collections::BTreeMap::<i128, u32>::new();
+        for (_, out) in workers.iter_mut() {
+            for line in read_until(out, &format!("done {phase}")) {
+                let (what, key) = line.split_once(' ').expect("a report");
+                assert_eq!(what, "admit", "phase {phase}: {line}");
+                *admitted.entry(key.parse().expect("key")).or_default() += 1;
+            }
+        }
+        let want: std::collections::BTreeMap<i128, u32> = (0..REUSE_KEYS)
+            .map(|k| ((1000 * phase + k) as i128, 1))
+            .collect();
+        assert_eq!(
+            admitted, want,
+            "phase {phase}: each key admitted once in all"
+        );
+        // Each key's state is in its slot: a further check is refused.
+        let now = phase * REUSE_WINDOW + 1;
+        for k in 0..REUSE_KEYS {
+            let key = Key::Int((1000 * phase + k) as i128);
+            assert!(!l.check_n_at(key, 1, now).expect("check").is_allowed());
+        }
+    }
+    for (mut child, _) in workers {
+        drop(child.stdin.take());
+        assert!(child.wait().expect("wait").success());
+    }
+    assert_eq!(l.len(), 64);
 }
