@@ -549,3 +549,108 @@ fn concurrency_cap_never_lets_more_in_than_its_limit() {
         assert_eq!(cap.in_flight(), 0);
     });
 }
+
+/// A keyed limiter on a frozen clock (10 T) with one shard: tier 0 is one
+/// token per T with a burst of 1, tier 1 the same rate with a burst of 2;
+/// new keys go to `tier`.
+fn keyed_with_tiers(tier: usize) -> ratebound::KeyedLimiter<u32, ManualClock> {
+    use ratebound::{KeyedAlgorithm, KeyedLimiter, Overflow};
+    let burst = |b| {
+        KeyedAlgorithm::TokenBucket(
+            Quota::with_period(Duration::from_nanos(T))
+                .unwrap()
+                .with_burst(b)
+                .unwrap(),
+        )
+    };
+    let clock = ManualClock::new();
+    clock.set_nanos(10 * T);
+    KeyedLimiter::new(burst(1))
+        .unwrap()
+        // Under 128 keys: one shard, one lock.
+        .with_max_keys(8, Overflow::RejectNewKeys)
+        .unwrap()
+        .with_tiers(vec![burst(2)], move |_| tier)
+        .unwrap()
+        .with_clock(clock)
+}
+
+#[test]
+fn keyed_reset_races_checks_and_keeps_the_tier() {
+    // A spent key of tier 1 (burst 2) is reset while another thread checks
+    // it twice: the answers and the tokens left are those of the reset
+    // coming before, between or after the checks — in tier 1 (a reset that
+    // dropped the tier bits would leave tier 0's burst of 1).
+    loom::model(|| {
+        let limiter = Arc::new(keyed_with_tiers(1));
+        assert!(limiter.check(&7).unwrap().is_allowed());
+        assert!(limiter.check(&7).unwrap().is_allowed());
+        let resetter = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.reset(&7))
+        };
+        let checks = [
+            limiter.check(&7).unwrap().is_allowed(),
+            limiter.check(&7).unwrap().is_allowed(),
+        ];
+        resetter.join().unwrap();
+        let left = limiter.available(&7);
+        assert!(
+            [([true, true], 0), ([false, true], 1), ([false, false], 2)].contains(&(checks, left)),
+            "checks {checks:?} leave {left}"
+        );
+    });
+}
+
+#[test]
+fn keyed_reset_races_a_tier_change() {
+    // A spent key of tier 0 is reset while another thread moves it to tier
+    // 1 (keeping its count of tokens): reset then move leaves 1 token, move
+    // then reset 2. Either way the key is in tier 1, as a full refill then
+    // shows (2 tokens, not tier 0's 1): the reset's read-modify-write keeps
+    // whatever tier it finds, and set_tier's write lock keeps the two apart.
+    loom::model(|| {
+        let limiter = Arc::new(keyed_with_tiers(0));
+        assert!(limiter.check(&7).unwrap().is_allowed());
+        assert_eq!(limiter.available(&7), 0);
+        let resetter = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.reset(&7))
+        };
+        limiter.set_tier(&7, 1).unwrap();
+        resetter.join().unwrap();
+        let left = limiter.available(&7);
+        assert!(left == 1 || left == 2, "{left} left");
+        limiter.clock().advance_nanos(10 * T);
+        assert_eq!(limiter.available(&7), 2, "the key is in tier 1");
+    });
+}
+
+#[test]
+fn keyed_release_races_a_check() {
+    // One thread takes key 7's only token with a permit and gives it back;
+    // another checks the key once. The check passes iff it comes first or
+    // after the give-back, and the give-back returns exactly the permit's
+    // token: never the other thread's, never lost to a concurrent exchange.
+    loom::model(|| {
+        let limiter = Arc::new(keyed_with_tiers(0));
+        let now = 10 * T;
+        let giver = {
+            let limiter = limiter.clone();
+            thread::spawn(move || {
+                let (d, permit) = limiter.acquire_n_at(&7, 1, now).unwrap();
+                if let Some(permit) = permit {
+                    limiter.release(&7, permit).unwrap();
+                }
+                d.is_allowed()
+            })
+        };
+        let checked = limiter.check_at(&7, now).unwrap().is_allowed();
+        let took = giver.join().unwrap();
+        let left = limiter.available_at(&7, now);
+        assert!(
+            [(true, false, 1), (true, true, 0), (false, true, 0)].contains(&(took, checked, left)),
+            "took {took}, checked {checked}, {left} left"
+        );
+    });
+}
