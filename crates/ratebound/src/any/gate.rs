@@ -983,7 +983,7 @@ impl Gate {
     /// policies (limits kept elsewhere, e.g. global limits in Redis, checked
     /// by the front door for [`identity`](Self::identity)), one per
     /// [`GateOptions::remote`] policy, in order.
-    /// Each answer is a [`Decision`](crate::Decision) or a
+    /// Each answer is a [`Decision`] or a
     /// [`RemoteAnswer`] (a policy whose table is full answers as the gate's
     /// own full table does: 503).
     pub fn decide_with<H: Headers + ?Sized, R: Copy + Into<RemoteAnswer>>(
