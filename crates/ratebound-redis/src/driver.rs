@@ -4,6 +4,7 @@
 //! `redis::cluster_async::ClusterConnection` (follows `MOVED`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ratebound::{Error, Quota};
 use redis::aio::ConnectionLike;
@@ -39,10 +40,20 @@ use crate::reserve::{Acquisition, ReserveBegin, Reserved, Step};
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// **Pauses and waiters.** [`pause`](Self::pause) moves every reservation
+/// in Redis past the pause, and tells this limiter's own waiters. Waiters of
+/// *other* instances hear of it only if their limiter listens: build it
+/// with [`with_pause_news`](Self::with_pause_news), which subscribes to the
+/// prefix's pause channel on a connection of its own. A waiter whose
+/// limiter does not listen (or whose subscription was down when the news
+/// came) wakes at its old time and goes ahead inside the pause; its
+/// instance's next call finds the pause in Redis.
 #[derive(Clone)]
 pub struct RedisLimiter<C> {
     engine: Arc<Engine>,
     conn: C,
+    listener: Option<Arc<Listener>>,
 }
 
 impl<C> std::fmt::Debug for RedisLimiter<C> {
@@ -62,6 +73,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         Ok(RedisLimiter {
             engine: Arc::new(Engine::new(config)?),
             conn,
+            listener: None,
         })
     }
 
@@ -76,6 +88,55 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// The engine (configuration, breaker state, leases).
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// This limiter, listening for other instances' pauses: a thread of its
+    /// own subscribes to [`Engine::pause_channel`] (`rb:pause`) with
+    /// `client` (a pub/sub connection cannot be shared with commands; use
+    /// the same server settings as the limiter's connection — in a cluster,
+    /// any node: a `PUBLISH` reaches every node) and hands every message to
+    /// [`Engine::hear`], so that a waiter whose reservation a pause moved
+    /// in Redis sleeps until its new time. No call is added to any
+    /// acquisition.
+    ///
+    /// Returns once the subscription is confirmed, or after the limiter's
+    /// deadline if it is not (Redis is down, slow): it keeps trying in the
+    /// background, and reconnects (100 ms to 2 s apart) whenever its
+    /// connection is lost. News published while it is not subscribed is
+    /// missed (see the type's docs). It stops when the last clone of the
+    /// limiter is dropped or at [`shutdown`](Self::shutdown), within 200 ms.
+    pub async fn with_pause_news(mut self, client: redis::Client) -> Self {
+        if let Some(old) = self.listener.take() {
+            old.stop.store(true, Ordering::Relaxed);
+        }
+        let listener = Arc::new(Listener {
+            stop: Arc::new(AtomicBool::new(false)),
+            subscribed: Arc::new(AtomicBool::new(false)),
+        });
+        let (ready, confirmed) = tokio::sync::oneshot::channel();
+        let (engine, stop, subscribed) = (
+            self.engine.clone(),
+            listener.stop.clone(),
+            listener.subscribed.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("ratebound-pause-news".to_string())
+            .spawn(move || listen(&client, &engine, &stop, &subscribed, ready));
+        if spawned.is_ok() {
+            let _ = tokio::time::timeout(self.engine.timeout(), confirmed).await;
+        }
+        self.listener = Some(listener);
+        self
+    }
+
+    /// Whether this limiter hears other instances' pauses now (see
+    /// [`with_pause_news`](Self::with_pause_news)).
+    pub fn listening(&self) -> bool {
+        // Ordering: Acquire pairs with the listener's Release store; the
+        // flag is advice for callers and tests, no memory depends on it.
+        self.listener
+            .as_ref()
+            .is_some_and(|l| l.subscribed.load(Ordering::Acquire))
     }
 
     /// One token for `key`.
@@ -149,8 +210,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     /// Gives every unspent leased token back to Redis (call it on
-    /// shutdown); how many calls succeeded.
+    /// shutdown) and stops listening for pauses; how many calls succeeded.
     pub async fn shutdown(&self) -> usize {
+        if let Some(l) = &self.listener {
+            l.stop.store(true, Ordering::Relaxed);
+        }
         let mut done = 0;
         for call in self.engine.drain() {
             done += usize::from(self.run(&call).await.is_ok());
@@ -247,6 +311,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// already on changes nothing. The shift it gave (zero: covered
     /// already), or `None` when Redis could not be told.
     ///
+    /// A shift is news for the instances already waiting: it is published
+    /// on the prefix's pause channel (a second command, within the
+    /// deadline; pauses are rare) for the limiters that listen (see
+    /// [`with_pause_news`](Self::with_pause_news)), and this limiter's own
+    /// waiters are told at once.
+    ///
     /// # Errors
     /// [`Error::Unsupported`] for a window; [`Error::InvalidNumber`] for a
     /// zero pause.
@@ -257,10 +327,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     ) -> Result<Option<Duration>, Error> {
         let call = self.engine.begin_pause(None, key.as_ref(), duration)?;
         let result = self.run(&call).await;
-        Ok(self
-            .engine
-            .finish_pause(outcome(&result))
-            .map(|(_, shift)| shift))
+        let paused = self.engine.finish_pause(outcome(&result));
+        if let Some((start_us, shift)) = paused
+            && let Some(news) = self.engine.pause_news(&call, start_us, shift)
+        {
+            let mut conn = self.conn.clone();
+            let mut command = redis::cmd("PUBLISH");
+            command.arg(self.engine.pause_channel()).arg(news);
+            let publish = command.query_async::<redis::Value>(&mut conn);
+            // Not told (Redis down since the pause): the waiters of other
+            // instances go ahead at their old times; nothing to undo.
+            let _ = tokio::time::timeout(self.engine.timeout(), publish).await;
+        }
+        Ok(paused.map(|(_, shift)| shift))
     }
 
     /// Runs `call` within the deadline: `Err(None)` on timeout,
@@ -295,6 +374,77 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             Ok(Err(e)) => Err(Some(e.to_string())),
             Err(_) => Err(None),
         }
+    }
+}
+
+/// A thread listening for pauses (see [`RedisLimiter::with_pause_news`]);
+/// it stops when this is dropped.
+struct Listener {
+    stop: Arc<AtomicBool>,
+    subscribed: Arc<AtomicBool>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // Ordering: Relaxed — the thread polls the flag; nothing else is
+        // published through it.
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How long the listener blocks on its connection before it looks at its
+/// stop flag.
+const POLL: Duration = Duration::from_millis(200);
+
+/// The listener's thread: subscribe, hand every message to the engine,
+/// reconnect when the connection is lost, until told to stop. A blocking
+/// connection on a thread of its own: the `redis` crate's async pub/sub is
+/// a `Stream`, which this crate does not depend on.
+fn listen(
+    client: &redis::Client,
+    engine: &Engine,
+    stop: &AtomicBool,
+    subscribed: &AtomicBool,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let channel = engine.pause_channel();
+    let connect = engine.timeout().max(Duration::from_secs(1));
+    let mut ready = Some(ready);
+    let mut backoff = Duration::from_millis(100);
+    // Ordering: Relaxed loads of `stop` — see Listener::drop.
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(mut con) = client.get_connection_with_timeout(connect) {
+            let mut ps = con.as_pubsub();
+            // The PING's answer comes after the subscription's (RESP3 does
+            // not answer SUBSCRIBE itself): subscribed from here on.
+            let set = ps.set_read_timeout(Some(connect)).is_ok()
+                && ps.subscribe(&channel).is_ok()
+                && ps.ping::<redis::Value>().is_ok()
+                && ps.set_read_timeout(Some(POLL)).is_ok();
+            if set {
+                // Ordering: Release pairs with `listening`'s Acquire.
+                subscribed.store(true, Ordering::Release);
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+                backoff = Duration::from_millis(100);
+                while !stop.load(Ordering::Relaxed) {
+                    match ps.get_message() {
+                        Ok(msg) => {
+                            engine.hear(msg.get_payload_bytes());
+                        }
+                        Err(e) if e.is_timeout() => {}
+                        Err(_) => break,
+                    }
+                }
+                subscribed.store(false, Ordering::Release);
+            }
+        }
+        let until = std::time::Instant::now() + backoff;
+        while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 

@@ -547,6 +547,8 @@ pub struct Engine {
     pub(crate) local: Option<KeyedLimiter<Fingerprint, AnyClock>>,
     pub(crate) fingerprints: Fingerprinter,
     pub(crate) clock: AnyClock,
+    /// Pauses heard of (see [`Engine::hear`]).
+    pub(crate) news: crate::reserve::News,
 }
 
 /// Whether `r` is a reply of the scripts: seven integers, none negative.
@@ -670,6 +672,7 @@ impl Engine {
             local,
             fingerprints: Fingerprinter::new(),
             clock,
+            news: crate::reserve::News::new(),
             config,
         })
     }

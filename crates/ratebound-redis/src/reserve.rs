@@ -1,12 +1,20 @@
 //! Waiting for a global token, sans-I/O: a reservation in Redis (one call,
 //! the token bucket's script takes the tokens ahead of time and answers
-//! with the wait), a pause for every instance, and [`Acquisition`] — one
+//! with the wait), a pause for every instance (and its news, which moves
+//! the waiters already asleep in every instance: [`Engine::hear`]), and
+//! [`Acquisition`] — one
 //! caller's wait as a state machine the drivers run: make the call it
 //! hands out, sleep what it says, give back what it holds if the caller
 //! gives up. Every rule (the deadline, the fail policy while waiting,
 //! leases first, what a window does) is decided here; a driver only
 //! performs the I/O and sleeps.
 
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratebound::{Clock, Error};
@@ -258,11 +266,12 @@ impl Engine {
         Ok(self.call(self.redis_key(scope, key), CallKind::Pause { for_us }, 1))
     }
 
-    /// What became of a pause: `(start_us, shift)` — every slot reserved
-    /// from `start_us` on (Redis' clock) moved `shift` later (zero: a pause
-    /// already on covered it; [`acquire_shift`](Self::acquire_shift) tells
-    /// a waiter) — or `None` when Redis could not be told (a failure like
-    /// any other for the breaker).
+    /// What became of a pause: `(start_us, shift)` — the script ran at
+    /// `start_us` (Redis' clock) and moved every slot due from then on
+    /// `shift` later (zero: a pause already on covered it) — or `None` when
+    /// Redis could not be told (a failure like any other for the breaker).
+    /// [`pause_news`](Self::pause_news) tells the waiters of every
+    /// instance.
     pub fn finish_pause(&self, outcome: Outcome<'_>) -> Option<(u64, Duration)> {
         let now = self.clock.now();
         match outcome {
@@ -299,6 +308,7 @@ impl Engine {
             n,
             deadline: timeout.map(|t| now.saturating_add(nanos(t))),
             state: State::Start,
+            seen: 0,
         })
     }
 
@@ -310,7 +320,12 @@ impl Engine {
     /// [`Error::DeadlineExceeded`] when the wait cannot end within the
     /// timeout (nothing is taken: a reservation beyond it is never made),
     /// also when the fail policy `closed` refuses.
+    ///
+    /// A wait that holds a reservation first applies every pause heard of
+    /// since its last step (see [`hear`](Self::hear) for the rule): a
+    /// sleeper that wakes at its old time is told to sleep on.
     pub fn acquire_step(&self, a: &mut Acquisition) -> Result<Step, Error> {
+        self.catch_up(&mut a.seen, &mut a.state);
         let now = self.clock.now();
         loop {
             match &a.state {
@@ -336,7 +351,13 @@ impl Engine {
                     let max_wait = a.max_wait(now);
                     match self.begin_take(a.scope.as_deref(), &a.key, a.n, max_wait)? {
                         ReserveBegin::Done(r) => self.apply(a, r, None, now),
-                        ReserveBegin::Call(call) => a.state = State::Pending(call),
+                        ReserveBegin::Call(call) => {
+                            // News heard before the call is sent is of a
+                            // pause that ran before the reservation: the
+                            // script's answer includes it.
+                            a.seen = self.news.latest();
+                            a.state = State::Pending(call);
+                        }
                     }
                 }
             }
@@ -359,12 +380,20 @@ impl Engine {
                 wait,
                 source,
                 due_us,
-            } => State::Held {
-                due: now.saturating_add(nanos(wait)),
-                source,
-                due_us,
-                call,
-            },
+            } => {
+                let due = now.saturating_add(nanos(wait));
+                State::Held {
+                    due,
+                    source,
+                    slot: due_us.map(|due_us| Slot {
+                        reserved_us: due_us.saturating_sub(micros(wait)),
+                        due_us,
+                        due,
+                        pauses: Vec::new(),
+                    }),
+                    call,
+                }
+            }
             Reserved::Refused { wait, .. } => State::Failed(wait),
             Reserved::Retry { wait, .. } => {
                 let at = now.saturating_add(nanos(wait));
@@ -388,20 +417,319 @@ impl Engine {
         }
     }
 
-    /// News of a pause (another instance's, e.g. by pub/sub): a slot held
-    /// from `start_us` on (Redis' clock) moves `shift` later, as the
-    /// script moved it in Redis.
+    /// News of a pause told directly (rather than [`hear`](Self::hear)d):
+    /// the pause's script ran at `start_us` (Redis' clock, as
+    /// [`finish_pause`](Self::finish_pause) returns it) and moved every
+    /// slot due from then on `shift` later. `a`'s slot moves with it under
+    /// [`hear`](Self::hear)'s rule.
     pub fn acquire_shift(&self, a: &mut Acquisition, start_us: u64, shift: Duration) {
         if let State::Held {
             due,
-            due_us: Some(due_us),
+            slot: Some(slot),
             ..
         } = &mut a.state
-            && *due_us >= start_us
+            && start_us >= slot.reserved_us
         {
-            *due_us = due_us.saturating_add(micros(shift));
-            *due = due.saturating_add(nanos(shift));
+            slot.pauses.push(Heard {
+                seq: 0,
+                at_us: start_us,
+                shift_us: micros(shift),
+                id: self.news.fresh_id(),
+            });
+            *due = slot.moved_due();
         }
+    }
+
+    /// The pub/sub channel on which this limiter's instances tell each
+    /// other of pauses: the prefix and `pause` (`rb:pause`). Keys are the
+    /// prefix and an algorithm's tag (`rb:tb:…`), so no key is named so —
+    /// and channels are not keys in Redis anyway.
+    pub fn pause_channel(&self) -> Vec<u8> {
+        let mut c = self.config.prefix.as_bytes().to_vec();
+        c.extend_from_slice(b"pause");
+        c
+    }
+
+    /// The message to `PUBLISH` on [`pause_channel`](Self::pause_channel)
+    /// after `call` (a pause) came to `(start_us, shift)` (what
+    /// [`finish_pause`](Self::finish_pause) returned), so that waiters of
+    /// every instance move their slots as the script moved them in Redis;
+    /// `None` when there is nothing to tell (a zero shift: a pause already
+    /// on covered it). This engine's own waiters are told at once (the
+    /// message that comes back on the channel is known by its id).
+    ///
+    /// The message is ASCII then bytes: `<start_us>:<shift_us>:<id>:<key>`
+    /// — decimal µs of Redis' clock, the shift in µs, 16 hex digits that
+    /// name this pause, then the Redis key (`rb:tb:alice`, raw bytes). A
+    /// key longer than 4 KiB gets no message (its waiters hear of no
+    /// pause; their next call still finds it).
+    pub fn pause_news(&self, call: &Call, start_us: u64, shift: Duration) -> Option<Vec<u8>> {
+        let shift_us = micros(shift);
+        if !matches!(call.kind, CallKind::Pause { .. }) || shift_us == 0 {
+            return None;
+        }
+        let id = self.news.fresh_id();
+        self.news.record(&call.key, start_us, shift_us, id);
+        if call.key.len() > NEWS_MAX_KEY {
+            return None;
+        }
+        let mut m = format!("{start_us}:{shift_us}:{id:016x}:").into_bytes();
+        m.extend_from_slice(&call.key);
+        Some(m)
+    }
+
+    /// Takes in a message heard on [`pause_channel`](Self::pause_channel)
+    /// (another instance's [`pause_news`](Self::pause_news)); whether it
+    /// was news. A message that is malformed, of a key this limiter cannot
+    /// hold (another algorithm's, another prefix's), or already heard is
+    /// ignored — it is input from the network. The engine keeps the last
+    /// 10 000 pieces of news, over all keys (the oldest is dropped first).
+    ///
+    /// The rule, applied lazily at each [`acquire_step`](Self::acquire_step)
+    /// of a wait that holds a reservation: a pause whose script ran at
+    /// `start_us` moves the slot `shift` later if
+    /// - it was heard after the reservation's call was handed out (news
+    ///   heard before is of a pause that ran before the reservation, which
+    ///   Redis already counted in its answer), and
+    /// - it ran after the reservation: `start_us ≥` the time the
+    ///   reservation's script ran (both on Redis' clock; the same µs counts
+    ///   as after — a wait too long, never too short), and
+    /// - the slot was not yet due when it ran: `start_us ≤` its due time, as
+    ///   moved by the pauses that ran before this one (the pauses are
+    ///   applied in the order they ran, whatever the order they are heard
+    ///   in).
+    ///
+    /// That is how the script moved the slot in Redis. Shifts only make a
+    /// wait longer: a sleeper needs no interruption.
+    pub fn hear(&self, message: &[u8]) -> bool {
+        let Some((at_us, shift_us, id, key)) = parse_news(message) else {
+            return false;
+        };
+        let Algorithm::TokenBucket(_) = self.config.algorithm else {
+            return false;
+        };
+        // Only this prefix's token bucket keys (`rb:tb:` or `rb:tb@`).
+        let ours = key
+            .strip_prefix(self.config.prefix.as_bytes())
+            .and_then(|k| k.strip_prefix(b"tb"))
+            .is_some_and(|k| k.first().is_some_and(|b| *b == b':' || *b == b'@'));
+        ours && self.news.record(key, at_us, shift_us, id)
+    }
+
+    /// Applies to a held slot the pauses heard since `seen`.
+    fn catch_up(&self, seen: &mut u64, state: &mut State) {
+        if let State::Held {
+            due,
+            call: Some(call),
+            slot: Some(slot),
+            ..
+        } = state
+            && self
+                .news
+                .collect(&call.key, seen, slot.reserved_us, &mut slot.pauses)
+        {
+            *due = slot.moved_due();
+        }
+    }
+}
+
+/// The most pieces of news an engine keeps, over all keys.
+const NEWS_KEPT: usize = 10_000;
+/// The longest key news is told of.
+const NEWS_MAX_KEY: usize = 4096;
+
+/// `<start_us>:<shift_us>:<id>:<key>`, each number within bounds.
+fn parse_news(m: &[u8]) -> Option<(u64, u64, u64, &[u8])> {
+    fn decimal(b: &[u8]) -> Option<u64> {
+        if b.is_empty() || b.len() > 16 || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let v = b.iter().fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+        (v <= UNBOUNDED_US).then_some(v)
+    }
+    if m.len() > 64 + NEWS_MAX_KEY {
+        return None;
+    }
+    let mut parts = m.splitn(4, |b| *b == b':');
+    let at_us = decimal(parts.next()?)?;
+    let shift_us = decimal(parts.next()?)?;
+    let id = parts.next()?;
+    let key = parts.next()?;
+    if id.len() != 16 || !id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let id = u64::from_str_radix(std::str::from_utf8(id).ok()?, 16).ok()?;
+    if shift_us == 0 || key.is_empty() || key.len() > NEWS_MAX_KEY {
+        return None;
+    }
+    Some((at_us, shift_us, id, key))
+}
+
+/// One pause heard of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Heard {
+    /// When it was heard (the table's count; 0: told directly).
+    seq: u64,
+    /// When its script ran, µs of Redis' clock.
+    at_us: u64,
+    shift_us: u64,
+    /// Names the pause (its own instance hears it twice).
+    id: u64,
+}
+
+/// The pauses an engine heard of: per key, the recent ones in the order
+/// heard, at most [`NEWS_KEPT`] over all keys (the oldest dropped first).
+#[derive(Debug)]
+pub(crate) struct News {
+    table: Mutex<Table>,
+    /// The last `seq` given (a copy of `table.seq`, read without the lock).
+    latest: AtomicU64,
+    /// This engine's pause ids: a random start, counted up.
+    origin: u64,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    seq: u64,
+    by_key: HashMap<Arc<[u8]>, VecDeque<Heard>>,
+    /// Every entry's key, oldest first (what to drop).
+    order: VecDeque<Arc<[u8]>>,
+}
+
+impl News {
+    pub(crate) fn new() -> News {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        News {
+            table: Mutex::new(Table::default()),
+            latest: AtomicU64::new(0),
+            origin: h.finish(),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fresh_id(&self) -> u64 {
+        // Ordering: Relaxed — only uniqueness matters, which the RMW gives.
+        self.origin
+            .wrapping_add(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The last news' `seq`. A stale (lower) answer only makes a wait look
+    /// at news again, which its rule filters.
+    fn latest(&self) -> u64 {
+        // Ordering: Acquire pairs with the Release store in `record`; the
+        // value is a lower bound used under the lock later, never a guard.
+        self.latest.load(Ordering::Acquire)
+    }
+
+    /// Records a pause; false if it was known already (by its id).
+    fn record(&self, key: &[u8], at_us: u64, shift_us: u64, id: u64) -> bool {
+        let mut t = self.lock();
+        if t.by_key
+            .get(key)
+            .is_some_and(|heard| heard.iter().any(|h| h.id == id))
+        {
+            return false;
+        }
+        t.seq += 1;
+        let seq = t.seq;
+        let key: Arc<[u8]> = match t.by_key.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(key),
+        };
+        t.by_key.entry(key.clone()).or_default().push_back(Heard {
+            seq,
+            at_us,
+            shift_us,
+            id,
+        });
+        t.order.push_back(key);
+        while t.order.len() > NEWS_KEPT {
+            let Some(old) = t.order.pop_front() else {
+                break;
+            };
+            if let Some(heard) = t.by_key.get_mut(&old) {
+                heard.pop_front();
+                if heard.is_empty() {
+                    t.by_key.remove(&old);
+                }
+            }
+        }
+        // Ordering: Release, under the lock: see `latest`.
+        self.latest.store(seq, Ordering::Release);
+        true
+    }
+
+    /// Adds to `pauses` the news of `key` heard after `seen` of pauses that
+    /// ran from `reserved_us` on; `seen` moves to the latest. Whether any
+    /// was added.
+    fn collect(
+        &self,
+        key: &[u8],
+        seen: &mut u64,
+        reserved_us: u64,
+        pauses: &mut Vec<Heard>,
+    ) -> bool {
+        if self.latest() <= *seen {
+            // Nothing new (the lock below would tell the same, later).
+            return false;
+        }
+        let t = self.lock();
+        let mut added = false;
+        if let Some(heard) = t.by_key.get(key) {
+            for h in heard.iter().filter(|h| h.seq > *seen) {
+                if h.at_us >= reserved_us && !pauses.iter().any(|p| p.id == h.id) {
+                    pauses.push(*h);
+                    added = true;
+                }
+            }
+        }
+        *seen = t.seq;
+        added
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().order.len()
+    }
+}
+
+/// Where a held reservation is in Redis (what a pause moves).
+#[derive(Clone, Debug)]
+struct Slot {
+    /// When the reservation's script ran, µs of Redis' clock.
+    reserved_us: u64,
+    /// When the tokens were due as Redis answered, µs of Redis' clock.
+    due_us: u64,
+    /// The same moment on the engine's clock (ns).
+    due: u64,
+    /// The pauses that ran after the reservation, as heard.
+    pauses: Vec<Heard>,
+}
+
+impl Slot {
+    /// The engine-clock due time after every pause in `pauses`, applied in
+    /// the order they ran: each moves the slot if it was not due yet.
+    fn moved_due(&mut self) -> u64 {
+        self.pauses.sort_by_key(|h| h.at_us);
+        let mut due_us = self.due_us;
+        for h in &self.pauses {
+            if due_us >= h.at_us {
+                due_us = due_us.saturating_add(h.shift_us);
+            }
+        }
+        self.due
+            .saturating_add((due_us - self.due_us).saturating_mul(1000))
     }
 }
 
@@ -422,11 +750,12 @@ enum State {
     Pending(Call),
     RetryAt(u64),
     Held {
-        /// Engine-clock nanoseconds when the tokens are due.
+        /// Engine-clock nanoseconds when the tokens are due (moved by the
+        /// pauses heard of).
         due: u64,
         source: Source,
-        /// The same moment in µs of Redis' clock, when Redis answered.
-        due_us: Option<u64>,
+        /// Where the slot is in Redis, when Redis answered.
+        slot: Option<Slot>,
         /// The call that reserved them (to give them back).
         call: Option<Call>,
     },
@@ -443,6 +772,8 @@ pub struct Acquisition {
     /// Engine-clock nanoseconds.
     deadline: Option<u64>,
     state: State,
+    /// The last news (see [`Engine::hear`]) this wait has looked at.
+    seen: u64,
 }
 
 impl Acquisition {
@@ -457,5 +788,242 @@ impl Acquisition {
     /// be due): what an abandoned wait gives back.
     pub fn is_holding(&self) -> bool {
         matches!(self.state, State::Held { call: Some(_), .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Config;
+    use ratebound::any::AnyClock;
+    use ratebound::{ManualClock, Quota};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// 10/s burst 1: T = tau = 100 000 µs.
+    fn engine() -> (Engine, ManualClock) {
+        let clock = ManualClock::new();
+        let c = Config::new(Algorithm::TokenBucket(
+            Quota::parse("10/s burst 1").unwrap(),
+        ));
+        (
+            Engine::with_clock(c, AnyClock::Manual(clock.clone())).unwrap(),
+            clock,
+        )
+    }
+
+    /// A wait for `key` whose reservation's call has been handed out.
+    fn pending(e: &Engine, key: &str) -> Acquisition {
+        let mut a = e.acquire(None, key.as_bytes(), 1, None).unwrap();
+        match e.acquire_step(&mut a).unwrap() {
+            Step::Call(c) => assert_eq!(c.kind.as_str(), "reserve"),
+            other => panic!("{other:?}"),
+        }
+        a
+    }
+
+    /// Redis' answer: reserved at `now_us`, due `wait_us` later.
+    fn granted(e: &Engine, a: &mut Acquisition, now_us: i64, wait_us: i64) {
+        e.acquire_reply(
+            a,
+            Outcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, now_us]),
+        );
+    }
+
+    fn news(at_us: u64, shift_us: u64, id: u64, key: &str) -> Vec<u8> {
+        format!("{at_us}:{shift_us}:{id:016x}:{key}").into_bytes()
+    }
+
+    fn step(e: &Engine, a: &mut Acquisition) -> Step {
+        e.acquire_step(a).unwrap()
+    }
+
+    #[test]
+    fn a_pause_heard_while_sleeping_moves_the_wake_up() {
+        let (e, clock) = engine();
+        let mut a = pending(&e, "k");
+        granted(&e, &mut a, 1_000_000, 300_000);
+        assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
+        clock.advance(50 * MS);
+        // Another instance paused 600 ms, 50 ms after the reservation.
+        assert!(e.hear(&news(1_050_000, 600_000, 1, "rb:tb:k")));
+        // The sleeper wakes at its old time and is told to sleep on.
+        clock.advance(250 * MS);
+        assert_eq!(step(&e, &mut a), Step::Sleep(600 * MS));
+        clock.advance(599 * MS);
+        assert_eq!(step(&e, &mut a), Step::Sleep(MS));
+        clock.advance(MS);
+        assert_eq!(step(&e, &mut a), Step::Done(Source::Redis));
+        // Heard twice (Redis never does, a replay might): once.
+        assert!(!e.hear(&news(1_050_000, 600_000, 1, "rb:tb:k")));
+    }
+
+    #[test]
+    fn news_of_a_pause_before_the_reservation_is_not_applied() {
+        let (e, clock) = engine();
+        // Heard before the call was handed out: Redis' answer counts it,
+        // even if its time looks later (another server's clock, after a
+        // failover).
+        assert!(e.hear(&news(1_100_000, 600_000, 1, "rb:tb:k")));
+        let mut a = pending(&e, "k");
+        // Heard after, but it ran before the reservation (900 000 < 1 000 000).
+        assert!(e.hear(&news(900_000, 600_000, 2, "rb:tb:k")));
+        granted(&e, &mut a, 1_000_000, 300_000);
+        assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
+        // Another key's, and a pause that ran after the slot was due.
+        assert!(e.hear(&news(1_100_000, 600_000, 3, "rb:tb:other")));
+        assert!(e.hear(&news(1_300_001, 600_000, 4, "rb:tb:k")));
+        clock.advance(300 * MS);
+        assert_eq!(step(&e, &mut a), Step::Done(Source::Redis));
+    }
+
+    #[test]
+    fn news_that_overtakes_the_reply_and_a_tie_are_applied() {
+        let (e, _) = engine();
+        let mut a = pending(&e, "k");
+        // The pause ran in the same µs as the reservation, and its news
+        // came (on the pub/sub connection) before the reservation's reply:
+        // applied — a wait too long rather than one inside the pause.
+        assert!(e.hear(&news(1_000_000, 200_000, 1, "rb:tb:k")));
+        granted(&e, &mut a, 1_000_000, 300_000);
+        assert_eq!(step(&e, &mut a), Step::Sleep(500 * MS));
+        // The slot due at the very µs a pause runs moves too.
+        let mut b = pending(&e, "k");
+        granted(&e, &mut b, 1_000_000, 300_000);
+        assert!(e.hear(&news(1_300_000, 100_000, 2, "rb:tb:k")));
+        assert_eq!(step(&e, &mut b), Step::Sleep(400 * MS));
+        // `a` moves again (its slot, at 1 500 000, was not due).
+        assert_eq!(step(&e, &mut a), Step::Sleep(600 * MS));
+    }
+
+    #[test]
+    fn pauses_apply_in_the_order_they_ran_whatever_the_order_heard() {
+        // Reserved at 1 000, due at 301 000. P1 ran at 100 000 (600 ms
+        // to 700 000 + …): the slot moves to 801 000. P2 ran at 700 000 and
+        // moved the slot (801 000 ≥ 700 000) by 200 ms: 1 001 000.
+        let (e, _) = engine();
+        let mut a = pending(&e, "k");
+        granted(&e, &mut a, 1_000, 300_000);
+        // P2's news first: alone, it would not move the slot (301 000 <
+        // 700 000).
+        assert!(e.hear(&news(700_000, 200_000, 2, "rb:tb:k")));
+        assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
+        assert!(e.hear(&news(100_000, 500_000, 1, "rb:tb:k")));
+        assert_eq!(step(&e, &mut a), Step::Sleep(1000 * MS));
+        // The same news heard in the order they ran.
+        let (e, _) = engine();
+        let mut a = pending(&e, "k");
+        granted(&e, &mut a, 1_000, 300_000);
+        e.hear(&news(100_000, 500_000, 1, "rb:tb:k"));
+        e.hear(&news(700_000, 200_000, 2, "rb:tb:k"));
+        assert_eq!(step(&e, &mut a), Step::Sleep(1000 * MS));
+    }
+
+    #[test]
+    fn an_engine_tells_its_own_waiters_and_knows_its_echo() {
+        let (e, clock) = engine();
+        let mut a = pending(&e, "k");
+        granted(&e, &mut a, 1_000_000, 300_000);
+        let call = e.begin_pause(None, b"k", 600 * MS).unwrap();
+        let paused = e
+            .finish_pause(Outcome::Reply(&[1, 0, 600_000, 900_000, 0, 0, 1_050_000]))
+            .unwrap();
+        assert_eq!(paused, (1_050_000, 600 * MS));
+        let m = e.pause_news(&call, paused.0, paused.1).unwrap();
+        let text = String::from_utf8(m.clone()).unwrap();
+        let parts: Vec<&str> = text.splitn(4, ':').collect();
+        assert_eq!(
+            (parts[0], parts[1], parts[3]),
+            ("1050000", "600000", "rb:tb:k")
+        );
+        assert_eq!(parts[2].len(), 16);
+        // The echo from the channel is known already: applied once.
+        assert!(!e.hear(&m));
+        clock.advance(300 * MS);
+        assert_eq!(step(&e, &mut a), Step::Sleep(600 * MS));
+        // Another instance hears it as news; a zero shift is no news.
+        let (other, _) = engine();
+        assert!(other.hear(&m));
+        assert_eq!(e.pause_news(&call, 1_050_000, Duration::ZERO), None);
+        assert_eq!(e.pause_channel(), b"rb:pause");
+        // Only a pause's outcome is news.
+        let reserve = match e.begin_reserve(None, b"k", 1, MS).unwrap() {
+            ReserveBegin::Call(c) => c,
+            ReserveBegin::Done(r) => panic!("{r:?}"),
+        };
+        assert_eq!(e.pause_news(&reserve, 1, MS), None);
+    }
+
+    #[test]
+    fn malformed_or_foreign_messages_are_ignored() {
+        let (e, _) = engine();
+        let id = "00000000000000ff";
+        for bad in [
+            String::new(),
+            "garbage".to_string(),
+            format!("1:2:{id}:"),
+            format!("1:2:{id}"),
+            format!("1:0:{id}:rb:tb:k"),
+            format!("x:2:{id}:rb:tb:k"),
+            format!("-1:2:{id}:rb:tb:k"),
+            format!("1:2.5:{id}:rb:tb:k"),
+            format!(" 1:2:{id}:rb:tb:k"),
+            format!("1:99999999999999999:{id}:rb:tb:k"),
+            format!("{}:2:{id}:rb:tb:k", 1u64 << 60),
+            "1:2:ff:rb:tb:k".to_string(),
+            "1:2:00000000000000FF:rb:tb:k".to_string(),
+            "1:2:00000000000000fg:rb:tb:k".to_string(),
+            format!("1:2:{id}:other:tb:k"),
+            format!("1:2:{id}:rb:fw:k"),
+            format!("1:2:{id}:rb:tbk"),
+            format!("1:2:{id}:rb:tb:{}", "k".repeat(NEWS_MAX_KEY)),
+        ] {
+            assert!(!e.hear(bad.as_bytes()), "{bad:?}");
+        }
+        assert!(!e.hear(&[0xff, b':', 0xfe]));
+        assert_eq!(e.news.len(), 0);
+        // Keys are bytes, ':' included; scoped keys are the bucket's too.
+        assert!(e.hear(format!("1:2:{id}:rb:tb:a:b\u{e9}").as_bytes()));
+        assert!(e.hear(format!("1:2:{id}:rb:tb@policy:k").as_bytes()));
+        // A window cannot be paused: it hears nothing.
+        let w = Engine::new(Config::new(Algorithm::FixedWindow {
+            limit: 1,
+            window: Duration::from_secs(1),
+        }))
+        .unwrap();
+        assert!(!w.hear(&news(1, 2, 3, "rb:tb:k")));
+    }
+
+    #[test]
+    fn the_table_keeps_the_last_ten_thousand() {
+        let (e, clock) = engine();
+        let mut a = pending(&e, "first");
+        granted(&e, &mut a, 1_000, 300_000);
+        assert!(e.hear(&news(2_000, 100_000, 0, "rb:tb:first")));
+        for i in 1..=NEWS_KEPT as u64 {
+            assert!(e.hear(&news(2_000, 100_000, i, &format!("rb:tb:{}", i % 7))));
+        }
+        assert_eq!(e.news.len(), NEWS_KEPT);
+        assert_eq!(e.news.lock().by_key.len(), 7, "'first' was dropped");
+        // Its waiter missed it (it goes ahead at its old time — its next
+        // call would find the pause in Redis).
+        clock.advance(300 * MS);
+        assert_eq!(step(&e, &mut a), Step::Done(Source::Redis));
+    }
+
+    #[test]
+    fn told_directly_the_same_rule_holds() {
+        let (e, _) = engine();
+        let mut a = pending(&e, "k");
+        granted(&e, &mut a, 1_000_000, 300_000);
+        e.acquire_shift(&mut a, 900_000, 600 * MS); // before the reservation
+        assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
+        e.acquire_shift(&mut a, 1_100_000, 600 * MS);
+        assert_eq!(step(&e, &mut a), Step::Sleep(900 * MS));
+        // A wait that holds nothing has nothing to move.
+        let mut b = pending(&e, "k");
+        granted(&e, &mut b, 1_000_000, 0);
+        e.hear(&news(1_000_000, 600_000, 9, "rb:tb:k"));
+        assert_eq!(step(&e, &mut b), Step::Done(Source::Redis));
     }
 }

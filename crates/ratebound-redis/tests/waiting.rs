@@ -196,6 +196,137 @@ async fn a_pause_is_for_everyone_and_once() {
     );
 }
 
+/// Starts `count` acquisitions of one token on `key`, each reserved before
+/// the next starts (10 ms apart; a reservation takes well under 1 ms here):
+/// their completion times from `t0`, in the order they reserved.
+fn waiters(
+    limiter: &Limiter,
+    key: &str,
+    count: usize,
+    t0: Instant,
+) -> Vec<tokio::task::JoinHandle<Duration>> {
+    (0..count)
+        .map(|i| {
+            let (limiter, key) = (limiter.clone(), key.to_string());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(10 * i as u64)).await;
+                limiter
+                    .acquire_n(&key, 1, Some(Duration::from_secs(10)))
+                    .await
+                    .unwrap();
+                t0.elapsed()
+            })
+        })
+        .collect()
+}
+
+/// Instance A holds reservations up to 400 ms ahead (10/s burst 1, five
+/// waiters); instance B (its own connection) pauses the key 600 ms. A hears
+/// of it on the pause channel: its waiters complete only after the pause's
+/// end, in their order, each 600 ms after its old time — and the script
+/// ran once per acquisition (and once for the pause): no call was added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_already_sleeping_move_past_a_pause_made_elsewhere() {
+    let server = Server::start();
+    let mut admin = manager(&server.url()).await;
+    let key = fresh("sleeping");
+    let client = redis::Client::open(server.url()).unwrap();
+    let a = bucket(&server, "10/s burst 1", OnError::Closed)
+        .await
+        .with_pause_news(client)
+        .await;
+    assert!(a.listening());
+    let b = bucket(&server, "10/s burst 1", OnError::Closed).await;
+    // The script is loaded: every call below is one EVALSHA.
+    b.check(fresh("warm")).await.unwrap();
+    let before = script_calls(&mut admin).await;
+    let t0 = Instant::now();
+    let tasks = waiters(&a, &key, 5, t0);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let paused_at = t0.elapsed();
+    let shift = b.pause(&key, Duration::from_millis(600)).await.unwrap();
+    assert!(
+        shift.is_some_and(|s| s >= Duration::from_millis(599)),
+        "{shift:?}"
+    );
+    let end = paused_at + Duration::from_millis(600);
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    println!("pause at {paused_at:?}, its end {end:?}; completions {done:?}");
+    assert!(done[0] < paused_at, "the burst went at once: {done:?}");
+    for (i, t) in done.iter().enumerate().skip(1) {
+        assert!(
+            *t >= end,
+            "waiter {i} at {t:?}, inside the pause (ends {end:?})"
+        );
+        // Its old time (reserved ~10i ms after t0, due 100 ms after the
+        // previous one: 100i ms), 600 ms later.
+        let want = Duration::from_millis(100 * i as u64 + 600);
+        assert!(
+            *t + Duration::from_millis(30) >= want && *t <= want + Duration::from_millis(150),
+            "waiter {i} at {t:?}, want ~{want:?}"
+        );
+        assert!(done[i - 1] <= *t, "out of order: {done:?}");
+    }
+    let calls = script_calls(&mut admin).await - before;
+    assert_eq!(
+        calls,
+        5 + 1,
+        "one script call per acquisition, one for the pause"
+    );
+    // The listener stops at shutdown.
+    a.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!a.listening());
+}
+
+/// A waiter whose limiter does not listen (no `with_pause_news`) goes ahead
+/// at its old time, inside another instance's pause — the documented
+/// limitation — and its next call finds the pause in Redis. A limiter's
+/// own pause reaches its own waiters without listening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_does_not_listen_goes_ahead_and_its_next_call_finds_the_pause() {
+    let server = Server::start();
+    let key = fresh("deaf");
+    let c = bucket(&server, "10/s burst 1", OnError::Closed).await;
+    let b = bucket(&server, "10/s burst 1", OnError::Closed).await;
+    assert!(!c.listening());
+    let t0 = Instant::now();
+    let tasks = waiters(&c, &key, 2, t0);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let paused_at = t0.elapsed();
+    b.pause(&key, Duration::from_millis(500)).await.unwrap();
+    let end = paused_at + Duration::from_millis(500);
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    assert!(
+        done[1] < end && done[1] >= Duration::from_millis(95),
+        "it went at its old time, 100 ms: {done:?} (the pause ends {end:?})"
+    );
+    c.acquire_n(&key, 1, Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(t0.elapsed() >= end, "the next call waits past the pause");
+
+    // Its own pause: told at once.
+    let key = fresh("own");
+    let t0 = Instant::now();
+    let tasks = waiters(&c, &key, 2, t0);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let paused_at = t0.elapsed();
+    c.pause(&key, Duration::from_millis(500)).await.unwrap();
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    let end = paused_at + Duration::from_millis(500);
+    assert!(done[1] >= end, "{done:?} (the pause ends {end:?})");
+}
+
 /// While Redis is down: open returns at once, closed fails at once, local
 /// waits on the local share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
