@@ -94,6 +94,13 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
     const local = []
     const remote = []
     for (const p of policies) {
+      // A field a policy does not take is an error naming it ('brust' is
+      // not ignored); limiters (Redis, shared) are checked by their kind.
+      if (p != null && typeof p === 'object' && p.limiter == null && p.engine == null && !(p instanceof SharedKeyedLimiter)) {
+        for (const f of Object.keys(p)) {
+          if (!POLICY_FIELDS.includes(f)) throw invalidOption(`policy ${JSON.stringify(p.name ?? '')}: unknown field '${f}'; a policy takes ${POLICY_FIELDS.join(', ')}`)
+        }
+      }
       const limiter = p != null && p.limiter != null ? p.limiter : p
       const shared = limiter instanceof SharedKeyedLimiter
       if (shared || (limiter != null && typeof limiter.check === 'function' && limiter.engine != null)) {

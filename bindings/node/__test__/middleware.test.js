@@ -308,3 +308,14 @@ test('Fastify plugin sheds load beyond concurrencyLimit', async () => {
     return { port: app.server.address().port, stop: () => app.close() }
   })
 })
+
+test('a policy field the middleware does not take is an error naming it', () => {
+  // { rate: 1, brust: 3 } once ran with the default burst, the field ignored.
+  for (const make of [(policies) => rb.express({ policies }), (policies) => rb.fastify.limit({ policies })]) {
+    assert.throws(
+      () => make([{ name: 'p', rate: 1, brust: 3 }]),
+      (e) => e.code === 'ERR_RATEBOUND_INVALID_OPTION' && /brust/.test(e.message),
+    )
+    make([{ name: 'p', rate: 1, burst: 3 }])
+  }
+})

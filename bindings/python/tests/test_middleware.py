@@ -230,3 +230,15 @@ def test_wsgi_keys_are_lossless_outside_latin1() -> None:
     assert status("user\udcff") == "200 OK"
     assert status("user\udcfe") == "200 OK"
     assert status("user\udcff").startswith("429")
+
+
+def test_a_policy_field_the_middleware_does_not_take_is_an_error() -> None:
+    """``{"rate": 1, "brust": 3}`` once ran with the default burst, the
+    misspelt field ignored; unknown option names already raised."""
+    for make in (
+        lambda p: rb.asgi.RateLimitMiddleware(starlette_app(), policies=p),
+        lambda p: rb.wsgi.RateLimitMiddleware(flask_app().wsgi_app, policies=p),
+    ):
+        with pytest.raises(TypeError, match="brust"):
+            make({"p": {"rate": 1, "brust": 3}})
+        make({"p": {"rate": 1, "burst": 3}})

@@ -16,9 +16,16 @@ PolicySpec = Union[
     int, float, str, Mapping[str, Any], "_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"
 ]
 
+_POLICY_FIELDS = ("algorithm", "rate", "burst", "limit", "window")
+
+
 def _policy(name: str, spec: PolicySpec) -> tuple[Any, ...]:
-    """One policy as the core's gate takes it; the core checks it."""
+    """One policy as the core's gate takes it; the core checks it. A field
+    it does not know is an error naming it (``"brust"`` is not ignored)."""
     if isinstance(spec, Mapping):
+        unknown = sorted(str(k) for k in spec if k not in _POLICY_FIELDS)
+        if unknown:
+            raise TypeError(f"policy {name!r}: unknown field {unknown[0]!r}; a policy takes {', '.join(_POLICY_FIELDS)}")
         algorithm = spec.get("algorithm", "token_bucket")
         return (name, algorithm, spec.get("rate"), spec.get("burst"), spec.get("limit"), spec.get("window"))
     return (name, "token_bucket", spec, None, None, None)
