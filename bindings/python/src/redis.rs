@@ -376,6 +376,41 @@ impl RedisEngine_ {
         })
     }
 
+    /// What became of the pause `call` and what to tell the other
+    /// instances: `(shift seconds, news)` — `news` the message to `PUBLISH`
+    /// on `pause_channel` (None: nothing to tell, a pause already on covered
+    /// it); this engine's own waiters are told already — or None when Redis
+    /// could not be told.
+    #[pyo3(signature = (call, reply=None, timed_out=false, error=None))]
+    fn finish_pause_news<'py>(
+        &self,
+        py: Python<'py>,
+        call: &Bound<'py, RedisCall_>,
+        reply: Option<&Bound<'py, PyAny>>,
+        timed_out: bool,
+        error: Option<&str>,
+    ) -> PyResult<Option<(f64, Option<Bound<'py, PyBytes>>)>> {
+        let call = &call.get().inner;
+        let paused = with_outcome(reply, timed_out, error, |o| self.inner.finish_pause(o))?;
+        Ok(paused.map(|(start_us, shift)| {
+            let news = self.inner.pause_news(call, start_us, shift);
+            (shift.as_secs_f64(), news.map(|m| PyBytes::new(py, &m)))
+        }))
+    }
+
+    /// The pub/sub channel of this prefix's pause news (`"rb:pause"`).
+    #[getter]
+    fn pause_channel(&self) -> String {
+        String::from_utf8_lossy(&self.inner.pause_channel()).into_owned()
+    }
+
+    /// Takes in a message heard on `pause_channel`; whether it was news
+    /// (malformed, foreign or known messages are ignored). Waits that hold
+    /// a reservation the pause moved sleep on at their next step.
+    fn hear(&self, message: &[u8]) -> bool {
+        self.inner.hear(message)
+    }
+
     /// The calls that give every unspent leased token back (run them on
     /// close); the leases are forgotten. Their outcome needs no `finish`.
     fn drain(&self) -> Vec<RedisCall_> {

@@ -17,7 +17,8 @@ import redis.asyncio
 
 import ratebound as rb
 import ratebound.redis as rbr
-from test_redis import HOST, Server, fresh_key
+from redis.crc import key_slot
+from test_redis import HOST, Cluster, Server, cluster, fresh_key  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +141,189 @@ async def test_asyncio_a_cancelled_acquire_gives_its_slot_back(server: Server) -
     assert time.monotonic() - t >= 0.25
     assert await a.pause(key, 0.2) is not None
     await a.aclose()
+
+
+def _sleeping_waiters(lim: rbr.TokenBucket, key: str, count: int, start: float) -> tuple[list[threading.Thread], list[float]]:
+    """``count`` threads acquiring one token of ``key``, started 10 ms apart
+    (each reserves well before the next starts): their completion times
+    from ``start``, in the order they reserved."""
+    done = [math.nan] * count
+
+    def run(i: int) -> None:
+        time.sleep(max(start + 0.01 * i - time.monotonic(), 0))
+        lim.acquire_blocking(key, timeout=10)
+        done[i] = time.monotonic() - start
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    return threads, done
+
+
+def _check_moved(done: list[float], paused_at: float, end: float) -> None:
+    assert done[0] < paused_at, f"the burst went at once: {done}"
+    for i in range(1, len(done)):
+        assert done[i] >= end, f"waiter {i} at {done[i]:.3f} s, inside the pause (ends {end:.3f}): {done}"
+        # Its old time (100 ms after the previous one's), 600 ms later.
+        want = 0.1 * i + 0.6
+        assert want - 0.03 <= done[i] <= want + 0.15, (i, done)
+        assert done[i - 1] <= done[i], f"out of order: {done}"
+
+
+def test_waiters_already_asleep_move_past_another_instances_pause(server: Server) -> None:
+    """Instance A holds reservations up to 400 ms ahead (10/s burst 1, five
+    waiting threads); instance B, its own connections, pauses the key 600 ms.
+    A hears of it on the pause channel: its waiters complete only after the
+    pause's end, in their order, each 600 ms after its old time, with one
+    script call per acquisition (and one for the pause)."""
+    key = fresh_key("asleep")
+    a = rbr.TokenBucket(server.client(), "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(server.client(), "10/s burst 1", on_error="closed", timeout=1.0)
+    assert not a.listening
+    a.acquire_blocking(fresh_key("warm"))  # A listens from its first wait on (and the script is loaded)
+    assert a.listening
+    before = script_calls(server)
+    start = time.monotonic()
+    threads, done = _sleeping_waiters(a, key, 5, start)
+    time.sleep(max(start + 0.06 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    shift = b.pause(key, 0.6)
+    assert shift is not None and shift >= 0.599
+    for t in threads:
+        t.join(timeout=10)
+    _check_moved(done, paused_at, paused_at + 0.6)
+    assert script_calls(server) - before == 5 + 1
+    a.close()
+    assert not a.listening
+    b.close()
+
+
+async def test_asyncio_waiters_already_asleep_move_past_another_instances_pause(server: Server) -> None:
+    key = fresh_key("asleep-async")
+    a = rbr.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=server.port), "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=server.port), "10/s burst 1", on_error="closed", timeout=1.0)
+    await a.acquire(fresh_key("warm"))
+    assert a.listening
+    before = script_calls(server)
+    start = time.monotonic()
+
+    async def waiter(i: int) -> float:
+        await asyncio.sleep(0.01 * i)
+        await a.acquire(key, timeout=10)
+        return time.monotonic() - start
+
+    tasks = [asyncio.create_task(waiter(i)) for i in range(5)]
+    await asyncio.sleep(max(start + 0.06 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    shift = await b.pause(key, 0.6)
+    assert shift is not None and shift >= 0.599
+    done = list(await asyncio.gather(*tasks))
+    _check_moved(done, paused_at, paused_at + 0.6)
+    assert script_calls(server) - before == 5 + 1
+    await a.aclose()
+    assert not a.listening
+    await b.aclose()
+
+
+def _elsewhere(cluster: Cluster, what: str) -> str:
+    """A key whose master is not the node the listeners subscribe to (the
+    first startup node): the news crosses the cluster bus."""
+    while True:
+        key = fresh_key(what)
+        if cluster.owner(key_slot(f"rb:tb:{key}".encode())) != cluster.nodes[0].port:
+            return key
+
+
+def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -> None:
+    key = _elsewhere(cluster, "cluster-asleep")
+    a = rbr.TokenBucket(cluster.client(), "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(cluster.client(), "10/s burst 1", on_error="closed", timeout=1.0)
+    a.acquire_blocking(fresh_key("warm"))
+    assert a.listening
+    start = time.monotonic()
+    threads, done = _sleeping_waiters(a, key, 3, start)
+    time.sleep(max(start + 0.06 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    assert b.pause(key, 0.6) is not None
+    for t in threads:
+        t.join(timeout=10)
+    _check_moved(done, paused_at, paused_at + 0.6)
+    a.close()
+    b.close()
+
+
+async def test_cluster_asyncio_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -> None:
+    key = _elsewhere(cluster, "cluster-asleep-async")
+    a = rbr.AsyncTokenBucket(cluster.async_client(), "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.AsyncTokenBucket(cluster.async_client(), "10/s burst 1", on_error="closed", timeout=1.0)
+    async with a, b:
+        await a.acquire(fresh_key("warm"))
+        assert a.listening
+        start = time.monotonic()
+
+        async def waiter(i: int) -> float:
+            await asyncio.sleep(0.01 * i)
+            await a.acquire(key, timeout=10)
+            return time.monotonic() - start
+
+        tasks = [asyncio.create_task(waiter(i)) for i in range(3)]
+        await asyncio.sleep(max(start + 0.06 - time.monotonic(), 0))
+        paused_at = time.monotonic() - start
+        assert await b.pause(key, 0.6) is not None
+        done = list(await asyncio.gather(*tasks))
+        _check_moved(done, paused_at, paused_at + 0.6)
+
+
+class _Plain:
+    """A client used as given that cannot subscribe (no ``pubsub``)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+
+    def evalsha(self, *args: object) -> object:
+        return self._client.evalsha(*args)  # type: ignore[arg-type]
+
+    def eval(self, *args: object) -> object:
+        return self._client.eval(*args)  # type: ignore[arg-type]
+
+    def publish(self, *args: object) -> object:
+        return self._client.publish(*args)  # type: ignore[arg-type]
+
+
+def test_a_waiter_that_cannot_listen_goes_ahead_and_its_next_call_finds_the_pause(server: Server) -> None:
+    """The limitation, documented: a waiter whose limiter does not hear the
+    news (here its client cannot subscribe) wakes at its old time, inside
+    another instance's pause; its next wait finds the pause in Redis. A
+    limiter's own pause reaches its own waiters without listening."""
+    key = fresh_key("deaf")
+    plain = server.client()
+    c = rbr.TokenBucket(_Plain(plain), "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(server.client(), "10/s burst 1", on_error="closed", timeout=1.0)
+    start = time.monotonic()
+    threads, done = _sleeping_waiters(c, key, 2, start)
+    time.sleep(max(start + 0.04 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    assert b.pause(key, 0.5) is not None
+    end = paused_at + 0.5
+    for t in threads:
+        t.join(timeout=10)
+    assert not c.listening
+    assert 0.095 <= done[1] < end, f"it went at its old time, 0.1 s: {done} (the pause ends {end:.3f})"
+    c.acquire_blocking(key, timeout=5)
+    assert time.monotonic() - start >= end, "the next wait waits past the pause"
+    # Its own pause: told at once.
+    key = fresh_key("own")
+    start = time.monotonic()
+    threads, done = _sleeping_waiters(c, key, 2, start)
+    time.sleep(max(start + 0.04 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    assert c.pause(key, 0.5) is not None
+    for t in threads:
+        t.join(timeout=10)
+    assert done[1] >= paused_at + 0.5, (done, paused_at)
+    c.close()
+    b.close()
+    plain.close()
 
 
 def test_windows_wait_by_asking_again_and_cannot_reserve_or_pause(server: Server) -> None:

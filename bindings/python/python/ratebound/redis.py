@@ -74,6 +74,21 @@ bound holds; the cost is that up to ``k - 1`` tokens per instance can sit
 unused while another instance is refused, and that tokens taken together
 can be spent in a burst. ``close()`` gives unspent leased tokens back.
 
+**Pauses reach the waiters of every instance.** ``pause`` moves every
+reservation in Redis past the pause and, when it moved anything, publishes
+the news on the prefix's channel (``rb:pause``; a second command within the
+deadline). A token bucket limiter listens on that channel from its first
+wait on (a thread for sync limiters, a task for asyncio ones, on a
+connection of its own made from the same settings; in a cluster, to one
+node: a ``PUBLISH`` reaches every node); the first wait waits (at most the
+deadline) for the subscription before it reserves. A waiter asleep on a
+reservation that a pause moved wakes at its old time and sleeps on until
+its new one: no call is added to any acquisition. A waiter whose limiter
+did not hear the news (the subscription was down, or the client cannot
+subscribe: one used as given without ``pubsub()``) wakes at its old time
+and goes ahead inside the pause; its next call finds the pause in Redis.
+``close()`` / ``aclose()`` stops listening.
+
 Keys are ``str`` (its UTF-8 bytes), ``bytes`` or ``int`` (its decimal
 digits): ``1``, ``"1"`` and ``b"1"`` are the same Redis key. In Redis a key
 is ``prefix`` (default ``"rb:"``), the algorithm's tag (``tb``, ``fw``,
@@ -98,7 +113,7 @@ import asyncio
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Optional, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, TypedDict, TypeVar, Union
 
 from ._ratebound import Decision, RedisCall_, RedisEngine_
 
@@ -202,6 +217,85 @@ def _nodes(client: Any) -> list[tuple[str, int]]:
     return [(n.host, n.port) for n in nodes]
 
 
+# A new pub/sub object for the pause channel and what closes its connection.
+_Subscribe = Callable[[], "tuple[Any, Callable[[], None]]"]
+_AsyncSubscribe = Callable[[], "tuple[Any, Optional[Callable[[], Awaitable[None]]]]"]
+
+
+def _listener_kwargs(redis: Any, kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The limiter's connection settings for its pause listener: raw bytes
+    (a key need not be UTF-8), no retries, timeouts of at least 1 s (nobody
+    waits on it but the first wait, which gives up after the deadline)."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    out = dict(kwargs)
+    out.update(
+        decode_responses=False,
+        socket_timeout=max(timeout, 1.0),
+        socket_connect_timeout=max(timeout, 1.0),
+        retry=Retry(NoBackoff(), 0),
+    )
+    return out
+
+
+def _news(data: Any) -> bytes:
+    return data if isinstance(data, bytes) else str(data).encode("utf-8", "surrogateescape")
+
+
+class _Listener:
+    """A thread that listens on the prefix's pause channel and hands every
+    message to the engine; it reconnects (0.1 s to 2 s apart) whenever its
+    connection is lost. ``first`` is set once its first attempt is over
+    (subscribed or failed); ``ready`` while it is subscribed."""
+
+    def __init__(self, subscribe: _Subscribe, channel: str, hear: Callable[[bytes], bool]) -> None:
+        self._subscribe = subscribe
+        self._channel = channel
+        self._hear = hear
+        self._stop = threading.Event()
+        self.first = threading.Event()
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ratebound-pause-news", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            pubsub: Any = None
+            close: Optional[Callable[[], None]] = None
+            try:
+                pubsub, close = self._subscribe()
+                pubsub.subscribe(self._channel)
+                while not self._stop.is_set():
+                    m = pubsub.get_message(timeout=0.2)
+                    if m is None:
+                        continue
+                    if m["type"] == "subscribe":
+                        self.ready.set()
+                        self.first.set()
+                        backoff = 0.1
+                    elif m["type"] == "message":
+                        self._hear(_news(m["data"]))
+            except Exception:  # a lost connection, an unreachable server: try again
+                pass
+            finally:
+                self.ready.clear()
+                self.first.set()
+                for done in (getattr(pubsub, "close", None), close):
+                    try:
+                        if done is not None:
+                            done()
+                    except Exception:
+                        pass
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 # ------------------------------------------------------------------ sync
 
 
@@ -227,6 +321,12 @@ class _Standalone:
         self._errors = (redis.exceptions.RedisError, OSError)
         self._timeout_error = redis.exceptions.TimeoutError
         self._noscript = redis.exceptions.NoScriptError
+
+        def subscribe() -> tuple[Any, Callable[[], None]]:
+            pool = redis.ConnectionPool(connection_class=user.connection_class, **_listener_kwargs(redis, kwargs, timeout))
+            return redis.Redis(connection_pool=pool).pubsub(), pool.disconnect
+
+        self._subscribe: _Subscribe = subscribe
 
     def _command(self, conn: Any, name: str, script: str, call: RedisCall_, deadline: float) -> Any:
         left = deadline - time.monotonic()
@@ -255,6 +355,25 @@ class _Standalone:
             return _failed(e, self._timeout_error)
         finally:
             self._pool.release(conn)
+
+    def publish(self, channel: str, message: bytes) -> bool:
+        """PUBLISH within the deadline; whether Redis took it."""
+        deadline = time.monotonic() + self._timeout
+        try:
+            conn = self._pool.get_connection()
+        except self._errors:
+            return False
+        try:
+            conn.send_command("PUBLISH", channel, message)
+            conn.read_response(timeout=max(deadline - time.monotonic(), 0.001))
+            return True
+        except self._errors:
+            return False
+        finally:
+            self._pool.release(conn)
+
+    def subscriber(self) -> Optional[_Subscribe]:
+        return self._subscribe
 
     def close(self) -> None:
         self._pool.disconnect()
@@ -289,6 +408,23 @@ class _Cluster:
         self._make = make
         self._client: Any = None
         self._lock = threading.Lock()
+        turn = [0]
+
+        def subscribe() -> tuple[Any, Callable[[], None]]:
+            # One node, the next one at each reconnection: a PUBLISH reaches
+            # every node of the cluster.
+            host, port = nodes[turn[0] % len(nodes)]
+            turn[0] += 1
+            node_kwargs = {k: v for k, v in kwargs.items() if k != "connection_class"}
+            pool = redis.ConnectionPool(
+                connection_class=kwargs.get("connection_class", redis.Connection),
+                host=host,
+                port=port,
+                **_listener_kwargs(redis, node_kwargs, timeout),
+            )
+            return redis.Redis(connection_pool=pool).pubsub(), pool.disconnect
+
+        self._subscribe: _Subscribe = subscribe
         self._timeout = timeout
         self._errors = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError)
         self._timeout_error = redis.exceptions.TimeoutError
@@ -327,6 +463,16 @@ class _Cluster:
         except self._errors as e:
             return _failed(e, self._timeout_error)
 
+    def publish(self, channel: str, message: bytes) -> bool:
+        try:
+            self._get(time.monotonic() + self._timeout).publish(channel, message)
+            return True
+        except self._errors:
+            return False
+
+    def subscriber(self) -> Optional[_Subscribe]:
+        return self._subscribe
+
     def close(self) -> None:
         with self._lock:
             c, self._client = self._client, None
@@ -352,6 +498,19 @@ class _AsIs:
             return reply, False, None
         except self._errors as e:
             return _failed(e, self._timeout_error)
+
+    def publish(self, channel: str, message: bytes) -> bool:
+        try:
+            self._client.publish(channel, message)
+            return True
+        except self._errors:
+            return False
+
+    def subscriber(self) -> Optional[_Subscribe]:
+        pubsub = getattr(self._client, "pubsub", None)
+        if not callable(pubsub):
+            return None
+        return lambda: (pubsub(), lambda: None)
 
     def close(self) -> None:
         pass
@@ -386,11 +545,38 @@ def _sync_runner(client: Any, timeout: float) -> _Runner:
 class _Limiter:
     """What every sync Redis limiter does."""
 
-    __slots__ = ("_engine", "_runner")
+    __slots__ = ("_engine", "_runner", "_listener", "_listen_lock")
 
     def __init__(self, client: Any, algorithm: str, **options: Any) -> None:
         self._engine = RedisEngine_(algorithm, **options)
         self._runner = _sync_runner(client, self._engine.timeout)
+        self._listener: Optional[_Listener] = None
+        self._listen_lock = threading.Lock()
+
+    def _listen(self) -> None:
+        # A token bucket's waits listen for other instances' pauses; the
+        # first waits (at most the deadline) for the subscription's first
+        # attempt, so that no reservation is made before it listens.
+        if self._engine.algorithm != "token_bucket":
+            return
+        lis = self._listener
+        if lis is None:
+            with self._listen_lock:
+                lis = self._listener
+                if lis is None:
+                    subscribe = self._runner.subscriber()
+                    if subscribe is None:
+                        return
+                    lis = self._listener = _Listener(subscribe, self._engine.pause_channel, self._engine.hear)
+        if not lis.first.is_set():
+            lis.first.wait(self._engine.timeout)
+
+    @property
+    def listening(self) -> bool:
+        """Whether this limiter hears other instances' pauses now (from its
+        first wait on; see the module docs)."""
+        lis = self._listener
+        return lis is not None and lis.ready.is_set()
 
     def check(self, key: Key, n: int = 1) -> Decision:
         """Takes ``n`` tokens for ``key`` if the global limit allows: Redis'
@@ -430,8 +616,12 @@ class _Limiter:
         seconds. While Redis is down, ``on_error="open"`` returns at once,
         ``"closed"`` raises at once, ``"local"`` waits on the local share.
         Interrupted (``KeyboardInterrupt``, ...), it gives back what it
-        holds."""
+        holds.
+
+        A waiter whose reservation another instance's ``pause`` moved sleeps
+        on until its new time (see the module docs)."""
         a = self._engine.acquire(key, n, timeout)
+        self._listen()
         try:
             while True:
                 kind, what = self._engine.acquire_step(a)
@@ -467,9 +657,18 @@ class _Limiter:
         pause, in its order (how to obey a partner's ``Retry-After`` once
         for the fleet). A pause ending no later than one already on changes
         nothing. Returns the shift it gave in seconds (0.0: covered already),
-        or ``None`` when Redis could not be told."""
+        or ``None`` when Redis could not be told.
+
+        A shift is published on the prefix's pause channel for the waiters
+        of the other instances (this limiter's own are told at once)."""
         call = self._engine.begin_pause(key, seconds)
-        return self._engine.finish_pause(*self._runner.run(call))
+        paused = self._engine.finish_pause_news(call, *self._runner.run(call))
+        if paused is None:
+            return None
+        shift, news = paused
+        if news is not None:
+            self._runner.publish(self._engine.pause_channel, news)
+        return shift
 
     @property
     def breaker_open(self) -> bool:
@@ -489,8 +688,13 @@ class _Limiter:
     def close(self) -> int:
         """Gives unspent leased tokens back to Redis and closes the
         limiter's connections (your client is not touched); how many keys'
-        tokens went back. The limiter stays usable (it reconnects)."""
+        tokens went back; stops listening for pauses. The limiter stays
+        usable (it reconnects, and listens again from its next wait)."""
         returned = sum(1 for call in self._engine.drain() if self._runner.run(call)[0] is not None)
+        with self._listen_lock:
+            lis, self._listener = self._listener, None
+        if lis is not None:
+            lis.close()
         self._runner.close()
         return returned
 
@@ -634,10 +838,35 @@ class _AsyncRunner:
         # Only a cluster client needs getting ready (see _ready).
         self._ready_ = True
         self._init: Optional[asyncio.Future[Any]] = None
+        self._subscribe: Optional[_AsyncSubscribe] = None
         retry = Retry(NoBackoff(), 0)
         if isinstance(client, redis.asyncio.cluster.RedisCluster):
             self._client: Any = self._cluster(redis, client, timeout, retry)
             self._ready_ = False
+            nodes = _nodes(client)
+            node_kwargs = {
+                k: v
+                for k, v in client.connection_kwargs.items()
+                if k not in _CLUSTER_OWN and k not in ("max_connections", "connection_class")
+            }
+            node_class = client.connection_kwargs.get("connection_class", redis.asyncio.Connection)
+            turn = [0]
+
+            def subscribe_node() -> tuple[Any, Optional[Callable[[], Awaitable[None]]]]:
+                # One node, the next one at each reconnection: a PUBLISH
+                # reaches every node of the cluster.
+                host, port = nodes[turn[0] % len(nodes)]
+                turn[0] += 1
+                pool = redis.asyncio.ConnectionPool(
+                    connection_class=node_class,
+                    host=host,
+                    port=port,
+                    **_listener_kwargs(redis, node_kwargs, timeout),
+                )
+                sub = redis.asyncio.Redis.from_pool(pool)
+                return sub.pubsub(), sub.aclose
+
+            self._subscribe = subscribe_node
         elif isinstance(client, redis.asyncio.Redis) and type(client.connection_pool) in (
             redis.asyncio.ConnectionPool,
             redis.asyncio.BlockingConnectionPool,
@@ -653,6 +882,15 @@ class _AsyncRunner:
                 **kwargs,
             )
             self._client = redis.asyncio.Redis.from_pool(pool)
+
+            def subscribe_one() -> tuple[Any, Optional[Callable[[], Awaitable[None]]]]:
+                sub_pool = redis.asyncio.ConnectionPool(
+                    connection_class=user.connection_class, **_listener_kwargs(redis, kwargs, timeout)
+                )
+                sub = redis.asyncio.Redis.from_pool(sub_pool)
+                return sub.pubsub(), sub.aclose
+
+            self._subscribe = subscribe_one
         elif isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
             raise TypeError(
                 "a sync redis client needs a sync limiter: ratebound.redis.TokenBucket, "
@@ -661,6 +899,9 @@ class _AsyncRunner:
         elif callable(getattr(client, "evalsha", None)) and callable(getattr(client, "eval", None)):
             self._client = client
             self._owned = False
+            pubsub = getattr(client, "pubsub", None)
+            if callable(pubsub):
+                self._subscribe = lambda: (pubsub(), None)
         else:
             raise TypeError(
                 "client must be a redis.asyncio.Redis or a redis.asyncio.cluster.RedisCluster, "
@@ -723,6 +964,20 @@ class _AsyncRunner:
         except self._errors as e:
             return _failed(e, self._timeout_error)
 
+    async def publish(self, channel: str, message: bytes) -> bool:
+        """PUBLISH within the deadline; whether Redis took it."""
+        deadline = time.monotonic() + self._timeout
+        try:
+            if not self._ready_:
+                await self._ready(deadline)
+            await asyncio.wait_for(self._client.publish(channel, message), max(deadline - time.monotonic(), 0.0))
+            return True
+        except (asyncio.TimeoutError, *self._errors):
+            return False
+
+    def subscriber(self) -> Optional[_AsyncSubscribe]:
+        return self._subscribe
+
     async def prepare(self) -> None:
         """Gets a cluster client ready now, without the calls' deadline; a
         failure is left for the first call."""
@@ -739,14 +994,89 @@ class _AsyncRunner:
             await self._client.aclose()
 
 
+class _AsyncListener:
+    """:class:`_Listener` as a task of the event loop."""
+
+    def __init__(self, subscribe: _AsyncSubscribe, channel: str, hear: Callable[[bytes], bool]) -> None:
+        self._subscribe = subscribe
+        self._channel = channel
+        self._hear = hear
+        self.first = asyncio.Event()
+        self.ready = False
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            pubsub: Any = None
+            close: Optional[Callable[[], Awaitable[None]]] = None
+            try:
+                pubsub, close = self._subscribe()
+                await pubsub.subscribe(self._channel)
+                while True:
+                    m = await pubsub.get_message(timeout=1.0)
+                    if m is None:
+                        continue
+                    if m["type"] == "subscribe":
+                        self.ready = True
+                        self.first.set()
+                        backoff = 0.1
+                    elif m["type"] == "message":
+                        self._hear(_news(m["data"]))
+            except Exception:  # a lost connection, an unreachable server: try again
+                pass
+            finally:
+                self.ready = False
+                self.first.set()
+                for done in (getattr(pubsub, "aclose", None), close):
+                    try:
+                        if done is not None:
+                            await done()
+                    except Exception:
+                        pass
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    async def aclose(self) -> None:
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+
 class _AsyncLimiter:
     """What every asyncio Redis limiter does."""
 
-    __slots__ = ("_engine", "_runner")
+    __slots__ = ("_engine", "_runner", "_listener")
 
     def __init__(self, client: Any, algorithm: str, **options: Any) -> None:
         self._engine = RedisEngine_(algorithm, **options)
         self._runner = _AsyncRunner(client, self._engine.timeout)
+        self._listener: Optional[_AsyncListener] = None
+
+    async def _listen(self) -> None:
+        # As the sync limiter's _listen, on the event loop.
+        if self._engine.algorithm != "token_bucket":
+            return
+        lis = self._listener
+        if lis is None:
+            subscribe = self._runner.subscriber()
+            if subscribe is None:
+                return
+            lis = self._listener = _AsyncListener(subscribe, self._engine.pause_channel, self._engine.hear)
+        if not lis.first.is_set():
+            try:
+                await asyncio.wait_for(lis.first.wait(), self._engine.timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    @property
+    def listening(self) -> bool:
+        """Whether this limiter hears other instances' pauses now (from its
+        first wait on)."""
+        lis = self._listener
+        return lis is not None and lis.ready
 
     async def check(self, key: Key, n: int = 1) -> Decision:
         """Takes ``n`` tokens for ``key`` if the global limit allows (see
@@ -777,6 +1107,7 @@ class _AsyncLimiter:
         :meth:`TokenBucket.acquire_blocking`). A cancelled task gives back
         the tokens it holds."""
         a = self._engine.acquire(key, n, timeout)
+        await self._listen()
         try:
             while True:
                 kind, what = self._engine.acquire_step(a)
@@ -806,7 +1137,13 @@ class _AsyncLimiter:
     async def pause(self, key: Key, seconds: Number) -> Optional[float]:
         """:meth:`TokenBucket.pause`."""
         call = self._engine.begin_pause(key, seconds)
-        return self._engine.finish_pause(*(await self._runner.run(call)))
+        paused = self._engine.finish_pause_news(call, *(await self._runner.run(call)))
+        if paused is None:
+            return None
+        shift, news = paused
+        if news is not None:
+            await self._runner.publish(self._engine.pause_channel, news)
+        return shift
 
     @property
     def breaker_open(self) -> bool:
@@ -823,12 +1160,16 @@ class _AsyncLimiter:
         return self._engine.leased()
 
     async def aclose(self) -> int:
-        """Gives unspent leased tokens back to Redis and closes the
-        limiter's own client (not yours); how many keys' tokens went back."""
+        """Gives unspent leased tokens back to Redis, stops listening for
+        pauses and closes the limiter's own client (not yours); how many
+        keys' tokens went back."""
         returned = 0
         for call in self._engine.drain():
             if (await self._runner.run(call))[0] is not None:
                 returned += 1
+        lis, self._listener = self._listener, None
+        if lis is not None:
+            await lis.aclose()
         await self._runner.aclose()
         return returned
 
