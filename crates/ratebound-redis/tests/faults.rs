@@ -1,6 +1,7 @@
 //! Faults, alone in their own test binary so that no other test competes
-//! for the CPU while call latencies are measured: for each fail policy, a
-//! server killed and restarted, `CLIENT PAUSE`, `SCRIPT FLUSH`.
+//! for the CPU while call latencies are measured (and the tests here take
+//! turns): for each fail policy, a server killed and restarted, `CLIENT
+//! PAUSE`, `SCRIPT FLUSH`, and waits under `CLIENT PAUSE`.
 
 mod support;
 
@@ -10,6 +11,9 @@ use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
 use support::{Server, fresh};
+
+/// One test at a time: each measures latencies.
+static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn manager(url: &str) -> ConnectionManager {
     let client = redis::Client::open(url).expect("url");
@@ -53,6 +57,7 @@ async fn until_source(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_fail_policy_does_what_it_says_and_recovers() {
+    let _turn = TURNS.lock().await;
     let slack = Duration::from_millis(40);
     for (on_error, failed) in [
         (OnError::Open, Source::FailOpen),
@@ -115,5 +120,53 @@ async fn each_fail_policy_does_what_it_says_and_recovers() {
             .await
             .unwrap();
         assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
+    }
+}
+
+/// Waiting while Redis is paused (CLIENT PAUSE): the reservation misses
+/// its call deadline and the fail policy answers the wait — `open` goes
+/// ahead, `closed` fails at once, `local` waits on the local share — and
+/// no wait exceeds its timeout by more than one call deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_under_client_pause_follow_the_fail_policy() {
+    let _turn = TURNS.lock().await;
+    let slack = Duration::from_millis(40);
+    let server = Server::start();
+    let mut admin = manager(&server.url()).await;
+    for (on_error, want) in [
+        (OnError::Open, Some(Source::FailOpen)),
+        (OnError::Closed, None),
+        (OnError::Local(50.0), Some(Source::Local)),
+    ] {
+        let limiter =
+            RedisLimiter::new(policy_config(on_error), manager(&server.url()).await).unwrap();
+        let key = fresh("pause-wait");
+        assert_eq!(
+            limiter.acquire_n(&key, 1, None).await.unwrap(),
+            Source::Redis
+        );
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(300)
+            .arg("ALL")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let got = limiter
+            .acquire_n(&key, 1, Some(Duration::from_millis(200)))
+            .await;
+        let took = t.elapsed();
+        match want {
+            Some(source) => assert_eq!(got.unwrap(), source, "{on_error:?}"),
+            None => assert_eq!(got.unwrap_err().code(), "deadline_exceeded"),
+        }
+        // One call deadline (50 ms), at most, past nothing: none of them
+        // needed to wait for tokens.
+        assert!(
+            took <= Duration::from_millis(50) + slack,
+            "{on_error:?}: {took:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(350)).await;
     }
 }
