@@ -291,16 +291,26 @@ export declare namespace redis {
      * Empties `key`'s bucket for `seconds` for every instance, moving every
      * reservation already made past it; resolves with the shift it gave in
      * seconds (0: a pause already on covered it), or null when Redis could
-     * not be told.
+     * not be told. A shift is published on the prefix's pause channel
+     * (`rb:pause`), so that the waiters already asleep in other instances
+     * sleep on past the pause: a token bucket listens there from its first
+     * `acquire` on, on a duplicate of its client in subscriber mode (the
+     * first `acquire` waits, at most the deadline, for the subscription). A
+     * waiter whose limiter did not hear the news (the subscription was
+     * down, or the client has no `duplicate()`) goes ahead at its old time,
+     * inside the pause; its next call finds the pause in Redis.
      */
     pause(key: Key, seconds: number): Promise<number | null>
     /**
-     * Gives every unspent leased token back to Redis (call it on shutdown);
+     * Gives every unspent leased token back to Redis (call it on shutdown)
+     * and stops listening for pauses (closing the client stops it too);
      * resolves with how many keys' tokens went back. The client stays open.
      */
     close(): Promise<number>
     /** Whether the circuit breaker is open (Redis is being spared). */
     readonly breakerOpen: boolean
+    /** Whether this limiter hears other instances' pauses now (from its first `acquire` on). */
+    readonly listening: boolean
     /** The native engine (configuration, breaker, leases). */
     readonly engine: RedisEngine
     /** Leased tokens held now, over all keys. */

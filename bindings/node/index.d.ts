@@ -291,16 +291,26 @@ export declare namespace redis {
      * Empties `key`'s bucket for `seconds` for every instance, moving every
      * reservation already made past it; resolves with the shift it gave in
      * seconds (0: a pause already on covered it), or null when Redis could
-     * not be told.
+     * not be told. A shift is published on the prefix's pause channel
+     * (`rb:pause`), so that the waiters already asleep in other instances
+     * sleep on past the pause: a token bucket listens there from its first
+     * `acquire` on, on a duplicate of its client in subscriber mode (the
+     * first `acquire` waits, at most the deadline, for the subscription). A
+     * waiter whose limiter did not hear the news (the subscription was
+     * down, or the client has no `duplicate()`) goes ahead at its old time,
+     * inside the pause; its next call finds the pause in Redis.
      */
     pause(key: Key, seconds: number): Promise<number | null>
     /**
-     * Gives every unspent leased token back to Redis (call it on shutdown);
+     * Gives every unspent leased token back to Redis (call it on shutdown)
+     * and stops listening for pauses (closing the client stops it too);
      * resolves with how many keys' tokens went back. The client stays open.
      */
     close(): Promise<number>
     /** Whether the circuit breaker is open (Redis is being spared). */
     readonly breakerOpen: boolean
+    /** Whether this limiter hears other instances' pauses now (from its first `acquire` on). */
+    readonly listening: boolean
     /** The native engine (configuration, breaker, leases). */
     readonly engine: RedisEngine
     /** Leased tokens held now, over all keys. */
@@ -778,6 +788,20 @@ export declare class RedisEngine {
    */
   beginPause(key: string | number | Uint8Array, seconds: number, scope?: string | null): RedisCall
   /**
+   * What became of the pause `call` and the news to publish for the
+   * waiters of the other instances (`{ shift, news }`), or null when
+   * Redis could not be told.
+   */
+  finishPauseNews(call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null): PauseNews | null
+  /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
+  get pauseChannel(): string
+  /**
+   * Takes in a message heard on `pauseChannel`; whether it was news
+   * (malformed, foreign or known messages are ignored). Waits that hold
+   * a reservation the pause moved sleep on at their next step.
+   */
+  hear(message: Buffer): boolean
+  /**
    * What became of a pause: the shift it gave the reserved slots in
    * seconds (0: a pause already on covered it), or null when Redis could
    * not be told.
@@ -1162,6 +1186,21 @@ export interface LeakyBucketOptions {
   maxDelay?: number
   /** A `ManualClock` to decide with (default: the monotonic clock). */
   clock?: ManualClock
+}
+
+/** What became of a pause, and what to tell the other instances. */
+export interface PauseNews {
+  /**
+   * The shift the pause gave the reserved slots, in seconds (0: a pause
+   * already on covered it).
+   */
+  shift: number
+  /**
+   * The message to `PUBLISH` on `pauseChannel`; absent when there is
+   * nothing to tell (a zero shift). This engine's own waiters are told
+   * already.
+   */
+  news?: Buffer
 }
 
 /**

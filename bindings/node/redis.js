@@ -11,6 +11,11 @@
 //
 // once, both within ONE deadline (a timer, cleared on completion). A timeout
 // or any client error is an outcome handed to the engine, never a rejection.
+//
+// Pause news: a pause that moved reservations is PUBLISHed on the prefix's
+// channel (rb:pause), and a token bucket listens there from its first wait
+// on, on a duplicate of the application's client in subscriber mode; every
+// message goes to the engine's hear(), which moves the waiters it holds.
 
 module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, abortError }) {
   const { RedisEngine, RedisCall } = native
@@ -33,9 +38,46 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     return String(e)
   }
 
+  // Never rejects: a client's promise with its failure swallowed.
+  function quietly(p) {
+    try {
+      Promise.resolve(p).catch(() => {})
+    } catch {}
+  }
+
+  // A subscription to `channel` on `sub` (a duplicate of the application's
+  // client): `ready` resolves once subscribed (true) or on the first failure
+  // (false); the client reconnects and resubscribes by itself afterwards.
+  function subscription(subscribe, isReady, stop) {
+    let subscribed = false
+    let closed = false
+    const ready = (async () => {
+      await subscribe()
+      subscribed = true
+      return true
+    })().catch(() => false)
+    return {
+      ready,
+      listening: () => subscribed && !closed && isReady(),
+      close() {
+        if (closed) return
+        closed = true
+        try {
+          quietly(stop())
+        } catch {}
+      },
+    }
+  }
+
+  // The limiter's subscriber must never keep the process alive by itself.
+  function unrefSocket(stream) {
+    if (stream != null && typeof stream.unref === 'function') stream.unref()
+  }
+
   // What each client needs to run a script on one key: `evalsha` and
   // `eval` returning a Promise, and whether a queued command can be
-  // withdrawn when its deadline passes.
+  // withdrawn when its deadline passes; `publish`, and `subscribe` (null
+  // when the client cannot be duplicated: no listener).
   function adapterFor(client) {
     if (client == null || (typeof client !== 'object' && typeof client !== 'function')) {
       const e = new TypeError('client must be an ioredis client (Redis or Cluster) or a node-redis v4+ client (createClient or createCluster)')
@@ -56,6 +98,35 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
           const c = signal === undefined ? client : client.withAbortSignal(signal)
           return c.eval(text, { keys: [key], arguments: args })
         },
+        publish: (channel, message) => client.publish(channel, message),
+        subscribe(channel, onMessage) {
+          if (typeof client.duplicate !== 'function') return null
+          let sub
+          try {
+            sub = client.duplicate()
+          } catch {
+            return null
+          }
+          if (sub == null || typeof sub.connect !== 'function' || typeof sub.subscribe !== 'function') return null
+          let up = false
+          if (typeof sub.on === 'function') {
+            sub.on('error', () => {})
+            sub.on('ready', () => (up = true))
+            sub.on('reconnecting', () => (up = false))
+            sub.on('end', () => (up = false))
+          }
+          return subscription(
+            async () => {
+              await sub.connect()
+              up = true
+              if (typeof sub.unref === 'function') sub.unref()
+              // bufferMode: the message as a Buffer (a key need not be UTF-8).
+              await sub.subscribe(channel, (message) => onMessage(message), true)
+            },
+            () => up,
+            () => (typeof sub.destroy === 'function' ? sub.destroy() : sub.disconnect()),
+          )
+        },
       }
     }
     if (typeof client.evalsha === 'function' && typeof client.eval === 'function') {
@@ -65,6 +136,30 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
         abortable: false,
         evalsha: (sha, key, args) => client.evalsha(sha, 1, key, ...args),
         eval: (text, key, args) => client.eval(text, 1, key, ...args),
+        publish: (channel, message) => client.publish(channel, message),
+        subscribe(channel, onMessage) {
+          if (typeof client.duplicate !== 'function') return null
+          const cluster = client.isCluster === true
+          let sub
+          try {
+            // A queue while (re)connecting, so that SUBSCRIBE waits for the
+            // connection instead of failing; resubscribed on reconnection.
+            sub = cluster
+              ? client.duplicate(undefined, { enableOfflineQueue: true, lazyConnect: false })
+              : client.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, lazyConnect: false, autoResubscribe: true })
+          } catch {
+            return null
+          }
+          if (sub == null || typeof sub.subscribe !== 'function' || typeof sub.on !== 'function') return null
+          sub.on('error', () => {})
+          sub.on('messageBuffer', (_channel, message) => onMessage(message))
+          if (!cluster) sub.on('connect', () => unrefSocket(sub.stream))
+          return subscription(
+            () => sub.subscribe(channel),
+            () => sub.status === 'ready',
+            () => sub.disconnect(),
+          )
+        },
       }
     }
     const e = new TypeError(
@@ -152,6 +247,26 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     })
   }
 
+  // One 'end' listener per application client, however many limiters share
+  // it: when the client is closed, so are the limiters' subscribers.
+  const onEnd = new WeakMap()
+  function whenEnded(client, stop) {
+    if (typeof client.on !== 'function') return () => {}
+    let stops = onEnd.get(client)
+    if (stops === undefined) {
+      stops = new Set()
+      onEnd.set(client, stops)
+      const ended = () => {
+        for (const f of [...stops]) f()
+      }
+      try {
+        client.on('end', ended)
+      } catch {}
+    }
+    stops.add(stop)
+    return () => stops.delete(stop)
+  }
+
   const COMMON = ['client', 'prefix', 'onError', 'localRate', 'timeout', 'lease', 'leaseTtl', 'breakerCooldown', 'breakerThreshold']
   const OPTIONS = {
     token_bucket: new Set([...COMMON, 'rate', 'burst']),
@@ -162,8 +277,15 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   class RedisLimiter {
     #engine
     #adapter
+    #client
     #ms
     #stats = { calls: 0, evals: 0, timeouts: 0, errors: 0 }
+    // The pause listener: null (not yet), false (the client cannot
+    // subscribe) or { ready, listening(), close() } (and #settled once its
+    // first attempt is over).
+    #news = null
+    #settled = false
+    #forget = () => {}
 
     constructor(algorithm, name, options) {
       if (options == null || typeof options !== 'object') {
@@ -180,7 +302,70 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       delete engineOptions.client
       this.#engine = new RedisEngine(engineOptions)
       this.#adapter = adapter
+      this.#client = options.client
       this.#ms = this.#engine.timeout * 1000
+    }
+
+    // A token bucket's waits listen for other instances' pauses from the
+    // first on; until the subscription's first attempt is over, a wait
+    // waits for it (at most the deadline) before it reserves, so that no
+    // reservation is made before the limiter listens.
+    async #listen() {
+      if (this.#news === false || this.#engine.algorithm !== 'token_bucket') return
+      if (this.#news === null) {
+        const engine = this.#engine
+        const news = this.#adapter.subscribe(engine.pauseChannel, (m) => {
+          engine.hear(Buffer.isBuffer(m) ? m : Buffer.from(String(m)))
+        })
+        if (news === null) {
+          this.#news = false
+          return
+        }
+        this.#news = news
+        this.#settled = false
+        news.ready.then(() => {
+          if (this.#news === news) this.#settled = true
+        })
+        this.#forget = whenEnded(this.#client, () => this.#stopListening())
+      }
+      if (this.#settled) return
+      let timer
+      await Promise.race([this.#news.ready, new Promise((resolve) => (timer = setTimeout(resolve, this.#ms)))])
+      clearTimeout(timer)
+    }
+
+    #stopListening() {
+      const news = this.#news
+      this.#news = null
+      this.#settled = false
+      this.#forget()
+      this.#forget = () => {}
+      if (news) news.close()
+    }
+
+    // PUBLISH within the deadline; never rejects.
+    #publish(channel, message) {
+      return new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(false), this.#ms)
+        let sent
+        try {
+          sent = this.#adapter.publish(channel, message)
+        } catch {
+          clearTimeout(timer)
+          resolve(false)
+          return
+        }
+        Promise.resolve(sent).then(
+          () => {
+            clearTimeout(timer)
+            resolve(true)
+          },
+          () => {
+            clearTimeout(timer)
+            resolve(false)
+          },
+        )
+      })
     }
 
     async #decide(begun, atUs) {
@@ -233,12 +418,16 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
      * once, taking nothing, when the wait would exceed `timeout` seconds.
      * An aborted `signal` gives back what the wait holds. Resolves with the
      * source that answered (`'redis'`, `'lease'`, `'fail_open'`, `'local'`).
+     * A waiter whose reservation another instance's `pause` moved sleeps on
+     * until its new time (the limiter listens for pauses from its first
+     * wait on).
      */
     async acquire(key, n, options) {
       const signal = options == null ? undefined : options.signal
       if (signal && signal.aborted) throw abortError(signal)
       const timeout = options == null || options.timeout == null ? null : options.timeout
       const a = this.#engine.acquire(key, n, timeout, null)
+      await this.#listen()
       for (;;) {
         const step = this.#engine.acquireStep(a)
         if (typeof step === 'string') return step
@@ -297,11 +486,16 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
      * order (obeying a partner's `Retry-After` once for the fleet); a pause
      * ending no later than one already on changes nothing. Resolves with the
      * shift it gave in seconds (0: covered already), or null when Redis
-     * could not be told.
+     * could not be told. A shift is published on the prefix's pause channel
+     * for the waiters of the other instances (this limiter's own are told
+     * at once).
      */
     async pause(key, seconds) {
       const call = this.#engine.beginPause(key, seconds, null)
-      return this.#engine.finishPause(...(await this.#result(call)))
+      const paused = this.#engine.finishPauseNews(call, ...(await this.#result(call)))
+      if (paused == null) return null
+      if (paused.news != null) await this.#publish(this.#engine.pauseChannel, paused.news)
+      return paused.shift
     }
 
     /**
@@ -321,11 +515,14 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
 
     /**
-     * Gives every unspent leased token back to Redis (call it on shutdown);
-     * resolves with how many keys' tokens went back. The client stays open:
-     * it is the application's.
+     * Gives every unspent leased token back to Redis (call it on shutdown)
+     * and stops listening for pauses (closing the limiter's subscriber, a
+     * duplicate of the client; closing the client does too); resolves with
+     * how many keys' tokens went back. The client stays open: it is the
+     * application's.
      */
     async close() {
+      this.#stopListening()
       const calls = this.#engine.drain()
       const results = await Promise.all(calls.map((c) => run(this.#adapter, c, this.#ms, this.#stats)))
       return results.filter((r) => r.reply !== undefined).length
@@ -334,6 +531,14 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     /** Whether the circuit breaker is open (Redis is being spared). */
     get breakerOpen() {
       return this.#engine.breakerOpen
+    }
+
+    /**
+     * Whether this limiter hears other instances' pauses now (from its
+     * first wait on, when its client can be duplicated).
+     */
+    get listening() {
+      return this.#news !== null && this.#news !== false && this.#news.listening()
     }
 
     /** The native engine (configuration, breaker, leases). */

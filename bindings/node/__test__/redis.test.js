@@ -942,6 +942,98 @@ test('waiting: a pause is for everyone and once; a wait that cannot end in time 
   await closeClient(client)
 })
 
+async function scriptCalls(port) {
+  const info = await cli(port, 'INFO', 'commandstats')
+  return ['evalsha', 'eval'].reduce((sum, c) => sum + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(info)?.[1] ?? 0), 0)
+}
+
+// `count` acquisitions of one token of `key`, started 10 ms apart (each
+// reserves well before the next starts): their completion times in seconds
+// from t0, in the order they reserved.
+function sleepingWaiters(lim, key, count, t0) {
+  return Array.from({ length: count }, async (_, i) => {
+    await sleep(10 * i)
+    await lim.acquire(key, 1, { timeout: 10 })
+    return (now() - t0) / 1000
+  })
+}
+
+function checkMoved(done, pausedAt, end) {
+  assert.ok(done[0] < pausedAt, `the burst went at once: ${done}`)
+  for (let i = 1; i < done.length; i++) {
+    assert.ok(done[i] >= end, `waiter ${i} at ${done[i].toFixed(3)} s, inside the pause (ends ${end.toFixed(3)}): ${done}`)
+    // Its old time (100 ms after the previous one's), 600 ms later.
+    const want = 0.1 * i + 0.6
+    assert.ok(done[i] >= want - 0.03 && done[i] <= want + 0.15, `waiter ${i} at ${done[i]}, want ~${want}`)
+    assert.ok(done[i - 1] <= done[i], `out of order: ${done}`)
+  }
+}
+
+for (const kind of Object.keys(CLIENTS)) {
+  test(`waiting: ${kind} waiters already asleep move past another instance's pause, in order, one script call each`, async () => {
+    const s = await main()
+    const ca = await CLIENTS[kind](s.port)
+    const cb = await CLIENTS[kind](s.port)
+    const key = randomKey('asleep')
+    const a = rb.redis.TokenBucket({ client: ca, rate: '10/s burst 1', onError: 'closed', timeout: 1 })
+    const b = rb.redis.TokenBucket({ client: cb, rate: '10/s burst 1', onError: 'closed', timeout: 1 })
+    assert.equal(a.listening, false)
+    await a.acquire(randomKey('warm')) // A listens from its first wait on (and the script is loaded)
+    assert.equal(a.listening, true)
+    const before = await scriptCalls(s.port)
+    const t0 = now()
+    const waiters = sleepingWaiters(a, key, 5, t0)
+    await sleep(Math.max(60 - (now() - t0), 0))
+    const pausedAt = (now() - t0) / 1000
+    const shift = await b.pause(key, 0.6)
+    assert.ok(shift >= 0.599, `${shift}`)
+    const done = await Promise.all(waiters)
+    checkMoved(done, pausedAt, pausedAt + 0.6)
+    assert.equal((await scriptCalls(s.port)) - before, 5 + 1, 'one script call per acquisition, one for the pause')
+    await a.close()
+    assert.equal(a.listening, false)
+    // Closing the application's client stops the subscriber too.
+    await a.acquire(randomKey('again'))
+    assert.equal(a.listening, true)
+    await closeClient(ca)
+    await sleep(50)
+    assert.equal(a.listening, false)
+    await closeClient(cb)
+  })
+}
+
+test('waiting: a waiter that cannot listen goes ahead at its old time; its next call finds the pause; its own pause reaches it', async () => {
+  const s = await main()
+  const c = await ioredis(s.port)
+  const cb = await ioredis(s.port)
+  // A client without duplicate(): no subscriber.
+  const plain = { evalsha: (...args) => c.evalsha(...args), eval: (...args) => c.eval(...args), publish: (...args) => c.publish(...args) }
+  const deaf = rb.redis.TokenBucket({ client: plain, rate: '10/s burst 1', onError: 'closed', timeout: 1 })
+  const b = rb.redis.TokenBucket({ client: cb, rate: '10/s burst 1', onError: 'closed', timeout: 1 })
+  let key = randomKey('deaf')
+  let t0 = now()
+  let waiters = sleepingWaiters(deaf, key, 2, t0)
+  await sleep(Math.max(40 - (now() - t0), 0))
+  let pausedAt = (now() - t0) / 1000
+  assert.notEqual(await b.pause(key, 0.5), null)
+  let done = await Promise.all(waiters)
+  assert.equal(deaf.listening, false)
+  assert.ok(done[1] >= 0.095 && done[1] < pausedAt + 0.5, `it went at its old time, 0.1 s: ${done} (the pause ends ${pausedAt + 0.5})`)
+  await deaf.acquire(key, 1, { timeout: 5 })
+  assert.ok((now() - t0) / 1000 >= pausedAt + 0.5, 'the next call waits past the pause')
+  // Its own pause: told at once.
+  key = randomKey('own')
+  t0 = now()
+  waiters = sleepingWaiters(deaf, key, 2, t0)
+  await sleep(Math.max(40 - (now() - t0), 0))
+  pausedAt = (now() - t0) / 1000
+  assert.notEqual(await deaf.pause(key, 0.5), null)
+  done = await Promise.all(waiters)
+  assert.ok(done[1] >= pausedAt + 0.5, `${done} (the pause ends ${pausedAt + 0.5})`)
+  await closeClient(c)
+  await closeClient(cb)
+})
+
 // Last: every test above has run (node:test runs a file's tests in order).
 test('no unhandled rejection in this file', async () => {
   await sleep(100)

@@ -39,6 +39,18 @@ pub struct Granted {
     pub source: &'static str,
 }
 
+/// What became of a pause, and what to tell the other instances.
+#[napi(object, object_from_js = false)]
+pub struct PauseNews {
+    /// The shift the pause gave the reserved slots, in seconds (0: a pause
+    /// already on covered it).
+    pub shift: f64,
+    /// The message to `PUBLISH` on `pauseChannel`; absent when there is
+    /// nothing to tell (a zero shift). This engine's own waiters are told
+    /// already.
+    pub news: Option<Buffer>,
+}
+
 /// A wait that cannot end within its timeout.
 #[napi(object, object_from_js = false)]
 pub struct Exceeded {
@@ -236,6 +248,43 @@ impl RedisEngine {
             self.engine.begin_pause(scope.as_deref(), k, d)
         })?;
         Ok(RedisCall { call })
+    }
+
+    /// What became of the pause `call` and the news to publish for the
+    /// waiters of the other instances (`{ shift, news }`), or null when
+    /// Redis could not be told.
+    #[napi(
+        ts_args_type = "call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null"
+    )]
+    pub fn finish_pause_news(
+        &self,
+        call: &RedisCall,
+        reply: Option<Vec<f64>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+    ) -> Option<PauseNews> {
+        let paused = with_outcome(reply, timed_out, error, |o| self.engine.finish_pause(o));
+        paused.map(|(start_us, shift)| PauseNews {
+            shift: shift.as_secs_f64(),
+            news: self
+                .engine
+                .pause_news(&call.call, start_us, shift)
+                .map(Buffer::from),
+        })
+    }
+
+    /// The pub/sub channel of this prefix's pause news (`'rb:pause'`).
+    #[napi(getter)]
+    pub fn pause_channel(&self) -> String {
+        String::from_utf8_lossy(&self.engine.pause_channel()).into_owned()
+    }
+
+    /// Takes in a message heard on `pauseChannel`; whether it was news
+    /// (malformed, foreign or known messages are ignored). Waits that hold
+    /// a reservation the pause moved sleep on at their next step.
+    #[napi]
+    pub fn hear(&self, message: Buffer) -> bool {
+        self.engine.hear(&message)
     }
 
     /// What became of a pause: the shift it gave the reserved slots in
