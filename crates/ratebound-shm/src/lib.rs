@@ -72,9 +72,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ratebound::any::{Fingerprinter, Key};
+use ratebound::any::{Acquire, Fingerprinter, Key, Wait, Waiter};
 use ratebound::fingerprint::Seed;
-use ratebound::{Clock, Decision, KeyedAlgorithm, WordRule};
+use ratebound::{Clock, Decision, KeyedAlgorithm, Permit, WordRule};
 
 use map::Region;
 use sync::{AtomicU64, Ordering};
@@ -546,6 +546,65 @@ fn verify(
 pub struct SharedLimiter {
     table: Table,
     clock: SystemClock,
+    /// This handle's name on the permits it issues (see
+    /// [`release`](Self::release)).
+    id: u64,
+}
+
+/// A process-wide id for each shared limiter handle.
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Ordering: Relaxed — a fetch_add is unique whatever the ordering.
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs `waiter` to its end on this thread, sleeping what it says: `Ok`
+/// once the tokens are the caller's.
+fn drive(
+    waiter: &mut Waiter,
+    mut step: impl FnMut(&mut Waiter) -> Result<Wait, Error>,
+) -> Result<(), Error> {
+    loop {
+        match step(waiter)? {
+            Wait::Done => return Ok(()),
+            Wait::Sleep(ns) => std::thread::sleep(Duration::from_nanos(ns)),
+        }
+    }
+}
+
+/// Tokens of a [`SharedLimiter`] taken ahead of time by
+/// [`reserve_n`](SharedLimiter::reserve_n): act after
+/// [`delay`](Self::delay), or [`cancel`](Self::cancel) to give them back.
+/// Dropping it keeps the tokens taken (as the core's `Reservation`).
+#[derive(Debug)]
+#[must_use = "act after delay(), or cancel() to give the tokens back"]
+pub struct SharedReservation<'a> {
+    limiter: &'a SharedLimiter,
+    permit: Permit,
+    wait: u64,
+}
+
+impl SharedReservation<'_> {
+    /// How long to wait, from the moment of the reservation, before acting.
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.wait)
+    }
+
+    /// Gives the tokens back, as far as no later taker depends on them.
+    pub fn cancel(self) {
+        // Our own permit: never foreign.
+        let _ = self.limiter.release(self.permit);
+    }
+
+    /// The permit, for [`SharedLimiter::release`] later (a binding's
+    /// reservation object keeps it).
+    pub fn into_permit(self) -> Permit {
+        self.permit
+    }
 }
 
 impl std::fmt::Debug for SharedLimiter {
@@ -570,6 +629,7 @@ impl SharedLimiter {
         Ok(SharedLimiter {
             table: Table::open(path.as_ref(), algorithm, MODE_SINGLE, 1)?,
             clock: SystemClock,
+            id: next_id(),
         })
     }
 
@@ -607,6 +667,162 @@ impl SharedLimiter {
     /// As [`check_n`](Self::check_n).
     pub fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
         Ok(self.table.rule.check_n_at(self.table.state(0), n, now)?.0)
+    }
+
+    /// The clock reading decisions are made at (ns of `CLOCK_MONOTONIC`).
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Takes `n` tokens of a token bucket now, possibly ahead of time, for
+    /// every process: see [`reserve_n_at`](Self::reserve_n_at).
+    ///
+    /// # Errors
+    /// As [`reserve_n_at`](Self::reserve_n_at).
+    pub fn reserve_n(&self, n: u64, max_wait: Duration) -> Result<SharedReservation<'_>, Error> {
+        self.reserve_n_at(n, max_wait, self.clock.now())
+    }
+
+    /// Takes `n` tokens at `now` on the shared word even if they are not
+    /// there yet, as long as they will be within `max_wait`; every later
+    /// caller, in any process, queues behind them (as
+    /// [`TokenBucket::reserve_n_at`](ratebound::TokenBucket::reserve_n_at)).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `InsufficientCapacity` when `n` exceeds the
+    /// burst, `DeadlineExceeded` (nothing taken) when the wait would be
+    /// longer than `max_wait`, `Unsupported` for a window.
+    pub fn reserve_n_at(
+        &self,
+        n: u64,
+        max_wait: Duration,
+        now: u64,
+    ) -> Result<SharedReservation<'_>, Error> {
+        let rule = &self.table.rule;
+        let (wait, mark) = rule.reserve_n_at(self.table.state(0), n, nanos(max_wait), now)?;
+        Ok(SharedReservation {
+            limiter: self,
+            permit: rule.permit(n, mark, self.id),
+            wait,
+        })
+    }
+
+    /// Gives back the tokens of a permit this handle issued (a
+    /// reservation's, an abandoned waiter's), as far as no later taker
+    /// depends on them.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `ForeignPermit` for another handle's permit:
+    /// nothing is given back.
+    pub fn release(&self, permit: Permit) -> Result<(), Error> {
+        Ok(self
+            .table
+            .rule
+            .release_permit(self.table.state(0), permit, self.id)?)
+    }
+
+    /// Empties a token bucket for every process until `d` from now; see
+    /// [`pause_at`](Self::pause_at).
+    ///
+    /// # Errors
+    /// As [`pause_at`](Self::pause_at).
+    pub fn pause(&self, d: Duration) -> Result<(), Error> {
+        self.pause_at(d, self.clock.now())
+    }
+
+    /// Empties a token bucket for every process until `now + d`; it
+    /// refills at the rate from then on. A pause that ends no later than
+    /// one already on changes nothing; reservations already taken are not
+    /// moved (see
+    /// [`TokenBucket::pause_at`](ratebound::TokenBucket::pause_at)).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `Unsupported` for a window.
+    pub fn pause_at(&self, d: Duration, now: u64) -> Result<(), Error> {
+        Ok(self
+            .table
+            .rule
+            .pause_at(self.table.state(0), nanos(d), now)?)
+    }
+
+    /// A wait for `n` starting now, failing at once (taking nothing) if it
+    /// cannot end within `timeout` seconds (`None`: no deadline), sleeping
+    /// at most `host_max_sleep` ns at a time: the core's
+    /// [`Waiter`], for a binding's event loop to drive with
+    /// [`wait_step`](Self::wait_step).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `InvalidNumber` for a bad `timeout`.
+    pub fn waiter(
+        &self,
+        n: u64,
+        timeout: Option<f64>,
+        host_max_sleep: u64,
+    ) -> Result<Waiter, Error> {
+        Ok(Waiter::new(n, timeout, self.clock.now(), host_max_sleep)?)
+    }
+
+    /// Advances `waiter` now: [`Wait::Done`] or how long to sleep. A token
+    /// bucket reserves on the shared word at the first step (one order for
+    /// every process); a window says to sleep its exact `retry_after` and
+    /// decides again.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `DeadlineExceeded` at once, taking nothing,
+    /// when the wait would end after the deadline; `InsufficientCapacity`
+    /// when `n` exceeds the limit.
+    pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Wait, Error> {
+        let now = self.clock.now();
+        let (rule, word) = (&self.table.rule, self.table.state(0));
+        Ok(waiter.step(now, |n, deadline| {
+            rule.acquire_step(word, n, deadline, now, self.id)
+                .map(|(step, _)| step)
+        })?)
+    }
+
+    /// Ends `waiter` early (cancelled, timed out): the tokens it holds go
+    /// back, as far as no later taker depends on them.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `ForeignPermit` for another handle's waiter.
+    pub fn abandon(&self, waiter: &mut Waiter) -> Result<(), Error> {
+        match waiter.abandon() {
+            Some(permit) => self.release(permit),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits on this thread until `n` tokens are the caller's, or fails at
+    /// once, taking nothing, if that would take longer than `timeout`
+    /// (`None`: as long as it takes). A token bucket reserves on the shared
+    /// word and sleeps once; a window sleeps its exact `retry_after` and
+    /// decides again.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::{KeyedAlgorithm, Quota};
+    /// use ratebound_shm::SharedLimiter;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("rb-shm-acq-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir)?;
+    /// let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse("20/s burst 1")?);
+    /// let lim = SharedLimiter::open(dir.join("partner.limit"), algorithm)?;
+    /// let start = Instant::now();
+    /// lim.acquire_n(1, None)?; // the burst
+    /// lim.acquire_n(1, Some(Duration::from_secs(1)))?; // 50 ms later
+    /// assert!(start.elapsed() >= Duration::from_millis(50));
+    /// // A wait beyond the timeout fails at once, taking nothing.
+    /// assert!(lim.acquire_n(1, Some(Duration::from_millis(1))).is_err());
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`wait_step`](Self::wait_step).
+    pub fn acquire_n(&self, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
+        let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
+        drive(&mut waiter, |w| self.wait_step(w))
     }
 
     /// How many could be taken now.
@@ -915,6 +1131,140 @@ impl SharedKeyedLimiter {
         Err(Error::Limit(ratebound::Error::TooManyKeys {
             max_keys: t.slots,
         }))
+    }
+
+    /// The clock reading decisions are made at (ns of `CLOCK_MONOTONIC`).
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Empties `key`'s token bucket for every process until `d` from now;
+    /// see [`pause_at`](Self::pause_at).
+    ///
+    /// # Errors
+    /// As [`pause_at`](Self::pause_at).
+    pub fn pause(&self, key: Key<'_>, d: Duration) -> Result<(), Error> {
+        self.pause_at(key, d, self.clock.now())
+    }
+
+    /// Empties `key`'s token bucket for every process until `now + d`,
+    /// refilling at the rate from then on (see
+    /// [`SharedLimiter::pause_at`]); a key with no slot gets one.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `Unsupported` for a window, `TooManyKeys`
+    /// when the key has no slot.
+    pub fn pause_at(&self, key: Key<'_>, d: Duration, now: u64) -> Result<(), Error> {
+        let t = &self.table;
+        if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
+            // The rule's own error, without claiming a slot.
+            return Ok(t.rule.pause_at(&AtomicU64::new(0), 0, now)?);
+        }
+        let fp = self.fingerprint_of(key);
+        for _ in 0..8 {
+            let found = self.locate(fp, now)?;
+            t.rule.pause_at(t.state(found.slot), nanos(d), now)?;
+            // A pause only adds debt: if the slot went to another key
+            // meanwhile, that key is paused too (harmlessly late), and the
+            // pause is made again where this key lives.
+            if self.still_home(fp, found) {
+                return Ok(());
+            }
+        }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: t.slots,
+        }))
+    }
+
+    /// A wait for `n` for any key starting now (see
+    /// [`SharedLimiter::waiter`]), driven with [`wait_step`](Self::wait_step).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `InvalidNumber` for a bad `timeout`.
+    pub fn waiter(
+        &self,
+        n: u64,
+        timeout: Option<f64>,
+        host_max_sleep: u64,
+    ) -> Result<Waiter, Error> {
+        Ok(Waiter::new(n, timeout, self.clock.now(), host_max_sleep)?)
+    }
+
+    /// Advances `waiter` for `key` now (see [`SharedLimiter::wait_step`]):
+    /// a token bucket reserves in the key's slot (a reserved state is not
+    /// fresh, so the slot stays the key's), a window sleeps its exact
+    /// `retry_after` and decides again.
+    ///
+    /// # Errors
+    /// As [`SharedLimiter::wait_step`]; `TooManyKeys` when the key has no
+    /// slot.
+    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Wait, Error> {
+        let fp = self.fingerprint_of(key);
+        let now = self.clock.now();
+        let t = &self.table;
+        // As `check_n_at`: if the slot went to another key meanwhile, what
+        // was taken there is given back and the step made again.
+        for _ in 0..8 {
+            let found = self.locate(fp, now)?;
+            let mut moved = false;
+            let step = waiter.step(now, |n, deadline| {
+                let (step, mark) =
+                    t.rule
+                        .acquire_step(t.state(found.slot), n, deadline, now, fp)?;
+                if self.still_home(fp, found) {
+                    return Ok(step);
+                }
+                if let Some(mark) = mark {
+                    t.rule.release(t.state(found.slot), mark, n);
+                }
+                moved = true;
+                // Nothing held: the waiter is as it was.
+                Ok(Acquire::Retry { wait_nanos: 1 })
+            })?;
+            if !moved {
+                return Ok(step);
+            }
+        }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: t.slots,
+        }))
+    }
+
+    /// Ends `key`'s `waiter` early: the tokens it holds go back to the
+    /// key's slot, as far as no later taker depends on them (nothing if the
+    /// key no longer has a slot).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `ForeignPermit` for a waiter of another key.
+    pub fn abandon(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<(), Error> {
+        let Some(permit) = waiter.abandon() else {
+            return Ok(());
+        };
+        let fp = self.fingerprint_of(key);
+        let t = &self.table;
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as in `locate`.
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                return Ok(t.rule.release_permit(t.state(slot), permit, fp)?);
+            }
+            if held == EMPTY {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits on this thread until `n` are the caller's for `key`, or fails
+    /// at once, taking nothing, if that would take longer than `timeout`
+    /// (see [`SharedLimiter::acquire_n`]).
+    ///
+    /// # Errors
+    /// As [`wait_step`](Self::wait_step).
+    pub fn acquire_n(&self, key: Key<'_>, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
+        let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
+        drive(&mut waiter, |w| self.wait_step(w, key))
     }
 
     /// How many `key` could take now (the full limit if it has no slot).

@@ -406,6 +406,53 @@ impl<C: Clock> TokenBucket<C> {
         }
     }
 
+    /// Empties the bucket until `d` from now; it refills at the rate from
+    /// then on. See [`pause_at`](Self::pause_at).
+    pub fn pause(&self, d: Duration) {
+        self.pause_at(d, self.clock.now());
+    }
+
+    /// Empties the bucket until `now + d`, for every caller: no token is
+    /// available before then, and from then on the bucket refills at its
+    /// rate (one token a period after `now + d`, full `τ` later) — how a
+    /// client obeys a partner's `Retry-After` once for everyone sharing the
+    /// bucket. The state becomes `max(TAT, now + d + τ)`, in the same
+    /// compare-exchange loop as a check, so a pause that ends no later than
+    /// one already on changes nothing (two callers obeying one
+    /// `Retry-After` pause once) and `d = 0` changes nothing.
+    ///
+    /// Unlike the Redis limiter's pause, reservations already taken are
+    /// not moved: a waiter holding tokens due inside the pause still goes
+    /// at its reserved time (only later takers queue after the pause), and
+    /// a reservation cancelled during the pause may give back up to its own
+    /// tokens inside it. Times after
+    /// [`MAX_TIME_NANOS`](crate::MAX_TIME_NANOS) count as that time.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::{ManualClock, Quota, TokenBucket};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?.with_burst(3)?, clock.clone());
+    /// bucket.pause(Duration::from_secs(1));
+    /// let refused = bucket.check();
+    /// assert!(!refused.is_allowed());
+    /// // Empty until 1 s, then one token every 0.5 s.
+    /// assert_eq!(refused.retry_after(), Duration::from_millis(1_500));
+    /// clock.advance(refused.retry_after());
+    /// assert!(bucket.check().is_allowed());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn pause_at(&self, d: Duration, now: u64) {
+        let now = now.min(MAX_TIME_NANOS);
+        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // Invariant (of the loop in `update`): the TAT only grows here, so a
+        // pause racing a check or a reservation is applied after it or
+        // before it, never half.
+        self.update(|tat, p, _| Some(p.pause(tat, now, d)));
+    }
+
     /// Gives back a permit's tokens, except those that later takers depend
     /// on; nothing across a quota change (the tokens were converted along
     /// with the rest of the state).

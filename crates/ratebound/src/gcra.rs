@@ -90,6 +90,24 @@ impl Params {
         }
     }
 
+    /// The state after a pause of `d` ns at `now`: empty until `now + d`,
+    /// refilling at the rate from then on — `max(TAT, now + d + τ)`. A
+    /// pause that ends no later than one already on changes nothing, and
+    /// reservations already taken keep their place (the TAT only grows).
+    /// A pause of 0 changes nothing (as in the Redis script, which ends no
+    /// later than the present).
+    #[inline]
+    pub(crate) fn pause(self, tat: u64, now: u64, d: u64) -> u64 {
+        if d == 0 {
+            return tat;
+        }
+        tat.max(
+            now.saturating_add(d)
+                .saturating_add(self.tau())
+                .min(MAX_TAT),
+        )
+    }
+
     /// The state after cancelling a reservation of `n` tokens that left TAT
     /// at `reserved_tat`: tokens come back except those that later takers
     /// (who moved TAT beyond `reserved_tat`) depend on.
@@ -182,6 +200,26 @@ mod tests {
             let to = Params { period, burst };
             assert_eq!(to.available(old.convert(tat, 1_000, to), 1_000), want);
         }
+    }
+
+    #[test]
+    fn a_pause_empties_until_its_end_and_never_shortens_another() {
+        let p = Params {
+            period: 10,
+            burst: 4,
+        };
+        let tat = p.pause(0, 100, 50);
+        assert_eq!(tat, 190);
+        assert_eq!(p.available(tat, 149), 0);
+        assert_eq!(p.available(tat, 160), 1);
+        assert_eq!(p.available(tat, 190), 4);
+        // An earlier end changes nothing; a later one extends.
+        assert_eq!(p.pause(tat, 100, 20), tat);
+        assert_eq!(p.pause(tat, 100, 60), 200);
+        // Queued debt beyond the pause stays.
+        assert_eq!(p.pause(500, 100, 50), 500);
+        assert_eq!(p.pause(0, 0, u64::MAX), MAX_TAT);
+        assert_eq!(p.pause(0, 100, 0), 0);
     }
 
     #[test]

@@ -751,6 +751,60 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         Ok(())
     }
 
+    /// Empties `key`'s bucket until `d` from now. See
+    /// [`pause_at`](Self::pause_at).
+    ///
+    /// # Errors
+    /// As [`pause_at`](Self::pause_at).
+    pub fn pause(&self, key: &K, d: Duration) -> Result<(), Error> {
+        self.pause_at(key, d, self.clock.now())
+    }
+
+    /// Empties `key`'s bucket until `now + d`, refilling at its tier's rate
+    /// from then on (see [`TokenBucket::pause_at`](crate::TokenBucket::pause_at):
+    /// a pause ending no later than one already on changes nothing, and
+    /// reservations are not moved). An untracked key is created, paused.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the windows (a window's count cannot be
+    /// told to wait); [`Error::TooManyKeys`] / [`Error::InvalidTier`] for a
+    /// new key, as for a check.
+    pub fn pause_at(&self, key: &K, d: Duration, now: u64) -> Result<(), Error> {
+        let algorithm = match self.tiers[0] {
+            Math::Bucket(_) => None,
+            Math::Fixed(_) => Some("fixed_window"),
+            Math::Sliding(_) => Some("sliding_window"),
+        };
+        if let Some(algorithm) = algorithm {
+            return Err(Error::Unsupported {
+                operation: "pause",
+                algorithm,
+            });
+        }
+        let now = now.min(MAX_TIME_NANOS);
+        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let (hash, shard) = self.locate(key);
+        loop {
+            {
+                let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+                if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
+                    // Invariant: as a check's, on the same word — the state
+                    // only grows, the tier bits are kept.
+                    update(word, |w| match self.tiers[(w >> TIER_SHIFT) as usize] {
+                        Math::Bucket(p) => {
+                            Some((w & !STATE_MASK) | p.pause(w & STATE_MASK, now, d))
+                        }
+                        _ => None,
+                    });
+                    return Ok(());
+                }
+            }
+            // Create the key (a request for nothing), then pause it; if it
+            // is evicted in between, look again.
+            self.check_new(key, hash, shard, 0, now)?;
+        }
+    }
+
     /// How many `key` could take now (its full limit if untracked).
     pub fn available(&self, key: &K) -> u64 {
         self.available_at(key, self.clock.now())
@@ -994,6 +1048,150 @@ impl WordRule {
     pub fn release(&self, word: &AtomicU64, mark: u64, n: u64) {
         let math = self.math;
         update(word, |w| math.release(w & STATE_MASK, mark, n));
+    }
+
+    /// The algorithm's name, as [`Error::Unsupported`] gives it.
+    fn algorithm(&self) -> &'static str {
+        match self.math {
+            Math::Bucket(_) => "token_bucket",
+            Math::Fixed(_) => "fixed_window",
+            Math::Sliding(_) => "sliding_window",
+        }
+    }
+
+    /// Takes `n` at `now` from a token bucket's `word` even if they are
+    /// not there yet, as long as they will be within `max_wait` ns: the
+    /// wait and where the reservation landed (for [`release`](Self::release)),
+    /// as [`TokenBucket::reserve_n_at`](crate::TokenBucket::reserve_n_at).
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] when `n` exceeds the burst;
+    /// [`Error::DeadlineExceeded`], taking nothing, when the wait would be
+    /// longer than `max_wait`; [`Error::Unsupported`] for the windows.
+    pub fn reserve_n_at(
+        &self,
+        word: &AtomicU64,
+        n: u64,
+        max_wait: u64,
+        now: u64,
+    ) -> Result<(u64, u64), Error> {
+        let Math::Bucket(p) = self.math else {
+            return Err(Error::Unsupported {
+                operation: "reservations",
+                algorithm: self.algorithm(),
+            });
+        };
+        if n > p.burst {
+            return Err(Error::InsufficientCapacity {
+                requested: n,
+                burst: p.burst,
+            });
+        }
+        let now = now.min(crate::MAX_TIME_NANOS);
+        let (seen, _) = update(word, |w| {
+            p.reserve(w & STATE_MASK, now, n, max_wait)
+                .ok()
+                .map(|(_, next)| next)
+        });
+        p.reserve(seen & STATE_MASK, now, n, max_wait)
+            .map_err(|wait| Error::DeadlineExceeded {
+                wait: Duration::from_nanos(wait),
+                max_wait: Duration::from_nanos(max_wait),
+            })
+    }
+
+    /// One step of waiting for `n` at `now` on `word`, to be admitted no
+    /// later than the clock time `deadline`: a token bucket reserves (the
+    /// caller sleeps once and goes), a window says how long to sleep before
+    /// deciding again — as [`AnyLimiter::acquire_step`](crate::any::AnyLimiter::acquire_step).
+    /// Also where what was taken landed (for [`release`](Self::release)).
+    /// A permit held by a reservation carries `tag` (the caller's name for
+    /// the word) and is given back with [`release_permit`](Self::release_permit).
+    ///
+    /// # Errors
+    /// [`Error::DeadlineExceeded`] at once, taking nothing, when the wait
+    /// would end after the deadline; [`Error::InsufficientCapacity`] when
+    /// `n` exceeds the limit.
+    pub fn acquire_step(
+        &self,
+        word: &AtomicU64,
+        n: u64,
+        deadline: Option<u64>,
+        now: u64,
+        tag: u64,
+    ) -> Result<(crate::any::Acquire, Option<u64>), Error> {
+        use crate::any::Acquire;
+        let now = now.min(crate::MAX_TIME_NANOS);
+        let max_wait = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
+        if let Math::Bucket(_) = self.math {
+            let (wait_nanos, mark) = self.reserve_n_at(word, n, max_wait, now)?;
+            let step = if wait_nanos == 0 {
+                Acquire::Admitted
+            } else {
+                Acquire::Reserved {
+                    wait_nanos,
+                    permit: self.permit(n, mark, tag),
+                }
+            };
+            return Ok((step, Some(mark)));
+        }
+        let (d, mark) = self.check_n_at(word, n, now)?;
+        if d.is_allowed() {
+            return Ok((Acquire::Admitted, mark));
+        }
+        let wait = d.retry_after_nanos().max(1);
+        if wait > max_wait {
+            return Err(Error::DeadlineExceeded {
+                wait: Duration::from_nanos(wait),
+                max_wait: Duration::from_nanos(max_wait),
+            });
+        }
+        Ok((Acquire::Retry { wait_nanos: wait }, None))
+    }
+
+    /// A permit for `n` reserved up to `mark`, carrying `tag` (see
+    /// [`acquire_step`](Self::acquire_step)).
+    pub fn permit(&self, n: u64, mark: u64, tag: u64) -> Permit {
+        Permit {
+            n,
+            issuer: 0,
+            key: tag,
+            members: None,
+            mark,
+            aux: 0,
+        }
+    }
+
+    /// Gives back a permit's tokens (one of [`permit`](Self::permit) or
+    /// [`acquire_step`](Self::acquire_step)) to `word`, as far as no later
+    /// taker depends on them.
+    ///
+    /// # Errors
+    /// [`Error::ForeignPermit`], giving nothing back, unless the permit
+    /// carries `tag` and was made by a rule.
+    pub fn release_permit(&self, word: &AtomicU64, permit: Permit, tag: u64) -> Result<(), Error> {
+        if permit.issuer != 0 || permit.key != tag {
+            return Err(Error::ForeignPermit);
+        }
+        self.release(word, permit.mark, permit.n);
+        Ok(())
+    }
+
+    /// Empties a token bucket's `word` until `now + d` ns, refilling at the
+    /// rate from then on (see [`TokenBucket::pause_at`](crate::TokenBucket::pause_at)).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the windows.
+    pub fn pause_at(&self, word: &AtomicU64, d: u64, now: u64) -> Result<(), Error> {
+        let Math::Bucket(p) = self.math else {
+            return Err(Error::Unsupported {
+                operation: "pause",
+                algorithm: self.algorithm(),
+            });
+        };
+        let now = now.min(crate::MAX_TIME_NANOS);
+        update(word, |w| Some(p.pause(w & STATE_MASK, now, d)));
+        Ok(())
     }
 
     /// How many `state` could take at `now`.

@@ -31,6 +31,8 @@ enum Op {
     SetBurst(u64),
     /// Switch to one token every this many `T`, with this burst.
     SetQuota(u64, u64),
+    /// Pause for this many `T` (empty until then).
+    Pause(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +88,10 @@ fn run(bucket: &TokenBucket<ManualClock>, ops: &[Op]) -> Vec<Seen> {
                         .with_burst(b)
                         .unwrap(),
                 );
+                Seen::Done
+            }
+            Op::Pause(d) => {
+                bucket.pause(Duration::from_nanos(d * T));
                 Seen::Done
             }
         });
@@ -145,6 +151,14 @@ impl Model {
                 {
                     let later = self.used.saturating_sub(t.used_after);
                     self.used -= t.n.saturating_sub(later).min(self.used);
+                }
+                Seen::Done
+            }
+            // Empty until d tokens' time from now: the debt is at least
+            // the burst plus d (queued debt beyond that stays).
+            Op::Pause(d) => {
+                if d > 0 {
+                    self.used = self.used.max(self.burst + d);
                 }
                 Seen::Done
             }
@@ -311,6 +325,33 @@ fn set_quota_races_reserve_and_cancel() {
         2,
         &[&[Op::SetBurst(3)], &[Op::Reserve(2, 5), Op::CancelLast]],
     );
+}
+
+#[test]
+fn a_pause_races_checks_and_a_reservation() {
+    // Applied before or after each of them, never half: a check either
+    // took its token before the pause or is refused after it, and the
+    // reservation queues behind the pause or the pause comes after it.
+    model_check(2, &[&[Op::Pause(1)], &[Op::Check(1), Op::Reserve(1, 3)]]);
+}
+
+#[test]
+fn a_pause_races_reservations_queued_beyond_it() {
+    // The reservations reach past the pause's end, so a pause that wrote
+    // a TAT it had read before them would lose one; the last reservation's
+    // wait shows where the TAT was.
+    model_check(
+        2,
+        &[
+            &[Op::Pause(1)],
+            &[Op::Reserve(2, 0), Op::Reserve(2, 3), Op::Reserve(1, 10)],
+        ],
+    );
+}
+
+#[test]
+fn a_pause_races_a_cancel() {
+    model_check(2, &[&[Op::Reserve(2, 0), Op::CancelLast], &[Op::Pause(2)]]);
 }
 
 #[test]

@@ -257,6 +257,18 @@ impl AnyKeyed {
         waiter.step(now, |n, deadline| self.acquire_step(key, n, deadline, now))
     }
 
+    /// Empties `key`'s bucket for `seconds` from now (see
+    /// [`KeyedLimiter::pause_at`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for `seconds` that are not a finite number
+    /// ≥ 0; as [`KeyedLimiter::pause_at`] ([`Error::Unsupported`] for the
+    /// windows).
+    pub fn pause(&self, key: Key<'_>, seconds: f64) -> Result<(), Error> {
+        let d = super::numbers::seconds("seconds", seconds)?;
+        self.limiter.pause_at(&self.fingerprint(key), d, self.now())
+    }
+
     /// Tokens `key` could take now.
     pub fn available(&self, key: Key<'_>) -> u64 {
         self.limiter.available(&self.fingerprint(key))

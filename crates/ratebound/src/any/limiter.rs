@@ -275,6 +275,35 @@ impl AnyLimiter {
         }
     }
 
+    /// Empties a token bucket until `now + d`, refilling at its rate from
+    /// then on (see [`TokenBucket::pause_at`]).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the other algorithms.
+    pub fn pause_at(&self, d: Duration, now: u64) -> Result<(), Error> {
+        match self {
+            AnyLimiter::TokenBucket(b) => {
+                b.pause_at(d, now);
+                Ok(())
+            }
+            other => Err(Error::Unsupported {
+                operation: "pause",
+                algorithm: other.algorithm(),
+            }),
+        }
+    }
+
+    /// [`pause_at`](Self::pause_at) now, for `seconds` as a dynamic
+    /// language passes them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for `seconds` that are not a finite number
+    /// ≥ 0; as [`pause_at`](Self::pause_at).
+    pub fn pause(&self, seconds: f64) -> Result<(), Error> {
+        let d = super::numbers::seconds("seconds", seconds)?;
+        self.pause_at(d, self.now())
+    }
+
     /// Replaces a token bucket's quota (see [`TokenBucket::set_quota_at`]).
     ///
     /// # Errors

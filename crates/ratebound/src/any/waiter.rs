@@ -74,28 +74,33 @@ impl Waiter {
     /// # Errors
     /// [`Error::InvalidNumber`] for a `timeout` that is not a finite number
     /// of seconds ≥ 0.
-    pub(crate) fn new(
-        n: u64,
-        timeout: Option<f64>,
-        now: u64,
-        max_sleep: u64,
-    ) -> Result<Waiter, Error> {
-        let deadline = match timeout {
+    pub fn new(n: u64, timeout: Option<f64>, now: u64, max_sleep: u64) -> Result<Waiter, Error> {
+        let timeout = match timeout {
             None => None,
-            Some(t) => Some(now.saturating_add(nanos(seconds("timeout", t)?))),
+            Some(t) => Some(seconds("timeout", t)?),
         };
-        Ok(Waiter {
+        Ok(Waiter::start(n, timeout, now, max_sleep))
+    }
+
+    /// [`new`](Self::new) with the timeout as a [`Duration`] (`None`: no
+    /// deadline).
+    pub fn start(n: u64, timeout: Option<Duration>, now: u64, max_sleep: u64) -> Waiter {
+        Waiter {
             n,
-            deadline,
+            deadline: timeout.map(|t| now.saturating_add(nanos(t))),
             held: None,
             max_sleep: max_sleep.max(1),
             done: false,
-        })
+        }
     }
 
     /// One step at `now`; `take(n, deadline)` is the limiter's
-    /// `acquire_step` at `now`.
-    pub(crate) fn step(
+    /// `acquire_step` at `now` (for a limiter outside this crate, such as
+    /// a shared-memory table, its own).
+    ///
+    /// # Errors
+    /// `take`'s.
+    pub fn step(
         &mut self,
         now: u64,
         take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
@@ -130,7 +135,7 @@ impl Waiter {
     }
 
     /// Ends the wait; the tokens to give back, if any were held.
-    pub(crate) fn abandon(&mut self) -> Option<Permit> {
+    pub fn abandon(&mut self) -> Option<Permit> {
         self.done = true;
         self.held.take().map(|(_, permit)| permit)
     }

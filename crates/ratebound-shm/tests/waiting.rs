@@ -1,0 +1,367 @@
+//! Waiting on a shared limiter: acquire, reserve and pause across real
+//! processes (this test binary re-run as workers), `kill -9` of a waiting
+//! process, and bad input.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ratebound::any::{Key, Wait};
+use ratebound::{KeyedAlgorithm, Quota};
+use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
+
+const MS: u64 = 1_000_000;
+
+fn dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("shm-wait-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("test dir");
+    d
+}
+
+fn bucket(q: &str) -> KeyedAlgorithm {
+    KeyedAlgorithm::TokenBucket(Quota::parse(q).expect("quota"))
+}
+
+fn window(limit: u64, ms: u64) -> KeyedAlgorithm {
+    KeyedAlgorithm::FixedWindow {
+        limit,
+        window: Duration::from_millis(ms),
+    }
+}
+
+/// This binary again, running only `test`, as a worker with `env`.
+fn spawn(test: &str, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("RB_SHM_WAIT_ROLE", "worker")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawn a worker process")
+}
+
+fn is_worker() -> bool {
+    std::env::var_os("RB_SHM_WAIT_ROLE").is_some()
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} for a worker"))
+}
+
+/// The `done=<ns>` lines a worker printed, in order.
+fn completions(child: Child) -> Vec<u64> {
+    let out = child.wait_with_output().expect("worker output");
+    assert!(out.status.success(), "worker failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_once("done=")
+                .map(|(_, n)| n.trim().parse().expect("ns"))
+        })
+        .collect()
+}
+
+/// Completion times (sorted) never run ahead of `burst + rate·t` from
+/// `start`: the i-th (from 0) is no earlier than `start + (i + 1 − burst)·T`.
+fn assert_never_early(mut done: Vec<u64>, start: u64, burst: u64, period: u64) {
+    done.sort_unstable();
+    for (i, &t) in done.iter().enumerate() {
+        let due = start + (i as u64 + 1).saturating_sub(burst) * period;
+        assert!(
+            t >= due,
+            "acquisition {i} done at +{} ms, before its due +{} ms",
+            (t - start) / MS,
+            (due - start) / MS
+        );
+    }
+}
+
+#[test]
+fn four_processes_acquiring_share_one_rate_never_early() {
+    const TEST: &str = "four_processes_acquiring_share_one_rate_never_early";
+    if is_worker() {
+        let each: u64 = var("RB_EACH").parse().expect("each");
+        if var("RB_KEYED") == "1" {
+            let l =
+                SharedKeyedLimiter::open(var("RB_PATH"), bucket("20/s burst 2"), 8).expect("open");
+            for _ in 0..each {
+                l.acquire_n(Key::Text("partner"), 1, None).expect("acquire");
+                println!("done={}", l.now());
+            }
+        } else {
+            let l = SharedLimiter::open(var("RB_PATH"), bucket("20/s burst 2")).expect("open");
+            for _ in 0..each {
+                l.acquire_n(1, Some(Duration::from_secs(60)))
+                    .expect("acquire");
+                println!("done={}", l.now());
+            }
+        }
+        return;
+    }
+    for keyed in ["0", "1"] {
+        let d = dir(&format!("four-{keyed}"));
+        let path = d.join("partner.limit");
+        // The parent opens (makes) the table first and reads the clock: the
+        // bucket is full, no token can be taken before `start`.
+        let start = if keyed == "1" {
+            SharedKeyedLimiter::open(&path, bucket("20/s burst 2"), 8)
+                .expect("open")
+                .now()
+        } else {
+            SharedLimiter::open(&path, bucket("20/s burst 2"))
+                .expect("open")
+                .now()
+        };
+        let env = vec![
+            ("RB_PATH", path.display().to_string()),
+            ("RB_EACH", "5".to_string()),
+            ("RB_KEYED", keyed.to_string()),
+        ];
+        let workers: Vec<Child> = (0..4).map(|_| spawn(TEST, &env)).collect();
+        let done: Vec<u64> = workers.into_iter().flat_map(completions).collect();
+        assert_eq!(done.len(), 20, "every acquisition completed");
+        // 20 tokens at 20/s with a burst of 2: the last no earlier than
+        // 18 periods (900 ms) after the start, each in its turn.
+        assert_never_early(done, start, 2, 50 * MS);
+    }
+}
+
+#[test]
+fn kill_dash_nine_of_a_waiting_process_loses_only_its_own_reservation() {
+    const TEST: &str = "kill_dash_nine_of_a_waiting_process_loses_only_its_own_reservation";
+    let quota = "1/s burst 5";
+    if is_worker() {
+        let l = SharedLimiter::open(var("RB_PATH"), bucket(quota)).expect("open");
+        let mut w = l.waiter(5, None, u64::MAX).expect("waiter");
+        // The first step reserves on the shared word.
+        assert!(matches!(l.wait_step(&mut w), Ok(Wait::Sleep(_))));
+        println!("reserved");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let d = dir("kill");
+    let path = d.join("kill.limit");
+    let l = SharedLimiter::open(&path, bucket(quota)).expect("open");
+    let t0 = l.now();
+    // The burst is ours: the worker's 5 are due 5 s from t0.
+    assert!(l.check_n_at(5, t0).expect("check").is_allowed());
+    let mut child = spawn(TEST, &[("RB_PATH", path.display().to_string())]);
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).expect("read") > 0, "worker ended");
+        if line.trim_end().ends_with("reserved") {
+            break;
+        }
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    // The killed waiter's 5 tokens stay taken — nothing else: one more
+    // token is due exactly 6 s after t0 (5 for ours, 5 for its, 1 more,
+    // minus the burst of 5).
+    let t1 = l.now();
+    let r = l
+        .reserve_n_at(1, Duration::from_secs(60), t1)
+        .expect("reserve");
+    assert_eq!(t1 + r.delay().as_nanos() as u64, t0 + 6_000 * MS);
+    r.cancel();
+    // A waiter that gives up (rather than being killed) gives its tokens
+    // back: the same reservation is due at the same time again.
+    let mut w = l.waiter(2, None, u64::MAX).expect("waiter");
+    assert!(matches!(l.wait_step(&mut w), Ok(Wait::Sleep(_))));
+    l.abandon(&mut w).expect("abandon");
+    let t2 = l.now();
+    let r = l
+        .reserve_n_at(1, Duration::from_secs(60), t2)
+        .expect("reserve");
+    assert_eq!(t2 + r.delay().as_nanos() as u64, t0 + 6_000 * MS);
+}
+
+fn limit_code(r: Result<impl std::fmt::Debug, Error>) -> &'static str {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.code(),
+    }
+}
+
+#[test]
+fn a_wait_beyond_its_timeout_fails_at_once_taking_nothing() {
+    if is_worker() {
+        return;
+    }
+    let d = dir("timeout");
+    let l = SharedLimiter::open(d.join("t.limit"), bucket("1/h burst 1")).expect("open");
+    l.acquire_n(1, Some(Duration::ZERO)).expect("the burst");
+    let before = l.now();
+    // An hour away, half an hour allowed: refused without sleeping (a
+    // sleep would be half an hour), nothing taken.
+    assert_eq!(
+        limit_code(l.acquire_n(1, Some(Duration::from_secs(1800)))),
+        "deadline_exceeded"
+    );
+    assert!(
+        l.now() - before < 60_000 * MS,
+        "it failed at once, not after sleeping"
+    );
+    let r = l.reserve_n(1, Duration::from_secs(7200)).expect("reserve");
+    assert!(r.delay() <= Duration::from_secs(3600), "nothing was taken");
+    assert_eq!(
+        limit_code(l.reserve_n(1, Duration::from_secs(3600))),
+        "deadline_exceeded"
+    );
+    r.cancel();
+
+    let k = SharedKeyedLimiter::open(d.join("k.limit"), bucket("1/h burst 1"), 8).expect("open");
+    k.acquire_n(Key::Int(1), 1, None).expect("the burst");
+    assert_eq!(
+        limit_code(k.acquire_n(Key::Int(1), 1, Some(Duration::from_secs(1800)))),
+        "deadline_exceeded"
+    );
+    // Another key has its own bucket.
+    k.acquire_n(Key::Int(2), 1, Some(Duration::ZERO))
+        .expect("another key");
+}
+
+#[test]
+fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
+    if is_worker() {
+        return;
+    }
+    let d = dir("reserve");
+    let l = SharedLimiter::open(d.join("r.limit"), bucket("10/s burst 1")).expect("open");
+    let now = l.now();
+    let first = l.reserve_n_at(1, Duration::ZERO, now).expect("the burst");
+    assert_eq!(first.delay(), Duration::ZERO);
+    let second = l
+        .reserve_n_at(1, Duration::from_secs(1), now)
+        .expect("queued");
+    assert_eq!(second.delay(), Duration::from_millis(100));
+    let third = l
+        .reserve_n_at(1, Duration::from_secs(1), now)
+        .expect("queued");
+    assert_eq!(third.delay(), Duration::from_millis(200));
+    third.cancel();
+    let again = l
+        .reserve_n_at(1, Duration::from_secs(1), now)
+        .expect("queued");
+    assert_eq!(
+        again.delay(),
+        Duration::from_millis(200),
+        "the slot came back"
+    );
+    // Another handle's permit is refused, nothing given back.
+    let other = SharedLimiter::open(d.join("r.limit"), bucket("10/s burst 1")).expect("open");
+    assert_eq!(
+        limit_code(other.release(again.into_permit())),
+        "foreign_permit"
+    );
+    let _ = (first, second);
+}
+
+#[test]
+fn a_pause_empties_the_shared_bucket_for_every_handle() {
+    if is_worker() {
+        return;
+    }
+    let d = dir("pause");
+    let path = d.join("p.limit");
+    let a = SharedLimiter::open(&path, bucket("2/s burst 3")).expect("open");
+    let b = SharedLimiter::open(&path, bucket("2/s burst 3")).expect("open");
+    let now = a.now();
+    a.pause_at(Duration::from_secs(1), now).expect("pause");
+    let refused = b.check_n_at(1, now).expect("check");
+    assert!(!refused.is_allowed());
+    // Empty until 1 s, then one token every 0.5 s.
+    assert_eq!(refused.retry_after(), Duration::from_millis(1_500));
+    // A shorter pause changes nothing; a longer one extends.
+    b.pause_at(Duration::from_millis(200), now).expect("pause");
+    assert_eq!(
+        b.check_n_at(1, now).expect("check").retry_after(),
+        Duration::from_millis(1_500)
+    );
+    b.pause_at(Duration::from_secs(2), now).expect("pause");
+    assert_eq!(
+        a.check_n_at(1, now).expect("check").retry_after(),
+        Duration::from_millis(2_500)
+    );
+    // Waiting goes past the pause, refilling at the rate.
+    let r = a
+        .reserve_n_at(2, Duration::from_secs(10), now)
+        .expect("reserve");
+    assert_eq!(r.delay(), Duration::from_millis(3_000));
+
+    let k = SharedKeyedLimiter::open(d.join("k.limit"), bucket("2/s burst 3"), 8).expect("open");
+    k.pause_at(Key::Text("alice"), Duration::from_secs(1), now)
+        .expect("pause");
+    let refused = k.check_n_at(Key::Text("alice"), 1, now).expect("check");
+    assert_eq!(refused.retry_after(), Duration::from_millis(1_500));
+    assert!(
+        k.check_n_at(Key::Text("bob"), 1, now)
+            .expect("check")
+            .is_allowed()
+    );
+}
+
+#[test]
+fn windows_wait_their_retry_after_and_cannot_pause_or_reserve() {
+    if is_worker() {
+        return;
+    }
+    let d = dir("window");
+    let l = SharedLimiter::open(d.join("w.limit"), window(2, 200)).expect("open");
+    let start = l.now();
+    for _ in 0..3 {
+        l.acquire_n(1, None).expect("acquire");
+    }
+    // Three cannot all fall in the start's window of 2: the last waited
+    // for the next window.
+    let next_window = (start / (200 * MS) + 1) * 200 * MS;
+    assert!(l.now() >= next_window, "acquired before the next window");
+    assert_eq!(limit_code(l.pause(Duration::from_secs(1))), "unsupported");
+    assert_eq!(
+        limit_code(l.reserve_n(1, Duration::from_secs(1))),
+        "unsupported"
+    );
+    let k = SharedKeyedLimiter::open(d.join("k.limit"), window(2, 200), 8).expect("open");
+    assert_eq!(
+        limit_code(k.pause(Key::Int(1), Duration::from_secs(1))),
+        "unsupported"
+    );
+    assert!(k.is_empty(), "a refused pause claims no slot");
+}
+
+#[test]
+fn bad_input_is_a_typed_error_never_a_hang() {
+    if is_worker() {
+        return;
+    }
+    let d = dir("bad");
+    let l = SharedLimiter::open(d.join("b.limit"), bucket("1/s burst 2")).expect("open");
+    for t in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        assert_eq!(limit_code(l.waiter(1, Some(t), u64::MAX)), "invalid_number");
+    }
+    assert_eq!(
+        limit_code(l.acquire_n(3, None)),
+        "insufficient_capacity",
+        "n > burst can never be served"
+    );
+    assert_eq!(
+        limit_code(l.reserve_n(3, Duration::MAX)),
+        "insufficient_capacity"
+    );
+    let k = SharedKeyedLimiter::open(d.join("k.limit"), bucket("1/s burst 2"), 8).expect("open");
+    assert_eq!(
+        limit_code(k.acquire_n(Key::Int(1), 3, None)),
+        "insufficient_capacity"
+    );
+    assert_eq!(
+        limit_code(k.waiter(1, Some(-0.5), u64::MAX)),
+        "invalid_number"
+    );
+}
