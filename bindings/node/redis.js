@@ -307,9 +307,9 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
 
     // A token bucket's waits listen for other instances' pauses from the
-    // first on; until the subscription's first attempt is over, a wait
-    // waits for it (at most the deadline) before it reserves, so that no
-    // reservation is made before the limiter listens.
+    // first on; the first waits (at most the deadline) for the subscription
+    // before it reserves, so that no reservation is made before the limiter
+    // listens (waits that start meanwhile wait with it).
     async #listen() {
       if (this.#news === false || this.#engine.algorithm !== 'token_bucket') return
       if (this.#news === null) {
@@ -332,6 +332,9 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       let timer
       await Promise.race([this.#news.ready, new Promise((resolve) => (timer = setTimeout(resolve, this.#ms)))])
       clearTimeout(timer)
+      // Over either way: later waits never wait for a subscription that
+      // cannot be made now (Redis down) — it goes on trying by itself.
+      this.#settled = true
     }
 
     #stopListening() {

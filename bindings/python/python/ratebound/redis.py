@@ -556,7 +556,8 @@ class _Limiter:
     def _listen(self) -> None:
         # A token bucket's waits listen for other instances' pauses; the
         # first waits (at most the deadline) for the subscription's first
-        # attempt, so that no reservation is made before it listens.
+        # attempt, so that no reservation is made before it listens (waits
+        # that start meanwhile wait with it).
         if self._engine.algorithm != "token_bucket":
             return
         lis = self._listener
@@ -568,8 +569,10 @@ class _Limiter:
                     if subscribe is None:
                         return
                     lis = self._listener = _Listener(subscribe, self._engine.pause_channel, self._engine.hear)
-        if not lis.first.is_set():
-            lis.first.wait(self._engine.timeout)
+        if not lis.first.is_set() and not lis.first.wait(self._engine.timeout):
+            # Over either way: later waits never wait for a subscription that
+            # cannot be made now (Redis down) — it goes on trying by itself.
+            lis.first.set()
 
     @property
     def listening(self) -> bool:
@@ -1069,7 +1072,7 @@ class _AsyncLimiter:
             try:
                 await asyncio.wait_for(lis.first.wait(), self._engine.timeout)
             except asyncio.TimeoutError:
-                pass
+                lis.first.set()  # as the sync _listen
 
     @property
     def listening(self) -> bool:
