@@ -135,6 +135,8 @@ async def test_asyncio_a_cancelled_acquire_gives_its_slot_back(server: Server) -
     # Its slot (0.4 s) was given back: the next reservation gets it.
     nxt = await a.reserve(key, max_wait=5)
     assert 0.3 <= nxt.delay <= 0.4, nxt.delay
+    with pytest.raises(TypeError, match="acancel"):
+        nxt.cancel()
     assert await nxt.acancel() is True
     t = time.monotonic()
     await a.acquire(key, timeout=5)

@@ -727,6 +727,8 @@ class RedisReservation:
     def cancel(self) -> bool:
         """Gives the tokens back; whether Redis took them back (False once
         given back, or for a reservation that was due at once)."""
+        if isinstance(self._limiter, _AsyncLimiter):
+            raise TypeError("a reservation of an asyncio limiter is given back with await acancel()")
         call, self._call = self._call, None
         if call is None:
             return False
@@ -734,6 +736,8 @@ class RedisReservation:
 
     async def acancel(self) -> bool:
         """:meth:`cancel` for a reservation of an asyncio limiter."""
+        if not isinstance(self._limiter, _AsyncLimiter):
+            raise TypeError("a reservation of a sync limiter is given back with cancel()")
         call, self._call = self._call, None
         if call is None:
             return False
