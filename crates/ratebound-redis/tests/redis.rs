@@ -252,16 +252,7 @@ async fn evalsha_calls(conn: &mut ConnectionManager) -> u64 {
         .query_async(conn)
         .await
         .unwrap();
-    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
-        .iter()
-        .filter_map(|p| info.find(p).map(|i| &info[i + p.len()..]))
-        .map(|rest| {
-            rest.split(',')
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
+    support::script_calls(&info)
 }
 
 /// Leasing, for k = 1, 10, 100 with four instances of two tasks each:

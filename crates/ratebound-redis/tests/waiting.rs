@@ -33,11 +33,7 @@ async fn script_calls(conn: &mut ConnectionManager) -> u64 {
         .query_async(conn)
         .await
         .unwrap();
-    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
-        .iter()
-        .filter_map(|p| info.find(p).map(|i| &info[i + p.len()..]))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
+    support::script_calls(&info)
 }
 
 /// Fifty instances (own connections) each acquire 3 tokens at 50/s burst
@@ -405,4 +401,46 @@ async fn bad_input_is_a_typed_error_never_a_hang() {
         .await
         .unwrap();
     assert!(t.elapsed() > Duration::ZERO);
+}
+
+/// Leased tokens serve a wait first (no call); a wait never spends tokens
+/// another instance holds in its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_serve_waits_first() {
+    let server = Server::start();
+    let mut admin = manager(&server.url()).await;
+    let key = fresh("lease-wait");
+    let leased = |lease| {
+        let mut c = Config::new(Algorithm::TokenBucket(
+            Quota::parse("10/s burst 10").unwrap(),
+        ));
+        c.lease = lease;
+        c.timeout = Duration::from_secs(1);
+        c
+    };
+    let a = RedisLimiter::new(leased(5), manager(&server.url()).await).unwrap();
+    let b = RedisLimiter::new(leased(0), manager(&server.url()).await).unwrap();
+    // A's check leases 5: 1 used, 4 held.
+    assert!(a.check(&key).await.unwrap().is_allowed());
+    let before = script_calls(&mut admin).await;
+    for _ in 0..4 {
+        assert_eq!(a.acquire_n(&key, 1, None).await.unwrap(), Source::Lease);
+    }
+    assert_eq!(
+        script_calls(&mut admin).await - before,
+        0,
+        "served by the lease"
+    );
+    // B cannot take A's leased tokens: 5 of 10 are left in Redis.
+    for _ in 0..5 {
+        assert_eq!(
+            b.acquire_n(&key, 1, Some(Duration::ZERO)).await.unwrap(),
+            Source::Redis
+        );
+    }
+    let err = b
+        .acquire_n(&key, 1, Some(Duration::from_millis(50)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "deadline_exceeded");
 }

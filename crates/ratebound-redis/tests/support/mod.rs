@@ -168,3 +168,13 @@ pub fn fresh(name: &str) -> String {
         .map_or(0, |d| d.as_nanos());
     format!("{name}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
+
+/// The script calls (`EVALSHA` and `EVAL`) an `INFO commandstats` reply
+/// counts.
+pub fn script_calls(info: &str) -> u64 {
+    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
+        .iter()
+        .filter_map(|p| info.find(p).map(|i| &info[i + p.len()..]))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
