@@ -75,6 +75,12 @@ def use() -> list[object]:
     gfw = rb.redis.FixedWindow(client, limit=100, window=60, lease=10, lease_ttl=0.5, breaker_cooldown=0.2)
     returned: int = gfw.close()
     rb.redis.SlidingWindow(client, 100, 60.0, on_error="local", local_rate=1).close()
+    # Waiting for a global token (the fail policy "open" answers at once).
+    with rb.redis.TokenBucket(client, rate=10, burst=20, on_error="open", timeout=0.05) as wtb:
+        wtb.acquire_blocking("partner-api", n=1, timeout=1.0)
+        res: rb.redis.RedisReservation = wtb.reserve("partner-api", max_wait=1.0)
+        waited: float = res.delay
+        shifted: Optional[float] = wtb.pause("partner-api", 1.0)
     client.close()
 
     async def global_async() -> bool:
@@ -87,10 +93,11 @@ def use() -> list[object]:
 
     async_ok = asyncio.run(global_async())
     return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry, mw, wmw,
-            source, gok, is_open, returned, async_ok]
+            source, gok, is_open, returned, async_ok, waited, shifted]
 
 
 def test_typed_usage() -> None:
     got = use()
-    assert len(got) == 21
-    assert got[16:] == ["fail_closed", False, False, 0, True]  # two failures: the breaker opens at 3
+    assert len(got) == 23
+    assert got[-2:] == [0.0, None], "fail open: at once; a pause Redis was not told of"
+    assert got[16:21] == ["fail_closed", False, False, 0, True]  # two failures: the breaker opens at 3
