@@ -94,6 +94,11 @@ async function global(): Promise<void> {
   const d: RedisDecision = await tb.check('partner-api')
   const source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' = d.source
   const scoped: RedisDecision = await tb.checkIn('burst', 'partner-api')
+  const waitedFrom: string = await tb.acquire('partner-api', 1, { timeout: 5, signal: new AbortController().signal })
+  const held = await tb.reserve('partner-api', 1, { maxWait: 2 })
+  const heldDelay: number = held.delay
+  const gaveBack: boolean = await held.cancel()
+  const shifted: number | null = await tb.pause('partner-api', 30)
   const ok: boolean = await fw.tryAcquire(42, 2)
   const at: RedisDecision = await sw.checkAt(Buffer.from('k'), 1, 1_200_000_000_000_000)
   const returned: number = await tb2.close()
