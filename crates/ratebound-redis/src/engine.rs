@@ -356,7 +356,7 @@ pub struct Engine {
     pub(crate) fingerprints: Fingerprinter,
     pub(crate) clock: AnyClock,
     /// Pauses heard of (see [`Engine::hear`]).
-    pub(crate) news: crate::reserve::News,
+    pub(crate) news: crate::news::News,
 }
 
 /// Whether `r` is a reply of the scripts: seven integers, none negative.
@@ -480,7 +480,7 @@ impl Engine {
             local,
             fingerprints: Fingerprinter::new(),
             clock,
-            news: crate::reserve::News::new(),
+            news: crate::news::News::new(),
             config,
         })
     }

@@ -43,6 +43,7 @@
 
 mod config;
 mod engine;
+mod news;
 mod reserve;
 pub mod script;
 
