@@ -1287,3 +1287,9 @@ impl SharedKeyedLimiter {
         t.rule.limit()
     }
 }
+
+/// The README's examples, compiled as doctests (`no_run`: they open files
+/// under /dev/shm).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
