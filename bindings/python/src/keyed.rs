@@ -135,6 +135,18 @@ impl KeyedLimiter {
         self.inner.len()
     }
 
+    /// Empties `key`'s token bucket for `seconds`; it refills at the rate
+    /// afterwards.
+    fn pause(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        seconds: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let s = number(py, "seconds", seconds)?;
+        with_key(key, |k| self.inner.pause(k, s).or_py(py))
+    }
+
     /// Blocks (GIL released) until `n` are taken for `key`; raises
     /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
     #[pyo3(signature = (key, n=None, timeout=None))]

@@ -162,7 +162,7 @@ impl Limiter {
             .reserve_n_at(n, max_wait, self.inner.now())
             .or_py(py)?;
         Ok(Reservation {
-            limiter: self.inner.clone(),
+            limiter: Holder::Local(self.inner.clone()),
             tokens: permit.tokens(),
             permit: std::sync::Mutex::new(Some(permit)),
             wait,
@@ -180,6 +180,12 @@ impl Limiter {
         let b = opt_number(py, "burst", burst)?;
         let q = with_rate(py, rate, |r| any::quota(r, b))?;
         self.inner.set_quota_at(q, self.inner.now()).or_py(py)
+    }
+
+    /// Empties a token bucket for `seconds`; it refills at the rate
+    /// afterwards. Reservations already held keep their time.
+    fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.pause(number(py, "seconds", seconds)?).or_py(py)
     }
 
     /// Blocks the calling thread (GIL released) until `n` are taken; raises
@@ -208,11 +214,19 @@ impl Limiter {
     }
 }
 
+/// Whose tokens a [`Reservation`] holds.
+pub(crate) enum Holder {
+    /// A local limiter's.
+    Local(Arc<AnyLimiter>),
+    /// A shared-memory bucket's.
+    Shared(Arc<ratebound_shm::SharedLimiter>),
+}
+
 /// Tokens taken ahead of time by `reserve`: act after `delay` seconds, or
 /// `cancel()` to give them back.
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Reservation {
-    pub(crate) limiter: Arc<AnyLimiter>,
+    pub(crate) limiter: Holder,
     pub(crate) tokens: u64,
     /// Taken by `cancel`: a permit is single use.
     pub(crate) permit: std::sync::Mutex<Option<Permit>>,
@@ -239,7 +253,13 @@ impl Reservation {
     fn cancel(&self) {
         let taken = self.permit.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(p) = taken {
-            self.limiter.release(p);
+            match &self.limiter {
+                Holder::Local(l) => l.release(p),
+                // Issued by this handle: never foreign.
+                Holder::Shared(l) => {
+                    let _ = l.release(p);
+                }
+            }
         }
     }
     fn __repr__(&self) -> String {

@@ -3,6 +3,7 @@
 //! `ratebound-shm`). Conversions only: the crate opens, checks and decides.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use ratebound::any;
@@ -12,12 +13,14 @@ use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLim
 use crate::convert::*;
 use crate::decision::*;
 use crate::error::*;
+use crate::limiters::{Holder, Reservation};
+use crate::waiting::Waiter;
 
 /// A shared-memory error as a Python exception: `SharedStatePermissionError`
 /// (a `PermissionError`) for the file's owner or mode, `SharedStateError`
 /// (an `OSError`) for the rest of the file's troubles, the core's classes
 /// for limiter errors. Each carries `.code`.
-fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
+pub(crate) fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
     let class = match e {
         ShmError::Limit(core) => return py_err(py, core),
         ShmError::Permissions { .. } => "SharedStatePermissionError",
@@ -30,7 +33,7 @@ fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
     made.unwrap_or_else(|err| err)
 }
 
-trait OrShm<T> {
+pub(crate) trait OrShm<T> {
     fn or_shm(self, py: Python<'_>) -> PyResult<T>;
 }
 
@@ -41,9 +44,14 @@ impl<T> OrShm<T> for Result<T, ShmError> {
 }
 
 /// A token bucket shared by every process that opens `path`.
-#[pyclass(frozen, module = "ratebound")]
+#[pyclass(frozen, subclass, module = "ratebound")]
 pub(crate) struct SharedTokenBucket {
-    inner: SharedLimiter,
+    inner: Arc<SharedLimiter>,
+}
+
+/// `seconds` as a pause's duration: a finite number ≥ 0.
+fn pause_of(py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<std::time::Duration> {
+    any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)
 }
 
 #[pymethods]
@@ -62,7 +70,9 @@ impl SharedTokenBucket {
         let b = opt_number(py, "burst", burst)?;
         let quota = with_rate(py, rate, |r| any::quota(r, b))?;
         Ok(SharedTokenBucket {
-            inner: SharedLimiter::open(path, KeyedAlgorithm::TokenBucket(quota)).or_shm(py)?,
+            inner: Arc::new(
+                SharedLimiter::open(path, KeyedAlgorithm::TokenBucket(quota)).or_shm(py)?,
+            ),
         })
     }
 
@@ -83,6 +93,64 @@ impl SharedTokenBucket {
     /// Tokens available now.
     fn available(&self) -> u64 {
         self.inner.available()
+    }
+
+    /// Takes `n` now on the shared word even if they arrive only later, if
+    /// within `max_wait` seconds (None: any wait), for every process.
+    #[pyo3(signature = (n=None, max_wait=None))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        max_wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Reservation> {
+        let n = count(py, n)?;
+        let max_wait = match opt_number(py, "max_wait", max_wait)? {
+            Some(s) => any::seconds("max_wait", s).or_py(py)?,
+            None => std::time::Duration::MAX,
+        };
+        let r = self.inner.reserve_n(n, max_wait).or_shm(py)?;
+        let wait = u64::try_from(r.delay().as_nanos()).unwrap_or(u64::MAX);
+        let permit = r.into_permit();
+        Ok(Reservation {
+            limiter: Holder::Shared(self.inner.clone()),
+            tokens: permit.tokens(),
+            permit: std::sync::Mutex::new(Some(permit)),
+            wait,
+        })
+    }
+
+    /// Empties the bucket for every process for `seconds`; it refills at
+    /// the rate afterwards.
+    fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+        let d = pause_of(py, seconds)?;
+        self.inner.pause(d).or_shm(py)
+    }
+
+    /// Blocks the calling thread (GIL released) until `n` are taken; raises
+    /// `RateLimitExceeded` at once, taking nothing, if `timeout` seconds
+    /// cannot suffice.
+    #[pyo3(signature = (n=None, timeout=None))]
+    fn acquire_blocking(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = count(py, n)?;
+        Waiter::for_shared(py, &self.inner, n, timeout)?.run_blocking(py)
+    }
+
+    /// For `acquire`: a wait for `n` (see `Waiter`).
+    #[pyo3(signature = (n=None, timeout=None))]
+    fn _waiter(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Waiter> {
+        let n = count(py, n)?;
+        Waiter::for_shared(py, &self.inner, n, timeout)
     }
 
     /// The burst.
@@ -109,9 +177,9 @@ impl SharedTokenBucket {
 
 /// One limit per key, shared by every process that opens `path`; room for
 /// `max_keys` keys, fixed when the file is made.
-#[pyclass(frozen, module = "ratebound")]
+#[pyclass(frozen, subclass, module = "ratebound")]
 pub(crate) struct SharedKeyedLimiter {
-    inner: ShmKeyed,
+    inner: Arc<ShmKeyed>,
 }
 
 impl SharedKeyedLimiter {
@@ -142,7 +210,7 @@ impl SharedKeyedLimiter {
             None => ratebound_shm::DEFAULT_MAX_KEYS,
         };
         Ok(SharedKeyedLimiter {
-            inner: ShmKeyed::open(path, alg, max).or_shm(py)?,
+            inner: Arc::new(ShmKeyed::open(path, alg, max).or_shm(py)?),
         })
     }
 
@@ -177,6 +245,45 @@ impl SharedKeyedLimiter {
     /// How many `key` could take now.
     fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
         with_key(key, |k| Ok(self.inner.available(k)))
+    }
+
+    /// Empties `key`'s token bucket for every process for `seconds`.
+    fn pause(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        seconds: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let d = pause_of(py, seconds)?;
+        with_key(key, |k| self.inner.pause(k, d).or_shm(py))
+    }
+
+    /// Blocks (GIL released) until `n` are taken for `key`; raises
+    /// `RateLimitExceeded` at once, taking nothing, if `timeout` seconds
+    /// cannot suffice.
+    #[pyo3(signature = (key, n=None, timeout=None))]
+    fn acquire_blocking(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = count(py, n)?;
+        Waiter::for_shared_key(py, &self.inner, key, n, timeout)?.run_blocking(py)
+    }
+
+    /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
+    #[pyo3(signature = (key, n=None, timeout=None))]
+    fn _waiter(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Waiter> {
+        let n = count(py, n)?;
+        Waiter::for_shared_key(py, &self.inner, key, n, timeout)
     }
 
     /// The most one check can take.

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use ratebound::any::{self, AnyKeyed, AnyLimiter, Wait};
+use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
 use crate::convert::*;
 use crate::error::*;
+use crate::shared::OrShm;
 
 /// Python's timers hold any sleep (asyncio re-arms its selector daily;
 /// blocking sleeps are cut into 50 ms pieces below).
@@ -20,6 +22,10 @@ enum Source {
     Limiter(Arc<AnyLimiter>),
     /// The key as given: converted again at each step, like any call.
     Keyed(Arc<AnyKeyed>, Py<PyAny>),
+    /// A shared-memory token bucket or window.
+    Shared(Arc<SharedLimiter>),
+    /// A key of a shared-memory table, as given.
+    SharedKeyed(Arc<SharedKeyedLimiter>, Py<PyAny>),
 }
 
 /// One caller's wait (internal: made by `acquire`): `step()` returns the
@@ -63,12 +69,46 @@ impl Waiter {
         })
     }
 
+    pub(crate) fn for_shared(
+        py: Python<'_>,
+        limiter: &Arc<SharedLimiter>,
+        n: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Waiter> {
+        let timeout = opt_number(py, "timeout", timeout)?;
+        let state = limiter.waiter(n, timeout, HOST_MAX_SLEEP).or_shm(py)?;
+        Ok(Waiter {
+            source: Source::Shared(limiter.clone()),
+            state: Mutex::new(state),
+        })
+    }
+
+    pub(crate) fn for_shared_key(
+        py: Python<'_>,
+        keyed: &Arc<SharedKeyedLimiter>,
+        key: &Bound<'_, PyAny>,
+        n: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Waiter> {
+        let timeout = opt_number(py, "timeout", timeout)?;
+        with_key(key, |_| Ok(()))?;
+        let state = keyed.waiter(n, timeout, HOST_MAX_SLEEP).or_shm(py)?;
+        Ok(Waiter {
+            source: Source::SharedKeyed(keyed.clone(), key.clone().unbind()),
+            state: Mutex::new(state),
+        })
+    }
+
     fn next(&self, py: Python<'_>) -> PyResult<Wait> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match &self.source {
             Source::Limiter(l) => l.wait_step(&mut state).or_py(py),
             Source::Keyed(k, key) => {
                 with_key(key.bind(py), |key| k.wait_step(&mut state, key).or_py(py))
+            }
+            Source::Shared(l) => l.wait_step(&mut state).or_shm(py),
+            Source::SharedKeyed(k, key) => {
+                with_key(key.bind(py), |key| k.wait_step(&mut state, key).or_shm(py))
             }
         }
     }
@@ -79,6 +119,10 @@ impl Waiter {
             Source::Limiter(l) => l.abandon(&mut state).or_py(py),
             // A keyed wait holds nothing.
             Source::Keyed(..) => Ok(()),
+            Source::Shared(l) => l.abandon(&mut state).or_shm(py),
+            Source::SharedKeyed(k, key) => {
+                with_key(key.bind(py), |key| k.abandon(&mut state, key).or_shm(py))
+            }
         }
     }
 

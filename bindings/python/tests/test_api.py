@@ -353,3 +353,30 @@ def test_nanosecond_arguments_are_checked() -> None:
     with pytest.raises(TypeError):
         c.set_ns(1.5)  # type: ignore[arg-type]
     assert rb.retry_after_secs(1) == 1
+
+
+def test_pause_on_local_limiters() -> None:
+    c = rb.ManualClock()
+    tb = rb.TokenBucket(2, 3, clock=c)
+    tb.pause(1)
+    d = tb.check()
+    # Empty until 1 s, then one token every 0.5 s.
+    assert not d.allowed and d.retry_after == pytest.approx(1.5)
+    tb.pause(0.5)  # ends earlier: changes nothing
+    assert tb.peek().retry_after == pytest.approx(1.5)
+    c.advance(1.5)
+    assert tb.try_acquire()
+    k = rb.KeyedLimiter(2, 3, clock=c)
+    k.pause("alice", 2)
+    assert k.check("alice").retry_after == pytest.approx(2.5)
+    assert k.try_acquire("bob")
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(rb.QuotaError, match="seconds"):
+            tb.pause(bad)
+        with pytest.raises(rb.QuotaError, match="seconds"):
+            k.pause("alice", bad)
+    for window in (rb.FixedWindow(1, 1, clock=c), rb.SlidingWindow(1, 1, clock=c)):
+        with pytest.raises(rb.Unsupported):
+            window.pause(1)
+    with pytest.raises(rb.Unsupported):
+        rb.KeyedLimiter(algorithm="fixed_window", limit=1, window=1).pause("a", 1)

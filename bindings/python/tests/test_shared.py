@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import signal
@@ -316,3 +317,184 @@ def test_gunicorn_example_four_workers_share_the_limit(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+# Waiting on a shared limiter (issue 23): acquire, reserve, pause.
+
+
+def _acquirer(path: str, keyed: bool, each: int, out: "multiprocessing.Queue[list[float]]") -> None:
+    # time.monotonic is CLOCK_MONOTONIC on Linux: the table's clock.
+    stamps = []
+    if keyed:
+        k = rb.SharedKeyedLimiter(path, rate=20, burst=2, max_keys=8)
+        for _ in range(each):
+            k.acquire_blocking("partner")
+            stamps.append(time.monotonic())
+    else:
+        tb = rb.SharedTokenBucket(path, rate=20, burst=2)
+        for i in range(each):
+            # Both ways of waiting: threads and asyncio.
+            if i % 2:
+                asyncio.run(tb.acquire(1, timeout=60))
+            else:
+                tb.acquire_blocking(1, timeout=60)
+            stamps.append(time.monotonic())
+    out.put(stamps)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_four_processes_acquiring_share_one_rate_never_early(tmp_path: Path, keyed: bool) -> None:
+    path = str(tmp_path / "partner.limit")
+    # Made (full) before the clock is read: no token is taken before start.
+    if keyed:
+        rb.SharedKeyedLimiter(path, rate=20, burst=2, max_keys=8)
+    else:
+        rb.SharedTokenBucket(path, rate=20, burst=2)
+    start = time.monotonic()
+    out: "multiprocessing.Queue[list[float]]" = CTX.Queue()
+    procs = [CTX.Process(target=_acquirer, args=(path, keyed, 5, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    stamps = sorted(t for _ in procs for t in out.get(timeout=60))
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert len(stamps) == 20
+    # 20 tokens at 20/s, burst 2: the i-th (from 0) never before
+    # start + (i + 1 - 2) / 20 s (1 µs for the float clock).
+    for i, t in enumerate(stamps):
+        due = start + max(i + 1 - 2, 0) * 0.05
+        assert t >= due - 1e-6, (i, t - start, due - start)
+
+
+def _reserve_and_sleep(path: str, ready: "multiprocessing.Queue[int]") -> None:
+    tb = rb.SharedTokenBucket(path, rate=1, burst=5)
+    w = tb._waiter(5)
+    assert w.step() is not None  # reserved on the shared word, 5 s ahead
+    ready.put(os.getpid())
+    time.sleep(60)
+
+
+def test_sigkill_of_a_waiting_process_loses_only_its_own_reservation(tmp_path: Path) -> None:
+    path = str(tmp_path / "kill.limit")
+    tb = rb.SharedTokenBucket(path, rate=1, burst=5)
+    a0 = time.monotonic()
+    assert tb.check(5).allowed  # the burst, at t0 in [a0, b0]
+    b0 = time.monotonic()
+    ready: "multiprocessing.Queue[int]" = CTX.Queue()
+    p = CTX.Process(target=_reserve_and_sleep, args=(path, ready))
+    p.start()
+    ready.get(timeout=30)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(timeout=30)
+    # Its 5 tokens stay taken, nothing more: one more is due at t0 + 6 s.
+    a1 = time.monotonic()
+    r = tb.reserve(1, max_wait=60)
+    b1 = time.monotonic()
+    assert a0 + 6 - b1 - 1e-6 <= r.delay <= b0 + 6 - a1 + 1e-6, r.delay
+    r.cancel()
+    # A waiter that gives up gives its tokens back (the same slot again).
+    w = tb._waiter(2)
+    assert w.step() is not None
+    w.abandon()
+    a2 = time.monotonic()
+    r = tb.reserve(1, max_wait=60)
+    b2 = time.monotonic()
+    assert a0 + 6 - b2 - 1e-6 <= r.delay <= b0 + 6 - a2 + 1e-6, r.delay
+
+
+def test_shared_waits_beyond_their_timeout_fail_at_once_taking_nothing(tmp_path: Path) -> None:
+    tb = rb.SharedTokenBucket(str(tmp_path / "t.limit"), rate="1/h", burst=1)
+    tb.acquire_blocking(timeout=0)
+    with pytest.raises(rb.RateLimitExceeded) as info:
+        tb.acquire_blocking(timeout=1800)  # an hour away: never slept
+    assert info.value.code == "deadline_exceeded"
+    with pytest.raises(rb.RateLimitExceeded):
+        asyncio.run(tb.acquire(timeout=1800))
+    with pytest.raises(rb.RateLimitExceeded):
+        tb.reserve(1, max_wait=1800)
+    r = tb.reserve(1, max_wait=7200)
+    assert r.delay <= 3600, "nothing was taken by the refusals"
+    r.cancel()
+    k = rb.SharedKeyedLimiter(str(tmp_path / "k.limit"), rate="1/h", burst=1, max_keys=8)
+    k.acquire_blocking("a")
+    with pytest.raises(rb.RateLimitExceeded):
+        k.acquire_blocking("a", 1, timeout=1800)
+    with pytest.raises(rb.RateLimitExceeded):
+        asyncio.run(k.acquire("a", timeout=1800))
+    k.acquire_blocking("b", timeout=0)  # its own bucket
+
+
+def test_a_cancelled_shared_acquire_gives_its_reservation_back(tmp_path: Path) -> None:
+    # One token per 10 s: the waiter's reservation is 10 s ahead, far more
+    # than the test takes even on a loaded machine.
+    tb = rb.SharedTokenBucket(str(tmp_path / "c.limit"), rate=0.1, burst=1)
+    assert tb.try_acquire()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(tb.acquire())
+        await asyncio.sleep(0.05)
+        probe = tb.reserve(1, max_wait=60)
+        assert probe.delay > 15, probe.delay  # behind the waiter's slot
+        probe.cancel()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        probe = tb.reserve(1, max_wait=60)
+        assert probe.delay <= 10, probe.delay  # given back
+        probe.cancel()
+
+    asyncio.run(main())
+
+
+def test_shared_pause_empties_the_bucket_for_every_handle(tmp_path: Path) -> None:
+    path = str(tmp_path / "p.limit")
+    a = rb.SharedTokenBucket(path, rate=2, burst=3)
+    b = rb.SharedTokenBucket(path, rate=2, burst=3)
+    start = time.monotonic()
+    a.pause(1)
+    d = b.check()
+    elapsed = time.monotonic() - start
+    assert not d.allowed
+    # Empty until 1 s, then one token every 0.5 s.
+    assert 1.5 - elapsed - 1e-6 <= d.retry_after <= 1.5
+    a.pause(0.1)  # ends earlier: changes nothing
+    assert b.check().retry_after > 1.5 - (time.monotonic() - start) - 1e-3
+    k = rb.SharedKeyedLimiter(str(tmp_path / "k.limit"), rate=2, burst=3, max_keys=8)
+    k.pause("alice", 1)
+    assert not k.check("alice").allowed
+    assert k.check("bob").allowed
+
+
+def test_shared_bad_waits_and_pauses_are_typed_errors(tmp_path: Path) -> None:
+    tb = rb.SharedTokenBucket(str(tmp_path / "b.limit"), rate=1, burst=2)
+    k = rb.SharedKeyedLimiter(str(tmp_path / "k.limit"), rate=1, burst=2, max_keys=8)
+    for bad in (-1, float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(rb.QuotaError, match="timeout"):
+            tb.acquire_blocking(1, timeout=bad)
+        with pytest.raises(rb.QuotaError, match="timeout"):
+            asyncio.run(tb.acquire(1, timeout=bad))
+        with pytest.raises(rb.QuotaError, match="timeout"):
+            k.acquire_blocking("a", 1, timeout=bad)
+        with pytest.raises(rb.QuotaError, match="seconds"):
+            tb.pause(bad)
+        with pytest.raises(rb.QuotaError, match="seconds"):
+            k.pause("a", bad)
+        with pytest.raises(rb.QuotaError, match="max_wait"):
+            tb.reserve(1, max_wait=bad)
+    with pytest.raises(rb.InsufficientCapacity):
+        tb.acquire_blocking(3)
+    with pytest.raises(rb.InsufficientCapacity):
+        asyncio.run(k.acquire("a", 3))
+    with pytest.raises(rb.InsufficientCapacity):
+        tb.reserve(3)
+    assert tb.available() == 2 and k.available("a") == 2, "nothing was taken"
+    w = rb.SharedKeyedLimiter(str(tmp_path / "w.limit"), algorithm="fixed_window", limit=2, window=0.2, max_keys=8)
+    with pytest.raises(rb.Unsupported):
+        w.pause("a", 1)
+    # A window waits its retry_after and decides again.
+    start = time.monotonic()
+    for _ in range(3):
+        w.acquire_blocking("a", timeout=5)
+    next_window = (start // 0.2 + 1) * 0.2
+    assert time.monotonic() >= next_window - 1e-6

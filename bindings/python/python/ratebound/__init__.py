@@ -40,8 +40,6 @@ from ._ratebound import (
     Decision,
     ManualClock,
     Reservation,
-    SharedKeyedLimiter,
-    SharedTokenBucket,
     client_ip,
     ip_key,
     retry_after_secs,
@@ -223,6 +221,40 @@ class KeyedLimiter(_ratebound.KeyedLimiter):
 
     def __repr__(self) -> str:
         return f"KeyedLimiter(keys={len(self)}, max_keys={self.max_keys})"
+
+
+class SharedTokenBucket(_ratebound.SharedTokenBucket):
+    """A token bucket shared by every process on the host that opens
+    ``path`` (a file in a shared memory map). ``acquire`` (asyncio) and
+    ``acquire_blocking`` (threads) reserve on the shared word, so every
+    process is served in the order it asked; ``reserve`` returns the
+    :class:`Reservation`; ``pause(seconds)`` empties the bucket for every
+    process (reservations already held keep their time)."""
+
+    __slots__ = ()
+
+    async def acquire(self, n: int = 1, timeout: Optional[Number] = None) -> None:
+        """Waits until ``n`` are taken (see :meth:`Limiter.acquire`): raises
+        :class:`RateLimitExceeded` at once, taking nothing, when the wait
+        would exceed ``timeout`` seconds; a cancelled task gives its
+        reservation back."""
+        await _wait(self._waiter(n, timeout))
+
+
+class SharedKeyedLimiter(_ratebound.SharedKeyedLimiter):
+    """One limit per key, shared by every process that opens ``path``: a
+    token bucket (``rate``/``burst``) or ``algorithm="fixed_window"`` /
+    ``"sliding_window"``, in a table of ``max_keys`` keys fixed when the
+    file is made. ``acquire(key, ...)`` waits (a bucket reserves in the
+    key's slot, a window sleeps its exact ``retry_after``);
+    ``pause(key, seconds)`` empties a key's bucket for every process."""
+
+    __slots__ = ()
+
+    async def acquire(self, key: Union[str, bytes, int], n: int = 1, timeout: Optional[Number] = None) -> None:
+        """Waits until ``n`` are taken for ``key`` (see
+        :meth:`SharedTokenBucket.acquire`)."""
+        await _wait(self._waiter(key, n, timeout))
 
 
 F = TypeVar("F", bound=Callable[..., Any])
