@@ -46,6 +46,17 @@ export interface KeyedLimiter {
   /** Waits until `key` may take `n` tokens (default 1), then takes them. */
   acquire(key: string | number | Uint8Array, n?: number, options?: AcquireOptions): Promise<void>
 }
+/**
+ * Waiting on a shared-memory limiter: a token bucket reserves on the shared
+ * word, so every process is served in the order it asked; a window sleeps
+ * its exact `retryAfter` and decides again. An aborted wait gives its
+ * reservation back.
+ */
+export interface SharedTokenBucket extends Acquirable {}
+export interface SharedKeyedLimiter {
+  /** Waits until `key` may take `n` tokens (default 1), for every process. */
+  acquire(key: string | number | Uint8Array, n?: number, options?: AcquireOptions): Promise<void>
+}
 
 /** A key, as the middleware and `KeyedLimiter` take it. */
 export type Key = string | number | Uint8Array

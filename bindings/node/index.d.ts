@@ -46,6 +46,17 @@ export interface KeyedLimiter {
   /** Waits until `key` may take `n` tokens (default 1), then takes them. */
   acquire(key: string | number | Uint8Array, n?: number, options?: AcquireOptions): Promise<void>
 }
+/**
+ * Waiting on a shared-memory limiter: a token bucket reserves on the shared
+ * word, so every process is served in the order it asked; a window sleeps
+ * its exact `retryAfter` and decides again. An aborted wait gives its
+ * reservation back.
+ */
+export interface SharedTokenBucket extends Acquirable {}
+export interface SharedKeyedLimiter {
+  /** Waits until `key` may take `n` tokens (default 1), for every process. */
+  acquire(key: string | number | Uint8Array, n?: number, options?: AcquireOptions): Promise<void>
+}
 
 /** A key, as the middleware and `KeyedLimiter` take it. */
 export type Key = string | number | Uint8Array
@@ -390,6 +401,17 @@ export declare class AllOf {
    */
   get algorithm(): string
   /**
+   * Empties a token bucket for `seconds` (a partner's
+   * `Retry-After`): no token before then, refilling at the rate
+   * afterwards. A pause ending no later than one already on
+   * changes nothing; reservations already held keep their time.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for
+   * `seconds` that are not a finite number ≥ 0; {TypeError}
+   * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
+   */
+  pause(seconds: number): void
+  /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
    * (default: any wait): act after `reservation.delay` seconds,
@@ -434,6 +456,17 @@ export declare class FixedWindow {
    * `"all_of"`.
    */
   get algorithm(): string
+  /**
+   * Empties a token bucket for `seconds` (a partner's
+   * `Retry-After`): no token before then, refilling at the rate
+   * afterwards. A pause ending no later than one already on
+   * changes nothing; reservations already held keep their time.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for
+   * `seconds` that are not a finite number ≥ 0; {TypeError}
+   * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
+   */
+  pause(seconds: number): void
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -552,6 +585,14 @@ export declare class KeyedLimiter {
   get size(): number
   /** The cap on tracked keys. */
   get maxKeys(): number
+  /**
+   * Empties `key`'s token bucket for `seconds`, refilling at the rate
+   * afterwards (see `TokenBucket.pause`).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for bad
+   * `seconds`; {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the windows.
+   */
+  pause(key: string | number | Uint8Array, seconds: number): void
 }
 
 /**
@@ -587,6 +628,17 @@ export declare class LeakyBucket {
    * `"all_of"`.
    */
   get algorithm(): string
+  /**
+   * Empties a token bucket for `seconds` (a partner's
+   * `Retry-After`): no token before then, refilling at the rate
+   * afterwards. A pause ending no later than one already on
+   * changes nothing; reservations already held keep their time.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for
+   * `seconds` that are not a finite number ≥ 0; {TypeError}
+   * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
+   */
+  pause(seconds: number): void
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -840,6 +892,13 @@ export declare class SharedKeyedLimiter {
   tryAcquire(key: string | number | Uint8Array): boolean
   /** How many `key` could take now. */
   available(key: string | number | Uint8Array): number
+  /**
+   * Empties `key`'s token bucket for every process for `seconds`.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for bad
+   * `seconds`; {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+   */
+  pause(key: string | number | Uint8Array, seconds: number): void
   /** The most one check can take. */
   get limit(): number
   /** Slots in the table (twice `maxKeys`, at least 64). */
@@ -869,6 +928,25 @@ export declare class SharedTokenBucket {
   tryAcquire(): boolean
   /** Tokens available now. */
   available(): number
+  /**
+   * Takes `n` tokens (default 1) now on the shared word even if they
+   * are not there yet, as long as they will be within `maxWait` seconds
+   * (default: any wait), for every process: act after
+   * `reservation.delay` seconds, or `cancel()` to give them back.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_DEADLINE_EXCEEDED` (nothing
+   * taken) when the wait would be longer.
+   */
+  reserve(n?: number | undefined | null, maxWait?: number | undefined | null): Reservation
+  /**
+   * Empties the bucket for every process for `seconds`, refilling at the
+   * rate afterwards; a pause ending no later than one already on changes
+   * nothing, reservations already held keep their time.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for `seconds`
+   * that are not a finite number ≥ 0.
+   */
+  pause(seconds: number): void
   /** The burst. */
   get limit(): number
   /** The file the processes share. */
@@ -907,6 +985,17 @@ export declare class SlidingLog {
    * `"all_of"`.
    */
   get algorithm(): string
+  /**
+   * Empties a token bucket for `seconds` (a partner's
+   * `Retry-After`): no token before then, refilling at the rate
+   * afterwards. A pause ending no later than one already on
+   * changes nothing; reservations already held keep their time.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for
+   * `seconds` that are not a finite number ≥ 0; {TypeError}
+   * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
+   */
+  pause(seconds: number): void
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -953,6 +1042,17 @@ export declare class SlidingWindow {
    * `"all_of"`.
    */
   get algorithm(): string
+  /**
+   * Empties a token bucket for `seconds` (a partner's
+   * `Retry-After`): no token before then, refilling at the rate
+   * afterwards. A pause ending no later than one already on
+   * changes nothing; reservations already held keep their time.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for
+   * `seconds` that are not a finite number ≥ 0; {TypeError}
+   * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
+   */
+  pause(seconds: number): void
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -1017,6 +1117,17 @@ export declare class TokenBucket {
    * `"all_of"`.
    */
   get algorithm(): string
+  /**
+   * Empties a token bucket for `seconds` (a partner's
+   * `Retry-After`): no token before then, refilling at the rate
+   * afterwards. A pause ending no later than one already on
+   * changes nothing; reservations already held keep their time.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for
+   * `seconds` that are not a finite number ≥ 0; {TypeError}
+   * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
+   */
+  pause(seconds: number): void
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds

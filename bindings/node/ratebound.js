@@ -166,6 +166,25 @@ define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n =
   return drive(() => this.waitStep(waiter, key), () => {}, options)
 })
 
+// Shared memory: a token bucket reserves on the shared word (every process
+// in one order), a window sleeps its retry_after; an abort gives back.
+define(native.SharedTokenBucket.prototype, 'acquire', async function acquire(n = 1, options) {
+  const waiter = this.waiter(n, timeoutOf(options))
+  return drive(
+    () => this.waitStep(waiter),
+    () => this.abandonWait(waiter),
+    options,
+  )
+})
+define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(key, n = 1, options) {
+  const waiter = this.waiter(n, timeoutOf(options))
+  return drive(
+    () => this.waitStep(waiter, key),
+    () => this.abandonWait(waiter, key),
+    options,
+  )
+})
+
 const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide, native.SharedKeyedLimiter)
 // Global limits in Redis, with the application's ioredis or node-redis client.
 const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abortError })

@@ -320,3 +320,32 @@ test('acquire: on the real clock every timer fits a host timer; abort gives the 
   const retry = monthly.peek().retryAfter
   assert.ok(retry > 29 * 86400 && retry <= 30 * 86400, `${retry}`)
 })
+
+test('pause on local limiters: empty until its end, then at the rate; windows refuse', () => {
+  const clock = new rb.ManualClock()
+  const tb = new rb.TokenBucket({ rate: 2, burst: 3, clock })
+  tb.pause(1)
+  const d = tb.check()
+  // Empty until 1 s, then one token every 0.5 s.
+  assert.equal(d.allowed, false)
+  assert.equal(d.retryAfter, 1.5)
+  tb.pause(0.5) // ends earlier: changes nothing
+  assert.equal(tb.peek().retryAfter, 1.5)
+  clock.advance(1.5)
+  assert.equal(tb.tryAcquire(), true)
+  const k = new rb.KeyedLimiter({ rate: 2, burst: 3, clock })
+  k.pause('alice', 2)
+  assert.equal(k.check('alice').retryAfter, 2.5)
+  assert.equal(k.tryAcquire('bob'), true)
+  for (const bad of [-1, NaN, Infinity]) {
+    assert.throws(() => tb.pause(bad), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+    assert.throws(() => k.pause('alice', bad), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+  }
+  for (const w of [new rb.FixedWindow({ limit: 1, window: 1, clock }), new rb.SlidingWindow({ limit: 1, window: 1, clock })]) {
+    assert.throws(() => w.pause(1), { name: 'TypeError', code: 'ERR_RATEBOUND_UNSUPPORTED' })
+  }
+  assert.throws(() => new rb.KeyedLimiter({ algorithm: 'fixed_window', limit: 1, window: 1 }).pause('a', 1), {
+    name: 'TypeError',
+    code: 'ERR_RATEBOUND_UNSUPPORTED',
+  })
+})

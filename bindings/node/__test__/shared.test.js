@@ -309,3 +309,153 @@ test('a full SharedKeyedLimiter policy answers 503 (Retry-After 1) in Express an
     await f.close()
   }
 })
+
+// Waiting on a shared limiter (issue 23): acquire, reserve, pause.
+
+// A child process running `script` (which gets `rb`, the file and `args`);
+// its stdout lines.
+function child(script, file, args = []) {
+  const code = `const rb = require(${JSON.stringify(require.resolve('..'))});\n` +
+    `const [file, ...args] = process.argv.slice(1);\n(async () => {\n${script}\n})().catch((e) => { console.error(e); process.exit(1) })`
+  return spawn(process.execPath, ['-e', code, file, ...args.map(String)], { stdio: ['ignore', 'pipe', 'inherit'] })
+}
+
+function lines(c) {
+  return new Promise((resolve, reject) => {
+    let out = ''
+    c.stdout.on('data', (d) => (out += d))
+    c.on('error', reject)
+    c.on('exit', (code) => (code === 0 ? resolve(out.trim().split('\n')) : reject(new Error(`child exited ${code}: ${out}`))))
+  })
+}
+
+const now = () => process.hrtime.bigint() // CLOCK_MONOTONIC, the table's clock
+
+for (const keyed of [false, true]) {
+  test(`four processes acquiring through one file share one rate, never early (${keyed ? 'keyed' : 'bucket'})`, async () => {
+    const file = path.join(tmpdir(), 'partner.limit')
+    // Made (full) before the clock is read: no token is taken before start.
+    if (keyed) new rb.SharedKeyedLimiter({ path: file, rate: 20, burst: 2, maxKeys: 8 })
+    else new rb.SharedTokenBucket({ path: file, rate: 20, burst: 2 })
+    const start = now()
+    const script = keyed
+      ? `const k = new rb.SharedKeyedLimiter({ path: file, rate: 20, burst: 2, maxKeys: 8 })
+         for (let i = 0; i < 5; i++) { await k.acquire('partner', 1, { timeout: 60 }); console.log(String(process.hrtime.bigint())) }`
+      : `const tb = new rb.SharedTokenBucket({ path: file, rate: 20, burst: 2 })
+         for (let i = 0; i < 5; i++) { await tb.acquire(1, { timeout: 60 }); console.log(String(process.hrtime.bigint())) }`
+    const outs = await Promise.all([0, 1, 2, 3].map(() => lines(child(script, file))))
+    const done = outs.flat().map(BigInt).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
+    assert.equal(done.length, 20)
+    // 20 tokens at 20/s, burst 2: the i-th (from 0) never before
+    // start + (i + 1 - 2) * 50 ms.
+    done.forEach((t, i) => {
+      const due = start + BigInt(Math.max(i + 1 - 2, 0)) * 50_000_000n
+      assert.ok(t >= due, `acquisition ${i} at +${(t - start) / 1_000_000n} ms, due +${(due - start) / 1_000_000n} ms`)
+    })
+  })
+}
+
+test('kill -9 of a waiting process loses only its own reservation', async () => {
+  const file = path.join(tmpdir(), 'kill.limit')
+  const tb = new rb.SharedTokenBucket({ path: file, rate: 1, burst: 5 })
+  const a0 = now()
+  assert.ok(tb.check(5).allowed) // the burst, at t0 in [a0, b0]
+  const b0 = now()
+  const c = child(`const tb = new rb.SharedTokenBucket({ path: file, rate: 1, burst: 5 })
+    const w = tb.waiter(5)
+    if (tb.waitStep(w)[0] !== 2) throw new Error('not reserved')
+    console.log('reserved')
+    setTimeout(() => {}, 60_000)`, file)
+  await new Promise((resolve, reject) => {
+    c.stdout.on('data', (d) => String(d).includes('reserved') && resolve())
+    c.on('exit', (code) => reject(new Error(`child exited ${code}`)))
+  })
+  const exited = new Promise((resolve) => c.on('exit', resolve))
+  c.kill('SIGKILL')
+  await exited
+  const bracket = (a, b, delay) => {
+    // Its 5 tokens stay taken, nothing more: one more is due at t0 + 6 s.
+    const lo = Number(a0 + 6_000_000_000n - b) / 1e9 - 1e-6
+    const hi = Number(b0 + 6_000_000_000n - a) / 1e9 + 1e-6
+    assert.ok(lo <= delay && delay <= hi, `${delay} not in [${lo}, ${hi}]`)
+  }
+  let a1 = now()
+  let r = tb.reserve(1, 60)
+  bracket(a1, now(), r.delay)
+  r.cancel()
+  // An aborted wait gives its reservation back: the same slot again.
+  const ac = new AbortController()
+  const waiting = tb.acquire(2, { signal: ac.signal })
+  ac.abort()
+  await assert.rejects(waiting, { name: 'AbortError' })
+  a1 = now()
+  r = tb.reserve(1, 60)
+  bracket(a1, now(), r.delay)
+})
+
+test('an aborted shared acquire gives its reservation back', async () => {
+  // One token per 10 s: the waiter's slot is 10 s ahead, far more than the
+  // test takes on a loaded machine.
+  const tb = new rb.SharedTokenBucket({ path: path.join(tmpdir(), 'abort.limit'), rate: 0.1, burst: 1 })
+  assert.ok(tb.tryAcquire())
+  const ac = new AbortController()
+  const waiting = tb.acquire(1, { signal: ac.signal })
+  await new Promise((r) => setTimeout(r, 50))
+  let probe = tb.reserve(1, 60)
+  assert.ok(probe.delay > 15, `behind the waiter: ${probe.delay}`)
+  probe.cancel()
+  ac.abort()
+  await assert.rejects(waiting, { name: 'AbortError' })
+  probe = tb.reserve(1, 60)
+  assert.ok(probe.delay <= 10, `given back: ${probe.delay}`)
+  probe.cancel()
+})
+
+test('shared waits beyond their timeout fail at once, taking nothing', async () => {
+  const dir = tmpdir()
+  const tb = new rb.SharedTokenBucket({ path: path.join(dir, 't.limit'), rate: '1/h', burst: 1 })
+  await tb.acquire(1, { timeout: 0 })
+  // An hour away: never slept.
+  await assert.rejects(tb.acquire(1, { timeout: 1800 }), (e) => e instanceof rb.RateLimitExceededError && e.retryAfter > 1800)
+  assert.throws(() => tb.reserve(1, 1800), { code: 'ERR_RATEBOUND_DEADLINE_EXCEEDED' })
+  const r = tb.reserve(1, 7200)
+  assert.ok(r.delay <= 3600, 'nothing was taken by the refusals')
+  r.cancel()
+  const k = new rb.SharedKeyedLimiter({ path: path.join(dir, 'k.limit'), rate: '1/h', burst: 1, maxKeys: 8 })
+  await k.acquire('a')
+  await assert.rejects(k.acquire('a', 1, { timeout: 1800 }), rb.RateLimitExceededError)
+  await k.acquire('b', 1, { timeout: 0 }) // its own bucket
+})
+
+test('shared pause empties the bucket for every handle; bad input is typed', async () => {
+  const dir = tmpdir()
+  const file = path.join(dir, 'p.limit')
+  const a = new rb.SharedTokenBucket({ path: file, rate: 2, burst: 3 })
+  const b = new rb.SharedTokenBucket({ path: file, rate: 2, burst: 3 })
+  const start = now()
+  a.pause(1)
+  const d = b.check()
+  const elapsed = Number(now() - start) / 1e9
+  assert.equal(d.allowed, false)
+  // Empty until 1 s, then one token every 0.5 s.
+  assert.ok(1.5 - elapsed - 1e-6 <= d.retryAfter && d.retryAfter <= 1.5, `${d.retryAfter}`)
+  const k = new rb.SharedKeyedLimiter({ path: path.join(dir, 'k.limit'), rate: 2, burst: 3, maxKeys: 8 })
+  k.pause('alice', 1)
+  assert.equal(k.check('alice').allowed, false)
+  assert.equal(k.check('bob').allowed, true)
+  for (const bad of [-1, NaN, Infinity, -Infinity]) {
+    assert.throws(() => a.pause(bad), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+    assert.throws(() => k.pause('a', bad), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+    await assert.rejects(a.acquire(1, { timeout: bad }), { code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+    await assert.rejects(k.acquire('a', 1, { timeout: bad }), { code: 'ERR_RATEBOUND_INVALID_NUMBER' })
+  }
+  await assert.rejects(a.acquire(4), { code: 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY' })
+  await assert.rejects(k.acquire('a', 4), { code: 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY' })
+  const w = new rb.SharedKeyedLimiter({ path: path.join(dir, 'w.limit'), algorithm: 'fixed_window', limit: 2, window: 0.2, maxKeys: 8 })
+  assert.throws(() => w.pause('a', 1), { name: 'TypeError', code: 'ERR_RATEBOUND_UNSUPPORTED' })
+  // A window sleeps its retryAfter and decides again.
+  const s = now()
+  for (let i = 0; i < 3; i++) await w.acquire('a', 1, { timeout: 5 })
+  const nextWindow = (s / 200_000_000n + 1n) * 200_000_000n
+  assert.ok(now() >= nextWindow, 'the third waited for the next window')
+})

@@ -193,6 +193,17 @@ impl KeyedLimiter {
         self.handle
     }
 
+    /// Empties `key`'s token bucket for `seconds`, refilling at the rate
+    /// afterwards (see `TokenBucket.pause`).
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for bad
+    /// `seconds`; {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the windows.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, seconds: number")]
+    pub fn pause(&self, env: Env, key: Unknown<'_>, seconds: f64) -> Result<()> {
+        self.key(&env, &key, |k| self.inner.pause(k, seconds))?
+            .or_throw(&env)
+    }
+
     /// A wait for `n` tokens of some key (internal: `acquire`).
     #[napi(skip_typescript)]
     pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {

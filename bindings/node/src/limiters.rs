@@ -267,10 +267,14 @@ impl Shared {
         let now = self.limiter.now();
         let (wait, permit) = self.limiter.reserve_n_at(n, max_wait, now).or_throw(env)?;
         Ok(Reservation {
-            limiter: self.limiter.clone(),
+            limiter: Holder::Local(self.limiter.clone()),
             permit: Cell::new(Some(permit)),
             wait,
         })
+    }
+
+    fn pause(&self, env: &Env, seconds: f64) -> Result<()> {
+        self.limiter.pause(seconds).or_throw(env)
     }
 }
 
@@ -284,9 +288,17 @@ impl Drop for Shared {
 /// `cancel()` to give them back (as far as no later taker depends on them).
 #[napi]
 pub struct Reservation {
-    limiter: Arc<AnyLimiter>,
-    permit: Cell<Option<Permit>>,
-    wait: u64,
+    pub(crate) limiter: Holder,
+    pub(crate) permit: Cell<Option<Permit>>,
+    pub(crate) wait: u64,
+}
+
+/// Whose tokens a [`Reservation`] holds.
+pub(crate) enum Holder {
+    /// A local limiter's.
+    Local(Arc<AnyLimiter>),
+    /// A shared-memory bucket's.
+    Shared(Arc<ratebound_shm::SharedLimiter>),
 }
 
 #[napi]
@@ -307,7 +319,13 @@ impl Reservation {
     #[napi]
     pub fn cancel(&self) {
         if let Some(permit) = self.permit.take() {
-            self.limiter.release(permit);
+            match &self.limiter {
+                Holder::Local(l) => l.release(permit),
+                // Issued by this handle: never foreign.
+                Holder::Shared(l) => {
+                    let _ = l.release(permit);
+                }
+            }
         }
     }
 }
@@ -389,6 +407,19 @@ macro_rules! limiter_class {
             #[napi(getter)]
             pub fn algorithm(&self) -> &'static str {
                 self.shared.limiter.algorithm()
+            }
+
+            /// Empties a token bucket for `seconds` (a partner's
+            /// `Retry-After`): no token before then, refilling at the rate
+            /// afterwards. A pause ending no later than one already on
+            /// changes nothing; reservations already held keep their time.
+            ///
+            /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for
+            /// `seconds` that are not a finite number ≥ 0; {TypeError}
+            /// `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
+            #[napi]
+            pub fn pause(&self, env: Env, seconds: f64) -> Result<()> {
+                self.shared.pause(&env, seconds)
             }
 
             /// Takes `n` tokens (default 1) now even if they are not there

@@ -8,8 +8,32 @@ use ratebound::KeyedAlgorithm;
 use ratebound::any::{self, Key};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
+use std::cell::Cell;
+use std::sync::Arc;
+
 use crate::error::{Kind, OrThrow, throw, throw_as};
-use crate::limiters::{Decision, loose_number, loose_rate, rate_of, tokens};
+use crate::limiters::{
+    Decision, HOST_MAX_SLEEP, Holder, Reservation, Waiter, loose_number, loose_rate, rate_of,
+    tokens,
+};
+
+/// A wait step for JavaScript (see `limiters::step_to_js`), from a shared
+/// limiter.
+fn shm_step(env: &Env, step: std::result::Result<any::Wait, ShmError>) -> Result<Vec<f64>> {
+    match step {
+        Ok(any::Wait::Done) => Ok(vec![0.0, 0.0]),
+        Ok(any::Wait::Sleep(nanos)) => Ok(vec![2.0, nanos as f64]),
+        Err(ShmError::Limit(ratebound::Error::DeadlineExceeded { wait, .. })) => {
+            Ok(vec![3.0, wait.as_nanos() as f64])
+        }
+        Err(e) => Err(shm_throw(env, e)),
+    }
+}
+
+/// `seconds` as a pause's duration.
+fn pause_of(env: &Env, seconds: f64) -> Result<std::time::Duration> {
+    any::seconds("seconds", seconds).or_throw(env)
+}
 
 /// A shared-memory error as a JavaScript error: the core's for limiter
 /// errors; otherwise an `Error` with `code` `ERR_RATEBOUND_SHM_IO`,
@@ -43,7 +67,7 @@ pub struct SharedTokenBucketOptions<'a> {
 /// one refill for all of them, updated lock-free in shared memory.
 #[napi]
 pub struct SharedTokenBucket {
-    inner: SharedLimiter,
+    inner: Arc<SharedLimiter>,
 }
 
 #[napi]
@@ -66,7 +90,9 @@ impl SharedTokenBucket {
             .or_throw(&env)?;
         let inner = SharedLimiter::open(&o.path, KeyedAlgorithm::TokenBucket(quota))
             .map_err(|e| shm_throw(&env, e))?;
-        Ok(SharedTokenBucket { inner })
+        Ok(SharedTokenBucket {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Takes `n` (default 1) now if all `n` are there, for every process.
@@ -92,6 +118,69 @@ impl SharedTokenBucket {
     #[napi]
     pub fn available(&self) -> f64 {
         self.inner.available() as f64
+    }
+
+    /// Takes `n` tokens (default 1) now on the shared word even if they
+    /// are not there yet, as long as they will be within `maxWait` seconds
+    /// (default: any wait), for every process: act after
+    /// `reservation.delay` seconds, or `cancel()` to give them back.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_DEADLINE_EXCEEDED` (nothing
+    /// taken) when the wait would be longer.
+    #[napi]
+    pub fn reserve(&self, env: Env, n: Option<f64>, max_wait: Option<f64>) -> Result<Reservation> {
+        let n = tokens(&env, n)?;
+        let max_wait = match max_wait {
+            Some(m) => any::seconds("maxWait", m).or_throw(&env)?,
+            None => std::time::Duration::MAX,
+        };
+        let r = self
+            .inner
+            .reserve_n(n, max_wait)
+            .map_err(|e| shm_throw(&env, e))?;
+        let wait = u64::try_from(r.delay().as_nanos()).unwrap_or(u64::MAX);
+        Ok(Reservation {
+            limiter: Holder::Shared(self.inner.clone()),
+            permit: Cell::new(Some(r.into_permit())),
+            wait,
+        })
+    }
+
+    /// Empties the bucket for every process for `seconds`, refilling at the
+    /// rate afterwards; a pause ending no later than one already on changes
+    /// nothing, reservations already held keep their time.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for `seconds`
+    /// that are not a finite number ≥ 0.
+    #[napi]
+    pub fn pause(&self, env: Env, seconds: f64) -> Result<()> {
+        let d = pause_of(&env, seconds)?;
+        self.inner.pause(d).map_err(|e| shm_throw(&env, e))
+    }
+
+    /// A wait for `n` tokens (internal: `acquire`).
+    #[napi(skip_typescript)]
+    pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
+        let n = any::whole("n", n, 0).or_throw(&env)?;
+        let made = self
+            .inner
+            .waiter(n, timeout, HOST_MAX_SLEEP)
+            .map_err(|e| shm_throw(&env, e))?;
+        Waiter::new(&env, Ok(made))
+    }
+
+    /// One step of a wait (internal: `acquire`).
+    #[napi(skip_typescript)]
+    pub fn wait_step(&self, env: Env, waiter: &Waiter) -> Result<Vec<f64>> {
+        shm_step(&env, self.inner.wait_step(&mut waiter.state.borrow_mut()))
+    }
+
+    /// Ends a wait early, giving back what it holds (internal).
+    #[napi(skip_typescript)]
+    pub fn abandon_wait(&self, env: Env, waiter: &Waiter) -> Result<()> {
+        self.inner
+            .abandon(&mut waiter.state.borrow_mut())
+            .map_err(|e| shm_throw(&env, e))
     }
 
     /// The burst.
@@ -200,6 +289,46 @@ impl SharedKeyedLimiter {
     #[napi(ts_args_type = "key: string | number | Uint8Array")]
     pub fn available(&self, env: Env, key: Unknown<'_>) -> Result<f64> {
         Ok(self.key(&env, &key, |k| self.inner.available(k))? as f64)
+    }
+
+    /// Empties `key`'s token bucket for every process for `seconds`.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for bad
+    /// `seconds`; {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, seconds: number")]
+    pub fn pause(&self, env: Env, key: Unknown<'_>, seconds: f64) -> Result<()> {
+        let d = pause_of(&env, seconds)?;
+        self.key(&env, &key, |k| self.inner.pause(k, d))?
+            .map_err(|e| shm_throw(&env, e))
+    }
+
+    /// A wait for `n` tokens of some key (internal: `acquire`).
+    #[napi(skip_typescript)]
+    pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
+        let n = any::whole("n", n, 0).or_throw(&env)?;
+        let made = self
+            .inner
+            .waiter(n, timeout, HOST_MAX_SLEEP)
+            .map_err(|e| shm_throw(&env, e))?;
+        Waiter::new(&env, Ok(made))
+    }
+
+    /// One step of a wait for `key` (internal: `acquire`).
+    #[napi(skip_typescript)]
+    pub fn wait_step(&self, env: Env, waiter: &Waiter, key: Unknown<'_>) -> Result<Vec<f64>> {
+        let step = self.key(&env, &key, |k| {
+            self.inner.wait_step(&mut waiter.state.borrow_mut(), k)
+        })?;
+        shm_step(&env, step)
+    }
+
+    /// Ends a wait for `key` early, giving back what it holds (internal).
+    #[napi(skip_typescript)]
+    pub fn abandon_wait(&self, env: Env, waiter: &Waiter, key: Unknown<'_>) -> Result<()> {
+        self.key(&env, &key, |k| {
+            self.inner.abandon(&mut waiter.state.borrow_mut(), k)
+        })?
+        .map_err(|e| shm_throw(&env, e))
     }
 
     /// The most one check can take.
