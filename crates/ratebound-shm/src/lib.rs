@@ -576,15 +576,17 @@ fn drive(
     }
 }
 
-/// Tokens of a [`SharedLimiter`] taken ahead of time by
+/// Tokens taken ahead of time on the shared word by
 /// [`reserve_n`](SharedLimiter::reserve_n): act after
-/// [`delay`](Self::delay), or [`cancel`](Self::cancel) to give them back.
-/// Dropping it keeps the tokens taken (as the core's `Reservation`).
+/// [`delay`](Self::delay). Dropped or [`cancel`](Self::cancel)led, it gives
+/// them back (as a Redis reservation does), as far as no later taker depends
+/// on them; [`consume`](Self::consume) keeps them.
 #[derive(Debug)]
-#[must_use = "act after delay(), or cancel() to give the tokens back"]
+#[must_use = "a reservation dropped at once gives its tokens back"]
 pub struct SharedReservation<'a> {
     limiter: &'a SharedLimiter,
-    permit: Permit,
+    /// Until consumed, cancelled or handed out.
+    permit: Option<Permit>,
     wait: u64,
 }
 
@@ -595,15 +597,35 @@ impl SharedReservation<'_> {
     }
 
     /// Gives the tokens back, as far as no later taker depends on them.
-    pub fn cancel(self) {
-        // Our own permit: never foreign.
-        let _ = self.limiter.release(self.permit);
+    pub fn cancel(mut self) {
+        self.give_back();
+    }
+
+    /// Keeps the tokens: the caller acts after [`delay`](Self::delay).
+    pub fn consume(mut self) {
+        self.permit = None;
     }
 
     /// The permit, for [`SharedLimiter::release`] later (a binding's
-    /// reservation object keeps it).
-    pub fn into_permit(self) -> Permit {
+    /// reservation object keeps it); the reservation no longer gives it back.
+    pub fn into_permit(mut self) -> Permit {
+        // Made with one, and taken only by the methods that consume self.
         self.permit
+            .take()
+            .unwrap_or_else(|| unreachable!("a reservation's permit is taken once"))
+    }
+
+    fn give_back(&mut self) {
+        if let Some(p) = self.permit.take() {
+            // Our own permit: never foreign.
+            let _ = self.limiter.release(p);
+        }
+    }
+}
+
+impl Drop for SharedReservation<'_> {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
@@ -702,7 +724,7 @@ impl SharedLimiter {
         let (wait, mark) = rule.reserve_n_at(self.table.state(0), n, nanos(max_wait), now)?;
         Ok(SharedReservation {
             limiter: self,
-            permit: rule.permit(n, mark, self.id),
+            permit: Some(rule.permit(n, mark, self.id)),
             wait,
         })
     }

@@ -255,13 +255,38 @@ fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
         Duration::from_millis(200),
         "the slot came back"
     );
+    // Dropped, a reservation gives its slot back too; consumed, it keeps it.
+    let fourth = l
+        .reserve_n_at(1, Duration::from_secs(1), now)
+        .expect("queued");
+    assert_eq!(fourth.delay(), Duration::from_millis(300));
+    drop(fourth);
+    let fifth = l
+        .reserve_n_at(1, Duration::from_secs(1), now)
+        .expect("queued");
+    assert_eq!(
+        fifth.delay(),
+        Duration::from_millis(300),
+        "the dropped slot came back"
+    );
+    fifth.consume();
+    let sixth = l
+        .reserve_n_at(1, Duration::from_secs(1), now)
+        .expect("queued");
+    assert_eq!(
+        sixth.delay(),
+        Duration::from_millis(400),
+        "the consumed slot is kept"
+    );
+    sixth.consume();
     // Another handle's permit is refused, nothing given back.
     let other = SharedLimiter::open(d.join("r.limit"), bucket("10/s burst 1")).expect("open");
     assert_eq!(
         limit_code(other.release(again.into_permit())),
         "foreign_permit"
     );
-    let _ = (first, second);
+    first.consume();
+    second.consume();
 }
 
 #[test]
