@@ -576,6 +576,45 @@ fn drive(
     }
 }
 
+/// A wait in progress on tokio's timer: dropped before it is over (the
+/// caller's future was dropped), it gives back what its waiter holds.
+#[cfg(feature = "tokio")]
+struct Pending<A: FnMut(&mut Waiter)> {
+    waiter: Waiter,
+    abandon: A,
+    over: bool,
+}
+
+#[cfg(feature = "tokio")]
+impl<A: FnMut(&mut Waiter)> Drop for Pending<A> {
+    fn drop(&mut self) {
+        if !self.over {
+            (self.abandon)(&mut self.waiter);
+        }
+    }
+}
+
+/// The longest single sleep of an async wait (it steps again after it).
+#[cfg(feature = "tokio")]
+const ASYNC_MAX_SLEEP_NANOS: u64 = 3_600_000_000_000;
+
+/// [`drive`] on tokio's timer, giving back what is held if dropped.
+#[cfg(feature = "tokio")]
+async fn drive_async<A: FnMut(&mut Waiter)>(
+    mut pending: Pending<A>,
+    mut step: impl FnMut(&mut Waiter) -> Result<Wait, Error>,
+) -> Result<(), Error> {
+    loop {
+        match step(&mut pending.waiter) {
+            Ok(Wait::Sleep(ns)) => tokio::time::sleep(Duration::from_nanos(ns)).await,
+            done => {
+                pending.over = true;
+                return done.map(|_| ());
+            }
+        }
+    }
+}
+
 /// Tokens taken ahead of time on the shared word by
 /// [`reserve_n`](SharedLimiter::reserve_n): act after
 /// [`delay`](Self::delay). Dropped or [`cancel`](Self::cancel)led, it gives
@@ -845,6 +884,24 @@ impl SharedLimiter {
     pub fn acquire_n(&self, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
         let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
         drive(&mut waiter, |w| self.wait_step(w))
+    }
+
+    /// [`acquire_n`](Self::acquire_n) without blocking the thread (feature
+    /// `tokio`): the task sleeps on tokio's timer. Dropped before it is
+    /// over, the future gives back the tokens it holds.
+    ///
+    /// # Errors
+    /// As [`acquire_n`](Self::acquire_n).
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(&self, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
+        let pending = Pending {
+            waiter: Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS),
+            abandon: |w: &mut Waiter| {
+                let _ = self.abandon(w);
+            },
+            over: false,
+        };
+        drive_async(pending, |w| self.wait_step(w)).await
     }
 
     /// How many could be taken now.
@@ -1287,6 +1344,29 @@ impl SharedKeyedLimiter {
     pub fn acquire_n(&self, key: Key<'_>, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
         let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
         drive(&mut waiter, |w| self.wait_step(w, key))
+    }
+
+    /// [`acquire_n`](Self::acquire_n) without blocking the thread (feature
+    /// `tokio`). Dropped before it is over, the future gives back the
+    /// tokens it holds.
+    ///
+    /// # Errors
+    /// As [`acquire_n`](Self::acquire_n).
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(
+        &self,
+        key: Key<'_>,
+        n: u64,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        let pending = Pending {
+            waiter: Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS),
+            abandon: |w: &mut Waiter| {
+                let _ = self.abandon(w, key);
+            },
+            over: false,
+        };
+        drive_async(pending, |w| self.wait_step(w, key)).await
     }
 
     /// How many `key` could take now (the full limit if it has no slot).

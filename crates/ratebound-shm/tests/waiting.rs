@@ -390,3 +390,64 @@ fn bad_input_is_a_typed_error_never_a_hang() {
         "invalid_number"
     );
 }
+
+/// The async waits (feature `tokio`): the task sleeps until its tokens are
+/// due, never early; a wait dropped while it holds a reservation gives it
+/// back, bucket and keyed.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
+    if is_worker() {
+        return;
+    }
+    let d = dir("async");
+    let l = SharedLimiter::open(d.join("a.limit"), bucket("10/s burst 1")).expect("open");
+    l.acquire(1, None).await.expect("the burst");
+    let before = l.now();
+    l.acquire(1, Some(Duration::from_secs(5)))
+        .await
+        .expect("the next token");
+    assert!(
+        l.now() - before >= 99 * MS,
+        "never early: {} ns",
+        l.now() - before
+    );
+    // A wait dropped while it holds the next slot gives it back: the next
+    // reservation is due when that slot was (about 100 ms on), not 200 ms.
+    let dropped = tokio::time::timeout(Duration::from_millis(20), l.acquire(1, None)).await;
+    assert!(dropped.is_err(), "still waiting when dropped");
+    let r = l.reserve_n(1, Duration::from_secs(1)).expect("reserve");
+    assert!(r.delay() <= Duration::from_millis(100), "{:?}", r.delay());
+    r.cancel();
+    let err = l.acquire(1, Some(Duration::from_millis(10))).await;
+    assert!(
+        matches!(
+            err,
+            Err(Error::Limit(ratebound::Error::DeadlineExceeded { .. }))
+        ),
+        "{err:?}"
+    );
+
+    let k = SharedKeyedLimiter::open(d.join("k.limit"), bucket("10/s burst 1"), 8).expect("open");
+    k.acquire(Key::Int(7), 1, None).await.expect("the burst");
+    let before = k.now();
+    k.acquire(Key::Int(7), 1, None)
+        .await
+        .expect("the next token");
+    assert!(
+        k.now() - before >= 99 * MS,
+        "never early: {} ns",
+        k.now() - before
+    );
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(20), k.acquire(Key::Int(7), 1, None)).await;
+    assert!(dropped.is_err());
+    // The next waiter's first step reserves the slot given back: due in at
+    // most 100 ms (without the give-back, about 180 ms).
+    let mut w = k.waiter(1, None, u64::MAX).expect("waiter");
+    match k.wait_step(&mut w, Key::Int(7)).expect("step") {
+        Wait::Sleep(ns) => assert!(ns <= 100 * MS, "the dropped wait's slot came back: {ns} ns"),
+        Wait::Done => panic!("the burst is spent"),
+    }
+    k.abandon(&mut w, Key::Int(7)).expect("give back");
+}
