@@ -466,6 +466,40 @@ def test_shared_pause_empties_the_bucket_for_every_handle(tmp_path: Path) -> Non
     assert k.check("bob").allowed
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_pause_moves_waiters_already_holding_slots_past_it_in_order(tmp_path: Path, shared: bool) -> None:
+    # Three asyncio waiters hold slots due 0.2, 0.4 and 0.6 s ahead; a
+    # pause of 0.5 s made at once moves each 0.5 s later, in order (without
+    # the move the first would go at +0.2 s, inside the pause).
+    if shared:
+        tb = rb.SharedTokenBucket(str(tmp_path / "m.limit"), rate=5, burst=1)
+        other = rb.SharedTokenBucket(str(tmp_path / "m.limit"), rate=5, burst=1)
+    else:
+        tb = other = rb.TokenBucket(5, 1)
+    assert tb.try_acquire()
+    start = time.monotonic()
+    done: list = []
+
+    async def one(i: int) -> None:
+        await tb.acquire()
+        done.append((i, time.monotonic() - start))
+
+    async def main() -> None:
+        tasks = []
+        for i in range(3):
+            tasks.append(asyncio.create_task(one(i)))
+            await asyncio.sleep(0)  # each reserves in turn
+        await asyncio.sleep(0.02)
+        other.pause(0.5)
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert [i for i, _ in done] == [0, 1, 2]
+    for i, t in done:
+        due = 0.2 * (i + 1) + 0.5
+        assert due - 0.005 <= t <= due + 0.25, (i, t)
+
+
 def test_shared_bad_waits_and_pauses_are_typed_errors(tmp_path: Path) -> None:
     tb = rb.SharedTokenBucket(str(tmp_path / "b.limit"), rate=1, burst=2)
     k = rb.SharedKeyedLimiter(str(tmp_path / "k.limit"), rate=1, burst=2, max_keys=8)

@@ -21,8 +21,10 @@
 //! # The file
 //! A header of 16 words — magic, layout version, mode (single or keyed),
 //! algorithm and its two parameters, clock, capacity, the secret seed that
-//! fingerprints keys, the boot it was made in — then `(fingerprint, state)`
-//! pairs. It is created with mode 0600 under a temporary name and linked
+//! fingerprints keys, the boot it was made in — then slots of four words:
+//! `(fingerprint, state, pause end, pause shifts)` (layout version 2; a
+//! token bucket's pause words let a pause move the reservations already
+//! made, see [`ratebound::pause`]). It is created with mode 0600 under a temporary name and linked
 //! into place whole, so no process ever sees a half-written header. Opening
 //! checks the owner and mode, the magic, the version, every parameter and
 //! the size: a mismatch is an [`Error`], never a silently different limit.
@@ -74,6 +76,7 @@ use std::time::Duration;
 
 use ratebound::any::{Acquire, Fingerprinter, Key, Wait, Waiter};
 use ratebound::fingerprint::Seed;
+use ratebound::pause;
 use ratebound::{Clock, Decision, KeyedAlgorithm, Permit, WordRule};
 
 use map::Region;
@@ -206,7 +209,7 @@ impl std::error::Error for Error {
 
 // The header, in words.
 const MAGIC: u64 = u64::from_le_bytes(*b"RBSHMTAB");
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 const HEADER: usize = 16;
 const W_MAGIC: usize = 0;
 const W_VERSION: usize = 1;
@@ -264,7 +267,7 @@ struct Table {
     path: PathBuf,
     rule: WordRule,
     algorithm: KeyedAlgorithm,
-    /// Slots (pairs of words) after the header.
+    /// Slots (of [`SLOT_WORDS`] words) after the header.
     slots: usize,
     fingerprints: Fingerprinter,
 }
@@ -347,17 +350,32 @@ impl Table {
 
     #[inline]
     fn fingerprint(&self, i: usize) -> &AtomicU64 {
-        &self.words()[HEADER + 2 * i]
+        &self.words()[HEADER + SLOT_WORDS * i]
     }
 
     #[inline]
     fn state(&self, i: usize) -> &AtomicU64 {
-        &self.words()[HEADER + 2 * i + 1]
+        &self.words()[HEADER + SLOT_WORDS * i + 1]
+    }
+
+    /// Slot `i`'s pause words: written by a pause, read by waiters when
+    /// they wake (see [`ratebound::pause`]); checks never touch them.
+    #[inline]
+    fn pause(&self, i: usize) -> pause::Words<'_> {
+        let w = &self.words()[HEADER + SLOT_WORDS * i + 2..HEADER + SLOT_WORDS * i + 4];
+        pause::Words {
+            end: &w[0],
+            shifted: &w[1],
+        }
     }
 }
 
+/// A slot's words: the key's fingerprint, its state, and a token bucket's
+/// two pause words (the end of the latest pause, the sum of its shifts).
+const SLOT_WORDS: usize = 4;
+
 fn words_for(slots: usize) -> Option<usize> {
-    slots.checked_mul(2)?.checked_add(HEADER)
+    slots.checked_mul(SLOT_WORDS)?.checked_add(HEADER)
 }
 
 /// Gives the first `bytes` of `file` their blocks (and the file that
@@ -776,10 +794,14 @@ impl SharedLimiter {
     /// [`Error::Limit`] with `ForeignPermit` for another handle's permit:
     /// nothing is given back.
     pub fn release(&self, permit: Permit) -> Result<(), Error> {
-        Ok(self
-            .table
-            .rule
-            .release_permit(self.table.state(0), permit, self.id)?)
+        let t = &self.table;
+        Ok(t.rule.release_permit_paused(
+            t.state(0),
+            t.pause(0),
+            permit,
+            self.id,
+            self.clock.now(),
+        )?)
     }
 
     /// Empties a token bucket for every process until `d` from now; see
@@ -792,18 +814,21 @@ impl SharedLimiter {
     }
 
     /// Empties a token bucket for every process until `now + d`; it
-    /// refills at the rate from then on. A pause that ends no later than
-    /// one already on changes nothing; reservations already taken are not
-    /// moved (see
-    /// [`TokenBucket::pause_at`](ratebound::TokenBucket::pause_at)).
+    /// refills at the rate from then on. Reservations already made, by any
+    /// process, move past the pause in their order, as in the Redis
+    /// limiter (see [`ratebound::pause`] for the rule): a waiter
+    /// ([`acquire_n`](Self::acquire_n), [`wait_step`](Self::wait_step))
+    /// finds its move in the file when it wakes and sleeps on; a
+    /// [`SharedReservation`] already handed out keeps its delay. A pause
+    /// that ends no later than one already on changes nothing, so every
+    /// process obeying one `Retry-After` pauses once.
     ///
     /// # Errors
     /// [`Error::Limit`] with `Unsupported` for a window.
     pub fn pause_at(&self, d: Duration, now: u64) -> Result<(), Error> {
-        Ok(self
-            .table
-            .rule
-            .pause_at(self.table.state(0), nanos(d), now)?)
+        let t = &self.table;
+        t.rule.pause_at(t.state(0), t.pause(0), nanos(d), now)?;
+        Ok(())
     }
 
     /// A wait for `n` starting now, failing at once (taking nothing) if it
@@ -833,9 +858,11 @@ impl SharedLimiter {
     /// when the wait would end after the deadline; `InsufficientCapacity`
     /// when `n` exceeds the limit.
     pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Wait, Error> {
-        let now = self.clock.now();
         let (rule, word) = (&self.table.rule, self.table.state(0));
-        Ok(waiter.step(now, |n, deadline| {
+        // Read before the step reserves (see `Waiter::step_paused`).
+        let shifted = self.table.pause(0).shifted();
+        let now = self.clock.now();
+        Ok(waiter.step_paused(now, shifted, |n, deadline| {
             rule.acquire_step(word, n, deadline, now, self.id)
                 .map(|(step, _)| step)
         })?)
@@ -1237,12 +1264,18 @@ impl SharedKeyedLimiter {
         let t = &self.table;
         if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
             // The rule's own error, without claiming a slot.
-            return Ok(t.rule.pause_at(&AtomicU64::new(0), 0, now)?);
+            let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
+            let words = pause::Words {
+                end: &end,
+                shifted: &shifted,
+            };
+            return Ok(t.rule.pause_at(&end, words, 0, now).map(|_| ())?);
         }
         let fp = self.fingerprint_of(key);
         for _ in 0..8 {
             let found = self.locate(fp, now)?;
-            t.rule.pause_at(t.state(found.slot), nanos(d), now)?;
+            t.rule
+                .pause_at(t.state(found.slot), t.pause(found.slot), nanos(d), now)?;
             // A pause only adds debt: if the slot went to another key
             // meanwhile, that key is paused too (harmlessly late), and the
             // pause is made again where this key lives.
@@ -1285,8 +1318,10 @@ impl SharedKeyedLimiter {
         // was taken there is given back and the step made again.
         for _ in 0..8 {
             let found = self.locate(fp, now)?;
+            // Read before the step reserves (see `Waiter::step_at`).
+            let shifted = t.pause(found.slot).shifted();
             let mut moved = false;
-            let step = waiter.step(now, |n, deadline| {
+            let step = waiter.step_at(now, found.slot as u64, shifted, |n, deadline| {
                 let (step, mark) =
                     t.rule
                         .acquire_step(t.state(found.slot), n, deadline, now, fp)?;
@@ -1326,7 +1361,13 @@ impl SharedKeyedLimiter {
             // Ordering: Acquire, as in `locate`.
             let held = t.fingerprint(slot).load(Ordering::Acquire);
             if held & !RECLAIMING == fp {
-                return Ok(t.rule.release_permit(t.state(slot), permit, fp)?);
+                return Ok(t.rule.release_permit_paused(
+                    t.state(slot),
+                    t.pause(slot),
+                    permit,
+                    fp,
+                    self.clock.now(),
+                )?);
             }
             if held == EMPTY {
                 break;

@@ -464,13 +464,13 @@ fn wrong_files_are_clear_errors() {
         "{e}"
     );
     let mut bad = bytes.clone();
-    bad[8..16].copy_from_slice(&2u64.to_le_bytes());
+    bad[8..16].copy_from_slice(&3u64.to_le_bytes());
     write(&bad);
     let e = expect_err(
         SharedLimiter::open(&path, bucket("10/s burst 10")),
-        "version 2",
+        "version 3",
     );
-    assert!(e.to_string().contains("layout version 2"), "{e}");
+    assert!(e.to_string().contains("layout version 3"), "{e}");
     write(&bytes[..bytes.len() - 8]);
     let e = expect_err(
         SharedLimiter::open(&path, bucket("10/s burst 10")),
@@ -635,7 +635,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
 /// child's death, which the parent reports, not the test binary's).
 fn tmpfs_child(dir: &Path) {
     let alg = bucket("10/s burst 10");
-    // 200 000 slots of 16 bytes and the header: 3 200 128 bytes, on 1 MiB.
+    // 200 000 slots of 32 bytes and the header: 6 400 128 bytes, on 1 MiB.
     let big = dir.join("big.limit");
     let e = match SharedKeyedLimiter::open(&big, alg, 100_000) {
         Ok(l) => {
@@ -644,7 +644,7 @@ fn tmpfs_child(dir: &Path) {
             for k in 0..100_000 {
                 let _ = l.check(Key::Int(k));
             }
-            panic!("a 3 200 128-byte table opened on a 1 MiB tmpfs");
+            panic!("a 6 400 128-byte table opened on a 1 MiB tmpfs");
         }
         Err(e) => e,
     };
@@ -652,7 +652,7 @@ fn tmpfs_child(dir: &Path) {
     assert_eq!(e.code(), "shm_io", "{e}");
     let message = e.to_string();
     assert!(
-        message.starts_with(&big.display().to_string()) && message.contains("3200128 bytes"),
+        message.starts_with(&big.display().to_string()) && message.contains("6400128 bytes"),
         "{message}"
     );
     assert!(

@@ -334,6 +334,104 @@ fn a_pause_empties_the_shared_bucket_for_every_handle() {
 }
 
 #[test]
+fn a_pause_by_one_process_moves_the_waiters_of_others_past_it_in_order() {
+    const TEST: &str = "a_pause_by_one_process_moves_the_waiters_of_others_past_it_in_order";
+    let alg = || bucket("2/s burst 1");
+    if is_worker() {
+        if var("RB_KEYED") == "1" {
+            let l = SharedKeyedLimiter::open(var("RB_PATH"), alg(), 8).expect("open");
+            l.acquire_n(Key::Text("partner"), 1, None).expect("acquire");
+            println!("done={}", l.now());
+        } else {
+            let l = SharedLimiter::open(var("RB_PATH"), alg()).expect("open");
+            l.acquire_n(1, None).expect("acquire");
+            println!("done={}", l.now());
+        }
+        return;
+    }
+    for keyed in ["0", "1"] {
+        let d = dir(&format!("pause-moves-{keyed}"));
+        let path = d.join("partner.limit");
+        let single = (keyed == "0").then(|| SharedLimiter::open(&path, alg()).expect("open"));
+        let table =
+            (keyed == "1").then(|| SharedKeyedLimiter::open(&path, alg(), 8).expect("open"));
+        // One period is 500 ms; the parent takes the burst, so the three
+        // workers hold slots due 0.5, 1.0 and 1.5 s after `start`.
+        let (now, check) = match (&single, &table) {
+            (Some(l), _) => (l.now(), l.check_n_at(1, l.now()).expect("check")),
+            (_, Some(t)) => (
+                t.now(),
+                t.check_n_at(Key::Text("partner"), 1, t.now())
+                    .expect("check"),
+            ),
+            _ => unreachable!(),
+        };
+        assert!(check.is_allowed(), "the burst");
+        let start = now;
+        let env = vec![
+            ("RB_PATH", path.display().to_string()),
+            ("RB_KEYED", keyed.to_string()),
+        ];
+        let workers: Vec<Child> = (0..3).map(|_| spawn(TEST, &env)).collect();
+        // Until all three hold their slots: the queue then ends 2 s after
+        // `start` (a query, n = 0, takes nothing).
+        let queue_end = || match (&single, &table) {
+            (Some(l), _) => {
+                let now = l.now();
+                now + l.check_n_at(0, now).expect("query").reset_after_nanos()
+            }
+            (_, Some(t)) => {
+                let now = t.now();
+                now + t
+                    .check_n_at(Key::Text("partner"), 0, now)
+                    .expect("query")
+                    .reset_after_nanos()
+            }
+            _ => unreachable!(),
+        };
+        let mut polls = 0;
+        while queue_end() < start + 2_000 * MS && polls < 2_000 {
+            std::thread::sleep(Duration::from_millis(1));
+            polls += 1;
+        }
+        let paused_at = match (&single, &table) {
+            (Some(l), _) => {
+                let now = l.now();
+                l.pause_at(Duration::from_secs(1), now).expect("pause");
+                now
+            }
+            (_, Some(t)) => {
+                let now = t.now();
+                t.pause_at(Key::Text("partner"), Duration::from_secs(1), now)
+                    .expect("pause");
+                now
+            }
+            _ => unreachable!(),
+        };
+        assert!(
+            paused_at < start + 500 * MS,
+            "the workers took {} ms to reserve: the pause came after the first was due",
+            (paused_at - start) / MS
+        );
+        let mut done: Vec<u64> = workers.into_iter().flat_map(completions).collect();
+        done.sort_unstable();
+        assert_eq!(done.len(), 3, "every waiter completed");
+        // Every slot moved 1 s later, in its order: none inside the pause
+        // (before it, the first would go at +500 ms).
+        for (i, &t) in done.iter().enumerate() {
+            let due = start + (i as u64 + 1) * 500 * MS + 1_000 * MS;
+            assert!(
+                t >= due && t < due + 400 * MS,
+                "waiter {i} done at +{} ms, due at +{} ms (pause at +{} ms)",
+                (t - start) / MS,
+                (due - start) / MS,
+                (paused_at - start) / MS
+            );
+        }
+    }
+}
+
+#[test]
 fn windows_wait_their_retry_after_and_cannot_pause_or_reserve() {
     if is_worker() {
         return;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::gcra::{MAX_TAT, Params};
 use crate::limiter::{Limiter, Permit, Reservation};
+use crate::pause::PauseWords;
 use crate::state::AtomicState;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
 use crate::{Decision, Error, Quota};
@@ -157,6 +158,9 @@ pub struct TokenBucket<C: Clock = MonotonicClock> {
     /// This bucket's id (see [`Permit`]); last, so that the hot state keeps
     /// its place in the struct.
     id: u64,
+    /// Written by a pause, read by waiters when they wake (see
+    /// [`pause`](crate::pause)); checks never touch them.
+    pause: PauseWords,
 }
 
 impl TokenBucket<MonotonicClock> {
@@ -183,6 +187,7 @@ impl<C: Clock> TokenBucket<C> {
             epoch: AtomicU64::new(0),
             writer: Mutex::new(()),
             clock,
+            pause: PauseWords::new(),
         }
     }
 
@@ -416,16 +421,16 @@ impl<C: Clock> TokenBucket<C> {
     /// available before then, and from then on the bucket refills at its
     /// rate (one token a period after `now + d`, full `τ` later) — how a
     /// client obeys a partner's `Retry-After` once for everyone sharing the
-    /// bucket. The state becomes `max(TAT, now + d + τ)`, in the same
-    /// compare-exchange loop as a check, so a pause that ends no later than
-    /// one already on changes nothing (two callers obeying one
-    /// `Retry-After` pause once) and `d = 0` changes nothing.
-    ///
-    /// Unlike the Redis limiter's pause, reservations already taken are
-    /// not moved: a waiter holding tokens due inside the pause still goes
-    /// at its reserved time (only later takers queue after the pause), and
-    /// a reservation cancelled during the pause may give back up to its own
-    /// tokens inside it. Times after
+    /// bucket. Reservations already made move past the pause, in their
+    /// order: the pause starts at `now` (or where a pause already on ends)
+    /// and every slot due from then on moves as much later as the pause is
+    /// long, as in the Redis limiter. A waiter (`wait_n`, the bindings'
+    /// `acquire`) finds its move when it wakes and sleeps on; a
+    /// [`Reservation`] already handed out keeps the delay it was given.
+    /// A pause that ends no later than one already on changes nothing (two
+    /// callers obeying one `Retry-After` pause once), `d = 0` changes
+    /// nothing, and a reservation cancelled during the pause gives back
+    /// nothing inside it. Times after
     /// [`MAX_TIME_NANOS`](crate::MAX_TIME_NANOS) count as that time.
     ///
     /// # Examples
@@ -449,8 +454,16 @@ impl<C: Clock> TokenBucket<C> {
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // Invariant (of the loop in `update`): the TAT only grows here, so a
         // pause racing a check or a reservation is applied after it or
-        // before it, never half.
-        self.update(|tat, p, _| Some(p.pause(tat, now, d)));
+        // before it, never half; waiters hear of it after the move.
+        self.pause.words().pause(now, d, |start, shift| {
+            self.update(|tat, p, _| Some(p.shift(tat, start, shift)));
+        });
+    }
+
+    /// The sum of every pause's shift so far: what a waiter reads before it
+    /// reserves and when it wakes (see [`Waiter::step_paused`](crate::any::Waiter::step_paused)).
+    pub fn pause_shifted(&self) -> u64 {
+        self.pause.words().shifted()
     }
 
     /// Gives back a permit's tokens, except those that later takers depend
@@ -462,8 +475,9 @@ impl<C: Clock> TokenBucket<C> {
         }
         // A permit of another epoch changes nothing: its tokens were
         // converted with the rest of the state.
+        let end = self.pause.words().ends(self.clock.now());
         self.update(|tat, p, epoch| {
-            (epoch == permit.aux).then(|| p.cancel(tat, permit.mark, permit.n))
+            (epoch == permit.aux).then(|| p.cancel_paused(tat, permit.mark, permit.n, end))
         });
         Ok(())
     }

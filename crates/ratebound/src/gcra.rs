@@ -108,6 +108,34 @@ impl Params {
         )
     }
 
+    /// The state after a pause that moves every slot due from `start` on
+    /// `shift` ns later (see [`crate::pause`]): `max(TAT, start + τ) +
+    /// shift` — empty until `start + shift`, the queue kept in its order.
+    #[inline]
+    pub(crate) fn shift(self, tat: u64, start: u64, shift: u64) -> u64 {
+        tat.max(start.saturating_add(self.tau()))
+            .saturating_add(shift)
+            .min(MAX_TAT)
+    }
+
+    /// [`cancel`](Self::cancel), never into a pause that is on (`end`):
+    /// the state stays at least `end + τ` (empty until `end`), unless it
+    /// was below that already.
+    #[inline]
+    pub(crate) fn cancel_paused(
+        self,
+        tat: u64,
+        reserved_tat: u64,
+        n: u64,
+        end: Option<u64>,
+    ) -> u64 {
+        let back = self.cancel(tat, reserved_tat, n);
+        match end {
+            Some(end) => back.max(end.saturating_add(self.tau()).min(tat)),
+            None => back,
+        }
+    }
+
     /// The state after cancelling a reservation of `n` tokens that left TAT
     /// at `reserved_tat`: tokens come back except those that later takers
     /// (who moved TAT beyond `reserved_tat`) depend on.

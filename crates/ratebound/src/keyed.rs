@@ -762,8 +762,11 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
 
     /// Empties `key`'s bucket until `now + d`, refilling at its tier's rate
     /// from then on (see [`TokenBucket::pause_at`](crate::TokenBucket::pause_at):
-    /// a pause ending no later than one already on changes nothing, and
-    /// reservations are not moved). An untracked key is created, paused.
+    /// a pause ending no later than one already on changes nothing) — but
+    /// as `max(TAT, now + d + τ)`: a key has no pause words, and needs
+    /// none, since nothing reserves on it (waiters through
+    /// [`AnyKeyed`](crate::any::AnyKeyed) decide again after each sleep and
+    /// find the pause). An untracked key is created, paused.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for the windows (a window's count cannot be
@@ -1177,21 +1180,72 @@ impl WordRule {
         Ok(())
     }
 
+    /// [`release_permit`](Self::release_permit) for a token bucket with
+    /// pause words: never into a pause that is on at `now`.
+    ///
+    /// # Errors
+    /// As [`release_permit`](Self::release_permit).
+    pub fn release_permit_paused(
+        &self,
+        word: &AtomicU64,
+        pause: crate::pause::Words<'_>,
+        permit: Permit,
+        tag: u64,
+        now: u64,
+    ) -> Result<(), Error> {
+        if permit.issuer != 0 || permit.key != tag {
+            return Err(Error::ForeignPermit);
+        }
+        self.release_paused(word, pause, permit.mark, permit.n, now);
+        Ok(())
+    }
+
     /// Empties a token bucket's `word` until `now + d` ns, refilling at the
-    /// rate from then on (see [`TokenBucket::pause_at`](crate::TokenBucket::pause_at)).
+    /// rate from then on, and moves every reservation already made past the
+    /// pause, in its order (see [`pause`](crate::pause) for the rule and
+    /// why a waiter reading `pause` is never early): `pause` are the
+    /// word's two pause words. A pause ending no later than one already on
+    /// changes nothing. What it moved by, if anything, is returned.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for the windows.
-    pub fn pause_at(&self, word: &AtomicU64, d: u64, now: u64) -> Result<(), Error> {
+    pub fn pause_at(
+        &self,
+        word: &AtomicU64,
+        pause: crate::pause::Words<'_>,
+        d: u64,
+        now: u64,
+    ) -> Result<Option<u64>, Error> {
         let Math::Bucket(p) = self.math else {
             return Err(Error::Unsupported {
                 operation: "pause",
                 algorithm: self.algorithm(),
             });
         };
-        let now = now.min(crate::MAX_TIME_NANOS);
-        update(word, |w| Some(p.pause(w & STATE_MASK, now, d)));
-        Ok(())
+        // Invariant: the state only grows here, so a pause racing a check
+        // or a reservation is applied after it or before it, never half.
+        Ok(pause.pause(now, d, |start, shift| {
+            update(word, |w| Some(p.shift(w & STATE_MASK, start, shift)));
+        }))
+    }
+
+    /// [`release`](Self::release) for a token bucket with pause words:
+    /// never into a pause that is on at `now`.
+    pub fn release_paused(
+        &self,
+        word: &AtomicU64,
+        pause: crate::pause::Words<'_>,
+        mark: u64,
+        n: u64,
+        now: u64,
+    ) {
+        let Math::Bucket(p) = self.math else {
+            return self.release(word, mark, n);
+        };
+        let end = pause.ends(now);
+        update(word, |w| {
+            Some(p.cancel_paused(w & STATE_MASK, mark, n, end))
+        });
     }
 
     /// How many `state` could take at `now`.

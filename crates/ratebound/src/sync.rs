@@ -24,3 +24,9 @@ pub(crate) fn next_issuer() -> u64 {
     // Ordering: Relaxed — a fetch_add is unique whatever the ordering.
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
+
+/// Lets another thread run (a pause waiting for another's move).
+#[cfg(ratebound_loom)]
+pub(crate) use loom::thread::yield_now;
+#[cfg(not(ratebound_loom))]
+pub(crate) use std::thread::yield_now;

@@ -61,8 +61,34 @@ impl<C: Clock> TokenBucket<C> {
     /// bucket.wait_n(1, Duration::from_millis(50)).await?; // sleeps ~10 ms
     /// # Ok(()) }
     /// ```
+    ///
+    /// A [`pause`](Self::pause) while it sleeps moves its slot past the
+    /// pause (it wakes, finds the move, and sleeps on).
     pub async fn wait_n(&self, n: u64, max_wait: Duration) -> Result<(), Error> {
-        sleep_until_ready(self.reserve_n(n, max_wait)?).await;
+        // Read before reserving (see `pause`): a move made after is found.
+        let mut seen = self.pause_shifted();
+        let reservation = self.reserve_n(n, max_wait)?;
+        let mut delay = reservation.delay();
+        if delay.is_zero() {
+            return Ok(());
+        }
+        let mut guard = CancelOnDrop(Some(reservation));
+        loop {
+            tokio::time::sleep(delay).await;
+            let shifted = self.pause_shifted();
+            let moved = shifted.saturating_sub(seen);
+            if moved == 0 {
+                break;
+            }
+            seen = shifted;
+            if let Some(r) = guard.0.as_mut() {
+                // The slot moved with the state; a give-back must find it.
+                r.permit.mark = r.permit.mark.saturating_add(moved);
+            }
+            delay = Duration::from_nanos(moved);
+        }
+        // Completed: the tokens are the caller's now.
+        guard.0 = None;
         Ok(())
     }
 }

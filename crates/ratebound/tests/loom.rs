@@ -106,6 +106,8 @@ struct Model {
     burst: u64,
     used: u64,
     generation: u64,
+    /// Tokens' time from now until the latest pause ends (0: none).
+    paused: u64,
 }
 
 struct ModelTicket {
@@ -150,15 +152,23 @@ impl Model {
                     && t.generation == self.generation
                 {
                     let later = self.used.saturating_sub(t.used_after);
+                    let before = self.used;
                     self.used -= t.n.saturating_sub(later).min(self.used);
+                    // Never into a pause that is on.
+                    if self.paused > 0 {
+                        self.used = self.used.max(before.min(self.burst + self.paused));
+                    }
                 }
                 Seen::Done
             }
-            // Empty until d tokens' time from now: the debt is at least
-            // the burst plus d (queued debt beyond that stays).
+            // Empty until d tokens' time from now, every queued slot from
+            // the pause's start (where a pause on ends) moved as much later
+            // as the pause reaches beyond it; a pause ending no later than
+            // the one on changes nothing.
             Op::Pause(d) => {
-                if d > 0 {
-                    self.used = self.used.max(self.burst + d);
+                if d > self.paused {
+                    self.used = self.used.max(self.burst + self.paused) + (d - self.paused);
+                    self.paused = d;
                 }
                 Seen::Done
             }
@@ -211,6 +221,7 @@ fn linearizable(burst: u64, threads: &[(&[Op], Vec<Seen>)], available: u64) -> b
         burst,
         used: 0,
         generation: 0,
+        paused: 0,
     };
     let mut pos = vec![0; threads.len()];
     let mut tickets = threads.iter().map(|_| None).collect();
@@ -352,6 +363,62 @@ fn a_pause_races_reservations_queued_beyond_it() {
 #[test]
 fn a_pause_races_a_cancel() {
     model_check(2, &[&[Op::Reserve(2, 0), Op::CancelLast], &[Op::Pause(2)]]);
+}
+
+#[test]
+fn two_pauses_race_a_reservation_queued_beyond_them() {
+    // The second pause starts where the first ends, whichever claims the
+    // end first; the reservation is moved by both or made after them.
+    model_check(
+        2,
+        &[&[Op::Pause(2)], &[Op::Pause(3)], &[Op::Reserve(2, 10)]],
+    );
+}
+
+#[test]
+fn a_waiter_that_hears_of_a_pause_is_never_early() {
+    // The bucket is empty; a waiter reserves the next token (due in 1 T)
+    // while another thread pauses for 5 T. Whatever the order, the token
+    // is due at 6 T: moved (reserved first) or queued after the pause. The
+    // waiter reads the pause words before reserving and when it wakes: a
+    // wake that saw the pause's news is never early, one that did not
+    // finds it later (here: after the pause returned), and a double move
+    // (reserved after the move, read before its news) is only late.
+    loom::model(|| {
+        let clock = ManualClock::new();
+        clock.set_nanos(10 * T);
+        let quota = Quota::with_period(Duration::from_nanos(T))
+            .unwrap()
+            .with_burst(1)
+            .unwrap();
+        let bucket = Arc::new(TokenBucket::with_clock(quota, clock));
+        assert!(bucket.check().is_allowed());
+        let waiter = {
+            let bucket = bucket.clone();
+            thread::spawn(move || {
+                let seen = bucket.pause_shifted();
+                let r = bucket.reserve_n(1, Duration::from_nanos(100 * T)).unwrap();
+                let due = r.delay().as_nanos() as u64;
+                // Its first wake.
+                let heard = bucket.pause_shifted();
+                (seen, due, heard)
+            })
+        };
+        bucket.pause(Duration::from_nanos(5 * T));
+        let (seen, due, heard) = waiter.join().unwrap();
+        let at_wake = due + (heard - seen);
+        if heard == 5 * T {
+            assert!(at_wake >= 6 * T, "early at {at_wake} though it heard");
+        }
+        let at_last = due + (bucket.pause_shifted() - seen);
+        assert!(
+            (6 * T..=11 * T).contains(&at_last),
+            "due at {at_last} (reserved {due}, read {seen} then {heard})"
+        );
+        // The queue ends where either order leaves it: 7 T.
+        let next = bucket.reserve_n(1, Duration::from_nanos(100 * T)).unwrap();
+        assert_eq!(next.delay(), Duration::from_nanos(7 * T));
+    });
 }
 
 #[test]

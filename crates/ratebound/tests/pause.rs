@@ -58,7 +58,7 @@ fn a_pause_ending_earlier_changes_nothing_and_a_later_one_extends() {
 }
 
 #[test]
-fn a_pause_keeps_queued_reservations_and_queues_new_ones_after_it() {
+fn a_pause_moves_queued_reservations_past_it_in_their_order() {
     let bucket = TokenBucket::with_clock(quota("1/s burst 3"), ManualClock::new());
     let now = 5 * S;
     let held = bucket
@@ -68,19 +68,93 @@ fn a_pause_keeps_queued_reservations_and_queues_new_ones_after_it() {
         .reserve_n_at(3, Duration::from_secs(10), now)
         .expect("queued");
     assert_eq!(queued.delay(), Duration::from_secs(3));
-    // Debt beyond the pause's end: the pause changes nothing.
+    // A 2 s pause moves the whole queue 2 s later: the next taker is due
+    // 4 + 2 s from now, not 4 s.
     bucket.pause_at(Duration::from_secs(2), now);
     let next = bucket
         .reserve_n_at(1, Duration::from_secs(10), now)
         .expect("queued");
-    assert_eq!(next.delay(), Duration::from_secs(4));
-    // A pause past the queue moves the next taker behind the pause.
+    assert_eq!(next.delay(), Duration::from_secs(6));
+    // A pause until 13 s starts where the first ends (7 s): 6 s more
+    // (the queue then ends at 14 + 6 s).
     bucket.pause_at(Duration::from_secs(8), now);
     let late = bucket
         .reserve_n_at(1, Duration::from_secs(20), now)
         .expect("queued");
-    assert_eq!(late.delay(), Duration::from_secs(9));
+    assert_eq!(late.delay(), Duration::from_secs(13));
+    // Obeying the same Retry-After again changes nothing.
+    bucket.pause_at(Duration::from_secs(8), now);
+    bucket.pause_at(Duration::from_secs(7), now + S);
+    assert_eq!(bucket.pause_shifted(), 8 * S);
     let _ = (held, queued, next, late);
+}
+
+#[test]
+fn waiters_holding_reservations_move_past_a_later_pause_in_their_order() {
+    let clock = ManualClock::new();
+    let tb = AnyLimiter::token_bucket(
+        Rate::Text("10/s"),
+        Some(1.0),
+        AnyClock::Manual(clock.clone()),
+    )
+    .expect("bucket");
+    assert!(tb.try_acquire());
+    // Three waiters hold slots 100, 200 and 300 ms ahead.
+    let mut waiters: Vec<Waiter> = (0..3)
+        .map(|_| tb.waiter(1, None, u64::MAX).expect("waiter"))
+        .collect();
+    for w in &mut waiters {
+        assert!(matches!(tb.wait_step(w), Ok(Wait::Sleep(_))));
+    }
+    // At 50 ms a partner says: not for 1 s.
+    clock.advance_nanos(50 * MS);
+    tb.pause(1.0).expect("pause");
+    // Each wakes at its old time and is told to sleep on, to its slot
+    // moved 1 s later; they go in their order, none inside the pause.
+    let mut done_at = Vec::new();
+    let mut t = 50 * MS;
+    while done_at.len() < 3 && t < 3 * S {
+        t += MS;
+        clock.set_nanos(t);
+        for (i, w) in waiters.iter_mut().enumerate() {
+            if !w.is_over() && tb.wait_step(w).expect("step") == Wait::Done {
+                done_at.push((i, t));
+            }
+        }
+    }
+    assert_eq!(
+        done_at,
+        vec![(0, 1_100 * MS), (1, 1_200 * MS), (2, 1_300 * MS)]
+    );
+    // A newcomer queues after them: due 100 ms after the third.
+    assert!(matches!(
+        tb.acquire_step(1, None, t),
+        Ok(Acquire::Reserved { wait_nanos, .. }) if wait_nanos == 100 * MS
+    ));
+}
+
+#[test]
+fn an_abandoned_moved_waiter_gives_back_its_moved_slot_never_into_the_pause() {
+    let clock = ManualClock::new();
+    let tb = AnyLimiter::token_bucket(
+        Rate::Text("10/s"),
+        Some(1.0),
+        AnyClock::Manual(clock.clone()),
+    )
+    .expect("bucket");
+    assert!(tb.try_acquire());
+    let mut w = tb.waiter(1, None, u64::MAX).expect("waiter");
+    assert!(matches!(tb.wait_step(&mut w), Ok(Wait::Sleep(_))));
+    tb.pause(1.0).expect("pause");
+    clock.advance_nanos(100 * MS);
+    assert!(matches!(tb.wait_step(&mut w), Ok(Wait::Sleep(_))), "moved");
+    tb.abandon(&mut w).expect("abandon");
+    // Its slot (1.1 s) came back, but nothing inside the pause did: the
+    // next waiter is due when the pause ends plus one period.
+    assert!(matches!(
+        tb.acquire_step(1, None, 100 * MS),
+        Ok(Acquire::Reserved { wait_nanos, .. }) if wait_nanos == 1_000 * MS
+    ));
 }
 
 #[test]
@@ -266,10 +340,30 @@ fn a_word_rule_drives_a_waiter_on_a_word_it_does_not_own() {
     let state = || word.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(rule.available(state(), now + 100 * MS), 0);
     assert_eq!(rule.available(state(), now + 200 * MS), 1);
-    // Pause on the word: empty until its end, then at the rate.
-    rule.pause_at(&word, S, now).expect("pause");
-    assert_eq!(rule.available(state(), now + S), 0);
-    assert_eq!(rule.available(state(), now + S + 100 * MS), 1);
+    // Pause on the word: empty until its end, then at the rate — and the
+    // slot reserved at 200 ms moves to 1.2 s, as the words tell a waiter.
+    let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
+    let words = ratebound::pause::Words {
+        end: &end,
+        shifted: &shifted,
+    };
+    let mut third = Waiter::start(1, None, now, u64::MAX);
+    let seen = words.shifted();
+    let step = third
+        .step_paused(now, seen, |n, d| {
+            rule.acquire_step(&word, n, d, now, 7).map(|(s, _)| s)
+        })
+        .expect("step");
+    assert_eq!(step, Wait::Sleep(200 * MS));
+    assert_eq!(rule.pause_at(&word, words, S, now).expect("pause"), Some(S));
+    assert_eq!(rule.pause_at(&word, words, S, now).expect("pause"), None);
+    assert_eq!(rule.available(state(), now + S + 200 * MS), 0);
+    assert_eq!(rule.available(state(), now + S + 300 * MS), 1);
+    let at = now + 200 * MS;
+    let step = third
+        .step_paused(at, words.shifted(), |_, _| unreachable!("held"))
+        .expect("step");
+    assert_eq!(step, Wait::Sleep(S));
     // A window's rule refuses.
     let w = WordRule::new(KeyedAlgorithm::FixedWindow {
         limit: 1,
@@ -277,7 +371,7 @@ fn a_word_rule_drives_a_waiter_on_a_word_it_does_not_own() {
     })
     .expect("rule");
     assert!(matches!(
-        w.pause_at(&word, S, now),
+        w.pause_at(&word, words, S, now),
         Err(Error::Unsupported { .. })
     ));
     assert!(matches!(

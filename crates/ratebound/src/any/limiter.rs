@@ -173,8 +173,15 @@ impl AnyLimiter {
     /// As [`acquire_step`](Self::acquire_step), on the first step (or a
     /// window's retries): the deadline cannot be met, or `n` never can.
     pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Wait, Error> {
+        // Read before the step reserves (see `Waiter::step_paused`).
+        let shifted = match self {
+            AnyLimiter::TokenBucket(b) => b.pause_shifted(),
+            _ => 0,
+        };
         let now = self.now();
-        waiter.step(now, |n, deadline| self.acquire_step(n, deadline, now))
+        waiter.step_paused(now, shifted, |n, deadline| {
+            self.acquire_step(n, deadline, now)
+        })
     }
 
     /// Ends `waiter` early (cancelled, aborted, interrupted): the tokens it

@@ -63,6 +63,11 @@ pub struct Waiter {
     /// Tokens taken ahead of time: the clock time they are due, and the
     /// permit to give back if the caller gives up first.
     held: Option<(u64, Permit)>,
+    /// The pause words' sum of shifts when the tokens were taken (see
+    /// [`step_paused`](Self::step_paused)).
+    shifted: u64,
+    /// Where the tokens were taken (see [`step_at`](Self::step_at)).
+    place: u64,
     max_sleep: u64,
     done: bool,
 }
@@ -89,6 +94,8 @@ impl Waiter {
             n,
             deadline: timeout.map(|t| now.saturating_add(nanos(t))),
             held: None,
+            shifted: 0,
+            place: 0,
             max_sleep: max_sleep.max(1),
             done: false,
         }
@@ -96,7 +103,8 @@ impl Waiter {
 
     /// One step at `now`; `take(n, deadline)` is the limiter's
     /// `acquire_step` at `now` (for a limiter outside this crate, such as
-    /// a shared-memory table, its own).
+    /// a shared-memory table, its own). A limiter without pause words (or
+    /// whose pauses do not move reservations) steps so.
     ///
     /// # Errors
     /// `take`'s.
@@ -105,10 +113,61 @@ impl Waiter {
         now: u64,
         take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
     ) -> Result<Wait, Error> {
+        self.step_paused(now, 0, take)
+    }
+
+    /// [`step`](Self::step) for a token bucket whose pauses move the
+    /// reservations already made (see [`pause`](crate::pause)): `shifted`
+    /// is its pause words' sum of shifts, read (with
+    /// [`Words::shifted`](crate::pause::Words::shifted)) *before* this
+    /// step, so before `take` reserves. Held tokens whose bucket was paused
+    /// since are due that much later, and the waiter sleeps on: it says
+    /// [`Wait::Done`] only at the moved time.
+    ///
+    /// # Errors
+    /// `take`'s.
+    pub fn step_paused(
+        &mut self,
+        now: u64,
+        shifted: u64,
+        take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
+    ) -> Result<Wait, Error> {
+        self.step_at(now, 0, shifted, take)
+    }
+
+    /// [`step_paused`](Self::step_paused) for a limiter of many states
+    /// (a shared-memory table's slots), each with its own pause words:
+    /// `place` names the state `take` uses and `shifted` is read from.
+    /// Held tokens move only by what the words of the place they were
+    /// taken at say (a key found elsewhere later lost that state long
+    /// after its tokens were due).
+    ///
+    /// # Errors
+    /// `take`'s.
+    pub fn step_at(
+        &mut self,
+        now: u64,
+        place: u64,
+        shifted: u64,
+        take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
+    ) -> Result<Wait, Error> {
         if self.done {
             return Ok(Wait::Done);
         }
-        if let Some((due, _)) = self.held {
+        if let Some((due, permit)) = &mut self.held {
+            let moved = if place == self.place {
+                shifted.saturating_sub(self.shifted)
+            } else {
+                0
+            };
+            if moved > 0 {
+                // The slot moved with the state: so does the permit's mark,
+                // for a give-back to find it.
+                self.shifted = shifted;
+                *due = due.saturating_add(moved);
+                permit.mark = permit.mark.saturating_add(moved);
+            }
+            let due = *due;
             if now >= due {
                 // The permit is used: nothing is given back any more.
                 self.held = None;
@@ -124,6 +183,8 @@ impl Waiter {
             }
             Acquire::Reserved { wait_nanos, permit } => {
                 self.held = Some((now.saturating_add(wait_nanos), permit));
+                self.shifted = shifted;
+                self.place = place;
                 self.sleep(wait_nanos)
             }
             Acquire::Retry { wait_nanos } => self.sleep(wait_nanos),
