@@ -112,6 +112,7 @@ mod keyed;
 mod leaky;
 mod limiter;
 mod log;
+pub mod outbound;
 pub mod pause;
 mod quota;
 mod sliding;

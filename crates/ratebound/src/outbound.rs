@@ -1,0 +1,391 @@
+//! The outbound decision: what a client calling a partner does with the
+//! partner's answer — sans-I/O, as [`Gate`](crate::any::Gate) is for
+//! servers. Given a response's method, status and headers, it says how long
+//! to pause the limiter (for every caller sharing it: the fleet, through a
+//! Redis limiter) and whether to send the request again (through the
+//! limiter's `acquire`, so a retry never adds traffic beyond the limit).
+//! Adapters (httpx, requests, fetch, axios, reqwest, tower) do only I/O.
+//!
+//! What a partner may say, all read, all bounded:
+//! - `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3; the
+//!   three date forms of §5.6.7), counted from the response's arrival.
+//! - The IETF `RateLimit` field (draft-ietf-httpapi-ratelimit-headers):
+//!   items such as `"default";r=0;t=30` — a remaining count `r` of 0 with
+//!   `t` seconds is a pause until then, on any status. The older draft form
+//!   `limit=10, remaining=0, reset=30` is read too.
+//! - `RateLimit-Remaining` / `RateLimit-Reset` and `X-RateLimit-Remaining`
+//!   / `X-RateLimit-Reset`: a remaining count of 0 with a reset in seconds,
+//!   or (a value above 10⁹) a Unix time.
+//!
+//! A pause longer than [`Outbound::max_pause`] (default 5 minutes) is cut to
+//! it — a hostile or broken partner cannot stop the fleet for a year — and a
+//! value that is negative, fractional where an integer is due, too long, or
+//! not a number is ignored, as is a date in the past. A retry is due only on
+//! the configured statuses (429 and 503), only for idempotent methods (GET,
+//! HEAD, OPTIONS, PUT, DELETE, TRACE) unless told otherwise, and at most
+//! `retries` times (default 2).
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// The longest header value read (longer ones are ignored: hostile).
+pub const MAX_HEADER_VALUE: usize = 1024;
+
+/// The longest pause obeyed by default: 5 minutes.
+pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(300);
+
+/// A Unix time (seconds) above which an `X-RateLimit-Reset` is a moment,
+/// not a number of seconds (10⁹ s is September 2001; no window is 31 years).
+const UNIX_TIME_FLOOR: u64 = 1_000_000_000;
+
+/// What to do after a response (see [`Outbound::advise`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advice {
+    /// Pause the limiter for this long from now, for everyone sharing it
+    /// (`None`: the partner asked for no pause).
+    pub pause: Option<Duration>,
+    /// Whether the pause was cut to the maximum.
+    pub capped: bool,
+    /// Send the request again (after `acquire` on the limiter, which waits
+    /// out the pause).
+    pub retry: bool,
+    /// The status is one to retry but the request may not be (retries
+    /// spent, or a method that is not idempotent): the caller gets this
+    /// response.
+    pub gave_up: bool,
+}
+
+/// The outbound policy: which answers to retry and how long a pause may be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outbound {
+    retries: u32,
+    max_pause: Duration,
+    statuses: Vec<u16>,
+    retry_any_method: bool,
+}
+
+impl Default for Outbound {
+    fn default() -> Self {
+        Outbound {
+            retries: 2,
+            max_pause: DEFAULT_MAX_PAUSE,
+            statuses: vec![429, 503],
+            retry_any_method: false,
+        }
+    }
+}
+
+impl Outbound {
+    /// Two retries, pauses of at most 5 minutes, 429 and 503 retried for
+    /// idempotent methods.
+    pub fn new() -> Outbound {
+        Outbound::default()
+    }
+
+    /// Retries at most `retries` times (0: never).
+    #[must_use]
+    pub fn with_retries(mut self, retries: u32) -> Outbound {
+        self.retries = retries;
+        self
+    }
+
+    /// Obeys pauses of at most `max_pause`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a zero `max_pause` (a pause could never
+    /// be obeyed: say `with_retries(0)` and ignore pauses instead).
+    pub fn with_max_pause(mut self, max_pause: Duration) -> Result<Outbound, Error> {
+        if max_pause.is_zero() {
+            return Err(Error::InvalidNumber {
+                name: "max_pause",
+                value: "0".to_string(),
+                reason: "must be more than 0 (to obey no pause, ignore the advice's pause)",
+            });
+        }
+        self.max_pause = max_pause;
+        Ok(self)
+    }
+
+    /// Retries answers with these statuses (instead of 429 and 503).
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a status outside 100–599.
+    pub fn with_statuses(mut self, statuses: &[u16]) -> Result<Outbound, Error> {
+        if let Some(&bad) = statuses.iter().find(|s| !(100..=599).contains(*s)) {
+            return Err(Error::InvalidNumber {
+                name: "status",
+                value: bad.to_string(),
+                reason: "must be an HTTP status, 100 to 599",
+            });
+        }
+        self.statuses = statuses.to_vec();
+        Ok(self)
+    }
+
+    /// Retries every method, POST and PATCH too (default: idempotent only).
+    #[must_use]
+    pub fn with_any_method(mut self, any: bool) -> Outbound {
+        self.retry_any_method = any;
+        self
+    }
+
+    /// The most retries.
+    pub fn retries(&self) -> u32 {
+        self.retries
+    }
+
+    /// The longest pause obeyed.
+    pub fn max_pause(&self) -> Duration {
+        self.max_pause
+    }
+
+    /// What to do after the response to attempt `attempt` (0: the first
+    /// sending) of `method`, with `status` and `headers` (name, value;
+    /// names in any case), received at `now_unix` (seconds since the Unix
+    /// epoch, for HTTP-dates and Unix-time resets).
+    pub fn advise<'h>(
+        &self,
+        method: &str,
+        status: u16,
+        headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+        attempt: u32,
+        now_unix: f64,
+    ) -> Advice {
+        let asked = pause_asked(headers, now_unix);
+        let (pause, capped) = match asked {
+            Some(d) if d > self.max_pause => (Some(self.max_pause), true),
+            Some(d) if d.is_zero() => (None, false),
+            other => (other, false),
+        };
+        let retryable = self.statuses.contains(&status);
+        let may = attempt < self.retries && (self.retry_any_method || idempotent(method));
+        Advice {
+            pause,
+            capped,
+            retry: retryable && may,
+            gave_up: retryable && !may,
+        }
+    }
+}
+
+/// GET, HEAD, OPTIONS, PUT, DELETE and TRACE (RFC 9110 §9.2.2), in any case.
+pub fn idempotent(method: &str) -> bool {
+    ["GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"]
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(method))
+}
+
+/// How long the headers ask to pause: `Retry-After` first, then the IETF
+/// `RateLimit` field, then `RateLimit-*`, then `X-RateLimit-*`; the longest
+/// of what one form says. `None` when nothing valid asks for a pause.
+pub fn pause_asked<'h>(
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    now_unix: f64,
+) -> Option<Duration> {
+    let mut retry_after = None;
+    let mut field = None;
+    let (mut remaining, mut reset) = (None, None);
+    let (mut x_remaining, mut x_reset) = (None, None);
+    let longest = |a: Option<Duration>, b: Option<Duration>| a.max(b).or(a).or(b);
+    for (name, value) in headers {
+        if value.len() > MAX_HEADER_VALUE {
+            continue;
+        }
+        let value = value.trim();
+        let is = |n: &str| name.eq_ignore_ascii_case(n);
+        if is("retry-after") {
+            retry_after = longest(retry_after, parse_retry_after(value, now_unix));
+        } else if is("ratelimit") {
+            field = longest(field, parse_ratelimit_field(value));
+        } else if is("ratelimit-remaining") {
+            remaining = integer(value);
+        } else if is("ratelimit-reset") {
+            reset = integer(value);
+        } else if is("x-ratelimit-remaining") {
+            x_remaining = integer(value);
+        } else if is("x-ratelimit-reset") {
+            x_reset = integer(value);
+        }
+    }
+    let spent = |remaining: Option<u64>, reset: Option<u64>| match (remaining, reset) {
+        (Some(0), Some(reset)) => reset_in(reset, now_unix),
+        _ => None,
+    };
+    retry_after
+        .or(field)
+        .or_else(|| spent(remaining, reset))
+        .or_else(|| spent(x_remaining, x_reset))
+}
+
+/// A reset of `v` seconds, or a Unix time when `v` is above 10⁹.
+fn reset_in(v: u64, now_unix: f64) -> Option<Duration> {
+    if v > UNIX_TIME_FLOOR {
+        until(v as f64, now_unix)
+    } else {
+        Some(Duration::from_secs(v))
+    }
+}
+
+/// From `now_unix` until `at` (Unix seconds), if that is ahead.
+fn until(at: f64, now_unix: f64) -> Option<Duration> {
+    let d = at - now_unix;
+    (d.is_finite() && d > 0.0).then(|| Duration::from_secs_f64(d.min(1e12)))
+}
+
+/// A non-negative integer of at most 12 digits (digits only: no sign, no
+/// fraction, no spaces).
+fn integer(v: &str) -> Option<u64> {
+    if v.is_empty() || v.len() > 12 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
+}
+
+/// `Retry-After`: delay-seconds, or an HTTP-date.
+pub fn parse_retry_after(value: &str, now_unix: f64) -> Option<Duration> {
+    let value = value.trim();
+    if let Some(s) = integer(value) {
+        return Some(Duration::from_secs(s));
+    }
+    until(http_date(value)? as f64, now_unix)
+}
+
+/// The IETF `RateLimit` field: the longest `t` among items whose `r` is 0
+/// (`"default";r=0;t=30, "burst";r=5;t=1`), or the older draft's
+/// `limit=10, remaining=0, reset=30`.
+pub fn parse_ratelimit_field(value: &str) -> Option<Duration> {
+    let mut longest: Option<Duration> = None;
+    let (mut old_remaining, mut old_reset) = (None, None);
+    for item in value.split(',') {
+        let mut params = item.split(';').map(str::trim);
+        let head = params.next().unwrap_or("");
+        if let Some((k, v)) = head.split_once('=') {
+            // The older draft: key=value members, no item name.
+            match k.trim().to_ascii_lowercase().as_str() {
+                "remaining" => old_remaining = integer(v.trim()),
+                "reset" => old_reset = integer(v.trim()),
+                _ => {}
+            }
+            continue;
+        }
+        let (mut r, mut t) = (None, None);
+        for p in params {
+            match p.split_once('=') {
+                Some(("r", v)) => r = integer(v),
+                Some(("t", v)) => t = integer(v),
+                _ => {}
+            }
+        }
+        if let (Some(0), Some(t)) = (r, t) {
+            longest = longest.max(Some(Duration::from_secs(t)));
+        }
+    }
+    match (old_remaining, old_reset) {
+        (Some(0), Some(reset)) => longest.max(Some(Duration::from_secs(reset))),
+        _ => longest,
+    }
+}
+
+/// An HTTP-date (RFC 9110 §5.6.7) as Unix seconds: IMF-fixdate
+/// (`Sun, 06 Nov 1994 08:49:37 GMT`), RFC 850 (`Sunday, 06-Nov-94 08:49:37
+/// GMT`) or asctime (`Sun Nov  6 08:49:37 1994`).
+pub fn http_date(v: &str) -> Option<u64> {
+    let parts: Vec<&str> = v.split_whitespace().collect();
+    let (day, month, year, time) = match parts.as_slice() {
+        [wd, d, m, y, t, "GMT"] if wd.ends_with(',') => (*d, *m, year4(y)?, *t),
+        [wd, dmy, t, "GMT"] if wd.ends_with(',') => {
+            let mut dmy = dmy.split('-');
+            let (d, m, y) = (dmy.next()?, dmy.next()?, dmy.next()?);
+            if dmy.next().is_some() || y.len() != 2 {
+                return None;
+            }
+            // RFC 9110: a two-digit year more than 50 years ahead is past.
+            let y: u64 = y.parse().ok()?;
+            (d, m, if y < 70 { 2000 + y } else { 1900 + y }, *t)
+        }
+        [_, m, d, t, y] => (*d, *m, year4(y)?, *t),
+        _ => return None,
+    };
+    let day: u64 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == month)? as u64
+        + 1;
+    let mut hms = time.split(':');
+    let mut field = |max: u64| -> Option<u64> {
+        let f = hms.next()?;
+        (f.len() == 2)
+            .then(|| f.parse().ok())
+            .flatten()
+            .filter(|v| *v <= max)
+    };
+    let (h, m, s) = (field(23)?, field(59)?, field(60)?);
+    if hms.next().is_some() {
+        return None;
+    }
+    Some(days_from_civil(year, month, day)? * 86_400 + h * 3_600 + m * 60 + s)
+}
+
+fn year4(y: &str) -> Option<u64> {
+    (y.len() == 4).then(|| y.parse().ok()).flatten()
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar
+/// (from 1970 on), `None` for a day the month does not have.
+fn days_from_civil(y: u64, m: u64, d: u64) -> Option<u64> {
+    let leap = (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if y < 1970 || d > month_days[(m - 1) as usize] {
+        return None;
+    }
+    let years = y - 1970;
+    // Leap days in [1970, y): those of years 1972, 1976, … minus centuries.
+    let leaps = |y: u64| y / 4 - y / 100 + y / 400;
+    let days_before_year = years * 365 + leaps(y - 1) - leaps(1969);
+    let days_before_month: u64 = month_days[..(m - 1) as usize].iter().sum();
+    Some(days_before_year + days_before_month + d - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_in_the_three_forms() {
+        let t = 784_111_777; // Sun, 06 Nov 1994 08:49:37 GMT
+        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(t));
+        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), Some(t));
+        assert_eq!(http_date("Sun Nov  6 08:49:37 1994"), Some(t));
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date("Tue, 29 Feb 2028 00:00:00 GMT"),
+            Some(1_835_395_200)
+        );
+        for bad in [
+            "Sun, 31 Feb 2026 00:00:00 GMT",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+            "06 Nov 1994",
+            "",
+        ] {
+            assert_eq!(http_date(bad), None, "{bad}");
+        }
+    }
+}

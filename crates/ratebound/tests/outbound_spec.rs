@@ -1,0 +1,79 @@
+//! Replays `spec/outbound.json` against the core's outbound decision (the
+//! Python and Node suites replay the same file through their bindings).
+#![cfg(not(ratebound_loom))]
+
+use std::time::Duration;
+
+use ratebound::outbound::{Advice, Outbound};
+use serde_json::Value;
+
+fn outbound(config: Option<&Value>) -> Outbound {
+    let mut o = Outbound::new();
+    let Some(c) = config else { return o };
+    if let Some(r) = c.get("retries") {
+        o = o.with_retries(u32::try_from(r.as_u64().expect("retries")).expect("u32"));
+    }
+    if let Some(m) = c.get("max_pause_s") {
+        o = o
+            .with_max_pause(Duration::from_secs_f64(m.as_f64().expect("max_pause_s")))
+            .expect("max_pause");
+    }
+    if let Some(s) = c.get("statuses") {
+        let statuses: Vec<u16> = s
+            .as_array()
+            .expect("statuses")
+            .iter()
+            .map(|v| u16::try_from(v.as_u64().expect("status")).expect("u16"))
+            .collect();
+        o = o.with_statuses(&statuses).expect("statuses");
+    }
+    if let Some(a) = c.get("any_method") {
+        o = o.with_any_method(a.as_bool().expect("any_method"));
+    }
+    o
+}
+
+#[test]
+fn every_vector_of_spec_outbound_json() {
+    let path = format!("{}/../../spec/outbound.json", env!("CARGO_MANIFEST_DIR"));
+    let spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("spec")).expect("json");
+    let vectors = spec["vectors"].as_array().expect("vectors");
+    assert!(vectors.len() >= 30, "the spec lost vectors");
+    for v in vectors {
+        let id = v["id"].as_str().expect("id");
+        let headers: Vec<(&str, &str)> = v["headers"]
+            .as_array()
+            .expect("headers")
+            .iter()
+            .map(|h| (h[0].as_str().expect("name"), h[1].as_str().expect("value")))
+            .collect();
+        let advice = outbound(v.get("config")).advise(
+            v["method"].as_str().expect("method"),
+            u16::try_from(v["status"].as_u64().expect("status")).expect("u16"),
+            headers,
+            u32::try_from(v["attempt"].as_u64().expect("attempt")).expect("u32"),
+            v["now_unix"].as_f64().expect("now_unix"),
+        );
+        let e = &v["expect"];
+        let want = Advice {
+            pause: e["pause_s"].as_f64().map(Duration::from_secs_f64),
+            capped: e["capped"].as_bool().expect("capped"),
+            retry: e["retry"].as_bool().expect("retry"),
+            gave_up: e["gave_up"].as_bool().expect("gave_up"),
+        };
+        assert_eq!(advice, want, "{id}: {}", v["doc"]);
+    }
+}
+
+#[test]
+fn bad_configuration_is_a_typed_error_naming_the_value() {
+    let e = Outbound::new()
+        .with_max_pause(Duration::ZERO)
+        .expect_err("zero");
+    assert_eq!(e.code(), "invalid_number");
+    assert!(e.to_string().contains("max_pause"), "{e}");
+    let e = Outbound::new().with_statuses(&[429, 42]).expect_err("42");
+    assert!(e.to_string().contains("42"), "{e}");
+    assert!(Outbound::new().with_statuses(&[600]).is_err());
+}
