@@ -675,6 +675,22 @@ export declare class ManualClock {
   nowNanos(): number
 }
 
+/** The outbound policy: which answers to retry and how long a pause may be. */
+export declare class Outbound {
+  /** A policy; bad options throw `RangeError` (`ERR_RATEBOUND_INVALID_NUMBER`). */
+  constructor(options?: OutboundOptions | undefined | null)
+  /** The most retries. */
+  get retries(): number
+  /** The longest pause obeyed, in seconds. */
+  get maxPause(): number
+  /**
+   * What to do after the response to attempt `attempt` (0: the first) of
+   * `method`, with `status` and `headers` (`[name, value]` pairs),
+   * received at `nowUnix` (seconds since the Unix epoch).
+   */
+  advise(method: string, status: number, headers: Array<Array<string>>, attempt: number, nowUnix: number): Advice
+}
+
 /** One caller's wait for global tokens (`RedisEngine.acquire`). */
 export declare class RedisAcquisition {}
 
@@ -1147,6 +1163,24 @@ export declare class TokenBucket {
  */
 export declare class Waiter {}
 
+/** What to do after a response. */
+export interface Advice {
+  /**
+   * Pause the limiter this many seconds, for everyone sharing it (`null`:
+   * no pause asked).
+   */
+  pause?: number
+  /** The pause was cut to `maxPause`. */
+  capped: boolean
+  /** Send the request again, through the limiter's `acquire`. */
+  retry: boolean
+  /**
+   * A retryable status the request may not be retried on: the caller
+   * gets this response.
+   */
+  gaveUp: boolean
+}
+
 /**
  * The answer to one check. A refusal is a decision with `allowed: false`,
  * never an exception.
@@ -1297,6 +1331,18 @@ export interface LeakyBucketOptions {
   maxDelay?: number
   /** A `ManualClock` to decide with (default: the monotonic clock). */
   clock?: ManualClock
+}
+
+/** The options of an `Outbound` policy. */
+export interface OutboundOptions {
+  /** The most retries (default 2). */
+  retries?: number
+  /** The longest pause obeyed, in seconds (default 300). */
+  maxPause?: number
+  /** The statuses retried (default `[429, 503]`). */
+  statuses?: Array<number>
+  /** Retry POST and PATCH too (default false: idempotent methods only). */
+  anyMethod?: boolean
 }
 
 /** What became of a pause, and what to tell the other instances. */

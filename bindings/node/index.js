@@ -841,6 +841,7 @@ module.exports.Gate = nativeBinding.Gate
 module.exports.KeyedLimiter = nativeBinding.KeyedLimiter
 module.exports.LeakyBucket = nativeBinding.LeakyBucket
 module.exports.ManualClock = nativeBinding.ManualClock
+module.exports.Outbound = nativeBinding.Outbound
 module.exports.RedisAcquisition = nativeBinding.RedisAcquisition
 module.exports.RedisCall = nativeBinding.RedisCall
 module.exports.RedisEngine = nativeBinding.RedisEngine

@@ -16,6 +16,7 @@ pub mod gate;
 pub mod http;
 pub mod keyed;
 pub mod limiters;
+pub mod outbound;
 pub mod redis;
 pub mod redis_wait;
 pub mod shared;

@@ -12,6 +12,7 @@ mod gate;
 mod http;
 mod keyed;
 mod limiters;
+mod outbound;
 mod redis;
 mod shared;
 mod waiting;
@@ -38,6 +39,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<shared::SharedTokenBucket>()?;
     m.add_class::<shared::SharedKeyedLimiter>()?;
     m.add_class::<Gate_>()?;
+    m.add_class::<outbound::Outbound_>()?;
     m.add_class::<RedisEngine_>()?;
     m.add_class::<RedisCall_>()?;
     m.add_class::<redis::RedisAcquisition_>()?;

@@ -2,7 +2,7 @@
 type-checks tests/typed_usage.py against them with mypy --strict)."""
 
 import os
-from typing import Any, Iterable, Optional, TypeVar, Union, final
+from typing import Any, Iterable, Optional, Sequence, TypeVar, Union, final
 
 from typing_extensions import disjoint_base
 
@@ -22,6 +22,7 @@ __all__ = [
     "SharedKeyedLimiter",
     "KeyedLimiter",
     "Gate_",
+    "Outbound_",
     "RedisEngine_",
     "RedisCall_",
     "RedisAcquisition_",
@@ -142,6 +143,24 @@ class KeyedLimiter:
     def pause(self, key: _Key, seconds: _Number) -> None: ...
     def acquire_blocking(self, key: _Key, n: Optional[int] = None, timeout: Optional[_Number] = None) -> None: ...
     def _waiter(self, key: _Key, n: Optional[int] = None, timeout: Optional[_Number] = None) -> Waiter: ...
+
+@final
+class Outbound_:
+    def __new__(
+        cls: type[_T],
+        *,
+        retries: int = 2,
+        max_pause: float = 300.0,
+        statuses: Optional[Sequence[int]] = None,
+        any_method: bool = False,
+    ) -> _T: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def max_pause(self) -> float: ...
+    def advise(
+        self, method: str, status: int, headers: Sequence[tuple[str, str]], attempt: int, now_unix: float
+    ) -> tuple[Optional[float], bool, bool, bool]: ...
 
 @final
 class Gate_:
