@@ -585,6 +585,8 @@ export declare class KeyedLimiter {
   get size(): number
   /** The cap on tracked keys. */
   get maxKeys(): number
+  /** The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
+  get algorithm(): string
   /**
    * Empties `key`'s token bucket for `seconds`, refilling at the rate
    * afterwards (see `TokenBucket.pause`).
@@ -917,6 +919,8 @@ export declare class SharedKeyedLimiter {
   pause(key: string | number | Uint8Array, seconds: number): void
   /** The most one check can take. */
   get limit(): number
+  /** The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
+  get algorithm(): string
   /** Slots in the table (twice `maxKeys`, at least 64). */
   get slots(): number
   /** Slots held by a key. */
@@ -965,6 +969,8 @@ export declare class SharedTokenBucket {
   pause(seconds: number): void
   /** The burst. */
   get limit(): number
+  /** The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
+  get algorithm(): string
   /** The file the processes share. */
   get path(): string
 }

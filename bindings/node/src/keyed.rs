@@ -187,6 +187,12 @@ impl KeyedLimiter {
         self.inner.max_keys() as f64
     }
 
+    /// The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`.
+    #[napi(getter)]
+    pub fn algorithm(&self) -> &'static str {
+        self.inner.algorithm()
+    }
+
     /// The slot of the fast entry points (internal).
     #[napi(getter, skip_typescript)]
     pub fn handle(&self) -> u32 {

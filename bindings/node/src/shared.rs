@@ -189,6 +189,12 @@ impl SharedTokenBucket {
         self.inner.limit() as f64
     }
 
+    /// The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`.
+    #[napi(getter)]
+    pub fn algorithm(&self) -> &'static str {
+        self.inner.algorithm().name()
+    }
+
     /// The file the processes share.
     #[napi(getter)]
     pub fn path(&self) -> String {
@@ -335,6 +341,12 @@ impl SharedKeyedLimiter {
     #[napi(getter)]
     pub fn limit(&self) -> f64 {
         self.inner.limit() as f64
+    }
+
+    /// The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`.
+    #[napi(getter, js_name = "algorithm")]
+    pub fn algorithm_name(&self) -> &'static str {
+        self.inner.algorithm().name()
     }
 
     /// Slots in the table (twice `maxKeys`, at least 64).

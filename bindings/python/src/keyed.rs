@@ -131,6 +131,12 @@ impl KeyedLimiter {
         self.inner.max_keys()
     }
 
+    /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm()
+    }
+
     fn __len__(&self) -> usize {
         self.inner.len()
     }

@@ -159,6 +159,12 @@ impl SharedTokenBucket {
         self.inner.limit()
     }
 
+    /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm().name()
+    }
+
     /// The file the processes share.
     #[getter]
     fn path(&self) -> PathBuf {
@@ -290,6 +296,12 @@ impl SharedKeyedLimiter {
     #[getter]
     fn limit(&self) -> u64 {
         self.inner.limit()
+    }
+
+    /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
+    #[getter(algorithm)]
+    fn algorithm_name(&self) -> &'static str {
+        self.inner.algorithm().name()
     }
 
     /// Slots in the table (twice `max_keys`, at least 64).

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Optional
 
+import httpx
 import redis
 import redis.asyncio
+import requests
 
 import ratebound as rb
+import ratebound.httpx
+import ratebound.requests
 
 
 def use() -> list[object]:
@@ -94,6 +98,26 @@ def use() -> list[object]:
     async_ok = asyncio.run(global_async())
     return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry, mw, wmw,
             source, gok, is_open, returned, async_ok, waited, shifted]
+
+
+def outbound_usage() -> list[object]:
+    """The client adapters, typed: a transport, an async one, an adapter."""
+    seen: list[rb.httpx.OutboundEvent] = []
+    tb = rb.TokenBucket(10, 5)
+    t = rb.httpx.RateLimitTransport(tb, key=lambda r: r.url.host, timeout=1.5, on_decision=seen.append)
+    client = httpx.Client(transport=t)
+    at = rb.httpx.AsyncRateLimitTransport(tb, key="partner", retries=1, max_pause=60)
+    ac = httpx.AsyncClient(transport=at)
+    session = requests.Session()
+    session.mount("https://", rb.requests.RateLimitAdapter(tb, statuses=[429], any_method=True))
+    client.close()
+    session.close()
+    return [client, ac, session, seen]
+
+
+def test_outbound_usage() -> None:
+    got = outbound_usage()
+    assert len(got) == 4 and got[3] == []
 
 
 def test_typed_usage() -> None:

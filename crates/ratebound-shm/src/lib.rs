@@ -722,6 +722,11 @@ impl SharedLimiter {
         self.table.rule.limit()
     }
 
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> KeyedAlgorithm {
+        self.table.algorithm
+    }
+
     /// Takes one now if there is one.
     ///
     /// # Errors

@@ -39,6 +39,19 @@ pub enum KeyedAlgorithm {
     },
 }
 
+impl KeyedAlgorithm {
+    /// The algorithm's name: `"token_bucket"`, `"fixed_window"` or
+    /// `"sliding_window"` (as [`AnyLimiter::algorithm`](crate::any::AnyLimiter::algorithm)
+    /// names them).
+    pub fn name(&self) -> &'static str {
+        match self {
+            KeyedAlgorithm::TokenBucket(_) => "token_bucket",
+            KeyedAlgorithm::FixedWindow { .. } => "fixed_window",
+            KeyedAlgorithm::SlidingWindow { .. } => "sliding_window",
+        }
+    }
+}
+
 /// What a [`KeyedLimiter`] at its `max_keys` cap does with a new key once no
 /// tracked key is fresh enough to drop for free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -400,6 +413,16 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// when none).
     pub fn max_keys(&self) -> usize {
         self.max_keys
+    }
+
+    /// The algorithm's name (`"token_bucket"`, `"fixed_window"` or
+    /// `"sliding_window"`); every tier has the same one.
+    pub fn algorithm(&self) -> &'static str {
+        match self.tiers[0] {
+            Math::Bucket(_) => "token_bucket",
+            Math::Fixed(_) => "fixed_window",
+            Math::Sliding(_) => "sliding_window",
+        }
     }
 
     #[inline]

@@ -49,9 +49,10 @@ from ._http import RateLimitEvent
 
 
 def __getattr__(name: str) -> Any:
-    # The per-route limits import their framework: loaded on first use, so
-    # that `import ratebound` needs neither FastAPI, Flask nor Django.
-    if name in ("django", "fastapi", "flask"):
+    # The per-route limits import their framework, the outbound adapters
+    # their client: loaded on first use, so that `import ratebound` needs
+    # neither FastAPI, Flask, Django, httpx nor requests.
+    if name in ("django", "fastapi", "flask", "httpx", "requests"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -309,4 +309,10 @@ impl AnyKeyed {
     pub fn max_keys(&self) -> usize {
         self.limiter.max_keys()
     }
+
+    /// The algorithm's name (`"token_bucket"`, `"fixed_window"` or
+    /// `"sliding_window"`).
+    pub fn algorithm(&self) -> &'static str {
+        self.limiter.algorithm()
+    }
 }

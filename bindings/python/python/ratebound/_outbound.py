@@ -1,0 +1,179 @@
+"""What the HTTP client adapters (``ratebound.httpx``, ``ratebound.requests``)
+share: the limiter bound to its calling convention, the options, and the
+events told to ``on_decision``. The decision itself — how long the partner
+asked to pause, whether to send again — is the core's
+(``_ratebound.Outbound_``, replaying ``spec/outbound.json``); this module
+only waits, pauses and counts."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+from . import _ratebound
+from . import redis as _redis
+
+Number = Union[int, float]
+
+
+class OutboundEvent(NamedTuple):
+    """What ``on_decision`` is told about a call to a partner: ``outcome``
+    — ``"waited"`` (the limiter made the request wait ``seconds`` before it
+    went out), ``"paused"`` (the partner's answer paused the limiter for
+    ``seconds``, for everyone sharing it; ``capped`` when cut to
+    ``max_pause``), ``"retried"`` (the answer is sent again, through the
+    limiter) or ``"gave_up"`` (a 429/503 the request may not be retried on,
+    or retries spent: the caller gets it) — with the limiter ``key``, the
+    answer's ``status`` (``None`` before one) and the ``attempt`` (0: the
+    first sending)."""
+
+    outcome: str
+    key: Optional[str]
+    seconds: Optional[float]
+    status: Optional[int]
+    attempt: int
+    capped: bool = False
+
+
+OnOutbound = Callable[[OutboundEvent], None]
+
+# Keyed limiters take a key first; the others (one bucket) take none.
+_KEYED = (_ratebound.KeyedLimiter, _ratebound.SharedKeyedLimiter, _redis.TokenBucket, _redis.AsyncTokenBucket)
+_SINGLE = (_ratebound.Limiter, _ratebound.SharedTokenBucket)
+
+
+def _algorithm(limiter: Any) -> Optional[str]:
+    if isinstance(limiter, (_redis.TokenBucket, _redis.AsyncTokenBucket)):
+        return "token_bucket"
+    if isinstance(limiter, (_redis._Limiter, _redis._AsyncLimiter)):
+        return "window"
+    return getattr(limiter, "algorithm", None)
+
+
+def _seconds(name: str, value: Optional[Number]) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise _ratebound_error(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _ratebound_error(message: str) -> Exception:
+    from ._errors import ConfigError
+
+    return ConfigError(message)
+
+
+class Bound:
+    """A limiter the adapters can wait on and pause: a token bucket (local,
+    shared memory or Redis), keyed or single. Anything else is refused here,
+    at construction: a window cannot be paused, so it cannot obey a
+    partner's ``Retry-After`` for everyone."""
+
+    def __init__(self, limiter: Any, *, asynchronous: bool) -> None:
+        if limiter is None:
+            raise _ratebound_error("a limiter is required: a token bucket (local, shared memory or Redis)")
+        if not isinstance(limiter, _KEYED + _SINGLE):
+            raise _ratebound_error(f"not a ratebound limiter: {limiter!r}")
+        algorithm = _algorithm(limiter)
+        if algorithm != "token_bucket":
+            raise _ratebound_error(
+                f"{type(limiter).__name__} ({algorithm}) cannot be paused: an outbound limit must be a token bucket"
+            )
+        is_async_redis = isinstance(limiter, _redis.AsyncTokenBucket)
+        if is_async_redis and not asynchronous:
+            raise _ratebound_error("rb.redis.AsyncTokenBucket needs the async adapter (AsyncRateLimitTransport)")
+        if isinstance(limiter, _redis.TokenBucket) and asynchronous:
+            raise _ratebound_error("rb.redis.TokenBucket is synchronous: use rb.redis.AsyncTokenBucket here")
+        self.limiter: Any = limiter
+        self.keyed = isinstance(limiter, _KEYED)
+
+    def acquire_blocking(self, key: str, n: int, timeout: Optional[float]) -> None:
+        if self.keyed:
+            self.limiter.acquire_blocking(key, n, timeout)
+        else:
+            self.limiter.acquire_blocking(n, timeout)
+
+    async def acquire(self, key: str, n: int, timeout: Optional[float]) -> None:
+        if self.keyed:
+            await self.limiter.acquire(key, n, timeout)
+        else:
+            await self.limiter.acquire(n, timeout)
+
+    def pause_blocking(self, key: str, seconds: float) -> None:
+        if self.keyed:
+            self.limiter.pause(key, seconds)
+        else:
+            self.limiter.pause(seconds)
+
+    async def pause(self, key: str, seconds: float) -> None:
+        if self.keyed:
+            done = self.limiter.pause(key, seconds)
+        else:
+            done = self.limiter.pause(seconds)
+        if inspect.isawaitable(done):
+            await done
+
+
+class Options:
+    """The adapters' options, checked once at construction."""
+
+    def __init__(
+        self,
+        limiter: Any,
+        *,
+        asynchronous: bool,
+        key: Union[None, str, Callable[[Any], str]],
+        timeout: Optional[Number],
+        retries: int,
+        max_pause: Number,
+        statuses: Optional[list[int]],
+        any_method: bool,
+        n: int,
+        on_decision: Optional[OnOutbound],
+    ) -> None:
+        self.bound = Bound(limiter, asynchronous=asynchronous)
+        if key is not None and not isinstance(key, str) and not callable(key):
+            raise _ratebound_error(f"key must be a string or a function of the request, got {key!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise _ratebound_error(f"retries must be a whole number >= 0, got {retries!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise _ratebound_error(f"n must be a whole number >= 1, got {n!r}")
+        self.key = key
+        self.timeout = _seconds("timeout", timeout)
+        self.outbound = _ratebound.Outbound_(
+            retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method
+        )
+        self.n = n
+        self.on_decision = on_decision
+
+    def per_request(self, overrides: Any, request: Any, host: str) -> tuple[str, int, Optional[float]]:
+        """The key, n and timeout of one request: its ``ratebound``
+        overrides, else the adapter's, else the request's host."""
+        o = overrides if isinstance(overrides, dict) else {}
+        key = o.get("key", self.key)
+        if callable(key):
+            key = key(request)
+        if key is None:
+            key = host
+        if not isinstance(key, str):
+            raise _ratebound_error(f"key must be a string, got {key!r}")
+        n = o.get("n", self.n)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise _ratebound_error(f"n must be a whole number >= 1, got {n!r}")
+        timeout = _seconds("timeout", o["timeout"]) if "timeout" in o else self.timeout
+        return key, n, timeout
+
+    def advise(self, method: str, status: int, headers: list[tuple[str, str]], attempt: int) -> Any:
+        return self.outbound.advise(method, status, headers, attempt, time.time())
+
+    def tell(self, outcome: str, key: str, seconds: Optional[float], status: Optional[int], attempt: int, capped: bool = False) -> None:
+        if self.on_decision is None:
+            return
+        try:
+            self.on_decision(OutboundEvent(outcome, key, seconds, status, attempt, capped))
+        except Exception:  # a metrics hook must never break the call
+            logging.getLogger("ratebound").exception("on_decision raised; the call goes on")
