@@ -1,5 +1,6 @@
-//! `ratebound demo`: DESIGN.md scenarios 1–6 on a manual clock, each as a
+//! `ratebound demo`: the source scenarios 1–6 on a manual clock, each as a
 //! table. Deterministic: the output is compared with a golden file.
+//! Scenario 7, the incident, runs live (`incident.rs`).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -74,7 +75,7 @@ fn http(d: &Decision) -> String {
 /// The whole demo as text.
 pub fn render() -> Result<String, CliError> {
     let mut all = String::from(
-        "ratebound demo: DESIGN.md scenarios 1-6, on a manual clock starting at 0\n\n",
+        "ratebound demo: the source scenarios 1-6, on a manual clock starting at 0 (7 runs live after them)\n\n",
     );
     scenario_1(&mut all)?;
     scenarios_2_and_3(&mut all)?;

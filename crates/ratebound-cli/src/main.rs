@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod incident;
 mod inspect;
 mod plot;
 mod simulate;
@@ -71,6 +72,29 @@ impl std::fmt::Display for CliError {
     }
 }
 
+/// Scenarios 1-6, then 7 live (unless told otherwise).
+fn demo(args: &DemoArgs) -> Result<String, CliError> {
+    let secs = parse_duration(&args.seconds, "--seconds")?;
+    if secs == 0 || secs > 60 * SECOND {
+        return Err(CliError::new(format!(
+            "--seconds must be more than 0 and at most 60 s, got {}",
+            Shown(&args.seconds)
+        )));
+    }
+    let mut out = if args.live_only {
+        String::new()
+    } else {
+        demo::render()?
+    };
+    if !args.no_live {
+        out.push_str(&incident::render(
+            args.redis.as_deref(),
+            Duration::from_nanos(secs),
+        )?);
+    }
+    Ok(out)
+}
+
 /// Rate limiting you can see: the source scenarios, your traffic replayed
 /// against every algorithm, a global limit's state in Redis.
 #[derive(Parser, Debug)]
@@ -82,14 +106,32 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Replays DESIGN.md scenarios 1-6 on a manual clock, as tables.
-    Demo,
+    /// The source scenarios: 1-6 on a manual clock, as tables, then 7, the
+    /// incident, live (fifty workers calling a partner on 127.0.0.1).
+    Demo(DemoArgs),
     /// Replays traffic against one or all algorithms on a manual clock.
     Simulate(SimulateArgs),
     /// Shows a global limit's state in Redis (tokens, TAT, TTL).
     Inspect(InspectArgs),
     /// A quick throughput check of the core on this machine.
     Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Also run scenario 7's fleet on a limit in this Redis, e.g.
+    /// redis://127.0.0.1:6379 (its keys: rb-demo-<pid>:tb:partner-demo).
+    #[arg(long)]
+    redis: Option<String>,
+    /// How long each of scenario 7's fleets runs.
+    #[arg(long, default_value = "3s", allow_hyphen_values = true)]
+    seconds: String,
+    /// Only scenarios 1-6 (deterministic, no network).
+    #[arg(long, conflicts_with = "live_only")]
+    no_live: bool,
+    /// Only scenario 7.
+    #[arg(long)]
+    live_only: bool,
 }
 
 #[derive(Args, Debug)]
@@ -374,7 +416,7 @@ use simulate::Outcome;
 
 fn run(cli: Cli) -> Result<String, CliError> {
     match cli.command {
-        Command::Demo => demo::render(),
+        Command::Demo(args) => demo(&args),
         Command::Simulate(args) => simulate(&args),
         Command::Inspect(args) => inspect::run(&args.redis, &args.key, args.rate.as_deref()),
         Command::Bench(args) => {

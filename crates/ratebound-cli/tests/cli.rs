@@ -54,9 +54,55 @@ fn admitted(v: &serde_json::Value, algorithm: &str, scope: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {algorithm}/{scope} in {v}"))
 }
 
+/// `200 x N, 429 x M` of the line of scenario 7 that starts with `what`.
+fn answered(out: &str, what: &str) -> (u64, u64) {
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(what))
+        .unwrap_or_else(|| panic!("no {what:?} line in {out}"));
+    let numbers: Vec<u64> = line
+        .rsplit("answered")
+        .next()
+        .expect("answered")
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("a count"))
+        .collect();
+    // "200 x N, 429 x M"
+    assert_eq!(numbers.len(), 4, "{line}");
+    (numbers[1], numbers[3])
+}
+
+#[test]
+fn demo_scenario_7_the_shared_limit_keeps_the_partner_from_refusing() {
+    let o = ratebound(&["demo", "--live-only", "--seconds", "2s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("7. The incident, live: 50 workers"),
+        "{out}"
+    );
+    let (ok, refused) = answered(&out, "one limit in shared memory");
+    // At most 15 + 9 x 2 = 33 tokens; the partner refuses none.
+    assert_eq!(refused, 0, "{out}");
+    assert!((28..=34).contains(&ok), "{out}");
+    let (_, local_refused) = answered(&out, "fifty local buckets");
+    assert!(local_refused >= 30, "{out}");
+    assert!(!out.contains("DESIGN.md"), "{out}");
+}
+
+#[test]
+fn demo_rejects_bad_seconds() {
+    for bad in ["0s", "61s", "soon"] {
+        let o = ratebound(&["demo", "--live-only", "--seconds", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(stderr(&o).contains("--seconds"), "{bad}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn demo_matches_the_golden_file() {
-    let o = ratebound(&["demo"]);
+    let o = ratebound(&["demo", "--no-live"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let golden = include_str!("golden/demo.txt");
     assert_eq!(
@@ -606,4 +652,22 @@ fn dev_zero_is_refused_at_its_first_line() {
         err.contains("/dev/zero: line 1 is longer than 1 MiB"),
         "{err:.300}"
     );
+}
+
+#[test]
+fn demo_scenario_7_on_redis_keeps_the_partner_from_refusing() {
+    let server = support::Server::start();
+    let o = ratebound(&[
+        "demo",
+        "--live-only",
+        "--seconds",
+        "2s",
+        "--redis",
+        &server.url(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let (ok, refused) = answered(&out, "one limit in Redis");
+    assert_eq!(refused, 0, "{out}");
+    assert!((28..=34).contains(&ok), "{out}");
 }
