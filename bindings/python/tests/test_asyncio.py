@@ -58,7 +58,9 @@ async def test_unmeetable_timeout_raises_at_once() -> None:
     with pytest.raises(rb.RateLimitExceeded) as info:
         await tb.acquire(1, timeout=0.5)
     elapsed = time.perf_counter() - start
-    assert elapsed < 0.005, elapsed
+    # At once: far below the 0.5 s it would have waited (a loaded 2-core
+    # machine can take milliseconds to run the task at all).
+    assert elapsed < 0.1, elapsed
     assert 0.5 < info.value.retry_after <= 1.0
     # Nothing was taken: the next token is still due in about 1 s (a
     # reserved one would put it about 2 s away).
