@@ -188,6 +188,8 @@ define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(ke
 const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide, native.SharedKeyedLimiter)
 // Global limits in Redis, with the application's ioredis or node-redis client.
 const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abortError })
+// Calls to a partner through a limiter, as the core's Outbound advises.
+const { fetch, axios } = require('./outbound.js')(native, { RateLimitExceededError })
 
 const noop = fast.noop
 const {
@@ -230,5 +232,7 @@ module.exports = {
   RateLimitExceededError,
   express,
   fastify,
+  fetch,
+  axios,
   noop,
 }

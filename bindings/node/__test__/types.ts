@@ -21,7 +21,12 @@ import {
   RedisCall,
   RedisDecision,
   RedisEngine,
+  OutboundEvent,
+  OutboundRequestOptions,
+  fetch as rbFetch,
+  axios as rbAxios,
 } from 'ratebound'
+import axiosDefault, { AxiosInstance } from 'axios'
 import IORedis, { Cluster } from 'ioredis'
 import { createClient, createCluster } from 'redis'
 import Fastify from 'fastify'
@@ -175,3 +180,39 @@ async function fastifyRoutes(): Promise<void> {
   void own
 }
 void fastifyRoutes
+
+// Calling a partner (type-checked, not run): rb.fetch and rb.axios. The
+// per-request options on axios's config, typed the way the README shows.
+declare module 'axios' {
+  interface AxiosRequestConfig {
+    ratebound?: OutboundRequestOptions
+  }
+}
+async function outboundClients(): Promise<void> {
+  const io = new IORedis()
+  const partner = new redis.TokenBucket({ client: io, rate: '10/s', burst: 20 })
+  const events: OutboundEvent[] = []
+  const call = rbFetch({ limiter: partner, key: 'partner', timeout: 5, retries: 2, maxPause: 60, statuses: [429, 503], onDecision: (e) => events.push(e) })
+  const res: Response = await call('https://partner.example/v1/items', { ratebound: { timeout: 1, n: 2 }, signal: new AbortController().signal })
+  const byHost = rbFetch({ limiter: new KeyedLimiter({ rate: 5 }), key: (url, init) => `${url.host}:${init?.method ?? 'GET'}`, fetch: globalThis.fetch })
+  await byHost(new URL('https://a.example/'), { ratebound: { key: 'batch' } })
+  rbFetch({ limiter: new SharedTokenBucket({ path: '/dev/shm/partner.limit', rate: 5 }), anyMethod: true })
+  const api: AxiosInstance = rbAxios(axiosDefault.create({ baseURL: 'https://partner.example' }), {
+    limiter: new TokenBucket({ rate: 5 }),
+    onDecision: (e) => void [e.outcome, e.key, e.attempt, e.status, e.seconds, e.capped],
+  })
+  const got = await api.get<string>('/v1/items', { ratebound: { timeout: 2 } })
+  const body: string = got.data
+  const ejected: boolean = rbAxios.eject(api)
+  const outcome: 'waited' | 'paused' | 'retried' | 'gave_up' = events[0].outcome
+  // @ts-expect-error: a limiter is required
+  rbFetch({ timeout: 1 })
+  // @ts-expect-error: a window cannot be paused (also a TypeError at run time)
+  rbFetch({ limiter: new FixedWindow({ limit: 10, window: 1 }) })
+  // @ts-expect-error: per-request options are timeout, key and n
+  await call('https://partner.example/', { ratebound: { retries: 3 } })
+  // @ts-expect-error: the first argument is an axios instance
+  rbAxios({}, { limiter: partner })
+  void [res, body, ejected, outcome]
+}
+void outboundClients

@@ -1,0 +1,378 @@
+'use strict'
+// Calling a partner through a limiter: rb.fetch (a fetch function) and
+// rb.axios (interceptors on the application's axios instance). The native
+// Outbound (the Rust core's outbound decision) reads every answer — the
+// Retry-After, RateLimit and X-RateLimit fields, the status, the method,
+// the attempt — and says how long to pause the limiter and whether to send
+// again; this file only does the I/O around it:
+//
+//   await acquire(key, n)  ->  send  ->  advise(...)  ->  pause(key, s)?  ->  again, or the answer
+//
+// The pause goes to the limiter itself, so that every caller sharing it
+// waits (with an rb.redis.TokenBucket, every instance of the fleet), and a
+// retry waits for its token like any other request.
+
+module.exports = function outbound(native, { RateLimitExceededError }) {
+  const { Outbound, RedisEngine } = native
+
+  // Every option each adapter reads: anything else is a misspelling and
+  // fails where the adapter is made.
+  const POLICY = ['limiter', 'key', 'timeout', 'n', 'retries', 'maxPause', 'statuses', 'anyMethod', 'onDecision']
+  const FETCH_OPTIONS = new Set([...POLICY, 'fetch'])
+  const AXIOS_OPTIONS = new Set(POLICY)
+  // What one request may override (`init.ratebound`, `config.ratebound`).
+  const OWN_OPTIONS = new Set(['timeout', 'key', 'n'])
+
+  // The limiters that can be paused.
+  const LIMITERS =
+    'a token bucket (TokenBucket, SharedTokenBucket, a token-bucket KeyedLimiter or SharedKeyedLimiter, rb.redis.TokenBucket)'
+
+  function typeError(message) {
+    const e = new TypeError(message)
+    e.code = 'ERR_INVALID_ARG_TYPE'
+    return e
+  }
+
+  function valueError(message) {
+    const e = new TypeError(message)
+    e.code = 'ERR_INVALID_ARG_VALUE'
+    return e
+  }
+
+  function invalidOption(message) {
+    const e = new TypeError(message)
+    e.code = 'ERR_RATEBOUND_INVALID_OPTION'
+    return e
+  }
+
+  function invalidNumber(message) {
+    const e = new RangeError(message)
+    e.code = 'ERR_RATEBOUND_INVALID_NUMBER'
+    return e
+  }
+
+  function shown(v) {
+    if (typeof v === 'string') return JSON.stringify(v)
+    if (typeof v === 'function') return 'a function'
+    if (typeof v === 'bigint') return `${v}n`
+    try {
+      return String(v)
+    } catch {
+      return typeof v
+    }
+  }
+
+  // The longest wait the core takes (2^60 ns).
+  const MAX_SECONDS = 2 ** 60 / 1e9
+
+  function checkTimeout(where, v) {
+    if (v == null) return undefined
+    if (typeof v !== 'number') throw typeError(`${where}: timeout is a number of seconds, not ${shown(v)}`)
+    if (!Number.isFinite(v) || v < 0) throw invalidNumber(`${where}: invalid timeout ${v}: must be a finite number of seconds, at least 0`)
+    if (v > MAX_SECONDS) throw invalidNumber(`${where}: invalid timeout ${v}: must be at most 2^60 ns (about 36 years)`)
+    return v
+  }
+
+  function checkN(where, v) {
+    if (v == null) return 1
+    if (typeof v !== 'number') throw typeError(`${where}: n is a number of tokens, not ${shown(v)}`)
+    if (!Number.isSafeInteger(v) || v < 1) throw invalidNumber(`${where}: invalid n ${v}: must be a whole number of tokens, at least 1`)
+    return v
+  }
+
+  function isKey(v) {
+    return typeof v === 'string' || (typeof v === 'number' && Number.isSafeInteger(v)) || v instanceof Uint8Array
+  }
+
+  const UNKEYED = [native.TokenBucket, native.SharedTokenBucket, native.FixedWindow, native.SlidingWindow, native.SlidingLog, native.LeakyBucket, native.AllOf]
+  const KEYED = [native.KeyedLimiter, native.SharedKeyedLimiter]
+
+  // What the limiter is: keyed or not, in Redis or not; one that cannot be
+  // paused (its `algorithm` is not a token bucket) is refused here, never
+  // at the partner's first 429.
+  function limiterOf(where, limiter) {
+    if (limiter == null || typeof limiter !== 'object') {
+      throw typeError(`${where}: limiter is required: ${LIMITERS}, not ${shown(limiter)}`)
+    }
+    const remote = limiter.engine instanceof RedisEngine
+    const keyed = remote || KEYED.some((C) => limiter instanceof C)
+    if (!keyed && !UNKEYED.some((C) => limiter instanceof C)) throw typeError(`${where}: limiter must be ${LIMITERS}`)
+    const algorithm = limiter.algorithm
+    if (algorithm !== 'token_bucket') {
+      throw valueError(
+        `${where}: limiter is a ${algorithm} limiter, which cannot be paused: obeying a partner's Retry-After needs ${LIMITERS}`,
+      )
+    }
+    return { keyed, remote }
+  }
+
+  // The native Outbound's options, with their types checked here (the
+  // native conversion's errors name no option).
+  function outboundOf(where, options) {
+    const { retries, maxPause, statuses, anyMethod } = options
+    if (retries != null && typeof retries !== 'number') throw typeError(`${where}: retries is a whole number, not ${shown(retries)}`)
+    if (maxPause != null && typeof maxPause !== 'number') throw typeError(`${where}: maxPause is a number of seconds, not ${shown(maxPause)}`)
+    if (statuses != null && (!Array.isArray(statuses) || !statuses.every((s) => typeof s === 'number'))) {
+      throw typeError(`${where}: statuses is an array of HTTP statuses, not ${shown(statuses)}`)
+    }
+    if (anyMethod != null && typeof anyMethod !== 'boolean') throw typeError(`${where}: anyMethod is a boolean, not ${shown(anyMethod)}`)
+    try {
+      return new Outbound({ retries: retries ?? undefined, maxPause: maxPause ?? undefined, statuses: statuses ?? undefined, anyMethod: anyMethod ?? undefined })
+    } catch (e) {
+      if (e != null && typeof e.message === 'string') e.message = `${where}: ${e.message}`
+      throw e
+    }
+  }
+
+  // One adapter's options, checked and defaulted: everything a request
+  // needs that does not depend on the request.
+  function prepare(where, options, known) {
+    if (options == null || typeof options !== 'object') throw typeError(`${where}: options are required ({ limiter, ... })`)
+    for (const name of Object.keys(options)) {
+      if (!known.has(name)) throw invalidOption(`${where}: unknown option '${name}' (known: ${[...known].join(', ')})`)
+    }
+    const { keyed, remote } = limiterOf(where, options.limiter)
+    // The key: the limiter's (keyed limiters), else only the events' name
+    // for the request.
+    const key = options.key
+    if (key != null && typeof key !== 'function' && !isKey(key)) {
+      throw typeError(`${where}: key is a string or a function of the request, not ${shown(key)}`)
+    }
+    const onDecision = options.onDecision ?? null
+    if (onDecision !== null && typeof onDecision !== 'function') throw typeError(`${where}: onDecision must be a function of the event`)
+    let warned = false
+    return {
+      where,
+      limiter: options.limiter,
+      keyed,
+      remote,
+      outbound: outboundOf(where, options),
+      timeout: checkTimeout(where, options.timeout),
+      n: checkN(where, options.n),
+      key: key ?? null,
+      // A throwing onDecision is the application's bug, never the
+      // request's failure: swallowed, with one process warning.
+      report:
+        onDecision === null
+          ? null
+          : (event) => {
+              try {
+                onDecision(event)
+              } catch (e) {
+                if (!warned) {
+                  warned = true
+                  process.emitWarning(`${where}: onDecision threw (${e != null && e.message ? e.message : e}); later throws are not reported`, {
+                    code: 'RATEBOUND_ON_DECISION_THREW',
+                  })
+                }
+              }
+            },
+    }
+  }
+
+  // One request: its key, tokens, timeout and signal, from the adapter's
+  // defaults and the request's own `ratebound` overrides.
+  function requestOf(p, own, url, init, method, signal) {
+    let timeout = p.timeout
+    let n = p.n
+    let key = null
+    if (own != null) {
+      if (typeof own !== 'object') throw typeError(`${p.where}: ratebound is { timeout, key, n }, not ${shown(own)}`)
+      for (const name of Object.keys(own)) {
+        if (!OWN_OPTIONS.has(name)) throw invalidOption(`${p.where}: unknown ratebound option '${name}' (known: timeout, key, n)`)
+      }
+      if (own.timeout !== undefined) timeout = checkTimeout(p.where, own.timeout)
+      if (own.n !== undefined) n = checkN(p.where, own.n)
+      if (own.key != null) {
+        if (!isKey(own.key)) throw typeError(`${p.where}: ratebound.key is a string, not ${shown(own.key)}`)
+        key = own.key
+      }
+    }
+    if (key === null) {
+      if (p.key === null) key = url().host
+      else if (typeof p.key === 'function') {
+        key = p.key(url(), init)
+        if (!isKey(key)) throw typeError(`${p.where}: the key function returned ${shown(key)}, not a string`)
+      } else key = p.key
+    }
+    return { key, n, timeout, signal: signal ?? undefined, method }
+  }
+
+  // The event's shape is the Python adapters' OutboundEvent.
+  function tell(p, outcome, r, seconds, status, attempt, capped = false) {
+    if (p.report !== null) p.report({ outcome, key: r.key, seconds, status, attempt, capped })
+  }
+
+  // Waits for the tokens of sending `attempt`. Beyond the timeout the
+  // limiter's RateLimitExceededError (nothing taken) goes on to the caller;
+  // an aborted signal gives the tokens back.
+  async function wait(p, r, attempt) {
+    const started = performance.now()
+    const options = { timeout: r.timeout, signal: r.signal }
+    if (p.keyed) await p.limiter.acquire(r.key, r.n, options)
+    else await p.limiter.acquire(r.n, options)
+    const waited = (performance.now() - started) / 1000
+    if (waited >= 0.001) tell(p, 'waited', r, waited, null, attempt)
+  }
+
+  // The core's advice on the answer to `attempt`, with the pause it asks
+  // for already applied to the limiter (for the fleet: Redis moves every
+  // instance's reservations past it). `resend`: whether the request can
+  // be sent again (a stream body cannot).
+  async function advise(p, r, status, headers, attempt, resend) {
+    const advice = p.outbound.advise(r.method, status, headers, attempt, Date.now() / 1000)
+    if (advice.pause != null) {
+      if (p.remote) await p.limiter.pause(r.key, advice.pause)
+      else if (p.keyed) p.limiter.pause(r.key, advice.pause)
+      else p.limiter.pause(advice.pause)
+      tell(p, 'paused', r, advice.pause, status, attempt, advice.capped)
+    }
+    const retry = advice.retry && resend
+    if (retry) tell(p, 'retried', r, null, status, attempt)
+    else if (advice.gaveUp || advice.retry) tell(p, 'gave_up', r, null, status, attempt)
+    return retry
+  }
+
+  function isRequest(v) {
+    return v != null && typeof v === 'object' && typeof v.url === 'string' && typeof v.clone === 'function' && typeof v.method === 'string'
+  }
+
+  // A body that can be read once only (a stream): such a request is never
+  // sent again.
+  function oneShot(body) {
+    return (
+      body != null &&
+      typeof body === 'object' &&
+      (typeof body.getReader === 'function' || typeof body.pipe === 'function' || typeof body[Symbol.asyncIterator] === 'function')
+    )
+  }
+
+  async function discard(response) {
+    try {
+      if (response.body != null && typeof response.body.cancel === 'function') await response.body.cancel()
+    } catch {}
+  }
+
+  /**
+   * A fetch function whose every request waits for a token of `limiter`
+   * first, and whose partner's answers pause the limiter and are retried as
+   * the core's Outbound advises.
+   */
+  function fetch(options) {
+    const p = prepare('rb.fetch', options, FETCH_OPTIONS)
+    const given = options.fetch
+    if (given != null && typeof given !== 'function') throw typeError(`rb.fetch: fetch is a fetch function, not ${shown(given)}`)
+    const send = given ?? ((input, init) => globalThis.fetch(input, init))
+    return async function ratebound(input, init) {
+      const request = isRequest(input) ? input : null
+      let sendInit = init
+      let own
+      if (init != null && init.ratebound !== undefined) {
+        ;({ ratebound: own, ...sendInit } = init)
+      }
+      let parsed = null
+      const url = () => parsed ?? (parsed = new URL(request !== null ? request.url : input instanceof URL ? input.href : String(input)))
+      const method = String((init != null && init.method) || (request !== null ? request.method : 'GET')).toUpperCase()
+      const signal = init != null && init.signal != null ? init.signal : request !== null ? request.signal : undefined
+      const r = requestOf(p, own, url, init, method, signal)
+      // A Request's body is read by its sending: each sending gets a clone.
+      const resend = !oneShot(init != null ? init.body : undefined)
+      const clone = request !== null && request.body != null
+      for (let attempt = 0; ; attempt++) {
+        await wait(p, r, attempt)
+        const response = await send(clone ? request.clone() : input, sendInit)
+        if (!(await advise(p, r, response.status, [...response.headers], attempt, resend))) return response
+        await discard(response)
+      }
+    }
+  }
+
+  // An axios response's header fields as [name, value] pairs.
+  function axiosHeaders(headers) {
+    const out = []
+    if (headers == null) return out
+    const fields = typeof headers.toJSON === 'function' ? headers.toJSON() : headers
+    for (const [name, value] of Object.entries(fields)) {
+      if (Array.isArray(value)) for (const v of value) out.push([name, String(v)])
+      else if (value != null && value !== false) out.push([name, String(value)])
+    }
+    return out
+  }
+
+  // The instances rb.axios was installed on, with their interceptor ids.
+  const installed = new WeakMap()
+
+  /**
+   * Installs rb.fetch's behavior on an axios instance: a request
+   * interceptor that waits for the token, a response interceptor (both
+   * paths) that pauses the limiter and sends again through
+   * `instance.request(config)`. Returns the instance.
+   */
+  function axios(instance, options) {
+    if (
+      instance == null ||
+      instance.interceptors == null ||
+      instance.interceptors.request == null ||
+      typeof instance.interceptors.request.use !== 'function' ||
+      typeof instance.request !== 'function'
+    ) {
+      throw typeError(`rb.axios: the first argument is an axios instance (axios.create()), not ${shown(instance)}`)
+    }
+    const p = prepare('rb.axios', options, AXIOS_OPTIONS)
+    if (installed.has(instance)) throw valueError('rb.axios: this axios instance goes through rb.axios already (rb.axios.eject(instance) first)')
+
+    const requestFor = (config) => {
+      let parsed = null
+      const url = () => parsed ?? (parsed = new URL(instance.getUri(config)))
+      const method = String(config.method || 'get').toUpperCase()
+      return requestOf(p, config.ratebound, url, config, method, config.signal)
+    }
+
+    // The attempt rides on the config: `rateboundAttempt`, 0 when absent.
+    const attemptOf = (config) => (typeof config.rateboundAttempt === 'number' ? config.rateboundAttempt : 0)
+
+    async function onRequest(config) {
+      await wait(p, requestFor(config), attemptOf(config))
+      return config
+    }
+
+    async function onAnswer(response, error) {
+      const config = response.config
+      const attempt = attemptOf(config)
+      const r = requestFor(config)
+      if (await advise(p, r, response.status, axiosHeaders(response.headers), attempt, !oneShot(config.data))) {
+        // A stream answer (responseType 'stream') is let go.
+        const data = response.data
+        if (data != null && typeof data.destroy === 'function') data.destroy()
+        return instance.request({ ...config, rateboundAttempt: attempt + 1 })
+      }
+      if (error !== undefined) throw error
+      return response
+    }
+
+    const request = instance.interceptors.request.use(onRequest)
+    const response = instance.interceptors.response.use(
+      (res) => (res != null && res.config != null ? onAnswer(res) : res),
+      (error) => {
+        // Only an answer from the partner is advised on; anything else
+        // (no connection, a refused wait, an abort) goes on as it is.
+        if (error == null || error.response == null || error.response.config == null) throw error
+        return onAnswer(error.response, error)
+      },
+    )
+    installed.set(instance, { request, response })
+    return instance
+  }
+
+  /** Removes rb.axios's interceptors from `instance`; whether it had them. */
+  axios.eject = function eject(instance) {
+    const ids = instance == null ? undefined : installed.get(instance)
+    if (ids === undefined) return false
+    instance.interceptors.request.eject(ids.request)
+    instance.interceptors.response.eject(ids.response)
+    installed.delete(instance)
+    return true
+  }
+
+  return { fetch, axios }
+}
