@@ -199,11 +199,14 @@ def test_a_throttling_partner_quiets_the_whole_fleet_once(server: Server, partne
         seen = list(partner.seen)
     refused = [t for t, s, _ in seen if s == 429]
     print(f"throttled: {len(refused)} × 429, {partner.count(200)} × 200 of {len(seen)}")
-    assert 1 <= len(refused) <= 6, refused
-    first = refused[0]
-    # Quiet while the partner throttles: nothing reached it after the
-    # in-flight ones (within 100 ms of the first 429) until the pause ended.
-    during = [t for t, _, _ in seen if first + 0.1 < t < first + 2.0]
+    # The requests sent before the first 429 had paused the limit (the
+    # client hears it, then tells Redis): a handful, not one per caller.
+    assert 1 <= len(refused) <= 10, [t - refused[0] for t in refused]
+    first, last = refused[0], refused[-1]
+    assert last - first < 0.5, [t - first for t in refused]
+    # Quiet while the partner throttles: nothing reached it after those
+    # until the pause ended.
+    during = [t for t, _, _ in seen if last + 0.1 < t < first + 2.0]
     assert during == [], [t - first for t in during]
     # Then it resumed, within its limit.
     after = [s for t, s, _ in seen if t >= first + 2.0]

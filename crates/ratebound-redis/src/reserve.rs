@@ -543,13 +543,19 @@ struct Slot {
 
 impl Slot {
     /// The engine-clock due time after every pause in `pauses`, applied in
-    /// the order they ran: each moves the slot if it was not due yet.
+    /// the order they ran: each moves the slot if it was not due yet, as
+    /// the script moved it. A slot due before a pause began whose waiter has
+    /// not gone yet (it woke late: a loaded host) waits for the pause's end
+    /// instead of sending inside it — the partner said to stop; its token
+    /// was spent before the pause, so it goes first when the pause ends.
     fn moved_due(&mut self) -> u64 {
         self.pauses.sort_by_key(|h| h.at_us);
         let mut due_us = self.due_us;
         for h in &self.pauses {
             if due_us >= h.at_us {
                 due_us = due_us.saturating_add(h.shift_us);
+            } else {
+                due_us = due_us.max(h.at_us.saturating_add(h.shift_us));
             }
         }
         self.due
@@ -695,10 +701,26 @@ mod tests {
         assert!(e.hear(&news(900_000, 600_000, 2, "rb:tb:k")));
         granted(&e, &mut a, 1_000_000, 300_000);
         assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
-        // Another key's, and a pause that ran after the slot was due.
+        // Another key's: nothing.
         assert!(e.hear(&news(1_100_000, 600_000, 3, "rb:tb:other")));
+        clock.advance(300 * MS);
+        assert_eq!(step(&e, &mut a), Step::Done(Source::Redis));
+    }
+
+    #[test]
+    fn a_late_waiter_waits_for_a_pause_that_began_after_its_slot_was_due() {
+        let (e, clock) = engine();
+        let mut a = pending(&e, "k");
+        granted(&e, &mut a, 1_000_000, 300_000);
+        assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
+        // The slot was due at 1 300 000; a pause ran 1 µs later, for 600 ms,
+        // and this waiter (woken late) has not gone: it waits for the end
+        // (1 900 001) rather than send inside the pause. Its slot was not
+        // moved in Redis (due before the pause), so it goes first then.
         assert!(e.hear(&news(1_300_001, 600_000, 4, "rb:tb:k")));
         clock.advance(300 * MS);
+        assert_eq!(step(&e, &mut a), Step::Sleep(600 * MS + Duration::from_micros(1)));
+        clock.advance(600 * MS + Duration::from_micros(1));
         assert_eq!(step(&e, &mut a), Step::Done(Source::Redis));
     }
 
@@ -730,9 +752,9 @@ mod tests {
         let mut a = pending(&e, "k");
         granted(&e, &mut a, 1_000, 300_000);
         // P2's news first: alone, it would not move the slot (301 000 <
-        // 700 000).
+        // 700 000) — the waiter, late, would wait for its end (900 000).
         assert!(e.hear(&news(700_000, 200_000, 2, "rb:tb:k")));
-        assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
+        assert_eq!(step(&e, &mut a), Step::Sleep(899 * MS));
         assert!(e.hear(&news(100_000, 500_000, 1, "rb:tb:k")));
         assert_eq!(step(&e, &mut a), Step::Sleep(1000 * MS));
         // The same news heard in the order they ran.

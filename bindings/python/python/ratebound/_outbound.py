@@ -11,12 +11,13 @@ import inspect
 import logging
 import math
 import time
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Awaitable, Callable, NamedTuple, Optional, TypedDict, TypeVar, Union
 
 from . import _ratebound
 from . import redis as _redis
 
 Number = Union[int, float]
+R = TypeVar("R")
 
 
 class OutboundEvent(NamedTuple):
@@ -39,6 +40,20 @@ class OutboundEvent(NamedTuple):
 
 
 OnOutbound = Callable[[OutboundEvent], None]
+
+
+class OutboundOptions(TypedDict, total=False):
+    """The options every adapter takes beside its limiter (see
+    ``ratebound.httpx.RateLimitTransport``)."""
+
+    key: Union[None, str, Callable[[Any], str]]
+    timeout: Optional[Number]
+    retries: int
+    max_pause: Number
+    statuses: Optional[list[int]]
+    any_method: bool
+    n: int
+    on_decision: Optional[OnOutbound]
 
 # Keyed limiters take a key first; the others (one bucket) take none.
 _KEYED = (_ratebound.KeyedLimiter, _ratebound.SharedKeyedLimiter, _redis.TokenBucket, _redis.AsyncTokenBucket)
@@ -126,14 +141,14 @@ class Options:
         limiter: Any,
         *,
         asynchronous: bool,
-        key: Union[None, str, Callable[[Any], str]],
-        timeout: Optional[Number],
-        retries: int,
-        max_pause: Number,
-        statuses: Optional[list[int]],
-        any_method: bool,
-        n: int,
-        on_decision: Optional[OnOutbound],
+        key: Union[None, str, Callable[[Any], str]] = None,
+        timeout: Optional[Number] = None,
+        retries: int = 2,
+        max_pause: Number = 300.0,
+        statuses: Optional[list[int]] = None,
+        any_method: bool = False,
+        n: int = 1,
+        on_decision: Optional[OnOutbound] = None,
     ) -> None:
         self.bound = Bound(limiter, asynchronous=asynchronous)
         if key is not None and not isinstance(key, str) and not callable(key):
@@ -169,6 +184,78 @@ class Options:
 
     def advise(self, method: str, status: int, headers: list[tuple[str, str]], attempt: int) -> Any:
         return self.outbound.advise(method, status, headers, attempt, time.time())
+
+    def send_blocking(
+        self,
+        key: str,
+        n: int,
+        timeout: Optional[float],
+        method: str,
+        send: Callable[[], R],
+        answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
+        discard: Callable[[R], None],
+    ) -> R:
+        """The sequence of one call, on this thread: wait for a token,
+        ``send``, obey the ``answer`` (pause the limiter, send again through
+        it), until a response is the caller's."""
+        attempt = 0
+        while True:
+            start = time.monotonic()
+            self.bound.acquire_blocking(key, n, timeout)
+            self.waited(key, start, attempt)
+            response = send()
+            status, headers = answer(response)
+            pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
+            if pause is not None:
+                self.bound.pause_blocking(key, pause)
+            if self.settled(key, status, attempt, pause, capped, retry, gave_up):
+                return response
+            discard(response)
+            attempt += 1
+
+    async def send(
+        self,
+        key: str,
+        n: int,
+        timeout: Optional[float],
+        method: str,
+        send: Callable[[], Awaitable[R]],
+        answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
+        discard: Callable[[R], Awaitable[None]],
+    ) -> R:
+        """:meth:`send_blocking` for asyncio: the waits are the event loop's
+        (a cancelled call gives its token back)."""
+        attempt = 0
+        while True:
+            start = time.monotonic()
+            await self.bound.acquire(key, n, timeout)
+            self.waited(key, start, attempt)
+            response = await send()
+            status, headers = answer(response)
+            pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
+            if pause is not None:
+                await self.bound.pause(key, pause)
+            if self.settled(key, status, attempt, pause, capped, retry, gave_up):
+                return response
+            await discard(response)
+            attempt += 1
+
+    def waited(self, key: str, start: float, attempt: int) -> None:
+        waited = time.monotonic() - start
+        if waited >= 0.001:
+            self.tell("waited", key, waited, None, attempt)
+
+    def settled(
+        self, key: str, status: int, attempt: int, pause: Optional[float], capped: bool, retry: bool, gave_up: bool
+    ) -> bool:
+        """Reports an answer; whether the response is the caller's."""
+        if pause is not None:
+            self.tell("paused", key, pause, status, attempt, capped)
+        if retry:
+            self.tell("retried", key, None, status, attempt)
+        elif gave_up:
+            self.tell("gave_up", key, None, status, attempt)
+        return not retry
 
     def tell(self, outcome: str, key: str, seconds: Optional[float], status: Optional[int], attempt: int, capped: bool = False) -> None:
         if self.on_decision is None:

@@ -15,12 +15,14 @@ The decision (how long to pause, whether to retry) is the core's
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
 
 import httpx
 
-from ._outbound import Number, OnOutbound, OutboundEvent, Options
+from ._outbound import OutboundEvent, OutboundOptions, Options
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AsyncRateLimitTransport", "OutboundEvent", "RateLimitTransport"]
 
@@ -29,7 +31,33 @@ def _host(request: httpx.Request) -> str:
     return request.url.netloc.decode("ascii")
 
 
-class RateLimitTransport(httpx.BaseTransport):
+def _answer(response: httpx.Response) -> tuple[int, list[tuple[str, str]]]:
+    return response.status_code, response.headers.multi_items()
+
+
+def _discard(response: httpx.Response) -> None:
+    response.read()
+    response.close()
+
+
+async def _adiscard(response: httpx.Response) -> None:
+    await response.aread()
+    await response.aclose()
+
+
+class _Limited:
+    """The options both transports take (see :class:`RateLimitTransport`)."""
+
+    _asynchronous = False
+
+    def __init__(self, limiter: Any, **options: Unpack[OutboundOptions]) -> None:
+        self._o = Options(limiter, asynchronous=self._asynchronous, **options)
+
+    def _plan(self, request: httpx.Request) -> tuple[str, int, Optional[float]]:
+        return self._o.per_request(request.extensions.get("ratebound"), request, _host(request))
+
+
+class RateLimitTransport(_Limited, httpx.BaseTransport):
     """An ``httpx.BaseTransport`` in front of ``transport`` (default: a new
     ``httpx.HTTPTransport()``) that sends each request only once
     ``limiter`` gives it a token.
@@ -51,122 +79,40 @@ class RateLimitTransport(httpx.BaseTransport):
     response."""
 
     def __init__(
-        self,
-        limiter: Any,
-        *,
-        key: Union[None, str, Callable[[httpx.Request], str]] = None,
-        transport: Optional[httpx.BaseTransport] = None,
-        timeout: Optional[Number] = None,
-        retries: int = 2,
-        max_pause: Number = 300.0,
-        statuses: Optional[list[int]] = None,
-        any_method: bool = False,
-        n: int = 1,
-        on_decision: Optional[OnOutbound] = None,
+        self, limiter: Any, *, transport: Optional[httpx.BaseTransport] = None, **options: Unpack[OutboundOptions]
     ) -> None:
-        self._o = Options(
-            limiter,
-            asynchronous=False,
-            key=key,
-            timeout=timeout,
-            retries=retries,
-            max_pause=max_pause,
-            statuses=statuses,
-            any_method=any_method,
-            n=n,
-            on_decision=on_decision,
-        )
+        super().__init__(limiter, **options)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        o = self._o
-        key, n, timeout = o.per_request(request.extensions.get("ratebound"), request, _host(request))
-        attempt = 0
-        while True:
-            start = time.monotonic()
-            o.bound.acquire_blocking(key, n, timeout)
-            waited = time.monotonic() - start
-            if waited >= 0.001:
-                o.tell("waited", key, waited, None, attempt)
-            response = self._transport.handle_request(request)
-            pause, capped, retry, gave_up = o.advise(
-                request.method, response.status_code, response.headers.multi_items(), attempt
-            )
-            if pause is not None:
-                o.bound.pause_blocking(key, pause)
-                o.tell("paused", key, pause, response.status_code, attempt, capped)
-            if not retry:
-                if gave_up:
-                    o.tell("gave_up", key, None, response.status_code, attempt)
-                return response
-            response.read()
-            response.close()
-            o.tell("retried", key, None, response.status_code, attempt)
-            attempt += 1
+        key, n, timeout = self._plan(request)
+        return self._o.send_blocking(
+            key, n, timeout, request.method, lambda: self._transport.handle_request(request), _answer, _discard
+        )
 
     def close(self) -> None:
         self._transport.close()
 
 
-class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
+class AsyncRateLimitTransport(_Limited, httpx.AsyncBaseTransport):
     """:class:`RateLimitTransport` for ``httpx.AsyncClient``: the waits are
     asyncio sleeps (a cancelled request gives its token back), and
     ``limiter`` may be ``rb.redis.AsyncTokenBucket`` (the fleet, with
     ``redis.asyncio``) as well as a local or shared-memory token bucket."""
 
+    _asynchronous = True
+
     def __init__(
-        self,
-        limiter: Any,
-        *,
-        key: Union[None, str, Callable[[httpx.Request], str]] = None,
-        transport: Optional[httpx.AsyncBaseTransport] = None,
-        timeout: Optional[Number] = None,
-        retries: int = 2,
-        max_pause: Number = 300.0,
-        statuses: Optional[list[int]] = None,
-        any_method: bool = False,
-        n: int = 1,
-        on_decision: Optional[OnOutbound] = None,
+        self, limiter: Any, *, transport: Optional[httpx.AsyncBaseTransport] = None, **options: Unpack[OutboundOptions]
     ) -> None:
-        self._o = Options(
-            limiter,
-            asynchronous=True,
-            key=key,
-            timeout=timeout,
-            retries=retries,
-            max_pause=max_pause,
-            statuses=statuses,
-            any_method=any_method,
-            n=n,
-            on_decision=on_decision,
-        )
+        super().__init__(limiter, **options)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        o = self._o
-        key, n, timeout = o.per_request(request.extensions.get("ratebound"), request, _host(request))
-        attempt = 0
-        while True:
-            start = time.monotonic()
-            await o.bound.acquire(key, n, timeout)
-            waited = time.monotonic() - start
-            if waited >= 0.001:
-                o.tell("waited", key, waited, None, attempt)
-            response = await self._transport.handle_async_request(request)
-            pause, capped, retry, gave_up = o.advise(
-                request.method, response.status_code, response.headers.multi_items(), attempt
-            )
-            if pause is not None:
-                await o.bound.pause(key, pause)
-                o.tell("paused", key, pause, response.status_code, attempt, capped)
-            if not retry:
-                if gave_up:
-                    o.tell("gave_up", key, None, response.status_code, attempt)
-                return response
-            await response.aread()
-            await response.aclose()
-            o.tell("retried", key, None, response.status_code, attempt)
-            attempt += 1
+        key, n, timeout = self._plan(request)
+        return await self._o.send(
+            key, n, timeout, request.method, lambda: self._transport.handle_async_request(request), _answer, _adiscard
+        )
 
     async def aclose(self) -> None:
         await self._transport.aclose()

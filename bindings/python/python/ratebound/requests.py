@@ -16,14 +16,16 @@ The decision (how long to pause, whether to retry) is the core's
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 
-from ._outbound import Number, OnOutbound, OutboundEvent, Options
+from ._outbound import OutboundEvent, OutboundOptions, Options
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["OutboundEvent", "RateLimitAdapter"]
 
@@ -42,36 +44,21 @@ class RateLimitAdapter(HTTPAdapter):
     and port; ``timeout`` bounding each wait: beyond it
     ``rb.RateLimitExceeded`` is raised at once and nothing is sent). The
     HTTP timeouts stay ``send``'s own (``session.get(url, timeout=...)``).
-    Other keyword arguments go to ``HTTPAdapter`` (``pool_connections``,
-    ...); its own ``max_retries`` stays 0 — retries are the limiter's."""
+    ``pool_connections``, ``pool_maxsize`` and ``pool_block`` go to
+    ``HTTPAdapter``; its own ``max_retries`` stays 0 — retries are the
+    limiter's."""
 
     def __init__(
         self,
         limiter: Any,
         *,
-        key: Union[None, str, Callable[[requests.PreparedRequest], str]] = None,
-        timeout: Optional[Number] = None,
-        retries: int = 2,
-        max_pause: Number = 300.0,
-        statuses: Optional[list[int]] = None,
-        any_method: bool = False,
-        n: int = 1,
-        on_decision: Optional[OnOutbound] = None,
-        **kwargs: Any,
+        pool_connections: int = 10,
+        pool_maxsize: int = 10,
+        pool_block: bool = False,
+        **options: Unpack[OutboundOptions],
     ) -> None:
-        self._o = Options(
-            limiter,
-            asynchronous=False,
-            key=key,
-            timeout=timeout,
-            retries=retries,
-            max_pause=max_pause,
-            statuses=statuses,
-            any_method=any_method,
-            n=n,
-            on_decision=on_decision,
-        )
-        super().__init__(**kwargs)
+        self._o = Options(limiter, asynchronous=False, **options)
+        super().__init__(pool_connections=pool_connections, pool_maxsize=pool_maxsize, pool_block=pool_block)
 
     def send(
         self,
@@ -82,26 +69,23 @@ class RateLimitAdapter(HTTPAdapter):
         cert: Union[None, bytes, str, tuple[Union[bytes, str], Union[bytes, str]]] = None,
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
-        o = self._o
-        key, n, wait_timeout = o.per_request(None, request, _host(request))
-        attempt = 0
-        while True:
-            start = time.monotonic()
-            o.bound.acquire_blocking(key, n, wait_timeout)
-            waited = time.monotonic() - start
-            if waited >= 0.001:
-                o.tell("waited", key, waited, None, attempt)
-            response = super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies)
-            pause, capped, retry, gave_up = o.advise(
-                request.method or "GET", response.status_code, list(response.headers.items()), attempt
-            )
-            if pause is not None:
-                o.bound.pause_blocking(key, pause)
-                o.tell("paused", key, pause, response.status_code, attempt, capped)
-            if not retry:
-                if gave_up:
-                    o.tell("gave_up", key, None, response.status_code, attempt)
-                return response
-            response.close()
-            o.tell("retried", key, None, response.status_code, attempt)
-            attempt += 1
+        key, n, wait_timeout = self._o.per_request(None, request, _host(request))
+        return self._o.send_blocking(
+            key,
+            n,
+            wait_timeout,
+            request.method or "GET",
+            lambda: super(RateLimitAdapter, self).send(
+                request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+            ),
+            _answer,
+            _discard,
+        )
+
+
+def _answer(response: requests.Response) -> tuple[int, list[tuple[str, str]]]:
+    return response.status_code, list(response.headers.items())
+
+
+def _discard(response: requests.Response) -> None:
+    response.close()
