@@ -719,7 +719,10 @@ mod tests {
         // moved in Redis (due before the pause), so it goes first then.
         assert!(e.hear(&news(1_300_001, 600_000, 4, "rb:tb:k")));
         clock.advance(300 * MS);
-        assert_eq!(step(&e, &mut a), Step::Sleep(600 * MS + Duration::from_micros(1)));
+        assert_eq!(
+            step(&e, &mut a),
+            Step::Sleep(600 * MS + Duration::from_micros(1))
+        );
         clock.advance(600 * MS + Duration::from_micros(1));
         assert_eq!(step(&e, &mut a), Step::Done(Source::Redis));
     }
