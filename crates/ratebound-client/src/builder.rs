@@ -1,0 +1,304 @@
+//! The options every adapter takes, and what they share at run time: the
+//! wait before each sending, the core's decision on each answer, the pause.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+use ratebound::outbound::{DEFAULT_MAX_PAUSE, Outbound};
+
+use crate::{Error, OutboundEvent, OutboundLimiter, Outcome};
+
+type OnDecision = Arc<dyn Fn(&OutboundEvent<'_>) + Send + Sync>;
+type KeyFn<R> = Arc<dyn Fn(&R) -> String + Send + Sync>;
+
+/// Where a request's limiter key comes from.
+pub(crate) enum Key<R> {
+    /// The URL's host and port (`host:port` when a port is given that is
+    /// not the scheme's default, as Node's `url.host`).
+    Host,
+    Fixed(String),
+    Custom(KeyFn<R>),
+}
+
+impl<R> Key<R> {
+    /// The key of `request`, with `host` for [`Key::Host`].
+    pub(crate) fn of(&self, request: &R, host: impl FnOnce(&R) -> String) -> String {
+        match self {
+            Key::Host => host(request),
+            Key::Fixed(key) => key.clone(),
+            Key::Custom(f) => f(request),
+        }
+    }
+}
+
+/// The key when a request names no host (a path-only URI, as tonic's
+/// requests to a `Channel` are): one key for all of them.
+pub(crate) const NO_HOST: &str = "default";
+
+/// Builds an adapter: `RateLimitMiddleware::builder` (feature `reqwest`;
+/// `R` = `reqwest::Request`) or `RateLimitLayer::builder` (feature
+/// `tower`; `R` = `http::request::Parts`); `R` is what a key function
+/// sees. Every
+/// default is the core's [`Outbound`] and the Python and Node adapters':
+/// 2 retries, pauses of at most 5 minutes, 429 and 503 retried for
+/// idempotent methods, no timeout, one token per sending, the key from the
+/// host.
+pub struct Builder<R> {
+    limiter: Arc<dyn OutboundLimiter>,
+    key: Key<R>,
+    timeout: Option<Duration>,
+    n: u64,
+    retries: u32,
+    max_pause: Duration,
+    statuses: Option<Vec<u16>>,
+    any_method: bool,
+    on_decision: Option<OnDecision>,
+}
+
+impl<R> Builder<R> {
+    pub(crate) fn new(limiter: impl OutboundLimiter + 'static) -> Builder<R> {
+        Builder {
+            limiter: Arc::new(limiter),
+            key: Key::Host,
+            timeout: None,
+            n: 1,
+            retries: 2,
+            max_pause: DEFAULT_MAX_PAUSE,
+            statuses: None,
+            any_method: false,
+            on_decision: None,
+        }
+    }
+
+    /// Uses one limiter key for every request (default: the request's host
+    /// and port, `host:port` when the URL gives a port that is not the
+    /// scheme's default).
+    pub fn key(mut self, key: &str) -> Self {
+        self.key = Key::Fixed(key.to_string());
+        self
+    }
+
+    /// Takes each request's limiter key from `f`.
+    pub fn key_fn(mut self, f: impl Fn(&R) -> String + Send + Sync + 'static) -> Self {
+        self.key = Key::Custom(Arc::new(f));
+        self
+    }
+
+    /// Waits at most `timeout` for each sending's tokens (default: as long
+    /// as it takes); a longer wait fails at once with the limiter's
+    /// [`ratebound::Error::DeadlineExceeded`] and sends nothing.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Takes `n` tokens per sending (default 1).
+    pub fn n(mut self, n: u64) -> Self {
+        self.n = n;
+        self
+    }
+
+    /// Sends a request at most `retries` more times (default 2; 0: never).
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// Obeys pauses of at most `max_pause` (default 5 minutes): a partner
+    /// asking for longer is obeyed for `max_pause`.
+    pub fn max_pause(mut self, max_pause: Duration) -> Self {
+        self.max_pause = max_pause;
+        self
+    }
+
+    /// Retries answers with these statuses (default: 429 and 503).
+    pub fn statuses(mut self, statuses: &[u16]) -> Self {
+        self.statuses = Some(statuses.to_vec());
+        self
+    }
+
+    /// Retries every method, POST and PATCH too — and so gRPC calls, which
+    /// are all POSTs (default: GET, HEAD, OPTIONS, PUT, DELETE and TRACE
+    /// only).
+    pub fn any_method(mut self, any: bool) -> Self {
+        self.any_method = any;
+        self
+    }
+
+    /// Calls `f` for each wait, pause, retry and give-up (see
+    /// [`OutboundEvent`]) — for metrics and logs. Unset, nothing is done
+    /// for it.
+    pub fn on_decision(mut self, f: impl Fn(&OutboundEvent<'_>) + Send + Sync + 'static) -> Self {
+        self.on_decision = Some(Arc::new(f));
+        self
+    }
+
+    /// The checked options.
+    pub(crate) fn finish(self) -> Result<(Settings, Key<R>), Error> {
+        let algorithm = self.limiter.algorithm();
+        if algorithm != "token_bucket" {
+            return Err(Error::Limit(ratebound::Error::Unsupported {
+                operation: "pause (an outbound limiter must be a token bucket)",
+                algorithm,
+            }));
+        }
+        if self.n == 0 {
+            return Err(Error::Limit(ratebound::Error::InvalidNumber {
+                name: "n",
+                value: "0".to_string(),
+                reason: "must be at least 1",
+            }));
+        }
+        let mut outbound = Outbound::new()
+            .with_retries(self.retries)
+            .with_max_pause(self.max_pause)?
+            .with_any_method(self.any_method);
+        if let Some(statuses) = &self.statuses {
+            outbound = outbound.with_statuses(statuses)?;
+        }
+        let settings = Settings {
+            limiter: self.limiter,
+            outbound,
+            timeout: self.timeout,
+            n: self.n,
+            on_decision: self.on_decision,
+        };
+        Ok((settings, self.key))
+    }
+}
+
+/// What an adapter does around each sending (the same for all of them).
+pub(crate) struct Settings {
+    limiter: Arc<dyn OutboundLimiter>,
+    outbound: Outbound,
+    timeout: Option<Duration>,
+    n: u64,
+    on_decision: Option<OnDecision>,
+}
+
+/// The core's advice on one answer, with the status it was given for.
+pub(crate) struct Decision {
+    status: u16,
+    pause: Option<Duration>,
+    capped: bool,
+    retry: bool,
+    gave_up: bool,
+}
+
+impl Settings {
+    /// Whether the answer to attempt `attempt` may be retried (else the
+    /// request is not copied).
+    pub(crate) fn may_retry(&self, attempt: u32) -> bool {
+        attempt < self.outbound.retries()
+    }
+
+    /// Waits for the sending's tokens.
+    pub(crate) async fn acquire(&self, key: &str, attempt: u32) -> Result<(), Error> {
+        let start = Instant::now();
+        self.limiter.acquire(key, self.n, self.timeout).await?;
+        let waited = start.elapsed();
+        if waited >= Duration::from_millis(1) {
+            self.tell(Outcome::Waited, key, Some(waited), None, attempt, false);
+        }
+        Ok(())
+    }
+
+    /// The core's advice on the answer to attempt `attempt`; `asked` is a
+    /// pause the answer asked for outside its HTTP headers (a gRPC
+    /// `RetryInfo`), capped at `max_pause` here — the longer of the two is
+    /// obeyed.
+    pub(crate) fn decide(
+        &self,
+        method: &str,
+        status: u16,
+        headers: &HeaderMap,
+        attempt: u32,
+        asked: Option<Duration>,
+    ) -> Decision {
+        let now_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let lines = headers
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
+        let advice = self
+            .outbound
+            .advise(method, status, lines, attempt, now_unix);
+        let mut decision = Decision {
+            status,
+            pause: advice.pause,
+            capped: advice.capped,
+            retry: advice.retry,
+            gave_up: advice.gave_up,
+        };
+        if let Some(asked) = asked.filter(|d| !d.is_zero()) {
+            let max = self.outbound.max_pause();
+            let (pause, capped) = if asked > max {
+                (max, true)
+            } else {
+                (asked, false)
+            };
+            if decision.pause.is_none_or(|p| pause > p) {
+                decision.pause = Some(pause);
+                decision.capped = capped;
+            }
+        }
+        decision
+    }
+
+    /// Obeys `decision`: pauses the limiter for everyone if asked, and says
+    /// whether to send again (`resendable`: the request can be).
+    pub(crate) async fn settle(
+        &self,
+        key: &str,
+        decision: &Decision,
+        attempt: u32,
+        resendable: bool,
+    ) -> bool {
+        let status = Some(decision.status);
+        if let Some(pause) = decision.pause {
+            // A pause the limiter cannot make (a shared table with no slot
+            // for the key) is skipped: the answer still goes back.
+            if self.limiter.pause(key, pause).await.is_ok() {
+                self.tell(
+                    Outcome::Paused,
+                    key,
+                    Some(pause),
+                    status,
+                    attempt,
+                    decision.capped,
+                );
+            }
+        }
+        if decision.retry && resendable {
+            self.tell(Outcome::Retried, key, None, status, attempt, false);
+            return true;
+        }
+        if decision.retry || decision.gave_up {
+            self.tell(Outcome::GaveUp, key, None, status, attempt, false);
+        }
+        false
+    }
+
+    fn tell(
+        &self,
+        outcome: Outcome,
+        key: &str,
+        duration: Option<Duration>,
+        status: Option<u16>,
+        attempt: u32,
+        capped: bool,
+    ) {
+        if let Some(f) = &self.on_decision {
+            f(&OutboundEvent {
+                outcome,
+                key,
+                duration,
+                status,
+                attempt,
+                capped,
+            });
+        }
+    }
+}

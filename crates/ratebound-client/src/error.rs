@@ -1,0 +1,86 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+/// Why an adapter could not be built, or a call could not be sent.
+///
+/// Built: the core's errors naming the bad value — a window limiter
+/// ([`ratebound::Error::Unsupported`], code `unsupported`: it cannot be
+/// paused), a zero `max_pause` or a status outside 100–599
+/// ([`ratebound::Error::InvalidNumber`], code `invalid_number`), `n = 0`.
+/// Sent: the limiter's — most often a wait longer than the `timeout`
+/// ([`ratebound::Error::DeadlineExceeded`], code `deadline_exceeded`;
+/// nothing was sent), or `n` above the limiter's burst
+/// (`insufficient_capacity`). A partner's 429 is never an error: the caller
+/// gets the response.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The core's error: a bad option, or the limiter's answer (a wait
+    /// beyond the timeout, `n` above the burst).
+    Limit(ratebound::Error),
+    /// A shared-memory limiter's own error (its file; never seen from a
+    /// limiter that opened, in practice).
+    #[cfg(feature = "shm")]
+    Shm(ratebound_shm::Error),
+}
+
+impl Error {
+    /// A stable, machine-readable identifier: the core's code
+    /// (`deadline_exceeded`, `unsupported`, `invalid_number`, ...) or the
+    /// shared-memory limiter's (`shm_io`, ...).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Limit(e) => e.code(),
+            #[cfg(feature = "shm")]
+            Error::Shm(e) => e.code(),
+        }
+    }
+
+    /// This crate's error inside a `reqwest_middleware::Error`, if that is
+    /// what it holds (the middleware returns its errors as
+    /// `reqwest_middleware::Error::Middleware`).
+    #[cfg(feature = "reqwest")]
+    pub fn from_reqwest(err: &reqwest_middleware::Error) -> Option<&Error> {
+        match err {
+            reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<Error>(),
+            _ => None,
+        }
+    }
+}
+
+impl From<ratebound::Error> for Error {
+    fn from(e: ratebound::Error) -> Error {
+        Error::Limit(e)
+    }
+}
+
+#[cfg(feature = "shm")]
+impl From<ratebound_shm::Error> for Error {
+    fn from(e: ratebound_shm::Error) -> Error {
+        match e {
+            ratebound_shm::Error::Limit(e) => Error::Limit(e),
+            other => Error::Shm(other),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Limit(e) => e.fmt(f),
+            #[cfg(feature = "shm")]
+            Error::Shm(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Limit(e) => Some(e),
+            #[cfg(feature = "shm")]
+            Error::Shm(e) => Some(e),
+        }
+    }
+}

@@ -1,0 +1,26 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+// Without an adapter (neither `reqwest` nor `tower`), what they share is
+// unused: the crate is the limiter trait alone.
+#[cfg_attr(not(any(feature = "reqwest", feature = "tower")), allow(dead_code))]
+mod builder;
+mod error;
+mod event;
+#[cfg(feature = "tower")]
+mod grpc;
+#[cfg(feature = "tower")]
+mod layer;
+mod limiter;
+#[cfg(feature = "reqwest")]
+mod middleware;
+
+pub use builder::Builder;
+pub use error::Error;
+pub use event::{OutboundEvent, Outcome};
+#[cfg(feature = "tower")]
+pub use layer::{CallError, RateLimitLayer, RateLimited, RetryBody};
+pub use limiter::{BoxFuture, OutboundLimiter};
+#[cfg(feature = "reqwest")]
+pub use middleware::RateLimitMiddleware;

@@ -1,0 +1,199 @@
+//! The fleet on Redis: instances with their own connections sharing one
+//! key in front of a strict partner (its own token bucket) on 127.0.0.1,
+//! through the reqwest-middleware adapter — pacing, a throttle that stops
+//! the whole fleet, a timeout — next to local buckets, which overrun it.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ratebound::{Quota, TokenBucket};
+use ratebound_client::{Error, RateLimitMiddleware};
+use ratebound_redis::{Algorithm, Config, RedisLimiter};
+use redis::aio::ConnectionManager;
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use support::{Events, Hit, Partner, Redis, fresh, reply, reqwest_client, strict};
+
+/// One instance's limiter: its own connection, listening for the other
+/// instances' pauses; a 1 s deadline per Redis call (the default 50 ms is
+/// for request paths; two shared cores can miss it, and a miss fails open).
+async fn instance(redis: &Redis, quota: &str) -> RedisLimiter<ConnectionManager> {
+    let client = redis::Client::open(redis.url()).expect("url");
+    let conn = ConnectionManager::new(client.clone())
+        .await
+        .expect("connect");
+    let mut config = Config::new(Algorithm::TokenBucket(Quota::parse(quota).expect("quota")));
+    config.timeout = Duration::from_secs(1);
+    let limiter = RedisLimiter::new(config, conn).expect("limiter");
+    let limiter = limiter.with_pause_news(client).await;
+    assert!(limiter.listening(), "subscribed to pause news");
+    limiter
+}
+
+fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
+    ClientBuilder::new(reqwest_client())
+        .with(middleware)
+        .build()
+}
+
+/// `per` calls from each client at once; their statuses.
+async fn call_all(clients: &[ClientWithMiddleware], per: usize, url: &str) -> Vec<u16> {
+    let mut calls = tokio::task::JoinSet::new();
+    for client in clients {
+        for _ in 0..per {
+            let (client, url) = (client.clone(), url.to_string());
+            calls.spawn(async move {
+                client
+                    .get(url)
+                    .send()
+                    .await
+                    .expect("send")
+                    .status()
+                    .as_u16()
+            });
+        }
+    }
+    calls.join_all().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_instances_on_one_redis_key_never_overrun_the_partner() {
+    let redis = Redis::start();
+    // A partner of 25/s, bursts of 10; the fleet's limit 20/s, bursts of 5.
+    let partner = Partner::start(strict(25.0, 10.0)).await;
+    let key = fresh("partner");
+    let mut clients = Vec::new();
+    for _ in 0..10 {
+        let limiter = instance(&redis, "20/s burst 5").await;
+        let middleware = RateLimitMiddleware::builder(limiter).key(&key).build();
+        clients.push(client(middleware.expect("middleware")));
+    }
+    let start = Instant::now();
+    let statuses = call_all(&clients, 4, &partner.url("/items")).await;
+    let elapsed = start.elapsed();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        40,
+        "{statuses:?}"
+    );
+    assert_eq!(partner.count(429), 0, "{:?}", partner.log());
+    assert_eq!(partner.count(200), 40);
+    // 5 at once, then one every 50 ms: the last at 1.75 s.
+    assert!(elapsed >= Duration::from_millis(1700), "{elapsed:?}");
+    assert!(elapsed <= Duration::from_millis(1750 + 600), "{elapsed:?}");
+    println!("10 instances x 4 calls on one Redis key: 40 x 200, 0 x 429 in {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_local_buckets_overrun_the_same_partner() {
+    // What the Redis limit prevents: ten local limits are ten limits.
+    let partner = Partner::start(strict(25.0, 10.0)).await;
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let limiter = TokenBucket::new(Quota::parse("20/s burst 5").expect("quota"));
+            client(
+                RateLimitMiddleware::builder(limiter)
+                    .retries(0)
+                    .build()
+                    .expect("middleware"),
+            )
+        })
+        .collect();
+    let statuses = call_all(&clients, 4, &partner.url("/items")).await;
+    let refused = partner.count(429);
+    assert!(refused >= 25, "{refused} x 429 ({statuses:?})");
+    println!("10 local buckets x 4 calls: {refused} x 429");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttle_quiets_the_whole_fleet_until_it_is_over() {
+    let redis = Redis::start();
+    // The partner refuses everything for 2 s from its first request, with
+    // `Retry-After: 2`, then takes 25/s in bursts of 10.
+    let refusing = Duration::from_secs(2);
+    let first = Arc::new(Mutex::new(None::<Duration>));
+    let bucket = support::Bucket::new(25.0, 10.0);
+    let partner = Partner::start(move |hit: &Hit| {
+        let start = *first.lock().unwrap().get_or_insert(hit.at);
+        if hit.at < start + refusing {
+            reply(429, &[("retry-after", "2")], "throttled")
+        } else if bucket.take() {
+            reply(200, &[], "ok")
+        } else {
+            reply(429, &[("retry-after", "1")], "slow down")
+        }
+    })
+    .await;
+    let key = fresh("partner");
+    let events = Events::default();
+    let mut clients = Vec::new();
+    for _ in 0..10 {
+        let limiter = instance(&redis, "20/s burst 3").await;
+        let middleware = RateLimitMiddleware::builder(limiter)
+            .key(&key)
+            .on_decision(events.hook())
+            .build();
+        clients.push(client(middleware.expect("middleware")));
+    }
+    let start = Instant::now();
+    let statuses = call_all(&clients, 2, &partner.url("/items")).await;
+    let elapsed = start.elapsed();
+    let log = partner.log();
+    let refused: Vec<_> = log.iter().filter(|l| l.status == 429).collect();
+    // Only those in flight when the first refusal came: the burst of 3.
+    assert!((1..=5).contains(&refused.len()), "{log:?}");
+    let (t0, first_429) = (log[0].at, refused[0].at);
+    let quiet = log
+        .iter()
+        .filter(|l| l.at > first_429 + Duration::from_millis(100) && l.at < t0 + refusing)
+        .count();
+    assert_eq!(quiet, 0, "requests during the refusal: {log:?}");
+    // Then everything succeeds (the refused ones retried through the limit).
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        20,
+        "{statuses:?}"
+    );
+    assert_eq!(partner.count(200), 20);
+    let paused = events.all().iter().filter(|e| e.0 == "paused").count();
+    assert_eq!(paused, refused.len());
+    // 2 s of pause, then the 17 waiting (3 of them retries) at 20/s.
+    assert!(elapsed >= Duration::from_millis(2800), "{elapsed:?}");
+    assert!(elapsed <= Duration::from_millis(2900 + 700), "{elapsed:?}");
+    println!(
+        "throttle: {} x 429, then 20 x 200; nothing sent in the 2 s refusal after the first 429; {elapsed:?}",
+        refused.len()
+    );
+}
+
+#[tokio::test]
+async fn a_wait_beyond_the_timeout_on_redis_fails_and_sends_nothing() {
+    let redis = Redis::start();
+    let partner = Partner::start(strict(100.0, 10.0)).await;
+    let limiter = instance(&redis, "1/s burst 1").await;
+    let middleware = RateLimitMiddleware::builder(limiter)
+        .key(&fresh("partner"))
+        .timeout(Duration::from_millis(200))
+        .build();
+    let client = client(middleware.expect("middleware"));
+    assert_eq!(
+        client
+            .get(partner.url("/"))
+            .send()
+            .await
+            .expect("send")
+            .status(),
+        200
+    );
+    let start = Instant::now();
+    let err = client.get(partner.url("/")).send().await.unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
+    let ours = Error::from_reqwest(&err).expect("the limiter's error");
+    assert_eq!(ours.code(), "deadline_exceeded");
+    assert_eq!(partner.hits(), 1);
+}

@@ -1,0 +1,350 @@
+//! What the tests share: a strict partner on 127.0.0.1 — a real HTTP server
+//! (HTTP/1.1 and h2c) with its own tiny token bucket, not ratebound's,
+//! that logs every request it gets and what it answered — and real
+//! `redis-server`s on free ports (the helper of
+//! crates/ratebound-redis/tests/support, trimmed). Everything stops on drop.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// What the partner's handler sees of a request.
+pub struct Hit {
+    /// 0 for the partner's first request, 1 for the next, ...
+    pub index: usize,
+    /// Since the partner started.
+    pub at: Duration,
+    pub method: Method,
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+/// One request the partner answered: when it came and the status sent.
+#[derive(Clone, Copy, Debug)]
+pub struct Logged {
+    pub at: Duration,
+    pub status: u16,
+}
+
+/// A partner on 127.0.0.1: answers each request with its handler.
+pub struct Partner {
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<Logged>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Partner {
+    pub async fn start(
+        handler: impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static,
+    ) -> Partner {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let handler = Arc::new(handler);
+        let (count, start) = (Arc::new(AtomicUsize::new(0)), Instant::now());
+        let logged = log.clone();
+        let accept = tokio::spawn(async move {
+            // Dropped with the accept task (the Partner's drop aborts it):
+            // every connection task goes with it.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (handler, count, log) = (handler.clone(), count.clone(), logged.clone());
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let hit = Hit {
+                        index: count.fetch_add(1, Ordering::SeqCst),
+                        at: start.elapsed(),
+                        method: req.method().clone(),
+                        path: req.uri().path().to_string(),
+                        headers: req.headers().clone(),
+                    };
+                    let response = handler(&hit);
+                    log.lock().unwrap().push(Logged {
+                        at: hit.at,
+                        status: response.status().as_u16(),
+                    });
+                    async move { Ok::<_, Infallible>(response) }
+                });
+                connections.spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Partner { addr, log, accept }
+    }
+
+    /// `http://127.0.0.1:port{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Every request answered, in order.
+    pub fn log(&self) -> Vec<Logged> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// How many requests it answered with `status`.
+    pub fn count(&self, status: u16) -> usize {
+        self.log().iter().filter(|l| l.status == status).count()
+    }
+
+    /// How many requests it got.
+    pub fn hits(&self) -> usize {
+        self.log().len()
+    }
+}
+
+impl Drop for Partner {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// An answer with `status`, `headers` and a text body.
+pub fn reply(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = status.try_into().expect("status");
+    for (name, value) in headers {
+        response.headers_mut().append(
+            http::HeaderName::try_from(*name).expect("name"),
+            value.parse().expect("value"),
+        );
+    }
+    response
+}
+
+/// A trailers-only gRPC answer: HTTP 200, no body, the status in headers.
+pub fn grpc_refusal(status: tonic::Status) -> Response<Body> {
+    status.into_http::<Body>()
+}
+
+/// A unary gRPC answer: one length-prefixed message, then `grpc-status: 0`
+/// in the trailers.
+pub fn grpc_ok(message: &[u8]) -> Response<Body> {
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", "0".parse().expect("value"));
+    let body = Full::new(Bytes::from(frame))
+        .with_trailers(async move { Some(Ok(trailers)) })
+        .boxed();
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("content-type", "application/grpc".parse().expect("value"));
+    response
+}
+
+/// An empty body (for requests).
+pub fn empty() -> Empty<Bytes> {
+    Empty::new()
+}
+
+/// The partner's own token bucket (floating point, one mutex: simple and
+/// strict), independent of ratebound: `rate` per second, `burst` at once,
+/// full at the start.
+pub struct Bucket {
+    rate: f64,
+    burst: f64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    pub fn new(rate: f64, burst: f64) -> Bucket {
+        Bucket {
+            rate,
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Takes a token if there is one.
+    pub fn take(&self) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let now = Instant::now();
+        let tokens =
+            (state.0 + now.duration_since(state.1).as_secs_f64() * self.rate).min(self.burst);
+        let taken = tokens >= 1.0;
+        *state = (if taken { tokens - 1.0 } else { tokens }, now);
+        taken
+    }
+}
+
+/// A partner of `rate`/s, bursts of `burst`: 200, or 429 with
+/// `Retry-After: 1` when its bucket is empty.
+pub fn strict(rate: f64, burst: f64) -> impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static {
+    let bucket = Bucket::new(rate, burst);
+    move |_hit| {
+        if bucket.take() {
+            reply(200, &[], "ok")
+        } else {
+            reply(429, &[("retry-after", "1")], "slow down")
+        }
+    }
+}
+
+/// A reqwest client for 127.0.0.1 (no proxies).
+#[cfg(feature = "reqwest")]
+pub fn reqwest_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+}
+
+// ---- Redis (from crates/ratebound-redis/tests/support) ----
+
+/// A free port on 127.0.0.1 (bound and released: another process could
+/// take it in between, which only makes a test fail loudly).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn scratch(port: u16) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ratebound-client-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Sends one inline command and returns the raw reply (for readiness checks).
+pub fn raw(port: u16, command: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(
+        &format!("127.0.0.1:{port}").parse().expect("addr"),
+        Duration::from_millis(200),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// One `redis-server` (persistence off, its own directory), stopped on
+/// drop. `ci/test` installs Debian's `redis-server` when it is missing;
+/// without it these tests fail (they do not skip).
+pub struct Redis {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let port = free_port();
+        let dir = scratch(port);
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}): install it (ci/test does: apt-get install redis-server)"
+                )
+            });
+        let server = Redis {
+            child: Some(child),
+            port,
+        };
+        let start = Instant::now();
+        while raw(port, "PING").is_none_or(|r| !r.starts_with("+PONG")) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server on port {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// `redis://127.0.0.1:port/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(scratch(self.port));
+    }
+}
+
+/// A fresh key for one test (a shared server never sees it twice).
+pub fn fresh(name: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// One event told to `on_decision`: (outcome, key, duration, status,
+/// attempt, capped).
+pub type Event = (String, String, Option<Duration>, Option<u16>, u32, bool);
+
+/// Events told to `on_decision`, kept for the test to read.
+#[derive(Clone, Default)]
+pub struct Events(Arc<Mutex<Vec<Event>>>);
+
+impl Events {
+    pub fn hook(&self) -> impl Fn(&ratebound_client::OutboundEvent<'_>) + Send + Sync + 'static {
+        let events = self.0.clone();
+        move |e| {
+            events.lock().unwrap().push((
+                e.outcome.as_str().to_string(),
+                e.key.to_string(),
+                e.duration,
+                e.status,
+                e.attempt,
+                e.capped,
+            ))
+        }
+    }
+
+    /// The outcomes, in order, without "waited".
+    pub fn outcomes(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.0.clone())
+            .filter(|o| o != "waited")
+            .collect()
+    }
+
+    /// Every event.
+    pub fn all(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+}

@@ -1,0 +1,242 @@
+//! The tower layer over a hyper-util client and a tonic `Channel`, against
+//! a partner on 127.0.0.1: a 503 retried once, a 429 pausing the limiter,
+//! gRPC's trailers-only `RESOURCE_EXHAUSTED` with a `google.rpc.RetryInfo`
+//! (built with tonic-types) pausing for its delay and retried.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use ratebound::{Quota, TokenBucket};
+use ratebound_client::{RateLimitLayer, RateLimited};
+use support::{Events, Hit, Partner, grpc_ok, grpc_refusal, reply};
+use tonic_types::{ErrorDetails, StatusExt};
+use tower_layer::Layer;
+use tower_service::Service;
+
+type Hyper = Client<HttpConnector, Full<Bytes>>;
+
+fn hyper_client() -> Hyper {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+fn bucket(quota: &str) -> TokenBucket {
+    TokenBucket::new(Quota::parse(quota).expect("quota"))
+}
+
+/// Makes `service` ready and calls it (tower's `ServiceExt::oneshot`).
+async fn call<S: Service<R>, R>(service: &mut S, request: R) -> Result<S::Response, S::Error> {
+    std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+    service.call(request).await
+}
+
+fn get(url: &str) -> Request<Full<Bytes>> {
+    Request::get(url).body(Full::default()).expect("request")
+}
+
+/// A gRPC-style unary call (a POST of one framed message).
+fn grpc_call(url: &str) -> Request<Full<Bytes>> {
+    Request::post(url)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))
+        .expect("request")
+}
+
+/// `RESOURCE_EXHAUSTED` asking for `delay`, as tonic-types writes it.
+fn exhausted(delay: Duration) -> tonic::Status {
+    tonic::Status::with_error_details(
+        tonic::Code::ResourceExhausted,
+        "slow down",
+        ErrorDetails::with_retry_info(Some(delay)),
+    )
+}
+
+#[tokio::test]
+async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
+    let partner =
+        Partner::start(|hit: &Hit| reply(if hit.index == 0 { 503 } else { 200 }, &[], "")).await;
+    let events = Events::default();
+    let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
+        .on_decision(events.hook())
+        .build()
+        .expect("layer");
+    let mut service: RateLimited<Hyper> = layer.layer(hyper_client());
+    let response = call(&mut service, get(&partner.url("/")))
+        .await
+        .expect("call");
+    assert_eq!(response.status(), 200);
+    assert_eq!(partner.hits(), 2);
+    assert_eq!(events.outcomes(), ["retried"]);
+    assert_eq!(
+        events.all()[0].1,
+        format!("127.0.0.1:{}", partner.addr.port())
+    );
+}
+
+#[tokio::test]
+async fn a_429_pauses_the_limiter_for_its_retry_after() {
+    let partner = Partner::start(|hit: &Hit| {
+        if hit.index == 0 {
+            reply(429, &[("retry-after", "1")], "")
+        } else {
+            reply(200, &[], "")
+        }
+    })
+    .await;
+    let events = Events::default();
+    let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
+        .retries(0)
+        .on_decision(events.hook())
+        .build()
+        .expect("layer");
+    let mut service = layer.layer(hyper_client());
+    let response = call(&mut service, get(&partner.url("/")))
+        .await
+        .expect("call");
+    assert_eq!(response.status(), 429);
+    let start = Instant::now();
+    let response = call(&mut service, get(&partner.url("/")))
+        .await
+        .expect("call");
+    let waited = start.elapsed();
+    assert_eq!(response.status(), 200);
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    assert!(waited <= Duration::from_millis(1000 + 150), "{waited:?}");
+    assert_eq!(events.outcomes(), ["paused", "gave_up"]);
+    assert_eq!(events.all()[0].2, Some(Duration::from_secs(1)));
+}
+
+#[tokio::test]
+async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried() {
+    let partner = Partner::start(|hit: &Hit| {
+        if hit.index == 0 {
+            grpc_refusal(exhausted(Duration::from_millis(700)))
+        } else {
+            grpc_ok(&[0x08, 0x01])
+        }
+    })
+    .await;
+    let events = Events::default();
+    let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
+        .any_method(true) // gRPC calls are POSTs
+        .on_decision(events.hook())
+        .build()
+        .expect("layer");
+    let mut service = layer.layer(hyper_client());
+    let start = Instant::now();
+    let response = call(
+        &mut service,
+        grpc_call(&partner.url("/grpc.health.v1.Health/Check")),
+    )
+    .await
+    .expect("call");
+    let elapsed = start.elapsed();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("grpc-status").is_none(),
+        "the message, not the refusal"
+    );
+    let log = partner.log();
+    assert_eq!(log.len(), 2);
+    let gap = log[1].at - log[0].at;
+    assert!(gap >= Duration::from_millis(650), "{gap:?}");
+    assert!(gap <= Duration::from_millis(700 + 150), "{gap:?}");
+    assert_eq!(events.outcomes(), ["paused", "retried"]);
+    let paused = &events.all()[0];
+    assert_eq!(
+        (paused.2, paused.3, paused.5),
+        (Some(Duration::from_millis(700)), Some(429), false)
+    );
+    println!("RESOURCE_EXHAUSTED, RetryInfo 700 ms: retried {gap:?} later; call took {elapsed:?}");
+}
+
+#[tokio::test]
+async fn without_any_method_resource_exhausted_pauses_but_is_not_retried() {
+    // And a RetryInfo of an hour is cut to max_pause.
+    let partner = Partner::start(|hit: &Hit| {
+        if hit.index == 0 {
+            grpc_refusal(exhausted(Duration::from_secs(3600)))
+        } else {
+            grpc_ok(&[0x08, 0x01])
+        }
+    })
+    .await;
+    let events = Events::default();
+    let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
+        .max_pause(Duration::from_millis(500))
+        .on_decision(events.hook())
+        .build()
+        .expect("layer");
+    let mut service = layer.layer(hyper_client());
+    let url = partner.url("/grpc.health.v1.Health/Check");
+    let response = call(&mut service, grpc_call(&url)).await.expect("call");
+    assert_eq!(response.headers()["grpc-status"], "8");
+    assert_eq!(partner.hits(), 1);
+    assert_eq!(events.outcomes(), ["paused", "gave_up"]);
+    let paused = &events.all()[0];
+    assert_eq!(
+        (paused.2, paused.5),
+        (Some(Duration::from_millis(500)), true)
+    );
+    let start = Instant::now();
+    let response = call(&mut service, grpc_call(&url)).await.expect("call");
+    let waited = start.elapsed();
+    assert!(response.headers().get("grpc-status").is_none());
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+    assert!(waited <= Duration::from_millis(500 + 150), "{waited:?}");
+}
+
+#[tokio::test]
+async fn a_tonic_channel_through_the_layer_waits_out_the_pause() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+
+    let partner = Partner::start(|hit: &Hit| {
+        if hit.index == 0 {
+            grpc_refusal(exhausted(Duration::from_millis(600)))
+        } else {
+            grpc_ok(&[0x08, 0x01]) // HealthCheckResponse { status: SERVING }
+        }
+    })
+    .await;
+    let channel = tonic::transport::Channel::from_shared(partner.url(""))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let events = Events::default();
+    let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
+        .key("partner") // tonic's requests carry only a path
+        .any_method(true)
+        .on_decision(events.hook())
+        .build()
+        .expect("layer");
+    let mut client = HealthClient::new(layer.layer(channel));
+    let request = || {
+        tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        })
+    };
+    // tonic's body is a stream, so the call is not sent again: the caller
+    // gets the status (with its RetryInfo), and the limiter is paused.
+    let status = client.check(request()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    let info = status.get_details_retry_info().expect("retry info");
+    assert_eq!(info.retry_delay, Some(Duration::from_millis(600)));
+    assert_eq!(events.outcomes(), ["paused", "gave_up"]);
+    assert_eq!(events.all()[0].1, "partner");
+    let start = Instant::now();
+    let answer = client.check(request()).await.expect("check").into_inner();
+    let waited = start.elapsed();
+    assert_eq!(answer.status(), ServingStatus::Serving);
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    assert!(waited <= Duration::from_millis(600 + 150), "{waited:?}");
+    assert_eq!(partner.hits(), 2);
+}
