@@ -24,6 +24,9 @@ from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
 
 CTX = multiprocessing.get_context("fork")
 
+# As in test_redis: a leaked connection or any other warning fails the test.
+pytestmark = pytest.mark.filterwarnings("error")
+
 
 class Partner:
     """A partner that allows `rate`/s with bursts of `burst` (its own
@@ -260,7 +263,9 @@ def test_asyncio_calls_wait_on_a_local_bucket_and_on_the_fleets(server: Server, 
         try:
             results = await asyncio.gather(*(_async_calls(partner.url, lim, 4, key) for lim in limiters))
         finally:
-            for c in clients:
+            # A limiter that waited listens for pauses: closed, it stops.
+            for lim, c in zip(limiters, clients):
+                await lim.aclose()
                 await c.aclose()
         return [s for r in results for s in r]
 
