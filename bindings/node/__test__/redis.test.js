@@ -6,13 +6,11 @@
 // Without redis-server every test here FAILS (ci/test installs it).
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { spawn, execFile, execFileSync } = require('node:child_process')
+const { execFile } = require('node:child_process')
 const { once } = require('node:events')
 const { performance } = require('node:perf_hooks')
 const crypto = require('node:crypto')
 const fs = require('node:fs')
-const net = require('node:net')
-const os = require('node:os')
 const path = require('node:path')
 const util = require('node:util')
 const IORedis = require('ioredis')
@@ -20,10 +18,7 @@ const { createClient, createCluster } = require('redis')
 const rb = require('..')
 
 const execFileP = util.promisify(execFile)
-const HOST = '127.0.0.1'
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
-const REDIS_SERVER = process.env.REDIS_SERVER || 'redis-server'
-const REDIS_CLI = process.env.REDIS_CLI || 'redis-cli'
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const now = () => performance.now()
 
@@ -31,84 +26,9 @@ const now = () => performance.now()
 const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
 
-function requireRedis() {
-  for (const bin of [REDIS_SERVER, REDIS_CLI]) {
-    try {
-      execFileSync(bin, ['--version'], { stdio: 'pipe', timeout: 5000 })
-    } catch (e) {
-      throw new Error(
-        `${bin} is not installed (${e.code || e.message}): these tests need a real Redis ` +
-          '(apt-get install redis-server redis-tools; ci/test installs it)',
-      )
-    }
-  }
-}
-
-const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'ratebound-redis-test-'))
-const servers = new Set()
+const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
+const TMP = scratchDir()
 const clients = new Set()
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer()
-    s.unref()
-    s.on('error', reject)
-    s.listen(0, HOST, () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
-}
-
-async function cli(port, ...args) {
-  const { stdout } = await execFileP(REDIS_CLI, ['-h', HOST, '-p', String(port), ...args], { timeout: 10000 })
-  return stdout.trim()
-}
-
-class Server {
-  constructor(port, extra = []) {
-    this.port = port
-    this.extra = extra
-    this.proc = null
-  }
-
-  async start() {
-    requireRedis()
-    const args = [
-      '--port', String(this.port), '--bind', HOST, '--save', '', '--appendonly', 'no',
-      '--dir', TMP, '--logfile', path.join(TMP, `redis-${this.port}.log`), ...this.extra,
-    ]
-    this.proc = spawn(REDIS_SERVER, args, { stdio: 'ignore' })
-    this.proc.on('error', () => {})
-    servers.add(this)
-    for (let i = 0; i < 200; i++) {
-      if (this.proc.exitCode !== null) throw new Error(`redis-server on port ${this.port} exited (${this.proc.exitCode}); see ${TMP}`)
-      try {
-        if ((await cli(this.port, 'PING')) === 'PONG') return this
-      } catch {}
-      await sleep(25)
-    }
-    throw new Error(`redis-server on port ${this.port} did not answer PING within 5 s`)
-  }
-
-  async kill() {
-    const p = this.proc
-    if (p && p.exitCode === null && p.signalCode === null) {
-      const exited = once(p, 'exit')
-      p.kill('SIGKILL')
-      await exited
-    }
-    servers.delete(this)
-  }
-}
-
-async function startServer(extra) {
-  return new Server(await freePort(), extra).start()
-}
-
-process.on('exit', () => {
-  for (const s of servers) if (s.proc && s.proc.exitCode === null) s.proc.kill('SIGKILL')
-})
 
 const isIORedis = (c) => c instanceof IORedis || c instanceof IORedis.Cluster
 
@@ -122,8 +42,7 @@ function dropClient(c) {
 
 after(async () => {
   for (const c of [...clients]) dropClient(c)
-  for (const s of [...servers]) await s.kill()
-  fs.rmSync(TMP, { recursive: true, force: true })
+  await stopAll()
 })
 
 // ioredis: `fast` fails at once while disconnected (no offline queue, no

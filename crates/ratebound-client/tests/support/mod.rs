@@ -1,16 +1,13 @@
 //! What the tests share: a strict partner on 127.0.0.1 — a real HTTP server
 //! (HTTP/1.1 and h2c) with its own tiny token bucket, not ratebound's,
 //! that logs every request it gets and what it answered — and real
-//! `redis-server`s on free ports (the helper of
-//! crates/ratebound-redis/tests/support, trimmed). Everything stops on drop.
+//! `redis-server`s on free ports (crates/ratebound-redis/tests/support,
+//! included). Everything stops on drop.
 
 #![allow(dead_code)]
 
 use std::convert::Infallible;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -215,90 +212,14 @@ pub fn reqwest_client() -> reqwest::Client {
         .expect("client")
 }
 
-// ---- Redis (from crates/ratebound-redis/tests/support) ----
+// ---- Redis: the servers of crates/ratebound-redis/tests/support ----
 
-/// A free port on 127.0.0.1 (bound and released: another process could
-/// take it in between, which only makes a test fail loudly).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
+#[path = "../../../ratebound-redis/tests/support/mod.rs"]
+mod redis_server;
 
-fn scratch(port: u16) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ratebound-client-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-/// Sends one inline command and returns the raw reply (for readiness checks).
-pub fn raw(port: u16, command: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(
-        &format!("127.0.0.1:{port}").parse().expect("addr"),
-        Duration::from_millis(200),
-    )
-    .ok()?;
-    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-    s.write_all(format!("{command}\r\n").as_bytes()).ok()?;
-    let mut buf = [0u8; 4096];
-    let n = s.read(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
-}
-
-/// One `redis-server` (persistence off, its own directory), stopped on
-/// drop. `ci/test` installs Debian's `redis-server` when it is missing;
-/// without it these tests fail (they do not skip).
-pub struct Redis {
-    child: Option<Child>,
-    pub port: u16,
-}
-
-impl Redis {
-    pub fn start() -> Redis {
-        let port = free_port();
-        let dir = scratch(port);
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start redis-server ({e}): install it (ci/test does: apt-get install redis-server)"
-                )
-            });
-        let server = Redis {
-            child: Some(child),
-            port,
-        };
-        let start = Instant::now();
-        while raw(port, "PING").is_none_or(|r| !r.starts_with("+PONG")) {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "redis-server on port {port} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    /// `redis://127.0.0.1:port/`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(scratch(self.port));
-    }
-}
+/// One `redis-server` on a free 127.0.0.1 port, stopped on drop.
+#[allow(unused_imports)]
+pub use redis_server::Server as Redis;
 
 /// A fresh key for one test (a shared server never sees it twice).
 pub fn fresh(name: &str) -> String {
