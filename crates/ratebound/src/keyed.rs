@@ -7,14 +7,14 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use crate::algorithms::gcra::{MAX_TAT, Params};
+use crate::algorithms::sliding_window::Sliding;
+use crate::algorithms::{Fixed, validate};
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
-use crate::core::WordMath;
-use crate::gcra::{MAX_TAT, Params};
 use crate::limiter::Permit;
-use crate::sliding::Sliding;
-use crate::state::update;
+use crate::sync::state::update;
+use crate::sync::word::WordMath;
 use crate::sync::{AtomicU64, Ordering, RwLock};
-use crate::window::{Fixed, validate};
 use crate::{Decision, Error, Quota};
 
 /// The algorithm (and its parameters) a [`KeyedLimiter`] applies to each key.

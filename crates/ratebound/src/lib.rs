@@ -98,44 +98,34 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod all_of;
+mod algorithms;
 pub mod any;
-mod bucket;
 mod clock;
-mod core;
 mod decision;
 mod error;
 pub mod fingerprint;
-mod gcra;
 pub mod http;
 mod keyed;
-mod leaky;
 mod limiter;
-mod log;
 pub mod outbound;
 pub mod pause;
 mod quota;
-mod sliding;
-mod state;
 mod sync;
 #[cfg(feature = "tokio")]
 mod wait;
-mod window;
 
-pub use all_of::AllOf;
-pub use bucket::TokenBucket;
+pub use algorithms::{
+    AllOf, FixedWindow, LeakyBucket, MAX_LOG_LIMIT, MAX_WINDOW_LIMIT, SlidingLog, SlidingWindow,
+    TokenBucket,
+};
 pub use clock::{Clock, MAX_TIME_NANOS, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{Error, ErrorKind};
 pub use keyed::{KeyedAlgorithm, KeyedLimiter, Overflow, WordRule};
-pub use leaky::LeakyBucket;
 pub use limiter::{Limiter, Permit, Reservation};
-pub use log::{MAX_LOG_LIMIT, SlidingLog};
 pub use quota::{MAX_SPAN_NANOS, Quota};
-pub use sliding::SlidingWindow;
 #[cfg(feature = "tokio")]
 pub use wait::CleanupTask;
-pub use window::{FixedWindow, MAX_WINDOW_LIMIT};
 
 /// The examples of the READMEs and docs/, compiled and run as doctests.
 #[cfg(doctest)]

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::algorithms::{Moment, validate};
 use crate::clock::{Clock, MonotonicClock};
-use crate::core::{Core, WordMath, limiter_via_core};
-use crate::window::{Moment, validate};
+use crate::sync::word::{Core, WordMath, limiter_via_core};
 use crate::{Decision, Error};
 
 /// The sliding-window math: no atomics, no clock.

@@ -3,6 +3,13 @@
 //!
 //! A namespaced cfg (not the bare `loom`) keeps tokio and other dependencies
 //! on their normal code paths while ratebound's own atomics are modelled.
+//!
+//! Beside it: `state`, the one compare-exchange loop every limiter's word
+//! goes through, and `word`, the body shared by the limiters whose whole
+//! state is one word (windows, leaky bucket).
+
+pub(crate) mod state;
+pub(crate) mod word;
 
 #[cfg(ratebound_loom)]
 pub(crate) use loom::sync::{

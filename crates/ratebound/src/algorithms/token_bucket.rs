@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
+use crate::algorithms::gcra::{MAX_TAT, Params};
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
-use crate::gcra::{MAX_TAT, Params};
 use crate::limiter::{Limiter, Permit, Reservation};
 use crate::pause::PauseWords;
-use crate::state::AtomicState;
+use crate::sync::state::AtomicState;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
 use crate::{Decision, Error, Quota};
 

@@ -3,10 +3,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::algorithms::{capacity, limit_and_window};
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::limiter::{Limiter, Permit};
 use crate::sync::Mutex;
-use crate::window::{capacity, limit_and_window};
 use crate::{Decision, Error};
 
 /// The largest limit a [`SlidingLog`] accepts: its memory is 8 bytes per

@@ -1,10 +1,10 @@
 //! The shared body of the limiters whose whole state is one word: the CAS
 //! loop around an algorithm's pure math.
 
+use crate::algorithms::capacity;
 use crate::clock::{Clock, MAX_TIME_NANOS};
 use crate::limiter::Permit;
-use crate::state::AtomicState;
-use crate::window::capacity;
+use crate::sync::state::AtomicState;
 use crate::{Decision, Error};
 
 /// An algorithm as pure functions of (state word, time): no atomics, no clock.
@@ -111,7 +111,7 @@ macro_rules! limiter_via_core {
             }
 
             fn limit(&self) -> u64 {
-                $crate::core::WordMath::limit(self.core.math)
+                $crate::sync::word::WordMath::limit(self.core.math)
             }
 
             #[inline]

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
+use crate::algorithms::capacity;
+use crate::algorithms::gcra::{MAX_TAT, give_back};
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
-use crate::core::{Core, WordMath, limiter_via_core};
-use crate::gcra::{MAX_TAT, give_back};
 use crate::limiter::{Permit, Reservation};
 use crate::quota::MAX_SPAN_NANOS;
-use crate::window::capacity;
+use crate::sync::word::{Core, WordMath, limiter_via_core};
 use crate::{Decision, Error, Quota};
 
 /// The leaky-bucket math: no atomics, no clock. The state is the next free

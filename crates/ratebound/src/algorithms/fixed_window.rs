@@ -3,63 +3,10 @@
 
 use std::time::Duration;
 
-use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
-use crate::core::{Core, WordMath, limiter_via_core};
-use crate::quota::MAX_SPAN_NANOS;
+use super::validate;
+use crate::clock::{Clock, MonotonicClock};
+use crate::sync::word::{Core, WordMath, limiter_via_core};
 use crate::{Decision, Error};
-
-/// The largest limit a window limiter accepts (its counts are at most 32 bits).
-pub const MAX_WINDOW_LIMIT: u64 = u32::MAX as u64;
-
-/// Bits needed to hold any count up to `limit`.
-pub(crate) fn count_bits(limit: u64) -> u32 {
-    64 - limit.leading_zeros()
-}
-
-/// Checks that `1 ≤ limit ≤ max` and `1 ns ≤ window ≤ 2^60 ns`; returns the
-/// window in nanoseconds.
-pub(crate) fn limit_and_window(limit: u64, max: u64, window: Duration) -> Result<u64, Error> {
-    if limit == 0 || limit > max {
-        return Err(Error::InvalidLimit { limit, max });
-    }
-    let nanos = window.as_nanos();
-    if nanos == 0 || nanos > u128::from(MAX_SPAN_NANOS) {
-        return Err(Error::InvalidWindow {
-            nanos,
-            reason: "must be between 1 ns and 2^60 ns".to_string(),
-        });
-    }
-    Ok(nanos as u64)
-}
-
-/// Checks a window limiter's parameters: `counts` fields of `bits` each plus
-/// a window index that must reach `MAX_TIME_NANOS / window` in the
-/// `word_bits` low bits of one word (64, or 62 when a keyed limiter keeps a
-/// tier in the top two).
-pub(crate) fn validate(
-    limit: u64,
-    window: Duration,
-    counts: u32,
-    word_bits: u32,
-) -> Result<(u64, u32), Error> {
-    let window = limit_and_window(limit, MAX_WINDOW_LIMIT, window)?;
-    let nanos = u128::from(window);
-    let bits = count_bits(limit);
-    let index_bits = word_bits - counts * bits;
-    let max_index = MAX_TIME_NANOS / window;
-    if index_bits < 64 && max_index >= 1 << index_bits {
-        let min = (MAX_TIME_NANOS >> index_bits) + 1;
-        return Err(Error::InvalidWindow {
-            nanos,
-            reason: format!(
-                "too short for limit {limit}: its counts take {} bits of the {word_bits}-bit state, \
-                 leaving {index_bits} bits of window index, enough for windows of {min} ns or more",
-                counts * bits
-            ),
-        });
-    }
-    Ok((window, bits))
-}
 
 /// The fixed-window math: no atomics, no clock.
 #[derive(Clone, Copy, Debug)]
@@ -226,7 +173,7 @@ impl WordMath for Fixed {
 ///
 /// # Errors
 /// Constructors return [`Error::InvalidLimit`] for a limit of 0 or above
-/// [`MAX_WINDOW_LIMIT`], and [`Error::InvalidWindow`] for a zero window, one
+/// [`MAX_WINDOW_LIMIT`](crate::MAX_WINDOW_LIMIT), and [`Error::InvalidWindow`] for a zero window, one
 /// over 2^60 ns, or one too short for the limit's bits (the window index
 /// needs `log2(2^61 / window)` bits beside the count's `log2(limit + 1)`:
 /// for a limit of 100 any window of 16 ns or more is fine).
@@ -276,18 +223,6 @@ impl<C: Clock> FixedWindow<C> {
 }
 
 limiter_via_core!(FixedWindow);
-
-/// `InsufficientCapacity` when `n` exceeds `limit`.
-pub(crate) fn capacity(n: u64, limit: u64) -> Result<(), Error> {
-    if n > limit {
-        Err(Error::InsufficientCapacity {
-            requested: n,
-            burst: limit,
-        })
-    } else {
-        Ok(())
-    }
-}
 
 #[cfg(test)]
 mod tests {
