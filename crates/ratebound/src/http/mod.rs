@@ -1,0 +1,17 @@
+//! Protocol-neutral pieces of an HTTP front door, shared by the tower layer
+//! and the Python and Node middleware so that every language answers alike:
+//! `Retry-After` rounding, the `RateLimit-Policy` / `RateLimit` field values,
+//! IP normalisation with IPv6 prefix grouping, and the client address from
+//! the one configured forwarding header (`X-Forwarded-For`, `Forwarded` or a
+//! single-address header) of trusted proxies. No HTTP library: strings and `IpAddr`s in,
+//! strings and `IpAddr`s out.
+
+mod client_ip;
+mod concurrency;
+mod fields;
+#[cfg(test)]
+mod tests;
+
+pub use client_ip::*;
+pub use concurrency::ConcurrencyCap;
+pub use fields::*;
