@@ -6,7 +6,7 @@ use std::time::Duration;
 use ratebound::Error;
 use ratebound::any::{self, Loose};
 
-use crate::engine::Algorithm;
+use crate::algorithm::Algorithm;
 
 /// What answers while Redis is down, slow or erroring.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -198,5 +198,91 @@ impl Config {
         }
         c.on_error = OnError::parse(on_error.unwrap_or("open"), local_rate)?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ratebound::{KeyedAlgorithm, Quota};
+
+    use super::*;
+
+    #[test]
+    fn loose_options_are_parsed_once_for_every_binding() {
+        use ratebound::any::Loose;
+        let a = Algorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap());
+        let c = Config::from_options(
+            a,
+            &[
+                ("onError", Loose::Text("local")),
+                ("local_rate", Loose::Number(2.0)),
+                ("prefix", Loose::Text("x:")),
+                ("breakerThreshold", Loose::Number(5.0)),
+                ("breaker_cooldown", Loose::Number(0.25)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.on_error, OnError::Local(2.0));
+        assert_eq!((c.prefix.as_str(), c.breaker_threshold), ("x:", 5));
+        assert_eq!(c.breaker_cooldown, Duration::from_millis(250));
+        assert_eq!(
+            c.timeout,
+            Duration::from_millis(50),
+            "defaults are Config::new's"
+        );
+        for (name, value, code, text) in [
+            (
+                "timeout",
+                Loose::Number(3e6),
+                "invalid_number",
+                "invalid timeout 3000000",
+            ),
+            (
+                "leaseTtl",
+                Loose::Number(0.0),
+                "invalid_number",
+                "invalid leaseTtl 0",
+            ),
+            ("lease", Loose::Number(1.5), "invalid_number", "lease 1.5"),
+            (
+                "breaker_threshold",
+                Loose::Number(5e9),
+                "invalid_number",
+                "at most 2^32 - 1",
+            ),
+            (
+                "timeout",
+                Loose::Text("soon"),
+                "invalid_option",
+                "must be a number",
+            ),
+            (
+                "prefix",
+                Loose::Number(1.0),
+                "invalid_option",
+                "must be a string",
+            ),
+            ("colour", Loose::Text("red"), "invalid_option", "colour"),
+            (
+                "on_error",
+                Loose::Text("local"),
+                "invalid_option",
+                "local_rate",
+            ),
+        ] {
+            let err = Config::from_options(a, &[(name, value)]).unwrap_err();
+            assert_eq!(err.code(), code, "{name}: {err}");
+            assert!(err.to_string().contains(text), "{name}: {err}");
+        }
+        let sliding = Algorithm::from_keyed(KeyedAlgorithm::SlidingWindow {
+            limit: 5,
+            window: Duration::from_secs(1),
+        });
+        assert!(matches!(
+            sliding,
+            Ok(Algorithm::SlidingWindow { limit: 5, .. })
+        ));
     }
 }

@@ -12,8 +12,10 @@ use redis::{ErrorKind, ServerErrorKind};
 
 use std::time::Duration;
 
-use crate::engine::{Algorithm, Begin, Call, Config, Decision, Engine, Outcome, Source};
-use crate::reserve::{Acquisition, ReserveBegin, Reserved, Step};
+use crate::{
+    Acquisition, Algorithm, Begin, Call, Config, Decision, Engine, Outcome, ReserveBegin, Reserved,
+    Source, Step,
+};
 
 /// A global limit in Redis: every instance that checks the same key with
 /// the same settings shares one limit.

@@ -41,20 +41,30 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod acquisition;
+mod algorithm;
+mod breaker;
+mod call;
 mod config;
+mod decision;
 mod engine;
+mod lease;
 mod news;
+mod pause;
 mod reserve;
 pub mod script;
 
 #[cfg(feature = "tokio")]
 mod driver;
 
-pub use engine::{
-    Algorithm, Begin, Call, CallKind, Config, Decision, Engine, OnError, Outcome, Source,
-};
+pub use acquisition::{Acquisition, Step};
+pub use algorithm::Algorithm;
+pub use call::{Begin, Call, CallKind, Outcome};
+pub use config::{Config, OnError};
+pub use decision::{Decision, Source};
+pub use engine::Engine;
 pub use ratebound::Error;
-pub use reserve::{Acquisition, ReserveBegin, Reserved, Step};
+pub use reserve::{ReserveBegin, Reserved};
 
 #[cfg(feature = "tokio")]
 pub use driver::{RedisLimiter, RedisReservation};

@@ -1,0 +1,113 @@
+//! The circuit breaker that spares a dead Redis ([`Breaker`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// A circuit breaker: after `threshold` consecutive failures it opens for
+/// `cooldown`, answering with the fail policy and sending nothing; then one
+/// probe at a time is let through, and a success closes it.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    failures: AtomicU32,
+    /// Clock time until which the breaker is open; 0 when closed.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+    threshold: u32,
+    pub(crate) cooldown: u64,
+}
+
+impl Breaker {
+    /// A closed breaker that opens after `threshold` consecutive failures,
+    /// for `cooldown` (clock time).
+    pub(crate) fn new(threshold: u32, cooldown: u64) -> Breaker {
+        Breaker {
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            threshold,
+            cooldown,
+        }
+    }
+
+    pub(crate) fn may_call(&self, now: u64) -> bool {
+        // Ordering: Relaxed throughout — the breaker is advice about a
+        // remote server, not a guard of memory; a stale view costs at most
+        // one extra call or one extra fail-policy answer.
+        let until = self.open_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return true;
+        }
+        if now < until {
+            return false;
+        }
+        // Half open: one probe at a time.
+        self.probing
+            .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    pub(crate) fn success(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        self.open_until.store(0, Ordering::Relaxed);
+        self.probing.store(false, Ordering::Relaxed);
+    }
+
+    pub(crate) fn failure(&self, now: u64) {
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if failures >= self.threshold {
+            self.open_until
+                .store(now.saturating_add(self.cooldown).max(1), Ordering::Relaxed);
+        }
+        self.probing.store(false, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.open_until.load(Ordering::Relaxed) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::call::{Begin, Outcome};
+    use crate::config::OnError;
+    use crate::decision::Source;
+    use crate::engine::tests::{call, engine};
+
+    #[test]
+    fn the_breaker_opens_after_failures_and_probes_after_its_cooldown() {
+        let (e, clock) = engine(OnError::Closed, 0);
+        let c = call(&e, "k", 1);
+        let d = e.finish(&c, Outcome::Timeout);
+        assert_eq!(d.source(), Source::FailClosed);
+        assert_eq!(d.retry_after(), Duration::from_millis(100));
+        assert!(!e.breaker_open());
+        e.finish(&call(&e, "k", 1), Outcome::Failed("connection refused"));
+        assert!(e.breaker_open());
+        // Open: answered without a call.
+        assert!(
+            matches!(e.begin(b"k", 1).unwrap(), Begin::Done(d) if d.source() == Source::FailClosed)
+        );
+        clock.advance(Duration::from_millis(100));
+        // One probe at a time.
+        let probe = call(&e, "k", 1);
+        assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
+        e.finish(&probe, Outcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
+        assert!(!e.breaker_open());
+        call(&e, "k", 1);
+        // A reply of the wrong shape is a failure too (0.1.0's five fields, six,
+        // a negative field).
+        for reply in [
+            &[1, 2, 3][..],
+            &[1, 19, 0, 100_000, 1],
+            &[0, -3, 1, 1, 0, 0],
+        ] {
+            let (e, _) = engine(OnError::Closed, 0);
+            let d = e.finish(&call(&e, "k", 1), Outcome::Reply(reply));
+            assert_eq!(d.source(), Source::FailClosed, "{reply:?}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! One script run for a driver to perform ([`Call`], what it asks:
+//! [`CallKind`]), what became of it ([`Outcome`], and whether a reply is
+//! one of the scripts': `well_formed`), and the first step of a check
+//! ([`Begin`]).
+
+use crate::decision::Decision;
+use crate::script::Script;
+
+/// What a [`Call`] asks of Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    /// Take `n` tokens or nothing.
+    Check,
+    /// Take at least `n` and up to the lease size.
+    Lease,
+    /// Give unspent leased tokens (or a reservation's) back.
+    Return,
+    /// Take `n` tokens now or ahead of time, if they are due within
+    /// `max_wait_us` (a token bucket's reservation).
+    Reserve {
+        /// The longest wait, in µs.
+        max_wait_us: u64,
+    },
+    /// Empty the bucket for `for_us` µs from Redis' now, moving every
+    /// reserved slot past it.
+    Pause {
+        /// How long, in µs.
+        for_us: u64,
+    },
+}
+
+impl CallKind {
+    /// `"check"`, `"lease"`, `"return"`, `"reserve"` or `"pause"`: the
+    /// script's mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Check => "check",
+            CallKind::Lease => "lease",
+            CallKind::Return => "return",
+            CallKind::Reserve { .. } => "reserve",
+            CallKind::Pause { .. } => "pause",
+        }
+    }
+}
+
+/// One script run for a driver to perform: `EVALSHA sha 1 key args...`,
+/// and on a `NOSCRIPT` reply `EVAL text 1 key args...` once (which also
+/// loads the script). The reply is seven integers, for
+/// [`Engine::finish`](crate::Engine::finish) (or
+/// [`Engine::finish_reserve`](crate::Engine::finish_reserve),
+/// [`Engine::finish_pause`](crate::Engine::finish_pause)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The script.
+    pub script: &'static Script,
+    /// The one key (see [`Engine::redis_key`](crate::Engine::redis_key)):
+    /// cluster-safe.
+    pub key: Vec<u8>,
+    /// The arguments, as Redis strings.
+    pub args: Vec<String>,
+    /// What the call asks.
+    pub kind: CallKind,
+    /// The tokens the caller asked for.
+    pub n: u64,
+}
+
+impl Call {
+    /// The same call judged at `now_us` (µs) instead of Redis' `TIME`: the
+    /// explicit-time twin, for replaying test vectors.
+    pub fn at(mut self, now_us: u64) -> Call {
+        self.args[0] = now_us.to_string();
+        self
+    }
+}
+
+/// What became of a [`Call`].
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome<'a> {
+    /// The script's reply.
+    Reply(&'a [i64]),
+    /// No reply within the deadline. The call may still have run: its
+    /// tokens may be spent.
+    Timeout,
+    /// A connection or server error (its text, for nothing but logs).
+    Failed(&'a str),
+}
+
+/// The first step of a check: an answer already, or a call to make.
+#[derive(Clone, Debug)]
+pub enum Begin {
+    /// Answered without Redis (a lease, or the fail policy while the breaker
+    /// is open).
+    Done(Decision),
+    /// Run this call, then pass its outcome to [`Engine::finish`](crate::Engine::finish).
+    Call(Call),
+}
+
+/// Whether `r` is a reply of the scripts: seven integers, none negative.
+pub(crate) fn well_formed(r: &[i64]) -> bool {
+    r.len() == 7 && r.iter().all(|v| *v >= 0)
+}
