@@ -1,0 +1,230 @@
+//! The options of a [`RateLimitLayer`]: how to key a request, what to exempt,
+//! what to tell `on_decision` (`DecisionEvent`), and the `Builder`.
+
+use std::sync::Arc;
+
+use http::header::{HeaderName, HeaderValue};
+use http::request::Parts;
+use ratebound::any::{self, AnyClock, Gate, GateOptions};
+use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody};
+use ratebound::http::{Forwarding, TrustedProxies};
+use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
+
+use crate::RateLimitLayer;
+use crate::layer::Shared;
+
+pub(crate) type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+pub(crate) type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+pub(crate) type OnDecision = Arc<dyn Fn(&DecisionEvent<'_>) + Send + Sync>;
+
+/// What [`Builder::on_decision`]'s callback is told about each limited
+/// request, for metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct DecisionEvent<'a> {
+    /// Allowed, refused (429), shed (503) or rejected (no valid key, a full
+    /// key table).
+    pub outcome: Outcome,
+    /// The policy that refused, if one did.
+    pub policy: Option<&'a str>,
+    /// Every policy's name, in order.
+    pub policies: &'a [String],
+    /// The [`Builder::label`] if set, else the route template axum matched
+    /// (`/items/{id}`: known to a layer added with `Router::layer` or
+    /// `route_layer`, not to one around the whole `Router` as a service).
+    pub label: Option<&'a str>,
+    /// The request's head (its path, method, ...).
+    pub request: &'a Parts,
+}
+
+/// Where a request's key comes from.
+#[derive(Clone)]
+pub enum KeySource {
+    /// A request header (e.g. `X-API-Key`): one line, not empty, no comma
+    /// (see the crate docs); anything else is no key.
+    Header(HeaderName),
+    /// The client IP (see the crate docs on proxies and IPv6 grouping).
+    ClientIp,
+    /// A closure over the request head; `None` or `""` means no key.
+    Custom(KeyFn),
+}
+
+impl KeySource {
+    /// Keys from the header `name`.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for an invalid header name.
+    pub fn header(name: &str) -> Result<KeySource, Error> {
+        HeaderName::try_from(ratebound::http::field_name(name)?)
+            .map(KeySource::Header)
+            .map_err(|_| Error::Parse {
+                input: name.to_string(),
+                reason: "not an HTTP header name",
+            })
+    }
+
+    /// Keys from a closure over the request head.
+    pub fn custom(f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> KeySource {
+        KeySource::Custom(Arc::new(f))
+    }
+}
+
+/// Builds a [`RateLimitLayer`]. Every option's default is the core's
+/// ([`GateOptions::default`]), the same in Python and Node.
+pub struct Builder {
+    pub(crate) quotas: Vec<(String, KeyedAlgorithm)>,
+    pub(crate) clock: AnyClock,
+    pub(crate) options: GateOptions,
+    pub(crate) key: KeySource,
+    pub(crate) exempt: Option<Predicate>,
+    pub(crate) critical: Option<Predicate>,
+    pub(crate) on_decision: Option<OnDecision>,
+    pub(crate) label: Option<String>,
+}
+
+impl Builder {
+    /// Calls `f` once per limited request (not for exempt ones) with what
+    /// happened — for metrics. Unset, nothing is done for it.
+    pub fn on_decision(mut self, f: impl Fn(&DecisionEvent<'_>) + Send + Sync + 'static) -> Self {
+        self.on_decision = Some(Arc::new(f));
+        self
+    }
+
+    /// The label [`DecisionEvent::label`] carries, instead of the route
+    /// template axum matched.
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = Some(label.to_string());
+        self
+    }
+
+    /// Adds a token-bucket policy per key; several policies must all admit.
+    pub fn policy(self, name: &str, quota: Quota) -> Self {
+        self.policy_with(name, KeyedAlgorithm::TokenBucket(quota))
+    }
+
+    /// Adds a policy of any keyed algorithm — e.g. a fixed window of 1000
+    /// per day, advertised as `q=1000;w=86400`.
+    pub fn policy_with(mut self, name: &str, algorithm: KeyedAlgorithm) -> Self {
+        self.quotas.push((name.to_string(), algorithm));
+        self
+    }
+
+    /// Where keys come from (default: [`KeySource::ClientIp`]).
+    pub fn key(mut self, key: KeySource) -> Self {
+        self.options.key = match &key {
+            KeySource::Header(name) => any::KeySource::Header(name.as_str().to_string()),
+            KeySource::ClientIp => any::KeySource::ClientIp,
+            KeySource::Custom(_) => any::KeySource::Given,
+        };
+        self.key = key;
+        self
+    }
+
+    /// What a request without a valid key gets (default:
+    /// [`MissingKey::FallBackToIp`]); a [`MissingKey::Reject`] status must
+    /// be 400–599 ([`MissingKey::reject`] checks one).
+    pub fn missing_key(mut self, missing: MissingKey) -> Self {
+        self.options.missing = missing;
+        self
+    }
+
+    /// Whose forwarding headers to believe (default: nobody's).
+    pub fn trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.options.trusted = trusted;
+        self
+    }
+
+    /// Which forwarding header carries the client address (default:
+    /// `X-Forwarded-For`); read only from trusted proxies.
+    pub fn client_ip_header(mut self, header: Forwarding) -> Self {
+        self.options.forwarding = Some(header);
+        self
+    }
+
+    /// How many leading bits of an IPv6 address make one client (default 64).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.options.ipv6_prefix = bits.min(128);
+        self
+    }
+
+    /// Caps the keys tracked per policy (default: 1 000 000, evicting the
+    /// least recent).
+    pub fn max_keys(mut self, max_keys: usize, overflow: Overflow) -> Self {
+        self.options.max_keys = (max_keys, overflow);
+        self
+    }
+
+    /// Requests for which `f` is true bypass limiting and shedding (health
+    /// checks, internal callers).
+    pub fn exempt(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.exempt = Some(Arc::new(f));
+        self
+    }
+
+    /// At most `limit` requests in flight at once — from the call into the
+    /// inner service until the response body has been sent (or dropped), so
+    /// a streaming response counts until it ends; the rest are refused at
+    /// once with 503 and `Retry-After: 1` — never queued.
+    pub fn concurrency_limit(mut self, limit: usize) -> Self {
+        self.options.concurrency_limit = Some(limit);
+        self
+    }
+
+    /// Requests for which `f` is true are never shed by the concurrency
+    /// limit: below the cap they take a place like any request (so they
+    /// count toward it); at the cap they go through without one, so the
+    /// number in flight can exceed the cap by the critical requests.
+    pub fn critical(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.critical = Some(Arc::new(f));
+        self
+    }
+
+    /// Which quota headers to send (default: [`QuotaHeaders::Draft`]).
+    pub fn quota_headers(mut self, headers: QuotaHeaders) -> Self {
+        self.options.headers = headers;
+        self
+    }
+
+    /// The body of a 429 (default: [`RefusalBody::Text`]).
+    pub fn refusal_body(mut self, body: RefusalBody) -> Self {
+        self.options.body = body;
+        self
+    }
+
+    /// The clock the limiters read (default: `MonotonicClock`).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = AnyClock::Shared(Arc::new(clock));
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    /// [`Gate::new`]'s: [`Error::NoLimiters`] without a policy (unless a
+    /// concurrency limit is all you want); [`Error::InvalidLimit`] for a
+    /// concurrency limit or `max_keys` of 0; [`Error::InvalidOption`] for a
+    /// `client_ip_header` without trusted proxies; the policies' own errors
+    /// ([`Error::Parse`] for a name that is not printable ASCII).
+    pub fn build(self) -> Result<RateLimitLayer, Error> {
+        let gate = Gate::new(self.quotas, self.options, self.clock)?;
+        let policy_field =
+            HeaderValue::from_str(gate.policy_field()).unwrap_or(HeaderValue::from_static(""));
+        let names = gate
+            .header_names()
+            .filter_map(|n| Some((n.as_ptr() as usize, HeaderName::try_from(n).ok()?)))
+            .collect();
+        let policy_names = gate.policy_names().map(str::to_string).collect();
+        Ok(RateLimitLayer {
+            shared: Arc::new(Shared {
+                gate,
+                names,
+                policy_field,
+                key: self.key,
+                exempt: self.exempt,
+                critical: self.critical,
+                on_decision: self.on_decision,
+                label: self.label,
+                policy_names,
+            }),
+        })
+    }
+}

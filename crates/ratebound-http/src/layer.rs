@@ -1,0 +1,284 @@
+//! The layer and its service: one request through the core's `Gate` — exempt,
+//! concurrency place, decide, answer — and the place held until the body ends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::request::Parts;
+use http::{HeaderMap, Request, Response, StatusCode};
+use ratebound::any::Outcome;
+use ratebound::any::{self, AnyClock, Gate, GateOptions, Key, Verdict};
+use ratebound::http::Headers;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::builder::{Builder, DecisionEvent, KeySource};
+use crate::builder::{OnDecision, Predicate};
+use crate::future::{ResponseBody, ResponseFuture};
+use crate::{PeerAddr, grpc};
+
+pub(crate) struct Shared {
+    pub(crate) gate: Gate,
+    /// The header names the gate reads, by the address of the gate's string.
+    pub(crate) names: Vec<(usize, HeaderName)>,
+    pub(crate) policy_field: HeaderValue,
+    pub(crate) key: KeySource,
+    pub(crate) exempt: Option<Predicate>,
+    pub(crate) critical: Option<Predicate>,
+    pub(crate) on_decision: Option<OnDecision>,
+    pub(crate) label: Option<String>,
+    pub(crate) policy_names: Vec<String>,
+}
+
+impl Shared {
+    /// The route template axum matched (`/items/{id}`), when there is one.
+    pub(crate) fn route(request: &Parts) -> Option<&str> {
+        #[cfg(feature = "axum")]
+        if let Some(matched) = request.extensions.get::<axum::extract::MatchedPath>() {
+            return Some(matched.as_str());
+        }
+        let _ = request;
+        None
+    }
+
+    /// Tells the metrics hook, if there is one.
+    #[inline]
+    pub(crate) fn report(&self, outcome: Outcome, policy: Option<&str>, request: &Parts) {
+        if let Some(f) = &self.on_decision {
+            f(&DecisionEvent {
+                outcome,
+                policy,
+                policies: &self.policy_names,
+                label: self.label.as_deref().or_else(|| Self::route(request)),
+                request,
+            });
+        }
+    }
+}
+
+/// The tower layer; see the crate docs.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    /// A builder with no policies, client-IP keys and draft headers.
+    pub fn builder() -> Builder {
+        Builder {
+            quotas: Vec::new(),
+            clock: AnyClock::default(),
+            options: GateOptions::default(),
+            key: KeySource::ClientIp,
+            exempt: None,
+            critical: None,
+            on_decision: None,
+            label: None,
+        }
+    }
+
+    /// The gate making the decisions (for its key count, `cleanup`, ...).
+    pub fn gate(&self) -> &Gate {
+        &self.shared.gate
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service the layer wraps around `S`.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static LEGACY: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+];
+
+/// The request's header lines, for the gate: the names it reads are made
+/// into `HeaderName`s once, when the layer is built, not parsed per request
+/// (found by the address of the gate's own name string, else by text).
+pub(crate) struct Lines<'a> {
+    map: &'a HeaderMap,
+    names: &'a [(usize, HeaderName)],
+}
+
+impl Headers for Lines<'_> {
+    #[inline]
+    fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, mut f: F) {
+        let known = self
+            .names
+            .iter()
+            .find(|(at, _)| *at == name.as_ptr() as usize)
+            .or_else(|| self.names.iter().find(|(_, n)| n.as_str() == name));
+        match known {
+            // No field has a second line (both counts are O(1)): one lookup.
+            Some((_, known)) if self.map.len() == self.map.keys_len() => {
+                if let Some(v) = self.map.get(known) {
+                    f(v.as_bytes());
+                }
+            }
+            Some((_, known)) => self.map.get_all(known).iter().for_each(|v| f(v.as_bytes())),
+            None => self.map.get_all(name).iter().for_each(|v| f(v.as_bytes())),
+        }
+    }
+}
+
+/// A place in the inner service, given back on drop.
+pub(crate) struct Slot(Arc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.gate.leave();
+    }
+}
+
+/// Up to three header fields, without a heap allocation for the list.
+pub(crate) type QuotaFields = [Option<(HeaderName, HeaderValue)>; 3];
+
+impl Shared {
+    pub(crate) fn peer(parts: &Parts) -> Option<std::net::IpAddr> {
+        let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
+        #[cfg(feature = "axum")]
+        let peer = peer.or_else(|| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0)
+        });
+        #[cfg(feature = "tonic")]
+        let peer = peer.or_else(|| {
+            parts
+                .extensions
+                .get::<tonic::transport::server::TcpConnectInfo>()
+                .and_then(|c| c.remote_addr())
+        });
+        peer.map(|p| p.ip())
+    }
+
+    /// The gate's verdict on the request head.
+    pub(crate) fn decide(&self, parts: &Parts) -> Verdict<'_> {
+        let custom = match &self.key {
+            KeySource::Custom(f) => f(parts),
+            _ => None,
+        };
+        self.gate.decide(&any::Request {
+            key: custom.as_deref().map(Key::Text),
+            peer: Self::peer(parts),
+            headers: &Lines {
+                map: &parts.headers,
+                names: &self.names,
+            },
+        })
+    }
+
+    /// The verdict's quota fields as header values (the `RateLimit` string's
+    /// buffer becomes its value: no copy).
+    pub(crate) fn quota_fields(&self, fields: any::Fields<'_>) -> QuotaFields {
+        let mut out: QuotaFields = [None, None, None];
+        if let Some(value) = fields.ratelimit
+            && let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value))
+        {
+            out[0] = Some((RATELIMIT.clone(), v));
+        }
+        if fields.policy.is_some() {
+            out[1] = Some((RATELIMIT_POLICY.clone(), self.policy_field.clone()));
+        }
+        if let Some(values) = fields.legacy {
+            for (slot, (name, value)) in out.iter_mut().zip(LEGACY.iter().zip(values)) {
+                *slot = Some((name.clone(), HeaderValue::from(value)));
+            }
+        }
+        out
+    }
+
+    /// The response to a verdict that refuses: a gRPC status for a gRPC
+    /// request, else the gate's status and body.
+    pub(crate) fn refusal(&self, verdict: Verdict<'_>, request: &Parts) -> Response<Bytes> {
+        if grpc::is_grpc(request) {
+            let mut response = grpc::refusal(&verdict);
+            insert_all(response.headers_mut(), self.quota_fields(verdict.fields));
+            return response;
+        }
+        let (content_type, body) = verdict
+            .body
+            .unwrap_or(("text/plain; charset=utf-8", String::new()));
+        let mut response = Response::new(Bytes::from(body));
+        *response.status_mut() =
+            StatusCode::from_u16(verdict.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        if let Some(secs) = verdict.fields.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        insert_all(headers, self.quota_fields(verdict.fields));
+        response
+    }
+}
+
+pub(crate) fn insert_all(headers: &mut HeaderMap, fields: QuotaFields) {
+    for (name, value) in fields.into_iter().flatten() {
+        headers.insert(name, value);
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The inner service is called here, not in the response future: the
+        // service that was polled ready is the one called, with no clone.
+        let inner = &mut self.inner;
+        let shared = &*self.shared;
+        let (parts, body) = request.into_parts();
+        if shared.exempt.as_ref().is_some_and(|f| f(&parts)) {
+            let future = inner.call(Request::from_parts(parts, body));
+            return ResponseFuture::inner(future, None, [None, None, None]);
+        }
+        // Shedding first: a saturated service refuses before any token is spent.
+        let mut slot = None;
+        if shared.gate.is_capped() {
+            if shared.gate.try_enter() {
+                slot = Some(Slot(self.shared.clone()));
+            } else if !shared.critical.as_ref().is_some_and(|f| f(&parts)) {
+                shared.report(Outcome::Shed, None, &parts);
+                return ResponseFuture::ready(shared.refusal(shared.gate.shed(), &parts));
+            }
+        }
+        let verdict = shared.decide(&parts);
+        shared.report(verdict.outcome, verdict.refused_by, &parts);
+        if !verdict.is_pass() {
+            return ResponseFuture::ready(shared.refusal(verdict, &parts));
+        }
+        // Worked out now, so the response future needs nothing shared.
+        let quota = shared.quota_fields(verdict.fields);
+        let future = inner.call(Request::from_parts(parts, body));
+        ResponseFuture::inner(future, slot, quota)
+    }
+}
