@@ -1,175 +1,22 @@
-//! The clock, the decision and the five algorithms (plus `AllOf`) as classes.
+//! The five algorithms and `AllOf` as classes: their options, the state
+//! and the methods every class shares (`limiter_class!`), their
+//! constructors.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratebound::any::{self, AnyClock, AnyLimiter, Rate};
-use ratebound::{Error as CoreError, Limiter, Permit};
+use ratebound::Limiter;
+use ratebound::any::{self, AnyLimiter};
 
+use super::clock::ManualClock;
+use super::decision::Decision;
+use super::options::{RateOption, clock_of, loose_number, loose_rate, number, rate_of, tokens};
+use super::reservation::{Holder, Reservation};
+use super::wait::{HOST_MAX_SLEEP, Waiter, step_to_js};
 use crate::error::{OrThrow, invalid_type};
 use crate::fast;
-
-/// A clock moved only by hand, for tests: it starts at 0 and every limiter
-/// given it as `clock` decides at its time. Thread-safe and shared: any
-/// number of limiters may use one clock.
-#[napi]
-pub struct ManualClock {
-    pub(crate) inner: ratebound::ManualClock,
-}
-
-#[napi]
-impl ManualClock {
-    /// A new clock at time 0.
-    #[napi(constructor)]
-    #[allow(clippy::new_without_default)]
-    pub fn new() -> ManualClock {
-        ManualClock {
-            inner: ratebound::ManualClock::new(),
-        }
-    }
-
-    /// Moves the clock forward by `seconds` (a finite number ≥ 0).
-    #[napi(ts_args_type = "seconds: number")]
-    pub fn advance(&self, env: Env, seconds: Option<Unknown<'_>>) -> Result<()> {
-        let seconds = number(loose_number(&env, &seconds, "seconds")?, "seconds").or_throw(&env)?;
-        let by = any::seconds("seconds", seconds).or_throw(&env)?;
-        self.inner.advance(by);
-        Ok(())
-    }
-
-    /// Moves the clock forward by a whole number of nanoseconds.
-    #[napi]
-    pub fn advance_nanos(&self, env: Env, nanos: f64) -> Result<()> {
-        let nanos = any::whole("nanos", nanos, 0).or_throw(&env)?;
-        self.inner.advance_nanos(nanos);
-        Ok(())
-    }
-
-    /// Sets the time to a whole number of nanoseconds since the clock's
-    /// epoch (it may move backwards: limiters tolerate that).
-    #[napi]
-    pub fn set_nanos(&self, env: Env, nanos: f64) -> Result<()> {
-        let nanos = any::whole("nanos", nanos, 0).or_throw(&env)?;
-        self.inner.set_nanos(nanos);
-        Ok(())
-    }
-
-    /// The time in seconds since the clock's epoch.
-    #[napi]
-    pub fn now(&self) -> f64 {
-        ratebound::Clock::now(&self.inner) as f64 / 1e9
-    }
-
-    /// The time in nanoseconds since the clock's epoch (exact up to 2^53).
-    #[napi]
-    pub fn now_nanos(&self) -> f64 {
-        ratebound::Clock::now(&self.inner) as f64
-    }
-}
-
-/// The clock option: a `ManualClock`, or the process's monotonic clock.
-pub fn clock_of(clock: Option<&ManualClock>) -> AnyClock {
-    match clock {
-        Some(c) => AnyClock::Manual(c.inner.clone()),
-        None => AnyClock::default(),
-    }
-}
-
-/// The answer to one check. A refusal is a decision with `allowed: false`,
-/// never an exception.
-#[napi(object)]
-pub struct Decision {
-    /// Whether the request was admitted (and its tokens taken).
-    pub allowed: bool,
-    /// The most the limiter admits at once (the burst, or the window's limit).
-    pub limit: f64,
-    /// Whole tokens left after this decision.
-    pub remaining: f64,
-    /// Seconds until the same request would be admitted (exact to the
-    /// nanosecond); 0 when allowed.
-    pub retry_after: f64,
-    /// Seconds until the limiter is full again.
-    pub reset_after: f64,
-}
-
-impl From<ratebound::Decision> for Decision {
-    fn from(d: ratebound::Decision) -> Decision {
-        Decision {
-            allowed: d.is_allowed(),
-            limit: d.limit() as f64,
-            remaining: d.remaining() as f64,
-            retry_after: d.retry_after_nanos() as f64 / 1e9,
-            reset_after: d.reset_after_nanos() as f64 / 1e9,
-        }
-    }
-}
-
-/// The rate option: tokens per second, or a quota string.
-pub type RateOption = Either<f64, String>;
-
-/// An option as JavaScript gave it; `null` and `undefined` mean "not given".
-pub type Loose<'a> = Option<Unknown<'a>>;
-
-fn given<'a>(value: &Loose<'a>) -> Result<Option<(ValueType, Unknown<'a>)>> {
-    match value {
-        None => Ok(None),
-        Some(v) => match v.get_type()? {
-            ValueType::Undefined | ValueType::Null => Ok(None),
-            t => Ok(Some((t, *v))),
-        },
-    }
-}
-
-/// A number option (`null`/`undefined`: not given).
-pub fn loose_number(env: &Env, value: &Loose<'_>, name: &str) -> Result<Option<f64>> {
-    match given(value)? {
-        None => Ok(None),
-        Some((ValueType::Number, v)) => Ok(Some(f64::from_unknown(v)?)),
-        Some(_) => Err(invalid_type(env, &format!("{name} must be a number"))),
-    }
-}
-
-/// A rate option: a number or a quota string (`null`/`undefined`: not given).
-pub fn loose_rate(env: &Env, value: &Loose<'_>) -> Result<Option<RateOption>> {
-    match given(value)? {
-        None => Ok(None),
-        Some((ValueType::Number, v)) => Ok(Some(Either::A(f64::from_unknown(v)?))),
-        Some((ValueType::String, v)) => Ok(Some(Either::B(String::from_unknown(v)?))),
-        Some(_) => Err(invalid_type(
-            env,
-            "rate must be a number (per second) or a quota string such as '10/s'",
-        )),
-    }
-}
-
-/// A missing required option, as the core names it.
-pub fn required(name: &'static str) -> CoreError {
-    CoreError::Missing { name }
-}
-
-/// `rate` as the core takes it.
-pub fn rate_of(rate: &Option<RateOption>) -> std::result::Result<Rate<'_>, CoreError> {
-    match rate {
-        Some(Either::A(r)) => Ok(Rate::PerSecond(*r)),
-        Some(Either::B(s)) => Ok(Rate::Text(s)),
-        None => Err(required("rate")),
-    }
-}
-
-/// A required number option.
-pub fn number(value: Option<f64>, name: &'static str) -> std::result::Result<f64, CoreError> {
-    value.ok_or_else(|| required(name))
-}
-
-/// `n` as a count of tokens (default 1).
-pub fn tokens(env: &Env, n: Option<f64>) -> Result<u64> {
-    match n {
-        None => Ok(1),
-        Some(n) => any::whole("n", n, 0).or_throw(env),
-    }
-}
 
 /// Options of `new TokenBucket(...)`.
 #[napi(object, object_to_js = false)]
@@ -281,84 +128,6 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         fast::unregister_limiter(self.handle);
-    }
-}
-
-/// Tokens taken ahead of time by `reserve`: act after `delay` seconds, or
-/// `cancel()` to give them back (as far as no later taker depends on them).
-#[napi]
-pub struct Reservation {
-    pub(crate) limiter: Holder,
-    pub(crate) permit: Cell<Option<Permit>>,
-    pub(crate) wait: u64,
-}
-
-/// Whose tokens a [`Reservation`] holds.
-pub(crate) enum Holder {
-    /// A local limiter's.
-    Local(Arc<AnyLimiter>),
-    /// A shared-memory bucket's.
-    Shared(Arc<ratebound_shm::SharedLimiter>),
-}
-
-#[napi]
-impl Reservation {
-    /// Seconds to wait before acting (exact to the nanosecond).
-    #[napi(getter)]
-    pub fn delay(&self) -> f64 {
-        self.wait as f64 / 1e9
-    }
-
-    /// Nanoseconds to wait before acting.
-    #[napi(getter)]
-    pub fn delay_nanos(&self) -> f64 {
-        self.wait as f64
-    }
-
-    /// Gives the tokens back; a second call does nothing.
-    #[napi]
-    pub fn cancel(&self) {
-        if let Some(permit) = self.permit.take() {
-            match &self.limiter {
-                Holder::Local(l) => l.release(permit),
-                // Issued by this handle: never foreign.
-                Holder::Shared(l) => {
-                    let _ = l.release(permit);
-                }
-            }
-        }
-    }
-}
-
-/// A host timer holds at most 2^31 − 1 ms (about 24.8 days; a longer
-/// `setTimeout` fires after 1 ms): the core's waiter never asks for more.
-pub const HOST_MAX_SLEEP: u64 = ((1 << 31) - 1) * 1_000_000;
-
-/// One caller's wait, made and driven by `acquire` (internal: it has no
-/// methods of its own): the deadline, the tokens it holds, when it is over.
-#[napi]
-pub struct Waiter {
-    pub(crate) state: RefCell<any::Waiter>,
-}
-
-impl Waiter {
-    /// Wraps a core waiter just made, or throws its error.
-    pub fn new(env: &Env, made: std::result::Result<any::Waiter, CoreError>) -> Result<Waiter> {
-        Ok(Waiter {
-            state: RefCell::new(made.or_throw(env)?),
-        })
-    }
-}
-
-/// A wait step for JavaScript: `[0, 0]` done, `[2, nanos]` sleep that long
-/// and step again, `[3, nanos]` the timeout cannot be met (nothing taken;
-/// `nanos` is the wait that would have been needed).
-pub fn step_to_js(env: &Env, step: std::result::Result<any::Wait, CoreError>) -> Result<Vec<f64>> {
-    match step {
-        Ok(any::Wait::Done) => Ok(vec![0.0, 0.0]),
-        Ok(any::Wait::Sleep(nanos)) => Ok(vec![2.0, nanos as f64]),
-        Err(CoreError::DeadlineExceeded { wait, .. }) => Ok(vec![3.0, wait.as_nanos() as f64]),
-        Err(e) => Err(crate::error::throw(env, &e)),
     }
 }
 

@@ -1,0 +1,271 @@
+//! The hot calls (`tryAcquire`, `check`, `checkOne`, keyed `check`, the
+//! benchmarks' `noop`), the shared decision array they write to, and their
+//! registration with JavaScript (`bindFastPath`).
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::ptr;
+
+use napi::bindgen_prelude::*;
+use napi::{JsValue, sys};
+use napi_derive::napi;
+use ratebound::Limiter;
+use ratebound::any::AnyLimiter;
+
+use super::ffi::{KeyError, args, boolean, count, int, raw_throw, raw_throw_core, slot, with_key};
+use super::gate_wire::raw_gate_decide;
+use super::slots::{KEYED, LIMITERS};
+use crate::error;
+
+thread_local! {
+    /// The shared `Float64Array`'s data: [limit, remaining, retry ns, reset ns].
+    static SCRATCH: Cell<*mut f64> = const { Cell::new(ptr::null_mut()) };
+    /// The env the array was made in, and the reference that keeps it.
+    static BOUND: Cell<(sys::napi_env, sys::napi_ref)> =
+        const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
+}
+
+const SCRATCH_LEN: usize = 4;
+
+/// Writes a decision to the shared array; 1 if allowed, 0 if refused.
+#[inline(always)]
+fn publish(d: ratebound::Decision) -> i32 {
+    let p = SCRATCH.with(Cell::get);
+    if !p.is_null() {
+        // SAFETY: `p` points at the data of the Float64Array of SCRATCH_LEN
+        // elements made by `bind_fast_path` in this thread, kept alive by a
+        // strong reference and never detached.
+        unsafe {
+            *p = d.limit() as f64;
+            *p.add(1) = d.remaining() as f64;
+            *p.add(2) = d.retry_after_nanos() as f64;
+            *p.add(3) = d.reset_after_nanos() as f64;
+        }
+    }
+    i32::from(d.is_allowed())
+}
+
+/// `tryAcquire(slot) -> boolean`.
+unsafe extern "C" fn raw_try_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h] = args::<1>(env, info);
+        let h = slot(env, h);
+        let ok = LIMITERS.with(|s| s.borrow().get(h).map(AnyLimiter::try_acquire));
+        match ok {
+            Some(ok) => boolean(env, ok),
+            None => {
+                raw_throw(
+                    env,
+                    error::Kind::Type,
+                    "ERR_INVALID_THIS",
+                    "not a live ratebound limiter",
+                );
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `check(slot, n) -> 1 | 0`, the decision's numbers in the shared array.
+unsafe extern "C" fn raw_check(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, n] = args::<2>(env, info);
+        let h = slot(env, h);
+        let n = match count(env, n) {
+            Ok(n) => n,
+            Err(e) => {
+                raw_throw_core(env, &e);
+                return ptr::null_mut();
+            }
+        };
+        let result = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_n(n)));
+        match result {
+            Some(Ok(d)) => int(env, publish(d)),
+            Some(Err(e)) => {
+                raw_throw_core(env, &e);
+                ptr::null_mut()
+            }
+            None => {
+                raw_throw(
+                    env,
+                    error::Kind::Type,
+                    "ERR_INVALID_THIS",
+                    "not a live ratebound limiter",
+                );
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `checkOne(slot) -> 1 | 0`: `check()` without a count (one token; no
+/// count to read or validate).
+unsafe extern "C" fn raw_check_one(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h] = args::<1>(env, info);
+        let h = slot(env, h);
+        let result = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_at(l.now())));
+        match result {
+            Some(d) => int(env, publish(d)),
+            None => {
+                raw_throw(
+                    env,
+                    error::Kind::Type,
+                    "ERR_INVALID_THIS",
+                    "not a live ratebound limiter",
+                );
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `keyedCheck(slot, key, n) -> 1 | 0`, the numbers in the shared array.
+unsafe extern "C" fn raw_keyed_check(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, key, n] = args::<3>(env, info);
+        let h = slot(env, h);
+        let n = match count(env, n) {
+            Ok(n) => n,
+            Err(e) => {
+                raw_throw_core(env, &e);
+                return ptr::null_mut();
+            }
+        };
+        let result = KEYED.with(|s| {
+            let s = s.borrow();
+            let k = s.get(h)?;
+            Some(with_key(env, key, |key| k.check_n(key, n)))
+        });
+        match result {
+            Some(Ok(Ok(d))) => int(env, publish(d)),
+            Some(Ok(Err(e))) => {
+                raw_throw_core(env, &e);
+                ptr::null_mut()
+            }
+            Some(Err(KeyError::Type)) => {
+                raw_throw(
+                    env,
+                    error::Kind::Type,
+                    "ERR_INVALID_ARG_TYPE",
+                    "a key must be a string, a safe integer or a Uint8Array (Buffer)",
+                );
+                ptr::null_mut()
+            }
+            Some(Err(KeyError::Range)) => {
+                raw_throw(
+                    env,
+                    error::Kind::Range,
+                    "ERR_RATEBOUND_INVALID_KEY",
+                    "a numeric key must be a safe integer",
+                );
+                ptr::null_mut()
+            }
+            None => {
+                raw_throw(
+                    env,
+                    error::Kind::Type,
+                    "ERR_INVALID_THIS",
+                    "not a live ratebound limiter",
+                );
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// An empty call, the floor the benchmarks compare against.
+unsafe extern "C" fn raw_noop(
+    env: sys::napi_env,
+    _info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_get_undefined(env, &mut out) };
+    out
+}
+
+/// The shared decision array of this thread and the raw entry points
+/// (internal): `{ scratch, tryAcquire, check, checkOne, keyedCheck,
+/// gateDecide, noop }`. Every copy of `ratebound.js` loaded in one thread
+/// (test runners re-evaluate modules) gets the same array, so no copy reads
+/// numbers another copy's call left behind.
+#[napi(skip_typescript)]
+pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
+    let raw_env = env.raw();
+    let exports = Object::new(env)?;
+    // SAFETY: `raw_env` is the live env of this call. The array is created
+    // here, once per env and thread, and a strong reference keeps it (and
+    // so its data pointer, which nothing can detach: the buffer is never
+    // handed out for transfer) alive for the life of the env.
+    unsafe {
+        let (bound_env, reference) = BOUND.with(Cell::get);
+        let mut array = ptr::null_mut();
+        if bound_env == raw_env && !reference.is_null() {
+            sys::napi_get_reference_value(raw_env, reference, &mut array);
+        }
+        if array.is_null() {
+            let mut data = ptr::null_mut::<c_void>();
+            let mut buffer = ptr::null_mut();
+            sys::napi_create_arraybuffer(
+                raw_env,
+                SCRATCH_LEN * std::mem::size_of::<f64>(),
+                &mut data,
+                &mut buffer,
+            );
+            sys::napi_create_typedarray(
+                raw_env,
+                sys::TypedarrayType::float64_array,
+                SCRATCH_LEN,
+                buffer,
+                0,
+                &mut array,
+            );
+            if array.is_null() || data.is_null() {
+                return Err(error::invalid_type(env, "cannot create the shared array"));
+            }
+            let mut reference = ptr::null_mut();
+            sys::napi_create_reference(raw_env, array, 1, &mut reference);
+            BOUND.with(|b| b.set((raw_env, reference)));
+            SCRATCH.with(|s| s.set(data.cast::<f64>()));
+        }
+        sys::napi_set_named_property(raw_env, exports.raw(), c"scratch".as_ptr(), array);
+        let fns: [(&std::ffi::CStr, sys::napi_callback); 6] = [
+            (c"checkOne", Some(raw_check_one)),
+            (c"tryAcquire", Some(raw_try_acquire)),
+            (c"gateDecide", Some(raw_gate_decide)),
+            (c"check", Some(raw_check)),
+            (c"keyedCheck", Some(raw_keyed_check)),
+            (c"noop", Some(raw_noop)),
+        ];
+        for (name, cb) in fns {
+            let mut f = ptr::null_mut();
+            sys::napi_create_function(
+                raw_env,
+                name.as_ptr(),
+                name.count_bytes() as isize,
+                cb,
+                ptr::null_mut(),
+                &mut f,
+            );
+            sys::napi_set_named_property(raw_env, exports.raw(), name.as_ptr(), f);
+        }
+    }
+    Ok(exports)
+}

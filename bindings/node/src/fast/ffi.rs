@@ -1,0 +1,278 @@
+//! The readers and writers of JavaScript values through raw N-API calls:
+//! keys, arguments, slot numbers, counts, strings and addresses in; booleans,
+//! integers and thrown errors out.
+
+use std::ffi::{CString, c_char, c_void};
+use std::ptr;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use ratebound::any::{self, Key};
+
+use crate::error;
+
+/// What went wrong reading a key.
+pub enum KeyError {
+    /// Not a string, a number or a `Uint8Array`.
+    Type,
+    /// A number that is not a safe integer.
+    Range,
+}
+
+/// Calls `f` with the key `value` holds: a string, a safe integer or the
+/// bytes of a `Uint8Array` (a `Buffer`).
+///
+/// # Safety
+/// `env` and `value` must be the live handles of the current callback.
+pub unsafe fn with_key<R>(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    f: impl FnOnce(Key<'_>) -> R,
+) -> std::result::Result<R, KeyError> {
+    let mut kind = 0;
+    // SAFETY: live handles (the caller's contract); `kind` is a valid out pointer.
+    unsafe { sys::napi_typeof(env, value, &mut kind) };
+    match kind {
+        sys::ValueType::napi_string => {
+            let mut buf = [0u8; 256];
+            let mut len = 0usize;
+            // SAFETY: `buf` holds 256 bytes; N-API writes at most 255 and a NUL.
+            unsafe {
+                sys::napi_get_value_string_utf8(
+                    env,
+                    value,
+                    buf.as_mut_ptr().cast::<c_char>(),
+                    buf.len(),
+                    &mut len,
+                )
+            };
+            // A string cut short stops at most 3 bytes before the end (at a
+            // character boundary): read such strings again, whole.
+            if len + 4 < buf.len() {
+                return Ok(f(text_key(&buf[..len])));
+            }
+            let mut full = 0usize;
+            // SAFETY: a null buffer asks for the length only.
+            unsafe { sys::napi_get_value_string_utf8(env, value, ptr::null_mut(), 0, &mut full) };
+            let mut heap = vec![0u8; full + 1];
+            // SAFETY: `heap` holds `full + 1` bytes, room for the string and a NUL.
+            unsafe {
+                sys::napi_get_value_string_utf8(
+                    env,
+                    value,
+                    heap.as_mut_ptr().cast::<c_char>(),
+                    heap.len(),
+                    &mut len,
+                )
+            };
+            Ok(f(text_key(&heap[..len])))
+        }
+        sys::ValueType::napi_number => {
+            let mut x = 0f64;
+            // SAFETY: a number, as napi_typeof said.
+            unsafe { sys::napi_get_value_double(env, value, &mut x) };
+            if x.is_finite() && x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_991.0 {
+                Ok(f(Key::Int(x as i128)))
+            } else {
+                Err(KeyError::Range)
+            }
+        }
+        sys::ValueType::napi_object => {
+            let mut is_typed = false;
+            // SAFETY: live handles; `is_typed` is a valid out pointer.
+            unsafe { sys::napi_is_typedarray(env, value, &mut is_typed) };
+            if !is_typed {
+                return Err(KeyError::Type);
+            }
+            let (mut ty, mut len, mut data) = (0, 0usize, ptr::null_mut::<c_void>());
+            // SAFETY: a typed array; the out pointers are valid, the rest null.
+            unsafe {
+                sys::napi_get_typedarray_info(
+                    env,
+                    value,
+                    &mut ty,
+                    &mut len,
+                    &mut data,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                )
+            };
+            if ty != sys::TypedarrayType::uint8_array {
+                return Err(KeyError::Type);
+            }
+            let bytes = if len == 0 || data.is_null() {
+                &[][..]
+            } else {
+                // SAFETY: N-API gave the data pointer and length of a live
+                // Uint8Array; no JavaScript runs while `f` reads it.
+                unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
+            };
+            Ok(f(Key::Bytes(bytes)))
+        }
+        _ => Err(KeyError::Type),
+    }
+}
+
+fn text_key(bytes: &[u8]) -> Key<'_> {
+    // N-API writes valid UTF-8 (lone surrogates become U+FFFD).
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Key::Text(s),
+        Err(_) => Key::Bytes(bytes),
+    }
+}
+
+/// Throws the error a bad key gets.
+pub fn key_error(env: &Env, e: KeyError) -> napi::Error {
+    match e {
+        KeyError::Type => error::invalid_type(
+            env,
+            "a key must be a string, a safe integer or a Uint8Array (Buffer)",
+        ),
+        KeyError::Range => error::throw_as(
+            env,
+            error::Kind::Range,
+            "ERR_RATEBOUND_INVALID_KEY",
+            "a numeric key must be a safe integer",
+        ),
+    }
+}
+
+/// Throws `message` as a `kind` error with `code` from a raw callback.
+pub(super) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str, message: &str) {
+    let code = CString::new(code).unwrap_or_default();
+    let message = CString::new(message).unwrap_or_default();
+    // SAFETY: live env; NUL-terminated strings that outlive the call.
+    unsafe {
+        match kind {
+            error::Kind::Range => sys::napi_throw_range_error(env, code.as_ptr(), message.as_ptr()),
+            error::Kind::Type => sys::napi_throw_type_error(env, code.as_ptr(), message.as_ptr()),
+            error::Kind::Plain => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
+        }
+    };
+}
+
+pub(super) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) {
+    // SAFETY: as raw_throw.
+    unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) };
+}
+
+/// Up to N arguments; missing ones are `undefined` (N-API fills them).
+#[inline(always)]
+pub(super) unsafe fn args<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> [sys::napi_value; N] {
+    let mut argc = N;
+    let mut argv = [ptr::null_mut(); N];
+    // SAFETY: live callback info; `argv` has room for `argc` values.
+    unsafe {
+        sys::napi_get_cb_info(
+            env,
+            info,
+            &mut argc,
+            argv.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    argv
+}
+
+#[inline(always)]
+pub(super) unsafe fn slot(env: sys::napi_env, v: sys::napi_value) -> u32 {
+    let mut h = u32::MAX;
+    // SAFETY: live handles; a non-number leaves `h` at MAX, which no slot has.
+    unsafe { sys::napi_get_value_uint32(env, v, &mut h) };
+    h
+}
+
+/// `n`: 1 when `undefined`, else a whole number ≥ 0.
+#[inline(always)]
+pub(super) unsafe fn count(
+    env: sys::napi_env,
+    v: sys::napi_value,
+) -> std::result::Result<u64, ratebound::Error> {
+    let mut x = 1f64;
+    // SAFETY: live handles; `undefined` (or any non-number) reports an error
+    // status and leaves `x` alone.
+    let status = unsafe { sys::napi_get_value_double(env, v, &mut x) };
+    if status != sys::Status::napi_ok {
+        let mut kind = 0;
+        // SAFETY: live handles.
+        unsafe { sys::napi_typeof(env, v, &mut kind) };
+        if kind != sys::ValueType::napi_undefined {
+            x = f64::NAN;
+        }
+    }
+    any::whole("n", x, 0)
+}
+
+#[inline(always)]
+pub(super) unsafe fn boolean(env: sys::napi_env, b: bool) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_get_boolean(env, b, &mut out) };
+    out
+}
+
+#[inline(always)]
+pub(super) unsafe fn int(env: sys::napi_env, i: i32) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_create_int32(env, i, &mut out) };
+    out
+}
+
+pub(super) unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
+    let mut kind = sys::ValueType::napi_undefined;
+    // SAFETY: live handles (the caller's contract).
+    unsafe { sys::napi_typeof(env, v, &mut kind) };
+    kind
+}
+
+/// An IP address argument (a string), or `None`.
+pub(super) unsafe fn opt_ip(env: sys::napi_env, v: sys::napi_value) -> Option<std::net::IpAddr> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        if type_of(env, v) != sys::ValueType::napi_string {
+            return None;
+        }
+        let mut buf = [0u8; 64];
+        let mut len = 0usize;
+        sys::napi_get_value_string_utf8(
+            env,
+            v,
+            buf.as_mut_ptr().cast::<c_char>(),
+            buf.len(),
+            &mut len,
+        );
+        std::str::from_utf8(&buf[..len]).ok()?.parse().ok()
+    }
+}
+
+/// Appends the UTF-8 bytes of the string `v` to `out`; `false` if `v` is
+/// not a string.
+pub(super) unsafe fn push_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> bool {
+    let mut len = 0usize;
+    // SAFETY: live handles (the caller's contract); a null buffer asks for
+    // the length only.
+    let status = unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len) };
+    if status != sys::Status::napi_ok {
+        return false;
+    }
+    let start = out.len();
+    out.resize(start + len + 1, 0);
+    let mut written = 0usize;
+    // SAFETY: `out[start..]` holds `len + 1` bytes, room for the string and a NUL.
+    unsafe {
+        sys::napi_get_value_string_utf8(
+            env,
+            v,
+            out[start..].as_mut_ptr().cast::<c_char>(),
+            len + 1,
+            &mut written,
+        )
+    };
+    out.truncate(start + written);
+    true
+}

@@ -1,0 +1,21 @@
+//! The clock, the decision and the five algorithms (plus `AllOf`) as classes.
+
+mod classes;
+mod clock;
+mod decision;
+mod options;
+mod reservation;
+mod wait;
+
+pub use classes::{
+    AllOf, FixedWindow, LeakyBucket, LeakyBucketOptions, Member, Shared, SlidingLog, SlidingWindow,
+    TokenBucket, TokenBucketOptions, WindowOptions,
+};
+pub use clock::ManualClock;
+pub use decision::Decision;
+pub use options::{
+    Loose, RateOption, clock_of, loose_number, loose_rate, number, rate_of, required, tokens,
+};
+pub(crate) use reservation::Holder;
+pub use reservation::Reservation;
+pub use wait::{HOST_MAX_SLEEP, Waiter, step_to_js};
