@@ -14,7 +14,7 @@
 //!   outlive it.
 //! - Every page has its blocks: the file is made with `fallocate`, and an
 //!   existing file with fewer blocks than bytes is allocated on open
-//!   (`allocate` in lib.rs), so that touching a page never needs space
+//!   (`allocate` in file.rs), so that touching a page never needs space
 //!   the filesystem no longer has — on a full tmpfs, a sparse file's first
 //!   write to a page raises `SIGBUS`.
 //! - Left to the operating system: another process truncating the file

@@ -22,7 +22,8 @@ use ratebound::{KeyedAlgorithm, Quota, WordRule};
 
 use crate::map::Region;
 use crate::sync::Ordering;
-use crate::{Error, SharedKeyedLimiter, SystemClock, Table, words_for};
+use crate::table::{Table, words_for};
+use crate::{Error, SharedKeyedLimiter, SystemClock};
 
 /// The frozen time of every model (ns).
 const NOW: u64 = 10_000_000_000;

@@ -1,0 +1,530 @@
+//! [`SharedKeyedLimiter`], one limit per key, and the slot protocol of
+//! its table: where a key lives (`locate`, `still_home`), how a slot is
+//! claimed or reused for another key (`reclaim`), and how a reuse is
+//! cancelled (`cancel`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use ratebound::any::{Acquire, Key, Wait, Waiter};
+use ratebound::pause;
+use ratebound::{Clock, Decision, KeyedAlgorithm};
+
+// For the docs' links to the single limiter's methods.
+#[cfg(doc)]
+use crate::SharedLimiter;
+use crate::clock::{SystemClock, nanos};
+use crate::error::Error;
+use crate::file::MODE_KEYED;
+use crate::sync::{AtomicU64, Ordering};
+use crate::table::Table;
+use crate::wait::drive;
+#[cfg(feature = "tokio")]
+use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
+
+/// The room for keys a keyed limiter gets when none is asked for (the
+/// Python and Node constructors' default).
+pub const DEFAULT_MAX_KEYS: u64 = 10_000;
+
+/// A slot's fingerprint word when no key has claimed it.
+const EMPTY: u64 = 0;
+/// Set in a fingerprint word while a process reuses the slot for another
+/// key: the other 63 bits are still the old key's, which owns the slot
+/// until the reuse completes. Anyone may clear it (cancelling that reuse);
+/// see `SharedKeyedLimiter::reclaim`. Fingerprints are 63 bits.
+const RECLAIMING: u64 = 1 << 63;
+/// How far from its home slot a key may live.
+const WINDOW: usize = 64;
+
+/// One limit per key, shared by every process that opens the same file; a
+/// table of fixed size.
+pub struct SharedKeyedLimiter {
+    pub(crate) table: Table,
+    pub(crate) clock: SystemClock,
+}
+
+impl std::fmt::Debug for SharedKeyedLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedKeyedLimiter")
+            .field("path", &self.table.path)
+            .field("slots", &self.table.slots)
+            .finish()
+    }
+}
+
+/// Where a key's state is: its slot and that slot's place in the key's
+/// probe window.
+#[derive(Clone, Copy)]
+struct Found {
+    slot: usize,
+    place: usize,
+}
+
+impl SharedKeyedLimiter {
+    /// Opens the keyed limiter at `path` with room for `max_keys` keys
+    /// (the table has `2 × max_keys` slots, at least 64), making the file if
+    /// there is none.
+    ///
+    /// # Errors
+    /// As [`SharedLimiter::open`]; [`Error::Limit`] for `max_keys = 0`.
+    pub fn open(
+        path: impl AsRef<Path>,
+        algorithm: KeyedAlgorithm,
+        max_keys: u64,
+    ) -> Result<SharedKeyedLimiter, Error> {
+        if max_keys == 0 {
+            return Err(Error::Limit(ratebound::Error::InvalidNumber {
+                name: "max_keys",
+                value: "0".to_string(),
+                reason: "must be at least 1",
+            }));
+        }
+        let slots = max_keys.saturating_mul(2).max(WINDOW as u64);
+        Ok(SharedKeyedLimiter {
+            table: Table::open(path.as_ref(), algorithm, MODE_KEYED, slots)?,
+            clock: SystemClock,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.table.path
+    }
+
+    /// The most one check can take.
+    pub fn limit(&self) -> u64 {
+        self.table.rule.limit()
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> KeyedAlgorithm {
+        self.table.algorithm
+    }
+
+    /// Slots in the table.
+    pub fn slots(&self) -> usize {
+        self.table.slots
+    }
+
+    /// Slots held by a key (fresh or not).
+    pub fn len(&self) -> usize {
+        (0..self.table.slots)
+            .filter(|&i| self.table.fingerprint(i).load(Ordering::Relaxed) != EMPTY)
+            .count()
+    }
+
+    /// True if no key was ever seen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(crate) fn fingerprint_of(&self, key: Key<'_>) -> u64 {
+        match self.table.fingerprints.key(key)[0] & !RECLAIMING {
+            EMPTY => 1,
+            fp => fp,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn slot_at(&self, fp: u64, place: usize) -> usize {
+        ((fp % self.table.slots as u64) as usize + place) % self.table.slots
+    }
+
+    pub(crate) fn window(&self) -> usize {
+        WINDOW.min(self.table.slots)
+    }
+
+    /// The key's slot: the first in its window holding it, else the first
+    /// empty one (claimed), else the first whose state is fresh (reused).
+    fn locate(&self, fp: u64, now: u64) -> Result<Found, Error> {
+        let t = &self.table;
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire — pairs with the Release of the exchange
+            // that wrote this fingerprint (the key's claim, or a reuse),
+            // after which that process's view of the slot is ours too.
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                if held == fp || self.cancel(slot, fp) {
+                    return Ok(Found { slot, place });
+                }
+                // Reused for another key just now: go on.
+                continue;
+            }
+            if held == EMPTY {
+                // Ordering: AcqRel/Acquire — Release publishes the claim to
+                // whoever next reads the fingerprint, Acquire as for the load.
+                match t.fingerprint(slot).compare_exchange(
+                    EMPTY,
+                    fp,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(Found { slot, place }),
+                    Err(now_held) if now_held == fp => return Ok(Found { slot, place }),
+                    // Another key took it: slots never become empty again,
+                    // so go on.
+                    Err(_) => continue,
+                }
+            }
+        }
+        // No empty slot left in the window: reuse the first fresh one. Its
+        // old key, if a process is deciding for it right now, notices and
+        // gives back (see `reclaim` and `check_n_at`).
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as above.
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                if held == fp || self.cancel(slot, fp) {
+                    return Ok(Found { slot, place });
+                }
+                continue;
+            }
+            // Ordering: Acquire — a first look; `reclaim` decides on a
+            // read-modify-write of the state.
+            let state = t.state(slot).load(Ordering::Acquire);
+            if held != EMPTY && t.rule.is_fresh(state, now) && self.reclaim(slot, held, fp, now) {
+                return Ok(Found { slot, place });
+            }
+        }
+        // The table holds one key per slot: that is its capacity, whatever
+        // `max_keys` it was opened with (the slots are twice as many).
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: self.table.slots,
+        }))
+    }
+
+    /// Clears the reclaiming bit of `slot` held by `fp`'s key: true if the
+    /// slot is then surely `fp`'s (a reuse that had not completed fails).
+    fn cancel(&self, slot: usize, fp: u64) -> bool {
+        // Ordering: AcqRel/Acquire, as for a claim.
+        match self.table.fingerprint(slot).compare_exchange(
+            fp | RECLAIMING,
+            fp,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => true,
+            Err(now_held) => now_held == fp,
+        }
+    }
+
+    /// Reuses `slot`, whose fingerprint word was `held` (another key, or a
+    /// reuse of it that some process began), for `fp`'s key, if its state
+    /// is fresh; true if it is now `fp`'s.
+    ///
+    /// Three steps: announce (set `RECLAIMING` on the old key's
+    /// fingerprint), read the state by a read-modify-write and give up
+    /// unless it is fresh, then swap the old key's fingerprint for `fp`.
+    ///
+    /// Invariant: an admission of the old key is never forgotten. A
+    /// process deciding for it writes the state (the decision's exchange)
+    /// and then reads the fingerprint (`still_home`). If that decision's
+    /// write comes before our read-modify-write of the state, we read its
+    /// (not fresh) state and give up. Otherwise our read-modify-write
+    /// (Release) is read by the decision's exchange (Acquire): our
+    /// announcement happens before its fingerprint read, which sees the
+    /// bit or our key, and either cancels us or gives the admission back.
+    /// (A plain load of the state would not do: two processes' store then
+    /// load on two words may each miss the other's store.) A fresh state
+    /// forgets nothing that matters: it decides as a new key's does. Any
+    /// process may cancel an announcement, so one left by a killed process
+    /// holds nothing: the old key's next check clears it, another reuse
+    /// takes it over.
+    fn reclaim(&self, slot: usize, held: u64, fp: u64, now: u64) -> bool {
+        let t = &self.table;
+        let word = t.fingerprint(slot);
+        let owner = held & !RECLAIMING;
+        // Ordering: AcqRel/Acquire — a read-modify-write (also when the bit
+        // was already set): it is what the decision's exchange on the state
+        // will have to come after, below.
+        if word
+            .compare_exchange(
+                held,
+                owner | RECLAIMING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        // Ordering: AcqRel — Release so that a decision whose exchange
+        // reads this value (or a later one) sees our announcement; Acquire
+        // so that we see every decision written before it.
+        let state = t.state(slot).fetch_or(0, Ordering::AcqRel);
+        if !t.rule.is_fresh(state, now) {
+            self.cancel(slot, owner);
+            return false;
+        }
+        // Ordering: AcqRel/Acquire, as for a claim.
+        match word.compare_exchange(owner | RECLAIMING, fp, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            // Another process of the same key completed the same reuse.
+            Err(now_held) => now_held == fp,
+        }
+    }
+
+    /// True if `found` is still where the key lives: the slot still holds
+    /// it (a reuse of it begun meanwhile is cancelled) and no slot before it
+    /// in the window does.
+    fn still_home(&self, fp: u64, found: Found) -> bool {
+        let t = &self.table;
+        // Ordering: Acquire — after the decision's exchange on the state
+        // (see `reclaim`'s invariant for why that suffices).
+        let held = t.fingerprint(found.slot).load(Ordering::Acquire);
+        (held == fp || (held == fp | RECLAIMING && self.cancel(found.slot, fp)))
+            && (0..found.place).all(|place| {
+                // Ordering: Acquire, as above. A slot of this key earlier
+                // in the window, even one being reused, is where it lives.
+                t.fingerprint(self.slot_at(fp, place))
+                    .load(Ordering::Acquire)
+                    & !RECLAIMING
+                    != fp
+            })
+    }
+
+    /// Takes one for `key` now.
+    ///
+    /// # Errors
+    /// As [`check_n_at`](Self::check_n_at).
+    pub fn check(&self, key: Key<'_>) -> Result<Decision, Error> {
+        self.check_n_at(key, 1, self.clock.now())
+    }
+
+    /// Takes `n` for `key` now.
+    ///
+    /// # Errors
+    /// As [`check_n_at`](Self::check_n_at).
+    pub fn check_n(&self, key: Key<'_>, n: u64) -> Result<Decision, Error> {
+        self.check_n_at(key, n, self.clock.now())
+    }
+
+    /// Takes `n` for `key` at `now` (ns of `CLOCK_MONOTONIC`).
+    ///
+    /// A decision is made on the key's slot and then checked: if meanwhile
+    /// the slot went to another key (it was fresh and reused) or the key
+    /// turned up earlier in its window (two processes placed it at once),
+    /// an admission is given back and the check is made again where the
+    /// key lives. Never more than the limit; at worst, a process killed in
+    /// between leaves an admission counted against a fresh key, and a new
+    /// key that decides on a slot while another key's admission there is
+    /// being given back is refused once.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `InsufficientCapacity` when `n` exceeds the
+    /// limit, or `TooManyKeys` when the key has no slot (also when, eight
+    /// times in a row, other processes took the slot it had decided on).
+    pub fn check_n_at(&self, key: Key<'_>, n: u64, now: u64) -> Result<Decision, Error> {
+        let fp = self.fingerprint_of(key);
+        let t = &self.table;
+        // Bounded: two keys contending for the last fresh slot could take
+        // it from each other indefinitely (each gives back, then reuses it
+        // again); a refusal for want of a slot ends that.
+        for _ in 0..8 {
+            let found = self.locate(fp, now)?;
+            let (decision, mark) = t.rule.check_n_at(t.state(found.slot), n, now)?;
+            if self.still_home(fp, found) {
+                return Ok(decision);
+            }
+            if let Some(mark) = mark {
+                t.rule.release(t.state(found.slot), mark, n);
+            }
+        }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: t.slots,
+        }))
+    }
+
+    /// The clock reading decisions are made at (ns of `CLOCK_MONOTONIC`).
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Empties `key`'s token bucket for every process until `d` from now;
+    /// see [`pause_at`](Self::pause_at).
+    ///
+    /// # Errors
+    /// As [`pause_at`](Self::pause_at).
+    pub fn pause(&self, key: Key<'_>, d: Duration) -> Result<(), Error> {
+        self.pause_at(key, d, self.clock.now())
+    }
+
+    /// Empties `key`'s token bucket for every process until `now + d`,
+    /// refilling at the rate from then on (see
+    /// [`SharedLimiter::pause_at`]); a key with no slot gets one.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `Unsupported` for a window, `TooManyKeys`
+    /// when the key has no slot.
+    pub fn pause_at(&self, key: Key<'_>, d: Duration, now: u64) -> Result<(), Error> {
+        let t = &self.table;
+        if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
+            // The rule's own error, without claiming a slot.
+            let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
+            let words = pause::Words {
+                end: &end,
+                shifted: &shifted,
+            };
+            return Ok(t.rule.pause_at(&end, words, 0, now).map(|_| ())?);
+        }
+        let fp = self.fingerprint_of(key);
+        for _ in 0..8 {
+            let found = self.locate(fp, now)?;
+            t.rule
+                .pause_at(t.state(found.slot), t.pause(found.slot), nanos(d), now)?;
+            // A pause only adds debt: if the slot went to another key
+            // meanwhile, that key is paused too (harmlessly late), and the
+            // pause is made again where this key lives.
+            if self.still_home(fp, found) {
+                return Ok(());
+            }
+        }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: t.slots,
+        }))
+    }
+
+    /// A wait for `n` for any key starting now (see
+    /// [`SharedLimiter::waiter`]), driven with [`wait_step`](Self::wait_step).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `InvalidNumber` for a bad `timeout`.
+    pub fn waiter(
+        &self,
+        n: u64,
+        timeout: Option<f64>,
+        host_max_sleep: u64,
+    ) -> Result<Waiter, Error> {
+        Ok(Waiter::new(n, timeout, self.clock.now(), host_max_sleep)?)
+    }
+
+    /// Advances `waiter` for `key` now (see [`SharedLimiter::wait_step`]):
+    /// a token bucket reserves in the key's slot (a reserved state is not
+    /// fresh, so the slot stays the key's), a window sleeps its exact
+    /// `retry_after` and decides again.
+    ///
+    /// # Errors
+    /// As [`SharedLimiter::wait_step`]; `TooManyKeys` when the key has no
+    /// slot.
+    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Wait, Error> {
+        let fp = self.fingerprint_of(key);
+        let now = self.clock.now();
+        let t = &self.table;
+        // As `check_n_at`: if the slot went to another key meanwhile, what
+        // was taken there is given back and the step made again.
+        for _ in 0..8 {
+            let found = self.locate(fp, now)?;
+            // Read before the step reserves (see `Waiter::step_at`).
+            let shifted = t.pause(found.slot).shifted();
+            let mut moved = false;
+            let step = waiter.step_at(now, found.slot as u64, shifted, |n, deadline| {
+                let (step, mark) =
+                    t.rule
+                        .acquire_step(t.state(found.slot), n, deadline, now, fp)?;
+                if self.still_home(fp, found) {
+                    return Ok(step);
+                }
+                if let Some(mark) = mark {
+                    t.rule.release(t.state(found.slot), mark, n);
+                }
+                moved = true;
+                // Nothing held: the waiter is as it was.
+                Ok(Acquire::Retry { wait_nanos: 1 })
+            })?;
+            if !moved {
+                return Ok(step);
+            }
+        }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: t.slots,
+        }))
+    }
+
+    /// Ends `key`'s `waiter` early: the tokens it holds go back to the
+    /// key's slot, as far as no later taker depends on them (nothing if the
+    /// key no longer has a slot).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `ForeignPermit` for a waiter of another key.
+    pub fn abandon(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<(), Error> {
+        let Some(permit) = waiter.abandon() else {
+            return Ok(());
+        };
+        let fp = self.fingerprint_of(key);
+        let t = &self.table;
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as in `locate`.
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                return Ok(t.rule.release_permit_paused(
+                    t.state(slot),
+                    t.pause(slot),
+                    permit,
+                    fp,
+                    self.clock.now(),
+                )?);
+            }
+            if held == EMPTY {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits on this thread until `n` are the caller's for `key`, or fails
+    /// at once, taking nothing, if that would take longer than `timeout`
+    /// (see [`SharedLimiter::acquire_n`]).
+    ///
+    /// # Errors
+    /// As [`wait_step`](Self::wait_step).
+    pub fn acquire_n(&self, key: Key<'_>, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
+        let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
+        drive(&mut waiter, |w| self.wait_step(w, key))
+    }
+
+    /// [`acquire_n`](Self::acquire_n) without blocking the thread (feature
+    /// `tokio`). Dropped before it is over, the future gives back the
+    /// tokens it holds.
+    ///
+    /// # Errors
+    /// As [`acquire_n`](Self::acquire_n).
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(
+        &self,
+        key: Key<'_>,
+        n: u64,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        let pending = Pending {
+            waiter: Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS),
+            abandon: |w: &mut Waiter| {
+                let _ = self.abandon(w, key);
+            },
+            over: false,
+        };
+        drive_async(pending, |w| self.wait_step(w, key)).await
+    }
+
+    /// How many `key` could take now (the full limit if it has no slot).
+    pub fn available(&self, key: Key<'_>) -> u64 {
+        let fp = self.fingerprint_of(key);
+        let t = &self.table;
+        let now = self.clock.now();
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as in `locate`.
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                // Ordering: Acquire, as for a decision's first load.
+                return t.rule.available(t.state(slot).load(Ordering::Acquire), now);
+            }
+            if held == EMPTY {
+                break;
+            }
+        }
+        t.rule.limit()
+    }
+}
