@@ -1,0 +1,158 @@
+"""What the sync and the asyncio limiters share because it does not wait on
+Redis: the engine and its steps between two calls, the constructors'
+arguments, and :class:`RedisReservation`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
+
+from .._ratebound import Decision, RedisCall_, RedisEngine_
+from ._options import Number, Options, Rate, SlidingOptions
+from ._runners import _Outcome
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class _Base:
+    """What every Redis limiter does without waiting; the runner, made by
+    ``_connect``, and the listener are the sync or the asyncio ones."""
+
+    __slots__ = ("_engine", "_runner", "_listener")
+
+    # Whether the limiter is an asyncio one (its calls are awaited).
+    _asyncio: ClassVar[bool] = False
+
+    def __init__(self, client: Any, algorithm: str, **options: Any) -> None:
+        self._engine = RedisEngine_(algorithm, **options)
+        self._runner = self._connect(client, self._engine.timeout)
+        self._listener: Optional[Any] = None
+
+    @staticmethod
+    def _connect(client: Any, timeout: float) -> Any:
+        raise NotImplementedError
+
+    def _call_for(self, step: Any, now_us: Optional[int]) -> Any:
+        """The call a check makes (judged at ``now_us`` when given), or the
+        decision that needs none."""
+        if isinstance(step, Decision) or now_us is None:
+            return step
+        return step.at(now_us)
+
+    def _reserved(self, call: RedisCall_, outcome: _Outcome) -> RedisReservation:
+        delay, source = self._engine.finish_reserve(call, *outcome)
+        return RedisReservation(self, call if delay > 0 else None, delay, source)
+
+    def _paused(self, call: RedisCall_, outcome: _Outcome) -> tuple[Optional[float], Optional[bytes]]:
+        """The shift a pause gave (``None``: Redis could not be told) and
+        the news to publish, if any."""
+        paused = self._engine.finish_pause_news(call, *outcome)
+        return (None, None) if paused is None else paused
+
+    def _new_listener(self, listener: Any) -> Any:
+        """A new ``listener`` for the pause channel, or ``None`` when the
+        runner cannot subscribe."""
+        subscribe = self._runner.subscriber()
+        if subscribe is None:
+            return None
+        lis = self._listener = listener(subscribe, self._engine.pause_channel, self._engine.hear)
+        return lis
+
+    @property
+    def limit(self) -> int:
+        """The most one key can take at once (burst, or limit)."""
+        return self._engine.limit
+
+    def leased(self) -> int:
+        """Leased tokens this instance holds now, over all keys."""
+        return self._engine.leased()
+
+    def __repr__(self) -> str:
+        e = self._engine
+        return f"{type(self).__name__}(algorithm={e.algorithm!r}, limit={e.limit}, prefix={e.prefix!r})"
+
+
+# The constructors, the same for a sync limiter and its asyncio twin
+# (``class TokenBucket(_TokenBucketArgs, _Limiter)``).
+
+
+class _TokenBucketArgs(_Base):
+    __slots__ = ()
+
+    def __init__(
+        self,
+        client: Any,
+        rate: Rate,
+        burst: Optional[int] = None,
+        **options: Unpack[Options],
+    ) -> None:
+        super().__init__(client, "token_bucket", rate=rate, burst=burst, **options)
+
+
+class _FixedWindowArgs(_Base):
+    __slots__ = ()
+
+    def __init__(
+        self,
+        client: Any,
+        limit: int,
+        window: Number,
+        **options: Unpack[Options],
+    ) -> None:
+        super().__init__(client, "fixed_window", limit=limit, window=window, **options)
+
+
+class _SlidingWindowArgs(_Base):
+    __slots__ = ()
+
+    def __init__(
+        self,
+        client: Any,
+        limit: int,
+        window: Number,
+        **options: Unpack[SlidingOptions],
+    ) -> None:
+        super().__init__(client, "sliding_window", limit=limit, window=window, **options)
+
+
+def _of_asyncio(limiter: Any) -> bool:
+    return isinstance(limiter, _Base) and limiter._asyncio
+
+
+class RedisReservation:
+    """Tokens reserved in Redis by ``reserve``: act after ``delay`` seconds;
+    ``cancel()`` gives them back (once; never below the present)."""
+
+    __slots__ = ("_limiter", "_call", "delay", "source")
+
+    def __init__(self, limiter: Any, call: Any, delay: float, source: str) -> None:
+        self._limiter = limiter
+        self._call = call
+        self.delay = delay
+        self.source = source
+
+    def _give_back(self) -> Optional[RedisCall_]:
+        """The call that gives the tokens back, once (``None`` after)."""
+        call, self._call = self._call, None
+        if call is None:
+            return None
+        back: RedisCall_ = self._limiter._engine.give_back(call)
+        return back
+
+    def cancel(self) -> bool:
+        """Gives the tokens back; whether Redis took them back (False once
+        given back, or for a reservation that was due at once)."""
+        if _of_asyncio(self._limiter):
+            raise TypeError("a reservation of an asyncio limiter is given back with await acancel()")
+        back = self._give_back()
+        return back is not None and self._limiter._runner.run(back)[0] is not None
+
+    async def acancel(self) -> bool:
+        """:meth:`cancel` for a reservation of an asyncio limiter."""
+        if not _of_asyncio(self._limiter):
+            raise TypeError("a reservation of a sync limiter is given back with cancel()")
+        back = self._give_back()
+        return back is not None and (await self._limiter._runner.run(back))[0] is not None
+
+    def __repr__(self) -> str:
+        return f"RedisReservation(delay={self.delay!r}, source={self.source!r})"

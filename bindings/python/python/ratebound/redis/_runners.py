@@ -1,0 +1,479 @@
+"""How the limiters' calls reach Redis: the sync runners (one server, a
+cluster, any other client as given) and the asyncio one, on connections of
+their own made from the user's client's settings, each call within one
+deadline for ``EVALSHA`` and a possible ``EVAL``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from typing import Any, Awaitable, Callable, Optional, Union
+
+from .._ratebound import RedisCall_
+from ._listeners import _AsyncSubscribe, _Subscribe, _subscriber
+
+# What became of a call: (reply, timed_out, error).
+_Outcome = tuple[Optional[Any], bool, Optional[str]]
+
+# Connection settings that are the pool's own bookkeeping, or that the
+# limiter sets itself.
+_POOL_OWN = frozenset(
+    {
+        "himport_registry",
+        "maint_notifications_pool_handler",
+        "maint_notifications_config",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+        "retry",
+        "retry_on_error",
+        "retry_on_timeout",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "connection_pool",
+        "cache",
+        "cache_config",
+    }
+)
+# The same for a cluster client's node settings.
+_CLUSTER_OWN = _POOL_OWN | {
+    "redis_connect_func",
+    "connection_pool_class",
+    "response_callbacks",
+    "oss_cluster_maint_notifications_handler",
+    "host",
+    "port",
+    "url",
+}
+
+
+def _redis() -> Any:
+    try:
+        import redis
+    except ImportError as e:  # pragma: no cover - redis-py is a test requirement
+        raise ImportError("ratebound.redis needs redis-py: pip install redis") from e
+    return redis
+
+
+def _failed(e: BaseException, timeout_error: type) -> _Outcome:
+    if isinstance(e, (timeout_error, TimeoutError)):
+        return None, True, None
+    return None, False, f"{type(e).__name__}: {e}"
+
+
+def _nodes(client: Any) -> list[tuple[str, int]]:
+    """The startup nodes of a cluster client (sync: a dict; asyncio: a list)."""
+    nodes = getattr(client.nodes_manager, "startup_nodes", None) or getattr(client, "startup_nodes", None)
+    if isinstance(nodes, dict):
+        nodes = list(nodes.values())
+    if not nodes:
+        nodes = client.get_nodes()
+    return [(n.host, n.port) for n in nodes]
+
+
+def _no_retries(asyncio_: bool = False) -> Any:
+    """redis-py's ``Retry(NoBackoff(), 0)`` (asyncio's, or the sync one): a
+    failure is an outcome at once."""
+    import importlib
+
+    from redis.backoff import NoBackoff
+
+    retry: Any = importlib.import_module("redis.asyncio.retry" if asyncio_ else "redis.retry")
+    return retry.Retry(NoBackoff(), 0)
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.0)
+
+
+def _pool(pool_class: Any, user: Any, timeout: float, retry: Any) -> tuple[Any, dict[str, Any]]:
+    """The limiter's own pool for one server, from the settings of the
+    user's pool ``user``, and those settings (for the listener's pool)."""
+    kwargs = {k: v for k, v in user.connection_kwargs.items() if k not in _POOL_OWN}
+    pool = pool_class(
+        connection_class=user.connection_class,
+        max_connections=user.max_connections,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=retry,
+        **kwargs,
+    )
+    return pool, kwargs
+
+
+def _cluster_kwargs(
+    manager: Any, nodes: list[tuple[str, int]], node: Any, coverage: str, timeout: float, retry: Any
+) -> dict[str, Any]:
+    """The settings of the limiter's own cluster client that are not the
+    nodes' connection settings (``coverage``: where the nodes manager keeps
+    ``require_full_coverage``)."""
+    return dict(
+        startup_nodes=[node(h, p) for h, p in nodes],
+        retry=retry,
+        require_full_coverage=getattr(manager, coverage, True),
+        dynamic_startup_nodes=getattr(manager, "_dynamic_startup_nodes", True),
+        address_remap=getattr(manager, "address_remap", None),
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+
+
+class _Calls:
+    """What every runner knows: its deadline, and which errors are outcomes."""
+
+    _timeout: float
+
+    def __init__(self, redis: Any, cluster: bool = True) -> None:
+        e = redis.exceptions
+        self._errors: Any = (
+            (e.RedisError, e.RedisClusterException, OSError) if cluster else (e.RedisError, OSError)
+        )
+        self._timeout_error = e.TimeoutError
+        self._noscript = e.NoScriptError
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self._timeout
+
+
+# ------------------------------------------------------------------ sync
+
+
+class _SyncCalls(_Calls):
+    """What the sync runners share: the NOSCRIPT fallback and what becomes of
+    a call."""
+
+    def _script(
+        self, call: RedisCall_, evalsha: Callable[..., Any], eval_: Callable[..., Any], deadline: Optional[float] = None
+    ) -> Any:
+        try:
+            return evalsha(call.sha, 1, call.key, *call.args)
+        except self._noscript:
+            # Not loaded on this server (a restart, a failover, SCRIPT
+            # FLUSH, another cluster node): EVAL loads it, within the same
+            # deadline.
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._timeout_error("deadline passed")
+            return eval_(call.text, 1, call.key, *call.args)
+
+    def _outcome(self, attempt: Callable[[], Any]) -> _Outcome:
+        try:
+            return attempt(), False, None
+        except self._errors as e:
+            return _failed(e, self._timeout_error)
+
+    def _took(self, send: Callable[[], Any]) -> bool:
+        try:
+            send()
+            return True
+        except self._errors:
+            return False
+
+
+class _Standalone(_SyncCalls):
+    """Calls on one server through the limiter's own pool, each reply read
+    with the time left until the deadline."""
+
+    def __init__(self, redis: Any, client: Any, timeout: float) -> None:
+        super().__init__(redis, cluster=False)
+        user = client.connection_pool
+        self._pool, kwargs = _pool(redis.ConnectionPool, user, timeout, _no_retries())
+        self._timeout = timeout
+        self._subscribe: _Subscribe = _subscriber(redis, False, user.connection_class, kwargs, timeout)
+
+    def _send(self, conn: Any, deadline: float, *command: Any) -> Any:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self._timeout_error("deadline passed")
+        conn.send_command(*command)
+        return conn.read_response(timeout=left)
+
+    def _on_connection(self, use: Callable[[Any, float], Any]) -> Any:
+        deadline = self._deadline()
+        conn = self._pool.get_connection()
+        try:
+            return use(conn, deadline)
+        finally:
+            self._pool.release(conn)
+
+    def run(self, call: RedisCall_) -> _Outcome:
+        def attempt(conn: Any, deadline: float) -> Any:
+            return self._script(
+                call,
+                lambda *a: self._send(conn, deadline, "EVALSHA", *a),
+                lambda *a: self._send(conn, deadline, "EVAL", *a),
+            )
+
+        # A reply that timed out is still on its way: redis-py has already
+        # disconnected, so nobody reads it as theirs.
+        return self._outcome(lambda: self._on_connection(attempt))
+
+    def publish(self, channel: str, message: bytes) -> bool:
+        """PUBLISH within the deadline; whether Redis took it."""
+
+        def send(conn: Any, deadline: float) -> None:
+            conn.send_command("PUBLISH", channel, message)
+            conn.read_response(timeout=max(deadline - time.monotonic(), 0.001))
+
+        return self._took(lambda: self._on_connection(send))
+
+    def subscriber(self) -> Optional[_Subscribe]:
+        return self._subscribe
+
+    def close(self) -> None:
+        self._pool.disconnect()
+
+
+class _Cluster(_SyncCalls):
+    """Calls through the limiter's own ``RedisCluster``, every socket
+    operation bounded by the deadline, no retries."""
+
+    def __init__(self, redis: Any, client: Any, timeout: float) -> None:
+        super().__init__(redis)
+        manager = client.nodes_manager
+        kwargs = {k: v for k, v in manager.connection_kwargs.items() if k not in _CLUSTER_OWN}
+        nodes = _nodes(client)
+
+        def make() -> Any:
+            settings = _cluster_kwargs(
+                manager, nodes, redis.cluster.ClusterNode, "_require_full_coverage", timeout, _no_retries()
+            )
+            return redis.cluster.RedisCluster(**settings, **kwargs)
+
+        self._make = make
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._subscribe: _Subscribe = _subscriber(
+            redis,
+            False,
+            kwargs.get("connection_class", redis.Connection),
+            {k: v for k, v in kwargs.items() if k != "connection_class"},
+            timeout,
+            nodes,
+        )
+        self._timeout = timeout
+        # Made now if the cluster answers (redis-py asks it for its topology
+        # and its command table); otherwise at the first call that reaches it.
+        try:
+            self._client = make()
+        except self._errors:
+            pass
+
+    def _get(self, deadline: float) -> Any:
+        c = self._client
+        if c is not None:
+            return c
+        if not self._lock.acquire(timeout=_left(deadline)):
+            raise self._timeout_error("the cluster client is being made")
+        try:
+            if self._client is None:
+                self._client = self._make()
+            return self._client
+        finally:
+            self._lock.release()
+
+    def run(self, call: RedisCall_) -> _Outcome:
+        deadline = self._deadline()
+
+        def attempt() -> Any:
+            c = self._get(deadline)
+            return self._script(call, c.evalsha, c.eval, deadline)
+
+        return self._outcome(attempt)
+
+    def publish(self, channel: str, message: bytes) -> bool:
+        return self._took(lambda: self._get(self._deadline()).publish(channel, message))
+
+    def subscriber(self) -> Optional[_Subscribe]:
+        return self._subscribe
+
+    def close(self) -> None:
+        with self._lock:
+            c, self._client = self._client, None
+        if c is not None:
+            c.close()
+
+
+class _AsIs(_SyncCalls):
+    """Any other client, used as given (bounded only by its own timeouts)."""
+
+    def __init__(self, redis: Any, client: Any) -> None:
+        super().__init__(redis)
+        self._client = client
+
+    def run(self, call: RedisCall_) -> _Outcome:
+        return self._outcome(lambda: self._script(call, self._client.evalsha, self._client.eval))
+
+    def publish(self, channel: str, message: bytes) -> bool:
+        return self._took(lambda: self._client.publish(channel, message))
+
+    def subscriber(self) -> Optional[_Subscribe]:
+        pubsub = getattr(self._client, "pubsub", None)
+        if not callable(pubsub):
+            return None
+        return lambda: (pubsub(), lambda: None)
+
+    def close(self) -> None:
+        pass
+
+
+_Runner = Union[_Standalone, _Cluster, _AsIs]
+
+
+def _sync_runner(client: Any, timeout: float) -> _Runner:
+    redis = _redis()
+    # An asyncio client means redis.asyncio is imported already.
+    aio: Any = sys.modules.get("redis.asyncio")
+    if aio is not None and isinstance(client, (aio.Redis, aio.RedisCluster)):
+        raise TypeError(
+            "a redis.asyncio client needs an asyncio limiter: ratebound.redis.AsyncTokenBucket, "
+            "AsyncFixedWindow or AsyncSlidingWindow"
+        )
+    if isinstance(client, redis.cluster.RedisCluster):
+        return _Cluster(redis, client, timeout)
+    if isinstance(client, redis.Redis) and type(client.connection_pool) in (
+        redis.ConnectionPool,
+        redis.BlockingConnectionPool,
+    ):
+        return _Standalone(redis, client, timeout)
+    if callable(getattr(client, "evalsha", None)) and callable(getattr(client, "eval", None)):
+        return _AsIs(redis, client)
+    raise TypeError(
+        f"client must be a redis.Redis or a redis.cluster.RedisCluster, got {type(client).__name__}"
+    )
+
+
+# --------------------------------------------------------------- asyncio
+
+
+class _AsyncRunner(_Calls):
+    """Calls through the limiter's own asyncio client (standalone or
+    cluster), each bounded as a whole by ``asyncio.wait_for``."""
+
+    def __init__(self, client: Any, timeout: float) -> None:
+        redis = _redis()
+        import redis.asyncio
+        import redis.asyncio.cluster
+
+        super().__init__(redis)
+        self._timeout = timeout
+        self._owned = True
+        # Only a cluster client needs getting ready (see _ready).
+        self._ready_ = True
+        self._init: Optional[asyncio.Future[Any]] = None
+        self._subscribe: Optional[_AsyncSubscribe] = None
+        retry = _no_retries(asyncio_=True)
+        if isinstance(client, redis.asyncio.cluster.RedisCluster):
+            self._client: Any = self._cluster(redis, client, timeout, retry)
+            self._ready_ = False
+            node_kwargs = {
+                k: v
+                for k, v in client.connection_kwargs.items()
+                if k not in _CLUSTER_OWN and k not in ("max_connections", "connection_class")
+            }
+            node_class = client.connection_kwargs.get("connection_class", redis.asyncio.Connection)
+            self._subscribe = _subscriber(redis, True, node_class, node_kwargs, timeout, _nodes(client))
+        elif isinstance(client, redis.asyncio.Redis) and type(client.connection_pool) in (
+            redis.asyncio.ConnectionPool,
+            redis.asyncio.BlockingConnectionPool,
+        ):
+            user = client.connection_pool
+            pool, kwargs = _pool(redis.asyncio.ConnectionPool, user, timeout, retry)
+            self._client = redis.asyncio.Redis.from_pool(pool)
+            self._subscribe = _subscriber(redis, True, user.connection_class, kwargs, timeout)
+        elif isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
+            raise TypeError(
+                "a sync redis client needs a sync limiter: ratebound.redis.TokenBucket, "
+                "FixedWindow or SlidingWindow"
+            )
+        elif callable(getattr(client, "evalsha", None)) and callable(getattr(client, "eval", None)):
+            self._client = client
+            self._owned = False
+            pubsub = getattr(client, "pubsub", None)
+            if callable(pubsub):
+                self._subscribe = lambda: (pubsub(), None)
+        else:
+            raise TypeError(
+                "client must be a redis.asyncio.Redis or a redis.asyncio.cluster.RedisCluster, "
+                f"got {type(client).__name__}"
+            )
+
+    @staticmethod
+    def _cluster(redis: Any, client: Any, timeout: float, retry: Any) -> Any:
+        import inspect
+
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        accepted = inspect.signature(RedisCluster.__init__).parameters
+        kwargs = {
+            k: v
+            for k, v in client.connection_kwargs.items()
+            if k in accepted and k not in _CLUSTER_OWN and k != "max_connections"
+        }
+        ssl = issubclass(client.connection_kwargs.get("connection_class", object), redis.asyncio.SSLConnection)
+        return RedisCluster(
+            **_cluster_kwargs(client.nodes_manager, _nodes(client), ClusterNode, "require_full_coverage", timeout, retry),
+            max_connections=client.connection_kwargs.get("max_connections", 2**31),
+            ssl=ssl,
+            **kwargs,
+        )
+
+    async def _attempt(self, call: RedisCall_) -> Any:
+        try:
+            return await self._client.evalsha(call.sha, 1, call.key, *call.args)
+        except self._noscript:
+            # Not loaded on this node: EVAL loads it, within the deadline.
+            return await self._client.eval(call.text, 1, call.key, *call.args)
+
+    async def _ready(self, deadline: float) -> None:
+        """A cluster client reads the cluster's topology and command table
+        before its first command: once, in a task of its own that a
+        deadline does not cancel (the next call waits on the same task)."""
+        init = self._init
+        if init is None or (init.done() and (init.cancelled() or init.exception() is not None)):
+            init = self._init = asyncio.ensure_future(self._client.initialize())
+        await asyncio.wait_for(asyncio.shield(init), _left(deadline))
+        self._ready_ = True
+
+    async def _within(self, command: Callable[[], Awaitable[Any]]) -> Any:
+        """``command()`` (and getting the client ready first) within one
+        deadline; raises what it raised, ``asyncio.TimeoutError`` past it."""
+        deadline = self._deadline()
+        if not self._ready_:
+            await self._ready(deadline)
+        return await asyncio.wait_for(command(), _left(deadline))
+
+    async def run(self, call: RedisCall_) -> _Outcome:
+        try:
+            return await self._within(lambda: self._attempt(call)), False, None
+        except asyncio.TimeoutError:
+            return None, True, None
+        except self._errors as e:
+            return _failed(e, self._timeout_error)
+
+    async def publish(self, channel: str, message: bytes) -> bool:
+        """PUBLISH within the deadline; whether Redis took it."""
+        try:
+            await self._within(lambda: self._client.publish(channel, message))
+            return True
+        except (asyncio.TimeoutError, *self._errors):
+            return False
+
+    def subscriber(self) -> Optional[_AsyncSubscribe]:
+        return self._subscribe
+
+    async def prepare(self) -> None:
+        """Gets a cluster client ready now, without the calls' deadline; a
+        failure is left for the first call."""
+        if not self._ready_:
+            try:
+                await self._ready(time.monotonic() + 3600.0)
+            except (asyncio.TimeoutError, *self._errors):
+                pass
+
+    async def aclose(self) -> None:
+        if self._init is not None and not self._init.done():
+            self._init.cancel()
+        if self._owned:
+            await self._client.aclose()
