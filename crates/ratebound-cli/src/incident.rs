@@ -239,27 +239,10 @@ fn outcome(reply: &Result<Vec<i64>, String>) -> Outcome<'_> {
     }
 }
 
-/// Runs an engine's call: `EVALSHA`, loading the script with `EVAL` when
-/// the server does not have it.
+/// Runs an engine's call on the blocking connection (`EVALSHA`, `EVAL` on
+/// `NOSCRIPT`: `Call::run_blocking`).
 fn run(conn: &mut redis::Connection, call: &ratebound_redis::Call) -> Result<Vec<i64>, String> {
-    let sha: redis::RedisResult<Vec<i64>> = redis::cmd("EVALSHA")
-        .arg(call.script.sha())
-        .arg(1)
-        .arg(&call.key)
-        .arg(&call.args)
-        .query(conn);
-    match sha {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            redis::cmd("EVAL")
-                .arg(call.script.text)
-                .arg(1)
-                .arg(&call.key)
-                .arg(&call.args)
-                .query(conn)
-                .map_err(|e| e.to_string())
-        }
-        other => other.map_err(|e| e.to_string()),
-    }
+    call.run_blocking(conn).map_err(|e| e.to_string())
 }
 
 /// One worker: calls the partner until `deadline`, waiting on `limit`

@@ -99,3 +99,46 @@ pub enum Begin {
 pub(crate) fn well_formed(r: &[i64]) -> bool {
     r.len() == 7 && r.iter().all(|v| *v >= 0)
 }
+
+#[cfg(any(feature = "tokio", feature = "blocking"))]
+impl Call {
+    /// The call as Redis commands: `EVALSHA sha 1 key args…`, and the
+    /// `EVAL text 1 key args…` to send once if that was refused with
+    /// `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`, another cluster
+    /// node: `EVAL` loads the script).
+    pub fn commands(&self) -> (redis::Cmd, redis::Cmd) {
+        let command = |name: &str, script: &str| {
+            let mut c = redis::cmd(name);
+            c.arg(script).arg(1).arg(&self.key).arg(&self.args);
+            c
+        };
+        (
+            command("EVALSHA", self.script.sha()),
+            command("EVAL", self.script.text),
+        )
+    }
+
+    /// Whether `e` says the server does not have the script (send the
+    /// second of [`commands`](Self::commands)).
+    pub fn is_noscript(e: &redis::RedisError) -> bool {
+        e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    }
+
+    /// Runs the call on a blocking connection (feature `blocking`): the
+    /// script's reply, or the error (its deadline is the connection's own
+    /// read timeout).
+    ///
+    /// # Errors
+    /// The connection's or the server's error.
+    #[cfg(feature = "blocking")]
+    pub fn run_blocking(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+    ) -> redis::RedisResult<Vec<i64>> {
+        let (evalsha, eval) = self.commands();
+        match evalsha.query(conn) {
+            Err(e) if Call::is_noscript(&e) => eval.query(conn),
+            other => other,
+        }
+    }
+}

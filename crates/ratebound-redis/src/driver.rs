@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ratebound::{Error, Quota};
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, ServerErrorKind};
 
 use std::time::Duration;
 
@@ -349,25 +348,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     async fn run(&self, call: &Call) -> Result<Vec<i64>, Option<String>> {
         let mut conn = self.conn.clone();
         let attempt = async {
-            let evalsha = redis::cmd("EVALSHA")
-                .arg(call.script.sha())
-                .arg(1)
-                .arg(&call.key)
-                .arg(&call.args)
-                .query_async::<Vec<i64>>(&mut conn)
-                .await;
-            match evalsha {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    // Not loaded on this server (a restart, a failover,
-                    // SCRIPT FLUSH, another cluster node): EVAL loads it.
-                    redis::cmd("EVAL")
-                        .arg(call.script.text)
-                        .arg(1)
-                        .arg(&call.key)
-                        .arg(&call.args)
-                        .query_async::<Vec<i64>>(&mut conn)
-                        .await
-                }
+            let (evalsha, eval) = call.commands();
+            match evalsha.query_async::<Vec<i64>>(&mut conn).await {
+                Err(e) if Call::is_noscript(&e) => eval.query_async::<Vec<i64>>(&mut conn).await,
                 other => other,
             }
         };
