@@ -43,8 +43,9 @@ mod waiter;
 
 pub use clock::AnyClock;
 pub use gate::{
-    DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, KeySource, Loose, MissingKey,
-    Outcome, QuotaHeaders, RefusalBody, RemoteAnswer, Request, Verdict,
+    Admission, Admit, Ask, DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, Hooks,
+    KeySource, Loose, MissingKey, Outcome, Place, QuotaHeaders, RefusalBody, RemoteAnswer, Request,
+    Verdict,
 };
 pub use keyed::{AnyKeyed, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow};
 pub use limiter::{Acquire, AnyLimiter};

@@ -37,16 +37,16 @@ use super::*;
 /// # Ok::<(), ratebound::Error>(())
 /// ```
 pub struct Gate {
-    policies: Vec<Policy>,
+    pub(super) policies: Vec<Policy>,
     /// Policies decided elsewhere (see [`Gate::decide_with`]).
-    remote: Vec<Policy>,
-    limiters: Vec<KeyedLimiter<Fingerprint, AnyClock>>,
+    pub(super) remote: Vec<Policy>,
+    pub(super) limiters: Vec<KeyedLimiter<Fingerprint, AnyClock>>,
     fingerprints: Fingerprinter,
     policy_field: String,
     forwarding: Forwarding,
-    options: GateOptions,
+    pub(super) options: GateOptions,
     clock: AnyClock,
-    cap: Option<ConcurrencyCap>,
+    pub(super) cap: Option<std::sync::Arc<ConcurrencyCap>>,
 }
 
 const KEY_REQUIRED: &str = "a key is required for this endpoint\n";
@@ -83,7 +83,8 @@ impl Gate {
         let cap = options
             .concurrency_limit
             .map(ConcurrencyCap::new)
-            .transpose()?;
+            .transpose()?
+            .map(std::sync::Arc::new);
         let remote = options
             .remote
             .iter()
@@ -140,7 +141,7 @@ impl Gate {
     /// the number in flight can exceed the cap by the critical requests).
     #[inline]
     pub fn try_enter(&self) -> bool {
-        self.cap.as_ref().is_none_or(ConcurrencyCap::try_enter)
+        self.cap.as_deref().is_none_or(ConcurrencyCap::try_enter)
     }
 
     /// Gives back a place from [`try_enter`](Self::try_enter).
@@ -247,7 +248,7 @@ impl Gate {
     /// The request's key under every rule (key source, missing key), its
     /// text written to `sink` as well.
     #[inline]
-    fn resolve<H: Headers + ?Sized, S: Sink>(
+    pub(super) fn resolve<H: Headers + ?Sized, S: Sink>(
         &self,
         request: &Request<'_, H>,
         sink: &mut S,
@@ -332,7 +333,17 @@ impl Gate {
         if self.limiters.is_empty() {
             return Verdict::pass(Fields::default());
         }
-        let key = match self.key(request) {
+        self.decide_key(self.key(request), now)
+    }
+
+    /// The local policies' decision for a resolved key (or the status a
+    /// keyless request is refused with).
+    #[inline]
+    pub(super) fn decide_key(&self, key: Result<Fingerprint, u16>, now: u64) -> Verdict<'_> {
+        if self.limiters.is_empty() {
+            return Verdict::pass(Fields::default());
+        }
+        let key = match key {
             Ok(key) => key,
             Err(status) => return Verdict::plain(status, KEY_REQUIRED, None),
         };
@@ -421,11 +432,22 @@ impl Gate {
         remote: &[R],
         now: u64,
     ) -> Verdict<'_> {
+        self.decide_key_with(self.key(request), remote, now)
+    }
+
+    /// [`decide_with_at`](Self::decide_with_at) for a resolved key.
+    pub(super) fn decide_key_with<R: Copy + Into<RemoteAnswer>>(
+        &self,
+        key: Result<Fingerprint, u16>,
+        remote: &[R],
+        now: u64,
+    ) -> Verdict<'_> {
         // A keyless request the options refuse is refused before anything
         // else (a front door whose `identity` was refused passes `&[]`).
-        if let Err(status) = self.key(request) {
-            return Verdict::plain(status, KEY_REQUIRED, None);
-        }
+        let key = match key {
+            Ok(key) => key,
+            Err(status) => return Verdict::plain(status, KEY_REQUIRED, None),
+        };
         if remote.len() != self.remote.len() {
             return Verdict::plain(500, "rate limiter misconfigured\n", None);
         }
@@ -453,7 +475,7 @@ impl Gate {
                 .map(Policy::name);
             return self.refusal(fields, wait, by);
         }
-        let mut verdict = self.decide_at(request, now);
+        let mut verdict = self.decide_key(Ok(key), now);
         if verdict.status == 0 || verdict.status == 429 {
             self.add_quota_fields(&mut verdict.fields, remote_pairs());
         }

@@ -8,9 +8,11 @@
 mod admission;
 mod options;
 mod request;
+mod sequence;
 mod verdict;
 
 pub use admission::*;
 pub use options::*;
 pub use request::*;
+pub use sequence::*;
 pub use verdict::*;

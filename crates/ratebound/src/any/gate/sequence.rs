@@ -1,0 +1,230 @@
+//! The request sequence, once for every front door: exempt → a place among
+//! the requests in flight → critical → shed → the key → decide (with the
+//! remote policies' answers) → report — and the place held by a guard
+//! ([`Place`]) until the response is done.
+
+use std::sync::Arc;
+
+use crate::any::Key;
+use crate::fingerprint::Fingerprint;
+use crate::http::{ConcurrencyCap, Headers};
+
+use super::{Gate, KeySource, RemoteAnswer, Request, Verdict};
+
+/// What a front door's user configured around the decision: the functions
+/// of the framework's request that [`Gate::admit`] asks, in its order. Each
+/// has the default of a middleware without it.
+pub trait Hooks {
+    /// Whether the request bypasses limiting altogether (a health check):
+    /// asked first; an exempt request takes no place and is not reported.
+    fn exempt(&mut self) -> bool {
+        false
+    }
+
+    /// Whether the request goes on even when every place is taken (it then
+    /// holds none): asked only when the concurrency cap is full.
+    fn critical(&mut self) -> bool {
+        false
+    }
+
+    /// The application's key ([`KeySource::Given`]), given to `f`: asked
+    /// at most once, after shedding, and only when the gate's key is given
+    /// and the [`Request`] carries none. `None` (the default) is no key.
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
+        f(None)
+    }
+
+    /// Told the verdict of every request that was not exempt, once (a
+    /// metrics hook): shed, refused, rejected or allowed.
+    fn report(&mut self, verdict: &Verdict<'_>) {
+        let _ = verdict;
+    }
+}
+
+/// No hooks: nothing exempt, nothing critical, no given key, no report.
+impl Hooks for () {}
+
+/// A place among the requests in flight under the gate's concurrency cap,
+/// given back when dropped (or [`release`](Self::release)d): hold it until
+/// the response has been sent — a streaming body is in flight until it
+/// ends. `Send`, `'static`: it may move into a response body.
+#[derive(Debug)]
+#[must_use = "the place is given back as soon as it is dropped"]
+pub struct Place {
+    cap: Arc<ConcurrencyCap>,
+}
+
+impl Place {
+    #[inline]
+    fn take(cap: &Arc<ConcurrencyCap>) -> Option<Place> {
+        cap.try_enter().then(|| Place { cap: cap.clone() })
+    }
+
+    /// Gives the place back now.
+    pub fn release(self) {}
+}
+
+impl Drop for Place {
+    #[inline]
+    fn drop(&mut self) {
+        self.cap.leave();
+    }
+}
+
+/// The gate's answer to a request, whole: the [`Verdict`] (already
+/// reported to the hooks) and, when it passes under a concurrency cap, the
+/// [`Place`] to hold until the response is done (`None` without a cap, for
+/// a critical request let through a full cap, and for every refusal).
+#[derive(Debug)]
+pub struct Admission<'g> {
+    /// Status 0 to go on to the application with the fields added, or the
+    /// answer to send.
+    pub verdict: Verdict<'g>,
+    /// The request's concurrency place.
+    pub place: Option<Place>,
+}
+
+/// What [`Gate::admit`] found.
+#[derive(Debug)]
+pub enum Admit<'g> {
+    /// Exempt: on to the application, unlimited, with nothing added.
+    Exempt,
+    /// Decided: send the verdict's answer, or go on with its fields.
+    Decided(Admission<'g>),
+    /// The remote policies must be asked first (their I/O is the front
+    /// door's): each policy of [`Gate::remote_names`], in order, checks
+    /// [`Ask::identity`] in its own scope; then [`Gate::finish`].
+    Ask(Ask),
+}
+
+/// A request waiting for its remote policies' answers: its resolved key,
+/// the key's text for them, and its place. Owns everything it holds (it
+/// may cross an `await`, or into Python or JavaScript); dropping it gives
+/// the place back.
+#[derive(Debug)]
+#[must_use = "finish it with Gate::finish, or drop it to give the place back"]
+pub struct Ask {
+    key: Fingerprint,
+    identity: Vec<u8>,
+    place: Option<Place>,
+}
+
+impl Ask {
+    /// The request's key as every instance derives it (`key:…`, `ip:…` or
+    /// `anonymous`; see [`Gate::identity`]): what each remote policy checks.
+    pub fn identity(&self) -> &[u8] {
+        &self.identity
+    }
+}
+
+impl Gate {
+    /// The whole sequence for one request, in the order every front door
+    /// keeps: `hooks.exempt()` → a concurrency place (when capped; a full
+    /// cap sheds with 503 unless `hooks.critical()`) → the key (`request`,
+    /// or `hooks.with_key`) → the local policies, or first an [`Ask`] of the
+    /// remote ones → `hooks.report(verdict)`. A front door converts its
+    /// request, calls this, writes the answer and keeps the place until the
+    /// response body is done.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::any::{Admit, AnyClock, Gate, GateOptions, Request};
+    /// use ratebound::{KeyedAlgorithm, ManualClock, Quota};
+    ///
+    /// let options = GateOptions { concurrency_limit: Some(1), ..GateOptions::default() };
+    /// let policy = ("default".to_string(), KeyedAlgorithm::TokenBucket(Quota::parse("10/s")?));
+    /// let gate = Gate::new(vec![policy], options, AnyClock::Manual(ManualClock::new()))?;
+    /// let lines: [(&str, &str); 0] = [];
+    /// let request = Request { key: None, peer: Some([10, 0, 0, 1].into()), headers: &lines[..] };
+    /// let Admit::Decided(first) = gate.admit(&request, &mut ()) else { unreachable!() };
+    /// assert!(first.verdict.is_pass() && first.place.is_some());
+    /// let Admit::Decided(second) = gate.admit(&request, &mut ()) else { unreachable!() };
+    /// assert_eq!(second.verdict.status, 503); // shed: the one place is held
+    /// drop(first.place); // the first response is done
+    /// let Admit::Decided(third) = gate.admit(&request, &mut ()) else { unreachable!() };
+    /// assert!(third.verdict.is_pass());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn admit<H: Headers + ?Sized, K: Hooks>(
+        &self,
+        request: &Request<'_, H>,
+        hooks: &mut K,
+    ) -> Admit<'_> {
+        if hooks.exempt() {
+            return Admit::Exempt;
+        }
+        // Shedding first: a saturated service refuses before any token is
+        // spent, and before the key is looked for.
+        let place = match &self.cap {
+            None => None,
+            Some(cap) => match Place::take(cap) {
+                Some(place) => Some(place),
+                None if hooks.critical() => None,
+                None => return Admit::Decided(Self::reported(self.shed(), None, hooks)),
+            },
+        };
+        let lazy = request.key.is_none() && self.options.key == KeySource::Given;
+        if !self.remote.is_empty() {
+            let mut identity = Vec::new();
+            let key = if lazy {
+                hooks.with_key(|key| self.resolve(&Request { key, ..*request }, &mut identity))
+            } else {
+                self.resolve(request, &mut identity)
+            };
+            return match key {
+                Ok(key) => Admit::Ask(Ask {
+                    key,
+                    identity,
+                    place,
+                }),
+                Err(status) => {
+                    let verdict = self.decide_key_with::<RemoteAnswer>(Err(status), &[], 0);
+                    Admit::Decided(Self::reported(verdict, place, hooks))
+                }
+            };
+        }
+        let now = self.now();
+        let verdict = if self.limiters.is_empty() {
+            Verdict::pass(super::Fields::default())
+        } else if lazy {
+            hooks.with_key(|key| {
+                self.decide_key(self.resolve(&Request { key, ..*request }, &mut ()), now)
+            })
+        } else {
+            self.decide_key(self.resolve(request, &mut ()), now)
+        };
+        Admit::Decided(Self::reported(verdict, place, hooks))
+    }
+
+    /// The rest of [`admit`](Self::admit) once the remote policies have
+    /// answered `ask` — one answer per [`remote_names`](Self::remote_names)
+    /// entry, in order (a [`Decision`](crate::Decision) or a
+    /// [`RemoteAnswer`]) — as [`decide_with`](Self::decide_with) decides.
+    pub fn finish<R: Copy + Into<RemoteAnswer>, K: Hooks>(
+        &self,
+        ask: Ask,
+        answers: &[R],
+        hooks: &mut K,
+    ) -> Admission<'_> {
+        let verdict = self.decide_key_with(Ok(ask.key), answers, self.now());
+        Self::reported(verdict, ask.place, hooks)
+    }
+
+    /// The names of the policies decided elsewhere, in the order
+    /// [`finish`](Self::finish) takes their answers.
+    pub fn remote_names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.remote.iter().map(crate::http::Policy::name)
+    }
+
+    /// `verdict` told to the hooks, with the place kept only if it passes.
+    #[inline]
+    fn reported<'g, K: Hooks>(
+        verdict: Verdict<'g>,
+        place: Option<Place>,
+        hooks: &mut K,
+    ) -> Admission<'g> {
+        hooks.report(&verdict);
+        let place = if verdict.is_pass() { place } else { None };
+        Admission { verdict, place }
+    }
+}

@@ -1,0 +1,273 @@
+//! `Gate::admit` / `Gate::finish`: the request sequence every front door
+//! runs — exempt, a concurrency place, critical, shed, the key, decide
+//! (remote policies first), report — and the place's guard.
+
+use ratebound::any::{Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, KeySource};
+use ratebound::any::{MissingKey, Outcome, RemoteAnswer, Request, Verdict};
+use ratebound::http::NoHeaders;
+use ratebound::{Decision, KeyedAlgorithm, ManualClock, Quota};
+
+/// Hooks that record what the sequence asked, in order.
+#[derive(Default)]
+struct Log {
+    exempt: bool,
+    critical: bool,
+    key: Option<&'static str>,
+    asked: Vec<&'static str>,
+    reported: Vec<(Outcome, Option<String>, u16)>,
+}
+
+impl Hooks for Log {
+    fn exempt(&mut self) -> bool {
+        self.asked.push("exempt");
+        self.exempt
+    }
+    fn critical(&mut self) -> bool {
+        self.asked.push("critical");
+        self.critical
+    }
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
+        self.asked.push("key");
+        f(self.key.map(Key::Text))
+    }
+    fn report(&mut self, v: &Verdict<'_>) {
+        self.asked.push("report");
+        self.reported
+            .push((v.outcome, v.refused_by.map(str::to_string), v.status));
+    }
+}
+
+fn gate(options: GateOptions) -> Gate {
+    let policy = (
+        "local".to_string(),
+        KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 2").unwrap()),
+    );
+    Gate::new(vec![policy], options, AnyClock::Manual(ManualClock::new())).unwrap()
+}
+
+const PEER: Request<'static, NoHeaders> = Request {
+    key: None,
+    peer: Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1))),
+    headers: &NoHeaders,
+};
+
+fn decided(a: Admit<'_>) -> Admission<'_> {
+    match a {
+        Admit::Decided(a) => a,
+        other => panic!("expected a decision, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_exempt_request_is_asked_nothing_more_and_not_reported() {
+    let g = gate(GateOptions {
+        concurrency_limit: Some(1),
+        ..GateOptions::default()
+    });
+    let mut log = Log {
+        exempt: true,
+        ..Log::default()
+    };
+    for _ in 0..5 {
+        assert!(matches!(g.admit(&PEER, &mut log), Admit::Exempt));
+    }
+    assert_eq!(log.asked, ["exempt"; 5]);
+    assert!(log.reported.is_empty());
+    // Nothing was spent, no place taken: a limited request passes.
+    let a = decided(g.admit(&PEER, &mut ()));
+    assert!(a.verdict.is_pass() && a.place.is_some());
+}
+
+#[test]
+fn a_full_cap_sheds_before_the_key_unless_critical_and_the_place_is_a_guard() {
+    let g = gate(GateOptions {
+        concurrency_limit: Some(1),
+        key: KeySource::Given,
+        ..GateOptions::default()
+    });
+    let mut log = Log {
+        key: Some("alice"),
+        ..Log::default()
+    };
+    let first = decided(g.admit(&PEER, &mut log));
+    assert!(first.verdict.is_pass());
+    let place = first.place.expect("a place under the cap");
+    assert_eq!(log.asked, ["exempt", "key", "report"]);
+    log.asked.clear();
+
+    let shed = decided(g.admit(&PEER, &mut log));
+    assert_eq!(
+        (shed.verdict.status, shed.verdict.outcome),
+        (503, Outcome::Shed)
+    );
+    assert_eq!(shed.verdict.fields.retry_after, Some(1));
+    assert!(shed.place.is_none());
+    // Shed before the key was looked for, and reported once.
+    assert_eq!(log.asked, ["exempt", "critical", "report"]);
+    log.asked.clear();
+
+    log.critical = true;
+    let critical = decided(g.admit(&PEER, &mut log));
+    assert!(critical.verdict.is_pass(), "{:?}", critical.verdict);
+    assert!(
+        critical.place.is_none(),
+        "a critical request holds no place"
+    );
+    assert_eq!(log.asked, ["exempt", "critical", "key", "report"]);
+
+    // The critical request spent alice's second token; the guard gives the
+    // one place back when dropped.
+    drop(place);
+    log.critical = false;
+    let refused = decided(g.admit(&PEER, &mut log));
+    assert_eq!(refused.verdict.status, 429);
+    assert!(
+        refused.place.is_none(),
+        "a refusal gives its place back at once"
+    );
+    let again = decided(g.admit(
+        &Request {
+            key: Some(Key::Text("bob")),
+            ..PEER
+        },
+        &mut (),
+    ));
+    assert!(again.verdict.is_pass() && again.place.is_some());
+    assert_eq!(
+        log.reported
+            .iter()
+            .map(|(o, _, s)| (*o, *s))
+            .collect::<Vec<_>>(),
+        [
+            (Outcome::Allowed, 0),
+            (Outcome::Shed, 503),
+            (Outcome::Allowed, 0),
+            (Outcome::Refused, 429)
+        ]
+    );
+    assert_eq!(log.reported[3].1.as_deref(), Some("local"));
+}
+
+#[test]
+fn a_key_in_the_request_wins_and_the_hook_is_not_asked() {
+    let g = gate(GateOptions {
+        key: KeySource::Given,
+        missing: MissingKey::Reject(401),
+        ..GateOptions::default()
+    });
+    let mut log = Log::default();
+    let request = Request {
+        key: Some(Key::Text("carol")),
+        ..PEER
+    };
+    assert!(decided(g.admit(&request, &mut log)).verdict.is_pass());
+    assert_eq!(log.asked, ["exempt", "report"]);
+    // No key anywhere: the missing-key rule, reported as rejected.
+    let none = decided(g.admit(&PEER, &mut log));
+    assert_eq!(
+        (none.verdict.status, none.verdict.outcome),
+        (401, Outcome::Rejected)
+    );
+}
+
+fn remote_gate() -> Gate {
+    let global = (
+        "global".to_string(),
+        KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap()),
+    );
+    gate(GateOptions {
+        key: KeySource::header("x-api-key").unwrap(),
+        missing: MissingKey::Reject(401),
+        concurrency_limit: Some(2),
+        remote: vec![global],
+        ..GateOptions::default()
+    })
+}
+
+fn remote(allowed: bool) -> Decision {
+    Decision::from_parts(
+        allowed,
+        20,
+        if allowed { 19 } else { 0 },
+        if allowed { 0 } else { 3_200_000_000 },
+        100_000_000,
+    )
+}
+
+#[test]
+fn remote_policies_are_asked_with_the_identity_and_finish_decides() {
+    let g = remote_gate();
+    assert_eq!(g.remote_names().collect::<Vec<_>>(), ["global"]);
+    let lines = [("x-api-key", "alice")];
+    let request = Request {
+        key: None,
+        peer: PEER.peer,
+        headers: &lines[..],
+    };
+    let mut log = Log::default();
+    let Admit::Ask(ask) = g.admit(&request, &mut log) else {
+        panic!("remote policies are asked first")
+    };
+    assert_eq!(ask.identity(), b"key:alice");
+    assert_eq!(log.asked, ["exempt"], "not reported before it is decided");
+    let a = g.finish(ask, &[remote(true)], &mut log);
+    assert!(a.verdict.is_pass());
+    assert!(a.place.is_some());
+    let ratelimit = String::from_utf8(a.verdict.fields.ratelimit.clone().unwrap()).unwrap();
+    assert!(ratelimit.contains("\"global\""), "{ratelimit}");
+
+    // A remote refusal: 429 with the remote wait rounded up, by "global";
+    // the place goes back at once.
+    let Admit::Ask(ask) = g.admit(&request, &mut log) else {
+        panic!()
+    };
+    let a = g.finish(ask, &[remote(false)], &mut log);
+    assert_eq!(a.verdict.status, 429);
+    assert_eq!(a.verdict.fields.retry_after, Some(4));
+    assert_eq!(a.verdict.refused_by, Some("global"));
+    assert!(a.place.is_none());
+
+    // A full remote table: 503, never 500.
+    let Admit::Ask(ask) = g.admit(&request, &mut log) else {
+        panic!()
+    };
+    let a = g.finish(ask, &[RemoteAnswer::Full], &mut log);
+    assert_eq!(a.verdict.status, 503);
+
+    // Too few answers is the gate's misconfiguration, not a pass.
+    let Admit::Ask(ask) = g.admit(&request, &mut log) else {
+        panic!()
+    };
+    let a = g.finish::<RemoteAnswer, _>(ask, &[], &mut log);
+    assert_eq!(a.verdict.status, 500);
+
+    // A keyless request is refused without asking anyone.
+    let a = decided(g.admit(&PEER, &mut log));
+    assert_eq!(a.verdict.status, 401);
+    assert!(a.place.is_none());
+    assert_eq!(
+        log.reported.iter().map(|r| r.2).collect::<Vec<_>>(),
+        [0, 429, 503, 500, 401]
+    );
+}
+
+#[test]
+fn an_ask_dropped_gives_its_place_back() {
+    let g = remote_gate();
+    let lines = [("x-api-key", "alice")];
+    let request = Request {
+        key: None,
+        peer: PEER.peer,
+        headers: &lines[..],
+    };
+    for _ in 0..10 {
+        // Two places: both taken by pending asks, then both given back.
+        let (Admit::Ask(a), Admit::Ask(b)) =
+            (g.admit(&request, &mut ()), g.admit(&request, &mut ()))
+        else {
+            panic!()
+        };
+        assert_eq!(decided(g.admit(&request, &mut ())).verdict.status, 503);
+        drop((a, b));
+    }
+}
