@@ -256,10 +256,10 @@ impl Gate_ {
             let l = opt_number(py, "limit", Some(&tuple.get_item(4)?))?;
             let w = opt_number(py, "window", Some(&tuple.get_item(5)?))?;
             let alg = if rate.is_none() {
-                any::keyed_algorithm(&algorithm, None, b, l, w).or_py(py)?
+                any::keyed_algorithm(algorithm.as_str(), None, b, l, w).or_py(py)?
             } else {
                 with_rate(py, &rate, |r| {
-                    any::keyed_algorithm(&algorithm, Some(r), b, l, w)
+                    any::keyed_algorithm(algorithm.as_str(), Some(r), b, l, w)
                 })?
             };
             list.push((name, alg));

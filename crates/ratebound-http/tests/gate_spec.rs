@@ -95,7 +95,7 @@ fn build(id: &str, options: &Value, clock: &ManualClock) -> RateLimitLayer {
             "body" => b = b.refusal_body(RefusalBody::parse(&text(name, value)).unwrap()),
             "max_keys" => {
                 let overflow = match options.get("overflow") {
-                    Some(o) => ratebound::any::overflow(&text("overflow", o)).unwrap(),
+                    Some(o) => ratebound::any::overflow(text("overflow", o).as_str()).unwrap(),
                     None => Overflow::EvictLeastRecent,
                 };
                 b = b.max_keys(number(name, value) as usize, overflow);

@@ -77,21 +77,27 @@ impl Fingerprinter {
     }
 }
 
-/// The per-key algorithm from loosely typed options: `"token_bucket"` with a
-/// rate (and optional burst), `"fixed_window"` / `"sliding_window"` with a
-/// limit and a window in seconds.
+/// The algorithm of a per-key limiter (and a middleware policy) when none
+/// is named.
+pub const DEFAULT_ALGORITHM: &str = "token_bucket";
+
+/// The per-key algorithm from loosely typed options: `"token_bucket"` (the
+/// default, [`DEFAULT_ALGORITHM`], for `None`) with a rate (and optional
+/// burst), `"fixed_window"` / `"sliding_window"` with a limit and a window
+/// in seconds.
 ///
 /// # Errors
 /// [`Error::Parse`] for an unknown algorithm name; [`Error::InvalidNumber`]
 /// for a missing or unusable number; the algorithms' own errors.
-pub fn keyed_algorithm(
-    algorithm: &str,
+pub fn keyed_algorithm<'n>(
+    algorithm: impl Into<Option<&'n str>>,
     rate: Option<Rate<'_>>,
     burst: Option<f64>,
     limit: Option<f64>,
     window: Option<f64>,
 ) -> Result<KeyedAlgorithm, Error> {
     let missing = |name| Error::Missing { name };
+    let algorithm = algorithm.into().unwrap_or(DEFAULT_ALGORITHM);
     match algorithm {
         "token_bucket" => Ok(KeyedAlgorithm::TokenBucket(quota(
             rate.ok_or(missing("rate"))?,
@@ -115,13 +121,13 @@ pub fn keyed_algorithm(
     }
 }
 
-/// The overflow policy by name: `"evict"` / `"evict_least_recent"` or
-/// `"reject"` / `"reject_new_keys"`.
+/// The overflow policy by name: `"evict"` / `"evict_least_recent"` (the
+/// default, for `None`) or `"reject"` / `"reject_new_keys"`.
 ///
 /// # Errors
 /// [`Error::Parse`] for any other name.
-pub fn overflow(name: &str) -> Result<Overflow, Error> {
-    match name {
+pub fn overflow<'n>(name: impl Into<Option<&'n str>>) -> Result<Overflow, Error> {
+    match name.into().unwrap_or("evict") {
         "evict" | "evict_least_recent" => Ok(Overflow::EvictLeastRecent),
         "reject" | "reject_new_keys" => Ok(Overflow::RejectNewKeys),
         other => Err(Error::Parse {

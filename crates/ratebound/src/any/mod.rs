@@ -43,11 +43,13 @@ mod waiter;
 
 pub use clock::AnyClock;
 pub use gate::{
-    Admission, Admit, Ask, DEFAULT_MAX_KEYS, Decisions, Field, Fields, Gate, GateOptions, Hooks,
-    KeySource, Loose, MissingKey, Outcome, Place, QuotaHeaders, RefusalBody, RemoteAnswer, Request,
-    Verdict,
+    Admission, Admit, Ask, DEFAULT_MAX_KEYS, DEFAULT_POLICY_NAME, Decisions, Field, Fields, Gate,
+    GateOptions, GateSpec, Hooks, KeySource, Loose, MissingKey, Outcome, POLICY_FIELDS, Place,
+    PolicySpec, QuotaHeaders, RefusalBody, RemoteAnswer, RemoteKind, Request, Verdict,
 };
-pub use keyed::{AnyKeyed, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow};
+pub use keyed::{
+    AnyKeyed, DEFAULT_ALGORITHM, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow,
+};
 pub use limiter::{Acquire, AnyLimiter};
-pub use numbers::{Rate, quota, seconds, whole};
+pub use numbers::{DEFAULT_IPV6_PREFIX, Rate, ipv6_prefix, quota, seconds, whole};
 pub use waiter::{MANUAL_POLL_NANOS, Wait, Waiter};

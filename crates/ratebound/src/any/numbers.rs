@@ -112,3 +112,24 @@ pub fn quota(rate: Rate<'_>, burst: Option<f64>) -> Result<Quota, Error> {
 pub(super) fn window_args(limit: f64, window: f64) -> Result<(u64, Duration), Error> {
     Ok((whole("limit", limit, 1)?, seconds("window", window)?))
 }
+
+/// The IPv6 prefix keys are grouped by when none is given: a /64 is what
+/// one subscriber gets.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// An IPv6 prefix length for option `name`: a whole number ≥ 0; above 128
+/// counts as 128 (the whole address).
+///
+/// # Errors
+/// [`Error::InvalidNumber`] naming `name` for a negative, fractional or
+/// non-finite value.
+///
+/// # Examples
+/// ```
+/// assert_eq!(ratebound::any::ipv6_prefix("ipv6_prefix", 200.0)?, 128);
+/// assert!(ratebound::any::ipv6_prefix("ipv6_prefix", 1.5).is_err());
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub fn ipv6_prefix(name: &'static str, bits: f64) -> Result<u8, Error> {
+    Ok(whole(name, bits, 0)?.min(128) as u8)
+}

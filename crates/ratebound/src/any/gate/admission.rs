@@ -539,3 +539,14 @@ impl Gate {
         v
     }
 }
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("policies", &self.policy_field)
+            .field("key", &self.options.key)
+            .field("concurrency_limit", &self.options.concurrency_limit)
+            .field("keys", &self.len())
+            .finish_non_exhaustive()
+    }
+}

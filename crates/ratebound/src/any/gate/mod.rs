@@ -9,10 +9,12 @@ mod admission;
 mod options;
 mod request;
 mod sequence;
+mod spec;
 mod verdict;
 
 pub use admission::*;
 pub use options::*;
 pub use request::*;
 pub use sequence::*;
+pub use spec::*;
 pub use verdict::*;

@@ -199,7 +199,7 @@ impl Default for GateOptions {
             key: KeySource::ClientIp,
             trusted: TrustedProxies::None,
             forwarding: None,
-            ipv6_prefix: 64,
+            ipv6_prefix: crate::any::DEFAULT_IPV6_PREFIX,
             missing: MissingKey::FallBackToIp,
             headers: QuotaHeaders::Draft,
             body: RefusalBody::Text,
@@ -225,7 +225,7 @@ const OPTIONS: [(&str, &str); 10] = [
     ("concurrency_limit", "concurrencyLimit"),
 ];
 
-fn loose_text(value: Loose<'_>) -> String {
+pub(super) fn loose_text(value: Loose<'_>) -> String {
     match value {
         Loose::Text(t) => t.to_string(),
         Loose::Number(n) => n.to_string(),
@@ -297,7 +297,7 @@ impl GateOptions {
             }
             ("client_ip_header", Loose::Text(t)) => self.forwarding = Some(Forwarding::parse(t)?),
             ("ipv6_prefix", Loose::Number(n)) => {
-                self.ipv6_prefix = crate::any::whole(spelt, n, 0)?.min(128) as u8;
+                self.ipv6_prefix = crate::any::ipv6_prefix(spelt, n)?;
             }
             ("missing_key", Loose::Text(t)) => self.missing = MissingKey::parse(t)?,
             ("missing_key", Loose::Number(n)) => self.missing = MissingKey::reject(n)?,
