@@ -338,7 +338,7 @@ fn verdicts_say_their_outcome() {
         },
         AnyClock::default(),
     );
-    let err = twice.err().expect("two policies named global");
+    let err = twice.expect_err("two policies named global");
     assert_eq!(err.code(), "invalid_option");
     assert!(err.to_string().contains("global"), "{err}");
     let after = g.decide_with(&given("m"), &[ok]);
