@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::Quota;
 
+mod all_of;
 mod keys;
 mod limiter;
 mod math;

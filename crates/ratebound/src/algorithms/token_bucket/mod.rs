@@ -2,108 +2,17 @@
 
 use std::time::Duration;
 
-use crate::algorithms::gcra::{MAX_TAT, Params};
+use crate::algorithms::gcra::Params;
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::limiter::{Limiter, Permit, Reservation};
 use crate::pause::PauseWords;
 use crate::sync::state::AtomicState;
-use crate::sync::{AtomicU64, Mutex, Ordering, fence};
+use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::{Decision, Error, Quota};
 
-// The state word: [generation: 2 bits | TAT: 62 bits]. Quota changes are
-// numbered (epochs 0, 1, 2, …); the generation is the epoch mod 4 and picks
-// the slot that holds that epoch's quota. `set_quota` fills the next slot and
-// then moves the word to the next generation in the same CAS that converts
-// the TAT, so a TAT is only ever combined with the quota it was written under.
-const GEN_SHIFT: u32 = 62;
-const SLOTS: usize = 4;
+mod epochs;
 
-#[inline]
-fn generation(word: u64) -> usize {
-    (word >> GEN_SHIFT) as usize
-}
-
-#[inline]
-fn tat(word: u64) -> u64 {
-    word & MAX_TAT
-}
-
-#[inline]
-fn pack(generation: usize, tat: u64) -> u64 {
-    debug_assert!(tat <= MAX_TAT);
-    ((generation as u64) << GEN_SHIFT) | tat
-}
-
-/// One epoch's quota behind a sequence number (a seqlock with one writer):
-/// `seq` is `2·epoch` while the slot holds that epoch's quota and odd while
-/// it is being rewritten, so a reader knows whether the pair it read is
-/// whole, and of which epoch.
-#[derive(Debug)]
-struct Slot {
-    seq: AtomicU64,
-    period: AtomicU64,
-    burst: AtomicU64,
-}
-
-/// A slot that has never held a quota (odd: no reader takes it as valid).
-const UNWRITTEN: u64 = u64::MAX;
-
-impl Slot {
-    fn new(seq: u64, p: Params) -> Slot {
-        Slot {
-            seq: AtomicU64::new(seq),
-            period: AtomicU64::new(p.period),
-            burst: AtomicU64::new(p.burst),
-        }
-    }
-
-    /// The quota and its epoch, or `None` if the slot is being rewritten or
-    /// changed while it was read.
-    #[inline]
-    fn read(&self) -> Option<(Params, u64)> {
-        // Ordering: Acquire on the first `seq` load pairs with the writer's
-        // final Release store, so the fields read below are at least that
-        // epoch's; the Acquire fence keeps the field loads before the second
-        // `seq` load, which catches a rewrite that overlapped them.
-        let before = self.seq.load(Ordering::Acquire);
-        let p = Params {
-            period: self.period.load(Ordering::Relaxed),
-            burst: self.burst.load(Ordering::Relaxed),
-        };
-        fence(Ordering::Acquire);
-        let after = self.seq.load(Ordering::Relaxed);
-        (before == after && before & 1 == 0).then_some((p, before / 2))
-    }
-
-    /// The quota of a slot that no one is rewriting (the writer's view).
-    fn held(&self) -> Params {
-        Params {
-            period: self.period.load(Ordering::Relaxed),
-            burst: self.burst.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Rewrites the slot for `epoch` (one writer at a time).
-    fn write(&self, epoch: u64, p: Params) {
-        // Ordering: the odd store and the Release fence come before the
-        // field stores, so a reader that sees a new field also sees `seq`
-        // changed on its second load; the final Release store publishes the
-        // whole pair with its epoch.
-        self.seq.store(2 * epoch + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.period.store(p.period, Ordering::Relaxed);
-        self.burst.store(p.burst, Ordering::Relaxed);
-        self.seq.store(2 * epoch, Ordering::Release);
-    }
-}
-
-/// What one pass of the CAS loop decided on: the word, the quota of the
-/// word's epoch, and that epoch.
-struct Seen {
-    word: u64,
-    params: Params,
-    epoch: u64,
-}
+use epochs::{SLOTS, Seen, Slot, UNWRITTEN, generation, pack, tat};
 
 /// A token bucket of `burst` tokens, initially full, refilled at one token
 /// every `T` — kept as one `AtomicU64` and updated without locks.
@@ -617,21 +526,5 @@ mod tests {
         let word = bucket.state.load();
         let (p, epoch) = bucket.quota_of(word, floor).expect("current quota");
         assert_eq!((p.period, p.burst, epoch), (1_000_000_000, 6, 4));
-    }
-
-    /// A slot caught mid-rewrite (new period, old burst) is never read as a
-    /// quota: the pair would be from two quotas.
-    #[test]
-    fn a_slot_being_rewritten_is_not_read() {
-        let p = params(quota(1, 4));
-        let slot = Slot::new(0, p);
-        assert_eq!(slot.read(), Some((p, 0)));
-        slot.seq.store(2 * 4 + 1, Ordering::Relaxed);
-        slot.period.store(3_000_000_000, Ordering::Relaxed);
-        assert_eq!(slot.read(), None);
-        slot.burst.store(9, Ordering::Relaxed);
-        slot.seq.store(2 * 4, Ordering::Release);
-        let (read, epoch) = slot.read().expect("whole again");
-        assert_eq!((read.period, read.burst, epoch), (3_000_000_000, 9, 4));
     }
 }
