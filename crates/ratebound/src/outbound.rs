@@ -28,12 +28,20 @@
 use std::time::Duration;
 
 use crate::Error;
+use crate::any::{DEFAULT_N, seconds, whole};
 
 /// The longest header value read (longer ones are ignored: hostile).
 pub const MAX_HEADER_VALUE: usize = 1024;
 
 /// The longest pause obeyed by default: 5 minutes.
 pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(300);
+
+/// The most retries by default.
+pub const DEFAULT_RETRIES: u32 = 2;
+
+/// The statuses retried by default: 429 Too Many Requests and 503 Service
+/// Unavailable.
+pub const DEFAULT_STATUSES: [u16; 2] = [429, 503];
 
 /// A Unix time (seconds) above which an `X-RateLimit-Reset` is a moment,
 /// not a number of seconds (10⁹ s is September 2001; no window is 31 years).
@@ -68,11 +76,83 @@ pub struct Outbound {
 impl Default for Outbound {
     fn default() -> Self {
         Outbound {
-            retries: 2,
+            retries: DEFAULT_RETRIES,
             max_pause: DEFAULT_MAX_PAUSE,
-            statuses: vec![429, 503],
+            statuses: DEFAULT_STATUSES.to_vec(),
             retry_any_method: false,
         }
+    }
+}
+
+/// What each sending of an adapter waits for: `n` tokens of its limiter,
+/// for at most `timeout` (`None`: as long as it takes). The same rules in
+/// every adapter (Rust, Python, Node): checked once here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sending {
+    n: u64,
+    timeout: Option<Duration>,
+}
+
+impl Default for Sending {
+    fn default() -> Self {
+        Sending {
+            n: DEFAULT_N,
+            timeout: None,
+        }
+    }
+}
+
+impl Sending {
+    /// `n` tokens per sending (at least 1: a sending that took none would
+    /// not wait for the limit), waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] naming `n` for 0.
+    pub fn new(n: u64, timeout: Option<Duration>) -> Result<Sending, Error> {
+        if n == 0 {
+            return Err(Error::InvalidNumber {
+                name: "n",
+                value: "0".to_string(),
+                reason: "must be at least 1",
+            });
+        }
+        Ok(Sending { n, timeout })
+    }
+
+    /// From the numbers a dynamic language passes: `n` (default
+    /// [`DEFAULT_N`]) a whole number ≥ 1, `timeout` seconds (default: no
+    /// timeout) as [`seconds`] takes them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] naming `n` or `timeout`.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::outbound::Sending;
+    /// let s = Sending::from_loose(None, Some(0.5))?;
+    /// assert_eq!((s.n(), s.timeout().map(|t| t.as_millis())), (1, Some(500)));
+    /// assert_eq!(Sending::from_loose(Some(0.0), None).unwrap_err().to_string(),
+    ///            "invalid n 0: must be at least 1");
+    /// assert!(Sending::from_loose(None, Some(-1.0)).is_err());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn from_loose(n: Option<f64>, timeout: Option<f64>) -> Result<Sending, Error> {
+        let n = match n {
+            Some(n) => whole("n", n, 1)?,
+            None => DEFAULT_N,
+        };
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        Sending::new(n, timeout)
+    }
+
+    /// The tokens each sending takes.
+    pub fn n(&self) -> u64 {
+        self.n
+    }
+
+    /// The longest wait for them (`None`: as long as it takes).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 }
 
@@ -81,6 +161,61 @@ impl Outbound {
     /// idempotent methods.
     pub fn new() -> Outbound {
         Outbound::default()
+    }
+
+    /// The policy from the options a dynamic language passes, each `None`
+    /// when not given: `retries` (default [`DEFAULT_RETRIES`]) a whole
+    /// number ≥ 0, `max_pause` (default [`DEFAULT_MAX_PAUSE`]) seconds
+    /// above 0, `statuses` (default [`DEFAULT_STATUSES`]) HTTP statuses,
+    /// `any_method` (default false). Every binding passes its options
+    /// through this one reader.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] naming `retries`, `max_pause` or `status`.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::outbound::Outbound;
+    /// let o = Outbound::from_loose(None, Some(60.0), None, None)?;
+    /// assert_eq!((o.retries(), o.max_pause().as_secs()), (2, 60));
+    /// assert_eq!(Outbound::from_loose(Some(1.5), None, None, None).unwrap_err().to_string(),
+    ///            "invalid retries 1.5: must be a whole number");
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn from_loose(
+        retries: Option<f64>,
+        max_pause: Option<f64>,
+        statuses: Option<&[f64]>,
+        any_method: Option<bool>,
+    ) -> Result<Outbound, Error> {
+        let mut o = Outbound::new().with_any_method(any_method.unwrap_or(false));
+        if let Some(r) = retries {
+            // Beyond u32::MAX retries is "always": the attempt count never
+            // gets there.
+            o = o.with_retries(u32::try_from(whole("retries", r, 0)?).unwrap_or(u32::MAX));
+        }
+        if let Some(m) = max_pause {
+            o = o.with_max_pause(seconds("max_pause", m)?)?;
+        }
+        if let Some(list) = statuses {
+            let mut codes = Vec::with_capacity(list.len());
+            for &s in list {
+                let code = whole("status", s, 0)?;
+                match u16::try_from(code) {
+                    Ok(code) => codes.push(code),
+                    // Beyond u16: no HTTP status.
+                    Err(_) => {
+                        return Err(Error::InvalidNumber {
+                            name: "status",
+                            value: code.to_string(),
+                            reason: "must be an HTTP status, 100 to 599",
+                        });
+                    }
+                }
+            }
+            o = o.with_statuses(&codes)?;
+        }
+        Ok(o)
     }
 
     /// Retries at most `retries` times (0: never).

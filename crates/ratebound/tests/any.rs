@@ -142,6 +142,97 @@ fn key_kinds_are_distinct() {
     );
 }
 
+/// The one dispatch by name (issue 25): every algorithm, the default, the
+/// missing options named, an unknown name a parse error.
+#[test]
+fn limiters_by_name() {
+    use ratebound::any::LimiterOptions;
+    let (_, c) = manual();
+    let made = |name: Option<&str>, o: LimiterOptions<'_>| {
+        AnyLimiter::from_options(name, o, c.clone()).map(|l| (l.algorithm(), l.limit()))
+    };
+    let rate = Some(Rate::PerSecond(2.0));
+    let o = || LimiterOptions {
+        rate,
+        burst: Some(3.0),
+        limit: Some(5.0),
+        window: Some(1.0),
+        max_delay: Some(1.0),
+        ..Default::default()
+    };
+    assert_eq!(made(None, o()).unwrap(), ("token_bucket", 3));
+    for name in [
+        "token_bucket",
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+        "leaky_bucket",
+    ] {
+        assert_eq!(made(Some(name), o()).unwrap().0, name);
+    }
+    let member = Arc::new(AnyLimiter::from_options(None, o(), c.clone()).unwrap());
+    let all = LimiterOptions {
+        members: vec![member],
+        ..Default::default()
+    };
+    assert_eq!(made(Some("all_of"), all).unwrap().0, "all_of");
+    assert_eq!(
+        made(Some("all_of"), LimiterOptions::default()).unwrap_err(),
+        Error::NoLimiters
+    );
+    for (name, needs) in [
+        ("token_bucket", "rate"),
+        ("leaky_bucket", "rate"),
+        ("fixed_window", "limit"),
+        ("sliding_log", "limit"),
+    ] {
+        assert_eq!(
+            made(Some(name), LimiterOptions::default()).unwrap_err(),
+            Error::Missing { name: needs }
+        );
+    }
+    let no_delay = LimiterOptions {
+        rate,
+        ..Default::default()
+    };
+    assert_eq!(
+        made(Some("leaky_bucket"), no_delay).unwrap_err(),
+        Error::Missing { name: "max_delay" }
+    );
+    let no_window = LimiterOptions {
+        limit: Some(1.0),
+        ..Default::default()
+    };
+    assert_eq!(
+        made(Some("sliding_window"), no_window).unwrap_err(),
+        Error::Missing { name: "window" }
+    );
+    assert_eq!(made(Some("gcra"), o()).unwrap_err().code(), "parse_error");
+}
+
+/// Counts and integer keys as a double gives them: one rule, 2^53.
+#[test]
+fn counts_and_number_keys() {
+    use ratebound::any::{DEFAULT_N, count};
+    assert_eq!(count(None).unwrap(), DEFAULT_N);
+    assert_eq!(count(Some(9_007_199_254_740_992.0)).unwrap(), 1 << 53);
+    assert!(count(Some(-1.0)).is_err());
+    assert_eq!(
+        Key::from_f64(9_007_199_254_740_992.0).unwrap(),
+        Key::Int(1 << 53)
+    );
+    assert_eq!(
+        Key::from_f64(-9_007_199_254_740_992.0).unwrap(),
+        Key::Int(-(1 << 53))
+    );
+    assert_eq!(Key::from_f64(-0.0).unwrap(), Key::Int(0));
+    for bad in [f64::NAN, f64::INFINITY, 0.5, 18_014_398_509_481_984.0] {
+        let e = Key::from_f64(bad).unwrap_err();
+        assert_eq!(e.code(), "invalid_number", "{bad}");
+        assert!(e.to_string().starts_with("invalid key "), "{e}");
+    }
+}
+
 fn given(key: &str) -> Request<'_, NoHeaders> {
     Request {
         key: Some(Key::Text(key)),

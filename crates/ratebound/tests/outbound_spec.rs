@@ -77,3 +77,62 @@ fn bad_configuration_is_a_typed_error_naming_the_value() {
     assert!(e.to_string().contains("42"), "{e}");
     assert!(Outbound::new().with_statuses(&[600]).is_err());
 }
+
+/// `options` of spec/outbound.json: the adapters' options through the one
+/// reader every binding passes them to.
+#[test]
+fn every_options_vector_of_spec_outbound_json() {
+    use ratebound::outbound::Sending;
+    let path = format!("{}/../../spec/outbound.json", env!("CARGO_MANIFEST_DIR"));
+    let spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("spec")).expect("json");
+    let vectors = spec["options"].as_array().expect("options");
+    assert!(vectors.len() >= 10, "the spec lost option vectors");
+    for v in vectors {
+        let id = v["id"].as_str().expect("id");
+        let g = &v["given"];
+        let num = |name: &str| g.get(name).map(|x| x.as_f64().expect(name));
+        let statuses: Option<Vec<f64>> = g.get("statuses").map(|s| {
+            s.as_array()
+                .expect("statuses")
+                .iter()
+                .map(|x| x.as_f64().expect("status"))
+                .collect()
+        });
+        let read = Outbound::from_loose(
+            num("retries"),
+            num("max_pause_s"),
+            statuses.as_deref(),
+            g.get("any_method")
+                .map(|a| a.as_bool().expect("any_method")),
+        )
+        .and_then(|o| Ok((o, Sending::from_loose(num("n"), num("timeout_s"))?)));
+        match (read, v.get("error")) {
+            (Ok((o, s)), None) => {
+                let e = &v["expect"];
+                assert_eq!(
+                    u64::from(o.retries()),
+                    e["retries"].as_u64().unwrap(),
+                    "{id}"
+                );
+                assert_eq!(
+                    o.max_pause().as_secs_f64(),
+                    e["max_pause_s"].as_f64().unwrap(),
+                    "{id}"
+                );
+                assert_eq!(s.n(), e["n"].as_u64().unwrap(), "{id}");
+                assert_eq!(
+                    s.timeout().map(|t| t.as_secs_f64()),
+                    e["timeout_s"].as_f64(),
+                    "{id}"
+                );
+            }
+            (Err(got), Some(want)) => {
+                assert_eq!(got.code(), want["code"].as_str().unwrap(), "{id}: {got}");
+                let name = format!("invalid {} ", want["name"].as_str().unwrap());
+                assert!(got.to_string().starts_with(&name), "{id}: {got}");
+            }
+            (got, want) => panic!("{id}: got {got:?}, want {want:?}"),
+        }
+    }
+}

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::numbers::{Rate, quota, window_args};
+use super::numbers::{MAX_EXACT, Rate, quota, show, window_args};
 use super::{Acquire, AnyClock, Wait, Waiter};
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, Overflow};
 
@@ -19,6 +19,44 @@ pub enum Key<'a> {
     Bytes(&'a [u8]),
     /// An integer.
     Int(i128),
+}
+
+impl Key<'static> {
+    /// An integer key from a number as JavaScript passes it (a double): a
+    /// whole number of magnitude at most 2^53, as every whole number a
+    /// binding takes (see [`whole`](super::whole)). `1.0` is the key `1`,
+    /// the same key as Python's `1`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] naming `key` for NaN, an infinity, a
+    /// fraction or a magnitude above 2^53.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::any::Key;
+    /// assert_eq!(Key::from_f64(-7.0)?, Key::Int(-7));
+    /// assert_eq!(Key::from_f64(2f64.powi(53))?, Key::Int(1 << 53));
+    /// assert!(Key::from_f64(0.5).is_err());
+    /// assert!(Key::from_f64(2f64.powi(54)).is_err());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn from_f64(value: f64) -> Result<Key<'static>, Error> {
+        let reason = if !value.is_finite() {
+            "must be a finite whole number"
+        } else if value.fract() != 0.0 {
+            "must be a whole number"
+        } else if value.abs() > MAX_EXACT {
+            "must be at most 2^53 in magnitude"
+        } else {
+            // Whole and within 2^53: the conversion is exact.
+            return Ok(Key::Int(value as i128));
+        };
+        Err(Error::InvalidNumber {
+            name: "key",
+            value: show(value),
+            reason,
+        })
+    }
 }
 
 pub use crate::fingerprint::Fingerprint;

@@ -64,7 +64,82 @@ pub enum Acquire {
         wait_nanos: u64,
     },
 }
+/// The options of a limiter chosen by name ([`AnyLimiter::from_options`]),
+/// as a dynamic language passes them; each algorithm reads its own.
+#[derive(Default)]
+pub struct LimiterOptions<'a> {
+    /// Tokens per second, or a quota string (token and leaky bucket).
+    pub rate: Option<Rate<'a>>,
+    /// The most tokens held (token bucket; default: the rate's own).
+    pub burst: Option<f64>,
+    /// Requests per window (the windows and the log).
+    pub limit: Option<f64>,
+    /// The window in seconds (the windows and the log).
+    pub window: Option<f64>,
+    /// The longest wait in the queue, in seconds (leaky bucket).
+    pub max_delay: Option<f64>,
+    /// The members (all of).
+    pub members: Vec<Arc<AnyLimiter>>,
+}
+
 impl AnyLimiter {
+    /// The limiter `algorithm` names — `"token_bucket"` (the default,
+    /// [`DEFAULT_ALGORITHM`](super::DEFAULT_ALGORITHM), for `None`),
+    /// `"fixed_window"`, `"sliding_window"`, `"sliding_log"`,
+    /// `"leaky_bucket"` or `"all_of"` — from the options it reads: the one
+    /// dispatch by name for every binding.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for an unknown name; [`Error::Missing`] for an
+    /// option the algorithm needs (`rate`, `limit`, `window`, `max_delay`);
+    /// [`Error::NoLimiters`] for `all_of` without members; the
+    /// constructors' own errors.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::any::{AnyClock, AnyLimiter, LimiterOptions, Rate};
+    /// use ratebound::Limiter;
+    ///
+    /// let options = LimiterOptions { limit: Some(5.0), window: Some(1.0), ..Default::default() };
+    /// let w = AnyLimiter::from_options("fixed_window", options, AnyClock::default())?;
+    /// assert_eq!((w.algorithm(), w.limit()), ("fixed_window", 5));
+    /// let options = LimiterOptions { rate: Some(Rate::Text("2/s burst 3")), ..Default::default() };
+    /// assert_eq!(AnyLimiter::from_options(None, options, AnyClock::default())?.algorithm(), "token_bucket");
+    /// assert!(AnyLimiter::from_options("gcra", LimiterOptions::default(), AnyClock::default()).is_err());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn from_options<'n>(
+        algorithm: impl Into<Option<&'n str>>,
+        options: LimiterOptions<'_>,
+        clock: AnyClock,
+    ) -> Result<AnyLimiter, Error> {
+        let missing = |name| Error::Missing { name };
+        let algorithm = algorithm.into().unwrap_or(super::DEFAULT_ALGORITHM);
+        let rate = || options.rate.ok_or(missing("rate"));
+        let window = || -> Result<(f64, f64), Error> {
+            Ok((
+                options.limit.ok_or(missing("limit"))?,
+                options.window.ok_or(missing("window"))?,
+            ))
+        };
+        match algorithm {
+            "token_bucket" => AnyLimiter::token_bucket(rate()?, options.burst, clock),
+            "leaky_bucket" => {
+                let rate = rate()?;
+                let max_delay = options.max_delay.ok_or(missing("max_delay"))?;
+                AnyLimiter::leaky_bucket(rate, max_delay, clock)
+            }
+            "fixed_window" => window().and_then(|(l, w)| AnyLimiter::fixed_window(l, w, clock)),
+            "sliding_window" => window().and_then(|(l, w)| AnyLimiter::sliding_window(l, w, clock)),
+            "sliding_log" => window().and_then(|(l, w)| AnyLimiter::sliding_log(l, w, clock)),
+            "all_of" => AnyLimiter::all_of(options.members),
+            other => Err(Error::Parse {
+                input: other.to_string(),
+                reason: "an algorithm is token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket or all_of",
+            }),
+        }
+    }
+
     /// A token bucket: `rate` per second (or a quota string), `burst`
     /// replacing the rate's own burst when given.
     ///

@@ -50,6 +50,8 @@ pub use gate::{
 pub use keyed::{
     AnyKeyed, DEFAULT_ALGORITHM, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow,
 };
-pub use limiter::{Acquire, AnyLimiter};
-pub use numbers::{DEFAULT_IPV6_PREFIX, Rate, ipv6_prefix, quota, seconds, whole};
+pub use limiter::{Acquire, AnyLimiter, LimiterOptions};
+pub use numbers::{
+    DEFAULT_IPV6_PREFIX, DEFAULT_N, Rate, count, ipv6_prefix, quota, seconds, whole,
+};
 pub use waiter::{MANUAL_POLL_NANOS, Wait, Waiter};

@@ -9,7 +9,7 @@ use crate::{Error, MAX_SPAN_NANOS, Quota};
 /// A number as an error message shows it: plain decimals for ordinary
 /// values, scientific notation for huge or tiny ones (`1e300`, not 301
 /// digits).
-fn show(value: f64) -> String {
+pub(super) fn show(value: f64) -> String {
     let magnitude = value.abs();
     if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
         format!("{value:e}")
@@ -52,6 +52,11 @@ pub fn seconds(name: &'static str, value: f64) -> Result<Duration, Error> {
     Ok(Duration::from_nanos(nanos as u64))
 }
 
+/// 2^53: the bound of every whole number a dynamic language passes as a
+/// double (counts, limits, bursts, integer keys). Every integer up to it is
+/// exact in a double; above it, not every one is.
+pub(crate) const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
+
 /// `value` as a whole number of at least `min` and at most 2^53 (the largest
 /// integer a double holds exactly).
 ///
@@ -59,7 +64,6 @@ pub fn seconds(name: &'static str, value: f64) -> Result<Duration, Error> {
 /// [`Error::InvalidNumber`] naming `name` for NaN, an infinity, a fraction
 /// or a value out of range.
 pub fn whole(name: &'static str, value: f64, min: u64) -> Result<u64, Error> {
-    const MAX_EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
     let reason = if !value.is_finite() {
         "must be a finite whole number"
     } else if value.fract() != 0.0 {
@@ -80,6 +84,33 @@ pub fn whole(name: &'static str, value: f64, min: u64) -> Result<u64, Error> {
         value: show(value),
         reason,
     })
+}
+
+/// The tokens a call takes when it names none: `check()`, `acquire()`,
+/// `reserve()` and their keyed and global twins in every binding.
+pub const DEFAULT_N: u64 = 1;
+
+/// A count of tokens `n` as a dynamic language passes it: `None` (not
+/// given) is [`DEFAULT_N`]; otherwise a whole number from 0 (a query: admitted,
+/// nothing taken) to 2^53.
+///
+/// # Errors
+/// [`Error::InvalidNumber`] naming `n`, as [`whole`].
+///
+/// # Examples
+/// ```
+/// use ratebound::any::{DEFAULT_N, count};
+/// assert_eq!(count(None)?, DEFAULT_N);
+/// assert_eq!(count(Some(0.0))?, 0);
+/// assert_eq!(count(Some(1.5)).unwrap_err().to_string(),
+///            "invalid n 1.5: must be a whole number");
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub fn count(n: Option<f64>) -> Result<u64, Error> {
+    match n {
+        None => Ok(DEFAULT_N),
+        Some(n) => whole("n", n, 0),
+    }
 }
 
 /// A rate as a dynamic language gives it.
