@@ -89,6 +89,27 @@
 //! - [`fingerprint`]: 128-bit keyed fingerprints (SipHash-2-4-128) for
 //!   storing keys of any length in 16 bytes.
 //!
+//! # The source, layer by layer
+//!
+//! Each folder of `src/` is one layer, built on the ones before it:
+//!
+//! | folder | what it holds |
+//! |---|---|
+//! | `sync/` | the loom shim (std or loom atomics), the one compare-exchange loop (`state`), and the body every one-word limiter shares (`word`) |
+//! | `algorithms/` | the five algorithms and `AllOf`, each in its file, with the shared capacity checks in `algorithms/mod.rs` |
+//! | `keyed/` | `KeyedLimiter`: the per-key algorithm (`math`), the sharded table and eviction (`shards`, `keys`), several policies for one key (`all_of`), and `WordRule` for tables kept elsewhere (shared memory) |
+//! | `http/` | the protocol pieces: quota fields, client IP and proxies, the concurrency cap |
+//! | `any/` | the run-time surface the bindings wrap: loose numbers, limiters and waiters chosen by name, and `gate/` — a middleware's whole decision |
+//!
+//! `any/gate/` is what every HTTP front door (tower, ASGI, WSGI, Django,
+//! Express, Fastify) calls: `spec` parses a dynamic language's options by
+//! name (every default and rule), `options` holds them typed, `request`
+//! is what a request brings, the `Gate` decides, and
+//! [`Gate::admit`](any::Gate::admit) runs the request sequence (exempt →
+//! concurrency place → critical → shed → key → decide → report) and hands
+//! back the verdict with the place as a guard. A front door only converts
+//! its framework's request in and the verdict out.
+//!
 //! # Features
 //!
 //! - `tokio`: `until_ready`, `until_n_ready` and `wait_n`, which sleep on
