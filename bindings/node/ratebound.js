@@ -141,7 +141,7 @@ for (const C of [
     if (h === undefined) h = handleOf(this, getter)
     return decision((n === undefined ? fastCheckOne(h) : fastCheck(h, n)) === 1)
   })
-  define(C.prototype, 'acquire', async function acquire(n = 1, options) {
+  define(C.prototype, 'acquire', async function acquire(n, options) {
     const waiter = this.waiter(n, timeoutOf(options))
     return drive(
       () => this.waitStep(waiter),
@@ -154,13 +154,13 @@ for (const C of [
 const keyedGetter = handleGetter(native.KeyedLimiter)
 define(native.KeyedLimiter.prototype, 'check', function check(key, n) {
   const h = this[HANDLE]
-  return decision(fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, n === undefined ? 1 : n) === 1)
+  return decision(fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, n) === 1)
 })
 define(native.KeyedLimiter.prototype, 'tryAcquire', function tryAcquire(key) {
   const h = this[HANDLE]
   return fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, 1) === 1
 })
-define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n = 1, options) {
+define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n, options) {
   const waiter = this.waiter(n, timeoutOf(options))
   // A keyed wait holds nothing to give back.
   return drive(() => this.waitStep(waiter, key), () => {}, options)
@@ -168,7 +168,7 @@ define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n =
 
 // Shared memory: a token bucket reserves on the shared word (every process
 // in one order), a window sleeps its retry_after; an abort gives back.
-define(native.SharedTokenBucket.prototype, 'acquire', async function acquire(n = 1, options) {
+define(native.SharedTokenBucket.prototype, 'acquire', async function acquire(n, options) {
   const waiter = this.waiter(n, timeoutOf(options))
   return drive(
     () => this.waitStep(waiter),
@@ -176,7 +176,7 @@ define(native.SharedTokenBucket.prototype, 'acquire', async function acquire(n =
     options,
   )
 })
-define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(key, n = 1, options) {
+define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(key, n, options) {
   const waiter = this.waiter(n, timeoutOf(options))
   return drive(
     () => this.waitStep(waiter, key),

@@ -24,6 +24,28 @@ test('DESIGN.md scenario 1 through check() and tryAcquire()', () => {
   assert.equal(tb.algorithm, 'token_bucket')
 })
 
+test("defaults are the core's: algorithm, overflow and n left out", async () => {
+  // Issue 25: the binding names no default of its own; the same answers as
+  // Python's test_defaults_are_the_cores.
+  const clock = new rb.ManualClock()
+  for (const k of [new rb.KeyedLimiter({ rate: 1, clock }), new rb.KeyedLimiter({ rate: 1, algorithm: undefined, overflow: undefined, clock })]) {
+    assert.equal(k.algorithm, 'token_bucket')
+  }
+  assert.equal(new rb.RedisEngine({ rate: 1 }).algorithm, 'token_bucket')
+  const capped = new rb.KeyedLimiter({ rate: 1, maxKeys: 1, clock })
+  assert.ok(capped.tryAcquire('a') && capped.tryAcquire('b') && capped.size === 1)
+  const tb = new rb.TokenBucket({ rate: 1, burst: 5, clock })
+  tb.check()
+  tb.check(undefined)
+  await tb.acquire()
+  await tb.acquire(undefined)
+  assert.equal(tb.available(), 1)
+  const keyed = new rb.KeyedLimiter({ rate: 1, burst: 3, clock })
+  keyed.check('k')
+  await keyed.acquire('k')
+  assert.equal(keyed.available('k'), 1)
+})
+
 test('rates as strings, and every algorithm', () => {
   const clock = new rb.ManualClock()
   assert.equal(new rb.TokenBucket({ rate: '100/minute', clock }).limit, 100)

@@ -45,8 +45,8 @@ pub struct KeyedLimiterOptions<'a> {
 }
 
 /// A per-key algorithm from JavaScript's loose options (`KeyedLimiter`,
-/// `SharedKeyedLimiter`): types checked, the choice made by the core's
-/// `keyed_algorithm`.
+/// `SharedKeyedLimiter`): types checked, the choice (and the default when
+/// none is named) made by the core's `keyed_algorithm`.
 pub fn keyed_algorithm_of(
     env: &Env,
     algorithm: &Option<String>,
@@ -55,7 +55,6 @@ pub fn keyed_algorithm_of(
     limit: &Option<Unknown<'_>>,
     window: &Option<Unknown<'_>>,
 ) -> Result<ratebound::KeyedAlgorithm> {
-    let name = algorithm.as_deref().unwrap_or("token_bucket");
     let rate_option = loose_rate(env, rate)?;
     let rate = match &rate_option {
         Some(_) => Some(rate_of(&rate_option).or_throw(env)?),
@@ -64,7 +63,7 @@ pub fn keyed_algorithm_of(
     let burst = loose_number(env, burst, "burst")?;
     let limit = loose_number(env, limit, "limit")?;
     let window = loose_number(env, window, "window")?;
-    any::keyed_algorithm(name, rate, burst, limit, window).or_throw(env)
+    any::keyed_algorithm(algorithm.as_deref(), rate, burst, limit, window).or_throw(env)
 }
 
 /// One limit per key (API key, user id, IP): a token bucket, fixed window or
@@ -113,7 +112,7 @@ impl KeyedLimiter {
             Some(m) => Some(any::whole("maxKeys", m, 1).or_throw(&env)? as usize),
             None => None,
         };
-        let overflow = any::overflow(o.overflow.as_deref().unwrap_or("evict")).or_throw(&env)?;
+        let overflow = any::overflow(o.overflow.as_deref()).or_throw(&env)?;
         let inner = Arc::new(
             AnyKeyed::new(algorithm, max_keys, overflow, clock_of(o.clock)).or_throw(&env)?,
         );
@@ -212,8 +211,8 @@ impl KeyedLimiter {
 
     /// A wait for `n` tokens of some key (internal: `acquire`).
     #[napi(skip_typescript)]
-    pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
-        let n = any::whole("n", n, 0).or_throw(&env)?;
+    pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
+        let n = tokens(&env, n)?;
         Waiter::new(&env, self.inner.waiter(n, timeout, HOST_MAX_SLEEP))
     }
 

@@ -274,7 +274,6 @@ impl RedisEngine {
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<RedisEngineOptions<'_>>) -> Result<RedisEngine> {
         let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let name = o.algorithm.as_deref().unwrap_or("token_bucket");
         let rate_option = loose_rate(&env, &o.rate)?;
         let rate = match &rate_option {
             Some(_) => Some(rate_of(&rate_option).or_throw(&env)?),
@@ -283,7 +282,8 @@ impl RedisEngine {
         let burst = loose_number(&env, &o.burst, "burst")?;
         let limit = loose_number(&env, &o.limit, "limit")?;
         let window = loose_number(&env, &o.window, "window")?;
-        let keyed = any::keyed_algorithm(name, rate, burst, limit, window).or_throw(&env)?;
+        let keyed =
+            any::keyed_algorithm(o.algorithm.as_deref(), rate, burst, limit, window).or_throw(&env)?;
         let algorithm = Algorithm::from_keyed(keyed).or_throw(&env)?;
         // Every option is parsed, checked and defaulted by the core.
         let prefix = loose_string(&env, &o.prefix, "prefix")?;

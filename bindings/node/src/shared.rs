@@ -160,8 +160,8 @@ impl SharedTokenBucket {
 
     /// A wait for `n` tokens (internal: `acquire`).
     #[napi(skip_typescript)]
-    pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
-        let n = any::whole("n", n, 0).or_throw(&env)?;
+    pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
+        let n = tokens(&env, n)?;
         let made = self
             .inner
             .waiter(n, timeout, HOST_MAX_SLEEP)
@@ -310,8 +310,8 @@ impl SharedKeyedLimiter {
 
     /// A wait for `n` tokens of some key (internal: `acquire`).
     #[napi(skip_typescript)]
-    pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
-        let n = any::whole("n", n, 0).or_throw(&env)?;
+    pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
+        let n = tokens(&env, n)?;
         let made = self
             .inner
             .waiter(n, timeout, HOST_MAX_SLEEP)

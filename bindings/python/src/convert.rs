@@ -84,19 +84,20 @@ pub(crate) fn required(
     }
 }
 
-/// A token count: a whole number ≥ 0 (an int).
+/// A token count as the core's `count` takes it: `None` (not given) its
+/// default, else a whole number from 0 to 2^53.
 pub(crate) fn count(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
-    match obj {
-        None => Ok(1),
-        Some(o) => {
-            if let Ok(n) = o.extract::<u64>()
-                && !o.is_instance_of::<PyBool>()
-            {
-                return Ok(n);
-            }
-            any::whole("n", number(py, "n", o)?, 0).or_py(py)
-        }
-    }
+    let n = match obj {
+        None => None,
+        Some(o) if o.is_none() => None,
+        // An int, the common case, without `number`'s type checks; as a
+        // double, as every number option.
+        Some(o) => match o.extract::<u64>() {
+            Ok(n) if !o.is_instance_of::<PyBool>() => Some(n as f64),
+            _ => Some(number(py, "n", o)?),
+        },
+    };
+    any::count(n).or_py(py)
 }
 
 /// A rate: tokens per second (int or float) or a quota string.

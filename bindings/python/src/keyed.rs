@@ -13,11 +13,11 @@ use crate::waiting::*;
 // ----------------------------------------------------------------- keyed
 
 /// A per-key algorithm from Python's loose options (`KeyedLimiter`,
-/// `SharedKeyedLimiter`): numbers checked and named, the choice made by the
-/// core's `keyed_algorithm`.
+/// `SharedKeyedLimiter`): numbers checked and named, the choice (and the
+/// default for `None`) made by the core's `keyed_algorithm`.
 pub(crate) fn keyed_algorithm_of(
     py: Python<'_>,
-    algorithm: &str,
+    algorithm: Option<&str>,
     rate: Option<&Bound<'_, PyAny>>,
     burst: Option<&Bound<'_, PyAny>>,
     limit: Option<&Bound<'_, PyAny>>,
@@ -42,17 +42,17 @@ pub(crate) struct KeyedLimiter {
 #[pymethods]
 impl KeyedLimiter {
     #[new]
-    #[pyo3(signature = (rate=None, burst=None, *, algorithm="token_bucket", limit=None, window=None, max_keys=None, overflow="evict", clock=None))]
+    #[pyo3(signature = (rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None, overflow=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
-        algorithm: &str,
+        algorithm: Option<&str>,
         limit: Option<&Bound<'_, PyAny>>,
         window: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
-        overflow: &str,
+        overflow: Option<&str>,
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let c = clock_of(clock)?;

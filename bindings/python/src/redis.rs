@@ -134,11 +134,11 @@ impl RedisEngine_ {
 #[pymethods]
 impl RedisEngine_ {
     #[new]
-    #[pyo3(signature = (algorithm="token_bucket", *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None))]
+    #[pyo3(signature = (algorithm=None, *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        algorithm: &str,
+        algorithm: Option<&str>,
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         limit: Option<&Bound<'_, PyAny>>,

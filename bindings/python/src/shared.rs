@@ -198,14 +198,14 @@ impl SharedKeyedLimiter {
 #[pymethods]
 impl SharedKeyedLimiter {
     #[new]
-    #[pyo3(signature = (path, rate=None, burst=None, *, algorithm="token_bucket", limit=None, window=None, max_keys=None))]
+    #[pyo3(signature = (path, rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
-        algorithm: &str,
+        algorithm: Option<&str>,
         limit: Option<&Bound<'_, PyAny>>,
         window: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,

@@ -4,6 +4,7 @@ reservations and the decorator."""
 from __future__ import annotations
 
 import math
+import pathlib
 import pickle
 import re
 import threading
@@ -380,3 +381,31 @@ def test_pause_on_local_limiters() -> None:
             window.pause(1)
     with pytest.raises(rb.Unsupported):
         rb.KeyedLimiter(algorithm="fixed_window", limit=1, window=1).pause("a", 1)
+
+
+def test_defaults_are_the_cores(tmp_path: pathlib.Path) -> None:
+    """Issue 25: the binding names no default of its own — an algorithm,
+    overflow or n not given (or given as None) is the core's default, the
+    same as Node's (api.test.js: 'defaults are the core's')."""
+    import asyncio
+
+    c = rb.ManualClock()
+    for k in (rb.KeyedLimiter(rate=1, clock=c), rb.KeyedLimiter(rate=1, algorithm=None, overflow=None, clock=c)):
+        assert k.algorithm == "token_bucket"
+    assert rb.SharedKeyedLimiter(str(tmp_path / "k"), rate=1, max_keys=8).algorithm == "token_bucket"
+    assert rb._ratebound.RedisEngine_(rate=1).algorithm == "token_bucket"
+    # overflow: evict — a new key at the cap forgets the least recent one.
+    capped = rb.KeyedLimiter(rate=1, max_keys=1, clock=c)
+    assert capped.try_acquire("a") and capped.try_acquire("b") and len(capped) == 1
+    # n: one token, whether left out or None.
+    tb = rb.TokenBucket(1, 6, clock=c)
+    tb.check()
+    tb.check(None)
+    tb.acquire_blocking()
+    asyncio.run(tb.acquire())
+    asyncio.run(tb.acquire(None))
+    assert tb.available() == 1
+    keyed = rb.KeyedLimiter(rate=1, burst=3, clock=c)
+    keyed.check("k", None)
+    asyncio.run(keyed.acquire("k"))
+    assert keyed.available("k") == 1

@@ -90,8 +90,8 @@ impl Shared {
             .or_throw(env)
     }
 
-    fn waiter(&self, env: &Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
-        let n = any::whole("n", n, 0).or_throw(env)?;
+    fn waiter(&self, env: &Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
+        let n = tokens(env, n)?;
         Waiter::new(env, self.limiter.waiter(n, timeout, HOST_MAX_SLEEP))
     }
 
@@ -217,7 +217,12 @@ macro_rules! limiter_class {
 
             /// A wait for `n` tokens (internal: `acquire`).
             #[napi(skip_typescript)]
-            pub fn waiter(&self, env: Env, n: f64, timeout: Option<f64>) -> Result<Waiter> {
+            pub fn waiter(
+                &self,
+                env: Env,
+                n: Option<f64>,
+                timeout: Option<f64>,
+            ) -> Result<Waiter> {
                 self.shared.waiter(&env, n, timeout)
             }
 

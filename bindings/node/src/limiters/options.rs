@@ -73,10 +73,7 @@ pub fn number(value: Option<f64>, name: &'static str) -> std::result::Result<f64
     value.ok_or_else(|| required(name))
 }
 
-/// `n` as a count of tokens (default 1).
+/// `n` as the core's `count` takes it (`undefined`: its default, 1).
 pub fn tokens(env: &Env, n: Option<f64>) -> Result<u64> {
-    match n {
-        None => Ok(1),
-        Some(n) => any::whole("n", n, 0).or_throw(env),
-    }
+    any::count(n).or_throw(env)
 }

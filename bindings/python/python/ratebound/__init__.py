@@ -118,8 +118,8 @@ class Limiter(_ratebound.Limiter):
 
     __slots__ = ()
 
-    async def acquire(self, n: int = 1, timeout: Optional[Number] = None) -> None:
-        """Waits until ``n`` are taken, without blocking the event loop.
+    async def acquire(self, n: Optional[int] = None, timeout: Optional[Number] = None) -> None:
+        """Waits until ``n`` (default 1) are taken, without blocking the event loop.
 
         Raises :class:`RateLimitExceeded` at once, taking nothing, when the
         wait would exceed ``timeout`` seconds. A bucket reserves its tokens
@@ -214,7 +214,7 @@ class KeyedLimiter(_ratebound.KeyedLimiter):
 
     __slots__ = ()
 
-    async def acquire(self, key: Union[str, bytes, int], n: int = 1, timeout: Optional[Number] = None) -> None:
+    async def acquire(self, key: Union[str, bytes, int], n: Optional[int] = None, timeout: Optional[Number] = None) -> None:
         """Waits until ``n`` are taken for ``key`` (see :meth:`Limiter.acquire`);
         a keyed limiter does not reserve: it sleeps until the key would admit
         and asks again."""
@@ -234,7 +234,7 @@ class SharedTokenBucket(_ratebound.SharedTokenBucket):
 
     __slots__ = ()
 
-    async def acquire(self, n: int = 1, timeout: Optional[Number] = None) -> None:
+    async def acquire(self, n: Optional[int] = None, timeout: Optional[Number] = None) -> None:
         """Waits until ``n`` are taken (see :meth:`Limiter.acquire`): raises
         :class:`RateLimitExceeded` at once, taking nothing, when the wait
         would exceed ``timeout`` seconds; a cancelled task gives its
@@ -252,7 +252,7 @@ class SharedKeyedLimiter(_ratebound.SharedKeyedLimiter):
 
     __slots__ = ()
 
-    async def acquire(self, key: Union[str, bytes, int], n: int = 1, timeout: Optional[Number] = None) -> None:
+    async def acquire(self, key: Union[str, bytes, int], n: Optional[int] = None, timeout: Optional[Number] = None) -> None:
         """Waits until ``n`` are taken for ``key`` (see
         :meth:`SharedTokenBucket.acquire`)."""
         await _wait(self._waiter(key, n, timeout))
@@ -301,13 +301,13 @@ def limit(
                 if isinstance(lim, KeyedLimiter):
                     k = key(*args, **kwargs)  # type: ignore[misc]
                     if wait:
-                        await lim.acquire(k, 1, timeout)
+                        await lim.acquire(k, None, timeout)
                     else:
                         d = lim.check(k)
                         if not d:
                             raise refused(d)
                 elif wait:
-                    await lim.acquire(1, timeout)
+                    await lim.acquire(None, timeout)
                 else:
                     d = lim.check()
                     if not d:
@@ -321,13 +321,13 @@ def limit(
             if isinstance(lim, KeyedLimiter):
                 k = key(*args, **kwargs)  # type: ignore[misc]
                 if wait:
-                    lim.acquire_blocking(k, 1, timeout)
+                    lim.acquire_blocking(k, None, timeout)
                 else:
                     d = lim.check(k)
                     if not d:
                         raise refused(d)
             elif wait:
-                lim.acquire_blocking(1, timeout)
+                lim.acquire_blocking(None, timeout)
             else:
                 d = lim.check()
                 if not d:

@@ -123,11 +123,11 @@ class KeyedLimiter:
         rate: Optional[_Rate] = None,
         burst: Optional[int] = None,
         *,
-        algorithm: str = "token_bucket",
+        algorithm: Optional[str] = None,
         limit: Optional[int] = None,
         window: Optional[_Number] = None,
         max_keys: Optional[int] = None,
-        overflow: str = "evict",
+        overflow: Optional[str] = None,
         clock: Optional[ManualClock] = None,
     ) -> _T: ...
     @property
@@ -234,7 +234,7 @@ class RedisAcquisition_: ...
 class RedisEngine_:
     def __new__(
         cls,
-        algorithm: str = "token_bucket",
+        algorithm: Optional[str] = None,
         *,
         rate: Optional[_Rate] = None,
         burst: Optional[int] = None,
@@ -331,7 +331,7 @@ class SharedKeyedLimiter:
         rate: Optional[_Rate] = None,
         burst: Optional[int] = None,
         *,
-        algorithm: str = "token_bucket",
+        algorithm: Optional[str] = None,
         limit: Optional[int] = None,
         window: Optional[_Number] = None,
         max_keys: Optional[int] = None,

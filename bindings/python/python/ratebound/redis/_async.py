@@ -46,17 +46,17 @@ class _AsyncLimiter(_Base):
         lis = self._listener
         return lis is not None and lis.ready
 
-    async def check(self, key: Key, n: int = 1) -> Decision:
+    async def check(self, key: Key, n: Optional[int] = None) -> Decision:
         """Takes ``n`` tokens for ``key`` if the global limit allows (see
         :meth:`TokenBucket.check`); the call to Redis is bounded by
         ``timeout`` as a whole."""
         return await self._decide(self._engine.begin(key, n))
 
-    async def try_acquire(self, key: Key, n: int = 1) -> bool:
+    async def try_acquire(self, key: Key, n: Optional[int] = None) -> bool:
         """Like :meth:`check`, returning only whether it was allowed."""
         return (await self.check(key, n)).allowed
 
-    async def _check_in(self, scope: str, key: Key, n: int = 1) -> Decision:
+    async def _check_in(self, scope: str, key: Key, n: Optional[int] = None) -> Decision:
         return await self._decide(self._engine.begin(key, n, scope))
 
     async def _check_at(self, key: Key, n: int, now_us: int) -> Decision:
@@ -68,7 +68,7 @@ class _AsyncLimiter(_Base):
             return call
         return self._engine.finish(call, *(await self._runner.run(call)))
 
-    async def acquire(self, key: Key, n: int = 1, timeout: Optional[Number] = None) -> None:
+    async def acquire(self, key: Key, n: Optional[int] = None, timeout: Optional[Number] = None) -> None:
         """Waits until ``n`` tokens for ``key`` are taken, counted across
         every instance, without blocking the event loop (see
         :meth:`TokenBucket.acquire_blocking`). A cancelled task gives back
@@ -90,7 +90,7 @@ class _AsyncLimiter(_Base):
                 await asyncio.shield(self._runner.run(back))
             raise
 
-    async def reserve(self, key: Key, n: int = 1, max_wait: Optional[Number] = None) -> RedisReservation:
+    async def reserve(self, key: Key, n: Optional[int] = None, max_wait: Optional[Number] = None) -> RedisReservation:
         """:meth:`TokenBucket.reserve`; give the tokens back with
         ``await reservation.acancel()``."""
         step = self._engine.begin_reserve(key, n, max_wait)

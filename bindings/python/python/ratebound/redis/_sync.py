@@ -55,18 +55,18 @@ class _Limiter(_Base):
         lis = self._listener
         return lis is not None and lis.ready.is_set()
 
-    def check(self, key: Key, n: int = 1) -> Decision:
+    def check(self, key: Key, n: Optional[int] = None) -> Decision:
         """Takes ``n`` tokens for ``key`` if the global limit allows: Redis'
         answer, a lease's, or the fail policy's (see ``Decision.source``).
         Never raises for a Redis failure; raises the core's errors for an
         ``n`` that can never pass."""
         return self._decide(self._engine.begin(key, n))
 
-    def try_acquire(self, key: Key, n: int = 1) -> bool:
+    def try_acquire(self, key: Key, n: Optional[int] = None) -> bool:
         """Like :meth:`check`, returning only whether it was allowed."""
         return self.check(key, n).allowed
 
-    def _check_in(self, scope: str, key: Key, n: int = 1) -> Decision:
+    def _check_in(self, scope: str, key: Key, n: Optional[int] = None) -> Decision:
         # check() within a middleware policy's scope: that policy's own key.
         return self._decide(self._engine.begin(key, n, scope))
 
@@ -80,7 +80,7 @@ class _Limiter(_Base):
             return call
         return self._engine.finish(call, *self._runner.run(call))
 
-    def acquire_blocking(self, key: Key, n: int = 1, timeout: Optional[Number] = None) -> None:
+    def acquire_blocking(self, key: Key, n: Optional[int] = None, timeout: Optional[Number] = None) -> None:
         """Waits until ``n`` tokens for ``key`` are taken, counted across
         every instance; the thread sleeps (releasing the GIL) meanwhile.
 
@@ -113,7 +113,7 @@ class _Limiter(_Base):
                 self._runner.run(back)
             raise
 
-    def reserve(self, key: Key, n: int = 1, max_wait: Optional[Number] = None) -> "RedisReservation":
+    def reserve(self, key: Key, n: Optional[int] = None, max_wait: Optional[Number] = None) -> "RedisReservation":
         """Takes ``n`` tokens for ``key`` now, even if they are due only
         later (token buckets): a :class:`RedisReservation` whose ``delay``
         says when to act; ``cancel()`` gives them back. Raises
