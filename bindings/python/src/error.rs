@@ -12,6 +12,17 @@ pub(crate) static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 /// `ratebound._errors` (plain Python, so they pickle and subclass normally);
 /// each carries `.code`, the core's stable `Error::code()`.
 pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
+    let message = e.to_string();
+    py_err_saying(py, e, message)
+}
+
+/// [`py_err`], its message prefixed with what it is about (`policy "a"`).
+pub(crate) fn py_err_about(py: Python<'_>, e: Error, about: &str) -> PyErr {
+    let message = format!("{about}: {e}");
+    py_err_saying(py, e, message)
+}
+
+fn py_err_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
     let class = match &e {
         Error::InsufficientCapacity { .. } => "InsufficientCapacity",
         Error::DeadlineExceeded { .. } => "RateLimitExceeded",
@@ -25,9 +36,9 @@ pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
         let cls = error_class(py, class)?;
         let instance = match &e {
             Error::DeadlineExceeded { wait, .. } => {
-                cls.call1((e.to_string(), e.code(), wait.as_secs_f64()))?
+                cls.call1((message, e.code(), wait.as_secs_f64()))?
             }
-            _ => cls.call1((e.to_string(), e.code()))?,
+            _ => cls.call1((message, e.code()))?,
         };
         Ok(PyErr::from_value(instance))
     })();

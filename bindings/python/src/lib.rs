@@ -38,7 +38,10 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<KeyedLimiter>()?;
     m.add_class::<shared::SharedTokenBucket>()?;
     m.add_class::<shared::SharedKeyedLimiter>()?;
-    m.add_class::<Gate_>()?;
+    m.add_class::<Gate>()?;
+    m.add_class::<Verdict>()?;
+    m.add_class::<Place>()?;
+    m.add_class::<Ask>()?;
     m.add_class::<outbound::Outbound_>()?;
     m.add_class::<RedisEngine_>()?;
     m.add_class::<RedisCall_>()?;

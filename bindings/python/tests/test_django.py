@@ -458,7 +458,7 @@ def test_middleware_with_a_shared_limit(urls: Callable[..., str], transport: str
         ({"rate": 5, "missing_key": "sometimes"}, 'cannot parse "sometimes": missing_key', rb.QuotaError),
         ({"rate": 5, "key": "nowhere.key_of"}, "key 'nowhere.key_of' cannot be imported", ImportError),
         ({"rate": 5, "exempt": ["/health", 7]}, "exempt lists path prefixes and URL names", None),
-        ({"rate": 5, "key": user_key, "key_header": "x-api-key"}, "give key_header= or key=, not both", TypeError),
+        ({"rate": 5, "key": user_key, "key_header": "x-api-key"}, 'given more than once": give the key once: key ("ip", a header name or a function of the request) or key_header', TypeError),
         ("10/s", "settings.RATEBOUND is a dict of options, not str", None),
     ],
 )

@@ -1,72 +1,58 @@
-"""Options shared by the ASGI and WSGI middleware: they build one
-``_ratebound.Gate_``, which makes the whole decision in Rust."""
+"""What every Python front door shares: the options of the ASGI and WSGI
+middleware (and Django's), the ``_ratebound.Gate`` they build — the core's
+whole request sequence, its rules and defaults — and the one place the
+remote policies are asked, sync and asyncio."""
 
 from __future__ import annotations
 
 import asyncio
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Optional, TypedDict, Union
+from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Optional, TypedDict, Union
 
 from . import _ratebound
 from . import redis as _redis
 from ._errors import TooManyKeys
-from ._ratebound import ManualClock
+from ._ratebound import Ask, Decision, Gate, ManualClock, Verdict
 
 PolicySpec = Union[
     int, float, str, Mapping[str, Any], "_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"
 ]
 
-_POLICY_FIELDS = ("algorithm", "rate", "burst", "limit", "window")
-
-
-def _policy(name: str, spec: PolicySpec) -> tuple[Any, ...]:
-    """One policy as the core's gate takes it; the core checks it. A field
-    it does not know is an error naming it (``"brust"`` is not ignored)."""
-    if isinstance(spec, Mapping):
-        unknown = sorted(str(k) for k in spec if k not in _POLICY_FIELDS)
-        if unknown:
-            raise TypeError(f"policy {name!r}: unknown field {unknown[0]!r}; a policy takes {', '.join(_POLICY_FIELDS)}")
-        algorithm = spec.get("algorithm", "token_bucket")
-        return (name, algorithm, spec.get("rate"), spec.get("burst"), spec.get("limit"), spec.get("window"))
-    return (name, "token_bucket", spec, None, None, None)
-
-
 Remote = Union["_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"]
 
 
 def build_gate(
-    rate: Optional[Union[int, float, str]],
-    burst: Optional[int],
+    options: Mapping[str, Any],
     policies: Optional[Mapping[str, PolicySpec]],
-    options: dict[str, Any],
-    given_key: bool,
-    clock: Optional[ManualClock],
-) -> tuple[Any, list[tuple[str, Remote]]]:
-    """The core's gate (``options`` go to its one parser by name; ``None``
-    means the core's default) and the policies decided elsewhere — Redis
-    limiters and limits shared by the host's processes
-    (:class:`ratebound.SharedKeyedLimiter`), by name — which the gate
-    advertises and whose decisions it merges."""
-    if (rate is None) == (policies is None):
-        raise TypeError("give either rate= (one policy) or policies= (a dict of name -> rate)")
+    *,
+    key: Any = None,
+    exempt: Optional[Callable[[Any], bool]] = None,
+    critical: Optional[Callable[[Any], bool]] = None,
+    on_decision: Optional[OnDecision] = None,
+    label: Optional[str] = None,
+    clock: Optional[ManualClock] = None,
+) -> tuple[Gate, list[tuple[str, Remote]]]:
+    """The core's gate — ``options`` (the one policy's fields among them)
+    go to its one parser by name, ``None`` meaning the core's default; the
+    hooks are called by the gate with the framework's request — and the
+    policies decided elsewhere, by name: Redis limiters and limits shared
+    by the host's processes (:class:`ratebound.SharedKeyedLimiter`), which
+    the gate advertises and whose answers it merges."""
     remote: list[tuple[str, Remote]] = []
-    if policies is None:
-        specs = [("default", "token_bucket", rate, burst, None, None)]
-    else:
-        if burst is not None:
-            raise TypeError("burst= goes with rate=; give each policy its own burst")
-        specs = []
+    local: Optional[list[tuple[str, Any]]] = None
+    if policies is not None:
+        local = []
         for name, spec in policies.items():
             if isinstance(spec, (_redis._Limiter, _redis._AsyncLimiter, _ratebound.SharedKeyedLimiter)):
                 remote.append((name, spec))
             else:
-                specs.append(_policy(name, spec))
-    gate = _ratebound.Gate_(
-        specs, options, given_key=given_key, clock=clock,
-        remote=[
-            (name, limiter if isinstance(limiter, _ratebound.SharedKeyedLimiter) else limiter._engine)
-            for name, limiter in remote
-        ],
+                local.append((name, spec))
+    gate = Gate(
+        dict(options),
+        local,
+        [(name, limiter if isinstance(limiter, _ratebound.SharedKeyedLimiter) else limiter._engine)
+         for name, limiter in remote],
+        key=key, exempt=exempt, critical=critical, on_decision=on_decision, label=label, clock=clock,
     )
     return gate, remote
 
@@ -85,11 +71,6 @@ class RateLimitEvent(NamedTuple):
 
 
 OnDecision = Callable[[RateLimitEvent], None]
-
-
-def report(on_decision: OnDecision, policies: tuple[str, ...], verdict: Any, label: Optional[str]) -> None:
-    """Tells ``on_decision`` what ``verdict`` (a gate answer) did."""
-    on_decision(RateLimitEvent(verdict[4], verdict[5], policies, label))
 
 
 def reason(status: int) -> str:
@@ -129,7 +110,8 @@ class Options(TypedDict, total=False):
 class MiddlewareBase:
     """The options both middleware take (see
     :class:`ratebound.asgi.RateLimitMiddleware`). Every option left at
-    ``None`` takes the core's default, the same in Rust and Node."""
+    ``None`` takes the core's default, the same in Rust and Node; every rule
+    between options is the core's too."""
 
     def __init__(
         self,
@@ -155,14 +137,11 @@ class MiddlewareBase:
         on_decision: Optional[OnDecision] = None,
         label: Optional[str] = None,
     ) -> None:
-        if key_header is not None and key is not None:
-            raise TypeError("give key_header= or key=, not both")
         self.app = app
         self.gate, self._remote = build_gate(
-            rate,
-            burst,
-            policies,
             {
+                "rate": rate,
+                "burst": burst,
                 "key_header": key_header,
                 "trusted_proxies": trusted_proxies,
                 "client_ip_header": client_ip_header,
@@ -174,18 +153,9 @@ class MiddlewareBase:
                 "overflow": overflow,
                 "concurrency_limit": concurrency_limit,
             },
-            key is not None,
-            clock,
+            policies,
+            key=key, exempt=exempt, critical=critical, on_decision=on_decision, label=label, clock=clock,
         )
-        # Metrics: told of every limited request when set; nothing is done
-        # for it otherwise.
-        self._on_decision = on_decision
-        self._label = label
-        self._policies: tuple[str, ...] = tuple(self.gate.policy_names)
-        self._capped = concurrency_limit is not None
-        self._critical = critical
-        self._key = key
-        self._exempt = exempt
 
     def _check_remote(self, asyncio_: bool, front: str) -> None:
         """Every policy decided elsewhere suits the middleware's mode:
@@ -197,39 +167,32 @@ class MiddlewareBase:
                 kind = "an asyncio limiter (rb.redis.AsyncTokenBucket, ...)" if asyncio_ else "a sync limiter (rb.redis.TokenBucket, ...)"
                 raise TypeError(f"a policy in Redis needs {kind} under {front}, got {type(limiter).__name__}")
 
-    def _verdict(self, key: Any, peer: Optional[str], headers: Any, wsgi: bool) -> Any:
-        """The gate's verdict on a request, told to ``on_decision``. Policies
-        decided elsewhere (sync Redis limiters, shared-memory ones: the
-        middleware checked their kind) get the request's identity first,
-        and the gate decides with their answers."""
-        if self._remote:
-            ident = self.gate.identity(key, peer, headers, wsgi)
-            decisions = [] if isinstance(ident, int) else [_sync_answer(n, lim, ident) for n, lim in self._remote]
-            verdict = self.gate.decide_with(key, peer, headers, decisions, wsgi)
-        else:
-            verdict = self.gate.decide(key, peer, headers, wsgi)
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, verdict, self._label)
-        return verdict
+    def _finish(self, ask: Ask) -> Verdict:
+        """The gate's verdict once the policies decided elsewhere (sync
+        Redis limiters, shared-memory ones: the middleware checked their
+        kind) have answered for the request's identity, in order."""
+        try:
+            ident = ask.identity
+            answers = [_sync_answer(name, limiter, ident) for name, limiter in self._remote]
+        except BaseException:
+            ask.close()  # the place comes back now, not when the traceback goes
+            raise
+        return self.gate.finish(ask, answers)
 
-    async def _verdict_async(self, key: Any, peer: Optional[str], headers: Any, wsgi: bool) -> Any:
-        """``_verdict`` with asyncio Redis limiters: one round trip each, all
+    async def _finish_async(self, ask: Ask) -> Verdict:
+        """``_finish`` with asyncio Redis limiters: one round trip each, all
         at once (within its deadline; Redis trouble is answered by its fail
         policy)."""
-        if self._remote:
-            ident = self.gate.identity(key, peer, headers, wsgi)
-            decisions = [] if isinstance(ident, int) else await asyncio.gather(
-                *(_asked(n, lim, ident) for n, lim in self._remote)
-            )
-            verdict = self.gate.decide_with(key, peer, headers, list(decisions), wsgi)
-        else:
-            verdict = self.gate.decide(key, peer, headers, wsgi)
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, verdict, self._label)
-        return verdict
+        try:
+            ident = ask.identity
+            answers = await asyncio.gather(*(_asked(name, limiter, ident) for name, limiter in self._remote))
+        except BaseException:
+            ask.close()
+            raise
+        return self.gate.finish(ask, answers)
 
 
-def _sync_answer(name: str, limiter: Remote, ident: bytes) -> Any:
+def _sync_answer(name: str, limiter: Remote, ident: bytes) -> Optional[Decision]:
     """A remote policy's answer for ``ident`` as the gate takes it: a Redis
     limiter checks the key in its policy's own scope (two policies of one
     middleware never share a Redis key); a shared-memory table that is full
@@ -239,10 +202,10 @@ def _sync_answer(name: str, limiter: Remote, ident: bytes) -> Any:
             return limiter.check(ident)
         except TooManyKeys:
             return None
-    return limiter._check_in(name, ident)
+    return limiter._check_in(name, ident)  # type: ignore[return-value]  # a sync limiter: the middleware checked
 
 
-def _asked(name: str, limiter: Remote, ident: bytes) -> Awaitable[Any]:
+def _asked(name: str, limiter: Remote, ident: bytes) -> Awaitable[Optional[Decision]]:
     """``_sync_answer`` to await: an asyncio Redis limiter's round trip, or
     a shared-memory decision made at once."""
     if isinstance(limiter, _redis._AsyncLimiter):
@@ -250,5 +213,5 @@ def _asked(name: str, limiter: Remote, ident: bytes) -> Awaitable[Any]:
     return _ready(_sync_answer(name, limiter, ident))
 
 
-async def _ready(decision: Any) -> Any:
+async def _ready(decision: Optional[Decision]) -> Optional[Decision]:
     return decision

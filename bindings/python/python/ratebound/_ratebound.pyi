@@ -2,14 +2,11 @@
 type-checks tests/typed_usage.py against them with mypy --strict)."""
 
 import os
-from typing import Any, Iterable, Optional, Sequence, TypeVar, Union, final
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar, Union, final
 
 from typing_extensions import disjoint_base
 
 _T = TypeVar("_T")
-# A gate's answer: status (0: let through), header fields, content type,
-# body, outcome ("allowed", "refused", "shed", "rejected"), refusing policy.
-_Verdict = tuple[int, list[tuple[Any, Any]], Any, Optional[bytes], str, Optional[str]]
 
 __version__: str
 __all__ = [
@@ -21,7 +18,10 @@ __all__ = [
     "SharedTokenBucket",
     "SharedKeyedLimiter",
     "KeyedLimiter",
-    "Gate_",
+    "Gate",
+    "Verdict",
+    "Place",
+    "Ask",
     "Outbound_",
     "RedisEngine_",
     "RedisCall_",
@@ -165,47 +165,73 @@ class Outbound_:
     ) -> tuple[Optional[float], bool, bool, bool]: ...
 
 @final
-class Gate_:
+class Place:
+    def release(self) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def held(self) -> bool: ...
+
+@final
+class Verdict:
+    # Header names and values and the content type: bytes, or str when
+    # admitted with wsgi=True.
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> list[tuple[Any, Any]]: ...
+    @property
+    def content_type(self) -> Any: ...
+    @property
+    def body(self) -> Optional[bytes]: ...
+    @property
+    def place(self) -> Optional[Place]: ...
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def refused_by(self) -> Optional[str]: ...
+
+@final
+class Ask:
+    @property
+    def identity(self) -> bytes: ...
+    def close(self) -> None: ...
+
+@final
+class Gate:
     def __new__(
-        cls: type[_T],
-        policies: Iterable[tuple[str, str, Optional[_Rate], Optional[int], Optional[int], Optional[_Number]]],
+        cls,
         options: dict[str, Any],
-        *,
-        given_key: bool = False,
+        policies: Optional[Iterable[tuple[str, Any]]] = None,
         remote: Optional[list[tuple[str, Union[RedisEngine_, SharedKeyedLimiter]]]] = None,
+        *,
+        key: Optional[Any] = None,
+        exempt: Optional[Callable[[Any], Any]] = None,
+        critical: Optional[Callable[[Any], Any]] = None,
+        on_decision: Optional[Callable[[Any], Any]] = None,
+        label: Optional[str] = None,
         clock: Optional[ManualClock] = None,
-    ) -> _T: ...
+    ) -> "Gate": ...
+    def admit(
+        self,
+        request: Any,
+        peer: Optional[str] = None,
+        headers: Optional[Any] = None,
+        wsgi: bool = False,
+        label: Optional[str] = None,
+    ) -> Union[None, Verdict, Ask]: ...
+    def finish(self, ask: Ask, answers: Sequence[Optional[Decision]]) -> Verdict: ...
     def try_enter(self) -> bool: ...
     def leave(self) -> None: ...
     @property
     def capped(self) -> bool: ...
-    def shed(self, wsgi: bool = False) -> _Verdict: ...
-    def decide(
-        self,
-        key: Optional[_Key],
-        peer: Optional[str] = None,
-        headers: Optional[Any] = None,
-        wsgi: bool = False,
-    ) -> _Verdict: ...
-    def identity(
-        self,
-        key: Optional[_Key],
-        peer: Optional[str] = None,
-        headers: Optional[Any] = None,
-        wsgi: bool = False,
-    ) -> Union[bytes, int]: ...
-    def decide_with(
-        self,
-        key: Optional[_Key],
-        peer: Optional[str],
-        headers: Optional[Any],
-        remote: list[Optional[Decision]],
-        wsgi: bool = False,
-    ) -> _Verdict: ...
     @property
     def policy_field(self) -> str: ...
     @property
-    def policy_names(self) -> list[str]: ...
+    def policy_names(self) -> tuple[str, ...]: ...
+    @property
+    def remote_names(self) -> list[str]: ...
     def __len__(self) -> int: ...
     def cleanup(self) -> int: ...
 

@@ -1,13 +1,13 @@
-"""What the per-route limits (``ratebound.fastapi``, ``ratebound.flask``)
-share: the ``key`` option and the gate they build. Every rule and default is
-the core's ``Gate``, as for the middleware."""
+"""What the per-route limits (``ratebound.fastapi``, ``ratebound.flask``,
+``ratebound.django.limit``) share: the gate they build from their arguments.
+Every rule and default is the core's ``Gate``, as for the middleware."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Union
 
-from ._http import OnDecision, PolicySpec, build_gate, report
-from ._ratebound import ManualClock
+from ._http import OnDecision, PolicySpec, build_gate
+from ._ratebound import Gate, ManualClock
 
 KeySpec = Union[str, Callable[[Any], Union[str, bytes, int, None]]]
 
@@ -32,8 +32,10 @@ def route_gate(
     policies: Optional[Mapping[str, PolicySpec]],
     clock: Optional[ManualClock],
     options: Mapping[str, Any],
-) -> tuple[Any, Optional[Callable[[Any], Any]]]:
-    """The gate of one limit, and the key function when ``key`` is one.
+    on_decision: Optional[OnDecision] = None,
+    label: Optional[str] = None,
+) -> Gate:
+    """The gate of one limit.
 
     ``key``: ``"ip"`` (the client address, by the proxy rules), a header name
     (``"x-api-key"``), or a function of the framework's request. Options are
@@ -42,25 +44,19 @@ def route_gate(
     unknown = sorted(set(options) - set(ROUTE_OPTIONS))
     if unknown:
         raise TypeError(f"unknown option {unknown[0]!r}; a route limit takes {', '.join(ROUTE_OPTIONS)}")
-    key_header: Optional[str] = None
-    key_func: Optional[Callable[[Any], Any]] = None
-    if callable(key):
-        key_func = key
-    elif isinstance(key, str):
-        if key.lower() != "ip":
-            key_header = key
-    else:
-        raise TypeError(f"key is 'ip', a header name or a function of the request, not {type(key).__name__}")
-    gate, remote = build_gate(rate, burst, policies, {**options, "key_header": key_header}, key_func is not None, clock)
+    gate, remote = build_gate(
+        {"rate": rate, "burst": burst, **options}, policies,
+        key=key, on_decision=on_decision, label=label, clock=clock,
+    )
     if remote:
         raise TypeError("a route limit takes in-process policies; give Redis and shared limiters to the middleware")
-    return gate, key_func
+    return gate
 
 
 class RouteLimit:
     """What ``fastapi.limit`` and ``flask.limit`` share: the gate built from
-    their arguments (checked at once), the key function and the metrics
-    hook."""
+    their arguments (checked at once), which calls the key function and
+    tells ``on_decision`` — labelled by ``label``, else by the route."""
 
     def __init__(
         self,
@@ -74,12 +70,6 @@ class RouteLimit:
         label: Optional[str] = None,
         **options: Any,
     ) -> None:
-        self.gate, self._key = route_gate(rate, burst, key, policies, clock, options)
-        self._on_decision = on_decision
-        self._label = label
-        self._policies: tuple[str, ...] = tuple(self.gate.policy_names)
-
-    def _tell(self, verdict: Any, route: Optional[str]) -> None:
-        """Tells ``on_decision`` (set) what ``verdict`` did on ``route``."""
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, verdict, self._label or route)
+        self.gate = route_gate(rate, burst, key, policies, clock, options, on_decision, label)
+        # Whether each request's route is the event's label.
+        self._route_label = on_decision is not None and label is None

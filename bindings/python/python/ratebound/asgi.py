@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
 
-from ._http import MiddlewareBase, Options, report
+from ._http import MiddlewareBase, Options
+from ._ratebound import Ask, Verdict
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -67,50 +68,41 @@ class RateLimitMiddleware(MiddlewareBase):
         self._check_remote(True, "ASGI")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self._capped:
-            await self._limited(scope, receive, send)
-            return
-        # Shedding first: a saturated app refuses before any token is spent.
-        entered = self.gate.try_enter()
-        if not entered and not (self._critical is not None and self._critical(scope)):
-            shed = self.gate.shed()
-            if self._on_decision is not None:
-                report(self._on_decision, self._policies, shed, self._label)
-            await _answer(send, shed)
-            return
-        try:
-            await self._limited(scope, receive, send)
-        finally:
-            if entered:
-                self.gate.leave()
-
-    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
-        k = self._key(scope) if self._key is not None else None
         client = scope.get("client")
-        verdict = await self._verdict_async(k, client[0] if client else None, scope["headers"], False)
-        headers = verdict[1]
-        if verdict[0]:
+        verdict = self.gate.admit(scope, client[0] if client else None, scope["headers"])
+        if verdict is None:  # exempt
+            await self.app(scope, receive, send)
+            return
+        if isinstance(verdict, Ask):
+            verdict = await self._finish_async(verdict)
+        if verdict.status:
             await _answer(send, verdict)
             return
-        if not headers:
-            await self.app(scope, receive, send)
-            return
+        headers = verdict.headers
+        place = verdict.place
+        try:
+            if not headers:
+                await self.app(scope, receive, send)
+                return
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *headers]
-            await send(message)
+            async def send_with_headers(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message["headers"] = [*message.get("headers", ()), *headers]
+                await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+            # Returns once the whole response is sent, a streaming body too.
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            if place is not None:
+                place.release()
 
 
-async def _answer(send: Send, verdict: Any) -> None:
-    """Sends a refusal (status, headers, content type, body) from the gate."""
-    status, headers, ctype, body = verdict[:4]
-    headers.append((b"content-type", ctype))
-    headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+async def _answer(send: Send, verdict: Verdict) -> None:
+    """Sends the gate's answer: its status, fields, content type and body."""
+    body = verdict.body or b""
+    headers = [*verdict.headers, (b"content-type", verdict.content_type), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": verdict.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Optional, TypeVar, Union, cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
@@ -30,7 +30,8 @@ from django.utils.module_loading import import_string
 from django.views import View
 
 from ._errors import RateboundError
-from ._http import MiddlewareBase, Options, report
+from ._http import MiddlewareBase, Options
+from ._ratebound import Ask, Place, Verdict
 from ._route import RouteLimit
 from .wsgi import _Release
 
@@ -56,10 +57,11 @@ async def _now(response: _Refusal) -> _Refusal:
     return response
 
 
-def _refusal(verdict: Any) -> _Refusal:
-    """The refusal (status, fields, content type, body) the gate answered."""
-    status, fields, ctype, body = verdict[:4]
-    return _Refusal(body, status=status, content_type=ctype, headers=dict(fields))
+def _refusal(verdict: Verdict) -> _Refusal:
+    """The answer (status, fields, content type, body) the gate gave."""
+    return _Refusal(
+        verdict.body or b"", status=verdict.status, content_type=verdict.content_type, headers=dict(verdict.headers)
+    )
 
 
 # List fields: a view's limit and the middleware's both appear in them.
@@ -132,12 +134,14 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
     def _admit(self, request: HttpRequest) -> tuple[Optional[_Refusal], Fields]:
         """The refusal for ``request`` (or ``None``) and the fields to add."""
         meta = request.META
-        k = self._key(request) if self._key is not None else None
-        verdict = self.gate.decide(k, meta.get("REMOTE_ADDR"), meta, True)
-        if self._on_decision is not None:
+        route = None
+        if self._route_label:
             match = request.resolver_match
-            self._tell(verdict, match.route if match is not None else None)
-        return (_refusal(verdict) if verdict[0] else None), verdict[1]
+            route = match.route if match is not None else None
+        # A route limit has no exempt, no cap and no remote policy: always
+        # a verdict.
+        verdict = cast(Verdict, self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True, route))
+        return (_refusal(verdict) if verdict.status else None), verdict.headers
 
 
 # settings.RATEBOUND's names: the middleware's keyword options.
@@ -185,60 +189,40 @@ class RateLimitMiddleware(MiddlewareBase):
     def __call__(self, request: HttpRequest) -> Union[HttpResponseBase, Awaitable[HttpResponseBase]]:
         if self._is_async:
             return self._call_async(request)
-        if self._exempt is not None and self._exempt(request):
+        meta = request.META
+        verdict = self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True)
+        if verdict is None:  # exempt
             return self.app(request)  # type: ignore[no-any-return]
-        if not self._capped:
-            return self._limited(request)
-        entered = self.gate.try_enter()
-        if not entered and not (self._critical is not None and self._critical(request)):
-            return self._shed()
-        if not entered:
-            return self._limited(request)
+        if isinstance(verdict, Ask):
+            verdict = self._finish(verdict)
+        if verdict.status:
+            return _refusal(verdict)
+        place = verdict.place
         try:
-            response = self._limited(request)
+            response = _with_fields(self.app(request), verdict.headers)
         except BaseException:
-            self.gate.leave()
+            if place is not None:
+                place.release()
             raise
-        return _leave_when_sent(response, self.gate)
+        return _release_when_sent(response, place)
 
     async def _call_async(self, request: HttpRequest) -> HttpResponseBase:
-        if self._exempt is not None and self._exempt(request):
+        meta = request.META
+        verdict = self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True)
+        if verdict is None:  # exempt
             return await self.app(request)  # type: ignore[no-any-return]
-        if not self._capped:
-            return await self._limited_async(request)
-        entered = self.gate.try_enter()
-        if not entered and not (self._critical is not None and self._critical(request)):
-            return self._shed()
-        if not entered:
-            return await self._limited_async(request)
+        if isinstance(verdict, Ask):
+            verdict = await self._finish_async(verdict)
+        if verdict.status:
+            return _refusal(verdict)
+        place = verdict.place
         try:
-            response = await self._limited_async(request)
+            response = _with_fields(await self.app(request), verdict.headers)
         except BaseException:
-            self.gate.leave()
+            if place is not None:
+                place.release()
             raise
-        return _leave_when_sent(response, self.gate)
-
-    def _shed(self) -> HttpResponseBase:
-        shed = self.gate.shed(True)
-        if self._on_decision is not None:
-            report(self._on_decision, self._policies, shed, self._label)
-        return _refusal(shed)
-
-    def _limited(self, request: HttpRequest) -> HttpResponseBase:
-        meta = request.META
-        k = self._key(request) if self._key is not None else None
-        verdict = self._verdict(k, meta.get("REMOTE_ADDR"), meta, True)
-        if verdict[0]:
-            return _refusal(verdict)
-        return _with_fields(self.app(request), verdict[1])  # type: ignore[no-any-return]
-
-    async def _limited_async(self, request: HttpRequest) -> HttpResponseBase:
-        meta = request.META
-        k = self._key(request) if self._key is not None else None
-        verdict = await self._verdict_async(k, meta.get("REMOTE_ADDR"), meta, True)
-        if verdict[0]:
-            return _refusal(verdict)
-        return _with_fields(await self.app(request), verdict[1])  # type: ignore[no-any-return]
+        return _release_when_sent(response, place)
 
 
 def _settings_options() -> dict[str, Any]:
@@ -300,21 +284,23 @@ def _exempt_rule(spec: Union[list[Any], tuple[Any, ...]]) -> Callable[[HttpReque
     return exempt
 
 
-def _leave_when_sent(response: HttpResponseBase, gate: Any) -> HttpResponseBase:
+def _release_when_sent(response: HttpResponseBase, place: Optional[Place]) -> HttpResponseBase:
     """Gives the concurrency place back now, or for a streaming response
     when it is closed (sent or abandoned)."""
+    if place is None:
+        return response
     if isinstance(response, StreamingHttpResponse):
         body = response.streaming_content
         if isinstance(body, Iterator):
-            response.streaming_content = _Release(body, gate)
+            response.streaming_content = _Release(body, place)
         else:
-            response.streaming_content = _LeaveAsync(body, gate)  # type: ignore[arg-type]  # an async body: only __aiter__ is used
+            response.streaming_content = _ReleaseAsync(body, place)  # type: ignore[arg-type]  # an async body: only __aiter__ is used
     else:
-        gate.leave()
+        place.release()
     return response
 
 
-class _LeaveAsync(_Release):
+class _ReleaseAsync(_Release):
     """An async streaming body holding its request's concurrency place
     until Django closes the response (its ASGI handler closes every
     response once sent or abandoned, as a WSGI server does)."""

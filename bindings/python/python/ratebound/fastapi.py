@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from fastapi import HTTPException, Request, Response
 
+from ._ratebound import Verdict
 from ._route import RouteLimit
 
 __all__ = ["limit"]
@@ -46,17 +47,16 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: Depends(limit("5/
     """
 
     async def __call__(self, request: Request, response: Response) -> None:
-        k = self._key(request) if self._key is not None else None
         client = request.client
-        verdict = self.gate.decide(k, client.host if client else None, request.scope["headers"])
-        if self._on_decision is not None:
-            route = request.scope.get("route")
-            self._tell(verdict, getattr(route, "path", None))
-        status, fields, _ctype, body = verdict[:4]
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in fields}
+        route = getattr(request.scope.get("route"), "path", None) if self._route_label else None
+        # A route limit has no exempt, no cap and no remote policy: always
+        # a verdict.
+        verdict = cast(Verdict, self.gate.admit(request, client.host if client else None, request.scope["headers"], False, route))
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in verdict.headers}
         request.state.ratelimit = headers
-        if status:
+        if verdict.status:
+            body = verdict.body
             detail = body.decode() if body else "rate limit exceeded"
-            raise HTTPException(status_code=status, detail=detail.strip(), headers=headers)
+            raise HTTPException(status_code=verdict.status, detail=detail.strip(), headers=headers)
         for name, value in headers.items():
             response.headers[name] = value

@@ -16,6 +16,7 @@ from typing import Any, Callable, TypeVar, cast
 
 import flask
 
+from ._ratebound import Verdict
 from ._route import RouteLimit
 
 __all__ = ["limit"]
@@ -37,14 +38,16 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
             request = flask.request
-            k = self._key(request) if self._key is not None else None
-            verdict = self.gate.decide(k, request.remote_addr, request.environ, True)
-            if self._on_decision is not None:
+            route = None
+            if self._route_label:
                 rule = request.url_rule
-                self._tell(verdict, rule.rule if rule else None)
-            status, fields, ctype, body = verdict[:4]
-            if status:
-                return flask.Response(body, status=status, headers=fields, content_type=ctype)
+                route = rule.rule if rule else None
+            # A route limit has no exempt, no cap and no remote policy:
+            # always a verdict.
+            verdict = cast(Verdict, self.gate.admit(request, request.remote_addr, request.environ, True, route))
+            fields = verdict.headers
+            if verdict.status:
+                return flask.Response(verdict.body, status=verdict.status, headers=fields, content_type=verdict.content_type)
             response = flask.make_response(view(*args, **kwargs))
             for name, value in fields:
                 response.headers[name] = value
