@@ -1733,9 +1733,9 @@ export declare namespace http {
   export function clientIp(peer: string, rawHeaders?: string[] | null, trustedProxies?: string | string[] | number | null, clientIpHeader?: string | null): string
   /**
    * The address a limit is keyed on: IPv4-mapped IPv6 unwrapped, IPv6 cut to
-   * its first `prefix` bits.
+   * its first `prefix` bits (default 64; above 128 counts as 128).
    */
-  export function ipKey(address: string, prefix: number): string
+  export function ipKey(address: string, prefix?: number | undefined | null): string
   /** The `RateLimit-Policy` field value for token-bucket policies. */
   export function rateLimitPolicy(policies: Array<QuotaPolicy>): string
   /**

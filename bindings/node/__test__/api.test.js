@@ -371,3 +371,11 @@ test('pause on local limiters: empty until its end, then at the rate; windows re
     code: 'ERR_RATEBOUND_UNSUPPORTED',
   })
 })
+
+test('http.ipKey: the prefix is the core rule (default 64, above 128 the whole address), as in Python', () => {
+  assert.equal(rb.http.ipKey('2001:db8::1:2:3:4:5'), '2001:db8:0:1::')
+  assert.equal(rb.http.ipKey('2001:db8::1', 300), '2001:db8::1')
+  for (const bad of [-1, 1.5, NaN]) {
+    assert.throws(() => rb.http.ipKey('2001:db8::1', bad), (e) => e instanceof RangeError && e.code === 'ERR_RATEBOUND_INVALID_NUMBER' && /invalid prefix /.test(e.message), String(bad))
+  }
+})

@@ -37,10 +37,13 @@ pub fn retry_after_secs(env: Env, wait_nanos: f64) -> Result<f64> {
 }
 
 /// The address a limit is keyed on: IPv4-mapped IPv6 unwrapped, IPv6 cut to
-/// its first `prefix` bits.
+/// its first `prefix` bits (default 64; above 128 counts as 128).
 #[napi(namespace = "http")]
-pub fn ip_key(env: Env, address: String, prefix: f64) -> Result<String> {
-    let prefix = any::whole("prefix", prefix, 0).or_throw(&env)?.min(128) as u8;
+pub fn ip_key(env: Env, address: String, prefix: Option<f64>) -> Result<String> {
+    let prefix = match prefix {
+        Some(p) => any::ipv6_prefix("prefix", p).or_throw(&env)?,
+        None => any::DEFAULT_IPV6_PREFIX,
+    };
     Ok(http::ip_key(ip(&env, &address)?, prefix).to_string())
 }
 

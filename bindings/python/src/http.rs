@@ -6,7 +6,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
-use ratebound::any::GateOptions;
+use ratebound::any::{self, GateOptions};
 use ratebound::http::Forwarding;
 
 use crate::convert::*;
@@ -21,7 +21,8 @@ pub(crate) fn retry_after_secs(py: Python<'_>, nanos: &Bound<'_, PyAny>) -> PyRe
     )))
 }
 
-/// The address to key on: IPv4-mapped unwrapped, IPv6 cut to `prefix` bits.
+/// The address to key on: IPv4-mapped unwrapped, IPv6 cut to `prefix` bits
+/// (the core's default and its /128 clamp: `any::ipv6_prefix`).
 #[pyfunction]
 #[pyo3(signature = (ip, prefix=None))]
 pub(crate) fn ip_key(
@@ -30,8 +31,8 @@ pub(crate) fn ip_key(
     prefix: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
     let prefix = match prefix.filter(|p| !p.is_none()) {
-        Some(p) => prefix_of(py, p)?,
-        None => 64,
+        Some(p) => any::ipv6_prefix("prefix", number(py, "prefix", p)?).or_py(py)?,
+        None => any::DEFAULT_IPV6_PREFIX,
     };
     let ip: IpAddr = ip
         .parse()

@@ -198,7 +198,7 @@ def test_http_vectors() -> None:
             if kind == "retry_after":
                 got = rb.retry_after_secs(case["wait_ns"])
             elif kind == "ip_key":
-                got = rb.ip_key(case["ip"], case["prefix"])
+                got = rb.ip_key(case["ip"], case.get("prefix"))
             elif kind == "client_ip":
                 trust = case["trust"]
                 trusted = trust.get("cidrs", trust.get("hops"))

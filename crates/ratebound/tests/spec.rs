@@ -374,7 +374,13 @@ fn http_vectors() {
                 ))),
                 "ip_key" => {
                     let ip = str_of(case, "ip").parse().unwrap();
-                    json!(ip_key(ip, u64_of(case, "prefix").unwrap() as u8).to_string())
+                    // Absent: the core's default; above 128: the whole address.
+                    let prefix = match case.get("prefix") {
+                        Some(p) => ratebound::any::ipv6_prefix("prefix", p.as_f64().unwrap())
+                            .unwrap(),
+                        None => ratebound::any::DEFAULT_IPV6_PREFIX,
+                    };
+                    json!(ip_key(ip, prefix).to_string())
                 }
                 "client_ip" => {
                     let trust = &case["trust"];
