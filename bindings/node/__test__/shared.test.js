@@ -459,3 +459,9 @@ test('shared pause empties the bucket for every handle; bad input is typed', asy
   const nextWindow = (s / 200_000_000n + 1n) * 200_000_000n
   assert.ok(now() >= nextWindow, 'the third waited for the next window')
 })
+
+test("a shared table's default room is the core's DEFAULT_SHARED_MAX_KEYS, as in Python", () => {
+  // 10 000 keys, 2 slots each (test_shared.py: the same 20 000 slots).
+  const k = new rb.SharedKeyedLimiter({ path: path.join(tmpdir(), 'default.limit'), rate: 1 })
+  assert.equal(k.slots, 20_000)
+})

@@ -268,7 +268,7 @@ impl SharedKeyedLimiter {
         )?;
         let max = match loose_number(&env, &o.max_keys, "maxKeys")? {
             Some(m) => any::whole("maxKeys", m, 1).or_throw(&env)?,
-            None => ratebound_shm::DEFAULT_MAX_KEYS,
+            None => ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
         };
         let inner = ShmKeyed::open(&o.path, algorithm, max).map_err(|e| shm_throw(&env, e))?;
         Ok(SharedKeyedLimiter { inner })

@@ -213,7 +213,7 @@ impl SharedKeyedLimiter {
         let alg = crate::keyed::keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
         let max = match opt_number(py, "max_keys", max_keys)? {
             Some(m) => any::whole("max_keys", m, 1).or_py(py)?,
-            None => ratebound_shm::DEFAULT_MAX_KEYS,
+            None => ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
         };
         Ok(SharedKeyedLimiter {
             inner: Arc::new(ShmKeyed::open(path, alg, max).or_shm(py)?),

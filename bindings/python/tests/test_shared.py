@@ -10,6 +10,7 @@ import signal
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -532,3 +533,30 @@ def test_shared_bad_waits_and_pauses_are_typed_errors(tmp_path: Path) -> None:
         w.acquire_blocking("a", timeout=5)
     next_window = (start // 0.2 + 1) * 0.2
     assert time.monotonic() >= next_window - 1e-6
+
+
+def test_default_room_is_the_cores(tmp_path: Path) -> None:
+    """A shared table's default room is the core's DEFAULT_SHARED_MAX_KEYS
+    (two slots a key), as Node's (shared.test.js); an in-process one made
+    by @limit for a rate has the core's DEFAULT_MAX_KEYS, the middleware's
+    (it was 100 000 of its own)."""
+    assert rb._ratebound.DEFAULT_SHARED_MAX_KEYS == 10_000
+    k = rb.SharedKeyedLimiter(str(tmp_path / "default"), rate=1)
+    assert k.slots == 2 * rb._ratebound.DEFAULT_SHARED_MAX_KEYS
+    made: list[rb.KeyedLimiter] = []
+
+    class Spy(rb.KeyedLimiter):
+        __slots__ = ()
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> "Spy":
+            lim = super().__new__(cls, *args, **kwargs)
+            made.append(lim)
+            return lim
+
+    real = rb.KeyedLimiter
+    rb.KeyedLimiter = Spy  # type: ignore[misc]
+    try:
+        rb.limit("1/s", key=lambda user: user)(lambda user: user)
+    finally:
+        rb.KeyedLimiter = real  # type: ignore[misc]
+    assert [m.max_keys for m in made] == [rb._ratebound.DEFAULT_MAX_KEYS] == [1_000_000]

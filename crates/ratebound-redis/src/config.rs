@@ -17,7 +17,9 @@ pub enum OnError {
     Closed,
     /// A local token bucket per key, at this many tokens per second — a
     /// share of the global rate (e.g. rate / number of instances); its burst
-    /// is the global burst scaled by the same share, at least 1.
+    /// is the global burst scaled by the same share, at least 1. At most
+    /// [`ratebound::any::DEFAULT_MAX_KEYS`] keys, the least recent forgotten:
+    /// an in-process table, capped as every other.
     Local(f64),
 }
 

@@ -84,7 +84,10 @@ impl Engine {
                 Some(
                     KeyedLimiter::new(KeyedAlgorithm::TokenBucket(quota))?
                         .with_clock(clock.clone())
-                        .with_max_keys(100_000, Overflow::EvictLeastRecent)?,
+                        .with_max_keys(
+                            ratebound::any::DEFAULT_MAX_KEYS,
+                            Overflow::EvictLeastRecent,
+                        )?,
                 )
             }
             _ => None,

@@ -22,9 +22,18 @@ use crate::wait::drive;
 #[cfg(feature = "tokio")]
 use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
 
-/// The room for keys a keyed limiter gets when none is asked for (the
-/// Python and Node constructors' default).
-pub const DEFAULT_MAX_KEYS: u64 = 10_000;
+/// The room for keys a shared-memory keyed table gets when none is asked
+/// for (the Python and Node constructors' default). Smaller than an
+/// in-process table's cap ([`ratebound::any::DEFAULT_MAX_KEYS`], 1 000 000):
+/// a shared table is allocated whole when its file is made — `2 × max_keys`
+/// slots of 32 bytes, 640 KiB here, on a tmpfs such as `/dev/shm` — while an
+/// in-process table grows only with the keys it meets.
+pub const DEFAULT_SHARED_MAX_KEYS: u64 = 10_000;
+
+/// The old name of [`DEFAULT_SHARED_MAX_KEYS`], which said less: the core's
+/// [`ratebound::any::DEFAULT_MAX_KEYS`] is the in-process tables' cap.
+#[deprecated(note = "renamed DEFAULT_SHARED_MAX_KEYS")]
+pub const DEFAULT_MAX_KEYS: u64 = DEFAULT_SHARED_MAX_KEYS;
 
 /// A slot's fingerprint word when no key has claimed it.
 const EMPTY: u64 = 0;

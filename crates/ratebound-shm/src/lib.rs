@@ -77,7 +77,9 @@ mod wait;
 
 pub use clock::SystemClock;
 pub use error::Error;
-pub use keyed::{DEFAULT_MAX_KEYS, SharedKeyedLimiter};
+#[allow(deprecated)]
+pub use keyed::DEFAULT_MAX_KEYS;
+pub use keyed::{DEFAULT_SHARED_MAX_KEYS, SharedKeyedLimiter};
 pub use single::{SharedLimiter, SharedReservation};
 
 /// The README's examples, compiled as doctests (`no_run`: they open files

@@ -267,7 +267,7 @@ def limit(
     key: Optional[Callable[..., Union[str, bytes, int]]] = None,
     wait: bool = False,
     timeout: Optional[Number] = None,
-    max_keys: int = 100_000,
+    max_keys: Optional[int] = None,
 ) -> Callable[[F], F]:
     """Limits calls to the decorated function (sync or async).
 
@@ -275,12 +275,15 @@ def limit(
     bucket — per key when ``key`` is given: ``key(*args, **kwargs)`` names the
     key of each call. A refused call raises :class:`RateLimitExceeded` with
     ``retry_after``; with ``wait=True`` it waits instead (``timeout`` seconds
-    at most; the event loop is not blocked for async functions).
+    at most; the event loop is not blocked for async functions). The
+    per-key table made for a rate keeps at most ``max_keys`` keys (default:
+    the core's cap on an in-process table, 1 000 000, the middleware's),
+    forgetting the least recent.
     """
     if isinstance(limiter, (Limiter, KeyedLimiter)):
         lim: Union[Limiter, KeyedLimiter] = limiter
     elif key is not None:
-        lim = KeyedLimiter(limiter, max_keys=max_keys)
+        lim = KeyedLimiter(limiter, max_keys=_ratebound.DEFAULT_MAX_KEYS if max_keys is None else max_keys)
     else:
         lim = TokenBucket(limiter)
     if isinstance(lim, KeyedLimiter) and key is None:

@@ -9,6 +9,9 @@ from typing_extensions import disjoint_base
 _T = TypeVar("_T")
 
 __version__: str
+# The default caps on keys: an in-process table (a middleware policy, @limit), a shared-memory one.
+DEFAULT_MAX_KEYS: int
+DEFAULT_SHARED_MAX_KEYS: int
 __all__ = [
     "ManualClock",
     "Decision",
@@ -31,6 +34,8 @@ __all__ = [
     "client_ip",
     "ratelimit_policy",
     "clock_source",
+    "DEFAULT_MAX_KEYS",
+    "DEFAULT_SHARED_MAX_KEYS",
     "__version__",
 ]
 
