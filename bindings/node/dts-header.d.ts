@@ -61,9 +61,72 @@ export interface SharedKeyedLimiter {
 /** A key, as the middleware and `KeyedLimiter` take it. */
 export type Key = string | number | Uint8Array
 
+/**
+ * The functions of the framework's request a `Gate`'s sequence calls, in
+ * the core's order (each optional): `exempt` first (true: on to the
+ * application, unlimited, nothing added); `critical` only when every
+ * concurrency place is taken (true: it goes on without one); `key` after
+ * shedding, when the gate's key is the application's (`null`,
+ * `undefined` or `''`: no key); `report` once per request that was not
+ * exempt, with the outcome and the refusing policy (for metrics). A hook
+ * that throws ends the sequence: `admit` throws its error, and the place
+ * taken, if any, is given back.
+ */
+export interface GateHooks {
+  exempt?: ((request: any) => boolean) | null
+  critical?: ((request: any) => boolean) | null
+  key?: ((request: any) => Key | null | undefined) | null
+  report?:
+    | ((request: any, outcome: 'allowed' | 'refused' | 'shed' | 'rejected', refusedBy: string | null) => void)
+    | null
+}
+
+/**
+ * A request's place among the requests in flight under the gate's
+ * `concurrencyLimit`: hold it until the response is done (a streaming body
+ * until it ends), then `release()` it — or `close()`, the same; both
+ * idempotent. The middleware releases it on the response's `'close'`.
+ */
+export interface Place {
+  release(): void
+  close(): void
+  /** Whether it is still held. */
+  readonly held: boolean
+}
+
+/**
+ * The gate's answer to a request (`admit`, `finish`): the `Verdict` —
+ * `status` 0 to go on with `headers` set on the application's response,
+ * else the answer to send — and, when it passes under a
+ * `concurrencyLimit`, the `Place` to hold until the response is done.
+ */
+export interface Admission extends Verdict {
+  readonly place: Place | null
+}
+
+export interface Gate {
+  /**
+   * The whole sequence for one request, the core's (`Gate::admit`): the
+   * hooks called with `request` (the framework's request object) in the
+   * core's order, a concurrency place, the key (the `keyHeader` lines of
+   * `rawHeaders`, the `key` hook, or the client IP from `peer` under the
+   * trusted-proxy rules), the policies, `report`. `null`: exempt. An
+   * `Ask` when the gate has `remote` policies: ask each for
+   * `ask.identity`, then `finish`.
+   */
+  admit(request: any, peer?: string | null, rawHeaders?: string[] | null): Admission | Ask | null
+  /**
+   * The rest of `admit` once the remote policies have answered `ask`: one
+   * decision per remote policy, in `remoteNames` order, `null` for a
+   * policy whose table is full (the gate answers 503). `report` is called
+   * with `request`.
+   */
+  finish(ask: Ask, answers: Array<RemoteDecision | null>, request?: any): Admission
+}
+
 /** What a refused request gets, for `handler`. */
 export interface Refusal {
-  /** 429, 503 (too many keys tracked) or the `missingKey` status. */
+  /** 429, 503 (shed, or too many keys tracked) or the `missingKey` status. */
   status: number
   /** Whole seconds to wait (the `Retry-After` value), 0 if none. */
   retryAfter: number
@@ -91,7 +154,7 @@ export interface DecisionEvent {
  * `trustedProxies`, `clientIpHeader`, `missingKey`, ...; every default is
  * the core's), one policy's fields or `policies`, and the key.
  */
-export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey'> {
+export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey' | 'remote' | 'key'> {
   /**
    * Called once per limited request, for metrics (nothing is done for it
    * when unset or null). A Fastify route's `config.rateLimit` without it
@@ -118,15 +181,15 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
     PolicyOptions | redis.Limiter | SharedKeyedLimiter | { name: string; limiter: redis.Limiter | SharedKeyedLimiter }
   >
   /**
-   * The key: `'ip'` (default: the client IP — `req.ip`, which follows
+   * The key: `'ip'` (any case; default: the client IP — `req.ip`, which follows
    * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
    * `trustedProxies` the address the core finds from the socket and the
-   * `clientIpHeader`), `{ header: 'x-api-key' }` (the same as `keyHeader`:
-   * the core reads the header lines; repeated lines, a comma or an empty
-   * value are no key), or a function of the request (`null`/`undefined`/`''`
-   * for no key).
+   * `clientIpHeader`), a header name or `{ header: 'x-api-key' }` (the
+   * same as `keyHeader`: the core reads the header lines; repeated lines, a
+   * comma or an empty value are no key), or a function of the request
+   * (`null`/`undefined`/`''` for no key). Given once: not with `keyHeader`.
    */
-  key?: 'ip' | { header: string } | ((req: any) => Key | null | undefined)
+  key?: 'ip' | string | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
   skip?: (req: any) => boolean
   /**
@@ -134,7 +197,7 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
    * shed (at the cap they go on without a place).
    */
   critical?: (req: any) => boolean
-  /** Called instead of the default refusal (the headers are already set). */
+  /** Called instead of the default refusal, shedding included (the headers are already set). */
   handler?: (req: any, res: any, next: (err?: unknown) => void, refusal: Refusal) => void
 }
 

@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.AllOf = nativeBinding.AllOf
+module.exports.Ask = nativeBinding.Ask
 module.exports.FixedWindow = nativeBinding.FixedWindow
 module.exports.Gate = nativeBinding.Gate
 module.exports.KeyedLimiter = nativeBinding.KeyedLimiter

@@ -1,30 +1,15 @@
 'use strict'
 // Express/Connect middleware and a Fastify plugin over the native Gate: the
-// Gate (the Rust core) decides the key's bucket, the status, Retry-After,
-// the RateLimit fields and the body; this file only moves values between
-// the framework and the Gate.
+// Gate (the Rust core) runs the whole request sequence — exempt, a
+// concurrency place (shed at a full cap unless critical), the key, the
+// policies, onDecision — and answers with the status, Retry-After, the
+// RateLimit fields and the body. This file only moves values between the
+// framework and the Gate: the request's peer and header lines in, the
+// answer out, and the remote policies' round trips between admit and finish.
 
-const POLICY_FIELDS = ['name', 'algorithm', 'rate', 'burst', 'limit', 'window']
-
-// Every option the middleware reads: anything else is a misspelling, and
-// fails where the middleware is made (as the core's parser does for its own).
-const OPTIONS = new Set([
-  ...POLICY_FIELDS,
-  'policies', 'key', 'keyHeader', 'trustedProxies', 'clientIpHeader', 'ipv6Prefix', 'missingKey',
-  'headers', 'body', 'maxKeys', 'overflow', 'concurrencyLimit', 'critical', 'exempt', 'skip', 'handler', 'clock',
-  // Fastify's own register options, which it passes on to the plugin.
-  'prefix', 'logLevel', 'logSerializers',
-  'onDecision', 'label',
-])
-
-// Fastify's own register options: never a route's.
+// Fastify's own register options, which it passes on to the plugin: never
+// a route's, nor the gate's.
 const REGISTER_OPTIONS = new Set(['prefix', 'logLevel', 'logSerializers'])
-
-// The options that make a limit's policies: a route gives all of them or
-// none (inheriting only the plugin's `burst` under its own `rate` would
-// change its limit behind its back).
-const POLICY_OPTIONS = new Set([...POLICY_FIELDS, 'policies'])
-
 
 // A remote policy's answer for `id`, as the gate takes it: a Redis limiter
 // checks the key in its policy's own scope (two policies of one middleware
@@ -39,6 +24,7 @@ function answer(policy, id) {
     throw e
   }
 }
+
 function typeError(message) {
   const e = new TypeError(message)
   e.code = 'ERR_INVALID_ARG_TYPE'
@@ -51,96 +37,105 @@ function invalidOption(message) {
   return e
 }
 
-// The checks every set of middleware options passes before anything is made.
-function checkOptions(options) {
-  if (options == null || typeof options !== 'object') {
-    throw typeError('ratebound middleware options are required')
+// What a refused request gets, for `handler`.
+function refusal(v) {
+  const headers = {}
+  let retryAfter = 0
+  const h = v.headers
+  for (let i = 0; i < h.length; i += 2) {
+    headers[h[i]] = h[i + 1]
+    if (h[i] === 'retry-after') retryAfter = Number(h[i + 1])
   }
-  for (const name of Object.keys(options)) {
-    if (!OPTIONS.has(name)) throw invalidOption(`unknown ratebound middleware option '${name}'`)
-  }
-  if (options.onDecision != null && typeof options.onDecision !== 'function') {
-    throw typeError('onDecision must be a function of the decision event')
-  }
+  return { status: v.status, retryAfter, headers, contentType: v.contentType, body: v.body }
 }
 
-module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
-  // `raw(req)` is the framework request's Node IncomingMessage (Express:
-  // the request itself; Fastify: request.raw).
-  function prepare(options, raw, routeOf) {
-    checkOptions(options)
-    let policies = options.policies
-    if (policies == null) {
-      const p = {}
-      for (const f of POLICY_FIELDS) if (options[f] !== undefined) p[f] = options[f]
-      policies = [p]
+module.exports = function middleware(native, policyFields) {
+  const { Gate, Ask, SharedKeyedLimiter } = native
+  // The options that make a limit's policies (the core's policy fields and
+  // the list): a Fastify route gives all of them or none (inheriting only
+  // the plugin's `burst` under its own `rate` would change its limit
+  // behind its back).
+  const POLICY_OPTIONS = new Set([...policyFields, 'policies'])
+
+  // A remote policy of `policies` — a Redis limiter (rb.redis) or a limit
+  // shared by the host's processes (rb.SharedKeyedLimiter), as itself or
+  // { name, limiter } — or null for a local one (its fields the core's).
+  function remoteOf(p) {
+    if (p == null || typeof p !== 'object') return null
+    const wrapped = p.limiter != null
+    const limiter = wrapped ? p.limiter : p
+    const shared = limiter instanceof SharedKeyedLimiter
+    if (!shared && !(typeof limiter.check === 'function' && limiter.engine != null)) return null
+    return { name: wrapped ? p.name : undefined, limiter, shared }
+  }
+
+  // The middleware's options split: the framework's (hooks, handler,
+  // label; Fastify's register options dropped) and the gate's, every one
+  // passed on by name for the core to read — its rules and defaults are
+  // the core's alone. Remote limiters leave `policies` for `remote` (the
+  // gate takes their engines; the middleware asks them).
+  function split(options) {
+    if (options == null || typeof options !== 'object') {
+      throw typeError('ratebound middleware options are required')
     }
-    // The key: 'ip' (the core's default), { header } (the core reads the
-    // header lines itself), or a function whose result the core is given.
-    let keyOf = null
-    let keyHeader = options.keyHeader
-    const k = options.key
-    if (typeof k === 'function') keyOf = k
-    else if (k != null && typeof k === 'object' && typeof k.header === 'string') {
-      if (keyHeader != null) throw typeError('give the key header once: key: { header } or keyHeader')
-      keyHeader = k.header
-    } else if (k != null && k !== 'ip') {
-      throw typeError("key is 'ip', { header: name } or a function of the request")
+    const { skip, exempt, critical, handler, onDecision, label, key, policies, ...gateOptions } = options
+    for (const name of REGISTER_OPTIONS) delete gateOptions[name]
+    for (const name of ['remote', 'givenKey']) {
+      if (gateOptions[name] !== undefined) {
+        throw invalidOption(`unknown ratebound middleware option '${name}' (remote limiters go in policies, a key function in key)`)
+      }
     }
-    // Global limits in Redis (rb.redis limiters) and limits shared by the
-    // host's processes (rb.SharedKeyedLimiter) are policies too: given as
-    // the limiter itself or { name, limiter }. The gate advertises them and
-    // merges their decisions; this file only makes the call.
-    const local = []
+    if (onDecision != null && typeof onDecision !== 'function') {
+      throw typeError('onDecision must be a function of the decision event')
+    }
     const remote = []
-    for (const p of policies) {
-      // A field a policy does not take is an error naming it ('brust' is
-      // not ignored); limiters (Redis, shared) are checked by their kind.
-      if (p != null && typeof p === 'object' && p.limiter == null && p.engine == null && !(p instanceof SharedKeyedLimiter)) {
-        for (const f of Object.keys(p)) {
-          if (!POLICY_FIELDS.includes(f)) throw invalidOption(`policy ${JSON.stringify(p.name ?? '')}: unknown field '${f}'; a policy takes ${POLICY_FIELDS.join(', ')}`)
-        }
+    if (Array.isArray(policies)) {
+      const local = []
+      for (const p of policies) {
+        const r = remoteOf(p)
+        if (r === null) local.push(p)
+        else remote.push(r)
       }
-      const limiter = p != null && p.limiter != null ? p.limiter : p
-      const shared = limiter instanceof SharedKeyedLimiter
-      if (shared || (limiter != null && typeof limiter.check === 'function' && limiter.engine != null)) {
-        remote.push({ name: (p.limiter != null && p.name) || (shared ? 'host' : 'global'), limiter, shared })
-      } else {
-        local.push(p)
+      gateOptions.policies = local
+      if (remote.length > 0) {
+        gateOptions.remote = remote.map((r) => (r.shared ? { name: r.name, shared: r.limiter } : { name: r.name, engine: r.limiter.engine }))
       }
+    } else if (policies !== undefined) {
+      gateOptions.policies = policies
     }
-    // Every option is parsed, and defaulted, by the core.
-    const gate = new Gate({
-      policies: local,
-      remote: remote.map((r) => (r.shared ? { name: r.name, shared: r.limiter } : { name: r.name, engine: r.limiter.engine })),
-      keyHeader,
-      givenKey: keyOf !== null,
-      trustedProxies: options.trustedProxies,
-      clientIpHeader: options.clientIpHeader,
-      ipv6Prefix: options.ipv6Prefix,
-      missingKey: options.missingKey,
-      headers: options.headers,
-      body: options.body,
-      maxKeys: options.maxKeys,
-      overflow: options.overflow,
-      concurrencyLimit: options.concurrencyLimit,
-      clock: options.clock,
-    })
-    const skip = options.skip || options.exempt || null
-    const handler = options.handler || null
-    const critical = options.critical || null
+    let keyOf
+    if (typeof key === 'function') keyOf = key
+    else if (key !== undefined) gateOptions.key = key
+    return { gateOptions, remote, keyOf, exempt: skip || exempt || undefined, critical: critical || undefined, handler, onDecision, label }
+  }
+
+  // `raw(req)` is the framework request's Node IncomingMessage (Express:
+  // the request itself; Fastify: request.raw); `routeOf(req)` its route,
+  // onDecision's label when the options give none.
+  function prepare(options, raw, routeOf) {
+    const { gateOptions, remote, keyOf, exempt, critical, handler, onDecision, label } = split(options)
+    // Metrics: onDecision({ outcome, policy, policies, label }) for every
+    // limited request, told by the gate's sequence.
+    const text = label == null ? null : String(label)
+    let policies = null
+    const report =
+      onDecision == null
+        ? undefined
+        : (req, outcome, policy) => onDecision({ outcome, policy, policies, label: text ?? routeOf(req) ?? null })
+    const gate = new Gate(gateOptions, { exempt, critical, key: keyOf, report })
+    if (report !== undefined) policies = gate.policyNames
+    // The remote policies, in the order the gate takes their answers, by
+    // the names it gave them.
+    const names = gate.remoteNames
+    remote.forEach((r, i) => (r.name = names[i]))
     // With trustedProxies the peer is the socket's address and the core
     // applies the proxy rules to the header lines; without, the peer is the
     // framework's req.ip (Express's `trust proxy`, Fastify's `trustProxy`)
     // and the core reads no forwarding header.
-    const ownProxies = options.trustedProxies != null
-    const slot = gate.handle
-    // One raw call, one string back: status, content type, body, then
-    // header name/value pairs, separated by NUL. The header lines go over
-    // as Node received them (rawHeaders: in order, repeated lines kept); the
-    // core reads only the ones it needs.
+    const ownProxies = gateOptions.trustedProxies != null
     // Only the lines of the fields the gate reads cross into Rust (each
-    // value that crosses costs an N-API call); the gate names them.
+    // value that crosses costs an N-API call), as Node received them
+    // (rawHeaders: in order, repeated lines kept); the gate names them.
     const wanted = gate.headerNames
     function lines(rawHeaders) {
       if (wanted.length === 0 || rawHeaders == null) return undefined
@@ -157,110 +152,79 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
       }
       return out
     }
-    function decide(req) {
+    // The gate's whole sequence for `req`: null (exempt), an Admission, or
+    // with remote policies an Ask.
+    function admit(req) {
       const r = raw(req)
-      const key = keyOf === null ? undefined : keyOf(req)
       const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
-      return gateDecide(slot, key, peer, lines(r.rawHeaders)).split('\0')
+      return gate.admit(req, peer, lines(r.rawHeaders))
     }
-    // With Redis policies: the request's identity goes to each limiter (one
-    // round trip each, bounded by its deadline; Redis trouble is answered
-    // by its fail policy), then the gate decides with their decisions. A
-    // promise of the same array `decide` returns.
-    async function decideRemote(req) {
-      const r = raw(req)
-      const key = keyOf === null ? undefined : keyOf(req)
-      const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
-      const headerLines = lines(r.rawHeaders)
-      const id = gate.identity(key, peer, headerLines)
-      const decisions = typeof id === 'number' ? [] : await Promise.all(remote.map((x) => answer(x, id)))
-      const v = gate.decideWith(key, peer, headerLines, decisions)
-      return [String(v.status), v.contentType ?? '', v.body ?? '', v.outcome, v.refusedBy ?? '', ...v.headers]
-    }
-    // Load shedding (the core's concurrency cap): `enter(req, res)` is true
-    // when the request may go on; false when it was answered with 503.
-    // Metrics: onDecision({ outcome, policy, policies, label }) for every
-    // limited request when set; nothing is done for it otherwise. `label`:
-    // the option, else the route (Express: req.route.path; Fastify: the
-    // route's url), else null.
-    const onDecision = options.onDecision || null
-    const label = options.label == null ? null : String(options.label)
-    const policyNames = onDecision === null ? null : gate.policyNames
-    const report =
-      onDecision === null
-        ? null
-        : (v, route) =>
-            onDecision({ outcome: v[3], policy: v[4] === '' ? null : v[4], policies: policyNames, label: label ?? route ?? null })
-    let enter = null
-    if (gate.capped) {
-      const shed = gate.shed()
-      enter = (req, res, answer) => {
-        if (gate.tryEnter()) {
-          let left = false
-          res.once('close', () => {
-            if (!left) {
-              left = true
-              gate.leave()
-            }
-          })
-          return true
-        }
-        if (critical !== null && critical(req)) return true
-        if (report !== null) report(['503', '', '', 'shed', ''], routeOf(req))
-        answer(shed)
-        return false
+    // A request waiting for its remote policies: each is asked once for
+    // the request's identity (one round trip each, bounded by its deadline;
+    // Redis trouble is answered by its fail policy), then the gate
+    // finishes. The ask holds the request's place, given back when an
+    // answer fails, or when the response closes first (the client left:
+    // undefined, nothing to answer).
+    async function finish(ask, req, res) {
+      const left = () => ask.close()
+      res.once('close', left)
+      let answers
+      try {
+        const id = ask.identity
+        answers = await Promise.all(remote.map((p) => answer(p, id)))
+      } catch (e) {
+        ask.close()
+        throw e
+      } finally {
+        res.removeListener('close', left)
       }
+      return ask.closed ? undefined : gate.finish(ask, answers, req)
     }
-    return { gate, decide, decideRemote: remote.length > 0 ? decideRemote : null, skip, handler, enter, report }
+    return { gate, admit, finish, handler: handler || null }
   }
 
-  function refusal(v) {
-    const headers = {}
-    let retryAfter = 0
-    for (let i = 5; i < v.length; i += 2) {
-      headers[v[i]] = v[i + 1]
-      if (v[i] === 'retry-after') retryAfter = Number(v[i + 1])
-    }
-    return { status: Number(v[0]), retryAfter, headers, contentType: v[1], body: v[2] }
+  // The Gate's options of `options` checked, without a gate: the defaults
+  // of Fastify routes' limits (no policy needed).
+  function check(options) {
+    const { gateOptions, keyOf } = split(options)
+    if (keyOf === undefined) Gate.check(gateOptions)
+    else Gate.check({ ...gateOptions, givenKey: true })
   }
 
   /** Express/Connect middleware. */
   function express(options) {
-    const { gate, decide, decideRemote, skip, handler, enter, report } = prepare(
+    const { gate, admit, finish, handler } = prepare(
       options,
       (req) => req,
       (req) => (req.route == null ? null : req.route.path),
     )
-    const shedWith = (res) => (shed) => {
-      res.statusCode = shed.status
-      for (let i = 0; i < shed.headers.length; i += 2) res.setHeader(shed.headers[i], shed.headers[i + 1])
-      res.setHeader('content-type', shed.contentType)
-      res.end(shed.body)
+    function respond(req, res, next, v) {
+      if (v === null) return next()
+      if (v === undefined) return
+      const place = v.place
+      // Held until the response is done: a streaming body is in flight
+      // until it ends.
+      if (place !== null) res.once('close', () => place.release())
+      const h = v.headers
+      for (let i = 0; i < h.length; i += 2) res.setHeader(h[i], h[i + 1])
+      if (v.status === 0) return next()
+      if (handler !== null) return handler(req, res, next, refusal(v))
+      res.statusCode = v.status
+      res.setHeader('content-type', v.contentType)
+      res.end(v.body)
     }
     function ratebound(req, res, next) {
-      if (skip !== null && skip(req)) return next()
-      // Shedding first: a saturated app refuses before any token is spent.
-      if (enter !== null && !enter(req, res, shedWith(res))) return
-      if (decideRemote !== null) {
-        decideRemote(req).then((v) => answer(req, res, next, v), next)
-        return
-      }
       let v
       try {
-        v = decide(req)
+        v = admit(req)
       } catch (e) {
         return next(e)
       }
-      answer(req, res, next, v)
-    }
-    function answer(req, res, next, v) {
-      if (report !== null) report(v, req.route == null ? null : req.route.path)
-      for (let i = 5; i < v.length; i += 2) res.setHeader(v[i], v[i + 1])
-      if (v[0] === '0') return next()
-      if (handler !== null) return handler(req, res, next, refusal(v))
-      res.statusCode = Number(v[0])
-      res.setHeader('content-type', v[1])
-      res.end(v[2])
+      if (v instanceof Ask) {
+        finish(v, req, res).then((v) => respond(req, res, next, v), next)
+        return
+      }
+      respond(req, res, next, v)
     }
     ratebound.gate = gate
     return ratebound
@@ -271,38 +235,32 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
 
   /** The onRequest hook of one prepared gate (the plugin's, or one route's). */
   function fastifyHook(prepared) {
-    const { decide, decideRemote, skip, handler, enter, report } = prepared
-    function answer(request, reply, next, v) {
-      if (report !== null) report(v, request.routeOptions == null ? null : request.routeOptions.url)
-      for (let i = 5; i < v.length; i += 2) reply.header(v[i], v[i + 1])
-      if (v[0] === '0') return next()
+    const { admit, finish, handler } = prepared
+    function respond(request, reply, next, v) {
+      if (v === null) return next()
+      if (v === undefined) return
+      const place = v.place
+      if (place !== null) reply.raw.once('close', () => place.release())
+      const h = v.headers
+      for (let i = 0; i < h.length; i += 2) reply.header(h[i], h[i + 1])
+      if (v.status === 0) return next()
       if (handler !== null) return handler(request, reply, next, refusal(v))
       // A Buffer: Fastify sends it as is, with the core's content type
       // (for a string it would add a charset to a JSON type).
-      reply.code(Number(v[0])).header('content-type', v[1]).send(Buffer.from(v[2]))
+      reply.code(v.status).header('content-type', v.contentType).send(Buffer.from(v.body))
     }
     return function ratebound(request, reply, next) {
-      if (skip !== null && skip(request)) return next()
-      if (
-        enter !== null &&
-        !enter(request, reply.raw, (shed) => {
-          for (let i = 0; i < shed.headers.length; i += 2) reply.header(shed.headers[i], shed.headers[i + 1])
-          reply.code(shed.status).header('content-type', shed.contentType).send(Buffer.from(shed.body))
-        })
-      ) {
-        return
-      }
-      if (decideRemote !== null) {
-        decideRemote(request).then((v) => answer(request, reply, next, v), next)
-        return
-      }
       let v
       try {
-        v = decide(request)
+        v = admit(request)
       } catch (e) {
         return next(e)
       }
-      answer(request, reply, next, v)
+      if (v instanceof Ask) {
+        finish(v, request, reply.raw).then((v) => respond(request, reply, next, v), next)
+        return
+      }
+      respond(request, reply, next, v)
     }
   }
 
@@ -338,7 +296,7 @@ module.exports = function middleware(Gate, gateDecide, SharedKeyedLimiter) {
       // Only defaults, but checked now: a bad rate fails at registration.
       prepare(rest, fastifyRaw, fastifyRoute)
     } else {
-      checkOptions(rest)
+      check(rest)
     }
     const appHook = app === null ? null : fastifyHook(app)
     function merged(own) {

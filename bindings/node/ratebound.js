@@ -185,7 +185,117 @@ define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(ke
   )
 })
 
-const { express, fastify } = require('./middleware.js')(native.Gate, fast.gateDecide, native.SharedKeyedLimiter)
+// The gate's whole sequence for one request is the core's (Gate::admit):
+// `gateAdmit` runs it, calling the gate's hooks with the request, and its
+// answer comes back as numbers in `scratch` (from `fast.gateAt`: what it
+// found, the status, the outcome, the refusing policy, the concurrency
+// place, which fields, their numbers) and strings (the RateLimit value;
+// for an answer the content type and body too), made into an Admission
+// here and only here.
+const fastAdmit = fast.gateAdmit
+const fastFinish = fast.gateFinish
+const fastRelease = fast.placeRelease
+const G = fast.gateAt
+const OUTCOMES = fast.outcomes
+const [F_POLICY, F_RATELIMIT, F_LIMIT, F_REMAINING, F_RESET, F_RETRY] = fast.fieldNames
+
+/**
+ * A request's place among the requests in flight under the gate's
+ * concurrencyLimit: hold it until the response is done (a streaming body
+ * until it ends), then release() it (or close(): the same; both idempotent).
+ */
+class Place {
+  #slot
+  constructor(slot) {
+    this.#slot = slot
+  }
+  release() {
+    const slot = this.#slot
+    if (slot >= 0) {
+      this.#slot = -1
+      fastRelease(slot)
+    }
+  }
+  close() {
+    this.release()
+  }
+  get held() {
+    return this.#slot >= 0
+  }
+}
+
+/** The gate's answer to a request: a Verdict, and the place it holds. */
+class Admission {
+  constructor(status, headers, contentType, body, outcome, refusedBy, place) {
+    this.status = status
+    this.headers = headers
+    this.contentType = contentType
+    this.body = body
+    this.outcome = outcome
+    this.refusedBy = refusedBy
+    this.place = place
+  }
+}
+
+// What admit() reads of a gate once: its slot, the RateLimit-Policy value
+// (the same in every verdict) and the policies' names.
+const GATE = Symbol('ratebound.gate')
+const gateGetter = handleGetter(native.Gate)
+function gateOf(gate) {
+  const g = { handle: gateGetter.call(gate), policy: gate.policy, names: gate.policyNames }
+  gate[GATE] = g
+  return g
+}
+
+function admission(g, r) {
+  const status = scratch[G + 1]
+  let ratelimit = r
+  let contentType
+  let body
+  if (status !== 0) {
+    ratelimit = r[0]
+    contentType = r[1]
+    body = r[2]
+  }
+  const mask = scratch[G + 5]
+  let headers
+  if (mask === 3) {
+    headers = [F_POLICY, g.policy, F_RATELIMIT, ratelimit]
+  } else {
+    headers = []
+    if (mask & 1) headers.push(F_POLICY, g.policy)
+    if (mask & 2) headers.push(F_RATELIMIT, ratelimit)
+    if (mask & 4) {
+      headers.push(F_LIMIT, String(scratch[G + 6]), F_REMAINING, String(scratch[G + 7]), F_RESET, String(scratch[G + 8]))
+    }
+    if (mask & 8) headers.push(F_RETRY, String(scratch[G + 9]))
+  }
+  const by = scratch[G + 3]
+  const place = scratch[G + 4]
+  return new Admission(
+    status,
+    headers,
+    contentType,
+    body,
+    OUTCOMES[scratch[G + 2]],
+    by < 0 ? undefined : g.names[by],
+    place < 0 ? null : new Place(place),
+  )
+}
+
+define(native.Gate.prototype, 'admit', function admit(request, peer, rawHeaders) {
+  const g = this[GATE] ?? gateOf(this)
+  const r = fastAdmit(g.handle, request, peer, rawHeaders)
+  const found = scratch[G]
+  if (found === 1) return admission(g, r)
+  return found === 0 ? null : r
+})
+define(native.Gate.prototype, 'finish', function finish(ask, answers, request) {
+  const g = this[GATE] ?? gateOf(this)
+  return admission(g, fastFinish(g.handle, ask, answers, request))
+})
+
+const { express, fastify } = require('./middleware.js')(native, fast.policyFields)
 // Global limits in Redis, with the application's ioredis or node-redis client.
 const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abortError })
 // Calls to a partner through a limiter, as the core's Outbound advises.
@@ -204,6 +314,7 @@ const {
   SharedTokenBucket,
   SharedKeyedLimiter,
   Gate,
+  Ask,
   Outbound,
   Reservation,
   RedisEngine,
@@ -223,6 +334,7 @@ module.exports = {
   SharedTokenBucket,
   SharedKeyedLimiter,
   Gate,
+  Ask,
   Outbound,
   Reservation,
   RedisEngine,

@@ -1,6 +1,8 @@
 // Type-checked with `tsc --noEmit` against index.d.ts (npm run typecheck).
 import {
+  Admission,
   AllOf,
+  Ask,
   Decision,
   FixedWindow,
   Gate,
@@ -83,6 +85,23 @@ const v = gate.decide(undefined, '127.0.0.1', ['X-API-Key', 'alice'])
 const status: number = v.status
 const given = new Gate({ policies: [{ rate: 1 }], givenKey: true, trustedProxies: 1 })
 given.decide('alice', '127.0.0.1')
+const hooked = new Gate(
+  { rate: '10/s', concurrencyLimit: 8, key: 'x-api-key' },
+  { exempt: (req) => req.url === '/health', critical: () => false, report: (req, outcome, by) => void [req, outcome, by] },
+)
+const admitted: Admission | Ask | null = hooked.admit({ url: '/' }, '127.0.0.1', ['X-API-Key', 'alice'])
+if (admitted instanceof Ask) {
+  const id: Buffer = admitted.identity
+  const done: Admission = hooked.finish(admitted, [null], {})
+  void [id, done.status]
+} else if (admitted !== null) {
+  const held: boolean = admitted.place !== null && admitted.place.held
+  admitted.place?.release()
+  const out: string[] = admitted.headers
+  void [held, out, admitted.outcome, admitted.refusedBy]
+}
+const byGivenKey = new Gate({ policies: [{ rate: 1 }] }, { key: (req: { user?: string }) => req.user })
+void byGivenKey.remoteNames
 const plugin: typeof fastify = fastify
 const secs: number = http.retryAfterSecs(1)
 const client: string = http.clientIp('10.0.0.5', ['X-Forwarded-For', '203.0.113.9'], ['10.0.0.0/8'], 'x-forwarded-for')

@@ -12,20 +12,37 @@ use napi_derive::napi;
 use ratebound::Limiter;
 use ratebound::any::AnyLimiter;
 
-use super::ffi::{KeyError, args, boolean, count, int, raw_throw, raw_throw_core, slot, with_key};
-use super::gate_wire::raw_gate_decide;
+use super::admit::{OUTCOMES, field_names, raw_gate_admit, raw_gate_finish, raw_place_release};
+use super::ffi::{
+    args, boolean, count, int, raw_throw, raw_throw_core, raw_throw_key, slot, with_key,
+};
 use super::slots::{KEYED, LIMITERS};
 use crate::error;
 
 thread_local! {
-    /// The shared `Float64Array`'s data: [limit, remaining, retry ns, reset ns].
+    /// The shared `Float64Array`'s data: [limit, remaining, retry ns, reset
+    /// ns], then a gate's answer from [`GATE_AT`] (see `admit`).
     static SCRATCH: Cell<*mut f64> = const { Cell::new(ptr::null_mut()) };
     /// The env the array was made in, and the reference that keeps it.
     static BOUND: Cell<(sys::napi_env, sys::napi_ref)> =
         const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
 }
 
-const SCRATCH_LEN: usize = 4;
+/// Where a gate's numbers start in the shared array, and how many.
+pub(super) const GATE_AT: usize = 4;
+pub(super) const GATE_LEN: usize = 10;
+const SCRATCH_LEN: usize = GATE_AT + GATE_LEN;
+
+/// Writes a gate's numbers to the shared array, from [`GATE_AT`].
+#[inline(always)]
+pub(super) fn publish_gate(values: &[f64]) {
+    let p = SCRATCH.with(Cell::get);
+    if !p.is_null() {
+        let n = values.len().min(GATE_LEN);
+        // SAFETY: as in `publish`; `GATE_AT + n <= SCRATCH_LEN`.
+        unsafe { ptr::copy_nonoverlapping(values.as_ptr(), p.add(GATE_AT), n) };
+    }
+}
 
 /// Writes a decision to the shared array; 1 if allowed, 0 if refused.
 #[inline(always)]
@@ -159,22 +176,8 @@ unsafe extern "C" fn raw_keyed_check(
                 raw_throw_core(env, &e);
                 ptr::null_mut()
             }
-            Some(Err(KeyError::Type)) => {
-                raw_throw(
-                    env,
-                    error::Kind::Type,
-                    "ERR_INVALID_ARG_TYPE",
-                    "a key must be a string, a safe integer or a Uint8Array (Buffer)",
-                );
-                ptr::null_mut()
-            }
-            Some(Err(KeyError::Range)) => {
-                raw_throw(
-                    env,
-                    error::Kind::Range,
-                    "ERR_RATEBOUND_INVALID_KEY",
-                    "a numeric key must be a safe integer",
-                );
+            Some(Err(e)) => {
+                raw_throw_key(env, &e);
                 ptr::null_mut()
             }
             None => {
@@ -203,7 +206,9 @@ unsafe extern "C" fn raw_noop(
 
 /// The shared decision array of this thread and the raw entry points
 /// (internal): `{ scratch, tryAcquire, check, checkOne, keyedCheck,
-/// gateDecide, noop }`. Every copy of `ratebound.js` loaded in one thread
+/// gateAdmit, gateFinish, placeRelease, noop }`, and the core's words the
+/// gate's answers are read with: `gateAt` (where a gate's numbers start in
+/// `scratch`), `outcomes`, `fieldNames` and `policyFields`. Every copy of `ratebound.js` loaded in one thread
 /// (test runners re-evaluate modules) gets the same array, so no copy reads
 /// numbers another copy's call left behind.
 #[napi(skip_typescript)]
@@ -246,10 +251,12 @@ pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
             SCRATCH.with(|s| s.set(data.cast::<f64>()));
         }
         sys::napi_set_named_property(raw_env, exports.raw(), c"scratch".as_ptr(), array);
-        let fns: [(&std::ffi::CStr, sys::napi_callback); 6] = [
+        let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
             (c"checkOne", Some(raw_check_one)),
             (c"tryAcquire", Some(raw_try_acquire)),
-            (c"gateDecide", Some(raw_gate_decide)),
+            (c"gateAdmit", Some(raw_gate_admit)),
+            (c"gateFinish", Some(raw_gate_finish)),
+            (c"placeRelease", Some(raw_place_release)),
             (c"check", Some(raw_check)),
             (c"keyedCheck", Some(raw_keyed_check)),
             (c"noop", Some(raw_noop)),
@@ -267,5 +274,11 @@ pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
             sys::napi_set_named_property(raw_env, exports.raw(), name.as_ptr(), f);
         }
     }
+    let mut exports = exports;
+    exports.set("gateAt", GATE_AT as u32)?;
+    let outcomes: Vec<&str> = OUTCOMES.iter().map(|o| o.as_str()).collect();
+    exports.set("outcomes", outcomes)?;
+    exports.set("fieldNames", field_names())?;
+    exports.set("policyFields", ratebound::any::POLICY_FIELDS.to_vec())?;
     Ok(exports)
 }

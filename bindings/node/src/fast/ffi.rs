@@ -151,6 +151,27 @@ pub(super) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str
     };
 }
 
+/// Throws the error a bad key gets, from a raw callback.
+pub(super) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
+    // SAFETY: as raw_throw.
+    unsafe {
+        match e {
+            KeyError::Type => raw_throw(
+                env,
+                error::Kind::Type,
+                "ERR_INVALID_ARG_TYPE",
+                "a key must be a string, a safe integer or a Uint8Array (Buffer)",
+            ),
+            KeyError::Range => raw_throw(
+                env,
+                error::Kind::Range,
+                "ERR_RATEBOUND_INVALID_KEY",
+                "a numeric key must be a safe integer",
+            ),
+        }
+    }
+}
+
 pub(super) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) {
     // SAFETY: as raw_throw.
     unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) };

@@ -13,16 +13,19 @@
 
 #![allow(unsafe_code)]
 
+mod admit;
 mod calls;
 mod ffi;
 mod gate_wire;
 mod headers;
+mod hooks;
 mod slots;
 
 pub use calls::bind_fast_path;
 pub use ffi::{KeyError, key_error, with_key};
 pub use gate_wire::{DecideError, decide, decide_error, with_request};
 pub use headers::{Lines, NotRawHeaders, RAW_HEADERS_TYPE};
+pub use hooks::{HOOK_NAMES, HookRefs};
 pub use slots::{
     register_gate, register_keyed, register_limiter, unregister_gate, unregister_keyed,
     unregister_limiter,

@@ -1,15 +1,19 @@
-//! The per-thread tables of live limiters, keyed limiters and gates: the
-//! slot numbers the hot calls take instead of `this`.
+//! The per-thread tables of live limiters, keyed limiters and gates (the
+//! slot numbers the hot calls take instead of `this`), and of the
+//! concurrency places that passing requests hold.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use ratebound::any::{self, AnyKeyed, AnyLimiter};
 
+use super::hooks::HookRefs;
+
 /// Slots of live limiters; a slot is freed when its class instance is
 /// garbage collected.
 pub(super) struct Slab<T> {
-    items: Vec<Option<Arc<T>>>,
+    items: Vec<Option<T>>,
     free: Vec<u32>,
 }
 
@@ -21,7 +25,7 @@ impl<T> Slab<T> {
         }
     }
 
-    fn insert(&mut self, item: Arc<T>) -> u32 {
+    fn insert(&mut self, item: T) -> u32 {
         match self.free.pop() {
             Some(slot) => {
                 self.items[slot as usize] = Some(item);
@@ -34,29 +38,40 @@ impl<T> Slab<T> {
         }
     }
 
-    fn remove(&mut self, slot: u32) {
-        if let Some(item) = self.items.get_mut(slot as usize)
-            && item.take().is_some()
-        {
-            self.free.push(slot);
-        }
+    fn take(&mut self, slot: u32) -> Option<T> {
+        let item = self.items.get_mut(slot as usize)?.take()?;
+        self.free.push(slot);
+        Some(item)
     }
+}
 
+impl<T> Slab<Arc<T>> {
     #[inline]
     pub(super) fn get(&self, slot: u32) -> Option<&T> {
         self.items.get(slot as usize)?.as_deref()
     }
+}
 
+impl<T> Slab<Rc<T>> {
     #[inline]
-    pub(super) fn get_arc(&self, slot: u32) -> Option<Arc<T>> {
+    pub(super) fn get_rc(&self, slot: u32) -> Option<Rc<T>> {
         self.items.get(slot as usize)?.clone()
     }
 }
 
+/// A gate of the table: the core's gate and the JavaScript hooks its
+/// sequence calls (references of this thread's env: not `Send`).
+pub(super) struct GateEntry {
+    pub(super) gate: Arc<any::Gate>,
+    pub(super) hooks: HookRefs,
+}
+
 thread_local! {
-    pub(super) static LIMITERS: RefCell<Slab<AnyLimiter>> = const { RefCell::new(Slab::new()) };
-    pub(super) static KEYED: RefCell<Slab<AnyKeyed>> = const { RefCell::new(Slab::new()) };
-    pub(super) static GATES: RefCell<Slab<any::Gate>> = const { RefCell::new(Slab::new()) };
+    pub(super) static LIMITERS: RefCell<Slab<Arc<AnyLimiter>>> = const { RefCell::new(Slab::new()) };
+    pub(super) static KEYED: RefCell<Slab<Arc<AnyKeyed>>> = const { RefCell::new(Slab::new()) };
+    pub(super) static GATES: RefCell<Slab<Rc<GateEntry>>> = const { RefCell::new(Slab::new()) };
+    /// The places of passing requests, until their `Place` is released.
+    static PLACES: RefCell<Slab<any::Place>> = const { RefCell::new(Slab::new()) };
 }
 
 /// Gives `limiter` a slot in this thread's table.
@@ -66,7 +81,7 @@ pub fn register_limiter(limiter: Arc<AnyLimiter>) -> u32 {
 
 /// Frees a slot (from a finalizer; harmless if the thread is exiting).
 pub fn unregister_limiter(slot: u32) {
-    let _ = LIMITERS.try_with(|s| s.borrow_mut().remove(slot));
+    let _ = LIMITERS.try_with(|s| s.borrow_mut().take(slot));
 }
 
 /// Gives `keyed` a slot in this thread's table.
@@ -76,15 +91,37 @@ pub fn register_keyed(keyed: Arc<AnyKeyed>) -> u32 {
 
 /// Frees a keyed slot.
 pub fn unregister_keyed(slot: u32) {
-    let _ = KEYED.try_with(|s| s.borrow_mut().remove(slot));
+    let _ = KEYED.try_with(|s| s.borrow_mut().take(slot));
 }
 
-/// Gives `gate` a slot in this thread's table.
-pub fn register_gate(gate: Arc<any::Gate>) -> u32 {
-    GATES.with(|s| s.borrow_mut().insert(gate))
+/// Gives `gate` and its hooks a slot in this thread's table.
+pub fn register_gate(gate: Arc<any::Gate>, hooks: HookRefs) -> u32 {
+    let entry = Rc::new(GateEntry { gate, hooks });
+    GATES.with(|s| s.borrow_mut().insert(entry))
 }
 
-/// Frees a gate's slot.
+/// Frees a gate's slot and its hooks' references (from the gate's
+/// finalizer, in the thread and env that made them).
 pub fn unregister_gate(slot: u32) {
-    let _ = GATES.try_with(|s| s.borrow_mut().remove(slot));
+    let entry = GATES.try_with(|s| s.borrow_mut().take(slot)).ok().flatten();
+    if let Some(entry) = entry {
+        // SAFETY: called from the gate's finalizer, on the thread whose env
+        // made the references; no call of the gate is running (it would
+        // hold the gate's object alive).
+        unsafe { entry.hooks.delete() };
+    }
+}
+
+/// Keeps `place` until [`release_place`]; its slot.
+pub(super) fn hold_place(place: any::Place) -> u32 {
+    PLACES.with(|s| s.borrow_mut().insert(place))
+}
+
+/// Gives back the place in `slot` (nothing if it was given back already).
+pub(super) fn release_place(slot: u32) {
+    let place = PLACES
+        .try_with(|s| s.borrow_mut().take(slot))
+        .ok()
+        .flatten();
+    drop(place);
 }

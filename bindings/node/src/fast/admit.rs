@@ -1,0 +1,325 @@
+//! The gate's whole sequence for one request, as raw calls: `gateAdmit`
+//! runs the core's `Gate::admit` with the gate's hooks, `gateFinish` its
+//! `Gate::finish` with the remote policies' answers, `placeRelease` gives a
+//! concurrency place back. The answer crosses as a few values — the
+//! numbers in the shared array ([`GATE_AT`]..), the strings as the return
+//! value — that `ratebound.js` makes into one typed object in one place.
+
+use std::ffi::c_char;
+use std::ptr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use ratebound::any::{self, Admission, Outcome};
+
+use super::calls::{GATE_AT, publish_gate};
+use super::ffi::{args, opt_ip, raw_throw, raw_throw_core, slot};
+use super::headers::{Lines, RAW_HEADERS_TYPE};
+use super::hooks::JsHooks;
+use super::slots::{GATES, GateEntry, hold_place, release_place};
+use crate::error;
+use crate::gate::{Ask, RemoteDecision};
+
+/// What `gateAdmit` found, in the shared array's first gate slot.
+const EXEMPT: f64 = 0.0;
+const DECIDED: f64 = 1.0;
+const ASK: f64 = 2.0;
+
+/// The outcomes in the order their index crosses (`outcomes` in
+/// `bindFastPath`).
+pub(super) const OUTCOMES: [Outcome; 4] = [
+    Outcome::Allowed,
+    Outcome::Refused,
+    Outcome::Shed,
+    Outcome::Rejected,
+];
+
+/// The header fields of a verdict in the core's order (`Fields::iter`),
+/// for `fieldNames` in `bindFastPath`: the policy, `RateLimit`, the three
+/// legacy fields, `Retry-After`.
+pub(super) fn field_names() -> Vec<&'static str> {
+    let all = any::Fields {
+        policy: Some(""),
+        ratelimit: Some(Vec::new()),
+        legacy: Some([0; 3]),
+        retry_after: Some(0),
+    };
+    all.iter().map(|(name, _)| name).collect()
+}
+
+/// The gate in `slot`, or a thrown `ERR_INVALID_THIS`.
+unsafe fn gate_in(env: sys::napi_env, h: sys::napi_value) -> Option<Rc<GateEntry>> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let h = slot(env, h);
+        // Held by its own reference, not by a borrow of the table: a hook
+        // may make or drop gates while the sequence runs.
+        let entry = GATES.with(|s| s.borrow().get_rc(h));
+        if entry.is_none() {
+            raw_throw(
+                env,
+                error::Kind::Type,
+                "ERR_INVALID_THIS",
+                "not a live ratebound gate",
+            );
+        }
+        entry
+    }
+}
+
+unsafe fn string(env: sys::napi_env, text: &str) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env; `text` is valid UTF-8 of this length.
+    unsafe {
+        sys::napi_create_string_utf8(
+            env,
+            text.as_ptr().cast::<c_char>(),
+            text.len() as isize,
+            &mut out,
+        )
+    };
+    out
+}
+
+unsafe fn undefined(env: sys::napi_env) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_get_undefined(env, &mut out) };
+    out
+}
+
+/// `admission` out: its numbers in the shared array, its place kept in
+/// the table of places; returns the `RateLimit` value (or `undefined`) for
+/// a pass, `[ratelimit, contentType, body]` for an answer.
+unsafe fn publish(
+    env: sys::napi_env,
+    gate: &any::Gate,
+    admission: Admission<'_>,
+) -> sys::napi_value {
+    let Admission { verdict, place } = admission;
+    let fields = &verdict.fields;
+    let outcome = OUTCOMES
+        .iter()
+        .position(|o| *o == verdict.outcome)
+        .unwrap_or(0);
+    let by = verdict
+        .refused_by
+        .and_then(|by| gate.policy_names().position(|name| name == by))
+        .map_or(-1.0, |i| i as f64);
+    let place = place.map_or(-1.0, |p| f64::from(hold_place(p)));
+    let mask = u8::from(fields.policy.is_some())
+        | u8::from(fields.ratelimit.is_some()) << 1
+        | u8::from(fields.legacy.is_some()) << 2
+        | u8::from(fields.retry_after.is_some()) << 3;
+    let [limit, remaining, reset] = fields.legacy.unwrap_or_default();
+    publish_gate(&[
+        DECIDED,
+        f64::from(verdict.status),
+        outcome as f64,
+        by,
+        place,
+        f64::from(mask),
+        limit as f64,
+        remaining as f64,
+        reset as f64,
+        fields.retry_after.unwrap_or(0) as f64,
+    ]);
+    // SAFETY: live env; the strings are built from valid UTF-8.
+    unsafe {
+        let ratelimit = match fields.ratelimit.as_deref() {
+            // ASCII: quoted names and digits.
+            Some(r) => string(env, std::str::from_utf8(r).unwrap_or("")),
+            None => undefined(env),
+        };
+        let Some((content_type, body)) = &verdict.body else {
+            return ratelimit;
+        };
+        let mut out = ptr::null_mut();
+        sys::napi_create_array_with_length(env, 3, &mut out);
+        sys::napi_set_element(env, out, 0, ratelimit);
+        sys::napi_set_element(env, out, 1, string(env, content_type));
+        sys::napi_set_element(env, out, 2, string(env, body));
+        out
+    }
+}
+
+/// `gateAdmit(slot, request, peer, rawHeaders)`: the core's whole sequence
+/// (`Gate::admit`), the hooks called with `request`. Returns as
+/// [`publish`] for a decision; `undefined` for an exempt request; an `Ask`
+/// for a gate with remote policies (the shared array says which).
+pub(super) unsafe extern "C" fn raw_gate_admit(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, request, peer, raw_headers] = args::<4>(env, info);
+        let Some(entry) = gate_in(env, h) else {
+            return ptr::null_mut();
+        };
+        let gate = &entry.gate;
+        let peer = opt_ip(env, peer);
+        // Every header line is copied out before any hook runs.
+        let Ok(headers) = Lines::read(env, raw_headers, gate.header_names()) else {
+            raw_throw(
+                env,
+                error::Kind::Type,
+                "ERR_INVALID_ARG_TYPE",
+                RAW_HEADERS_TYPE,
+            );
+            return ptr::null_mut();
+        };
+        let r = any::Request {
+            key: None,
+            peer,
+            headers: &headers,
+        };
+        let mut hooks = JsHooks::new(env, &entry.hooks, request);
+        let admitted = gate.admit(&r, &mut hooks);
+        if hooks.threw {
+            // The exception is pending; the place, if any, goes back now.
+            return ptr::null_mut();
+        }
+        match admitted {
+            any::Admit::Exempt => {
+                publish_gate_kind(EXEMPT);
+                undefined(env)
+            }
+            any::Admit::Decided(a) => publish(env, gate, a),
+            any::Admit::Ask(ask) => {
+                let ask = Ask::new(ask, gate.clone());
+                match <Ask as ToNapiValue>::to_napi_value(env, ask) {
+                    Ok(v) => {
+                        publish_gate_kind(ASK);
+                        v
+                    }
+                    Err(e) => {
+                        throw_napi(env, e);
+                        ptr::null_mut()
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `gateFinish(slot, ask, answers, request)`: the rest of the sequence
+/// (`Gate::finish`) once the remote policies have answered `ask`, one
+/// answer per remote policy in order (`null` for a full table); returns as
+/// [`publish`].
+pub(super) unsafe extern "C" fn raw_gate_finish(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, ask, answers, request] = args::<4>(env, info);
+        let Some(entry) = gate_in(env, h) else {
+            return ptr::null_mut();
+        };
+        let gate = &entry.gate;
+        let mut ask = match ClassInstance::<Ask>::from_napi_value(env, ask) {
+            Ok(ask) => ask,
+            Err(_) => {
+                raw_throw(
+                    env,
+                    error::Kind::Type,
+                    "ERR_INVALID_ARG_TYPE",
+                    "ask must be the Ask the gate's admit() returned",
+                );
+                return ptr::null_mut();
+            }
+        };
+        if !Arc::ptr_eq(&ask.gate, gate) {
+            raw_throw(
+                env,
+                error::Kind::Type,
+                "ERR_INVALID_ARG_VALUE",
+                "this Ask is another gate's",
+            );
+            return ptr::null_mut();
+        }
+        let answers = match Vec::<Option<RemoteDecision>>::from_napi_value(env, answers) {
+            Ok(answers) => answers,
+            Err(e) => {
+                raw_throw(
+                    env,
+                    error::Kind::Type,
+                    "ERR_INVALID_ARG_TYPE",
+                    &format!(
+                        "answers must be an array of the remote policies' decisions (or null): {}",
+                        e.reason
+                    ),
+                );
+                return ptr::null_mut();
+            }
+        };
+        let wanted = gate.remote_names().len();
+        if answers.len() != wanted {
+            raw_throw(
+                env,
+                error::Kind::Range,
+                "ERR_INVALID_ARG_VALUE",
+                &format!("{} answers for {wanted} remote policies", answers.len()),
+            );
+            return ptr::null_mut();
+        }
+        let answers = match answers
+            .iter()
+            .map(|d| {
+                d.as_ref()
+                    .map_or(Ok(any::RemoteAnswer::Full), RemoteDecision::answer)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+        {
+            Ok(answers) => answers,
+            Err(e) => {
+                raw_throw_core(env, &e);
+                return ptr::null_mut();
+            }
+        };
+        let Some(asked) = ask.inner.take() else {
+            raw_throw(
+                env,
+                error::Kind::Plain,
+                "ERR_RATEBOUND_ASK_CLOSED",
+                "this Ask is already finished or closed",
+            );
+            return ptr::null_mut();
+        };
+        let mut hooks = JsHooks::new(env, &entry.hooks, request);
+        let admission = gate.finish(asked, &answers, &mut hooks);
+        if hooks.threw {
+            return ptr::null_mut();
+        }
+        publish(env, gate, admission)
+    }
+}
+
+/// `placeRelease(slot)`: gives back the place of a `Place` (which calls it
+/// once).
+pub(super) unsafe extern "C" fn raw_place_release(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h] = args::<1>(env, info);
+        release_place(slot(env, h));
+        undefined(env)
+    }
+}
+
+fn publish_gate_kind(kind: f64) {
+    publish_gate(&[kind]);
+}
+
+/// Throws a napi-rs error from a raw callback.
+unsafe fn throw_napi(env: sys::napi_env, e: napi::Error) {
+    // SAFETY: live env.
+    unsafe { raw_throw(env, error::Kind::Plain, "ERR_RATEBOUND_INTERNAL", &e.reason) };
+}
+
+const _: () = assert!(GATE_AT >= 4, "the gate's numbers follow a decision's");

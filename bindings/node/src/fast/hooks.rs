@@ -1,0 +1,218 @@
+//! The JavaScript functions a gate's sequence calls — `exempt`, `critical`,
+//! `key` and `report`, each a function of the framework's request — kept
+//! as references from the gate's construction, and called by the core's
+//! `Gate::admit` through [`JsHooks`] in the core's order.
+
+use std::ffi::c_char;
+use std::ptr;
+
+use napi::sys;
+use ratebound::any::{self, Hooks, Key};
+
+use super::ffi::{raw_throw_key, type_of, with_key};
+
+/// The hooks of one gate, as weak references: the gate's JavaScript
+/// object holds the functions themselves (so a hook that refers to its
+/// gate makes no cycle through a GC root). A null reference is a hook not
+/// given.
+pub struct HookRefs {
+    env: sys::napi_env,
+    exempt: sys::napi_ref,
+    critical: sys::napi_ref,
+    key: sys::napi_ref,
+    report: sys::napi_ref,
+}
+
+/// The hooks' names, in the order [`HookRefs::new`] takes them.
+pub const HOOK_NAMES: [&str; 4] = ["exempt", "critical", "key", "report"];
+
+impl HookRefs {
+    /// References to `functions` (`exempt`, `critical`, `key`, `report`;
+    /// null for a hook not given).
+    ///
+    /// # Safety
+    /// `env` and the non-null values must be live handles of the current
+    /// callback, each a function; the caller keeps the functions alive for
+    /// as long as the gate lives.
+    pub unsafe fn new(env: sys::napi_env, functions: [sys::napi_value; 4]) -> HookRefs {
+        let weak = |f: sys::napi_value| {
+            let mut r = ptr::null_mut();
+            if !f.is_null() {
+                // SAFETY: the caller's contract.
+                unsafe { sys::napi_create_reference(env, f, 0, &mut r) };
+            }
+            r
+        };
+        let [exempt, critical, key, report] = functions;
+        HookRefs {
+            env,
+            exempt: weak(exempt),
+            critical: weak(critical),
+            key: weak(key),
+            report: weak(report),
+        }
+    }
+
+    /// Whether a key function was given (the gate's key is then given).
+    pub fn gives_key(&self) -> bool {
+        !self.key.is_null()
+    }
+
+    /// Deletes the references.
+    ///
+    /// # Safety
+    /// Once, on the thread of the env that made them, while it lives.
+    pub(super) unsafe fn delete(&self) {
+        for r in [self.exempt, self.critical, self.key, self.report] {
+            if !r.is_null() {
+                // SAFETY: the caller's contract.
+                unsafe { sys::napi_delete_reference(self.env, r) };
+            }
+        }
+    }
+}
+
+/// The hooks of one call, with the framework's request they are called
+/// with. A hook that throws leaves its exception pending; nothing more is
+/// called (each hook then answers what ends the sequence soonest: exempt,
+/// not critical, no key) and the call returns it once the core is done.
+pub(super) struct JsHooks<'h> {
+    env: sys::napi_env,
+    hooks: &'h HookRefs,
+    request: sys::napi_value,
+    /// A hook threw, or its answer could not be read: the exception is
+    /// pending.
+    pub(super) threw: bool,
+}
+
+impl<'h> JsHooks<'h> {
+    /// The hooks of `hooks`, called with `request`.
+    pub(super) fn new(env: sys::napi_env, hooks: &'h HookRefs, request: sys::napi_value) -> Self {
+        JsHooks {
+            env,
+            hooks,
+            request,
+            threw: false,
+        }
+    }
+
+    /// Calls the hook `r` with the request and `more` arguments: its
+    /// result, or `None` when there is no such hook or it threw.
+    fn call(&mut self, r: sys::napi_ref, more: &[sys::napi_value]) -> Option<sys::napi_value> {
+        if r.is_null() || self.threw {
+            return None;
+        }
+        let env = self.env;
+        // SAFETY: `env` and `request` are the live handles of the current
+        // callback; `r` is a live reference of this env (the gate lives
+        // while it is called).
+        unsafe {
+            let mut f = ptr::null_mut();
+            sys::napi_get_reference_value(env, r, &mut f);
+            if f.is_null() {
+                return None;
+            }
+            let mut this = ptr::null_mut();
+            sys::napi_get_undefined(env, &mut this);
+            let mut argv = [self.request, ptr::null_mut(), ptr::null_mut()];
+            let argc = 1 + more.len().min(2);
+            argv[1..argc].copy_from_slice(&more[..argc - 1]);
+            let mut out = ptr::null_mut();
+            let status = sys::napi_call_function(env, this, f, argc, argv.as_ptr(), &mut out);
+            if status != sys::Status::napi_ok {
+                self.threw = true;
+                return None;
+            }
+            Some(out)
+        }
+    }
+
+    /// Whether the hook `r` says yes (its result is truthy); `otherwise`
+    /// when it threw.
+    fn ask(&mut self, r: sys::napi_ref, otherwise: bool) -> bool {
+        let Some(answer) = self.call(r, &[]) else {
+            return if self.threw { otherwise } else { false };
+        };
+        let mut yes = false;
+        // SAFETY: live handles; a non-boolean is coerced as JavaScript's
+        // `if` does.
+        unsafe {
+            if sys::napi_get_value_bool(self.env, answer, &mut yes) != sys::Status::napi_ok {
+                let mut coerced = ptr::null_mut();
+                sys::napi_coerce_to_bool(self.env, answer, &mut coerced);
+                sys::napi_get_value_bool(self.env, coerced, &mut yes);
+            }
+        }
+        yes
+    }
+
+    /// A JavaScript string (from `text`).
+    fn string(&self, text: &str) -> sys::napi_value {
+        let mut out = ptr::null_mut();
+        // SAFETY: live env; `text` is valid UTF-8 of the given length.
+        unsafe {
+            sys::napi_create_string_utf8(
+                self.env,
+                text.as_ptr().cast::<c_char>(),
+                text.len() as isize,
+                &mut out,
+            )
+        };
+        out
+    }
+}
+
+impl Hooks for JsHooks<'_> {
+    fn exempt(&mut self) -> bool {
+        // Throwing: the sequence ends at once — no place, no token.
+        self.ask(self.hooks.exempt, true)
+    }
+
+    fn critical(&mut self) -> bool {
+        // Throwing: shed (no token spent).
+        self.ask(self.hooks.critical, false)
+    }
+
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
+        let mut f = Some(f);
+        let mut decide = |key: Option<Key<'_>>| (f.take().expect("the key is given once"))(key);
+        let Some(value) = self.call(self.hooks.key, &[]) else {
+            return decide(None);
+        };
+        // SAFETY: `value` is the hook's result, a live handle of this
+        // callback; no JavaScript runs while the core reads the key.
+        unsafe {
+            if matches!(
+                type_of(self.env, value),
+                sys::ValueType::napi_undefined | sys::ValueType::napi_null
+            ) {
+                return decide(None);
+            }
+            match with_key(self.env, value, |k| decide(Some(k))) {
+                Ok(decided) => decided,
+                Err(e) => {
+                    raw_throw_key(self.env, &e);
+                    self.threw = true;
+                    decide(None)
+                }
+            }
+        }
+    }
+
+    fn report(&mut self, verdict: &any::Verdict<'_>) {
+        if self.hooks.report.is_null() || self.threw {
+            return;
+        }
+        let outcome = self.string(verdict.outcome.as_str());
+        let by = match verdict.refused_by {
+            Some(name) => self.string(name),
+            None => {
+                let mut null = ptr::null_mut();
+                // SAFETY: live env.
+                unsafe { sys::napi_get_null(self.env, &mut null) };
+                null
+            }
+        };
+        self.call(self.hooks.report, &[outcome, by]);
+    }
+}
