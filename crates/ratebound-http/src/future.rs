@@ -7,8 +7,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
+use ratebound::any::Place;
 
-use crate::layer::{QuotaFields, Slot, insert_all};
+use crate::layer::{QuotaFields, insert_taken};
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`]: a refusal made at once, or the
@@ -28,30 +29,37 @@ pin_project_lite::pin_project! {
         Inner {
             #[pin]
             future: F,
-            slot: Option<Slot>,
+            place: Option<Place>,
             quota: QuotaFields,
         },
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn ready(response: Response<Bytes>) -> Self {
-        ResponseFuture {
-            state: State::Ready {
-                response: Some(response),
-            },
-        }
+    fn new(state: State<F>) -> Self {
+        ResponseFuture { state }
     }
 
-    pub(crate) fn inner(future: F, slot: Option<Slot>, quota: QuotaFields) -> Self {
-        ResponseFuture {
-            state: State::Inner {
-                future,
-                slot,
-                quota,
-            },
-        }
+    pub(crate) fn ready(response: Response<Bytes>) -> Self {
+        ResponseFuture::new(State::Ready {
+            response: Some(response),
+        })
     }
+
+    pub(crate) fn inner(future: F, place: Option<Place>, quota: QuotaFields) -> Self {
+        ResponseFuture::new(State::Inner {
+            future,
+            place,
+            quota,
+        })
+    }
+}
+
+/// An empty 500, for a future polled again after it completed.
+fn spent() -> Response<Bytes> {
+    let mut r = Response::new(Bytes::new());
+    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    r
 }
 
 impl<F, B, E> Future for ResponseFuture<F>
@@ -60,29 +68,26 @@ where
 {
     type Output = Result<Response<ResponseBody<B>>, E>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             // Polled again after completion: an empty 500 rather than a panic.
             StateProj::Ready { response } => {
-                let response = response.take().unwrap_or_else(|| {
-                    let mut r = Response::new(Bytes::new());
-                    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                    r
-                });
+                let response = response.take().unwrap_or_else(spent);
                 Poll::Ready(Ok(response.map(ResponseBody::refusal)))
             }
             StateProj::Inner {
                 future,
-                slot,
+                place,
                 quota,
             } => {
                 let result = std::task::ready!(future.poll(cx));
                 // The place goes with the body: a request is in flight until
                 // its response has been sent (an error gives it back now).
-                let slot = slot.take();
+                let place = place.take();
                 Poll::Ready(result.map(|mut response| {
-                    insert_all(response.headers_mut(), std::mem::take(quota));
-                    response.map(|body| ResponseBody::inner(body, slot))
+                    insert_taken(response.headers_mut(), quota);
+                    response.map(|body| ResponseBody::inner(body, place))
                 }))
             }
         }
@@ -106,15 +111,15 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<B> {
-        Inner { #[pin] body: B, slot: Option<Slot> },
+        Inner { #[pin] body: B, place: Option<Place> },
         Refusal { data: Option<Bytes> },
     }
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B, slot: Option<Slot>) -> Self {
+    pub(crate) fn inner(body: B, place: Option<Place>) -> Self {
         ResponseBody {
-            kind: Kind::Inner { body, slot },
+            kind: Kind::Inner { body, place },
         }
     }
 
@@ -136,11 +141,11 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for ResponseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body, slot } => {
+            KindProj::Inner { body, place } => {
                 let frame = std::task::ready!(body.poll_frame(cx));
                 if !matches!(frame, Some(Ok(_))) {
                     // The end, or an error: the response is over.
-                    drop(slot.take());
+                    drop(place.take());
                 }
                 Poll::Ready(frame)
             }

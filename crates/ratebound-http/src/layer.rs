@@ -1,7 +1,7 @@
-//! The layer and its service: one request through the core's `Gate` — exempt,
-//! concurrency place, decide, answer — and the place held until the body ends.
+//! The layer and its service: one request through the core's
+//! [`Gate::admit`] — exempt, concurrency place, critical, shed, key, decide,
+//! report — and the place held until the body ends.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -9,8 +9,9 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
-use ratebound::any::Outcome;
-use ratebound::any::{self, AnyClock, Gate, GateOptions, Key, Verdict};
+use ratebound::any::{
+    self, Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, Outcome, RemoteAnswer, Verdict,
+};
 use ratebound::http::Headers;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -141,12 +142,45 @@ impl Headers for Lines<'_> {
     }
 }
 
-/// A place in the inner service, given back on drop.
-pub(crate) struct Slot(Arc<Shared>);
+/// What the layer's user configured around the gate's decision, for one
+/// request: the exempt and critical predicates, the custom key closure and
+/// the metrics hook, over the request head.
+pub(crate) struct LayerHooks<'a> {
+    shared: &'a Shared,
+    parts: &'a Parts,
+}
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.gate.leave();
+impl<'a> LayerHooks<'a> {
+    pub(crate) fn new(shared: &'a Shared, parts: &'a Parts) -> Self {
+        LayerHooks { shared, parts }
+    }
+}
+
+impl Hooks for LayerHooks<'_> {
+    #[inline]
+    fn exempt(&mut self) -> bool {
+        self.shared.exempt.as_ref().is_some_and(|f| f(self.parts))
+    }
+
+    #[inline]
+    fn critical(&mut self) -> bool {
+        self.shared.critical.as_ref().is_some_and(|f| f(self.parts))
+    }
+
+    /// The [`KeySource::Custom`] closure's key (the gate asks only for a
+    /// custom key source, after shedding).
+    #[inline]
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
+        match &self.shared.key {
+            KeySource::Custom(key) => f(key(self.parts).as_deref().map(Key::Text)),
+            _ => f(None),
+        }
+    }
+
+    #[inline]
+    fn report(&mut self, verdict: &Verdict<'_>) {
+        self.shared
+            .report(verdict.outcome, verdict.refused_by, self.parts);
     }
 }
 
@@ -154,13 +188,14 @@ impl Drop for Slot {
 pub(crate) type QuotaFields = [Option<(HeaderName, HeaderValue)>; 3];
 
 impl Shared {
+    #[inline]
     pub(crate) fn peer(parts: &Parts) -> Option<std::net::IpAddr> {
         let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
         #[cfg(feature = "axum")]
         let peer = peer.or_else(|| {
             parts
                 .extensions
-                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
                 .map(|c| c.0)
         });
         #[cfg(feature = "tonic")]
@@ -171,22 +206,6 @@ impl Shared {
                 .and_then(|c| c.remote_addr())
         });
         peer.map(|p| p.ip())
-    }
-
-    /// The gate's verdict on the request head.
-    pub(crate) fn decide(&self, parts: &Parts) -> Verdict<'_> {
-        let custom = match &self.key {
-            KeySource::Custom(f) => f(parts),
-            _ => None,
-        };
-        self.gate.decide(&any::Request {
-            key: custom.as_deref().map(Key::Text),
-            peer: Self::peer(parts),
-            headers: &Lines {
-                map: &parts.headers,
-                names: &self.names,
-            },
-        })
     }
 
     /// The verdict's quota fields as header values (the `RateLimit` string's
@@ -233,9 +252,21 @@ impl Shared {
     }
 }
 
-pub(crate) fn insert_all(headers: &mut HeaderMap, fields: QuotaFields) {
-    for (name, value) in fields.into_iter().flatten() {
-        headers.insert(name, value);
+pub(crate) fn insert_all(headers: &mut HeaderMap, mut fields: QuotaFields) {
+    insert_taken(headers, &mut fields);
+}
+
+/// Moves each field out of `fields` into `headers` (in place: the three
+/// slots are not copied first).
+#[inline]
+pub(crate) fn insert_taken(headers: &mut HeaderMap, fields: &mut QuotaFields) {
+    for field in fields {
+        // Looked at before it is taken: an empty slot is not copied out.
+        if field.is_some()
+            && let Some((name, value)) = field.take()
+        {
+            headers.insert(name, value);
+        }
     }
 }
 
@@ -252,33 +283,42 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The inner service is called here, not in the response future: the
-        // service that was polled ready is the one called, with no clone.
-        let inner = &mut self.inner;
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
-        if shared.exempt.as_ref().is_some_and(|f| f(&parts)) {
-            let future = inner.call(Request::from_parts(parts, body));
-            return ResponseFuture::inner(future, None, [None, None, None]);
-        }
-        // Shedding first: a saturated service refuses before any token is spent.
-        let mut slot = None;
-        if shared.gate.is_capped() {
-            if shared.gate.try_enter() {
-                slot = Some(Slot(self.shared.clone()));
-            } else if !shared.critical.as_ref().is_some_and(|f| f(&parts)) {
-                shared.report(Outcome::Shed, None, &parts);
-                return ResponseFuture::ready(shared.refusal(shared.gate.shed(), &parts));
+        let admit = shared.gate.admit(
+            &any::Request {
+                key: None,
+                peer: Shared::peer(&parts),
+                headers: &Lines {
+                    map: &parts.headers,
+                    names: &shared.names,
+                },
+            },
+            &mut LayerHooks::new(shared, &parts),
+        );
+        // The inner service is called here, not in the response future: the
+        // service that was polled ready is the one called, with no clone.
+        let admission = match admit {
+            Admit::Exempt => {
+                let future = self.inner.call(Request::from_parts(parts, body));
+                return ResponseFuture::inner(future, None, [None, None, None]);
             }
-        }
-        let verdict = shared.decide(&parts);
-        shared.report(verdict.outcome, verdict.refused_by, &parts);
+            Admit::Decided(admission) => admission,
+            // No remote policy can be configured yet: a gate without them
+            // never asks (and `finish` without answers is a 500).
+            Admit::Ask(ask) => shared.gate.finish::<RemoteAnswer, _>(
+                ask,
+                &[],
+                &mut LayerHooks::new(shared, &parts),
+            ),
+        };
+        let Admission { verdict, place } = admission;
         if !verdict.is_pass() {
             return ResponseFuture::ready(shared.refusal(verdict, &parts));
         }
         // Worked out now, so the response future needs nothing shared.
         let quota = shared.quota_fields(verdict.fields);
-        let future = inner.call(Request::from_parts(parts, body));
-        ResponseFuture::inner(future, slot, quota)
+        let future = self.inner.call(Request::from_parts(parts, body));
+        ResponseFuture::inner(future, place, quota)
     }
 }
