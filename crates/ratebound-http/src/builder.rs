@@ -10,8 +10,8 @@ use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody};
 use ratebound::http::{Forwarding, TrustedProxies};
 use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
 
-use crate::RateLimitLayer;
 use crate::layer::Shared;
+use crate::{RateLimitLayer, RemotePolicy};
 
 pub(crate) type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 pub(crate) type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
@@ -79,6 +79,7 @@ pub struct Builder {
     pub(crate) critical: Option<Predicate>,
     pub(crate) on_decision: Option<OnDecision>,
     pub(crate) label: Option<String>,
+    pub(crate) remote: Vec<(String, Box<dyn RemotePolicy>)>,
 }
 
 impl Builder {
@@ -105,6 +106,43 @@ impl Builder {
     /// per day, advertised as `q=1000;w=86400`.
     pub fn policy_with(mut self, name: &str, algorithm: KeyedAlgorithm) -> Self {
         self.quotas.push((name.to_string(), algorithm));
+        self
+    }
+
+    /// Adds a policy decided outside the layer, named `name` (its
+    /// `RateLimit` entry, and its scope in a store shared by several
+    /// policies): a global limit in Redis (`ratebound_redis::RedisLimiter`,
+    /// feature `redis`), a limit shared by the host's processes
+    /// (`ratebound_shm::SharedKeyedLimiter`, feature `shm`), or any
+    /// [`RemotePolicy`]. Every policy must admit;
+    /// the remote ones are asked first, all at once, with the request's
+    /// key as every instance derives it (see [`RemotePolicy`]).
+    ///
+    /// # Examples
+    /// One limit per API key for the whole fleet, and a local one per
+    /// instance:
+    /// ```no_run
+    /// # #[cfg(feature = "redis")]
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use ratebound::Quota;
+    /// use ratebound_http::{KeySource, RateLimitLayer};
+    /// use ratebound_redis::RedisLimiter;
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let conn = redis::aio::ConnectionManager::new(client).await?;
+    /// let global = RedisLimiter::token_bucket(Quota::parse("100/minute")?, conn)?;
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy("local", Quota::parse("10/s burst 20")?)
+    ///     .remote("global", global)
+    ///     .key(KeySource::header("x-api-key")?)
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn remote(mut self, name: &str, policy: impl RemotePolicy) -> Self {
+        self.options
+            .remote
+            .push((name.to_string(), policy.algorithm()));
+        self.remote.push((name.to_string(), Box::new(policy)));
         self
     }
 
@@ -202,7 +240,8 @@ impl Builder {
     /// [`Gate::new`]'s: [`Error::NoLimiters`] without a policy (unless a
     /// concurrency limit is all you want); [`Error::InvalidLimit`] for a
     /// concurrency limit or `max_keys` of 0; [`Error::InvalidOption`] for a
-    /// `client_ip_header` without trusted proxies; the policies' own errors
+    /// `client_ip_header` without trusted proxies, or two policies (local
+    /// or [remote](Self::remote)) of one name; the policies' own errors
     /// ([`Error::Parse`] for a name that is not printable ASCII).
     pub fn build(self) -> Result<RateLimitLayer, Error> {
         let gate = Gate::new(self.quotas, self.options, self.clock)?;
@@ -224,6 +263,7 @@ impl Builder {
                 on_decision: self.on_decision,
                 label: self.label,
                 policy_names,
+                remote: self.remote,
             }),
         })
     }

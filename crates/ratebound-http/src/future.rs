@@ -6,25 +6,31 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
-use ratebound::any::Place;
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use ratebound::any::{Admission, Place};
+use tower_service::Service;
 
-use crate::layer::{QuotaFields, insert_taken};
+use crate::layer::{QuotaFields, Shared, insert_taken};
+use crate::remote::Waiting;
 
 pin_project_lite::pin_project! {
-    /// The response future of [`RateLimit`]: a refusal made at once, or the
-    /// inner service's response with the quota fields added (the
+    /// The response future of [`RateLimit`] around the inner service `S`
+    /// (whose future is `F`) and its request body `R`: a refusal made at
+    /// once, the inner service's response with the quota fields added (the
     /// concurrency place passes to its body, or is given back if the future
-    /// is dropped or fails). Not boxed.
-    pub struct ResponseFuture<F> {
+    /// is dropped or fails), or — with [remote policies](crate::RemotePolicy)
+    /// that must be waited for — their checks, awaited together, then one of
+    /// those. Not boxed (its remote wait is).
+    pub struct ResponseFuture<F, S, R> {
         #[pin]
-        state: State<F>,
+        state: State<F, S, R>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = StateProj]
-    enum State<F> {
+    pub(crate) enum State<F, S, R> {
         Ready { response: Option<Response<Bytes>> },
         Inner {
             #[pin]
@@ -32,11 +38,44 @@ pin_project_lite::pin_project! {
             place: Option<Place>,
             quota: QuotaFields,
         },
+        Remote { waiting: Option<Box<Waiting<S, R>>> },
     }
 }
 
-impl<F> ResponseFuture<F> {
-    fn new(state: State<F>) -> Self {
+impl<F, S, R> State<F, S, R> {
+    /// Where a decided request goes: the refusal, or the inner service
+    /// called with the quota fields worked out now (so that the response
+    /// future needs nothing shared). The layer's own call writes the same
+    /// steps out in place, where the compiler keeps the request's parts
+    /// from being copied.
+    pub(crate) fn decided<ResBody>(
+        shared: &Shared,
+        admission: Admission<'_>,
+        parts: Parts,
+        body: R,
+        inner: &mut S,
+    ) -> Self
+    where
+        S: Service<Request<R>, Response = Response<ResBody>, Future = F>,
+    {
+        let Admission { verdict, place } = admission;
+        if !verdict.is_pass() {
+            return State::Ready {
+                response: Some(shared.refusal(verdict, &parts)),
+            };
+        }
+        let quota = shared.quota_fields(verdict.fields);
+        let future = inner.call(Request::from_parts(parts, body));
+        State::Inner {
+            future,
+            place,
+            quota,
+        }
+    }
+}
+
+impl<F, S, R> ResponseFuture<F, S, R> {
+    pub(crate) fn new(state: State<F, S, R>) -> Self {
         ResponseFuture { state }
     }
 
@@ -53,6 +92,12 @@ impl<F> ResponseFuture<F> {
             quota,
         })
     }
+
+    pub(crate) fn remote(waiting: Box<Waiting<S, R>>) -> Self {
+        ResponseFuture::new(State::Remote {
+            waiting: Some(waiting),
+        })
+    }
 }
 
 /// An empty 500, for a future polled again after it completed.
@@ -62,15 +107,22 @@ fn spent() -> Response<Bytes> {
     r
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<F, S, R, B, E> Future for ResponseFuture<F, S, R>
 where
     F: Future<Output = Result<Response<B>, E>>,
+    S: Service<Request<R>, Response = Response<B>, Error = E, Future = F>,
 {
     type Output = Result<Response<ResponseBody<B>>, E>;
 
     #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.as_mut().project().state;
+        // The remote policies' wait first, wholly out of line: the local
+        // path pays one comparison for it.
+        if let StateProj::Remote { .. } = state.as_mut().project() {
+            std::task::ready!(poll_remote(state.as_mut(), cx));
+        }
+        match state.project() {
             // Polled again after completion: an empty 500 rather than a panic.
             StateProj::Ready { response } => {
                 let response = response.take().unwrap_or_else(spent);
@@ -90,8 +142,34 @@ where
                     response.map(|body| ResponseBody::inner(body, place))
                 }))
             }
+            StateProj::Remote { .. } => Poll::Ready(Ok(spent().map(ResponseBody::refusal))),
         }
     }
+}
+
+/// The remote checks, polled together; once all have answered, the state
+/// moves on to where the request goes (a refusal, or the inner service's
+/// future).
+#[inline(never)]
+fn poll_remote<S, R, B>(
+    mut state: Pin<&mut State<S::Future, S, R>>,
+    cx: &mut Context<'_>,
+) -> Poll<()>
+where
+    S: Service<Request<R>, Response = Response<B>>,
+{
+    let StateProj::Remote { waiting } = state.as_mut().project() else {
+        return Poll::Ready(());
+    };
+    if let Some(w) = waiting.as_mut() {
+        std::task::ready!(w.poll_checks(cx));
+    }
+    let next = match waiting.take() {
+        Some(w) => w.finish(),
+        None => State::Ready { response: None },
+    };
+    state.set(next);
+    Poll::Ready(())
 }
 
 pin_project_lite::pin_project! {

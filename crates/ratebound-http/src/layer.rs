@@ -1,6 +1,7 @@
 //! The layer and its service: one request through the core's
 //! [`Gate::admit`] — exempt, concurrency place, critical, shed, key, decide,
-//! report — and the place held until the body ends.
+//! report, with the remote policies asked first when there are any — and
+//! the place held until the body ends.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -10,7 +11,7 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use ratebound::any::{
-    self, Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, Outcome, RemoteAnswer, Verdict,
+    self, Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, Outcome, Verdict,
 };
 use ratebound::http::Headers;
 use tower_layer::Layer;
@@ -18,7 +19,8 @@ use tower_service::Service;
 
 use crate::builder::{Builder, DecisionEvent, KeySource};
 use crate::builder::{OnDecision, Predicate};
-use crate::future::{ResponseBody, ResponseFuture};
+use crate::future::{ResponseBody, ResponseFuture, State};
+use crate::remote::{RemotePolicy, Waiting, answers};
 use crate::{PeerAddr, grpc};
 
 pub(crate) struct Shared {
@@ -32,6 +34,8 @@ pub(crate) struct Shared {
     pub(crate) on_decision: Option<OnDecision>,
     pub(crate) label: Option<String>,
     pub(crate) policy_names: Vec<String>,
+    /// The remote policies by name, in the gate's `remote_names` order.
+    pub(crate) remote: Vec<(String, Box<dyn RemotePolicy>)>,
 }
 
 impl Shared {
@@ -78,6 +82,7 @@ impl RateLimitLayer {
             critical: None,
             on_decision: None,
             label: None,
+            remote: Vec::new(),
         }
     }
 
@@ -270,13 +275,19 @@ pub(crate) fn insert_taken(headers: &mut HeaderMap, fields: &mut QuotaFields) {
     }
 }
 
+/// `S: Clone` for the remote policies: the inner service is then called
+/// after their checks, from the response future, so the one that was
+/// polled ready moves into it and a clone takes its place (the standard
+/// tower pattern; axum's `Router`, tonic's services and `service_fn` are
+/// `Clone`). Without remote policies to wait for, `self.inner` is called
+/// at once and never cloned.
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, S, ReqBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -296,29 +307,51 @@ where
             },
             &mut LayerHooks::new(shared, &parts),
         );
-        // The inner service is called here, not in the response future: the
-        // service that was polled ready is the one called, with no clone.
-        let admission = match admit {
+        let ask = match admit {
             Admit::Exempt => {
                 let future = self.inner.call(Request::from_parts(parts, body));
                 return ResponseFuture::inner(future, None, [None, None, None]);
             }
-            Admit::Decided(admission) => admission,
-            // No remote policy can be configured yet: a gate without them
-            // never asks (and `finish` without answers is a 500).
-            Admit::Ask(ask) => shared.gate.finish::<RemoteAnswer, _>(
-                ask,
-                &[],
-                &mut LayerHooks::new(shared, &parts),
-            ),
+            // As `State::decided`, written out here: the hot path.
+            Admit::Decided(Admission { verdict, place }) => {
+                if !verdict.is_pass() {
+                    return ResponseFuture::ready(shared.refusal(verdict, &parts));
+                }
+                // Worked out now, so the response future needs nothing shared.
+                let quota = shared.quota_fields(verdict.fields);
+                let future = self.inner.call(Request::from_parts(parts, body));
+                return ResponseFuture::inner(future, place, quota);
+            }
+            Admit::Ask(ask) => ask,
         };
-        let Admission { verdict, place } = admission;
-        if !verdict.is_pass() {
-            return ResponseFuture::ready(shared.refusal(verdict, &parts));
+        let checks: Vec<_> = shared
+            .remote
+            .iter()
+            .map(|(name, policy)| policy.check(name, ask.identity()))
+            .collect();
+        if let Some(answers) = answers(&checks) {
+            // Every policy answered at once (shared memory): no wait, and
+            // the inner service that was polled ready is called now.
+            let admission = shared
+                .gate
+                .finish(ask, &answers, &mut LayerHooks::new(shared, &parts));
+            return ResponseFuture::new(State::decided(
+                shared,
+                admission,
+                parts,
+                body,
+                &mut self.inner,
+            ));
         }
-        // Worked out now, so the response future needs nothing shared.
-        let quota = shared.quota_fields(verdict.fields);
-        let future = self.inner.call(Request::from_parts(parts, body));
-        ResponseFuture::inner(future, place, quota)
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::remote(Box::new(Waiting {
+            shared: self.shared.clone(),
+            ask,
+            checks,
+            inner,
+            parts,
+            body,
+        }))
     }
 }

@@ -60,6 +60,40 @@
 //! SipHash-2-4-128 with a random key), so a 64 KiB or non-UTF-8 header costs
 //! what a short key does and no key is copied.
 //!
+//! # Remote policies: one limit for the fleet, or for the host
+//! [`Builder::remote`] adds a policy kept outside the layer, by name: a
+//! global limit in Redis that every instance shares (feature `redis`:
+//! `ratebound_redis::RedisLimiter`, whose own fail policy answers while
+//! Redis is down), a limit shared by the host's processes (feature `shm`:
+//! `ratebound_shm::SharedKeyedLimiter`; a full table answers 503, never
+//! 500), or your own [`RemotePolicy`]. Each request that gets a place and a
+//! key asks every remote policy at once for its key as every instance
+//! derives it (`key:…`, `ip:…` or `anonymous`), then the local policies
+//! decide; a remote refusal is a 429 whose `RateLimit` field lists the
+//! remote policy, and gives the concurrency place back at once. The inner
+//! service is then called from the response future, so the service must be
+//! `Clone` (see [`RateLimit`]).
+//! ```
+//! # #[cfg(feature = "shm")] fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use ratebound::{KeyedAlgorithm, Quota};
+//! use ratebound_http::{KeySource, RateLimitLayer};
+//! use ratebound_shm::SharedKeyedLimiter;
+//!
+//! # let dir = std::env::temp_dir().join(format!("rb-http-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! # let path = dir.join("api.limit");
+//! // Every worker process opens the same file: one limit per key for all.
+//! let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse("100/minute")?);
+//! let host = SharedKeyedLimiter::open(&path, algorithm, 10_000)?;
+//! let layer = RateLimitLayer::builder()
+//!     .remote("host", host)
+//!     .key(KeySource::header("x-api-key")?)
+//!     .build()?;
+//! # drop(layer); std::fs::remove_dir_all(&dir)?;
+//! # Ok(()) }
+//! # #[cfg(not(feature = "shm"))] fn main() {}
+//! ```
+//!
 //! # Client addresses behind proxies
 //! The peer address comes from axum's `ConnectInfo<SocketAddr>` or a
 //! [`PeerAddr`] extension. Forwarding headers are ignored unless
@@ -104,11 +138,13 @@ mod builder;
 mod future;
 mod grpc;
 mod layer;
+mod remote;
 
 pub use builder::{Builder, DecisionEvent, KeySource};
 pub use future::{ResponseBody, ResponseFuture};
 pub use layer::{RateLimit, RateLimitLayer};
-pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody};
+pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer};
+pub use remote::{RemoteCheck, RemotePolicy};
 
 use std::net::SocketAddr;
 
