@@ -379,3 +379,20 @@ test('http.ipKey: the prefix is the core rule (default 64, above 128 the whole a
     assert.throws(() => rb.http.ipKey('2001:db8::1', bad), (e) => e instanceof RangeError && e.code === 'ERR_RATEBOUND_INVALID_NUMBER' && /invalid prefix /.test(e.message), String(bad))
   }
 })
+
+test('number keys: the core rule, whole and at most 2^53 in magnitude; the same Redis key as Python', () => {
+  // Issue 25: Key::from_f64 (Node said 2^53 - 1, the core's numbers 2^53).
+  // test_redis.py::test_integer_keys_are_the_cores gives the same key.
+  const call = new rb.RedisEngine({ rate: 1 }).begin(2 ** 53)
+  assert.equal(call.key.toString(), 'rb:tb:9007199254740992')
+  assert.equal(new rb.RedisEngine({ rate: 1 }).begin(-7).key.toString(), 'rb:tb:-7')
+  const k = new rb.KeyedLimiter({ rate: 1, burst: 2, clock: new rb.ManualClock() })
+  k.pause(2 ** 53, 1)
+  assert.equal(k.available(2 ** 53), 0)
+  assert.equal(k.available(-(2 ** 53)), 2)
+  for (const bad of [2 ** 54, 1.5, NaN, Infinity]) {
+    const invalid = (e) => e instanceof RangeError && e.code === 'ERR_RATEBOUND_INVALID_KEY' && /invalid key /.test(e.message)
+    assert.throws(() => k.available(bad), invalid, String(bad))
+    assert.throws(() => new rb.RedisEngine({ rate: 1 }).begin(bad), invalid, String(bad))
+  }
+})

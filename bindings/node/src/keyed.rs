@@ -83,9 +83,24 @@ impl Drop for KeyedLimiter {
     }
 }
 
-/// `f` of a JavaScript key argument (string, safe integer or Uint8Array),
-/// or the key's `TypeError`/`RangeError`.
+/// `f` of a JavaScript key argument (string, integer or Uint8Array), or the
+/// key's `TypeError`/`RangeError`. A number is a key by the core's rule,
+/// `Key::from_f64` (a whole number, at most 2^53 in magnitude); its
+/// refusal is a `RangeError` with `ERR_RATEBOUND_INVALID_KEY` and the
+/// core's message.
 pub fn js_key<R>(env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
+    if key.get_type()? == ValueType::Number {
+        let x = f64::from_unknown(*key)?;
+        return match Key::from_f64(x) {
+            Ok(k) => Ok(f(k)),
+            Err(e) => Err(crate::error::throw_as(
+                env,
+                crate::error::Kind::Range,
+                "ERR_RATEBOUND_INVALID_KEY",
+                &e.to_string(),
+            )),
+        };
+    }
     let raw_env: sys::napi_env = env.raw();
     // SAFETY: the env and the argument of the current call.
     #[allow(unsafe_code)]

@@ -9,14 +9,13 @@
 //! back what became of it.
 
 use napi::bindgen_prelude::*;
-use napi::{JsValue, sys};
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key, Loose as CoreLoose};
 use ratebound_redis::{Algorithm, Begin, Call, Config, Engine, OnError, Outcome};
 
 use crate::error::{OrThrow, invalid_type};
-use crate::fast::{key_error, with_key};
+use crate::keyed::js_key;
 use crate::limiters::{loose_number, loose_rate, rate_of, tokens};
 
 /// Options of `new RedisEngine(...)` (and of `redis.TokenBucket`,
@@ -282,8 +281,8 @@ impl RedisEngine {
         let burst = loose_number(&env, &o.burst, "burst")?;
         let limit = loose_number(&env, &o.limit, "limit")?;
         let window = loose_number(&env, &o.window, "window")?;
-        let keyed =
-            any::keyed_algorithm(o.algorithm.as_deref(), rate, burst, limit, window).or_throw(&env)?;
+        let keyed = any::keyed_algorithm(o.algorithm.as_deref(), rate, burst, limit, window)
+            .or_throw(&env)?;
         let algorithm = Algorithm::from_keyed(keyed).or_throw(&env)?;
         // Every option is parsed, checked and defaulted by the core.
         let prefix = loose_string(&env, &o.prefix, "prefix")?;
@@ -316,15 +315,16 @@ impl RedisEngine {
 
     /// Step one of taking `n` (default 1) tokens for `key`: a decision
     /// already (a lease, or the fail policy while the breaker is open), or a
-    /// `RedisCall` to run. Keys are strings (UTF-8), safe integers (their
-    /// decimal text) or `Uint8Array`s (their bytes), sent to Redis as raw
-    /// bytes after the prefix: `'1'`, `1` and `Buffer.from('1')` are the
-    /// same key in Redis.
+    /// `RedisCall` to run. Keys are strings (UTF-8), whole numbers of at
+    /// most 2^53 in magnitude (their decimal text) or `Uint8Array`s (their
+    /// bytes), sent to Redis as raw bytes after the prefix: `'1'`, `1` and
+    /// `Buffer.from('1')` are the same key in Redis.
     ///
     /// `n = 0` is a query (admitted, nothing taken). Within `scope` (a
     /// middleware's policy name) the key is that policy's own.
     ///
-    /// @throws {RangeError} `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_KEY` for a number key
+    /// that is not one, `ERR_RATEBOUND_INSUFFICIENT_CAPACITY` for an
     /// `n` above the burst (or limit), `ERR_RATEBOUND_INVALID_NUMBER` for
     /// an `n` that is not a whole number; {TypeError}
     /// `ERR_INVALID_ARG_TYPE` for a key of another kind.
@@ -340,18 +340,13 @@ impl RedisEngine {
         scope: Option<String>,
     ) -> Result<Either<RedisDecision, RedisCall>> {
         let n = tokens(&env, n)?;
-        let raw_env: sys::napi_env = env.raw();
         let scope = scope.as_deref();
-        // SAFETY: the env and the argument of the current call.
-        #[allow(unsafe_code)]
-        let begun = unsafe {
-            with_key(raw_env, key.raw(), |k| match k {
-                Key::Text(s) => self.engine.begin_in(scope, s.as_bytes(), n),
-                Key::Bytes(b) => self.engine.begin_in(scope, b, n),
-                Key::Int(i) => self.engine.begin_in(scope, i.to_string().as_bytes(), n),
-            })
-        };
-        match begun.map_err(|e| key_error(&env, e))?.or_throw(&env)? {
+        let begun = js_key(&env, &key, |k| match k {
+            Key::Text(s) => self.engine.begin_in(scope, s.as_bytes(), n),
+            Key::Bytes(b) => self.engine.begin_in(scope, b, n),
+            Key::Int(i) => self.engine.begin_in(scope, i.to_string().as_bytes(), n),
+        })?;
+        match begun.or_throw(&env)? {
             Begin::Done(d) => Ok(Either::A(d.into())),
             Begin::Call(call) => Ok(Either::B(RedisCall { call })),
         }

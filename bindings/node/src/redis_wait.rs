@@ -7,14 +7,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use napi::bindgen_prelude::*;
-use napi::sys;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key};
 use ratebound_redis::{Acquisition, ReserveBegin, Reserved, Step};
 
 use crate::error::OrThrow;
-use crate::fast::{key_error, with_key};
+use crate::keyed::js_key;
 use crate::limiters::tokens;
 use crate::redis::{RedisCall, RedisEngine, with_outcome};
 
@@ -82,17 +81,12 @@ impl RedisEngine {
         key: Unknown<'_>,
         f: impl FnOnce(&[u8]) -> std::result::Result<R, CoreError>,
     ) -> Result<R> {
-        let raw_env: sys::napi_env = env.raw();
-        // SAFETY: the env and the argument of the current call.
-        #[allow(unsafe_code)]
-        let r = unsafe {
-            with_key(raw_env, key.raw(), |k| match k {
-                Key::Text(s) => f(s.as_bytes()),
-                Key::Bytes(b) => f(b),
-                Key::Int(i) => f(i.to_string().as_bytes()),
-            })
-        };
-        r.map_err(|e| key_error(env, e))?.or_throw(env)
+        let r = js_key(env, &key, |k| match k {
+            Key::Text(s) => f(s.as_bytes()),
+            Key::Bytes(b) => f(b),
+            Key::Int(i) => f(i.to_string().as_bytes()),
+        })?;
+        r.or_throw(env)
     }
 }
 

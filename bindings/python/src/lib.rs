@@ -54,7 +54,10 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The default caps of the two kinds of per-key table (the decorator's
     // own table is an in-process one).
     m.add("DEFAULT_MAX_KEYS", ratebound::any::DEFAULT_MAX_KEYS)?;
-    m.add("DEFAULT_SHARED_MAX_KEYS", ratebound_shm::DEFAULT_SHARED_MAX_KEYS)?;
+    m.add(
+        "DEFAULT_SHARED_MAX_KEYS",
+        ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -954,3 +954,11 @@ def test_middleware_global_limit_is_one_policy_away(server: Server) -> None:
     # The wrong kind of limiter for the protocol is a clear error.
     with pytest.raises(TypeError, match="asyncio limiter"):
         rb.asgi.RateLimitMiddleware(Starlette(), policies={"g": rbr.TokenBucket(server.client(), rate=1)})
+
+
+def test_integer_keys_are_the_cores() -> None:
+    """An int key is its decimal text in Redis: 2**53 gives the same key as
+    Node's number 2 ** 53 (api.test.js: 'number keys: the core rule')."""
+    e = rb._ratebound.RedisEngine_(rate=1)
+    assert e.begin(2**53).key == b"rb:tb:9007199254740992"
+    assert e.begin(-7).key == b"rb:tb:-7"

@@ -376,8 +376,9 @@ fn http_vectors() {
                     let ip = str_of(case, "ip").parse().unwrap();
                     // Absent: the core's default; above 128: the whole address.
                     let prefix = match case.get("prefix") {
-                        Some(p) => ratebound::any::ipv6_prefix("prefix", p.as_f64().unwrap())
-                            .unwrap(),
+                        Some(p) => {
+                            ratebound::any::ipv6_prefix("prefix", p.as_f64().unwrap()).unwrap()
+                        }
                         None => ratebound::any::DEFAULT_IPV6_PREFIX,
                     };
                     json!(ip_key(ip, prefix).to_string())

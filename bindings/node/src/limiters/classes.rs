@@ -217,12 +217,7 @@ macro_rules! limiter_class {
 
             /// A wait for `n` tokens (internal: `acquire`).
             #[napi(skip_typescript)]
-            pub fn waiter(
-                &self,
-                env: Env,
-                n: Option<f64>,
-                timeout: Option<f64>,
-            ) -> Result<Waiter> {
+            pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
                 self.shared.waiter(&env, n, timeout)
             }
 
