@@ -61,9 +61,72 @@ export interface SharedKeyedLimiter {
 /** A key, as the middleware and `KeyedLimiter` take it. */
 export type Key = string | number | Uint8Array
 
+/**
+ * The functions of the framework's request a `Gate`'s sequence calls, in
+ * the core's order (each optional): `exempt` first (true: on to the
+ * application, unlimited, nothing added); `critical` only when every
+ * concurrency place is taken (true: it goes on without one); `key` after
+ * shedding, when the gate's key is the application's (`null`,
+ * `undefined` or `''`: no key); `report` once per request that was not
+ * exempt, with the outcome and the refusing policy (for metrics). A hook
+ * that throws ends the sequence: `admit` throws its error, and the place
+ * taken, if any, is given back.
+ */
+export interface GateHooks {
+  exempt?: ((request: any) => boolean) | null
+  critical?: ((request: any) => boolean) | null
+  key?: ((request: any) => Key | null | undefined) | null
+  report?:
+    | ((request: any, outcome: 'allowed' | 'refused' | 'shed' | 'rejected', refusedBy: string | null) => void)
+    | null
+}
+
+/**
+ * A request's place among the requests in flight under the gate's
+ * `concurrencyLimit`: hold it until the response is done (a streaming body
+ * until it ends), then `release()` it — or `close()`, the same; both
+ * idempotent. The middleware releases it on the response's `'close'`.
+ */
+export interface Place {
+  release(): void
+  close(): void
+  /** Whether it is still held. */
+  readonly held: boolean
+}
+
+/**
+ * The gate's answer to a request (`admit`, `finish`): the `Verdict` —
+ * `status` 0 to go on with `headers` set on the application's response,
+ * else the answer to send — and, when it passes under a
+ * `concurrencyLimit`, the `Place` to hold until the response is done.
+ */
+export interface Admission extends Verdict {
+  readonly place: Place | null
+}
+
+export interface Gate {
+  /**
+   * The whole sequence for one request, the core's (`Gate::admit`): the
+   * hooks called with `request` (the framework's request object) in the
+   * core's order, a concurrency place, the key (the `keyHeader` lines of
+   * `rawHeaders`, the `key` hook, or the client IP from `peer` under the
+   * trusted-proxy rules), the policies, `report`. `null`: exempt. An
+   * `Ask` when the gate has `remote` policies: ask each for
+   * `ask.identity`, then `finish`.
+   */
+  admit(request: any, peer?: string | null, rawHeaders?: string[] | null): Admission | Ask | null
+  /**
+   * The rest of `admit` once the remote policies have answered `ask`: one
+   * decision per remote policy, in `remoteNames` order, `null` for a
+   * policy whose table is full (the gate answers 503). `report` is called
+   * with `request`.
+   */
+  finish(ask: Ask, answers: Array<RemoteDecision | null>, request?: any): Admission
+}
+
 /** What a refused request gets, for `handler`. */
 export interface Refusal {
-  /** 429, 503 (too many keys tracked) or the `missingKey` status. */
+  /** 429, 503 (shed, or too many keys tracked) or the `missingKey` status. */
   status: number
   /** Whole seconds to wait (the `Retry-After` value), 0 if none. */
   retryAfter: number
@@ -91,7 +154,7 @@ export interface DecisionEvent {
  * `trustedProxies`, `clientIpHeader`, `missingKey`, ...; every default is
  * the core's), one policy's fields or `policies`, and the key.
  */
-export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey'> {
+export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'givenKey' | 'remote' | 'key'> {
   /**
    * Called once per limited request, for metrics (nothing is done for it
    * when unset or null). A Fastify route's `config.rateLimit` without it
@@ -118,15 +181,15 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
     PolicyOptions | redis.Limiter | SharedKeyedLimiter | { name: string; limiter: redis.Limiter | SharedKeyedLimiter }
   >
   /**
-   * The key: `'ip'` (default: the client IP — `req.ip`, which follows
+   * The key: `'ip'` (any case; default: the client IP — `req.ip`, which follows
    * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
    * `trustedProxies` the address the core finds from the socket and the
-   * `clientIpHeader`), `{ header: 'x-api-key' }` (the same as `keyHeader`:
-   * the core reads the header lines; repeated lines, a comma or an empty
-   * value are no key), or a function of the request (`null`/`undefined`/`''`
-   * for no key).
+   * `clientIpHeader`), a header name or `{ header: 'x-api-key' }` (the
+   * same as `keyHeader`: the core reads the header lines; repeated lines, a
+   * comma or an empty value are no key), or a function of the request
+   * (`null`/`undefined`/`''` for no key). Given once: not with `keyHeader`.
    */
-  key?: 'ip' | { header: string } | ((req: any) => Key | null | undefined)
+  key?: 'ip' | string | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
   skip?: (req: any) => boolean
   /**
@@ -134,7 +197,7 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
    * shed (at the cap they go on without a place).
    */
   critical?: (req: any) => boolean
-  /** Called instead of the default refusal (the headers are already set). */
+  /** Called instead of the default refusal, shedding included (the headers are already set). */
   handler?: (req: any, res: any, next: (err?: unknown) => void, refusal: Refusal) => void
 }
 
@@ -551,6 +614,26 @@ export declare class AllOf {
 }
 
 /**
+ * A request waiting for its gate's remote policies (Redis limiters,
+ * shared-memory tables), from `admit`: each checks `identity` (`key:…`,
+ * `ip:…` or `anonymous`, the same in every instance) in its own scope,
+ * then `gate.finish(ask, answers, request)` decides. It holds the
+ * request's concurrency place: `close()` it when the answers never come
+ * (it is given back when collected, too).
+ */
+export declare class Ask {
+  /**
+   * What each remote policy checks: `key:<the key>`, `ip:<address>` or
+   * `anonymous`.
+   */
+  get identity(): Buffer
+  /** Whether it was finished or closed. */
+  get closed(): boolean
+  /** Gives the request's place back without deciding (idempotent). */
+  close(): void
+}
+
+/**
  * A fixed window: `limit` requests per aligned `window` seconds. Simple,
  * but up to twice the limit can pass across a window boundary.
  */
@@ -607,53 +690,52 @@ export declare class FixedWindow {
 }
 
 /**
- * An HTTP middleware's whole decision, made by the core
- * (`ratebound::any::Gate`): the key (the `keyHeader`, the application's
- * key, or the client IP under the trusted-proxy rules, IPv6 grouped by
- * prefix), every policy all-or-nothing, and the answer — status,
- * `Retry-After` in whole seconds rounded up, the quota fields and the
- * body. `express()` and `fastify()` only move these values in and out.
+ * An HTTP middleware's whole request sequence, made by the core
+ * (`ratebound::any::Gate`): exempt → a place among the requests in flight
+ * (`concurrencyLimit`; shed with 503 at a full cap unless critical) → the
+ * key (the `keyHeader`, the `key` hook, or the client IP under the
+ * trusted-proxy rules, IPv6 grouped by prefix) → every policy
+ * all-or-nothing (remote ones first, through an `Ask`) → `report` — and
+ * the answer: status, `Retry-After` in whole seconds rounded up, the quota
+ * fields and the body. `express()` and `fastify()` only move these values
+ * in and out.
  */
 export declare class Gate {
-  /** A gate applying every policy to each request. */
-  constructor(options: GateOptions)
   /**
-   * The decision for one request: `key` (with `givenKey`: a string, safe
-   * integer or `Uint8Array`; `null`/`undefined`/`''` for none; ignored
-   * otherwise), the peer address (the socket's, or the framework's
-   * `req.ip`), and the request's raw header lines (`req.rawHeaders`: a
-   * flat array `[name, value, ...]` in the order received). The gate
-   * reads only the `keyHeader` lines and, with `trustedProxies`, the
-   * `clientIpHeader` lines.
+   * A gate from its options, read by name by the core (see
+   * `GateOptions`), and the `hooks` its sequence calls with the
+   * framework's request (see `GateHooks`).
+   */
+  constructor(options: GateOptions, hooks?: GateHooks)
+  /**
+   * The decision for one request, without the sequence's hooks or
+   * concurrency place (`admit` runs the whole sequence): `key` (with
+   * `givenKey`: a string, safe integer or `Uint8Array`;
+   * `null`/`undefined`/`''` for none; ignored otherwise), the peer
+   * address (the socket's, or the framework's `req.ip`), and the
+   * request's raw header lines (`req.rawHeaders`: a flat array
+   * `[name, value, ...]` in the order received). The gate reads only the
+   * `keyHeader` lines and, with `trustedProxies`, the `clientIpHeader`
+   * lines.
    */
   decide(key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null): Verdict
   /**
-   * The request's key as text every instance derives alike (for the
-   * `remote` policies in Redis): a `Buffer` (`key:…`, `ip:…` or
-   * `anonymous`), or the status a keyless request is refused with.
-   */
-  identity(key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null): Buffer | number
-  /**
-   * `decide` with the `remote` policies' decisions for the request's
-   * `identity`, in order (none when `identity` gave a status); `null`
-   * for a policy whose table is full (it threw
-   * `ERR_RATEBOUND_TOO_MANY_KEYS`): the gate answers as for its own.
-   */
-  decideWith(key: string | number | Uint8Array | null | undefined, peer: string | null | undefined, rawHeaders: string[] | null | undefined, remote: Array<RemoteDecision | null>): Verdict
-  /**
-   * Load shedding: a place among the requests in flight (always `true`
-   * without a `concurrencyLimit`); pair a `true` with one `leave()` when
-   * the response is done.
+   * Load shedding by hand: a place among the requests in flight (always
+   * `true` without a `concurrencyLimit`); pair a `true` with one
+   * `leave()`. `admit` takes its requests' places itself.
    */
   tryEnter(): boolean
   /** Gives back a place from `tryEnter()`. */
   leave(): void
   /** Whether a `concurrencyLimit` is set. */
   get capped(): boolean
-  /** The answer to a shed request: 503, `Retry-After: 1`, a short text. */
-  shed(): Verdict
   /** The policies' names, local then remote (for `onDecision`). */
   get policyNames(): Array<string>
+  /**
+   * The remote policies' names, in the order `finish` takes their
+   * answers.
+   */
+  get remoteNames(): Array<string>
   /**
    * The header fields the gate reads (the key header; the forwarding
    * header when proxies are trusted), lower case. A middleware may hand
@@ -1341,17 +1423,36 @@ export interface Exceeded {
 }
 
 /**
- * Options of `new Gate(...)`. Every option but `policies` is optional and
- * its default is the core's (`GateOptions::default`, the same for the
- * Rust, Python and Node middleware); each is parsed by the core
- * (`GateOptions::set`).
+ * Options of `new Gate(...)`, read by name by the core's one parser
+ * (`GateSpec`, the same for the Python and Node middleware): every
+ * default and every rule between options is the core's. A name it does
+ * not know is an error; `null` and `undefined` leave the default. The
+ * policies are the one policy of the top-level fields (`rate`, `burst`,
+ * ...) or `policies`, never both.
  */
 export interface GateOptions {
   /**
    * The policies, all applied to every request (all or nothing). May be
-   * empty when `concurrencyLimit` is set (load shedding only).
+   * empty when `concurrencyLimit` or `remote` is set.
    */
-  policies: Array<PolicyOptions>
+  policies?: Array<PolicyOptions>
+  /** The one policy's name (default `"default"`), instead of `policies`. */
+  name?: string
+  /** The one policy's algorithm (default `'token_bucket'`). */
+  algorithm?: string
+  /** The one policy's rate: tokens per second per key, or a quota string. */
+  rate?: number | string
+  /** The one policy's burst (token bucket). */
+  burst?: number
+  /** The one policy's limit per window (windows). */
+  limit?: number
+  /** The one policy's window in seconds (windows). */
+  window?: number
+  /**
+   * The key: `'ip'` (any case; the client IP, the default), a header
+   * name, or `{ header }`. A key function is the `key` hook.
+   */
+  key?: string | { header: string }
   /**
    * Key requests by this header (any case), e.g. `'x-api-key'`. A
    * request has a key only when it has exactly one line of it, not empty
@@ -1360,17 +1461,17 @@ export interface GateOptions {
    */
   keyHeader?: string
   /**
-   * The key is the application's: the `key` argument of `decide` (a
-   * string, safe integer or `Uint8Array`; `null`, `undefined` or empty
-   * for none). Without it (or `keyHeader`) requests are keyed by client
-   * IP and `key` is ignored.
+   * The key is the application's: `decide`'s `key` argument (a string,
+   * safe integer or `Uint8Array`; `null`, `undefined` or empty for none).
+   * A `key` hook gives it too. Without either (or `keyHeader`) requests
+   * are keyed by client IP.
    */
   givenKey?: boolean
   /**
-   * Global limits kept in Redis (`rb.redis` limiters' engines), by name:
-   * the gate advertises them in `RateLimit-Policy` and merges their
-   * decisions (`decideWith`); the middleware checks them for the
-   * request's `identity`.
+   * Policies decided elsewhere — global limits in Redis (`rb.redis`
+   * limiters' engines), limits shared by the host's processes: the gate
+   * advertises them in `RateLimit-Policy` and decides with their answers
+   * (`admit` returns an `Ask`, `finish` takes the answers).
    */
   remote?: Array<RemotePolicy>
   /**
@@ -1407,8 +1508,8 @@ export interface GateOptions {
   overflow?: 'evict' | 'reject'
   /**
    * Load shedding: at most this many requests in flight; beyond it
-   * `tryEnter()` is false and the middleware answers `shed()` (503,
-   * `Retry-After: 1`) at once. Default: no cap.
+   * `admit` sheds (503, `Retry-After: 1`) before any token is spent.
+   * Default: no cap.
    */
   concurrencyLimit?: number
   /** A `ManualClock` to decide with (default: the monotonic clock). */
@@ -1495,7 +1596,8 @@ export interface PauseNews {
 
 /**
  * One policy of a `Gate`: a token bucket (`rate`, `burst`) or a window
- * (`algorithm`, `limit`, `window`) per key.
+ * (`algorithm`, `limit`, `window`) per key. Its fields are read by name
+ * by the core (`PolicySpec`): a field it does not know is an error.
  */
 export interface PolicyOptions {
   /** The name in the `RateLimit-Policy` field (default `"default"`). */
@@ -1600,8 +1702,8 @@ export interface RedisEngineOptions {
 }
 
 /**
- * A decision made elsewhere (an `rb.redis` limiter's), as `decideWith`
- * takes it.
+ * A decision made elsewhere (an `rb.redis` limiter's, a
+ * `SharedKeyedLimiter`'s), as `finish` takes it.
  */
 export interface RemoteDecision {
   /** Whether it admitted. */
@@ -1621,8 +1723,11 @@ export interface RemoteDecision {
  * shared memory (a `SharedKeyedLimiter`); one of the two.
  */
 export interface RemotePolicy {
-  /** The name in the `RateLimit-Policy` field. */
-  name: string
+  /**
+   * The name in the `RateLimit-Policy` field (default: `'global'` for
+   * Redis, `'host'` for shared memory — the core's).
+   */
+  name?: string
   /** The `rb.redis` limiter's `engine`. */
   engine?: RedisEngine
   /** A limit shared by the host's processes. */
@@ -1682,7 +1787,7 @@ export interface TokenBucketOptions {
   clock?: ManualClock
 }
 
-/** A `Gate`'s answer. */
+/** A `Gate`'s answer (`decide`). */
 export interface Verdict {
   /**
    * 0 to let the request through; otherwise the status to answer with
