@@ -179,6 +179,7 @@ impl Gate {
     }
 
     /// The clock reading decisions are made with.
+    #[inline]
     pub fn now(&self) -> u64 {
         self.clock.now()
     }

@@ -145,6 +145,7 @@ impl Gate {
     /// assert!(third.verdict.is_pass());
     /// # Ok::<(), ratebound::Error>(())
     /// ```
+    #[inline]
     pub fn admit<H: Headers + ?Sized, K: Hooks>(
         &self,
         request: &Request<'_, H>,
@@ -217,7 +218,7 @@ impl Gate {
     }
 
     /// `verdict` told to the hooks, with the place kept only if it passes.
-    #[inline]
+    #[inline(always)]
     fn reported<'g, K: Hooks>(
         verdict: Verdict<'g>,
         place: Option<Place>,
