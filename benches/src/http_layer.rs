@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use http::{Request, Response};
 use ratebound::Quota;
-use ratebound_http::{KeySource, QuotaHeaders, RateLimitLayer};
+use ratebound_http::{QuotaHeaders, RateLimitLayer, RequestKey};
 use tower_service::Service;
 
 /// The trivial handler: answers at once.
@@ -43,7 +43,7 @@ pub fn layer(headers: QuotaHeaders) -> RateLimitLayer {
             Quota::parse("1000000/s burst 1000000").expect("quota"),
         )
         .policy("hourly", Quota::parse("1000000000/hour").expect("quota"))
-        .key(KeySource::header("x-api-key").expect("name"))
+        .key(RequestKey::header("x-api-key").expect("name"))
         .concurrency_limit(64)
         .quota_headers(headers)
         .build()

@@ -17,7 +17,7 @@
 //! the client's address from tonic's connection info.
 
 use ratebound::Quota;
-use ratebound_http::{KeySource, RateLimitLayer};
+use ratebound_http::{RateLimitLayer, RequestKey};
 use tonic::transport::Server;
 
 #[tokio::main]
@@ -29,7 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // gRPC metadata are HTTP/2 headers: the key header is read as for HTTP.
     let layer = RateLimitLayer::builder()
         .policy("calls", Quota::parse("2/minute")?)
-        .key(KeySource::header("x-api-key")?)
+        .key(RequestKey::header("x-api-key")?)
         .build()?;
     let addr = "127.0.0.1:50051".parse()?;
     println!("gRPC health service on {addr}");

@@ -16,7 +16,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ratebound::Quota;
-use ratebound_http::{DecisionEvent, KeySource, Outcome, RateLimitLayer};
+use ratebound_http::{DecisionEvent, Outcome, RateLimitLayer, RequestKey};
 
 /// One count per policy that saw the request (the route is the one axum
 /// matched, the label's default): a refusal is counted against
@@ -55,7 +55,7 @@ pub fn app(metrics: PrometheusHandle) -> Result<Router, ratebound::Error> {
     let api = RateLimitLayer::builder()
         .policy("burst", Quota::parse("10/s burst 20")?)
         .policy("hourly", Quota::parse("1000/hour")?)
-        .key(KeySource::header("x-api-key")?)
+        .key(RequestKey::header("x-api-key")?)
         .on_decision(count)
         .build()?;
     Ok(Router::new()

@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use ratebound::Quota;
-use ratebound_http::{KeySource, QuotaHeaders, RateLimitLayer};
+use ratebound_http::{QuotaHeaders, RateLimitLayer, RequestKey};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let layer = RateLimitLayer::builder()
             .policy("burst", Quota::parse("10/s burst 20")?)
             .policy("hourly", Quota::parse("1000/hour")?)
-            .key(KeySource::header("x-api-key")?)
+            .key(RequestKey::header("x-api-key")?)
             .exempt(|req| req.uri.path() == "/health")
             .quota_headers(headers)
             .concurrency_limit(64)

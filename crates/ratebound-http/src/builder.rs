@@ -10,7 +10,7 @@ use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody};
 use ratebound::http::{Forwarding, TrustedProxies};
 use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
 
-use crate::layer::Shared;
+use crate::layer::LayerState;
 use crate::{RateLimitLayer, RemotePolicy};
 
 pub(crate) type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
@@ -38,7 +38,7 @@ pub struct DecisionEvent<'a> {
 
 /// Where a request's key comes from.
 #[derive(Clone)]
-pub enum KeySource {
+pub enum RequestKey {
     /// A request header (e.g. `X-API-Key`): one line, not empty, no comma
     /// (see the crate docs); anything else is no key.
     Header(HeaderName),
@@ -48,14 +48,14 @@ pub enum KeySource {
     Custom(KeyFn),
 }
 
-impl KeySource {
+impl RequestKey {
     /// Keys from the header `name`.
     ///
     /// # Errors
     /// [`Error::Parse`] for an invalid header name.
-    pub fn header(name: &str) -> Result<KeySource, Error> {
+    pub fn header(name: &str) -> Result<RequestKey, Error> {
         HeaderName::try_from(ratebound::http::field_name(name)?)
-            .map(KeySource::Header)
+            .map(RequestKey::Header)
             .map_err(|_| Error::Parse {
                 input: name.to_string(),
                 reason: "not an HTTP header name",
@@ -63,8 +63,8 @@ impl KeySource {
     }
 
     /// Keys from a closure over the request head.
-    pub fn custom(f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> KeySource {
-        KeySource::Custom(Arc::new(f))
+    pub fn custom(f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> RequestKey {
+        RequestKey::Custom(Arc::new(f))
     }
 }
 
@@ -74,7 +74,7 @@ pub struct Builder {
     pub(crate) quotas: Vec<(String, KeyedAlgorithm)>,
     pub(crate) clock: AnyClock,
     pub(crate) options: GateOptions,
-    pub(crate) key: KeySource,
+    pub(crate) key: RequestKey,
     pub(crate) exempt: Option<Predicate>,
     pub(crate) critical: Option<Predicate>,
     pub(crate) on_decision: Option<OnDecision>,
@@ -125,7 +125,7 @@ impl Builder {
     /// # #[cfg(feature = "redis")]
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use ratebound::Quota;
-    /// use ratebound_http::{KeySource, RateLimitLayer};
+    /// use ratebound_http::{RequestKey, RateLimitLayer};
     /// use ratebound_redis::RedisLimiter;
     ///
     /// let client = redis::Client::open("redis://127.0.0.1/")?;
@@ -134,7 +134,7 @@ impl Builder {
     /// let layer = RateLimitLayer::builder()
     ///     .policy("local", Quota::parse("10/s burst 20")?)
     ///     .remote("global", global)
-    ///     .key(KeySource::header("x-api-key")?)
+    ///     .key(RequestKey::header("x-api-key")?)
     ///     .build()?;
     /// # let _ = layer; Ok(()) }
     /// ```
@@ -146,12 +146,12 @@ impl Builder {
         self
     }
 
-    /// Where keys come from (default: [`KeySource::ClientIp`]).
-    pub fn key(mut self, key: KeySource) -> Self {
+    /// Where keys come from (default: [`RequestKey::ClientIp`]).
+    pub fn key(mut self, key: RequestKey) -> Self {
         self.options.key = match &key {
-            KeySource::Header(name) => any::KeySource::Header(name.as_str().to_string()),
-            KeySource::ClientIp => any::KeySource::ClientIp,
-            KeySource::Custom(_) => any::KeySource::Given,
+            RequestKey::Header(name) => any::KeySource::Header(name.as_str().to_string()),
+            RequestKey::ClientIp => any::KeySource::ClientIp,
+            RequestKey::Custom(_) => any::KeySource::Given,
         };
         self.key = key;
         self
@@ -253,7 +253,7 @@ impl Builder {
             .collect();
         let policy_names = gate.policy_names().map(str::to_string).collect();
         Ok(RateLimitLayer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(LayerState {
                 gate,
                 names,
                 policy_field,

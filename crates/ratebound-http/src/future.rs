@@ -11,7 +11,7 @@ use http::{Request, Response, StatusCode};
 use ratebound::any::{Admission, Place};
 use tower_service::Service;
 
-use crate::layer::{QuotaFields, Shared, insert_taken};
+use crate::layer::{LayerState, QuotaFields, insert_taken};
 use crate::remote::Waiting;
 
 pin_project_lite::pin_project! {
@@ -49,7 +49,7 @@ impl<F, S, R> State<F, S, R> {
     /// steps out in place, where the compiler keeps the request's parts
     /// from being copied.
     pub(crate) fn decided<ResBody>(
-        shared: &Shared,
+        shared: &LayerState,
         admission: Admission<'_>,
         parts: Parts,
         body: R,

@@ -17,18 +17,18 @@ use ratebound::http::Headers;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::builder::{Builder, DecisionEvent, KeySource};
+use crate::builder::{Builder, DecisionEvent, RequestKey};
 use crate::builder::{OnDecision, Predicate};
 use crate::future::{ResponseBody, ResponseFuture, State};
 use crate::remote::{RemotePolicy, Waiting, answers};
 use crate::{PeerAddr, grpc};
 
-pub(crate) struct Shared {
+pub(crate) struct LayerState {
     pub(crate) gate: Gate,
     /// The header names the gate reads, by the address of the gate's string.
     pub(crate) names: Vec<(usize, HeaderName)>,
     pub(crate) policy_field: HeaderValue,
-    pub(crate) key: KeySource,
+    pub(crate) key: RequestKey,
     pub(crate) exempt: Option<Predicate>,
     pub(crate) critical: Option<Predicate>,
     pub(crate) on_decision: Option<OnDecision>,
@@ -38,7 +38,7 @@ pub(crate) struct Shared {
     pub(crate) remote: Vec<(String, Box<dyn RemotePolicy>)>,
 }
 
-impl Shared {
+impl LayerState {
     /// The route template axum matched (`/items/{id}`), when there is one.
     pub(crate) fn route(request: &Parts) -> Option<&str> {
         #[cfg(feature = "axum")]
@@ -67,7 +67,7 @@ impl Shared {
 /// The tower layer; see the crate docs.
 #[derive(Clone)]
 pub struct RateLimitLayer {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<LayerState>,
 }
 
 impl RateLimitLayer {
@@ -77,7 +77,7 @@ impl RateLimitLayer {
             quotas: Vec::new(),
             clock: AnyClock::default(),
             options: GateOptions::default(),
-            key: KeySource::ClientIp,
+            key: RequestKey::ClientIp,
             exempt: None,
             critical: None,
             on_decision: None,
@@ -107,7 +107,7 @@ impl<S> Layer<S> for RateLimitLayer {
 #[derive(Clone)]
 pub struct RateLimit<S> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<LayerState>,
 }
 
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -121,12 +121,12 @@ static LEGACY: [HeaderName; 3] = [
 /// The request's header lines, for the gate: the names it reads are made
 /// into `HeaderName`s once, when the layer is built, not parsed per request
 /// (found by the address of the gate's own name string, else by text).
-pub(crate) struct Lines<'a> {
+pub(crate) struct HeaderMapLines<'a> {
     map: &'a HeaderMap,
     names: &'a [(usize, HeaderName)],
 }
 
-impl Headers for Lines<'_> {
+impl Headers for HeaderMapLines<'_> {
     #[inline]
     fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, mut f: F) {
         let known = self
@@ -151,12 +151,12 @@ impl Headers for Lines<'_> {
 /// request: the exempt and critical predicates, the custom key closure and
 /// the metrics hook, over the request head.
 pub(crate) struct LayerHooks<'a> {
-    shared: &'a Shared,
+    shared: &'a LayerState,
     parts: &'a Parts,
 }
 
 impl<'a> LayerHooks<'a> {
-    pub(crate) fn new(shared: &'a Shared, parts: &'a Parts) -> Self {
+    pub(crate) fn new(shared: &'a LayerState, parts: &'a Parts) -> Self {
         LayerHooks { shared, parts }
     }
 }
@@ -172,12 +172,12 @@ impl Hooks for LayerHooks<'_> {
         self.shared.critical.as_ref().is_some_and(|f| f(self.parts))
     }
 
-    /// The [`KeySource::Custom`] closure's key (the gate asks only for a
+    /// The [`RequestKey::Custom`] closure's key (the gate asks only for a
     /// custom key source, after shedding).
     #[inline]
     fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
         match &self.shared.key {
-            KeySource::Custom(key) => f(key(self.parts).as_deref().map(Key::Text)),
+            RequestKey::Custom(key) => f(key(self.parts).as_deref().map(Key::Text)),
             _ => f(None),
         }
     }
@@ -192,7 +192,7 @@ impl Hooks for LayerHooks<'_> {
 /// Up to three header fields, without a heap allocation for the list.
 pub(crate) type QuotaFields = [Option<(HeaderName, HeaderValue)>; 3];
 
-impl Shared {
+impl LayerState {
     #[inline]
     pub(crate) fn peer(parts: &Parts) -> Option<std::net::IpAddr> {
         let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
@@ -299,8 +299,8 @@ where
         let admit = shared.gate.admit(
             &any::Request {
                 key: None,
-                peer: Shared::peer(&parts),
-                headers: &Lines {
+                peer: LayerState::peer(&parts),
+                headers: &HeaderMapLines {
                     map: &parts.headers,
                     names: &shared.names,
                 },

@@ -14,12 +14,12 @@
 //! ```
 //! use axum::{Router, routing::get};
 //! use ratebound::Quota;
-//! use ratebound_http::{KeySource, RateLimitLayer};
+//! use ratebound_http::{RequestKey, RateLimitLayer};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy("burst", Quota::parse("10/s burst 20")?)
 //!     .policy("hourly", Quota::parse("1000/hour")?)
-//!     .key(KeySource::header("x-api-key")?)
+//!     .key(RequestKey::header("x-api-key")?)
 //!     .build()?;
 //! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
 //! # Ok::<(), ratebound::Error>(())
@@ -37,11 +37,11 @@
 //! ```
 //! # #[cfg(feature = "tonic")] fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use ratebound::Quota;
-//! use ratebound_http::{KeySource, RateLimitLayer};
+//! use ratebound_http::{RequestKey, RateLimitLayer};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy("calls", Quota::parse("2/minute")?)
-//!     .key(KeySource::header("x-api-key")?) // gRPC metadata are headers
+//!     .key(RequestKey::header("x-api-key")?) // gRPC metadata are headers
 //!     .build()?;
 //! let server = tonic::transport::Server::builder().layer(layer);
 //! # let _ = server; Ok(()) }
@@ -49,7 +49,7 @@
 //! ```
 //!
 //! # Keys
-//! [`KeySource`] picks the key: a header, the client IP, or a closure over
+//! [`RequestKey`] picks the key: a header, the client IP, or a closure over
 //! the request. A key header counts only when the request has exactly one
 //! line of it, not empty and without a comma; otherwise the request has no
 //! valid key (a client that adds a second line, hoping the first wins, gets
@@ -76,7 +76,7 @@
 //! ```
 //! # #[cfg(feature = "shm")] fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use ratebound::{KeyedAlgorithm, Quota};
-//! use ratebound_http::{KeySource, RateLimitLayer};
+//! use ratebound_http::{RequestKey, RateLimitLayer};
 //! use ratebound_shm::SharedKeyedLimiter;
 //!
 //! # let dir = std::env::temp_dir().join(format!("rb-http-doc-{}", std::process::id()));
@@ -87,7 +87,7 @@
 //! let host = SharedKeyedLimiter::open(&path, algorithm, 10_000)?;
 //! let layer = RateLimitLayer::builder()
 //!     .remote("host", host)
-//!     .key(KeySource::header("x-api-key")?)
+//!     .key(RequestKey::header("x-api-key")?)
 //!     .build()?;
 //! # drop(layer); std::fs::remove_dir_all(&dir)?;
 //! # Ok(()) }
@@ -140,11 +140,16 @@ mod grpc;
 mod layer;
 mod remote;
 
-pub use builder::{Builder, DecisionEvent, KeySource};
+pub use builder::{Builder, DecisionEvent, RequestKey};
 pub use future::{ResponseBody, ResponseFuture};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer};
 pub use remote::{RemoteCheck, RemotePolicy};
+
+/// The old name of [`RequestKey`] (it was a twin of the core's
+/// [`ratebound::any::KeySource`], which a gate takes).
+#[deprecated(note = "renamed RequestKey")]
+pub type KeySource = RequestKey;
 
 use std::net::SocketAddr;
 

@@ -17,7 +17,7 @@ use tower_service::Service;
 #[cfg(doc)]
 use crate::Builder;
 use crate::future::State;
-use crate::layer::{LayerHooks, Shared};
+use crate::layer::{LayerHooks, LayerState};
 
 /// A limit kept outside the layer — every instance of a service counting
 /// one global limit in Redis, or every process of a host one table in
@@ -27,7 +27,7 @@ use crate::layer::{LayerHooks, Shared};
 /// layer asks every remote policy, in the order they were added, to take
 /// one token for the request's identity — its key as every instance derives
 /// it: `key:<the key>` (a key header's trimmed value, or the
-/// [`KeySource::Custom`](crate::KeySource::Custom) closure's), `ip:<address>`
+/// [`RequestKey::Custom`](crate::RequestKey::Custom) closure's), `ip:<address>`
 /// (IPv6 cut to its prefix) or `anonymous` — and awaits their answers
 /// together, then the local policies decide (none is charged when a remote
 /// one refuses) and the answer is sent. A request that a local policy
@@ -197,7 +197,7 @@ impl RemotePolicy for ratebound_shm::SharedKeyedLimiter {
 /// to go on once they have answered (boxed in the response future, so the
 /// local path's future stays small).
 pub(crate) struct Waiting<S, R> {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<LayerState>,
     pub(crate) ask: Ask,
     pub(crate) checks: Vec<RemoteCheck>,
     /// The inner service that was polled ready (a clone took its place).

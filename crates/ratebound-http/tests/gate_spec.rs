@@ -17,7 +17,7 @@ use hyper_util::rt::TokioExecutor;
 use ratebound::http::{Cidr, Forwarding, TrustedProxies};
 use ratebound::{ManualClock, Overflow};
 use ratebound_http::{
-    Builder, KeySource, MissingKey, PeerAddr, QuotaHeaders, RateLimitLayer, RefusalBody,
+    Builder, MissingKey, PeerAddr, QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey,
 };
 use serde_json::Value;
 
@@ -56,10 +56,10 @@ fn build(id: &str, options: &Value, clock: &ManualClock) -> RateLimitLayer {
                     b = b.policy_with(&policy_name, algorithm);
                 }
             }
-            "key_header" => b = b.key(KeySource::header(&text(name, value)).unwrap()),
+            "key_header" => b = b.key(RequestKey::header(&text(name, value)).unwrap()),
             "key" => {
                 assert_eq!(value, "given", "{id}: option key");
-                b = b.key(KeySource::custom(|parts| {
+                b = b.key(RequestKey::custom(|parts| {
                     parts
                         .headers
                         .get("x-given")

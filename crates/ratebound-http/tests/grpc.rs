@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use ratebound::{ManualClock, Quota};
-use ratebound_http::{KeySource, RateLimitLayer};
+use ratebound_http::{RateLimitLayer, RequestKey};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Status};
@@ -70,7 +70,7 @@ async fn a_refused_call_is_resource_exhausted_with_retry_info() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::builder()
         .policy("calls", Quota::parse("2/minute").unwrap())
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -112,7 +112,7 @@ async fn admitted_calls_carry_the_quota_fields() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::builder()
         .policy("calls", Quota::parse("5/s").unwrap())
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .clock(clock)
         .build()
         .unwrap();
@@ -196,7 +196,7 @@ impl Service<Request<()>> for Stuck {
 fn a_shed_grpc_call_is_unavailable_and_an_http_one_503() {
     let layer = RateLimitLayer::builder()
         .policy("calls", Quota::parse("100/s").unwrap())
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .concurrency_limit(1)
         .build()
         .unwrap();

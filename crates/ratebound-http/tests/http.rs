@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratebound::http::{Cidr, TrustedProxies};
 use ratebound::{ManualClock, Quota};
-use ratebound_http::{KeySource, QuotaHeaders, RateLimitLayer, RefusalBody};
+use ratebound_http::{QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey};
 
 mod serve;
 use serve::serve;
@@ -65,7 +65,7 @@ async fn design_scenario_2_over_http_and_retry_after_is_honest() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::builder()
         .policy("default", Quota::parse("1/s burst 2").unwrap())
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -101,7 +101,7 @@ async fn retry_after_is_never_earlier_than_the_exact_wait_at_sub_second_rates() 
         let clock = ManualClock::new();
         let layer = RateLimitLayer::builder()
             .policy("p", quota)
-            .key(KeySource::header("x-api-key").unwrap())
+            .key(RequestKey::header("x-api-key").unwrap())
             .clock(clock.clone())
             .build()
             .unwrap();
@@ -197,7 +197,7 @@ async fn several_policies_lose_no_tokens_when_one_refuses() {
     let layer = RateLimitLayer::builder()
         .policy("daily", Quota::parse("1/hour burst 5").unwrap())
         .policy("rate", Quota::parse("2/s burst 2").unwrap())
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -305,7 +305,7 @@ async fn a_saturated_service_sheds_at_once_and_lets_critical_requests_through() 
 async fn malformed_keys_get_a_defined_answer_and_exemptions_bypass() {
     let layer = RateLimitLayer::builder()
         .policy("p", Quota::parse("1/hour burst 1").unwrap())
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .exempt(|parts| parts.uri.path() == "/health")
         .refusal_body(RefusalBody::ProblemJson)
         .quota_headers(QuotaHeaders::Legacy)
@@ -354,7 +354,7 @@ async fn malformed_keys_get_a_defined_answer_and_exemptions_bypass() {
     assert_eq!(err.code(), "invalid_limit");
     assert!(err.to_string().contains("invalid limit 0"), "{err}");
     assert_eq!(
-        KeySource::header("bad header").err().unwrap().code(),
+        RequestKey::header("bad header").err().unwrap().code(),
         "parse_error"
     );
 }
@@ -369,7 +369,7 @@ async fn a_request_without_a_key_follows_the_policy() {
     let build = |missing| {
         RateLimitLayer::builder()
             .policy("p", quota)
-            .key(KeySource::header("x-api-key").unwrap())
+            .key(RequestKey::header("x-api-key").unwrap())
             .missing_key(missing)
             .build()
             .unwrap()
@@ -412,7 +412,7 @@ async fn window_policies_work_beside_buckets() {
                 window: Duration::from_secs(86_400),
             },
         )
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -442,7 +442,7 @@ fn the_response_future_is_ready_at_once_and_never_panics() {
 
     let layer = RateLimitLayer::builder()
         .policy("p", Quota::parse("1/hour burst 1").unwrap())
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .missing_key(ratebound_http::MissingKey::Reject(401))
         .build()
         .unwrap();
@@ -597,7 +597,7 @@ async fn route_layers_limit_each_route_and_share_one_limit_between_two() {
             .policy("default", Quota::parse(quota).unwrap())
             .clock(clock.clone());
         if let Some(h) = key {
-            b = b.key(KeySource::header(h).unwrap());
+            b = b.key(RequestKey::header(h).unwrap());
         }
         b.build().unwrap()
     };
@@ -708,7 +708,7 @@ async fn on_decision_reports_each_limited_request() {
                 window: Duration::from_secs(60),
             },
         )
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .exempt(|p| p.uri.path() == "/health")
         .label("api")
         .on_decision(move |e| {

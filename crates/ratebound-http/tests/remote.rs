@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratebound::{KeyedAlgorithm, Quota};
-use ratebound_http::{KeySource, Outcome, RateLimitLayer};
+use ratebound_http::{Outcome, RateLimitLayer, RequestKey};
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter};
 use ratebound_shm::SharedKeyedLimiter;
 use redis::aio::ConnectionManager;
@@ -158,7 +158,7 @@ async fn a_global_limit_in_redis_is_shared_by_two_instances() {
                 "global",
                 redis_limiter(&server, &prefix, "5/minute burst 5", OnError::Closed).await,
             )
-            .key(KeySource::header("x-api-key").unwrap())
+            .key(RequestKey::header("x-api-key").unwrap())
             .on_decision(move |e| {
                 sink.lock()
                     .unwrap()
@@ -216,7 +216,7 @@ async fn a_limit_in_shared_memory_is_shared_by_two_instances() {
         let table = SharedKeyedLimiter::open(&path, algorithm, 100).unwrap();
         let layer = RateLimitLayer::builder()
             .remote("host", table)
-            .key(KeySource::header("x-api-key").unwrap())
+            .key(RequestKey::header("x-api-key").unwrap())
             .build()
             .unwrap();
         addrs.push(serve(app(layer)).await);
@@ -247,7 +247,7 @@ async fn a_full_shared_memory_table_answers_503_not_500() {
     assert_eq!(slots, 64);
     let layer = RateLimitLayer::builder()
         .remote("host", table)
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
@@ -301,7 +301,7 @@ async fn a_remote_refusal_gives_the_concurrency_place_back() {
         let g = gates.clone();
         let builder = RateLimitLayer::builder()
             .concurrency_limit(1)
-            .key(KeySource::header("x-api-key").unwrap());
+            .key(RequestKey::header("x-api-key").unwrap());
         let layer = match remote {
             "redis" => builder.remote(
                 "global",
@@ -381,13 +381,13 @@ async fn redis_trouble_is_answered_by_the_limiters_fail_policy() {
     let open = redis_limiter(&server, &prefix, "5/minute burst 5", OnError::Open).await;
     let closed = serve(app(RateLimitLayer::builder()
         .remote("global", closed)
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .build()
         .unwrap()))
     .await;
     let open = serve(app(RateLimitLayer::builder()
         .remote("global", open)
-        .key(KeySource::header("x-api-key").unwrap())
+        .key(RequestKey::header("x-api-key").unwrap())
         .build()
         .unwrap()))
     .await;
