@@ -133,7 +133,7 @@ def main() -> int:
                     print(f"cross-language step {i} ({who}): (allowed, remaining, retry_after_us) = {got}, want {want}")
             # Waits: reservations through each language's engine, one order.
             wait_key = f"cross-wait-{uuid.uuid4().hex}"
-            engine = rb._ratebound.RedisEngine_("token_bucket", rate=2, burst=3, timeout=2.0)
+            engine = rb._ratebound._RedisEngine("token_bucket", rate=2, burst=3, timeout=2.0)
             for i, (who, n, at, max_wait, granted, wait) in enumerate(RESERVATIONS):
                 if who == "python":
                     call = engine.begin_reserve(wait_key, n, max_wait / 1e6).at(B + at)

@@ -955,7 +955,7 @@ export declare class RedisCall {
  * const b = engine.begin('partner-api', 1)
  * if (b instanceof RedisCall) {
  *   // EVALSHA b.sha 1 b.key ...b.args (EVAL b.text ... on NOSCRIPT), within engine.timeout s
- *   const d = engine.finish(b, reply, timedOut, errorText)   // reply: 5 integers, or null
+ *   const d = engine.finish(b, reply, timedOut, errorText)   // reply: 7 integers, or null
  * }
  * ```
  */
@@ -993,13 +993,15 @@ export declare class RedisEngine {
    */
   begin(key: string | number | Uint8Array, n?: number, scope?: string | null): RedisDecision | RedisCall
   /**
-   * Step two: the decision from what became of `call` — the script's
-   * reply (seven integers), or `null` with `timedOut` (no reply within the
-   * deadline) or an `error` text (a connection or server error). A reply
-   * of another shape counts as a failure. Failures feed the circuit
+   * Step two: the decision from what became of `call` — `timedOut` (no
+   * reply within the deadline), else an `error` text (a connection or
+   * server error), else the script's reply (seven integers), read in
+   * that order by the engine (`CallOutcome::reported`). A reply that is
+   * not an array of integers (`CallOutcome::Malformed`), or of another
+   * shape, counts as a failure, as in Python. Failures feed the circuit
    * breaker and are answered by the fail policy.
    */
-  finish(call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null): RedisDecision
+  finish(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): RedisDecision
   /**
    * The calls that give every unspent leased token back (on shutdown);
    * the leases are forgotten. Run each like any call; their outcome
@@ -1037,7 +1039,7 @@ export declare class RedisEngine {
    */
   acquireStep(a: RedisAcquisition): RedisCall | number | string | Exceeded
   /** Hands the wait what became of the call its last step gave. */
-  acquireReply(a: RedisAcquisition, reply: number[] | null, timedOut?: boolean, error?: string | null): void
+  acquireReply(a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null): void
   /** The caller gave up: the call that gives held tokens back, or null. */
   acquireAbandon(a: RedisAcquisition): RedisCall | null
   /**
@@ -1053,7 +1055,7 @@ export declare class RedisEngine {
    * Step two of a reservation: `Granted`, or `Exceeded` when the tokens
    * are due only beyond its maxWait (nothing taken).
    */
-  finishReserve(call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null): Granted | Exceeded
+  finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): Granted | Exceeded
   /**
    * The call that gives a reservation's tokens back (`reserveCall`: the
    * call that took them).
@@ -1071,7 +1073,7 @@ export declare class RedisEngine {
    * waiters of the other instances (`{ shift, news }`), or null when
    * Redis could not be told.
    */
-  finishPauseNews(call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null): PauseNews | null
+  finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): PauseNews | null
   /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
   get pauseChannel(): string
   /**
@@ -1085,7 +1087,7 @@ export declare class RedisEngine {
    * seconds (0: a pause already on covered it), or null when Redis could
    * not be told.
    */
-  finishPause(reply: number[] | null, timedOut?: boolean, error?: string | null): number | null
+  finishPause(reply: unknown, timedOut?: boolean, error?: string | null): number | null
 }
 
 /**

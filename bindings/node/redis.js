@@ -169,9 +169,11 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     throw e
   }
 
-  // The script's reply as the engine takes it (six integers), or null.
+  // The script's reply as the engine takes it: an array of numbers (the
+  // clients' bigints and numeric strings as numbers); anything else as it
+  // came, which the engine counts as a malformed reply (as Python's).
   function integers(reply) {
-    if (!Array.isArray(reply)) return null
+    if (!Array.isArray(reply)) return reply
     const out = new Array(reply.length)
     for (let i = 0; i < reply.length; i++) {
       const v = reply[i]
@@ -377,9 +379,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       const r = await run(this.#adapter, call, this.#ms, this.#stats)
       if (r === TIMEOUT) return this.#engine.finish(call, null, true, null)
       if (r.error !== undefined) return this.#engine.finish(call, null, false, r.error)
-      const reply = integers(r.reply)
-      if (reply === null) return this.#engine.finish(call, null, false, 'unexpected reply')
-      return this.#engine.finish(call, reply, false, null)
+      return this.#engine.finish(call, integers(r.reply), false, null)
     }
 
     /**
@@ -399,17 +399,14 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       const r = await run(this.#adapter, call, this.#ms, this.#stats)
       if (r === TIMEOUT) return this.#engine.acquireReply(a, null, true, null)
       if (r.error !== undefined) return this.#engine.acquireReply(a, null, false, r.error)
-      const reply = integers(r.reply)
-      if (reply === null) return this.#engine.acquireReply(a, null, false, 'unexpected reply')
-      return this.#engine.acquireReply(a, reply, false, null)
+      return this.#engine.acquireReply(a, integers(r.reply), false, null)
     }
 
     async #result(call) {
       const r = await run(this.#adapter, call, this.#ms, this.#stats)
       if (r === TIMEOUT) return [null, true, null]
       if (r.error !== undefined) return [null, false, r.error]
-      const reply = integers(r.reply)
-      return reply === null ? [null, false, 'unexpected reply'] : [reply, false, null]
+      return [integers(r.reply), false, null]
     }
 
     /**

@@ -171,6 +171,22 @@ test("the driver detects each client; keys go to Redis as raw bytes after the pr
   await closeClient(nr)
 })
 
+test("what became of a call: the engine's rule, as in Python", () => {
+  // A reply that is no array of integers is the engine's Malformed, a
+  // failure for the fail policy (a fraction was -1 here, a non-array
+  // 'unexpected reply'); timedOut is read before a reply, then error, and
+  // nothing at all is a failure (test_redis.py: the same answers).
+  const e = new rb.RedisEngine({ rate: 10, burst: 20, onError: 'closed', breakerThreshold: 100 })
+  const good = [1, 19, 0, 100000, 1, 0, 7]
+  for (const reply of ['garbage', Buffer.from('garbage'), [1, 2.5], [[1]], 5, [1, '2'], {}]) {
+    assert.equal(e.finish(e.begin('k'), reply).source, 'fail_closed', String(reply))
+  }
+  assert.equal(e.finish(e.begin('k'), good, true).source, 'fail_closed')
+  assert.equal(e.finish(e.begin('k'), good, false, 'down').source, 'fail_closed')
+  assert.equal(e.finish(e.begin('k'), null).source, 'fail_closed')
+  assert.equal(e.finish(e.begin('k'), good).source, 'redis')
+})
+
 test('bad input: typed errors naming the value, never a crash', async () => {
   const server = await main()
   const io = await ioredis(server.port)

@@ -8,11 +8,12 @@
 //! (`EVALSHA`, and `EVAL` once on `NOSCRIPT`, within one deadline) and hands
 //! back what became of it.
 
+use napi::JsValue;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key, Loose as CoreLoose};
-use ratebound_redis::{Algorithm, Begin, Call, Config, Engine, OnError, Outcome};
+use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, OnError};
 
 use crate::error::{OrThrow, invalid_type};
 use crate::keyed::js_key;
@@ -93,8 +94,8 @@ pub struct RedisDecision {
     pub source: &'static str,
 }
 
-impl From<ratebound_redis::Decision> for RedisDecision {
-    fn from(d: ratebound_redis::Decision) -> RedisDecision {
+impl From<ratebound_redis::RedisDecision> for RedisDecision {
+    fn from(d: ratebound_redis::RedisDecision) -> RedisDecision {
         let inner = d.decision();
         RedisDecision {
             allowed: inner.is_allowed(),
@@ -249,7 +250,7 @@ fn js_names(e: CoreError) -> CoreError {
 /// const b = engine.begin('partner-api', 1)
 /// if (b instanceof RedisCall) {
 ///   // EVALSHA b.sha 1 b.key ...b.args (EVAL b.text ... on NOSCRIPT), within engine.timeout s
-///   const d = engine.finish(b, reply, timedOut, errorText)   // reply: 5 integers, or null
+///   const d = engine.finish(b, reply, timedOut, errorText)   // reply: 7 integers, or null
 /// }
 /// ```
 #[napi]
@@ -352,25 +353,27 @@ impl RedisEngine {
         }
     }
 
-    /// Step two: the decision from what became of `call` — the script's
-    /// reply (seven integers), or `null` with `timedOut` (no reply within the
-    /// deadline) or an `error` text (a connection or server error). A reply
-    /// of another shape counts as a failure. Failures feed the circuit
+    /// Step two: the decision from what became of `call` — `timedOut` (no
+    /// reply within the deadline), else an `error` text (a connection or
+    /// server error), else the script's reply (seven integers), read in
+    /// that order by the engine (`CallOutcome::reported`). A reply that is
+    /// not an array of integers (`CallOutcome::Malformed`), or of another
+    /// shape, counts as a failure, as in Python. Failures feed the circuit
     /// breaker and are answered by the fail policy.
     #[napi(
-        ts_args_type = "call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null"
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null"
     )]
     pub fn finish(
         &self,
         call: &RedisCall,
-        reply: Option<Vec<f64>>,
+        reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
-    ) -> RedisDecision {
+    ) -> Result<RedisDecision> {
         with_outcome(reply, timed_out, error, |o| {
             self.engine.finish(&call.call, o)
         })
-        .into()
+        .map(RedisDecision::from)
     }
 
     /// The calls that give every unspent leased token back (on shutdown);
@@ -432,30 +435,35 @@ impl RedisEngine {
     }
 }
 
-/// Runs `f` on what became of a call: its reply (integers; anything else
-/// is a failure), `timedOut`, or an `error` text.
+/// Runs `f` on what became of a call, as the engine reads a driver's
+/// report (`CallOutcome::reported`: `timedOut`, then `error`, then the
+/// reply): a reply is an array of numbers made integers by the engine's
+/// rule (`CallOutcome::of_numbers`); anything else given as the reply is
+/// `CallOutcome::Malformed` — what Python's binding says of a reply that
+/// is not a list of ints.
 pub(crate) fn with_outcome<R>(
-    reply: Option<Vec<f64>>,
+    reply: Option<Unknown<'_>>,
     timed_out: Option<bool>,
     error: Option<String>,
-    f: impl FnOnce(Outcome<'_>) -> R,
-) -> R {
-    match reply {
-        Some(r) => {
-            let ints: Vec<i64> = r
-                .into_iter()
-                .map(|v| {
-                    if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0 {
-                        v as i64
-                    } else {
-                        // Not an integer the script can reply: a failure.
-                        -1
-                    }
-                })
-                .collect();
-            f(Outcome::Reply(&ints))
-        }
-        None if timed_out == Some(true) => f(Outcome::Timeout),
-        None => f(Outcome::Failed(error.as_deref().unwrap_or("no reply"))),
-    }
+    f: impl FnOnce(CallOutcome<'_>) -> R,
+) -> Result<R> {
+    // None: no reply; Some(None): a reply that is no array of numbers.
+    let numbers: Option<Option<Vec<f64>>> = match reply {
+        None => None,
+        Some(v) => match v.get_type()? {
+            ValueType::Undefined | ValueType::Null => None,
+            ValueType::Object if v.is_array()? => Some(Vec::<f64>::from_unknown(v).ok()),
+            _ => Some(None),
+        },
+    };
+    let mut ints = Vec::new();
+    let reply = numbers.as_ref().map(|n| match n {
+        Some(n) => CallOutcome::of_numbers(n, &mut ints),
+        None => CallOutcome::Malformed,
+    });
+    Ok(f(CallOutcome::reported(
+        reply,
+        timed_out == Some(true),
+        error.as_deref(),
+    )))
 }

@@ -142,18 +142,18 @@ impl RedisEngine {
 
     /// Hands the wait what became of the call its last step gave.
     #[napi(
-        ts_args_type = "a: RedisAcquisition, reply: number[] | null, timedOut?: boolean, error?: string | null"
+        ts_args_type = "a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null"
     )]
     pub fn acquire_reply(
         &self,
         a: &RedisAcquisition,
-        reply: Option<Vec<f64>>,
+        reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
-    ) {
+    ) -> Result<()> {
         with_outcome(reply, timed_out, error, |o| {
             self.engine.acquire_reply(&mut a.lock(), o);
-        });
+        })
     }
 
     /// The caller gave up: the call that gives held tokens back, or null.
@@ -199,19 +199,19 @@ impl RedisEngine {
     /// Step two of a reservation: `Granted`, or `Exceeded` when the tokens
     /// are due only beyond its maxWait (nothing taken).
     #[napi(
-        ts_args_type = "call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null",
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null",
         ts_return_type = "Granted | Exceeded"
     )]
     pub fn finish_reserve(
         &self,
         call: &RedisCall,
-        reply: Option<Vec<f64>>,
+        reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
-    ) -> Either<Granted, Exceeded> {
-        granted(with_outcome(reply, timed_out, error, |o| {
+    ) -> Result<Either<Granted, Exceeded>> {
+        Ok(granted(with_outcome(reply, timed_out, error, |o| {
             self.engine.finish_reserve(&call.call, o)
-        }))
+        })?))
     }
 
     /// The call that gives a reservation's tokens back (`reserveCall`: the
@@ -248,23 +248,23 @@ impl RedisEngine {
     /// waiters of the other instances (`{ shift, news }`), or null when
     /// Redis could not be told.
     #[napi(
-        ts_args_type = "call: RedisCall, reply: number[] | null, timedOut?: boolean, error?: string | null"
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null"
     )]
     pub fn finish_pause_news(
         &self,
         call: &RedisCall,
-        reply: Option<Vec<f64>>,
+        reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
-    ) -> Option<PauseNews> {
-        let paused = with_outcome(reply, timed_out, error, |o| self.engine.finish_pause(o));
-        paused.map(|(start_us, shift)| PauseNews {
+    ) -> Result<Option<PauseNews>> {
+        let paused = with_outcome(reply, timed_out, error, |o| self.engine.finish_pause(o))?;
+        Ok(paused.map(|(start_us, shift)| PauseNews {
             shift: shift.as_secs_f64(),
             news: self
                 .engine
                 .pause_news(&call.call, start_us, shift)
                 .map(Buffer::from),
-        })
+        }))
     }
 
     /// The pub/sub channel of this prefix's pause news (`'rb:pause'`).
@@ -284,13 +284,13 @@ impl RedisEngine {
     /// What became of a pause: the shift it gave the reserved slots in
     /// seconds (0: a pause already on covered it), or null when Redis could
     /// not be told.
-    #[napi(ts_args_type = "reply: number[] | null, timedOut?: boolean, error?: string | null")]
+    #[napi(ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null")]
     pub fn finish_pause(
         &self,
-        reply: Option<Vec<f64>>,
+        reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
-    ) -> Option<f64> {
+    ) -> Result<Option<f64>> {
         with_outcome(reply, timed_out, error, |o| {
             self.engine.finish_pause(o).map(|(_, s)| s.as_secs_f64())
         })

@@ -26,7 +26,7 @@ from limits.storage import RedisStorage
 from limits.strategies import FixedWindowRateLimiter, SlidingWindowCounterRateLimiter
 
 import ratebound.redis as rbr
-from ratebound._ratebound import RedisEngine_
+from ratebound._ratebound import _RedisEngine
 
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -88,7 +88,7 @@ def main() -> None:
                     break
                 except redis.ConnectionError:
                     time.sleep(0.05)
-            engine = RedisEngine_("token_bucket", rate=1_000_000, burst=1_000_000)
+            engine = _RedisEngine("token_bucket", rate=1_000_000, burst=1_000_000)
             sha = engine.begin("x").sha
             admin.script_load(engine.begin("x").text)
             big = dict(rate=1_000_000, burst=1_000_000, timeout=1.0)

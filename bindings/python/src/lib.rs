@@ -42,10 +42,10 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Verdict>()?;
     m.add_class::<Place>()?;
     m.add_class::<Ask>()?;
-    m.add_class::<outbound::Outbound_>()?;
-    m.add_class::<RedisEngine_>()?;
-    m.add_class::<RedisCall_>()?;
-    m.add_class::<redis::RedisAcquisition_>()?;
+    m.add_class::<outbound::Outbound>()?;
+    m.add_class::<RedisEngine>()?;
+    m.add_class::<RedisCall>()?;
+    m.add_class::<redis::RedisAcquisition>()?;
     m.add_function(wrap_pyfunction!(retry_after_secs, m)?)?;
     m.add_function(wrap_pyfunction!(ip_key, m)?)?;
     m.add_function(wrap_pyfunction!(client_ip, m)?)?;

@@ -1,4 +1,4 @@
-//! `Outbound_`: the core's outbound decision (`ratebound::outbound`) for
+//! `_Outbound`: the core's outbound decision (`ratebound::outbound`) for
 //! the HTTP client adapters — what to do after a partner's response. The
 //! binding converts values; the core decides.
 
@@ -8,13 +8,13 @@ use crate::error::*;
 
 /// The outbound policy; `advise` returns `(pause_seconds | None, capped,
 /// retry, gave_up)`.
-#[pyclass(name = "Outbound_", module = "ratebound._ratebound", frozen)]
-pub(crate) struct Outbound_ {
+#[pyclass(name = "_Outbound", module = "ratebound._ratebound", frozen)]
+pub(crate) struct Outbound {
     inner: ratebound::outbound::Outbound,
 }
 
 #[pymethods]
-impl Outbound_ {
+impl Outbound {
     #[new]
     #[pyo3(signature = (*, retries=2, max_pause=300.0, statuses=None, any_method=false))]
     fn new(
@@ -33,7 +33,7 @@ impl Outbound_ {
         if let Some(statuses) = statuses {
             inner = inner.with_statuses(&statuses).or_py(py)?;
         }
-        Ok(Outbound_ { inner })
+        Ok(Outbound { inner })
     }
 
     #[getter]

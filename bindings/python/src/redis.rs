@@ -1,4 +1,6 @@
-//! Global limits in Redis: the sans-I/O engine (`RedisEngine_`) and its calls (`RedisCall_`); `ratebound.redis` does the I/O.
+//! Global limits in Redis: the sans-I/O engine (`_RedisEngine` in Python)
+//! and its calls (`_RedisCall`), waits (`_RedisAcquisition`); `ratebound.redis`
+//! does the I/O.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -9,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ratebound_redis::{
-    Acquisition, Algorithm, Begin, Call, Config, Engine, Outcome, ReserveBegin, Reserved, Step,
+    Acquisition, Algorithm, Begin, Call, CallOutcome, Config, Engine, ReserveBegin, Reserved, Step,
 };
 
 use crate::convert::*;
@@ -34,14 +36,14 @@ pub(crate) fn with_raw_key<R>(
 
 /// One script run the engine asks for (see `ratebound.redis`): run
 /// `EVALSHA sha 1 key *args`, and on `NOSCRIPT` `EVAL text 1 key *args`,
-/// then hand the outcome to `RedisEngine_.finish`.
-#[pyclass(frozen, module = "ratebound")]
-pub(crate) struct RedisCall_ {
+/// then hand the outcome to `RedisEngine.finish`.
+#[pyclass(name = "_RedisCall", frozen, module = "ratebound")]
+pub(crate) struct RedisCall {
     pub(crate) inner: Call,
 }
 
 #[pymethods]
-impl RedisCall_ {
+impl RedisCall {
     /// The script's SHA-1 (hex), for `EVALSHA`.
     #[getter]
     fn sha(&self) -> &'static str {
@@ -79,7 +81,7 @@ impl RedisCall_ {
     }
     /// The same call judged at `now_us` (µs of Redis time) instead of
     /// Redis' `TIME`: the explicit-time twin, for replaying test vectors.
-    fn at(&self, py: Python<'_>, now_us: &Bound<'_, PyAny>) -> PyResult<RedisCall_> {
+    fn at(&self, py: Python<'_>, now_us: &Bound<'_, PyAny>) -> PyResult<RedisCall> {
         if now_us.is_instance_of::<PyBool>() || !now_us.is_instance_of::<PyInt>() {
             return Err(PyTypeError::new_err(format!(
                 "now_us must be an int, got {}",
@@ -96,13 +98,13 @@ impl RedisCall_ {
                 },
             )
         })?;
-        Ok(RedisCall_ {
+        Ok(RedisCall {
             inner: self.inner.clone().at(now),
         })
     }
     fn __repr__(&self) -> String {
         format!(
-            "RedisCall_(script={:?}, key={:?}, args={:?})",
+            "_RedisCall(script={:?}, key={:?}, args={:?})",
             self.inner.script.name,
             String::from_utf8_lossy(&self.inner.key),
             self.inner.args
@@ -114,13 +116,17 @@ impl RedisCall_ {
 /// it builds each call, turns each outcome into a `Decision`, and keeps
 /// the fail policy, the circuit breaker and the leases. `ratebound.redis`
 /// runs its calls with redis-py.
-#[pyclass(frozen, module = "ratebound")]
-pub(crate) struct RedisEngine_ {
+#[pyclass(name = "_RedisEngine", frozen, module = "ratebound")]
+pub(crate) struct RedisEngine {
     pub(crate) inner: Engine,
 }
 
-impl RedisEngine_ {
-    fn decision(py: Python<'_>, d: ratebound_redis::Decision) -> PyResult<Py<Decision>> {
+/// The engine's Rust name before issue 25 (Python's `RedisEngine_`, now
+/// `_RedisEngine`), kept for the gate's binding, which casts to it.
+pub(crate) type RedisEngine_ = RedisEngine;
+
+impl RedisEngine {
+    fn decision(py: Python<'_>, d: ratebound_redis::RedisDecision) -> PyResult<Py<Decision>> {
         Py::new(
             py,
             Decision {
@@ -132,7 +138,7 @@ impl RedisEngine_ {
 }
 
 #[pymethods]
-impl RedisEngine_ {
+impl RedisEngine {
     #[new]
     #[pyo3(signature = (algorithm=None, *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None))]
     #[allow(clippy::too_many_arguments)]
@@ -181,7 +187,7 @@ impl RedisEngine_ {
         }
         let algorithm = Algorithm::from_keyed(keyed).or_py(py)?;
         let config = Config::from_options(algorithm, &options).or_py(py)?;
-        Ok(RedisEngine_ {
+        Ok(RedisEngine {
             inner: Engine::new(config).or_py(py)?,
         })
     }
@@ -189,7 +195,7 @@ impl RedisEngine_ {
     /// Step one of taking `n` (default 1) for `key` (str, bytes or int),
     /// within `scope` if given (a middleware's policy name: its own keys):
     /// a `Decision` already (a lease, or the fail policy while the breaker
-    /// is open), or a `RedisCall_` to run and pass to `finish`.
+    /// is open), or a `RedisCall` to run and pass to `finish`.
     #[pyo3(signature = (key, n=None, scope=None))]
     fn begin(
         &self,
@@ -201,7 +207,7 @@ impl RedisEngine_ {
         let n = count(py, n)?;
         match with_raw_key(key, |k| self.inner.begin_in(scope, k, n).or_py(py))? {
             Begin::Done(d) => Ok(Self::decision(py, d)?.into_any()),
-            Begin::Call(call) => Ok(Py::new(py, RedisCall_ { inner: call })?.into_any()),
+            Begin::Call(call) => Ok(Py::new(py, RedisCall { inner: call })?.into_any()),
         }
     }
 
@@ -212,7 +218,7 @@ impl RedisEngine_ {
     fn finish(
         &self,
         py: Python<'_>,
-        call: &Bound<'_, RedisCall_>,
+        call: &Bound<'_, RedisCall>,
         reply: Option<&Bound<'_, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
@@ -233,27 +239,27 @@ impl RedisEngine_ {
         n: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         scope: Option<&str>,
-    ) -> PyResult<RedisAcquisition_> {
+    ) -> PyResult<RedisAcquisition> {
         let n = count(py, n)?;
         let timeout = opt_seconds(py, "timeout", timeout)?;
         let a = with_raw_key(key, |k| self.inner.acquire(scope, k, n, timeout).or_py(py))?;
-        Ok(RedisAcquisition_ {
+        Ok(RedisAcquisition {
             inner: Mutex::new(a),
         })
     }
 
-    /// What the wait does next: `("call", RedisCall_)` (run it, then
+    /// What the wait does next: `("call", RedisCall)` (run it, then
     /// `acquire_reply`), `("sleep", seconds)` or `("done", source)`.
     /// Raises `RateLimitExceeded` when it cannot end within its timeout.
     fn acquire_step<'py>(
         &self,
         py: Python<'py>,
-        a: &Bound<'py, RedisAcquisition_>,
+        a: &Bound<'py, RedisAcquisition>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let step = self.inner.acquire_step(&mut a.get().lock()).or_py(py)?;
         match step {
             Step::Call(call) => {
-                ("call", Py::new(py, RedisCall_ { inner: call })?.into_any()).into_pyobject(py)
+                ("call", Py::new(py, RedisCall { inner: call })?.into_any()).into_pyobject(py)
             }
             Step::Sleep(d) => (
                 "sleep",
@@ -272,7 +278,7 @@ impl RedisEngine_ {
     #[pyo3(signature = (a, reply=None, timed_out=false, error=None))]
     fn acquire_reply(
         &self,
-        a: &Bound<'_, RedisAcquisition_>,
+        a: &Bound<'_, RedisAcquisition>,
         reply: Option<&Bound<'_, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
@@ -283,15 +289,15 @@ impl RedisEngine_ {
     }
 
     /// The caller gave up: the call that gives held tokens back, if any.
-    fn acquire_abandon(&self, a: &Bound<'_, RedisAcquisition_>) -> Option<RedisCall_> {
+    fn acquire_abandon(&self, a: &Bound<'_, RedisAcquisition>) -> Option<RedisCall> {
         self.inner
             .acquire_abandon(&mut a.get().lock())
-            .map(|inner| RedisCall_ { inner })
+            .map(|inner| RedisCall { inner })
     }
 
     /// Step one of a reservation of `n` for `key` due within `max_wait`
     /// seconds (None: any wait): `(delay, source)` already (a lease, the
-    /// fail policy) or a `RedisCall_` for `finish_reserve`. Raises
+    /// fail policy) or a `RedisCall` for `finish_reserve`. Raises
     /// `RateLimitExceeded` when refused, taking nothing.
     #[pyo3(signature = (key, n=None, max_wait=None, scope=None))]
     fn begin_reserve(
@@ -309,7 +315,7 @@ impl RedisEngine_ {
         })?;
         match begun {
             ReserveBegin::Done(r) => Ok(reserved(py, r, max_wait)?.into_any().unbind()),
-            ReserveBegin::Call(call) => Ok(Py::new(py, RedisCall_ { inner: call })?.into_any()),
+            ReserveBegin::Call(call) => Ok(Py::new(py, RedisCall { inner: call })?.into_any()),
         }
     }
 
@@ -319,7 +325,7 @@ impl RedisEngine_ {
     fn finish_reserve<'py>(
         &self,
         py: Python<'py>,
-        call: &Bound<'py, RedisCall_>,
+        call: &Bound<'py, RedisCall>,
         reply: Option<&Bound<'py, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
@@ -339,8 +345,8 @@ impl RedisEngine_ {
 
     /// The call that gives a reservation's tokens back (`reserve_call`: the
     /// call that took them).
-    fn give_back(&self, reserve_call: &Bound<'_, RedisCall_>) -> RedisCall_ {
-        RedisCall_ {
+    fn give_back(&self, reserve_call: &Bound<'_, RedisCall>) -> RedisCall {
+        RedisCall {
             inner: self.inner.give_back(&reserve_call.get().inner),
         }
     }
@@ -353,10 +359,10 @@ impl RedisEngine_ {
         key: &Bound<'_, PyAny>,
         seconds: &Bound<'_, PyAny>,
         scope: Option<&str>,
-    ) -> PyResult<RedisCall_> {
+    ) -> PyResult<RedisCall> {
         let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
         let call = with_raw_key(key, |k| self.inner.begin_pause(scope, k, d).or_py(py))?;
-        Ok(RedisCall_ { inner: call })
+        Ok(RedisCall { inner: call })
     }
 
     /// What became of a pause: the shift it gave the reserved slots, in
@@ -385,7 +391,7 @@ impl RedisEngine_ {
     fn finish_pause_news<'py>(
         &self,
         py: Python<'py>,
-        call: &Bound<'py, RedisCall_>,
+        call: &Bound<'py, RedisCall>,
         reply: Option<&Bound<'py, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
@@ -413,11 +419,11 @@ impl RedisEngine_ {
 
     /// The calls that give every unspent leased token back (run them on
     /// close); the leases are forgotten. Their outcome needs no `finish`.
-    fn drain(&self) -> Vec<RedisCall_> {
+    fn drain(&self) -> Vec<RedisCall> {
         self.inner
             .drain()
             .into_iter()
-            .map(|inner| RedisCall_ { inner })
+            .map(|inner| RedisCall { inner })
             .collect()
     }
 
@@ -457,45 +463,39 @@ impl RedisEngine_ {
     }
 }
 
-/// One caller's wait for global tokens (`RedisEngine_.acquire`).
-#[pyclass(frozen, module = "ratebound")]
-pub(crate) struct RedisAcquisition_ {
+/// One caller's wait for global tokens (`RedisEngine.acquire`).
+#[pyclass(name = "_RedisAcquisition", frozen, module = "ratebound")]
+pub(crate) struct RedisAcquisition {
     inner: Mutex<Acquisition>,
 }
 
-impl RedisAcquisition_ {
+impl RedisAcquisition {
     fn lock(&self) -> std::sync::MutexGuard<'_, Acquisition> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Runs `f` on what became of a call — its `reply` (a list of ints;
-/// anything else is a failure), `timed_out`, or an `error` text.
+/// Runs `f` on what became of a call, as the engine reads a driver's
+/// report (`CallOutcome::reported`: `timed_out`, then `error`, then the
+/// `reply`; nothing at all is a failure): a reply that is not a list of
+/// ints is `CallOutcome::Malformed`, as Node's binding says of a reply
+/// that is not an array of integers.
 fn with_outcome<R>(
     reply: Option<&Bound<'_, PyAny>>,
     timed_out: bool,
     error: Option<&str>,
-    f: impl FnOnce(Outcome<'_>) -> R,
+    f: impl FnOnce(CallOutcome<'_>) -> R,
 ) -> PyResult<R> {
-    if timed_out {
-        return Ok(f(Outcome::Timeout));
-    }
-    if let Some(e) = error {
-        return Ok(f(Outcome::Failed(e)));
-    }
-    let Some(r) = reply.filter(|r| !r.is_none()) else {
-        return Err(PyTypeError::new_err(
-            "finish needs the call's reply, timed_out=True or error",
-        ));
+    let ints = match reply.filter(|r| !r.is_none()) {
+        None => None,
+        Some(r) if r.is_instance_of::<PyString>() || r.is_instance_of::<PyBytes>() => Some(None),
+        Some(r) => Some(r.extract::<Vec<i64>>().ok()),
     };
-    // Anything but a list of ints is a server not running our script: a
-    // failure like any other.
-    match r.extract::<Vec<i64>>() {
-        Ok(v) if !r.is_instance_of::<PyString>() && !r.is_instance_of::<PyBytes>() => {
-            Ok(f(Outcome::Reply(&v)))
-        }
-        _ => Ok(f(Outcome::Failed("the reply is not a list of integers"))),
-    }
+    let reply = ints.as_ref().map(|v| match v {
+        Some(v) => CallOutcome::Reply(v),
+        None => CallOutcome::Malformed,
+    });
+    Ok(f(CallOutcome::reported(reply, timed_out, error)))
 }
 
 /// A granted reservation as `(delay seconds, source)`; a refused one

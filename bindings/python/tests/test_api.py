@@ -394,7 +394,7 @@ def test_defaults_are_the_cores(tmp_path: pathlib.Path) -> None:
     for k in (rb.KeyedLimiter(rate=1, clock=c), rb.KeyedLimiter(rate=1, algorithm=None, overflow=None, clock=c)):
         assert k.algorithm == "token_bucket"
     assert rb.SharedKeyedLimiter(str(tmp_path / "k"), rate=1, max_keys=8).algorithm == "token_bucket"
-    assert rb._ratebound.RedisEngine_(rate=1).algorithm == "token_bucket"
+    assert rb._ratebound._RedisEngine(rate=1).algorithm == "token_bucket"
     # overflow: evict — a new key at the cap forgets the least recent one.
     capped = rb.KeyedLimiter(rate=1, max_keys=1, clock=c)
     assert capped.try_acquire("a") and capped.try_acquire("b") and len(capped) == 1

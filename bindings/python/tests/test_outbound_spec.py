@@ -1,4 +1,4 @@
-"""Replays spec/outbound.json through the binding's Outbound_ (the core's
+"""Replays spec/outbound.json through the binding's _Outbound (the core's
 outbound decision); the Rust and Node suites replay the same file."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from ratebound import _ratebound
 SPEC = json.loads((Path(__file__).parents[3] / "spec" / "outbound.json").read_text())
 
 
-def outbound(config: dict[str, Any] | None) -> _ratebound.Outbound_:
+def outbound(config: dict[str, Any] | None) -> _ratebound._Outbound:
     c = config or {}
-    return _ratebound.Outbound_(
+    return _ratebound._Outbound(
         retries=c.get("retries", 2),
         max_pause=c.get("max_pause_s", 300.0),
         statuses=c.get("statuses"),
@@ -38,6 +38,6 @@ def test_bad_configuration_is_a_typed_error() -> None:
 
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(rb.QuotaError, match="max_pause"):
-            _ratebound.Outbound_(max_pause=bad)
+            _ratebound._Outbound(max_pause=bad)
     with pytest.raises(rb.QuotaError, match="42"):
-        _ratebound.Outbound_(statuses=[429, 42])
+        _ratebound._Outbound(statuses=[429, 42])

@@ -773,9 +773,9 @@ def test_bad_numbers_are_the_cores_typed_errors(server: Server) -> None:
         assert word in str(info.value), (word, str(info.value))
         assert "Panic" not in type(info.value).__name__
     with pytest.raises(rb.Unsupported):
-        rb._ratebound.RedisEngine_("sliding_window", limit=5, window=1, lease=2)
+        rb._ratebound._RedisEngine("sliding_window", limit=5, window=1, lease=2)
     with pytest.raises(rb.QuotaError):
-        rb._ratebound.RedisEngine_("leaky_bucket", rate=1)
+        rb._ratebound._RedisEngine("leaky_bucket", rate=1)
     client.close()
 
 
@@ -837,9 +837,9 @@ async def test_unreachable_redis_asyncio() -> None:
 
 
 def test_engine_without_io() -> None:
-    e = rb._ratebound.RedisEngine_("token_bucket", rate="10/s burst 20", breaker_cooldown=0.05)
+    e = rb._ratebound._RedisEngine("token_bucket", rate="10/s burst 20", breaker_cooldown=0.05)
     call = e.begin("k")
-    assert isinstance(call, rb._ratebound.RedisCall_)
+    assert isinstance(call, rb._ratebound._RedisCall)
     assert call.key == b"rb:tb:k" and call.kind == "check" and call.n == 1 and call.script == "gcra"
     assert len(call.sha) == 40 and "redis.call" in call.text
     assert call.args[0] == "" and call.at(7).args[0] == "7"
@@ -854,11 +854,12 @@ def test_engine_without_io() -> None:
     assert isinstance(e.begin("k"), rb.Decision)
     time.sleep(0.06)
     probe = e.begin("k")
-    assert isinstance(probe, rb._ratebound.RedisCall_)
+    assert isinstance(probe, rb._ratebound._RedisCall)
     assert e.finish(probe, [1, 18, 0, 200000, 1, 0, 7]).source == "redis"
     assert not e.breaker_open
-    with pytest.raises(TypeError):
-        e.finish(call)
+    # Nothing reported is a failure by the engine's rule (CallOutcome::
+    # reported), as in Node; this binding raised TypeError of its own.
+    assert e.finish(call).source == "fail_open"
     with pytest.raises(TypeError):
         call.at(True)  # type: ignore[arg-type]
     with pytest.raises(rb.QuotaError):
@@ -959,6 +960,22 @@ def test_middleware_global_limit_is_one_policy_away(server: Server) -> None:
 def test_integer_keys_are_the_cores() -> None:
     """An int key is its decimal text in Redis: 2**53 gives the same key as
     Node's number 2 ** 53 (api.test.js: 'number keys: the core rule')."""
-    e = rb._ratebound.RedisEngine_(rate=1)
+    e = rb._ratebound._RedisEngine(rate=1)
     assert e.begin(2**53).key == b"rb:tb:9007199254740992"
     assert e.begin(-7).key == b"rb:tb:-7"
+
+
+def test_what_became_of_a_call_is_read_by_the_engines_rule() -> None:
+    """A reply that is not a list of ints is the engine's Malformed, a
+    failure for the fail policy, as Node's non-array replies
+    (redis.test.js: 'what became of a call: the engine's rule'); a timeout
+    is read before a reply, an error before a reply, nothing at all is a
+    failure (it was a TypeError here; Node read the reply first)."""
+    e = rb._ratebound._RedisEngine(rate=10, burst=20, on_error="closed", breaker_threshold=100)
+    good = [1, 19, 0, 100_000, 1, 0, 7]
+    for reply in ("garbage", b"garbage", [1, 2.5], [[1]], 5, [1, "2"]):
+        assert e.finish(e.begin("k"), reply).source == "fail_closed", reply
+    assert e.finish(e.begin("k"), good, timed_out=True).source == "fail_closed"
+    assert e.finish(e.begin("k"), good, error="down").source == "fail_closed"
+    assert e.finish(e.begin("k")).source == "fail_closed"
+    assert e.finish(e.begin("k"), good).source == "redis"

@@ -1,5 +1,5 @@
 """spec/redis_wait.json against a real Redis through the engine
-(``RedisEngine_``): reservations, give-backs, pauses and checks at explicit
+(``_RedisEngine``): reservations, give-backs, pauses and checks at explicit
 Redis times, the same vectors the Rust and Node suites replay."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_redis_wait_vectors_replay_against_redis(server: Server) -> None:
     steps = 0
     for v in vectors:
         c = v["config"]
-        e = rb._ratebound.RedisEngine_("token_bucket", rate=c["rate"], burst=c["burst"], prefix=fresh_key(v["id"]) + ":", timeout=2.0)
+        e = rb._ratebound._RedisEngine("token_bucket", rate=c["rate"], burst=c["burst"], prefix=fresh_key(v["id"]) + ":", timeout=2.0)
         key = v["id"]
         last_reserve = None
         for i, step in enumerate(v["steps"]):
@@ -48,7 +48,7 @@ def test_redis_wait_vectors_replay_against_redis(server: Server) -> None:
             got: dict[str, Any]
             if kind == "reserve":
                 call = e.begin_reserve(key, n, step["max_wait_us"] / 1e6)
-                assert isinstance(call, rb._ratebound.RedisCall_), (v["id"], i)
+                assert isinstance(call, rb._ratebound._RedisCall), (v["id"], i)
                 call = call.at(at)
                 last_reserve = call
                 reply = run(client, call)

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ratebound::outbound::Outbound;
 use ratebound::{KeyedAlgorithm, Quota, TokenBucket};
-use ratebound_redis::{Algorithm, Config, Engine, OnError, Outcome, Step};
+use ratebound_redis::{Algorithm, CallOutcome, Config, Engine, OnError, Step};
 use ratebound_shm::SharedLimiter;
 
 use crate::CliError;
@@ -232,10 +232,10 @@ impl Limit {
     }
 }
 
-fn outcome(reply: &Result<Vec<i64>, String>) -> Outcome<'_> {
+fn outcome(reply: &Result<Vec<i64>, String>) -> CallOutcome<'_> {
     match reply {
-        Ok(r) => Outcome::Reply(r),
-        Err(e) => Outcome::Failed(e),
+        Ok(r) => CallOutcome::Reply(r),
+        Err(e) => CallOutcome::Failed(e),
     }
 }
 

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use ratebound::Quota;
-use ratebound_redis::{Algorithm, Config, Engine, Outcome, RedisLimiter, ReserveBegin, Reserved};
+use ratebound_redis::{
+    Algorithm, CallOutcome, Config, Engine, RedisLimiter, ReserveBegin, Reserved,
+};
 
 const USAGE: &str =
     "usage: step <redis-url> <key> <rate> <burst> <n> <now_us> [reserve <max_wait_us>]";
@@ -56,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .await?
             }
         };
-        let (granted, wait) = match engine.finish_reserve(&call, Outcome::Reply(&reply)) {
+        let (granted, wait) = match engine.finish_reserve(&call, CallOutcome::Reply(&reply)) {
             Reserved::Granted { wait, .. } => (true, wait),
             Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => (false, wait),
         };

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ratebound::{Clock, Error};
 
-use crate::call::{Call, Outcome};
+use crate::call::{Call, CallOutcome};
 use crate::decision::Source;
 use crate::engine::Engine;
 use crate::news::Heard;
@@ -94,7 +94,7 @@ impl Engine {
     }
 
     /// Hands `a` the outcome of the call its last step made.
-    pub fn acquire_reply(&self, a: &mut Acquisition, outcome: Outcome<'_>) {
+    pub fn acquire_reply(&self, a: &mut Acquisition, outcome: CallOutcome<'_>) {
         let State::Pending(call) = std::mem::replace(&mut a.state, State::Start) else {
             return;
         };
@@ -315,7 +315,7 @@ pub(crate) mod tests {
     pub(crate) fn granted(e: &Engine, a: &mut Acquisition, now_us: i64, wait_us: i64) {
         e.acquire_reply(
             a,
-            Outcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, now_us]),
+            CallOutcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, now_us]),
         );
     }
 

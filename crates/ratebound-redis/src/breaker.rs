@@ -72,7 +72,7 @@ impl Breaker {
 mod tests {
     use std::time::Duration;
 
-    use crate::call::{Begin, Outcome};
+    use crate::call::{Begin, CallOutcome};
     use crate::config::OnError;
     use crate::decision::Source;
     use crate::engine::tests::{call, engine};
@@ -81,11 +81,11 @@ mod tests {
     fn the_breaker_opens_after_failures_and_probes_after_its_cooldown() {
         let (e, clock) = engine(OnError::Closed, 0);
         let c = call(&e, "k", 1);
-        let d = e.finish(&c, Outcome::Timeout);
+        let d = e.finish(&c, CallOutcome::Timeout);
         assert_eq!(d.source(), Source::FailClosed);
         assert_eq!(d.retry_after(), Duration::from_millis(100));
         assert!(!e.breaker_open());
-        e.finish(&call(&e, "k", 1), Outcome::Failed("connection refused"));
+        e.finish(&call(&e, "k", 1), CallOutcome::Failed("connection refused"));
         assert!(e.breaker_open());
         // Open: answered without a call.
         assert!(
@@ -95,7 +95,7 @@ mod tests {
         // One probe at a time.
         let probe = call(&e, "k", 1);
         assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
-        e.finish(&probe, Outcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
+        e.finish(&probe, CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
         assert!(!e.breaker_open());
         call(&e, "k", 1);
         // A reply of the wrong shape is a failure too (0.1.0's five fields, six,
@@ -106,8 +106,31 @@ mod tests {
             &[0, -3, 1, 1, 0, 0],
         ] {
             let (e, _) = engine(OnError::Closed, 0);
-            let d = e.finish(&call(&e, "k", 1), Outcome::Reply(reply));
+            let d = e.finish(&call(&e, "k", 1), CallOutcome::Reply(reply));
             assert_eq!(d.source(), Source::FailClosed, "{reply:?}");
+        }
+        // So is a reply that is no list of integers (what Python's and
+        // Node's drivers report as Malformed alike, issue 25): the fail
+        // policy answers and the breaker counts it, as a timeout.
+        let (e, _) = engine(OnError::Closed, 0);
+        for _ in 0..2 {
+            let d = e.finish(&call(&e, "k", 1), CallOutcome::Malformed);
+            assert_eq!(d.source(), Source::FailClosed);
+        }
+        assert!(e.breaker_open());
+        let mut ints = Vec::new();
+        for bad in [
+            &[1.0, 0.5][..],
+            &[f64::INFINITY],
+            &[18_014_398_509_481_984.0],
+        ] {
+            assert!(
+                matches!(
+                    CallOutcome::of_numbers(bad, &mut ints),
+                    CallOutcome::Malformed
+                ),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -1,9 +1,9 @@
 //! One script run for a driver to perform ([`Call`], what it asks:
-//! [`CallKind`]), what became of it ([`Outcome`], and whether a reply is
+//! [`CallKind`]), what became of it ([`CallOutcome`], and whether a reply is
 //! one of the scripts': `well_formed`), and the first step of a check
 //! ([`Begin`]).
 
-use crate::decision::Decision;
+use crate::decision::RedisDecision;
 use crate::script::Script;
 
 /// What a [`Call`] asks of Redis.
@@ -73,11 +73,18 @@ impl Call {
     }
 }
 
-/// What became of a [`Call`].
+/// What became of a [`Call`] (the engine's `finish` steps take it; named
+/// so as not to be the gate's [`ratebound::any::Outcome`], which says how
+/// a request was answered).
 #[derive(Clone, Copy, Debug)]
-pub enum Outcome<'a> {
-    /// The script's reply.
+pub enum CallOutcome<'a> {
+    /// The script's reply. One of another shape than the scripts' (seven
+    /// integers, none negative) is a failure, as [`Malformed`](Self::Malformed).
     Reply(&'a [i64]),
+    /// A reply that is not a list of integers (a string, a nested list, a
+    /// number that is no integer): a server that is not running our script.
+    /// A failure like any other, for the fail policy and the breaker.
+    Malformed,
     /// No reply within the deadline. The call may still have run: its
     /// tokens may be spent.
     Timeout,
@@ -85,12 +92,68 @@ pub enum Outcome<'a> {
     Failed(&'a str),
 }
 
+impl<'a> CallOutcome<'a> {
+    /// What a driver reports, read in one order for every binding:
+    /// `timed_out` first (no reply within the deadline), then an `error`
+    /// text, then the `reply` ([`Reply`](Self::Reply) or
+    /// [`Malformed`](Self::Malformed), e.g. from
+    /// [`of_numbers`](Self::of_numbers)); nothing at all is a failure
+    /// (`"no reply"`).
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound_redis::CallOutcome;
+    /// let reply = Some(CallOutcome::Reply(&[1, 0, 0, 0, 1, 0, 7]));
+    /// assert!(matches!(CallOutcome::reported(reply, true, None), CallOutcome::Timeout));
+    /// assert!(matches!(CallOutcome::reported(None, false, Some("down")), CallOutcome::Failed("down")));
+    /// assert!(matches!(CallOutcome::reported(None, false, None), CallOutcome::Failed("no reply")));
+    /// ```
+    pub fn reported(
+        reply: Option<CallOutcome<'a>>,
+        timed_out: bool,
+        error: Option<&'a str>,
+    ) -> CallOutcome<'a> {
+        match (timed_out, error, reply) {
+            (true, _, _) => CallOutcome::Timeout,
+            (false, Some(e), _) => CallOutcome::Failed(e),
+            (false, None, Some(reply)) => reply,
+            (false, None, None) => CallOutcome::Failed("no reply"),
+        }
+    }
+
+    /// A reply of numbers as JavaScript holds them (doubles): the
+    /// [`Reply`](Self::Reply) of their integers (written into `ints`) if
+    /// every one is a whole number of magnitude at most 2^53 — where a
+    /// double stops being exact —, else [`Malformed`](Self::Malformed).
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound_redis::CallOutcome;
+    /// let mut ints = Vec::new();
+    /// assert!(matches!(CallOutcome::of_numbers(&[1.0, 2.0], &mut ints), CallOutcome::Reply(&[1, 2])));
+    /// assert!(matches!(CallOutcome::of_numbers(&[1.5], &mut ints), CallOutcome::Malformed));
+    /// assert!(matches!(CallOutcome::of_numbers(&[f64::NAN], &mut ints), CallOutcome::Malformed));
+    /// ```
+    pub fn of_numbers(values: &[f64], ints: &'a mut Vec<i64>) -> CallOutcome<'a> {
+        const MAX_EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+        ints.clear();
+        for &v in values {
+            if !(v.is_finite() && v.fract() == 0.0 && v.abs() <= MAX_EXACT) {
+                return CallOutcome::Malformed;
+            }
+            // Whole and within 2^53: exact.
+            ints.push(v as i64);
+        }
+        CallOutcome::Reply(ints)
+    }
+}
+
 /// The first step of a check: an answer already, or a call to make.
 #[derive(Clone, Debug)]
 pub enum Begin {
     /// Answered without Redis (a lease, or the fail policy while the breaker
     /// is open).
-    Done(Decision),
+    Done(RedisDecision),
     /// Run this call, then pass its outcome to [`Engine::finish`](crate::Engine::finish).
     Call(Call),
 }

@@ -1,9 +1,9 @@
-//! A global limit's answer: [`Decision`], and the path that produced it
+//! A global limit's answer: [`RedisDecision`], and the path that produced it
 //! ([`Source`]).
 
 use std::time::Duration;
 
-/// Which path answered a [`Decision`].
+/// Which path answered a [`RedisDecision`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Redis decided.
@@ -43,12 +43,12 @@ impl Source {
 /// A global limit's answer: the core's [`ratebound::Decision`] and the
 /// path that produced it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Decision {
+pub struct RedisDecision {
     pub(crate) inner: ratebound::Decision,
     pub(crate) source: Source,
 }
 
-impl Decision {
+impl RedisDecision {
     /// Which path answered.
     pub fn source(&self) -> Source {
         self.source

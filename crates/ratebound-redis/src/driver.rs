@@ -12,8 +12,8 @@ use redis::aio::ConnectionLike;
 use std::time::Duration;
 
 use crate::{
-    Acquisition, Algorithm, Begin, Call, Config, Decision, Engine, Outcome, ReserveBegin, Reserved,
-    Source, Step,
+    Acquisition, Algorithm, Begin, Call, CallOutcome, Config, Engine, RedisDecision, ReserveBegin,
+    Reserved, Source, Step,
 };
 
 /// A global limit in Redis: every instance that checks the same key with
@@ -144,12 +144,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     ///
     /// # Errors
     /// As [`check_n`](Self::check_n).
-    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
+    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<RedisDecision, Error> {
         self.check_n(key, 1).await
     }
 
     /// `n` tokens for `key`: Redis' answer, or the fail policy's when Redis
-    /// is down, slow or erroring (see [`Decision::source`]).
+    /// is down, slow or erroring (see [`RedisDecision::source`]).
     ///
     /// # Errors
     /// [`Error::InsufficientCapacity`] for an `n` above the burst (never
@@ -157,7 +157,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// failures are not errors: the fail policy answers them; nor is a key
     /// whose state is beyond the limit (refused) or damaged
     /// ([`Source::Damaged`](crate::Source::Damaged)).
-    pub async fn check_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<Decision, Error> {
+    pub async fn check_n(&self, key: impl AsRef<[u8]>, n: u64) -> Result<RedisDecision, Error> {
         self.check_n_with(None, key.as_ref(), n, None).await
     }
 
@@ -172,7 +172,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         scope: &str,
         key: impl AsRef<[u8]>,
         n: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<RedisDecision, Error> {
         self.check_n_with(Some(scope), key.as_ref(), n, None).await
     }
 
@@ -186,7 +186,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         key: impl AsRef<[u8]>,
         n: u64,
         now_us: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<RedisDecision, Error> {
         self.check_n_with(None, key.as_ref(), n, Some(now_us)).await
     }
 
@@ -196,7 +196,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         key: &[u8],
         n: u64,
         now_us: Option<u64>,
-    ) -> Result<Decision, Error> {
+    ) -> Result<RedisDecision, Error> {
         match self.engine.begin_in(scope, key, n)? {
             Begin::Done(d) => Ok(d),
             Begin::Call(call) => {
@@ -433,11 +433,11 @@ fn listen(
     }
 }
 
-fn outcome(result: &Result<Vec<i64>, Option<String>>) -> Outcome<'_> {
+fn outcome(result: &Result<Vec<i64>, Option<String>>) -> CallOutcome<'_> {
     match result {
-        Ok(reply) => Outcome::Reply(reply),
-        Err(None) => Outcome::Timeout,
-        Err(Some(e)) => Outcome::Failed(e),
+        Ok(reply) => CallOutcome::Reply(reply),
+        Err(None) => CallOutcome::Timeout,
+        Err(Some(e)) => CallOutcome::Failed(e),
     }
 }
 

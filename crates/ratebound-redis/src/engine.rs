@@ -1,5 +1,5 @@
 //! The sans-I/O heart: builds each Redis call, turns each reply (or
-//! failure) into a [`Decision`], applies the fail policy and the circuit
+//! failure) into a [`RedisDecision`], applies the fail policy and the circuit
 //! breaker, and keeps the lease bookkeeping. It performs no I/O; the Rust
 //! driver ([`crate::RedisLimiter`]) and the Python and Node drivers only run
 //! the [`Call`]s it hands out with their language's Redis client.
@@ -13,9 +13,9 @@ use ratebound::{Clock, Error, KeyedAlgorithm, KeyedLimiter, Overflow, Quota};
 
 use crate::algorithm::Algorithm;
 use crate::breaker::Breaker;
-use crate::call::{Begin, Call, CallKind, Outcome, well_formed};
+use crate::call::{Begin, Call, CallKind, CallOutcome, well_formed};
 use crate::config::{Config, OnError};
-use crate::decision::{Decision, Source};
+use crate::decision::{RedisDecision, Source};
 use crate::lease::Lease;
 use crate::script::Script;
 
@@ -213,7 +213,7 @@ impl Engine {
             {
                 lease.tokens -= n;
                 let left = lease.tokens;
-                return Ok(Begin::Done(Decision {
+                return Ok(Begin::Done(RedisDecision {
                     inner: ratebound::Decision::from_parts(true, capacity, left, 0, 0),
                     source: Source::Lease,
                 }));
@@ -231,15 +231,18 @@ impl Engine {
     }
 
     /// Step two: the decision from what became of `call`.
-    pub fn finish(&self, call: &Call, outcome: Outcome<'_>) -> Decision {
+    pub fn finish(&self, call: &Call, outcome: CallOutcome<'_>) -> RedisDecision {
         let now = self.clock.now();
         let reply = match outcome {
-            Outcome::Reply(r) if well_formed(r) => r,
+            CallOutcome::Reply(r) if well_formed(r) => r,
             // A reply of another shape is a server that is not running our
             // script: a failure like any other. (The scripts reply
             // well-formed for every state a key can hold — beyond the limit,
             // damaged — so no data in Redis lands here.)
-            Outcome::Reply(_) | Outcome::Timeout | Outcome::Failed(_) => {
+            CallOutcome::Reply(_)
+            | CallOutcome::Malformed
+            | CallOutcome::Timeout
+            | CallOutcome::Failed(_) => {
                 self.breaker.failure(now);
                 return self.fail(&call.key, call.n, now);
             }
@@ -267,7 +270,7 @@ impl Engine {
             entry.expires = now.saturating_add(ttl);
             remaining = entry.tokens;
         }
-        Decision {
+        RedisDecision {
             inner: ratebound::Decision::from_parts(
                 allowed,
                 self.config.algorithm.capacity(),
@@ -284,14 +287,14 @@ impl Engine {
     }
 
     /// The fail policy's answer for `n` on `key` (the full key).
-    pub(crate) fn fail(&self, key: &[u8], n: u64, now: u64) -> Decision {
+    pub(crate) fn fail(&self, key: &[u8], n: u64, now: u64) -> RedisDecision {
         let capacity = self.config.algorithm.capacity();
         match self.config.on_error {
-            OnError::Open => Decision {
+            OnError::Open => RedisDecision {
                 inner: ratebound::Decision::from_parts(true, capacity, 0, 0, 0),
                 source: Source::FailOpen,
             },
-            OnError::Closed => Decision {
+            OnError::Closed => RedisDecision {
                 inner: ratebound::Decision::from_parts(
                     false,
                     capacity,
@@ -310,7 +313,7 @@ impl Engine {
                     .local
                     .as_ref()
                     .and_then(|local| local.check_n_at(&fp, n, now).ok());
-                Decision {
+                RedisDecision {
                     inner: d.unwrap_or(refused),
                     source: Source::Local,
                 }
@@ -361,33 +364,33 @@ pub(crate) mod tests {
         // now (Redis TIME), T = 100 000 µs, tau = 20 T, n, mode, max.
         assert_eq!(c.args, ["", "100000", "2000000", "3", "check", "3"]);
         assert_eq!(c.clone().at(42).args[0], "42");
-        let d = e.finish(&c, Outcome::Reply(&[1, 17, 0, 300_000, 3, 0, 7]));
+        let d = e.finish(&c, CallOutcome::Reply(&[1, 17, 0, 300_000, 3, 0, 7]));
         assert_eq!(d.source(), Source::Redis);
         assert_eq!(d.remaining(), 17);
         assert_eq!(d.reset_after(), Duration::from_millis(300));
-        let d = e.finish(&c, Outcome::Reply(&[0, 0, 250, 2_000_000, 0, 0, 7]));
+        let d = e.finish(&c, CallOutcome::Reply(&[0, 0, 250, 2_000_000, 0, 0, 7]));
         assert!(!d.is_allowed());
         assert_eq!(d.retry_after(), Duration::from_micros(250));
         // The script found the key damaged and rebuilt it: a refusal of
         // Redis', which the breaker counts as a success.
-        let d = e.finish(&c, Outcome::Reply(&[0, 0, 100_000, 2_000_000, 0, 1, 7]));
+        let d = e.finish(&c, CallOutcome::Reply(&[0, 0, 100_000, 2_000_000, 0, 1, 7]));
         assert_eq!((d.is_allowed(), d.source()), (false, Source::Damaged));
     }
 
     #[test]
     fn open_and_local_policies() {
         let (e, _) = engine(OnError::Open, 0);
-        let d = e.finish(&call(&e, "k", 1), Outcome::Timeout);
+        let d = e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
         assert!(d.is_allowed());
         assert_eq!(d.source(), Source::FailOpen);
         // Local at 5/s (half of 10/s): burst 20 × 0.5 = 10 per key.
         let (e, _) = engine(OnError::Local(5.0), 0);
         let c = call(&e, "k", 1);
         let allowed = (0..12)
-            .filter(|_| e.finish(&c, Outcome::Timeout).is_allowed())
+            .filter(|_| e.finish(&c, CallOutcome::Timeout).is_allowed())
             .count();
         assert_eq!(allowed, 10);
-        assert_eq!(e.finish(&c, Outcome::Timeout).source(), Source::Local);
+        assert_eq!(e.finish(&c, CallOutcome::Timeout).source(), Source::Local);
     }
 
     #[test]
@@ -439,7 +442,7 @@ pub(crate) mod tests {
         // A lease with tokens does not answer a query either.
         e.finish(
             &call(&e, "k", 1),
-            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
+            CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
         );
         assert_eq!(e.leased(), 4);
         assert!(matches!(e.begin(b"k", 0).unwrap(), Begin::Call(_)));

@@ -45,7 +45,7 @@ impl Engine {
 mod tests {
     use std::time::Duration;
 
-    use crate::call::{Begin, CallKind, Outcome};
+    use crate::call::{Begin, CallKind, CallOutcome};
     use crate::config::OnError;
     use crate::decision::Source;
     use crate::engine::tests::{call, engine};
@@ -55,7 +55,7 @@ mod tests {
         let (e, clock) = engine(OnError::Open, 5);
         let c = call(&e, "k", 1);
         assert_eq!(c.args[4..], ["lease", "5"]);
-        let d = e.finish(&c, Outcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]));
+        let d = e.finish(&c, CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]));
         assert_eq!((d.source(), d.remaining()), (Source::Redis, 4));
         for left in [3, 2] {
             match e.begin(b"k", 1).unwrap() {
@@ -74,7 +74,7 @@ mod tests {
         // Leases lapse.
         e.finish(
             &call(&e, "j", 1),
-            Outcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
+            CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
         );
         clock.advance(Duration::from_secs(1));
         assert!(matches!(e.begin(b"j", 1).unwrap(), Begin::Call(_)));

@@ -16,7 +16,7 @@
 //!   up) when its state is fresh again: idle keys vanish exactly when
 //!   forgetting them changes nothing.
 //! - **Sans-I/O.** [`Engine`] builds each [`Call`], turns each reply into a
-//!   [`Decision`] (with its [`Source`]), applies the fail policy and keeps
+//!   [`RedisDecision`] (with its [`Source`]), applies the fail policy and keeps
 //!   the lease bookkeeping; it performs no I/O. [`RedisLimiter`] (feature
 //!   `tokio`) runs the calls with the `redis` crate.
 //! - **An explicit fail policy** ([`OnError`]): open, closed, or a local
@@ -59,9 +59,19 @@ mod driver;
 
 pub use acquisition::{Acquisition, Step};
 pub use algorithm::Algorithm;
-pub use call::{Begin, Call, CallKind, Outcome};
+pub use call::{Begin, Call, CallKind, CallOutcome};
 pub use config::{Config, OnError};
-pub use decision::{Decision, Source};
+pub use decision::{RedisDecision, Source};
+
+/// The old name of [`RedisDecision`] (a global limit's answer), which read
+/// as the core's [`ratebound::Decision`] it holds.
+#[deprecated(note = "renamed RedisDecision")]
+pub type Decision = RedisDecision;
+
+/// The old name of [`CallOutcome`] (what became of a [`Call`]), which read
+/// as the gate's [`ratebound::any::Outcome`].
+#[deprecated(note = "renamed CallOutcome")]
+pub type Outcome<'a> = CallOutcome<'a>;
 pub use engine::Engine;
 pub use ratebound::Error;
 pub use reserve::{ReserveBegin, Reserved};

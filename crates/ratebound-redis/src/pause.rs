@@ -9,7 +9,7 @@ use std::time::Duration;
 use ratebound::{Clock, Error};
 
 use crate::algorithm::Algorithm;
-use crate::call::{Call, CallKind, Outcome, well_formed};
+use crate::call::{Call, CallKind, CallOutcome, well_formed};
 use crate::engine::Engine;
 use crate::news::{NEWS_MAX_KEY, parse_news};
 use crate::reserve::{UNBOUNDED_US, micros};
@@ -54,10 +54,10 @@ impl Engine {
     /// Redis could not be told (a failure like any other for the breaker).
     /// [`pause_news`](Self::pause_news) tells the waiters of every
     /// instance.
-    pub fn finish_pause(&self, outcome: Outcome<'_>) -> Option<(u64, Duration)> {
+    pub fn finish_pause(&self, outcome: CallOutcome<'_>) -> Option<(u64, Duration)> {
         let now = self.clock.now();
         match outcome {
-            Outcome::Reply(r) if well_formed(r) => {
+            CallOutcome::Reply(r) if well_formed(r) => {
                 self.breaker.success();
                 // Slots from the script's now on moved: none lies between
                 // it and the end of an earlier pause (that pause moved them).
@@ -154,7 +154,7 @@ mod tests {
     use crate::acquisition::Step;
     use crate::acquisition::tests::{MS, engine, granted, news, pending, step};
     use crate::algorithm::Algorithm;
-    use crate::call::Outcome;
+    use crate::call::CallOutcome;
     use crate::config::Config;
     use crate::decision::Source;
     use crate::engine::Engine;
@@ -168,7 +168,9 @@ mod tests {
         granted(&e, &mut a, 1_000_000, 300_000);
         let call = e.begin_pause(None, b"k", 600 * MS).unwrap();
         let paused = e
-            .finish_pause(Outcome::Reply(&[1, 0, 600_000, 900_000, 0, 0, 1_050_000]))
+            .finish_pause(CallOutcome::Reply(&[
+                1, 0, 600_000, 900_000, 0, 0, 1_050_000,
+            ]))
             .unwrap();
         assert_eq!(paused, (1_050_000, 600 * MS));
         let m = e.pause_news(&call, paused.0, paused.1).unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ratebound::{Clock, Error};
 
 use crate::algorithm::Algorithm;
-use crate::call::{Call, CallKind, Outcome, well_formed};
+use crate::call::{Call, CallKind, CallOutcome, well_formed};
 use crate::decision::Source;
 use crate::engine::Engine;
 
@@ -154,15 +154,18 @@ impl Engine {
     }
 
     /// Step two of a reservation: what became of `call`.
-    pub fn finish_reserve(&self, call: &Call, outcome: Outcome<'_>) -> Reserved {
+    pub fn finish_reserve(&self, call: &Call, outcome: CallOutcome<'_>) -> Reserved {
         let now = self.clock.now();
         let max_wait = match call.kind {
             CallKind::Reserve { max_wait_us } => Duration::from_micros(max_wait_us),
             _ => Duration::MAX,
         };
         let reply = match outcome {
-            Outcome::Reply(r) if well_formed(r) => r,
-            Outcome::Reply(_) | Outcome::Timeout | Outcome::Failed(_) => {
+            CallOutcome::Reply(r) if well_formed(r) => r,
+            CallOutcome::Reply(_)
+            | CallOutcome::Malformed
+            | CallOutcome::Timeout
+            | CallOutcome::Failed(_) => {
                 self.breaker.failure(now);
                 return self.fail_reserve(&call.key, call.n, now, max_wait);
             }

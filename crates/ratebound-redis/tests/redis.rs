@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ratebound::{Quota, TokenBucket};
-use ratebound_redis::{Algorithm, Config, Decision, OnError, RedisLimiter, Source};
+use ratebound_redis::{Algorithm, Config, OnError, RedisDecision, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
 use serde_json::Value;
 use support::{Cluster, Server, fresh};
@@ -52,7 +52,7 @@ fn config_of(v: &Value) -> Config {
     c
 }
 
-fn observed(d: &Decision) -> Value {
+fn observed(d: &RedisDecision) -> Value {
     serde_json::json!({
         "allowed": d.is_allowed(),
         "remaining": d.remaining(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ratebound::Quota;
 use ratebound_redis::{
-    Algorithm, Begin, Call, Config, Engine, Outcome, ReserveBegin, Reserved, Source,
+    Algorithm, Begin, Call, CallOutcome, Config, Engine, ReserveBegin, Reserved, Source,
 };
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
@@ -82,7 +82,7 @@ async fn redis_wait_vectors_replay_against_real_redis() {
                     let call = call.at(at);
                     let reply = run(&mut conn, &call).await;
                     last_reserve = Some(call.clone());
-                    match e.finish_reserve(&call, Outcome::Reply(&reply)) {
+                    match e.finish_reserve(&call, CallOutcome::Reply(&reply)) {
                         Reserved::Granted { wait, source, .. } => {
                             json!({"granted": true, "wait_us": micros(wait), "source": source.as_str()})
                         }
@@ -102,7 +102,7 @@ async fn redis_wait_vectors_replay_against_real_redis() {
                     let d = Duration::from_micros(step["for_us"].as_u64().unwrap());
                     let call = e.begin_pause(None, id.as_bytes(), d).unwrap().at(at);
                     let reply = run(&mut conn, &call).await;
-                    let (_, shift) = e.finish_pause(Outcome::Reply(&reply)).expect("paused");
+                    let (_, shift) = e.finish_pause(CallOutcome::Reply(&reply)).expect("paused");
                     json!({"shift_us": micros(shift)})
                 }
                 "check" => {
@@ -111,7 +111,7 @@ async fn redis_wait_vectors_replay_against_real_redis() {
                     };
                     let call = call.at(at);
                     let reply = run(&mut conn, &call).await;
-                    let d = e.finish(&call, Outcome::Reply(&reply));
+                    let d = e.finish(&call, CallOutcome::Reply(&reply));
                     assert_eq!(d.source(), Source::Redis, "{id} step {i}");
                     json!({
                         "allowed": d.is_allowed(),

@@ -2,7 +2,7 @@
 share: the limiter bound to its calling convention, the options, and the
 events told to ``on_decision``. The decision itself — how long the partner
 asked to pause, whether to send again — is the core's
-(``_ratebound.Outbound_``, replaying ``spec/outbound.json``); this module
+(``_ratebound._Outbound``, replaying ``spec/outbound.json``); this module
 only waits, pauses and counts."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class Options:
             raise _ratebound_error(f"n must be a whole number >= 1, got {n!r}")
         self.key = key
         self.timeout = _seconds("timeout", timeout)
-        self.outbound = _ratebound.Outbound_(
+        self.outbound = _ratebound._Outbound(
             retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method
         )
         self.n = n

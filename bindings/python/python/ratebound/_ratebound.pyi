@@ -25,10 +25,10 @@ __all__ = [
     "Verdict",
     "Place",
     "Ask",
-    "Outbound_",
-    "RedisEngine_",
-    "RedisCall_",
-    "RedisAcquisition_",
+    "_Outbound",
+    "_RedisEngine",
+    "_RedisCall",
+    "_RedisAcquisition",
     "retry_after_secs",
     "ip_key",
     "client_ip",
@@ -152,7 +152,7 @@ class KeyedLimiter:
     def _waiter(self, key: _Key, n: Optional[int] = None, timeout: Optional[_Number] = None) -> Waiter: ...
 
 @final
-class Outbound_:
+class _Outbound:
     def __new__(
         cls: type[_T],
         *,
@@ -209,7 +209,7 @@ class Gate:
         cls,
         options: dict[str, Any],
         policies: Optional[Iterable[tuple[str, Any]]] = None,
-        remote: Optional[list[tuple[str, Union[RedisEngine_, SharedKeyedLimiter]]]] = None,
+        remote: Optional[list[tuple[str, Union[_RedisEngine, SharedKeyedLimiter]]]] = None,
         *,
         key: Optional[Any] = None,
         exempt: Optional[Callable[[Any], Any]] = None,
@@ -241,7 +241,7 @@ class Gate:
     def cleanup(self) -> int: ...
 
 @final
-class RedisCall_:
+class _RedisCall:
     @property
     def sha(self) -> str: ...
     @property
@@ -256,13 +256,13 @@ class RedisCall_:
     def kind(self) -> str: ...
     @property
     def n(self) -> int: ...
-    def at(self, now_us: int) -> "RedisCall_": ...
+    def at(self, now_us: int) -> "_RedisCall": ...
 
 @final
-class RedisAcquisition_: ...
+class _RedisAcquisition: ...
 
 @final
-class RedisEngine_:
+class _RedisEngine:
     def __new__(
         cls,
         algorithm: Optional[str] = None,
@@ -279,37 +279,37 @@ class RedisEngine_:
         lease_ttl: Optional[_Number] = None,
         breaker_threshold: Optional[int] = None,
         breaker_cooldown: Optional[_Number] = None,
-    ) -> "RedisEngine_": ...
-    def begin(self, key: _Key, n: Optional[int] = None, scope: Optional[str] = None) -> Union[Decision, RedisCall_]: ...
+    ) -> "_RedisEngine": ...
+    def begin(self, key: _Key, n: Optional[int] = None, scope: Optional[str] = None) -> Union[Decision, _RedisCall]: ...
     def finish(
         self,
-        call: RedisCall_,
+        call: _RedisCall,
         reply: Optional[Any] = None,
         timed_out: bool = False,
         error: Optional[str] = None,
     ) -> Decision: ...
-    def drain(self) -> list[RedisCall_]: ...
+    def drain(self) -> list[_RedisCall]: ...
     def acquire(
         self, key: _Key, n: Optional[int] = None, timeout: Optional[_Number] = None, scope: Optional[str] = None
-    ) -> RedisAcquisition_: ...
-    def acquire_step(self, a: RedisAcquisition_) -> tuple[str, Any]: ...
+    ) -> _RedisAcquisition: ...
+    def acquire_step(self, a: _RedisAcquisition) -> tuple[str, Any]: ...
     def acquire_reply(
-        self, a: RedisAcquisition_, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None
+        self, a: _RedisAcquisition, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None
     ) -> None: ...
-    def acquire_abandon(self, a: RedisAcquisition_) -> Optional[RedisCall_]: ...
+    def acquire_abandon(self, a: _RedisAcquisition) -> Optional[_RedisCall]: ...
     def begin_reserve(
         self, key: _Key, n: Optional[int] = None, max_wait: Optional[_Number] = None, scope: Optional[str] = None
-    ) -> Union[tuple[float, str], RedisCall_]: ...
+    ) -> Union[tuple[float, str], _RedisCall]: ...
     def finish_reserve(
-        self, call: RedisCall_, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None
+        self, call: _RedisCall, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None
     ) -> tuple[float, str]: ...
-    def give_back(self, reserve_call: RedisCall_) -> RedisCall_: ...
-    def begin_pause(self, key: _Key, seconds: _Number, scope: Optional[str] = None) -> RedisCall_: ...
+    def give_back(self, reserve_call: _RedisCall) -> _RedisCall: ...
+    def begin_pause(self, key: _Key, seconds: _Number, scope: Optional[str] = None) -> _RedisCall: ...
     def finish_pause(
         self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None
     ) -> Optional[float]: ...
     def finish_pause_news(
-        self, call: RedisCall_, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None
+        self, call: _RedisCall, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None
     ) -> Optional[tuple[float, Optional[bytes]]]: ...
     @property
     def pause_channel(self) -> str: ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .._ratebound import Decision, RedisCall_, RedisEngine_
+from .._ratebound import Decision, _RedisCall, _RedisEngine
 from ._options import Number, Options, Rate, SlidingOptions
 from ._runners import _Outcome
 
@@ -24,7 +24,7 @@ class _Base:
     _asyncio: ClassVar[bool] = False
 
     def __init__(self, client: Any, algorithm: str, **options: Any) -> None:
-        self._engine = RedisEngine_(algorithm, **options)
+        self._engine = _RedisEngine(algorithm, **options)
         self._runner = self._connect(client, self._engine.timeout)
         self._listener: Optional[Any] = None
 
@@ -39,11 +39,11 @@ class _Base:
             return step
         return step.at(now_us)
 
-    def _reserved(self, call: RedisCall_, outcome: _Outcome) -> RedisReservation:
+    def _reserved(self, call: _RedisCall, outcome: _Outcome) -> RedisReservation:
         delay, source = self._engine.finish_reserve(call, *outcome)
         return RedisReservation(self, call if delay > 0 else None, delay, source)
 
-    def _paused(self, call: RedisCall_, outcome: _Outcome) -> tuple[Optional[float], Optional[bytes]]:
+    def _paused(self, call: _RedisCall, outcome: _Outcome) -> tuple[Optional[float], Optional[bytes]]:
         """The shift a pause gave (``None``: Redis could not be told) and
         the news to publish, if any."""
         paused = self._engine.finish_pause_news(call, *outcome)
@@ -131,12 +131,12 @@ class RedisReservation:
         self.delay = delay
         self.source = source
 
-    def _give_back(self) -> Optional[RedisCall_]:
+    def _give_back(self) -> Optional[_RedisCall]:
         """The call that gives the tokens back, once (``None`` after)."""
         call, self._call = self._call, None
         if call is None:
             return None
-        back: RedisCall_ = self._limiter._engine.give_back(call)
+        back: _RedisCall = self._limiter._engine.give_back(call)
         return back
 
     def cancel(self) -> bool:

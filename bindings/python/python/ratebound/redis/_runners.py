@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Optional, Union
 
-from .._ratebound import RedisCall_
+from .._ratebound import _RedisCall
 from ._listeners import _AsyncSubscribe, _Subscribe, _subscriber
 
 # What became of a call: (reply, timed_out, error).
@@ -145,7 +145,7 @@ class _SyncCalls(_Calls):
     a call."""
 
     def _script(
-        self, call: RedisCall_, evalsha: Callable[..., Any], eval_: Callable[..., Any], deadline: Optional[float] = None
+        self, call: _RedisCall, evalsha: Callable[..., Any], eval_: Callable[..., Any], deadline: Optional[float] = None
     ) -> Any:
         try:
             return evalsha(call.sha, 1, call.key, *call.args)
@@ -197,7 +197,7 @@ class _Standalone(_SyncCalls):
         finally:
             self._pool.release(conn)
 
-    def run(self, call: RedisCall_) -> _Outcome:
+    def run(self, call: _RedisCall) -> _Outcome:
         def attempt(conn: Any, deadline: float) -> Any:
             return self._script(
                 call,
@@ -273,7 +273,7 @@ class _Cluster(_SyncCalls):
         finally:
             self._lock.release()
 
-    def run(self, call: RedisCall_) -> _Outcome:
+    def run(self, call: _RedisCall) -> _Outcome:
         deadline = self._deadline()
 
         def attempt() -> Any:
@@ -302,7 +302,7 @@ class _AsIs(_SyncCalls):
         super().__init__(redis)
         self._client = client
 
-    def run(self, call: RedisCall_) -> _Outcome:
+    def run(self, call: _RedisCall) -> _Outcome:
         return self._outcome(lambda: self._script(call, self._client.evalsha, self._client.eval))
 
     def publish(self, channel: str, message: bytes) -> bool:
@@ -419,7 +419,7 @@ class _AsyncRunner(_Calls):
             **kwargs,
         )
 
-    async def _attempt(self, call: RedisCall_) -> Any:
+    async def _attempt(self, call: _RedisCall) -> Any:
         try:
             return await self._client.evalsha(call.sha, 1, call.key, *call.args)
         except self._noscript:
@@ -444,7 +444,7 @@ class _AsyncRunner(_Calls):
             await self._ready(deadline)
         return await asyncio.wait_for(command(), _left(deadline))
 
-    async def run(self, call: RedisCall_) -> _Outcome:
+    async def run(self, call: _RedisCall) -> _Outcome:
         try:
             return await self._within(lambda: self._attempt(call)), False, None
         except asyncio.TimeoutError:
