@@ -73,17 +73,6 @@ pub(crate) fn opt_number(
     }
 }
 
-pub(crate) fn required(
-    py: Python<'_>,
-    name: &'static str,
-    obj: Option<&Bound<'_, PyAny>>,
-) -> PyResult<f64> {
-    match obj {
-        Some(o) if !o.is_none() => number(py, name, o),
-        _ => Err(py_err(py, Error::Missing { name })),
-    }
-}
-
 /// A token count as the core's `count` takes it: `None` (not given) its
 /// default, else a whole number from 0 to 2^53.
 pub(crate) fn count(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {

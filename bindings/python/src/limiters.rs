@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use ratebound::any::{self, AnyLimiter};
-use ratebound::{Error, Limiter as _, Permit};
+use ratebound::any::{self, AnyLimiter, LimiterOptions};
+use ratebound::{Limiter as _, Permit};
 
 use crate::convert::*;
 use crate::decision::*;
@@ -38,50 +38,44 @@ impl Limiter {
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let c = clock_of(clock)?;
-        let rate_obj = || -> PyResult<&Bound<'_, PyAny>> {
-            rate.filter(|r| !r.is_none())
-                .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))
+        let mut members_of = Vec::new();
+        if let Some(m) = members.filter(|m| !m.is_none()) {
+            for item in m.try_iter()? {
+                let item = item?;
+                let l = item.cast::<Limiter>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "AllOf members must be ratebound limiters, got {}",
+                        type_name(&item)
+                    ))
+                })?;
+                members_of.push(l.get().inner.clone());
+            }
+        }
+        // The numbers converted here; the choice by name, what each
+        // algorithm needs and the errors are the core's.
+        let (b, l, w, d) = (
+            opt_number(py, "burst", burst)?,
+            opt_number(py, "limit", limit)?,
+            opt_number(py, "window", window)?,
+            opt_number(py, "max_delay", max_delay)?,
+        );
+        let options: LimiterOptions<'static> = LimiterOptions {
+            rate: None,
+            burst: b,
+            limit: l,
+            window: w,
+            max_delay: d,
+            members: members_of,
         };
-        let inner = match algorithm {
-            "token_bucket" => {
-                let b = opt_number(py, "burst", burst)?;
-                with_rate(py, rate_obj()?, |r| AnyLimiter::token_bucket(r, b, c))?
-            }
-            "leaky_bucket" => {
-                let d = required(py, "max_delay", max_delay)?;
-                with_rate(py, rate_obj()?, |r| AnyLimiter::leaky_bucket(r, d, c))?
-            }
-            "fixed_window" | "sliding_window" | "sliding_log" => {
-                let l = required(py, "limit", limit)?;
-                let w = required(py, "window", window)?;
-                let made = match algorithm {
-                    "fixed_window" => AnyLimiter::fixed_window(l, w, c),
-                    "sliding_window" => AnyLimiter::sliding_window(l, w, c),
-                    _ => AnyLimiter::sliding_log(l, w, c),
+        let inner = match rate.filter(|r| !r.is_none()) {
+            Some(r) => with_rate(py, r, |r| {
+                let options = LimiterOptions {
+                    rate: Some(r),
+                    ..options
                 };
-                made.or_py(py)?
-            }
-            "all_of" => {
-                let mut list = Vec::new();
-                if let Some(m) = members {
-                    for item in m.try_iter()? {
-                        let item = item?;
-                        let l = item.cast::<Limiter>().map_err(|_| {
-                            PyTypeError::new_err(format!(
-                                "AllOf members must be ratebound limiters, got {}",
-                                type_name(&item)
-                            ))
-                        })?;
-                        list.push(l.get().inner.clone());
-                    }
-                }
-                AnyLimiter::all_of(list).or_py(py)?
-            }
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown algorithm {other:?}"
-                )));
-            }
+                AnyLimiter::from_options(algorithm, options, c)
+            })?,
+            None => AnyLimiter::from_options(algorithm, options, c).or_py(py)?,
         };
         Ok(Limiter {
             inner: Arc::new(inner),

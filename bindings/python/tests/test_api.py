@@ -410,3 +410,25 @@ def test_defaults_are_the_cores(tmp_path: pathlib.Path) -> None:
     keyed.check("k", None)
     asyncio.run(keyed.acquire("k"))
     assert keyed.available("k") == 1
+
+
+def test_limiters_by_name_are_the_cores() -> None:
+    """The base Limiter's dispatch by algorithm name is the core's
+    (AnyLimiter::from_options, issue 25): an unknown name is the core's
+    parse error (a QuotaError, still a ValueError), a missing option its
+    MissingValue."""
+    c = rb.ManualClock()
+    made = {
+        name: rb._ratebound.Limiter(name, rate=2, burst=3, limit=5, window=1, max_delay=1, clock=c).algorithm
+        for name in ("token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket")
+    }
+    assert made == {name: name for name in made}
+    with pytest.raises(rb.QuotaError, match="an algorithm is token_bucket") as e:
+        rb._ratebound.Limiter("gcra", rate=1)
+    assert e.value.code == "parse_error" and isinstance(e.value, ValueError)
+    with pytest.raises(rb.MissingValue, match="max_delay"):
+        rb._ratebound.Limiter("leaky_bucket", rate=1)
+    with pytest.raises(rb.MissingValue, match="window"):
+        rb._ratebound.Limiter("sliding_log", limit=1)
+    with pytest.raises(rb.RateboundError, match="at least one"):
+        rb._ratebound.Limiter("all_of")
