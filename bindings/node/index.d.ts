@@ -887,8 +887,21 @@ export declare class ManualClock {
 
 /** The outbound policy: which answers to retry and how long a pause may be. */
 export declare class Outbound {
-  /** A policy; bad options throw `RangeError` (`ERR_RATEBOUND_INVALID_NUMBER`). */
+  /**
+   * A policy; each option left out is the core's default and the core
+   * checks them all (`Outbound::from_loose`): bad ones throw
+   * `RangeError` (`ERR_RATEBOUND_INVALID_NUMBER`).
+   */
   constructor(options?: OutboundOptions | undefined | null)
+  /**
+   * Each sending's `n` and `timeout` as the core reads them
+   * (`Sending::from_loose`): `n` tokens (default 1, at least 1), a wait
+   * of at most `timeout` seconds (default: as long as it takes).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` naming `n` or
+   * `timeout`.
+   */
+  static sending(n?: number | undefined | null, timeout?: number | undefined | null): Sending
   /** The most retries. */
   get retries(): number
   /** The longest pause obeyed, in seconds. */
@@ -1734,6 +1747,14 @@ export interface RemotePolicy {
   engine?: RedisEngine
   /** A limit shared by the host's processes. */
   shared?: SharedKeyedLimiter
+}
+
+/** What each sending of an adapter waits for (see `Outbound.sending`). */
+export interface Sending {
+  /** The tokens each sending takes. */
+  n: number
+  /** The longest wait for them, in seconds (`null`: as long as it takes). */
+  timeout?: number
 }
 
 /** Options of `new SharedKeyedLimiter(...)`. */

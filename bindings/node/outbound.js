@@ -45,12 +45,6 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
     return e
   }
 
-  function invalidNumber(message) {
-    const e = new RangeError(message)
-    e.code = 'ERR_RATEBOUND_INVALID_NUMBER'
-    return e
-  }
-
   function shown(v) {
     if (typeof v === 'string') return JSON.stringify(v)
     if (typeof v === 'function') return 'a function'
@@ -62,22 +56,25 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
     }
   }
 
-  // The longest wait the core takes (2^60 ns).
-  const MAX_SECONDS = 2 ** 60 / 1e9
-
-  function checkTimeout(where, v) {
-    if (v == null) return undefined
-    if (typeof v !== 'number') throw typeError(`${where}: timeout is a number of seconds, not ${shown(v)}`)
-    if (!Number.isFinite(v) || v < 0) throw invalidNumber(`${where}: invalid timeout ${v}: must be a finite number of seconds, at least 0`)
-    if (v > MAX_SECONDS) throw invalidNumber(`${where}: invalid timeout ${v}: must be at most 2^60 ns (about 36 years)`)
-    return v
+  // A native error's message names where it was thrown.
+  function within(where, f) {
+    try {
+      return f()
+    } catch (e) {
+      if (e != null && typeof e.message === 'string') e.message = `${where}: ${e.message}`
+      throw e
+    }
   }
 
-  function checkN(where, v) {
-    if (v == null) return 1
-    if (typeof v !== 'number') throw typeError(`${where}: n is a number of tokens, not ${shown(v)}`)
-    if (!Number.isSafeInteger(v) || v < 1) throw invalidNumber(`${where}: invalid n ${v}: must be a whole number of tokens, at least 1`)
-    return v
+  // A sending's tokens and timeout: their types checked here (the native
+  // conversion's errors name no option), their values and defaults by the
+  // core (Outbound.sending: n >= 1, default 1; a timeout in seconds, none
+  // by default), as Python's and Rust's adapters.
+  function sendingOf(where, n, timeout) {
+    if (n != null && typeof n !== 'number') throw typeError(`${where}: n is a number of tokens, not ${shown(n)}`)
+    if (timeout != null && typeof timeout !== 'number') throw typeError(`${where}: timeout is a number of seconds, not ${shown(timeout)}`)
+    const s = within(where, () => Outbound.sending(n ?? undefined, timeout ?? undefined))
+    return { n: s.n, timeout: s.timeout ?? undefined }
   }
 
   function isKey(v) {
@@ -116,12 +113,10 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
       throw typeError(`${where}: statuses is an array of HTTP statuses, not ${shown(statuses)}`)
     }
     if (anyMethod != null && typeof anyMethod !== 'boolean') throw typeError(`${where}: anyMethod is a boolean, not ${shown(anyMethod)}`)
-    try {
-      return new Outbound({ retries: retries ?? undefined, maxPause: maxPause ?? undefined, statuses: statuses ?? undefined, anyMethod: anyMethod ?? undefined })
-    } catch (e) {
-      if (e != null && typeof e.message === 'string') e.message = `${where}: ${e.message}`
-      throw e
-    }
+    return within(
+      where,
+      () => new Outbound({ retries: retries ?? undefined, maxPause: maxPause ?? undefined, statuses: statuses ?? undefined, anyMethod: anyMethod ?? undefined }),
+    )
   }
 
   // One adapter's options, checked and defaulted: everything a request
@@ -138,6 +133,7 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
     if (key != null && typeof key !== 'function' && !isKey(key)) {
       throw typeError(`${where}: key is a string or a function of the request, not ${shown(key)}`)
     }
+    const sending = sendingOf(where, options.n, options.timeout)
     const onDecision = options.onDecision ?? null
     if (onDecision !== null && typeof onDecision !== 'function') throw typeError(`${where}: onDecision must be a function of the event`)
     let warned = false
@@ -147,8 +143,8 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
       keyed,
       remote,
       outbound: outboundOf(where, options),
-      timeout: checkTimeout(where, options.timeout),
-      n: checkN(where, options.n),
+      timeout: sending.timeout,
+      n: sending.n,
       key: key ?? null,
       // A throwing onDecision is the application's bug, never the
       // request's failure: swallowed, with one process warning.
@@ -181,8 +177,9 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
       for (const name of Object.keys(own)) {
         if (!OWN_OPTIONS.has(name)) throw invalidOption(`${p.where}: unknown ratebound option '${name}' (known: timeout, key, n)`)
       }
-      if (own.timeout !== undefined) timeout = checkTimeout(p.where, own.timeout)
-      if (own.n !== undefined) n = checkN(p.where, own.n)
+      if (own.timeout !== undefined || own.n !== undefined) {
+        ;({ n, timeout } = sendingOf(p.where, own.n === undefined ? n : own.n, own.timeout === undefined ? timeout : own.timeout))
+      }
       if (own.key != null) {
         if (!isKey(own.key)) throw typeError(`${p.where}: ratebound.key is a string, not ${shown(own.key)}`)
         key = own.key

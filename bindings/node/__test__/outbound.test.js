@@ -549,7 +549,8 @@ test('bad input at construction: typed errors naming the value', async () => {
     assert.throws(() => make({}), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /limiter is required/))
     assert.throws(() => make({ limiter: {} }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /limiter must be a token bucket/))
     assert.throws(() => make({ limiter: bucket, timeot: 1 }), typed(TypeError, 'ERR_RATEBOUND_INVALID_OPTION', /'timeot'/))
-    for (const [bad, re] of [[-1, /timeout -1/], [NaN, /timeout NaN/], [Infinity, /timeout Infinity/]]) {
+    // The core's rule and message (Sending::from_loose), as Python's.
+    for (const [bad, re] of [[-1, /invalid timeout -1/], [NaN, /invalid timeout NaN/], [Infinity, /invalid timeout inf/], [1e300, /invalid timeout 1e300/]]) {
       assert.throws(() => make({ limiter: bucket, timeout: bad }), typed(RangeError, 'ERR_RATEBOUND_INVALID_NUMBER', re))
     }
     assert.throws(() => make({ limiter: bucket, timeout: '5' }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /timeout.*"5"/))

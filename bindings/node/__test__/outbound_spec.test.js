@@ -32,6 +32,27 @@ test('every vector of spec/outbound.json', () => {
   }
 })
 
+test('every options vector of spec/outbound.json: the core reads them, as Rust and Python', () => {
+  const { options } = JSON.parse(fs.readFileSync(SPEC, 'utf8'))
+  assert.ok(options.length >= 10, 'the spec lost option vectors')
+  for (const v of options) {
+    const g = v.given
+    let got
+    try {
+      const o = outbound(g)
+      const s = rb.Outbound.sending(g.n, g.timeout_s)
+      got = { retries: o.retries, max_pause_s: o.maxPause, n: s.n, timeout_s: s.timeout ?? null }
+    } catch (e) {
+      assert.ok(v.error, `${v.id}: ${e.message}`)
+      assert.ok(e instanceof RangeError && e.code === `ERR_RATEBOUND_${v.error.code.toUpperCase()}`, `${v.id}: ${e.code}`)
+      assert.ok(e.message.startsWith(`invalid ${v.error.name} `), `${v.id}: ${e.message}`)
+      continue
+    }
+    assert.equal(v.error, undefined, `${v.id}: no error`)
+    assert.deepEqual(got, v.expect, v.id)
+  }
+})
+
 test('bad options are typed errors naming the value', () => {
   for (const bad of [0, -1, NaN, Infinity]) {
     assert.throws(() => new rb.Outbound({ maxPause: bad }), (e) => e instanceof RangeError && /maxPause|max_pause/.test(e.message), String(bad))

@@ -4,7 +4,6 @@
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratebound::any::{seconds, whole};
 
 use crate::error::OrThrow;
 
@@ -36,6 +35,15 @@ pub struct Advice {
     pub gave_up: bool,
 }
 
+/// What each sending of an adapter waits for (see `Outbound.sending`).
+#[napi(object)]
+pub struct Sending {
+    /// The tokens each sending takes.
+    pub n: f64,
+    /// The longest wait for them, in seconds (`null`: as long as it takes).
+    pub timeout: Option<f64>,
+}
+
 /// The outbound policy: which answers to retry and how long a pause may be.
 #[napi]
 pub struct Outbound {
@@ -44,7 +52,9 @@ pub struct Outbound {
 
 #[napi]
 impl Outbound {
-    /// A policy; bad options throw `RangeError` (`ERR_RATEBOUND_INVALID_NUMBER`).
+    /// A policy; each option left out is the core's default and the core
+    /// checks them all (`Outbound::from_loose`): bad ones throw
+    /// `RangeError` (`ERR_RATEBOUND_INVALID_NUMBER`).
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<OutboundOptions>) -> Result<Outbound> {
         let o = options.unwrap_or(OutboundOptions {
@@ -53,25 +63,29 @@ impl Outbound {
             statuses: None,
             any_method: None,
         });
-        let retries = match o.retries {
-            Some(r) => u32::try_from(whole("retries", r, 0).or_throw(&env)?).unwrap_or(u32::MAX),
-            None => 2,
-        };
-        let max_pause = seconds("maxPause", o.max_pause.unwrap_or(300.0)).or_throw(&env)?;
-        let mut inner = ratebound::outbound::Outbound::new()
-            .with_retries(retries)
-            .with_any_method(o.any_method.unwrap_or(false))
-            .with_max_pause(max_pause)
-            .or_throw(&env)?;
-        if let Some(statuses) = o.statuses {
-            let mut list = Vec::with_capacity(statuses.len());
-            for s in statuses {
-                let s = whole("status", s, 0).or_throw(&env)?;
-                list.push(u16::try_from(s).unwrap_or(u16::MAX));
-            }
-            inner = inner.with_statuses(&list).or_throw(&env)?;
-        }
+        let inner = ratebound::outbound::Outbound::from_loose(
+            o.retries,
+            o.max_pause,
+            o.statuses.as_deref(),
+            o.any_method,
+        )
+        .or_throw(&env)?;
         Ok(Outbound { inner })
+    }
+
+    /// Each sending's `n` and `timeout` as the core reads them
+    /// (`Sending::from_loose`): `n` tokens (default 1, at least 1), a wait
+    /// of at most `timeout` seconds (default: as long as it takes).
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` naming `n` or
+    /// `timeout`.
+    #[napi]
+    pub fn sending(env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Sending> {
+        let s = ratebound::outbound::Sending::from_loose(n, timeout).or_throw(&env)?;
+        Ok(Sending {
+            n: s.n() as f64,
+            timeout: s.timeout().map(|t| t.as_secs_f64()),
+        })
     }
 
     /// The most retries.

@@ -4,6 +4,7 @@
 
 use pyo3::prelude::*;
 
+use crate::convert::*;
 use crate::error::*;
 
 /// The outbound policy; `advise` returns `(pause_seconds | None, capped,
@@ -15,25 +16,56 @@ pub(crate) struct Outbound {
 
 #[pymethods]
 impl Outbound {
+    /// The policy: each option not given (or None) is the core's default
+    /// (`Outbound::from_loose`: 2 retries, pauses of at most 300 s, 429
+    /// and 503, idempotent methods only); the core checks them all.
     #[new]
-    #[pyo3(signature = (*, retries=2, max_pause=300.0, statuses=None, any_method=false))]
+    #[pyo3(signature = (*, retries=None, max_pause=None, statuses=None, any_method=None))]
     fn new(
         py: Python<'_>,
-        retries: u32,
-        max_pause: f64,
-        statuses: Option<Vec<u16>>,
-        any_method: bool,
+        retries: Option<&Bound<'_, PyAny>>,
+        max_pause: Option<&Bound<'_, PyAny>>,
+        statuses: Option<&Bound<'_, PyAny>>,
+        any_method: Option<bool>,
     ) -> PyResult<Self> {
-        let max_pause = ratebound::any::seconds("max_pause", max_pause).or_py(py)?;
-        let mut inner = ratebound::outbound::Outbound::new()
-            .with_retries(retries)
-            .with_any_method(any_method)
-            .with_max_pause(max_pause)
-            .or_py(py)?;
-        if let Some(statuses) = statuses {
-            inner = inner.with_statuses(&statuses).or_py(py)?;
-        }
+        let retries = opt_number(py, "retries", retries)?;
+        let max_pause = opt_number(py, "max_pause", max_pause)?;
+        let statuses = match statuses.filter(|s| !s.is_none()) {
+            Some(list) => {
+                let mut out = Vec::new();
+                for s in list.try_iter()? {
+                    out.push(number(py, "status", &s?)?);
+                }
+                Some(out)
+            }
+            None => None,
+        };
+        let inner = ratebound::outbound::Outbound::from_loose(
+            retries,
+            max_pause,
+            statuses.as_deref(),
+            any_method,
+        )
+        .or_py(py)?;
         Ok(Outbound { inner })
+    }
+
+    /// Each sending's `(n, timeout)` as the core reads them
+    /// (`Sending::from_loose`): `n` tokens (default 1, at least 1), a wait
+    /// of at most `timeout` seconds (None: as long as it takes).
+    #[staticmethod]
+    #[pyo3(signature = (n=None, timeout=None))]
+    fn sending(
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u64, Option<f64>)> {
+        let s = ratebound::outbound::Sending::from_loose(
+            opt_number(py, "n", n)?,
+            opt_number(py, "timeout", timeout)?,
+        )
+        .or_py(py)?;
+        Ok((s.n(), s.timeout().map(|t| t.as_secs_f64())))
     }
 
     #[getter]

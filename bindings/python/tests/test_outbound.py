@@ -384,11 +384,19 @@ def test_bad_input_is_a_clear_error_at_construction(tmp_path: Any) -> None:
         rb.requests.RateLimitAdapter(rb.SharedKeyedLimiter(str(tmp_path / "w"), algorithm="fixed_window", limit=1, window=1, max_keys=8))
     with pytest.raises(rb.ConfigError, match="not a ratebound limiter"):
         rb.httpx.RateLimitTransport(object())
-    for bad in (-1, float("nan"), float("inf"), "1"):
-        with pytest.raises(rb.ConfigError, match="timeout"):
-            rb.httpx.RateLimitTransport(rb.TokenBucket(1, 1), timeout=bad)  # type: ignore[arg-type]
-    with pytest.raises(rb.ConfigError, match="retries"):
+    # The numbers are the core's rules (Outbound::from_loose,
+    # Sending::from_loose; spec/outbound.json "options"): a QuotaError
+    # (invalid_number), as Node's RangeError — these were ConfigErrors of
+    # this adapter's own; a string is a TypeError, as for every number.
+    for bad in (-1, float("nan"), float("inf"), 1e300):
+        with pytest.raises(rb.QuotaError, match="invalid timeout"):
+            rb.httpx.RateLimitTransport(rb.TokenBucket(1, 1), timeout=bad)
+    with pytest.raises(TypeError, match="timeout"):
+        rb.httpx.RateLimitTransport(rb.TokenBucket(1, 1), timeout="1")  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="invalid retries -1"):
         rb.httpx.RateLimitTransport(rb.TokenBucket(1, 1), retries=-1)
+    with pytest.raises(rb.QuotaError, match="invalid n 0"):
+        rb.requests.RateLimitAdapter(rb.TokenBucket(1, 1), n=0)
     with pytest.raises(rb.QuotaError, match="max_pause"):
         rb.httpx.RateLimitTransport(rb.TokenBucket(1, 1), max_pause=0)
     with pytest.raises(rb.ConfigError, match="AsyncTokenBucket"):

@@ -16,11 +16,12 @@ SPEC = json.loads((Path(__file__).parents[3] / "spec" / "outbound.json").read_te
 
 def outbound(config: dict[str, Any] | None) -> _ratebound._Outbound:
     c = config or {}
+    # Absent: None, the core's default.
     return _ratebound._Outbound(
-        retries=c.get("retries", 2),
-        max_pause=c.get("max_pause_s", 300.0),
+        retries=c.get("retries"),
+        max_pause=c.get("max_pause_s"),
         statuses=c.get("statuses"),
-        any_method=c.get("any_method", False),
+        any_method=c.get("any_method"),
     )
 
 
@@ -31,6 +32,26 @@ def test_vector(v: dict[str, Any]) -> None:
     )
     e = v["expect"]
     assert got == (e["pause_s"], e["capped"], e["retry"], e["gave_up"]), v["doc"]
+
+
+@pytest.mark.parametrize("v", SPEC["options"], ids=[v["id"] for v in SPEC["options"]])
+def test_options_vector(v: dict[str, Any]) -> None:
+    """The adapters' options through the core's one reader, as Rust and
+    Node read them."""
+    import ratebound as rb
+
+    g = v["given"]
+    try:
+        o = outbound(g)
+        n, timeout = _ratebound._Outbound.sending(g.get("n"), g.get("timeout_s"))
+    except rb.RateboundError as e:
+        want = v.get("error")
+        assert want is not None, (v["id"], e)
+        assert e.code == want["code"] and str(e).startswith(f"invalid {want['name']} "), (v["id"], e)
+        return
+    assert "error" not in v, v["id"]
+    e = v["expect"]
+    assert (o.retries, o.max_pause, n, timeout) == (e["retries"], e["max_pause_s"], e["n"], e["timeout_s"]), v["id"]
 
 
 def test_bad_configuration_is_a_typed_error() -> None:

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
-use ratebound::outbound::{DEFAULT_MAX_PAUSE, Outbound};
+use ratebound::any::DEFAULT_N;
+use ratebound::outbound::{DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, Outbound, Sending};
 
 use crate::{Error, OutboundEvent, OutboundLimiter, Outcome};
 
@@ -62,8 +63,8 @@ impl<R> Builder<R> {
             limiter: Arc::new(limiter),
             key: Key::Host,
             timeout: None,
-            n: 1,
-            retries: 2,
+            n: DEFAULT_N,
+            retries: DEFAULT_RETRIES,
             max_pause: DEFAULT_MAX_PAUSE,
             statuses: None,
             any_method: false,
@@ -143,13 +144,8 @@ impl<R> Builder<R> {
                 algorithm,
             }));
         }
-        if self.n == 0 {
-            return Err(Error::Limit(ratebound::Error::InvalidNumber {
-                name: "n",
-                value: "0".to_string(),
-                reason: "must be at least 1",
-            }));
-        }
+        // The core's rule for a sending, as Python's and Node's adapters.
+        let sending = Sending::new(self.n, self.timeout)?;
         let mut outbound = Outbound::new()
             .with_retries(self.retries)
             .with_max_pause(self.max_pause)?
@@ -160,8 +156,8 @@ impl<R> Builder<R> {
         let settings = Settings {
             limiter: self.limiter,
             outbound,
-            timeout: self.timeout,
-            n: self.n,
+            timeout: sending.timeout(),
+            n: sending.n(),
             on_decision: self.on_decision,
         };
         Ok((settings, self.key))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import time
 from typing import Any, Awaitable, Callable, NamedTuple, Optional, TypedDict, TypeVar, Union
 
@@ -44,15 +43,16 @@ OnOutbound = Callable[[OutboundEvent], None]
 
 class OutboundOptions(TypedDict, total=False):
     """The options every adapter takes beside its limiter (see
-    ``ratebound.httpx.RateLimitTransport``)."""
+    ``ratebound.httpx.RateLimitTransport``); those not given are the
+    core's defaults."""
 
     key: Union[None, str, Callable[[Any], str]]
     timeout: Optional[Number]
-    retries: int
-    max_pause: Number
+    retries: Optional[int]
+    max_pause: Optional[Number]
     statuses: Optional[list[int]]
-    any_method: bool
-    n: int
+    any_method: Optional[bool]
+    n: Optional[int]
     on_decision: Optional[OnOutbound]
 
 # Keyed limiters take a key first; the others (one bucket) take none.
@@ -66,14 +66,6 @@ def _algorithm(limiter: Any) -> Optional[str]:
     if isinstance(limiter, (_redis._Limiter, _redis._AsyncLimiter)):
         return "window"
     return getattr(limiter, "algorithm", None)
-
-
-def _seconds(name: str, value: Optional[Number]) -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise _ratebound_error(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return float(value)
 
 
 def _ratebound_error(message: str) -> Exception:
@@ -134,7 +126,10 @@ class Bound:
 
 
 class Options:
-    """The adapters' options, checked once at construction."""
+    """The adapters' options, checked once at construction by the core
+    (``Outbound::from_loose`` for the policy, ``Sending::from_loose`` for
+    each sending's ``n`` and ``timeout``: the rules and defaults of the Rust
+    and Node adapters)."""
 
     def __init__(
         self,
@@ -143,26 +138,21 @@ class Options:
         asynchronous: bool,
         key: Union[None, str, Callable[[Any], str]] = None,
         timeout: Optional[Number] = None,
-        retries: int = 2,
-        max_pause: Number = 300.0,
+        retries: Optional[int] = None,
+        max_pause: Optional[Number] = None,
         statuses: Optional[list[int]] = None,
-        any_method: bool = False,
-        n: int = 1,
+        any_method: Optional[bool] = None,
+        n: Optional[int] = None,
         on_decision: Optional[OnOutbound] = None,
     ) -> None:
         self.bound = Bound(limiter, asynchronous=asynchronous)
         if key is not None and not isinstance(key, str) and not callable(key):
             raise _ratebound_error(f"key must be a string or a function of the request, got {key!r}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise _ratebound_error(f"retries must be a whole number >= 0, got {retries!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise _ratebound_error(f"n must be a whole number >= 1, got {n!r}")
         self.key = key
-        self.timeout = _seconds("timeout", timeout)
         self.outbound = _ratebound._Outbound(
             retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method
         )
-        self.n = n
+        self.n, self.timeout = _ratebound._Outbound.sending(n, timeout)
         self.on_decision = on_decision
 
     def per_request(self, overrides: Any, request: Any, host: str) -> tuple[str, int, Optional[float]]:
@@ -176,10 +166,9 @@ class Options:
             key = host
         if not isinstance(key, str):
             raise _ratebound_error(f"key must be a string, got {key!r}")
-        n = o.get("n", self.n)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise _ratebound_error(f"n must be a whole number >= 1, got {n!r}")
-        timeout = _seconds("timeout", o["timeout"]) if "timeout" in o else self.timeout
+        n, timeout = _ratebound._Outbound.sending(
+            o.get("n", self.n), o["timeout"] if "timeout" in o else self.timeout
+        )
         return key, n, timeout
 
     def advise(self, method: str, status: int, headers: list[tuple[str, str]], attempt: int) -> Any:

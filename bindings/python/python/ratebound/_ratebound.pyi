@@ -156,11 +156,13 @@ class _Outbound:
     def __new__(
         cls: type[_T],
         *,
-        retries: int = 2,
-        max_pause: float = 300.0,
+        retries: Optional[int] = None,
+        max_pause: Optional[_Number] = None,
         statuses: Optional[Sequence[int]] = None,
-        any_method: bool = False,
+        any_method: Optional[bool] = None,
     ) -> _T: ...
+    @staticmethod
+    def sending(n: Optional[int] = None, timeout: Optional[_Number] = None) -> tuple[int, Optional[float]]: ...
     @property
     def retries(self) -> int: ...
     @property
