@@ -53,10 +53,12 @@ use crate::{Builder, Error, OutboundLimiter, grpc};
 /// ```
 #[derive(Clone)]
 pub struct RateLimitLayer {
-    shared: Arc<Shared>,
+    sender: Arc<Sender>,
 }
 
-struct Shared {
+/// What the layer and each of its services share: the settings and the key
+/// function, and `send`, one request's sequence through the limiter.
+struct Sender {
     settings: Settings,
     key: Key<Parts>,
 }
@@ -80,7 +82,7 @@ impl Builder<Parts> {
     pub fn build(self) -> Result<RateLimitLayer, Error> {
         let (settings, key) = self.finish()?;
         Ok(RateLimitLayer {
-            shared: Arc::new(Shared { settings, key }),
+            sender: Arc::new(Sender { settings, key }),
         })
     }
 }
@@ -97,7 +99,7 @@ impl<S> Layer<S> for RateLimitLayer {
     fn layer(&self, inner: S) -> RateLimited<S> {
         RateLimited {
             inner,
-            shared: self.shared.clone(),
+            sender: self.sender.clone(),
         }
     }
 }
@@ -106,7 +108,7 @@ impl<S> Layer<S> for RateLimitLayer {
 #[derive(Clone)]
 pub struct RateLimited<S> {
     inner: S,
-    shared: Arc<Shared>,
+    sender: Arc<Sender>,
 }
 
 impl<S> fmt::Debug for RateLimited<S> {
@@ -235,13 +237,13 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let shared = self.shared.clone();
+        let sender = self.sender.clone();
         let inner = self.inner.clone();
-        Box::pin(async move { shared.send(inner, request).await })
+        Box::pin(async move { sender.send(inner, request).await })
     }
 }
 
-impl Shared {
+impl Sender {
     async fn send<S, B, ResBody>(
         &self,
         mut inner: S,

@@ -61,17 +61,17 @@ pub struct LeakyBucketOptions<'a> {
     pub clock: Option<&'static ManualClock>,
 }
 
-/// The state every limiter class shares: the core limiter and its slot in
-/// the fast-path table.
-pub struct Shared {
+/// What every limiter class holds: the core limiter and its slot in the
+/// fast-path table.
+pub struct LimiterSlot {
     pub(crate) limiter: Arc<AnyLimiter>,
     handle: u32,
 }
 
-impl Shared {
-    fn new(limiter: AnyLimiter) -> Shared {
+impl LimiterSlot {
+    fn new(limiter: AnyLimiter) -> LimiterSlot {
         let limiter = Arc::new(limiter);
-        Shared {
+        LimiterSlot {
             handle: fast::register_limiter(limiter.clone()),
             limiter,
         }
@@ -125,7 +125,7 @@ impl Shared {
     }
 }
 
-impl Drop for Shared {
+impl Drop for LimiterSlot {
     fn drop(&mut self) {
         fast::unregister_limiter(self.handle);
     }
@@ -142,32 +142,32 @@ macro_rules! limiter_class {
             /// `n` is more than the limiter ever admits at once.
             #[napi]
             pub fn check(&self, env: Env, n: Option<f64>) -> Result<Decision> {
-                self.shared.check(&env, n)
+                self.slot.check(&env, n)
             }
 
             /// Takes one token now if it is there: the decision only, with
             /// no object created (the fastest call).
             #[napi]
             pub fn try_acquire(&self) -> bool {
-                self.shared.limiter.try_acquire()
+                self.slot.limiter.try_acquire()
             }
 
             /// What `check(n)` would answer now, taking nothing.
             #[napi]
             pub fn peek(&self, env: Env, n: Option<f64>) -> Result<Decision> {
-                self.shared.peek(&env, n)
+                self.slot.peek(&env, n)
             }
 
             /// How many tokens could be taken now.
             #[napi]
             pub fn available(&self) -> f64 {
-                self.shared.limiter.available() as f64
+                self.slot.limiter.available() as f64
             }
 
             /// The most the limiter admits at once.
             #[napi(getter)]
             pub fn limit(&self) -> f64 {
-                self.shared.limiter.limit() as f64
+                self.slot.limiter.limit() as f64
             }
 
             /// The algorithm: `"token_bucket"`, `"fixed_window"`,
@@ -175,7 +175,7 @@ macro_rules! limiter_class {
             /// `"all_of"`.
             #[napi(getter)]
             pub fn algorithm(&self) -> &'static str {
-                self.shared.limiter.algorithm()
+                self.slot.limiter.algorithm()
             }
 
             /// Empties a token bucket for `seconds` (a partner's
@@ -188,7 +188,7 @@ macro_rules! limiter_class {
             /// `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
             #[napi]
             pub fn pause(&self, env: Env, seconds: f64) -> Result<()> {
-                self.shared.pause(&env, seconds)
+                self.slot.pause(&env, seconds)
             }
 
             /// Takes `n` tokens (default 1) now even if they are not there
@@ -206,31 +206,31 @@ macro_rules! limiter_class {
                 n: Option<f64>,
                 max_wait: Option<f64>,
             ) -> Result<Reservation> {
-                self.shared.reserve(&env, n, max_wait)
+                self.slot.reserve(&env, n, max_wait)
             }
 
             /// The slot of the fast entry points (internal).
             #[napi(getter, skip_typescript)]
             pub fn handle(&self) -> u32 {
-                self.shared.handle
+                self.slot.handle
             }
 
             /// A wait for `n` tokens (internal: `acquire`).
             #[napi(skip_typescript)]
             pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
-                self.shared.waiter(&env, n, timeout)
+                self.slot.waiter(&env, n, timeout)
             }
 
             /// One step of a wait (internal: `acquire`).
             #[napi(skip_typescript)]
             pub fn wait_step(&self, env: Env, waiter: &Waiter) -> Result<Vec<f64>> {
-                self.shared.wait_step(&env, waiter)
+                self.slot.wait_step(&env, waiter)
             }
 
             /// Ends a wait early, giving back what it holds (internal).
             #[napi(skip_typescript)]
             pub fn abandon_wait(&self, env: Env, waiter: &Waiter) -> Result<()> {
-                self.shared.abandon_wait(&env, waiter)
+                self.slot.abandon_wait(&env, waiter)
             }
         }
     };
@@ -247,7 +247,7 @@ macro_rules! limiter_class {
 /// ```
 #[napi]
 pub struct TokenBucket {
-    shared: Shared,
+    slot: LimiterSlot,
 }
 
 #[napi]
@@ -267,7 +267,7 @@ impl TokenBucket {
             .and_then(|rate| AnyLimiter::token_bucket(rate, burst, clock_of(o.clock)))
             .or_throw(&env)?;
         Ok(TokenBucket {
-            shared: Shared::new(limiter),
+            slot: LimiterSlot::new(limiter),
         })
     }
 
@@ -278,7 +278,7 @@ impl TokenBucket {
         let rate = Some(rate);
         let rate = rate_of(&rate).or_throw(&env)?;
         let q = any::quota(rate, burst).or_throw(&env)?;
-        let l = &self.shared.limiter;
+        let l = &self.slot.limiter;
         l.set_quota_at(q, l.now()).or_throw(&env)
     }
 }
@@ -288,7 +288,7 @@ limiter_class!(TokenBucket);
 /// but up to twice the limit can pass across a window boundary.
 #[napi]
 pub struct FixedWindow {
-    shared: Shared,
+    slot: LimiterSlot,
 }
 
 #[napi]
@@ -306,7 +306,7 @@ impl FixedWindow {
             .and_then(|(l, w)| AnyLimiter::fixed_window(l, w, clock_of(o.clock)))
             .or_throw(&env)?;
         Ok(FixedWindow {
-            shared: Shared::new(limiter),
+            slot: LimiterSlot::new(limiter),
         })
     }
 }
@@ -317,7 +317,7 @@ limiter_class!(FixedWindow);
 /// an approximation of the exact `SlidingLog`.
 #[napi]
 pub struct SlidingWindow {
-    shared: Shared,
+    slot: LimiterSlot,
 }
 
 #[napi]
@@ -335,7 +335,7 @@ impl SlidingWindow {
             .and_then(|(l, w)| AnyLimiter::sliding_window(l, w, clock_of(o.clock)))
             .or_throw(&env)?;
         Ok(SlidingWindow {
-            shared: Shared::new(limiter),
+            slot: LimiterSlot::new(limiter),
         })
     }
 }
@@ -345,7 +345,7 @@ limiter_class!(SlidingWindow);
 /// timestamp per admitted request (memory grows with the limit).
 #[napi]
 pub struct SlidingLog {
-    shared: Shared,
+    slot: LimiterSlot,
 }
 
 #[napi]
@@ -363,7 +363,7 @@ impl SlidingLog {
             .and_then(|(l, w)| AnyLimiter::sliding_log(l, w, clock_of(o.clock)))
             .or_throw(&env)?;
         Ok(SlidingLog {
-            shared: Shared::new(limiter),
+            slot: LimiterSlot::new(limiter),
         })
     }
 }
@@ -374,7 +374,7 @@ limiter_class!(SlidingLog);
 /// With `acquire`, callers wait for their turn.
 #[napi]
 pub struct LeakyBucket {
-    shared: Shared,
+    slot: LimiterSlot,
 }
 
 #[napi]
@@ -390,7 +390,7 @@ impl LeakyBucket {
             .and_then(|(r, m)| AnyLimiter::leaky_bucket(r, m, clock_of(o.clock)))
             .or_throw(&env)?;
         Ok(LeakyBucket {
-            shared: Shared::new(limiter),
+            slot: LimiterSlot::new(limiter),
         })
     }
 }
@@ -401,7 +401,7 @@ limiter_class!(LeakyBucket);
 /// when another refuses.
 #[napi]
 pub struct AllOf {
-    shared: Shared,
+    slot: LimiterSlot,
 }
 
 /// A member of an `AllOf`.
@@ -419,16 +419,16 @@ impl AllOf {
         let members = members
             .into_iter()
             .map(|m| match m {
-                Either5::A(l) => l.shared.limiter.clone(),
-                Either5::B(l) => l.shared.limiter.clone(),
-                Either5::C(l) => l.shared.limiter.clone(),
-                Either5::D(l) => l.shared.limiter.clone(),
-                Either5::E(l) => l.shared.limiter.clone(),
+                Either5::A(l) => l.slot.limiter.clone(),
+                Either5::B(l) => l.slot.limiter.clone(),
+                Either5::C(l) => l.slot.limiter.clone(),
+                Either5::D(l) => l.slot.limiter.clone(),
+                Either5::E(l) => l.slot.limiter.clone(),
             })
             .collect();
         let limiter = AnyLimiter::all_of(members).or_throw(&env)?;
         Ok(AllOf {
-            shared: Shared::new(limiter),
+            slot: LimiterSlot::new(limiter),
         })
     }
 }

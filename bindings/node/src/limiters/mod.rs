@@ -8,8 +8,8 @@ mod reservation;
 mod wait;
 
 pub use classes::{
-    AllOf, FixedWindow, LeakyBucket, LeakyBucketOptions, Member, Shared, SlidingLog, SlidingWindow,
-    TokenBucket, TokenBucketOptions, WindowOptions,
+    AllOf, FixedWindow, LeakyBucket, LeakyBucketOptions, LimiterSlot, Member, SlidingLog,
+    SlidingWindow, TokenBucket, TokenBucketOptions, WindowOptions,
 };
 pub use clock::ManualClock;
 pub use decision::Decision;
