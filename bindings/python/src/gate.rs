@@ -196,7 +196,11 @@ impl Headers for PyHeaders<'_, '_> {
                 };
                 if let Ok(s) = value.cast::<PyString>() {
                     if let Ok(text) = s.to_cow() {
-                        f(&wsgi_bytes(&text));
+                        if text.is_ascii() {
+                            f(text.as_bytes()); // the same bytes, without a copy
+                        } else {
+                            f(&wsgi_bytes(&text));
+                        }
                     } else if let Ok(raw) = s
                         .call_method1("encode", ("utf-8", "surrogateescape"))
                         .and_then(|b| b.extract::<Vec<u8>>())
@@ -262,23 +266,27 @@ impl Place {
 /// and the content type are bytes, or str for a WSGI request; the body is
 /// bytes. `outcome` (`"allowed"`, `"refused"`, `"shed"`, `"rejected"`) and
 /// `refused_by` (the refusing policy) are what `on_decision` was told.
-#[pyclass(frozen, module = "ratebound")]
+#[pyclass(frozen, freelist = 64, module = "ratebound")]
 pub(crate) struct Verdict {
+    // The fields the front doors read on every request are Python objects
+    // (`None` for nothing): a frozen class's `Py` fields are struct members,
+    // read by the interpreter without a call.
     /// 0 to go on; else the status to answer with.
     #[pyo3(get)]
-    status: u16,
+    status: Py<PyAny>,
     /// The quota fields, `(name, value)` pairs.
     #[pyo3(get)]
     headers: Py<PyList>,
-    /// A refusal's content type.
+    /// A refusal's content type, or `None`.
     #[pyo3(get)]
-    content_type: Option<Py<PyAny>>,
-    /// A refusal's body.
+    content_type: Py<PyAny>,
+    /// A refusal's body, or `None`.
     #[pyo3(get)]
-    body: Option<Py<PyBytes>>,
-    /// The concurrency place of a passing request under a cap.
+    body: Py<PyAny>,
+    /// The concurrency place of a passing request under a cap, or `None`.
     #[pyo3(get)]
-    place: Option<Py<Place>>,
+    place: Py<PyAny>,
+    code: u16,
     outcome: any::Outcome,
     refused_by: Option<String>,
 }
@@ -288,7 +296,7 @@ impl Verdict {
     /// Whether the request goes on to the application.
     #[getter]
     fn passed(&self) -> bool {
-        self.status == 0
+        self.code == 0
     }
 
     #[getter]
@@ -308,7 +316,7 @@ impl Verdict {
         };
         format!(
             "Verdict(status={}, outcome={:?}{by})",
-            self.status,
+            self.code,
             self.outcome.as_str()
         )
     }
@@ -488,28 +496,30 @@ impl Gate {
         }
         let (content_type, body) = match &v.body {
             Some((c, b)) => (
-                Some(self.text(py, c, wsgi).unbind()),
-                Some(PyBytes::new(py, b.as_bytes()).unbind()),
+                self.text(py, c, wsgi).unbind(),
+                PyBytes::new(py, b.as_bytes()).into_any().unbind(),
             ),
-            None => (None, None),
+            None => (py.None(), py.None()),
         };
         let place = match place {
-            Some(p) => Some(Py::new(
+            Some(p) => Py::new(
                 py,
                 Place {
                     inner: Mutex::new(Some(p)),
                 },
-            )?),
-            None => None,
+            )?
+            .into_any(),
+            None => py.None(),
         };
         Bound::new(
             py,
             Verdict {
-                status: v.status,
+                status: v.status.into_pyobject(py)?.into_any().unbind(),
                 headers: headers.unbind(),
                 content_type,
                 body,
                 place,
+                code: v.status,
                 outcome: v.outcome,
                 refused_by: v.refused_by.map(str::to_string),
             },
@@ -800,10 +810,4 @@ impl Gate {
         let inner = &self.inner;
         py.detach(|| inner.cleanup())
     }
-}
-
-/// An IPv6 prefix length: a whole number ≥ 0; above 128 counts as 128 (the
-/// core's rule).
-pub(crate) fn prefix_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<u8> {
-    any::ipv6_prefix("ipv6_prefix", number(py, "ipv6_prefix", obj)?).or_py(py)
 }
