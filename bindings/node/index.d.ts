@@ -710,7 +710,7 @@ export declare class Gate {
   /**
    * The decision for one request, without the sequence's hooks or
    * concurrency place (`admit` runs the whole sequence): `key` (with
-   * `givenKey`: a string, safe integer or `Uint8Array`;
+   * `givenKey`: a string, whole number (at most 2^53) or `Uint8Array`;
    * `null`/`undefined`/`''` for none; ignored otherwise), the peer
    * address (the socket's, or the framework's `req.ip`), and the
    * request's raw header lines (`req.rawHeaders`: a flat array
@@ -1477,7 +1477,7 @@ export interface GateOptions {
   keyHeader?: string
   /**
    * The key is the application's: `decide`'s `key` argument (a string,
-   * safe integer or `Uint8Array`; `null`, `undefined` or empty for none).
+   * whole number (at most 2^53) or `Uint8Array`; `null`, `undefined` or empty for none).
    * A `key` hook gives it too. Without either (or `keyHeader`) requests
    * are keyed by client IP.
    */

@@ -394,5 +394,14 @@ test('number keys: the core rule, whole and at most 2^53 in magnitude; the same 
     const invalid = (e) => e instanceof RangeError && e.code === 'ERR_RATEBOUND_INVALID_KEY' && /invalid key /.test(e.message)
     assert.throws(() => k.available(bad), invalid, String(bad))
     assert.throws(() => new rb.RedisEngine({ rate: 1 }).begin(bad), invalid, String(bad))
+    // The fast path (check, tryAcquire) reads keys by the same rule.
+    assert.throws(() => k.check(bad), invalid, String(bad))
+    assert.throws(() => k.tryAcquire(bad), invalid, String(bad))
   }
+  // 2^53 through the fast path: the same key as the slow path's pause above.
+  assert.equal(k.check(2 ** 53).allowed, false)
+  assert.equal(k.tryAcquire(-(2 ** 53)), true)
+  // n left out is the core's default (1); a bad n is the core's error.
+  assert.equal(k.available(-(2 ** 53)), 1)
+  assert.throws(() => k.check(5, 'two'), (e) => e.code === 'ERR_RATEBOUND_INVALID_NUMBER' && /invalid n /.test(e.message))
 })

@@ -128,7 +128,7 @@ pub struct GateOptions {
     /// `missingKey`). Default: key by client IP.
     pub key_header: Option<String>,
     /// The key is the application's: `decide`'s `key` argument (a string,
-    /// safe integer or `Uint8Array`; `null`, `undefined` or empty for none).
+    /// whole number (at most 2^53) or `Uint8Array`; `null`, `undefined` or empty for none).
     /// A `key` hook gives it too. Without either (or `keyHeader`) requests
     /// are keyed by client IP.
     pub given_key: Option<bool>,
@@ -612,7 +612,7 @@ impl Gate {
 
     /// The decision for one request, without the sequence's hooks or
     /// concurrency place (`admit` runs the whole sequence): `key` (with
-    /// `givenKey`: a string, safe integer or `Uint8Array`;
+    /// `givenKey`: a string, whole number (at most 2^53) or `Uint8Array`;
     /// `null`/`undefined`/`''` for none; ignored otherwise), the peer
     /// address (the socket's, or the framework's `req.ip`), and the
     /// request's raw header lines (`req.rawHeaders`: a flat array

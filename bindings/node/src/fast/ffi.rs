@@ -15,11 +15,13 @@ use crate::error;
 pub enum KeyError {
     /// Not a string, a number or a `Uint8Array`.
     Type,
-    /// A number that is not a safe integer.
-    Range,
+    /// A number the core's rule refuses ([`Key::from_f64`]: whole, at most
+    /// 2^53 in magnitude), with the core's message.
+    Range(String),
 }
 
-/// Calls `f` with the key `value` holds: a string, a safe integer or the
+/// Calls `f` with the key `value` holds: a string, a whole number (the
+/// core's rule, [`Key::from_f64`]) or the
 /// bytes of a `Uint8Array` (a `Buffer`).
 ///
 /// # Safety
@@ -71,10 +73,9 @@ pub unsafe fn with_key<R>(
             let mut x = 0f64;
             // SAFETY: a number, as napi_typeof said.
             unsafe { sys::napi_get_value_double(env, value, &mut x) };
-            if x.is_finite() && x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_991.0 {
-                Ok(f(Key::Int(x as i128)))
-            } else {
-                Err(KeyError::Range)
+            match Key::from_f64(x) {
+                Ok(key) => Ok(f(key)),
+                Err(e) => Err(KeyError::Range(e.to_string())),
             }
         }
         sys::ValueType::napi_object => {
@@ -126,13 +127,13 @@ pub fn key_error(env: &Env, e: KeyError) -> napi::Error {
     match e {
         KeyError::Type => error::invalid_type(
             env,
-            "a key must be a string, a safe integer or a Uint8Array (Buffer)",
+            "a key must be a string, a whole number or a Uint8Array (Buffer)",
         ),
-        KeyError::Range => error::throw_as(
+        KeyError::Range(message) => error::throw_as(
             env,
             error::Kind::Range,
             "ERR_RATEBOUND_INVALID_KEY",
-            "a numeric key must be a safe integer",
+            &message,
         ),
     }
 }
@@ -160,13 +161,13 @@ pub(super) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
                 env,
                 error::Kind::Type,
                 "ERR_INVALID_ARG_TYPE",
-                "a key must be a string, a safe integer or a Uint8Array (Buffer)",
+                "a key must be a string, a whole number or a Uint8Array (Buffer)",
             ),
-            KeyError::Range => raw_throw(
+            KeyError::Range(message) => raw_throw(
                 env,
                 error::Kind::Range,
                 "ERR_RATEBOUND_INVALID_KEY",
-                "a numeric key must be a safe integer",
+                message,
             ),
         }
     }
@@ -207,25 +208,24 @@ pub(super) unsafe fn slot(env: sys::napi_env, v: sys::napi_value) -> u32 {
     h
 }
 
-/// `n`: 1 when `undefined`, else a whole number ≥ 0.
+/// `n`: the core's [`any::count`] — its default when `undefined`, else a
+/// whole number ≥ 0 (any other value is NaN to it, refused).
 #[inline(always)]
 pub(super) unsafe fn count(
     env: sys::napi_env,
     v: sys::napi_value,
 ) -> std::result::Result<u64, ratebound::Error> {
-    let mut x = 1f64;
+    let mut x = 0f64;
     // SAFETY: live handles; `undefined` (or any non-number) reports an error
     // status and leaves `x` alone.
     let status = unsafe { sys::napi_get_value_double(env, v, &mut x) };
-    if status != sys::Status::napi_ok {
-        let mut kind = 0;
-        // SAFETY: live handles.
-        unsafe { sys::napi_typeof(env, v, &mut kind) };
-        if kind != sys::ValueType::napi_undefined {
-            x = f64::NAN;
-        }
+    if status == sys::Status::napi_ok {
+        return any::count(Some(x));
     }
-    any::whole("n", x, 0)
+    let mut kind = 0;
+    // SAFETY: live handles.
+    unsafe { sys::napi_typeof(env, v, &mut kind) };
+    any::count((kind != sys::ValueType::napi_undefined).then_some(f64::NAN))
 }
 
 #[inline(always)]
