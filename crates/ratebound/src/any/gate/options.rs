@@ -190,7 +190,9 @@ pub struct GateOptions {
     pub remote: Vec<(String, KeyedAlgorithm)>,
 }
 
-/// The default cap on keys per policy.
+/// The default cap on keys of every in-process table: a middleware's
+/// policies, the route decorators, a Redis limiter's fail-local share (a
+/// shared-memory table, allocated whole, has its own, smaller one).
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 impl Default for GateOptions {
