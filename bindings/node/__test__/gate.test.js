@@ -86,10 +86,18 @@ test('admit: a hook that throws ends the sequence, its error thrown, the place g
       report: (req) => {
         if (req.report) throw boom
       },
-      key: (req) => req.key,
+      key: (req) => {
+        if (req.keyThrows) throw boom
+        return req.key
+      },
     },
   )
   assert.throws(() => gate.admit({ exempt: true }), boom)
+  // A key hook that throws, or gives what is no key, charges no one (not
+  // even the request's IP): the sequence stops.
+  assert.throws(() => gate.admit({ keyThrows: true }), boom)
+  assert.throws(() => gate.admit({ key: 2.5 }), { name: 'RangeError' })
+  assert.equal(gate.size, 0)
   assert.throws(() => gate.admit({ report: true, key: 'k' }), boom)
   assert.throws(() => gate.admit({ key: {} }), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' })
   assert.throws(() => gate.admit({ key: 1.5 }), { name: 'RangeError', code: 'ERR_RATEBOUND_INVALID_KEY' })

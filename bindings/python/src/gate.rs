@@ -393,27 +393,29 @@ impl Hooks for PyHooks<'_, '_> {
         self.ask(&gate.critical, false)
     }
 
-    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
         let gate = self.gate;
         let Some(key_fn) = &gate.key else {
-            return f(None);
+            return Some(f(None));
         };
+        if self.error.is_some() {
+            return None;
+        }
         let mut f = Some(f);
         let mut call = |key: Option<Key<'_>>| (f.take().expect("the key is given once"))(key);
-        if self.error.is_some() {
-            return call(None);
-        }
         let key = key_fn.bind(self.request.py()).call1((self.request,));
         let failed = match key {
-            Ok(k) if k.is_none() => return call(None),
+            Ok(k) if k.is_none() => return Some(call(None)),
             Ok(k) => match with_key(&k, |k| Ok(call(Some(k)))) {
-                Ok(answer) => return answer,
+                Ok(answer) => return Some(answer),
                 Err(e) => e,
             },
             Err(e) => e,
         };
+        // The key function raised, or gave what is no key: the sequence
+        // stops (no bucket charged, nothing reported) and admit raises it.
         self.error = Some(failed);
-        call(None)
+        None
     }
 
     fn report(&mut self, verdict: &any::Verdict<'_>) {
@@ -703,6 +705,13 @@ impl Gate {
         }
         Ok(match admitted {
             any::Admit::Exempt => None,
+            // Only a failed hook stops the sequence, and its error is raised
+            // above; a stop without one would be the core's bug.
+            any::Admit::Stopped => {
+                return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                    "the request sequence stopped without a hook's error",
+                ));
+            }
             any::Admit::Decided(a) => Some(self.verdict(py, &a.verdict, a.place, wsgi)?.into_any()),
             any::Admit::Ask(ask) => {
                 let identity = PyBytes::new(py, ask.identity()).unbind();

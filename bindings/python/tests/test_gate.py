@@ -109,9 +109,11 @@ def test_hooks_are_called_with_the_request_and_their_exceptions_propagate() -> N
     assert len(events) == 1
     for hook in ("exempt", "key"):
         told = len(events)
+        keys = len(gate)
         with pytest.raises(RuntimeError, match=f"{hook} failed"):
             gate.admit({"boom": hook, "user": "bob"}, PEER)
         assert len(events) == told  # a request that raised is not reported
+        assert len(gate) == keys  # ... nor charged (not even to its IP)
         # ... and holds no place: the next request passes the cap of one.
         ok = gate.admit({"user": "cy"}, PEER)
         assert ok.passed
@@ -120,8 +122,10 @@ def test_hooks_are_called_with_the_request_and_their_exceptions_propagate() -> N
         gate.admit({"user": "dee"}, PEER, None, False, "boom")
     ok = gate.admit({"user": "dee"}, PEER)
     assert ok.passed and ok.place.held  # the raising request's place came back
+    floats = Gate({"rate": 1}, key=lambda r: 1.5)
     with pytest.raises(TypeError, match="a key must be str, bytes or int, got float"):
-        Gate({"rate": 1}, key=lambda r: 1.5).admit({}, PEER)
+        floats.admit({}, PEER)
+    assert len(floats) == 0  # what is no key charges no one
     with pytest.raises(TypeError, match="exempt must be a function"):
         Gate({"rate": 1}, exempt=True)  # type: ignore[arg-type]
 

@@ -175,11 +175,12 @@ impl Hooks for LayerHooks<'_> {
     /// The [`RequestKey::Custom`] closure's key (the gate asks only for a
     /// custom key source, after shedding).
     #[inline]
-    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
-        match &self.shared.key {
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
+        // A Rust key closure cannot fail: its `None` is no key.
+        Some(match &self.shared.key {
             RequestKey::Custom(key) => f(key(self.parts).as_deref().map(Key::Text)),
             _ => f(None),
-        }
+        })
     }
 
     #[inline]
@@ -323,6 +324,12 @@ where
                 return ResponseFuture::inner(future, place, quota);
             }
             Admit::Ask(ask) => ask,
+            // Not reached: LayerHooks::with_key never stops the sequence.
+            Admit::Stopped => {
+                let mut response = Response::new(Bytes::new());
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                return ResponseFuture::ready(response);
+            }
         };
         let checks: Vec<_> = shared
             .remote

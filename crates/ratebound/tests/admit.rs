@@ -13,6 +13,8 @@ struct Log {
     exempt: bool,
     critical: bool,
     key: Option<&'static str>,
+    /// The key function fails.
+    key_fails: bool,
     asked: Vec<&'static str>,
     reported: Vec<(Outcome, Option<String>, u16)>,
 }
@@ -26,9 +28,12 @@ impl Hooks for Log {
         self.asked.push("critical");
         self.critical
     }
-    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
         self.asked.push("key");
-        f(self.key.map(Key::Text))
+        if self.key_fails {
+            return None;
+        }
+        Some(f(self.key.map(Key::Text)))
     }
     fn report(&mut self, v: &Verdict<'_>) {
         self.asked.push("report");
@@ -269,5 +274,46 @@ fn an_ask_dropped_gives_its_place_back() {
         };
         assert_eq!(decided(g.admit(&request, &mut ())).verdict.status, 503);
         drop((a, b));
+    }
+}
+
+#[test]
+fn a_failing_key_function_stops_the_sequence_and_charges_no_one() {
+    for remote in [false, true] {
+        let g = if remote {
+            let global = (
+                "global".to_string(),
+                KeyedAlgorithm::TokenBucket(Quota::parse("10/s").unwrap()),
+            );
+            gate(GateOptions {
+                key: KeySource::Given,
+                concurrency_limit: Some(1),
+                remote: vec![global],
+                ..GateOptions::default()
+            })
+        } else {
+            gate(GateOptions {
+                key: KeySource::Given,
+                concurrency_limit: Some(1),
+                ..GateOptions::default()
+            })
+        };
+        let mut log = Log {
+            key_fails: true,
+            ..Log::default()
+        };
+        for _ in 0..3 {
+            assert!(matches!(g.admit(&PEER, &mut log), Admit::Stopped));
+        }
+        assert!(log.reported.is_empty(), "nothing reported");
+        assert_eq!(g.len(), 0, "no bucket charged (not even the IP fallback's)");
+        // The place went back each time: a request with a key passes.
+        log.key_fails = false;
+        log.key = Some("dave");
+        match g.admit(&PEER, &mut log) {
+            Admit::Decided(a) => assert!(a.verdict.is_pass() && a.place.is_some()),
+            Admit::Ask(ask) => assert_eq!(ask.identity(), b"key:dave"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -188,6 +188,16 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
                 undefined(env)
             }
             any::Admit::Decided(a) => publish(env, gate, a),
+            // Only a hook that threw stops the sequence (returned above).
+            any::Admit::Stopped => {
+                raw_throw(
+                    env,
+                    crate::error::Kind::Plain,
+                    "ERR_RATEBOUND_INTERNAL",
+                    "the request sequence stopped without a hook's error",
+                );
+                ptr::null_mut()
+            }
             any::Admit::Ask(ask) => {
                 let ask = Ask::new(ask, gate.clone());
                 match <Ask as ToNapiValue>::to_napi_value(env, ask) {

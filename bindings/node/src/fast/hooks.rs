@@ -173,11 +173,13 @@ impl Hooks for JsHooks<'_> {
         self.ask(self.hooks.critical, false)
     }
 
-    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
         let mut f = Some(f);
         let mut decide = |key: Option<Key<'_>>| (f.take().expect("the key is given once"))(key);
         let Some(value) = self.call(self.hooks.key, &[]) else {
-            return decide(None);
+            // The hook threw: the sequence stops (no bucket charged, nothing
+            // reported) and admit rethrows. No hook: no key.
+            return (!self.threw).then(|| decide(None));
         };
         // SAFETY: `value` is the hook's result, a live handle of this
         // callback; no JavaScript runs while the core reads the key.
@@ -186,14 +188,15 @@ impl Hooks for JsHooks<'_> {
                 type_of(self.env, value),
                 sys::ValueType::napi_undefined | sys::ValueType::napi_null
             ) {
-                return decide(None);
+                return Some(decide(None));
             }
             match with_key(self.env, value, |k| decide(Some(k))) {
-                Ok(decided) => decided,
+                Ok(decided) => Some(decided),
                 Err(e) => {
+                    // What is no key (an object, 1.5): thrown, nothing charged.
                     raw_throw_key(self.env, &e);
                     self.threw = true;
-                    decide(None)
+                    None
                 }
             }
         }

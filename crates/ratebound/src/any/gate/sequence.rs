@@ -29,9 +29,11 @@ pub trait Hooks {
 
     /// The application's key ([`KeySource::Given`]), given to `f`: asked
     /// at most once, after shedding, and only when the gate's key is given
-    /// and the [`Request`] carries none. `None` (the default) is no key.
-    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> R {
-        f(None)
+    /// and the [`Request`] carries none; `f(None)` (the default) is no key.
+    /// Returning `None` without calling `f` — the key function failed —
+    /// stops the sequence: [`Admit::Stopped`], nothing charged or reported.
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
+        Some(f(None))
     }
 
     /// Told the verdict of every request that was not exempt, once (a
@@ -95,6 +97,10 @@ pub enum Admit<'g> {
     /// door's): each policy of [`Gate::remote_names`], in order, checks
     /// [`Ask::identity`] in its own scope; then [`Gate::finish`].
     Ask(Ask),
+    /// A hook failed ([`Hooks::with_key`] gave no answer): nothing was
+    /// decided, charged or reported, and the place went back. The front
+    /// door raises the hook's error.
+    Stopped,
 }
 
 /// A request waiting for its remote policies' answers: its resolved key,
@@ -168,7 +174,12 @@ impl Gate {
         if !self.remote.is_empty() {
             let mut identity = Vec::new();
             let key = if lazy {
-                hooks.with_key(|key| self.resolve(&Request { key, ..*request }, &mut identity))
+                let key =
+                    hooks.with_key(|key| self.resolve(&Request { key, ..*request }, &mut identity));
+                match key {
+                    Some(key) => key,
+                    None => return Admit::Stopped,
+                }
             } else {
                 self.resolve(request, &mut identity)
             };
@@ -188,9 +199,13 @@ impl Gate {
         let verdict = if self.limiters.is_empty() {
             Verdict::pass(super::Fields::default())
         } else if lazy {
-            hooks.with_key(|key| {
+            let decided = hooks.with_key(|key| {
                 self.decide_key(self.resolve(&Request { key, ..*request }, &mut ()), now)
-            })
+            });
+            match decided {
+                Some(verdict) => verdict,
+                None => return Admit::Stopped,
+            }
         } else {
             self.decide_key(self.resolve(request, &mut ()), now)
         };
