@@ -1,553 +1,246 @@
-//! The [`Gate`] itself: the policies, the key of a request, the
-//! concurrency cap, and the decision.
+//! The request sequence, once for every front door: exempt → a place among
+//! the requests in flight → critical → shed → the key → decide (with the
+//! remote policies' answers) → report — and the place held by a guard
+//! ([`Place`]) until the response is done.
 
-use std::time::Duration;
+use std::sync::Arc;
 
-use crate::any::{AnyClock, Fingerprinter, Key};
+use crate::any::Key;
 use crate::fingerprint::Fingerprint;
-use crate::http::{
-    ConcurrencyCap, Forwarding, Headers, Policy, TrustedProxies, client_ip, ip_key,
-    ratelimit_bytes, ratelimit_policy, retry_after_secs,
-};
-use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter};
+use crate::http::{ConcurrencyCap, Headers};
 
-use super::request::Sink;
-use super::*;
+use super::{Gate, KeySource, RemoteAnswer, Request, Verdict};
 
-/// An HTTP middleware's decision, whole: the key (see [`KeySource`]; an IP
-/// under the trusted-proxy rules, grouped by IPv6 prefix), every policy
-/// all-or-nothing, and the answer — status, `Retry-After` in whole seconds
-/// rounded up (at least 1), the quota fields and the body. The front doors
-/// only move these values in and out of their frameworks.
-///
-/// # Examples
-/// ```
-/// use ratebound::any::{AnyClock, Gate, GateOptions, KeySource, Request};
-/// use ratebound::{KeyedAlgorithm, ManualClock, Quota};
-///
-/// let options = GateOptions { key: KeySource::header("X-API-Key")?, ..GateOptions::default() };
-/// let policy = ("default".to_string(), KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 1")?));
-/// let gate = Gate::new(vec![policy], options, AnyClock::Manual(ManualClock::new()))?;
-/// let lines = [("x-api-key", "alice")];
-/// let request = Request { key: None, peer: None, headers: &lines[..] };
-/// assert!(gate.decide(&request).is_pass());
-/// let refused = gate.decide(&request);
-/// assert_eq!(refused.status, 429);
-/// assert_eq!(refused.fields.retry_after, Some(1));
-/// # Ok::<(), ratebound::Error>(())
-/// ```
-pub struct Gate {
-    pub(super) policies: Vec<Policy>,
-    /// Policies decided elsewhere (see [`Gate::decide_with`]).
-    pub(super) remote: Vec<Policy>,
-    pub(super) limiters: Vec<KeyedLimiter<Fingerprint, AnyClock>>,
-    fingerprints: Fingerprinter,
-    policy_field: String,
-    forwarding: Forwarding,
-    pub(super) options: GateOptions,
-    clock: AnyClock,
-    pub(super) cap: Option<std::sync::Arc<ConcurrencyCap>>,
+/// What a front door's user configured around the decision: the functions
+/// of the framework's request that [`Gate::admit`] asks, in its order. Each
+/// has the default of a middleware without it.
+pub trait Hooks {
+    /// Whether the request bypasses limiting altogether (a health check):
+    /// asked first; an exempt request takes no place and is not reported.
+    fn exempt(&mut self) -> bool {
+        false
+    }
+
+    /// Whether the request goes on even when every place is taken (it then
+    /// holds none): asked only when the concurrency cap is full.
+    fn critical(&mut self) -> bool {
+        false
+    }
+
+    /// The application's key ([`KeySource::Given`]), given to `f`: asked
+    /// at most once, after shedding, and only when the gate's key is given
+    /// and the [`Request`] carries none; `f(None)` (the default) is no key.
+    /// Returning `None` without calling `f` — the key function failed —
+    /// stops the sequence: [`Admit::Stopped`], nothing charged or reported.
+    fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
+        Some(f(None))
+    }
+
+    /// Told the verdict of every request that was not exempt, once (a
+    /// metrics hook): shed, refused, rejected or allowed.
+    fn report(&mut self, verdict: &Verdict<'_>) {
+        let _ = verdict;
+    }
 }
 
-const KEY_REQUIRED: &str = "a key is required for this endpoint\n";
+/// No hooks: nothing exempt, nothing critical, no given key, no report.
+impl Hooks for () {}
+
+/// A place among the requests in flight under the gate's concurrency cap,
+/// given back when dropped (or [`release`](Self::release)d): hold it until
+/// the response has been sent — a streaming body is in flight until it
+/// ends. `Send`, `'static`: it may move into a response body.
+#[derive(Debug)]
+#[must_use = "the place is given back as soon as it is dropped"]
+pub struct Place {
+    cap: Arc<ConcurrencyCap>,
+}
+
+impl Place {
+    #[inline]
+    fn take(cap: &Arc<ConcurrencyCap>) -> Option<Place> {
+        cap.try_enter().then(|| Place { cap: cap.clone() })
+    }
+
+    /// Gives the place back now.
+    pub fn release(self) {}
+}
+
+impl Drop for Place {
+    #[inline]
+    fn drop(&mut self) {
+        self.cap.leave();
+    }
+}
+
+/// The gate's answer to a request, whole: the [`Verdict`] (already
+/// reported to the hooks) and, when it passes under a concurrency cap, the
+/// [`Place`] to hold until the response is done (`None` without a cap, for
+/// a critical request let through a full cap, and for every refusal).
+#[derive(Debug)]
+pub struct Admission<'g> {
+    /// Status 0 to go on to the application with the fields added, or the
+    /// answer to send.
+    pub verdict: Verdict<'g>,
+    /// The request's concurrency place.
+    pub place: Option<Place>,
+}
+
+/// What [`Gate::admit`] found.
+#[derive(Debug)]
+pub enum Admit<'g> {
+    /// Exempt: on to the application, unlimited, with nothing added.
+    Exempt,
+    /// Decided: send the verdict's answer, or go on with its fields.
+    Decided(Admission<'g>),
+    /// The remote policies must be asked first (their I/O is the front
+    /// door's): each policy of [`Gate::remote_names`], in order, checks
+    /// [`Ask::identity`] in its own scope; then [`Gate::finish`].
+    Ask(Ask),
+    /// A hook failed ([`Hooks::with_key`] gave no answer): nothing was
+    /// decided, charged or reported, and the place went back. The front
+    /// door raises the hook's error.
+    Stopped,
+}
+
+/// A request waiting for its remote policies' answers: its resolved key,
+/// the key's text for them, and its place. Owns everything it holds (it
+/// may cross an `await`, or into Python or JavaScript); dropping it gives
+/// the place back.
+#[derive(Debug)]
+#[must_use = "finish it with Gate::finish, or drop it to give the place back"]
+pub struct Ask {
+    key: Fingerprint,
+    identity: Vec<u8>,
+    place: Option<Place>,
+}
+
+impl Ask {
+    /// The request's key as every instance derives it (`key:…`, `ip:…` or
+    /// `anonymous`; see [`Gate::identity`]): what each remote policy checks.
+    pub fn identity(&self) -> &[u8] {
+        &self.identity
+    }
+}
 
 impl Gate {
-    /// A gate applying every `(name, algorithm)` policy to each key.
-    ///
-    /// # Errors
-    /// [`Error::NoLimiters`] for no policy and no concurrency limit;
-    /// [`Policy::for_keyed`]'s errors (a bad name); the keyed limiters'
-    /// errors; [`Error::InvalidLimit`] for a concurrency limit of 0;
-    /// [`Error::InvalidOption`] for a `client_ip_header` without trusted
-    /// proxies, or two policies of one name.
-    pub fn new(
-        policies: Vec<(String, KeyedAlgorithm)>,
-        options: GateOptions,
-        clock: AnyClock,
-    ) -> Result<Gate, Error> {
-        if policies.is_empty() && options.remote.is_empty() && options.concurrency_limit.is_none() {
-            return Err(Error::NoLimiters);
-        }
-        options.check()?;
-        let mut names = Vec::new();
-        let mut limiters = Vec::new();
-        for (name, algorithm) in policies {
-            names.push(Policy::for_keyed(&name, algorithm)?);
-            let (max, overflow) = options.max_keys;
-            limiters.push(
-                KeyedLimiter::new(algorithm)?
-                    .with_clock(clock.clone())
-                    .with_max_keys(max, overflow)?,
-            );
-        }
-        let cap = options
-            .concurrency_limit
-            .map(ConcurrencyCap::new)
-            .transpose()?
-            .map(std::sync::Arc::new);
-        let remote = options
-            .remote
-            .iter()
-            .map(|(name, algorithm)| Policy::for_keyed(name, *algorithm))
-            .collect::<Result<Vec<_>, _>>()?;
-        let all: Vec<Policy> = names.iter().chain(remote.iter()).cloned().collect();
-        // A name is a policy's identity: its RateLimit entry and, for a
-        // Redis policy, its keys (`Engine::begin_in`). Two alike would share.
-        for (i, p) in all.iter().enumerate() {
-            if all[..i].iter().any(|q| q.name() == p.name()) {
-                return Err(Error::InvalidOption {
-                    name: "policies",
-                    value: p.name().to_string(),
-                    reason: "two policies have this name; give each its own (it names the policy's RateLimit entry and its Redis keys)",
-                });
-            }
-        }
-        Ok(Gate {
-            cap,
-            policy_field: ratelimit_policy(&all),
-            remote,
-            policies: names,
-            limiters,
-            fingerprints: Fingerprinter::new(),
-            forwarding: options.forwarding.clone().unwrap_or_default(),
-            options,
-            clock,
-        })
-    }
-
-    /// The options, as checked.
-    pub fn options(&self) -> &GateOptions {
-        &self.options
-    }
-
-    /// The header names the gate reads (the key header, the forwarding
-    /// header when proxies are trusted), lower case: a front door that
-    /// cannot hand over every line may hand over these.
-    pub fn header_names(&self) -> impl Iterator<Item = &str> {
-        let key = match &self.options.key {
-            KeySource::Header(name) => Some(name.as_str()),
-            _ => None,
-        };
-        let forwarding =
-            (self.options.trusted != TrustedProxies::None).then(|| self.forwarding.header());
-        key.into_iter().chain(forwarding)
-    }
-
-    /// Load shedding, before [`decide`](Self::decide): a place among the
-    /// requests in flight if the concurrency cap has one (always, without a
-    /// cap). `true` must be paired with one [`leave`](Self::leave) when the
-    /// response is done; on `false`, answer [`shed`](Self::shed) at once —
-    /// unless the request is critical, which goes on without a place (so
-    /// the number in flight can exceed the cap by the critical requests).
-    #[inline]
-    pub fn try_enter(&self) -> bool {
-        self.cap.as_deref().is_none_or(ConcurrencyCap::try_enter)
-    }
-
-    /// Gives back a place from [`try_enter`](Self::try_enter).
-    #[inline]
-    pub fn leave(&self) {
-        if let Some(cap) = &self.cap {
-            cap.leave();
-        }
-    }
-
-    /// Whether a concurrency cap is set.
-    pub fn is_capped(&self) -> bool {
-        self.cap.is_some()
-    }
-
-    /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
-    pub fn shed(&self) -> Verdict<'static> {
-        Verdict {
-            outcome: Outcome::Shed,
-            ..Verdict::plain(503, "server busy; try again shortly\n", Some(1))
-        }
-    }
-
-    /// The policies' names, local then remote (for a metrics hook).
-    pub fn policy_names(&self) -> impl Iterator<Item = &str> {
-        self.policies
-            .iter()
-            .chain(self.remote.iter())
-            .map(Policy::name)
-    }
-
-    /// The `RateLimit-Policy` field value.
-    pub fn policy_field(&self) -> &str {
-        &self.policy_field
-    }
-
-    /// The clock reading decisions are made with.
-    #[inline]
-    pub fn now(&self) -> u64 {
-        self.clock.now()
-    }
-
-    /// Keys tracked by the first policy.
-    pub fn len(&self) -> usize {
-        self.limiters.first().map_or(0, KeyedLimiter::len)
-    }
-
-    /// Whether no key is tracked.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Drops fresh state from every policy; how many entries went.
-    pub fn cleanup(&self) -> usize {
-        self.limiters.iter().map(KeyedLimiter::cleanup).sum()
-    }
-
-    fn ip<H: Headers + ?Sized, S: Sink>(
-        &self,
-        request: &Request<'_, H>,
-        sink: &mut S,
-    ) -> Option<Fingerprint> {
-        let peer = request.peer?;
-        let ip = client_ip(
-            peer,
-            request.headers,
-            &self.forwarding,
-            &self.options.trusted,
-        );
-        let ip = ip_key(ip, self.options.ipv6_prefix);
-        sink.ip(ip);
-        Some(self.fingerprints.ip(ip))
-    }
-
-    /// The key header's fingerprint, when the request has exactly one line
-    /// of it holding a usable key (see [`KeySource::Header`]).
-    #[inline]
-    fn header_key<H: Headers + ?Sized, S: Sink>(
-        &self,
-        headers: &H,
-        name: &str,
-        sink: &mut S,
-    ) -> Option<Fingerprint> {
-        let mut lines = 0u32;
-        let mut found = None;
-        headers.for_each_line(name, |value| {
-            lines += 1;
-            if lines == 1 {
-                let value = value.trim_ascii();
-                if !value.is_empty() && !value.contains(&b',') {
-                    sink.key(value);
-                    // As `Key::Bytes(value)`.
-                    found = Some(self.fingerprints.of(1, value));
-                }
-            }
-        });
-        if lines == 1 {
-            found
-        } else {
-            sink.clear();
-            None
-        }
-    }
-
-    /// The request's key under every rule (key source, missing key), its
-    /// text written to `sink` as well.
-    #[inline]
-    pub(super) fn resolve<H: Headers + ?Sized, S: Sink>(
-        &self,
-        request: &Request<'_, H>,
-        sink: &mut S,
-    ) -> Result<Fingerprint, u16> {
-        let found = match &self.options.key {
-            KeySource::ClientIp => self.ip(request, sink),
-            KeySource::Header(name) => self.header_key(request.headers, name, sink),
-            KeySource::Given => match request.key {
-                None | Some(Key::Text("")) | Some(Key::Bytes([])) => None,
-                Some(key) => {
-                    match key {
-                        Key::Text(t) => sink.key(t.as_bytes()),
-                        Key::Bytes(b) => sink.key(b),
-                        Key::Int(i) => sink.key(i.to_string().as_bytes()),
-                    }
-                    Some(self.fingerprints.key(key))
-                }
-            },
-        };
-        if let Some(key) = found {
-            return Ok(key);
-        }
-        let anonymous = |sink: &mut S| {
-            sink.anonymous();
-            self.fingerprints.of(4, b"")
-        };
-        match self.options.missing {
-            MissingKey::FallBackToIp => match self.ip(request, sink) {
-                Some(ip) => Ok(ip),
-                None => Ok(anonymous(sink)),
-            },
-            MissingKey::SharedAnonymous => Ok(anonymous(sink)),
-            MissingKey::Reject(status) => Err(status),
-        }
-    }
-
-    #[inline]
-    fn key<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Result<Fingerprint, u16> {
-        self.resolve(request, &mut ())
-    }
-
-    /// The request's key as text that every instance derives alike — for a
-    /// limit kept outside this process, such as a global limit in Redis:
-    /// `key:<the key>` (a key header's trimmed value, or the application's
-    /// key), `ip:<address>` (IPv6 cut to its prefix) or `anonymous`, by the
-    /// same rules [`decide`](Self::decide) keys on. `Err(status)` when a
-    /// keyless request is refused ([`MissingKey::Reject`]).
-    ///
-    /// # Errors
-    /// The [`MissingKey::Reject`] status.
+    /// The whole sequence for one request, in the order every front door
+    /// keeps: `hooks.exempt()` → a concurrency place (when capped; a full
+    /// cap sheds with 503 unless `hooks.critical()`) → the key (`request`,
+    /// or `hooks.with_key`) → the local policies, or first an [`Ask`] of the
+    /// remote ones → `hooks.report(verdict)`. A front door converts its
+    /// request, calls this, writes the answer and keeps the place until the
+    /// response body is done.
     ///
     /// # Examples
     /// ```
-    /// use ratebound::any::{AnyClock, Gate, GateOptions, Request};
-    /// use ratebound::{KeyedAlgorithm, Quota};
-    /// let policy = ("p".to_string(), KeyedAlgorithm::TokenBucket(Quota::parse("1/s")?));
-    /// let gate = Gate::new(vec![policy], GateOptions::default(), AnyClock::default())?;
+    /// use ratebound::any::{Admit, AnyClock, Gate, GateOptions, Request};
+    /// use ratebound::{KeyedAlgorithm, ManualClock, Quota};
+    ///
+    /// let options = GateOptions { concurrency_limit: Some(1), ..GateOptions::default() };
+    /// let policy = ("default".to_string(), KeyedAlgorithm::TokenBucket(Quota::parse("10/s")?));
+    /// let gate = Gate::new(vec![policy], options, AnyClock::Manual(ManualClock::new()))?;
     /// let lines: [(&str, &str); 0] = [];
-    /// let r = Request { key: None, peer: Some("2001:db8::7".parse().unwrap()), headers: &lines[..] };
-    /// assert_eq!(gate.identity(&r), Ok(b"ip:2001:db8::".to_vec()));
+    /// let request = Request { key: None, peer: Some([10, 0, 0, 1].into()), headers: &lines[..] };
+    /// let Admit::Decided(first) = gate.admit(&request, &mut ()) else { unreachable!() };
+    /// assert!(first.verdict.is_pass() && first.place.is_some());
+    /// let Admit::Decided(second) = gate.admit(&request, &mut ()) else { unreachable!() };
+    /// assert_eq!(second.verdict.status, 503); // shed: the one place is held
+    /// drop(first.place); // the first response is done
+    /// let Admit::Decided(third) = gate.admit(&request, &mut ()) else { unreachable!() };
+    /// assert!(third.verdict.is_pass());
     /// # Ok::<(), ratebound::Error>(())
     /// ```
-    pub fn identity<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Result<Vec<u8>, u16> {
-        let mut text = Vec::new();
-        self.resolve(request, &mut text)?;
-        Ok(text)
-    }
-
-    /// The decision for `request`, now.
     #[inline]
-    pub fn decide<H: Headers + ?Sized>(&self, request: &Request<'_, H>) -> Verdict<'_> {
-        self.decide_at(request, self.clock.now())
-    }
-
-    /// The decision for `request` at `now`.
-    #[inline]
-    pub fn decide_at<H: Headers + ?Sized>(
+    pub fn admit<H: Headers + ?Sized, K: Hooks>(
         &self,
         request: &Request<'_, H>,
-        now: u64,
-    ) -> Verdict<'_> {
-        if self.limiters.is_empty() {
-            return Verdict::pass(Fields::default());
+        hooks: &mut K,
+    ) -> Admit<'_> {
+        if hooks.exempt() {
+            return Admit::Exempt;
         }
-        self.decide_key(self.key(request), now)
-    }
-
-    /// The local policies' decision for a resolved key (or the status a
-    /// keyless request is refused with).
-    #[inline]
-    pub(super) fn decide_key(&self, key: Result<Fingerprint, u16>, now: u64) -> Verdict<'_> {
-        if self.limiters.is_empty() {
-            return Verdict::pass(Fields::default());
-        }
-        let key = match key {
-            Ok(key) => key,
-            Err(status) => return Verdict::plain(status, KEY_REQUIRED, None),
+        // Shedding first: a saturated service refuses before any token is
+        // spent, and before the key is looked for.
+        let place = match &self.cap {
+            None => None,
+            Some(cap) => match Place::take(cap) {
+                Some(place) => Some(place),
+                None if hooks.critical() => None,
+                None => return Admit::Decided(Self::reported(self.shed(), None, hooks)),
+            },
         };
-        let mut decisions = Decisions::default();
-        let admitted = KeyedLimiter::check_all_with(&self.limiters, &key, 1, now, |i, d| {
-            decisions.set(i, d);
-        });
-        let admitted = match admitted {
-            Ok(admitted) => admitted,
-            Err(Error::TooManyKeys { .. }) => return Verdict::too_many_keys(),
-            Err(_) => return Verdict::plain(500, "rate limiter misconfigured\n", None),
-        };
-        let fields = self.quota_fields(&decisions);
-        if admitted {
-            return Verdict::pass(fields);
-        }
-        // Allowed decisions wait 0: the largest wait is the refusals' longest.
-        let wait = decisions
-            .iter()
-            .map(|d| d.retry_after())
-            .max()
-            .unwrap_or(Duration::ZERO);
-        let by = decisions
-            .iter()
-            .position(|d| !d.is_allowed())
-            .and_then(|i| self.policies.get(i))
-            .map(Policy::name);
-        self.refusal(fields, wait, by)
-    }
-
-    /// A 429 carrying `fields`, for a wait of `wait`.
-    fn refusal<'g>(
-        &'g self,
-        mut fields: Fields<'g>,
-        wait: Duration,
-        refused_by: Option<&'g str>,
-    ) -> Verdict<'g> {
-        let secs = retry_after_secs(wait).max(1);
-        fields.retry_after = Some(secs);
-        let body = match self.options.body {
-            RefusalBody::Text => (
-                "text/plain; charset=utf-8",
-                format!("rate limit exceeded; retry in {secs} s\n"),
-            ),
-            RefusalBody::ProblemJson => (
-                "application/problem+json",
-                format!(
-                    "{{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
-                     \"detail\":\"rate limit exceeded; retry in {secs} s\",\"retry_after\":{secs}}}"
-                ),
-            ),
-        };
-        Verdict {
-            status: 429,
-            fields,
-            body: Some(body),
-            outcome: Outcome::Refused,
-            refused_by,
-        }
-    }
-
-    /// The decision for `request` now, with the decisions of the remote
-    /// policies (limits kept elsewhere, e.g. global limits in Redis, checked
-    /// by the front door for [`identity`](Self::identity)), one per
-    /// [`GateOptions::remote`] policy, in order.
-    /// Each answer is a [`Decision`] or a
-    /// [`RemoteAnswer`] (a policy whose table is full answers as the gate's
-    /// own full table does: 503).
-    pub fn decide_with<H: Headers + ?Sized, R: Copy + Into<RemoteAnswer>>(
-        &self,
-        request: &Request<'_, H>,
-        remote: &[R],
-    ) -> Verdict<'_> {
-        self.decide_with_at(request, remote, self.clock.now())
-    }
-
-    /// [`decide_with`](Self::decide_with) at `now`. A remote refusal is a
-    /// 429 at once (the local policies are not charged; the `RateLimit`
-    /// field lists the remote policies); otherwise the local policies decide
-    /// and the remote ones join the quota fields. A request a local policy
-    /// refuses after a remote one admitted it stays counted remotely — the
-    /// remote store can only be told once.
-    pub fn decide_with_at<H: Headers + ?Sized, R: Copy + Into<RemoteAnswer>>(
-        &self,
-        request: &Request<'_, H>,
-        remote: &[R],
-        now: u64,
-    ) -> Verdict<'_> {
-        self.decide_key_with(self.key(request), remote, now)
-    }
-
-    /// [`decide_with_at`](Self::decide_with_at) for a resolved key.
-    pub(super) fn decide_key_with<R: Copy + Into<RemoteAnswer>>(
-        &self,
-        key: Result<Fingerprint, u16>,
-        remote: &[R],
-        now: u64,
-    ) -> Verdict<'_> {
-        // A keyless request the options refuse is refused before anything
-        // else (a front door whose `identity` was refused passes `&[]`).
-        let key = match key {
-            Ok(key) => key,
-            Err(status) => return Verdict::plain(status, KEY_REQUIRED, None),
-        };
-        if remote.len() != self.remote.len() {
-            return Verdict::plain(500, "rate limiter misconfigured\n", None);
-        }
-        let mut decided = Vec::with_capacity(remote.len());
-        for r in remote {
-            match (*r).into() {
-                RemoteAnswer::Decided(d) => decided.push(d),
-                RemoteAnswer::Full => return Verdict::too_many_keys(),
-            }
-        }
-        let remote = &decided[..];
-        let remote_pairs = || self.remote.iter().zip(remote.iter().copied());
-        if remote.iter().any(|d| !d.is_allowed()) {
-            let mut fields = Fields::default();
-            self.add_quota_fields(&mut fields, remote_pairs());
-            let wait = remote
-                .iter()
-                .map(|d| d.retry_after())
-                .max()
-                .unwrap_or(Duration::ZERO);
-            let by = remote
-                .iter()
-                .position(|d| !d.is_allowed())
-                .and_then(|i| self.remote.get(i))
-                .map(Policy::name);
-            return self.refusal(fields, wait, by);
-        }
-        let mut verdict = self.decide_key(Ok(key), now);
-        if verdict.status == 0 || verdict.status == 429 {
-            self.add_quota_fields(&mut verdict.fields, remote_pairs());
-        }
-        verdict
-    }
-
-    /// Adds the remote policies' entries to `fields`: appended to
-    /// `RateLimit`, or taking the legacy fields when tighter.
-    fn add_quota_fields<'a>(
-        &'a self,
-        fields: &mut Fields<'a>,
-        entries: impl Iterator<Item = (&'a Policy, crate::Decision)> + Clone,
-    ) {
-        if entries.clone().next().is_none() {
-            return;
-        }
-        match self.options.headers {
-            QuotaHeaders::Off => {}
-            QuotaHeaders::Draft => {
-                fields.policy = Some(&self.policy_field);
-                let more = ratelimit_bytes(entries);
-                match &mut fields.ratelimit {
-                    Some(value) if !value.is_empty() => {
-                        value.extend_from_slice(b", ");
-                        value.extend_from_slice(&more);
-                    }
-                    _ => fields.ratelimit = Some(more),
+        let lazy = request.key.is_none() && self.options.key == KeySource::Given;
+        if !self.remote.is_empty() {
+            let mut identity = Vec::new();
+            let key = if lazy {
+                let key =
+                    hooks.with_key(|key| self.resolve(&Request { key, ..*request }, &mut identity));
+                match key {
+                    Some(key) => key,
+                    None => return Admit::Stopped,
                 }
-            }
-            QuotaHeaders::Legacy => {
-                if let Some(d) = entries
-                    .map(|(_, d)| d)
-                    .min_by_key(crate::Decision::remaining)
-                    && fields
-                        .legacy
-                        .is_none_or(|[_, remaining, _]| d.remaining() < remaining)
-                {
-                    fields.legacy =
-                        Some([d.limit(), d.remaining(), retry_after_secs(d.reset_after())]);
+            } else {
+                self.resolve(request, &mut identity)
+            };
+            return match key {
+                Ok(key) => Admit::Ask(Ask {
+                    key,
+                    identity,
+                    place,
+                }),
+                Err(status) => {
+                    let verdict = self.decide_key_with::<RemoteAnswer>(Err(status), &[], 0);
+                    Admit::Decided(Self::reported(verdict, place, hooks))
                 }
-            }
+            };
         }
+        let now = self.now();
+        let verdict = if self.limiters.is_empty() {
+            Verdict::pass(super::Fields::default())
+        } else if lazy {
+            let decided = hooks.with_key(|key| {
+                self.decide_key(self.resolve(&Request { key, ..*request }, &mut ()), now)
+            });
+            match decided {
+                Some(verdict) => verdict,
+                None => return Admit::Stopped,
+            }
+        } else {
+            self.decide_key(self.resolve(request, &mut ()), now)
+        };
+        Admit::Decided(Self::reported(verdict, place, hooks))
     }
 
-    /// The quota fields for `decisions`.
-    fn quota_fields(&self, decisions: &Decisions) -> Fields<'_> {
-        let mut v = Fields::default();
-        match self.options.headers {
-            QuotaHeaders::Off => {}
-            QuotaHeaders::Draft => {
-                v.policy = Some(&self.policy_field);
-                v.ratelimit = Some(ratelimit_bytes(self.policies.iter().zip(decisions.iter())));
-            }
-            QuotaHeaders::Legacy => {
-                v.legacy = decisions
-                    .iter()
-                    .min_by_key(Decision::remaining)
-                    .map(|d| [d.limit(), d.remaining(), retry_after_secs(d.reset_after())]);
-            }
-        }
-        v
+    /// The rest of [`admit`](Self::admit) once the remote policies have
+    /// answered `ask` — one answer per [`remote_names`](Self::remote_names)
+    /// entry, in order (a [`Decision`](crate::Decision) or a
+    /// [`RemoteAnswer`]) — as [`decide_with`](Self::decide_with) decides.
+    pub fn finish<R: Copy + Into<RemoteAnswer>, K: Hooks>(
+        &self,
+        ask: Ask,
+        answers: &[R],
+        hooks: &mut K,
+    ) -> Admission<'_> {
+        let verdict = self.decide_key_with(Ok(ask.key), answers, self.now());
+        Self::reported(verdict, ask.place, hooks)
     }
-}
 
-impl std::fmt::Debug for Gate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gate")
-            .field("policies", &self.policy_field)
-            .field("key", &self.options.key)
-            .field("concurrency_limit", &self.options.concurrency_limit)
-            .field("keys", &self.len())
-            .finish_non_exhaustive()
+    /// The names of the policies decided elsewhere, in the order
+    /// [`finish`](Self::finish) takes their answers.
+    pub fn remote_names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.remote.iter().map(crate::http::Policy::name)
+    }
+
+    /// `verdict` told to the hooks, with the place kept only if it passes.
+    #[inline(always)]
+    fn reported<'g, K: Hooks>(
+        verdict: Verdict<'g>,
+        place: Option<Place>,
+        hooks: &mut K,
+    ) -> Admission<'g> {
+        hooks.report(&verdict);
+        let place = if verdict.is_pass() { place } else { None };
+        Admission { verdict, place }
     }
 }
