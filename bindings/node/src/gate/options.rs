@@ -1,13 +1,9 @@
-//! `Gate`: an HTTP middleware's whole request sequence, for the Express and
-//! Fastify middleware in `middleware.js` (and any other framework). Built
-//! by the core's one parser (`GateSpec`) from its options by name; its
-//! sequence (the core's `Gate::admit`, run by the raw `gateAdmit` of
-//! [`crate::fast`] and `admit()` in `ratebound.js`) calls the hooks given
-//! here with the framework's request; a request waiting for its remote
-//! policies is an [`Ask`].
+//! What `new Gate(options, hooks)` is given, read for the core's one parser
+//! (`GateSpec`): the option objects napi-rs describes (`GateOptions`,
+//! `PolicyOptions`, `RemotePolicy`, `RemoteDecision`), each JavaScript value
+//! made a loose value by name, and the hook functions.
 
 use std::ptr;
-use std::sync::Arc;
 
 use napi::JsValue;
 use napi::bindgen_prelude::*;
@@ -19,8 +15,8 @@ use ratebound::any::{
 };
 
 use crate::error::{OrThrow, invalid_type, throw, throw_as};
-use crate::fast::{self, HOOK_NAMES, HookRefs};
-use crate::limiters::{ManualClock, clock_of};
+use crate::fast::HOOK_NAMES;
+use crate::limiters::ManualClock;
 
 /// One policy of a `Gate`: a token bucket (`rate`, `burst`) or a window
 /// (`algorithm`, `limit`, `window`) per key. Its fields are read by name
@@ -174,47 +170,6 @@ pub struct GateOptions {
     pub clock: Option<&'static ManualClock>,
 }
 
-/// A `Gate`'s answer (`decide`).
-#[napi(object)]
-pub struct Verdict {
-    /// 0 to let the request through; otherwise the status to answer with
-    /// (429, 503, 500, or the `missingKey` status).
-    pub status: u32,
-    /// Header fields to set, flat: `[name, value, name, value, ...]`, names
-    /// in lower case (on a pass, for the response of the route).
-    pub headers: Vec<String>,
-    /// A refusal's content type.
-    pub content_type: Option<String>,
-    /// A refusal's body.
-    pub body: Option<String>,
-    /// `'allowed'`, `'refused'`, `'shed'` or `'rejected'` (no valid key, a
-    /// full key table), for metrics.
-    pub outcome: String,
-    /// The policy that refused (the first in order), if one did.
-    pub refused_by: Option<String>,
-}
-
-/// The core's verdict as a JS object.
-fn verdict(v: &any::Verdict<'_>) -> Verdict {
-    let mut headers = Vec::new();
-    for (name, value) in v.headers() {
-        headers.push(name.to_string());
-        headers.push(value);
-    }
-    let (content_type, body) = match &v.body {
-        Some((t, b)) => (Some(t.to_string()), Some(b.clone())),
-        None => (None, None),
-    };
-    Verdict {
-        status: u32::from(v.status),
-        headers,
-        content_type,
-        body,
-        outcome: v.outcome.as_str().to_string(),
-        refused_by: v.refused_by.map(str::to_string),
-    }
-}
-
 /// Sets the option `name` from a JavaScript value: a string, a number or an
 /// array of strings, as the core's `GateOptions::set` takes them;
 /// `null`/`undefined` leave the default.
@@ -291,7 +246,7 @@ fn loose(value: Unknown<'_>) -> Result<Given> {
 }
 
 /// A value for an error message: its string form, or its type.
-fn shown(value: Unknown<'_>) -> Result<String> {
+pub(super) fn shown(value: Unknown<'_>) -> Result<String> {
     Ok(match value.get_type()? {
         ValueType::Boolean => bool::from_unknown(value)?.to_string(),
         ValueType::Number => f64::from_unknown(value)?.to_string(),
@@ -310,7 +265,7 @@ fn shown(value: Unknown<'_>) -> Result<String> {
 /// loose parser cannot take (a boolean, an object, a function): the core's
 /// error for a name it does not know (`probe` asks it), else an error
 /// naming the option.
-fn set_by_name(
+pub(super) fn set_by_name(
     env: &Env,
     name: &str,
     value: Unknown<'_>,
@@ -344,7 +299,7 @@ fn set_by_name(
 }
 
 /// The option values of `object` by name (its enumerable string keys).
-fn entries<'a>(object: &Object<'a>) -> Result<Vec<(String, Unknown<'a>)>> {
+pub(super) fn entries<'a>(object: &Object<'a>) -> Result<Vec<(String, Unknown<'a>)>> {
     let mut out = Vec::new();
     for name in Object::keys(object)? {
         let value: Unknown<'a> = object.get_named_property_unchecked(&name)?;
@@ -354,7 +309,7 @@ fn entries<'a>(object: &Object<'a>) -> Result<Vec<(String, Unknown<'a>)>> {
 }
 
 /// `value` as an object (not an array), or `None`.
-fn object_of(value: Unknown<'_>) -> Result<Option<Object<'_>>> {
+pub(super) fn object_of(value: Unknown<'_>) -> Result<Option<Object<'_>>> {
     if value.get_type()? != ValueType::Object || value.is_array()? {
         return Ok(None);
     }
@@ -362,7 +317,7 @@ fn object_of(value: Unknown<'_>) -> Result<Option<Object<'_>>> {
 }
 
 /// One policy of `policies`, field by field through the core's parser.
-fn policy_spec(env: &Env, at: usize, value: Unknown<'_>) -> Result<PolicySpec> {
+pub(super) fn policy_spec(env: &Env, at: usize, value: Unknown<'_>) -> Result<PolicySpec> {
     let Some(fields) = object_of(value)? else {
         return Err(invalid_type(
             env,
@@ -384,7 +339,11 @@ fn policy_spec(env: &Env, at: usize, value: Unknown<'_>) -> Result<PolicySpec> {
 
 /// The core's parser given every option of `options` by name; `gives_key`:
 /// a key hook was given. The clock, if one is given.
-fn spec_of(env: &Env, options: Unknown<'_>, gives_key: bool) -> Result<(GateSpec, AnyClockOption)> {
+pub(super) fn spec_of(
+    env: &Env,
+    options: Unknown<'_>,
+    gives_key: bool,
+) -> Result<(GateSpec, AnyClockOption)> {
     let Some(options) = object_of(options)? else {
         return Err(invalid_type(
             env,
@@ -471,7 +430,7 @@ type AnyClockOption = Option<ratebound::ManualClock>;
 
 /// One policy of `remote` (see [`RemotePolicy`]): its name if given, its
 /// kind and its algorithm.
-fn remote_policy(
+pub(super) fn remote_policy(
     env: &Env,
     value: Unknown<'_>,
 ) -> Result<(Option<String>, RemoteKind, ratebound::KeyedAlgorithm)> {
@@ -513,7 +472,7 @@ fn remote_policy(
 }
 
 /// The hooks of `new Gate(options, hooks)`: each a function or absent.
-fn hooks_of(env: &Env, hooks: Option<Unknown<'_>>) -> Result<[sys::napi_value; 4]> {
+pub(super) fn hooks_of(env: &Env, hooks: Option<Unknown<'_>>) -> Result<[sys::napi_value; 4]> {
     let mut out = [ptr::null_mut(); 4];
     let Some(hooks) = hooks else {
         return Ok(out);
@@ -550,251 +509,4 @@ fn hooks_of(env: &Env, hooks: Option<Unknown<'_>>) -> Result<[sys::napi_value; 4
         }
     }
     Ok(out)
-}
-
-/// An HTTP middleware's whole request sequence, made by the core
-/// (`ratebound::any::Gate`): exempt → a place among the requests in flight
-/// (`concurrencyLimit`; shed with 503 at a full cap unless critical) → the
-/// key (the `keyHeader`, the `key` hook, or the client IP under the
-/// trusted-proxy rules, IPv6 grouped by prefix) → every policy
-/// all-or-nothing (remote ones first, through an `Ask`) → `report` — and
-/// the answer: status, `Retry-After` in whole seconds rounded up, the quota
-/// fields and the body. `express()` and `fastify()` only move these values
-/// in and out.
-#[napi]
-pub struct Gate {
-    inner: Arc<any::Gate>,
-    handle: u32,
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        fast::unregister_gate(self.handle);
-    }
-}
-
-#[napi]
-impl Gate {
-    /// A gate from its options, read by name by the core (see
-    /// `GateOptions`), and the `hooks` its sequence calls with the
-    /// framework's request (see `GateHooks`).
-    #[napi(constructor, ts_args_type = "options: GateOptions, hooks?: GateHooks")]
-    pub fn new(
-        env: Env,
-        this: This<Object>,
-        options: Unknown<'_>,
-        hooks: Option<Unknown<'_>>,
-    ) -> Result<Gate> {
-        let functions = hooks_of(&env, hooks)?;
-        let (spec, clock) = spec_of(&env, options, !functions[2].is_null())?;
-        let clock = clock_of(clock.map(|inner| ManualClock { inner }).as_ref());
-        let inner = Arc::new(spec.build(clock).or_throw(&env)?);
-        // SAFETY: live handles of this call: the hooks are functions (just
-        // checked); the gate's object holds them (`hold`) for as long as it
-        // lives, so the weak references stay good while its slot does.
-        #[allow(unsafe_code)]
-        let refs = unsafe {
-            hold(&env, &this, &functions)?;
-            HookRefs::new(env.raw(), functions)
-        };
-        Ok(Gate {
-            handle: fast::register_gate(inner.clone(), refs),
-            inner,
-        })
-    }
-
-    /// Checks `options` as the constructor reads them, without making a
-    /// gate (no policy needed): the defaults of a Fastify route's limits.
-    #[napi(skip_typescript)]
-    pub fn check(env: Env, options: Unknown<'_>) -> Result<()> {
-        spec_of(&env, options, false).map(drop)
-    }
-
-    /// The decision for one request, without the sequence's hooks or
-    /// concurrency place (`admit` runs the whole sequence): `key` (with
-    /// `givenKey`: a string, whole number (at most 2^53) or `Uint8Array`;
-    /// `null`/`undefined`/`''` for none; ignored otherwise), the peer
-    /// address (the socket's, or the framework's `req.ip`), and the
-    /// request's raw header lines (`req.rawHeaders`: a flat array
-    /// `[name, value, ...]` in the order received). The gate reads only the
-    /// `keyHeader` lines and, with `trustedProxies`, the `clientIpHeader`
-    /// lines.
-    #[napi(
-        ts_args_type = "key?: string | number | Uint8Array | null, peer?: string | null, rawHeaders?: string[] | null"
-    )]
-    pub fn decide(
-        &self,
-        env: Env,
-        key: Option<Unknown<'_>>,
-        peer: Option<String>,
-        raw_headers: Option<Unknown<'_>>,
-    ) -> Result<Verdict> {
-        let peer = peer.and_then(|p| p.parse().ok());
-        let key = key.map_or(std::ptr::null_mut(), |k| k.raw());
-        let lines = raw_headers.map_or(std::ptr::null_mut(), |h| h.raw());
-        // SAFETY: the env and the arguments of the current call.
-        #[allow(unsafe_code)]
-        let v = unsafe { fast::decide(env.raw(), &self.inner, key, peer, lines, verdict) };
-        v.map_err(|e| fast::decide_error(&env, e))
-    }
-
-    /// Load shedding by hand: a place among the requests in flight (always
-    /// `true` without a `concurrencyLimit`); pair a `true` with one
-    /// `leave()`. `admit` takes its requests' places itself.
-    #[napi]
-    pub fn try_enter(&self) -> bool {
-        self.inner.try_enter()
-    }
-
-    /// Gives back a place from `tryEnter()`.
-    #[napi]
-    pub fn leave(&self) {
-        self.inner.leave();
-    }
-
-    /// Whether a `concurrencyLimit` is set.
-    #[napi(getter)]
-    pub fn capped(&self) -> bool {
-        self.inner.is_capped()
-    }
-
-    /// The policies' names, local then remote (for `onDecision`).
-    #[napi(getter)]
-    pub fn policy_names(&self) -> Vec<String> {
-        self.inner.policy_names().map(str::to_string).collect()
-    }
-
-    /// The remote policies' names, in the order `finish` takes their
-    /// answers.
-    #[napi(getter)]
-    pub fn remote_names(&self) -> Vec<String> {
-        self.inner.remote_names().map(str::to_string).collect()
-    }
-
-    /// The header fields the gate reads (the key header; the forwarding
-    /// header when proxies are trusted), lower case. A middleware may hand
-    /// over only these lines.
-    #[napi(getter)]
-    pub fn header_names(&self) -> Vec<String> {
-        self.inner.header_names().map(str::to_string).collect()
-    }
-
-    /// The `RateLimit-Policy` field value.
-    #[napi(getter)]
-    pub fn policy(&self) -> String {
-        self.inner.policy_field().to_string()
-    }
-
-    /// The slot of the fast entry point (internal).
-    #[napi(getter, skip_typescript)]
-    pub fn handle(&self) -> u32 {
-        self.handle
-    }
-
-    /// Keys tracked by the first policy.
-    #[napi(getter)]
-    pub fn size(&self) -> f64 {
-        self.inner.len() as f64
-    }
-
-    /// Drops state that is fresh again from every policy; how many entries
-    /// went.
-    #[napi]
-    pub fn cleanup(&self) -> f64 {
-        self.inner.cleanup() as f64
-    }
-}
-
-/// Keeps the hook functions alive with the gate's object: an array of
-/// them under a symbol of its own (not enumerable, not writable).
-///
-/// # Safety
-/// Live handles of the current call.
-#[allow(unsafe_code)]
-unsafe fn hold(env: &Env, this: &This<Object>, functions: &[sys::napi_value; 4]) -> Result<()> {
-    let env = env.raw();
-    // SAFETY: the caller's contract; every out pointer is valid.
-    unsafe {
-        let mut array = ptr::null_mut();
-        sys::napi_create_array_with_length(env, functions.len(), &mut array);
-        for (i, f) in functions.iter().enumerate() {
-            if !f.is_null() {
-                sys::napi_set_element(env, array, i as u32, *f);
-            }
-        }
-        let mut symbol = ptr::null_mut();
-        let mut description = ptr::null_mut();
-        let text = "ratebound.hooks";
-        sys::napi_create_string_utf8(
-            env,
-            text.as_ptr().cast(),
-            text.len() as isize,
-            &mut description,
-        );
-        sys::napi_create_symbol(env, description, &mut symbol);
-        let property = sys::napi_property_descriptor {
-            utf8name: ptr::null(),
-            name: symbol,
-            method: None,
-            getter: None,
-            setter: None,
-            value: array,
-            attributes: sys::PropertyAttributes::default,
-            data: ptr::null_mut(),
-        };
-        let status = sys::napi_define_properties(env, this.raw(), 1, &property);
-        if status != sys::Status::napi_ok {
-            return Err(napi::Error::new(
-                Status::GenericFailure,
-                "cannot hold the gate's hooks",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A request waiting for its gate's remote policies (Redis limiters,
-/// shared-memory tables), from `admit`: each checks `identity` (`key:…`,
-/// `ip:…` or `anonymous`, the same in every instance) in its own scope,
-/// then `gate.finish(ask, answers, request)` decides. It holds the
-/// request's concurrency place: `close()` it when the answers never come
-/// (it is given back when collected, too).
-#[napi]
-pub struct Ask {
-    pub(crate) inner: Option<any::Ask>,
-    identity: Vec<u8>,
-    pub(crate) gate: Arc<any::Gate>,
-}
-
-impl Ask {
-    /// `ask`, of `gate`.
-    pub(crate) fn new(ask: any::Ask, gate: Arc<any::Gate>) -> Ask {
-        Ask {
-            identity: ask.identity().to_vec(),
-            inner: Some(ask),
-            gate,
-        }
-    }
-}
-
-#[napi]
-impl Ask {
-    /// What each remote policy checks: `key:<the key>`, `ip:<address>` or
-    /// `anonymous`.
-    #[napi(getter)]
-    pub fn identity(&self) -> Buffer {
-        self.identity.clone().into()
-    }
-
-    /// Whether it was finished or closed.
-    #[napi(getter)]
-    pub fn closed(&self) -> bool {
-        self.inner.is_none()
-    }
-
-    /// Gives the request's place back without deciding (idempotent).
-    #[napi]
-    pub fn close(&mut self) {
-        self.inner = None;
-    }
 }
