@@ -76,7 +76,7 @@ class RateLimitMiddleware(MiddlewareBase):
         if verdict is None:  # exempt
             await self.app(scope, receive, send)
             return
-        if isinstance(verdict, Ask):
+        if type(verdict) is Ask:  # not isinstance: 3x slower on an extension class
             verdict = await self._finish_async(verdict)
         if verdict.status:
             await _answer(send, verdict)

@@ -193,7 +193,7 @@ class RateLimitMiddleware(MiddlewareBase):
         verdict = self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True)
         if verdict is None:  # exempt
             return self.app(request)  # type: ignore[no-any-return]
-        if isinstance(verdict, Ask):
+        if type(verdict) is Ask:  # not isinstance: 3x slower on an extension class
             verdict = self._finish(verdict)
         if verdict.status:
             return _refusal(verdict)
@@ -211,7 +211,7 @@ class RateLimitMiddleware(MiddlewareBase):
         verdict = self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True)
         if verdict is None:  # exempt
             return await self.app(request)  # type: ignore[no-any-return]
-        if isinstance(verdict, Ask):
+        if type(verdict) is Ask:  # not isinstance: 3x slower on an extension class
             verdict = await self._finish_async(verdict)
         if verdict.status:
             return _refusal(verdict)

@@ -40,7 +40,7 @@ class RateLimitMiddleware(MiddlewareBase):
         verdict = self.gate.admit(environ, environ.get("REMOTE_ADDR"), environ, True)
         if verdict is None:  # exempt
             return self.app(environ, start_response)
-        if isinstance(verdict, Ask):
+        if type(verdict) is Ask:  # not isinstance: 3x slower on an extension class
             verdict = self._finish(verdict)
         if verdict.status:
             return _answer(start_response, verdict)
