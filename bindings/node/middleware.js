@@ -25,17 +25,7 @@ function answer(policy, id) {
   }
 }
 
-function typeError(message) {
-  const e = new TypeError(message)
-  e.code = 'ERR_INVALID_ARG_TYPE'
-  return e
-}
-
-function invalidOption(message) {
-  const e = new TypeError(message)
-  e.code = 'ERR_RATEBOUND_INVALID_OPTION'
-  return e
-}
+const { typeError, invalidOption } = require('./errors.js')
 
 // What a refused request gets, for `handler`.
 function refusal(v) {

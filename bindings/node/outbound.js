@@ -27,23 +27,7 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
   const LIMITERS =
     'a token bucket (TokenBucket, SharedTokenBucket, a token-bucket KeyedLimiter or SharedKeyedLimiter, rb.redis.TokenBucket)'
 
-  function typeError(message) {
-    const e = new TypeError(message)
-    e.code = 'ERR_INVALID_ARG_TYPE'
-    return e
-  }
-
-  function valueError(message) {
-    const e = new TypeError(message)
-    e.code = 'ERR_INVALID_ARG_VALUE'
-    return e
-  }
-
-  function invalidOption(message) {
-    const e = new TypeError(message)
-    e.code = 'ERR_RATEBOUND_INVALID_OPTION'
-    return e
-  }
+  const { typeError, valueError, invalidOption } = require('./errors.js')
 
   function shown(v) {
     if (typeof v === 'string') return JSON.stringify(v)
