@@ -1,0 +1,138 @@
+//! What the gate answers, typed: `Verdict`, the concurrency `Place`, and
+//! `Ask`, a request waiting for its remote policies.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+use ratebound::any::{self};
+
+// ------------------------------------------------------------ answers
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A request's place among the requests in flight under the gate's
+/// `concurrency_limit`: hold it until the response is done — a streaming
+/// body until it is closed — then `release()` it (or `close()`: the same;
+/// both idempotent). Released too when garbage-collected.
+#[pyclass(frozen, module = "ratebound")]
+pub(crate) struct Place {
+    pub(super) inner: Mutex<Option<any::Place>>,
+}
+
+#[pymethods]
+impl Place {
+    /// Gives the place back now (nothing if it already was).
+    fn release(&self) {
+        drop(lock(&self.inner).take());
+    }
+
+    /// `release()`, under the name a response body's `close()` has.
+    fn close(&self) {
+        self.release();
+    }
+
+    /// Whether the place is still held.
+    #[getter]
+    fn held(&self) -> bool {
+        lock(&self.inner).is_some()
+    }
+
+    fn __repr__(&self) -> &'static str {
+        if self.held() {
+            "Place(held)"
+        } else {
+            "Place(released)"
+        }
+    }
+}
+
+/// The gate's answer to a request. `status` 0 (`passed`): on to the
+/// application with `headers` added to its response, holding `place` (when
+/// the gate is capped) until the response is done; otherwise answer with
+/// `status`, `headers`, `content_type` and `body`. Header names and values
+/// and the content type are bytes, or str for a WSGI request; the body is
+/// bytes. `outcome` (`"allowed"`, `"refused"`, `"shed"`, `"rejected"`) and
+/// `refused_by` (the refusing policy) are what `on_decision` was told.
+#[pyclass(frozen, freelist = 64, module = "ratebound")]
+pub(crate) struct Verdict {
+    // The fields the front doors read on every request are Python objects
+    // (`None` for nothing): a frozen class's `Py` fields are struct members,
+    // read by the interpreter without a call.
+    /// 0 to go on; else the status to answer with.
+    #[pyo3(get)]
+    pub(super) status: Py<PyAny>,
+    /// The quota fields, `(name, value)` pairs.
+    #[pyo3(get)]
+    pub(super) headers: Py<PyList>,
+    /// A refusal's content type, or `None`.
+    #[pyo3(get)]
+    pub(super) content_type: Py<PyAny>,
+    /// A refusal's body, or `None`.
+    #[pyo3(get)]
+    pub(super) body: Py<PyAny>,
+    /// The concurrency place of a passing request under a cap, or `None`.
+    #[pyo3(get)]
+    pub(super) place: Py<PyAny>,
+    pub(super) code: u16,
+    pub(super) outcome: any::Outcome,
+    pub(super) refused_by: Option<String>,
+}
+
+#[pymethods]
+impl Verdict {
+    /// Whether the request goes on to the application.
+    #[getter]
+    fn passed(&self) -> bool {
+        self.code == 0
+    }
+
+    #[getter]
+    fn outcome(&self) -> &'static str {
+        self.outcome.as_str()
+    }
+
+    #[getter]
+    fn refused_by(&self) -> Option<&str> {
+        self.refused_by.as_deref()
+    }
+
+    fn __repr__(&self) -> String {
+        let by = match &self.refused_by {
+            Some(name) => format!(", refused_by={name:?}"),
+            None => String::new(),
+        };
+        format!(
+            "Verdict(status={}, outcome={:?}{by})",
+            self.code,
+            self.outcome.as_str()
+        )
+    }
+}
+
+/// A request waiting for the gate's remote policies (Redis limiters,
+/// shared-memory tables): each checks `identity` (`key:…`, `ip:…` or
+/// `anonymous`, the same in every instance) in its own scope, then
+/// `Gate.finish(ask, answers)` decides. It holds the request's concurrency
+/// place: `close()` it (or let it go) when the answers never come.
+#[pyclass(frozen, module = "ratebound")]
+pub(crate) struct Ask {
+    pub(super) inner: Mutex<Option<any::Ask>>,
+    /// What each remote policy checks.
+    #[pyo3(get)]
+    pub(super) identity: Py<PyBytes>,
+    pub(super) wsgi: bool,
+    pub(super) label: Option<Py<PyAny>>,
+    /// The gate that asked (its address).
+    pub(super) gate: usize,
+}
+
+#[pymethods]
+impl Ask {
+    /// Gives the request's place back without deciding (idempotent).
+    fn close(&self) {
+        drop(lock(&self.inner).take());
+    }
+}
