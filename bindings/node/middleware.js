@@ -181,29 +181,47 @@ module.exports = function middleware(native, policyFields) {
     else Gate.check({ ...gateOptions, givenKey: true })
   }
 
-  /** Express/Connect middleware. */
-  function express(options) {
-    const { gate, admit, finish, handler } = prepare(
-      options,
-      (req) => req,
-      (req) => (req.route == null ? null : req.route.path),
-    )
+  // How each framework answers: its raw Node response (for 'close'), a
+  // header set, and a refusal sent.
+  const EXPRESS = {
+    raw: (res) => res,
+    header: (res, name, value) => res.setHeader(name, value),
+    send(res, v) {
+      res.statusCode = v.status
+      res.setHeader('content-type', v.contentType)
+      res.end(v.body)
+    },
+  }
+  const FASTIFY = {
+    raw: (reply) => reply.raw,
+    header: (reply, name, value) => reply.header(name, value),
+    // A Buffer: Fastify sends it as is, with the core's content type (for a
+    // string it would add a charset to a JSON type).
+    send: (reply, v) => reply.code(v.status).header('content-type', v.contentType).send(Buffer.from(v.body)),
+  }
+
+  /**
+   * The one front door over a prepared gate, for both frameworks:
+   * `(req, res, next)` — admit, ask the remote policies if there are any,
+   * then answer through `io` (EXPRESS or FASTIFY) and hold the place until
+   * the response closes.
+   */
+  function frontDoor(prepared, io) {
+    const { admit, finish, handler } = prepared
     function respond(req, res, next, v) {
       if (v === null) return next()
       if (v === undefined) return
       const place = v.place
       // Held until the response is done: a streaming body is in flight
       // until it ends.
-      if (place !== null) res.once('close', () => place.release())
+      if (place !== null) io.raw(res).once('close', () => place.release())
       const h = v.headers
-      for (let i = 0; i < h.length; i += 2) res.setHeader(h[i], h[i + 1])
+      for (let i = 0; i < h.length; i += 2) io.header(res, h[i], h[i + 1])
       if (v.status === 0) return next()
       if (handler !== null) return handler(req, res, next, refusal(v))
-      res.statusCode = v.status
-      res.setHeader('content-type', v.contentType)
-      res.end(v.body)
+      io.send(res, v)
     }
-    function ratebound(req, res, next) {
+    return function ratebound(req, res, next) {
       let v
       try {
         v = admit(req)
@@ -211,11 +229,22 @@ module.exports = function middleware(native, policyFields) {
         return next(e)
       }
       if (v instanceof Ask) {
-        finish(v, req, res).then((v) => respond(req, res, next, v), next)
+        finish(v, req, io.raw(res)).then((v) => respond(req, res, next, v), next)
         return
       }
       respond(req, res, next, v)
     }
+  }
+
+  /** Express/Connect middleware. */
+  function express(options) {
+    const prepared = prepare(
+      options,
+      (req) => req,
+      (req) => (req.route == null ? null : req.route.path),
+    )
+    const { gate } = prepared
+    const ratebound = frontDoor(prepared, EXPRESS)
     ratebound.gate = gate
     return ratebound
   }
@@ -225,33 +254,7 @@ module.exports = function middleware(native, policyFields) {
 
   /** The onRequest hook of one prepared gate (the plugin's, or one route's). */
   function fastifyHook(prepared) {
-    const { admit, finish, handler } = prepared
-    function respond(request, reply, next, v) {
-      if (v === null) return next()
-      if (v === undefined) return
-      const place = v.place
-      if (place !== null) reply.raw.once('close', () => place.release())
-      const h = v.headers
-      for (let i = 0; i < h.length; i += 2) reply.header(h[i], h[i + 1])
-      if (v.status === 0) return next()
-      if (handler !== null) return handler(request, reply, next, refusal(v))
-      // A Buffer: Fastify sends it as is, with the core's content type
-      // (for a string it would add a charset to a JSON type).
-      reply.code(v.status).header('content-type', v.contentType).send(Buffer.from(v.body))
-    }
-    return function ratebound(request, reply, next) {
-      let v
-      try {
-        v = admit(request)
-      } catch (e) {
-        return next(e)
-      }
-      if (v instanceof Ask) {
-        finish(v, request, reply.raw).then((v) => respond(request, reply, next, v), next)
-        return
-      }
-      respond(request, reply, next, v)
-    }
+    return frontDoor(prepared, FASTIFY)
   }
 
   /**
