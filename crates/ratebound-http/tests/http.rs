@@ -17,7 +17,9 @@ use ratebound::http::{Cidr, TrustedProxies};
 use ratebound::{ManualClock, Quota};
 use ratebound_http::{QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey};
 
+mod gated;
 mod serve;
+use gated::Gated;
 use serve::serve;
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -488,28 +490,6 @@ where
 
     fn call(&mut self, req: Request<()>) -> Fut {
         (self.0)(req)
-    }
-}
-
-/// A body that sends one frame once `release` fires.
-struct Gated(Option<tokio::sync::oneshot::Receiver<()>>);
-
-impl http_body::Body for Gated {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let Some(rx) = self.0.as_mut() else {
-            return std::task::Poll::Ready(None);
-        };
-        let _ = std::task::ready!(std::pin::Pin::new(rx).poll(cx));
-        self.0 = None;
-        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(
-            b"done",
-        )))))
     }
 }
 

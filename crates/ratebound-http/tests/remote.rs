@@ -21,7 +21,9 @@ use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter};
 use ratebound_shm::SharedKeyedLimiter;
 use redis::aio::ConnectionManager;
 
+mod gated;
 mod serve;
+use gated::Gated;
 use serve::serve;
 
 #[path = "../../ratebound-redis/tests/support/mod.rs"]
@@ -263,29 +265,6 @@ async fn a_full_shared_memory_table_answers_503_not_500() {
     assert!(body.contains("too many clients"), "{body}");
     // A key the table holds is still decided: refused, 429.
     assert_eq!(fetch(&c, addr, "k0").await.0, StatusCode::TOO_MANY_REQUESTS);
-}
-
-/// A body that sends one frame once its gate opens.
-struct Gated(Option<tokio::sync::oneshot::Receiver<()>>);
-
-impl http_body::Body for Gated {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        use std::future::Future;
-        let Some(rx) = self.0.as_mut() else {
-            return std::task::Poll::Ready(None);
-        };
-        let _ = std::task::ready!(std::pin::Pin::new(rx).poll(cx));
-        self.0 = None;
-        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(
-            b"done",
-        )))))
-    }
 }
 
 /// Under a concurrency cap of one, with a remote policy that waits for
