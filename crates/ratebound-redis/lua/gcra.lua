@@ -27,83 +27,86 @@
 -- remaining 0. A value that is not a TAT (damaged) is rebuilt as an empty
 -- bucket — TAT = now + tau, stored — and judged as that: conservative,
 -- never admitting more than the limit, and that key's problem alone.
-local now = clock(ARGV[1])
-local T = tonumber(ARGV[2])
-local tau = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local mode = ARGV[5]
-local paused = 0
-local function store(value)
-  if value > now then
-    local text = string.format('%d', value)
-    if paused > now then text = text .. string.format(':%d', paused) end
-    redis.call('SET', KEYS[1], text, 'PX', math.ceil((value - now) / 1000))
-  else
-    redis.call('DEL', KEYS[1])
+-- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
+-- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua, many.lua).
+local function decide(key, now, o)
+  local T = tonumber(ARGV[o + 1])
+  local tau = tonumber(ARGV[o + 2])
+  local n = tonumber(ARGV[o + 3])
+  local mode = ARGV[o + 4]
+  local paused = 0
+  local function store(value)
+    if value > now then
+      local text = string.format('%d', value)
+      if paused > now then text = text .. string.format(':%d', paused) end
+      redis.call('SET', key, text, 'PX', math.ceil((value - now) / 1000))
+    else
+      redis.call('DEL', key)
+    end
   end
-end
-local raw, damaged = load(KEYS[1])
-local tat = now
-if raw then
-  local a, b = string.match(raw, '^(%d+):(%d+)$')
-  local v, p
-  if a then v, p = uint(a), uint(b) else v, p = uint(raw), 0 end
-  if v and p then
-    tat, paused = math.max(v, now), p
-  else
-    damaged = true
+  local raw, damaged = load(key)
+  local tat = now
+  if raw then
+    local a, b = string.match(raw, '^(%d+):(%d+)$')
+    local v, p
+    if a then v, p = uint(a), uint(b) else v, p = uint(raw), 0 end
+    if v and p then
+      tat, paused = math.max(v, now), p
+    else
+      damaged = true
+    end
   end
-end
-local bad = 0
-if damaged then
-  bad = 1
-  tat = now + tau
-  store(tat)
-end
-local function tokens(at) return div(math.max(now + tau - at, 0), T) end
-if n == 0 and mode ~= 'pause' then
-  return {1, tokens(tat), 0, tat - now, 0, bad, now}
-end
-if mode == 'return' then
-  -- Never below the present, nor into a pause that is on.
-  local floor = now
-  if paused > now then floor = paused + tau end
-  local back = math.max(tat - n * T, floor)
-  store(back)
-  return {1, tokens(back), 0, back - now, n, bad, now}
-end
-if mode == 'pause' then
-  -- Every slot from `start` on (the reservations waiting there, and the
-  -- bucket's refill) moves δ later, in its order: the bucket is empty
-  -- until `last`. A pause that ends no later than one already on changes
-  -- nothing, so every instance obeying one Retry-After pauses once.
-  local last = now + tonumber(ARGV[6])
-  local start = math.max(now, paused)
-  local shift = 0
-  if last > start then
-    shift = last - start
-    paused = last
-    tat = math.max(tat, start + tau) + shift
+  local bad = 0
+  if damaged then
+    bad = 1
+    tat = now + tau
     store(tat)
   end
-  return {1, tokens(tat), shift, tat - now, 0, bad, now}
-end
-local take = n
-if mode == 'lease' then
-  take = math.max(n, math.min(tonumber(ARGV[6]), tokens(tat)))
-end
-local new_tat = tat + take * T
-local wait = new_tat - tau - now
-if mode == 'reserve' then
-  wait = math.max(wait, 0)
-  if wait > tonumber(ARGV[6]) then
+  local function tokens(at) return div(math.max(now + tau - at, 0), T) end
+  if n == 0 and mode ~= 'pause' then
+    return {1, tokens(tat), 0, tat - now, 0, bad, now}
+  end
+  if mode == 'return' then
+    -- Never below the present, nor into a pause that is on.
+    local floor = now
+    if paused > now then floor = paused + tau end
+    local back = math.max(tat - n * T, floor)
+    store(back)
+    return {1, tokens(back), 0, back - now, n, bad, now}
+  end
+  if mode == 'pause' then
+    -- Every slot from `start` on (the reservations waiting there, and the
+    -- bucket's refill) moves δ later, in its order: the bucket is empty
+    -- until `last`. A pause that ends no later than one already on changes
+    -- nothing, so every instance obeying one Retry-After pauses once.
+    local last = now + tonumber(ARGV[o + 5])
+    local start = math.max(now, paused)
+    local shift = 0
+    if last > start then
+      shift = last - start
+      paused = last
+      tat = math.max(tat, start + tau) + shift
+      store(tat)
+    end
+    return {1, tokens(tat), shift, tat - now, 0, bad, now}
+  end
+  local take = n
+  if mode == 'lease' then
+    take = math.max(n, math.min(tonumber(ARGV[o + 5]), tokens(tat)))
+  end
+  local new_tat = tat + take * T
+  local wait = new_tat - tau - now
+  if mode == 'reserve' then
+    wait = math.max(wait, 0)
+    if wait > tonumber(ARGV[o + 5]) then
+      return {0, tokens(tat), wait, tat - now, 0, bad, now}
+    end
+    store(new_tat)
+    return {1, tokens(new_tat), wait, new_tat - now, take, bad, now}
+  end
+  if wait > 0 then
     return {0, tokens(tat), wait, tat - now, 0, bad, now}
   end
   store(new_tat)
-  return {1, tokens(new_tat), wait, new_tat - now, take, bad, now}
+  return {1, tokens(new_tat), 0, new_tat - now, take, bad, now}
 end
-if wait > 0 then
-  return {0, tokens(tat), wait, tat - now, 0, bad, now}
-end
-store(new_tat)
-return {1, tokens(new_tat), 0, new_tat - now, take, bad, now}

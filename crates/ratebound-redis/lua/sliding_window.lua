@@ -15,64 +15,67 @@
 -- lowered) are refused with the exact wait. A value that is not
 -- "<index>:<previous>:<current>" (damaged) is rebuilt as a full current
 -- window, stored, and judged as that.
-local now = clock(ARGV[1])
-local limit = tonumber(ARGV[2])
-local W = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local now_idx = div(now, W)
-local idx, prev, cur = now_idx, 0, 0
-local raw, damaged = load(KEYS[1])
-if raw then
-  local i, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
-  i, p, c = uint(i), uint(p), uint(c)
-  if i and p and c then idx, prev, cur = i, p, c else damaged = true end
-end
-local bad = 0
-if damaged then
-  bad = 1
-  idx, prev, cur = now_idx, 0, limit
-end
-if now_idx == idx + 1 then
-  idx, prev, cur = now_idx, cur, 0
-elseif now_idx > idx then
-  idx, prev, cur = now_idx, 0, 0
-end
--- A reading before the stored window (a clock that went back) is judged
--- at the stored window's start.
-local at = math.max(now, idx * W)
-local e = at - idx * W
-local function used(current) return prev * (W - e) + current * W end
-local function reset_after(current)
-  if current > 0 then return (idx + 2) * W - now end
-  if prev > 0 then return (idx + 1) * W - now end
-  return 0
-end
-local function remaining(current)
-  return div(math.max(limit * W - used(current), 0), W)
-end
-local function store()
-  local reset = reset_after(cur)
-  if reset > 0 then
-    redis.call('SET', KEYS[1], string.format('%d:%d:%d', idx, prev, cur), 'PX', math.ceil(reset / 1000))
+-- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
+-- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua, many.lua).
+local function decide(key, now, o)
+  local limit = tonumber(ARGV[o + 1])
+  local W = tonumber(ARGV[o + 2])
+  local n = tonumber(ARGV[o + 3])
+  local now_idx = div(now, W)
+  local idx, prev, cur = now_idx, 0, 0
+  local raw, damaged = load(key)
+  if raw then
+    local i, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    i, p, c = uint(i), uint(p), uint(c)
+    if i and p and c then idx, prev, cur = i, p, c else damaged = true end
   end
-  return reset
-end
-if damaged then store() end
-if n == 0 then
-  return {1, remaining(cur), 0, reset_after(cur), 0, bad, now}
-end
-if used(cur + n) <= limit * W then
-  cur = cur + n
-  return {1, remaining(cur), 0, store(), n, bad, now}
-end
--- Refused: the exact wait until the estimate leaves room for n.
-local function wait()
-  if cur + n <= limit and prev > 0 then
-    local target = W - math.min(div((limit - cur - n) * W, prev), W)
-    if target < W then return math.max(target, e) - e end
+  local bad = 0
+  if damaged then
+    bad = 1
+    idx, prev, cur = now_idx, 0, limit
   end
-  local target = 0
-  if cur > 0 then target = W - math.min(div((limit - n) * W, cur), W) end
-  return (W - e) + target
+  if now_idx == idx + 1 then
+    idx, prev, cur = now_idx, cur, 0
+  elseif now_idx > idx then
+    idx, prev, cur = now_idx, 0, 0
+  end
+  -- A reading before the stored window (a clock that went back) is judged
+  -- at the stored window's start.
+  local at = math.max(now, idx * W)
+  local e = at - idx * W
+  local function used(current) return prev * (W - e) + current * W end
+  local function reset_after(current)
+    if current > 0 then return (idx + 2) * W - now end
+    if prev > 0 then return (idx + 1) * W - now end
+    return 0
+  end
+  local function remaining(current)
+    return div(math.max(limit * W - used(current), 0), W)
+  end
+  local function store()
+    local reset = reset_after(cur)
+    if reset > 0 then
+      redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur), 'PX', math.ceil(reset / 1000))
+    end
+    return reset
+  end
+  if damaged then store() end
+  if n == 0 then
+    return {1, remaining(cur), 0, reset_after(cur), 0, bad, now}
+  end
+  if used(cur + n) <= limit * W then
+    cur = cur + n
+    return {1, remaining(cur), 0, store(), n, bad, now}
+  end
+  -- Refused: the exact wait until the estimate leaves room for n.
+  local function wait()
+    if cur + n <= limit and prev > 0 then
+      local target = W - math.min(div((limit - cur - n) * W, prev), W)
+      if target < W then return math.max(target, e) - e end
+    end
+    local target = 0
+    if cur > 0 then target = W - math.min(div((limit - n) * W, cur), W) end
+    return (W - e) + target
+  end
+  return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0, bad, now}
 end
-return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0, bad, now}

@@ -73,6 +73,90 @@ impl Call {
     }
 }
 
+/// Several [`Call`]s of one script, judged at one clock (Redis' `TIME`, or
+/// one explicit time), as **one** script run: `EVALSHA <batch sha> N key1 …
+/// keyN <clock> <the first call's arguments> … <the last's>` (on
+/// `NOSCRIPT`, `EVAL` with the batch text), whose reply is each call's
+/// seven integers in order, flat ([`replies`](Self::replies) splits them).
+/// The keys are decided one after another in the calls' order, exactly as
+/// separate calls in that order would decide them: a key twice in one
+/// batch, the second sees the first's write. In a Redis Cluster every key
+/// of one batch must be in one hash slot (a driver groups by slot).
+///
+/// # Examples
+/// ```
+/// use ratebound::Quota;
+/// use ratebound_redis::{Algorithm, BatchCall, Begin, Config, Engine};
+/// let engine = Engine::new(Config::new(Algorithm::TokenBucket(Quota::parse("10/s")?)))?;
+/// let call = |key: &str| match engine.begin(key.as_bytes(), 1) {
+///     Ok(Begin::Call(c)) => c,
+///     _ => unreachable!(),
+/// };
+/// let (a, b) = (call("alice"), call("bob"));
+/// let batch = BatchCall::of(&[&a, &b]).expect("same script, same clock");
+/// assert_eq!(batch.script.name, "gcra_batch");
+/// assert_eq!(batch.keys, [b"rb:tb:alice".to_vec(), b"rb:tb:bob".to_vec()]);
+/// assert_eq!(batch.args.len(), 1 + 2 * (a.args.len() - 1));
+/// let reply = [1, 9, 0, 100_000, 1, 0, 7, 0, 0, 5, 9, 0, 0, 7];
+/// let parts: Vec<&[i64]> = BatchCall::replies(&reply, 2).expect("7 × 2").collect();
+/// assert_eq!(parts[1], &[0, 0, 5, 9, 0, 0, 7]);
+/// assert!(BatchCall::replies(&reply[..13], 2).is_none());
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchCall {
+    /// The batch script ([`Script::batch`] of the calls' script).
+    pub script: &'static Script,
+    /// The calls' keys, in order.
+    pub keys: Vec<Vec<u8>>,
+    /// The clock argument, then every call's own arguments, in order.
+    pub args: Vec<String>,
+}
+
+impl BatchCall {
+    /// The most calls one batch holds (a driver's cap): a script run is
+    /// atomic, so a longer one would hold every other client back.
+    pub const MAX: usize = 128;
+
+    /// Whether `next` can go in one batch with `first`: the same script,
+    /// the same clock argument and as many arguments.
+    pub fn joins(first: &Call, next: &Call) -> bool {
+        first.script == next.script
+            && first.args.len() == next.args.len()
+            && first.args.first() == next.args.first()
+    }
+
+    /// `calls` as one batch; `None` for no calls or calls that do not
+    /// [`join`](Self::joins) the first. (A batch of one is the same
+    /// decision as the call itself, only dearer: drivers send a lone call
+    /// as it is.)
+    pub fn of(calls: &[&Call]) -> Option<BatchCall> {
+        let first = *calls.first()?;
+        if !calls.iter().all(|c| BatchCall::joins(first, c)) {
+            return None;
+        }
+        let per = first.args.len().saturating_sub(1);
+        let mut args = Vec::with_capacity(1 + per * calls.len());
+        args.push(first.args.first().cloned().unwrap_or_default());
+        for c in calls {
+            args.extend(c.args.iter().skip(1).cloned());
+        }
+        Some(BatchCall {
+            script: first.script.batch(),
+            keys: calls.iter().map(|c| c.key.clone()).collect(),
+            args,
+        })
+    }
+
+    /// A batch's reply as each call's seven integers, in the calls' order;
+    /// `None` when it is not 7 × `calls` long (a server not running our
+    /// script: every call of the batch is then a failure,
+    /// [`CallOutcome::Malformed`]).
+    pub fn replies(reply: &[i64], calls: usize) -> Option<std::slice::ChunksExact<'_, i64>> {
+        (calls > 0 && reply.len() == 7 * calls).then(|| reply.chunks_exact(7))
+    }
+}
+
 /// What became of a [`Call`] (the engine's `finish` steps take it; named
 /// so as not to be the gate's [`ratebound::any::Outcome`], which says how
 /// a request was answered).
@@ -203,5 +287,26 @@ impl Call {
             Err(e) if Call::is_noscript(&e) => eval.query(conn),
             other => other,
         }
+    }
+}
+
+#[cfg(any(feature = "tokio", feature = "blocking"))]
+impl BatchCall {
+    /// The batch as Redis commands: `EVALSHA sha N keys… args…`, and the
+    /// `EVAL` to send once if that was refused with `NOSCRIPT`.
+    pub fn commands(&self) -> (redis::Cmd, redis::Cmd) {
+        let command = |name: &str, script: &str| {
+            let mut c = redis::cmd(name);
+            c.arg(script).arg(self.keys.len());
+            for k in &self.keys {
+                c.arg(k);
+            }
+            c.arg(&self.args);
+            c
+        };
+        (
+            command("EVALSHA", self.script.sha()),
+            command("EVAL", self.script.text),
+        )
     }
 }

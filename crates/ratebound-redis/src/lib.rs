@@ -59,7 +59,7 @@ mod driver;
 
 pub use acquisition::{Acquisition, Step};
 pub use algorithm::Algorithm;
-pub use call::{Begin, Call, CallKind, CallOutcome};
+pub use call::{BatchCall, Begin, Call, CallKind, CallOutcome};
 pub use config::{Config, OnError};
 pub use decision::{RedisDecision, Source};
 

@@ -38,22 +38,54 @@ impl Script {
     }
 }
 
-/// A script's text: `lua/prelude.lua` (the shared helpers), then its body.
+/// A script's text: `lua/prelude.lua` (the shared helpers), the
+/// algorithm's `decide` function, then the tail that calls it: `one.lua`
+/// (one key) or `many.lua` (a batch).
 macro_rules! script {
-    ($file:literal) => {
+    ($file:literal, $tail:literal) => {
         concat!(
             include_str!("../lua/prelude.lua"),
-            include_str!(concat!("../lua/", $file))
+            include_str!(concat!("../lua/", $file)),
+            include_str!(concat!("../lua/", $tail))
         )
     };
 }
 
 /// The GCRA token bucket.
-pub static GCRA: Script = Script::new("gcra", script!("gcra.lua"));
+pub static GCRA: Script = Script::new("gcra", script!("gcra.lua", "one.lua"));
 /// The fixed window counter.
-pub static FIXED_WINDOW: Script = Script::new("fixed_window", script!("fixed_window.lua"));
+pub static FIXED_WINDOW: Script =
+    Script::new("fixed_window", script!("fixed_window.lua", "one.lua"));
 /// The sliding window counter.
-pub static SLIDING_WINDOW: Script = Script::new("sliding_window", script!("sliding_window.lua"));
+pub static SLIDING_WINDOW: Script =
+    Script::new("sliding_window", script!("sliding_window.lua", "one.lua"));
+/// [`GCRA`] over many keys in one run (see [`Script::batch`]).
+pub static GCRA_BATCH: Script = Script::new("gcra_batch", script!("gcra.lua", "many.lua"));
+/// [`FIXED_WINDOW`] over many keys in one run.
+pub static FIXED_WINDOW_BATCH: Script = Script::new(
+    "fixed_window_batch",
+    script!("fixed_window.lua", "many.lua"),
+);
+/// [`SLIDING_WINDOW`] over many keys in one run.
+pub static SLIDING_WINDOW_BATCH: Script = Script::new(
+    "sliding_window_batch",
+    script!("sliding_window.lua", "many.lua"),
+);
+
+impl Script {
+    /// The script that runs this one's decision over many keys in one run
+    /// (`lua/many.lua`): `KEYS[1..N]`, `ARGV[1]` the clock argument, then
+    /// each key's own arguments in order; its reply is the N replies' seven
+    /// integers, flat. A batch script is its own batch.
+    pub fn batch(&'static self) -> &'static Script {
+        match self.name {
+            "gcra" => &GCRA_BATCH,
+            "fixed_window" => &FIXED_WINDOW_BATCH,
+            "sliding_window" => &SLIDING_WINDOW_BATCH,
+            _ => self,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
