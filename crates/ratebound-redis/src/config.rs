@@ -69,6 +69,12 @@ pub struct Config {
     /// lets one probe through (default 1 s); also a fail-closed refusal's
     /// `retry_after`.
     pub breaker_cooldown: Duration,
+    /// Whether calls in flight together are batched (default `true`):
+    /// several checks in flight on one connection go out as one script run
+    /// over many keys ([`BatchCall`](crate::BatchCall)); decisions are
+    /// identical; `false` sends one call per check. A check with nothing
+    /// else in flight always goes alone.
+    pub batch: bool,
 }
 
 impl Config {
@@ -83,13 +89,14 @@ impl Config {
             lease_ttl: Duration::from_secs(1),
             breaker_threshold: 3,
             breaker_cooldown: Duration::from_secs(1),
+            batch: true,
         }
     }
 }
 
 /// The options [`Config::from_options`] knows, in Python's and JavaScript's
 /// spelling.
-const OPTIONS: [(&str, &str); 8] = [
+const OPTIONS: [(&str, &str); 9] = [
     ("prefix", "prefix"),
     ("on_error", "onError"),
     ("local_rate", "localRate"),
@@ -98,6 +105,7 @@ const OPTIONS: [(&str, &str); 8] = [
     ("lease_ttl", "leaseTtl"),
     ("breaker_threshold", "breakerThreshold"),
     ("breaker_cooldown", "breakerCooldown"),
+    ("batch", "batch"),
 ];
 
 /// The longest deadline: what one host timer holds (2^31 − 1 ms, Node's
@@ -118,6 +126,7 @@ impl Config {
     /// | `lease_ttl` | seconds, above 0 |
     /// | `breaker_threshold` | a whole number, 1 to 2^32 − 1 |
     /// | `breaker_cooldown` | seconds |
+    /// | `batch` | a boolean (default `true`; see [`Config::batch`]) |
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for an unknown option or a value of the
@@ -190,6 +199,16 @@ impl Config {
                         return Err(out_of_range("must be above 0 seconds"));
                     }
                 }
+                "batch" => match value {
+                    Loose::Bool(b) => c.batch = b,
+                    _ => {
+                        return Err(Error::InvalidOption {
+                            name: spelt,
+                            value: format!("{value:?}"),
+                            reason: "must be a boolean",
+                        });
+                    }
+                },
                 "breaker_threshold" => {
                     let t = any::whole(spelt, number()?, 1)?;
                     c.breaker_threshold =
@@ -223,9 +242,12 @@ mod tests {
                 ("prefix", Loose::Text("x:")),
                 ("breakerThreshold", Loose::Number(5.0)),
                 ("breaker_cooldown", Loose::Number(0.25)),
+                ("batch", Loose::Bool(false)),
             ],
         )
         .unwrap();
+        assert!(!c.batch);
+        assert!(Config::new(a).batch, "batching is on by default");
         assert_eq!(c.on_error, OnError::Local(2.0));
         assert_eq!((c.prefix.as_str(), c.breaker_threshold), ("x:", 5));
         assert_eq!(c.breaker_cooldown, Duration::from_millis(250));
@@ -267,6 +289,13 @@ mod tests {
                 "must be a string",
             ),
             ("colour", Loose::Text("red"), "invalid_option", "colour"),
+            ("batch", Loose::Number(1.0), "invalid_option", "Number(1.0)"),
+            (
+                "batch",
+                Loose::Text("yes"),
+                "invalid_option",
+                "must be a boolean",
+            ),
             (
                 "on_error",
                 Loose::Text("local"),

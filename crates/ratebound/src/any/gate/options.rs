@@ -156,6 +156,8 @@ pub enum Loose<'a> {
     Number(f64),
     /// A list of strings.
     List(&'a [&'a str]),
+    /// A boolean (`True`/`False`, `true`/`false`).
+    Bool(bool),
 }
 
 /// How a [`Gate`] finds keys and answers; [`Default`] holds every default,
@@ -232,6 +234,7 @@ pub(super) fn loose_text(value: Loose<'_>) -> String {
         Loose::Text(t) => t.to_string(),
         Loose::Number(n) => n.to_string(),
         Loose::List(l) => format!("{l:?}"),
+        Loose::Bool(b) => b.to_string(),
     }
 }
 
@@ -315,7 +318,10 @@ impl GateOptions {
                 self.concurrency_limit = Some(usize::try_from(limit).unwrap_or(usize::MAX));
             }
             ("missing_key", _) => return Err(wrong("must be \"ip\", \"shared\" or a status")),
-            ("ipv6_prefix" | "max_keys" | "concurrency_limit", Loose::Text(_) | Loose::List(_)) => {
+            (
+                "ipv6_prefix" | "max_keys" | "concurrency_limit",
+                Loose::Text(_) | Loose::List(_) | Loose::Bool(_),
+            ) => {
                 return Err(wrong("must be a number"));
             }
             _ => return Err(wrong("must be a string")),
