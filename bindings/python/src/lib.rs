@@ -12,6 +12,7 @@ mod gate;
 mod http;
 mod keyed;
 mod limiters;
+mod native_redis;
 mod outbound;
 mod redis;
 mod shared;
@@ -46,6 +47,11 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RedisEngine>()?;
     m.add_class::<RedisCall>()?;
     m.add_class::<redis::RedisAcquisition>()?;
+    // The native Redis connection (a URL in place of a redis-py client).
+    m.add_class::<native_redis::NativeRedis>()?;
+    m.add_class::<native_redis::NativeCompletions>()?;
+    m.add_function(wrap_pyfunction!(native_redis::_is_redis_target, m)?)?;
+    m.add_function(wrap_pyfunction!(native_redis::_redis_forked, m)?)?;
     m.add_function(wrap_pyfunction!(retry_after_secs, m)?)?;
     m.add_function(wrap_pyfunction!(ip_key, m)?)?;
     m.add_function(wrap_pyfunction!(client_ip, m)?)?;

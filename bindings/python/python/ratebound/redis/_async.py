@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, ClassVar, Optional, TypeVar
 
 from .._ratebound import Decision
 from ._base import RedisReservation, _Base, _FixedWindowArgs, _SlidingWindowArgs, _TokenBucketArgs
 from ._listeners import _AsyncListener
 from ._options import Key, Number
+from ._native import _AsyncNativeRunner
 from ._runners import _AsyncRunner
 
 _A = TypeVar("_A", bound="_AsyncLimiter")
@@ -25,10 +27,19 @@ class _AsyncLimiter(_Base):
     _runner: _AsyncRunner
     _listener: Optional[_AsyncListener]
     _connect = staticmethod(_AsyncRunner)
+    _native_runner = staticmethod(_AsyncNativeRunner)
 
     async def _listen(self) -> None:
         # As the sync limiter's _listen, on the event loop.
         if self._engine.algorithm != "token_bucket":
+            return
+        native = self._native
+        if native is not None:
+            native.listen()
+            deadline = time.monotonic() + self._engine.timeout
+            while not native.heard_first and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            native.wait_listening(0.0)  # over either way, as below
             return
         lis = self._listener or self._new_listener(_AsyncListener)
         if lis is None:
@@ -43,6 +54,8 @@ class _AsyncLimiter(_Base):
     def listening(self) -> bool:
         """Whether this limiter hears other instances' pauses now (from its
         first wait on)."""
+        if self._native is not None:
+            return self._native.listening
         lis = self._listener
         return lis is not None and lis.ready
 
@@ -50,6 +63,10 @@ class _AsyncLimiter(_Base):
         """Takes ``n`` tokens for ``key`` if the global limit allows (see
         :meth:`TokenBucket.check`); the call to Redis is bounded by
         ``timeout`` as a whole."""
+        native = self._native
+        if native is not None:
+            d = native.acheck(key, n)  # a Decision already, or a future of one
+            return d if type(d) is Decision else await d
         return await self._decide(self._engine.begin(key, n))
 
     async def try_acquire(self, key: Key, n: Optional[int] = None) -> bool:
@@ -57,6 +74,10 @@ class _AsyncLimiter(_Base):
         return (await self.check(key, n)).allowed
 
     async def _check_in(self, scope: str, key: Key, n: Optional[int] = None) -> Decision:
+        native = self._native
+        if native is not None:
+            d = native.acheck(key, n, scope)
+            return d if type(d) is Decision else await d
         return await self._decide(self._engine.begin(key, n, scope))
 
     async def _check_at(self, key: Key, n: int, now_us: int) -> Decision:

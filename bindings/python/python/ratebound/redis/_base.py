@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .._ratebound import Decision, _RedisCall, _RedisEngine
+from .._errors import ConfigError
+from .._ratebound import Decision, _is_redis_target, _NativeRedis, _RedisCall, _RedisEngine
 from ._options import Number, Options, Rate, SlidingOptions
 from ._runners import _Outcome
 
@@ -15,21 +16,40 @@ if TYPE_CHECKING:
 
 
 class _Base:
-    """What every Redis limiter does without waiting; the runner, made by
-    ``_connect``, and the listener are the sync or the asyncio ones."""
+    """What every Redis limiter does without waiting; the runner (made by
+    ``_connect`` for a redis-py client, ``_native_runner`` for a URL) and
+    the listener are the sync or the asyncio ones. ``_native`` is the native
+    connection (``None`` on the redis-py path)."""
 
-    __slots__ = ("_engine", "_runner", "_listener")
+    __slots__ = ("_engine", "_runner", "_listener", "_native")
 
     # Whether the limiter is an asyncio one (its calls are awaited).
     _asyncio: ClassVar[bool] = False
 
-    def __init__(self, client: Any, algorithm: str, **options: Any) -> None:
+    def __init__(
+        self, client: Any, algorithm: str, *, batch: bool = True, ssl_ca_certs: Any = None, **options: Any
+    ) -> None:
         self._engine = _RedisEngine(algorithm, **options)
-        self._runner = self._connect(client, self._engine.timeout)
         self._listener: Optional[Any] = None
+        self._native: Optional[_NativeRedis] = None
+        if _is_redis_target(client):
+            native = self._native = _NativeRedis(client, self._engine, batch=batch, ssl_ca_certs=ssl_ca_certs)
+            self._runner = self._native_runner(native)
+            return
+        if not isinstance(batch, bool):
+            raise TypeError(f"batch must be True or False, got {type(batch).__name__}")
+        if ssl_ca_certs is not None:
+            raise ConfigError(
+                "ssl_ca_certs is for a rediss:// URL; a redis-py client brings its own TLS settings", "invalid_option"
+            )
+        self._runner = self._connect(client, self._engine.timeout)
 
     @staticmethod
     def _connect(client: Any, timeout: float) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def _native_runner(native: _NativeRedis) -> Any:
         raise NotImplementedError
 
     def _call_for(self, step: Any, now_us: Optional[int]) -> Any:
@@ -69,7 +89,8 @@ class _Base:
 
     def __repr__(self) -> str:
         e = self._engine
-        return f"{type(self).__name__}(algorithm={e.algorithm!r}, limit={e.limit}, prefix={e.prefix!r})"
+        url = "" if self._native is None else f"{self._native.target!r}, "
+        return f"{type(self).__name__}({url}algorithm={e.algorithm!r}, limit={e.limit}, prefix={e.prefix!r})"
 
 
 # The constructors, the same for a sync limiter and its asyncio twin

@@ -3,6 +3,7 @@ their arguments."""
 
 from __future__ import annotations
 
+import os
 from typing import Optional, TypedDict, Union
 
 
@@ -11,10 +12,17 @@ class SlidingOptions(TypedDict, total=False):
     ``prefix`` ("rb:"), ``on_error`` ("open", "closed" or "local" with
     ``local_rate`` tokens per second), ``timeout`` (every call's deadline,
     0.05 s), ``breaker_threshold`` (3 failures in a row open the circuit
-    breaker) and ``breaker_cooldown`` (for 1 s)."""
+    breaker) and ``breaker_cooldown`` (for 1 s). With a URL in place of a
+    client: ``batch`` (True: concurrent calls on the native connection go
+    out as one batch script run; False: one run per call; the redis-py path
+    always makes one per call) and ``ssl_ca_certs`` (a PEM file of the CAs
+    a ``rediss://`` server's certificate must chain to; default: the
+    system's roots)."""
 
     prefix: str
     on_error: str
+    batch: bool
+    ssl_ca_certs: Union[str, "os.PathLike[str]"]
     local_rate: Optional[Union[int, float]]
     timeout: Union[int, float]
     breaker_threshold: int

@@ -340,7 +340,8 @@ def _sync_runner(client: Any, timeout: float) -> _Runner:
     if callable(getattr(client, "evalsha", None)) and callable(getattr(client, "eval", None)):
         return _AsIs(redis, client)
     raise TypeError(
-        f"client must be a redis.Redis or a redis.cluster.RedisCluster, got {type(client).__name__}"
+        "client must be a URL (redis://host:port/db, rediss://, redis+cluster://), a redis.Redis "
+        f"or a redis.cluster.RedisCluster, got {type(client).__name__}"
     )
 
 
@@ -395,8 +396,8 @@ class _AsyncRunner(_Calls):
                 self._subscribe = lambda: (pubsub(), None)
         else:
             raise TypeError(
-                "client must be a redis.asyncio.Redis or a redis.asyncio.cluster.RedisCluster, "
-                f"got {type(client).__name__}"
+                "client must be a URL (redis://host:port/db, rediss://, redis+cluster://), a "
+                f"redis.asyncio.Redis or a redis.asyncio.cluster.RedisCluster, got {type(client).__name__}"
             )
 
     @staticmethod

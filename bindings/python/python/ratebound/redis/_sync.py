@@ -12,6 +12,7 @@ from .._ratebound import Decision
 from ._base import RedisReservation, _Base, _FixedWindowArgs, _SlidingWindowArgs, _TokenBucketArgs
 from ._listeners import _Listener
 from ._options import Key, Number
+from ._native import _NativeRunner
 from ._runners import _Runner, _sync_runner
 
 _L = TypeVar("_L", bound="_Limiter")
@@ -25,6 +26,7 @@ class _Limiter(_Base):
     _runner: _Runner
     _listener: Optional[_Listener]
     _connect = staticmethod(_sync_runner)
+    _native_runner = staticmethod(_NativeRunner)
 
     def __init__(self, client: Any, algorithm: str, **options: Any) -> None:
         super().__init__(client, algorithm, **options)
@@ -36,6 +38,11 @@ class _Limiter(_Base):
         # attempt, so that no reservation is made before it listens (waits
         # that start meanwhile wait with it).
         if self._engine.algorithm != "token_bucket":
+            return
+        native = self._native
+        if native is not None:
+            native.listen()
+            native.wait_listening(self._engine.timeout)
             return
         lis = self._listener
         if lis is None:
@@ -52,6 +59,8 @@ class _Limiter(_Base):
     def listening(self) -> bool:
         """Whether this limiter hears other instances' pauses now (from its
         first wait on; see the module docs)."""
+        if self._native is not None:
+            return self._native.listening
         lis = self._listener
         return lis is not None and lis.ready.is_set()
 
@@ -60,6 +69,9 @@ class _Limiter(_Base):
         answer, a lease's, or the fail policy's (see ``Decision.source``).
         Never raises for a Redis failure; raises the core's errors for an
         ``n`` that can never pass."""
+        native = self._native
+        if native is not None:
+            return native.check(key, n)  # begin, the call and finish in one step
         return self._decide(self._engine.begin(key, n))
 
     def try_acquire(self, key: Key, n: Optional[int] = None) -> bool:
@@ -68,6 +80,9 @@ class _Limiter(_Base):
 
     def _check_in(self, scope: str, key: Key, n: Optional[int] = None) -> Decision:
         # check() within a middleware policy's scope: that policy's own key.
+        native = self._native
+        if native is not None:
+            return native.check(key, n, scope)
         return self._decide(self._engine.begin(key, n, scope))
 
     def _check_at(self, key: Key, n: int, now_us: int) -> Decision:

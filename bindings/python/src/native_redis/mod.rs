@@ -1,0 +1,382 @@
+//! The native Redis connection (`_NativeRedis`): what `ratebound.redis`
+//! uses when given a URL in place of a redis-py client. The engine's calls
+//! run with the `redis` crate on the extension's own tokio runtime, on one
+//! multiplexed connection per target, with the GIL released while they
+//! wait; asyncio futures are completed from the runtime (see `aio`).
+//! Decisions are the engine's (`_RedisEngine`), exactly as on the redis-py
+//! path: the same calls, the same deadline, the same fail policy.
+
+mod aio;
+mod link;
+mod listen;
+mod target;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyBool;
+use ratebound_redis::{Begin, Call};
+
+use crate::convert::*;
+use crate::decision::Decision;
+use crate::error::*;
+use crate::redis::{RedisCall, RedisEngine, with_raw_key};
+use aio::{Completions, Done};
+use link::{Link, RunResult};
+use listen::Listener;
+use target::Target;
+
+pub(crate) use aio::Completions as NativeCompletions;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A Redis connection made by ratebound from a URL (`redis://`,
+/// `rediss://`, `redis+cluster://`, `unix://`, or a list of cluster nodes'
+/// URLs) for the limiter whose engine is `engine`: `ratebound.redis` calls
+/// it instead of redis-py. Limiters naming the same target share one
+/// connection; a forked child makes its own.
+#[pyclass(name = "_NativeRedis", frozen, module = "ratebound")]
+pub(crate) struct NativeRedis {
+    target: Arc<Target>,
+    batch: bool,
+    engine: Py<RedisEngine>,
+    link: Mutex<Option<Arc<Link>>>,
+    /// The completions of the event loop last used, and that loop.
+    aio: Mutex<Option<(Py<PyAny>, Py<Completions>)>>,
+    listener: Mutex<Option<Listener>>,
+}
+
+static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+impl NativeRedis {
+    fn engine(&self) -> &ratebound_redis::Engine {
+        &self.engine.get().inner
+    }
+
+    fn timeout(&self) -> Duration {
+        self.engine().timeout()
+    }
+
+    /// This generation's connection (see `link`'s docs on fork).
+    fn link(&self, py: Python<'_>) -> PyResult<Arc<Link>> {
+        let generation = link::generation();
+        let mut slot = lock(&self.link);
+        if let Some(l) = &*slot {
+            if l.generation == generation {
+                return Ok(l.clone());
+            }
+            // The parent's, in a forked child: left alone (see `link`).
+            if let Some(old) = slot.take() {
+                std::mem::forget(old);
+            }
+            if let Some(old) = lock(&self.listener).take() {
+                std::mem::forget(old);
+            }
+        }
+        let _ = py;
+        let l = link::link_for(&self.target, self.batch).map_err(PyErr::from)?;
+        *slot = Some(l.clone());
+        Ok(l)
+    }
+
+    fn decision(py: Python<'_>, d: ratebound_redis::RedisDecision) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(
+            py,
+            Decision {
+                inner: d.decision(),
+                source: Some(d.source()),
+            },
+        )?
+        .into_any())
+    }
+
+    /// Runs `call` on this thread, the GIL released meanwhile.
+    fn run_blocking(&self, py: Python<'_>, call: &Call) -> PyResult<RunResult> {
+        let link = self.link(py)?;
+        let timeout = self.timeout();
+        Ok(py.detach(|| link.handle.block_on(link.run(call, timeout))))
+    }
+
+    /// A new future of the running event loop, and where its result goes.
+    fn future(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, aio::Sender)> {
+        let get = GET_RUNNING_LOOP.get_or_try_init(py, || {
+            py.import("asyncio")?
+                .getattr("get_running_loop")
+                .map(Bound::unbind)
+        })?;
+        let event_loop = get.call0(py)?;
+        let mut cached = lock(&self.aio);
+        let completions = match &*cached {
+            Some((l, c)) if l.is(&event_loop) => c.clone_ref(py),
+            _ => {
+                let c = Completions::new(py, event_loop.bind(py))?;
+                *cached = Some((event_loop.clone_ref(py), c.clone_ref(py)));
+                c
+            }
+        };
+        drop(cached);
+        let fut = event_loop.call_method0(py, "create_future")?;
+        Ok((fut, completions.get().sender()))
+    }
+
+    fn begin(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        scope: Option<&str>,
+    ) -> PyResult<Begin> {
+        let n = count(py, n)?;
+        with_raw_key(key, |k| self.engine().begin_in(scope, k, n).or_py(py))
+    }
+}
+
+fn bool_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    match obj {
+        None => Ok(true),
+        Some(b) if b.is_instance_of::<PyBool>() => b.extract(),
+        Some(b) => Err(PyTypeError::new_err(format!(
+            "{name} must be True or False, got {}",
+            type_name(b)
+        ))),
+    }
+}
+
+#[pymethods]
+impl NativeRedis {
+    #[new]
+    #[pyo3(signature = (target, engine, *, batch=None, ssl_ca_certs=None))]
+    fn new(
+        py: Python<'_>,
+        target: &Bound<'_, PyAny>,
+        engine: Py<RedisEngine>,
+        batch: Option<&Bound<'_, PyAny>>,
+        ssl_ca_certs: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let batch = bool_arg("batch", batch)?;
+        let ca = match ssl_ca_certs.filter(|c| !c.is_none()) {
+            None => None,
+            Some(c) => Some(
+                py.import("os")?
+                    .call_method1("fspath", (c,))
+                    .and_then(|p| p.extract::<String>())
+                    .map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "ssl_ca_certs must be a path (str), got {}",
+                            type_name(c)
+                        ))
+                    })?,
+            ),
+        };
+        let target = Arc::new(target::parse(py, target, ca.as_deref())?);
+        let this = NativeRedis {
+            target,
+            batch,
+            engine,
+            link: Mutex::new(None),
+            aio: Mutex::new(None),
+            listener: Mutex::new(None),
+        };
+        // Connect now (in the background): the first call should not pay
+        // for it.
+        this.link(py)?;
+        Ok(this)
+    }
+
+    /// `engine.begin`, the call and `engine.finish` in one step, the GIL
+    /// released while Redis answers: the decision for `n` (default 1) of
+    /// `key`, within `scope` if given.
+    #[pyo3(signature = (key, n=None, scope=None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        scope: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        match self.begin(py, key, n, scope)? {
+            Begin::Done(d) => Self::decision(py, d),
+            Begin::Call(call) => {
+                let r = self.run_blocking(py, &call)?;
+                Self::decision(py, self.engine().finish(&call, r.outcome()))
+            }
+        }
+    }
+
+    /// Runs `call` (EVALSHA, and EVAL on NOSCRIPT) within the deadline, the
+    /// GIL released meanwhile: `(reply, timed_out, error)` for the engine's
+    /// `finish` steps.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        call: &Bound<'py, RedisCall>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+        let r = self.run_blocking(py, &call.get().inner)?;
+        aio::outcome_tuple(py, &r)
+    }
+
+    /// `PUBLISH channel message` within the deadline; whether Redis took it.
+    fn publish(&self, py: Python<'_>, channel: &str, message: &[u8]) -> PyResult<bool> {
+        let link = self.link(py)?;
+        let (timeout, message) = (self.timeout(), message.to_vec());
+        Ok(py.detach(|| {
+            link.handle
+                .block_on(link.publish(channel.as_bytes(), &message, timeout))
+        }))
+    }
+
+    /// `check` for asyncio: a `Decision` already (a lease, the breaker), or
+    /// a future of the running loop that gets it.
+    #[pyo3(signature = (key, n=None, scope=None))]
+    fn acheck(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        scope: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        match self.begin(py, key, n, scope)? {
+            Begin::Done(d) => Self::decision(py, d),
+            Begin::Call(call) => {
+                let link = self.link(py)?;
+                let (fut, sender) = self.future(py)?;
+                let (f, engine, timeout) =
+                    (fut.clone_ref(py), self.engine.clone_ref(py), self.timeout());
+                link.handle.clone().spawn(async move {
+                    let result = link.run(&call, timeout).await;
+                    sender.send(Done::Decision {
+                        fut: f,
+                        engine,
+                        call,
+                        result,
+                    });
+                });
+                Ok(fut)
+            }
+        }
+    }
+
+    /// `run` for asyncio: a future of `(reply, timed_out, error)`.
+    fn arun(&self, py: Python<'_>, call: &Bound<'_, RedisCall>) -> PyResult<Py<PyAny>> {
+        let link = self.link(py)?;
+        let (fut, sender) = self.future(py)?;
+        let (f, call, timeout) = (fut.clone_ref(py), call.get().inner.clone(), self.timeout());
+        link.handle.clone().spawn(async move {
+            let result = link.run(&call, timeout).await;
+            sender.send(Done::Outcome { fut: f, result });
+        });
+        Ok(fut)
+    }
+
+    /// `publish` for asyncio: a future of whether Redis took it.
+    fn apublish(&self, py: Python<'_>, channel: &str, message: &[u8]) -> PyResult<Py<PyAny>> {
+        let link = self.link(py)?;
+        let (fut, sender) = self.future(py)?;
+        let f = fut.clone_ref(py);
+        let (timeout, channel, message) = (
+            self.timeout(),
+            channel.as_bytes().to_vec(),
+            message.to_vec(),
+        );
+        link.handle.clone().spawn(async move {
+            let ok = link.publish(&channel, &message, timeout).await;
+            sender.send(Done::Bool { fut: f, ok });
+        });
+        Ok(fut)
+    }
+
+    /// Starts listening for other instances' pauses (once; see the module
+    /// docs of `ratebound.redis`).
+    fn listen(&self, py: Python<'_>) -> PyResult<()> {
+        let link = self.link(py)?;
+        let mut lis = lock(&self.listener);
+        if lis.is_none() {
+            let channel = self.engine().pause_channel();
+            *lis = Some(Listener::start(&link, channel, self.engine.clone_ref(py)));
+        }
+        Ok(())
+    }
+
+    /// Whether the listener is subscribed now.
+    #[getter]
+    fn listening(&self) -> bool {
+        lock(&self.listener)
+            .as_ref()
+            .is_some_and(|l| l.subscribed.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Whether the listener's first attempt to subscribe is over (or there
+    /// is no listener).
+    #[getter]
+    fn heard_first(&self) -> bool {
+        lock(&self.listener)
+            .as_ref()
+            .is_none_or(|l| l.first.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Waits (the GIL released) until the listener's first attempt is over,
+    /// at most `timeout` seconds; it counts as over after that.
+    fn wait_listening(&self, py: Python<'_>, timeout: f64) {
+        let first = lock(&self.listener).as_ref().map(|l| l.first.clone());
+        let Some(first) = first else { return };
+        let until = std::time::Instant::now() + Duration::from_secs_f64(timeout.clamp(0.0, 60.0));
+        py.detach(|| {
+            while !first.load(std::sync::atomic::Ordering::Acquire)
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        // Over either way: later waits never wait for a subscription that
+        // cannot be made now (the listener goes on trying by itself).
+        first.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Stops listening and lets go of the connection (closed once no
+    /// limiter uses it); the next call connects again.
+    fn close(&self) {
+        let lis = lock(&self.listener).take();
+        drop(lis);
+        let link = lock(&self.link).take();
+        drop(link);
+        lock(&self.aio).take();
+    }
+
+    /// The target, its passwords hidden.
+    #[getter]
+    fn target(&self) -> &str {
+        &self.target.shown
+    }
+
+    /// Whether concurrent calls are batched.
+    #[getter]
+    fn batch(&self) -> bool {
+        self.batch
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "_NativeRedis({:?}, batch={})",
+            self.target.shown, self.batch
+        )
+    }
+}
+
+/// Whether `client` names a Redis target (a str, or a list or tuple of
+/// str) rather than being a redis-py client.
+#[pyfunction]
+pub(crate) fn _is_redis_target(client: &Bound<'_, PyAny>) -> bool {
+    target::is_target(client)
+}
+
+/// Called in a forked child (`os.register_at_fork`): the child's next call
+/// makes its own runtime and connections.
+#[pyfunction]
+pub(crate) fn _redis_forked() {
+    link::forked();
+}

@@ -1,0 +1,763 @@
+"""The native Redis connection: rb.redis limiters given a URL in place of a
+redis-py client (the redis crate inside the extension, on its own runtime,
+the GIL released while Redis answers, concurrent calls batched) — against
+real redis-servers on 127.0.0.1 that these tests start: the spec vectors,
+the incident bound, faults (a killed server, CLIENT PAUSE, SCRIPT FLUSH)
+answered as on the redis-py path, the GIL left free, reconnection, bad
+URLs, TLS, auth, db numbers, a 3-master cluster, pause news, a fork."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+import redis
+
+import ratebound as rb
+import ratebound.redis as rbr
+from test_redis import (  # noqa: F401 (cluster: a fixture)
+    CLASSES,
+    FAIL_SOURCE,
+    HOST,
+    SLACK,
+    SPEC,
+    Cluster,
+    Server,
+    Timed,
+    assert_policy,
+    cluster,
+    fields,
+    free_port,
+    fresh_key,
+    holds,
+    keys_per_master,
+)
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+def url(server: Server, db: int = 0) -> str:
+    return f"redis://{HOST}:{server.port}/{db}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = Server(tmp_path_factory.mktemp("redis-native")).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def own_server(tmp_path: pathlib.Path) -> Iterator[Server]:
+    s = Server(tmp_path).start()
+    yield s
+    s.stop()
+
+
+def script_calls(server: Server) -> int:
+    stats = server.admin("INFO", "commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+# ------------------------------------------------------------ test vectors
+
+
+def replay(target: Any, vector: dict[str, Any], failures: list[str], **kw: Any) -> int:
+    """One vector's steps in order on a limiter for `target`; how many."""
+    prefix = fresh_key("spec") + ":"
+    limiter = CLASSES[vector["config"]["algorithm"]](target, vector["config"], prefix=prefix, timeout=2.0, **kw)
+    steps = 0
+    for i, step in enumerate(vector["steps"]):
+        if "config" in step:
+            limiter.close()
+            limiter = CLASSES[step["config"]["algorithm"]](target, step["config"], prefix=prefix, timeout=2.0, **kw)
+        steps += 1
+        got = fields(limiter._check_at(vector["id"], step["n"], step["at_us"]))
+        for field, want in step["expect"].items():
+            if got[field] != want:
+                failures.append(f"{vector['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
+    limiter.close()
+    return steps
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_spec_vectors_replay_with_a_url(server: Server, batch: bool) -> None:
+    """Every vector of spec/redis.json, each on its own thread (so that the
+    vectors' calls are in flight together and, batched, share script runs),
+    each vector's steps in their order."""
+    vectors = json.loads(SPEC.read_text())["vectors"]
+    assert len(vectors) >= 12
+    failures: list[str] = []
+    counts = [0] * len(vectors)
+
+    def run(i: int) -> None:
+        counts[i] = replay(url(server), vectors[i], failures, batch=batch)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(vectors))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not failures, "\n".join(failures)
+    assert sum(counts) == sum(len(v["steps"]) for v in vectors) and sum(counts) >= 50, counts
+
+
+async def test_spec_vectors_replay_asyncio_with_a_url(server: Server) -> None:
+    vectors = json.loads(SPEC.read_text())["vectors"]
+    failures: list[str] = []
+
+    async def run(v: dict[str, Any]) -> int:
+        prefix = fresh_key("spec-async") + ":"
+        make = ASYNC_CLASSES[v["config"]["algorithm"]]
+        lim = make(url(server), v["config"], prefix=prefix, timeout=2.0)
+        for i, step in enumerate(v["steps"]):
+            if "config" in step:
+                await lim.aclose()
+                lim = ASYNC_CLASSES[step["config"]["algorithm"]](url(server), step["config"], prefix=prefix, timeout=2.0)
+            got = fields(await lim._check_at(v["id"], step["n"], step["at_us"]))
+            for field, want in step["expect"].items():
+                if got[field] != want:
+                    failures.append(f"{v['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
+        await lim.aclose()
+        return len(v["steps"])
+
+    counts = await asyncio.gather(*(run(v) for v in vectors))
+    assert not failures, "\n".join(failures)
+    assert sum(counts) == sum(len(v["steps"]) for v in vectors)
+
+
+ASYNC_CLASSES: dict[str, Callable[..., Any]] = {
+    "token_bucket": lambda t, c, **kw: rbr.AsyncTokenBucket(t, c["rate"], c.get("burst"), lease=c.get("lease", 0), **kw),
+    "fixed_window": lambda t, c, **kw: rbr.AsyncFixedWindow(t, c["limit"], c["window"], lease=c.get("lease", 0), **kw),
+    "sliding_window": lambda t, c, **kw: rbr.AsyncSlidingWindow(t, c["limit"], c["window"], **kw),
+}
+
+
+# ------------------------------------------------- batching and the bound
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_incident_fifty_instances_with_one_url(server: Server, batch: bool) -> None:
+    """The incident on the native connection: fifty instances (limiters)
+    naming one URL share one connection; batched or not, they stay within
+    20 + 10 × elapsed and take at least 90 % of it."""
+    key = fresh_key("partner-native")
+    instances, run_for = 50, 2.0
+    barrier = threading.Barrier(instances)
+    admitted = [0] * instances
+    starts = [0.0] * instances
+    ends = [0.0] * instances
+    sent = [0.0] * instances
+    errors: list[BaseException] = []
+    sources: collections.Counter[str] = collections.Counter()
+
+    def instance(i: int) -> None:
+        try:
+            lim = rbr.TokenBucket(url(server), rate=10, burst=20, on_error="closed", timeout=0.5, batch=batch)
+            barrier.wait()
+            starts[i] = time.monotonic()
+            while time.monotonic() < starts[i] + run_for:
+                sent[i] = time.monotonic()
+                d = lim.check(key)
+                admitted[i] += d.allowed
+                sources[d.source or "?"] += 1
+                time.sleep(0.002)
+            ends[i] = time.monotonic()
+            lim.close()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    elapsed = max(ends) - min(starts)
+    bound = 20 + 10 * elapsed + 1
+    earned = 20 + 10 * (max(sent) - min(starts))
+    total = sum(admitted)
+    assert 0.9 * earned <= total <= bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f}, answers {dict(sources)}"
+    assert set(sources) == {"redis"}, dict(sources)
+
+
+def test_concurrent_checks_go_out_in_batches_with_the_same_decisions(server: Server) -> None:
+    """64 threads on one URL: far fewer script runs than checks when
+    batched, one per check when not; the same decisions either way (a key
+    of burst 100 and no refill admits exactly 100 of 640 checks)."""
+    for batch in (True, False):
+        key = fresh_key("batched")
+        lim = rbr.TokenBucket(url(server), rate="1/hour burst 100", timeout=2.0, on_error="closed", batch=batch)
+        lim.check(fresh_key("warm"))
+        before = script_calls(server)
+        barrier = threading.Barrier(64)
+        allowed = [0] * 64
+        sources: collections.Counter[str] = collections.Counter()
+
+        def run(i: int) -> None:
+            barrier.wait()
+            for _ in range(10):
+                d = lim.check(key)
+                allowed[i] += d.allowed
+                sources[d.source or "?"] += 1
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        runs = script_calls(server) - before
+        assert sum(allowed) == 100, (batch, sum(allowed), dict(sources))
+        assert set(sources) == {"redis"}, dict(sources)
+        if batch:
+            assert runs < 640 * 0.8, f"{runs} script runs for 640 checks"
+        else:
+            assert runs == 640, runs
+        print(f"\nbatch={batch}: 640 checks in {runs} script runs")
+        lim.close()
+
+
+async def test_asyncio_tasks_batch_on_one_connection(server: Server) -> None:
+    for batch in (True, False):
+        key = fresh_key("batched-async")
+        lim = rbr.AsyncTokenBucket(url(server), rate="1/hour burst 100", timeout=2.0, on_error="closed", batch=batch)
+        await lim.check(fresh_key("warm"))
+        before = script_calls(server)
+        ds = await asyncio.gather(*(lim.check(key) for _ in range(640)))
+        runs = script_calls(server) - before
+        assert sum(d.allowed for d in ds) == 100
+        assert {d.source for d in ds} == {"redis"}
+        assert (runs < 640 * 0.5) if batch else (runs == 640), (batch, runs)
+        await lim.aclose()
+
+
+# ----------------------------------------------------------------- faults
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "local"])
+def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
+    """As test_redis.py's redis-py test: the fail policy answers within the
+    deadline while the server is killed or paused, the breaker's probe finds
+    it back after a restart on the same port (no new limiter), SCRIPT FLUSH
+    is transparent."""
+    timeout = 0.05
+    limiter = rbr.TokenBucket(
+        url(own_server),
+        rate=1000,
+        burst=1000,
+        on_error=policy,
+        local_rate=5 if policy == "local" else None,
+        timeout=timeout,
+        breaker_cooldown=0.2,
+    )
+    t = Timed(limiter, fresh_key("faults"))
+    t.until("redis", within=3.0)
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+
+    own_server.kill()
+    start = time.monotonic()
+    down = t.run(0.5)
+    assert_policy(policy, down, time.monotonic() - start)
+    assert limiter.breaker_open
+    own_server.start()
+    t.until("redis", within=3.0)
+    assert all(d.source == "redis" for d in t.run(0.1))
+
+    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    start = time.monotonic()
+    slow = t.run(0.4)
+    assert_policy(policy, slow, time.monotonic() - start)
+    t.until("redis", within=3.0)
+
+    before = len(t.log)
+    own_server.admin("SCRIPT", "FLUSH")
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+    own_server.admin("SCRIPT", "FLUSH")
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+    assert len(t.log) > before
+
+    assert t.longest <= timeout + SLACK, f"a call took {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)"
+    limiter.close()
+
+
+async def test_faults_asyncio_kill_pause_flush(own_server: Server) -> None:
+    timeout = 0.05
+    limiter = rbr.AsyncTokenBucket(url(own_server), rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
+    key = fresh_key("faults-async")
+    longest = 0.0
+
+    async def run(seconds: float) -> list[rb.Decision]:
+        nonlocal longest
+        out = []
+        stop = time.monotonic() + seconds
+        while time.monotonic() < stop:
+            t = time.monotonic()
+            out.append(await limiter.check(key))
+            longest = max(longest, time.monotonic() - t)
+            await asyncio.sleep(0.01)
+        return out
+
+    async def back(within: float) -> None:
+        stop = time.monotonic() + within
+        while time.monotonic() < stop:
+            if (await run(0.01))[-1].source == "redis":
+                return
+        raise AssertionError("no recovery")
+
+    await back(3.0)
+    own_server.kill()
+    assert_policy("closed", await run(0.4), 0.4)
+    own_server.start()
+    await back(3.0)
+    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    assert_policy("closed", await run(0.4), 0.4)
+    await back(3.0)
+    own_server.admin("SCRIPT", "FLUSH")
+    assert all(d.source == "redis" for d in await run(0.1))
+    assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"
+    await limiter.aclose()
+
+
+def test_the_gil_is_free_while_redis_is_paused(own_server: Server) -> None:
+    """A check waits 300 ms on a paused server (then the fail policy
+    answers); meanwhile another Python thread keeps counting, about as fast
+    as when nothing else runs."""
+    lim = rbr.TokenBucket(url(own_server), rate=10, burst=20, timeout=0.3)
+    assert lim.check(fresh_key("warm")).source == "redis"
+
+    def count_for(seconds: float) -> int:
+        n, stop = 0, time.monotonic() + seconds
+        while time.monotonic() < stop:
+            n += 1
+        return n
+
+    alone = count_for(0.25)
+    own_server.admin("CLIENT", "PAUSE", 1000, "ALL")
+    got: list[rb.Decision] = []
+    waiter = threading.Thread(target=lambda: got.append(lim.check("k")))
+    waiter.start()
+    time.sleep(0.01)  # the waiter is inside its call
+    beside = count_for(0.25)
+    waiter.join(timeout=5)
+    assert got and got[0].source == "fail_open", got
+    assert beside >= 0.5 * alone, f"counted {beside} beside a waiting check, {alone} alone"
+    lim.close()
+
+
+def test_reconnects_after_a_restart_on_the_same_port(own_server: Server) -> None:
+    lim = rbr.TokenBucket(url(own_server), rate=1000, burst=1000, timeout=0.2, breaker_threshold=1000)
+    assert lim.check("k").source == "redis"
+    own_server.stop()
+    assert lim.check("k").source == "fail_open"
+    own_server.start()
+    stop, sources = time.monotonic() + 5, []
+    while time.monotonic() < stop:
+        sources.append(lim.check("k").source)
+        if sources[-1] == "redis":
+            break
+        time.sleep(0.02)
+    assert sources[-1] == "redis", sources[-10:]
+    # Still the one limiter, and an asyncio one on the same URL too.
+    async def on_asyncio() -> str:
+        a = rbr.AsyncTokenBucket(url(own_server), rate=10, timeout=0.5)
+        d = await a.check("k2")
+        await a.aclose()
+        return d.source
+
+    assert asyncio.run(on_asyncio()) == "redis"
+    lim.close()
+
+
+# -------------------------------------------------------------- bad input
+
+
+def test_bad_targets_are_typed_errors_naming_the_value(server: Server) -> None:
+    bad: list[tuple[Any, type, str]] = [
+        ("http://x", rb.ConfigError, "http://x"),
+        ("redis://:99999", rb.ConfigError, "redis://:99999"),
+        ("garbage", rb.ConfigError, "garbage"),
+        ("", rb.ConfigError, '""'),
+        ("redis://", rb.ConfigError, "redis://"),
+        ("redis://u:hunter2@127.0.0.1:99999", rb.ConfigError, "u:***@"),
+        (["redis://127.0.0.1:7000", "http://y"], rb.ConfigError, "http://y"),
+        ([], rb.ConfigError, "[]"),
+        (b"redis://127.0.0.1", TypeError, "bytes"),
+        (5, TypeError, "int"),
+    ]
+    for target, cls, word in bad:
+        with pytest.raises(cls) as info:
+            rbr.TokenBucket(target, rate=1)
+        assert word in str(info.value), (target, str(info.value))
+        assert "hunter2" not in str(info.value)
+        with pytest.raises(cls):
+            rbr.AsyncFixedWindow(target, limit=1, window=1)
+    with pytest.raises(TypeError, match="batch"):
+        rbr.TokenBucket(url(server), rate=1, batch="yes")  # type: ignore[typeddict-item]
+    with pytest.raises(rb.ConfigError, match="rediss"):
+        rbr.TokenBucket(url(server), rate=1, ssl_ca_certs="/nonexistent.pem")
+    with pytest.raises(rb.ConfigError, match="rediss"):
+        rbr.TokenBucket(server.client(), rate=1, ssl_ca_certs="/nonexistent.pem")
+    with pytest.raises(rb.ConfigError, match="nonexistent"):
+        rbr.TokenBucket(f"rediss://{HOST}:1", rate=1, ssl_ca_certs="/nonexistent.pem")
+    # The engine's own errors are the same as on the redis-py path.
+    with pytest.raises(rb.QuotaError, match="timeout"):
+        rbr.TokenBucket(url(server), rate=10, timeout=0)
+    lim = rbr.TokenBucket(url(server), rate=10, burst=20)
+    with pytest.raises(rb.InsufficientCapacity):
+        lim.check("k", 21)
+    with pytest.raises(TypeError):
+        lim.check(1.5)  # type: ignore[arg-type]
+    lim.close()
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+def test_unreachable_hosts_answer_by_policy_within_the_deadline(policy: str) -> None:
+    """A closed port and a host that accepts but never answers: each check
+    is the fail policy's within the deadline, never a hang."""
+    with socket.socket() as silent:
+        silent.bind((HOST, 0))
+        silent.listen(64)
+        for port in (free_port(), silent.getsockname()[1]):
+            t = time.monotonic()
+            lim = rbr.TokenBucket(f"redis://{HOST}:{port}", rate=10, on_error=policy, timeout=0.05)
+            assert time.monotonic() - t < 0.05  # no I/O waited for at construction
+            for _ in range(5):
+                t = time.monotonic()
+                d = lim.check("k")
+                assert time.monotonic() - t < 0.05 + SLACK
+                assert d.source == FAIL_SOURCE[policy]
+            assert lim.breaker_open
+            lim.close()
+
+
+async def test_unreachable_host_asyncio() -> None:
+    lim = rbr.AsyncFixedWindow(f"redis://{HOST}:{free_port()}", limit=5, window=1, on_error="closed", timeout=0.05)
+    t = time.monotonic()
+    d = await lim.check("k")
+    assert time.monotonic() - t < 0.05 + SLACK
+    assert (d.source, d.allowed) == ("fail_closed", False)
+    await lim.aclose()
+
+
+# ----------------------------------------------------- auth, db, TLS
+
+
+def test_auth_and_db_numbers(tmp_path: pathlib.Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no", "--dir", str(tmp_path),
+         "--requirepass", "s3cret"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    admin = redis.Redis(host=HOST, port=port, password="s3cret", socket_timeout=1)
+    try:
+        for _ in range(200):
+            try:
+                admin.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        prefix = fresh_key("auth") + ":"
+        lim = rbr.TokenBucket(f"redis://:s3cret@{HOST}:{port}/3", rate=1, burst=2, prefix=prefix, timeout=1.0)
+        assert lim.check("k").source == "redis"
+        assert admin.execute_command("SELECT", 3) and admin.exists(f"{prefix}tb:k") == 1
+        assert admin.execute_command("SELECT", 0) and admin.exists(f"{prefix}tb:k") == 0  # db 0 untouched
+        lim.close()
+        user = rbr.TokenBucket(f"redis://default:s3cret@{HOST}:{port}", rate=1, burst=2, prefix=prefix, timeout=1.0)
+        assert user.check("k").source == "redis"
+        user.close()
+        wrong = rbr.TokenBucket(f"redis://:nope@{HOST}:{port}", rate=1, on_error="closed", timeout=0.5)
+        assert wrong.check("k").source == "fail_closed"
+        wrong.close()
+    finally:
+        admin.close()
+        proc.kill()
+        proc.wait()
+
+
+def _certs(d: pathlib.Path) -> Optional[tuple[pathlib.Path, pathlib.Path, pathlib.Path]]:
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        return None
+    ca_key, ca, key, csr, cert = (d / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ext = d / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run = lambda *a: subprocess.run([openssl, *a], check=True, capture_output=True, timeout=60)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca), "-days", "2",
+        "-subj", "/CN=ratebound test CA")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-out", str(cert),
+        "-days", "2", "-extfile", str(ext))
+    return ca, cert, key
+
+
+def test_tls_with_a_self_signed_ca(tmp_path: pathlib.Path) -> None:
+    certs = _certs(tmp_path)
+    if certs is None:
+        pytest.fail("openssl is needed for the TLS test (Debian: apt-get install openssl)", pytrace=False)
+    ca, cert, key = certs
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+         "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        target = f"rediss://{HOST}:{port}"
+        lim = rbr.TokenBucket(target, rate=1, burst=2, timeout=1.0, ssl_ca_certs=str(ca), on_error="closed")
+        stop, d = time.monotonic() + 10, None
+        while time.monotonic() < stop:
+            d = lim.check(fresh_key("tls"))
+            if d.source == "redis":
+                break
+            time.sleep(0.05)
+        assert d is not None and d.source == "redis", d
+        lim.close()
+        # The system's roots do not trust this CA: every call fails (closed).
+        untrusted = rbr.TokenBucket(target, rate=1, timeout=0.5, on_error="closed")
+        assert untrusted.check("k").source == "fail_closed"
+        untrusted.close()
+        # A plain connection to a TLS port is a failure too, never a hang.
+        plain = rbr.TokenBucket(f"redis://{HOST}:{port}", rate=1, timeout=0.2, on_error="closed")
+        assert plain.check("k").source == "fail_closed"
+        plain.close()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------- cluster
+
+
+@pytest.mark.parametrize("how", ["scheme", "list"])
+def test_cluster_bound_per_key_and_batches_per_slot(cluster: Cluster, how: str) -> None:
+    """Keys on each of three masters, through redis+cluster:// or a list of
+    nodes: each key's bound holds, each key lives on its own master; hot
+    keys batch per slot (fewer script runs than checks on a master) and no
+    node ever answers CROSSSLOT."""
+    target: Any = (
+        f"redis+cluster://{HOST}:{cluster.nodes[0].port}" if how == "scheme"
+        else [f"redis://{HOST}:{n.port}" for n in cluster.nodes]
+    )
+    keys = keys_per_master(cluster)
+    for n in cluster.nodes:
+        n.admin("CONFIG", "RESETSTAT")
+    instances, run_for = 16, 1.5
+    admitted: list[dict[str, int]] = [{k: 0 for k in keys.values()} for _ in range(instances)]
+    sources: collections.Counter[str] = collections.Counter()
+    barrier = threading.Barrier(instances)
+    starts = [0.0] * instances
+    sent = [0.0] * instances
+    ends = [0.0] * instances
+    checks = [0] * instances
+    errors: list[BaseException] = []
+    limiters = [rbr.TokenBucket(target, rate=10, burst=10, on_error="closed", timeout=1.0) for _ in range(instances)]
+    # Ready: the topology is read in the background from construction on.
+    stop = time.monotonic() + 10
+    while time.monotonic() < stop and limiters[0].check(fresh_key("warm")).source != "redis":
+        time.sleep(0.05)
+
+    def instance(i: int) -> None:
+        try:
+            barrier.wait()
+            starts[i] = time.monotonic()
+            while time.monotonic() < starts[i] + run_for:
+                for k in keys.values():
+                    sent[i] = time.monotonic()
+                    d = limiters[i].check(k)
+                    checks[i] += 1
+                    admitted[i][k] += d.allowed
+                    sources[d.source or "?"] += 1
+            ends[i] = time.monotonic()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    elapsed = max(ends) - min(starts)
+    bound = 10 + 10 * elapsed + 1
+    earned = 10 + 10 * (max(sent) - min(starts))
+    for port, k in keys.items():
+        total = sum(a[k] for a in admitted)
+        assert 0.9 * earned <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, {dict(sources)}"
+        assert [n.port for n in cluster.nodes if holds(n, f"rb:tb:{k}")] == [port], (k, port)
+    runs = sum(script_calls(n) for n in cluster.nodes)
+    assert runs < 0.9 * sum(checks), f"{runs} script runs for {sum(checks)} checks: no batching per slot"
+    for n in cluster.nodes:
+        errs = n.admin("INFO", "errorstats")
+        assert not any("CROSSSLOT" in str(e) for e in errs), errs
+    for lim in limiters:
+        lim.close()
+
+
+async def test_cluster_asyncio(cluster: Cluster) -> None:
+    keys = list(keys_per_master(cluster).values())
+    lim = rbr.AsyncTokenBucket(f"redis+cluster://{HOST}:{cluster.nodes[1].port}", rate=10, burst=10, on_error="closed", timeout=1.0)
+    stop = time.monotonic() + 10
+    while time.monotonic() < stop and (await lim.check(fresh_key("warm"))).source != "redis":
+        await asyncio.sleep(0.05)
+    ds = await asyncio.gather(*(lim.check(k) for k in keys for _ in range(15)))
+    by_key = collections.Counter(k for k, d in zip((k for k in keys for _ in range(15)), ds) if d.allowed)
+    assert {d.source for d in ds} == {"redis"}
+    assert all(by_key[k] in (10, 11) for k in keys), by_key
+    await lim.aclose()
+
+
+# ------------------------------------------- waiting, pauses, leases
+
+
+def test_waiters_move_past_another_instances_pause(server: Server) -> None:
+    """Instance A (a URL) holds reservations up to 400 ms ahead; instance B
+    pauses the key 600 ms; A hears of it on its own pub/sub connection and
+    its waiters complete only after the pause, in order."""
+    from test_redis_waiting import _check_moved, _sleeping_waiters
+
+    key = fresh_key("asleep-native")
+    a = rbr.TokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
+    assert not a.listening
+    a.acquire_blocking(fresh_key("warm"))
+    assert a.listening
+    start = time.monotonic()
+    threads, done = _sleeping_waiters(a, key, 5, start)
+    time.sleep(max(start + 0.06 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    shift = b.pause(key, 0.6)
+    assert shift is not None and shift >= 0.599
+    for t in threads:
+        t.join(timeout=10)
+    _check_moved(done, paused_at, paused_at + 0.6)
+    a.close()
+    assert not a.listening
+    b.close()
+
+
+async def test_asyncio_waiters_move_past_another_instances_pause(server: Server) -> None:
+    from test_redis_waiting import _check_moved
+
+    key = fresh_key("asleep-native-async")
+    a = rbr.AsyncTokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
+    await a.acquire(fresh_key("warm"))
+    assert a.listening
+    start = time.monotonic()
+
+    async def waiter(i: int) -> float:
+        await asyncio.sleep(0.01 * i)
+        await a.acquire(key, timeout=10)
+        return time.monotonic() - start
+
+    tasks = [asyncio.create_task(waiter(i)) for i in range(5)]
+    await asyncio.sleep(max(start + 0.06 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    shift = await asyncio.to_thread(b.pause, key, 0.6)
+    assert shift is not None and shift >= 0.599
+    done = list(await asyncio.gather(*tasks))
+    _check_moved(done, paused_at, paused_at + 0.6)
+    await a.aclose()
+    assert not a.listening
+    b.close()
+
+
+async def test_asyncio_reserve_cancel_and_a_cancelled_acquire(server: Server) -> None:
+    key = fresh_key("reserve-async")
+    a = rbr.AsyncTokenBucket(url(server), "5/s burst 1", on_error="closed", timeout=1.0)
+    first = await a.reserve(key)
+    assert first.delay == 0.0
+    nxt = await a.reserve(key, max_wait=1)
+    assert 0.15 <= nxt.delay <= 0.2
+    assert await nxt.acancel() is True
+    with pytest.raises(rb.RateLimitExceeded):
+        await a.reserve(key, max_wait=0.01)
+    # A task cancelled while it waits gives its slot back.
+    waiting = asyncio.create_task(a.acquire(key, timeout=5))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    t = time.monotonic()
+    await a.acquire(key, timeout=5)
+    assert time.monotonic() - t <= 0.2 + SLACK
+    await a.aclose()
+
+
+def test_leases_and_close_give_tokens_back(server: Server) -> None:
+    key = fresh_key("lease-native")
+    lim = rbr.TokenBucket(url(server), rate=1, burst=20, lease=10)
+    d = lim.check(key)
+    assert (d.source, d.remaining) == ("redis", 9)
+    assert lim.check(key).source == "lease"
+    assert lim.leased() == 8
+    assert lim.close() == 1
+    assert lim.leased() == 0
+    other = rbr.TokenBucket(url(server), rate=1, burst=20)
+    got = sum(other.check(key).allowed for _ in range(25))
+    assert got in (18, 19), got
+    other.close()
+
+
+def test_middleware_policy_with_a_url(server: Server) -> None:
+    from flask import Flask
+
+    flask = Flask(__name__)
+    flask.get("/")(lambda: "ok")
+    prefix = f"{fresh_key('mw-native')}:"
+    flask.wsgi_app = rb.wsgi.RateLimitMiddleware(  # type: ignore[method-assign]
+        flask.wsgi_app,
+        policies={"global": rbr.TokenBucket(url(server), rate=1, burst=2, prefix=prefix)},
+        key_header="x-api-key",
+    )
+    client = flask.test_client()
+    codes = [client.get("/", headers={"x-api-key": "alice"}).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+    assert server.admin("EXISTS", f"{prefix}tb@global:key:alice") == 1
+
+
+def test_a_forked_child_makes_its_own_connection(server: Server) -> None:
+    """After a fork the child's calls go out on a connection (and runtime)
+    of its own; the parent's keeps working."""
+    if not hasattr(os, "fork"):
+        pytest.fail("no fork here", pytrace=False)
+    lim = rbr.TokenBucket(url(server), rate=1, burst=100, timeout=1.0)
+    key = fresh_key("fork")
+    assert lim.check(key).remaining == 99
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            got = [lim.check(key) for _ in range(3)]
+            os.write(w, ",".join(f"{d.source}:{d.remaining}" for d in got).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        child = f.read()
+    os.waitpid(pid, 0)
+    assert child == "redis:98,redis:97,redis:96", child
+    assert lim.check(key).remaining == 95
+    lim.close()
+
+
+def test_repr_hides_the_password() -> None:
+    lim = rbr.TokenBucket(f"redis://user:hunter2@{HOST}:{free_port()}/2", rate=1)
+    assert "hunter2" not in repr(lim) and "user:***@" in repr(lim), repr(lim)
+    lim.close()
