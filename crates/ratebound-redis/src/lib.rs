@@ -55,6 +55,8 @@ mod reserve;
 pub mod script;
 
 #[cfg(feature = "tokio")]
+mod batcher;
+#[cfg(feature = "tokio")]
 mod driver;
 
 pub use acquisition::{Acquisition, Step};

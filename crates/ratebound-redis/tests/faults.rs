@@ -170,3 +170,54 @@ async fn waits_under_client_pause_follow_the_fail_policy() {
         tokio::time::sleep(Duration::from_millis(350)).await;
     }
 }
+
+/// Batching under `CLIENT PAUSE`: 64 callers in flight on one limiter
+/// (one queued behind the other's send), every one answered by the fail
+/// policy within its own deadline — none hangs behind a stalled batch —
+/// and Redis answers again once the pause is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_callers_under_client_pause_answer_within_their_deadline() {
+    let _turn = TURNS.lock().await;
+    let slack = Duration::from_millis(40);
+    let server = Server::start();
+    let mut admin = manager(&server.url()).await;
+    for (on_error, failed) in [
+        (OnError::Open, Source::FailOpen),
+        (OnError::Closed, Source::FailClosed),
+    ] {
+        let config = policy_config(on_error);
+        assert!(config.batch, "batching is the default");
+        let limiter = RedisLimiter::new(config, manager(&server.url()).await).unwrap();
+        let key = fresh("pause-batch");
+        assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(400)
+            .arg("ALL")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let mut callers = Vec::new();
+        for i in 0..64 {
+            let (limiter, key) = (limiter.clone(), format!("{key}:{i}"));
+            callers.push(tokio::spawn(async move {
+                let t = Instant::now();
+                let d = limiter.check(&key).await.unwrap();
+                (d.source(), t.elapsed())
+            }));
+        }
+        for c in callers {
+            let (source, took) = tokio::time::timeout(Duration::from_secs(2), c)
+                .await
+                .expect("no caller hangs")
+                .unwrap();
+            assert_eq!(source, failed, "{on_error:?}");
+            assert!(
+                took <= Duration::from_millis(50) + slack,
+                "{on_error:?}: {took:?}"
+            );
+        }
+        let longest = until_source(&limiter, &key, Source::Redis, Duration::from_secs(5)).await;
+        assert!(longest <= Duration::from_millis(50) + slack, "{longest:?}");
+    }
+}

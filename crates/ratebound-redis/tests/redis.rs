@@ -62,58 +62,89 @@ async fn spec_vectors_replay_against_real_redis() {
 }
 
 /// The source material's incident: fifty instances, each with its own
-/// connection, share a partner's 10/s burst 20 for 3 s. Together they stay
-/// within 20 + 10·t (+1 for the token that may fall due while the last
-/// call is in flight) and use at least 90 % of it; fifty local buckets, the
-/// contrast, let through about fifty times the limit.
+/// connection and four callers in flight, share a partner's 10/s burst 20
+/// for 3 s — batched (the default: an instance's callers in flight share
+/// script runs) and unbatched. Together they stay within 20 + 10·t (+1 for
+/// the token that may fall due while the last call is in flight) and use
+/// at least 90 % of it, both ways; batched, in fewer script calls than
+/// checks. Fifty local buckets, the contrast, let through about fifty
+/// times the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_instances_share_one_limit() {
     let server = Server::start();
-    let key = fresh("partner");
+    let mut admin = manager(&server.url()).await;
     let quota = Quota::parse("10/s burst 20").unwrap();
-    let mut instances = Vec::new();
-    for _ in 0..50 {
-        // A generous deadline: this test is about sharing one limit, not
-        // about deadlines (tests/faults.rs), and the machine may be busy.
-        let mut c = Config::new(Algorithm::TokenBucket(quota));
-        c.timeout = Duration::from_secs(1);
-        instances.push(RedisLimiter::new(c, manager(&server.url()).await).unwrap());
-    }
-    let admitted = Arc::new(AtomicU64::new(0));
-    let run = Duration::from_secs(3);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for limiter in instances {
-        let (admitted, key) = (admitted.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut sources = Vec::new();
-            // Bounded: at most 3 000 checks per instance.
-            for _ in 0..3_000 {
-                if start.elapsed() >= run {
-                    break;
-                }
-                let d = limiter.check(&key).await.unwrap();
-                sources.push(d.source());
-                if d.is_allowed() {
-                    admitted.fetch_add(1, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
+    for batch in [true, false] {
+        let key = fresh("partner");
+        let mut instances = Vec::new();
+        for _ in 0..50 {
+            // A generous deadline: this test is about sharing one limit,
+            // not about deadlines (tests/faults.rs), and the machine may be
+            // busy.
+            let mut c = Config::new(Algorithm::TokenBucket(quota));
+            c.timeout = Duration::from_secs(1);
+            c.batch = batch;
+            instances.push(RedisLimiter::new(c, manager(&server.url()).await).unwrap());
+        }
+        let admitted = Arc::new(AtomicU64::new(0));
+        let run = Duration::from_secs(3);
+        let before = evalsha_calls(&mut admin).await;
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for limiter in &instances {
+            for _ in 0..4 {
+                let (limiter, admitted, key) = (limiter.clone(), admitted.clone(), key.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut sources = Vec::new();
+                    // Bounded: at most 3 000 checks per caller.
+                    for _ in 0..3_000 {
+                        if start.elapsed() >= run {
+                            break;
+                        }
+                        let d = limiter.check(&key).await.unwrap();
+                        sources.push(d.source());
+                        if d.is_allowed() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    sources
+                }));
             }
-            sources
-        }));
+        }
+        let mut checks = 0;
+        for t in tasks {
+            let sources = t.await.unwrap();
+            assert!(sources.iter().all(|s| *s == Source::Redis), "{sources:?}");
+            checks += sources.len() as u64;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let calls = evalsha_calls(&mut admin).await - before;
+        let admitted = admitted.load(Ordering::Relaxed) as f64;
+        let bound = 20.0 + 10.0 * elapsed;
+        println!(
+            "incident, batch {batch}: {checks} checks in {calls} script calls, \
+             {admitted} admitted in {elapsed:.2} s, bound {bound:.1}"
+        );
+        assert!(
+            admitted <= bound + 1.0,
+            "batch {batch}: {admitted} > {bound}"
+        );
+        assert!(
+            admitted >= 0.9 * bound,
+            "batch {batch}: {admitted} < 90 % of {bound}"
+        );
+        if batch {
+            assert!(calls < checks, "batched: {calls} calls for {checks} checks");
+        } else {
+            // One call per check, and one EVAL per connection whose first
+            // EVALSHA met NOSCRIPT at most.
+            assert!(
+                (checks..=checks + 50).contains(&calls),
+                "unbatched: {calls}"
+            );
+        }
     }
-    let mut calls = 0;
-    for t in tasks {
-        let sources = t.await.unwrap();
-        assert!(sources.iter().all(|s| *s == Source::Redis), "{sources:?}");
-        calls += sources.len();
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let admitted = admitted.load(Ordering::Relaxed) as f64;
-    let bound = 20.0 + 10.0 * elapsed;
-    println!("incident: {calls} checks, {admitted} admitted in {elapsed:.2} s, bound {bound:.1}");
-    assert!(admitted <= bound + 1.0, "{admitted} > {bound}");
-    assert!(admitted >= 0.9 * bound, "{admitted} < 90 % of {bound}");
 
     // The contrast: a local bucket per instance.
     let locals: Vec<TokenBucket> = (0..50).map(|_| TokenBucket::new(quota)).collect();

@@ -1,0 +1,328 @@
+//! Batching for the Rust driver: the calls in flight together on one
+//! connection go out as one script run over many keys ([`BatchCall`]).
+//!
+//! The rule (every driver's): a call is sent alone, by its caller, when
+//! nothing of its group is waiting and fewer than [`SENDS`] sends of its
+//! group are in flight; otherwise it waits in its group's queue, and the
+//! queue goes out as one batch (at most [`BatchCall::MAX`] calls that
+//! [join](BatchCall::joins)) as soon as a send of the group lands. So one
+//! caller in flight never waits for a batch, and many form batches. A
+//! group is the whole connection, or in a Redis Cluster one hash slot (the
+//! keys of one script run must share a slot).
+//!
+//! Batches are sent by a spawned task, never by a caller's future: a caller
+//! that gives up (its deadline passed, its future was dropped) leaves the
+//! others' batch alone. Each caller waits for its own answer within its own
+//! deadline; a call whose caller stopped waiting before its batch went out
+//! is not sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::Slot;
+use tokio::sync::oneshot;
+
+use crate::{BatchCall, Call, CallOutcome};
+
+/// Sends of one group in flight at once. One: the calls that come during a
+/// round trip form the next batch, which goes the moment it lands. Two or
+/// four (measured with `benches/src/bin/redis_throughput.rs` at 16 and 64
+/// in flight) gave no more decisions per second on 2 cores, in smaller
+/// batches — more Redis CPU per decision.
+pub(crate) const SENDS: usize = 1;
+
+/// What became of one call, owned: it crosses from the sending task to the
+/// caller.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// The script's reply (for a batch, this call's seven integers).
+    Reply(Vec<i64>),
+    /// A reply that is not a list of integers, or a batch's of the wrong
+    /// length.
+    Malformed,
+    /// No answer within the deadline.
+    Timeout,
+    /// A connection or server error.
+    Failed(String),
+}
+
+impl Answer {
+    /// As the engine reads it.
+    pub(crate) fn outcome(&self) -> CallOutcome<'_> {
+        match self {
+            Answer::Reply(r) => CallOutcome::Reply(r),
+            Answer::Malformed => CallOutcome::Malformed,
+            Answer::Timeout => CallOutcome::Timeout,
+            Answer::Failed(e) => CallOutcome::Failed(e),
+        }
+    }
+
+    /// Whether Redis answered (with anything).
+    pub(crate) fn replied(&self) -> bool {
+        matches!(self, Answer::Reply(_))
+    }
+}
+
+/// Runs `commands` (`EVALSHA`, then `EVAL` on `NOSCRIPT`) within `timeout`:
+/// the reply's integers, or what went wrong.
+async fn query<C: ConnectionLike>(
+    conn: &mut C,
+    (evalsha, eval): (redis::Cmd, redis::Cmd),
+    timeout: Duration,
+) -> Result<Vec<i64>, Answer> {
+    let attempt = async {
+        match evalsha.query_async::<Value>(conn).await {
+            Err(e) if Call::is_noscript(&e) => eval.query_async::<Value>(conn).await,
+            other => other,
+        }
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(Value::Array(items))) => items
+            .iter()
+            .map(|v| match v {
+                Value::Int(i) => Some(*i),
+                _ => None,
+            })
+            .collect::<Option<Vec<i64>>>()
+            .ok_or(Answer::Malformed),
+        Ok(Ok(_)) => Err(Answer::Malformed),
+        Ok(Err(e)) => Err(Answer::Failed(e.to_string())),
+        Err(_) => Err(Answer::Timeout),
+    }
+}
+
+/// Sends `call` alone within `timeout`.
+pub(crate) async fn send_one<C: ConnectionLike + Clone>(
+    conn: &C,
+    call: &Call,
+    timeout: Duration,
+) -> Answer {
+    let mut conn = conn.clone();
+    match query(&mut conn, call.commands(), timeout).await {
+        Ok(reply) => Answer::Reply(reply),
+        Err(a) => a,
+    }
+}
+
+/// A call waiting for its batch, and where its answer goes.
+struct Waiter {
+    call: Arc<Call>,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// One group's state: the calls waiting, the sends in flight.
+#[derive(Default)]
+struct Group {
+    waiting: VecDeque<Waiter>,
+    sending: usize,
+}
+
+impl Group {
+    /// The next batch: the oldest waiting call and up to
+    /// [`BatchCall::MAX`] − 1 later ones that join it, in order; calls
+    /// whose caller stopped waiting are dropped. Empty when nothing waits.
+    fn take(&mut self) -> Vec<Waiter> {
+        let mut batch: Vec<Waiter> = Vec::new();
+        let mut rest = VecDeque::new();
+        while let Some(w) = self.waiting.pop_front() {
+            if w.answer.is_closed() {
+                continue;
+            }
+            if batch.len() == BatchCall::MAX {
+                rest.push_back(w);
+                rest.append(&mut self.waiting);
+                break;
+            }
+            match batch.first() {
+                Some(first) if !BatchCall::joins(&first.call, &w.call) => rest.push_back(w),
+                _ => batch.push(w),
+            }
+        }
+        self.waiting = rest;
+        batch
+    }
+}
+
+/// How a caller's call goes (see [`Batcher::enter`]).
+pub(crate) enum Entry<C: ConnectionLike + Clone + Send + Sync + 'static> {
+    /// Send it yourself; dropping the [`Flight`] lets the group's queue go.
+    Alone(Flight<C>),
+    /// Wait for its answer.
+    Queued(oneshot::Receiver<Answer>),
+}
+
+/// The batching state of one limiter (shared by its clones).
+pub(crate) struct Batcher<C> {
+    conn: C,
+    timeout: Duration,
+    /// Group by hash slot (a Redis Cluster), or all calls in one group.
+    per_slot: bool,
+    groups: Mutex<HashMap<Option<Slot>, Group>>,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
+    /// Batching over `conn`, each send within `timeout`.
+    pub(crate) fn new(conn: C, timeout: Duration, per_slot: bool) -> Arc<Batcher<C>> {
+        Arc::new(Batcher {
+            conn,
+            timeout,
+            per_slot,
+            groups: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether calls are grouped by hash slot.
+    pub(crate) fn per_slot(&self) -> bool {
+        self.per_slot
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Slot>, Group>> {
+        // A panic while the lock was held left a consistent map (every
+        // change is one statement): go on with it.
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where `call` goes: alone (nothing of its group waits, a send is
+    /// free) or into its group's queue.
+    pub(crate) fn enter(self: &Arc<Self>, call: &Arc<Call>) -> Entry<C> {
+        let slot = self.per_slot.then(|| Slot::for_key(&call.key));
+        let mut groups = self.groups();
+        let group = groups.entry(slot).or_default();
+        if group.waiting.is_empty() && group.sending < SENDS {
+            group.sending += 1;
+            return Entry::Alone(Flight {
+                batcher: self.clone(),
+                slot,
+                armed: true,
+            });
+        }
+        let (answer, rx) = oneshot::channel();
+        group.waiting.push_back(Waiter {
+            call: Arc::clone(call),
+            answer,
+        });
+        Entry::Queued(rx)
+    }
+
+    /// The group's next batch, still counted as in flight; or, when
+    /// nothing waits, the send no longer counted (`None`).
+    fn next(&self, slot: Option<Slot>) -> Option<Vec<Waiter>> {
+        let mut groups = self.groups();
+        let group = groups.get_mut(&slot)?;
+        let batch = group.take();
+        if !batch.is_empty() {
+            return Some(batch);
+        }
+        group.sending = group.sending.saturating_sub(1);
+        // A cluster's groups come and go with their slots; the one group
+        // of a standalone connection stays.
+        if self.per_slot && group.sending == 0 && group.waiting.is_empty() {
+            groups.remove(&slot);
+        }
+        None
+    }
+
+    /// Sends `batch` and hands each call its answer.
+    async fn send(&self, batch: Vec<Waiter>) {
+        if let [one] = &batch[..] {
+            let answer = send_one(&self.conn, &one.call, self.timeout).await;
+            if let Some(w) = batch.into_iter().next() {
+                let _ = w.answer.send(answer);
+            }
+            return;
+        }
+        let calls: Vec<&Call> = batch.iter().map(|w| &*w.call).collect();
+        let Some(many) = BatchCall::of(&calls) else {
+            // Cannot happen (a batch holds calls that join); answer each
+            // alone rather than fail them.
+            for w in batch {
+                let answer = send_one(&self.conn, &w.call, self.timeout).await;
+                let _ = w.answer.send(answer);
+            }
+            return;
+        };
+        let mut conn = self.conn.clone();
+        match query(&mut conn, many.commands(), self.timeout).await {
+            Ok(reply) => match BatchCall::replies(&reply, batch.len()) {
+                Some(parts) => {
+                    for (w, part) in batch.into_iter().zip(parts) {
+                        let _ = w.answer.send(Answer::Reply(part.to_vec()));
+                    }
+                }
+                None => {
+                    for w in batch {
+                        let _ = w.answer.send(Answer::Malformed);
+                    }
+                }
+            },
+            Err(failure) => {
+                for w in batch {
+                    let _ = w.answer.send(match &failure {
+                        Answer::Failed(e) => Answer::Failed(e.clone()),
+                        Answer::Timeout => Answer::Timeout,
+                        _ => Answer::Malformed,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// One send of a group in flight. Dropped (the send landed, or the future
+/// carrying it was dropped), it lets the group's queue go: a spawned task
+/// sends batch after batch until nothing waits.
+pub(crate) struct Flight<C: ConnectionLike + Clone + Send + Sync + 'static> {
+    batcher: Arc<Batcher<C>>,
+    slot: Option<Slot>,
+    /// Still counted in the group's `sending`.
+    armed: bool,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for Flight<C> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.armed = false;
+        let Some(batch) = self.batcher.next(self.slot) else {
+            return;
+        };
+        let flight = Flight {
+            batcher: self.batcher.clone(),
+            slot: self.slot,
+            armed: true,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(fly(flight, batch));
+            }
+            // No runtime to send from (dropped outside one): the batch's
+            // callers hear that it was dropped, and the next one is tried
+            // by this flight's drop.
+            Err(_) => drop((batch, flight)),
+        }
+    }
+}
+
+/// A spawned task's work: `batch`, then the group's next batches while
+/// calls wait. If the task is dropped (its runtime shut down), the calls
+/// of the batch in hand hear that it was dropped and `flight` lets the
+/// rest go.
+async fn fly<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    mut flight: Flight<C>,
+    mut batch: Vec<Waiter>,
+) {
+    loop {
+        flight.batcher.send(std::mem::take(&mut batch)).await;
+        match flight.batcher.next(flight.slot) {
+            Some(next) => batch = next,
+            None => {
+                flight.armed = false;
+                return;
+            }
+        }
+    }
+}
