@@ -278,6 +278,15 @@ export declare namespace redis {
     > {
     /** The ioredis or node-redis client (or cluster) to run the scripts with. */
     client: RedisClient
+    /**
+     * Whether checks that wait while others of this limiter are in flight go
+     * out together, at the end of the event loop's turn, as one script run
+     * over all their keys (per hash slot on a cluster, at most 128): each
+     * key decided in order exactly as separate calls would decide it, for
+     * less of Redis' time a decision (default true). A check with nothing
+     * in flight goes at once, alone. `false`: one script call a check.
+     */
+    batch?: boolean
   }
   /** Options of `redis.TokenBucket`. */
   interface TokenBucketOptions extends CommonOptions, Pick<RedisEngineOptions, 'lease' | 'leaseTtl'> {
@@ -302,7 +311,10 @@ export declare namespace redis {
   }
   /** The driver's counters since the limiter was made. */
   interface Stats {
-    /** Round trips started (an `EVALSHA`, and its `EVAL` after `NOSCRIPT`, count once). */
+    /**
+     * Script calls started: round trips (an `EVALSHA`, and its `EVAL` after
+     * `NOSCRIPT`, count once; a batch counts once).
+     */
     calls: number
     /** `NOSCRIPT` replies answered with `EVAL`. */
     evals: number
@@ -310,6 +322,10 @@ export declare namespace redis {
     timeouts: number
     /** Calls that failed with a client or server error (the fail policy answered). */
     errors: number
+    /** Of the calls, batches: one script run over several checks' keys. */
+    batches: number
+    /** The checks that went in those batches. */
+    batched: number
   }
   /** Tokens reserved in Redis by `reserve`. */
   interface RedisReservation {

@@ -9,18 +9,64 @@
 //
 //   EVALSHA <sha> 1 <key> <args...>, and on NOSCRIPT  EVAL <text> 1 <key> <args...>
 //
-// once, both within ONE deadline (a timer, cleared on completion). A timeout
-// or any client error is an outcome handed to the engine, never a rejection.
+// once, both within ONE deadline. A timeout or any client error is an
+// outcome handed to the engine, never a rejection.
+//
+// The hot path is two raw native calls a check (src/redis/raw.rs): `begin`
+// gives the Redis key and writes the call's number and template into the
+// shared Float64Array `S` (the script and its arguments: the same for every
+// check of one kind, fetched once and kept here), and `finish` reads the
+// reply's numbers from `S` and writes the decision there, which becomes the
+// decision object here. One timer a limiter — the deadline wheel — expires
+// the calls in flight whose deadline passed (they all have the same
+// deadline, so they expire in the order they began).
+//
+// Batching: while calls of a limiter are in flight, a new check waits in a
+// queue that goes out at the end of the current turn of the event loop as
+// ONE script run over all its keys (the engine's BatchCall: per hash slot
+// on a cluster client, at most 128 keys), each key decided in order exactly
+// as separate calls would decide it. A check with nothing in flight goes at
+// once, alone. `batch: false` sends every check alone.
 //
 // Pause news: a pause that moved reservations is PUBLISHed on the prefix's
 // channel (rb:pause), and a token bucket listens there from its first wait
 // on, on a duplicate of the application's client in subscriber mode; every
 // message goes to the engine's hear(), which moves the waiters it holds.
 
+const { setMaxListeners } = require('node:events')
+
 module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, abortError }) {
-  const { RedisEngine, RedisCall } = native
+  const { RedisEngine, RedisCall, redisTemplate, redisCallArgs, redisKeep, redisUseSlots } = native
   // The longest sleep a host timer holds; the engine is asked again after it.
   const MAX_SLEEP_MS = 2 ** 31 - 1
+
+  // The raw entry points and their shared array (one per thread).
+  const R = native.bindRedisPath()
+  const S = R.scratch
+  const rawBegin = R.begin
+  const rawBeginReserve = R.beginReserve
+  const rawFinish = R.finish
+  const rawBatch = R.batch
+  const rawFinishBatch = R.finishBatch
+  const ANSWER = R.answerAt
+  const IDS = R.idsAt
+  const REPLY = R.replyAt
+  const OUT = R.outAt
+  const STRIDE = R.stride
+  const MAX_BATCH = R.maxBatch
+  const REPLY_ROOM = 7 * MAX_BATCH
+  const SOURCES = R.sources
+  // What became of a call, as `finish` is told.
+  const REPLIED = 0
+  const TIMED_OUT = 1
+  const FAILED = 2
+  const MALFORMED = 3
+  // What a call in flight was begun for.
+  const CHECK = 0
+  const RESERVE = 1
+  const RAW = 2 // a RedisCall of the engine's slower steps: its reply as it came
+  // Node-redis calls begun within this many ms share one AbortSignal.
+  const EPOCH_MS = 1
 
   function optionError(message) {
     const e = new TypeError(message)
@@ -74,10 +120,13 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     if (stream != null && typeof stream.unref === 'function') stream.unref()
   }
 
-  // What each client needs to run a script on one key: `evalsha` and
-  // `eval` returning a Promise, and whether a queued command can be
-  // withdrawn when its deadline passes; `publish`, and `subscribe` (null
-  // when the client cannot be duplicated: no listener).
+  // What each client needs to run a script: `one` (EVALSHA sha 1 key
+  // ...args) and `oneEval` (EVAL text 1 key ...args), `many` and `manyEval`
+  // (a batch: EVALSHA sha n ...flat, `flat` the keys then the arguments),
+  // each returning a Promise; whether a queued command can be withdrawn when
+  // its deadline passes (`abortable`: the calls take `{ abortSignal }`);
+  // whether keys are routed by hash slot (`cluster`); `publish`, and
+  // `subscribe` (null when the client cannot be duplicated: no listener).
   function adapterFor(client) {
     if (client == null || (typeof client !== 'object' && typeof client !== 'function')) {
       const e = new TypeError('client must be an ioredis client (Redis or Cluster) or a node-redis v4+ client (createClient or createCluster)')
@@ -85,19 +134,20 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       throw e
     }
     if (typeof client.evalSha === 'function' && typeof client.eval === 'function') {
-      // node-redis v4+ (client or cluster; a cluster routes by the first key).
-      const abortable = typeof client.withAbortSignal === 'function'
+      // node-redis v4+: the raw sendCommand (no parsing of ours to redo); a
+      // cluster routes by the first key, a client takes an AbortSignal.
+      const cluster = typeof client.getSlotMaster === 'function'
+      const send = cluster
+        ? (words, key) => client.sendCommand(key, false, words)
+        : (words, key, options) => client.sendCommand(words, options)
       return {
         kind: 'node-redis',
-        abortable,
-        evalsha(sha, key, args, signal) {
-          const c = signal === undefined ? client : client.withAbortSignal(signal)
-          return c.evalSha(sha, { keys: [key], arguments: args })
-        },
-        eval(text, key, args, signal) {
-          const c = signal === undefined ? client : client.withAbortSignal(signal)
-          return c.eval(text, { keys: [key], arguments: args })
-        },
+        abortable: !cluster,
+        cluster,
+        one: (sha, key, args, options) => send(['EVALSHA', sha, '1', key, ...args], key, options),
+        oneEval: (text, key, args, options) => send(['EVAL', text, '1', key, ...args], key, options),
+        many: (sha, n, flat, options) => send(['EVALSHA', sha, String(n), ...flat], flat[0], options),
+        manyEval: (text, n, flat, options) => send(['EVAL', text, String(n), ...flat], flat[0], options),
         publish: (channel, message) => client.publish(channel, message),
         subscribe(channel, onMessage) {
           if (typeof client.duplicate !== 'function') return null
@@ -134,8 +184,11 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       return {
         kind: client.isCluster === true ? 'ioredis-cluster' : 'ioredis',
         abortable: false,
-        evalsha: (sha, key, args) => client.evalsha(sha, 1, key, ...args),
-        eval: (text, key, args) => client.eval(text, 1, key, ...args),
+        cluster: client.isCluster === true,
+        one: (sha, key, args) => client.evalsha(sha, 1, key, ...args),
+        oneEval: (text, key, args) => client.eval(text, 1, key, ...args),
+        many: (sha, n, flat) => client.evalsha(sha, n, ...flat),
+        manyEval: (text, n, flat) => client.eval(text, n, ...flat),
         publish: (channel, message) => client.publish(channel, message),
         subscribe(channel, onMessage) {
           if (typeof client.duplicate !== 'function') return null
@@ -182,71 +235,447 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     return out
   }
 
+  // Writes a reply's numbers at REPLY in `S` by the same rule; their count,
+  // or -1 for a reply that is no array (or longer than any script's).
+  function putReply(reply) {
+    if (!Array.isArray(reply) || reply.length > REPLY_ROOM) return -1
+    for (let i = 0; i < reply.length; i++) {
+      const v = reply[i]
+      S[REPLY + i] = typeof v === 'number' ? v : typeof v === 'bigint' || typeof v === 'string' ? Number(v) : NaN
+    }
+    return reply.length
+  }
+
+  // The decision the engine wrote at `at` in `S`.
+  function decisionAt(at) {
+    return {
+      allowed: S[at] === 1,
+      limit: S[at + 1],
+      remaining: S[at + 2],
+      retryAfter: S[at + 3],
+      resetAfter: S[at + 4],
+      source: SOURCES[S[at + 5]],
+    }
+  }
+
+  // A reservation's answer at `at` in `S`: granted or not, the wait (the
+  // delay, or the retryAfter of a refusal), the source, and the call that
+  // took the tokens when they are due later (for cancel).
+  function reservedAt(at, id) {
+    return {
+      granted: S[at] === 1,
+      wait: S[at + 1],
+      source: SOURCES[S[at + 2]],
+      call: S[at + 3] === 1 ? redisKeep(id) : null,
+    }
+  }
+
   const TIMEOUT = Object.freeze({ timedOut: true })
 
-  // Runs `call` within `ms`: resolves (never rejects) with { reply } or
-  // TIMEOUT or { error }. Every client promise gets its handlers at once, so
-  // a late failure after the deadline is no unhandled rejection.
-  function run(adapter, call, ms, stats) {
-    return new Promise((resolve) => {
-      let done = false
-      const controller = adapter.abortable ? new AbortController() : undefined
-      const signal = controller === undefined ? undefined : controller.signal
-      const timer = setTimeout(() => {
-        if (done) return
-        done = true
-        stats.timeouts++
-        // node-redis: a command still queued (offline) is withdrawn, so it
-        // does not run when the connection comes back. One already sent may
-        // still run: its tokens may be spent.
-        if (controller !== undefined) controller.abort()
-        resolve(TIMEOUT)
-      }, ms)
-      const settle = (result) => {
-        if (done) return
-        done = true
-        clearTimeout(timer)
-        resolve(result)
-      }
-      const fail = (e) => {
-        if (!done) stats.errors++
-        settle({ error: errorText(e) })
-      }
-      const ok = (reply) => settle({ reply })
-      // [sha, key, ...args] in one native call; a key that is valid UTF-8
-      // comes as a string (the clients write an all-string command in one
-      // piece, a Buffer argument through a slower path).
+  // One call in flight (or queued for a batch): what it was begun for, its
+  // number in the native table, the key to send, its template, join class
+  // and hash slot, its deadline, and the resolve of the caller's promise.
+  class Pending {
+    constructor(kind, id, key, template, cls, slot) {
+      this.kind = kind
+      this.id = id
+      this.key = key
+      this.template = template
+      this.cls = cls
+      this.slot = slot
+      this.deadline = 0
+      this.done = false
+      this.evaled = false
+      this.epoch = null
+      this.resolve = null
+      // A RAW call's [sha, text, args].
+      this.words = null
+    }
+  }
+
+  // The AbortSignal the node-redis calls of one EPOCH_MS share: aborted when
+  // the deadline of the last of them passes, so that a command still queued
+  // while the client is offline is withdrawn (one already sent may still
+  // run: its tokens may be spent).
+  class Epoch {
+    constructor(opened) {
+      this.opened = opened
+      this.controller = new AbortController()
+      // One listener a queued command: no leak warning for them.
+      setMaxListeners(0, this.controller.signal)
+      this.options = { abortSignal: this.controller.signal }
+      this.last = null
+    }
+  }
+
+  // Runs the calls of one engine with one client: the deadline wheel, the
+  // batch queue, the templates and the counters.
+  class Driver {
+    #h
+    #adapter
+    #ms
+    #batching
+    #templates = []
+    #stats = { calls: 0, evals: 0, timeouts: 0, errors: 0, batches: 0, batched: 0 }
+    // Commands sent and not yet answered (a batch is one).
+    #inFlight = 0
+    // The wheel: every call begun, in the order it began (and so of its
+    // deadline), from #head on; the one timer, armed while calls wait.
+    #wheel = []
+    #head = 0
+    #timer = null
+    // The batch queue, and whether its flush is due at the end of the turn.
+    #queue = []
+    #flushing = false
+    #epoch = null
+    // While the wheel's loop runs (it moves #head itself).
+    #ticking = false
+
+    constructor(engine, adapter, batching) {
+      this.#h = engine.handle
+      this.#adapter = adapter
+      this.#ms = engine.timeout * 1000
+      this.#batching = batching
+      if (adapter.cluster) redisUseSlots(this.#h)
+    }
+
+    get stats() {
+      return { ...this.#stats }
+    }
+
+    // A check: the decision, from Redis or from the engine at once. Throws
+    // for bad arguments (the caller turns that into a rejection).
+    check(key, n, scope, atUs) {
+      const redisKey = rawBegin(this.#h, key, n, scope, atUs)
+      if (S[0] === 0) return Promise.resolve(decisionAt(ANSWER))
+      return this.#go(new Pending(CHECK, S[1], redisKey, S[2], S[3], S[4]))
+    }
+
+    // A reservation: `{ granted, wait, source, call }`.
+    reserve(key, n, maxWait) {
+      const redisKey = rawBeginReserve(this.#h, key, n, maxWait, undefined)
+      if (S[0] === 0) return Promise.resolve(reservedAt(ANSWER, -1))
+      return this.#go(new Pending(RESERVE, S[1], redisKey, S[2], S[3], S[4]))
+    }
+
+    // Runs a RedisCall of the engine's slower steps (waits, pauses, give
+    // backs, drains) within the deadline: resolves (never rejects) with
+    // { reply } or TIMEOUT or { error }.
+    run(call) {
       const command = call.command()
-      const sha = command[0]
-      const key = command[1]
-      const args = command.slice(2)
-      stats.calls++
-      let first
+      const e = new Pending(RAW, -1, command[1], -1, -1, 0)
+      e.words = [command[0], call.text, command.slice(2)]
+      return this.#go(e)
+    }
+
+    #go(e) {
+      const p = new Promise((resolve) => {
+        e.resolve = resolve
+      })
+      e.deadline = performance.now() + this.#ms
+      this.#wheel.push(e)
+      if (this.#timer === null) this.#arm(this.#ms)
+      if (this.#batching && e.cls >= 0 && (this.#inFlight > 0 || this.#queue.length > 0)) {
+        this.#queue.push(e)
+        if (!this.#flushing) {
+          this.#flushing = true
+          process.nextTick(this.#flush)
+        }
+      } else {
+        this.#sendOne(e)
+      }
+      return p
+    }
+
+    // ---------------------------------------------------------- the wheel
+
+    #arm(ms) {
+      const timer = setTimeout(this.#tick, ms)
+      // The wheel never keeps the process alive by itself.
+      if (typeof timer.unref === 'function') timer.unref()
+      this.#timer = timer
+    }
+
+    // Expires every call whose deadline passed; re-armed for the next one
+    // (none left: the timer stops until a call begins).
+    #tick = () => {
+      this.#timer = null
+      const now = performance.now()
+      const wheel = this.#wheel
+      let i = this.#head
+      this.#ticking = true
+      while (i < wheel.length) {
+        const e = wheel[i]
+        if (!e.done) {
+          if (e.deadline > now) break
+          this.#expire(e)
+        }
+        i++
+      }
+      this.#ticking = false
+      this.#head = i
+      this.#shrink()
+      if (this.#head < wheel.length) this.#arm(Math.max(1, Math.ceil(wheel[this.#head].deadline - now)))
+    }
+
+    // Drops the answered calls at the wheel's head.
+    #shrink() {
+      const wheel = this.#wheel
+      let i = this.#head
+      while (i < wheel.length && wheel[i].done) i++
+      if (i === wheel.length) {
+        wheel.length = 0
+        this.#head = 0
+      } else if (i > 1024 && i * 2 > wheel.length) {
+        wheel.splice(0, i)
+        this.#head = 0
+      } else {
+        this.#head = i
+      }
+    }
+
+    #settle(e, value) {
+      e.done = true
+      if (!this.#ticking && this.#wheel[this.#head] === e) this.#shrink()
+      e.resolve(value)
+    }
+
+    // No answer within the deadline: the fail policy's (the call may still
+    // run: its tokens may be spent).
+    #expire(e) {
+      this.#stats.timeouts++
+      const epoch = e.epoch
+      if (epoch !== null && epoch.last === e) epoch.controller.abort()
+      this.#finishOne(e, TIMED_OUT, 0, undefined)
+    }
+
+    // ------------------------------------------------------ one call alone
+
+    #words(e) {
+      if (e.words !== null) return e.words
+      if (e.template < 0) return (e.words = redisCallArgs(e.id))
+      const t = this.#templates[e.template]
+      return t !== undefined ? t : (this.#templates[e.template] = redisTemplate(this.#h, e.template))
+    }
+
+    #options(e) {
+      if (!this.#adapter.abortable) return undefined
+      const now = performance.now()
+      let epoch = this.#epoch
+      if (epoch === null || now - epoch.opened > EPOCH_MS) epoch = this.#epoch = new Epoch(now)
+      e.epoch = epoch
+      epoch.last = e
+      return epoch.options
+    }
+
+    #sendOne(e) {
+      const words = this.#words(e)
+      const options = this.#options(e)
+      this.#inFlight++
+      this.#stats.calls++
+      let sent
       try {
-        first = adapter.evalsha(sha, key, args, signal)
-      } catch (e) {
-        fail(e)
+        sent = this.#adapter.one(words[0], e.key, words[2], options)
+      } catch (err) {
+        this.#oneFailed(e, err, options)
         return
       }
-      Promise.resolve(first).then(ok, (e) => {
-        if (done) return
-        if (!isNoScript(e)) {
-          fail(e)
-          return
-        }
+      Promise.resolve(sent).then(
+        (reply) => this.#oneReplied(e, reply),
+        (err) => this.#oneFailed(e, err, options),
+      )
+    }
+
+    #oneReplied(e, reply) {
+      this.#inFlight--
+      if (e.done) return
+      if (e.kind === RAW) {
+        this.#settle(e, { reply })
+        return
+      }
+      const len = putReply(reply)
+      this.#finishOne(e, len < 0 ? MALFORMED : REPLIED, len, undefined)
+    }
+
+    #oneFailed(e, err, options) {
+      if (!e.done && isNoScript(err) && !e.evaled) {
         // Not loaded on this server (a restart, a failover, SCRIPT FLUSH,
         // another cluster node): EVAL loads it. Same deadline.
-        stats.evals++
-        let second
+        e.evaled = true
+        this.#stats.evals++
+        const words = this.#words(e)
+        let sent
         try {
-          second = adapter.eval(call.text, key, args, signal)
-        } catch (e2) {
-          fail(e2)
+          sent = this.#adapter.oneEval(words[1], e.key, words[2], options)
+        } catch (err2) {
+          this.#oneFailed(e, err2, options)
           return
         }
-        Promise.resolve(second).then(ok, fail)
-      })
-    })
+        Promise.resolve(sent).then(
+          (reply) => this.#oneReplied(e, reply),
+          (err2) => this.#oneFailed(e, err2, options),
+        )
+        return
+      }
+      this.#inFlight--
+      if (e.done) return
+      this.#stats.errors++
+      if (e.kind === RAW) {
+        this.#settle(e, { error: errorText(err) })
+        return
+      }
+      this.#finishOne(e, FAILED, 0, errorText(err))
+    }
+
+    #finishOne(e, how, len, text) {
+      if (e.kind === RAW) {
+        this.#settle(e, how === TIMED_OUT ? TIMEOUT : { error: text })
+        return
+      }
+      rawFinish(this.#h, e.id, how, len, text)
+      this.#settle(e, e.kind === CHECK ? decisionAt(ANSWER) : reservedAt(ANSWER, e.id))
+    }
+
+    // ------------------------------------------------------------ batches
+
+    // The queue goes out: per join class and hash slot, up to MAX_BATCH
+    // calls a script run (a group of one alone).
+    #flush = () => {
+      this.#flushing = false
+      const queue = this.#queue
+      if (queue.length === 0) return
+      this.#queue = []
+      const first = queue[0]
+      let same = true
+      for (let i = 1; i < queue.length; i++) {
+        if (queue[i].cls !== first.cls || queue[i].slot !== first.slot) {
+          same = false
+          break
+        }
+      }
+      if (same) {
+        this.#sendGroup(queue)
+        return
+      }
+      const groups = new Map()
+      for (const e of queue) {
+        const k = e.cls * 16384 + e.slot
+        const g = groups.get(k)
+        if (g === undefined) groups.set(k, [e])
+        else g.push(e)
+      }
+      for (const g of groups.values()) this.#sendGroup(g)
+    }
+
+    #sendGroup(group) {
+      let live = group
+      for (const e of group) {
+        if (e.done) {
+          live = group.filter((x) => !x.done)
+          break
+        }
+      }
+      for (let i = 0; i < live.length; i += MAX_BATCH) {
+        const part = live.length <= MAX_BATCH ? live : live.slice(i, i + MAX_BATCH)
+        if (part.length === 1) this.#sendOne(part[0])
+        else this.#sendMany(part)
+      }
+    }
+
+    #sendMany(members) {
+      const n = members.length
+      for (let i = 0; i < n; i++) S[IDS + i] = members[i].id
+      const flat = rawBatch(this.#h, n)
+      if (flat === null) {
+        // They do not join after all: one by one.
+        for (const e of members) this.#sendOne(e)
+        return
+      }
+      const words = this.#words(members[0])
+      // One signal for the batch, aborted when its last member's deadline
+      // passes.
+      const options = this.#options(members[n - 1])
+      const epoch = members[n - 1].epoch
+      for (let i = 0; i < n - 1; i++) members[i].epoch = epoch
+      this.#inFlight++
+      this.#stats.calls++
+      this.#stats.batches++
+      this.#stats.batched += n
+      const batch = { members, flat, words, options, evaled: false }
+      let sent
+      try {
+        sent = this.#adapter.many(words[3], n, flat, options)
+      } catch (err) {
+        this.#manyFailed(batch, err)
+        return
+      }
+      Promise.resolve(sent).then(
+        (reply) => this.#manyReplied(batch, reply),
+        (err) => this.#manyFailed(batch, err),
+      )
+    }
+
+    // Writes the numbers of the members still waiting at IDS (-1 for those
+    // answered already); how many wait.
+    #waiting(members) {
+      let live = 0
+      for (let i = 0; i < members.length; i++) {
+        const e = members[i]
+        if (e.done) {
+          S[IDS + i] = -1
+        } else {
+          S[IDS + i] = e.id
+          live++
+        }
+      }
+      return live
+    }
+
+    #manyReplied(batch, reply) {
+      this.#inFlight--
+      const members = batch.members
+      if (this.#waiting(members) === 0) return
+      const len = putReply(reply)
+      this.#finishMany(members, len < 0 ? MALFORMED : REPLIED, len, undefined)
+    }
+
+    #manyFailed(batch, err) {
+      const members = batch.members
+      const live = members.some((e) => !e.done)
+      if (live && isNoScript(err) && !batch.evaled) {
+        batch.evaled = true
+        this.#stats.evals++
+        let sent
+        try {
+          sent = this.#adapter.manyEval(batch.words[4], members.length, batch.flat, batch.options)
+        } catch (err2) {
+          this.#manyFailed(batch, err2)
+          return
+        }
+        Promise.resolve(sent).then(
+          (reply) => this.#manyReplied(batch, reply),
+          (err2) => this.#manyFailed(batch, err2),
+        )
+        return
+      }
+      this.#inFlight--
+      if (!live) return
+      this.#stats.errors++
+      this.#waiting(members)
+      this.#finishMany(members, FAILED, 0, errorText(err))
+    }
+
+    // The members waiting (their numbers at IDS) get their answers.
+    #finishMany(members, how, len, text) {
+      const n = members.length
+      rawFinishBatch(this.#h, n, how, len, text)
+      for (let i = 0; i < n; i++) {
+        if (S[IDS + i] < 0) continue
+        const e = members[i]
+        const at = OUT + i * STRIDE
+        this.#settle(e, e.kind === CHECK ? decisionAt(at) : reservedAt(at, e.id))
+      }
+    }
   }
 
   // One 'end' listener per application client, however many limiters share
@@ -269,7 +698,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     return () => stops.delete(stop)
   }
 
-  const COMMON = ['client', 'prefix', 'onError', 'localRate', 'timeout', 'lease', 'leaseTtl', 'breakerCooldown', 'breakerThreshold']
+  const COMMON = ['client', 'prefix', 'onError', 'localRate', 'timeout', 'lease', 'leaseTtl', 'breakerCooldown', 'breakerThreshold', 'batch']
   const OPTIONS = {
     token_bucket: new Set([...COMMON, 'rate', 'burst']),
     fixed_window: new Set([...COMMON, 'limit', 'window']),
@@ -280,8 +709,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     #engine
     #adapter
     #client
+    #driver
     #ms
-    #stats = { calls: 0, evals: 0, timeouts: 0, errors: 0 }
     // The pause listener: null (not yet), false (the client cannot
     // subscribe) or { ready, listening(), close() } (and #settled once its
     // first attempt is over).
@@ -299,13 +728,17 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       for (const k of Object.keys(options)) {
         if (!known.has(k)) throw optionError(`redis.${name}: unknown option '${k}' (known: ${[...known].join(', ')})`)
       }
+      const batch = options.batch == null ? true : options.batch
+      if (typeof batch !== 'boolean') throw optionError(`redis.${name}: batch must be true or false, not ${typeof batch === 'string' ? `'${batch}'` : String(batch)}`)
       const adapter = adapterFor(options.client)
       const engineOptions = { ...options, algorithm }
       delete engineOptions.client
+      delete engineOptions.batch
       this.#engine = new RedisEngine(engineOptions)
       this.#adapter = adapter
       this.#client = options.client
       this.#ms = this.#engine.timeout * 1000
+      this.#driver = new Driver(this.#engine, adapter, batch)
     }
 
     // A token bucket's waits listen for other instances' pauses from the
@@ -373,37 +806,32 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       })
     }
 
-    async #decide(begun, atUs) {
-      if (!(begun instanceof RedisCall)) return begun
-      const call = atUs === undefined ? begun : begun.at(atUs)
-      const r = await run(this.#adapter, call, this.#ms, this.#stats)
-      if (r === TIMEOUT) return this.#engine.finish(call, null, true, null)
-      if (r.error !== undefined) return this.#engine.finish(call, null, false, r.error)
-      return this.#engine.finish(call, integers(r.reply), false, null)
-    }
-
     /**
      * Takes `n` (default 1) tokens for `key`: Redis' decision, a lease's,
      * or the fail policy's (see `source`). Rejects only for bad arguments.
      */
-    async check(key, n) {
-      return this.#decide(this.#engine.begin(key, n))
+    check(key, n) {
+      try {
+        return this.#driver.check(key, n, undefined, undefined)
+      } catch (e) {
+        return Promise.reject(e)
+      }
     }
 
     /** Whether `n` (default 1) tokens for `key` were taken. */
-    async tryAcquire(key, n) {
-      return (await this.#decide(this.#engine.begin(key, n))).allowed
+    tryAcquire(key, n) {
+      return this.check(key, n).then((d) => d.allowed)
     }
 
     async #reply(a, call) {
-      const r = await run(this.#adapter, call, this.#ms, this.#stats)
+      const r = await this.#driver.run(call)
       if (r === TIMEOUT) return this.#engine.acquireReply(a, null, true, null)
       if (r.error !== undefined) return this.#engine.acquireReply(a, null, false, r.error)
       return this.#engine.acquireReply(a, integers(r.reply), false, null)
     }
 
     async #result(call) {
-      const r = await run(this.#adapter, call, this.#ms, this.#stats)
+      const r = await this.#driver.run(call)
       if (r === TIMEOUT) return [null, true, null]
       if (r.error !== undefined) return [null, false, r.error]
       return [integers(r.reply), false, null]
@@ -438,7 +866,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
             await sleep(Math.min(Math.ceil(step * 1000), MAX_SLEEP_MS), signal)
           } catch (e) {
             const back = this.#engine.acquireAbandon(a)
-            if (back !== null) await run(this.#adapter, back, this.#ms, this.#stats)
+            if (back !== null) await this.#driver.run(back)
             throw e
           }
         } else {
@@ -456,26 +884,22 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
      */
     async reserve(key, n, options) {
       const maxWait = options == null || options.maxWait == null ? null : options.maxWait
-      const begun = this.#engine.beginReserve(key, n, maxWait, null)
-      let call = null
-      let granted = begun
-      if (begun instanceof RedisCall) {
-        granted = this.#engine.finishReserve(begun, ...(await this.#result(begun)))
-        if (granted.delay > 0) call = begun
-      }
+      const r = await this.#driver.reserve(key, n, maxWait)
       // Refused (nothing taken): the package's RateLimitExceededError, as
       // for local limiters.
-      if (granted.retryAfter !== undefined) throw new RateLimitExceededError(granted.retryAfter)
-      const self = this
+      if (!r.granted) throw new RateLimitExceededError(r.wait)
+      let call = r.call
+      const engine = this.#engine
+      const driver = this.#driver
       return {
-        delay: granted.delay,
-        source: granted.source,
+        delay: r.wait,
+        source: r.source,
         async cancel() {
           const c = call
           call = null
           if (c === null) return false
-          const r = await run(self.#adapter, self.#engine.giveBack(c), self.#ms, self.#stats)
-          return r !== TIMEOUT && r.error === undefined
+          const back = await driver.run(engine.giveBack(c))
+          return back !== TIMEOUT && back.error === undefined
         },
       }
     }
@@ -502,16 +926,24 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
      * `check` within `scope` (a middleware's policy name): that policy's
      * own key in Redis, never shared with another policy on the prefix.
      */
-    async checkIn(scope, key, n) {
-      return this.#decide(this.#engine.begin(key, n, scope))
+    checkIn(scope, key, n) {
+      try {
+        return this.#driver.check(key, n, scope, undefined)
+      } catch (e) {
+        return Promise.reject(e)
+      }
     }
 
     /**
      * `check` judged at `atUs` microseconds of Redis time instead of its
      * `TIME`: the explicit-time twin, for replaying test vectors.
      */
-    async checkAt(key, n, atUs) {
-      return this.#decide(this.#engine.begin(key, n), atUs)
+    checkAt(key, n, atUs) {
+      try {
+        return this.#driver.check(key, n, undefined, atUs)
+      } catch (e) {
+        return Promise.reject(e)
+      }
     }
 
     /**
@@ -524,7 +956,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     async close() {
       this.#stopListening()
       const calls = this.#engine.drain()
-      const results = await Promise.all(calls.map((c) => run(this.#adapter, c, this.#ms, this.#stats)))
+      const results = await Promise.all(calls.map((c) => this.#driver.run(c)))
       return results.filter((r) => r.reply !== undefined).length
     }
 
@@ -572,11 +1004,13 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
 
     /**
-     * Counters since creation: `calls` (round trips started), `evals`
-     * (NOSCRIPT answered with EVAL), `timeouts`, `errors`.
+     * Counters since creation: `calls` (script calls sent: round trips; a
+     * batch is one), `evals` (NOSCRIPT answered with EVAL), `timeouts`,
+     * `errors`, `batches` (of the calls, batches of several checks) and
+     * `batched` (the checks that went in them).
      */
     get stats() {
-      return { ...this.#stats }
+      return this.#driver.stats
     }
   }
 

@@ -1,12 +1,17 @@
 'use strict'
 // Global limits in Redis: decisions per second with 1, 16 and 64 checks in
-// flight, in the same run as the ceiling — redis-benchmark running the same
-// EVALSHA with as many connections — and rate-limiter-flexible's
-// RateLimiterRedis (its fixed window, SET NX + INCRBY in one script call)
-// on the same ioredis client. 10 000 keys; then one hot key with and
-// without leasing (k = 100). Starts and stops its own redis-server on a
-// free 127.0.0.1 port. Median of ROUNDS rounds of DURATION s per row.
-// Usage: node bench/redis.js [seconds] [rounds]   (~1.5 min by default)
+// flight, and the latency of each decision (p50/p99), in the same run as
+// the ceiling — redis-benchmark running the very EVALSHA a check sends,
+// with as many connections — and rate-limiter-flexible's RateLimiterRedis
+// (its fixed window, SET NX + INCRBY in one script call) on the same
+// ioredis client. ratebound twice: `batch: false` (one script call a
+// check) and batched (the default: checks that wait while others are in
+// flight go out together as one script run). 10 000 keys; then one hot key
+// with and without leasing (k = 100), and the reserve mode (`reserve`, what
+// a global wait sends) beside `check` at 16 in flight. Starts and stops its
+// own redis-server on a free 127.0.0.1 port. Median of ROUNDS rounds of
+// DURATION s per row, the variants of a row interleaved in each round.
+// Usage: node bench/redis.js [seconds] [rounds]   (~2.5 min by default)
 const { spawn, execFileSync } = require('node:child_process')
 const fs = require('node:fs')
 const net = require('node:net')
@@ -31,8 +36,12 @@ function freePort() {
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 
-// `inFlight` loops, each awaiting one check at a time, for DURATION s.
-async function rate(inFlight, check, hot) {
+// Latencies of one round, in ms (enough room for a few seconds at any rate).
+const samples = new Float64Array(4_000_000)
+
+// `inFlight` loops, each awaiting one decision at a time, for DURATION s:
+// { rate (decisions/s), p50, p99 (ms per decision) }.
+async function rate(inFlight, decide, hot) {
   let done = 0
   const end = performance.now() + DURATION * 1000
   const loops = []
@@ -42,7 +51,9 @@ async function rate(inFlight, check, hot) {
         let k = i * 7919
         while (performance.now() < end) {
           k = (k + 1) % KEYS
-          await check(hot ? 'hot' : `k${k}`)
+          const t = performance.now()
+          await decide(hot ? 'hot' : `k${k}`)
+          if (done < samples.length) samples[done] = performance.now() - t
           done++
         }
       })(),
@@ -50,18 +61,28 @@ async function rate(inFlight, check, hot) {
   }
   const start = performance.now()
   await Promise.all(loops)
-  return done / ((performance.now() - start) / 1000)
+  const elapsed = (performance.now() - start) / 1000
+  const got = samples.subarray(0, Math.min(done, samples.length)).sort()
+  return { rate: done / elapsed, p50: got[Math.floor(got.length * 0.5)], p99: got[Math.floor(got.length * 0.99)] }
 }
 
-function ceiling(port, clients, sha) {
+// redis-benchmark sending `args` (the command a check sends, its key made
+// random over KEYS) with `clients` connections: { rate, p50, p99 }.
+function ceiling(port, clients, args) {
   const out = execFileSync('redis-benchmark', [
     '-h', '127.0.0.1', '-p', String(port), '-c', String(clients), '-n', String(Math.max(10000, 60000 * DURATION)),
-    '-r', String(KEYS), '-q', 'EVALSHA', sha, '1', 'rb:bench:__rand_int__', '', '1', '1000000000000', '1', 'check', '1',
+    '-r', String(KEYS), '--csv', ...args,
   ]).toString()
-  const m = /([\d.]+) requests per second/.exec(out)
-  if (!m) throw new Error(`redis-benchmark: ${out}`)
-  return Number(m[1])
+  // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+  const row = out.trim().split('\n').pop().split(',').map((v) => v.replace(/"/g, ''))
+  const [rps, , , p50, , p99] = row.slice(1).map(Number)
+  if (!(rps > 0)) throw new Error(`redis-benchmark: ${out}`)
+  return { rate: rps, p50, p99 }
 }
+
+const num = (x) => x.toFixed(0).replace(/\B(?=(\d{3})+(?!\d))/g, ' ')
+const ms = (x) => (x < 10 ? x.toFixed(2) : x.toFixed(1))
+const cell = (r) => `${num(r.rate)} (${ms(r.p50)} / ${ms(r.p99)})`
 
 async function main() {
   const port = await freePort()
@@ -79,28 +100,66 @@ async function main() {
       }
     }
     const big = { client, rate: 1_000_000, burst: 1_000_000, timeout: 1 }
-    const plain = rb.redis.TokenBucket(big)
-    const hotPlain = rb.redis.TokenBucket({ ...big, prefix: 'rb:hot:' })
-    const hotLeased = rb.redis.TokenBucket({ ...big, prefix: 'rb:hotl:', lease: 100 })
+    const plain = rb.redis.TokenBucket({ ...big, batch: false })
+    const batched = rb.redis.TokenBucket(big)
+    const hotPlain = rb.redis.TokenBucket({ ...big, prefix: 'rb:hot:', batch: false })
+    const hotLeased = rb.redis.TokenBucket({ ...big, prefix: 'rb:hotl:', lease: 100, batch: false })
     const flexible = new RateLimiterRedis({ storeClient: client, points: 1_000_000, duration: 1, keyPrefix: 'rlf' })
-    // Load the script (the ceiling calls EVALSHA directly).
+    // Load the scripts (the ceiling calls EVALSHA directly), the batch
+    // script too.
     await plain.check('warm')
-    const sha = plain.engine.begin('x', 1).sha
-    console.log(`bench/redis.js: ${DURATION} s per row, ${ROUNDS} rounds, median decisions/s (one ioredis client)`)
-    console.log('| in flight | redis-benchmark EVALSHA | ratebound | share of ceiling | rate-limiter-flexible | ratebound ÷ flexible | hot key | hot key, lease 100 | lease speed-up |')
+    await Promise.all([batched.check('warm1'), batched.check('warm2'), batched.check('warm3')])
+    // The command a check sends, as the engine makes it, its key random.
+    const call = plain.engine.begin('x', 1)
+    const evalsha = ['EVALSHA', call.sha, '1', 'rb:bench:__rand_int__', ...call.args]
+    console.log(`bench/redis.js: ${DURATION} s per row, ${ROUNDS} rounds, median decisions/s (p50 / p99 ms per decision), one ioredis client, ${KEYS} keys`)
+    console.log(`ceiling: redis-benchmark -c <in flight> -r ${KEYS} ${evalsha.map((a) => (a === '' ? "''" : a)).join(' ')}`)
+    console.log('| in flight | ceiling: redis-benchmark EVALSHA | ratebound, batch: false | share of ceiling | ratebound, batched | × ceiling | rate-limiter-flexible | unbatched ÷ flexible | batched ÷ flexible |')
     console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+    const hotRows = []
     for (const inFlight of [1, 16, 64]) {
-      const rows = { ceil: [], rb: [], flex: [], hot: [], leased: [] }
+      const rows = { ceil: [], plain: [], batched: [], flex: [], hot: [], leased: [] }
       for (let r = 0; r < ROUNDS; r++) {
-        rows.ceil.push(ceiling(port, inFlight, sha))
-        rows.rb.push(await rate(inFlight, (k) => plain.check(k), false))
+        rows.ceil.push(ceiling(port, inFlight, evalsha))
+        rows.plain.push(await rate(inFlight, (k) => plain.check(k), false))
+        rows.batched.push(await rate(inFlight, (k) => batched.check(k), false))
         rows.flex.push(await rate(inFlight, (k) => flexible.consume(k), false))
         rows.hot.push(await rate(inFlight, (k) => hotPlain.check(k), true))
         rows.leased.push(await rate(inFlight, (k) => hotLeased.check(k), true))
       }
-      const [c, p, f, h, l] = [rows.ceil, rows.rb, rows.flex, rows.hot, rows.leased].map(median)
-      console.log(`| ${inFlight} | ${c.toFixed(0)} | ${p.toFixed(0)} | ${((100 * p) / c).toFixed(0)} % | ${f.toFixed(0)} | ${(p / f).toFixed(2)} | ${h.toFixed(0)} | ${l.toFixed(0)} | ${(l / h).toFixed(1)} |`)
+      const m = {}
+      for (const [name, rs] of Object.entries(rows)) m[name] = { rate: median(rs.map((x) => x.rate)), p50: median(rs.map((x) => x.p50)), p99: median(rs.map((x) => x.p99)) }
+      const { ceil: c, plain: p, batched: b, flex: f } = m
+      console.log(
+        `| ${inFlight} | ${cell(c)} | ${cell(p)} | ${((100 * p.rate) / c.rate).toFixed(0)} % | ${cell(b)} | ${(b.rate / c.rate).toFixed(2)} | ${cell(f)} | ${(p.rate / f.rate).toFixed(2)} | ${(b.rate / f.rate).toFixed(2)} |`,
+      )
+      hotRows.push(`| ${inFlight} | ${cell(m.hot)} | ${cell(m.leased)} | ${(m.leased.rate / m.hot.rate).toFixed(1)} |`)
     }
+    console.log('')
+    console.log('One hot key, batch: false, without and with leasing:')
+    console.log('| in flight | hot key | hot key, lease 100 | lease speed-up |')
+    console.log('|---:|---:|---:|---:|')
+    for (const row of hotRows) console.log(row)
+    // The reserve mode beside check, 16 in flight, each unbatched and
+    // batched (rate 1e6/s: every reservation is due at once).
+    const rows = { check: [], reserve: [], checkB: [], reserveB: [] }
+    for (let r = 0; r < ROUNDS; r++) {
+      rows.check.push(await rate(16, (k) => plain.check(k), false))
+      rows.reserve.push(await rate(16, (k) => plain.reserve(k), false))
+      rows.checkB.push(await rate(16, (k) => batched.check(k), false))
+      rows.reserveB.push(await rate(16, (k) => batched.reserve(k), false))
+    }
+    const m = {}
+    for (const [name, rs] of Object.entries(rows)) m[name] = { rate: median(rs.map((x) => x.rate)), p50: median(rs.map((x) => x.p50)), p99: median(rs.map((x) => x.p99)) }
+    console.log('')
+    console.log('The reserve mode (reserve: what a global wait sends) beside check, 16 in flight:')
+    console.log('| | check | reserve | reserve ÷ check |')
+    console.log('|---|---:|---:|---:|')
+    console.log(`| batch: false | ${cell(m.check)} | ${cell(m.reserve)} | ${(m.reserve.rate / m.check.rate).toFixed(2)} |`)
+    console.log(`| batched | ${cell(m.checkB)} | ${cell(m.reserveB)} | ${(m.reserveB.rate / m.checkB.rate).toFixed(2)} |`)
+    const s = batched.stats
+    console.log('')
+    console.log(`batched limiter: ${s.calls} script calls, ${s.batches} of them batches holding ${s.batched} checks (${(s.batched / Math.max(1, s.batches)).toFixed(1)} a batch)`)
     await hotLeased.close()
     client.disconnect()
   } finally {

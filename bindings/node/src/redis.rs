@@ -15,6 +15,12 @@ use ratebound::Error as CoreError;
 use ratebound::any::{self, Key, Loose as CoreLoose};
 use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, OnError};
 
+mod raw;
+
+pub use raw::{bind_redis_path, redis_call_args, redis_keep, redis_template, redis_use_slots};
+
+use std::sync::Arc;
+
 use crate::error::{OrThrow, invalid_type};
 use crate::keyed::js_key;
 use crate::limiters::{loose_number, loose_rate, rate_of, tokens};
@@ -255,7 +261,15 @@ fn js_names(e: CoreError) -> CoreError {
 /// ```
 #[napi]
 pub struct RedisEngine {
-    pub(crate) engine: Engine,
+    pub(crate) engine: Arc<Engine>,
+    /// Its number in this thread's table of the raw hot path (`raw`).
+    handle: u32,
+}
+
+impl Drop for RedisEngine {
+    fn drop(&mut self) {
+        raw::unregister(self.handle);
+    }
 }
 
 #[napi]
@@ -310,8 +324,9 @@ impl RedisEngine {
         let config = Config::from_options(algorithm, &options)
             .map_err(js_names)
             .or_throw(&env)?;
-        let engine = Engine::new(config).map_err(js_names).or_throw(&env)?;
-        Ok(RedisEngine { engine })
+        let engine = Arc::new(Engine::new(config).map_err(js_names).or_throw(&env)?);
+        let handle = raw::register(engine.clone());
+        Ok(RedisEngine { engine, handle })
     }
 
     /// Step one of taking `n` (default 1) tokens for `key`: a decision
@@ -386,6 +401,12 @@ impl RedisEngine {
             .into_iter()
             .map(|call| RedisCall { call })
             .collect()
+    }
+
+    /// The engine's number for the driver's raw hot path (internal).
+    #[napi(getter, skip_typescript)]
+    pub fn handle(&self) -> u32 {
+        self.handle
     }
 
     /// Whether the circuit breaker is open (Redis is being spared).
