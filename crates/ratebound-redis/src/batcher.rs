@@ -66,16 +66,18 @@ impl Answer {
     }
 }
 
-/// Runs `commands` (`EVALSHA`, then `EVAL` on `NOSCRIPT`) within `timeout`:
+/// Runs `evalsha`, then on `NOSCRIPT` the `EVAL` that `eval` makes (it
+/// carries the script's text: made only when needed), within `timeout`:
 /// the reply's integers, or what went wrong.
 async fn query<C: ConnectionLike>(
     conn: &mut C,
-    (evalsha, eval): (redis::Cmd, redis::Cmd),
+    evalsha: redis::Cmd,
+    eval: impl FnOnce() -> redis::Cmd,
     timeout: Duration,
 ) -> Result<Vec<i64>, Answer> {
     let attempt = async {
         match evalsha.query_async::<Value>(conn).await {
-            Err(e) if Call::is_noscript(&e) => eval.query_async::<Value>(conn).await,
+            Err(e) if Call::is_noscript(&e) => eval().query_async::<Value>(conn).await,
             other => other,
         }
     };
@@ -101,7 +103,7 @@ pub(crate) async fn send_one<C: ConnectionLike + Clone>(
     timeout: Duration,
 ) -> Answer {
     let mut conn = conn.clone();
-    match query(&mut conn, call.commands(), timeout).await {
+    match query(&mut conn, call.evalsha(), || call.eval(), timeout).await {
         Ok(reply) => Answer::Reply(reply),
         Err(a) => a,
     }
@@ -245,7 +247,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
             return;
         };
         let mut conn = self.conn.clone();
-        match query(&mut conn, many.commands(), self.timeout).await {
+        match query(&mut conn, many.evalsha(), || many.eval(), self.timeout).await {
             Ok(reply) => match BatchCall::replies(&reply, batch.len()) {
                 Some(parts) => {
                     for (w, part) in batch.into_iter().zip(parts) {

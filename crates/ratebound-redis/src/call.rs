@@ -254,15 +254,26 @@ impl Call {
     /// `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`, another cluster
     /// node: `EVAL` loads the script).
     pub fn commands(&self) -> (redis::Cmd, redis::Cmd) {
-        let command = |name: &str, script: &str| {
-            let mut c = redis::cmd(name);
-            c.arg(script).arg(1).arg(&self.key).arg(&self.args);
-            c
-        };
-        (
-            command("EVALSHA", self.script.sha()),
-            command("EVAL", self.script.text),
-        )
+        (self.evalsha(), self.eval())
+    }
+
+    /// The first of [`commands`](Self::commands) alone: `EVALSHA sha 1
+    /// key args…` (the `EVAL` carries the script's text, kilobytes: make it
+    /// only on `NOSCRIPT`).
+    pub fn evalsha(&self) -> redis::Cmd {
+        self.command("EVALSHA", self.script.sha())
+    }
+
+    /// The second of [`commands`](Self::commands) alone: `EVAL text 1 key
+    /// args…`.
+    pub fn eval(&self) -> redis::Cmd {
+        self.command("EVAL", self.script.text)
+    }
+
+    fn command(&self, name: &str, script: &str) -> redis::Cmd {
+        let mut c = redis::cmd(name);
+        c.arg(script).arg(1).arg(&self.key).arg(&self.args);
+        c
     }
 
     /// Whether `e` says the server does not have the script (send the
@@ -295,18 +306,28 @@ impl BatchCall {
     /// The batch as Redis commands: `EVALSHA sha N keys… args…`, and the
     /// `EVAL` to send once if that was refused with `NOSCRIPT`.
     pub fn commands(&self) -> (redis::Cmd, redis::Cmd) {
-        let command = |name: &str, script: &str| {
-            let mut c = redis::cmd(name);
-            c.arg(script).arg(self.keys.len());
-            for k in &self.keys {
-                c.arg(k);
-            }
-            c.arg(&self.args);
-            c
-        };
-        (
-            command("EVALSHA", self.script.sha()),
-            command("EVAL", self.script.text),
-        )
+        (self.evalsha(), self.eval())
+    }
+
+    /// The first of [`commands`](Self::commands) alone: `EVALSHA sha N
+    /// keys… args…`.
+    pub fn evalsha(&self) -> redis::Cmd {
+        self.command("EVALSHA", self.script.sha())
+    }
+
+    /// The second of [`commands`](Self::commands) alone: `EVAL text N
+    /// keys… args…`.
+    pub fn eval(&self) -> redis::Cmd {
+        self.command("EVAL", self.script.text)
+    }
+
+    fn command(&self, name: &str, script: &str) -> redis::Cmd {
+        let mut c = redis::cmd(name);
+        c.arg(script).arg(self.keys.len());
+        for k in &self.keys {
+            c.arg(k);
+        }
+        c.arg(&self.args);
+        c
     }
 }
