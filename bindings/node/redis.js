@@ -180,19 +180,49 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       }
     }
     if (typeof client.evalsha === 'function' && typeof client.eval === 'function') {
-      // ioredis (Redis or Cluster; a cluster routes by the key).
+      // ioredis (Redis or Cluster; a cluster routes by the key). ioredis
+      // writes each command to the socket at once, one system call each:
+      // the calls of one turn of the event loop are written together
+      // instead (the socket corked until the end of the turn; a cluster's
+      // sockets are the cluster's own).
+      const cluster = client.isCluster === true
+      let corked = null
+      const uncork = () => {
+        const stream = corked
+        corked = null
+        stream.uncork()
+      }
+      const cork = () => {
+        if (cluster || corked !== null) return
+        const stream = client.stream
+        if (stream == null || typeof stream.cork !== 'function' || typeof stream.uncork !== 'function') return
+        stream.cork()
+        corked = stream
+        process.nextTick(uncork)
+      }
       return {
-        kind: client.isCluster === true ? 'ioredis-cluster' : 'ioredis',
+        kind: cluster ? 'ioredis-cluster' : 'ioredis',
         abortable: false,
-        cluster: client.isCluster === true,
-        one: (sha, key, args) => client.evalsha(sha, 1, key, ...args),
-        oneEval: (text, key, args) => client.eval(text, 1, key, ...args),
-        many: (sha, n, flat) => client.evalsha(sha, n, ...flat),
-        manyEval: (text, n, flat) => client.eval(text, n, ...flat),
+        cluster,
+        one: (sha, key, args) => {
+          cork()
+          return client.evalsha(sha, 1, key, ...args)
+        },
+        oneEval: (text, key, args) => {
+          cork()
+          return client.eval(text, 1, key, ...args)
+        },
+        many: (sha, n, flat) => {
+          cork()
+          return client.evalsha(sha, n, ...flat)
+        },
+        manyEval: (text, n, flat) => {
+          cork()
+          return client.eval(text, n, ...flat)
+        },
         publish: (channel, message) => client.publish(channel, message),
         subscribe(channel, onMessage) {
           if (typeof client.duplicate !== 'function') return null
-          const cluster = client.isCluster === true
           let sub
           try {
             // A queue while (re)connecting, so that SUBSCRIBE waits for the
@@ -582,10 +612,40 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       }
     }
 
+    // The keys then the arguments of the batch of `members` (calls of one
+    // join class): from their templates, laid out as the engine's BatchCall
+    // lays them out (the clock argument once, then each call's arguments
+    // after it, in order), or by the engine when one has no template (an
+    // explicit time); null when they do not join. redis_batch.test.js sends
+    // checks of different n in one batch both ways: the answers of one
+    // call each.
+    #flat(members) {
+      const n = members.length
+      let per = -1
+      for (let i = 0; i < n; i++) {
+        if (members[i].template < 0) {
+          for (let j = 0; j < n; j++) S[IDS + j] = members[j].id
+          return rawBatch(this.#h, n)
+        }
+      }
+      const flat = []
+      for (let i = 0; i < n; i++) flat.push(members[i].key)
+      for (let i = 0; i < n; i++) {
+        const args = this.#words(members[i])[2]
+        if (i === 0) {
+          per = args.length
+          flat.push(args[0])
+        } else if (args.length !== per) {
+          return null
+        }
+        for (let j = 1; j < per; j++) flat.push(args[j])
+      }
+      return flat
+    }
+
     #sendMany(members) {
       const n = members.length
-      for (let i = 0; i < n; i++) S[IDS + i] = members[i].id
-      const flat = rawBatch(this.#h, n)
+      const flat = this.#flat(members)
       if (flat === null) {
         // They do not join after all: one by one.
         for (const e of members) this.#sendOne(e)

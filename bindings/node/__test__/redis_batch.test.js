@@ -230,6 +230,33 @@ test('batching: a burst of concurrent checks on a few keys admits exactly the bu
   }
 })
 
+test('batching: checks of different n in one batch — each its own arguments, the answers of one call each', async () => {
+  const server = await main()
+  const ns = [1, 3, 2, 5, 1, 4, 2, 2, 3, 1]
+  for (const [kind, connect] of Object.entries(CLIENTS)) {
+    const client = await connect(server.port)
+    const answers = {}
+    for (const batch of [false, true]) {
+      const lim = new rb.redis.TokenBucket({ client, rate: 0.001, burst: 50, onError: 'closed', timeout: 2, batch })
+      const key = randomKey('mixed-n')
+      // One key, 40 checks asking 1 to 5 tokens, all at once (templates of
+      // five kinds in one batch), then the same at an explicit time (no
+      // template: the engine lays the batch out).
+      const asked = Array.from({ length: 40 }, (_, i) => ns[i % ns.length])
+      const live = await Promise.all(asked.map((n) => lim.check(key, n)))
+      const at = await Promise.all(asked.map((n) => lim.checkAt(`${key}-at`, n, 1_700_000_000_000_000)))
+      if (batch) assert.ok(lim.stats.batches >= 2, `${kind}: ${JSON.stringify(lim.stats)}`)
+      answers[batch] = [live, at].map((ds) => ds.map((d) => `${d.allowed} ${d.remaining} ${d.source}`))
+      // 50 tokens: admitted in order while they last.
+      let left = 50
+      const want = asked.map((n) => (n <= left ? `true ${(left -= n)} redis` : `false ${left} redis`))
+      assert.deepEqual(answers[batch][0], want, `${kind} batch ${batch}`)
+    }
+    assert.deepEqual(answers[true], answers[false], kind)
+    dropClient(client)
+  }
+})
+
 test('batching: concurrent reservations take consecutive slots, batched and not; cancel gives each back', async () => {
   const server = await main()
   for (const [kind, connect] of Object.entries(CLIENTS)) {
