@@ -140,7 +140,7 @@ impl RedisEngine {
 #[pymethods]
 impl RedisEngine {
     #[new]
-    #[pyo3(signature = (algorithm=None, *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None))]
+    #[pyo3(signature = (algorithm=None, *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None, batch=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -157,6 +157,7 @@ impl RedisEngine {
         lease_ttl: Option<&Bound<'_, PyAny>>,
         breaker_threshold: Option<&Bound<'_, PyAny>>,
         breaker_cooldown: Option<&Bound<'_, PyAny>>,
+        batch: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let b = opt_number(py, "burst", burst)?;
         let l = opt_number(py, "limit", limit)?;
@@ -184,6 +185,17 @@ impl RedisEngine {
             if let Some(n) = opt_number(py, name, value)? {
                 options.push((name, Loose::Number(n)));
             }
+        }
+        // `batch` (a bool; anything else is the core's error naming it).
+        let batch_text;
+        if let Some(b) = batch.filter(|b| !b.is_none()) {
+            let loose = if b.is_instance_of::<PyBool>() {
+                Loose::Bool(b.extract()?)
+            } else {
+                batch_text = b.repr()?.to_string();
+                Loose::Text(&batch_text)
+            };
+            options.push(("batch", loose));
         }
         let algorithm = Algorithm::from_keyed(keyed).or_py(py)?;
         let config = Config::from_options(algorithm, &options).or_py(py)?;

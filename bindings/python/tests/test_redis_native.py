@@ -402,8 +402,10 @@ def test_bad_targets_are_typed_errors_naming_the_value(server: Server) -> None:
         assert "hunter2" not in str(info.value)
         with pytest.raises(cls):
             rbr.AsyncFixedWindow(target, limit=1, window=1)
-    with pytest.raises(TypeError, match="batch"):
+    with pytest.raises(rb.ConfigError, match=r"batch.*yes"):
         rbr.TokenBucket(url(server), rate=1, batch="yes")  # type: ignore[typeddict-item]
+    with pytest.raises(rb.ConfigError, match="batch"):
+        rbr.TokenBucket(server.client(), rate=1, batch=1)  # type: ignore[typeddict-item]
     with pytest.raises(rb.ConfigError, match="rediss"):
         rbr.TokenBucket(url(server), rate=1, ssl_ca_certs="/nonexistent.pem")
     with pytest.raises(rb.ConfigError, match="rediss"):

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyNotImplementedError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyList};
@@ -161,13 +162,13 @@ pub(crate) fn outcome_tuple<'py>(
 fn set(py: Python<'_>, fut: &Py<PyAny>, value: Bound<'_, PyAny>) {
     let f = fut.bind(py);
     // A cancelled future (its task gave up) takes no result.
-    if f.call_method0("done")
+    if f.call_method0(intern!(py, "done"))
         .and_then(|d| d.is_truthy())
         .unwrap_or(true)
     {
         return;
     }
-    let _ = f.call_method1("set_result", (value,));
+    let _ = f.call_method1(intern!(py, "set_result"), (value,));
 }
 
 #[pymethods]

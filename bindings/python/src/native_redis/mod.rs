@@ -17,7 +17,6 @@ use std::time::Duration;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyBool;
 use ratebound_redis::{Begin, Call};
 
 use crate::convert::*;
@@ -38,8 +37,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A Redis connection made by ratebound from a URL (`redis://`,
 /// `rediss://`, `redis+cluster://`, `unix://`, or a list of cluster nodes'
 /// URLs) for the limiter whose engine is `engine`: `ratebound.redis` calls
-/// it instead of redis-py. Limiters naming the same target share one
-/// connection; a forked child makes its own.
+/// it instead of redis-py. Limiters naming the same target (and batching
+/// alike: the engine's `batch` option) share one connection; a forked child
+/// makes its own.
 #[pyclass(name = "_NativeRedis", frozen, module = "ratebound")]
 pub(crate) struct NativeRedis {
     target: Arc<Target>,
@@ -120,7 +120,7 @@ impl NativeRedis {
             }
         };
         drop(cached);
-        let fut = event_loop.call_method0(py, "create_future")?;
+        let fut = event_loop.call_method0(py, pyo3::intern!(py, "create_future"))?;
         Ok((fut, completions.get().sender()))
     }
 
@@ -136,29 +136,18 @@ impl NativeRedis {
     }
 }
 
-fn bool_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-    match obj {
-        None => Ok(true),
-        Some(b) if b.is_instance_of::<PyBool>() => b.extract(),
-        Some(b) => Err(PyTypeError::new_err(format!(
-            "{name} must be True or False, got {}",
-            type_name(b)
-        ))),
-    }
-}
-
 #[pymethods]
 impl NativeRedis {
     #[new]
-    #[pyo3(signature = (target, engine, *, batch=None, ssl_ca_certs=None))]
+    #[pyo3(signature = (target, engine, *, ssl_ca_certs=None))]
     fn new(
         py: Python<'_>,
         target: &Bound<'_, PyAny>,
         engine: Py<RedisEngine>,
-        batch: Option<&Bound<'_, PyAny>>,
         ssl_ca_certs: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let batch = bool_arg("batch", batch)?;
+        // The engine's option (`Config::batch`, default true).
+        let batch = engine.get().inner.config().batch;
         let ca = match ssl_ca_certs.filter(|c| !c.is_none()) {
             None => None,
             Some(c) => Some(

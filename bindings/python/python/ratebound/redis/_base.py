@@ -26,18 +26,14 @@ class _Base:
     # Whether the limiter is an asyncio one (its calls are awaited).
     _asyncio: ClassVar[bool] = False
 
-    def __init__(
-        self, client: Any, algorithm: str, *, batch: bool = True, ssl_ca_certs: Any = None, **options: Any
-    ) -> None:
+    def __init__(self, client: Any, algorithm: str, *, ssl_ca_certs: Any = None, **options: Any) -> None:
         self._engine = _RedisEngine(algorithm, **options)
         self._listener: Optional[Any] = None
         self._native: Optional[_NativeRedis] = None
         if _is_redis_target(client):
-            native = self._native = _NativeRedis(client, self._engine, batch=batch, ssl_ca_certs=ssl_ca_certs)
+            native = self._native = _NativeRedis(client, self._engine, ssl_ca_certs=ssl_ca_certs)
             self._runner = self._native_runner(native)
             return
-        if not isinstance(batch, bool):
-            raise TypeError(f"batch must be True or False, got {type(batch).__name__}")
         if ssl_ca_certs is not None:
             raise ConfigError(
                 "ssl_ca_certs is for a rediss:// URL; a redis-py client brings its own TLS settings", "invalid_option"
