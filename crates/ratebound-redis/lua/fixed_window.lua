@@ -6,7 +6,7 @@
 -- ARGV[3]  W: the window in µs
 -- ARGV[4]  n: requests (0: a query — admitted, nothing written)
 -- ARGV[5]  mode: "check", "lease" (at least n, up to ARGV[6]) or "return"
--- ARGV[6]  with "lease": the most to take
+-- ARGV[6]  with "lease": the most to take (read in that mode only)
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken,
 -- damaged, now_us}, every field ≥ 0 whatever the key holds.
 -- A refusal writes nothing; the key expires at the window's end. A count
@@ -14,57 +14,56 @@
 -- ends, remaining 0. A value that is not "<index>:<count>" (damaged) is
 -- rebuilt as a full current window, stored, and judged as that.
 -- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
--- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua, many.lua).
+-- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua,
+-- many.lua), as seven values. At most one write, at the end (`w`).
 local function decide(key, now, o)
-  local limit = tonumber(ARGV[o + 1])
-  local W = tonumber(ARGV[o + 2])
-  local n = tonumber(ARGV[o + 3])
-  local mode = ARGV[o + 4]
-  local idx = div(now, W)
-  local count = 0
+  local limit, W, n, mode = ARGV[o + 1] + 0, ARGV[o + 2] + 0, ARGV[o + 3] + 0, ARGV[o + 4]
+  local idx = math.floor(now / W)
+  if idx * W > now then idx = idx - 1 end
   local until_end = (idx + 1) * W - now
-  local function store()
-    if count > 0 then
-      redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', math.ceil(until_end / 1000))
-    else
-      redis.call('DEL', key)
-    end
-  end
-  local raw, damaged = load(key)
+  local count, bad, w = 0, 0, false
+  local raw = redis.pcall('GET', key)
   if raw then
-    local i, c = string.match(raw, '^(%d+):(%d+)$')
-    i, c = uint(i), uint(c)
-    if not (i and c) then
-      damaged = true
+    -- A string, or the error table of a key of another type (WRONGTYPE).
+    local i, c
+    if type(raw) == 'string' then i, c = string.match(raw, '^(%d+):(%d+)$') end
+    if i and #i <= 16 and #c <= 16 then i, c = i + 0, c + 0 else i = nil end
+    if not (i and i <= 9007199254740991 and c <= 9007199254740991) then
+      bad, count, w = 1, limit, true
     elseif i == idx then
       count = c
     end
   end
-  local bad = 0
-  if damaged then
-    bad = 1
-    count = limit
-    store()
-  end
-  local function remaining() return math.max(limit - count, 0) end
-  local function reset()
-    if count > 0 then return until_end end
-    return 0
-  end
+  local ok, retry, taken = 1, 0, 0
   if n == 0 then
-    return {1, remaining(), 0, reset(), 0, bad, now}
+    -- A query: the state as it is.
+  elseif mode == 'return' then
+    count = count - n
+    if count < 0 then count = 0 end
+    taken, w = n, true
+  else
+    local take = n
+    if mode == 'lease' then
+      local most, have = ARGV[o + 5] + 0, limit - count
+      if have < most then most = have end
+      if most > n then take = most end
+    end
+    if count + take > limit then
+      ok, retry = 0, until_end
+    else
+      count = count + take
+      taken, w = take, true
+    end
   end
-  if mode == 'return' then
-    count = math.max(count - n, 0)
-    store()
-    return {1, remaining(), 0, reset(), n, bad, now}
+  if w then
+    if count > 0 then
+      redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', string.format('%d', math.ceil(until_end / 1000)))
+    else
+      redis.call('DEL', key)
+    end
   end
-  local take = n
-  if mode == 'lease' then take = math.max(n, math.min(tonumber(ARGV[o + 5]), remaining())) end
-  if count + take > limit then
-    return {0, remaining(), until_end, reset(), 0, bad, now}
-  end
-  count = count + take
-  store()
-  return {1, remaining(), 0, until_end, take, bad, now}
+  local left, reset = limit - count, 0
+  if left < 0 then left = 0 end
+  if count > 0 then reset = until_end end
+  return ok, left, retry, reset, taken, bad, now
 end

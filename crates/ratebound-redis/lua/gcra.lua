@@ -2,7 +2,7 @@
 -- KEYS[1]  the bucket's key; its value is the theoretical arrival time (TAT)
 --          in integer microseconds of Redis' own clock (TIME), and while a
 --          pause is on, ":" and the pause's end: "<TAT>" or "<TAT>:<end>".
--- ARGV[1]  now in µs, or "" to read Redis' TIME (see clock() in prelude.lua;
+-- ARGV[1]  now in µs, or "" to read Redis' TIME (see prelude.lua;
 --          production calls pass "").
 -- ARGV[2]  T: the emission interval in µs (1/rate, rounded up)
 -- ARGV[3]  tau: the tolerance in µs (burst · T)
@@ -12,7 +12,7 @@
 --          present), "reserve" (take n even if they arrive in the future,
 --          if within ARGV[6] µs), "pause" (empty until now + ARGV[6] µs)
 -- ARGV[6]  with "lease": the most to take; "reserve": the longest wait in
---          µs; "pause": how long in µs
+--          µs; "pause": how long in µs (read in those modes only)
 -- Reply: {allowed (0/1), remaining, retry_after_us, reset_after_us, taken,
 -- damaged (0/1), now_us (the clock the script judged at)}, every field ≥ 0
 -- whatever the key holds. A reservation's retry_after is the wait until its
@@ -28,85 +28,112 @@
 -- bucket — TAT = now + tau, stored — and judged as that: conservative,
 -- never admitting more than the limit, and that key's problem alone.
 -- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
--- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua, many.lua).
+-- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua,
+-- many.lua), as seven values. At most one write: `w`, the TAT to store
+-- (nil: nothing to write), is written once at the end.
 local function decide(key, now, o)
-  local T = tonumber(ARGV[o + 1])
-  local tau = tonumber(ARGV[o + 2])
-  local n = tonumber(ARGV[o + 3])
-  local mode = ARGV[o + 4]
-  local paused = 0
-  local function store(value)
-    if value > now then
-      local text = string.format('%d', value)
-      if paused > now then text = text .. string.format(':%d', paused) end
-      redis.call('SET', key, text, 'PX', math.ceil((value - now) / 1000))
-    else
-      redis.call('DEL', key)
-    end
-  end
-  local raw, damaged = load(key)
-  local tat = now
+  local T, tau, n, mode = ARGV[o + 1] + 0, ARGV[o + 2] + 0, ARGV[o + 3] + 0, ARGV[o + 4]
+  local tat, paused, bad, w = now, 0, 0, nil
+  local raw = redis.pcall('GET', key)
   if raw then
-    local a, b = string.match(raw, '^(%d+):(%d+)$')
-    local v, p
-    if a then v, p = uint(a), uint(b) else v, p = uint(raw), 0 end
-    if v and p then
-      tat, paused = math.max(v, now), p
+    -- A string, or the error table of a key of another type (WRONGTYPE).
+    local v, p = nil, 0
+    if type(raw) == 'string' then
+      if #raw <= 16 and string.match(raw, '^%d+$') then
+        v = raw + 0
+      else
+        local a, b = string.match(raw, '^(%d+):(%d+)$')
+        if a and #a <= 16 and #b <= 16 then v, p = a + 0, b + 0 end
+      end
+    end
+    if v and v <= 9007199254740991 and p <= 9007199254740991 then
+      if v > now then tat = v end
+      paused = p
     else
-      damaged = true
+      bad, tat = 1, now + tau
+      w = tat
     end
   end
-  local bad = 0
-  if damaged then
-    bad = 1
-    tat = now + tau
-    store(tat)
-  end
-  local function tokens(at) return div(math.max(now + tau - at, 0), T) end
+  -- The reply: allowed, retry_after, taken; `at`, the TAT its remaining
+  -- and reset_after are read at.
+  local ok, retry, taken, at = 1, 0, 0, tat
   if n == 0 and mode ~= 'pause' then
-    return {1, tokens(tat), 0, tat - now, 0, bad, now}
-  end
-  if mode == 'return' then
+    -- A query: the state as it is.
+  elseif mode == 'check' then
+    local new = tat + n * T
+    local wait = new - tau - now
+    if wait > 0 then
+      ok, retry = 0, wait
+    else
+      taken, at, w = n, new, new
+    end
+  elseif mode == 'return' then
     -- Never below the present, nor into a pause that is on.
-    local floor = now
-    if paused > now then floor = paused + tau end
-    local back = math.max(tat - n * T, floor)
-    store(back)
-    return {1, tokens(back), 0, back - now, n, bad, now}
-  end
-  if mode == 'pause' then
+    local back = tat - n * T
+    local least = now
+    if paused > now then least = paused + tau end
+    if back < least then back = least end
+    taken, at, w = n, back, back
+  elseif mode == 'pause' then
     -- Every slot from `start` on (the reservations waiting there, and the
     -- bucket's refill) moves δ later, in its order: the bucket is empty
     -- until `last`. A pause that ends no later than one already on changes
     -- nothing, so every instance obeying one Retry-After pauses once.
-    local last = now + tonumber(ARGV[o + 5])
-    local start = math.max(now, paused)
-    local shift = 0
+    local last = now + ARGV[o + 5]
+    local start = now
+    if paused > now then start = paused end
     if last > start then
-      shift = last - start
+      retry = last - start
       paused = last
-      tat = math.max(tat, start + tau) + shift
-      store(tat)
+      if tat < start + tau then tat = start + tau end
+      tat = tat + retry
+      at, w = tat, tat
     end
-    return {1, tokens(tat), shift, tat - now, 0, bad, now}
-  end
-  local take = n
-  if mode == 'lease' then
-    take = math.max(n, math.min(tonumber(ARGV[o + 5]), tokens(tat)))
-  end
-  local new_tat = tat + take * T
-  local wait = new_tat - tau - now
-  if mode == 'reserve' then
-    wait = math.max(wait, 0)
-    if wait > tonumber(ARGV[o + 5]) then
-      return {0, tokens(tat), wait, tat - now, 0, bad, now}
+  else
+    local take = n
+    if mode == 'lease' then
+      -- Up to ARGV[6] if there, at least n.
+      local d = now + tau - tat
+      local have = 0
+      if d > 0 then
+        have = math.floor(d / T)
+        if have * T > d then have = have - 1 end
+      end
+      local most = ARGV[o + 5] + 0
+      if have < most then most = have end
+      if most > n then take = most end
     end
-    store(new_tat)
-    return {1, tokens(new_tat), wait, new_tat - now, take, bad, now}
+    local new = tat + take * T
+    local wait = new - tau - now
+    if mode == 'reserve' then
+      if wait < 0 then wait = 0 end
+      retry = wait
+      if wait > ARGV[o + 5] + 0 then
+        ok = 0
+      else
+        taken, at, w = take, new, new
+      end
+    elseif wait > 0 then
+      ok, retry = 0, wait
+    else
+      taken, at, w = take, new, new
+    end
   end
-  if wait > 0 then
-    return {0, tokens(tat), wait, tat - now, 0, bad, now}
+  if w then
+    if w > now then
+      local text
+      if paused > now then text = string.format('%d:%d', w, paused) else text = string.format('%d', w) end
+      redis.call('SET', key, text, 'PX', string.format('%d', math.ceil((w - now) / 1000)))
+    else
+      redis.call('DEL', key)
+    end
   end
-  store(new_tat)
-  return {1, tokens(new_tat), 0, new_tat - now, take, bad, now}
+  -- Tokens left at `at`: floor(max(now + tau - at, 0) / T), exactly.
+  local d = now + tau - at
+  local left = 0
+  if d > 0 then
+    left = math.floor(d / T)
+    if left * T > d then left = left - 1 end
+  end
+  return ok, left, retry, at - now, taken, bad, now
 end

@@ -16,23 +16,24 @@
 -- "<index>:<previous>:<current>" (damaged) is rebuilt as a full current
 -- window, stored, and judged as that.
 -- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
--- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua, many.lua).
+-- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua,
+-- many.lua), as seven values. At most one write, at the end (`w`).
 local function decide(key, now, o)
-  local limit = tonumber(ARGV[o + 1])
-  local W = tonumber(ARGV[o + 2])
-  local n = tonumber(ARGV[o + 3])
-  local now_idx = div(now, W)
-  local idx, prev, cur = now_idx, 0, 0
-  local raw, damaged = load(key)
+  local limit, W, n = ARGV[o + 1] + 0, ARGV[o + 2] + 0, ARGV[o + 3] + 0
+  local now_idx = math.floor(now / W)
+  if now_idx * W > now then now_idx = now_idx - 1 end
+  local idx, prev, cur, bad, w = now_idx, 0, 0, 0, false
+  local raw = redis.pcall('GET', key)
   if raw then
-    local i, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
-    i, p, c = uint(i), uint(p), uint(c)
-    if i and p and c then idx, prev, cur = i, p, c else damaged = true end
-  end
-  local bad = 0
-  if damaged then
-    bad = 1
-    idx, prev, cur = now_idx, 0, limit
+    -- A string, or the error table of a key of another type (WRONGTYPE).
+    local i, p, c
+    if type(raw) == 'string' then i, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$') end
+    if i and #i <= 16 and #p <= 16 and #c <= 16 then i, p, c = i + 0, p + 0, c + 0 else i = nil end
+    if i and i <= 9007199254740991 and p <= 9007199254740991 and c <= 9007199254740991 then
+      idx, prev, cur = i, p, c
+    else
+      bad, cur, w = 1, limit, true
+    end
   end
   if now_idx == idx + 1 then
     idx, prev, cur = now_idx, cur, 0
@@ -41,41 +42,60 @@ local function decide(key, now, o)
   end
   -- A reading before the stored window (a clock that went back) is judged
   -- at the stored window's start.
-  local at = math.max(now, idx * W)
-  local e = at - idx * W
-  local function used(current) return prev * (W - e) + current * W end
-  local function reset_after(current)
-    if current > 0 then return (idx + 2) * W - now end
-    if prev > 0 then return (idx + 1) * W - now end
-    return 0
-  end
-  local function remaining(current)
-    return div(math.max(limit * W - used(current), 0), W)
-  end
-  local function store()
-    local reset = reset_after(cur)
-    if reset > 0 then
-      redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur), 'PX', math.ceil(reset / 1000))
-    end
-    return reset
-  end
-  if damaged then store() end
+  local start = idx * W
+  local at = now
+  if at < start then at = start end
+  local e = at - start
+  local lw = limit * W
+  local ok, retry, taken = 1, 0, 0
   if n == 0 then
-    return {1, remaining(cur), 0, reset_after(cur), 0, bad, now}
-  end
-  if used(cur + n) <= limit * W then
+    -- A query: the state as it is.
+  elseif prev * (W - e) + (cur + n) * W <= lw then
     cur = cur + n
-    return {1, remaining(cur), 0, store(), n, bad, now}
-  end
-  -- Refused: the exact wait until the estimate leaves room for n.
-  local function wait()
+    taken, w = n, true
+  else
+    -- Refused: the exact wait until the estimate leaves room for n — in
+    -- this window, as the previous one slides out, or else in the next.
+    ok = 0
+    local wait
     if cur + n <= limit and prev > 0 then
-      local target = W - math.min(div((limit - cur - n) * W, prev), W)
-      if target < W then return math.max(target, e) - e end
+      local q = (limit - cur - n) * W
+      local k = math.floor(q / prev)
+      if k * prev > q then k = k - 1 end
+      if k > W then k = W end
+      if k > 0 then
+        local target = W - k
+        if target < e then target = e end
+        wait = target - e
+      end
     end
-    local target = 0
-    if cur > 0 then target = W - math.min(div((limit - n) * W, cur), W) end
-    return (W - e) + target
+    if not wait then
+      local target = 0
+      if cur > 0 then
+        local q = (limit - n) * W
+        local k = math.floor(q / cur)
+        if k * cur > q then k = k - 1 end
+        if k > W then k = W end
+        target = W - k
+      end
+      wait = (W - e) + target
+    end
+    retry = (at - now) + wait
   end
-  return {0, remaining(cur), (at - now) + wait(), reset_after(cur), 0, bad, now}
+  local reset = 0
+  if cur > 0 then
+    reset = (idx + 2) * W - now
+  elseif prev > 0 then
+    reset = (idx + 1) * W - now
+  end
+  if w and reset > 0 then
+    redis.call('SET', key, string.format('%d:%d:%d', idx, prev, cur), 'PX', string.format('%d', math.ceil(reset / 1000)))
+  end
+  local room = lw - (prev * (W - e) + cur * W)
+  local left = 0
+  if room > 0 then
+    left = math.floor(room / W)
+    if left * W > room then left = left - 1 end
+  end
+  return ok, left, retry, reset, taken, bad, now
 end

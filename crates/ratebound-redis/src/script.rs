@@ -96,17 +96,51 @@ mod tests {
             assert!(s.sha().bytes().all(|b| b.is_ascii_hexdigit()));
         }
         assert_ne!(super::GCRA.sha(), super::FIXED_WINDOW.sha());
-        // Each text starts with the shared helpers.
-        assert!(super::GCRA.text.contains("local function clock(arg)"));
-        assert!(
-            super::SLIDING_WINDOW
-                .text
-                .contains("local function div(a, b)")
-        );
+        // Each text is the prelude, the algorithm, then its tail.
+        let prelude = include_str!("../lua/prelude.lua");
+        for s in [&super::GCRA, &super::FIXED_WINDOW, &super::SLIDING_WINDOW] {
+            assert!(s.text.starts_with(prelude), "{}", s.name);
+            assert!(
+                s.text.ends_with(include_str!("../lua/one.lua")),
+                "{}",
+                s.name
+            );
+            let batch = s.batch();
+            assert_eq!(batch.name, format!("{}_batch", s.name));
+            assert_eq!(
+                batch.text.strip_suffix(include_str!("../lua/many.lua")),
+                s.text.strip_suffix(include_str!("../lua/one.lua")),
+            );
+            assert_ne!(batch.sha(), s.sha());
+        }
         // The SHA-1 of the empty string, to check the hashing itself.
         assert_eq!(
             sha1_smol::Sha1::from("").digest().to_string(),
             "da39a3ee5e6b4b0d3255bfef95601890afd80709"
         );
+    }
+
+    /// Each `function` in a script's code is a closure made on every run
+    /// (what that costs: benches/redis/script_cost.py): the algorithm's
+    /// `decide` is the only one, its helpers written out in it.
+    #[test]
+    fn a_run_makes_one_closure() {
+        for s in [
+            &super::GCRA,
+            &super::FIXED_WINDOW,
+            &super::SLIDING_WINDOW,
+            &super::GCRA_BATCH,
+            &super::FIXED_WINDOW_BATCH,
+            &super::SLIDING_WINDOW_BATCH,
+        ] {
+            let code: Vec<&str> = s
+                .text
+                .lines()
+                .map(|l| l.split("--").next().unwrap_or(""))
+                .collect();
+            let functions: usize = code.iter().map(|l| l.matches("function").count()).sum();
+            assert_eq!(functions, 1, "{}", s.name);
+            assert!(code.iter().any(|l| l.contains("local function decide(")));
+        }
     }
 }
