@@ -2,13 +2,14 @@
 //! connection go out as one script run over many keys ([`BatchCall`]).
 //!
 //! The rule (every driver's): a call is sent alone, by its caller, when
-//! nothing of its group is waiting and fewer than [`SENDS`] sends of its
-//! group are in flight; otherwise it waits in its group's queue, and the
-//! queue goes out as one batch (at most [`BatchCall::MAX`] calls that
-//! [join](BatchCall::joins)) as soon as a send of the group lands. So one
-//! caller in flight never waits for a batch, and many form batches. A
-//! group is the whole connection, or in a Redis Cluster one hash slot (the
-//! keys of one script run must share a slot).
+//! nothing of its group is in flight; otherwise it waits in its group's
+//! queue, and the queue goes out as one batch (at most [`BatchCall::MAX`]
+//! calls that [join](BatchCall::joins)) as soon as the send in flight
+//! lands — or at once, as a second send in flight, when [`SECOND`] calls
+//! wait (never more than [`SENDS`] at a time). So one caller in flight
+//! never waits for a batch, and many form batches. A group is the whole
+//! connection, or in a Redis Cluster one hash slot (the keys of one script
+//! run must share a slot).
 //!
 //! Batches are sent by a spawned task, never by a caller's future: a caller
 //! that gives up (its deadline passed, its future was dropped) leaves the
@@ -27,12 +28,21 @@ use tokio::sync::oneshot;
 
 use crate::{BatchCall, Call, CallOutcome};
 
-/// Sends of one group in flight at once. One: the calls that come during a
-/// round trip form the next batch, which goes the moment it lands. Two or
-/// four (measured with `benches/src/bin/redis_throughput.rs` at 16 and 64
-/// in flight) gave no more decisions per second on 2 cores, in smaller
-/// batches — more Redis CPU per decision.
-pub(crate) const SENDS: usize = 1;
+/// Sends of one group in flight at most.
+pub(crate) const SENDS: usize = 2;
+
+/// How many calls must wait for a second send to go before the first
+/// lands. One send at a time leaves Redis idle while a reply travels and
+/// the next batch is made; two keep it busy, but a second send for a few
+/// calls makes small batches, and Redis spends more per decision. Measured
+/// with `benches/src/bin/redis_throughput.rs` on a busy 2-core machine
+/// (one limiter; Redis' CPU per decision from `INFO cpu`), medians of 3: at
+/// 64 in flight a second send at 16 waiting gave 87 k decisions/s (6.4–7.6
+/// µs of Redis CPU each), one send 85 k/s (6.2–6.4 µs), a second send for
+/// any call 41 k/s (6.9–7.1 µs); at 16 in flight (where 16 never wait
+/// behind one send) a second send for any call cost 9.8–10.6 µs of Redis
+/// CPU per decision against 8.0–9.0 µs.
+pub(crate) const SECOND: usize = 16;
 
 /// What became of one call, owned: it crosses from the sending task to the
 /// caller.
@@ -187,26 +197,40 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Where `call` goes: alone (nothing of its group waits, a send is
-    /// free) or into its group's queue.
+    /// Where `call` goes: alone (nothing of its group in flight) or into
+    /// its group's queue — which goes at once, from a spawned task, when
+    /// [`SECOND`] calls wait and a send is free.
     pub(crate) fn enter(self: &Arc<Self>, call: &Arc<Call>) -> Entry<C> {
         let slot = self.per_slot.then(|| Slot::for_key(&call.key));
         let mut groups = self.groups();
         let group = groups.entry(slot).or_default();
-        if group.waiting.is_empty() && group.sending < SENDS {
+        if group.sending == 0 && group.waiting.is_empty() {
             group.sending += 1;
-            return Entry::Alone(Flight {
-                batcher: self.clone(),
-                slot,
-                armed: true,
-            });
+            return Entry::Alone(self.flight(slot));
         }
         let (answer, rx) = oneshot::channel();
         group.waiting.push_back(Waiter {
             call: Arc::clone(call),
             answer,
         });
+        if group.sending < SENDS && group.waiting.len() >= SECOND {
+            let batch = group.take();
+            if !batch.is_empty() {
+                group.sending += 1;
+                drop(groups);
+                launch(self.flight(slot), batch);
+            }
+        }
         Entry::Queued(rx)
+    }
+
+    /// A send of `slot`'s group, counted in its `sending`.
+    fn flight(self: &Arc<Self>, slot: Option<Slot>) -> Flight<C> {
+        Flight {
+            batcher: self.clone(),
+            slot,
+            armed: true,
+        }
     }
 
     /// The group's next batch, still counted as in flight; or, when
@@ -289,23 +313,25 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for Flight<C> {
             return;
         }
         self.armed = false;
-        let Some(batch) = self.batcher.next(self.slot) else {
-            return;
-        };
-        let flight = Flight {
-            batcher: self.batcher.clone(),
-            slot: self.slot,
-            armed: true,
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(fly(flight, batch));
-            }
-            // No runtime to send from (dropped outside one): the batch's
-            // callers hear that it was dropped, and the next one is tried
-            // by this flight's drop.
-            Err(_) => drop((batch, flight)),
+        if let Some(batch) = self.batcher.next(self.slot) {
+            launch(self.batcher.flight(self.slot), batch);
         }
+    }
+}
+
+/// Sends `batch` (and the group's next ones) from a task of its own on the
+/// current runtime. Without one (a flight dropped outside any runtime) the
+/// batch's callers hear that it was dropped, and the flight's drop tries
+/// the next batch.
+fn launch<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    flight: Flight<C>,
+    batch: Vec<Waiter>,
+) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(fly(flight, batch));
+        }
+        Err(_) => drop((batch, flight)),
     }
 }
 

@@ -29,11 +29,12 @@ use crate::{
 /// and the tokens may be counted anyway.
 ///
 /// **Batching** ([`Config::batch`], on by default). A call is sent alone
-/// when nothing else waits on the connection; while one is in flight, the
+/// when nothing else is in flight on the connection; while one is, the
 /// calls that come meanwhile (checks, leases, reservations, give-backs,
 /// pauses, of every clone of this limiter) wait, and go out as one script
 /// run over many keys ([`BatchCall`](crate::BatchCall), at most
-/// [`BatchCall::MAX`](crate::BatchCall::MAX)) the moment it lands. The keys
+/// [`BatchCall::MAX`](crate::BatchCall::MAX)) the moment it lands — or at
+/// once, as a second send in flight, when 16 of them wait. The keys
 /// are decided in arrival order exactly as separate calls would decide
 /// them, so every decision is the same; Redis spends less per decision and
 /// many callers in flight get more decisions per second. One caller in
