@@ -348,8 +348,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         };
         match r {
             Reserved::Granted { wait, source, .. } => Ok(RedisReservation {
-                limiter: self.clone(),
-                call: if wait.is_zero() { None } else { call },
+                // Tokens due at once cannot be given back (they were the
+                // caller's from the start): nothing to hold.
+                held: call
+                    .filter(|_| !wait.is_zero())
+                    .map(|call| (self.clone(), call)),
                 due: tokio::time::Instant::now() + wait,
                 delay: wait,
                 source,
@@ -523,9 +526,9 @@ fn give_back_later<C: ConnectionLike + Clone + Send + Sync + 'static>(
 /// [`wait`](Self::wait) or [`consume`](Self::consume) kept them.
 #[must_use = "a reservation dropped at once gives its tokens back"]
 pub struct RedisReservation<C: ConnectionLike + Clone + Send + Sync + 'static> {
-    limiter: RedisLimiter<C>,
-    /// The call that reserved them, while they can still be given back.
-    call: Option<Arc<Call>>,
+    /// The limiter and the call that reserved them, while they can still
+    /// be given back.
+    held: Option<(RedisLimiter<C>, Arc<Call>)>,
     due: tokio::time::Instant,
     delay: Duration,
     source: Source,
@@ -545,20 +548,20 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisReservation<C> {
     /// Sleeps until the tokens are due; they are the caller's.
     pub async fn wait(mut self) {
         tokio::time::sleep_until(self.due).await;
-        self.call = None;
+        self.held = None;
     }
 
     /// Keeps the tokens without waiting (the caller sleeps itself).
     pub fn consume(mut self) {
-        self.call = None;
+        self.held = None;
     }
 
     /// Gives the tokens back now; whether Redis took them back.
     pub async fn cancel(mut self) -> bool {
-        match self.call.take() {
-            Some(call) => {
-                let back = self.limiter.engine.give_back(&call);
-                self.limiter.run(&Arc::new(back)).await.replied()
+        match self.held.take() {
+            Some((limiter, call)) => {
+                let back = limiter.engine.give_back(&call);
+                limiter.run(&Arc::new(back)).await.replied()
             }
             None => false,
         }
@@ -567,8 +570,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisReservation<C> {
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for RedisReservation<C> {
     fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            give_back_later(self.limiter.clone(), self.limiter.engine.give_back(&call));
+        if let Some((limiter, call)) = self.held.take() {
+            let back = limiter.engine.give_back(&call);
+            give_back_later(limiter, back);
         }
     }
 }
@@ -581,7 +585,7 @@ where
         f.debug_struct("RedisReservation")
             .field("delay", &self.delay)
             .field("source", &self.source)
-            .field("held", &self.call.is_some())
+            .field("held", &self.held.is_some())
             .finish()
     }
 }
