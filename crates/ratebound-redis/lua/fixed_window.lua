@@ -13,11 +13,12 @@
 -- above the limit (the limit was lowered) is refused until the window
 -- ends, remaining 0. A value that is not "<index>:<count>" (damaged) is
 -- rebuilt as a full current window, stored, and judged as that.
--- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
--- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua,
--- many.lua), as seven values. At most one write, at the end (`w`).
-local function decide(key, now, o)
-  local limit, W, n, mode = ARGV[o + 1] + 0, ARGV[o + 2] + 0, ARGV[o + 3] + 0, ARGV[o + 4]
+-- decide(key, now, o, limit, W, n): the decision for `key` at `now` (µs),
+-- as seven values; its arguments are ARGV[o + 1] … (o = 1 for a call on
+-- one key: ARGV[2] …), the first three read as numbers by the tail
+-- (one.lua, many.lua). At most one write, at the end (`w`).
+local function decide(key, now, o, limit, W, n)
+  local mode = ARGV[o + 4]
   local idx = math.floor(now / W)
   if idx * W > now then idx = idx - 1 end
   local until_end = (idx + 1) * W - now

@@ -27,12 +27,13 @@
 -- remaining 0. A value that is not a TAT (damaged) is rebuilt as an empty
 -- bucket — TAT = now + tau, stored — and judged as that: conservative,
 -- never admitting more than the limit, and that key's problem alone.
--- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
--- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua,
--- many.lua), as seven values. At most one write: `w`, the TAT to store
--- (nil: nothing to write), is written once at the end.
-local function decide(key, now, o)
-  local T, tau, n, mode = ARGV[o + 1] + 0, ARGV[o + 2] + 0, ARGV[o + 3] + 0, ARGV[o + 4]
+-- decide(key, now, o, T, tau, n): the decision for `key` at `now` (µs), as
+-- seven values; its arguments are ARGV[o + 1] … (o = 1 for a call on one
+-- key: ARGV[2] …), the first three read as numbers by the tail (one.lua,
+-- many.lua). At most one write: `w`, the TAT to store (nil: nothing to
+-- write), is written once at the end.
+local function decide(key, now, o, T, tau, n)
+  local mode = ARGV[o + 4]
   local tat, paused, bad, w = now, 0, 0, nil
   local raw = redis.pcall('GET', key)
   if raw then

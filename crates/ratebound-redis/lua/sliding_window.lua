@@ -15,11 +15,11 @@
 -- lowered) are refused with the exact wait. A value that is not
 -- "<index>:<previous>:<current>" (damaged) is rebuilt as a full current
 -- window, stored, and judged as that.
--- decide(key, now, o): the decision for `key` at `now` (µs), its arguments
--- ARGV[o + 1] … (o = 1 for a call on one key: ARGV[2] …; see one.lua,
--- many.lua), as seven values. At most one write, at the end (`w`).
-local function decide(key, now, o)
-  local limit, W, n = ARGV[o + 1] + 0, ARGV[o + 2] + 0, ARGV[o + 3] + 0
+-- decide(key, now, o, limit, W, n): the decision for `key` at `now` (µs),
+-- as seven values; its arguments are ARGV[o + 1] … (o = 1 for a call on
+-- one key: ARGV[2] …), the first three read as numbers by the tail
+-- (one.lua, many.lua). At most one write, at the end (`w`).
+local function decide(key, now, o, limit, W, n)
   local now_idx = math.floor(now / W)
   if now_idx * W > now then now_idx = now_idx - 1 end
   local idx, prev, cur, bad, w = now_idx, 0, 0, 0, false
