@@ -1,6 +1,7 @@
 //! Decisions per second against a local Redis, in the same run as the
 //! ceiling: `redis-benchmark` running the same one-key `EVALSHA` (C client,
-//! no driver, no decision) over as many connections as there are callers.
+//! no driver, no decision) over as many connections as there are callers,
+//! with the CPU each of its calls cost Redis.
 //!
 //! 1. One limiter (one multiplexed connection) with 1, 16 and 64 callers in
 //!    flight over 10 000 keys, with `batch = false` (one call per check)
@@ -14,8 +15,10 @@
 //!
 //! Each row is the median of `ROUNDS` rounds (rounds interleave the rows,
 //! so that a busy moment of the machine touches them alike), with the
-//! latency of one decision (p50/p99 over all rounds). Starts and stops its
-//! own `redis-server` on a free 127.0.0.1 port (persistence off).
+//! latency of one decision (p50/p99 over all rounds) and the CPU time one
+//! decision cost Redis (`INFO cpu`) and this process (the driver and its
+//! callers; Linux) — steadier than rates on a shared machine. Starts and
+//! stops its own `redis-server` on a free 127.0.0.1 port (persistence off).
 //!
 //! `cargo run --release --locked -p ratebound-benches --bin redis_throughput [seconds] [rounds]`
 //! (default 2 s per row, 3 rounds: about two minutes).
@@ -55,10 +58,29 @@ fn show(d: Duration) -> String {
     }
 }
 
-/// The `EVALSHA` ceiling from redis-benchmark: requests per second.
-fn ceiling(port: u16, clients: usize, seconds: f64) -> f64 {
-    // About `seconds` worth of requests at ~60 000/s per core.
-    let n = ((60_000.0 * seconds) as usize).max(10_000);
+/// The `EVALSHA` ceiling from redis-benchmark: requests per second, and
+/// Redis' CPU µs per request.
+async fn ceiling(
+    admin: &mut ConnectionManager,
+    port: u16,
+    clients: usize,
+    seconds: f64,
+) -> (f64, f64) {
+    let before = redis_cpu(admin).await;
+    let n = requests(seconds);
+    let rate = redis_benchmark(port, clients, n);
+    let cpu = redis_cpu(admin).await - before;
+    (rate, cpu / n as f64 * 1e6)
+}
+
+/// About `seconds` worth of requests at ~60 000/s per core.
+fn requests(seconds: f64) -> usize {
+    ((60_000.0 * seconds) as usize).max(10_000)
+}
+
+/// redis-benchmark's rate for `n` one-key `EVALSHA`s over `clients`
+/// connections.
+fn redis_benchmark(port: u16, clients: usize, n: usize) -> f64 {
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args([
@@ -111,14 +133,15 @@ enum Verb {
 }
 
 /// `callers` tasks on `limiters` (round robin) for `seconds`, each asking
-/// for keys from `keys`: decisions per second and the latencies.
+/// for keys from `keys`: decisions per second, the latencies and the
+/// number of decisions.
 async fn drive(
     limiters: Vec<RedisLimiter<ConnectionManager>>,
     callers: usize,
     keys: u64,
     verb: Verb,
     seconds: f64,
-) -> (f64, Vec<Duration>) {
+) -> (f64, Vec<Duration>, f64) {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
@@ -166,19 +189,65 @@ async fn drive(
     for l in &limiters {
         l.shutdown().await;
     }
-    (count / elapsed, lat)
+    (count / elapsed, lat, count)
+}
+
+/// Redis' CPU time so far (`used_cpu_user` + `used_cpu_sys`), in seconds.
+async fn redis_cpu(admin: &mut ConnectionManager) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(admin)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_user:")
+                .or_else(|| l.strip_prefix("used_cpu_sys:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// This process's CPU time so far (every thread), in seconds.
+#[cfg(target_os = "linux")]
+fn own_cpu() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+#[cfg(not(target_os = "linux"))]
+fn own_cpu() -> f64 {
+    f64::NAN
+}
+
+/// One row's round: its rate, latencies, and the CPU µs per decision of
+/// Redis and of this process (the driver and the callers).
+struct Sample {
+    rate: f64,
+    lat: Vec<Duration>,
+    redis_us: f64,
+    driver_us: f64,
 }
 
 /// One limiter shared by `callers` tasks.
 async fn shared(
     url: &str,
+    admin: &mut ConnectionManager,
     callers: usize,
     batch: bool,
     verb: Verb,
     seconds: f64,
-) -> (f64, Vec<Duration>) {
+) -> Sample {
     let limiter = RedisLimiter::new(config(0, batch), connect(url).await).unwrap();
-    drive(vec![limiter], callers, KEYS, verb, seconds).await
+    let (redis0, own0) = (redis_cpu(admin).await, own_cpu());
+    let (rate, lat, count) = drive(vec![limiter], callers, KEYS, verb, seconds).await;
+    let (redis1, own1) = (redis_cpu(admin).await, own_cpu());
+    Sample {
+        rate,
+        lat,
+        redis_us: (redis1 - redis0) / count * 1e6,
+        driver_us: (own1 - own0) / count * 1e6,
+    }
 }
 
 /// `callers` instances, each its own connection, on one hot key.
@@ -190,26 +259,39 @@ async fn instances(url: &str, callers: usize, lease: u64, seconds: f64) -> f64 {
     drive(limiters, callers, 1, Verb::Check, seconds).await.0
 }
 
-/// A row's rounds: rates and latencies.
+/// A row's rounds.
 #[derive(Default)]
 struct Row {
     rates: Vec<f64>,
     lat: Vec<Duration>,
+    redis_us: Vec<f64>,
+    driver_us: Vec<f64>,
 }
 
 impl Row {
-    fn add(&mut self, (rate, lat): (f64, Vec<Duration>)) {
-        self.rates.push(rate);
-        self.lat.extend(lat);
+    fn add(&mut self, s: Sample) {
+        self.rates.push(s.rate);
+        self.lat.extend(s.lat);
+        self.redis_us.push(s.redis_us);
+        self.driver_us.push(s.driver_us);
     }
 
-    /// The median rate, p50 and p99.
-    fn summary(mut self) -> (f64, Duration, Duration) {
+    /// The median rate; p50 / p99; the median CPU µs per decision of
+    /// Redis + of the driver.
+    fn summary(mut self) -> (f64, String, String) {
         self.lat.sort();
         (
             median(self.rates),
-            percentile(&self.lat, 0.5),
-            percentile(&self.lat, 0.99),
+            format!(
+                "{} / {}",
+                show(percentile(&self.lat, 0.5)),
+                show(percentile(&self.lat, 0.99))
+            ),
+            format!(
+                "{:.1} + {:.1}",
+                median(self.redis_us),
+                median(self.driver_us)
+            ),
         )
     }
 }
@@ -252,30 +334,30 @@ async fn main() {
         .await
         .unwrap();
     println!("redis_throughput: {seconds} s per row, {rounds} rounds, median decisions/s");
+    println!("(CPU: µs per decision of Redis + of this process, the driver and its callers)");
     println!();
     println!("One limiter (one connection), callers in flight, {KEYS} keys:");
     println!();
     println!(
-        "| in flight | redis-benchmark EVALSHA | batch = false | of ceiling | p50 / p99 | batching | of ceiling | p50 / p99 |"
+        "| in flight | redis-benchmark EVALSHA | its Redis CPU | batch = false | of ceiling | p50 / p99 | CPU | batching | of ceiling | p50 / p99 | CPU |"
     );
-    println!("|---:|---:|---:|---:|---|---:|---:|---|");
+    println!("|---:|---:|---:|---:|---:|---|---|---:|---:|---|---|");
     for callers in [1usize, 16, 64] {
-        let (mut ceil, mut off, mut on) = (vec![], Row::default(), Row::default());
+        let (mut ceil, mut ceil_cpu) = (vec![], vec![]);
+        let (mut off, mut on) = (Row::default(), Row::default());
         for _ in 0..rounds {
-            ceil.push(ceiling(port, callers, seconds));
-            off.add(shared(&url, callers, false, Verb::Check, seconds).await);
-            on.add(shared(&url, callers, true, Verb::Check, seconds).await);
+            let (rate, cpu) = ceiling(&mut admin, port, callers, seconds).await;
+            ceil.push(rate);
+            ceil_cpu.push(cpu);
+            off.add(shared(&url, &mut admin, callers, false, Verb::Check, seconds).await);
+            on.add(shared(&url, &mut admin, callers, true, Verb::Check, seconds).await);
         }
-        let c = median(ceil);
-        let ((o, o50, o99), (b, b50, b99)) = (off.summary(), on.summary());
+        let (c, ccpu) = (median(ceil), median(ceil_cpu));
+        let ((o, olat, ocpu), (b, blat, bcpu)) = (off.summary(), on.summary());
         println!(
-            "| {callers} | {c:.0} | {o:.0} | {:.0} % | {} / {} | {b:.0} | {:.0} % | {} / {} |",
+            "| {callers} | {c:.0} | {ccpu:.1} | {o:.0} | {:.0} % | {olat} | {ocpu} | {b:.0} | {:.0} % | {blat} | {bcpu} |",
             100.0 * o / c,
-            show(o50),
-            show(o99),
             100.0 * b / c,
-            show(b50),
-            show(b99),
         );
     }
 
@@ -284,22 +366,18 @@ async fn main() {
         "Reserve (a global wait's call) beside check, one limiter, 16 in flight, {KEYS} keys:"
     );
     println!();
-    println!("| mode | check | p50 / p99 | reserve | p50 / p99 | reserve / check |");
-    println!("|---|---:|---|---:|---|---:|");
+    println!("| mode | check | p50 / p99 | CPU | reserve | p50 / p99 | CPU | reserve / check |");
+    println!("|---|---:|---|---|---:|---|---|---:|");
     for batch in [false, true] {
         let (mut check, mut reserve) = (Row::default(), Row::default());
         for _ in 0..rounds {
-            check.add(shared(&url, 16, batch, Verb::Check, seconds).await);
-            reserve.add(shared(&url, 16, batch, Verb::Reserve, seconds).await);
+            check.add(shared(&url, &mut admin, 16, batch, Verb::Check, seconds).await);
+            reserve.add(shared(&url, &mut admin, 16, batch, Verb::Reserve, seconds).await);
         }
-        let ((c, c50, c99), (r, r50, r99)) = (check.summary(), reserve.summary());
+        let ((c, clat, ccpu), (r, rlat, rcpu)) = (check.summary(), reserve.summary());
         println!(
-            "| {} | {c:.0} | {} / {} | {r:.0} | {} / {} | {:.2} |",
+            "| {} | {c:.0} | {clat} | {ccpu} | {r:.0} | {rlat} | {rcpu} | {:.2} |",
             if batch { "batching" } else { "batch = false" },
-            show(c50),
-            show(c99),
-            show(r50),
-            show(r99),
             r / c
         );
     }
