@@ -279,12 +279,12 @@ export declare namespace redis {
     /** The ioredis or node-redis client (or cluster) to run the scripts with. */
     client: RedisClient
     /**
-     * Whether checks that wait while others of this limiter are in flight go
-     * out together, at the end of the event loop's turn, as one script run
-     * over all their keys (per hash slot on a cluster, at most 128): each
-     * key decided in order exactly as separate calls would decide it, for
-     * less of Redis' time a decision (default true). A check with nothing
-     * in flight goes at once, alone. `false`: one script call a check.
+     * Whether the checks of one turn of the event loop go out together at
+     * its end as one script run over all their keys (per hash slot on a
+     * cluster, at most 128): each key decided in order exactly as separate
+     * calls would decide it, for less of Redis' time a decision (default
+     * true). A lone check goes alone. `false`: one script call a check, at
+     * once.
      */
     batch?: boolean
   }

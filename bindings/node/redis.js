@@ -21,12 +21,15 @@
 // the calls in flight whose deadline passed (they all have the same
 // deadline, so they expire in the order they began).
 //
-// Batching: while calls of a limiter are in flight, a new check waits in a
-// queue that goes out at the end of the current turn of the event loop as
-// ONE script run over all its keys (the engine's BatchCall: per hash slot
-// on a cluster client, at most 128 keys), each key decided in order exactly
-// as separate calls would decide it. A check with nothing in flight goes at
-// once, alone. `batch: false` sends every check alone.
+// Batching: a check waits in a queue that goes out at the end of the
+// current turn of the event loop (process.nextTick) as ONE script run over
+// all its keys (the engine's BatchCall: per hash slot on a cluster client,
+// at most 128 keys), each key decided in order exactly as separate calls
+// would decide it; a queue of one goes alone, as it would unbatched. With
+// nothing in flight a queue of SPLIT_AT or more goes as two batches, so
+// that Redis runs one while this process reads the other's answers: the
+// callers those answers wake ask again together and keep the two apart.
+// `batch: false` sends every check alone at once.
 //
 // Pause news: a pause that moved reservations is PUBLISHed on the prefix's
 // channel (rb:pause), and a token bucket listens there from its first wait
@@ -65,6 +68,9 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   const CHECK = 0
   const RESERVE = 1
   const RAW = 2 // a RedisCall of the engine's slower steps: its reply as it came
+  // A queue of this many checks or more, with nothing in flight, goes out
+  // as two batches.
+  const SPLIT_AT = 8
   // Node-redis calls begun within this many ms share one AbortSignal.
   const EPOCH_MS = 1
 
@@ -405,7 +411,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       e.deadline = performance.now() + this.#ms
       this.#wheel.push(e)
       if (this.#timer === null) this.#arm(this.#ms)
-      if (this.#batching && e.cls >= 0 && (this.#inFlight > 0 || this.#queue.length > 0)) {
+      if (this.#batching && e.cls >= 0) {
         this.#queue.push(e)
         if (!this.#flushing) {
           this.#flushing = true
@@ -584,6 +590,15 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
         }
       }
       if (same) {
+        if (queue.length >= SPLIT_AT && this.#inFlight === 0) {
+          // Two script runs rather than one: Redis runs the second while
+          // this process reads the first's answers (and the callers ask
+          // again), instead of each waiting for the other in turn.
+          const half = Math.ceil(queue.length / 2)
+          this.#sendGroup(queue.slice(0, half))
+          this.#sendGroup(queue.slice(half))
+          return
+        }
         this.#sendGroup(queue)
         return
       }
