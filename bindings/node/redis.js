@@ -347,6 +347,9 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   // Runs the calls of one engine with one client: the deadline wheel, the
   // batch queue, the templates and the counters.
   class Driver {
+    // The engine, held while calls are in flight (its number is freed with
+    // it), and its number in the native table.
+    #engine
     #h
     #adapter
     #ms
@@ -368,6 +371,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     #ticking = false
 
     constructor(engine, adapter, batching) {
+      this.#engine = engine
       this.#h = engine.handle
       this.#adapter = adapter
       this.#ms = engine.timeout * 1000

@@ -362,6 +362,51 @@ test('deadline wheel: a limiter with a 30 s deadline never keeps the process ali
   assert.ok(took < 10000, `the process exited ${took.toFixed(0)} ms after starting, not at the 30 s deadline`)
 })
 
+test('a limiter nobody holds any more still answers the checks it has in flight', async () => {
+  const server = await startServer()
+  // In a child with --expose-gc: the limiter is reachable from nowhere but
+  // its calls in flight while Redis is paused and the heap is collected.
+  const script = `
+    const IORedis = require(${JSON.stringify(require.resolve('ioredis'))})
+    const rb = require(${JSON.stringify(path.join(__dirname, '..'))})
+    const failures = []
+    process.on('unhandledRejection', (e) => failures.push(String(e)))
+    process.on('uncaughtException', (e) => failures.push(String(e)))
+    const client = new IORedis({ host: '127.0.0.1', port: ${server.port}, maxRetriesPerRequest: 0 })
+    const ask = (batch) => {
+      const lim = rb.redis.TokenBucket({ client, rate: 10, burst: 20, timeout: 3, batch })
+      return Promise.all(Array.from({ length: 10 }, (_, i) => lim.check(batch + '-k' + i)))
+    }
+    ;(async () => {
+      await client.ping()
+      await client.call('CLIENT', 'PAUSE', '400', 'WRITE')
+      const pending = [ask(false), ask(true)]
+      for (let i = 0; i < 10; i++) {
+        globalThis.gc()
+        await new Promise((r) => setTimeout(r, 20))
+      }
+      // Limiters made meanwhile take the numbers the dropped ones freed, if any.
+      for (let i = 0; i < 20; i++) rb.redis.TokenBucket({ client, rate: 1, burst: 1 })
+      const answers = (await Promise.all(pending)).flat()
+      await new Promise((r) => setTimeout(r, 50))
+      console.log(JSON.stringify({ sources: [...new Set(answers.map((d) => d.source))], remaining: answers.map((d) => d.remaining), failures }))
+      client.disconnect()
+    })()
+  `
+  const child = spawn(process.execPath, ['--expose-gc', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let out = ''
+  child.stdout.on('data', (b) => (out += b))
+  const timer = setTimeout(() => child.kill('SIGKILL'), 15000)
+  const [code] = await once(child, 'exit')
+  clearTimeout(timer)
+  assert.equal(code, 0, out)
+  const got = JSON.parse(out)
+  assert.deepEqual(got.failures, [])
+  assert.deepEqual(got.sources, ['redis'])
+  assert.deepEqual(got.remaining, Array(20).fill(19))
+  await server.kill()
+})
+
 // ------------------------------------------------------------------ faults
 
 test('batching: SCRIPT FLUSH while batches are in flight — EVAL of the batch script, every decision from Redis', async () => {
