@@ -47,6 +47,18 @@ from test_redis import (  # noqa: F401 (cluster: a fixture)
 pytestmark = pytest.mark.filterwarnings("error")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _collected_before() -> None:
+    """Collects what earlier modules left for the garbage collector (e.g.
+    test_redis.py's unclosed redis.asyncio clients) with warnings ignored,
+    so that their ResourceWarnings do not surface in these tests."""
+    import gc
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gc.collect()
+
+
 def url(server: Server, db: int = 0) -> str:
     return f"redis://{HOST}:{server.port}/{db}"
 
@@ -239,6 +251,26 @@ async def test_asyncio_tasks_batch_on_one_connection(server: Server) -> None:
         assert sum(d.allowed for d in ds) == 100
         assert {d.source for d in ds} == {"redis"}
         assert (runs < 640 * 0.5) if batch else (runs == 640), (batch, runs)
+        await lim.aclose()
+
+
+async def test_many_asyncio_limiters_share_one_connection_and_one_socket_pair(server: Server) -> None:
+    """Fifty asyncio limiters on one URL and one loop: one Redis connection
+    and one socket pair to the loop, not fifty (counted in /proc/self/fd and
+    by Redis' own client list)."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.fail("needs /proc/self/fd", pytrace=False)
+    prefix = fresh_key("shared") + ":"
+    first = rbr.AsyncTokenBucket(url(server), rate=10, prefix=prefix)
+    await first.check("warm")
+    before_fds = len(os.listdir("/proc/self/fd"))
+    before_clients = int(server.admin("INFO", "clients")["connected_clients"])
+    lims = [rbr.AsyncTokenBucket(url(server), rate=10, prefix=prefix) for _ in range(50)]
+    ds = await asyncio.gather(*(lim.check(f"k{i}") for i, lim in enumerate(lims)))
+    assert {d.source for d in ds} == {"redis"}
+    assert len(os.listdir("/proc/self/fd")) - before_fds <= 2
+    assert int(server.admin("INFO", "clients")["connected_clients"]) - before_clients <= 1
+    for lim in [first, *lims]:
         await lim.aclose()
 
 

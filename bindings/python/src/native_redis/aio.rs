@@ -1,9 +1,22 @@
-//! asyncio futures completed from the runtime, with no thread per call and
-//! without the GIL on the runtime's thread: a finished call is queued, and
-//! the first one queued since the loop last looked writes one byte to a
-//! socket pair the loop watches (`loop.add_reader`); the loop then sets
-//! every queued future's result at once. Where a loop cannot watch a socket
-//! (Windows' proactor loop), `loop.call_soon_threadsafe` wakes it instead.
+//! asyncio on the native connection, with no thread per call and without
+//! the GIL on the runtime's thread.
+//!
+//! - **Out: one turn, one batch.** The calls an event loop's tasks make in
+//!   one turn of the loop are queued, and the first one schedules
+//!   (`loop.call_soon`) a flush that hands them all to the runtime at once:
+//!   those that join go out as one batch script run (per hash slot in a
+//!   cluster), a lone call as itself — so one task in flight never waits
+//!   for a batch, and many form batches (Node's driver does the same at the
+//!   end of its turn).
+//! - **Back: one byte, every answer.** A finished call is queued for its
+//!   loop, and the first one queued since the loop last looked writes one
+//!   byte to a socket pair the loop watches (`loop.add_reader`); the loop
+//!   then sets every queued future's result at once. Where a loop cannot
+//!   watch a socket (Windows' proactor loop), `loop.call_soon_threadsafe`
+//!   wakes it instead.
+//!
+//! Nothing here holds its loop strongly: a loop that is gone takes its
+//! registration with it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,13 +24,17 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::PyNotImplementedError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyList};
+use pyo3::types::{PyBool, PyList, PyWeakrefMethods, PyWeakrefReference};
 use ratebound_redis::Call;
+use tokio::time::Instant;
 
-use super::link::RunResult;
+use super::link::{Link, RunResult};
 use crate::decision::Decision;
 use crate::redis::RedisEngine;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// What a finished call hands its future.
 pub(crate) enum Done {
@@ -34,6 +51,38 @@ pub(crate) enum Done {
     Bool { fut: Py<PyAny>, ok: bool },
 }
 
+/// A call waiting for the end of its loop's turn.
+pub(crate) struct Outgoing {
+    /// Where it goes.
+    pub(crate) link: Arc<Link>,
+    /// The call.
+    pub(crate) call: Call,
+    /// Its deadline.
+    pub(crate) deadline: Instant,
+    /// The future it completes.
+    pub(crate) fut: Py<PyAny>,
+    /// A check's engine (its future gets the decision); `None`: the future
+    /// gets `(reply, timed_out, error)`.
+    pub(crate) engine: Option<Py<RedisEngine>>,
+}
+
+impl Outgoing {
+    fn done(self, result: RunResult) -> Done {
+        match self.engine {
+            Some(engine) => Done::Decision {
+                fut: self.fut,
+                engine,
+                call: self.call,
+                result,
+            },
+            None => Done::Outcome {
+                fut: self.fut,
+                result,
+            },
+        }
+    }
+}
+
 enum Wake {
     #[cfg(unix)]
     Pipe {
@@ -41,34 +90,50 @@ enum Wake {
         reader: std::os::unix::net::UnixStream,
     },
     Threadsafe {
-        call_soon: Py<PyAny>,
-        drain: PyOnceLock<Py<PyAny>>,
+        event_loop: Py<PyWeakrefReference>,
     },
 }
 
 struct Shared {
+    /// Finished calls, for the loop.
     queue: Mutex<Vec<Done>>,
     /// Whether the loop has been woken for what is queued.
     armed: AtomicBool,
     wake: Wake,
+    /// This turn's calls, for the runtime.
+    outgoing: Mutex<Vec<Outgoing>>,
+    /// Whether this turn's flush is scheduled.
+    scheduled: AtomicBool,
 }
 
-/// One event loop's finished calls (see the module docs). Calling it (the
-/// loop does) sets their futures' results.
+/// One event loop's calls in and out (see the module docs). Calling it
+/// (the loop does, when its socket pair is readable) sets the results of
+/// the finished calls' futures.
 #[pyclass(name = "_Completions", frozen, module = "ratebound")]
 pub(crate) struct Completions {
     shared: Arc<Shared>,
 }
 
-/// What a task holds to hand its result to the loop.
+/// A scheduled flush of one turn's calls (see the module docs).
+#[pyclass(name = "_Turn", frozen, module = "ratebound")]
+pub(crate) struct Turn {
+    shared: Arc<Shared>,
+}
+
+/// What a task holds to hand its results to the loop.
 #[derive(Clone)]
 pub(crate) struct Sender(Arc<Shared>);
 
 impl Sender {
     /// Queues `done` and wakes the loop if it is not woken already.
     pub(crate) fn send(&self, done: Done) {
+        self.send_all(std::iter::once(done));
+    }
+
+    /// Queues every one of `done`, waking the loop once.
+    fn send_all(&self, done: impl IntoIterator<Item = Done>) {
         let s = &self.0;
-        s.queue.lock().unwrap_or_else(|e| e.into_inner()).push(done);
+        lock(&s.queue).extend(done);
         // Ordering: AcqRel — the push above is seen by the drain that
         // follows the wake; the drain's Release store of false pairs with
         // this swap.
@@ -83,13 +148,26 @@ impl Sender {
                 // already.
                 let _ = (&*writer).write(&[1]);
             }
-            Wake::Threadsafe { call_soon, drain } => Python::attach(|py| {
-                if let Some(d) = drain.get(py) {
-                    let _ = call_soon.call1(py, (d.clone_ref(py),));
+            Wake::Threadsafe { event_loop } => Python::attach(|py| {
+                let drain = Completions {
+                    shared: self.0.clone(),
+                };
+                if let (Some(l), Ok(d)) = (event_loop.bind(py).upgrade(), Py::new(py, drain)) {
+                    let _ = l.call_method1(intern!(py, "call_soon_threadsafe"), (d,));
                 }
             }),
         }
     }
+}
+
+fn shared(wake: Wake) -> Arc<Shared> {
+    Arc::new(Shared {
+        queue: Mutex::new(Vec::new()),
+        armed: AtomicBool::new(false),
+        wake,
+        outgoing: Mutex::new(Vec::new()),
+        scheduled: AtomicBool::new(false),
+    })
 }
 
 impl Completions {
@@ -97,49 +175,83 @@ impl Completions {
     pub(crate) fn new(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Py<Completions>> {
         #[cfg(unix)]
         {
+            use std::os::fd::AsRawFd;
             let (writer, reader) = std::os::unix::net::UnixStream::pair()?;
             writer.set_nonblocking(true)?;
             reader.set_nonblocking(true)?;
-            use std::os::fd::AsRawFd;
             let fd = reader.as_raw_fd();
-            let this = Py::new(
-                py,
-                Completions {
-                    shared: Arc::new(Shared {
-                        queue: Mutex::new(Vec::new()),
-                        armed: AtomicBool::new(false),
-                        wake: Wake::Pipe { writer, reader },
-                    }),
-                },
-            )?;
-            match event_loop.call_method1("add_reader", (fd, this.clone_ref(py))) {
-                Ok(_) => return Ok(this),
+            let s = shared(Wake::Pipe { writer, reader });
+            let drain = Py::new(py, Completions { shared: s.clone() })?;
+            match event_loop.call_method1("add_reader", (fd, drain.clone_ref(py))) {
+                Ok(_) => return Ok(drain),
                 Err(e) if e.is_instance_of::<PyNotImplementedError>(py) => {}
                 Err(e) => return Err(e),
             }
         }
-        let this = Py::new(
-            py,
-            Completions {
-                shared: Arc::new(Shared {
-                    queue: Mutex::new(Vec::new()),
-                    armed: AtomicBool::new(false),
-                    wake: Wake::Threadsafe {
-                        call_soon: event_loop.getattr("call_soon_threadsafe")?.unbind(),
-                        drain: PyOnceLock::new(),
-                    },
-                }),
-            },
-        )?;
-        if let Wake::Threadsafe { drain, .. } = &this.get().shared.wake {
-            let _ = drain.set(py, this.clone_ref(py).into_any());
-        }
-        Ok(this)
+        let s = shared(Wake::Threadsafe {
+            event_loop: PyWeakrefReference::new(event_loop)?.unbind(),
+        });
+        Py::new(py, Completions { shared: s })
     }
 
     /// What a task holds to hand its result here.
     pub(crate) fn sender(&self) -> Sender {
         Sender(self.shared.clone())
+    }
+
+    /// Queues `call` for the end of this turn of `event_loop` (the running
+    /// loop, whose thread this is).
+    pub(crate) fn queue(
+        &self,
+        py: Python<'_>,
+        event_loop: &Bound<'_, PyAny>,
+        call: Outgoing,
+    ) -> PyResult<()> {
+        let s = &self.shared;
+        lock(&s.outgoing).push(call);
+        // Ordering: Relaxed — only the loop's thread (holding the GIL)
+        // touches the flag.
+        if !s.scheduled.swap(true, Ordering::Relaxed) {
+            let turn = Py::new(py, Turn { shared: s.clone() })?;
+            if let Err(e) = event_loop.call_method1(intern!(py, "call_soon"), (turn,)) {
+                s.scheduled.store(false, Ordering::Relaxed);
+                let dropped = std::mem::take(&mut *lock(&s.outgoing));
+                drop(dropped);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Turn {
+    /// Hands this turn's calls to the runtime: one task a connection, the
+    /// calls that join as one batch (see the module docs).
+    fn __call__(&self) {
+        let s = &self.shared;
+        s.scheduled.store(false, Ordering::Relaxed);
+        let calls = std::mem::take(&mut *lock(&s.outgoing));
+        let mut by_link: Vec<Vec<Outgoing>> = Vec::new();
+        for c in calls {
+            match by_link
+                .iter_mut()
+                .find(|g| Arc::ptr_eq(&g[0].link, &c.link))
+            {
+                Some(g) => g.push(c),
+                None => by_link.push(vec![c]),
+            }
+        }
+        for group in by_link {
+            let link = group[0].link.clone();
+            let sender = Sender(s.clone());
+            let calls: Vec<(Call, Instant)> =
+                group.iter().map(|o| (o.call.clone(), o.deadline)).collect();
+            link.handle.clone().spawn(async move {
+                let results = link.send_now(calls).await;
+                sender.send_all(group.into_iter().zip(results).map(|(o, r)| o.done(r)));
+            });
+        }
     }
 }
 
@@ -173,8 +285,8 @@ fn set(py: Python<'_>, fut: &Py<PyAny>, value: Bound<'_, PyAny>) {
 
 #[pymethods]
 impl Completions {
-    /// Sets the result of every queued future (the loop calls this when the
-    /// socket pair is readable, or when woken thread-safely).
+    /// Sets the result of every finished call's future (the loop calls this
+    /// when the socket pair is readable, or when woken thread-safely).
     fn __call__(&self, py: Python<'_>) {
         let s = &self.shared;
         #[cfg(unix)]
@@ -184,9 +296,9 @@ impl Completions {
             while matches!((&*reader).read(&mut buf), Ok(n) if n > 0) {}
         }
         // Ordering: Release — a send after this store wakes the loop again;
-        // see `Sender::send`.
+        // see `Sender::send_all`.
         s.armed.store(false, Ordering::Release);
-        let done = std::mem::take(&mut *s.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        let done = std::mem::take(&mut *lock(&s.queue));
         for d in done {
             match d {
                 Done::Decision {

@@ -109,7 +109,7 @@ pub(crate) fn link_for(target: &Arc<Target>, batch: bool) -> std::io::Result<Arc
     }
     links.retain(|_, w| w.strong_count() > 0);
     let handle = runtime(generation)?;
-    let link = Arc::new(Link::new(generation, handle, target.clone(), batch));
+    let link = Arc::new(Link::new(generation, handle, target.clone(), batch)?);
     links.insert(id, Arc::downgrade(&link));
     Ok(link)
 }
@@ -234,7 +234,12 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    fn new(generation: u64, handle: Handle, target: Arc<Target>, batch: bool) -> Link {
+    fn new(
+        generation: u64,
+        handle: Handle,
+        target: Arc<Target>,
+        batch: bool,
+    ) -> std::io::Result<Link> {
         let connector = match &target.kind {
             Kind::Single(client) => {
                 let config = ConnectionManagerConfig::new()
@@ -243,7 +248,7 @@ impl Link {
                     .set_number_of_retries(0);
                 let _in = handle.enter();
                 let manager = ConnectionManager::new_lazy_with_config(client.clone(), config)
-                    .expect("a lazy connection manager without a push sender");
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
                 // Connect now, so that the first call does not wait for it.
                 let mut warm = manager.clone();
                 handle.spawn(async move {
@@ -270,7 +275,7 @@ impl Link {
             // Read the topology now (in the background).
             let _ = link.connecting();
         }
-        link
+        Ok(link)
     }
 
     fn connecting(&self) -> Option<Connecting> {
@@ -379,6 +384,39 @@ impl Link {
         }
     }
 
+    /// Sends `calls` (each with its deadline) at once, those that join as
+    /// one batch script run (per hash slot in a cluster; one run per call
+    /// without batching): what became of each, in order. For the calls an
+    /// asyncio loop made in one turn (see `aio`): the turn is the batch.
+    pub(crate) async fn send_now(&self, calls: Vec<(Call, Instant)>) -> Vec<RunResult> {
+        let cluster = matches!(self.connector, Connector::Cluster { .. });
+        let mut answers = Vec::with_capacity(calls.len());
+        let pending = calls
+            .into_iter()
+            .map(|(call, deadline)| {
+                let (done, rx) = oneshot::channel();
+                answers.push((rx, deadline));
+                let slot = cluster.then(|| Slot::for_key(&call.key));
+                Pending {
+                    call,
+                    slot,
+                    deadline,
+                    done,
+                }
+            })
+            .collect();
+        let waits = answers.into_iter().map(|(rx, deadline)| async move {
+            match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(r)) => r,
+                // No answer by the call's own deadline (or none at all).
+                _ => RunResult::Timeout,
+            }
+        });
+        futures_util::future::join(self.send_batch(pending), join_all(waits))
+            .await
+            .1
+    }
+
     /// The next batch, if calls wait and a run may start (it counts as in
     /// flight from here). A call whose caller gave up meanwhile is not sent.
     fn next_batch(q: &mut Queue) -> Option<Vec<Pending>> {
@@ -429,6 +467,10 @@ impl Link {
         let mut groups: Vec<Vec<Pending>> = Vec::new();
         let mut index: HashMap<(usize, String, usize, Option<Slot>), usize> = HashMap::new();
         for p in pending {
+            if !self.batch {
+                groups.push(vec![p]);
+                continue;
+            }
             let k = (
                 std::ptr::from_ref(p.call.script) as usize,
                 p.call.args.first().cloned().unwrap_or_default(),
@@ -436,8 +478,8 @@ impl Link {
                 p.slot,
             );
             match index.get(&k) {
-                Some(&i) => groups[i].push(p),
-                None => {
+                Some(&i) if groups[i].len() < BatchCall::MAX => groups[i].push(p),
+                _ => {
                     index.insert(k, groups.len());
                     groups.push(vec![p]);
                 }

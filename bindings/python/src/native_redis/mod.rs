@@ -17,13 +17,14 @@ use std::time::Duration;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 use ratebound_redis::{Begin, Call};
 
 use crate::convert::*;
 use crate::decision::Decision;
 use crate::error::*;
 use crate::redis::{RedisCall, RedisEngine, with_raw_key};
-use aio::{Completions, Done};
+use aio::{Completions, Done, Outgoing};
 use link::{Link, RunResult};
 use listen::Listener;
 use target::Target;
@@ -46,12 +47,63 @@ pub(crate) struct NativeRedis {
     batch: bool,
     engine: Py<RedisEngine>,
     link: Mutex<Option<Arc<Link>>>,
-    /// The completions of the event loop last used, and that loop.
-    aio: Mutex<Option<(Py<PyAny>, Py<Completions>)>>,
+    /// The event loop last used (a weak reference) and its completions.
+    aio: Mutex<Option<LoopCompletions>>,
     listener: Mutex<Option<Listener>>,
 }
 
 static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// An event loop (weakly: a closed loop goes when nothing else holds it)
+/// and its completions.
+struct LoopCompletions {
+    event_loop: Py<PyWeakrefReference>,
+    completions: Py<Completions>,
+}
+
+impl LoopCompletions {
+    fn of(&self, py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> bool {
+        self.event_loop
+            .bind(py)
+            .upgrade()
+            .is_some_and(|l| l.is(event_loop))
+    }
+}
+
+/// Every event loop's completions (one socket pair a loop, whatever the
+/// number of limiters); a loop that is gone is forgotten at the next miss.
+static LOOPS: Mutex<Vec<LoopCompletions>> = Mutex::new(Vec::new());
+
+/// The completions of `event_loop`, made and registered with it the first
+/// time.
+fn completions_for(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Py<Completions>> {
+    let (found, gone) = {
+        let mut loops = lock(&LOOPS);
+        let found = loops
+            .iter()
+            .find(|l| l.of(py, event_loop))
+            .map(|l| l.completions.clone_ref(py));
+        let (live, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut *loops)
+            .into_iter()
+            .partition(|l| l.event_loop.bind(py).upgrade().is_some());
+        *loops = live;
+        (found, gone)
+    };
+    // Dropped without the lock held (a decref may run Python code).
+    drop(gone);
+    if let Some(c) = found {
+        return Ok(c);
+    }
+    // Made without the lock held: registering runs Python code, which may
+    // let another thread in (that thread then makes its own: harmless).
+    let c = Completions::new(py, event_loop)?;
+    let entry = LoopCompletions {
+        event_loop: PyWeakrefReference::new(event_loop)?.unbind(),
+        completions: c.clone_ref(py),
+    };
+    lock(&LOOPS).push(entry);
+    Ok(c)
+}
 
 impl NativeRedis {
     fn engine(&self) -> &ratebound_redis::Engine {
@@ -102,26 +154,42 @@ impl NativeRedis {
         Ok(py.detach(|| link.handle.block_on(link.run(call, timeout))))
     }
 
-    /// A new future of the running event loop, and where its result goes.
-    fn future(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, aio::Sender)> {
+    /// The running event loop (a `RuntimeError` outside one, before
+    /// anything is begun).
+    fn running_loop(py: Python<'_>) -> PyResult<Py<PyAny>> {
         let get = GET_RUNNING_LOOP.get_or_try_init(py, || {
             py.import("asyncio")?
                 .getattr("get_running_loop")
                 .map(Bound::unbind)
         })?;
-        let event_loop = get.call0(py)?;
-        let mut cached = lock(&self.aio);
-        let completions = match &*cached {
-            Some((l, c)) if l.is(&event_loop) => c.clone_ref(py),
-            _ => {
-                let c = Completions::new(py, event_loop.bind(py))?;
-                *cached = Some((event_loop.clone_ref(py), c.clone_ref(py)));
+        get.call0(py)
+    }
+
+    /// A new future of `event_loop`, and the loop's completions.
+    fn future(
+        &self,
+        py: Python<'_>,
+        event_loop: &Py<PyAny>,
+    ) -> PyResult<(Py<PyAny>, Py<Completions>)> {
+        let known = match &*lock(&self.aio) {
+            Some(l) if l.of(py, event_loop.bind(py)) => Some(l.completions.clone_ref(py)),
+            _ => None,
+        };
+        let completions = match known {
+            Some(c) => c,
+            None => {
+                let c = completions_for(py, event_loop.bind(py))?;
+                let mine = LoopCompletions {
+                    event_loop: PyWeakrefReference::new(event_loop.bind(py))?.unbind(),
+                    completions: c.clone_ref(py),
+                };
+                let old = lock(&self.aio).replace(mine);
+                drop(old);
                 c
             }
         };
-        drop(cached);
         let fut = event_loop.call_method0(py, pyo3::intern!(py, "create_future"))?;
-        Ok((fut, completions.get().sender()))
+        Ok((fut, completions))
     }
 
     fn begin(
@@ -188,10 +256,12 @@ impl NativeRedis {
         n: Option<&Bound<'_, PyAny>>,
         scope: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
+        let link = self.link(py)?;
         match self.begin(py, key, n, scope)? {
             Begin::Done(d) => Self::decision(py, d),
             Begin::Call(call) => {
-                let r = self.run_blocking(py, &call)?;
+                let timeout = self.timeout();
+                let r = py.detach(|| link.handle.block_on(link.run(&call, timeout)));
                 Self::decision(py, self.engine().finish(&call, r.outcome()))
             }
         }
@@ -229,22 +299,20 @@ impl NativeRedis {
         n: Option<&Bound<'_, PyAny>>,
         scope: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
+        let event_loop = Self::running_loop(py)?;
+        let link = self.link(py)?;
         match self.begin(py, key, n, scope)? {
             Begin::Done(d) => Self::decision(py, d),
             Begin::Call(call) => {
-                let link = self.link(py)?;
-                let (fut, sender) = self.future(py)?;
-                let (f, engine, timeout) =
-                    (fut.clone_ref(py), self.engine.clone_ref(py), self.timeout());
-                link.handle.clone().spawn(async move {
-                    let result = link.run(&call, timeout).await;
-                    sender.send(Done::Decision {
-                        fut: f,
-                        engine,
-                        call,
-                        result,
-                    });
-                });
+                let (fut, completions) = self.future(py, &event_loop)?;
+                let out = Outgoing {
+                    link,
+                    call,
+                    deadline: tokio::time::Instant::now() + self.timeout(),
+                    fut: fut.clone_ref(py),
+                    engine: Some(self.engine.clone_ref(py)),
+                };
+                completions.get().queue(py, event_loop.bind(py), out)?;
                 Ok(fut)
             }
         }
@@ -253,20 +321,24 @@ impl NativeRedis {
     /// `run` for asyncio: a future of `(reply, timed_out, error)`.
     fn arun(&self, py: Python<'_>, call: &Bound<'_, RedisCall>) -> PyResult<Py<PyAny>> {
         let link = self.link(py)?;
-        let (fut, sender) = self.future(py)?;
-        let (f, call, timeout) = (fut.clone_ref(py), call.get().inner.clone(), self.timeout());
-        link.handle.clone().spawn(async move {
-            let result = link.run(&call, timeout).await;
-            sender.send(Done::Outcome { fut: f, result });
-        });
+        let event_loop = Self::running_loop(py)?;
+        let (fut, completions) = self.future(py, &event_loop)?;
+        let out = Outgoing {
+            link,
+            call: call.get().inner.clone(),
+            deadline: tokio::time::Instant::now() + self.timeout(),
+            fut: fut.clone_ref(py),
+            engine: None,
+        };
+        completions.get().queue(py, event_loop.bind(py), out)?;
         Ok(fut)
     }
 
     /// `publish` for asyncio: a future of whether Redis took it.
     fn apublish(&self, py: Python<'_>, channel: &str, message: &[u8]) -> PyResult<Py<PyAny>> {
         let link = self.link(py)?;
-        let (fut, sender) = self.future(py)?;
-        let f = fut.clone_ref(py);
+        let (fut, completions) = self.future(py, &Self::running_loop(py)?)?;
+        let (f, sender) = (fut.clone_ref(py), completions.get().sender());
         let (timeout, channel, message) = (
             self.timeout(),
             channel.as_bytes().to_vec(),
@@ -333,7 +405,8 @@ impl NativeRedis {
         drop(lis);
         let link = lock(&self.link).take();
         drop(link);
-        lock(&self.aio).take();
+        let aio = lock(&self.aio).take();
+        drop(aio);
     }
 
     /// The target, its passwords hidden.

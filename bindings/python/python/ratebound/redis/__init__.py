@@ -25,6 +25,28 @@ Sync limiters (:class:`TokenBucket`, :class:`FixedWindow`,
 :class:`AsyncFixedWindow`, :class:`AsyncSlidingWindow`) a
 ``redis.asyncio.Redis`` or a ``redis.asyncio.cluster.RedisCluster``.
 
+**A URL in place of a client.** Every limiter also takes a URL —
+``redis://[user:password@]host[:port][/db]``, ``rediss://`` (TLS, with the
+system's roots or ``ssl_ca_certs=`` a PEM file), ``unix:///path``, and a
+cluster as ``redis+cluster://host:port`` or a list of its nodes' URLs — and
+then connects by itself, with the Rust ``redis`` crate inside the extension
+(redis-py is not needed): one multiplexed connection per target, shared by
+the limiters that name it, on a small runtime of the extension's own; a
+sync call releases the GIL while Redis answers, an asyncio call's future is
+completed from that runtime (no thread per call). While calls are in flight
+on the connection, new ones go out together as one batch script run (per
+hash slot in a cluster), each decided exactly as a separate call would be;
+``batch=False`` sends one run per call. The engine, its deadline and its
+fail policy are the same as with a client. A forked child makes its own
+connection at its first call. A bad URL is a
+:class:`~ratebound.ConfigError` naming it (its password hidden).
+
+>>> lim = rb.redis.TokenBucket("redis://127.0.0.1:1/0", rate=10, burst=20)   # nothing listens there
+>>> lim.check("partner-api").source
+'fail_open'
+>>> lim.close()
+0
+
 **Deadlines.** Every call has one deadline, ``timeout`` (default 0.05 s),
 for ``EVALSHA`` and a possible ``EVAL`` together. A redis-py client built
 with the defaults retries with backoff and waits up to 5 s per socket

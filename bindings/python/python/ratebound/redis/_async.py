@@ -158,7 +158,8 @@ class _AsyncLimiter(_Base):
 
 class AsyncTokenBucket(_TokenBucketArgs, _AsyncLimiter):
     """:class:`TokenBucket` for a ``redis.asyncio.Redis`` or
-    ``redis.asyncio.cluster.RedisCluster`` client."""
+    ``redis.asyncio.cluster.RedisCluster`` client, or a URL (ratebound's
+    own connection, its futures completed without blocking the loop)."""
 
     __slots__ = ()
 

@@ -186,7 +186,10 @@ class TokenBucket(_TokenBucketArgs, _Limiter):
     number, or a string such as ``"10/s burst 20"``), bursts of ``burst``.
 
     ``client``: a ``redis.Redis`` or ``redis.cluster.RedisCluster`` whose
-    settings the limiter's own connections copy (see the module docs).
+    settings the limiter's own connections copy, or a URL (``redis://``,
+    ``rediss://``, ``redis+cluster://``, a list of cluster nodes' URLs) for
+    ratebound's own connection (see the module docs; ``batch``,
+    ``ssl_ca_certs``).
     ``on_error``: ``"open"``, ``"closed"`` or ``"local"`` (with
     ``local_rate``); ``timeout``: every call's deadline in seconds; ``lease``:
     tokens taken per round trip (0: none), spent locally for up to
