@@ -13,8 +13,9 @@
 -- damaged, now_us}: the same math as the core crate's SlidingWindow, in µs; every
 -- field ≥ 0 whatever the key holds. Counts above the limit (it was
 -- lowered) are refused with the exact wait. A value that is not
--- "<index>:<previous>:<current>" (damaged) is rebuilt as a full current
--- window, stored, and judged as that.
+-- "<index>:<previous>:<current>", or whose window lies more than one
+-- window ahead (a redeploy lengthened the window), is damaged: rebuilt as
+-- a full current window, stored, and judged as that.
 -- decide(key, now, o, limit, W, n): the decision for `key` at `now` (µs),
 -- as seven values; its arguments are ARGV[o + 1] … (o = 1 for a call on
 -- one key: ARGV[2] …), the first three read as numbers by the tail
@@ -29,7 +30,11 @@ local function decide(key, now, o, limit, W, n)
     local i, p, c
     if type(raw) == 'string' then i, p, c = string.match(raw, '^(%d+):(%d+):(%d+)$') end
     if i and #i <= 16 and #p <= 16 and #c <= 16 then i, p, c = i + 0, p + 0, c + 0 else i = nil end
-    if i and i <= 9007199254740991 and p <= 9007199254740991 and c <= 9007199254740991 then
+    -- A stored window more than one ahead of now was counted in windows of
+    -- another length (a redeploy lengthened the window) — or by a clock
+    -- gone back by more than a window: judged as damaged (a full window,
+    -- refused until it ends), never as a window decades away.
+    if i and i <= now_idx + 1 and p <= 9007199254740991 and c <= 9007199254740991 then
       idx, prev, cur = i, p, c
     else
       bad, cur, w = 1, limit, true

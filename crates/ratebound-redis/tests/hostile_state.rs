@@ -116,6 +116,46 @@ async fn a_lowered_limit_refuses_the_users_over_it_and_no_one_else() {
     }
 }
 
+/// A redeploy lengthens a sliding window on the same key (60 s → 120 s,
+/// and 1 ms → 60 s): the stored window index, counted in the old length,
+/// lies ahead of now in the new one. The key is judged damaged — refused
+/// for one window at most, with a wait within it — never a window decades
+/// away, nor a reply the engine would take for a failing Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lengthened_sliding_window_is_damaged_not_decades_away() {
+    let server = Server::start();
+    for (before, after) in [(60_000u64, 120_000u64), (1, 60_000)] {
+        let sliding = |ms| Algorithm::SlidingWindow {
+            limit: 10,
+            window: Duration::from_millis(ms),
+        };
+        let prefix = format!("{}:", fresh("lengthened"));
+        let old = limiter(&server, sliding(before), &prefix, OnError::Open).await;
+        assert!(old.check_n_at("u", 3, T0).await.unwrap().is_allowed());
+        let new = limiter(&server, sliding(after), &prefix, OnError::Open).await;
+        let window = Duration::from_millis(after);
+        for i in 0..3 {
+            let d = new.check_n_at("u", 1, T0).await.unwrap();
+            let what = format!("{before} ms → {after} ms, check {i}: {d:?}");
+            assert!(!d.is_allowed(), "{what}");
+            // Found damaged once, rebuilt: then an ordinary full window.
+            let want = if i == 0 {
+                Source::Damaged
+            } else {
+                Source::Redis
+            };
+            assert_eq!(d.source(), want, "{what}");
+            assert!(d.retry_after() <= 2 * window, "{what}");
+            assert!(d.reset_after() <= 2 * window, "{what}");
+        }
+        assert!(!new.engine().breaker_open());
+        // Two windows on, the key is an ordinary one again.
+        let later = T0 + 2 * after * 1000;
+        let d = new.check_n_at("u", 1, later).await.unwrap();
+        assert_eq!((d.is_allowed(), d.source()), (true, Source::Redis), "{d:?}");
+    }
+}
+
 /// The values a key can be found holding that no script wrote.
 fn damage() -> Vec<&'static str> {
     vec![
