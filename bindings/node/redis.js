@@ -39,7 +39,7 @@
 const { setMaxListeners } = require('node:events')
 
 module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, abortError }) {
-  const { RedisEngine, RedisCall, redisTemplate, redisCallArgs, redisKeep, redisUseSlots } = native
+  const { RedisEngine, redisTemplate, redisCallScript, redisCallArgs, redisKeep, redisUseSlots } = native
   // The longest sleep a host timer holds; the engine is asked again after it.
   const MAX_SLEEP_MS = 2 ** 31 - 1
 
@@ -48,6 +48,10 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   const S = R.scratch
   const rawBegin = R.begin
   const rawBeginReserve = R.beginReserve
+  const rawAcquire = R.acquire
+  const rawAcquireStep = R.acquireStep
+  const rawAcquireAbandon = R.acquireAbandon
+  const rawAcquireForget = R.acquireForget
   const rawFinish = R.finish
   const rawBatch = R.batch
   const rawFinishBatch = R.finishBatch
@@ -59,6 +63,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   const MAX_BATCH = R.maxBatch
   const REPLY_ROOM = 7 * MAX_BATCH
   const SOURCES = R.sources
+  // What a wait's step gave.
+  const [STEP_CALL, STEP_SLEEP, STEP_DONE, STEP_EXCEEDED] = R.steps
   // What became of a call, as `finish` is told.
   const REPLIED = 0
   const TIMED_OUT = 1
@@ -68,6 +74,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   const CHECK = 0
   const RESERVE = 1
   const RAW = 2 // a RedisCall of the engine's slower steps: its reply as it came
+  const WAIT = 3 // an acquire's call (or its give-back): the answer is the wait's
   // A queue of this many checks or more, with nothing in flight, goes out
   // as two batches.
   const SPLIT_AT = 8
@@ -306,6 +313,15 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
   }
 
+  // What the caller of `e` is answered, from `at` in `S`: a check's
+  // decision, a reservation's answer; nothing for a wait's call (the wait
+  // steps again).
+  function answerOf(e, at) {
+    if (e.kind === CHECK) return decisionAt(at)
+    if (e.kind === RESERVE) return reservedAt(at, e.id)
+    return undefined
+  }
+
   const TIMEOUT = Object.freeze({ timedOut: true })
 
   // One call in flight (or queued for a batch): what it was begun for, its
@@ -355,6 +371,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     #ms
     #batching
     #templates = []
+    // The script of the calls without a template, by join class.
+    #scripts = []
     #stats = { calls: 0, evals: 0, timeouts: 0, errors: 0, batches: 0, batched: 0 }
     // Commands sent and not yet answered (a batch is one).
     #inFlight = 0
@@ -396,6 +414,39 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       const redisKey = rawBeginReserve(this.#h, key, n, maxWait, undefined)
       if (S[0] === 0) return Promise.resolve(reservedAt(ANSWER, -1))
       return this.#go(new Pending(RESERVE, S[1], redisKey, S[2], S[3], S[4]))
+    }
+
+    // A wait for `n` tokens for `key` (acquire): the engine's steps, its
+    // calls through the queue like checks, its sleeps here; `listen` is
+    // awaited before the first. Resolves with the source that answered.
+    async acquire(key, n, timeout, signal, listen) {
+      const h = this.#h
+      const a = rawAcquire(h, key, n, timeout, undefined)
+      try {
+        await listen()
+        for (;;) {
+          const redisKey = rawAcquireStep(h, a)
+          const what = S[0]
+          if (what === STEP_CALL) {
+            await this.#go(new Pending(WAIT, S[1], redisKey, S[2], S[3], S[4]))
+            continue
+          }
+          const value = S[ANSWER]
+          if (what === STEP_DONE) return SOURCES[value]
+          if (what === STEP_EXCEEDED) throw new RateLimitExceededError(value)
+          if (what !== STEP_SLEEP) throw new Error(`ratebound: unknown step ${what}`)
+          try {
+            await sleep(Math.min(Math.ceil(value * 1000), MAX_SLEEP_MS), signal)
+          } catch (e) {
+            // Given up: what the wait holds goes back.
+            const back = rawAcquireAbandon(h, a)
+            if (S[0] === STEP_CALL) await this.#go(new Pending(WAIT, S[1], back, S[2], S[3], S[4]))
+            throw e
+          }
+        }
+      } finally {
+        rawAcquireForget(a)
+      }
     }
 
     // Runs a RedisCall of the engine's slower steps (waits, pauses, give
@@ -491,11 +542,21 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
 
     // ------------------------------------------------------ one call alone
 
+    // [sha, text, args, batchSha, batchText] of a call: its template's,
+    // or for a call without one (an explicit time, a wait's own deadline)
+    // its class's script (kept) and its own arguments.
     #words(e) {
       if (e.words !== null) return e.words
-      if (e.template < 0) return (e.words = redisCallArgs(e.id))
-      const t = this.#templates[e.template]
-      return t !== undefined ? t : (this.#templates[e.template] = redisTemplate(this.#h, e.template))
+      if (e.template >= 0) {
+        const t = this.#templates[e.template]
+        return t !== undefined ? t : (this.#templates[e.template] = redisTemplate(this.#h, e.template))
+      }
+      let script = e.cls >= 0 ? this.#scripts[e.cls] : undefined
+      if (script === undefined) {
+        script = redisCallScript(e.id)
+        if (e.cls >= 0) this.#scripts[e.cls] = script
+      }
+      return (e.words = [script[0], script[1], redisCallArgs(e.id), script[2], script[3]])
     }
 
     #options(e) {
@@ -573,7 +634,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
         return
       }
       rawFinish(this.#h, e.id, how, len, text)
-      this.#settle(e, e.kind === CHECK ? decisionAt(ANSWER) : reservedAt(ANSWER, e.id))
+      this.#settle(e, answerOf(e, ANSWER))
     }
 
     // ------------------------------------------------------------ batches
@@ -751,8 +812,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       for (let i = 0; i < n; i++) {
         if (S[IDS + i] < 0) continue
         const e = members[i]
-        const at = OUT + i * STRIDE
-        this.#settle(e, e.kind === CHECK ? decisionAt(at) : reservedAt(at, e.id))
+        this.#settle(e, answerOf(e, OUT + i * STRIDE))
       }
     }
   }
@@ -902,13 +962,6 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       return this.check(key, n).then((d) => d.allowed)
     }
 
-    async #reply(a, call) {
-      const r = await this.#driver.run(call)
-      if (r === TIMEOUT) return this.#engine.acquireReply(a, null, true, null)
-      if (r.error !== undefined) return this.#engine.acquireReply(a, null, false, r.error)
-      return this.#engine.acquireReply(a, integers(r.reply), false, null)
-    }
-
     async #result(call) {
       const r = await this.#driver.run(call)
       if (r === TIMEOUT) return [null, true, null]
@@ -932,26 +985,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     async acquire(key, n, options) {
       const signal = options == null ? undefined : options.signal
       if (signal && signal.aborted) throw abortError(signal)
-      const timeout = options == null || options.timeout == null ? null : options.timeout
-      const a = this.#engine.acquire(key, n, timeout, null)
-      await this.#listen()
-      for (;;) {
-        const step = this.#engine.acquireStep(a)
-        if (typeof step === 'string') return step
-        if (step instanceof RedisCall) {
-          await this.#reply(a, step)
-        } else if (typeof step === 'number') {
-          try {
-            await sleep(Math.min(Math.ceil(step * 1000), MAX_SLEEP_MS), signal)
-          } catch (e) {
-            const back = this.#engine.acquireAbandon(a)
-            if (back !== null) await this.#driver.run(back)
-            throw e
-          }
-        } else {
-          throw new RateLimitExceededError(step.retryAfter)
-        }
-      }
+      const timeout = options == null || options.timeout == null ? undefined : options.timeout
+      return this.#driver.acquire(key, n, timeout, signal, () => this.#listen())
     }
 
     /**

@@ -15,9 +15,14 @@ use ratebound::Error as CoreError;
 use ratebound::any::{self, Key, Loose as CoreLoose};
 use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, OnError};
 
+mod ffi;
 mod raw;
+mod table;
 
-pub use raw::{bind_redis_path, redis_call_args, redis_keep, redis_template, redis_use_slots};
+pub use raw::{
+    bind_redis_path, redis_call_args, redis_call_script, redis_keep, redis_template,
+    redis_use_slots,
+};
 
 use std::sync::Arc;
 
@@ -262,13 +267,13 @@ fn js_names(e: CoreError) -> CoreError {
 #[napi]
 pub struct RedisEngine {
     pub(crate) engine: Arc<Engine>,
-    /// Its number in this thread's table of the raw hot path (`raw`).
+    /// Its number in this thread's table of the raw hot path (`table`).
     handle: u32,
 }
 
 impl Drop for RedisEngine {
     fn drop(&mut self) {
-        raw::unregister(self.handle);
+        table::unregister(self.handle);
     }
 }
 
@@ -325,7 +330,7 @@ impl RedisEngine {
             .map_err(js_names)
             .or_throw(&env)?;
         let engine = Arc::new(Engine::new(config).map_err(js_names).or_throw(&env)?);
-        let handle = raw::register(engine.clone());
+        let handle = table::register(engine.clone());
         Ok(RedisEngine { engine, handle })
     }
 

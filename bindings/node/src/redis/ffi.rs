@@ -1,0 +1,250 @@
+//! The raw N-API readers and writers of the Redis hot path (arguments,
+//! strings, keys as strings or `Buffer`s, thrown errors) and the shared
+//! `Float64Array` its calls answer in, with its layout:
+//! - `[0]` what a step gave (see `raw`); for a call `[1]` its number, `[2]`
+//!   its template (-1: none), `[3]` its join class (calls of one class may
+//!   go in one batch; -1: never), `[4]` the key's Redis Cluster hash slot;
+//! - [`ANSWER`]: an answer, [`STRIDE`] numbers (see `raw`);
+//! - [`IDS`]: a batch's call numbers (-1: a member answered already);
+//! - [`REPLY`]: the numbers of a reply (a batch's: 7 per call);
+//! - [`OUT`]: a batch's answers, [`STRIDE`] numbers each.
+
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::ffi::{CString, c_char, c_void};
+use std::ptr;
+
+use napi::sys;
+use ratebound_redis::BatchCall;
+
+use crate::error;
+use crate::fast::KeyError;
+
+/// Where an answer starts in the shared array.
+pub const ANSWER: usize = 8;
+/// The numbers of one answer.
+pub const STRIDE: usize = 6;
+/// Where a batch's call numbers start.
+pub const IDS: usize = ANSWER + STRIDE + 2;
+/// Where a reply's numbers start.
+pub const REPLY: usize = IDS + BatchCall::MAX;
+/// Where a batch's answers start.
+pub const OUT: usize = REPLY + 7 * BatchCall::MAX;
+/// The shared array's length.
+pub const LEN: usize = OUT + STRIDE * BatchCall::MAX;
+
+thread_local! {
+    /// The shared array's data.
+    pub static SCRATCH: Cell<*mut f64> = const { Cell::new(ptr::null_mut()) };
+    /// The env the array was made in, and the reference that keeps it.
+    pub static BOUND: Cell<(sys::napi_env, sys::napi_ref)> =
+        const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
+}
+
+pub unsafe fn args<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> [sys::napi_value; N] {
+    let mut argc = N;
+    let mut argv = [ptr::null_mut(); N];
+    // SAFETY: live callback info; `argv` has room for `argc` values.
+    unsafe {
+        sys::napi_get_cb_info(
+            env,
+            info,
+            &mut argc,
+            argv.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    argv
+}
+
+pub unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
+    let mut kind = sys::ValueType::napi_undefined;
+    // SAFETY: live handles (the caller's contract).
+    unsafe { sys::napi_typeof(env, v, &mut kind) };
+    kind
+}
+
+pub unsafe fn number(env: sys::napi_env, v: sys::napi_value) -> Option<f64> {
+    let mut x = 0f64;
+    // SAFETY: live handles; a non-number reports an error status.
+    let status = unsafe { sys::napi_get_value_double(env, v, &mut x) };
+    (status == sys::Status::napi_ok).then_some(x)
+}
+
+pub unsafe fn uint(env: sys::napi_env, v: sys::napi_value) -> u32 {
+    let mut h = u32::MAX;
+    // SAFETY: live handles; a non-number leaves `h` at MAX, which nothing has.
+    unsafe { sys::napi_get_value_uint32(env, v, &mut h) };
+    h
+}
+
+/// A string argument, or `None` for anything else.
+pub unsafe fn string(env: sys::napi_env, v: sys::napi_value) -> Option<String> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        if type_of(env, v) != sys::ValueType::napi_string {
+            return None;
+        }
+        let mut len = 0usize;
+        sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len);
+        let mut buf = vec![0u8; len + 1];
+        let mut written = 0usize;
+        sys::napi_get_value_string_utf8(
+            env,
+            v,
+            buf.as_mut_ptr().cast::<c_char>(),
+            buf.len(),
+            &mut written,
+        );
+        buf.truncate(written);
+        String::from_utf8(buf).ok()
+    }
+}
+
+pub unsafe fn throw(
+    env: sys::napi_env,
+    kind: error::Kind,
+    code: &str,
+    message: &str,
+) -> sys::napi_value {
+    let code = CString::new(code).unwrap_or_default();
+    let message = CString::new(message).unwrap_or_default();
+    // SAFETY: live env; NUL-terminated strings that outlive the call.
+    unsafe {
+        match kind {
+            error::Kind::Range => sys::napi_throw_range_error(env, code.as_ptr(), message.as_ptr()),
+            error::Kind::Type => sys::napi_throw_type_error(env, code.as_ptr(), message.as_ptr()),
+            error::Kind::Plain => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
+        }
+    };
+    ptr::null_mut()
+}
+
+pub unsafe fn throw_core(env: sys::napi_env, e: &ratebound::Error) -> sys::napi_value {
+    // SAFETY: as `throw`.
+    unsafe { throw(env, error::kind(e), &error::code(e), &e.to_string()) }
+}
+
+pub unsafe fn throw_key(env: sys::napi_env, e: KeyError) -> sys::napi_value {
+    // SAFETY: as `throw`.
+    unsafe {
+        match e {
+            KeyError::Type => throw(
+                env,
+                error::Kind::Type,
+                "ERR_INVALID_ARG_TYPE",
+                "a key must be a string, a whole number or a Uint8Array (Buffer)",
+            ),
+            KeyError::Range(message) => throw(
+                env,
+                error::Kind::Range,
+                "ERR_RATEBOUND_INVALID_KEY",
+                &message,
+            ),
+        }
+    }
+}
+
+pub unsafe fn no_engine(env: sys::napi_env) -> sys::napi_value {
+    // SAFETY: as `throw`.
+    unsafe {
+        throw(
+            env,
+            error::Kind::Type,
+            "ERR_INVALID_THIS",
+            "not a live ratebound Redis engine",
+        )
+    }
+}
+
+pub unsafe fn no_call(env: sys::napi_env, id: u32) -> sys::napi_value {
+    // SAFETY: as `throw`.
+    unsafe {
+        throw(
+            env,
+            error::Kind::Type,
+            "ERR_INVALID_ARG_VALUE",
+            &format!("no Redis call {id} in flight"),
+        )
+    }
+}
+
+pub unsafe fn undefined(env: sys::napi_env) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_get_undefined(env, &mut out) };
+    out
+}
+
+pub unsafe fn null(env: sys::napi_env) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_get_null(env, &mut out) };
+    out
+}
+
+pub unsafe fn int(env: sys::napi_env, i: i32) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_create_int32(env, i, &mut out) };
+    out
+}
+
+/// `bytes` as a JavaScript string when they are UTF-8 (what the clients
+/// write in one piece), else as a `Buffer`.
+pub unsafe fn bytes_value(env: sys::napi_env, bytes: &[u8]) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env; `bytes` outlives the calls, which copy it.
+    unsafe {
+        if std::str::from_utf8(bytes).is_ok() {
+            sys::napi_create_string_utf8(
+                env,
+                bytes.as_ptr().cast::<c_char>(),
+                bytes.len() as isize,
+                &mut out,
+            );
+        } else {
+            let mut data = ptr::null_mut::<c_void>();
+            sys::napi_create_buffer_copy(
+                env,
+                bytes.len(),
+                bytes.as_ptr().cast::<c_void>(),
+                &mut data,
+                &mut out,
+            );
+        }
+    }
+    out
+}
+
+/// The shared array's data (null before `bind_redis_path`).
+pub fn scratch() -> *mut f64 {
+    SCRATCH.with(Cell::get)
+}
+
+/// Writes `values` at `at` in the shared array.
+pub fn put(at: usize, values: &[f64]) {
+    let p = scratch();
+    if !p.is_null() && at + values.len() <= LEN {
+        // SAFETY: `p` points at the data of the Float64Array of LEN
+        // elements made by `bind_redis_path` in this thread, kept alive by
+        // a strong reference and never detached; the range is within it.
+        unsafe { ptr::copy_nonoverlapping(values.as_ptr(), p.add(at), values.len()) };
+    }
+}
+
+/// `len` numbers of the shared array from `at` (as many as there are).
+pub fn read(at: usize, len: usize) -> &'static [f64] {
+    let p = scratch();
+    if p.is_null() || at >= LEN {
+        return &[];
+    }
+    let len = len.min(LEN - at);
+    // SAFETY: as in `put`. No JavaScript runs while a callback reads it.
+    unsafe { std::slice::from_raw_parts(p.add(at), len) }
+}
