@@ -557,8 +557,22 @@ test('bad input: the batch option and the raw entry points give typed errors, ne
   throws(() => R.finish(h, 123456, 0, 7), 'TypeError', 'ERR_INVALID_ARG_VALUE')
   throws(() => R.finish(999999, 0, 0, 7), 'TypeError', 'ERR_INVALID_THIS')
   throws(() => R.finishBatch(999999, 2, 0, 14), 'TypeError', 'ERR_INVALID_THIS')
+  throws(() => R.acquire(999999, 'k', 1), 'TypeError', 'ERR_INVALID_THIS')
+  throws(() => R.acquire(h, 'k', 1, -1), 'RangeError', 'ERR_RATEBOUND_INVALID_NUMBER')
+  throws(() => R.acquire(h, 'k', 9), 'RangeError', 'ERR_RATEBOUND_INSUFFICIENT_CAPACITY')
+  throws(() => R.acquire(h, [], 1), 'TypeError', 'ERR_INVALID_ARG_TYPE')
+  throws(() => R.acquireStep(h, 123456), 'TypeError', 'ERR_INVALID_ARG_VALUE')
+  throws(() => R.acquireStep(999999, 0), 'TypeError', 'ERR_INVALID_THIS')
+  assert.equal(R.acquireAbandon(h, 123456), undefined)
+  assert.equal(R.acquireForget(123456), 0)
+  // A wait forgotten is no wait any more.
+  const a = R.acquire(h, 'k', 1, 5)
+  assert.equal(R.acquireForget(a), 1)
+  throws(() => R.acquireStep(h, a), 'TypeError', 'ERR_INVALID_ARG_VALUE')
   throws(() => native.redisTemplate(h, 1000), 'TypeError', 'ERR_INVALID_ARG_TYPE')
   throws(() => native.redisKeep(987654), 'TypeError', 'ERR_INVALID_ARG_TYPE')
+  throws(() => native.redisCallArgs(987654), 'TypeError', 'ERR_INVALID_ARG_TYPE')
+  throws(() => native.redisCallScript(987654), 'TypeError', 'ERR_INVALID_ARG_TYPE')
   // Calls that do not join (no such numbers) are no batch; a batch of
   // unknown members answers nothing.
   R.scratch[R.idsAt] = 555555
