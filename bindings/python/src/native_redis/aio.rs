@@ -293,7 +293,9 @@ impl Completions {
         if let Wake::Pipe { reader, .. } = &s.wake {
             use std::io::Read;
             let mut buf = [0u8; 256];
-            while matches!((&*reader).read(&mut buf), Ok(n) if n > 0) {}
+            // Until a read comes back short: one read in the usual case of
+            // a byte or two.
+            while matches!((&*reader).read(&mut buf), Ok(n) if n == buf.len()) {}
         }
         // Ordering: Release — a send after this store wakes the loop again;
         // see `Sender::send_all`.

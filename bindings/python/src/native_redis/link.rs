@@ -1,8 +1,10 @@
 //! The native connection: one small tokio runtime for the process, one
 //! multiplexed connection per target (shared by every limiter that names
-//! it), each call within its deadline, and batching: while script runs are
-//! in flight, new calls queue and go out together as one batch script run
-//! (per hash slot in a cluster).
+//! it), each call within its deadline, and batching: while script runs of
+//! a group (the connection, or a cluster's hash slot) are in flight, a sync
+//! caller's new call queues, and the queue goes out as one batch script run
+//! as soon as a run lands (`run`); an asyncio loop's calls of one turn go
+//! out together at once (`send_now`, see `aio`).
 //!
 //! **Fork.** A forked child must not use its parent's sockets nor its
 //! runtime (whose threads did not survive the fork): `forked` (called in
