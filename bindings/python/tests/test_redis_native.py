@@ -683,6 +683,32 @@ def test_waiters_move_past_another_instances_pause(server: Server) -> None:
     b.close()
 
 
+def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -> None:
+    """On a cluster URL: the listener subscribes on a seed node, the key
+    lives on another master, the news crosses the cluster bus."""
+    from test_redis_waiting import _check_moved, _elsewhere, _sleeping_waiters
+
+    key = _elsewhere(cluster, "cluster-asleep-native")
+    target = f"redis+cluster://{HOST}:{cluster.nodes[0].port}"
+    a = rbr.TokenBucket(target, "10/s burst 1", on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(target, "10/s burst 1", on_error="closed", timeout=1.0)
+    stop = time.monotonic() + 10
+    while time.monotonic() < stop and a.check(fresh_key("ready")).source != "redis":
+        time.sleep(0.05)
+    a.acquire_blocking(fresh_key("warm"))
+    assert a.listening
+    start = time.monotonic()
+    threads, done = _sleeping_waiters(a, key, 3, start)
+    time.sleep(max(start + 0.06 - time.monotonic(), 0))
+    paused_at = time.monotonic() - start
+    assert b.pause(key, 0.6) is not None
+    for t in threads:
+        t.join(timeout=10)
+    _check_moved(done, paused_at, paused_at + 0.6)
+    a.close()
+    b.close()
+
+
 async def test_asyncio_waiters_move_past_another_instances_pause(server: Server) -> None:
     from test_redis_waiting import _check_moved
 
