@@ -31,6 +31,29 @@ use target::Target;
 
 pub(crate) use aio::Completions as NativeCompletions;
 
+/// Runs `fut` on the runtime and waits for it on this thread: driven here
+/// (`block_on`), or, on a thread inside another tokio runtime already
+/// (Python called from some other extension's runtime), spawned and waited
+/// for (`block_on` cannot nest); `None` if the task was lost.
+fn wait<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Some(handle.block_on(fut));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    handle.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().ok()
+}
+
+/// What became of a call whose task was lost (see `wait`).
+fn lost() -> RunResult {
+    RunResult::Failed("the call's task was lost".to_string())
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -151,7 +174,10 @@ impl NativeRedis {
     fn run_blocking(&self, py: Python<'_>, call: &Call) -> PyResult<RunResult> {
         let link = self.link(py)?;
         let timeout = self.timeout();
-        Ok(py.detach(|| link.handle.block_on(link.run(call, timeout))))
+        let (l, c) = (link.clone(), call.clone());
+        Ok(py
+            .detach(|| wait(&link.handle, async move { l.run(&c, timeout).await }))
+            .unwrap_or_else(lost))
     }
 
     /// The running event loop (a `RuntimeError` outside one, before
@@ -261,7 +287,10 @@ impl NativeRedis {
             Begin::Done(d) => Self::decision(py, d),
             Begin::Call(call) => {
                 let timeout = self.timeout();
-                let r = py.detach(|| link.handle.block_on(link.run(&call, timeout)));
+                let (l, c) = (link.clone(), call.clone());
+                let r = py
+                    .detach(|| wait(&link.handle, async move { l.run(&c, timeout).await }))
+                    .unwrap_or_else(lost);
                 Self::decision(py, self.engine().finish(&call, r.outcome()))
             }
         }
@@ -283,10 +312,15 @@ impl NativeRedis {
     fn publish(&self, py: Python<'_>, channel: &str, message: &[u8]) -> PyResult<bool> {
         let link = self.link(py)?;
         let (timeout, message) = (self.timeout(), message.to_vec());
-        Ok(py.detach(|| {
-            link.handle
-                .block_on(link.publish(channel.as_bytes(), &message, timeout))
-        }))
+        let channel = channel.as_bytes().to_vec();
+        let l = link.clone();
+        Ok(py
+            .detach(|| {
+                wait(&link.handle, async move {
+                    l.publish(&channel, &message, timeout).await
+                })
+            })
+            .unwrap_or(false))
     }
 
     /// `check` for asyncio: a `Decision` already (a lease, the breaker), or
