@@ -78,6 +78,9 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   // A queue of this many checks or more, with nothing in flight, goes out
   // as two batches.
   const SPLIT_AT = 8
+  // An ioredis socket is written as soon as the calls of a turn hold this
+  // many keys.
+  const WRITE_EVERY = 8
   // Node-redis calls begun within this many ms share one AbortSignal.
   const EPOCH_MS = 1
 
@@ -195,43 +198,63 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     if (typeof client.evalsha === 'function' && typeof client.eval === 'function') {
       // ioredis (Redis or Cluster; a cluster routes by the key). ioredis
       // writes each command to the socket at once, one system call each:
-      // the calls of one turn of the event loop are written together
-      // instead (the socket corked until the end of the turn; a cluster's
-      // sockets are the cluster's own).
+      // after the first call of a turn of the event loop, the next are
+      // written as soon as they hold WRITE_EVERY keys instead, the rest at
+      // the end of the turn (the socket corked meanwhile; a cluster's
+      // sockets are the cluster's own). Not all at the end: Redis runs the
+      // first while this process still makes the next, instead of each
+      // waiting for the other in turn.
       const cluster = client.isCluster === true
       let corked = null
+      let written = 0
       const uncork = () => {
         const stream = corked
         corked = null
         stream.uncork()
       }
-      const cork = () => {
-        if (cluster || corked !== null) return
-        const stream = client.stream
-        if (stream == null || typeof stream.cork !== 'function' || typeof stream.uncork !== 'function') return
-        stream.cork()
-        corked = stream
-        process.nextTick(uncork)
+      // Called after a call of `keys` keys was handed to the client: the
+      // turn's first went out at once, the next ones wait.
+      const wrote = (keys) => {
+        if (corked === null) {
+          if (cluster) return
+          const stream = client.stream
+          if (stream == null || typeof stream.cork !== 'function' || typeof stream.uncork !== 'function') return
+          stream.cork()
+          corked = stream
+          written = 0
+          process.nextTick(uncork)
+          return
+        }
+        written += keys
+        if (written >= WRITE_EVERY) {
+          written = 0
+          corked.uncork()
+          corked.cork()
+        }
       }
       return {
         kind: cluster ? 'ioredis-cluster' : 'ioredis',
         abortable: false,
         cluster,
         one: (sha, key, args) => {
-          cork()
-          return client.evalsha(sha, 1, key, ...args)
+          const sent = client.evalsha(sha, 1, key, ...args)
+          wrote(1)
+          return sent
         },
         oneEval: (text, key, args) => {
-          cork()
-          return client.eval(text, 1, key, ...args)
+          const sent = client.eval(text, 1, key, ...args)
+          wrote(1)
+          return sent
         },
         many: (sha, n, flat) => {
-          cork()
-          return client.evalsha(sha, n, ...flat)
+          const sent = client.evalsha(sha, n, ...flat)
+          wrote(n)
+          return sent
         },
         manyEval: (text, n, flat) => {
-          cork()
-          return client.eval(text, n, ...flat)
+          const sent = client.eval(text, n, ...flat)
+          wrote(n)
+          return sent
         },
         publish: (channel, message) => client.publish(channel, message),
         subscribe(channel, onMessage) {
@@ -340,7 +363,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       this.evaled = false
       this.epoch = null
       this.resolve = null
-      // A RAW call's [sha, text, args].
+      // [sha, text, args, batchSha, batchText], once known (a RAW call's
+      // first three from the start).
       this.words = null
     }
   }
@@ -449,9 +473,9 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       }
     }
 
-    // Runs a RedisCall of the engine's slower steps (waits, pauses, give
-    // backs, drains) within the deadline: resolves (never rejects) with
-    // { reply } or TIMEOUT or { error }.
+    // Runs a RedisCall of the engine's slower steps (pauses, a
+    // reservation's give-back, drains) alone within the deadline: resolves
+    // (never rejects) with { reply } or TIMEOUT or { error }.
     run(call) {
       const command = call.command()
       const e = new Pending(RAW, -1, command[1], -1, -1, 0)
