@@ -4,6 +4,7 @@
 //! healthy ones.
 
 mod support;
+mod vectors;
 
 use std::time::Duration;
 
@@ -13,7 +14,8 @@ use ratebound_redis::{
 };
 use redis::aio::ConnectionManager;
 use serde_json::Value;
-use support::{Server, config_of, fresh, observed};
+use support::{Server, fresh};
+use vectors::{config_of, observed};
 
 async fn manager(url: &str) -> ConnectionManager {
     let client = redis::Client::open(url).expect("url");

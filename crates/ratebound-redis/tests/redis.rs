@@ -3,6 +3,7 @@
 //! leasing and bad input.
 
 mod support;
+mod vectors;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +13,8 @@ use ratebound::{Quota, TokenBucket};
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
 use serde_json::Value;
-use support::{Cluster, Server, config_of, fresh, observed};
+use support::{Cluster, Server, fresh};
+use vectors::{config_of, observed};
 
 async fn manager(url: &str) -> ConnectionManager {
     let client = redis::Client::open(url).expect("url");
