@@ -39,7 +39,7 @@
 const { setMaxListeners } = require('node:events')
 
 module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, abortError }) {
-  const { RedisEngine, redisTemplate, redisCallScript, redisCallArgs, redisKeep, redisUseSlots } = native
+  const { RedisEngine, redisTemplate, redisCallScript, redisKeep, redisUseSlots } = native
   // The longest sleep a host timer holds; the engine is asked again after it.
   const MAX_SLEEP_MS = 2 ** 31 - 1
 
@@ -53,7 +53,6 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   const rawAcquireAbandon = R.acquireAbandon
   const rawAcquireForget = R.acquireForget
   const rawFinish = R.finish
-  const rawBatch = R.batch
   const rawFinishBatch = R.finishBatch
   const ANSWER = R.answerAt
   const IDS = R.idsAt
@@ -351,10 +350,12 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
   // number in the native table, the key to send, its template, join class
   // and hash slot, its deadline, and the resolve of the caller's promise.
   class Pending {
-    constructor(kind, id, key, template, cls, slot) {
+    constructor(kind, id, key, template, cls, slot, args) {
       this.kind = kind
       this.id = id
       this.key = key
+      // A call without a template: [key, ...its arguments].
+      this.args = args
       this.template = template
       this.cls = cls
       this.slot = slot
@@ -367,6 +368,12 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       // first three from the start).
       this.words = null
     }
+  }
+
+  // The call `begin` (or a step) just published in `S`, for `kind`: its
+  // key, or [key, ...args] when it has no template.
+  function begun(kind, r) {
+    return S[2] < 0 ? new Pending(kind, S[1], r[0], S[2], S[3], S[4], r) : new Pending(kind, S[1], r, S[2], S[3], S[4], null)
   }
 
   // The AbortSignal the node-redis calls of one EPOCH_MS share: aborted when
@@ -430,29 +437,31 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     check(key, n, scope, atUs) {
       const redisKey = rawBegin(this.#h, key, n, scope, atUs)
       if (S[0] === 0) return Promise.resolve(decisionAt(ANSWER))
-      return this.#go(new Pending(CHECK, S[1], redisKey, S[2], S[3], S[4]))
+      return this.#go(begun(CHECK, redisKey))
     }
 
     // A reservation: `{ granted, wait, source, call }`.
     reserve(key, n, maxWait) {
       const redisKey = rawBeginReserve(this.#h, key, n, maxWait, undefined)
       if (S[0] === 0) return Promise.resolve(reservedAt(ANSWER, -1))
-      return this.#go(new Pending(RESERVE, S[1], redisKey, S[2], S[3], S[4]))
+      return this.#go(begun(RESERVE, redisKey))
     }
 
     // A wait for `n` tokens for `key` (acquire): the engine's steps, its
-    // calls through the queue like checks, its sleeps here; `listen` is
-    // awaited before the first. Resolves with the source that answered.
+    // calls through the queue like checks, its sleeps here; what `listen`
+    // gives is awaited before the first. Resolves with the source that
+    // answered.
     async acquire(key, n, timeout, signal, listen) {
       const h = this.#h
       const a = rawAcquire(h, key, n, timeout, undefined)
       try {
-        await listen()
+        const listening = listen()
+        if (listening !== undefined) await listening
         for (;;) {
           const redisKey = rawAcquireStep(h, a)
           const what = S[0]
           if (what === STEP_CALL) {
-            await this.#go(new Pending(WAIT, S[1], redisKey, S[2], S[3], S[4]))
+            await this.#go(begun(WAIT, redisKey))
             continue
           }
           const value = S[ANSWER]
@@ -464,7 +473,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
           } catch (e) {
             // Given up: what the wait holds goes back.
             const back = rawAcquireAbandon(h, a)
-            if (S[0] === STEP_CALL) await this.#go(new Pending(WAIT, S[1], back, S[2], S[3], S[4]))
+            if (S[0] === STEP_CALL) await this.#go(begun(WAIT, back))
             throw e
           }
         }
@@ -478,7 +487,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     // (never rejects) with { reply } or TIMEOUT or { error }.
     run(call) {
       const command = call.command()
-      const e = new Pending(RAW, -1, command[1], -1, -1, 0)
+      const e = new Pending(RAW, -1, command[1], -1, -1, 0, null)
       e.words = [command[0], call.text, command.slice(2)]
       return this.#go(e)
     }
@@ -580,7 +589,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
         script = redisCallScript(e.id)
         if (e.cls >= 0) this.#scripts[e.cls] = script
       }
-      return (e.words = [script[0], script[1], redisCallArgs(e.id), script[2], script[3]])
+      return (e.words = [script[0], script[1], e.args.slice(1), script[2], script[3]])
     }
 
     #options(e) {
@@ -717,21 +726,14 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
 
     // The keys then the arguments of the batch of `members` (calls of one
-    // join class): from their templates, laid out as the engine's BatchCall
-    // lays them out (the clock argument once, then each call's arguments
-    // after it, in order), or by the engine when one has no template (an
-    // explicit time); null when they do not join. redis_batch.test.js sends
-    // checks of different n in one batch both ways: the answers of one
-    // call each.
+    // join class), laid out as the engine's BatchCall lays them out: the
+    // clock argument once, then each call's arguments after it, in order;
+    // null when they do not join. redis_batch.test.js sends checks of
+    // different n in one batch, with templates and without (an explicit
+    // time): the answers of one call each.
     #flat(members) {
       const n = members.length
       let per = -1
-      for (let i = 0; i < n; i++) {
-        if (members[i].template < 0) {
-          for (let j = 0; j < n; j++) S[IDS + j] = members[j].id
-          return rawBatch(this.#h, n)
-        }
-      }
       const flat = []
       for (let i = 0; i < n; i++) flat.push(members[i].key)
       for (let i = 0; i < n; i++) {
@@ -879,6 +881,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     // first attempt is over).
     #news = null
     #settled = false
+    #tokenBucket
     #forget = () => {}
 
     constructor(algorithm, name, options) {
@@ -901,15 +904,17 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       this.#adapter = adapter
       this.#client = options.client
       this.#ms = this.#engine.timeout * 1000
+      this.#tokenBucket = algorithm === 'token_bucket'
       this.#driver = new Driver(this.#engine, adapter, batch)
     }
 
     // A token bucket's waits listen for other instances' pauses from the
     // first on; the first waits (at most the deadline) for the subscription
     // before it reserves, so that no reservation is made before the limiter
-    // listens (waits that start meanwhile wait with it).
-    async #listen() {
-      if (this.#news === false || this.#engine.algorithm !== 'token_bucket') return
+    // listens (waits that start meanwhile wait with it): a Promise to
+    // await, or undefined once there is nothing to wait for.
+    #listen() {
+      if (this.#news === false || !this.#tokenBucket) return undefined
       if (this.#news === null) {
         const engine = this.#engine
         const news = this.#adapter.subscribe(engine.pauseChannel, (m) => {
@@ -917,7 +922,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
         })
         if (news === null) {
           this.#news = false
-          return
+          return undefined
         }
         this.#news = news
         this.#settled = false
@@ -926,7 +931,11 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
         })
         this.#forget = whenEnded(this.#client, () => this.#stopListening())
       }
-      if (this.#settled) return
+      if (this.#settled) return undefined
+      return this.#subscribed()
+    }
+
+    async #subscribed() {
       let timer
       await Promise.race([this.#news.ready, new Promise((resolve) => (timer = setTimeout(resolve, this.#ms)))])
       clearTimeout(timer)

@@ -571,15 +571,16 @@ test('bad input: the batch option and the raw entry points give typed errors, ne
   throws(() => R.acquireStep(h, a), 'TypeError', 'ERR_INVALID_ARG_VALUE')
   throws(() => native.redisTemplate(h, 1000), 'TypeError', 'ERR_INVALID_ARG_TYPE')
   throws(() => native.redisKeep(987654), 'TypeError', 'ERR_INVALID_ARG_TYPE')
-  throws(() => native.redisCallArgs(987654), 'TypeError', 'ERR_INVALID_ARG_TYPE')
   throws(() => native.redisCallScript(987654), 'TypeError', 'ERR_INVALID_ARG_TYPE')
-  // Calls that do not join (no such numbers) are no batch; a batch of
-  // unknown members answers nothing.
+  // A batch of unknown members answers nothing.
   R.scratch[R.idsAt] = 555555
   R.scratch[R.idsAt + 1] = 555556
-  assert.equal(R.batch(h, 2), null)
   assert.equal(R.finishBatch(h, 2, 0, 14), 2)
-  assert.equal(R.batch(h, 100000), null)
+  // A call without a template (an explicit time) comes with its arguments.
+  const withArgs = R.begin(h, 'k', 1, undefined, 1_700_000_000_000_000)
+  assert.equal(R.scratch[2], -1)
+  assert.deepEqual(withArgs.slice(0, 2), ['rb:tb:k', '1700000000000000'])
+  R.finish(h, R.scratch[1], 1, 0, undefined)
   // A begun call: a reply of the wrong length, or of NaN, is a failure of
   // the fail policy (open), and the number is free again after it.
   for (const [how, len] of [[0, 3], [3, 0], [2, 0], [0, 100000]]) {

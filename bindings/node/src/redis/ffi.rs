@@ -181,13 +181,6 @@ pub unsafe fn undefined(env: sys::napi_env) -> sys::napi_value {
     out
 }
 
-pub unsafe fn null(env: sys::napi_env) -> sys::napi_value {
-    let mut out = ptr::null_mut();
-    // SAFETY: live env.
-    unsafe { sys::napi_get_null(env, &mut out) };
-    out
-}
-
 pub unsafe fn int(env: sys::napi_env, i: i32) -> sys::napi_value {
     let mut out = ptr::null_mut();
     // SAFETY: live env.

@@ -6,13 +6,14 @@
 //! and its arguments — is a *template* the engine made before, which
 //! `redis.js` fetched once and keeps. One call reads what became of it
 //! (the reply's numbers written into the shared `Float64Array`, `ffi`) and
-//! writes the answer back there. A batch of begun calls is answered with
-//! one call too. The calls in flight wait in a per-thread table, by
+//! writes the answer back there. A batch of begun calls (`redis.js` lays it
+//! out from the templates) is answered with one call too. The calls in flight wait in a per-thread table, by
 //! number (`table`); nothing is allocated on the JavaScript heap per check
 //! but the key.
 //!
 //! What `[0]` of the shared array says after a step: 1 a call to run (its
-//! number, template, class and slot at `[1..5]`, the key returned); 0 an
+//! number, template, class and slot at `[1..5]`, the key returned — for a
+//! call without a template, `[key, ...args]`); 0 an
 //! answer at `ANSWER` — a check's: allowed (1/0), limit, remaining,
 //! retryAfter (s), resetAfter (s), source (an index into `sources`); a
 //! reservation's: granted (1/0), delay or retryAfter (s), source, kept (1:
@@ -39,8 +40,7 @@ use ratebound_redis::{
 
 use super::ffi::{
     ANSWER, BOUND, IDS, LEN, OUT, REPLY, SCRATCH, STRIDE, args, bytes_value, int, no_call,
-    no_engine, null, number, put, read, string, throw, throw_core, throw_key, type_of, uint,
-    undefined,
+    no_engine, number, put, read, string, throw, throw_core, throw_key, type_of, uint, undefined,
 };
 use super::table::{
     ACQUISITIONS, CALLS, ENGINES, Entry, Flight, SOURCES, engine, hash_slot, source_code,
@@ -132,10 +132,31 @@ unsafe fn publish_call(
         0.0
     };
     // SAFETY: live env (the caller's contract).
-    let key = unsafe { bytes_value(env, &call.key) };
+    let key = unsafe {
+        let key = bytes_value(env, &call.key);
+        if template < 0.0 {
+            with_args(env, key, &call.args)
+        } else {
+            key
+        }
+    };
     let id = CALLS.with(|c| c.borrow_mut().insert(Flight { call, acquisition }));
     put(0, &[1.0, f64::from(id), template, class, slot]);
     key
+}
+
+/// `[key, ...args]`: what a call without a template gives back.
+unsafe fn with_args(env: sys::napi_env, key: sys::napi_value, args: &[String]) -> sys::napi_value {
+    let mut array = ptr::null_mut();
+    // SAFETY: live env and handles (the caller's contract).
+    unsafe {
+        sys::napi_create_array_with_length(env, 1 + args.len(), &mut array);
+        sys::napi_set_element(env, array, 0, key);
+        for (i, a) in args.iter().enumerate() {
+            sys::napi_set_element(env, array, 1 + i as u32, bytes_value(env, a.as_bytes()));
+        }
+    }
+    array
 }
 
 /// Publishes the call `call` begun for engine `h`.
@@ -511,44 +532,6 @@ fn members(count: usize) -> Vec<Option<u32>> {
         .collect()
 }
 
-/// `batch(handle, count) -> [key1, …, keyN, arg1, …] | null`: the calls
-/// numbered at `IDS` as one script run ([`BatchCall::of`]): the keys
-/// then the arguments of `EVALSHA <batchSha> N …`; null when they do not
-/// join (send them one by one).
-unsafe extern "C" fn raw_batch(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [_h, count] = args::<2>(env, info);
-        let ids = members(uint(env, count) as usize);
-        let batch = CALLS.with(|c| {
-            let c = c.borrow();
-            let calls: Option<Vec<&Call>> = ids
-                .iter()
-                .map(|id| c.get((*id)?).map(|f| &f.call))
-                .collect();
-            BatchCall::of(&calls?)
-        });
-        let Some(batch) = batch else {
-            return null(env);
-        };
-        let mut array = ptr::null_mut();
-        sys::napi_create_array_with_length(env, batch.keys.len() + batch.args.len(), &mut array);
-        let mut i = 0u32;
-        for k in &batch.keys {
-            sys::napi_set_element(env, array, i, bytes_value(env, k));
-            i += 1;
-        }
-        for a in &batch.args {
-            sys::napi_set_element(env, array, i, bytes_value(env, a.as_bytes()));
-            i += 1;
-        }
-        array
-    }
-}
-
 /// `finishBatch(handle, count, how, len, error) -> count`: what became of
 /// the batch of the calls numbered at `IDS` (see `outcome_of`; a reply of
 /// 7 numbers a member, in order): member `i`'s answer at `OUT + i ×
@@ -598,8 +581,8 @@ unsafe extern "C" fn raw_finish_batch(
 
 /// The shared array of this thread and the raw entry points (internal):
 /// `{ scratch, begin, beginReserve, acquire, acquireStep, acquireAbandon,
-/// acquireForget, finish, batch, finishBatch, sources, answerAt, idsAt,
-/// replyAt, outAt, stride, maxBatch }`. Every copy of `redis.js` loaded in
+/// acquireForget, finish, finishBatch, sources, answerAt, idsAt, replyAt,
+/// outAt, stride, maxBatch, steps }`. Every copy of `redis.js` loaded in
 /// one thread gets the same array.
 #[napi(skip_typescript)]
 pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
@@ -641,7 +624,7 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
             SCRATCH.with(|s| s.set(data.cast::<f64>()));
         }
         sys::napi_set_named_property(raw_env, exports.raw(), c"scratch".as_ptr(), array);
-        let fns: [(&std::ffi::CStr, sys::napi_callback); 9] = [
+        let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
             (c"begin", Some(raw_begin)),
             (c"beginReserve", Some(raw_begin_reserve)),
             (c"acquire", Some(raw_acquire)),
@@ -649,7 +632,6 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
             (c"acquireAbandon", Some(raw_acquire_abandon)),
             (c"acquireForget", Some(raw_acquire_forget)),
             (c"finish", Some(raw_finish)),
-            (c"batch", Some(raw_batch)),
             (c"finishBatch", Some(raw_finish_batch)),
         ];
         for (name, cb) in fns {
@@ -720,14 +702,6 @@ pub fn redis_call_script(env: Env, id: u32) -> Result<(String, String, String, S
             )
         })
     });
-    found.ok_or_else(|| error::invalid_type(&env, &format!("no Redis call {id} in flight")))
-}
-
-/// The arguments of begun call `id` (internal; for a call without a
-/// template).
-#[napi(skip_typescript)]
-pub fn redis_call_args(env: Env, id: u32) -> Result<Vec<String>> {
-    let found = CALLS.with(|c| c.borrow().get(id).map(|f| f.call.args.clone()));
     found.ok_or_else(|| error::invalid_type(&env, &format!("no Redis call {id} in flight")))
 }
 
