@@ -69,6 +69,21 @@ impl RedisCall {
     fn args(&self) -> Vec<String> {
         self.inner.args.clone()
     }
+    /// `EVALSHA sha 1 key *args` in Redis' protocol (RESP), ready to be
+    /// written to a connection as it is (`send_packed_command`).
+    #[getter]
+    fn command<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(
+            py,
+            &packed(&self.inner, b"EVALSHA", self.inner.script.sha()),
+        )
+    }
+    /// `EVAL text 1 key *args` in Redis' protocol: the same call after a
+    /// `NOSCRIPT` reply, loading the script.
+    #[getter]
+    fn eval_command<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &packed(&self.inner, b"EVAL", self.inner.script.text))
+    }
     /// What the call asks: "check", "lease", "return", "reserve" or "pause".
     #[getter]
     fn kind(&self) -> &'static str {
@@ -485,6 +500,33 @@ impl RedisAcquisition {
     fn lock(&self) -> std::sync::MutexGuard<'_, Acquisition> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// `verb head 1 key *args` (`EVALSHA` and the script's SHA-1, or `EVAL`
+/// and its text) as one RESP array of bulk strings.
+fn packed(call: &Call, verb: &[u8], head: &str) -> Vec<u8> {
+    let parts = [verb, head.as_bytes(), b"1", &call.key];
+    let size = parts.iter().map(|p| p.len() + 16).sum::<usize>()
+        + call.args.iter().map(|a| a.len() + 16).sum::<usize>()
+        + 16;
+    let mut out = Vec::with_capacity(size);
+    let bulk = |out: &mut Vec<u8>, b: &[u8]| {
+        out.push(b'$');
+        out.extend_from_slice(b.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(b);
+        out.extend_from_slice(b"\r\n");
+    };
+    out.push(b'*');
+    out.extend_from_slice((parts.len() + call.args.len()).to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for p in parts {
+        bulk(&mut out, p);
+    }
+    for a in &call.args {
+        bulk(&mut out, a.as_bytes());
+    }
+    out
 }
 
 /// Runs `f` on what became of a call, as the engine reads a driver's

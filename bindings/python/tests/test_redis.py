@@ -463,6 +463,75 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     client.close()
 
 
+def test_packed_commands_are_what_redis_py_would_send() -> None:
+    """The engine packs EVALSHA (and EVAL, for NOSCRIPT) itself and the
+    redis-py path writes them as they are: byte for byte what redis-py packs
+    for the same arguments, for every script, kind of call and kind of key."""
+    conn = redis.Connection()
+    engines = [
+        rb._ratebound._RedisEngine("token_bucket", rate=10, burst=20),
+        rb._ratebound._RedisEngine("fixed_window", limit=5, window=1, prefix="p:"),
+        rb._ratebound._RedisEngine("sliding_window", limit=5, window=1),
+    ]
+    calls = []
+    for e in engines:
+        for key in ("alice", b"\x00\xff\r\n*$", 12345, "\u00fcn\u00efc\u00f6de"):
+            c = e.begin(key, 3)
+            assert isinstance(c, rb._ratebound._RedisCall)
+            calls += [c, c.at(1_700_000_000_000_000)]
+    calls.append(engines[0].begin_pause("bob", 1.5))
+    reserve = engines[0].begin_reserve("carol", 2)
+    assert isinstance(reserve, rb._ratebound._RedisCall)
+    calls += [reserve, engines[0].give_back(reserve)]
+    for c in calls:
+        want = b"".join(conn.pack_command("EVALSHA", c.sha, 1, c.key, *c.args))
+        assert c.command == want, (c, c.command, want)
+        assert c.eval_command == b"".join(conn.pack_command("EVAL", c.text, 1, c.key, *c.args)), c
+
+
+def test_an_idle_connection_the_server_closed_is_replaced(own_server: Server) -> None:
+    """A connection the server closed while it sat idle (CLIENT KILL, a
+    restart) is found out before the next call uses it, as redis-py's pool
+    finds it out: that call reconnects and Redis answers it."""
+    client = own_server.client()
+    lim = rbr.TokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=0.5, breaker_threshold=1)
+    key = fresh_key("idle")
+    assert lim.check(key).source == "redis"
+    assert own_server.admin("CLIENT", "KILL", "TYPE", "normal") >= 1
+    time.sleep(0.05)  # the server's FIN arrives
+    assert lim.check(key).source == "redis"
+    own_server.kill()
+    own_server.start()
+    assert lim.check(key).source == "redis"
+    lim.close()
+    client.close()
+
+
+def test_a_full_pool_is_an_error_not_a_queue(own_server: Server) -> None:
+    """The limiter's pool holds at most the user's max_connections: a call
+    that finds them all busy gets the fail policy at once instead of
+    waiting or opening another."""
+    pool = redis.ConnectionPool(host=HOST, port=own_server.port, max_connections=1)
+    client = redis.Redis(connection_pool=pool)
+    lim = rbr.TokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=2.0, breaker_threshold=100)
+    key = fresh_key("full")
+    assert lim.check(key).source == "redis"
+    own_server.admin("CLIENT", "PAUSE", 400, "ALL")
+    slow: list[Any] = []
+    t = threading.Thread(target=lambda: slow.append(lim.check(key)))
+    t.start()
+    time.sleep(0.1)  # the first call holds the one connection, paused
+    start = time.monotonic()
+    busy = lim.check(key)
+    took = time.monotonic() - start
+    t.join()
+    assert busy.source == "fail_closed" and took < 0.1, (busy, took)
+    assert slow[0].source == "redis" and slow[0].allowed, slow
+    assert lim.check(key).source == "redis"
+    lim.close()
+    client.close()
+
+
 async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
     timeout = 0.05
     client = redis.asyncio.Redis(host=HOST, port=own_server.port)

@@ -6,6 +6,7 @@ deadline for ``EVALSHA`` and a possible ``EVAL``."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -173,7 +174,14 @@ class _SyncCalls(_Calls):
 
 class _Standalone(_SyncCalls):
     """Calls on one server through the limiter's own pool, each reply read
-    with the time left until the deadline."""
+    with the time left until the deadline.
+
+    A call takes a connection from the limiter's own list of idle ones
+    (redis-py's pool makes them, and counts them against
+    ``max_connections``; a list's ``pop``/``append`` need no lock), checks
+    it as redis-py's pool does (a closed socket: reconnect), writes the
+    command the engine packed and reads the reply with the connection
+    itself: no command packing, no pool bookkeeping in Python per call."""
 
     def __init__(self, redis: Any, client: Any, timeout: float) -> None:
         super().__init__(redis, cluster=False)
@@ -181,47 +189,112 @@ class _Standalone(_SyncCalls):
         self._pool, kwargs = _pool(redis.ConnectionPool, user, timeout, _no_retries())
         self._timeout = timeout
         self._subscribe: _Subscribe = _subscriber(redis, False, user.connection_class, kwargs, timeout)
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
+        # A credential provider re-authenticates connections as the pool
+        # hands them back (redis-py's release event): such connections go
+        # back to redis-py's pool after every call.
+        self._keep = kwargs.get("credential_provider") is None
 
-    def _send(self, conn: Any, deadline: float, *command: Any) -> Any:
+    def _take(self) -> Any:
+        """A connection for one call (an idle one, else a new one from the
+        pool: ``MaxConnectionsError`` when the pool is full)."""
+        if self._pid != os.getpid():
+            # A forked child never uses its parent's connections (redis-py's
+            # pool resets itself too).
+            self._idle, self._pid = [], os.getpid()
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            return self._pool.get_connection()
+        if getattr(conn, "_sock", None) is None:
+            # Not connected (a failed call disconnected it): it connects at
+            # the send, within the call's deadline (can_read would connect
+            # first, and a failure there would cost a second connect).
+            return conn
+        # As redis-py's pool checks a connection it hands out: closed by the
+        # server (CLIENT KILL, a restart, an idle timeout), or data left
+        # unread where no push notification can be pending: a new
+        # connection at the send.
+        try:
+            stale = conn.can_read() and not self._pool.maint_notifications_enabled()
+        except self._errors:
+            stale = True
+        if stale:
+            conn.disconnect()
+        return conn
+
+    def _give(self, conn: Any, clean: bool) -> None:
+        if not clean:
+            # Interrupted mid-call: a reply may still be on its way.
+            conn.disconnect()
+        if self._keep and conn.pid == self._pid:
+            if conn.should_reconnect():
+                conn.disconnect()
+            self._idle.append(conn)
+        else:
+            self._pool.release(conn)
+
+    def _read(self, conn: Any, deadline: float) -> Any:
         left = deadline - time.monotonic()
         if left <= 0:
             raise self._timeout_error("deadline passed")
-        conn.send_command(*command)
         return conn.read_response(timeout=left)
 
-    def _on_connection(self, use: Callable[[Any, float], Any]) -> Any:
-        deadline = self._deadline()
-        conn = self._pool.get_connection()
-        try:
-            return use(conn, deadline)
-        finally:
-            self._pool.release(conn)
-
     def run(self, call: _RedisCall) -> _Outcome:
-        def attempt(conn: Any, deadline: float) -> Any:
-            return self._script(
-                call,
-                lambda *a: self._send(conn, deadline, "EVALSHA", *a),
-                lambda *a: self._send(conn, deadline, "EVAL", *a),
-            )
-
-        # A reply that timed out is still on its way: redis-py has already
-        # disconnected, so nobody reads it as theirs.
-        return self._outcome(lambda: self._on_connection(attempt))
+        deadline = time.monotonic() + self._timeout
+        try:
+            conn = self._take()
+        except self._errors as e:
+            return _failed(e, self._timeout_error)
+        clean = False
+        try:
+            conn.send_packed_command((call.command,))
+            try:
+                reply = self._read(conn, deadline)
+            except self._noscript:
+                # Not loaded on this server (a restart, a failover, SCRIPT
+                # FLUSH): EVAL loads it, within the same deadline.
+                if time.monotonic() >= deadline:
+                    raise self._timeout_error("deadline passed") from None
+                conn.send_packed_command((call.eval_command,))
+                reply = self._read(conn, deadline)
+            clean = True
+            return reply, False, None
+        except self._errors as e:
+            # A reply that timed out is still on its way: redis-py has
+            # already disconnected, so nobody reads it as theirs.
+            clean = True
+            return _failed(e, self._timeout_error)
+        finally:
+            self._give(conn, clean)
 
     def publish(self, channel: str, message: bytes) -> bool:
         """PUBLISH within the deadline; whether Redis took it."""
-
-        def send(conn: Any, deadline: float) -> None:
+        deadline = time.monotonic() + self._timeout
+        try:
+            conn = self._take()
+        except self._errors:
+            return False
+        clean = False
+        try:
             conn.send_command("PUBLISH", channel, message)
             conn.read_response(timeout=max(deadline - time.monotonic(), 0.001))
-
-        return self._took(lambda: self._on_connection(send))
+            clean = True
+            return True
+        except self._errors:
+            clean = True
+            return False
+        finally:
+            self._give(conn, clean)
 
     def subscriber(self) -> Optional[_Subscribe]:
         return self._subscribe
 
     def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._pool.release(conn)
         self._pool.disconnect()
 
 

@@ -72,7 +72,10 @@ class _Limiter(_Base):
         native = self._native
         if native is not None:
             return native.check(key, n)  # begin, the call and finish in one step
-        return self._decide(self._engine.begin(key, n))
+        step = self._engine.begin(key, n)
+        if type(step) is Decision:
+            return step
+        return self._engine.finish(step, *self._runner.run(step))
 
     def try_acquire(self, key: Key, n: Optional[int] = None) -> bool:
         """Like :meth:`check`, returning only whether it was allowed."""
