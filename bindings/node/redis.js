@@ -454,6 +454,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     async acquire(key, n, timeout, signal, listen) {
       const h = this.#h
       const a = rawAcquire(h, key, n, timeout, undefined)
+      // Whether the engine forgot the wait already (it ended).
+      let over = false
       try {
         const listening = listen()
         if (listening !== undefined) await listening
@@ -465,20 +467,26 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
             continue
           }
           const value = S[ANSWER]
-          if (what === STEP_DONE) return SOURCES[value]
-          if (what === STEP_EXCEEDED) throw new RateLimitExceededError(value)
+          if (what === STEP_DONE || what === STEP_EXCEEDED) {
+            over = true
+            if (what === STEP_DONE) return SOURCES[value]
+            throw new RateLimitExceededError(value)
+          }
           if (what !== STEP_SLEEP) throw new Error(`ratebound: unknown step ${what}`)
           try {
             await sleep(Math.min(Math.ceil(value * 1000), MAX_SLEEP_MS), signal)
           } catch (e) {
-            // Given up: what the wait holds goes back.
+            // Given up: what the wait holds goes back (the engine forgets
+            // the wait: its number may be another's by the time that is
+            // done).
             const back = rawAcquireAbandon(h, a)
+            over = true
             if (S[0] === STEP_CALL) await this.#go(begun(WAIT, back))
             throw e
           }
         }
       } finally {
-        rawAcquireForget(a)
+        if (!over) rawAcquireForget(a)
       }
     }
 
@@ -944,6 +952,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       this.#settled = true
     }
 
+    #listener = () => this.#listen()
+
     #stopListening() {
       const news = this.#news
       this.#news = null
@@ -1015,11 +1025,11 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
      * until its new time (the limiter listens for pauses from its first
      * wait on).
      */
-    async acquire(key, n, options) {
+    acquire(key, n, options) {
       const signal = options == null ? undefined : options.signal
-      if (signal && signal.aborted) throw abortError(signal)
+      if (signal && signal.aborted) return Promise.reject(abortError(signal))
       const timeout = options == null || options.timeout == null ? undefined : options.timeout
-      return this.#driver.acquire(key, n, timeout, signal, () => this.#listen())
+      return this.#driver.acquire(key, n, timeout, signal, this.#listener)
     }
 
     /**

@@ -407,6 +407,29 @@ test('a limiter nobody holds any more still answers the checks it has in flight'
   await server.kill()
 })
 
+test('waits: one given up while another begins leaves the other alone', async () => {
+  const server = await startServer()
+  const client = await ioredis(server.port)
+  for (const batch of [false, true]) {
+    const lim = new rb.redis.TokenBucket({ client, rate: 10, burst: 1, onError: 'closed', timeout: 2, batch })
+    const key = randomKey('given-up')
+    assert.equal(await lim.acquire(key), 'redis') // the burst is spent
+    const ac = new AbortController()
+    const first = lim.acquire(key, 1, { signal: ac.signal }) // holds the next slot, asleep
+    await sleep(20)
+    // Redis holds every script run for 200 ms: the first wait's give-back,
+    // then the second wait's reservation, begun after the first gave up.
+    assert.equal(await cli(server.port, 'CLIENT', 'PAUSE', '200', 'WRITE'), 'OK')
+    ac.abort()
+    await new Promise((resolve) => setImmediate(resolve))
+    const second = lim.acquire(key, 1, { timeout: 5 })
+    await assert.rejects(first, (e) => e.name === 'AbortError')
+    assert.equal(await second, 'redis', `batch ${batch}`)
+  }
+  dropClient(client)
+  await server.kill()
+})
+
 // ------------------------------------------------------------------ faults
 
 test('batching: SCRIPT FLUSH while batches are in flight — EVAL of the batch script, every decision from Redis', async () => {
