@@ -35,13 +35,32 @@ function freePort() {
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+// The median of each field over rounds.
+function medians(rs) {
+  const out = {}
+  for (const k of Object.keys(rs[0])) out[k] = rs[0][k] === undefined ? undefined : median(rs.map((x) => x[k]))
+  return out
+}
 
 // Latencies of one round, in ms (enough room for a few seconds at any rate).
 const samples = new Float64Array(4_000_000)
 
+// Redis' time in commands so far, in µs (INFO commandstats, INFO itself
+// left out).
+let redisClient = null
+async function redisUsec() {
+  const info = await redisClient.info('commandstats')
+  let usec = 0
+  for (const m of info.matchAll(/cmdstat_(\w+):calls=\d+,usec=(\d+)/g)) if (m[1] !== 'info') usec += Number(m[2])
+  return usec
+}
+
 // `inFlight` loops, each awaiting one decision at a time, for DURATION s:
-// { rate (decisions/s), p50, p99 (ms per decision) }.
+// { rate (decisions/s), p50, p99 (ms per decision), node, redis (CPU µs
+// per decision: this process, Redis' commands) }.
 async function rate(inFlight, decide, hot) {
+  const usec0 = redisClient === null ? 0 : await redisUsec()
+  const cpu0 = process.cpuUsage()
   let done = 0
   const end = performance.now() + DURATION * 1000
   const loops = []
@@ -62,13 +81,22 @@ async function rate(inFlight, decide, hot) {
   const start = performance.now()
   await Promise.all(loops)
   const elapsed = (performance.now() - start) / 1000
+  const cpu = process.cpuUsage(cpu0)
+  const usec = redisClient === null ? 0 : (await redisUsec()) - usec0
   const got = samples.subarray(0, Math.min(done, samples.length)).sort()
-  return { rate: done / elapsed, p50: got[Math.floor(got.length * 0.5)], p99: got[Math.floor(got.length * 0.99)] }
+  return {
+    rate: done / elapsed,
+    p50: got[Math.floor(got.length * 0.5)],
+    p99: got[Math.floor(got.length * 0.99)],
+    node: (cpu.user + cpu.system) / done,
+    redis: usec / done,
+  }
 }
 
 // redis-benchmark sending `args` (the command a check sends, its key made
-// random over KEYS) with `clients` connections: { rate, p50, p99 }.
-function ceiling(port, clients, args) {
+// random over KEYS) with `clients` connections: { rate, p50, p99, redis }.
+async function ceiling(port, clients, args) {
+  const usec0 = await redisUsec()
   const out = execFileSync('redis-benchmark', [
     '-h', '127.0.0.1', '-p', String(port), '-c', String(clients), '-n', String(Math.max(10000, 60000 * DURATION)),
     '-r', String(KEYS), '--csv', ...args,
@@ -77,7 +105,8 @@ function ceiling(port, clients, args) {
   const row = out.trim().split('\n').pop().split(',').map((v) => v.replace(/"/g, ''))
   const [rps, , , p50, , p99] = row.slice(1).map(Number)
   if (!(rps > 0)) throw new Error(`redis-benchmark: ${out}`)
-  return { rate: rps, p50, p99 }
+  const n = Math.max(10000, 60000 * DURATION)
+  return { rate: rps, p50, p99, redis: ((await redisUsec()) - usec0) / n }
 }
 
 const num = (x) => x.toFixed(0).replace(/\B(?=(\d{3})+(?!\d))/g, ' ')
@@ -91,9 +120,12 @@ async function main() {
   try {
     const client = new IORedis({ host: '127.0.0.1', port, enableOfflineQueue: true, maxRetriesPerRequest: 0, lazyConnect: true })
     client.on('error', () => {})
+    redisClient = new IORedis({ host: '127.0.0.1', port, lazyConnect: true })
+    redisClient.on('error', () => {})
     for (let i = 0; ; i++) {
       try {
         await client.connect()
+        await redisClient.connect()
         break
       } catch (e) {
         if (i > 100) throw e
@@ -125,10 +157,11 @@ async function main() {
     console.log('| in flight | ceiling: redis-benchmark EVALSHA | ratebound, batch: false | share of ceiling | ratebound, batched | × ceiling | rate-limiter-flexible | unbatched ÷ flexible | batched ÷ flexible |')
     console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
     const hotRows = []
+    const cpuRows = []
     for (const inFlight of [1, 16, 64]) {
       const rows = { ceil: [], plain: [], batched: [], flex: [], hot: [], leased: [] }
       for (let r = 0; r < ROUNDS; r++) {
-        rows.ceil.push(ceiling(port, inFlight, evalsha))
+        rows.ceil.push(await ceiling(port, inFlight, evalsha))
         rows.plain.push(await rate(inFlight, (k) => plain.check(k), false))
         rows.batched.push(await rate(inFlight, (k) => batched.check(k), false))
         rows.flex.push(await rate(inFlight, (k) => flexible.consume(k), false))
@@ -136,13 +169,20 @@ async function main() {
         rows.leased.push(await rate(inFlight, (k) => hotLeased.check(k), true))
       }
       const m = {}
-      for (const [name, rs] of Object.entries(rows)) m[name] = { rate: median(rs.map((x) => x.rate)), p50: median(rs.map((x) => x.p50)), p99: median(rs.map((x) => x.p99)) }
+      for (const [name, rs] of Object.entries(rows)) m[name] = medians(rs)
       const { ceil: c, plain: p, batched: b, flex: f } = m
+      const us = (r) => `${r.node === undefined ? '–' : r.node.toFixed(1)} / ${r.redis.toFixed(1)}`
+      cpuRows.push(`| ${inFlight} | ${us(c)} | ${us(p)} | ${us(b)} | ${us(f)} |`)
       console.log(
         `| ${inFlight} | ${cell(c)} | ${cell(p)} | ${((100 * p.rate) / c.rate).toFixed(0)} % | ${cell(b)} | ${(b.rate / c.rate).toFixed(2)} | ${cell(f)} | ${(p.rate / f.rate).toFixed(2)} | ${(b.rate / f.rate).toFixed(2)} |`,
       )
       hotRows.push(`| ${inFlight} | ${cell(m.hot)} | ${cell(m.leased)} | ${(m.leased.rate / m.hot.rate).toFixed(1)} |`)
     }
+    console.log('')
+    console.log('CPU per decision, µs (median): this process / Redis (INFO commandstats):')
+    console.log('| in flight | ceiling (Redis only) | ratebound, batch: false | ratebound, batched | rate-limiter-flexible |')
+    console.log('|---:|---:|---:|---:|---:|')
+    for (const row of cpuRows) console.log(row)
     console.log('')
     console.log('One hot key, batch: false, without and with leasing:')
     console.log('| in flight | hot key | hot key, lease 100 | lease speed-up |')
@@ -161,18 +201,26 @@ async function main() {
       rows.acquireB.push(await rate(16, (k) => batched.acquire(k, 1, { timeout: 5 }), false))
     }
     const m = {}
-    for (const [name, rs] of Object.entries(rows)) m[name] = { rate: median(rs.map((x) => x.rate)), p50: median(rs.map((x) => x.p50)), p99: median(rs.map((x) => x.p99)) }
+    for (const [name, rs] of Object.entries(rows)) m[name] = medians(rs)
     console.log('')
     console.log('The reserve mode (reserve, and acquire with a timeout: a global wait) beside check, 16 in flight:')
     console.log('| | check | reserve | reserve ÷ check | acquire | acquire ÷ check |')
     console.log('|---|---:|---:|---:|---:|---:|')
     console.log(`| batch: false | ${cell(m.check)} | ${cell(m.reserve)} | ${(m.reserve.rate / m.check.rate).toFixed(2)} | ${cell(m.acquire)} | ${(m.acquire.rate / m.check.rate).toFixed(2)} |`)
     console.log(`| batched | ${cell(m.checkB)} | ${cell(m.reserveB)} | ${(m.reserveB.rate / m.checkB.rate).toFixed(2)} | ${cell(m.acquireB)} | ${(m.acquireB.rate / m.checkB.rate).toFixed(2)} |`)
+    const us = (r) => `${r.node.toFixed(1)} / ${r.redis.toFixed(1)}`
+    console.log('')
+    console.log('CPU per decision there, µs: this process / Redis:')
+    console.log('| | check | reserve | acquire |')
+    console.log('|---|---:|---:|---:|')
+    console.log(`| batch: false | ${us(m.check)} | ${us(m.reserve)} | ${us(m.acquire)} |`)
+    console.log(`| batched | ${us(m.checkB)} | ${us(m.reserveB)} | ${us(m.acquireB)} |`)
     const s = batched.stats
     console.log('')
     console.log(`batched limiter: ${s.calls} script calls, ${s.batches} of them batches holding ${s.batched} checks (${(s.batched / Math.max(1, s.batches)).toFixed(1)} a batch)`)
     await hotLeased.close()
     client.disconnect()
+    redisClient.disconnect()
   } finally {
     server.kill()
     fs.rmSync(dir, { recursive: true, force: true })
