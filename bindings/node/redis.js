@@ -204,26 +204,37 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       // first while this process still makes the next, instead of each
       // waiting for the other in turn.
       const cluster = client.isCluster === true
+      // Whether a call went out in this turn; the socket corked after it,
+      // and the keys handed over since the last write.
+      let turn = false
       let corked = null
       let written = 0
-      const uncork = () => {
+      const endTurn = () => {
+        turn = false
         const stream = corked
+        if (stream === null) return
         corked = null
         stream.uncork()
       }
-      // Called after a call of `keys` keys was handed to the client: the
-      // turn's first went out at once, the next ones wait.
-      const wrote = (keys) => {
-        if (corked === null) {
-          if (cluster) return
-          const stream = client.stream
-          if (stream == null || typeof stream.cork !== 'function' || typeof stream.uncork !== 'function') return
-          stream.cork()
-          corked = stream
-          written = 0
-          process.nextTick(uncork)
+      // Before a call is handed to the client: the turn's first goes out
+      // at once, the next wait in the corked socket.
+      const before = () => {
+        if (cluster) return
+        if (!turn) {
+          turn = true
+          process.nextTick(endTurn)
           return
         }
+        if (corked !== null) return
+        const stream = client.stream
+        if (stream == null || typeof stream.cork !== 'function' || typeof stream.uncork !== 'function') return
+        stream.cork()
+        corked = stream
+        written = 0
+      }
+      // After: written as soon as the waiting calls hold WRITE_EVERY keys.
+      const after = (keys) => {
+        if (corked === null) return
         written += keys
         if (written >= WRITE_EVERY) {
           written = 0
@@ -236,23 +247,27 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
         abortable: false,
         cluster,
         one: (sha, key, args) => {
+          before()
           const sent = client.evalsha(sha, 1, key, ...args)
-          wrote(1)
+          after(1)
           return sent
         },
         oneEval: (text, key, args) => {
+          before()
           const sent = client.eval(text, 1, key, ...args)
-          wrote(1)
+          after(1)
           return sent
         },
         many: (sha, n, flat) => {
+          before()
           const sent = client.evalsha(sha, n, ...flat)
-          wrote(n)
+          after(n)
           return sent
         },
         manyEval: (text, n, flat) => {
+          before()
           const sent = client.eval(text, n, ...flat)
-          wrote(n)
+          after(n)
           return sent
         },
         publish: (channel, message) => client.publish(channel, message),
@@ -556,7 +571,8 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       let i = this.#head
       while (i < wheel.length && wheel[i].done) i++
       if (i === wheel.length) {
-        wheel.length = 0
+        if (i === 1) wheel.pop()
+        else wheel.length = 0
         this.#head = 0
       } else if (i > 1024 && i * 2 > wheel.length) {
         wheel.splice(0, i)
