@@ -115,6 +115,8 @@ async function global(): Promise<void> {
   const fw = redis.FixedWindow({ client: nr, limit: 100, window: 60, prefix: 'app:', timeout: 0.1 })
   const sw = new redis.SlidingWindow({ client: ioCluster, limit: 100, window: 60, onError: 'closed', breakerCooldown: 2 })
   const tb2 = new redis.TokenBucket({ client: nrCluster, rate: 10 })
+  const unbatched = new redis.TokenBucket({ client: io, rate: 10, batch: false })
+  const batchRuns: number = unbatched.stats.batches + unbatched.stats.batched
   const d: RedisDecision = await tb.check('partner-api')
   const source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' = d.source
   const scoped: RedisDecision = await tb.checkIn('burst', 'partner-api')
