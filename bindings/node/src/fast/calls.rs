@@ -3,11 +3,10 @@
 //! registration with JavaScript (`bindFastPath`).
 
 use std::cell::Cell;
-use std::ffi::c_void;
 use std::ptr;
 
 use napi::bindgen_prelude::*;
-use napi::{JsValue, sys};
+use napi::sys;
 use napi_derive::napi;
 use ratebound::Limiter;
 use ratebound::any::AnyLimiter;
@@ -213,67 +212,23 @@ unsafe extern "C" fn raw_noop(
 /// numbers another copy's call left behind.
 #[napi(skip_typescript)]
 pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
-    let raw_env = env.raw();
-    let exports = Object::new(env)?;
-    // SAFETY: `raw_env` is the live env of this call. The array is created
-    // here, once per env and thread, and a strong reference keeps it (and
-    // so its data pointer, which nothing can detach: the buffer is never
-    // handed out for transfer) alive for the life of the env.
-    unsafe {
-        let (bound_env, reference) = BOUND.with(Cell::get);
-        let mut array = ptr::null_mut();
-        if bound_env == raw_env && !reference.is_null() {
-            sys::napi_get_reference_value(raw_env, reference, &mut array);
-        }
-        if array.is_null() {
-            let mut data = ptr::null_mut::<c_void>();
-            let mut buffer = ptr::null_mut();
-            sys::napi_create_arraybuffer(
-                raw_env,
-                SCRATCH_LEN * std::mem::size_of::<f64>(),
-                &mut data,
-                &mut buffer,
-            );
-            sys::napi_create_typedarray(
-                raw_env,
-                sys::TypedarrayType::float64_array,
-                SCRATCH_LEN,
-                buffer,
-                0,
-                &mut array,
-            );
-            if array.is_null() || data.is_null() {
-                return Err(error::invalid_type(env, "cannot create the shared array"));
-            }
-            let mut reference = ptr::null_mut();
-            sys::napi_create_reference(raw_env, array, 1, &mut reference);
-            BOUND.with(|b| b.set((raw_env, reference)));
-            SCRATCH.with(|s| s.set(data.cast::<f64>()));
-        }
-        sys::napi_set_named_property(raw_env, exports.raw(), c"scratch".as_ptr(), array);
-        let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
-            (c"checkOne", Some(raw_check_one)),
-            (c"tryAcquire", Some(raw_try_acquire)),
-            (c"gateAdmit", Some(raw_gate_admit)),
-            (c"gateFinish", Some(raw_gate_finish)),
-            (c"placeRelease", Some(raw_place_release)),
-            (c"check", Some(raw_check)),
-            (c"keyedCheck", Some(raw_keyed_check)),
-            (c"noop", Some(raw_noop)),
-        ];
-        for (name, cb) in fns {
-            let mut f = ptr::null_mut();
-            sys::napi_create_function(
-                raw_env,
-                name.as_ptr(),
-                name.count_bytes() as isize,
-                cb,
-                ptr::null_mut(),
-                &mut f,
-            );
-            sys::napi_set_named_property(raw_env, exports.raw(), name.as_ptr(), f);
-        }
-    }
+    static SHARED: crate::fast::SharedArray = crate::fast::SharedArray {
+        len: SCRATCH_LEN,
+        bound: &BOUND,
+        scratch: &SCRATCH,
+    };
+    let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
+        (c"checkOne", Some(raw_check_one)),
+        (c"tryAcquire", Some(raw_try_acquire)),
+        (c"gateAdmit", Some(raw_gate_admit)),
+        (c"gateFinish", Some(raw_gate_finish)),
+        (c"placeRelease", Some(raw_place_release)),
+        (c"check", Some(raw_check)),
+        (c"keyedCheck", Some(raw_keyed_check)),
+        (c"noop", Some(raw_noop)),
+    ];
+    // SAFETY: `env` is the live env of this call.
+    let exports = unsafe { crate::fast::bind_raw(env, &SHARED, &fns)? };
     let mut exports = exports;
     exports.set("gateAt", GATE_AT as u32)?;
     let outcomes: Vec<&str> = OUTCOMES.iter().map(|o| o.as_str()).collect();

@@ -139,7 +139,7 @@ pub fn key_error(env: &Env, e: KeyError) -> napi::Error {
 }
 
 /// Throws `message` as a `kind` error with `code` from a raw callback.
-pub(super) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str, message: &str) {
+pub(crate) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str, message: &str) {
     let code = CString::new(code).unwrap_or_default();
     let message = CString::new(message).unwrap_or_default();
     // SAFETY: live env; NUL-terminated strings that outlive the call.
@@ -153,7 +153,7 @@ pub(super) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str
 }
 
 /// Throws the error a bad key gets, from a raw callback.
-pub(super) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
+pub(crate) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
     // SAFETY: as raw_throw.
     unsafe {
         match e {
@@ -173,14 +173,14 @@ pub(super) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
     }
 }
 
-pub(super) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) {
+pub(crate) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) {
     // SAFETY: as raw_throw.
     unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) };
 }
 
 /// Up to N arguments; missing ones are `undefined` (N-API fills them).
 #[inline(always)]
-pub(super) unsafe fn args<const N: usize>(
+pub(crate) unsafe fn args<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> [sys::napi_value; N] {
@@ -296,4 +296,78 @@ pub(super) unsafe fn push_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut
     };
     out.truncate(start + written);
     true
+}
+
+/// A shared `Float64Array` of `len` numbers and the thread-locals that
+/// keep it: `bound` (the env it was made in, the reference that keeps it)
+/// and `scratch` (its data pointer).
+pub(crate) struct SharedArray {
+    pub(crate) len: usize,
+    pub(crate) bound:
+        &'static std::thread::LocalKey<std::cell::Cell<(sys::napi_env, sys::napi_ref)>>,
+    pub(crate) scratch: &'static std::thread::LocalKey<std::cell::Cell<*mut f64>>,
+}
+
+/// A new exports object holding `scratch` (the shared array: made once per
+/// env and thread, kept by a strong reference — so its data pointer, which
+/// nothing can detach: the buffer is never handed out for transfer — for
+/// the life of the env) and the raw functions `fns`.
+///
+/// # Safety
+/// `env` is the live env of the current call.
+pub(crate) unsafe fn bind_raw<'e>(
+    env: &'e Env,
+    shared: &SharedArray,
+    fns: &[(&std::ffi::CStr, sys::napi_callback)],
+) -> Result<Object<'e>> {
+    let raw_env = env.raw();
+    let exports = Object::new(env)?;
+    // SAFETY: `raw_env` is live (the caller's promise); every pointer
+    // handed to N-API is a live out-parameter or a NUL-terminated name.
+    unsafe {
+        let (bound_env, reference) = shared.bound.with(std::cell::Cell::get);
+        let mut array = ptr::null_mut();
+        if bound_env == raw_env && !reference.is_null() {
+            sys::napi_get_reference_value(raw_env, reference, &mut array);
+        }
+        if array.is_null() {
+            let mut data = ptr::null_mut::<c_void>();
+            let mut buffer = ptr::null_mut();
+            sys::napi_create_arraybuffer(
+                raw_env,
+                shared.len * std::mem::size_of::<f64>(),
+                &mut data,
+                &mut buffer,
+            );
+            sys::napi_create_typedarray(
+                raw_env,
+                sys::TypedarrayType::float64_array,
+                shared.len,
+                buffer,
+                0,
+                &mut array,
+            );
+            if array.is_null() || data.is_null() {
+                return Err(error::invalid_type(env, "cannot create the shared array"));
+            }
+            let mut reference = ptr::null_mut();
+            sys::napi_create_reference(raw_env, array, 1, &mut reference);
+            shared.bound.with(|b| b.set((raw_env, reference)));
+            shared.scratch.with(|s| s.set(data.cast::<f64>()));
+        }
+        sys::napi_set_named_property(raw_env, exports.raw(), c"scratch".as_ptr(), array);
+        for (name, cb) in fns {
+            let mut f = ptr::null_mut();
+            sys::napi_create_function(
+                raw_env,
+                name.as_ptr(),
+                name.count_bytes() as isize,
+                *cb,
+                ptr::null_mut(),
+                &mut f,
+            );
+            sys::napi_set_named_property(raw_env, exports.raw(), name.as_ptr(), f);
+        }
+    }
+    Ok(exports)
 }

@@ -12,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{c_char, c_void};
 use std::ptr;
 
 use napi::sys;
@@ -42,25 +42,8 @@ thread_local! {
         const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
 }
 
-pub unsafe fn args<const N: usize>(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> [sys::napi_value; N] {
-    let mut argc = N;
-    let mut argv = [ptr::null_mut(); N];
-    // SAFETY: live callback info; `argv` has room for `argc` values.
-    unsafe {
-        sys::napi_get_cb_info(
-            env,
-            info,
-            &mut argc,
-            argv.as_mut_ptr(),
-            ptr::null_mut(),
-            ptr::null_mut(),
-        )
-    };
-    argv
-}
+/// Up to N arguments (the fast path's reader).
+pub(crate) use crate::fast::raw_args as args;
 
 pub unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
     let mut kind = sys::ValueType::napi_undefined;
@@ -106,48 +89,31 @@ pub unsafe fn string(env: sys::napi_env, v: sys::napi_value) -> Option<String> {
     }
 }
 
+/// Throws `message` as a `kind` error with `code` (the fast path's
+/// thrower); the callback's return value.
 pub unsafe fn throw(
     env: sys::napi_env,
     kind: error::Kind,
     code: &str,
     message: &str,
 ) -> sys::napi_value {
-    let code = CString::new(code).unwrap_or_default();
-    let message = CString::new(message).unwrap_or_default();
-    // SAFETY: live env; NUL-terminated strings that outlive the call.
-    unsafe {
-        match kind {
-            error::Kind::Range => sys::napi_throw_range_error(env, code.as_ptr(), message.as_ptr()),
-            error::Kind::Type => sys::napi_throw_type_error(env, code.as_ptr(), message.as_ptr()),
-            error::Kind::Plain => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
-        }
-    };
+    // SAFETY: live env, as the fast path's.
+    unsafe { crate::fast::raw_throw(env, kind, code, message) };
     ptr::null_mut()
 }
 
+/// Throws the core's error `e`; the callback's return value.
 pub unsafe fn throw_core(env: sys::napi_env, e: &ratebound::Error) -> sys::napi_value {
     // SAFETY: as `throw`.
-    unsafe { throw(env, error::kind(e), &error::code(e), &e.to_string()) }
+    unsafe { crate::fast::raw_throw_core(env, e) };
+    ptr::null_mut()
 }
 
+/// Throws the error a bad key gets; the callback's return value.
 pub unsafe fn throw_key(env: sys::napi_env, e: KeyError) -> sys::napi_value {
     // SAFETY: as `throw`.
-    unsafe {
-        match e {
-            KeyError::Type => throw(
-                env,
-                error::Kind::Type,
-                "ERR_INVALID_ARG_TYPE",
-                "a key must be a string, a whole number or a Uint8Array (Buffer)",
-            ),
-            KeyError::Range(message) => throw(
-                env,
-                error::Kind::Range,
-                "ERR_RATEBOUND_INVALID_KEY",
-                &message,
-            ),
-        }
-    }
+    unsafe { crate::fast::raw_throw_key(env, &e) };
+    ptr::null_mut()
 }
 
 pub unsafe fn no_engine(env: sys::napi_env) -> sys::napi_value {

@@ -23,8 +23,6 @@
 
 #![allow(unsafe_code)]
 
-use std::cell::Cell;
-use std::ffi::c_void;
 use std::ptr;
 use std::time::Duration;
 
@@ -586,67 +584,23 @@ unsafe extern "C" fn raw_finish_batch(
 /// one thread gets the same array.
 #[napi(skip_typescript)]
 pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
-    let raw_env = env.raw();
-    let mut exports = Object::new(env)?;
-    // SAFETY: `raw_env` is the live env of this call. The array is made
-    // here, once per env and thread, and a strong reference keeps it (and
-    // so its data pointer: the buffer is never handed out for transfer)
-    // alive for the life of the env.
-    unsafe {
-        let (bound_env, reference) = BOUND.with(Cell::get);
-        let mut array = ptr::null_mut();
-        if bound_env == raw_env && !reference.is_null() {
-            sys::napi_get_reference_value(raw_env, reference, &mut array);
-        }
-        if array.is_null() {
-            let mut data = ptr::null_mut::<c_void>();
-            let mut buffer = ptr::null_mut();
-            sys::napi_create_arraybuffer(
-                raw_env,
-                LEN * std::mem::size_of::<f64>(),
-                &mut data,
-                &mut buffer,
-            );
-            sys::napi_create_typedarray(
-                raw_env,
-                sys::TypedarrayType::float64_array,
-                LEN,
-                buffer,
-                0,
-                &mut array,
-            );
-            if array.is_null() || data.is_null() {
-                return Err(error::invalid_type(env, "cannot create the shared array"));
-            }
-            let mut reference = ptr::null_mut();
-            sys::napi_create_reference(raw_env, array, 1, &mut reference);
-            BOUND.with(|b| b.set((raw_env, reference)));
-            SCRATCH.with(|s| s.set(data.cast::<f64>()));
-        }
-        sys::napi_set_named_property(raw_env, exports.raw(), c"scratch".as_ptr(), array);
-        let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
-            (c"begin", Some(raw_begin)),
-            (c"beginReserve", Some(raw_begin_reserve)),
-            (c"acquire", Some(raw_acquire)),
-            (c"acquireStep", Some(raw_acquire_step)),
-            (c"acquireAbandon", Some(raw_acquire_abandon)),
-            (c"acquireForget", Some(raw_acquire_forget)),
-            (c"finish", Some(raw_finish)),
-            (c"finishBatch", Some(raw_finish_batch)),
-        ];
-        for (name, cb) in fns {
-            let mut f = ptr::null_mut();
-            sys::napi_create_function(
-                raw_env,
-                name.as_ptr(),
-                name.count_bytes() as isize,
-                cb,
-                ptr::null_mut(),
-                &mut f,
-            );
-            sys::napi_set_named_property(raw_env, exports.raw(), name.as_ptr(), f);
-        }
-    }
+    static SHARED: crate::fast::SharedArray = crate::fast::SharedArray {
+        len: LEN,
+        bound: &BOUND,
+        scratch: &SCRATCH,
+    };
+    let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
+        (c"begin", Some(raw_begin)),
+        (c"beginReserve", Some(raw_begin_reserve)),
+        (c"acquire", Some(raw_acquire)),
+        (c"acquireStep", Some(raw_acquire_step)),
+        (c"acquireAbandon", Some(raw_acquire_abandon)),
+        (c"acquireForget", Some(raw_acquire_forget)),
+        (c"finish", Some(raw_finish)),
+        (c"finishBatch", Some(raw_finish_batch)),
+    ];
+    // SAFETY: `env` is the live env of this call.
+    let mut exports = unsafe { crate::fast::bind_raw(env, &SHARED, &fns)? };
     let sources: Vec<&str> = SOURCES.iter().map(|s| s.as_str()).collect();
     exports.set("sources", sources)?;
     exports.set("answerAt", ANSWER as u32)?;
