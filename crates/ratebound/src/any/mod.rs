@@ -38,7 +38,7 @@ mod clock;
 pub mod gate;
 mod keyed;
 mod limiter;
-mod numbers;
+pub(crate) mod numbers;
 mod waiter;
 
 pub use clock::AnyClock;

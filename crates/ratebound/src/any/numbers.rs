@@ -9,7 +9,7 @@ use crate::{Error, MAX_SPAN_NANOS, Quota};
 /// A number as an error message shows it: plain decimals for ordinary
 /// values, scientific notation for huge or tiny ones (`1e300`, not 301
 /// digits).
-pub(super) fn show(value: f64) -> String {
+pub(crate) fn show(value: f64) -> String {
     let magnitude = value.abs();
     if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
         format!("{value:e}")

@@ -6,6 +6,7 @@
 //! single-address header) of trusted proxies. No HTTP library: strings and `IpAddr`s in,
 //! strings and `IpAddr`s out.
 
+mod adaptive;
 mod client_ip;
 mod concurrency;
 mod fields;
@@ -13,5 +14,7 @@ mod fields;
 mod tests;
 
 pub use client_ip::*;
-pub use concurrency::ConcurrencyCap;
+pub use adaptive::{AdaptiveConcurrency, AdaptiveState, Priority};
+pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION};
+pub(crate) use concurrency::concurrency_share_check;
 pub use fields::*;

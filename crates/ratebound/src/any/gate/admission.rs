@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::any::Key;
 use crate::fingerprint::Fingerprint;
-use crate::http::{ConcurrencyCap, Headers};
+use crate::http::{ConcurrencyCap, Headers, Priority};
 
 use super::{Gate, KeySource, RemoteAnswer, Request, Verdict};
 
@@ -22,9 +22,17 @@ pub trait Hooks {
     }
 
     /// Whether the request goes on even when every place is taken (it then
-    /// holds none): asked only when the concurrency cap is full.
+    /// holds none): asked only when the concurrency cap is full (a
+    /// shortcut for a [`priority`](Self::priority) of critical).
     fn critical(&mut self) -> bool {
         false
+    }
+
+    /// The request's priority under the concurrency cap: asked only once
+    /// the requests in flight reach the background share of the limit
+    /// (below it every request is admitted alike), at most once.
+    fn priority(&mut self) -> Priority {
+        Priority::Normal
     }
 
     /// The application's key ([`KeySource::Given`]), given to `f`: asked
@@ -50,16 +58,58 @@ impl Hooks for () {}
 /// given back when dropped (or [`release`](Self::release)d): hold it until
 /// the response has been sent — a streaming body is in flight until it
 /// ends. `Send`, `'static`: it may move into a response body.
+///
+/// Under an adaptive limit the place also times the request: its latency
+/// is taken at [`responded`](Self::responded) (the response's head is
+/// ready: a long stream does not count as a slow service) or, failing
+/// that, when the place is given back.
 #[derive(Debug)]
 #[must_use = "the place is given back as soon as it is dropped"]
 pub struct Place {
     cap: Arc<ConcurrencyCap>,
+    /// The clock reading at entry; [`UNTIMED`] once recorded, or for a
+    /// place whose latency must not count.
+    start: u64,
+    /// How many were in flight as it entered.
+    before: usize,
 }
 
+const UNTIMED: u64 = u64::MAX;
+
 impl Place {
+    /// A place in `cap` for a request of `priority` (asked lazily), entered
+    /// at `start`; `Err` carries the priority of a request refused one.
     #[inline]
-    fn take(cap: &Arc<ConcurrencyCap>) -> Option<Place> {
-        cap.try_enter().then(|| Place { cap: cap.clone() })
+    fn take(
+        cap: &Arc<ConcurrencyCap>,
+        start: u64,
+        priority: impl FnOnce() -> Priority,
+    ) -> Result<Place, Priority> {
+        let before = cap.try_enter_as(priority)?;
+        let start = if cap.is_adaptive() { start } else { UNTIMED };
+        Ok(Place {
+            cap: cap.clone(),
+            start,
+            before,
+        })
+    }
+
+    /// The response's head is ready: under an adaptive limit the request's
+    /// latency is taken now (once), while the place stays held until it is
+    /// dropped.
+    #[inline]
+    pub fn responded(&mut self) {
+        if self.start != UNTIMED {
+            self.cap.record(self.start, self.before);
+            self.start = UNTIMED;
+        }
+    }
+
+    /// Gives the place back without timing the request (it was refused
+    /// after taking a place, so its latency says nothing of the service).
+    #[inline]
+    pub fn forfeit(mut self) {
+        self.start = UNTIMED;
     }
 
     /// Gives the place back now.
@@ -69,6 +119,7 @@ impl Place {
 impl Drop for Place {
     #[inline]
     fn drop(&mut self) {
+        self.responded();
         self.cap.leave();
     }
 }
@@ -161,14 +212,26 @@ impl Gate {
             return Admit::Exempt;
         }
         // Shedding first: a saturated service refuses before any token is
-        // spent, and before the key is looked for.
+        // spent, and before the key is looked for. One clock reading times
+        // the place and makes the decision.
+        let mut now = None;
         let place = match &self.cap {
             None => None,
-            Some(cap) => match Place::take(cap) {
-                Some(place) => Some(place),
-                None if hooks.critical() => None,
-                None => return Admit::Decided(Self::reported(self.shed(), None, hooks)),
-            },
+            Some(cap) => {
+                let start = cap.start();
+                if cap.is_adaptive() {
+                    now = Some(start);
+                }
+                match Place::take(cap, start, || hooks.priority()) {
+                    Ok(place) => Some(place),
+                    Err(Priority::Critical) => None,
+                    Err(_) if hooks.critical() => None,
+                    Err(priority) => {
+                        let shed = self.shed_as(priority);
+                        return Admit::Decided(Self::reported(shed, None, hooks));
+                    }
+                }
+            }
         };
         let lazy = request.key.is_none() && self.options.key == KeySource::Given;
         if !self.remote.is_empty() {
@@ -195,7 +258,7 @@ impl Gate {
                 }
             };
         }
-        let now = self.now();
+        let now = now.unwrap_or_else(|| self.now());
         let verdict = if self.limiters.is_empty() {
             Verdict::pass(super::Fields::default())
         } else if lazy {
@@ -240,7 +303,13 @@ impl Gate {
         hooks: &mut K,
     ) -> Admission<'g> {
         hooks.report(&verdict);
-        let place = if verdict.is_pass() { place } else { None };
+        let place = match place {
+            Some(place) if !verdict.is_pass() => {
+                place.forfeit();
+                None
+            }
+            place => place,
+        };
         Admission { verdict, place }
     }
 }

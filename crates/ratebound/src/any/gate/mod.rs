@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::any::{AnyClock, Fingerprinter, Key};
 use crate::fingerprint::Fingerprint;
 use crate::http::{
-    ConcurrencyCap, Forwarding, Headers, Policy, TrustedProxies, client_ip, ip_key,
+    ConcurrencyCap, Forwarding, Headers, Policy, Priority, TrustedProxies, client_ip, ip_key,
     ratelimit_bytes, ratelimit_policy, retry_after_secs,
 };
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter};
@@ -82,7 +82,11 @@ impl Gate {
         options: GateOptions,
         clock: AnyClock,
     ) -> Result<Gate, Error> {
-        if policies.is_empty() && options.remote.is_empty() && options.concurrency_limit.is_none() {
+        if policies.is_empty()
+            && options.remote.is_empty()
+            && options.concurrency_limit.is_none()
+            && options.adaptive_concurrency.is_none()
+        {
             return Err(Error::NoLimiters);
         }
         options.check()?;
@@ -97,9 +101,13 @@ impl Gate {
                     .with_max_keys(max, overflow)?,
             );
         }
-        let cap = options
-            .concurrency_limit
-            .map(ConcurrencyCap::new)
+        let cap = match (options.concurrency_limit, options.adaptive_concurrency) {
+            (Some(limit), _) => Some(ConcurrencyCap::new(limit)?),
+            (None, Some(tuning)) => Some(ConcurrencyCap::adaptive(tuning, clock.clone())?),
+            (None, None) => None,
+        };
+        let cap = cap
+            .map(|c| c.with_background_fraction(options.background_fraction))
             .transpose()?
             .map(std::sync::Arc::new);
         let remote = options
@@ -176,10 +184,23 @@ impl Gate {
 
     /// The answer to a shed request: 503, `Retry-After: 1`, a short text.
     pub fn shed(&self) -> Verdict<'static> {
+        self.shed_as(Priority::Normal)
+    }
+
+    /// [`shed`](Self::shed), for a request of `priority` (reported in the
+    /// verdict's [`priority`](Verdict::priority)).
+    pub fn shed_as(&self, priority: Priority) -> Verdict<'static> {
         Verdict {
             outcome: Outcome::Shed,
+            priority: Some(priority),
             ..Verdict::plain(503, "server busy; try again shortly\n", Some(1))
         }
+    }
+
+    /// The concurrency cap, when one is set: its limit now, the requests in
+    /// flight and, when adaptive, what it learned (for a metrics gauge).
+    pub fn concurrency(&self) -> Option<&ConcurrencyCap> {
+        self.cap.as_deref()
     }
 
     /// The policies' names, local then remote (for a metrics hook).
@@ -420,6 +441,7 @@ impl Gate {
             body: Some(body),
             outcome: Outcome::Refused,
             refused_by,
+            priority: None,
         }
     }
 
@@ -564,6 +586,7 @@ impl std::fmt::Debug for Gate {
             .field("policies", &self.policy_field)
             .field("key", &self.options.key)
             .field("concurrency_limit", &self.options.concurrency_limit)
+            .field("adaptive_concurrency", &self.options.adaptive_concurrency)
             .field("keys", &self.len())
             .finish_non_exhaustive()
     }

@@ -1,7 +1,7 @@
 //! What a [`Gate`] is told: its options, each with its default and its
 //! rule, read from loosely typed values (`Loose`) as the bindings pass them.
 
-use crate::http::{Forwarding, TrustedProxies, field_name};
+use crate::http::{AdaptiveConcurrency, Forwarding, TrustedProxies, field_name};
 use crate::{Error, KeyedAlgorithm, Overflow};
 
 #[cfg(doc)] // the docs' links
@@ -186,6 +186,12 @@ pub struct GateOptions {
     /// The cap on requests in flight (`None`: no cap); see
     /// [`Gate::try_enter`].
     pub concurrency_limit: Option<usize>,
+    /// A cap on requests in flight learned from their latency instead of a
+    /// fixed number (`concurrency_limit="auto"`); not with
+    /// `concurrency_limit`.
+    pub adaptive_concurrency: Option<AdaptiveConcurrency>,
+    /// The share of the cap background requests may fill (default ½).
+    pub background_fraction: f64,
     /// Policies decided outside the gate — global limits in Redis — by
     /// name and shape (for the `RateLimit-Policy` field); their decisions
     /// come to [`Gate::decide_with`].
@@ -209,6 +215,8 @@ impl Default for GateOptions {
             body: RefusalBody::Text,
             max_keys: (DEFAULT_MAX_KEYS, Overflow::EvictLeastRecent),
             concurrency_limit: None,
+            adaptive_concurrency: None,
+            background_fraction: crate::http::DEFAULT_BACKGROUND_FRACTION,
             remote: Vec::new(),
         }
     }
@@ -216,7 +224,7 @@ impl Default for GateOptions {
 
 /// The options [`GateOptions::set`] knows, in Python's and JavaScript's
 /// spelling.
-const OPTIONS: [(&str, &str); 10] = [
+const OPTIONS: [(&str, &str); 15] = [
     ("key_header", "keyHeader"),
     ("trusted_proxies", "trustedProxies"),
     ("client_ip_header", "clientIpHeader"),
@@ -227,6 +235,11 @@ const OPTIONS: [(&str, &str); 10] = [
     ("max_keys", "maxKeys"),
     ("overflow", "overflow"),
     ("concurrency_limit", "concurrencyLimit"),
+    ("concurrency_initial", "concurrencyInitial"),
+    ("concurrency_min", "concurrencyMin"),
+    ("concurrency_max", "concurrencyMax"),
+    ("concurrency_tolerance", "concurrencyTolerance"),
+    ("background_fraction", "backgroundFraction"),
 ];
 
 pub(super) fn loose_text(value: Loose<'_>) -> String {
@@ -254,7 +267,10 @@ impl GateOptions {
     /// | `body` | `"text"`, `"problem+json"` |
     /// | `max_keys` | a whole number ≥ 1 |
     /// | `overflow` | `"evict"`, `"reject"` |
-    /// | `concurrency_limit` | a whole number ≥ 1 |
+    /// | `concurrency_limit` | a whole number ≥ 1, or `"auto"`: learned from latency |
+    /// | `concurrency_initial`, `concurrency_min`, `concurrency_max` | whole numbers ≥ 1 (imply `"auto"`) |
+    /// | `concurrency_tolerance` | a number ≥ 1 (implies `"auto"`) |
+    /// | `background_fraction` | 0–1 |
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for an unknown option or a value of the
@@ -317,9 +333,41 @@ impl GateOptions {
                 let limit = crate::any::whole(spelt, n, 1)?;
                 self.concurrency_limit = Some(usize::try_from(limit).unwrap_or(usize::MAX));
             }
+            ("concurrency_limit", Loose::Text("auto")) => {
+                self.adaptive_concurrency.get_or_insert_with(Default::default);
+            }
+            ("concurrency_limit", _) => return Err(wrong("must be a whole number or \"auto\"")),
+            (
+                "concurrency_initial" | "concurrency_min" | "concurrency_max",
+                Loose::Number(n),
+            ) => {
+                let n = usize::try_from(crate::any::whole(spelt, n, 1)?).unwrap_or(usize::MAX);
+                let tuning = self.adaptive_concurrency.get_or_insert_with(Default::default);
+                match snake {
+                    "concurrency_initial" => tuning.initial_limit = n,
+                    "concurrency_min" => tuning.min_limit = n,
+                    _ => tuning.max_limit = n,
+                }
+            }
+            ("concurrency_tolerance", Loose::Number(n)) => {
+                if !(n.is_finite() && n >= 1.0) {
+                    return Err(Error::InvalidNumber {
+                        name: spelt,
+                        value: crate::any::numbers::show(n),
+                        reason: "must be a finite number of at least 1",
+                    });
+                }
+                let tuning = self.adaptive_concurrency.get_or_insert_with(Default::default);
+                tuning.tolerance = n;
+            }
+            ("background_fraction", Loose::Number(n)) => {
+                crate::http::concurrency_share_check(n)?;
+                self.background_fraction = n;
+            }
             ("missing_key", _) => return Err(wrong("must be \"ip\", \"shared\" or a status")),
             (
-                "ipv6_prefix" | "max_keys" | "concurrency_limit",
+                "ipv6_prefix" | "max_keys" | "concurrency_initial" | "concurrency_min"
+                | "concurrency_max" | "concurrency_tolerance" | "background_fraction",
                 Loose::Text(_) | Loose::List(_) | Loose::Bool(_),
             ) => {
                 return Err(wrong("must be a number"));
@@ -331,6 +379,27 @@ impl GateOptions {
 
     /// Checks that the options make sense together.
     pub(super) fn check(&self) -> Result<(), Error> {
+        if let (Some(limit), Some(_)) = (self.concurrency_limit, &self.adaptive_concurrency) {
+            return Err(Error::InvalidOption {
+                name: "concurrency_limit",
+                value: limit.to_string(),
+                reason: "is a fixed number, and the adaptive limit (\"auto\", or its tuning) is set too: choose one",
+            });
+        }
+        if let Some(tuning) = &self.adaptive_concurrency {
+            tuning.check()?;
+        }
+        crate::http::concurrency_share_check(self.background_fraction)?;
+        if self.background_fraction != crate::http::DEFAULT_BACKGROUND_FRACTION
+            && self.concurrency_limit.is_none()
+            && self.adaptive_concurrency.is_none()
+        {
+            return Err(Error::InvalidOption {
+                name: "background_fraction",
+                value: crate::any::numbers::show(self.background_fraction),
+                reason: "shares a concurrency limit: set concurrency_limit (a number or \"auto\") as well",
+            });
+        }
         if let Some(f) = &self.forwarding
             && self.trusted == TrustedProxies::None
         {

@@ -83,6 +83,8 @@ pub struct Verdict<'g> {
     /// The policy that refused (the first, in order, local then remote),
     /// when [`outcome`](Self::outcome) is [`Outcome::Refused`].
     pub refused_by: Option<&'g str>,
+    /// The priority of a request [`Outcome::Shed`].
+    pub priority: Option<crate::http::Priority>,
 }
 
 /// What a [`Verdict`] did, as a metrics hook counts it.
@@ -120,6 +122,7 @@ impl<'g> Verdict<'g> {
             body: None,
             outcome: Outcome::Allowed,
             refused_by: None,
+            priority: None,
         }
     }
 
@@ -144,6 +147,7 @@ impl<'g> Verdict<'g> {
             body: Some(("text/plain; charset=utf-8", text.to_string())),
             outcome: Outcome::Rejected,
             refused_by: None,
+            priority: None,
         }
     }
 
