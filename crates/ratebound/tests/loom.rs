@@ -762,3 +762,96 @@ fn keyed_release_races_a_check() {
         );
     });
 }
+
+/// An adaptive cap on a manual clock (windows of two samples under loom).
+fn adaptive_cap(
+    clock: &ManualClock,
+    initial: usize,
+    max: usize,
+    smoothing: f64,
+) -> ratebound::http::ConcurrencyCap {
+    use ratebound::any::AnyClock;
+    use ratebound::http::{AdaptiveConcurrency, ConcurrencyCap};
+    let tuning = AdaptiveConcurrency {
+        initial_limit: initial,
+        min_limit: 1,
+        max_limit: max,
+        smoothing,
+        ..AdaptiveConcurrency::default()
+    };
+    ConcurrencyCap::adaptive(tuning, AnyClock::Manual(clock.clone())).unwrap()
+}
+
+#[test]
+fn adaptive_samples_racing_window_closes_are_each_counted_once() {
+    // Two threads each time two requests: windows close at the 2nd and 4th
+    // sample, possibly both at once (the second closer finds the controller
+    // busy and gives its window back). Every sample is counted exactly once,
+    // the limit stays in bounds and every place comes back.
+    use ratebound::http::Priority;
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let cap = Arc::new(adaptive_cap(&clock, 2, 4, 0.2));
+        let work = |cap: &ratebound::http::ConcurrencyCap| -> u64 {
+            let mut timed = 0;
+            for _ in 0..2 {
+                if let Ok(before) = cap.try_enter_as(|| Priority::Normal) {
+                    cap.leave_after(cap.start(), before);
+                    timed += 1;
+                }
+            }
+            timed
+        };
+        let other = {
+            let cap = cap.clone();
+            thread::spawn(move || work(&cap))
+        };
+        let mine = work(&cap);
+        let theirs = other.join().unwrap();
+        let state = cap.state().unwrap();
+        assert_eq!(state.samples, mine + theirs, "{state:?}");
+        assert!((1..=4).contains(&cap.limit()));
+        assert_eq!(cap.in_flight(), 0);
+    });
+}
+
+#[test]
+fn a_lowered_adaptive_limit_races_an_admission() {
+    // The limit is 2 (its maximum) and both places are held; a baseline of
+    // 1 µs is known.
+    // The holders leave after a second (a congested window: the limit drops
+    // to 1 with smoothing 1) while another thread tries to enter: it may get
+    // a place freed before the drop, never a third one, and at the end the
+    // limit is 1 and nothing is held.
+    use ratebound::http::Priority;
+    loom::model(|| {
+        let clock = ManualClock::new();
+        let cap = Arc::new(adaptive_cap(&clock, 2, 2, 1.0));
+        for _ in 0..2 {
+            let before = cap.try_enter_as(|| Priority::Normal).unwrap();
+            cap.leave_after(cap.start(), before);
+        }
+        let held: Vec<_> = (0..2)
+            .map(|_| (cap.start(), cap.try_enter_as(|| Priority::Normal).unwrap()))
+            .collect();
+        clock.advance(Duration::from_secs(1));
+        let other = {
+            let cap = cap.clone();
+            thread::spawn(move || {
+                let entered = cap.try_enter_as(|| Priority::Normal);
+                assert!(cap.in_flight() <= 2, "a third place");
+                if entered.is_ok() {
+                    cap.leave();
+                }
+                entered.is_ok()
+            })
+        };
+        for (start, before) in held {
+            cap.leave_after(start, before);
+        }
+        let _ = other.join().unwrap();
+        assert_eq!(cap.limit(), 1, "{:?}", cap.state());
+        assert_eq!(cap.in_flight(), 0);
+        assert_eq!(cap.state().unwrap().samples, 4);
+    });
+}

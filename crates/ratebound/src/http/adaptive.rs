@@ -188,11 +188,18 @@ pub struct AdaptiveState {
     pub recent_us: f64,
     /// Windows measured so far.
     pub windows: u64,
+    /// Requests timed so far: those of the windows measured and of the
+    /// one being filled.
+    pub samples: u64,
 }
 
 /// Samples per window, at least (and at most [`WINDOW_MAX`]): a window
-/// holds `limit` samples within these bounds.
+/// holds `limit` samples within these bounds. (Two under loom, so that a
+/// model closes windows in a few steps.)
+#[cfg(not(ratebound_loom))]
 const WINDOW_MIN: u64 = 16;
+#[cfg(ratebound_loom)]
+const WINDOW_MIN: u64 = 2;
 const WINDOW_MAX: u64 = 256;
 /// The window word: the count in the top 16 bits, the sum of µs below.
 const COUNT_SHIFT: u32 = 48;
@@ -228,6 +235,8 @@ pub(crate) struct Controller {
     /// Congested windows in a row at the minimum limit.
     at_min: AtomicU64,
     windows: AtomicU64,
+    /// Samples of the windows measured.
+    measured: AtomicU64,
 }
 
 fn load_f(a: &AtomicU64) -> f64 {
@@ -252,6 +261,7 @@ impl Controller {
             ref_mean: AtomicU64::new(0),
             at_min: AtomicU64::new(0),
             windows: AtomicU64::new(0),
+            measured: AtomicU64::new(0),
         }
     }
 
@@ -311,6 +321,7 @@ impl Controller {
             return None;
         }
         let count = taken >> COUNT_SHIFT;
+        self.measured.fetch_add(count, Ordering::Relaxed);
         let mean = (taken & SUM_MASK) as f64 / count as f64;
         let limit = self.update(mean, in_flight);
         // Ordering: Release — the state written above is seen by the next
@@ -394,6 +405,8 @@ impl Controller {
             baseline_us: load_f(&self.baseline),
             recent_us: load_f(&self.recent),
             windows: self.windows.load(Ordering::Relaxed),
+            samples: self.measured.load(Ordering::Relaxed)
+                + (self.window.load(Ordering::Relaxed) >> COUNT_SHIFT),
         }
     }
 }

@@ -82,6 +82,7 @@ impl Gate {
         options: GateOptions,
         clock: AnyClock,
     ) -> Result<Gate, Error> {
+        options.check()?;
         if policies.is_empty()
             && options.remote.is_empty()
             && options.concurrency_limit.is_none()
@@ -89,7 +90,6 @@ impl Gate {
         {
             return Err(Error::NoLimiters);
         }
-        options.check()?;
         let mut names = Vec::new();
         let mut limiters = Vec::new();
         for (name, algorithm) in policies {

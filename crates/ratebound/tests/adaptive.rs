@@ -1,0 +1,448 @@
+//! The adaptive concurrency limit and priorities, on a manual clock: a
+//! discrete-event model of a server (a FIFO queue in front of `workers`
+//! that each take `service` per request) under open-loop load drives the
+//! real `ConcurrencyCap`, and a property test feeds it any latencies.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use ratebound::any::{Admit, AnyClock, Gate, GateOptions, Hooks, Loose, Outcome, Request};
+use ratebound::http::{AdaptiveConcurrency, ConcurrencyCap, Priority};
+use ratebound::{Error, ManualClock};
+
+const MS: u64 = 1_000_000;
+
+/// One phase of load: arrivals every `gap` (± half of it, seeded) until
+/// `until`, each request taking `service` once one of `workers` has it.
+#[derive(Clone, Copy)]
+struct Phase {
+    until: u64,
+    gap: u64,
+    service: u64,
+    workers: usize,
+}
+
+const OVERLOAD: Phase = Phase {
+    until: 5_000 * MS,
+    gap: 2 * MS,
+    service: 20 * MS,
+    workers: 4,
+};
+
+#[derive(Default)]
+struct Run {
+    /// (arrival, latency) of every admitted request, in completion order.
+    served: Vec<(u64, u64)>,
+    shed: Vec<u64>,
+    /// (time, limit) after each completion.
+    limits: Vec<(u64, usize)>,
+}
+
+impl Run {
+    fn p99_after(&self, from: u64, to: u64) -> u64 {
+        let mut l: Vec<u64> = self
+            .served
+            .iter()
+            .filter(|(t, _)| (from..to).contains(t))
+            .map(|&(_, l)| l)
+            .collect();
+        l.sort_unstable();
+        l[(l.len() - 1) * 99 / 100]
+    }
+
+    fn goodput(&self, from: u64, to: u64) -> f64 {
+        let n = self
+            .served
+            .iter()
+            .filter(|(t, _)| (from..to).contains(t))
+            .count();
+        n as f64 / ((to - from) as f64 / 1e9)
+    }
+
+    fn limit_at(&self, t: u64) -> usize {
+        self.limits
+            .iter()
+            .take_while(|(at, _)| *at <= t)
+            .last()
+            .map_or(0, |&(_, l)| l)
+    }
+}
+
+fn serve(cap: &ConcurrencyCap, clock: &ManualClock, phases: &[Phase]) -> Run {
+    // Events: (time, id); id 0 is an arrival, others a completion.
+    let mut events = BinaryHeap::new();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut t = 0;
+    for p in phases {
+        while t < p.until {
+            events.push(Reverse((t, 0u64, p.service)));
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            t += p.gap / 2 + seed % p.gap;
+        }
+    }
+    let mut queue = VecDeque::new();
+    let mut running = std::collections::HashMap::new();
+    let (mut busy, mut next) = (0, 1u64);
+    let mut run = Run::default();
+    while let Some(Reverse((now, id, service))) = events.pop() {
+        clock.set(Duration::from_nanos(now));
+        if id == 0 {
+            match cap.try_enter_as(|| Priority::Normal) {
+                Ok(before) => queue.push_back((now, cap.start(), before, service)),
+                Err(_) => run.shed.push(now),
+            }
+        } else {
+            let (arrived, start, before) = running.remove(&id).unwrap();
+            cap.leave_after(start, before);
+            busy -= 1;
+            run.served.push((arrived, now - arrived));
+            run.limits.push((now, cap.limit()));
+        }
+        let workers = phases
+            .iter()
+            .find(|p| now < p.until)
+            .unwrap_or(&phases[phases.len() - 1])
+            .workers;
+        while busy < workers {
+            let Some((arrived, start, before, service)) = queue.pop_front() else {
+                break;
+            };
+            busy += 1;
+            running.insert(next, (arrived, start, before));
+            events.push(Reverse((now + service, next, service)));
+            next += 1;
+        }
+    }
+    run
+}
+
+fn adaptive(clock: &ManualClock) -> ConcurrencyCap {
+    ConcurrencyCap::adaptive(
+        AdaptiveConcurrency::default(),
+        AnyClock::Manual(clock.clone()),
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_overload_keeps_latency_near_the_unloaded_and_serves_the_capacity() {
+    // 4 workers × 20 ms = 200/s, offered 500/s for 4 s.
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let load = OVERLOAD;
+    let run = serve(&cap, &clock, &[load]);
+    let p99 = run.p99_after(1_000 * MS, 5_000 * MS);
+    let goodput = run.goodput(1_000 * MS, 4_900 * MS);
+    assert!(p99 <= 60 * MS, "p99 {} ms", p99 / MS);
+    assert!(goodput >= 160.0, "goodput {goodput:.0}/s");
+    let limit = run.limit_at(4_000 * MS);
+    assert!((4..=12).contains(&limit), "limit {limit}");
+
+    // The contrast: no cap at all, the same load.
+    let clock = ManualClock::new();
+    let unlimited = ConcurrencyCap::new(usize::MAX).unwrap();
+    let run = serve(&unlimited, &clock, &[load]);
+    assert!(run.p99_after(1_000 * MS, 5_000 * MS) > 1_000 * MS);
+}
+
+#[test]
+fn the_limit_comes_back_up_when_the_overload_ends() {
+    // Overloaded for 3 s; then the service has four times the workers (it
+    // scaled out, or a slow dependency recovered): within seconds the limit
+    // rises to use them and shedding stops.
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let phases = [
+        Phase {
+            until: 3_000 * MS,
+            ..OVERLOAD
+        },
+        Phase {
+            until: 8_000 * MS,
+            workers: 16,
+            ..OVERLOAD
+        },
+    ];
+    let run = serve(&cap, &clock, &phases);
+    let low = run.limit_at(3_000 * MS);
+    assert!(low <= 12, "overloaded limit {low}");
+    let high = run.limit_at(6_000 * MS);
+    assert!(high >= 16, "limit {low} → {high} after the overload ended");
+    let late_shed = run.shed.iter().filter(|&&t| t >= 6_000 * MS).count();
+    assert_eq!(late_shed, 0, "still shedding 3 s after the overload ended");
+}
+
+#[test]
+fn a_slower_service_is_learned_not_shed_forever() {
+    // The handler's time doubles at 3 s: the limit first falls (the latency
+    // looks like queueing), then the baseline is re-learned and the service
+    // is used again, with p99 bounded by 3× its new latency.
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let phases = [
+        Phase {
+            until: 3_000 * MS,
+            ..OVERLOAD
+        },
+        Phase {
+            until: 9_000 * MS,
+            service: 40 * MS,
+            ..OVERLOAD
+        },
+    ];
+    let run = serve(&cap, &clock, &phases);
+    let state = cap.state().unwrap();
+    assert!(
+        state.baseline_us > 35_000.0,
+        "baseline not re-learned: {state:?}"
+    );
+    assert!(run.p99_after(6_000 * MS, 9_000 * MS) <= 120 * MS);
+    // 4 workers × 40 ms = 100/s.
+    assert!(run.goodput(6_000 * MS, 8_900 * MS) >= 80.0);
+}
+
+#[test]
+fn a_healthy_service_is_never_shed() {
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let light = Phase {
+        gap: 7 * MS,
+        ..OVERLOAD
+    };
+    let run = serve(&cap, &clock, &[light]);
+    assert!(run.shed.is_empty(), "{} shed", run.shed.len());
+    assert_eq!(cap.limit(), 20, "a limit nobody reaches is not raised");
+}
+
+#[test]
+fn background_requests_get_places_only_below_the_share() {
+    let cap = ConcurrencyCap::new(4).unwrap();
+    let bg = || Priority::Background;
+    assert_eq!(cap.try_enter_as(bg), Ok(0));
+    assert_eq!(cap.try_enter_as(bg), Ok(1));
+    assert_eq!(cap.try_enter_as(bg), Err(Priority::Background));
+    assert_eq!(cap.try_enter_as(|| Priority::Normal), Ok(2));
+    assert_eq!(cap.try_enter_as(|| Priority::Critical), Ok(3));
+    assert_eq!(
+        cap.try_enter_as(|| Priority::Critical),
+        Err(Priority::Critical)
+    );
+    // Below the share nobody is asked.
+    let cap = ConcurrencyCap::new(4)
+        .unwrap()
+        .with_background_fraction(0.25)
+        .unwrap();
+    assert_eq!(
+        cap.try_enter_as(|| unreachable!("asked below the share")),
+        Ok(0)
+    );
+    assert_eq!(cap.try_enter_as(bg), Err(Priority::Background));
+    let bad = ConcurrencyCap::new(4)
+        .unwrap()
+        .with_background_fraction(f64::NAN);
+    assert!(matches!(
+        bad,
+        Err(Error::InvalidNumber {
+            name: "background_fraction",
+            ..
+        })
+    ));
+}
+
+struct Prioritised {
+    priority: Priority,
+    asked: u32,
+    shed: Option<Option<Priority>>,
+}
+
+impl Hooks for Prioritised {
+    fn priority(&mut self) -> Priority {
+        self.asked += 1;
+        self.priority
+    }
+    fn report(&mut self, verdict: &ratebound::any::Verdict<'_>) {
+        if verdict.outcome == Outcome::Shed {
+            self.shed = Some(verdict.priority);
+        }
+    }
+}
+
+#[test]
+fn the_gate_sheds_background_first_and_never_critical() {
+    let mut options = GateOptions::default();
+    options
+        .set("concurrency_limit", Loose::Number(2.0))
+        .unwrap();
+    let gate = Gate::new(vec![], options, AnyClock::Manual(ManualClock::new())).unwrap();
+    let lines: [(&str, &str); 0] = [];
+    let request = Request {
+        key: None,
+        peer: Some([127, 0, 0, 1].into()),
+        headers: &lines[..],
+    };
+    let mut admit = |priority| {
+        let mut hooks = Prioritised {
+            priority,
+            asked: 0,
+            shed: None,
+        };
+        let Admit::Decided(a) = gate.admit(&request, &mut hooks) else {
+            unreachable!()
+        };
+        (a, hooks)
+    };
+    let (first, hooks) = admit(Priority::Background);
+    assert!(first.place.is_some() && hooks.asked == 0);
+    let (second, hooks) = admit(Priority::Background);
+    assert_eq!(second.verdict.status, 503);
+    assert_eq!(hooks.shed, Some(Some(Priority::Background)));
+    assert_eq!(hooks.asked, 1);
+    let (third, _) = admit(Priority::Normal);
+    assert!(third.place.is_some());
+    let (fourth, hooks) = admit(Priority::Critical);
+    assert!(fourth.verdict.is_pass() && fourth.place.is_none());
+    assert_eq!(hooks.shed, None);
+    let (fifth, hooks) = admit(Priority::Normal);
+    assert_eq!(fifth.verdict.status, 503);
+    assert_eq!(hooks.shed, Some(Some(Priority::Normal)));
+    assert_eq!(gate.concurrency().unwrap().in_flight(), 2);
+    drop((first, third));
+    assert_eq!(gate.concurrency().unwrap().in_flight(), 0);
+}
+
+#[test]
+fn the_gate_times_admitted_requests_and_not_refused_ones() {
+    let clock = ManualClock::new();
+    let mut options = GateOptions::default();
+    options
+        .set("concurrency_limit", Loose::Text("auto"))
+        .unwrap();
+    let policy = (
+        "p".to_string(),
+        ratebound::KeyedAlgorithm::TokenBucket(ratebound::Quota::parse("1/s burst 1").unwrap()),
+    );
+    let gate = Gate::new(vec![policy], options, AnyClock::Manual(clock.clone())).unwrap();
+    let lines: [(&str, &str); 0] = [];
+    let request = Request {
+        key: None,
+        peer: Some([127, 0, 0, 1].into()),
+        headers: &lines[..],
+    };
+    let Admit::Decided(mut passed) = gate.admit(&request, &mut ()) else {
+        unreachable!()
+    };
+    let Admit::Decided(refused) = gate.admit(&request, &mut ()) else {
+        unreachable!()
+    };
+    assert_eq!(refused.verdict.status, 429);
+    assert!(refused.place.is_none());
+    let cap = gate.concurrency().unwrap();
+    assert_eq!(cap.state().unwrap().samples, 0, "a refusal was timed");
+    clock.advance(Duration::from_millis(30));
+    passed.place.as_mut().unwrap().responded();
+    assert_eq!(cap.state().unwrap().samples, 1);
+    assert_eq!(cap.in_flight(), 1, "responded keeps the place");
+    clock.advance(Duration::from_secs(5)); // a long body: not timed again
+    drop(passed);
+    assert_eq!(cap.state().unwrap().samples, 1);
+    assert_eq!(cap.in_flight(), 0);
+}
+
+#[test]
+fn bad_adaptive_options_are_named() {
+    let err = |pairs: &[(&str, Loose<'_>)]| -> String {
+        let mut o = GateOptions::default();
+        for (name, value) in pairs {
+            if let Err(e) = o.set(name, *value) {
+                return e.to_string();
+            }
+        }
+        Gate::new(vec![], o, AnyClock::default())
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        err(&[
+            ("concurrency_limit", Loose::Number(8.0)),
+            ("concurrency_max", Loose::Number(100.0))
+        ]),
+        "invalid concurrency_limit \"8\": is a fixed number, and the adaptive limit (\"auto\", or its tuning) is set too: choose one"
+    );
+    assert_eq!(
+        err(&[("concurrencyTolerance", Loose::Number(f64::NAN))]),
+        "invalid concurrencyTolerance NaN: must be a finite number of at least 1"
+    );
+    assert_eq!(
+        err(&[("concurrency_min", Loose::Number(-3.0))]),
+        "invalid concurrency_min -3: must be at least 1"
+    );
+    assert_eq!(
+        err(&[("concurrency_limit", Loose::Text("automatic"))]),
+        "invalid concurrency_limit \"automatic\": must be a whole number or \"auto\""
+    );
+    assert_eq!(
+        err(&[
+            ("concurrency_limit", Loose::Text("auto")),
+            ("concurrency_min", Loose::Number(50.0))
+        ]),
+        "invalid concurrency initial_limit 20: must lie within min_limit..=max_limit"
+    );
+    assert_eq!(
+        err(&[("background_fraction", Loose::Number(0.25))]),
+        "invalid background_fraction \"0.25\": shares a concurrency limit: set concurrency_limit (a number or \"auto\") as well"
+    );
+    assert_eq!(
+        err(&[("background_fraction", Loose::Number(1.5))]),
+        "invalid background_fraction 1.5: must be a number from 0 to 1"
+    );
+}
+
+proptest! {
+    #[test]
+    fn the_limit_stays_within_its_bounds(
+        min in 1usize..8,
+        span in 0usize..50,
+        samples in proptest::collection::vec((0u64..5_000_000_000, any::<bool>(), 0usize..4), 1..600),
+    ) {
+        let clock = ManualClock::new();
+        let tuning = AdaptiveConcurrency {
+            initial_limit: min,
+            min_limit: min,
+            max_limit: min + span,
+            ..AdaptiveConcurrency::default()
+        };
+        let cap = ConcurrencyCap::adaptive(tuning, AnyClock::Manual(clock.clone())).unwrap();
+        let mut held = Vec::new();
+        for (latency, alone, extra) in samples {
+            // Some requests held across others (in flight > 0), some alone.
+            while held.len() < extra {
+                match cap.try_enter_as(|| Priority::Normal) {
+                    Ok(before) => held.push((cap.start(), before)),
+                    Err(_) => break,
+                }
+            }
+            if alone {
+                for (start, before) in held.drain(..) {
+                    cap.leave_after(start, before);
+                }
+            }
+            if let Ok(before) = cap.try_enter_as(|| Priority::Normal) {
+                let start = cap.start();
+                clock.advance(Duration::from_nanos(latency));
+                cap.leave_after(start, before);
+            }
+            let limit = cap.limit();
+            prop_assert!((min..=min + span).contains(&limit), "limit {} outside {}..={}", limit, min, min + span);
+            let state = cap.state().unwrap();
+            prop_assert!(state.baseline_us.is_finite() && state.baseline_us >= 0.0);
+        }
+        for (start, before) in held.drain(..) {
+            cap.leave_after(start, before);
+        }
+        prop_assert_eq!(cap.in_flight(), 0);
+    }
+}
