@@ -61,23 +61,39 @@ export interface SharedKeyedLimiter {
 /** A key, as the middleware and `KeyedLimiter` take it. */
 export type Key = string | number | Uint8Array
 
+/** How urgent a request is under a concurrency limit: `'background'` is shed first, `'critical'` never. */
+export type Priority = 'critical' | 'normal' | 'background'
+
 /**
  * The functions of the framework's request a `Gate`'s sequence calls, in
  * the core's order (each optional): `exempt` first (true: on to the
- * application, unlimited, nothing added); `critical` only when every
- * concurrency place is taken (true: it goes on without one); `key` after
- * shedding, when the gate's key is the application's (`null`,
+ * application, unlimited, nothing added); `priority` only once the
+ * requests in flight reach the background share of the concurrency limit
+ * (below it every request is admitted alike) — a function returning a
+ * `Priority`, or one `Priority` for every request (checked when the gate
+ * is made); `critical` only when every concurrency place is taken (true:
+ * it goes on without one; a shortcut for the priority `'critical'`); `key`
+ * after shedding, when the gate's key is the application's (`null`,
  * `undefined` or `''`: no key); `report` once per request that was not
- * exempt, with the outcome and the refusing policy (for metrics). A hook
- * that throws ends the sequence: `admit` throws its error, and the place
- * taken, if any, is given back.
+ * exempt, with the outcome, the refusing policy and a shed request's
+ * priority (for metrics). A hook that throws ends the sequence: `admit`
+ * throws its error, and the place taken, if any, is given back; a
+ * `priority` function that throws or returns what is no `Priority` sheds
+ * the request (nothing charged) and `admit` throws (the returned value
+ * named, `ERR_RATEBOUND_INVALID_OPTION`).
  */
 export interface GateHooks {
   exempt?: ((request: any) => boolean) | null
   critical?: ((request: any) => boolean) | null
+  priority?: Priority | ((request: any) => Priority) | null
   key?: ((request: any) => Key | null | undefined) | null
   report?:
-    | ((request: any, outcome: 'allowed' | 'refused' | 'shed' | 'rejected', refusedBy: string | null) => void)
+    | ((
+        request: any,
+        outcome: 'allowed' | 'refused' | 'shed' | 'rejected',
+        refusedBy: string | null,
+        priority: 'normal' | 'background' | undefined,
+      ) => void)
     | null
 }
 
@@ -88,6 +104,12 @@ export interface GateHooks {
  * idempotent. The middleware releases it on the response's `'close'`.
  */
 export interface Place {
+  /**
+   * The response's head is written: an adaptive limit times the request
+   * now (once; else at `release()`). The middleware calls it from
+   * `writeHead`.
+   */
+  responded(): void
   release(): void
   close(): void
   /** Whether it is still held. */
@@ -146,6 +168,8 @@ export interface DecisionEvent {
   policies: string[]
   /** The `label` option, else the route (Express `req.route.path`, Fastify's route url), else null. */
   label: string | null
+  /** A shed request's priority (only when `outcome` is `'shed'`; critical requests are never shed). */
+  priority?: 'normal' | 'background'
 }
 
 /**
@@ -197,6 +221,17 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
    * shed (at the cap they go on without a place).
    */
   critical?: (req: any) => boolean
+  /**
+   * With `concurrencyLimit`: each request's priority — `'background'`
+   * requests get a place only while fewer than `backgroundFraction` of the
+   * limit are in flight (shed first), `'normal'` up to the limit,
+   * `'critical'` never shed. A function of the request (asked only once
+   * the background share is reached), or one priority for every request.
+   * A function that throws or returns anything else: the request goes to
+   * the framework's error path (Express `next(err)`, Fastify's error
+   * handler; 500 by default) with `ERR_RATEBOUND_INVALID_OPTION`.
+   */
+  priority?: Priority | ((req: any) => Priority)
   /** Called instead of the default refusal, shedding included (the headers are already set). */
   handler?: (req: any, res: any, next: (err?: unknown) => void, refusal: Refusal) => void
 }
@@ -204,7 +239,11 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
 /** Express/Connect middleware: 429 with `Retry-After` and the IETF `RateLimit` fields. */
 export declare function express(
   options: MiddlewareOptions,
-): ((req: any, res: any, next: (err?: unknown) => void) => void) & { gate: Gate }
+): ((req: any, res: any, next: (err?: unknown) => void) => void) & {
+  gate: Gate
+  /** The gate's concurrency cap now (`gate.concurrency`), for a gauge; null without `concurrencyLimit`. */
+  readonly concurrency: ConcurrencyState | null
+}
 
 /**
  * Options of the `fastify` plugin: the app-wide limit's options, which are
@@ -239,7 +278,13 @@ export declare namespace fastify {
    * The same hook on several routes is one shared limit; options are checked
    * when it is made.
    */
-  function limit(options: MiddlewareOptions): ((request: any, reply: any, done: (err?: Error) => void) => void) & { gate: Gate }
+  function limit(
+    options: MiddlewareOptions,
+  ): ((request: any, reply: any, done: (err?: Error) => void) => void) & {
+    gate: Gate
+    /** The gate's concurrency cap now, for a gauge; null without `concurrencyLimit`. */
+    readonly concurrency: ConcurrencyState | null
+  }
 }
 
 /** An empty native call (the benchmarks' floor). */
@@ -745,6 +790,13 @@ export declare class Gate {
   leave(): void
   /** Whether a `concurrencyLimit` is set. */
   get capped(): boolean
+  /**
+   * The concurrency cap now — the limit, the requests in flight and,
+   * under `concurrencyLimit: 'auto'`, the latencies it learns from — or
+   * `null` without a `concurrencyLimit`. For a gauge:
+   * `collect() { this.set(gate.concurrency.limit) }`.
+   */
+  get concurrency(): ConcurrencyState | null
   /** The policies' names, local then remote (for `onDecision`). */
   get policyNames(): Array<string>
   /**
@@ -1427,6 +1479,32 @@ export interface Advice {
   gaveUp: boolean
 }
 
+/** The concurrency cap now, for a metrics gauge (`gate.concurrency`). */
+export interface ConcurrencyState {
+  /** The limit in force (the adaptive limit moves it). */
+  limit: number
+  /** Requests holding a place now. */
+  inFlight: number
+  /** Whether the limit is learned from latency (`concurrencyLimit: 'auto'`). */
+  adaptive: boolean
+  /**
+   * The adaptive limit's baseline latency in milliseconds (the mean of
+   * requests that entered alone; 0 before the first window); `null` for
+   * a fixed limit.
+   */
+  baselineMs?: number
+  /**
+   * The last window's mean latency in milliseconds; `null` for a fixed
+   * limit.
+   */
+  recentMs?: number
+  /**
+   * Windows of samples the adaptive limit has measured; `null` for a
+   * fixed limit.
+   */
+  windows?: number
+}
+
 /**
  * The answer to one check. A refusal is a decision with `allowed: false`,
  * never an exception.
@@ -1538,11 +1616,36 @@ export interface GateOptions {
   /** At the cap: `'evict'` (default) or `'reject'` (a new key gets 503). */
   overflow?: 'evict' | 'reject'
   /**
-   * Load shedding: at most this many requests in flight; beyond it
-   * `admit` sheds (503, `Retry-After: 1`) before any token is spent.
-   * Default: no cap.
+   * Load shedding: at most this many requests in flight, or `'auto'`:
+   * a limit learned from the latency of the requests let in (it starts
+   * at 20, stays within 2–1000, falls when latency rises above the
+   * baseline); beyond it `admit` sheds (503, `Retry-After: 1`) before
+   * any token is spent. Default: no cap.
    */
-  concurrencyLimit?: number
+  concurrencyLimit?: number | 'auto'
+  /**
+   * The adaptive limit before anything is measured (default 20; implies
+   * `'auto'`).
+   */
+  concurrencyInitial?: number
+  /**
+   * The adaptive limit never goes below this (default 2; implies
+   * `'auto'`).
+   */
+  concurrencyMin?: number
+  /** Nor above this (default 1000; implies `'auto'`). */
+  concurrencyMax?: number
+  /**
+   * How much slower than the baseline the requests' mean latency may be
+   * before the adaptive limit is cut (default 1.5, at least 1; implies
+   * `'auto'`).
+   */
+  concurrencyTolerance?: number
+  /**
+   * The share of the concurrency limit background requests may fill,
+   * 0–1 (default 0.5): they are shed first. Needs `concurrencyLimit`.
+   */
+  backgroundFraction?: number
   /** A `ManualClock` to decide with (default: the monotonic clock). */
   clock?: ManualClock
 }
@@ -1849,6 +1952,8 @@ export interface Verdict {
   outcome: string
   /** The policy that refused (the first in order), if one did. */
   refusedBy?: string
+  /** A shed request's priority (`'critical'` is never shed). */
+  priority?: 'normal' | 'background'
 }
 
 /**

@@ -1,8 +1,9 @@
 'use strict'
 // Express/Connect middleware and a Fastify plugin over the native Gate: the
 // Gate (the Rust core) runs the whole request sequence — exempt, a
-// concurrency place (shed at a full cap unless critical), the key, the
-// policies, onDecision — and answers with the status, Retry-After, the
+// concurrency place (shed at a full cap unless critical; background work
+// first, by the priority hook), the key, the policies, onDecision — and
+// answers with the status, Retry-After, the
 // RateLimit fields and the body. This file only moves values between the
 // framework and the Gate: the request's peer and header lines in, the
 // answer out, and the remote policies' round trips between admit and finish.
@@ -68,7 +69,7 @@ module.exports = function middleware(native, policyFields) {
     if (options == null || typeof options !== 'object') {
       throw typeError('ratebound middleware options are required')
     }
-    const { skip, exempt, critical, handler, onDecision, label, key, policies, ...gateOptions } = options
+    const { skip, exempt, critical, priority, handler, onDecision, label, key, policies, ...gateOptions } = options
     for (const name of REGISTER_OPTIONS) delete gateOptions[name]
     for (const name of ['remote', 'givenKey']) {
       if (gateOptions[name] !== undefined) {
@@ -96,23 +97,44 @@ module.exports = function middleware(native, policyFields) {
     let keyOf
     if (typeof key === 'function') keyOf = key
     else if (key !== undefined) gateOptions.key = key
-    return { gateOptions, remote, keyOf, exempt: skip || exempt || undefined, critical: critical || undefined, handler, onDecision, label }
+    // The priority (a function of the request, or one of the core's words
+    // for every request) goes to the gate as it is: the gate checks it.
+    return {
+      gateOptions,
+      remote,
+      keyOf,
+      exempt: skip || exempt || undefined,
+      critical: critical || undefined,
+      priority: priority ?? undefined,
+      handler,
+      onDecision,
+      label,
+    }
   }
 
   // `raw(req)` is the framework request's Node IncomingMessage (Express:
   // the request itself; Fastify: request.raw); `routeOf(req)` its route,
   // onDecision's label when the options give none.
   function prepare(options, raw, routeOf) {
-    const { gateOptions, remote, keyOf, exempt, critical, handler, onDecision, label } = split(options)
+    const { gateOptions, remote, keyOf, exempt, critical, priority, handler, onDecision, label } = split(options)
     // Metrics: onDecision({ outcome, policy, policies, label }) for every
-    // limited request, told by the gate's sequence.
+    // limited request, told by the gate's sequence, and a shed request's
+    // `priority`.
     const text = label == null ? null : String(label)
     let policies = null
     const report =
       onDecision == null
         ? undefined
-        : (req, outcome, policy) => onDecision({ outcome, policy, policies, label: text ?? routeOf(req) ?? null })
-    const gate = new Gate(gateOptions, { exempt, critical, key: keyOf, report })
+        : (req, outcome, policy, priority) => {
+            const event = { outcome, policy, policies, label: text ?? routeOf(req) ?? null }
+            if (priority !== undefined) event.priority = priority
+            onDecision(event)
+          }
+    const gate = new Gate(gateOptions, { exempt, critical, priority, key: keyOf, report })
+    // An adaptive limit times each request when its response's head is
+    // written (a long body is not a slow service).
+    const cap = gate.concurrency
+    const timed = cap !== null && cap.adaptive
     if (report !== undefined) policies = gate.policyNames
     // The remote policies, in the order the gate takes their answers, by
     // the names it gave them.
@@ -170,15 +192,14 @@ module.exports = function middleware(native, policyFields) {
       }
       return ask.closed ? undefined : gate.finish(ask, answers, req)
     }
-    return { gate, admit, finish, handler: handler || null }
+    return { gate, admit, finish, timed, handler: handler || null }
   }
 
   // The Gate's options of `options` checked, without a gate: the defaults
   // of Fastify routes' limits (no policy needed).
   function check(options) {
-    const { gateOptions, keyOf } = split(options)
-    if (keyOf === undefined) Gate.check(gateOptions)
-    else Gate.check({ ...gateOptions, givenKey: true })
+    const { gateOptions, keyOf, priority } = split(options)
+    Gate.check(gateOptions, { key: keyOf, priority })
   }
 
   // How each framework answers: its raw Node response (for 'close'), a
@@ -207,14 +228,18 @@ module.exports = function middleware(native, policyFields) {
    * the response closes.
    */
   function frontDoor(prepared, io) {
-    const { admit, finish, handler } = prepared
+    const { admit, finish, handler, timed } = prepared
     function respond(req, res, next, v) {
       if (v === null) return next()
       if (v === undefined) return
       const place = v.place
       // Held until the response is done: a streaming body is in flight
-      // until it ends.
-      if (place !== null) io.raw(res).once('close', () => place.release())
+      // until it ends. Timed (an adaptive limit) when its head is written.
+      if (place !== null) {
+        const r = io.raw(res)
+        if (timed) timeAtHead(r, place)
+        r.once('close', () => place.release())
+      }
       const h = v.headers
       for (let i = 0; i < h.length; i += 2) io.header(res, h[i], h[i + 1])
       if (v.status === 0) return next()
@@ -236,6 +261,22 @@ module.exports = function middleware(native, policyFields) {
     }
   }
 
+  // The place's request timed when the response's head is written: Node
+  // writes it through writeHead (res.end() and Fastify call it too), once.
+  function timeAtHead(r, place) {
+    const writeHead = r.writeHead
+    r.writeHead = function (...args) {
+      r.writeHead = writeHead
+      place.responded()
+      return writeHead.apply(this, args)
+    }
+  }
+
+  // `hook.concurrency`: the gate's concurrency cap now (null without one).
+  function gauge(hook, gate) {
+    Object.defineProperty(hook, 'concurrency', { get: () => gate.concurrency, enumerable: true })
+  }
+
   /** Express/Connect middleware. */
   function express(options) {
     const prepared = prepare(
@@ -246,6 +287,7 @@ module.exports = function middleware(native, policyFields) {
     const { gate } = prepared
     const ratebound = frontDoor(prepared, EXPRESS)
     ratebound.gate = gate
+    gauge(ratebound, gate)
     return ratebound
   }
 
@@ -394,6 +436,7 @@ module.exports = function middleware(native, policyFields) {
     const prepared = prepare(options, fastifyRaw, fastifyRoute)
     const hook = fastifyHook(prepared)
     hook.gate = prepared.gate
+    gauge(hook, prepared.gate)
     return hook
   }
 

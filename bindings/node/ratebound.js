@@ -195,19 +195,27 @@ define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(ke
 const fastAdmit = fast.gateAdmit
 const fastFinish = fast.gateFinish
 const fastRelease = fast.placeRelease
+const fastResponded = fast.placeResponded
 const G = fast.gateAt
 const OUTCOMES = fast.outcomes
+const PRIORITIES = fast.priorities
 const [F_POLICY, F_RATELIMIT, F_LIMIT, F_REMAINING, F_RESET, F_RETRY] = fast.fieldNames
 
 /**
  * A request's place among the requests in flight under the gate's
  * concurrencyLimit: hold it until the response is done (a streaming body
  * until it ends), then release() it (or close(): the same; both idempotent).
+ * responded() when the response's head is written: an adaptive limit
+ * times the request then (else at release()).
  */
 class Place {
   #slot
   constructor(slot) {
     this.#slot = slot
+  }
+  responded() {
+    const slot = this.#slot
+    if (slot >= 0) fastResponded(slot)
   }
   release() {
     const slot = this.#slot
@@ -226,7 +234,7 @@ class Place {
 
 /** The gate's answer to a request: a Verdict, and the place it holds. */
 class Admission {
-  constructor(status, headers, contentType, body, outcome, refusedBy, place) {
+  constructor(status, headers, contentType, body, outcome, refusedBy, place, priority) {
     this.status = status
     this.headers = headers
     this.contentType = contentType
@@ -234,6 +242,7 @@ class Admission {
     this.outcome = outcome
     this.refusedBy = refusedBy
     this.place = place
+    this.priority = priority
   }
 }
 
@@ -272,6 +281,7 @@ function admission(g, r) {
   }
   const by = scratch[G + 3]
   const place = scratch[G + 4]
+  const priority = scratch[G + 10]
   return new Admission(
     status,
     headers,
@@ -280,6 +290,7 @@ function admission(g, r) {
     OUTCOMES[scratch[G + 2]],
     by < 0 ? undefined : g.names[by],
     place < 0 ? null : new Place(place),
+    priority < 0 ? undefined : PRIORITIES[priority],
   )
 }
 

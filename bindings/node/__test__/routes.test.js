@@ -357,6 +357,6 @@ test('onDecision: the refusing policy, shedding, and Fastify route labels', asyn
   } finally {
     server.close()
   }
-  assert.deepEqual(shed, [{ outcome: 'shed', policy: null, policies: ['default'], label: 'app' }])
+  assert.deepEqual(shed, [{ outcome: 'shed', policy: null, policies: ['default'], label: 'app', priority: 'normal' }])
   assert.throws(() => rb.express({ rate: 1, onDecision: 'yes' }), TypeError)
 })

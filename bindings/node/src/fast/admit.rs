@@ -1,7 +1,8 @@
 //! The gate's whole sequence for one request, as raw calls: `gateAdmit`
 //! runs the core's `Gate::admit` with the gate's hooks, `gateFinish` its
-//! `Gate::finish` with the remote policies' answers, `placeRelease` gives a
-//! concurrency place back. The answer crosses as a few values — the
+//! `Gate::finish` with the remote policies' answers, `placeResponded`
+//! times a concurrency place at the response's head, `placeRelease` gives
+//! it back. The answer crosses as a few values — the
 //! numbers in the shared array ([`GATE_AT`]..), the strings as the return
 //! value — that `ratebound.js` makes into one typed object in one place.
 
@@ -13,12 +14,13 @@ use std::sync::Arc;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use ratebound::any::{self, Admission, Outcome};
+use ratebound::http::Priority;
 
 use super::calls::{GATE_AT, publish_gate};
 use super::ffi::{args, opt_ip, raw_throw, raw_throw_core, slot};
 use super::headers::{Lines, RAW_HEADERS_TYPE};
 use super::hooks::JsHooks;
-use super::slots::{GATES, GateEntry, hold_place, release_place};
+use super::slots::{GATES, GateEntry, hold_place, release_place, responded_place};
 use crate::error;
 use crate::gate::{Ask, RemoteDecision};
 
@@ -35,6 +37,11 @@ pub(super) const OUTCOMES: [Outcome; 4] = [
     Outcome::Shed,
     Outcome::Rejected,
 ];
+
+/// The priorities in the order their index crosses (`priorities` in
+/// `bindFastPath`).
+pub(super) const PRIORITIES: [Priority; 3] =
+    [Priority::Critical, Priority::Normal, Priority::Background];
 
 /// The header fields of a verdict in the core's order (`Fields::iter`),
 /// for `fieldNames` in `bindFastPath`: the policy, `RateLimit`, the three
@@ -114,6 +121,10 @@ unsafe fn publish(
         | u8::from(fields.legacy.is_some()) << 2
         | u8::from(fields.retry_after.is_some()) << 3;
     let [limit, remaining, reset] = fields.legacy.unwrap_or_default();
+    let priority = verdict
+        .priority
+        .and_then(|p| PRIORITIES.iter().position(|q| *q == p))
+        .map_or(-1.0, |i| i as f64);
     publish_gate(&[
         DECIDED,
         f64::from(verdict.status),
@@ -125,6 +136,7 @@ unsafe fn publish(
         remaining as f64,
         reset as f64,
         fields.retry_after.unwrap_or(0) as f64,
+        priority,
     ]);
     // SAFETY: live env; the strings are built from valid UTF-8.
     unsafe {
@@ -179,7 +191,14 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
         let mut hooks = JsHooks::new(env, &entry.hooks, request);
         let admitted = gate.admit(&r, &mut hooks);
         if hooks.threw {
-            // The exception is pending; the place, if any, goes back now.
+            // The exception is pending; the place, if any, goes back now,
+            // untimed (the request never reached the application).
+            if let any::Admit::Decided(Admission {
+                place: Some(place), ..
+            }) = admitted
+            {
+                place.forfeit();
+            }
             return ptr::null_mut();
         }
         match admitted {
@@ -318,6 +337,21 @@ pub(super) unsafe extern "C" fn raw_place_release(
     unsafe {
         let [h] = args::<1>(env, info);
         release_place(slot(env, h));
+        undefined(env)
+    }
+}
+
+/// `placeResponded(slot)`: the response's head is written — under an
+/// adaptive limit the request's latency is taken now (once); the place
+/// stays held until `placeRelease`.
+pub(super) unsafe extern "C" fn raw_place_responded(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h] = args::<1>(env, info);
+        responded_place(slot(env, h));
         undefined(env)
     }
 }

@@ -11,7 +11,10 @@ use napi_derive::napi;
 use ratebound::Limiter;
 use ratebound::any::AnyLimiter;
 
-use super::admit::{OUTCOMES, field_names, raw_gate_admit, raw_gate_finish, raw_place_release};
+use super::admit::{
+    OUTCOMES, PRIORITIES, field_names, raw_gate_admit, raw_gate_finish, raw_place_release,
+    raw_place_responded,
+};
 use super::ffi::{
     args, boolean, count, int, raw_throw, raw_throw_core, raw_throw_key, slot, with_key,
 };
@@ -29,7 +32,7 @@ thread_local! {
 
 /// Where a gate's numbers start in the shared array, and how many.
 pub(super) const GATE_AT: usize = 4;
-pub(super) const GATE_LEN: usize = 10;
+pub(super) const GATE_LEN: usize = 11;
 const SCRATCH_LEN: usize = GATE_AT + GATE_LEN;
 
 /// Writes a gate's numbers to the shared array, from [`GATE_AT`].
@@ -205,9 +208,10 @@ unsafe extern "C" fn raw_noop(
 
 /// The shared decision array of this thread and the raw entry points
 /// (internal): `{ scratch, tryAcquire, check, checkOne, keyedCheck,
-/// gateAdmit, gateFinish, placeRelease, noop }`, and the core's words the
-/// gate's answers are read with: `gateAt` (where a gate's numbers start in
-/// `scratch`), `outcomes`, `fieldNames` and `policyFields`. Every copy of `ratebound.js` loaded in one thread
+/// gateAdmit, gateFinish, placeRelease, placeResponded, noop }`, and the
+/// core's words the gate's answers are read with: `gateAt` (where a gate's
+/// numbers start in `scratch`), `outcomes`, `priorities`, `fieldNames` and
+/// `policyFields`. Every copy of `ratebound.js` loaded in one thread
 /// (test runners re-evaluate modules) gets the same array, so no copy reads
 /// numbers another copy's call left behind.
 #[napi(skip_typescript)]
@@ -217,12 +221,13 @@ pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
         bound: &BOUND,
         scratch: &SCRATCH,
     };
-    let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
+    let fns: [(&std::ffi::CStr, sys::napi_callback); 9] = [
         (c"checkOne", Some(raw_check_one)),
         (c"tryAcquire", Some(raw_try_acquire)),
         (c"gateAdmit", Some(raw_gate_admit)),
         (c"gateFinish", Some(raw_gate_finish)),
         (c"placeRelease", Some(raw_place_release)),
+        (c"placeResponded", Some(raw_place_responded)),
         (c"check", Some(raw_check)),
         (c"keyedCheck", Some(raw_keyed_check)),
         (c"noop", Some(raw_noop)),
@@ -233,6 +238,8 @@ pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
     exports.set("gateAt", GATE_AT as u32)?;
     let outcomes: Vec<&str> = OUTCOMES.iter().map(|o| o.as_str()).collect();
     exports.set("outcomes", outcomes)?;
+    let priorities: Vec<&str> = PRIORITIES.iter().map(|p| p.as_str()).collect();
+    exports.set("priorities", priorities)?;
     exports.set("fieldNames", field_names())?;
     exports.set("policyFields", ratebound::any::POLICY_FIELDS.to_vec())?;
     Ok(exports)

@@ -1,15 +1,18 @@
 //! The JavaScript functions a gate's sequence calls — `exempt`, `critical`,
-//! `key` and `report`, each a function of the framework's request — kept
-//! as references from the gate's construction, and called by the core's
-//! `Gate::admit` through [`JsHooks`] in the core's order.
+//! `priority`, `key` and `report`, each a function of the framework's
+//! request — kept as references from the gate's construction, and called by
+//! the core's `Gate::admit` through [`JsHooks`] in the core's order. A
+//! constant priority (`priority: 'background'`) is read once, at
+//! construction, by the core's `Priority::parse`.
 
 use std::ffi::c_char;
 use std::ptr;
 
 use napi::sys;
 use ratebound::any::{self, Hooks, Key};
+use ratebound::http::Priority;
 
-use super::ffi::{raw_throw_key, type_of, with_key};
+use super::ffi::{push_utf8, raw_throw_core, raw_throw_key, type_of, with_key};
 
 /// The hooks of one gate, as weak references: the gate's JavaScript
 /// object holds the functions themselves (so a hook that refers to its
@@ -19,22 +22,35 @@ pub struct HookRefs {
     env: sys::napi_env,
     exempt: sys::napi_ref,
     critical: sys::napi_ref,
+    priority: sys::napi_ref,
     key: sys::napi_ref,
     report: sys::napi_ref,
+    /// A priority given as a constant (no function to call).
+    constant: Option<Priority>,
 }
 
 /// The hooks' names, in the order [`HookRefs::new`] takes them.
-pub const HOOK_NAMES: [&str; 4] = ["exempt", "critical", "key", "report"];
+pub const HOOK_NAMES: [&str; 5] = ["exempt", "critical", "priority", "key", "report"];
+
+/// Where the `priority` hook is in [`HOOK_NAMES`].
+pub const PRIORITY_HOOK: usize = 2;
+/// Where the `key` hook is in [`HOOK_NAMES`].
+pub const KEY_HOOK: usize = 3;
 
 impl HookRefs {
-    /// References to `functions` (`exempt`, `critical`, `key`, `report`;
-    /// null for a hook not given).
+    /// References to `functions` (`exempt`, `critical`, `priority`, `key`,
+    /// `report`; null for a hook not given), and a `constant` priority
+    /// given instead of a `priority` function.
     ///
     /// # Safety
     /// `env` and the non-null values must be live handles of the current
     /// callback, each a function; the caller keeps the functions alive for
     /// as long as the gate lives.
-    pub unsafe fn new(env: sys::napi_env, functions: [sys::napi_value; 4]) -> HookRefs {
+    pub unsafe fn new(
+        env: sys::napi_env,
+        functions: [sys::napi_value; 5],
+        constant: Option<Priority>,
+    ) -> HookRefs {
         let weak = |f: sys::napi_value| {
             let mut r = ptr::null_mut();
             if !f.is_null() {
@@ -43,13 +59,15 @@ impl HookRefs {
             }
             r
         };
-        let [exempt, critical, key, report] = functions;
+        let [exempt, critical, priority, key, report] = functions;
         HookRefs {
             env,
             exempt: weak(exempt),
             critical: weak(critical),
+            priority: weak(priority),
             key: weak(key),
             report: weak(report),
+            constant,
         }
     }
 
@@ -63,7 +81,13 @@ impl HookRefs {
     /// # Safety
     /// Once, on the thread of the env that made them, while it lives.
     pub(super) unsafe fn delete(&self) {
-        for r in [self.exempt, self.critical, self.key, self.report] {
+        for r in [
+            self.exempt,
+            self.critical,
+            self.priority,
+            self.key,
+            self.report,
+        ] {
             if !r.is_null() {
                 // SAFETY: the caller's contract.
                 unsafe { sys::napi_delete_reference(self.env, r) };
@@ -114,8 +138,13 @@ impl<'h> JsHooks<'h> {
             }
             let mut this = ptr::null_mut();
             sys::napi_get_undefined(env, &mut this);
-            let mut argv = [self.request, ptr::null_mut(), ptr::null_mut()];
-            let argc = 1 + more.len().min(2);
+            let mut argv = [
+                self.request,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            ];
+            let argc = 1 + more.len().min(3);
             argv[1..argc].copy_from_slice(&more[..argc - 1]);
             let mut out = ptr::null_mut();
             let status = sys::napi_call_function(env, this, f, argc, argv.as_ptr(), &mut out);
@@ -173,6 +202,47 @@ impl Hooks for JsHooks<'_> {
         self.ask(self.hooks.critical, false)
     }
 
+    fn priority(&mut self) -> Priority {
+        if let Some(constant) = self.hooks.constant {
+            return constant;
+        }
+        // No function: normal. A function that throws, or answers what is
+        // no priority, leaves its error pending (the call throws it once the
+        // core is done): the request is then taken as background, which is
+        // shed here (the priority is asked only at the background share) —
+        // no place, no token, no latency sample.
+        let Some(answer) = self.call(self.hooks.priority, &[]) else {
+            return if self.threw {
+                Priority::Background
+            } else {
+                Priority::Normal
+            };
+        };
+        let mut text = Vec::new();
+        // SAFETY: `answer` is the hook's result, a live handle of this
+        // callback.
+        let parsed = if unsafe { push_utf8(self.env, answer, &mut text) } {
+            Priority::parse(&String::from_utf8_lossy(&text))
+        } else {
+            Err(ratebound::Error::InvalidOption {
+                name: "priority",
+                // SAFETY: as above.
+                value: unsafe { shown(self.env, answer) },
+                reason: "the priority function returns \"critical\", \"normal\" or \"background\"",
+            })
+        };
+        match parsed {
+            Ok(priority) => priority,
+            Err(e) => {
+                // SAFETY: live env; no exception is pending (the call
+                // returned normally).
+                unsafe { raw_throw_core(self.env, &e) };
+                self.threw = true;
+                Priority::Background
+            }
+        }
+    }
+
     fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
         let mut f = Some(f);
         let mut decide = |key: Option<Key<'_>>| (f.take().expect("the key is given once"))(key);
@@ -216,6 +286,43 @@ impl Hooks for JsHooks<'_> {
                 null
             }
         };
-        self.call(self.hooks.report, &[outcome, by]);
+        let priority = match verdict.priority {
+            Some(p) => self.string(p.as_str()),
+            None => {
+                let mut undefined = ptr::null_mut();
+                // SAFETY: live env.
+                unsafe { sys::napi_get_undefined(self.env, &mut undefined) };
+                undefined
+            }
+        };
+        self.call(self.hooks.report, &[outcome, by, priority]);
+    }
+}
+
+/// What a hook answered that is not a string, for an error message: its
+/// type, or the number or boolean itself.
+///
+/// # Safety
+/// `env` and `value` are live handles of the current callback.
+unsafe fn shown(env: sys::napi_env, value: sys::napi_value) -> String {
+    // SAFETY: the caller's contract; the out pointers are valid.
+    unsafe {
+        match type_of(env, value) {
+            sys::ValueType::napi_undefined => "undefined".into(),
+            sys::ValueType::napi_null => "null".into(),
+            sys::ValueType::napi_boolean => {
+                let mut b = false;
+                sys::napi_get_value_bool(env, value, &mut b);
+                b.to_string()
+            }
+            sys::ValueType::napi_number => {
+                let mut x = 0f64;
+                sys::napi_get_value_double(env, value, &mut x);
+                x.to_string()
+            }
+            sys::ValueType::napi_function => "a function".into(),
+            sys::ValueType::napi_symbol => "a symbol".into(),
+            _ => "an object".into(),
+        }
     }
 }

@@ -28,7 +28,7 @@ pub(crate) use ffi::{
 };
 pub use gate_wire::{DecideError, decide, decide_error, with_request};
 pub use headers::{Lines, NotRawHeaders, RAW_HEADERS_TYPE};
-pub use hooks::{HOOK_NAMES, HookRefs};
+pub use hooks::{HOOK_NAMES, HookRefs, KEY_HOOK, PRIORITY_HOOK};
 pub use slots::{
     register_gate, register_keyed, register_limiter, unregister_gate, unregister_keyed,
     unregister_limiter,

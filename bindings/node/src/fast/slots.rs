@@ -38,6 +38,10 @@ impl<T> Slab<T> {
         }
     }
 
+    fn get_mut(&mut self, slot: u32) -> Option<&mut T> {
+        self.items.get_mut(slot as usize)?.as_mut()
+    }
+
     fn take(&mut self, slot: u32) -> Option<T> {
         let item = self.items.get_mut(slot as usize)?.take()?;
         self.free.push(slot);
@@ -124,4 +128,10 @@ pub(super) fn release_place(slot: u32) {
         .ok()
         .flatten();
     drop(place);
+}
+
+/// The response's head is written for the place in `slot` (see
+/// `Place::responded`); nothing if it was given back already.
+pub(super) fn responded_place(slot: u32) {
+    let _ = PLACES.try_with(|s| s.borrow_mut().get_mut(slot).map(any::Place::responded));
 }

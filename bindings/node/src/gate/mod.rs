@@ -42,6 +42,30 @@ pub struct Verdict {
     pub outcome: String,
     /// The policy that refused (the first in order), if one did.
     pub refused_by: Option<String>,
+    /// A shed request's priority (`'critical'` is never shed).
+    #[napi(ts_type = "'normal' | 'background'")]
+    pub priority: Option<String>,
+}
+
+/// The concurrency cap now, for a metrics gauge (`gate.concurrency`).
+#[napi(object)]
+pub struct ConcurrencyState {
+    /// The limit in force (the adaptive limit moves it).
+    pub limit: f64,
+    /// Requests holding a place now.
+    pub in_flight: f64,
+    /// Whether the limit is learned from latency (`concurrencyLimit: 'auto'`).
+    pub adaptive: bool,
+    /// The adaptive limit's baseline latency in milliseconds (the mean of
+    /// requests that entered alone; 0 before the first window); `null` for
+    /// a fixed limit.
+    pub baseline_ms: Option<f64>,
+    /// The last window's mean latency in milliseconds; `null` for a fixed
+    /// limit.
+    pub recent_ms: Option<f64>,
+    /// Windows of samples the adaptive limit has measured; `null` for a
+    /// fixed limit.
+    pub windows: Option<f64>,
 }
 
 /// The core's verdict as a JS object.
@@ -62,6 +86,7 @@ fn verdict(v: &any::Verdict<'_>) -> Verdict {
         body,
         outcome: v.outcome.as_str().to_string(),
         refused_by: v.refused_by.map(str::to_string),
+        priority: v.priority.map(|p| p.as_str().to_string()),
     }
 }
 
@@ -98,8 +123,9 @@ impl Gate {
         options: Unknown<'_>,
         hooks: Option<Unknown<'_>>,
     ) -> Result<Gate> {
-        let functions = hooks_of(&env, hooks)?;
-        let (spec, clock) = spec_of(&env, options, !functions[2].is_null())?;
+        let (functions, constant) = hooks_of(&env, hooks)?;
+        let gives_key = !functions[crate::fast::KEY_HOOK].is_null();
+        let (spec, clock) = spec_of(&env, options, gives_key)?;
         let clock = clock_of(clock.map(|inner| ManualClock { inner }).as_ref());
         let inner = Arc::new(spec.build(clock).or_throw(&env)?);
         // SAFETY: live handles of this call: the hooks are functions (just
@@ -108,7 +134,7 @@ impl Gate {
         #[allow(unsafe_code)]
         let refs = unsafe {
             hold(&env, &this, &functions)?;
-            HookRefs::new(env.raw(), functions)
+            HookRefs::new(env.raw(), functions, constant)
         };
         Ok(Gate {
             handle: fast::register_gate(inner.clone(), refs),
@@ -119,8 +145,10 @@ impl Gate {
     /// Checks `options` as the constructor reads them, without making a
     /// gate (no policy needed): the defaults of a Fastify route's limits.
     #[napi(skip_typescript)]
-    pub fn check(env: Env, options: Unknown<'_>) -> Result<()> {
-        spec_of(&env, options, false).map(drop)
+    pub fn check(env: Env, options: Unknown<'_>, hooks: Option<Unknown<'_>>) -> Result<()> {
+        let (functions, _) = hooks_of(&env, hooks)?;
+        let gives_key = !functions[crate::fast::KEY_HOOK].is_null();
+        spec_of(&env, options, gives_key).map(drop)
     }
 
     /// The decision for one request, without the sequence's hooks or
@@ -169,6 +197,24 @@ impl Gate {
     #[napi(getter)]
     pub fn capped(&self) -> bool {
         self.inner.is_capped()
+    }
+
+    /// The concurrency cap now — the limit, the requests in flight and,
+    /// under `concurrencyLimit: 'auto'`, the latencies it learns from — or
+    /// `null` without a `concurrencyLimit`. For a gauge:
+    /// `collect() { this.set(gate.concurrency.limit) }`.
+    #[napi(getter)]
+    pub fn concurrency(&self) -> Option<ConcurrencyState> {
+        let cap = self.inner.concurrency()?;
+        let state = cap.state();
+        Some(ConcurrencyState {
+            limit: cap.limit() as f64,
+            in_flight: cap.in_flight() as f64,
+            adaptive: cap.is_adaptive(),
+            baseline_ms: state.map(|s| s.baseline_us / 1000.0),
+            recent_ms: state.map(|s| s.recent_us / 1000.0),
+            windows: state.map(|s| s.windows as f64),
+        })
     }
 
     /// The policies' names, local then remote (for `onDecision`).
@@ -224,7 +270,7 @@ impl Gate {
 /// # Safety
 /// Live handles of the current call.
 #[allow(unsafe_code)]
-unsafe fn hold(env: &Env, this: &This<Object>, functions: &[sys::napi_value; 4]) -> Result<()> {
+unsafe fn hold(env: &Env, this: &This<Object>, functions: &[sys::napi_value]) -> Result<()> {
     let env = env.raw();
     // SAFETY: the caller's contract; every out pointer is valid.
     unsafe {

@@ -13,9 +13,10 @@ use ratebound::Error as CoreError;
 use ratebound::any::{
     self, GateOptions as CoreOptions, GateSpec, Loose, PolicySpec, RemoteAnswer, RemoteKind,
 };
+use ratebound::http::Priority;
 
 use crate::error::{OrThrow, invalid_type, throw, throw_as};
-use crate::fast::HOOK_NAMES;
+use crate::fast::{HOOK_NAMES, PRIORITY_HOOK};
 use crate::limiters::ManualClock;
 
 /// One policy of a `Gate`: a token bucket (`rate`, `burst`) or a window
@@ -162,10 +163,28 @@ pub struct GateOptions {
     /// At the cap: `'evict'` (default) or `'reject'` (a new key gets 503).
     #[napi(ts_type = "'evict' | 'reject'")]
     pub overflow: Option<String>,
-    /// Load shedding: at most this many requests in flight; beyond it
-    /// `admit` sheds (503, `Retry-After: 1`) before any token is spent.
-    /// Default: no cap.
-    pub concurrency_limit: Option<f64>,
+    /// Load shedding: at most this many requests in flight, or `'auto'`:
+    /// a limit learned from the latency of the requests let in (it starts
+    /// at 20, stays within 2–1000, falls when latency rises above the
+    /// baseline); beyond it `admit` sheds (503, `Retry-After: 1`) before
+    /// any token is spent. Default: no cap.
+    #[napi(ts_type = "number | 'auto'")]
+    pub concurrency_limit: Option<String>,
+    /// The adaptive limit before anything is measured (default 20; implies
+    /// `'auto'`).
+    pub concurrency_initial: Option<f64>,
+    /// The adaptive limit never goes below this (default 2; implies
+    /// `'auto'`).
+    pub concurrency_min: Option<f64>,
+    /// Nor above this (default 1000; implies `'auto'`).
+    pub concurrency_max: Option<f64>,
+    /// How much slower than the baseline the requests' mean latency may be
+    /// before the adaptive limit is cut (default 1.5, at least 1; implies
+    /// `'auto'`).
+    pub concurrency_tolerance: Option<f64>,
+    /// The share of the concurrency limit background requests may fill,
+    /// 0–1 (default 0.5): they are shed first. Needs `concurrencyLimit`.
+    pub background_fraction: Option<f64>,
     /// A `ManualClock` to decide with (default: the monotonic clock).
     pub clock: Option<&'static ManualClock>,
 }
@@ -471,14 +490,21 @@ pub(super) fn remote_policy(
     Ok((name, kind, algorithm))
 }
 
-/// The hooks of `new Gate(options, hooks)`: each a function or absent.
-pub(super) fn hooks_of(env: &Env, hooks: Option<Unknown<'_>>) -> Result<[sys::napi_value; 4]> {
-    let mut out = [ptr::null_mut(); 4];
+/// The hooks of `new Gate(options, hooks)`: each a function or absent —
+/// in [`HOOK_NAMES`] order — and the priority when it is given as a
+/// constant (`priority: 'background'`), read by the core's
+/// `Priority::parse`.
+pub(super) fn hooks_of(
+    env: &Env,
+    hooks: Option<Unknown<'_>>,
+) -> Result<([sys::napi_value; 5], Option<Priority>)> {
+    let mut out = [ptr::null_mut(); 5];
+    let mut constant = None;
     let Some(hooks) = hooks else {
-        return Ok(out);
+        return Ok((out, constant));
     };
     if matches!(hooks.get_type()?, ValueType::Undefined | ValueType::Null) {
-        return Ok(out);
+        return Ok((out, constant));
     }
     let Some(hooks) = object_of(hooks)? else {
         return Err(invalid_type(
@@ -493,13 +519,27 @@ pub(super) fn hooks_of(env: &Env, hooks: Option<Unknown<'_>>) -> Result<[sys::na
                 crate::error::Kind::Type,
                 "ERR_RATEBOUND_INVALID_OPTION",
                 &format!(
-                    "unknown gate hook {name:?}: the hooks are exempt, critical, key and report"
+                    "unknown gate hook {name:?}: the hooks are exempt, critical, priority, key and report"
                 ),
             ));
         };
         match value.get_type()? {
             ValueType::Undefined | ValueType::Null => {}
             ValueType::Function => out[i] = value.raw(),
+            ValueType::String if i == PRIORITY_HOOK => {
+                let text = String::from_unknown(value)?;
+                constant = Some(Priority::parse(&text).or_throw(env)?);
+            }
+            _ if i == PRIORITY_HOOK => {
+                return Err(throw(
+                    env,
+                    &CoreError::InvalidOption {
+                        name: "priority",
+                        value: shown(value)?,
+                        reason: "is \"critical\", \"normal\", \"background\" or a function of the request returning one",
+                    },
+                ));
+            }
             _ => {
                 return Err(invalid_type(
                     env,
@@ -508,5 +548,5 @@ pub(super) fn hooks_of(env: &Env, hooks: Option<Unknown<'_>>) -> Result<[sys::na
             }
         }
     }
-    Ok(out)
+    Ok((out, constant))
 }
