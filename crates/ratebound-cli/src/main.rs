@@ -9,6 +9,7 @@ mod demo;
 mod incident;
 mod inspect;
 mod plot;
+mod server;
 mod simulate;
 mod traffic;
 
@@ -109,8 +110,10 @@ enum Command {
     /// The source scenarios: 1-6 on a manual clock, as tables, then 7, the
     /// incident, live (fifty workers calling a partner on 127.0.0.1).
     Demo(DemoArgs),
-    /// Replays traffic against one or all algorithms on a manual clock.
-    Simulate(SimulateArgs),
+    /// Replays traffic against one or all algorithms on a manual clock — or,
+    /// with --service-time, sends it to a server model behind no cap, a
+    /// fixed concurrency cap and the adaptive limit, side by side.
+    Simulate(Box<SimulateArgs>),
     /// Shows a global limit's state in Redis (tokens, TAT, TTL).
     Inspect(InspectArgs),
     /// A quick throughput check of the core on this machine.
@@ -137,9 +140,9 @@ struct DemoArgs {
 #[derive(Args, Debug)]
 struct SimulateArgs {
     /// token-bucket, fixed-window, sliding-window, sliding-log, leaky-bucket
-    /// or all.
-    #[arg(long, default_value = "all")]
-    algorithm: String,
+    /// or all (the default).
+    #[arg(long)]
+    algorithm: Option<String>,
     /// The buckets' quota, as the core parses it: "10/s burst 20".
     #[arg(long, allow_hyphen_values = true)]
     rate: Option<String>,
@@ -169,9 +172,35 @@ struct SimulateArgs {
     #[arg(long)]
     json: bool,
     /// Draw admitted/refused over time and the level, one panel per
-    /// algorithm, into an .svg file.
-    #[arg(long)]
+    /// algorithm, into an .svg file (with --service-time: latency p99 and
+    /// the limit over time, one panel per --concurrency variant).
+    #[arg(long, visible_alias = "chart")]
     plot: Option<PathBuf>,
+    /// The server model: the service time of one request (20ms). Requests
+    /// go to --workers workers through a FIFO queue, behind each
+    /// --concurrency variant, instead of through the rate limits.
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    service_time: Option<String>,
+    /// Requests the server serves at a time (default 1); the others queue.
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    workers: Option<String>,
+    /// What guards the server, compared side by side: none, fixed:N, auto
+    /// (the adaptive limit; tuned as auto:max=200,tolerance=2). Default:
+    /// none,auto.
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    concurrency: Option<String>,
+    /// From a time on, services take FACTOR times as long: 4s:2x (several:
+    /// 4s:2x,8s:1x).
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    slowdown: Option<String>,
+    /// Service times vary uniformly by this fraction, seeded by --seed (0.2:
+    /// ±20 %).
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    jitter: Option<String>,
+    /// Leave requests arriving before this out of the latencies and
+    /// served/s (the adaptive limit learns meanwhile).
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    warmup: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -305,9 +334,8 @@ fn limits(args: &SimulateArgs) -> Result<Limits, CliError> {
     })
 }
 
-fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
-    let algos = Algo::parse(&args.algorithm)?;
-    let limits = limits(args)?;
+/// The traffic `--traffic` names: a built-in shape or a file.
+fn read_traffic(args: &SimulateArgs, limits: &Limits) -> Result<traffic::Traffic, CliError> {
     let duration = parse_duration(&args.duration, "--duration")?;
     let builtin = [
         "steady",
@@ -320,21 +348,137 @@ fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
     ];
     let shape_name = args.traffic.split(':').next().unwrap_or("");
     let path = PathBuf::from(&args.traffic);
-    let traffic =
-        if builtin.contains(&shape_name) || !path.exists() && !args.traffic.contains(['/', '.']) {
-            traffic::shape(
-                &args.traffic,
-                &traffic::ShapeArgs {
-                    duration,
-                    seed: args.seed,
-                    limit: limits.limit,
-                    window: simulate::nanos(limits.window),
-                    rate: SECOND as f64 / limits.quota.emission_interval_nanos() as f64,
-                },
-            )?
-        } else {
-            traffic::file(&path)?
-        };
+    if builtin.contains(&shape_name) || !path.exists() && !args.traffic.contains(['/', '.']) {
+        traffic::shape(
+            &args.traffic,
+            &traffic::ShapeArgs {
+                duration,
+                seed: args.seed,
+                limit: limits.limit,
+                window: simulate::nanos(limits.window),
+                rate: SECOND as f64 / limits.quota.emission_interval_nanos() as f64,
+            },
+        )
+    } else {
+        traffic::file(&path)
+    }
+}
+
+/// The server model's flags, checked; `None` without `--service-time`.
+fn server_model(args: &SimulateArgs) -> Result<Option<server::Server>, CliError> {
+    let Some(service) = &args.service_time else {
+        let given = [
+            ("--workers", args.workers.is_some()),
+            ("--slowdown", args.slowdown.is_some()),
+            ("--jitter", args.jitter.is_some()),
+            ("--warmup", args.warmup.is_some()),
+            ("--concurrency", args.concurrency.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|g| g.1) {
+            return Err(CliError::new(format!(
+                "{flag} is part of the server model: give --service-time too (e.g. --service-time 20ms)"
+            )));
+        }
+        return Ok(None);
+    };
+    let rate_flags = [
+        ("--algorithm", args.algorithm.is_some()),
+        ("--rate", args.rate.is_some()),
+        ("--limit", args.limit.is_some()),
+        ("--window", args.window.is_some()),
+        ("--max-delay", args.max_delay.is_some()),
+        ("--global", args.global),
+    ];
+    if let Some((flag, _)) = rate_flags.iter().find(|g| g.1) {
+        return Err(CliError::new(format!(
+            "{flag} is for the rate limits; with --service-time the server model compares \
+             --concurrency variants instead"
+        )));
+    }
+    let service = parse_duration(service, "--service-time")?;
+    let workers = match &args.workers {
+        Some(w) => usize::try_from(parse_count(w, "--workers")?)
+            .map_err(|_| CliError::new(format!("--workers: {} is too many", Shown(w))))?,
+        None => 1,
+    };
+    Ok(Some(server::Server {
+        workers,
+        service,
+        slowdown: args
+            .slowdown
+            .as_deref()
+            .map(server::parse_slowdown)
+            .transpose()?
+            .unwrap_or_default(),
+        jitter: args
+            .jitter
+            .as_deref()
+            .map(server::parse_jitter)
+            .transpose()?
+            .unwrap_or(0.0),
+        seed: args.seed,
+        warmup: args
+            .warmup
+            .as_deref()
+            .map(|w| parse_duration(w, "--warmup"))
+            .transpose()?
+            .unwrap_or(0),
+    }))
+}
+
+/// `simulate --service-time`: the traffic against the server model, once
+/// per `--concurrency` variant.
+fn simulate_server(args: &SimulateArgs, model: &server::Server) -> Result<String, CliError> {
+    let variants = server::parse_variants(
+        args.concurrency
+            .as_deref()
+            .unwrap_or(server::DEFAULT_VARIANTS),
+    )?;
+    let traffic = read_traffic(args, &limits(args)?)?;
+    if model.warmup >= traffic.duration {
+        return Err(CliError::new(format!(
+            "--warmup {}: must be shorter than the traffic's {}",
+            Shown(args.warmup.as_deref().unwrap_or("")),
+            show_duration(traffic.duration)
+        )));
+    }
+    let runs = variants
+        .iter()
+        .map(|v| server::run(model, v, &traffic))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(path) = &args.plot {
+        plot::server_svg(
+            path,
+            &format!(
+                "{}: {} requests to {} workers of {}",
+                traffic.name,
+                traffic.events.len(),
+                model.workers,
+                show_duration(model.service)
+            ),
+            model,
+            &runs,
+        )?;
+    }
+    if args.json {
+        let v = server::json(&traffic, model, &runs);
+        return serde_json::to_string_pretty(&v).map_err(|e| CliError::new(e.to_string()));
+    }
+    let mut out = server::table(&traffic, model, &runs);
+    if let Some(path) = &args.plot {
+        out.push_str(&format!("\nplot: {}\n", path.display()));
+    }
+    Ok(out)
+}
+
+fn simulate(args: &SimulateArgs) -> Result<String, CliError> {
+    if let Some(model) = server_model(args)? {
+        return simulate_server(args, &model);
+    }
+    let algos = Algo::parse(args.algorithm.as_deref().unwrap_or("all"))?;
+    let limits = limits(args)?;
+    let traffic = read_traffic(args, &limits)?;
+    let shape_name = args.traffic.split(':').next().unwrap_or("");
     let incident = shape_name == "incident";
     let mut outcomes = Vec::new();
     for &algo in &algos {

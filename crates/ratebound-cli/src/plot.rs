@@ -7,14 +7,15 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::CliError;
+use crate::server::{Run, Server};
 use crate::simulate::Outcome;
 
 fn err(e: impl std::fmt::Display) -> CliError {
     CliError::new(format!("cannot draw the plot: {e}"))
 }
 
-/// Draws the outcomes into `path` (an `.svg` file).
-pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliError> {
+/// Refuses a path that does not end in `.svg`.
+fn check_svg(path: &Path) -> Result<(), CliError> {
     match path.extension().and_then(|e| e.to_str()) {
         Some(ext) if ext.eq_ignore_ascii_case("svg") => {}
         Some(ext) if ext.eq_ignore_ascii_case("png") => {
@@ -30,6 +31,12 @@ pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliErro
             )));
         }
     }
+    Ok(())
+}
+
+/// Draws the outcomes into `path` (an `.svg` file).
+pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliError> {
+    check_svg(path)?;
     let panels = outcomes.len().max(1);
     let height = u32::try_from(40 + 230 * panels).unwrap_or(u32::MAX);
     let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
@@ -131,6 +138,126 @@ pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliErro
             .position(SeriesLabelPosition::UpperRight)
             .draw()
             .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Draws the server model's runs into `path` (an `.svg` file): per
+/// variant, the latency p99 of the requests arriving in each time bin
+/// (red, with 3× the service time in grey), and the requests in flight
+/// (grey) and the limit (blue) on the right axis.
+pub fn server_svg(path: &Path, title: &str, server: &Server, runs: &[Run]) -> Result<(), CliError> {
+    check_svg(path)?;
+    let panels = runs.len().max(1);
+    let height = u32::try_from(62 + 230 * panels).unwrap_or(u32::MAX);
+    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (top, body) = root.split_vertically(62);
+    top.draw(&Text::new(
+        title.to_string(),
+        (10, 8),
+        ("sans-serif", 20).into_font(),
+    ))
+    .map_err(err)?;
+    top.draw(&Text::new(
+        "red: latency p99 of the requests arriving then (left axis; light grey: 3x the service \
+         time); blue: the limit, grey: requests in flight (right axis)",
+        (10, 38),
+        ("sans-serif", 13).into_font(),
+    ))
+    .map_err(err)?;
+    let bound_ms = 3.0 * server.service as f64 / 1e6;
+    let areas = body.split_evenly((panels, 1));
+    for (area, r) in areas.iter().zip(runs) {
+        let width_s = r.bin_width as f64 / 1e9;
+        let end = width_s * r.bins.len() as f64;
+        let ms = |n: u64| n as f64 / 1e6;
+        let p99_max = r
+            .bins
+            .iter()
+            .filter_map(|b| b.p99)
+            .map(ms)
+            .fold(bound_ms, f64::max);
+        let right_max = r
+            .bins
+            .iter()
+            .map(|b| b.in_flight.max(b.limit.unwrap_or(0) as u64))
+            .max()
+            .unwrap_or(0)
+            .max(1) as f64;
+        let show = |n: Option<u64>| n.map_or("-".to_string(), |n| format!("{:.1} ms", ms(n)));
+        let caption = format!(
+            "{}: {} admitted, {} shed, {:.1}/s served, p50 {}, p99 {}",
+            r.name,
+            r.admitted,
+            r.shed,
+            r.goodput(),
+            show(r.p50),
+            show(r.p99)
+        );
+        let mut chart = ChartBuilder::on(area)
+            .caption(caption, ("sans-serif", 15))
+            .margin(6)
+            .x_label_area_size(28)
+            .y_label_area_size(60)
+            .right_y_label_area_size(55)
+            .build_cartesian_2d(0f64..end, 0f64..p99_max * 1.1)
+            .map_err(err)?
+            .set_secondary_coord(0f64..end, 0f64..right_max * 1.1);
+        chart
+            .configure_mesh()
+            .x_desc("arrival time (s)")
+            .y_desc("latency p99 (ms, red)")
+            .draw()
+            .map_err(err)?;
+        chart
+            .configure_secondary_axes()
+            .y_desc("limit (blue), in flight (grey)")
+            .draw()
+            .map_err(err)?;
+        let mid = |i: usize| (i as f64 + 0.5) * width_s;
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, bound_ms), (end, bound_ms)],
+                BLACK.mix(0.35).stroke_width(2),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(
+                r.bins
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, b)| b.p99.map(|p| (mid(i), ms(p)))),
+                RED.stroke_width(2),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_secondary_series(LineSeries::new(
+                r.bins
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| ((i + 1) as f64 * width_s, b.in_flight as f64)),
+                BLACK.mix(0.5),
+            ))
+            .map_err(err)?;
+        if !r.limits.is_empty() {
+            // A step line through every move of the limit.
+            let mut steps = Vec::with_capacity(2 * r.limits.len() + 1);
+            for (k, &(t, l)) in r.limits.iter().enumerate() {
+                let t = (t as f64 / 1e9).min(end);
+                if k > 0 {
+                    steps.push((t, r.limits[k - 1].1 as f64));
+                }
+                steps.push((t, l as f64));
+            }
+            if let Some(&(_, l)) = r.limits.last() {
+                steps.push((end, l as f64));
+            }
+            chart
+                .draw_secondary_series(LineSeries::new(steps, BLUE.stroke_width(2)))
+                .map_err(err)?;
+        }
     }
     root.present().map_err(err)?;
     Ok(())

@@ -20,7 +20,7 @@ mod shapes;
 mod tests;
 
 pub use file::file;
-pub use shapes::{ShapeArgs, shape};
+pub use shapes::{ShapeArgs, SplitMix, shape};
 
 /// One request: when (ns from the start), whose (an index into
 /// [`Traffic::keys`]) and how many tokens.
