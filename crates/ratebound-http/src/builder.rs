@@ -7,7 +7,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
 use ratebound::any::{self, AnyClock, Gate, GateOptions};
 use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody};
-use ratebound::http::{Forwarding, TrustedProxies};
+use ratebound::http::{AdaptiveConcurrency, Forwarding, Priority, TrustedProxies};
 use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
 
 use crate::layer::LayerState;
@@ -16,6 +16,7 @@ use crate::{RateLimitLayer, RemotePolicy};
 pub(crate) type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 pub(crate) type Predicate = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 pub(crate) type OnDecision = Arc<dyn Fn(&DecisionEvent<'_>) + Send + Sync>;
+pub(crate) type PriorityFn = Arc<dyn Fn(&Parts) -> Priority + Send + Sync>;
 
 /// What [`Builder::on_decision`]'s callback is told about each limited
 /// request, for metrics.
@@ -34,6 +35,9 @@ pub struct DecisionEvent<'a> {
     pub label: Option<&'a str>,
     /// The request's head (its path, method, ...).
     pub request: &'a Parts,
+    /// The priority of a request [shed](Outcome::Shed) (see
+    /// [`Builder::priority`]).
+    pub priority: Option<Priority>,
 }
 
 /// Where a request's key comes from.
@@ -77,6 +81,7 @@ pub struct Builder {
     pub(crate) key: RequestKey,
     pub(crate) exempt: Option<Predicate>,
     pub(crate) critical: Option<Predicate>,
+    pub(crate) priority: Option<PriorityFn>,
     pub(crate) on_decision: Option<OnDecision>,
     pub(crate) label: Option<String>,
     pub(crate) remote: Vec<(String, Box<dyn RemotePolicy>)>,
@@ -210,9 +215,58 @@ impl Builder {
     /// Requests for which `f` is true are never shed by the concurrency
     /// limit: below the cap they take a place like any request (so they
     /// count toward it); at the cap they go through without one, so the
-    /// number in flight can exceed the cap by the critical requests.
+    /// number in flight can exceed the cap by the critical requests. (A
+    /// shortcut for a [`priority`](Self::priority) of
+    /// [`Priority::Critical`].)
     pub fn critical(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
         self.critical = Some(Arc::new(f));
+        self
+    }
+
+    /// A concurrency limit learned from latency instead of a fixed number
+    /// (not with [`concurrency_limit`](Self::concurrency_limit)): it starts
+    /// at [`initial_limit`](AdaptiveConcurrency::initial_limit), falls when
+    /// admitted requests get slower than their baseline (the latency of
+    /// requests that entered alone) by more than the tolerance, and rises
+    /// while they do not — so a service sheds with 503 under overload while
+    /// the requests it admits stay fast, without knowing its capacity.
+    /// [`AdaptiveConcurrency::default()`] needs no tuning. A request's
+    /// latency is taken when its response head is ready.
+    ///
+    /// ```
+    /// use ratebound_http::{AdaptiveConcurrency, Priority, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .adaptive_concurrency(AdaptiveConcurrency::default())
+    ///     .priority(|parts| match parts.uri.path() {
+    ///         "/healthz" => Priority::Critical,
+    ///         p if p.starts_with("/reports/") => Priority::Background,
+    ///         _ => Priority::Normal,
+    ///     })
+    ///     .build()?;
+    /// assert_eq!(layer.gate().concurrency().unwrap().limit(), 20);
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn adaptive_concurrency(mut self, tuning: AdaptiveConcurrency) -> Self {
+        self.options.adaptive_concurrency = Some(tuning);
+        self
+    }
+
+    /// The priority of each request under the concurrency limit (fixed or
+    /// adaptive): [`Priority::Background`] requests get a place only while
+    /// fewer than the [background fraction](Self::background_fraction) of
+    /// the limit are in flight, so they are shed first;
+    /// [`Priority::Critical`] ones are never shed. `f` is called only once
+    /// the requests in flight reach that fraction.
+    pub fn priority(mut self, f: impl Fn(&Parts) -> Priority + Send + Sync + 'static) -> Self {
+        self.priority = Some(Arc::new(f));
+        self
+    }
+
+    /// The share of the concurrency limit background requests may fill
+    /// (default ½; 0 sheds them whenever anything is in flight).
+    pub fn background_fraction(mut self, fraction: f64) -> Self {
+        self.options.background_fraction = fraction;
         self
     }
 
@@ -239,7 +293,10 @@ impl Builder {
     /// # Errors
     /// [`Gate::new`]'s: [`Error::NoLimiters`] without a policy (unless a
     /// concurrency limit is all you want); [`Error::InvalidLimit`] for a
-    /// concurrency limit or `max_keys` of 0; [`Error::InvalidOption`] for a
+    /// concurrency limit or `max_keys` of 0; [`Error::InvalidNumber`] for
+    /// bad [`AdaptiveConcurrency`] tuning or a background fraction outside
+    /// 0–1; [`Error::InvalidOption`] for a fixed and an adaptive
+    /// concurrency limit together, a background fraction without either, a
     /// `client_ip_header` without trusted proxies, or two policies (local
     /// or [remote](Self::remote)) of one name; the policies' own errors
     /// ([`Error::Parse`] for a name that is not printable ASCII).
@@ -260,6 +317,7 @@ impl Builder {
                 key: self.key,
                 exempt: self.exempt,
                 critical: self.critical,
+                priority: self.priority,
                 on_decision: self.on_decision,
                 label: self.label,
                 policy_names,

@@ -136,7 +136,12 @@ where
                 let result = std::task::ready!(future.poll(cx));
                 // The place goes with the body: a request is in flight until
                 // its response has been sent (an error gives it back now).
-                let place = place.take();
+                let mut place = place.take();
+                if let Some(place) = place.as_mut() {
+                    // The head is ready: an adaptive limit times the
+                    // request now, not when a streamed body ends.
+                    place.responded();
+                }
                 Poll::Ready(result.map(|mut response| {
                     insert_taken(response.headers_mut(), quota);
                     response.map(|body| ResponseBody::inner(body, place))

@@ -10,15 +10,13 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
-use ratebound::any::{
-    self, Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, Outcome, Verdict,
-};
-use ratebound::http::Headers;
+use ratebound::any::{self, Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, Verdict};
+use ratebound::http::{Headers, Priority};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::builder::{Builder, DecisionEvent, RequestKey};
-use crate::builder::{OnDecision, Predicate};
+use crate::builder::{OnDecision, Predicate, PriorityFn};
 use crate::future::{ResponseBody, ResponseFuture, State};
 use crate::remote::{RemotePolicy, Waiting, answers};
 use crate::{PeerAddr, grpc};
@@ -31,6 +29,7 @@ pub(crate) struct LayerState {
     pub(crate) key: RequestKey,
     pub(crate) exempt: Option<Predicate>,
     pub(crate) critical: Option<Predicate>,
+    pub(crate) priority: Option<PriorityFn>,
     pub(crate) on_decision: Option<OnDecision>,
     pub(crate) label: Option<String>,
     pub(crate) policy_names: Vec<String>,
@@ -51,11 +50,12 @@ impl LayerState {
 
     /// Tells the metrics hook, if there is one.
     #[inline]
-    pub(crate) fn report(&self, outcome: Outcome, policy: Option<&str>, request: &Parts) {
+    pub(crate) fn report(&self, verdict: &Verdict<'_>, request: &Parts) {
         if let Some(f) = &self.on_decision {
             f(&DecisionEvent {
-                outcome,
-                policy,
+                outcome: verdict.outcome,
+                policy: verdict.refused_by,
+                priority: verdict.priority,
                 policies: &self.policy_names,
                 label: self.label.as_deref().or_else(|| Self::route(request)),
                 request,
@@ -80,6 +80,7 @@ impl RateLimitLayer {
             key: RequestKey::ClientIp,
             exempt: None,
             critical: None,
+            priority: None,
             on_decision: None,
             label: None,
             remote: Vec::new(),
@@ -172,6 +173,14 @@ impl Hooks for LayerHooks<'_> {
         self.shared.critical.as_ref().is_some_and(|f| f(self.parts))
     }
 
+    #[inline]
+    fn priority(&mut self) -> Priority {
+        self.shared
+            .priority
+            .as_ref()
+            .map_or(Priority::Normal, |f| f(self.parts))
+    }
+
     /// The [`RequestKey::Custom`] closure's key (the gate asks only for a
     /// custom key source, after shedding).
     #[inline]
@@ -185,8 +194,7 @@ impl Hooks for LayerHooks<'_> {
 
     #[inline]
     fn report(&mut self, verdict: &Verdict<'_>) {
-        self.shared
-            .report(verdict.outcome, verdict.refused_by, self.parts);
+        self.shared.report(verdict, self.parts);
     }
 }
 

@@ -144,6 +144,7 @@ pub use builder::{Builder, DecisionEvent, RequestKey};
 pub use future::{ResponseBody, ResponseFuture};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer};
+pub use ratebound::http::{AdaptiveConcurrency, AdaptiveState, Priority};
 pub use remote::{RemoteCheck, RemotePolicy};
 
 /// The old name of [`RequestKey`] (it was a twin of the core's

@@ -284,7 +284,7 @@ fn the_gate_sheds_background_first_and_never_critical() {
         peer: Some([127, 0, 0, 1].into()),
         headers: &lines[..],
     };
-    let mut admit = |priority| {
+    let admit = |priority| {
         let mut hooks = Prioritised {
             priority,
             asked: 0,
