@@ -42,6 +42,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Gate>()?;
     m.add_class::<Verdict>()?;
     m.add_class::<Place>()?;
+    m.add_class::<Concurrency>()?;
     m.add_class::<Ask>()?;
     m.add_class::<outbound::Outbound>()?;
     m.add_class::<RedisEngine>()?;

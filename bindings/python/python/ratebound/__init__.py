@@ -37,6 +37,7 @@ from ._errors import (
     Unsupported,
 )
 from ._ratebound import (
+    Concurrency,
     Decision,
     ManualClock,
     Reservation,
@@ -62,6 +63,7 @@ __version__: str = _ratebound.__version__
 
 __all__ = [
     "AllOf",
+    "Concurrency",
     "ConfigError",
     "Decision",
     "MissingValue",

@@ -7,18 +7,27 @@ from __future__ import annotations
 
 import asyncio
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Optional, TypedDict, Union
+from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, NamedTuple, Optional, TypedDict, Union
 
 from . import _ratebound
 from . import redis as _redis
 from ._errors import TooManyKeys
-from ._ratebound import Ask, Decision, Gate, ManualClock, Verdict
+from ._ratebound import Ask, Concurrency, Decision, Gate, ManualClock, Verdict
 
 PolicySpec = Union[
     int, float, str, Mapping[str, Any], "_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"
 ]
 
 Remote = Union["_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"]
+
+PriorityName = Literal["critical", "normal", "background"]
+"""A request's priority under the concurrency limit: ``"background"`` is
+shed first (it gets a place only below ``background_fraction`` of the
+limit), ``"critical"`` never."""
+
+Priority = Union[PriorityName, Callable[[Any], str]]
+"""The ``priority`` option: one priority for every request, or a function
+of the framework's request returning one."""
 
 
 def build_gate(
@@ -28,6 +37,7 @@ def build_gate(
     key: Any = None,
     exempt: Optional[Callable[[Any], bool]] = None,
     critical: Optional[Callable[[Any], bool]] = None,
+    priority: Optional[Priority] = None,
     on_decision: Optional[OnDecision] = None,
     label: Optional[str] = None,
     clock: Optional[ManualClock] = None,
@@ -52,7 +62,8 @@ def build_gate(
         local,
         [(name, limiter if isinstance(limiter, _ratebound.SharedKeyedLimiter) else limiter._engine)
          for name, limiter in remote],
-        key=key, exempt=exempt, critical=critical, on_decision=on_decision, label=label, clock=clock,
+        key=key, exempt=exempt, critical=critical, priority=priority, on_decision=on_decision, label=label,
+        clock=clock,
     )
     return gate, remote
 
@@ -61,13 +72,15 @@ class RateLimitEvent(NamedTuple):
     """What ``on_decision`` is told about each limited request: ``outcome``
     (``"allowed"``, ``"refused"``, ``"shed"`` or ``"rejected"`` — no valid
     key, a full key table), ``policy`` (the policy that refused, else
-    ``None``), ``policies`` (every policy's name) and ``label`` (the route,
-    or the middleware's ``label``)."""
+    ``None``), ``policies`` (every policy's name), ``label`` (the route,
+    or the middleware's ``label``) and, for a ``"shed"`` request, its
+    ``priority`` (``"normal"`` or ``"background"``; else ``None``)."""
 
     outcome: str
     policy: Optional[str]
     policies: tuple[str, ...]
     label: Optional[str]
+    priority: Optional[str] = None
 
 
 OnDecision = Callable[[RateLimitEvent], None]
@@ -100,8 +113,14 @@ class Options(TypedDict, total=False):
     exempt: Optional[Callable[[Any], bool]]
     max_keys: Optional[int]
     overflow: Optional[str]
-    concurrency_limit: Optional[int]
+    concurrency_limit: Union[None, int, Literal["auto"]]
+    concurrency_initial: Optional[int]
+    concurrency_min: Optional[int]
+    concurrency_max: Optional[int]
+    concurrency_tolerance: Optional[float]
+    background_fraction: Optional[float]
     critical: Optional[Callable[[Any], bool]]
+    priority: Optional[Priority]
     clock: Optional[ManualClock]
     on_decision: Optional[OnDecision]
     label: Optional[str]
@@ -131,8 +150,14 @@ class MiddlewareBase:
         exempt: Optional[Callable[[Any], bool]] = None,
         max_keys: Optional[int] = None,
         overflow: Optional[str] = None,
-        concurrency_limit: Optional[int] = None,
+        concurrency_limit: Union[None, int, Literal["auto"]] = None,
+        concurrency_initial: Optional[int] = None,
+        concurrency_min: Optional[int] = None,
+        concurrency_max: Optional[int] = None,
+        concurrency_tolerance: Optional[float] = None,
+        background_fraction: Optional[float] = None,
         critical: Optional[Callable[[Any], bool]] = None,
+        priority: Optional[Priority] = None,
         clock: Optional[ManualClock] = None,
         on_decision: Optional[OnDecision] = None,
         label: Optional[str] = None,
@@ -152,10 +177,29 @@ class MiddlewareBase:
                 "max_keys": max_keys,
                 "overflow": overflow,
                 "concurrency_limit": concurrency_limit,
+                "concurrency_initial": concurrency_initial,
+                "concurrency_min": concurrency_min,
+                "concurrency_max": concurrency_max,
+                "concurrency_tolerance": concurrency_tolerance,
+                "background_fraction": background_fraction,
             },
             policies,
-            key=key, exempt=exempt, critical=critical, on_decision=on_decision, label=label, clock=clock,
+            key=key, exempt=exempt, critical=critical, priority=priority, on_decision=on_decision, label=label,
+            clock=clock,
         )
+        # Under an adaptive limit a request's latency is taken when its
+        # response's head goes out (Place.responded), not when its body ends.
+        self._timed = self.gate.adaptive
+
+    @property
+    def concurrency(self) -> Optional[Concurrency]:
+        """The concurrency limit now, for a metrics gauge — ``limit``,
+        ``in_flight``, ``adaptive``, ``baseline_ms``, ``recent_ms``,
+        ``windows`` — or ``None`` without ``concurrency_limit``. A
+        snapshot: read it again for new values (prometheus-client:
+        ``Gauge("concurrency_limit", "").set_function(lambda:
+        mw.concurrency.limit)``)."""
+        return self.gate.concurrency
 
     def _check_remote(self, asyncio_: bool, front: str) -> None:
         """Every policy decided elsewhere suits the middleware's mode:

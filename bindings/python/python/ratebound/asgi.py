@@ -54,7 +54,17 @@ class RateLimitMiddleware(MiddlewareBase):
     - ``concurrency_limit``: at most this many requests in the app at once;
       beyond it, 503 with ``Retry-After: 1`` at once, before any token is
       spent — never a queue. ``critical(scope)`` returning true lets a request
-      through even then (it takes no place).
+      through even then (it takes no place). ``concurrency_limit="auto"``
+      learns the limit from latency instead (the time to the response's
+      head): it starts at 20 and stays within 2-1000 (``concurrency_initial``,
+      ``concurrency_min``, ``concurrency_max``), cut when requests get
+      slower than ``concurrency_tolerance`` (1.5) times the latency of
+      requests that met no queue. ``priority``: ``"critical"``,
+      ``"normal"``, ``"background"`` or a function of the scope returning
+      one — background requests get a place only below
+      ``background_fraction`` (½) of the limit, so they are shed first;
+      critical ones are never shed. ``mw.concurrency`` is the limit now,
+      for a gauge.
     - A policy may be a global limit in Redis (``rb.redis.AsyncTokenBucket``
       and the other asyncio limiters): it is checked for the request's key
       (``key:<key>``, ``ip:<address>`` or ``anonymous``, by the same rules),
@@ -83,14 +93,18 @@ class RateLimitMiddleware(MiddlewareBase):
             return
         headers = verdict.headers
         place = verdict.place
+        timed = place if place is not None and self._timed else None
         try:
-            if not headers:
+            if not headers and timed is None:
                 await self.app(scope, receive, send)
                 return
 
             async def send_with_headers(message: Message) -> None:
                 if message["type"] == "http.response.start":
-                    message["headers"] = [*message.get("headers", ()), *headers]
+                    if headers:
+                        message["headers"] = [*message.get("headers", ()), *headers]
+                    if timed is not None:
+                        timed.responded()  # the latency; the place is held until the body ends
                 await send(message)
 
             # Returns once the whole response is sent, a streaming body too.

@@ -146,7 +146,7 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
 
 # settings.RATEBOUND's names: the middleware's keyword options.
 _OPTIONS = tuple(Options.__annotations__)
-_IMPORTED = ("key", "exempt", "critical", "on_decision")
+_IMPORTED = ("key", "exempt", "critical", "priority", "on_decision")
 
 
 class RateLimitMiddleware(MiddlewareBase):
@@ -155,9 +155,10 @@ class RateLimitMiddleware(MiddlewareBase):
     ``settings.RATEBOUND`` (a dict: ``{"rate": "10/s", "key_header":
     "x-api-key"}``).
 
-    ``key``, ``exempt``, ``critical`` and ``on_decision`` are functions (of
-    the ``HttpRequest``, but ``on_decision``'s event), or their dotted import
-    paths. ``exempt`` may also be a list of path prefixes (``"/health"``
+    ``key``, ``exempt``, ``critical``, ``priority`` and ``on_decision`` are
+    functions (of the ``HttpRequest``, but ``on_decision``'s event), or their
+    dotted import paths (``priority`` may also be ``"critical"``,
+    ``"normal"`` or ``"background"``). ``exempt`` may also be a list of path prefixes (``"/health"``
     exempts ``/health`` and ``/health/...``, not ``/healthz``) and URL names
     (``"status"``, ``"api:ping"``). A missing or bad ``RATEBOUND`` raises
     ``ImproperlyConfigured`` naming the bad option or value when Django
@@ -249,7 +250,8 @@ def _settings_options() -> dict[str, Any]:
             )
     for name in _IMPORTED:
         value = options.get(name)
-        if isinstance(value, str):
+        # A priority's name ("background") is no dotted path to import.
+        if isinstance(value, str) and not (name == "priority" and "." not in value):
             try:
                 options[name] = import_string(value)
             except ImportError as e:
@@ -290,6 +292,7 @@ def _release_when_sent(response: HttpResponseBase, place: Optional[Place]) -> Ht
     if place is None:
         return response
     if isinstance(response, StreamingHttpResponse):
+        place.responded()  # an adaptive limit's latency: the head goes out now, the body later
         body = response.streaming_content
         if isinstance(body, Iterator):
             response.streaming_content = _Release(body, place)

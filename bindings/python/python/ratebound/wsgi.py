@@ -46,13 +46,16 @@ class RateLimitMiddleware(MiddlewareBase):
             return _answer(start_response, verdict)
         fields = verdict.headers
         start = start_response
-        if fields:
+        place = verdict.place
+        timed = place if place is not None and self._timed else None
+        if fields or timed is not None:
 
             def start_with_headers(status_line: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-                return start_response(status_line, [*response_headers, *fields], exc_info)
+                if timed is not None:
+                    timed.responded()  # the latency; the place is held until the body is closed
+                return start_response(status_line, [*response_headers, *fields] if fields else response_headers, exc_info)
 
             start = start_with_headers
-        place = verdict.place
         if place is None:
             return self.app(environ, start)
         try:

@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use ratebound::any::{self};
+use ratebound::http::{ConcurrencyCap, Priority};
 
 // ------------------------------------------------------------ answers
 
@@ -27,6 +28,17 @@ impl Place {
     /// Gives the place back now (nothing if it already was).
     fn release(&self) {
         drop(lock(&self.inner).take());
+    }
+
+    /// The response's head is going out: under an adaptive limit
+    /// (`concurrency_limit="auto"`) the request's latency is taken now,
+    /// once — a long streamed body is not a slow service — while the
+    /// place stays held until `release()`. Nothing for a fixed limit, or
+    /// once released.
+    fn responded(&self) {
+        if let Some(p) = lock(&self.inner).as_mut() {
+            p.responded();
+        }
     }
 
     /// `release()`, under the name a response body's `close()` has.
@@ -79,6 +91,7 @@ pub(crate) struct Verdict {
     pub(super) code: u16,
     pub(super) outcome: any::Outcome,
     pub(super) refused_by: Option<String>,
+    pub(super) priority: Option<Priority>,
 }
 
 #[pymethods]
@@ -99,6 +112,13 @@ impl Verdict {
         self.refused_by.as_deref()
     }
 
+    /// A shed request's priority (`"normal"`, `"background"`); `None`
+    /// for every other outcome.
+    #[getter]
+    fn priority(&self) -> Option<&'static str> {
+        self.priority.map(Priority::as_str)
+    }
+
     fn __repr__(&self) -> String {
         let by = match &self.refused_by {
             Some(name) => format!(", refused_by={name:?}"),
@@ -108,6 +128,53 @@ impl Verdict {
             "Verdict(status={}, outcome={:?}{by})",
             self.code,
             self.outcome.as_str()
+        )
+    }
+}
+
+/// The concurrency limit as it is now, for metrics (`mw.concurrency`):
+/// `limit` (the number in force), `in_flight` (requests holding a place),
+/// `adaptive` (learned from latency), and for an adaptive limit
+/// `baseline_ms` (the latency of requests that met no queue), `recent_ms`
+/// (the last window's mean latency) — `None` until measured — and
+/// `windows` (how many windows of samples moved the limit).
+#[pyclass(frozen, get_all, module = "ratebound")]
+pub(crate) struct Concurrency {
+    limit: usize,
+    in_flight: usize,
+    adaptive: bool,
+    baseline_ms: Option<f64>,
+    recent_ms: Option<f64>,
+    windows: u64,
+}
+
+impl Concurrency {
+    pub(super) fn of(cap: &ConcurrencyCap) -> Concurrency {
+        let state = cap.state();
+        let ms = |us: f64| (us > 0.0).then_some(us / 1000.0);
+        Concurrency {
+            limit: state.map_or_else(|| cap.limit(), |s| s.limit),
+            in_flight: cap.in_flight(),
+            adaptive: state.is_some(),
+            baseline_ms: state.and_then(|s| ms(s.baseline_us)),
+            recent_ms: state.and_then(|s| ms(s.recent_us)),
+            windows: state.map_or(0, |s| s.windows),
+        }
+    }
+}
+
+#[pymethods]
+impl Concurrency {
+    fn __repr__(&self) -> String {
+        let ms = |v: Option<f64>| v.map_or("None".to_string(), |v| format!("{v:.3}"));
+        format!(
+            "Concurrency(limit={}, in_flight={}, adaptive={}, baseline_ms={}, recent_ms={}, windows={})",
+            self.limit,
+            self.in_flight,
+            if self.adaptive { "True" } else { "False" },
+            ms(self.baseline_ms),
+            ms(self.recent_ms),
+            self.windows
         )
     }
 }

@@ -2,7 +2,7 @@
 //! door (`ratebound.asgi`, `ratebound.wsgi`, `ratebound.django`, the route
 //! limits). Built by the core's one parser (`GateSpec`), it runs the core's
 //! `Gate::admit` / `Gate::finish` with the front door's hooks — exempt,
-//! critical, the key function, `on_decision` — called here with the
+//! critical, priority, the key function, `on_decision` — called here with the
 //! framework's request; its answers cross as typed objects: `Verdict`, the
 //! concurrency `Place` a passing request holds, and `Ask`, a request
 //! waiting for its remote (Redis, shared-memory) policies.
@@ -14,6 +14,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use ratebound::any::{self, GateSpec, Hooks, Key, RemoteAnswer, RemoteKind};
+use ratebound::http::Priority;
 
 use crate::convert::*;
 use crate::decision::*;
@@ -74,6 +75,30 @@ impl Hooks for PyHooks<'_, '_> {
         self.ask(&gate.critical, false)
     }
 
+    fn priority(&mut self) -> Priority {
+        // Raising, or an answer that is no priority: normal for the cap,
+        // the error raised once the sequence returns.
+        let gate = self.gate;
+        match &gate.priority {
+            None => Priority::Normal,
+            Some(PriorityHook::Fixed(p)) => *p,
+            Some(PriorityHook::Call(_)) if self.error.is_some() => Priority::Normal,
+            Some(PriorityHook::Call(f)) => {
+                match f
+                    .bind(self.request.py())
+                    .call1((self.request,))
+                    .and_then(|p| priority_of(&p))
+                {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.error = Some(e);
+                        Priority::Normal
+                    }
+                }
+            }
+        }
+    }
+
     fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
         let gate = self.gate;
         let Some(key_fn) = &gate.key else {
@@ -119,6 +144,7 @@ impl Hooks for PyHooks<'_, '_> {
                 verdict.refused_by,
                 gate.policies.bind(py),
                 label,
+                verdict.priority.map(Priority::as_str),
             ))
             .and_then(|e| on_decision.bind(py).call1((e,)));
         if let Err(e) = told {
@@ -142,6 +168,7 @@ pub(crate) struct Gate {
     environ_keys: Vec<(String, Py<PyString>)>,
     exempt: Option<Py<PyAny>>,
     critical: Option<Py<PyAny>>,
+    priority: Option<PriorityHook>,
     key: Option<Py<PyAny>>,
     /// `on_decision` and the event class it is told (`RateLimitEvent`).
     on_decision: Option<(Py<PyAny>, Py<PyAny>)>,
@@ -204,6 +231,7 @@ impl Gate {
                 place,
                 code: v.status,
                 outcome: v.outcome,
+                priority: v.priority,
                 refused_by: v.refused_by.map(str::to_string),
             },
         )
@@ -232,12 +260,15 @@ impl Gate {
     /// form); `remote`: `(name, RedisEngine_ or SharedKeyedLimiter)` pairs,
     /// policies decided elsewhere. `key`: a function of the request (the
     /// application gives each request's key), or `"ip"` / a header name.
-    /// `exempt`, `critical`: functions of the request; `on_decision` is
-    /// told a `RateLimitEvent` per request, with `label`.
+    /// `exempt`, `critical`: functions of the request; `priority`:
+    /// `"critical"`, `"normal"`, `"background"` or a function of the
+    /// request returning one; `on_decision` is told a `RateLimitEvent` per
+    /// request, with `label`.
     #[new]
     #[pyo3(signature = (
         options, policies=None, remote=None, *,
-        key=None, exempt=None, critical=None, on_decision=None, label=None, clock=None,
+        key=None, exempt=None, critical=None, priority=None, on_decision=None, label=None,
+        clock=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -248,10 +279,12 @@ impl Gate {
         key: Option<Bound<'_, PyAny>>,
         exempt: Option<Bound<'_, PyAny>>,
         critical: Option<Bound<'_, PyAny>>,
+        priority: Option<Bound<'_, PyAny>>,
         on_decision: Option<Bound<'_, PyAny>>,
         label: Option<Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let priority = priority_hook(py, priority)?;
         let mut spec = GateSpec::default();
         for (name, value) in options.iter() {
             if value.is_none() {
@@ -330,6 +363,7 @@ impl Gate {
             environ_keys,
             exempt: hook("exempt", exempt)?,
             critical: hook("critical", critical)?,
+            priority,
             key: key_fn,
             on_decision,
             label: label.filter(|l| !l.is_none()).map(Bound::unbind),
@@ -382,7 +416,12 @@ impl Gate {
         };
         let admitted = self.inner.admit(&r, &mut hooks);
         if let Some(e) = hooks.error {
-            return Err(e); // the place, if any, is given back here
+            // The place, if any, is given back here, untimed: a failed
+            // hook says nothing of the service's latency.
+            if let any::Admit::Decided(any::Admission { place: Some(p), .. }) = admitted {
+                p.forfeit();
+            }
+            return Err(e);
         }
         Ok(match admitted {
             any::Admit::Exempt => None,
@@ -469,6 +508,21 @@ impl Gate {
     #[getter]
     fn capped(&self) -> bool {
         self.inner.is_capped()
+    }
+
+    /// Whether the concurrency limit is learned from latency
+    /// (`concurrency_limit="auto"`): a place's `responded()` then times
+    /// its request.
+    #[getter]
+    fn adaptive(&self) -> bool {
+        self.inner.concurrency().is_some_and(|c| c.is_adaptive())
+    }
+
+    /// The concurrency limit now, for a metrics gauge (`None` without
+    /// one).
+    #[getter]
+    fn concurrency(&self) -> Option<Concurrency> {
+        self.inner.concurrency().map(Concurrency::of)
     }
 
     /// The `RateLimit-Policy` field value.

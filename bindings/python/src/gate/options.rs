@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyMapping, PyString};
 use ratebound::Error;
 use ratebound::any::{GateOptions, Loose, PolicySpec};
+use ratebound::http::Priority;
 
 use crate::convert::*;
 use crate::error::*;
@@ -134,4 +135,61 @@ pub(crate) fn hook(name: &str, f: Option<Bound<'_, PyAny>>) -> PyResult<Option<P
             type_name(&f)
         ))),
     }
+}
+
+/// `priority=`: a constant (checked now) or a function of the request.
+pub(crate) enum PriorityHook {
+    /// Every request has this priority.
+    Fixed(Priority),
+    /// Asked of each request (when the cap needs to know).
+    Call(Py<PyAny>),
+}
+
+/// The `priority` option: `None`, `"critical"` / `"normal"` /
+/// `"background"` (a `ConfigError` naming any other string, now, at
+/// startup), or a function of the request returning one of them.
+pub(crate) fn priority_hook(
+    py: Python<'_>,
+    value: Option<Bound<'_, PyAny>>,
+) -> PyResult<Option<PriorityHook>> {
+    match value.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(v) => {
+            if let Ok(s) = v.cast::<PyString>() {
+                return Ok(Some(PriorityHook::Fixed(
+                    Priority::parse(&s.to_cow()?).or_py(py)?,
+                )));
+            }
+            if v.is_callable() {
+                return Ok(Some(PriorityHook::Call(v.unbind())));
+            }
+            Err(py_err(
+                py,
+                Error::InvalidOption {
+                    name: "priority",
+                    value: v.repr()?.to_string(),
+                    reason: "must be \"critical\", \"normal\", \"background\" or a function of the request returning one",
+                },
+            ))
+        }
+    }
+}
+
+/// What a `priority` function returned, as a priority: a `ConfigError`
+/// naming anything but `"critical"`, `"normal"` or `"background"`.
+pub(crate) fn priority_of(answer: &Bound<'_, PyAny>) -> PyResult<Priority> {
+    let py = answer.py();
+    let about = "priority(request)";
+    if let Ok(s) = answer.cast::<PyString>() {
+        return Priority::parse(&s.to_cow()?).map_err(|e| py_err_about(py, e, about));
+    }
+    Err(py_err_about(
+        py,
+        Error::InvalidOption {
+            name: "priority",
+            value: answer.repr()?.to_string(),
+            reason: "is not a str: the function returns \"critical\", \"normal\" or \"background\"",
+        },
+        about,
+    ))
 }
