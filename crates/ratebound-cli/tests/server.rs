@@ -1,0 +1,441 @@
+//! `ratebound simulate --service-time`: the server model behind no cap, a
+//! fixed cap and the adaptive limit, as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ratebound(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ratebound"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A file under the target directory, fresh for this test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("server-tests");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let o = ratebound(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    stdout(&o)
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    serde_json::from_str(&run_ok(&all)).expect("JSON output")
+}
+
+/// The variant named `name` of a JSON result.
+fn variant<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .find(|x| x["concurrency"] == name)
+        .unwrap_or_else(|| panic!("no variant {name} in {v}"))
+}
+
+fn num(v: &Value, field: &str) -> f64 {
+    v[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} is not a number in {v}"))
+}
+
+/// Fails with exit code 2 and exactly one line on stderr containing `needle`.
+fn assert_usage_error(args: &[&str], needle: &str) {
+    let o = ratebound(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err:?}");
+    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
+}
+
+/// The overload: 4 workers of 20 ms (200/s) under 500 requests/s
+/// for 4 s, measured after a 1 s warm-up.
+const OVERLOAD: [&str; 14] = [
+    "simulate",
+    "--traffic",
+    "steady:500/s",
+    "--duration",
+    "4s",
+    "--service-time",
+    "20ms",
+    "--workers",
+    "4",
+    "--warmup",
+    "1s",
+    "--concurrency",
+    "none,fixed:4,auto",
+    "--seed",
+];
+
+fn overload() -> Vec<&'static str> {
+    let mut args = OVERLOAD.to_vec();
+    args.push("1");
+    args
+}
+
+#[test]
+fn overload_no_cap_grows_without_bound_while_the_adaptive_limit_stays_fast() {
+    let v = json(&overload());
+    let service = 0.020;
+    assert_eq!(v["requests"], 2000, "{v}");
+    assert_eq!(num(&v["server"], "capacity_per_s"), 200.0);
+
+    let none = variant(&v, "none");
+    assert_eq!(none["shed"], 0, "{none}");
+    // Every request waits behind all before it: seconds, not milliseconds.
+    assert!(num(none, "latency_p99_s") > 30.0 * service, "{none}");
+    assert!(num(none, "queue_max") > 1000.0, "{none}");
+
+    let auto = variant(&v, "auto");
+    let p99 = num(auto, "latency_p99_s");
+    let goodput = num(auto, "goodput_per_s");
+    println!(
+        "auto: p50 {} p99 {p99} goodput {goodput}/s; none: p99 {}",
+        num(auto, "latency_p50_s"),
+        num(none, "latency_p99_s")
+    );
+    assert!(p99 <= 3.0 * service, "{auto}");
+    assert!(goodput >= 0.8 * 200.0, "{auto}");
+    assert!(num(auto, "shed") > 0.0, "{auto}");
+    // It learned its limit from 20 down toward the 4 workers.
+    assert_eq!(auto["limit_over_time"][0][1], 20, "{auto}");
+    let limit = num(auto, "limit");
+    assert!((4.0..=10.0).contains(&limit), "{auto}");
+
+    let fixed = variant(&v, "fixed:4");
+    // Four in flight on four workers: nobody queues.
+    assert!(
+        (service..=1.05 * service).contains(&num(fixed, "latency_p99_s")),
+        "{fixed}"
+    );
+    assert_eq!(fixed["queue_max"], 0, "{fixed}");
+    assert!(num(fixed, "goodput_per_s") >= 0.95 * 200.0, "{fixed}");
+    assert_eq!(fixed["limit_min"], 4);
+    assert_eq!(fixed["limit_max"], 4);
+}
+
+/// Whitespace-separated cells of the table's row for `name`.
+fn row(text: &str, name: &str) -> Vec<String> {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in {text}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_table_numbers_parse_back_to_the_json_ones() {
+    let text = run_ok(&overload());
+    let v = json(&overload());
+    let header = row(&text, "concurrency");
+    assert_eq!(
+        header.join(" "),
+        "concurrency admitted shed served/s p50 ms p99 ms max ms queue max limit min..max"
+    );
+    for name in ["none", "fixed:4", "auto"] {
+        let cells = row(&text, name);
+        assert_eq!(cells.len(), 10, "{cells:?}");
+        let j = variant(&v, name);
+        let n = |i: usize| -> f64 {
+            cells[i]
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: cell {i} {:?} is a number", cells[i]))
+        };
+        assert_eq!(n(1), num(j, "admitted"), "{name}");
+        assert_eq!(n(2), num(j, "shed"), "{name}");
+        assert!((n(3) - num(j, "goodput_per_s")).abs() <= 0.05, "{name}");
+        for (i, field) in [
+            (4, "latency_p50_s"),
+            (5, "latency_p99_s"),
+            (6, "latency_max_s"),
+        ] {
+            assert!(
+                (n(i) - 1e3 * num(j, field)).abs() <= 0.05,
+                "{name} {field}: {} vs {}",
+                cells[i],
+                j[field]
+            );
+        }
+        assert_eq!(n(7), num(j, "queue_max"), "{name}");
+        if name == "none" {
+            assert_eq!(&cells[8..], ["-", "-"], "{name}");
+        } else {
+            assert_eq!(n(8), num(j, "limit"), "{name}");
+            assert_eq!(
+                cells[9],
+                format!("{}..{}", j["limit_min"], j["limit_max"]),
+                "{name}"
+            );
+        }
+    }
+    // The adaptive limit over time, as printed, starts at 20 and ends at
+    // the JSON's last limit.
+    let at = text.find("auto limit over time:").expect("the limit's row");
+    let limits: Vec<u64> = text[at..]
+        .lines()
+        .find(|l| l.trim_start().starts_with("limit"))
+        .expect("limit line")
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().expect("a limit"))
+        .collect();
+    assert_eq!(limits.len(), 11, "{text}");
+    assert_eq!(limits[0], 20);
+    let auto = variant(&v, "auto");
+    assert_eq!(limits[10] as f64, num(auto, "limit"), "{text}");
+}
+
+/// The auto variant's limit over time: `(t in s, limit)`.
+fn limits(v: &Value) -> Vec<(f64, u64)> {
+    variant(v, "auto")["limit_over_time"]
+        .as_array()
+        .expect("limit_over_time")
+        .iter()
+        .map(|p| (p[0].as_f64().unwrap(), p[1].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_slowdown_makes_the_adaptive_limit_fall() {
+    // 150 requests/s fit 4 workers of 20 ms (200/s) but not of 40 ms.
+    let base = [
+        "simulate",
+        "--traffic",
+        "steady:150/s",
+        "--duration",
+        "8s",
+        "--service-time",
+        "20ms",
+        "--workers",
+        "4",
+        "--concurrency",
+        "auto",
+    ];
+    let steady = json(&base);
+    assert_eq!(limits(&steady), [(0.0, 20)], "no overload, no move");
+    assert_eq!(variant(&steady, "auto")["shed"], 0);
+
+    let mut slowed = base.to_vec();
+    slowed.extend(["--slowdown", "4s:2x"]);
+    let v = json(&slowed);
+    assert_eq!(v["server"]["slowdown"][0]["factor"], 2.0);
+    let moves = limits(&v);
+    assert!(
+        moves.iter().all(|&(t, l)| t >= 4.0 || l == 20),
+        "the limit moved before the slowdown: {moves:?}"
+    );
+    let lowest = moves.iter().map(|m| m.1).min().unwrap();
+    assert!(lowest <= 10, "the limit did not fall: {moves:?}");
+    let auto = variant(&v, "auto");
+    assert!(num(auto, "shed") > 0.0, "{auto}");
+    // Deterministic: the same flags give the same numbers.
+    assert_eq!(json(&slowed), v);
+}
+
+#[test]
+fn jitter_is_seeded() {
+    let args = |seed: &'static str| {
+        [
+            "simulate",
+            "--traffic",
+            "poisson:150/s",
+            "--duration",
+            "3s",
+            "--service-time",
+            "20ms",
+            "--workers",
+            "4",
+            "--jitter",
+            "0.5",
+            "--seed",
+            seed,
+        ]
+    };
+    let a = json(&args("7"));
+    assert_eq!(json(&args("7")), a);
+    let b = json(&args("8"));
+    assert_ne!(a["variants"], b["variants"]);
+    assert_eq!(a["server"]["jitter"], 0.5);
+    // Services of 10 to 30 ms; some requests queue at 150/s on 4 workers.
+    let none = variant(&a, "none");
+    let p50 = num(none, "latency_p50_s");
+    assert!((0.010..=0.030).contains(&p50), "{none}");
+    assert!(num(none, "latency_max_s") > 0.030, "{none}");
+}
+
+#[test]
+fn a_traffic_file_goes_to_the_server_model_too() {
+    let csv = scratch("burst.csv");
+    // Ten requests at once, then one a second later.
+    let mut rows = String::from("timestamp,key\n");
+    for _ in 0..10 {
+        rows.push_str("0,a\n");
+    }
+    rows.push_str("1,a\n");
+    std::fs::write(&csv, rows).unwrap();
+    let v = json(&[
+        "simulate",
+        "--traffic",
+        csv.to_str().unwrap(),
+        "--service-time",
+        "100ms",
+        "--workers",
+        "2",
+        "--concurrency",
+        "none,fixed:4",
+    ]);
+    let none = variant(&v, "none");
+    // Five rounds of two: the last pair answers after 500 ms.
+    assert_eq!(none["admitted"], 11);
+    assert_eq!(none["queue_max"], 8);
+    assert_eq!(num(none, "latency_max_s"), 0.5);
+    let fixed = variant(&v, "fixed:4");
+    assert_eq!(
+        (fixed["admitted"].as_u64(), fixed["shed"].as_u64()),
+        (Some(5), Some(6))
+    );
+    assert_eq!(num(fixed, "latency_max_s"), 0.2);
+}
+
+#[test]
+fn the_chart_has_one_panel_per_variant() {
+    let svg = scratch("server.svg");
+    let mut args = overload();
+    args.extend(["--chart", svg.to_str().unwrap()]);
+    let out = run_ok(&args);
+    assert!(out.contains(&format!("plot: {}", svg.display())), "{out}");
+    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
+    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    for name in ["none:", "fixed:4:", "auto:"] {
+        assert!(
+            texts.iter().any(|t| t.starts_with(name)),
+            "no panel for {name}"
+        );
+    }
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("1198 shed") || t.contains(" shed,"))
+    );
+    let polylines = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .count();
+    // Per panel: 3x the service time, p99, in flight; a limit for two.
+    assert!(polylines >= 11, "{polylines} lines drawn");
+}
+
+#[test]
+fn the_help_names_the_server_model() {
+    let help = run_ok(&["simulate", "--help"]);
+    for flag in [
+        "Server model",
+        "--service-time",
+        "--workers",
+        "--concurrency",
+        "--slowdown",
+        "--jitter",
+        "--warmup",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from {help}");
+    }
+}
+
+#[test]
+fn bad_server_input_is_one_line_naming_the_value() {
+    let with = |extra: &[&'static str]| {
+        let mut a = vec!["simulate", "--traffic", "steady:10/s", "--duration", "2s"];
+        a.extend_from_slice(extra);
+        a
+    };
+    for (extra, needle) in [
+        (
+            &["--service-time", "20ms", "--workers", "0"][..],
+            "--workers: \"0\" must be a whole number of at least 1",
+        ),
+        (&["--service-time", "20ms", "--workers", "-3"], "\"-3\""),
+        (
+            &["--service-time", "-20ms"],
+            "--service-time: \"-20ms\" must be more than 0",
+        ),
+        (&["--service-time", "NaN"], "--service-time: \"NaN\""),
+        (&["--service-time", "0ms"], "--service-time: \"0ms\""),
+        (
+            &["--service-time", "20ms", "--concurrency", "none,magic"],
+            "unknown variant \"magic\"",
+        ),
+        (
+            &["--service-time", "20ms", "--concurrency", "fixed:0"],
+            "\"fixed:0\"",
+        ),
+        (
+            &[
+                "--service-time",
+                "20ms",
+                "--concurrency",
+                "auto:max=1,min=5",
+            ],
+            "max_limit",
+        ),
+        (
+            &["--service-time", "20ms", "--slowdown", "4s:-1x"],
+            "factor \"-1x\"",
+        ),
+        (
+            &["--service-time", "20ms", "--jitter", "1.5"],
+            "--jitter: \"1.5\"",
+        ),
+        (
+            &["--service-time", "20ms", "--warmup", "5s"],
+            "--warmup \"5s\": must be shorter than the traffic's 2s",
+        ),
+        (
+            &["--workers", "4"],
+            "--workers is part of the server model: give --service-time too",
+        ),
+        (
+            &["--concurrency", "auto"],
+            "--concurrency is part of the server model",
+        ),
+        (
+            &["--service-time", "20ms", "--rate", "10/s"],
+            "--rate is for the rate limits",
+        ),
+        (
+            &["--service-time", "20ms", "--algorithm", "token-bucket"],
+            "--algorithm is for the rate limits",
+        ),
+        (&["--service-time", "20ms", "--plot", "out.png"], "PNG"),
+    ] {
+        assert_usage_error(&with(extra), needle);
+    }
+}
