@@ -1489,17 +1489,17 @@ export interface ConcurrencyState {
   adaptive: boolean
   /**
    * The adaptive limit's baseline latency in milliseconds (the mean of
-   * requests that entered alone; 0 before the first window); `null` for
+   * requests that entered alone; 0 before the first window); absent for
    * a fixed limit.
    */
   baselineMs?: number
   /**
-   * The last window's mean latency in milliseconds; `null` for a fixed
+   * The last window's mean latency in milliseconds; absent for a fixed
    * limit.
    */
   recentMs?: number
   /**
-   * Windows of samples the adaptive limit has measured; `null` for a
+   * Windows of samples the adaptive limit has measured; absent for a
    * fixed limit.
    */
   windows?: number

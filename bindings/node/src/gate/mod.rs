@@ -57,13 +57,13 @@ pub struct ConcurrencyState {
     /// Whether the limit is learned from latency (`concurrencyLimit: 'auto'`).
     pub adaptive: bool,
     /// The adaptive limit's baseline latency in milliseconds (the mean of
-    /// requests that entered alone; 0 before the first window); `null` for
+    /// requests that entered alone; 0 before the first window); absent for
     /// a fixed limit.
     pub baseline_ms: Option<f64>,
-    /// The last window's mean latency in milliseconds; `null` for a fixed
+    /// The last window's mean latency in milliseconds; absent for a fixed
     /// limit.
     pub recent_ms: Option<f64>,
-    /// Windows of samples the adaptive limit has measured; `null` for a
+    /// Windows of samples the adaptive limit has measured; absent for a
     /// fixed limit.
     pub windows: Option<f64>,
 }
