@@ -9,7 +9,9 @@
 //!     target/release/examples/http_layer_instructions layer 100000
 //! ```
 //!
-//! Modes: `bare`, `layer` (draft quota headers), `layer_no_headers`. Only
+//! Modes: `bare`, `layer` (draft quota headers, a fixed concurrency cap),
+//! `layer_no_headers`, `layer_adaptive` (as `layer`, with the adaptive
+//! concurrency limit instead of the fixed cap). Only
 //! `measured` is counted with `--toggle-collect`: the instructions per
 //! request are its inclusive count divided by the number of requests.
 
@@ -17,7 +19,7 @@ use std::convert::Infallible;
 use std::hint::black_box;
 
 use http::{Request, Response};
-use ratebound_benches::http_layer::{Hello, keys, layer, send};
+use ratebound_benches::http_layer::{Hello, keys, layer, layer_adaptive, send};
 use ratebound_http::QuotaHeaders;
 use tower_service::Service;
 
@@ -63,6 +65,11 @@ fn main() {
             &keys,
             n,
         ),
-        other => panic!("unknown mode {other}: bare, layer or layer_no_headers"),
+        "layer_adaptive" => drive(
+            tower_layer::Layer::layer(&layer_adaptive(QuotaHeaders::Draft), Hello),
+            &keys,
+            n,
+        ),
+        other => panic!("unknown mode {other}: bare, layer, layer_no_headers or layer_adaptive"),
     }
 }

@@ -37,6 +37,20 @@ impl Service<Request<()>> for Hello {
 /// The example server's layer: two policies per `X-API-Key`, a cap of 64,
 /// `headers` for the quota fields.
 pub fn layer(headers: QuotaHeaders) -> RateLimitLayer {
+    builder(headers).concurrency_limit(64).build().expect("layer")
+}
+
+/// [`layer`] with the adaptive concurrency limit instead of the fixed cap
+/// of 64 (its default tuning: it starts at 20; one request at a time never
+/// reaches it).
+pub fn layer_adaptive(headers: QuotaHeaders) -> RateLimitLayer {
+    builder(headers)
+        .adaptive_concurrency(ratebound_http::AdaptiveConcurrency::default())
+        .build()
+        .expect("layer")
+}
+
+fn builder(headers: QuotaHeaders) -> ratebound_http::Builder {
     RateLimitLayer::builder()
         .policy(
             "burst",
@@ -44,10 +58,7 @@ pub fn layer(headers: QuotaHeaders) -> RateLimitLayer {
         )
         .policy("hourly", Quota::parse("1000000000/hour").expect("quota"))
         .key(RequestKey::header("x-api-key").expect("name"))
-        .concurrency_limit(64)
         .quota_headers(headers)
-        .build()
-        .expect("layer")
 }
 
 /// The keys the requests cycle through.
