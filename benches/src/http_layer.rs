@@ -37,7 +37,10 @@ impl Service<Request<()>> for Hello {
 /// The example server's layer: two policies per `X-API-Key`, a cap of 64,
 /// `headers` for the quota fields.
 pub fn layer(headers: QuotaHeaders) -> RateLimitLayer {
-    builder(headers).concurrency_limit(64).build().expect("layer")
+    builder(headers)
+        .concurrency_limit(64)
+        .build()
+        .expect("layer")
 }
 
 /// [`layer`] with the adaptive concurrency limit instead of the fixed cap
