@@ -2,9 +2,9 @@
 //! number, or one learned from latency (`adaptive`), with priorities.
 
 use super::adaptive::{AdaptiveConcurrency, AdaptiveState, Controller, Priority};
-use crate::{Clock, Error};
 use crate::any::AnyClock;
 use crate::sync::{AtomicUsize, Ordering};
+use crate::{Clock, Error};
 
 /// A cap on requests in flight, for load shedding: a request either gets a
 /// place at once or is refused at once (503 with `Retry-After: 1` in the
@@ -67,10 +67,7 @@ impl ConcurrencyCap {
     ///
     /// # Errors
     /// [`AdaptiveConcurrency::check`]'s.
-    pub fn adaptive(
-        config: AdaptiveConcurrency,
-        clock: AnyClock,
-    ) -> Result<ConcurrencyCap, Error> {
+    pub fn adaptive(config: AdaptiveConcurrency, clock: AnyClock) -> Result<ConcurrencyCap, Error> {
         config.check()?;
         let mut cap = ConcurrencyCap::new(config.initial_limit)?;
         cap.adaptive = Some(Box::new((Controller::new(config), clock)));
@@ -94,8 +91,6 @@ impl ConcurrencyCap {
     pub fn try_enter(&self) -> bool {
         self.try_enter_as(|| Priority::Normal).is_ok()
     }
-
-
 
     /// Takes a place for a request of the priority `priority()` tells —
     /// asked only when the requests in flight reach the background share

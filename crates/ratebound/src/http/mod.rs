@@ -13,8 +13,8 @@ mod fields;
 #[cfg(test)]
 mod tests;
 
-pub use client_ip::*;
 pub use adaptive::{AdaptiveConcurrency, AdaptiveState, Priority};
-pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION};
+pub use client_ip::*;
 pub(crate) use concurrency::concurrency_share_check;
+pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION};
 pub use fields::*;

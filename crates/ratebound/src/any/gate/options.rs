@@ -334,15 +334,15 @@ impl GateOptions {
                 self.concurrency_limit = Some(usize::try_from(limit).unwrap_or(usize::MAX));
             }
             ("concurrency_limit", Loose::Text("auto")) => {
-                self.adaptive_concurrency.get_or_insert_with(Default::default);
+                self.adaptive_concurrency
+                    .get_or_insert_with(Default::default);
             }
             ("concurrency_limit", _) => return Err(wrong("must be a whole number or \"auto\"")),
-            (
-                "concurrency_initial" | "concurrency_min" | "concurrency_max",
-                Loose::Number(n),
-            ) => {
+            ("concurrency_initial" | "concurrency_min" | "concurrency_max", Loose::Number(n)) => {
                 let n = usize::try_from(crate::any::whole(spelt, n, 1)?).unwrap_or(usize::MAX);
-                let tuning = self.adaptive_concurrency.get_or_insert_with(Default::default);
+                let tuning = self
+                    .adaptive_concurrency
+                    .get_or_insert_with(Default::default);
                 match snake {
                     "concurrency_initial" => tuning.initial_limit = n,
                     "concurrency_min" => tuning.min_limit = n,
@@ -357,7 +357,9 @@ impl GateOptions {
                         reason: "must be a finite number of at least 1",
                     });
                 }
-                let tuning = self.adaptive_concurrency.get_or_insert_with(Default::default);
+                let tuning = self
+                    .adaptive_concurrency
+                    .get_or_insert_with(Default::default);
                 tuning.tolerance = n;
             }
             ("background_fraction", Loose::Number(n)) => {
@@ -366,8 +368,13 @@ impl GateOptions {
             }
             ("missing_key", _) => return Err(wrong("must be \"ip\", \"shared\" or a status")),
             (
-                "ipv6_prefix" | "max_keys" | "concurrency_initial" | "concurrency_min"
-                | "concurrency_max" | "concurrency_tolerance" | "background_fraction",
+                "ipv6_prefix"
+                | "max_keys"
+                | "concurrency_initial"
+                | "concurrency_min"
+                | "concurrency_max"
+                | "concurrency_tolerance"
+                | "background_fraction",
                 Loose::Text(_) | Loose::List(_) | Loose::Bool(_),
             ) => {
                 return Err(wrong("must be a number"));
