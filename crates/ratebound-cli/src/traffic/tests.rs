@@ -247,3 +247,24 @@ fn the_boundary_shape_is_bounded() {
     let fits = ShapeArgs { limit: 3, ..args };
     assert_eq!(shape("boundary", &fits).unwrap().events.len(), 6);
 }
+
+#[test]
+fn a_steady_shape_makes_rate_times_duration_requests() {
+    let args = |secs: u64| ShapeArgs {
+        duration: secs * SECOND,
+        seed: 1,
+        limit: 1,
+        window: SECOND,
+        rate: 1.0,
+    };
+    for (spec, secs, want) in [
+        ("steady:150/s", 12, 1800),
+        ("steady:500/s", 4, 2000),
+        ("steady:3/s", 7, 21),
+        ("steady:7/min", 60, 7),
+    ] {
+        let t = shape(spec, &args(secs)).unwrap();
+        assert_eq!(t.events.len(), want, "{spec} for {secs} s");
+        assert!(t.events.last().unwrap().t < secs * SECOND, "{spec}");
+    }
+}
