@@ -113,6 +113,12 @@ enum Command {
     /// Replays traffic against one or all algorithms on a manual clock — or,
     /// with --service-time, sends it to a server model behind no cap, a
     /// fixed concurrency cap and the adaptive limit, side by side.
+    #[command(after_help = "Examples:\n  \
+        ratebound simulate --traffic boundary --limit 100 --window 60s\n  \
+        ratebound simulate --traffic access.csv --rate \"10/s burst 20\" --plot out.svg\n  \
+        # 4 workers of 20 ms (200/s) under 500/s: no cap, a cap of 4, the adaptive limit\n  \
+        ratebound simulate --traffic steady:500/s --duration 4s --service-time 20ms \\\n    \
+        --workers 4 --concurrency none,fixed:4,auto --warmup 1s --chart server.svg")]
     Simulate(Box<SimulateArgs>),
     /// Shows a global limit's state in Redis (tokens, TAT, TTL).
     Inspect(InspectArgs),
@@ -162,7 +168,7 @@ struct SimulateArgs {
     /// How long the built-in shapes run.
     #[arg(long, default_value = "60s", allow_hyphen_values = true)]
     duration: String,
-    /// The seed of poisson traffic.
+    /// The seed of poisson traffic and of --jitter.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// One limiter for all keys (a global limit) instead of one per key.
