@@ -437,6 +437,43 @@ def test_middleware_sheds_and_gives_places_back(urls: Callable[..., str], transp
     assert [e.outcome for e in events] == ["allowed"] * 4 + ["shed", "allowed", "allowed"]
 
 
+def priority_from_header(request: HttpRequest) -> str:
+    return request.headers.get("x-priority", "normal")
+
+
+@pytest.mark.parametrize("transport", MODES)
+def test_middleware_priorities(urls: Callable[..., str], transport: str) -> None:
+    events: list[rb.RateLimitEvent] = []
+    options = {
+        "rate": 100, "concurrency_limit": 2, "priority": f"{__name__}.priority_from_header",
+        "on_decision": events.append,
+    }
+    with site(urls, transport, **options) as client:
+
+        def status(priority: str) -> int:
+            return int(client.get("/", headers={"x-priority": priority}).status_code)
+
+        first = client.get("/stream")  # holds a place until its body is sent
+        assert status("background") == 503  # the share (2 x 0.5) is taken
+        assert status("normal") == 200
+        second = client.get("/stream")
+        assert [status("normal"), status("critical"), status("background")] == [503, 200, 503]
+        assert body_of(first) + body_of(second) == b"chunk 1 chunk 2" * 2
+        assert status("background") == 200  # every place back
+    shed = [e.priority for e in events if e.outcome == "shed"]
+    assert shed == ["background", "normal", "background"]
+
+
+@pytest.mark.parametrize("transport", MODES)
+def test_middleware_adaptive_limit_from_settings(urls: Callable[..., str], transport: str) -> None:
+    options = {"rate": 100, "concurrency_limit": "auto", "concurrency_max": 50, "priority": "background"}
+    with site(urls, transport, **options) as client:
+        # The limit starts at 20: a background request alone is far below its share.
+        assert [client.get("/").status_code for _ in range(3)] == [200] * 3
+        streaming = client.get("/stream")
+        assert body_of(streaming) == b"chunk 1 chunk 2"
+
+
 @pytest.mark.parametrize("transport", MODES)
 def test_middleware_with_a_shared_limit(urls: Callable[..., str], transport: str, tmp_path: Any) -> None:
     clock = rb.ManualClock()
@@ -460,6 +497,11 @@ def test_middleware_with_a_shared_limit(urls: Callable[..., str], transport: str
         ({"rate": 5, "exempt": ["/health", 7]}, "exempt lists path prefixes and URL names", None),
         ({"rate": 5, "key": user_key, "key_header": "x-api-key"}, 'given more than once": give the key once: key ("ip", a header name or a function of the request) or key_header', TypeError),
         ("10/s", "settings.RATEBOUND is a dict of options, not str", None),
+        ({"rate": 5, "concurrency_limit": "auto", "priority": "urgent"}, 'invalid priority "urgent": is "critical"', rb.ConfigError),
+        ({"rate": 5, "concurrency_limit": 4, "priority": "nowhere.priority_of"}, "priority 'nowhere.priority_of' cannot be imported", ImportError),
+        ({"rate": 5, "concurrency_limit": "auto", "concurrency_tolerance": float("nan")}, "invalid concurrency_tolerance NaN", rb.QuotaError),
+        ({"rate": 5, "concurrency_limit": 4, "concurrency_min": 2}, 'invalid concurrency_limit "4": is a fixed number', rb.ConfigError),
+        ({"rate": 5, "background_fraction": 0.2}, 'invalid background_fraction "0.2"', rb.ConfigError),
     ],
 )
 def test_middleware_bad_settings_fail_at_startup(ratebound: Any, message: str, cause: Any) -> None:
