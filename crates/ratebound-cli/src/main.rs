@@ -207,6 +207,14 @@ struct SimulateArgs {
     /// served/s (the adaptive limit learns meanwhile).
     #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
     warmup: Option<String>,
+    /// Mark shares of the requests critical (never shed) or background
+    /// (shed first), drawn with --seed; the rest is normal:
+    /// background=50%,critical=5%.
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    priorities: Option<String>,
+    /// The share of the limit background requests may fill (default 0.5).
+    #[arg(long, allow_hyphen_values = true, help_heading = "Server model")]
+    background_fraction: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -378,6 +386,8 @@ fn server_model(args: &SimulateArgs) -> Result<Option<server::Server>, CliError>
             ("--slowdown", args.slowdown.is_some()),
             ("--jitter", args.jitter.is_some()),
             ("--warmup", args.warmup.is_some()),
+            ("--priorities", args.priorities.is_some()),
+            ("--background-fraction", args.background_fraction.is_some()),
             ("--concurrency", args.concurrency.is_some()),
         ];
         if let Some((flag, _)) = given.iter().find(|g| g.1) {
@@ -429,6 +439,16 @@ fn server_model(args: &SimulateArgs) -> Result<Option<server::Server>, CliError>
             .map(|w| parse_duration(w, "--warmup"))
             .transpose()?
             .unwrap_or(0),
+        mix: args
+            .priorities
+            .as_deref()
+            .map(server::parse_priorities)
+            .transpose()?,
+        background_fraction: args
+            .background_fraction
+            .as_deref()
+            .map(server::parse_background_fraction)
+            .transpose()?,
     }))
 }
 

@@ -355,6 +355,60 @@ fn the_chart_has_one_panel_per_variant() {
 }
 
 #[test]
+fn background_requests_are_shed_first_and_critical_ones_never() {
+    let mut args = overload();
+    args.extend(["--priorities", "background=50%,critical=5%"]);
+    let v = json(&args);
+    assert_eq!(v["server"]["priorities"]["background"], 0.5);
+    for name in ["fixed:4", "auto"] {
+        let by = &variant(&v, name)["by_priority"];
+        let count = |p: &str, f: &str| num(&by[p], f);
+        let total: f64 = ["critical", "normal", "background"]
+            .iter()
+            .map(|p| count(p, "requests"))
+            .sum();
+        assert_eq!(total, 2000.0, "{by}");
+        // Drawn with the seed: about half background, a twentieth critical.
+        assert!(
+            (900.0..1100.0).contains(&count("background", "requests")),
+            "{by}"
+        );
+        assert!(
+            (60.0..140.0).contains(&count("critical", "requests")),
+            "{by}"
+        );
+        assert_eq!(count("critical", "shed"), 0.0, "{name}: {by}");
+        assert_eq!(count("critical", "admitted"), count("critical", "requests"));
+        let rate = |p: &str| count(p, "admitted") / count(p, "requests");
+        assert!(
+            rate("normal") >= 2.0 * rate("background"),
+            "{name}: normal {} vs background {}",
+            rate("normal"),
+            rate("background")
+        );
+    }
+    let auto = variant(&v, "auto");
+    assert!(num(auto, "latency_p99_s") <= 3.0 * 0.020, "{auto}");
+    // Without a cap nothing is shed, whatever its priority.
+    assert_eq!(variant(&v, "none")["shed"], 0);
+    // The table shows the same breakdown.
+    let text = run_ok(&args);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("auto") && l.contains("critical"))
+        .unwrap_or_else(|| panic!("no auto critical row in {text}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    let critical = &variant(&v, "auto")["by_priority"]["critical"];
+    assert_eq!(cells[2].parse::<f64>().unwrap(), num(critical, "requests"));
+    assert_eq!(cells[4], "0", "{line}");
+    // A background share of the limit of 0 sheds every background request.
+    args.extend(["--background-fraction", "0"]);
+    let v = json(&args);
+    let bg = &variant(&v, "auto")["by_priority"]["background"];
+    assert_eq!(bg["admitted"], 0, "{bg}");
+}
+
+#[test]
 fn the_help_names_the_server_model() {
     let help = run_ok(&["simulate", "--help"]);
     for flag in [
@@ -365,6 +419,8 @@ fn the_help_names_the_server_model() {
         "--slowdown",
         "--jitter",
         "--warmup",
+        "--priorities",
+        "--background-fraction",
     ] {
         assert!(help.contains(flag), "{flag} missing from {help}");
     }
@@ -435,6 +491,35 @@ fn bad_server_input_is_one_line_naming_the_value() {
             "--algorithm is for the rate limits",
         ),
         (&["--service-time", "20ms", "--plot", "out.png"], "PNG"),
+        (
+            &["--service-time", "20ms", "--priorities", "normal=5%"],
+            "\"normal\" is not critical or background",
+        ),
+        (
+            &["--service-time", "20ms", "--priorities", "background=150%"],
+            "\"150%\" must be a share",
+        ),
+        (
+            &["--service-time", "20ms", "--priorities", "background=NaN"],
+            "\"NaN\" must be a share",
+        ),
+        (
+            &[
+                "--service-time",
+                "20ms",
+                "--priorities",
+                "critical=60%,background=0.6",
+            ],
+            "adds up to more than 100 %",
+        ),
+        (
+            &["--service-time", "20ms", "--background-fraction", "2"],
+            "--background-fraction: \"2\"",
+        ),
+        (
+            &["--priorities", "background=50%"],
+            "--priorities is part of the server model",
+        ),
     ] {
         assert_usage_error(&with(extra), needle);
     }

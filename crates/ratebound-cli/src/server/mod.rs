@@ -9,7 +9,10 @@
 //! core's [`ConcurrencyCap`] — the code a front door runs in production. A
 //! request holds its place from its admission (before it queues for a
 //! worker) to its completion, as a middleware holds it around a handler
-//! that waits for a pool; its latency is queueing plus service.
+//! that waits for a pool; its latency is queueing plus service. With a
+//! `--priorities` mix, each request asks for its place as critical, normal
+//! or background: a critical one refused a place is served without one,
+//! as the front doors do.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -26,7 +29,10 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-pub use parse::{DEFAULT_VARIANTS, parse_jitter, parse_slowdown, parse_variants};
+pub use parse::{
+    DEFAULT_VARIANTS, parse_background_fraction, parse_jitter, parse_priorities, parse_slowdown,
+    parse_variants,
+};
 pub use report::{json, table};
 
 /// The server: how many requests it serves at once and for how long.
@@ -46,6 +52,31 @@ pub struct Server {
     /// Requests arriving before this (ns) are left out of the latencies,
     /// and completions before it out of the goodput.
     pub warmup: u64,
+    /// The requests' priorities (`None`: all normal, and no breakdown).
+    pub mix: Option<Mix>,
+    /// The share of the limit background requests may fill (the core's
+    /// default, ½, when `None`).
+    pub background_fraction: Option<f64>,
+}
+
+/// Which share of the requests is critical and which background (the rest
+/// is normal); each request draws its priority from the seed, the same in
+/// every variant.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Mix {
+    pub critical: f64,
+    pub background: f64,
+}
+
+/// The priorities in the order they are reported.
+pub const PRIORITIES: [Priority; 3] = [Priority::Critical, Priority::Normal, Priority::Background];
+
+fn slot(p: Priority) -> usize {
+    match p {
+        Priority::Critical => 0,
+        Priority::Normal => 1,
+        Priority::Background => 2,
+    }
 }
 
 impl Server {
@@ -70,6 +101,26 @@ impl Server {
             1.0
         };
         (self.service as f64 * factor * jitter).clamp(1.0, MAX_SPAN as f64) as u64
+    }
+
+    /// The priority of request `i`.
+    pub fn priority(&self, i: usize) -> Priority {
+        let Some(mix) = self.mix else {
+            return Priority::Normal;
+        };
+        // A draw of its own, independent of the jitter's.
+        let mut rng = SplitMix::new(
+            (self.seed ^ 0x6A09_E667_F3BC_C908)
+                .wrapping_add((i as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25)),
+        );
+        let u = rng.unit();
+        if u <= mix.critical {
+            Priority::Critical
+        } else if u <= mix.critical + mix.background {
+            Priority::Background
+        } else {
+            Priority::Normal
+        }
     }
 }
 
@@ -128,6 +179,21 @@ pub struct Run {
     pub limits: Vec<(u64, usize)>,
     pub bins: Vec<Bin>,
     pub bin_width: u64,
+    /// Per priority (critical, normal, background), with a `--priorities`
+    /// mix.
+    pub by_priority: Option<[Tally; 3]>,
+}
+
+/// The requests of one priority: how many came, were admitted (critical:
+/// with a place or without) and shed, and the latency p50/p99 of those
+/// admitted after the warm-up.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Tally {
+    pub requests: u64,
+    pub admitted: u64,
+    pub shed: u64,
+    pub p50: Option<u64>,
+    pub p99: Option<u64>,
 }
 
 impl Run {
@@ -154,13 +220,13 @@ fn pick(xs: &[u64], q: f64) -> Option<u64> {
 }
 
 /// A request in the queue or being served: its index, arrival, the cap's
-/// start reading and how many were in flight before it.
+/// start reading and how many were in flight before it — or no place (a
+/// critical request the cap was full for, or no cap).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Job {
     i: usize,
     arrival: u64,
-    start: u64,
-    before: usize,
+    place: Option<(u64, usize)>,
 }
 
 /// Marks a shed request in the latencies.
@@ -183,6 +249,14 @@ pub fn run(server: &Server, variant: &Variant, traffic: &Traffic) -> Result<Run,
             AnyClock::Manual(clock.clone()),
         )?),
     };
+    let cap = match (cap, server.background_fraction) {
+        (Some(c), Some(f)) => Some(
+            c.with_background_fraction(f)
+                .map_err(|e| CliError::new(format!("--background-fraction: {e}")))?,
+        ),
+        (c, _) => c,
+    };
+    let mut tally = [Tally::default(); 3];
     let events = &traffic.events;
     let bin_width = traffic.duration.div_ceil(BINS as u64).max(1);
     let mut bins = vec![Bin::default(); BINS];
@@ -218,8 +292,8 @@ pub fn run(server: &Server, variant: &Variant, traffic: &Traffic) -> Result<Run,
             let Some(Reverse((end, job))) = busy.pop() else {
                 break;
             };
-            if let Some(c) = &cap {
-                c.leave_after(job.start, job.before);
+            if let (Some(c), Some((start, before))) = (&cap, job.place) {
+                c.leave_after(start, before);
                 let limit = c.limit();
                 if limits.last().is_some_and(|&(_, l)| l != limit) {
                     limits.push((end, limit));
@@ -243,23 +317,31 @@ pub fn run(server: &Server, variant: &Variant, traffic: &Traffic) -> Result<Run,
         let i = next;
         next += 1;
         let bin = &mut bins[((now / bin_width) as usize).min(BINS - 1)];
-        let entered = match &cap {
-            None => Ok(0),
-            Some(c) => c.try_enter_as(|| Priority::Normal),
-        };
-        let Ok(before) = entered else {
-            shed += 1;
-            bin.shed += 1;
-            continue;
+        let priority = server.priority(i);
+        let counts = &mut tally[slot(priority)];
+        counts.requests += 1;
+        let place = match &cap {
+            None => None,
+            Some(c) => match c.try_enter_as(|| priority) {
+                Ok(before) => Some((c.start(), before)),
+                // Critical: served without a place.
+                Err(Priority::Critical) => None,
+                Err(_) => {
+                    shed += 1;
+                    bin.shed += 1;
+                    counts.shed += 1;
+                    continue;
+                }
+            },
         };
         admitted += 1;
         bin.admitted += 1;
+        counts.admitted += 1;
         in_flight += 1;
         let job = Job {
             i,
             arrival: now,
-            start: cap.as_ref().map_or(0, ConcurrencyCap::start),
-            before,
+            place,
         };
         if idle > 0 {
             idle -= 1;
@@ -297,6 +379,17 @@ pub fn run(server: &Server, variant: &Variant, traffic: &Traffic) -> Result<Run,
         from = to;
     }
     let first = events.partition_point(|e| e.t < server.warmup);
+    if server.mix.is_some() {
+        for (k, t) in tally.iter_mut().enumerate() {
+            let mut xs: Vec<u64> = (first..events.len())
+                .filter(|&i| latency[i] != SHED && slot(server.priority(i)) == k)
+                .map(|i| latency[i])
+                .collect();
+            xs.sort_unstable();
+            t.p50 = pick(&xs, 0.50);
+            t.p99 = pick(&xs, 0.99);
+        }
+    }
     let mut measured: Vec<u64> = latency[first..]
         .iter()
         .copied()
@@ -317,5 +410,6 @@ pub fn run(server: &Server, variant: &Variant, traffic: &Traffic) -> Result<Run,
         limits,
         bins,
         bin_width,
+        by_priority: server.mix.map(|_| tally),
     })
 }

@@ -2,7 +2,7 @@
 
 use ratebound::http::AdaptiveConcurrency;
 
-use super::{Cap, Variant};
+use super::{Cap, Mix, Variant};
 use crate::{CliError, Shown};
 
 /// The `--concurrency` text that is the default: no cap against the
@@ -176,4 +176,64 @@ pub fn parse_jitter(text: &str) -> Result<f64, CliError> {
                 Shown(text)
             ))
         })
+}
+
+/// A share: `50%` or `0.5`, from 0 to 1.
+fn share(text: &str, what: &str) -> Result<f64, CliError> {
+    let t = text.trim();
+    let value = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => t.parse::<f64>(),
+    };
+    value
+        .ok()
+        .filter(|v| (0.0..=1.0).contains(v))
+        .ok_or_else(|| {
+            CliError::new(format!(
+                "{what}: {} must be a share from 0 to 1 or 0% to 100%",
+                Shown(text)
+            ))
+        })
+}
+
+/// `--priorities critical=5%,background=50%`: which share of the requests
+/// is critical and which background; the rest is normal.
+///
+/// # Errors
+/// A name other than critical or background (normal is the rest), a share
+/// outside 0–100 %, or shares that add up to more than 100 %.
+pub fn parse_priorities(spec: &str) -> Result<Mix, CliError> {
+    let mut mix = Mix::default();
+    for item in spec.split(',').map(str::trim) {
+        let (name, value) = item.split_once('=').ok_or_else(|| {
+            CliError::new(format!(
+                "--priorities: {} is not PRIORITY=SHARE, e.g. background=50%",
+                Shown(item)
+            ))
+        })?;
+        let value = share(value, "--priorities")?;
+        match name.trim() {
+            "critical" => mix.critical = value,
+            "background" => mix.background = value,
+            other => {
+                return Err(CliError::new(format!(
+                    "--priorities: {} is not critical or background (normal is the rest)",
+                    Shown(other)
+                )));
+            }
+        }
+    }
+    if mix.critical + mix.background > 1.0 + 1e-9 {
+        return Err(CliError::new(format!(
+            "--priorities: {} adds up to more than 100 %",
+            Shown(spec)
+        )));
+    }
+    Ok(mix)
+}
+
+/// `--background-fraction F`: the share of the limit background requests
+/// may fill, 0 to 1.
+pub fn parse_background_fraction(text: &str) -> Result<f64, CliError> {
+    share(text, "--background-fraction")
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Run, Server};
+use super::{PRIORITIES, Run, Server};
 use crate::show_duration;
 use crate::traffic::Traffic;
 
@@ -98,6 +98,36 @@ pub fn table(traffic: &Traffic, server: &Server, runs: &[Run]) -> String {
             range,
         );
     }
+    if let Some(mix) = server.mix {
+        let _ = writeln!(
+            out,
+            "\nby priority ({:.0} % critical, {:.0} % background, the rest normal; background \
+             admitted below {} of the limit):",
+            mix.critical * 100.0,
+            mix.background * 100.0,
+            server.background_fraction.unwrap_or(0.5)
+        );
+        let _ = writeln!(
+            out,
+            "{:<width$} {:<10} {:>9} {:>9} {:>9} {:>8} {:>8}",
+            "concurrency", "priority", "requests", "admitted", "shed", "p50 ms", "p99 ms",
+        );
+        for r in runs {
+            for (p, t) in PRIORITIES.iter().zip(r.by_priority.iter().flatten()) {
+                let _ = writeln!(
+                    out,
+                    "{:<width$} {:<10} {:>9} {:>9} {:>9} {:>8} {:>8}",
+                    r.name,
+                    p.as_str(),
+                    t.requests,
+                    t.admitted,
+                    t.shed,
+                    ms(t.p50),
+                    ms(t.p99),
+                );
+            }
+        }
+    }
     for r in runs.iter().filter(|r| r.limits.len() > 1) {
         let samples = limit_samples(r, traffic.duration, 10);
         let _ = writeln!(out, "\n{} limit over time:", r.name);
@@ -135,6 +165,11 @@ pub fn json(traffic: &Traffic, server: &Server, runs: &[Run]) -> serde_json::Val
             "jitter": server.jitter,
             "seed": server.seed,
             "warmup_s": server.warmup as f64 / 1e9,
+            "priorities": server.mix.map(|m| serde_json::json!({
+                "critical": m.critical,
+                "background": m.background,
+            })),
+            "background_fraction": server.background_fraction.unwrap_or(0.5),
         },
         "variants": runs.iter().map(|r| serde_json::json!({
             "concurrency": r.name,
@@ -152,6 +187,15 @@ pub fn json(traffic: &Traffic, server: &Server, runs: &[Run]) -> serde_json::Val
             "limit_over_time": r.limits.iter()
                 .map(|&(t, l)| serde_json::json!([t as f64 / 1e9, l]))
                 .collect::<Vec<_>>(),
+            "by_priority": r.by_priority.map(|tallies| {
+                PRIORITIES.iter().zip(tallies).map(|(p, t)| (p.as_str().to_string(), serde_json::json!({
+                    "requests": t.requests,
+                    "admitted": t.admitted,
+                    "shed": t.shed,
+                    "latency_p50_s": secs(t.p50),
+                    "latency_p99_s": secs(t.p99),
+                }))).collect::<serde_json::Map<_, _>>()
+            }),
             "bins": r.bins.iter().enumerate().map(|(k, b)| serde_json::json!({
                 "from_s": (k as u64 * r.bin_width) as f64 / 1e9,
                 "admitted": b.admitted,

@@ -27,6 +27,8 @@ fn server(workers: usize, service_ms: u64) -> Server {
         jitter: 0.0,
         seed: 1,
         warmup: 0,
+        mix: None,
+        background_fraction: None,
     }
 }
 
@@ -125,4 +127,20 @@ fn slowdown_and_jitter_refuse_bad_values() {
         let e = parse_jitter(bad).unwrap_err().to_string();
         assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
     }
+}
+
+#[test]
+fn priorities_are_drawn_in_their_shares_from_the_seed() {
+    let mut s = server(1, 10);
+    assert_eq!(s.priority(3), Priority::Normal);
+    s.mix = Some(parse_priorities("critical=10%,background=0.3").unwrap());
+    let count = |s: &Server, p: Priority| (0..10_000).filter(|&i| s.priority(i) == p).count();
+    let critical = count(&s, Priority::Critical);
+    let background = count(&s, Priority::Background);
+    assert!((900..1100).contains(&critical), "{critical}");
+    assert!((2800..3200).contains(&background), "{background}");
+    let first: Vec<Priority> = (0..64).map(|i| s.priority(i)).collect();
+    s.seed = 2;
+    let other: Vec<Priority> = (0..64).map(|i| s.priority(i)).collect();
+    assert_ne!(first, other);
 }
