@@ -57,6 +57,22 @@ def use() -> list[object]:
 
     mw = rb.asgi.RateLimitMiddleware(asgi_app, rate="10/s", key_header="x-api-key", headers="legacy")
     wmw = rb.wsgi.RateLimitMiddleware(lambda environ, start: [b""], policies={"a": "1/s"}, max_keys=10)
+    # Adaptive load shedding: the limit learned from latency, priorities, a gauge.
+    amw = rb.asgi.RateLimitMiddleware(
+        asgi_app, rate="1000/s", concurrency_limit="auto", concurrency_max=200, concurrency_tolerance=2.0,
+        background_fraction=0.25, priority=lambda scope: "background" if scope["path"] == "/export" else "normal",
+    )
+    fixed = rb.wsgi.RateLimitMiddleware(lambda environ, start: [b""], rate=10, concurrency_limit=8, priority="critical")
+    gauge: Optional[rb.Concurrency] = amw.concurrency
+    if gauge is not None:
+        limit_now: int = gauge.limit
+        in_flight: int = gauge.in_flight
+        learned: bool = gauge.adaptive
+        baseline: Optional[float] = gauge.baseline_ms
+        recent: Optional[float] = gauge.recent_ms
+        windows: int = gauge.windows
+    shed_priority: Optional[str] = rb.RateLimitEvent("shed", None, ("default",), None, "background").priority
+    assert fixed.concurrency is not None
     try:
         tb.check(100)
     except rb.InsufficientCapacity as e:

@@ -24,6 +24,7 @@ __all__ = [
     "Gate",
     "Verdict",
     "Place",
+    "Concurrency",
     "Ask",
     "_Outbound",
     "_RedisEngine",
