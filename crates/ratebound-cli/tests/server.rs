@@ -524,3 +524,30 @@ fn bad_server_input_is_one_line_naming_the_value() {
         assert_usage_error(&with(extra), needle);
     }
 }
+
+/// The code block of the README that follows the paragraph containing
+/// `after`.
+fn readme_block(after: &str) -> String {
+    let readme = include_str!("../README.md");
+    let at = readme
+        .find(after)
+        .unwrap_or_else(|| panic!("{after:?} not in the README"));
+    let start = at + readme[at..].find("```\n").expect("a block") + 4;
+    let end = start + readme[start..].find("```").expect("its end");
+    readme[start..end].to_string()
+}
+
+#[test]
+fn the_readme_shows_what_the_overload_example_prints() {
+    let svg = scratch("readme.svg");
+    let mut args = overload();
+    args.pop();
+    args.pop();
+    args.extend(["--chart", svg.to_str().unwrap()]);
+    let out = run_ok(&args).replace(&svg.display().to_string(), "server.svg");
+    assert_eq!(
+        readme_block("The issue's overload"),
+        out,
+        "the README's server-model example changed; if on purpose, paste the new output"
+    );
+}
