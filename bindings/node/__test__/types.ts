@@ -2,6 +2,9 @@
 import {
   Admission,
   AllOf,
+  ConcurrencyState,
+  DecisionEvent,
+  Priority,
   Ask,
   Decision,
   FixedWindow,
@@ -178,6 +181,37 @@ void sharedLimits
 // A route's own limit (type-checked, not run).
 const loginHook = fastify.limit({ rate: '5/minute' })
 void loginHook.gate
+
+// Adaptive load shedding and priorities (type-checked, not run).
+const adaptive = express({
+  rate: 100,
+  concurrencyLimit: 'auto',
+  concurrencyInitial: 20,
+  concurrencyMin: 2,
+  concurrencyMax: 500,
+  concurrencyTolerance: 1.5,
+  backgroundFraction: 0.5,
+  priority: (req): Priority => (req.path.startsWith('/batch') ? 'background' : 'normal'),
+  onDecision: (e: DecisionEvent) => void (e.outcome === 'shed' && e.priority === 'background'),
+})
+const now: ConcurrencyState | null = adaptive.concurrency
+if (now !== null) void [now.limit, now.inFlight, now.adaptive, now.baselineMs, now.recentMs, now.windows]
+const routeGauge: ConcurrencyState | null = fastify.limit({ rate: 1, concurrencyLimit: 8, priority: 'background' }).concurrency
+const prioritized = new Gate(
+  { policies: [], concurrencyLimit: 'auto' },
+  { priority: () => 'critical', report: (req, outcome, by, priority) => void [outcome, by, priority] },
+)
+const shedAs: 'normal' | 'background' | undefined = prioritized.decide().priority
+const gateNow: ConcurrencyState | null = prioritized.concurrency
+const timedPlace = prioritized.admit({})
+if (timedPlace !== null && !(timedPlace instanceof Ask)) timedPlace.place?.responded()
+// @ts-expect-error: concurrencyLimit is a number or 'auto'
+express({ rate: 1, concurrencyLimit: 'fast' })
+// @ts-expect-error: a priority is 'critical', 'normal' or 'background'
+express({ rate: 1, concurrencyLimit: 8, priority: 'urgent' })
+// @ts-expect-error: the priority function returns a Priority
+express({ rate: 1, concurrencyLimit: 8, priority: () => 3 })
+void [routeGauge, shedAs, gateNow]
 
 // Metrics (type-checked, not run).
 const counted = express({ rate: 5, label: 'login', onDecision: (e) => void [e.outcome, e.policy, e.policies.length, e.label] })
