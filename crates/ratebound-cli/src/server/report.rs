@@ -11,9 +11,10 @@ fn ms(nanos: Option<u64>) -> String {
     nanos.map_or("-".to_string(), |n| format!("{:.1}", n as f64 / 1e6))
 }
 
-/// About `n` evenly spaced readings of a run's limit: `(t, limit)`.
+/// About `n` evenly spaced readings of a run's limit: `(t, limit)`
+/// (a round step: 1, 2, 4 or 5 × 10^k ns).
 pub fn limit_samples(run: &Run, span: u64, n: u64) -> Vec<(u64, usize)> {
-    let step = span.div_ceil(n.max(1)).max(1);
+    let step = round_step(span.div_ceil(n.max(1)).max(1));
     let mut out = Vec::new();
     let mut t = 0;
     let mut k = 0;
@@ -25,6 +26,22 @@ pub fn limit_samples(run: &Run, span: u64, n: u64) -> Vec<(u64, usize)> {
         t = t.saturating_add(step);
     }
     out
+}
+
+/// The smallest of 1, 2, 4 or 5 × 10^k that is at least `raw`.
+pub(super) fn round_step(raw: u64) -> u64 {
+    let mut power: u64 = 1;
+    // 10^19 is the last power of ten in a u64: at most 20 rounds.
+    for _ in 0..20 {
+        for m in [1, 2, 4, 5] {
+            let step = power.saturating_mul(m);
+            if step >= raw {
+                return step;
+            }
+        }
+        power = power.saturating_mul(10);
+    }
+    raw
 }
 
 /// The header and the summary table.

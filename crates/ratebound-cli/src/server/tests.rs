@@ -144,3 +144,12 @@ fn priorities_are_drawn_in_their_shares_from_the_seed() {
     let other: Vec<Priority> = (0..64).map(|i| s.priority(i)).collect();
     assert_ne!(first, other);
 }
+
+#[test]
+fn the_limit_is_shown_at_round_times() {
+    assert_eq!(super::report::round_step(1), 1);
+    assert_eq!(super::report::round_step(400_000_000), 400_000_000);
+    assert_eq!(super::report::round_step(1_200_000_000), 2_000_000_000);
+    assert_eq!(super::report::round_step(49_992_000_000), 50_000_000_000);
+    assert_eq!(super::report::round_step(u64::MAX), u64::MAX);
+}
