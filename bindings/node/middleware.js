@@ -262,12 +262,17 @@ module.exports = function middleware(native, policyFields) {
   }
 
   // The place's request timed when the response's head is written: Node
-  // writes it through writeHead (res.end() and Fastify call it too), once.
+  // writes it through writeHead (res.end() and Fastify call it too). The
+  // wrapper stays (another middleware may have wrapped it in turn) and
+  // times once.
   function timeAtHead(r, place) {
     const writeHead = r.writeHead
+    let pending = true
     r.writeHead = function (...args) {
-      r.writeHead = writeHead
-      place.responded()
+      if (pending) {
+        pending = false
+        place.responded()
+      }
       return writeHead.apply(this, args)
     }
   }

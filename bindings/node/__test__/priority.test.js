@@ -93,6 +93,10 @@ test('Gate: a bad priority answer is a typed error; the request is shed, nothing
   const invalid = { name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_OPTION' }
   assert.throws(() => gate.admit({ priority: 'urgent' }, '192.0.2.1'), { ...invalid, message: /priority "urgent"/ })
   assert.throws(() => gate.admit({ priority: 42 }, '192.0.2.1'), { ...invalid, message: /priority "42"/ })
+  // A string longer than any priority's name, named whole.
+  const long = 'background'.repeat(4)
+  assert.throws(() => gate.admit({ priority: long }, '192.0.2.1'), { ...invalid, message: new RegExp(`priority "${long}"`) })
+  assert.throws(() => gate.admit({ priority: 'Normal' }, '192.0.2.1'), { ...invalid, message: /priority "Normal"/ })
   assert.throws(() => gate.admit({ priority: undefined }, '192.0.2.1'), { ...invalid, message: /priority "undefined"/ })
   assert.throws(() => gate.admit({ boom: true }, '192.0.2.1'), boom)
   assert.equal(gate.concurrency.inFlight, 0)

@@ -218,10 +218,28 @@ impl Hooks for JsHooks<'_> {
                 Priority::Normal
             };
         };
-        let mut text = Vec::new();
+        // One read into a small buffer: every priority's name fits it (a
+        // longer string, never a priority, is read whole for the message).
+        let mut buf = [0u8; 16];
+        let mut len = 0usize;
         // SAFETY: `answer` is the hook's result, a live handle of this
-        // callback.
-        let parsed = if unsafe { push_utf8(self.env, answer, &mut text) } {
+        // callback; `buf` holds 16 bytes (N-API writes at most 15 and a NUL).
+        let status = unsafe {
+            sys::napi_get_value_string_utf8(
+                self.env,
+                answer,
+                buf.as_mut_ptr().cast::<c_char>(),
+                buf.len(),
+                &mut len,
+            )
+        };
+        let is_string = status == sys::Status::napi_ok;
+        let parsed = if is_string && len + 4 < buf.len() {
+            Priority::parse(&String::from_utf8_lossy(&buf[..len]))
+        } else if is_string {
+            let mut text = Vec::new();
+            // SAFETY: as above.
+            unsafe { push_utf8(self.env, answer, &mut text) };
             Priority::parse(&String::from_utf8_lossy(&text))
         } else {
             Err(ratebound::Error::InvalidOption {
