@@ -1,6 +1,8 @@
 //! `ratebound`: a demo of the source scenarios, a simulator that replays
-//! traffic against every algorithm (with charts), a Redis inspector and a
-//! quick benchmark — all on the core that enforces the limits.
+//! traffic against every algorithm (with charts) or sends it to a server
+//! model behind no cap, a fixed concurrency cap and the adaptive limit, a
+//! Redis inspector and a quick benchmark — all on the core that enforces
+//! the limits.
 //!
 //! Bad input is one line on stderr and exit code 2, never a panic.
 
