@@ -9,6 +9,8 @@ behind nothing (``RB_OVERLOAD=none``, the contrast).
 - ``GET /gauge``: ``mw.concurrency`` as JSON (exempt from limiting).
 - ``GET /slots/<n>``: from now on the handler runs ``n`` at a time (the
   service's capacity changes; exempt).
+- ``GET /service/<ms>``: from now on each request takes ``ms`` (a slowdown;
+  exempt).
 
 ``uvicorn --factory overload_app:make_app``."""
 
@@ -38,12 +40,16 @@ def priority(scope: Scope) -> str:
 
 def make_app() -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     pool = asyncio.Semaphore(SLOTS)
+    service = SERVICE_S
     mw: Any = None
 
     def control(path: str) -> bytes:
-        nonlocal pool
+        nonlocal pool, service
         if path.startswith("/slots/"):
             pool = asyncio.Semaphore(int(path[len("/slots/"):]))
+            return b"ok"
+        if path.startswith("/service/"):
+            service = int(path[len("/service/"):]) / 1000
             return b"ok"
         c = mw.concurrency if mw is not None else None
         state = None if c is None else {
@@ -59,7 +65,7 @@ def make_app() -> Callable[[Scope, Receive, Send], Awaitable[None]]:
             body = control(scope["path"])
         else:
             async with pool:
-                await asyncio.sleep(SERVICE_S)
+                await asyncio.sleep(service)
             body = b"ok"
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(len(body)).encode())]})

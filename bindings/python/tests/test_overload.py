@@ -13,6 +13,8 @@ keep-alive connection of its own while it is out, a bounded total.
   and at least 80 % of the capacity (160/s) is served.
 - Half the load background (and 1 in 20 requests critical): normal requests
   succeed at least twice as often as background ones, critical ones always.
+- A slowdown: the handler's time doubles mid-run; the admitted requests
+  stay within 3x the new unloaded latency.
 - After the overload: a load of half the capacity is served whole at once;
   when the service's capacity comes back (16 at a time), the limit climbs
   within seconds until nothing is shed.
@@ -247,6 +249,9 @@ class Runs:
     mixed: Summary
     after_overload: dict[str, Any]  # the gauge as the overload ended
     calm: list[float]  # share served per 0.25 s, half the capacity after the overload
+    slowed: Summary  # 500/s, from 1 s after the handler's time doubled
+    slowed_limits: list[int]  # the limit per 0.25 s, the slowdown 1 s in
+    slowed_gauge: dict[str, Any]  # the gauge at the slowed run's end
     grown: list[tuple[int, float]]  # (limit, share served) per 0.25 s once the capacity is 4x
     lines: list[str]
 
@@ -285,7 +290,7 @@ def runs() -> Runs:
 
     with serving("auto") as port:
 
-        async def auto_runs() -> tuple[float, Summary, Summary, dict[str, Any], list[float], list[tuple[int, float]]]:
+        async def auto_runs() -> tuple[Any, ...]:
             client = Client(port)
             base = await unloaded(client)
             await client.warm(100)
@@ -294,23 +299,37 @@ def runs() -> Runs:
             # The load falls to half the capacity.
             calm = quarter_shares(await open_loop(client, CAPACITY / 2, 2.0, lambda i: "normal", wait=2.0), 2.0)
             mixed = summarize(await open_loop(client, RATE, SECONDS, mix, wait=2.0), WARMUP, SECONDS)
+            # A slowdown: 1 s into 5 s at 500/s the handler's time doubles
+            # (40 ms: 100/s). Measured from 1 s after it.
+            slowed_limits, slowed, _ = await asyncio.gather(
+                watch(20), open_loop(client, RATE, 5.0, lambda i: "normal", wait=2.0), at(1.0, "/service/40")
+            )
+            slowed_gauge = await gauge(client)
+            await client.get("/service/20")
             # The capacity comes back, 4x (16 at a time: 800/s), under the
             # same offered 500/s: the limit must climb to serve it.
             await client.get("/slots/16")
-            limits: list[int] = []
-
-            async def watch() -> None:
-                watcher = Client(port)
-                for _ in range(12):
-                    limits.append((await gauge(watcher))["limit"])
-                    await asyncio.sleep(0.25)
-                await watcher.close()
-
-            grown, _ = await asyncio.gather(open_loop(client, RATE, 3.0, lambda i: "normal", wait=2.0), watch())
+            limits, grown = await asyncio.gather(watch(12), open_loop(client, RATE, 3.0, lambda i: "normal", wait=2.0))
             await client.close()
-            return base, auto, mixed, after, calm, list(zip(limits, quarter_shares(grown, 3.0)))
+            return (base, auto, mixed, after, calm, summarize(slowed, 2.0, 5.0), slowed_limits, slowed_gauge,
+                    list(zip(limits, quarter_shares(grown, 3.0))))
 
-        base, auto, mixed, after, calm, grown = asyncio.run(auto_runs())
+        async def watch(n: int) -> list[int]:
+            """The limit every 0.25 s, n times."""
+            watcher, limits = Client(port), []
+            for _ in range(n):
+                limits.append((await gauge(watcher))["limit"])
+                await asyncio.sleep(0.25)
+            await watcher.close()
+            return limits
+
+        async def at(delay: float, path: str) -> None:
+            await asyncio.sleep(delay)
+            control = Client(port)
+            await control.get(path)
+            await control.close()
+
+        base, auto, mixed, after, calm, slowed, slowed_limits, slowed_gauge, grown = asyncio.run(auto_runs())
     lines += [
         f"unloaded latency        {base_none * 1000:.1f} ms (median of 20, no middleware); "
         f"{base * 1000:.1f} ms behind the middleware; the bound 3x = {3 * base * 1000:.1f} ms",
@@ -319,11 +338,14 @@ def runs() -> Runs:
         show("auto, half background", mixed),
         f"gauge as the overload ended: {after}",
         "the load falls to 100/s: share served per 0.25 s: " + " ".join(f"{v:.0%}" for v in calm),
+        show("slowdown (40 ms), +1 s", slowed) + f" (capacity now 100/s; bound 3 x 2 x unloaded = {6 * base * 1000:.1f} ms)",
+        "slowdown 1 s in: limit per 0.25 s: " + " ".join(str(limit) for limit in slowed_limits),
+        f"gauge at the slowed run's end: {slowed_gauge}",
         "capacity 4x (800/s) under 500/s: limit per 0.25 s: " + " ".join(str(limit) for limit, _ in grown),
         "                                share served: " + " ".join(f"{v:.0%}" for _, v in grown),
     ]
     print("\n" + "\n".join(lines))
-    return Runs(base_none, base, none, auto, mixed, after, calm, grown, lines)
+    return Runs(base_none, base, none, auto, mixed, after, calm, slowed, slowed_limits, slowed_gauge, grown, lines)
 
 
 def test_without_shedding_the_latency_grows_without_bound(runs: Runs) -> None:
@@ -358,3 +380,14 @@ def test_after_the_overload_the_load_is_served_again(runs: Runs) -> None:
     served = next((k for k, (_, share) in enumerate(runs.grown) if share >= 0.99), None)
     assert served is not None and served * 0.25 <= 2.0, runs.lines
     assert max(limits) > runs.after_overload["limit"], runs.lines
+
+
+def test_a_slowdown_is_followed(runs: Runs) -> None:
+    # The handler's time doubled: the latency is now the service's own. The
+    # baseline is re-learned (else the limit would stay at its minimum,
+    # every window 2x the old baseline), the admitted stay within 3x the
+    # new unloaded latency.
+    assert runs.slowed_gauge["baseline_ms"] >= 1.5 * runs.after_overload["baseline_ms"], runs.lines
+    assert runs.slowed.p99_ms <= 3 * 2 * runs.base * 1000, runs.lines
+    assert runs.slowed.unanswered == 0, runs.lines
+    assert runs.slowed_gauge["limit"] > 2, runs.lines
