@@ -283,7 +283,7 @@ fn forty(_: u64) -> u64 {
 
 /// Half the requests take 1 ms, half 100 ms.
 fn mixed(i: u64) -> u64 {
-    if i % 2 == 0 { MS } else { 100 * MS }
+    if i.is_multiple_of(2) { MS } else { 100 * MS }
 }
 
 fn main() {

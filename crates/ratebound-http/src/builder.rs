@@ -206,7 +206,8 @@ impl Builder {
     /// At most `limit` requests in flight at once — from the call into the
     /// inner service until the response body has been sent (or dropped), so
     /// a streaming response counts until it ends; the rest are refused at
-    /// once with 503 and `Retry-After: 1` — never queued.
+    /// once with 503 and `Retry-After: 1` — never queued, unless a
+    /// [`queue`](Self::queue) lets them wait a little.
     pub fn concurrency_limit(mut self, limit: usize) -> Self {
         self.options.concurrency_limit = Some(limit);
         self
@@ -263,6 +264,21 @@ impl Builder {
         self
     }
 
+    /// A short queue in front of the concurrency limit (fixed or adaptive;
+    /// feature `queue`, on by default, which times the wait on tokio's
+    /// timer): a normal request that finds every place taken waits up to
+    /// `max_wait` for one instead of 503 at once — a few milliseconds
+    /// (CoDel's target is 5 ms) absorb a burst without holding stale
+    /// requests. A place given back goes straight to a waiter: the oldest
+    /// while the queue is fresh, the newest once the oldest has waited half
+    /// of `max_wait` (adaptive LIFO). Background requests never queue;
+    /// critical ones never need to. Unset (the default), nothing waits.
+    #[cfg(feature = "queue")]
+    pub fn queue(mut self, max_wait: std::time::Duration) -> Self {
+        self.options.concurrency_queue = Some(max_wait);
+        self
+    }
+
     /// The share of the concurrency limit background requests may fill
     /// (default ½; 0 sheds them whenever anything is in flight).
     pub fn background_fraction(mut self, fraction: f64) -> Self {
@@ -309,6 +325,8 @@ impl Builder {
             .filter_map(|n| Some((n.as_ptr() as usize, HeaderName::try_from(n).ok()?)))
             .collect();
         let policy_names = gate.policy_names().map(str::to_string).collect();
+        #[cfg(feature = "queue")]
+        let queued = gate.concurrency().is_some_and(|c| c.queue_wait().is_some());
         Ok(RateLimitLayer {
             shared: Arc::new(LayerState {
                 gate,
@@ -322,6 +340,8 @@ impl Builder {
                 label: self.label,
                 policy_names,
                 remote: self.remote,
+                #[cfg(feature = "queue")]
+                queued,
             }),
         })
     }

@@ -39,7 +39,17 @@ pin_project_lite::pin_project! {
             quota: QuotaFields,
         },
         Remote { waiting: Option<Box<Waiting<S, R>>> },
+        Queued { waiting: Option<Box<Queueing<S, R>>> },
     }
+}
+
+#[cfg(feature = "queue")]
+pub(crate) use crate::queue::QueueWait as Queueing;
+/// Never built without the feature.
+#[cfg(not(feature = "queue"))]
+pub(crate) enum Queueing<S, R> {
+    #[allow(dead_code)]
+    Never(std::convert::Infallible, std::marker::PhantomData<(S, R)>),
 }
 
 impl<F, S, R> State<F, S, R> {
@@ -93,8 +103,9 @@ impl<F, S, R> ResponseFuture<F, S, R> {
         })
     }
 
-    pub(crate) fn remote(waiting: Box<Waiting<S, R>>) -> Self {
-        ResponseFuture::new(State::Remote {
+    #[cfg(feature = "queue")]
+    pub(crate) fn queued(waiting: Box<Queueing<S, R>>) -> Self {
+        ResponseFuture::new(State::Queued {
             waiting: Some(waiting),
         })
     }
@@ -110,15 +121,19 @@ fn spent() -> Response<Bytes> {
 impl<F, S, R, B, E> Future for ResponseFuture<F, S, R>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    S: Service<Request<R>, Response = Response<B>, Error = E, Future = F>,
+    S: Service<Request<R>, Response = Response<B>, Error = E, Future = F> + Clone,
 {
     type Output = Result<Response<ResponseBody<B>>, E>;
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.as_mut().project().state;
-        // The remote policies' wait first, wholly out of line: the local
-        // path pays one comparison for it.
+        // The queue's and the remote policies' waits first, wholly out of
+        // line: the local path pays two comparisons for them.
+        #[cfg(feature = "queue")]
+        if let StateProj::Queued { .. } = state.as_mut().project() {
+            std::task::ready!(crate::queue::poll_queued(state.as_mut(), cx));
+        }
         if let StateProj::Remote { .. } = state.as_mut().project() {
             std::task::ready!(poll_remote(state.as_mut(), cx));
         }
@@ -147,7 +162,9 @@ where
                     response.map(|body| ResponseBody::inner(body, place))
                 }))
             }
-            StateProj::Remote { .. } => Poll::Ready(Ok(spent().map(ResponseBody::refusal))),
+            StateProj::Remote { .. } | StateProj::Queued { .. } => {
+                Poll::Ready(Ok(spent().map(ResponseBody::refusal)))
+            }
         }
     }
 }

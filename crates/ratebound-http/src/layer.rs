@@ -10,7 +10,9 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
-use ratebound::any::{self, Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, Verdict};
+use ratebound::any::{
+    self, Admission, Admit, AnyClock, Ask, Gate, GateOptions, Hooks, Key, Verdict,
+};
 use ratebound::http::{Headers, Priority};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -35,6 +37,9 @@ pub(crate) struct LayerState {
     pub(crate) policy_names: Vec<String>,
     /// The remote policies by name, in the gate's `remote_names` order.
     pub(crate) remote: Vec<(String, Box<dyn RemotePolicy>)>,
+    /// Whether the concurrency cap has a queue (feature `queue`).
+    #[cfg(feature = "queue")]
+    pub(crate) queued: bool,
 }
 
 impl LayerState {
@@ -127,6 +132,17 @@ pub(crate) struct HeaderMapLines<'a> {
     names: &'a [(usize, HeaderName)],
 }
 
+impl LayerState {
+    /// The gate's view of a request head.
+    #[inline]
+    pub(crate) fn lines<'a>(&'a self, parts: &'a Parts) -> HeaderMapLines<'a> {
+        HeaderMapLines {
+            map: &parts.headers,
+            names: &self.names,
+        }
+    }
+}
+
 impl Headers for HeaderMapLines<'_> {
     #[inline]
     fn for_each_line<F: FnMut(&[u8])>(&self, name: &str, mut f: F) {
@@ -195,6 +211,54 @@ impl Hooks for LayerHooks<'_> {
     #[inline]
     fn report(&mut self, verdict: &Verdict<'_>) {
         self.shared.report(verdict, self.parts);
+    }
+}
+
+/// The answer to a sequence a hook stopped (not reached from the layer:
+/// its hooks never stop it).
+pub(crate) fn stopped() -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
+}
+
+/// Where a request goes once its remote policies must be asked: their
+/// checks, and the decision at once when all answered without I/O (shared
+/// memory), or the wait for them.
+pub(crate) fn asked<S, R, B>(
+    shared: &Arc<LayerState>,
+    ask: Ask,
+    parts: Parts,
+    body: R,
+    inner: &mut S,
+) -> State<S::Future, S, R>
+where
+    S: Service<Request<R>, Response = Response<B>> + Clone,
+{
+    let checks: Vec<_> = shared
+        .remote
+        .iter()
+        .map(|(name, policy)| policy.check(name, ask.identity()))
+        .collect();
+    if let Some(answers) = answers(&checks) {
+        // Every policy answered at once (shared memory): no wait, and
+        // the inner service that was polled ready is called now.
+        let admission = shared
+            .gate
+            .finish(ask, &answers, &mut LayerHooks::new(shared, &parts));
+        return State::decided(shared, admission, parts, body, inner);
+    }
+    let clone = inner.clone();
+    let inner = std::mem::replace(inner, clone);
+    State::Remote {
+        waiting: Some(Box::new(Waiting {
+            shared: shared.clone(),
+            ask,
+            checks,
+            inner,
+            parts,
+            body,
+        })),
     }
 }
 
@@ -305,17 +369,31 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
-        let admit = shared.gate.admit(
-            &any::Request {
-                key: None,
-                peer: LayerState::peer(&parts),
-                headers: &HeaderMapLines {
-                    map: &parts.headers,
-                    names: &shared.names,
-                },
-            },
-            &mut LayerHooks::new(shared, &parts),
-        );
+        let view = any::Request {
+            key: None,
+            peer: LayerState::peer(&parts),
+            headers: &shared.lines(&parts),
+        };
+        let mut hooks = LayerHooks::new(shared, &parts);
+        #[cfg(feature = "queue")]
+        let admit = if shared.queued {
+            match shared.gate.admit_or_queue(&view, &mut hooks) {
+                any::Queueing::Admit(admit) => admit,
+                any::Queueing::Queued(queued) => {
+                    return ResponseFuture::queued(crate::queue::QueueWait::new(
+                        &self.shared,
+                        queued,
+                        &mut self.inner,
+                        parts,
+                        body,
+                    ));
+                }
+            }
+        } else {
+            shared.gate.admit(&view, &mut hooks)
+        };
+        #[cfg(not(feature = "queue"))]
+        let admit = shared.gate.admit(&view, &mut hooks);
         let ask = match admit {
             Admit::Exempt => {
                 let future = self.inner.call(Request::from_parts(parts, body));
@@ -333,40 +411,8 @@ where
             }
             Admit::Ask(ask) => ask,
             // Not reached: LayerHooks::with_key never stops the sequence.
-            Admit::Stopped => {
-                let mut response = Response::new(Bytes::new());
-                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                return ResponseFuture::ready(response);
-            }
+            Admit::Stopped => return ResponseFuture::ready(stopped()),
         };
-        let checks: Vec<_> = shared
-            .remote
-            .iter()
-            .map(|(name, policy)| policy.check(name, ask.identity()))
-            .collect();
-        if let Some(answers) = answers(&checks) {
-            // Every policy answered at once (shared memory): no wait, and
-            // the inner service that was polled ready is called now.
-            let admission = shared
-                .gate
-                .finish(ask, &answers, &mut LayerHooks::new(shared, &parts));
-            return ResponseFuture::new(State::decided(
-                shared,
-                admission,
-                parts,
-                body,
-                &mut self.inner,
-            ));
-        }
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::remote(Box::new(Waiting {
-            shared: self.shared.clone(),
-            ask,
-            checks,
-            inner,
-            parts,
-            body,
-        }))
+        ResponseFuture::new(asked(&self.shared, ask, parts, body, &mut self.inner))
     }
 }

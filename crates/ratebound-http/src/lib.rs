@@ -138,6 +138,8 @@ mod builder;
 mod future;
 mod grpc;
 mod layer;
+#[cfg(feature = "queue")]
+mod queue;
 mod remote;
 
 pub use builder::{Builder, DecisionEvent, RequestKey};

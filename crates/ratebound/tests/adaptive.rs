@@ -446,3 +446,59 @@ proptest! {
         prop_assert_eq!(cap.in_flight(), 0);
     }
 }
+
+#[test]
+fn the_queue_serves_the_oldest_while_fresh_and_the_newest_once_stale() {
+    use std::sync::Arc;
+    let clock = ManualClock::new();
+    let queued = |clock: &ManualClock| {
+        let cap = ConcurrencyCap::new(1)
+            .unwrap()
+            .with_queue(Duration::from_millis(100), AnyClock::Manual(clock.clone()))
+            .unwrap();
+        let cap = Arc::new(cap);
+        assert!(cap.try_enter());
+        cap
+    };
+    // Fresh: the oldest waited 10 ms of 100 — first come, first served.
+    let cap = queued(&clock);
+    let first = cap.wait_for_place().unwrap();
+    clock.advance(Duration::from_millis(10));
+    let second = cap.wait_for_place().unwrap();
+    cap.leave();
+    assert!(first.is_granted() && !second.is_granted());
+    assert!(!second.finish(), "nothing came for it");
+    assert!(first.finish());
+    cap.leave();
+    assert_eq!(cap.in_flight(), 0);
+
+    // Stale: the oldest waited 60 ms, more than half the wait — the newest
+    // is served (its client is likelier still there).
+    let cap = queued(&clock);
+    let first = cap.wait_for_place().unwrap();
+    clock.advance(Duration::from_millis(60));
+    let second = cap.wait_for_place().unwrap();
+    cap.leave();
+    assert!(second.is_granted() && !first.is_granted());
+    drop(first); // gave up: leaves the queue
+    drop(second); // granted but dropped: the place is passed on, not lost
+    assert_eq!(cap.in_flight(), 0);
+
+    let bad = ConcurrencyCap::new(1)
+        .unwrap()
+        .with_queue(Duration::ZERO, AnyClock::default());
+    assert_eq!(
+        bad.unwrap_err().to_string(),
+        "invalid concurrency queue wait 0ns: must be more than 0 and at most 10 s"
+    );
+}
+
+#[test]
+fn an_adaptive_limit_alone_is_a_whole_gate_spec() {
+    // `concurrency_limit="auto"` with no policy: only load shedding, as a
+    // fixed limit alone (it was refused for want of a rate).
+    let mut spec = ratebound::any::GateSpec::default();
+    spec.set("concurrency_limit", Loose::Text("auto")).unwrap();
+    let gate = spec.build(AnyClock::default()).unwrap();
+    assert!(gate.concurrency().unwrap().is_adaptive());
+}

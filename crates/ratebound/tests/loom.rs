@@ -855,3 +855,62 @@ fn a_lowered_adaptive_limit_races_an_admission() {
         assert_eq!(cap.state().unwrap().samples, 4);
     });
 }
+
+/// A cap of one with a short queue, its place held by the caller.
+fn queued_cap() -> std::sync::Arc<ratebound::http::ConcurrencyCap> {
+    use ratebound::any::AnyClock;
+    use ratebound::http::ConcurrencyCap;
+    let clock = ManualClock::new();
+    let cap = ConcurrencyCap::new(1)
+        .unwrap()
+        .with_queue(Duration::from_millis(5), AnyClock::Manual(clock))
+        .unwrap();
+    let cap = std::sync::Arc::new(cap);
+    assert!(cap.try_enter());
+    cap
+}
+
+#[test]
+fn a_place_given_back_while_a_waiter_queues_is_never_missed() {
+    // The holder leaves while another request registers in the queue: the
+    // place goes to the waiter (handed over, or taken on its last look),
+    // never left free with the waiter asleep.
+    loom::model(|| {
+        let cap = queued_cap();
+        let waiter = {
+            let cap = cap.clone();
+            thread::spawn(move || cap.wait_for_place().unwrap())
+        };
+        cap.leave();
+        let waiter = waiter.join().unwrap();
+        assert!(waiter.is_granted(), "a free place and a sleeping waiter");
+        assert_eq!(cap.in_flight(), 1);
+        assert!(waiter.finish());
+        cap.leave();
+        assert_eq!(cap.in_flight(), 0);
+    });
+}
+
+#[test]
+fn a_waiter_giving_up_races_a_hand_off() {
+    // The waiter's time runs out as the place is handed to it: either it
+    // leaves with the place (and gives it back) or without, and no place is
+    // lost or counted twice.
+    loom::model(|| {
+        let cap = queued_cap();
+        let gave_up = {
+            let cap = cap.clone();
+            thread::spawn(move || {
+                let waiter = cap.wait_for_place().unwrap();
+                let held = waiter.finish();
+                if held {
+                    cap.leave();
+                }
+                held
+            })
+        };
+        cap.leave();
+        let _ = gave_up.join().unwrap();
+        assert_eq!(cap.in_flight(), 0, "a place lost or counted twice");
+    });
+}

@@ -45,7 +45,8 @@ pub use clock::AnyClock;
 pub use gate::{
     Admission, Admit, Ask, DEFAULT_MAX_KEYS, DEFAULT_POLICY_NAME, Decisions, Field, Fields, Gate,
     GateOptions, GateSpec, Hooks, KeySource, Loose, MissingKey, Outcome, POLICY_FIELDS, Place,
-    PolicySpec, QuotaHeaders, RefusalBody, RemoteAnswer, RemoteKind, Request, Verdict,
+    PolicySpec, Queued, Queueing, QuotaHeaders, RefusalBody, RemoteAnswer, RemoteKind, Request,
+    Verdict,
 };
 pub use keyed::{
     AnyKeyed, DEFAULT_ALGORITHM, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow,

@@ -365,7 +365,7 @@ impl Controller {
                 self.at_min.store(0, Ordering::Relaxed);
                 0
             };
-            if ref_limit <= 0.0 || mean >= ref_mean || mean < 0.8 * ref_mean {
+            if ref_limit <= 0.0 || mean > ref_mean || mean < 0.8 * ref_mean {
                 // The first congested window, a worse one, or one that
                 // cutting the limit helped: the next cut is judged
                 // against this one.

@@ -1,9 +1,15 @@
 //! The concurrency cap: requests in flight, for load shedding — a fixed
 //! number, or one learned from latency (`adaptive`), with priorities.
 
+use std::task::{Context, Poll};
+use std::time::Duration;
+
 use super::adaptive::{AdaptiveConcurrency, AdaptiveState, Controller, Priority};
+use super::queue::{Queue, Slot};
 use crate::any::AnyClock;
-use crate::sync::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::sync::{AtomicUsize, Ordering, fence};
 use crate::{Clock, Error};
 
 /// A cap on requests in flight, for load shedding: a request either gets a
@@ -35,7 +41,11 @@ pub struct ConcurrencyCap {
     /// The background fraction in 1/65536ths.
     background: usize,
     adaptive: Option<Box<(Controller, AnyClock)>>,
+    queue: Option<Box<(Queue, AnyClock)>>,
 }
+
+/// The longest wait [`ConcurrencyCap::with_queue`] accepts.
+pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(10);
 
 /// The default share of the limit background requests may fill.
 pub const DEFAULT_BACKGROUND_FRACTION: f64 = 0.5;
@@ -57,6 +67,7 @@ impl ConcurrencyCap {
             in_use: AtomicUsize::new(0),
             background: 1 << 15,
             adaptive: None,
+            queue: None,
         })
     }
 
@@ -83,6 +94,96 @@ impl ConcurrencyCap {
     pub fn with_background_fraction(mut self, fraction: f64) -> Result<ConcurrencyCap, Error> {
         self.background = background_share(fraction)?;
         Ok(self)
+    }
+
+    /// A short queue in front of the cap: a normal request that finds every
+    /// place taken may wait up to `max_wait` (a few milliseconds: CoDel's
+    /// target is 5 ms) for one ([`wait_for_place`](Self::wait_for_place)),
+    /// timed by `clock`. A place given back goes straight to a waiter: the
+    /// oldest while the queue is fresh, the newest once the oldest has
+    /// waited half of `max_wait` (adaptive LIFO).
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a wait of 0 or above [`MAX_QUEUE_WAIT`].
+    pub fn with_queue(
+        mut self,
+        max_wait: Duration,
+        clock: AnyClock,
+    ) -> Result<ConcurrencyCap, Error> {
+        if max_wait.is_zero() || max_wait > MAX_QUEUE_WAIT {
+            return Err(Error::InvalidNumber {
+                name: "concurrency queue wait",
+                value: format!("{max_wait:?}"),
+                reason: "must be more than 0 and at most 10 s",
+            });
+        }
+        let nanos = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        self.queue = Some(Box::new((Queue::new(nanos), clock)));
+        Ok(self)
+    }
+
+    /// The queue's longest wait, if the cap has a queue.
+    pub fn queue_wait(&self) -> Option<Duration> {
+        self.queue
+            .as_ref()
+            .map(|q| Duration::from_nanos(q.0.max_wait))
+    }
+
+    /// Waits in the queue for a place, after [`try_enter_as`](Self::try_enter_as)
+    /// found none (`None` without a queue). Poll the [`Waiter`] until a
+    /// place is granted or [`queue_wait`](Self::queue_wait) has passed, then
+    /// [`finish`](Waiter::finish) it.
+    pub fn wait_for_place(self: &Arc<Self>) -> Option<Waiter> {
+        let (queue, clock) = &**self.queue.as_ref()?;
+        let slot = queue.register(clock.now());
+        // Ordering: SeqCst — registered, then a last look for a place: a
+        // place given back meanwhile is seen here or hands itself over.
+        fence(Ordering::SeqCst);
+        let mut taken = false;
+        if self.take_raw() {
+            if queue.withdraw(&slot) {
+                taken = true;
+            } else {
+                // Granted one meanwhile as well: pass the extra one on.
+                self.leave();
+            }
+        }
+        Some(Waiter {
+            cap: self.clone(),
+            slot,
+            taken,
+            done: false,
+        })
+    }
+
+    /// One place, if the limit allows (no priority, no queue).
+    #[inline]
+    fn take_raw(&self) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed);
+        self.in_use
+            .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A place was given back and someone may be waiting: take a place for
+    /// the waiter and hand it over; give it back if nobody is there.
+    #[cold]
+    fn hand_off(&self, queue: &Queue, clock: &AnyClock) {
+        while queue.anyone() {
+            if !self.take_raw() {
+                // Taken by a newcomer; its leave will hand off.
+                return;
+            }
+            if queue.grant(clock.now()) {
+                return;
+            }
+            let _ = self
+                .in_use
+                .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
+            crate::sync::yield_now();
+        }
     }
 
     /// Takes a place if one is free; `false` when the cap is reached. A
@@ -146,6 +247,14 @@ impl ConcurrencyCap {
         let _ = self
             .in_use
             .fetch_update(Ordering::Release, Ordering::Relaxed, |n| n.checked_sub(1));
+        if let Some(q) = &self.queue {
+            // Ordering: SeqCst — the place is seen free, then the queue is
+            // looked at (the waiter's side registers, then looks for a place).
+            fence(Ordering::SeqCst);
+            if q.0.anyone() {
+                self.hand_off(&q.0, &q.1);
+            }
+        }
     }
 
     /// The clock reading a place's latency starts from (0 for a fixed cap,
@@ -205,6 +314,62 @@ impl ConcurrencyCap {
     /// What the adaptive limit knows now (`None` for a fixed cap).
     pub fn state(&self) -> Option<AdaptiveState> {
         self.adaptive.as_ref().map(|a| a.0.state(self.limit()))
+    }
+}
+
+/// A request waiting in a [`ConcurrencyCap`]'s queue for a place. Dropped
+/// unfinished, it leaves the queue (and passes on a place granted to it).
+#[derive(Debug)]
+#[must_use = "a waiter leaves the queue when dropped"]
+pub struct Waiter {
+    cap: Arc<ConcurrencyCap>,
+    slot: crate::sync::Arc<Slot>,
+    /// It took a place itself while registering.
+    taken: bool,
+    done: bool,
+}
+
+impl Waiter {
+    /// Ready once a place is granted; registers `cx`'s waker.
+    pub fn poll_place(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.taken {
+            return Poll::Ready(());
+        }
+        Queue::poll(&self.slot, cx)
+    }
+
+    /// Whether a place is held for it now.
+    pub fn is_granted(&self) -> bool {
+        self.taken || self.slot.state_granted()
+    }
+
+    /// Ends the wait: `true` when a place is now held (give it back with
+    /// [`ConcurrencyCap::leave`]), `false` when none came (shed it).
+    pub fn finish(mut self) -> bool {
+        self.finish_held()
+    }
+
+    /// The cap it waits for.
+    pub fn cap(&self) -> &Arc<ConcurrencyCap> {
+        &self.cap
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if !self.done && self.finish_held() {
+            self.cap.leave();
+        }
+    }
+}
+
+impl Waiter {
+    fn finish_held(&mut self) -> bool {
+        self.done = true;
+        match self.cap.queue.as_ref() {
+            Some(queue) => self.taken || !queue.0.withdraw(&self.slot),
+            None => self.taken,
+        }
     }
 }
 

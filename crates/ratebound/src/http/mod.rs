@@ -10,11 +10,12 @@ mod adaptive;
 mod client_ip;
 mod concurrency;
 mod fields;
+mod queue;
 #[cfg(test)]
 mod tests;
 
 pub use adaptive::{AdaptiveConcurrency, AdaptiveState, Priority};
 pub use client_ip::*;
 pub(crate) use concurrency::concurrency_share_check;
-pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION};
+pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION, MAX_QUEUE_WAIT, Waiter};
 pub use fields::*;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::any::Key;
 use crate::fingerprint::Fingerprint;
-use crate::http::{ConcurrencyCap, Headers, Priority};
+use crate::http::{ConcurrencyCap, Headers, Priority, Waiter};
 
 use super::{Gate, KeySource, RemoteAnswer, Request, Verdict};
 
@@ -137,6 +137,43 @@ pub struct Admission<'g> {
     pub place: Option<Place>,
 }
 
+/// Why [`Gate`] found no place at once.
+enum Entry {
+    Shed(Priority),
+    Queued(Waiter),
+}
+
+/// What [`Gate::admit_or_queue`] found: the sequence's answer, or a
+/// request waiting for a concurrency place.
+#[derive(Debug)]
+pub enum Queueing<'g> {
+    /// As [`Gate::admit`].
+    Admit(Admit<'g>),
+    /// Waiting in the queue: poll [`Queued::poll_place`] until ready or
+    /// [`Queued::max_wait`] has passed, then [`Gate::resume`].
+    Queued(Queued),
+}
+
+/// A request waiting in the concurrency cap's queue. `Send`, `'static`;
+/// dropped, it leaves the queue.
+#[derive(Debug)]
+#[must_use = "resume it with Gate::resume, or drop it to leave the queue"]
+pub struct Queued {
+    waiter: Waiter,
+}
+
+impl Queued {
+    /// Ready once a place is granted; registers `cx`'s waker.
+    pub fn poll_place(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.waiter.poll_place(cx)
+    }
+
+    /// The longest it may wait (the queue's wait).
+    pub fn max_wait(&self) -> std::time::Duration {
+        self.waiter.cap().queue_wait().unwrap_or_default()
+    }
+}
+
 /// What [`Gate::admit`] found.
 #[derive(Debug)]
 pub enum Admit<'g> {
@@ -164,6 +201,16 @@ pub struct Ask {
     key: Fingerprint,
     identity: Vec<u8>,
     place: Option<Place>,
+}
+
+/// An abandoned ask (its checks dropped, its hook failed) gives its place
+/// back untimed: how long it waited says nothing of the service.
+impl Drop for Ask {
+    fn drop(&mut self) {
+        if let Some(place) = self.place.take() {
+            place.forfeit();
+        }
+    }
 }
 
 impl Ask {
@@ -211,28 +258,105 @@ impl Gate {
         if hooks.exempt() {
             return Admit::Exempt;
         }
+        match self.enter(hooks, false) {
+            Ok((place, now)) => self.proceed(place, now, request, hooks),
+            Err(Entry::Shed(priority)) => self.shed_reported(priority, hooks),
+            // Not asked for.
+            Err(Entry::Queued(_)) => self.shed_reported(Priority::Normal, hooks),
+        }
+    }
+
+    /// [`admit`](Self::admit), except that a normal request finding the
+    /// concurrency cap full waits in its queue
+    /// ([`GateOptions::concurrency_queue`](super::GateOptions::concurrency_queue)):
+    /// [`Queueing::Queued`] — poll its [`Waiter`] until a place is granted
+    /// or the queue's wait has passed, then [`resume`](Self::resume).
+    #[inline]
+    pub fn admit_or_queue<H: Headers + ?Sized, K: Hooks>(
+        &self,
+        request: &Request<'_, H>,
+        hooks: &mut K,
+    ) -> Queueing<'_> {
+        if hooks.exempt() {
+            return Queueing::Admit(Admit::Exempt);
+        }
+        Queueing::Admit(match self.enter(hooks, true) {
+            Ok((place, now)) => self.proceed(place, now, request, hooks),
+            Err(Entry::Shed(priority)) => self.shed_reported(priority, hooks),
+            Err(Entry::Queued(waiter)) => return Queueing::Queued(Queued { waiter }),
+        })
+    }
+
+    /// The rest of [`admit_or_queue`](Self::admit_or_queue) once `queued`
+    /// was granted a place — or was not, in time: then it is shed (503),
+    /// as without a queue.
+    pub fn resume<H: Headers + ?Sized, K: Hooks>(
+        &self,
+        queued: Queued,
+        request: &Request<'_, H>,
+        hooks: &mut K,
+    ) -> Admit<'_> {
+        let cap = queued.waiter.cap().clone();
+        if !queued.waiter.finish() {
+            return self.shed_reported(Priority::Normal, hooks);
+        }
+        let start = cap.start();
+        let now = cap.is_adaptive().then_some(start);
+        let start = if cap.is_adaptive() { start } else { UNTIMED };
+        // It waited behind a full cap: not a request that entered alone.
+        let place = Place {
+            cap,
+            start,
+            before: usize::MAX,
+        };
+        self.proceed(Some(place), now, request, hooks)
+    }
+
+    #[inline]
+    fn shed_reported<K: Hooks>(&self, priority: Priority, hooks: &mut K) -> Admit<'_> {
+        Admit::Decided(Self::reported(self.shed_as(priority), None, hooks))
+    }
+
+    /// A concurrency place (when capped), and the clock reading it was
+    /// taken at when the cap is adaptive; a full cap sheds the request
+    /// unless it is critical — or queues it, when `queue` and the cap has a
+    /// queue and it is normal.
+    #[inline]
+    fn enter<K: Hooks>(
+        &self,
+        hooks: &mut K,
+        queue: bool,
+    ) -> Result<(Option<Place>, Option<u64>), Entry> {
         // Shedding first: a saturated service refuses before any token is
         // spent, and before the key is looked for. One clock reading times
         // the place and makes the decision.
-        let mut now = None;
-        let place = match &self.cap {
-            None => None,
-            Some(cap) => {
-                let start = cap.start();
-                if cap.is_adaptive() {
-                    now = Some(start);
-                }
-                match Place::take(cap, start, || hooks.priority()) {
-                    Ok(place) => Some(place),
-                    Err(Priority::Critical) => None,
-                    Err(_) if hooks.critical() => None,
-                    Err(priority) => {
-                        let shed = self.shed_as(priority);
-                        return Admit::Decided(Self::reported(shed, None, hooks));
-                    }
-                }
-            }
+        let Some(cap) = &self.cap else {
+            return Ok((None, None));
         };
+        let start = cap.start();
+        let now = cap.is_adaptive().then_some(start);
+        match Place::take(cap, start, || hooks.priority()) {
+            Ok(place) => Ok((Some(place), now)),
+            Err(Priority::Critical) => Ok((None, now)),
+            Err(_) if hooks.critical() => Ok((None, now)),
+            Err(Priority::Normal) if queue => match cap.wait_for_place() {
+                Some(waiter) => Err(Entry::Queued(waiter)),
+                None => Err(Entry::Shed(Priority::Normal)),
+            },
+            Err(priority) => Err(Entry::Shed(priority)),
+        }
+    }
+
+    /// The sequence after the concurrency place: the key, the policies (or
+    /// an [`Ask`] of the remote ones), the report.
+    #[inline]
+    fn proceed<H: Headers + ?Sized, K: Hooks>(
+        &self,
+        place: Option<Place>,
+        now: Option<u64>,
+        request: &Request<'_, H>,
+        hooks: &mut K,
+    ) -> Admit<'_> {
         let lazy = request.key.is_none() && self.options.key == KeySource::Given;
         if !self.remote.is_empty() {
             let mut identity = Vec::new();
@@ -285,8 +409,9 @@ impl Gate {
         answers: &[R],
         hooks: &mut K,
     ) -> Admission<'_> {
+        let mut ask = ask;
         let verdict = self.decide_key_with(Ok(ask.key), answers, self.now());
-        Self::reported(verdict, ask.place, hooks)
+        Self::reported(verdict, ask.place.take(), hooks)
     }
 
     /// The names of the policies decided elsewhere, in the order

@@ -108,8 +108,12 @@ impl Gate {
         };
         let cap = cap
             .map(|c| c.with_background_fraction(options.background_fraction))
-            .transpose()?
-            .map(std::sync::Arc::new);
+            .transpose()?;
+        let cap = match (cap, options.concurrency_queue) {
+            (Some(c), Some(wait)) => Some(c.with_queue(wait, clock.clone())?),
+            (cap, _) => cap,
+        }
+        .map(std::sync::Arc::new);
         let remote = options
             .remote
             .iter()

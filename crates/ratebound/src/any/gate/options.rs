@@ -192,6 +192,11 @@ pub struct GateOptions {
     pub adaptive_concurrency: Option<AdaptiveConcurrency>,
     /// The share of the cap background requests may fill (default ½).
     pub background_fraction: f64,
+    /// A short queue in front of the cap (`None`, the default: shed at
+    /// once): a normal request that finds the cap full may wait this long
+    /// for a place (see [`ConcurrencyCap::with_queue`](crate::http::ConcurrencyCap::with_queue)).
+    /// Only where the front door can wait ([`Gate::admit_or_queue`]).
+    pub concurrency_queue: Option<std::time::Duration>,
     /// Policies decided outside the gate — global limits in Redis — by
     /// name and shape (for the `RateLimit-Policy` field); their decisions
     /// come to [`Gate::decide_with`].
@@ -217,6 +222,7 @@ impl Default for GateOptions {
             concurrency_limit: None,
             adaptive_concurrency: None,
             background_fraction: crate::http::DEFAULT_BACKGROUND_FRACTION,
+            concurrency_queue: None,
             remote: Vec::new(),
         }
     }
@@ -397,6 +403,16 @@ impl GateOptions {
             tuning.check()?;
         }
         crate::http::concurrency_share_check(self.background_fraction)?;
+        if let Some(wait) = self.concurrency_queue
+            && self.concurrency_limit.is_none()
+            && self.adaptive_concurrency.is_none()
+        {
+            return Err(Error::InvalidOption {
+                name: "concurrency_queue",
+                value: format!("{wait:?}"),
+                reason: "queues for a concurrency limit: set concurrency_limit (a number or \"auto\") as well",
+            });
+        }
         if self.background_fraction != crate::http::DEFAULT_BACKGROUND_FRACTION
             && self.concurrency_limit.is_none()
             && self.adaptive_concurrency.is_none()

@@ -252,7 +252,12 @@ impl GateSpec {
             options.key = KeySource::Given;
         }
         let policies = match list {
-            None if single.is_empty() && options.concurrency_limit.is_some() => Vec::new(),
+            None if single.is_empty()
+                && (options.concurrency_limit.is_some()
+                    || options.adaptive_concurrency.is_some()) =>
+            {
+                Vec::new()
+            }
             None if single.is_empty() => {
                 return Err(Error::InvalidOption {
                     name: "rate",
