@@ -502,3 +502,29 @@ fn an_adaptive_limit_alone_is_a_whole_gate_spec() {
     let gate = spec.build(AnyClock::default()).unwrap();
     assert!(gate.concurrency().unwrap().is_adaptive());
 }
+
+#[test]
+fn the_limit_follows_the_capacity_down() {
+    // Half the workers go away at 3 s (a dependency's pool shrinks): the
+    // best limit halves, and the adaptive one follows.
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let phases = [
+        Phase {
+            until: 3_000 * MS,
+            ..OVERLOAD
+        },
+        Phase {
+            until: 8_000 * MS,
+            workers: 2,
+            ..OVERLOAD
+        },
+    ];
+    let run = serve(&cap, &clock, &phases);
+    let (before, after) = (run.limit_at(3_000 * MS), run.limit_at(7_900 * MS));
+    assert!(
+        after * 3 <= before * 2,
+        "limit {before} with 4 workers, {after} with 2"
+    );
+    assert!(run.p99_after(5_000 * MS, 8_000 * MS) <= 60 * MS);
+}
