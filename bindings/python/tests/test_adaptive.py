@@ -198,6 +198,8 @@ BAD_OPTIONS = [
     ({"concurrency_limit": "auto", "priority": "urgent"}, rb.ConfigError, 'invalid priority "urgent": is "critical", "normal" or "background"'),
     ({"concurrency_limit": "auto", "priority": 3}, rb.ConfigError, 'invalid priority "3": must be'),
     ({"concurrency_limit": "auto", "concurrency_max": True}, TypeError, "concurrency_max must not be a bool"),
+    ({"priority": "background"}, rb.ConfigError, 'invalid priority "background": sheds under a concurrency limit'),
+    ({"priority": lambda r: "normal"}, rb.ConfigError, 'invalid priority "a function": sheds under a concurrency limit'),
 ]
 
 
@@ -281,6 +283,9 @@ def test_a_constant_priority_applies_to_every_request() -> None:
     mw({"REMOTE_ADDR": "127.0.0.1"}, lambda status, headers, exc=None: got.append(status))
     assert got == ["503 Service Unavailable"]
     assert events == [rb.RateLimitEvent("shed", None, ("default",), None, "background")]
+    verdict = mw.gate.admit({}, "127.0.0.1", {}, True)
+    assert verdict is not None and not isinstance(verdict, rb._ratebound.Ask)
+    assert (verdict.status, verdict.outcome, verdict.priority) == (503, "shed", "background")
     critical = rb.wsgi.RateLimitMiddleware(hello, rate=1000, concurrency_limit=1, priority="critical")
     assert critical.gate.try_enter()  # the one place taken
     mw_got: list[str] = []

@@ -329,6 +329,21 @@ impl Gate {
             spec.add_remote(Some(name), kind, algorithm);
         }
         let inner = spec.build(clock_of(clock)?).or_py(py)?;
+        if priority.is_some() && !inner.is_capped() {
+            // As the core's background_fraction: a priority means nothing
+            // without a concurrency limit to shed under.
+            return Err(py_err(
+                py,
+                ratebound::Error::InvalidOption {
+                    name: "priority",
+                    value: match &priority {
+                        Some(PriorityHook::Fixed(p)) => p.as_str().to_string(),
+                        _ => "a function".to_string(),
+                    },
+                    reason: "sheds under a concurrency limit: set concurrency_limit (a number or \"auto\") as well",
+                },
+            ));
+        }
         let on_decision = match hook("on_decision", on_decision)? {
             Some(f) => {
                 let event = py.import("ratebound._http")?.getattr("RateLimitEvent")?;
