@@ -84,12 +84,38 @@ fn window_size(limit: f64) -> u64 {
     (limit as u64).clamp(16, 256)
 }
 
+/// The count of a textbook controller's requests in flight against its
+/// (real-valued) limit.
+struct Count {
+    limit: f64,
+    in_flight: usize,
+}
+
+impl Count {
+    fn new() -> Count {
+        Count {
+            limit: 20.0,
+            in_flight: 0,
+        }
+    }
+
+    fn enter(&mut self) -> Option<(u64, usize)> {
+        (self.in_flight < self.limit()).then(|| {
+            self.in_flight += 1;
+            (0, 0)
+        })
+    }
+
+    fn limit(&self) -> usize {
+        self.limit.round() as usize
+    }
+}
+
 /// Gradient2: baseline = an exponential average of window means over ~600
 /// samples; new = limit · clamp(1.5 · long / short, ½, 1) + 4, smoothed by
 /// 0.2; the long average decays when the short one falls below half of it.
 struct Gradient2 {
-    limit: f64,
-    in_flight: usize,
+    count: Count,
     long: f64,
     window: Window,
 }
@@ -99,30 +125,28 @@ impl Controller for Gradient2 {
         "gradient2"
     }
     fn enter(&mut self) -> Option<(u64, usize)> {
-        (self.in_flight < self.limit()).then(|| {
-            self.in_flight += 1;
-            (0, 0)
-        })
+        self.count.enter()
     }
     fn done(&mut self, _: (u64, usize), latency: u64) {
-        self.in_flight -= 1;
-        let Some((short, _)) = self.window.add(latency, window_size(self.limit)) else {
+        let c = &mut self.count;
+        c.in_flight -= 1;
+        let Some((short, _)) = self.window.add(latency, window_size(c.limit)) else {
             return;
         };
         if self.long == 0.0 {
             self.long = short;
         }
-        let weight = window_size(self.limit) as f64 / 600.0;
+        let weight = window_size(c.limit) as f64 / 600.0;
         self.long += (short - self.long) * weight;
         if self.long / short > 2.0 {
             self.long *= 0.95;
         }
         let gradient = (1.5 * self.long / short).clamp(0.5, 1.0);
-        let new = self.limit * gradient + 4.0;
-        self.limit = (self.limit * 0.8 + new * 0.2).clamp(2.0, 1000.0);
+        let new = c.limit * gradient + 4.0;
+        c.limit = (c.limit * 0.8 + new * 0.2).clamp(2.0, 1000.0);
     }
     fn limit(&self) -> usize {
-        self.limit.round() as usize
+        self.count.limit()
     }
 }
 
@@ -130,8 +154,7 @@ impl Controller for Gradient2 {
 /// min / mean); below alpha = 3·log10(limit) the limit grows by
 /// log10(limit), above beta = 6·log10(limit) it shrinks by as much.
 struct Vegas {
-    limit: f64,
-    in_flight: usize,
+    count: Count,
     no_load: u64,
     window: Window,
 }
@@ -141,14 +164,12 @@ impl Controller for Vegas {
         "vegas"
     }
     fn enter(&mut self) -> Option<(u64, usize)> {
-        (self.in_flight < self.limit()).then(|| {
-            self.in_flight += 1;
-            (0, 0)
-        })
+        self.count.enter()
     }
     fn done(&mut self, _: (u64, usize), latency: u64) {
-        self.in_flight -= 1;
-        let Some((mean, min)) = self.window.add(latency, window_size(self.limit)) else {
+        let c = &mut self.count;
+        c.in_flight -= 1;
+        let Some((mean, min)) = self.window.add(latency, window_size(c.limit)) else {
             return;
         };
         self.no_load = if self.no_load == 0 {
@@ -156,17 +177,17 @@ impl Controller for Vegas {
         } else {
             self.no_load.min(min)
         };
-        let queue = self.limit * (1.0 - self.no_load as f64 / mean);
-        let step = self.limit.log10().max(1.0);
+        let queue = c.limit * (1.0 - self.no_load as f64 / mean);
+        let step = c.limit.log10().max(1.0);
         if queue < 3.0 * step {
-            self.limit += step;
+            c.limit += step;
         } else if queue > 6.0 * step {
-            self.limit -= step;
+            c.limit -= step;
         }
-        self.limit = self.limit.clamp(2.0, 1000.0);
+        c.limit = c.limit.clamp(2.0, 1000.0);
     }
     fn limit(&self) -> usize {
-        self.limit.round() as usize
+        self.count.limit()
     }
 }
 
@@ -259,14 +280,12 @@ fn controllers(clock: &ManualClock) -> Vec<Box<dyn Controller>> {
     vec![
         Box::new(Core { cap: core }),
         Box::new(Gradient2 {
-            limit: 20.0,
-            in_flight: 0,
+            count: Count::new(),
             long: 0.0,
             window: Window::default(),
         }),
         Box::new(Vegas {
-            limit: 20.0,
-            in_flight: 0,
+            count: Count::new(),
             no_load: 0,
             window: Window::default(),
         }),

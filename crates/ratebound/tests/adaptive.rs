@@ -149,11 +149,8 @@ fn an_overload_keeps_latency_near_the_unloaded_and_serves_the_capacity() {
     assert!(run.p99_after(1_000 * MS, 5_000 * MS) > 1_000 * MS);
 }
 
-#[test]
-fn the_limit_comes_back_up_when_the_overload_ends() {
-    // Overloaded for 3 s; then the service has four times the workers (it
-    // scaled out, or a slow dependency recovered): within seconds the limit
-    // rises to use them and shedding stops.
+/// The overload for 3 s on 4 workers, then 5 s more on `workers`.
+fn workers_change_at_3s(workers: usize) -> (ConcurrencyCap, Run) {
     let clock = ManualClock::new();
     let cap = adaptive(&clock);
     let phases = [
@@ -163,11 +160,20 @@ fn the_limit_comes_back_up_when_the_overload_ends() {
         },
         Phase {
             until: 8_000 * MS,
-            workers: 16,
+            workers,
             ..OVERLOAD
         },
     ];
     let run = serve(&cap, &clock, &phases);
+    (cap, run)
+}
+
+#[test]
+fn the_limit_comes_back_up_when_the_overload_ends() {
+    // Overloaded for 3 s; then the service has four times the workers (it
+    // scaled out, or a slow dependency recovered): within seconds the limit
+    // rises to use them and shedding stops.
+    let (cap, run) = workers_change_at_3s(16);
     let low = run.limit_at(3_000 * MS);
     assert!(low <= 12, "overloaded limit {low}");
     let high = run.limit_at(6_000 * MS);
@@ -507,20 +513,7 @@ fn an_adaptive_limit_alone_is_a_whole_gate_spec() {
 fn the_limit_follows_the_capacity_down() {
     // Half the workers go away at 3 s (a dependency's pool shrinks): the
     // best limit halves, and the adaptive one follows.
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
-    let phases = [
-        Phase {
-            until: 3_000 * MS,
-            ..OVERLOAD
-        },
-        Phase {
-            until: 8_000 * MS,
-            workers: 2,
-            ..OVERLOAD
-        },
-    ];
-    let run = serve(&cap, &clock, &phases);
+    let (_, run) = workers_change_at_3s(2);
     let (before, after) = (run.limit_at(3_000 * MS), run.limit_at(7_900 * MS));
     assert!(
         after * 3 <= before * 2,
