@@ -13,8 +13,8 @@ keep-alive connection of its own while it is out, a bounded total.
   and at least 80 % of the capacity (160/s) is served.
 - Half the load background (and 1 in 20 requests critical): normal requests
   succeed at least twice as often as background ones, critical ones always.
-- A slowdown: the handler's time doubles mid-run; the admitted requests
-  stay within 3x the new unloaded latency.
+- A slowdown: the handler's time doubles mid-run; the limit falls by about
+  half, the admitted requests stay within 3x the new unloaded latency.
 - After the overload: a load of half the capacity is served whole at once;
   when the service's capacity comes back (16 at a time), the limit climbs
   within seconds until nothing is shed.
@@ -307,12 +307,13 @@ def runs() -> Runs:
             slowed_gauge = await gauge(client)
             await client.get("/service/20")
             # The capacity comes back, 4x (16 at a time: 800/s), under the
-            # same offered 500/s: the limit must climb to serve it.
+            # same offered 500/s: the limit must climb (from where the
+            # slowdown left it) to serve it.
             await client.get("/slots/16")
-            limits, grown = await asyncio.gather(watch(12), open_loop(client, RATE, 3.0, lambda i: "normal", wait=2.0))
+            limits, grown = await asyncio.gather(watch(16), open_loop(client, RATE, 4.0, lambda i: "normal", wait=2.0))
             await client.close()
             return (base, auto, mixed, after, calm, summarize(slowed, 2.0, 5.0), slowed_limits, slowed_gauge,
-                    list(zip(limits, quarter_shares(grown, 3.0))))
+                    list(zip(limits, quarter_shares(grown, 4.0))))
 
         async def watch(n: int) -> list[int]:
             """The limit every 0.25 s, n times."""
@@ -374,20 +375,20 @@ def test_background_is_shed_first_and_critical_never(runs: Runs) -> None:
 def test_after_the_overload_the_load_is_served_again(runs: Runs) -> None:
     # Half the capacity: everything served from the first quarter second.
     assert min(runs.calm) >= 0.99, runs.lines
-    # The capacity back (800/s): the limit climbs within seconds until
-    # nothing is shed.
+    # The capacity back (800/s): from where the slowdown left it, the limit
+    # climbs within seconds until nothing is shed.
     limits = [limit for limit, _ in runs.grown]
     served = next((k for k, (_, share) in enumerate(runs.grown) if share >= 0.99), None)
-    assert served is not None and served * 0.25 <= 2.0, runs.lines
+    assert served is not None and served * 0.25 <= 3.0, runs.lines
+    assert min(share for _, share in runs.grown[served:]) >= 0.95, runs.lines
     assert max(limits) > runs.after_overload["limit"], runs.lines
 
 
 def test_a_slowdown_is_followed(runs: Runs) -> None:
-    # The handler's time doubled: the latency is now the service's own. The
-    # baseline is re-learned (else the limit would stay at its minimum,
-    # every window 2x the old baseline), the admitted stay within 3x the
-    # new unloaded latency.
-    assert runs.slowed_gauge["baseline_ms"] >= 1.5 * runs.after_overload["baseline_ms"], runs.lines
+    # The handler's time doubled (capacity 100/s): the limit falls by about
+    # half, the admitted requests stay within 3x the new unloaded latency.
+    before = runs.slowed_limits[3]  # 0.75 s, before the slowdown at 1 s
+    after = min(runs.slowed_limits[5:])
+    assert after <= 0.6 * before, runs.lines
     assert runs.slowed.p99_ms <= 3 * 2 * runs.base * 1000, runs.lines
     assert runs.slowed.unanswered == 0, runs.lines
-    assert runs.slowed_gauge["limit"] > 2, runs.lines
