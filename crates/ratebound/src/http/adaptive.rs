@@ -365,19 +365,23 @@ impl Controller {
                 self.at_min.store(0, Ordering::Relaxed);
                 0
             };
-            if ref_limit <= 0.0 || mean > ref_mean || mean < 0.8 * ref_mean {
+            let referenced = ref_limit > 0.0;
+            let cut_in_vain =
+                referenced && limit <= ref_limit * (2.0 / 3.0) && mean >= 0.8 * ref_mean;
+            if cut_in_vain || at_min >= STALE_AT_MIN {
+                // A third fewer requests in flight and hardly faster (or
+                // the fewest allowed, for a while): the latency is the
+                // service's own, not a queue's.
+                baseline = mean;
+                store_f(&self.baseline, baseline);
+                store_f(&self.ref_limit, 0.0);
+                self.at_min.store(0, Ordering::Relaxed);
+            } else if !referenced || mean > ref_mean || mean < 0.8 * ref_mean {
                 // The first congested window, a worse one, or one that
                 // cutting the limit helped: the next cut is judged
                 // against this one.
                 store_f(&self.ref_limit, limit);
                 store_f(&self.ref_mean, mean);
-            } else if limit <= ref_limit * (2.0 / 3.0) || at_min >= STALE_AT_MIN {
-                // A third fewer requests in flight and hardly faster: the
-                // latency is the service's own, not a queue's.
-                baseline = mean;
-                store_f(&self.baseline, baseline);
-                store_f(&self.ref_limit, 0.0);
-                self.at_min.store(0, Ordering::Relaxed);
             }
         } else {
             store_f(&self.ref_limit, 0.0);
