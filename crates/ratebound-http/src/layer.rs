@@ -190,11 +190,13 @@ impl Hooks for LayerHooks<'_> {
     }
 
     #[inline]
-    fn priority(&mut self) -> Priority {
-        self.shared
-            .priority
-            .as_ref()
-            .map_or(Priority::Normal, |f| f(self.parts))
+    fn priority(&mut self) -> Option<Priority> {
+        Some(
+            self.shared
+                .priority
+                .as_ref()
+                .map_or(Priority::Normal, |f| f(self.parts)),
+        )
     }
 
     /// The [`RequestKey::Custom`] closure's key (the gate asks only for a

@@ -173,7 +173,7 @@ fn the_limit_comes_back_up_when_the_overload_ends() {
     // Overloaded for 3 s; then the service has four times the workers (it
     // scaled out, or a slow dependency recovered): within seconds the limit
     // rises to use them and shedding stops.
-    let (cap, run) = workers_change_at_3s(16);
+    let (_, run) = workers_change_at_3s(16);
     let low = run.limit_at(3_000 * MS);
     assert!(low <= 12, "overloaded limit {low}");
     let high = run.limit_at(6_000 * MS);
@@ -260,13 +260,14 @@ fn background_requests_get_places_only_below_the_share() {
 }
 
 struct Prioritised {
-    priority: Priority,
+    /// `None`: the hook fails.
+    priority: Option<Priority>,
     asked: u32,
     shed: Option<Option<Priority>>,
 }
 
 impl Hooks for Prioritised {
-    fn priority(&mut self) -> Priority {
+    fn priority(&mut self) -> Option<Priority> {
         self.asked += 1;
         self.priority
     }
@@ -290,16 +291,17 @@ fn the_gate_sheds_background_first_and_never_critical() {
         peer: Some([127, 0, 0, 1].into()),
         headers: &lines[..],
     };
-    let admit = |priority| {
+    let sequence = |priority| {
         let mut hooks = Prioritised {
             priority,
             asked: 0,
             shed: None,
         };
-        let Admit::Decided(a) = gate.admit(&request, &mut hooks) else {
-            unreachable!()
-        };
-        (a, hooks)
+        (gate.admit(&request, &mut hooks), hooks)
+    };
+    let admit = |priority| match sequence(Some(priority)) {
+        (Admit::Decided(a), hooks) => (a, hooks),
+        (other, _) => panic!("{other:?}"),
     };
     let (first, hooks) = admit(Priority::Background);
     assert!(first.place.is_some() && hooks.asked == 0);
@@ -307,6 +309,11 @@ fn the_gate_sheds_background_first_and_never_critical() {
     assert_eq!(second.verdict.status, 503);
     assert_eq!(hooks.shed, Some(Some(Priority::Background)));
     assert_eq!(hooks.asked, 1);
+    // A failing priority hook stops the sequence: no place, no report.
+    let (stopped, hooks) = sequence(None);
+    assert!(matches!(stopped, Admit::Stopped), "{stopped:?}");
+    assert_eq!((hooks.asked, hooks.shed), (1, None));
+    assert_eq!(gate.concurrency().unwrap().in_flight(), 1);
     let (third, _) = admit(Priority::Normal);
     assert!(third.place.is_some());
     let (fourth, hooks) = admit(Priority::Critical);

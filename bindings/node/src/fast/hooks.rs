@@ -202,21 +202,16 @@ impl Hooks for JsHooks<'_> {
         self.ask(self.hooks.critical, false)
     }
 
-    fn priority(&mut self) -> Priority {
+    fn priority(&mut self) -> Option<Priority> {
         if let Some(constant) = self.hooks.constant {
-            return constant;
+            return Some(constant);
         }
         // No function: normal. A function that throws, or answers what is
         // no priority, leaves its error pending (the call throws it once the
-        // core is done): the request is then taken as background, which is
-        // shed here (the priority is asked only at the background share) —
-        // no place, no token, no latency sample.
+        // core is done) and stops the sequence: no place, no token, no
+        // latency sample, nothing reported.
         let Some(answer) = self.call(self.hooks.priority, &[]) else {
-            return if self.threw {
-                Priority::Background
-            } else {
-                Priority::Normal
-            };
+            return (!self.threw).then_some(Priority::Normal);
         };
         // One read into a small buffer: every priority's name fits it (a
         // longer string, never a priority, is read whole for the message).
@@ -250,13 +245,13 @@ impl Hooks for JsHooks<'_> {
             })
         };
         match parsed {
-            Ok(priority) => priority,
+            Ok(priority) => Some(priority),
             Err(e) => {
                 // SAFETY: live env; no exception is pending (the call
                 // returned normally).
                 unsafe { raw_throw_core(self.env, &e) };
                 self.threw = true;
-                Priority::Background
+                None
             }
         }
     }

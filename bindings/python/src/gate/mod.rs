@@ -75,24 +75,25 @@ impl Hooks for PyHooks<'_, '_> {
         self.ask(&gate.critical, false)
     }
 
-    fn priority(&mut self) -> Priority {
-        // Raising, or an answer that is no priority: normal for the cap,
-        // the error raised once the sequence returns.
+    fn priority(&mut self) -> Option<Priority> {
+        // Raising, or an answer that is no priority: the sequence stops
+        // (no place, nothing charged or reported) and the error is raised
+        // once it returns.
         let gate = self.gate;
         match &gate.priority {
-            None => Priority::Normal,
-            Some(PriorityHook::Fixed(p)) => *p,
-            Some(PriorityHook::Call(_)) if self.error.is_some() => Priority::Normal,
+            None => Some(Priority::Normal),
+            Some(PriorityHook::Fixed(p)) => Some(*p),
+            Some(PriorityHook::Call(_)) if self.error.is_some() => None,
             Some(PriorityHook::Call(f)) => {
                 match f
                     .bind(self.request.py())
                     .call1((self.request,))
                     .and_then(|p| priority_of(&p))
                 {
-                    Ok(p) => p,
+                    Ok(p) => Some(p),
                     Err(e) => {
                         self.error = Some(e);
-                        Priority::Normal
+                        None
                     }
                 }
             }

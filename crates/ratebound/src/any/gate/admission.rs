@@ -30,9 +30,12 @@ pub trait Hooks {
 
     /// The request's priority under the concurrency cap: asked only once
     /// the requests in flight reach the background share of the limit
-    /// (below it every request is admitted alike), at most once.
-    fn priority(&mut self) -> Priority {
-        Priority::Normal
+    /// (below it every request is admitted alike), at most once. `None` —
+    /// the priority function failed — stops the sequence, as a failed key
+    /// function does: [`Admit::Stopped`], no place kept, nothing charged or
+    /// reported.
+    fn priority(&mut self) -> Option<Priority> {
+        Some(Priority::Normal)
     }
 
     /// The application's key ([`KeySource::Given`]), given to `f`: asked
@@ -141,6 +144,8 @@ pub struct Admission<'g> {
 enum Entry {
     Shed(Priority),
     Queued(Waiter),
+    /// The priority hook failed.
+    Stopped,
 }
 
 /// What [`Gate::admit_or_queue`] found: the sequence's answer, or a
@@ -261,6 +266,7 @@ impl Gate {
         match self.enter(hooks, false) {
             Ok((place, now)) => self.proceed(place, now, request, hooks),
             Err(Entry::Shed(priority)) => self.shed_reported(priority, hooks),
+            Err(Entry::Stopped) => Admit::Stopped,
             // Not asked for.
             Err(Entry::Queued(_)) => self.shed_reported(Priority::Normal, hooks),
         }
@@ -283,6 +289,7 @@ impl Gate {
         Queueing::Admit(match self.enter(hooks, true) {
             Ok((place, now)) => self.proceed(place, now, request, hooks),
             Err(Entry::Shed(priority)) => self.shed_reported(priority, hooks),
+            Err(Entry::Stopped) => Admit::Stopped,
             Err(Entry::Queued(waiter)) => return Queueing::Queued(Queued { waiter }),
         })
     }
@@ -335,7 +342,19 @@ impl Gate {
         };
         let start = cap.start();
         let now = cap.is_adaptive().then_some(start);
-        match Place::take(cap, start, || hooks.priority()) {
+        let mut failed = false;
+        // A failed hook is asked at the background share, where a
+        // background request is refused: no place is taken for it.
+        let taken = Place::take(cap, start, || {
+            hooks.priority().unwrap_or_else(|| {
+                failed = true;
+                Priority::Background
+            })
+        });
+        if failed {
+            return Err(Entry::Stopped);
+        }
+        match taken {
             Ok(place) => Ok((Some(place), now)),
             Err(Priority::Critical) => Ok((None, now)),
             Err(_) if hooks.critical() => Ok((None, now)),
