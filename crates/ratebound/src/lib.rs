@@ -81,7 +81,9 @@
 //!
 //! - [`http`]: the protocol-neutral HTTP pieces — `Retry-After` rounding,
 //!   the IETF `RateLimit` / `RateLimit-Policy` values, client IPs behind
-//!   trusted proxies, IPv6 prefix grouping, a lock-free concurrency cap.
+//!   trusted proxies, IPv6 prefix grouping, a lock-free concurrency cap —
+//!   fixed or learned from latency ([`http::AdaptiveConcurrency`]), with
+//!   priorities and an optional short queue.
 //! - [`any`]: limiters, keys and a whole HTTP middleware decision
 //!   ([`any::Gate`]) chosen at run time from loosely typed options — the
 //!   surface the Python and Node bindings wrap, so they decide nothing
@@ -98,7 +100,7 @@
 //! | `sync/` | the loom shim (std or loom atomics), the one compare-exchange loop (`state`), and the body every one-word limiter shares (`word`) |
 //! | `algorithms/` | the five algorithms and `AllOf`, each in its file, with the shared capacity checks in `algorithms/mod.rs` |
 //! | `keyed/` | `KeyedLimiter`: the per-key algorithm (`math`), the sharded table and eviction (`shards`, `keys`), several policies for one key (`all_of`), and `WordRule` for tables kept elsewhere (shared memory) |
-//! | `http/` | the protocol pieces: quota fields, client IP and proxies, the concurrency cap |
+//! | `http/` | the protocol pieces: quota fields, client IP and proxies, the concurrency cap (`concurrency`), its adaptive limit and priorities (`adaptive`) and its short queue (`queue`) |
 //! | `any/` | the run-time surface the bindings wrap: loose numbers, limiters and waiters chosen by name, and `gate/` — a middleware's whole decision |
 //!
 //! `any/gate/` is what every HTTP front door (tower, ASGI, WSGI, Django,
@@ -106,7 +108,8 @@
 //! name (every default and rule), `options` holds them typed, `request`
 //! is what a request brings, the `Gate` decides, and
 //! [`Gate::admit`](any::Gate::admit) runs the request sequence (exempt →
-//! concurrency place → critical → shed → key → decide → report) and hands
+//! concurrency place, by priority → critical → shed → key → decide →
+//! report) and hands
 //! back the verdict with the place as a guard. A front door only converts
 //! its framework's request in and the verdict out.
 //!
