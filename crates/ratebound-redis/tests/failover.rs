@@ -1,0 +1,297 @@
+//! A Redis Cluster failover under running limiters: 3 masters with a
+//! replica each (6 `redis-server`s on 127.0.0.1), the master holding the
+//! key's slot killed, its replica promoted by the cluster. The same
+//! limiters (one `ClusterConnection` each, never rebuilt) answer by their
+//! fail policy meanwhile, each within its deadline, and by Redis again
+//! once the replica serves the slot; the global bound holds throughout.
+//! The figures across fail policies come from
+//! `benches/src/bin/redis_failover.rs` (the 50-instance run).
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ratebound::Quota;
+use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
+use redis::cluster::ClusterClient;
+use support::{free_port, fresh};
+
+/// A cluster node with a short `cluster-node-timeout` (fast failover),
+/// stopped on drop.
+struct Node {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn start() -> Node {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "ratebound-failover-test-{}-{port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&dir)
+            .args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .args(["--cluster-node-timeout", "500"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (ci/test installs it)");
+        let node = Node {
+            port,
+            dir,
+            child: Some(child),
+        };
+        let start = Instant::now();
+        while text(port, &["PING"]).is_none() {
+            assert!(start.elapsed() < Duration::from_secs(10), "no redis-server");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        node
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One admin command on a fresh blocking connection, as text.
+fn text(port: u16, args: &[&str]) -> Option<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(300))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<redis::Value>(&mut conn).ok()? {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        redis::Value::VerbatimString { text, .. } => Some(text),
+        redis::Value::SimpleString(s) => Some(s),
+        redis::Value::Int(i) => Some(i.to_string()),
+        redis::Value::Array(v) => Some(format!("{v:?}")),
+        _ => None,
+    }
+}
+
+/// The ports of the master serving `slot` and of its replica, from
+/// `CLUSTER NODES` on `port`.
+fn master_and_replica(port: u16, slot: u16) -> Option<(u16, u16)> {
+    let view = text(port, &["CLUSTER", "NODES"])?;
+    let rows: Vec<Vec<&str>> = view
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() >= 8)
+        .collect();
+    let port_of =
+        |f: &[&str]| -> Option<u16> { f[1].split('@').next()?.rsplit(':').next()?.parse().ok() };
+    let master = rows.iter().find(|f| {
+        f[2].contains("master")
+            && f[8..].iter().any(|r| {
+                let (a, b) = r.split_once('-').unwrap_or((r, r));
+                matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+            })
+    })?;
+    let replica = rows
+        .iter()
+        .find(|f| f[2].contains("slave") && f[3] == master[0])?;
+    Some((port_of(master)?, port_of(replica)?))
+}
+
+/// Six nodes, `--cluster-replicas 1`, until every replica's link is up.
+fn cluster() -> Vec<Node> {
+    let nodes: Vec<Node> = (0..6).map(|_| Node::start()).collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .output()
+        .expect("redis-cli (ci/test installs redis-tools)");
+    assert!(
+        out.status.success(),
+        "cluster create: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let start = Instant::now();
+    loop {
+        let ok = nodes.iter().all(|n| {
+            text(n.port, &["CLUSTER", "INFO"]).is_some_and(|t| t.contains("cluster_state:ok"))
+        });
+        let synced = nodes
+            .iter()
+            .filter_map(|n| text(n.port, &["INFO", "replication"]))
+            .filter(|t| t.contains("master_link_status:up"))
+            .count();
+        if ok && synced == 3 {
+            return nodes;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "cluster not ready: ok {ok}, {synced} replicas synced"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Kills the master of one key's slot while three limiters (fail closed,
+/// 10/s burst 20) check it every 10 ms: each answers by its policy within
+/// its deadline while the slot has no master, and by Redis again — the same
+/// limiter, the same connection — within seconds of the promotion; what
+/// Redis admits over the whole run stays within 20 + 10·t.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
+    let mut nodes = cluster();
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+        .collect();
+    let quota = Quota::parse("10/s burst 20").unwrap();
+    let deadline = Duration::from_millis(250);
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        let conn = ClusterClient::new(urls.clone())
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        let mut c = Config::new(Algorithm::TokenBucket(quota));
+        c.on_error = OnError::Closed;
+        c.timeout = deadline;
+        c.breaker_cooldown = Duration::from_millis(250);
+        limiters.push(RedisLimiter::new(c, conn).unwrap());
+    }
+    let key = fresh("failover");
+    let redis_key = limiters[0].engine().redis_key(None, key.as_bytes());
+    let slot: u16 = text(
+        nodes[0].port,
+        &["CLUSTER", "KEYSLOT", &String::from_utf8_lossy(&redis_key)],
+    )
+    .and_then(|s| s.parse().ok())
+    .expect("keyslot");
+    let (master, replica) = master_and_replica(nodes[0].port, slot).expect("slot owner");
+
+    let start = Instant::now();
+    let run = Duration::from_secs(9);
+    let kill_at = Duration::from_millis(1500);
+    let mut tasks = Vec::new();
+    for limiter in &limiters {
+        let (limiter, key) = (limiter.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            // Bounded: at most one check per 10 ms of the run.
+            for _ in 0..run.as_millis() / 10 {
+                if start.elapsed() >= run {
+                    break;
+                }
+                let t = Instant::now();
+                let d = limiter.check(&key).await.unwrap();
+                seen.push((t - start, t.elapsed(), d.source(), d.is_allowed()));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            seen
+        }));
+    }
+    tokio::time::sleep(kill_at).await;
+    nodes
+        .iter_mut()
+        .find(|n| n.port == master)
+        .expect("master")
+        .kill();
+    let killed = start.elapsed();
+    let promoted = tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(8) {
+            if text(replica, &["ROLE"]).is_some_and(|r| r.contains("master")) {
+                return Some(t.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    })
+    .await
+    .unwrap()
+    .expect("the replica was promoted within 8 s");
+
+    let mut redis_admitted = 0u64;
+    let mut last_failure = Duration::ZERO;
+    for task in tasks {
+        let seen = task.await.unwrap();
+        let mut recovered_at = None;
+        for &(at, took, source, allowed) in &seen {
+            assert!(
+                took <= deadline + Duration::from_millis(150),
+                "a call took {took:?} at {at:?} ({source:?})"
+            );
+            match source {
+                Source::Redis => redis_admitted += u64::from(allowed),
+                Source::FailClosed => {
+                    assert!(!allowed, "fail closed admitted at {at:?}");
+                    assert!(at + took >= killed, "a failure before the kill, at {at:?}");
+                    last_failure = last_failure.max(at + took);
+                    recovered_at = None;
+                }
+                other => panic!("{other:?} at {at:?}"),
+            }
+            if source == Source::Redis && at > killed && recovered_at.is_none() {
+                recovered_at = Some(at);
+            }
+        }
+        assert!(
+            seen.iter().any(|s| s.2 == Source::FailClosed),
+            "the kill was felt"
+        );
+        // Answered by Redis from some point after the kill to the end of
+        // the run: recovered, on the same connection.
+        let back = recovered_at.expect("answered by Redis again after the kill");
+        assert!(
+            seen.last().is_some_and(|s| s.2 == Source::Redis),
+            "the last answer was Redis'"
+        );
+        assert!(
+            back < killed + promoted + Duration::from_secs(4),
+            "back at {back:?}: killed at {killed:?}, promoted {promoted:?} later"
+        );
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    println!(
+        "failover: killed at {killed:?}, promoted {promoted:?} later, last fail-policy answer \
+         {:?} after the kill; Redis admitted {redis_admitted} in {elapsed:.2} s",
+        last_failure.saturating_sub(killed)
+    );
+    assert!(
+        redis_admitted as f64 <= 20.0 + 10.0 * elapsed + 1.0,
+        "{redis_admitted} admitted in {elapsed:.2} s"
+    );
+    // Used: the limit kept admitting after the failover (at least the
+    // refill over the part of the run after the promotion, less slack).
+    let after = elapsed - (killed + promoted).as_secs_f64() - 4.0;
+    assert!(
+        redis_admitted as f64 >= 10.0 * after,
+        "{redis_admitted} admitted"
+    );
+}
