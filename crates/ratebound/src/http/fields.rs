@@ -97,6 +97,12 @@ impl Policy {
     }
 }
 
+/// The largest integer a structured field holds (RFC 9651 §3.3.1: at most
+/// 15 digits). A larger `q`, `w`, `r` or `t` (a burst near 2^60, say) is
+/// written as this: fewer than there are, so a client reading it is never
+/// told of more than it has, and the field still parses.
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
 /// Writes `s` as a structured-field string: quoted, `"` and `\` escaped.
 fn sf_string(out: &mut String, s: &str) {
     out.push('"');
@@ -136,7 +142,8 @@ pub(super) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// The `RateLimit-Policy` field value for `policies`, e.g.
-/// `"burst";q=20;w=2, "hourly";q=1000;w=3600`.
+/// `"burst";q=20;w=2, "hourly";q=1000;w=3600` (an integer of more than
+/// 15 digits, which a structured field cannot hold, as 999999999999999).
 pub fn ratelimit_policy(policies: &[Policy]) -> String {
     let mut out = String::new();
     for (i, p) in policies.iter().enumerate() {
@@ -144,14 +151,19 @@ pub fn ratelimit_policy(policies: &[Policy]) -> String {
             out.push_str(", ");
         }
         out.push_str(&p.quoted);
-        let _ = write!(out, ";q={};w={}", p.quota, p.window_secs);
+        let _ = write!(
+            out,
+            ";q={};w={}",
+            p.quota.min(SF_INTEGER_MAX),
+            p.window_secs.min(SF_INTEGER_MAX)
+        );
     }
     out
 }
 
 /// The `RateLimit` field value for each policy's decision, e.g.
 /// `"burst";r=0;t=1`: `r` = remaining, `t` = seconds until the quota is
-/// whole again, rounded up.
+/// whole again, rounded up (either, past 15 digits, as 999999999999999).
 pub fn ratelimit<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decision)>) -> String {
     String::from_utf8(ratelimit_bytes(entries)).unwrap_or_default()
 }
@@ -167,9 +179,12 @@ pub fn ratelimit_bytes<'a>(entries: impl IntoIterator<Item = (&'a Policy, Decisi
         }
         out.extend_from_slice(p.quoted.as_bytes());
         out.extend_from_slice(b";r=");
-        push_u64(&mut out, d.remaining());
+        push_u64(&mut out, d.remaining().min(SF_INTEGER_MAX));
         out.extend_from_slice(b";t=");
-        push_u64(&mut out, retry_after_secs(d.reset_after()));
+        push_u64(
+            &mut out,
+            retry_after_secs(d.reset_after()).min(SF_INTEGER_MAX),
+        );
     }
     out
 }

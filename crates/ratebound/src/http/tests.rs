@@ -65,6 +65,32 @@ fn fields_follow_the_draft_syntax() {
     );
 }
 
+/// Found by the fuzzer (fuzz/regressions/ratelimit_fields): a burst or a
+/// remaining count of more than 15 digits made fields that no structured-
+/// field parser reads; they are written as the largest integer one holds.
+#[test]
+fn fields_integers_stay_within_15_digits() {
+    let big = Policy::new("big", u64::MAX, Duration::MAX).unwrap();
+    assert_eq!(
+        ratelimit_policy(std::slice::from_ref(&big)),
+        r#""big";q=999999999999999;w=999999999999999"#
+    );
+    let q = crate::Quota::parse("1/ns burst 1152921504606846976").unwrap();
+    let bucket = Policy::for_quota("b", q).unwrap();
+    assert_eq!(
+        ratelimit_policy(std::slice::from_ref(&bucket)),
+        r#""b";q=999999999999999;w=1152921505"#
+    );
+    let d = Decision::from_parts(true, u64::MAX, u64::MAX - 1, 0, u64::MAX);
+    assert_eq!(
+        ratelimit([(&big, d)]),
+        r#""big";r=999999999999999;t=18446744074"#
+    );
+    // 15 digits are written as they are.
+    let d = Decision::from_parts(true, 999_999_999_999_999, 999_999_999_999_998, 0, 0);
+    assert_eq!(ratelimit([(&big, d)]), r#""big";r=999999999999998;t=0"#);
+}
+
 #[test]
 fn ipv6_is_grouped_and_mapped_ipv4_unwrapped() {
     assert_eq!(ip_key(ip("2001:db8::1"), 64), ip("2001:db8::"));
