@@ -180,8 +180,8 @@ struct SimulateArgs {
     #[arg(long)]
     json: bool,
     /// Draw admitted/refused over time and the level, one panel per
-    /// algorithm, into an .svg file (with --service-time: latency p99 and
-    /// the limit over time, one panel per --concurrency variant).
+    /// algorithm, into an .svg or .png file (with --service-time: latency
+    /// p99 and the limit over time, one panel per --concurrency variant).
     #[arg(long, visible_alias = "chart")]
     plot: Option<PathBuf>,
     /// The server model: the service time of one request (20ms). Requests

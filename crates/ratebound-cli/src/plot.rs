@@ -1,45 +1,98 @@
-//! `--plot out.svg`: admitted and refused requests over time and the
-//! limiter's level, one panel per algorithm (plotters' SVG backend: text is
-//! left to the viewer's fonts, so nothing is needed on this machine).
+//! `--plot out.svg` or `--plot out.png`: admitted and refused requests over
+//! time and the limiter's level, one panel per algorithm. plotters draws an
+//! SVG (its text left to the viewer's fonts); for a `.png` resvg renders that
+//! SVG, its text in DejaVu Sans embedded in the binary (`fonts/`, licence
+//! beside it), so no font on the machine is needed or read.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use plotters::prelude::*;
+use resvg::{tiny_skia, usvg};
 
 use crate::CliError;
 use crate::server::{Run, Server};
 use crate::simulate::Outcome;
 
+/// The typeface every text of a PNG chart is drawn in (DejaVu Sans 2.37,
+/// unmodified; `fonts/LICENSE-DejaVu`).
+const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+/// The family name inside [`FONT`].
+const FONT_FAMILY: &str = "DejaVu Sans";
+
 fn err(e: impl std::fmt::Display) -> CliError {
     CliError::new(format!("cannot draw the plot: {e}"))
 }
 
-/// Refuses a path that does not end in `.svg`.
-fn check_svg(path: &Path) -> Result<(), CliError> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(ext) if ext.eq_ignore_ascii_case("svg") => {}
-        Some(ext) if ext.eq_ignore_ascii_case("png") => {
-            return Err(CliError::new(
-                "--plot: PNG needs fonts this build does not carry; write an .svg (any browser \
-                 shows it, and converters such as rsvg-convert make a PNG of it)",
-            ));
-        }
-        _ => {
-            return Err(CliError::new(format!(
-                "--plot {}: the file must end in .svg",
-                path.display()
-            )));
-        }
-    }
-    Ok(())
+/// What a chart is written as, from the extension of its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Svg,
+    Png,
 }
 
-/// Draws the outcomes into `path` (an `.svg` file).
+/// The chart's format, from `path`'s extension (`.svg` or `.png`, any
+/// case); anything else is refused, naming the path.
+fn format_of(path: &Path) -> Result<Format, CliError> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("svg") => Ok(Format::Svg),
+        Some(ext) if ext.eq_ignore_ascii_case("png") => Ok(Format::Png),
+        _ => Err(CliError::new(format!(
+            "--plot {}: the file must end in .svg or .png",
+            path.display()
+        ))),
+    }
+}
+
+/// Renders an SVG document into PNG bytes at its own size (one pixel per
+/// SVG unit), its text in the embedded font whatever family it names.
+fn render_png(svg: &str) -> Result<Vec<u8>, CliError> {
+    let mut fonts = usvg::fontdb::Database::new();
+    fonts.load_font_data(FONT.to_vec());
+    fonts.set_sans_serif_family(FONT_FAMILY);
+    fonts.set_serif_family(FONT_FAMILY);
+    fonts.set_monospace_family(FONT_FAMILY);
+    let options = usvg::Options {
+        font_family: FONT_FAMILY.to_string(),
+        fontdb: Arc::new(fonts),
+        ..usvg::Options::default()
+    };
+    let tree = usvg::Tree::from_str(svg, &options).map_err(err)?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height()).ok_or_else(|| {
+        err(format!(
+            "a {}x{} image is too large",
+            size.width(),
+            size.height()
+        ))
+    })?;
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap.encode_png().map_err(err)
+}
+
+/// Writes the drawn SVG document to `path`, as it is or as a PNG.
+fn write(path: &Path, format: Format, svg: &str) -> Result<(), CliError> {
+    let bytes = match format {
+        Format::Svg => svg.as_bytes().to_vec(),
+        Format::Png => render_png(svg)?,
+    };
+    std::fs::write(path, bytes)
+        .map_err(|e| CliError::new(format!("cannot write the plot {}: {e}", path.display())))
+}
+
+/// Draws the outcomes into `path` (an `.svg` or `.png` file).
 pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliError> {
-    check_svg(path)?;
+    let format = format_of(path)?;
+    let mut doc = String::new();
+    draw_outcomes(&mut doc, title, outcomes)?;
+    write(path, format, &doc)
+}
+
+/// Draws the outcomes as an SVG document into `doc`.
+fn draw_outcomes(doc: &mut String, title: &str, outcomes: &[Outcome]) -> Result<(), CliError> {
     let panels = outcomes.len().max(1);
     let height = u32::try_from(40 + 230 * panels).unwrap_or(u32::MAX);
-    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
+    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (top, body) = root.split_vertically(40);
     top.draw(&Text::new(
@@ -143,15 +196,22 @@ pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliErro
     Ok(())
 }
 
-/// Draws the server model's runs into `path` (an `.svg` file): per
-/// variant, the latency p99 of the requests arriving in each time bin
+/// Draws the server model's runs into `path` (an `.svg` or `.png` file):
+/// per variant, the latency p99 of the requests arriving in each time bin
 /// (red, with 3× the service time in grey), and the requests in flight
 /// (grey) and the limit (blue) on the right axis.
 pub fn server_svg(path: &Path, title: &str, server: &Server, runs: &[Run]) -> Result<(), CliError> {
-    check_svg(path)?;
+    let format = format_of(path)?;
+    let mut doc = String::new();
+    draw_runs(&mut doc, title, server, runs)?;
+    write(path, format, &doc)
+}
+
+/// Draws the server model's runs as an SVG document into `doc`.
+fn draw_runs(doc: &mut String, title: &str, server: &Server, runs: &[Run]) -> Result<(), CliError> {
     let panels = runs.len().max(1);
     let height = u32::try_from(62 + 230 * panels).unwrap_or(u32::MAX);
-    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
+    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (top, body) = root.split_vertically(62);
     top.draw(&Text::new(

@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+#[path = "support/png.rs"]
+mod png_image;
+
 fn ratebound(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ratebound"))
         .args(args)
@@ -242,6 +245,56 @@ fn traffic_files_csv_and_json_lines() {
 }
 
 #[test]
+fn the_plot_is_a_png_of_the_svg_with_its_text_drawn() {
+    let (svg, png) = (scratch("same.svg"), scratch("same.PNG"));
+    for path in [&svg, &png] {
+        let o = ratebound(&[
+            "simulate",
+            "--traffic",
+            "boundary",
+            "--plot",
+            path.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&format!("plot: {}", path.display())),
+            "{}",
+            stdout(&o)
+        );
+    }
+    // The PNG has the SVG's size, one pixel per unit.
+    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
+    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
+    let dim = |name| -> u32 {
+        let v = doc.root_element().attribute(name).expect(name);
+        v.parse().unwrap_or_else(|_| panic!("{name}={v:?}"))
+    };
+    let image = png_image::decode(&png);
+    assert_eq!((image.width, image.height), (dim("width"), dim("height")));
+    assert_eq!(image.width, 1000);
+    // One panel of 230 px per algorithm and scope below a 40 px title.
+    assert!(
+        image.height >= 40 + 230 * 5 && (image.height - 40).is_multiple_of(230),
+        "height {}",
+        image.height
+    );
+    // Not blank: a white background with the series drawn in green
+    // (admitted), red (refused) and blue (level) and anti-aliased edges.
+    let colours = image.colours();
+    assert!(colours > 50, "{colours} colours");
+    let white = image.white_share();
+    assert!((0.4..0.99).contains(&white), "white share {white}");
+    for (channel, name) in [(0, "red"), (1, "green"), (2, "blue")] {
+        let n = image.count_tinted(channel);
+        assert!(n > 200, "{n} {name} pixels");
+    }
+    // The title, alone in the top 40 px, is drawn: text needs the embedded
+    // font (without one resvg drops text and this band stays white).
+    let ink = image.dark_in_rows(0..40);
+    assert!(ink > 300, "{ink} dark pixels in the title band");
+}
+
+#[test]
 fn the_plot_is_an_svg_with_one_panel_per_algorithm() {
     let svg = scratch("plot.svg");
     let o = ratebound(&[
@@ -343,8 +396,28 @@ fn bad_input_is_one_line_and_exit_code_2() {
     );
     assert_usage_error(&["simulate"], "--traffic");
     assert_usage_error(
-        &["simulate", "--traffic", "boundary", "--plot", "/tmp/x.png"],
-        "PNG",
+        &["simulate", "--traffic", "boundary", "--plot", "/tmp/x.gif"],
+        "--plot /tmp/x.gif: the file must end in .svg or .png",
+    );
+    assert_usage_error(
+        &[
+            "simulate",
+            "--traffic",
+            "boundary",
+            "--plot",
+            "/tmp/no-extension",
+        ],
+        "--plot /tmp/no-extension: the file must end in .svg or .png",
+    );
+    assert_usage_error(
+        &[
+            "simulate",
+            "--traffic",
+            "boundary",
+            "--plot",
+            "/no/such/dir/x.png",
+        ],
+        "cannot write the plot /no/such/dir/x.png",
     );
     assert_usage_error(
         &["simulate", "--traffic", "./no/such/file.csv"],

@@ -6,6 +6,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[path = "support/png.rs"]
+mod png_image;
+
 fn ratebound(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ratebound"))
         .args(args)
@@ -355,6 +358,30 @@ fn the_chart_has_one_panel_per_variant() {
 }
 
 #[test]
+fn the_chart_is_a_png_too() {
+    let png = scratch("server.png");
+    let mut args = overload();
+    args.extend(["--chart", png.to_str().unwrap()]);
+    let out = run_ok(&args);
+    assert!(out.contains(&format!("plot: {}", png.display())), "{out}");
+    let image = png_image::decode(&png);
+    // 1000 wide; a 62 px heading and one 230 px panel per variant (3).
+    assert_eq!((image.width, image.height), (1000, 62 + 230 * 3));
+    let colours = image.colours();
+    assert!(colours > 50, "{colours} colours");
+    let white = image.white_share();
+    assert!((0.4..0.99).contains(&white), "white share {white}");
+    // The p99 lines (red) and the limits (blue: fixed:4 and auto).
+    for (channel, name) in [(0, "red"), (2, "blue")] {
+        let n = image.count_tinted(channel);
+        assert!(n > 200, "{n} {name} pixels");
+    }
+    // The heading's two lines of text, in the embedded font.
+    let ink = image.dark_in_rows(0..62);
+    assert!(ink > 500, "{ink} dark pixels in the heading");
+}
+
+#[test]
 fn background_requests_are_shed_first_and_critical_ones_never() {
     let mut args = overload();
     args.extend(["--priorities", "background=50%,critical=5%"]);
@@ -490,7 +517,10 @@ fn bad_server_input_is_one_line_naming_the_value() {
             &["--service-time", "20ms", "--algorithm", "token-bucket"],
             "--algorithm is for the rate limits",
         ),
-        (&["--service-time", "20ms", "--plot", "out.png"], "PNG"),
+        (
+            &["--service-time", "20ms", "--plot", "out.jpeg"],
+            "--plot out.jpeg: the file must end in .svg or .png",
+        ),
         (
             &["--service-time", "20ms", "--priorities", "normal=5%"],
             "\"normal\" is not critical or background",
