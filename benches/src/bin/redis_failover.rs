@@ -1,18 +1,26 @@
-//! A Redis Cluster failover in the middle of the incident run, for each
-//! fail policy.
+//! A Redis failover in the middle of the incident run, for each fail
+//! policy, in a Redis Cluster and in a Sentinel-managed pair.
 //!
-//! Starts a cluster of 3 masters with 1 replica each (6 `redis-server`
-//! processes on free 127.0.0.1 ports, each in a temp directory of its own,
-//! persistence off, `cluster-node-timeout` 1 s unless told otherwise). Then,
-//! for each fail policy (open, closed, local at 10/50 per instance) and each
-//! round: 50 instances — each its own `ClusterClient` connection (redis-rs
-//! defaults) and limiter, four callers checking every 10 ms — share one
-//! partner key, 10/s burst 20 (or the quota given). `KILL_AT` into the run the master holding
-//! the key's slot is killed (SIGKILL, as a crash); its replica is promoted
-//! by the cluster; the run goes on to `RUN`. No limiter is rebuilt.
+//! The cluster: 3 masters with 1 replica each (6 `redis-server` processes
+//! on free 127.0.0.1 ports, each in a temp directory of its own,
+//! persistence off, `cluster-node-timeout` 1 s unless told otherwise); each
+//! instance's connection a redis-rs `ClusterClient` connection (defaults).
+//! The pair: a primary, its replica and three sentinels (`redis-server
+//! --sentinel`, quorum 2, `down-after-milliseconds` the same 1 s); each
+//! instance's connection a `SentinelConn` (below: a multiplexed connection
+//! to the primary the sentinels name, made again after a connection error —
+//! `RedisLimiter` has no Sentinel support of its own and needs none).
+//!
+//! For each fail policy (open, closed, local at rate/50 per instance) and
+//! each round: 50 instances — each its own connection and limiter, four
+//! callers checking every 10 ms — share one partner key, 10/s burst 20 (or
+//! the quota given). `KILL_AT` into the run the primary holding the key is
+//! killed (SIGKILL, as a crash); the cluster (or the sentinels) promote its
+//! replica; the run goes on to `RUN`. No limiter is rebuilt.
 //!
 //! Printed per round and as medians per policy:
-//! - the cluster's own failover time (kill → the replica answers as master);
+//! - the deployment's own failover time (kill → the replica answers `ROLE`
+//!   as a master; with Sentinel, and the sentinels name it);
 //! - how long calls were answered by the fail policy (kill → the last such
 //!   answer), how many were, and how many of those took the whole deadline
 //!   (timed out) rather than failing fast (the breaker open, a refused
@@ -24,19 +32,21 @@
 //!   `burst + rate·(b − a)` — over all admissions and over Redis' own
 //!   (`Source::Redis`) alone. A call's admission is placed at the middle of
 //!   its call. Redis' own excess is what the failover itself let through:
-//!   writes acknowledged by the old master and lost before they reached the
+//!   writes acknowledged by the old primary and lost before they reached the
 //!   replica (replication is asynchronous). A lost write can only show
 //!   when the outage is shorter than the bucket's refill time
 //!   (burst / rate: 2 s for 10/s burst 20) — after a longer one the bucket
-//!   is full whatever the replica missed —, hence the quota argument
-//!   (`"10/s burst 100"`: 10 s).
+//!   is full whatever the replica missed;
+//! - so, the net writes lost, read from the bucket itself when it never ran
+//!   dry: run with a quota such as `"1/s burst 1000000"` (every check
+//!   admits and writes: ~20 000 writes/s), exact to ±1 token.
 //!
 //! After each round the killed node is started again (it rejoins as a
-//! replica of the promoted one) and the next round waits until every master
-//! has a synced replica.
+//! replica) and the next round waits until the deployment is whole.
 //!
-//! `cargo run --release --locked -p ratebound-benches --bin redis_failover [rounds] [node_timeout_ms] [deadline_ms] [quota]`
-//! (defaults 3, 1000, 50, `"10/s burst 20"`: about 2 minutes).
+//! `cargo run --release --locked -p ratebound-benches --bin redis_failover [rounds] [node_timeout_ms] [deadline_ms] [quota] [setups]`
+//! (defaults 3, 1000, 50, `"10/s burst 20"`, `cluster,sentinel`: about 5
+//! minutes).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -45,7 +55,12 @@ use std::time::{Duration, Instant};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::cluster::ClusterClient;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, RedisError, RedisFuture, RedisResult};
 
 const INSTANCES: usize = 50;
 const CALLERS: usize = 4;
@@ -63,6 +78,10 @@ struct Node {
     dir: PathBuf,
     node_timeout_ms: u64,
     child: Option<Child>,
+    /// More arguments (a replica's `--replicaof`, a sentinel's config).
+    extra: Vec<String>,
+    /// Not cluster-enabled.
+    plain: bool,
 }
 
 impl Node {
@@ -75,20 +94,28 @@ impl Node {
             dir,
             node_timeout_ms,
             child: None,
+            extra: Vec::new(),
+            plain: false,
         };
         n.spawn();
         n
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let mut cmd = Command::new("redis-server");
+        // A sentinel's config file comes first.
+        cmd.args(self.extra.iter().filter(|a| a.ends_with(".conf")))
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
-            .args(["--cluster-enabled", "yes"])
-            .args(["--cluster-config-file", "nodes.conf"])
-            .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()])
             .arg("--dir")
             .arg(&self.dir)
+            .args(self.extra.iter().filter(|a| !a.ends_with(".conf")));
+        if !self.plain {
+            cmd.args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()]);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -182,6 +209,8 @@ fn nodes(port: u16) -> Vec<Row> {
 
 struct Cluster {
     nodes: Vec<Node>,
+    /// The master to kill and its replica (ports).
+    target: Option<(u16, u16)>,
 }
 
 impl Cluster {
@@ -200,7 +229,10 @@ impl Cluster {
             "cluster create: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let c = Cluster { nodes };
+        let c = Cluster {
+            nodes,
+            target: None,
+        };
         c.wait_healthy();
         c
     }
@@ -310,29 +342,372 @@ fn policy_name(p: OnError) -> String {
     }
 }
 
-async fn round(cluster: &mut Cluster, policy: OnError, deadline: Duration, quota: Quota) -> Round {
+/// A deployment whose primary can be killed: a cluster, or a
+/// Sentinel-managed pair.
+trait Setup {
+    /// The connection each instance's limiter runs on.
+    type Conn: ConnectionLike + Clone + Send + Sync + 'static;
+    /// What the table calls it.
+    const NAME: &'static str;
+    /// A new connection, as an instance would make at start.
+    async fn connect(&self) -> Self::Conn;
+    /// Picks the primary serving `redis_key`; the kill comes later.
+    fn target(&mut self, redis_key: &[u8]);
+    /// Kills the target primary (SIGKILL); a probe (blocking) that says
+    /// when another node serves as primary.
+    fn kill(&mut self) -> Box<dyn Fn() -> bool + Send>;
+    /// Starts the killed node again (it rejoins as a replica) and waits
+    /// until the deployment is whole.
+    fn restore(&mut self);
+}
+
+impl Setup for Cluster {
+    type Conn = ClusterConnection;
+    const NAME: &'static str = "cluster (3 masters + 3 replicas)";
+
+    async fn connect(&self) -> ClusterConnection {
+        ClusterClient::new(self.urls())
+            .expect("cluster client")
+            .get_async_connection()
+            .await
+            .expect("cluster connection")
+    }
+
+    fn target(&mut self, redis_key: &[u8]) {
+        let slot: u16 = text(
+            self.nodes[0].port,
+            &["CLUSTER", "KEYSLOT", &String::from_utf8_lossy(redis_key)],
+        )
+        .and_then(|s| s.parse().ok())
+        .expect("keyslot");
+        self.target = Some(self.master_and_replica(slot));
+    }
+
+    fn kill(&mut self) -> Box<dyn Fn() -> bool + Send> {
+        let (master, replica) = self.target.expect("a target");
+        let victim = self.nodes.iter_mut().find(|n| n.port == master);
+        victim.expect("master node").kill();
+        Box::new(move || is_master(replica))
+    }
+
+    fn restore(&mut self) {
+        let (master, _) = self.target.take().expect("a target");
+        let victim = self.nodes.iter_mut().find(|n| n.port == master);
+        victim.expect("master node").spawn();
+        self.wait_healthy();
+    }
+}
+
+/// A plain (not cluster) `redis-server`: a primary, or a replica of
+/// `replica_of`.
+fn plain_node(port: u16, replica_of: Option<u16>) -> Node {
+    let dir =
+        std::env::temp_dir().join(format!("ratebound-failover-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut n = Node {
+        port,
+        dir,
+        node_timeout_ms: 0,
+        child: None,
+        extra: replica_of
+            .map(|p| {
+                vec![
+                    "--replicaof".to_string(),
+                    "127.0.0.1".to_string(),
+                    p.to_string(),
+                ]
+            })
+            .unwrap_or_default(),
+        plain: true,
+    };
+    n.spawn();
+    n
+}
+
+/// A Sentinel-managed primary/replica pair: two `redis-server`s and three
+/// sentinels (`redis-server --sentinel`, quorum 2), `down-after-milliseconds`
+/// the node timeout.
+struct Pair {
+    data: Vec<Node>,
+    sentinels: Vec<Node>,
+    /// The primary to kill and the other node (ports).
+    target: Option<(u16, u16)>,
+}
+
+/// The name the sentinels monitor the pair by.
+const MASTER_NAME: &str = "partner";
+
+impl Pair {
+    fn start(down_after_ms: u64) -> Pair {
+        let primary = plain_node(free_port(), None);
+        let replica = plain_node(free_port(), Some(primary.port));
+        let sentinels = (0..3)
+            .map(|_| {
+                let port = free_port();
+                let dir = std::env::temp_dir()
+                    .join(format!("ratebound-failover-{}-{port}", std::process::id()));
+                std::fs::create_dir_all(&dir).expect("temp dir");
+                let conf = dir.join("sentinel.conf");
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\ndir {}\n\
+                         sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
+                         sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}\n\
+                         sentinel failover-timeout {MASTER_NAME} 10000\n\
+                         sentinel parallel-syncs {MASTER_NAME} 1\n",
+                        dir.display(),
+                        primary.port
+                    ),
+                )
+                .expect("sentinel.conf");
+                let mut n = Node {
+                    port,
+                    dir,
+                    node_timeout_ms: 0,
+                    child: None,
+                    extra: vec![conf.display().to_string(), "--sentinel".to_string()],
+                    plain: true,
+                };
+                n.spawn();
+                n
+            })
+            .collect();
+        let p = Pair {
+            data: vec![primary, replica],
+            sentinels,
+            target: None,
+        };
+        p.wait_healthy();
+        p
+    }
+
+    /// The primary's port as the sentinel on `port` sees it.
+    fn primary_by(port: u16) -> Option<u16> {
+        match query(port, &["SENTINEL", "get-master-addr-by-name", MASTER_NAME])? {
+            redis::Value::Array(v) => match v.get(1)? {
+                redis::Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Until every sentinel agrees on the primary, knows the replica and
+    /// the other sentinels, and the replica's link is up.
+    fn wait_healthy(&self) {
+        let start = Instant::now();
+        loop {
+            let primaries: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|s| Pair::primary_by(s.port))
+                .collect();
+            let agreed = primaries[0].filter(|p| primaries.iter().all(|q| *q == Some(*p)));
+            let whole = agreed.is_some_and(|p| {
+                is_master(p)
+                    && self.data.iter().filter(|n| n.port != p).all(|n| {
+                        text(n.port, &["INFO", "replication"]).is_some_and(|t| {
+                            t.contains("master_link_status:up")
+                                && t.contains(&format!("master_port:{p}"))
+                        })
+                    })
+                    && self.sentinels.iter().all(|s| {
+                        text(s.port, &["INFO", "sentinel"])
+                            .is_some_and(|t| t.contains("slaves=1") && t.contains("sentinels=3"))
+                    })
+            });
+            if whole {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "sentinel pair not healthy: primaries {primaries:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Setup for Pair {
+    type Conn = SentinelConn;
+    const NAME: &'static str = "Sentinel (primary + replica, 3 sentinels)";
+
+    async fn connect(&self) -> SentinelConn {
+        let conn = SentinelConn {
+            sentinels: self.sentinels.iter().map(|s| s.port).collect(),
+            current: Arc::new(std::sync::Mutex::new(None)),
+            resolving: Arc::new(tokio::sync::Mutex::new(())),
+        };
+        conn.current()
+            .await
+            .expect("the primary, through the sentinels");
+        conn
+    }
+
+    fn target(&mut self, _redis_key: &[u8]) {
+        let primary = Pair::primary_by(self.sentinels[0].port).expect("primary");
+        let other = self
+            .data
+            .iter()
+            .find(|n| n.port != primary)
+            .expect("replica");
+        self.target = Some((primary, other.port));
+    }
+
+    fn kill(&mut self) -> Box<dyn Fn() -> bool + Send> {
+        let (primary, replica) = self.target.expect("a target");
+        let victim = self.data.iter_mut().find(|n| n.port == primary);
+        victim.expect("primary node").kill();
+        let sentinel = self.sentinels[0].port;
+        Box::new(move || Pair::primary_by(sentinel) == Some(replica) && is_master(replica))
+    }
+
+    fn restore(&mut self) {
+        // Started as a primary on its own; the sentinels turn it into the
+        // new primary's replica.
+        let (primary, _) = self.target.take().expect("a target");
+        let victim = self.data.iter_mut().find(|n| n.port == primary);
+        let victim = victim.expect("primary node");
+        victim.extra.clear();
+        victim.spawn();
+        self.wait_healthy();
+    }
+}
+
+/// A connection to whichever node the sentinels name as the primary: a
+/// multiplexed connection, dropped on a connection error (or `READONLY`:
+/// a former primary that came back as a replica) and made again, through
+/// the sentinels, by the next call. What a redis-rs user writes for
+/// Sentinel: `RedisLimiter` runs over any `ConnectionLike` and knows
+/// nothing of Sentinel. One caller resolves at a time; the others wait
+/// for it (each bounded by its limiter's deadline).
+#[derive(Clone)]
+struct SentinelConn {
+    sentinels: Vec<u16>,
+    current: Arc<std::sync::Mutex<Option<(u64, MultiplexedConnection)>>>,
+    resolving: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A connection generation: a failed call drops only the connection it ran on.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+impl SentinelConn {
+    async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        if let Some(c) = self.current.lock().expect("lock").clone() {
+            return Ok(c);
+        }
+        let _one = self.resolving.lock().await;
+        if let Some(c) = self.current.lock().expect("lock").clone() {
+            return Ok(c);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(200)))
+            .set_response_timeout(Some(Duration::from_millis(500)));
+        let mut last = None;
+        for &s in &self.sentinels {
+            let asked = async {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{s}/"))?;
+                let mut c = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let (host, port): (String, u16) = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(MASTER_NAME)
+                    .query_async(&mut c)
+                    .await?;
+                let primary = redis::Client::open(format!("redis://{host}:{port}/"))?;
+                primary
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+            };
+            match asked.await {
+                Ok(conn) => {
+                    // Ordering: a unique number is all it gives.
+                    let g = GENERATION.fetch_add(1, Ordering::Relaxed);
+                    *self.current.lock().expect("lock") = Some((g, conn.clone()));
+                    return Ok((g, conn));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one sentinel"))
+    }
+
+    /// Drops generation `g` after `e`, if the error says the node is gone
+    /// or no longer the primary.
+    fn judge(&self, g: u64, e: &RedisError) {
+        if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.code() == Some("READONLY")
+        {
+            let mut cur = self.current.lock().expect("lock");
+            if cur.as_ref().is_some_and(|(h, _)| *h == g) {
+                *cur = None;
+            }
+        }
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, redis::Value> {
+        Box::pin(async move {
+            let (g, mut conn) = self.current().await?;
+            let r = conn.req_packed_command(cmd).await;
+            if let Err(e) = &r {
+                self.judge(g, e);
+            }
+            r
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(async move {
+            let (g, mut conn) = self.current().await?;
+            let r = conn.req_packed_commands(pipeline, offset, count).await;
+            if let Err(e) = &r {
+                self.judge(g, e);
+            }
+            r
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// Whether the node on `port` answers `ROLE` as a master.
+fn is_master(port: u16) -> bool {
+    matches!(query(port, &["ROLE"]),
+        Some(redis::Value::Array(v)) if matches!(v.first(), Some(redis::Value::BulkString(b)) if b == b"master"))
+}
+
+async fn round<S: Setup>(
+    setup: &mut S,
+    policy: OnError,
+    deadline: Duration,
+    quota: Quota,
+) -> Round {
     let (rate, burst) = (quota.rate_per_second(), quota.burst() as f64);
     let key = format!("partner-{}", std::process::id() ^ rand_ish());
     let mut limiters = Vec::new();
     for _ in 0..INSTANCES {
-        let conn: ClusterConnection = ClusterClient::new(cluster.urls())
-            .expect("cluster client")
-            .get_async_connection()
-            .await
-            .expect("cluster connection");
+        let conn = setup.connect().await;
         let mut c = Config::new(Algorithm::TokenBucket(quota));
         c.on_error = policy;
         c.timeout = deadline;
         limiters.push(RedisLimiter::new(c, conn).expect("limiter"));
     }
     let redis_key = limiters[0].engine().redis_key(None, key.as_bytes());
-    let slot: u16 = text(
-        cluster.nodes[0].port,
-        &["CLUSTER", "KEYSLOT", &String::from_utf8_lossy(&redis_key)],
-    )
-    .and_then(|s| s.parse().ok())
-    .expect("keyslot");
-    let (master, replica) = cluster.master_and_replica(slot);
+    setup.target(&redis_key);
 
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -362,22 +737,15 @@ async fn round(cluster: &mut Cluster, policy: OnError, deadline: Duration, quota
         }
     }
 
-    // The kill, and the cluster's own failover time, from this thread's
-    // side: the replica answering `ROLE` as a master.
+    // The kill, and the deployment's own failover time, from this
+    // thread's side: another node answering as the primary.
     tokio::time::sleep_until(tokio::time::Instant::from_std(start + KILL_AT)).await;
-    let victim = cluster
-        .nodes
-        .iter_mut()
-        .find(|n| n.port == master)
-        .expect("master node");
-    victim.kill();
+    let promoted_now = setup.kill();
     let killed = start.elapsed();
     let promoted = tokio::task::spawn_blocking(move || {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
-            if let Some(redis::Value::Array(v)) = query(replica, &["ROLE"])
-                && matches!(v.first(), Some(redis::Value::BulkString(b)) if b == b"master")
-            {
+            if promoted_now() {
                 return Some(t.elapsed());
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -386,7 +754,7 @@ async fn round(cluster: &mut Cluster, policy: OnError, deadline: Duration, quota
     })
     .await
     .expect("join")
-    .expect("the replica was not promoted within 60 s");
+    .expect("no replica was promoted within 60 s");
 
     let mut per_instance: Vec<Vec<Rec>> = vec![Vec::new(); INSTANCES];
     for t in tasks {
@@ -457,14 +825,8 @@ async fn round(cluster: &mut Cluster, policy: OnError, deadline: Duration, quota
         _ => None,
     };
 
-    // Back to six nodes: the killed one rejoins as a replica.
-    let victim = cluster
-        .nodes
-        .iter_mut()
-        .find(|n| n.port == master)
-        .expect("master node");
-    victim.spawn();
-    cluster.wait_healthy();
+    // Whole again: the killed node rejoins as a replica.
+    setup.restore();
 
     Round {
         failover: promoted,
@@ -530,7 +892,28 @@ async fn main() {
             .unwrap_or_default()
             .trim()
     );
-    let mut cluster = Cluster::start(node_timeout_ms);
+    let setups = args
+        .next()
+        .unwrap_or_else(|| "cluster,sentinel".to_string());
+    for name in setups.split(',') {
+        match name {
+            "cluster" => {
+                let mut cluster = Cluster::start(node_timeout_ms);
+                measure(&mut cluster, rounds, deadline, quota).await;
+            }
+            "sentinel" => {
+                let mut pair = Pair::start(node_timeout_ms);
+                measure(&mut pair, rounds, deadline, quota).await;
+            }
+            other => panic!("unknown setup {other:?}: cluster or sentinel"),
+        }
+    }
+}
+
+/// `rounds` rounds of every fail policy on `setup`, printed, then their
+/// medians as a table.
+async fn measure<S: Setup>(setup: &mut S, rounds: usize, deadline: Duration, quota: Quota) {
+    println!("\n== {}", S::NAME);
     let policies = [
         OnError::Open,
         OnError::Closed,
@@ -539,7 +922,7 @@ async fn main() {
     let mut results: Vec<Vec<Round>> = (0..policies.len()).map(|_| Vec::new()).collect();
     for r in 0..rounds {
         for (p, &policy) in policies.iter().enumerate() {
-            let x = round(&mut cluster, policy, deadline, quota).await;
+            let x = round(setup, policy, deadline, quota).await;
             println!(
                 "round {r} {:>12}: failover {}, fail-policy answers for {} ({} after the promotion; {} calls, {} timed out), \
                  recovered {}/{INSTANCES} (p50 {}, max {}), admitted {} ({} by the policy), \
@@ -569,15 +952,15 @@ async fn main() {
     }
     println!();
     println!(
-        "| fail policy | cluster failover | fail-policy answers for (after the promotion) | such calls (timed out) | instances recovered | recovery p50 / max | admitted (by the policy) | worst excess, all | worst excess, Redis' own |"
+        "| fail policy | failover | fail-policy answers for (after the promotion) | such calls (timed out) | instances recovered | recovery p50 / max | admitted (by the policy) | worst excess, all | worst excess, Redis' own | net writes lost |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (p, &policy) in policies.iter().enumerate() {
         let rs = &results[p];
         let med = |f: &dyn Fn(&Round) -> f64| median(rs.iter().map(f).collect::<Vec<f64>>());
         let d = |s: f64| ms(Duration::from_secs_f64(s));
         println!(
-            "| {} | {} | {} ({}) | {:.0} ({:.0}) | {}/{INSTANCES} (all rounds: min) | {} / {} | {:.0} ({:.0}) | {:.1} | {:.1} (max of rounds {:.1}) |",
+            "| {} | {} | {} ({}) | {:.0} ({:.0}) | {}/{INSTANCES} (all rounds: min) | {} / {} | {:.0} ({:.0}) | {:.1} | {:.1} (max of rounds {:.1}) | {} |",
             policy_name(policy),
             d(med(&|x| x.failover.as_secs_f64())),
             d(med(&|x| x.failed_for.as_secs_f64())),
@@ -595,6 +978,18 @@ async fn main() {
             med(&|x| x.excess_all),
             med(&|x| x.excess_redis),
             rs.iter().map(|x| x.excess_redis).fold(0.0, f64::max),
+            lost_cell(rs),
         );
     }
+}
+
+/// The median and the largest of the rounds' net writes lost, where they
+/// could be read (see `round`).
+fn lost_cell(rs: &[Round]) -> String {
+    let lost: Vec<f64> = rs.iter().filter_map(|x| x.lost).collect();
+    if lost.is_empty() {
+        return "n/a (bucket ran dry or refilled)".to_string();
+    }
+    let max = lost.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.1} (max {max:.1})", median(lost))
 }
