@@ -72,6 +72,18 @@ fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
+/// A free port for a cluster node: at most 55535 (Redis refuses more: its
+/// cluster bus listens 10000 above), with the bus port free too.
+fn cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port for a cluster node");
+}
+
 /// One cluster node: a `redis-server` child in its own directory.
 struct Node {
     port: u16,
@@ -216,7 +228,7 @@ struct Cluster {
 impl Cluster {
     fn start(node_timeout_ms: u64) -> Cluster {
         let nodes: Vec<Node> = (0..6)
-            .map(|_| Node::start(free_port(), node_timeout_ms))
+            .map(|_| Node::start(cluster_port(), node_timeout_ms))
             .collect();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])

@@ -18,6 +18,18 @@ use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::cluster::ClusterClient;
 use support::{free_port, fresh};
 
+/// A free port for a cluster node: at most 55535 (Redis refuses more: its
+/// cluster bus listens 10000 above), with the bus port free too.
+fn cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port for a cluster node");
+}
+
 /// A cluster node with a short `cluster-node-timeout` (fast failover),
 /// stopped on drop.
 struct Node {
@@ -28,7 +40,7 @@ struct Node {
 
 impl Node {
     fn start() -> Node {
-        let port = free_port();
+        let port = cluster_port();
         let dir = std::env::temp_dir().join(format!(
             "ratebound-failover-test-{}-{port}",
             std::process::id()

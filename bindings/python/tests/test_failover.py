@@ -1,0 +1,214 @@
+"""A Redis Cluster failover under running limiters (issue 28): 3 masters with
+a replica each (6 `redis-server`s on 127.0.0.1, cluster-node-timeout 500 ms),
+the master holding the key's slot killed (SIGKILL), its replica promoted by
+the cluster. The same limiters — over a redis-py `RedisCluster` and over the
+native `redis+cluster://` connection, never rebuilt — answer by their fail
+policy (closed) meanwhile, within their deadline, and by Redis again once the
+replica serves the slot; what Redis admits stays within burst + rate·t.
+
+The figures per fail policy come from the Rust bench
+(benches/src/bin/redis_failover.rs; crates/ratebound-redis/README.md)."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from typing import Iterator, Optional
+
+import pytest
+import redis
+import redis.cluster
+from redis.crc import key_slot
+
+import ratebound.redis as rbr
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+HOST = "127.0.0.1"
+DEADLINE = 0.25
+SLACK = 0.15
+
+
+def free_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as b:
+            try:
+                b.bind((HOST, port + 10000))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no free port pair")
+
+
+def admin(port: int, *args: object) -> Optional[object]:
+    c = redis.Redis(host=HOST, port=port, socket_timeout=0.5, socket_connect_timeout=0.3)
+    try:
+        return c.execute_command(*args)
+    except redis.RedisError:
+        return None
+    finally:
+        c.close()
+
+
+class Node:
+    def __init__(self, directory: pathlib.Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is needed (ci/test installs it)", pytrace=False)
+        self.port = free_port()
+        self.dir = directory / str(self.port)
+        self.dir.mkdir()
+        self.proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
+            [
+                binary, "--port", str(self.port), "--bind", HOST,
+                "--save", "", "--appendonly", "no", "--dir", str(self.dir),
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "500",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):  # up to ~10 s
+            if admin(self.port, "PING"):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"redis-server on {self.port} did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+def nodes_view(port: int) -> list[list[str]]:
+    text = admin(port, "CLUSTER", "NODES")
+    if isinstance(text, bytes):
+        text = text.decode()
+    return [line.split() for line in str(text or "").splitlines() if len(line.split()) >= 8]
+
+
+def master_and_replica(port: int, slot: int) -> tuple[int, int]:
+    rows = nodes_view(port)
+    def port_of(row: list[str]) -> int:
+        return int(row[1].split("@")[0].rsplit(":", 1)[1])
+    for row in rows:
+        if "master" not in row[2]:
+            continue
+        for r in row[8:]:
+            a, _, b = r.partition("-")
+            if a.isdigit() and int(a) <= slot <= int(b or a):
+                replica = next(x for x in rows if "slave" in x[2] and x[3] == row[0])
+                return port_of(row), port_of(replica)
+    raise AssertionError(f"no master for slot {slot}")
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[list[Node]]:
+    nodes = [Node(tmp_path) for _ in range(6)]
+    try:
+        cli = shutil.which("redis-cli")
+        assert cli is not None, "redis-cli is needed (ci/test installs redis-tools)"
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"{HOST}:{n.port}" for n in nodes),
+             "--cluster-replicas", "1", "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            ok = all(b"cluster_state:ok" in (admin(n.port, "CLUSTER", "INFO") or b"") for n in nodes)
+            synced = 0
+            for n in nodes:
+                info = admin(n.port, "INFO", "replication")
+                if isinstance(info, dict) and info.get("master_link_status") == "up":
+                    synced += 1
+            if ok and synced == 3:
+                break
+            assert time.monotonic() < deadline, f"cluster not ready: ok {ok}, {synced} synced"
+            time.sleep(0.05)
+        yield nodes
+    finally:
+        for n in nodes:
+            n.kill()
+
+
+def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: list[Node]) -> None:
+    key = f"failover-{uuid.uuid4().hex}"
+    master, replica = master_and_replica(cluster[0].port, key_slot(f"rb:tb:{key}".encode()))
+    options = dict(rate=10, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
+    clients = [redis.cluster.RedisCluster(host=HOST, port=cluster[0].port) for _ in range(2)]
+    limiters = [("redis-py", rbr.TokenBucket(c, **options)) for c in clients] + [
+        ("native", rbr.TokenBucket(f"redis+cluster://{HOST}:{cluster[0].port}", **options)) for _ in range(2)
+    ]
+    run_for, kill_at = 9.0, 1.5
+    seen: list[list[tuple[float, float, str, bool]]] = [[] for _ in limiters]
+    errors: list[BaseException] = []
+    start = time.monotonic()
+
+    def instance(i: int) -> None:
+        try:
+            limiter = limiters[i][1]
+            for _ in range(int(run_for / 0.01)):  # bounded
+                t = time.monotonic()
+                if t - start >= run_for:
+                    break
+                d = limiter.check(key)
+                seen[i].append((t - start, time.monotonic() - t, d.source or "?", d.allowed))
+                time.sleep(0.01)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=instance, args=(i,)) for i in range(len(limiters))]
+    for t in threads:
+        t.start()
+    time.sleep(kill_at)
+    next(n for n in cluster if n.port == master).kill()
+    killed = time.monotonic() - start
+    promoted = None
+    while time.monotonic() - start < killed + 8:
+        role = admin(replica, "ROLE")
+        if isinstance(role, list) and role and role[0] in (b"master", "master"):
+            promoted = time.monotonic() - start - killed
+            break
+        time.sleep(0.01)
+    for t in threads:
+        t.join(timeout=30)
+    for _, limiter in limiters:
+        limiter.close()
+    for c in clients:
+        c.close()
+    assert not errors, errors
+    assert promoted is not None, "the replica was not promoted within 8 s"
+
+    redis_admitted = 0
+    for (kind, _), calls in zip(limiters, seen):
+        failed = [c for c in calls if c[2] != "redis"]
+        assert failed, f"{kind}: the kill was not felt"
+        for at, took, source, allowed in calls:
+            assert took <= DEADLINE + SLACK, f"{kind}: a call took {took:.3f} s at {at:.2f} s ({source})"
+            if source == "redis":
+                redis_admitted += allowed
+            else:
+                assert source == "fail_closed" and not allowed, f"{kind}: {source} at {at:.2f}"
+                assert at + took >= killed, f"{kind}: a failure before the kill, at {at:.2f} s"
+        last_failure = max(at + took for at, took, _, _ in failed)
+        after = [c for c in calls if c[0] > last_failure]
+        assert after and all(c[2] == "redis" for c in after), f"{kind}: not answered by Redis again"
+        assert after[0][0] < killed + promoted + 4, (
+            f"{kind}: back at {after[0][0]:.2f} s, killed at {killed:.2f}, promoted {promoted:.2f} s later"
+        )
+        print(f"{kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
+              f"(promoted {promoted:.2f} s after it)")
+    elapsed = time.monotonic() - start
+    assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"
