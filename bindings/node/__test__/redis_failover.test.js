@@ -1,0 +1,181 @@
+'use strict'
+// A Redis Cluster failover under running limiters (issue 28): 3 masters with
+// a replica each (6 redis-servers on 127.0.0.1, cluster-node-timeout 500 ms),
+// the master holding the key's slot killed (SIGKILL), its replica promoted by
+// the cluster. The same limiters — over an ioredis Cluster and a node-redis
+// cluster, never rebuilt — answer by their fail policy (closed) meanwhile,
+// within their deadline, and by Redis again once the replica serves the
+// slot; what Redis admits stays within burst + rate·t. node-redis refreshes
+// the topology only 5 s after a node starts reconnecting unless told sooner
+// (topologyRefreshOnReconnectionAttemptStrategy). The figures per fail
+// policy come from the Rust bench (benches/src/bin/redis_failover.rs).
+const { test, after } = require('node:test')
+const assert = require('node:assert/strict')
+const { execFile } = require('node:child_process')
+const net = require('node:net')
+const path = require('node:path')
+const util = require('node:util')
+const crypto = require('node:crypto')
+const { performance } = require('node:perf_hooks')
+const IORedis = require('ioredis')
+const { createCluster } = require('redis')
+const rb = require('..')
+const { HOST, REDIS_CLI, Server, stopAll, cli, freePort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
+
+const execFileP = util.promisify(execFile)
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const now = () => performance.now()
+const DEADLINE = 250 // ms
+const SLACK = 150 // ms
+
+const unhandled = []
+process.on('unhandledRejection', (e) => unhandled.push(e))
+after(stopAll)
+
+// CRC16/XMODEM, the key → slot hash of Redis Cluster (no hash tags here).
+function slotOf(key) {
+  let crc = 0
+  for (const byte of Buffer.from(key)) {
+    crc ^= byte << 8
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  }
+  return crc % 16384
+}
+
+// A port for a cluster node: at most 55535 (its bus listens 10000 above),
+// the bus port free too.
+async function clusterPort() {
+  for (let i = 0; i < 1000; i++) {
+    const port = await freePort()
+    if (port > 55535) continue
+    const free = await new Promise((resolve) => {
+      const s = net.createServer()
+      s.once('error', () => resolve(false))
+      s.listen(port + 10000, HOST, () => s.close(() => resolve(true)))
+    })
+    if (free) return port
+  }
+  throw new Error('no free port for a cluster node')
+}
+
+// The ports of the master serving `slot` and of its replica.
+async function masterAndReplica(port, slot) {
+  const rows = (await cli(port, 'CLUSTER', 'NODES')).split('\n').map((l) => l.trim().split(/\s+/)).filter((f) => f.length >= 8)
+  const portOf = (f) => Number(f[1].split('@')[0].split(':').pop())
+  const master = rows.find(
+    (f) =>
+      f[2].includes('master') &&
+      f.slice(8).some((r) => {
+        const [a, b = a] = r.split('-')
+        return /^\d+$/.test(a) && Number(a) <= slot && slot <= Number(b)
+      }),
+  )
+  const replica = rows.find((f) => f[2].includes('slave') && f[3] === master[0])
+  return [portOf(master), portOf(replica)]
+}
+
+test('limiters over ioredis Cluster and node-redis cluster recover from a failover without a restart', async () => {
+  requireRedis()
+  const tmp = scratchDir()
+  const nodes = []
+  for (let i = 0; i < 6; i++) {
+    const port = await clusterPort()
+    nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(tmp, `nodes-${port}.conf`), '--cluster-node-timeout', '500']).start())
+  }
+  await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 30000 })
+  for (let i = 0; ; i++) {
+    const infos = await Promise.all(nodes.map((n) => cli(n.port, 'INFO', 'replication')))
+    const states = await Promise.all(nodes.map((n) => cli(n.port, 'CLUSTER', 'INFO')))
+    const synced = infos.filter((s) => s.includes('master_link_status:up')).length
+    if (states.every((s) => s.includes('cluster_state:ok')) && synced === 3) break
+    assert.ok(i < 600, 'cluster ok with 3 synced replicas within 30 s')
+    await sleep(50)
+  }
+  const key = `failover-${crypto.randomBytes(8).toString('hex')}`
+  const [master, replica] = await masterAndReplica(nodes[0].port, slotOf(`rb:tb:${key}`))
+
+  const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
+  io.on('error', () => {})
+  // node-redis refreshes a cluster's topology 5 s after a node starts
+  // reconnecting, by default (`topologyRefreshOnReconnectionAttemptStrategy`):
+  // one cluster with that default, one told 250 ms.
+  const nrDefault = createCluster({ rootNodes: [{ socket: { host: HOST, port: nodes[0].port } }] })
+  const nr = createCluster({
+    rootNodes: [{ socket: { host: HOST, port: nodes[0].port } }],
+    topologyRefreshOnReconnectionAttemptStrategy: 250,
+  })
+  for (const c of [nr, nrDefault]) {
+    c.on('error', () => {})
+    await c.connect()
+  }
+  const options = { rate: 10, burst: 20, onError: 'closed', timeout: DEADLINE / 1000, breakerCooldown: 0.25 }
+  const clientsUsed = [io, io, nr, nr, nrDefault]
+  const limiters = clientsUsed.map((client) => new rb.redis.TokenBucket({ client, ...options }))
+  const kinds = limiters.map((l, i) => (clientsUsed[i] === nrDefault ? 'node-redis (default refresh)' : l.clientKind))
+  assert.deepEqual([...new Set(limiters.map((l) => l.clientKind))], ['ioredis-cluster', 'node-redis'])
+
+  const runFor = 10000
+  const killAt = 1500
+  const t0 = now()
+  const seen = limiters.map(() => [])
+  const runs = limiters.map(async (lim, i) => {
+    // Bounded: one check per 10 ms of the run at most.
+    for (let n = 0; n < runFor / 10; n++) {
+      const t = now()
+      if (t - t0 >= runFor) break
+      const d = await lim.check(key)
+      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
+      await sleep(10)
+    }
+  })
+  await sleep(killAt)
+  // Timed as the signal is sent: a client may see the connection drop
+  // before the process's exit is reported.
+  const killed = now() - t0
+  await nodes.find((n) => n.port === master).kill()
+  let promoted = null
+  while (now() - t0 < killed + 8000) {
+    const role = await cli(replica, 'ROLE').catch(() => '')
+    if (role.startsWith('master')) {
+      promoted = now() - t0 - killed
+      break
+    }
+    await sleep(10)
+  }
+  await Promise.all(runs)
+  for (const lim of limiters) await lim.close()
+  io.disconnect()
+  nr.destroy()
+  nrDefault.destroy()
+  for (const n of nodes) await n.kill()
+  assert.notEqual(promoted, null, 'the replica was promoted within 8 s')
+
+  let redisAdmitted = 0
+  for (const [i, calls] of seen.entries()) {
+    const kind = `${kinds[i]} #${i}`
+    const failed = calls.filter((c) => c.source !== 'redis')
+    assert.ok(failed.length > 0, `${kind}: the kill was felt`)
+    for (const c of calls) {
+      assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
+      if (c.source === 'redis') redisAdmitted += c.allowed ? 1 : 0
+      else {
+        assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
+        assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
+      }
+    }
+    const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
+    const back = calls.filter((c) => c.at > lastFailure)
+    assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+    // Within 4 s of the promotion; node-redis's default refresh, 5 s after
+    // the kill, within 8 s.
+    const within = clientsUsed[i] === nrDefault ? 8000 : 4000
+    assert.ok(
+      back[0].at < killed + promoted + within,
+      `${kind}: back at ${back[0].at.toFixed(0)} ms, killed at ${killed.toFixed(0)}, promoted ${promoted.toFixed(0)} ms later`,
+    )
+    console.log(`# ${kind}: last fail-policy answer ${(lastFailure - killed).toFixed(0)} ms after the kill (promoted ${promoted.toFixed(0)} ms after it)`)
+  }
+  const elapsed = (now() - t0) / 1000
+  assert.ok(redisAdmitted <= 20 + 10 * elapsed + 1, `${redisAdmitted} admitted in ${elapsed.toFixed(2)} s`)
+  assert.deepEqual(unhandled, [])
+})
