@@ -12,6 +12,7 @@
 pub mod client_ip;
 pub mod fields;
 pub mod gate;
+pub mod loose;
 pub mod options;
 pub mod outbound;
 pub mod quota;
@@ -33,6 +34,7 @@ pub const TARGETS: &[Target] = &[
     ("redis_reply", redis::redis_reply),
     ("shm_open", shm::shm_open),
     ("outbound", outbound::outbound),
+    ("loose_options", loose::loose_options),
 ];
 
 /// A reader of fuzz input that never fails: past the end every number is 0

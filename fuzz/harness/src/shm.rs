@@ -29,8 +29,8 @@ fn algorithms() -> [KeyedAlgorithm; 3] {
 
 const MAX_KEYS: u64 = 4;
 
-/// This process's directory for the files (removed by nothing: one per
-/// process, a few kilobytes, in the temporary directory).
+/// This process's directory for the files, in the temporary directory (a
+/// few kilobytes; [`remove_files`] removes it).
 fn dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -38,6 +38,12 @@ fn dir() -> &'static Path {
         std::fs::create_dir_all(&d).expect("a temporary directory");
         d
     })
+}
+
+/// Removes this process's directory of table files (the replay test calls
+/// it at its end; a fuzzer's run leaves it, a few kilobytes).
+pub fn remove_files() {
+    let _ = std::fs::remove_dir_all(dir());
 }
 
 /// A valid file's bytes for each (single or keyed, algorithm), made once

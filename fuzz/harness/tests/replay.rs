@@ -40,6 +40,7 @@ fn every_corpus_and_regression_file_replays() {
             total += 1;
         }
     }
+    ratebound_fuzz::shm::remove_files();
     println!("{total} files replayed");
 }
 
@@ -68,6 +69,7 @@ fn module_of(name: &str) -> &str {
         "redis_reply" => "redis::",
         "shm_open" => "shm::",
         "outbound" => "outbound::",
+        "loose_options" => "loose::",
         other => other,
     }
 }
