@@ -752,8 +752,9 @@ async fn round<S: Setup>(
     // The kill, and the deployment's own failover time, from this
     // thread's side: another node answering as the primary.
     tokio::time::sleep_until(tokio::time::Instant::from_std(start + KILL_AT)).await;
-    let promoted_now = setup.kill();
+    // Timed as the signal is sent (the kill waits for the process).
     let killed = start.elapsed();
+    let promoted_now = setup.kill();
     let promoted = tokio::task::spawn_blocking(move || {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {

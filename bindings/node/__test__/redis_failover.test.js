@@ -11,7 +11,9 @@
 // policy come from the Rust bench (benches/src/bin/redis_failover.rs).
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { execFile } = require('node:child_process')
+const { execFile, spawn } = require('node:child_process')
+const { once } = require('node:events')
+const fs = require('node:fs')
 const net = require('node:net')
 const path = require('node:path')
 const util = require('node:util')
@@ -173,6 +175,133 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
       back[0].at < killed + promoted + within,
       `${kind}: back at ${back[0].at.toFixed(0)} ms, killed at ${killed.toFixed(0)}, promoted ${promoted.toFixed(0)} ms later`,
     )
+    console.log(`# ${kind}: last fail-policy answer ${(lastFailure - killed).toFixed(0)} ms after the kill (promoted ${promoted.toFixed(0)} ms after it)`)
+  }
+  const elapsed = (now() - t0) / 1000
+  assert.ok(redisAdmitted <= 20 + 10 * elapsed + 1, `${redisAdmitted} admitted in ${elapsed.toFixed(2)} s`)
+  assert.deepEqual(unhandled, [])
+})
+
+// A sentinel (`redis-server <conf> --sentinel`: the config file comes
+// first, which the fixture's Server cannot do), killed by `kill()` and at exit.
+const sentinelProcs = new Set()
+process.on('exit', () => {
+  for (const p of sentinelProcs) if (p.exitCode === null) p.kill('SIGKILL')
+})
+async function startSentinel(port, conf, dir) {
+  const proc = spawn(process.env.REDIS_SERVER || 'redis-server', [conf, '--sentinel', '--port', String(port), '--bind', HOST, '--dir', dir], { stdio: 'ignore' })
+  proc.on('error', () => {})
+  sentinelProcs.add(proc)
+  const kill = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      const exited = once(proc, 'exit')
+      proc.kill('SIGKILL')
+      await exited
+    }
+    sentinelProcs.delete(proc)
+  }
+  for (let i = 0; i < 200; i++) {
+    if (proc.exitCode !== null) throw new Error(`sentinel on port ${port} exited (${proc.exitCode})`)
+    try {
+      if ((await cli(port, 'PING')) === 'PONG') return { port, kill }
+    } catch {}
+    await sleep(25)
+  }
+  await kill()
+  throw new Error(`sentinel on port ${port} did not answer PING within 5 s`)
+}
+
+test('limiters over ioredis with sentinels recover from a Sentinel failover without a restart', async () => {
+  requireRedis()
+  const tmp = scratchDir()
+  const NAME = 'partner'
+  const primary = await new Server(await freePort()).start()
+  const replica = await new Server(await freePort(), ['--replicaof', HOST, String(primary.port)]).start()
+  const sentinels = []
+  for (let i = 0; i < 3; i++) {
+    const port = await freePort()
+    const conf = path.join(tmp, `sentinel-${port}.conf`)
+    fs.writeFileSync(
+      conf,
+      `sentinel monitor ${NAME} ${HOST} ${primary.port} 2\n` +
+        `sentinel down-after-milliseconds ${NAME} 500\n` +
+        `sentinel failover-timeout ${NAME} 10000\n`,
+    )
+    sentinels.push(await startSentinel(port, conf, tmp))
+  }
+  const primaryBy = async (port) => {
+    const out = await cli(port, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', NAME).catch(() => '')
+    return Number(out.split('\n')[1])
+  }
+  for (let i = 0; ; i++) {
+    const infos = await Promise.all(sentinels.map((s) => cli(s.port, 'INFO', 'sentinel')))
+    const agreed = (await Promise.all(sentinels.map((s) => primaryBy(s.port)))).every((p) => p === primary.port)
+    if (agreed && infos.every((s) => s.includes('slaves=1') && s.includes('sentinels=3'))) break
+    assert.ok(i < 600, 'sentinels ready within 30 s')
+    await sleep(50)
+  }
+  // ioredis asks the sentinels for the primary at every (re)connection;
+  // without the offline queue a call while disconnected fails at once.
+  const clients = [0, 1].map(() => {
+    const c = new IORedis({
+      sentinels: sentinels.map((s) => ({ host: HOST, port: s.port })),
+      name: NAME,
+      maxRetriesPerRequest: 0,
+      enableOfflineQueue: false,
+      retryStrategy: () => 50,
+    })
+    c.on('error', () => {})
+    return c
+  })
+  for (const c of clients) if (c.status !== 'ready') await new Promise((resolve) => c.once('ready', resolve))
+  const options = { rate: 10, burst: 20, onError: 'closed', timeout: DEADLINE / 1000, breakerCooldown: 0.25 }
+  const limiters = clients.map((client) => new rb.redis.TokenBucket({ client, ...options }))
+  const key = `failover-${crypto.randomBytes(8).toString('hex')}`
+  const runFor = 9000
+  const t0 = now()
+  const seen = limiters.map(() => [])
+  const runs = limiters.map(async (lim, i) => {
+    for (let n = 0; n < runFor / 10; n++) {
+      const t = now()
+      if (t - t0 >= runFor) break
+      const d = await lim.check(key)
+      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
+      await sleep(10)
+    }
+  })
+  await sleep(1500)
+  const killed = now() - t0
+  await primary.kill()
+  let promoted = null
+  while (now() - t0 < killed + 8000) {
+    if ((await primaryBy(sentinels[0].port)) === replica.port && (await cli(replica.port, 'ROLE').catch(() => '')).startsWith('master')) {
+      promoted = now() - t0 - killed
+      break
+    }
+    await sleep(10)
+  }
+  await Promise.all(runs)
+  for (const lim of limiters) await lim.close()
+  for (const c of clients) c.disconnect()
+  for (const n of [replica, ...sentinels]) await n.kill()
+  assert.notEqual(promoted, null, 'the replica was promoted within 8 s')
+  let redisAdmitted = 0
+  for (const [i, calls] of seen.entries()) {
+    const kind = `ioredis sentinel #${i}`
+    const failed = calls.filter((c) => c.source !== 'redis')
+    assert.ok(failed.length > 0, `${kind}: the kill was felt`)
+    for (const c of calls) {
+      assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
+      if (c.source === 'redis') redisAdmitted += c.allowed ? 1 : 0
+      else {
+        assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
+        assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
+      }
+    }
+    const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
+    const back = calls.filter((c) => c.at > lastFailure)
+    assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+    assert.ok(back[0].at < killed + promoted + 4000, `${kind}: back at ${back[0].at.toFixed(0)} ms, killed at ${killed.toFixed(0)}, promoted ${promoted.toFixed(0)} ms later`)
     console.log(`# ${kind}: last fail-policy answer ${(lastFailure - killed).toFixed(0)} ms after the kill (promoted ${promoted.toFixed(0)} ms after it)`)
   }
   const elapsed = (now() - t0) / 1000

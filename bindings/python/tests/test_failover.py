@@ -11,6 +11,7 @@ The figures per fail policy come from the Rust bench
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import shutil
 import socket
@@ -173,8 +174,10 @@ def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: lis
     for t in threads:
         t.start()
     time.sleep(kill_at)
-    next(n for n in cluster if n.port == master).kill()
+    # Timed as the signal is sent: a client may see the connection drop
+    # before the process is reaped.
     killed = time.monotonic() - start
+    next(n for n in cluster if n.port == master).kill()
     promoted = None
     while time.monotonic() - start < killed + 8:
         role = admin(replica, "ROLE")
@@ -209,6 +212,186 @@ def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: lis
             f"{kind}: back at {after[0][0]:.2f} s, killed at {killed:.2f}, promoted {promoted:.2f} s later"
         )
         print(f"{kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
+              f"(promoted {promoted:.2f} s after it)")
+    elapsed = time.monotonic() - start
+    assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"
+
+
+# ------------------------------------------------------------- Sentinel
+
+SENTINEL_NAME = "partner"
+
+
+class Plain:
+    """A redis-server (not cluster), or a sentinel when given its config."""
+
+    def __init__(self, directory: pathlib.Path, port: int, extra: list[str], sentinel_conf: Optional[pathlib.Path] = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is needed (ci/test installs it)", pytrace=False)
+        self.port = port
+        head = [binary] + ([str(sentinel_conf), "--sentinel"] if sentinel_conf else [])
+        self.proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
+            head + ["--port", str(port), "--bind", HOST, "--dir", str(directory)]
+            + ([] if sentinel_conf else ["--save", "", "--appendonly", "no"]) + extra,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):  # up to ~10 s
+            if admin(port, "PING"):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"redis-server on {port} did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+def sentinel_primary(port: int) -> Optional[int]:
+    got = admin(port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_NAME)
+    if isinstance(got, (list, tuple)) and len(got) == 2:
+        return int(got[1])
+    return None
+
+
+@pytest.fixture
+def sentinel_pair(tmp_path: pathlib.Path) -> Iterator[tuple[Plain, Plain, list[Plain]]]:
+    """A primary, its replica and three sentinels (quorum 2, down after 500 ms)."""
+    ports = [free_port() for _ in range(5)]
+    started: list[Plain] = []
+    try:
+        primary = Plain(tmp_path, ports[0], [])
+        started.append(primary)
+        replica = Plain(tmp_path, ports[1], ["--replicaof", HOST, str(ports[0])])
+        started.append(replica)
+        sentinels = []
+        for p in ports[2:]:
+            d = tmp_path / f"sentinel-{p}"
+            d.mkdir()
+            conf = d / "sentinel.conf"
+            conf.write_text(
+                f"sentinel monitor {SENTINEL_NAME} {HOST} {ports[0]} 2\n"
+                f"sentinel down-after-milliseconds {SENTINEL_NAME} 500\n"
+                f"sentinel failover-timeout {SENTINEL_NAME} 10000\n"
+            )
+            s = Plain(d, p, [], sentinel_conf=conf)
+            started.append(s)
+            sentinels.append(s)
+        deadline = time.monotonic() + 30
+        while True:
+            infos = [admin(s.port, "INFO", "sentinel") for s in sentinels]
+            # redis-py parses `master0:...,slaves=1,sentinels=3` into a dict.
+            ready = all(
+                isinstance(i, dict)
+                and isinstance(i.get("master0"), dict)
+                and i["master0"].get("slaves") == 1
+                and i["master0"].get("sentinels") == 3
+                for i in infos
+            ) and all(sentinel_primary(s.port) == primary.port for s in sentinels)
+            if ready:
+                break
+            assert time.monotonic() < deadline, f"sentinels not ready: {infos}"
+            time.sleep(0.05)
+        yield primary, replica, sentinels
+    finally:
+        for n in started:
+            n.kill()
+
+
+def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: tuple[Plain, Plain, list[Plain]]) -> None:
+    """redis-py's Sentinel client (`master_for`) asks the sentinels for the
+    primary at every new connection: the same limiters (sync, the client's
+    own timeouts; asyncio, the limiter's deadline) answer by their policy
+    while the primary is down and by the promoted replica afterwards."""
+    import redis.asyncio.sentinel
+    import redis.sentinel
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    primary, replica, sentinels = sentinel_pair
+    addrs = [(HOST, s.port) for s in sentinels]
+    timeouts = dict(socket_timeout=DEADLINE, socket_connect_timeout=DEADLINE, retry=Retry(NoBackoff(), 0))
+    sync_client = redis.sentinel.Sentinel(addrs, sentinel_kwargs=dict(timeouts)).master_for(SENTINEL_NAME, **timeouts)
+    options = dict(rate=10, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
+    key = f"failover-{uuid.uuid4().hex}"
+    run_for, kill_at = 9.0, 1.5
+    seen: dict[str, list[tuple[float, float, str, bool]]] = {"sync": [], "asyncio": []}
+    errors: list[BaseException] = []
+    start = time.monotonic()
+
+    def sync_instance() -> None:
+        try:
+            limiter = rbr.TokenBucket(sync_client, **options)
+            for _ in range(int(run_for / 0.01)):  # bounded
+                t = time.monotonic()
+                if t - start >= run_for:
+                    break
+                d = limiter.check(key)
+                seen["sync"].append((t - start, time.monotonic() - t, d.source or "?", d.allowed))
+                time.sleep(0.01)
+            limiter.close()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def async_instance() -> None:
+        async def run() -> None:
+            client = redis.asyncio.sentinel.Sentinel(addrs, sentinel_kwargs=dict(timeouts)).master_for(SENTINEL_NAME, **timeouts)
+            limiter = rbr.AsyncTokenBucket(client, **options)
+            for _ in range(int(run_for / 0.01)):  # bounded
+                t = time.monotonic()
+                if t - start >= run_for:
+                    break
+                d = await limiter.check(key)
+                seen["asyncio"].append((t - start, time.monotonic() - t, d.source or "?", d.allowed))
+                await asyncio.sleep(0.01)
+            await limiter.aclose()
+            await client.aclose()
+
+        try:
+            asyncio.run(run())
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=sync_instance), threading.Thread(target=async_instance)]
+    for t in threads:
+        t.start()
+    time.sleep(kill_at)
+    killed = time.monotonic() - start
+    primary.kill()
+    promoted = None
+    while time.monotonic() - start < killed + 8:
+        if sentinel_primary(sentinels[0].port) == replica.port:
+            role = admin(replica.port, "ROLE")
+            if isinstance(role, list) and role and role[0] in (b"master", "master"):
+                promoted = time.monotonic() - start - killed
+                break
+        time.sleep(0.01)
+    for t in threads:
+        t.join(timeout=30)
+    sync_client.close()
+    assert not errors, errors
+    assert promoted is not None, "the replica was not promoted within 8 s"
+    redis_admitted = 0
+    for kind, calls in seen.items():
+        failed = [c for c in calls if c[2] != "redis"]
+        assert failed, f"{kind}: the kill was not felt"
+        for at, took, source, allowed in calls:
+            assert took <= DEADLINE + SLACK, f"{kind}: a call took {took:.3f} s at {at:.2f} s ({source})"
+            if source == "redis":
+                redis_admitted += allowed
+            else:
+                assert source == "fail_closed" and not allowed, f"{kind}: {source} at {at:.2f}"
+                assert at + took >= killed, f"{kind}: a failure before the kill, at {at:.2f} s"
+        last_failure = max(at + took for at, took, _, _ in failed)
+        after = [c for c in calls if c[0] > last_failure]
+        assert after and all(c[2] == "redis" for c in after), f"{kind}: not answered by Redis again"
+        assert after[0][0] < killed + promoted + 4, (
+            f"{kind}: back at {after[0][0]:.2f} s, killed at {killed:.2f}, promoted {promoted:.2f} s later"
+        )
+        print(f"sentinel, {kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
               f"(promoted {promoted:.2f} s after it)")
     elapsed = time.monotonic() - start
     assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"

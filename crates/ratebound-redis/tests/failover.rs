@@ -229,12 +229,14 @@ async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
         }));
     }
     tokio::time::sleep(kill_at).await;
+    // Timed as the signal is sent: a client may see the connection drop
+    // before the process is reaped.
+    let killed = start.elapsed();
     nodes
         .iter_mut()
         .find(|n| n.port == master)
         .expect("master")
         .kill();
-    let killed = start.elapsed();
     let promoted = tokio::task::spawn_blocking(move || {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(8) {
