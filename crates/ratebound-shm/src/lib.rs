@@ -66,6 +66,8 @@
 mod clock;
 mod error;
 mod file;
+#[cfg(all(test, not(ratebound_loom)))]
+mod heap_tests;
 mod keyed;
 mod map;
 #[cfg(all(test, ratebound_loom))]

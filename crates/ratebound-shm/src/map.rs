@@ -37,10 +37,20 @@ use crate::sync::AtomicU64;
 /// A file's contents mapped shared, as words.
 #[cfg(not(ratebound_loom))]
 pub(crate) struct Region {
-    /// Keeps the mapping alive; never touched otherwise.
-    _map: memmap2::MmapMut,
+    /// Keeps the words alive; never touched otherwise.
+    _owner: Owner,
     words: NonNull<AtomicU64>,
     len: usize,
+}
+
+/// What a [`Region`]'s words live in.
+#[cfg(not(ratebound_loom))]
+enum Owner {
+    Map(#[allow(dead_code)] memmap2::MmapMut),
+    /// Words on the heap, for tests that cannot map a file (Miri): the same
+    /// pointer and slice code runs over them.
+    #[cfg(test)]
+    Heap(#[allow(dead_code)] Vec<AtomicU64>),
 }
 
 // SAFETY: the region is only ever accessed through `&AtomicU64`, which is
@@ -79,17 +89,34 @@ impl Region {
             return Err(io::Error::other("mapping not 8-byte aligned"));
         }
         Ok(Region {
-            _map: map,
+            _owner: Owner::Map(map),
             words: ptr,
             len: words,
         })
     }
 
+    /// `words` words on the heap, all 0 (a fresh file's contents), seen
+    /// through the same pointer as a mapping (for tests under Miri, which
+    /// cannot map files).
+    #[cfg(test)]
+    pub(crate) fn heap(words: usize) -> Region {
+        // A Vec (not a Box, which a move would retag): the pointer taken
+        // from it stays valid when it moves into the region.
+        let mut owner: Vec<AtomicU64> = (0..words.max(1)).map(|_| AtomicU64::new(0)).collect();
+        let ptr = NonNull::new(owner.as_mut_ptr()).unwrap_or(NonNull::dangling());
+        Region {
+            _owner: Owner::Heap(owner),
+            words: ptr,
+            len: words,
+        }
+    }
+
     /// The mapped words.
     pub(crate) fn words(&self) -> &[AtomicU64] {
-        // SAFETY: `words` points at `len` aligned, initialized (file-backed)
-        // 8-byte words that live as long as `self._map`, which `self`
-        // owns; shared access through atomics only (module comment).
+        // SAFETY: `words` points at `len` aligned, initialized (file-backed,
+        // or a boxed slice's) 8-byte words that live as long as
+        // `self._owner`, which `self` owns; shared access through atomics
+        // only (module comment).
         #[allow(unsafe_code)]
         unsafe {
             std::slice::from_raw_parts(self.words.as_ptr(), self.len)
