@@ -824,8 +824,10 @@ async fn round<S: Setup>(
             .filter(|r| r.source == Source::Redis && r.allowed)
     };
     let dry = all.iter().any(|r| r.source == Source::Redis && !r.allowed);
+    // Answered by the old primary: every call sent before the kill (the
+    // promoted replica answers seconds later, nothing sent after).
     let before = redis_admits()
-        .filter(|r| r.end_us < killed_us)
+        .filter(|r| r.start_us < killed_us)
         .min_by_key(|r| r.remaining);
     let after = redis_admits()
         .filter(|r| r.start_us > killed_us)
