@@ -26,7 +26,7 @@ const now = () => performance.now()
 const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
 
-const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
+const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, freeClusterPort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
 const TMP = scratchDir()
 const clients = new Set()
 
@@ -516,7 +516,7 @@ test('cluster: 3 masters, keys on different masters, the bound holds per key', a
   requireRedis()
   const nodes = []
   for (let i = 0; i < 3; i++) {
-    const port = await freePort()
+    const port = await freeClusterPort()
     nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(TMP, `nodes-${port}.conf`), '--cluster-node-timeout', '2000']).start())
   }
   await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30000 })

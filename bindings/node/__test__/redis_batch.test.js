@@ -30,7 +30,7 @@ const now = () => performance.now()
 const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
 
-const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
+const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, freeClusterPort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
 const TMP = scratchDir()
 const clients = new Set()
 const isIORedis = (c) => c instanceof IORedis || c instanceof IORedis.Cluster
@@ -469,7 +469,7 @@ test('batching in a cluster: per hash slot on 3 masters, never CROSSSLOT, exactl
   requireRedis()
   const nodes = []
   for (let i = 0; i < 3; i++) {
-    const port = await freePort()
+    const port = await freeClusterPort()
     nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(TMP, `nodes-batch-${port}.conf`), '--cluster-node-timeout', '2000']).start())
   }
   await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30000 })

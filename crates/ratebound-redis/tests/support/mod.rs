@@ -18,6 +18,19 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
+/// A free port for a cluster node: its bus port (+10 000) must exist and be
+/// free too — redis-server refuses a cluster port above 55 535, and about a
+/// fifth of the ephemeral range is.
+pub fn free_cluster_port() -> u16 {
+    for _ in 0..200 {
+        let port = free_port();
+        if port <= 55_535 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free cluster port on 127.0.0.1");
+}
+
 fn scratch(port: u16) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ratebound-redis-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -128,7 +141,7 @@ pub struct Cluster {
 impl Cluster {
     pub fn start() -> Cluster {
         let nodes: Vec<Server> = (0..3)
-            .map(|_| Server::start_on(free_port(), true))
+            .map(|_| Server::start_on(free_cluster_port(), true))
             .collect();
         let mut create = Command::new("redis-cli");
         create.args(["--cluster", "create"]);
