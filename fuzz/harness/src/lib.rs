@@ -18,6 +18,7 @@ pub mod outbound;
 pub mod quota;
 pub mod redis;
 pub mod shm;
+pub mod traffic;
 
 /// A target: its name (the libFuzzer target's and its corpus folder's) and
 /// its function.
@@ -35,6 +36,7 @@ pub const TARGETS: &[Target] = &[
     ("shm_open", shm::shm_open),
     ("outbound", outbound::outbound),
     ("loose_options", loose::loose_options),
+    ("traffic_file", traffic::traffic_file),
 ];
 
 /// A reader of fuzz input that never fails: past the end every number is 0

@@ -70,6 +70,7 @@ fn module_of(name: &str) -> &str {
         "shm_open" => "shm::",
         "outbound" => "outbound::",
         "loose_options" => "loose::",
+        "traffic_file" => "traffic::",
         other => other,
     }
 }

@@ -306,7 +306,7 @@ pub fn file(path: &Path) -> Result<Traffic, CliError> {
 /// `max_events` requests; requests spanning more than [`MAX_SPAN`]; no
 /// request; a read error. The message names the line (or lines), and
 /// quotes at most about 80 characters of one.
-pub(super) fn read(
+pub fn read(
     source: impl Read,
     name: &str,
     size: u64,

@@ -6,7 +6,7 @@
 //! sorted), the plot's time axis is the whole span, and every algorithm
 //! replays the same requests. So a simulation holds at most [`MAX_EVENTS`]
 //! requests (2.4 GB), whether a shape makes them or a file holds them, over
-//! at most [`MAX_SPAN`]. A file is read one line at a time and a line holds
+//! at most [`MAX_SPAN`](crate::MAX_SPAN). A file is read one line at a time and a line holds
 //! at most [`MAX_LINE`] bytes: a longer one (or `/dev/zero`) is an error at
 //! that line, after at most that much was read into memory.
 
@@ -19,24 +19,29 @@ mod shapes;
 #[cfg(test)]
 mod tests;
 
-pub use file::file;
+pub use file::{file, read};
 pub use shapes::{ShapeArgs, SplitMix, shape};
 
 /// One request: when (ns from the start), whose (an index into
 /// [`Traffic::keys`]) and how many tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
+    /// When, in ns from the earliest request.
     pub t: u64,
+    /// Whose: an index into [`Traffic::keys`].
     pub key: u32,
+    /// How many tokens (the row's `n`, 1 when it has none).
     pub n: u64,
 }
 
 /// Requests in time order, and the keys they name.
 ///
-/// At most [`MAX_EVENTS`] requests, spanning at most [`MAX_SPAN`].
+/// At most [`MAX_EVENTS`] requests, spanning at most [`MAX_SPAN`](crate::MAX_SPAN).
 #[derive(Debug, Default)]
 pub struct Traffic {
+    /// The requests, in time order (simultaneous ones in the order read).
     pub events: Vec<Event>,
+    /// The key names, indexed by [`Event::key`] (`-` for rows without one).
     pub keys: Vec<String>,
     /// The span to report and plot (at least the last request's time).
     pub duration: u64,

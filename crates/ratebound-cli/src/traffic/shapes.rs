@@ -29,10 +29,12 @@ pub(super) fn steady(events: &mut Vec<Event>, key: u32, start: u64, span: u64, r
 pub struct SplitMix(u64);
 
 impl SplitMix {
+    /// The generator seeded with `seed`.
     pub fn new(seed: u64) -> SplitMix {
         SplitMix(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -49,10 +51,13 @@ impl SplitMix {
 
 /// What the built-in shapes are given besides their own arguments.
 pub struct ShapeArgs {
+    /// The span to fill, in ns (`--duration`).
     pub duration: u64,
+    /// The seed of the random shapes (`--seed`).
     pub seed: u64,
-    /// The window limit and length, for `boundary`.
+    /// The window limit, for `boundary`.
     pub limit: u64,
+    /// The window length in ns, for `boundary`.
     pub window: u64,
     /// The per-key rate of the limit (requests per second), for
     /// `noisy-neighbour`.
