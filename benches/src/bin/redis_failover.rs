@@ -7,9 +7,9 @@
 //! instance's connection a redis-rs `ClusterClient` connection (defaults).
 //! The pair: a primary, its replica and three sentinels (`redis-server
 //! --sentinel`, quorum 2, `down-after-milliseconds` the same 1 s); each
-//! instance's connection a `SentinelConn` (below: a multiplexed connection
-//! to the primary the sentinels name, made again after a connection error —
-//! `RedisLimiter` has no Sentinel support of its own and needs none).
+//! instance's connection a `ratebound_redis::SentinelConnection` (a
+//! multiplexed connection to the primary the sentinels name, made again
+//! after a connection error or `READONLY`).
 //!
 //! For each fail policy (open, closed, local at rate/50 per instance) and
 //! each round: 50 instances — each its own connection and limiter, four
@@ -53,14 +53,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ratebound::Quota;
-use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
+use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, SentinelConnection, Source};
+use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, RedisError, RedisFuture, RedisResult};
+use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 
 const INSTANCES: usize = 50;
 const CALLERS: usize = 4;
@@ -542,16 +539,21 @@ impl Pair {
 }
 
 impl Setup for Pair {
-    type Conn = SentinelConn;
+    type Conn = SentinelConnection;
     const NAME: &'static str = "Sentinel (primary + replica, 3 sentinels)";
 
-    async fn connect(&self) -> SentinelConn {
-        let conn = SentinelConn {
-            sentinels: self.sentinels.iter().map(|s| s.port).collect(),
-            current: Arc::new(std::sync::Mutex::new(None)),
-            resolving: Arc::new(tokio::sync::Mutex::new(())),
-        };
-        conn.current()
+    async fn connect(&self) -> SentinelConnection {
+        let urls = self
+            .sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}/", s.port));
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(200)))
+            .set_response_timeout(Some(Duration::from_millis(500)));
+        let conn = SentinelConnection::new(urls, MASTER_NAME, RedisConnectionInfo::default())
+            .expect("sentinel addresses")
+            .with_config(config);
+        conn.resolve()
             .await
             .expect("the primary, through the sentinels");
         conn
@@ -584,115 +586,6 @@ impl Setup for Pair {
         victim.extra.clear();
         victim.spawn();
         self.wait_healthy();
-    }
-}
-
-/// A connection to whichever node the sentinels name as the primary: a
-/// multiplexed connection, dropped on a connection error (or `READONLY`:
-/// a former primary that came back as a replica) and made again, through
-/// the sentinels, by the next call. What a redis-rs user writes for
-/// Sentinel: `RedisLimiter` runs over any `ConnectionLike` and knows
-/// nothing of Sentinel. One caller resolves at a time; the others wait
-/// for it (each bounded by its limiter's deadline).
-#[derive(Clone)]
-struct SentinelConn {
-    sentinels: Vec<u16>,
-    current: Arc<std::sync::Mutex<Option<(u64, MultiplexedConnection)>>>,
-    resolving: Arc<tokio::sync::Mutex<()>>,
-}
-
-/// A connection generation: a failed call drops only the connection it ran on.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-impl SentinelConn {
-    async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        if let Some(c) = self.current.lock().expect("lock").clone() {
-            return Ok(c);
-        }
-        let _one = self.resolving.lock().await;
-        if let Some(c) = self.current.lock().expect("lock").clone() {
-            return Ok(c);
-        }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(200)))
-            .set_response_timeout(Some(Duration::from_millis(500)));
-        let mut last = None;
-        for &s in &self.sentinels {
-            let asked = async {
-                let client = redis::Client::open(format!("redis://127.0.0.1:{s}/"))?;
-                let mut c = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                let (host, port): (String, u16) = redis::cmd("SENTINEL")
-                    .arg("get-master-addr-by-name")
-                    .arg(MASTER_NAME)
-                    .query_async(&mut c)
-                    .await?;
-                let primary = redis::Client::open(format!("redis://{host}:{port}/"))?;
-                primary
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-            };
-            match asked.await {
-                Ok(conn) => {
-                    // Ordering: a unique number is all it gives.
-                    let g = GENERATION.fetch_add(1, Ordering::Relaxed);
-                    *self.current.lock().expect("lock") = Some((g, conn.clone()));
-                    return Ok((g, conn));
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("at least one sentinel"))
-    }
-
-    /// Drops generation `g` after `e`, if the error says the node is gone
-    /// or no longer the primary.
-    fn judge(&self, g: u64, e: &RedisError) {
-        if e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_timeout()
-            || e.code() == Some("READONLY")
-        {
-            let mut cur = self.current.lock().expect("lock");
-            if cur.as_ref().is_some_and(|(h, _)| *h == g) {
-                *cur = None;
-            }
-        }
-    }
-}
-
-impl ConnectionLike for SentinelConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, redis::Value> {
-        Box::pin(async move {
-            let (g, mut conn) = self.current().await?;
-            let r = conn.req_packed_command(cmd).await;
-            if let Err(e) = &r {
-                self.judge(g, e);
-            }
-            r
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<redis::Value>> {
-        Box::pin(async move {
-            let (g, mut conn) = self.current().await?;
-            let r = conn.req_packed_commands(pipeline, offset, count).await;
-            if let Err(e) = &r {
-                self.judge(g, e);
-            }
-            r
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        0
     }
 }
 

@@ -18,7 +18,9 @@
 //! - **Sans-I/O.** [`Engine`] builds each [`Call`], turns each reply into a
 //!   [`RedisDecision`] (with its [`Source`]), applies the fail policy and keeps
 //!   the lease bookkeeping; it performs no I/O. [`RedisLimiter`] (feature
-//!   `tokio`) runs the calls with the `redis` crate.
+//!   `tokio`) runs the calls with the `redis` crate, over any connection:
+//!   one node, a cluster, or the primary Sentinel names
+//!   ([`SentinelConnection`], which follows a failover).
 //! - **An explicit fail policy** ([`OnError`]): open, closed, or a local
 //!   share of the limit. Every call has a deadline (50 ms by default); a
 //!   circuit breaker stops calling a dead Redis and probes it once its
@@ -58,6 +60,8 @@ pub mod script;
 mod batcher;
 #[cfg(feature = "tokio")]
 mod driver;
+#[cfg(feature = "tokio")]
+mod sentinel;
 
 pub use acquisition::{Acquisition, Step};
 pub use algorithm::Algorithm;
@@ -80,6 +84,8 @@ pub use reserve::{ReserveBegin, Reserved};
 
 #[cfg(feature = "tokio")]
 pub use driver::{RedisLimiter, RedisReservation};
+#[cfg(feature = "tokio")]
+pub use sentinel::SentinelConnection;
 
 /// The README's examples, compiled (and run where they can) as doctests.
 #[cfg(doctest)]

@@ -1,20 +1,23 @@
-//! A Redis Cluster failover under running limiters: 3 masters with a
+//! Failovers under running limiters: a Redis Cluster of 3 masters with a
 //! replica each (6 `redis-server`s on 127.0.0.1), the master holding the
-//! key's slot killed, its replica promoted by the cluster. The same
-//! limiters (one `ClusterConnection` each, never rebuilt) answer by their
-//! fail policy meanwhile, each within its deadline, and by Redis again
-//! once the replica serves the slot; the global bound holds throughout.
+//! key's slot killed and its replica promoted by the cluster; and a
+//! primary with a replica watched by 3 sentinels, the primary killed and
+//! the replica promoted by the sentinels. The same limiters (one
+//! `ClusterConnection` or `SentinelConnection` each, never rebuilt) answer
+//! by their fail policy meanwhile, each within its deadline, and by Redis
+//! again once the replica serves; the global bound holds throughout.
 //! The figures across fail policies come from
 //! `benches/src/bin/redis_failover.rs` (the 50-instance run).
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ratebound::Quota;
-use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
+use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, SentinelConnection, Source};
+use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use support::{free_port, fresh};
 
@@ -39,24 +42,40 @@ struct Node {
 }
 
 impl Node {
+    /// A cluster node (on a port Redis accepts for one).
     fn start() -> Node {
-        let port = cluster_port();
+        let cluster = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "500",
+        ];
+        Node::launch(cluster_port(), &cluster, None)
+    }
+
+    /// A plain node, or a sentinel when given its configuration file.
+    fn plain(extra: &[&str], sentinel: Option<&Path>) -> Node {
+        Node::launch(free_port(), extra, sentinel)
+    }
+
+    fn launch(port: u16, extra: &[&str], sentinel: Option<&Path>) -> Node {
         let dir = std::env::temp_dir().join(format!(
             "ratebound-failover-test-{}-{port}",
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
+        let mut cmd = Command::new("redis-server");
+        if let Some(conf) = sentinel {
+            cmd.arg(conf).arg("--sentinel");
+        } else {
+            cmd.args(["--save", "", "--appendonly", "no"]);
+        }
+        let child = cmd
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
             .arg(&dir)
-            .args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ])
-            .args(["--cluster-node-timeout", "500"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -170,43 +189,93 @@ fn cluster() -> Vec<Node> {
     }
 }
 
-/// Kills the master of one key's slot while three limiters (fail closed,
-/// 10/s burst 20) check it every 10 ms: each answers by its policy within
-/// its deadline while the slot has no master, and by Redis again — the same
-/// limiter, the same connection — within seconds of the promotion; what
-/// Redis admits over the whole run stays within 20 + 10·t.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
-    let mut nodes = cluster();
-    let urls: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("redis://127.0.0.1:{}/", n.port))
-        .collect();
-    let quota = Quota::parse("10/s burst 20").unwrap();
-    let deadline = Duration::from_millis(250);
-    let mut limiters = Vec::new();
-    for _ in 0..3 {
-        let conn = ClusterClient::new(urls.clone())
-            .unwrap()
-            .get_async_connection()
-            .await
-            .unwrap();
-        let mut c = Config::new(Algorithm::TokenBucket(quota));
-        c.on_error = OnError::Closed;
-        c.timeout = deadline;
-        c.breaker_cooldown = Duration::from_millis(250);
-        limiters.push(RedisLimiter::new(c, conn).unwrap());
-    }
-    let key = fresh("failover");
-    let redis_key = limiters[0].engine().redis_key(None, key.as_bytes());
-    let slot: u16 = text(
-        nodes[0].port,
-        &["CLUSTER", "KEYSLOT", &String::from_utf8_lossy(&redis_key)],
-    )
-    .and_then(|s| s.parse().ok())
-    .expect("keyslot");
-    let (master, replica) = master_and_replica(nodes[0].port, slot).expect("slot owner");
+const MASTER_NAME: &str = "partner";
 
+/// A sentinel watching the primary on `primary` (quorum 2, down after
+/// 500 ms).
+fn sentinel(primary: u16) -> Node {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!(
+        "ratebound-failover-test-{}-{port}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 500\n\
+             sentinel failover-timeout {MASTER_NAME} 10000\n"
+        ),
+    )
+    .expect("sentinel.conf");
+    Node::launch(port, &[], Some(&conf))
+}
+
+/// The primary's port as the sentinel on `port` names it.
+fn named_primary(port: u16) -> Option<u16> {
+    let reply = text(port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])?;
+    // `[bulk-string("127.0.0.1"), bulk-string("6380")]`, as `text` shows it.
+    reply.rsplit('"').nth(1).and_then(|p| p.parse().ok())
+}
+
+/// A primary, its replica and three sentinels, once every sentinel names
+/// the primary and knows the replica and the others, and the replica's link
+/// is up: (primary, replica, sentinels).
+fn sentinel_pair() -> (Node, Node, Vec<Node>) {
+    let primary = Node::plain(&[], None);
+    let port = primary.port.to_string();
+    let replica = Node::plain(&["--replicaof", "127.0.0.1", &port], None);
+    let sentinels: Vec<Node> = (0..3).map(|_| sentinel(primary.port)).collect();
+    let start = Instant::now();
+    loop {
+        let named = sentinels
+            .iter()
+            .all(|s| named_primary(s.port) == Some(primary.port));
+        let known = sentinels.iter().all(|s| {
+            text(s.port, &["INFO", "sentinel"])
+                .is_some_and(|t| t.contains("slaves=1") && t.contains("sentinels=3"))
+        });
+        let linked = text(replica.port, &["INFO", "replication"])
+            .is_some_and(|t| t.contains("master_link_status:up"));
+        if named && known && linked {
+            return (primary, replica, sentinels);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "sentinels not ready: named {named}, known {known}, linked {linked}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Fail closed, 10/s burst 20, a 250 ms deadline and a 250 ms cool-down.
+fn config() -> Config {
+    let mut c = Config::new(Algorithm::TokenBucket(
+        Quota::parse("10/s burst 20").unwrap(),
+    ));
+    c.on_error = OnError::Closed;
+    c.timeout = DEADLINE;
+    c.breaker_cooldown = Duration::from_millis(250);
+    c
+}
+
+const DEADLINE: Duration = Duration::from_millis(250);
+
+/// Runs `limiters` (each checking `key` every 10 ms for 9 s), calls `kill`
+/// 1.5 s in, then waits for `promoted` to say the replica serves: each
+/// limiter answers by its policy within its deadline only after the kill,
+/// and by Redis again — the same limiter, the same connection — within
+/// 4 s of the promotion and to the end of the run; what Redis admits over
+/// the whole run stays within 20 + 10·t.
+async fn through_failover<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    what: &str,
+    limiters: Vec<RedisLimiter<C>>,
+    key: String,
+    kill: impl FnOnce(),
+    promoted: impl Fn() -> bool + Send + 'static,
+) {
     let start = Instant::now();
     let run = Duration::from_secs(9);
     let kill_at = Duration::from_millis(1500);
@@ -232,15 +301,11 @@ async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
     // Timed as the signal is sent: a client may see the connection drop
     // before the process is reaped.
     let killed = start.elapsed();
-    nodes
-        .iter_mut()
-        .find(|n| n.port == master)
-        .expect("master")
-        .kill();
+    kill();
     let promoted = tokio::task::spawn_blocking(move || {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(8) {
-            if text(replica, &["ROLE"]).is_some_and(|r| r.contains("master")) {
+            if promoted() {
                 return Some(t.elapsed());
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -258,18 +323,21 @@ async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
         let mut recovered_at = None;
         for &(at, took, source, allowed) in &seen {
             assert!(
-                took <= deadline + Duration::from_millis(150),
-                "a call took {took:?} at {at:?} ({source:?})"
+                took <= DEADLINE + Duration::from_millis(150),
+                "{what}: a call took {took:?} at {at:?} ({source:?})"
             );
             match source {
                 Source::Redis => redis_admitted += u64::from(allowed),
                 Source::FailClosed => {
-                    assert!(!allowed, "fail closed admitted at {at:?}");
-                    assert!(at + took >= killed, "a failure before the kill, at {at:?}");
+                    assert!(!allowed, "{what}: fail closed admitted at {at:?}");
+                    assert!(
+                        at + took >= killed,
+                        "{what}: a failure before the kill, at {at:?}"
+                    );
                     last_failure = last_failure.max(at + took);
                     recovered_at = None;
                 }
-                other => panic!("{other:?} at {at:?}"),
+                other => panic!("{what}: {other:?} at {at:?}"),
             }
             if source == Source::Redis && at > killed && recovered_at.is_none() {
                 recovered_at = Some(at);
@@ -277,35 +345,113 @@ async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
         }
         assert!(
             seen.iter().any(|s| s.2 == Source::FailClosed),
-            "the kill was felt"
+            "{what}: the kill was felt"
         );
         // Answered by Redis from some point after the kill to the end of
         // the run: recovered, on the same connection.
         let back = recovered_at.expect("answered by Redis again after the kill");
         assert!(
             seen.last().is_some_and(|s| s.2 == Source::Redis),
-            "the last answer was Redis'"
+            "{what}: the last answer was Redis'"
         );
         assert!(
             back < killed + promoted + Duration::from_secs(4),
-            "back at {back:?}: killed at {killed:?}, promoted {promoted:?} later"
+            "{what}: back at {back:?}: killed at {killed:?}, promoted {promoted:?} later"
         );
     }
     let elapsed = start.elapsed().as_secs_f64();
     println!(
-        "failover: killed at {killed:?}, promoted {promoted:?} later, last fail-policy answer \
+        "{what}: killed at {killed:?}, promoted {promoted:?} later, last fail-policy answer \
          {:?} after the kill; Redis admitted {redis_admitted} in {elapsed:.2} s",
         last_failure.saturating_sub(killed)
     );
     assert!(
         redis_admitted as f64 <= 20.0 + 10.0 * elapsed + 1.0,
-        "{redis_admitted} admitted in {elapsed:.2} s"
+        "{what}: {redis_admitted} admitted in {elapsed:.2} s"
     );
     // Used: the limit kept admitting after the failover (at least the
     // refill over the part of the run after the promotion, less slack).
     let after = elapsed - (killed + promoted).as_secs_f64() - 4.0;
     assert!(
         redis_admitted as f64 >= 10.0 * after,
-        "{redis_admitted} admitted"
+        "{what}: {redis_admitted} admitted"
     );
+}
+
+/// The cluster: the master of the key's slot killed, three limiters on
+/// `ClusterConnection`s (redis-rs' defaults).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
+    let mut nodes = cluster();
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+        .collect();
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        let conn = ClusterClient::new(urls.clone())
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        limiters.push(RedisLimiter::new(config(), conn).unwrap());
+    }
+    let key = fresh("failover");
+    let redis_key = limiters[0].engine().redis_key(None, key.as_bytes());
+    let slot: u16 = text(
+        nodes[0].port,
+        &["CLUSTER", "KEYSLOT", &String::from_utf8_lossy(&redis_key)],
+    )
+    .and_then(|s| s.parse().ok())
+    .expect("keyslot");
+    let (master, replica) = master_and_replica(nodes[0].port, slot).expect("slot owner");
+    let kill = || {
+        nodes
+            .iter_mut()
+            .find(|n| n.port == master)
+            .expect("master")
+            .kill();
+    };
+    let promoted = move || text(replica, &["ROLE"]).is_some_and(|r| r.contains("master"));
+    through_failover("cluster", limiters, key, kill, promoted).await;
+}
+
+/// Sentinel: the primary killed, three limiters on `SentinelConnection`s
+/// (connection timeout 200 ms, response timeout 500 ms), which find the
+/// promoted replica through the sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiters_recover_from_a_sentinel_failover_without_a_restart() {
+    let (mut primary, replica, sentinels) = sentinel_pair();
+    let urls: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("redis://127.0.0.1:{}/", s.port))
+        .collect();
+    let timeouts = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(200)))
+        .set_response_timeout(Some(Duration::from_millis(500)));
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        let conn = SentinelConnection::new(
+            urls.clone(),
+            MASTER_NAME,
+            redis::RedisConnectionInfo::default(),
+        )
+        .unwrap()
+        .with_config(timeouts.clone());
+        limiters.push(RedisLimiter::new(config(), conn.clone()).unwrap());
+        assert_eq!(conn.primary(), None, "connected only at the first command");
+    }
+    let key = fresh("sentinel-failover");
+    // Every limiter answers from the primary before the kill.
+    for l in &limiters {
+        assert_eq!(l.check(&key).await.unwrap().source(), Source::Redis);
+    }
+    let (dead, replica_port, watcher) = (primary.port, replica.port, sentinels[0].port);
+    let promoted = move || {
+        named_primary(watcher) == Some(replica_port)
+            && text(replica_port, &["ROLE"]).is_some_and(|r| r.contains("master"))
+    };
+    through_failover("sentinel", limiters, key, || primary.kill(), promoted).await;
+    assert_ne!(named_primary(watcher), Some(dead), "the sentinels moved on");
+    drop(replica);
 }
