@@ -65,6 +65,25 @@ struct Inner {
     generation: AtomicU64,
 }
 
+impl Inner {
+    fn unconnected(
+        sentinels: Vec<ConnectionInfo>,
+        master_name: String,
+        node: RedisConnectionInfo,
+        config: AsyncConnectionConfig,
+    ) -> Inner {
+        Inner {
+            sentinels,
+            master_name,
+            node,
+            config,
+            current: Mutex::new(None),
+            resolving: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
+        }
+    }
+}
+
 impl std::fmt::Debug for SentinelConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SentinelConnection")
@@ -118,15 +137,12 @@ impl SentinelConnection {
             return Err(invalid("an empty master name", String::new()));
         }
         Ok(SentinelConnection {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Inner::unconnected(
                 sentinels,
-                master_name: master_name.to_string(),
+                master_name.to_string(),
                 node,
-                config: AsyncConnectionConfig::new(),
-                current: Mutex::new(None),
-                resolving: tokio::sync::Mutex::new(()),
-                generation: AtomicU64::new(0),
-            }),
+                AsyncConnectionConfig::new(),
+            )),
         })
     }
 
@@ -154,8 +170,8 @@ impl SentinelConnection {
     ///
     /// The last error met asking the sentinels and connecting.
     pub async fn resolve(&self) -> RedisResult<String> {
-        self.current().await?;
-        Ok(self.primary().unwrap_or_default())
+        let (_, _, at) = self.current().await?;
+        Ok(at)
     }
 
     /// The connection and response timeouts (and the rest of redis-rs'
@@ -163,15 +179,14 @@ impl SentinelConnection {
     /// before the first command: clones made earlier keep the old one.
     #[must_use]
     pub fn with_config(self, config: AsyncConnectionConfig) -> SentinelConnection {
-        let inner = Inner {
-            sentinels: self.inner.sentinels.clone(),
-            master_name: self.inner.master_name.clone(),
-            node: self.inner.node.clone(),
-            config,
-            current: Mutex::new(None),
-            resolving: tokio::sync::Mutex::new(()),
-            generation: AtomicU64::new(0),
-        };
+        let Inner {
+            sentinels,
+            master_name,
+            node,
+            ..
+        } = &*self.inner;
+        let inner =
+            Inner::unconnected(sentinels.clone(), master_name.clone(), node.clone(), config);
         SentinelConnection {
             inner: Arc::new(inner),
         }
@@ -190,13 +205,14 @@ impl SentinelConnection {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn in_use(&self) -> Option<(u64, MultiplexedConnection)> {
-        self.lock().as_ref().map(|(g, c, _)| (*g, c.clone()))
+    /// The connection in use: its generation, itself and its primary.
+    fn in_use(&self) -> Option<(u64, MultiplexedConnection, String)> {
+        self.lock().clone()
     }
 
     /// The connection in use, or a new one to the primary the sentinels
     /// name.
-    async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+    async fn current(&self) -> RedisResult<(u64, MultiplexedConnection, String)> {
         if let Some(c) = self.in_use() {
             return Ok(c);
         }
@@ -210,8 +226,9 @@ impl SentinelConnection {
                 Ok((conn, at)) => {
                     // Ordering: a unique number is all it gives.
                     let g = self.inner.generation.fetch_add(1, Ordering::Relaxed);
-                    *self.lock() = Some((g, conn.clone(), at));
-                    return Ok((g, conn));
+                    let used = (g, conn, at);
+                    *self.lock() = Some(used.clone());
+                    return Ok(used);
                 }
                 Err(e) => last = Some(e),
             }
@@ -273,7 +290,7 @@ impl SentinelConnection {
 impl ConnectionLike for SentinelConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (g, mut conn) = self.current().await?;
+            let (g, mut conn, _) = self.current().await?;
             let r = conn.req_packed_command(cmd).await;
             if let Err(e) = &r {
                 self.judge(g, e);
@@ -289,7 +306,7 @@ impl ConnectionLike for SentinelConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (g, mut conn) = self.current().await?;
+            let (g, mut conn, _) = self.current().await?;
             let r = conn.req_packed_commands(pipeline, offset, count).await;
             if let Err(e) = &r {
                 self.judge(g, e);
