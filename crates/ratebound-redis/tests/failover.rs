@@ -441,6 +441,17 @@ async fn limiters_recover_from_a_sentinel_failover_without_a_restart() {
         limiters.push(RedisLimiter::new(config(), conn.clone()).unwrap());
         assert_eq!(conn.primary(), None, "connected only at the first command");
     }
+    // `connect` asks the sentinels at once; `resolve` names the primary.
+    let probe = SentinelConnection::connect(
+        urls.clone(),
+        MASTER_NAME,
+        redis::RedisConnectionInfo::default(),
+    )
+    .await
+    .unwrap();
+    let named = format!("127.0.0.1:{}", primary.port);
+    assert_eq!(probe.primary().as_deref(), Some(named.as_str()));
+    assert_eq!(probe.resolve().await.unwrap(), named);
     let key = fresh("sentinel-failover");
     // Every limiter answers from the primary before the kill.
     for l in &limiters {
