@@ -30,6 +30,8 @@ fn py_err_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
         Error::Unsupported { .. } => "Unsupported",
         Error::InvalidOption { .. } => "ConfigError",
         Error::Missing { .. } => "MissingValue",
+        Error::StoreMisconfigured { .. } => "StoreMisconfigured",
+        Error::StoreUnavailable { .. } => "StoreUnavailable",
         _ => "QuotaError",
     };
     let made = (|| -> PyResult<PyErr> {

@@ -4,7 +4,8 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyString, PyTuple};
 use ratebound::Error;
 use ratebound::any::{self, Key, Loose};
 use std::sync::Mutex;
@@ -240,8 +241,11 @@ impl RedisEngine {
 
     /// Step two: the decision from what became of `call` — its `reply` (the
     /// script's list of ints), `timed_out=True` (no reply within the
-    /// deadline), or `error` (a connection or server error's text).
-    #[pyo3(signature = (call, reply=None, timed_out=false, error=None))]
+    /// deadline), `error` (a connection or server error's text), or
+    /// `unsent=True` (it never left this client before its deadline: a
+    /// full pool; refused as "busy", never the fail policy's). An error that
+    /// says the store is misconfigured raises `StoreMisconfigured`.
+    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
     fn finish(
         &self,
         py: Python<'_>,
@@ -249,9 +253,13 @@ impl RedisEngine {
         reply: Option<&Bound<'_, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
+        unsent: bool,
     ) -> PyResult<Py<Decision>> {
         let call = &call.get().inner;
-        let d = with_outcome(reply, timed_out, error, |o| self.inner.finish(call, o))?;
+        let d = with_outcome(py, reply, timed_out, error, unsent, |o| {
+            self.inner.finish(call, o)
+        })?;
+        tell(py, &self.inner);
         Self::decision(py, d)
     }
 
@@ -283,7 +291,9 @@ impl RedisEngine {
         py: Python<'py>,
         a: &Bound<'py, RedisAcquisition>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let step = self.inner.acquire_step(&mut a.get().lock()).or_py(py)?;
+        let step = self.inner.acquire_step(&mut a.get().lock());
+        tell(py, &self.inner);
+        let step = step.or_py(py)?;
         match step {
             Step::Call(call) => {
                 ("call", Py::new(py, RedisCall { inner: call })?.into_any()).into_pyobject(py)
@@ -302,17 +312,21 @@ impl RedisEngine {
     }
 
     /// Hands the wait what became of the call its last step gave.
-    #[pyo3(signature = (a, reply=None, timed_out=false, error=None))]
+    #[pyo3(signature = (a, reply=None, timed_out=false, error=None, unsent=false))]
     fn acquire_reply(
         &self,
+        py: Python<'_>,
         a: &Bound<'_, RedisAcquisition>,
         reply: Option<&Bound<'_, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
+        unsent: bool,
     ) -> PyResult<()> {
-        with_outcome(reply, timed_out, error, |o| {
+        with_outcome(py, reply, timed_out, error, unsent, |o| {
             self.inner.acquire_reply(&mut a.get().lock(), o);
-        })
+        })?;
+        tell(py, &self.inner);
+        Ok(())
     }
 
     /// The caller gave up: the call that gives held tokens back, if any.
@@ -348,7 +362,7 @@ impl RedisEngine {
 
     /// Step two of a reservation: `(delay, source)`, or `RateLimitExceeded`
     /// (nothing taken) when the tokens are due only beyond its max_wait.
-    #[pyo3(signature = (call, reply=None, timed_out=false, error=None))]
+    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
     fn finish_reserve<'py>(
         &self,
         py: Python<'py>,
@@ -356,11 +370,13 @@ impl RedisEngine {
         reply: Option<&Bound<'py, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
+        unsent: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let call = &call.get().inner;
-        let r = with_outcome(reply, timed_out, error, |o| {
+        let r = with_outcome(py, reply, timed_out, error, unsent, |o| {
             self.inner.finish_reserve(call, o)
         })?;
+        tell(py, &self.inner);
         let max_wait = match call.kind {
             ratebound_redis::CallKind::Reserve { max_wait_us } => {
                 Duration::from_micros(max_wait_us)
@@ -395,18 +411,22 @@ impl RedisEngine {
     /// What became of a pause: the shift it gave the reserved slots, in
     /// seconds (0.0: a pause already on covered it), or None when Redis
     /// could not be told.
-    #[pyo3(signature = (reply=None, timed_out=false, error=None))]
+    #[pyo3(signature = (reply=None, timed_out=false, error=None, unsent=false))]
     fn finish_pause(
         &self,
+        py: Python<'_>,
         reply: Option<&Bound<'_, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
+        unsent: bool,
     ) -> PyResult<Option<f64>> {
-        with_outcome(reply, timed_out, error, |o| {
+        let shift = with_outcome(py, reply, timed_out, error, unsent, |o| {
             self.inner
                 .finish_pause(o)
                 .map(|(_, shift)| shift.as_secs_f64())
-        })
+        })?;
+        tell(py, &self.inner);
+        Ok(shift)
     }
 
     /// What became of the pause `call` and what to tell the other
@@ -414,7 +434,7 @@ impl RedisEngine {
     /// on `pause_channel` (None: nothing to tell, a pause already on covered
     /// it); this engine's own waiters are told already — or None when Redis
     /// could not be told.
-    #[pyo3(signature = (call, reply=None, timed_out=false, error=None))]
+    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
     fn finish_pause_news<'py>(
         &self,
         py: Python<'py>,
@@ -422,9 +442,13 @@ impl RedisEngine {
         reply: Option<&Bound<'py, PyAny>>,
         timed_out: bool,
         error: Option<&str>,
+        unsent: bool,
     ) -> PyResult<Option<(f64, Option<Bound<'py, PyBytes>>)>> {
         let call = &call.get().inner;
-        let paused = with_outcome(reply, timed_out, error, |o| self.inner.finish_pause(o))?;
+        let paused = with_outcome(py, reply, timed_out, error, unsent, |o| {
+            self.inner.finish_pause(o)
+        })?;
+        tell(py, &self.inner);
         Ok(paused.map(|(start_us, shift)| {
             let news = self.inner.pause_news(call, start_us, shift);
             (shift.as_secs_f64(), news.map(|m| PyBytes::new(py, &m)))
@@ -458,6 +482,14 @@ impl RedisEngine {
     #[getter]
     fn breaker_open(&self) -> bool {
         self.inner.breaker_open()
+    }
+
+    /// What the decisions came from so far (`RedisStats`).
+    #[getter]
+    fn stats(&self) -> RedisStats {
+        RedisStats {
+            inner: self.inner.stats(),
+        }
     }
 
     /// Every call's deadline, in seconds.
@@ -530,16 +562,27 @@ fn packed(call: &Call, verb: &[u8], head: &str) -> Vec<u8> {
 }
 
 /// Runs `f` on what became of a call, as the engine reads a driver's
-/// report (`CallOutcome::reported`: `timed_out`, then `error`, then the
-/// `reply`; nothing at all is a failure): a reply that is not a list of
-/// ints is `CallOutcome::Malformed`, as Node's binding says of a reply
-/// that is not an array of integers.
+/// report (`unsent` first: the call never left this client; then
+/// `CallOutcome::reported`: `timed_out`, then `error`, then the `reply`;
+/// nothing at all is a failure): a reply that is not a list of ints is
+/// `CallOutcome::Malformed`, as Node's binding says of a reply that is not
+/// an array of integers. An error that says the store is misconfigured
+/// (`ratebound_redis::misconfiguration`) is raised as `StoreMisconfigured`
+/// and never reaches the engine: no fail policy answers a typo.
 fn with_outcome<R>(
+    py: Python<'_>,
     reply: Option<&Bound<'_, PyAny>>,
     timed_out: bool,
     error: Option<&str>,
+    unsent: bool,
     f: impl FnOnce(CallOutcome<'_>) -> R,
 ) -> PyResult<R> {
+    if unsent {
+        return Ok(f(CallOutcome::Unsent));
+    }
+    if !timed_out && let Some(e) = error.and_then(ratebound_redis::misconfiguration) {
+        return Err(py_err(py, e));
+    }
     let ints = match reply.filter(|r| !r.is_none()) {
         None => None,
         Some(r) if r.is_instance_of::<PyString>() || r.is_instance_of::<PyBytes>() => Some(None),
@@ -579,4 +622,125 @@ fn opt_seconds(
         .map(|t| any::seconds(name, t))
         .transpose()
         .or_py(py)
+}
+
+/// What a Redis limiter's decisions came from, counted since it was made
+/// (`redis`, `lease`, `damaged`, and the fail policy's `fail_open`,
+/// `fail_closed`, `fail_local`; `busy`: refused because the call could not
+/// even leave this client before its deadline), and whether its circuit
+/// breaker is open now.
+#[pyclass(name = "RedisStats", frozen, module = "ratebound.redis")]
+pub(crate) struct RedisStats {
+    inner: ratebound_redis::Stats,
+}
+
+#[pymethods]
+impl RedisStats {
+    /// Decisions Redis made.
+    #[getter]
+    fn redis(&self) -> u64 {
+        self.inner.redis
+    }
+    /// Decisions a lease made.
+    #[getter]
+    fn lease(&self) -> u64 {
+        self.inner.lease
+    }
+    /// Refusals of a key whose value no script wrote.
+    #[getter]
+    fn damaged(&self) -> u64 {
+        self.inner.damaged
+    }
+    /// Admitted by the fail policy "open".
+    #[getter]
+    fn fail_open(&self) -> u64 {
+        self.inner.fail_open
+    }
+    /// Refused by the fail policy "closed".
+    #[getter]
+    fn fail_closed(&self) -> u64 {
+        self.inner.fail_closed
+    }
+    /// Answered by the fail policy "local".
+    #[getter]
+    fn fail_local(&self) -> u64 {
+        self.inner.fail_local
+    }
+    /// Refused because no connection came free before the deadline.
+    #[getter]
+    fn busy(&self) -> u64 {
+        self.inner.busy
+    }
+    /// Whether the circuit breaker is open.
+    #[getter]
+    fn breaker_open(&self) -> bool {
+        self.inner.breaker_open
+    }
+    /// The counters and `breaker_open` as a dict.
+    fn _asdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let s = &self.inner;
+        for (name, v) in [
+            ("redis", s.redis),
+            ("lease", s.lease),
+            ("damaged", s.damaged),
+            ("fail_open", s.fail_open),
+            ("fail_closed", s.fail_closed),
+            ("fail_local", s.fail_local),
+            ("busy", s.busy),
+        ] {
+            d.set_item(name, v)?;
+        }
+        d.set_item("breaker_open", s.breaker_open)?;
+        Ok(d)
+    }
+    fn __repr__(&self) -> String {
+        let s = &self.inner;
+        format!(
+            "RedisStats(redis={}, lease={}, damaged={}, fail_open={}, fail_closed={}, fail_local={}, busy={}, breaker_open={})",
+            s.redis,
+            s.lease,
+            s.damaged,
+            s.fail_open,
+            s.fail_closed,
+            s.fail_local,
+            s.busy,
+            if s.breaker_open { "True" } else { "False" }
+        )
+    }
+}
+
+static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Logs the engine's notices (the breaker opened or closed, an episode of
+/// calls refused as busy) as warnings of the `ratebound.redis` logger, one
+/// line each; nothing to do costs one atomic load. A failing logger is
+/// ignored: a decision never fails for its log line.
+pub(crate) fn tell(py: Python<'_>, engine: &Engine) {
+    if !engine.has_notices() {
+        return;
+    }
+    let notices = engine.take_notices();
+    let logger = LOGGER.get_or_try_init(py, || {
+        py.import("logging")?
+            .call_method1("getLogger", ("ratebound.redis",))
+            .map(Bound::unbind)
+    });
+    let Ok(logger) = logger else { return };
+    for n in notices {
+        let _ = logger.call_method1(py, "warning", (n.message(),));
+    }
+}
+
+/// The `StoreMisconfigured` error an error text says (a wrong password, a
+/// missing database, ...: `ratebound_redis::misconfiguration`), if any.
+pub(crate) fn misconfigured(py: Python<'_>, error: &str) -> Option<PyErr> {
+    ratebound_redis::misconfiguration(error).map(|e| py_err(py, e))
+}
+
+/// `_misconfigured(error)`: the `StoreMisconfigured` exception an error
+/// text says, or None (for a runner that meets it outside a call).
+#[pyfunction]
+pub(crate) fn _misconfigured(py: Python<'_>, error: &str) -> Option<Py<PyAny>> {
+    misconfigured(py, error).map(|e| e.into_value(py).into_any())
 }

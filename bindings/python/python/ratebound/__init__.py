@@ -33,6 +33,8 @@ from ._errors import (
     RateLimitExceeded,
     SharedStateError,
     SharedStatePermissionError,
+    StoreMisconfigured,
+    StoreUnavailable,
     TooManyKeys,
     Unsupported,
 )
@@ -84,6 +86,8 @@ __all__ = [
     "SharedTokenBucket",
     "SlidingLog",
     "SlidingWindow",
+    "StoreMisconfigured",
+    "StoreUnavailable",
     "TokenBucket",
     "TooManyKeys",
     "Unsupported",

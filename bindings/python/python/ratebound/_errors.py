@@ -14,6 +14,8 @@ __all__ = [
     "MissingValue",
     "SharedStateError",
     "SharedStatePermissionError",
+    "StoreMisconfigured",
+    "StoreUnavailable",
 ]
 
 
@@ -87,3 +89,28 @@ class SharedStateError(RateboundError, OSError):
 class SharedStatePermissionError(SharedStateError, PermissionError):
     """A shared limit's file belongs to another user, or other users could
     read or change it (``code == "shm_permissions"``)."""
+
+
+class StoreMisconfigured(RateboundError, ConnectionError):
+    """The store (Redis) refused this client for good: a wrong password or
+    an unknown user, a user without the permission, a database that does
+    not exist, TLS to a server that speaks none, a Unix socket that is not
+    there, a host name that does not resolve (``code ==
+    "store_misconfigured"``). Raised by the call that met it, never answered
+    by the fail policy, which is for a store unreachable at the moment. The
+    message names the cause, never the password."""
+
+
+class StoreUnavailable(RateLimitExceeded, ConnectionError):
+    """A wait refused because the store cannot be reached and the fail
+    policy is ``"closed"`` (``code == "store_unavailable"``); the message
+    says why. A :class:`RateLimitExceeded`, as a refused wait always was;
+    ``retry_after`` is the breaker's cool-down."""
+
+    def __init__(
+        self,
+        message: str = "the store is unavailable",
+        code: str = "store_unavailable",
+        retry_after: float = 0.0,
+    ) -> None:
+        super().__init__(message, code, retry_after)

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use super::link::{Link, RunResult};
 use crate::decision::Decision;
-use crate::redis::RedisEngine;
+use crate::redis::{RedisEngine, misconfigured, tell};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -255,20 +255,36 @@ impl Turn {
     }
 }
 
-/// `(reply, timed_out, error)` for Python, as the redis-py runners give it.
+/// `(reply, timed_out, error, unsent)` for Python, as the redis-py runners
+/// give it.
 pub(crate) fn outcome_tuple<'py>(
     py: Python<'py>,
     r: &RunResult,
 ) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
     let none = py.None();
     match r {
-        RunResult::Reply(v) => (PyList::new(py, v)?.into_any(), false, none).into_pyobject(py),
+        RunResult::Reply(v) => {
+            (PyList::new(py, v)?.into_any(), false, none, false).into_pyobject(py)
+        }
         // A batch reply of the wrong length: the engine's Malformed, as for
         // a reply that is no list of integers.
-        RunResult::Malformed => ("malformed", false, none).into_pyobject(py),
-        RunResult::Timeout => (none.clone_ref(py), true, none).into_pyobject(py),
-        RunResult::Failed(e) => (none, false, e.as_str()).into_pyobject(py),
+        RunResult::Malformed => ("malformed", false, none, false).into_pyobject(py),
+        RunResult::Timeout => (none.clone_ref(py), true, none, false).into_pyobject(py),
+        RunResult::Failed(e) => (none, false, e.as_str(), false).into_pyobject(py),
+        RunResult::Unsent => (none.clone_ref(py), false, none, true).into_pyobject(py),
     }
+}
+
+/// Sets `err` as the exception of `fut` (unless it is done already).
+fn fail(py: Python<'_>, fut: &Py<PyAny>, err: PyErr) {
+    let f = fut.bind(py);
+    if f.call_method0(intern!(py, "done"))
+        .and_then(|d| d.is_truthy())
+        .unwrap_or(true)
+    {
+        return;
+    }
+    let _ = f.call_method1(intern!(py, "set_exception"), (err.into_value(py),));
 }
 
 fn set(py: Python<'_>, fut: &Py<PyAny>, value: Bound<'_, PyAny>) {
@@ -309,7 +325,15 @@ impl Completions {
                     call,
                     result,
                 } => {
-                    let d = engine.get().inner.finish(&call, result.outcome());
+                    if let RunResult::Failed(e) = &result
+                        && let Some(err) = misconfigured(py, e)
+                    {
+                        fail(py, &fut, err);
+                        continue;
+                    }
+                    let engine = &engine.get().inner;
+                    let d = engine.finish(&call, result.outcome());
+                    tell(py, engine);
                     if let Ok(obj) = Py::new(
                         py,
                         Decision {

@@ -129,6 +129,9 @@ pub(crate) enum RunResult {
     Timeout,
     /// A connection or server error.
     Failed(String),
+    /// Never sent: the call still waited in its group's queue at its
+    /// deadline (the runs ahead of it took the whole deadline).
+    Unsent,
 }
 
 impl RunResult {
@@ -139,6 +142,7 @@ impl RunResult {
             RunResult::Malformed => CallOutcome::Malformed,
             RunResult::Timeout => CallOutcome::Timeout,
             RunResult::Failed(e) => CallOutcome::Failed(e),
+            RunResult::Unsent => CallOutcome::Unsent,
         }
     }
 }
@@ -208,6 +212,9 @@ enum Connector {
 
 /// A call waiting for the next batch.
 struct Pending {
+    /// Tells it apart in its queue (0: a call of an asyncio turn, never
+    /// looked for).
+    id: u64,
     call: Call,
     slot: Option<Slot>,
     deadline: Instant,
@@ -233,6 +240,8 @@ pub(crate) struct Link {
     /// Each group's queue: the whole connection (`None`), or in a cluster
     /// each hash slot (a batch's keys share one slot).
     queues: Mutex<HashMap<Option<Slot>, Queue>>,
+    /// The last id given to a queued call.
+    ids: AtomicU64,
 }
 
 impl Link {
@@ -272,6 +281,7 @@ impl Link {
             connector,
             batch,
             queues: Mutex::new(HashMap::new()),
+            ids: AtomicU64::new(0),
         };
         if let Connector::Cluster { .. } = link.connector {
             // Read the topology now (in the background).
@@ -362,13 +372,16 @@ impl Link {
                 None
             } else {
                 let (done, rx) = oneshot::channel();
+                // Ordering: Relaxed — only uniqueness matters.
+                let id = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
                 q.pending.push_back(Pending {
+                    id,
                     call: call.clone(),
                     slot,
                     deadline,
                     done,
                 });
-                Some(rx)
+                Some((id, rx))
             }
         };
         match waiting {
@@ -378,12 +391,27 @@ impl Link {
                     .await
                     .unwrap_or(RunResult::Timeout)
             }
-            Some(rx) => match tokio::time::timeout_at(deadline, rx).await {
+            Some((id, mut rx)) => match tokio::time::timeout_at(deadline, &mut rx).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => RunResult::Timeout,
-                Err(_) => RunResult::Timeout,
+                Err(_) => self.unqueue(slot, id),
             },
         }
+    }
+
+    /// What became of the queued call `id` of group `slot` at its deadline:
+    /// still queued, it is taken out and was never sent (`Unsent`: the
+    /// client's own back-pressure, not the server's failure); otherwise it
+    /// went out in a batch that did not answer in time.
+    fn unqueue(&self, slot: Option<Slot>, id: u64) -> RunResult {
+        let mut queues = lock(&self.queues);
+        if let Some(q) = queues.get_mut(&slot)
+            && let Some(i) = q.pending.iter().position(|p| p.id == id)
+        {
+            q.pending.remove(i);
+            return RunResult::Unsent;
+        }
+        RunResult::Timeout
     }
 
     /// Sends `calls` (each with its deadline) at once, those that join as
@@ -400,6 +428,7 @@ impl Link {
                 answers.push((rx, deadline));
                 let slot = cluster.then(|| Slot::for_key(&call.key));
                 Pending {
+                    id: 0,
                     call,
                     slot,
                     deadline,

@@ -23,7 +23,7 @@ use ratebound_redis::{Begin, Call};
 use crate::convert::*;
 use crate::decision::Decision;
 use crate::error::*;
-use crate::redis::{RedisCall, RedisEngine, with_raw_key};
+use crate::redis::{RedisCall, RedisEngine, misconfigured, tell, with_raw_key};
 use aio::{Completions, Done, Outgoing};
 use link::{Link, RunResult};
 use listen::Listener;
@@ -291,14 +291,21 @@ impl NativeRedis {
                 let r = py
                     .detach(|| wait(&link.handle, async move { l.run(&c, timeout).await }))
                     .unwrap_or_else(lost);
-                Self::decision(py, self.engine().finish(&call, r.outcome()))
+                if let RunResult::Failed(e) = &r
+                    && let Some(err) = misconfigured(py, e)
+                {
+                    return Err(err);
+                }
+                let d = self.engine().finish(&call, r.outcome());
+                tell(py, self.engine());
+                Self::decision(py, d)
             }
         }
     }
 
     /// Runs `call` (EVALSHA, and EVAL on NOSCRIPT) within the deadline, the
-    /// GIL released meanwhile: `(reply, timed_out, error)` for the engine's
-    /// `finish` steps.
+    /// GIL released meanwhile: `(reply, timed_out, error, unsent)` for the
+    /// engine's `finish` steps.
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -352,7 +359,7 @@ impl NativeRedis {
         }
     }
 
-    /// `run` for asyncio: a future of `(reply, timed_out, error)`.
+    /// `run` for asyncio: a future of `(reply, timed_out, error, unsent)`.
     fn arun(&self, py: Python<'_>, call: &Bound<'_, RedisCall>) -> PyResult<Py<PyAny>> {
         let link = self.link(py)?;
         let event_loop = Self::running_loop(py)?;

@@ -10,13 +10,18 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Awaitable, Callable, Optional, Union
 
 from .._ratebound import _RedisCall
 from ._listeners import _AsyncSubscribe, _Subscribe, _subscriber
 
-# What became of a call: (reply, timed_out, error).
-_Outcome = tuple[Optional[Any], bool, Optional[str]]
+# What became of a call: (reply, timed_out, error, unsent). ``unsent``: the
+# call never left this client before its deadline (no connection came free):
+# the engine refuses it as "busy", never as Redis' failure.
+_Outcome = tuple[Optional[Any], bool, Optional[str], bool]
+
+_UNSENT: _Outcome = (None, False, None, True)
 
 # Connection settings that are the pool's own bookkeeping, or that the
 # limiter sets itself.
@@ -58,10 +63,27 @@ def _redis() -> Any:
     return redis
 
 
+def _unsent(e: BaseException) -> bool:
+    """Whether ``e`` says the call never left the client: its pool was full
+    (``MaxConnectionsError``), or a blocking pool had no connection free in
+    time (redis-py's "No connection available.")."""
+    return type(e).__name__ == "MaxConnectionsError" or str(e) == "No connection available."
+
+
 def _failed(e: BaseException, timeout_error: type) -> _Outcome:
+    """What an exception from redis-py makes of a call: a timeout, a call
+    that never left the client, or a failure whose text keeps the error
+    code Redis sent (redis-py strips it: ``WRONGPASS``, ``NOPERM``, ``ERR``),
+    for the engine's reading of a misconfiguration."""
     if isinstance(e, (timeout_error, TimeoutError)):
-        return None, True, None
-    return None, False, f"{type(e).__name__}: {e}"
+        return None, True, None, False
+    if _unsent(e):
+        return _UNSENT
+    text = str(e)
+    code = getattr(e, "status_code", None)
+    if isinstance(code, str) and code and not text.startswith(code):
+        text = f"{code} {text}"
+    return None, False, f"{type(e).__name__}: {text}", False
 
 
 def _nodes(client: Any) -> list[tuple[str, int]]:
@@ -87,6 +109,82 @@ def _no_retries(asyncio_: bool = False) -> Any:
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
+
+
+# A pool this large is no bound (redis-py's asyncio cluster default, 2**31).
+_UNBOUNDED = 2**30
+
+
+class _Gate:
+    """Back-pressure for the sync runners: at most ``size`` calls of the
+    limiter hold a connection at once (the user's ``max_connections``), and
+    a call beyond them waits for one to come free within its own deadline;
+    one that got none by then never left this client (``unsent``). Without
+    it the 101st concurrent call met a full pool, an error the fail policy
+    answered ("open": admitted)."""
+
+    __slots__ = ("_size", "_sem", "_pid")
+
+    def __init__(self, size: Optional[int]) -> None:
+        self._size = size if size is not None and 0 < size < _UNBOUNDED else None
+        self._sem = None if self._size is None else threading.BoundedSemaphore(self._size)
+        self._pid = os.getpid()
+
+    def enter(self, deadline: float) -> Any:
+        """A place (to hand back to ``leave``), or ``None`` when none came
+        free before ``deadline``."""
+        if self._size is None:
+            return True
+        if self._pid != os.getpid():
+            # A forked child: the parent's callers are not here.
+            self._sem, self._pid = threading.BoundedSemaphore(self._size), os.getpid()
+        sem = self._sem
+        assert sem is not None
+        if sem.acquire(blocking=False) or sem.acquire(timeout=_left(deadline)):
+            return sem
+        return None
+
+    @staticmethod
+    def leave(place: Any) -> None:
+        if place is not True:
+            place.release()
+
+
+class _AsyncGate:
+    """:class:`_Gate` for asyncio: the event loop's calls beyond ``size``
+    wait (without blocking the loop) for a place within their deadline. A
+    semaphore belongs to one event loop: a limiter used from another loop
+    gets a new one there."""
+
+    __slots__ = ("_size", "_sem", "_loop")
+
+    def __init__(self, size: Optional[int]) -> None:
+        self._size = size if size is not None and 0 < size < _UNBOUNDED else None
+        self._sem: Optional[asyncio.Semaphore] = None
+        self._loop: Optional[weakref.ReferenceType[asyncio.AbstractEventLoop]] = None
+
+    async def enter(self, deadline: float) -> Any:
+        """As :meth:`_Gate.enter`."""
+        if self._size is None:
+            return True
+        loop = asyncio.get_running_loop()
+        sem = self._sem
+        if sem is None or self._loop is None or self._loop() is not loop:
+            sem = self._sem = asyncio.Semaphore(self._size)
+            self._loop = weakref.ref(loop)
+        if not sem.locked():
+            await sem.acquire()  # at once: no task, no timer
+            return sem
+        try:
+            await asyncio.wait_for(sem.acquire(), _left(deadline))
+        except asyncio.TimeoutError:
+            return None
+        return sem
+
+    @staticmethod
+    def leave(place: Any) -> None:
+        if place is not True:
+            place.release()
 
 
 def _pool(pool_class: Any, user: Any, timeout: float, retry: Any) -> tuple[Any, dict[str, Any]]:
@@ -160,7 +258,7 @@ class _SyncCalls(_Calls):
 
     def _outcome(self, attempt: Callable[[], Any]) -> _Outcome:
         try:
-            return attempt(), False, None
+            return attempt(), False, None, False
         except self._errors as e:
             return _failed(e, self._timeout_error)
 
@@ -181,12 +279,15 @@ class _Standalone(_SyncCalls):
     ``max_connections``; a list's ``pop``/``append`` need no lock), checks
     it as redis-py's pool does (a closed socket: reconnect), writes the
     command the engine packed and reads the reply with the connection
-    itself: no command packing, no pool bookkeeping in Python per call."""
+    itself: no command packing, no pool bookkeeping in Python per call.
+    Calls beyond ``max_connections`` wait for a connection within their
+    deadline (:class:`_Gate`): the pool is never full when asked."""
 
     def __init__(self, redis: Any, client: Any, timeout: float) -> None:
         super().__init__(redis, cluster=False)
         user = client.connection_pool
         self._pool, kwargs = _pool(redis.ConnectionPool, user, timeout, _no_retries())
+        self._gate = _Gate(user.max_connections)
         self._timeout = timeout
         self._subscribe: _Subscribe = _subscriber(redis, False, user.connection_class, kwargs, timeout)
         self._idle: list[Any] = []
@@ -197,8 +298,8 @@ class _Standalone(_SyncCalls):
         self._keep = kwargs.get("credential_provider") is None
 
     def _take(self) -> Any:
-        """A connection for one call (an idle one, else a new one from the
-        pool: ``MaxConnectionsError`` when the pool is full)."""
+        """A connection for one call that holds a place of the gate (an
+        idle one, else a new one from the pool)."""
         if self._pid != os.getpid():
             # A forked child never uses its parent's connections (redis-py's
             # pool resets itself too).
@@ -243,6 +344,15 @@ class _Standalone(_SyncCalls):
 
     def run(self, call: _RedisCall) -> _Outcome:
         deadline = time.monotonic() + self._timeout
+        place = self._gate.enter(deadline)
+        if place is None:
+            return _UNSENT
+        try:
+            return self._run(call, deadline)
+        finally:
+            self._gate.leave(place)
+
+    def _run(self, call: _RedisCall, deadline: float) -> _Outcome:
         try:
             conn = self._take()
         except self._errors as e:
@@ -260,7 +370,7 @@ class _Standalone(_SyncCalls):
                 conn.send_packed_command((call.eval_command,))
                 reply = self._read(conn, deadline)
             clean = True
-            return reply, False, None
+            return reply, False, None, False
         except self._errors as e:
             # A reply that timed out is still on its way: redis-py has
             # already disconnected, so nobody reads it as theirs.
@@ -272,9 +382,13 @@ class _Standalone(_SyncCalls):
     def publish(self, channel: str, message: bytes) -> bool:
         """PUBLISH within the deadline; whether Redis took it."""
         deadline = time.monotonic() + self._timeout
+        place = self._gate.enter(deadline)
+        if place is None:
+            return False
         try:
             conn = self._take()
         except self._errors:
+            self._gate.leave(place)
             return False
         clean = False
         try:
@@ -287,6 +401,7 @@ class _Standalone(_SyncCalls):
             return False
         finally:
             self._give(conn, clean)
+            self._gate.leave(place)
 
     def subscriber(self) -> Optional[_Subscribe]:
         return self._subscribe
@@ -300,7 +415,9 @@ class _Standalone(_SyncCalls):
 
 class _Cluster(_SyncCalls):
     """Calls through the limiter's own ``RedisCluster``, every socket
-    operation bounded by the deadline, no retries."""
+    operation bounded by the deadline, no retries; at most
+    ``max_connections`` calls at once (each node's pool size, redis-py's
+    default 100), the others waiting within their deadline (:class:`_Gate`)."""
 
     def __init__(self, redis: Any, client: Any, timeout: float) -> None:
         super().__init__(redis)
@@ -326,6 +443,7 @@ class _Cluster(_SyncCalls):
             nodes,
         )
         self._timeout = timeout
+        self._gate = _Gate(kwargs.get("max_connections") or 100)
         # Made now if the cluster answers (redis-py asks it for its topology
         # and its command table); otherwise at the first call that reaches it.
         try:
@@ -348,15 +466,28 @@ class _Cluster(_SyncCalls):
 
     def run(self, call: _RedisCall) -> _Outcome:
         deadline = self._deadline()
+        place = self._gate.enter(deadline)
+        if place is None:
+            return _UNSENT
 
         def attempt() -> Any:
             c = self._get(deadline)
             return self._script(call, c.evalsha, c.eval, deadline)
 
-        return self._outcome(attempt)
+        try:
+            return self._outcome(attempt)
+        finally:
+            self._gate.leave(place)
 
     def publish(self, channel: str, message: bytes) -> bool:
-        return self._took(lambda: self._get(self._deadline()).publish(channel, message))
+        deadline = self._deadline()
+        place = self._gate.enter(deadline)
+        if place is None:
+            return False
+        try:
+            return self._took(lambda: self._get(deadline).publish(channel, message))
+        finally:
+            self._gate.leave(place)
 
     def subscriber(self) -> Optional[_Subscribe]:
         return self._subscribe
@@ -423,7 +554,9 @@ def _sync_runner(client: Any, timeout: float) -> _Runner:
 
 class _AsyncRunner(_Calls):
     """Calls through the limiter's own asyncio client (standalone or
-    cluster), each bounded as a whole by ``asyncio.wait_for``."""
+    cluster), each bounded as a whole by ``asyncio.wait_for``; calls beyond
+    the user's ``max_connections`` wait for a connection within their
+    deadline (:class:`_AsyncGate`)."""
 
     def __init__(self, client: Any, timeout: float) -> None:
         redis = _redis()
@@ -437,9 +570,11 @@ class _AsyncRunner(_Calls):
         self._ready_ = True
         self._init: Optional[asyncio.Future[Any]] = None
         self._subscribe: Optional[_AsyncSubscribe] = None
+        self._gate = _AsyncGate(None)
         retry = _no_retries(asyncio_=True)
         if isinstance(client, redis.asyncio.cluster.RedisCluster):
             self._client: Any = self._cluster(redis, client, timeout, retry)
+            self._gate = _AsyncGate(client.connection_kwargs.get("max_connections"))
             self._ready_ = False
             node_kwargs = {
                 k: v
@@ -455,6 +590,7 @@ class _AsyncRunner(_Calls):
             user = client.connection_pool
             pool, kwargs = _pool(redis.asyncio.ConnectionPool, user, timeout, retry)
             self._client = redis.asyncio.Redis.from_pool(pool)
+            self._gate = _AsyncGate(user.max_connections)
             self._subscribe = _subscriber(redis, True, user.connection_class, kwargs, timeout)
         elif isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
             raise TypeError(
@@ -510,29 +646,40 @@ class _AsyncRunner(_Calls):
         await asyncio.wait_for(asyncio.shield(init), _left(deadline))
         self._ready_ = True
 
-    async def _within(self, command: Callable[[], Awaitable[Any]]) -> Any:
-        """``command()`` (and getting the client ready first) within one
-        deadline; raises what it raised, ``asyncio.TimeoutError`` past it."""
-        deadline = self._deadline()
+    async def _within(self, command: Callable[[], Awaitable[Any]], deadline: float) -> Any:
+        """``command()`` (and getting the client ready first) within
+        ``deadline``; raises what it raised, ``asyncio.TimeoutError`` past it."""
         if not self._ready_:
             await self._ready(deadline)
         return await asyncio.wait_for(command(), _left(deadline))
 
     async def run(self, call: _RedisCall) -> _Outcome:
+        deadline = self._deadline()
+        place = await self._gate.enter(deadline)
+        if place is None:
+            return _UNSENT
         try:
-            return await self._within(lambda: self._attempt(call)), False, None
+            return await self._within(lambda: self._attempt(call), deadline), False, None, False
         except asyncio.TimeoutError:
-            return None, True, None
+            return None, True, None, False
         except self._errors as e:
             return _failed(e, self._timeout_error)
+        finally:
+            self._gate.leave(place)
 
     async def publish(self, channel: str, message: bytes) -> bool:
         """PUBLISH within the deadline; whether Redis took it."""
+        deadline = self._deadline()
+        place = await self._gate.enter(deadline)
+        if place is None:
+            return False
         try:
-            await self._within(lambda: self._client.publish(channel, message))
+            await self._within(lambda: self._client.publish(channel, message), deadline)
             return True
         except (asyncio.TimeoutError, *self._errors):
             return False
+        finally:
+            self._gate.leave(place)
 
     def subscriber(self) -> Optional[_AsyncSubscribe]:
         return self._subscribe
