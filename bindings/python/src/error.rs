@@ -40,6 +40,9 @@ fn py_err_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
             Error::DeadlineExceeded { wait, .. } => {
                 cls.call1((message, e.code(), wait.as_secs_f64()))?
             }
+            Error::StoreUnavailable { retry_after, .. } => {
+                cls.call1((message, e.code(), retry_after.as_secs_f64()))?
+            }
             _ => cls.call1((message, e.code()))?,
         };
         Ok(PyErr::from_value(instance))
