@@ -507,31 +507,6 @@ def test_an_idle_connection_the_server_closed_is_replaced(own_server: Server) ->
     client.close()
 
 
-def test_a_full_pool_is_an_error_not_a_queue(own_server: Server) -> None:
-    """The limiter's pool holds at most the user's max_connections: a call
-    that finds them all busy gets the fail policy at once instead of
-    waiting or opening another."""
-    pool = redis.ConnectionPool(host=HOST, port=own_server.port, max_connections=1)
-    client = redis.Redis(connection_pool=pool)
-    lim = rbr.TokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=2.0, breaker_threshold=100)
-    key = fresh_key("full")
-    assert lim.check(key).source == "redis"
-    own_server.admin("CLIENT", "PAUSE", 400, "ALL")
-    slow: list[Any] = []
-    t = threading.Thread(target=lambda: slow.append(lim.check(key)))
-    t.start()
-    time.sleep(0.1)  # the first call holds the one connection, paused
-    start = time.monotonic()
-    busy = lim.check(key)
-    took = time.monotonic() - start
-    t.join()
-    assert busy.source == "fail_closed" and took < 0.1, (busy, took)
-    assert slow[0].source == "redis" and slow[0].allowed, slow
-    assert lim.check(key).source == "redis"
-    lim.close()
-    client.close()
-
-
 async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
     timeout = 0.05
     client = redis.asyncio.Redis(host=HOST, port=own_server.port)

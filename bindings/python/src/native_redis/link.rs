@@ -308,7 +308,7 @@ impl Link {
             client
                 .get_async_connection_with_config(config)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| failure_text(&e))
         });
         let f: Connecting = async move { task.await.unwrap_or_else(|e| Err(e.to_string())) }
             .boxed()
@@ -338,7 +338,7 @@ impl Link {
             .await
         {
             Ok(v) => RunResult::Reply(v),
-            Err(e) => RunResult::Failed(e.to_string()),
+            Err(e) => RunResult::Failed(failure_text(&e)),
         }
     }
 
@@ -541,7 +541,7 @@ impl Link {
             Ok(mut c) => c
                 .script(batch.script, &keys, &batch.args, || batch.commands())
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(|e| failure_text(&e)),
             Err(e) => Err(e),
         };
         match reply {
@@ -564,6 +564,44 @@ impl Link {
             }
         }
     }
+}
+
+/// The text of a failed call, for the engine and for
+/// `ratebound_redis::misconfiguration`: the `redis` crate's own words, and
+/// for a refused `AUTH` (whose server reply the crate drops: "Password
+/// authentication failed") the server's code for it, `WRONGPASS`, so that
+/// a wrong password or user is told from an outage.
+fn failure_text(e: &redis::RedisError) -> String {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return format!("WRONGPASS {e}");
+    }
+    e.to_string()
+}
+
+/// Whether the server at `host:port` answers plain RESP (a `PING` written
+/// in the clear gets `+PONG` or an error reply), asked within `timeout`:
+/// for a `rediss://` target, whose TLS handshake with such a server can
+/// only time out (the server reads the ClientHello as an unfinished inline
+/// command and waits), which the fail policy would answer forever.
+pub(crate) async fn speaks_plain(host: String, port: u16, timeout: Duration) -> bool {
+    let attempt = async {
+        let s = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .ok()?;
+        s.writable().await.ok()?;
+        s.try_write(b"PING\r\n").ok()?;
+        let mut b = [0u8; 16];
+        loop {
+            s.readable().await.ok()?;
+            match s.try_read(&mut b) {
+                Ok(0) => return Some(false),
+                Ok(_) => return Some(b[0] == b'+' || b[0] == b'-'),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return None,
+            }
+        }
+    };
+    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(true)))
 }
 
 /// A script run in flight; when it is over (or its caller gave up), the

@@ -267,7 +267,29 @@ impl NativeRedis {
         };
         // Connect now (in the background): the first call should not pay
         // for it.
-        this.link(py)?;
+        let link = this.link(py)?;
+        // TLS to a server that speaks none is a typo, not an outage: asked
+        // once, now (a plain `PING`, at most 0.5 s; a server down now is
+        // not asked again, and its calls' timeouts stay the fail policy's).
+        if let Some((host, port)) = this.target.tls_address() {
+            let shown = this.target.shown.clone();
+            let plain = py
+                .detach(|| {
+                    wait(
+                        &link.handle,
+                        link::speaks_plain(host, port, Duration::from_millis(500)),
+                    )
+                })
+                .unwrap_or(false);
+            if plain {
+                let text = format!(
+                    "tls handshake to {shown}: the server answers plain RESP, it speaks no TLS"
+                );
+                if let Some(err) = misconfigured(py, &text) {
+                    return Err(err);
+                }
+            }
+        }
         Ok(this)
     }
 

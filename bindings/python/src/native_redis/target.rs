@@ -44,6 +44,18 @@ pub(crate) enum Kind {
 }
 
 impl Target {
+    /// The host and port of a single server reached over TLS
+    /// (`rediss://`), if this is one.
+    pub(crate) fn tls_address(&self) -> Option<(String, u16)> {
+        match &self.kind {
+            Kind::Single(c) => match c.get_connection_info().addr() {
+                ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+                _ => None,
+            },
+            Kind::Cluster { .. } => None,
+        }
+    }
+
     /// The clients a pause listener may subscribe with (the one server, or
     /// each seed node in turn).
     pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {

@@ -55,8 +55,11 @@ builds its own connections from your client's settings (host, port, db,
 credentials, TLS, ``decode_responses`` ...: ``connection_pool.connection_kwargs``,
 or a cluster client's node settings and startup nodes) with
 ``socket_connect_timeout`` and ``socket_timeout`` set to the deadline, no
-retries (``Retry(NoBackoff(), 0)``) and a pool that never blocks (a full
-pool is an error, not a queue). Your client is never used or closed; call
+retries (``Retry(NoBackoff(), 0)``) and a pool of your client's
+``max_connections`` (redis-py's default 100): calls beyond it wait for a
+connection within their deadline, and one that gets none in time is
+refused with ``source="busy"`` (never the fail policy's answer, never
+counted by the breaker). Your client is never used or closed; call
 :meth:`TokenBucket.close` (``aclose`` for asyncio) to close the limiter's
 connections.
 
@@ -79,8 +82,8 @@ connections.
 spent although the fail policy answered.
 
 **Fail policy** (``on_error``): no exception from redis-py reaches the
-caller — a connection error, a timeout, an error reply, a full pool are
-outcomes, and the policy answers: ``"open"`` admits (``source="fail_open"``),
+caller for a Redis that is down, slow or failing — a connection error, a
+timeout, an error reply are outcomes, and the policy answers: ``"open"`` admits (``source="fail_open"``),
 ``"closed"`` refuses with ``retry_after`` = the breaker's cool-down
 (``"fail_closed"``), ``"local"`` asks a local token bucket per key at
 ``local_rate`` per second (``"local"``; a share of the global rate, e.g.
@@ -88,6 +91,18 @@ rate / instances). After ``breaker_threshold`` (3) failures in a row the
 circuit breaker opens: for ``breaker_cooldown`` (1 s) the policy answers at
 once without calling Redis, then one call probes it, and a success closes it
 — recovery needs no new client.
+
+**A typo is an error.** A wrong password or user, a missing permission, a
+database that does not exist, TLS to a server without it, a Unix socket that
+is not there, a host name that does not resolve: the call that meets it
+raises :class:`~ratebound.StoreMisconfigured` naming the cause (never the
+password), with a URL or a redis-py client alike; the fail policy is for a
+Redis unreachable at the moment.
+
+**Never silent.** ``limiter.stats`` (a :class:`RedisStats`) counts what the
+decisions came from and says whether the breaker is open; the
+``ratebound.redis`` logger warns once when the breaker opens, once when it
+closes, and once per episode of ``busy`` refusals.
 
 **Leasing** (``lease=k``): one round trip takes up to ``k`` tokens and this
 instance spends the rest locally for up to ``lease_ttl`` (1 s) seconds
@@ -138,6 +153,7 @@ from __future__ import annotations
 # waiting: the engine's steps, the constructors, RedisReservation), _sync and
 # _async (the limiters). Their private names stay reachable here.
 from .._ratebound import Decision as Decision
+from .._ratebound import RedisStats
 from ._async import AsyncFixedWindow, AsyncSlidingWindow, AsyncTokenBucket, _AsyncLimiter as _AsyncLimiter
 from ._base import RedisReservation
 from ._listeners import _AsyncListener as _AsyncListener, _AsyncSubscribe as _AsyncSubscribe, _Listener as _Listener
@@ -152,6 +168,7 @@ from ._sync import FixedWindow, SlidingWindow, TokenBucket, _Limiter as _Limiter
 
 __all__ = [
     "RedisReservation",
+    "RedisStats",
     "AsyncFixedWindow",
     "AsyncSlidingWindow",
     "AsyncTokenBucket",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from .._errors import ConfigError
-from .._ratebound import Decision, _is_redis_target, _NativeRedis, _RedisCall, _RedisEngine
+from .._ratebound import Decision, RedisStats, _is_redis_target, _NativeRedis, _RedisCall, _RedisEngine
 from ._options import Number, Options, Rate, SlidingOptions
 from ._runners import _Outcome
 
@@ -78,6 +78,16 @@ class _Base:
     def limit(self) -> int:
         """The most one key can take at once (burst, or limit)."""
         return self._engine.limit
+
+    @property
+    def stats(self) -> RedisStats:
+        """What this limiter's decisions came from so far — ``redis``,
+        ``lease``, ``damaged``, the fail policy's ``fail_open``,
+        ``fail_closed`` and ``fail_local``, and ``busy`` (refused because
+        the call could not even leave this client before its deadline) —
+        and whether its circuit breaker is open now (``breaker_open``).
+        A snapshot; ``stats._asdict()`` gives a dict."""
+        return self._engine.stats
 
     def leased(self) -> int:
         """Leased tokens this instance holds now, over all keys."""

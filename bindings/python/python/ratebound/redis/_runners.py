@@ -13,7 +13,7 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable, Optional, Union
 
-from .._ratebound import _RedisCall
+from .._ratebound import _misconfigured, _RedisCall
 from ._listeners import _AsyncSubscribe, _Subscribe, _subscriber
 
 # What became of a call: (reply, timed_out, error, unsent). ``unsent``: the
@@ -84,6 +84,17 @@ def _failed(e: BaseException, timeout_error: type) -> _Outcome:
     if isinstance(code, str) and code and not text.startswith(code):
         text = f"{code} {text}"
     return None, False, f"{type(e).__name__}: {text}", False
+
+
+def _raise_misconfigured(outcome: _Outcome) -> None:
+    """Raises :class:`~ratebound.StoreMisconfigured` if the failure
+    ``outcome`` says the store refused the client's configuration (for a
+    runner that meets it outside a call, at construction)."""
+    error = outcome[2]
+    if error is not None:
+        e = _misconfigured(error)
+        if e is not None:
+            raise e
 
 
 def _nodes(client: Any) -> list[tuple[str, int]]:
@@ -446,10 +457,11 @@ class _Cluster(_SyncCalls):
         self._gate = _Gate(kwargs.get("max_connections") or 100)
         # Made now if the cluster answers (redis-py asks it for its topology
         # and its command table); otherwise at the first call that reaches it.
+        # A misconfiguration (a wrong password, ...) is raised now.
         try:
             self._client = make()
-        except self._errors:
-            pass
+        except self._errors as e:
+            _raise_misconfigured(_failed(e, self._timeout_error))
 
     def _get(self, deadline: float) -> Any:
         c = self._client
