@@ -58,13 +58,14 @@ impl Engine {
         let now = self.clock.now();
         match outcome {
             CallOutcome::Reply(r) if well_formed(r) => {
-                self.answered();
+                self.answered(now);
                 // Slots from the script's now on moved: none lies between
                 // it and the end of an earlier pause (that pause moved them).
                 Some((r[6] as u64, Duration::from_micros(r[2] as u64)))
             }
-            // Never sent: not told, and not the breaker's business.
-            CallOutcome::Unsent => None,
+            // The client's own overload: not told, and not the breaker's
+            // business.
+            _ if self.overloaded(&outcome, now) => None,
             _ => {
                 self.failed(&outcome, now);
                 None

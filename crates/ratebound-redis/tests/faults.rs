@@ -159,7 +159,17 @@ async fn waits_under_client_pause_follow_the_fail_policy() {
         let took = t.elapsed();
         match want {
             Some(source) => assert_eq!(got.unwrap(), source, "{on_error:?}"),
-            None => assert_eq!(got.unwrap_err().code(), "deadline_exceeded"),
+            // Issue 36: the fail policy's refusal says so, and why.
+            None => {
+                let e = got.unwrap_err();
+                assert_eq!(e.code(), "store_unavailable", "{e}");
+                let text = e.to_string();
+                assert!(
+                    text.contains("redis unavailable (no reply within 50ms)")
+                        && text.contains("the fail policy 'closed' refused"),
+                    "{text}"
+                );
+            }
         }
         // One call deadline (50 ms), at most, past nothing: none of them
         // needed to wait for tokens.
