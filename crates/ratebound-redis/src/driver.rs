@@ -280,6 +280,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                     None => call,
                 });
                 let answer = self.run(&call).await;
+                self.engine.misconfigured(&answer.outcome())?;
                 let d = self.engine.finish(&call, answer.outcome());
                 self.tell();
                 Ok(d)
@@ -337,6 +338,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 Step::Sleep(d) => tokio::time::sleep(d).await,
                 Step::Call(call) => {
                     let answer = self.run(&Arc::new(call)).await;
+                    self.engine.misconfigured(&answer.outcome())?;
                     self.engine.acquire_reply(a, answer.outcome());
                     self.tell();
                 }
@@ -365,6 +367,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             ReserveBegin::Call(call) => {
                 let call = Arc::new(call);
                 let answer = self.run(&call).await;
+                self.engine.misconfigured(&answer.outcome())?;
                 let r = self.engine.finish_reserve(&call, answer.outcome());
                 self.tell();
                 (r, Some(call))
@@ -409,6 +412,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     ) -> Result<Option<Duration>, Error> {
         let call = Arc::new(self.engine.begin_pause(None, key.as_ref(), duration)?);
         let answer = self.run(&call).await;
+        self.engine.misconfigured(&answer.outcome())?;
         let paused = self.engine.finish_pause(answer.outcome());
         self.tell();
         if let Some((start_us, shift)) = paused

@@ -178,6 +178,33 @@ impl Engine {
         }
     }
 
+    /// The error for `outcome` if it is a configuration mistake (a wrong
+    /// password, a missing permission or database, TLS to a plain server,
+    /// a Unix socket that is not there, a host that does not resolve: see
+    /// [`misconfiguration`](crate::misconfiguration)), which a driver
+    /// raises instead of finishing the call: no fail policy answers a
+    /// mistake no retry can cure, and the breaker does not hear of it.
+    ///
+    /// # Errors
+    /// [`Error::StoreMisconfigured`] naming the cause, without secrets.
+    pub fn misconfigured(&self, outcome: &CallOutcome<'_>) -> Result<(), Error> {
+        match outcome {
+            CallOutcome::Failed(text) => match crate::misconfiguration(text) {
+                Some(e) => {
+                    // Not an outage: the breaker closes (a probe it let
+                    // through is over), so every call meets the mistake
+                    // rather than a fail policy.
+                    if self.breaker.success() {
+                        self.health.closed(self.policy_name());
+                    }
+                    Err(e)
+                }
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
     /// Tells the engine that Redis replied to some call just now — what a
     /// driver calls the moment a reply lands, before the caller that waits
     /// for it runs (a busy client may read replies long after they land).
