@@ -475,6 +475,17 @@ impl RedisEngine {
         self.inner.breaker_open()
     }
 
+    /// The fail policy: `"open"`, `"closed"` or `"local"` (the outbound
+    /// adapters warn about `"open"`).
+    #[getter]
+    fn on_error(&self) -> &'static str {
+        match self.inner.config().on_error {
+            ratebound_redis::OnError::Closed => "closed",
+            ratebound_redis::OnError::Local(_) => "local",
+            _ => "open",
+        }
+    }
+
     /// Every call's deadline, in seconds.
     #[getter]
     fn timeout(&self) -> f64 {
