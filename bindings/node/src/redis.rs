@@ -417,17 +417,6 @@ impl RedisEngine {
         self.engine.breaker_open()
     }
 
-    /// The fail policy: `'open'`, `'closed'` or `'local'` (the outbound
-    /// adapters warn about `'open'`).
-    #[napi(getter)]
-    pub fn on_error(&self) -> &'static str {
-        match self.engine.config().on_error {
-            ratebound_redis::OnError::Closed => "closed",
-            ratebound_redis::OnError::Local(_) => "local",
-            _ => "open",
-        }
-    }
-
     /// Every call's deadline, in seconds.
     #[napi(getter)]
     pub fn timeout(&self) -> f64 {
