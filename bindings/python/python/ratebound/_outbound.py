@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
 import time
 import warnings
 from typing import Any, Awaitable, Callable, NamedTuple, Optional, TypedDict, TypeVar, Union
@@ -79,6 +80,15 @@ def _algorithm(limiter: Any) -> Optional[str]:
     return getattr(limiter, "algorithm", None)
 
 
+def _caller_level() -> int:
+    """The ``stacklevel`` naming the first frame outside ratebound: the
+    user's line that made the adapter."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("ratebound"):
+        level, frame = level + 1, frame.f_back  # type: ignore[assignment]
+    return level
+
+
 def _ratebound_error(message: str) -> Exception:
     from ._errors import ConfigError
 
@@ -115,7 +125,7 @@ class Bound:
                 "unreachable (a flood partners block keys for): build it with "
                 'on_error="local", local_rate=<this instance\'s share> (or "closed")',
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=_caller_level(),
             )
 
     def acquire_blocking(self, key: str, n: int, timeout: Optional[float]) -> None:
