@@ -297,3 +297,37 @@ async fn a_partners_pause_outlives_a_redis_outage() {
         );
     }
 }
+
+/// Why a limiter calling a partner should fail `local`: with Redis killed,
+/// 30 calls at once through a limiter failing open all reach the partner
+/// at once; failing `local` at 5/s, at most its share (a burst of 1, then
+/// 5/s) within the calls' 1 s timeout — the rest fail, sending nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_an_outage_failing_local_keeps_the_partner_within_the_share() {
+    for (on_error, most) in [(OnError::Open, 30), (OnError::Local(5.0), 1 + 5 + 1)] {
+        let mut redis = Redis::start();
+        let partner = Partner::start(|_hit: &Hit| reply(200, &[], "ok")).await;
+        let limiter = failing(&redis, on_error).await;
+        redis.kill();
+        let c = client(
+            RateLimitMiddleware::builder(limiter)
+                .key("partner")
+                .timeout(Duration::from_secs(1))
+                .build()
+                .expect("middleware"),
+        );
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..30 {
+            let (c, url) = (c.clone(), partner.url("/"));
+            calls.spawn(async move { c.get(url).send().await.is_ok() });
+        }
+        let sent = calls.join_all().await.iter().filter(|ok| **ok).count();
+        let hits = partner.hits();
+        println!("{on_error:?}, Redis down: 30 calls, {hits} reached the partner");
+        assert_eq!(sent, hits);
+        match on_error {
+            OnError::Open => assert_eq!(hits, most),
+            _ => assert!((1..=most).contains(&hits), "{hits} > {most}"),
+        }
+    }
+}
