@@ -571,18 +571,22 @@ class _PerLoop:
         self._first: Optional[_AsyncRunner] = _AsyncRunner(client, timeout)
         self._runners: dict[asyncio.AbstractEventLoop, _AsyncRunner] = {}
         self._subscribe = self._first.subscriber()
+        # Loops in other threads may arrive together: one gets the first
+        # runner, each its own.
+        self._lock = threading.Lock()
 
     def _here(self) -> _AsyncRunner:
         loop = asyncio.get_running_loop()
         runner = self._runners.get(loop)
         if runner is not None:
             return runner
-        for closed in [other for other in self._runners if other.is_closed()]:
-            del self._runners[closed]
-        runner, self._first = self._first, None
-        if runner is None:
-            runner = _AsyncRunner(*self._made)
-        self._runners[loop] = runner
+        with self._lock:
+            for closed in [other for other in self._runners if other.is_closed()]:
+                del self._runners[closed]
+            runner, self._first = self._first, None
+            if runner is None:
+                runner = _AsyncRunner(*self._made)
+            self._runners[loop] = runner
         return runner
 
     async def run(self, call: _RedisCall) -> _Outcome:
@@ -600,8 +604,9 @@ class _PerLoop:
     async def aclose(self) -> None:
         """Closes this loop's runner; the others' are dropped (a closed
         loop's sockets cannot be closed from another loop)."""
-        runner = self._runners.pop(asyncio.get_running_loop(), None) or self._first
-        self._runners.clear()
-        self._first = None
+        with self._lock:
+            runner = self._runners.pop(asyncio.get_running_loop(), None) or self._first
+            self._runners.clear()
+            self._first = None
         if runner is not None:
             await runner.aclose()
