@@ -21,7 +21,7 @@ const REGISTER_OPTIONS = new Set(['prefix', 'logLevel', 'logSerializers'])
 function answer(policy, id) {
   try {
     const d = policy.shared ? policy.limiter.check(id) : policy.limiter.checkIn(policy.name, id)
-    return d instanceof Promise ? d.catch(failure) : d
+    return d != null && typeof d.then === 'function' ? Promise.resolve(d).catch(failure) : d
   } catch (e) {
     return failure(e)
   }
