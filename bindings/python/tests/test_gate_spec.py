@@ -221,7 +221,8 @@ def test_spec_has_the_cases_the_issue_names() -> None:
     assert len(VECTORS) >= 40
     for needed in ("forged-forwarded-with-hops", "header-key-repeated-lines-are-no-key", "ip-ipv6-grouped-by-64",
                    "ip-ipv4-mapped-ipv6", "header-key-empty-is-no-key", "multi-policy-refusal-gives-back",
-                   "shed-when-the-cap-is-full", "problem-json-body"):
+                   "shed-when-the-cap-is-full", "problem-json-body", "remote-store-error",
+                   "remote-store-error-retry-after", "remote-full-table"):
         assert needed in ids
 
 
