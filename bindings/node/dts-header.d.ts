@@ -90,7 +90,7 @@ export interface GateHooks {
   report?:
     | ((
         request: any,
-        outcome: 'allowed' | 'refused' | 'shed' | 'rejected',
+        outcome: 'allowed' | 'refused' | 'shed' | 'rejected' | 'store_error',
         refusedBy: string | null,
         priority: 'normal' | 'background' | undefined,
       ) => void)
@@ -124,6 +124,12 @@ export interface Place {
  */
 export interface Admission extends Verdict {
   readonly place: Place | null
+  /**
+   * The log line of a remote policy's episode of failures this request
+   * began (with outcome `'store_error'`) or ended; the middleware emits it
+   * as a process warning (`RateboundWarning`), once per episode.
+   */
+  readonly notice?: string
 }
 
 export interface Gate {
@@ -139,16 +145,19 @@ export interface Gate {
   admit(request: any, peer?: string | null, rawHeaders?: string[] | null): Admission | Ask | null
   /**
    * The rest of `admit` once the remote policies have answered `ask`: one
-   * decision per remote policy, in `remoteNames` order, `null` for a
-   * policy whose table is full (the gate answers 503). `report` is called
+   * answer per remote policy, in `remoteNames` order — its decision, or
+   * the `Error` its check threw, mapped by the core's rule (by `code`): a
+   * full table (`ERR_RATEBOUND_TOO_MANY_KEYS`, or `null`) is 503 as the
+   * gate's own, any other error a failed store: 503 with
+   * `storeErrorRetryAfter`, outcome `'store_error'`. `report` is called
    * with `request`.
    */
-  finish(ask: Ask, answers: Array<RemoteDecision | null>, request?: any): Admission
+  finish(ask: Ask, answers: Array<RemoteDecision | Error | null>, request?: any): Admission
 }
 
 /** What a refused request gets, for `handler`. */
 export interface Refusal {
-  /** 429, 503 (shed, or too many keys tracked) or the `missingKey` status. */
+  /** 429, 503 (shed, too many keys tracked, a remote policy's store failed) or the `missingKey` status. */
   status: number
   /** Whole seconds to wait (the `Retry-After` value), 0 if none. */
   retryAfter: number
@@ -160,9 +169,13 @@ export interface Refusal {
 
 /** What `onDecision` is told about each limited request. */
 export interface DecisionEvent {
-  /** `'allowed'`, `'refused'`, `'shed'` or `'rejected'` (no valid key, a full key table). */
-  outcome: 'allowed' | 'refused' | 'shed' | 'rejected'
-  /** The policy that refused, else null. */
+  /**
+   * `'allowed'`, `'refused'`, `'shed'`, `'rejected'` (no valid key, a full
+   * key table) or `'store_error'` (a remote policy's check threw: 503 with
+   * Retry-After).
+   */
+  outcome: 'allowed' | 'refused' | 'shed' | 'rejected' | 'store_error'
+  /** The policy that refused, or the remote policy that failed, else null. */
   policy: string | null
   /** Every policy's name, in order. */
   policies: string[]
@@ -498,7 +511,9 @@ export interface OutboundRequestOptions {
  * adapters' `OutboundEvent`): `'waited'` (the limiter made sending
  * `attempt` wait `seconds`, 1 ms or more, before it went out), `'paused'`
  * (the answer to `attempt` paused the limiter for `seconds`, for everyone
- * sharing it; `capped` when cut to `maxPause`), `'retried'` (the answer to
+ * sharing it — the partner's pause, or for a refusal that gave no advice
+ * the backoff; `capped` when cut to `maxPause`; `local` when the limiter's
+ * Redis could not be told, so only this process waits), `'retried'` (the answer to
  * `attempt`, with `status`, is sent again, through the limiter) or
  * `'gave_up'` (a status it retries, but the method is not idempotent or the
  * retries are spent: the caller gets this answer).
@@ -515,12 +530,21 @@ export interface OutboundEvent {
   attempt: number
   /** `'paused'`: the pause was cut to `maxPause`. */
   capped: boolean
+  /**
+   * `'paused'`: the pause reached only this process — Redis could not be
+   * told, so the adapter holds its own sendings for the key (the retry
+   * first) until it is over, and a limiter failing `'local'` paused its
+   * local share.
+   */
+  local: boolean
 }
 
 /**
  * The options of `fetch()` and `axios()`: the limiter, the key, the wait,
- * and the core's `Outbound` policy (`retries`, `maxPause`, `statuses`,
- * `anyMethod`).
+ * and the core's `Outbound` policy (`retries`, `maxPause`, `backoff`,
+ * `statuses`, `anyMethod`). A `redis.TokenBucket` failing open (its
+ * default) draws one process warning (`RATEBOUND_OUTBOUND_FAILS_OPEN`):
+ * while Redis is down it would send every request to the partner.
  */
 export interface OutboundClientOptions extends OutboundOptions {
   /**

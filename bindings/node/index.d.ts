@@ -90,7 +90,7 @@ export interface GateHooks {
   report?:
     | ((
         request: any,
-        outcome: 'allowed' | 'refused' | 'shed' | 'rejected',
+        outcome: 'allowed' | 'refused' | 'shed' | 'rejected' | 'store_error',
         refusedBy: string | null,
         priority: 'normal' | 'background' | undefined,
       ) => void)
@@ -124,6 +124,12 @@ export interface Place {
  */
 export interface Admission extends Verdict {
   readonly place: Place | null
+  /**
+   * The log line of a remote policy's episode of failures this request
+   * began (with outcome `'store_error'`) or ended; the middleware emits it
+   * as a process warning (`RateboundWarning`), once per episode.
+   */
+  readonly notice?: string
 }
 
 export interface Gate {
@@ -139,16 +145,19 @@ export interface Gate {
   admit(request: any, peer?: string | null, rawHeaders?: string[] | null): Admission | Ask | null
   /**
    * The rest of `admit` once the remote policies have answered `ask`: one
-   * decision per remote policy, in `remoteNames` order, `null` for a
-   * policy whose table is full (the gate answers 503). `report` is called
+   * answer per remote policy, in `remoteNames` order — its decision, or
+   * the `Error` its check threw, mapped by the core's rule (by `code`): a
+   * full table (`ERR_RATEBOUND_TOO_MANY_KEYS`, or `null`) is 503 as the
+   * gate's own, any other error a failed store: 503 with
+   * `storeErrorRetryAfter`, outcome `'store_error'`. `report` is called
    * with `request`.
    */
-  finish(ask: Ask, answers: Array<RemoteDecision | null>, request?: any): Admission
+  finish(ask: Ask, answers: Array<RemoteDecision | Error | null>, request?: any): Admission
 }
 
 /** What a refused request gets, for `handler`. */
 export interface Refusal {
-  /** 429, 503 (shed, or too many keys tracked) or the `missingKey` status. */
+  /** 429, 503 (shed, too many keys tracked, a remote policy's store failed) or the `missingKey` status. */
   status: number
   /** Whole seconds to wait (the `Retry-After` value), 0 if none. */
   retryAfter: number
@@ -160,9 +169,13 @@ export interface Refusal {
 
 /** What `onDecision` is told about each limited request. */
 export interface DecisionEvent {
-  /** `'allowed'`, `'refused'`, `'shed'` or `'rejected'` (no valid key, a full key table). */
-  outcome: 'allowed' | 'refused' | 'shed' | 'rejected'
-  /** The policy that refused, else null. */
+  /**
+   * `'allowed'`, `'refused'`, `'shed'`, `'rejected'` (no valid key, a full
+   * key table) or `'store_error'` (a remote policy's check threw: 503 with
+   * Retry-After).
+   */
+  outcome: 'allowed' | 'refused' | 'shed' | 'rejected' | 'store_error'
+  /** The policy that refused, or the remote policy that failed, else null. */
   policy: string | null
   /** Every policy's name, in order. */
   policies: string[]
@@ -498,7 +511,9 @@ export interface OutboundRequestOptions {
  * adapters' `OutboundEvent`): `'waited'` (the limiter made sending
  * `attempt` wait `seconds`, 1 ms or more, before it went out), `'paused'`
  * (the answer to `attempt` paused the limiter for `seconds`, for everyone
- * sharing it; `capped` when cut to `maxPause`), `'retried'` (the answer to
+ * sharing it — the partner's pause, or for a refusal that gave no advice
+ * the backoff; `capped` when cut to `maxPause`; `local` when the limiter's
+ * Redis could not be told, so only this process waits), `'retried'` (the answer to
  * `attempt`, with `status`, is sent again, through the limiter) or
  * `'gave_up'` (a status it retries, but the method is not idempotent or the
  * retries are spent: the caller gets this answer).
@@ -515,12 +530,21 @@ export interface OutboundEvent {
   attempt: number
   /** `'paused'`: the pause was cut to `maxPause`. */
   capped: boolean
+  /**
+   * `'paused'`: the pause reached only this process — Redis could not be
+   * told, so the adapter holds its own sendings for the key (the retry
+   * first) until it is over, and a limiter failing `'local'` paused its
+   * local share.
+   */
+  local: boolean
 }
 
 /**
  * The options of `fetch()` and `axios()`: the limiter, the key, the wait,
- * and the core's `Outbound` policy (`retries`, `maxPause`, `statuses`,
- * `anyMethod`).
+ * and the core's `Outbound` policy (`retries`, `maxPause`, `backoff`,
+ * `statuses`, `anyMethod`). A `redis.TokenBucket` failing open (its
+ * default) draws one process warning (`RATEBOUND_OUTBOUND_FAILS_OPEN`):
+ * while Redis is down it would send every request to the partner.
  */
 export interface OutboundClientOptions extends OutboundOptions {
   /**
@@ -953,7 +977,12 @@ export declare class ManualClock {
   nowNanos(): number
 }
 
-/** The outbound policy: which answers to retry and how long a pause may be. */
+/**
+ * The outbound policy: which answers to retry and how long a pause may be.
+ *
+ * Each adapter holds one, with the pauses it keeps in this process when
+ * its limiter's store could not be told (`paused`, `hold`).
+ */
 export declare class Outbound {
   /**
    * A policy; each option left out is the core's default and the core
@@ -974,6 +1003,23 @@ export declare class Outbound {
   get retries(): number
   /** The longest pause obeyed, in seconds. */
   get maxPause(): number
+  /**
+   * The pause before the first retry of a refusal that gave no advice,
+   * in seconds.
+   */
+  get backoff(): number
+  /**
+   * Takes note of a pause of `key` for `seconds` that reached everyone
+   * sharing the limiter (`shared`) or only this process; whether it is
+   * local (then kept: see `hold`).
+   */
+  paused(key: string, seconds: number, shared: boolean): boolean
+  /**
+   * How long a sending for `key` must wait for a pause kept in this
+   * process before it asks its limiter for a token (`null`: go), and
+   * whether that is longer than `timeout` seconds.
+   */
+  hold(key: string, timeout?: number | undefined | null): Hold | null
   /**
    * What to do after the response to attempt `attempt` (0: the first) of
    * `method`, with `status` and `headers` (`[name, value]` pairs),
@@ -1149,6 +1195,15 @@ export declare class RedisEngine {
    * duration; {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
    */
   beginPause(key: string | number | Uint8Array, seconds: number, scope?: string | null): RedisCall
+  /**
+   * Pauses `key` for `seconds` in this process's local share (the limit
+   * of `onError: 'local'`), for a pause Redis could not be told of;
+   * whether there was a local share to pause.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for a bad
+   * duration.
+   */
+  pauseLocal(key: string | number | Uint8Array, seconds: number, scope?: string | null): boolean
   /**
    * What became of the pause `call` and the news to publish for the
    * waiters of the other instances (`{ shift, news }`), or null when
@@ -1646,6 +1701,12 @@ export interface GateOptions {
    * 0–1 (default 0.5): they are shed first. Needs `concurrencyLimit`.
    */
   backgroundFraction?: number
+  /**
+   * The `Retry-After` in whole seconds, 1–3600 (default 1), of the 503
+   * answering a request whose remote policy's check threw an error its
+   * fail policy does not cover (outcome `'store_error'`).
+   */
+  storeErrorRetryAfter?: number
   /** A `ManualClock` to decide with (default: the monotonic clock). */
   clock?: ManualClock
 }
@@ -1656,6 +1717,17 @@ export interface Granted {
   delay: number
   /** Which path answered (`'redis'`, `'lease'`, `'fail_open'`, ...). */
   source: string
+}
+
+/**
+ * How long a sending must wait for a pause kept in this process (see
+ * `Outbound.hold`).
+ */
+export interface Hold {
+  /** The wait, in seconds. */
+  wait: number
+  /** Longer than the sending's timeout: it fails at once. */
+  exceeded: boolean
 }
 
 /** Options of `new KeyedLimiter(...)`. */
@@ -1711,6 +1783,12 @@ export interface OutboundOptions {
   statuses?: Array<number>
   /** Retry POST and PATCH too (default false: idempotent methods only). */
   anyMethod?: boolean
+  /**
+   * The pause before retrying a refusal that gave no advice, in seconds
+   * (default 1), doubled for each earlier refusal of the call and cut to
+   * `maxPause`.
+   */
+  backoff?: number
 }
 
 /** What became of a pause, and what to tell the other instances. */

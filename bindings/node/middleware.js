@@ -14,15 +14,34 @@ const REGISTER_OPTIONS = new Set(['prefix', 'logLevel', 'logSerializers'])
 
 // A remote policy's answer for `id`, as the gate takes it: a Redis limiter
 // checks the key in its policy's own scope (two policies of one middleware
-// never share a Redis key); a host-shared table that is full answers null,
-// which the gate turns into its full-table answer (503), never a 500.
+// never share a Redis key). A check that throws or rejects answers its
+// error, which the gate maps by the core's one rule (by its code): a full
+// host-shared table is 503 as the gate's own, any other error a failed
+// store (503 with Retry-After, outcome 'store_error') — never a 500.
 function answer(policy, id) {
-  if (!policy.shared) return policy.limiter.checkIn(policy.name, id)
   try {
-    return policy.limiter.check(id)
+    const d = policy.shared ? policy.limiter.check(id) : policy.limiter.checkIn(policy.name, id)
+    return d != null && typeof d.then === 'function' ? Promise.resolve(d).catch(failure) : d
   } catch (e) {
-    if (e != null && e.code === 'ERR_RATEBOUND_TOO_MANY_KEYS') return null
-    throw e
+    return failure(e)
+  }
+}
+
+// What was thrown, as an Error the gate can read a code from.
+function failure(e) {
+  return e instanceof Error ? e : new Error(`a remote policy's check threw ${String(e)}`)
+}
+
+// A remote policy's episode of failures, as the gate tells it: once when it
+// begins (with the error) and once when it ends, as a process warning.
+// `cause`: the answer of the policy that failed.
+function told(v, cause) {
+  const notice = v.notice
+  if (v.outcome === 'store_error') {
+    const detail = cause instanceof Error ? `: ${cause.name}: ${cause.message}` : ''
+    process.emitWarning(notice + detail, { type: 'RateboundWarning', code: 'RATEBOUND_STORE_FAILING' })
+  } else {
+    process.emitWarning(notice, { type: 'RateboundWarning', code: 'RATEBOUND_STORE_ANSWERS' })
   }
 }
 
@@ -173,10 +192,10 @@ module.exports = function middleware(native, policyFields) {
     }
     // A request waiting for its remote policies: each is asked once for
     // the request's identity (one round trip each, bounded by its deadline;
-    // Redis trouble is answered by its fail policy), then the gate
-    // finishes. The ask holds the request's place, given back when an
-    // answer fails, or when the response closes first (the client left:
-    // undefined, nothing to answer).
+    // Redis trouble is answered by its fail policy, an error that escapes
+    // it by the gate's rule), then the gate finishes. The ask holds the
+    // request's place, given back when the response closes first (the
+    // client left: undefined, nothing to answer).
     async function finish(ask, req, res) {
       const left = () => ask.close()
       res.once('close', left)
@@ -190,7 +209,10 @@ module.exports = function middleware(native, policyFields) {
       } finally {
         res.removeListener('close', left)
       }
-      return ask.closed ? undefined : gate.finish(ask, answers, req)
+      if (ask.closed) return undefined
+      const v = gate.finish(ask, answers, req)
+      if (v.notice !== undefined) told(v, answers[remote.findIndex((p) => p.name === v.refusedBy)])
+      return v
     }
     return { gate, admit, finish, timed, handler: handler || null }
   }

@@ -189,8 +189,9 @@ define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(ke
 // `gateAdmit` runs it, calling the gate's hooks with the request, and its
 // answer comes back as numbers in `scratch` (from `fast.gateAt`: what it
 // found, the status, the outcome, the refusing policy, the concurrency
-// place, which fields, their numbers) and strings (the RateLimit value;
-// for an answer the content type and body too), made into an Admission
+// place, which fields, their numbers, whether a notice comes) and strings
+// (the RateLimit value; for an answer the content type and body too; a
+// store episode's notice), made into an Admission
 // here and only here.
 const fastAdmit = fast.gateAdmit
 const fastFinish = fast.gateFinish
@@ -234,7 +235,7 @@ class Place {
 
 /** The gate's answer to a request: a Verdict, and the place it holds. */
 class Admission {
-  constructor(status, headers, contentType, body, outcome, refusedBy, place, priority) {
+  constructor(status, headers, contentType, body, outcome, refusedBy, place, priority, notice) {
     this.status = status
     this.headers = headers
     this.contentType = contentType
@@ -243,6 +244,9 @@ class Admission {
     this.refusedBy = refusedBy
     this.place = place
     this.priority = priority
+    // The log line of a remote policy's episode of failures this request
+    // began (outcome 'store_error') or ended, else undefined.
+    this.notice = notice
   }
 }
 
@@ -261,7 +265,13 @@ function admission(g, r) {
   let ratelimit = r
   let contentType
   let body
-  if (status !== 0) {
+  let notice
+  if (scratch[G + 11] !== 0) {
+    ratelimit = r[0]
+    contentType = r[1]
+    body = r[2]
+    notice = r[3]
+  } else if (status !== 0) {
     ratelimit = r[0]
     contentType = r[1]
     body = r[2]
@@ -291,6 +301,7 @@ function admission(g, r) {
     by < 0 ? undefined : g.names[by],
     place < 0 ? null : new Place(place),
     priority < 0 ? undefined : PRIORITIES[priority],
+    notice,
   )
 }
 
@@ -310,7 +321,7 @@ const { express, fastify } = require('./middleware.js')(native, fast.policyField
 // Global limits in Redis, with the application's ioredis or node-redis client.
 const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abortError })
 // Calls to a partner through a limiter, as the core's Outbound advises.
-const { fetch, axios } = require('./outbound.js')(native, { RateLimitExceededError })
+const { fetch, axios } = require('./outbound.js')(native, { RateLimitExceededError, sleep })
 
 const noop = fast.noop
 const {

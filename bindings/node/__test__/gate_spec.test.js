@@ -44,17 +44,47 @@ const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
 // knows: a misspelt one would replay another policy than the file says.
 const POLICY_FIELDS = new Set(['name', 'algorithm', 'rate', 'burst', 'limit', 'window'])
 
+// What a vector's failing remote policy's check throws: an Error no fail
+// policy covers (`fails: "error"`), or a full table's
+// ERR_RATEBOUND_TOO_MANY_KEYS.
+function failure(fails) {
+  if (fails === 'too_many_keys') {
+    const e = new Error('the table is full')
+    e.code = 'ERR_RATEBOUND_TOO_MANY_KEYS'
+    return e
+  }
+  if (fails !== 'error') throw new Error(`unknown fails ${JSON.stringify(fails)}`)
+  return new TypeError('the store failed')
+}
+
+// A vector's remote policy: a Redis limiter (of the policy's shape, over a
+// client that is never called) whose check rejects with what `fails` names.
+function failingRemote(p) {
+  const { name, fails, ...fields } = p
+  for (const f of Object.keys(fields)) {
+    if (!['rate', 'burst'].includes(f)) throw new Error(`unknown remote field ${f}`)
+  }
+  const never = () => Promise.reject(new Error('not called'))
+  const client = { evalSha: never, eval: never, sendCommand: never, publish: never }
+  const limiter = rb.redis.TokenBucket({ client, ...fields })
+  limiter.checkIn = () => Promise.reject(failure(fails))
+  return { name, limiter }
+}
+
 // The vector's options as the middleware takes them: camelCase names;
-// `key: "given"` is a key function returning the x-given header.
-function middlewareOptions(options, clock, rawOf) {
-  const out = { clock }
+// `key: "given"` is a key function returning the x-given header; the
+// outcomes onDecision is told go to `told`.
+function middlewareOptions(options, clock, rawOf, told) {
+  const out = { clock, onDecision: (e) => told.push(e.outcome) }
   for (const [name, value] of Object.entries(options)) {
     if (name === 'policies') {
       for (const p of value) {
         const unknown = Object.keys(p).filter((f) => !POLICY_FIELDS.has(f))
         if (unknown.length > 0) throw new Error(`unknown policy field ${unknown.join(', ')}`)
       }
-      out.policies = value
+      out.policies = [...(out.policies ?? []), ...value]
+    } else if (name === 'remote') {
+      out.policies = [...(out.policies ?? []), ...value.map(failingRemote)]
     } else if (name === 'key') {
       if (value !== 'given') throw new Error(`unknown key source ${JSON.stringify(value)}`)
       out.key = (req) => firstLine(rawOf(req), 'x-given')
@@ -100,7 +130,8 @@ const show = (v) => (v === undefined ? 'absent' : JSON.stringify(v))
 
 async function replay(vector, start, failures) {
   const clock = new rb.ManualClock()
-  const { port, gate, stop } = await start(vector.options, clock)
+  const told = []
+  const { port, gate, stop } = await start(vector.options, clock, told)
   try {
     for (const [i, r] of vector.requests.entries()) {
       const where = `${vector.id} step ${i}`
@@ -124,14 +155,18 @@ async function replay(vector, start, failures) {
       if (want.body !== undefined && got.body !== want.body) {
         failures.push(`${where}: body = ${show(got.body)}, want ${show(want.body)}`)
       }
+      const outcome = told.at(-1)
+      if (want.outcome !== undefined && outcome !== want.outcome) {
+        failures.push(`${where}: outcome = ${show(outcome)}, want ${show(want.outcome)}`)
+      }
     }
   } finally {
     await stop()
   }
 }
 
-async function startExpress(options, clock) {
-  const mw = rb.express(middlewareOptions(options, clock, (req) => req.rawHeaders))
+async function startExpress(options, clock, told) {
+  const mw = rb.express(middlewareOptions(options, clock, (req) => req.rawHeaders, told))
   const app = expressLib()
   app.use(mw)
   app.use((req, res) => res.status(200).send('ok'))
@@ -147,7 +182,7 @@ async function startExpress(options, clock) {
   }
 }
 
-async function startFastify(options, clock) {
+async function startFastify(options, clock, told) {
   const app = Fastify({
     serverFactory: (handler) =>
       http.createServer((req, res) => {
@@ -155,7 +190,7 @@ async function startFastify(options, clock) {
         handler(req, res)
       }),
   })
-  await app.register(rb.fastify, middlewareOptions(options, clock, (request) => request.raw.rawHeaders))
+  await app.register(rb.fastify, middlewareOptions(options, clock, (request) => request.raw.rawHeaders, told))
   app.get('/', (request, reply) => reply.code(200).send('ok'))
   await app.listen({ port: 0, host: '127.0.0.1' })
   return { port: app.server.address().port, gate: app.ratebound, stop: () => app.close() }

@@ -96,7 +96,9 @@ const admitted: Admission | Ask | null = hooked.admit({ url: '/' }, '127.0.0.1',
 if (admitted instanceof Ask) {
   const id: Buffer = admitted.identity
   const done: Admission = hooked.finish(admitted, [null], {})
-  void [id, done.status]
+  const failed: Admission = hooked.finish(admitted, [new Error('the store failed')], {})
+  const notice: string | undefined = failed.notice
+  void [id, done.status, notice]
 } else if (admitted !== null) {
   const held: boolean = admitted.place !== null && admitted.place.held
   admitted.place?.release()
@@ -191,8 +193,9 @@ const adaptive = express({
   concurrencyMax: 500,
   concurrencyTolerance: 1.5,
   backgroundFraction: 0.5,
+  storeErrorRetryAfter: 5,
   priority: (req): Priority => (req.path.startsWith('/batch') ? 'background' : 'normal'),
-  onDecision: (e: DecisionEvent) => void (e.outcome === 'shed' && e.priority === 'background'),
+  onDecision: (e: DecisionEvent) => void ((e.outcome === 'shed' && e.priority === 'background') || e.outcome === 'store_error'),
 })
 const now: ConcurrencyState | null = adaptive.concurrency
 if (now !== null) void [now.limit, now.inFlight, now.adaptive, now.baselineMs, now.recentMs, now.windows]

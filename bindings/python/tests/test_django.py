@@ -577,6 +577,6 @@ def test_middleware_replays_every_gate_vector(server: str, urls: Callable[..., s
 
     middleware = [f"{__name__}.LoadedMiddleware"]
     with override_settings(ROOT_URLCONF=urls(path("", ok)), MIDDLEWARE=middleware):
-        failures = replay(base, current, build, given_key)
+        failures = replay(base, current, build, given_key, asyncio_=server == "uvicorn")
     assert not failures, "\n".join(failures)
     assert len(VECTORS) >= 48

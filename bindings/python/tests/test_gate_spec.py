@@ -35,14 +35,66 @@ VECTORS = SPEC["vectors"]
 POLICY_FIELDS = {"name", "algorithm", "rate", "burst", "limit", "window"}
 
 
-def middleware_options(options: dict[str, Any], clock: rb.ManualClock, given: Callable[[Any], Any]) -> dict[str, Any]:
-    """The vector's options as the middleware's keyword arguments."""
-    out: dict[str, Any] = {"clock": clock}
+class FailingStore:
+    """A stand-in for a remote policy's store client whose every call
+    raises the error a vector's ``fails`` names: ``"error"`` — an error no
+    fail policy covers (a ``RuntimeError``, as an event-loop error is) — or
+    ``"too_many_keys"`` (a full table's ``TooManyKeys``). A Redis limiter
+    given it checks through it as through any client with ``evalsha``."""
+
+    def __init__(self, fails: str) -> None:
+        assert fails in ("error", "too_many_keys"), fails
+        self.fails = fails
+
+    def error(self) -> Exception:
+        if self.fails == "too_many_keys":
+            return rb.TooManyKeys("the table is full", "too_many_keys")
+        return RuntimeError("the store failed")
+
+    def evalsha(self, *args: Any) -> Any:
+        raise self.error()
+
+    eval = evalsha
+
+
+class AsyncFailingStore(FailingStore):
+    """``FailingStore`` for an asyncio limiter."""
+
+    async def evalsha(self, *args: Any) -> Any:
+        raise self.error()
+
+    eval = evalsha
+
+
+class Told:
+    """The outcomes ``on_decision`` was told, in order."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def __call__(self, event: Any) -> None:
+        self.outcomes.append(event.outcome)
+
+
+def middleware_options(
+    options: dict[str, Any], clock: rb.ManualClock, given: Callable[[Any], Any], asyncio_: bool, told: Told
+) -> dict[str, Any]:
+    """The vector's options as the middleware's keyword arguments; a
+    remote policy is a Redis limiter (asyncio under ASGI) over a
+    ``FailingStore``."""
+    out: dict[str, Any] = {"clock": clock, "on_decision": told}
     for name, value in options.items():
         if name == "policies":
             for p in value:
                 assert set(p) <= POLICY_FIELDS, f"unknown policy fields {set(p) - POLICY_FIELDS}"
-            out["policies"] = {p["name"]: {k: v for k, v in p.items() if k != "name"} for p in value}
+            out.setdefault("policies", {}).update({p["name"]: {k: v for k, v in p.items() if k != "name"} for p in value})
+        elif name == "remote":
+            for p in value:
+                assert set(p) <= POLICY_FIELDS | {"fails"}, f"unknown remote fields {set(p) - POLICY_FIELDS}"
+                assert set(p) & {"limit", "window", "algorithm"} == set(), "a token bucket"
+                store = (AsyncFailingStore if asyncio_ else FailingStore)(p["fails"])
+                bucket = rb.redis.AsyncTokenBucket if asyncio_ else rb.redis.TokenBucket
+                out.setdefault("policies", {})[p["name"]] = bucket(store, rate=p["rate"], burst=p["burst"])
         elif name == "key":
             assert value == "given"
             out["key"] = given
@@ -134,12 +186,16 @@ def compare(at: str, response: httpx.Response, expect: dict[str, Any], failures:
         failures.append(f"{at}: body = {response.text!r}, want {expect['body']!r}")
 
 
-def replay(base: str, current: Current, build: Callable[..., Any], given: Callable[[Any], Any]) -> list[str]:
+def replay(
+    base: str, current: Current, build: Callable[..., Any], given: Callable[[Any], Any], asyncio_: bool
+) -> list[str]:
     failures: list[str] = []
     with httpx.Client(base_url=base, timeout=10) as client:
         for v in VECTORS:
             clock = rb.ManualClock()
-            mw = build(current.inner, **middleware_options(v["options"], clock, given))  # type: ignore[attr-defined]
+            told = Told()
+            options = middleware_options(v["options"], clock, given, asyncio_, told)
+            mw = build(current.inner, **options)  # type: ignore[attr-defined]
             current.app = mw
             for i, r in enumerate(v["requests"]):
                 if "at_ns" in r:
@@ -152,7 +208,11 @@ def replay(base: str, current: Current, build: Callable[..., Any], given: Callab
                 finally:
                     for _ in range(occupied):
                         mw.gate.leave()
-                compare(f"{v['id']} step {i}", response, r["expect"], failures)
+                at = f"{v['id']} step {i}"
+                compare(at, response, r["expect"], failures)
+                outcome = told.outcomes[-1] if told.outcomes else None
+                if "outcome" in r["expect"] and outcome != r["expect"]["outcome"]:
+                    failures.append(f"{at}: outcome = {outcome!r}, want {r['expect']['outcome']!r}")
     return failures
 
 
@@ -161,7 +221,8 @@ def test_spec_has_the_cases_the_issue_names() -> None:
     assert len(VECTORS) >= 40
     for needed in ("forged-forwarded-with-hops", "header-key-repeated-lines-are-no-key", "ip-ipv6-grouped-by-64",
                    "ip-ipv4-mapped-ipv6", "header-key-empty-is-no-key", "multi-policy-refusal-gives-back",
-                   "shed-when-the-cap-is-full", "problem-json-body"):
+                   "shed-when-the-cap-is-full", "problem-json-body", "remote-store-error",
+                   "remote-store-error-retry-after", "remote-full-table"):
         assert needed in ids
 
 
@@ -171,7 +232,7 @@ def test_asgi_replays_every_vector(asgi_server: tuple[str, Current]) -> None:
     def given(scope: Any) -> Any:
         return first_line(scope["headers"], b"x-given")
 
-    failures = replay(base, current, rb.asgi.RateLimitMiddleware, given)
+    failures = replay(base, current, rb.asgi.RateLimitMiddleware, given, asyncio_=True)
     assert not failures, "\n".join(failures)
 
 
@@ -181,7 +242,7 @@ def test_wsgi_replays_every_vector(wsgi_server: tuple[str, Current]) -> None:
     def given(environ: Any) -> Any:
         return environ.get("HTTP_X_GIVEN")
 
-    failures = replay(base, current, rb.wsgi.RateLimitMiddleware, given)
+    failures = replay(base, current, rb.wsgi.RateLimitMiddleware, given, asyncio_=False)
     assert not failures, "\n".join(failures)
 
 

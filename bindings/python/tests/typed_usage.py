@@ -57,6 +57,8 @@ def use() -> list[object]:
 
     mw = rb.asgi.RateLimitMiddleware(asgi_app, rate="10/s", key_header="x-api-key", headers="legacy")
     wmw = rb.wsgi.RateLimitMiddleware(lambda environ, start: [b""], policies={"a": "1/s"}, max_keys=10)
+    # A remote policy whose check raises: 503 with this Retry-After.
+    smw = rb.wsgi.RateLimitMiddleware(lambda environ, start: [b""], rate=5, store_error_retry_after=5)
     # Adaptive load shedding: the limit learned from latency, priorities, a gauge.
     amw = rb.asgi.RateLimitMiddleware(
         asgi_app, rate="1000/s", concurrency_limit="auto", concurrency_max=200, concurrency_tolerance=2.0,
@@ -112,7 +114,7 @@ def use() -> list[object]:
         return ad.source == "fail_open" and aok
 
     async_ok = asyncio.run(global_async())
-    return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry, mw, wmw,
+    return [now, d2, ok, fields, sw, sl, both, kd, removed, delay, f(1), g, code, retry, mw, wmw, smw,
             source, gok, is_open, returned, async_ok, waited, shifted]
 
 

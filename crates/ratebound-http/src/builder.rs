@@ -22,11 +22,15 @@ pub(crate) type PriorityFn = Arc<dyn Fn(&Parts) -> Priority + Send + Sync>;
 /// request, for metrics.
 #[derive(Clone, Copy, Debug)]
 pub struct DecisionEvent<'a> {
-    /// Allowed, refused (429), shed (503) or rejected (no valid key, a full
-    /// key table).
+    /// Allowed, refused (429), shed (503), rejected (no valid key, a full
+    /// key table) or store error (503: a remote policy's check failed).
     pub outcome: Outcome,
-    /// The policy that refused, if one did.
+    /// The policy that refused, if one did; the remote policy that failed,
+    /// for [`Outcome::StoreError`].
     pub policy: Option<&'a str>,
+    /// A remote policy's episode of failures began or ended with this
+    /// request (the layer also logs it, once per episode).
+    pub notice: Option<ratebound::any::StoreNotice<'a>>,
     /// Every policy's name, in order.
     pub policies: &'a [String],
     /// The [`Builder::label`] if set, else the route template axum matched
@@ -283,6 +287,16 @@ impl Builder {
     /// (default ½; 0 sheds them whenever anything is in flight).
     pub fn background_fraction(mut self, fraction: f64) -> Self {
         self.options.background_fraction = fraction;
+        self
+    }
+
+    /// The `Retry-After` of the 503 answering a request whose
+    /// [remote policy](crate::RemotePolicy) failed
+    /// ([`RemoteAnswer::Failed`](ratebound::any::RemoteAnswer::Failed)):
+    /// whole seconds, 1 to 3600 (default 1; [`build`](Self::build) refuses
+    /// others).
+    pub fn store_error_retry_after(mut self, secs: u64) -> Self {
+        self.options.store_error_retry_after = secs;
         self
     }
 

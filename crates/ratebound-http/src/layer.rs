@@ -53,19 +53,36 @@ impl LayerState {
         None
     }
 
-    /// Tells the metrics hook, if there is one.
+    /// Tells the metrics hook, if there is one, and logs a remote
+    /// policy's episode of failures as it begins (a warning) and ends.
     #[inline]
     pub(crate) fn report(&self, verdict: &Verdict<'_>, request: &Parts) {
+        if let Some(notice) = &verdict.notice {
+            log_notice(notice);
+        }
         if let Some(f) = &self.on_decision {
             f(&DecisionEvent {
                 outcome: verdict.outcome,
                 policy: verdict.refused_by,
+                notice: verdict.notice,
                 priority: verdict.priority,
                 policies: &self.policy_names,
                 label: self.label.as_deref().or_else(|| Self::route(request)),
                 request,
             });
         }
+    }
+}
+
+/// One line per episode, through the `log` crate (target `ratebound_http`):
+/// a warning when a remote policy's checks begin to fail, an info line when
+/// it answers again.
+#[cold]
+fn log_notice(notice: &ratebound::any::StoreNotice<'_>) {
+    if notice.began() {
+        log::warn!("{notice}");
+    } else {
+        log::info!("{notice}");
     }
 }
 

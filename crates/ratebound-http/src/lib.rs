@@ -70,7 +70,11 @@
 //! key asks every remote policy at once for its key as every instance
 //! derives it (`key:…`, `ip:…` or `anonymous`), then the local policies
 //! decide; a remote refusal is a 429 whose `RateLimit` field lists the
-//! remote policy, and gives the concurrency place back at once. The inner
+//! remote policy, and gives the concurrency place back at once. A check
+//! that fails beyond its fail policy ([`RemoteAnswer::Failed`]) is a 503
+//! with [`Builder::store_error_retry_after`] (default 1 s), reported as
+//! [`Outcome::StoreError`] and logged once per episode — the rule of every
+//! front door, Python's and Node's too. The inner
 //! service is then called from the response future, so the service must be
 //! `Clone` (see [`RateLimit`]).
 //! ```

@@ -44,9 +44,14 @@ use crate::layer::{LayerHooks, LayerState};
 /// owns what it needs, because the response future keeps it across
 /// `await`s after the request's own borrows have ended (a Redis limiter is
 /// cheap to clone: an `Arc` and the connection's handle). Errors are not a
-/// case of their own: a policy answers a [`Decision`] or
-/// [`RemoteAnswer::Full`] (503, `Retry-After: 1`, the server's trouble) —
-/// Redis' own failures are already answered by its limiter's fail policy.
+/// case of their own: a policy answers a [`Decision`],
+/// [`RemoteAnswer::Full`] (its table is full: 503, `Retry-After: 1`, as the
+/// layer's own full table) or [`RemoteAnswer::Failed`] (its check failed
+/// in a way its fail policy does not cover: 503 with
+/// [`Builder::store_error_retry_after`], outcome `store_error`, one log
+/// line per episode) — map a `Result` with [`RemoteAnswer::from_result`],
+/// the rule every front door applies. Redis being down or slow is not an
+/// error: its limiter's fail policy answers it.
 ///
 /// # Examples
 /// A remote policy of your own — here one that admits everyone, at once
@@ -148,9 +153,9 @@ pub(crate) fn answers(checks: &[RemoteCheck]) -> Option<Vec<RemoteAnswer>> {
 /// key), bounded by the limiter's deadline. Redis down, slow or erroring
 /// is answered by the limiter's fail policy (`open`: admitted, `closed`:
 /// 429 with its cool-down, `local`: the local share), never by an error —
-/// as in the Python and Node middleware. `check_in` fails only for more
-/// tokens than the burst, which one token never is; if it did, the answer
-/// would be 503 ([`RemoteAnswer::Full`]: the server's trouble).
+/// as in the Python and Node middleware. An error that still escapes
+/// `check_in` (a configuration error found at the first call) is
+/// [`RemoteAnswer::Failed`]: 503 with `Retry-After`, never 500.
 #[cfg(feature = "redis")]
 impl<C> RemotePolicy for ratebound_redis::RedisLimiter<C>
 where
@@ -165,7 +170,7 @@ where
         RemoteCheck::pending(async move {
             match limiter.check_in(&scope, &identity, 1).await {
                 Ok(d) => RemoteAnswer::Decided(d.decision()),
-                Err(_) => RemoteAnswer::Full,
+                Err(e) => RemoteAnswer::from_result(Err(&e)),
             }
         })
     }
@@ -177,8 +182,9 @@ where
 /// middleware check it, so their workers and this service share a table's
 /// keys; the scope is not needed (the file is the policy's own). A full
 /// table ([`TooManyKeys`](ratebound::Error::TooManyKeys)) answers
-/// [`RemoteAnswer::Full`] — 503 with `Retry-After: 1`, never 500 — and so
-/// does any other error of the table (none is possible for one token).
+/// [`RemoteAnswer::Full`] — 503 with `Retry-After: 1`, never 500 — and any
+/// other error of the table [`RemoteAnswer::Failed`] (none is possible for
+/// one token).
 #[cfg(feature = "shm")]
 impl RemotePolicy for ratebound_shm::SharedKeyedLimiter {
     fn algorithm(&self) -> KeyedAlgorithm {
@@ -188,7 +194,8 @@ impl RemotePolicy for ratebound_shm::SharedKeyedLimiter {
     fn check(&self, _scope: &str, identity: &[u8]) -> RemoteCheck {
         match ratebound_shm::SharedKeyedLimiter::check(self, ratebound::any::Key::Bytes(identity)) {
             Ok(d) => d.into(),
-            Err(_) => RemoteAnswer::Full.into(),
+            Err(ratebound_shm::Error::Limit(e)) => RemoteAnswer::from_result(Err(&e)).into(),
+            Err(_) => RemoteAnswer::Failed.into(),
         }
     }
 }

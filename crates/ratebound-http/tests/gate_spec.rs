@@ -14,23 +14,52 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use ratebound::KeyedAlgorithm;
 use ratebound::http::{Cidr, Forwarding, TrustedProxies};
 use ratebound::{ManualClock, Overflow};
 use ratebound_http::{
-    Builder, MissingKey, PeerAddr, QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey,
+    Builder, MissingKey, PeerAddr, QuotaHeaders, RateLimitLayer, RefusalBody, RemoteCheck,
+    RemotePolicy, RequestKey,
 };
 use serde_json::Value;
+use std::sync::{Arc, Mutex};
 
 #[path = "../../ratebound/tests/support/gate.rs"]
 mod support;
-use support::{compare, load, policy};
+use support::{compare, compare_outcome, failing, load, policy, remote};
+
+/// A vector's remote policy whose every check ends in the error it names
+/// (`fails`), answered by the core's one rule — as a policy of the
+/// application's own would map its store's error.
+struct Failing(KeyedAlgorithm, String);
+
+impl RemotePolicy for Failing {
+    fn algorithm(&self) -> KeyedAlgorithm {
+        self.0
+    }
+
+    fn check(&self, _scope: &str, _identity: &[u8]) -> RemoteCheck {
+        let fails = self.1.clone();
+        // Answered after a turn of the runtime, as a store's I/O would be.
+        RemoteCheck::pending(async move {
+            tokio::task::yield_now().await;
+            failing(&fails)
+        })
+    }
+}
+
+/// The outcomes told to `on_decision`, in order.
+type Outcomes = Arc<Mutex<Vec<&'static str>>>;
 
 /// The layer a vector's options describe, through the builder's typed
 /// options (the core's parsers for the strings). An option name this
 /// replay does not know, or a value of a type it does not read, fails the
 /// vector: ignored, it would replay some other gate than the file says.
-fn build(id: &str, options: &Value, clock: &ManualClock) -> RateLimitLayer {
-    let mut b: Builder = RateLimitLayer::builder().clock(clock.clone());
+fn build(id: &str, options: &Value, clock: &ManualClock, outcomes: &Outcomes) -> RateLimitLayer {
+    let told = outcomes.clone();
+    let mut b: Builder = RateLimitLayer::builder()
+        .clock(clock.clone())
+        .on_decision(move |e| told.lock().unwrap().push(e.outcome.as_str()));
     let options = options
         .as_object()
         .unwrap_or_else(|| panic!("{id}: options is not an object"));
@@ -105,6 +134,13 @@ fn build(id: &str, options: &Value, clock: &ManualClock) -> RateLimitLayer {
                 "{id}: overflow without max_keys"
             ),
             "concurrency_limit" => b = b.concurrency_limit(number(name, value) as usize),
+            "store_error_retry_after" => b = b.store_error_retry_after(number(name, value)),
+            "remote" => {
+                for p in value.as_array().unwrap_or_else(|| bad(name, value)) {
+                    let (policy_name, algorithm, fails) = remote(p);
+                    b = b.remote(&policy_name, Failing(algorithm, fails));
+                }
+            }
             other => panic!("{id}: unknown option {other}"),
         }
     }
@@ -151,7 +187,8 @@ async fn the_tower_layer_replays_every_gate_vector_over_http() {
     for v in vectors {
         let id = v["id"].as_str().unwrap();
         let clock = ManualClock::new();
-        let layer = build(id, &v["options"], &clock);
+        let outcomes = Outcomes::default();
+        let layer = build(id, &v["options"], &clock, &outcomes);
         let addr = serve(app(layer.clone())).await;
         for (i, r) in v["requests"].as_array().unwrap().iter().enumerate() {
             if let Some(at) = r.get("at_ns").and_then(Value::as_u64) {
@@ -187,6 +224,13 @@ async fn the_tower_layer_replays_every_gate_vector_over_http() {
                 parts.status.as_u16(),
                 header,
                 Some(&body),
+                &r["expect"],
+                &mut failures,
+            );
+            let outcome = outcomes.lock().unwrap().pop();
+            compare_outcome(
+                &format!("{id} step {i}"),
+                outcome,
                 &r["expect"],
                 &mut failures,
             );

@@ -3,7 +3,7 @@
 //! (remote policies first), report — and the place's guard.
 
 use ratebound::any::{Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, KeySource};
-use ratebound::any::{MissingKey, Outcome, RemoteAnswer, Request, Verdict};
+use ratebound::any::{MissingKey, Outcome, RemoteAnswer, Request, StoreNotice, Verdict};
 use ratebound::http::NoHeaders;
 use ratebound::{Decision, KeyedAlgorithm, ManualClock, Quota};
 
@@ -254,6 +254,136 @@ fn remote_policies_are_asked_with_the_identity_and_finish_decides() {
         log.reported.iter().map(|r| r.2).collect::<Vec<_>>(),
         [0, 429, 503, 500, 401]
     );
+}
+
+/// Issue 36 item 7: a remote policy whose check failed (an error its fail
+/// policy did not cover) is a 503 with the configured Retry-After,
+/// reported as `store_error` by the failing policy, with one notice when
+/// the episode begins and one when it ends — never a 500, and no local
+/// token is spent.
+#[test]
+fn a_failed_remote_check_is_a_503_told_once_per_episode() {
+    let global = (
+        "global".to_string(),
+        KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap()),
+    );
+    let g = gate(GateOptions {
+        key: KeySource::header("x-api-key").unwrap(),
+        remote: vec![global],
+        store_error_retry_after: 7,
+        ..GateOptions::default()
+    });
+    let lines = [("x-api-key", "alice")];
+    let request = Request {
+        key: None,
+        peer: PEER.peer,
+        headers: &lines[..],
+    };
+    let mut log = Log::default();
+    let mut finish = |answer: RemoteAnswer| {
+        let Admit::Ask(ask) = g.admit(&request, &mut log) else {
+            panic!("remote policies are asked first")
+        };
+        let v = g.finish(ask, &[answer], &mut log).verdict;
+        (
+            v.status,
+            v.fields.retry_after,
+            v.outcome,
+            v.refused_by,
+            v.notice,
+        )
+    };
+    let began = StoreNotice::Began {
+        policy: "global",
+        retry_after: 7,
+    };
+    let failed = |notice| (503, Some(7), Outcome::StoreError, Some("global"), notice);
+    assert_eq!(finish(RemoteAnswer::Failed), failed(Some(began)));
+    assert_eq!(finish(RemoteAnswer::Failed), failed(None));
+    assert_eq!(finish(RemoteAnswer::Failed), failed(None));
+    // It answers again: the episode's end, told once, with its count; the
+    // local policy (burst 2) was not charged by the failed requests.
+    let ended = StoreNotice::Ended {
+        policy: "global",
+        failures: 3,
+    };
+    assert_eq!(
+        finish(remote(true).into()),
+        (0, None, Outcome::Allowed, None, Some(ended))
+    );
+    assert_eq!(
+        finish(remote(true).into()),
+        (0, None, Outcome::Allowed, None, None)
+    );
+    // A new episode begins with a new notice.
+    assert_eq!(finish(RemoteAnswer::Failed), failed(Some(began)));
+    // The mapping every front door calls: a full table is not a failure.
+    assert_eq!(
+        RemoteAnswer::from_error(Some("too_many_keys")),
+        RemoteAnswer::Full
+    );
+    assert_eq!(
+        RemoteAnswer::from_error(Some("invalid_number")),
+        RemoteAnswer::Failed
+    );
+    assert_eq!(RemoteAnswer::from_error(None), RemoteAnswer::Failed);
+    assert_eq!(
+        began.to_string(),
+        "ratebound: the store of remote policy \"global\" failed; its requests are answered \
+         503 with Retry-After: 7 until it answers again"
+    );
+}
+
+/// A failed check outranks another policy's refusal and a full table (a
+/// request one policy cannot decide is not served), and the option is
+/// checked: whole seconds, 1 to 3600.
+#[test]
+fn a_failed_remote_check_outranks_the_other_answers() {
+    let shape = KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap());
+    let g = gate(GateOptions {
+        key: KeySource::header("x-api-key").unwrap(),
+        remote: vec![("a".to_string(), shape), ("b".to_string(), shape)],
+        ..GateOptions::default()
+    });
+    let lines = [("x-api-key", "alice")];
+    let request = Request {
+        key: None,
+        peer: PEER.peer,
+        headers: &lines[..],
+    };
+    let refused = RemoteAnswer::from(remote(false));
+    let v = g.decide_with(&request, &[refused, RemoteAnswer::Failed]);
+    assert_eq!(
+        (v.status, v.fields.retry_after, v.refused_by),
+        (503, Some(1), Some("b"))
+    );
+    let v = g.decide_with(&request, &[RemoteAnswer::Full, RemoteAnswer::Failed]);
+    assert_eq!((v.status, v.outcome), (503, Outcome::StoreError));
+    // "b" still failing while "a" answers: no end is told for "b".
+    let v = g.decide_with(&request, &[refused, RemoteAnswer::Failed]);
+    assert_eq!(v.notice, None);
+    let mut o = GateOptions::default();
+    for bad in [0.0, 1.5, 3601.0, -1.0] {
+        let e = o
+            .set(
+                "store_error_retry_after",
+                ratebound::any::Loose::Number(bad),
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("store_error_retry_after"), "{e}");
+    }
+    o.set(
+        "storeErrorRetryAfter",
+        ratebound::any::Loose::Number(3600.0),
+    )
+    .unwrap();
+    assert_eq!(o.store_error_retry_after, 3600);
+    let bad = GateOptions {
+        store_error_retry_after: 0,
+        ..GateOptions::default()
+    };
+    let policy = ("p".to_string(), shape);
+    assert!(Gate::new(vec![policy], bad, AnyClock::default()).is_err());
 }
 
 #[test]

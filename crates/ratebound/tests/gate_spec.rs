@@ -4,18 +4,26 @@
 mod support;
 
 use ratebound::ManualClock;
-use ratebound::any::{AnyClock, Gate, GateOptions, Key, KeySource, Loose, Request};
+use ratebound::any::{AnyClock, Gate, GateOptions, Key, KeySource, Loose, RemoteAnswer, Request};
 use serde_json::Value;
-use support::gate::{compare, load, policy};
+use support::gate::{compare, compare_outcome, failing, load, policy, remote};
 
 /// The gate a vector's options describe, through the loose parser the
 /// bindings use.
-fn build(options: &Value, clock: &ManualClock) -> Gate {
+fn build(options: &Value, clock: &ManualClock) -> (Gate, Vec<RemoteAnswer>) {
     let mut o = GateOptions::default();
+    let mut answers = Vec::new();
     let obj = options.as_object().expect("options object");
     for (name, value) in obj {
         match name.as_str() {
             "policies" => {}
+            "remote" => {
+                for p in value.as_array().expect("remote") {
+                    let (name, algorithm, fails) = remote(p);
+                    o.remote.push((name, algorithm));
+                    answers.push(failing(&fails));
+                }
+            }
             "key" => {
                 assert_eq!(value, "given");
                 o.key = KeySource::Given;
@@ -42,7 +50,8 @@ fn build(options: &Value, clock: &ManualClock) -> Gate {
         .iter()
         .map(policy)
         .collect();
-    Gate::new(policies, o, AnyClock::Manual(clock.clone())).expect("gate")
+    let gate = Gate::new(policies, o, AnyClock::Manual(clock.clone())).expect("gate");
+    (gate, answers)
 }
 
 #[test]
@@ -54,7 +63,7 @@ fn gate_vectors() {
     for v in vectors {
         let id = v["id"].as_str().unwrap();
         let clock = ManualClock::new();
-        let gate = build(&v["options"], &clock);
+        let (gate, answers) = build(&v["options"], &clock);
         for (i, r) in v["requests"].as_array().unwrap().iter().enumerate() {
             if let Some(at) = r.get("at_ns").and_then(Value::as_u64) {
                 clock.set_nanos(at);
@@ -81,22 +90,29 @@ fn gate_vectors() {
             }
             assert_eq!(taken, occupied, "{id} step {i}: places to occupy");
             // The middleware's order: a place first, then the decision.
-            let (status, headers, body) = if gate.try_enter() {
-                let verdict = gate.decide(&Request {
+            let (status, headers, body, outcome) = if gate.try_enter() {
+                let request = Request {
                     key: given.map(Key::Text),
                     peer: Some(r["peer"].as_str().unwrap().parse().unwrap()),
                     headers: &lines,
-                });
+                };
+                let verdict = if answers.is_empty() {
+                    gate.decide(&request)
+                } else {
+                    gate.decide_with(&request, &answers)
+                };
                 gate.leave();
                 let status = if verdict.is_pass() {
                     200
                 } else {
                     verdict.status
                 };
-                (status, verdict.headers(), verdict.body.clone())
+                let outcome = verdict.outcome.as_str();
+                (status, verdict.headers(), verdict.body.clone(), outcome)
             } else {
                 let shed = gate.shed();
-                (shed.status, shed.headers(), shed.body.clone())
+                let outcome = shed.outcome.as_str();
+                (shed.status, shed.headers(), shed.body.clone(), outcome)
             };
             for _ in 0..occupied {
                 gate.leave();
@@ -115,6 +131,12 @@ fn gate_vectors() {
                 status,
                 header,
                 body.as_ref().map(|(_, b)| b.as_str()),
+                &r["expect"],
+                &mut failures,
+            );
+            compare_outcome(
+                &format!("{id} step {i}"),
+                Some(outcome),
                 &r["expect"],
                 &mut failures,
             );

@@ -126,6 +126,9 @@ pub fn gate(data: &[u8]) {
             .map(|(name, _)| {
                 if options.max_keys.1 == Overflow::RejectNewKeys && input.byte() < 16 {
                     RemoteAnswer::Full
+                } else if input.byte() < 8 {
+                    // A check that failed beyond its fail policy.
+                    RemoteAnswer::Failed
                 } else {
                     // A remote store decides with the policy's own limit.
                     let limit = quotas.get(name).map_or(1, |q| *q as u64);
@@ -160,6 +163,15 @@ pub fn gate(data: &[u8]) {
                 assert!(secs >= 1, "Retry-After {secs}");
                 assert!(verdict.refused_by.is_some(), "a 429 names no policy");
                 assert!(verdict.body.is_some());
+            }
+            503 if verdict.outcome == Outcome::StoreError => {
+                let retry = Some(options.store_error_retry_after);
+                assert_eq!(verdict.fields.retry_after, retry);
+                assert!(
+                    verdict.refused_by.is_some(),
+                    "a store error names no policy"
+                );
+                assert!(remote.contains(&RemoteAnswer::Failed));
             }
             503 if full_allowed => assert_eq!(verdict.fields.retry_after, Some(1)),
             s => panic!("status {s} from {options:?}: {verdict:?}"),

@@ -34,6 +34,8 @@ const NAMES: &[&str] = &[
     "concurrencyTolerance",
     "background_fraction",
     "backgroundFraction",
+    "store_error_retry_after",
+    "storeErrorRetryAfter",
     "",
     "keyheader",
     "key-header",

@@ -31,11 +31,12 @@ const ASK: f64 = 2.0;
 
 /// The outcomes in the order their index crosses (`outcomes` in
 /// `bindFastPath`).
-pub(super) const OUTCOMES: [Outcome; 4] = [
+pub(super) const OUTCOMES: [Outcome; 5] = [
     Outcome::Allowed,
     Outcome::Refused,
     Outcome::Shed,
     Outcome::Rejected,
+    Outcome::StoreError,
 ];
 
 /// The priorities in the order their index crosses (`priorities` in
@@ -99,7 +100,10 @@ unsafe fn undefined(env: sys::napi_env) -> sys::napi_value {
 
 /// `admission` out: its numbers in the shared array, its place kept in
 /// the table of places; returns the `RateLimit` value (or `undefined`) for
-/// a pass, `[ratelimit, contentType, body]` for an answer.
+/// a pass, `[ratelimit, contentType, body]` for an answer — and
+/// `[ratelimit, contentType, body, notice]` (the first three as before,
+/// `undefined` for a pass) when the verdict carries a store episode's
+/// notice (the shared array's last gate slot says so).
 unsafe fn publish(
     env: sys::napi_env,
     gate: &any::Gate,
@@ -137,6 +141,7 @@ unsafe fn publish(
         reset as f64,
         fields.retry_after.unwrap_or(0) as f64,
         priority,
+        f64::from(u8::from(verdict.notice.is_some())),
     ]);
     // SAFETY: live env; the strings are built from valid UTF-8.
     unsafe {
@@ -145,14 +150,19 @@ unsafe fn publish(
             Some(r) => string(env, std::str::from_utf8(r).unwrap_or("")),
             None => undefined(env),
         };
-        let Some((content_type, body)) = &verdict.body else {
+        if verdict.body.is_none() && verdict.notice.is_none() {
             return ratelimit;
-        };
+        }
         let mut out = ptr::null_mut();
-        sys::napi_create_array_with_length(env, 3, &mut out);
+        sys::napi_create_array_with_length(env, 4, &mut out);
         sys::napi_set_element(env, out, 0, ratelimit);
-        sys::napi_set_element(env, out, 1, string(env, content_type));
-        sys::napi_set_element(env, out, 2, string(env, body));
+        if let Some((content_type, body)) = &verdict.body {
+            sys::napi_set_element(env, out, 1, string(env, content_type));
+            sys::napi_set_element(env, out, 2, string(env, body));
+        }
+        if let Some(notice) = verdict.notice {
+            sys::napi_set_element(env, out, 3, string(env, &notice.to_string()));
+        }
         out
     }
 }
@@ -234,10 +244,76 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
     }
 }
 
+/// Why `answers` could not be read.
+enum Bad {
+    Type(String),
+    Core(ratebound::Error),
+}
+
+/// The remote policies' answers as the core takes them: each a decision,
+/// `null` (a full table), or the `Error` its check threw — mapped by the
+/// core's one rule (`RemoteAnswer::from_error`) by its `code` less the
+/// `ERR_RATEBOUND_` prefix: a full table is 503 as the gate's own, any
+/// other error a failed store (503 with `storeErrorRetryAfter`).
+unsafe fn answers_of(
+    env: sys::napi_env,
+    answers: sys::napi_value,
+) -> std::result::Result<Vec<any::RemoteAnswer>, Bad> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let mut is_array = false;
+        sys::napi_is_array(env, answers, &mut is_array);
+        if !is_array {
+            return Err(Bad::Type("not an array".to_string()));
+        }
+        let mut len = 0u32;
+        sys::napi_get_array_length(env, answers, &mut len);
+        let mut out = Vec::with_capacity(len as usize);
+        for i in 0..len {
+            let mut item = ptr::null_mut();
+            sys::napi_get_element(env, answers, i, &mut item);
+            let mut kind = 0;
+            sys::napi_typeof(env, item, &mut kind);
+            if kind == sys::ValueType::napi_null || kind == sys::ValueType::napi_undefined {
+                out.push(any::RemoteAnswer::Full);
+                continue;
+            }
+            let mut is_error = false;
+            sys::napi_is_error(env, item, &mut is_error);
+            if is_error {
+                out.push(any::RemoteAnswer::from_error(
+                    error_code(env, item).as_deref(),
+                ));
+                continue;
+            }
+            let decision = RemoteDecision::from_napi_value(env, item)
+                .map_err(|e| Bad::Type(format!("answer {i}: {}", e.reason)))?;
+            out.push(decision.answer().map_err(Bad::Core)?);
+        }
+        Ok(out)
+    }
+}
+
+/// The core's code of a thrown error: its `code` less `ERR_RATEBOUND_`,
+/// lower case; `None` for an error that is not ratebound's.
+unsafe fn error_code(env: sys::napi_env, e: sys::napi_value) -> Option<String> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let mut code = ptr::null_mut();
+        if sys::napi_get_named_property(env, e, c"code".as_ptr(), &mut code) != sys::Status::napi_ok
+        {
+            return None;
+        }
+        let code = String::from_napi_value(env, code).ok()?;
+        code.strip_prefix("ERR_RATEBOUND_")
+            .map(str::to_ascii_lowercase)
+    }
+}
+
 /// `gateFinish(slot, ask, answers, request)`: the rest of the sequence
 /// (`Gate::finish`) once the remote policies have answered `ask`, one
-/// answer per remote policy in order (`null` for a full table); returns as
-/// [`publish`].
+/// answer per remote policy in order (a decision; `null` for a full table;
+/// the error its check threw); returns as [`publish`].
 pub(super) unsafe extern "C" fn raw_gate_finish(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -270,18 +346,21 @@ pub(super) unsafe extern "C" fn raw_gate_finish(
             );
             return ptr::null_mut();
         }
-        let answers = match Vec::<Option<RemoteDecision>>::from_napi_value(env, answers) {
+        let answers = match answers_of(env, answers) {
             Ok(answers) => answers,
-            Err(e) => {
+            Err(Bad::Type(reason)) => {
                 raw_throw(
                     env,
                     error::Kind::Type,
                     "ERR_INVALID_ARG_TYPE",
                     &format!(
-                        "answers must be an array of the remote policies' decisions (or null): {}",
-                        e.reason
+                        "answers must be an array of the remote policies' decisions, the errors their checks threw, or null: {reason}"
                     ),
                 );
+                return ptr::null_mut();
+            }
+            Err(Bad::Core(e)) => {
+                raw_throw_core(env, &e);
                 return ptr::null_mut();
             }
         };
@@ -295,20 +374,6 @@ pub(super) unsafe extern "C" fn raw_gate_finish(
             );
             return ptr::null_mut();
         }
-        let answers = match answers
-            .iter()
-            .map(|d| {
-                d.as_ref()
-                    .map_or(Ok(any::RemoteAnswer::Full), RemoteDecision::answer)
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-        {
-            Ok(answers) => answers,
-            Err(e) => {
-                raw_throw_core(env, &e);
-                return ptr::null_mut();
-            }
-        };
         let Some(asked) = ask.inner.take() else {
             raw_throw(
                 env,

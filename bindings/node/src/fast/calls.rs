@@ -32,7 +32,7 @@ thread_local! {
 
 /// Where a gate's numbers start in the shared array, and how many.
 pub(super) const GATE_AT: usize = 4;
-pub(super) const GATE_LEN: usize = 11;
+pub(super) const GATE_LEN: usize = 12;
 const SCRATCH_LEN: usize = GATE_AT + GATE_LEN;
 
 /// Writes a gate's numbers to the shared array, from [`GATE_AT`].

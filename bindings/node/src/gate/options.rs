@@ -185,6 +185,10 @@ pub struct GateOptions {
     /// The share of the concurrency limit background requests may fill,
     /// 0–1 (default 0.5): they are shed first. Needs `concurrencyLimit`.
     pub background_fraction: Option<f64>,
+    /// The `Retry-After` in whole seconds, 1–3600 (default 1), of the 503
+    /// answering a request whose remote policy's check threw an error its
+    /// fail policy does not cover (outcome `'store_error'`).
+    pub store_error_retry_after: Option<f64>,
     /// A `ManualClock` to decide with (default: the monotonic clock).
     pub clock: Option<&'static ManualClock>,
 }

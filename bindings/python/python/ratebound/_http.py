@@ -6,13 +6,15 @@ remote policies are asked, sync and asyncio."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from http import HTTPStatus
 from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, NamedTuple, Optional, TypedDict, Union
 
 from . import _ratebound
 from . import redis as _redis
-from ._errors import TooManyKeys
 from ._ratebound import Ask, Concurrency, Decision, Gate, ManualClock, Verdict
+
+_log = logging.getLogger("ratebound")
 
 PolicySpec = Union[
     int, float, str, Mapping[str, Any], "_redis._Limiter", "_redis._AsyncLimiter", "_ratebound.SharedKeyedLimiter"
@@ -70,9 +72,10 @@ def build_gate(
 
 class RateLimitEvent(NamedTuple):
     """What ``on_decision`` is told about each limited request: ``outcome``
-    (``"allowed"``, ``"refused"``, ``"shed"`` or ``"rejected"`` — no valid
-    key, a full key table), ``policy`` (the policy that refused, else
-    ``None``), ``policies`` (every policy's name), ``label`` (the route,
+    (``"allowed"``, ``"refused"``, ``"shed"``, ``"rejected"`` — no valid
+    key, a full key table — or ``"store_error"``: a remote policy's check
+    raised, answered 503 with ``Retry-After``), ``policy`` (the policy that
+    refused, or the remote policy that failed, else ``None``), ``policies`` (every policy's name), ``label`` (the route,
     or the middleware's ``label``) and, for a ``"shed"`` request, its
     ``priority`` (``"normal"`` or ``"background"``; else ``None``)."""
 
@@ -119,6 +122,7 @@ class Options(TypedDict, total=False):
     concurrency_max: Optional[int]
     concurrency_tolerance: Optional[float]
     background_fraction: Optional[float]
+    store_error_retry_after: Optional[int]
     critical: Optional[Callable[[Any], bool]]
     priority: Optional[Priority]
     clock: Optional[ManualClock]
@@ -156,6 +160,7 @@ class MiddlewareBase:
         concurrency_max: Optional[int] = None,
         concurrency_tolerance: Optional[float] = None,
         background_fraction: Optional[float] = None,
+        store_error_retry_after: Optional[int] = None,
         critical: Optional[Callable[[Any], bool]] = None,
         priority: Optional[Priority] = None,
         clock: Optional[ManualClock] = None,
@@ -182,6 +187,7 @@ class MiddlewareBase:
                 "concurrency_max": concurrency_max,
                 "concurrency_tolerance": concurrency_tolerance,
                 "background_fraction": background_fraction,
+                "store_error_retry_after": store_error_retry_after,
             },
             policies,
             key=key, exempt=exempt, critical=critical, priority=priority, on_decision=on_decision, label=label,
@@ -214,48 +220,80 @@ class MiddlewareBase:
     def _finish(self, ask: Ask) -> Verdict:
         """The gate's verdict once the policies decided elsewhere (sync
         Redis limiters, shared-memory ones: the middleware checked their
-        kind) have answered for the request's identity, in order."""
+        kind) have answered for the request's identity, in order. A check
+        that raises is an answer too: the core maps it (a full table: 503
+        as the gate's own; any other error: 503 with ``Retry-After``,
+        outcome ``"store_error"``) — never a 500."""
         try:
             ident = ask.identity
             answers = [_sync_answer(name, limiter, ident) for name, limiter in self._remote]
         except BaseException:
             ask.close()  # the place comes back now, not when the traceback goes
             raise
-        return self.gate.finish(ask, answers)
+        return self._told(self.gate.finish(ask, answers), answers)
 
     async def _finish_async(self, ask: Ask) -> Verdict:
         """``_finish`` with asyncio Redis limiters: one round trip each, all
         at once (within its deadline; Redis trouble is answered by its fail
-        policy)."""
+        policy, any error that escapes it by the core's rule)."""
         try:
             ident = ask.identity
             answers = await asyncio.gather(*(_asked(name, limiter, ident) for name, limiter in self._remote))
         except BaseException:
             ask.close()
             raise
-        return self.gate.finish(ask, answers)
+        return self._told(self.gate.finish(ask, answers), answers)
+
+    def _told(self, verdict: Verdict, answers: list[Any]) -> Verdict:
+        """Logs a remote policy's episode of failures as the core tells it:
+        a warning, with the error, when it begins; an info line when it
+        ends."""
+        notice = verdict.notice
+        if notice is not None:
+            if verdict.outcome == "store_error":
+                cause = next(
+                    (a for (name, _), a in zip(self._remote, answers) if name == verdict.refused_by), None
+                )
+                _log.warning("%s: %s: %s", notice, type(cause).__name__, cause, exc_info=cause)
+            else:
+                _log.info("%s", notice)
+        return verdict
 
 
-def _sync_answer(name: str, limiter: Remote, ident: bytes) -> Optional[Decision]:
+# What a remote policy answers the gate: its decision, or the error its
+# check raised (the core maps it by its ``code``).
+_Answer = Union[Decision, Exception]
+
+
+def _sync_answer(name: str, limiter: Remote, ident: bytes) -> _Answer:
     """A remote policy's answer for ``ident`` as the gate takes it: a Redis
     limiter checks the key in its policy's own scope (two policies of one
-    middleware never share a Redis key); a shared-memory table that is full
-    answers ``None``, which the gate turns into its full-table answer."""
-    if isinstance(limiter, _ratebound.SharedKeyedLimiter):
-        try:
+    middleware never share a Redis key); a check that raises answers its
+    exception (a full shared-memory table's ``TooManyKeys``, an error of
+    the user's client), which the core maps — never a 500. Interrupts
+    (``KeyboardInterrupt``, a cancelled task) are not answers: they go on."""
+    try:
+        if isinstance(limiter, _ratebound.SharedKeyedLimiter):
             return limiter.check(ident)
-        except TooManyKeys:
-            return None
-    return limiter._check_in(name, ident)  # type: ignore[return-value]  # a sync limiter: the middleware checked
+        return limiter._check_in(name, ident)  # type: ignore[return-value]  # a sync limiter: the middleware checked
+    except Exception as e:
+        return e
 
 
-def _asked(name: str, limiter: Remote, ident: bytes) -> Awaitable[Optional[Decision]]:
+def _asked(name: str, limiter: Remote, ident: bytes) -> Awaitable[_Answer]:
     """``_sync_answer`` to await: an asyncio Redis limiter's round trip, or
     a shared-memory decision made at once."""
     if isinstance(limiter, _redis._AsyncLimiter):
-        return limiter._check_in(name, ident)
+        return _awaited(limiter._check_in(name, ident))
     return _ready(_sync_answer(name, limiter, ident))
 
 
-async def _ready(decision: Optional[Decision]) -> Optional[Decision]:
-    return decision
+async def _awaited(check: Awaitable[Decision]) -> _Answer:
+    try:
+        return await check
+    except Exception as e:
+        return e
+
+
+async def _ready(answer: _Answer) -> _Answer:
+    return answer

@@ -66,8 +66,11 @@ impl Place {
 /// the gate is capped) until the response is done; otherwise answer with
 /// `status`, `headers`, `content_type` and `body`. Header names and values
 /// and the content type are bytes, or str for a WSGI request; the body is
-/// bytes. `outcome` (`"allowed"`, `"refused"`, `"shed"`, `"rejected"`) and
-/// `refused_by` (the refusing policy) are what `on_decision` was told.
+/// bytes. `outcome` (`"allowed"`, `"refused"`, `"shed"`, `"rejected"`,
+/// `"store_error"`) and `refused_by` (the refusing policy, or the remote
+/// policy that failed) are what `on_decision` was told; `notice` is the
+/// line to log when a remote policy's episode of failures begins (with a
+/// `"store_error"` outcome: a warning) or ends.
 #[pyclass(frozen, freelist = 64, module = "ratebound")]
 pub(crate) struct Verdict {
     // The fields the front doors read on every request are Python objects
@@ -92,6 +95,7 @@ pub(crate) struct Verdict {
     pub(super) outcome: any::Outcome,
     pub(super) refused_by: Option<String>,
     pub(super) priority: Option<Priority>,
+    pub(super) notice: Option<String>,
 }
 
 #[pymethods]
@@ -110,6 +114,13 @@ impl Verdict {
     #[getter]
     fn refused_by(&self) -> Option<&str> {
         self.refused_by.as_deref()
+    }
+
+    /// The log line of a remote policy's episode of failures that this
+    /// request began or ended (the core's `StoreNotice`), else `None`.
+    #[getter]
+    fn notice(&self) -> Option<&str> {
+        self.notice.as_deref()
     }
 
     /// A shed request's priority (`"normal"`, `"background"`); `None`

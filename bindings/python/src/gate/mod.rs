@@ -234,6 +234,7 @@ impl Gate {
                 outcome: v.outcome,
                 priority: v.priority,
                 refused_by: v.refused_by.map(str::to_string),
+                notice: v.notice.map(|n| n.to_string()),
             },
         )
     }
@@ -464,14 +465,17 @@ impl Gate {
     }
 
     /// The rest of `admit` once the remote policies have answered `ask`:
-    /// one `Decision` per remote policy, in order, or `None` for a policy
-    /// whose table is full (it raised `TooManyKeys`; the gate answers as
-    /// for its own).
+    /// per remote policy, in order, its `Decision`, or the exception its
+    /// check raised — mapped by the core's one rule
+    /// (`RemoteAnswer::from_error`, by the exception's `code`): a full table
+    /// (`TooManyKeys`) answers as the gate's own (503), any other error is
+    /// a failed store (503 with `store_error_retry_after`), never a 500.
+    /// `None` stands for a full table too.
     fn finish<'py>(
         &self,
         py: Python<'py>,
         ask: &Bound<'py, Ask>,
-        answers: Vec<Option<Bound<'py, Decision>>>,
+        answers: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, Verdict>> {
         let a = ask.get();
         if a.gate != self.id() {
@@ -487,13 +491,10 @@ impl Gate {
         let asked = lock(&a.inner)
             .take()
             .ok_or_else(|| PyValueError::new_err("this Ask is already finished or closed"))?;
-        let answers: Vec<RemoteAnswer> = answers
+        let answers = answers
             .iter()
-            .map(|d| {
-                d.as_ref()
-                    .map_or(RemoteAnswer::Full, |d| d.get().inner.into())
-            })
-            .collect();
+            .map(remote_answer)
+            .collect::<PyResult<Vec<RemoteAnswer>>>()?;
         let none = py.None().into_bound(py);
         let mut hooks = PyHooks {
             gate: self,
@@ -570,4 +571,29 @@ impl Gate {
         let inner = &self.inner;
         py.detach(|| inner.cleanup())
     }
+}
+
+/// One remote policy's answer as the core takes it: a `Decision`, an
+/// exception (by its `code`, the core's rule), or `None` (a full table).
+///
+/// # Errors
+/// `TypeError` for anything else.
+fn remote_answer(answer: &Bound<'_, PyAny>) -> PyResult<RemoteAnswer> {
+    if let Ok(d) = answer.cast::<Decision>() {
+        return Ok(d.get().inner.into());
+    }
+    if answer.is_none() {
+        return Ok(RemoteAnswer::Full);
+    }
+    if answer.is_instance_of::<pyo3::exceptions::PyBaseException>() {
+        let code = answer
+            .getattr(pyo3::intern!(answer.py(), "code"))
+            .ok()
+            .and_then(|c| c.extract::<String>().ok());
+        return Ok(RemoteAnswer::from_error(code.as_deref()));
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(format!(
+        "a remote policy's answer is a Decision, the exception its check raised, or None, not {}",
+        answer.get_type().name()?
+    )))
 }

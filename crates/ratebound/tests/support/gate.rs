@@ -29,6 +29,40 @@ pub fn policy(p: &Value) -> (String, KeyedAlgorithm) {
     (p["name"].as_str().unwrap_or("default").to_string(), alg)
 }
 
+/// A vector's remote policy (`options.remote`): its name, its shape and
+/// the stable code of the error each of its checks ends in (`fails`).
+pub fn remote(p: &Value) -> (String, KeyedAlgorithm, String) {
+    let mut fields = p.clone();
+    let fails = fields
+        .as_object_mut()
+        .and_then(|o| o.remove("fails"))
+        .and_then(|f| f.as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("remote policy {p}: no fails"));
+    assert!(
+        ["error", "too_many_keys"].contains(&fails.as_str()),
+        "remote policy {p}: fails {fails}"
+    );
+    let (name, algorithm) = policy(&fields);
+    (name, algorithm, fails)
+}
+
+/// What a remote policy whose checks fail with `fails` answers, by the
+/// core's one rule.
+pub fn failing(fails: &str) -> ratebound::any::RemoteAnswer {
+    let code = (fails == "too_many_keys").then_some("too_many_keys");
+    ratebound::any::RemoteAnswer::from_error(code)
+}
+
+/// Compares the outcome told to the decision hook with `expect.outcome`,
+/// when the vector gives one.
+pub fn compare_outcome(at: &str, got: Option<&str>, expect: &Value, failures: &mut Vec<String>) {
+    if let Some(want) = expect.get("outcome").and_then(Value::as_str)
+        && got != Some(want)
+    {
+        failures.push(format!("{at}: outcome = {got:?}, want {want:?}"));
+    }
+}
+
 /// Compares one answer with `expect`; failures are
 /// `"<id> step <i>: <field> = <got>, want <want>"`.
 pub fn compare(

@@ -13,7 +13,7 @@ from ._base import RedisReservation, _Base, _FixedWindowArgs, _SlidingWindowArgs
 from ._listeners import _AsyncListener
 from ._options import Key, Number
 from ._native import _AsyncNativeRunner
-from ._runners import _AsyncRunner
+from ._runners import _PerLoop
 
 _A = TypeVar("_A", bound="_AsyncLimiter")
 
@@ -24,9 +24,9 @@ class _AsyncLimiter(_Base):
     __slots__ = ()
 
     _asyncio: ClassVar[bool] = True
-    _runner: _AsyncRunner
+    _runner: _PerLoop
     _listener: Optional[_AsyncListener]
-    _connect = staticmethod(_AsyncRunner)
+    _connect = staticmethod(_PerLoop)
     _native_runner = staticmethod(_AsyncNativeRunner)
 
     async def _listen(self) -> None:

@@ -122,6 +122,10 @@ def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
 
 
+# How late past its deadline an asyncio call's timer may run before the
+# lateness is the event loop's own (with a quarter of the timeout).
+_LATE = 0.005
+
 # A pool this large is no bound (redis-py's asyncio cluster default, 2**31).
 _UNBOUNDED = 2**30
 
@@ -673,6 +677,14 @@ class _AsyncRunner(_Calls):
         try:
             return await self._within(lambda: self._attempt(call), deadline), False, None, False
         except asyncio.TimeoutError:
+            if time.monotonic() - deadline > max(self._timeout / 4, _LATE):
+                # The deadline's timer itself ran late: the event loop was
+                # too busy to send the call or read its reply in time (1 500
+                # tasks started at once), the client's own overload, not
+                # Redis' silence. The engine refuses it as busy, as a call
+                # that never left (it may have taken its tokens: refusing
+                # never exceeds the limit), and the breaker does not hear of it.
+                return _UNSENT
             return None, True, None, False
         except self._errors as e:
             return _failed(e, self._timeout_error)
@@ -710,3 +722,62 @@ class _AsyncRunner(_Calls):
             self._init.cancel()
         if self._owned:
             await self._client.aclose()
+
+
+class _PerLoop:
+    """An asyncio limiter's runner for whichever event loop calls it: one
+    :class:`_AsyncRunner` (its own client and pool) per event loop, made at
+    the loop's first call. redis-py's asyncio connections belong to the loop
+    that opened them — a limiter first used under ``asyncio.run`` at
+    startup, then by the server's loop (or pytest-asyncio's next test) would
+    write to a closed loop's sockets (``RuntimeError: Event loop is
+    closed``). A closed loop's runner is dropped when a new loop comes; its
+    sockets go with it. A client used as given (not redis-py's) is shared by
+    every loop's runner, as the user made it."""
+
+    def __init__(self, client: Any, timeout: float) -> None:
+        self._made = (client, timeout)
+        # Made now, so that a client of the wrong kind is refused at once;
+        # it serves the first loop that calls.
+        self._first: Optional[_AsyncRunner] = _AsyncRunner(client, timeout)
+        self._runners: dict[asyncio.AbstractEventLoop, _AsyncRunner] = {}
+        self._subscribe = self._first.subscriber()
+        # Loops in other threads may arrive together: one gets the first
+        # runner, each its own.
+        self._lock = threading.Lock()
+
+    def _here(self) -> _AsyncRunner:
+        loop = asyncio.get_running_loop()
+        runner = self._runners.get(loop)
+        if runner is not None:
+            return runner
+        with self._lock:
+            for closed in [other for other in self._runners if other.is_closed()]:
+                del self._runners[closed]
+            runner, self._first = self._first, None
+            if runner is None:
+                runner = _AsyncRunner(*self._made)
+            self._runners[loop] = runner
+        return runner
+
+    async def run(self, call: _RedisCall) -> _Outcome:
+        return await self._here().run(call)
+
+    async def publish(self, channel: str, message: bytes) -> bool:
+        return await self._here().publish(channel, message)
+
+    def subscriber(self) -> Optional[_AsyncSubscribe]:
+        return self._subscribe
+
+    async def prepare(self) -> None:
+        await self._here().prepare()
+
+    async def aclose(self) -> None:
+        """Closes this loop's runner; the others' are dropped (a closed
+        loop's sockets cannot be closed from another loop)."""
+        with self._lock:
+            runner = self._runners.pop(asyncio.get_running_loop(), None) or self._first
+            self._runners.clear()
+            self._first = None
+        if runner is not None:
+            await runner.aclose()

@@ -27,6 +27,7 @@ use crate::http::{
     ConcurrencyCap, Forwarding, Headers, Policy, Priority, TrustedProxies, client_ip, ip_key,
     ratelimit_bytes, ratelimit_policy, retry_after_secs,
 };
+use crate::sync::{AtomicU64, Ordering};
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter};
 
 use request::Sink;
@@ -57,6 +58,9 @@ pub struct Gate {
     policies: Vec<Policy>,
     /// Policies decided elsewhere (see [`Gate::decide_with`]).
     remote: Vec<Policy>,
+    /// Per remote policy, its failed checks since it last answered: the
+    /// episode a [`StoreNotice`] begins and ends.
+    failures: Box<[AtomicU64]>,
     limiters: Vec<KeyedLimiter<Fingerprint, AnyClock>>,
     fingerprints: Fingerprinter,
     policy_field: String,
@@ -134,6 +138,7 @@ impl Gate {
         Ok(Gate {
             cap,
             policy_field: ratelimit_policy(&all),
+            failures: remote.iter().map(|_| AtomicU64::new(0)).collect(),
             remote,
             policies: names,
             limiters,
@@ -446,6 +451,7 @@ impl Gate {
             outcome: Outcome::Refused,
             refused_by,
             priority: None,
+            notice: None,
         }
     }
 
@@ -455,7 +461,8 @@ impl Gate {
     /// [`GateOptions::remote`] policy, in order.
     /// Each answer is a [`Decision`] or a
     /// [`RemoteAnswer`] (a policy whose table is full answers as the gate's
-    /// own full table does: 503).
+    /// own full table does: 503; a policy whose check failed answers 503
+    /// with `store_error_retry_after` — see [`RemoteAnswer`] for the rule).
     pub fn decide_with<H: Headers + ?Sized, R: Copy + Into<RemoteAnswer>>(
         &self,
         request: &Request<'_, H>,
@@ -496,13 +503,65 @@ impl Gate {
             return Verdict::plain(500, "rate limiter misconfigured\n", None);
         }
         let mut decided = Vec::with_capacity(remote.len());
-        for r in remote {
+        let mut failed = None;
+        let mut full = false;
+        for (i, r) in remote.iter().enumerate() {
             match (*r).into() {
                 RemoteAnswer::Decided(d) => decided.push(d),
-                RemoteAnswer::Full => return Verdict::too_many_keys(),
+                RemoteAnswer::Full => full = true,
+                RemoteAnswer::Failed => {
+                    // Ordering: Relaxed — a counter read only by this
+                    // policy's next answers; no other memory hangs on it.
+                    let before = self.failures[i].fetch_add(1, Ordering::Relaxed);
+                    if failed.is_none() {
+                        failed = Some((i, before == 0));
+                    }
+                }
             }
         }
-        let remote = &decided[..];
+        if let Some((i, began)) = failed {
+            let name = self.remote[i].name();
+            let retry_after = self.options.store_error_retry_after;
+            let mut verdict = Verdict::store_error(name, retry_after);
+            if began {
+                verdict.notice = Some(StoreNotice::Began {
+                    policy: name,
+                    retry_after,
+                });
+            }
+            return verdict;
+        }
+        // Every policy answered (a full table decided): at most one
+        // episode's end is told per request, the others at the next.
+        let ended = self.failures.iter().enumerate().find_map(|(i, count)| {
+            // Ordering: Relaxed, as above; the load keeps the common case
+            // (no episode) free of writes.
+            if count.load(Ordering::Relaxed) == 0 {
+                return None;
+            }
+            let failures = count.swap(0, Ordering::Relaxed);
+            (failures > 0).then(|| StoreNotice::Ended {
+                policy: self.remote[i].name(),
+                failures,
+            })
+        });
+        let mut verdict = if full {
+            Verdict::too_many_keys()
+        } else {
+            self.decide_decided(key, &decided, now)
+        };
+        verdict.notice = ended;
+        verdict
+    }
+
+    /// [`decide_key_with`](Self::decide_key_with) once every remote policy
+    /// decided.
+    fn decide_decided<'g>(
+        &'g self,
+        key: Fingerprint,
+        remote: &[Decision],
+        now: u64,
+    ) -> Verdict<'g> {
         let remote_pairs = || self.remote.iter().zip(remote.iter().copied());
         if remote.iter().any(|d| !d.is_allowed()) {
             let mut fields = Fields::default();

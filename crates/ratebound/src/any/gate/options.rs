@@ -201,7 +201,20 @@ pub struct GateOptions {
     /// name and shape (for the `RateLimit-Policy` field); their decisions
     /// come to [`Gate::decide_with`].
     pub remote: Vec<(String, KeyedAlgorithm)>,
+    /// The `Retry-After` (whole seconds, 1–3600; default
+    /// [`DEFAULT_STORE_ERROR_RETRY_AFTER`]) of the 503 answering a request
+    /// whose remote policy failed ([`RemoteAnswer::Failed`](super::RemoteAnswer::Failed)).
+    pub store_error_retry_after: u64,
 }
+
+/// The default `Retry-After` of a request whose remote policy failed:
+/// 1 s, as for a shed request or a full key table — a store that fails
+/// fails fast, so a client coming back soon costs little, and one that
+/// recovers serves it at once.
+pub const DEFAULT_STORE_ERROR_RETRY_AFTER: u64 = 1;
+
+/// The longest `store_error_retry_after`: an hour.
+const MAX_STORE_ERROR_RETRY_AFTER: u64 = 3600;
 
 /// The default cap on keys of every in-process table: a middleware's
 /// policies, the route decorators, a Redis limiter's fail-local share (a
@@ -224,13 +237,14 @@ impl Default for GateOptions {
             background_fraction: crate::http::DEFAULT_BACKGROUND_FRACTION,
             concurrency_queue: None,
             remote: Vec::new(),
+            store_error_retry_after: DEFAULT_STORE_ERROR_RETRY_AFTER,
         }
     }
 }
 
 /// The options [`GateOptions::set`] knows, in Python's and JavaScript's
 /// spelling.
-const OPTIONS: [(&str, &str); 15] = [
+const OPTIONS: [(&str, &str); 16] = [
     ("key_header", "keyHeader"),
     ("trusted_proxies", "trustedProxies"),
     ("client_ip_header", "clientIpHeader"),
@@ -246,6 +260,7 @@ const OPTIONS: [(&str, &str); 15] = [
     ("concurrency_max", "concurrencyMax"),
     ("concurrency_tolerance", "concurrencyTolerance"),
     ("background_fraction", "backgroundFraction"),
+    ("store_error_retry_after", "storeErrorRetryAfter"),
 ];
 
 pub(super) fn loose_text(value: Loose<'_>) -> String {
@@ -255,6 +270,23 @@ pub(super) fn loose_text(value: Loose<'_>) -> String {
         Loose::List(l) => format!("{l:?}"),
         Loose::Bool(b) => b.to_string(),
     }
+}
+
+/// A `store_error_retry_after` in whole seconds, checked.
+///
+/// # Errors
+/// [`Error::InvalidNumber`] naming a value that is not a whole number in
+/// 1..=3600.
+pub fn store_error_retry_after(secs: f64) -> Result<u64, Error> {
+    let secs = crate::any::whole("store_error_retry_after", secs, 1)?;
+    if secs > MAX_STORE_ERROR_RETRY_AFTER {
+        return Err(Error::InvalidNumber {
+            name: "store_error_retry_after",
+            value: secs.to_string(),
+            reason: "must be at most 3600 seconds (an hour)",
+        });
+    }
+    Ok(secs)
 }
 
 impl GateOptions {
@@ -277,6 +309,7 @@ impl GateOptions {
     /// | `concurrency_initial`, `concurrency_min`, `concurrency_max` | whole numbers ≥ 1 (imply `"auto"`) |
     /// | `concurrency_tolerance` | a number ≥ 1 (implies `"auto"`) |
     /// | `background_fraction` | 0–1 |
+    /// | `store_error_retry_after` | whole seconds, 1–3600: the `Retry-After` of a request whose remote policy failed |
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for an unknown option or a value of the
@@ -372,6 +405,9 @@ impl GateOptions {
                 crate::http::concurrency_share_check(n)?;
                 self.background_fraction = n;
             }
+            ("store_error_retry_after", Loose::Number(n)) => {
+                self.store_error_retry_after = store_error_retry_after(n)?;
+            }
             ("missing_key", _) => return Err(wrong("must be \"ip\", \"shared\" or a status")),
             (
                 "ipv6_prefix"
@@ -380,7 +416,8 @@ impl GateOptions {
                 | "concurrency_min"
                 | "concurrency_max"
                 | "concurrency_tolerance"
-                | "background_fraction",
+                | "background_fraction"
+                | "store_error_retry_after",
                 Loose::Text(_) | Loose::List(_) | Loose::Bool(_),
             ) => {
                 return Err(wrong("must be a number"));
@@ -392,6 +429,7 @@ impl GateOptions {
 
     /// Checks that the options make sense together.
     pub(super) fn check(&self) -> Result<(), Error> {
+        store_error_retry_after(self.store_error_retry_after as f64)?;
         if let (Some(limit), Some(_)) = (self.concurrency_limit, &self.adaptive_concurrency) {
             return Err(Error::InvalidOption {
                 name: "concurrency_limit",
