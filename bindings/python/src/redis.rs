@@ -256,7 +256,7 @@ impl RedisEngine {
         unsent: bool,
     ) -> PyResult<Py<Decision>> {
         let call = &call.get().inner;
-        let d = with_outcome(py, reply, timed_out, error, unsent, |o| {
+        let d = with_outcome(py, &self.inner, reply, timed_out, error, unsent, |o| {
             self.inner.finish(call, o)
         })?;
         tell(py, &self.inner);
@@ -322,7 +322,7 @@ impl RedisEngine {
         error: Option<&str>,
         unsent: bool,
     ) -> PyResult<()> {
-        with_outcome(py, reply, timed_out, error, unsent, |o| {
+        with_outcome(py, &self.inner, reply, timed_out, error, unsent, |o| {
             self.inner.acquire_reply(&mut a.get().lock(), o);
         })?;
         tell(py, &self.inner);
@@ -373,7 +373,7 @@ impl RedisEngine {
         unsent: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let call = &call.get().inner;
-        let r = with_outcome(py, reply, timed_out, error, unsent, |o| {
+        let r = with_outcome(py, &self.inner, reply, timed_out, error, unsent, |o| {
             self.inner.finish_reserve(call, o)
         })?;
         tell(py, &self.inner);
@@ -435,7 +435,7 @@ impl RedisEngine {
         error: Option<&str>,
         unsent: bool,
     ) -> PyResult<Option<f64>> {
-        let shift = with_outcome(py, reply, timed_out, error, unsent, |o| {
+        let shift = with_outcome(py, &self.inner, reply, timed_out, error, unsent, |o| {
             self.inner
                 .finish_pause(o)
                 .map(|(_, shift)| shift.as_secs_f64())
@@ -460,7 +460,7 @@ impl RedisEngine {
         unsent: bool,
     ) -> PyResult<Option<(f64, Option<Bound<'py, PyBytes>>)>> {
         let call = &call.get().inner;
-        let paused = with_outcome(py, reply, timed_out, error, unsent, |o| {
+        let paused = with_outcome(py, &self.inner, reply, timed_out, error, unsent, |o| {
             self.inner.finish_pause(o)
         })?;
         tell(py, &self.inner);
@@ -593,10 +593,11 @@ fn packed(call: &Call, verb: &[u8], head: &str) -> Vec<u8> {
 /// nothing at all is a failure): a reply that is not a list of ints is
 /// `CallOutcome::Malformed`, as Node's binding says of a reply that is not
 /// an array of integers. An error that says the store is misconfigured
-/// (`ratebound_redis::misconfiguration`) is raised as `StoreMisconfigured`
-/// and never reaches the engine: no fail policy answers a typo.
+/// (`Engine::misconfigured`) is raised as `StoreMisconfigured` and never
+/// reaches the fail policy: no fail policy answers a typo.
 fn with_outcome<R>(
     py: Python<'_>,
+    engine: &Engine,
     reply: Option<&Bound<'_, PyAny>>,
     timed_out: bool,
     error: Option<&str>,
@@ -606,8 +607,8 @@ fn with_outcome<R>(
     if unsent {
         return Ok(f(CallOutcome::Unsent));
     }
-    if !timed_out && let Some(e) = error.and_then(ratebound_redis::misconfiguration) {
-        return Err(py_err(py, e));
+    if !timed_out && let Some(e) = error {
+        engine.misconfigured(&CallOutcome::Failed(e)).or_py(py)?;
     }
     let ints = match reply.filter(|r| !r.is_none()) {
         None => None,

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use super::link::{Link, RunResult};
 use crate::decision::Decision;
-use crate::redis::{RedisEngine, misconfigured, tell};
+use crate::redis::{RedisEngine, tell};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -325,13 +325,11 @@ impl Completions {
                     call,
                     result,
                 } => {
-                    if let RunResult::Failed(e) = &result
-                        && let Some(err) = misconfigured(py, e)
-                    {
-                        fail(py, &fut, err);
+                    let engine = &engine.get().inner;
+                    if let Err(e) = engine.misconfigured(&result.outcome()) {
+                        fail(py, &fut, crate::error::py_err(py, e));
                         continue;
                     }
-                    let engine = &engine.get().inner;
                     let d = engine.finish(&call, result.outcome());
                     tell(py, engine);
                     if let Ok(obj) = Py::new(

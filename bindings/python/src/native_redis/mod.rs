@@ -313,11 +313,7 @@ impl NativeRedis {
                 let r = py
                     .detach(|| wait(&link.handle, async move { l.run(&c, timeout).await }))
                     .unwrap_or_else(lost);
-                if let RunResult::Failed(e) = &r
-                    && let Some(err) = misconfigured(py, e)
-                {
-                    return Err(err);
-                }
+                self.engine().misconfigured(&r.outcome()).or_py(py)?;
                 let d = self.engine().finish(&call, r.outcome());
                 tell(py, self.engine());
                 Self::decision(py, d)
