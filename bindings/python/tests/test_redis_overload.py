@@ -23,6 +23,7 @@ import logging
 import pathlib
 import threading
 import time
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
@@ -44,17 +45,28 @@ pytestmark = pytest.mark.filterwarnings("error")
 SLACK = 3
 
 
-def within_bound(times: list[float], burst: int, rate: float) -> tuple[bool, str]:
+def within_bound(times: list[float], burst: int, rate: float, late: float = 0.0) -> tuple[bool, str]:
     """Whether every window of the stamps `times` holds at most
-    ``burst + rate·t + SLACK`` (t: the window's span); the first window
-    found beyond it."""
+    ``burst + rate·(t + late) + SLACK`` (t: the window's span; ``late``: how
+    late a stamp may be taken on a loaded event loop, which shortens the
+    windows it opens); the first window found beyond it."""
     times = sorted(times)
     n = len(times)
     for i in range(n):
         t0 = times[i]
         for j in range(i + burst + SLACK, n):
-            if j - i + 1 > burst + rate * (times[j] - t0) + SLACK:
+            if j - i + 1 > burst + rate * (times[j] - t0 + late) + SLACK:
                 return False, f"{j - i + 1} in {times[j] - t0:.3f} s from stamp {i}"
+    return True, ""
+
+
+def within_bound_from(start: float, times: list[float], burst: int, rate: float) -> tuple[bool, str]:
+    """Whether at most ``burst + rate·t + SLACK`` stamps fall in the first
+    t seconds from `start` (taken before the first call), for every t: a
+    late stamp only helps here."""
+    for k, at in enumerate(sorted(times), 1):
+        if k > burst + rate * (at - start) + SLACK:
+            return False, f"{k} in the first {at - start:.3f} s"
     return True, ""
 
 
@@ -117,7 +129,12 @@ async def test_readme_outbound_recipe_keeps_the_bound_with_200_concurrent_reques
     client = redis.asyncio.Redis(host=HOST, port=server.port)
     limiter = rbr.AsyncTokenBucket(client, rate=10, burst=20)
     key = fresh_key("recipe")
-    transport = rb.httpx.AsyncRateLimitTransport(limiter, key=key, timeout=1.0)
+    # The recipe as the issue measured it, with the default fail policy
+    # "open" (the README now builds it with on_error="local"): its warning
+    # about "open" in front of a partner is expected here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="an outbound limiter that fails open", category=RuntimeWarning)
+        transport = rb.httpx.AsyncRateLimitTransport(limiter, key=key, timeout=1.0)
     async with httpx.AsyncClient(transport=transport, timeout=30) as http:
 
         async def one() -> str:
@@ -228,7 +245,11 @@ async def test_1500_concurrent_waiters_stay_within_the_bound(server: Server) -> 
     watcher.cancel()
     await limiter.aclose()
     await client.aclose()
-    ok, worst = within_bound(admitted, burst=10, rate=300)
+    ok, worst = within_bound_from(start, admitted, burst=10, rate=300)
+    assert ok, (len(admitted), took, worst)
+    # Any window: an admission stamped up to 0.1 s late (the loop runs 1 500
+    # tasks) may shorten the window it opens by that much.
+    ok, worst = within_bound(admitted, burst=10, rate=300, late=0.1)
     assert ok, (len(admitted), took, worst)
     assert not breaker_seen
     stats = limiter.stats
@@ -319,7 +340,13 @@ def misconfigured_urls(server: Server, tmp_path: pathlib.Path) -> list[tuple[str
 
 
 def check_raises(make: Any, what: str, words: tuple[str, ...]) -> None:
-    lim = make()
+    try:
+        lim = make()
+    except rb.StoreMisconfigured as e:
+        # Found out at construction (TLS to a plain server is asked then).
+        message = str(e)
+        assert SECRET not in message and all(w in message.lower() for w in words), (what, message)
+        return
     try:
         for _ in range(5):  # every call, not once: never the fail policy's
             with pytest.raises(rb.StoreMisconfigured) as e:
@@ -343,7 +370,11 @@ def test_misconfigured_urls_raise_naming_the_cause(server: Server, alice: str, t
 
 async def test_misconfigured_urls_raise_asyncio(server: Server, alice: str, tmp_path: pathlib.Path) -> None:
     for what, url, words in misconfigured_urls(server, tmp_path):
-        lim = rbr.AsyncTokenBucket(url, rate=10, burst=10, timeout=1.0)
+        try:
+            lim = rbr.AsyncTokenBucket(url, rate=10, burst=10, timeout=1.0)
+        except rb.StoreMisconfigured as e:  # found out at construction
+            assert SECRET not in str(e) and all(w in str(e).lower() for w in words), (what, str(e))
+            continue
         try:
             with pytest.raises(rb.StoreMisconfigured) as e:
                 await lim.check("k")

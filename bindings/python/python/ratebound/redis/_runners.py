@@ -587,6 +587,9 @@ class _AsyncRunner(_Calls):
         self._init: Optional[asyncio.Future[Any]] = None
         self._subscribe: Optional[_AsyncSubscribe] = None
         self._gate = _AsyncGate(None)
+        # The limiter's own pool of one server (None: a cluster, or a client
+        # used as given): its calls are sent and read here (see _sent_read).
+        self._pool: Any = None
         retry = _no_retries(asyncio_=True)
         if isinstance(client, redis.asyncio.cluster.RedisCluster):
             self._client: Any = self._cluster(redis, client, timeout, retry)
@@ -606,6 +609,7 @@ class _AsyncRunner(_Calls):
             user = client.connection_pool
             pool, kwargs = _pool(redis.asyncio.ConnectionPool, user, timeout, retry)
             self._client = redis.asyncio.Redis.from_pool(pool)
+            self._pool = pool
             self._gate = _AsyncGate(user.max_connections)
             self._subscribe = _subscriber(redis, True, user.connection_class, kwargs, timeout)
         elif isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
@@ -645,6 +649,27 @@ class _AsyncRunner(_Calls):
             **kwargs,
         )
 
+    async def _sent_read(self, call: _RedisCall, sent: list[bool]) -> Any:
+        """The call on a connection of the limiter's own pool, written as
+        the engine packed it and its reply read; ``sent[0]`` says whether it
+        left this client (a call cancelled at its deadline before that —
+        still waiting for a connection to be made, or for its turn on a
+        loop too busy to run it — never reached Redis)."""
+        conn = await self._pool.get_connection()
+        try:
+            await conn.send_packed_command(call.command)
+            sent[0] = True
+            try:
+                return await conn.read_response()
+            except self._noscript:
+                # Not loaded on this server: EVAL loads it, within the deadline.
+                await conn.send_packed_command(call.eval_command)
+                return await conn.read_response()
+        finally:
+            # A connection interrupted mid-call was disconnected by redis-py
+            # (a reply may still be on its way): the pool makes a new one.
+            await self._pool.release(conn)
+
     async def _attempt(self, call: _RedisCall) -> Any:
         try:
             return await self._client.evalsha(call.sha, 1, call.key, *call.args)
@@ -674,16 +699,20 @@ class _AsyncRunner(_Calls):
         place = await self._gate.enter(deadline)
         if place is None:
             return _UNSENT
+        sent = [self._pool is None]
+        attempt = (lambda: self._sent_read(call, sent)) if self._pool is not None else (lambda: self._attempt(call))
         try:
-            return await self._within(lambda: self._attempt(call), deadline), False, None, False
+            return await self._within(attempt, deadline), False, None, False
         except asyncio.TimeoutError:
-            if time.monotonic() - deadline > max(self._timeout / 4, _LATE):
-                # The deadline's timer itself ran late: the event loop was
-                # too busy to send the call or read its reply in time (1 500
-                # tasks started at once), the client's own overload, not
-                # Redis' silence. The engine refuses it as busy, as a call
-                # that never left (it may have taken its tokens: refusing
-                # never exceeds the limit), and the breaker does not hear of it.
+            if not sent[0] or time.monotonic() - deadline > max(self._timeout / 4, _LATE):
+                # Never sent by its deadline (its connection was still being
+                # made, or the loop did not get to it), or the deadline's
+                # timer itself ran late (a loop too busy to read the reply in
+                # time: 1 500 tasks started at once): the client's own
+                # overload, not Redis' silence. The engine refuses it as
+                # busy (a call that was sent may have taken its tokens:
+                # refusing never exceeds the limit), and the breaker does
+                # not hear of it.
                 return _UNSENT
             return None, True, None, False
         except self._errors as e:
