@@ -511,8 +511,12 @@ def test_auth_and_db_numbers(tmp_path: pathlib.Path) -> None:
         user = rbr.TokenBucket(f"redis://default:s3cret@{HOST}:{port}", rate=1, burst=2, prefix=prefix, timeout=1.0)
         assert user.check("k").source == "redis"
         user.close()
+        # A wrong password is an error naming the cause, not the fail
+        # policy's (issue 36), and the password is not in it.
         wrong = rbr.TokenBucket(f"redis://:nope@{HOST}:{port}", rate=1, on_error="closed", timeout=0.5)
-        assert wrong.check("k").source == "fail_closed"
+        with pytest.raises(rb.StoreMisconfigured, match="authentication failed") as e:
+            wrong.check("k")
+        assert "nope" not in str(e.value) and wrong.stats.fail_closed == 0
         wrong.close()
     finally:
         admin.close()

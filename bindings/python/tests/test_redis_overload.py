@@ -246,10 +246,12 @@ async def test_1500_concurrent_waiters_stay_within_the_bound(server: Server) -> 
     await limiter.aclose()
     await client.aclose()
     ok, worst = within_bound_from(start, admitted, burst=10, rate=300)
-    assert ok, (len(admitted), took, worst)
-    # Any window: an admission stamped up to 0.1 s late (the loop runs 1 500
-    # tasks) may shorten the window it opens by that much.
-    ok, worst = within_bound(admitted, burst=10, rate=300, late=0.1)
+    assert ok, (len(admitted), took, worst, limiter.stats)
+    # Any window: an admission stamped late (the loop runs 1 500 tasks, and
+    # stalls for up to ~0.15 s on this 2-core machine) shortens the window it
+    # opens by as much; 0.25 s of allowance is 75 tokens, against 1 500 in
+    # 0.35 s before.
+    ok, worst = within_bound(admitted, burst=10, rate=300, late=0.25)
     assert ok, (len(admitted), took, worst)
     assert not breaker_seen
     stats = limiter.stats

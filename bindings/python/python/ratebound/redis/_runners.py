@@ -126,6 +126,9 @@ def _left(deadline: float) -> float:
 # lateness is the event loop's own (with a quarter of the timeout).
 _LATE = 0.005
 
+# How many new connections an asyncio runner makes at once.
+_MAKERS = 8
+
 # A pool this large is no bound (redis-py's asyncio cluster default, 2**31).
 _UNBOUNDED = 2**30
 
@@ -195,6 +198,11 @@ class _AsyncGate:
         except asyncio.TimeoutError:
             return None
         return sem
+
+    def full(self) -> bool:
+        """Whether every place is taken now (calls of this loop queue)."""
+        sem = self._sem
+        return sem is not None and sem.locked()
 
     @staticmethod
     def leave(place: Any) -> None:
@@ -590,6 +598,7 @@ class _AsyncRunner(_Calls):
         # The limiter's own pool of one server (None: a cluster, or a client
         # used as given): its calls are sent and read here (see _sent_read).
         self._pool: Any = None
+        self._makers: Optional[tuple[weakref.ReferenceType[asyncio.AbstractEventLoop], asyncio.Semaphore]] = None
         retry = _no_retries(asyncio_=True)
         if isinstance(client, redis.asyncio.cluster.RedisCluster):
             self._client: Any = self._cluster(redis, client, timeout, retry)
@@ -649,16 +658,35 @@ class _AsyncRunner(_Calls):
             **kwargs,
         )
 
-    async def _sent_read(self, call: _RedisCall, sent: list[bool]) -> Any:
+    async def _sent_read(self, call: _RedisCall, progress: list[float]) -> Any:
         """The call on a connection of the limiter's own pool, written as
-        the engine packed it and its reply read; ``sent[0]`` says whether it
-        left this client (a call cancelled at its deadline before that —
-        still waiting for a connection to be made, or for its turn on a
-        loop too busy to run it — never reached Redis)."""
-        conn = await self._pool.get_connection()
+        the engine packed it and its reply read. ``progress``: ``[sent,
+        own]`` — how far it got (0: still in this client's own queues, for
+        a connection or for its turn to make one; 1: making a new
+        connection, the server's share; 2: sent), and how long this client
+        took to send it, from the call's start, without the time a new
+        connection took to be made."""
+        pool = self._pool
+        made = 0.0
+        if getattr(pool, "_available_connections", True):
+            conn = await pool.get_connection()
+        else:
+            # A new connection: at most _MAKERS are made at once, the other
+            # calls wait for one of them (or an idle one) — 100 connections
+            # made at once on a busy loop take longer than the deadline.
+            makers = self._makers_here()
+            await makers.acquire()
+            try:
+                t = time.monotonic()
+                progress[0] = 1.0
+                conn = await pool.get_connection()
+                made = time.monotonic() - t
+            finally:
+                makers.release()
         try:
             await conn.send_packed_command(call.command)
-            sent[0] = True
+            progress[1] = time.monotonic() - progress[1] - made
+            progress[0] = 2.0
             try:
                 return await conn.read_response()
             except self._noscript:
@@ -669,6 +697,14 @@ class _AsyncRunner(_Calls):
             # A connection interrupted mid-call was disconnected by redis-py
             # (a reply may still be on its way): the pool makes a new one.
             await self._pool.release(conn)
+
+    def _makers_here(self) -> asyncio.Semaphore:
+        """This loop's permits to make a new connection (see _sent_read)."""
+        loop = asyncio.get_running_loop()
+        made = self._makers
+        if made is None or made[0]() is not loop:
+            made = self._makers = (weakref.ref(loop), asyncio.Semaphore(_MAKERS))
+        return made[1]
 
     async def _attempt(self, call: _RedisCall) -> Any:
         try:
@@ -694,27 +730,49 @@ class _AsyncRunner(_Calls):
             await self._ready(deadline)
         return await asyncio.wait_for(command(), _left(deadline))
 
+    def _overloaded(self, progress: list[float], deadline: float) -> bool:
+        """Whether a call that timed out (``progress``: see _sent_read) was
+        late for this client's own reasons rather than Redis'."""
+        half = self._timeout / 2
+        late = time.monotonic() - deadline > max(self._timeout / 4, _LATE)
+        stage, own = progress[0], progress[1]
+        queued = stage == 0.0
+        connecting = stage == 1.0 and self._gate.full()
+        sent_late = stage == 2.0 and own > half
+        # The client's own overload, not Redis' silence: still in
+        # this client's queues at its deadline (for a connection,
+        # for its turn to make one: 1 500 tasks started at once);
+        # making a connection while every place was taken and more
+        # calls queued; sent only after this client had used more
+        # than half the deadline itself (Redis had less than half
+        # to answer); or the deadline's timer itself ran late (a
+        # loop too busy to read the reply in time). The engine
+        # refuses it as busy (a call that was sent may have taken
+        # its tokens: refusing never exceeds the limit), and the
+        # breaker does not hear of it. Alone, a call whose
+        # connection could not be made in time is Redis' trouble (a
+        # server that accepts but does not answer): a timeout.
+        return late or queued or connecting or sent_late
+
     async def run(self, call: _RedisCall) -> _Outcome:
         deadline = self._deadline()
         place = await self._gate.enter(deadline)
         if place is None:
             return _UNSENT
-        sent = [self._pool is None]
-        attempt = (lambda: self._sent_read(call, sent)) if self._pool is not None else (lambda: self._attempt(call))
+        # [how far, own time before the send] (see _sent_read): a client
+        # used as given or a cluster's counts as sent at once.
+        progress = [2.0 if self._pool is None else 0.0, deadline - self._timeout]
+        attempt = (lambda: self._sent_read(call, progress)) if self._pool is not None else (lambda: self._attempt(call))
         try:
             return await self._within(attempt, deadline), False, None, False
-        except asyncio.TimeoutError:
-            if not sent[0] or time.monotonic() - deadline > max(self._timeout / 4, _LATE):
-                # Never sent by its deadline (its connection was still being
-                # made, or the loop did not get to it), or the deadline's
-                # timer itself ran late (a loop too busy to read the reply in
-                # time: 1 500 tasks started at once): the client's own
-                # overload, not Redis' silence. The engine refuses it as
-                # busy (a call that was sent may have taken its tokens:
-                # refusing never exceeds the limit), and the breaker does
-                # not hear of it.
+        except (asyncio.TimeoutError, self._timeout_error) as e:
+            # asyncio's at the deadline, or redis-py's own (a connect bounded
+            # by socket_connect_timeout).
+            if self._overloaded(progress, deadline):
                 return _UNSENT
-            return None, True, None, False
+            if isinstance(e, asyncio.TimeoutError):
+                return None, True, None, False
+            return _failed(e, self._timeout_error)
         except self._errors as e:
             return _failed(e, self._timeout_error)
         finally:
