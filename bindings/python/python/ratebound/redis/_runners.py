@@ -661,14 +661,17 @@ class _AsyncRunner(_Calls):
     async def _sent_read(self, call: _RedisCall, progress: list[float]) -> Any:
         """The call on a connection of the limiter's own pool, written as
         the engine packed it and its reply read. ``progress``: ``[sent,
-        own]`` — how far it got (0: still in this client's own queues, for
-        a connection or for its turn to make one; 1: making a new
-        connection, the server's share; 2: sent), and how long this client
+        own]`` — how far it got (0: still in this client's own queue for
+        its turn to make a connection; 1: taking an idle connection or
+        making one, the server's share; 2: sent), and how long this client
         took to send it, from the call's start, without the time a new
         connection took to be made."""
         pool = self._pool
         made = 0.0
         if getattr(pool, "_available_connections", True):
+            # An idle connection (connected again here if it was dropped:
+            # the server's share, as making one).
+            progress[0] = 1.0
             conn = await pool.get_connection()
         else:
             # A new connection: at most _MAKERS are made at once, the other
