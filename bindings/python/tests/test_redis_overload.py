@@ -289,10 +289,10 @@ def test_a_full_pool_queues_within_the_deadline(own_server: Server) -> None:
     holder = threading.Thread(target=lambda: out.append(("holder", short.check(key))))
     holder.start()
     time.sleep(0.1)  # the holder has the one connection, paused
-    queued = [threading.Thread(target=lambda: out.append(("queued", short.check(key)))) for _ in range(4)]
-    for t in queued:
+    waiters = [threading.Thread(target=lambda: out.append(("queued", short.check(key)))) for _ in range(4)]
+    for t in waiters:
         t.start()
-    for t in [holder, *queued]:
+    for t in [holder, *waiters]:
         t.join()
     busy = [d for who, d in out if d.source == "busy"]
     assert [d.source for who, d in out if who == "holder"] == ["fail_open"], out  # Redis itself was slow
@@ -344,9 +344,9 @@ def misconfigured_urls(server: Server, tmp_path: pathlib.Path) -> list[tuple[str
 def check_raises(make: Any, what: str, words: tuple[str, ...]) -> None:
     try:
         lim = make()
-    except rb.StoreMisconfigured as e:
+    except rb.StoreMisconfigured as made:
         # Found out at construction (TLS to a plain server is asked then).
-        message = str(e)
+        message = str(made)
         assert SECRET not in message and all(w in message.lower() for w in words), (what, message)
         return
     try:
@@ -374,8 +374,8 @@ async def test_misconfigured_urls_raise_asyncio(server: Server, alice: str, tmp_
     for what, url, words in misconfigured_urls(server, tmp_path):
         try:
             lim = rbr.AsyncTokenBucket(url, rate=10, burst=10, timeout=1.0)
-        except rb.StoreMisconfigured as e:  # found out at construction
-            assert SECRET not in str(e) and all(w in str(e).lower() for w in words), (what, str(e))
+        except rb.StoreMisconfigured as made:  # found out at construction
+            assert SECRET not in str(made) and all(w in str(made).lower() for w in words), (what, str(made))
             continue
         try:
             with pytest.raises(rb.StoreMisconfigured) as e:
