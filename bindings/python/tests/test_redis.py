@@ -970,8 +970,11 @@ def test_middleware_global_limit_is_one_policy_away(server: Server) -> None:
 
     prefix = f"{fresh_key('mw')}:"
 
+    limiters: list[Any] = []
+
     def asgi_app() -> Any:
         limiter = rbr.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=server.port), rate=1, burst=2, prefix=prefix)
+        limiters.append(limiter)
         return rb.asgi.RateLimitMiddleware(
             Starlette(routes=[Route("/", hello)]),
             policies={"burst": "100/s burst 100", "global": limiter},
@@ -996,6 +999,10 @@ def test_middleware_global_limit_is_one_policy_away(server: Server) -> None:
         assert third.headers["retry-after"] == "1"
         assert third.headers["ratelimit"] == '"global";r=0;t=2'
         assert b.get("/", headers={"x-api-key": "bob"}).status_code == 200
+        # Each app's limiter closes its connections in its app's loop (left
+        # open, they would warn when collected, in whichever test runs then).
+        a.portal.call(limiters[0].aclose)
+        b.portal.call(limiters[1].aclose)
     flask_client = flask.test_client()
     flask.wsgi_app = wsgi  # type: ignore[method-assign]
     assert flask_client.get("/", headers={"x-api-key": "alice"}).status_code == 429

@@ -126,6 +126,10 @@ def _left(deadline: float) -> float:
 # lateness is the event loop's own (with a quarter of the timeout).
 _LATE = 0.005
 
+# How long a sync call past its deadline still looks for a reply that
+# landed in time.
+_LAST_LOOK = 0.0005
+
 # How many new connections an asyncio runner makes at once.
 _MAKERS = 8
 
@@ -360,9 +364,9 @@ class _Standalone(_SyncCalls):
             self._pool.release(conn)
 
     def _read(self, conn: Any, deadline: float) -> Any:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise self._timeout_error("deadline passed")
+        # Past the deadline already (this thread waited for the GIL): one
+        # last short look, for a reply that landed in time.
+        left = max(deadline - time.monotonic(), _LAST_LOOK)
         return conn.read_response(timeout=left)
 
     def run(self, call: _RedisCall) -> _Outcome:
@@ -381,6 +385,11 @@ class _Standalone(_SyncCalls):
         except self._errors as e:
             return _failed(e, self._timeout_error)
         clean = False
+        # How long this client itself took before the send (the gate, the
+        # GIL): a call that timed out after it used more than half the
+        # deadline, or whose thread came back late past the deadline, is
+        # the client's own overload (busy), not Redis' silence.
+        own = time.monotonic() - (deadline - self._timeout)
         try:
             conn.send_packed_command((call.command,))
             try:
@@ -398,6 +407,10 @@ class _Standalone(_SyncCalls):
             # A reply that timed out is still on its way: redis-py has
             # already disconnected, so nobody reads it as theirs.
             clean = True
+            if isinstance(e, (self._timeout_error, TimeoutError)) and (
+                own > self._timeout / 2 or time.monotonic() - deadline > max(self._timeout / 4, _LATE)
+            ):
+                return _UNSENT
             return _failed(e, self._timeout_error)
         finally:
             self._give(conn, clean)
