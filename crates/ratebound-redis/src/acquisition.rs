@@ -59,11 +59,8 @@ impl Engine {
         loop {
             match &a.state {
                 State::Done(source) => return Ok(Step::Done(*source)),
-                State::Failed(wait) => {
-                    return Err(Error::DeadlineExceeded {
-                        wait: *wait,
-                        max_wait: a.max_wait(now),
-                    });
+                State::Failed(wait, source) => {
+                    return Err(self.wait_failed(*wait, *source, a.max_wait(now)));
                 }
                 State::Pending(call) => return Ok(Step::Call(call.clone())),
                 State::Held { due, source, .. } => {
@@ -123,11 +120,11 @@ impl Engine {
                     call,
                 }
             }
-            Reserved::Refused { wait, .. } => State::Failed(wait),
-            Reserved::Retry { wait, .. } => {
+            Reserved::Refused { wait, source } => State::Failed(wait, source),
+            Reserved::Retry { wait, source } => {
                 let at = now.saturating_add(nanos(wait));
                 match a.deadline {
-                    Some(deadline) if at > deadline => State::Failed(wait),
+                    Some(deadline) if at > deadline => State::Failed(wait, source),
                     _ => State::RetryAt(at),
                 }
             }
@@ -143,6 +140,35 @@ impl Engine {
                 call: Some(call), ..
             } => Some(self.give_back(&call)),
             _ => None,
+        }
+    }
+
+    /// The error for a wait that cannot end in time: the fail policy
+    /// `closed` refusing and the client's own overload say so, not that
+    /// the wait was too long.
+    pub(crate) fn wait_failed(&self, wait: Duration, source: Source, max_wait: Duration) -> Error {
+        match source {
+            Source::FailClosed => Error::StoreUnavailable {
+                cause: format!(
+                    "redis unavailable ({}): the fail policy 'closed' refused{}",
+                    self.last_cause(),
+                    if self.breaker.is_open() {
+                        " (the circuit breaker is open)"
+                    } else {
+                        ""
+                    }
+                ),
+                retry_after: wait,
+            },
+            Source::Busy => Error::StoreUnavailable {
+                cause: format!(
+                    "the redis client is overloaded: the call could not be sent within its {:?} \
+                     deadline (a full connection pool or queue)",
+                    self.config.timeout
+                ),
+                retry_after: wait,
+            },
+            _ => Error::DeadlineExceeded { wait, max_wait },
         }
     }
 
@@ -248,7 +274,8 @@ enum State {
         call: Option<Call>,
     },
     Done(Source),
-    Failed(Duration),
+    /// The wait cannot end in time: the wait asked for, and who said so.
+    Failed(Duration, Source),
 }
 
 /// One caller's wait for global tokens (see [`Engine::acquire`]).

@@ -18,6 +18,7 @@
 //! is not sent.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +58,9 @@ pub(crate) enum Answer {
     Timeout,
     /// A connection or server error.
     Failed(String),
+    /// The call never went out: its caller's deadline passed while it
+    /// still waited in the queue (the client's own overload).
+    Unsent,
 }
 
 impl Answer {
@@ -67,6 +71,7 @@ impl Answer {
             Answer::Malformed => CallOutcome::Malformed,
             Answer::Timeout => CallOutcome::Timeout,
             Answer::Failed(e) => CallOutcome::Failed(e),
+            Answer::Unsent => CallOutcome::Unsent,
         }
     }
 
@@ -119,10 +124,40 @@ pub(crate) async fn send_one<C: ConnectionLike + Clone>(
     }
 }
 
+/// A queued call's fate, decided once by whoever gets there first: the
+/// sender taking it into a batch, or its caller giving up.
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// A queued call's handle for its caller (see [`Entry::Queued`]).
+pub(crate) struct Ticket {
+    pub(crate) answer: oneshot::Receiver<Answer>,
+    fate: Arc<AtomicU8>,
+}
+
+impl Ticket {
+    /// The caller stops waiting: [`Answer::Unsent`] if the call had not
+    /// gone out (and now never will), else [`Answer::Timeout`] (it went
+    /// out: it may have been decided).
+    pub(crate) fn give_up(&self) -> Answer {
+        // Ordering: Relaxed — the CAS alone decides who owns the call's
+        // fate; no other memory is published through it.
+        match self
+            .fate
+            .compare_exchange(QUEUED, ABANDONED, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Answer::Unsent,
+            Err(_) => Answer::Timeout,
+        }
+    }
+}
+
 /// A call waiting for its batch, and where its answer goes.
 struct Waiter {
     call: Arc<Call>,
     answer: oneshot::Sender<Answer>,
+    fate: Arc<AtomicU8>,
 }
 
 /// One group's state: the calls waiting, the sends in flight.
@@ -140,7 +175,8 @@ impl Group {
         let mut batch: Vec<Waiter> = Vec::new();
         let mut rest = VecDeque::new();
         while let Some(w) = self.waiting.pop_front() {
-            if w.answer.is_closed() {
+            // Ordering: Relaxed — see `Ticket::give_up`.
+            if w.answer.is_closed() || w.fate.load(Ordering::Relaxed) == ABANDONED {
                 continue;
             }
             if batch.len() == BatchCall::MAX {
@@ -150,7 +186,16 @@ impl Group {
             }
             match batch.first() {
                 Some(first) if !BatchCall::joins(&first.call, &w.call) => rest.push_back(w),
-                _ => batch.push(w),
+                // Invariant: a call goes out only if its caller has not
+                // given up; one that gave up is dropped from the queue.
+                _ if w
+                    .fate
+                    .compare_exchange(QUEUED, TAKEN, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok() =>
+                {
+                    batch.push(w)
+                }
+                _ => {}
             }
         }
         self.waiting = rest;
@@ -162,8 +207,8 @@ impl Group {
 pub(crate) enum Entry<C: ConnectionLike + Clone + Send + Sync + 'static> {
     /// Send it yourself; dropping the [`Flight`] lets the group's queue go.
     Alone(Flight<C>),
-    /// Wait for its answer.
-    Queued(oneshot::Receiver<Answer>),
+    /// Wait for its answer (or [give up](Ticket::give_up)).
+    Queued(Ticket),
 }
 
 /// The batching state of one limiter (shared by its clones).
@@ -209,9 +254,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
             return Entry::Alone(self.flight(slot));
         }
         let (answer, rx) = oneshot::channel();
+        let fate = Arc::new(AtomicU8::new(QUEUED));
         group.waiting.push_back(Waiter {
             call: Arc::clone(call),
             answer,
+            fate: Arc::clone(&fate),
         });
         if group.sending < SENDS && group.waiting.len() >= SECOND {
             let batch = group.take();
@@ -221,7 +268,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
                 launch(self.flight(slot), batch);
             }
         }
-        Entry::Queued(rx)
+        Entry::Queued(Ticket { answer: rx, fate })
     }
 
     /// A send of `slot`'s group, counted in its `sending`.

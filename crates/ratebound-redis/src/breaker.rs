@@ -45,22 +45,35 @@ impl Breaker {
             .is_ok()
     }
 
-    pub(crate) fn success(&self) {
+    /// A call answered; whether this closed an open breaker (the end of
+    /// an episode: exactly one caller sees `true` for it).
+    pub(crate) fn success(&self) -> bool {
         self.failures.store(0, Ordering::Relaxed);
-        self.open_until.store(0, Ordering::Relaxed);
+        // Fast path: closed already (the common case writes nothing else).
+        if self.open_until.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let was = self.open_until.swap(0, Ordering::Relaxed);
         self.probing.store(false, Ordering::Relaxed);
+        was != 0
     }
 
-    pub(crate) fn failure(&self, now: u64) {
+    /// A call failed; whether this opened a closed breaker (the start of
+    /// an episode: a failed probe re-opens it without a new one).
+    pub(crate) fn failure(&self, now: u64) -> bool {
         let failures = self
             .failures
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
+        let mut opened = false;
         if failures >= self.threshold {
-            self.open_until
-                .store(now.saturating_add(self.cooldown).max(1), Ordering::Relaxed);
+            let was = self
+                .open_until
+                .swap(now.saturating_add(self.cooldown).max(1), Ordering::Relaxed);
+            opened = was == 0;
         }
         self.probing.store(false, Ordering::Relaxed);
+        opened
     }
 
     pub(crate) fn is_open(&self) -> bool {

@@ -172,8 +172,15 @@ pub enum CallOutcome<'a> {
     /// No reply within the deadline. The call may still have run: its
     /// tokens may be spent.
     Timeout,
-    /// A connection or server error (its text, for nothing but logs).
+    /// A connection or server error (its text, for logs, notices and
+    /// errors).
     Failed(&'a str),
+    /// The call never left this client before its deadline: the client's
+    /// own connection pool, queue or batch was full. Nothing reached Redis,
+    /// so this is back-pressure, not an outage: the engine refuses as
+    /// [`Source::Busy`](crate::Source::Busy) and neither the fail policy
+    /// nor the circuit breaker hears of it.
+    Unsent,
 }
 
 impl<'a> CallOutcome<'a> {

@@ -23,11 +23,16 @@ pub enum Source {
     /// most one burst period or window); no other key, and not the
     /// circuit breaker, is affected.
     Damaged,
+    /// The call never left this client before its deadline: its own
+    /// connection pool or queue was full (back-pressure, not an outage).
+    /// Refused, with the call's deadline as the wait; not the fail policy's
+    /// answer, and not a failure for the circuit breaker.
+    Busy,
 }
 
 impl Source {
-    /// `"redis"`, `"lease"`, `"fail_open"`, `"fail_closed"`, `"local"` or
-    /// `"damaged"`.
+    /// `"redis"`, `"lease"`, `"fail_open"`, `"fail_closed"`, `"local"`,
+    /// `"damaged"` or `"busy"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Redis => "redis",
@@ -36,6 +41,7 @@ impl Source {
             Source::FailClosed => "fail_closed",
             Source::Local => "local",
             Source::Damaged => "damaged",
+            Source::Busy => "busy",
         }
     }
 }

@@ -144,6 +144,24 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         &self.engine
     }
 
+    /// How many answers this limiter gave, by the path that gave them
+    /// (Redis, a lease, each fail policy, busy), and whether the breaker
+    /// is open: [`Engine::stats`].
+    pub fn stats(&self) -> crate::Stats {
+        self.engine.stats()
+    }
+
+    /// Logs the engine's notices, each once, as warnings of the `log`
+    /// crate (target `ratebound_redis`): a breaker episode's start and
+    /// end, an overloaded client.
+    fn tell(&self) {
+        if self.engine.has_notices() {
+            for notice in self.engine.take_notices() {
+                log::warn!(target: "ratebound_redis", "{notice}");
+            }
+        }
+    }
+
     /// This limiter, listening for other instances' pauses: a thread of its
     /// own subscribes to [`Engine::pause_channel`] (`rb:pause`) with
     /// `client` (a pub/sub connection cannot be shared with commands; use
@@ -258,7 +276,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                     None => call,
                 });
                 let answer = self.run(&call).await;
-                Ok(self.engine.finish(&call, answer.outcome()))
+                let d = self.engine.finish(&call, answer.outcome());
+                self.tell();
+                Ok(d)
             }
         }
     }
@@ -314,6 +334,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 Step::Call(call) => {
                     let answer = self.run(&Arc::new(call)).await;
                     self.engine.acquire_reply(a, answer.outcome());
+                    self.tell();
                 }
             }
         }
@@ -340,10 +361,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             ReserveBegin::Call(call) => {
                 let call = Arc::new(call);
                 let answer = self.run(&call).await;
-                (
-                    self.engine.finish_reserve(&call, answer.outcome()),
-                    Some(call),
-                )
+                let r = self.engine.finish_reserve(&call, answer.outcome());
+                self.tell();
+                (r, Some(call))
             }
         };
         match r {
@@ -357,8 +377,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 delay: wait,
                 source,
             }),
-            Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => {
-                Err(Error::DeadlineExceeded { wait, max_wait })
+            Reserved::Refused { wait, source } | Reserved::Retry { wait, source } => {
+                Err(self.engine.wait_failed(wait, source, max_wait))
             }
         }
     }
@@ -386,6 +406,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         let call = Arc::new(self.engine.begin_pause(None, key.as_ref(), duration)?);
         let answer = self.run(&call).await;
         let paused = self.engine.finish_pause(answer.outcome());
+        self.tell();
         if let Some((start_us, shift)) = paused
             && let Some(news) = self.engine.pause_news(&call, start_us, shift)
         {
@@ -413,11 +434,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 drop(flight);
                 answer
             }
-            Entry::Queued(rx) => match tokio::time::timeout(timeout, rx).await {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
-                Err(_) => Answer::Timeout,
-            },
+            Entry::Queued(mut ticket) => {
+                match tokio::time::timeout(timeout, &mut ticket.answer).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
+                    // Still queued: the client's own overload, not Redis'.
+                    Err(_) => ticket.give_up(),
+                }
+            }
         }
     }
 }

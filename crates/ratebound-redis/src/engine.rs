@@ -16,6 +16,7 @@ use crate::breaker::Breaker;
 use crate::call::{Begin, Call, CallKind, CallOutcome, well_formed};
 use crate::config::{Config, OnError};
 use crate::decision::{RedisDecision, Source};
+use crate::health::{Health, Notice, Stats};
 use crate::lease::Lease;
 use crate::script::Script;
 
@@ -32,6 +33,8 @@ pub struct Engine {
     pub(crate) clock: AnyClock,
     /// Pauses heard of (see [`Engine::hear`]).
     pub(crate) news: crate::news::News,
+    /// The answers' counts and the notices to log.
+    pub(crate) health: Health,
 }
 
 impl std::fmt::Debug for Engine {
@@ -104,6 +107,7 @@ impl Engine {
             fingerprints: Fingerprinter::new(),
             clock,
             news: crate::news::News::new(),
+            health: Health::default(),
             config,
         })
     }
@@ -121,6 +125,98 @@ impl Engine {
     /// Whether the circuit breaker is open (Redis is being spared).
     pub fn breaker_open(&self) -> bool {
         self.breaker.is_open()
+    }
+
+    /// How many answers this engine gave, by the path that gave them, and
+    /// whether the breaker is open now.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::Quota;
+    /// use ratebound_redis::{Algorithm, Begin, CallOutcome, Config, Engine, OnError};
+    /// let mut config = Config::new(Algorithm::TokenBucket(Quota::parse("10/s")?));
+    /// config.on_error = OnError::Open;
+    /// let engine = Engine::new(config)?;
+    /// let Begin::Call(call) = engine.begin(b"k", 1)? else { unreachable!() };
+    /// let d = engine.finish(&call, CallOutcome::Failed("connection refused"));
+    /// assert!(d.is_allowed());
+    /// assert_eq!(engine.stats().fail_open, 1);
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.health.stats(self.breaker.is_open())
+    }
+
+    /// Whether notices wait to be taken (one atomic load: a driver asks
+    /// after each call it finishes).
+    pub fn has_notices(&self) -> bool {
+        self.health.has_notices()
+    }
+
+    /// The notices since the last take, oldest first, each to be logged
+    /// once as a warning ([`Notice::message`]): the breaker opening and
+    /// closing, and the client's own overload.
+    pub fn take_notices(&self) -> Vec<Notice> {
+        self.health.take_notices()
+    }
+
+    /// The fail policy's name: `"open"`, `"closed"` or `"local"`.
+    pub(crate) fn policy_name(&self) -> &'static str {
+        match self.config.on_error {
+            OnError::Open => "open",
+            OnError::Closed => "closed",
+            OnError::Local(_) => "local",
+        }
+    }
+
+    /// Redis answered a call: the breaker closes (and says so once).
+    pub(crate) fn answered(&self) {
+        if self.breaker.success() {
+            self.health.closed(self.policy_name());
+        }
+    }
+
+    /// A call failed (`outcome` is not a reply of the script's): the
+    /// breaker hears of it (and the episode's start is told once).
+    pub(crate) fn failed(&self, outcome: &CallOutcome<'_>, now: u64) {
+        let cause = match outcome {
+            CallOutcome::Timeout => format!("no reply within {:?}", self.config.timeout),
+            CallOutcome::Failed(text) => (*text).to_string(),
+            CallOutcome::Malformed | CallOutcome::Reply(_) => {
+                "a reply that is not the script's".to_string()
+            }
+            CallOutcome::Unsent => return,
+        };
+        self.health.set_cause(cause);
+        if self.breaker.failure(now) {
+            self.health.opened(
+                self.policy_name(),
+                Duration::from_nanos(self.breaker.cooldown),
+            );
+        }
+    }
+
+    /// A call never left this client: refused as busy, counted, told once
+    /// per breaker cool-down; the breaker does not hear of it.
+    pub(crate) fn unsent(&self, now: u64) -> RedisDecision {
+        self.health
+            .busy(now, self.breaker.cooldown, self.config.timeout);
+        self.health.count(Source::Busy);
+        RedisDecision {
+            inner: ratebound::Decision::from_parts(
+                false,
+                self.config.algorithm.capacity(),
+                0,
+                u64::try_from(self.config.timeout.as_nanos()).unwrap_or(u64::MAX),
+                0,
+            ),
+            source: Source::Busy,
+        }
+    }
+
+    /// What the last failure was, in words (`"connection refused"`).
+    pub(crate) fn last_cause(&self) -> String {
+        self.health.cause()
     }
 
     /// The Redis key for `key`: the prefix, the algorithm's
@@ -213,6 +309,7 @@ impl Engine {
             {
                 lease.tokens -= n;
                 let left = lease.tokens;
+                self.health.count(Source::Lease);
                 return Ok(Begin::Done(RedisDecision {
                     inner: ratebound::Decision::from_parts(true, capacity, left, 0, 0),
                     source: Source::Lease,
@@ -235,6 +332,8 @@ impl Engine {
         let now = self.clock.now();
         let reply = match outcome {
             CallOutcome::Reply(r) if well_formed(r) => r,
+            // Never sent: the client's own overload, not Redis'.
+            CallOutcome::Unsent => return self.unsent(now),
             // A reply of another shape is a server that is not running our
             // script: a failure like any other. (The scripts reply
             // well-formed for every state a key can hold — beyond the limit,
@@ -243,11 +342,11 @@ impl Engine {
             | CallOutcome::Malformed
             | CallOutcome::Timeout
             | CallOutcome::Failed(_) => {
-                self.breaker.failure(now);
+                self.failed(&outcome, now);
                 return self.fail(&call.key, call.n, now);
             }
         };
-        self.breaker.success();
+        self.answered();
         let [allowed, remaining, retry_us, reset_us, taken, damaged] =
             [reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]].map(|v| v as u64);
         let allowed = allowed == 1;
@@ -270,6 +369,12 @@ impl Engine {
             entry.expires = now.saturating_add(ttl);
             remaining = entry.tokens;
         }
+        let source = if damaged == 1 {
+            Source::Damaged
+        } else {
+            Source::Redis
+        };
+        self.health.count(source);
         RedisDecision {
             inner: ratebound::Decision::from_parts(
                 allowed,
@@ -278,16 +383,18 @@ impl Engine {
                 retry_us.saturating_mul(1000),
                 reset_us.saturating_mul(1000),
             ),
-            source: if damaged == 1 {
-                Source::Damaged
-            } else {
-                Source::Redis
-            },
+            source,
         }
     }
 
     /// The fail policy's answer for `n` on `key` (the full key).
     pub(crate) fn fail(&self, key: &[u8], n: u64, now: u64) -> RedisDecision {
+        let d = self.fail_uncounted(key, n, now);
+        self.health.count(d.source);
+        d
+    }
+
+    fn fail_uncounted(&self, key: &[u8], n: u64, now: u64) -> RedisDecision {
         let capacity = self.config.algorithm.capacity();
         match self.config.on_error {
             OnError::Open => RedisDecision {

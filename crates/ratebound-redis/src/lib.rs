@@ -50,7 +50,9 @@ mod call;
 mod config;
 mod decision;
 mod engine;
+mod health;
 mod lease;
+mod misconfig;
 mod news;
 mod pause;
 mod reserve;
@@ -79,6 +81,8 @@ pub type Decision = RedisDecision;
 #[deprecated(note = "renamed CallOutcome")]
 pub type Outcome<'a> = CallOutcome<'a>;
 pub use engine::Engine;
+pub use health::{Notice, Stats};
+pub use misconfig::misconfiguration;
 pub use ratebound::Error;
 pub use reserve::{ReserveBegin, Reserved};
 

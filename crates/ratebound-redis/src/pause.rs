@@ -58,13 +58,15 @@ impl Engine {
         let now = self.clock.now();
         match outcome {
             CallOutcome::Reply(r) if well_formed(r) => {
-                self.breaker.success();
+                self.answered();
                 // Slots from the script's now on moved: none lies between
                 // it and the end of an earlier pause (that pause moved them).
                 Some((r[6] as u64, Duration::from_micros(r[2] as u64)))
             }
+            // Never sent: not told, and not the breaker's business.
+            CallOutcome::Unsent => None,
             _ => {
-                self.breaker.failure(now);
+                self.failed(&outcome, now);
                 None
             }
         }

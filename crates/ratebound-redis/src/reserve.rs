@@ -17,6 +17,11 @@ use crate::engine::Engine;
 /// are exact below it; about 285 years, i.e. no bound).
 pub(crate) const UNBOUNDED_US: u64 = (1 << 53) - 1;
 
+/// How soon a wait whose call never left the client asks again: the call
+/// already waited its whole deadline for the client's pool or queue, so a
+/// short pause suffices (the wait's own deadline still bounds it).
+pub(crate) const BUSY_RETRY: Duration = Duration::from_millis(1);
+
 /// What a reservation came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reserved {
@@ -132,6 +137,7 @@ impl Engine {
                 && lease.tokens >= n
             {
                 lease.tokens -= n;
+                self.health.count(Source::Lease);
                 return Ok(ReserveBegin::Done(Reserved::Granted {
                     wait: Duration::ZERO,
                     source: Source::Lease,
@@ -162,20 +168,30 @@ impl Engine {
         };
         let reply = match outcome {
             CallOutcome::Reply(r) if well_formed(r) => r,
+            // Never sent (the client's own pool or queue was full): nothing
+            // was reserved; ask again soon, within the wait's own deadline.
+            CallOutcome::Unsent => {
+                let d = self.unsent(now);
+                return Reserved::Retry {
+                    wait: BUSY_RETRY,
+                    source: d.source(),
+                };
+            }
             CallOutcome::Reply(_)
             | CallOutcome::Malformed
             | CallOutcome::Timeout
             | CallOutcome::Failed(_) => {
-                self.breaker.failure(now);
+                self.failed(&outcome, now);
                 return self.fail_reserve(&call.key, call.n, now, max_wait);
             }
         };
-        self.breaker.success();
+        self.answered();
         let source = if reply[5] == 1 {
             Source::Damaged
         } else {
             Source::Redis
         };
+        self.health.count(source);
         let wait = Duration::from_micros(reply[2] as u64);
         let granted = reply[0] == 1;
         match call.kind {

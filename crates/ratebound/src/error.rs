@@ -125,6 +125,25 @@ pub enum Error {
         /// What it must be.
         reason: &'static str,
     },
+    /// A remote store (Redis) could not decide, and its fail policy
+    /// refused — or the call never left this client (its pool or queue was
+    /// full until the deadline). Nothing was taken.
+    StoreUnavailable {
+        /// What happened, as one clause (e.g. `"redis unreachable
+        /// (connection refused): the fail policy 'closed' refused"`).
+        cause: String,
+        /// When asking again makes sense.
+        retry_after: Duration,
+    },
+    /// A remote store refused this client's configuration (a wrong
+    /// password or user, a permission, a database that does not exist, TLS
+    /// to a server without it, a Unix socket that is not there, a host
+    /// name that does not resolve): an error at once, never the fail
+    /// policy's to answer. Passwords are never part of `cause`.
+    StoreMisconfigured {
+        /// The store's own words (or the client's), without secrets.
+        cause: String,
+    },
 }
 
 /// What kind of mistake an [`Error`] is, for the bindings to pick their
@@ -162,7 +181,8 @@ impl Error {
             | Error::InvalidOption { .. }
             | Error::Missing { .. }
             | Error::ForeignPermit => ErrorKind::Type,
-            Error::TooManyKeys { .. } => ErrorKind::State,
+            Error::StoreMisconfigured { .. } => ErrorKind::Type,
+            Error::TooManyKeys { .. } | Error::StoreUnavailable { .. } => ErrorKind::State,
             _ => ErrorKind::Range,
         }
     }
@@ -194,6 +214,8 @@ impl Error {
             Error::InvalidOption { .. } => "invalid_option",
             Error::Missing { .. } => "missing",
             Error::ForeignPermit => "foreign_permit",
+            Error::StoreUnavailable { .. } => "store_unavailable",
+            Error::StoreMisconfigured { .. } => "store_misconfigured",
         }
     }
 }
@@ -263,6 +285,13 @@ impl fmt::Display for Error {
                 operation,
                 algorithm,
             } => write!(f, "{algorithm} does not support {operation}"),
+            Error::StoreUnavailable { cause, retry_after } => {
+                write!(f, "{cause}; nothing was taken, retry in {retry_after:?}")
+            }
+            Error::StoreMisconfigured { cause } => write!(
+                f,
+                "the store refused this client's configuration: {cause} (an error, not the fail policy's to answer)"
+            ),
         }
     }
 }
