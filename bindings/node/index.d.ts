@@ -354,8 +354,12 @@ export declare namespace redis {
     /** The window in seconds (a whole number of microseconds). */
     window: number
   }
-  /** The driver's counters since the limiter was made. */
-  interface Stats {
+  /**
+   * The counters since the limiter was made: the driver's (round trips,
+   * timeouts, errors, batches, the queue) and the engine's answers by the
+   * path that gave them (`RedisEngine.stats`).
+   */
+  interface Stats extends RedisStats {
     /**
      * Script calls started: round trips (an `EVALSHA`, and its `EVAL` after
      * `NOSCRIPT`, count once; a batch counts once).
@@ -371,6 +375,14 @@ export declare namespace redis {
     batches: number
     /** The checks that went in those batches. */
     batched: number
+    /**
+     * Calls that waited in the limiter's queue for room in flight (256 keys
+     * in batches, or 64 calls sent alone): this process's own load, never
+     * the fail policy's.
+     */
+    queued: number
+    /** Calls that never left the queue (it was full, or they waited too long): answered `'busy'`. */
+    unsent: number
   }
   /** Tokens reserved in Redis by `reserve`. */
   interface RedisReservation {
@@ -1091,6 +1103,15 @@ export declare class RedisEngine {
   drain(): Array<RedisCall>
   /** Whether the circuit breaker is open (Redis is being spared). */
   get breakerOpen(): boolean
+  /** The answers so far by the path that gave them, and the breaker. */
+  get stats(): RedisStats
+  /** Whether notices wait to be taken (`takeNotices`). */
+  get hasNotices(): boolean
+  /**
+   * The notices since the last take, oldest first: each to be logged
+   * once (`redis.js` emits them as process warnings).
+   */
+  takeNotices(): Array<RedisNotice>
   /** Every call's deadline, in seconds. */
   get timeout(): number
   /** Leased tokens held now, over all keys. */
@@ -1775,11 +1796,13 @@ export interface RedisDecision {
   resetAfter: number
   /**
    * Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
-   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy), or
+   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy),
    * `'damaged'` (Redis answered, but the key held a value no script
-   * wrote: it was rebuilt as spent and the request refused).
+   * wrote: it was rebuilt as spent and the request refused), or `'busy'`
+   * (the call never left this client — its own overload, not Redis':
+   * refused, `retryAfter` the call's deadline, the breaker untouched).
    */
-  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged'
+  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' | 'busy'
 }
 
 /**
@@ -1833,6 +1856,48 @@ export interface RedisEngineOptions {
   breakerCooldown?: number
   /** Consecutive failures that open the breaker (default 3). */
   breakerThreshold?: number
+}
+
+/**
+ * One episode worth a warning: the breaker opening or closing, or the
+ * client's own overload. `message` is the one log line (the same text in
+ * every language).
+ */
+export interface RedisNotice {
+  /**
+   * `'breaker_opened'`, `'breaker_closed'`, `'busy'` (calls refused as
+   * busy: the client's own overload), or `'notice'` (a kind this
+   * version does not name).
+   */
+  kind: 'breaker_opened' | 'breaker_closed' | 'busy' | 'notice'
+  /** The warning line. */
+  message: string
+}
+
+/**
+ * How many answers a global limit gave, by the path that gave them
+ * (counted since it was made), and whether its breaker is open now.
+ */
+export interface RedisStats {
+  /** Redis decided. */
+  redis: number
+  /** Leased tokens answered. */
+  lease: number
+  /** Redis decided on a key that held a value no script wrote. */
+  damaged: number
+  /** Redis could not decide; the fail policy `'open'` admitted. */
+  failOpen: number
+  /** Redis could not decide; the fail policy `'closed'` refused. */
+  failClosed: number
+  /** Redis could not decide; the local share (`'local'`) decided. */
+  failLocal: number
+  /**
+   * The call never left this client before its deadline (its own
+   * overload): refused as busy, not the fail policy's.
+   */
+  busy: number
+  /** Whether the circuit breaker is open now. */
+  breakerOpen: boolean
 }
 
 /**

@@ -46,7 +46,7 @@
 // answer, not a timeout.
 
 const { setMaxListeners } = require('node:events')
-const { isNoScript, errorText } = require('./redis_clients.js')
+const { isNoScript, errorText, clientHealth } = require('./redis_clients.js')
 
 // Called once by redis.js with the addon and what the package defines
 // (ratebound.js): the Driver class, TIMEOUT (what a RedisCall run alone
@@ -186,6 +186,8 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.cls = cls
       this.slot = slot
       this.deadline = 0
+      // When it was queued (ms; performance.now()).
+      this.since = 0
       this.done = false
       // Handed to the client: what it counts against IN_FLIGHT until
       // settled (0: not sent).
@@ -232,8 +234,6 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     #ms
     // The longest a call waits in the queue (ms).
     #queueMs
-    // When the calls queued in this turn were queued (the turn's first).
-    #queuedAt = 0
     // The calls handed to the client whose deadlines are not yet set.
     #launching = []
     #stamping = false
@@ -260,13 +260,28 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     #epoch = null
     // While the wheel's loop runs (it moves #head itself).
     #ticking = false
+    // Whether the last call to end in flight got no answer in time (Redis
+    // is slow or unreachable; cleared by the next answer): meanwhile one
+    // call at a time is sent (ALONE), and a queued call that waited a
+    // whole deadline is answered as timed out, the fail policy's — it
+    // waited for Redis, not for this process.
+    #slow = false
     // The typed error of the client's last failure when it said the client
     // is misconfigured (a wrong password, a missing ACL permission, an
     // unknown database), until Redis answers again: a call that then gets
     // no answer in time is that error too, not the fail policy's.
     #bad = null
+    // The application's client and what it last said of its connection
+    // (redis_clients.js' clientHealth), and the typed error for the last
+    // text that said (cached: texts repeat at every reconnection).
+    #client
+    #health
+    #said = null
+    #saidBad = null
 
-    constructor(engine, adapter, batching) {
+    constructor(engine, adapter, batching, client) {
+      this.#client = client
+      this.#health = clientHealth(client)
       this.#engine = engine
       this.#h = engine.handle
       this.#adapter = adapter
@@ -276,13 +291,15 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       if (adapter.cluster) redisUseSlots(this.#h)
     }
 
+    // The driver's counters, the engine's answers by path and the breaker.
     get stats() {
-      return { ...this.#stats }
+      return { ...this.#stats, ...this.#engine.stats }
     }
 
     // A check: the decision, from Redis or from the engine at once. Throws
     // for bad arguments (the caller turns that into a rejection).
     check(key, n, scope, atUs) {
+      if (this.#health.error !== null) this.#refuseNow()
       const redisKey = rawBegin(this.#h, key, n, scope, atUs)
       if (S[0] === 0) return Promise.resolve(decisionAt(ANSWER))
       return this.#go(begun(CHECK, redisKey))
@@ -290,6 +307,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     // A reservation: `{ granted, wait, source, call }`.
     reserve(key, n, maxWait) {
+      if (this.#health.error !== null) this.#refuseNow()
       const redisKey = rawBeginReserve(this.#h, key, n, maxWait, undefined)
       if (S[0] === 0) return Promise.resolve(reservedAt(ANSWER, -1))
       return this.#go(begun(RESERVE, redisKey))
@@ -300,6 +318,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // gives is awaited before the first. Resolves with the source that
     // answered.
     async acquire(key, n, timeout, signal, listen) {
+      if (this.#health.error !== null) this.#refuseNow()
       const h = this.#h
       const a = rawAcquire(h, key, n, timeout, undefined)
       // Whether the engine forgot the wait already (it ended).
@@ -342,6 +361,10 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // reservation's give-back, drains) alone within the deadline: resolves
     // (never rejects) with { reply } or TIMEOUT or { error }.
     run(call) {
+      if (this.#health.error !== null) {
+        const bad = this.#clientSaid()
+        if (bad !== null) return Promise.resolve({ error: bad.message, misconfigured: bad })
+      }
       const command = call.command()
       const e = new Pending(RAW, -1, command[1], -1, -1, 0, null)
       e.words = [command[0], call.text, command.slice(2)]
@@ -356,7 +379,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       const waiting = this.#queue.length - this.#first
       if (!this.#batching || e.cls < 0) {
         // Alone, at once, while there is room and no one waits before it.
-        if (waiting === 0 && this.#load + ALONE <= IN_FLIGHT) {
+        if (waiting === 0 && this.#load + ALONE <= (this.#slow ? ALONE : IN_FLIGHT)) {
           this.#sendOne(e)
           return p
         }
@@ -367,9 +390,9 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         this.#unsent(e)
         return p
       }
-      if (!this.#flushing) this.#queuedAt = performance.now()
+      e.since = performance.now()
       // Until it is sent, its deadline is the queue's.
-      e.deadline = this.#queuedAt + this.#queueMs
+      e.deadline = e.since + this.#queueMs
       this.#queue.push(e)
       this.#due()
       return p
@@ -417,6 +440,9 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // after the client's.
     #launch(e, cost) {
       e.sent = cost
+      // Sent while Redis is slow after waiting for it in the queue: its
+      // deadline still counts from when it was queued.
+      if (!this.#slow) e.since = 0
       this.#load += cost
       this.#launching.push(e)
     }
@@ -437,7 +463,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       const deadline = performance.now() + this.#ms
       for (const e of launched) {
         if (e.done) continue
-        e.deadline = deadline
+        e.deadline = e.since === 0 ? deadline : Math.min(deadline, e.since + this.#ms)
         this.#wheel.push(e)
       }
       if (this.#timer === null && this.#head < this.#wheel.length) this.#arm(this.#ms)
@@ -478,7 +504,14 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.#ticking = false
       this.#head = i
       this.#shrink()
-      if (this.#head < wheel.length) this.#arm(Math.max(1, Math.ceil(wheel[this.#head].deadline - now)))
+      let next = this.#head < wheel.length ? wheel[this.#head].deadline : Infinity
+      if (this.#slow) {
+        this.#expireQueued(now)
+        // And when the next queued call will have waited a deadline.
+        if (this.#queue.length > this.#first) next = Math.min(next, this.#queue[this.#first].since + this.#ms)
+      }
+      if (next !== Infinity) this.#arm(Math.max(1, Math.ceil(next - now)))
+      this.#due()
     }
 
     // Drops the answered calls at the wheel's head.
@@ -525,6 +558,30 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.#settle(e, undefined, bad)
     }
 
+    // The typed error when the client's last 'error' event said it is
+    // misconfigured (and it has not been 'ready' since), else null.
+    #clientSaid() {
+      const text = this.#health.error
+      if (text === null) return null
+      if (text !== this.#said) {
+        this.#said = text
+        this.#saidBad = null
+        try {
+          redisMisconfigured(text)
+        } catch (err) {
+          this.#saidBad = err
+        }
+      }
+      return this.#saidBad
+    }
+
+    // Throws what the client said, if it said it is misconfigured: the
+    // call is refused before it begins (the caller's promise rejects).
+    #refuseNow() {
+      const bad = this.#clientSaid()
+      if (bad !== null) throw bad
+    }
+
     // The typed error for a client's failure `text` when it says the client
     // is misconfigured (remembered until Redis answers), else null.
     #misconfigured(text) {
@@ -544,13 +601,30 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     #expire(e) {
       const epoch = e.epoch
       if (epoch !== null && epoch.last === e) epoch.controller.abort()
-      if (this.#bad !== null) {
+      // The client may have been given its error listener since.
+      if (!this.#health.watching) this.#health = clientHealth(this.#client)
+      const bad = this.#bad ?? this.#clientSaid()
+      if (bad !== null) {
         this.#stats.errors++
-        this.#refuse(e, this.#bad, this.#bad.message)
+        this.#refuse(e, bad, bad.message)
         return
       }
       this.#stats.timeouts++
+      this.#slow = true
       this.#finishOne(e, TIMED_OUT, 0, undefined)
+    }
+
+    // Redis is slow: the queued calls that waited a whole deadline for it
+    // time out (the oldest first).
+    #expireQueued(now) {
+      const ms = this.#ms
+      while (this.#queue.length > this.#first) {
+        const e = this.#queue[this.#first]
+        if (e.since + ms > now) break
+        this.#take(1)
+        this.#stats.timeouts++
+        this.#finishOne(e, TIMED_OUT, 0, undefined)
+      }
     }
 
     // ------------------------------------------------------ one call alone
@@ -606,6 +680,10 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     #oneReplied(e, reply) {
       this.#inFlight--
       this.#bad = null
+      if (this.#slow) {
+        this.#slow = false
+        this.#due()
+      }
       if (e.done) return
       if (e.kind === RAW) {
         this.#settle(e, { reply })
@@ -656,8 +734,23 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         this.#settle(e, how === TIMED_OUT ? TIMEOUT : { error: text })
         return
       }
-      rawFinish(this.#h, e.id, how, len, text)
-      this.#settle(e, answerOf(e, ANSWER))
+      const told = rawFinish(this.#h, e.id, how, len, text)
+      const answer = answerOf(e, ANSWER)
+      this.#settle(e, answer)
+      if ((told & 2) !== 0) this.notices()
+    }
+
+    // Every notice the engine holds (the breaker opened or closed, calls
+    // refused as busy), emitted once each as a process warning
+    // (`RateboundWarning`, code `RATEBOUND_REDIS`, `kind` the notice's).
+    notices() {
+      for (const n of this.#engine.takeNotices()) {
+        const w = new Error(n.message)
+        w.name = 'RateboundWarning'
+        w.code = 'RATEBOUND_REDIS'
+        w.kind = n.kind
+        process.emitWarning(w)
+      }
     }
 
     // ------------------------------------------------------------ batches
@@ -669,10 +762,13 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // alone.
     #flush = () => {
       this.#flushing = false
-      const room = IN_FLIGHT - this.#load
+      // While Redis is slow, one call at a time goes to it (the rest time
+      // out in the queue, a deadline after they were queued).
+      const room = (this.#slow ? ALONE : IN_FLIGHT) - this.#load
       if (room <= 0 || this.#queue.length === this.#first) return
       // The calls that waited too long never leave (the oldest first).
       const now = performance.now()
+      if (this.#slow) this.#expireQueued(now)
       while (this.#queue.length > this.#first) {
         const e = this.#queue[this.#first]
         if (e.deadline > now || e.kind === RAW) break
@@ -821,6 +917,10 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     #manyReplied(batch, reply) {
       this.#inFlight--
       this.#bad = null
+      if (this.#slow) {
+        this.#slow = false
+        this.#due()
+      }
       const members = batch.members
       if (this.#waiting(members) === 0) return
       const len = putReply(reply)
@@ -862,12 +962,13 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // The members waiting (their numbers at IDS) get their answers.
     #finishMany(members, how, len, text) {
       const n = members.length
-      rawFinishBatch(this.#h, n, how, len, text)
+      const told = rawFinishBatch(this.#h, n, how, len, text)
       for (let i = 0; i < n; i++) {
         if (S[IDS + i] < 0) continue
         const e = members[i]
         this.#settle(e, answerOf(e, OUT + i * STRIDE))
       }
+      if ((told & 2) !== 0) this.notices()
     }
   }
 
