@@ -211,6 +211,17 @@ test('an outage is counted by source and told once: one warning when the breaker
     assert.match(opened[0].message, /redis unavailable .*circuit breaker opened.*'open'/)
     assert.equal(opened[0].name, 'RateboundWarning')
     assert.equal(lim.stats.breakerOpen, true, kind)
+    // A wait the fail policy 'closed' refuses says why (before: "would
+    // take 1 s, longer than the timeout").
+    const closedLim = new rb.redis.TokenBucket({ client, rate: 10, burst: 1, onError: 'closed', prefix: prefix() })
+    await assert.rejects(closedLim.acquire('k', 1, { timeout: 1 }), (e) => {
+      assert.equal(e.code, 'ERR_RATEBOUND_STORE_UNAVAILABLE', `${kind}: ${e}`)
+      assert.match(e.message, /redis unavailable .*the fail policy 'closed' refused/, kind)
+      return true
+    })
+    await tick()
+    // One failure is no episode of its breaker (threshold 3): no warning.
+    assert.equal(warnings.length, 1, `${kind}: ${warnings.map((w) => w.message).join(' | ')}`)
     await server.start()
     let back = false
     for (let i = 0; i < 250 && !back; i++) {
