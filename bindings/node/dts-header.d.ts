@@ -510,7 +510,9 @@ export interface OutboundRequestOptions {
  * adapters' `OutboundEvent`): `'waited'` (the limiter made sending
  * `attempt` wait `seconds`, 1 ms or more, before it went out), `'paused'`
  * (the answer to `attempt` paused the limiter for `seconds`, for everyone
- * sharing it; `capped` when cut to `maxPause`), `'retried'` (the answer to
+ * sharing it — the partner's pause, or for a refusal that gave no advice
+ * the backoff; `capped` when cut to `maxPause`; `local` when the limiter's
+ * Redis could not be told, so only this process waits), `'retried'` (the answer to
  * `attempt`, with `status`, is sent again, through the limiter) or
  * `'gave_up'` (a status it retries, but the method is not idempotent or the
  * retries are spent: the caller gets this answer).
@@ -527,12 +529,21 @@ export interface OutboundEvent {
   attempt: number
   /** `'paused'`: the pause was cut to `maxPause`. */
   capped: boolean
+  /**
+   * `'paused'`: the pause reached only this process — Redis could not be
+   * told, so the adapter holds its own sendings for the key (the retry
+   * first) until it is over, and a limiter failing `'local'` paused its
+   * local share.
+   */
+  local: boolean
 }
 
 /**
  * The options of `fetch()` and `axios()`: the limiter, the key, the wait,
- * and the core's `Outbound` policy (`retries`, `maxPause`, `statuses`,
- * `anyMethod`).
+ * and the core's `Outbound` policy (`retries`, `maxPause`, `backoff`,
+ * `statuses`, `anyMethod`). A `redis.TokenBucket` failing open (its
+ * default) draws one process warning (`RATEBOUND_OUTBOUND_FAILS_OPEN`):
+ * while Redis is down it would send every request to the partner.
  */
 export interface OutboundClientOptions extends OutboundOptions {
   /**

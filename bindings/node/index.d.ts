@@ -510,7 +510,9 @@ export interface OutboundRequestOptions {
  * adapters' `OutboundEvent`): `'waited'` (the limiter made sending
  * `attempt` wait `seconds`, 1 ms or more, before it went out), `'paused'`
  * (the answer to `attempt` paused the limiter for `seconds`, for everyone
- * sharing it; `capped` when cut to `maxPause`), `'retried'` (the answer to
+ * sharing it — the partner's pause, or for a refusal that gave no advice
+ * the backoff; `capped` when cut to `maxPause`; `local` when the limiter's
+ * Redis could not be told, so only this process waits), `'retried'` (the answer to
  * `attempt`, with `status`, is sent again, through the limiter) or
  * `'gave_up'` (a status it retries, but the method is not idempotent or the
  * retries are spent: the caller gets this answer).
@@ -527,12 +529,21 @@ export interface OutboundEvent {
   attempt: number
   /** `'paused'`: the pause was cut to `maxPause`. */
   capped: boolean
+  /**
+   * `'paused'`: the pause reached only this process — Redis could not be
+   * told, so the adapter holds its own sendings for the key (the retry
+   * first) until it is over, and a limiter failing `'local'` paused its
+   * local share.
+   */
+  local: boolean
 }
 
 /**
  * The options of `fetch()` and `axios()`: the limiter, the key, the wait,
- * and the core's `Outbound` policy (`retries`, `maxPause`, `statuses`,
- * `anyMethod`).
+ * and the core's `Outbound` policy (`retries`, `maxPause`, `backoff`,
+ * `statuses`, `anyMethod`). A `redis.TokenBucket` failing open (its
+ * default) draws one process warning (`RATEBOUND_OUTBOUND_FAILS_OPEN`):
+ * while Redis is down it would send every request to the partner.
  */
 export interface OutboundClientOptions extends OutboundOptions {
   /**
@@ -965,7 +976,12 @@ export declare class ManualClock {
   nowNanos(): number
 }
 
-/** The outbound policy: which answers to retry and how long a pause may be. */
+/**
+ * The outbound policy: which answers to retry and how long a pause may be.
+ *
+ * Each adapter holds one, with the pauses it keeps in this process when
+ * its limiter's store could not be told (`paused`, `hold`).
+ */
 export declare class Outbound {
   /**
    * A policy; each option left out is the core's default and the core
@@ -986,6 +1002,23 @@ export declare class Outbound {
   get retries(): number
   /** The longest pause obeyed, in seconds. */
   get maxPause(): number
+  /**
+   * The pause before the first retry of a refusal that gave no advice,
+   * in seconds.
+   */
+  get backoff(): number
+  /**
+   * Takes note of a pause of `key` for `seconds` that reached everyone
+   * sharing the limiter (`shared`) or only this process; whether it is
+   * local (then kept: see `hold`).
+   */
+  paused(key: string, seconds: number, shared: boolean): boolean
+  /**
+   * How long a sending for `key` must wait for a pause kept in this
+   * process before it asks its limiter for a token (`null`: go), and
+   * whether that is longer than `timeout` seconds.
+   */
+  hold(key: string, timeout?: number | undefined | null): Hold | null
   /**
    * What to do after the response to attempt `attempt` (0: the first) of
    * `method`, with `status` and `headers` (`[name, value]` pairs),
@@ -1170,6 +1203,15 @@ export declare class RedisEngine {
    * duration; {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
    */
   beginPause(key: string | number | Uint8Array, seconds: number, scope?: string | null): RedisCall
+  /**
+   * Pauses `key` for `seconds` in this process's local share (the limit
+   * of `onError: 'local'`), for a pause Redis could not be told of;
+   * whether there was a local share to pause.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for a bad
+   * duration.
+   */
+  pauseLocal(key: string | number | Uint8Array, seconds: number, scope?: string | null): boolean
   /**
    * What became of the pause `call` and the news to publish for the
    * waiters of the other instances (`{ shift, news }`), or null when
@@ -1679,6 +1721,17 @@ export interface Granted {
   source: string
 }
 
+/**
+ * How long a sending must wait for a pause kept in this process (see
+ * `Outbound.hold`).
+ */
+export interface Hold {
+  /** The wait, in seconds. */
+  wait: number
+  /** Longer than the sending's timeout: it fails at once. */
+  exceeded: boolean
+}
+
 /** Options of `new KeyedLimiter(...)`. */
 export interface KeyedLimiterOptions {
   /**
@@ -1732,6 +1785,12 @@ export interface OutboundOptions {
   statuses?: Array<number>
   /** Retry POST and PATCH too (default false: idempotent methods only). */
   anyMethod?: boolean
+  /**
+   * The pause before retrying a refusal that gave no advice, in seconds
+   * (default 1), doubled for each earlier refusal of the call and cut to
+   * `maxPause`.
+   */
+  backoff?: number
 }
 
 /** What became of a pause, and what to tell the other instances. */

@@ -6,18 +6,21 @@
 // the attempt — and says how long to pause the limiter and whether to send
 // again; this file only does the I/O around it:
 //
-//   await acquire(key, n)  ->  send  ->  advise(...)  ->  pause(key, s)?  ->  again, or the answer
+//   hold(key)?  ->  await acquire(key, n)  ->  send  ->  advise(...)  ->  pause(key, s)?  ->  again, or the answer
 //
 // The pause goes to the limiter itself, so that every caller sharing it
 // waits (with an rb.redis.TokenBucket, every instance of the fleet), and a
-// retry waits for its token like any other request.
+// retry waits for its token like any other request. A refusal that gave no
+// advice pauses the core's backoff (no retry without a pause); a pause
+// Redis could not be told of is kept by the native Outbound (`paused`),
+// which holds this adapter's next sendings for the key (`hold`).
 
-module.exports = function outbound(native, { RateLimitExceededError }) {
+module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
   const { Outbound, RedisEngine } = native
 
   // Every option each adapter reads: anything else is a misspelling and
   // fails where the adapter is made.
-  const POLICY = ['limiter', 'key', 'timeout', 'n', 'retries', 'maxPause', 'statuses', 'anyMethod', 'onDecision']
+  const POLICY = ['limiter', 'key', 'timeout', 'n', 'retries', 'maxPause', 'backoff', 'statuses', 'anyMethod', 'onDecision']
   const FETCH_OPTIONS = new Set([...POLICY, 'fetch'])
   const AXIOS_OPTIONS = new Set(POLICY)
   // What one request may override (`init.ratebound`, `config.ratebound`).
@@ -90,16 +93,24 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
   // The native Outbound's options, with their types checked here (the
   // native conversion's errors name no option).
   function outboundOf(where, options) {
-    const { retries, maxPause, statuses, anyMethod } = options
+    const { retries, maxPause, backoff, statuses, anyMethod } = options
     if (retries != null && typeof retries !== 'number') throw typeError(`${where}: retries is a whole number, not ${shown(retries)}`)
     if (maxPause != null && typeof maxPause !== 'number') throw typeError(`${where}: maxPause is a number of seconds, not ${shown(maxPause)}`)
+    if (backoff != null && typeof backoff !== 'number') throw typeError(`${where}: backoff is a number of seconds, not ${shown(backoff)}`)
     if (statuses != null && (!Array.isArray(statuses) || !statuses.every((s) => typeof s === 'number'))) {
       throw typeError(`${where}: statuses is an array of HTTP statuses, not ${shown(statuses)}`)
     }
     if (anyMethod != null && typeof anyMethod !== 'boolean') throw typeError(`${where}: anyMethod is a boolean, not ${shown(anyMethod)}`)
     return within(
       where,
-      () => new Outbound({ retries: retries ?? undefined, maxPause: maxPause ?? undefined, statuses: statuses ?? undefined, anyMethod: anyMethod ?? undefined }),
+      () =>
+        new Outbound({
+          retries: retries ?? undefined,
+          maxPause: maxPause ?? undefined,
+          backoff: backoff ?? undefined,
+          statuses: statuses ?? undefined,
+          anyMethod: anyMethod ?? undefined,
+        }),
     )
   }
 
@@ -111,6 +122,13 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
       if (!known.has(name)) throw invalidOption(`${where}: unknown option '${name}' (known: ${[...known].join(', ')})`)
     }
     const { keyed, remote } = limiterOf(where, options.limiter)
+    if (remote && options.limiter.engine.onError === 'open') {
+      process.emitWarning(
+        `${where}: an outbound limiter that fails open sends every request to the partner while Redis is unreachable ` +
+          "(a flood partners block keys for): build it with onError: 'local', localRate: <this instance's share> (or 'closed')",
+        { code: 'RATEBOUND_OUTBOUND_FAILS_OPEN' },
+      )
+    }
     // The key: the limiter's (keyed limiters), else only the events' name
     // for the request.
     const key = options.key
@@ -180,16 +198,31 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
   }
 
   // The event's shape is the Python adapters' OutboundEvent.
-  function tell(p, outcome, r, seconds, status, attempt, capped = false) {
-    if (p.report !== null) p.report({ outcome, key: r.key, seconds, status, attempt, capped })
+  function tell(p, outcome, r, seconds, status, attempt, capped = false, local = false) {
+    if (p.report !== null) p.report({ outcome, key: r.key, seconds, status, attempt, capped, local })
   }
 
-  // Waits for the tokens of sending `attempt`. Beyond the timeout the
+  // A key as the native Outbound's table of kept pauses names it.
+  function holdKey(key) {
+    if (typeof key === 'string') return key
+    if (typeof key === 'number') return String(key)
+    return `bytes:${Buffer.from(key).toString('hex')}`
+  }
+
+  // Waits out a pause kept in this process (Redis could not be told of
+  // it), then for the tokens of sending `attempt`. Beyond the timeout the
   // limiter's RateLimitExceededError (nothing taken) goes on to the caller;
   // an aborted signal gives the tokens back.
   async function wait(p, r, attempt) {
     const started = performance.now()
-    const options = { timeout: r.timeout, signal: r.signal }
+    let timeout = r.timeout
+    // A loop only because a host timer holds at most 2^31 - 1 ms.
+    for (let hold = p.outbound.hold(holdKey(r.key), timeout); hold != null; hold = p.outbound.hold(holdKey(r.key), timeout)) {
+      if (hold.exceeded) throw new RateLimitExceededError(hold.wait)
+      await sleep(Math.min(Math.ceil(hold.wait * 1000), 2 ** 31 - 1), r.signal)
+      if (timeout !== undefined) timeout = Math.max(0, r.timeout - (performance.now() - started) / 1000)
+    }
+    const options = { timeout, signal: r.signal }
     if (p.keyed) await p.limiter.acquire(r.key, r.n, options)
     else await p.limiter.acquire(r.n, options)
     const waited = (performance.now() - started) / 1000
@@ -203,15 +236,32 @@ module.exports = function outbound(native, { RateLimitExceededError }) {
   async function advise(p, r, status, headers, attempt, resend) {
     const advice = p.outbound.advise(r.method, status, headers, attempt, Date.now() / 1000)
     if (advice.pause != null) {
-      if (p.remote) await p.limiter.pause(r.key, advice.pause)
-      else if (p.keyed) p.limiter.pause(r.key, advice.pause)
-      else p.limiter.pause(advice.pause)
-      tell(p, 'paused', r, advice.pause, status, attempt, advice.capped)
+      const local = p.outbound.paused(holdKey(r.key), advice.pause, await pause(p, r.key, advice.pause))
+      tell(p, 'paused', r, advice.pause, status, attempt, advice.capped, local)
     }
     const retry = advice.retry && resend
     if (retry) tell(p, 'retried', r, null, status, attempt)
     else if (advice.gaveUp || advice.retry) tell(p, 'gave_up', r, null, status, attempt)
     return retry
+  }
+
+  // Pauses the limiter; whether everyone sharing it was told. A pause
+  // Redis could not be told of (null) pauses the local share of a limiter
+  // failing 'local'; one the limiter could not make (a shared table with
+  // no slot for the key) is kept in this process too.
+  async function pause(p, key, seconds) {
+    try {
+      if (p.remote) {
+        if ((await p.limiter.pause(key, seconds)) != null) return true
+        p.limiter.engine.pauseLocal(key, seconds)
+        return false
+      }
+      if (p.keyed) p.limiter.pause(key, seconds)
+      else p.limiter.pause(seconds)
+      return true
+    } catch {
+      return false
+    }
   }
 
   function isRequest(v) {

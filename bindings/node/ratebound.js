@@ -310,7 +310,7 @@ const { express, fastify } = require('./middleware.js')(native, fast.policyField
 // Global limits in Redis, with the application's ioredis or node-redis client.
 const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abortError })
 // Calls to a partner through a limiter, as the core's Outbound advises.
-const { fetch, axios } = require('./outbound.js')(native, { RateLimitExceededError })
+const { fetch, axios } = require('./outbound.js')(native, { RateLimitExceededError, sleep })
 
 const noop = fast.noop
 const {

@@ -18,6 +18,7 @@ const IORedis = require('ioredis')
 const axios = require('axios')
 const rb = require('..')
 const { HOST, startServer, stopAll } = require('./fixtures/redis-server.js')
+const { Server: RedisServer, freePort } = require('./fixtures/redis-server.js')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const now = () => performance.now()
@@ -155,7 +156,10 @@ async function fleet(count, options) {
   const members = []
   for (let i = 0; i < count; i++) {
     const client = await redisClient(port)
-    members.push({ client, limiter: new rb.redis.TokenBucket({ client, prefix, ...options }) })
+    // Failing closed, with a deadline a loaded machine meets: a pacing
+    // test must not be admitted by the fail policy (and an outbound
+    // limiter failing open draws a warning).
+    members.push({ client, limiter: new rb.redis.TokenBucket({ client, prefix, onError: 'closed', timeout: 1, ...options }) })
   }
   return {
     members,
@@ -276,13 +280,15 @@ test('fetch: 503 then 200 is retried once; a POST is not, unless anyMethod', asy
   })
   const limiter = new rb.TokenBucket({ rate: 100, burst: 10 })
   const events = []
-  const call = rb.fetch({ limiter, onDecision: (e) => events.push(e) })
+  const call = rb.fetch({ limiter, backoff: 0.05, onDecision: (e) => events.push(e) })
   const res = await call(`${p.url}/flaky`)
   assert.equal(res.status, 200)
   assert.equal(await res.text(), 'ok GET')
   assert.equal(p.hits('/flaky'), 2)
-  assert.deepEqual(decisions(events), ['retried@0:503'])
-  assert.deepEqual(events.find((e) => e.outcome === 'retried'), { outcome: 'retried', key: p.host, seconds: null, status: 503, attempt: 0, capped: false })
+  // No retry without a pause: the bare 503 paused the backoff first.
+  assert.deepEqual(decisions(events), ['paused@0:503', 'retried@0:503'])
+  assert.deepEqual(events.find((e) => e.outcome === 'paused'), { outcome: 'paused', key: p.host, seconds: 0.05, status: 503, attempt: 0, capped: false, local: false })
+  assert.deepEqual(events.find((e) => e.outcome === 'retried'), { outcome: 'retried', key: p.host, seconds: null, status: 503, attempt: 0, capped: false, local: false })
 
   events.length = 0
   const post = await call(`${p.url}/post`, { method: 'POST', body: 'payload' })
@@ -291,7 +297,7 @@ test('fetch: 503 then 200 is retried once; a POST is not, unless anyMethod', asy
   assert.equal(p.hits('/post'), 1)
   assert.deepEqual(decisions(events), ['gave_up@0:503'])
 
-  const any = rb.fetch({ limiter, anyMethod: true })
+  const any = rb.fetch({ limiter, anyMethod: true, backoff: 0.05 })
   const again = await any(`${p.url}/post-any`, { method: 'POST', body: 'payload' })
   assert.equal(again.status, 200)
   assert.equal(await again.text(), 'ok POST')
@@ -318,7 +324,7 @@ test('fetch: Retry-After of a year pauses for maxPause; spent retries return the
   })
   const limiter = new rb.TokenBucket({ rate: 100, burst: 10 })
   const events = []
-  const call = rb.fetch({ limiter, maxPause: 1, onDecision: (e) => events.push(e) })
+  const call = rb.fetch({ limiter, maxPause: 1, backoff: 0.05, onDecision: (e) => events.push(e) })
   const start = now()
   const res = await call(`${p.url}/year`)
   const ms = now() - start
@@ -327,7 +333,7 @@ test('fetch: Retry-After of a year pauses for maxPause; spent retries return the
   // The retry's acquire waited out the capped pause: about 1 s, not a year.
   assert.ok(ms >= 950 && ms <= 1000 + SLACK_MS, `${ms} ms`)
   assert.deepEqual(decisions(events), ['paused@0:429', 'retried@0:429'])
-  assert.deepEqual(events.find((e) => e.outcome === 'paused'), { outcome: 'paused', key: p.host, seconds: 1, status: 429, attempt: 0, capped: true })
+  assert.deepEqual(events.find((e) => e.outcome === 'paused'), { outcome: 'paused', key: p.host, seconds: 1, status: 429, attempt: 0, capped: true, local: false })
   // The retry's wait is told after the retry (attempt 1).
   assert.deepEqual(outcomes(events).slice(-1), ['waited@1'])
   const retryWait = events.at(-1).seconds
@@ -344,7 +350,7 @@ test('fetch: Retry-After of a year pauses for maxPause; spent retries return the
   assert.equal(spent.status, 429)
   assert.equal(await spent.text(), 'status 429', 'the last answer is the caller\'s, body and all')
   assert.equal(p.hits('/never'), 3)
-  assert.deepEqual(decisions(events), ['retried@0:429', 'retried@1:429', 'gave_up@2:429'])
+  assert.deepEqual(decisions(events), ['paused@0:429', 'retried@0:429', 'paused@1:429', 'retried@1:429', 'gave_up@2:429'])
   await p.close()
 })
 
@@ -458,13 +464,14 @@ test('axios: 503 then 200 retried once, the 429 pause, a POST not retried, spent
   const events = []
   const api = rb.axios(axios.create({ baseURL: p.url }), {
     limiter: new rb.KeyedLimiter({ rate: 100, burst: 10 }),
+    backoff: 0.05,
     onDecision: (e) => events.push(e),
   })
   const res = await api.get('/flaky')
   assert.equal(res.status, 200)
   assert.equal(res.data, 'ok GET')
   assert.equal(p.hits('/flaky'), 2)
-  assert.deepEqual(decisions(events), ['retried@0:503'])
+  assert.deepEqual(decisions(events), ['paused@0:503', 'retried@0:503'])
   assert.equal(events.find((e) => e.outcome === 'retried').key, p.host)
 
   events.length = 0
@@ -496,6 +503,7 @@ test('axios: 503 then 200 retried once, the 429 pause, a POST not retried, spent
   const lenient = rb.axios(axios.create({ baseURL: p.url, validateStatus: () => true }), {
     limiter: new rb.TokenBucket({ rate: 100, burst: 10 }),
     anyMethod: true,
+    backoff: 0.05,
   })
   const posted = await lenient.post('/post-lenient', { a: 1 })
   assert.equal(posted.status, 200)
@@ -557,6 +565,8 @@ test('bad input at construction: typed errors naming the value', async () => {
     assert.throws(() => make({ limiter: bucket, n: 0 }), typed(RangeError, 'ERR_RATEBOUND_INVALID_NUMBER', /n 0/))
     assert.throws(() => make({ limiter: bucket, retries: 1.5 }), (e) => e instanceof RangeError && /retries/.test(e.message))
     assert.throws(() => make({ limiter: bucket, maxPause: 0 }), (e) => e instanceof RangeError && /max_?pause/i.test(e.message))
+    assert.throws(() => make({ limiter: bucket, backoff: 0 }), typed(RangeError, 'ERR_RATEBOUND_INVALID_NUMBER', /invalid backoff 0/))
+    assert.throws(() => make({ limiter: bucket, backoff: '1' }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /backoff.*"1"/))
     assert.throws(() => make({ limiter: bucket, anyMethod: 'yes' }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /anyMethod.*"yes"/))
     assert.throws(() => make({ limiter: new rb.KeyedLimiter({ rate: 1 }), key: {} }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /key/))
     assert.throws(() => make({ limiter: bucket, onDecision: 'log' }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /onDecision/))
@@ -593,7 +603,7 @@ test('bad input at construction: typed errors naming the value', async () => {
     keyed,
     new rb.SharedTokenBucket({ path: path.join(TMP, 'bucket.limit'), rate: 1, burst: 1 }),
     new rb.SharedKeyedLimiter({ path: path.join(TMP, 'keyed.limit'), rate: 1, burst: 1 }),
-    new rb.redis.TokenBucket({ client: io, rate: 1 }),
+    new rb.redis.TokenBucket({ client: io, rate: 1, onError: 'closed' }),
   ]) {
     assert.equal(typeof rb.fetch({ limiter }), 'function')
   }
@@ -606,3 +616,105 @@ test('bad input at construction: typed errors naming the value', async () => {
   await assert.rejects(call('http://127.0.0.1:1/', { ratebound: { tiemout: 1 } }), typed(TypeError, 'ERR_RATEBOUND_INVALID_OPTION', /'tiemout'/))
   await assert.rejects(call('http://127.0.0.1:1/', { ratebound: { key: {} } }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /ratebound.key/))
 })
+
+// ------------------------------------------------- refusals and outages
+
+// The gaps between the partner's receptions on `pathname`, in ms.
+const gaps = (p, pathname) => {
+  const at = p.seen.filter((s) => s.path === pathname).map((s) => s.at)
+  return at.slice(1).map((t, i) => t - at[i])
+}
+
+// One GET of `pathname` through `adapter` ('fetch' or 'axios'); its status.
+async function get(adapter, p, pathname, options) {
+  if (adapter === 'fetch') {
+    const res = await rb.fetch(options)(`${p.url}${pathname}`)
+    await res.text()
+    return res.status
+  }
+  const api = rb.axios(axios.create({ baseURL: p.url, validateStatus: () => true }), options)
+  return (await api.get(pathname)).status
+}
+
+for (const adapter of ['fetch', 'axios']) {
+  test(`${adapter}: a bare 429 is retried only after the backoff, doubling up to maxPause`, async (t) => {
+    // A reverse proxy's limiter: 429 with no Retry-After, no RateLimit
+    // fields, three times. Before: the retries went out at once.
+    const p = await scriptedPartner({ '/bare': [[429], [429], [429], [200]] })
+    const events = []
+    const status = await get(adapter, p, '/bare', {
+      limiter: new rb.TokenBucket({ rate: 100, burst: 10 }),
+      retries: 3,
+      backoff: 0.2,
+      maxPause: 0.5,
+      onDecision: (e) => events.push(e),
+    })
+    assert.equal(status, 200)
+    const g = gaps(p, '/bare')
+    t.diagnostic(`gaps ${g.map((x) => x.toFixed(1)).join(', ')} ms`)
+    assert.equal(g.length, 3)
+    // 200 ms, doubled to 400, doubled to 800 and cut to 500: lower bounds
+    // (the pause starts when the refusal is read, after the partner sent it).
+    for (const [i, pause] of [200, 400, 500].entries()) assert.ok(g[i] >= pause - 5, `gap ${i}: ${g[i]} ms < ${pause} ms`)
+    assert.deepEqual(
+      events.filter((e) => e.outcome === 'paused').map((e) => [e.seconds, e.attempt, e.capped, e.local]),
+      [[0.2, 0, false, false], [0.4, 1, false, false], [0.5, 2, true, false]],
+    )
+    await p.close()
+  })
+
+  for (const onError of ['local', 'open']) {
+    test(`${adapter}: a partner's Retry-After outlives a Redis outage (onError '${onError}')`, async (t) => {
+      // Redis is killed, then the partner answers 429 Retry-After: 1: the
+      // pause cannot reach Redis, so the adapter keeps it in this process
+      // (and a limiter failing 'local' pauses its local share). Before: the
+      // retry went out at once, admitted by the fail policy.
+      const server = await new RedisServer(await freePort()).start()
+      const client = await redisClient(server.port)
+      const limiter = new rb.redis.TokenBucket({
+        client,
+        prefix: `outage-${crypto.randomBytes(6).toString('hex')}:`,
+        rate: 100,
+        burst: 10,
+        onError,
+        ...(onError === 'local' ? { localRate: 50 } : {}),
+        timeout: 0.2,
+      })
+      await server.kill()
+      const warnings = []
+      const onWarning = (w) => w.code === 'RATEBOUND_OUTBOUND_FAILS_OPEN' && warnings.push(w)
+      process.on('warning', onWarning)
+      const p = await scriptedPartner({ '/outage': [[429, { 'retry-after': '1' }], [200]] })
+      const events = []
+      const probes = []
+      const status = await get(adapter, p, '/outage', {
+        limiter,
+        key: 'partner',
+        onDecision: (e) => {
+          events.push(e)
+          // While the pause holds, the local share refuses.
+          if (e.outcome === 'paused' && onError === 'local') probes.push(limiter.check('partner'))
+        },
+      })
+      assert.equal(status, 200)
+      const g = gaps(p, '/outage')
+      t.diagnostic(`Redis down: the retry ${g[0].toFixed(1)} ms after the 429`)
+      assert.equal(g.length, 1)
+      assert.ok(g[0] >= 1000 - 5, `the retry ${g[0]} ms after the refusal`)
+      const paused = events.filter((e) => e.outcome === 'paused')
+      assert.deepEqual(paused.map((e) => [e.seconds, e.local]), [[1, true]])
+      if (onError === 'local') {
+        assert.equal(probes.length, 1)
+        assert.equal((await probes[0]).allowed, false, 'the local share is paused')
+      }
+      // The outbound default: a limiter failing open is warned about.
+      await new Promise((resolve) => setImmediate(resolve))
+      process.off('warning', onWarning)
+      assert.equal(warnings.length, onError === 'open' ? 1 : 0)
+      await limiter.close()
+      client.disconnect()
+      clients.delete(client)
+      await p.close()
+    })
+  }
+}

@@ -16,6 +16,7 @@ function outbound(config = {}) {
     maxPause: config.max_pause_s,
     statuses: config.statuses,
     anyMethod: config.any_method,
+    backoff: config.backoff_s,
   })
 }
 
@@ -42,6 +43,7 @@ test('every options vector of spec/outbound.json: the core reads them, as Rust a
       const o = outbound(g)
       const s = rb.Outbound.sending(g.n, g.timeout_s)
       got = { retries: o.retries, max_pause_s: o.maxPause, n: s.n, timeout_s: s.timeout ?? null }
+      if ('backoff_s' in (v.expect ?? {})) got.backoff_s = o.backoff
     } catch (e) {
       assert.ok(v.error, `${v.id}: ${e.message}`)
       assert.ok(e instanceof RangeError && e.code === `ERR_RATEBOUND_${v.error.code.toUpperCase()}`, `${v.id}: ${e.code}`)

@@ -18,6 +18,20 @@ pub struct OutboundOptions {
     pub statuses: Option<Vec<f64>>,
     /// Retry POST and PATCH too (default false: idempotent methods only).
     pub any_method: Option<bool>,
+    /// The pause before retrying a refusal that gave no advice, in seconds
+    /// (default 1), doubled for each earlier refusal of the call and cut to
+    /// `maxPause`.
+    pub backoff: Option<f64>,
+}
+
+/// How long a sending must wait for a pause kept in this process (see
+/// `Outbound.hold`).
+#[napi(object)]
+pub struct Hold {
+    /// The wait, in seconds.
+    pub wait: f64,
+    /// Longer than the sending's timeout: it fails at once.
+    pub exceeded: bool,
 }
 
 /// What to do after a response.
@@ -45,9 +59,13 @@ pub struct Sending {
 }
 
 /// The outbound policy: which answers to retry and how long a pause may be.
+///
+/// Each adapter holds one, with the pauses it keeps in this process when
+/// its limiter's store could not be told (`paused`, `hold`).
 #[napi]
 pub struct Outbound {
     inner: ratebound::outbound::Outbound,
+    pauses: ratebound::outbound::LocalPauses,
 }
 
 #[napi]
@@ -62,15 +80,20 @@ impl Outbound {
             max_pause: None,
             statuses: None,
             any_method: None,
+            backoff: None,
         });
         let inner = ratebound::outbound::Outbound::from_loose(
             o.retries,
             o.max_pause,
             o.statuses.as_deref(),
             o.any_method,
+            o.backoff,
         )
         .or_throw(&env)?;
-        Ok(Outbound { inner })
+        Ok(Outbound {
+            inner,
+            pauses: ratebound::outbound::LocalPauses::new(),
+        })
     }
 
     /// Each sending's `n` and `timeout` as the core reads them
@@ -98,6 +121,46 @@ impl Outbound {
     #[napi(getter)]
     pub fn max_pause(&self) -> f64 {
         self.inner.max_pause().as_secs_f64()
+    }
+
+    /// The pause before the first retry of a refusal that gave no advice,
+    /// in seconds.
+    #[napi(getter)]
+    pub fn backoff(&self) -> f64 {
+        self.inner.backoff().as_secs_f64()
+    }
+
+    /// Takes note of a pause of `key` for `seconds` that reached everyone
+    /// sharing the limiter (`shared`) or only this process; whether it is
+    /// local (then kept: see `hold`).
+    #[napi]
+    pub fn paused(&self, key: String, seconds: f64, shared: bool) -> bool {
+        use ratebound::outbound::Reach;
+        let reach = if shared { Reach::Shared } else { Reach::Local };
+        let d = std::time::Duration::try_from_secs_f64(seconds).unwrap_or_default();
+        self.pauses
+            .paused(&key, d, reach, std::time::Instant::now())
+    }
+
+    /// How long a sending for `key` must wait for a pause kept in this
+    /// process before it asks its limiter for a token (`null`: go), and
+    /// whether that is longer than `timeout` seconds.
+    #[napi]
+    pub fn hold(&self, key: String, timeout: Option<f64>) -> Option<Hold> {
+        // Checked by `sending` already: a bad one here is no limit.
+        let timeout = timeout.and_then(|t| std::time::Duration::try_from_secs_f64(t).ok());
+        match self.pauses.hold(&key, timeout, std::time::Instant::now()) {
+            Ok(None) => None,
+            Ok(Some(d)) => Some(Hold {
+                wait: d.as_secs_f64(),
+                exceeded: false,
+            }),
+            Err(ratebound::Error::DeadlineExceeded { wait, .. }) => Some(Hold {
+                wait: wait.as_secs_f64(),
+                exceeded: true,
+            }),
+            Err(_) => None,
+        }
     }
 
     /// What to do after the response to attempt `attempt` (0: the first) of

@@ -244,6 +244,28 @@ impl RedisEngine {
         Ok(RedisCall { call })
     }
 
+    /// Pauses `key` for `seconds` in this process's local share (the limit
+    /// of `onError: 'local'`), for a pause Redis could not be told of;
+    /// whether there was a local share to pause.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for a bad
+    /// duration.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array, seconds: number, scope?: string | null"
+    )]
+    pub fn pause_local(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        seconds: f64,
+        scope: Option<String>,
+    ) -> Result<bool> {
+        let d = any::seconds("seconds", seconds).or_throw(&env)?;
+        self.with_raw(&env, key, |k| {
+            Ok(self.engine.pause_local(scope.as_deref(), k, d))
+        })
+    }
+
     /// What became of the pause `call` and the news to publish for the
     /// waiters of the other instances (`{ shift, news }`), or null when
     /// Redis could not be told.

@@ -392,6 +392,21 @@ impl RedisEngine {
         Ok(RedisCall { inner: call })
     }
 
+    /// Pauses `key` for `seconds` in this process's local share (the
+    /// limit of `on_error="local"`), for a pause Redis could not be told
+    /// of; whether there was a local share to pause.
+    #[pyo3(signature = (key, seconds, scope=None))]
+    fn pause_local(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        seconds: &Bound<'_, PyAny>,
+        scope: Option<&str>,
+    ) -> PyResult<bool> {
+        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        with_raw_key(key, |k| Ok(self.inner.pause_local(scope, k, d)))
+    }
+
     /// What became of a pause: the shift it gave the reserved slots, in
     /// seconds (0.0: a pause already on covered it), or None when Redis
     /// could not be told.
@@ -458,6 +473,17 @@ impl RedisEngine {
     #[getter]
     fn breaker_open(&self) -> bool {
         self.inner.breaker_open()
+    }
+
+    /// The fail policy: `"open"`, `"closed"` or `"local"` (the outbound
+    /// adapters warn about `"open"`).
+    #[getter]
+    fn on_error(&self) -> &'static str {
+        match self.inner.config().on_error {
+            ratebound_redis::OnError::Closed => "closed",
+            ratebound_redis::OnError::Local(_) => "local",
+            _ => "open",
+        }
     }
 
     /// Every call's deadline, in seconds.

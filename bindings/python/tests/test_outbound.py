@@ -259,7 +259,7 @@ def test_asyncio_calls_wait_on_a_local_bucket_and_on_the_fleets(server: Server, 
     async def fleet() -> list[int]:
         key = fresh_key("async-partner")
         clients = [redis.asyncio.Redis(host=HOST, port=server.port) for _ in range(5)]
-        limiters = [rb.redis.AsyncTokenBucket(c, rate=9, burst=5) for c in clients]
+        limiters = [rb.redis.AsyncTokenBucket(c, rate=9, burst=5, on_error="closed", timeout=1.0) for c in clients]
         try:
             results = await asyncio.gather(*(_async_calls(partner.url, lim, 4, key) for lim in limiters))
         finally:
@@ -282,12 +282,14 @@ def test_asyncio_calls_wait_on_a_local_bucket_and_on_the_fleets(server: Server, 
 def test_retries_go_through_the_limiter_and_obey_the_policy(partner: Partner) -> None:
     events: list[Any] = []
     limiter = rb.TokenBucket(100, 10)
-    with httpx.Client(transport=rb.httpx.RateLimitTransport(limiter, key="p", max_pause=1, on_decision=events.append)) as client:
-        # A 503 then a 200: exactly one retry.
+    with httpx.Client(
+        transport=rb.httpx.RateLimitTransport(limiter, key="p", max_pause=1, backoff=0.05, on_decision=events.append)
+    ) as client:
+        # A 503 then a 200: exactly one retry, after the backoff.
         partner.script = [(503, {})]
         assert client.get(partner.url).status_code == 200
         assert partner.count(503) == 1 and partner.count(200) == 1
-        assert [e.outcome for e in events] == ["retried"]
+        assert [e.outcome for e in events] == ["paused", "retried", "waited"]
         # A POST is not retried: the caller gets the 503.
         partner.script = [(503, {})]
         assert client.post(partner.url, content=b"x").status_code == 503
@@ -347,7 +349,9 @@ def test_requests_adapter_waits_retries_and_keeps_posts() -> None:
     partner = Partner(25, 10)
     events: list[Any] = []
     session = requests.Session()
-    session.mount("http://", rb.requests.RateLimitAdapter(rb.TokenBucket(20, 5), key="p", on_decision=events.append))
+    session.mount(
+        "http://", rb.requests.RateLimitAdapter(rb.TokenBucket(20, 5), key="p", backoff=0.05, on_decision=events.append)
+    )
     start = time.monotonic()
 
     def call() -> None:
@@ -361,11 +365,13 @@ def test_requests_adapter_waits_retries_and_keeps_posts() -> None:
         t.join()
     assert partner.count(200) == 24 and partner.count(429) == 0
     assert time.monotonic() - start >= (24 - 5) / 20 - 0.05
+    # Retry-After: 0 asks for no pause, but no retry goes without one: the
+    # backoff.
     partner.script = [(503, {"Retry-After": "0"})]
     events.clear()
     assert session.get(partner.url).status_code == 200
     assert partner.count(503) == 1
-    assert [e.outcome for e in events if e.outcome != "waited"] == ["retried"]
+    assert [(e.outcome, e.seconds) for e in events if e.outcome != "waited"] == [("paused", 0.05), ("retried", None)]
     partner.script = [(429, {"Retry-After": "1"})]
     events.clear()
     assert session.post(partner.url, data=b"x").status_code == 429
@@ -399,7 +405,116 @@ def test_bad_input_is_a_clear_error_at_construction(tmp_path: Any) -> None:
         rb.requests.RateLimitAdapter(rb.TokenBucket(1, 1), n=0)
     with pytest.raises(rb.QuotaError, match="max_pause"):
         rb.httpx.RateLimitTransport(rb.TokenBucket(1, 1), max_pause=0)
+    with pytest.raises(rb.QuotaError, match="invalid backoff 0"):
+        rb.requests.RateLimitAdapter(rb.TokenBucket(1, 1), backoff=0)
     with pytest.raises(rb.ConfigError, match="AsyncTokenBucket"):
-        rb.httpx.AsyncRateLimitTransport(rb.redis.TokenBucket(redis.Redis(host=HOST, port=1), rate=1, burst=1))
+        rb.httpx.AsyncRateLimitTransport(rb.redis.TokenBucket(redis.Redis(host=HOST, port=1), rate=1, burst=1, on_error="closed"))
     with pytest.raises(rb.ConfigError, match="async adapter"):
-        rb.httpx.RateLimitTransport(rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=1), rate=1, burst=1))
+        rb.httpx.RateLimitTransport(
+            rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=1), rate=1, burst=1, on_error="closed")
+        )
+
+
+# ------------------------------------------------- refusals and outages
+
+ADAPTERS = ["httpx", "httpx-async", "requests"]
+
+
+def _call(adapter: str, limiter: Any, url: str, **options: Any) -> int:
+    """One GET through `adapter` over `limiter`; the final status."""
+    if adapter == "httpx":
+        with httpx.Client(transport=rb.httpx.RateLimitTransport(limiter, **options)) as client:
+            return client.get(url).status_code
+    if adapter == "httpx-async":
+
+        async def call() -> int:
+            async with httpx.AsyncClient(transport=rb.httpx.AsyncRateLimitTransport(limiter, **options)) as client:
+                return (await client.get(url)).status_code
+
+        return asyncio.run(call())
+    session = requests.Session()
+    session.mount("http://", rb.requests.RateLimitAdapter(limiter, **options))
+    try:
+        return session.get(url, timeout=10).status_code
+    finally:
+        session.close()
+
+
+def _gaps(partner: Partner) -> list[float]:
+    with partner.lock:
+        times = [t for t, _, _ in partner.seen]
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_bare_429_is_retried_only_after_the_backoff_doubling_up_to_max_pause(adapter: str, partner: Partner) -> None:
+    """A reverse proxy's limiter answers 429 with no Retry-After and no
+    RateLimit fields, three times: each retry reaches the partner no
+    sooner than the backoff (200 ms, doubled to 400 ms, doubled to 800 ms
+    and cut to max_pause 500 ms) — lower bounds: the pause starts when the
+    refusal is read, after the partner sent it. Before: all four sendings
+    within a few milliseconds."""
+    events: list[Any] = []
+    partner.script = [(429, {})] * 3
+    status = _call(
+        adapter, rb.TokenBucket(100, 10), partner.url, retries=3, backoff=0.2, max_pause=0.5, on_decision=events.append
+    )
+    assert status == 200
+    gaps = _gaps(partner)
+    print(f"{adapter}: bare 429 x 3, gaps {[round(g, 3) for g in gaps]}")
+    assert len(gaps) == 3
+    for gap, pause in zip(gaps, (0.2, 0.4, 0.5)):
+        assert gap >= pause - 0.005, gaps
+    paused = [(e.seconds, e.attempt, e.capped, e.local) for e in events if e.outcome == "paused"]
+    assert paused == [(0.2, 0, False, False), (0.4, 1, False, False), (0.5, 2, True, False)]
+
+
+def _redis_limiter(adapter: str, port: int, on_error: str) -> Any:
+    options: dict[str, Any] = {"rate": 100, "burst": 10, "on_error": on_error, "timeout": 0.2}
+    if on_error == "local":
+        options["local_rate"] = 50
+    if adapter == "httpx-async":
+        return rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=port), **options)
+    return rb.redis.TokenBucket(redis.Redis(host=HOST, port=port), **options)
+
+
+@pytest.mark.parametrize("on_error", ["local", "open"])
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_partners_pause_outlives_a_redis_outage(adapter: str, on_error: str, partner: Partner, tmp_path: Any) -> None:
+    """Redis is killed, then the partner answers 429 Retry-After: 1: the
+    pause cannot reach Redis, so the adapter keeps it in this process (and
+    a limiter failing "local" pauses its local share): the retry reaches
+    the partner no sooner than a second after the refusal, and the event
+    says the pause was local. Before: the retry went out at once, admitted
+    by the fail policy (the issue measured three sendings in 0.33 s)."""
+    server = Server(tmp_path).start()
+    limiter = _redis_limiter(adapter, server.port, on_error)
+    server.kill()
+    events: list[Any] = []
+    probes: list[bool] = []
+
+    def hook(e: Any) -> None:
+        events.append(e)
+        # While the pause holds, the local share refuses (sync limiters:
+        # the hook runs on the calling thread).
+        if e.outcome == "paused" and on_error == "local" and adapter != "httpx-async":
+            probes.append(limiter.check("partner").allowed)
+
+    partner.script = [(429, {"Retry-After": "1"})]
+    if on_error == "open":
+        # The outbound default: a limiter failing open is warned about.
+        with pytest.warns(RuntimeWarning, match="fails open"):
+            status = _call(adapter, limiter, partner.url, key="partner", on_decision=hook)
+    else:
+        status = _call(adapter, limiter, partner.url, key="partner", on_decision=hook)
+    assert status == 200
+    gaps = _gaps(partner)
+    print(f"{adapter}, on_error={on_error}, Redis down: retry {gaps[0]:.3f} s after the 429")
+    assert len(gaps) == 1 and gaps[0] >= 1.0 - 0.005, gaps
+    paused = [e for e in events if e.outcome == "paused"]
+    assert len(paused) == 1 and paused[0].seconds == 1.0 and paused[0].local, paused
+    assert probes == ([False] if on_error == "local" and adapter != "httpx-async" else [])
+    if adapter == "httpx-async":
+        asyncio.run(limiter.aclose())
+    else:
+        limiter.close()

@@ -22,6 +22,7 @@ def outbound(config: dict[str, Any] | None) -> _ratebound._Outbound:
         max_pause=c.get("max_pause_s"),
         statuses=c.get("statuses"),
         any_method=c.get("any_method"),
+        backoff=c.get("backoff_s"),
     )
 
 
@@ -52,6 +53,8 @@ def test_options_vector(v: dict[str, Any]) -> None:
     assert "error" not in v, v["id"]
     e = v["expect"]
     assert (o.retries, o.max_pause, n, timeout) == (e["retries"], e["max_pause_s"], e["n"], e["timeout_s"]), v["id"]
+    if "backoff_s" in e:
+        assert o.backoff == e["backoff_s"], v["id"]
 
 
 def test_bad_configuration_is_a_typed_error() -> None:

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 use ratebound::any::DEFAULT_N;
-use ratebound::outbound::{DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, Outbound, Sending};
+use ratebound::outbound::{
+    DEFAULT_BACKOFF, DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, LocalPauses, Outbound, Reach, Sending,
+};
 
 use crate::{Error, OutboundEvent, OutboundLimiter, Outcome};
 
@@ -43,8 +45,9 @@ pub(crate) const NO_HOST: &str = "default";
 /// sees. Every
 /// default is the core's [`Outbound`] and the Python and Node adapters':
 /// 2 retries, pauses of at most 5 minutes, 429 and 503 retried for
-/// idempotent methods, no timeout, one token per sending, the key from the
-/// host.
+/// idempotent methods, a backoff of 1 s (doubling) before retrying a
+/// refusal that gave no advice, no timeout, one token per sending, the key
+/// from the host.
 pub struct Builder<R> {
     limiter: Arc<dyn OutboundLimiter>,
     key: Key<R>,
@@ -52,6 +55,7 @@ pub struct Builder<R> {
     n: u64,
     retries: u32,
     max_pause: Duration,
+    backoff: Duration,
     statuses: Option<Vec<u16>>,
     any_method: bool,
     on_decision: Option<OnDecision>,
@@ -66,6 +70,7 @@ impl<R> Builder<R> {
             n: DEFAULT_N,
             retries: DEFAULT_RETRIES,
             max_pause: DEFAULT_MAX_PAUSE,
+            backoff: DEFAULT_BACKOFF,
             statuses: None,
             any_method: false,
             on_decision: None,
@@ -113,6 +118,15 @@ impl<R> Builder<R> {
         self
     }
 
+    /// Pauses `backoff` before retrying a refusal that gave no advice (a
+    /// 429 or 503 with no `Retry-After` and no `RateLimit` fields), doubled
+    /// for each earlier refusal of the call and cut to `max_pause`
+    /// (default 1 s: 1 s, 2 s, 4 s). No retry goes without a pause.
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
     /// Retries answers with these statuses (default: 429 and 503).
     pub fn statuses(mut self, statuses: &[u16]) -> Self {
         self.statuses = Some(statuses.to_vec());
@@ -149,6 +163,7 @@ impl<R> Builder<R> {
         let mut outbound = Outbound::new()
             .with_retries(self.retries)
             .with_max_pause(self.max_pause)?
+            .with_backoff(self.backoff)?
             .with_any_method(self.any_method);
         if let Some(statuses) = &self.statuses {
             outbound = outbound.with_statuses(statuses)?;
@@ -159,6 +174,7 @@ impl<R> Builder<R> {
             timeout: sending.timeout(),
             n: sending.n(),
             on_decision: self.on_decision,
+            pauses: LocalPauses::new(),
         };
         Ok((settings, self.key))
     }
@@ -171,6 +187,8 @@ pub(crate) struct Settings {
     timeout: Option<Duration>,
     n: u64,
     on_decision: Option<OnDecision>,
+    /// The pauses the limiter's store could not be told of, kept here.
+    pauses: LocalPauses,
 }
 
 /// The core's advice on one answer, with the status it was given for.
@@ -189,13 +207,29 @@ impl Settings {
         attempt < self.outbound.retries()
     }
 
-    /// Waits for the sending's tokens.
+    /// Waits out a pause kept in this process (the limiter's store could
+    /// not be told of it), then for the sending's tokens.
     pub(crate) async fn acquire(&self, key: &str, attempt: u32) -> Result<(), Error> {
         let start = Instant::now();
-        self.limiter.acquire(key, self.n, self.timeout).await?;
+        let mut timeout = self.timeout;
+        if let Some(hold) = self.pauses.hold(key, timeout, start)? {
+            tokio::time::sleep(hold).await;
+            timeout = timeout.map(|t| t.saturating_sub(start.elapsed()));
+        }
+        self.limiter.acquire(key, self.n, timeout).await?;
         let waited = start.elapsed();
         if waited >= Duration::from_millis(1) {
-            self.tell(Outcome::Waited, key, Some(waited), None, attempt, false);
+            self.tell(
+                Event {
+                    outcome: Outcome::Waited,
+                    duration: Some(waited),
+                    status: None,
+                    attempt,
+                    capped: false,
+                    local: false,
+                },
+                key,
+            );
         }
         Ok(())
     }
@@ -218,29 +252,19 @@ impl Settings {
         let lines = headers
             .iter()
             .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
-        let advice = self
-            .outbound
-            .advise(method, status, lines, attempt, now_unix);
-        let mut decision = Decision {
+        // The longer of the headers' pause and one asked elsewhere (a gRPC
+        // `RetryInfo`); the core caps it and adds the backoff.
+        let asked = ratebound::outbound::pause_asked(lines, now_unix)
+            .max(asked)
+            .filter(|d| !d.is_zero());
+        let advice = self.outbound.advise_asked(method, status, asked, attempt);
+        Decision {
             status,
             pause: advice.pause,
             capped: advice.capped,
             retry: advice.retry,
             gave_up: advice.gave_up,
-        };
-        if let Some(asked) = asked.filter(|d| !d.is_zero()) {
-            let max = self.outbound.max_pause();
-            let (pause, capped) = if asked > max {
-                (max, true)
-            } else {
-                (asked, false)
-            };
-            if decision.pause.is_none_or(|p| pause > p) {
-                decision.pause = Some(pause);
-                decision.capped = capped;
-            }
         }
-        decision
     }
 
     /// Obeys `decision`: pauses the limiter for everyone if asked, and says
@@ -254,47 +278,62 @@ impl Settings {
     ) -> bool {
         let status = Some(decision.status);
         if let Some(pause) = decision.pause {
-            // A pause the limiter cannot make (a shared table with no slot
-            // for the key) is skipped: the answer still goes back.
-            if self.limiter.pause(key, pause).await.is_ok() {
-                self.tell(
-                    Outcome::Paused,
-                    key,
-                    Some(pause),
+            // A pause the store could not be told of (Redis down), or the
+            // limiter could not make (a shared table with no slot for the
+            // key), is kept in this process: an outage does not cancel it.
+            let reach = self.limiter.pause(key, pause).await.unwrap_or(Reach::Local);
+            let local = self.pauses.paused(key, pause, reach, Instant::now());
+            self.tell(
+                Event {
+                    outcome: Outcome::Paused,
+                    duration: Some(pause),
                     status,
                     attempt,
-                    decision.capped,
-                );
-            }
+                    capped: decision.capped,
+                    local,
+                },
+                key,
+            );
         }
+        let plain = |outcome| Event {
+            outcome,
+            duration: None,
+            status,
+            attempt,
+            capped: false,
+            local: false,
+        };
         if decision.retry && resendable {
-            self.tell(Outcome::Retried, key, None, status, attempt, false);
+            self.tell(plain(Outcome::Retried), key);
             return true;
         }
         if decision.retry || decision.gave_up {
-            self.tell(Outcome::GaveUp, key, None, status, attempt, false);
+            self.tell(plain(Outcome::GaveUp), key);
         }
         false
     }
 
-    fn tell(
-        &self,
-        outcome: Outcome,
-        key: &str,
-        duration: Option<Duration>,
-        status: Option<u16>,
-        attempt: u32,
-        capped: bool,
-    ) {
+    fn tell(&self, e: Event, key: &str) {
         if let Some(f) = &self.on_decision {
             f(&OutboundEvent {
-                outcome,
+                outcome: e.outcome,
                 key,
-                duration,
-                status,
-                attempt,
-                capped,
+                duration: e.duration,
+                status: e.status,
+                attempt: e.attempt,
+                capped: e.capped,
+                local: e.local,
             });
         }
     }
+}
+
+/// An event but its key.
+struct Event {
+    outcome: Outcome,
+    duration: Option<Duration>,
+    status: Option<u16>,
+    attempt: u32,
+    capped: bool,
+    local: bool,
 }

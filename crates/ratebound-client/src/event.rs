@@ -11,7 +11,10 @@ pub enum Outcome {
     Waited,
     /// The partner's answer paused the limiter for
     /// [`OutboundEvent::duration`], for everyone sharing it
-    /// ([`OutboundEvent::capped`] when cut to `max_pause`).
+    /// ([`OutboundEvent::capped`] when cut to `max_pause`;
+    /// [`OutboundEvent::local`] when only this process could be paused) —
+    /// as the partner asked, or, for a refusal that gave no advice, the
+    /// backoff.
     Paused,
     /// The answer is sent again, through the limiter.
     Retried,
@@ -53,4 +56,9 @@ pub struct OutboundEvent<'a> {
     pub attempt: u32,
     /// Whether the pause was cut to `max_pause`.
     pub capped: bool,
+    /// Whether the pause reached only this process ([`Outcome::Paused`]):
+    /// the limiter's store could not be told (Redis down), so the adapter
+    /// keeps it — its sendings for the key, the retry first, wait it out —
+    /// and a Redis limiter failing `local` paused its local share.
+    pub local: bool,
 }

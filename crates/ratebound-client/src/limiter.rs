@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratebound::outbound::Reach;
 use ratebound::{Clock, TokenBucket};
 
 use crate::Error;
@@ -45,11 +46,16 @@ pub trait OutboundLimiter: Send + Sync {
 
     /// Empties `key`'s bucket until `d` from now, for everyone sharing it;
     /// waiters already in line move past the pause. A pause that ends no
-    /// later than one already on changes nothing.
+    /// later than one already on changes nothing. Where it took hold:
+    /// [`Reach::Shared`], or [`Reach::Local`] when the limiter's store
+    /// could not be told (Redis unreachable; a Redis limiter failing
+    /// `local` then pauses its local share) — the adapter then keeps the
+    /// pause in this process too.
     ///
     /// # Errors
-    /// The limiter's (a shared table with no slot left for the key).
-    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<(), Error>>;
+    /// The limiter's (a shared table with no slot left for the key): the
+    /// adapter keeps the pause in this process.
+    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<Reach, Error>>;
 }
 
 impl<L: OutboundLimiter + ?Sized> OutboundLimiter for Arc<L> {
@@ -66,7 +72,7 @@ impl<L: OutboundLimiter + ?Sized> OutboundLimiter for Arc<L> {
         (**self).acquire(key, n, timeout)
     }
 
-    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<(), Error>> {
+    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
         (**self).pause(key, d)
     }
 }
@@ -91,9 +97,9 @@ impl<C: Clock> OutboundLimiter for TokenBucket<C> {
         })
     }
 
-    fn pause<'a>(&'a self, _key: &'a str, d: Duration) -> BoxFuture<'a, Result<(), Error>> {
+    fn pause<'a>(&'a self, _key: &'a str, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
         TokenBucket::pause(self, d);
-        Box::pin(std::future::ready(Ok(())))
+        Box::pin(std::future::ready(Ok(Reach::Shared)))
     }
 }
 
@@ -118,8 +124,10 @@ impl OutboundLimiter for ratebound_shm::SharedLimiter {
         })
     }
 
-    fn pause<'a>(&'a self, _key: &'a str, d: Duration) -> BoxFuture<'a, Result<(), Error>> {
-        let paused = ratebound_shm::SharedLimiter::pause(self, d).map_err(Error::from);
+    fn pause<'a>(&'a self, _key: &'a str, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
+        let paused = ratebound_shm::SharedLimiter::pause(self, d)
+            .map(|()| Reach::Shared)
+            .map_err(Error::from);
         Box::pin(std::future::ready(paused))
     }
 }
@@ -145,9 +153,11 @@ impl OutboundLimiter for ratebound_shm::SharedKeyedLimiter {
         })
     }
 
-    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<(), Error>> {
+    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
         let key = ratebound::any::Key::Text(key);
-        let paused = ratebound_shm::SharedKeyedLimiter::pause(self, key, d).map_err(Error::from);
+        let paused = ratebound_shm::SharedKeyedLimiter::pause(self, key, d)
+            .map(|()| Reach::Shared)
+            .map_err(Error::from);
         Box::pin(std::future::ready(paused))
     }
 }
@@ -156,8 +166,10 @@ impl OutboundLimiter for ratebound_shm::SharedKeyedLimiter {
 /// ([`RedisLimiter::acquire_n`](ratebound_redis::RedisLimiter::acquire_n)),
 /// a pause moves every instance's reservations
 /// ([`RedisLimiter::pause`](ratebound_redis::RedisLimiter::pause)). A
-/// pause Redis could not be told of (Redis down) is not an error: the
-/// response still goes back. Build the limiter
+/// pause Redis could not be told of (Redis down) is not an error: it is
+/// [`Reach::Local`] — the local share of a limiter failing `local` is
+/// paused ([`Engine::pause_local`](ratebound_redis::Engine::pause_local)),
+/// and the adapter keeps the pause in this process. Build the limiter
 /// [`with_pause_news`](ratebound_redis::RedisLimiter::with_pause_news) so
 /// that its waiters hear the other instances' pauses at once.
 #[cfg(feature = "redis")]
@@ -183,12 +195,15 @@ where
         })
     }
 
-    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<(), Error>> {
+    fn pause<'a>(&'a self, key: &'a str, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
         Box::pin(async move {
-            ratebound_redis::RedisLimiter::pause(self, key, d)
-                .await
-                .map(|_| ())
-                .map_err(Error::from)
+            match ratebound_redis::RedisLimiter::pause(self, key, d).await? {
+                Some(_) => Ok(Reach::Shared),
+                None => {
+                    self.engine().pause_local(None, key.as_bytes(), d);
+                    Ok(Reach::Local)
+                }
+            }
         })
     }
 }

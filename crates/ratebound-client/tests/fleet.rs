@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ratebound::{Quota, TokenBucket};
 use ratebound_client::{Error, RateLimitMiddleware};
-use ratebound_redis::{Algorithm, Config, RedisLimiter};
+use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter};
 use redis::aio::ConnectionManager;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use support::{Events, Hit, Partner, Redis, fresh, reply, reqwest_client, strict};
@@ -196,4 +196,138 @@ async fn a_wait_beyond_the_timeout_on_redis_fails_and_sends_nothing() {
     let ours = Error::from_reqwest(&err).expect("the limiter's error");
     assert_eq!(ours.code(), "deadline_exceeded");
     assert_eq!(partner.hits(), 1);
+}
+
+/// A limiter on `redis` failing as `on_error` says, with a 200 ms deadline
+/// per call and no pause news (Redis is about to go).
+async fn failing(redis: &Redis, on_error: OnError) -> RedisLimiter<ConnectionManager> {
+    let client = redis::Client::open(redis.url()).expect("url");
+    let conn = ConnectionManager::new(client).await.expect("connect");
+    let mut config = Config::new(Algorithm::TokenBucket(
+        Quota::parse("100/s burst 10").expect("quota"),
+    ));
+    config.timeout = Duration::from_millis(200);
+    config.on_error = on_error;
+    RedisLimiter::new(config, conn).expect("limiter")
+}
+
+/// Redis is killed, then the partner answers `429 Retry-After: 1` once:
+/// the pause cannot reach Redis, so the adapter keeps it in this process
+/// (and a limiter failing `local` pauses its local share): the retry, and
+/// another call through the same limiter, reach the partner no sooner
+/// than a second after the refusal, and the event says the pause was
+/// local. Before: the retry went out at once (the fail policy admitted
+/// it), within milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partners_pause_outlives_a_redis_outage() {
+    for on_error in [OnError::Open, OnError::Local(50.0)] {
+        let mut redis = Redis::start();
+        let first = Arc::new(Mutex::new(true));
+        let partner = Partner::start(move |_hit: &Hit| {
+            if std::mem::replace(&mut *first.lock().unwrap(), false) {
+                reply(429, &[("retry-after", "1")], "slow down")
+            } else {
+                reply(200, &[], "ok")
+            }
+        })
+        .await;
+        let limiter = Arc::new(failing(&redis, on_error).await);
+        redis.kill();
+        let events = Events::default();
+        let a = client(
+            RateLimitMiddleware::builder(limiter.clone())
+                .key("partner")
+                .on_decision(events.hook())
+                .build()
+                .expect("middleware"),
+        );
+        let url = partner.url("/");
+        let refused = tokio::spawn({
+            let (a, url) = (a.clone(), url.clone());
+            async move { a.get(url).send().await.expect("send").status() }
+        });
+        // Once the pause is made (Redis could not be told): another call
+        // through the same client and, failing `local`, one through
+        // another adapter on the same limiter (its local share is paused).
+        for _ in 0..400 {
+            if events.all().iter().any(|e| e.0 == "paused") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut others = vec![a.clone()];
+        if matches!(on_error, OnError::Local(_)) {
+            others.push(client(
+                RateLimitMiddleware::builder(limiter.clone())
+                    .key("partner")
+                    .build()
+                    .expect("middleware"),
+            ));
+        }
+        let mut calls = tokio::task::JoinSet::new();
+        for c in others {
+            let url = url.clone();
+            calls.spawn(async move { c.get(url).send().await.expect("send").status() });
+        }
+        assert_eq!(refused.await.expect("join"), 200);
+        for status in calls.join_all().await {
+            assert_eq!(status, 200);
+        }
+        let log = partner.log();
+        let refusal = log[0].at;
+        for later in &log[1..] {
+            assert!(
+                later.at - refusal >= Duration::from_millis(995),
+                "{on_error:?}: a request {:?} after the refusal: {log:?}",
+                later.at - refusal
+            );
+        }
+        let paused: Vec<_> = events
+            .all()
+            .into_iter()
+            .filter(|e| e.0 == "paused")
+            .collect();
+        assert_eq!(paused.len(), 1, "{paused:?}");
+        assert_eq!(paused[0].2, Some(Duration::from_secs(1)));
+        assert!(paused[0].6, "{on_error:?}: the pause is reported local");
+        println!(
+            "{on_error:?}, Redis down: {} requests, the first after the refusal {:?} later",
+            log.len(),
+            log[1].at - refusal
+        );
+    }
+}
+
+/// Why a limiter calling a partner should fail `local`: with Redis killed,
+/// 30 calls at once through a limiter failing open all reach the partner
+/// at once; failing `local` at 5/s, at most its share (a burst of 1, then
+/// 5/s) within the calls' 1 s timeout — the rest fail, sending nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_an_outage_failing_local_keeps_the_partner_within_the_share() {
+    for (on_error, most) in [(OnError::Open, 30), (OnError::Local(5.0), 1 + 5 + 1)] {
+        let mut redis = Redis::start();
+        let partner = Partner::start(|_hit: &Hit| reply(200, &[], "ok")).await;
+        let limiter = failing(&redis, on_error).await;
+        redis.kill();
+        let c = client(
+            RateLimitMiddleware::builder(limiter)
+                .key("partner")
+                .timeout(Duration::from_secs(1))
+                .build()
+                .expect("middleware"),
+        );
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..30 {
+            let (c, url) = (c.clone(), partner.url("/"));
+            calls.spawn(async move { c.get(url).send().await.is_ok() });
+        }
+        let sent = calls.join_all().await.iter().filter(|ok| **ok).count();
+        let hits = partner.hits();
+        println!("{on_error:?}, Redis down: 30 calls, {hits} reached the partner");
+        assert_eq!(sent, hits);
+        match on_error {
+            OnError::Open => assert_eq!(hits, most),
+            _ => assert!((1..=most).contains(&hits), "{hits} > {most}"),
+        }
+    }
 }

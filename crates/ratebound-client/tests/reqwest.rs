@@ -92,18 +92,82 @@ async fn a_503_then_200_is_retried_exactly_once() {
     assert_eq!(response.status(), 200);
     assert_eq!(response.text().await.expect("body"), "answer 2");
     assert_eq!(partner.hits(), 2);
-    assert_eq!(events.outcomes(), ["retried"]);
+    // No retry without a pause: the bare 503 paused the default backoff.
+    assert_eq!(events.outcomes(), ["paused", "retried"]);
     let port = partner.addr.port();
+    let key = format!("127.0.0.1:{port}");
+    let all: Vec<_> = events
+        .all()
+        .into_iter()
+        .filter(|e| e.0 != "waited")
+        .collect();
     assert_eq!(
-        events.all()[0],
-        (
-            "retried".into(),
-            format!("127.0.0.1:{port}"),
-            None,
-            Some(503),
-            0,
-            false
-        )
+        all,
+        [
+            (
+                "paused".into(),
+                key.clone(),
+                Some(Duration::from_secs(1)),
+                Some(503),
+                0,
+                false,
+                false
+            ),
+            ("retried".into(), key, None, Some(503), 0, false, false)
+        ]
+    );
+}
+
+/// The partner's receptions, in seconds since its first, and the gaps
+/// between them.
+fn gaps(partner: &Partner) -> Vec<Duration> {
+    let log = partner.log();
+    log.windows(2).map(|w| w[1].at - w[0].at).collect()
+}
+
+#[tokio::test]
+async fn a_bare_429_is_retried_only_after_the_backoff_which_doubles_up_to_max_pause() {
+    // A reverse proxy's limiter: 429 with no Retry-After, no RateLimit
+    // fields, three times, then 200.
+    let partner = Partner::start(scripted(&[(429, ""), (429, ""), (429, ""), (200, "")])).await;
+    let events = Events::default();
+    let client = client(
+        RateLimitMiddleware::builder(bucket("100/s burst 10"))
+            .retries(3)
+            .backoff(Duration::from_millis(200))
+            .max_pause(Duration::from_millis(500))
+            .on_decision(events.hook())
+            .build()
+            .expect("middleware"),
+    );
+    let response = client.get(partner.url("/")).send().await.expect("send");
+    assert_eq!(response.status(), 200);
+    assert_eq!(partner.hits(), 4);
+    // 200 ms, doubled to 400 ms, doubled to 800 ms cut to 500 ms: each
+    // retry reached the partner no sooner (a lower bound: the pause starts
+    // when the refusal is read, after the partner sent it; 5 ms for the
+    // timer's rounding).
+    let gaps = gaps(&partner);
+    for (gap, pause) in gaps.iter().zip([200, 400, 500]) {
+        assert!(
+            *gap >= Duration::from_millis(pause - 5),
+            "gap {gap:?} < {pause} ms: {gaps:?}"
+        );
+    }
+    let paused: Vec<_> = events
+        .all()
+        .into_iter()
+        .filter(|e| e.0 == "paused")
+        .map(|e| (e.2, e.4, e.5, e.6))
+        .collect();
+    let ms = Duration::from_millis;
+    assert_eq!(
+        paused,
+        [
+            (Some(ms(200)), 0, false, false),
+            (Some(ms(400)), 1, false, false),
+            (Some(ms(500)), 2, true, false)
+        ]
     );
 }
 
@@ -180,6 +244,7 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
     let events = Events::default();
     let client = client(
         RateLimitMiddleware::builder(bucket("100/s burst 10"))
+            .backoff(Duration::from_millis(20))
             .on_decision(events.hook())
             .build()
             .expect("middleware"),
@@ -188,14 +253,19 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
     assert_eq!(response.status(), 429);
     assert_eq!(response.text().await.expect("body"), "answer 3");
     assert_eq!(partner.hits(), 3);
-    assert_eq!(events.outcomes(), ["retried", "retried", "gave_up"]);
+    // Each retry after its backoff; the last refusal, not retried, pauses
+    // nothing.
+    assert_eq!(
+        events.outcomes(),
+        ["paused", "retried", "paused", "retried", "gave_up"]
+    );
     let attempts: Vec<u32> = events
         .all()
         .iter()
         .filter(|e| e.0 != "waited")
         .map(|e| e.4)
         .collect();
-    assert_eq!(attempts, [0, 1, 2]);
+    assert_eq!(attempts, [0, 0, 1, 1, 2]);
 }
 
 #[tokio::test]
@@ -228,11 +298,12 @@ async fn a_wait_beyond_the_timeout_fails_at_once_and_sends_nothing() {
 #[tokio::test]
 async fn keys_come_from_the_host_a_string_or_a_function() {
     for case in 0..3 {
-        // A 503 first: the retry's event names the key.
+        // A 503 first: its pause's event names the key.
         let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
         let events = Events::default();
-        let builder =
-            RateLimitMiddleware::builder(bucket("100/s burst 10")).on_decision(events.hook());
+        let builder = RateLimitMiddleware::builder(bucket("100/s burst 10"))
+            .backoff(Duration::from_millis(20))
+            .on_decision(events.hook());
         let (builder, want) = match case {
             0 => (builder, format!("127.0.0.1:{}", partner.addr.port())),
             1 => (builder.key("partner"), "partner".to_string()),
@@ -244,7 +315,7 @@ async fn keys_come_from_the_host_a_string_or_a_function() {
         let client = client(builder.build().expect("middleware"));
         let response = client.get(partner.url("/a")).send().await.expect("send");
         assert_eq!(response.status(), 200);
-        assert_eq!(events.all()[0].0, "retried");
+        assert_eq!(events.all()[0].0, "paused");
         assert_eq!(events.all()[0].1, want, "case {case}");
     }
 }

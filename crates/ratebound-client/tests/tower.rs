@@ -64,6 +64,7 @@ async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
         Partner::start(|hit: &Hit| reply(if hit.index == 0 { 503 } else { 200 }, &[], "")).await;
     let events = Events::default();
     let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
+        .backoff(Duration::from_millis(300))
         .on_decision(events.hook())
         .build()
         .expect("layer");
@@ -73,7 +74,14 @@ async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
         .expect("call");
     assert_eq!(response.status(), 200);
     assert_eq!(partner.hits(), 2);
-    assert_eq!(events.outcomes(), ["retried"]);
+    // No retry without a pause: the bare 503 paused the backoff, and the
+    // retry reached the partner no sooner (a lower bound).
+    assert_eq!(events.outcomes(), ["paused", "retried"]);
+    let log = partner.log();
+    assert!(
+        log[1].at - log[0].at >= Duration::from_millis(295),
+        "{log:?}"
+    );
     assert_eq!(
         events.all()[0].1,
         format!("127.0.0.1:{}", partner.addr.port())

@@ -27,7 +27,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_routing::Slot;
 use tokio::sync::oneshot;
 
-use crate::{BatchCall, Call, CallOutcome};
+use crate::{BatchCall, Call, CallOutcome, Engine};
 
 /// Sends of one group in flight at most.
 pub(crate) const SENDS: usize = 2;
@@ -82,21 +82,28 @@ impl Answer {
 }
 
 /// Runs `evalsha`, then on `NOSCRIPT` the `EVAL` that `eval` makes (it
-/// carries the script's text: made only when needed), within `timeout`:
-/// the reply's integers, or what went wrong.
+/// carries the script's text: made only when needed), within the engine's
+/// timeout: the reply's integers, or what went wrong. A reply is news for
+/// `engine` the moment it lands (Redis is alive: see
+/// [`Engine::heard_from_redis`]), before any caller reads it.
 async fn query<C: ConnectionLike>(
     conn: &mut C,
     evalsha: redis::Cmd,
     eval: impl FnOnce() -> redis::Cmd,
-    timeout: Duration,
+    engine: &Engine,
 ) -> Result<Vec<i64>, Answer> {
+    let timeout = engine.timeout();
     let attempt = async {
         match evalsha.query_async::<Value>(conn).await {
             Err(e) if Call::is_noscript(&e) => eval().query_async::<Value>(conn).await,
             other => other,
         }
     };
-    match tokio::time::timeout(timeout, attempt).await {
+    let result = tokio::time::timeout(timeout, attempt).await;
+    if let Ok(Ok(_)) = &result {
+        engine.heard_from_redis();
+    }
+    match result {
         Ok(Ok(Value::Array(items))) => items
             .iter()
             .map(|v| match v {
@@ -111,14 +118,14 @@ async fn query<C: ConnectionLike>(
     }
 }
 
-/// Sends `call` alone within `timeout`.
+/// Sends `call` alone within the engine's timeout.
 pub(crate) async fn send_one<C: ConnectionLike + Clone>(
     conn: &C,
     call: &Call,
-    timeout: Duration,
+    engine: &Engine,
 ) -> Answer {
     let mut conn = conn.clone();
-    match query(&mut conn, call.evalsha(), || call.eval(), timeout).await {
+    match query(&mut conn, call.evalsha(), || call.eval(), engine).await {
         Ok(reply) => Answer::Reply(reply),
         Err(a) => a,
     }
@@ -134,21 +141,35 @@ const ABANDONED: u8 = 2;
 pub(crate) struct Ticket {
     pub(crate) answer: oneshot::Receiver<Answer>,
     fate: Arc<AtomicU8>,
+    slot: Option<Slot>,
 }
 
-impl Ticket {
-    /// The caller stops waiting: [`Answer::Unsent`] if the call had not
-    /// gone out (and now never will), else [`Answer::Timeout`] (it went
-    /// out: it may have been decided).
-    pub(crate) fn give_up(&self) -> Answer {
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
+    /// The caller of `ticket` stops waiting (its deadline passed):
+    /// [`Answer::Timeout`] if the call went out (it may have been decided),
+    /// or if it never did because its group's sends were held up by a
+    /// server that answered nothing for a whole deadline — the server's
+    /// trouble; [`Answer::Unsent`] if it never went out while sends kept
+    /// landing — the client's own queue was too long. Either way a call
+    /// not yet out never will be.
+    pub(crate) fn give_up(&self, ticket: &Ticket) -> Answer {
         // Ordering: Relaxed — the CAS alone decides who owns the call's
         // fate; no other memory is published through it.
-        match self
+        if ticket
             .fate
             .compare_exchange(QUEUED, ABANDONED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
         {
-            Ok(_) => Answer::Unsent,
-            Err(_) => Answer::Timeout,
+            return Answer::Timeout;
+        }
+        let groups = self.groups();
+        let stalled = groups
+            .get(&ticket.slot)
+            .is_some_and(|g| g.landed.is_none_or(|t| t.elapsed() >= self.timeout));
+        if stalled {
+            Answer::Timeout
+        } else {
+            Answer::Unsent
         }
     }
 }
@@ -165,6 +186,9 @@ struct Waiter {
 struct Group {
     waiting: VecDeque<Waiter>,
     sending: usize,
+    /// When a send of this group last landed (or the group was idle);
+    /// `None` before the first.
+    landed: Option<std::time::Instant>,
 }
 
 impl Group {
@@ -214,6 +238,8 @@ pub(crate) enum Entry<C: ConnectionLike + Clone + Send + Sync + 'static> {
 /// The batching state of one limiter (shared by its clones).
 pub(crate) struct Batcher<C> {
     conn: C,
+    /// The limiter's engine: its timeout, and who hears of each reply.
+    engine: Arc<Engine>,
     timeout: Duration,
     /// Group by hash slot (a Redis Cluster), or all calls in one group.
     per_slot: bool,
@@ -221,11 +247,12 @@ pub(crate) struct Batcher<C> {
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
-    /// Batching over `conn`, each send within `timeout`.
-    pub(crate) fn new(conn: C, timeout: Duration, per_slot: bool) -> Arc<Batcher<C>> {
+    /// Batching over `conn`, each send within `engine`'s timeout.
+    pub(crate) fn new(conn: C, engine: Arc<Engine>, per_slot: bool) -> Arc<Batcher<C>> {
         Arc::new(Batcher {
             conn,
-            timeout,
+            timeout: engine.timeout(),
+            engine,
             per_slot,
             groups: Mutex::new(HashMap::new()),
         })
@@ -268,7 +295,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
                 launch(self.flight(slot), batch);
             }
         }
-        Entry::Queued(Ticket { answer: rx, fate })
+        Entry::Queued(Ticket {
+            answer: rx,
+            fate,
+            slot,
+        })
     }
 
     /// A send of `slot`'s group, counted in its `sending`.
@@ -285,6 +316,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
     fn next(&self, slot: Option<Slot>) -> Option<Vec<Waiter>> {
         let mut groups = self.groups();
         let group = groups.get_mut(&slot)?;
+        group.landed = Some(std::time::Instant::now());
         let batch = group.take();
         if !batch.is_empty() {
             return Some(batch);
@@ -301,7 +333,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
     /// Sends `batch` and hands each call its answer.
     async fn send(&self, batch: Vec<Waiter>) {
         if let [one] = &batch[..] {
-            let answer = send_one(&self.conn, &one.call, self.timeout).await;
+            let answer = send_one(&self.conn, &one.call, &self.engine).await;
             if let Some(w) = batch.into_iter().next() {
                 let _ = w.answer.send(answer);
             }
@@ -312,13 +344,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
             // Cannot happen (a batch holds calls that join); answer each
             // alone rather than fail them.
             for w in batch {
-                let answer = send_one(&self.conn, &w.call, self.timeout).await;
+                let answer = send_one(&self.conn, &w.call, &self.engine).await;
                 let _ = w.answer.send(answer);
             }
             return;
         };
         let mut conn = self.conn.clone();
-        match query(&mut conn, many.evalsha(), || many.eval(), self.timeout).await {
+        match query(&mut conn, many.evalsha(), || many.eval(), &self.engine).await {
             Ok(reply) => match BatchCall::replies(&reply, batch.len()) {
                 Some(parts) => {
                     for (w, part) in batch.into_iter().zip(parts) {

@@ -179,7 +179,10 @@ pub enum CallOutcome<'a> {
     /// own connection pool, queue or batch was full. Nothing reached Redis,
     /// so this is back-pressure, not an outage: the engine refuses as
     /// [`Source::Busy`](crate::Source::Busy) and neither the fail policy
-    /// nor the circuit breaker hears of it.
+    /// nor the circuit breaker hears of it. A driver whose queue was held
+    /// up by a server that answered nothing for a whole deadline (a send
+    /// in flight that never landed) reports [`Timeout`](Self::Timeout)
+    /// instead: that is the server's trouble.
     Unsent,
 }
 

@@ -99,7 +99,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         let batcher = engine
             .config()
             .batch
-            .then(|| Batcher::new(conn.clone(), engine.timeout(), per_slot));
+            .then(|| Batcher::new(conn.clone(), Arc::clone(&engine), per_slot));
         Ok(RedisLimiter {
             engine,
             conn,
@@ -120,7 +120,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         if let Some(b) = &self.batcher
             && b.per_slot() != on
         {
-            self.batcher = Some(Batcher::new(self.conn.clone(), self.engine.timeout(), on));
+            self.batcher = Some(Batcher::new(
+                self.conn.clone(),
+                Arc::clone(&self.engine),
+                on,
+            ));
         }
         self
     }
@@ -276,6 +280,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                     None => call,
                 });
                 let answer = self.run(&call).await;
+                self.engine.misconfigured(&answer.outcome())?;
                 let d = self.engine.finish(&call, answer.outcome());
                 self.tell();
                 Ok(d)
@@ -333,6 +338,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 Step::Sleep(d) => tokio::time::sleep(d).await,
                 Step::Call(call) => {
                     let answer = self.run(&Arc::new(call)).await;
+                    self.engine.misconfigured(&answer.outcome())?;
                     self.engine.acquire_reply(a, answer.outcome());
                     self.tell();
                 }
@@ -361,6 +367,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             ReserveBegin::Call(call) => {
                 let call = Arc::new(call);
                 let answer = self.run(&call).await;
+                self.engine.misconfigured(&answer.outcome())?;
                 let r = self.engine.finish_reserve(&call, answer.outcome());
                 self.tell();
                 (r, Some(call))
@@ -405,6 +412,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     ) -> Result<Option<Duration>, Error> {
         let call = Arc::new(self.engine.begin_pause(None, key.as_ref(), duration)?);
         let answer = self.run(&call).await;
+        self.engine.misconfigured(&answer.outcome())?;
         let paused = self.engine.finish_pause(answer.outcome());
         self.tell();
         if let Some((start_us, shift)) = paused
@@ -426,11 +434,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     async fn run(&self, call: &Arc<Call>) -> Answer {
         let timeout = self.engine.timeout();
         let Some(batcher) = &self.batcher else {
-            return batcher::send_one(&self.conn, call, timeout).await;
+            return batcher::send_one(&self.conn, call, &self.engine).await;
         };
         match batcher.enter(call) {
             Entry::Alone(flight) => {
-                let answer = batcher::send_one(&self.conn, call, timeout).await;
+                let answer = batcher::send_one(&self.conn, call, &self.engine).await;
                 drop(flight);
                 answer
             }
@@ -438,8 +446,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 match tokio::time::timeout(timeout, &mut ticket.answer).await {
                     Ok(Ok(answer)) => answer,
                     Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
-                    // Still queued: the client's own overload, not Redis'.
-                    Err(_) => ticket.give_up(),
+                    // Still queued: the client's own overload, unless a
+                    // silent server held the queue.
+                    Err(_) => batcher.give_up(&ticket),
                 }
             }
         }

@@ -169,10 +169,73 @@ impl Engine {
         }
     }
 
-    /// Redis answered a call: the breaker closes (and says so once).
-    pub(crate) fn answered(&self) {
+    /// Redis answered a call at `now`: the breaker closes (and says so
+    /// once).
+    pub(crate) fn answered(&self, now: u64) {
+        self.health.replied(now);
         if self.breaker.success() {
             self.health.closed(self.policy_name());
+        }
+    }
+
+    /// The error for `outcome` if it is a configuration mistake (a wrong
+    /// password, a missing permission or database, TLS to a plain server,
+    /// a Unix socket that is not there, a host that does not resolve: see
+    /// [`misconfiguration`](crate::misconfiguration)), which a driver
+    /// raises instead of finishing the call: no fail policy answers a
+    /// mistake no retry can cure, and the breaker does not hear of it.
+    ///
+    /// # Errors
+    /// [`Error::StoreMisconfigured`] naming the cause, without secrets.
+    pub fn misconfigured(&self, outcome: &CallOutcome<'_>) -> Result<(), Error> {
+        match outcome {
+            CallOutcome::Failed(text) => match crate::misconfiguration(text) {
+                Some(e) => {
+                    // Not an outage: the breaker closes (a probe it let
+                    // through is over), so every call meets the mistake
+                    // rather than a fail policy.
+                    if self.breaker.success() {
+                        self.health.closed(self.policy_name());
+                    }
+                    Err(e)
+                }
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Tells the engine that Redis replied to some call just now — what a
+    /// driver calls the moment a reply lands, before the caller that waits
+    /// for it runs (a busy client may read replies long after they land).
+    /// [`finish`](Self::finish) hears of every reply anyway; this only
+    /// makes the engine's view of Redis' liveness sharper, so that a call
+    /// that timed out while others were answered is known as the client's
+    /// own overload (busy), not the server's (the fail policy).
+    pub fn heard_from_redis(&self) {
+        self.health.replied(self.clock.now());
+    }
+
+    /// Whether `outcome` is this client's own overload rather than
+    /// Redis': a call that never left the client ([`CallOutcome::Unsent`]:
+    /// the driver says so only when its queue was not held up by a silent
+    /// server), or one that timed out while Redis answered other calls of
+    /// this engine within the same deadline — the server is alive and
+    /// quick enough; what made the call late was the client's own queue
+    /// (its pool, its pipeline, a runtime too busy to read the reply).
+    /// That is refused as busy (a call that was sent may still have taken
+    /// its tokens: refusing is the answer that never exceeds the limit),
+    /// and is not a failure for the breaker or the fail policy. A call that
+    /// timed out while Redis answered nothing for a whole deadline is the
+    /// server's trouble: a failure.
+    pub(crate) fn overloaded(&self, outcome: &CallOutcome<'_>, now: u64) -> bool {
+        match outcome {
+            CallOutcome::Unsent => true,
+            CallOutcome::Timeout => self.health.replied_within(
+                now,
+                u64::try_from(self.config.timeout.as_nanos()).unwrap_or(u64::MAX),
+            ),
+            _ => false,
         }
     }
 
@@ -332,8 +395,8 @@ impl Engine {
         let now = self.clock.now();
         let reply = match outcome {
             CallOutcome::Reply(r) if well_formed(r) => r,
-            // Never sent: the client's own overload, not Redis'.
-            CallOutcome::Unsent => return self.unsent(now),
+            // The client's own overload, not Redis'.
+            _ if self.overloaded(&outcome, now) => return self.unsent(now),
             // A reply of another shape is a server that is not running our
             // script: a failure like any other. (The scripts reply
             // well-formed for every state a key can hold — beyond the limit,
@@ -341,12 +404,13 @@ impl Engine {
             CallOutcome::Reply(_)
             | CallOutcome::Malformed
             | CallOutcome::Timeout
+            | CallOutcome::Unsent
             | CallOutcome::Failed(_) => {
                 self.failed(&outcome, now);
                 return self.fail(&call.key, call.n, now);
             }
         };
-        self.answered();
+        self.answered(now);
         let [allowed, remaining, retry_us, reset_us, taken, damaged] =
             [reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]].map(|v| v as u64);
         let allowed = allowed == 1;

@@ -103,10 +103,10 @@ impl Notice {
                  answers by the fail policy '{policy}'"
             ),
             Notice::Busy { timeout } => format!(
-                "ratebound: the redis client is overloaded: calls could not be sent within their \
-                 {timeout:?} deadline (a full connection pool or queue) and were refused as busy; \
-                 this is not the fail policy — give the client more connections or send fewer \
-                 calls at once"
+                "ratebound: the redis client is overloaded: calls waited past their {timeout:?} \
+                 deadline in the client's own pool or queue while redis answered others, and \
+                 were refused as busy; this is not the fail policy — give the client more \
+                 connections or send fewer calls at once"
             ),
         }
     }
@@ -130,6 +130,8 @@ pub(crate) struct Health {
     cause: Mutex<String>,
     /// Clock time before which no other busy notice is given.
     quiet_until: AtomicU64,
+    /// Clock time of the last reply from Redis, plus 1 ns (0: none yet).
+    last_reply: AtomicU64,
 }
 
 const REDIS: usize = 0;
@@ -242,6 +244,26 @@ impl Health {
         }
     }
 
+    pub(crate) fn replied(&self, now: u64) {
+        // Ordering: Relaxed — a hint about the server's liveness, read
+        // only by `replied_within`; written at most once per millisecond
+        // so that a busy engine's replies do not all write one line.
+        // Kept as `now + 1`, so that 0 means "never".
+        let last = self.last_reply.load(Ordering::Relaxed);
+        let stamp = now.saturating_add(1);
+        if last == 0 || stamp > last.saturating_add(1_000_000) {
+            self.last_reply.store(stamp, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether Redis replied to some call within `span` before `now`
+    /// (give or take the millisecond `replied` rounds to).
+    pub(crate) fn replied_within(&self, now: u64, span: u64) -> bool {
+        // Ordering: Relaxed — see `replied`.
+        let last = self.last_reply.load(Ordering::Relaxed);
+        last != 0 && now.saturating_add(1).saturating_sub(last) < span
+    }
+
     pub(crate) fn has_notices(&self) -> bool {
         // Ordering: Acquire pairs with `push`' Release.
         self.pending.load(Ordering::Acquire)
@@ -271,7 +293,11 @@ mod tests {
     #[test]
     fn a_call_that_never_left_the_client_is_busy_not_the_fail_policy() {
         // The test engine fails open and opens its breaker after 2 failures.
-        let (e, _) = engine(OnError::Open, 0);
+        let (e, clock) = engine(OnError::Open, 0);
+        // Redis answers this engine's calls...
+        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
+        clock.advance(Duration::from_millis(20));
+        // ...while others wait in the client's own queue past the deadline.
         for _ in 0..5 {
             let d = e.finish(&call(&e, "k", 1), CallOutcome::Unsent);
             assert_eq!(d.source(), Source::Busy);
@@ -280,7 +306,7 @@ mod tests {
         }
         assert!(!e.breaker_open(), "the client's overload is not Redis'");
         let s = e.stats();
-        assert_eq!((s.busy, s.fail_open, s.redis), (5, 0, 0));
+        assert_eq!((s.busy, s.fail_open, s.redis), (5, 0, 1));
         // One notice for the episode, not five.
         let notices = e.take_notices();
         assert_eq!(
@@ -293,14 +319,40 @@ mod tests {
     }
 
     #[test]
+    fn a_timeout_while_redis_answers_others_is_the_clients_overload() {
+        let (e, clock) = engine(OnError::Open, 0);
+        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
+        // Redis answered 49 ms ago: a call that timed out now waited in
+        // the client's own queue.
+        clock.advance(Duration::from_millis(49));
+        for _ in 0..3 {
+            let d = e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
+            assert_eq!((d.source(), d.is_allowed()), (Source::Busy, false));
+        }
+        assert!(!e.breaker_open());
+        // Silent for a whole deadline: the server's trouble.
+        clock.advance(Duration::from_millis(1));
+        let d = e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
+        assert_eq!((d.source(), d.is_allowed()), (Source::FailOpen, true));
+        let s = e.stats();
+        assert_eq!((s.redis, s.busy, s.fail_open), (1, 3, 1));
+        // A refused connection is never the client's overload.
+        let d = e.finish(&call(&e, "k", 1), CallOutcome::Failed("connection refused"));
+        assert_eq!(d.source(), Source::FailOpen);
+    }
+
+    #[test]
     fn every_answer_is_counted_by_its_source() {
         for (policy, field) in [
             (OnError::Open, "fail_open"),
             (OnError::Closed, "fail_closed"),
             (OnError::Local(5.0), "fail_local"),
         ] {
-            let (e, _) = engine(policy, 0);
+            let (e, clock) = engine(policy, 0);
             e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
+            // A deadline (50 ms) with no reply from Redis: a timeout is
+            // the server's.
+            clock.advance(Duration::from_millis(50));
             e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
             e.finish(&call(&e, "k", 1), CallOutcome::Failed("connection refused"));
             // Open now: answered by the fail policy without a call.
@@ -386,6 +438,8 @@ mod tests {
         let crate::Step::Call(_) = e.acquire_step(&mut a).unwrap() else {
             panic!("a call first")
         };
+        // Redis answers others (a reply just now), this one never left.
+        e.finish(&call(&e, "other", 1), CallOutcome::Reply(&REPLY));
         e.acquire_reply(&mut a, CallOutcome::Unsent);
         assert!(matches!(
             e.acquire_step(&mut a).unwrap(),

@@ -58,18 +58,34 @@ impl Engine {
         let now = self.clock.now();
         match outcome {
             CallOutcome::Reply(r) if well_formed(r) => {
-                self.answered();
+                self.answered(now);
                 // Slots from the script's now on moved: none lies between
                 // it and the end of an earlier pause (that pause moved them).
                 Some((r[6] as u64, Duration::from_micros(r[2] as u64)))
             }
-            // Never sent: not told, and not the breaker's business.
-            CallOutcome::Unsent => None,
+            // The client's own overload: not told, and not the breaker's
+            // business.
+            _ if self.overloaded(&outcome, now) => None,
             _ => {
                 self.failed(&outcome, now);
                 None
             }
         }
+    }
+
+    /// Pauses `key` (within `scope`) for `duration` in this process's
+    /// local share — the limit a limiter failing `local` answers with while
+    /// Redis cannot — for when Redis could not be told of a pause
+    /// ([`finish_pause`](Self::finish_pause) said `None`): an outage does
+    /// not cancel a partner's pause for the callers of this process.
+    /// Whether there was a local share to pause (`false` for `open` and
+    /// `closed`).
+    pub fn pause_local(&self, scope: Option<&str>, key: &[u8], duration: Duration) -> bool {
+        let Some(local) = &self.local else {
+            return false;
+        };
+        let fp = self.fingerprints.of(1, &self.redis_key(scope, key));
+        local.pause_at(&fp, duration, self.clock.now()).is_ok()
     }
 
     /// The pub/sub channel on which this limiter's instances tell each
@@ -198,6 +214,33 @@ mod tests {
             ReserveBegin::Done(r) => panic!("{r:?}"),
         };
         assert_eq!(e.pause_news(&reserve, 1, MS), None);
+    }
+
+    #[test]
+    fn a_pause_redis_was_not_told_of_holds_the_local_share() {
+        use crate::config::OnError;
+        use crate::engine::tests::engine as with_policy;
+        use ratebound::Clock;
+        let (e, clock) = with_policy(OnError::Local(5.0), 0);
+        let full = e.redis_key(None, b"k");
+        assert!(e.fail(&full, 1, clock.now()).is_allowed());
+        assert!(e.pause_local(None, b"k", 2000 * MS));
+        let d = e.fail(&full, 1, clock.now());
+        assert!(!d.is_allowed());
+        assert!(d.retry_after() >= 2000 * MS, "{:?}", d.retry_after());
+        // Other keys are not paused; the pause ends.
+        assert!(
+            e.fail(&e.redis_key(None, b"other"), 1, clock.now())
+                .is_allowed()
+        );
+        // The share refills from the pause's end: a token 1/5 s later.
+        clock.advance(2000 * MS);
+        assert!(!e.fail(&full, 1, clock.now()).is_allowed());
+        clock.advance(200 * MS);
+        assert!(e.fail(&full, 1, clock.now()).is_allowed());
+        // No local share: nothing to pause.
+        let (open, _) = with_policy(OnError::Open, 0);
+        assert!(!open.pause_local(None, b"k", 2000 * MS));
     }
 
     #[test]

@@ -168,9 +168,10 @@ impl Engine {
         };
         let reply = match outcome {
             CallOutcome::Reply(r) if well_formed(r) => r,
-            // Never sent (the client's own pool or queue was full): nothing
-            // was reserved; ask again soon, within the wait's own deadline.
-            CallOutcome::Unsent => {
+            // The client's own overload (never sent, or late while Redis
+            // answered others): nothing reserved as far as the caller
+            // knows; ask again soon, within the wait's own deadline.
+            _ if self.overloaded(&outcome, now) => {
                 let d = self.unsent(now);
                 return Reserved::Retry {
                     wait: BUSY_RETRY,
@@ -180,12 +181,13 @@ impl Engine {
             CallOutcome::Reply(_)
             | CallOutcome::Malformed
             | CallOutcome::Timeout
+            | CallOutcome::Unsent
             | CallOutcome::Failed(_) => {
                 self.failed(&outcome, now);
                 return self.fail_reserve(&call.key, call.n, now, max_wait);
             }
         };
-        self.answered();
+        self.answered(now);
         let source = if reply[5] == 1 {
             Source::Damaged
         } else {

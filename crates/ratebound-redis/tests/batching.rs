@@ -218,7 +218,10 @@ async fn callers_that_give_up_do_not_break_the_others() {
 
 /// The server killed while batches are in flight: every caller gets an
 /// answer — Redis' before, the fail policy's after — within its deadline;
-/// no call is lost or left waiting.
+/// no call is lost or left waiting. (A call that times out within one
+/// deadline of Redis' last reply is refused as busy: the engine cannot yet
+/// tell a dead server from its own queue, and refusing never exceeds the
+/// limit. Calls after that meet the fail policy.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_under_batches_answers_every_caller() {
     let mut server = Server::start();
@@ -232,6 +235,7 @@ async fn a_server_killed_under_batches_answers_every_caller() {
         let (limiter, prefix) = (limiter.clone(), prefix.clone());
         handles.push(tokio::spawn(async move {
             let (mut redis, mut failed, mut longest) = (0u32, 0u32, Duration::ZERO);
+            let mut busy = 0u32;
             // Bounded: at most 1 000 checks a task.
             for i in 0..1_000usize {
                 if Instant::now() > stop_at + Duration::from_millis(300) {
@@ -243,23 +247,26 @@ async fn a_server_killed_under_batches_answers_every_caller() {
                 match d.source() {
                     Source::Redis => redis += 1,
                     Source::FailOpen => failed += 1,
+                    Source::Busy => busy += 1,
                     other => panic!("{other:?}"),
                 }
             }
-            (redis, failed, longest)
+            (redis, failed, busy, longest)
         }));
     }
     tokio::time::sleep_until(stop_at.into()).await;
     server.kill();
-    let (mut redis, mut failed, mut longest) = (0, 0, Duration::ZERO);
+    let (mut redis, mut failed, mut busy, mut longest) = (0, 0, 0, Duration::ZERO);
     for h in handles {
-        let (r, f, l) = tokio::time::timeout(Duration::from_secs(10), h)
+        let (r, f, b, l) = tokio::time::timeout(Duration::from_secs(10), h)
             .await
             .expect("no caller hangs")
             .unwrap();
-        (redis, failed, longest) = (redis + r, failed + f, longest.max(l));
+        (redis, failed, busy, longest) = (redis + r, failed + f, busy + b, longest.max(l));
     }
-    println!("killed: {redis} answered by Redis, {failed} by the fail policy, longest {longest:?}");
+    println!(
+        "killed: {redis} answered by Redis, {failed} by the fail policy, {busy} busy, longest {longest:?}"
+    );
     assert!(redis > 64, "{redis}");
     assert!(failed >= 64, "every task met the dead server: {failed}");
     assert!(longest <= Duration::from_millis(200 + 150), "{longest:?}");
@@ -375,4 +382,44 @@ async fn a_cluster_batches_per_slot_and_never_crosses_slots() {
     }
     // A wrapper type is told by hand; off is off.
     assert!(!limiter.clone().per_slot(false).batches_per_slot());
+}
+
+/// The client's own overload is not an outage (issue 36): 6 000 checks at
+/// once on one limiter with a 50 ms deadline — more than its batches can
+/// carry in that time on a busy 2-core host — and a fail policy `open`.
+/// Calls still queued at their deadline never left the client: each is
+/// refused as busy, and neither the fail policy nor the circuit breaker
+/// hears of it. So whatever the machine's speed, what is admitted stays
+/// within burst + rate·t, and every answer is Redis' or busy. (Before: the
+/// queued calls timed out as if Redis were slow, and the fail policy
+/// admitted them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_beyond_the_deadline_is_busy_never_the_fail_policy() {
+    let server = Server::start();
+    let mut c = config("10/s burst 10", true);
+    c.timeout = Duration::from_millis(50);
+    c.on_error = ratebound_redis::OnError::Open;
+    let limiter = RedisLimiter::new(c, manager(&server.url()).await).unwrap();
+    let key = fresh("flood");
+    let started = Instant::now();
+    let decisions = concurrently(&limiter, 6_000, 1, move |_, _| key.clone()).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let count = |s: Source| decisions.iter().filter(|d| d.source() == s).count();
+    let admitted = decisions.iter().filter(|d| d.is_allowed()).count();
+    let stats = limiter.stats();
+    println!(
+        "6000 checks in {elapsed:.2} s: redis {}, busy {}, fail_open {}, admitted {admitted}; {stats:?}",
+        count(Source::Redis),
+        count(Source::Busy),
+        count(Source::FailOpen),
+    );
+    assert_eq!(count(Source::FailOpen), 0, "{stats:?}");
+    assert_eq!(count(Source::Redis) + count(Source::Busy), 6_000);
+    assert!(!stats.breaker_open, "{stats:?}");
+    assert_eq!(stats.fail_policy(), 0, "{stats:?}");
+    let bound = 10.0 + 10.0 * elapsed + 1.0;
+    assert!(
+        admitted as f64 <= bound,
+        "{admitted} admitted, bound {bound:.0}"
+    );
 }

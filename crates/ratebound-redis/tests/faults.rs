@@ -159,7 +159,17 @@ async fn waits_under_client_pause_follow_the_fail_policy() {
         let took = t.elapsed();
         match want {
             Some(source) => assert_eq!(got.unwrap(), source, "{on_error:?}"),
-            None => assert_eq!(got.unwrap_err().code(), "deadline_exceeded"),
+            // Issue 36: the fail policy's refusal says so, and why.
+            None => {
+                let e = got.unwrap_err();
+                assert_eq!(e.code(), "store_unavailable", "{e}");
+                let text = e.to_string();
+                assert!(
+                    text.contains("redis unavailable (no reply within 50ms)")
+                        && text.contains("the fail policy 'closed' refused"),
+                    "{text}"
+                );
+            }
         }
         // One call deadline (50 ms), at most, past nothing: none of them
         // needed to wait for tokens.
@@ -220,4 +230,81 @@ async fn batched_callers_under_client_pause_answer_within_their_deadline() {
         let longest = until_source(&limiter, &key, Source::Redis, Duration::from_secs(5)).await;
         assert!(longest <= Duration::from_millis(50) + slack, "{longest:?}");
     }
+}
+
+/// A configuration mistake is an error, never the fail policy (issue 36):
+/// the server starts requiring a password the limiter's connection does not
+/// have (its connections are killed, and the connection manager connects
+/// again without one). Every call is then `NOAUTH`: with the fail policy
+/// `open` that used to admit everything, silently and for good; now each
+/// check is a `store_misconfigured` error naming the cause, and the breaker
+/// never opens. Once the server takes the client again, Redis decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_the_client_lacks_is_an_error_not_the_fail_policy() {
+    let _turn = TURNS.lock().await;
+    let server = Server::start();
+    let mut admin = manager(&server.url()).await;
+    let limiter =
+        RedisLimiter::new(policy_config(OnError::Open), manager(&server.url()).await).unwrap();
+    let key = fresh("noauth");
+    assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret-pw")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // Every other connection must authenticate again.
+    let me: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(me + 1)
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut admin)
+        .await
+        .unwrap_or(redis::Value::Nil);
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // Bounded: the reconnection lands within a few calls. The calls that
+    // met the dropped connection itself are an outage, for the fail policy
+    // (and the breaker, which may open for a cool-down); from the first
+    // answer of the server on, each call is the mistake, never the policy.
+    let mut errors = 0;
+    let mut dropped = 0;
+    for _ in 0..50 {
+        match limiter.check(&key).await {
+            Ok(d) if errors == 0 && d.source() == Source::FailOpen => dropped += 1,
+            Err(e) => {
+                assert_eq!(e.code(), "store_misconfigured", "{e}");
+                let text = e.to_string();
+                assert!(text.contains("authentication required"), "{text}");
+                assert!(!text.contains("s3cret-pw"), "{text}");
+                errors += 1;
+                if errors == 5 {
+                    break;
+                }
+            }
+            Ok(d) => assert_ne!(d.source(), Source::FailOpen, "never the fail policy"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(errors, 5, "the mistake is reported at every call");
+    let stats = limiter.stats();
+    println!("{dropped} answers while the connection was dropped; {stats:?}");
+    assert_eq!(stats.fail_policy(), dropped, "{stats:?}");
+    assert!(!stats.breaker_open, "{stats:?}");
 }

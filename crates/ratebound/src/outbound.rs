@@ -24,8 +24,23 @@
 //! the configured statuses (429 and 503), only for idempotent methods (GET,
 //! HEAD, OPTIONS, PUT, DELETE, TRACE) unless told otherwise, and at most
 //! `retries` times (default 2).
+//!
+//! **No retry without a pause.** A refusal that gives no advice (a 429 or
+//! 503 with no `Retry-After` and no `RateLimit` fields, as a reverse
+//! proxy's limiter sends) is retried only after a pause of the default
+//! backoff ([`Outbound::backoff`], 1 s by default), doubled for each
+//! earlier refusal of the same call and cut to `max_pause`: the first
+//! refusal pauses 1 s, the second 2 s, the third 4 s.
+//!
+//! **An outage does not cancel a pause.** An adapter applies each pause to
+//! its limiter, for everyone sharing it; when the limiter's store (Redis)
+//! cannot be told, the pause is kept in this process instead
+//! ([`LocalPauses`]: every later sending of the adapter for that key, its
+//! own retry first, waits it out) and the adapter reports it as local.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::Error;
 use crate::any::{DEFAULT_N, seconds, whole};
@@ -35,6 +50,11 @@ pub const MAX_HEADER_VALUE: usize = 1024;
 
 /// The longest pause obeyed by default: 5 minutes.
 pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(300);
+
+/// The pause before retrying a refusal that gave no advice, by default:
+/// 1 s, doubled for each earlier refusal of the same call (see
+/// [`Outbound::with_backoff`]).
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The most retries by default.
 pub const DEFAULT_RETRIES: u32 = 2;
@@ -51,7 +71,8 @@ const UNIX_TIME_FLOOR: u64 = 1_000_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Advice {
     /// Pause the limiter for this long from now, for everyone sharing it
-    /// (`None`: the partner asked for no pause).
+    /// (`None`: no pause). A retry is always preceded by one: the
+    /// partner's, else the default backoff.
     pub pause: Option<Duration>,
     /// Whether the pause was cut to the maximum.
     pub capped: bool,
@@ -71,6 +92,7 @@ pub struct Outbound {
     max_pause: Duration,
     statuses: Vec<u16>,
     retry_any_method: bool,
+    backoff: Duration,
 }
 
 impl Default for Outbound {
@@ -78,6 +100,7 @@ impl Default for Outbound {
         Outbound {
             retries: DEFAULT_RETRIES,
             max_pause: DEFAULT_MAX_PAUSE,
+            backoff: DEFAULT_BACKOFF,
             statuses: DEFAULT_STATUSES.to_vec(),
             retry_any_method: false,
         }
@@ -158,7 +181,8 @@ impl Sending {
 
 impl Outbound {
     /// Two retries, pauses of at most 5 minutes, 429 and 503 retried for
-    /// idempotent methods.
+    /// idempotent methods, a backoff of 1 s (doubling) before retrying a
+    /// refusal that gave no advice.
     pub fn new() -> Outbound {
         Outbound::default()
     }
@@ -167,19 +191,24 @@ impl Outbound {
     /// when not given: `retries` (default [`DEFAULT_RETRIES`]) a whole
     /// number ≥ 0, `max_pause` (default [`DEFAULT_MAX_PAUSE`]) seconds
     /// above 0, `statuses` (default [`DEFAULT_STATUSES`]) HTTP statuses,
-    /// `any_method` (default false). Every binding passes its options
-    /// through this one reader.
+    /// `any_method` (default false), `backoff` (default
+    /// [`DEFAULT_BACKOFF`]) seconds above 0. Every binding passes its
+    /// options through this one reader.
     ///
     /// # Errors
-    /// [`Error::InvalidNumber`] naming `retries`, `max_pause` or `status`.
+    /// [`Error::InvalidNumber`] naming `retries`, `max_pause`, `status` or
+    /// `backoff`.
     ///
     /// # Examples
     /// ```
     /// use ratebound::outbound::Outbound;
-    /// let o = Outbound::from_loose(None, Some(60.0), None, None)?;
+    /// let o = Outbound::from_loose(None, Some(60.0), None, None, Some(0.25))?;
     /// assert_eq!((o.retries(), o.max_pause().as_secs()), (2, 60));
-    /// assert_eq!(Outbound::from_loose(Some(1.5), None, None, None).unwrap_err().to_string(),
+    /// assert_eq!(o.backoff().as_millis(), 250);
+    /// assert_eq!(Outbound::from_loose(Some(1.5), None, None, None, None).unwrap_err().to_string(),
     ///            "invalid retries 1.5: must be a whole number");
+    /// assert_eq!(Outbound::from_loose(None, None, None, None, Some(0.0)).unwrap_err().code(),
+    ///            "invalid_number");
     /// # Ok::<(), ratebound::Error>(())
     /// ```
     pub fn from_loose(
@@ -187,8 +216,12 @@ impl Outbound {
         max_pause: Option<f64>,
         statuses: Option<&[f64]>,
         any_method: Option<bool>,
+        backoff: Option<f64>,
     ) -> Result<Outbound, Error> {
         let mut o = Outbound::new().with_any_method(any_method.unwrap_or(false));
+        if let Some(b) = backoff {
+            o = o.with_backoff(seconds("backoff", b)?)?;
+        }
         if let Some(r) = retries {
             // Beyond u32::MAX retries is "always": the attempt count never
             // gets there.
@@ -258,6 +291,26 @@ impl Outbound {
         Ok(self)
     }
 
+    /// Pauses `backoff` before retrying a refusal that gave no advice (no
+    /// `Retry-After`, no `RateLimit` fields), doubled for each earlier
+    /// refusal of the same call and cut to `max_pause` (default 1 s: 1 s,
+    /// 2 s, 4 s, ...).
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] for a zero `backoff` (a retry always
+    /// waits: to send none, say `with_retries(0)`).
+    pub fn with_backoff(mut self, backoff: Duration) -> Result<Outbound, Error> {
+        if backoff.is_zero() {
+            return Err(Error::InvalidNumber {
+                name: "backoff",
+                value: "0".to_string(),
+                reason: "must be more than 0 (no retry goes without a pause: to retry nothing, set retries to 0)",
+            });
+        }
+        self.backoff = backoff;
+        Ok(self)
+    }
+
     /// Retries every method, POST and PATCH too (default: idempotent only).
     #[must_use]
     pub fn with_any_method(mut self, any: bool) -> Outbound {
@@ -275,10 +328,28 @@ impl Outbound {
         self.max_pause
     }
 
+    /// The pause before the first retry of a refusal that gave no advice.
+    pub fn backoff(&self) -> Duration {
+        self.backoff
+    }
+
     /// What to do after the response to attempt `attempt` (0: the first
     /// sending) of `method`, with `status` and `headers` (name, value;
     /// names in any case), received at `now_unix` (seconds since the Unix
     /// epoch, for HTTP-dates and Unix-time resets).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use ratebound::outbound::Outbound;
+    /// let o = Outbound::new();
+    /// // The partner's advice is obeyed...
+    /// let a = o.advise("GET", 429, [("Retry-After", "2")], 0, 0.0);
+    /// assert_eq!((a.pause, a.retry), (Some(Duration::from_secs(2)), true));
+    /// // ...and a bare refusal is retried after the backoff, doubling.
+    /// let a = o.advise("GET", 503, [], 1, 0.0);
+    /// assert_eq!((a.pause, a.retry), (Some(Duration::from_secs(2)), true));
+    /// ```
     pub fn advise<'h>(
         &self,
         method: &str,
@@ -287,19 +358,154 @@ impl Outbound {
         attempt: u32,
         now_unix: f64,
     ) -> Advice {
-        let asked = pause_asked(headers, now_unix);
-        let (pause, capped) = match asked {
-            Some(d) if d > self.max_pause => (Some(self.max_pause), true),
-            Some(d) if d.is_zero() => (None, false),
-            other => (other, false),
+        self.advise_asked(method, status, pause_asked(headers, now_unix), attempt)
+    }
+
+    /// [`advise`](Self::advise) given the pause the answer asked for
+    /// (`asked`: from its headers, [`pause_asked`], or elsewhere — a gRPC
+    /// `RetryInfo` — the longer of them; `None`: none).
+    pub fn advise_asked(
+        &self,
+        method: &str,
+        status: u16,
+        asked: Option<Duration>,
+        attempt: u32,
+    ) -> Advice {
+        let cut = |d: Duration| {
+            if d > self.max_pause {
+                (Some(self.max_pause), true)
+            } else {
+                (Some(d), false)
+            }
         };
         let retryable = self.statuses.contains(&status);
         let may = attempt < self.retries && (self.retry_any_method || idempotent(method));
+        let retry = retryable && may;
+        let (pause, capped) = match asked {
+            Some(d) if !d.is_zero() => cut(d),
+            // No retry without a pause: the backoff, doubled per earlier
+            // refusal of this call (every earlier attempt was one: only a
+            // refusal is retried).
+            _ if retry => cut(self.backoff.saturating_mul(1u32 << attempt.min(31))),
+            _ => (None, false),
+        };
         Advice {
             pause,
             capped,
-            retry: retryable && may,
+            retry,
             gave_up: retryable && !may,
+        }
+    }
+}
+
+/// Where an adapter's pause took hold (see [`LocalPauses::paused`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reach {
+    /// The limiter itself: everyone sharing it (the fleet, for a Redis
+    /// limiter) waits.
+    Shared,
+    /// Only this process: the limiter's store could not be told (Redis
+    /// unreachable); a Redis limiter failing `local` had its local share
+    /// paused.
+    Local,
+}
+
+/// The most keys [`LocalPauses`] holds; beyond, the pause ending first is
+/// forgotten.
+pub const LOCAL_PAUSES_MAX_KEYS: usize = 10_000;
+
+/// The pauses an adapter keeps in this process because its limiter's
+/// store could not be told of them (Redis down): an outage does not cancel
+/// a partner's pause. Each sending asks [`hold`](Self::hold) before it
+/// waits for its token, so the retry of the refused call, and every other
+/// call of the adapter for that key, goes out no sooner than the partner
+/// asked — whatever the limiter's fail policy lets through.
+///
+/// Sans-I/O: the caller passes the instant and does the sleeping.
+///
+/// # Examples
+/// ```
+/// use std::time::{Duration, Instant};
+/// use ratebound::outbound::{LocalPauses, Reach};
+/// let pauses = LocalPauses::new();
+/// let now = Instant::now();
+/// // Redis was told: nothing for this process to keep.
+/// assert!(!pauses.paused("partner", Duration::from_secs(2), Reach::Shared, now));
+/// assert_eq!(pauses.hold("partner", None, now)?, None);
+/// // Redis could not be told: this process waits 2 s.
+/// assert!(pauses.paused("partner", Duration::from_secs(2), Reach::Local, now));
+/// let later = now + Duration::from_millis(500);
+/// assert_eq!(pauses.hold("partner", None, later)?, Some(Duration::from_millis(1500)));
+/// // A wait beyond the sending's timeout fails at once.
+/// assert!(pauses.hold("partner", Some(Duration::from_secs(1)), later).is_err());
+/// assert_eq!(pauses.hold("partner", None, now + Duration::from_secs(2))?, None);
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct LocalPauses {
+    // A lock, not atomics: pauses are rare (a partner's refusal during an
+    // outage) and a read of an empty table is one uncontended lock.
+    until: Mutex<HashMap<String, Instant>>,
+}
+
+impl LocalPauses {
+    /// An empty table.
+    pub fn new() -> LocalPauses {
+        LocalPauses::default()
+    }
+
+    /// Takes note of a pause of `key` for `pause` from `now` that took
+    /// hold as `reach` says: one that reached only this process
+    /// ([`Reach::Local`]) is kept (a pause ending no later than one already
+    /// kept changes nothing). Whether the pause is local — what the
+    /// adapter's `paused` event says.
+    pub fn paused(&self, key: &str, pause: Duration, reach: Reach, now: Instant) -> bool {
+        if reach == Reach::Shared || pause.is_zero() {
+            return reach == Reach::Local;
+        }
+        let Some(end) = now.checked_add(pause) else {
+            return true;
+        };
+        let mut until = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        until.retain(|_, e| *e > now);
+        if until.len() >= LOCAL_PAUSES_MAX_KEYS && !until.contains_key(key) {
+            let first = until
+                .iter()
+                .min_by_key(|(_, e)| **e)
+                .map(|(k, _)| k.clone());
+            if let Some(first) = first {
+                until.remove(&first);
+            }
+        }
+        let e = until.entry(key.to_string()).or_insert(end);
+        *e = (*e).max(end);
+        true
+    }
+
+    /// How long a sending for `key` must wait at `now` before it asks its
+    /// limiter for a token (`None`: no pause kept).
+    ///
+    /// # Errors
+    /// [`Error::DeadlineExceeded`] when that is longer than `timeout` (the
+    /// sending's longest wait): it fails at once, as a limiter's wait
+    /// would.
+    pub fn hold(
+        &self,
+        key: &str,
+        timeout: Option<Duration>,
+        now: Instant,
+    ) -> Result<Option<Duration>, Error> {
+        let until = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        if until.is_empty() {
+            return Ok(None);
+        }
+        let wait = match until.get(key) {
+            Some(end) if *end > now => *end - now,
+            _ => return Ok(None),
+        };
+        match timeout {
+            Some(max_wait) if wait > max_wait => Err(Error::DeadlineExceeded { wait, max_wait }),
+            _ => Ok(Some(wait)),
         }
     }
 }
@@ -522,5 +728,34 @@ mod tests {
         ] {
             assert_eq!(http_date(bad), None, "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod local_pauses_tests {
+    use super::*;
+
+    #[test]
+    fn a_full_table_forgets_the_pause_ending_first_and_later_pauses_extend() {
+        let p = LocalPauses::new();
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        for i in 0..LOCAL_PAUSES_MAX_KEYS {
+            p.paused(&format!("k{i}"), s(10 + i as u64), Reach::Local, now);
+        }
+        assert!(p.paused("new", s(5), Reach::Local, now));
+        // k0 ended first: forgotten; the others and the new one are kept.
+        assert_eq!(p.hold("k0", None, now).unwrap(), None);
+        assert_eq!(p.hold("k1", None, now).unwrap(), Some(s(11)));
+        assert_eq!(p.hold("new", None, now).unwrap(), Some(s(5)));
+        // A shorter pause changes nothing; a longer one extends.
+        p.paused("new", s(1), Reach::Local, now);
+        assert_eq!(p.hold("new", None, now).unwrap(), Some(s(5)));
+        p.paused("new", s(7), Reach::Local, now);
+        assert_eq!(p.hold("new", None, now).unwrap(), Some(s(7)));
+        // Expired pauses are dropped when the next one is noted.
+        let later = now + s(20_000);
+        p.paused("x", s(1), Reach::Local, later);
+        assert_eq!(p.until.lock().unwrap().len(), 1);
     }
 }

@@ -30,6 +30,11 @@ fn outbound(config: Option<&Value>) -> Outbound {
     if let Some(a) = c.get("any_method") {
         o = o.with_any_method(a.as_bool().expect("any_method"));
     }
+    if let Some(b) = c.get("backoff_s") {
+        o = o
+            .with_backoff(Duration::from_secs_f64(b.as_f64().expect("backoff_s")))
+            .expect("backoff");
+    }
     o
 }
 
@@ -76,6 +81,10 @@ fn bad_configuration_is_a_typed_error_naming_the_value() {
     let e = Outbound::new().with_statuses(&[429, 42]).expect_err("42");
     assert!(e.to_string().contains("42"), "{e}");
     assert!(Outbound::new().with_statuses(&[600]).is_err());
+    let e = Outbound::new()
+        .with_backoff(Duration::ZERO)
+        .expect_err("zero");
+    assert!(e.to_string().starts_with("invalid backoff 0"), "{e}");
 }
 
 /// `options` of spec/outbound.json: the adapters' options through the one
@@ -105,6 +114,7 @@ fn every_options_vector_of_spec_outbound_json() {
             statuses.as_deref(),
             g.get("any_method")
                 .map(|a| a.as_bool().expect("any_method")),
+            num("backoff_s"),
         )
         .and_then(|o| Ok((o, Sending::from_loose(num("n"), num("timeout_s"))?)));
         match (read, v.get("error")) {
@@ -120,6 +130,9 @@ fn every_options_vector_of_spec_outbound_json() {
                     e["max_pause_s"].as_f64().unwrap(),
                     "{id}"
                 );
+                if let Some(b) = e.get("backoff_s") {
+                    assert_eq!(o.backoff().as_secs_f64(), b.as_f64().unwrap(), "{id}");
+                }
                 assert_eq!(s.n(), e["n"].as_u64().unwrap(), "{id}");
                 assert_eq!(
                     s.timeout().map(|t| t.as_secs_f64()),

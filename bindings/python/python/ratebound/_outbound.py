@@ -1,19 +1,25 @@
 """What the HTTP client adapters (``ratebound.httpx``, ``ratebound.requests``)
 share: the limiter bound to its calling convention, the options, and the
 events told to ``on_decision``. The decision itself — how long the partner
-asked to pause, whether to send again — is the core's
-(``_ratebound._Outbound``, replaying ``spec/outbound.json``); this module
-only waits, pauses and counts."""
+asked to pause (or the backoff, for a refusal that asked nothing), whether
+to send again, how long a pause kept in this process still holds a
+sending — is the core's (``_ratebound._Outbound``, replaying
+``spec/outbound.json``); this module only waits, pauses, sleeps and
+counts."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+import sys
 import time
+import warnings
 from typing import Any, Awaitable, Callable, NamedTuple, Optional, TypedDict, TypeVar, Union
 
 from . import _ratebound
 from . import redis as _redis
+from ._errors import RateboundError
 
 Number = Union[int, float]
 R = TypeVar("R")
@@ -24,7 +30,11 @@ class OutboundEvent(NamedTuple):
     — ``"waited"`` (the limiter made the request wait ``seconds`` before it
     went out), ``"paused"`` (the partner's answer paused the limiter for
     ``seconds``, for everyone sharing it; ``capped`` when cut to
-    ``max_pause``), ``"retried"`` (the answer is sent again, through the
+    ``max_pause``; for a refusal that gave no advice, the backoff;
+    ``local`` when only this process could be paused: the limiter's Redis
+    could not be told, so the adapter holds its own sendings for the key —
+    the retry first — and a limiter failing ``"local"`` paused its local
+    share), ``"retried"`` (the answer is sent again, through the
     limiter) or ``"gave_up"`` (a 429/503 the request may not be retried on,
     or retries spent: the caller gets it) — with the limiter ``key``, the
     answer's ``status`` (``None`` before one) and the ``attempt`` (0: the
@@ -36,6 +46,7 @@ class OutboundEvent(NamedTuple):
     status: Optional[int]
     attempt: int
     capped: bool = False
+    local: bool = False
 
 
 OnOutbound = Callable[[OutboundEvent], None]
@@ -50,6 +61,7 @@ class OutboundOptions(TypedDict, total=False):
     timeout: Optional[Number]
     retries: Optional[int]
     max_pause: Optional[Number]
+    backoff: Optional[Number]
     statuses: Optional[list[int]]
     any_method: Optional[bool]
     n: Optional[int]
@@ -66,6 +78,15 @@ def _algorithm(limiter: Any) -> Optional[str]:
     if isinstance(limiter, (_redis._Limiter, _redis._AsyncLimiter)):
         return "window"
     return getattr(limiter, "algorithm", None)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` naming the first frame outside ratebound: the
+    user's line that made the adapter."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("ratebound"):
+        level, frame = level + 1, frame.f_back  # type: ignore[assignment]
+    return level
 
 
 def _ratebound_error(message: str) -> Exception:
@@ -97,6 +118,15 @@ class Bound:
             raise _ratebound_error("rb.redis.TokenBucket is synchronous: use rb.redis.AsyncTokenBucket here")
         self.limiter: Any = limiter
         self.keyed = isinstance(limiter, _KEYED)
+        self.remote = isinstance(limiter, (_redis.TokenBucket, _redis.AsyncTokenBucket))
+        if isinstance(limiter, (_redis.TokenBucket, _redis.AsyncTokenBucket)) and limiter._engine.on_error == "open":
+            warnings.warn(
+                "an outbound limiter that fails open sends every request to the partner while Redis is "
+                "unreachable (a flood partners block keys for): build it with "
+                'on_error="local", local_rate=<this instance\'s share> (or "closed")',
+                RuntimeWarning,
+                stacklevel=_caller_level(),
+            )
 
     def acquire_blocking(self, key: str, n: int, timeout: Optional[float]) -> None:
         if self.keyed:
@@ -110,19 +140,38 @@ class Bound:
         else:
             await self.limiter.acquire(n, timeout)
 
-    def pause_blocking(self, key: str, seconds: float) -> None:
-        if self.keyed:
-            self.limiter.pause(key, seconds)
-        else:
-            self.limiter.pause(seconds)
+    def pause_blocking(self, key: str, seconds: float) -> bool:
+        """Pauses the limiter; whether everyone sharing it was told (a
+        pause Redis could not be told of pauses the local share, if any)."""
+        try:
+            if self.keyed:
+                told = self.limiter.pause(key, seconds)
+            else:
+                told = self.limiter.pause(seconds)
+        except RateboundError:  # a shared table with no slot for the key
+            return False
+        return self.told(key, seconds, told)
 
-    async def pause(self, key: str, seconds: float) -> None:
-        if self.keyed:
-            done = self.limiter.pause(key, seconds)
-        else:
-            done = self.limiter.pause(seconds)
-        if inspect.isawaitable(done):
-            await done
+    async def pause(self, key: str, seconds: float) -> bool:
+        """:meth:`pause_blocking` for asyncio."""
+        try:
+            if self.keyed:
+                told = self.limiter.pause(key, seconds)
+            else:
+                told = self.limiter.pause(seconds)
+            if inspect.isawaitable(told):
+                told = await told
+        except RateboundError:
+            return False
+        return self.told(key, seconds, told)
+
+    def told(self, key: str, seconds: float, told: Any) -> bool:
+        # A Redis limiter's pause says the shift it gave, or None when Redis
+        # could not be told; a local or shared-memory pause always holds.
+        if self.remote and told is None:
+            self.limiter._engine.pause_local(key, seconds)
+            return False
+        return True
 
 
 class Options:
@@ -140,6 +189,7 @@ class Options:
         timeout: Optional[Number] = None,
         retries: Optional[int] = None,
         max_pause: Optional[Number] = None,
+        backoff: Optional[Number] = None,
         statuses: Optional[list[int]] = None,
         any_method: Optional[bool] = None,
         n: Optional[int] = None,
@@ -150,7 +200,7 @@ class Options:
             raise _ratebound_error(f"key must be a string or a function of the request, got {key!r}")
         self.key = key
         self.outbound = _ratebound._Outbound(
-            retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method
+            retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method, backoff=backoff
         )
         self.n, self.timeout = _ratebound._Outbound.sending(n, timeout)
         self.on_decision = on_decision
@@ -190,14 +240,18 @@ class Options:
         attempt = 0
         while True:
             start = time.monotonic()
-            self.bound.acquire_blocking(key, n, timeout)
+            hold = self.outbound.hold(key, timeout)
+            if hold is not None:
+                time.sleep(hold)
+            self.bound.acquire_blocking(key, n, self.left(timeout, start))
             self.waited(key, start, attempt)
             response = send()
             status, headers = answer(response)
             pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
+            local = False
             if pause is not None:
-                self.bound.pause_blocking(key, pause)
-            if self.settled(key, status, attempt, pause, capped, retry, gave_up):
+                local = self.outbound.paused(key, pause, self.bound.pause_blocking(key, pause))
+            if self.settled(key, status, attempt, pause, capped, retry, gave_up, local):
                 return response
             discard(response)
             attempt += 1
@@ -217,17 +271,26 @@ class Options:
         attempt = 0
         while True:
             start = time.monotonic()
-            await self.bound.acquire(key, n, timeout)
+            hold = self.outbound.hold(key, timeout)
+            if hold is not None:
+                await asyncio.sleep(hold)
+            await self.bound.acquire(key, n, self.left(timeout, start))
             self.waited(key, start, attempt)
             response = await send()
             status, headers = answer(response)
             pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
+            local = False
             if pause is not None:
-                await self.bound.pause(key, pause)
-            if self.settled(key, status, attempt, pause, capped, retry, gave_up):
+                local = self.outbound.paused(key, pause, await self.bound.pause(key, pause))
+            if self.settled(key, status, attempt, pause, capped, retry, gave_up, local):
                 return response
             await discard(response)
             attempt += 1
+
+    @staticmethod
+    def left(timeout: Optional[float], start: float) -> Optional[float]:
+        """What is left of a sending's `timeout` after a hold."""
+        return None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
 
     def waited(self, key: str, start: float, attempt: int) -> None:
         waited = time.monotonic() - start
@@ -235,21 +298,38 @@ class Options:
             self.tell("waited", key, waited, None, attempt)
 
     def settled(
-        self, key: str, status: int, attempt: int, pause: Optional[float], capped: bool, retry: bool, gave_up: bool
+        self,
+        key: str,
+        status: int,
+        attempt: int,
+        pause: Optional[float],
+        capped: bool,
+        retry: bool,
+        gave_up: bool,
+        local: bool = False,
     ) -> bool:
         """Reports an answer; whether the response is the caller's."""
         if pause is not None:
-            self.tell("paused", key, pause, status, attempt, capped)
+            self.tell("paused", key, pause, status, attempt, capped, local)
         if retry:
             self.tell("retried", key, None, status, attempt)
         elif gave_up:
             self.tell("gave_up", key, None, status, attempt)
         return not retry
 
-    def tell(self, outcome: str, key: str, seconds: Optional[float], status: Optional[int], attempt: int, capped: bool = False) -> None:
+    def tell(
+        self,
+        outcome: str,
+        key: str,
+        seconds: Optional[float],
+        status: Optional[int],
+        attempt: int,
+        capped: bool = False,
+        local: bool = False,
+    ) -> None:
         if self.on_decision is None:
             return
         try:
-            self.on_decision(OutboundEvent(outcome, key, seconds, status, attempt, capped))
+            self.on_decision(OutboundEvent(outcome, key, seconds, status, attempt, capped, local))
         except Exception:  # a metrics hook must never break the call
             logging.getLogger("ratebound").exception("on_decision raised; the call goes on")

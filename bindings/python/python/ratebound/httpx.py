@@ -69,9 +69,17 @@ class RateLimitTransport(_Limited, httpx.BaseTransport):
     function of the ``httpx.Request``, or (default) the request's host and
     port. ``timeout`` bounds each wait (seconds; default: wait as long as it
     takes): a wait that would be longer raises ``rb.RateLimitExceeded`` at
-    once and sends nothing. ``retries``, ``max_pause``, ``statuses`` and
-    ``any_method`` are the outbound policy (2 retries, pauses of at most 300
-    s, 429 and 503, idempotent methods only). Per request,
+    once and sends nothing. ``retries``, ``max_pause``, ``backoff``,
+    ``statuses`` and ``any_method`` are the outbound policy (2 retries,
+    pauses of at most 300 s, 429 and 503, idempotent methods only; no retry
+    without a pause: a refusal with no ``Retry-After`` or ``RateLimit``
+    fields pauses ``backoff`` seconds, default 1, doubling per refusal of
+    the call). A pause Redis cannot be told of (Redis down) is kept in this
+    process: the adapter's sendings for the key, the retry first, wait it
+    out, and a limiter failing ``"local"`` pauses its local share; the
+    ``paused`` event says ``local``. A Redis limiter failing ``"open"``
+    draws a ``RuntimeWarning`` here: during an outage it would send every
+    request to the partner. Per request,
     ``extensions={"ratebound": {"timeout": s, "key": k, "n": n}}``
     overrides ``timeout``, ``key`` and the tokens taken (``n``, default 1).
     ``on_decision`` is told an :class:`OutboundEvent` for each wait, pause,

@@ -231,8 +231,16 @@ pub fn fresh(name: &str) -> String {
 }
 
 /// One event told to `on_decision`: (outcome, key, duration, status,
-/// attempt, capped).
-pub type Event = (String, String, Option<Duration>, Option<u16>, u32, bool);
+/// attempt, capped, local).
+pub type Event = (
+    String,
+    String,
+    Option<Duration>,
+    Option<u16>,
+    u32,
+    bool,
+    bool,
+);
 
 /// Events told to `on_decision`, kept for the test to read.
 #[derive(Clone, Default)]
@@ -249,6 +257,7 @@ impl Events {
                 e.status,
                 e.attempt,
                 e.capped,
+                e.local,
             ))
         }
     }
