@@ -53,7 +53,7 @@ const { isNoScript, errorText, clientHealth } = require('./redis_clients.js')
 // resolves with when its deadline passed) and integers (a RedisCall's reply
 // as the engine takes it).
 module.exports = function redisDriver(native, { RateLimitExceededError, sleep }) {
-  const { redisTemplate, redisCallScript, redisKeep, redisUseSlots, redisDrop, redisMisconfigured } = native
+  const { redisTemplate, redisCallScript, redisKeep, redisUseSlots, redisDrop, redisMisconfigured, redisHeard } = native
   // The longest sleep a host timer holds; the engine is asked again after it.
   const MAX_SLEEP_MS = 2 ** 31 - 1
 
@@ -567,7 +567,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         this.#said = text
         this.#saidBad = null
         try {
-          redisMisconfigured(text)
+          redisMisconfigured(this.#h, text)
         } catch (err) {
           this.#saidBad = err
         }
@@ -587,7 +587,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     #misconfigured(text) {
       let bad = null
       try {
-        redisMisconfigured(text)
+        redisMisconfigured(this.#h, text)
       } catch (err) {
         bad = err
       }
@@ -684,7 +684,11 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         this.#slow = false
         this.#due()
       }
-      if (e.done) return
+      if (e.done) {
+        // Late, but Redis is alive.
+        redisHeard(this.#h)
+        return
+      }
       if (e.kind === RAW) {
         this.#settle(e, { reply })
         return
@@ -922,7 +926,11 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         this.#due()
       }
       const members = batch.members
-      if (this.#waiting(members) === 0) return
+      if (this.#waiting(members) === 0) {
+        // Late, but Redis is alive.
+        redisHeard(this.#h)
+        return
+      }
       const len = putReply(reply)
       this.#finishMany(members, len < 0 ? MALFORMED : REPLIED, len, undefined)
     }

@@ -20,7 +20,7 @@ mod raw;
 mod table;
 
 pub use raw::{
-    bind_redis_path, redis_call_script, redis_drop, redis_keep, redis_misconfigured,
+    bind_redis_path, redis_call_script, redis_drop, redis_heard, redis_keep, redis_misconfigured,
     redis_template, redis_use_slots,
 };
 

@@ -693,12 +693,29 @@ pub fn redis_drop(id: u32) -> bool {
 
 /// Throws the typed `ERR_RATEBOUND_STORE_MISCONFIGURED` error when a
 /// client's failure `text` says the client is misconfigured (a wrong
-/// password, a missing ACL permission, an unknown database, ...), else
-/// returns false (internal).
+/// password, a missing ACL permission, an unknown database, ...: engine
+/// `handle`'s `misconfigured`, which also closes a breaker a probe had
+/// opened), else returns false (internal).
 #[napi(skip_typescript)]
-pub fn redis_misconfigured(env: Env, text: String) -> Result<bool> {
-    match ratebound_redis::misconfiguration(&text) {
+pub fn redis_misconfigured(env: Env, handle: u32, text: String) -> Result<bool> {
+    let outcome = CallOutcome::Failed(&text);
+    let found = match engine(handle) {
+        Some(engine) => engine.misconfigured(&outcome).err(),
+        None => ratebound_redis::misconfiguration(&text),
+    };
+    match found {
         Some(e) => Err(error::throw(&env, &e)),
         None => Ok(false),
+    }
+}
+
+/// Tells engine `handle` that Redis replied just now (internal: a reply
+/// that landed after its call's deadline — Redis is alive, so calls that
+/// time out meanwhile are this client's overload; see
+/// `Engine::heard_from_redis`).
+#[napi(skip_typescript)]
+pub fn redis_heard(handle: u32) {
+    if let Some(engine) = engine(handle) {
+        engine.heard_from_redis();
     }
 }
