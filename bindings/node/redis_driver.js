@@ -36,8 +36,8 @@
 // not yet answered, or IN_FLIGHT / ALONE calls sent alone (a call alone
 // costs Redis and the client about as much as ALONE keys of a batch).
 // Beyond that calls wait in its queue, in order, and go out as answers come
-// back; a call's deadline counts from when it is handed to the
-// client, so the time it waited here — this process's own load, never
+// back; a call's deadline counts from when the client has written it,
+// so the time it waited here — this process's own load, never
 // Redis' — is not the fail policy's business. Beyond MAX_QUEUED waiting,
 // a call never leaves: the engine is told it was unsent (a check is refused
 // with source 'busy', the breaker untouched). The deadline wheel's timer
@@ -247,8 +247,9 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // Calls sent and not yet settled (a batch's members each count): at
     // most IN_FLIGHT.
     #load = 0
-    // The wheel: every call begun, in the order it began (and so of its
-    // deadline), from #head on; the one timer, armed while calls wait.
+    // The wheel: every call sent, in the order its deadline was set (and
+    // so, but for a call sent while Redis is slow, of its deadline), from
+    // #head on; the one timer, armed while calls wait.
     #wheel = []
     #head = 0
     #timer = null
