@@ -1125,9 +1125,12 @@ export declare class RedisEngine {
    * that order by the engine (`CallOutcome::reported`). A reply that is
    * not an array of integers (`CallOutcome::Malformed`), or of another
    * shape, counts as a failure, as in Python. Failures feed the circuit
-   * breaker and are answered by the fail policy.
+   * breaker and are answered by the fail policy. `unsent`: the call never
+   * left this client before its deadline (its pool or queue was full) —
+   * refused with source `'busy'`, neither a failure nor the fail
+   * policy's.
    */
-  finish(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): RedisDecision
+  finish(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): RedisDecision
   /**
    * The calls that give every unspent leased token back (on shutdown);
    * the leases are forgotten. Run each like any call; their outcome
@@ -1174,7 +1177,7 @@ export declare class RedisEngine {
    */
   acquireStep(a: RedisAcquisition): RedisCall | number | string | Exceeded
   /** Hands the wait what became of the call its last step gave. */
-  acquireReply(a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null): void
+  acquireReply(a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): void
   /** The caller gave up: the call that gives held tokens back, or null. */
   acquireAbandon(a: RedisAcquisition): RedisCall | null
   /**
@@ -1190,7 +1193,7 @@ export declare class RedisEngine {
    * Step two of a reservation: `Granted`, or `Exceeded` when the tokens
    * are due only beyond its maxWait (nothing taken).
    */
-  finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): Granted | Exceeded
+  finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): Granted | Exceeded
   /**
    * The call that gives a reservation's tokens back (`reserveCall`: the
    * call that took them).
@@ -1217,7 +1220,7 @@ export declare class RedisEngine {
    * waiters of the other instances (`{ shift, news }`), or null when
    * Redis could not be told.
    */
-  finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): PauseNews | null
+  finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): PauseNews | null
   /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
   get pauseChannel(): string
   /**
@@ -1231,7 +1234,7 @@ export declare class RedisEngine {
    * seconds (0: a pause already on covered it), or null when Redis could
    * not be told.
    */
-  finishPause(reply: unknown, timedOut?: boolean, error?: string | null): number | null
+  finishPause(reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): number | null
 }
 
 /**

@@ -353,6 +353,25 @@ test('a client with a wrong password is a typed error at the first call, naming 
   assert.equal((await lim.check('k')).source, 'redis')
 })
 
+// Before: finish had no way to say a call never left (a 5th argument was
+// ignored: the call was a failure, 'fail_closed' here).
+test("RedisEngine: a call reported unsent is refused 'busy', counted, told once, and the breaker never hears of it", () => {
+  const engine = new rb.RedisEngine({ rate: 10, burst: 10, onError: 'closed', breakerThreshold: 1 })
+  for (let i = 0; i < 3; i++) {
+    const call = engine.begin('k', 1)
+    assert.ok(call instanceof rb.RedisCall)
+    const d = engine.finish(call, null, false, null, true)
+    assert.deepEqual([d.source, d.allowed, d.retryAfter], ['busy', false, engine.timeout])
+  }
+  const s = engine.stats
+  assert.deepEqual([s.busy, s.failClosed, s.breakerOpen], [3, 0, false])
+  assert.equal(engine.hasNotices, true)
+  const notices = engine.takeNotices()
+  assert.deepEqual(notices.map((n) => n.kind), ['busy'])
+  assert.match(notices[0].message, /^ratebound: the redis client is overloaded/)
+  assert.equal(engine.hasNotices, false)
+})
+
 test('no unhandled rejection in this file', () => {
   assert.deepEqual(unhandled, [])
 })

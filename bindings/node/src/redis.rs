@@ -420,9 +420,12 @@ impl RedisEngine {
     /// that order by the engine (`CallOutcome::reported`). A reply that is
     /// not an array of integers (`CallOutcome::Malformed`), or of another
     /// shape, counts as a failure, as in Python. Failures feed the circuit
-    /// breaker and are answered by the fail policy.
+    /// breaker and are answered by the fail policy. `unsent`: the call never
+    /// left this client before its deadline (its pool or queue was full) —
+    /// refused with source `'busy'`, neither a failure nor the fail
+    /// policy's.
     #[napi(
-        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null"
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
     )]
     pub fn finish(
         &self,
@@ -430,8 +433,9 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<RedisDecision> {
-        with_outcome(reply, timed_out, error, |o| {
+        with_outcome(reply, timed_out, error, unsent, |o| {
             self.engine.finish(&call.call, o)
         })
         .map(RedisDecision::from)
@@ -544,8 +548,9 @@ impl RedisEngine {
 }
 
 /// Runs `f` on what became of a call, as the engine reads a driver's
-/// report (`CallOutcome::reported`: `timedOut`, then `error`, then the
-/// reply): a reply is an array of numbers made integers by the engine's
+/// report (`unsent` first — the call never left the client, its own
+/// overload: `CallOutcome::Unsent`; then `CallOutcome::reported`:
+/// `timedOut`, then `error`, then the reply): a reply is an array of numbers made integers by the engine's
 /// rule (`CallOutcome::of_numbers`); anything else given as the reply is
 /// `CallOutcome::Malformed` — what Python's binding says of a reply that
 /// is not a list of ints.
@@ -553,8 +558,13 @@ pub(crate) fn with_outcome<R>(
     reply: Option<Unknown<'_>>,
     timed_out: Option<bool>,
     error: Option<String>,
+    unsent: Option<bool>,
     f: impl FnOnce(CallOutcome<'_>) -> R,
 ) -> Result<R> {
+    // Never sent (the client's own overload): before anything else.
+    if unsent == Some(true) {
+        return Ok(f(CallOutcome::Unsent));
+    }
     // None: no reply; Some(None): a reply that is no array of numbers.
     let numbers: Option<Option<Vec<f64>>> = match reply {
         None => None,
