@@ -367,8 +367,12 @@ export declare namespace redis {
     /** The window in seconds (a whole number of microseconds). */
     window: number
   }
-  /** The driver's counters since the limiter was made. */
-  interface Stats {
+  /**
+   * The counters since the limiter was made: the driver's (round trips,
+   * timeouts, errors, batches, the queue) and the engine's answers by the
+   * path that gave them (`RedisEngine.stats`).
+   */
+  interface Stats extends RedisStats {
     /**
      * Script calls started: round trips (an `EVALSHA`, and its `EVAL` after
      * `NOSCRIPT`, count once; a batch counts once).
@@ -384,6 +388,14 @@ export declare namespace redis {
     batches: number
     /** The checks that went in those batches. */
     batched: number
+    /**
+     * Calls that waited in the limiter's queue for room in flight (256 keys
+     * in batches, or 64 calls sent alone): this process's own load, never
+     * the fail policy's.
+     */
+    queued: number
+    /** Calls that never left the queue (it was full, or they waited too long): answered `'busy'`. */
+    unsent: number
   }
   /** Tokens reserved in Redis by `reserve`. */
   interface RedisReservation {

@@ -367,8 +367,12 @@ export declare namespace redis {
     /** The window in seconds (a whole number of microseconds). */
     window: number
   }
-  /** The driver's counters since the limiter was made. */
-  interface Stats {
+  /**
+   * The counters since the limiter was made: the driver's (round trips,
+   * timeouts, errors, batches, the queue) and the engine's answers by the
+   * path that gave them (`RedisEngine.stats`).
+   */
+  interface Stats extends RedisStats {
     /**
      * Script calls started: round trips (an `EVALSHA`, and its `EVAL` after
      * `NOSCRIPT`, count once; a batch counts once).
@@ -384,6 +388,14 @@ export declare namespace redis {
     batches: number
     /** The checks that went in those batches. */
     batched: number
+    /**
+     * Calls that waited in the limiter's queue for room in flight (256 keys
+     * in batches, or 64 calls sent alone): this process's own load, never
+     * the fail policy's.
+     */
+    queued: number
+    /** Calls that never left the queue (it was full, or they waited too long): answered `'busy'`. */
+    unsent: number
   }
   /** Tokens reserved in Redis by `reserve`. */
   interface RedisReservation {
@@ -1126,9 +1138,12 @@ export declare class RedisEngine {
    * that order by the engine (`CallOutcome::reported`). A reply that is
    * not an array of integers (`CallOutcome::Malformed`), or of another
    * shape, counts as a failure, as in Python. Failures feed the circuit
-   * breaker and are answered by the fail policy.
+   * breaker and are answered by the fail policy. `unsent`: the call never
+   * left this client before its deadline (its pool or queue was full) —
+   * refused with source `'busy'`, neither a failure nor the fail
+   * policy's.
    */
-  finish(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): RedisDecision
+  finish(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): RedisDecision
   /**
    * The calls that give every unspent leased token back (on shutdown);
    * the leases are forgotten. Run each like any call; their outcome
@@ -1137,6 +1152,15 @@ export declare class RedisEngine {
   drain(): Array<RedisCall>
   /** Whether the circuit breaker is open (Redis is being spared). */
   get breakerOpen(): boolean
+  /** The answers so far by the path that gave them, and the breaker. */
+  get stats(): RedisStats
+  /** Whether notices wait to be taken (`takeNotices`). */
+  get hasNotices(): boolean
+  /**
+   * The notices since the last take, oldest first: each to be logged
+   * once (`redis.js` emits them as process warnings).
+   */
+  takeNotices(): Array<RedisNotice>
   /** Every call's deadline, in seconds. */
   get timeout(): number
   /** Leased tokens held now, over all keys. */
@@ -1166,7 +1190,7 @@ export declare class RedisEngine {
    */
   acquireStep(a: RedisAcquisition): RedisCall | number | string | Exceeded
   /** Hands the wait what became of the call its last step gave. */
-  acquireReply(a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null): void
+  acquireReply(a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): void
   /** The caller gave up: the call that gives held tokens back, or null. */
   acquireAbandon(a: RedisAcquisition): RedisCall | null
   /**
@@ -1182,7 +1206,7 @@ export declare class RedisEngine {
    * Step two of a reservation: `Granted`, or `Exceeded` when the tokens
    * are due only beyond its maxWait (nothing taken).
    */
-  finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): Granted | Exceeded
+  finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): Granted | Exceeded
   /**
    * The call that gives a reservation's tokens back (`reserveCall`: the
    * call that took them).
@@ -1209,7 +1233,7 @@ export declare class RedisEngine {
    * waiters of the other instances (`{ shift, news }`), or null when
    * Redis could not be told.
    */
-  finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): PauseNews | null
+  finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): PauseNews | null
   /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
   get pauseChannel(): string
   /**
@@ -1223,7 +1247,7 @@ export declare class RedisEngine {
    * seconds (0: a pause already on covered it), or null when Redis could
    * not be told.
    */
-  finishPause(reply: unknown, timedOut?: boolean, error?: string | null): number | null
+  finishPause(reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): number | null
 }
 
 /**
@@ -1853,11 +1877,13 @@ export interface RedisDecision {
   resetAfter: number
   /**
    * Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
-   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy), or
+   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy),
    * `'damaged'` (Redis answered, but the key held a value no script
-   * wrote: it was rebuilt as spent and the request refused).
+   * wrote: it was rebuilt as spent and the request refused), or `'busy'`
+   * (the call never left this client — its own overload, not Redis':
+   * refused, `retryAfter` the call's deadline, the breaker untouched).
    */
-  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged'
+  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' | 'busy'
 }
 
 /**
@@ -1911,6 +1937,48 @@ export interface RedisEngineOptions {
   breakerCooldown?: number
   /** Consecutive failures that open the breaker (default 3). */
   breakerThreshold?: number
+}
+
+/**
+ * One episode worth a warning: the breaker opening or closing, or the
+ * client's own overload. `message` is the one log line (the same text in
+ * every language).
+ */
+export interface RedisNotice {
+  /**
+   * `'breaker_opened'`, `'breaker_closed'`, `'busy'` (calls refused as
+   * busy: the client's own overload), or `'notice'` (a kind this
+   * version does not name).
+   */
+  kind: 'breaker_opened' | 'breaker_closed' | 'busy' | 'notice'
+  /** The warning line. */
+  message: string
+}
+
+/**
+ * How many answers a global limit gave, by the path that gave them
+ * (counted since it was made), and whether its breaker is open now.
+ */
+export interface RedisStats {
+  /** Redis decided. */
+  redis: number
+  /** Leased tokens answered. */
+  lease: number
+  /** Redis decided on a key that held a value no script wrote. */
+  damaged: number
+  /** Redis could not decide; the fail policy `'open'` admitted. */
+  failOpen: number
+  /** Redis could not decide; the fail policy `'closed'` refused. */
+  failClosed: number
+  /** Redis could not decide; the local share (`'local'`) decided. */
+  failLocal: number
+  /**
+   * The call never left this client before its deadline (its own
+   * overload): refused as busy, not the fail policy's.
+   */
+  busy: number
+  /** Whether the circuit breaker is open now. */
+  breakerOpen: boolean
 }
 
 /**

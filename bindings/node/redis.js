@@ -70,7 +70,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       this.#client = options.client
       this.#ms = this.#engine.timeout * 1000
       this.#tokenBucket = algorithm === 'token_bucket'
-      this.#driver = new Driver(this.#engine, adapter, batch)
+      this.#driver = new Driver(this.#engine, adapter, batch, options.client)
     }
 
     // A token bucket's waits listen for other instances' pauses from the
@@ -162,11 +162,19 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       return this.check(key, n).then((d) => d.allowed)
     }
 
+    // What became of a RedisCall run alone, as the engine's napi methods
+    // take it; a misconfigured client is thrown (never the engine's).
     async #result(call) {
       const r = await this.#driver.run(call)
       if (r === TIMEOUT) return [null, true, null]
+      if (r.misconfigured !== undefined) throw r.misconfigured
       if (r.error !== undefined) return [null, false, r.error]
       return [integers(r.reply), false, null]
+    }
+
+    // The engine's notices, once each, after a call of its slower steps.
+    #told() {
+      if (this.#engine.hasNotices) this.#driver.notices()
     }
 
     /**
@@ -231,6 +239,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     async pause(key, seconds) {
       const call = this.#engine.beginPause(key, seconds, null)
       const paused = this.#engine.finishPauseNews(call, ...(await this.#result(call)))
+      this.#told()
       if (paused == null) return null
       if (paused.news != null) await this.#publish(this.#engine.pauseChannel, paused.news)
       return paused.shift
@@ -318,10 +327,14 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
 
     /**
-     * Counters since creation: `calls` (script calls sent: round trips; a
-     * batch is one), `evals` (NOSCRIPT answered with EVAL), `timeouts`,
-     * `errors`, `batches` (of the calls, batches of several checks) and
-     * `batched` (the checks that went in them).
+     * Counters since creation. The driver's: `calls` (script calls sent:
+     * round trips; a batch is one), `evals` (NOSCRIPT answered with EVAL),
+     * `timeouts`, `errors`, `batches` (of the calls, batches of several
+     * checks), `batched` (the checks that went in them), `queued` (calls
+     * that waited for room in flight) and `unsent` (calls that never left:
+     * answered as busy). The engine's answers by the path that gave them:
+     * `redis`, `lease`, `damaged`, `failOpen`, `failClosed`, `failLocal`,
+     * `busy`; and `breakerOpen` now.
      */
     get stats() {
       return this.#driver.stats

@@ -142,7 +142,7 @@ impl RedisEngine {
 
     /// Hands the wait what became of the call its last step gave.
     #[napi(
-        ts_args_type = "a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null"
+        ts_args_type = "a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
     )]
     pub fn acquire_reply(
         &self,
@@ -150,8 +150,9 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<()> {
-        with_outcome(reply, timed_out, error, |o| {
+        with_outcome(reply, timed_out, error, unsent, |o| {
             self.engine.acquire_reply(&mut a.lock(), o);
         })
     }
@@ -199,7 +200,7 @@ impl RedisEngine {
     /// Step two of a reservation: `Granted`, or `Exceeded` when the tokens
     /// are due only beyond its maxWait (nothing taken).
     #[napi(
-        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null",
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean",
         ts_return_type = "Granted | Exceeded"
     )]
     pub fn finish_reserve(
@@ -208,10 +209,15 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<Either<Granted, Exceeded>> {
-        Ok(granted(with_outcome(reply, timed_out, error, |o| {
-            self.engine.finish_reserve(&call.call, o)
-        })?))
+        Ok(granted(with_outcome(
+            reply,
+            timed_out,
+            error,
+            unsent,
+            |o| self.engine.finish_reserve(&call.call, o),
+        )?))
     }
 
     /// The call that gives a reservation's tokens back (`reserveCall`: the
@@ -270,7 +276,7 @@ impl RedisEngine {
     /// waiters of the other instances (`{ shift, news }`), or null when
     /// Redis could not be told.
     #[napi(
-        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null"
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
     )]
     pub fn finish_pause_news(
         &self,
@@ -278,8 +284,11 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<Option<PauseNews>> {
-        let paused = with_outcome(reply, timed_out, error, |o| self.engine.finish_pause(o))?;
+        let paused = with_outcome(reply, timed_out, error, unsent, |o| {
+            self.engine.finish_pause(o)
+        })?;
         Ok(paused.map(|(start_us, shift)| PauseNews {
             shift: shift.as_secs_f64(),
             news: self
@@ -306,14 +315,17 @@ impl RedisEngine {
     /// What became of a pause: the shift it gave the reserved slots in
     /// seconds (0: a pause already on covered it), or null when Redis could
     /// not be told.
-    #[napi(ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null")]
+    #[napi(
+        ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
+    )]
     pub fn finish_pause(
         &self,
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<Option<f64>> {
-        with_outcome(reply, timed_out, error, |o| {
+        with_outcome(reply, timed_out, error, unsent, |o| {
             self.engine.finish_pause(o).map(|(_, s)| s.as_secs_f64())
         })
     }

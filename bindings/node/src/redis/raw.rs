@@ -467,7 +467,9 @@ unsafe extern "C" fn raw_acquire_forget(
 
 /// What became of a call, as `finish` is told: 0 a reply (`len` numbers
 /// at `REPLY`), 1 no reply within the deadline, 2 an error (`error`'s
-/// text), anything else a reply that is no list of numbers.
+/// text), 4 never sent (the client's own overload: the engine answers
+/// without the fail policy or the breaker), anything else a reply that is
+/// no list of numbers.
 unsafe fn outcome_of<R>(
     env: sys::napi_env,
     how: sys::napi_value,
@@ -488,14 +490,16 @@ unsafe fn outcome_of<R>(
                 let text = string(env, text).unwrap_or_else(|| "error".to_string());
                 f(CallOutcome::Failed(&text))
             }
+            4 => f(CallOutcome::Unsent),
             _ => f(CallOutcome::Malformed),
         }
     }
 }
 
-/// `finish(handle, id, how, len, error) -> 1 | 0`: what became of call
+/// `finish(handle, id, how, len, error) -> 0..3`: what became of call
 /// `id` (see `outcome_of`); its answer at `ANSWER` (a check's, or a
-/// reservation's); 1 if it admitted (or granted). The call is forgotten
+/// reservation's); bit 0 set if it admitted (or granted), bit 1 if the
+/// engine has notices to take (`takeNotices`). The call is forgotten
 /// unless the answer says it is kept.
 unsafe extern "C" fn raw_finish(
     env: sys::napi_env,
@@ -517,7 +521,10 @@ unsafe extern "C" fn raw_finish(
             CALLS.with(|c| c.borrow_mut().restore(id, flight));
         }
         put(ANSWER, &answer);
-        int(env, i32::from(answer[0] == 1.0))
+        int(
+            env,
+            i32::from(answer[0] == 1.0) | (i32::from(engine.has_notices()) << 1),
+        )
     }
 }
 
@@ -530,10 +537,11 @@ fn members(count: usize) -> Vec<Option<u32>> {
         .collect()
 }
 
-/// `finishBatch(handle, count, how, len, error) -> count`: what became of
+/// `finishBatch(handle, count, how, len, error) -> 0 | 2`: what became of
 /// the batch of the calls numbered at `IDS` (see `outcome_of`; a reply of
 /// 7 numbers a member, in order): member `i`'s answer at `OUT + i ×
-/// STRIDE`. A reply of another length fails every member.
+/// STRIDE`. A reply of another length fails every member. 2 if the engine
+/// has notices to take (`takeNotices`).
 unsafe extern "C" fn raw_finish_batch(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -573,7 +581,7 @@ unsafe extern "C" fn raw_finish_batch(
             }
             put(OUT + i * STRIDE, &answer);
         }
-        int(env, ids.len() as i32)
+        int(env, i32::from(engine.has_notices()) << 1)
     }
 }
 
@@ -673,4 +681,41 @@ pub fn redis_keep(env: Env, id: u32) -> Result<RedisCall> {
 #[napi(skip_typescript)]
 pub fn redis_use_slots(handle: u32) -> bool {
     use_slots(handle)
+}
+
+/// Forgets call `id` without telling its engine (internal): the client
+/// said it is misconfigured, which is an error for the caller, never the
+/// fail policy's or the breaker's. Whether it was in flight.
+#[napi(skip_typescript)]
+pub fn redis_drop(id: u32) -> bool {
+    take_call(id).is_some()
+}
+
+/// Throws the typed `ERR_RATEBOUND_STORE_MISCONFIGURED` error when a
+/// client's failure `text` says the client is misconfigured (a wrong
+/// password, a missing ACL permission, an unknown database, ...: engine
+/// `handle`'s `misconfigured`, which also closes a breaker a probe had
+/// opened), else returns false (internal).
+#[napi(skip_typescript)]
+pub fn redis_misconfigured(env: Env, handle: u32, text: String) -> Result<bool> {
+    let outcome = CallOutcome::Failed(&text);
+    let found = match engine(handle) {
+        Some(engine) => engine.misconfigured(&outcome).err(),
+        None => ratebound_redis::misconfiguration(&text),
+    };
+    match found {
+        Some(e) => Err(error::throw(&env, &e)),
+        None => Ok(false),
+    }
+}
+
+/// Tells engine `handle` that Redis replied just now (internal: a reply
+/// that landed after its call's deadline — Redis is alive, so calls that
+/// time out meanwhile are this client's overload; see
+/// `Engine::heard_from_redis`).
+#[napi(skip_typescript)]
+pub fn redis_heard(handle: u32) {
+    if let Some(engine) = engine(handle) {
+        engine.heard_from_redis();
+    }
 }
