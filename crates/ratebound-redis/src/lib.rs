@@ -80,7 +80,7 @@ pub type Decision = RedisDecision;
 pub type Outcome<'a> = CallOutcome<'a>;
 pub use engine::Engine;
 pub use ratebound::Error;
-pub use reserve::{ReserveBegin, Reserved};
+pub use reserve::{ReserveBegin, Reserved, given_back};
 
 #[cfg(feature = "tokio")]
 pub use driver::{RedisLimiter, RedisReservation};
