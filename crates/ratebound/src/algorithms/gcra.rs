@@ -186,7 +186,10 @@ impl Params {
 /// on it (a later taking, a pause) or it is gone already: moving TAT back
 /// would hand out slots under ones still held, and the tokens are lost
 /// instead. Cancels in the reverse order of their takings chain (each finds
-/// its own end again once the later ones are back).
+/// its own end again once the later ones are back). A waiter whose slot a
+/// pause moved compares with its moved end (`any::Waiter` moves its mark
+/// with the shift), so the last of a moved queue still gives back. The
+/// leaky bucket's departure schedule is the same word, under the same rule.
 ///
 /// The bound follows. A taking of `n ≤ b` is due at `a = max(now, end − τ)`:
 /// its slot ends by `a + τ` and starts at or after `a` (at `max(TAT, now)
