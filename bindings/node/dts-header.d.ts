@@ -403,7 +403,12 @@ export declare namespace redis {
     readonly delay: number
     /** Which path answered. */
     readonly source: string
-    /** Gives the tokens back (once); whether Redis took them back. */
+    /**
+     * Gives the tokens back (once); whether Redis took them back — only if
+     * no reservation was made after this one since, nor a pause (a cancel
+     * in the middle of a queue gives nothing back: the queue never exceeds
+     * the limit).
+     */
     cancel(): Promise<boolean>
   }
 
@@ -437,7 +442,8 @@ export declare namespace redis {
      * (one order for the fleet, no polling) and sleeps until they are due; a
      * window sleeps its exact `retryAfter` and asks again. Rejects with
      * `RateLimitExceededError` at once, taking nothing, when the wait would
-     * exceed `timeout` seconds; an aborted `signal` gives back what it holds.
+     * exceed `timeout` seconds; an aborted `signal` gives back what it holds
+     * if nobody has built on it (the last of the queue: see `reserve`).
      * Resolves with the source that answered.
      */
     acquire(key: Key, n?: number, options?: { timeout?: number; signal?: AbortSignal }): Promise<string>

@@ -403,7 +403,12 @@ export declare namespace redis {
     readonly delay: number
     /** Which path answered. */
     readonly source: string
-    /** Gives the tokens back (once); whether Redis took them back. */
+    /**
+     * Gives the tokens back (once); whether Redis took them back — only if
+     * no reservation was made after this one since, nor a pause (a cancel
+     * in the middle of a queue gives nothing back: the queue never exceeds
+     * the limit).
+     */
     cancel(): Promise<boolean>
   }
 
@@ -437,7 +442,8 @@ export declare namespace redis {
      * (one order for the fleet, no polling) and sleeps until they are due; a
      * window sleeps its exact `retryAfter` and asks again. Rejects with
      * `RateLimitExceededError` at once, taking nothing, when the wait would
-     * exceed `timeout` seconds; an aborted `signal` gives back what it holds.
+     * exceed `timeout` seconds; an aborted `signal` gives back what it holds
+     * if nobody has built on it (the last of the queue: see `reserve`).
      * Resolves with the source that answered.
      */
     acquire(key: Key, n?: number, options?: { timeout?: number; signal?: AbortSignal }): Promise<string>
@@ -1209,9 +1215,19 @@ export declare class RedisEngine {
   finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): Granted | Exceeded
   /**
    * The call that gives a reservation's tokens back (`reserveCall`: the
-   * call that took them).
+   * call that took them; `endUs`: the end of their slot, its
+   * `Granted.endUs`). Redis takes them back only if nothing was built
+   * on them since (no later reservation, no pause).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for an `endUs`
+   * that is not a whole number of µs from 0 to 2^53 − 1.
    */
-  giveBack(reserveCall: RedisCall): RedisCall
+  giveBack(reserveCall: RedisCall, endUs: number): RedisCall
+  /**
+   * Whether a give-back's outcome says Redis took the tokens back
+   * (false: built on since, or the call failed).
+   */
+  givenBack(reply: unknown, timedOut?: boolean, error?: string | null): boolean
   /**
    * The call that pauses `key` for `seconds` for every instance.
    *
@@ -1252,7 +1268,7 @@ export declare class RedisEngine {
 
 /**
  * Tokens taken ahead of time by `reserve`: act after `delay` seconds, or
- * `cancel()` to give them back (as far as no later taker depends on them).
+ * `cancel()` to give them back (if no later taker has built on them).
  */
 export declare class Reservation {
   /** Seconds to wait before acting (exact to the nanosecond). */
@@ -1741,6 +1757,12 @@ export interface Granted {
   delay: number
   /** Which path answered (`'redis'`, `'lease'`, `'fail_open'`, ...). */
   source: string
+  /**
+   * The end of the slot the tokens took, in µs of Redis' clock (the
+   * bucket's TAT as the reservation left it), for `giveBack`; absent
+   * when Redis did not answer.
+   */
+  endUs?: number
 }
 
 /**

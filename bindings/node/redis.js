@@ -200,7 +200,10 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     /**
      * Takes `n` tokens for `key` now even if they are due only later
      * (token buckets): resolves with `{ delay, source, cancel() }` — act
-     * after `delay` seconds; `await cancel()` gives them back (once).
+     * after `delay` seconds; `await cancel()` gives them back (once) and
+     * resolves with whether Redis took them — only if no reservation was
+     * made after this one since, nor a pause: a cancel in the middle of a
+     * queue gives nothing back, so the queue never exceeds the limit.
      * Rejects with `RateLimitExceededError`, taking nothing, when they would
      * be due only after `maxWait` seconds.
      */
@@ -210,18 +213,18 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       // Refused (nothing taken): the package's RateLimitExceededError, as
       // for local limiters.
       if (!r.granted) throw new RateLimitExceededError(r.wait)
-      let call = r.call
+      // The call that gives the tokens back (null: due at once).
+      let back = r.call
       const engine = this.#engine
-      const driver = this.#driver
+      const result = (c) => this.#result(c)
       return {
         delay: r.wait,
         source: r.source,
         async cancel() {
-          const c = call
-          call = null
+          const c = back
+          back = null
           if (c === null) return false
-          const back = await driver.run(engine.giveBack(c))
-          return back !== TIMEOUT && back.error === undefined
+          return engine.givenBack(...(await result(c)))
         },
       }
     }

@@ -36,6 +36,10 @@ pub struct Granted {
     pub delay: f64,
     /// Which path answered (`'redis'`, `'lease'`, `'fail_open'`, ...).
     pub source: &'static str,
+    /// The end of the slot the tokens took, in µs of Redis' clock (the
+    /// bucket's TAT as the reservation left it), for `giveBack`; absent
+    /// when Redis did not answer.
+    pub end_us: Option<f64>,
 }
 
 /// What became of a pause, and what to tell the other instances.
@@ -63,9 +67,16 @@ fn seconds(env: &Env, name: &'static str, v: Option<f64>) -> Result<Option<Durat
 
 fn granted(r: Reserved) -> Either<Granted, Exceeded> {
     match r {
-        Reserved::Granted { wait, source, .. } => Either::A(Granted {
+        Reserved::Granted {
+            wait,
+            source,
+            end_us,
+            ..
+        } => Either::A(Granted {
             delay: wait.as_secs_f64(),
             source: source.as_str(),
+            // Redis' µs are below 2^53: exact as a double.
+            end_us: end_us.map(|e| e as f64),
         }),
         Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => Either::B(Exceeded {
             retry_after: wait.as_secs_f64(),
@@ -221,12 +232,41 @@ impl RedisEngine {
     }
 
     /// The call that gives a reservation's tokens back (`reserveCall`: the
-    /// call that took them).
+    /// call that took them; `endUs`: the end of their slot, its
+    /// `Granted.endUs`). Redis takes them back only if nothing was built
+    /// on them since (no later reservation, no pause).
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for an `endUs`
+    /// that is not a whole number of µs from 0 to 2^53 − 1.
     #[napi]
-    pub fn give_back(&self, reserve_call: &RedisCall) -> RedisCall {
-        RedisCall {
-            call: self.engine.give_back(&reserve_call.call),
+    pub fn give_back(&self, env: Env, reserve_call: &RedisCall, end_us: f64) -> Result<RedisCall> {
+        if !(end_us.is_finite()
+            && end_us >= 0.0
+            && end_us.fract() == 0.0
+            && end_us < 9_007_199_254_740_992.0)
+        {
+            return Err(CoreError::InvalidNumber {
+                name: "endUs",
+                value: end_us.to_string(),
+                reason: "the end of a slot is a whole number of µs from 0 to 2^53 - 1",
+            })
+            .or_throw(&env);
         }
+        Ok(RedisCall {
+            call: self.engine.give_back(&reserve_call.call, end_us as u64),
+        })
+    }
+
+    /// Whether a give-back's outcome says Redis took the tokens back
+    /// (false: built on since, or the call failed).
+    #[napi(ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null")]
+    pub fn given_back(
+        &self,
+        reply: Option<Unknown<'_>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+    ) -> Result<bool> {
+        with_outcome(reply, timed_out, error, ratebound_redis::given_back)
     }
 
     /// The call that pauses `key` for `seconds` for every instance.

@@ -17,7 +17,8 @@
 //! answer at `ANSWER` — a check's: allowed (1/0), limit, remaining,
 //! retryAfter (s), resetAfter (s), source (an index into `sources`); a
 //! reservation's: granted (1/0), delay or retryAfter (s), source, kept (1:
-//! the call waits for `redisKeep`, the reservation's cancel). A wait's
+//! the call that gives it back waits for `redisKeep`, the reservation's
+//! cancel). A wait's
 //! step: 1 a call, 2 sleep (`ANSWER`: seconds), 3 done (`ANSWER`: the
 //! source), 4 it cannot end in time (`ANSWER`: retryAfter s).
 
@@ -83,11 +84,16 @@ fn reserved(r: &Reserved, kept: bool) -> [f64; STRIDE] {
     }
 }
 
-/// Finishes the call `flight` with `outcome`: its answer, and whether the
-/// call must be kept (a reservation granted ahead of time: its cancel
-/// gives back). A wait's call goes to its acquisition (no answer: the wait
-/// steps again); a call giving tokens back needs no finish.
-fn finish(engine: &Engine, flight: &Flight, outcome: CallOutcome<'_>) -> ([f64; STRIDE], bool) {
+/// Finishes the call `flight` with `outcome`: its answer, and the call to
+/// keep in its place, if any (a reservation granted ahead of time: the
+/// call that gives it back, for its cancel). A wait's call goes to its
+/// acquisition (no answer: the wait steps again); a call giving tokens
+/// back needs no finish.
+fn finish(
+    engine: &Engine,
+    flight: &Flight,
+    outcome: CallOutcome<'_>,
+) -> ([f64; STRIDE], Option<Call>) {
     let call = &flight.call;
     if let Some(a) = flight.acquisition {
         ACQUISITIONS.with(|s| {
@@ -95,16 +101,23 @@ fn finish(engine: &Engine, flight: &Flight, outcome: CallOutcome<'_>) -> ([f64; 
                 engine.acquire_reply(a, outcome);
             }
         });
-        return ([0.0; STRIDE], false);
+        return ([0.0; STRIDE], None);
     }
     match call.kind {
-        CallKind::Return => ([0.0; STRIDE], false),
+        CallKind::Return => ([0.0; STRIDE], None),
         CallKind::Reserve { .. } => {
             let r = engine.finish_reserve(call, outcome);
-            let kept = matches!(r, Reserved::Granted { wait, .. } if wait > Duration::ZERO);
-            (reserved(&r, kept), kept)
+            let back = match r {
+                Reserved::Granted {
+                    wait,
+                    end_us: Some(end_us),
+                    ..
+                } if wait > Duration::ZERO => Some(engine.give_back(call, end_us)),
+                _ => None,
+            };
+            (reserved(&r, back.is_some()), back)
         }
-        _ => (decision(&engine.finish(call, outcome)), false),
+        _ => (decision(&engine.finish(call, outcome)), None),
     }
 }
 
@@ -517,7 +530,11 @@ unsafe extern "C" fn raw_finish(
             return no_call(env, id);
         };
         let (answer, kept) = outcome_of(env, how, len, text, |o| finish(&engine, &flight, o));
-        if kept {
+        if let Some(back) = kept {
+            let flight = Flight {
+                call: back,
+                acquisition: None,
+            };
             CALLS.with(|c| c.borrow_mut().restore(id, flight));
         }
         put(ANSWER, &answer);
@@ -573,10 +590,14 @@ unsafe extern "C" fn raw_finish_batch(
                 .collect::<Vec<_>>()
         });
         for (i, (a, f)) in answers.into_iter().zip(flights).enumerate() {
-            let (Some((answer, kept)), Some((id, flight))) = (a, f) else {
+            let (Some((answer, kept)), Some((id, _))) = (a, f) else {
                 continue;
             };
-            if kept {
+            if let Some(back) = kept {
+                let flight = Flight {
+                    call: back,
+                    acquisition: None,
+                };
                 CALLS.with(|c| c.borrow_mut().restore(id, flight));
             }
             put(OUT + i * STRIDE, &answer);
@@ -667,8 +688,9 @@ pub fn redis_call_script(env: Env, id: u32) -> Result<(String, String, String, S
     found.ok_or_else(|| error::invalid_type(&env, &format!("no Redis call {id} in flight")))
 }
 
-/// Takes kept call `id` (a reservation granted ahead of time) out of the
-/// table as a `RedisCall`, for its cancel (internal).
+/// Takes kept call `id` (the give-back of a reservation granted ahead of
+/// time) out of the table as a `RedisCall`, for its cancel to run
+/// (internal).
 #[napi(skip_typescript)]
 pub fn redis_keep(env: Env, id: u32) -> Result<RedisCall> {
     take_call(id)
