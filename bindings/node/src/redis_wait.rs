@@ -266,7 +266,7 @@ impl RedisEngine {
         timed_out: Option<bool>,
         error: Option<String>,
     ) -> Result<bool> {
-        with_outcome(reply, timed_out, error, ratebound_redis::given_back)
+        with_outcome(reply, timed_out, error, None, ratebound_redis::given_back)
     }
 
     /// The call that pauses `key` for `seconds` for every instance.
