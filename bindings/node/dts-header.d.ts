@@ -367,8 +367,12 @@ export declare namespace redis {
     /** The window in seconds (a whole number of microseconds). */
     window: number
   }
-  /** The driver's counters since the limiter was made. */
-  interface Stats {
+  /**
+   * The counters since the limiter was made: the driver's (round trips,
+   * timeouts, errors, batches, the queue) and the engine's answers by the
+   * path that gave them (`RedisEngine.stats`).
+   */
+  interface Stats extends RedisStats {
     /**
      * Script calls started: round trips (an `EVALSHA`, and its `EVAL` after
      * `NOSCRIPT`, count once; a batch counts once).
@@ -384,6 +388,14 @@ export declare namespace redis {
     batches: number
     /** The checks that went in those batches. */
     batched: number
+    /**
+     * Calls that waited in the limiter's queue for room in flight (256 keys
+     * in batches, or 64 calls sent alone): this process's own load, never
+     * the fail policy's.
+     */
+    queued: number
+    /** Calls that never left the queue (it was full, or they waited too long): answered `'busy'`. */
+    unsent: number
   }
   /** Tokens reserved in Redis by `reserve`. */
   interface RedisReservation {
@@ -391,7 +403,12 @@ export declare namespace redis {
     readonly delay: number
     /** Which path answered. */
     readonly source: string
-    /** Gives the tokens back (once); whether Redis took them back. */
+    /**
+     * Gives the tokens back (once); whether Redis took them back — only if
+     * no reservation was made after this one since, nor a pause (a cancel
+     * in the middle of a queue gives nothing back: the queue never exceeds
+     * the limit).
+     */
     cancel(): Promise<boolean>
   }
 
@@ -425,7 +442,8 @@ export declare namespace redis {
      * (one order for the fleet, no polling) and sleeps until they are due; a
      * window sleeps its exact `retryAfter` and asks again. Rejects with
      * `RateLimitExceededError` at once, taking nothing, when the wait would
-     * exceed `timeout` seconds; an aborted `signal` gives back what it holds.
+     * exceed `timeout` seconds; an aborted `signal` gives back what it holds
+     * if nobody has built on it (the last of the queue: see `reserve`).
      * Resolves with the source that answered.
      */
     acquire(key: Key, n?: number, options?: { timeout?: number; signal?: AbortSignal }): Promise<string>

@@ -367,8 +367,12 @@ export declare namespace redis {
     /** The window in seconds (a whole number of microseconds). */
     window: number
   }
-  /** The driver's counters since the limiter was made. */
-  interface Stats {
+  /**
+   * The counters since the limiter was made: the driver's (round trips,
+   * timeouts, errors, batches, the queue) and the engine's answers by the
+   * path that gave them (`RedisEngine.stats`).
+   */
+  interface Stats extends RedisStats {
     /**
      * Script calls started: round trips (an `EVALSHA`, and its `EVAL` after
      * `NOSCRIPT`, count once; a batch counts once).
@@ -384,6 +388,14 @@ export declare namespace redis {
     batches: number
     /** The checks that went in those batches. */
     batched: number
+    /**
+     * Calls that waited in the limiter's queue for room in flight (256 keys
+     * in batches, or 64 calls sent alone): this process's own load, never
+     * the fail policy's.
+     */
+    queued: number
+    /** Calls that never left the queue (it was full, or they waited too long): answered `'busy'`. */
+    unsent: number
   }
   /** Tokens reserved in Redis by `reserve`. */
   interface RedisReservation {
@@ -391,7 +403,12 @@ export declare namespace redis {
     readonly delay: number
     /** Which path answered. */
     readonly source: string
-    /** Gives the tokens back (once); whether Redis took them back. */
+    /**
+     * Gives the tokens back (once); whether Redis took them back — only if
+     * no reservation was made after this one since, nor a pause (a cancel
+     * in the middle of a queue gives nothing back: the queue never exceeds
+     * the limit).
+     */
     cancel(): Promise<boolean>
   }
 
@@ -425,7 +442,8 @@ export declare namespace redis {
      * (one order for the fleet, no polling) and sleeps until they are due; a
      * window sleeps its exact `retryAfter` and asks again. Rejects with
      * `RateLimitExceededError` at once, taking nothing, when the wait would
-     * exceed `timeout` seconds; an aborted `signal` gives back what it holds.
+     * exceed `timeout` seconds; an aborted `signal` gives back what it holds
+     * if nobody has built on it (the last of the queue: see `reserve`).
      * Resolves with the source that answered.
      */
     acquire(key: Key, n?: number, options?: { timeout?: number; signal?: AbortSignal }): Promise<string>
@@ -1126,9 +1144,12 @@ export declare class RedisEngine {
    * that order by the engine (`CallOutcome::reported`). A reply that is
    * not an array of integers (`CallOutcome::Malformed`), or of another
    * shape, counts as a failure, as in Python. Failures feed the circuit
-   * breaker and are answered by the fail policy.
+   * breaker and are answered by the fail policy. `unsent`: the call never
+   * left this client before its deadline (its pool or queue was full) —
+   * refused with source `'busy'`, neither a failure nor the fail
+   * policy's.
    */
-  finish(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): RedisDecision
+  finish(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): RedisDecision
   /**
    * The calls that give every unspent leased token back (on shutdown);
    * the leases are forgotten. Run each like any call; their outcome
@@ -1137,6 +1158,15 @@ export declare class RedisEngine {
   drain(): Array<RedisCall>
   /** Whether the circuit breaker is open (Redis is being spared). */
   get breakerOpen(): boolean
+  /** The answers so far by the path that gave them, and the breaker. */
+  get stats(): RedisStats
+  /** Whether notices wait to be taken (`takeNotices`). */
+  get hasNotices(): boolean
+  /**
+   * The notices since the last take, oldest first: each to be logged
+   * once (`redis.js` emits them as process warnings).
+   */
+  takeNotices(): Array<RedisNotice>
   /** Every call's deadline, in seconds. */
   get timeout(): number
   /** Leased tokens held now, over all keys. */
@@ -1166,7 +1196,7 @@ export declare class RedisEngine {
    */
   acquireStep(a: RedisAcquisition): RedisCall | number | string | Exceeded
   /** Hands the wait what became of the call its last step gave. */
-  acquireReply(a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null): void
+  acquireReply(a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): void
   /** The caller gave up: the call that gives held tokens back, or null. */
   acquireAbandon(a: RedisAcquisition): RedisCall | null
   /**
@@ -1182,12 +1212,22 @@ export declare class RedisEngine {
    * Step two of a reservation: `Granted`, or `Exceeded` when the tokens
    * are due only beyond its maxWait (nothing taken).
    */
-  finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): Granted | Exceeded
+  finishReserve(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): Granted | Exceeded
   /**
    * The call that gives a reservation's tokens back (`reserveCall`: the
-   * call that took them).
+   * call that took them; `endUs`: the end of their slot, its
+   * `Granted.endUs`). Redis takes them back only if nothing was built
+   * on them since (no later reservation, no pause).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for an `endUs`
+   * that is not a whole number of µs from 0 to 2^53 − 1.
    */
-  giveBack(reserveCall: RedisCall): RedisCall
+  giveBack(reserveCall: RedisCall, endUs: number): RedisCall
+  /**
+   * Whether a give-back's outcome says Redis took the tokens back
+   * (false: built on since, or the call failed).
+   */
+  givenBack(reply: unknown, timedOut?: boolean, error?: string | null): boolean
   /**
    * The call that pauses `key` for `seconds` for every instance.
    *
@@ -1209,7 +1249,7 @@ export declare class RedisEngine {
    * waiters of the other instances (`{ shift, news }`), or null when
    * Redis could not be told.
    */
-  finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null): PauseNews | null
+  finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): PauseNews | null
   /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
   get pauseChannel(): string
   /**
@@ -1223,12 +1263,12 @@ export declare class RedisEngine {
    * seconds (0: a pause already on covered it), or null when Redis could
    * not be told.
    */
-  finishPause(reply: unknown, timedOut?: boolean, error?: string | null): number | null
+  finishPause(reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): number | null
 }
 
 /**
  * Tokens taken ahead of time by `reserve`: act after `delay` seconds, or
- * `cancel()` to give them back (as far as no later taker depends on them).
+ * `cancel()` to give them back (if no later taker has built on them).
  */
 export declare class Reservation {
   /** Seconds to wait before acting (exact to the nanosecond). */
@@ -1717,6 +1757,12 @@ export interface Granted {
   delay: number
   /** Which path answered (`'redis'`, `'lease'`, `'fail_open'`, ...). */
   source: string
+  /**
+   * The end of the slot the tokens took, in µs of Redis' clock (the
+   * bucket's TAT as the reservation left it), for `giveBack`; absent
+   * when Redis did not answer.
+   */
+  endUs?: number
 }
 
 /**
@@ -1853,11 +1899,13 @@ export interface RedisDecision {
   resetAfter: number
   /**
    * Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
-   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy), or
+   * `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy),
    * `'damaged'` (Redis answered, but the key held a value no script
-   * wrote: it was rebuilt as spent and the request refused).
+   * wrote: it was rebuilt as spent and the request refused), or `'busy'`
+   * (the call never left this client — its own overload, not Redis':
+   * refused, `retryAfter` the call's deadline, the breaker untouched).
    */
-  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged'
+  source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' | 'busy'
 }
 
 /**
@@ -1911,6 +1959,48 @@ export interface RedisEngineOptions {
   breakerCooldown?: number
   /** Consecutive failures that open the breaker (default 3). */
   breakerThreshold?: number
+}
+
+/**
+ * One episode worth a warning: the breaker opening or closing, or the
+ * client's own overload. `message` is the one log line (the same text in
+ * every language).
+ */
+export interface RedisNotice {
+  /**
+   * `'breaker_opened'`, `'breaker_closed'`, `'busy'` (calls refused as
+   * busy: the client's own overload), or `'notice'` (a kind this
+   * version does not name).
+   */
+  kind: 'breaker_opened' | 'breaker_closed' | 'busy' | 'notice'
+  /** The warning line. */
+  message: string
+}
+
+/**
+ * How many answers a global limit gave, by the path that gave them
+ * (counted since it was made), and whether its breaker is open now.
+ */
+export interface RedisStats {
+  /** Redis decided. */
+  redis: number
+  /** Leased tokens answered. */
+  lease: number
+  /** Redis decided on a key that held a value no script wrote. */
+  damaged: number
+  /** Redis could not decide; the fail policy `'open'` admitted. */
+  failOpen: number
+  /** Redis could not decide; the fail policy `'closed'` refused. */
+  failClosed: number
+  /** Redis could not decide; the local share (`'local'`) decided. */
+  failLocal: number
+  /**
+   * The call never left this client before its deadline (its own
+   * overload): refused as busy, not the fail policy's.
+   */
+  busy: number
+  /** Whether the circuit breaker is open now. */
+  breakerOpen: boolean
 }
 
 /**

@@ -70,7 +70,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       this.#client = options.client
       this.#ms = this.#engine.timeout * 1000
       this.#tokenBucket = algorithm === 'token_bucket'
-      this.#driver = new Driver(this.#engine, adapter, batch)
+      this.#driver = new Driver(this.#engine, adapter, batch, options.client)
     }
 
     // A token bucket's waits listen for other instances' pauses from the
@@ -162,11 +162,19 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       return this.check(key, n).then((d) => d.allowed)
     }
 
+    // What became of a RedisCall run alone, as the engine's napi methods
+    // take it; a misconfigured client is thrown (never the engine's).
     async #result(call) {
       const r = await this.#driver.run(call)
       if (r === TIMEOUT) return [null, true, null]
+      if (r.misconfigured !== undefined) throw r.misconfigured
       if (r.error !== undefined) return [null, false, r.error]
       return [integers(r.reply), false, null]
+    }
+
+    // The engine's notices, once each, after a call of its slower steps.
+    #told() {
+      if (this.#engine.hasNotices) this.#driver.notices()
     }
 
     /**
@@ -192,7 +200,10 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     /**
      * Takes `n` tokens for `key` now even if they are due only later
      * (token buckets): resolves with `{ delay, source, cancel() }` — act
-     * after `delay` seconds; `await cancel()` gives them back (once).
+     * after `delay` seconds; `await cancel()` gives them back (once) and
+     * resolves with whether Redis took them — only if no reservation was
+     * made after this one since, nor a pause: a cancel in the middle of a
+     * queue gives nothing back, so the queue never exceeds the limit.
      * Rejects with `RateLimitExceededError`, taking nothing, when they would
      * be due only after `maxWait` seconds.
      */
@@ -202,18 +213,18 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       // Refused (nothing taken): the package's RateLimitExceededError, as
       // for local limiters.
       if (!r.granted) throw new RateLimitExceededError(r.wait)
-      let call = r.call
+      // The call that gives the tokens back (null: due at once).
+      let back = r.call
       const engine = this.#engine
-      const driver = this.#driver
+      const result = (c) => this.#result(c)
       return {
         delay: r.wait,
         source: r.source,
         async cancel() {
-          const c = call
-          call = null
+          const c = back
+          back = null
           if (c === null) return false
-          const back = await driver.run(engine.giveBack(c))
-          return back !== TIMEOUT && back.error === undefined
+          return engine.givenBack(...(await result(c)))
         },
       }
     }
@@ -231,6 +242,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     async pause(key, seconds) {
       const call = this.#engine.beginPause(key, seconds, null)
       const paused = this.#engine.finishPauseNews(call, ...(await this.#result(call)))
+      this.#told()
       if (paused == null) return null
       if (paused.news != null) await this.#publish(this.#engine.pauseChannel, paused.news)
       return paused.shift
@@ -318,10 +330,14 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
 
     /**
-     * Counters since creation: `calls` (script calls sent: round trips; a
-     * batch is one), `evals` (NOSCRIPT answered with EVAL), `timeouts`,
-     * `errors`, `batches` (of the calls, batches of several checks) and
-     * `batched` (the checks that went in them).
+     * Counters since creation. The driver's: `calls` (script calls sent:
+     * round trips; a batch is one), `evals` (NOSCRIPT answered with EVAL),
+     * `timeouts`, `errors`, `batches` (of the calls, batches of several
+     * checks), `batched` (the checks that went in them), `queued` (calls
+     * that waited for room in flight) and `unsent` (calls that never left:
+     * answered as busy). The engine's answers by the path that gave them:
+     * `redis`, `lease`, `damaged`, `failOpen`, `failClosed`, `failLocal`,
+     * `busy`; and `breakerOpen` now.
      */
     get stats() {
       return this.#driver.stats

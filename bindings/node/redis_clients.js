@@ -231,6 +231,37 @@ function adapterFor(client) {
   throw e
 }
 
+// What the application's client last said of its connection, for the
+// limiters that share it: `error`, the text of its last 'error' event
+// (null once it is 'ready' again). One 'error' and one 'ready' listener per
+// client however many limiters share it, and only on a client the
+// application listens to for errors itself (node-redis requires it): a
+// listener of ours must not silence an error the application would have
+// seen (ioredis prints unhandled ones; node-redis throws them).
+const health = new WeakMap()
+function clientHealth(client) {
+  let h = health.get(client)
+  if (h !== undefined) return h.watching ? h : watch(client, h)
+  h = { error: null, watching: false }
+  health.set(client, h)
+  return watch(client, h)
+}
+
+function watch(client, h) {
+  if (typeof client.on !== 'function' || typeof client.listenerCount !== 'function') return h
+  try {
+    if (client.listenerCount('error') === 0) return h
+    client.on('error', (e) => {
+      h.error = errorText(e)
+    })
+    client.on('ready', () => {
+      h.error = null
+    })
+    h.watching = true
+  } catch {}
+  return h
+}
+
 // One 'end' listener per application client, however many limiters share
 // it: when the client is closed, so are the limiters' subscribers. The
 // module's only state, weakly held: one map for every limiter of the package.
@@ -252,4 +283,4 @@ function whenEnded(client, stop) {
   return () => stops.delete(stop)
 }
 
-module.exports = { adapterFor, isNoScript, errorText, whenEnded }
+module.exports = { adapterFor, isNoScript, errorText, whenEnded, clientHealth }

@@ -31,16 +31,29 @@
 // that Redis runs one while this process reads the other's answers: the
 // callers those answers wake ask again together and keep the two apart.
 // `batch: false` sends every check alone at once.
+//
+// Back-pressure: a limiter has at most IN_FLIGHT keys in batches sent and
+// not yet answered, or IN_FLIGHT / ALONE calls sent alone (a call alone
+// costs Redis and the client about as much as ALONE keys of a batch).
+// Beyond that calls wait in its queue, in order, and go out as answers come
+// back; a call's deadline counts from when the client has written it,
+// so the time it waited here — this process's own load, never
+// Redis' — is not the fail policy's business. Beyond MAX_QUEUED waiting,
+// a call never leaves: the engine is told it was unsent (a check is refused
+// with source 'busy', the breaker untouched). The deadline wheel's timer
+// looks for late calls only after the event loop has read the sockets
+// (setImmediate): an answer that arrived while this process was busy is an
+// answer, not a timeout.
 
 const { setMaxListeners } = require('node:events')
-const { isNoScript, errorText } = require('./redis_clients.js')
+const { isNoScript, errorText, clientHealth } = require('./redis_clients.js')
 
 // Called once by redis.js with the addon and what the package defines
 // (ratebound.js): the Driver class, TIMEOUT (what a RedisCall run alone
 // resolves with when its deadline passed) and integers (a RedisCall's reply
 // as the engine takes it).
 module.exports = function redisDriver(native, { RateLimitExceededError, sleep }) {
-  const { redisTemplate, redisCallScript, redisKeep, redisUseSlots } = native
+  const { redisTemplate, redisCallScript, redisKeep, redisUseSlots, redisDrop, redisMisconfigured, redisHeard } = native
   // The longest sleep a host timer holds; the engine is asked again after it.
   const MAX_SLEEP_MS = 2 ** 31 - 1
 
@@ -70,6 +83,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
   const TIMED_OUT = 1
   const FAILED = 2
   const MALFORMED = 3
+  const UNSENT = 4
   // What a call in flight was begun for.
   const CHECK = 0
   const RESERVE = 1
@@ -80,6 +94,24 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
   const SPLIT_AT = 8
   // Node-redis calls begun within this many ms share one AbortSignal.
   const EPOCH_MS = 1
+  // The most calls a limiter has sent and not yet seen answered (or
+  // expired); the rest wait in its queue. 256: 3 000 checks begun in one
+  // turn, batched or not, all answered by Redis within the default 50 ms
+  // deadline on a 2-core machine at a load average of 9 (512: a third of
+  // the unbatched ones timed out; 128: none, but more round trips).
+  const IN_FLIGHT = 256
+  // What a call sent alone counts against IN_FLIGHT (a key in a batch: 1).
+  // 3 000 checks begun in one turn with `batch: false`: 256 sent alone at
+  // a time missed the deadline at a load average of 5 (the last of them
+  // answered 60-120 ms after it went out); 64 at a time, none did.
+  const ALONE = 4
+  // The most calls waiting in that queue; beyond, a call is unsent at once.
+  const MAX_QUEUED = 65536
+  // A call that waited this many deadlines in the queue (at least
+  // QUEUE_MIN_MS) is unsent: while Redis answers, IN_FLIGHT calls go out
+  // per round trip; while it does not, per deadline.
+  const QUEUE_DEADLINES = 20
+  const QUEUE_MIN_MS = 1000
 
   // The script's reply as the engine takes it: an array of numbers (the
   // clients' bigints and numeric strings as numbers); anything else as it
@@ -154,10 +186,16 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.cls = cls
       this.slot = slot
       this.deadline = 0
+      // When it was queued (ms; performance.now()).
+      this.since = 0
       this.done = false
+      // Handed to the client: what it counts against IN_FLIGHT until
+      // settled (0: not sent).
+      this.sent = 0
       this.evaled = false
       this.epoch = null
       this.resolve = null
+      this.reject = null
       // [sha, text, args, batchSha, batchText], once known (a RAW call's
       // first three from the start).
       this.words = null
@@ -194,41 +232,75 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     #h
     #adapter
     #ms
+    // The longest a call waits in the queue (ms).
+    #queueMs
+    // The calls handed to the client whose deadlines are not yet set.
+    #launching = []
+    #stamping = false
     #batching
     #templates = []
     // The script of the calls without a template, by join class.
     #scripts = []
-    #stats = { calls: 0, evals: 0, timeouts: 0, errors: 0, batches: 0, batched: 0 }
+    #stats = { calls: 0, evals: 0, timeouts: 0, errors: 0, batches: 0, batched: 0, queued: 0, unsent: 0 }
     // Commands sent and not yet answered (a batch is one).
     #inFlight = 0
-    // The wheel: every call begun, in the order it began (and so of its
-    // deadline), from #head on; the one timer, armed while calls wait.
+    // Calls sent and not yet settled (a batch's members each count): at
+    // most IN_FLIGHT.
+    #load = 0
+    // The wheel: every call sent, in the order its deadline was set (and
+    // so, but for a call sent while Redis is slow, of its deadline), from
+    // #head on; the one timer, armed while calls wait.
     #wheel = []
     #head = 0
     #timer = null
-    // The batch queue, and whether its flush is due at the end of the turn.
+    // The queue (calls not yet sent, in order, from #first on), and
+    // whether its flush is due at the end of the turn.
     #queue = []
+    #first = 0
     #flushing = false
     #epoch = null
     // While the wheel's loop runs (it moves #head itself).
     #ticking = false
+    // Whether the last call to end in flight got no answer in time (Redis
+    // is slow or unreachable; cleared by the next answer): meanwhile one
+    // call at a time is sent (ALONE), and a queued call that waited a
+    // whole deadline is answered as timed out, the fail policy's — it
+    // waited for Redis, not for this process.
+    #slow = false
+    // The typed error of the client's last failure when it said the client
+    // is misconfigured (a wrong password, a missing ACL permission, an
+    // unknown database), until Redis answers again: a call that then gets
+    // no answer in time is that error too, not the fail policy's.
+    #bad = null
+    // The application's client and what it last said of its connection
+    // (redis_clients.js' clientHealth), and the typed error for the last
+    // text that said (cached: texts repeat at every reconnection).
+    #client
+    #health
+    #said = null
+    #saidBad = null
 
-    constructor(engine, adapter, batching) {
+    constructor(engine, adapter, batching, client) {
+      this.#client = client
+      this.#health = clientHealth(client)
       this.#engine = engine
       this.#h = engine.handle
       this.#adapter = adapter
       this.#ms = engine.timeout * 1000
+      this.#queueMs = Math.max(QUEUE_MIN_MS, QUEUE_DEADLINES * this.#ms)
       this.#batching = batching
       if (adapter.cluster) redisUseSlots(this.#h)
     }
 
+    // The driver's counters, the engine's answers by path and the breaker.
     get stats() {
-      return { ...this.#stats }
+      return { ...this.#stats, ...this.#engine.stats }
     }
 
     // A check: the decision, from Redis or from the engine at once. Throws
     // for bad arguments (the caller turns that into a rejection).
     check(key, n, scope, atUs) {
+      if (this.#health.error !== null) this.#refuseNow()
       const redisKey = rawBegin(this.#h, key, n, scope, atUs)
       if (S[0] === 0) return Promise.resolve(decisionAt(ANSWER))
       return this.#go(begun(CHECK, redisKey))
@@ -236,6 +308,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     // A reservation: `{ granted, wait, source, call }`.
     reserve(key, n, maxWait) {
+      if (this.#health.error !== null) this.#refuseNow()
       const redisKey = rawBeginReserve(this.#h, key, n, maxWait, undefined)
       if (S[0] === 0) return Promise.resolve(reservedAt(ANSWER, -1))
       return this.#go(begun(RESERVE, redisKey))
@@ -246,6 +319,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // gives is awaited before the first. Resolves with the source that
     // answered.
     async acquire(key, n, timeout, signal, listen) {
+      if (this.#health.error !== null) this.#refuseNow()
       const h = this.#h
       const a = rawAcquire(h, key, n, timeout, undefined)
       // Whether the engine forgot the wait already (it ended).
@@ -288,6 +362,10 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // reservation's give-back, drains) alone within the deadline: resolves
     // (never rejects) with { reply } or TIMEOUT or { error }.
     run(call) {
+      if (this.#health.error !== null) {
+        const bad = this.#clientSaid()
+        if (bad !== null) return Promise.resolve({ error: bad.message, misconfigured: bad })
+      }
       const command = call.command()
       const e = new Pending(RAW, -1, command[1], -1, -1, 0, null)
       e.words = [command[0], call.text, command.slice(2)]
@@ -295,22 +373,101 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     }
 
     #go(e) {
-      const p = new Promise((resolve) => {
+      const p = new Promise((resolve, reject) => {
         e.resolve = resolve
+        e.reject = reject
       })
-      e.deadline = performance.now() + this.#ms
-      this.#wheel.push(e)
-      if (this.#timer === null) this.#arm(this.#ms)
-      if (this.#batching && e.cls >= 0) {
-        this.#queue.push(e)
-        if (!this.#flushing) {
-          this.#flushing = true
-          process.nextTick(this.#flush)
+      const waiting = this.#queue.length - this.#first
+      if (!this.#batching || e.cls < 0) {
+        // Alone, at once, while there is room and no one waits before it.
+        if (waiting === 0 && this.#load + ALONE <= (this.#slow ? ALONE : IN_FLIGHT)) {
+          this.#sendOne(e)
+          return p
         }
-      } else {
-        this.#sendOne(e)
       }
+      if (this.#load + waiting >= IN_FLIGHT || (!this.#batching && this.#load + ALONE > IN_FLIGHT)) this.#stats.queued++
+      if (waiting >= MAX_QUEUED && e.kind !== RAW) {
+        // This process' own overload: the call never leaves.
+        this.#unsent(e)
+        return p
+      }
+      e.since = performance.now()
+      // Until it is sent, its deadline is the queue's.
+      e.deadline = e.since + this.#queueMs
+      this.#queue.push(e)
+      this.#due()
       return p
+    }
+
+    // The queue's flush, at the end of the turn.
+    #due() {
+      if (!this.#flushing && this.#queue.length > this.#first) {
+        this.#flushing = true
+        process.nextTick(this.#flush)
+      }
+    }
+
+    // A call that never left this client (its overload, not Redis'): the
+    // engine answers without the fail policy or the breaker. A RAW call
+    // (a pause, a give-back) is never unsent.
+    #unsent(e) {
+      this.#stats.unsent++
+      this.#finishOne(e, UNSENT, 0, undefined)
+    }
+
+    // The calls that wait, up to `room` of them, in order (the queue kept
+    // compact).
+    #take(room) {
+      const queue = this.#queue
+      const from = this.#first
+      const to = Math.min(queue.length, from + room)
+      const taken = from === 0 && to === queue.length ? queue : queue.slice(from, to)
+      if (to === queue.length) {
+        this.#queue = []
+        this.#first = 0
+      } else if (to > 1024 && to * 2 > queue.length) {
+        this.#queue = queue.slice(to)
+        this.#first = 0
+      } else {
+        this.#first = to
+      }
+      return taken
+    }
+
+    // A call handed to the client: its deadline counts from when the
+    // client has written it — node-redis writes in a setImmediate of its
+    // own, ioredis at the end of the turn (redis_clients.js): the calls
+    // handed over in a turn get their deadlines in a setImmediate queued
+    // after the client's.
+    #launch(e, cost) {
+      e.sent = cost
+      // Sent while Redis is slow after waiting for it in the queue: its
+      // deadline still counts from when it was queued.
+      if (!this.#slow) e.since = 0
+      this.#load += cost
+      this.#launching.push(e)
+    }
+
+    // After the client has the calls launched: their deadlines are set
+    // once it has written them.
+    #stampSoon() {
+      if (!this.#stamping) {
+        this.#stamping = true
+        setImmediate(this.#stamp)
+      }
+    }
+
+    #stamp = () => {
+      this.#stamping = false
+      const launched = this.#launching
+      this.#launching = []
+      const deadline = performance.now() + this.#ms
+      for (const e of launched) {
+        if (e.done) continue
+        e.deadline = e.since === 0 ? deadline : Math.min(deadline, e.since + this.#ms)
+        this.#wheel.push(e)
+      }
+      if (this.#timer === null && this.#head < this.#wheel.length) this.#arm(this.#ms)
     }
 
     // ---------------------------------------------------------- the wheel
@@ -322,9 +479,16 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.#timer = timer
     }
 
+    // A deadline passed: the late calls are looked for once the event loop
+    // has read the sockets (an answer that came while this process was
+    // busy is read first).
+    #tick = () => {
+      setImmediate(this.#sweep)
+    }
+
     // Expires every call whose deadline passed; re-armed for the next one
     // (none left: the timer stops until a call begins).
-    #tick = () => {
+    #sweep = () => {
       this.#timer = null
       const now = performance.now()
       const wheel = this.#wheel
@@ -341,7 +505,14 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.#ticking = false
       this.#head = i
       this.#shrink()
-      if (this.#head < wheel.length) this.#arm(Math.max(1, Math.ceil(wheel[this.#head].deadline - now)))
+      let next = this.#head < wheel.length ? wheel[this.#head].deadline : Infinity
+      if (this.#slow) {
+        this.#expireQueued(now)
+        // And when the next queued call will have waited a deadline.
+        if (this.#queue.length > this.#first) next = Math.min(next, this.#queue[this.#first].since + this.#ms)
+      }
+      if (next !== Infinity) this.#arm(Math.max(1, Math.ceil(next - now)))
+      this.#due()
     }
 
     // Drops the answered calls at the wheel's head.
@@ -361,19 +532,100 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       }
     }
 
-    #settle(e, value) {
+    // The caller of `e` is answered `value` (or its promise rejected with
+    // `error`).
+    #settle(e, value, error) {
       e.done = true
-      if (!this.#ticking && this.#wheel[this.#head] === e) this.#shrink()
-      e.resolve(value)
+      if (e.sent !== 0) {
+        if (!this.#ticking && this.#wheel[this.#head] === e) this.#shrink()
+        // Room in flight: the queue goes on.
+        this.#load -= e.sent
+        if (this.#load < IN_FLIGHT) this.#due()
+      }
+      if (error === undefined) e.resolve(value)
+      else e.reject(error)
+    }
+
+    // A misconfigured client (its typed error): the caller's promise
+    // rejects with it (a RAW call resolves with it as `misconfigured`), and
+    // the engine never hears of the call — neither the fail policy nor the
+    // breaker answers for a mistake in the configuration.
+    #refuse(e, bad, text) {
+      if (e.kind === RAW) {
+        this.#settle(e, { error: text, misconfigured: bad })
+        return
+      }
+      redisDrop(e.id)
+      this.#settle(e, undefined, bad)
+    }
+
+    // The typed error when the client's last 'error' event said it is
+    // misconfigured (and it has not been 'ready' since), else null.
+    #clientSaid() {
+      const text = this.#health.error
+      if (text === null) return null
+      if (text !== this.#said) {
+        this.#said = text
+        this.#saidBad = null
+        try {
+          redisMisconfigured(this.#h, text)
+        } catch (err) {
+          this.#saidBad = err
+        }
+      }
+      return this.#saidBad
+    }
+
+    // Throws what the client said, if it said it is misconfigured: the
+    // call is refused before it begins (the caller's promise rejects).
+    #refuseNow() {
+      const bad = this.#clientSaid()
+      if (bad !== null) throw bad
+    }
+
+    // The typed error for a client's failure `text` when it says the client
+    // is misconfigured (remembered until Redis answers), else null.
+    #misconfigured(text) {
+      let bad = null
+      try {
+        redisMisconfigured(this.#h, text)
+      } catch (err) {
+        bad = err
+      }
+      this.#bad = bad
+      return bad
     }
 
     // No answer within the deadline: the fail policy's (the call may still
-    // run: its tokens may be spent).
+    // run: its tokens may be spent) — unless the client's last failure said
+    // it is misconfigured.
     #expire(e) {
-      this.#stats.timeouts++
       const epoch = e.epoch
       if (epoch !== null && epoch.last === e) epoch.controller.abort()
+      // The client may have been given its error listener since.
+      if (!this.#health.watching) this.#health = clientHealth(this.#client)
+      const bad = this.#bad ?? this.#clientSaid()
+      if (bad !== null) {
+        this.#stats.errors++
+        this.#refuse(e, bad, bad.message)
+        return
+      }
+      this.#stats.timeouts++
+      this.#slow = true
       this.#finishOne(e, TIMED_OUT, 0, undefined)
+    }
+
+    // Redis is slow: the queued calls that waited a whole deadline for it
+    // time out (the oldest first).
+    #expireQueued(now) {
+      const ms = this.#ms
+      while (this.#queue.length > this.#first) {
+        const e = this.#queue[this.#first]
+        if (e.since + ms > now) break
+        this.#take(1)
+        this.#stats.timeouts++
+        this.#finishOne(e, TIMED_OUT, 0, undefined)
+      }
     }
 
     // ------------------------------------------------------ one call alone
@@ -407,6 +659,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     #sendOne(e) {
       const words = this.#words(e)
+      this.#launch(e, ALONE)
       const options = this.#options(e)
       this.#inFlight++
       this.#stats.calls++
@@ -414,9 +667,11 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       try {
         sent = this.#adapter.one(words[0], e.key, words[2], options)
       } catch (err) {
+        this.#stampSoon()
         this.#oneFailed(e, err, options)
         return
       }
+      this.#stampSoon()
       Promise.resolve(sent).then(
         (reply) => this.#oneReplied(e, reply),
         (err) => this.#oneFailed(e, err, options),
@@ -425,7 +680,16 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     #oneReplied(e, reply) {
       this.#inFlight--
-      if (e.done) return
+      this.#bad = null
+      if (this.#slow) {
+        this.#slow = false
+        this.#due()
+      }
+      if (e.done) {
+        // Late, but Redis is alive.
+        redisHeard(this.#h)
+        return
+      }
       if (e.kind === RAW) {
         this.#settle(e, { reply })
         return
@@ -455,13 +719,19 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         return
       }
       this.#inFlight--
+      const text = errorText(err)
+      const bad = this.#misconfigured(text)
       if (e.done) return
       this.#stats.errors++
-      if (e.kind === RAW) {
-        this.#settle(e, { error: errorText(err) })
+      if (bad !== null) {
+        this.#refuse(e, bad, text)
         return
       }
-      this.#finishOne(e, FAILED, 0, errorText(err))
+      if (e.kind === RAW) {
+        this.#settle(e, { error: text })
+        return
+      }
+      this.#finishOne(e, FAILED, 0, text)
     }
 
     #finishOne(e, how, len, text) {
@@ -469,26 +739,57 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         this.#settle(e, how === TIMED_OUT ? TIMEOUT : { error: text })
         return
       }
-      rawFinish(this.#h, e.id, how, len, text)
-      this.#settle(e, answerOf(e, ANSWER))
+      const told = rawFinish(this.#h, e.id, how, len, text)
+      const answer = answerOf(e, ANSWER)
+      this.#settle(e, answer)
+      if ((told & 2) !== 0) this.notices()
+    }
+
+    // Every notice the engine holds (the breaker opened or closed, calls
+    // refused as busy), emitted once each as a process warning
+    // (`RateboundWarning`, code `RATEBOUND_REDIS`, `kind` the notice's).
+    notices() {
+      for (const n of this.#engine.takeNotices()) {
+        const w = new Error(n.message)
+        w.name = 'RateboundWarning'
+        w.code = 'RATEBOUND_REDIS'
+        w.kind = n.kind
+        process.emitWarning(w)
+      }
     }
 
     // ------------------------------------------------------------ batches
 
-    // The queue goes out: per join class and hash slot, up to MAX_BATCH
-    // calls a script run (a group of one alone).
+    // The queue goes out, as much of it as there is room in flight for
+    // (the rest when answers come back): per join class and hash slot, up
+    // to MAX_BATCH calls a script run (a group of one alone); calls that
+    // never join (a pause, a give-back; every call with `batch: false`)
+    // alone.
     #flush = () => {
       this.#flushing = false
-      const queue = this.#queue
-      if (queue.length === 0) return
-      this.#queue = []
+      // While Redis is slow, one call at a time goes to it (the rest time
+      // out in the queue, a deadline after they were queued).
+      const room = (this.#slow ? ALONE : IN_FLIGHT) - this.#load
+      if (room <= 0 || this.#queue.length === this.#first) return
+      // The calls that waited too long never leave (the oldest first).
+      const now = performance.now()
+      if (this.#slow) this.#expireQueued(now)
+      while (this.#queue.length > this.#first) {
+        const e = this.#queue[this.#first]
+        if (e.deadline > now || e.kind === RAW) break
+        this.#take(1)
+        this.#unsent(e)
+      }
+      if (this.#queue.length === this.#first) return
+      const queue = this.#take(this.#batching ? room : Math.max(1, Math.floor(room / ALONE)))
+      if (!this.#batching) {
+        for (const e of queue) this.#sendOne(e)
+        return
+      }
       const first = queue[0]
-      let same = true
-      for (let i = 1; i < queue.length; i++) {
-        if (queue[i].cls !== first.cls || queue[i].slot !== first.slot) {
-          same = false
-          break
-        }
+      let same = first.cls >= 0
+      for (let i = 1; same && i < queue.length; i++) {
+        if (queue[i].cls !== first.cls || queue[i].slot !== first.slot) same = false
       }
       if (same) {
         if (queue.length >= SPLIT_AT && this.#inFlight === 0) {
@@ -505,6 +806,10 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       }
       const groups = new Map()
       for (const e of queue) {
+        if (e.cls < 0) {
+          this.#sendOne(e)
+          continue
+        }
         const k = e.cls * 16384 + e.slot
         const g = groups.get(k)
         if (g === undefined) groups.set(k, [e])
@@ -556,11 +861,23 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       const n = members.length
       const flat = this.#flat(members)
       if (flat === null) {
-        // They do not join after all: one by one.
-        for (const e of members) this.#sendOne(e)
+        // They do not join after all (arguments of different lengths): by
+        // their lengths.
+        const parts = new Map()
+        for (const e of members) {
+          const k = this.#words(e)[2].length
+          const part = parts.get(k)
+          if (part === undefined) parts.set(k, [e])
+          else part.push(e)
+        }
+        for (const part of parts.values()) {
+          if (part.length === 1) this.#sendOne(part[0])
+          else this.#sendMany(part)
+        }
         return
       }
       const words = this.#words(members[0])
+      for (let i = 0; i < n; i++) this.#launch(members[i], 1)
       // One signal for the batch, aborted when its last member's deadline
       // passes.
       const options = this.#options(members[n - 1])
@@ -575,9 +892,11 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       try {
         sent = this.#adapter.many(words[3], n, flat, options)
       } catch (err) {
+        this.#stampSoon()
         this.#manyFailed(batch, err)
         return
       }
+      this.#stampSoon()
       Promise.resolve(sent).then(
         (reply) => this.#manyReplied(batch, reply),
         (err) => this.#manyFailed(batch, err),
@@ -602,8 +921,17 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     #manyReplied(batch, reply) {
       this.#inFlight--
+      this.#bad = null
+      if (this.#slow) {
+        this.#slow = false
+        this.#due()
+      }
       const members = batch.members
-      if (this.#waiting(members) === 0) return
+      if (this.#waiting(members) === 0) {
+        // Late, but Redis is alive.
+        redisHeard(this.#h)
+        return
+      }
       const len = putReply(reply)
       this.#finishMany(members, len < 0 ? MALFORMED : REPLIED, len, undefined)
     }
@@ -628,21 +956,28 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         return
       }
       this.#inFlight--
+      const text = errorText(err)
+      const bad = this.#misconfigured(text)
       if (!live) return
       this.#stats.errors++
+      if (bad !== null) {
+        for (const e of members) if (!e.done) this.#refuse(e, bad, text)
+        return
+      }
       this.#waiting(members)
-      this.#finishMany(members, FAILED, 0, errorText(err))
+      this.#finishMany(members, FAILED, 0, text)
     }
 
     // The members waiting (their numbers at IDS) get their answers.
     #finishMany(members, how, len, text) {
       const n = members.length
-      rawFinishBatch(this.#h, n, how, len, text)
+      const told = rawFinishBatch(this.#h, n, how, len, text)
       for (let i = 0; i < n; i++) {
         if (S[IDS + i] < 0) continue
         const e = members[i]
         this.#settle(e, answerOf(e, OUT + i * STRIDE))
       }
+      if ((told & 2) !== 0) this.notices()
     }
   }
 

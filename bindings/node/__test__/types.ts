@@ -25,6 +25,7 @@ import {
   redis,
   RedisCall,
   RedisDecision,
+  RedisNotice,
   RedisEngine,
   OutboundEvent,
   OutboundRequestOptions,
@@ -111,6 +112,8 @@ const plugin: typeof fastify = fastify
 const secs: number = http.retryAfterSecs(1)
 const client: string = http.clientIp('10.0.0.5', ['X-Forwarded-For', '203.0.113.9'], ['10.0.0.0/8'], 'x-forwarded-for')
 
+const engine0 = (): RedisEngine => new RedisEngine({ rate: 10, burst: 20 })
+
 async function global(): Promise<void> {
   const io = new IORedis({ enableOfflineQueue: false, maxRetriesPerRequest: 1 })
   const nr = createClient({ disableOfflineQueue: true })
@@ -123,7 +126,7 @@ async function global(): Promise<void> {
   const unbatched = new redis.TokenBucket({ client: io, rate: 10, batch: false })
   const batchRuns: number = unbatched.stats.batches + unbatched.stats.batched
   const d: RedisDecision = await tb.check('partner-api')
-  const source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' = d.source
+  const source: 'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' | 'busy' = d.source
   const scoped: RedisDecision = await tb.checkIn('burst', 'partner-api')
   const waitedFrom: string = await tb.acquire('partner-api', 1, { timeout: 5, signal: new AbortController().signal })
   const held = await tb.reserve('partner-api', 1, { maxWait: 2 })
@@ -135,6 +138,11 @@ async function global(): Promise<void> {
   const returned: number = await tb2.close()
   const open: boolean = tb.breakerOpen
   const calls: number = tb.stats.calls + tb.stats.evals + tb.stats.timeouts + tb.stats.errors
+  const answered: number = tb.stats.redis + tb.stats.lease + tb.stats.damaged + tb.stats.failOpen + tb.stats.failClosed + tb.stats.failLocal + tb.stats.busy
+  const waited: number = tb.stats.queued + tb.stats.unsent
+  const sparing: boolean = tb.stats.breakerOpen && engine0().stats.breakerOpen
+  const notices: RedisNotice[] = engine0().takeNotices()
+  const told: boolean = engine0().hasNotices
   const engine = new RedisEngine({ rate: 10, burst: 20 })
   const b = engine.begin('k', 1)
   if (b instanceof RedisCall) {

@@ -5,8 +5,11 @@
 //! ...). Numbers out of range are `RangeError`s; values of the wrong kind (a
 //! quota string that does not parse, an unknown option name, a missing
 //! option, a middleware option of the wrong kind —
-//! `ERR_RATEBOUND_INVALID_OPTION`) are `TypeError`s; the rest
-//! (`TOO_MANY_KEYS`) are plain `Error`s.
+//! `ERR_RATEBOUND_INVALID_OPTION`, and a store that refuses the client's
+//! configuration — `ERR_RATEBOUND_STORE_MISCONFIGURED`) are `TypeError`s;
+//! the rest (`TOO_MANY_KEYS`, and `STORE_UNAVAILABLE`: a wait the fail
+//! policy `'closed'` refused while Redis could not decide) are plain
+//! `Error`s.
 
 use napi::bindgen_prelude::*;
 use ratebound::Error as CoreError;

@@ -13,13 +13,16 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key, Loose as CoreLoose};
-use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, OnError};
+use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, Notice, OnError};
 
 mod ffi;
 mod raw;
 mod table;
 
-pub use raw::{bind_redis_path, redis_call_script, redis_keep, redis_template, redis_use_slots};
+pub use raw::{
+    bind_redis_path, redis_call_script, redis_drop, redis_heard, redis_keep, redis_misconfigured,
+    redis_template, redis_use_slots,
+};
 
 use std::sync::Arc;
 
@@ -95,10 +98,14 @@ pub struct RedisDecision {
     /// Seconds until the key's state is fresh again.
     pub reset_after: f64,
     /// Which path answered: `'redis'`, `'lease'` (tokens leased earlier),
-    /// `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy), or
+    /// `'fail_open'`, `'fail_closed'` or `'local'` (the fail policy),
     /// `'damaged'` (Redis answered, but the key held a value no script
-    /// wrote: it was rebuilt as spent and the request refused).
-    #[napi(ts_type = "'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged'")]
+    /// wrote: it was rebuilt as spent and the request refused), or `'busy'`
+    /// (the call never left this client — its own overload, not Redis':
+    /// refused, `retryAfter` the call's deadline, the breaker untouched).
+    #[napi(
+        ts_type = "'redis' | 'lease' | 'fail_open' | 'fail_closed' | 'local' | 'damaged' | 'busy'"
+    )]
     pub source: &'static str,
 }
 
@@ -114,6 +121,43 @@ impl From<ratebound_redis::RedisDecision> for RedisDecision {
             source: d.source().as_str(),
         }
     }
+}
+
+/// How many answers a global limit gave, by the path that gave them
+/// (counted since it was made), and whether its breaker is open now.
+#[napi(object, object_from_js = false)]
+pub struct RedisStats {
+    /// Redis decided.
+    pub redis: f64,
+    /// Leased tokens answered.
+    pub lease: f64,
+    /// Redis decided on a key that held a value no script wrote.
+    pub damaged: f64,
+    /// Redis could not decide; the fail policy `'open'` admitted.
+    pub fail_open: f64,
+    /// Redis could not decide; the fail policy `'closed'` refused.
+    pub fail_closed: f64,
+    /// Redis could not decide; the local share (`'local'`) decided.
+    pub fail_local: f64,
+    /// The call never left this client before its deadline (its own
+    /// overload): refused as busy, not the fail policy's.
+    pub busy: f64,
+    /// Whether the circuit breaker is open now.
+    pub breaker_open: bool,
+}
+
+/// One episode worth a warning: the breaker opening or closing, or the
+/// client's own overload. `message` is the one log line (the same text in
+/// every language).
+#[napi(object, object_from_js = false)]
+pub struct RedisNotice {
+    /// `'breaker_opened'`, `'breaker_closed'`, `'busy'` (calls refused as
+    /// busy: the client's own overload), or `'notice'` (a kind this
+    /// version does not name).
+    #[napi(ts_type = "'breaker_opened' | 'breaker_closed' | 'busy' | 'notice'")]
+    pub kind: &'static str,
+    /// The warning line.
+    pub message: String,
 }
 
 /// One script run for the driver to perform: `EVALSHA sha 1 key ...args`,
@@ -376,9 +420,12 @@ impl RedisEngine {
     /// that order by the engine (`CallOutcome::reported`). A reply that is
     /// not an array of integers (`CallOutcome::Malformed`), or of another
     /// shape, counts as a failure, as in Python. Failures feed the circuit
-    /// breaker and are answered by the fail policy.
+    /// breaker and are answered by the fail policy. `unsent`: the call never
+    /// left this client before its deadline (its pool or queue was full) —
+    /// refused with source `'busy'`, neither a failure nor the fail
+    /// policy's.
     #[napi(
-        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null"
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
     )]
     pub fn finish(
         &self,
@@ -386,8 +433,9 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<RedisDecision> {
-        with_outcome(reply, timed_out, error, |o| {
+        with_outcome(reply, timed_out, error, unsent, |o| {
             self.engine.finish(&call.call, o)
         })
         .map(RedisDecision::from)
@@ -415,6 +463,47 @@ impl RedisEngine {
     #[napi(getter)]
     pub fn breaker_open(&self) -> bool {
         self.engine.breaker_open()
+    }
+
+    /// The answers so far by the path that gave them, and the breaker.
+    #[napi(getter)]
+    pub fn stats(&self) -> RedisStats {
+        let s = self.engine.stats();
+        RedisStats {
+            redis: s.redis as f64,
+            lease: s.lease as f64,
+            damaged: s.damaged as f64,
+            fail_open: s.fail_open as f64,
+            fail_closed: s.fail_closed as f64,
+            fail_local: s.fail_local as f64,
+            busy: s.busy as f64,
+            breaker_open: s.breaker_open,
+        }
+    }
+
+    /// Whether notices wait to be taken (`takeNotices`).
+    #[napi(getter)]
+    pub fn has_notices(&self) -> bool {
+        self.engine.has_notices()
+    }
+
+    /// The notices since the last take, oldest first: each to be logged
+    /// once (`redis.js` emits them as process warnings).
+    #[napi]
+    pub fn take_notices(&self) -> Vec<RedisNotice> {
+        self.engine
+            .take_notices()
+            .into_iter()
+            .map(|n| RedisNotice {
+                kind: match n {
+                    Notice::BreakerOpened { .. } => "breaker_opened",
+                    Notice::BreakerClosed { .. } => "breaker_closed",
+                    Notice::Busy { .. } => "busy",
+                    _ => "notice",
+                },
+                message: n.message(),
+            })
+            .collect()
     }
 
     /// Every call's deadline, in seconds.
@@ -459,8 +548,9 @@ impl RedisEngine {
 }
 
 /// Runs `f` on what became of a call, as the engine reads a driver's
-/// report (`CallOutcome::reported`: `timedOut`, then `error`, then the
-/// reply): a reply is an array of numbers made integers by the engine's
+/// report (`unsent` first — the call never left the client, its own
+/// overload: `CallOutcome::Unsent`; then `CallOutcome::reported`:
+/// `timedOut`, then `error`, then the reply): a reply is an array of numbers made integers by the engine's
 /// rule (`CallOutcome::of_numbers`); anything else given as the reply is
 /// `CallOutcome::Malformed` — what Python's binding says of a reply that
 /// is not a list of ints.
@@ -468,8 +558,13 @@ pub(crate) fn with_outcome<R>(
     reply: Option<Unknown<'_>>,
     timed_out: Option<bool>,
     error: Option<String>,
+    unsent: Option<bool>,
     f: impl FnOnce(CallOutcome<'_>) -> R,
 ) -> Result<R> {
+    // Never sent (the client's own overload): before anything else.
+    if unsent == Some(true) {
+        return Ok(f(CallOutcome::Unsent));
+    }
     // None: no reply; Some(None): a reply that is no array of numbers.
     let numbers: Option<Option<Vec<f64>>> = match reply {
         None => None,

@@ -36,6 +36,10 @@ pub struct Granted {
     pub delay: f64,
     /// Which path answered (`'redis'`, `'lease'`, `'fail_open'`, ...).
     pub source: &'static str,
+    /// The end of the slot the tokens took, in µs of Redis' clock (the
+    /// bucket's TAT as the reservation left it), for `giveBack`; absent
+    /// when Redis did not answer.
+    pub end_us: Option<f64>,
 }
 
 /// What became of a pause, and what to tell the other instances.
@@ -63,9 +67,16 @@ fn seconds(env: &Env, name: &'static str, v: Option<f64>) -> Result<Option<Durat
 
 fn granted(r: Reserved) -> Either<Granted, Exceeded> {
     match r {
-        Reserved::Granted { wait, source, .. } => Either::A(Granted {
+        Reserved::Granted {
+            wait,
+            source,
+            end_us,
+            ..
+        } => Either::A(Granted {
             delay: wait.as_secs_f64(),
             source: source.as_str(),
+            // Redis' µs are below 2^53: exact as a double.
+            end_us: end_us.map(|e| e as f64),
         }),
         Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => Either::B(Exceeded {
             retry_after: wait.as_secs_f64(),
@@ -142,7 +153,7 @@ impl RedisEngine {
 
     /// Hands the wait what became of the call its last step gave.
     #[napi(
-        ts_args_type = "a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null"
+        ts_args_type = "a: RedisAcquisition, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
     )]
     pub fn acquire_reply(
         &self,
@@ -150,8 +161,9 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<()> {
-        with_outcome(reply, timed_out, error, |o| {
+        with_outcome(reply, timed_out, error, unsent, |o| {
             self.engine.acquire_reply(&mut a.lock(), o);
         })
     }
@@ -199,7 +211,7 @@ impl RedisEngine {
     /// Step two of a reservation: `Granted`, or `Exceeded` when the tokens
     /// are due only beyond its maxWait (nothing taken).
     #[napi(
-        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null",
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean",
         ts_return_type = "Granted | Exceeded"
     )]
     pub fn finish_reserve(
@@ -208,19 +220,53 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<Either<Granted, Exceeded>> {
-        Ok(granted(with_outcome(reply, timed_out, error, |o| {
-            self.engine.finish_reserve(&call.call, o)
-        })?))
+        Ok(granted(with_outcome(
+            reply,
+            timed_out,
+            error,
+            unsent,
+            |o| self.engine.finish_reserve(&call.call, o),
+        )?))
     }
 
     /// The call that gives a reservation's tokens back (`reserveCall`: the
-    /// call that took them).
+    /// call that took them; `endUs`: the end of their slot, its
+    /// `Granted.endUs`). Redis takes them back only if nothing was built
+    /// on them since (no later reservation, no pause).
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` for an `endUs`
+    /// that is not a whole number of µs from 0 to 2^53 − 1.
     #[napi]
-    pub fn give_back(&self, reserve_call: &RedisCall) -> RedisCall {
-        RedisCall {
-            call: self.engine.give_back(&reserve_call.call),
+    pub fn give_back(&self, env: Env, reserve_call: &RedisCall, end_us: f64) -> Result<RedisCall> {
+        if !(end_us.is_finite()
+            && end_us >= 0.0
+            && end_us.fract() == 0.0
+            && end_us < 9_007_199_254_740_992.0)
+        {
+            return Err(CoreError::InvalidNumber {
+                name: "endUs",
+                value: end_us.to_string(),
+                reason: "the end of a slot is a whole number of µs from 0 to 2^53 - 1",
+            })
+            .or_throw(&env);
         }
+        Ok(RedisCall {
+            call: self.engine.give_back(&reserve_call.call, end_us as u64),
+        })
+    }
+
+    /// Whether a give-back's outcome says Redis took the tokens back
+    /// (false: built on since, or the call failed).
+    #[napi(ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null")]
+    pub fn given_back(
+        &self,
+        reply: Option<Unknown<'_>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+    ) -> Result<bool> {
+        with_outcome(reply, timed_out, error, None, ratebound_redis::given_back)
     }
 
     /// The call that pauses `key` for `seconds` for every instance.
@@ -270,7 +316,7 @@ impl RedisEngine {
     /// waiters of the other instances (`{ shift, news }`), or null when
     /// Redis could not be told.
     #[napi(
-        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null"
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
     )]
     pub fn finish_pause_news(
         &self,
@@ -278,8 +324,11 @@ impl RedisEngine {
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<Option<PauseNews>> {
-        let paused = with_outcome(reply, timed_out, error, |o| self.engine.finish_pause(o))?;
+        let paused = with_outcome(reply, timed_out, error, unsent, |o| {
+            self.engine.finish_pause(o)
+        })?;
         Ok(paused.map(|(start_us, shift)| PauseNews {
             shift: shift.as_secs_f64(),
             news: self
@@ -306,14 +355,17 @@ impl RedisEngine {
     /// What became of a pause: the shift it gave the reserved slots in
     /// seconds (0: a pause already on covered it), or null when Redis could
     /// not be told.
-    #[napi(ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null")]
+    #[napi(
+        ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
+    )]
     pub fn finish_pause(
         &self,
         reply: Option<Unknown<'_>>,
         timed_out: Option<bool>,
         error: Option<String>,
+        unsent: Option<bool>,
     ) -> Result<Option<f64>> {
-        with_outcome(reply, timed_out, error, |o| {
+        with_outcome(reply, timed_out, error, unsent, |o| {
             self.engine.finish_pause(o).map(|(_, s)| s.as_secs_f64())
         })
     }

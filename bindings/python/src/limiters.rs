@@ -242,7 +242,7 @@ impl Reservation {
     fn tokens(&self) -> u64 {
         self.tokens
     }
-    /// Gives the tokens back as far as no later taker depends on them
+    /// Gives the tokens back if no later taker has built on them
     /// (once; later calls do nothing).
     fn cancel(&self) {
         let taken = self.permit.lock().unwrap_or_else(|e| e.into_inner()).take();

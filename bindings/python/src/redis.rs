@@ -337,7 +337,7 @@ impl RedisEngine {
     }
 
     /// Step one of a reservation of `n` for `key` due within `max_wait`
-    /// seconds (None: any wait): `(delay, source)` already (a lease, the
+    /// seconds (None: any wait): `(delay, source, None)` already (a lease, the
     /// fail policy) or a `RedisCall` for `finish_reserve`. Raises
     /// `RateLimitExceeded` when refused, taking nothing.
     #[pyo3(signature = (key, n=None, max_wait=None, scope=None))]
@@ -360,7 +360,7 @@ impl RedisEngine {
         }
     }
 
-    /// Step two of a reservation: `(delay, source)`, or `RateLimitExceeded`
+    /// Step two of a reservation: `(delay, source, end_us)`, or `RateLimitExceeded`
     /// (nothing taken) when the tokens are due only beyond its max_wait.
     #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
     fn finish_reserve<'py>(
@@ -387,11 +387,26 @@ impl RedisEngine {
     }
 
     /// The call that gives a reservation's tokens back (`reserve_call`: the
-    /// call that took them).
-    fn give_back(&self, reserve_call: &Bound<'_, RedisCall>) -> RedisCall {
+    /// call that took them; `end_us`: the end of their slot, the third item
+    /// `finish_reserve` answered). Redis takes them back only if nothing was
+    /// built on them since (no later reservation, no pause).
+    fn give_back(&self, reserve_call: &Bound<'_, RedisCall>, end_us: u64) -> RedisCall {
         RedisCall {
-            inner: self.inner.give_back(&reserve_call.get().inner),
+            inner: self.inner.give_back(&reserve_call.get().inner, end_us),
         }
+    }
+
+    /// Whether a give-back's outcome says Redis took the tokens back
+    /// (False: built on since, or the call failed).
+    #[pyo3(signature = (reply=None, timed_out=false, error=None, unsent=false))]
+    fn given_back(
+        &self,
+        reply: Option<&Bound<'_, PyAny>>,
+        timed_out: bool,
+        error: Option<&str>,
+        unsent: bool,
+    ) -> bool {
+        read_outcome(reply, timed_out, error, unsent, ratebound_redis::given_back)
     }
 
     /// The call that pauses `key` for `seconds` for every instance.
@@ -604,11 +619,26 @@ fn with_outcome<R>(
     unsent: bool,
     f: impl FnOnce(CallOutcome<'_>) -> R,
 ) -> PyResult<R> {
-    if unsent {
-        return Ok(f(CallOutcome::Unsent));
-    }
-    if !timed_out && let Some(e) = error {
+    if !unsent
+        && !timed_out
+        && let Some(e) = error
+    {
         engine.misconfigured(&CallOutcome::Failed(e)).or_py(py)?;
+    }
+    Ok(read_outcome(reply, timed_out, error, unsent, f))
+}
+
+/// [`with_outcome`] without the misconfiguration check (a give-back's
+/// outcome, which only says whether Redis took the tokens back).
+fn read_outcome<R>(
+    reply: Option<&Bound<'_, PyAny>>,
+    timed_out: bool,
+    error: Option<&str>,
+    unsent: bool,
+    f: impl FnOnce(CallOutcome<'_>) -> R,
+) -> R {
+    if unsent {
+        return f(CallOutcome::Unsent);
     }
     let ints = match reply.filter(|r| !r.is_none()) {
         None => None,
@@ -619,20 +649,24 @@ fn with_outcome<R>(
         Some(v) => CallOutcome::Reply(v),
         None => CallOutcome::Malformed,
     });
-    Ok(f(CallOutcome::reported(reply, timed_out, error)))
+    f(CallOutcome::reported(reply, timed_out, error))
 }
 
-/// A granted reservation as `(delay seconds, source)`; a refused one
-/// raises `RateLimitExceeded`.
+/// A granted reservation as `(delay seconds, source, end_us)` — `end_us`
+/// the end of its slot on Redis' clock, for `give_back` (None when Redis
+/// did not answer); a refused one raises `RateLimitExceeded`.
 fn reserved<'py>(
     py: Python<'py>,
     r: Reserved,
     max_wait: Duration,
 ) -> PyResult<Bound<'py, PyTuple>> {
     match r {
-        Reserved::Granted { wait, source, .. } => {
-            (wait.as_secs_f64(), source.as_str()).into_pyobject(py)
-        }
+        Reserved::Granted {
+            wait,
+            source,
+            end_us,
+            ..
+        } => (wait.as_secs_f64(), source.as_str(), end_us).into_pyobject(py),
         Reserved::Refused { wait, .. } | Reserved::Retry { wait, .. } => {
             Err(py_err(py, Error::DeadlineExceeded { wait, max_wait }))
         }

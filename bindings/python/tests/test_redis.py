@@ -482,7 +482,7 @@ def test_packed_commands_are_what_redis_py_would_send() -> None:
     calls.append(engines[0].begin_pause("bob", 1.5))
     reserve = engines[0].begin_reserve("carol", 2)
     assert isinstance(reserve, rb._ratebound._RedisCall)
-    calls += [reserve, engines[0].give_back(reserve)]
+    calls += [reserve, engines[0].give_back(reserve, 1_700_000_000_250_000)]
     for c in calls:
         want = b"".join(conn.pack_command("EVALSHA", c.sha, 1, c.key, *c.args))
         assert c.command == want, (c, c.command, want)

@@ -1,6 +1,7 @@
 """spec/redis_wait.json against a real Redis through the engine
-(``_RedisEngine``): reservations, give-backs, pauses and checks at explicit
-Redis times, the same vectors the Rust and Node suites replay."""
+(``_RedisEngine``): reservations, give-backs (whether Redis took the tokens
+back), pauses and checks at explicit Redis times, the same vectors the Rust
+and Node suites replay."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def run(client: redis.Redis, call: Any) -> list[int]:
 
 def test_redis_wait_vectors_replay_against_redis(server: Server) -> None:
     vectors = json.loads(SPEC.read_text())["vectors"]
-    assert len(vectors) >= 3
+    assert len(vectors) >= 6
     client = server.client()
     failures: list[str] = []
     steps = 0
@@ -41,8 +42,10 @@ def test_redis_wait_vectors_replay_against_redis(server: Server) -> None:
         c = v["config"]
         e = rb._ratebound._RedisEngine("token_bucket", rate=c["rate"], burst=c["burst"], prefix=fresh_key(v["id"]) + ":", timeout=2.0)
         key = v["id"]
-        last_reserve = None
+        # The reservations granted, by step: the call and its slot's end.
+        granted: list[Any] = []
         for i, step in enumerate(v["steps"]):
+            granted.append(None)
             steps += 1
             at, n, kind = step["at_us"], step.get("n", 1), step["call"]
             got: dict[str, Any]
@@ -50,17 +53,17 @@ def test_redis_wait_vectors_replay_against_redis(server: Server) -> None:
                 call = e.begin_reserve(key, n, step["max_wait_us"] / 1e6)
                 assert isinstance(call, rb._ratebound._RedisCall), (v["id"], i)
                 call = call.at(at)
-                last_reserve = call
                 reply = run(client, call)
                 try:
-                    delay, source = e.finish_reserve(call, reply)
+                    delay, source, end_us = e.finish_reserve(call, reply)
+                    granted[i] = (call, end_us)
                     got = {"granted": True, "wait_us": round(delay * 1e6), "source": source}
                 except rb.RateLimitExceeded as refused:
                     got = {"granted": False, "wait_us": round(refused.retry_after * 1e6)}
             elif kind == "return":
-                assert last_reserve is not None
-                run(client, e.give_back(last_reserve).at(at))
-                got = {}
+                held = granted[step["of"]] if "of" in step else next(g for g in reversed(granted) if g is not None)
+                assert held is not None, (v["id"], i)
+                got = {"given_back": e.given_back(run(client, e.give_back(*held).at(at)))}
             elif kind == "pause":
                 call = e.begin_pause(key, step["for_us"] / 1e6).at(at)
                 shift = e.finish_pause(run(client, call))

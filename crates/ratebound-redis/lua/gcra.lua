@@ -8,18 +8,34 @@
 -- ARGV[3]  tau: the tolerance in µs (burst · T)
 -- ARGV[4]  n: tokens (0: a query — admitted, nothing written)
 -- ARGV[5]  mode: "check" (take n or nothing), "lease" (take at least n and
---          up to ARGV[6] if there), "return" (give n back, never below the
---          present), "reserve" (take n even if they arrive in the future,
---          if within ARGV[6] µs), "pause" (empty until now + ARGV[6] µs)
--- ARGV[6]  with "lease": the most to take; "reserve": the longest wait in
---          µs; "pause": how long in µs (read in those modes only)
+--          up to ARGV[6] if there), "return" (give back the n a taking
+--          that left the TAT at ARGV[6] took, if nothing was built on
+--          them since), "reserve" (take n even if they arrive in the
+--          future, if within ARGV[6] µs), "pause" (empty until now +
+--          ARGV[6] µs)
+-- ARGV[6]  with "lease": the most to take; "return": the TAT the taking
+--          left (the end of its slot, µs: now_us + reset_after_us of its
+--          reply); "reserve": the longest wait in µs; "pause": how long in
+--          µs (read in those modes only)
 -- Reply: {allowed (0/1), remaining, retry_after_us, reset_after_us, taken,
 -- damaged (0/1), now_us (the clock the script judged at)}, every field ≥ 0
 -- whatever the key holds. A reservation's retry_after is the wait until its
 -- tokens are due (allowed = 1: they are taken); beyond the longest wait it
 -- is the wait it would need (allowed = 0: nothing taken). A pause replies
 -- in retry_after the shift δ it gave every slot from max(now, the last
--- pause's end) on (0: an earlier pause already covers it).
+-- pause's end) on (0: an earlier pause already covers it). A return
+-- replies taken = n if it gave the tokens back, 0 if it gave nothing.
+-- Give-backs: the slots [end − n·T, end) of the takings still held never
+-- overlap and all end at or before the TAT (a taking starts at max(TAT,
+-- now); a pause moves the ones from its start on, in their order, and the
+-- TAT with them). So a TAT still equal to a taking's end means its slot is
+-- the last: nobody has built on it, and the TAT goes back to the slot's
+-- start (never below the present, nor into a pause that is on) — as if it
+-- had never been taken. Any other TAT (a later taking, a pause since, a
+-- give-back of a slot before it) keeps its value: moving it back would put
+-- new slots under ones still held and let the queue exceed burst + rate·t.
+-- Those tokens are lost instead. Cancels in the reverse order of the
+-- takings chain: each finds its own end again once the later are back.
 -- A refusal writes nothing. The key expires when the bucket is full again
 -- (PX rounded up), so forgetting it changes no decision.
 -- A TAT more than tau ahead (the burst was lowered, reservations, a pause)
@@ -69,12 +85,16 @@ local function decide(key, now, o, T, tau, n)
       taken, at, w = n, new, new
     end
   elseif mode == 'return' then
-    -- Never below the present, nor into a pause that is on.
-    local back = tat - n * T
-    local least = now
-    if paused > now then least = paused + tau end
-    if back < least then back = least end
-    taken, at, w = n, back, back
+    -- Only the last slot goes back (see the header); never below the
+    -- present, nor into a pause that is on. A taking whose end is past
+    -- (tat = now) has nothing left to give.
+    if tat > now and tat == ARGV[o + 5] + 0 then
+      local back = tat - n * T
+      local least = now
+      if paused > now then least = paused + tau end
+      if back < least then back = least end
+      taken, at, w = n, back, back
+    end
   elseif mode == 'pause' then
     -- Every slot from `start` on (the reservations waiting there, and the
     -- bucket's refill) moves δ later, in its order: the bucket is empty

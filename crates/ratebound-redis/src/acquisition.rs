@@ -106,6 +106,7 @@ impl Engine {
                 wait,
                 source,
                 due_us,
+                end_us,
             } => {
                 let due = now.saturating_add(nanos(wait));
                 State::Held {
@@ -114,6 +115,7 @@ impl Engine {
                     slot: due_us.map(|due_us| Slot {
                         reserved_us: due_us.saturating_sub(micros(wait)),
                         due_us,
+                        end_us: end_us.unwrap_or(0),
                         due,
                         pauses: Vec::new(),
                     }),
@@ -133,12 +135,17 @@ impl Engine {
 
     /// The caller gave up (cancelled, timed out elsewhere, dropped): the
     /// call that gives held tokens back, if any are held. The wait is over.
+    /// Redis takes them back only if nothing was built on them since (see
+    /// [`give_back`](Self::give_back)): a wait cancelled in the middle of
+    /// a queue frees nothing.
     pub fn acquire_abandon(&self, a: &mut Acquisition) -> Option<Call> {
         let state = std::mem::replace(&mut a.state, State::Done(Source::Redis));
         match state {
             State::Held {
-                call: Some(call), ..
-            } => Some(self.give_back(&call)),
+                call: Some(call),
+                slot: Some(slot),
+                ..
+            } => Some(self.give_back(&call, slot.end_us)),
             _ => None,
         }
     }
@@ -219,6 +226,9 @@ struct Slot {
     reserved_us: u64,
     /// When the tokens were due as Redis answered, µs of Redis' clock.
     due_us: u64,
+    /// The end of the slot (the TAT the reservation left), µs of Redis'
+    /// clock: what a give-back compares with.
+    end_us: u64,
     /// The same moment on the engine's clock (ns).
     due: u64,
     /// The pauses that ran after the reservation, as heard.

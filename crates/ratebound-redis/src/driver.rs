@@ -374,12 +374,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             }
         };
         match r {
-            Reserved::Granted { wait, source, .. } => Ok(RedisReservation {
+            Reserved::Granted {
+                wait,
+                source,
+                end_us,
+                ..
+            } => Ok(RedisReservation {
                 // Tokens due at once cannot be given back (they were the
                 // caller's from the start): nothing to hold.
                 held: call
+                    .zip(end_us)
                     .filter(|_| !wait.is_zero())
-                    .map(|call| (self.clone(), call)),
+                    .map(|(call, end_us)| (self.clone(), self.engine.give_back(&call, end_us))),
                 due: tokio::time::Instant::now() + wait,
                 delay: wait,
                 source,
@@ -559,9 +565,9 @@ fn give_back_later<C: ConnectionLike + Clone + Send + Sync + 'static>(
 /// [`wait`](Self::wait) or [`consume`](Self::consume) kept them.
 #[must_use = "a reservation dropped at once gives its tokens back"]
 pub struct RedisReservation<C: ConnectionLike + Clone + Send + Sync + 'static> {
-    /// The limiter and the call that reserved them, while they can still
-    /// be given back.
-    held: Option<(RedisLimiter<C>, Arc<Call>)>,
+    /// The limiter and the call that gives them back, while they can
+    /// still be given back.
+    held: Option<(RedisLimiter<C>, Call)>,
     due: tokio::time::Instant,
     delay: Duration,
     source: Source,
@@ -589,12 +595,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisReservation<C> {
         self.held = None;
     }
 
-    /// Gives the tokens back now; whether Redis took them back.
+    /// Gives the tokens back now; whether Redis took them back — only
+    /// if no reservation was made after this one since, nor a pause (see
+    /// [`Engine::give_back`](crate::Engine::give_back)).
     pub async fn cancel(mut self) -> bool {
         match self.held.take() {
-            Some((limiter, call)) => {
-                let back = limiter.engine.give_back(&call);
-                limiter.run(&Arc::new(back)).await.replied()
+            Some((limiter, back)) => {
+                let answer = limiter.run(&Arc::new(back)).await;
+                crate::given_back(answer.outcome())
             }
             None => false,
         }
@@ -603,8 +611,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisReservation<C> {
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for RedisReservation<C> {
     fn drop(&mut self) {
-        if let Some((limiter, call)) = self.held.take() {
-            let back = limiter.engine.give_back(&call);
+        if let Some((limiter, back)) = self.held.take() {
             give_back_later(limiter, back);
         }
     }

@@ -422,15 +422,13 @@ impl Engine {
             if leases.len() >= 100_000 {
                 leases.retain(|_, l| l.expires > now && l.tokens > 0);
             }
-            let entry = leases.entry(call.key.clone()).or_insert(Lease {
-                tokens: 0,
-                expires: 0,
-            });
+            let entry = leases.entry(call.key.clone()).or_default();
             if entry.expires <= now {
                 entry.tokens = 0;
             }
             entry.tokens += spare;
             entry.expires = now.saturating_add(ttl);
+            entry.top(spare, (reply[6] as u64).saturating_add(reset_us));
             remaining = entry.tokens;
         }
         let source = if damaged == 1 {

@@ -84,7 +84,7 @@ pub use engine::Engine;
 pub use health::{Notice, Stats};
 pub use misconfig::misconfiguration;
 pub use ratebound::Error;
-pub use reserve::{ReserveBegin, Reserved};
+pub use reserve::{ReserveBegin, Reserved, given_back};
 
 #[cfg(feature = "tokio")]
 pub use driver::{RedisLimiter, RedisReservation};

@@ -34,6 +34,10 @@ pub enum Reserved {
         /// When they are due, in µs of Redis' clock (what a pause moves);
         /// `None` when Redis did not answer (a lease, the fail policy).
         due_us: Option<u64>,
+        /// The end of the slot they took: the bucket's TAT as this
+        /// reservation left it, in µs of Redis' clock — what
+        /// [`Engine::give_back`] needs. `None` when Redis did not answer.
+        end_us: Option<u64>,
     },
     /// Nothing taken: the tokens are due only after `wait`, beyond the
     /// longest wait accepted — or the fail policy refused (`closed`, with
@@ -142,6 +146,7 @@ impl Engine {
                     wait: Duration::ZERO,
                     source: Source::Lease,
                     due_us: None,
+                    end_us: None,
                 }));
             }
         }
@@ -196,18 +201,22 @@ impl Engine {
         self.health.count(source);
         let wait = Duration::from_micros(reply[2] as u64);
         let granted = reply[0] == 1;
+        let now_us = reply[6] as u64;
         match call.kind {
             CallKind::Reserve { .. } if granted => Reserved::Granted {
                 wait,
                 source,
-                due_us: Some((reply[6] as u64).saturating_add(reply[2] as u64)),
+                due_us: Some(now_us.saturating_add(reply[2] as u64)),
+                // reset_after is the new TAT less the script's now.
+                end_us: Some(now_us.saturating_add(reply[3] as u64)),
             },
             CallKind::Reserve { .. } => Reserved::Refused { wait, source },
             // A window's check.
             _ if granted => Reserved::Granted {
                 wait: Duration::ZERO,
                 source,
-                due_us: Some(reply[6] as u64),
+                due_us: Some(now_us),
+                end_us: None,
             },
             _ => Reserved::Retry {
                 wait: wait.max(Duration::from_nanos(1)),
@@ -228,6 +237,7 @@ impl Engine {
                 wait: Duration::ZERO,
                 source,
                 due_us: None,
+                end_us: None,
             };
         }
         let wait = d.retry_after().max(Duration::from_nanos(1));
@@ -240,9 +250,53 @@ impl Engine {
 
     /// The call that gives a granted reservation's tokens back (the caller
     /// gave up before they were due): `reserve_call` is the call that took
-    /// them. Never below the present, nor into a pause that is on. Run it
-    /// like any call; its outcome needs no `finish`.
-    pub fn give_back(&self, reserve_call: &Call) -> Call {
-        self.call(reserve_call.key.clone(), CallKind::Return, reserve_call.n)
+    /// them, `end_us` the end of their slot (its
+    /// [`Reserved::Granted`]`.end_us`). Run it like any call; its outcome
+    /// needs no `finish` (the reply's `taken`, `[4]`, is `n` if they went
+    /// back, 0 if not: [`given_back`]).
+    ///
+    /// Only what nobody has built on comes back: Redis gives the tokens
+    /// back only if the bucket's TAT is still `end_us` — no reservation was
+    /// made after this one (or each was given back since, in the reverse
+    /// order), and no pause moved it. Then the TAT returns to where the
+    /// slot began (never below the present, nor into a pause that is on),
+    /// exactly as if the tokens had never been taken. Otherwise nothing
+    /// changes and the tokens are lost: the slots of the reservations
+    /// still held never overlap, which is what keeps every window's
+    /// admissions within `burst + rate·t` (see `lua/gcra.lua` and the
+    /// core's `gcra::give_back`). A cancel in the middle of a queue
+    /// therefore frees nothing: the survivors keep their slots and a new
+    /// caller queues after the last of them.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::Quota;
+    /// use ratebound_redis::{Algorithm, CallOutcome, Config, Engine, ReserveBegin, Reserved};
+    /// use std::time::Duration;
+    ///
+    /// let engine = Engine::new(Config::new(Algorithm::TokenBucket(Quota::parse("10/s")?)))?;
+    /// let ReserveBegin::Call(call) = engine.begin_reserve(None, b"k", 1, Duration::MAX)? else {
+    ///     unreachable!()
+    /// };
+    /// // Redis' answer: granted at 7 000 000 µs, due in 100 ms, the TAT
+    /// // left 200 ms ahead (reset_after).
+    /// let r = engine.finish_reserve(&call, CallOutcome::Reply(&[1, 0, 100_000, 200_000, 1, 0, 7_000_000]));
+    /// let Reserved::Granted { end_us: Some(end_us), .. } = r else { unreachable!() };
+    /// assert_eq!(end_us, 7_200_000);
+    /// let back = engine.give_back(&call, end_us);
+    /// assert_eq!(back.args[4..], ["return", "7200000"]);
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn give_back(&self, reserve_call: &Call, end_us: u64) -> Call {
+        let mut back = self.call(reserve_call.key.clone(), CallKind::Return, reserve_call.n);
+        back.args[5] = end_us.to_string();
+        back
     }
+}
+
+/// Whether a give-back's reply (see [`Engine::give_back`]) says the tokens
+/// went back: `false` for nothing given (built on, paused since) or a
+/// failed call.
+pub fn given_back(outcome: CallOutcome<'_>) -> bool {
+    matches!(outcome, CallOutcome::Reply(r) if well_formed(r) && r[4] > 0)
 }

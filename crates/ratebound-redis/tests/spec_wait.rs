@@ -1,6 +1,7 @@
 //! spec/redis_wait.json against a real Redis, through the sans-I/O engine:
 //! each step's call (reserve, return, pause, check) judged at its explicit
-//! Redis time, its outcome turned into the engine's answer. The Python and
+//! Redis time, its outcome turned into the engine's answer (a return's:
+//! whether Redis took the tokens back). The Python and
 //! Node suites replay the same file.
 
 mod support;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use ratebound::Quota;
 use ratebound_redis::{
-    Algorithm, Begin, Call, CallOutcome, Config, Engine, ReserveBegin, Reserved, Source,
+    Algorithm, Begin, Call, CallOutcome, Config, Engine, ReserveBegin, Reserved, Source, given_back,
 };
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
@@ -61,16 +62,18 @@ async fn redis_wait_vectors_replay_against_real_redis() {
     let path = format!("{}/../../spec/redis_wait.json", env!("CARGO_MANIFEST_DIR"));
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let vectors = spec["vectors"].as_array().unwrap();
-    assert!(vectors.len() >= 3);
+    assert!(vectors.len() >= 6);
     let (mut failures, mut steps) = (Vec::new(), 0);
     for v in vectors {
         let id = v["id"].as_str().unwrap();
         let e = engine(&v["config"], &format!("{}:", fresh(id)));
-        let mut last_reserve: Option<Call> = None;
+        // The reservations granted, by step: the call and its slot's end.
+        let mut granted: Vec<Option<(Call, u64)>> = Vec::new();
         for (i, step) in v["steps"].as_array().unwrap().iter().enumerate() {
             steps += 1;
             let at = step["at_us"].as_u64().unwrap();
             let n = step["n"].as_u64().unwrap_or(1);
+            granted.push(None);
             let got = match step["call"].as_str().unwrap() {
                 "reserve" => {
                     let max = Duration::from_micros(step["max_wait_us"].as_u64().unwrap());
@@ -81,9 +84,14 @@ async fn redis_wait_vectors_replay_against_real_redis() {
                     };
                     let call = call.at(at);
                     let reply = run(&mut conn, &call).await;
-                    last_reserve = Some(call.clone());
                     match e.finish_reserve(&call, CallOutcome::Reply(&reply)) {
-                        Reserved::Granted { wait, source, .. } => {
+                        Reserved::Granted {
+                            wait,
+                            source,
+                            end_us,
+                            ..
+                        } => {
+                            granted[i] = Some((call.clone(), end_us.expect("Redis answered")));
                             json!({"granted": true, "wait_us": micros(wait), "source": source.as_str()})
                         }
                         Reserved::Refused { wait, source } | Reserved::Retry { wait, source } => {
@@ -92,11 +100,14 @@ async fn redis_wait_vectors_replay_against_real_redis() {
                     }
                 }
                 "return" => {
-                    let call = e
-                        .give_back(last_reserve.as_ref().expect("a reservation"))
-                        .at(at);
-                    run(&mut conn, &call).await;
-                    json!({})
+                    let held = match step["of"].as_u64() {
+                        Some(k) => granted.get(k as usize).and_then(Option::as_ref),
+                        None => granted.iter().rev().find_map(Option::as_ref),
+                    };
+                    let (call, end_us) = held.expect("a granted reservation");
+                    let back = e.give_back(call, *end_us).at(at);
+                    let reply = run(&mut conn, &back).await;
+                    json!({"given_back": given_back(CallOutcome::Reply(&reply))})
                 }
                 "pause" => {
                     let d = Duration::from_micros(step["for_us"].as_u64().unwrap());

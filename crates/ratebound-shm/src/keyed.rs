@@ -452,7 +452,7 @@ impl SharedKeyedLimiter {
     }
 
     /// Ends `key`'s `waiter` early: the tokens it holds go back to the
-    /// key's slot, as far as no later taker depends on them (nothing if the
+    /// key's slot if no later taker has built on them (nothing if the
     /// key no longer has a slot).
     ///
     /// # Errors

@@ -35,8 +35,8 @@ fn next_id() -> u64 {
 /// Tokens taken ahead of time on the shared word by
 /// [`reserve_n`](SharedLimiter::reserve_n): act after
 /// [`delay`](Self::delay). Dropped or [`cancel`](Self::cancel)led, it gives
-/// them back (as a Redis reservation does), as far as no later taker depends
-/// on them; [`consume`](Self::consume) keeps them.
+/// them back (as a Redis reservation does) if no later taker has built on
+/// them; [`consume`](Self::consume) keeps them.
 #[derive(Debug)]
 #[must_use = "a reservation dropped at once gives its tokens back"]
 pub struct SharedReservation<'a> {
@@ -52,7 +52,7 @@ impl SharedReservation<'_> {
         Duration::from_nanos(self.wait)
     }
 
-    /// Gives the tokens back, as far as no later taker depends on them.
+    /// Gives the tokens back if no later taker has built on them.
     pub fn cancel(mut self) {
         self.give_back();
     }
@@ -191,8 +191,8 @@ impl SharedLimiter {
     }
 
     /// Gives back the tokens of a permit this handle issued (a
-    /// reservation's, an abandoned waiter's), as far as no later taker
-    /// depends on them.
+    /// reservation's, an abandoned waiter's) if no later taker has built on
+    /// them.
     ///
     /// # Errors
     /// [`Error::Limit`] with `ForeignPermit` for another handle's permit:
@@ -273,7 +273,7 @@ impl SharedLimiter {
     }
 
     /// Ends `waiter` early (cancelled, timed out): the tokens it holds go
-    /// back, as far as no later taker depends on them.
+    /// back if no later taker has built on them.
     ///
     /// # Errors
     /// [`Error::Limit`] with `ForeignPermit` for another handle's waiter.

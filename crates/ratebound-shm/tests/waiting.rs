@@ -549,3 +549,41 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
     }
     k.abandon(&mut w, Key::Int(7)).expect("give back");
 }
+
+/// Cancels in the middle of a queue on the shared word: burst 3, 10/s, all
+/// at one instant — the bucket emptied, then A (3), B (3), C (1), and B,
+/// then A, cancelled. Nothing comes back (C is built on them), so a new
+/// taking of 3 is due after C, never beside it: the old give-back (each
+/// cancel freeing the slots "no later taker needs") made it due with C,
+/// 4 tokens at one instant against a burst of 3. Cancelled last first, the
+/// slots do come back.
+#[test]
+fn cancels_in_the_middle_of_the_queue_give_nothing_back() {
+    if is_worker() {
+        return;
+    }
+    let d = dir("middle");
+    let l = SharedLimiter::open(d.join("m.limit"), bucket("10/s burst 3")).expect("open");
+    let now = l.now();
+    let max = Duration::from_secs(60);
+    l.reserve_n_at(3, Duration::ZERO, now)
+        .expect("burst")
+        .consume();
+    let a = l.reserve_n_at(3, max, now).expect("a");
+    let b = l.reserve_n_at(3, max, now).expect("b");
+    let c = l.reserve_n_at(1, max, now).expect("c");
+    assert_eq!(c.delay(), Duration::from_millis(700));
+    b.cancel();
+    a.cancel();
+    let new = l.reserve_n_at(3, max, now).expect("new");
+    assert_eq!(new.delay(), Duration::from_millis(1_000));
+    // The last ones, last first: both come back, and the next taking is
+    // due where `new` was.
+    let last = l.reserve_n_at(1, max, now).expect("last");
+    last.cancel();
+    new.cancel();
+    let again = l.reserve_n_at(3, max, now).expect("again");
+    assert_eq!(again.delay(), Duration::from_millis(1_000));
+    again.consume();
+    c.consume();
+}

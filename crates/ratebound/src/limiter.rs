@@ -160,10 +160,15 @@ impl Reservation<'_> {
         self.permit.n
     }
 
-    /// Gives the tokens back, as far as no later taker depends on them: a
-    /// check or reservation made after this one was decided as if these
-    /// tokens were gone, so the part of the schedule it used stays used (the
-    /// rule of Go's `x/time/rate`). Call it only if you did not act.
+    /// Gives the tokens back if no later taker has built on them: a check
+    /// or reservation made after this one was decided as if these tokens
+    /// were gone. A token (or leaky) bucket takes them back only while its
+    /// state is still the one this reservation left — cancels in the
+    /// reverse order chain, and one in the middle of a queue gives nothing
+    /// back (the queue never exceeds `burst + rate·t`; stricter than Go's
+    /// `x/time/rate`, whose partial give-back can exceed it); a window
+    /// takes them back while its window lasts. Call it only if you did not
+    /// act.
     pub fn cancel(self) {
         self.limiter.release(self.permit);
     }

@@ -151,9 +151,12 @@ impl Model {
                 if let Some(t) = last.take()
                     && t.generation == self.generation
                 {
-                    let later = self.used.saturating_sub(t.used_after);
+                    // Only if nobody has built on it since: the state is
+                    // still the one it left.
                     let before = self.used;
-                    self.used -= t.n.saturating_sub(later).min(self.used);
+                    if self.used == t.used_after {
+                        self.used -= t.n.min(self.used);
+                    }
                     // Never into a pause that is on.
                     if self.paused > 0 {
                         self.used = self.used.max(before.min(self.burst + self.paused));

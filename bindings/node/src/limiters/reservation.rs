@@ -8,7 +8,7 @@ use ratebound::any::AnyLimiter;
 use ratebound::{Limiter, Permit};
 
 /// Tokens taken ahead of time by `reserve`: act after `delay` seconds, or
-/// `cancel()` to give them back (as far as no later taker depends on them).
+/// `cancel()` to give them back (if no later taker has built on them).
 #[napi]
 pub struct Reservation {
     pub(crate) limiter: Holder,

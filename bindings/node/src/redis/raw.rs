@@ -17,7 +17,8 @@
 //! answer at `ANSWER` — a check's: allowed (1/0), limit, remaining,
 //! retryAfter (s), resetAfter (s), source (an index into `sources`); a
 //! reservation's: granted (1/0), delay or retryAfter (s), source, kept (1:
-//! the call waits for `redisKeep`, the reservation's cancel). A wait's
+//! the call that gives it back waits for `redisKeep`, the reservation's
+//! cancel). A wait's
 //! step: 1 a call, 2 sleep (`ANSWER`: seconds), 3 done (`ANSWER`: the
 //! source), 4 it cannot end in time (`ANSWER`: retryAfter s).
 
@@ -83,11 +84,16 @@ fn reserved(r: &Reserved, kept: bool) -> [f64; STRIDE] {
     }
 }
 
-/// Finishes the call `flight` with `outcome`: its answer, and whether the
-/// call must be kept (a reservation granted ahead of time: its cancel
-/// gives back). A wait's call goes to its acquisition (no answer: the wait
-/// steps again); a call giving tokens back needs no finish.
-fn finish(engine: &Engine, flight: &Flight, outcome: CallOutcome<'_>) -> ([f64; STRIDE], bool) {
+/// Finishes the call `flight` with `outcome`: its answer, and the call to
+/// keep in its place, if any (a reservation granted ahead of time: the
+/// call that gives it back, for its cancel). A wait's call goes to its
+/// acquisition (no answer: the wait steps again); a call giving tokens
+/// back needs no finish.
+fn finish(
+    engine: &Engine,
+    flight: &Flight,
+    outcome: CallOutcome<'_>,
+) -> ([f64; STRIDE], Option<Call>) {
     let call = &flight.call;
     if let Some(a) = flight.acquisition {
         ACQUISITIONS.with(|s| {
@@ -95,16 +101,23 @@ fn finish(engine: &Engine, flight: &Flight, outcome: CallOutcome<'_>) -> ([f64; 
                 engine.acquire_reply(a, outcome);
             }
         });
-        return ([0.0; STRIDE], false);
+        return ([0.0; STRIDE], None);
     }
     match call.kind {
-        CallKind::Return => ([0.0; STRIDE], false),
+        CallKind::Return => ([0.0; STRIDE], None),
         CallKind::Reserve { .. } => {
             let r = engine.finish_reserve(call, outcome);
-            let kept = matches!(r, Reserved::Granted { wait, .. } if wait > Duration::ZERO);
-            (reserved(&r, kept), kept)
+            let back = match r {
+                Reserved::Granted {
+                    wait,
+                    end_us: Some(end_us),
+                    ..
+                } if wait > Duration::ZERO => Some(engine.give_back(call, end_us)),
+                _ => None,
+            };
+            (reserved(&r, back.is_some()), back)
         }
-        _ => (decision(&engine.finish(call, outcome)), false),
+        _ => (decision(&engine.finish(call, outcome)), None),
     }
 }
 
@@ -467,7 +480,9 @@ unsafe extern "C" fn raw_acquire_forget(
 
 /// What became of a call, as `finish` is told: 0 a reply (`len` numbers
 /// at `REPLY`), 1 no reply within the deadline, 2 an error (`error`'s
-/// text), anything else a reply that is no list of numbers.
+/// text), 4 never sent (the client's own overload: the engine answers
+/// without the fail policy or the breaker), anything else a reply that is
+/// no list of numbers.
 unsafe fn outcome_of<R>(
     env: sys::napi_env,
     how: sys::napi_value,
@@ -488,14 +503,16 @@ unsafe fn outcome_of<R>(
                 let text = string(env, text).unwrap_or_else(|| "error".to_string());
                 f(CallOutcome::Failed(&text))
             }
+            4 => f(CallOutcome::Unsent),
             _ => f(CallOutcome::Malformed),
         }
     }
 }
 
-/// `finish(handle, id, how, len, error) -> 1 | 0`: what became of call
+/// `finish(handle, id, how, len, error) -> 0..3`: what became of call
 /// `id` (see `outcome_of`); its answer at `ANSWER` (a check's, or a
-/// reservation's); 1 if it admitted (or granted). The call is forgotten
+/// reservation's); bit 0 set if it admitted (or granted), bit 1 if the
+/// engine has notices to take (`takeNotices`). The call is forgotten
 /// unless the answer says it is kept.
 unsafe extern "C" fn raw_finish(
     env: sys::napi_env,
@@ -513,11 +530,18 @@ unsafe extern "C" fn raw_finish(
             return no_call(env, id);
         };
         let (answer, kept) = outcome_of(env, how, len, text, |o| finish(&engine, &flight, o));
-        if kept {
+        if let Some(back) = kept {
+            let flight = Flight {
+                call: back,
+                acquisition: None,
+            };
             CALLS.with(|c| c.borrow_mut().restore(id, flight));
         }
         put(ANSWER, &answer);
-        int(env, i32::from(answer[0] == 1.0))
+        int(
+            env,
+            i32::from(answer[0] == 1.0) | (i32::from(engine.has_notices()) << 1),
+        )
     }
 }
 
@@ -530,10 +554,11 @@ fn members(count: usize) -> Vec<Option<u32>> {
         .collect()
 }
 
-/// `finishBatch(handle, count, how, len, error) -> count`: what became of
+/// `finishBatch(handle, count, how, len, error) -> 0 | 2`: what became of
 /// the batch of the calls numbered at `IDS` (see `outcome_of`; a reply of
 /// 7 numbers a member, in order): member `i`'s answer at `OUT + i ×
-/// STRIDE`. A reply of another length fails every member.
+/// STRIDE`. A reply of another length fails every member. 2 if the engine
+/// has notices to take (`takeNotices`).
 unsafe extern "C" fn raw_finish_batch(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -565,15 +590,19 @@ unsafe extern "C" fn raw_finish_batch(
                 .collect::<Vec<_>>()
         });
         for (i, (a, f)) in answers.into_iter().zip(flights).enumerate() {
-            let (Some((answer, kept)), Some((id, flight))) = (a, f) else {
+            let (Some((answer, kept)), Some((id, _))) = (a, f) else {
                 continue;
             };
-            if kept {
+            if let Some(back) = kept {
+                let flight = Flight {
+                    call: back,
+                    acquisition: None,
+                };
                 CALLS.with(|c| c.borrow_mut().restore(id, flight));
             }
             put(OUT + i * STRIDE, &answer);
         }
-        int(env, ids.len() as i32)
+        int(env, i32::from(engine.has_notices()) << 1)
     }
 }
 
@@ -659,8 +688,9 @@ pub fn redis_call_script(env: Env, id: u32) -> Result<(String, String, String, S
     found.ok_or_else(|| error::invalid_type(&env, &format!("no Redis call {id} in flight")))
 }
 
-/// Takes kept call `id` (a reservation granted ahead of time) out of the
-/// table as a `RedisCall`, for its cancel (internal).
+/// Takes kept call `id` (the give-back of a reservation granted ahead of
+/// time) out of the table as a `RedisCall`, for its cancel to run
+/// (internal).
 #[napi(skip_typescript)]
 pub fn redis_keep(env: Env, id: u32) -> Result<RedisCall> {
     take_call(id)
@@ -673,4 +703,41 @@ pub fn redis_keep(env: Env, id: u32) -> Result<RedisCall> {
 #[napi(skip_typescript)]
 pub fn redis_use_slots(handle: u32) -> bool {
     use_slots(handle)
+}
+
+/// Forgets call `id` without telling its engine (internal): the client
+/// said it is misconfigured, which is an error for the caller, never the
+/// fail policy's or the breaker's. Whether it was in flight.
+#[napi(skip_typescript)]
+pub fn redis_drop(id: u32) -> bool {
+    take_call(id).is_some()
+}
+
+/// Throws the typed `ERR_RATEBOUND_STORE_MISCONFIGURED` error when a
+/// client's failure `text` says the client is misconfigured (a wrong
+/// password, a missing ACL permission, an unknown database, ...: engine
+/// `handle`'s `misconfigured`, which also closes a breaker a probe had
+/// opened), else returns false (internal).
+#[napi(skip_typescript)]
+pub fn redis_misconfigured(env: Env, handle: u32, text: String) -> Result<bool> {
+    let outcome = CallOutcome::Failed(&text);
+    let found = match engine(handle) {
+        Some(engine) => engine.misconfigured(&outcome).err(),
+        None => ratebound_redis::misconfiguration(&text),
+    };
+    match found {
+        Some(e) => Err(error::throw(&env, &e)),
+        None => Ok(false),
+    }
+}
+
+/// Tells engine `handle` that Redis replied just now (internal: a reply
+/// that landed after its call's deadline — Redis is alive, so calls that
+/// time out meanwhile are this client's overload; see
+/// `Engine::heard_from_redis`).
+#[napi(skip_typescript)]
+pub fn redis_heard(handle: u32) {
+    if let Some(engine) = engine(handle) {
+        engine.heard_from_redis();
+    }
 }

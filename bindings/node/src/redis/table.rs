@@ -15,13 +15,14 @@ const MAX_TEMPLATES: usize = 32;
 const MAX_CLASSES: usize = 64;
 
 /// Every source, in the order of the `sources` names.
-pub const SOURCES: [Source; 6] = [
+pub const SOURCES: [Source; 7] = [
     Source::Redis,
     Source::Lease,
     Source::FailOpen,
     Source::FailClosed,
     Source::Local,
     Source::Damaged,
+    Source::Busy,
 ];
 
 pub fn source_code(s: Source) -> f64 {

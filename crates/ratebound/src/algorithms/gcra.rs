@@ -137,8 +137,9 @@ impl Params {
     }
 
     /// The state after cancelling a reservation of `n` tokens that left TAT
-    /// at `reserved_tat`: tokens come back except those that later takers
-    /// (who moved TAT beyond `reserved_tat`) depend on.
+    /// at `reserved_tat`: its `n·T` come back only if nobody has built on
+    /// them — TAT is still `reserved_tat` — and nothing otherwise (see
+    /// [`give_back`]).
     #[inline]
     pub(crate) fn cancel(self, tat: u64, reserved_tat: u64, n: u64) -> u64 {
         give_back(tat, reserved_tat, n, self.period)
@@ -170,13 +171,42 @@ impl Params {
     }
 }
 
-/// A schedule `tat` after giving back `n` slots of `period` that a taker had
-/// reserved up to `reserved`: everything past `reserved` belongs to later
-/// takers and stays.
+/// A schedule `tat` after giving back the `n` slots of `period` that a
+/// taker reserved up to `reserved` (the TAT its taking left): all of them if
+/// `tat` is still `reserved`, none otherwise.
+///
+/// Why exactly that. The slots `[end − n·T, end)` of the takings still held
+/// never overlap and all end at or before TAT: a taking starts at
+/// `max(TAT, now)`, and a pause moves the slots from its start on later, in
+/// their order, and TAT with them. So when TAT is a taking's own end, its
+/// slot is the last one — every other held slot lies before it — and TAT
+/// may go back to where that slot began, `max(the TAT before it, the time it
+/// was taken)`: the state is then exactly as if it had never been taken, and
+/// the slots still never overlap. When TAT is anything else, somebody built
+/// on it (a later taking, a pause) or it is gone already: moving TAT back
+/// would hand out slots under ones still held, and the tokens are lost
+/// instead. Cancels in the reverse order of their takings chain (each finds
+/// its own end again once the later ones are back). A waiter whose slot a
+/// pause moved compares with its moved end (`any::Waiter` moves its mark
+/// with the shift), so the last of a moved queue still gives back. The
+/// leaky bucket's departure schedule is the same word, under the same rule.
+///
+/// The bound follows. A taking of `n ≤ b` is due at `a = max(now, end − τ)`:
+/// its slot ends by `a + τ` and starts at or after `a` (at `max(TAT, now)
+/// ≥ now = a` when due at once, at `end − n·T ≥ end − τ = a` when due
+/// later). So the slots of the tokens due in any window `[s, s + t]` lie
+/// within `[s, s + t + τ]` without overlapping: at most `t/T + b` tokens,
+/// `burst + rate·t`. Giving back whatever no later taker needs (x/time/
+/// rate's `Reservation.Cancel`: `n` less the later takers' tokens) breaks
+/// it with a single word: see the test
+/// `cancels_in_the_middle_never_let_a_window_exceed_the_bound`.
 #[inline]
 pub(crate) fn give_back(tat: u64, reserved: u64, n: u64, period: u64) -> u64 {
-    let later = tat.saturating_sub(reserved);
-    tat - (n * period).saturating_sub(later).min(tat)
+    if tat == reserved {
+        tat.saturating_sub(n.saturating_mul(period))
+    } else {
+        tat
+    }
 }
 
 #[cfg(test)]
@@ -251,14 +281,45 @@ mod tests {
     }
 
     #[test]
-    fn cancel_returns_only_what_later_takers_do_not_need() {
+    fn cancel_returns_only_what_nobody_built_on() {
         let p = Params {
             period: 10,
             burst: 4,
         };
         let (_, reserved) = p.reserve(0, 0, 3, u64::MAX).unwrap();
         assert_eq!(p.cancel(reserved, reserved, 3), 0);
+        // A later taking built on it: nothing comes back, not even the
+        // two slots the later taking "does not need".
         let later = p.admit(reserved, 0, 1).unwrap();
-        assert_eq!(p.cancel(later, reserved, 3), 20);
+        assert_eq!(p.cancel(later, reserved, 3), later);
+        // Cancelled in the reverse order, both come back.
+        let back = p.cancel(later, later, 1);
+        assert_eq!(p.cancel(back, reserved, 3), 0);
+    }
+
+    /// Burst 3, T = 10, all at time 0: the bucket emptied, then A (3, due
+    /// at 30), B (3, due at 60), C (1, due at 70); B is cancelled, then A.
+    /// Giving back what "no later taker needs" (B: 2 slots, A: 1) would put
+    /// a new taking of 3 due at 70 beside C: 4 tokens at one instant, above
+    /// the burst. Built on, both are lost: the new one is due after C.
+    #[test]
+    fn cancels_in_the_middle_never_let_a_window_exceed_the_bound() {
+        let p = Params {
+            period: 10,
+            burst: 3,
+        };
+        let mut tat = p.admit(0, 0, 3).unwrap();
+        let mut take = |n| {
+            let (due, mark) = p.reserve(tat, 0, n, u64::MAX).unwrap();
+            tat = mark;
+            (due, mark)
+        };
+        let (_, a) = take(3);
+        let (_, b) = take(3);
+        let (due_c, _) = take(1);
+        assert_eq!(due_c, 70);
+        let tat = p.cancel(p.cancel(tat, b, 3), a, 3);
+        let (due_d, _) = p.reserve(tat, 0, 3, u64::MAX).unwrap();
+        assert_eq!(due_d, 100);
     }
 }

@@ -260,7 +260,8 @@ impl AnyLimiter {
     }
 
     /// Ends `waiter` early (cancelled, aborted, interrupted): the tokens it
-    /// held are given back, as far as no later taker depends on them.
+    /// held are given back if no later taker has built on them (a wait
+    /// cancelled in the middle of a queue gives nothing back).
     ///
     /// # Errors
     /// [`Error::ForeignPermit`] if `waiter` was made by another limiter.

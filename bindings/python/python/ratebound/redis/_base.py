@@ -56,8 +56,9 @@ class _Base:
         return step.at(now_us)
 
     def _reserved(self, call: _RedisCall, outcome: _Outcome) -> RedisReservation:
-        delay, source = self._engine.finish_reserve(call, *outcome)
-        return RedisReservation(self, call if delay > 0 else None, delay, source)
+        delay, source, end_us = self._engine.finish_reserve(call, *outcome)
+        back = self._engine.give_back(call, end_us) if delay > 0 and end_us is not None else None
+        return RedisReservation(self, back, delay, source)
 
     def _paused(self, call: _RedisCall, outcome: _Outcome) -> tuple[Optional[float], Optional[bytes]]:
         """The shift a pause gave (``None``: Redis could not be told) and
@@ -148,38 +149,40 @@ def _of_asyncio(limiter: Any) -> bool:
 
 class RedisReservation:
     """Tokens reserved in Redis by ``reserve``: act after ``delay`` seconds;
-    ``cancel()`` gives them back (once; never below the present)."""
+    ``cancel()`` gives them back (once; never below the present) — only if
+    no reservation was made after this one since, nor a pause: a cancel in
+    the middle of a queue gives nothing back, so the queue never exceeds
+    the limit."""
 
-    __slots__ = ("_limiter", "_call", "delay", "source")
+    __slots__ = ("_limiter", "_back", "delay", "source")
 
-    def __init__(self, limiter: Any, call: Any, delay: float, source: str) -> None:
+    def __init__(self, limiter: Any, back: Any, delay: float, source: str) -> None:
         self._limiter = limiter
-        self._call = call
+        self._back = back
         self.delay = delay
         self.source = source
 
     def _give_back(self) -> Optional[_RedisCall]:
         """The call that gives the tokens back, once (``None`` after)."""
-        call, self._call = self._call, None
-        if call is None:
-            return None
-        back: _RedisCall = self._limiter._engine.give_back(call)
+        back: Optional[_RedisCall]
+        back, self._back = self._back, None
         return back
 
     def cancel(self) -> bool:
         """Gives the tokens back; whether Redis took them back (False once
-        given back, or for a reservation that was due at once)."""
+        given back, for a reservation that was due at once, or one that
+        later reservations or a pause have built on)."""
         if _of_asyncio(self._limiter):
             raise TypeError("a reservation of an asyncio limiter is given back with await acancel()")
         back = self._give_back()
-        return back is not None and self._limiter._runner.run(back)[0] is not None
+        return back is not None and bool(self._limiter._engine.given_back(*self._limiter._runner.run(back)))
 
     async def acancel(self) -> bool:
         """:meth:`cancel` for a reservation of an asyncio limiter."""
         if not _of_asyncio(self._limiter):
             raise TypeError("a reservation of a sync limiter is given back with cancel()")
         back = self._give_back()
-        return back is not None and (await self._limiter._runner.run(back))[0] is not None
+        return back is not None and bool(self._limiter._engine.given_back(*(await self._limiter._runner.run(back))))
 
     def __repr__(self) -> str:
         return f"RedisReservation(delay={self.delay!r}, source={self.source!r})"

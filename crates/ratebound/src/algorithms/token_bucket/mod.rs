@@ -375,9 +375,9 @@ impl<C: Clock> TokenBucket<C> {
         self.pause.words().shifted()
     }
 
-    /// Gives back a permit's tokens, except those that later takers depend
-    /// on; nothing across a quota change (the tokens were converted along
-    /// with the rest of the state).
+    /// Gives back a permit's tokens if no later taker has built on them
+    /// (see `gcra::give_back`); nothing across a quota change (the tokens
+    /// were converted along with the rest of the state).
     fn give_back(&self, permit: Permit) -> Result<(), Error> {
         if permit.issuer != self.id {
             return Err(Error::ForeignPermit);
@@ -481,7 +481,7 @@ impl<C: Clock> Limiter for TokenBucket<C> {
         self.acquire(n, now)
     }
 
-    /// Gives the tokens back as far as no later taker depends on them (see
+    /// Gives the tokens back if no later taker has built on them (see
     /// [`Reservation::cancel`]).
     fn try_release(&self, permit: Permit) -> Result<(), Error> {
         self.give_back(permit)
