@@ -242,6 +242,12 @@ pub(crate) struct Link {
     queues: Mutex<HashMap<Option<Slot>, Queue>>,
     /// The last id given to a queued call.
     ids: AtomicU64,
+    /// When it was made, and when a reply last landed on it (ns after
+    /// `born`; 0: never): a queue held up by a server that answered
+    /// nothing for a whole deadline is the server's trouble, not the
+    /// client's overload (see `unqueue`).
+    born: Instant,
+    landed: AtomicU64,
 }
 
 impl Link {
@@ -282,6 +288,8 @@ impl Link {
             batch,
             queues: Mutex::new(HashMap::new()),
             ids: AtomicU64::new(0),
+            born: Instant::now(),
+            landed: AtomicU64::new(0),
         };
         if let Connector::Cluster { .. } = link.connector {
             // Read the topology now (in the background).
@@ -337,7 +345,10 @@ impl Link {
             .script(call.script, &[key], &call.args, || call.commands())
             .await
         {
-            Ok(v) => RunResult::Reply(v),
+            Ok(v) => {
+                self.heard();
+                RunResult::Reply(v)
+            }
             Err(e) => RunResult::Failed(failure_text(&e)),
         }
     }
@@ -394,24 +405,43 @@ impl Link {
             Some((id, mut rx)) => match tokio::time::timeout_at(deadline, &mut rx).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(_)) => RunResult::Timeout,
-                Err(_) => self.unqueue(slot, id),
+                Err(_) => self.unqueue(slot, id, timeout),
             },
         }
     }
 
-    /// What became of the queued call `id` of group `slot` at its deadline:
-    /// still queued, it is taken out and was never sent (`Unsent`: the
-    /// client's own back-pressure, not the server's failure); otherwise it
-    /// went out in a batch that did not answer in time.
-    fn unqueue(&self, slot: Option<Slot>, id: u64) -> RunResult {
+    /// What became of the queued call `id` of group `slot` at its deadline
+    /// (`timeout` after it began): still queued, it is taken out and was
+    /// never sent — `Unsent` (the client's own back-pressure) if replies
+    /// kept landing meanwhile, `Timeout` if the runs ahead of it were held
+    /// up by a server that answered nothing for a whole deadline (the
+    /// server's trouble, as the Rust driver's batcher reads it); otherwise
+    /// it went out in a batch that did not answer in time.
+    fn unqueue(&self, slot: Option<Slot>, id: u64, timeout: Duration) -> RunResult {
         let mut queues = lock(&self.queues);
         if let Some(q) = queues.get_mut(&slot)
             && let Some(i) = q.pending.iter().position(|p| p.id == id)
         {
             q.pending.remove(i);
-            return RunResult::Unsent;
+            // Ordering: Relaxed — a timestamp read for a heuristic; no
+            // other memory is published through it.
+            let landed = self.landed.load(Ordering::Relaxed);
+            let now = self.born.elapsed().as_nanos() as u64;
+            let recent = landed > 0 && now.saturating_sub(landed) < timeout.as_nanos() as u64;
+            return if recent {
+                RunResult::Unsent
+            } else {
+                RunResult::Timeout
+            };
         }
         RunResult::Timeout
+    }
+
+    /// Notes that Redis replied just now.
+    fn heard(&self) {
+        let now = (self.born.elapsed().as_nanos() as u64).max(1);
+        // Ordering: Relaxed — see `unqueue`.
+        self.landed.store(now, Ordering::Relaxed);
     }
 
     /// Sends `calls` (each with its deadline) at once, those that join as
@@ -544,6 +574,9 @@ impl Link {
                 .map_err(|e| failure_text(&e)),
             Err(e) => Err(e),
         };
+        if reply.is_ok() {
+            self.heard();
+        }
         match reply {
             Ok(reply) => match BatchCall::replies(&reply, group.len()) {
                 Some(parts) => {
