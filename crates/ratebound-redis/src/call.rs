@@ -175,9 +175,12 @@ pub enum CallOutcome<'a> {
     /// A connection or server error (its text, for logs, notices and
     /// errors).
     Failed(&'a str),
-    /// The call never left this client before its deadline: the client's
-    /// own connection pool, queue or batch was full. Nothing reached Redis,
-    /// so this is back-pressure, not an outage: the engine refuses as
+    /// The client's own overload made the call miss its deadline: it never
+    /// left this client (its own connection pool, queue or batch was full),
+    /// or the client itself made it late (it was written after the client
+    /// had spent its deadline, or its reply was read late by a busy event
+    /// loop or thread). This is back-pressure, not an outage: the engine
+    /// refuses as
     /// [`Source::Busy`](crate::Source::Busy) and neither the fail policy
     /// nor the circuit breaker hears of it. A driver whose queue was held
     /// up by a server that answered nothing for a whole deadline (a send

@@ -30,7 +30,11 @@ use ratebound::Error;
 pub fn misconfiguration(text: &str) -> Option<Error> {
     let lower = text.to_ascii_lowercase();
     let has = |needle: &str| lower.contains(needle);
-    let what = if has("wrongpass") || has("invalid username-password") || has("invalid password") {
+    let what = if has("wrongpass")
+        || has("invalid username-password")
+        || has("invalid password")
+        || has("password authentication failed")
+    {
         "authentication failed: a wrong password or user"
     } else if has("noauth") || has("authentication required") {
         "authentication required: the server needs a password and none was given"
@@ -106,6 +110,12 @@ mod tests {
                 "authentication failed",
             ),
             ("NOAUTH Authentication required.", "authentication required"),
+            // The `redis` crate's words for a refused AUTH (it drops the
+            // server's reply).
+            (
+                "Password authentication failed- AuthenticationFailed",
+                "authentication failed",
+            ),
             (
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
                 "a password was given",
