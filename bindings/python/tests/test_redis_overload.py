@@ -413,6 +413,35 @@ def test_unreachable_redis_stays_the_fail_policys(tmp_path: pathlib.Path) -> Non
             client.close()
 
 
+def test_a_wait_the_closed_policy_refuses_says_redis_is_unavailable() -> None:
+    """Item 8 of issue 36: with Redis down and ``on_error="closed"`` a wait
+    said "waiting 1s for tokens exceeds the maximum wait of 29.998s". It now
+    raises ``StoreUnavailable`` (still a ``RateLimitExceeded``) naming the
+    cause and the policy, sync and asyncio."""
+    for client in ("redis://127.0.0.1:1/0", redis.Redis(host=HOST, port=1)):
+        lim = rbr.TokenBucket(client, rate=10, burst=1, on_error="closed")
+        with pytest.raises(rb.StoreUnavailable) as e:
+            lim.acquire_blocking("k", timeout=30)
+        assert isinstance(e.value, rb.RateLimitExceeded)
+        assert e.value.code == "store_unavailable"
+        text = str(e.value)
+        assert "redis unavailable (" in text and "the fail policy 'closed' refused" in text, text
+        assert "maximum wait" not in text, text
+        lim.close()
+        if not isinstance(client, str):
+            client.close()
+
+    async def waits() -> None:
+        lim = rbr.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=1), rate=10, burst=1, on_error="closed")
+        try:
+            with pytest.raises(rb.StoreUnavailable, match="the fail policy 'closed' refused"):
+                await lim.acquire("k", timeout=30)
+        finally:
+            await lim.aclose()
+
+    asyncio.run(waits())
+
+
 # ------------------------------------------------------------ never silent
 
 
