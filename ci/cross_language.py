@@ -142,7 +142,7 @@ def main() -> int:
                     except redis.exceptions.NoScriptError:
                         reply = client.eval(call.text, 1, call.key, *call.args)
                     try:
-                        delay, _ = engine.finish_reserve(call, list(reply))
+                        delay = engine.finish_reserve(call, list(reply))[0]
                         got = (True, round(delay * 1e6))
                     except rb.RateLimitExceeded as e:
                         got = (False, round(e.retry_after * 1e6))
