@@ -6,16 +6,11 @@
 
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { spawn, execFileSync } = require('node:child_process')
-const fs = require('node:fs')
-const net = require('node:net')
-const os = require('node:os')
-const path = require('node:path')
 const crypto = require('node:crypto')
 const IORedis = require('ioredis')
 const rb = require('..')
+const { HOST, startServer, stopAll } = require('./fixtures/redis-server')
 
-const HOST = '127.0.0.1'
 const RATE = 100
 const BURST = 5
 // Wake-ups come late on a loaded 2-core machine (300 timers in one event
@@ -25,41 +20,15 @@ const SLACK = 0.25
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const now = () => performance.now() / 1000
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer()
-    s.on('error', reject)
-    s.listen(0, HOST, () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
-}
+after(stopAll)
 
-const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'ratebound-redis-give-back-'))
-let proc = null
-after(() => {
-  if (proc !== null && proc.exitCode === null) proc.kill('SIGKILL')
-  fs.rmSync(TMP, { recursive: true, force: true })
-})
-
+// A real redis-server (the shared fixture) and an ioredis client to it.
 async function server() {
-  execFileSync(process.env.REDIS_SERVER || 'redis-server', ['--version'], { stdio: 'pipe', timeout: 5000 })
-  const port = await freePort()
-  proc = spawn(process.env.REDIS_SERVER || 'redis-server', ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', TMP], {
-    stdio: 'ignore',
-  })
-  proc.on('error', () => {})
-  const client = new IORedis({ host: HOST, port, lazyConnect: true, retryStrategy: () => 50, maxRetriesPerRequest: 0 })
+  const srv = await startServer()
+  const client = new IORedis({ host: HOST, port: srv.port, lazyConnect: true, maxRetriesPerRequest: 0 })
   client.on('error', () => {})
-  for (let i = 0; i < 200; i++) {
-    try {
-      await client.connect()
-      if ((await client.ping()) === 'PONG') return client
-    } catch {}
-    await sleep(25)
-  }
-  throw new Error(`redis-server on port ${port} did not start`)
+  await client.connect()
+  return client
 }
 
 // The window [t_i, t_j] whose admissions most exceed BURST + RATE·(t_j − t_i).

@@ -10,32 +10,9 @@ mod support;
 use std::time::Duration;
 
 use ratebound::Quota;
-use ratebound_redis::{
-    Acquisition, Algorithm, Call, CallOutcome, Config, Engine, Step, given_back,
-};
+use ratebound_redis::{Acquisition, Algorithm, CallOutcome, Config, Engine, Step, given_back};
 use redis::aio::ConnectionManager;
-use support::{Server, fresh};
-
-async fn run(conn: &mut ConnectionManager, call: &Call) -> Vec<i64> {
-    let sent: Result<Vec<i64>, redis::RedisError> = redis::cmd("EVALSHA")
-        .arg(call.script.sha())
-        .arg(1)
-        .arg(&call.key)
-        .arg(&call.args)
-        .query_async(conn)
-        .await;
-    match sent {
-        Ok(reply) => reply,
-        Err(_) => redis::cmd("EVAL")
-            .arg(call.script.text)
-            .arg(1)
-            .arg(&call.key)
-            .arg(&call.args)
-            .query_async(conn)
-            .await
-            .expect("EVAL"),
-    }
-}
+use support::{Server, fresh, run};
 
 /// Starts a wait for one token: its reservation is made in Redis. Returns
 /// the wait and the instant its token is due, in µs of Redis' clock (the

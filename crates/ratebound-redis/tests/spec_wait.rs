@@ -14,28 +14,7 @@ use ratebound_redis::{
 };
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
-use support::{Server, fresh};
-
-async fn run(conn: &mut ConnectionManager, call: &Call) -> Vec<i64> {
-    let sent: Result<Vec<i64>, redis::RedisError> = redis::cmd("EVALSHA")
-        .arg(call.script.sha())
-        .arg(1)
-        .arg(&call.key)
-        .arg(&call.args)
-        .query_async(conn)
-        .await;
-    match sent {
-        Ok(reply) => reply,
-        Err(_) => redis::cmd("EVAL")
-            .arg(call.script.text)
-            .arg(1)
-            .arg(&call.key)
-            .arg(&call.args)
-            .query_async(conn)
-            .await
-            .expect("EVAL"),
-    }
-}
+use support::{Server, fresh, run};
 
 fn engine(config: &Value, prefix: &str) -> Engine {
     let num = |k: &str| config[k].as_f64().expect(k);

@@ -191,3 +191,29 @@ pub fn script_calls(info: &str) -> u64 {
         .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// Runs one engine call as a driver would: `EVALSHA`, and `EVAL` when it
+/// fails (`NOSCRIPT`); the reply's integers.
+pub async fn run(
+    conn: &mut redis::aio::ConnectionManager,
+    call: &ratebound_redis::Call,
+) -> Vec<i64> {
+    let sent: Result<Vec<i64>, redis::RedisError> = redis::cmd("EVALSHA")
+        .arg(call.script.sha())
+        .arg(1)
+        .arg(&call.key)
+        .arg(&call.args)
+        .query_async(conn)
+        .await;
+    match sent {
+        Ok(reply) => reply,
+        Err(_) => redis::cmd("EVAL")
+            .arg(call.script.text)
+            .arg(1)
+            .arg(&call.key)
+            .arg(&call.args)
+            .query_async(conn)
+            .await
+            .expect("EVAL"),
+    }
+}
