@@ -528,3 +528,49 @@ fn the_limit_follows_the_capacity_down() {
     );
     assert!(run.p99_after(5_000 * MS, 8_000 * MS) <= 60 * MS);
 }
+
+/// The limit rises when it was reached during a window, whatever is in
+/// flight when the window closes (test-audit §1): bursts of three at limit
+/// 3 with a fourth refused, at the baseline latency, each window closed by
+/// a lone request. Judged only by the in-flight count at the close (1), the
+/// limit stayed at 3 forever while shedding five requests a window — what
+/// made the real-server slowdown test fail in CI with the limit stuck at
+/// its minimum. Deterministic: a manual clock, no threads.
+#[test]
+fn a_limit_reached_during_a_window_rises_though_the_close_sees_one_in_flight() {
+    let clock = ManualClock::new();
+    let tuning = AdaptiveConcurrency {
+        initial_limit: 3,
+        min_limit: 2,
+        ..AdaptiveConcurrency::default()
+    };
+    let cap = ConcurrencyCap::adaptive(tuning, AnyClock::Manual(clock.clone())).unwrap();
+    let step = std::time::Duration::from_millis(40);
+    let mut shed = 0;
+    for _ in 0..50 {
+        // Bursts as wide as the limit allows, one more refused each time.
+        for _ in 0..5 {
+            let mut held = Vec::new();
+            loop {
+                match cap.try_enter_as(|| Priority::Normal) {
+                    Ok(before) => held.push((cap.start(), before)),
+                    Err(_) => {
+                        shed += 1;
+                        break;
+                    }
+                }
+            }
+            clock.advance(step);
+            for (start, before) in held {
+                cap.leave_after(start, before);
+            }
+        }
+        // A lone request at the same latency closes the window.
+        let before = cap.try_enter_as(|| Priority::Normal).unwrap();
+        let start = cap.start();
+        clock.advance(step);
+        cap.leave_after(start, before);
+    }
+    println!("limit {} after 50 windows, {shed} shed", cap.limit());
+    assert!(cap.limit() > 3, "limit {} ({:?})", cap.limit(), cap.state());
+}

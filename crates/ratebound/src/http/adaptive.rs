@@ -237,6 +237,10 @@ pub(crate) struct Controller {
     windows: AtomicU64,
     /// Samples of the windows measured.
     measured: AtomicU64,
+    /// Whether a request was refused at the limit since the last update:
+    /// the limit was in use during the window, whatever is in flight when
+    /// the window closes.
+    reached: AtomicUsize,
 }
 
 fn load_f(a: &AtomicU64) -> f64 {
@@ -262,6 +266,19 @@ impl Controller {
             at_min: AtomicU64::new(0),
             windows: AtomicU64::new(0),
             measured: AtomicU64::new(0),
+            reached: AtomicUsize::new(0),
+        }
+    }
+
+    /// A request was refused at the limit: the window being filled used the
+    /// whole limit (so a limit at the baseline latency may rise).
+    #[inline]
+    pub(crate) fn refused_at_limit(&self) {
+        // Ordering: Relaxed — a hint for the next update, which reads it
+        // with a swap; a write only when it changes, so refusals under
+        // overload do not all write one line.
+        if self.reached.load(Ordering::Relaxed) == 0 {
+            self.reached.store(1, Ordering::Relaxed);
         }
     }
 
@@ -336,6 +353,8 @@ impl Controller {
         let c = &self.config;
         let (min, max) = (c.min_limit as f64, c.max_limit as f64);
         let limit = load_f(&self.estimate);
+        // Ordering: Relaxed — see `refused_at_limit`.
+        let reached = self.reached.swap(0, Ordering::Relaxed) == 1;
         self.windows.fetch_add(1, Ordering::Relaxed);
         store_f(&self.recent, mean);
         let mut baseline = load_f(&self.baseline);
@@ -388,12 +407,14 @@ impl Controller {
             self.at_min.store(0, Ordering::Relaxed);
         }
         // Within the tolerance the limit probes upward by √limit (when it
-        // is in use: a limit nobody reaches is not raised); beyond it, it
-        // is cut in proportion, by half at most.
+        // is in use: a limit nobody reaches is not raised — in use means a
+        // request was refused at it during the window, or half of it is in
+        // flight as the window closes); beyond it, it is cut in
+        // proportion, by half at most.
         let gradient = (c.tolerance * baseline / mean).clamp(0.5, 1.0);
         let target = if gradient < 1.0 {
             limit * gradient
-        } else if (in_flight as f64) < limit / 2.0 {
+        } else if !reached && (in_flight as f64) < limit / 2.0 {
             limit
         } else {
             limit + limit.sqrt()

@@ -222,6 +222,11 @@ impl ConcurrencyCap {
                 share
             };
             if n >= bound {
+                if bound == limit
+                    && let Some(a) = &self.adaptive
+                {
+                    a.0.refused_at_limit();
+                }
                 return Err(known);
             }
             // Ordering: Acquire pairs with leave()'s Release: what the
