@@ -74,3 +74,49 @@ fn module_of(name: &str) -> &str {
         other => other,
     }
 }
+
+/// The other direction: every libFuzzer target, every `[[bin]]` of the fuzz
+/// workspace and every corpus or regression folder names a target of
+/// `TARGETS`. A target added under `fuzz_targets/` but not to `TARGETS`
+/// would otherwise be fuzzed by `ci/fuzz` and never replayed here.
+#[test]
+fn every_libfuzzer_target_and_corpus_is_replayed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let known: Vec<&str> = ratebound_fuzz::TARGETS.iter().map(|(n, _)| *n).collect();
+    let stems = |dir: &str| -> Vec<String> {
+        let entries = std::fs::read_dir(root.join(dir)).expect("a fuzz folder");
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_none_or(|x| x != "md"))
+            .filter_map(|p| Some(p.file_stem()?.to_str()?.to_owned()))
+            .collect();
+        names.sort();
+        names
+    };
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("fuzz/Cargo.toml");
+    let mut bins: Vec<String> = manifest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("path = \"fuzz_targets/"))
+        .filter_map(|l| l.strip_suffix(".rs\""))
+        .map(str::to_owned)
+        .collect();
+    bins.sort();
+    let targets = stems("fuzz_targets");
+    assert!(!targets.is_empty(), "no file in fuzz/fuzz_targets");
+    assert_eq!(
+        bins, targets,
+        "fuzz/Cargo.toml's [[bin]]s against fuzz_targets/*.rs"
+    );
+    for (folder, names) in [
+        ("fuzz_targets", targets),
+        ("corpus", stems("corpus")),
+        ("regressions", stems("regressions")),
+    ] {
+        for name in names {
+            assert!(
+                known.contains(&name.as_str()),
+                "fuzz/{folder}/{name} is not in ratebound_fuzz::TARGETS (fuzz/harness/src/lib.rs), so ci/test never replays it"
+            );
+        }
+    }
+}
