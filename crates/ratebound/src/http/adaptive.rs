@@ -188,8 +188,9 @@ impl AdaptiveConcurrency {
 pub struct AdaptiveState {
     /// The limit in force.
     pub limit: usize,
-    /// The baseline latency (µs): the mean of uncongested windows; 0 before
-    /// the first window.
+    /// The baseline latency (µs): learned from requests that entered alone
+    /// (or re-learned from a slower service), decaying toward the lowest
+    /// recent one while nothing confirms it; 0 before the first window.
     pub baseline_us: f64,
     /// The last window's mean latency (µs).
     pub recent_us: f64,
