@@ -1,8 +1,13 @@
 //! The short queue in front of the concurrency cap, over real HTTP: a
-//! burst that a cap of 4 would shed waits a few milliseconds instead, and
-//! a request whose wait runs out is shed with 503 as without a queue.
+//! burst that a cap of 4 would shed waits for places instead, and a request
+//! whose wait runs out is shed with 503 as without a queue. The handler is
+//! gated (it answers when the test lets it), so which requests hold the
+//! places, and which wait or are shed, is exact — not a matter of their
+//! arriving within one handler's time.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -14,29 +19,67 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratebound_http::RateLimitLayer;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 mod serve;
 use serve::serve;
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
-/// Answers after `ms` milliseconds.
-fn app(ms: u64, layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route(
-            "/",
-            get(move || async move {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                "ok"
-            }),
-        )
-        .layer(layer)
+/// A handler that counts the requests it has begun and answers one per
+/// permit the test adds to `release`.
+#[derive(Clone)]
+struct Gated {
+    entered: Arc<AtomicUsize>,
+    release: Arc<Semaphore>,
 }
 
-/// `n` requests at once; their statuses and latencies.
-async fn burst(addr: SocketAddr, n: usize) -> Vec<(u16, Duration)> {
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
-    let tasks: Vec<_> = (0..n)
+impl Default for Gated {
+    fn default() -> Self {
+        Gated {
+            entered: Arc::default(),
+            release: Arc::new(Semaphore::new(0)),
+        }
+    }
+}
+
+impl Gated {
+    fn app(&self, layer: RateLimitLayer) -> Router {
+        let gate = self.clone();
+        Router::new()
+            .route(
+                "/",
+                get(move || async move {
+                    // Ordering: SeqCst — test bookkeeping, read by the test task.
+                    gate.entered.fetch_add(1, Ordering::SeqCst);
+                    gate.release.acquire().await.unwrap().forget();
+                    "ok"
+                }),
+            )
+            .layer(layer)
+    }
+
+    fn entered(&self) -> usize {
+        // Ordering: SeqCst — see the handler.
+        self.entered.load(Ordering::SeqCst)
+    }
+}
+
+/// Polls `done` every millisecond, for at most 10 s.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..10_000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+/// `n` requests at once; each task answers (status, latency).
+fn send(client: &HttpClient, addr: SocketAddr, n: usize) -> Vec<JoinHandle<(u16, Duration)>> {
+    (0..n)
         .map(|_| {
             let client = client.clone();
             tokio::spawn(async move {
@@ -50,59 +93,81 @@ async fn burst(addr: SocketAddr, n: usize) -> Vec<(u16, Duration)> {
                 (status, t.elapsed())
             })
         })
-        .collect();
+        .collect()
+}
+
+async fn statuses(tasks: Vec<JoinHandle<(u16, Duration)>>) -> Vec<u16> {
     let mut out = Vec::new();
     for t in tasks {
-        out.push(t.await.unwrap());
+        out.push(t.await.unwrap().0);
     }
     out
 }
 
+fn capped(queue: Option<Duration>) -> RateLimitLayer {
+    let b = RateLimitLayer::builder().concurrency_limit(4);
+    match queue {
+        Some(wait) => b.queue(wait),
+        None => b,
+    }
+    .build()
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_waits_for_places_instead_of_being_shed() {
-    let capped = |queue: bool| {
-        let b = RateLimitLayer::builder().concurrency_limit(4);
-        let b = if queue {
-            b.queue(Duration::from_millis(500))
-        } else {
-            b
-        };
-        b.build().unwrap()
-    };
-    let without = serve(app(50, capped(false))).await;
-    let shed = burst(without, 8)
-        .await
-        .iter()
-        .filter(|(s, _)| *s == 503)
-        .count();
-    assert_eq!(shed, 4, "without a queue, 4 of 8 are shed");
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    // Without a queue: 4 hold the places, the next 4 are shed at once.
+    let handler = Gated::default();
+    let addr = serve(handler.app(capped(None))).await;
+    let holding = send(&client, addr, 4);
+    until("4 in the handler", || handler.entered() == 4).await;
+    assert_eq!(statuses(send(&client, addr, 4)).await, [503; 4]);
+    handler.release.add_permits(4);
+    assert_eq!(statuses(holding).await, [200; 4]);
+    assert_eq!(handler.entered(), 4);
 
-    let with = serve(app(50, capped(true))).await;
-    let answers = burst(with, 8).await;
-    assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
-    // Half of them waited for a place: about one handler's time more.
-    let waited = answers
-        .iter()
-        .filter(|(_, l)| *l >= Duration::from_millis(95))
-        .count();
-    assert_eq!(waited, 4, "{answers:?}");
+    // With a queue: the next 4 wait (none enters the handler) and each
+    // takes a place as one is given back.
+    let handler = Gated::default();
+    let layer = capped(Some(Duration::from_secs(10)));
+    let cap = layer.clone();
+    let addr = serve(handler.app(layer)).await;
+    let cap = cap.gate().concurrency().unwrap();
+    let holding = send(&client, addr, 4);
+    until("4 in the handler", || handler.entered() == 4).await;
+    let waiting = send(&client, addr, 4);
+    until("4 in the queue", || cap.queued() == 4).await;
+    assert_eq!((handler.entered(), cap.in_flight()), (4, 4));
+    handler.release.add_permits(4);
+    assert_eq!(statuses(holding).await, [200; 4]);
+    until("the 4 waiting in the handler", || handler.entered() == 8).await;
+    assert_eq!(cap.queued(), 0);
+    handler.release.add_permits(4);
+    assert_eq!(statuses(waiting).await, [200; 4]);
+    assert_eq!(cap.in_flight(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_that_runs_out_is_shed() {
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let handler = Gated::default();
     let layer = RateLimitLayer::builder()
         .concurrency_limit(1)
         .queue(Duration::from_millis(20))
         .build()
         .unwrap();
-    let addr = serve(app(400, layer)).await;
-    let mut answers = burst(addr, 2).await;
-    answers.sort_by_key(|(s, _)| *s);
-    assert_eq!(answers[0].0, 200);
-    assert_eq!(answers[1].0, 503);
-    // Shed after its 20 ms, long before the first is done.
-    assert!(answers[1].1 >= Duration::from_millis(20), "{answers:?}");
-    assert!(answers[1].1 < Duration::from_millis(300), "{answers:?}");
+    let addr = serve(handler.app(layer)).await;
+    let holding = send(&client, addr, 1);
+    until("1 in the handler", || handler.entered() == 1).await;
+    // The place is held until the second request has its answer: it is
+    // shed once its 20 ms have passed (never sooner), not served.
+    let (status, waited) = send(&client, addr, 1).pop().unwrap().await.unwrap();
+    assert_eq!(status, 503);
+    assert!(waited >= Duration::from_millis(20), "shed after {waited:?}");
+    handler.release.add_permits(1);
+    assert_eq!(statuses(holding).await, [200]);
+    assert_eq!(handler.entered(), 1);
 }
 
 #[test]

@@ -18,7 +18,14 @@
 //!   baseline where it was;
 //! - when cutting the limit by a third did not bring the latency down, the
 //!   latency is not queueing but a slower service: the baseline is
-//!   re-learned from it.
+//!   re-learned from it;
+//! - a baseline that no request alone confirms decays toward the lowest
+//!   baseline of the last 64–128 windows (a windowed minimum): after a
+//!   slowdown ends under an overload (nothing enters alone, so nothing else
+//!   would bring it down) it returns to the fast latency within tens of
+//!   windows, and a slowdown that lasts is re-learned again by the rule
+//!   above each time the decay probes below it, until the minimum forgets
+//!   the fast latency.
 //!
 //! Lock-free: a sample is one compare-exchange on the window's word (two
 //! for a request that entered alone); the one release that fills a window
@@ -181,8 +188,9 @@ impl AdaptiveConcurrency {
 pub struct AdaptiveState {
     /// The limit in force.
     pub limit: usize,
-    /// The baseline latency (µs): the mean of uncongested windows; 0 before
-    /// the first window.
+    /// The baseline latency (µs): learned from requests that entered alone
+    /// (or re-learned from a slower service), decaying toward the lowest
+    /// recent one while nothing confirms it; 0 before the first window.
     pub baseline_us: f64,
     /// The last window's mean latency (µs).
     pub recent_us: f64,
@@ -209,6 +217,13 @@ const SAMPLE_MAX_US: u64 = (1 << 32) - 1;
 /// Windows congested at the minimum limit before its latency is taken as
 /// the service's own.
 const STALE_AT_MIN: u64 = 4;
+/// Windows per epoch of the baseline's floor: the floor is the lowest
+/// baseline of the current epoch and the one before (a minimum over the
+/// last 64–128 windows).
+const FLOOR_EPOCH: u64 = 64;
+/// How far a window with no request alone moves the baseline toward the
+/// floor.
+const DECAY: f64 = 0.1;
 
 /// The controller of an adaptive limit; see the module's notes.
 #[derive(Debug)]
@@ -234,6 +249,10 @@ pub(crate) struct Controller {
     ref_mean: AtomicU64,
     /// Congested windows in a row at the minimum limit.
     at_min: AtomicU64,
+    /// The lowest baseline of this epoch and of the one before (f64 bits;
+    /// 0: none).
+    floor: AtomicU64,
+    floor_before: AtomicU64,
     windows: AtomicU64,
     /// Samples of the windows measured.
     measured: AtomicU64,
@@ -264,6 +283,8 @@ impl Controller {
             ref_limit: AtomicU64::new(0),
             ref_mean: AtomicU64::new(0),
             at_min: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
+            floor_before: AtomicU64::new(0),
             windows: AtomicU64::new(0),
             measured: AtomicU64::new(0),
             reached: AtomicUsize::new(0),
@@ -355,7 +376,8 @@ impl Controller {
         let limit = load_f(&self.estimate);
         // Ordering: Relaxed — see `refused_at_limit`.
         let reached = self.reached.swap(0, Ordering::Relaxed) == 1;
-        self.windows.fetch_add(1, Ordering::Relaxed);
+        let windows = self.windows.fetch_add(1, Ordering::Relaxed) + 1;
+        self.age_floor(windows);
         store_f(&self.recent, mean);
         let mut baseline = load_f(&self.baseline);
         let alone = self.alone.swap(0, Ordering::Relaxed);
@@ -369,10 +391,23 @@ impl Controller {
                 baseline + (alone_mean - baseline) * weight
             };
             store_f(&self.baseline, baseline);
+            self.learned(baseline);
+        } else if baseline > 0.0 {
+            // Nothing confirmed the baseline: it decays toward the floor
+            // (a slowdown that ended is forgotten; one that lasts is
+            // re-learned below when the decay cuts the limit in vain — and
+            // once the floor has forgotten the faster latency, a baseline
+            // caught below it in a decay goes back up to it).
+            let floor = self.floor();
+            if floor > 0.0 && baseline != floor {
+                baseline -= (baseline - floor) * DECAY;
+                store_f(&self.baseline, baseline);
+            }
         }
         if baseline <= 0.0 {
             // Nothing entered alone yet: the first window is the baseline.
             store_f(&self.baseline, mean);
+            self.learned(mean);
             return limit.round() as usize;
         }
         let congested = mean > c.tolerance * baseline;
@@ -393,6 +428,7 @@ impl Controller {
                 // service's own, not a queue's.
                 baseline = mean;
                 store_f(&self.baseline, baseline);
+                self.learned(baseline);
                 store_f(&self.ref_limit, 0.0);
                 self.at_min.store(0, Ordering::Relaxed);
             } else if !referenced || mean > ref_mean || mean < 0.8 * ref_mean {
@@ -422,6 +458,36 @@ impl Controller {
         let next = (limit + (target - limit) * c.smoothing).clamp(min, max);
         store_f(&self.estimate, next);
         next.round() as usize
+    }
+
+    /// The floor the baseline decays toward: the lowest of the two epochs'
+    /// (0: none).
+    fn floor(&self) -> f64 {
+        let (now, before) = (load_f(&self.floor), load_f(&self.floor_before));
+        if before > 0.0 && (now <= 0.0 || before < now) {
+            before
+        } else {
+            now
+        }
+    }
+
+    /// Starts a new epoch of the floor every [`FLOOR_EPOCH`] windows: the
+    /// one that ends becomes the one before.
+    fn age_floor(&self, windows: u64) {
+        if windows.is_multiple_of(FLOOR_EPOCH) {
+            store_f(&self.floor_before, load_f(&self.floor));
+            store_f(&self.floor, 0.0);
+        }
+    }
+
+    /// A baseline learned (from requests alone, or re-learned): the floor
+    /// is the lowest of these, never a decayed one (a decay would
+    /// otherwise keep its own target alive).
+    fn learned(&self, baseline: f64) {
+        let now = load_f(&self.floor);
+        if now <= 0.0 || baseline < now {
+            store_f(&self.floor, baseline);
+        }
     }
 
     pub(crate) fn state(&self, limit: usize) -> AdaptiveState {

@@ -296,6 +296,11 @@ impl ConcurrencyCap {
         self.leave();
     }
 
+    /// Requests waiting in the queue for a place now (0 without a queue).
+    pub fn queued(&self) -> usize {
+        self.queue.as_ref().map_or(0, |q| q.0.waiting())
+    }
+
     /// Requests in flight now.
     pub fn in_flight(&self) -> usize {
         self.in_use.load(Ordering::Relaxed)

@@ -62,6 +62,13 @@ impl Queue {
         self.waiting.load(Ordering::SeqCst) > 0
     }
 
+    /// How many are waiting (a gauge).
+    pub(crate) fn waiting(&self) -> usize {
+        // Ordering: Relaxed — a reading for metrics and tests, ordering
+        // nothing.
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     /// Registers a waiter that began at `now`.
     pub(crate) fn register(&self, now: u64) -> Arc<Slot> {
         let slot = Arc::new(Slot {
