@@ -46,6 +46,17 @@ async fn until_calls(admin: &mut ConnectionManager, want: u64) {
     }
 }
 
+/// `count` instances (own connections, fail closed) with the script
+/// loaded: every call they make is one EVALSHA.
+async fn warm_instances(server: &Server, count: usize, quota: &str) -> Vec<Limiter> {
+    let mut instances = Vec::new();
+    for _ in 0..count {
+        instances.push(bucket(server, quota, OnError::Closed).await);
+    }
+    instances[0].check(fresh("warm")).await.unwrap();
+    instances
+}
+
 /// Fifty instances (own connections) each acquire 3 tokens at 50/s burst
 /// 10: completions never run ahead of burst + rate·t, the last completes
 /// about (150 − 10)/50 = 2.8 s after the start, and Redis served exactly
@@ -57,12 +68,7 @@ async fn fifty_instances_wait_in_one_order_with_one_call_each() {
     let server = Server::start();
     let mut admin = manager(&server.url()).await;
     let key = fresh("fifty");
-    let mut instances = Vec::new();
-    for _ in 0..50 {
-        instances.push(bucket(&server, "50/s burst 10", OnError::Closed).await);
-    }
-    // The script is loaded: every call below is one EVALSHA.
-    instances[0].check(fresh("warm")).await.unwrap();
+    let instances = warm_instances(&server, 50, "50/s burst 10").await;
     let before = script_calls(&mut admin).await;
     let done = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
@@ -111,11 +117,7 @@ async fn instances_are_served_in_the_order_their_reservations_reached_redis() {
     let server = Server::start();
     let mut admin = manager(&server.url()).await;
     let key = fresh("order");
-    let mut instances = Vec::new();
-    for _ in 0..6 {
-        instances.push(bucket(&server, "2/s burst 1", OnError::Closed).await);
-    }
-    instances[0].check(fresh("warm")).await.unwrap();
+    let instances = warm_instances(&server, 6, "2/s burst 1").await;
     let before = script_calls(&mut admin).await;
     let t0 = Instant::now();
     let mut first_reserved = Duration::ZERO;
