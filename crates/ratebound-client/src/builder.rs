@@ -2,7 +2,11 @@
 //! wait before each sending, the core's decision on each answer, the pause.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+// On tokio's time, as the sleeps are (under tokio's paused time, in tests,
+// a wait is measured exactly).
+use tokio::time::Instant;
 
 use http::HeaderMap;
 use ratebound::any::DEFAULT_N;
@@ -212,7 +216,7 @@ impl Settings {
     pub(crate) async fn acquire(&self, key: &str, attempt: u32) -> Result<(), Error> {
         let start = Instant::now();
         let mut timeout = self.timeout;
-        if let Some(hold) = self.pauses.hold(key, timeout, start)? {
+        if let Some(hold) = self.pauses.hold(key, timeout, start.into_std())? {
             tokio::time::sleep(hold).await;
             timeout = timeout.map(|t| t.saturating_sub(start.elapsed()));
         }
@@ -282,7 +286,9 @@ impl Settings {
             // limiter could not make (a shared table with no slot for the
             // key), is kept in this process: an outage does not cancel it.
             let reach = self.limiter.pause(key, pause).await.unwrap_or(Reach::Local);
-            let local = self.pauses.paused(key, pause, reach, Instant::now());
+            let local = self
+                .pauses
+                .paused(key, pause, reach, Instant::now().into_std());
             self.tell(
                 Event {
                     outcome: Outcome::Paused,

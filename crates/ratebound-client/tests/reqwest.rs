@@ -1,14 +1,21 @@
 //! The reqwest-middleware adapter against a strict partner on 127.0.0.1
 //! with its own token bucket: pacing, retries, pauses, timeouts, keys.
+//!
+//! In tokio's paused time: the local bucket reads a [`TokioClock`], the
+//! partner's bucket and log read tokio's clock, and every wait sleeps on
+//! tokio's timer, so waits and pauses are checked exactly. (Real sockets:
+//! while a request is in flight the paused clock may jump to the next
+//! timer, which can only make an arrival later — never a wait shorter.)
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ratebound::{Quota, TokenBucket};
+use ratebound::{Quota, TokenBucket, TokioClock};
 use ratebound_client::{Error, RateLimitMiddleware};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use support::{Events, Partner, reply, reqwest_client, strict};
+use tokio::time::Instant;
 
 fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest_client())
@@ -16,11 +23,11 @@ fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
         .build()
 }
 
-fn bucket(quota: &str) -> TokenBucket {
-    TokenBucket::new(Quota::parse(quota).expect("quota"))
+fn bucket(quota: &str) -> TokenBucket<TokioClock> {
+    TokenBucket::with_clock(Quota::parse(quota).expect("quota"), TokioClock::new())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn thirty_concurrent_calls_wait_their_turn_and_none_is_refused() {
     // A partner of 25/s, bursts of 10; our limit 20/s, bursts of 5.
     let partner = Partner::start(strict(25.0, 10.0)).await;
@@ -54,12 +61,19 @@ async fn thirty_concurrent_calls_wait_their_turn_and_none_is_refused() {
     );
     assert_eq!(partner.count(429), 0);
     assert_eq!(partner.count(200), 30);
-    // 5 at once, then one every 50 ms: the last goes at 1.25 s.
-    assert!(elapsed >= Duration::from_millis(1200), "{elapsed:?}");
-    assert!(elapsed <= Duration::from_millis(1250 + 400), "{elapsed:?}");
-    let waited = events.all().iter().filter(|e| e.0 == "waited").count();
-    assert!((24..=25).contains(&waited), "{waited} waited");
-    println!("30 calls: 30 x 200, 0 x 429 in {elapsed:?}; {waited} waited");
+    // 5 at once, then one every 50 ms: the last goes at 1.25 s. Each
+    // wait exactly so (all 30 began at 0).
+    assert!(elapsed >= Duration::from_millis(1250), "{elapsed:?}");
+    let mut waits: Vec<Duration> = events
+        .all()
+        .iter()
+        .filter(|e| e.0 == "waited")
+        .filter_map(|e| e.2)
+        .collect();
+    waits.sort();
+    let want: Vec<Duration> = (1..=25).map(|k| Duration::from_millis(50 * k)).collect();
+    assert_eq!(waits, want);
+    println!("30 calls: 30 x 200, 0 x 429 in {elapsed:?}; 25 waited 50 ms apart");
 }
 
 /// A partner answering with `statuses` in turn (the last one from then
@@ -78,7 +92,7 @@ fn scripted(
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_503_then_200_is_retried_exactly_once() {
     let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
     let events = Events::default();
@@ -125,7 +139,7 @@ fn gaps(partner: &Partner) -> Vec<Duration> {
     log.windows(2).map(|w| w[1].at - w[0].at).collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_bare_429_is_retried_only_after_the_backoff_which_doubles_up_to_max_pause() {
     // A reverse proxy's limiter: 429 with no Retry-After, no RateLimit
     // fields, three times, then 200.
@@ -144,13 +158,13 @@ async fn a_bare_429_is_retried_only_after_the_backoff_which_doubles_up_to_max_pa
     assert_eq!(response.status(), 200);
     assert_eq!(partner.hits(), 4);
     // 200 ms, doubled to 400 ms, doubled to 800 ms cut to 500 ms: each
-    // retry reached the partner no sooner (a lower bound: the pause starts
-    // when the refusal is read, after the partner sent it; 5 ms for the
-    // timer's rounding).
+    // retry reached the partner no sooner (the pause starts when the
+    // refusal is read, after the partner sent it).
     let gaps = gaps(&partner);
+    assert_eq!(gaps.len(), 3);
     for (gap, pause) in gaps.iter().zip([200, 400, 500]) {
         assert!(
-            *gap >= Duration::from_millis(pause - 5),
+            *gap >= Duration::from_millis(pause),
             "gap {gap:?} < {pause} ms: {gaps:?}"
         );
     }
@@ -171,7 +185,7 @@ async fn a_bare_429_is_retried_only_after_the_backoff_which_doubles_up_to_max_pa
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_post_is_not_retried_unless_any_method() {
     let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
     let events = Events::default();
@@ -208,7 +222,7 @@ async fn a_post_is_not_retried_unless_any_method() {
     assert_eq!(partner.hits(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_year_long_retry_after_pauses_for_max_pause_only() {
     let partner = Partner::start(scripted(&[(429, "31536000"), (200, "")])).await;
     let events = Events::default();
@@ -226,19 +240,22 @@ async fn a_year_long_retry_after_pauses_for_max_pause_only() {
     assert_eq!(paused.0, "paused");
     assert_eq!(paused.2, Some(Duration::from_secs(1)));
     assert!(paused.5, "capped");
-    // The next call waits out the second, not a year.
-    let start = Instant::now();
+    // The next call waits out the second, not a year: the pause's second,
+    // then one token of 100/s (the pause left the bucket empty), exactly.
     let response = client.get(partner.url("/")).send().await.expect("send");
-    let waited = start.elapsed();
     assert_eq!(response.status(), 200);
-    assert!(waited >= Duration::from_millis(900), "{waited:?}");
-    assert!(waited <= Duration::from_millis(1000 + 150), "{waited:?}");
+    let waited = events
+        .all()
+        .last()
+        .filter(|e| e.0 == "waited")
+        .and_then(|e| e.2);
+    assert_eq!(waited, Some(Duration::from_millis(1000 + 10)));
     assert_eq!(partner.hits(), 2);
     assert_eq!(events.outcomes(), ["paused", "gave_up"]);
     println!("Retry-After: 31536000 with max_pause 1 s: the next call waited {waited:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn when_retries_are_spent_the_caller_gets_the_last_429() {
     let partner = Partner::start(scripted(&[(429, "")])).await;
     let events = Events::default();
@@ -268,7 +285,7 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
     assert_eq!(attempts, [0, 0, 1, 1, 2]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_wait_beyond_the_timeout_fails_at_once_and_sends_nothing() {
     let partner = Partner::start(strict(100.0, 10.0)).await;
     let client = client(
@@ -279,13 +296,10 @@ async fn a_wait_beyond_the_timeout_fails_at_once_and_sends_nothing() {
     );
     let first = client.get(partner.url("/")).send().await.expect("send");
     assert_eq!(first.status(), 200);
+    // At once: not after any part of the timeout.
     let start = Instant::now();
     let err = client.get(partner.url("/")).send().await.unwrap_err();
-    assert!(
-        start.elapsed() < Duration::from_millis(100),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
     let ours = Error::from_reqwest(&err).expect("the limiter's error");
     assert_eq!(ours.code(), "deadline_exceeded");
     assert!(matches!(
@@ -295,7 +309,7 @@ async fn a_wait_beyond_the_timeout_fails_at_once_and_sends_nothing() {
     assert_eq!(partner.hits(), 1, "the partner got nothing more");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn keys_come_from_the_host_a_string_or_a_function() {
     for case in 0..3 {
         // A 503 first: its pause's event names the key.

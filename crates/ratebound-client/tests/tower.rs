@@ -2,10 +2,14 @@
 //! a partner on 127.0.0.1: a 503 retried once, a 429 pausing the limiter,
 //! gRPC's trailers-only `RESOURCE_EXHAUSTED` with a `google.rpc.RetryInfo`
 //! (built with tonic-types) pausing for its delay and retried.
+//!
+//! In tokio's paused time, as reqwest.rs: a wait is the `waited` event's
+//! duration (tokio's clock), exact; the partner's log only bounds a gap
+//! from below (a paused clock may jump while a request is in flight).
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
@@ -13,7 +17,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ratebound::{Quota, TokenBucket};
+use ratebound::{Quota, TokenBucket, TokioClock};
 use ratebound_client::{RateLimitLayer, RateLimited};
 use support::{Events, Hit, Partner, grpc_ok, grpc_refusal, reply};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -26,8 +30,13 @@ fn hyper_client() -> Hyper {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-fn bucket(quota: &str) -> TokenBucket {
-    TokenBucket::new(Quota::parse(quota).expect("quota"))
+fn bucket(quota: &str) -> TokenBucket<TokioClock> {
+    TokenBucket::with_clock(Quota::parse(quota).expect("quota"), TokioClock::new())
+}
+
+/// The last `waited` event's duration: how long the last sending waited.
+fn last_wait(events: &Events) -> Option<Duration> {
+    events.all().iter().rev().find(|e| e.0 == "waited")?.2
 }
 
 /// Makes `service` ready and calls it (tower's `ServiceExt::oneshot`).
@@ -58,7 +67,7 @@ fn exhausted(delay: Duration) -> tonic::Status {
     )
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
     let partner =
         Partner::start(|hit: &Hit| reply(if hit.index == 0 { 503 } else { 200 }, &[], "")).await;
@@ -79,7 +88,7 @@ async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
     assert_eq!(events.outcomes(), ["paused", "retried"]);
     let log = partner.log();
     assert!(
-        log[1].at - log[0].at >= Duration::from_millis(295),
+        log[1].at - log[0].at >= Duration::from_millis(300),
         "{log:?}"
     );
     assert_eq!(
@@ -88,7 +97,7 @@ async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_429_pauses_the_limiter_for_its_retry_after() {
     let partner = Partner::start(|hit: &Hit| {
         if hit.index == 0 {
@@ -109,19 +118,17 @@ async fn a_429_pauses_the_limiter_for_its_retry_after() {
         .await
         .expect("call");
     assert_eq!(response.status(), 429);
-    let start = Instant::now();
     let response = call(&mut service, get(&partner.url("/")))
         .await
         .expect("call");
-    let waited = start.elapsed();
     assert_eq!(response.status(), 200);
-    assert!(waited >= Duration::from_millis(900), "{waited:?}");
-    assert!(waited <= Duration::from_millis(1000 + 150), "{waited:?}");
+    // The second, then one token of 100/s (the pause emptied the bucket).
+    assert_eq!(last_wait(&events), Some(Duration::from_millis(1000 + 10)));
     assert_eq!(events.outcomes(), ["paused", "gave_up"]);
     assert_eq!(events.all()[0].2, Some(Duration::from_secs(1)));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried() {
     let partner = Partner::start(|hit: &Hit| {
         if hit.index == 0 {
@@ -138,14 +145,12 @@ async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried(
         .build()
         .expect("layer");
     let mut service = layer.layer(hyper_client());
-    let start = Instant::now();
     let response = call(
         &mut service,
         grpc_call(&partner.url("/grpc.health.v1.Health/Check")),
     )
     .await
     .expect("call");
-    let elapsed = start.elapsed();
     assert_eq!(response.status(), 200);
     assert!(
         response.headers().get("grpc-status").is_none(),
@@ -154,18 +159,19 @@ async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried(
     let log = partner.log();
     assert_eq!(log.len(), 2);
     let gap = log[1].at - log[0].at;
-    assert!(gap >= Duration::from_millis(650), "{gap:?}");
-    assert!(gap <= Duration::from_millis(700 + 150), "{gap:?}");
+    assert!(gap >= Duration::from_millis(700), "{gap:?}");
+    let waited = last_wait(&events);
+    assert_eq!(waited, Some(Duration::from_millis(700 + 10)));
     assert_eq!(events.outcomes(), ["paused", "retried"]);
     let paused = &events.all()[0];
     assert_eq!(
         (paused.2, paused.3, paused.5),
         (Some(Duration::from_millis(700)), Some(429), false)
     );
-    println!("RESOURCE_EXHAUSTED, RetryInfo 700 ms: retried {gap:?} later; call took {elapsed:?}");
+    println!("RESOURCE_EXHAUSTED, RetryInfo 700 ms: retried {gap:?} later, after {waited:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_any_method_resource_exhausted_pauses_but_is_not_retried() {
     // And a RetryInfo of an hour is cut to max_pause.
     let partner = Partner::start(|hit: &Hit| {
@@ -193,15 +199,12 @@ async fn without_any_method_resource_exhausted_pauses_but_is_not_retried() {
         (paused.2, paused.5),
         (Some(Duration::from_millis(500)), true)
     );
-    let start = Instant::now();
     let response = call(&mut service, grpc_call(&url)).await.expect("call");
-    let waited = start.elapsed();
     assert!(response.headers().get("grpc-status").is_none());
-    assert!(waited >= Duration::from_millis(400), "{waited:?}");
-    assert!(waited <= Duration::from_millis(500 + 150), "{waited:?}");
+    assert_eq!(last_wait(&events), Some(Duration::from_millis(500 + 10)));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_tonic_channel_through_the_layer_waits_out_the_pause() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
@@ -240,11 +243,8 @@ async fn a_tonic_channel_through_the_layer_waits_out_the_pause() {
     assert_eq!(info.retry_delay, Some(Duration::from_millis(600)));
     assert_eq!(events.outcomes(), ["paused", "gave_up"]);
     assert_eq!(events.all()[0].1, "partner");
-    let start = Instant::now();
     let answer = client.check(request()).await.expect("check").into_inner();
-    let waited = start.elapsed();
     assert_eq!(answer.status(), ServingStatus::Serving);
-    assert!(waited >= Duration::from_millis(500), "{waited:?}");
-    assert!(waited <= Duration::from_millis(600 + 150), "{waited:?}");
+    assert_eq!(last_wait(&events), Some(Duration::from_millis(600 + 10)));
     assert_eq!(partner.hits(), 2);
 }

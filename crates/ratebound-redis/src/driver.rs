@@ -7,6 +7,7 @@ use std::any::TypeId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use ratebound::any::AnyClock;
 use ratebound::{Error, Quota};
 use redis::aio::ConnectionLike;
 
@@ -94,7 +95,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// # Errors
     /// [`Engine::new`]'s.
     pub fn new(config: Config, conn: C) -> Result<Self, Error> {
-        let engine = Arc::new(Engine::new(config)?);
+        RedisLimiter::with_clock(config, AnyClock::default(), conn)
+    }
+
+    /// As [`new`](Self::new), with `clock` for leases and the breaker (see
+    /// [`Engine::with_clock`]): a [`ratebound::TokioClock`] puts them on
+    /// tokio's time, with the call deadlines, so that a test under tokio's
+    /// paused time checks deadlines and the fail policy exactly.
+    ///
+    /// # Errors
+    /// [`Engine::new`]'s.
+    pub fn with_clock(config: Config, clock: AnyClock, conn: C) -> Result<Self, Error> {
+        let engine = Arc::new(Engine::with_clock(config, clock)?);
         let per_slot = TypeId::of::<C>() == TypeId::of::<redis::cluster_async::ClusterConnection>();
         let batcher = engine
             .config()

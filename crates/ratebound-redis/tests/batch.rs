@@ -154,19 +154,26 @@ impl Dice {
 /// 600 checks of 1–3 tokens on 4 keys, at instants that repeat, through
 /// every algorithm: as separate calls under one prefix and as one batch an
 /// instant under another, the two sequences give the same decisions.
+///
+/// Redis expires keys (`PX`) on its own clock while the calls are judged
+/// at explicit instants: on the scale of seconds, a loaded machine could
+/// let a key lapse between two instants that its state says are 100 ms
+/// apart. So every rate and window here is on the scale of minutes (the
+/// same shapes, a thousand times slower): no key lapses before 100 s of
+/// real time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_decides_as_the_same_calls_in_order() {
     let server = Server::start();
     let mut conn = manager(&server.url()).await;
     let algorithms = [
-        Algorithm::TokenBucket(Quota::parse("10/s burst 5").unwrap()),
+        Algorithm::TokenBucket(Quota::parse("36/hour burst 5").unwrap()),
         Algorithm::FixedWindow {
             limit: 6,
-            window: Duration::from_millis(600),
+            window: Duration::from_secs(600),
         },
         Algorithm::SlidingWindow {
             limit: 6,
-            window: Duration::from_millis(600),
+            window: Duration::from_secs(600),
         },
     ];
     for algorithm in algorithms {
@@ -177,15 +184,14 @@ async fn a_batch_decides_as_the_same_calls_in_order() {
         };
         let (one, many) = (engine_of(&fresh("one")), engine_of(&fresh("many")));
         let mut dice = Dice(7);
-        // Every instant, token period and window a multiple of 100 ms, and
+        // Every instant, token period and window a multiple of 100 s, and
         // the first instant a window's start: every key's expiry (PX, which
-        // Redis counts on its own clock) is then at least 100 ms away, far
-        // more than the two halves of one instant take, so no key lapses
-        // in Redis between the separate calls and the batch.
-        let mut at = 1_700_000_000_100_000u64;
+        // Redis counts on its own clock) is then at least 100 s away, far
+        // more than the whole test takes, so no key lapses in Redis.
+        let mut at = 1_700_000_400_000_000u64;
         let (mut allowed, mut refused) = (0, 0);
         for _ in 0..100 {
-            at += dice.below(4) * 100_000;
+            at += dice.below(4) * 100_000_000;
             let picks: Vec<(String, u64)> = (0..6)
                 .map(|_| (format!("k{}", dice.below(4)), 1 + dice.below(3)))
                 .collect();

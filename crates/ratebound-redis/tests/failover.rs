@@ -265,10 +265,12 @@ const DEADLINE: Duration = Duration::from_millis(250);
 
 /// Runs `limiters` (each checking `key` every 10 ms for 9 s), calls `kill`
 /// 1.5 s in, then waits for `promoted` to say the replica serves: each
-/// limiter answers by its policy within its deadline only after the kill,
-/// and by Redis again — the same limiter, the same connection — within
-/// 4 s of the promotion and to the end of the run; what Redis admits over
-/// the whole run stays within 20 + 10·t.
+/// limiter answers by its policy within its deadline (generously bounded
+/// here, 250 + 500 ms: the exact rule is deadlines.rs') only after the
+/// kill, and by Redis again — the same limiter, the same connection —
+/// within 4 s of the promotion and to the end of the run; what Redis
+/// admits over the whole run stays within 20 + 10·t, and after every
+/// limiter is back it admits the refill (the limit is used, not stuck).
 async fn through_failover<C: ConnectionLike + Clone + Send + Sync + 'static>(
     what: &str,
     limiters: Vec<RedisLimiter<C>>,
@@ -318,12 +320,18 @@ async fn through_failover<C: ConnectionLike + Clone + Send + Sync + 'static>(
 
     let mut redis_admitted = 0u64;
     let mut last_failure = Duration::ZERO;
+    let mut runs = Vec::new();
     for task in tasks {
-        let seen = task.await.unwrap();
+        runs.push(task.await.unwrap());
+    }
+    // When the last limiter was back (each one's first Redis answer after
+    // the kill from which on only Redis answered).
+    let mut all_back = Duration::ZERO;
+    for seen in &runs {
         let mut recovered_at = None;
-        for &(at, took, source, allowed) in &seen {
+        for &(at, took, source, allowed) in seen {
             assert!(
-                took <= DEADLINE + Duration::from_millis(150),
+                took <= DEADLINE + Duration::from_millis(500),
                 "{what}: a call took {took:?} at {at:?} ({source:?})"
             );
             match source {
@@ -358,7 +366,24 @@ async fn through_failover<C: ConnectionLike + Clone + Send + Sync + 'static>(
             back < killed + promoted + Duration::from_secs(4),
             "{what}: back at {back:?}: killed at {killed:?}, promoted {promoted:?} later"
         );
+        all_back = all_back.max(back);
     }
+    // Admitted from then on: every token refilled after it is taken by
+    // one of the checks (every 10 ms) before the run ends — less 0.5 s of
+    // slack for a loaded machine near the end.
+    let admitted_after = runs
+        .iter()
+        .flatten()
+        .filter(|s| s.0 >= all_back && s.2 == Source::Redis && s.3)
+        .count();
+    let refill = 10.0 * (run.saturating_sub(all_back).as_secs_f64() - 0.5);
+    println!(
+        "{what}: all back at {all_back:?}; {admitted_after} admitted since, the refill {refill:.1}"
+    );
+    assert!(
+        admitted_after as f64 >= refill.floor(),
+        "{what}: {admitted_after} admitted after the failover, the refill {refill:.1}"
+    );
     let elapsed = start.elapsed().as_secs_f64();
     println!(
         "{what}: killed at {killed:?}, promoted {promoted:?} later, last fail-policy answer \
@@ -368,13 +393,6 @@ async fn through_failover<C: ConnectionLike + Clone + Send + Sync + 'static>(
     assert!(
         redis_admitted as f64 <= 20.0 + 10.0 * elapsed + 1.0,
         "{what}: {redis_admitted} admitted in {elapsed:.2} s"
-    );
-    // Used: the limit kept admitting after the failover (at least the
-    // refill over the part of the run after the promotion, less slack).
-    let after = elapsed - (killed + promoted).as_secs_f64() - 4.0;
-    assert!(
-        redis_admitted as f64 >= 10.0 * after,
-        "{what}: {redis_admitted} admitted"
     );
 }
 

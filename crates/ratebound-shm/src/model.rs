@@ -111,7 +111,8 @@ fn race(l: &Arc<SharedKeyedLimiter>, a: i128, b: i128) -> [(i128, Seen); 2] {
 /// `untouched` (key, slot, spent) are as they were. Returns the admitted
 /// keys.
 ///
-/// What need not hold: that a key is admitted. A new key that decides on
+/// What need not hold: that a key is admitted in the race (`then_alone`
+/// checks that a check after it is). A new key that decides on
 /// a slot while another key's admission there is being given back is
 /// refused, and a reuse cancelled by the slot's old key finds no slot
 /// (both conservative; a later check decides normally).
@@ -157,6 +158,25 @@ fn safe(
     admitted
 }
 
+/// Progress once the race is over: a check alone decides normally (the
+/// conservative answers of `safe` last only while the race does). An
+/// admitted key is refused (its token is spent) and the other key finds
+/// both slots spent; with no key admitted, `lone` alone is admitted (the
+/// contested slot is fresh or empty). An implementation that never finds
+/// a slot, or never admits, fails here.
+fn then_alone(l: &SharedKeyedLimiter, seen: [(i128, Seen); 2], admitted: &[i128], lone: i128) {
+    match admitted {
+        [] => assert_eq!(check(l, lone), Seen::Admitted, "{lone} alone: {seen:?}"),
+        [key] => {
+            assert_eq!(check(l, *key), Seen::Refused, "{key} again: {seen:?}");
+            for (other, _) in seen.iter().filter(|(k, _)| k != key) {
+                assert_eq!(check(l, *other), Seen::NoSlot, "{other} after: {seen:?}");
+            }
+        }
+        _ => panic!("two admitted for one slot: {seen:?}"),
+    }
+}
+
 #[test]
 fn two_processes_claim_a_new_key_once() {
     // An empty table; both take from the same new key: one slot is claimed
@@ -181,6 +201,7 @@ fn the_last_empty_slot_goes_to_one_key() {
         let seen = race(&l, 1, 2);
         let admitted = safe(&l, seen, &[(100, 0, true)]);
         assert!(admitted.len() <= 1, "{seen:?}");
+        then_alone(&l, seen, &admitted, 1);
     });
 }
 
@@ -196,6 +217,7 @@ fn an_old_key_and_a_new_key_race_for_its_fresh_slot() {
         let seen = race(&l, 100, 1);
         let admitted = safe(&l, seen, &[(200, 1, true)]);
         assert!(admitted.len() <= 1, "{seen:?}");
+        then_alone(&l, seen, &admitted, 100);
     });
 }
 

@@ -499,23 +499,40 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
         return;
     }
     let d = dir("async");
+    // Checked at explicit times on the table's clock: the burst is taken
+    // between t0 and t1, so slot k (10/s) is due between t0 and t1 plus
+    // k·100 ms; a reservation judged between s0 and s1 with a delay is due
+    // between s0 and s1 plus the delay; the two must meet (1 µs: the
+    // delay's rounding). Without the give-back a slot lands 100 ms later.
+    let meets = |(t0, t1): (u64, u64), k: u64, (s0, s1): (u64, u64), delay: u64| {
+        s0 + delay <= t1 + k * 100 * MS + 1_000 && t0 + k * 100 * MS <= s1 + delay + 1_000
+    };
     let l = SharedLimiter::open(d.join("a.limit"), bucket("10/s burst 1")).expect("open");
+    let t0 = l.now();
     l.acquire(1, None).await.expect("the burst");
-    let before = l.now();
+    let burst = (t0, l.now());
     l.acquire(1, Some(Duration::from_secs(5)))
         .await
         .expect("the next token");
     assert!(
-        l.now() - before >= 99 * MS,
-        "never early: {} ns",
-        l.now() - before
+        l.now() >= burst.0 + 100 * MS,
+        "never early: {} ns after the burst",
+        l.now() - burst.0
     );
-    // A wait dropped while it holds the next slot gives it back: the next
-    // reservation is due when that slot was (about 100 ms on), not 200 ms.
+    // A wait dropped while it holds the next slot (slot 2) gives it back:
+    // the next reservation is due at slot 2, not slot 3.
     let dropped = tokio::time::timeout(Duration::from_millis(20), l.acquire(1, None)).await;
     assert!(dropped.is_err(), "still waiting when dropped");
-    let r = l.reserve_n(1, Duration::from_secs(1)).expect("reserve");
-    assert!(r.delay() <= Duration::from_millis(100), "{:?}", r.delay());
+    let s0 = l.now();
+    let r = l
+        .reserve_n_at(1, Duration::from_secs(1), s0)
+        .expect("reserve");
+    let delay = u64::try_from(r.delay().as_nanos()).unwrap();
+    assert!(
+        meets(burst, 2, (s0, s0), delay),
+        "slot 2 again: {:?}",
+        r.delay()
+    );
     r.cancel();
     let err = l.acquire(1, Some(Duration::from_millis(10))).await;
     assert!(
@@ -527,24 +544,30 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
     );
 
     let k = SharedKeyedLimiter::open(d.join("k.limit"), bucket("10/s burst 1"), 8).expect("open");
+    let t0 = k.now();
     k.acquire(Key::Int(7), 1, None).await.expect("the burst");
-    let before = k.now();
+    let burst = (t0, k.now());
     k.acquire(Key::Int(7), 1, None)
         .await
         .expect("the next token");
     assert!(
-        k.now() - before >= 99 * MS,
-        "never early: {} ns",
-        k.now() - before
+        k.now() >= burst.0 + 100 * MS,
+        "never early: {} ns after the burst",
+        k.now() - burst.0
     );
     let dropped =
         tokio::time::timeout(Duration::from_millis(20), k.acquire(Key::Int(7), 1, None)).await;
     assert!(dropped.is_err());
-    // The next waiter's first step reserves the slot given back: due in at
-    // most 100 ms (without the give-back, about 180 ms).
+    // The next waiter's first step reserves the slot given back: slot 2.
     let mut w = k.waiter(1, None, u64::MAX).expect("waiter");
-    match k.wait_step(&mut w, Key::Int(7)).expect("step") {
-        Wait::Sleep(ns) => assert!(ns <= 100 * MS, "the dropped wait's slot came back: {ns} ns"),
+    let s0 = k.now();
+    let step = k.wait_step(&mut w, Key::Int(7)).expect("step");
+    let judged = (s0, k.now());
+    match step {
+        Wait::Sleep(ns) => assert!(
+            meets(burst, 2, judged, ns),
+            "the dropped wait's slot came back: {ns} ns"
+        ),
         Wait::Done => panic!("the burst is spent"),
     }
     k.abandon(&mut w, Key::Int(7)).expect("give back");

@@ -117,7 +117,8 @@
 //!
 //! - `tokio`: `until_ready`, `until_n_ready` and `wait_n`, which sleep on
 //!   tokio's timer and give tokens back if the future is dropped; and
-//!   `KeyedLimiter::spawn_cleanup`, an optional interval cleanup.
+//!   `KeyedLimiter::spawn_cleanup`, an optional interval cleanup; and
+//!   `TokioClock`, a clock over tokio's (in tests, paused) time.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -149,7 +150,7 @@ pub use keyed::{KeyedAlgorithm, KeyedLimiter, Overflow, WordRule};
 pub use limiter::{Limiter, Permit, Reservation};
 pub use quota::{MAX_SPAN_NANOS, Quota};
 #[cfg(feature = "tokio")]
-pub use wait::CleanupTask;
+pub use wait::{CleanupTask, TokioClock};
 
 /// The examples of the READMEs and docs/, compiled and run as doctests.
 #[cfg(doctest)]

@@ -5,7 +5,56 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::limiter::Reservation;
-use crate::{Clock, Error, KeyedLimiter, LeakyBucket, TokenBucket};
+use crate::{Clock, Error, KeyedLimiter, LeakyBucket, MAX_TIME_NANOS, TokenBucket};
+
+/// A clock over tokio's time (`tokio::time::Instant`), from its creation.
+///
+/// The waits of this crate sleep on tokio's timer; a limiter on this clock
+/// decides on the same time line. Under tokio's paused time
+/// (`#[tokio::test(start_paused = true)]`, `tokio::time::pause`) both are
+/// virtual, so a test can check a wait's length exactly, without real
+/// sleeps. Make it inside the runtime whose time it should read.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), ratebound::Error> {
+/// use ratebound::{Quota, TokenBucket, TokioClock};
+/// use std::time::Duration;
+///
+/// let bucket = TokenBucket::with_clock(Quota::per_second(10)?.with_burst(1)?, TokioClock::new());
+/// let start = tokio::time::Instant::now();
+/// bucket.wait_n(1, Duration::ZERO).await?;
+/// bucket.wait_n(1, Duration::from_secs(1)).await?;
+/// assert_eq!(start.elapsed(), Duration::from_millis(100)); // exactly, in virtual time
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    epoch: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock reading 0 now.
+    pub fn new() -> TokioClock {
+        TokioClock {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos())
+            .unwrap_or(MAX_TIME_NANOS)
+            .min(MAX_TIME_NANOS)
+    }
+}
 
 /// Gives a reservation's tokens back unless the wait completed.
 struct CancelOnDrop<'a>(Option<Reservation<'a>>);

@@ -45,7 +45,11 @@ fn a_policy_defaults_to_a_token_bucket_named_default() {
     let e = policy(&[("algorithm", Loose::Text("fixed_window"))])
         .build()
         .unwrap_err();
-    assert!(e.to_string().contains("limit"), "{e}");
+    assert_eq!(e.code(), "missing", "{e}");
+    assert!(
+        matches!(e, ratebound::Error::Missing { name: "limit" }),
+        "{e}"
+    );
 }
 
 #[test]
@@ -61,7 +65,12 @@ fn one_form_of_policy_and_one_source_of_key() {
     let mut burst = GateSpec::default();
     burst.use_policy_list();
     burst.set("burst", Loose::Number(3.0)).unwrap();
-    assert!(burst.build(AnyClock::default()).is_err());
+    let e = burst.build(AnyClock::default()).unwrap_err();
+    assert!(
+        matches!(&e, ratebound::Error::InvalidOption { name: "policies", value, .. }
+            if value == "policies and a top-level rate"),
+        "{e}"
+    );
 
     let e = GateSpec::default().build(AnyClock::default()).unwrap_err();
     assert!(e.to_string().contains("give rate"), "{e}");
@@ -84,7 +93,12 @@ fn one_form_of_policy_and_one_source_of_key() {
     twice.set("rate", Loose::Number(1.0)).unwrap();
     twice.set("key", Loose::Text("x-user")).unwrap();
     twice.set("key_header", Loose::Text("x-api-key")).unwrap();
-    assert!(twice.build(AnyClock::default()).is_err());
+    let e = twice.build(AnyClock::default()).unwrap_err();
+    assert!(
+        matches!(&e, ratebound::Error::InvalidOption { name: "key", value, .. }
+            if value == "given more than once"),
+        "{e}"
+    );
     for ip in ["ip", "IP", "Ip"] {
         let mut spec = GateSpec::default();
         spec.set("rate", Loose::Number(1.0)).unwrap();

@@ -10,7 +10,10 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The partner's clock is tokio's: real time, or a test's paused time.
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response};
