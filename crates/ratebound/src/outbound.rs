@@ -18,9 +18,10 @@
 //!   or (a value above 10⁹) a Unix time.
 //!
 //! A pause longer than [`Outbound::max_pause`] (default 5 minutes) is cut to
-//! it — a hostile or broken partner cannot stop the fleet for a year — and a
-//! value that is negative, fractional where an integer is due, too long, or
-//! not a number is ignored, as is a date in the past. A retry is due only on
+//! it, however many digits it has — a hostile or broken partner cannot stop
+//! the fleet for a year, nor make it retry at once — and a value that is
+//! negative, fractional where an integer is due, longer than
+//! [`MAX_HEADER_VALUE`], or not a number is ignored, as is a date in the past. A retry is due only on
 //! the configured statuses (429 and 503), only for idempotent methods (GET,
 //! HEAD, OPTIONS, PUT, DELETE, TRACE) unless told otherwise, and at most
 //! `retries` times (default 2).
@@ -574,13 +575,15 @@ fn until(at: f64, now_unix: f64) -> Option<Duration> {
     (d.is_finite() && d > 0.0).then(|| Duration::from_secs_f64(d.min(1e12)))
 }
 
-/// A non-negative integer of at most 12 digits (digits only: no sign, no
-/// fraction, no spaces).
+/// A non-negative integer (digits only: no sign, no fraction, no spaces),
+/// saturating at `u64::MAX`: a valid value too large to hold is a very
+/// long delay — capped to `max_pause`, never dropped (a dropped pause is an
+/// immediate retry).
 fn integer(v: &str) -> Option<u64> {
-    if v.is_empty() || v.len() > 12 || !v.bytes().all(|b| b.is_ascii_digit()) {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    v.parse().ok()
+    Some(v.parse().unwrap_or(u64::MAX))
 }
 
 /// `Retry-After`: delay-seconds, or an HTTP-date.
