@@ -279,13 +279,24 @@ impl Outbound {
     /// Retries answers with these statuses (instead of 429 and 503).
     ///
     /// # Errors
-    /// [`Error::InvalidNumber`] for a status outside 100–599.
+    /// [`Error::InvalidNumber`] naming a status outside 400–599: no HTTP
+    /// status, or a success or redirect (retried, every such request would
+    /// be sent again).
     pub fn with_statuses(mut self, statuses: &[u16]) -> Result<Outbound, Error> {
         if let Some(&bad) = statuses.iter().find(|s| !(100..=599).contains(*s)) {
             return Err(Error::InvalidNumber {
                 name: "status",
                 value: bad.to_string(),
                 reason: "must be an HTTP status, 100 to 599",
+            });
+        }
+        // A success or a redirect retried would send every such answer's
+        // request again: `statuses=[200]` tripled every GET.
+        if let Some(&bad) = statuses.iter().find(|s| **s < 400) {
+            return Err(Error::InvalidNumber {
+                name: "status",
+                value: bad.to_string(),
+                reason: "a retried status is a refusal or an error, 400 to 599 (a success or a redirect is never sent again)",
             });
         }
         self.statuses = statuses.to_vec();
