@@ -283,9 +283,12 @@ async def test_async_redis_takes_n_0_and_a_pause_of_0(server: Server) -> None:
     try:
         key = fresh_key("zero")
         shared = rbr.AsyncTokenBucket(client, rate=10, burst=2)
-        await shared.acquire(key, 0, 0)
-        await shared.pause(key, 0)
-        assert await shared.try_acquire(key, 2)
+        try:
+            await shared.acquire(key, 0, 0)
+            await shared.pause(key, 0)
+            assert await shared.try_acquire(key, 2)
+        finally:
+            await shared.aclose()
     finally:
         await client.aclose()
 
