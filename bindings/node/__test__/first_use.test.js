@@ -195,3 +195,20 @@ test('Redis takes n = 0 and a pause of 0 as the local limiters do; a pause beyon
     client.disconnect()
   }
 })
+
+test('a number argument of the wrong kind is the documented TypeError with an ERR_RATEBOUND_ code, naming the value', async () => {
+  const wrong = (name, shown) => ({ name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_NUMBER', message: `invalid ${name} ${shown}: must be a number` })
+  const local = new rb.TokenBucket({ rate: 1, burst: 2 })
+  const keyed = new rb.KeyedLimiter({ rate: 1, burst: 2 })
+  await assert.rejects(local.acquire('1'), wrong('n', '"1"'))
+  await assert.rejects(local.acquire(1, { timeout: '1' }), wrong('timeout', '"1"'))
+  await assert.rejects(keyed.acquire('k', '1'), wrong('n', '"1"'))
+  assert.throws(() => local.pause('1'), wrong('seconds', '"1"'))
+  assert.throws(() => local.check(true), wrong('n', 'true'))
+  assert.throws(() => local.reserve('1'), wrong('n', '"1"'))
+  assert.throws(() => keyed.pause('k', '1'), wrong('seconds', '"1"'))
+  assert.throws(() => keyed.check('k', '1'), wrong('n', '"1"'))
+  // Nothing was taken by the refused calls.
+  assert.equal(local.tryAcquire(), true)
+  assert.equal(local.tryAcquire(), true)
+})
