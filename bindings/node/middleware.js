@@ -185,7 +185,12 @@ module.exports = function middleware(native, policyFields) {
     }
     // The gate's whole sequence for `req`: null (exempt), an Admission, or
     // with remote policies an Ask.
+    let trustChecked = ownProxies
     function admit(req) {
+      if (!trustChecked) {
+        if (spoofable(req)) throw permissiveTrustProxy()
+        trustChecked = true
+      }
       const r = raw(req)
       const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
       return gate.admit(req, peer, lines(r.rawHeaders))
@@ -217,6 +222,40 @@ module.exports = function middleware(native, policyFields) {
     return { gate, admit, finish, timed, handler: handler || null }
   }
 
+  // Whether the framework's req.ip trusts every hop (Express's `trust
+  // proxy: true`, Fastify's `trustProxy: true`, or a hop count of 16 or
+  // more): asked of its own getter, for a client at a public address whose
+  // X-Forwarded-For claims 16 hops — req.ip is then the first entry, which
+  // any client writes.
+  const CLAIMED = Array.from({ length: 16 }, (_, i) => `198.51.100.${i + 1}`).join(', ')
+  function spoofable(req) {
+    let getter
+    for (let o = req; o != null && getter === undefined; o = Object.getPrototypeOf(o)) {
+      const d = Object.getOwnPropertyDescriptor(o, 'ip')
+      if (d !== undefined) getter = d.get
+    }
+    if (typeof getter !== 'function') return false
+    const socket = { remoteAddress: '203.0.113.9' }
+    const probe = { app: req.app, headers: { 'x-forwarded-for': CLAIMED }, socket, connection: socket }
+    probe.raw = probe
+    try {
+      return getter.call(probe) === '198.51.100.1'
+    } catch {
+      return false
+    }
+  }
+
+  function permissiveTrustProxy() {
+    const e = new TypeError(
+      "the framework's req.ip trusts every proxy (Express `trust proxy: true`, Fastify `trustProxy: true`): it is the " +
+        'first X-Forwarded-For entry, which any client writes, so each client could pick its own rate-limit key. ' +
+        'Give ratebound `trustedProxies` (your proxies\' networks or their number: it then reads the socket\'s peer ' +
+        "and the forwarding header itself), or set the framework's trust to your proxies only",
+    )
+    e.code = 'ERR_RATEBOUND_PERMISSIVE_TRUST_PROXY'
+    return e
+  }
+
   // The Gate's options of `options` checked, without a gate: the defaults
   // of Fastify routes' limits (no policy needed).
   function check(options) {
@@ -226,9 +265,16 @@ module.exports = function middleware(native, policyFields) {
 
   // How each framework answers: its raw Node response (for 'close'), a
   // header set, and a refusal sent.
+  // A quota field already set by another limit (the site-wide one before a
+  // route's) is a list: the lines are kept, each limit's policy listed.
+  const LISTS = new Set(['ratelimit', 'ratelimit-policy'])
+  function listed(previous, name, value) {
+    if (previous === undefined || !LISTS.has(name.toLowerCase())) return value
+    return [].concat(previous, value)
+  }
   const EXPRESS = {
     raw: (res) => res,
-    header: (res, name, value) => res.setHeader(name, value),
+    header: (res, name, value) => res.setHeader(name, listed(res.getHeader(name), name, value)),
     send(res, v) {
       res.statusCode = v.status
       res.setHeader('content-type', v.contentType)
@@ -237,7 +283,7 @@ module.exports = function middleware(native, policyFields) {
   }
   const FASTIFY = {
     raw: (reply) => reply.raw,
-    header: (reply, name, value) => reply.header(name, value),
+    header: (reply, name, value) => reply.header(name, listed(reply.getHeader(name), name, value)),
     // A Buffer: Fastify sends it as is, with the core's content type (for a
     // string it would add a charset to a JSON type).
     send: (reply, v) => reply.code(v.status).header('content-type', v.contentType).send(Buffer.from(v.body)),

@@ -116,11 +116,56 @@ async function drive(step, abandon, options) {
 }
 
 function timeoutOf(options) {
-  return options == null || options.timeout == null ? undefined : options.timeout
+  const timeout = options == null || options.timeout == null ? undefined : options.timeout
+  numberArg('timeout', timeout, true)
+  return timeout
+}
+
+// `n` as a wait takes it: a number, or not given.
+function numbered(n) {
+  numberArg('n', n, true)
+  return n
 }
 
 function define(proto, name, fn) {
   Object.defineProperty(proto, name, { value: fn, writable: true, configurable: true, enumerable: false })
+}
+
+// A number argument of the wrong kind: the documented TypeError with the
+// core's code, naming the value (napi's own conversion error, a bare
+// `NumberExpected`, names neither). `optional`: undefined and null are
+// "not given".
+function numberArg(name, v, optional) {
+  if (typeof v === 'number' || (optional && v == null)) return
+  let shown
+  try {
+    shown = typeof v === 'string' ? JSON.stringify(v) : String(v)
+  } catch {
+    shown = typeof v
+  }
+  const e = new TypeError(`invalid ${name} ${shown}: must be a number`)
+  e.code = 'ERR_RATEBOUND_INVALID_NUMBER'
+  throw e
+}
+
+// The native method `name` of `proto`, its number arguments (`[index,
+// name, optional]`) checked first.
+function typed(proto, name, args) {
+  const f = proto[name]
+  if (typeof f !== 'function') return
+  define(proto, name, function (...a) {
+    for (const [i, label, optional] of args) numberArg(label, a[i], optional)
+    return f.apply(this, a)
+  })
+}
+
+for (const C of [native.TokenBucket, native.SharedTokenBucket, native.LeakyBucket, native.FixedWindow, native.SlidingWindow, native.SlidingLog, native.AllOf]) {
+  typed(C.prototype, 'pause', [[0, 'seconds', false]])
+  typed(C.prototype, 'reserve', [[0, 'n', true], [1, 'maxWait', true]])
+}
+for (const C of [native.KeyedLimiter, native.SharedKeyedLimiter]) {
+  typed(C.prototype, 'pause', [[1, 'seconds', false]])
+  typed(C.prototype, 'reserve', [[1, 'n', true], [2, 'maxWait', true]])
 }
 
 for (const C of [
@@ -139,10 +184,12 @@ for (const C of [
   define(C.prototype, 'check', function check(n) {
     let h = this[HANDLE]
     if (h === undefined) h = handleOf(this, getter)
-    return decision((n === undefined ? fastCheckOne(h) : fastCheck(h, n)) === 1)
+    if (n === undefined) return decision(fastCheckOne(h) === 1)
+    if (typeof n !== 'number') numberArg('n', n)
+    return decision(fastCheck(h, n) === 1)
   })
   define(C.prototype, 'acquire', async function acquire(n, options) {
-    const waiter = this.waiter(n, timeoutOf(options))
+    const waiter = this.waiter(numbered(n), timeoutOf(options))
     return drive(
       () => this.waitStep(waiter),
       () => this.abandonWait(waiter),
@@ -153,6 +200,7 @@ for (const C of [
 
 const keyedGetter = handleGetter(native.KeyedLimiter)
 define(native.KeyedLimiter.prototype, 'check', function check(key, n) {
+  if (n !== undefined && typeof n !== 'number') numberArg('n', n)
   const h = this[HANDLE]
   return decision(fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, n) === 1)
 })
@@ -161,7 +209,7 @@ define(native.KeyedLimiter.prototype, 'tryAcquire', function tryAcquire(key) {
   return fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, 1) === 1
 })
 define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n, options) {
-  const waiter = this.waiter(n, timeoutOf(options))
+  const waiter = this.waiter(numbered(n), timeoutOf(options))
   // A keyed wait holds nothing to give back.
   return drive(() => this.waitStep(waiter, key), () => {}, options)
 })
@@ -169,7 +217,7 @@ define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n, 
 // Shared memory: a token bucket reserves on the shared word (every process
 // in one order), a window sleeps its retry_after; an abort gives back.
 define(native.SharedTokenBucket.prototype, 'acquire', async function acquire(n, options) {
-  const waiter = this.waiter(n, timeoutOf(options))
+  const waiter = this.waiter(numbered(n), timeoutOf(options))
   return drive(
     () => this.waitStep(waiter),
     () => this.abandonWait(waiter),
@@ -177,7 +225,7 @@ define(native.SharedTokenBucket.prototype, 'acquire', async function acquire(n, 
   )
 })
 define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(key, n, options) {
-  const waiter = this.waiter(n, timeoutOf(options))
+  const waiter = this.waiter(numbered(n), timeoutOf(options))
   return drive(
     () => this.waitStep(waiter, key),
     () => this.abandonWait(waiter, key),

@@ -2,7 +2,8 @@
 // Load shedding by priority and the adaptive limit through the middleware:
 // background requests get a place only below the background share of the
 // limit, normal ones up to it, critical ones always (without a place at a
-// full cap); a bad priority reaches the framework's error path; onDecision
+// full cap); a bad priority is shed (503) with a warning, never a 500, and
+// a priority answering nothing is normal; onDecision
 // tells a shed request's priority; the gauge (`concurrency`); the adaptive
 // limit times a request when its head is written; bad options fail at
 // startup. Real Express and Fastify servers on 127.0.0.1.
@@ -79,7 +80,7 @@ test('Gate: background below the share, normal up to the limit, critical beyond 
   assert.equal(new rb.Gate({ rate: 1 }).concurrency, null)
 })
 
-test('Gate: a bad priority answer is a typed error; the request is shed, nothing charged, no place kept', () => {
+test('Gate: a priority answering nothing is normal; a bad answer or a throw is shed (503, Retry-After) with a warning, never thrown; nothing charged, no place kept', async () => {
   const boom = new Error('boom')
   const gate = new rb.Gate(
     { rate: 1, burst: 1, concurrencyLimit: 2, backgroundFraction: 0 },
@@ -90,20 +91,37 @@ test('Gate: a bad priority answer is a typed error; the request is shed, nothing
       },
     },
   )
-  const invalid = { name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_OPTION' }
-  assert.throws(() => gate.admit({ priority: 'urgent' }, '192.0.2.1'), { ...invalid, message: /priority "urgent"/ })
-  assert.throws(() => gate.admit({ priority: 42 }, '192.0.2.1'), { ...invalid, message: /priority "42"/ })
   // A string longer than any priority's name, named whole.
   const long = 'background'.repeat(4)
-  assert.throws(() => gate.admit({ priority: long }, '192.0.2.1'), { ...invalid, message: new RegExp(`priority "${long}"`) })
-  assert.throws(() => gate.admit({ priority: 'Normal' }, '192.0.2.1'), { ...invalid, message: /priority "Normal"/ })
-  assert.throws(() => gate.admit({ priority: undefined }, '192.0.2.1'), { ...invalid, message: /priority "undefined"/ })
-  assert.throws(() => gate.admit({ boom: true }, '192.0.2.1'), boom)
+  const bad = [
+    [{ priority: 'urgent' }, /priority "urgent"/],
+    [{ priority: 42 }, /priority "42"/],
+    [{ priority: long }, new RegExp(`priority "${long}"`)],
+    [{ priority: 'Normal' }, /priority "Normal"/],
+    [{ boom: true }, /^boom$/],
+  ]
+  const warnings = []
+  const warned = (w) => warnings.push(w)
+  process.on('warning', warned)
+  try {
+    for (const [req] of bad) {
+      const v = gate.admit(req, '192.0.2.1')
+      assert.deepEqual([v.status, v.outcome, v.place, v.headers], [503, 'shed', null, ['retry-after', '1']], req)
+    }
+    await new Promise((r) => setImmediate(r))
+  } finally {
+    process.off('warning', warned)
+  }
+  assert.equal(warnings.length, bad.length)
+  bad.forEach(([, message], i) => assert.match(warnings[i].message, message))
+  assert.equal(warnings[0].code, 'ERR_RATEBOUND_INVALID_OPTION')
+  assert.equal(warnings[4], boom)
   assert.equal(gate.concurrency.inFlight, 0)
-  // No token was spent: the IP's one token is still there.
-  const ok = gate.admit({ priority: 'normal' }, '192.0.2.1')
+  // No token was spent: the IP's one token is still there; undefined and
+  // null answers are normal.
+  const ok = gate.admit({ priority: undefined }, '192.0.2.1')
   assert.equal(ok.status, 0)
-  assert.equal(gate.admit({ priority: 'normal' }, '192.0.2.1').status, 429)
+  assert.equal(gate.admit({ priority: null }, '192.0.2.1').status, 429)
   ok.place.release()
 })
 
@@ -155,9 +173,13 @@ async function priorities(start) {
     assert.ok(events.filter((e) => e.outcome === 'allowed').every((e) => !('priority' in e)))
     await until(() => limit.concurrency.inFlight === 0)
 
-    // A bad priority: the framework's error path (500), the server lives on.
+    // A bad priority: the fail-safe answer (503 with Retry-After, a
+    // warning), never the framework's error path (500); nothing: normal.
     gateOpen = Promise.resolve()
-    for (const [priority, named] of [['urgent', /priority "urgent"/], ['throw', /the priority hook failed/]]) {
+    const warnings = []
+    const warned = (w) => warnings.push(w)
+    process.on('warning', warned)
+    for (const [priority, named] of [['urgent', /priority "urgent"/], ['throw', /the priority hook failed/], ['none', null]]) {
       const held2 = [get(port, '/slow'), get(port, '/slow')]
       await until(() => limit.concurrency.inFlight === 0 && events.length > 0)
       await Promise.all(held2)
@@ -167,15 +189,28 @@ async function priorities(start) {
       gateOpen = blocker
       const two = [get(port, '/slow'), get(port, '/slow')]
       await until(() => inside === 2)
-      const bad = await get(port, '/slow', { 'x-priority': priority })
-      assert.equal(bad.status, 500, priority)
-      const body = JSON.parse(bad.body)
-      assert.match(body.message, named)
-      if (priority === 'urgent') assert.equal(body.code, 'ERR_RATEBOUND_INVALID_OPTION')
-      release()
+      warnings.length = 0
+      const bad = get(port, '/slow', { 'x-priority': priority })
+      try {
+        if (named === null) {
+          // Answered nothing: normal, a place at the share.
+          await until(() => inside === 3)
+          release()
+          assert.equal((await bad).status, 200)
+        } else {
+          const answer = await bad
+          assert.deepEqual([answer.status, answer.headers.get('retry-after')], [503, '1'], priority)
+          await until(() => warnings.length === 1)
+          assert.match(warnings[0].message, named)
+        }
+      } finally {
+        release()
+      }
       assert.deepEqual((await Promise.all(two)).map((r) => r.status), [200, 200])
       gateOpen = Promise.resolve()
     }
+    process.off('warning', warned)
+    assert.equal(warnings.length, 0)
     await until(() => limit.concurrency.inFlight === 0)
     assert.equal((await get(port, '/slow')).status, 200)
   } finally {
@@ -191,12 +226,13 @@ function throwing(options) {
     ...options,
     priority: (req) => {
       if (req.headers['x-priority'] === 'throw') throw new Error('the priority hook failed')
+      if (req.headers['x-priority'] === 'none') return undefined
       return inner(req)
     },
   }
 }
 
-test('Express: priorities, onDecision with the priority, a bad priority is a 500, the gauge', async () => {
+test('Express: priorities, onDecision with the priority, a bad priority is a 503, the gauge', async () => {
   await priorities(async (options, slow) => {
     const app = expressLib()
     const limit = rb.express(throwing(options))
@@ -209,7 +245,7 @@ test('Express: priorities, onDecision with the priority, a bad priority is a 500
   })
 })
 
-test('Fastify: priorities, onDecision with the priority, a bad priority is a 500, the gauge', async () => {
+test('Fastify: priorities, onDecision with the priority, a bad priority is a 503, the gauge', async () => {
   await priorities(async (options, slow) => {
     const app = Fastify()
     await app.register(rb.fastify, throwing(options))

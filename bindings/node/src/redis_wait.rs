@@ -283,7 +283,7 @@ impl RedisEngine {
         seconds: f64,
         scope: Option<String>,
     ) -> Result<RedisCall> {
-        let d = any::seconds("seconds", seconds).or_throw(&env)?;
+        let d = any::pause_seconds(seconds).or_throw(&env)?;
         let call = self.with_raw(&env, key, |k| {
             self.engine.begin_pause(scope.as_deref(), k, d)
         })?;

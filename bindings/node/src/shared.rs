@@ -32,7 +32,7 @@ fn shm_step(env: &Env, step: std::result::Result<any::Wait, ShmError>) -> Result
 
 /// `seconds` as a pause's duration.
 fn pause_of(env: &Env, seconds: f64) -> Result<std::time::Duration> {
-    any::seconds("seconds", seconds).or_throw(env)
+    any::pause_seconds(seconds).or_throw(env)
 }
 
 /// A shared-memory error as a JavaScript error: the core's for limiter

@@ -418,7 +418,7 @@ impl RedisEngine {
         seconds: &Bound<'_, PyAny>,
         scope: Option<&str>,
     ) -> PyResult<RedisCall> {
-        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let d = any::pause_seconds(number(py, "seconds", seconds)?).or_py(py)?;
         let call = with_raw_key(key, |k| self.inner.begin_pause(scope, k, d).or_py(py))?;
         Ok(RedisCall { inner: call })
     }

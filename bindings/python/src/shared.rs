@@ -51,7 +51,7 @@ pub(crate) struct SharedTokenBucket {
 
 /// `seconds` as a pause's duration: a finite number ≥ 0.
 fn pause_of(py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<std::time::Duration> {
-    any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)
+    any::pause_seconds(number(py, "seconds", seconds)?).or_py(py)
 }
 
 #[pymethods]

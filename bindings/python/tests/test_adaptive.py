@@ -1,8 +1,8 @@
 """Priorities, the adaptive limit's options and its gauge in the ASGI and
 WSGI middleware: Starlette under uvicorn and Flask under werkzeug's
 threaded server on 127.0.0.1 (background shed below the share, critical
-never, ``on_decision`` told the shed request's priority), bad options and
-bad answers of ``priority`` as typed errors, and ``mw.concurrency`` — its
+never, ``on_decision`` told the shed request's priority), bad options as typed
+errors (bad answers of ``priority``: tests/test_first_use.py), and ``mw.concurrency`` — its
 latency taken when the response's head goes out (a ManualClock makes the
 numbers exact). The adaptive limit under real overload:
 tests/test_overload.py."""
@@ -225,49 +225,6 @@ def test_good_options_are_taken(middleware: Middleware) -> None:
     # A tuning value alone means "auto".
     assert middleware(lambda *a: None, rate=10, concurrency_max=50).concurrency.limit == 20
     assert middleware(lambda *a: None, rate=10).concurrency is None
-
-
-def bad_answers() -> list[Any]:
-    def raising(request: Any) -> str:
-        raise LookupError("no tenant for this request")
-
-    return [
-        (lambda request: "urgent", rb.ConfigError, 'priority(request): invalid priority "urgent": is "critical"'),
-        (lambda request: 3, rb.ConfigError, 'priority(request): invalid priority "3": is not a str'),
-        (lambda request: None, rb.ConfigError, 'priority(request): invalid priority "None": is not a str'),
-        (raising, LookupError, "no tenant for this request"),
-    ]
-
-
-@pytest.mark.parametrize("priority, error, message", bad_answers(), ids=["unknown", "int", "none", "raising"])
-async def test_asgi_bad_priority_answer_raises_and_gives_the_place_back(priority: Any, error: type, message: str) -> None:
-    async def hello(request):  # type: ignore[no-untyped-def]
-        return PlainTextResponse("hello")
-
-    # background_fraction=0: every request is asked its priority.
-    mw = rb.asgi.RateLimitMiddleware(
-        Starlette(routes=[Route("/", hello)]), rate=1000, concurrency_limit=4, background_fraction=0, priority=priority
-    )
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=mw), base_url="http://test") as client:
-        for _ in range(2):
-            with pytest.raises(error) as failure:
-                await client.get("/")
-            assert message in str(failure.value)
-            assert mw.concurrency.in_flight == 0
-
-
-@pytest.mark.parametrize("priority, error, message", bad_answers(), ids=["unknown", "int", "none", "raising"])
-def test_wsgi_bad_priority_answer_raises_and_gives_the_place_back(priority: Any, error: type, message: str) -> None:
-    def hello(environ: Any, start_response: Any) -> list[bytes]:
-        start_response("200 OK", [])
-        return [b"hello"]
-
-    mw = rb.wsgi.RateLimitMiddleware(hello, rate=1000, concurrency_limit="auto", background_fraction=0, priority=priority)
-    for _ in range(2):
-        with pytest.raises(error) as failure:
-            mw({"REMOTE_ADDR": "127.0.0.1"}, lambda *a: None)
-        assert message in str(failure.value)
-        assert mw.concurrency.in_flight == 0
 
 
 def test_a_constant_priority_applies_to_every_request() -> None:

@@ -30,13 +30,19 @@ impl Engine {
         timeout: Option<Duration>,
     ) -> Result<Acquisition, Error> {
         self.capacity_check(n)?;
+        // n = 0 is a query, as in the core: admitted at once, nothing taken.
+        let state = if n == 0 {
+            State::Done(Source::Redis)
+        } else {
+            State::Start
+        };
         let now = self.clock.now();
         Ok(Acquisition {
             scope: scope.map(str::to_string),
             key: key.to_vec(),
             n,
             deadline: timeout.map(|t| now.saturating_add(nanos(t))),
-            state: State::Start,
+            state,
             seen: 0,
         })
     }

@@ -12,7 +12,7 @@ use crate::algorithm::Algorithm;
 use crate::call::{Call, CallKind, CallOutcome, well_formed};
 use crate::engine::Engine;
 use crate::news::{NEWS_MAX_KEY, parse_news};
-use crate::reserve::{UNBOUNDED_US, micros};
+use crate::reserve::micros;
 
 impl Engine {
     /// The call that pauses `key` (within `scope`) for `duration` from
@@ -24,7 +24,9 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::Unsupported`] for a window (it has no slots to move);
-    /// [`Error::InvalidNumber`] for a zero pause.
+    /// [`Error::InvalidNumber`] for a pause longer than a day
+    /// ([`ratebound::any::MAX_PAUSE`]: the key would outlive the service).
+    /// A zero pause is a call that changes nothing, as a local pause of 0.
     pub fn begin_pause(
         &self,
         scope: Option<&str>,
@@ -37,14 +39,8 @@ impl Engine {
                 algorithm: self.algorithm(),
             });
         }
+        ratebound::any::check_pause(duration)?;
         let for_us = micros(duration);
-        if for_us == 0 || for_us > UNBOUNDED_US {
-            return Err(Error::InvalidNumber {
-                name: "seconds",
-                value: format!("{}", duration.as_secs_f64()),
-                reason: "a pause is at least 1 µs and at most 2^53 µs",
-            });
-        }
         Ok(self.call(self.redis_key(scope, key), CallKind::Pause { for_us }, 1))
     }
 

@@ -79,18 +79,10 @@ pub(crate) fn nanos(d: Duration) -> u64 {
 impl Engine {
     pub(crate) fn capacity_check(&self, n: u64) -> Result<(), Error> {
         let capacity = self.config.algorithm.capacity();
-        if n == 0 || n > capacity {
-            return Err(if n == 0 {
-                Error::InvalidNumber {
-                    name: "n",
-                    value: "0".to_string(),
-                    reason: "a wait is for at least 1 token",
-                }
-            } else {
-                Error::InsufficientCapacity {
-                    requested: n,
-                    burst: capacity,
-                }
+        if n > capacity {
+            return Err(Error::InsufficientCapacity {
+                requested: n,
+                burst: capacity,
             });
         }
         Ok(())
@@ -137,6 +129,7 @@ impl Engine {
         if self.config.lease > 0 {
             let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(lease) = leases.get_mut(&full)
+                && n > 0
                 && lease.expires > now
                 && lease.tokens >= n
             {

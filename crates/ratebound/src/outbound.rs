@@ -18,9 +18,10 @@
 //!   or (a value above 10⁹) a Unix time.
 //!
 //! A pause longer than [`Outbound::max_pause`] (default 5 minutes) is cut to
-//! it — a hostile or broken partner cannot stop the fleet for a year — and a
-//! value that is negative, fractional where an integer is due, too long, or
-//! not a number is ignored, as is a date in the past. A retry is due only on
+//! it, however many digits it has — a hostile or broken partner cannot stop
+//! the fleet for a year, nor make it retry at once — and a value that is
+//! negative, fractional where an integer is due, longer than
+//! [`MAX_HEADER_VALUE`], or not a number is ignored, as is a date in the past. A retry is due only on
 //! the configured statuses (429 and 503), only for idempotent methods (GET,
 //! HEAD, OPTIONS, PUT, DELETE, TRACE) unless told otherwise, and at most
 //! `retries` times (default 2).
@@ -278,13 +279,24 @@ impl Outbound {
     /// Retries answers with these statuses (instead of 429 and 503).
     ///
     /// # Errors
-    /// [`Error::InvalidNumber`] for a status outside 100–599.
+    /// [`Error::InvalidNumber`] naming a status outside 400–599: no HTTP
+    /// status, or a success or redirect (retried, every such request would
+    /// be sent again).
     pub fn with_statuses(mut self, statuses: &[u16]) -> Result<Outbound, Error> {
         if let Some(&bad) = statuses.iter().find(|s| !(100..=599).contains(*s)) {
             return Err(Error::InvalidNumber {
                 name: "status",
                 value: bad.to_string(),
                 reason: "must be an HTTP status, 100 to 599",
+            });
+        }
+        // A success or a redirect retried would send every such answer's
+        // request again: `statuses=[200]` tripled every GET.
+        if let Some(&bad) = statuses.iter().find(|s| **s < 400) {
+            return Err(Error::InvalidNumber {
+                name: "status",
+                value: bad.to_string(),
+                reason: "a retried status is a refusal or an error, 400 to 599 (a success or a redirect is never sent again)",
             });
         }
         self.statuses = statuses.to_vec();
@@ -574,13 +586,15 @@ fn until(at: f64, now_unix: f64) -> Option<Duration> {
     (d.is_finite() && d > 0.0).then(|| Duration::from_secs_f64(d.min(1e12)))
 }
 
-/// A non-negative integer of at most 12 digits (digits only: no sign, no
-/// fraction, no spaces).
+/// A non-negative integer (digits only: no sign, no fraction, no spaces),
+/// saturating at `u64::MAX`: a valid value too large to hold is a very
+/// long delay — capped to `max_pause`, never dropped (a dropped pause is an
+/// immediate retry).
 fn integer(v: &str) -> Option<u64> {
-    if v.is_empty() || v.len() > 12 || !v.bytes().all(|b| b.is_ascii_digit()) {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    v.parse().ok()
+    Some(v.parse().unwrap_or(u64::MAX))
 }
 
 /// `Retry-After`: delay-seconds, or an HTTP-date.

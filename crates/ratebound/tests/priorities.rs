@@ -92,10 +92,25 @@ fn the_gate_sheds_background_first_and_never_critical() {
     assert_eq!(second.verdict.status, 503);
     assert_eq!(hooks.shed, Some(Some(Priority::Background)));
     assert_eq!(hooks.asked, 1);
-    // A failing priority hook stops the sequence: no place, no report.
-    let (stopped, hooks) = sequence(None);
-    assert!(matches!(stopped, Admit::Stopped), "{stopped:?}");
-    assert_eq!((hooks.asked, hooks.shed), (1, None));
+    // A failing priority hook is the fail-safe answer: shed (503 with
+    // Retry-After, reported), no place — never a stopped sequence (a 500).
+    let (failed, hooks) = match sequence(None) {
+        (Admit::Decided(a), hooks) => (a, hooks),
+        (other, _) => panic!("{other:?}"),
+    };
+    assert_eq!(failed.verdict.status, 503);
+    assert!(failed.place.is_none());
+    let headers = failed.verdict.headers();
+    assert!(
+        headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("retry-after")),
+        "{headers:?}"
+    );
+    assert_eq!(
+        (hooks.asked, hooks.shed),
+        (1, Some(Some(Priority::Background)))
+    );
     assert_eq!(gate.concurrency().unwrap().in_flight(), 1);
     let (third, _) = admit(Priority::Normal);
     assert!(third.place.is_some());

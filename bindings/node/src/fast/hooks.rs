@@ -206,13 +206,26 @@ impl Hooks for JsHooks<'_> {
         if let Some(constant) = self.hooks.constant {
             return Some(constant);
         }
-        // No function: normal. A function that throws, or answers what is
-        // no priority, leaves its error pending (the call throws it once the
-        // core is done) and stops the sequence: no place, no token, no
-        // latency sample, nothing reported.
+        // No function, or one answering undefined or null: normal. A
+        // function that throws, or answers what is no priority, gets the
+        // core's fail-safe answer (shed: 503 with Retry-After), its error
+        // emitted as a process warning — never a 500.
         let Some(answer) = self.call(self.hooks.priority, &[]) else {
-            return (!self.threw).then_some(Priority::Normal);
+            if self.threw {
+                // SAFETY: live env; the hook's exception is pending.
+                unsafe { warn_pending(self.env) };
+                self.threw = false;
+                return None;
+            }
+            return Some(Priority::Normal);
         };
+        // SAFETY: `answer` is a live handle of this callback.
+        if matches!(
+            unsafe { type_of(self.env, answer) },
+            sys::ValueType::napi_undefined | sys::ValueType::napi_null
+        ) {
+            return Some(Priority::Normal);
+        }
         // One read into a small buffer: every priority's name fits it (a
         // longer string, never a priority, is read whole for the message).
         let mut buf = [0u8; 16];
@@ -248,9 +261,11 @@ impl Hooks for JsHooks<'_> {
             Ok(priority) => Some(priority),
             Err(e) => {
                 // SAFETY: live env; no exception is pending (the call
-                // returned normally).
-                unsafe { raw_throw_core(self.env, &e) };
-                self.threw = true;
+                // returned normally), then the one thrown here is.
+                unsafe {
+                    raw_throw_core(self.env, &e);
+                    warn_pending(self.env);
+                }
                 None
             }
         }
@@ -309,6 +324,41 @@ impl Hooks for JsHooks<'_> {
             }
         };
         self.call(self.hooks.report, &[outcome, by, priority]);
+    }
+}
+
+/// Takes the pending exception and emits it as a process warning
+/// (`process.emitWarning(error)`); a warning that cannot be emitted is
+/// dropped — a request's answer never fails for its log line.
+///
+/// # Safety
+/// `env` is the live env of the current callback, with an exception
+/// pending.
+unsafe fn warn_pending(env: sys::napi_env) {
+    // SAFETY: the caller's contract; the out pointers are valid, the names
+    // NUL-terminated.
+    unsafe {
+        let mut error = ptr::null_mut();
+        sys::napi_get_and_clear_last_exception(env, &mut error);
+        let mut global = ptr::null_mut();
+        sys::napi_get_global(env, &mut global);
+        let mut process = ptr::null_mut();
+        let mut emit = ptr::null_mut();
+        let found = sys::napi_get_named_property(env, global, c"process".as_ptr(), &mut process)
+            == sys::Status::napi_ok
+            && sys::napi_get_named_property(env, process, c"emitWarning".as_ptr(), &mut emit)
+                == sys::Status::napi_ok
+            && type_of(env, emit) == sys::ValueType::napi_function;
+        if found {
+            let mut out = ptr::null_mut();
+            let argv = [error];
+            if sys::napi_call_function(env, process, emit, 1, argv.as_ptr(), &mut out)
+                != sys::Status::napi_ok
+            {
+                let mut dropped = ptr::null_mut();
+                sys::napi_get_and_clear_last_exception(env, &mut dropped);
+            }
+        }
     }
 }
 

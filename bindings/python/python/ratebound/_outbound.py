@@ -104,7 +104,7 @@ class Bound:
     def __init__(self, limiter: Any, *, asynchronous: bool) -> None:
         if limiter is None:
             raise _ratebound_error("a limiter is required: a token bucket (local, shared memory or Redis)")
-        if not isinstance(limiter, _KEYED + _SINGLE):
+        if not isinstance(limiter, _KEYED + _SINGLE + (_redis._Limiter, _redis._AsyncLimiter)):
             raise _ratebound_error(f"not a ratebound limiter: {limiter!r}")
         algorithm = _algorithm(limiter)
         if algorithm != "token_bucket":
@@ -233,10 +233,14 @@ class Options:
         send: Callable[[], R],
         answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
         discard: Callable[[R], None],
+        resend: bool = True,
     ) -> R:
         """The sequence of one call, on this thread: wait for a token,
         ``send``, obey the ``answer`` (pause the limiter, send again through
-        it), until a response is the caller's."""
+        it), until a response is the caller's. Without ``resend`` (a body
+        that can be read once: a generator, a file, a stream) the request
+        is never sent again: a retry due is a give-up, and the caller gets
+        the response."""
         attempt = 0
         while True:
             start = time.monotonic()
@@ -248,6 +252,8 @@ class Options:
             response = send()
             status, headers = answer(response)
             pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
+            if retry and not resend:
+                retry, gave_up = False, True
             local = False
             if pause is not None:
                 local = self.outbound.paused(key, pause, self.bound.pause_blocking(key, pause))
@@ -265,6 +271,7 @@ class Options:
         send: Callable[[], Awaitable[R]],
         answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
         discard: Callable[[R], Awaitable[None]],
+        resend: bool = True,
     ) -> R:
         """:meth:`send_blocking` for asyncio: the waits are the event loop's
         (a cancelled call gives its token back)."""
@@ -279,6 +286,8 @@ class Options:
             response = await send()
             status, headers = answer(response)
             pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
+            if retry and not resend:
+                retry, gave_up = False, True
             local = False
             if pause is not None:
                 local = self.outbound.paused(key, pause, await self.bound.pause(key, pause))

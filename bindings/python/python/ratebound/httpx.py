@@ -31,6 +31,13 @@ def _host(request: httpx.Request) -> str:
     return request.url.netloc.decode("ascii")
 
 
+def _replayable(request: httpx.Request) -> bool:
+    """Whether the request's body can be sent again: one it holds (bytes,
+    text, JSON, a form), not a stream read once (a generator, a file,
+    multipart)."""
+    return isinstance(request.stream, httpx.ByteStream)
+
+
 def _answer(response: httpx.Response) -> tuple[int, list[tuple[str, str]]]:
     return response.status_code, response.headers.multi_items()
 
@@ -84,7 +91,9 @@ class RateLimitTransport(_Limited, httpx.BaseTransport):
     overrides ``timeout``, ``key`` and the tokens taken (``n``, default 1).
     ``on_decision`` is told an :class:`OutboundEvent` for each wait, pause,
     retry and give-up. When retries are spent the caller gets the last
-    response."""
+    response; a body that can be read once (a generator, an async
+    iterator, a file) is never sent again: the caller gets the refusal
+    (``gave_up``)."""
 
     def __init__(
         self, limiter: Any, *, transport: Optional[httpx.BaseTransport] = None, **options: Unpack[OutboundOptions]
@@ -95,7 +104,8 @@ class RateLimitTransport(_Limited, httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         key, n, timeout = self._plan(request)
         return self._o.send_blocking(
-            key, n, timeout, request.method, lambda: self._transport.handle_request(request), _answer, _discard
+            key, n, timeout, request.method, lambda: self._transport.handle_request(request), _answer, _discard,
+            resend=_replayable(request),
         )
 
     def close(self) -> None:
@@ -119,7 +129,8 @@ class AsyncRateLimitTransport(_Limited, httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         key, n, timeout = self._plan(request)
         return await self._o.send(
-            key, n, timeout, request.method, lambda: self._transport.handle_async_request(request), _answer, _adiscard
+            key, n, timeout, request.method, lambda: self._transport.handle_async_request(request), _answer, _adiscard,
+            resend=_replayable(request),
         )
 
     async def aclose(self) -> None:

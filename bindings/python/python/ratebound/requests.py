@@ -46,7 +46,8 @@ class RateLimitAdapter(HTTPAdapter):
     HTTP timeouts stay ``send``'s own (``session.get(url, timeout=...)``).
     ``pool_connections``, ``pool_maxsize`` and ``pool_block`` go to
     ``HTTPAdapter``; its own ``max_retries`` stays 0 — retries are the
-    limiter's."""
+    limiter's. A body that can be read once (a generator, a file) is never
+    sent again: the caller gets the refusal (``gave_up``)."""
 
     def __init__(
         self,
@@ -80,7 +81,14 @@ class RateLimitAdapter(HTTPAdapter):
             ),
             _answer,
             _discard,
+            resend=_replayable(request.body),
         )
+
+
+def _replayable(body: Any) -> bool:
+    """Whether a prepared body can be sent again: bytes or text, or none
+    (a generator or a file is read once)."""
+    return body is None or isinstance(body, (bytes, bytearray, str))
 
 
 def _answer(response: requests.Response) -> tuple[int, list[tuple[str, str]]]:

@@ -76,23 +76,30 @@ impl Hooks for PyHooks<'_, '_> {
     }
 
     fn priority(&mut self) -> Option<Priority> {
-        // Raising, or an answer that is no priority: the sequence stops
-        // (no place, nothing charged or reported) and the error is raised
-        // once it returns.
+        // `None` answered: normal. Raising, or an answer that is no
+        // priority: the core's fail-safe answer (shed, 503 with
+        // Retry-After), the error logged — never a 500.
         let gate = self.gate;
         match &gate.priority {
             None => Some(Priority::Normal),
             Some(PriorityHook::Fixed(p)) => Some(*p),
             Some(PriorityHook::Call(_)) if self.error.is_some() => None,
             Some(PriorityHook::Call(f)) => {
-                match f
-                    .bind(self.request.py())
-                    .call1((self.request,))
-                    .and_then(|p| priority_of(&p))
-                {
+                let py = self.request.py();
+                match f.bind(py).call1((self.request,)).and_then(|p| {
+                    if p.is_none() {
+                        Ok(Priority::Normal)
+                    } else {
+                        priority_of(&p)
+                    }
+                }) {
                     Ok(p) => Some(p),
                     Err(e) => {
-                        self.error = Some(e);
+                        log_hook_error(
+                            py,
+                            "priority(request) failed: the request is shed (503)",
+                            e,
+                        );
                         None
                     }
                 }
@@ -152,6 +159,18 @@ impl Hooks for PyHooks<'_, '_> {
             self.error = Some(e);
         }
     }
+}
+
+/// Logs `e` as an error of the `ratebound` logger, with its traceback; a
+/// failing logger is ignored (a decision never fails for its log line).
+fn log_hook_error(py: Python<'_>, message: &str, e: PyErr) {
+    let logged = py.import("logging").and_then(|logging| {
+        let logger = logging.call_method1("getLogger", ("ratebound",))?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("exc_info", e.into_value(py))?;
+        logger.call_method("error", (message,), Some(&kwargs))
+    });
+    drop(logged);
 }
 
 // ---------------------------------------------------------------- gate

@@ -306,10 +306,10 @@ impl AnyKeyed {
     ///
     /// # Errors
     /// [`Error::InvalidNumber`] for `seconds` that are not a finite number
-    /// ≥ 0; as [`KeyedLimiter::pause_at`] ([`Error::Unsupported`] for the
-    /// windows).
+    /// from 0 to a day ([`MAX_PAUSE`](super::MAX_PAUSE)); as
+    /// [`KeyedLimiter::pause_at`] ([`Error::Unsupported`] for the windows).
     pub fn pause(&self, key: Key<'_>, seconds: f64) -> Result<(), Error> {
-        let d = super::numbers::seconds("seconds", seconds)?;
+        let d = super::numbers::pause_seconds(seconds)?;
         self.limiter.pause_at(&self.fingerprint(key), d, self.now())
     }
 

@@ -381,9 +381,10 @@ impl AnyLimiter {
     ///
     /// # Errors
     /// [`Error::InvalidNumber`] for `seconds` that are not a finite number
-    /// ≥ 0; as [`pause_at`](Self::pause_at).
+    /// from 0 to a day ([`MAX_PAUSE`](super::MAX_PAUSE)); as
+    /// [`pause_at`](Self::pause_at).
     pub fn pause(&self, seconds: f64) -> Result<(), Error> {
-        let d = super::numbers::seconds("seconds", seconds)?;
+        let d = super::numbers::pause_seconds(seconds)?;
         self.pause_at(d, self.now())
     }
 

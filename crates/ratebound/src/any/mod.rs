@@ -53,6 +53,7 @@ pub use keyed::{
 };
 pub use limiter::{Acquire, AnyLimiter, LimiterOptions};
 pub use numbers::{
-    DEFAULT_IPV6_PREFIX, DEFAULT_N, Rate, count, ipv6_prefix, quota, seconds, whole,
+    DEFAULT_IPV6_PREFIX, DEFAULT_N, MAX_PAUSE, Rate, check_pause, count, ipv6_prefix,
+    pause_seconds, quota, seconds, whole,
 };
 pub use waiter::{MANUAL_POLL_NANOS, Wait, Waiter};

@@ -18,6 +18,47 @@ pub(crate) fn show(value: f64) -> String {
     }
 }
 
+/// The longest pause a limiter takes: a day. A longer one is refused, not
+/// cut — a Redis key paused for `1e9` s would outlive the service by 31
+/// years.
+pub const MAX_PAUSE: Duration = Duration::from_secs(86_400);
+
+/// A pause of `value` seconds, as a dynamic language passes them: 0 (a
+/// pause that changes nothing) up to [`MAX_PAUSE`].
+///
+/// # Errors
+/// [`Error::InvalidNumber`] naming `seconds` and the value for NaN, an
+/// infinity, a negative value or more than a day.
+///
+/// # Examples
+/// ```
+/// use ratebound::any::pause_seconds;
+/// assert_eq!(pause_seconds(0.0)?.as_nanos(), 0);
+/// assert_eq!(pause_seconds(1e9).unwrap_err().to_string(),
+///            "invalid seconds 1000000000: a pause is at most 86400 s (a day)");
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub fn pause_seconds(value: f64) -> Result<Duration, Error> {
+    let d = seconds("seconds", value)?;
+    check_pause(d)?;
+    Ok(d)
+}
+
+/// [`Error::InvalidNumber`] for a pause longer than [`MAX_PAUSE`].
+///
+/// # Errors
+/// As said.
+pub fn check_pause(d: Duration) -> Result<(), Error> {
+    if d > MAX_PAUSE {
+        return Err(Error::InvalidNumber {
+            name: "seconds",
+            value: show(d.as_secs_f64()),
+            reason: "a pause is at most 86400 s (a day)",
+        });
+    }
+    Ok(())
+}
+
 /// `value` seconds as a [`Duration`] (rounded to the nearest nanosecond).
 ///
 /// # Errors

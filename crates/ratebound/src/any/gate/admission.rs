@@ -31,9 +31,11 @@ pub trait Hooks {
     /// The request's priority under the concurrency cap: asked only once
     /// the requests in flight reach the background share of the limit
     /// (below it every request is admitted alike), at most once. `None` —
-    /// the priority function failed — stops the sequence, as a failed key
-    /// function does: [`Admit::Stopped`], no place kept, nothing charged or
-    /// reported.
+    /// the priority function failed (it raised, or answered what is no
+    /// priority) — is the fail-safe answer: the request is shed as a
+    /// background one (503 with `Retry-After`, reported), never a server
+    /// error; the front door logs the hook's error. A front door reads a
+    /// function answering nothing (`None`, `undefined`) as normal.
     fn priority(&mut self) -> Option<Priority> {
         Some(Priority::Normal)
     }
@@ -144,8 +146,6 @@ pub struct Admission<'g> {
 enum Entry {
     Shed(Priority),
     Queued(Waiter),
-    /// The priority hook failed.
-    Stopped,
 }
 
 /// What [`Gate::admit_or_queue`] found: the sequence's answer, or a
@@ -266,7 +266,6 @@ impl Gate {
         match self.enter(hooks, false) {
             Ok((place, now)) => self.proceed(place, now, request, hooks),
             Err(Entry::Shed(priority)) => self.shed_reported(priority, hooks),
-            Err(Entry::Stopped) => Admit::Stopped,
             // Not asked for.
             Err(Entry::Queued(_)) => self.shed_reported(Priority::Normal, hooks),
         }
@@ -289,7 +288,6 @@ impl Gate {
         Queueing::Admit(match self.enter(hooks, true) {
             Ok((place, now)) => self.proceed(place, now, request, hooks),
             Err(Entry::Shed(priority)) => self.shed_reported(priority, hooks),
-            Err(Entry::Stopped) => Admit::Stopped,
             Err(Entry::Queued(waiter)) => return Queueing::Queued(Queued { waiter }),
         })
     }
@@ -344,7 +342,8 @@ impl Gate {
         let now = cap.is_adaptive().then_some(start);
         let mut failed = false;
         // A failed hook is asked at the background share, where a
-        // background request is refused: no place is taken for it.
+        // background request is refused: no place is taken for it, and it
+        // is shed — the fail-safe answer, a 503 with Retry-After.
         let taken = Place::take(cap, start, || {
             hooks.priority().unwrap_or_else(|| {
                 failed = true;
@@ -352,7 +351,8 @@ impl Gate {
             })
         });
         if failed {
-            return Err(Entry::Stopped);
+            drop(taken);
+            return Err(Entry::Shed(Priority::Background));
         }
         match taken {
             Ok(place) => Ok((Some(place), now)),

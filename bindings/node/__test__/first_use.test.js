@@ -1,0 +1,216 @@
+'use strict'
+// Defects a first user hits (issue 37 §4), each reproduced on main before
+// its fix, through real Express and Fastify servers on 127.0.0.1: a
+// framework that trusts every proxy hands each client its own key (a
+// rotated X-Forwarded-For escaped a limit of 1), and a route's limit under
+// the site-wide one overwrote the site-wide quota fields. The Retry-After
+// cap: spec/outbound.json (outbound_spec.test.js); priorities answering
+// nothing or throwing: priority.test.js. Arguments the local limiters
+// take and Redis refused: n = 0, a pause of 0; a pause beyond a day,
+// refused everywhere.
+const { test, after } = require('node:test')
+const assert = require('node:assert/strict')
+const expressLib = require('express')
+const Fastify = require('fastify')
+const IORedis = require('ioredis')
+const rb = require('..')
+const { HOST, startServer, stopAll } = require('./fixtures/redis-server.js')
+
+after(stopAll)
+
+async function get(port, path, headers = {}) {
+  const r = await fetch(`http://127.0.0.1:${port}${path}`, { headers })
+  return { status: r.status, headers: r.headers, body: await r.text() }
+}
+
+// An Express app with `trust proxy` set to `trust`, `limit` in front of /,
+// and an error handler answering the error's code; its port and stop().
+async function express(trust, limit) {
+  const app = expressLib()
+  if (trust !== undefined) app.set('trust proxy', trust)
+  app.use(limit)
+  app.get('/', (req, res) => res.send('hello'))
+  app.use((err, req, res, next) => res.status(500).json({ code: err.code, message: err.message }))
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((r) => server.once('listening', r))
+  return { port: server.address().port, stop: () => new Promise((r) => server.close(r)) }
+}
+
+async function fastify(trustProxy, options) {
+  const app = Fastify(trustProxy === undefined ? {} : { trustProxy })
+  await app.register(rb.fastify, options)
+  app.get('/', async () => 'hello')
+  app.setErrorHandler((err, request, reply) => reply.code(500).send({ code: err.code, message: err.message }))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: app.server.address().port, stop: () => app.close() }
+}
+
+// Two requests from one client, each naming another first
+// X-Forwarded-For entry: their statuses.
+async function rotating(port) {
+  const out = []
+  for (const forwarded of ['192.0.2.1', '192.0.2.2']) out.push((await get(port, '/', { 'x-forwarded-for': forwarded })).status)
+  return out
+}
+
+const ONE = { rate: '1/minute', burst: 1 }
+
+// The first request fails (the framework's error path) with the typed
+// error naming the fix.
+async function refused(port) {
+  const r = await get(port, '/', { 'x-forwarded-for': '192.0.2.1' })
+  assert.equal(r.status, 500)
+  const error = JSON.parse(r.body)
+  assert.equal(error.code, 'ERR_RATEBOUND_PERMISSIVE_TRUST_PROXY')
+  assert.match(error.message, /trustedProxies/)
+}
+
+test('Express: trust proxy true without trustedProxies is refused with a typed error naming the fix; a rotated X-Forwarded-For escapes nothing', async () => {
+  const { port, stop } = await express(true, rb.express(ONE))
+  try {
+    await refused(port)
+    assert.deepEqual(await rotating(port), [500, 500])
+  } finally {
+    await stop()
+  }
+  // A hop count of 16 or more trusts as much.
+  const many = await express(16, rb.express(ONE))
+  try {
+    assert.equal(JSON.parse((await get(many.port, '/')).body).code, 'ERR_RATEBOUND_PERMISSIVE_TRUST_PROXY')
+  } finally {
+    await many.stop()
+  }
+})
+
+test('Express: trust limited to the proxies (or none, or trustedProxies) is accepted', async () => {
+  // No trust: req.ip is the peer; the client cannot pick its key.
+  for (const trust of [undefined, false, 'loopback', 1]) {
+    const { port, stop } = await express(trust, rb.express(ONE))
+    try {
+      const statuses = await rotating(port)
+      // Through a trusted loopback hop (or one hop) the header names the
+      // client; otherwise the peer is the key.
+      const expected = trust === 'loopback' || trust === 1 ? [200, 200] : [200, 429]
+      assert.deepEqual(statuses, expected, String(trust))
+    } finally {
+      await stop()
+    }
+  }
+  // trustedProxies: the core reads the socket's peer and the header.
+  const own = await express(true, rb.express({ ...ONE, trustedProxies: ['10.0.0.0/8'] }))
+  try {
+    assert.deepEqual(await rotating(own.port), [200, 429])
+  } finally {
+    await own.stop()
+  }
+})
+
+test('Fastify: trustProxy true without trustedProxies is refused with a typed error naming the fix', async () => {
+  const { port, stop } = await fastify(true, ONE)
+  try {
+    await refused(port)
+  } finally {
+    await stop()
+  }
+  for (const [trustProxy, expected] of [
+    [undefined, [200, 429]],
+    ['127.0.0.1', [200, 200]],
+  ]) {
+    const app = await fastify(trustProxy, ONE)
+    try {
+      assert.deepEqual(await rotating(app.port), expected, String(trustProxy))
+    } finally {
+      await app.stop()
+    }
+  }
+  const own = await fastify(true, { ...ONE, trustedProxies: ['10.0.0.0/8'] })
+  try {
+    assert.deepEqual(await rotating(own.port), [200, 429])
+  } finally {
+    await own.stop()
+  }
+})
+
+// The site-wide limit (100/minute, 'site') and a route's (5/minute,
+// 'route') both answer: both policies are listed, as the Python front
+// doors list them.
+function bothListed(r) {
+  const policy = r.headers.get('ratelimit-policy')
+  const fields = r.headers.get('ratelimit')
+  assert.match(policy, /"site";q=100;w=60/)
+  assert.match(policy, /"route";q=5;w=60/)
+  assert.match(fields, /"site";r=99;t=\d+/)
+  assert.match(fields, /"route";r=4;t=\d+/)
+}
+
+test('Express: a route limit under the site-wide one lists both policies in RateLimit and RateLimit-Policy', async () => {
+  const app = expressLib()
+  app.use(rb.express({ policies: [{ name: 'site', rate: '100/minute' }] }))
+  app.get('/limited', rb.express({ policies: [{ name: 'route', rate: '5/minute' }] }), (req, res) => res.send('ok'))
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((r) => server.once('listening', r))
+  try {
+    const r = await get(server.address().port, '/limited')
+    assert.equal(r.status, 200)
+    bothListed(r)
+  } finally {
+    await new Promise((r) => server.close(r))
+  }
+})
+
+test('Fastify: a route limit under the site-wide one lists both policies in RateLimit and RateLimit-Policy', async () => {
+  const app = Fastify()
+  await app.register(rb.fastify, { policies: [{ name: 'site', rate: '100/minute' }] })
+  app.get('/limited', { onRequest: rb.fastify.limit({ policies: [{ name: 'route', rate: '5/minute' }] }) }, async () => 'ok')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const r = await get(app.server.address().port, '/limited')
+    assert.equal(r.status, 200)
+    bothListed(r)
+  } finally {
+    await app.close()
+  }
+})
+
+test('Redis takes n = 0 and a pause of 0 as the local limiters do; a pause beyond a day is refused everywhere, the value named', async () => {
+  const server = await startServer()
+  const client = new IORedis({ host: HOST, port: server.port, lazyConnect: true })
+  await client.connect()
+  try {
+    const key = `first-use-${process.pid}-${Date.now()}`
+    const shared = new rb.redis.TokenBucket({ client, rate: 10, burst: 2, onError: 'closed', timeout: 2 })
+    const local = new rb.TokenBucket({ rate: 10, burst: 2 })
+    await shared.acquire(key, 0, { timeout: 0 })
+    await shared.pause(key, 0)
+    await local.acquire(0, { timeout: 0 })
+    local.pause(0)
+    // Nothing was taken: both tokens are there.
+    assert.equal(await shared.tryAcquire(key, 2), true)
+    assert.equal(local.tryAcquire(2), true)
+    const tooLong = { code: 'ERR_RATEBOUND_INVALID_NUMBER', message: /invalid seconds 1000000000: a pause is at most 86400 s/ }
+    await assert.rejects(async () => shared.pause(key, 1e9), tooLong)
+    assert.throws(() => local.pause(1e9), tooLong)
+    assert.throws(() => new rb.KeyedLimiter({ rate: 10, burst: 2 }).pause('k', 1e9), tooLong)
+    await shared.pause(key, 86400)
+    local.pause(86400)
+  } finally {
+    client.disconnect()
+  }
+})
+
+test('a number argument of the wrong kind is the documented TypeError with an ERR_RATEBOUND_ code, naming the value', async () => {
+  const wrong = (name, shown) => ({ name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_NUMBER', message: `invalid ${name} ${shown}: must be a number` })
+  const local = new rb.TokenBucket({ rate: 1, burst: 2 })
+  const keyed = new rb.KeyedLimiter({ rate: 1, burst: 2 })
+  await assert.rejects(local.acquire('1'), wrong('n', '"1"'))
+  await assert.rejects(local.acquire(1, { timeout: '1' }), wrong('timeout', '"1"'))
+  await assert.rejects(keyed.acquire('k', '1'), wrong('n', '"1"'))
+  assert.throws(() => local.pause('1'), wrong('seconds', '"1"'))
+  assert.throws(() => local.check(true), wrong('n', 'true'))
+  assert.throws(() => local.reserve('1'), wrong('n', '"1"'))
+  assert.throws(() => keyed.pause('k', '1'), wrong('seconds', '"1"'))
+  assert.throws(() => keyed.check('k', '1'), wrong('n', '"1"'))
+  // Nothing was taken by the refused calls.
+  assert.equal(local.tryAcquire(), true)
+  assert.equal(local.tryAcquire(), true)
+})
