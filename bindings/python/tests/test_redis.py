@@ -40,9 +40,16 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 SPEC = pathlib.Path(__file__).resolve().parents[3] / "spec" / "redis.json"
 HOST = "127.0.0.1"
-# How far past its deadline a call may return: "a few tens of ms" on this
-# shared, 2-core machine.
-SLACK = 0.04
+# How far past its deadline a call may return against a real server: a
+# generous bound for a loaded 2-core machine, well below what it tells
+# apart (a pause of CLIENT_PAUSE_MS, redis-py's retries: seconds). The
+# deadline's exact instant is checked in virtual time where a driver's
+# timers can be driven (Node: redis_deadline.test.js; Rust: tokio's paused
+# time).
+SLACK = 0.5
+# The fault tests' CLIENT PAUSE: longer than any deadline + SLACK, so that a
+# call that waited for Redis' answer instead of its deadline fails.
+CLIENT_PAUSE_MS = 2000
 # What the tests of a dead or silent server tell apart: one deadline
 # (50 ms) from redis-py's own seconds of retries (3.8 s) or its 5 s default
 # timeout. A bound well between the two holds on a loaded 2-core machine
@@ -448,11 +455,11 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     assert all(d.source == "redis" for d in t.run(0.1))
 
     # Slow: every client paused for 500 ms.
-    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
     start = time.monotonic()
     slow = t.run(0.4)
     assert_policy(policy, slow, time.monotonic() - start)
-    t.until("redis", within=3.0)
+    t.until("redis", within=5.0)
 
     # SCRIPT FLUSH mid-run: transparent (EVALSHA fails, EVAL reloads).
     before = len(t.log)
@@ -542,9 +549,9 @@ async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
     assert_policy("closed", await run(0.4), 0.4)
     own_server.start()
     await back(3.0)
-    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
     assert_policy("closed", await run(0.4), 0.4)
-    await back(3.0)
+    await back(5.0)
     own_server.admin("SCRIPT", "FLUSH")
     assert all(d.source == "redis" for d in await run(0.1))
     assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"
