@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import math
 import pathlib
 import shutil
 import socket
@@ -291,6 +292,9 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     sources: list[dict[str, int]] = [{} for _ in range(instances)]
     starts = [0.0] * instances
     ends = [0.0] * instances
+    # Each instance's last request sent and first answer.
+    sent = [0.0] * instances
+    answered = [math.inf] * instances
     errors: list[BaseException] = []
 
     def instance(i: int) -> None:
@@ -304,7 +308,9 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
             starts[i] = time.monotonic()
             stop = starts[i] + run_for
             while time.monotonic() < stop:
+                sent[i] = time.monotonic()
                 d = limiter.check(key)
+                answered[i] = min(answered[i], time.monotonic())
                 admitted[i] += d.allowed
                 sources[i][d.source or "?"] = sources[i].get(d.source or "?", 0) + 1
                 local_admitted[i] += local.try_acquire()
@@ -327,7 +333,11 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     local_total = sum(local_admitted)
     failed = sum(s.get("fail_closed", 0) for s in sources)
     assert total <= bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f}"
-    assert total >= 0.9 * bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f} ({failed} failures)"
+    # At least 90 % of what was earned from the first answer (the first call
+    # reached Redis before it: 50 threads connecting may start the run late)
+    # to the last request sent.
+    earned = 20 + 10 * (max(sent) - min(answered))
+    assert total >= 0.9 * earned, f"{total} admitted, earned {earned:.1f}, bound {bound:.1f} ({failed} failures)"
     # The contrast: fifty local buckets are fifty limits.
     assert local_total > 10 * bound, f"local buckets admitted {local_total}, bound {bound:.1f}"
     print(f"\nincident: Redis admitted {total} in {elapsed:.2f} s (bound {bound:.1f}); 50 local buckets {local_total}")
@@ -345,12 +355,14 @@ async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
     sources: collections.Counter[str] = collections.Counter()
 
     last_sent = start
+    first_answer = math.inf
 
     async def instance(i: int) -> None:
-        nonlocal last_sent
+        nonlocal last_sent, first_answer
         while time.monotonic() < stop:
             last_sent = max(last_sent, time.monotonic())
             d = await limiters[i].check(key)
+            first_answer = min(first_answer, time.monotonic())
             admitted[i] += d.allowed
             sources[d.source or "?"] += 1
             await asyncio.sleep(0.005)
@@ -361,9 +373,11 @@ async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
         await lim.aclose()
         await c.aclose()
     # Upper: all the run could earn (+1 for a token falling due during the
-    # last call); lower: 90 % of what was earned by the last request sent.
+    # last call); lower: 90 % of what was earned from the first answer (the
+    # first call reached Redis before it: 50 connections made on a busy
+    # loop may start the run late) to the last request sent.
     bound = 20 + 10 * elapsed + 1
-    earned = 20 + 10 * (last_sent - start)
+    earned = 20 + 10 * (last_sent - first_answer)
     total = sum(admitted)
     assert 0.9 * earned <= total <= bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f}, answers {dict(sources)}"
     print(f"\nincident, asyncio: {total} admitted in {elapsed:.2f} s (bound {bound:.1f})")
