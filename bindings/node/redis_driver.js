@@ -48,6 +48,10 @@
 const { setMaxListeners } = require('node:events')
 const { isNoScript, errorText, clientHealth } = require('./redis_clients.js')
 
+// Where the deadlines read the time (ms): the one place, so that a test
+// can put the wheel on virtual time (with node:test's mock timers).
+const clock = { now: () => performance.now() }
+
 // Called once by redis.js with the addon and what the package defines
 // (ratebound.js): the Driver class, TIMEOUT (what a RedisCall run alone
 // resolves with when its deadline passed) and integers (a RedisCall's reply
@@ -186,7 +190,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.cls = cls
       this.slot = slot
       this.deadline = 0
-      // When it was queued (ms; performance.now()).
+      // When it was queued (ms; clock.now()).
       this.since = 0
       this.done = false
       // Handed to the client: what it counts against IN_FLIGHT until
@@ -391,7 +395,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         this.#unsent(e)
         return p
       }
-      e.since = performance.now()
+      e.since = clock.now()
       // Until it is sent, its deadline is the queue's.
       e.deadline = e.since + this.#queueMs
       this.#queue.push(e)
@@ -461,7 +465,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       this.#stamping = false
       const launched = this.#launching
       this.#launching = []
-      const deadline = performance.now() + this.#ms
+      const deadline = clock.now() + this.#ms
       for (const e of launched) {
         if (e.done) continue
         e.deadline = e.since === 0 ? deadline : Math.min(deadline, e.since + this.#ms)
@@ -490,7 +494,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // (none left: the timer stops until a call begins).
     #sweep = () => {
       this.#timer = null
-      const now = performance.now()
+      const now = clock.now()
       const wheel = this.#wheel
       let i = this.#head
       this.#ticking = true
@@ -649,7 +653,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     #options(e) {
       if (!this.#adapter.abortable) return undefined
-      const now = performance.now()
+      const now = clock.now()
       let epoch = this.#epoch
       if (epoch === null || now - epoch.opened > EPOCH_MS) epoch = this.#epoch = new Epoch(now)
       e.epoch = epoch
@@ -772,7 +776,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       const room = (this.#slow ? ALONE : IN_FLIGHT) - this.#load
       if (room <= 0 || this.#queue.length === this.#first) return
       // The calls that waited too long never leave (the oldest first).
-      const now = performance.now()
+      const now = clock.now()
       if (this.#slow) this.#expireQueued(now)
       while (this.#queue.length > this.#first) {
         const e = this.#queue[this.#first]
@@ -983,3 +987,6 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
   return { Driver, TIMEOUT, integers }
 }
+
+// For the tests only (__test__/redis_deadline.test.js).
+module.exports.clock = clock

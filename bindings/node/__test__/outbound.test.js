@@ -257,12 +257,14 @@ test('fetch: a partner throttling for 2 s pauses the whole Redis fleet once', as
   )
   assert.deepEqual(results, Array(40).fill(200))
   assert.ok(refused >= 1, 'the partner never refused')
-  // Only the requests in flight when it switched, not one per caller (40)
-  // nor one per 50 ms of the refusal (40 more).
-  assert.ok(refused <= 5, `${refused} × 429`)
+  // Only the requests in flight when it switched (the other instances
+  // hear of the pause through Redis), not one per caller (40) nor one per
+  // 50 ms of the refusal (40 more): a quarter of that, within half the
+  // refusal — bounds for a loaded machine that a pause not shared fails.
+  assert.ok(refused <= 10, `${refused} × 429`)
   assert.equal(p.count(200), 40)
   assert.equal(p.count(200) + refused, p.seen.length)
-  assert.ok(lastRefusal - p.throttledAt < 500, 'a request went out during the pause')
+  assert.ok(lastRefusal - p.throttledAt < 1000, `a request went out ${(lastRefusal - p.throttledAt).toFixed(0)} ms into the pause`)
   assert.ok(paused.length === refused && paused.every((e) => e.seconds === 2 && e.status === 429), JSON.stringify(paused))
   // 10 at once (burst 5, then 20/s), the 2 s pause, the other 30+ at 20/s.
   assert.ok(ms >= 2000 + 1500, `${ms} ms`)
@@ -377,16 +379,18 @@ test('fetch: a throwing onDecision does not break the request', async () => {
 
 test('fetch: a wait beyond timeout rejects and sends nothing; an aborted wait gives its token back', async () => {
   const p = await scriptedPartner({ '/x': [[200]] })
-  const limiter = new rb.TokenBucket({ rate: 1, burst: 1 })
+  // A token every 2 s: the next is due 2 s after the first call.
+  const limiter = new rb.TokenBucket({ rate: 0.5, burst: 1 })
   const call = rb.fetch({ limiter })
   assert.equal((await call(`${p.url}/x`)).status, 200)
   const start = now()
-  await assert.rejects(call(`${p.url}/x`, { ratebound: { timeout: 0.1 } }), (e) => {
+  await assert.rejects(call(`${p.url}/x`, { ratebound: { timeout: 1.5 } }), (e) => {
     assert.ok(e instanceof rb.RateLimitExceededError, String(e))
-    assert.ok(e.retryAfter > 0.5 && e.retryAfter <= 1, String(e.retryAfter))
+    assert.ok(e.retryAfter > 1.5 && e.retryAfter <= 2, String(e.retryAfter))
     return true
   })
-  assert.ok(now() - start < 150 + SLACK_MS / 5, 'the refusal is at once')
+  // At once: well before the 1.5 s timeout, which a wait would reach.
+  assert.ok(now() - start < 1500 - 750, `the refusal took ${now() - start} ms`)
   assert.equal(p.hits('/x'), 1)
 
   // The same with the adapter's default timeout.
@@ -395,22 +399,22 @@ test('fetch: a wait beyond timeout rejects and sends nothing; an aborted wait gi
   assert.equal(p.hits('/x'), 1)
 
   // An abort during the wait: an AbortError, nothing sent, and the token
-  // reserved for it comes back — the next caller gets it as soon as it is
-  // due (~1 s after the first call), not one period later.
-  const limiter2 = new rb.TokenBucket({ rate: 1, burst: 1 })
+  // reserved for it comes back. On a manual clock: at 1 s (when it is
+  // due) the bucket holds it again, and only it.
+  const clock = new rb.ManualClock()
+  const limiter2 = new rb.TokenBucket({ rate: 1, burst: 1, clock })
   const call2 = rb.fetch({ limiter: limiter2 })
-  const first = now()
   assert.equal((await call2(`${p.url}/x`)).status, 200)
   const ac = new AbortController()
-  const timer = setTimeout(() => ac.abort(), 50)
-  await assert.rejects(call2(`${p.url}/x`, { signal: ac.signal }), { name: 'AbortError' })
-  clearTimeout(timer)
+  const waiting = call2(`${p.url}/x`, { signal: ac.signal })
+  await sleep(50) // it waits (for the token due at 1 s on the clock)
+  ac.abort()
+  await assert.rejects(waiting, { name: 'AbortError' })
   assert.equal(p.hits('/x'), 2)
-  await sleep(Math.max(0, 1050 - (now() - first)))
-  const t0 = now()
-  assert.equal((await call2(`${p.url}/x`, { ratebound: { timeout: 0.5 } })).status, 200)
-  assert.ok(now() - t0 < 400, `${now() - t0} ms: the aborted wait kept its token`)
-  assert.equal(p.hits('/x'), 3)
+  assert.equal(limiter2.tryAcquire(), false, 'no token before 1 s')
+  clock.advance(1)
+  assert.equal(limiter2.tryAcquire(), true, 'the aborted wait kept its token')
+  assert.equal(limiter2.tryAcquire(), false)
   await p.close()
 })
 

@@ -28,7 +28,26 @@ const execFileP = util.promisify(execFile)
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const now = () => performance.now()
 const DEADLINE = 250 // ms
-const SLACK = 150 // ms
+// How far past the deadline a call may return: generous, for a loaded
+// machine (real processes and sockets; the deadline's exact instant is
+// redis_deadline.test.js', in virtual time).
+const SLACK = 500 // ms
+const RATE = 10
+
+// Once the instances in `seen` at `back` are answered by Redis again (`back`:
+// when the last of them was), the limit is used again: they ask far more
+// often than RATE, so from then to the last answer at least 90 % of RATE·t
+// is admitted (counted from measured times; admissions before the kill do
+// not count).
+function assertUsedAgain(seen, back) {
+  const calls = seen.flat()
+  const end = Math.max(...calls.map((c) => c.at + c.took))
+  const used = calls.filter((c) => c.source === 'redis' && c.allowed && c.at >= back).length
+  const want = 0.9 * RATE * ((end - back) / 1000) - 1
+  assert.ok(end - back >= 1000, `back only ${(end - back).toFixed(0)} ms before the end`)
+  assert.ok(used >= want, `${used} admitted in the ${(end - back).toFixed(0)} ms after all were back (at least ${want.toFixed(1)})`)
+  console.log(`# used again: ${used} admitted in the ${(end - back).toFixed(0)} ms after all were back (at least ${want.toFixed(1)})`)
+}
 
 const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
@@ -110,7 +129,7 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
     c.on('error', () => {})
     await c.connect()
   }
-  const options = { rate: 10, burst: 20, onError: 'closed', timeout: DEADLINE / 1000, breakerCooldown: 0.25 }
+  const options = { rate: RATE, burst: 20, onError: 'closed', timeout: DEADLINE / 1000, breakerCooldown: 0.25 }
   const clientsUsed = [io, io, nr, nr, nrDefault]
   const limiters = clientsUsed.map((client) => new rb.redis.TokenBucket({ client, ...options }))
   const kinds = limiters.map((l, i) => (clientsUsed[i] === nrDefault ? 'node-redis (default refresh)' : l.clientKind))
@@ -153,6 +172,9 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
   assert.notEqual(promoted, null, 'the replica was promoted within 8 s')
 
   let redisAdmitted = 0
+  // When each is back (node-redis' default refresh may come back only
+  // near the end: left out of the "used again" window).
+  const backs = []
   for (const [i, calls] of seen.entries()) {
     const kind = `${kinds[i]} #${i}`
     const failed = calls.filter((c) => c.source !== 'redis')
@@ -175,10 +197,12 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
       back[0].at < killed + promoted + within,
       `${kind}: back at ${back[0].at.toFixed(0)} ms, killed at ${killed.toFixed(0)}, promoted ${promoted.toFixed(0)} ms later`,
     )
+    if (clientsUsed[i] !== nrDefault) backs.push(back[0].at)
     console.log(`# ${kind}: last fail-policy answer ${(lastFailure - killed).toFixed(0)} ms after the kill (promoted ${promoted.toFixed(0)} ms after it)`)
   }
   const elapsed = (now() - t0) / 1000
   assert.ok(redisAdmitted <= 20 + 10 * elapsed + 1, `${redisAdmitted} admitted in ${elapsed.toFixed(2)} s`)
+  assertUsedAgain(seen, Math.max(...backs))
   assert.deepEqual(unhandled, [])
 })
 
@@ -254,7 +278,7 @@ test('limiters over ioredis with sentinels recover from a Sentinel failover with
     return c
   })
   for (const c of clients) if (c.status !== 'ready') await new Promise((resolve) => c.once('ready', resolve))
-  const options = { rate: 10, burst: 20, onError: 'closed', timeout: DEADLINE / 1000, breakerCooldown: 0.25 }
+  const options = { rate: RATE, burst: 20, onError: 'closed', timeout: DEADLINE / 1000, breakerCooldown: 0.25 }
   const limiters = clients.map((client) => new rb.redis.TokenBucket({ client, ...options }))
   const key = `failover-${crypto.randomBytes(8).toString('hex')}`
   const runFor = 9000
@@ -286,6 +310,7 @@ test('limiters over ioredis with sentinels recover from a Sentinel failover with
   for (const n of [replica, ...sentinels]) await n.kill()
   assert.notEqual(promoted, null, 'the replica was promoted within 8 s')
   let redisAdmitted = 0
+  const backs = []
   for (const [i, calls] of seen.entries()) {
     const kind = `ioredis sentinel #${i}`
     const failed = calls.filter((c) => c.source !== 'redis')
@@ -302,9 +327,11 @@ test('limiters over ioredis with sentinels recover from a Sentinel failover with
     const back = calls.filter((c) => c.at > lastFailure)
     assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
     assert.ok(back[0].at < killed + promoted + 4000, `${kind}: back at ${back[0].at.toFixed(0)} ms, killed at ${killed.toFixed(0)}, promoted ${promoted.toFixed(0)} ms later`)
+    backs.push(back[0].at)
     console.log(`# ${kind}: last fail-policy answer ${(lastFailure - killed).toFixed(0)} ms after the kill (promoted ${promoted.toFixed(0)} ms after it)`)
   }
   const elapsed = (now() - t0) / 1000
   assert.ok(redisAdmitted <= 20 + 10 * elapsed + 1, `${redisAdmitted} admitted in ${elapsed.toFixed(2)} s`)
+  assertUsedAgain(seen, Math.max(...backs))
   assert.deepEqual(unhandled, [])
 })

@@ -32,7 +32,11 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 HOST = "127.0.0.1"
 DEADLINE = 0.25
-SLACK = 0.15
+# How far past the deadline a call may return: generous, for a loaded
+# machine (a failover is real processes and sockets; the deadline's exact
+# instant is checked in the drivers' own tests).
+SLACK = 0.5
+RATE = 10
 
 
 def free_port() -> int:
@@ -144,10 +148,24 @@ def cluster(tmp_path: pathlib.Path) -> Iterator[list[Node]]:
             n.kill()
 
 
+def assert_used_again(calls: list[list[tuple[float, float, str, bool]]], backs: list[float]) -> None:
+    """Once every instance is answered by Redis again (``backs``: when each
+    was), the limit is used again: they ask far more often than RATE, so
+    from the last of them to the last answer at least 90 % of RATE·t is
+    admitted (counted from measured times; admissions before the kill do
+    not count)."""
+    back = max(backs)
+    end = max(at + took for cs in calls for at, took, _, _ in cs)
+    used = sum(allowed for cs in calls for at, _, source, allowed in cs if source == "redis" and at >= back)
+    assert end - back >= 1.0, f"back only {end - back:.2f} s before the end"
+    assert used >= 0.9 * RATE * (end - back) - 1, f"{used} admitted in the {end - back:.2f} s after all were back"
+    print(f"used again: {used} admitted in the {end - back:.2f} s after all were back (at least {0.9 * RATE * (end - back) - 1:.1f})")
+
+
 def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: list[Node]) -> None:
     key = f"failover-{uuid.uuid4().hex}"
     master, replica = master_and_replica(cluster[0].port, key_slot(f"rb:tb:{key}".encode()))
-    options = dict(rate=10, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
+    options = dict(rate=RATE, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
     clients = [redis.cluster.RedisCluster(host=HOST, port=cluster[0].port) for _ in range(2)]
     limiters = [("redis-py", rbr.TokenBucket(c, **options)) for c in clients] + [
         ("native", rbr.TokenBucket(f"redis+cluster://{HOST}:{cluster[0].port}", **options)) for _ in range(2)
@@ -195,6 +213,7 @@ def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: lis
     assert promoted is not None, "the replica was not promoted within 8 s"
 
     redis_admitted = 0
+    backs = []
     for (kind, _), calls in zip(limiters, seen):
         failed = [c for c in calls if c[2] != "redis"]
         assert failed, f"{kind}: the kill was not felt"
@@ -211,10 +230,12 @@ def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: lis
         assert after[0][0] < killed + promoted + 4, (
             f"{kind}: back at {after[0][0]:.2f} s, killed at {killed:.2f}, promoted {promoted:.2f} s later"
         )
+        backs.append(after[0][0])
         print(f"{kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
               f"(promoted {promoted:.2f} s after it)")
     elapsed = time.monotonic() - start
     assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"
+    assert_used_again(seen, backs)
 
 
 # ------------------------------------------------------------- Sentinel
@@ -315,7 +336,7 @@ def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: 
     addrs = [(HOST, s.port) for s in sentinels]
     timeouts = dict(socket_timeout=DEADLINE, socket_connect_timeout=DEADLINE, retry=Retry(NoBackoff(), 0))
     sync_client = redis.sentinel.Sentinel(addrs, sentinel_kwargs=dict(timeouts)).master_for(SENTINEL_NAME, **timeouts)
-    options = dict(rate=10, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
+    options = dict(rate=RATE, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
     key = f"failover-{uuid.uuid4().hex}"
     run_for, kill_at = 9.0, 1.5
     seen: dict[str, list[tuple[float, float, str, bool]]] = {"sync": [], "asyncio": []}
@@ -375,6 +396,7 @@ def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: 
     assert not errors, errors
     assert promoted is not None, "the replica was not promoted within 8 s"
     redis_admitted = 0
+    backs = []
     for kind, calls in seen.items():
         failed = [c for c in calls if c[2] != "redis"]
         assert failed, f"{kind}: the kill was not felt"
@@ -391,7 +413,9 @@ def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: 
         assert after[0][0] < killed + promoted + 4, (
             f"{kind}: back at {after[0][0]:.2f} s, killed at {killed:.2f}, promoted {promoted:.2f} s later"
         )
+        backs.append(after[0][0])
         print(f"sentinel, {kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
               f"(promoted {promoted:.2f} s after it)")
     elapsed = time.monotonic() - start
     assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"
+    assert_used_again(list(seen.values()), backs)

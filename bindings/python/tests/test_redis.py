@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import math
 import pathlib
 import shutil
 import socket
@@ -40,9 +41,16 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 SPEC = pathlib.Path(__file__).resolve().parents[3] / "spec" / "redis.json"
 HOST = "127.0.0.1"
-# How far past its deadline a call may return: "a few tens of ms" on this
-# shared, 2-core machine.
-SLACK = 0.04
+# How far past its deadline a call may return against a real server: a
+# generous bound for a loaded 2-core machine, well below what it tells
+# apart (a pause of CLIENT_PAUSE_MS, redis-py's retries: seconds). The
+# deadline's exact instant is checked in virtual time where a driver's
+# timers can be driven (Node: redis_deadline.test.js; Rust: tokio's paused
+# time).
+SLACK = 0.5
+# The fault tests' CLIENT PAUSE: longer than any deadline + SLACK, so that a
+# call that waited for Redis' answer instead of its deadline fails.
+CLIENT_PAUSE_MS = 2000
 # What the tests of a dead or silent server tell apart: one deadline
 # (50 ms) from redis-py's own seconds of retries (3.8 s) or its 5 s default
 # timeout. A bound well between the two holds on a loaded 2-core machine
@@ -284,6 +292,9 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     sources: list[dict[str, int]] = [{} for _ in range(instances)]
     starts = [0.0] * instances
     ends = [0.0] * instances
+    # Each instance's last request sent and first answer.
+    sent = [0.0] * instances
+    answered = [math.inf] * instances
     errors: list[BaseException] = []
 
     def instance(i: int) -> None:
@@ -297,7 +308,9 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
             starts[i] = time.monotonic()
             stop = starts[i] + run_for
             while time.monotonic() < stop:
+                sent[i] = time.monotonic()
                 d = limiter.check(key)
+                answered[i] = min(answered[i], time.monotonic())
                 admitted[i] += d.allowed
                 sources[i][d.source or "?"] = sources[i].get(d.source or "?", 0) + 1
                 local_admitted[i] += local.try_acquire()
@@ -320,7 +333,11 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     local_total = sum(local_admitted)
     failed = sum(s.get("fail_closed", 0) for s in sources)
     assert total <= bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f}"
-    assert total >= 0.9 * bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f} ({failed} failures)"
+    # At least 90 % of what was earned from the first answer (the first call
+    # reached Redis before it: 50 threads connecting may start the run late)
+    # to the last request sent.
+    earned = 20 + 10 * (max(sent) - min(answered))
+    assert total >= 0.9 * earned, f"{total} admitted, earned {earned:.1f}, bound {bound:.1f} ({failed} failures)"
     # The contrast: fifty local buckets are fifty limits.
     assert local_total > 10 * bound, f"local buckets admitted {local_total}, bound {bound:.1f}"
     print(f"\nincident: Redis admitted {total} in {elapsed:.2f} s (bound {bound:.1f}); 50 local buckets {local_total}")
@@ -338,12 +355,14 @@ async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
     sources: collections.Counter[str] = collections.Counter()
 
     last_sent = start
+    first_answer = math.inf
 
     async def instance(i: int) -> None:
-        nonlocal last_sent
+        nonlocal last_sent, first_answer
         while time.monotonic() < stop:
             last_sent = max(last_sent, time.monotonic())
             d = await limiters[i].check(key)
+            first_answer = min(first_answer, time.monotonic())
             admitted[i] += d.allowed
             sources[d.source or "?"] += 1
             await asyncio.sleep(0.005)
@@ -354,9 +373,11 @@ async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
         await lim.aclose()
         await c.aclose()
     # Upper: all the run could earn (+1 for a token falling due during the
-    # last call); lower: 90 % of what was earned by the last request sent.
+    # last call); lower: 90 % of what was earned from the first answer (the
+    # first call reached Redis before it: 50 connections made on a busy
+    # loop may start the run late) to the last request sent.
     bound = 20 + 10 * elapsed + 1
-    earned = 20 + 10 * (last_sent - start)
+    earned = 20 + 10 * (last_sent - first_answer)
     total = sum(admitted)
     assert 0.9 * earned <= total <= bound, f"{total} admitted in {elapsed:.2f} s, bound {bound:.1f}, answers {dict(sources)}"
     print(f"\nincident, asyncio: {total} admitted in {elapsed:.2f} s (bound {bound:.1f})")
@@ -448,11 +469,11 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     assert all(d.source == "redis" for d in t.run(0.1))
 
     # Slow: every client paused for 500 ms.
-    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
     start = time.monotonic()
     slow = t.run(0.4)
     assert_policy(policy, slow, time.monotonic() - start)
-    t.until("redis", within=3.0)
+    t.until("redis", within=5.0)
 
     # SCRIPT FLUSH mid-run: transparent (EVALSHA fails, EVAL reloads).
     before = len(t.log)
@@ -542,9 +563,9 @@ async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
     assert_policy("closed", await run(0.4), 0.4)
     own_server.start()
     await back(3.0)
-    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
     assert_policy("closed", await run(0.4), 0.4)
-    await back(3.0)
+    await back(5.0)
     own_server.admin("SCRIPT", "FLUSH")
     assert all(d.source == "redis" for d in await run(0.1))
     assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"

@@ -28,6 +28,7 @@ import ratebound as rb
 import ratebound.redis as rbr
 from test_redis import (  # noqa: F401 (cluster: a fixture)
     CLASSES,
+    CLIENT_PAUSE_MS,
     FAIL_SOURCE,
     HOST,
     SLACK,
@@ -306,11 +307,11 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     t.until("redis", within=3.0)
     assert all(d.source == "redis" for d in t.run(0.1))
 
-    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
     start = time.monotonic()
     slow = t.run(0.4)
     assert_policy(policy, slow, time.monotonic() - start)
-    t.until("redis", within=3.0)
+    t.until("redis", within=5.0)
 
     before = len(t.log)
     own_server.admin("SCRIPT", "FLUSH")
@@ -352,9 +353,9 @@ async def test_faults_asyncio_kill_pause_flush(own_server: Server) -> None:
     assert_policy("closed", await run(0.4), 0.4)
     own_server.start()
     await back(3.0)
-    own_server.admin("CLIENT", "PAUSE", 500, "ALL")
+    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
     assert_policy("closed", await run(0.4), 0.4)
-    await back(3.0)
+    await back(5.0)
     own_server.admin("SCRIPT", "FLUSH")
     assert all(d.source == "redis" for d in await run(0.1))
     assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"
@@ -662,26 +663,25 @@ async def test_cluster_asyncio(cluster: Cluster) -> None:
 
 
 def test_waiters_move_past_another_instances_pause(server: Server) -> None:
-    """Instance A (a URL) holds reservations up to 400 ms ahead; instance B
-    pauses the key 600 ms; A hears of it on its own pub/sub connection and
-    its waiters complete only after the pause, in order."""
-    from test_redis_waiting import _check_moved, _sleeping_waiters
+    """Instance A (a URL) holds reservations up to 1.5 s ahead; instance B
+    pauses the key 1 s; A hears of it on its own pub/sub connection and
+    its waiters complete only after the pause, in order (the rules as in
+    test_redis_waiting)."""
+    from test_redis_waiting import PAUSE, RATE, _check_moved, _waiters_in_order
 
     key = fresh_key("asleep-native")
-    a = rbr.TokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
-    b = rbr.TokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
+    a = rbr.TokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
     assert not a.listening
     a.acquire_blocking(fresh_key("warm"))
     assert a.listening
-    start = time.monotonic()
-    threads, done = _sleeping_waiters(a, key, 5, start)
-    time.sleep(max(start + 0.06 - time.monotonic(), 0))
+    threads, done, start = _waiters_in_order(a, key, 4, [server])
     paused_at = time.monotonic() - start
-    shift = b.pause(key, 0.6)
-    assert shift is not None and shift >= 0.599
+    shift = b.pause(key, PAUSE)
+    assert shift is not None
     for t in threads:
-        t.join(timeout=10)
-    _check_moved(done, paused_at, paused_at + 0.6)
+        t.join(timeout=30)
+    _check_moved(done, paused_at, shift)
     a.close()
     assert not a.listening
     b.close()
@@ -690,75 +690,78 @@ def test_waiters_move_past_another_instances_pause(server: Server) -> None:
 def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -> None:
     """On a cluster URL: the listener subscribes on a seed node, the key
     lives on another master, the news crosses the cluster bus."""
-    from test_redis_waiting import _check_moved, _elsewhere, _sleeping_waiters
+    from test_redis_waiting import PAUSE, RATE, _check_moved, _elsewhere, _waiters_in_order
 
     key = _elsewhere(cluster, "cluster-asleep-native")
     target = f"redis+cluster://{HOST}:{cluster.nodes[0].port}"
-    a = rbr.TokenBucket(target, "10/s burst 1", on_error="closed", timeout=1.0)
-    b = rbr.TokenBucket(target, "10/s burst 1", on_error="closed", timeout=1.0)
+    a = rbr.TokenBucket(target, RATE, on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(target, RATE, on_error="closed", timeout=1.0)
     stop = time.monotonic() + 10
     while time.monotonic() < stop and a.check(fresh_key("ready")).source != "redis":
         time.sleep(0.05)
     a.acquire_blocking(fresh_key("warm"))
     assert a.listening
-    start = time.monotonic()
-    threads, done = _sleeping_waiters(a, key, 3, start)
-    time.sleep(max(start + 0.06 - time.monotonic(), 0))
+    threads, done, start = _waiters_in_order(a, key, 3, cluster.nodes)
     paused_at = time.monotonic() - start
-    assert b.pause(key, 0.6) is not None
+    shift = b.pause(key, PAUSE)
+    assert shift is not None
     for t in threads:
-        t.join(timeout=10)
-    _check_moved(done, paused_at, paused_at + 0.6)
+        t.join(timeout=30)
+    _check_moved(done, paused_at, shift)
     a.close()
     b.close()
 
 
 async def test_asyncio_waiters_move_past_another_instances_pause(server: Server) -> None:
-    from test_redis_waiting import _check_moved
+    from test_redis_waiting import PAUSE, RATE, _check_moved, _tasks_in_order
 
     key = fresh_key("asleep-native-async")
-    a = rbr.AsyncTokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
-    b = rbr.TokenBucket(url(server), "10/s burst 1", on_error="closed", timeout=1.0)
+    a = rbr.AsyncTokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
+    b = rbr.TokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
     await a.acquire(fresh_key("warm"))
     assert a.listening
-    start = time.monotonic()
-
-    async def waiter(i: int) -> float:
-        await asyncio.sleep(0.01 * i)
-        await a.acquire(key, timeout=10)
-        return time.monotonic() - start
-
-    tasks = [asyncio.create_task(waiter(i)) for i in range(5)]
-    await asyncio.sleep(max(start + 0.06 - time.monotonic(), 0))
+    tasks, start = await _tasks_in_order(a, key, 4, [server])
     paused_at = time.monotonic() - start
-    shift = await asyncio.to_thread(b.pause, key, 0.6)
-    assert shift is not None and shift >= 0.599
+    shift = await asyncio.to_thread(b.pause, key, PAUSE)
+    assert shift is not None
     done = list(await asyncio.gather(*tasks))
-    _check_moved(done, paused_at, paused_at + 0.6)
+    _check_moved(done, paused_at, shift)
     await a.aclose()
     assert not a.listening
     b.close()
 
 
 async def test_asyncio_reserve_cancel_and_a_cancelled_acquire(server: Server) -> None:
+    """Give-backs are read in Redis: the bucket's TAT returns to where it
+    was before the cancelled reservation or acquire took its slot."""
+    from test_redis_waiting import PERIOD, RATE, tat, until_async
+
     key = fresh_key("reserve-async")
-    a = rbr.AsyncTokenBucket(url(server), "5/s burst 1", on_error="closed", timeout=1.0)
+    a = rbr.AsyncTokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
+    start = time.monotonic()
     first = await a.reserve(key)
     assert first.delay == 0.0
-    nxt = await a.reserve(key, max_wait=1)
-    assert 0.15 <= nxt.delay <= 0.2
+    # A second slot: the queue (and the key) stays a second ahead.
+    await a.reserve(key, max_wait=5)
+    queued = tat(server, key)
+    nxt = await a.reserve(key, max_wait=5)
+    assert 2 * PERIOD - (time.monotonic() - start) <= nxt.delay <= 2 * PERIOD
+    assert queued is not None and tat(server, key) == queued + PERIOD * 1_000_000
     assert await nxt.acancel() is True
+    assert tat(server, key) == queued
     with pytest.raises(rb.RateLimitExceeded):
         await a.reserve(key, max_wait=0.01)
+    assert tat(server, key) == queued
     # A task cancelled while it waits gives its slot back.
     waiting = asyncio.create_task(a.acquire(key, timeout=5))
-    await asyncio.sleep(0.05)
+    await until_async(lambda: tat(server, key) != queued)
+    assert tat(server, key) == queued + PERIOD * 1_000_000
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    t = time.monotonic()
+    assert tat(server, key) == queued
     await a.acquire(key, timeout=5)
-    assert time.monotonic() - t <= 0.2 + SLACK
+    assert tat(server, key) == queued + PERIOD * 1_000_000
     await a.aclose()
 
 

@@ -122,6 +122,18 @@ def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
 
 
+def _now() -> float:
+    """The asyncio runners' clock: the running loop's (``time.monotonic()``
+    on asyncio's own loops), the one place they read the time, so that a
+    test's loop on virtual time drives their deadlines."""
+    return asyncio.get_running_loop().time()
+
+
+def _left_now(deadline: float) -> float:
+    """:func:`_left` on the running loop's clock."""
+    return max(deadline - _now(), 0.0)
+
+
 # How late past its deadline an asyncio call's timer may run before the
 # lateness is the event loop's own (with a quarter of the timeout).
 _LATE = 0.005
@@ -198,7 +210,7 @@ class _AsyncGate:
             await sem.acquire()  # at once: no task, no timer
             return sem
         try:
-            await asyncio.wait_for(sem.acquire(), _left(deadline))
+            await asyncio.wait_for(sem.acquire(), _left_now(deadline))
         except asyncio.TimeoutError:
             return None
         return sem
@@ -671,6 +683,9 @@ class _AsyncRunner(_Calls):
             **kwargs,
         )
 
+    def _deadline(self) -> float:
+        return _now() + self._timeout
+
     async def _sent_read(self, call: _RedisCall, progress: list[float]) -> Any:
         """The call on a connection of the limiter's own pool, written as
         the engine packed it and its reply read. ``progress``: ``[sent,
@@ -693,15 +708,15 @@ class _AsyncRunner(_Calls):
             makers = self._makers_here()
             await makers.acquire()
             try:
-                t = time.monotonic()
+                t = _now()
                 progress[0] = 1.0
                 conn = await pool.get_connection()
-                made = time.monotonic() - t
+                made = _now() - t
             finally:
                 makers.release()
         try:
             await conn.send_packed_command(call.command)
-            progress[1] = time.monotonic() - progress[1] - made
+            progress[1] = _now() - progress[1] - made
             progress[0] = 2.0
             try:
                 return await conn.read_response()
@@ -736,7 +751,7 @@ class _AsyncRunner(_Calls):
         init = self._init
         if init is None or (init.done() and (init.cancelled() or init.exception() is not None)):
             init = self._init = asyncio.ensure_future(self._client.initialize())
-        await asyncio.wait_for(asyncio.shield(init), _left(deadline))
+        await asyncio.wait_for(asyncio.shield(init), _left_now(deadline))
         self._ready_ = True
 
     async def _within(self, command: Callable[[], Awaitable[Any]], deadline: float) -> Any:
@@ -744,13 +759,13 @@ class _AsyncRunner(_Calls):
         ``deadline``; raises what it raised, ``asyncio.TimeoutError`` past it."""
         if not self._ready_:
             await self._ready(deadline)
-        return await asyncio.wait_for(command(), _left(deadline))
+        return await asyncio.wait_for(command(), _left_now(deadline))
 
     def _overloaded(self, progress: list[float], deadline: float) -> bool:
         """Whether a call that timed out (``progress``: see _sent_read) was
         late for this client's own reasons rather than Redis'."""
         half = self._timeout / 2
-        late = time.monotonic() - deadline > max(self._timeout / 4, _LATE)
+        late = _now() - deadline > max(self._timeout / 4, _LATE)
         stage, own = progress[0], progress[1]
         queued = stage == 0.0
         connecting = stage == 1.0 and self._gate.full()
@@ -776,8 +791,11 @@ class _AsyncRunner(_Calls):
         if place is None:
             return _UNSENT
         # [how far, own time before the send] (see _sent_read): a client
-        # used as given or a cluster's counts as sent at once.
-        progress = [2.0 if self._pool is None else 0.0, deadline - self._timeout]
+        # used as given or a cluster's counts as sent at once, with no time
+        # of this client's own (before, its start time stood there: every
+        # timeout of theirs read as the client's overload, "busy", and the
+        # fail policy and the breaker never heard of a silent Redis).
+        progress = [2.0, 0.0] if self._pool is None else [0.0, deadline - self._timeout]
         attempt = (lambda: self._sent_read(call, progress)) if self._pool is not None else (lambda: self._attempt(call))
         try:
             return await self._within(attempt, deadline), False, None, False
@@ -816,7 +834,7 @@ class _AsyncRunner(_Calls):
         failure is left for the first call."""
         if not self._ready_:
             try:
-                await self._ready(time.monotonic() + 3600.0)
+                await self._ready(_now() + 3600.0)
             except (asyncio.TimeoutError, *self._errors):
                 pass
 

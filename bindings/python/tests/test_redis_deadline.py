@@ -1,0 +1,124 @@
+"""The asyncio Redis limiters' deadline and fail policy in virtual time: a
+client used as given whose script calls never answer, or answer just
+before or just after the 50 ms deadline, on an event loop whose clock
+jumps to its next timer instead of sleeping (the runners read the time
+through the running loop's clock: ratebound/redis/_runners.py ``_now``).
+Each answer is asserted at an exact virtual instant. The real-server
+versions (test_redis.py, test_redis_native.py) keep generous bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from typing import Any, Awaitable, Callable, Optional
+
+import pytest
+
+import ratebound.redis as rbr
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+DEADLINE = 0.05
+
+
+class _Jump(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """Never sleeps: a wait for a timer moves the virtual clock to it."""
+
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def select(self, timeout: Optional[float] = None) -> Any:
+        ready = super().select(0)
+        if not ready and timeout is not None and timeout > 0:
+            self.clock[0] += timeout
+        elif not ready and timeout is None:
+            ready = super().select(1.0)  # nothing scheduled: only I/O (bounded)
+        return ready
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    def __init__(self) -> None:
+        self.clock = [1000.0]
+        super().__init__(selector=_Jump(self.clock))
+
+    def time(self) -> float:
+        return self.clock[0]
+
+
+def virtual(main: Callable[[VirtualLoop], Awaitable[None]]) -> None:
+    loop = VirtualLoop()
+    try:
+        loop.run_until_complete(main(loop))
+    finally:
+        loop.close()
+
+
+# A GCRA reply that admits: allowed, remaining, retry_after_us,
+# reset_after_us, taken, damaged, now_us.
+ADMIT = [1, 19, 0, 100_000, 1, 0, 1_000_000]
+
+
+class Scripted:
+    """A client used as given: every script call answers after ``delay``
+    seconds of the loop's time (None: never)."""
+
+    def __init__(self, delay: Optional[float]) -> None:
+        self.delay = delay
+        self.sent: list[float] = []
+
+    async def evalsha(self, *args: Any) -> Any:
+        self.sent.append(asyncio.get_running_loop().time())
+        if self.delay is None:
+            await asyncio.get_running_loop().create_future()
+        await asyncio.sleep(self.delay)
+        return ADMIT
+
+    eval = evalsha
+
+
+FAIL = {"open": ("fail_open", True), "closed": ("fail_closed", False), "local": ("local", True)}
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "local"])
+def test_a_call_redis_never_answers_gets_the_fail_policy_exactly_at_the_deadline(policy: str) -> None:
+    """The fail policy's answer (not "busy": the client was not overloaded,
+    Redis was silent) at exactly the deadline; three in a row open the
+    breaker, whose answers cost no time at all."""
+
+    async def main(loop: VirtualLoop) -> None:
+        client = Scripted(None)
+        lim = rbr.AsyncTokenBucket(
+            client, rate=10, burst=20, on_error=policy, local_rate=5 if policy == "local" else None, timeout=DEADLINE
+        )
+        for i in range(3):
+            t0 = loop.time()
+            d = await lim.check("k")
+            assert (d.source, d.allowed) == FAIL[policy], (i, d)
+            assert loop.time() - t0 == pytest.approx(DEADLINE, abs=1e-9), (i, loop.time() - t0)
+        assert lim.breaker_open
+        t0 = loop.time()
+        assert (await lim.check("k")).source == FAIL[policy][0]
+        assert loop.time() == t0
+        assert len(client.sent) == 3
+        await lim.aclose()
+
+    virtual(main)
+
+
+def test_an_answer_just_before_the_deadline_is_redis_one_just_after_is_the_fail_policys() -> None:
+    async def main(loop: VirtualLoop) -> None:
+        early = rbr.AsyncTokenBucket(Scripted(DEADLINE - 0.001), rate=10, burst=20, on_error="closed", timeout=DEADLINE)
+        t0 = loop.time()
+        d = await early.check("k")
+        assert (d.source, d.allowed) == ("redis", True)
+        assert loop.time() - t0 == pytest.approx(DEADLINE - 0.001, abs=1e-9)
+        late = rbr.AsyncTokenBucket(Scripted(DEADLINE + 0.001), rate=10, burst=20, on_error="closed", timeout=DEADLINE)
+        t0 = loop.time()
+        d = await late.check("k")
+        assert (d.source, d.allowed) == ("fail_closed", False)
+        assert loop.time() - t0 == pytest.approx(DEADLINE, abs=1e-9)
+        await early.aclose()
+        await late.aclose()
+
+    virtual(main)
