@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from test_redis import HOST, Cluster, Server, cluster  # noqa: F401 (a fixture)
+from test_redis import HOST, Cluster, Server, cluster, server  # noqa: F401 (fixtures)
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 READMES = [ROOT / "bindings" / "python" / "README.md", ROOT / "README.md"]
@@ -81,13 +81,6 @@ def partner() -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("readme-redis")).start()
-    yield s
-    s.stop()
-
-
 def addresses(port: int, seeds: list[int], partner: str, shm: pathlib.Path) -> list[tuple[str, Callable[[re.Match[str]], str] | str]]:
     """The rewrites: README address → this test's servers."""
     single = f"redis://{HOST}:{port}/0"
@@ -119,9 +112,9 @@ def test_every_block_is_found() -> None:
 
 @pytest.mark.parametrize("name,source", ALL, ids=[name for name, _ in ALL])
 def test_readme_block_runs(
-    name: str, source: str, redis_server: Server, cluster: Cluster, partner: str, tmp_path: pathlib.Path
+    name: str, source: str, server: Server, cluster: Cluster, partner: str, tmp_path: pathlib.Path
 ) -> None:
-    code = rewrite(source, addresses(redis_server.port, [n.port for n in cluster.nodes], partner, tmp_path))
+    code = rewrite(source, addresses(server.port, [n.port for n in cluster.nodes], partner, tmp_path))
     compiled = compile(code, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     # The one name a block may use without defining it: the README's
     # convention, stated in its first block, is `import ratebound as rb`.
