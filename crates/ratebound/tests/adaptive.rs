@@ -121,6 +121,58 @@ fn a_slower_service_is_learned_not_shed_forever() {
     }
 }
 
+/// The overload on 4 workers whose handler takes 20 ms, then 40 ms from 3 s
+/// until `until`.
+fn slowdown_at_3s(until: u64) -> Run {
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let phases = [
+        Phase {
+            until: 3_000 * MS,
+            ..OVERLOAD
+        },
+        Phase {
+            until,
+            service: 40 * MS,
+            ..OVERLOAD
+        },
+    ];
+    serve(&cap, &clock, &phases)
+}
+
+/// The handler's time doubles at 3 s under the overload (4 workers: 100/s
+/// at 40 ms): until the limit reaches the 4 workers the latency looks like
+/// queueing and every cut keeps the rate; the first cut below them loses
+/// a quarter of it with the latency unchanged, which re-learns the 40 ms
+/// and puts the limit back at 4 — one window below the service's
+/// concurrency, not a cut by a third below it. Before 2026-12-05 a cut in
+/// vain needed a third below the knee: the limit sat at 3 for 4 windows
+/// (0.9 s, 72–74/s against 100) and the 40 ms were learned in the 14th
+/// window; on real servers, with noisier windows, it sat at 2–3 for
+/// seconds (63/s in the Rust bench).
+#[test]
+fn a_lasting_slowdown_is_learned_within_a_few_windows_at_the_services_concurrency() {
+    let run = slowdown_at_3s(10_000 * MS);
+    let t = trace(&run, 3_000 * MS, 10_000 * MS, 1);
+    let learned = t.iter().position(|w| w.2 > 35.0);
+    let learned = learned.expect("the 40 ms were never learned");
+    // The 11th window to close from 3 s, 1.7 s in.
+    assert!(learned < 11, "learned in window {}", learned + 1);
+    // Each probe below the 4 workers lasts one window.
+    for w in t.windows(2) {
+        assert!(w[0].1 >= 4 || w[1].1 >= 4, "below 4 twice in a row: {w:?}");
+    }
+    assert!(t.iter().filter(|w| w.1 < 4).count() <= 3);
+    // Every second from the slowdown served at ≥ 90 % of 100/s, with p99
+    // within 3× the slower service.
+    let goodput: Vec<_> = (3..10)
+        .map(|s| run.goodput(s * 1_000 * MS, (s + 1) * 1_000 * MS))
+        .collect();
+    println!("served/s each second from 3 s: {goodput:?}");
+    assert!(goodput.iter().all(|&g| g >= 90.0));
+    assert!(run.p99_after(3_000 * MS, 10_000 * MS) <= 120 * MS);
+}
+
 #[test]
 fn a_slowdown_that_ends_is_forgotten() {
     // The handler takes 40 ms instead of 20 for 3 s, then 20 again, under
