@@ -32,23 +32,34 @@ fn an_overload_keeps_latency_near_the_unloaded_and_serves_the_capacity() {
     assert!(run.p99_after(1_000 * MS, 5_000 * MS) > 1_000 * MS);
 }
 
-/// The overload for 3 s on 4 workers, then 5 s more on `workers`.
-fn workers_change_at_3s(workers: usize) -> (ConcurrencyCap, Run) {
+/// The overload for 3 s on 4 workers × 20 ms, then `then`.
+fn overload_then(then: Phase) -> Run {
     let clock = ManualClock::new();
     let cap = adaptive(&clock);
-    let phases = [
-        Phase {
-            until: 3_000 * MS,
-            ..OVERLOAD
-        },
-        Phase {
-            until: 8_000 * MS,
-            workers,
-            ..OVERLOAD
-        },
-    ];
-    let run = serve(&cap, &clock, &phases);
-    (cap, run)
+    let first = Phase {
+        until: 3_000 * MS,
+        ..OVERLOAD
+    };
+    serve(&cap, &clock, &[first, then])
+}
+
+/// The overload for 3 s on 4 workers, then 5 s more on `workers`.
+fn workers_change_at_3s(workers: usize) -> Run {
+    overload_then(Phase {
+        until: 8_000 * MS,
+        workers,
+        ..OVERLOAD
+    })
+}
+
+/// The overload on 4 workers whose handler takes 20 ms, then 40 ms from 3 s
+/// until `until`.
+fn slowdown_at_3s(until: u64) -> Run {
+    overload_then(Phase {
+        until,
+        service: 40 * MS,
+        ..OVERLOAD
+    })
 }
 
 #[test]
@@ -56,7 +67,7 @@ fn the_limit_comes_back_up_when_the_overload_ends() {
     // Overloaded for 3 s; then the service has four times the workers (it
     // scaled out, or a slow dependency recovered): within seconds the limit
     // rises to use them and shedding stops.
-    let (_, run) = workers_change_at_3s(16);
+    let run = workers_change_at_3s(16);
     let low = run.limit_at(3_000 * MS);
     assert!(low <= 12, "overloaded limit {low}");
     let high = run.limit_at(6_000 * MS);
@@ -85,20 +96,7 @@ fn a_slower_service_is_learned_not_shed_forever() {
     // latency. The baseline's decay toward the fast latency probes below
     // the new one a few times (each cut in vain re-learns it) until the
     // windowed minimum forgets the fast latency: then it stays.
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
-    let phases = [
-        Phase {
-            until: 3_000 * MS,
-            ..OVERLOAD
-        },
-        Phase {
-            until: 40_000 * MS,
-            service: 40 * MS,
-            ..OVERLOAD
-        },
-    ];
-    let run = serve(&cap, &clock, &phases);
+    let run = slowdown_at_3s(40_000 * MS);
     trace(&run, 3_000 * MS, 40_000 * MS, 8);
     // The README's "falls to 3 in the model's run", then back.
     let lowest = run
@@ -121,35 +119,6 @@ fn a_slower_service_is_learned_not_shed_forever() {
     }
 }
 
-/// The overload on 4 workers whose handler takes 20 ms, then 40 ms from 3 s
-/// until `until`.
-fn slowdown_at_3s(until: u64) -> Run {
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
-    let phases = [
-        Phase {
-            until: 3_000 * MS,
-            ..OVERLOAD
-        },
-        Phase {
-            until,
-            service: 40 * MS,
-            ..OVERLOAD
-        },
-    ];
-    serve(&cap, &clock, &phases)
-}
-
-/// The handler's time doubles at 3 s under the overload (4 workers: 100/s
-/// at 40 ms): until the limit reaches the 4 workers the latency looks like
-/// queueing and every cut keeps the rate; the first cut below them loses
-/// a quarter of it with the latency unchanged, which re-learns the 40 ms
-/// and puts the limit back at 4 — one window below the service's
-/// concurrency, not a cut by a third below it. Before 2026-12-05 a cut in
-/// vain needed a third below the knee: the limit sat at 3 for 4 windows
-/// (0.9 s, 72–74/s against 100) and the 40 ms were learned in the 14th
-/// window; on real servers, with noisier windows, it sat at 2–3 for
-/// seconds (63/s in the Rust bench).
 #[test]
 fn a_lasting_slowdown_is_learned_within_a_few_windows_at_the_services_concurrency() {
     let run = slowdown_at_3s(10_000 * MS);
@@ -262,7 +231,7 @@ fn a_healthy_service_is_never_shed() {
 fn the_limit_follows_the_capacity_down() {
     // Half the workers go away at 3 s (a dependency's pool shrinks): the
     // best limit halves, and the adaptive one follows.
-    let (_, run) = workers_change_at_3s(2);
+    let run = workers_change_at_3s(2);
     let (before, after) = (run.limit_at(3_000 * MS), run.limit_at(7_900 * MS));
     assert!(
         after * 3 <= before * 2,
