@@ -265,6 +265,8 @@ pub(crate) struct Controller {
     /// queueing from a slower service (0: none).
     ref_limit: AtomicU64,
     ref_mean: AtomicU64,
+    /// The limit in force during the last window (f64 bits).
+    last_held: AtomicU64,
     /// Congested windows in a row at the minimum limit.
     at_min: AtomicU64,
     /// The lowest baseline of this epoch and of the one before (f64 bits;
@@ -300,6 +302,7 @@ impl Controller {
             recent: AtomicU64::new(0),
             ref_limit: AtomicU64::new(0),
             ref_mean: AtomicU64::new(0),
+            last_held: AtomicU64::new(0),
             at_min: AtomicU64::new(0),
             floor: AtomicU64::new(0),
             floor_before: AtomicU64::new(0),
@@ -430,6 +433,8 @@ impl Controller {
         }
         let congested = mean > c.tolerance * baseline;
         let mut limit = limit;
+        let last_held = load_f(&self.last_held);
+        store_f(&self.last_held, limit.round());
         if congested {
             let at_min = if limit <= min {
                 self.at_min.fetch_add(1, Ordering::Relaxed) + 1
@@ -437,9 +442,11 @@ impl Controller {
                 self.at_min.store(0, Ordering::Relaxed);
                 0
             };
-            // The limit in force during the window, and what it served if
-            // full (Little's law).
-            let held = limit.round();
+            // The limit in force during the window and the one before
+            // (the window's first requests entered under that one: a cut
+            // is judged once its window is all behind it), and what it
+            // served if full (Little's law).
+            let held = limit.round().max(last_held);
             let rate = held / mean;
             let (ref_limit, ref_mean) = (load_f(&self.ref_limit), load_f(&self.ref_mean));
             let referenced = ref_limit > 0.0;
