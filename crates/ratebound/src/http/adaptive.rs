@@ -21,11 +21,13 @@
 //!   law a full limit serves `limit / latency`: cutting a queue shortens
 //!   the latency in proportion and keeps that rate, cutting below the
 //!   service's own concurrency leaves the latency and loses rate. So the
-//!   first cut that lost more than [`LOST`] of the rate of the lowest
-//!   limit that kept it (one step below the knee) re-learns the baseline
-//!   and puts the limit back at that lowest limit — instead of waiting for
-//!   a cut by a third below the knee, which at ~10 % a window near a small
-//!   limit kept a slower service shed at 2–3 for seconds;
+//!   first cut that lost more than `LOST` (15 %) of the rate of the
+//!   lowest limit that kept it (one step below the knee; judged on the
+//!   window after the cut's own, whose first requests entered under the
+//!   limit before) re-learns the baseline and puts the limit back at that
+//!   lowest limit — instead of waiting for a cut by a third below the
+//!   knee, which at ~10 % a window near a small limit kept a slower
+//!   service shed at 2–3 for seconds;
 //! - a baseline that no request alone confirms decays toward the lowest
 //!   baseline of the last 64–128 windows (a windowed minimum): after a
 //!   slowdown ends under an overload (nothing enters alone, so nothing else
