@@ -32,23 +32,34 @@ fn an_overload_keeps_latency_near_the_unloaded_and_serves_the_capacity() {
     assert!(run.p99_after(1_000 * MS, 5_000 * MS) > 1_000 * MS);
 }
 
-/// The overload for 3 s on 4 workers, then 5 s more on `workers`.
-fn workers_change_at_3s(workers: usize) -> (ConcurrencyCap, Run) {
+/// The overload for 3 s on 4 workers × 20 ms, then `then`.
+fn overload_then(then: Phase) -> Run {
     let clock = ManualClock::new();
     let cap = adaptive(&clock);
-    let phases = [
-        Phase {
-            until: 3_000 * MS,
-            ..OVERLOAD
-        },
-        Phase {
-            until: 8_000 * MS,
-            workers,
-            ..OVERLOAD
-        },
-    ];
-    let run = serve(&cap, &clock, &phases);
-    (cap, run)
+    let first = Phase {
+        until: 3_000 * MS,
+        ..OVERLOAD
+    };
+    serve(&cap, &clock, &[first, then])
+}
+
+/// The overload for 3 s on 4 workers, then 5 s more on `workers`.
+fn workers_change_at_3s(workers: usize) -> Run {
+    overload_then(Phase {
+        until: 8_000 * MS,
+        workers,
+        ..OVERLOAD
+    })
+}
+
+/// The overload on 4 workers whose handler takes 20 ms, then 40 ms from 3 s
+/// until `until`.
+fn slowdown_at_3s(until: u64) -> Run {
+    overload_then(Phase {
+        until,
+        service: 40 * MS,
+        ..OVERLOAD
+    })
 }
 
 #[test]
@@ -56,7 +67,7 @@ fn the_limit_comes_back_up_when_the_overload_ends() {
     // Overloaded for 3 s; then the service has four times the workers (it
     // scaled out, or a slow dependency recovered): within seconds the limit
     // rises to use them and shedding stops.
-    let (_, run) = workers_change_at_3s(16);
+    let run = workers_change_at_3s(16);
     let low = run.limit_at(3_000 * MS);
     assert!(low <= 12, "overloaded limit {low}");
     let high = run.limit_at(6_000 * MS);
@@ -85,20 +96,7 @@ fn a_slower_service_is_learned_not_shed_forever() {
     // latency. The baseline's decay toward the fast latency probes below
     // the new one a few times (each cut in vain re-learns it) until the
     // windowed minimum forgets the fast latency: then it stays.
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
-    let phases = [
-        Phase {
-            until: 3_000 * MS,
-            ..OVERLOAD
-        },
-        Phase {
-            until: 40_000 * MS,
-            service: 40 * MS,
-            ..OVERLOAD
-        },
-    ];
-    let run = serve(&cap, &clock, &phases);
+    let run = slowdown_at_3s(40_000 * MS);
     trace(&run, 3_000 * MS, 40_000 * MS, 8);
     // The README's "falls to 3 in the model's run", then back.
     let lowest = run
@@ -119,6 +117,31 @@ fn a_slower_service_is_learned_not_shed_forever() {
         );
         assert!((4..=12).contains(&w.limit), "{w:?}");
     }
+}
+
+#[test]
+fn a_lasting_slowdown_is_learned_within_a_few_windows_at_the_services_concurrency() {
+    let run = slowdown_at_3s(10_000 * MS);
+    let t = trace(&run, 3_000 * MS, 10_000 * MS, 1);
+    let learned = t.iter().position(|w| w.2 > 35.0);
+    let learned = learned.expect("the 40 ms were never learned");
+    // The 12th window to close from 3 s, 1.9 s in.
+    assert!(learned < 12, "learned in window {}", learned + 1);
+    // Each probe below the 4 workers lasts two windows: the cut's (its
+    // first requests entered above it) and the one that judges it.
+    for w in t.windows(3) {
+        assert!(w.iter().any(|w| w.1 >= 4), "below 4 thrice in a row: {w:?}");
+    }
+    assert!(t.iter().filter(|w| w.1 < 4).count() <= 4);
+    // Every second from the slowdown served at ≥ 85 % of 100/s (the two
+    // windows of a probe cost a second 12 %), with p99 within 3× the
+    // slower service.
+    let goodput: Vec<_> = (3..10)
+        .map(|s| run.goodput(s * 1_000 * MS, (s + 1) * 1_000 * MS))
+        .collect();
+    println!("served/s each second from 3 s: {goodput:?}");
+    assert!(goodput.iter().all(|&g| g >= 85.0));
+    assert!(run.p99_after(3_000 * MS, 10_000 * MS) <= 120 * MS);
 }
 
 #[test]
@@ -210,7 +233,7 @@ fn a_healthy_service_is_never_shed() {
 fn the_limit_follows_the_capacity_down() {
     // Half the workers go away at 3 s (a dependency's pool shrinks): the
     // best limit halves, and the adaptive one follows.
-    let (_, run) = workers_change_at_3s(2);
+    let run = workers_change_at_3s(2);
     let (before, after) = (run.limit_at(3_000 * MS), run.limit_at(7_900 * MS));
     assert!(
         after * 3 <= before * 2,
@@ -292,4 +315,47 @@ fn a_service_never_saturated_keeps_its_limit_and_its_baseline() {
         assert!((20..=25).contains(&w.1), "{w:?}");
     }
     assert!(run.windows.iter().all(|w| w.baseline_ms >= 45.0));
+}
+
+/// The same slowdown with every request's time varying by up to ±25 %
+/// (seeded): no window of the steady overload is taken for a slower
+/// service (the queue is still cut: p99 as without the rule), and the
+/// slowdown is learned as fast. Judged on the window of the cut itself
+/// (half its requests entered above the new limit) a fifth of the
+/// overload's windows re-learned a queue as the baseline (p99 60 ms);
+/// with the cut by a third of before 2026-12-05 the limit sat below the 4
+/// workers for 22 windows (79/s in the slowdown's first 3 s).
+#[test]
+fn a_slowdown_is_learned_as_fast_when_service_times_vary() {
+    let phases = [
+        Phase {
+            until: 20_000 * MS,
+            ..OVERLOAD
+        },
+        Phase {
+            until: 30_000 * MS,
+            service: 40 * MS,
+            ..OVERLOAD
+        },
+    ];
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let script = model::jittered(&model::arrivals(&phases), 25);
+    let run = serve_arrivals(&cap, &clock, &script, |_| 4);
+    trace(&run, 19_000 * MS, 30_000 * MS, 2);
+    let steady: Vec<_> = run.windows_in(1_000 * MS, 20_000 * MS).collect();
+    assert!(steady.len() > 200);
+    for w in steady {
+        assert!(w.baseline_ms < 25.0, "a queue taken for the service: {w:?}");
+    }
+    assert!(run.p99_after(1_000 * MS, 20_000 * MS) <= 45 * MS);
+    let slow: Vec<_> = run.windows_in(20_000 * MS, 30_000 * MS).collect();
+    let learned = slow.iter().position(|w| w.baseline_ms > 33.0);
+    assert!(learned.is_some_and(|n| n < 12), "learned: {learned:?}");
+    assert!(slow.iter().filter(|w| w.limit < 4).count() <= 4);
+    let (first, rest) = (
+        run.goodput(20_000 * MS, 23_000 * MS),
+        run.goodput(23_000 * MS, 30_000 * MS),
+    );
+    assert!(first >= 90.0 && rest >= 95.0, "{first}/s, then {rest}/s");
 }

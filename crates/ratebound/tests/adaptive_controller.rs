@@ -145,21 +145,49 @@ fn cap_at(initial: usize) -> (ConcurrencyCap, ManualClock) {
 }
 
 #[test]
-fn a_cut_by_a_third_that_leaves_the_latency_relearns_the_baseline() {
+fn a_cut_that_loses_the_rate_with_the_latency_unchanged_relearns_the_baseline() {
     // Baseline 20 ms, then 60 ms whatever the limit: each congested window
-    // cuts the limit by a tenth (halfway to half, smoothed by 0.2); the
-    // window that finds it at two thirds of where the congestion began
-    // with the latency as high takes 60 ms as the service's own.
+    // cuts the limit by a tenth (halfway to half, smoothed by 0.2). A cut
+    // is judged on the window after its own (whose first requests entered
+    // under the limit before): the first that loses more than 15 % of the
+    // rate (limit / latency: 16 / 60 against 20 / 60) takes 60 ms as the
+    // service's own and puts the limit back where the rate held. (Before
+    // 2026-12-05 it took a cut by a third: 13, in the 5th window.)
     let (cap, clock) = cap_at(20);
     assert_eq!(alone_window(&cap, &clock, 20), (20, 20.0));
-    let seen: Vec<_> = (0..5).map(|_| window(&cap, &clock, 60)).collect();
-    assert_eq!(
-        seen,
-        [(18, 20.0), (16, 20.0), (15, 20.0), (13, 20.0), (13, 60.0)]
-    );
+    let seen: Vec<_> = (0..4).map(|_| window(&cap, &clock, 60)).collect();
+    assert_eq!(seen, [(18, 20.0), (16, 20.0), (15, 20.0), (20, 60.0)]);
     // At the new baseline the latency is within the tolerance: no cut.
     let (limit, _) = window(&cap, &clock, 60);
-    assert_eq!(limit, 13);
+    assert_eq!(limit, 20);
+}
+
+#[test]
+fn the_first_cut_below_the_services_concurrency_relearns_it() {
+    // Baseline 20 ms; then a queue in front of 4 workers that take 40 ms:
+    // `40 · limit / 4` ms above 4 in flight, 40 below. Down to 4 each cut
+    // shortens the queue and keeps the rate; the cut to 3 leaves 40 ms,
+    // which is re-learned in the window after the cut's, and the limit is
+    // back at 4.
+    let (cap, clock) = cap_at(8);
+    alone_window(&cap, &clock, 20);
+    let mut seen = Vec::new();
+    for _ in 0..16 {
+        let ms = 10 * cap.limit().max(4) as u64;
+        seen.push(window(&cap, &clock, ms));
+        if seen[seen.len() - 1].1 > 20.0 {
+            break;
+        }
+    }
+    println!("{seen:?}");
+    let (last, before) = seen.split_last().unwrap();
+    assert_eq!(*last, (4, 40.0));
+    assert!(before.iter().all(|&(_, b)| b == 20.0), "{seen:?}");
+    assert_eq!(
+        before.iter().filter(|&&(l, _)| l < 4).count(),
+        2,
+        "{seen:?}"
+    );
 }
 
 #[test]

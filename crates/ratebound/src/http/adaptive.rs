@@ -16,9 +16,18 @@
 //!   process, whatever the load, and they are a fair sample of the mix of
 //!   requests; an overload that never lets a request in alone leaves the
 //!   baseline where it was;
-//! - when cutting the limit by a third did not bring the latency down, the
-//!   latency is not queueing but a slower service: the baseline is
-//!   re-learned from it;
+//! - when a cut of the limit lost throughput, the latency is not queueing
+//!   but a slower service: the baseline is re-learned from it. By Little's
+//!   law a full limit serves `limit / latency`: cutting a queue shortens
+//!   the latency in proportion and keeps that rate, cutting below the
+//!   service's own concurrency leaves the latency and loses rate. So the
+//!   first cut that lost more than `LOST` (15 %) of the rate of the
+//!   lowest limit that kept it (one step below the knee; judged on the
+//!   window after the cut's own, whose first requests entered under the
+//!   limit before) re-learns the baseline and puts the limit back at that
+//!   lowest limit — instead of waiting for a cut by a third below the
+//!   knee, which at ~10 % a window near a small limit kept a slower
+//!   service shed at 2–3 for seconds;
 //! - a baseline that no request alone confirms decays toward the lowest
 //!   baseline of the last 64–128 windows (a windowed minimum): after a
 //!   slowdown ends under an overload (nothing enters alone, so nothing else
@@ -224,6 +233,16 @@ const FLOOR_EPOCH: u64 = 64;
 /// How far a window with no request alone moves the baseline toward the
 /// floor.
 const DECAY: f64 = 0.1;
+/// A cut that lost more than this share of the rate (`limit / latency`)
+/// was in vain: the latency is the service's own.
+const LOST: f64 = 0.15;
+/// A window this much slower than the reference is judged afresh (the
+/// service slowed, or a queue is still growing): a cut is in vain only if
+/// the latency did not rise.
+const RISE: f64 = 0.05;
+/// A cut that kept at least this share of the rate shortened a queue: the
+/// next cut is judged from it.
+const KEPT: f64 = 0.95;
 
 /// The controller of an adaptive limit; see the module's notes.
 #[derive(Debug)]
@@ -243,10 +262,13 @@ pub(crate) struct Controller {
     baseline: AtomicU64,
     /// The last window's mean (f64 bits).
     recent: AtomicU64,
-    /// While congested: the limit and mean (f64 bits) the latency is
-    /// compared with to tell queueing from a slower service (0: none).
+    /// While congested: the lowest limit in force that kept the rate and
+    /// its mean (f64 bits), which the next cuts are compared with to tell
+    /// queueing from a slower service (0: none).
     ref_limit: AtomicU64,
     ref_mean: AtomicU64,
+    /// The limit in force during the last window (f64 bits).
+    last_held: AtomicU64,
     /// Congested windows in a row at the minimum limit.
     at_min: AtomicU64,
     /// The lowest baseline of this epoch and of the one before (f64 bits;
@@ -282,6 +304,7 @@ impl Controller {
             recent: AtomicU64::new(0),
             ref_limit: AtomicU64::new(0),
             ref_mean: AtomicU64::new(0),
+            last_held: AtomicU64::new(0),
             at_min: AtomicU64::new(0),
             floor: AtomicU64::new(0),
             floor_before: AtomicU64::new(0),
@@ -411,32 +434,53 @@ impl Controller {
             return limit.round() as usize;
         }
         let congested = mean > c.tolerance * baseline;
+        let mut limit = limit;
+        let last_held = load_f(&self.last_held);
+        store_f(&self.last_held, limit.round());
         if congested {
-            let (ref_limit, ref_mean) = (load_f(&self.ref_limit), load_f(&self.ref_mean));
             let at_min = if limit <= min {
                 self.at_min.fetch_add(1, Ordering::Relaxed) + 1
             } else {
                 self.at_min.store(0, Ordering::Relaxed);
                 0
             };
+            // The limit in force during the window and the one before
+            // (the window's first requests entered under that one: a cut
+            // is judged once its window is all behind it), and what it
+            // served if full (Little's law).
+            let held = limit.round().max(last_held);
+            let rate = held / mean;
+            let (ref_limit, ref_mean) = (load_f(&self.ref_limit), load_f(&self.ref_mean));
             let referenced = ref_limit > 0.0;
-            let cut_in_vain =
-                referenced && limit <= ref_limit * (2.0 / 3.0) && mean >= 0.8 * ref_mean;
+            let ref_rate = ref_limit / ref_mean;
+            let worse = referenced && mean > (1.0 + RISE) * ref_mean;
+            let cut = referenced && held < ref_limit;
+            let cut_in_vain = cut && !worse && rate < (1.0 - LOST) * ref_rate;
             if cut_in_vain || at_min >= STALE_AT_MIN {
-                // A third fewer requests in flight and hardly faster (or
-                // the fewest allowed, for a while): the latency is the
-                // service's own, not a queue's.
+                // Fewer requests in flight and no faster (or the fewest
+                // allowed, for a while): the latency is the service's own,
+                // not a queue's; the limit goes back to the lowest that
+                // kept the rate.
                 baseline = mean;
                 store_f(&self.baseline, baseline);
                 self.learned(baseline);
+                if cut_in_vain {
+                    limit = limit.max(ref_limit);
+                }
                 store_f(&self.ref_limit, 0.0);
                 self.at_min.store(0, Ordering::Relaxed);
-            } else if !referenced || mean > ref_mean || mean < 0.8 * ref_mean {
-                // The first congested window, a worse one, or one that
-                // cutting the limit helped: the next cut is judged
-                // against this one.
-                store_f(&self.ref_limit, limit);
+            } else if !referenced || worse || (!cut && rate < ref_rate) {
+                // The first congested window, or a slower one (the service
+                // slowed, or a queue is still growing): the next cut is
+                // judged against this one.
+                store_f(&self.ref_limit, held);
                 store_f(&self.ref_mean, mean);
+            } else if cut && rate >= KEPT * ref_rate {
+                // A cut that kept the rate shortened a queue: the next cut
+                // is judged from this limit, at the lower of the two rates
+                // (a lucky window does not raise the bar).
+                store_f(&self.ref_limit, held);
+                store_f(&self.ref_mean, mean.max(held / ref_rate));
             }
         } else {
             store_f(&self.ref_limit, 0.0);

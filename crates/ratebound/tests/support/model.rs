@@ -117,6 +117,22 @@ pub fn arrivals(phases: &[Phase]) -> Vec<(u64, u64)> {
     out
 }
 
+/// `arrivals` with each service time varied by up to ±`percent` % (seeded,
+/// uniform).
+pub fn jittered(arrivals: &[(u64, u64)], percent: u64) -> Vec<(u64, u64)> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    arrivals
+        .iter()
+        .map(|&(t, service)| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let j = service * percent / 100;
+            (t, service - j + seed % (2 * j + 1))
+        })
+        .collect()
+}
+
 /// `phases` served by their workers.
 pub fn serve(cap: &ConcurrencyCap, clock: &ManualClock, phases: &[Phase]) -> Run {
     let workers = |now| {
