@@ -334,6 +334,21 @@ fn a_check_racing_four_quota_changes_answers_for_one_quota() {
 }
 
 #[test]
+fn checks_racing_two_quota_changes_use_each_in_turn() {
+    // Checks read the quota from `current` while it holds the word's epoch
+    // and from the word's slot while a change is under way (the word is
+    // ahead of `current`, or `current` is being rewritten): across two
+    // changes, every check's answer is that of one quota.
+    model_check(
+        3,
+        &[
+            &[Op::SetQuota(2, 2), Op::SetBurst(4)],
+            &[Op::Check(1), Op::Check(2)],
+        ],
+    );
+}
+
+#[test]
 fn set_quota_races_reserve_and_cancel() {
     model_check(
         2,

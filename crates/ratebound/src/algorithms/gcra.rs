@@ -42,8 +42,12 @@ impl Params {
         if n == 0 {
             return Some(tat);
         }
-        let next = tat.max(now) + n * self.period;
-        (next - now <= self.tau()).then_some(next)
+        let (taken, tau) = (n * self.period, self.tau());
+        // `max(TAT, now) + n·T − now ≤ τ`, tested as `n·T ≤ τ` and
+        // `now ≥ TAT + n·T − τ`: both bounds come from the state and the
+        // quota alone, so a check's clock reading meets one comparison on
+        // its way to the exchange.
+        (taken <= tau && now >= (tat + taken).saturating_sub(tau)).then(|| tat.max(now) + taken)
     }
 
     /// The answer for `n` at `now`, decided on state `tat` (the state before

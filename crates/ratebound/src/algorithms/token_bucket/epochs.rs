@@ -19,6 +19,12 @@ pub(super) fn generation(word: u64) -> usize {
     (word >> GEN_SHIFT) as usize
 }
 
+/// The generation of epoch `epoch`: the slot that holds its quota.
+#[inline]
+pub(super) fn epoch_generation(epoch: u64) -> usize {
+    (epoch % SLOTS as u64) as usize
+}
+
 #[inline]
 pub(super) fn tat(word: u64) -> u64 {
     word & MAX_TAT
@@ -57,18 +63,38 @@ impl Slot {
     /// changed while it was read.
     #[inline]
     pub(super) fn read(&self) -> Option<(Params, u64)> {
-        // Ordering: Acquire on the first `seq` load pairs with the writer's
-        // final Release store, so the fields read below are at least that
-        // epoch's; the Acquire fence keeps the field loads before the second
-        // `seq` load, which catches a rewrite that overlapped them.
-        let before = self.seq.load(Ordering::Acquire);
+        let (p, seq) = self.begin()?;
+        self.unchanged(seq).then_some((p, seq / 2))
+    }
+
+    /// The first half of a read: the quota and the sequence number it was
+    /// read under, `None` if the slot is being rewritten. The pair is whole
+    /// only if [`unchanged`](Self::unchanged) says so afterwards; loads
+    /// between the two (the fast path's state word) happen after the fields'.
+    #[inline]
+    pub(super) fn begin(&self) -> Option<(Params, u64)> {
+        // Ordering: Acquire on the `seq` load pairs with the writer's final
+        // Release store, so the fields read below are at least that
+        // epoch's; the Acquire fence keeps the field loads before every load
+        // that follows it, `unchanged`'s among them, which catches a rewrite
+        // that overlapped them.
+        let seq = self.seq.load(Ordering::Acquire);
         let p = Params {
             period: self.period.load(Ordering::Relaxed),
             burst: self.burst.load(Ordering::Relaxed),
         };
         fence(Ordering::Acquire);
-        let after = self.seq.load(Ordering::Relaxed);
-        (before == after && before & 1 == 0).then_some((p, before / 2))
+        (seq & 1 == 0).then_some((p, seq))
+    }
+
+    /// True if the slot still holds what [`begin`](Self::begin) read under
+    /// `seq`: no rewrite overlapped the read, nor began before this load.
+    #[inline]
+    pub(super) fn unchanged(&self, seq: u64) -> bool {
+        // Ordering: Relaxed — `begin`'s fence orders the field loads before
+        // this one; whatever must come before it (the state word's Acquire
+        // load, on the fast path) is ordered by its own Acquire.
+        self.seq.load(Ordering::Relaxed) == seq
     }
 
     /// The quota of a slot that no one is rewriting (the writer's view).

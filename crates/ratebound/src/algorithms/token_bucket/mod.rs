@@ -12,7 +12,7 @@ use crate::{Decision, Error, Quota};
 
 mod epochs;
 
-use epochs::{SLOTS, Seen, Slot, UNWRITTEN, generation, pack, tat};
+use epochs::{SLOTS, Seen, Slot, UNWRITTEN, epoch_generation, generation, pack, tat};
 
 /// A token bucket of `burst` tokens, initially full, refilled at one token
 /// every `T` — kept as one `AtomicU64` and updated without locks.
@@ -58,6 +58,8 @@ use epochs::{SLOTS, Seen, Slot, UNWRITTEN, generation, pack, tat};
 #[derive(Debug)]
 pub struct TokenBucket<C: Clock = MonotonicClock> {
     state: AtomicState,
+    /// Epoch `e`'s quota in slot `e mod 4`, written before the CAS that
+    /// installs it.
     slots: [Slot; SLOTS],
     /// The latest epoch whose word is installed, stored after the CAS that
     /// installs it: a lower bound on the epoch of any word loaded after it.
@@ -132,6 +134,67 @@ impl<C: Clock> TokenBucket<C> {
     /// returns what the final pass decided on and whether it admitted.
     #[inline]
     fn update(&self, mut f: impl FnMut(u64, Params, u64) -> Option<u64>) -> (Seen, bool) {
+        match self.update_latest(&mut f) {
+            Some(done) => done,
+            None => self.update_by_epoch(f),
+        }
+    }
+
+    /// [`update`](Self::update) on the quota of the latest epoch: the
+    /// checks' path, where no load's address depends on the word (the slot
+    /// is picked by the epoch, loaded beside the word and the clock, not
+    /// after the word). `None` (nothing written) when a quota change is
+    /// under way: the slot is being rewritten or already holds a later
+    /// epoch, or the word is not of the epoch loaded.
+    ///
+    /// Why the quota is the word's. `epoch` read `k` (Acquire): the CAS
+    /// installing epoch `k` happened before, so the word's epoch `e` is at
+    /// least `k`. The slot read `2k` under its sequence number, so it held
+    /// epoch `k`'s quota, whole (a seqlock read, closed by the `unchanged`
+    /// load after each word). The word's generation is `k mod 4`, so `e` is
+    /// `k`, `k + 4`, … — and `e ≥ k + 4` would mean the change to `k + 4`,
+    /// which rewrote this slot before its CAS, happened before the word was
+    /// loaded (Acquire): the `unchanged` load after it would not find `2k`
+    /// again. So `e = k`.
+    #[inline]
+    fn update_latest(
+        &self,
+        f: &mut impl FnMut(u64, Params, u64) -> Option<u64>,
+    ) -> Option<(Seen, bool)> {
+        // Ordering: Acquire pairs with the writer's Release store, so the
+        // word loaded next is at least of this epoch.
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let slot = &self.slots[epoch_generation(epoch)];
+        let (params, seq) = slot.begin()?;
+        if seq != 2 * epoch {
+            return None;
+        }
+        let mut whole = true;
+        // Invariant (of the loop in `AtomicState::update`): every word `f`
+        // sees is checked against the slot after it was loaded; a word of
+        // another epoch refuses, writing nothing, and the caller starts over.
+        let (word, allowed) = self.state.update(|word| {
+            whole = generation(word) == epoch_generation(epoch) && slot.unchanged(seq);
+            if !whole {
+                return None;
+            }
+            Some(pack(generation(word), f(tat(word), params, epoch)?))
+        });
+        whole.then_some((
+            Seen {
+                word,
+                params,
+                epoch,
+            },
+            allowed,
+        ))
+    }
+
+    /// [`update`](Self::update) on the slot of each word's generation,
+    /// while a quota change is under way.
+    #[cold]
+    #[inline(never)]
+    fn update_by_epoch(&self, mut f: impl FnMut(u64, Params, u64) -> Option<u64>) -> (Seen, bool) {
         loop {
             // Ordering: Acquire pairs with the writer's Release store, so the
             // word loaded next is at least of this epoch.
@@ -420,7 +483,7 @@ impl<C: Clock> TokenBucket<C> {
         // word is of epoch `current` until our CAS, and its slot is stable.
         let current = self.epoch.load(Ordering::Relaxed);
         let next = current + 1;
-        let next_g = (next % SLOTS as u64) as usize;
+        let next_g = epoch_generation(next);
         // The slot last held epoch `next − 4`. A check that loaded a word of
         // that epoch and reads the slot now sees it being rewritten, or of an
         // epoch too new for its word, and starts over: no check ever pairs a
@@ -432,7 +495,7 @@ impl<C: Clock> TokenBucket<C> {
         // bits than the word has or readers that announce themselves (a
         // write on every check); quota changes are rare, administrative
         // events, so it is documented on `set_quota` instead.
-        let from = self.slots[(current % SLOTS as u64) as usize].held();
+        let from = self.slots[epoch_generation(current)].held();
         self.slots[next_g].write(next, to);
         self.state
             .update(|word| Some(pack(next_g, from.convert(tat(word), now, to))));
