@@ -676,10 +676,10 @@ export declare class AllOf {
    */
   check(n?: number | undefined | null): Decision
   /**
-   * Takes one token now if it is there: the decision only, with
-   * no object created (the fastest call).
+   * Takes one token (or `n`) now if it is there: the decision
+   * only, with no object created (without `n`, the fastest call).
    */
-  tryAcquire(): boolean
+  tryAcquire(n?: number): boolean
   /** What `check(n)` would answer now, taking nothing. */
   peek(n?: number | undefined | null): Decision
   /** How many tokens could be taken now. */
@@ -752,10 +752,10 @@ export declare class FixedWindow {
    */
   check(n?: number | undefined | null): Decision
   /**
-   * Takes one token now if it is there: the decision only, with
-   * no object created (the fastest call).
+   * Takes one token (or `n`) now if it is there: the decision
+   * only, with no object created (without `n`, the fastest call).
    */
-  tryAcquire(): boolean
+  tryAcquire(n?: number): boolean
   /** What `check(n)` would answer now, taking nothing. */
   peek(n?: number | undefined | null): Decision
   /** How many tokens could be taken now. */
@@ -884,8 +884,8 @@ export declare class KeyedLimiter {
    * key at the cap with `overflow: 'reject'`.
    */
   check(key: string | number | Uint8Array, n?: number): Decision
-  /** Takes one for `key` now if it is there: the decision only. */
-  tryAcquire(key: string | number | Uint8Array): boolean
+  /** Takes one (or `n`) for `key` now if it is there: the decision only. */
+  tryAcquire(key: string | number | Uint8Array, n?: number): boolean
   /** How many `key` could take now. */
   available(key: string | number | Uint8Array): number
   /** Forgets `key`; whether it was tracked. */
@@ -932,10 +932,10 @@ export declare class LeakyBucket {
    */
   check(n?: number | undefined | null): Decision
   /**
-   * Takes one token now if it is there: the decision only, with
-   * no object created (the fastest call).
+   * Takes one token (or `n`) now if it is there: the decision
+   * only, with no object created (without `n`, the fastest call).
    */
-  tryAcquire(): boolean
+  tryAcquire(n?: number): boolean
   /** What `check(n)` would answer now, taking nothing. */
   peek(n?: number | undefined | null): Decision
   /** How many tokens could be taken now. */
@@ -1293,8 +1293,8 @@ export declare class SharedKeyedLimiter {
   constructor(options?: SharedKeyedLimiterOptions | undefined | null)
   /** Takes `n` (default 1) for `key` now if all `n` are there. */
   check(key: string | number | Uint8Array, n?: number): Decision
-  /** Takes one for `key` now if it is there: the decision only. */
-  tryAcquire(key: string | number | Uint8Array): boolean
+  /** Takes one (or `n`) for `key` now if it is there: the decision only. */
+  tryAcquire(key: string | number | Uint8Array, n?: number): boolean
   /** How many `key` could take now. */
   available(key: string | number | Uint8Array): number
   /**
@@ -1331,8 +1331,8 @@ export declare class SharedTokenBucket {
   constructor(options?: SharedTokenBucketOptions | undefined | null)
   /** Takes `n` (default 1) now if all `n` are there, for every process. */
   check(n?: number | undefined | null): Decision
-  /** Takes one now if it is there: the decision only. */
-  tryAcquire(): boolean
+  /** Takes one (or `n`) now if it is there: the decision only. */
+  tryAcquire(n?: number): boolean
   /** Tokens available now. */
   available(): number
   /**
@@ -1378,10 +1378,10 @@ export declare class SlidingLog {
    */
   check(n?: number | undefined | null): Decision
   /**
-   * Takes one token now if it is there: the decision only, with
-   * no object created (the fastest call).
+   * Takes one token (or `n`) now if it is there: the decision
+   * only, with no object created (without `n`, the fastest call).
    */
-  tryAcquire(): boolean
+  tryAcquire(n?: number): boolean
   /** What `check(n)` would answer now, taking nothing. */
   peek(n?: number | undefined | null): Decision
   /** How many tokens could be taken now. */
@@ -1435,10 +1435,10 @@ export declare class SlidingWindow {
    */
   check(n?: number | undefined | null): Decision
   /**
-   * Takes one token now if it is there: the decision only, with
-   * no object created (the fastest call).
+   * Takes one token (or `n`) now if it is there: the decision
+   * only, with no object created (without `n`, the fastest call).
    */
-  tryAcquire(): boolean
+  tryAcquire(n?: number): boolean
   /** What `check(n)` would answer now, taking nothing. */
   peek(n?: number | undefined | null): Decision
   /** How many tokens could be taken now. */
@@ -1510,10 +1510,10 @@ export declare class TokenBucket {
    */
   check(n?: number | undefined | null): Decision
   /**
-   * Takes one token now if it is there: the decision only, with
-   * no object created (the fastest call).
+   * Takes one token (or `n`) now if it is there: the decision
+   * only, with no object created (without `n`, the fastest call).
    */
-  tryAcquire(): boolean
+  tryAcquire(n?: number): boolean
   /** What `check(n)` would answer now, taking nothing. */
   peek(n?: number | undefined | null): Decision
   /** How many tokens could be taken now. */

@@ -177,9 +177,14 @@ for (const C of [
   native.AllOf,
 ]) {
   const getter = handleGetter(C)
-  define(C.prototype, 'tryAcquire', function tryAcquire() {
-    const h = this[HANDLE]
-    return fastTry(h === undefined ? handleOf(this, getter) : h)
+  // `tryAcquire(n)` takes `n`, as Python's `try_acquire(n=…)` and the Redis
+  // limiters' `tryAcquire(key, n)` do (it took 1 whatever `n` was).
+  define(C.prototype, 'tryAcquire', function tryAcquire(n) {
+    let h = this[HANDLE]
+    if (h === undefined) h = handleOf(this, getter)
+    if (n === undefined) return fastTry(h)
+    numberArg('n', n)
+    return fastCheck(h, n) === 1
   })
   define(C.prototype, 'check', function check(n) {
     let h = this[HANDLE]
@@ -204,15 +209,33 @@ define(native.KeyedLimiter.prototype, 'check', function check(key, n) {
   const h = this[HANDLE]
   return decision(fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, n) === 1)
 })
-define(native.KeyedLimiter.prototype, 'tryAcquire', function tryAcquire(key) {
+define(native.KeyedLimiter.prototype, 'tryAcquire', function tryAcquire(key, n) {
+  if (n !== undefined) numberArg('n', n)
   const h = this[HANDLE]
-  return fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, 1) === 1
+  return fastKeyed(h === undefined ? handleOf(this, keyedGetter) : h, key, n === undefined ? 1 : n) === 1
 })
 define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n, options) {
   const waiter = this.waiter(numbered(n), timeoutOf(options))
   // A keyed wait holds nothing to give back.
   return drive(() => this.waitStep(waiter, key), () => {}, options)
 })
+
+// Shared memory: `tryAcquire(n)` / `tryAcquire(key, n)` take `n` (the
+// native call takes one).
+{
+  const one = native.SharedTokenBucket.prototype.tryAcquire
+  define(native.SharedTokenBucket.prototype, 'tryAcquire', function tryAcquire(n) {
+    if (n === undefined) return one.call(this)
+    numberArg('n', n)
+    return this.check(n).allowed
+  })
+  const oneKeyed = native.SharedKeyedLimiter.prototype.tryAcquire
+  define(native.SharedKeyedLimiter.prototype, 'tryAcquire', function tryAcquire(key, n) {
+    if (n === undefined) return oneKeyed.call(this, key)
+    numberArg('n', n)
+    return this.check(key, n).allowed
+  })
+}
 
 // Shared memory: a token bucket reserves on the shared word (every process
 // in one order), a window sleeps its retry_after; an abort gives back.

@@ -214,3 +214,43 @@ test('a number argument of the wrong kind is the documented TypeError with an ER
   assert.equal(local.tryAcquire(), true)
   assert.equal(local.tryAcquire(), true)
 })
+
+test('tryAcquire(n) takes n tokens, as check(n) and Python try_acquire(n=…) do, on every local limiter', () => {
+  const os = require('node:os')
+  const fs = require('node:fs')
+  const path = require('node:path')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rb-try-'))
+  try {
+    const clock = new rb.ManualClock()
+    const singles = [
+      new rb.TokenBucket({ rate: '1/minute', burst: 3, clock }),
+      new rb.FixedWindow({ limit: 3, window: 60, clock }),
+      new rb.SlidingWindow({ limit: 3, window: 60, clock }),
+      new rb.SlidingLog({ limit: 3, window: 60, clock }),
+      new rb.SharedTokenBucket({ path: path.join(dir, 'one.limit'), rate: '1/minute', burst: 3 }),
+    ]
+    for (const l of singles) {
+      const name = l.constructor.name
+      assert.equal(l.tryAcquire(2), true, name)
+      // Two taken: one is left, so two more are refused and one is not.
+      assert.equal(l.tryAcquire(2), false, name)
+      assert.equal(l.tryAcquire(), true, name)
+      assert.equal(l.tryAcquire(), false, name)
+      assert.throws(() => l.tryAcquire('2'), { name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' }, name)
+    }
+    const keyed = [
+      new rb.KeyedLimiter({ rate: '1/minute', burst: 3, maxKeys: 10, clock }),
+      new rb.SharedKeyedLimiter({ path: path.join(dir, 'keys.limit'), rate: '1/minute', burst: 3, maxKeys: 10 }),
+    ]
+    for (const l of keyed) {
+      const name = l.constructor.name
+      assert.equal(l.tryAcquire('k', 2), true, name)
+      assert.equal(l.tryAcquire('k', 2), false, name)
+      assert.equal(l.tryAcquire('k'), true, name)
+      assert.equal(l.tryAcquire('k'), false, name)
+      assert.throws(() => l.tryAcquire('k', '2'), { name: 'TypeError', code: 'ERR_RATEBOUND_INVALID_NUMBER' }, name)
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})

@@ -150,8 +150,8 @@ impl KeyedLimiter {
             .or_throw(&env)
     }
 
-    /// Takes one for `key` now if it is there: the decision only.
-    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    /// Takes one (or `n`) for `key` now if it is there: the decision only.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, n?: number")]
     pub fn try_acquire(&self, env: Env, key: Unknown<'_>) -> Result<bool> {
         self.key(&env, &key, |k| self.inner.try_acquire(k))?
             .or_throw(&env)

@@ -105,8 +105,8 @@ impl SharedTokenBucket {
             .map_err(|e| shm_throw(&env, e))
     }
 
-    /// Takes one now if it is there: the decision only.
-    #[napi]
+    /// Takes one (or `n`) now if it is there: the decision only.
+    #[napi(ts_args_type = "n?: number")]
     pub fn try_acquire(&self, env: Env) -> Result<bool> {
         self.inner
             .check()
@@ -283,8 +283,8 @@ impl SharedKeyedLimiter {
             .map_err(|e| shm_throw(&env, e))
     }
 
-    /// Takes one for `key` now if it is there: the decision only.
-    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    /// Takes one (or `n`) for `key` now if it is there: the decision only.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, n?: number")]
     pub fn try_acquire(&self, env: Env, key: Unknown<'_>) -> Result<bool> {
         self.key(&env, &key, |k| self.inner.check(k))?
             .map(|d| d.is_allowed())

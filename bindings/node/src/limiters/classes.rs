@@ -145,9 +145,9 @@ macro_rules! limiter_class {
                 self.slot.check(&env, n)
             }
 
-            /// Takes one token now if it is there: the decision only, with
-            /// no object created (the fastest call).
-            #[napi]
+            /// Takes one token (or `n`) now if it is there: the decision
+            /// only, with no object created (without `n`, the fastest call).
+            #[napi(ts_args_type = "n?: number")]
             pub fn try_acquire(&self) -> bool {
                 self.slot.limiter.try_acquire()
             }
