@@ -396,6 +396,27 @@ impl RedisEngine {
         }
     }
 
+    /// The outcome of a reservation's call whose caller went away before
+    /// it came (a cancelled task): the call that gives back what Redis
+    /// reserved, if anything (see `Engine::orphaned`).
+    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
+    fn orphaned(
+        &self,
+        py: Python<'_>,
+        call: &Bound<'_, RedisCall>,
+        reply: Option<&Bound<'_, PyAny>>,
+        timed_out: bool,
+        error: Option<&str>,
+        unsent: bool,
+    ) -> PyResult<Option<RedisCall>> {
+        let call = &call.get().inner;
+        let back = with_outcome(py, &self.inner, reply, timed_out, error, unsent, |o| {
+            self.inner.orphaned(call, o)
+        })?;
+        tell(py, &self.inner);
+        Ok(back.map(|inner| RedisCall { inner }))
+    }
+
     /// Whether a give-back's outcome says Redis took the tokens back
     /// (False: built on since, or the call failed).
     #[pyo3(signature = (reply=None, timed_out=false, error=None, unsent=false))]

@@ -63,16 +63,19 @@ class Scripted:
     """A client used as given: every script call answers after ``delay``
     seconds of the loop's time (None: never)."""
 
-    def __init__(self, delay: Optional[float]) -> None:
+    def __init__(self, delay: Optional[float], reply: Optional[list[int]] = None) -> None:
         self.delay = delay
+        self.reply = ADMIT if reply is None else reply
         self.sent: list[float] = []
+        self.args: list[tuple[Any, ...]] = []
 
     async def evalsha(self, *args: Any) -> Any:
         self.sent.append(asyncio.get_running_loop().time())
+        self.args.append(args)
         if self.delay is None:
             await asyncio.get_running_loop().create_future()
         await asyncio.sleep(self.delay)
-        return ADMIT
+        return self.reply
 
     eval = evalsha
 
@@ -120,5 +123,35 @@ def test_an_answer_just_before_the_deadline_is_redis_one_just_after_is_the_fail_
         assert loop.time() - t0 == pytest.approx(DEADLINE, abs=1e-9)
         await early.aclose()
         await late.aclose()
+
+    virtual(main)
+
+
+@pytest.mark.parametrize("how", ["acquire", "reserve"])
+@pytest.mark.parametrize("wait_us", [500_000, 0])
+def test_a_caller_cancelled_while_its_reservation_is_in_flight_gives_it_back(how: str, wait_us: int) -> None:
+    """The caller is cancelled (a 5 ms ``wait_for``) after its reservation
+    reached Redis, before the reply (10 ms): the reply is still read when
+    it lands, and what Redis reserved goes back — one ``return`` call at
+    exactly 10 ms, up to the TAT the reservation left. (The lost slot was
+    seen in a real-Redis run of the Rust driver.)"""
+
+    async def main(loop: VirtualLoop) -> None:
+        reply = [1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000]
+        client = Scripted(0.01, reply)
+        lim = rbr.AsyncTokenBucket(client, rate=10, burst=1, on_error="closed", timeout=DEADLINE)
+        t0 = loop.time()
+        call = lim.acquire("k") if how == "acquire" else lim.reserve("k", max_wait=1)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(call, 0.005)
+        assert len(client.sent) == 1
+        await asyncio.sleep(0.005)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert loop.time() - t0 == pytest.approx(0.01, abs=1e-9)
+        assert client.sent == [t0, t0 + 0.01], client.sent
+        back = [str(a.decode() if isinstance(a, bytes) else a) for a in client.args[1]]
+        assert back[-2:] == ["return", str(1_100_000 + wait_us)], back
+        await lim.aclose()
 
     virtual(main)

@@ -471,6 +471,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_reply_for_a_caller_gone_gives_back_what_it_reserved() {
+        let (e, _) = engine();
+        let mut a = pending(&e, "k");
+        let State::Pending(call) = a.state.clone() else {
+            panic!("{a:?}")
+        };
+        // Due later or at once: the caller never saw it — given back, up
+        // to the TAT the reservation left.
+        for wait_us in [300_000, 0] {
+            let back = e
+                .orphaned(
+                    &call,
+                    CallOutcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000]),
+                )
+                .expect("given back");
+            assert_eq!(back.kind.as_str(), "return");
+            assert_eq!(back.args[5], (1_100_000 + wait_us).to_string());
+        }
+        // Refused, or Redis down (the fail policy answered): nothing taken.
+        assert!(
+            e.orphaned(
+                &call,
+                CallOutcome::Reply(&[0, 0, 900_000, 0, 0, 0, 1_000_000])
+            )
+            .is_none()
+        );
+        assert!(e.orphaned(&call, CallOutcome::Timeout).is_none());
+        // The wait itself gives nothing back: its call is in flight.
+        assert!(e.acquire_abandon(&mut a).is_none());
+    }
+
+    #[test]
     fn told_directly_the_same_rule_holds() {
         let (e, _) = engine();
         let mut a = pending(&e, "k");

@@ -349,7 +349,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 }
                 Step::Sleep(d) => tokio::time::sleep(d).await,
                 Step::Call(call) => {
-                    let answer = self.run(&Arc::new(call)).await;
+                    let answer = self.run_owned(Arc::new(call)).await;
                     self.engine.misconfigured(&answer.outcome())?;
                     self.engine.acquire_reply(a, answer.outcome());
                     self.tell();
@@ -378,7 +378,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             ReserveBegin::Done(r) => (r, None),
             ReserveBegin::Call(call) => {
                 let call = Arc::new(call);
-                let answer = self.run(&call).await;
+                let answer = self.run_owned(call.clone()).await;
                 self.engine.misconfigured(&answer.outcome())?;
                 let r = self.engine.finish_reserve(&call, answer.outcome());
                 self.tell();
@@ -449,6 +449,27 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
 
     /// Runs `call` within the deadline: alone, or (batching, while other
     /// calls are in flight) in the next batch.
+    /// Runs a reservation's `call` on a task of its own, so that it
+    /// outlives the caller's future: if that future is dropped once the
+    /// call may have reached Redis, the reply still comes, and what it
+    /// reserved is given back ([`Engine::orphaned`]) — a reservation made
+    /// for a caller gone is never lost.
+    async fn run_owned(&self, call: Arc<Call>) -> Answer {
+        let limiter = self.clone();
+        let sent = call.clone();
+        let mut flight = Flight {
+            handle: Some(tokio::spawn(async move { limiter.run(&sent).await })),
+            call,
+            limiter: self.clone(),
+        };
+        let answer = match flight.handle.as_mut() {
+            Some(handle) => handle.await,
+            None => unreachable!("set above"),
+        };
+        flight.handle = None;
+        answer.unwrap_or_else(|e| Answer::Failed(format!("the call's task failed: {e}")))
+    }
+
     async fn run(&self, call: &Arc<Call>) -> Answer {
         let timeout = self.engine.timeout();
         let Some(batcher) = &self.batcher else {
@@ -557,6 +578,34 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for GiveBackOnDrop<
             && let Some(call) = self.limiter.engine.acquire_abandon(&mut a)
         {
             give_back_later(self.limiter.clone(), call);
+        }
+    }
+}
+
+/// A reservation's call in flight on its own task (see
+/// [`RedisLimiter::run_owned`]): dropped before its answer was taken, it
+/// hands the answer, when it comes, to [`Engine::orphaned`] and sends the
+/// give-back that returns.
+struct Flight<C: ConnectionLike + Clone + Send + Sync + 'static> {
+    handle: Option<tokio::task::JoinHandle<Answer>>,
+    call: Arc<Call>,
+    limiter: RedisLimiter<C>,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for Flight<C> {
+    fn drop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let (limiter, call) = (self.limiter.clone(), self.call.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Ok(answer) = handle.await
+                    && let Some(back) = limiter.engine.orphaned(&call, answer.outcome())
+                {
+                    let _ = limiter.run(&Arc::new(back)).await;
+                }
+            });
         }
     }
 }

@@ -285,6 +285,23 @@ impl Engine {
         back.args[5] = end_us.to_string();
         back
     }
+
+    /// The reply to a reservation (`call`, from [`begin_reserve`] or a
+    /// wait's step) whose caller went away before it came — a dropped
+    /// future, a cancelled task: the call that gives back what Redis
+    /// reserved, due at once or not (nobody will use it), under
+    /// [`give_back`](Self::give_back)'s rule. `None` when nothing was taken.
+    ///
+    /// [`begin_reserve`]: Self::begin_reserve
+    pub fn orphaned(&self, call: &Call, outcome: CallOutcome<'_>) -> Option<Call> {
+        match self.finish_reserve(call, outcome) {
+            Reserved::Granted {
+                end_us: Some(end_us),
+                ..
+            } => Some(self.give_back(call, end_us)),
+            _ => None,
+        }
+    }
 }
 
 /// Whether a give-back's reply (see [`Engine::give_back`]) says the tokens

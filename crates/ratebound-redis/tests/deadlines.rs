@@ -28,11 +28,12 @@ enum Script {
 }
 
 /// A connection whose server follows a [`Script`]; it counts the commands
-/// sent to it.
+/// sent to it and keeps the last one's arguments.
 #[derive(Clone)]
 struct Scripted {
     script: Arc<Mutex<Script>>,
     sent: Arc<AtomicUsize>,
+    last: Arc<Mutex<Vec<String>>>,
 }
 
 impl Scripted {
@@ -40,7 +41,12 @@ impl Scripted {
         Scripted {
             script: Arc::new(Mutex::new(script)),
             sent: Arc::new(AtomicUsize::new(0)),
+            last: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    fn last(&self) -> Vec<String> {
+        self.last.lock().unwrap().clone()
     }
 
     fn set(&self, script: Script) {
@@ -57,6 +63,13 @@ impl ConnectionLike for Scripted {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         // Ordering: Relaxed — see `sent`.
         self.sent.fetch_add(1, Ordering::Relaxed);
+        *self.last.lock().unwrap() = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
         let script = *self.script.lock().unwrap();
         // EVALSHA sha numkeys …: the script's seven integers per key.
         let keys = match cmd.args_iter().nth(2) {
@@ -242,5 +255,50 @@ async fn batched_callers_on_a_silent_server_answer_at_their_own_deadline() {
         }
         assert!(conn.sent() >= 2 + 3, "batched: {} sends", conn.sent());
         assert!(conn.sent() < 72, "batched: {} sends", conn.sent());
+    }
+}
+
+/// A wait or a reservation whose future is dropped after its call reached
+/// the server but before the reply came (the reply lands 10 ms after the
+/// send; the caller goes at 5 ms): the reply is still read when it lands,
+/// and what the server reserved is given back then — one `return` call at
+/// exactly 10 ms, up to the TAT the reservation left. Without it the slot
+/// was lost to everyone (a `reservations_share_one_order…` run against a
+/// real Redis hit this: the drop fell between Redis' script and its reply).
+#[tokio::test(start_paused = true)]
+async fn a_caller_gone_while_its_reservation_is_in_flight_gives_it_back() {
+    for (due_us, reserve) in [(500_000, false), (500_000, true), (0, false), (0, true)] {
+        let conn = Scripted::new(Script::After(Duration::from_millis(10), due_us));
+        let limiter = limiter(OnError::Closed, &conn, 3);
+        let t = Instant::now();
+        let gone = if reserve {
+            tokio::time::timeout(Duration::from_millis(5), async {
+                limiter
+                    .reserve_n("k", 1, Duration::from_secs(1))
+                    .await
+                    .map(|r| r.consume())
+            })
+            .await
+            .is_err()
+        } else {
+            tokio::time::timeout(Duration::from_millis(5), limiter.acquire_n("k", 1, None))
+                .await
+                .is_err()
+        };
+        assert!(gone, "{due_us} {reserve}: the caller went before the reply");
+        assert_eq!(conn.sent(), 1);
+        tokio::time::sleep_until(t + Duration::from_millis(10)).await;
+        // The reply's task, then the give-back's send, run at 10 ms.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(t.elapsed(), Duration::from_millis(10));
+        assert_eq!(conn.sent(), 2, "{due_us} {reserve}: the give-back went");
+        let last = conn.last();
+        assert_eq!(
+            last[last.len() - 2..],
+            ["return", &due_us.to_string()],
+            "{last:?}"
+        );
     }
 }

@@ -382,6 +382,14 @@ class _RedisEngine:
         unsent: bool = False,
     ) -> tuple[float, str, Optional[int]]: ...
     def give_back(self, reserve_call: _RedisCall, end_us: int) -> _RedisCall: ...
+    def orphaned(
+        self,
+        call: _RedisCall,
+        reply: Optional[Any] = None,
+        timed_out: bool = False,
+        error: Optional[str] = None,
+        unsent: bool = False,
+    ) -> Optional[_RedisCall]: ...
     def given_back(
         self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False
     ) -> bool: ...

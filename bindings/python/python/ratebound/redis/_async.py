@@ -17,6 +17,10 @@ from ._runners import _PerLoop
 
 _A = TypeVar("_A", bound="_AsyncLimiter")
 
+# The give-backs sent for cancelled callers, held until they are done (the
+# loop keeps only weak references to its tasks).
+_ORPHANS: "set[asyncio.Future[Any]]" = set()
+
 
 class _AsyncLimiter(_Base):
     """What every asyncio Redis limiter does."""
@@ -104,7 +108,7 @@ class _AsyncLimiter(_Base):
                 if kind == "sleep":
                     await asyncio.sleep(what)
                 else:
-                    self._engine.acquire_reply(a, *(await self._runner.run(what)))
+                    self._engine.acquire_reply(a, *(await self._run_owned(what)))
         except BaseException:
             back = self._engine.acquire_abandon(a)
             if back is not None:
@@ -117,7 +121,27 @@ class _AsyncLimiter(_Base):
         step = self._engine.begin_reserve(key, n, max_wait)
         if isinstance(step, tuple):
             return RedisReservation(self, None, step[0], step[1])
-        return self._reserved(step, await self._runner.run(step))
+        return self._reserved(step, await self._run_owned(step))
+
+    async def _run_owned(self, call: Any) -> Any:
+        # A reservation's call runs as a task of its own, so that it
+        # outlives a cancelled caller (asyncio.wait_for, a timeout, a
+        # disconnected client): the reply still comes, and what Redis
+        # reserved for nobody goes back (the engine's `orphaned`).
+        task = asyncio.ensure_future(self._runner.run(call))
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            task.add_done_callback(lambda t: self._orphaned(call, t))
+            raise
+
+    def _orphaned(self, call: Any, task: "asyncio.Future[Any]") -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        back = self._engine.orphaned(call, *task.result())
+        if back is not None:
+            _ORPHANS.add(give := asyncio.ensure_future(self._runner.run(back)))
+            give.add_done_callback(_ORPHANS.discard)
 
     async def pause(self, key: Key, seconds: Number) -> Optional[float]:
         """:meth:`TokenBucket.pause`."""
