@@ -14,9 +14,11 @@ test_gate_spec.py (ASGI, WSGI) and test_django.py."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
+import warnings
 from typing import Any, Callable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -30,6 +32,20 @@ from flask import Flask
 import ratebound as rb
 from test_gate_spec import free_port
 from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(autouse=True)
+def _collect_closed_loops_sockets() -> Iterator[None]:
+    """These tests' event loops (uvicorn's, ``asyncio.run``'s) are closed
+    when they end: the sockets opened in them (the test's redis.asyncio
+    client, the limiter's runner for each loop) can no longer be closed.
+    Collected at the end of each test, quietly, so that their
+    ResourceWarnings do not land in whichever test runs next (one with
+    warnings as errors failed on them when it ran after this file)."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 class Quiet(WSGIRequestHandler):
