@@ -27,11 +27,11 @@ const { HOST, startServer, stopAll } = require('./fixtures/redis-server.js')
 const PKG = path.resolve(__dirname, '..')
 const READMES = [path.join(PKG, 'README.md'), path.resolve(PKG, '..', '..', 'README.md')]
 
-function blocks(file) {
+function blocks(file, lang = 'js') {
   const lines = fs.readFileSync(file, 'utf8').split('\n')
   const found = []
   for (let i = 0; i < lines.length; i++) {
-    if (lines[i].trim() !== '```js') continue
+    if (lines[i].trim() !== '```' + lang) continue
     let j = i + 1
     while (lines[j].trim() !== '```') j++
     found.push({ name: `${path.relative(path.resolve(PKG, '..', '..'), file)}:${i + 2}`, source: lines.slice(i + 1, j).join('\n') })
@@ -116,3 +116,27 @@ for (const block of ALL) {
     assert.equal(code, 0, `${block.name} exited with ${code ?? signal}:\n${out}`)
   })
 }
+
+// Every ```ts block, type-checked as printed against index.d.ts (and the
+// frameworks' own types) with the package's tsconfig: each block a module
+// of its own in a scratch folder inside the package, so that 'ratebound'
+// resolves to this package as it does for a user.
+const TS = READMES.flatMap((f) => blocks(f, 'ts'))
+
+test('the README ts blocks type-check', () => {
+  assert.ok(TS.length >= 1, 'no ts block found')
+  const dir = fs.mkdtempSync(path.join(__dirname, '.readme-ts-'))
+  try {
+    const files = TS.map((block, i) => {
+      const name = `block${i}.ts`
+      fs.writeFileSync(path.join(dir, name), `// ${block.name}\n${block.source}\nexport {}\n`)
+      return name
+    })
+    fs.writeFileSync(path.join(dir, 'tsconfig.json'), JSON.stringify({ extends: '../tsconfig.json', files }))
+    const tsc = require.resolve('typescript/bin/tsc')
+    const r = require('node:child_process').spawnSync(process.execPath, [tsc, '-p', path.join(dir, 'tsconfig.json')], { encoding: 'utf8' })
+    assert.equal(r.status, 0, `tsc:\n${r.stdout}${r.stderr}\n${TS.map((b) => b.name).join(', ')}`)
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})
