@@ -294,7 +294,9 @@ fn model_check_to(burst: u64, plans: &'static [&'static [Op]], with_debt: bool) 
             .collect();
         let available = bucket.available();
         let debt = with_debt.then(|| {
-            let r = bucket.reserve_n(1, Duration::from_nanos(1_000 * T)).unwrap();
+            let r = bucket
+                .reserve_n(1, Duration::from_nanos(1_000 * T))
+                .unwrap();
             (r.delay().as_nanos() as u64 / T).saturating_sub(1)
         });
         assert!(
