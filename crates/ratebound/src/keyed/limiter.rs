@@ -489,8 +489,15 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// is paused, and nothing stands behind its pause: the answer is never
     /// `Queued`. An untracked key, or one whose bucket is not empty beyond
     /// `now`, is [`Resumed::NotPaused`](crate::Resumed::NotPaused), and
-    /// nothing changes. One CAS on the key's word, like a check: it is
-    /// ordered with checks as of its `now`.
+    /// nothing changes. One CAS on the key's word, like a check. Without
+    /// an end word the lift cannot tell a pause from a check admitted at a
+    /// later clock reading than the resume's `now` (one that came in just
+    /// as the pause ended, its reading taken after the resume's): that
+    /// admission is then forgotten. [`resume`](Self::resume) reads the
+    /// clock right before its exchange, so the window is the few
+    /// instructions between; a [`TokenBucket`](crate::TokenBucket) or a
+    /// shared-memory slot, which keep the pause's end, answer `Queued`
+    /// instead.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for the windows.
