@@ -468,6 +468,14 @@ export declare namespace redis {
      */
     pause(key: Key, seconds: number): Promise<number | null>
     /**
+     * Lifts the pause on `key` for every instance (one script call, on
+     * Redis' clock) if nothing was built on it: 'lifted' (empty now,
+     * refilling at the rate from now on), 'not_paused', 'queued'
+     * (reservations stand behind the pause: nothing changes), or null when
+     * Redis could not be told.
+     */
+    resume(key: Key): Promise<'lifted' | 'not_paused' | 'queued' | null>
+    /**
      * Gives every unspent leased token back to Redis (call it on shutdown)
      * and stops listening for pauses (closing the client stops it too);
      * resolves with how many keys' tokens went back. The client stays open.

@@ -468,6 +468,14 @@ export declare namespace redis {
      */
     pause(key: Key, seconds: number): Promise<number | null>
     /**
+     * Lifts the pause on `key` for every instance (one script call, on
+     * Redis' clock) if nothing was built on it: 'lifted' (empty now,
+     * refilling at the rate from now on), 'not_paused', 'queued'
+     * (reservations stand behind the pause: nothing changes), or null when
+     * Redis could not be told.
+     */
+    resume(key: Key): Promise<'lifted' | 'not_paused' | 'queued' | null>
+    /**
      * Gives every unspent leased token back to Redis (call it on shutdown)
      * and stops listening for pauses (closing the client stops it too);
      * resolves with how many keys' tokens went back. The client stays open.
@@ -704,6 +712,16 @@ export declare class AllOf {
    */
   pause(seconds: number): void
   /**
+   * Lifts a token bucket's pause now if nothing was built on it:
+   * `'lifted'` (empty now, refilling at the rate from now on),
+   * `'not_paused'`, or `'queued'` (reservations stand behind the
+   * pause: nothing changes, it ends when it was to end).
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the other
+   * algorithms.
+   */
+  resume(): 'lifted' | 'not_paused' | 'queued'
+  /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
    * (default: any wait): act after `reservation.delay` seconds,
@@ -779,6 +797,16 @@ export declare class FixedWindow {
    * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
    */
   pause(seconds: number): void
+  /**
+   * Lifts a token bucket's pause now if nothing was built on it:
+   * `'lifted'` (empty now, refilling at the rate from now on),
+   * `'not_paused'`, or `'queued'` (reservations stand behind the
+   * pause: nothing changes, it ends when it was to end).
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the other
+   * algorithms.
+   */
+  resume(): 'lifted' | 'not_paused' | 'queued'
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -913,6 +941,14 @@ export declare class KeyedLimiter {
    * `seconds`; {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the windows.
    */
   pause(key: string | number | Uint8Array, seconds: number): void
+  /**
+   * Lifts `key`'s pause now: `'lifted'` (empty now, refilling at the
+   * rate from now on) or `'not_paused'` (a key never has reservations
+   * behind its pause).
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the windows.
+   */
+  resume(key: string | number | Uint8Array): 'lifted' | 'not_paused' | 'queued'
 }
 
 /**
@@ -959,6 +995,16 @@ export declare class LeakyBucket {
    * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
    */
   pause(seconds: number): void
+  /**
+   * Lifts a token bucket's pause now if nothing was built on it:
+   * `'lifted'` (empty now, refilling at the rate from now on),
+   * `'not_paused'`, or `'queued'` (reservations stand behind the
+   * pause: nothing changes, it ends when it was to end).
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the other
+   * algorithms.
+   */
+  resume(): 'lifted' | 'not_paused' | 'queued'
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -1074,9 +1120,9 @@ export declare class RedisCall {
   /**
    * What the call asks: `'check'`, `'lease'`, `'return'` (from
    * `drain()`: give leased tokens back; such calls need no `finish`),
-   * `'reserve'` or `'pause'`.
+   * `'reserve'`, `'pause'` or `'resume'`.
    */
-  get kind(): 'check' | 'lease' | 'return' | 'reserve' | 'pause'
+  get kind(): 'check' | 'lease' | 'return' | 'reserve' | 'pause' | 'resume'
   /** The tokens asked for. */
   get n(): number
   /**
@@ -1236,6 +1282,18 @@ export declare class RedisEngine {
    */
   beginPause(key: string | number | Uint8Array, seconds: number, scope?: string | null): RedisCall
   /**
+   * The call that lifts the pause on `key` for every instance if nothing
+   * was built on it (one script run, on Redis' clock).
+   *
+   * @throws {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+   */
+  beginResume(key: string | number | Uint8Array, scope?: string | null): RedisCall
+  /**
+   * What became of a resume: `'lifted'`, `'not_paused'` or `'queued'`,
+   * or null when Redis could not be told.
+   */
+  finishResume(reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): 'lifted' | 'not_paused' | 'queued' | null
+  /**
    * Pauses `key` for `seconds` in this process's local share (the limit
    * of `onError: 'local'`), for a pause Redis could not be told of;
    * whether there was a local share to pause.
@@ -1304,6 +1362,13 @@ export declare class SharedKeyedLimiter {
    * `seconds`; {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window.
    */
   pause(key: string | number | Uint8Array, seconds: number): void
+  /**
+   * Lifts `key`'s pause for every process now if nothing was built on
+   * it: `'lifted'`, `'not_paused'` or `'queued'`.
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+   */
+  resume(key: string | number | Uint8Array): 'lifted' | 'not_paused' | 'queued'
   /** The most one check can take. */
   get limit(): number
   /** The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
@@ -1354,6 +1419,11 @@ export declare class SharedTokenBucket {
    * that are not a finite number ≥ 0.
    */
   pause(seconds: number): void
+  /**
+   * Lifts the pause for every process now if nothing was built on it:
+   * `'lifted'`, `'not_paused'` or `'queued'` (see `TokenBucket.resume`).
+   */
+  resume(): 'lifted' | 'not_paused' | 'queued'
   /** The burst. */
   get limit(): number
   /** The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
@@ -1405,6 +1475,16 @@ export declare class SlidingLog {
    * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
    */
   pause(seconds: number): void
+  /**
+   * Lifts a token bucket's pause now if nothing was built on it:
+   * `'lifted'` (empty now, refilling at the rate from now on),
+   * `'not_paused'`, or `'queued'` (reservations stand behind the
+   * pause: nothing changes, it ends when it was to end).
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the other
+   * algorithms.
+   */
+  resume(): 'lifted' | 'not_paused' | 'queued'
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -1462,6 +1542,16 @@ export declare class SlidingWindow {
    * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
    */
   pause(seconds: number): void
+  /**
+   * Lifts a token bucket's pause now if nothing was built on it:
+   * `'lifted'` (empty now, refilling at the rate from now on),
+   * `'not_paused'`, or `'queued'` (reservations stand behind the
+   * pause: nothing changes, it ends when it was to end).
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the other
+   * algorithms.
+   */
+  resume(): 'lifted' | 'not_paused' | 'queued'
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds
@@ -1537,6 +1627,16 @@ export declare class TokenBucket {
    * `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
    */
   pause(seconds: number): void
+  /**
+   * Lifts a token bucket's pause now if nothing was built on it:
+   * `'lifted'` (empty now, refilling at the rate from now on),
+   * `'not_paused'`, or `'queued'` (reservations stand behind the
+   * pause: nothing changes, it ends when it was to end).
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the other
+   * algorithms.
+   */
+  resume(): 'lifted' | 'not_paused' | 'queued'
   /**
    * Takes `n` tokens (default 1) now even if they are not there
    * yet, as long as they will be within `maxWait` seconds

@@ -249,6 +249,21 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     }
 
     /**
+     * Lifts the pause on `key` for every instance, on Redis' clock, if
+     * nothing was built on it (one script call; the rule is the engine's):
+     * resolves with 'lifted' (the bucket is empty now and refills at its
+     * rate from now on), 'not_paused', 'queued' (reservations stand behind
+     * the pause: nothing changes, and no waiter is woken early), or null
+     * when Redis could not be told (the pause stays on).
+     */
+    async resume(key) {
+      const call = this.#engine.beginResume(key, null)
+      const resumed = this.#engine.finishResume(...(await this.#result(call)))
+      this.#told()
+      return resumed
+    }
+
+    /**
      * `check` within `scope` (a middleware's policy name): that policy's
      * own key in Redis, never shared with another policy on the prefix.
      */

@@ -2,7 +2,7 @@
 
 // spec/redis_wait.json against a real Redis through the engine
 // (RedisEngine): reservations, give-backs (whether Redis took the tokens
-// back), pauses and checks at explicit Redis times, the same vectors the
+// back), pauses, resumes and checks at explicit Redis times, the same vectors the
 // Rust and Python suites replay.
 
 const { test, after } = require('node:test')
@@ -105,6 +105,9 @@ test('spec/redis_wait.json: every vector through the engine, zero differences', 
         const shift = e.finishPause(await run(client, call), false, null)
         assert.notEqual(shift, null)
         got = { shift_us: Math.round(shift * 1e6) }
+      } else if (step.call === 'resume') {
+        const call = e.beginResume(key, null).at(step.at_us)
+        got = { resumed: e.finishResume(await run(client, call), false, null) }
       } else if (step.call === 'check') {
         const call = e.begin(key, n, null).at(step.at_us)
         const d = e.finish(call, await run(client, call), false, null)

@@ -50,6 +50,8 @@ clock.advance(0.25)
 const t: number = clock.now()
 const tb = new TokenBucket({ rate: 2, burst: 3, clock })
 const tb2 = new TokenBucket({ rate: '100/minute' })
+const lifted: 'lifted' | 'not_paused' | 'queued' = tb.resume()
+void lifted
 const d: Decision = tb.check()
 const d2: Decision = tb.check(2)
 const ok: boolean = tb.tryAcquire()
@@ -133,6 +135,7 @@ async function global(): Promise<void> {
   const heldDelay: number = held.delay
   const gaveBack: boolean = await held.cancel()
   const shifted: number | null = await tb.pause('partner-api', 30)
+  const resumed: 'lifted' | 'not_paused' | 'queued' | null = await tb.resume('partner-api')
   const ok: boolean = await fw.tryAcquire(42, 2)
   const at: RedisDecision = await sw.checkAt(Buffer.from('k'), 1, 1_200_000_000_000_000)
   const returned: number = await tb2.close()

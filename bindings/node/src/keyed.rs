@@ -224,6 +224,21 @@ impl KeyedLimiter {
             .or_throw(&env)
     }
 
+    /// Lifts `key`'s pause now: `'lifted'` (empty now, refilling at the
+    /// rate from now on) or `'not_paused'` (a key never has reservations
+    /// behind its pause).
+    ///
+    /// @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the windows.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array",
+        ts_return_type = "'lifted' | 'not_paused' | 'queued'"
+    )]
+    pub fn resume(&self, env: Env, key: Unknown<'_>) -> Result<&'static str> {
+        self.key(&env, &key, |k| self.inner.resume(k))?
+            .map(|r| r.as_str())
+            .or_throw(&env)
+    }
+
     /// A wait for `n` tokens of some key (internal: `acquire`).
     #[napi(skip_typescript)]
     pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {

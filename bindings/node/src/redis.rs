@@ -219,10 +219,10 @@ impl RedisCall {
 
     /// What the call asks: `'check'`, `'lease'`, `'return'` (from
     /// `drain()`: give leased tokens back; such calls need no `finish`),
-    /// `'reserve'` or `'pause'`.
+    /// `'reserve'`, `'pause'` or `'resume'`.
     #[napi(
         getter,
-        ts_return_type = "'check' | 'lease' | 'return' | 'reserve' | 'pause'"
+        ts_return_type = "'check' | 'lease' | 'return' | 'reserve' | 'pause' | 'resume'"
     )]
     pub fn kind(&self) -> &'static str {
         self.call.kind.as_str()

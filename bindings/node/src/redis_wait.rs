@@ -290,6 +290,39 @@ impl RedisEngine {
         Ok(RedisCall { call })
     }
 
+    /// The call that lifts the pause on `key` for every instance if nothing
+    /// was built on it (one script run, on Redis' clock).
+    ///
+    /// @throws {Error} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, scope?: string | null")]
+    pub fn begin_resume(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        scope: Option<String>,
+    ) -> Result<RedisCall> {
+        let call = self.with_raw(&env, key, |k| self.engine.begin_resume(scope.as_deref(), k))?;
+        Ok(RedisCall { call })
+    }
+
+    /// What became of a resume: `'lifted'`, `'not_paused'` or `'queued'`,
+    /// or null when Redis could not be told.
+    #[napi(
+        ts_args_type = "reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean",
+        ts_return_type = "'lifted' | 'not_paused' | 'queued' | null"
+    )]
+    pub fn finish_resume(
+        &self,
+        reply: Option<Unknown<'_>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+        unsent: Option<bool>,
+    ) -> Result<Option<&'static str>> {
+        with_outcome(reply, timed_out, error, unsent, |o| {
+            self.engine.finish_resume(o).map(|r| r.as_str())
+        })
+    }
+
     /// Pauses `key` for `seconds` in this process's local share (the limit
     /// of `onError: 'local'`), for a pause Redis could not be told of;
     /// whether there was a local share to pause.

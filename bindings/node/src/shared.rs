@@ -158,6 +158,16 @@ impl SharedTokenBucket {
         self.inner.pause(d).map_err(|e| shm_throw(&env, e))
     }
 
+    /// Lifts the pause for every process now if nothing was built on it:
+    /// `'lifted'`, `'not_paused'` or `'queued'` (see `TokenBucket.resume`).
+    #[napi(ts_return_type = "'lifted' | 'not_paused' | 'queued'")]
+    pub fn resume(&self, env: Env) -> Result<&'static str> {
+        self.inner
+            .resume()
+            .map(|r| r.as_str())
+            .map_err(|e| shm_throw(&env, e))
+    }
+
     /// A wait for `n` tokens (internal: `acquire`).
     #[napi(skip_typescript)]
     pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
@@ -305,6 +315,20 @@ impl SharedKeyedLimiter {
     pub fn pause(&self, env: Env, key: Unknown<'_>, seconds: f64) -> Result<()> {
         let d = pause_of(&env, seconds)?;
         self.key(&env, &key, |k| self.inner.pause(k, d))?
+            .map_err(|e| shm_throw(&env, e))
+    }
+
+    /// Lifts `key`'s pause for every process now if nothing was built on
+    /// it: `'lifted'`, `'not_paused'` or `'queued'`.
+    ///
+    /// @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array",
+        ts_return_type = "'lifted' | 'not_paused' | 'queued'"
+    )]
+    pub fn resume(&self, env: Env, key: Unknown<'_>) -> Result<&'static str> {
+        self.key(&env, &key, |k| self.inner.resume(k))?
+            .map(|r| r.as_str())
             .map_err(|e| shm_throw(&env, e))
     }
 

@@ -153,6 +153,12 @@ impl KeyedLimiter {
         with_key(key, |k| self.inner.pause(k, s).or_py(py))
     }
 
+    /// Lifts `key`'s pause now: "lifted" or "not_paused" (a key never has
+    /// reservations behind its pause).
+    fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+        with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).or_py(py))
+    }
+
     /// Blocks (GIL released) until `n` are taken for `key`; raises
     /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
     #[pyo3(signature = (key, n=None, timeout=None))]

@@ -182,6 +182,12 @@ impl Limiter {
         self.inner.pause(number(py, "seconds", seconds)?).or_py(py)
     }
 
+    /// Lifts a token bucket's pause now if nothing was built on it:
+    /// "lifted", "not_paused" or "queued" (see `ratebound::Resumed`).
+    fn resume(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.inner.resume().map(|r| r.as_str()).or_py(py)
+    }
+
     /// Blocks the calling thread (GIL released) until `n` are taken; raises
     /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
     #[pyo3(signature = (n=None, timeout=None))]

@@ -444,6 +444,37 @@ impl RedisEngine {
         Ok(RedisCall { inner: call })
     }
 
+    /// The call that lifts the pause on `key` for every instance if
+    /// nothing was built on it (one script run, on Redis' clock).
+    #[pyo3(signature = (key, scope=None))]
+    fn begin_resume(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        scope: Option<&str>,
+    ) -> PyResult<RedisCall> {
+        let call = with_raw_key(key, |k| self.inner.begin_resume(scope, k).or_py(py))?;
+        Ok(RedisCall { inner: call })
+    }
+
+    /// What became of a resume: "lifted", "not_paused" or "queued", or
+    /// None when Redis could not be told.
+    #[pyo3(signature = (reply=None, timed_out=false, error=None, unsent=false))]
+    fn finish_resume(
+        &self,
+        py: Python<'_>,
+        reply: Option<&Bound<'_, PyAny>>,
+        timed_out: bool,
+        error: Option<&str>,
+        unsent: bool,
+    ) -> PyResult<Option<&'static str>> {
+        let resumed = with_outcome(py, &self.inner, reply, timed_out, error, unsent, |o| {
+            self.inner.finish_resume(o).map(|r| r.as_str())
+        })?;
+        tell(py, &self.inner);
+        Ok(resumed)
+    }
+
     /// Pauses `key` for `seconds` in this process's local share (the
     /// limit of `on_error="local"`), for a pause Redis could not be told
     /// of; whether there was a local share to pause.

@@ -127,6 +127,12 @@ impl SharedTokenBucket {
         self.inner.pause(d).or_shm(py)
     }
 
+    /// Lifts the pause for every process now if nothing was built on it:
+    /// "lifted", "not_paused" or "queued".
+    fn resume(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.inner.resume().map(|r| r.as_str()).or_shm(py)
+    }
+
     /// Blocks the calling thread (GIL released) until `n` are taken; raises
     /// `RateLimitExceeded` at once, taking nothing, if `timeout` seconds
     /// cannot suffice.
@@ -262,6 +268,12 @@ impl SharedKeyedLimiter {
     ) -> PyResult<()> {
         let d = pause_of(py, seconds)?;
         with_key(key, |k| self.inner.pause(k, d).or_shm(py))
+    }
+
+    /// Lifts `key`'s pause for every process now if nothing was built on
+    /// it: "lifted", "not_paused" or "queued".
+    fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+        with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).or_shm(py))
     }
 
     /// Blocks (GIL released) until `n` are taken for `key`; raises

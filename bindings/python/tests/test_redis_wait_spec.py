@@ -1,6 +1,6 @@
 """spec/redis_wait.json against a real Redis through the engine
 (``_RedisEngine``): reservations, give-backs (whether Redis took the tokens
-back), pauses and checks at explicit Redis times, the same vectors the Rust
+back), pauses, resumes and checks at explicit Redis times, the same vectors the Rust
 and Node suites replay."""
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def test_redis_wait_vectors_replay_against_redis(server: Server) -> None:
                 shift = e.finish_pause(run(client, call))
                 assert shift is not None
                 got = {"shift_us": round(shift * 1e6)}
+            elif kind == "resume":
+                got = {"resumed": e.finish_resume(run(client, e.begin_resume(key).at(at)))}
             elif kind == "check":
                 call = e.begin(key, n).at(at)
                 d = e.finish(call, run(client, call))

@@ -24,6 +24,7 @@ def use() -> list[object]:
     d: rb.Decision = tb.check()
     d2 = tb.check(n=2)
     ok: bool = tb.try_acquire()
+    resumed: str = tb.resume()
     fields: tuple[bool, int, int, float, float] = (d.allowed, d.limit, d.remaining, d.retry_after, d.reset_after)
     fw = rb.FixedWindow(limit=100, window=60, clock=clock)
     sw = rb.SlidingWindow(limit=100, window=60.0)
@@ -103,6 +104,7 @@ def use() -> list[object]:
         res: rb.redis.RedisReservation = wtb.reserve("partner-api", max_wait=1.0)
         waited: float = res.delay
         shifted: Optional[float] = wtb.pause("partner-api", 1.0)
+        lifted: Optional[str] = wtb.resume("partner-api")
     client.close()
 
     async def global_async() -> bool:

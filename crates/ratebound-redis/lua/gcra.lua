@@ -12,7 +12,8 @@
 --          that left the TAT at ARGV[6] took, if nothing was built on
 --          them since), "reserve" (take n even if they arrive in the
 --          future, if within ARGV[6] µs), "pause" (empty until now +
---          ARGV[6] µs)
+--          ARGV[6] µs), "resume" (lift the pause on, if nothing was built
+--          on it)
 -- ARGV[6]  with "lease": the most to take; "return": the TAT the taking
 --          left (the end of its slot, µs: now_us + reset_after_us of its
 --          reply); "reserve": the longest wait in µs; "pause": how long in
@@ -25,6 +26,12 @@
 -- in retry_after the shift δ it gave every slot from max(now, the last
 -- pause's end) on (0: an earlier pause already covers it). A return
 -- replies taken = n if it gave the tokens back, 0 if it gave nothing.
+-- A resume replies allowed = 1, taken = 1 if it lifted the pause (the TAT
+-- was exactly what the pauses left, end + tau: no reservation made behind
+-- the pause or moved by it; the TAT becomes now + tau — empty now,
+-- refilling from now — and the end is dropped); allowed = 1, taken = 0 if
+-- no pause was on; allowed = 0 and retry_after = the time left until the
+-- pause's end if reservations stand behind it (nothing written).
 -- Give-backs: the slots [end − n·T, end) of the takings still held never
 -- overlap and all end at or before the TAT (a taking starts at max(TAT,
 -- now); a pause moves the ones from its start on, in their order, and the
@@ -74,7 +81,18 @@ local function decide(key, now, o, T, tau, n)
   -- The reply: allowed, retry_after, taken; `at`, the TAT its remaining
   -- and reset_after are read at.
   local ok, retry, taken, at = 1, 0, 0, tat
-  if n == 0 and mode ~= 'pause' then
+  if mode == 'resume' then
+    -- Lifted only from exactly the state the pauses left; the queue
+    -- behind a pause (its slots, its waiters) is never moved earlier.
+    if paused > now then
+      if bad == 0 and tat == paused + tau then
+        paused = 0
+        taken, at, w = 1, now + tau, now + tau
+      else
+        ok, retry = 0, paused - now
+      end
+    end
+  elseif n == 0 and mode ~= 'pause' then
     -- A query: the state as it is.
   elseif mode == 'check' then
     local new = tat + n * T

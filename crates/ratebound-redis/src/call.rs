@@ -27,11 +27,13 @@ pub enum CallKind {
         /// How long, in µs.
         for_us: u64,
     },
+    /// Lift the pause on, if nothing was built on it.
+    Resume,
 }
 
 impl CallKind {
-    /// `"check"`, `"lease"`, `"return"`, `"reserve"` or `"pause"`: the
-    /// script's mode.
+    /// `"check"`, `"lease"`, `"return"`, `"reserve"`, `"pause"` or
+    /// `"resume"`: the script's mode.
     pub fn as_str(self) -> &'static str {
         match self {
             CallKind::Check => "check",
@@ -39,6 +41,7 @@ impl CallKind {
             CallKind::Return => "return",
             CallKind::Reserve { .. } => "reserve",
             CallKind::Pause { .. } => "pause",
+            CallKind::Resume => "resume",
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ratebound::any::AnyClock;
-use ratebound::{Error, Quota};
+use ratebound::{Error, Quota, Resumed};
 use redis::aio::ConnectionLike;
 
 use std::time::Duration;
@@ -445,6 +445,24 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             let _ = tokio::time::timeout(self.engine.timeout(), publish).await;
         }
         Ok(paused.map(|(_, shift)| shift))
+    }
+
+    /// Lifts the pause on `key` for every instance, on Redis' clock, if
+    /// nothing was built on it (see [`Engine::begin_resume`]): one script
+    /// call. [`Resumed::Lifted`]: the bucket is empty now and refills at
+    /// its rate; [`Resumed::NotPaused`]; [`Resumed::Queued`]: reservations
+    /// stand behind the pause, which ends when it was to end. `None` when
+    /// Redis could not be told (the pause stays on).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a window; a misconfigured server's error.
+    pub async fn resume(&self, key: impl AsRef<[u8]>) -> Result<Option<Resumed>, Error> {
+        let call = Arc::new(self.engine.begin_resume(None, key.as_ref())?);
+        let answer = self.run(&call).await;
+        self.engine.misconfigured(&answer.outcome())?;
+        let resumed = self.engine.finish_resume(answer.outcome());
+        self.tell();
+        Ok(resumed)
     }
 
     /// Runs `call` within the deadline: alone, or (batching, while other

@@ -314,7 +314,7 @@ impl Engine {
 
     pub(crate) fn call(&self, key: Vec<u8>, kind: CallKind, n: u64) -> Call {
         let max = match kind {
-            CallKind::Check | CallKind::Return => n,
+            CallKind::Check | CallKind::Return | CallKind::Resume => n,
             CallKind::Lease => self.config.lease.max(n),
             CallKind::Reserve { max_wait_us } => max_wait_us,
             CallKind::Pause { for_us } => for_us,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use ratebound::{Clock, Error};
+use ratebound::{Clock, Error, Resumed};
 
 use crate::algorithm::Algorithm;
 use crate::call::{Call, CallKind, CallOutcome, well_formed};
@@ -61,6 +61,52 @@ impl Engine {
             }
             // The client's own overload: not told, and not the breaker's
             // business.
+            _ if self.overloaded(&outcome, now) => None,
+            _ => {
+                self.failed(&outcome, now);
+                None
+            }
+        }
+    }
+
+    /// The call that lifts the pause on `key` (within `scope`) at Redis'
+    /// now, for every instance, if nothing was built on it (the rule of
+    /// [`ratebound::pause`], decided in the script in one step, atomic):
+    /// when no reservation was made behind the pause or moved by it, the
+    /// pause ends now — the bucket is empty now and refills at its rate
+    /// from then on. Otherwise it changes nothing: the waiters behind the
+    /// pause hold their slots and go at their times (no news is sent; none
+    /// is woken early). [`finish_resume`](Self::finish_resume) reads the
+    /// reply.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a window.
+    pub fn begin_resume(&self, scope: Option<&str>, key: &[u8]) -> Result<Call, Error> {
+        if !matches!(self.config.algorithm, Algorithm::TokenBucket(_)) {
+            return Err(Error::Unsupported {
+                operation: "resume",
+                algorithm: self.algorithm(),
+            });
+        }
+        Ok(self.call(self.redis_key(scope, key), CallKind::Resume, 1))
+    }
+
+    /// What became of a resume: [`Resumed::Lifted`], [`Resumed::NotPaused`]
+    /// or [`Resumed::Queued`] (reservations stand behind the pause), or
+    /// `None` when Redis could not be told (a failure like any other for
+    /// the breaker; the pause stays on, in Redis and in this process's
+    /// local share).
+    pub fn finish_resume(&self, outcome: CallOutcome<'_>) -> Option<Resumed> {
+        let now = self.clock.now();
+        match outcome {
+            CallOutcome::Reply(r) if well_formed(r) => {
+                self.answered(now);
+                Some(match (r[0], r[4]) {
+                    (0, _) => Resumed::Queued,
+                    (_, 0) => Resumed::NotPaused,
+                    _ => Resumed::Lifted,
+                })
+            }
             _ if self.overloaded(&outcome, now) => None,
             _ => {
                 self.failed(&outcome, now);

@@ -1,5 +1,5 @@
 //! spec/redis_wait.json against a real Redis, through the sans-I/O engine:
-//! each step's call (reserve, return, pause, check) judged at its explicit
+//! each step's call (reserve, return, pause, resume, check) judged at its explicit
 //! Redis time, its outcome turned into the engine's answer (a return's:
 //! whether Redis took the tokens back). The Python and
 //! Node suites replay the same file.
@@ -94,6 +94,12 @@ async fn redis_wait_vectors_replay_against_real_redis() {
                     let reply = run(&mut conn, &call).await;
                     let (_, shift) = e.finish_pause(CallOutcome::Reply(&reply)).expect("paused");
                     json!({"shift_us": micros(shift)})
+                }
+                "resume" => {
+                    let call = e.begin_resume(None, id.as_bytes()).unwrap().at(at);
+                    let reply = run(&mut conn, &call).await;
+                    let resumed = e.finish_resume(CallOutcome::Reply(&reply)).expect("told");
+                    json!({"resumed": resumed.as_str()})
                 }
                 "check" => {
                     let Begin::Call(call) = e.begin(id.as_bytes(), n).unwrap() else {

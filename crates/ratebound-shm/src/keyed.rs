@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ratebound::any::{Acquire, Key, Wait, Waiter};
 use ratebound::pause;
-use ratebound::{Clock, Decision, KeyedAlgorithm};
+use ratebound::{Clock, Decision, KeyedAlgorithm, Resumed};
 
 // For the docs' links to the single limiter's methods.
 #[cfg(doc)]
@@ -393,6 +393,47 @@ impl SharedKeyedLimiter {
         Err(Error::Limit(ratebound::Error::TooManyKeys {
             max_keys: t.slots,
         }))
+    }
+
+    /// Lifts `key`'s pause now; see [`resume_at`](Self::resume_at).
+    ///
+    /// # Errors
+    /// As [`resume_at`](Self::resume_at).
+    pub fn resume(&self, key: Key<'_>) -> Result<Resumed, Error> {
+        self.resume_at(key, self.clock.now())
+    }
+
+    /// Lifts `key`'s pause at `now` for every process, if nothing was built
+    /// on it (see [`SharedLimiter::resume_at`]). A key with no slot is
+    /// [`Resumed::NotPaused`] (no slot is claimed). A paused slot is not
+    /// fresh, so it cannot go to another key while the pause is on.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `Unsupported` for a window.
+    pub fn resume_at(&self, key: Key<'_>, now: u64) -> Result<Resumed, Error> {
+        let t = &self.table;
+        if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
+            // The rule's own error.
+            let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
+            let words = pause::Words {
+                end: &end,
+                shifted: &shifted,
+            };
+            return Ok(t.rule.resume_at(&end, words, now)?);
+        }
+        let fp = self.fingerprint_of(key);
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as in `locate`.
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                return Ok(t.rule.resume_at(t.state(slot), t.pause(slot), now)?);
+            }
+            if held == EMPTY {
+                break;
+            }
+        }
+        Ok(Resumed::NotPaused)
     }
 
     /// A wait for `n` for any key starting now (see

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ratebound::any::{Wait, Waiter};
-use ratebound::{Clock, Decision, KeyedAlgorithm, Permit};
+use ratebound::{Clock, Decision, KeyedAlgorithm, Permit, Resumed};
 
 use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
@@ -233,6 +233,32 @@ impl SharedLimiter {
         let t = &self.table;
         t.rule.pause_at(t.state(0), t.pause(0), nanos(d), now)?;
         Ok(())
+    }
+
+    /// Lifts the pause on now; see [`resume_at`](Self::resume_at).
+    ///
+    /// # Errors
+    /// As [`resume_at`](Self::resume_at).
+    pub fn resume(&self) -> Result<Resumed, Error> {
+        self.resume_at(self.clock.now())
+    }
+
+    /// Lifts the pause on at `now` for every process, if nothing was built
+    /// on it: when no reservation (of any process) was made behind the
+    /// pause or moved by it, the slot's state is exactly what the pause
+    /// left (`end + τ`, its pause words' `end`), and the pause ends at
+    /// `now` — empty now, refilling at the rate from then on
+    /// ([`Resumed::Lifted`]). Otherwise nothing changes:
+    /// [`Resumed::NotPaused`], or [`Resumed::Queued`] when reservations
+    /// stand behind the pause (their waiters go at their times). Ordered
+    /// with pauses by the slot's `end` word and with checks by one CAS on
+    /// its state word (see [`ratebound::pause`]).
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `Unsupported` for a window.
+    pub fn resume_at(&self, now: u64) -> Result<Resumed, Error> {
+        let t = &self.table;
+        Ok(t.rule.resume_at(t.state(0), t.pause(0), now)?)
     }
 
     /// A wait for `n` starting now, failing at once (taking nothing) if it

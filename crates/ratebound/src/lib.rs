@@ -148,6 +148,7 @@ pub use decision::Decision;
 pub use error::{Error, ErrorKind};
 pub use keyed::{KeyedAlgorithm, KeyedLimiter, Overflow, WordRule};
 pub use limiter::{Limiter, Permit, Reservation};
+pub use pause::Resumed;
 pub use quota::{MAX_SPAN_NANOS, Quota};
 #[cfg(feature = "tokio")]
 pub use wait::{CleanupTask, TokioClock};

@@ -36,6 +36,17 @@
 //! addition moves once more than it had to: late, never early. So does a
 //! waiter that wakes late, after its due time, and finds a pause that began
 //! after it was due (it obeys the partner, which is what a pause is for).
+//!
+//! A resume lifts the pause on, but only if nothing was built on it: the
+//! state is exactly what the pauses left, `end + τ` (no reservation made
+//! behind the pause, none moved by it — a slot due exactly when the pause
+//! began is not counted as moved). It claims `end` with the moving bit as
+//! a pause does (so it is ordered with pauses), lifts the state in one CAS
+//! (so it is ordered with checks and reservations) to `now + τ` — empty
+//! now, refilling at the rate from `now` — and sets `end` to `now`. If the
+//! state is anything else, it writes nothing: the waiters behind the pause
+//! hold their slots and go at their times ([`Resumed::Queued`]); `shifted`
+//! never shrinks, so no waiter is ever woken early.
 
 use crate::MAX_TIME_NANOS;
 use crate::sync::{AtomicU64, Ordering, yield_now};
@@ -50,6 +61,41 @@ const MOVING: u64 = 1 << 63;
 const PATIENCE: u32 = 1_000;
 #[cfg(ratebound_loom)]
 const PATIENCE: u32 = u32::MAX;
+
+/// What a resume did (see the [module doc](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Resumed {
+    /// The pause ended now: the bucket is empty now and refills at its
+    /// rate from now on, as if the pause had been that long.
+    Lifted,
+    /// No pause was on: nothing changed.
+    NotPaused,
+    /// Reservations stand behind the pause (made during it or moved by
+    /// it): nothing changed, and the pause ends when it was to end.
+    Queued,
+}
+
+impl Resumed {
+    /// `"lifted"`, `"not_paused"` or `"queued"`: the bindings' answer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resumed::Lifted => "lifted",
+            Resumed::NotPaused => "not_paused",
+            Resumed::Queued => "queued",
+        }
+    }
+
+    /// True for [`Resumed::Lifted`].
+    pub fn is_lifted(self) -> bool {
+        self == Resumed::Lifted
+    }
+}
+
+impl std::fmt::Display for Resumed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A token bucket's two pause words, wherever they live (an in-process
 /// bucket's fields, a shared-memory slot's words).
@@ -111,6 +157,56 @@ impl Words<'_> {
                 Ok(_) => return Some((start, last - start, last)),
                 Err(v) => seen = v,
             }
+        }
+    }
+
+    /// Lifts the pause on at `now`: claims `end` (with the moving bit, as a
+    /// pause does — pauses and resumes are applied one at a time), then
+    /// runs `lift(end)`, the state's CAS loop, which lifts the state and
+    /// returns true only if it is exactly what the pause left. `end` then
+    /// becomes `now` if lifted, and stays as it was if not.
+    pub fn resume(self, now: u64, lift: impl FnOnce(u64) -> bool) -> Resumed {
+        let now = now.min(MAX_TIME_NANOS);
+        // Ordering: Acquire, as in `claim`: the last pause's move happens
+        // before ours.
+        let mut seen = self.end.load(Ordering::Acquire);
+        let mut patience = PATIENCE;
+        let end = loop {
+            let end = seen & !MOVING;
+            if end <= now {
+                return Resumed::NotPaused;
+            }
+            if seen & MOVING != 0 && patience > 0 {
+                patience -= 1;
+                yield_now();
+                // Ordering: as above.
+                seen = self.end.load(Ordering::Acquire);
+                continue;
+            }
+            // Ordering: AcqRel — resumes are ordered with pauses by this word.
+            match self.end.compare_exchange_weak(
+                seen,
+                end | MOVING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break end,
+                Err(v) => seen = v,
+            }
+        };
+        let lifted = lift(end);
+        let after = if lifted { now } else { end };
+        // Clears the bit unless a pause that lost patience took the word
+        // meanwhile (its claim then stands, and its move keeps the bucket
+        // empty until its end: `max(now + τ, end + τ) + shift`).
+        // Ordering: Release — the next claim (Acquire) sees the lift.
+        let _ =
+            self.end
+                .compare_exchange(end | MOVING, after, Ordering::Release, Ordering::Relaxed);
+        if lifted {
+            Resumed::Lifted
+        } else {
+            Resumed::Queued
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 use ratebound::{
-    AllOf, Decision, FixedWindow, LeakyBucket, Limiter, ManualClock, Quota, SlidingLog,
+    AllOf, Decision, FixedWindow, LeakyBucket, Limiter, ManualClock, Quota, Resumed, SlidingLog,
     SlidingWindow, TokenBucket,
 };
 
@@ -33,6 +33,8 @@ enum Op {
     SetQuota(u64, u64),
     /// Pause for this many `T` (empty until then).
     Pause(u64),
+    /// Lift the pause on, if nothing was built on it.
+    Resume,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +44,7 @@ enum Seen {
     Refused,
     TooMany,
     Done,
+    Resumed(Resumed),
 }
 
 fn seen(d: Decision) -> Seen {
@@ -94,6 +97,7 @@ fn run(bucket: &TokenBucket<ManualClock>, ops: &[Op]) -> Vec<Seen> {
                 bucket.pause(Duration::from_nanos(d * T));
                 Seen::Done
             }
+            Op::Resume => Seen::Resumed(bucket.resume()),
         });
     }
     out
@@ -175,6 +179,17 @@ impl Model {
                 }
                 Seen::Done
             }
+            // Lifted only from exactly what the pauses left (empty until
+            // their end, nothing queued behind): empty now, no pause on.
+            Op::Resume => Seen::Resumed(if self.paused == 0 {
+                Resumed::NotPaused
+            } else if self.used == self.burst + self.paused {
+                self.used = self.burst;
+                self.paused = 0;
+                Resumed::Lifted
+            } else {
+                Resumed::Queued
+            }),
             // On a frozen clock a whole token is a whole token at any rate:
             // a quota change keeps the count, whatever the period.
             Op::SetBurst(b) | Op::SetQuota(_, b) => {
@@ -192,15 +207,28 @@ impl Model {
 /// True if some interleaving of the threads' op lists, run on the model,
 /// reproduces every answer and the final number of available tokens.
 fn linearizable(burst: u64, threads: &[(&[Op], Vec<Seen>)], available: u64) -> bool {
+    linearizable_to(burst, threads, available, None)
+}
+
+/// [`linearizable`], and if `debt` is given, ending with that many tokens
+/// owed beyond an empty bucket (how far the queue and the pauses reach).
+fn linearizable_to(
+    burst: u64,
+    threads: &[(&[Op], Vec<Seen>)],
+    available: u64,
+    debt: Option<u64>,
+) -> bool {
     fn search(
         model: Model,
         threads: &[(&[Op], Vec<Seen>)],
         pos: &mut Vec<usize>,
         tickets: &mut Vec<Option<ModelTicket>>,
         available: u64,
+        debt: Option<u64>,
     ) -> bool {
         if pos.iter().zip(threads).all(|(p, (ops, _))| *p == ops.len()) {
-            return model.remaining() == available;
+            return model.remaining() == available
+                && debt.is_none_or(|d| model.used.saturating_sub(model.burst) == d);
         }
         for i in 0..threads.len() {
             let (ops, seen) = &threads[i];
@@ -211,7 +239,7 @@ fn linearizable(burst: u64, threads: &[(&[Op], Vec<Seen>)], available: u64) -> b
             let saved = tickets[i].as_ref().map(|t| ModelTicket { ..*t });
             if next.apply(ops[pos[i]], &mut tickets[i]) == seen[pos[i]] {
                 pos[i] += 1;
-                if search(next, threads, pos, tickets, available) {
+                if search(next, threads, pos, tickets, available, debt) {
                     return true;
                 }
                 pos[i] -= 1;
@@ -228,12 +256,22 @@ fn linearizable(burst: u64, threads: &[(&[Op], Vec<Seen>)], available: u64) -> b
     };
     let mut pos = vec![0; threads.len()];
     let mut tickets = threads.iter().map(|_| None).collect();
-    search(model, threads, &mut pos, &mut tickets, available)
+    search(model, threads, &mut pos, &mut tickets, available, debt)
 }
 
 /// Runs `plans` on concurrent threads against a full bucket of `burst`
 /// (one token per second, clock frozen at 10 s) and checks linearizability.
 fn model_check(burst: u64, plans: &'static [&'static [Op]]) {
+    model_check_to(burst, plans, false);
+}
+
+/// [`model_check`], also demanding the debt the model ends with: a
+/// reservation after the threads shows how far the bucket is owed.
+fn model_check_debt(burst: u64, plans: &'static [&'static [Op]]) {
+    model_check_to(burst, plans, true);
+}
+
+fn model_check_to(burst: u64, plans: &'static [&'static [Op]], with_debt: bool) {
     loom::model(move || {
         let clock = ManualClock::new();
         clock.set_nanos(10 * T);
@@ -255,9 +293,15 @@ fn model_check(burst: u64, plans: &'static [&'static [Op]]) {
             .zip(handles.into_iter().map(|h| h.join().unwrap()))
             .collect();
         let available = bucket.available();
+        let debt = with_debt.then(|| {
+            let r = bucket
+                .reserve_n(1, Duration::from_nanos(1_000 * T))
+                .unwrap();
+            (r.delay().as_nanos() as u64 / T).saturating_sub(1)
+        });
         assert!(
-            linearizable(burst, &results, available),
-            "no sequential order explains {results:?} ending with {available} available"
+            linearizable_to(burst, &results, available, debt),
+            "no sequential order explains {results:?} ending with {available} available, {debt:?} owed"
         );
     });
 }
@@ -390,6 +434,38 @@ fn two_pauses_race_a_reservation_queued_beyond_them() {
     model_check(
         2,
         &[&[Op::Pause(2)], &[Op::Pause(3)], &[Op::Reserve(2, 10)]],
+    );
+}
+
+#[test]
+fn a_resume_races_a_check_and_a_reservation() {
+    // The resume lifts the pause in one exchange from exactly what the
+    // pause left: a reservation queued behind the pause first makes it
+    // answer Queued (and the reservation keeps its slot); one made after
+    // the lift queues on the lifted state; the check is refused while the
+    // pause is on and admitted by no order in which it was not.
+    model_check_debt(
+        1,
+        &[
+            &[Op::Pause(2), Op::Resume],
+            &[Op::Check(1), Op::Reserve(1, 5)],
+        ],
+    );
+}
+
+#[test]
+fn a_resume_races_a_pause() {
+    // Pauses and resumes claim the end word one at a time: a pause whose
+    // claim comes after the resume's stands whole, one before it is lifted
+    // with the other, and the end word is left where the state says (the
+    // last pause starts there, and changes nothing if it ends no later);
+    // the reservation and the debt left show where the bucket was left.
+    model_check_debt(
+        1,
+        &[
+            &[Op::Pause(1), Op::Resume, Op::Pause(2)],
+            &[Op::Pause(3), Op::Reserve(1, 10)],
+        ],
     );
 }
 

@@ -123,6 +123,10 @@ impl LimiterSlot {
     fn pause(&self, env: &Env, seconds: f64) -> Result<()> {
         self.limiter.pause(seconds).or_throw(env)
     }
+
+    fn resume(&self, env: &Env) -> Result<&'static str> {
+        self.limiter.resume().map(|r| r.as_str()).or_throw(env)
+    }
 }
 
 impl Drop for LimiterSlot {
@@ -189,6 +193,18 @@ macro_rules! limiter_class {
             #[napi]
             pub fn pause(&self, env: Env, seconds: f64) -> Result<()> {
                 self.slot.pause(&env, seconds)
+            }
+
+            /// Lifts a token bucket's pause now if nothing was built on it:
+            /// `'lifted'` (empty now, refilling at the rate from now on),
+            /// `'not_paused'`, or `'queued'` (reservations stand behind the
+            /// pause: nothing changes, it ends when it was to end).
+            ///
+            /// @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the other
+            /// algorithms.
+            #[napi(ts_return_type = "'lifted' | 'not_paused' | 'queued'")]
+            pub fn resume(&self, env: Env) -> Result<&'static str> {
+                self.slot.resume(&env)
             }
 
             /// Takes `n` tokens (default 1) now even if they are not there

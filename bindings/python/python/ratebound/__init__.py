@@ -236,7 +236,9 @@ class SharedTokenBucket(_ratebound.SharedTokenBucket):
     ``acquire_blocking`` (threads) reserve on the shared word, so every
     process is served in the order it asked; ``reserve`` returns the
     :class:`Reservation`; ``pause(seconds)`` empties the bucket for every
-    process (reservations already held keep their time)."""
+    process (reservations already held keep their time); ``resume()`` lifts
+    the pause if nothing was built on it (``"lifted"``, ``"not_paused"``,
+    ``"queued"``)."""
 
     __slots__ = ()
 
@@ -254,7 +256,8 @@ class SharedKeyedLimiter(_ratebound.SharedKeyedLimiter):
     ``"sliding_window"``, in a table of ``max_keys`` keys fixed when the
     file is made. ``acquire(key, ...)`` waits (a bucket reserves in the
     key's slot, a window sleeps its exact ``retry_after``);
-    ``pause(key, seconds)`` empties a key's bucket for every process."""
+    ``pause(key, seconds)`` empties a key's bucket for every process;
+    ``resume(key)`` lifts it if nothing was built on it."""
 
     __slots__ = ()
 

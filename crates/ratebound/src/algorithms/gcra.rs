@@ -122,6 +122,16 @@ impl Params {
             .min(MAX_TAT)
     }
 
+    /// The state after a resume at `now` of a pause ending at `end`, if
+    /// nothing was built on the pause (the state is exactly `end + τ`, what
+    /// the pause left): `now + τ`, empty now and refilling from `now`.
+    /// `None` otherwise — reservations stand behind the pause.
+    #[inline]
+    pub(crate) fn lift(self, tat: u64, end: u64, now: u64) -> Option<u64> {
+        let tau = self.tau();
+        (tat == end.saturating_add(tau).min(MAX_TAT) && now < end).then(|| now + tau)
+    }
+
     /// [`cancel`](Self::cancel), never into a pause that is on (`end`):
     /// the state stays at least `end + τ` (empty until `end`), unless it
     /// was below that already.

@@ -313,6 +313,15 @@ impl AnyKeyed {
         self.limiter.pause_at(&self.fingerprint(key), d, self.now())
     }
 
+    /// Lifts `key`'s pause now (see [`KeyedLimiter::resume_at`]).
+    ///
+    /// # Errors
+    /// As [`KeyedLimiter::resume_at`] ([`Error::Unsupported`] for the
+    /// windows).
+    pub fn resume(&self, key: Key<'_>) -> Result<crate::Resumed, Error> {
+        self.limiter.resume_at(&self.fingerprint(key), self.now())
+    }
+
     /// Tokens `key` could take now.
     pub fn available(&self, key: Key<'_>) -> u64 {
         self.limiter.available(&self.fingerprint(key))

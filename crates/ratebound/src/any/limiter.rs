@@ -388,6 +388,29 @@ impl AnyLimiter {
         self.pause_at(d, self.now())
     }
 
+    /// Lifts a token bucket's pause at `now` if nothing was built on it
+    /// (see [`TokenBucket::resume_at`]).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the other algorithms.
+    pub fn resume_at(&self, now: u64) -> Result<crate::Resumed, Error> {
+        match self {
+            AnyLimiter::TokenBucket(b) => Ok(b.resume_at(now)),
+            other => Err(Error::Unsupported {
+                operation: "resume",
+                algorithm: other.algorithm(),
+            }),
+        }
+    }
+
+    /// [`resume_at`](Self::resume_at) now.
+    ///
+    /// # Errors
+    /// As [`resume_at`](Self::resume_at).
+    pub fn resume(&self) -> Result<crate::Resumed, Error> {
+        self.resume_at(self.now())
+    }
+
     /// Replaces a token bucket's quota (see [`TokenBucket::set_quota_at`]).
     ///
     /// # Errors

@@ -443,12 +443,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// told to wait); [`Error::TooManyKeys`] / [`Error::InvalidTier`] for a
     /// new key, as for a check.
     pub fn pause_at(&self, key: &K, d: Duration, now: u64) -> Result<(), Error> {
-        let algorithm = match self.tiers[0] {
-            Math::Bucket(_) => None,
-            Math::Fixed(_) => Some("fixed_window"),
-            Math::Sliding(_) => Some("sliding_window"),
-        };
-        if let Some(algorithm) = algorithm {
+        if let Some(algorithm) = self.window_name() {
             return Err(Error::Unsupported {
                 operation: "pause",
                 algorithm,
@@ -475,6 +470,73 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
             // Create the key (a request for nothing), then pause it; if it
             // is evicted in between, look again.
             self.check_new(key, hash, shard, 0, now)?;
+        }
+    }
+
+    /// Lifts `key`'s pause now. See [`resume_at`](Self::resume_at).
+    ///
+    /// # Errors
+    /// As [`resume_at`](Self::resume_at).
+    pub fn resume(&self, key: &K) -> Result<crate::Resumed, Error> {
+        self.resume_at(key, self.clock.now())
+    }
+
+    /// Lifts `key`'s pause at `now`: the bucket is empty at `now` and
+    /// refills at its tier's rate from then on, as if the pause had ended
+    /// now ([`Resumed::Lifted`](crate::Resumed::Lifted)). Nothing reserves
+    /// on a key (see [`pause_at`](Self::pause_at)), so a key whose bucket
+    /// is empty beyond `now` — `TAT − τ > now`, which only a pause leaves —
+    /// is paused, and nothing stands behind its pause: the answer is never
+    /// `Queued`. An untracked key, or one whose bucket is not empty beyond
+    /// `now`, is [`Resumed::NotPaused`](crate::Resumed::NotPaused), and
+    /// nothing changes. One CAS on the key's word, like a check. Without
+    /// an end word the lift cannot tell a pause from a check admitted at a
+    /// later clock reading than the resume's `now` (one that came in just
+    /// as the pause ended, its reading taken after the resume's): that
+    /// admission is then forgotten. [`resume`](Self::resume) reads the
+    /// clock right before its exchange, so the window is the few
+    /// instructions between; a [`TokenBucket`](crate::TokenBucket) or a
+    /// shared-memory slot, which keep the pause's end, answer `Queued`
+    /// instead.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the windows.
+    pub fn resume_at(&self, key: &K, now: u64) -> Result<crate::Resumed, Error> {
+        if let Some(algorithm) = self.window_name() {
+            return Err(Error::Unsupported {
+                operation: "resume",
+                algorithm,
+            });
+        }
+        let now = now.min(MAX_TIME_NANOS);
+        let (hash, shard) = self.locate(key);
+        let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+        let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) else {
+            return Ok(crate::Resumed::NotPaused);
+        };
+        // Invariant: as a check's, on the same word — the tier bits are
+        // kept; the state is lowered only from a pause's.
+        let (_, lifted) = update(word, |w| match self.tiers[(w >> TIER_SHIFT) as usize] {
+            Math::Bucket(p) => {
+                let tau = p.tau();
+                ((w & STATE_MASK).saturating_sub(tau) > now)
+                    .then(|| (w & !STATE_MASK) | (now + tau))
+            }
+            _ => None,
+        });
+        Ok(if lifted {
+            crate::Resumed::Lifted
+        } else {
+            crate::Resumed::NotPaused
+        })
+    }
+
+    /// The name of the windows' algorithm, which cannot be paused.
+    fn window_name(&self) -> Option<&'static str> {
+        match self.tiers[0] {
+            Math::Bucket(_) => None,
+            Math::Fixed(_) => Some("fixed_window"),
+            Math::Sliding(_) => Some("sliding_window"),
         }
     }
 

@@ -269,6 +269,31 @@ impl WordRule {
         }))
     }
 
+    /// Lifts the pause on `word` at `now` if nothing was built on it (see
+    /// [`TokenBucket::resume_at`](crate::TokenBucket::resume_at)): `pause`
+    /// are the word's two pause words.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the windows.
+    pub fn resume_at(
+        &self,
+        word: &AtomicU64,
+        pause: crate::pause::Words<'_>,
+        now: u64,
+    ) -> Result<crate::Resumed, Error> {
+        let Math::Bucket(p) = self.math else {
+            return Err(Error::Unsupported {
+                operation: "resume",
+                algorithm: self.algorithm(),
+            });
+        };
+        let now = now.min(crate::MAX_TIME_NANOS);
+        // Invariant: one exchange, from exactly what the pause left.
+        Ok(pause.resume(now, |end| {
+            update(word, |w| p.lift(w & STATE_MASK, end, now)).1
+        }))
+    }
+
     /// [`release`](Self::release) for a token bucket with pause words:
     /// never into a pause that is on at `now`.
     pub fn release_paused(

@@ -151,6 +151,11 @@ class _AsyncLimiter(_Base):
             await self._runner.publish(self._engine.pause_channel, news)
         return shift
 
+    async def resume(self, key: Key) -> Optional[str]:
+        """:meth:`TokenBucket.resume`."""
+        call = self._engine.begin_resume(key)
+        return self._engine.finish_resume(*(await self._runner.run(call)))
+
     @property
     def breaker_open(self) -> bool:
         """Whether the circuit breaker is open."""

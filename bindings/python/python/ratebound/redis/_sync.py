@@ -158,6 +158,18 @@ class _Limiter(_Base):
             self._runner.publish(self._engine.pause_channel, news)
         return shift
 
+    def resume(self, key: Key) -> Optional[str]:
+        """Lifts the pause on ``key`` for every instance, on Redis' clock, if
+        nothing was built on it (one script call; the rule is the engine's):
+        ``"lifted"`` — the bucket is empty now and refills at its rate from
+        now on, as if the pause had ended now; ``"not_paused"`` — no pause
+        was on; ``"queued"`` — reservations stand behind the pause (made
+        during it or moved by it), so nothing changes and the pause ends
+        when it was to end (no waiter is woken early). ``None`` when Redis
+        could not be told (the pause stays on)."""
+        call = self._engine.begin_resume(key)
+        return self._engine.finish_resume(*self._runner.run(call))
+
     @property
     def breaker_open(self) -> bool:
         """Whether the circuit breaker is open (the fail policy answers

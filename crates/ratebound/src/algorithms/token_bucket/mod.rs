@@ -8,7 +8,7 @@ use crate::limiter::{Limiter, Permit, Reservation};
 use crate::pause::PauseWords;
 use crate::sync::state::AtomicState;
 use crate::sync::{AtomicU64, Mutex, Ordering};
-use crate::{Decision, Error, Quota};
+use crate::{Decision, Error, Quota, Resumed};
 
 mod epochs;
 
@@ -430,6 +430,48 @@ impl<C: Clock> TokenBucket<C> {
         self.pause.words().pause(now, d, |start, shift| {
             self.update(|tat, p, _| Some(p.shift(tat, start, shift)));
         });
+    }
+
+    /// Lifts the pause on now. See [`resume_at`](Self::resume_at).
+    pub fn resume(&self) -> Resumed {
+        self.resume_at(self.clock.now())
+    }
+
+    /// Lifts the pause on at `now`, if nothing was built on it: when no
+    /// reservation was made behind the pause or moved by it, the pause ends
+    /// at `now` — the bucket is empty at `now` and refills at its rate from
+    /// then on, as if the pause had ended now ([`Resumed::Lifted`]).
+    /// Otherwise nothing changes: [`Resumed::NotPaused`] when no pause is
+    /// on at `now`, [`Resumed::Queued`] when reservations stand behind it
+    /// (their waiters go at their times; none is woken early). A resume is
+    /// ordered with pauses (see [`pause`](crate::pause)) and with checks (one
+    /// CAS on the state word). A quota changed during the pause leaves a
+    /// state the pause did not leave: `Queued`. Times after
+    /// [`MAX_TIME_NANOS`](crate::MAX_TIME_NANOS) count as that time.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::{ManualClock, Quota, Resumed, TokenBucket};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?.with_burst(3)?, clock.clone());
+    /// bucket.pause(Duration::from_secs(10));
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(bucket.resume(), Resumed::Lifted);
+    /// // Empty at 1 s, one token every 0.5 s from then on.
+    /// assert_eq!(bucket.check().retry_after(), Duration::from_millis(500));
+    /// assert_eq!(bucket.resume(), Resumed::NotPaused);
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn resume_at(&self, now: u64) -> Resumed {
+        let now = now.min(MAX_TIME_NANOS);
+        // Invariant (of the loop in `update`): the state is lifted only
+        // from exactly what the pause left, in one exchange; anything a
+        // check or a reservation wrote first makes it refuse.
+        self.pause
+            .words()
+            .resume(now, |end| self.update(|tat, p, _| p.lift(tat, end, now)).1)
     }
 
     /// The sum of every pause's shift so far: what a waiter reads before it
