@@ -142,6 +142,6 @@ def test_outbound_usage() -> None:
 
 def test_typed_usage() -> None:
     got = use()
-    assert len(got) == 23
+    assert len(got) == 24
     assert got[-2:] == [0.0, None], "fail open: at once; a pause Redis was not told of"
-    assert got[16:21] == ["fail_closed", False, False, 0, True]  # two failures: the breaker opens at 3
+    assert got[17:22] == ["fail_closed", False, False, 0, True]  # two failures: the breaker opens at 3
