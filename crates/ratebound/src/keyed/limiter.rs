@@ -478,7 +478,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// # Errors
     /// As [`resume_at`](Self::resume_at).
     pub fn resume(&self, key: &K) -> Result<crate::Resumed, Error> {
-        self.resume_at(key, self.clock.now())
+        self.lift(key, || self.clock.now())
     }
 
     /// Lifts `key`'s pause at `now`: the bucket is empty at `now` and
@@ -491,24 +491,28 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// `now`, is [`Resumed::NotPaused`](crate::Resumed::NotPaused), and
     /// nothing changes. One CAS on the key's word, like a check. Without
     /// an end word the lift cannot tell a pause from a check admitted at a
-    /// later clock reading than the resume's `now` (one that came in just
-    /// as the pause ended, its reading taken after the resume's): that
-    /// admission is then forgotten. [`resume`](Self::resume) reads the
-    /// clock right before its exchange, so the window is the few
-    /// instructions between; a [`TokenBucket`](crate::TokenBucket) or a
-    /// shared-memory slot, which keep the pause's end, answer `Queued`
-    /// instead.
+    /// later clock reading than `now` (one that came in just as the pause
+    /// ended): given such a `now`, that admission is forgotten.
+    /// [`resume`](Self::resume) cannot be: it reads the clock after each
+    /// load of the word, so a check whose exchange it saw read the clock
+    /// before it did (a monotonic clock), and its bucket is not empty
+    /// beyond the resume's reading.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for the windows.
     pub fn resume_at(&self, key: &K, now: u64) -> Result<crate::Resumed, Error> {
+        self.lift(key, || now)
+    }
+
+    /// [`resume_at`](Self::resume_at) at `now()`, read after each load of
+    /// the key's word.
+    fn lift(&self, key: &K, now: impl Fn() -> u64) -> Result<crate::Resumed, Error> {
         if let Some(algorithm) = self.window_name() {
             return Err(Error::Unsupported {
                 operation: "resume",
                 algorithm,
             });
         }
-        let now = now.min(MAX_TIME_NANOS);
         let (hash, shard) = self.locate(key);
         let shard = shard.read().unwrap_or_else(|e| e.into_inner());
         let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) else {
@@ -518,6 +522,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         // kept; the state is lowered only from a pause's.
         let (_, lifted) = update(word, |w| match self.tiers[(w >> TIER_SHIFT) as usize] {
             Math::Bucket(p) => {
+                let now = now().min(MAX_TIME_NANOS);
                 let tau = p.tau();
                 ((w & STATE_MASK).saturating_sub(tau) > now)
                     .then(|| (w & !STATE_MASK) | (now + tau))
