@@ -30,7 +30,9 @@ class _Base:
         self, client: Any, algorithm: str, *, ssl_ca_certs: Any = None, _clock: Optional[ManualClock] = None, **options: Any
     ) -> None:
         # ``_clock`` (tests only): a ManualClock for the engine (the breaker's
-        # cool-down, leases, waits) and the sync runners' deadlines.
+        # cool-down, leases, waits) and the sync runners' deadlines — the
+        # redis-py path only: a URL's native connection times its deadlines
+        # on its own tokio runtime's clock, which a test cannot move.
         self._engine = _RedisEngine(algorithm, clock=_clock, **options)
         self._listener: Optional[Any] = None
         self._native: Optional[_NativeRedis] = None
