@@ -276,3 +276,18 @@ def test_a_wait_sleeps_on_the_limiters_clock() -> None:
     lim.acquire_blocking("k", timeout=1)
     assert server.sent == [0.0]
     assert at(c) == pytest.approx(0.31, abs=1e-6)
+
+
+@pytest.mark.parametrize("threshold", [1, 5])
+def test_the_breaker_opens_after_exactly_breaker_threshold_timeouts(threshold: int) -> None:
+    c = clock()
+    server = Server(c, [(None, None)] * threshold)
+    lim = limiter("own", server, breaker_threshold=threshold)
+    for i in range(threshold):
+        assert not lim.breaker_open, i
+        assert lim.check("k").source == "fail_closed"
+        assert at(c) == pytest.approx(DEADLINE * (i + 1), abs=1e-9)
+    assert lim.breaker_open
+    assert lim.check("k").source == "fail_closed"
+    assert len(server.sent) == threshold
+    lim.close()
