@@ -15,6 +15,12 @@
 // Redis could not be told of is kept by the native Outbound (`paused`),
 // which holds this adapter's next sendings for the key (`hold`).
 
+// Where the adapters read the time (ms) they measure a wait with (the
+// `waited` event, what is left of a timeout after a hold): the one place,
+// so that a test on virtual time (node:test's mock timers and a ManualClock)
+// can put it there, as redis_driver.js' `clock`.
+const clock = { now: () => performance.now() }
+
 module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
   const { Outbound, RedisEngine } = native
 
@@ -214,18 +220,18 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
   // limiter's RateLimitExceededError (nothing taken) goes on to the caller;
   // an aborted signal gives the tokens back.
   async function wait(p, r, attempt) {
-    const started = performance.now()
+    const started = clock.now()
     let timeout = r.timeout
     // A loop only because a host timer holds at most 2^31 - 1 ms.
     for (let hold = p.outbound.hold(holdKey(r.key), timeout); hold != null; hold = p.outbound.hold(holdKey(r.key), timeout)) {
       if (hold.exceeded) throw new RateLimitExceededError(hold.wait)
       await sleep(Math.min(Math.ceil(hold.wait * 1000), 2 ** 31 - 1), r.signal)
-      if (timeout !== undefined) timeout = Math.max(0, r.timeout - (performance.now() - started) / 1000)
+      if (timeout !== undefined) timeout = Math.max(0, r.timeout - (clock.now() - started) / 1000)
     }
     const options = { timeout, signal: r.signal }
     if (p.keyed) await p.limiter.acquire(r.key, r.n, options)
     else await p.limiter.acquire(r.n, options)
-    const waited = (performance.now() - started) / 1000
+    const waited = (clock.now() - started) / 1000
     if (waited >= 0.001) tell(p, 'waited', r, waited, null, attempt)
   }
 
@@ -407,3 +413,5 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
 
   return { fetch, axios }
 }
+
+module.exports.clock = clock

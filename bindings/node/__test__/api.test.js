@@ -171,25 +171,37 @@ test('acquire: 50 on 100/s burst 1 take about 0.5 s, spaced 10 ms on the real cl
   }
 })
 
-test('acquire: an unmeetable timeout rejects at once, taking nothing', async () => {
-  const tb = new rb.TokenBucket({ rate: 1, burst: 1 })
+// Exact, in virtual time (node:test's mock timers and a ManualClock): "at
+// once" is before any timer fires — the promise settles in the turns that
+// follow the call, with no virtual time passed (it was < 250 ms of wall time).
+test('acquire: an unmeetable timeout rejects at once, taking nothing (virtual time)', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] })
+  const settle = async () => {
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
+  }
+  const clock = new rb.ManualClock()
+  const tb = new rb.TokenBucket({ rate: 1, burst: 1, clock })
   assert.equal(tb.tryAcquire(), true)
-  const t0 = performance.now()
-  await assert.rejects(tb.acquire(1, { timeout: 0.1 }), (e) => {
-    assert.ok(e instanceof rb.RateLimitExceededError)
-    assert.equal(e.code, 'ERR_RATEBOUND_RATE_LIMIT_EXCEEDED')
-    assert.ok(e.retryAfter > 0.9 && e.retryAfter <= 1, `retryAfter ${e.retryAfter}`)
-    return true
-  })
-  // At once: the wait it refused would have been ~1 s.
-  assert.ok(performance.now() - t0 < 250, `took ${performance.now() - t0} ms`)
-  // Nothing was taken: the next token is still the one due ~1 s after the
-  // first (a reserved token would put it ~2 s away) ...
-  const next = tb.peek().retryAfter
-  assert.ok(next > 0.5 && next <= 1, `next token in ${next} s`)
-  // ... so a 1.5 s timeout is met by waiting the rest of that second.
-  await tb.acquire(1, { timeout: 1.5 })
-  assert.ok(performance.now() - t0 >= 999, `met after ${performance.now() - t0} ms`)
+  let refused = null
+  tb.acquire(1, { timeout: 0.1 }).catch((e) => (refused = e))
+  await settle()
+  assert.ok(refused instanceof rb.RateLimitExceededError, String(refused))
+  assert.equal(refused.code, 'ERR_RATEBOUND_RATE_LIMIT_EXCEEDED')
+  assert.equal(refused.retryAfter, 1)
+  // Nothing was taken: the next token is still the one due 1 s after the
+  // first (a reserved token would put it 2 s away) ...
+  assert.equal(tb.peek().retryAfter, 1)
+  // ... so a 1.5 s timeout is met by waiting the rest of that second:
+  // not done 1 ms before it, done at it.
+  let done = false
+  tb.acquire(1, { timeout: 1.5 }).then(() => (done = true))
+  for (let ms = 0; ms < 1000; ms++) {
+    assert.equal(done, false, `done at ${ms} ms`)
+    clock.advanceNanos(1_000_000)
+    t.mock.timers.tick(1)
+    await settle()
+  }
+  assert.equal(done, true)
 })
 
 test('acquire: a window whose next slot is past the timeout rejects; more than the burst is an error', async () => {

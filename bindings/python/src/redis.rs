@@ -156,7 +156,7 @@ impl RedisEngine {
 #[pymethods]
 impl RedisEngine {
     #[new]
-    #[pyo3(signature = (algorithm=None, *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None, batch=None))]
+    #[pyo3(signature = (algorithm=None, *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None, batch=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -174,7 +174,11 @@ impl RedisEngine {
         breaker_threshold: Option<&Bound<'_, PyAny>>,
         breaker_cooldown: Option<&Bound<'_, PyAny>>,
         batch: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // The clock of the breaker's cool-down, the leases, the local share
+        // and the waits: a `ManualClock` puts them on a test's virtual time.
+        let clock = clock_of(clock)?;
         let b = opt_number(py, "burst", burst)?;
         let l = opt_number(py, "limit", limit)?;
         let w = opt_number(py, "window", window)?;
@@ -216,7 +220,7 @@ impl RedisEngine {
         let algorithm = Algorithm::from_keyed(keyed).or_py(py)?;
         let config = Config::from_options(algorithm, &options).or_py(py)?;
         Ok(RedisEngine {
-            inner: Engine::new(config).or_py(py)?,
+            inner: Engine::with_clock(config, clock).or_py(py)?,
         })
     }
 

@@ -52,19 +52,25 @@ async def test_admissions_never_run_ahead_of_10ms_slots() -> None:
 
 
 async def test_unmeetable_timeout_raises_at_once() -> None:
-    tb = rb.TokenBucket(1, 1)
+    """At once, exactly: the coroutine raises on its very first step,
+    before it awaits anything (no timer, no turn of the loop), where one
+    that waited would yield to the loop first. On a ManualClock, so the
+    figures are exact too. (It was ``elapsed < 0.1`` of wall time.)"""
+    c = rb.ManualClock()
+    tb = rb.TokenBucket(1, 1, clock=c)
     assert tb.try_acquire()
-    start = time.perf_counter()
+    first_step = tb.acquire(1, timeout=0.5)
     with pytest.raises(rb.RateLimitExceeded) as info:
-        await tb.acquire(1, timeout=0.5)
-    elapsed = time.perf_counter() - start
-    # At once: far below the 0.5 s it would have waited (a loaded 2-core
-    # machine can take milliseconds to run the task at all).
-    assert elapsed < 0.1, elapsed
-    assert 0.5 < info.value.retry_after <= 1.0
-    # Nothing was taken: the next token is still due in about 1 s (a
-    # reserved one would put it about 2 s away).
-    assert 0.5 < tb.peek().retry_after <= 1.0
+        first_step.send(None)
+    assert info.value.retry_after == 1.0
+    # Nothing was taken: the next token is still due in exactly 1 s (a
+    # reserved one would put it 2 s away).
+    assert tb.peek().retry_after == 1.0
+    # The contrast: a timeout it can meet waits (its first step yields the
+    # sleep's future to the loop).
+    waits = tb.acquire(1, timeout=2)
+    assert isinstance(waits.send(None), asyncio.Future)
+    waits.close()
 
 
 async def test_cancelled_acquire_gives_tokens_back() -> None:

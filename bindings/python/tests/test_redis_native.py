@@ -466,7 +466,10 @@ def test_unreachable_hosts_answer_by_policy_within_the_deadline(policy: str) -> 
         for port in (free_port(), silent.getsockname()[1]):
             t = time.monotonic()
             lim = rbr.TokenBucket(f"redis://{HOST}:{port}", rate=10, on_error=policy, timeout=0.05)
-            assert time.monotonic() - t < 0.05  # no I/O waited for at construction
+            # No I/O waited for at construction: a connect waited for would
+            # take the native connect timeout (1 s) on the silent host; the
+            # bound is generous for a loaded machine (it was the 50 ms deadline).
+            assert time.monotonic() - t < 0.5
             for _ in range(5):
                 t = time.monotonic()
                 d = lim.check("k")

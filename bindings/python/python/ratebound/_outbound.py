@@ -274,15 +274,17 @@ class Options:
         resend: bool = True,
     ) -> R:
         """:meth:`send_blocking` for asyncio: the waits are the event loop's
-        (a cancelled call gives its token back)."""
+        (a cancelled call gives its token back), measured on its clock (a
+        test's loop on virtual time drives them)."""
         attempt = 0
+        now = asyncio.get_running_loop().time
         while True:
-            start = time.monotonic()
+            start = now()
             hold = self.outbound.hold(key, timeout)
             if hold is not None:
                 await asyncio.sleep(hold)
-            await self.bound.acquire(key, n, self.left(timeout, start))
-            self.waited(key, start, attempt)
+            await self.bound.acquire(key, n, self.left(timeout, start, now))
+            self.waited(key, start, attempt, now)
             response = await send()
             status, headers = answer(response)
             pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
@@ -297,12 +299,13 @@ class Options:
             attempt += 1
 
     @staticmethod
-    def left(timeout: Optional[float], start: float) -> Optional[float]:
-        """What is left of a sending's `timeout` after a hold."""
-        return None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+    def left(timeout: Optional[float], start: float, now: Callable[[], float] = time.monotonic) -> Optional[float]:
+        """What is left of a sending's `timeout` after a hold (``now``: the
+        clock ``start`` was read on)."""
+        return None if timeout is None else max(0.0, timeout - (now() - start))
 
-    def waited(self, key: str, start: float, attempt: int) -> None:
-        waited = time.monotonic() - start
+    def waited(self, key: str, start: float, attempt: int, now: Callable[[], float] = time.monotonic) -> None:
+        waited = now() - start
         if waited >= 0.001:
             self.tell("waited", key, waited, None, attempt)
 

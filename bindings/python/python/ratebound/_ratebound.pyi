@@ -348,6 +348,7 @@ class _RedisEngine:
         breaker_threshold: Optional[int] = None,
         breaker_cooldown: Optional[_Number] = None,
         batch: Optional[bool] = None,
+        clock: Optional[ManualClock] = None,
     ) -> "_RedisEngine": ...
     def begin(self, key: _Key, n: Optional[int] = None, scope: Optional[str] = None) -> Union[Decision, _RedisCall]: ...
     def finish(

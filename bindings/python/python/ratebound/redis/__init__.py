@@ -76,7 +76,9 @@ connections.
   cluster cannot be reached then, by the first call that reaches it.
 - any other client (e.g. one over a Sentinel pool) is used as given through
   ``client.evalsha``: asyncio still bounds it with ``wait_for``; a sync call
-  is then bounded only by that client's own timeouts.
+  is then bounded only by that client's own timeouts, and a reply that
+  comes back past the deadline counts as a timeout (the fail policy
+  answers; a late reservation's tokens are given back).
 
 **A call that timed out may still have run in Redis**: its tokens may be
 spent although the fail policy answered.

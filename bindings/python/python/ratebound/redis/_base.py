@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from .._errors import ConfigError
-from .._ratebound import Decision, RedisStats, _is_redis_target, _NativeRedis, _RedisCall, _RedisEngine
+from .._ratebound import Decision, ManualClock, RedisStats, _is_redis_target, _NativeRedis, _RedisCall, _RedisEngine
 from ._options import Number, Options, Rate, SlidingOptions
 from ._runners import _Outcome
 
@@ -26,8 +26,14 @@ class _Base:
     # Whether the limiter is an asyncio one (its calls are awaited).
     _asyncio: ClassVar[bool] = False
 
-    def __init__(self, client: Any, algorithm: str, *, ssl_ca_certs: Any = None, **options: Any) -> None:
-        self._engine = _RedisEngine(algorithm, **options)
+    def __init__(
+        self, client: Any, algorithm: str, *, ssl_ca_certs: Any = None, _clock: Optional[ManualClock] = None, **options: Any
+    ) -> None:
+        # ``_clock`` (tests only): a ManualClock for the engine (the breaker's
+        # cool-down, leases, waits) and the sync runners' deadlines — the
+        # redis-py path only: a URL's native connection times its deadlines
+        # on its own tokio runtime's clock, which a test cannot move.
+        self._engine = _RedisEngine(algorithm, clock=_clock, **options)
         self._listener: Optional[Any] = None
         self._native: Optional[_NativeRedis] = None
         if _is_redis_target(client):
@@ -38,10 +44,13 @@ class _Base:
             raise ConfigError(
                 "ssl_ca_certs is for a rediss:// URL; a redis-py client brings its own TLS settings", "invalid_option"
             )
-        self._runner = self._connect(client, self._engine.timeout)
+        if _clock is None:
+            self._runner = self._connect(client, self._engine.timeout)
+        else:
+            self._runner = self._connect(client, self._engine.timeout, _clock.now)
 
     @staticmethod
-    def _connect(client: Any, timeout: float) -> Any:
+    def _connect(client: Any, timeout: float, now: Any = None) -> Any:
         raise NotImplementedError
 
     @staticmethod

@@ -118,8 +118,13 @@ def _no_retries(asyncio_: bool = False) -> Any:
     return retry.Retry(NoBackoff(), 0)
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.0)
+# The sync runners' clock (seconds): ``time.monotonic`` unless a test gives
+# a limiter a ``ManualClock`` (its ``now``), the one place they read the time.
+_Now = Callable[[], float]
+
+
+def _left(deadline: float, now: _Now = time.monotonic) -> float:
+    return max(deadline - now(), 0.0)
 
 
 def _now() -> float:
@@ -157,12 +162,13 @@ class _Gate:
     it the 101st concurrent call met a full pool, an error the fail policy
     answered ("open": admitted)."""
 
-    __slots__ = ("_size", "_sem", "_pid")
+    __slots__ = ("_size", "_sem", "_pid", "_now")
 
-    def __init__(self, size: Optional[int]) -> None:
+    def __init__(self, size: Optional[int], now: _Now = time.monotonic) -> None:
         self._size = size if size is not None and 0 < size < _UNBOUNDED else None
         self._sem = None if self._size is None else threading.BoundedSemaphore(self._size)
         self._pid = os.getpid()
+        self._now = now
 
     def enter(self, deadline: float) -> Any:
         """A place (to hand back to ``leave``), or ``None`` when none came
@@ -174,7 +180,7 @@ class _Gate:
             self._sem, self._pid = threading.BoundedSemaphore(self._size), os.getpid()
         sem = self._sem
         assert sem is not None
-        if sem.acquire(blocking=False) or sem.acquire(timeout=_left(deadline)):
+        if sem.acquire(blocking=False) or sem.acquire(timeout=_left(deadline, self._now)):
             return sem
         return None
 
@@ -259,11 +265,13 @@ def _cluster_kwargs(
 
 
 class _Calls:
-    """What every runner knows: its deadline, and which errors are outcomes."""
+    """What every runner knows: its deadline on its clock, and which errors
+    are outcomes."""
 
     _timeout: float
 
-    def __init__(self, redis: Any, cluster: bool = True) -> None:
+    def __init__(self, redis: Any, cluster: bool = True, now: _Now = time.monotonic) -> None:
+        self._now = now
         e = redis.exceptions
         self._errors: Any = (
             (e.RedisError, e.RedisClusterException, OSError) if cluster else (e.RedisError, OSError)
@@ -272,7 +280,7 @@ class _Calls:
         self._noscript = e.NoScriptError
 
     def _deadline(self) -> float:
-        return time.monotonic() + self._timeout
+        return self._now() + self._timeout
 
 
 # ------------------------------------------------------------------ sync
@@ -291,7 +299,7 @@ class _SyncCalls(_Calls):
             # Not loaded on this server (a restart, a failover, SCRIPT
             # FLUSH, another cluster node): EVAL loads it, within the same
             # deadline.
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and self._now() >= deadline:
                 raise self._timeout_error("deadline passed")
             return eval_(call.text, 1, call.key, *call.args)
 
@@ -322,11 +330,11 @@ class _Standalone(_SyncCalls):
     Calls beyond ``max_connections`` wait for a connection within their
     deadline (:class:`_Gate`): the pool is never full when asked."""
 
-    def __init__(self, redis: Any, client: Any, timeout: float) -> None:
-        super().__init__(redis, cluster=False)
+    def __init__(self, redis: Any, client: Any, timeout: float, now: _Now = time.monotonic) -> None:
+        super().__init__(redis, cluster=False, now=now)
         user = client.connection_pool
         self._pool, kwargs = _pool(redis.ConnectionPool, user, timeout, _no_retries())
-        self._gate = _Gate(user.max_connections)
+        self._gate = _Gate(user.max_connections, now)
         self._timeout = timeout
         self._subscribe: _Subscribe = _subscriber(redis, False, user.connection_class, kwargs, timeout)
         self._idle: list[Any] = []
@@ -378,11 +386,11 @@ class _Standalone(_SyncCalls):
     def _read(self, conn: Any, deadline: float) -> Any:
         # Past the deadline already (this thread waited for the GIL): one
         # last short look, for a reply that landed in time.
-        left = max(deadline - time.monotonic(), _LAST_LOOK)
+        left = max(deadline - self._now(), _LAST_LOOK)
         return conn.read_response(timeout=left)
 
     def run(self, call: _RedisCall) -> _Outcome:
-        deadline = time.monotonic() + self._timeout
+        deadline = self._deadline()
         place = self._gate.enter(deadline)
         if place is None:
             return _UNSENT
@@ -401,7 +409,7 @@ class _Standalone(_SyncCalls):
         # GIL): a call that timed out after it used more than half the
         # deadline, or whose thread came back late past the deadline, is
         # the client's own overload (busy), not Redis' silence.
-        own = time.monotonic() - (deadline - self._timeout)
+        own = self._now() - (deadline - self._timeout)
         try:
             conn.send_packed_command((call.command,))
             try:
@@ -409,7 +417,7 @@ class _Standalone(_SyncCalls):
             except self._noscript:
                 # Not loaded on this server (a restart, a failover, SCRIPT
                 # FLUSH): EVAL loads it, within the same deadline.
-                if time.monotonic() >= deadline:
+                if self._now() >= deadline:
                     raise self._timeout_error("deadline passed") from None
                 conn.send_packed_command((call.eval_command,))
                 reply = self._read(conn, deadline)
@@ -420,7 +428,7 @@ class _Standalone(_SyncCalls):
             # already disconnected, so nobody reads it as theirs.
             clean = True
             if isinstance(e, (self._timeout_error, TimeoutError)) and (
-                own > self._timeout / 2 or time.monotonic() - deadline > max(self._timeout / 4, _LATE)
+                own > self._timeout / 2 or self._now() - deadline > max(self._timeout / 4, _LATE)
             ):
                 return _UNSENT
             return _failed(e, self._timeout_error)
@@ -429,7 +437,7 @@ class _Standalone(_SyncCalls):
 
     def publish(self, channel: str, message: bytes) -> bool:
         """PUBLISH within the deadline; whether Redis took it."""
-        deadline = time.monotonic() + self._timeout
+        deadline = self._deadline()
         place = self._gate.enter(deadline)
         if place is None:
             return False
@@ -441,7 +449,7 @@ class _Standalone(_SyncCalls):
         clean = False
         try:
             conn.send_command("PUBLISH", channel, message)
-            conn.read_response(timeout=max(deadline - time.monotonic(), 0.001))
+            conn.read_response(timeout=max(deadline - self._now(), 0.001))
             clean = True
             return True
         except self._errors:
@@ -467,8 +475,8 @@ class _Cluster(_SyncCalls):
     ``max_connections`` calls at once (each node's pool size, redis-py's
     default 100), the others waiting within their deadline (:class:`_Gate`)."""
 
-    def __init__(self, redis: Any, client: Any, timeout: float) -> None:
-        super().__init__(redis)
+    def __init__(self, redis: Any, client: Any, timeout: float, now: _Now = time.monotonic) -> None:
+        super().__init__(redis, now=now)
         manager = client.nodes_manager
         kwargs = {k: v for k, v in manager.connection_kwargs.items() if k not in _CLUSTER_OWN}
         nodes = _nodes(client)
@@ -491,7 +499,7 @@ class _Cluster(_SyncCalls):
             nodes,
         )
         self._timeout = timeout
-        self._gate = _Gate(kwargs.get("max_connections") or 100)
+        self._gate = _Gate(kwargs.get("max_connections") or 100, now)
         # Made now if the cluster answers (redis-py asks it for its topology
         # and its command table); otherwise at the first call that reaches it.
         # A misconfiguration (a wrong password, ...) is raised now.
@@ -504,7 +512,7 @@ class _Cluster(_SyncCalls):
         c = self._client
         if c is not None:
             return c
-        if not self._lock.acquire(timeout=_left(deadline)):
+        if not self._lock.acquire(timeout=_left(deadline, self._now)):
             raise self._timeout_error("the cluster client is being made")
         try:
             if self._client is None:
@@ -549,14 +557,33 @@ class _Cluster(_SyncCalls):
 
 
 class _AsIs(_SyncCalls):
-    """Any other client, used as given (bounded only by its own timeouts)."""
+    """Any other client, used as given: a call cannot be cut short (only the
+    client's own timeouts end it), but one that comes back past the
+    deadline is a timeout, as on every other runner — the fail policy
+    answers and the breaker hears of it (before, a Redis that answered
+    every call in two seconds was Redis' answer every time, two seconds
+    late). A late reservation's tokens, reserved for nobody, go back
+    (``orphaned``: the engine's, set by the limiter)."""
 
-    def __init__(self, redis: Any, client: Any) -> None:
-        super().__init__(redis)
+    def __init__(self, redis: Any, client: Any, timeout: float, now: _Now = time.monotonic) -> None:
+        super().__init__(redis, now=now)
         self._client = client
+        self._timeout = timeout
+        self.orphaned: Optional[Callable[..., Optional[_RedisCall]]] = None
+
+    def _call(self, call: _RedisCall, deadline: Optional[float]) -> _Outcome:
+        return self._outcome(lambda: self._script(call, self._client.evalsha, self._client.eval, deadline))
 
     def run(self, call: _RedisCall) -> _Outcome:
-        return self._outcome(lambda: self._script(call, self._client.evalsha, self._client.eval))
+        deadline = self._deadline()
+        outcome = self._call(call, deadline)
+        if outcome[0] is None or self._now() <= deadline:
+            return outcome  # in time, or a failure (a timeout, an error Redis sent) as it is
+        if call.kind == "reserve" and self.orphaned is not None:
+            back = self.orphaned(call, *outcome)
+            if back is not None:
+                self._call(back, None)
+        return None, True, None, False
 
     def publish(self, channel: str, message: bytes) -> bool:
         return self._took(lambda: self._client.publish(channel, message))
@@ -574,7 +601,7 @@ class _AsIs(_SyncCalls):
 _Runner = Union[_Standalone, _Cluster, _AsIs]
 
 
-def _sync_runner(client: Any, timeout: float) -> _Runner:
+def _sync_runner(client: Any, timeout: float, now: _Now = time.monotonic) -> _Runner:
     redis = _redis()
     # An asyncio client means redis.asyncio is imported already.
     aio: Any = sys.modules.get("redis.asyncio")
@@ -584,14 +611,14 @@ def _sync_runner(client: Any, timeout: float) -> _Runner:
             "AsyncFixedWindow or AsyncSlidingWindow"
         )
     if isinstance(client, redis.cluster.RedisCluster):
-        return _Cluster(redis, client, timeout)
+        return _Cluster(redis, client, timeout, now)
     if isinstance(client, redis.Redis) and type(client.connection_pool) in (
         redis.ConnectionPool,
         redis.BlockingConnectionPool,
     ):
-        return _Standalone(redis, client, timeout)
+        return _Standalone(redis, client, timeout, now)
     if callable(getattr(client, "evalsha", None)) and callable(getattr(client, "eval", None)):
-        return _AsIs(redis, client)
+        return _AsIs(redis, client, timeout, now)
     raise TypeError(
         "client must be a URL (redis://host:port/db, rediss://, redis+cluster://), a redis.Redis "
         f"or a redis.cluster.RedisCluster, got {type(client).__name__}"
@@ -856,7 +883,9 @@ class _PerLoop:
     sockets go with it. A client used as given (not redis-py's) is shared by
     every loop's runner, as the user made it."""
 
-    def __init__(self, client: Any, timeout: float) -> None:
+    def __init__(self, client: Any, timeout: float, now: Any = None) -> None:
+        # ``now`` is the sync runners' clock: the asyncio ones read the
+        # running loop's (_now), which a test's loop puts on virtual time.
         self._made = (client, timeout)
         # Made now, so that a client of the wrong kind is refused at once;
         # it serves the first loop that calls.

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 from .._ratebound import Decision
 from ._base import RedisReservation, _Base, _FixedWindowArgs, _SlidingWindowArgs, _TokenBucketArgs
 from ._listeners import _Listener
 from ._options import Key, Number
 from ._native import _NativeRunner
-from ._runners import _Runner, _sync_runner
+from ._runners import _AsIs, _Runner, _sync_runner
 
 _L = TypeVar("_L", bound="_Limiter")
 
@@ -21,7 +21,7 @@ _L = TypeVar("_L", bound="_Limiter")
 class _Limiter(_Base):
     """What every sync Redis limiter does."""
 
-    __slots__ = ("_listen_lock",)
+    __slots__ = ("_listen_lock", "_sleep")
 
     _runner: _Runner
     _listener: Optional[_Listener]
@@ -31,6 +31,11 @@ class _Limiter(_Base):
     def __init__(self, client: Any, algorithm: str, **options: Any) -> None:
         super().__init__(client, algorithm, **options)
         self._listen_lock = threading.Lock()
+        # A wait sleeps on the limiter's clock (a test's ManualClock moves on).
+        clock = options.get("_clock")
+        self._sleep: Callable[[float], Any] = time.sleep if clock is None else clock.advance
+        if isinstance(self._runner, _AsIs):
+            self._runner.orphaned = self._engine.orphaned
 
     def _listen(self) -> None:
         # A token bucket's waits listen for other instances' pauses; the
@@ -122,7 +127,7 @@ class _Limiter(_Base):
                 if kind == "done":
                     return
                 if kind == "sleep":
-                    time.sleep(what)
+                    self._sleep(what)
                 else:
                     self._engine.acquire_reply(a, *self._runner.run(what))
         except BaseException:

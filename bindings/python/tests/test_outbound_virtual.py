@@ -1,0 +1,171 @@
+"""``rb.httpx.AsyncRateLimitTransport`` on virtual time: the limiter decides
+on a ``ManualClock``, the event loop's clock is that ``ManualClock`` (a wait
+for a timer moves it there instead of sleeping), the adapter measures its
+waits on the loop's clock (ratebound/_outbound.py ``send``), and the partner
+is an ``httpx.MockTransport`` with its own bucket on the same clock. Every
+sending is asserted at its exact virtual instant: the limiter's schedule,
+the capped pause, the refusal at once. The real-HTTP versions
+(test_outbound.py) keep generous bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import selectors
+from typing import Any, Awaitable, Callable, Optional
+
+import httpx
+import pytest
+
+import ratebound as rb
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+URL = "http://partner.test/items"
+
+
+class _Jump(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """Never sleeps: a wait for a timer moves the clock to it."""
+
+    def __init__(self, clock: rb.ManualClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def select(self, timeout: Optional[float] = None) -> Any:
+        ready = super().select(0)
+        if not ready and timeout is not None and timeout > 0:
+            self.clock.advance(timeout)
+        elif not ready and timeout is None:
+            ready = super().select(1.0)  # nothing scheduled: only I/O (bounded)
+        return ready
+
+
+class ClockLoop(asyncio.SelectorEventLoop):
+    def __init__(self, clock: rb.ManualClock) -> None:
+        self.clock = clock
+        super().__init__(selector=_Jump(clock))
+
+    def time(self) -> float:
+        return self.clock.now()
+
+
+def virtual(main: Callable[[rb.ManualClock], Awaitable[None]]) -> None:
+    c = rb.ManualClock()
+    loop = ClockLoop(c)
+    try:
+        loop.run_until_complete(main(c))
+    finally:
+        loop.close()
+
+
+class Partner:
+    """An in-process partner: ``handle(path)`` gives (status, headers); it
+    records when (virtual seconds) each request came."""
+
+    def __init__(self, clock: rb.ManualClock, handle: Callable[[str], tuple[int, dict[str, str]]]) -> None:
+        self.clock = clock
+        self.handle = handle
+        self.seen: list[tuple[str, float]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.url.path, self.clock.now()))
+        status, headers = self.handle(request.url.path)
+        return httpx.Response(status, headers=headers, text="ok" if status == 200 else f"status {status}")
+
+    def at(self, path: Optional[str] = None) -> list[float]:
+        return [round(t, 9) for p, t in self.seen if path is None or p == path]
+
+
+def strict(clock: rb.ManualClock, rate: float, burst: float) -> Callable[[str], tuple[int, dict[str, str]]]:
+    """A partner's own bucket: 429 with the whole seconds to wait."""
+    state = {"tokens": burst, "at": clock.now()}
+
+    def handle(path: str) -> tuple[int, dict[str, str]]:
+        t = clock.now()
+        state["tokens"] = min(burst, state["tokens"] + (t - state["at"]) * rate)
+        state["at"] = t
+        if state["tokens"] >= 1 - 1e-9:
+            state["tokens"] -= 1
+            return 200, {}
+        return 429, {"Retry-After": str(math.ceil((1 - state["tokens"]) / rate))}
+
+    return handle
+
+
+def scripted(scripts: dict[str, list[tuple[int, dict[str, str]]]]) -> Callable[[str], tuple[int, dict[str, str]]]:
+    turns: dict[str, int] = {}
+
+    def handle(path: str) -> tuple[int, dict[str, str]]:
+        i = turns.get(path, 0)
+        turns[path] = i + 1
+        script = scripts[path]
+        return script[min(i, len(script) - 1)]
+
+    return handle
+
+
+def test_thirty_concurrent_requests_are_sent_exactly_on_the_limiters_schedule() -> None:
+    """TokenBucket 40/s, burst 5, below a partner of 50/s burst 10: five at
+    0, then one every 25 ms (a waiter on a ManualClock looks at it every
+    millisecond: a wake a millisecond late shows); zero 429s."""
+
+    async def main(c: rb.ManualClock) -> None:
+        partner = Partner(c, strict(c, 50, 10))
+        limiter = rb.TokenBucket(40, 5, clock=c)
+        transport = rb.httpx.AsyncRateLimitTransport(limiter, transport=httpx.MockTransport(partner))
+        async with httpx.AsyncClient(transport=transport) as client:
+            responses = await asyncio.gather(*(client.get(URL) for _ in range(30)))
+        assert [r.status_code for r in responses] == [200] * 30
+        assert partner.at() == pytest.approx([max(0, i - 4) * 0.025 for i in range(30)], abs=1e-9)
+        assert c.now() == pytest.approx(0.625, abs=1e-9)
+
+    virtual(main)
+
+
+def test_a_year_of_retry_after_pauses_exactly_max_pause_and_the_wait_is_told_exactly() -> None:
+    """A 429 with a year's Retry-After: the pause is capped to max_pause
+    (1 s); the bucket is empty until its end and refills at its rate, so
+    the retry goes exactly 1 s + 1/rate (10 ms) later, and its ``waited``
+    event says exactly that."""
+
+    async def main(c: rb.ManualClock) -> None:
+        partner = Partner(c, scripted({"/items": [(429, {"Retry-After": "31536000"}), (200, {})]}))
+        events: list[rb.httpx.OutboundEvent] = []
+        transport = rb.httpx.AsyncRateLimitTransport(
+            rb.TokenBucket(100, 10, clock=c),
+            transport=httpx.MockTransport(partner),
+            max_pause=1,
+            backoff=0.05,
+            on_decision=events.append,
+        )
+        async with httpx.AsyncClient(transport=transport) as client:
+            assert (await client.get(URL)).status_code == 200
+        assert partner.at() == pytest.approx([0.0, 1.01], abs=1e-9)
+        assert [(e.outcome, e.attempt) for e in events] == [("paused", 0), ("retried", 0), ("waited", 1)]
+        assert events[0].seconds == 1.0 and events[0].capped
+        assert events[2].seconds == pytest.approx(1.01, abs=1e-9)
+
+    virtual(main)
+
+
+def test_a_wait_beyond_the_timeout_is_refused_at_once_and_sends_nothing() -> None:
+    """A token every 2 s: the second request, with a 1.5 s timeout, is
+    refused with no virtual time passed (it was ``< 0.75 s`` of wall time);
+    one with a 5 s timeout is sent exactly at 2 s."""
+
+    async def main(c: rb.ManualClock) -> None:
+        partner = Partner(c, scripted({"/items": [(200, {})]}))
+        transport = rb.httpx.AsyncRateLimitTransport(
+            rb.TokenBucket(0.5, 1, clock=c), transport=httpx.MockTransport(partner), timeout=1.5
+        )
+        async with httpx.AsyncClient(transport=transport) as client:
+            assert (await client.get(URL)).status_code == 200
+            with pytest.raises(rb.RateLimitExceeded) as e:
+                await client.get(URL)
+            assert e.value.code == "deadline_exceeded" and e.value.retry_after == 2.0
+            assert c.now() == 0.0
+            assert partner.at() == [0.0]
+            assert (await client.get(URL, extensions={"ratebound": {"timeout": 5}})).status_code == 200
+        assert partner.at() == pytest.approx([0.0, 2.0], abs=1e-9)
+
+    virtual(main)
