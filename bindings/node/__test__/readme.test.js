@@ -40,7 +40,7 @@ function blocks(file, lang = 'js') {
   return found
 }
 
-const ALL = READMES.flatMap(blocks)
+const ALL = READMES.flatMap((f) => blocks(f))
 
 function rewrites(redisPort, partner, shm) {
   return [
