@@ -11,51 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import math
-import selectors
-from typing import Any, Awaitable, Callable, Optional
+from typing import Callable, Optional
 
 import httpx
 import pytest
 
 import ratebound as rb
+from virtual_time import virtual
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 URL = "http://partner.test/items"
-
-
-class _Jump(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """Never sleeps: a wait for a timer moves the clock to it."""
-
-    def __init__(self, clock: rb.ManualClock) -> None:
-        super().__init__()
-        self.clock = clock
-
-    def select(self, timeout: Optional[float] = None) -> Any:
-        ready = super().select(0)
-        if not ready and timeout is not None and timeout > 0:
-            self.clock.advance(timeout)
-        elif not ready and timeout is None:
-            ready = super().select(1.0)  # nothing scheduled: only I/O (bounded)
-        return ready
-
-
-class ClockLoop(asyncio.SelectorEventLoop):
-    def __init__(self, clock: rb.ManualClock) -> None:
-        self.clock = clock
-        super().__init__(selector=_Jump(clock))
-
-    def time(self) -> float:
-        return self.clock.now()
-
-
-def virtual(main: Callable[[rb.ManualClock], Awaitable[None]]) -> None:
-    c = rb.ManualClock()
-    loop = ClockLoop(c)
-    try:
-        loop.run_until_complete(main(c))
-    finally:
-        loop.close()
 
 
 class Partner:

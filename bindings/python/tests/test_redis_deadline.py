@@ -9,49 +9,20 @@ versions (test_redis.py, test_redis_native.py) keep generous bounds."""
 from __future__ import annotations
 
 import asyncio
-import selectors
 from typing import Any, Awaitable, Callable, Optional
 
 import pytest
 
 import ratebound.redis as rbr
+from virtual_time import ClockLoop, run_on
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 DEADLINE = 0.05
 
 
-class _Jump(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """Never sleeps: a wait for a timer moves the virtual clock to it."""
-
-    def __init__(self, clock: list[float]) -> None:
-        super().__init__()
-        self.clock = clock
-
-    def select(self, timeout: Optional[float] = None) -> Any:
-        ready = super().select(0)
-        if not ready and timeout is not None and timeout > 0:
-            self.clock[0] += timeout
-        elif not ready and timeout is None:
-            ready = super().select(1.0)  # nothing scheduled: only I/O (bounded)
-        return ready
-
-
-class VirtualLoop(asyncio.SelectorEventLoop):
-    def __init__(self) -> None:
-        self.clock = [1000.0]
-        super().__init__(selector=_Jump(self.clock))
-
-    def time(self) -> float:
-        return self.clock[0]
-
-
-def virtual(main: Callable[[VirtualLoop], Awaitable[None]]) -> None:
-    loop = VirtualLoop()
-    try:
-        loop.run_until_complete(main(loop))
-    finally:
-        loop.close()
+def virtual(main: Callable[[ClockLoop], Awaitable[None]]) -> None:
+    run_on(main, 1000.0)
 
 
 # A GCRA reply that admits: allowed, remaining, retry_after_us,
@@ -89,7 +60,7 @@ def test_a_call_redis_never_answers_gets_the_fail_policy_exactly_at_the_deadline
     Redis was silent) at exactly the deadline; three in a row open the
     breaker, whose answers cost no time at all."""
 
-    async def main(loop: VirtualLoop) -> None:
+    async def main(loop: ClockLoop) -> None:
         client = Scripted(None)
         lim = rbr.AsyncTokenBucket(
             client, rate=10, burst=20, on_error=policy, local_rate=5 if policy == "local" else None, timeout=DEADLINE
@@ -110,7 +81,7 @@ def test_a_call_redis_never_answers_gets_the_fail_policy_exactly_at_the_deadline
 
 
 def test_an_answer_just_before_the_deadline_is_redis_one_just_after_is_the_fail_policys() -> None:
-    async def main(loop: VirtualLoop) -> None:
+    async def main(loop: ClockLoop) -> None:
         early = rbr.AsyncTokenBucket(Scripted(DEADLINE - 0.001), rate=10, burst=20, on_error="closed", timeout=DEADLINE)
         t0 = loop.time()
         d = await early.check("k")
@@ -136,7 +107,7 @@ def test_a_caller_cancelled_while_its_reservation_is_in_flight_gives_it_back(how
     exactly 10 ms, up to the TAT the reservation left. (The lost slot was
     seen in a real-Redis run of the Rust driver.)"""
 
-    async def main(loop: VirtualLoop) -> None:
+    async def main(loop: ClockLoop) -> None:
         reply = [1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000]
         client = Scripted(0.01, reply)
         lim = rbr.AsyncTokenBucket(client, rate=10, burst=1, on_error="closed", timeout=DEADLINE)

@@ -16,7 +16,6 @@ once while open and probes at the cool-down's end."""
 from __future__ import annotations
 
 import asyncio
-import selectors
 from typing import Any, Awaitable, Callable, Optional
 
 import pytest
@@ -24,6 +23,7 @@ import redis.asyncio
 
 import ratebound as rb
 import ratebound.redis as rbr
+from virtual_time import virtual as run_virtual
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -36,41 +36,8 @@ FAIL = {"open": ("fail_open", True), "closed": ("fail_closed", False), "local": 
 Answer = tuple[float, Optional[float], Any]
 
 
-class _Jump(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """Never sleeps: a wait for a timer moves the clock to it."""
-
-    def __init__(self, clock: rb.ManualClock) -> None:
-        super().__init__()
-        self.clock = clock
-
-    def select(self, timeout: Optional[float] = None) -> Any:
-        ready = super().select(0)
-        if not ready and timeout is not None and timeout > 0:
-            self.clock.advance(timeout)
-        elif not ready and timeout is None:
-            ready = super().select(1.0)  # nothing scheduled: only I/O (bounded)
-        return ready
-
-
-class ClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose time is ``clock``'s."""
-
-    def __init__(self, clock: rb.ManualClock) -> None:
-        self.clock = clock
-        super().__init__(selector=_Jump(clock))
-
-    def time(self) -> float:
-        return self.clock.now()
-
-
 def virtual(main: Callable[[rb.ManualClock], Awaitable[None]]) -> None:
-    c = rb.ManualClock()
-    c.set(START)
-    loop = ClockLoop(c)
-    try:
-        loop.run_until_complete(main(c))
-    finally:
-        loop.close()
+    run_virtual(main, START)
 
 
 def at(c: rb.ManualClock) -> float:
