@@ -131,15 +131,24 @@ impl Words<'_> {
     fn claim(self, now: u64, d: u64) -> Option<(u64, u64, u64)> {
         let now = now.min(MAX_TIME_NANOS);
         let last = now.saturating_add(d).min(MAX_TIME_NANOS);
+        let (end, _) = self.take(|end| (last > now.max(end)).then_some(last))?;
+        let start = now.max(end);
+        Some((start, last - start, last))
+    }
+
+    /// Takes the moving bit of `end` — pauses and resumes are applied one
+    /// at a time — setting the word to `decide(end)` with the bit; `None`
+    /// (nothing taken) as soon as `decide` says so. A holder of the bit
+    /// is waited for (yielding) up to `PATIENCE` times, then gone around.
+    /// Returns `(end, claimed)`.
+    fn take(self, decide: impl Fn(u64) -> Option<u64>) -> Option<(u64, u64)> {
         // Ordering: Acquire pairs with the Release that clears the bit: the
-        // earlier pause's move of the state happens before ours.
+        // earlier holder's move of the state happens before ours.
         let mut seen = self.end.load(Ordering::Acquire);
         let mut patience = PATIENCE;
         loop {
-            let start = now.max(seen & !MOVING);
-            if last <= start {
-                return None;
-            }
+            let end = seen & !MOVING;
+            let claim = decide(end)?;
             if seen & MOVING != 0 && patience > 0 {
                 patience -= 1;
                 yield_now();
@@ -147,14 +156,14 @@ impl Words<'_> {
                 seen = self.end.load(Ordering::Acquire);
                 continue;
             }
-            // Ordering: AcqRel — pauses are ordered by this word.
+            // Ordering: AcqRel — pauses and resumes are ordered by this word.
             match self.end.compare_exchange_weak(
                 seen,
-                last | MOVING,
+                claim | MOVING,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Some((start, last - start, last)),
+                Ok(_) => return Some((end, claim)),
                 Err(v) => seen = v,
             }
         }
@@ -167,32 +176,8 @@ impl Words<'_> {
     /// becomes `now` if lifted, and stays as it was if not.
     pub fn resume(self, now: u64, lift: impl FnOnce(u64) -> bool) -> Resumed {
         let now = now.min(MAX_TIME_NANOS);
-        // Ordering: Acquire, as in `claim`: the last pause's move happens
-        // before ours.
-        let mut seen = self.end.load(Ordering::Acquire);
-        let mut patience = PATIENCE;
-        let end = loop {
-            let end = seen & !MOVING;
-            if end <= now {
-                return Resumed::NotPaused;
-            }
-            if seen & MOVING != 0 && patience > 0 {
-                patience -= 1;
-                yield_now();
-                // Ordering: as above.
-                seen = self.end.load(Ordering::Acquire);
-                continue;
-            }
-            // Ordering: AcqRel — resumes are ordered with pauses by this word.
-            match self.end.compare_exchange_weak(
-                seen,
-                end | MOVING,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break end,
-                Err(v) => seen = v,
-            }
+        let Some((end, _)) = self.take(|end| (end > now).then_some(end)) else {
+            return Resumed::NotPaused;
         };
         let lifted = lift(end);
         let after = if lifted { now } else { end };
