@@ -102,7 +102,12 @@ async function partner(handle) {
 
 // A strict partner: `rate`/s, bursts of `burst`, 429 with the whole seconds
 // to wait in Retry-After; `throttle(s)` makes it refuse everything for `s`
-// seconds from the next request on, with `Retry-After: s`.
+// seconds from the next request on, with `Retry-After: s`. It judges
+// arrival times, so a caller limited to 20/s burst 5 meets one of 25/s
+// burst 20: 15 of slack for requests a loaded machine's stall bunches up
+// (burst 10 saw one 429 after a stall of ~1 s); no limit at all (30 or 50 at
+// once) still fails it. The exact schedules: outbound_virtual.test.js,
+// redis_wait_spec.test.js.
 async function strictPartner(rate, burst) {
   const limit = bucket(rate, burst)
   let armed = null
@@ -184,7 +189,7 @@ const decisions = (events) => outcomes(events.filter((e) => e.outcome !== 'waite
 // ---------------------------------------------------------------- fetch
 
 test('fetch: 30 concurrent calls under a local TokenBucket below the partner: zero 429s', async (t) => {
-  const p = await strictPartner(25, 10)
+  const p = await strictPartner(25, 20)
   const call = rb.fetch({ limiter: new rb.TokenBucket({ rate: 20, burst: 5 }) })
   const start = now()
   const statuses = await Promise.all(
@@ -205,7 +210,7 @@ test('fetch: 30 concurrent calls under a local TokenBucket below the partner: ze
 })
 
 test('fetch: a fleet of 10 rb.redis.TokenBucket instances sharing one key: zero 429s', async (t) => {
-  const p = await strictPartner(25, 10)
+  const p = await strictPartner(25, 20)
   const f = await fleet(10, { rate: 20, burst: 5 })
   const calls = f.members.map((m) => rb.fetch({ limiter: m.limiter, key: 'partner' }))
   const start = now()
@@ -382,18 +387,21 @@ test('fetch: a throwing onDecision does not break the request', async () => {
 
 test('fetch: a wait beyond timeout rejects and sends nothing; an aborted wait gives its token back', async () => {
   const p = await scriptedPartner({ '/x': [[200]] })
-  // A token every 2 s: the next is due 2 s after the first call.
-  const limiter = new rb.TokenBucket({ rate: 0.5, burst: 1 })
+  // A token an hour: the next is due an hour after the first call, and a
+  // wait up to the 30-minute timeout would take 30 minutes.
+  const limiter = new rb.TokenBucket({ rate: 1 / 3600, burst: 1 })
   const call = rb.fetch({ limiter })
   assert.equal((await call(`${p.url}/x`)).status, 200)
   const start = now()
-  await assert.rejects(call(`${p.url}/x`, { ratebound: { timeout: 1.5 } }), (e) => {
+  await assert.rejects(call(`${p.url}/x`, { ratebound: { timeout: 1800 } }), (e) => {
     assert.ok(e instanceof rb.RateLimitExceededError, String(e))
-    assert.ok(e.retryAfter > 1.5 && e.retryAfter <= 2, String(e.retryAfter))
+    assert.ok(e.retryAfter > 1800 && e.retryAfter <= 3600, String(e.retryAfter))
     return true
   })
-  // At once: well before the 1.5 s timeout, which a wait would reach.
-  assert.ok(now() - start < 1500 - 750, `the refusal took ${now() - start} ms`)
+  // Not a wait of the timeout: a liveness bound only. "At once" (no time
+  // passed) is checked exactly in outbound_virtual.test.js, 'fetch: a wait
+  // beyond the timeout is refused at once and sends nothing (virtual time)'.
+  assert.ok(now() - start < 10_000, `the refusal took ${now() - start} ms`)
   assert.equal(p.hits('/x'), 1)
 
   // The same with the adapter's default timeout.
@@ -426,10 +434,10 @@ test('fetch: the key is the host by default, a function, or the request\'s own',
   const b = await scriptedPartner({ '/t1': [[200]], '/t2': [[200]], '/x': [[200]] })
   // Two hosts (two ports): two keys of one KeyedLimiter.
   const byHost = rb.fetch({ limiter: new rb.KeyedLimiter({ rate: 1, burst: 2 }), timeout: 0.1 })
-  const start = now()
+  // Each host had its own burst: one shared key would make a third call
+  // wait 1 s, beyond the 0.1 s timeout, and refuse it (no time measured).
   const statuses = await Promise.all([a, a, b, b].map(async (p) => (await byHost(`${p.url}/x`)).status))
   assert.deepEqual(statuses, [200, 200, 200, 200])
-  assert.ok(now() - start < 500, 'each host had its own burst')
   await assert.rejects(byHost(`${a.url}/x`), rb.RateLimitExceededError)
   await assert.rejects(byHost(`${b.url}/x`), rb.RateLimitExceededError)
   assert.deepEqual([a.hits('/x'), b.hits('/x')], [2, 2])
@@ -522,7 +530,7 @@ test('axios: 503 then 200 retried once, the 429 pause, a POST not retried, spent
 })
 
 test('axios: a burst of 30 concurrent calls below the partner: zero 429s', async (t) => {
-  const p = await strictPartner(25, 10)
+  const p = await strictPartner(25, 20)
   const api = rb.axios(axios.create({ baseURL: p.url }), { limiter: new rb.TokenBucket({ rate: 20, burst: 5 }) })
   const start = now()
   const statuses = await Promise.all(Array.from({ length: 30 }, async () => (await api.get('/items')).status))

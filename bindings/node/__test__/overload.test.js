@@ -100,11 +100,12 @@ test('the limit comes back after a slowdown', async () => {
   // The limit fell in the slowdown, from where the overload had left it ...
   const before = at(1.75, 2)[0]
   assert.ok(Math.min(...at(2.5, 5)) < before, `${limits}`)
-  // ... and is not stuck at its minimum 2 s after it ended, and the
-  // baseline is nearer the 20 ms than the 40 (it kept the 40 for good).
+  // ... and is not stuck at its minimum 2 s after it ended.
   assert.ok(Math.max(...at(7, 9)) >= 4, `${limits}`)
-  // (At its lowest in the last 2 s: a spike of the machine's own
-  // re-learned at the very end does not count.)
-  const low = Math.min(...seen.filter((w) => w.at >= 7).map((w) => w.baseline))
-  assert.ok(low < 1.5 * base, `baseline ${low} ms, unloaded ${base} ms`)
+  // That the baseline goes back to the fast latency (it once kept the 40 ms
+  // for good) is a rule of the core's controller, which this gate runs:
+  // checked exactly, on a ManualClock, by crates/ratebound/tests/adaptive.rs
+  // a_slowdown_that_ends_is_forgotten (< 24 ms within 3 s of the end). On a
+  // real server on a shared machine its measured latency (compared with the
+  // unloaded one, < 1.5 x before) is printed above, not asserted.
 })

@@ -261,47 +261,75 @@ async function timed(port, path, gaugeOf) {
   for (let i = 0; i < 24; i++) assert.equal((await get(port, path)).status, 200)
   const c = gaugeOf()
   assert.equal(c.adaptive, true)
-  assert.ok(c.windows >= 1, `windows ${c.windows}`)
+  assert.equal(c.windows, 1)
   return c
 }
 
+// Exact, on the gate's ManualClock: each handler moves the clock 40 ms at
+// one point of its response — after the head (/stream) or before it
+// (/late) — so a latency taken at the head is 0 (the 1 µs floor) for one
+// and exactly 40 ms for the other, whatever the machine's speed; one
+// taken at the body's end (or at close) would be 40 ms for both.
 test("concurrencyLimit: 'auto' times a request when its head is written, not when its body ends", async () => {
   const app = expressLib()
+  const clock = new rb.ManualClock()
+  const lateClock = new rb.ManualClock()
   // One limit per route: each window holds one route's samples.
-  const limit = rb.express({ policies: [], concurrencyLimit: 'auto' })
-  const lateLimit = rb.express({ policies: [], concurrencyLimit: 'auto' })
-  // The head at once, the body 40 ms later.
+  const limit = rb.express({ policies: [], concurrencyLimit: 'auto', clock })
+  const lateLimit = rb.express({ policies: [], concurrencyLimit: 'auto', clock: lateClock })
+  // The head, then 40 ms (on the clock), then the body's end.
   app.get('/stream', limit, (req, res) => {
     res.writeHead(200, { 'content-type': 'text/plain' })
     res.write('a')
-    setTimeout(() => res.end('b'), 40)
+    clock.advance(0.04)
+    res.end('b')
   })
-  // The head (and body) after 40 ms.
-  app.get('/late', lateLimit, (req, res) => setTimeout(() => res.send('ab'), 40))
+  // 40 ms, then the head (and body).
+  app.get('/late', lateLimit, (req, res) => {
+    lateClock.advance(0.04)
+    res.send('ab')
+  })
+  // The head, then the body held on a promise the test resolves: the
+  // place is held (in flight) until the body ends.
+  let release = null
+  app.get('/held', limit, (req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' })
+    res.write('a')
+    new Promise((r) => (release = r)).then(() => res.end('b'))
+  })
   const server = app.listen(0, '127.0.0.1')
   await new Promise((r) => server.once('listening', r))
   try {
     const port = server.address().port
     assert.deepEqual(limit.concurrency, { limit: 20, inFlight: 0, adaptive: true, baselineMs: 0, recentMs: 0, windows: 0 })
     const stream = await timed(port, '/stream', () => limit.concurrency)
-    assert.ok(stream.recentMs < 20, `streamed: ${stream.recentMs} ms`)
+    assert.equal(stream.recentMs, 0.001, `streamed: ${stream.recentMs} ms`)
     const late = await timed(port, '/late', () => lateLimit.concurrency)
-    assert.ok(late.recentMs >= 35, `late head: ${late.recentMs} ms`)
+    assert.equal(late.recentMs, 40, `late head: ${late.recentMs} ms`)
     assert.equal(limit.concurrency.inFlight, 0)
+    // The head is out (fetch resolves on it) and the body is held.
+    const r = await fetch(`http://127.0.0.1:${port}/held`)
+    assert.equal(r.status, 200)
+    assert.equal(limit.concurrency.inFlight, 1, 'the place is held while the body streams')
+    release()
+    assert.equal(await r.text(), 'ab')
+    await until(() => limit.concurrency.inFlight === 0)
   } finally {
     server.close()
   }
 
+  const fastifyClock = new rb.ManualClock()
   const fastify = Fastify()
-  await fastify.register(rb.fastify, { policies: [], concurrencyLimit: 'auto', concurrencyInitial: 16 })
+  await fastify.register(rb.fastify, { policies: [], concurrencyLimit: 'auto', concurrencyInitial: 16, clock: fastifyClock })
   fastify.get('/late', async () => {
-    await wait(40)
+    fastifyClock.advance(0.04)
     return 'ab'
   })
   await fastify.listen({ port: 0, host: '127.0.0.1' })
   try {
+    // Windows of 16: the 24 requests close one.
     const late = await timed(fastify.server.address().port, '/late', () => fastify.ratebound.concurrency)
-    assert.ok(late.recentMs >= 35, `fastify late head: ${late.recentMs} ms`)
+    assert.equal(late.recentMs, 40, `fastify late head: ${late.recentMs} ms`)
   } finally {
     await fastify.close()
   }

@@ -279,9 +279,10 @@ test('unreachable Redis (a closed port): the fail policy answers within the dead
         assert.equal(d.source, source, `${policy} ${lim.clientKind} call ${i}`)
         assert.equal(d.allowed, allowed, `${policy} ${lim.clientKind} call ${i}`)
         // Within the deadline, not the client's own reconnects and queues
-        // (seconds, or never): a generous bound for a loaded machine. The
-        // exact instant is redis_deadline.test.js' (virtual time).
-        assert.ok(took <= 50 + 500, `${policy} ${lim.clientKind} call ${i} took ${took.toFixed(1)} ms (deadline 50 ms)`)
+        // (many seconds, or never): a liveness bound (2.5 s of slack) for a
+        // loaded machine. The exact instant is redis_deadline.test.js'
+        // (virtual time).
+        assert.ok(took <= 50 + 2500, `${policy} ${lim.clientKind} call ${i} took ${took.toFixed(1)} ms (deadline 50 ms)`)
         if (policy === 'closed') assert.equal(d.retryAfter, 5)
       }
       assert.equal(lim.breakerOpen, true, 'three failures open the breaker')

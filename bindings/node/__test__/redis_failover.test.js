@@ -28,10 +28,10 @@ const execFileP = util.promisify(execFile)
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const now = () => performance.now()
 const DEADLINE = 250 // ms
-// How far past the deadline a call may return: generous, for a loaded
-// machine (real processes and sockets; the deadline's exact instant is
-// redis_deadline.test.js', in virtual time).
-const SLACK = 500 // ms
+// How far past the deadline a call may return: a liveness bound only, for
+// a loaded machine (real processes and sockets; the deadline's exact
+// instant is redis_deadline.test.js', in virtual time).
+const SLACK = 2500 // ms
 const RATE = 10
 
 // Once the instances in `seen` at `back` are answered by Redis again (`back`:

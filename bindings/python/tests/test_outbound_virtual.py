@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Callable, Optional
+import threading
+import time
+from typing import Any, Callable, Optional
 
 import httpx
 import pytest
@@ -135,3 +137,86 @@ def test_a_wait_beyond_the_timeout_is_refused_at_once_and_sends_nothing() -> Non
         assert partner.at() == pytest.approx([0.0, 2.0], abs=1e-9)
 
     virtual(main)
+
+
+# The sync transport (``RateLimitTransport``) waits inside Rust
+# (``acquire_blocking``), sleeping what the core's waiter says: on a
+# ManualClock that is a look at the clock every millisecond of real time,
+# so a test thread moving the clock drives it. Each rule is checked at
+# explicit instants: nothing is sent 1 ms before the instant due (after
+# 0.2 s of real time to act on it), and the sending at it is done (a
+# liveness bound of 10 s).
+
+
+def _in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except BaseException as e:  # handed to the test
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def _until(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert done(), "not reached within 10 s"
+
+
+def test_sync_a_year_of_retry_after_pauses_exactly_max_pause_on_a_manual_clock() -> None:
+    """As the asyncio test above, through ``RateLimitTransport``: the retry
+    is sent exactly at 1 s (max_pause) + 1/rate (10 ms), not 1 ms before."""
+    c = rb.ManualClock()
+    partner = Partner(c, scripted({"/items": [(429, {"Retry-After": "31536000"}), (200, {})]}))
+    events: list[rb.httpx.OutboundEvent] = []
+    transport = rb.httpx.RateLimitTransport(
+        rb.TokenBucket(100, 10, clock=c),
+        transport=httpx.MockTransport(partner),
+        max_pause=1,
+        backoff=0.05,
+        on_decision=events.append,
+    )
+    with httpx.Client(transport=transport) as client:
+        t, out = _in_thread(lambda: client.get(URL).status_code)
+        _until(lambda: [e.outcome for e in events] == ["paused", "retried"])
+        assert events[0].seconds == 1.0 and events[0].capped
+        c.advance_ns(1_009_000_000)
+        time.sleep(0.2)
+        assert partner.at() == [0.0], "sent before the pause's end + 1/rate"
+        c.advance_ns(1_000_000)
+        t.join(10)
+        assert not t.is_alive() and out == [200]
+    assert partner.at() == pytest.approx([0.0, 1.01], abs=1e-9)
+
+
+def test_sync_a_wait_beyond_the_timeout_is_refused_at_once_on_a_manual_clock() -> None:
+    """A token every 2 s: with a 1.5 s timeout the second request is refused
+    with the clock where it was (a wait would never end: the clock does not
+    move); with 5 s it is sent exactly at 2 s, not 1 ms before."""
+    c = rb.ManualClock()
+    partner = Partner(c, scripted({"/items": [(200, {})]}))
+    transport = rb.httpx.RateLimitTransport(
+        rb.TokenBucket(0.5, 1, clock=c), transport=httpx.MockTransport(partner), timeout=1.5
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get(URL).status_code == 200
+        t, out = _in_thread(lambda: client.get(URL))
+        t.join(10)
+        assert not t.is_alive(), "the refusal waited"
+        assert isinstance(out[0], rb.RateLimitExceeded), out
+        assert out[0].code == "deadline_exceeded" and out[0].retry_after == 2.0
+        assert c.now() == 0.0 and partner.at() == [0.0]
+        t, out = _in_thread(lambda: client.get(URL, extensions={"ratebound": {"timeout": 5}}).status_code)
+        c.advance_ns(1_999_000_000)
+        time.sleep(0.2)
+        assert partner.at() == [0.0], "sent before the token"
+        c.advance_ns(1_000_000)
+        t.join(10)
+        assert not t.is_alive() and out == [200]
+    assert partner.at() == pytest.approx([0.0, 2.0], abs=1e-9)

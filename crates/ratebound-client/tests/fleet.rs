@@ -80,12 +80,16 @@ async fn ten_instances_on_one_redis_key_never_overrun_the_partner() {
     assert_eq!(partner.count(429), 0, "{:?}", partner.log());
     assert_eq!(partner.count(200), 40);
     // 5 at once, then one every 50 ms: the last at 1.75 s after the first
-    // reservation (2 ms: µs rounding, two clocks); generous above.
+    // reservation (2 ms: µs rounding, two clocks). Above, a liveness bound
+    // only (2.5 s of slack): the schedule is checked exactly at explicit
+    // Redis times by ratebound-redis/tests/spec_wait.rs (spec/redis_wait.json)
+    // and through this middleware in paused time by reqwest.rs
+    // `thirty_concurrent_calls_wait_their_turn_and_none_is_refused`.
     assert!(
         elapsed + Duration::from_millis(2) >= Duration::from_millis(1750),
         "{elapsed:?}"
     );
-    assert!(elapsed <= Duration::from_millis(1750 + 600), "{elapsed:?}");
+    assert!(elapsed <= Duration::from_millis(1750 + 2500), "{elapsed:?}");
     println!("10 instances x 4 calls on one Redis key: 40 x 200, 0 x 429 in {elapsed:?}");
 }
 
@@ -166,10 +170,14 @@ async fn a_throttle_quiets_the_whole_fleet_until_it_is_over() {
     assert_eq!(paused, refused.len());
     // 1 s of pause (from the first refusal, after `start`), which leaves
     // the bucket empty, then the 10 waiting (3 of them retries) at 3/s:
-    // the last 1 s + 10/3 s after it at the earliest; generous above.
+    // the last 1 s + 10/3 s after it at the earliest. Above, a liveness
+    // bound only (2.5 s of slack): the pause and the rate after it are
+    // checked exactly at explicit Redis times by ratebound-redis/tests/
+    // spec_wait.rs (spec/redis_wait.json) and through the adapters in paused
+    // time by tower.rs `a_429_pauses_the_limiter_for_its_retry_after`.
     let last = Duration::from_millis(1000 + 3333);
     assert!(elapsed + Duration::from_millis(2) >= last, "{elapsed:?}");
-    assert!(elapsed <= last + Duration::from_millis(700), "{elapsed:?}");
+    assert!(elapsed <= last + Duration::from_millis(2500), "{elapsed:?}");
     println!(
         "throttle: {} x 429, then 10 x 200; nothing sent in the 1 s refusal after the first 429; {elapsed:?}",
         refused.len()

@@ -266,7 +266,11 @@ async fn a_server_killed_under_batches_answers_every_caller() {
             .unwrap();
         assert!(r >= 1, "task {t}: Redis answered before the kill");
         assert_eq!(f, 3, "task {t} met the dead server ({r} Redis, {b} busy)");
-        assert!(l <= Duration::from_millis(200 + 500), "task {t}: {l:?}");
+        // A liveness bound (the 200 ms deadline + 2.5 s): that each caller
+        // is answered exactly at its own deadline is checked in virtual
+        // time by deadlines.rs
+        // `batched_callers_on_a_silent_server_answer_at_their_own_deadline`.
+        assert!(l <= Duration::from_millis(200 + 2500), "task {t}: {l:?}");
         (redis, busy, longest) = (redis + r, busy + b, longest.max(l));
     }
     println!(
