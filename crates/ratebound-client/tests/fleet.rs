@@ -60,8 +60,12 @@ async fn call_all(clients: &[ClientWithMiddleware], per: usize, url: &str) -> Ve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_instances_on_one_redis_key_never_overrun_the_partner() {
     let redis = Redis::start();
-    // A partner of 25/s, bursts of 10; the fleet's limit 20/s, bursts of 5.
-    let partner = Partner::start(strict(25.0, 10.0)).await;
+    // A partner of 25/s, bursts of 20; the fleet's limit 20/s, bursts of 5.
+    // The partner judges arrival times: 15 of slack for requests a loaded
+    // machine's stall bunches up (Node's twin saw a 429 with 10 after a
+    // ~1 s stall); ten local limits (50 at once) still overrun it. The
+    // exact schedule: spec_wait.rs, reqwest.rs (paused time).
+    let partner = Partner::start(strict(25.0, 20.0)).await;
     let key = fresh("partner");
     let mut clients = Vec::new();
     for _ in 0..10 {
