@@ -153,10 +153,13 @@ async fn a_throttle_quiets_the_whole_fleet_until_it_is_over() {
     let elapsed = start.elapsed();
     let log = partner.log();
     let refused: Vec<_> = log.iter().filter(|l| l.status == 429).collect();
-    // Only the burst of 3, sent at once: the next slot is 333 ms later,
-    // time enough for the first refusal's pause to reach Redis (and every
-    // instance) and move it past the pause.
-    assert_eq!(refused.len(), 3, "{log:?}");
+    // At most the burst of 3, sent at once (fewer when a loaded machine
+    // holds some back until the first refusal's pause is in Redis: they
+    // then wait it out): the next slot is 333 ms later, time enough for the
+    // pause to reach Redis (and every instance) and move it past the pause.
+    // A pause not shared lets the slots at 333 and 666 ms through: `quiet`
+    // below fails it.
+    assert!((1..=3).contains(&refused.len()), "{log:?}");
     let (t0, first_429) = (log[0].at, refused[0].at);
     let quiet = log
         .iter()
