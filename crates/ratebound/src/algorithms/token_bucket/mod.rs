@@ -253,20 +253,20 @@ impl<C: Clock> TokenBucket<C> {
     /// Takes one token at `now` (ns since the clock's epoch) if there is one.
     #[inline]
     pub fn check_at(&self, now: u64) -> Decision {
-        let now = now.min(MAX_TIME_NANOS);
-        let one = match self.check_latest(now) {
-            Some(one) => one,
-            None => self.check_by_epoch(now),
+        // Times after MAX_TIME_NANOS count as that time — tested by a
+        // branch rather than clamped, so that the clock's reading reaches
+        // the exchange one step sooner.
+        let one = match (now <= MAX_TIME_NANOS).then(|| self.check_latest(now)) {
+            Some(Some(one)) => one,
+            _ => self.check_by_epoch(now.min(MAX_TIME_NANOS)),
         };
-        // `gcra::Params::decision` for n = 1, from what the check kept.
-        let reset = one.after - now;
         Decision {
             allowed: one.allowed,
             limit: one.burst,
-            slack: (one.spare + one.period).saturating_sub(reset),
+            slack: one.slack,
             unit: one.period,
             retry_after: one.retry,
-            reset_after: reset,
+            reset_after: one.reset,
         }
     }
 
@@ -286,12 +286,14 @@ impl<C: Clock> TokenBucket<C> {
         // `gcra::Params::admit` for n = 1: admitted iff `now ≥ TAT + T − τ`
         // (`T ≤ τ` always), i.e. iff TAT is at most `now + τ − T`.
         let last = now + spare;
-        let one = |allowed, after, retry| One {
+        // The exchange's increment, generation included.
+        let step = p.period + g;
+        let one = |allowed, reset, slack, retry| One {
             allowed,
             burst: p.burst,
             period: p.period,
-            spare,
-            after,
+            reset,
+            slack,
             retry,
         };
         let mut word = self.state.load();
@@ -303,14 +305,18 @@ impl<C: Clock> TokenBucket<C> {
             if tat > MAX_TAT || !self.same_epoch(epoch) {
                 return None;
             }
+            // `gcra::Params::decision`'s numbers, each from one step: the
+            // slack `now + τ − after` is `last − base` when admitted and
+            // `T − retry` (at least 0) when refused.
             if tat > last {
                 // Refused (so TAT > now): the next token is due at
                 // TAT − (τ − T).
-                return Some(one(false, tat, tat - last));
+                let retry = tat - last;
+                return Some(one(false, tat - now, p.period.saturating_sub(retry), retry));
             }
-            let next = tat.max(now) + p.period;
-            match self.state.exchange(word, next + g) {
-                Ok(_) => return Some(one(true, next, 0)),
+            let base = tat.max(now);
+            match self.state.exchange(word, base + step) {
+                Ok(_) => return Some(one(true, base + p.period - now, last - base, 0)),
                 Err(actual) => word = actual,
             }
         }
@@ -324,12 +330,13 @@ impl<C: Clock> TokenBucket<C> {
         let (seen, allowed) = self.update_by_epoch(|tat, p, _| p.admit(tat, now, 1));
         let (p, base) = (seen.params, tat(seen.word).max(now));
         let next = base + p.period;
+        let after = if allowed { next } else { base };
         One {
             allowed,
             burst: p.burst,
             period: p.period,
-            spare: p.tau() - p.period,
-            after: if allowed { next } else { base },
+            reset: after - now,
+            slack: (now + p.tau()).saturating_sub(after),
             retry: if allowed { 0 } else { next - p.tau() - now },
         }
     }
@@ -591,14 +598,15 @@ impl<C: Clock> TokenBucket<C> {
 }
 
 /// A check of one token, as `check_at` turns it into a [`Decision`]: the
-/// quota (`τ = spare + period`), the TAT after it (before it, if refused),
-/// and the wait if refused.
+/// quota, the time until full `after − now` (`after`: the TAT after it, or
+/// before it if refused), the slack `now + τ − after` (at least 0) and the
+/// wait if refused.
 struct One {
     allowed: bool,
     burst: u64,
     period: u64,
-    spare: u64,
-    after: u64,
+    reset: u64,
+    slack: u64,
     retry: u64,
 }
 
@@ -661,6 +669,18 @@ mod tests {
         Quota::with_period(Duration::from_secs(periods))
             .and_then(|q| q.with_burst(burst))
             .expect("valid quota")
+    }
+
+    /// A check at a time past `MAX_TIME_NANOS` answers as one at that
+    /// time (the one-token path tests the time by a branch, not a clamp).
+    #[test]
+    fn a_check_after_the_last_time_counts_as_at_it() {
+        let late = TokenBucket::with_clock(quota(1, 2), ManualClock::new());
+        let last = TokenBucket::with_clock(quota(1, 2), ManualClock::new());
+        for now in [u64::MAX, MAX_TIME_NANOS + 1, u64::MAX, u64::MAX] {
+            assert_eq!(late.check_at(now), last.check_at(MAX_TIME_NANOS));
+        }
+        assert!(!late.check_at(u64::MAX).is_allowed());
     }
 
     /// A check that loaded its word and then stalled while four quota
