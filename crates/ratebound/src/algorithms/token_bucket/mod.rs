@@ -671,6 +671,24 @@ mod tests {
             .expect("valid quota")
     }
 
+    /// A word of another generation than the epoch loaded (a quota change
+    /// whose exchange is done and whose epoch is not yet stored) is never
+    /// decided on by the one-token path, whether its TAT would admit or
+    /// refuse: the path gives up, and the word's own slot decides.
+    #[test]
+    fn the_one_token_path_gives_up_on_a_word_of_another_generation() {
+        let bucket = TokenBucket::with_clock(quota(1, 4), ManualClock::new());
+        let now = 10_000_000_000;
+        assert!(bucket.check_latest(now).is_some_and(|one| one.allowed));
+        for (generation, tat) in [(1, 0), (1, now), (2, now + 1), (3, MAX_TAT)] {
+            bucket.state.update(|_| Some(pack(generation, tat)));
+            assert!(
+                bucket.check_latest(now).is_none(),
+                "generation {generation}, TAT {tat}"
+            );
+        }
+    }
+
     /// A check at a time past `MAX_TIME_NANOS` answers as one at that
     /// time (the one-token path tests the time by a branch, not a clamp).
     #[test]
