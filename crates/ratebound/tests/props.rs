@@ -103,6 +103,42 @@ proptest! {
         }
     }
 
+    /// `check_at` takes one token on a path of its own: it answers as the
+    /// reference does, and as `check_n_at(1, …)` does on a twin bucket,
+    /// before and after quota changes (every generation of the state word,
+    /// and its wrap back to the first).
+    #[test]
+    fn single_checks_match_the_reference_and_check_n(
+        (period, burst) in quota(), steps in trace(), changes in prop::collection::vec(quota(), 0..7)
+    ) {
+        let (one, _) = bucket(period, burst);
+        let (twin, _) = bucket(period, burst);
+        let reference = Reference::new(period, burst);
+        let mut now = 0u64;
+        for (i, &(advance, _)) in steps.iter().enumerate() {
+            now += advance;
+            let d = one.check_at(now);
+            let got = Answer {
+                allowed: d.is_allowed(),
+                remaining: d.remaining(),
+                retry_after: d.retry_after_nanos(),
+                reset_after: d.reset_after_nanos(),
+            };
+            prop_assert_eq!(got, reference.check(now, 1), "step {} at {} ns", i, now);
+            prop_assert_eq!(d, twin.check_n_at(1, now).unwrap(), "step {} at {} ns", i, now);
+        }
+        for (k, &(period2, burst2)) in changes.iter().enumerate() {
+            let to = Quota::with_period(Duration::from_nanos(period2)).unwrap().with_burst(burst2).unwrap();
+            one.set_quota_at(to, now);
+            twin.set_quota_at(to, now);
+            for (i, &(advance, _)) in steps.iter().enumerate().take(8) {
+                now += advance;
+                let (d, t) = (one.check_at(now), twin.check_n_at(1, now).unwrap());
+                prop_assert_eq!(d, t, "change {}, step {} at {} ns", k, i, now);
+            }
+        }
+    }
+
     #[test]
     fn waiting_exactly_retry_after_succeeds_and_one_ns_less_does_not(
         (period, burst) in quota(), steps in trace()

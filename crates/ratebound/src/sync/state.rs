@@ -26,6 +26,16 @@ impl AtomicState {
         self.word.load(Ordering::Acquire)
     }
 
+    /// One compare-exchange of the word, for a caller running its own loop
+    /// (the token bucket's check of one token): `Err` holds the word that
+    /// beat it, to decide on again. May fail spuriously.
+    #[inline]
+    pub(crate) fn exchange(&self, current: u64, next: u64) -> Result<u64, u64> {
+        // Ordering: as in `update`.
+        self.word
+            .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+    }
+
     /// Applies `f` to the current word until it sticks, and returns the
     /// word the final call of `f` decided on and whether it admitted.
     ///

@@ -39,12 +39,17 @@ pub(super) fn pack(generation: usize, tat: u64) -> u64 {
 /// One epoch's quota behind a sequence number (a seqlock with one writer):
 /// `seq` is `2·epoch` while the slot holds that epoch's quota and odd while
 /// it is being rewritten, so a reader knows whether the pair it read is
-/// whole, and of which epoch.
+/// whole, and of which epoch. (The checks' path reads no `seq`: the epoch,
+/// loaded before and after, tells it the same; see [`Slot::latest`].)
 #[derive(Debug)]
 pub(super) struct Slot {
     seq: AtomicU64,
     period: AtomicU64,
     burst: AtomicU64,
+    /// `τ − T` (`(b − 1)·T`): how far the TAT may run ahead of `now` with
+    /// one more token still to take — kept so that a check of one token
+    /// compares without a multiplication.
+    spare: AtomicU64,
 }
 
 /// A slot that has never held a quota (odd: no reader takes it as valid).
@@ -56,6 +61,7 @@ impl Slot {
             seq: AtomicU64::new(seq),
             period: AtomicU64::new(p.period),
             burst: AtomicU64::new(p.burst),
+            spare: AtomicU64::new(p.tau() - p.period),
         }
     }
 
@@ -63,38 +69,41 @@ impl Slot {
     /// changed while it was read.
     #[inline]
     pub(super) fn read(&self) -> Option<(Params, u64)> {
-        let (p, seq) = self.begin()?;
-        self.unchanged(seq).then_some((p, seq / 2))
-    }
-
-    /// The first half of a read: the quota and the sequence number it was
-    /// read under, `None` if the slot is being rewritten. The pair is whole
-    /// only if [`unchanged`](Self::unchanged) says so afterwards; loads
-    /// between the two (the fast path's state word) happen after the fields'.
-    #[inline]
-    pub(super) fn begin(&self) -> Option<(Params, u64)> {
-        // Ordering: Acquire on the `seq` load pairs with the writer's final
-        // Release store, so the fields read below are at least that
-        // epoch's; the Acquire fence keeps the field loads before every load
-        // that follows it, `unchanged`'s among them, which catches a rewrite
-        // that overlapped them.
+        // Ordering: Acquire on the first `seq` load pairs with the writer's
+        // final Release store, so the fields read below are at least that
+        // epoch's; the Acquire fence keeps the field loads before the
+        // second `seq` load, which catches a rewrite that overlapped them
+        // (see `write`).
         let seq = self.seq.load(Ordering::Acquire);
         let p = Params {
             period: self.period.load(Ordering::Relaxed),
             burst: self.burst.load(Ordering::Relaxed),
         };
         fence(Ordering::Acquire);
-        (seq & 1 == 0).then_some((p, seq))
+        let again = self.seq.load(Ordering::Relaxed);
+        (seq & 1 == 0 && again == seq).then_some((p, seq / 2))
     }
 
-    /// True if the slot still holds what [`begin`](Self::begin) read under
-    /// `seq`: no rewrite overlapped the read, nor began before this load.
+    /// The fields of the latest epoch's slot, for a caller that loaded the
+    /// epoch (Acquire) just before and loads it again after its state word:
+    /// the quota and its `τ − T`, whole and of that epoch if the epoch is
+    /// still the same then (see `TokenBucket::update_latest`). No sequence
+    /// number is read: the epoch stands in for it.
     #[inline]
-    pub(super) fn unchanged(&self, seq: u64) -> bool {
-        // Ordering: Relaxed — `begin`'s fence orders the field loads before
-        // this one; whatever must come before it (the state word's Acquire
-        // load, on the fast path) is ordered by its own Acquire.
-        self.seq.load(Ordering::Relaxed) == seq
+    pub(super) fn latest(&self) -> (Params, u64) {
+        // Ordering: Relaxed loads — the epoch's Acquire load before them
+        // makes them at least that epoch's; the Acquire fence after them
+        // pairs with the Release fence `write` puts before its field stores,
+        // so if any of them read a rewrite, the epoch store that preceded
+        // the rewrite happened before every load after the fence (the
+        // caller's second epoch load among them).
+        let p = Params {
+            period: self.period.load(Ordering::Relaxed),
+            burst: self.burst.load(Ordering::Relaxed),
+        };
+        let spare = self.spare.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        (p, spare)
     }
 
     /// The quota of a slot that no one is rewriting (the writer's view).
@@ -109,12 +118,14 @@ impl Slot {
     pub(super) fn write(&self, epoch: u64, p: Params) {
         // Ordering: the odd store and the Release fence come before the
         // field stores, so a reader that sees a new field also sees `seq`
-        // changed on its second load; the final Release store publishes the
-        // whole pair with its epoch.
+        // changed on its second load (and a reader of `latest`, the epoch
+        // stored before this call); the final Release store publishes the
+        // whole slot with its epoch.
         self.seq.store(2 * epoch + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         self.period.store(p.period, Ordering::Relaxed);
         self.burst.store(p.burst, Ordering::Relaxed);
+        self.spare.store(p.tau() - p.period, Ordering::Relaxed);
         self.seq.store(2 * epoch, Ordering::Release);
     }
 }

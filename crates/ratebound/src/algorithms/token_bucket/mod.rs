@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::algorithms::gcra::Params;
+use crate::algorithms::gcra::{MAX_TAT, Params};
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
 use crate::limiter::{Limiter, Permit, Reservation};
 use crate::pause::PauseWords;
@@ -143,38 +143,39 @@ impl<C: Clock> TokenBucket<C> {
     /// [`update`](Self::update) on the quota of the latest epoch: the
     /// checks' path, where no load's address depends on the word (the slot
     /// is picked by the epoch, loaded beside the word and the clock, not
-    /// after the word). `None` (nothing written) when a quota change is
-    /// under way: the slot is being rewritten or already holds a later
-    /// epoch, or the word is not of the epoch loaded.
+    /// after the word), and no sequence number is read. `None` (nothing
+    /// written) when a quota change is under way: the epoch moved while the
+    /// slot and a word were read, or the word is not of the epoch loaded.
     ///
-    /// Why the quota is the word's. `epoch` read `k` (Acquire): the CAS
-    /// installing epoch `k` happened before, so the word's epoch `e` is at
-    /// least `k`. The slot read `2k` under its sequence number, so it held
-    /// epoch `k`'s quota, whole (a seqlock read, closed by the `unchanged`
-    /// load after each word). The word's generation is `k mod 4`, so `e` is
-    /// `k`, `k + 4`, … — and `e ≥ k + 4` would mean the change to `k + 4`,
-    /// which rewrote this slot before its CAS, happened before the word was
-    /// loaded (Acquire): the `unchanged` load after it would not find `2k`
-    /// again. So `e = k`.
+    /// Why the quota is the word's, when `epoch` read `k` (Acquire) before
+    /// the slot and the word, and `k` again after the word.
+    /// - The slot held epoch `k`'s quota, whole: `set_quota` wrote it
+    ///   before storing `k` (Release). Its next rewrite, for `k + 4`, comes
+    ///   after `k + 3` was stored, behind a Release fence; had a field load
+    ///   read any of it, the Acquire fence after the fields would make that
+    ///   store of `k + 3` happen before the second epoch load, which would
+    ///   not find `k`.
+    /// - The word's epoch `e` is at least `k`: the CAS installing `k`
+    ///   happened before `k` was stored. And `e < k + 4`: the CAS installing
+    ///   `e` came after `e − 1` was stored, and the word's Acquire load
+    ///   read that CAS or a check's CAS after it, so `e − 1 ≥ k + 3` would
+    ///   have been stored before the second epoch load.
+    /// - The word's generation is `k mod 4`, so `e = k`.
     #[inline]
     fn update_latest(
         &self,
         f: &mut impl FnMut(u64, Params, u64) -> Option<u64>,
     ) -> Option<(Seen, bool)> {
-        // Ordering: Acquire pairs with the writer's Release store, so the
-        // word loaded next is at least of this epoch.
+        // Ordering: Acquire pairs with the writer's Release store (see the
+        // proof above).
         let epoch = self.epoch.load(Ordering::Acquire);
-        let slot = &self.slots[epoch_generation(epoch)];
-        let (params, seq) = slot.begin()?;
-        if seq != 2 * epoch {
-            return None;
-        }
+        let (params, _) = self.slots[epoch_generation(epoch)].latest();
         let mut whole = true;
         // Invariant (of the loop in `AtomicState::update`): every word `f`
-        // sees is checked against the slot after it was loaded; a word of
+        // sees is checked against the epoch after it was loaded; a word of
         // another epoch refuses, writing nothing, and the caller starts over.
         let (word, allowed) = self.state.update(|word| {
-            whole = generation(word) == epoch_generation(epoch) && slot.unchanged(seq);
+            whole = generation(word) == epoch_generation(epoch) && self.same_epoch(epoch);
             if !whole {
                 return None;
             }
@@ -188,6 +189,15 @@ impl<C: Clock> TokenBucket<C> {
             },
             allowed,
         ))
+    }
+
+    /// True if the epoch is still `epoch`: the second epoch load of
+    /// [`update_latest`](Self::update_latest)'s proof.
+    #[inline]
+    fn same_epoch(&self, epoch: u64) -> bool {
+        // Ordering: Relaxed — the state word's Acquire load and the slot's
+        // Acquire fence, both before it, are what the proof needs.
+        self.epoch.load(Ordering::Relaxed) == epoch
     }
 
     /// [`update`](Self::update) on the slot of each word's generation,
@@ -243,10 +253,92 @@ impl<C: Clock> TokenBucket<C> {
     /// Takes one token at `now` (ns since the clock's epoch) if there is one.
     #[inline]
     pub fn check_at(&self, now: u64) -> Decision {
-        let now = now.min(MAX_TIME_NANOS);
+        // Times after MAX_TIME_NANOS count as that time — tested by a
+        // branch rather than clamped, so that the clock's reading reaches
+        // the exchange one step sooner.
+        let one = match (now <= MAX_TIME_NANOS).then(|| self.check_latest(now)) {
+            Some(Some(one)) => one,
+            _ => self.check_by_epoch(now.min(MAX_TIME_NANOS)),
+        };
+        Decision {
+            allowed: one.allowed,
+            limit: one.burst,
+            slack: one.slack,
+            unit: one.period,
+            retry_after: one.retry,
+            reset_after: one.reset,
+        }
+    }
+
+    /// [`update_latest`](Self::update_latest) for one token, written out:
+    /// the same loads in the same order, under the same proof, with the
+    /// arithmetic that `n = 1` allows — the bound `τ − T` read from the
+    /// slot instead of multiplied, the generation checked and kept by one
+    /// subtraction and one addition, and no "same word" case (a token moves
+    /// the TAT by `T ≥ 1`). `None`, having written nothing, where
+    /// `update_latest` gives up.
+    #[inline]
+    fn check_latest(&self, now: u64) -> Option<One> {
+        // Ordering: as in `update_latest`.
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let (p, spare) = self.slots[epoch_generation(epoch)].latest();
+        let g = pack(epoch_generation(epoch), 0);
+        // `gcra::Params::admit` for n = 1: admitted iff `now ≥ TAT + T − τ`
+        // (`T ≤ τ` always), i.e. iff TAT is at most `now + τ − T`.
+        let last = now + spare;
+        // The exchange's increment, generation included.
+        let step = p.period + g;
+        let one = |allowed, reset, slack, retry| One {
+            allowed,
+            burst: p.burst,
+            period: p.period,
+            reset,
+            slack,
+            retry,
+        };
+        let mut word = self.state.load();
+        loop {
+            // The TAT if the word is of generation `g`; above MAX_TAT if not
+            // (the difference of two other generations is at least 2^62,
+            // modulo 2^64).
+            let tat = word.wrapping_sub(g);
+            if tat > MAX_TAT || !self.same_epoch(epoch) {
+                return None;
+            }
+            // `gcra::Params::decision`'s numbers, each from one step: the
+            // slack `now + τ − after` is `last − base` when admitted and
+            // `T − retry` (at least 0) when refused.
+            if tat > last {
+                // Refused (so TAT > now): the next token is due at
+                // TAT − (τ − T).
+                let retry = tat - last;
+                return Some(one(false, tat - now, p.period.saturating_sub(retry), retry));
+            }
+            let base = tat.max(now);
+            match self.state.exchange(word, base + step) {
+                Ok(_) => return Some(one(true, base + p.period - now, last - base, 0)),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// `check_at` while a quota change is under way.
+    #[cold]
+    #[inline(never)]
+    fn check_by_epoch(&self, now: u64) -> One {
         // n = 1 never exceeds the burst (b ≥ 1), so this cannot be misuse.
-        let (seen, allowed) = self.update(|tat, p, _| p.admit(tat, now, 1));
-        seen.params.decision(tat(seen.word), now, 1, allowed)
+        let (seen, allowed) = self.update_by_epoch(|tat, p, _| p.admit(tat, now, 1));
+        let (p, base) = (seen.params, tat(seen.word).max(now));
+        let next = base + p.period;
+        let after = if allowed { next } else { base };
+        One {
+            allowed,
+            burst: p.burst,
+            period: p.period,
+            reset: after - now,
+            slack: (now + p.tau()).saturating_sub(after),
+            retry: if allowed { 0 } else { next - p.tau() - now },
+        }
     }
 
     /// Takes `n` tokens now if there are `n`. See [`check_n_at`](Self::check_n_at).
@@ -547,6 +639,19 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
+/// A check of one token, as `check_at` turns it into a [`Decision`]: the
+/// quota, the time until full `after − now` (`after`: the TAT after it, or
+/// before it if refused), the slack `now + τ − after` (at least 0) and the
+/// wait if refused.
+struct One {
+    allowed: bool,
+    burst: u64,
+    period: u64,
+    reset: u64,
+    slack: u64,
+    retry: u64,
+}
+
 fn params(q: Quota) -> Params {
     Params {
         period: q.emission_interval_nanos(),
@@ -606,6 +711,36 @@ mod tests {
         Quota::with_period(Duration::from_secs(periods))
             .and_then(|q| q.with_burst(burst))
             .expect("valid quota")
+    }
+
+    /// A word of another generation than the epoch loaded (a quota change
+    /// whose exchange is done and whose epoch is not yet stored) is never
+    /// decided on by the one-token path, whether its TAT would admit or
+    /// refuse: the path gives up, and the word's own slot decides.
+    #[test]
+    fn the_one_token_path_gives_up_on_a_word_of_another_generation() {
+        let bucket = TokenBucket::with_clock(quota(1, 4), ManualClock::new());
+        let now = 10_000_000_000;
+        assert!(bucket.check_latest(now).is_some_and(|one| one.allowed));
+        for (generation, tat) in [(1, 0), (1, now), (2, now + 1), (3, MAX_TAT)] {
+            bucket.state.update(|_| Some(pack(generation, tat)));
+            assert!(
+                bucket.check_latest(now).is_none(),
+                "generation {generation}, TAT {tat}"
+            );
+        }
+    }
+
+    /// A check at a time past `MAX_TIME_NANOS` answers as one at that
+    /// time (the one-token path tests the time by a branch, not a clamp).
+    #[test]
+    fn a_check_after_the_last_time_counts_as_at_it() {
+        let late = TokenBucket::with_clock(quota(1, 2), ManualClock::new());
+        let last = TokenBucket::with_clock(quota(1, 2), ManualClock::new());
+        for now in [u64::MAX, MAX_TIME_NANOS + 1, u64::MAX, u64::MAX] {
+            assert_eq!(late.check_at(now), last.check_at(MAX_TIME_NANOS));
+        }
+        assert!(!late.check_at(u64::MAX).is_allowed());
     }
 
     /// A check that loaded its word and then stalled while four quota
