@@ -20,7 +20,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use redis::Value;
 use redis::aio::ConnectionLike;
@@ -141,17 +140,22 @@ const ABANDONED: u8 = 2;
 pub(crate) struct Ticket {
     pub(crate) answer: oneshot::Receiver<Answer>,
     fate: Arc<AtomicU8>,
-    slot: Option<Slot>,
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
     /// The caller of `ticket` stops waiting (its deadline passed):
     /// [`Answer::Timeout`] if the call went out (it may have been decided),
-    /// or if it never did because its group's sends were held up by a
-    /// server that answered nothing for a whole deadline — the server's
-    /// trouble; [`Answer::Unsent`] if it never went out while sends kept
-    /// landing — the client's own queue was too long. Either way a call
-    /// not yet out never will be.
+    /// or if it never did while Redis answered nothing for a whole
+    /// deadline — its group's sends were held up by a silent server, the
+    /// server's trouble; [`Answer::Unsent`] if it never went out while
+    /// Redis kept answering — the client's own queue was too long. Either
+    /// way a call not yet out never will be.
+    ///
+    /// "Redis answered" is the engine's record of replies (see
+    /// [`Engine::heard_from_redis`]), not the end of a send: a send that
+    /// timed out on a silent server ends too, and once made a caller that
+    /// gave up beside it (or that it left queued behind a full batch) look
+    /// like the client's own overload — `busy` rather than the fail policy.
     pub(crate) fn give_up(&self, ticket: &Ticket) -> Answer {
         // Ordering: Relaxed — the CAS alone decides who owns the call's
         // fate; no other memory is published through it.
@@ -162,14 +166,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
         {
             return Answer::Timeout;
         }
-        let groups = self.groups();
-        let stalled = groups
-            .get(&ticket.slot)
-            .is_some_and(|g| g.landed.is_none_or(|t| t.elapsed() >= self.timeout));
-        if stalled {
-            Answer::Timeout
-        } else {
+        if self.engine.replied_lately() {
             Answer::Unsent
+        } else {
+            Answer::Timeout
         }
     }
 }
@@ -186,9 +186,6 @@ struct Waiter {
 struct Group {
     waiting: VecDeque<Waiter>,
     sending: usize,
-    /// When a send of this group last landed (or the group was idle);
-    /// `None` before the first.
-    landed: Option<std::time::Instant>,
 }
 
 impl Group {
@@ -240,7 +237,6 @@ pub(crate) struct Batcher<C> {
     conn: C,
     /// The limiter's engine: its timeout, and who hears of each reply.
     engine: Arc<Engine>,
-    timeout: Duration,
     /// Group by hash slot (a Redis Cluster), or all calls in one group.
     per_slot: bool,
     groups: Mutex<HashMap<Option<Slot>, Group>>,
@@ -251,7 +247,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
     pub(crate) fn new(conn: C, engine: Arc<Engine>, per_slot: bool) -> Arc<Batcher<C>> {
         Arc::new(Batcher {
             conn,
-            timeout: engine.timeout(),
             engine,
             per_slot,
             groups: Mutex::new(HashMap::new()),
@@ -295,11 +290,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
                 launch(self.flight(slot), batch);
             }
         }
-        Entry::Queued(Ticket {
-            answer: rx,
-            fate,
-            slot,
-        })
+        Entry::Queued(Ticket { answer: rx, fate })
     }
 
     /// A send of `slot`'s group, counted in its `sending`.
@@ -316,7 +307,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Batcher<C> {
     fn next(&self, slot: Option<Slot>) -> Option<Vec<Waiter>> {
         let mut groups = self.groups();
         let group = groups.get_mut(&slot)?;
-        group.landed = Some(std::time::Instant::now());
         let batch = group.take();
         if !batch.is_empty() {
             return Some(batch);

@@ -231,12 +231,27 @@ impl Engine {
     pub(crate) fn overloaded(&self, outcome: &CallOutcome<'_>, now: u64) -> bool {
         match outcome {
             CallOutcome::Unsent => true,
-            CallOutcome::Timeout => self.health.replied_within(
-                now,
-                u64::try_from(self.config.timeout.as_nanos()).unwrap_or(u64::MAX),
-            ),
+            CallOutcome::Timeout => self.replied_within_deadline(now),
             _ => false,
         }
+    }
+
+    /// Whether Redis answered some call of this engine within one call
+    /// deadline before `now`: the server is alive and quick enough.
+    fn replied_within_deadline(&self, now: u64) -> bool {
+        self.health.replied_within(
+            now,
+            u64::try_from(self.config.timeout.as_nanos()).unwrap_or(u64::MAX),
+        )
+    }
+
+    /// Whether Redis answered some call of this engine within the last
+    /// call deadline (on the engine's clock): what a driver asks of a call
+    /// that never left its queue, to tell its own overload
+    /// ([`CallOutcome::Unsent`]) from a silent server's
+    /// ([`CallOutcome::Timeout`]).
+    pub(crate) fn replied_lately(&self) -> bool {
+        self.replied_within_deadline(self.clock.now())
     }
 
     /// A call failed (`outcome` is not a reply of the script's): the

@@ -258,6 +258,61 @@ async fn batched_callers_on_a_silent_server_answer_at_their_own_deadline() {
     }
 }
 
+/// Callers left in the queue past their deadline: one caller's send and a
+/// batch of 16 go at 0 ms, 300 callers queue at 2 ms, and the two sends
+/// that end at 50 ms (at the deadline, or with a reply at 40 ms) take two
+/// full batches (128 calls each) — 44 callers are still queued when their
+/// deadline passes at 52 ms. On a silent server that is the server's
+/// trouble: every one gets the fail policy. On a server that answered at
+/// 40 ms it is the client's own queue: busy. (The batcher once read "a
+/// send ended lately" as "Redis is alive", so the silent server's 44 were
+/// busy too; a CI run against a real paused Redis met the same reading
+/// when a caller's deadline and a timed-out send ended together.)
+#[tokio::test(start_paused = true)]
+async fn callers_still_queued_at_their_deadline_are_busy_only_while_redis_answers() {
+    for (script, first, left) in [
+        (Script::Silent, Source::FailOpen, Source::FailOpen),
+        (
+            Script::After(Duration::from_millis(40), 0),
+            Source::Redis,
+            Source::Busy,
+        ),
+    ] {
+        let conn = Scripted::new(script);
+        // A breaker that never opens: every call goes out.
+        let limiter = limiter(OnError::Open, &conn, u32::MAX);
+        let t0 = Instant::now();
+        let mut callers = Vec::new();
+        for i in 0..317u64 {
+            let limiter = limiter.clone();
+            let start = Duration::from_millis(if i < 17 { 0 } else { 2 });
+            callers.push(tokio::spawn(async move {
+                tokio::time::sleep_until(t0 + start).await;
+                let d = limiter.check(format!("k{i}")).await.unwrap();
+                (d.source(), t0.elapsed())
+            }));
+        }
+        let mut answers = Vec::new();
+        for c in callers {
+            answers.push(c.await.unwrap());
+        }
+        let (first_at, left_at) = match script {
+            Script::Silent => (DEADLINE, DEADLINE + Duration::from_millis(2)),
+            Script::After(..) => (Duration::from_millis(40), Duration::from_millis(52)),
+        };
+        // The first 17 went out at 0 ms (alone, then a batch of 16).
+        for (i, a) in answers[..17].iter().enumerate() {
+            assert_eq!(*a, (first, first_at), "{script:?}: caller {i}");
+        }
+        // The 300 that queued at 2 ms: 256 went out in two batches, 44
+        // never did; every one is answered at its deadline.
+        for (i, a) in answers[17..].iter().enumerate() {
+            assert_eq!(*a, (left, left_at), "{script:?}: caller {}", 17 + i);
+        }
+        assert_eq!(conn.sent(), 4, "{script:?}: two sends, then two batches");
+    }
+}
+
 /// A wait or a reservation whose future is dropped after its call reached
 /// the server but before the reply came (the reply lands 10 ms after the
 /// send; the caller goes at 5 ms): the reply is still read when it lands,
