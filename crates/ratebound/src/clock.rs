@@ -16,23 +16,51 @@ pub const MAX_TIME_NANOS: u64 = (1 << 61) - 1;
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's epoch.
     fn now(&self) -> u64;
+
+    /// True if no reading of this clock is ever above [`MAX_TIME_NANOS`]
+    /// (a [`ManualClock`] saturates when it is set or advanced), so that a
+    /// limiter reading it may skip the test for later times. The default,
+    /// `false`, is always safe; answering `true` for a clock that can read
+    /// later is a bug (its limiter would decide on a time it cannot hold).
+    #[inline]
+    fn bounded(&self) -> bool {
+        false
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    #[inline]
+    fn bounded(&self) -> bool {
+        (**self).bounded()
     }
 }
 
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    #[inline]
+    fn bounded(&self) -> bool {
+        (**self).bounded()
     }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
+    #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    #[inline]
+    fn bounded(&self) -> bool {
+        (**self).bounded()
     }
 }
 
@@ -211,6 +239,13 @@ impl Clock for ManualClock {
     fn now(&self) -> u64 {
         // Ordering: Relaxed, as in `advance_nanos`.
         self.nanos.load(Ordering::Relaxed)
+    }
+
+    /// True: `set_nanos` and `advance_nanos` saturate at
+    /// [`MAX_TIME_NANOS`], the only writes there are.
+    #[inline]
+    fn bounded(&self) -> bool {
+        true
     }
 }
 

@@ -110,16 +110,10 @@ impl AllOf {
                     for later in &self.members[i + 1..] {
                         let state = later.peek_n_at(0, now)?;
                         let would = later.peek_n_at(n, now)?;
-                        combined = merge(
-                            Some(combined),
-                            Decision {
-                                retry_after: would.retry_after,
-                                ..state
-                            },
-                        );
+                        combined =
+                            merge(Some(combined), state.with_retry(would.retry_after_nanos()));
                     }
-                    combined.allowed = false;
-                    return Ok(combined);
+                    return Ok(combined.refused());
                 }
                 Err(e) => {
                     self.roll_back(&mut held[..i]);
@@ -133,31 +127,26 @@ impl AllOf {
 }
 
 /// Only reachable if `members` were empty, which `new` rules out.
-const REFUSED: Decision = Decision {
-    allowed: false,
-    limit: 0,
-    slack: 0,
-    unit: 1,
-    retry_after: u64::MAX,
-    reset_after: 0,
-};
+const REFUSED: Decision = Decision::counted(false, 0, 0, u64::MAX, 0);
 
 /// The more restrictive combination of two members' decisions.
 fn merge(acc: Option<Decision>, d: Decision) -> Decision {
     let Some(acc) = acc else { return d };
     let tighter = if fewer_remaining(d, acc) { d } else { acc };
-    Decision {
-        allowed: acc.allowed && d.allowed,
-        retry_after: acc.retry_after.max(d.retry_after),
-        reset_after: acc.reset_after.max(d.reset_after),
-        ..tighter
-    }
+    Decision::new(
+        acc.is_allowed() && d.is_allowed(),
+        tighter.limit,
+        tighter.slack(),
+        tighter.unit,
+        acc.retry_after_nanos().max(d.retry_after_nanos()),
+        acc.reset_after_nanos().max(d.reset_after_nanos()),
+    )
 }
 
 /// `a.remaining() < b.remaining()` without dividing: remaining is
 /// `min(slack, limit·unit) / unit`, compared by cross-multiplying.
 fn fewer_remaining(a: Decision, b: Decision) -> bool {
-    let capped = |d: Decision| u128::from(d.slack).min(u128::from(d.limit) * u128::from(d.unit));
+    let capped = |d: Decision| u128::from(d.slack()).min(u128::from(d.limit) * u128::from(d.unit));
     capped(a) * u128::from(b.unit) < capped(b) * u128::from(a.unit)
 }
 
@@ -201,7 +190,7 @@ impl Limiter for AllOf {
         let decision = self.acquire_with(n, now, &mut held)?;
         // An admission's permit holds every member's: giving it back gives
         // each back, so an `AllOf` nested in another rolls back too.
-        let permit = decision.allowed.then(|| Permit {
+        let permit = decision.is_allowed().then(|| Permit {
             n,
             issuer: self.id,
             key: 0,

@@ -63,14 +63,14 @@ impl Params {
             // A refusal means next − now > τ, so this is at least 1 ns.
             (base, next - tau - now)
         };
-        Decision {
+        Decision::new(
             allowed,
-            limit: self.burst,
-            slack: (now + tau).saturating_sub(after),
-            unit: self.period,
+            self.burst,
+            (now + tau).saturating_sub(after),
+            self.period,
             retry_after,
-            reset_after: after - now,
-        }
+            after - now,
+        )
     }
 
     /// Reserves `n ≤ b` tokens at `now`, possibly in the future:
@@ -243,8 +243,11 @@ mod tests {
         }
         assert_eq!(p.admit(tat, 0, 1), None);
         let denied = p.decision(tat, 0, 1, false);
-        assert_eq!((denied.retry_after, denied.reset_after), (S / 2, 3 * S / 2));
-        assert_eq!(p.decision(tat, S / 4, 1, false).retry_after, S / 4);
+        assert_eq!(
+            (denied.retry_after_nanos(), denied.reset_after_nanos()),
+            (S / 2, 3 * S / 2)
+        );
+        assert_eq!(p.decision(tat, S / 4, 1, false).retry_after_nanos(), S / 4);
         assert!(p.admit(tat, S / 2, 1).is_some());
     }
 

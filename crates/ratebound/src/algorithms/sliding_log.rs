@@ -174,7 +174,7 @@ impl<C: Clock> SlidingLog<C> {
     fn take(&self, n: u64, now: u64) -> (Decision, Option<Permit>) {
         self.with_log(now, |log| {
             let decision = self.decide(log, now, n, true);
-            if !decision.allowed {
+            if !decision.is_allowed() {
                 return (decision, None);
             }
             // Entries stay sorted even if the clock went back.

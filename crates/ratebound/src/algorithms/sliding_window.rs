@@ -141,14 +141,14 @@ impl Sliding {
         let room = self.room(v, current);
         match u64::try_from(room) {
             // remaining = room / W, divided only if the caller asks.
-            Ok(slack) => Decision {
+            Ok(slack) => Decision::new(
                 allowed,
-                limit: self.limit,
+                self.limit,
                 slack,
-                unit: self.window,
+                self.window,
                 retry_after,
                 reset_after,
-            },
+            ),
             Err(_) => Decision::counted(
                 allowed,
                 self.limit,

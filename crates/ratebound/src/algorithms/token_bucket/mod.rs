@@ -12,7 +12,7 @@ use crate::{Decision, Error, Quota, Resumed};
 
 mod epochs;
 
-use epochs::{SLOTS, Seen, Slot, UNWRITTEN, epoch_generation, generation, pack, tat};
+use epochs::{SLOTS, Seen, Slots, epoch_generation, generation, pack, tat};
 
 /// A token bucket of `burst` tokens, initially full, refilled at one token
 /// every `T` — kept as one `AtomicU64` and updated without locks.
@@ -60,7 +60,7 @@ pub struct TokenBucket<C: Clock = MonotonicClock> {
     state: AtomicState,
     /// Epoch `e`'s quota in slot `e mod 4`, written before the CAS that
     /// installs it.
-    slots: [Slot; SLOTS],
+    slots: Slots,
     /// The latest epoch whose word is installed, stored after the CAS that
     /// installs it: a lower bound on the epoch of any word loaded after it.
     epoch: AtomicU64,
@@ -89,12 +89,7 @@ impl<C: Clock> TokenBucket<C> {
             id: crate::sync::next_issuer(),
             // TAT 0: full at any time ≥ 0.
             state: AtomicState::new(pack(0, 0)),
-            slots: [
-                Slot::new(0, p),
-                Slot::new(UNWRITTEN, p),
-                Slot::new(UNWRITTEN, p),
-                Slot::new(UNWRITTEN, p),
-            ],
+            slots: Slots::new(p),
             epoch: AtomicU64::new(0),
             writer: Mutex::new(()),
             clock,
@@ -125,7 +120,7 @@ impl<C: Clock> TokenBucket<C> {
     /// `≡ generation (mod 4)`, so `v < floor + 4` leaves only `e = v`.
     #[inline]
     fn quota_of(&self, word: u64, floor: u64) -> Option<(Params, u64)> {
-        let (p, v) = self.slots[generation(word)].read()?;
+        let (p, v) = self.slots.read(generation(word))?;
         (v < floor + SLOTS as u64).then_some((p, v))
     }
 
@@ -169,7 +164,7 @@ impl<C: Clock> TokenBucket<C> {
         // Ordering: Acquire pairs with the writer's Release store (see the
         // proof above).
         let epoch = self.epoch.load(Ordering::Acquire);
-        let (params, _) = self.slots[epoch_generation(epoch)].latest();
+        let (params, _) = self.slots.latest(epoch_generation(epoch));
         let mut whole = true;
         // Invariant (of the loop in `AtomicState::update`): every word `f`
         // sees is checked against the epoch after it was loaded; a word of
@@ -247,27 +242,35 @@ impl<C: Clock> TokenBucket<C> {
     /// Takes one token now if there is one. See [`check_n_at`](Self::check_n_at).
     #[inline]
     pub fn check(&self) -> Decision {
-        self.check_at(self.clock.now())
+        self.check_on(self.clock.now(), self.clock.bounded())
     }
 
     /// Takes one token at `now` (ns since the clock's epoch) if there is one.
     #[inline]
     pub fn check_at(&self, now: u64) -> Decision {
+        self.check_on(now, false)
+    }
+
+    /// `check_at(now)`, where `bounded` says `now` is known to be at most
+    /// `MAX_TIME_NANOS` (read from a [`Clock::bounded`] clock).
+    #[inline]
+    fn check_on(&self, now: u64, bounded: bool) -> Decision {
         // Times after MAX_TIME_NANOS count as that time — tested by a
         // branch rather than clamped, so that the clock's reading reaches
-        // the exchange one step sooner.
-        let one = match (now <= MAX_TIME_NANOS).then(|| self.check_latest(now)) {
+        // the exchange one step sooner; not tested at all for a clock that
+        // never reads later.
+        let one = match (bounded || now <= MAX_TIME_NANOS).then(|| self.check_latest(now)) {
             Some(Some(one)) => one,
-            _ => self.check_by_epoch(now.min(MAX_TIME_NANOS)),
+            _ => self.check_by_epoch(now),
         };
-        Decision {
-            allowed: one.allowed,
-            limit: one.burst,
-            slack: one.slack,
-            unit: one.period,
-            retry_after: one.retry,
-            reset_after: one.reset,
-        }
+        Decision::timed(
+            one.allowed,
+            one.burst,
+            one.period,
+            one.now,
+            one.end,
+            one.reach,
+        )
     }
 
     /// [`update_latest`](Self::update_latest) for one token, written out:
@@ -275,26 +278,27 @@ impl<C: Clock> TokenBucket<C> {
     /// arithmetic that `n = 1` allows — the bound `τ − T` read from the
     /// slot instead of multiplied, the generation checked and kept by one
     /// subtraction and one addition, and no "same word" case (a token moves
-    /// the TAT by `T ≥ 1`). `None`, having written nothing, where
-    /// `update_latest` gives up.
+    /// the TAT by `T ≥ 1`). The decision keeps the times it was made with
+    /// ([`Decision::timed`]): its numbers are worked out only when read.
+    /// `None`, having written nothing, where `update_latest` gives up.
     #[inline]
     fn check_latest(&self, now: u64) -> Option<One> {
         // Ordering: as in `update_latest`.
         let epoch = self.epoch.load(Ordering::Acquire);
-        let (p, spare) = self.slots[epoch_generation(epoch)].latest();
+        let (p, spare) = self.slots.latest(epoch_generation(epoch));
         let g = pack(epoch_generation(epoch), 0);
         // `gcra::Params::admit` for n = 1: admitted iff `now ≥ TAT + T − τ`
         // (`T ≤ τ` always), i.e. iff TAT is at most `now + τ − T`.
         let last = now + spare;
         // The exchange's increment, generation included.
         let step = p.period + g;
-        let one = |allowed, reset, slack, retry| One {
+        let one = |allowed, end| One {
             allowed,
             burst: p.burst,
             period: p.period,
-            reset,
-            slack,
-            retry,
+            now,
+            end,
+            reach: last,
         };
         let mut word = self.state.load();
         loop {
@@ -305,39 +309,38 @@ impl<C: Clock> TokenBucket<C> {
             if tat > MAX_TAT || !self.same_epoch(epoch) {
                 return None;
             }
-            // `gcra::Params::decision`'s numbers, each from one step: the
-            // slack `now + τ − after` is `last − base` when admitted and
-            // `T − retry` (at least 0) when refused.
             if tat > last {
-                // Refused (so TAT > now): the next token is due at
-                // TAT − (τ − T).
-                let retry = tat - last;
-                return Some(one(false, tat - now, p.period.saturating_sub(retry), retry));
+                // Refused: the TAT stays.
+                return Some(one(false, tat));
             }
-            let base = tat.max(now);
-            match self.state.exchange(word, base + step) {
-                Ok(_) => return Some(one(true, base + p.period - now, last - base, 0)),
+            // Admitted: the new word's TAT (its generation bits are not
+            // the decision's: `Decision::timed` drops them).
+            let next = tat.max(now) + step;
+            match self.state.exchange(word, next) {
+                Ok(_) => return Some(one(true, next)),
                 Err(actual) => word = actual,
             }
         }
     }
 
-    /// `check_at` while a quota change is under way.
+    /// `check_at` while a quota change is under way, or for a time after
+    /// `MAX_TIME_NANOS`.
     #[cold]
     #[inline(never)]
     fn check_by_epoch(&self, now: u64) -> One {
+        // Clamped here, not on the checks' path: there a later time only
+        // takes the branch to this path.
+        let now = now.min(MAX_TIME_NANOS);
         // n = 1 never exceeds the burst (b ≥ 1), so this cannot be misuse.
         let (seen, allowed) = self.update_by_epoch(|tat, p, _| p.admit(tat, now, 1));
         let (p, base) = (seen.params, tat(seen.word).max(now));
-        let next = base + p.period;
-        let after = if allowed { next } else { base };
         One {
             allowed,
             burst: p.burst,
             period: p.period,
-            reset: after - now,
-            slack: (now + p.tau()).saturating_sub(after),
-            retry: if allowed { 0 } else { next - p.tau() - now },
+            now,
+            end: if allowed { base + p.period } else { base },
+            reach: now + p.tau() - p.period,
         }
     }
 
@@ -629,8 +632,8 @@ impl<C: Clock> TokenBucket<C> {
         // bits than the word has or readers that announce themselves (a
         // write on every check); quota changes are rare, administrative
         // events, so it is documented on `set_quota` instead.
-        let from = self.slots[epoch_generation(current)].held();
-        self.slots[next_g].write(next, to);
+        let from = self.slots.held(epoch_generation(current));
+        self.slots.write(next_g, next, to);
         self.state
             .update(|word| Some(pack(next_g, from.convert(tat(word), now, to))));
         // Ordering: Release — readers that load this epoch then load a word
@@ -639,17 +642,17 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
-/// A check of one token, as `check_at` turns it into a [`Decision`]: the
-/// quota, the time until full `after − now` (`after`: the TAT after it, or
-/// before it if refused), the slack `now + τ − after` (at least 0) and the
-/// wait if refused.
+/// A check of one token, as `check_at` turns it into a
+/// [`Decision::timed`]: the quota, and the TAT it leaves (`end`: a state
+/// word, generation bits and all, when admitted) and `reach = now + τ − T`.
 struct One {
     allowed: bool,
     burst: u64,
     period: u64,
-    reset: u64,
-    slack: u64,
-    retry: u64,
+    /// The time it was made at (at most `MAX_TIME_NANOS`).
+    now: u64,
+    end: u64,
+    reach: u64,
 }
 
 fn params(q: Quota) -> Params {
