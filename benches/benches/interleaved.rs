@@ -7,8 +7,11 @@
 //! rows (run seconds apart) moves their ratio; here both sides of a ratio
 //! ran within a few tens of milliseconds of each other. Same setups as
 //! `check.rs` (see README.md); every timed check is asserted admitted or
-//! refused. Run: `cargo bench -p ratebound-benches --bench interleaved
-//! --locked -- [rounds]` (default 21 rounds, ~10 s).
+//! refused. A control times governor a second time in each round (after
+//! both, or before both, alternating): the median of governor ÷ governor is
+//! how far this harness moves a ratio of identical code — a ratio nearer
+//! 1 than that is parity. Run: `cargo bench -p ratebound-benches --bench
+//! interleaved --locked -- [rounds]` (default 21 rounds, ~15 s).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -139,27 +142,36 @@ fn main() {
         .unwrap_or(21);
     let mut ours = vec![Vec::new(); ROWS.len()];
     let mut theirs = vec![Vec::new(); ROWS.len()];
+    let mut control = vec![Vec::new(); ROWS.len()];
     for round in 0..rounds {
         for (i, &(_, allowed, manual)) in ROWS.iter().enumerate() {
             if round % 2 == 0 {
                 ours[i].push(ratebound_row(allowed, manual));
                 theirs[i].push(governor_row(allowed, manual));
+                control[i].push(governor_row(allowed, manual));
             } else {
+                control[i].push(governor_row(allowed, manual));
                 theirs[i].push(governor_row(allowed, manual));
                 ours[i].push(ratebound_row(allowed, manual));
             }
         }
     }
     println!("{rounds} rounds of {N} checks per row and implementation; medians over the rounds");
-    println!("| row | ratebound ns | governor ns | median of the rounds' ratios |");
-    println!("| --- | ---: | ---: | ---: |");
+    println!(
+        "| row | ratebound ns | governor ns | median of the rounds' ratios | control: governor ÷ governor |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: |");
     for (i, &(name, _, _)) in ROWS.iter().enumerate() {
-        let mut ratios: Vec<f64> = ours[i].iter().zip(&theirs[i]).map(|(a, b)| a / b).collect();
-        let (a, b, r) = (
+        let ratio =
+            |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x / y).collect() };
+        let mut ratios = ratio(&ours[i], &theirs[i]);
+        let mut same = ratio(&control[i], &theirs[i]);
+        let (a, b, r, c) = (
             median(&mut ours[i]),
             median(&mut theirs[i]),
             median(&mut ratios),
+            median(&mut same),
         );
-        println!("| {name} | {a:.2} | {b:.2} | {r:.3}× |");
+        println!("| {name} | {a:.2} | {b:.2} | {r:.3}× | {c:.3}× |");
     }
 }
