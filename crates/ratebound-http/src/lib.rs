@@ -153,11 +153,6 @@ pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteA
 pub use ratebound::http::{AdaptiveConcurrency, AdaptiveState, Priority};
 pub use remote::{RemoteCheck, RemotePolicy};
 
-/// The old name of [`RequestKey`] (it was a twin of the core's
-/// [`ratebound::any::KeySource`], which a gate takes).
-#[deprecated(note = "renamed RequestKey")]
-pub type KeySource = RequestKey;
-
 use std::net::SocketAddr;
 
 /// The peer's socket address, for servers that are not axum: insert it into

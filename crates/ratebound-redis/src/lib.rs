@@ -70,16 +70,6 @@ pub use algorithm::Algorithm;
 pub use call::{BatchCall, Begin, Call, CallKind, CallOutcome};
 pub use config::{Config, OnError};
 pub use decision::{RedisDecision, Source};
-
-/// The old name of [`RedisDecision`] (a global limit's answer), which read
-/// as the core's [`ratebound::Decision`] it holds.
-#[deprecated(note = "renamed RedisDecision")]
-pub type Decision = RedisDecision;
-
-/// The old name of [`CallOutcome`] (what became of a [`Call`]), which read
-/// as the gate's [`ratebound::any::Outcome`].
-#[deprecated(note = "renamed CallOutcome")]
-pub type Outcome<'a> = CallOutcome<'a>;
 pub use engine::Engine;
 pub use health::{Notice, Stats};
 pub use misconfig::misconfiguration;

@@ -30,11 +30,6 @@ use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
 /// in-process table grows only with the keys it meets.
 pub const DEFAULT_SHARED_MAX_KEYS: u64 = 10_000;
 
-/// The old name of [`DEFAULT_SHARED_MAX_KEYS`], which said less: the core's
-/// [`ratebound::any::DEFAULT_MAX_KEYS`] is the in-process tables' cap.
-#[deprecated(note = "renamed DEFAULT_SHARED_MAX_KEYS")]
-pub const DEFAULT_MAX_KEYS: u64 = DEFAULT_SHARED_MAX_KEYS;
-
 /// A slot's fingerprint word when no key has claimed it.
 const EMPTY: u64 = 0;
 /// Set in a fingerprint word while a process reuses the slot for another

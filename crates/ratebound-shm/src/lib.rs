@@ -79,8 +79,6 @@ mod wait;
 
 pub use clock::SystemClock;
 pub use error::Error;
-#[allow(deprecated)]
-pub use keyed::DEFAULT_MAX_KEYS;
 pub use keyed::{DEFAULT_SHARED_MAX_KEYS, SharedKeyedLimiter};
 pub use single::{SharedLimiter, SharedReservation};
 
