@@ -6,7 +6,7 @@
 // event loop. The client adapters it sends through are redis_clients.js'.
 //
 // The Driver runs the calls like the Rust driver
-// (crates/ratebound-redis/src/driver.rs):
+// (crates/ratebound-redis/src/driver/mod.rs):
 //
 //   EVALSHA <sha> 1 <key> <args...>, and on NOSCRIPT  EVAL <text> 1 <key> <args...>
 //

@@ -43,27 +43,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod acquisition;
-mod algorithm;
-mod breaker;
-mod call;
-mod config;
-mod decision;
+// The sans-I/O engine (`engine/`) and the tokio driver over redis-rs
+// (`driver/`); their modules are re-exported here under their old paths.
 mod engine;
-mod health;
-mod lease;
-mod misconfig;
-mod news;
-mod pause;
-mod reserve;
-pub mod script;
+pub use engine::script;
+pub(crate) use engine::{
+    acquisition, algorithm, breaker, call, config, decision, health, lease, misconfig, news,
+    reserve,
+};
 
-#[cfg(feature = "tokio")]
-mod batcher;
 #[cfg(feature = "tokio")]
 mod driver;
 #[cfg(feature = "tokio")]
-mod sentinel;
+pub(crate) use driver::sentinel;
 
 pub use acquisition::{Acquisition, Step};
 pub use algorithm::Algorithm;

@@ -3,6 +3,15 @@
 //! `redis::aio::ConnectionManager` (reconnects in the background) or
 //! `redis::cluster_async::ClusterConnection` (follows `MOVED`).
 
+pub(crate) mod batcher;
+mod listener;
+mod reservation;
+pub(crate) mod sentinel;
+
+use listener::{Listener, listen};
+pub use reservation::RedisReservation;
+use reservation::{Flight, GiveBackOnDrop};
+
 use std::any::TypeId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,11 +22,10 @@ use redis::aio::ConnectionLike;
 
 use std::time::Duration;
 
-use crate::batcher::{self, Answer, Batcher, Entry};
 use crate::{
-    Acquisition, Algorithm, Begin, Call, Config, Engine, RedisDecision, ReserveBegin, Reserved,
-    Source, Step,
+    Algorithm, Begin, Call, Config, Engine, RedisDecision, ReserveBegin, Reserved, Source, Step,
 };
+use batcher::{Answer, Batcher, Entry};
 
 /// A global limit in Redis: every instance that checks the same key with
 /// the same settings shares one limit.
@@ -509,202 +517,5 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 }
             }
         }
-    }
-}
-
-/// A thread listening for pauses (see [`RedisLimiter::with_pause_news`]);
-/// it stops when this is dropped.
-struct Listener {
-    stop: Arc<AtomicBool>,
-    subscribed: Arc<AtomicBool>,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        // Ordering: Relaxed — the thread polls the flag; nothing else is
-        // published through it.
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// How long the listener blocks on its connection before it looks at its
-/// stop flag.
-const POLL: Duration = Duration::from_millis(200);
-
-/// The listener's thread: subscribe, hand every message to the engine,
-/// reconnect when the connection is lost, until told to stop. A blocking
-/// connection on a thread of its own: the `redis` crate's async pub/sub is
-/// a `Stream`, which this crate does not depend on.
-fn listen(
-    client: &redis::Client,
-    engine: &Engine,
-    stop: &AtomicBool,
-    subscribed: &AtomicBool,
-    ready: tokio::sync::oneshot::Sender<()>,
-) {
-    let channel = engine.pause_channel();
-    let connect = engine.timeout().max(Duration::from_secs(1));
-    let mut ready = Some(ready);
-    let mut backoff = Duration::from_millis(100);
-    // Ordering: Relaxed loads of `stop` — see Listener::drop.
-    while !stop.load(Ordering::Relaxed) {
-        if let Ok(mut con) = client.get_connection_with_timeout(connect) {
-            let mut ps = con.as_pubsub();
-            // The PING's answer comes after the subscription's (RESP3 does
-            // not answer SUBSCRIBE itself): subscribed from here on.
-            let set = ps.set_read_timeout(Some(connect)).is_ok()
-                && ps.subscribe(&channel).is_ok()
-                && ps.ping::<redis::Value>().is_ok()
-                && ps.set_read_timeout(Some(POLL)).is_ok();
-            if set {
-                // Ordering: Release pairs with `listening`'s Acquire.
-                subscribed.store(true, Ordering::Release);
-                if let Some(r) = ready.take() {
-                    let _ = r.send(());
-                }
-                backoff = Duration::from_millis(100);
-                while !stop.load(Ordering::Relaxed) {
-                    match ps.get_message() {
-                        Ok(msg) => {
-                            engine.hear(msg.get_payload_bytes());
-                        }
-                        Err(e) if e.is_timeout() => {}
-                        Err(_) => break,
-                    }
-                }
-                subscribed.store(false, Ordering::Release);
-            }
-        }
-        let until = std::time::Instant::now() + backoff;
-        while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
-/// An acquisition in progress: dropped while it holds reserved tokens (the
-/// caller's future was dropped), it gives them back from a spawned task.
-struct GiveBackOnDrop<C: ConnectionLike + Clone + Send + Sync + 'static> {
-    limiter: RedisLimiter<C>,
-    a: Option<Acquisition>,
-}
-
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for GiveBackOnDrop<C> {
-    fn drop(&mut self) {
-        if let Some(mut a) = self.a.take()
-            && let Some(call) = self.limiter.engine.acquire_abandon(&mut a)
-        {
-            give_back_later(self.limiter.clone(), call);
-        }
-    }
-}
-
-/// A reservation's call in flight on its own task (see
-/// [`RedisLimiter::run_owned`]): dropped before its answer was taken, it
-/// hands the answer, when it comes, to [`Engine::orphaned`] and sends the
-/// give-back that returns.
-struct Flight<C: ConnectionLike + Clone + Send + Sync + 'static> {
-    handle: Option<tokio::task::JoinHandle<Answer>>,
-    call: Arc<Call>,
-    limiter: RedisLimiter<C>,
-}
-
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for Flight<C> {
-    fn drop(&mut self) {
-        let Some(handle) = self.handle.take() else {
-            return;
-        };
-        let (limiter, call) = (self.limiter.clone(), self.call.clone());
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Ok(answer) = handle.await
-                    && let Some(back) = limiter.engine.orphaned(&call, answer.outcome())
-                {
-                    let _ = limiter.run(&Arc::new(back)).await;
-                }
-            });
-        }
-    }
-}
-
-fn give_back_later<C: ConnectionLike + Clone + Send + Sync + 'static>(
-    limiter: RedisLimiter<C>,
-    call: Call,
-) {
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn(async move {
-            let _ = limiter.run(&Arc::new(call)).await;
-        });
-    }
-}
-
-/// Tokens reserved in Redis by [`RedisLimiter::reserve_n`]: usable after
-/// [`delay`](Self::delay); given back when cancelled or dropped unless
-/// [`wait`](Self::wait) or [`consume`](Self::consume) kept them.
-#[must_use = "a reservation dropped at once gives its tokens back"]
-pub struct RedisReservation<C: ConnectionLike + Clone + Send + Sync + 'static> {
-    /// The limiter and the call that gives them back, while they can
-    /// still be given back.
-    held: Option<(RedisLimiter<C>, Call)>,
-    due: tokio::time::Instant,
-    delay: Duration,
-    source: Source,
-}
-
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisReservation<C> {
-    /// How long after the reservation the tokens were due.
-    pub fn delay(&self) -> Duration {
-        self.delay
-    }
-
-    /// Which path answered.
-    pub fn source(&self) -> Source {
-        self.source
-    }
-
-    /// Sleeps until the tokens are due; they are the caller's.
-    pub async fn wait(mut self) {
-        tokio::time::sleep_until(self.due).await;
-        self.held = None;
-    }
-
-    /// Keeps the tokens without waiting (the caller sleeps itself).
-    pub fn consume(mut self) {
-        self.held = None;
-    }
-
-    /// Gives the tokens back now; whether Redis took them back — only
-    /// if no reservation was made after this one since, nor a pause (see
-    /// [`Engine::give_back`](crate::Engine::give_back)).
-    pub async fn cancel(mut self) -> bool {
-        match self.held.take() {
-            Some((limiter, back)) => {
-                let answer = limiter.run(&Arc::new(back)).await;
-                crate::given_back(answer.outcome())
-            }
-            None => false,
-        }
-    }
-}
-
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for RedisReservation<C> {
-    fn drop(&mut self) {
-        if let Some((limiter, back)) = self.held.take() {
-            give_back_later(limiter, back);
-        }
-    }
-}
-
-impl<C> std::fmt::Debug for RedisReservation<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisReservation")
-            .field("delay", &self.delay)
-            .field("source", &self.source)
-            .field("held", &self.held.is_some())
-            .finish()
     }
 }

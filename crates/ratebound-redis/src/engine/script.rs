@@ -44,9 +44,9 @@ impl Script {
 macro_rules! script {
     ($file:literal, $tail:literal) => {
         concat!(
-            include_str!("../lua/prelude.lua"),
-            include_str!(concat!("../lua/", $file)),
-            include_str!(concat!("../lua/", $tail))
+            include_str!("../../lua/prelude.lua"),
+            include_str!(concat!("../../lua/", $file)),
+            include_str!(concat!("../../lua/", $tail))
         )
     };
 }
@@ -97,19 +97,19 @@ mod tests {
         }
         assert_ne!(super::GCRA.sha(), super::FIXED_WINDOW.sha());
         // Each text is the prelude, the algorithm, then its tail.
-        let prelude = include_str!("../lua/prelude.lua");
+        let prelude = include_str!("../../lua/prelude.lua");
         for s in [&super::GCRA, &super::FIXED_WINDOW, &super::SLIDING_WINDOW] {
             assert!(s.text.starts_with(prelude), "{}", s.name);
             assert!(
-                s.text.ends_with(include_str!("../lua/one.lua")),
+                s.text.ends_with(include_str!("../../lua/one.lua")),
                 "{}",
                 s.name
             );
             let batch = s.batch();
             assert_eq!(batch.name, format!("{}_batch", s.name));
             assert_eq!(
-                batch.text.strip_suffix(include_str!("../lua/many.lua")),
-                s.text.strip_suffix(include_str!("../lua/one.lua")),
+                batch.text.strip_suffix(include_str!("../../lua/many.lua")),
+                s.text.strip_suffix(include_str!("../../lua/one.lua")),
             );
             assert_ne!(batch.sha(), s.sha());
         }
