@@ -1,0 +1,65 @@
+//! The token bucket's unit tests.
+
+use super::*;
+use crate::ManualClock;
+
+fn quota(periods: u64, burst: u64) -> Quota {
+    Quota::with_period(Duration::from_secs(periods))
+        .and_then(|q| q.with_burst(burst))
+        .expect("valid quota")
+}
+
+/// A word of another generation than the epoch loaded (a quota change
+/// whose exchange is done and whose epoch is not yet stored) is never
+/// decided on by the one-token path, whether its TAT would admit or
+/// refuse: the path gives up, and the word's own slot decides.
+#[test]
+fn the_one_token_path_gives_up_on_a_word_of_another_generation() {
+    let bucket = TokenBucket::with_clock(quota(1, 4), ManualClock::new());
+    let now = 10_000_000_000;
+    assert!(bucket.check_latest(now).is_some_and(|one| one.allowed));
+    for (generation, tat) in [(1, 0), (1, now), (2, now + 1), (3, MAX_TAT)] {
+        bucket.state.update(|_| Some(pack(generation, tat)));
+        assert!(
+            bucket.check_latest(now).is_none(),
+            "generation {generation}, TAT {tat}"
+        );
+    }
+}
+
+/// A check at a time past `MAX_TIME_NANOS` answers as one at that
+/// time (the one-token path tests the time by a branch, not a clamp).
+#[test]
+fn a_check_after_the_last_time_counts_as_at_it() {
+    let late = TokenBucket::with_clock(quota(1, 2), ManualClock::new());
+    let last = TokenBucket::with_clock(quota(1, 2), ManualClock::new());
+    for now in [u64::MAX, MAX_TIME_NANOS + 1, u64::MAX, u64::MAX] {
+        assert_eq!(late.check_at(now), last.check_at(MAX_TIME_NANOS));
+    }
+    assert!(!late.check_at(u64::MAX).is_allowed());
+}
+
+/// A check that loaded its word and then stalled while four quota
+/// changes brought the word's slot back into use must not pair that
+/// word with the slot's new quota (the old code read the slot blindly).
+#[test]
+fn a_word_from_four_quota_changes_ago_gets_no_quota() {
+    let bucket = TokenBucket::with_clock(quota(1, 4), ManualClock::new());
+    let floor = bucket.epoch.load(Ordering::Acquire);
+    let stale = bucket.state.load();
+    assert_eq!(
+        bucket.quota_of(stale, floor).map(|(p, e)| (p.burst, e)),
+        Some((4, 0))
+    );
+
+    for (periods, burst) in [(2, 3), (1, 2), (3, 5), (1, 6)] {
+        bucket.set_quota_at(quota(periods, burst), 0);
+    }
+    assert_eq!(generation(bucket.state.load()), generation(stale));
+    assert_eq!(bucket.quota_of(stale, floor), None);
+
+    let floor = bucket.epoch.load(Ordering::Acquire);
+    let word = bucket.state.load();
+    let (p, epoch) = bucket.quota_of(word, floor).expect("current quota");
+    assert_eq!((p.period, p.burst, epoch), (1_000_000_000, 6, 4));
+}
