@@ -25,7 +25,7 @@ impl<C: Clock> TokenBucket<C> {
     /// and every slot due from then on moves as much later as the pause is
     /// long, as in the Redis limiter. A waiter (`wait_n`, the bindings'
     /// `acquire`) finds its move when it wakes and sleeps on; a
-    /// [`Reservation`] already handed out keeps the delay it was given.
+    /// [`Reservation`](crate::Reservation) already handed out keeps the delay it was given.
     /// A pause that ends no later than one already on changes nothing (two
     /// callers obeying one `Retry-After` pause once), `d = 0` changes
     /// nothing, and a reservation cancelled during the pause gives back
