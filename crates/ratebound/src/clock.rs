@@ -249,6 +249,56 @@ impl Clock for ManualClock {
     }
 }
 
+/// How long a waiter on a [`ManualClock`] sleeps at most before looking
+/// at the clock again: the clock moves only by hand, so sleeping the
+/// clock's remaining time would not notice it being moved.
+pub const MANUAL_POLL_NANOS: u64 = 1_000_000;
+
+/// The monotonic clock or a manual one, chosen at run time.
+#[derive(Clone, Debug)]
+pub enum AnyClock {
+    /// The process's monotonic clock.
+    Monotonic(MonotonicClock),
+    /// A clock moved only by hand, for tests.
+    Manual(ManualClock),
+    /// Any other clock.
+    Shared(std::sync::Arc<dyn Clock>),
+}
+
+impl std::fmt::Debug for dyn Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
+
+impl Default for AnyClock {
+    fn default() -> Self {
+        AnyClock::Monotonic(MonotonicClock::new())
+    }
+}
+
+impl AnyClock {
+    /// The longest a [`Waiter`](crate::any::Waiter) on this clock sleeps before
+    /// looking at it again: a manual clock moves only by hand.
+    pub fn max_sleep(&self) -> u64 {
+        match self {
+            AnyClock::Manual(_) => MANUAL_POLL_NANOS,
+            AnyClock::Monotonic(_) | AnyClock::Shared(_) => u64::MAX,
+        }
+    }
+}
+
+impl Clock for AnyClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        match self {
+            AnyClock::Monotonic(c) => c.now(),
+            AnyClock::Manual(c) => c.now(),
+            AnyClock::Shared(c) => c.now(),
+        }
+    }
+}
+
 #[cfg(all(test, not(ratebound_loom)))]
 mod tests {
     use super::*;

@@ -297,3 +297,27 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A number as an error message shows it: plain decimals for ordinary
+/// values, scientific notation for huge or tiny ones (`1e300`, not 301
+/// digits).
+pub(crate) fn show(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// `InsufficientCapacity` when `n` exceeds `limit`.
+pub(crate) fn capacity(n: u64, limit: u64) -> Result<(), Error> {
+    if n > limit {
+        Err(Error::InsufficientCapacity {
+            requested: n,
+            burst: limit,
+        })
+    } else {
+        Ok(())
+    }
+}

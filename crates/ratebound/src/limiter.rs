@@ -183,3 +183,25 @@ impl std::fmt::Debug for Reservation<'_> {
             .finish()
     }
 }
+
+/// What one step of an acquisition found (see
+/// [`AnyLimiter::acquire_step`](crate::any::AnyLimiter::acquire_step)).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// Taken now: go ahead.
+    Admitted,
+    /// Taken ahead of time: go ahead after `wait_nanos`. If the waiter is
+    /// cancelled before then, [`release`](Limiter::release) the permit.
+    Reserved {
+        /// How long to wait.
+        wait_nanos: u64,
+        /// What to give back if the waiter gives up.
+        permit: Permit,
+    },
+    /// Nothing taken (the algorithm cannot reserve): sleep `wait_nanos`,
+    /// then take another step.
+    Retry {
+        /// How long to sleep, at least 1 ns.
+        wait_nanos: u64,
+    },
+}

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::algorithms::capacity;
 use crate::algorithms::gcra::{MAX_TAT, give_back};
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
+use crate::error::capacity;
 use crate::limiter::{Permit, Reservation};
 use crate::quota::MAX_SPAN_NANOS;
 use crate::sync::word::{Core, WordMath, limiter_via_core};

@@ -77,15 +77,3 @@ pub(crate) fn validate(
     }
     Ok((window, bits))
 }
-
-/// `InsufficientCapacity` when `n` exceeds `limit`.
-pub(crate) fn capacity(n: u64, limit: u64) -> Result<(), Error> {
-    if n > limit {
-        Err(Error::InsufficientCapacity {
-            requested: n,
-            burst: limit,
-        })
-    } else {
-        Ok(())
-    }
-}

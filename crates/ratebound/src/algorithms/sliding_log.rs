@@ -3,8 +3,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::algorithms::{capacity, limit_and_window};
+use crate::algorithms::limit_and_window;
 use crate::clock::{Clock, MAX_TIME_NANOS, MonotonicClock};
+use crate::error::capacity;
 use crate::limiter::{Limiter, Permit};
 use crate::sync::Mutex;
 use crate::{Decision, Error};

@@ -5,8 +5,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::numbers::{MAX_EXACT, Rate, quota, show, window_args};
+use super::numbers::{MAX_EXACT, Rate, quota, window_args};
 use super::{Acquire, AnyClock, Wait, Waiter};
+use crate::error::show;
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, Overflow};
 
 /// A key as a dynamic language gives it. The three kinds never collide:

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::AnyClock;
 use super::numbers::{Rate, quota, seconds, window_args};
 use super::{Wait, Waiter};
+use crate::limiter::Acquire;
 use crate::{
     AllOf, Decision, Error, FixedWindow, LeakyBucket, Limiter, Permit, Quota, SlidingLog,
     SlidingWindow, TokenBucket,
@@ -44,26 +45,6 @@ macro_rules! each {
     };
 }
 
-/// What one step of an acquisition found (see [`AnyLimiter::acquire_step`]).
-#[derive(Debug, PartialEq, Eq)]
-pub enum Acquire {
-    /// Taken now: go ahead.
-    Admitted,
-    /// Taken ahead of time: go ahead after `wait_nanos`. If the waiter is
-    /// cancelled before then, [`release`](Limiter::release) the permit.
-    Reserved {
-        /// How long to wait.
-        wait_nanos: u64,
-        /// What to give back if the waiter gives up.
-        permit: Permit,
-    },
-    /// Nothing taken (the algorithm cannot reserve): sleep `wait_nanos`,
-    /// then take another step.
-    Retry {
-        /// How long to sleep, at least 1 ns.
-        wait_nanos: u64,
-    },
-}
 /// The options of a limiter chosen by name ([`AnyLimiter::from_options`]),
 /// as a dynamic language passes them; each algorithm reads its own.
 #[derive(Default)]

@@ -34,14 +34,14 @@
 //! # Ok::<(), ratebound::Error>(())
 //! ```
 
-mod clock;
 pub mod gate;
 mod keyed;
 mod limiter;
 pub(crate) mod numbers;
 mod waiter;
 
-pub use clock::AnyClock;
+pub use crate::clock::{AnyClock, MANUAL_POLL_NANOS};
+pub use crate::limiter::Acquire;
 pub use gate::{
     Admission, Admit, Ask, DEFAULT_MAX_KEYS, DEFAULT_POLICY_NAME, DEFAULT_STORE_ERROR_RETRY_AFTER,
     Decisions, Field, Fields, Gate, GateOptions, GateSpec, Hooks, KeySource, Loose, MissingKey,
@@ -51,9 +51,9 @@ pub use gate::{
 pub use keyed::{
     AnyKeyed, DEFAULT_ALGORITHM, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow,
 };
-pub use limiter::{Acquire, AnyLimiter, LimiterOptions};
+pub use limiter::{AnyLimiter, LimiterOptions};
 pub use numbers::{
     DEFAULT_IPV6_PREFIX, DEFAULT_N, MAX_PAUSE, Rate, check_pause, count, ipv6_prefix,
     pause_seconds, quota, seconds, whole,
 };
-pub use waiter::{MANUAL_POLL_NANOS, Wait, Waiter};
+pub use waiter::{Wait, Waiter};

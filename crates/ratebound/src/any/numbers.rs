@@ -4,19 +4,8 @@
 
 use std::time::Duration;
 
+use crate::error::show;
 use crate::{Error, MAX_SPAN_NANOS, Quota};
-
-/// A number as an error message shows it: plain decimals for ordinary
-/// values, scientific notation for huge or tiny ones (`1e300`, not 301
-/// digits).
-pub(crate) fn show(value: f64) -> String {
-    let magnitude = value.abs();
-    if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
-        format!("{value:e}")
-    } else {
-        value.to_string()
-    }
-}
 
 /// The longest pause a limiter takes: a day. A longer one is refused, not
 /// cut — a Redis key paused for `1e9` s would outlive the service by 31

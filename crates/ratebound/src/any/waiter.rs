@@ -6,14 +6,9 @@
 
 use std::time::Duration;
 
-use super::limiter::Acquire;
 use super::numbers::seconds;
+use crate::limiter::Acquire;
 use crate::{Error, Permit};
-
-/// How long a waiter on a [`ManualClock`](crate::ManualClock) sleeps at most
-/// before looking at the clock again: the clock moves only by hand, so
-/// sleeping the clock's remaining time would not notice it being moved.
-pub const MANUAL_POLL_NANOS: u64 = 1_000_000;
 
 /// What to do next (see [`Waiter`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -177,14 +177,14 @@ impl AdaptiveConcurrency {
         if !(self.tolerance.is_finite() && self.tolerance >= 1.0) {
             return bad(
                 "concurrency tolerance",
-                crate::any::numbers::show(self.tolerance),
+                crate::error::show(self.tolerance),
                 "must be a finite number of at least 1",
             );
         }
         if !(self.smoothing > 0.0 && self.smoothing <= 1.0) {
             return bad(
                 "concurrency smoothing",
-                crate::any::numbers::show(self.smoothing),
+                crate::error::show(self.smoothing),
                 "must be more than 0 and at most 1",
             );
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::adaptive::{AdaptiveConcurrency, AdaptiveState, Controller, Priority};
 use super::queue::{Queue, Slot};
-use crate::any::AnyClock;
+use crate::clock::AnyClock;
 use std::sync::Arc;
 
 use crate::sync::{AtomicUsize, Ordering, fence};
@@ -393,7 +393,7 @@ pub(crate) fn background_share(fraction: f64) -> Result<usize, Error> {
     if !(0.0..=1.0).contains(&fraction) {
         return Err(Error::InvalidNumber {
             name: "background_fraction",
-            value: crate::any::numbers::show(fraction),
+            value: crate::error::show(fraction),
             reason: "must be a number from 0 to 1",
         });
     }

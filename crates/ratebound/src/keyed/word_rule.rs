@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::limiter::Permit;
+use crate::limiter::{Acquire, Permit};
 use crate::sync::AtomicU64;
 use crate::sync::state::update;
 use crate::{Decision, Error};
@@ -162,8 +162,7 @@ impl WordRule {
         deadline: Option<u64>,
         now: u64,
         tag: u64,
-    ) -> Result<(crate::any::Acquire, Option<u64>), Error> {
-        use crate::any::Acquire;
+    ) -> Result<(Acquire, Option<u64>), Error> {
         let now = now.min(crate::MAX_TIME_NANOS);
         let max_wait = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
         if let Math::Bucket(_) = self.math {

@@ -1,8 +1,8 @@
 //! The shared body of the limiters whose whole state is one word: the CAS
 //! loop around an algorithm's pure math.
 
-use crate::algorithms::capacity;
 use crate::clock::{Clock, MAX_TIME_NANOS};
+use crate::error::capacity;
 use crate::limiter::Permit;
 use crate::sync::state::AtomicState;
 use crate::{Decision, Error};

@@ -392,7 +392,7 @@ impl GateOptions {
                 if !(n.is_finite() && n >= 1.0) {
                     return Err(Error::InvalidNumber {
                         name: spelt,
-                        value: crate::any::numbers::show(n),
+                        value: crate::error::show(n),
                         reason: "must be a finite number of at least 1",
                     });
                 }
@@ -457,7 +457,7 @@ impl GateOptions {
         {
             return Err(Error::InvalidOption {
                 name: "background_fraction",
-                value: crate::any::numbers::show(self.background_fraction),
+                value: crate::error::show(self.background_fraction),
                 reason: "shares a concurrency limit: set concurrency_limit (a number or \"auto\") as well",
             });
         }
