@@ -98,12 +98,13 @@
 //! | folder | what it holds |
 //! |---|---|
 //! | `sync/` | the loom shim (std or loom atomics), the one compare-exchange loop (`state`), and the body every one-word limiter shares (`word`) |
-//! | `algorithms/` | the five algorithms and `AllOf`, each in its file, with the shared capacity checks in `algorithms/mod.rs` |
+//! | `algorithms/` | the five algorithms and `AllOf`, each in its file (the capacity check every limiter shares is `error.rs`'s) |
 //! | `keyed/` | `KeyedLimiter`: the per-key algorithm (`math`), the sharded table and eviction (`shards`, `keys`), several policies for one key (`all_of`), and `WordRule` for tables kept elsewhere (shared memory) |
 //! | `http/` | the protocol pieces: quota fields, client IP and proxies, the concurrency cap (`concurrency`), its adaptive limit and priorities (`adaptive`) and its short queue (`queue`) |
-//! | `any/` | the run-time surface the bindings wrap: loose numbers, limiters and waiters chosen by name, and `gate/` — a middleware's whole decision |
+//! | `any/` | the run-time surface the bindings wrap: loose numbers, limiters and waiters chosen by name (`AnyClock` is `clock.rs`', `Acquire` `limiter.rs`') |
+//! | `gate/` | the top layer: a middleware's whole decision (its names are re-exported from `any`) |
 //!
-//! `any/gate/` is what every HTTP front door (tower, ASGI, WSGI, Django,
+//! `gate/` is what every HTTP front door (tower, ASGI, WSGI, Django,
 //! Express, Fastify) calls: `spec` parses a dynamic language's options by
 //! name (every default and rule), `options` holds them typed, `request`
 //! is what a request brings, the `Gate` decides, and
@@ -129,6 +130,7 @@ mod clock;
 mod decision;
 mod error;
 pub mod fingerprint;
+pub mod gate;
 pub mod http;
 mod keyed;
 mod limiter;

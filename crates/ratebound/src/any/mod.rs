@@ -34,7 +34,6 @@
 //! # Ok::<(), ratebound::Error>(())
 //! ```
 
-pub mod gate;
 mod keyed;
 mod limiter;
 pub(crate) mod numbers;
@@ -42,7 +41,9 @@ mod waiter;
 
 pub use crate::clock::{AnyClock, MANUAL_POLL_NANOS};
 pub use crate::limiter::Acquire;
-pub use gate::{
+// The HTTP gate is `crate::gate`, the top layer; its names stay here too.
+pub use crate::gate;
+pub use crate::gate::{
     Admission, Admit, Ask, DEFAULT_MAX_KEYS, DEFAULT_POLICY_NAME, DEFAULT_STORE_ERROR_RETRY_AFTER,
     Decisions, Field, Fields, Gate, GateOptions, GateSpec, Hooks, KeySource, Loose, MissingKey,
     Outcome, POLICY_FIELDS, Place, PolicySpec, Queued, Queueing, QuotaHeaders, RefusalBody,

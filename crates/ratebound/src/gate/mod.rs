@@ -3,7 +3,10 @@
 //! Express/Fastify middleware only convert a request in and a [`Verdict`]
 //! out. `spec/gate.json` holds the vectors each of them replays.
 //!
-//! Re-exported from [`crate::any`]. This file holds the [`Gate`] itself:
+//! The core's top layer: it uses the limiters (`crate::any`, `crate::keyed`)
+//! and the header rules (`crate::http`), and nothing below it uses it. Its
+//! names are re-exported from [`crate::any`] too. This file holds the
+//! [`Gate`] itself:
 //! the policies, the key of a request, the concurrency cap and the
 //! decision; `keys` finds a request's key, and `admission` runs a
 //! request's whole sequence around the decision.
