@@ -138,17 +138,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// In layers, each using only those above it: `options` (what the user
+// hands the builder), `remote` (remote policies), `state` (what a layer
+// holds), `future` (a request's response future, and its wait in the
+// queue), `layer` (the service), `builder`; `grpc` stands alone.
 mod builder;
 mod future;
 mod grpc;
 mod layer;
-#[cfg(feature = "queue")]
-mod queue;
+mod options;
 mod remote;
+mod state;
 
-pub use builder::{Builder, DecisionEvent, RequestKey};
+pub use builder::Builder;
 pub use future::{ResponseBody, ResponseFuture};
 pub use layer::{RateLimit, RateLimitLayer};
+pub use options::{DecisionEvent, RequestKey};
 pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer};
 pub use ratebound::http::{AdaptiveConcurrency, AdaptiveState, Priority};
 pub use remote::{RemoteCheck, RemotePolicy};

@@ -1,23 +1,18 @@
 //! Policies decided outside the layer ([`RemotePolicy`]): a global limit in
 //! Redis (feature `redis`), a limit shared by the host's processes (feature
-//! `shm`), or your own — and the response future's wait for their answers.
+//! `shm`), or your own. (The response future's wait for their answers is
+//! `future`'s.)
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use http::Request;
-use http::request::Parts;
-use ratebound::any::{Ask, RemoteAnswer};
+use ratebound::any::RemoteAnswer;
 use ratebound::{Decision, KeyedAlgorithm};
-use tower_service::Service;
 
 #[cfg(doc)]
 use crate::Builder;
-use crate::future::State;
-use crate::layer::{LayerHooks, LayerState};
 
 /// A limit kept outside the layer — every instance of a service counting
 /// one global limit in Redis, or every process of a host one table in
@@ -197,61 +192,5 @@ impl RemotePolicy for ratebound_shm::SharedKeyedLimiter {
             Err(ratebound_shm::Error::Limit(e)) => RemoteAnswer::from_result(Err(&e)).into(),
             Err(_) => RemoteAnswer::Failed.into(),
         }
-    }
-}
-
-/// A request whose remote policies are being asked: everything it needs
-/// to go on once they have answered (boxed in the response future, so the
-/// local path's future stays small).
-pub(crate) struct Waiting<S, R> {
-    pub(crate) shared: Arc<LayerState>,
-    pub(crate) ask: Ask,
-    pub(crate) checks: Vec<RemoteCheck>,
-    /// The inner service that was polled ready (a clone took its place).
-    pub(crate) inner: S,
-    pub(crate) parts: Parts,
-    pub(crate) body: R,
-}
-
-impl<S, R> Waiting<S, R> {
-    /// Polls every pending check (all at once: they run concurrently);
-    /// ready when all have answered.
-    pub(crate) fn poll_checks(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut pending = false;
-        for check in &mut self.checks {
-            if let RemoteCheck::Pending(future) = check {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(answer) => *check = RemoteCheck::Ready(answer),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    }
-
-    /// The rest of the sequence once every check has answered: the gate
-    /// decides, and the request is refused or goes to the inner service.
-    pub(crate) fn finish<ResBody>(self) -> State<S::Future, S, R>
-    where
-        S: Service<Request<R>, Response = http::Response<ResBody>>,
-    {
-        let Waiting {
-            shared,
-            ask,
-            checks,
-            mut inner,
-            parts,
-            body,
-        } = self;
-        // Every check has answered (`poll_checks` was ready).
-        let answers = answers(&checks).unwrap_or_default();
-        let admission = shared
-            .gate
-            .finish(ask, &answers, &mut LayerHooks::new(&shared, &parts));
-        State::decided(&shared, admission, parts, body, &mut inner)
     }
 }

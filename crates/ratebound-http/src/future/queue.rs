@@ -12,8 +12,8 @@ use http::{Request, Response};
 use ratebound::any::{self, Admit, Queued};
 use tower_service::Service;
 
-use crate::future::State;
-use crate::layer::{LayerHooks, LayerState, asked, stopped};
+use super::{State, asked};
+use crate::state::{LayerHooks, LayerState, stopped};
 
 /// A request waiting for a concurrency place, with what it needs to go on.
 pub(crate) struct QueueWait<S, R> {
@@ -102,7 +102,7 @@ pub(crate) fn poll_queued<S, R, B>(
 where
     S: Service<Request<R>, Response = Response<B>> + Clone,
 {
-    let crate::future::StateProj::Queued { waiting } = state.as_mut().project() else {
+    let super::StateProj::Queued { waiting } = state.as_mut().project() else {
         return Poll::Ready(());
     };
     if let Some(w) = waiting.as_mut() {

@@ -3,16 +3,20 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
-use ratebound::any::{Admission, Place};
+use ratebound::any::{Admission, Ask, Place};
 use tower_service::Service;
 
-use crate::layer::{LayerState, QuotaFields, insert_taken};
-use crate::remote::Waiting;
+#[cfg(feature = "queue")]
+mod queue;
+
+use crate::remote::{RemoteCheck, answers};
+use crate::state::{LayerHooks, LayerState, QuotaFields, insert_taken};
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`] around the inner service `S`
@@ -44,7 +48,7 @@ pin_project_lite::pin_project! {
 }
 
 #[cfg(feature = "queue")]
-pub(crate) use crate::queue::QueueWait as Queueing;
+pub(crate) use queue::QueueWait as Queueing;
 /// Never built without the feature.
 #[cfg(not(feature = "queue"))]
 pub(crate) enum Queueing<S, R> {
@@ -132,7 +136,7 @@ where
         // line: the local path pays two comparisons for them.
         #[cfg(feature = "queue")]
         if let StateProj::Queued { .. } = state.as_mut().project() {
-            std::task::ready!(crate::queue::poll_queued(state.as_mut(), cx));
+            std::task::ready!(queue::poll_queued(state.as_mut(), cx));
         }
         if let StateProj::Remote { .. } = state.as_mut().project() {
             std::task::ready!(poll_remote(state.as_mut(), cx));
@@ -269,5 +273,101 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for ResponseBody<B> {
                 http_body::SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
+    }
+}
+
+/// Where a request goes once its remote policies must be asked: their
+/// checks, and the decision at once when all answered without I/O (shared
+/// memory), or the wait for them.
+pub(crate) fn asked<S, R, B>(
+    shared: &Arc<LayerState>,
+    ask: Ask,
+    parts: Parts,
+    body: R,
+    inner: &mut S,
+) -> State<S::Future, S, R>
+where
+    S: Service<Request<R>, Response = Response<B>> + Clone,
+{
+    let checks: Vec<_> = shared
+        .remote
+        .iter()
+        .map(|(name, policy)| policy.check(name, ask.identity()))
+        .collect();
+    if let Some(answers) = answers(&checks) {
+        // Every policy answered at once (shared memory): no wait, and
+        // the inner service that was polled ready is called now.
+        let admission = shared
+            .gate
+            .finish(ask, &answers, &mut LayerHooks::new(shared, &parts));
+        return State::decided(shared, admission, parts, body, inner);
+    }
+    let clone = inner.clone();
+    let inner = std::mem::replace(inner, clone);
+    State::Remote {
+        waiting: Some(Box::new(Waiting {
+            shared: shared.clone(),
+            ask,
+            checks,
+            inner,
+            parts,
+            body,
+        })),
+    }
+}
+
+/// A request whose remote policies are being asked: everything it needs
+/// to go on once they have answered (boxed in the response future, so the
+/// local path's future stays small).
+pub(crate) struct Waiting<S, R> {
+    pub(crate) shared: Arc<LayerState>,
+    pub(crate) ask: Ask,
+    pub(crate) checks: Vec<RemoteCheck>,
+    /// The inner service that was polled ready (a clone took its place).
+    pub(crate) inner: S,
+    pub(crate) parts: Parts,
+    pub(crate) body: R,
+}
+
+impl<S, R> Waiting<S, R> {
+    /// Polls every pending check (all at once: they run concurrently);
+    /// ready when all have answered.
+    pub(crate) fn poll_checks(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut pending = false;
+        for check in &mut self.checks {
+            if let RemoteCheck::Pending(future) = check {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(answer) => *check = RemoteCheck::Ready(answer),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    /// The rest of the sequence once every check has answered: the gate
+    /// decides, and the request is refused or goes to the inner service.
+    pub(crate) fn finish<ResBody>(self) -> State<S::Future, S, R>
+    where
+        S: Service<Request<R>, Response = http::Response<ResBody>>,
+    {
+        let Waiting {
+            shared,
+            ask,
+            checks,
+            mut inner,
+            parts,
+            body,
+        } = self;
+        // Every check has answered (`poll_checks` was ready).
+        let answers = answers(&checks).unwrap_or_default();
+        let admission = shared
+            .gate
+            .finish(ask, &answers, &mut LayerHooks::new(&shared, &parts));
+        State::decided(&shared, admission, parts, body, &mut inner)
     }
 }
