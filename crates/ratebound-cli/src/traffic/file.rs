@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::{CliError, MAX_SPAN, SECOND, Shown};
 
-use super::*;
+use super::{Event, Keys, MAX_EVENTS, MAX_LINE, Traffic, in_time_order};
 
 /// `i64::MIN..=i64::MAX` nanoseconds as seconds, for messages.
 pub(super) const RANGE: &str = "seconds within ±9223372036.854775807, RFC 3339 times from \

@@ -3,7 +3,7 @@
 
 use crate::{CliError, SECOND, Shown};
 
-use super::*;
+use super::{Event, Keys, Traffic, bounded, in_time_order, rate_per_second};
 
 /// Requests at `rate` per second, evenly spread over `[start, start +
 /// span)`, for `key`. The k-th is at `start + k · gap` (not a running sum,

@@ -18,11 +18,14 @@ mod request;
 mod spec;
 mod verdict;
 
-pub use admission::*;
-pub use options::*;
-pub use request::*;
-pub use spec::*;
-pub use verdict::*;
+pub use admission::{Admission, Admit, Ask, Hooks, Place, Queued, Queueing};
+pub use options::{
+    DEFAULT_MAX_KEYS, DEFAULT_STORE_ERROR_RETRY_AFTER, GateOptions, KeySource, Loose, MissingKey,
+    QuotaHeaders, RefusalBody, store_error_retry_after,
+};
+pub use request::{Decisions, Request};
+pub use spec::{DEFAULT_POLICY_NAME, GateSpec, POLICY_FIELDS, PolicySpec, RemoteKind};
+pub use verdict::{Field, Fields, Outcome, RemoteAnswer, StoreNotice, Verdict};
 
 use std::time::Duration;
 
