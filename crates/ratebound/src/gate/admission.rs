@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::any::Key;
 use crate::fingerprint::Fingerprint;
-use crate::http::{ConcurrencyCap, Headers, Priority, Waiter};
+use crate::http::{ConcurrencyCap, Headers, PlaceWait, Priority};
 
 use super::{Gate, KeySource, RemoteAnswer, Request, Verdict};
 
@@ -145,7 +145,7 @@ pub struct Admission<'g> {
 /// Why [`Gate`] found no place at once.
 enum Entry {
     Shed(Priority),
-    Queued(Waiter),
+    Queued(PlaceWait),
 }
 
 /// What [`Gate::admit_or_queue`] found: the sequence's answer, or a
@@ -164,7 +164,7 @@ pub enum Queueing<'g> {
 #[derive(Debug)]
 #[must_use = "resume it with Gate::resume, or drop it to leave the queue"]
 pub struct Queued {
-    waiter: Waiter,
+    waiter: PlaceWait,
 }
 
 impl Queued {
@@ -274,7 +274,7 @@ impl Gate {
     /// [`admit`](Self::admit), except that a normal request finding the
     /// concurrency cap full waits in its queue
     /// ([`GateOptions::concurrency_queue`](super::GateOptions::concurrency_queue)):
-    /// [`Queueing::Queued`] — poll its [`Waiter`] until a place is granted
+    /// [`Queueing::Queued`] — poll its [`PlaceWait`] until a place is granted
     /// or the queue's wait has passed, then [`resume`](Self::resume).
     #[inline]
     pub fn admit_or_queue<H: Headers + ?Sized, K: Hooks>(

@@ -130,10 +130,10 @@ impl ConcurrencyCap {
     }
 
     /// Waits in the queue for a place, after [`try_enter_as`](Self::try_enter_as)
-    /// found none (`None` without a queue). Poll the [`Waiter`] until a
+    /// found none (`None` without a queue). Poll the [`PlaceWait`] until a
     /// place is granted or [`queue_wait`](Self::queue_wait) has passed, then
-    /// [`finish`](Waiter::finish) it.
-    pub fn wait_for_place(self: &Arc<Self>) -> Option<Waiter> {
+    /// [`finish`](PlaceWait::finish) it.
+    pub fn wait_for_place(self: &Arc<Self>) -> Option<PlaceWait> {
         let (queue, clock) = &**self.queue.as_ref()?;
         let slot = queue.register(clock.now());
         // Ordering: SeqCst — registered, then a last look for a place: a
@@ -148,7 +148,7 @@ impl ConcurrencyCap {
                 self.leave();
             }
         }
-        Some(Waiter {
+        Some(PlaceWait {
             cap: self.clone(),
             slot,
             taken,
@@ -331,7 +331,7 @@ impl ConcurrencyCap {
 /// unfinished, it leaves the queue (and passes on a place granted to it).
 #[derive(Debug)]
 #[must_use = "a waiter leaves the queue when dropped"]
-pub struct Waiter {
+pub struct PlaceWait {
     cap: Arc<ConcurrencyCap>,
     slot: crate::sync::Arc<Slot>,
     /// It took a place itself while registering.
@@ -339,7 +339,7 @@ pub struct Waiter {
     done: bool,
 }
 
-impl Waiter {
+impl PlaceWait {
     /// Ready once a place is granted; registers `cx`'s waker.
     pub fn poll_place(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.taken {
@@ -365,7 +365,7 @@ impl Waiter {
     }
 }
 
-impl Drop for Waiter {
+impl Drop for PlaceWait {
     fn drop(&mut self) {
         if !self.done && self.finish_held() {
             self.cap.leave();
@@ -373,7 +373,7 @@ impl Drop for Waiter {
     }
 }
 
-impl Waiter {
+impl PlaceWait {
     fn finish_held(&mut self) -> bool {
         self.done = true;
         match self.cap.queue.as_ref() {

@@ -19,7 +19,7 @@ pub use client_ip::{
     Cidr, Forwarding, Headers, NoHeaders, TrustedProxies, client_ip, field_name, ip_key,
 };
 pub(crate) use concurrency::concurrency_share_check;
-pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION, MAX_QUEUE_WAIT, Waiter};
+pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION, MAX_QUEUE_WAIT, PlaceWait};
 pub use fields::{
     Policy, legacy_headers, ratelimit, ratelimit_bytes, ratelimit_policy, retry_after_secs,
 };
