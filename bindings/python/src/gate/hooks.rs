@@ -8,7 +8,7 @@ use ratebound::any::{self, Hooks, Key};
 use ratebound::http::Priority;
 
 use super::{Gate, PriorityHook, priority_of};
-use crate::convert::*;
+use crate::convert::with_key;
 
 /// The front door's functions of the request, for the core's sequence. A
 /// Python exception in one is kept (and nothing more is called) until the

@@ -6,8 +6,8 @@ use pyo3::types::{PyBool, PyBytes, PyInt};
 use ratebound::Error;
 use ratebound_redis::Call;
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::type_name;
+use crate::error::py_err;
 
 /// One script run the engine asks for (see `ratebound.redis`): run
 /// `EVALSHA sha 1 key *args`, and on `NOSCRIPT` `EVAL text 1 key *args`,

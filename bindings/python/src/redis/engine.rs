@@ -11,9 +11,9 @@ use super::acquisition::{RedisAcquisition, step_tuple};
 use super::options::{config, opt_seconds};
 use super::outcome::{Report, max_wait, reserved};
 use super::{RedisCall, RedisStats, tell, with_raw_key};
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
+use crate::convert::{clock_of, count, number, opt_number, with_rate};
+use crate::decision::Decision;
+use crate::error::OrPy;
 
 /// The sans-I/O engine of a global limit in Redis (`ratebound_redis`):
 /// it builds each call, turns each outcome into a `Decision`, and keeps

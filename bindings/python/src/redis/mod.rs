@@ -18,8 +18,8 @@ use pyo3::sync::PyOnceLock;
 use ratebound::any::Key;
 use ratebound_redis::Engine;
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::with_key;
+use crate::error::py_err;
 
 pub(crate) use acquisition::RedisAcquisition;
 pub(crate) use call::RedisCall;

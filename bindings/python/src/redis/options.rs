@@ -6,8 +6,8 @@ use ratebound::any::{self, Loose};
 use ratebound_redis::{Algorithm, Config};
 use std::time::Duration;
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::opt_number;
+use crate::error::OrPy;
 
 /// The configuration of an engine of `algorithm` from its options
 /// (`numbers`: the numeric ones by name, None where not given): every

@@ -8,7 +8,7 @@ use ratebound_redis::{Call, CallKind, CallOutcome, Engine, Reserved};
 use std::time::Duration;
 
 use super::tell;
-use crate::error::*;
+use crate::error::{OrPy, py_err};
 
 /// What became of a call, as a driver reports it to the engine's
 /// `finish`-style methods (their `reply`, `timed_out`, `error` and `unsent`
