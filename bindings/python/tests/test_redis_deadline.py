@@ -2,7 +2,7 @@
 client used as given whose script calls never answer, or answer just
 before or just after the 50 ms deadline, on an event loop whose clock
 jumps to its next timer instead of sleeping (the runners read the time
-through the running loop's clock: ratebound/redis/_runners.py ``_now``).
+through the running loop's clock: ratebound/redis/_runners_async.py ``_now``).
 Each answer is asserted at an exact virtual instant. The real-server
 versions (test_redis.py, test_redis_native.py) keep generous bounds."""
 

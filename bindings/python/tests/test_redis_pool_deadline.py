@@ -1,5 +1,5 @@
 """The asyncio limiters' own-pool path (a ``redis.asyncio.Redis`` whose
-pool the limiter copies: ratebound/redis/_runners.py ``_AsyncRunner._sent_read``
+pool the limiter copies: ratebound/redis/_runners_async.py ``_AsyncRunner._sent_read``
 and ``_overloaded``, ``_AsyncGate``) in virtual time: the user's pool makes
 :class:`ScriptedConnection`, a redis-py asyncio ``Connection`` whose socket
 is scripted, on an event loop whose clock is a ``ManualClock`` that jumps

@@ -1,7 +1,7 @@
 """The sync Redis limiters' deadline, fail policy and circuit breaker in
 virtual time: the limiter is given a ``ManualClock`` (``_clock``, tests
 only) that both the engine (the breaker's cool-down) and the sync runners
-(their deadlines: ratebound/redis/_runners.py ``_Now``) read, and a server
+(their deadlines: ratebound/redis/_runners_common.py ``_Now``) read, and a server
 that is scripted, not real, whose every call "takes" a scripted delay by
 moving that clock:
 

@@ -28,7 +28,8 @@ use pyo3::types::{PyBool, PyList, PyWeakrefMethods, PyWeakrefReference};
 use ratebound_redis::Call;
 use tokio::time::Instant;
 
-use super::link::{Link, RunResult};
+use super::conn::RunResult;
+use super::link::Link;
 use crate::decision::Decision;
 use crate::redis::{RedisEngine, tell};
 

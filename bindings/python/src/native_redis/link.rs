@@ -4,7 +4,8 @@
 //! a group (the connection, or a cluster's hash slot) are in flight, a sync
 //! caller's new call queues, and the queue goes out as one batch script run
 //! as soon as a run lands (`run`); an asyncio loop's calls of one turn go
-//! out together at once (`send_now`, see `aio`).
+//! out together at once (`send_now`, see `aio`). The calls on the wire
+//! (`RunResult`, `Conn`) are `conn`'s.
 //!
 //! **Fork.** A forked child must not use its parent's sockets nor its
 //! runtime (whose threads did not survive the fork): `forked` (called in
@@ -20,8 +21,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared, join_all};
-use ratebound_redis::script::Script;
-use ratebound_redis::{BatchCall, Call, CallOutcome};
+use ratebound_redis::{BatchCall, Call};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
@@ -29,6 +29,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::conn::{Conn, RunResult, failure_text};
 use super::target::{CONNECT_TIMEOUT, Kind, Target};
 
 /// How many script runs of one group (the connection, or a cluster's hash
@@ -114,83 +115,6 @@ pub(crate) fn link_for(target: &Arc<Target>, batch: bool) -> std::io::Result<Arc
     let link = Arc::new(Link::new(generation, handle, target.clone(), batch)?);
     links.insert(id, Arc::downgrade(&link));
     Ok(link)
-}
-
-// --------------------------------------------------------------- calls
-
-/// What became of one call.
-#[derive(Debug)]
-pub(crate) enum RunResult {
-    /// The script's reply (a list of integers).
-    Reply(Vec<i64>),
-    /// A batch reply of the wrong length: no call of it was answered.
-    Malformed,
-    /// No reply within the deadline.
-    Timeout,
-    /// A connection or server error.
-    Failed(String),
-    /// Never sent: the call still waited in its group's queue at its
-    /// deadline (the runs ahead of it took the whole deadline).
-    Unsent,
-}
-
-impl RunResult {
-    /// As the engine reads it.
-    pub(crate) fn outcome(&self) -> CallOutcome<'_> {
-        match self {
-            RunResult::Reply(r) => CallOutcome::Reply(r),
-            RunResult::Malformed => CallOutcome::Malformed,
-            RunResult::Timeout => CallOutcome::Timeout,
-            RunResult::Failed(e) => CallOutcome::Failed(e),
-            RunResult::Unsent => CallOutcome::Unsent,
-        }
-    }
-}
-
-/// A connection ready for commands.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    async fn ints(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<i64>> {
-        match self {
-            Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(c) => cmd.query_async(c).await,
-        }
-    }
-
-    async fn unit(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
-        match self {
-            Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(c) => cmd.query_async(c).await,
-        }
-    }
-
-    /// `EVALSHA`, and `EVAL` once if the server has not got the script
-    /// (a restart, a failover, `SCRIPT FLUSH`, another cluster node).
-    /// `commands` makes both; the `EVALSHA` alone is made for the first
-    /// attempt (the `EVAL` carries the script's text, 6 kB).
-    async fn script(
-        &mut self,
-        script: &Script,
-        keys: &[&[u8]],
-        args: &[String],
-        commands: impl FnOnce() -> (redis::Cmd, redis::Cmd),
-    ) -> redis::RedisResult<Vec<i64>> {
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(script.sha()).arg(keys.len());
-        for k in keys {
-            evalsha.arg(*k);
-        }
-        evalsha.arg(args);
-        match self.ints(&evalsha).await {
-            Err(e) if Call::is_noscript(&e) => self.ints(&commands().1).await,
-            other => other,
-        }
-    }
 }
 
 type Connecting = Shared<BoxFuture<'static, Result<ClusterConnection, String>>>;
@@ -597,44 +521,6 @@ impl Link {
             }
         }
     }
-}
-
-/// The text of a failed call, for the engine and for
-/// `ratebound_redis::misconfiguration`: the `redis` crate's own words, and
-/// for a refused `AUTH` (whose server reply the crate drops: "Password
-/// authentication failed") the server's code for it, `WRONGPASS`, so that
-/// a wrong password or user is told from an outage.
-fn failure_text(e: &redis::RedisError) -> String {
-    if e.kind() == redis::ErrorKind::AuthenticationFailed {
-        return format!("WRONGPASS {e}");
-    }
-    e.to_string()
-}
-
-/// Whether the server at `host:port` answers plain RESP (a `PING` written
-/// in the clear gets `+PONG` or an error reply), asked within `timeout`:
-/// for a `rediss://` target, whose TLS handshake with such a server can
-/// only time out (the server reads the ClientHello as an unfinished inline
-/// command and waits), which the fail policy would answer forever.
-pub(crate) async fn speaks_plain(host: String, port: u16, timeout: Duration) -> bool {
-    let attempt = async {
-        let s = tokio::net::TcpStream::connect((host.as_str(), port))
-            .await
-            .ok()?;
-        s.writable().await.ok()?;
-        s.try_write(b"PING\r\n").ok()?;
-        let mut b = [0u8; 16];
-        loop {
-            s.readable().await.ok()?;
-            match s.try_read(&mut b) {
-                Ok(0) => return Some(false),
-                Ok(_) => return Some(b[0] == b'+' || b[0] == b'-'),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(_) => return None,
-            }
-        }
-    };
-    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(true)))
 }
 
 /// A script run in flight; when it is over (or its caller gave up), the

@@ -7,6 +7,7 @@
 //! path: the same calls, the same deadline, the same fail policy.
 
 mod aio;
+mod conn;
 mod link;
 mod listen;
 mod target;
@@ -25,7 +26,8 @@ use crate::decision::Decision;
 use crate::error::*;
 use crate::redis::{RedisCall, RedisEngine, misconfigured, tell, with_raw_key};
 use aio::{Completions, Done, Outgoing};
-use link::{Link, RunResult};
+use conn::RunResult;
+use link::Link;
 use listen::Listener;
 use target::Target;
 
@@ -277,7 +279,7 @@ impl NativeRedis {
                 .detach(|| {
                     wait(
                         &link.handle,
-                        link::speaks_plain(host, port, Duration::from_millis(500)),
+                        conn::speaks_plain(host, port, Duration::from_millis(500)),
                     )
                 })
                 .unwrap_or(false);

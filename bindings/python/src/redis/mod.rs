@@ -1,0 +1,76 @@
+//! Global limits in Redis: the sans-I/O engine (`_RedisEngine` in Python)
+//! and its calls (`_RedisCall`), waits (`_RedisAcquisition`); `ratebound.redis`
+//! does the I/O.
+//!
+//! `call`: the calls; `engine`: the engine; `acquisition`: its waits;
+//! `options`: its options; `outcome`: what became of a call, and a
+//! reservation's answer; `stats`: `RedisStats`.
+
+mod acquisition;
+mod call;
+mod engine;
+mod options;
+mod outcome;
+mod stats;
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use ratebound::any::Key;
+use ratebound_redis::Engine;
+
+use crate::convert::with_key;
+use crate::error::py_err;
+
+pub(crate) use acquisition::RedisAcquisition;
+pub(crate) use call::RedisCall;
+pub(crate) use engine::{RedisEngine, RedisEngine_};
+pub(crate) use stats::RedisStats;
+
+/// The raw bytes of a Redis key (str: its UTF-8 bytes; bytes as given;
+/// int: its decimal digits), for `f`: Redis stores the key itself (after
+/// the prefix), never a fingerprint.
+pub(crate) fn with_raw_key<R>(
+    obj: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[u8]) -> PyResult<R>,
+) -> PyResult<R> {
+    with_key(obj, |k| match k {
+        Key::Text(t) => f(t.as_bytes()),
+        Key::Bytes(b) => f(b),
+        Key::Int(i) => f(i.to_string().as_bytes()),
+    })
+}
+
+static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Logs the engine's notices (the breaker opened or closed, an episode of
+/// calls refused as busy) as warnings of the `ratebound.redis` logger, one
+/// line each; nothing to do costs one atomic load. A failing logger is
+/// ignored: a decision never fails for its log line.
+pub(crate) fn tell(py: Python<'_>, engine: &Engine) {
+    if !engine.has_notices() {
+        return;
+    }
+    let notices = engine.take_notices();
+    let logger = LOGGER.get_or_try_init(py, || {
+        py.import("logging")?
+            .call_method1("getLogger", ("ratebound.redis",))
+            .map(Bound::unbind)
+    });
+    let Ok(logger) = logger else { return };
+    for n in notices {
+        let _ = logger.call_method1(py, "warning", (n.message(),));
+    }
+}
+
+/// The `StoreMisconfigured` error an error text says (a wrong password, a
+/// missing database, ...: `ratebound_redis::misconfiguration`), if any.
+pub(crate) fn misconfigured(py: Python<'_>, error: &str) -> Option<PyErr> {
+    ratebound_redis::misconfiguration(error).map(|e| py_err(py, e))
+}
+
+/// `_misconfigured(error)`: the `StoreMisconfigured` exception an error
+/// text says, or None (for a runner that meets it outside a call).
+#[pyfunction]
+pub(crate) fn _misconfigured(py: Python<'_>, error: &str) -> Option<Py<PyAny>> {
+    misconfigured(py, error).map(|e| e.into_value(py).into_any())
+}
