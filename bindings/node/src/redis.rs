@@ -16,6 +16,7 @@ use ratebound::any::{self, Key, Loose as CoreLoose};
 use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, Notice, OnError};
 
 mod ffi;
+mod finish;
 mod raw;
 mod table;
 

@@ -6,8 +6,9 @@
 //! and its arguments — is a *template* the engine made before, which
 //! `redis.js` fetched once and keeps. One call reads what became of it
 //! (the reply's numbers written into the shared `Float64Array`, `ffi`) and
-//! writes the answer back there. A batch of begun calls (`redis.js` lays it
-//! out from the templates) is answered with one call too. The calls in flight wait in a per-thread table, by
+//! writes the answer back there (`finish`, a module of its own). A batch of
+//! begun calls (`redis.js` lays it out from the templates) is answered with
+//! one call too. The calls in flight wait in a per-thread table, by
 //! number (`table`); nothing is allocated on the JavaScript heap per check
 //! but the key.
 //!
@@ -32,15 +33,13 @@ use napi::sys;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key};
-use ratebound_redis::{
-    BatchCall, Begin, Call, CallKind, CallOutcome, Engine, RedisDecision, ReserveBegin, Reserved,
-    Step,
-};
+use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, ReserveBegin, Step};
 
 use super::ffi::{
-    ANSWER, BOUND, IDS, LEN, OUT, REPLY, SCRATCH, STRIDE, args, bytes_value, int, no_call,
-    no_engine, number, put, read, string, throw, throw_core, throw_key, type_of, uint, undefined,
+    ANSWER, BOUND, IDS, LEN, OUT, REPLY, SCRATCH, STRIDE, args, bytes_value, int, no_engine,
+    number, put, string, throw, throw_core, throw_key, type_of, uint, undefined,
 };
+use super::finish::{decision, raw_finish, raw_finish_batch, reserved};
 use super::table::{
     ACQUISITIONS, CALLS, ENGINES, Entry, Flight, SOURCES, engine, hash_slot, source_code,
     take_call, template, use_slots,
@@ -54,72 +53,6 @@ const STEP_CALL: f64 = 1.0;
 const STEP_SLEEP: f64 = 2.0;
 const STEP_DONE: f64 = 3.0;
 const STEP_EXCEEDED: f64 = 4.0;
-
-fn decision(d: &RedisDecision) -> [f64; STRIDE] {
-    let inner = d.decision();
-    [
-        f64::from(u8::from(inner.is_allowed())),
-        inner.limit() as f64,
-        inner.remaining() as f64,
-        inner.retry_after_nanos() as f64 / 1e9,
-        inner.reset_after_nanos() as f64 / 1e9,
-        source_code(d.source()),
-    ]
-}
-
-/// A reservation's answer; `kept`: its call waits for `redisKeep`.
-fn reserved(r: &Reserved, kept: bool) -> [f64; STRIDE] {
-    match *r {
-        Reserved::Granted { wait, source, .. } => [
-            1.0,
-            wait.as_secs_f64(),
-            source_code(source),
-            f64::from(u8::from(kept)),
-            0.0,
-            0.0,
-        ],
-        Reserved::Refused { wait, source } | Reserved::Retry { wait, source } => {
-            [0.0, wait.as_secs_f64(), source_code(source), 0.0, 0.0, 0.0]
-        }
-    }
-}
-
-/// Finishes the call `flight` with `outcome`: its answer, and the call to
-/// keep in its place, if any (a reservation granted ahead of time: the
-/// call that gives it back, for its cancel). A wait's call goes to its
-/// acquisition (no answer: the wait steps again); a call giving tokens
-/// back needs no finish.
-fn finish(
-    engine: &Engine,
-    flight: &Flight,
-    outcome: CallOutcome<'_>,
-) -> ([f64; STRIDE], Option<Call>) {
-    let call = &flight.call;
-    if let Some(a) = flight.acquisition {
-        ACQUISITIONS.with(|s| {
-            if let Some(a) = s.borrow_mut().get_mut(a) {
-                engine.acquire_reply(a, outcome);
-            }
-        });
-        return ([0.0; STRIDE], None);
-    }
-    match call.kind {
-        CallKind::Return => ([0.0; STRIDE], None),
-        CallKind::Reserve { .. } => {
-            let r = engine.finish_reserve(call, outcome);
-            let back = match r {
-                Reserved::Granted {
-                    wait,
-                    end_us: Some(end_us),
-                    ..
-                } if wait > Duration::ZERO => Some(engine.give_back(call, end_us)),
-                _ => None,
-            };
-            (reserved(&r, back.is_some()), back)
-        }
-        _ => (decision(&engine.finish(call, outcome)), None),
-    }
-}
 
 /// Publishes a begun call: its number, template, class and slot; the key
 /// to send as the return value.
@@ -475,134 +408,6 @@ unsafe extern "C" fn raw_acquire_forget(
         let a = uint(env, a);
         let known = ACQUISITIONS.with(|s| s.borrow_mut().take(a)).is_some();
         int(env, i32::from(known))
-    }
-}
-
-/// What became of a call, as `finish` is told: 0 a reply (`len` numbers
-/// at `REPLY`), 1 no reply within the deadline, 2 an error (`error`'s
-/// text), 4 never sent (the client's own overload: the engine answers
-/// without the fail policy or the breaker), anything else a reply that is
-/// no list of numbers.
-unsafe fn outcome_of<R>(
-    env: sys::napi_env,
-    how: sys::napi_value,
-    len: sys::napi_value,
-    text: sys::napi_value,
-    f: impl FnOnce(CallOutcome<'_>) -> R,
-) -> R {
-    // SAFETY: live handles (the caller's contract).
-    unsafe {
-        match uint(env, how) {
-            0 => {
-                let mut ints = Vec::new();
-                let values = read(REPLY, uint(env, len) as usize);
-                f(CallOutcome::of_numbers(values, &mut ints))
-            }
-            1 => f(CallOutcome::Timeout),
-            2 => {
-                let text = string(env, text).unwrap_or_else(|| "error".to_string());
-                f(CallOutcome::Failed(&text))
-            }
-            4 => f(CallOutcome::Unsent),
-            _ => f(CallOutcome::Malformed),
-        }
-    }
-}
-
-/// `finish(handle, id, how, len, error) -> 0..3`: what became of call
-/// `id` (see `outcome_of`); its answer at `ANSWER` (a check's, or a
-/// reservation's); bit 0 set if it admitted (or granted), bit 1 if the
-/// engine has notices to take (`takeNotices`). The call is forgotten
-/// unless the answer says it is kept.
-unsafe extern "C" fn raw_finish(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, id, how, len, text] = args::<5>(env, info);
-        let h = uint(env, h);
-        let id = uint(env, id);
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
-        };
-        let Some(flight) = take_call(id) else {
-            return no_call(env, id);
-        };
-        let (answer, kept) = outcome_of(env, how, len, text, |o| finish(&engine, &flight, o));
-        if let Some(back) = kept {
-            let flight = Flight {
-                call: back,
-                acquisition: None,
-            };
-            CALLS.with(|c| c.borrow_mut().restore(id, flight));
-        }
-        put(ANSWER, &answer);
-        int(
-            env,
-            i32::from(answer[0] == 1.0) | (i32::from(engine.has_notices()) << 1),
-        )
-    }
-}
-
-/// The calls of a batch: the numbers at `IDS` (`count` of them; -1 for a
-/// member answered already, left out).
-fn members(count: usize) -> Vec<Option<u32>> {
-    read(IDS, count.min(BatchCall::MAX))
-        .iter()
-        .map(|&x| (x >= 0.0 && x.fract() == 0.0 && x < f64::from(u32::MAX)).then_some(x as u32))
-        .collect()
-}
-
-/// `finishBatch(handle, count, how, len, error) -> 0 | 2`: what became of
-/// the batch of the calls numbered at `IDS` (see `outcome_of`; a reply of
-/// 7 numbers a member, in order): member `i`'s answer at `OUT + i ×
-/// STRIDE`. A reply of another length fails every member. 2 if the engine
-/// has notices to take (`takeNotices`).
-unsafe extern "C" fn raw_finish_batch(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, count, how, len, text] = args::<5>(env, info);
-        let h = uint(env, h);
-        let ids = members(uint(env, count) as usize);
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
-        };
-        let flights: Vec<Option<(u32, Flight)>> = ids
-            .iter()
-            .map(|id| id.and_then(|id| Some((id, take_call(id)?))))
-            .collect();
-        let answers = outcome_of(env, how, len, text, |o| {
-            let parts: Vec<CallOutcome<'_>> = match o {
-                CallOutcome::Reply(r) => match BatchCall::replies(r, ids.len()) {
-                    Some(chunks) => chunks.map(CallOutcome::Reply).collect(),
-                    None => vec![CallOutcome::Malformed; ids.len()],
-                },
-                other => vec![other; ids.len()],
-            };
-            flights
-                .iter()
-                .zip(parts)
-                .map(|(f, o)| f.as_ref().map(|(_, flight)| finish(&engine, flight, o)))
-                .collect::<Vec<_>>()
-        });
-        for (i, (a, f)) in answers.into_iter().zip(flights).enumerate() {
-            let (Some((answer, kept)), Some((id, _))) = (a, f) else {
-                continue;
-            };
-            if let Some(back) = kept {
-                let flight = Flight {
-                    call: back,
-                    acquisition: None,
-                };
-                CALLS.with(|c| c.borrow_mut().restore(id, flight));
-            }
-            put(OUT + i * STRIDE, &answer);
-        }
-        int(env, i32::from(engine.has_notices()) << 1)
     }
 }
 
