@@ -17,7 +17,10 @@
 //!   forgetting them changes nothing.
 //! - **Sans-I/O.** [`Engine`] builds each [`Call`], turns each reply into a
 //!   [`RedisDecision`] (with its [`Source`]), applies the fail policy and keeps
-//!   the lease bookkeeping; it performs no I/O. [`RedisLimiter`] (feature
+//!   the lease bookkeeping; it performs no I/O. [`plan`] is the driver's
+//!   core, sans-I/O too: the batching rule, hash-slot groups, the wire
+//!   layout of a send and the reading of its reply, for every driver (this
+//!   crate's, the Python and Node bindings'). [`RedisLimiter`] (feature
 //!   `tokio`) runs the calls with the `redis` crate, over any connection:
 //!   one node, a cluster, or the primary Sentinel names
 //!   ([`SentinelConnection`], which follows a failover).
@@ -43,14 +46,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// The sans-I/O engine (`engine/`) and the tokio driver over redis-rs
-// (`driver/`); their modules are re-exported here under their old paths.
+// The sans-I/O engine (`engine/`: decisions), the sans-I/O driver core
+// (`plan/`: how calls go out) and the tokio driver over redis-rs
+// (`driver/`: a pump over `plan`); the engine's modules are re-exported
+// here under their old paths.
 mod engine;
 pub use engine::script;
 pub(crate) use engine::{
     acquisition, algorithm, breaker, call, config, decision, health, lease, misconfig, news,
     reserve,
 };
+
+pub mod plan;
 
 #[cfg(feature = "tokio")]
 mod driver;
@@ -69,7 +76,7 @@ pub use ratebound::Error;
 pub use reserve::{ReserveBegin, Reserved, given_back};
 
 #[cfg(feature = "tokio")]
-pub use driver::{RedisLimiter, RedisReservation};
+pub use driver::{Pump, RedisLimiter, RedisReservation, failure_text};
 #[cfg(feature = "tokio")]
 pub use sentinel::SentinelConnection;
 

@@ -41,8 +41,8 @@ use super::ffi::{
 };
 use super::finish::{decision, raw_finish, raw_finish_batch, reserved};
 use super::table::{
-    ACQUISITIONS, CALLS, ENGINES, Entry, Flight, SOURCES, engine, hash_slot, source_code,
-    take_call, template, use_slots,
+    ACQUISITIONS, CALLS, ENGINES, Entry, Flight, SOURCES, engine, source_code, take_call, template,
+    use_slots,
 };
 use crate::error;
 use crate::fast::with_key;
@@ -71,7 +71,7 @@ unsafe fn publish_call(
     };
     let class = entry.class(&call);
     let slot = if entry.slots {
-        f64::from(hash_slot(&call.key))
+        f64::from(ratebound_redis::plan::hash_slot(&call.key))
     } else {
         0.0
     };

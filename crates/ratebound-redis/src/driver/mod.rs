@@ -3,12 +3,13 @@
 //! `redis::aio::ConnectionManager` (reconnects in the background) or
 //! `redis::cluster_async::ClusterConnection` (follows `MOVED`).
 
-pub(crate) mod batcher;
 mod listener;
+mod pump;
 mod reservation;
 pub(crate) mod sentinel;
 
 use listener::{Listener, listen};
+pub use pump::Pump;
 pub use reservation::RedisReservation;
 use reservation::{Flight, GiveBackOnDrop};
 
@@ -22,10 +23,10 @@ use redis::aio::ConnectionLike;
 
 use std::time::Duration;
 
+use crate::plan::{Answer, Tuning};
 use crate::{
     Algorithm, Begin, Call, Config, Engine, RedisDecision, ReserveBegin, Reserved, Source, Step,
 };
-use batcher::{Answer, Batcher, Entry};
 
 /// A global limit in Redis: every instance that checks the same key with
 /// the same settings shares one limit.
@@ -85,8 +86,8 @@ pub struct RedisLimiter<C> {
     engine: Arc<Engine>,
     conn: C,
     listener: Option<Arc<Listener>>,
-    /// The batching state, when [`Config::batch`] is on.
-    batcher: Option<Arc<Batcher<C>>>,
+    /// Its calls on `conn`, batched when [`Config::batch`] is on.
+    pump: Arc<Pump<C>>,
 }
 
 impl<C> std::fmt::Debug for RedisLimiter<C> {
@@ -116,15 +117,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     pub fn with_clock(config: Config, clock: AnyClock, conn: C) -> Result<Self, Error> {
         let engine = Arc::new(Engine::with_clock(config, clock)?);
         let per_slot = TypeId::of::<C>() == TypeId::of::<redis::cluster_async::ClusterConnection>();
-        let batcher = engine
-            .config()
-            .batch
-            .then(|| Batcher::new(conn.clone(), Arc::clone(&engine), per_slot));
+        let tuning = engine.config().batch.then_some(Tuning::TASKS);
+        let pump = Pump::new(conn.clone(), Arc::clone(&engine), tuning, per_slot);
         Ok(RedisLimiter {
             engine,
             conn,
             listener: None,
-            batcher,
+            pump,
         })
     }
 
@@ -137,14 +136,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// around a cluster connection); it changes nothing without batching
     /// ([`Config::batch`]).
     pub fn per_slot(mut self, on: bool) -> Self {
-        if let Some(b) = &self.batcher
-            && b.per_slot() != on
+        if let Some(tuning) = self.pump.tuning()
+            && self.pump.per_slot() != on
         {
-            self.batcher = Some(Batcher::new(
+            self.pump = Pump::new(
                 self.conn.clone(),
                 Arc::clone(&self.engine),
+                Some(tuning),
                 on,
-            ));
+            );
         }
         self
     }
@@ -152,7 +152,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// Whether calls are batched per hash slot (see
     /// [`per_slot`](Self::per_slot)); `false` without batching.
     pub fn batches_per_slot(&self) -> bool {
-        self.batcher.as_ref().is_some_and(|b| b.per_slot())
+        self.pump.per_slot()
     }
 
     /// A token bucket with the defaults (prefix `rb:`, fail open, 50 ms).
@@ -473,8 +473,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         Ok(resumed)
     }
 
-    /// Runs `call` within the deadline: alone, or (batching, while other
-    /// calls are in flight) in the next batch.
     /// Runs a reservation's `call` on a task of its own, so that it
     /// outlives the caller's future: if that future is dropped once the
     /// call may have reached Redis, the reply still comes, and what it
@@ -497,25 +495,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     async fn run(&self, call: &Arc<Call>) -> Answer {
-        let timeout = self.engine.timeout();
-        let Some(batcher) = &self.batcher else {
-            return batcher::send_one(&self.conn, call, &self.engine).await;
-        };
-        match batcher.enter(call) {
-            Entry::Alone(flight) => {
-                let answer = batcher::send_one(&self.conn, call, &self.engine).await;
-                drop(flight);
-                answer
-            }
-            Entry::Queued(mut ticket) => {
-                match tokio::time::timeout(timeout, &mut ticket.answer).await {
-                    Ok(Ok(answer)) => answer,
-                    Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
-                    // Still queued: the client's own overload, unless a
-                    // silent server held the queue.
-                    Err(_) => batcher.give_up(&ticket),
-                }
-            }
-        }
+        self.pump.run(call).await
     }
+}
+
+/// The text of a failed call, for the engine and for
+/// [`misconfiguration`](crate::misconfiguration): the `redis` crate's own
+/// words, and for a refused `AUTH` (whose server reply the crate drops:
+/// "Password authentication failed") the server's code for it,
+/// `WRONGPASS`, so that a wrong password or user is told from an outage.
+pub fn failure_text(e: &redis::RedisError) -> String {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return format!("WRONGPASS {e}");
+    }
+    e.to_string()
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::RedisLimiter;
-use super::batcher::Answer;
+use crate::plan::Answer;
 use crate::{Acquisition, Call, Source};
 
 /// An acquisition in progress: dropped while it holds reserved tokens (the
