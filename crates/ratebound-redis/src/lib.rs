@@ -75,6 +75,8 @@ pub use misconfig::misconfiguration;
 pub use ratebound::Error;
 pub use reserve::{ReserveBegin, Reserved, given_back};
 
+#[cfg(feature = "connect")]
+pub use driver::connect;
 #[cfg(feature = "tokio")]
 pub use driver::{Pump, RedisLimiter, RedisReservation, failure_text};
 #[cfg(feature = "tokio")]

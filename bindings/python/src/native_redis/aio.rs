@@ -3,11 +3,11 @@
 //!
 //! - **Out: one turn, one batch.** The calls an event loop's tasks make in
 //!   one turn of the loop are queued, and the first one schedules
-//!   (`loop.call_soon`) a flush that hands them all to the runtime at once:
-//!   those that join go out as one batch script run (per hash slot in a
-//!   cluster), a lone call as itself — so one task in flight never waits
-//!   for a batch, and many form batches (Node's driver does the same at the
-//!   end of its turn).
+//!   (`loop.call_soon`) a flush that hands them all to the runtime at once,
+//!   each limiter's to its pump's `run_together` (the crate's rule: those
+//!   that join go out as one batch script run, per hash slot in a cluster,
+//!   a lone call as itself) — so one task in flight never waits for a
+//!   batch, and many form batches.
 //! - **Back: one byte, every answer.** A finished call is queued for its
 //!   loop, and the first one queued since the loop last looked writes one
 //!   byte to a socket pair the loop watches (`loop.add_reader`); the loop
@@ -26,9 +26,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList, PyWeakrefMethods, PyWeakrefReference};
 use ratebound_redis::Call;
-use tokio::time::Instant;
+use ratebound_redis::plan::Answer;
 
-use super::conn::RunResult;
 use super::link::Link;
 use crate::decision::Decision;
 use crate::redis::{RedisEngine, tell};
@@ -43,11 +42,11 @@ pub(crate) enum Done {
     Decision {
         fut: Py<PyAny>,
         engine: Py<RedisEngine>,
-        call: Call,
-        result: RunResult,
+        call: Arc<Call>,
+        result: Answer,
     },
     /// Any call: `(reply, timed_out, error)`, as the redis-py runners give it.
-    Outcome { fut: Py<PyAny>, result: RunResult },
+    Outcome { fut: Py<PyAny>, result: Answer },
     /// A `PUBLISH`: whether Redis took it.
     Bool { fut: Py<PyAny>, ok: bool },
 }
@@ -57,26 +56,26 @@ pub(crate) struct Outgoing {
     /// Where it goes.
     pub(crate) link: Arc<Link>,
     /// The call.
-    pub(crate) call: Call,
-    /// Its deadline.
-    pub(crate) deadline: Instant,
+    pub(crate) call: Arc<Call>,
     /// The future it completes.
     pub(crate) fut: Py<PyAny>,
-    /// A check's engine (its future gets the decision); `None`: the future
-    /// gets `(reply, timed_out, error)`.
-    pub(crate) engine: Option<Py<RedisEngine>>,
+    /// The limiter's engine.
+    pub(crate) engine: Py<RedisEngine>,
+    /// A check (its future gets the engine's decision), or not (it gets
+    /// `(reply, timed_out, error)`).
+    pub(crate) decide: bool,
 }
 
 impl Outgoing {
-    fn done(self, result: RunResult) -> Done {
-        match self.engine {
-            Some(engine) => Done::Decision {
+    fn done(self, result: Answer) -> Done {
+        match self.decide {
+            true => Done::Decision {
                 fut: self.fut,
-                engine,
+                engine: self.engine,
                 call: self.call,
                 result,
             },
-            None => Done::Outcome {
+            false => Done::Outcome {
                 fut: self.fut,
                 result,
             },
@@ -246,10 +245,12 @@ impl Turn {
         for group in by_link {
             let link = group[0].link.clone();
             let sender = Sender(s.clone());
-            let calls: Vec<(Call, Instant)> =
-                group.iter().map(|o| (o.call.clone(), o.deadline)).collect();
+            let calls = group
+                .iter()
+                .map(|o| (o.call.clone(), o.engine.get().inner.clone()))
+                .collect();
             link.handle.clone().spawn(async move {
-                let results = link.send_now(calls).await;
+                let results = link.pump.run_together(calls).await;
                 sender.send_all(group.into_iter().zip(results).map(|(o, r)| o.done(r)));
             });
         }
@@ -260,19 +261,17 @@ impl Turn {
 /// give it.
 pub(crate) fn outcome_tuple<'py>(
     py: Python<'py>,
-    r: &RunResult,
+    r: &Answer,
 ) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
     let none = py.None();
     match r {
-        RunResult::Reply(v) => {
-            (PyList::new(py, v)?.into_any(), false, none, false).into_pyobject(py)
-        }
+        Answer::Reply(v) => (PyList::new(py, v)?.into_any(), false, none, false).into_pyobject(py),
         // A batch reply of the wrong length: the engine's Malformed, as for
         // a reply that is no list of integers.
-        RunResult::Malformed => ("malformed", false, none, false).into_pyobject(py),
-        RunResult::Timeout => (none.clone_ref(py), true, none, false).into_pyobject(py),
-        RunResult::Failed(e) => (none, false, e.as_str(), false).into_pyobject(py),
-        RunResult::Unsent => (none.clone_ref(py), false, none, true).into_pyobject(py),
+        Answer::Malformed => ("malformed", false, none, false).into_pyobject(py),
+        Answer::Timeout => (none.clone_ref(py), true, none, false).into_pyobject(py),
+        Answer::Failed(e) => (none, false, e.as_str(), false).into_pyobject(py),
+        Answer::Unsent => (none.clone_ref(py), false, none, true).into_pyobject(py),
     }
 }
 

@@ -7,9 +7,7 @@
 //! path: the same calls, the same deadline, the same fail policy.
 
 mod aio;
-mod conn;
 mod link;
-mod listen;
 mod target;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +17,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
+use ratebound_redis::connect::{PauseListener, Target, speaks_plain};
+use ratebound_redis::plan::Answer;
 use ratebound_redis::{Begin, Call};
 
 use crate::convert::*;
@@ -26,10 +26,7 @@ use crate::decision::Decision;
 use crate::error::*;
 use crate::redis::{RedisCall, RedisEngine, misconfigured, tell, with_raw_key};
 use aio::{Completions, Done, Outgoing};
-use conn::RunResult;
 use link::Link;
-use listen::Listener;
-use target::Target;
 
 pub(crate) use aio::Completions as NativeCompletions;
 
@@ -52,8 +49,8 @@ fn wait<T: Send + 'static>(
 }
 
 /// What became of a call whose task was lost (see `wait`).
-fn lost() -> RunResult {
-    RunResult::Failed("the call's task was lost".to_string())
+fn lost() -> Answer {
+    Answer::Failed("the call's task was lost".to_string())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -74,7 +71,7 @@ pub(crate) struct NativeRedis {
     link: Mutex<Option<Arc<Link>>>,
     /// The event loop last used (a weak reference) and its completions.
     aio: Mutex<Option<LoopCompletions>>,
-    listener: Mutex<Option<Listener>>,
+    listener: Mutex<Option<PauseListener>>,
 }
 
 static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -139,8 +136,8 @@ impl NativeRedis {
         self.engine().timeout()
     }
 
-    /// This generation's connection (see `link`'s docs on fork).
-    fn link(&self, py: Python<'_>) -> PyResult<Arc<Link>> {
+    /// This generation's link (see `link`'s docs on fork).
+    fn link(&self) -> PyResult<Arc<Link>> {
         let generation = link::generation();
         let mut slot = lock(&self.link);
         if let Some(l) = &*slot {
@@ -155,7 +152,6 @@ impl NativeRedis {
                 std::mem::forget(old);
             }
         }
-        let _ = py;
         let l = link::link_for(&self.target, self.batch).map_err(PyErr::from)?;
         *slot = Some(l.clone());
         Ok(l)
@@ -173,12 +169,16 @@ impl NativeRedis {
     }
 
     /// Runs `call` on this thread, the GIL released meanwhile.
-    fn run_blocking(&self, py: Python<'_>, call: &Call) -> PyResult<RunResult> {
-        let link = self.link(py)?;
-        let timeout = self.timeout();
-        let (l, c) = (link.clone(), call.clone());
+    fn run_blocking(&self, py: Python<'_>, call: &Arc<Call>) -> PyResult<Answer> {
+        let link = self.link()?;
+        let (l, call, engine) = (link.clone(), call.clone(), self.engine.get().inner.clone());
         Ok(py
-            .detach(|| wait(&link.handle, async move { l.run(&c, timeout).await }))
+            .detach(|| {
+                wait(
+                    &link.handle,
+                    async move { l.pump.run(&call, &engine).await },
+                )
+            })
             .unwrap_or_else(lost))
     }
 
@@ -258,7 +258,7 @@ impl NativeRedis {
                     })?,
             ),
         };
-        let target = Arc::new(target::parse(py, target, ca.as_deref())?);
+        let target: Arc<Target> = Arc::new(target::parse(py, target, ca.as_deref())?);
         let this = NativeRedis {
             target,
             batch,
@@ -269,17 +269,17 @@ impl NativeRedis {
         };
         // Connect now (in the background): the first call should not pay
         // for it.
-        let link = this.link(py)?;
+        let link = this.link()?;
         // TLS to a server that speaks none is a typo, not an outage: asked
         // once, now (a plain `PING`, at most 0.5 s; a server down now is
         // not asked again, and its calls' timeouts stay the fail policy's).
         if let Some((host, port)) = this.target.tls_address() {
-            let shown = this.target.shown.clone();
+            let shown = this.target.shown().to_string();
             let plain = py
                 .detach(|| {
                     wait(
                         &link.handle,
-                        conn::speaks_plain(host, port, Duration::from_millis(500)),
+                        speaks_plain(host, port, Duration::from_millis(500)),
                     )
                 })
                 .unwrap_or(false);
@@ -306,15 +306,11 @@ impl NativeRedis {
         n: Option<&Bound<'_, PyAny>>,
         scope: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
-        let link = self.link(py)?;
         match self.begin(py, key, n, scope)? {
             Begin::Done(d) => Self::decision(py, d),
             Begin::Call(call) => {
-                let timeout = self.timeout();
-                let (l, c) = (link.clone(), call.clone());
-                let r = py
-                    .detach(|| wait(&link.handle, async move { l.run(&c, timeout).await }))
-                    .unwrap_or_else(lost);
+                let call = Arc::new(call);
+                let r = self.run_blocking(py, &call)?;
                 self.engine().misconfigured(&r.outcome()).or_py(py)?;
                 let d = self.engine().finish(&call, r.outcome());
                 tell(py, self.engine());
@@ -331,13 +327,13 @@ impl NativeRedis {
         py: Python<'py>,
         call: &Bound<'py, RedisCall>,
     ) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
-        let r = self.run_blocking(py, &call.get().inner)?;
+        let r = self.run_blocking(py, &Arc::new(call.get().inner.clone()))?;
         aio::outcome_tuple(py, &r)
     }
 
     /// `PUBLISH channel message` within the deadline; whether Redis took it.
     fn publish(&self, py: Python<'_>, channel: &str, message: &[u8]) -> PyResult<bool> {
-        let link = self.link(py)?;
+        let link = self.link()?;
         let (timeout, message) = (self.timeout(), message.to_vec());
         let channel = channel.as_bytes().to_vec();
         let l = link.clone();
@@ -361,17 +357,17 @@ impl NativeRedis {
         scope: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let event_loop = Self::running_loop(py)?;
-        let link = self.link(py)?;
+        let link = self.link()?;
         match self.begin(py, key, n, scope)? {
             Begin::Done(d) => Self::decision(py, d),
             Begin::Call(call) => {
                 let (fut, completions) = self.future(py, &event_loop)?;
                 let out = Outgoing {
                     link,
-                    call,
-                    deadline: tokio::time::Instant::now() + self.timeout(),
+                    call: Arc::new(call),
                     fut: fut.clone_ref(py),
-                    engine: Some(self.engine.clone_ref(py)),
+                    engine: self.engine.clone_ref(py),
+                    decide: true,
                 };
                 completions.get().queue(py, event_loop.bind(py), out)?;
                 Ok(fut)
@@ -381,15 +377,15 @@ impl NativeRedis {
 
     /// `run` for asyncio: a future of `(reply, timed_out, error, unsent)`.
     fn arun(&self, py: Python<'_>, call: &Bound<'_, RedisCall>) -> PyResult<Py<PyAny>> {
-        let link = self.link(py)?;
+        let link = self.link()?;
         let event_loop = Self::running_loop(py)?;
         let (fut, completions) = self.future(py, &event_loop)?;
         let out = Outgoing {
             link,
-            call: call.get().inner.clone(),
-            deadline: tokio::time::Instant::now() + self.timeout(),
+            call: Arc::new(call.get().inner.clone()),
             fut: fut.clone_ref(py),
-            engine: None,
+            engine: self.engine.clone_ref(py),
+            decide: false,
         };
         completions.get().queue(py, event_loop.bind(py), out)?;
         Ok(fut)
@@ -397,7 +393,7 @@ impl NativeRedis {
 
     /// `publish` for asyncio: a future of whether Redis took it.
     fn apublish(&self, py: Python<'_>, channel: &str, message: &[u8]) -> PyResult<Py<PyAny>> {
-        let link = self.link(py)?;
+        let link = self.link()?;
         let (fut, completions) = self.future(py, &Self::running_loop(py)?)?;
         let (f, sender) = (fut.clone_ref(py), completions.get().sender());
         let (timeout, channel, message) = (
@@ -414,12 +410,12 @@ impl NativeRedis {
 
     /// Starts listening for other instances' pauses (once; see the module
     /// docs of `ratebound.redis`).
-    fn listen(&self, py: Python<'_>) -> PyResult<()> {
-        let link = self.link(py)?;
+    fn listen(&self) -> PyResult<()> {
+        let link = self.link()?;
         let mut lis = lock(&self.listener);
         if lis.is_none() {
-            let channel = self.engine().pause_channel();
-            *lis = Some(Listener::start(&link, channel, self.engine.clone_ref(py)));
+            let _in = link.handle.enter();
+            *lis = Some(self.target.listen(self.engine.get().inner.clone()));
         }
         Ok(())
     }
@@ -429,7 +425,7 @@ impl NativeRedis {
     fn listening(&self) -> bool {
         lock(&self.listener)
             .as_ref()
-            .is_some_and(|l| l.subscribed.load(std::sync::atomic::Ordering::Acquire))
+            .is_some_and(PauseListener::subscribed)
     }
 
     /// Whether the listener's first attempt to subscribe is over (or there
@@ -438,13 +434,13 @@ impl NativeRedis {
     fn heard_first(&self) -> bool {
         lock(&self.listener)
             .as_ref()
-            .is_none_or(|l| l.first.load(std::sync::atomic::Ordering::Acquire))
+            .is_none_or(|l| l.first().load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Waits (the GIL released) until the listener's first attempt is over,
     /// at most `timeout` seconds; it counts as over after that.
     fn wait_listening(&self, py: Python<'_>, timeout: f64) {
-        let first = lock(&self.listener).as_ref().map(|l| l.first.clone());
+        let first = lock(&self.listener).as_ref().map(|l| l.first().clone());
         let Some(first) = first else { return };
         let until = std::time::Instant::now() + Duration::from_secs_f64(timeout.clamp(0.0, 60.0));
         py.detach(|| {
@@ -473,7 +469,7 @@ impl NativeRedis {
     /// The target, its passwords hidden.
     #[getter]
     fn target(&self) -> &str {
-        &self.target.shown
+        self.target.shown()
     }
 
     /// Whether concurrent calls are batched.
@@ -485,7 +481,8 @@ impl NativeRedis {
     fn __repr__(&self) -> String {
         format!(
             "_NativeRedis({:?}, batch={})",
-            self.target.shown, self.batch
+            self.target.shown(),
+            self.batch
         )
     }
 }

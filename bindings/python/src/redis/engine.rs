@@ -21,7 +21,7 @@ use crate::error::OrPy;
 /// runs its calls with redis-py.
 #[pyclass(name = "_RedisEngine", frozen, module = "ratebound")]
 pub(crate) struct RedisEngine {
-    pub(crate) inner: Engine,
+    pub(crate) inner: std::sync::Arc<Engine>,
 }
 
 /// The engine's Rust name before issue 25 (Python's `RedisEngine_`, now
@@ -84,7 +84,7 @@ impl RedisEngine {
         ];
         let config = config(py, algorithm, prefix, on_error, numbers, batch)?;
         Ok(RedisEngine {
-            inner: Engine::with_clock(config, clock).or_py(py)?,
+            inner: std::sync::Arc::new(Engine::with_clock(config, clock).or_py(py)?),
         })
     }
 

@@ -3,6 +3,8 @@
 //! `redis::aio::ConnectionManager` (reconnects in the background) or
 //! `redis::cluster_async::ClusterConnection` (follows `MOVED`).
 
+#[cfg(feature = "connect")]
+pub mod connect;
 mod listener;
 mod pump;
 mod reservation;
@@ -118,7 +120,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         let engine = Arc::new(Engine::with_clock(config, clock)?);
         let per_slot = TypeId::of::<C>() == TypeId::of::<redis::cluster_async::ClusterConnection>();
         let tuning = engine.config().batch.then_some(Tuning::TASKS);
-        let pump = Pump::new(conn.clone(), Arc::clone(&engine), tuning, per_slot);
+        let pump = Pump::new(conn.clone(), tuning, per_slot);
         Ok(RedisLimiter {
             engine,
             conn,
@@ -139,12 +141,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         if let Some(tuning) = self.pump.tuning()
             && self.pump.per_slot() != on
         {
-            self.pump = Pump::new(
-                self.conn.clone(),
-                Arc::clone(&self.engine),
-                Some(tuning),
-                on,
-            );
+            self.pump = Pump::new(self.conn.clone(), Some(tuning), on);
         }
         self
     }
@@ -495,7 +492,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     async fn run(&self, call: &Arc<Call>) -> Answer {
-        self.pump.run(call).await
+        self.pump.run(call, &self.engine).await
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use redis::Value;
 use redis::aio::ConnectionLike;
@@ -19,13 +20,14 @@ use crate::plan::{Answer, Batch, Enter, Group, Planner, Queued, Reply, Request, 
 use crate::{Call, Engine};
 
 /// Runs `request`: `EVALSHA`, then on `NOSCRIPT` its `EVAL` once, within
-/// the engine's timeout: the reply's integers, or what went wrong. A reply
-/// is news for `engine` the moment it lands (Redis is alive: see
+/// `timeout`: the reply's integers, or what went wrong. A reply is news for
+/// each engine of `heard` the moment it lands (Redis is alive: see
 /// [`Engine::heard_from_redis`]), before any caller reads it.
-async fn query<C: ConnectionLike>(
+async fn query<'e, C: ConnectionLike>(
     conn: &mut C,
     request: &Request<'_>,
-    engine: &Engine,
+    timeout: Duration,
+    heard: impl IntoIterator<Item = &'e Engine>,
 ) -> Result<Vec<i64>, Answer> {
     let attempt = async {
         match request.evalsha().query_async::<Value>(conn).await {
@@ -33,9 +35,11 @@ async fn query<C: ConnectionLike>(
             other => other,
         }
     };
-    match tokio::time::timeout(engine.timeout(), attempt).await {
+    match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(value)) => {
-            engine.heard_from_redis();
+            for engine in heard {
+                engine.heard_from_redis();
+            }
             Reply::of_value(&value)
         }
         Ok(Err(e)) => Err(Answer::Failed(crate::driver::failure_text(&e))),
@@ -52,6 +56,8 @@ const ABANDONED: u8 = 2;
 /// A call waiting for its batch, and where its answer goes.
 struct Waiting {
     call: Arc<Call>,
+    /// The engine of the limiter that made it.
+    engine: Arc<Engine>,
     answer: oneshot::Sender<Answer>,
     fate: Arc<AtomicU8>,
 }
@@ -73,12 +79,13 @@ impl Queued for Waiting {
     }
 }
 
-/// One limiter's calls on one connection (shared by the limiter's clones):
-/// each alone, or — batching — in the batches [`Planner`] makes.
+/// Calls on one connection — one limiter's (a [`RedisLimiter`](crate::RedisLimiter)
+/// and its clones), or every limiter's that shares the connection (the
+/// Python binding's native connection) —, each within its engine's
+/// timeout: each alone, or — batching — in the batches [`Planner`] makes
+/// (calls of different limiters join when their script does).
 pub struct Pump<C> {
     conn: C,
-    /// The limiter's engine: its timeout, and who hears of each reply.
-    engine: Arc<Engine>,
     /// The batching state; `None`: every call goes alone.
     planner: Option<Mutex<Planner<Waiting>>>,
 }
@@ -102,26 +109,19 @@ impl<C> Pump<C> {
     pub fn tuning(&self) -> Option<Tuning> {
         self.planner.as_ref().map(|p| lock(p).tuning())
     }
-
-    /// The engine.
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
-    }
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
-    /// Calls over `conn`, each within `engine`'s timeout: batched as
-    /// `tuning` says (per hash slot in a Redis Cluster: `per_slot`), or
-    /// each alone (`tuning` `None`).
-    pub fn new(conn: C, engine: Arc<Engine>, tuning: Option<Tuning>, per_slot: bool) -> Arc<Self> {
+    /// Calls over `conn`: batched as `tuning` says (per hash slot in a
+    /// Redis Cluster: `per_slot`), or each alone (`tuning` `None`).
+    pub fn new(conn: C, tuning: Option<Tuning>, per_slot: bool) -> Arc<Self> {
         Arc::new(Pump {
             conn,
-            engine,
             planner: tuning.map(|t| Mutex::new(Planner::new(t, per_slot))),
         })
     }
 
-    /// Runs `call` within the engine's timeout: alone, or (batching, while
+    /// Runs `call` of `engine` within its timeout: alone, or (batching, while
     /// other calls are in flight) in a batch. Still queued at its deadline,
     /// it is never sent: [`Answer::Unsent`] if Redis kept answering
     /// meanwhile (the client's own overload), [`Answer::Timeout`] if Redis
@@ -130,9 +130,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
     /// the engine's record of replies (see [`Engine::heard_from_redis`]),
     /// not the end of a send: a send that timed out on a silent server
     /// ends too.
-    pub async fn run(self: &Arc<Self>, call: &Arc<Call>) -> Answer {
+    pub async fn run(self: &Arc<Self>, call: &Arc<Call>, engine: &Arc<Engine>) -> Answer {
         let Some(planner) = &self.planner else {
-            return self.send_alone(call).await;
+            return self.send_alone(call, engine).await;
         };
         // One critical section from `enter` to `queue`: a send landing in
         // between would find nothing queued and leave this call behind.
@@ -145,6 +145,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
                     let fate = Arc::new(AtomicU8::new(QUEUED));
                     let waiting = Waiting {
                         call: Arc::clone(call),
+                        engine: Arc::clone(engine),
                         answer,
                         fate: Arc::clone(&fate),
                     };
@@ -156,7 +157,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
             Ok(q) => q,
             Err(group) => {
                 let flight = self.flight(group);
-                let answer = self.send_alone(call).await;
+                let answer = self.send_alone(call, engine).await;
                 drop(flight);
                 return answer;
             }
@@ -164,37 +165,60 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
         if let Some(batch) = batch {
             launch(self.flight(group), batch);
         }
-        match tokio::time::timeout(self.engine.timeout(), &mut rx).await {
+        match tokio::time::timeout(engine.timeout(), &mut rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
-            Err(_) => self.give_up(&fate),
+            Err(_) => give_up(&fate, engine),
         }
     }
 
-    /// The caller of a queued call stops waiting (its deadline passed):
-    /// [`Answer::Timeout`] if the call went out (it may have been decided)
-    /// or never did while Redis answered nothing for a whole deadline;
-    /// [`Answer::Unsent`] if it never went out while Redis kept answering.
-    /// Either way a call not yet out never will be.
-    fn give_up(&self, fate: &AtomicU8) -> Answer {
-        // Ordering: Relaxed — see `Waiting::claim`.
-        if fate
-            .compare_exchange(QUEUED, ABANDONED, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return Answer::Timeout;
+    /// Runs `calls` together at once, not queued behind the sends in
+    /// flight (an event loop's turn: the calls its tasks made in one turn
+    /// go out as soon as the turn ends): those that join as one batch each
+    /// ([`Planner::together`]), every other call alone; each call's answer
+    /// within its engine's timeout, in order.
+    pub async fn run_together(
+        self: &Arc<Self>,
+        calls: Vec<(Arc<Call>, Arc<Engine>)>,
+    ) -> Vec<Answer> {
+        let mut waits = Vec::with_capacity(calls.len());
+        let waiting: Vec<Waiting> = calls
+            .into_iter()
+            .map(|(call, engine)| {
+                let (answer, rx) = oneshot::channel();
+                waits.push((rx, engine.timeout()));
+                Waiting {
+                    call,
+                    engine,
+                    answer,
+                    fate: Arc::new(AtomicU8::new(QUEUED)),
+                }
+            })
+            .collect();
+        let batches = match &self.planner {
+            Some(planner) => lock(planner).together(waiting),
+            None => waiting.into_iter().map(Batch::alone).collect(),
+        };
+        for batch in batches {
+            let pump = self.clone();
+            tokio::spawn(async move { pump.send(batch).await });
         }
-        if self.engine.replied_lately() {
-            Answer::Unsent
-        } else {
-            Answer::Timeout
+        let start = tokio::time::Instant::now();
+        let mut answers = Vec::with_capacity(waits.len());
+        for (rx, timeout) in waits {
+            answers.push(match tokio::time::timeout_at(start + timeout, rx).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
+                Err(_) => Answer::Timeout,
+            });
         }
+        answers
     }
 
-    /// Sends `call` alone within the engine's timeout.
-    pub async fn send_alone(&self, call: &Call) -> Answer {
+    /// Sends `call` of `engine` alone within its timeout.
+    pub async fn send_alone(&self, call: &Call, engine: &Engine) -> Answer {
         let mut conn = self.conn.clone();
-        match query(&mut conn, &Request::One(call), &self.engine).await {
+        match query(&mut conn, &Request::One(call), engine.timeout(), [engine]).await {
             Ok(reply) => Answer::Reply(reply),
             Err(a) => a,
         }
@@ -215,13 +239,45 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
         lock(self.planner.as_ref()?).landed(group)
     }
 
-    /// Sends `batch` and hands each call its answer.
+    /// Sends `batch` (within the longest timeout of its calls' engines)
+    /// and hands each call its answer.
     async fn send(&self, batch: Batch<Waiting>) {
+        let mut engines: Vec<&Engine> = Vec::new();
+        for w in batch.calls() {
+            if !engines.iter().any(|e| std::ptr::eq(*e, &*w.engine)) {
+                engines.push(&w.engine);
+            }
+        }
+        let timeout = engines
+            .iter()
+            .map(|e| e.timeout())
+            .max()
+            .unwrap_or_default();
         let mut conn = self.conn.clone();
-        let reply = query(&mut conn, &batch.request(), &self.engine).await;
+        let reply = query(&mut conn, &batch.request(), timeout, engines).await;
         for (w, answer) in batch.answers(reply) {
             let _ = w.answer.send(answer);
         }
+    }
+}
+
+/// The caller of a queued call of `engine` stops waiting (its deadline
+/// passed): [`Answer::Timeout`] if the call went out (it may have been
+/// decided) or never did while Redis answered nothing for a whole
+/// deadline; [`Answer::Unsent`] if it never went out while Redis kept
+/// answering. Either way a call not yet out never will be.
+fn give_up(fate: &AtomicU8, engine: &Engine) -> Answer {
+    // Ordering: Relaxed — see `Waiting::claim`.
+    if fate
+        .compare_exchange(QUEUED, ABANDONED, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return Answer::Timeout;
+    }
+    if engine.replied_lately() {
+        Answer::Unsent
+    } else {
+        Answer::Timeout
     }
 }
 

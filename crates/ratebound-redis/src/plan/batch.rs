@@ -147,6 +147,15 @@ impl<Q: Queued> Batch<Q> {
         Batch { group, calls }
     }
 
+    /// One call as a send of its own, outside any group's bookkeeping
+    /// (a driver that does not batch).
+    pub fn alone(call: Q) -> Batch<Q> {
+        Batch {
+            group: None,
+            calls: vec![call],
+        }
+    }
+
     /// Its group (for [`Planner::landed`](super::Planner::landed)).
     pub fn group(&self) -> Group {
         self.group
