@@ -27,7 +27,7 @@ import ratebound.httpx
 import ratebound.redis as rbr
 import ratebound.requests
 from test_django import MODES, site, urls  # noqa: F401 (a fixture)
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from redis_servers import HOST, Server, fresh_key
 
 
 class CountingPartner:

@@ -21,7 +21,7 @@ import requests
 import ratebound as rb
 import ratebound.httpx
 import ratebound.requests
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from redis_servers import HOST, Server, fresh_key
 
 CTX = multiprocessing.get_context("fork")
 

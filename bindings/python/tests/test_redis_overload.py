@@ -35,7 +35,7 @@ import redis.asyncio
 import ratebound as rb
 import ratebound.httpx
 import ratebound.redis as rbr
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from redis_servers import HOST, Server, fresh_key
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -305,13 +305,6 @@ def test_a_full_pool_queues_within_the_deadline(own_server: Server) -> None:
     assert short.check(key).source == "redis"
     short.close()
     client.close()
-
-
-@pytest.fixture
-def own_server(tmp_path: pathlib.Path) -> Iterator[Server]:
-    s = Server(tmp_path).start()
-    yield s
-    s.stop()
 
 
 # ------------------------------------------------------- typos are errors

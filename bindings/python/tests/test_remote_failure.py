@@ -31,7 +31,7 @@ from flask import Flask
 
 import ratebound as rb
 from test_gate_spec import free_port
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from redis_servers import HOST, Server, fresh_key
 
 
 @pytest.fixture(autouse=True)
