@@ -6,18 +6,14 @@
 // Without redis-server every test here FAILS (ci/test installs it).
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { execFile } = require('node:child_process')
 const { once } = require('node:events')
 const { performance } = require('node:perf_hooks')
-const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
-const util = require('node:util')
 const IORedis = require('ioredis')
 const { createClient, createCluster } = require('redis')
 const rb = require('..')
 
-const execFileP = util.promisify(execFile)
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const now = () => performance.now()
@@ -26,73 +22,16 @@ const now = () => performance.now()
 const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
 
-const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, freeClusterPort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
-const TMP = scratchDir()
-const clients = new Set()
-
-const isIORedis = (c) => c instanceof IORedis || c instanceof IORedis.Cluster
-
-function dropClient(c) {
-  clients.delete(c)
-  try {
-    if (isIORedis(c)) c.disconnect()
-    else c.destroy()
-  } catch {}
-}
+const { HOST, startServer, startCluster, stopAll, cli, freePort, slotOf } = require('./fixtures/redis-server.js')
+const { clients, dropClient, dropAll, ioredis, nodeRedis, CLIENTS, randomKey, limiterFor, main } = require('./fixtures/redis-clients.js')
 
 after(async () => {
-  for (const c of [...clients]) dropClient(c)
+  dropAll()
   await stopAll()
 })
 
-// ioredis: `fast` fails at once while disconnected (no offline queue, no
-// retries); otherwise the defaults (commands queue while disconnected).
-async function ioredis(port, { fast = true } = {}) {
-  const options = { host: HOST, port, lazyConnect: true, retryStrategy: () => 50 }
-  if (fast) Object.assign(options, { enableOfflineQueue: false, maxRetriesPerRequest: 0 })
-  const c = new IORedis(options)
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-// node-redis: `fast` disables the offline queue.
-async function nodeRedis(port, { fast = true } = {}) {
-  const c = createClient({ socket: { host: HOST, port, reconnectStrategy: () => 50 }, disableOfflineQueue: fast })
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-const CLIENTS = { ioredis, 'node-redis': nodeRedis }
-
 async function closeClient(c) {
   dropClient(c)
-}
-
-const randomKey = (what) => `${what}-${crypto.randomBytes(8).toString('hex')}`
-
-function limiterFor(config, client, extra = {}) {
-  switch (config.algorithm) {
-    case 'token_bucket':
-      return new rb.redis.TokenBucket({ client, rate: config.rate, burst: config.burst, lease: config.lease, ...extra })
-    case 'fixed_window':
-      return new rb.redis.FixedWindow({ client, limit: config.limit, window: config.window, lease: config.lease, ...extra })
-    case 'sliding_window':
-      return new rb.redis.SlidingWindow({ client, limit: config.limit, window: config.window, ...extra })
-    default:
-      throw new Error(`unknown algorithm ${config.algorithm}`)
-  }
-}
-
-// ------------------------------------------------------------- the shared server
-
-let mainServer
-async function main() {
-  if (!mainServer) mainServer = await startServer()
-  return mainServer
 }
 
 // ------------------------------------------------------------------- spec vectors
@@ -506,30 +445,8 @@ test('fault: SCRIPT FLUSH mid-run is transparent (EVAL once, source stays redis)
 
 // ----------------------------------------------------------------------- cluster
 
-// CRC16/XMODEM, the key → slot hash of Redis Cluster (no hash tags in our keys).
-function slotOf(key) {
-  let crc = 0
-  for (const byte of Buffer.from(key)) {
-    crc ^= byte << 8
-    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
-  }
-  return crc % 16384
-}
-
 test('cluster: 3 masters, keys on different masters, the bound holds per key', async () => {
-  requireRedis()
-  const nodes = []
-  for (let i = 0; i < 3; i++) {
-    const port = await freeClusterPort()
-    nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(TMP, `nodes-${port}.conf`), '--cluster-node-timeout', '2000']).start())
-  }
-  await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30000 })
-  for (let i = 0; ; i++) {
-    const states = await Promise.all(nodes.map((n) => cli(n.port, 'CLUSTER', 'INFO')))
-    if (states.every((s) => s.includes('cluster_state:ok'))) break
-    assert.ok(i < 200, 'cluster_state:ok within 10 s')
-    await sleep(50)
-  }
+  const nodes = await startCluster()
   const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
   io.on('error', () => {})
   clients.add(io)

@@ -10,19 +10,17 @@
 // points refuse bad input with typed errors. Every loop is bounded.
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { execFile, spawn } = require('node:child_process')
+const { spawn } = require('node:child_process')
 const { once } = require('node:events')
 const { performance } = require('node:perf_hooks')
 const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
-const util = require('node:util')
 const IORedis = require('ioredis')
-const { createClient, createCluster } = require('redis')
+const { createCluster } = require('redis')
 const rb = require('..')
 const native = require('../index.js')
 
-const execFileP = util.promisify(execFile)
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const now = () => performance.now()
@@ -30,67 +28,13 @@ const now = () => performance.now()
 const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
 
-const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, freeClusterPort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
-const TMP = scratchDir()
-const clients = new Set()
-const isIORedis = (c) => c instanceof IORedis || c instanceof IORedis.Cluster
-
-function dropClient(c) {
-  clients.delete(c)
-  try {
-    if (isIORedis(c)) c.disconnect()
-    else c.destroy()
-  } catch {}
-}
+const { HOST, startServer, startCluster, stopAll, cli } = require('./fixtures/redis-server.js')
+const { clients, dropClient, dropAll, ioredis, CLIENTS, randomKey, limiterFor, main, commandCalls } = require('./fixtures/redis-clients.js')
 
 after(async () => {
-  for (const c of [...clients]) dropClient(c)
+  dropAll()
   await stopAll()
 })
-
-// The fail-fast settings: no offline queue, no retries.
-async function ioredis(port) {
-  const c = new IORedis({ host: HOST, port, lazyConnect: true, retryStrategy: () => 50, enableOfflineQueue: false, maxRetriesPerRequest: 0 })
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-async function nodeRedis(port) {
-  const c = createClient({ socket: { host: HOST, port, reconnectStrategy: () => 50 }, disableOfflineQueue: true })
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-const CLIENTS = { ioredis, 'node-redis': nodeRedis }
-const randomKey = (what) => `${what}-${crypto.randomBytes(8).toString('hex')}`
-
-let mainServer
-async function main() {
-  if (!mainServer) mainServer = await startServer()
-  return mainServer
-}
-
-async function commandCalls(port, ...names) {
-  const info = await cli(port, 'INFO', 'commandstats')
-  return names.reduce((s, c) => s + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(info)?.[1] ?? 0), 0)
-}
-
-function limiterFor(config, client, extra = {}) {
-  switch (config.algorithm) {
-    case 'token_bucket':
-      return new rb.redis.TokenBucket({ client, rate: config.rate, burst: config.burst, lease: config.lease, ...extra })
-    case 'fixed_window':
-      return new rb.redis.FixedWindow({ client, limit: config.limit, window: config.window, lease: config.lease, ...extra })
-    case 'sliding_window':
-      return new rb.redis.SlidingWindow({ client, limit: config.limit, window: config.window, ...extra })
-    default:
-      throw new Error(`unknown algorithm ${config.algorithm}`)
-  }
-}
 
 // ------------------------------------------------------------- spec vectors
 
@@ -470,19 +414,7 @@ test('batching: SCRIPT FLUSH while batches are in flight — EVAL of the batch s
 // ----------------------------------------------------------------- cluster
 
 test('batching in a cluster: per hash slot on 3 masters, never CROSSSLOT, exactly the burst per key', async () => {
-  requireRedis()
-  const nodes = []
-  for (let i = 0; i < 3; i++) {
-    const port = await freeClusterPort()
-    nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(TMP, `nodes-batch-${port}.conf`), '--cluster-node-timeout', '2000']).start())
-  }
-  await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30000 })
-  for (let i = 0; ; i++) {
-    const states = await Promise.all(nodes.map((n) => cli(n.port, 'CLUSTER', 'INFO')))
-    if (states.every((s) => s.includes('cluster_state:ok'))) break
-    assert.ok(i < 200, 'cluster_state:ok within 10 s')
-    await sleep(50)
-  }
+  const nodes = await startCluster()
   const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
   io.on('error', () => {})
   clients.add(io)
