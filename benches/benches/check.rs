@@ -9,6 +9,8 @@
 //! so a run on a busy machine (threads taking turns instead of running side
 //! by side) shows up as CPU/wall well below 1.
 
+mod common;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -277,19 +279,11 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
-fn config() -> Criterion {
-    // 40 samples × (1 s warm-up + 2.5 s measurement) per row, no plots: about
-    // 4 s a row, 22 rows, ~1.5 min of benchmarking in all.
-    Criterion::default()
-        .sample_size(40)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_millis(2500))
-        .without_plots()
-}
-
+// 40 samples × (1 s warm-up + 2.5 s measurement) per row, no plots: about
+// 4 s a row, 22 rows, ~1.5 min of benchmarking in all.
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config(40, Duration::from_secs(1), Duration::from_millis(2500));
     targets = clock, allowed, denied, two_threads
 }
 criterion_main!(benches);

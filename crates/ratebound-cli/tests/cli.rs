@@ -1,44 +1,18 @@
 //! The `ratebound` binary as a user runs it: output, exit codes, files.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 #[path = "support/png.rs"]
 mod png_image;
+#[path = "support/run.rs"]
+mod run;
 
-fn ratebound(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ratebound"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use run::{assert_usage_error, ratebound, stderr, stdout};
 
 /// A file under the target directory, fresh for this test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-tests");
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
-/// Fails with exit code 2 and exactly one line on stderr containing `needle`.
-fn assert_usage_error(args: &[&str], needle: &str) {
-    let o = ratebound(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err:?}");
-    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
+    run::scratch_in("cli-tests", name)
 }
 
 fn json(args: &[&str]) -> serde_json::Value {

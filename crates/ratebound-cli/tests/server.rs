@@ -2,35 +2,19 @@
 //! fixed cap and the adaptive limit, as a user runs it.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
 #[path = "support/png.rs"]
 mod png_image;
+#[path = "support/run.rs"]
+mod run;
 
-fn ratebound(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ratebound"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use run::{assert_usage_error, ratebound, stderr, stdout};
 
 /// A file under the target directory, fresh for this test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("server-tests");
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    path
+    run::scratch_in("server-tests", name)
 }
 
 fn run_ok(args: &[&str]) -> String {
@@ -60,17 +44,6 @@ fn num(v: &Value, field: &str) -> f64 {
     v[field]
         .as_f64()
         .unwrap_or_else(|| panic!("{field} is not a number in {v}"))
-}
-
-/// Fails with exit code 2 and exactly one line on stderr containing `needle`.
-fn assert_usage_error(args: &[&str], needle: &str) {
-    let o = ratebound(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err:?}");
-    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
 }
 
 /// The overload: 4 workers of 20 ms (200/s) under 500 requests/s
