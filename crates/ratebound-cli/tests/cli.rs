@@ -7,6 +7,8 @@ use std::process::Command;
 mod png_image;
 #[path = "support/run.rs"]
 mod run;
+#[path = "support/svg.rs"]
+mod svg_chart;
 
 use run::{assert_usage_error, ratebound, stderr, stdout};
 
@@ -237,14 +239,11 @@ fn the_plot_is_a_png_of_the_svg_with_its_text_drawn() {
         );
     }
     // The PNG has the SVG's size, one pixel per unit.
-    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
-    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
-    let dim = |name| -> u32 {
-        let v = doc.root_element().attribute(name).expect(name);
-        v.parse().unwrap_or_else(|_| panic!("{name}={v:?}"))
-    };
+    let size = svg_chart::read(&svg)
+        .size
+        .expect("the SVG's width and height");
     let image = png_image::decode(&png);
-    assert_eq!((image.width, image.height), (dim("width"), dim("height")));
+    assert_eq!((image.width, image.height), size);
     assert_eq!(image.width, 1000);
     // One panel of 230 px per algorithm and scope below a 40 px title.
     assert!(
@@ -254,14 +253,7 @@ fn the_plot_is_a_png_of_the_svg_with_its_text_drawn() {
     );
     // Not blank: a white background with the series drawn in green
     // (admitted), red (refused) and blue (level) and anti-aliased edges.
-    let colours = image.colours();
-    assert!(colours > 50, "{colours} colours");
-    let white = image.white_share();
-    assert!((0.4..0.99).contains(&white), "white share {white}");
-    for (channel, name) in [(0, "red"), (1, "green"), (2, "blue")] {
-        let n = image.count_tinted(channel);
-        assert!(n > 200, "{n} {name} pixels");
-    }
+    image.assert_drawn(&[(0, "red"), (1, "green"), (2, "blue")]);
     // The title, alone in the top 40 px, is drawn: text needs the embedded
     // font (without one resvg drops text and this band stays white).
     let ink = image.dark_in_rows(0..40);
@@ -279,35 +271,17 @@ fn the_plot_is_an_svg_with_one_panel_per_algorithm() {
         svg.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
-    assert!(text.len() > 10_000, "{} bytes", text.len());
-    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    let texts: Vec<&str> = doc
-        .descendants()
-        .filter_map(|n| n.text())
-        .map(str::trim)
-        .collect();
-    for algo in [
+    let chart = svg_chart::read(&svg);
+    assert!(chart.len > 10_000, "{} bytes", chart.len);
+    chart.assert_panels(&[
         "token-bucket",
         "fixed-window",
         "sliding-window",
         "sliding-log",
         "leaky-bucket",
-    ] {
-        assert!(
-            texts.iter().any(|t| t.starts_with(algo)),
-            "no panel for {algo}"
-        );
-    }
-    assert!(
-        texts.iter().any(|t| t.contains("200 admitted")),
-        "the fixed window's 200"
-    );
-    let polylines = doc
-        .descendants()
-        .filter(|n| n.has_tag_name("polyline"))
-        .count();
+    ]);
+    assert!(chart.says("200 admitted"), "the fixed window's 200");
+    let polylines = chart.polylines;
     assert!(polylines >= 10, "{polylines} lines drawn");
 }
 

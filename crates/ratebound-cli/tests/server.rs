@@ -9,6 +9,8 @@ use serde_json::Value;
 mod png_image;
 #[path = "support/run.rs"]
 mod run;
+#[path = "support/svg.rs"]
+mod svg_chart;
 
 use run::{assert_usage_error, ratebound, stderr, stdout};
 
@@ -303,29 +305,10 @@ fn the_chart_has_one_panel_per_variant() {
     args.extend(["--chart", svg.to_str().unwrap()]);
     let out = run_ok(&args);
     assert!(out.contains(&format!("plot: {}", svg.display())), "{out}");
-    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
-    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    let texts: Vec<&str> = doc
-        .descendants()
-        .filter_map(|n| n.text())
-        .map(str::trim)
-        .collect();
-    for name in ["none:", "fixed:4:", "auto:"] {
-        assert!(
-            texts.iter().any(|t| t.starts_with(name)),
-            "no panel for {name}"
-        );
-    }
-    assert!(
-        texts
-            .iter()
-            .any(|t| t.contains("1198 shed") || t.contains(" shed,"))
-    );
-    let polylines = doc
-        .descendants()
-        .filter(|n| n.has_tag_name("polyline"))
-        .count();
+    let chart = svg_chart::read(&svg);
+    chart.assert_panels(&["none:", "fixed:4:", "auto:"]);
+    assert!(chart.says("1198 shed") || chart.says(" shed,"));
+    let polylines = chart.polylines;
     // Per panel: 3x the service time, p99, in flight; a limit for two.
     assert!(polylines >= 11, "{polylines} lines drawn");
 }
@@ -340,15 +323,8 @@ fn the_chart_is_a_png_too() {
     let image = png_image::decode(&png);
     // 1000 wide; a 62 px heading and one 230 px panel per variant (3).
     assert_eq!((image.width, image.height), (1000, 62 + 230 * 3));
-    let colours = image.colours();
-    assert!(colours > 50, "{colours} colours");
-    let white = image.white_share();
-    assert!((0.4..0.99).contains(&white), "white share {white}");
     // The p99 lines (red) and the limits (blue: fixed:4 and auto).
-    for (channel, name) in [(0, "red"), (2, "blue")] {
-        let n = image.count_tinted(channel);
-        assert!(n > 200, "{n} {name} pixels");
-    }
+    image.assert_drawn(&[(0, "red"), (2, "blue")]);
     // The heading's two lines of text, in the embedded font.
     let ink = image.dark_in_rows(0..62);
     assert!(ink > 500, "{ink} dark pixels in the heading");
