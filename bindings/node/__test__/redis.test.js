@@ -11,7 +11,7 @@ const { performance } = require('node:perf_hooks')
 const fs = require('node:fs')
 const path = require('node:path')
 const IORedis = require('ioredis')
-const { createClient, createCluster } = require('redis')
+const { createClient } = require('redis')
 const rb = require('..')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
@@ -23,7 +23,7 @@ const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
 
 const { HOST, startServer, startCluster, stopAll, cli, freePort, slotOf } = require('./fixtures/redis-server.js')
-const { clients, dropClient, dropAll, ioredis, nodeRedis, CLIENTS, randomKey, limiterFor, main } = require('./fixtures/redis-clients.js')
+const { clients, dropClient, dropAll, ioredis, nodeRedis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main } = require('./fixtures/redis-clients.js')
 
 after(async () => {
   dropAll()
@@ -55,16 +55,7 @@ test('spec/redis.json: every vector with ioredis and node-redis, zero difference
         }
         const d = await lim.checkAt(key, step.n ?? 1, step.at_us)
         steps++
-        const got = {
-          allowed: d.allowed,
-          remaining: d.remaining,
-          retry_after_us: Math.round(d.retryAfter * 1e6),
-          reset_after_us: Math.round(d.resetAfter * 1e6),
-          source: d.source,
-        }
-        for (const [field, want] of Object.entries(step.expect)) {
-          if (got[field] !== want) failures.push(`${v.id} step ${i}: ${field} = ${JSON.stringify(got[field])}, want ${JSON.stringify(want)}`)
-        }
+        failures.push(...specDifferences(`${v.id} step ${i}`, step.expect, d))
       }
       await lim.close()
     }
@@ -447,13 +438,7 @@ test('fault: SCRIPT FLUSH mid-run is transparent (EVAL once, source stays redis)
 
 test('cluster: 3 masters, keys on different masters, the bound holds per key', async () => {
   const nodes = await startCluster()
-  const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
-  io.on('error', () => {})
-  clients.add(io)
-  const nr = createCluster({ rootNodes: [{ socket: { host: HOST, port: nodes[0].port } }] })
-  nr.on('error', () => {})
-  clients.add(nr)
-  await nr.connect()
+  const { io, nr } = await clusterClients(nodes[0].port)
   // Which port serves which slots.
   const slots = await io.cluster('SLOTS')
   const owner = (slot) => slots.find(([from, to]) => slot >= from && slot <= to)[2][1]

@@ -17,7 +17,6 @@ const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
 const IORedis = require('ioredis')
-const { createCluster } = require('redis')
 const rb = require('..')
 const native = require('../index.js')
 
@@ -29,7 +28,7 @@ const unhandled = []
 process.on('unhandledRejection', (e) => unhandled.push(e))
 
 const { HOST, startServer, startCluster, stopAll, cli } = require('./fixtures/redis-server.js')
-const { clients, dropClient, dropAll, ioredis, CLIENTS, randomKey, limiterFor, main, commandCalls } = require('./fixtures/redis-clients.js')
+const { dropClient, dropAll, ioredis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main, commandCalls } = require('./fixtures/redis-clients.js')
 
 after(async () => {
   dropAll()
@@ -87,16 +86,7 @@ test('batching: spec/redis.json with the steps of one instant sent together — 
         for (const [k, d] of answers.entries()) {
           const step = v.steps[i + k]
           steps++
-          const got = {
-            allowed: d.allowed,
-            remaining: d.remaining,
-            retry_after_us: Math.round(d.retryAfter * 1e6),
-            reset_after_us: Math.round(d.resetAfter * 1e6),
-            source: d.source,
-          }
-          for (const [field, want] of Object.entries(step.expect)) {
-            if (got[field] !== want) failures.push(`${v.id} step ${i + k}: ${field} = ${JSON.stringify(got[field])}, want ${JSON.stringify(want)}`)
-          }
+          failures.push(...specDifferences(`${v.id} step ${i + k}`, step.expect, d))
         }
         i = j
       }
@@ -415,13 +405,7 @@ test('batching: SCRIPT FLUSH while batches are in flight — EVAL of the batch s
 
 test('batching in a cluster: per hash slot on 3 masters, never CROSSSLOT, exactly the burst per key', async () => {
   const nodes = await startCluster()
-  const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
-  io.on('error', () => {})
-  clients.add(io)
-  const nr = createCluster({ rootNodes: [{ socket: { host: HOST, port: nodes[0].port } }] })
-  nr.on('error', () => {})
-  clients.add(nr)
-  await nr.connect()
+  const { io, nr } = await clusterClients(nodes[0].port)
 
   // The driver's hash slots are Redis Cluster's (hash tags, bytes, UTF-8).
   const R = native.bindRedisPath()
