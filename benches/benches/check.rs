@@ -201,32 +201,33 @@ impl RowRunner for Pair<'_, '_> {
 
 fn allowed(c: &mut Criterion) {
     // Burst ≥ iters + 1: every timed check finds a token, whatever the clock says.
-    for (group_name, clock) in [
-        ("allowed/default_clock", ClockKind::Default),
-        ("allowed/manual_clock", ClockKind::Manual),
-    ] {
-        let mut group = c.benchmark_group(group_name);
-        let mut rows = Single {
-            group: &mut group,
-            expect_allowed: true,
-        };
-        three_rows(clock, ALLOWED_PERIOD, |iters| iters + 1, &mut rows);
-        group.finish();
-    }
+    single_rows(c, "allowed", true, ALLOWED_PERIOD, |iters| iters + 1);
 }
 
 fn denied(c: &mut Criterion) {
     // Burst 1, one token per hour, taken before timing: every timed check is refused.
-    for (group_name, clock) in [
-        ("denied/default_clock", ClockKind::Default),
-        ("denied/manual_clock", ClockKind::Manual),
+    single_rows(c, "denied", false, DENIED_PERIOD, |_| 1);
+}
+
+/// The three rows of one thread, on each clock, in the groups
+/// `<what>/default_clock` and `<what>/manual_clock`.
+fn single_rows(
+    c: &mut Criterion,
+    what: &str,
+    expect_allowed: bool,
+    period: Duration,
+    burst_for: fn(u64) -> u64,
+) {
+    for (clock_name, clock) in [
+        ("default_clock", ClockKind::Default),
+        ("manual_clock", ClockKind::Manual),
     ] {
-        let mut group = c.benchmark_group(group_name);
+        let mut group = c.benchmark_group(format!("{what}/{clock_name}"));
         let mut rows = Single {
             group: &mut group,
-            expect_allowed: false,
+            expect_allowed,
         };
-        three_rows(clock, DENIED_PERIOD, |_| 1, &mut rows);
+        three_rows(clock, period, burst_for, &mut rows);
         group.finish();
     }
 }
