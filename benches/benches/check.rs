@@ -137,18 +137,30 @@ struct Single<'a, 'c> {
     expect_allowed: bool,
 }
 
+/// The row's limiter for `iters` timed checks; for a row of refusals, its
+/// only token taken first.
+fn row_limiter<L: Limiter>(
+    make: &dyn Fn(u64) -> L,
+    iters: u64,
+    expect_allowed: bool,
+    name: &str,
+) -> L {
+    let limiter = make(iters);
+    if !expect_allowed {
+        assert!(
+            limiter.check_once(),
+            "{name}: the first check takes the only token"
+        );
+    }
+    limiter
+}
+
 impl RowRunner for Single<'_, '_> {
     fn run<L: Limiter>(&mut self, name: &str, make: &dyn Fn(u64) -> L) {
         let expect_allowed = self.expect_allowed;
         self.group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let limiter = make(iters);
-                if !expect_allowed {
-                    assert!(
-                        limiter.check_once(),
-                        "{name}: the first check takes the only token"
-                    );
-                }
+                let limiter = row_limiter(make, iters, expect_allowed, name);
                 let (elapsed, allowed) = run_timed(iters, || black_box(&limiter).check_once());
                 let want = if expect_allowed { iters } else { 0 };
                 assert_eq!(
@@ -176,13 +188,7 @@ impl RowRunner for Pair<'_, '_> {
         let mut stats = PairStats::default();
         self.group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let limiter = make(iters);
-                if !expect_allowed {
-                    assert!(
-                        limiter.check_once(),
-                        "{name}: the first check takes the only token"
-                    );
-                }
+                let limiter = row_limiter(make, iters, expect_allowed, name);
                 let run = run_pair(iters, || black_box(&limiter).check_once());
                 let want = if expect_allowed { 2 * iters } else { 0 };
                 assert_eq!(
