@@ -7,28 +7,22 @@
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { once } = require('node:events')
-const { performance } = require('node:perf_hooks')
 const fs = require('node:fs')
 const path = require('node:path')
 const IORedis = require('ioredis')
 const { createClient } = require('redis')
 const rb = require('..')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
 
 // Every rejection nobody handled, anywhere in this file: there must be none.
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+const unhandled = unhandledRejections()
 
-const { HOST, startServer, startCluster, stopAll, cli, freePort, slotOf } = require('./fixtures/redis-server.js')
-const { clients, dropClient, dropAll, ioredis, nodeRedis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main } = require('./fixtures/redis-clients.js')
+const { HOST, startServer, startCluster, cli, freePort, slotOf } = require('./fixtures/redis-server.js')
+const { clients, dropClient, closeAll, ioredis, nodeRedis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main } = require('./fixtures/redis-clients.js')
 
-after(async () => {
-  dropAll()
-  await stopAll()
-})
+after(closeAll)
 
 async function closeClient(c) {
   dropClient(c)

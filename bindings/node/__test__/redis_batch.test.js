@@ -12,28 +12,23 @@ const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { spawn } = require('node:child_process')
 const { once } = require('node:events')
-const { performance } = require('node:perf_hooks')
 const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
 const IORedis = require('ioredis')
 const rb = require('..')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
 const native = require('../index.js')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
 
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+// Every rejection nobody handled, anywhere in this file: there must be none.
+const unhandled = unhandledRejections()
 
-const { HOST, startServer, startCluster, stopAll, cli } = require('./fixtures/redis-server.js')
-const { dropClient, dropAll, ioredis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main, commandCalls } = require('./fixtures/redis-clients.js')
+const { HOST, startServer, startCluster, cli } = require('./fixtures/redis-server.js')
+const { dropClient, closeAll, ioredis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main, commandCalls } = require('./fixtures/redis-clients.js')
 
-after(async () => {
-  dropAll()
-  await stopAll()
-})
+after(closeAll)
 
 // ------------------------------------------------------------- spec vectors
 

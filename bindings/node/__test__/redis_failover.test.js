@@ -16,14 +16,12 @@ const { once } = require('node:events')
 const fs = require('node:fs')
 const path = require('node:path')
 const crypto = require('node:crypto')
-const { performance } = require('node:perf_hooks')
 const IORedis = require('ioredis')
 const { createCluster } = require('redis')
 const rb = require('..')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
 const { HOST, Server, startCluster, stopAll, cli, freePort, requireRedis, scratchDir, slotOf } = require('./fixtures/redis-server.js')
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
 const DEADLINE = 250 // ms
 // How far past the deadline a call may return: a liveness bound only, for
 // a loaded machine (real processes and sockets; the deadline's exact
@@ -46,8 +44,8 @@ function assertUsedAgain(seen, back) {
   console.log(`# used again: ${used} admitted in the ${(end - back).toFixed(0)} ms after all were back (at least ${want.toFixed(1)})`)
 }
 
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+// Every rejection nobody handled, anywhere in this file: there must be none.
+const unhandled = unhandledRejections()
 after(stopAll)
 
 // The ports of the master serving `slot` and of its replica.

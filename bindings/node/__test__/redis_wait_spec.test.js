@@ -11,15 +11,12 @@ const fs = require('node:fs')
 const path = require('node:path')
 const crypto = require('node:crypto')
 const rb = require('..')
-const { startServer, stopAll } = require('./fixtures/redis-server.js')
-const { dropAll, ioredis, runScript: run } = require('./fixtures/redis-clients.js')
+const { startServer } = require('./fixtures/redis-server.js')
+const { closeAll, ioredis, runScript: run } = require('./fixtures/redis-clients.js')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis_wait.json')
 
-after(async () => {
-  dropAll()
-  await stopAll()
-})
+after(closeAll)
 
 // A client of a fresh server.
 async function server() {
