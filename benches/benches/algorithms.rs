@@ -11,6 +11,8 @@
 //! admitted on `allowed/*`, all refused on `denied/*`. The two-thread rows use
 //! the default clock and one shared limiter.
 
+mod common;
+
 use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -201,19 +203,11 @@ fn two_threads(c: &mut Criterion) {
     g.finish();
 }
 
-fn config() -> Criterion {
-    // 30 samples × (0.5 s warm-up + 1.5 s measurement): ~2.2 s a row, 27 rows,
-    // about 1 min in all.
-    Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_millis(1500))
-        .without_plots()
-}
-
+// 30 samples × (0.5 s warm-up + 1.5 s measurement): ~2.2 s a row, 27 rows,
+// about 1 min in all.
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config(30, Duration::from_millis(500), Duration::from_millis(1500));
     targets = allowed, denied, two_threads
 }
 criterion_main!(benches);

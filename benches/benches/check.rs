@@ -9,6 +9,8 @@
 //! so a run on a busy machine (threads taking turns instead of running side
 //! by side) shows up as CPU/wall well below 1.
 
+mod common;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -135,18 +137,30 @@ struct Single<'a, 'c> {
     expect_allowed: bool,
 }
 
+/// The row's limiter for `iters` timed checks; for a row of refusals, its
+/// only token taken first.
+fn row_limiter<L: Limiter>(
+    make: &dyn Fn(u64) -> L,
+    iters: u64,
+    expect_allowed: bool,
+    name: &str,
+) -> L {
+    let limiter = make(iters);
+    if !expect_allowed {
+        assert!(
+            limiter.check_once(),
+            "{name}: the first check takes the only token"
+        );
+    }
+    limiter
+}
+
 impl RowRunner for Single<'_, '_> {
     fn run<L: Limiter>(&mut self, name: &str, make: &dyn Fn(u64) -> L) {
         let expect_allowed = self.expect_allowed;
         self.group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let limiter = make(iters);
-                if !expect_allowed {
-                    assert!(
-                        limiter.check_once(),
-                        "{name}: the first check takes the only token"
-                    );
-                }
+                let limiter = row_limiter(make, iters, expect_allowed, name);
                 let (elapsed, allowed) = run_timed(iters, || black_box(&limiter).check_once());
                 let want = if expect_allowed { iters } else { 0 };
                 assert_eq!(
@@ -174,13 +188,7 @@ impl RowRunner for Pair<'_, '_> {
         let mut stats = PairStats::default();
         self.group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let limiter = make(iters);
-                if !expect_allowed {
-                    assert!(
-                        limiter.check_once(),
-                        "{name}: the first check takes the only token"
-                    );
-                }
+                let limiter = row_limiter(make, iters, expect_allowed, name);
                 let run = run_pair(iters, || black_box(&limiter).check_once());
                 let want = if expect_allowed { 2 * iters } else { 0 };
                 assert_eq!(
@@ -199,32 +207,33 @@ impl RowRunner for Pair<'_, '_> {
 
 fn allowed(c: &mut Criterion) {
     // Burst ≥ iters + 1: every timed check finds a token, whatever the clock says.
-    for (group_name, clock) in [
-        ("allowed/default_clock", ClockKind::Default),
-        ("allowed/manual_clock", ClockKind::Manual),
-    ] {
-        let mut group = c.benchmark_group(group_name);
-        let mut rows = Single {
-            group: &mut group,
-            expect_allowed: true,
-        };
-        three_rows(clock, ALLOWED_PERIOD, |iters| iters + 1, &mut rows);
-        group.finish();
-    }
+    single_rows(c, "allowed", true, ALLOWED_PERIOD, |iters| iters + 1);
 }
 
 fn denied(c: &mut Criterion) {
     // Burst 1, one token per hour, taken before timing: every timed check is refused.
-    for (group_name, clock) in [
-        ("denied/default_clock", ClockKind::Default),
-        ("denied/manual_clock", ClockKind::Manual),
+    single_rows(c, "denied", false, DENIED_PERIOD, |_| 1);
+}
+
+/// The three rows of one thread, on each clock, in the groups
+/// `<what>/default_clock` and `<what>/manual_clock`.
+fn single_rows(
+    c: &mut Criterion,
+    what: &str,
+    expect_allowed: bool,
+    period: Duration,
+    burst_for: fn(u64) -> u64,
+) {
+    for (clock_name, clock) in [
+        ("default_clock", ClockKind::Default),
+        ("manual_clock", ClockKind::Manual),
     ] {
-        let mut group = c.benchmark_group(group_name);
+        let mut group = c.benchmark_group(format!("{what}/{clock_name}"));
         let mut rows = Single {
             group: &mut group,
-            expect_allowed: false,
+            expect_allowed,
         };
-        three_rows(clock, DENIED_PERIOD, |_| 1, &mut rows);
+        three_rows(clock, period, burst_for, &mut rows);
         group.finish();
     }
 }
@@ -277,19 +286,11 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
-fn config() -> Criterion {
-    // 40 samples × (1 s warm-up + 2.5 s measurement) per row, no plots: about
-    // 4 s a row, 22 rows, ~1.5 min of benchmarking in all.
-    Criterion::default()
-        .sample_size(40)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_millis(2500))
-        .without_plots()
-}
-
+// 40 samples × (1 s warm-up + 2.5 s measurement) per row, no plots: about
+// 4 s a row, 22 rows, ~1.5 min of benchmarking in all.
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config(40, Duration::from_secs(1), Duration::from_millis(2500));
     targets = clock, allowed, denied, two_threads
 }
 criterion_main!(benches);

@@ -2,6 +2,8 @@
 //! same trivial inner service called directly, bare and wrapped, in one run.
 //! (The end-to-end cost under wrk is `benches/http/run.sh`.)
 
+mod common;
+
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -40,18 +42,10 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-fn config() -> Criterion {
-    // ~2 s a row, 3 rows.
-    Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_millis(1500))
-        .without_plots()
-}
-
+// ~2 s a row, 3 rows.
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config(30, Duration::from_millis(500), Duration::from_millis(1500));
     targets = bench
 }
 criterion_main!(benches);

@@ -15,6 +15,8 @@
 //! threads released together, each walking its own shuffled order: wall time
 //! per check per thread, and each thread's CPU time as in check.rs.
 
+mod common;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -208,19 +210,11 @@ fn two_threads(c: &mut Criterion) {
     write_stats(&lines);
 }
 
-fn config() -> Criterion {
-    // 30 samples × (0.5 s warm-up + 1.5 s measurement), no plots: ~2.2 s a
-    // row plus ~0.5 s to fill each 10^6-key limiter, 8 rows, ~20 s in all.
-    Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_millis(1500))
-        .without_plots()
-}
-
+// 30 samples × (0.5 s warm-up + 1.5 s measurement), no plots: ~2.2 s a
+// row plus ~0.5 s to fill each 10^6-key limiter, 8 rows, ~20 s in all.
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config(30, Duration::from_millis(500), Duration::from_millis(1500));
     targets = single_thread, two_threads
 }
 criterion_main!(benches);

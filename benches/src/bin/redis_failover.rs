@@ -95,6 +95,12 @@ struct Node {
 
 impl Node {
     fn start(port: u16, node_timeout_ms: u64) -> Node {
+        Node::launch(port, node_timeout_ms, Vec::new(), false)
+    }
+
+    /// A node in its own directory, started: `extra` arguments (a replica's
+    /// `--replicaof`), `plain` for one not cluster-enabled.
+    fn launch(port: u16, node_timeout_ms: u64, extra: Vec<String>, plain: bool) -> Node {
         let dir =
             std::env::temp_dir().join(format!("ratebound-failover-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -103,8 +109,8 @@ impl Node {
             dir,
             node_timeout_ms,
             child: None,
-            extra: Vec::new(),
-            plain: false,
+            extra,
+            plain,
         };
         n.spawn();
         n
@@ -410,27 +416,16 @@ impl Setup for Cluster {
 /// A plain (not cluster) `redis-server`: a primary, or a replica of
 /// `replica_of`.
 fn plain_node(port: u16, replica_of: Option<u16>) -> Node {
-    let dir =
-        std::env::temp_dir().join(format!("ratebound-failover-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let mut n = Node {
-        port,
-        dir,
-        node_timeout_ms: 0,
-        child: None,
-        extra: replica_of
-            .map(|p| {
-                vec![
-                    "--replicaof".to_string(),
-                    "127.0.0.1".to_string(),
-                    p.to_string(),
-                ]
-            })
-            .unwrap_or_default(),
-        plain: true,
-    };
-    n.spawn();
-    n
+    let extra = replica_of
+        .map(|p| {
+            vec![
+                "--replicaof".to_string(),
+                "127.0.0.1".to_string(),
+                p.to_string(),
+            ]
+        })
+        .unwrap_or_default();
+    Node::launch(port, 0, extra, true)
 }
 
 /// A Sentinel-managed primary/replica pair: two `redis-server`s and three
@@ -470,16 +465,8 @@ impl Pair {
                     ),
                 )
                 .expect("sentinel.conf");
-                let mut n = Node {
-                    port,
-                    dir,
-                    node_timeout_ms: 0,
-                    child: None,
-                    extra: vec![conf.display().to_string(), "--sentinel".to_string()],
-                    plain: true,
-                };
-                n.spawn();
-                n
+                let extra = vec![conf.display().to_string(), "--sentinel".to_string()];
+                Node::launch(port, 0, extra, true)
             })
             .collect();
         let p = Pair {

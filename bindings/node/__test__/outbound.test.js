@@ -13,15 +13,13 @@ const http = require('node:http')
 const os = require('node:os')
 const path = require('node:path')
 const { once } = require('node:events')
-const { performance } = require('node:perf_hooks')
 const IORedis = require('ioredis')
 const axios = require('axios')
 const rb = require('..')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
 const { HOST, startServer, stopAll } = require('./fixtures/redis-server.js')
 const { Server: RedisServer, freePort } = require('./fixtures/redis-server.js')
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
 // Real HTTP on real time: an upper bound here only says the calls were not
 // stuck (a loaded 2-core machine may be seconds late). Each sending's exact
 // instant — the limiter's schedule, the capped pause, the refusal at once —
@@ -29,8 +27,7 @@ const now = () => performance.now()
 const SLACK_MS = 5000
 
 // Every rejection nobody handled, anywhere in this file: there must be none.
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+const unhandled = unhandledRejections()
 
 const partners = new Set()
 const clients = new Set()

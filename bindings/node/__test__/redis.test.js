@@ -6,93 +6,26 @@
 // Without redis-server every test here FAILS (ci/test installs it).
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { execFile } = require('node:child_process')
 const { once } = require('node:events')
-const { performance } = require('node:perf_hooks')
-const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
-const util = require('node:util')
 const IORedis = require('ioredis')
-const { createClient, createCluster } = require('redis')
+const { createClient } = require('redis')
 const rb = require('..')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
 
-const execFileP = util.promisify(execFile)
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
 
 // Every rejection nobody handled, anywhere in this file: there must be none.
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+const unhandled = unhandledRejections()
 
-const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, freeClusterPort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
-const TMP = scratchDir()
-const clients = new Set()
+const { HOST, startServer, startCluster, cli, freePort, slotOf } = require('./fixtures/redis-server.js')
+const { clients, dropClient, closeAll, ioredis, nodeRedis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main } = require('./fixtures/redis-clients.js')
 
-const isIORedis = (c) => c instanceof IORedis || c instanceof IORedis.Cluster
-
-function dropClient(c) {
-  clients.delete(c)
-  try {
-    if (isIORedis(c)) c.disconnect()
-    else c.destroy()
-  } catch {}
-}
-
-after(async () => {
-  for (const c of [...clients]) dropClient(c)
-  await stopAll()
-})
-
-// ioredis: `fast` fails at once while disconnected (no offline queue, no
-// retries); otherwise the defaults (commands queue while disconnected).
-async function ioredis(port, { fast = true } = {}) {
-  const options = { host: HOST, port, lazyConnect: true, retryStrategy: () => 50 }
-  if (fast) Object.assign(options, { enableOfflineQueue: false, maxRetriesPerRequest: 0 })
-  const c = new IORedis(options)
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-// node-redis: `fast` disables the offline queue.
-async function nodeRedis(port, { fast = true } = {}) {
-  const c = createClient({ socket: { host: HOST, port, reconnectStrategy: () => 50 }, disableOfflineQueue: fast })
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-const CLIENTS = { ioredis, 'node-redis': nodeRedis }
+after(closeAll)
 
 async function closeClient(c) {
   dropClient(c)
-}
-
-const randomKey = (what) => `${what}-${crypto.randomBytes(8).toString('hex')}`
-
-function limiterFor(config, client, extra = {}) {
-  switch (config.algorithm) {
-    case 'token_bucket':
-      return new rb.redis.TokenBucket({ client, rate: config.rate, burst: config.burst, lease: config.lease, ...extra })
-    case 'fixed_window':
-      return new rb.redis.FixedWindow({ client, limit: config.limit, window: config.window, lease: config.lease, ...extra })
-    case 'sliding_window':
-      return new rb.redis.SlidingWindow({ client, limit: config.limit, window: config.window, ...extra })
-    default:
-      throw new Error(`unknown algorithm ${config.algorithm}`)
-  }
-}
-
-// ------------------------------------------------------------- the shared server
-
-let mainServer
-async function main() {
-  if (!mainServer) mainServer = await startServer()
-  return mainServer
 }
 
 // ------------------------------------------------------------------- spec vectors
@@ -116,16 +49,7 @@ test('spec/redis.json: every vector with ioredis and node-redis, zero difference
         }
         const d = await lim.checkAt(key, step.n ?? 1, step.at_us)
         steps++
-        const got = {
-          allowed: d.allowed,
-          remaining: d.remaining,
-          retry_after_us: Math.round(d.retryAfter * 1e6),
-          reset_after_us: Math.round(d.resetAfter * 1e6),
-          source: d.source,
-        }
-        for (const [field, want] of Object.entries(step.expect)) {
-          if (got[field] !== want) failures.push(`${v.id} step ${i}: ${field} = ${JSON.stringify(got[field])}, want ${JSON.stringify(want)}`)
-        }
+        failures.push(...specDifferences(`${v.id} step ${i}`, step.expect, d))
       }
       await lim.close()
     }
@@ -506,37 +430,9 @@ test('fault: SCRIPT FLUSH mid-run is transparent (EVAL once, source stays redis)
 
 // ----------------------------------------------------------------------- cluster
 
-// CRC16/XMODEM, the key → slot hash of Redis Cluster (no hash tags in our keys).
-function slotOf(key) {
-  let crc = 0
-  for (const byte of Buffer.from(key)) {
-    crc ^= byte << 8
-    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
-  }
-  return crc % 16384
-}
-
 test('cluster: 3 masters, keys on different masters, the bound holds per key', async () => {
-  requireRedis()
-  const nodes = []
-  for (let i = 0; i < 3; i++) {
-    const port = await freeClusterPort()
-    nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(TMP, `nodes-${port}.conf`), '--cluster-node-timeout', '2000']).start())
-  }
-  await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30000 })
-  for (let i = 0; ; i++) {
-    const states = await Promise.all(nodes.map((n) => cli(n.port, 'CLUSTER', 'INFO')))
-    if (states.every((s) => s.includes('cluster_state:ok'))) break
-    assert.ok(i < 200, 'cluster_state:ok within 10 s')
-    await sleep(50)
-  }
-  const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
-  io.on('error', () => {})
-  clients.add(io)
-  const nr = createCluster({ rootNodes: [{ socket: { host: HOST, port: nodes[0].port } }] })
-  nr.on('error', () => {})
-  clients.add(nr)
-  await nr.connect()
+  const nodes = await startCluster()
+  const { io, nr } = await clusterClients(nodes[0].port)
   // Which port serves which slots.
   const slots = await io.cluster('SLOTS')
   const owner = (slot) => slots.find(([from, to]) => slot >= from && slot <= to)[2][1]

@@ -10,87 +10,25 @@
 // points refuse bad input with typed errors. Every loop is bounded.
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { execFile, spawn } = require('node:child_process')
+const { spawn } = require('node:child_process')
 const { once } = require('node:events')
-const { performance } = require('node:perf_hooks')
 const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
-const util = require('node:util')
 const IORedis = require('ioredis')
-const { createClient, createCluster } = require('redis')
 const rb = require('..')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
 const native = require('../index.js')
 
-const execFileP = util.promisify(execFile)
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
 
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+// Every rejection nobody handled, anywhere in this file: there must be none.
+const unhandled = unhandledRejections()
 
-const { HOST, REDIS_CLI, Server, startServer, stopAll, cli, freePort, freeClusterPort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
-const TMP = scratchDir()
-const clients = new Set()
-const isIORedis = (c) => c instanceof IORedis || c instanceof IORedis.Cluster
+const { HOST, startServer, startCluster, cli } = require('./fixtures/redis-server.js')
+const { dropClient, closeAll, ioredis, CLIENTS, clusterClients, randomKey, limiterFor, specDifferences, main, commandCalls } = require('./fixtures/redis-clients.js')
 
-function dropClient(c) {
-  clients.delete(c)
-  try {
-    if (isIORedis(c)) c.disconnect()
-    else c.destroy()
-  } catch {}
-}
-
-after(async () => {
-  for (const c of [...clients]) dropClient(c)
-  await stopAll()
-})
-
-// The fail-fast settings: no offline queue, no retries.
-async function ioredis(port) {
-  const c = new IORedis({ host: HOST, port, lazyConnect: true, retryStrategy: () => 50, enableOfflineQueue: false, maxRetriesPerRequest: 0 })
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-async function nodeRedis(port) {
-  const c = createClient({ socket: { host: HOST, port, reconnectStrategy: () => 50 }, disableOfflineQueue: true })
-  c.on('error', () => {})
-  clients.add(c)
-  await c.connect()
-  return c
-}
-
-const CLIENTS = { ioredis, 'node-redis': nodeRedis }
-const randomKey = (what) => `${what}-${crypto.randomBytes(8).toString('hex')}`
-
-let mainServer
-async function main() {
-  if (!mainServer) mainServer = await startServer()
-  return mainServer
-}
-
-async function commandCalls(port, ...names) {
-  const info = await cli(port, 'INFO', 'commandstats')
-  return names.reduce((s, c) => s + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(info)?.[1] ?? 0), 0)
-}
-
-function limiterFor(config, client, extra = {}) {
-  switch (config.algorithm) {
-    case 'token_bucket':
-      return new rb.redis.TokenBucket({ client, rate: config.rate, burst: config.burst, lease: config.lease, ...extra })
-    case 'fixed_window':
-      return new rb.redis.FixedWindow({ client, limit: config.limit, window: config.window, lease: config.lease, ...extra })
-    case 'sliding_window':
-      return new rb.redis.SlidingWindow({ client, limit: config.limit, window: config.window, ...extra })
-    default:
-      throw new Error(`unknown algorithm ${config.algorithm}`)
-  }
-}
+after(closeAll)
 
 // ------------------------------------------------------------- spec vectors
 
@@ -143,16 +81,7 @@ test('batching: spec/redis.json with the steps of one instant sent together — 
         for (const [k, d] of answers.entries()) {
           const step = v.steps[i + k]
           steps++
-          const got = {
-            allowed: d.allowed,
-            remaining: d.remaining,
-            retry_after_us: Math.round(d.retryAfter * 1e6),
-            reset_after_us: Math.round(d.resetAfter * 1e6),
-            source: d.source,
-          }
-          for (const [field, want] of Object.entries(step.expect)) {
-            if (got[field] !== want) failures.push(`${v.id} step ${i + k}: ${field} = ${JSON.stringify(got[field])}, want ${JSON.stringify(want)}`)
-          }
+          failures.push(...specDifferences(`${v.id} step ${i + k}`, step.expect, d))
         }
         i = j
       }
@@ -470,26 +399,8 @@ test('batching: SCRIPT FLUSH while batches are in flight — EVAL of the batch s
 // ----------------------------------------------------------------- cluster
 
 test('batching in a cluster: per hash slot on 3 masters, never CROSSSLOT, exactly the burst per key', async () => {
-  requireRedis()
-  const nodes = []
-  for (let i = 0; i < 3; i++) {
-    const port = await freeClusterPort()
-    nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(TMP, `nodes-batch-${port}.conf`), '--cluster-node-timeout', '2000']).start())
-  }
-  await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30000 })
-  for (let i = 0; ; i++) {
-    const states = await Promise.all(nodes.map((n) => cli(n.port, 'CLUSTER', 'INFO')))
-    if (states.every((s) => s.includes('cluster_state:ok'))) break
-    assert.ok(i < 200, 'cluster_state:ok within 10 s')
-    await sleep(50)
-  }
-  const io = new IORedis.Cluster([{ host: HOST, port: nodes[0].port }], { redisOptions: { maxRetriesPerRequest: 0 } })
-  io.on('error', () => {})
-  clients.add(io)
-  const nr = createCluster({ rootNodes: [{ socket: { host: HOST, port: nodes[0].port } }] })
-  nr.on('error', () => {})
-  clients.add(nr)
-  await nr.connect()
+  const nodes = await startCluster()
+  const { io, nr } = await clusterClients(nodes[0].port)
 
   // The driver's hash slots are Redis Cluster's (hash tags, bytes, UTF-8).
   const R = native.bindRedisPath()

@@ -11,22 +11,17 @@
 // policy come from the Rust bench (benches/src/bin/redis_failover.rs).
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { execFile, spawn } = require('node:child_process')
+const { spawn } = require('node:child_process')
 const { once } = require('node:events')
 const fs = require('node:fs')
-const net = require('node:net')
 const path = require('node:path')
-const util = require('node:util')
 const crypto = require('node:crypto')
-const { performance } = require('node:perf_hooks')
 const IORedis = require('ioredis')
 const { createCluster } = require('redis')
 const rb = require('..')
-const { HOST, REDIS_CLI, Server, stopAll, cli, freePort, requireRedis, scratchDir } = require('./fixtures/redis-server.js')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
+const { HOST, Server, startCluster, stopAll, cli, freePort, requireRedis, scratchDir, slotOf } = require('./fixtures/redis-server.js')
 
-const execFileP = util.promisify(execFile)
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
 const DEADLINE = 250 // ms
 // How far past the deadline a call may return: a liveness bound only, for
 // a loaded machine (real processes and sockets; the deadline's exact
@@ -49,35 +44,9 @@ function assertUsedAgain(seen, back) {
   console.log(`# used again: ${used} admitted in the ${(end - back).toFixed(0)} ms after all were back (at least ${want.toFixed(1)})`)
 }
 
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+// Every rejection nobody handled, anywhere in this file: there must be none.
+const unhandled = unhandledRejections()
 after(stopAll)
-
-// CRC16/XMODEM, the key → slot hash of Redis Cluster (no hash tags here).
-function slotOf(key) {
-  let crc = 0
-  for (const byte of Buffer.from(key)) {
-    crc ^= byte << 8
-    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
-  }
-  return crc % 16384
-}
-
-// A port for a cluster node: at most 55535 (its bus listens 10000 above),
-// the bus port free too.
-async function clusterPort() {
-  for (let i = 0; i < 1000; i++) {
-    const port = await freePort()
-    if (port > 55535) continue
-    const free = await new Promise((resolve) => {
-      const s = net.createServer()
-      s.once('error', () => resolve(false))
-      s.listen(port + 10000, HOST, () => s.close(() => resolve(true)))
-    })
-    if (free) return port
-  }
-  throw new Error('no free port for a cluster node')
-}
 
 // The ports of the master serving `slot` and of its replica.
 async function masterAndReplica(port, slot) {
@@ -96,22 +65,7 @@ async function masterAndReplica(port, slot) {
 }
 
 test('limiters over ioredis Cluster and node-redis cluster recover from a failover without a restart', async () => {
-  requireRedis()
-  const tmp = scratchDir()
-  const nodes = []
-  for (let i = 0; i < 6; i++) {
-    const port = await clusterPort()
-    nodes.push(await new Server(port, ['--cluster-enabled', 'yes', '--cluster-config-file', path.join(tmp, `nodes-${port}.conf`), '--cluster-node-timeout', '500']).start())
-  }
-  await execFileP(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `${HOST}:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 30000 })
-  for (let i = 0; ; i++) {
-    const infos = await Promise.all(nodes.map((n) => cli(n.port, 'INFO', 'replication')))
-    const states = await Promise.all(nodes.map((n) => cli(n.port, 'CLUSTER', 'INFO')))
-    const synced = infos.filter((s) => s.includes('master_link_status:up')).length
-    if (states.every((s) => s.includes('cluster_state:ok')) && synced === 3) break
-    assert.ok(i < 600, 'cluster ok with 3 synced replicas within 30 s')
-    await sleep(50)
-  }
+  const nodes = await startCluster({ masters: 3, replicas: 1, nodeTimeout: 500 })
   const key = `failover-${crypto.randomBytes(8).toString('hex')}`
   const [master, replica] = await masterAndReplica(nodes[0].port, slotOf(`rb:tb:${key}`))
 

@@ -9,18 +9,16 @@
 // Every loop is bounded; wall-clock bounds hold on a loaded 2-core machine.
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { performance } = require('node:perf_hooks')
 const crypto = require('node:crypto')
 const IORedis = require('ioredis')
 const { createClient } = require('redis')
 const rb = require('..')
+const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
 
 const { HOST, startServer, stopAll, cli } = require('./fixtures/redis-server.js')
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const now = () => performance.now()
-const unhandled = []
-process.on('unhandledRejection', (e) => unhandled.push(e))
+// Every rejection nobody handled, anywhere in this file: there must be none.
+const unhandled = unhandledRejections()
 
 const clients = new Set()
 after(async () => {

@@ -7,64 +7,20 @@
 
 const { test, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { spawn, execFileSync } = require('node:child_process')
 const fs = require('node:fs')
-const net = require('node:net')
-const os = require('node:os')
 const path = require('node:path')
 const crypto = require('node:crypto')
-const IORedis = require('ioredis')
 const rb = require('..')
+const { startServer } = require('./fixtures/redis-server.js')
+const { closeAll, ioredis, runScript: run } = require('./fixtures/redis-clients.js')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis_wait.json')
-const HOST = '127.0.0.1'
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer()
-    s.on('error', reject)
-    s.listen(0, HOST, () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
-}
+after(closeAll)
 
-const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'ratebound-redis-wait-'))
-let proc = null
-after(() => {
-  if (proc !== null && proc.exitCode === null) proc.kill('SIGKILL')
-  fs.rmSync(TMP, { recursive: true, force: true })
-})
-
+// A client of a fresh server.
 async function server() {
-  execFileSync(process.env.REDIS_SERVER || 'redis-server', ['--version'], { stdio: 'pipe', timeout: 5000 })
-  const port = await freePort()
-  proc = spawn(process.env.REDIS_SERVER || 'redis-server', ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', TMP], {
-    stdio: 'ignore',
-  })
-  proc.on('error', () => {})
-  const client = new IORedis({ host: HOST, port, lazyConnect: true, retryStrategy: () => 50, maxRetriesPerRequest: 0 })
-  client.on('error', () => {})
-  for (let i = 0; i < 200; i++) {
-    try {
-      await client.connect()
-      if ((await client.ping()) === 'PONG') return client
-    } catch {}
-    await sleep(25)
-  }
-  throw new Error(`redis-server on port ${port} did not start`)
-}
-
-async function run(client, call) {
-  const [sha, key, ...args] = call.command()
-  try {
-    return (await client.evalsha(sha, 1, key, ...args)).map(Number)
-  } catch (e) {
-    if (!String(e.message).startsWith('NOSCRIPT')) throw e
-    return (await client.eval(call.text, 1, key, ...args)).map(Number)
-  }
+  return ioredis((await startServer()).port)
 }
 
 test('spec/redis_wait.json: every vector through the engine, zero differences', async () => {

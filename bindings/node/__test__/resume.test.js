@@ -14,6 +14,7 @@ const path = require('node:path')
 const IORedis = require('ioredis')
 const rb = require('..')
 const { HOST, startServer, stopAll } = require('./fixtures/redis-server.js')
+const { runScript: run } = require('./fixtures/redis-clients.js')
 
 const S = 1_000_000 // µs
 const clients = []
@@ -118,16 +119,6 @@ async function redisClient() {
   client.on('error', () => {})
   clients.push(client)
   return client
-}
-
-async function run(client, call) {
-  const [sha, key, ...args] = call.command()
-  try {
-    return (await client.evalsha(sha, 1, key, ...args)).map(Number)
-  } catch (e) {
-    if (!String(e.message).startsWith('NOSCRIPT')) throw e
-    return (await client.eval(call.text, 1, key, ...args)).map(Number)
-  }
 }
 
 test('the Redis engine resumes at explicit Redis times', async () => {

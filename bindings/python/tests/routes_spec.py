@@ -79,7 +79,14 @@ class _Quiet(WSGIRequestHandler):
 def wsgiref_serving(app: Any) -> Iterator[str]:
     """The base URL of ``app`` (WSGI) served by wsgiref on 127.0.0.1, with
     its request log off."""
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    with serving(make_server("127.0.0.1", 0, app, handler_class=_Quiet)) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving(server: Any) -> Iterator[str]:
+    """The base URL of a WSGI ``server`` made on 127.0.0.1 (wsgiref's,
+    werkzeug's), serving in a thread until the block ends."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

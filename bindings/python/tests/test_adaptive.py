@@ -24,7 +24,7 @@ from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 import ratebound as rb
-from routes_spec import uvicorn_serving
+from routes_spec import serving, uvicorn_serving
 
 Middleware = Callable[..., Any]
 BOTH = [rb.asgi.RateLimitMiddleware, rb.wsgi.RateLimitMiddleware]
@@ -94,15 +94,8 @@ def werkzeug_serving(app: Any) -> Iterator[str]:
     """``app`` (WSGI) under werkzeug's threaded server on 127.0.0.1."""
     from werkzeug.serving import make_server
 
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-        server.server_close()
+    with serving(make_server("127.0.0.1", 0, app, threaded=True)) as url:
+        yield url
 
 
 def asgi_server(held: Held, **options: Any) -> Any:

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import shutil
-import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -27,10 +24,10 @@ import redis.cluster
 from redis.crc import key_slot
 
 import ratebound.redis as rbr
+from redis_servers import HOST, Server, create_cluster, free_port
 
 pytestmark = pytest.mark.filterwarnings("error")
 
-HOST = "127.0.0.1"
 DEADLINE = 0.25
 # How far past the deadline a call may return: a liveness bound only, for
 # a loaded machine (a failover is real processes and sockets). The
@@ -42,23 +39,6 @@ SLACK = 2.5
 RATE = 10
 
 
-def free_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as b:
-            try:
-                b.bind((HOST, port + 10000))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no free port pair")
-
-
 def admin(port: int, *args: object) -> Optional[object]:
     c = redis.Redis(host=HOST, port=port, socket_timeout=0.5, socket_connect_timeout=0.3)
     try:
@@ -67,37 +47,6 @@ def admin(port: int, *args: object) -> Optional[object]:
         return None
     finally:
         c.close()
-
-
-class Node:
-    def __init__(self, directory: pathlib.Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is needed (ci/test installs it)", pytrace=False)
-        self.port = free_port()
-        self.dir = directory / str(self.port)
-        self.dir.mkdir()
-        self.proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
-            [
-                binary, "--port", str(self.port), "--bind", HOST,
-                "--save", "", "--appendonly", "no", "--dir", str(self.dir),
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "500",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(200):  # up to ~10 s
-            if admin(self.port, "PING"):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"redis-server on {self.port} did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 def nodes_view(port: int) -> list[list[str]]:
@@ -123,16 +72,12 @@ def master_and_replica(port: int, slot: int) -> tuple[int, int]:
 
 
 @pytest.fixture
-def cluster(tmp_path: pathlib.Path) -> Iterator[list[Node]]:
-    nodes = [Node(tmp_path) for _ in range(6)]
+def cluster(tmp_path: pathlib.Path) -> Iterator[list[Server]]:
+    nodes = [Server(tmp_path, cluster=True, node_timeout=500) for _ in range(6)]
     try:
-        cli = shutil.which("redis-cli")
-        assert cli is not None, "redis-cli is needed (ci/test installs redis-tools)"
-        subprocess.run(
-            [cli, "--cluster", "create", *(f"{HOST}:{n.port}" for n in nodes),
-             "--cluster-replicas", "1", "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
-        )
+        for n in nodes:
+            n.start()
+        create_cluster(nodes, replicas=1, timeout=30)
         deadline = time.monotonic() + 30
         while True:
             ok = all(b"cluster_state:ok" in (admin(n.port, "CLUSTER", "INFO") or b"") for n in nodes)
@@ -165,7 +110,7 @@ def assert_used_again(calls: list[list[tuple[float, float, str, bool]]], backs: 
     print(f"used again: {used} admitted in the {end - back:.2f} s after all were back (at least {0.9 * RATE * (end - back) - 1:.1f})")
 
 
-def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: list[Node]) -> None:
+def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: list[Server]) -> None:
     key = f"failover-{uuid.uuid4().hex}"
     master, replica = master_and_replica(cluster[0].port, key_slot(f"rb:tb:{key}".encode()))
     options = dict(rate=RATE, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
@@ -246,34 +191,6 @@ def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: lis
 SENTINEL_NAME = "partner"
 
 
-class Plain:
-    """A redis-server (not cluster), or a sentinel when given its config."""
-
-    def __init__(self, directory: pathlib.Path, port: int, extra: list[str], sentinel_conf: Optional[pathlib.Path] = None) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is needed (ci/test installs it)", pytrace=False)
-        self.port = port
-        head = [binary] + ([str(sentinel_conf), "--sentinel"] if sentinel_conf else [])
-        self.proc: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
-            head + ["--port", str(port), "--bind", HOST, "--dir", str(directory)]
-            + ([] if sentinel_conf else ["--save", "", "--appendonly", "no"]) + extra,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(200):  # up to ~10 s
-            if admin(port, "PING"):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"redis-server on {port} did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            self.proc = None
-
-
 def sentinel_primary(port: int) -> Optional[int]:
     got = admin(port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_NAME)
     if isinstance(got, (list, tuple)) and len(got) == 2:
@@ -282,14 +199,14 @@ def sentinel_primary(port: int) -> Optional[int]:
 
 
 @pytest.fixture
-def sentinel_pair(tmp_path: pathlib.Path) -> Iterator[tuple[Plain, Plain, list[Plain]]]:
+def sentinel_pair(tmp_path: pathlib.Path) -> Iterator[tuple[Server, Server, list[Server]]]:
     """A primary, its replica and three sentinels (quorum 2, down after 500 ms)."""
     ports = [free_port() for _ in range(5)]
-    started: list[Plain] = []
+    started: list[Server] = []
     try:
-        primary = Plain(tmp_path, ports[0], [])
+        primary = Server(tmp_path, ports[0]).start()
         started.append(primary)
-        replica = Plain(tmp_path, ports[1], ["--replicaof", HOST, str(ports[0])])
+        replica = Server(tmp_path, ports[1], extra=["--replicaof", HOST, str(ports[0])]).start()
         started.append(replica)
         sentinels = []
         for p in ports[2:]:
@@ -301,7 +218,7 @@ def sentinel_pair(tmp_path: pathlib.Path) -> Iterator[tuple[Plain, Plain, list[P
                 f"sentinel down-after-milliseconds {SENTINEL_NAME} 500\n"
                 f"sentinel failover-timeout {SENTINEL_NAME} 10000\n"
             )
-            s = Plain(d, p, [], sentinel_conf=conf)
+            s = Server(d, p, sentinel_conf=conf).start()
             started.append(s)
             sentinels.append(s)
         deadline = time.monotonic() + 30
@@ -325,7 +242,7 @@ def sentinel_pair(tmp_path: pathlib.Path) -> Iterator[tuple[Plain, Plain, list[P
             n.kill()
 
 
-def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: tuple[Plain, Plain, list[Plain]]) -> None:
+def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: tuple[Server, Server, list[Server]]) -> None:
     """redis-py's Sentinel client (`master_for`) asks the sentinels for the
     primary at every new connection: the same limiters (sync, the client's
     own timeouts; asyncio, the limiter's deadline) answer by their policy

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Iterator, Optional
 
 import httpx
@@ -27,10 +27,11 @@ import ratebound.httpx
 import ratebound.redis as rbr
 import ratebound.requests
 from test_django import MODES, site, urls  # noqa: F401 (a fixture)
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from partners import HttpPartner
+from redis_servers import HOST, Server, fresh_key
 
 
-class CountingPartner:
+class CountingPartner(HttpPartner):
     """A partner that reads each request's whole body (sized or chunked),
     notes its length, and answers 503 without advice."""
 
@@ -71,15 +72,7 @@ class CountingPartner:
 
             do_PUT = do_POST = answer
 
-        self.httpd = ThreadingHTTPServer((HOST, 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://{HOST}:{self.httpd.server_address[1]}/v1/items/7"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler, "/v1/items/7")
 
 
 @pytest.fixture

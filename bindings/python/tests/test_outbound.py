@@ -10,7 +10,7 @@ import math
 import multiprocessing
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterator, Optional
 
 import httpx
@@ -21,7 +21,8 @@ import requests
 import ratebound as rb
 import ratebound.httpx
 import ratebound.requests
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from partners import HttpPartner
+from redis_servers import HOST, Server, fresh_key
 
 CTX = multiprocessing.get_context("fork")
 
@@ -29,7 +30,7 @@ CTX = multiprocessing.get_context("fork")
 pytestmark = pytest.mark.filterwarnings("error")
 
 
-class Partner:
+class Partner(HttpPartner):
     """A partner that allows `rate`/s with bursts of `burst` (its own
     bucket) and answers 429 with Retry-After beyond it; `script` answers
     given statuses first; `throttle(seconds)` refuses everything for that
@@ -66,11 +67,7 @@ class Partner:
 
             do_GET = do_POST = do_PUT = answer
 
-        self.httpd = ThreadingHTTPServer((HOST, 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://{HOST}:{self.httpd.server_address[1]}/v1/items"
+        self.serve(Handler, "/v1/items")
 
     def decide(self, method: str) -> tuple[int, dict[str, str]]:
         with self.lock:
@@ -99,10 +96,6 @@ class Partner:
     def count(self, status: int) -> int:
         with self.lock:
             return self.statuses.get(status, 0)
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from test_redis import HOST, Cluster, Server, cluster, server  # noqa: F401 (fixtures)
+from redis_servers import HOST, Cluster, Server
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 READMES = [ROOT / "bindings" / "python" / "README.md", ROOT / "README.md"]

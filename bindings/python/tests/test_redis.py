@@ -14,19 +14,15 @@ import json
 import math
 import pathlib
 import select
-import shutil
 import socket
-import subprocess
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable
 
 import pytest
 import redis
 import redis.asyncio
-import redis.asyncio.cluster
-import redis.cluster
 from redis.crc import key_slot
 
 import ratebound as rb
@@ -37,11 +33,12 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient  # warns (httpx) at import, outside the tests
 
+from redis_servers import HOST, Cluster, Server, free_port, fresh_key
+
 # Any warning (an unclosed socket or client, a deprecation) fails these tests.
 pytestmark = pytest.mark.filterwarnings("error")
 
 SPEC = pathlib.Path(__file__).resolve().parents[3] / "spec" / "redis.json"
-HOST = "127.0.0.1"
 # How far past its deadline a call may return against a real server: a
 # generous bound for a loaded 2-core machine, well below what it tells
 # apart (a pause of CLIENT_PAUSE_MS, redis-py's retries: seconds). The
@@ -57,177 +54,6 @@ CLIENT_PAUSE_MS = 2000
 # timeout. A bound well between the two holds on a loaded 2-core machine
 # (a call once took 0.19 s there in CI) and still fails on the retries.
 NOT_RETRIES = 1.0
-
-
-def fresh_key(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex}"
-
-
-# --------------------------------------------------------------- servers
-
-
-def binaries() -> tuple[str, str]:
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if server is None or cli is None:
-        pytest.fail(
-            "redis-server and redis-cli are needed for the Redis tests "
-            "(Debian: apt-get install redis-server redis-tools; ci/test installs them)",
-            pytrace=False,
-        )
-    return server, cli
-
-
-def free_port(cluster: bool = False) -> int:
-    """A free port on 127.0.0.1 (and, for a cluster node, its bus port + 10000)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if not cluster:
-            return port
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, port + 10000))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no free port")
-
-
-def ping(port: int) -> bool:
-    c = redis.Redis(host=HOST, port=port, socket_timeout=0.2, socket_connect_timeout=0.2, retry=None)
-    try:
-        return bool(c.ping())
-    except redis.exceptions.RedisError:
-        return False
-    finally:
-        c.close()
-
-
-class Server:
-    """One redis-server process on 127.0.0.1:port."""
-
-    def __init__(self, directory: pathlib.Path, port: Optional[int] = None, cluster: bool = False) -> None:
-        self.binary = binaries()[0]
-        self.dir = directory
-        self.cluster = cluster
-        self.port = port if port is not None else free_port(cluster)
-        self.proc: Optional[subprocess.Popen] = None
-
-    def start(self) -> "Server":
-        args = [
-            self.binary,
-            "--port", str(self.port),
-            "--bind", HOST,
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.dir),
-            "--logfile", str(self.dir / f"redis-{self.port}.log"),
-        ]
-        if self.cluster:
-            args += [
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", str(self.dir / f"nodes-{self.port}.conf"),
-                "--cluster-node-timeout", "2000",
-            ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):  # up to ~10 s
-            if ping(self.port):
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        log = (self.dir / f"redis-{self.port}.log")
-        raise AssertionError(f"redis-server on port {self.port} did not start: {log.read_text()[-2000:] if log.exists() else ''}")
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-            self.proc = None
-
-    def client(self, **kw: Any) -> redis.Redis:
-        return redis.Redis(host=HOST, port=self.port, **kw)
-
-    def admin(self, *args: Any) -> Any:
-        c = redis.Redis(host=HOST, port=self.port, socket_timeout=5)
-        try:
-            return c.execute_command(*args)
-        finally:
-            c.close()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("redis")).start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def own_server(tmp_path: pathlib.Path) -> Iterator[Server]:
-    """A server for one test (the fault tests kill theirs)."""
-    s = Server(tmp_path).start()
-    yield s
-    s.stop()
-
-
-class Cluster:
-    def __init__(self, nodes: list[Server]) -> None:
-        self.nodes = nodes
-
-    def client(self) -> redis.cluster.RedisCluster:
-        return redis.cluster.RedisCluster(host=HOST, port=self.nodes[0].port)
-
-    def async_client(self) -> redis.asyncio.cluster.RedisCluster:
-        return redis.asyncio.cluster.RedisCluster(host=HOST, port=self.nodes[0].port)
-
-    def owner(self, slot: int) -> int:
-        """The port of the master that serves `slot`."""
-        for start, end, master, *_ in self.nodes[0].admin("CLUSTER", "SLOTS"):
-            if start <= slot <= end:
-                return int(master[1])
-        raise AssertionError(f"slot {slot} is not served")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    _, cli = binaries()
-    directory = tmp_path_factory.mktemp("cluster")
-    nodes = [Server(directory, cluster=True) for _ in range(3)]
-    try:
-        for n in nodes:
-            n.start()
-        subprocess.run(
-            [cli, "--cluster", "create", *(f"{HOST}:{n.port}" for n in nodes), "--cluster-replicas", "0", "--cluster-yes"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=60,
-        )
-        for _ in range(300):  # up to ~15 s
-            states = [n.admin("CLUSTER", "INFO") for n in nodes]
-            if all(b"cluster_state:ok" in s for s in states):
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the cluster did not reach cluster_state:ok")
-        yield Cluster(nodes)
-    finally:
-        for n in nodes:
-            n.stop()
 
 
 # ------------------------------------------------------------ test vectors

@@ -6,25 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Iterator
-
-import pytest
 
 import ratebound.redis as rbr
-from test_redis import HOST, Server, fresh_key
+from redis_servers import HOST, Server, fresh_key
 
 RATE, BURST = 100, 5
 # Wake-ups come late on a loaded 2-core machine (asyncio, 300 tasks): a
 # window may gather tokens due up to this long before it. The old give-back
 # put about 60 tokens above the bound (see below).
 SLACK = 0.25
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("redis-give-back")).start()
-    yield s
-    s.stop()
 
 
 def worst_window(times: list[float]) -> tuple[float, int, float, float]:

@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 import redis
@@ -30,20 +30,15 @@ from test_redis import (  # noqa: F401 (cluster: a fixture)
     CLASSES,
     CLIENT_PAUSE_MS,
     FAIL_SOURCE,
-    HOST,
     SLACK,
     SPEC,
-    Cluster,
-    Server,
     Timed,
     assert_policy,
-    cluster,
     fields,
-    free_port,
-    fresh_key,
     holds,
     keys_per_master,
 )
+from redis_servers import HOST, Cluster, Server, free_port, fresh_key
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -62,20 +57,6 @@ def _collected_before() -> None:
 
 def url(server: Server, db: int = 0) -> str:
     return f"redis://{HOST}:{server.port}/{db}"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("redis-native")).start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def own_server(tmp_path: pathlib.Path) -> Iterator[Server]:
-    s = Server(tmp_path).start()
-    yield s
-    s.stop()
 
 
 def script_calls(server: Server) -> int:

@@ -35,7 +35,8 @@ import redis.asyncio
 import ratebound as rb
 import ratebound.httpx
 import ratebound.redis as rbr
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from partners import HttpPartner
+from redis_servers import HOST, Server, fresh_key
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -73,7 +74,7 @@ def within_bound_from(start: float, times: list[float], burst: int, rate: float)
 # ------------------------------------------------------------ the partner
 
 
-class Partner:
+class Partner(HttpPartner):
     """An HTTP partner on 127.0.0.1 that answers 200 to everything and
     notes when each request arrived."""
 
@@ -97,15 +98,7 @@ class Partner:
         class Server_(ThreadingHTTPServer):
             request_queue_size = 512  # 200 clients connect at once
 
-        self.httpd = Server_((HOST, 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://{HOST}:{self.httpd.server_address[1]}/v1/items"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler, "/v1/items", Server_)
 
 
 @pytest.fixture
@@ -305,13 +298,6 @@ def test_a_full_pool_queues_within_the_deadline(own_server: Server) -> None:
     assert short.check(key).source == "redis"
     short.close()
     client.close()
-
-
-@pytest.fixture
-def own_server(tmp_path: pathlib.Path) -> Iterator[Server]:
-    s = Server(tmp_path).start()
-    yield s
-    s.stop()
 
 
 # ------------------------------------------------------- typos are errors

@@ -7,29 +7,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
-import redis
 
 import ratebound as rb
-from test_redis import Server, fresh_key
+from redis_servers import Server, fresh_key, run_script as run
 
 SPEC = pathlib.Path(__file__).resolve().parents[3] / "spec" / "redis_wait.json"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("redis-wait-spec")).start()
-    yield s
-    s.stop()
-
-
-def run(client: redis.Redis, call: Any) -> list[int]:
-    try:
-        return list(client.evalsha(call.sha, 1, call.key, *call.args))
-    except redis.exceptions.NoScriptError:
-        return list(client.eval(call.text, 1, call.key, *call.args))
 
 
 def test_redis_wait_vectors_replay_against_redis(server: Server) -> None:

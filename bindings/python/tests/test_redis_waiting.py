@@ -16,7 +16,7 @@ import asyncio
 import math
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 import redis
@@ -25,7 +25,7 @@ import redis.asyncio
 import ratebound as rb
 import ratebound.redis as rbr
 from redis.crc import key_slot
-from test_redis import HOST, Cluster, Server, cluster, fresh_key  # noqa: F401 (a fixture)
+from redis_servers import HOST, Cluster, Server, fresh_key
 
 # One slot each 500 ms ("2/s burst 1"): no check below depends on a call
 # taking less than tens of ms.
@@ -36,13 +36,6 @@ PAUSE = 1.0
 LATE = 0.5
 # How early: the wait sleeps a delay in µs read from Redis' clock.
 EARLY = 0.005
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("redis-wait")).start()
-    yield s
-    s.stop()
 
 
 def script_calls(server: Server) -> int:

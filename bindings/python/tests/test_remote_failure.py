@@ -20,7 +20,6 @@ import threading
 import time
 import warnings
 from typing import Any, Callable, Iterator
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import pytest
@@ -31,7 +30,8 @@ from flask import Flask
 
 import ratebound as rb
 from test_gate_spec import free_port
-from test_redis import HOST, Server, fresh_key, server  # noqa: F401 (a fixture)
+from redis_servers import HOST, Server, fresh_key
+from routes_spec import wsgiref_serving
 
 
 @pytest.fixture(autouse=True)
@@ -46,11 +46,6 @@ def _collect_closed_loops_sockets() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
-
-
-class Quiet(WSGIRequestHandler):
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 def serve_asgi(app: Any) -> Iterator[str]:
@@ -71,14 +66,8 @@ def serve_asgi(app: Any) -> Iterator[str]:
 
 
 def serve_wsgi(app: Any) -> Iterator[str]:
-    srv = make_server(HOST, 0, app, handler_class=Quiet)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{HOST}:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        thread.join(timeout=10)
+    with wsgiref_serving(app) as url:
+        yield url
 
 
 def fastapi_app(**options: Any) -> Any:

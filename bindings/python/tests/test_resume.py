@@ -6,7 +6,7 @@ limiters' one call on Redis' clock with long pauses."""
 from __future__ import annotations
 
 import pathlib
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -14,16 +14,9 @@ import redis.asyncio
 
 import ratebound as rb
 import ratebound.redis as rbr
-from test_redis import HOST, Server, fresh_key
+from redis_servers import HOST, Server, fresh_key, run_script as run
 
 S = 1_000_000  # µs
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("redis-resume")).start()
-    yield s
-    s.stop()
 
 
 def test_a_lifted_pause_leaves_the_bucket_as_if_it_had_ended_then() -> None:
@@ -107,13 +100,6 @@ def test_shared_resume(tmp_path: pathlib.Path) -> None:
     assert 0 < k.check("alice").retry_after <= 0.5
     with pytest.raises(TypeError):
         k.resume(object())  # type: ignore[arg-type]
-
-
-def run(client: redis.Redis, call: Any) -> list[int]:
-    try:
-        return list(client.evalsha(call.sha, 1, call.key, *call.args))
-    except redis.exceptions.NoScriptError:
-        return list(client.eval(call.text, 1, call.key, *call.args))
 
 
 def test_the_redis_engine_resumes_at_explicit_times(server: Server) -> None:

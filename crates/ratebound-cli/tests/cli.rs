@@ -1,44 +1,20 @@
 //! The `ratebound` binary as a user runs it: output, exit codes, files.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 #[path = "support/png.rs"]
 mod png_image;
+#[path = "support/run.rs"]
+mod run;
+#[path = "support/svg.rs"]
+mod svg_chart;
 
-fn ratebound(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ratebound"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use run::{assert_usage_error, ratebound, stderr, stdout};
 
 /// A file under the target directory, fresh for this test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-tests");
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
-/// Fails with exit code 2 and exactly one line on stderr containing `needle`.
-fn assert_usage_error(args: &[&str], needle: &str) {
-    let o = ratebound(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err:?}");
-    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
+    run::scratch_in("cli-tests", name)
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
@@ -263,14 +239,11 @@ fn the_plot_is_a_png_of_the_svg_with_its_text_drawn() {
         );
     }
     // The PNG has the SVG's size, one pixel per unit.
-    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
-    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
-    let dim = |name| -> u32 {
-        let v = doc.root_element().attribute(name).expect(name);
-        v.parse().unwrap_or_else(|_| panic!("{name}={v:?}"))
-    };
+    let size = svg_chart::read(&svg)
+        .size
+        .expect("the SVG's width and height");
     let image = png_image::decode(&png);
-    assert_eq!((image.width, image.height), (dim("width"), dim("height")));
+    assert_eq!((image.width, image.height), size);
     assert_eq!(image.width, 1000);
     // One panel of 230 px per algorithm and scope below a 40 px title.
     assert!(
@@ -280,14 +253,7 @@ fn the_plot_is_a_png_of_the_svg_with_its_text_drawn() {
     );
     // Not blank: a white background with the series drawn in green
     // (admitted), red (refused) and blue (level) and anti-aliased edges.
-    let colours = image.colours();
-    assert!(colours > 50, "{colours} colours");
-    let white = image.white_share();
-    assert!((0.4..0.99).contains(&white), "white share {white}");
-    for (channel, name) in [(0, "red"), (1, "green"), (2, "blue")] {
-        let n = image.count_tinted(channel);
-        assert!(n > 200, "{n} {name} pixels");
-    }
+    image.assert_drawn(&[(0, "red"), (1, "green"), (2, "blue")]);
     // The title, alone in the top 40 px, is drawn: text needs the embedded
     // font (without one resvg drops text and this band stays white).
     let ink = image.dark_in_rows(0..40);
@@ -305,35 +271,17 @@ fn the_plot_is_an_svg_with_one_panel_per_algorithm() {
         svg.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
-    assert!(text.len() > 10_000, "{} bytes", text.len());
-    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    let texts: Vec<&str> = doc
-        .descendants()
-        .filter_map(|n| n.text())
-        .map(str::trim)
-        .collect();
-    for algo in [
+    let chart = svg_chart::read(&svg);
+    assert!(chart.len > 10_000, "{} bytes", chart.len);
+    chart.assert_panels(&[
         "token-bucket",
         "fixed-window",
         "sliding-window",
         "sliding-log",
         "leaky-bucket",
-    ] {
-        assert!(
-            texts.iter().any(|t| t.starts_with(algo)),
-            "no panel for {algo}"
-        );
-    }
-    assert!(
-        texts.iter().any(|t| t.contains("200 admitted")),
-        "the fixed window's 200"
-    );
-    let polylines = doc
-        .descendants()
-        .filter(|n| n.has_tag_name("polyline"))
-        .count();
+    ]);
+    assert!(chart.says("200 admitted"), "the fixed window's 200");
+    let polylines = chart.polylines;
     assert!(polylines >= 10, "{polylines} lines drawn");
 }
 

@@ -2,35 +2,21 @@
 //! fixed cap and the adaptive limit, as a user runs it.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
 #[path = "support/png.rs"]
 mod png_image;
+#[path = "support/run.rs"]
+mod run;
+#[path = "support/svg.rs"]
+mod svg_chart;
 
-fn ratebound(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ratebound"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use run::{assert_usage_error, ratebound, stderr, stdout};
 
 /// A file under the target directory, fresh for this test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("server-tests");
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    path
+    run::scratch_in("server-tests", name)
 }
 
 fn run_ok(args: &[&str]) -> String {
@@ -60,17 +46,6 @@ fn num(v: &Value, field: &str) -> f64 {
     v[field]
         .as_f64()
         .unwrap_or_else(|| panic!("{field} is not a number in {v}"))
-}
-
-/// Fails with exit code 2 and exactly one line on stderr containing `needle`.
-fn assert_usage_error(args: &[&str], needle: &str) {
-    let o = ratebound(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err:?}");
-    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
 }
 
 /// The overload: 4 workers of 20 ms (200/s) under 500 requests/s
@@ -330,29 +305,10 @@ fn the_chart_has_one_panel_per_variant() {
     args.extend(["--chart", svg.to_str().unwrap()]);
     let out = run_ok(&args);
     assert!(out.contains(&format!("plot: {}", svg.display())), "{out}");
-    let text = std::fs::read_to_string(&svg).expect("the SVG was written");
-    let doc = roxmltree::Document::parse(&text).expect("the SVG parses as XML");
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    let texts: Vec<&str> = doc
-        .descendants()
-        .filter_map(|n| n.text())
-        .map(str::trim)
-        .collect();
-    for name in ["none:", "fixed:4:", "auto:"] {
-        assert!(
-            texts.iter().any(|t| t.starts_with(name)),
-            "no panel for {name}"
-        );
-    }
-    assert!(
-        texts
-            .iter()
-            .any(|t| t.contains("1198 shed") || t.contains(" shed,"))
-    );
-    let polylines = doc
-        .descendants()
-        .filter(|n| n.has_tag_name("polyline"))
-        .count();
+    let chart = svg_chart::read(&svg);
+    chart.assert_panels(&["none:", "fixed:4:", "auto:"]);
+    assert!(chart.says("1198 shed") || chart.says(" shed,"));
+    let polylines = chart.polylines;
     // Per panel: 3x the service time, p99, in flight; a limit for two.
     assert!(polylines >= 11, "{polylines} lines drawn");
 }
@@ -367,15 +323,8 @@ fn the_chart_is_a_png_too() {
     let image = png_image::decode(&png);
     // 1000 wide; a 62 px heading and one 230 px panel per variant (3).
     assert_eq!((image.width, image.height), (1000, 62 + 230 * 3));
-    let colours = image.colours();
-    assert!(colours > 50, "{colours} colours");
-    let white = image.white_share();
-    assert!((0.4..0.99).contains(&white), "white share {white}");
     // The p99 lines (red) and the limits (blue: fixed:4 and auto).
-    for (channel, name) in [(0, "red"), (2, "blue")] {
-        let n = image.count_tinted(channel);
-        assert!(n > 200, "{n} {name} pixels");
-    }
+    image.assert_drawn(&[(0, "red"), (2, "blue")]);
     // The heading's two lines of text, in the embedded font.
     let ink = image.dark_in_rows(0..62);
     assert!(ink > 500, "{ink} dark pixels in the heading");

@@ -13,7 +13,7 @@ use ratebound_client::{Error, RateLimitMiddleware};
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter};
 use redis::aio::ConnectionManager;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
-use support::{Events, Hit, Partner, Redis, fresh, reply, reqwest_client, strict};
+use support::{Events, Hit, Partner, Redis, call_all, fresh, reply, reqwest_client, strict};
 
 /// One instance's limiter: its own connection, listening for the other
 /// instances' pauses; a 1 s deadline per Redis call (the default 50 ms is
@@ -35,26 +35,6 @@ fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest_client())
         .with(middleware)
         .build()
-}
-
-/// `per` calls from each client at once; their statuses.
-async fn call_all(clients: &[ClientWithMiddleware], per: usize, url: &str) -> Vec<u16> {
-    let mut calls = tokio::task::JoinSet::new();
-    for client in clients {
-        for _ in 0..per {
-            let (client, url) = (client.clone(), url.to_string());
-            calls.spawn(async move {
-                client
-                    .get(url)
-                    .send()
-                    .await
-                    .expect("send")
-                    .status()
-                    .as_u16()
-            });
-        }
-    }
-    calls.join_all().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

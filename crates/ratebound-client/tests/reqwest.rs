@@ -14,7 +14,7 @@ use std::time::Duration;
 use ratebound::{Quota, TokenBucket, TokioClock};
 use ratebound_client::{Error, RateLimitMiddleware};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
-use support::{Events, Partner, reply, reqwest_client, strict};
+use support::{Events, Partner, call_all, reply, reqwest_client, strict};
 use tokio::time::Instant;
 
 fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
@@ -39,20 +39,7 @@ async fn thirty_concurrent_calls_wait_their_turn_and_none_is_refused() {
             .expect("middleware"),
     );
     let start = Instant::now();
-    let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..30 {
-        let (client, url) = (client.clone(), partner.url("/items"));
-        calls.spawn(async move {
-            client
-                .get(url)
-                .send()
-                .await
-                .expect("send")
-                .status()
-                .as_u16()
-        });
-    }
-    let statuses = calls.join_all().await;
+    let statuses = call_all(&[client], 30, &partner.url("/items")).await;
     let elapsed = start.elapsed();
     assert_eq!(
         statuses.iter().filter(|s| **s == 200).count(),

@@ -14,13 +14,8 @@ use ratebound_redis::{
 };
 use redis::aio::ConnectionManager;
 use serde_json::Value;
-use support::{Server, fresh};
+use support::{Server, fresh, manager};
 use vectors::{config_of, observed};
-
-async fn manager(url: &str) -> ConnectionManager {
-    let client = redis::Client::open(url).expect("url");
-    ConnectionManager::new(client).await.expect("connect")
-}
 
 /// Sends `(evalsha, eval)`: the second only on `NOSCRIPT`.
 async fn send(conn: &mut ConnectionManager, (evalsha, eval): (redis::Cmd, redis::Cmd)) -> Vec<i64> {

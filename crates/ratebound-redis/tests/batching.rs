@@ -12,22 +12,7 @@ use std::time::{Duration, Instant};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
-use support::{Cluster, Server, fresh};
-
-async fn manager(url: &str) -> ConnectionManager {
-    let client = redis::Client::open(url).expect("url");
-    ConnectionManager::new(client).await.expect("connect")
-}
-
-/// `EVALSHA` and `EVAL` calls so far (`INFO commandstats`).
-async fn script_calls(conn: &mut ConnectionManager) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    support::script_calls(&info)
-}
+use support::{Cluster, Server, fresh, manager, script_calls_of};
 
 fn config(quota: &str, batch: bool) -> Config {
     let mut c = Config::new(Algorithm::TokenBucket(Quota::parse(quota).unwrap()));
@@ -84,9 +69,9 @@ async fn a_burst_of_200_concurrent_checks_admits_exactly_the_burst() {
         )
         .unwrap();
         let key = fresh("burst");
-        let before = script_calls(&mut admin).await;
+        let before = script_calls_of(&mut admin).await;
         let decisions = concurrently(&limiter, 200, 1, move |_, _| key.clone()).await;
-        let calls = script_calls(&mut admin).await - before;
+        let calls = script_calls_of(&mut admin).await - before;
         assert_eq!(decisions.len(), 200);
         assert!(decisions.iter().all(|d| d.source() == Source::Redis));
         let admitted = decisions.iter().filter(|d| d.is_allowed()).count();
@@ -129,12 +114,12 @@ async fn sixty_four_in_flight_batch_and_decide_alike() {
         )
         .unwrap();
         let prefix = fresh("many");
-        let before = script_calls(&mut admin).await;
+        let before = script_calls_of(&mut admin).await;
         let decisions = concurrently(&limiter, 64, 20, move |t, i| {
             format!("{prefix}:{t}:{}", i % 11)
         })
         .await;
-        let calls = script_calls(&mut admin).await - before;
+        let calls = script_calls_of(&mut admin).await - before;
         let checks = decisions.len() as u64;
         assert_eq!(checks, 64 * 20);
         assert!(decisions.iter().all(|d| d.source() == Source::Redis));
@@ -209,9 +194,9 @@ async fn callers_that_give_up_do_not_break_the_others() {
         .count();
     assert_eq!(answered, waited, "every caller that waited was answered");
     // Afterwards: still batching, still answering.
-    let before = script_calls(&mut admin).await;
+    let before = script_calls_of(&mut admin).await;
     let decisions = concurrently(&limiter, 64, 5, move |t, i| format!("after:{t}:{i}")).await;
-    let calls = script_calls(&mut admin).await - before;
+    let calls = script_calls_of(&mut admin).await - before;
     assert!(decisions.iter().all(|d| d.source() == Source::Redis));
     assert!(calls < 64 * 5, "{calls} calls for {} checks", 64 * 5);
 }
@@ -285,12 +270,7 @@ async fn a_server_killed_under_batches_answers_every_caller() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_batches_per_slot_and_never_crosses_slots() {
     let cluster = Cluster::start();
-    let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
-    let conn = client.get_async_connection().await.unwrap();
-    let mut nodes = Vec::new();
-    for url in cluster.urls() {
-        nodes.push(manager(&url).await);
-    }
+    let (conn, mut nodes) = cluster.connect().await;
     let mut c = Config::new(Algorithm::TokenBucket(
         Quota::parse("1/hour burst 20").unwrap(),
     ));
@@ -329,7 +309,7 @@ async fn a_cluster_batches_per_slot_and_never_crosses_slots() {
     let before: Vec<u64> = {
         let mut v = Vec::new();
         for n in &mut nodes {
-            v.push(script_calls(n).await);
+            v.push(script_calls_of(n).await);
         }
         v
     };
@@ -366,7 +346,7 @@ async fn a_cluster_batches_per_slot_and_never_crosses_slots() {
     }
     let mut calls = 0;
     for (n, b) in nodes.iter_mut().zip(&before) {
-        let here = script_calls(n).await - b;
+        let here = script_calls_of(n).await - b;
         assert!(here > 0, "every master ran scripts");
         calls += here;
     }

@@ -19,19 +19,7 @@ use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, SentinelConnection, Source};
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
-use support::{free_port, fresh};
-
-/// A free port for a cluster node: at most 55535 (Redis refuses more: its
-/// cluster bus listens 10000 above), with the bus port free too.
-fn cluster_port() -> u16 {
-    for _ in 0..1000 {
-        let port = free_port();
-        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port for a cluster node");
-}
+use support::{free_cluster_port, free_port, fresh};
 
 /// A cluster node with a short `cluster-node-timeout` (fast failover),
 /// stopped on drop.
@@ -52,7 +40,7 @@ impl Node {
             "--cluster-node-timeout",
             "500",
         ];
-        Node::launch(cluster_port(), &cluster, None)
+        Node::launch(free_cluster_port(), &cluster, None)
     }
 
     /// A plain node, or a sentinel when given its configuration file.

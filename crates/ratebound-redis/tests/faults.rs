@@ -19,15 +19,10 @@ use std::time::{Duration, Instant};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
-use support::{Server, fresh};
+use support::{Server, fresh, manager};
 
 /// One test at a time: each pauses or kills its server.
 static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn manager(url: &str) -> ConnectionManager {
-    let client = redis::Client::open(url).expect("url");
-    ConnectionManager::new(client).await.expect("connect")
-}
 
 /// A call's time at most: its deadline, and generous slack (liveness) for a
 /// loaded machine.

@@ -13,14 +13,9 @@ use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
-use support::{Server, fresh};
+use support::{Server, fresh, manager};
 
 type Limiter = RedisLimiter<ConnectionManager>;
-
-async fn manager(url: &str) -> ConnectionManager {
-    let client = redis::Client::open(url).expect("url");
-    ConnectionManager::new(client).await.expect("connect")
-}
 
 fn bucket(quota: &str) -> Algorithm {
     Algorithm::TokenBucket(Quota::parse(quota).unwrap())

@@ -13,13 +13,8 @@ use ratebound::{Quota, TokenBucket};
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
 use serde_json::Value;
-use support::{Cluster, Server, fresh};
+use support::{Cluster, Server, fresh, manager, script_calls_of};
 use vectors::{config_of, observed};
-
-async fn manager(url: &str) -> ConnectionManager {
-    let client = redis::Client::open(url).expect("url");
-    ConnectionManager::new(client).await.expect("connect")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spec_vectors_replay_against_real_redis() {
@@ -90,7 +85,7 @@ async fn fifty_instances_share_one_limit() {
         }
         let admitted = Arc::new(AtomicU64::new(0));
         let run = Duration::from_secs(3);
-        let before = evalsha_calls(&mut admin).await;
+        let before = script_calls_of(&mut admin).await;
         let start = Instant::now();
         let mut tasks = Vec::new();
         for limiter in &instances {
@@ -121,7 +116,7 @@ async fn fifty_instances_share_one_limit() {
             checks += sources.len() as u64;
         }
         let elapsed = start.elapsed().as_secs_f64();
-        let calls = evalsha_calls(&mut admin).await - before;
+        let calls = script_calls_of(&mut admin).await - before;
         let admitted = admitted.load(Ordering::Relaxed) as f64;
         let bound = 20.0 + 10.0 * elapsed;
         println!(
@@ -168,12 +163,7 @@ async fn fifty_instances_share_one_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_holds_the_bound_per_key_on_every_master() {
     let cluster = Cluster::start();
-    let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
-    let conn = client.get_async_connection().await.unwrap();
-    let mut nodes = Vec::new();
-    for url in cluster.urls() {
-        nodes.push(manager(&url).await);
-    }
+    let (conn, mut nodes) = cluster.connect().await;
     let mut c = Config::new(Algorithm::TokenBucket(Quota::parse("5/s burst 5").unwrap()));
     c.timeout = Duration::from_secs(1);
     let limiter = RedisLimiter::new(c, conn).unwrap();
@@ -236,15 +226,6 @@ async fn a_cluster_holds_the_bound_per_key_on_every_master() {
     );
 }
 
-async fn evalsha_calls(conn: &mut ConnectionManager) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    support::script_calls(&info)
-}
-
 /// Leasing, for k = 1, 10, 100 with four instances of two tasks each:
 /// under the limit (800 requests, burst 1000) every request passes and the
 /// round trips drop by about k; then overloaded for 0.5 s, the global bound
@@ -288,11 +269,11 @@ async fn leasing_keeps_the_bound_and_saves_round_trips() {
             tasks
         };
         // Under the limit: 8 × 100 requests.
-        let before = evalsha_calls(&mut admin).await;
+        let before = script_calls_of(&mut admin).await;
         for t in run(100, Duration::from_secs(30)) {
             t.await.unwrap();
         }
-        let calls = evalsha_calls(&mut admin).await - before;
+        let calls = script_calls_of(&mut admin).await - before;
         let under = admitted.load(Ordering::Relaxed);
         assert_eq!(under, 800, "lease {k}: all pass under the limit");
         // Overloaded for half a second.

@@ -10,15 +10,10 @@ use std::time::{Duration, Instant};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, RedisReservation, Source};
 use redis::aio::ConnectionManager;
-use support::{Server, fresh};
+use support::{Server, fresh, manager, script_calls_of};
 use tokio::sync::Mutex;
 
 type Limiter = RedisLimiter<ConnectionManager>;
-
-async fn manager(url: &str) -> ConnectionManager {
-    let client = redis::Client::open(url).expect("url");
-    ConnectionManager::new(client).await.expect("connect")
-}
 
 async fn bucket(server: &Server, quota: &str, on_error: OnError) -> Limiter {
     let mut c = Config::new(Algorithm::TokenBucket(Quota::parse(quota).unwrap()));
@@ -27,20 +22,11 @@ async fn bucket(server: &Server, quota: &str, on_error: OnError) -> Limiter {
     RedisLimiter::new(c, manager(&server.url()).await).unwrap()
 }
 
-async fn script_calls(conn: &mut ConnectionManager) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    support::script_calls(&info)
-}
-
 /// Waits until Redis has served `want` script calls in all (bounded):
 /// the instant a call of another task has reached Redis.
 async fn until_calls(admin: &mut ConnectionManager, want: u64) {
     let start = Instant::now();
-    while script_calls(admin).await < want {
+    while script_calls_of(admin).await < want {
         assert!(start.elapsed() < Duration::from_secs(10), "no call {want}");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -69,7 +55,7 @@ async fn fifty_instances_wait_in_one_order_with_one_call_each() {
     let mut admin = manager(&server.url()).await;
     let key = fresh("fifty");
     let instances = warm_instances(&server, 50, "50/s burst 10").await;
-    let before = script_calls(&mut admin).await;
+    let before = script_calls_of(&mut admin).await;
     let done = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -89,7 +75,7 @@ async fn fifty_instances_wait_in_one_order_with_one_call_each() {
     for t in tasks {
         t.await.unwrap();
     }
-    let calls = script_calls(&mut admin).await - before;
+    let calls = script_calls_of(&mut admin).await - before;
     let mut times = done.lock().await.clone();
     times.sort();
     assert_eq!(times.len(), 150);
@@ -118,7 +104,7 @@ async fn instances_are_served_in_the_order_their_reservations_reached_redis() {
     let mut admin = manager(&server.url()).await;
     let key = fresh("order");
     let instances = warm_instances(&server, 6, "2/s burst 1").await;
-    let before = script_calls(&mut admin).await;
+    let before = script_calls_of(&mut admin).await;
     let t0 = Instant::now();
     let mut first_reserved = Duration::ZERO;
     let mut tasks = Vec::new();
@@ -228,7 +214,7 @@ async fn reservations_share_one_order_and_cancel_gives_the_slot_back() {
     assert!(s4.is(&s0, ms(3)), "slot 3 again: {:?}", r4.delay());
     // A dropped reservation gives its tokens back too (from a spawned
     // task: waited for as Redis' next script call).
-    let calls = script_calls(&mut admin).await;
+    let calls = script_calls_of(&mut admin).await;
     drop(r4);
     until_calls(&mut admin, calls + 1).await;
     let (r5, s5) = reserve(&a, &key, origin).await;
@@ -236,7 +222,7 @@ async fn reservations_share_one_order_and_cancel_gives_the_slot_back() {
     held.push(r5);
     // A dropped acquire gives its reservation (slot 4) back as well:
     // dropped once its reservation has reached Redis.
-    let calls = script_calls(&mut admin).await;
+    let calls = script_calls_of(&mut admin).await;
     {
         let waiting = a.acquire_n(&key, 1, None);
         tokio::pin!(waiting);
@@ -350,7 +336,7 @@ async fn waiters_already_sleeping_move_past_a_pause_made_elsewhere() {
     let b = bucket(&server, "2/s burst 1", OnError::Closed).await;
     // The script is loaded: every call below is one EVALSHA.
     b.check(fresh("warm")).await.unwrap();
-    let before = script_calls(&mut admin).await;
+    let before = script_calls_of(&mut admin).await;
     let pause = Duration::from_millis(1000);
     let t0 = Instant::now();
     let tasks = waiters(&a, &key, 5, t0);
@@ -382,7 +368,7 @@ async fn waiters_already_sleeping_move_past_a_pause_made_elsewhere() {
         );
         assert!(done[i - 1] < *t, "out of order: {done:?}");
     }
-    let calls = script_calls(&mut admin).await - before;
+    let calls = script_calls_of(&mut admin).await - before;
     assert_eq!(
         calls,
         5 + 1,
@@ -578,12 +564,12 @@ async fn leases_serve_waits_first() {
     let b = RedisLimiter::new(leased(0), manager(&server.url()).await).unwrap();
     // A's check leases 5: 1 used, 4 held.
     assert!(a.check(&key).await.unwrap().is_allowed());
-    let before = script_calls(&mut admin).await;
+    let before = script_calls_of(&mut admin).await;
     for _ in 0..4 {
         assert_eq!(a.acquire_n(&key, 1, None).await.unwrap(), Source::Lease);
     }
     assert_eq!(
-        script_calls(&mut admin).await - before,
+        script_calls_of(&mut admin).await - before,
         0,
         "served by the lease"
     );

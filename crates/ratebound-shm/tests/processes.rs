@@ -2,27 +2,22 @@
 //! workers), `kill -9` in the middle of a run, and every way a file can be
 //! wrong.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::bucket;
+use ratebound::KeyedAlgorithm;
 use ratebound::any::Key;
-use ratebound::{KeyedAlgorithm, Quota};
 use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
 
 /// A fresh directory for one test.
 fn dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("shm-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("test dir");
-    d
-}
-
-fn bucket(q: &str) -> KeyedAlgorithm {
-    KeyedAlgorithm::TokenBucket(Quota::parse(q).expect("quota"))
+    common::dir("shm", name)
 }
 
 /// Runs the test `test` of this binary again in a new process, as a worker

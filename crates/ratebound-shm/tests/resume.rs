@@ -1,26 +1,22 @@
 //! `resume` on shared memory: two handles on one file, at explicit
 //! instants (the system clock's readings, moved forward by hand).
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::bucket;
 use ratebound::any::{Key, Wait};
-use ratebound::{KeyedAlgorithm, Quota, Resumed};
+use ratebound::{KeyedAlgorithm, Resumed};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;
 
+/// A fresh directory for one test.
 fn dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("shm-resume-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("test dir");
-    d
-}
-
-fn bucket(q: &str) -> KeyedAlgorithm {
-    KeyedAlgorithm::TokenBucket(Quota::parse(q).expect("quota"))
+    common::dir("shm-resume", name)
 }
 
 #[test]

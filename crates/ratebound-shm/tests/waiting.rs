@@ -2,27 +2,23 @@
 //! processes (this test binary re-run as workers), `kill -9` of a waiting
 //! process, and bad input.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::bucket;
+use ratebound::KeyedAlgorithm;
 use ratebound::any::{Key, Wait};
-use ratebound::{KeyedAlgorithm, Quota};
 use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
 
 const MS: u64 = 1_000_000;
 
+/// A fresh directory for one test.
 fn dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("shm-wait-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("test dir");
-    d
-}
-
-fn bucket(q: &str) -> KeyedAlgorithm {
-    KeyedAlgorithm::TokenBucket(Quota::parse(q).expect("quota"))
+    common::dir("shm-wait", name)
 }
 
 fn window(limit: u64, ms: u64) -> KeyedAlgorithm {

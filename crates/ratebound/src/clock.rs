@@ -28,41 +28,24 @@ pub trait Clock: Send + Sync {
     }
 }
 
-impl<C: Clock + ?Sized> Clock for &C {
-    #[inline]
-    fn now(&self) -> u64 {
-        (**self).now()
-    }
+/// A reference or smart pointer to a clock reads that clock.
+macro_rules! clock_through_pointer {
+    ($($pointer:ty),*) => {$(
+        impl<C: Clock + ?Sized> Clock for $pointer {
+            #[inline]
+            fn now(&self) -> u64 {
+                (**self).now()
+            }
 
-    #[inline]
-    fn bounded(&self) -> bool {
-        (**self).bounded()
-    }
+            #[inline]
+            fn bounded(&self) -> bool {
+                (**self).bounded()
+            }
+        }
+    )*};
 }
 
-impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
-    #[inline]
-    fn now(&self) -> u64 {
-        (**self).now()
-    }
-
-    #[inline]
-    fn bounded(&self) -> bool {
-        (**self).bounded()
-    }
-}
-
-impl<C: Clock + ?Sized> Clock for Box<C> {
-    #[inline]
-    fn now(&self) -> u64 {
-        (**self).now()
-    }
-
-    #[inline]
-    fn bounded(&self) -> bool {
-        (**self).bounded()
-    }
-}
+clock_through_pointer!(&C, std::sync::Arc<C>, Box<C>);
 
 /// The default clock: monotonic time since the first reading in the process.
 ///

@@ -18,6 +18,18 @@ fn quota(q: &str) -> Quota {
     Quota::parse(q).expect("quota")
 }
 
+/// A token bucket of 10/s, burst 1, on a manual clock.
+fn ten_a_second() -> (ManualClock, AnyLimiter) {
+    let clock = ManualClock::new();
+    let tb = AnyLimiter::token_bucket(
+        Rate::Text("10/s"),
+        Some(1.0),
+        AnyClock::Manual(clock.clone()),
+    )
+    .expect("bucket");
+    (clock, tb)
+}
+
 #[test]
 fn a_pause_empties_the_bucket_until_its_end_then_refills_at_the_rate() {
     let clock = ManualClock::new();
@@ -91,13 +103,7 @@ fn a_pause_moves_queued_reservations_past_it_in_their_order() {
 
 #[test]
 fn waiters_holding_reservations_move_past_a_later_pause_in_their_order() {
-    let clock = ManualClock::new();
-    let tb = AnyLimiter::token_bucket(
-        Rate::Text("10/s"),
-        Some(1.0),
-        AnyClock::Manual(clock.clone()),
-    )
-    .expect("bucket");
+    let (clock, tb) = ten_a_second();
     assert!(tb.try_acquire());
     // Three waiters hold slots 100, 200 and 300 ms ahead.
     let mut waiters: Vec<Waiter> = (0..3)
@@ -135,13 +141,7 @@ fn waiters_holding_reservations_move_past_a_later_pause_in_their_order() {
 
 #[test]
 fn an_abandoned_moved_waiter_gives_back_its_moved_slot_never_into_the_pause() {
-    let clock = ManualClock::new();
-    let tb = AnyLimiter::token_bucket(
-        Rate::Text("10/s"),
-        Some(1.0),
-        AnyClock::Manual(clock.clone()),
-    )
-    .expect("bucket");
+    let (clock, tb) = ten_a_second();
     assert!(tb.try_acquire());
     let mut w = tb.waiter(1, None, u64::MAX).expect("waiter");
     assert!(matches!(tb.wait_step(&mut w), Ok(Wait::Sleep(_))));
@@ -159,13 +159,7 @@ fn an_abandoned_moved_waiter_gives_back_its_moved_slot_never_into_the_pause() {
 
 #[test]
 fn a_waiter_after_a_pause_sleeps_past_it() {
-    let clock = ManualClock::new();
-    let tb = AnyLimiter::token_bucket(
-        Rate::Text("10/s"),
-        Some(1.0),
-        AnyClock::Manual(clock.clone()),
-    )
-    .expect("bucket");
+    let (clock, tb) = ten_a_second();
     tb.pause(0.5).expect("pause");
     let mut w = tb.waiter(1, Some(0.55), u64::MAX).expect("waiter");
     // Reserved 0.6 s ahead, within the timeout? No: 0.6 > 0.55, at once.

@@ -64,6 +64,20 @@ impl Image {
             .count()
     }
 
+    /// Asserts a chart is drawn, not blank: a white background (40 % to
+    /// 99 % of the pixels) with more than 50 colours (anti-aliased edges),
+    /// and more than 200 pixels tinted by each of `series` (channel, name).
+    pub fn assert_drawn(&self, series: &[(usize, &str)]) {
+        let colours = self.colours();
+        assert!(colours > 50, "{colours} colours");
+        let white = self.white_share();
+        assert!((0.4..0.99).contains(&white), "white share {white}");
+        for &(channel, name) in series {
+            let n = self.count_tinted(channel);
+            assert!(n > 200, "{n} {name} pixels");
+        }
+    }
+
     /// Dark opaque pixels (text ink: each channel below 100) in `rows`.
     pub fn dark_in_rows(&self, rows: Range<u32>) -> usize {
         let row_bytes = self.width as usize * 4;

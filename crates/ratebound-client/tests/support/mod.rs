@@ -215,6 +215,31 @@ pub fn reqwest_client() -> reqwest::Client {
         .expect("client")
 }
 
+/// `per` GETs of `url` from each of `clients` at once; their statuses.
+#[cfg(feature = "reqwest")]
+pub async fn call_all(
+    clients: &[reqwest_middleware::ClientWithMiddleware],
+    per: usize,
+    url: &str,
+) -> Vec<u16> {
+    let mut calls = tokio::task::JoinSet::new();
+    for client in clients {
+        for _ in 0..per {
+            let (client, url) = (client.clone(), url.to_string());
+            calls.spawn(async move {
+                client
+                    .get(url)
+                    .send()
+                    .await
+                    .expect("send")
+                    .status()
+                    .as_u16()
+            });
+        }
+    }
+    calls.join_all().await
+}
+
 // ---- Redis: the servers of crates/ratebound-redis/tests/support ----
 
 #[path = "../../../ratebound-redis/tests/support/mod.rs"]

@@ -170,6 +170,23 @@ impl Cluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
     }
+
+    /// A cluster connection, and a connection manager to each master (in
+    /// the order of `nodes`).
+    pub async fn connect(
+        &self,
+    ) -> (
+        redis::cluster_async::ClusterConnection,
+        Vec<redis::aio::ConnectionManager>,
+    ) {
+        let client = redis::cluster::ClusterClient::new(self.urls()).unwrap();
+        let conn = client.get_async_connection().await.unwrap();
+        let mut nodes = Vec::new();
+        for url in self.urls() {
+            nodes.push(manager(&url).await);
+        }
+        (conn, nodes)
+    }
 }
 
 /// A fresh key for one test (a shared server never sees it twice).
@@ -180,6 +197,25 @@ pub fn fresh(name: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!("{name}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A connection manager to the server at `url`.
+pub async fn manager(url: &str) -> redis::aio::ConnectionManager {
+    let client = redis::Client::open(url).expect("url");
+    redis::aio::ConnectionManager::new(client)
+        .await
+        .expect("connect")
+}
+
+/// The script calls (`EVALSHA` and `EVAL`) the server of `conn` has run so
+/// far (`INFO commandstats`).
+pub async fn script_calls_of(conn: &mut redis::aio::ConnectionManager) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    script_calls(&info)
 }
 
 /// The script calls (`EVALSHA` and `EVAL`) an `INFO commandstats` reply
