@@ -50,6 +50,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<redis::RedisAcquisition>()?;
     m.add_class::<redis::RedisStats>()?;
     m.add_function(wrap_pyfunction!(redis::_misconfigured, m)?)?;
+    m.add_function(wrap_pyfunction!(redis::_ran_late, m)?)?;
     // The native Redis connection (a URL in place of a redis-py client).
     m.add_class::<native_redis::NativeRedis>()?;
     m.add_class::<native_redis::NativeCompletions>()?;

@@ -25,6 +25,10 @@ enum Script {
     Silent,
     /// Answers after the delay: every key granted, due in `wait_us`.
     After(Duration, i64),
+    /// The client's own runtime stalls for the duration as the call goes
+    /// out (the clock jumps: every timer due meanwhile fires late, as in a
+    /// starved process), and the server never answers.
+    Stall(Duration),
 }
 
 /// A connection whose server follows a [`Script`]; it counts the commands
@@ -79,6 +83,10 @@ impl ConnectionLike for Scripted {
         Box::pin(async move {
             match script {
                 Script::Silent => std::future::pending().await,
+                Script::Stall(d) => {
+                    tokio::time::advance(d).await;
+                    std::future::pending().await
+                }
                 Script::After(delay, wait_us) => {
                     tokio::time::sleep(delay).await;
                     let one = [1, 0, wait_us, wait_us, 1, 0, 0];
@@ -299,6 +307,7 @@ async fn callers_still_queued_at_their_deadline_are_busy_only_while_redis_answer
         let (first_at, left_at) = match script {
             Script::Silent => (DEADLINE, DEADLINE + Duration::from_millis(2)),
             Script::After(..) => (Duration::from_millis(40), Duration::from_millis(52)),
+            Script::Stall(_) => unreachable!("not run here"),
         };
         // The first 17 went out at 0 ms (alone, then a batch of 16).
         for (i, a) in answers[..17].iter().enumerate() {
@@ -356,4 +365,31 @@ async fn a_caller_gone_while_its_reservation_is_in_flight_gives_it_back() {
             "{last:?}"
         );
     }
+}
+
+/// A client too busy to run its own timers (a starved process: here the
+/// clock jumps 200 ms past every deadline while the first call goes out)
+/// cannot tell Redis' silence from its own lateness: its callers, sent or
+/// still queued, are refused as busy — the client's own overload — and
+/// neither the fail policy nor the breaker hears of it. On a runtime that
+/// keeps time, the same silent server gets the fail policy
+/// (`a_silent_server_gets_the_fail_policy_exactly_at_the_deadline`).
+#[tokio::test(start_paused = true)]
+async fn a_client_whose_timers_run_late_is_busy_not_the_fail_policy() {
+    let conn = Scripted::new(Script::Stall(Duration::from_millis(200)));
+    let limiter = limiter(OnError::Open, &conn, 100);
+    let checks: Vec<_> = (0..20)
+        .map(|i| {
+            let l = limiter.clone();
+            tokio::spawn(async move { l.check(format!("stall-{i}")).await.unwrap() })
+        })
+        .collect();
+    for c in checks {
+        let d = c.await.unwrap();
+        assert_eq!(d.source(), Source::Busy, "{d:?}");
+        assert!(!d.is_allowed());
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.fail_policy(), 0, "{stats:?}");
+    assert!(!stats.breaker_open, "{stats:?}");
 }

@@ -68,6 +68,16 @@ pub(crate) fn misconfigured(py: Python<'_>, error: &str) -> Option<PyErr> {
     ratebound_redis::misconfiguration(error).map(|e| py_err(py, e))
 }
 
+/// `_ran_late(overshoot, timeout)` (seconds): whether a deadline's timer
+/// that fired `overshoot` past the deadline of a call with `timeout` says
+/// the client itself was late (`ratebound_redis::plan::ran_late`: a call
+/// timed out that way is the client's own overload, refused as busy).
+#[pyfunction]
+pub(crate) fn _ran_late(overshoot: f64, timeout: f64) -> bool {
+    let secs = |s: f64| std::time::Duration::try_from_secs_f64(s).unwrap_or_default();
+    overshoot > 0.0 && ratebound_redis::plan::ran_late(secs(overshoot), secs(timeout))
+}
+
 /// `_misconfigured(error)`: the `StoreMisconfigured` exception an error
 /// text says, or None (for a runner that meets it outside a call).
 #[pyfunction]

@@ -535,7 +535,10 @@ mod tests {
         let e = bad(&["redis://a:1"], false, Some("/nonexistent.pem"));
         assert!(e.contains("a CA file is for a rediss:// URL"), "{e}");
         let e = bad(&["rediss://a:1"], false, Some("/nonexistent/ca.pem"));
-        assert!(e.contains("invalid ssl_ca_certs \"/nonexistent/ca.pem\""), "{e}");
+        assert!(
+            e.contains("invalid ssl_ca_certs \"/nonexistent/ca.pem\""),
+            "{e}"
+        );
         assert!(bad(&["redis+cluster:///tmp/x.sock"], false, None).contains("url"));
     }
 
@@ -550,7 +553,10 @@ mod tests {
             Some(("db.example".to_string(), 6380))
         );
         let list = Target::parse(&["redis://a:1".to_string()], true, None).expect("a list");
-        assert!(list.is_cluster(), "a list names a cluster's nodes, even a list of one");
+        assert!(
+            list.is_cluster(),
+            "a list names a cluster's nodes, even a list of one"
+        );
         assert_eq!(list.pubsub_clients().len(), 1);
         assert_eq!(
             redacted("redis://user:pw@h:1/0?x=1"),

@@ -15,12 +15,15 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
-use crate::plan::{Answer, Batch, Enter, Group, Planner, Queued, Reply, Request, Tuning};
+use crate::plan::{Answer, Batch, Enter, Group, Planner, Queued, Reply, Request, Tuning, ran_late};
 use crate::{Call, Engine};
 
 /// Runs `request`: `EVALSHA`, then on `NOSCRIPT` its `EVAL` once, within
-/// `timeout`: the reply's integers, or what went wrong. A reply is news for
+/// `timeout`: the reply's integers, or what went wrong (a deadline whose
+/// timer [ran late](ran_late) is the client's own: [`Answer::Unsent`]). A
+/// reply is news for
 /// each engine of `heard` the moment it lands (Redis is alive: see
 /// [`Engine::heard_from_redis`]), before any caller reads it.
 async fn query<'e, C: ConnectionLike>(
@@ -35,7 +38,8 @@ async fn query<'e, C: ConnectionLike>(
             other => other,
         }
     };
-    match tokio::time::timeout(timeout, attempt).await {
+    let deadline = Instant::now() + timeout;
+    match tokio::time::timeout_at(deadline, attempt).await {
         Ok(Ok(value)) => {
             for engine in heard {
                 engine.heard_from_redis();
@@ -43,6 +47,7 @@ async fn query<'e, C: ConnectionLike>(
             Reply::of_value(&value)
         }
         Ok(Err(e)) => Err(Answer::Failed(crate::driver::failure_text(&e))),
+        Err(_) if ran_late(Instant::now() - deadline, timeout) => Err(Answer::Unsent),
         Err(_) => Err(Answer::Timeout),
     }
 }
@@ -165,10 +170,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
         if let Some(batch) = batch {
             launch(self.flight(group), batch);
         }
-        match tokio::time::timeout(engine.timeout(), &mut rx).await {
+        let deadline = Instant::now() + engine.timeout();
+        match tokio::time::timeout_at(deadline, &mut rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
-            Err(_) => give_up(&fate, engine),
+            Err(_) => give_up(&fate, engine, Instant::now() - deadline),
         }
     }
 
@@ -203,12 +209,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
             let pump = self.clone();
             tokio::spawn(async move { pump.send(batch).await });
         }
-        let start = tokio::time::Instant::now();
+        let start = Instant::now();
         let mut answers = Vec::with_capacity(waits.len());
         for (rx, timeout) in waits {
             answers.push(match tokio::time::timeout_at(start + timeout, rx).await {
                 Ok(Ok(answer)) => answer,
                 Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
+                Err(_) if ran_late(Instant::now() - (start + timeout), timeout) => Answer::Unsent,
                 Err(_) => Answer::Timeout,
             });
         }
@@ -261,12 +268,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
     }
 }
 
-/// The caller of a queued call of `engine` stops waiting (its deadline
-/// passed): [`Answer::Timeout`] if the call went out (it may have been
-/// decided) or never did while Redis answered nothing for a whole
-/// deadline; [`Answer::Unsent`] if it never went out while Redis kept
-/// answering. Either way a call not yet out never will be.
-fn give_up(fate: &AtomicU8, engine: &Engine) -> Answer {
+/// The caller of a queued call of `engine` stops waiting, its deadline's
+/// timer `overshoot` late: [`Answer::Unsent`] — the client's own overload —
+/// if that timer [ran late](ran_late), or if the call never went out while
+/// Redis kept answering; otherwise [`Answer::Timeout`]: the call went out
+/// (it may have been decided), or never did while Redis answered nothing
+/// for a whole deadline. Either way a call not yet out never will be.
+fn give_up(fate: &AtomicU8, engine: &Engine, overshoot: Duration) -> Answer {
+    if ran_late(overshoot, engine.timeout()) {
+        // Ordering: Relaxed — see `Waiting::claim`.
+        let _ = fate.compare_exchange(QUEUED, ABANDONED, Ordering::Relaxed, Ordering::Relaxed);
+        return Answer::Unsent;
+    }
     // Ordering: Relaxed — see `Waiting::claim`.
     if fate
         .compare_exchange(QUEUED, ABANDONED, Ordering::Relaxed, Ordering::Relaxed)

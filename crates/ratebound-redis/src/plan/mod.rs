@@ -33,6 +33,29 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::{BatchCall, Call};
 
+/// Whether a deadline's timer that fired `overshoot` past the deadline of
+/// a call with `timeout` says the client itself was late — its runtime,
+/// thread or event loop too busy (or its process not scheduled) to run
+/// the timer, and so to read a reply, in time: more than a quarter of the
+/// timeout, and at least 5 ms (a timer's own jitter). A call timed out
+/// that way is the client's own overload ([`Answer::Unsent`]: refused as
+/// busy), not Redis' silence, whatever became of its send.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use ratebound_redis::plan::ran_late;
+/// let ms = Duration::from_millis;
+/// assert!(!ran_late(ms(2), ms(50)));
+/// assert!(!ran_late(ms(12), ms(50)));
+/// assert!(ran_late(ms(13), ms(50)));
+/// assert!(!ran_late(ms(4), ms(4)), "at least 5 ms");
+/// assert!(ran_late(ms(6), ms(4)));
+/// ```
+pub fn ran_late(overshoot: std::time::Duration, timeout: std::time::Duration) -> bool {
+    overshoot > (timeout / 4).max(std::time::Duration::from_millis(5))
+}
+
 /// How many sends a group may have in flight, and when a further one goes:
 /// the planner's one rule, tuned per runtime by measurement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,11 +10,10 @@ import threading
 import weakref
 from typing import Any, Awaitable, Callable, Optional
 
-from .._ratebound import _RedisCall
+from .._ratebound import _RedisCall, _ran_late
 from ._listeners import _AsyncSubscribe, _subscriber
 from ._runners_common import (
     _CLUSTER_OWN,
-    _LATE,
     _MAKERS,
     _UNBOUNDED,
     _UNSENT,
@@ -245,7 +244,7 @@ class _AsyncRunner(_Calls):
         """Whether a call that timed out (``progress``: see _sent_read) was
         late for this client's own reasons rather than Redis'."""
         half = self._timeout / 2
-        late = _now() - deadline > max(self._timeout / 4, _LATE)
+        late = _ran_late(_now() - deadline, self._timeout)
         stage, own = progress[0], progress[1]
         queued = stage == 0.0
         connecting = stage == 1.0 and self._gate.full()

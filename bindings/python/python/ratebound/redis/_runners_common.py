@@ -121,10 +121,6 @@ def _left(deadline: float, now: _Now = time.monotonic) -> float:
     return max(deadline - now(), 0.0)
 
 
-# How late past its deadline an asyncio call's timer may run before the
-# lateness is the event loop's own (with a quarter of the timeout).
-_LATE = 0.005
-
 # How long a sync call past its deadline still looks for a reply that
 # landed in time.
 _LAST_LOOK = 0.0005

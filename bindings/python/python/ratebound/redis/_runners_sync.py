@@ -11,12 +11,11 @@ import threading
 import time
 from typing import Any, Callable, Optional, Union
 
-from .._ratebound import _RedisCall
+from .._ratebound import _RedisCall, _ran_late
 from ._listeners import _Subscribe, _subscriber
 from ._runners_common import (
     _CLUSTER_OWN,
     _LAST_LOOK,
-    _LATE,
     _UNBOUNDED,
     _UNSENT,
     _Calls,
@@ -225,7 +224,7 @@ class _Standalone(_SyncCalls):
             # already disconnected, so nobody reads it as theirs.
             clean = True
             if isinstance(e, (self._timeout_error, TimeoutError)) and (
-                own > self._timeout / 2 or self._now() - deadline > max(self._timeout / 4, _LATE)
+                own > self._timeout / 2 or _ran_late(self._now() - deadline, self._timeout)
             ):
                 return _UNSENT
             return _failed(e, self._timeout_error)
