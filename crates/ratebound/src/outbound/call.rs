@@ -396,6 +396,13 @@ impl Call {
         self.resendable && self.attempt < caller.outbound.retries()
     }
 
+    /// The request's body turned out to be one that can be read once (an
+    /// adapter that learns it only when it tries to copy the request): it
+    /// is never sent again.
+    pub fn one_shot(&mut self) {
+        self.resendable = false;
+    }
+
     /// The next step at `now` (a reading of the adapter's monotonic clock:
     /// time since any fixed origin, one clock for all the adapter's calls).
     ///
