@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use super::{Advice, LocalPauses, Outbound, Reach, Sending, idempotent, pause_asked};
 use crate::Error;
+use crate::any::{seconds, whole};
 
 /// A wait this long or longer is reported as `waited`.
 pub const WAITED_MIN: Duration = Duration::from_millis(1);
@@ -193,6 +194,30 @@ impl Caller {
             pauses: LocalPauses::new(),
             hook_threw: AtomicBool::new(false),
         })
+    }
+
+    /// [`call`](Self::call) with the numbers a dynamic language passes:
+    /// `n` a whole number ≥ 1, `timeout` seconds (`Some(None)`: the
+    /// request says "no timeout"), read as [`Sending::from_loose`] reads
+    /// them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNumber`] naming `n` or `timeout`.
+    pub fn call_loose(
+        &self,
+        method: &str,
+        target: Target<'_>,
+        key: Option<String>,
+        n: Option<f64>,
+        timeout: Option<Option<f64>>,
+        resendable: bool,
+    ) -> Result<Call, Error> {
+        let n = n.map(|n| whole("n", n, 1)).transpose()?;
+        let timeout = match timeout {
+            Some(t) => Some(t.map(|t| seconds("timeout", t)).transpose()?),
+            None => None,
+        };
+        self.call(method, target, key, n, timeout, resendable)
     }
 
     /// The policy.
