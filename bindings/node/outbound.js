@@ -55,15 +55,11 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     }
   }
 
-  // A sending's tokens and timeout: their types checked here (the native
-  // conversion's errors name no option), their values and defaults by the
-  // core (Outbound.sending: n >= 1, default 1; a timeout in seconds, none
-  // by default), as Python's and Rust's adapters.
-  function sendingOf(where, n, timeout) {
-    if (n != null && typeof n !== 'number') throw typeError(`${where}: n is a number of tokens, not ${shown(n)}`)
-    if (timeout != null && typeof timeout !== 'number') throw typeError(`${where}: timeout is a number of seconds, not ${shown(timeout)}`)
-    const s = within(where, () => Outbound.sending(n ?? undefined, timeout ?? undefined))
-    return { n: s.n, timeout: s.timeout ?? undefined }
+  // A number option's type, checked here (the native conversion's errors
+  // name no option); its value and default are the core's.
+  function number(where, name, v, what) {
+    if (v != null && typeof v !== 'number') throw typeError(`${where}: ${name} is ${what}, not ${shown(v)}`)
+    return v ?? undefined
   }
 
   function isKey(v) {
@@ -85,32 +81,27 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     return { keyed, remote }
   }
 
-  // The native Outbound's options, with their types checked here (the
-  // native conversion's errors name no option).
-  function outboundOf(where, options, key, sending) {
-    const { retries, maxPause, backoff, statuses, anyMethod } = options
-    if (retries != null && typeof retries !== 'number') throw typeError(`${where}: retries is a whole number, not ${shown(retries)}`)
-    if (maxPause != null && typeof maxPause !== 'number') throw typeError(`${where}: maxPause is a number of seconds, not ${shown(maxPause)}`)
-    if (backoff != null && typeof backoff !== 'number') throw typeError(`${where}: backoff is a number of seconds, not ${shown(backoff)}`)
+  // The native Outbound (the core's call machine: the policy, each
+  // sending's tokens and timeout, the fixed key, the limiters it accepts),
+  // with the options' types checked here.
+  function outboundOf(where, options) {
+    const { statuses, anyMethod, key } = options
     if (statuses != null && (!Array.isArray(statuses) || !statuses.every((s) => typeof s === 'number'))) {
       throw typeError(`${where}: statuses is an array of HTTP statuses, not ${shown(statuses)}`)
     }
     if (anyMethod != null && typeof anyMethod !== 'boolean') throw typeError(`${where}: anyMethod is a boolean, not ${shown(anyMethod)}`)
-    return within(
-      where,
-      () =>
-        new Outbound({
-          algorithm: String(options.limiter.algorithm),
-          key: typeof key === 'string' ? key : undefined,
-          n: sending.n,
-          timeout: sending.timeout,
-          retries: retries ?? undefined,
-          maxPause: maxPause ?? undefined,
-          backoff: backoff ?? undefined,
-          statuses: statuses ?? undefined,
-          anyMethod: anyMethod ?? undefined,
-        }),
-    )
+    const o = {
+      algorithm: String(options.limiter.algorithm),
+      key: typeof key === 'string' ? key : undefined,
+      n: number(where, 'n', options.n, 'a number of tokens'),
+      timeout: number(where, 'timeout', options.timeout, 'a number of seconds'),
+      retries: number(where, 'retries', options.retries, 'a whole number'),
+      maxPause: number(where, 'maxPause', options.maxPause, 'a number of seconds'),
+      backoff: number(where, 'backoff', options.backoff, 'a number of seconds'),
+      statuses: statuses ?? undefined,
+      anyMethod: anyMethod ?? undefined,
+    }
+    return within(where, () => new Outbound(o))
   }
 
   // One adapter's options, checked and defaulted: everything a request
@@ -134,10 +125,9 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     if (key != null && typeof key !== 'function' && !isKey(key)) {
       throw typeError(`${where}: key is a string or a function of the request, not ${shown(key)}`)
     }
-    const sending = sendingOf(where, options.n, options.timeout)
     const onDecision = options.onDecision ?? null
     if (onDecision !== null && typeof onDecision !== 'function') throw typeError(`${where}: onDecision must be a function of the event`)
-    const outbound = outboundOf(where, options, key, sending)
+    const outbound = outboundOf(where, options)
     return {
       where,
       limiter: options.limiter,
@@ -178,9 +168,8 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
       for (const name of Object.keys(own)) {
         if (!OWN_OPTIONS.has(name)) throw invalidOption(`${p.where}: unknown ratebound option '${name}' (known: timeout, key, n)`)
       }
-      if (own.n != null && typeof own.n !== 'number') throw typeError(`${p.where}: n is a number of tokens, not ${shown(own.n)}`)
-      if (own.timeout != null && typeof own.timeout !== 'number') throw typeError(`${p.where}: timeout is a number of seconds, not ${shown(own.timeout)}`)
-      ;({ n, timeout } = own)
+      n = number(p.where, 'n', own.n, 'a number of tokens')
+      timeout = number(p.where, 'timeout', own.timeout, 'a number of seconds')
       if (own.key != null) {
         if (!isKey(own.key)) throw typeError(`${p.where}: ratebound.key is a string, not ${shown(own.key)}`)
         key = own.key
