@@ -55,8 +55,9 @@ impl Outbound {
             opt_number(py, "backoff", backoff)?,
         )
         .or_py(py)?;
-        let sending = Sending::from_loose(opt_number(py, "n", n)?, opt_number(py, "timeout", timeout)?)
-            .or_py(py)?;
+        let sending =
+            Sending::from_loose(opt_number(py, "n", n)?, opt_number(py, "timeout", timeout)?)
+                .or_py(py)?;
         let caller = Caller::new(algorithm, policy, sending, key).or_py(py)?;
         Ok(Outbound { caller })
     }
@@ -147,7 +148,12 @@ impl Outbound {
             .caller
             .outbound()
             .advise(method, status, headers, attempt, now_unix);
-        (a.pause.map(|d| d.as_secs_f64()), a.capped, a.retry, a.gave_up)
+        (
+            a.pause.map(|d| d.as_secs_f64()),
+            a.capped,
+            a.retry,
+            a.gave_up,
+        )
     }
 }
 

@@ -35,6 +35,7 @@
 //!   the adapter swallows it, and reports the first throw of each adapter
 //!   once ([`Caller::hook_threw`] says when), as a warning.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -353,8 +354,8 @@ pub fn default_key(target: Target<'_>) -> String {
         key.push(']');
     }
     if let Some(port) = port.filter(|p| Some(*p) != default) {
-        key.push(':');
-        key.push_str(&port.to_string());
+        // Into the key's own buffer: no second allocation.
+        let _ = write!(key, ":{port}");
     }
     key
 }
