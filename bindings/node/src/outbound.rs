@@ -218,6 +218,7 @@ impl Outbound {
 /// `'acquire'`, `'send'`, `'pause'`, `'event'`, `'retry'`, `'done'` or
 /// `'exceeded'`.
 #[napi(object, object_from_js = false)]
+#[derive(Default)]
 pub struct OutboundStep {
     /// What to do.
     pub kind: &'static str,
@@ -243,14 +244,7 @@ pub struct OutboundStep {
 fn step(kind: &'static str) -> OutboundStep {
     OutboundStep {
         kind,
-        seconds: None,
-        n: None,
-        timeout: None,
-        outcome: None,
-        status: None,
-        attempt: None,
-        capped: None,
-        local: None,
+        ..OutboundStep::default()
     }
 }
 
