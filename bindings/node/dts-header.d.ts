@@ -572,12 +572,12 @@ export interface OutboundEvent {
  * default) draws one process warning (`RATEBOUND_OUTBOUND_FAILS_OPEN`):
  * while Redis is down it would send every request to the partner.
  */
-export interface OutboundClientOptions extends OutboundOptions {
+export interface OutboundClientOptions extends Omit<OutboundOptions, 'key' | 'algorithm'> {
   /**
    * A token bucket: it must be pausable. A window (`FixedWindow`,
    * `SlidingWindow`, `SlidingLog`, `LeakyBucket`, `AllOf`, a window
    * `KeyedLimiter`/`SharedKeyedLimiter`, `redis.FixedWindow`/`SlidingWindow`)
-   * is a `TypeError` (`ERR_INVALID_ARG_VALUE`).
+   * is a `TypeError` (`ERR_RATEBOUND_UNSUPPORTED`: the core's rule).
    */
   limiter: TokenBucket | SharedTokenBucket | KeyedLimiter | SharedKeyedLimiter | redis.TokenBucket
   /** The longest wait for a token, in seconds, per sending (default: as long as it takes). */
@@ -649,7 +649,7 @@ export interface AxiosOptions extends OutboundClientOptions {
  * `fetch()`'s behavior on an axios instance: a request interceptor that
  * waits for the token, a response interceptor (success and error paths)
  * that pauses the limiter and sends again through `instance.request(config)`
- * (the attempt rides on `config.rateboundAttempt`). When it will not send
+ * (the call, and so its attempt, rides on `config.rateboundCall`). When it will not send
  * again the caller gets the last response, or axios's rejection carrying
  * it. Returns the instance; once per instance.
  */

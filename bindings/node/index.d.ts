@@ -572,12 +572,12 @@ export interface OutboundEvent {
  * default) draws one process warning (`RATEBOUND_OUTBOUND_FAILS_OPEN`):
  * while Redis is down it would send every request to the partner.
  */
-export interface OutboundClientOptions extends OutboundOptions {
+export interface OutboundClientOptions extends Omit<OutboundOptions, 'key' | 'algorithm'> {
   /**
    * A token bucket: it must be pausable. A window (`FixedWindow`,
    * `SlidingWindow`, `SlidingLog`, `LeakyBucket`, `AllOf`, a window
    * `KeyedLimiter`/`SharedKeyedLimiter`, `redis.FixedWindow`/`SlidingWindow`)
-   * is a `TypeError` (`ERR_INVALID_ARG_VALUE`).
+   * is a `TypeError` (`ERR_RATEBOUND_UNSUPPORTED`: the core's rule).
    */
   limiter: TokenBucket | SharedTokenBucket | KeyedLimiter | SharedKeyedLimiter | redis.TokenBucket
   /** The longest wait for a token, in seconds, per sending (default: as long as it takes). */
@@ -649,7 +649,7 @@ export interface AxiosOptions extends OutboundClientOptions {
  * `fetch()`'s behavior on an axios instance: a request interceptor that
  * waits for the token, a response interceptor (success and error paths)
  * that pauses the limiter and sends again through `instance.request(config)`
- * (the attempt rides on `config.rateboundAttempt`). When it will not send
+ * (the call, and so its attempt, rides on `config.rateboundCall`). When it will not send
  * again the caller gets the last response, or axios's rejection carrying
  * it. Returns the instance; once per instance.
  */
@@ -1073,23 +1073,49 @@ export declare class Outbound {
    */
   get backoff(): number
   /**
-   * Takes note of a pause of `key` for `seconds` that reached everyone
-   * sharing the limiter (`shared`) or only this process; whether it is
-   * local (then kept: see `hold`).
+   * One call of `method` to `scheme//host:port` (`port` null: none
+   * given), with the request's own `key`, `n` and `timeout` (this one
+   * only when `timeoutGiven`: null is then "no timeout"); `resendable`
+   * unless its body is read once.
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` naming `n` or
+   * `timeout`.
    */
-  paused(key: string, seconds: number, shared: boolean): boolean
+  call(method: string, scheme: string, host: string, port: number | undefined | null, key: string | undefined | null, n: number | undefined | null, timeout: number | undefined | null, timeoutGiven: boolean, resendable: boolean): OutboundCall
   /**
-   * How long a sending for `key` must wait for a pause kept in this
-   * process before it asks its limiter for a token (`null`: go), and
-   * whether that is longer than `timeout` seconds.
+   * Whether a throw of the adapter's hook is the first (to be warned
+   * of); the later ones are swallowed.
    */
-  hold(key: string, timeout?: number | undefined | null): Hold | null
+  hookThrew(): boolean
   /**
    * What to do after the response to attempt `attempt` (0: the first) of
    * `method`, with `status` and `headers` (`[name, value]` pairs),
    * received at `nowUnix` (seconds since the Unix epoch).
    */
   advise(method: string, status: number, headers: Array<Array<string>>, attempt: number, nowUnix: number): Advice
+}
+
+/** One call's steps (`Outbound.call`). */
+export declare class OutboundCall {
+  /** The limiter key (when the request gave none of its own). */
+  get key(): string
+  /**
+   * The next step at `nowMs` (the adapter's monotonic clock, in ms);
+   * `'exceeded'` (with the wait in `seconds`) when a pause kept in this
+   * process holds the sending beyond its timeout: the call fails at
+   * once, sending nothing.
+   */
+  next(nowMs: number): OutboundStep
+  /**
+   * The answer: its `status` and `headers` (`[name, value]` pairs),
+   * received at `nowUnix` (seconds since the Unix epoch).
+   */
+  answered(status: number, headers: Array<Array<string>>, nowUnix: number): void
+  /**
+   * Where the pause took hold: true (everyone sharing the limiter),
+   * false (only this process), null (the limiter failed to make it).
+   */
+  paused(shared: boolean | undefined | null, nowMs: number): void
 }
 
 /** One caller's wait for global tokens (`RedisEngine.acquire`). */
@@ -1865,17 +1891,6 @@ export interface Granted {
   endUs?: number
 }
 
-/**
- * How long a sending must wait for a pause kept in this process (see
- * `Outbound.hold`).
- */
-export interface Hold {
-  /** The wait, in seconds. */
-  wait: number
-  /** Longer than the sending's timeout: it fails at once. */
-  exceeded: boolean
-}
-
 /** Options of `new KeyedLimiter(...)`. */
 export interface KeyedLimiterOptions {
   /**
@@ -1921,6 +1936,17 @@ export interface LeakyBucketOptions {
 
 /** The options of an `Outbound` policy. */
 export interface OutboundOptions {
+  /**
+   * The limiter's algorithm (default `'token_bucket'`): anything else
+   * cannot be paused and is refused.
+   */
+  algorithm?: string
+  /** One key for every call (default: each request's host and port). */
+  key?: string
+  /** The tokens each sending takes (default 1). */
+  n?: number
+  /** The longest wait for them, in seconds (default: as long as it takes). */
+  timeout?: number
   /** The most retries (default 2). */
   retries?: number
   /** The longest pause obeyed, in seconds (default 300). */
@@ -1935,6 +1961,35 @@ export interface OutboundOptions {
    * `maxPause`.
    */
   backoff?: number
+}
+
+/**
+ * One step of a call (see `OutboundCall.next`): `kind` is `'hold'`,
+ * `'acquire'`, `'send'`, `'pause'`, `'event'`, `'retry'`, `'done'` or
+ * `'exceeded'`.
+ */
+export interface OutboundStep {
+  /** What to do. */
+  kind: string
+  /**
+   * `hold`, `pause`: seconds; `event`: the wait or the pause (null
+   * for others).
+   */
+  seconds?: number
+  /** `acquire`: the tokens. */
+  n?: number
+  /** `acquire`: the longest wait left, in seconds (null: none). */
+  timeout?: number
+  /** `event`: `'waited'`, `'paused'`, `'retried'` or `'gave_up'`. */
+  outcome?: string
+  /** `event`: the answer's status (null before one). */
+  status?: number
+  /** `event`: the sending (0: the first). */
+  attempt?: number
+  /** `event`: the pause was cut to `maxPause`. */
+  capped?: boolean
+  /** `event`: the pause reached only this process. */
+  local?: boolean
 }
 
 /** What became of a pause, and what to tell the other instances. */

@@ -843,6 +843,7 @@ module.exports.KeyedLimiter = nativeBinding.KeyedLimiter
 module.exports.LeakyBucket = nativeBinding.LeakyBucket
 module.exports.ManualClock = nativeBinding.ManualClock
 module.exports.Outbound = nativeBinding.Outbound
+module.exports.OutboundCall = nativeBinding.OutboundCall
 module.exports.RedisAcquisition = nativeBinding.RedisAcquisition
 module.exports.RedisCall = nativeBinding.RedisCall
 module.exports.RedisEngine = nativeBinding.RedisEngine

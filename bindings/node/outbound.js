@@ -1,19 +1,15 @@
 'use strict'
 // Calling a partner through a limiter: rb.fetch (a fetch function) and
 // rb.axios (interceptors on the application's axios instance). The native
-// Outbound (the Rust core's outbound decision) reads every answer — the
-// Retry-After, RateLimit and X-RateLimit fields, the status, the method,
-// the attempt — and says how long to pause the limiter and whether to send
-// again; this file only does the I/O around it:
-//
-//   hold(key)?  ->  await acquire(key, n)  ->  send  ->  advise(...)  ->  pause(key, s)?  ->  again, or the answer
+// Outbound is the Rust core's call machine: it says every step of a call —
+// hold, acquire, send, pause, report, retry or done — and owns every rule
+// (the default key, the waited threshold, one-shot bodies, a failed pause,
+// the events; spec/outbound_calls.json). This file only does the I/O:
+// sleeps, waits for tokens, sends, pauses and reports.
 //
 // The pause goes to the limiter itself, so that every caller sharing it
 // waits (with an rb.redis.TokenBucket, every instance of the fleet), and a
-// retry waits for its token like any other request. A refusal that gave no
-// advice pauses the core's backoff (no retry without a pause); a pause
-// Redis could not be told of is kept by the native Outbound (`paused`),
-// which holds this adapter's next sendings for the key (`hold`).
+// retry waits for its token like any other request.
 
 // Where the adapters read the time (ms) they measure a wait with (the
 // `waited` event, what is left of a timeout after a hold): the one place,
@@ -59,15 +55,11 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     }
   }
 
-  // A sending's tokens and timeout: their types checked here (the native
-  // conversion's errors name no option), their values and defaults by the
-  // core (Outbound.sending: n >= 1, default 1; a timeout in seconds, none
-  // by default), as Python's and Rust's adapters.
-  function sendingOf(where, n, timeout) {
-    if (n != null && typeof n !== 'number') throw typeError(`${where}: n is a number of tokens, not ${shown(n)}`)
-    if (timeout != null && typeof timeout !== 'number') throw typeError(`${where}: timeout is a number of seconds, not ${shown(timeout)}`)
-    const s = within(where, () => Outbound.sending(n ?? undefined, timeout ?? undefined))
-    return { n: s.n, timeout: s.timeout ?? undefined }
+  // A number option's type, checked here (the native conversion's errors
+  // name no option); its value and default are the core's.
+  function number(where, name, v, what) {
+    if (v != null && typeof v !== 'number') throw typeError(`${where}: ${name} is ${what}, not ${shown(v)}`)
+    return v ?? undefined
   }
 
   function isKey(v) {
@@ -77,9 +69,8 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
   const UNKEYED = [native.TokenBucket, native.SharedTokenBucket, native.FixedWindow, native.SlidingWindow, native.SlidingLog, native.LeakyBucket, native.AllOf]
   const KEYED = [native.KeyedLimiter, native.SharedKeyedLimiter]
 
-  // What the limiter is: keyed or not, in Redis or not; one that cannot be
-  // paused (its `algorithm` is not a token bucket) is refused here, never
-  // at the partner's first 429.
+  // What the limiter is: keyed or not, in Redis or not (one that cannot be
+  // paused is refused by the core's Outbound, never at the first 429).
   function limiterOf(where, limiter) {
     if (limiter == null || typeof limiter !== 'object') {
       throw typeError(`${where}: limiter is required: ${LIMITERS}, not ${shown(limiter)}`)
@@ -87,37 +78,30 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     const remote = limiter.engine instanceof RedisEngine
     const keyed = remote || KEYED.some((C) => limiter instanceof C)
     if (!keyed && !UNKEYED.some((C) => limiter instanceof C)) throw typeError(`${where}: limiter must be ${LIMITERS}`)
-    const algorithm = limiter.algorithm
-    if (algorithm !== 'token_bucket') {
-      throw valueError(
-        `${where}: limiter is a ${algorithm} limiter, which cannot be paused: obeying a partner's Retry-After needs ${LIMITERS}`,
-      )
-    }
     return { keyed, remote }
   }
 
-  // The native Outbound's options, with their types checked here (the
-  // native conversion's errors name no option).
+  // The native Outbound (the core's call machine: the policy, each
+  // sending's tokens and timeout, the fixed key, the limiters it accepts),
+  // with the options' types checked here.
   function outboundOf(where, options) {
-    const { retries, maxPause, backoff, statuses, anyMethod } = options
-    if (retries != null && typeof retries !== 'number') throw typeError(`${where}: retries is a whole number, not ${shown(retries)}`)
-    if (maxPause != null && typeof maxPause !== 'number') throw typeError(`${where}: maxPause is a number of seconds, not ${shown(maxPause)}`)
-    if (backoff != null && typeof backoff !== 'number') throw typeError(`${where}: backoff is a number of seconds, not ${shown(backoff)}`)
+    const { statuses, anyMethod, key } = options
     if (statuses != null && (!Array.isArray(statuses) || !statuses.every((s) => typeof s === 'number'))) {
       throw typeError(`${where}: statuses is an array of HTTP statuses, not ${shown(statuses)}`)
     }
     if (anyMethod != null && typeof anyMethod !== 'boolean') throw typeError(`${where}: anyMethod is a boolean, not ${shown(anyMethod)}`)
-    return within(
-      where,
-      () =>
-        new Outbound({
-          retries: retries ?? undefined,
-          maxPause: maxPause ?? undefined,
-          backoff: backoff ?? undefined,
-          statuses: statuses ?? undefined,
-          anyMethod: anyMethod ?? undefined,
-        }),
-    )
+    const o = {
+      algorithm: String(options.limiter.algorithm),
+      key: typeof key === 'string' ? key : undefined,
+      n: number(where, 'n', options.n, 'a number of tokens'),
+      timeout: number(where, 'timeout', options.timeout, 'a number of seconds'),
+      retries: number(where, 'retries', options.retries, 'a whole number'),
+      maxPause: number(where, 'maxPause', options.maxPause, 'a number of seconds'),
+      backoff: number(where, 'backoff', options.backoff, 'a number of seconds'),
+      statuses: statuses ?? undefined,
+      anyMethod: anyMethod ?? undefined,
+    }
+    return within(where, () => new Outbound(o))
   }
 
   // One adapter's options, checked and defaulted: everything a request
@@ -141,21 +125,19 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     if (key != null && typeof key !== 'function' && !isKey(key)) {
       throw typeError(`${where}: key is a string or a function of the request, not ${shown(key)}`)
     }
-    const sending = sendingOf(where, options.n, options.timeout)
     const onDecision = options.onDecision ?? null
     if (onDecision !== null && typeof onDecision !== 'function') throw typeError(`${where}: onDecision must be a function of the event`)
-    let warned = false
+    const outbound = outboundOf(where, options)
     return {
       where,
       limiter: options.limiter,
       keyed,
       remote,
-      outbound: outboundOf(where, options),
-      timeout: sending.timeout,
-      n: sending.n,
+      outbound,
       key: key ?? null,
       // A throwing onDecision is the application's bug, never the
-      // request's failure: swallowed, with one process warning.
+      // request's failure: swallowed, the first throw warned (the core's
+      // rule: hookThrew).
       report:
         onDecision === null
           ? null
@@ -163,8 +145,7 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
               try {
                 onDecision(event)
               } catch (e) {
-                if (!warned) {
-                  warned = true
+                if (outbound.hookThrew()) {
                   process.emitWarning(`${where}: onDecision threw (${e != null && e.message ? e.message : e}); later throws are not reported`, {
                     code: 'RATEBOUND_ON_DECISION_THREW',
                   })
@@ -174,87 +155,90 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     }
   }
 
-  // One request: its key, tokens, timeout and signal, from the adapter's
-  // defaults and the request's own `ratebound` overrides.
-  function requestOf(p, own, url, init, method, signal) {
-    let timeout = p.timeout
-    let n = p.n
+  // One request's call: its own `ratebound` overrides (timeout, key, n)
+  // and the adapter's key function; the rest (the adapter's options, the
+  // host's key) is the core's. `key` is the limiter's key: the request's
+  // or the function's as given (a number or bytes too), else the core's.
+  function callOf(p, own, url, init, method, signal, resendable) {
     let key = null
+    let n
+    let timeout
     if (own != null) {
       if (typeof own !== 'object') throw typeError(`${p.where}: ratebound is { timeout, key, n }, not ${shown(own)}`)
       for (const name of Object.keys(own)) {
         if (!OWN_OPTIONS.has(name)) throw invalidOption(`${p.where}: unknown ratebound option '${name}' (known: timeout, key, n)`)
       }
-      if (own.timeout !== undefined || own.n !== undefined) {
-        ;({ n, timeout } = sendingOf(p.where, own.n === undefined ? n : own.n, own.timeout === undefined ? timeout : own.timeout))
-      }
+      n = number(p.where, 'n', own.n, 'a number of tokens')
+      timeout = number(p.where, 'timeout', own.timeout, 'a number of seconds')
       if (own.key != null) {
         if (!isKey(own.key)) throw typeError(`${p.where}: ratebound.key is a string, not ${shown(own.key)}`)
         key = own.key
       }
     }
-    if (key === null) {
-      if (p.key === null) key = url().host
-      else if (typeof p.key === 'function') {
-        key = p.key(url(), init)
-        if (!isKey(key)) throw typeError(`${p.where}: the key function returned ${shown(key)}, not a string`)
-      } else key = p.key
-    }
-    return { key, n, timeout, signal: signal ?? undefined, method }
+    if (key === null && typeof p.key === 'function') {
+      key = p.key(url(), init)
+      if (!isKey(key)) throw typeError(`${p.where}: the key function returned ${shown(key)}, not a string`)
+    } else if (key === null && p.key !== null && typeof p.key !== 'string') key = p.key
+    const u = key === null && typeof p.key !== 'string' ? url() : null
+    const port = u === null || u.port === '' ? null : Number(u.port)
+    const call = within(p.where, () =>
+      p.outbound.call(method, u?.protocol ?? '', u?.hostname ?? '', port, key === null ? null : keyName(key), n ?? null, timeout ?? null, own != null && own.timeout !== undefined, resendable),
+    )
+    return { call, key: key ?? call.key, signal: signal ?? undefined }
   }
 
-  // The event's shape is the Python adapters' OutboundEvent.
-  function tell(p, outcome, r, seconds, status, attempt, capped = false, local = false) {
-    if (p.report !== null) p.report({ outcome, key: r.key, seconds, status, attempt, capped, local })
-  }
-
-  // A key as the native Outbound's table of kept pauses names it.
-  function holdKey(key) {
+  // A key as the core names it (its table of kept pauses, its events).
+  function keyName(key) {
     if (typeof key === 'string') return key
     if (typeof key === 'number') return String(key)
     return `bytes:${Buffer.from(key).toString('hex')}`
   }
 
-  // Waits out a pause kept in this process (Redis could not be told of
-  // it), then for the tokens of sending `attempt`. Beyond the timeout the
-  // limiter's RateLimitExceededError (nothing taken) goes on to the caller;
-  // an aborted signal gives the tokens back.
-  async function wait(p, r, attempt) {
-    const started = clock.now()
-    let timeout = r.timeout
-    // A loop only because a host timer holds at most 2^31 - 1 ms.
-    for (let hold = p.outbound.hold(holdKey(r.key), timeout); hold != null; hold = p.outbound.hold(holdKey(r.key), timeout)) {
-      if (hold.exceeded) throw new RateLimitExceededError(hold.wait)
-      await sleep(Math.min(Math.ceil(hold.wait * 1000), 2 ** 31 - 1), r.signal)
-      if (timeout !== undefined) timeout = Math.max(0, r.timeout - (clock.now() - started) / 1000)
+  // Does the core's steps of call `c` up to the next 'send', 'retry' or
+  // 'done', which it returns: the adapter sends, or lets the answer go and
+  // sends again, or gives it to the caller. Beyond the timeout the
+  // limiter's RateLimitExceededError (nothing taken) goes on to the
+  // caller; an aborted signal gives the tokens back.
+  async function advance(p, c) {
+    for (;;) {
+      const s = c.call.next(clock.now())
+      switch (s.kind) {
+        case 'hold':
+          // At most 2^31 - 1 ms a timer: a longer hold is asked again.
+          await sleep(Math.min(Math.ceil(s.seconds * 1000), 2 ** 31 - 1), c.signal)
+          break
+        case 'acquire': {
+          const options = { timeout: s.timeout ?? undefined, signal: c.signal }
+          if (p.keyed) await p.limiter.acquire(c.key, s.n, options)
+          else await p.limiter.acquire(s.n, options)
+          break
+        }
+        case 'pause':
+          c.call.paused(await pause(p, c.key, s.seconds), clock.now())
+          break
+        case 'event':
+          if (p.report !== null) {
+            const { outcome, seconds, status, attempt, capped, local } = s
+            p.report({ outcome, key: c.key, seconds: seconds ?? null, status: status ?? null, attempt, capped, local })
+          }
+          break
+        case 'exceeded':
+          throw new RateLimitExceededError(s.seconds)
+        default:
+          return s.kind
+      }
     }
-    const options = { timeout, signal: r.signal }
-    if (p.keyed) await p.limiter.acquire(r.key, r.n, options)
-    else await p.limiter.acquire(r.n, options)
-    const waited = (clock.now() - started) / 1000
-    if (waited >= 0.001) tell(p, 'waited', r, waited, null, attempt)
   }
 
-  // The core's advice on the answer to `attempt`, with the pause it asks
-  // for already applied to the limiter (for the fleet: Redis moves every
-  // instance's reservations past it). `resend`: whether the request can
-  // be sent again (a stream body cannot).
-  async function advise(p, r, status, headers, attempt, resend) {
-    const advice = p.outbound.advise(r.method, status, headers, attempt, Date.now() / 1000)
-    if (advice.pause != null) {
-      const local = p.outbound.paused(holdKey(r.key), advice.pause, await pause(p, r.key, advice.pause))
-      tell(p, 'paused', r, advice.pause, status, attempt, advice.capped, local)
-    }
-    const retry = advice.retry && resend
-    if (retry) tell(p, 'retried', r, null, status, attempt)
-    else if (advice.gaveUp || advice.retry) tell(p, 'gave_up', r, null, status, attempt)
-    return retry
+  // An answer to the core: its status and header fields.
+  function answered(c, status, headers) {
+    c.call.answered(status, headers, Date.now() / 1000)
   }
 
-  // Pauses the limiter; whether everyone sharing it was told. A pause
-  // Redis could not be told of (null) pauses the local share of a limiter
-  // failing 'local'; one the limiter could not make (a shared table with
-  // no slot for the key) is kept in this process too.
+  // Pauses the limiter: true when everyone sharing it was told, false
+  // when only this process (Redis could not be told: the local share of a
+  // limiter failing 'local' is paused), null when the limiter could not
+  // make it (a shared table with no slot for the key).
   async function pause(p, key, seconds) {
     try {
       if (p.remote) {
@@ -266,7 +250,7 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
       else p.limiter.pause(seconds)
       return true
     } catch {
-      return false
+      return null
     }
   }
 
@@ -311,15 +295,18 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
       const url = () => parsed ?? (parsed = new URL(request !== null ? request.url : input instanceof URL ? input.href : String(input)))
       const method = String((init != null && init.method) || (request !== null ? request.method : 'GET')).toUpperCase()
       const signal = init != null && init.signal != null ? init.signal : request !== null ? request.signal : undefined
-      const r = requestOf(p, own, url, init, method, signal)
+      const c = callOf(p, own, url, init, method, signal, !oneShot(init != null ? init.body : undefined))
       // A Request's body is read by its sending: each sending gets a clone.
-      const resend = !oneShot(init != null ? init.body : undefined)
       const clone = request !== null && request.body != null
-      for (let attempt = 0; ; attempt++) {
-        await wait(p, r, attempt)
-        const response = await send(clone ? request.clone() : input, sendInit)
-        if (!(await advise(p, r, response.status, [...response.headers], attempt, resend))) return response
-        await discard(response)
+      let response
+      for (;;) {
+        const step = await advance(p, c)
+        if (step === 'done') return response
+        if (step === 'retry') await discard(response)
+        else {
+          response = await send(clone ? request.clone() : input, sendInit)
+          answered(c, response.status, [...response.headers])
+        }
       }
     }
   }
@@ -358,30 +345,31 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
     const p = prepare('rb.axios', options, AXIOS_OPTIONS)
     if (installed.has(instance)) throw valueError('rb.axios: this axios instance goes through rb.axios already (rb.axios.eject(instance) first)')
 
-    const requestFor = (config) => {
-      let parsed = null
-      const url = () => parsed ?? (parsed = new URL(instance.getUri(config)))
-      const method = String(config.method || 'get').toUpperCase()
-      return requestOf(p, config.ratebound, url, config, method, config.signal)
-    }
-
-    // The attempt rides on the config: `rateboundAttempt`, 0 when absent.
-    const attemptOf = (config) => (typeof config.rateboundAttempt === 'number' ? config.rateboundAttempt : 0)
-
+    // The call rides on the config (`rateboundCall`): the request
+    // interceptor does its steps up to the sending, the response
+    // interceptor the steps after the answer, and a retry goes through
+    // `instance.request` — and so the request interceptor — again.
     async function onRequest(config) {
-      await wait(p, requestFor(config), attemptOf(config))
-      return config
+      let c = config.rateboundCall
+      if (c == null) {
+        let parsed = null
+        const url = () => parsed ?? (parsed = new URL(instance.getUri(config)))
+        const method = String(config.method || 'get').toUpperCase()
+        c = callOf(p, config.ratebound, url, config, method, config.signal, !oneShot(config.data))
+      }
+      await advance(p, c)
+      return { ...config, rateboundCall: c }
     }
 
     async function onAnswer(response, error) {
       const config = response.config
-      const attempt = attemptOf(config)
-      const r = requestFor(config)
-      if (await advise(p, r, response.status, axiosHeaders(response.headers), attempt, !oneShot(config.data))) {
+      const c = config.rateboundCall
+      answered(c, response.status, axiosHeaders(response.headers))
+      if ((await advance(p, c)) === 'retry') {
         // A stream answer (responseType 'stream') is let go.
         const data = response.data
         if (data != null && typeof data.destroy === 'function') data.destroy()
-        return instance.request({ ...config, rateboundAttempt: attempt + 1 })
+        return instance.request(config)
       }
       if (error !== undefined) throw error
       return response
@@ -389,11 +377,11 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
 
     const request = instance.interceptors.request.use(onRequest)
     const response = instance.interceptors.response.use(
-      (res) => (res != null && res.config != null ? onAnswer(res) : res),
+      (res) => (res != null && res.config != null && res.config.rateboundCall != null ? onAnswer(res) : res),
       (error) => {
         // Only an answer from the partner is advised on; anything else
         // (no connection, a refused wait, an abort) goes on as it is.
-        if (error == null || error.response == null || error.response.config == null) throw error
+        if (error == null || error.response == null || error.response.config == null || error.response.config.rateboundCall == null) throw error
         return onAnswer(error.response, error)
       },
     )

@@ -603,7 +603,7 @@ test('bad input at construction: typed errors naming the value', async () => {
     for (const make of [(o) => rb.fetch(o), (o) => rb.axios(axios.create(), o)]) {
       assert.throws(
         () => make({ limiter }),
-        typed(TypeError, 'ERR_INVALID_ARG_VALUE', new RegExp(`${algorithm} limiter, which cannot be paused`)),
+        typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', new RegExp(`${algorithm} does not support pause \\(an outbound limiter must be a token bucket\\)`)),
         algorithm,
       )
     }

@@ -131,8 +131,10 @@ test('every spec file is replayed', () => {
   // gate.json is replayed over HTTP by gate_spec.test.js; redis.json against
   // real Redis servers, with ioredis and node-redis, by redis.test.js;
   // redis_wait.json through the engine by redis_wait_spec.test.js;
-  // outbound.json through rb.Outbound by outbound_spec.test.js.
-  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'redis.json', 'redis_wait.json', 'outbound.json'].sort())
+  // outbound.json through rb.Outbound by outbound_spec.test.js;
+  // outbound_calls.json through the call machine, rb.fetch and rb.axios by
+  // outbound_calls.test.js.
+  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'redis.json', 'redis_wait.json', 'outbound.json', 'outbound_calls.json'].sort())
 })
 
 function keyedAlgorithm(spec) {

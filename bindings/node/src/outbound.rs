@@ -1,15 +1,29 @@
-//! `Outbound`: the core's outbound decision (`ratebound::outbound`) for the
-//! fetch and axios adapters — what to do after a partner's response. The
-//! binding converts values; the core decides.
+//! `Outbound` and `OutboundCall`: the core's outbound call machine
+//! (`ratebound::outbound::{Caller, Call}`) for the fetch and axios
+//! adapters — every step of a call and every rule around the partner's
+//! answer. The binding converts values; the core decides.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use ratebound::outbound::{Caller, Reach, Step, Target};
 
 use crate::error::OrThrow;
 
 /// The options of an `Outbound` policy.
 #[napi(object)]
 pub struct OutboundOptions {
+    /// The limiter's algorithm (default `'token_bucket'`): anything else
+    /// cannot be paused and is refused.
+    pub algorithm: Option<String>,
+    /// One key for every call (default: each request's host and port).
+    pub key: Option<String>,
+    /// The tokens each sending takes (default 1).
+    pub n: Option<f64>,
+    /// The longest wait for them, in seconds (default: as long as it takes).
+    pub timeout: Option<f64>,
     /// The most retries (default 2).
     pub retries: Option<f64>,
     /// The longest pause obeyed, in seconds (default 300).
@@ -22,16 +36,6 @@ pub struct OutboundOptions {
     /// (default 1), doubled for each earlier refusal of the call and cut to
     /// `maxPause`.
     pub backoff: Option<f64>,
-}
-
-/// How long a sending must wait for a pause kept in this process (see
-/// `Outbound.hold`).
-#[napi(object)]
-pub struct Hold {
-    /// The wait, in seconds.
-    pub wait: f64,
-    /// Longer than the sending's timeout: it fails at once.
-    pub exceeded: bool,
 }
 
 /// What to do after a response.
@@ -64,8 +68,7 @@ pub struct Sending {
 /// its limiter's store could not be told (`paused`, `hold`).
 #[napi]
 pub struct Outbound {
-    inner: ratebound::outbound::Outbound,
-    pauses: ratebound::outbound::LocalPauses,
+    caller: Arc<Caller>,
 }
 
 #[napi]
@@ -76,6 +79,10 @@ impl Outbound {
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<OutboundOptions>) -> Result<Outbound> {
         let o = options.unwrap_or(OutboundOptions {
+            algorithm: None,
+            key: None,
+            n: None,
+            timeout: None,
             retries: None,
             max_pause: None,
             statuses: None,
@@ -90,9 +97,11 @@ impl Outbound {
             o.backoff,
         )
         .or_throw(&env)?;
+        let sending = ratebound::outbound::Sending::from_loose(o.n, o.timeout).or_throw(&env)?;
+        let algorithm = o.algorithm.as_deref().unwrap_or("token_bucket");
+        let caller = Caller::new(algorithm, inner, sending, o.key).or_throw(&env)?;
         Ok(Outbound {
-            inner,
-            pauses: ratebound::outbound::LocalPauses::new(),
+            caller: Arc::new(caller),
         })
     }
 
@@ -114,53 +123,65 @@ impl Outbound {
     /// The most retries.
     #[napi(getter)]
     pub fn retries(&self) -> u32 {
-        self.inner.retries()
+        self.caller.outbound().retries()
     }
 
     /// The longest pause obeyed, in seconds.
     #[napi(getter)]
     pub fn max_pause(&self) -> f64 {
-        self.inner.max_pause().as_secs_f64()
+        self.caller.outbound().max_pause().as_secs_f64()
     }
 
     /// The pause before the first retry of a refusal that gave no advice,
     /// in seconds.
     #[napi(getter)]
     pub fn backoff(&self) -> f64 {
-        self.inner.backoff().as_secs_f64()
+        self.caller.outbound().backoff().as_secs_f64()
     }
 
-    /// Takes note of a pause of `key` for `seconds` that reached everyone
-    /// sharing the limiter (`shared`) or only this process; whether it is
-    /// local (then kept: see `hold`).
+    /// One call of `method` to `scheme//host:port` (`port` null: none
+    /// given), with the request's own `key`, `n` and `timeout` (this one
+    /// only when `timeoutGiven`: null is then "no timeout"); `resendable`
+    /// unless its body is read once.
+    ///
+    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_NUMBER` naming `n` or
+    /// `timeout`.
     #[napi]
-    pub fn paused(&self, key: String, seconds: f64, shared: bool) -> bool {
-        use ratebound::outbound::Reach;
-        let reach = if shared { Reach::Shared } else { Reach::Local };
-        let d = std::time::Duration::try_from_secs_f64(seconds).unwrap_or_default();
-        self.pauses
-            .paused(&key, d, reach, std::time::Instant::now())
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        env: Env,
+        method: String,
+        scheme: String,
+        host: String,
+        port: Option<u32>,
+        key: Option<String>,
+        n: Option<f64>,
+        timeout: Option<f64>,
+        timeout_given: bool,
+        resendable: bool,
+    ) -> Result<OutboundCall> {
+        let target = Target {
+            scheme: &scheme,
+            host: &host,
+            port: port.and_then(|p| u16::try_from(p).ok()),
+        };
+        let timeout = timeout_given.then_some(timeout);
+        let call = self
+            .caller
+            .call_loose(&method, target, key, n, timeout, resendable)
+            .or_throw(&env)?;
+        Ok(OutboundCall {
+            caller: self.caller.clone(),
+            call,
+        })
     }
 
-    /// How long a sending for `key` must wait for a pause kept in this
-    /// process before it asks its limiter for a token (`null`: go), and
-    /// whether that is longer than `timeout` seconds.
+    /// Whether a throw of the adapter's hook is the first (to be warned
+    /// of); the later ones are swallowed.
     #[napi]
-    pub fn hold(&self, key: String, timeout: Option<f64>) -> Option<Hold> {
-        // Checked by `sending` already: a bad one here is no limit.
-        let timeout = timeout.and_then(|t| std::time::Duration::try_from_secs_f64(t).ok());
-        match self.pauses.hold(&key, timeout, std::time::Instant::now()) {
-            Ok(None) => None,
-            Ok(Some(d)) => Some(Hold {
-                wait: d.as_secs_f64(),
-                exceeded: false,
-            }),
-            Err(ratebound::Error::DeadlineExceeded { wait, .. }) => Some(Hold {
-                wait: wait.as_secs_f64(),
-                exceeded: true,
-            }),
-            Err(_) => None,
-        }
+    pub fn hook_threw(&self) -> bool {
+        self.caller.hook_threw()
     }
 
     /// What to do after the response to attempt `attempt` (0: the first) of
@@ -180,12 +201,134 @@ impl Outbound {
             [n, v] => Some((n.as_str(), v.as_str())),
             _ => None,
         });
-        let a = self.inner.advise(&method, status, pairs, attempt, now_unix);
+        let a = self
+            .caller
+            .outbound()
+            .advise(&method, status, pairs, attempt, now_unix);
         Advice {
             pause: a.pause.map(|d| d.as_secs_f64()),
             capped: a.capped,
             retry: a.retry,
             gave_up: a.gave_up,
         }
+    }
+}
+
+/// One step of a call (see `OutboundCall.next`): `kind` is `'hold'`,
+/// `'acquire'`, `'send'`, `'pause'`, `'event'`, `'retry'`, `'done'` or
+/// `'exceeded'`.
+#[napi(object, object_from_js = false)]
+#[derive(Default)]
+pub struct OutboundStep {
+    /// What to do.
+    pub kind: &'static str,
+    /// `hold`, `pause`: seconds; `event`: the wait or the pause (null
+    /// for others).
+    pub seconds: Option<f64>,
+    /// `acquire`: the tokens.
+    pub n: Option<f64>,
+    /// `acquire`: the longest wait left, in seconds (null: none).
+    pub timeout: Option<f64>,
+    /// `event`: `'waited'`, `'paused'`, `'retried'` or `'gave_up'`.
+    pub outcome: Option<&'static str>,
+    /// `event`: the answer's status (null before one).
+    pub status: Option<u32>,
+    /// `event`: the sending (0: the first).
+    pub attempt: Option<u32>,
+    /// `event`: the pause was cut to `maxPause`.
+    pub capped: Option<bool>,
+    /// `event`: the pause reached only this process.
+    pub local: Option<bool>,
+}
+
+fn step(kind: &'static str) -> OutboundStep {
+    OutboundStep {
+        kind,
+        ..OutboundStep::default()
+    }
+}
+
+/// One call's steps (`Outbound.call`).
+#[napi]
+pub struct OutboundCall {
+    caller: Arc<Caller>,
+    call: ratebound::outbound::Call,
+}
+
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s / 1000.0).unwrap_or_default()
+}
+
+#[napi]
+impl OutboundCall {
+    /// The limiter key (when the request gave none of its own).
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.call.key().to_string()
+    }
+
+    /// The next step at `nowMs` (the adapter's monotonic clock, in ms);
+    /// `'exceeded'` (with the wait in `seconds`) when a pause kept in this
+    /// process holds the sending beyond its timeout: the call fails at
+    /// once, sending nothing.
+    #[napi]
+    pub fn next(&mut self, env: Env, now_ms: f64) -> Result<OutboundStep> {
+        let s = match self.call.next(&self.caller, seconds(now_ms)) {
+            Ok(s) => s,
+            Err(ratebound::Error::DeadlineExceeded { wait, .. }) => {
+                return Ok(OutboundStep {
+                    seconds: Some(wait.as_secs_f64()),
+                    ..step("exceeded")
+                });
+            }
+            Err(e) => return Err(e).or_throw(&env),
+        };
+        Ok(match s {
+            Step::Hold(d) => OutboundStep {
+                seconds: Some(d.as_secs_f64()),
+                ..step("hold")
+            },
+            Step::Acquire { n, timeout } => OutboundStep {
+                n: Some(n as f64),
+                timeout: timeout.map(|t| t.as_secs_f64()),
+                ..step("acquire")
+            },
+            Step::Send => step("send"),
+            Step::Pause(d) => OutboundStep {
+                seconds: Some(d.as_secs_f64()),
+                ..step("pause")
+            },
+            Step::Report(e) => OutboundStep {
+                seconds: e.duration.map(|d| d.as_secs_f64()),
+                outcome: Some(e.outcome.as_str()),
+                status: e.status.map(u32::from),
+                attempt: Some(e.attempt),
+                capped: Some(e.capped),
+                local: Some(e.local),
+                ..step("event")
+            },
+            Step::Retry => step("retry"),
+            Step::Done => step("done"),
+        })
+    }
+
+    /// The answer: its `status` and `headers` (`[name, value]` pairs),
+    /// received at `nowUnix` (seconds since the Unix epoch).
+    #[napi]
+    pub fn answered(&mut self, status: u32, headers: Vec<Vec<String>>, now_unix: f64) {
+        let status = u16::try_from(status).unwrap_or(0);
+        let pairs = headers.iter().filter_map(|h| match h.as_slice() {
+            [n, v] => Some((n.as_str(), v.as_str())),
+            _ => None,
+        });
+        self.call.answered(&self.caller, status, pairs, now_unix);
+    }
+
+    /// Where the pause took hold: true (everyone sharing the limiter),
+    /// false (only this process), null (the limiter failed to make it).
+    #[napi]
+    pub fn paused(&mut self, shared: Option<bool>, now_ms: f64) {
+        let reach = shared.map(|s| if s { Reach::Shared } else { Reach::Local });
+        self.call.paused(&self.caller, reach, seconds(now_ms));
     }
 }

@@ -45,6 +45,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Concurrency>()?;
     m.add_class::<Ask>()?;
     m.add_class::<outbound::Outbound>()?;
+    m.add_class::<outbound::Call>()?;
     m.add_class::<RedisEngine>()?;
     m.add_class::<RedisCall>()?;
     m.add_class::<redis::RedisAcquisition>()?;

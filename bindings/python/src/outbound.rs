@@ -1,68 +1,69 @@
-//! `_Outbound`: the core's outbound decision (`ratebound::outbound`) for
-//! the HTTP client adapters — what to do after a partner's response. The
-//! binding converts values; the core decides.
+//! `_Outbound` and `_Call`: the core's outbound call machine
+//! (`ratebound::outbound::{Caller, Call}`) for the HTTP client adapters.
+//! The machine says each step of a call; the adapter does it. The binding
+//! converts values; the core decides.
+
+use std::time::Duration;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use ratebound::outbound::{Caller, Outbound as Policy, Reach, Sending, Step, Target};
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::{number, opt_number};
+use crate::error::OrPy;
 
-/// The outbound policy; `advise` returns `(pause_seconds | None, capped,
-/// retry, gave_up)`. Each adapter holds one, with the pauses it keeps in
-/// this process when its limiter's store could not be told
-/// (`ratebound::outbound::LocalPauses`: `paused`, `hold`).
+/// An adapter's rules: the policy, each sending's `n` and `timeout`, its
+/// fixed `key` (None: each request's host), the pauses it keeps in this
+/// process. Refuses a limiter whose `algorithm` is not a token bucket.
 #[pyclass(name = "_Outbound", module = "ratebound._ratebound", frozen)]
 pub(crate) struct Outbound {
-    inner: ratebound::outbound::Outbound,
-    pauses: ratebound::outbound::LocalPauses,
+    caller: Caller,
 }
 
 #[pymethods]
 impl Outbound {
-    /// The policy: each option not given (or None) is the core's default
-    /// (`Outbound::from_loose`: 2 retries, pauses of at most 300 s, 429
-    /// and 503, idempotent methods only, a backoff of 1 s doubling before
-    /// retrying a refusal that gave no advice); the core checks them all.
+    /// Each option not given (or None) is the core's default
+    /// (`Outbound::from_loose`, `Sending::from_loose`).
     #[new]
-    #[pyo3(signature = (*, retries=None, max_pause=None, statuses=None, any_method=None, backoff=None))]
+    #[pyo3(signature = (*, algorithm="token_bucket", key=None, n=None, timeout=None, retries=None, max_pause=None, statuses=None, any_method=None, backoff=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
+        algorithm: &str,
+        key: Option<String>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
         retries: Option<&Bound<'_, PyAny>>,
         max_pause: Option<&Bound<'_, PyAny>>,
         statuses: Option<&Bound<'_, PyAny>>,
         any_method: Option<bool>,
         backoff: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let retries = opt_number(py, "retries", retries)?;
-        let max_pause = opt_number(py, "max_pause", max_pause)?;
-        let backoff = opt_number(py, "backoff", backoff)?;
         let statuses = match statuses.filter(|s| !s.is_none()) {
-            Some(list) => {
-                let mut out = Vec::new();
-                for s in list.try_iter()? {
-                    out.push(number(py, "status", &s?)?);
-                }
-                Some(out)
-            }
+            Some(list) => Some(
+                list.try_iter()?
+                    .map(|s| number(py, "status", &s?))
+                    .collect::<PyResult<Vec<f64>>>()?,
+            ),
             None => None,
         };
-        let inner = ratebound::outbound::Outbound::from_loose(
-            retries,
-            max_pause,
+        let policy = Policy::from_loose(
+            opt_number(py, "retries", retries)?,
+            opt_number(py, "max_pause", max_pause)?,
             statuses.as_deref(),
             any_method,
-            backoff,
+            opt_number(py, "backoff", backoff)?,
         )
         .or_py(py)?;
-        Ok(Outbound {
-            inner,
-            pauses: ratebound::outbound::LocalPauses::new(),
-        })
+        let sending =
+            Sending::from_loose(opt_number(py, "n", n)?, opt_number(py, "timeout", timeout)?)
+                .or_py(py)?;
+        let caller = Caller::new(algorithm, policy, sending, key).or_py(py)?;
+        Ok(Outbound { caller })
     }
 
     /// Each sending's `(n, timeout)` as the core reads them
-    /// (`Sending::from_loose`): `n` tokens (default 1, at least 1), a wait
-    /// of at most `timeout` seconds (None: as long as it takes).
+    /// (`Sending::from_loose`).
     #[staticmethod]
     #[pyo3(signature = (n=None, timeout=None))]
     fn sending(
@@ -70,54 +71,70 @@ impl Outbound {
         n: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(u64, Option<f64>)> {
-        let s = ratebound::outbound::Sending::from_loose(
-            opt_number(py, "n", n)?,
-            opt_number(py, "timeout", timeout)?,
-        )
-        .or_py(py)?;
+        let s = Sending::from_loose(opt_number(py, "n", n)?, opt_number(py, "timeout", timeout)?)
+            .or_py(py)?;
         Ok((s.n(), s.timeout().map(|t| t.as_secs_f64())))
     }
 
     #[getter]
     fn retries(&self) -> u32 {
-        self.inner.retries()
+        self.caller.outbound().retries()
     }
 
     #[getter]
     fn max_pause(&self) -> f64 {
-        self.inner.max_pause().as_secs_f64()
+        self.caller.outbound().max_pause().as_secs_f64()
     }
 
     #[getter]
     fn backoff(&self) -> f64 {
-        self.inner.backoff().as_secs_f64()
+        self.caller.outbound().backoff().as_secs_f64()
     }
 
-    /// Takes note of a pause of `key` for `seconds` that reached everyone
-    /// sharing the limiter (`shared`) or only this process; whether it is
-    /// local (then kept: see `hold`).
-    fn paused(&self, key: &str, seconds: f64, shared: bool) -> bool {
-        use ratebound::outbound::Reach;
-        let reach = if shared { Reach::Shared } else { Reach::Local };
-        let d = std::time::Duration::try_from_secs_f64(seconds).unwrap_or_default();
-        self.pauses.paused(key, d, reach, std::time::Instant::now())
-    }
-
-    /// How long a sending for `key` must wait before it asks its limiter
-    /// for a token, in seconds (None: go); `RateLimitExceeded` when that
-    /// is longer than `timeout`.
-    #[pyo3(signature = (key, timeout=None))]
-    fn hold(&self, py: Python<'_>, key: &str, timeout: Option<f64>) -> PyResult<Option<f64>> {
-        // Checked by `sending` already: a bad one here is no limit.
-        let timeout = timeout.and_then(|t| std::time::Duration::try_from_secs_f64(t).ok());
-        let wait = self
-            .pauses
-            .hold(key, timeout, std::time::Instant::now())
+    /// One call of `method` to `scheme://host:port`, with the request's
+    /// own `key`, `n` and `timeout` (this one only with `timeout_given`:
+    /// None is then "no timeout"); `resendable` unless its body is read
+    /// once.
+    #[pyo3(signature = (method, scheme, host, port, key=None, n=None, timeout=None, timeout_given=false, resendable=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        slf: &Bound<'_, Self>,
+        method: &str,
+        scheme: &str,
+        host: &str,
+        port: Option<u16>,
+        key: Option<String>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        timeout_given: bool,
+        resendable: bool,
+    ) -> PyResult<Call> {
+        let py = slf.py();
+        let n = opt_number(py, "n", n)?;
+        let timeout = match timeout_given {
+            true => Some(opt_number(py, "timeout", timeout)?),
+            false => None,
+        };
+        let target = Target { scheme, host, port };
+        let call = slf
+            .get()
+            .caller
+            .call_loose(method, target, key, n, timeout, resendable)
             .or_py(py)?;
-        Ok(wait.map(|d| d.as_secs_f64()))
+        Ok(Call {
+            caller: slf.clone().unbind(),
+            call,
+        })
     }
 
-    /// What to do after the response to attempt `attempt` (0: the first).
+    /// Whether a throw of the adapter's hook is the first (to be warned
+    /// of); the later ones are swallowed.
+    fn hook_threw(&self) -> bool {
+        self.caller.hook_threw()
+    }
+
+    /// What to do after the response to attempt `attempt` (0: the first):
+    /// `(pause_seconds | None, capped, retry, gave_up)`.
     fn advise(
         &self,
         method: &str,
@@ -126,18 +143,77 @@ impl Outbound {
         attempt: u32,
         now_unix: f64,
     ) -> (Option<f64>, bool, bool, bool) {
-        let a = self.inner.advise(
-            method,
-            status,
-            headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-            attempt,
-            now_unix,
-        );
+        let headers = headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        let a = self
+            .caller
+            .outbound()
+            .advise(method, status, headers, attempt, now_unix);
         (
             a.pause.map(|d| d.as_secs_f64()),
             a.capped,
             a.retry,
             a.gave_up,
         )
+    }
+}
+
+/// One call's steps (`_Outbound.call`): `next(now)` gives a tuple —
+/// `("hold", s)`, `("acquire", n, timeout)`, `("send",)`, `("pause", s)`,
+/// `("event", outcome, seconds, status, attempt, capped, local)`,
+/// `("retry",)` or `("done",)`.
+#[pyclass(name = "_Call", module = "ratebound._ratebound")]
+pub(crate) struct Call {
+    caller: Py<Outbound>,
+    call: ratebound::outbound::Call,
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[pymethods]
+impl Call {
+    #[getter]
+    fn key(&self) -> &str {
+        self.call.key()
+    }
+
+    /// The next step at `now` (the adapter's monotonic clock, seconds).
+    fn next<'py>(&mut self, py: Python<'py>, now: f64) -> PyResult<Bound<'py, PyTuple>> {
+        let now = Duration::try_from_secs_f64(now).unwrap_or_default();
+        let step = self.call.next(&self.caller.get().caller, now).or_py(py)?;
+        match step {
+            Step::Hold(d) => ("hold", secs(d)).into_pyobject(py),
+            Step::Acquire { n, timeout } => ("acquire", n, timeout.map(secs)).into_pyobject(py),
+            Step::Send => ("send",).into_pyobject(py),
+            Step::Pause(d) => ("pause", secs(d)).into_pyobject(py),
+            Step::Report(e) => (
+                "event",
+                e.outcome.as_str(),
+                e.duration.map(secs),
+                e.status,
+                e.attempt,
+                e.capped,
+                e.local,
+            )
+                .into_pyobject(py),
+            Step::Retry => ("retry",).into_pyobject(py),
+            Step::Done => ("done",).into_pyobject(py),
+        }
+    }
+
+    /// The answer: its status and header fields, received at `now_unix`.
+    fn answered(&mut self, status: u16, headers: Vec<(String, String)>, now_unix: f64) {
+        let headers = headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        self.call
+            .answered(&self.caller.get().caller, status, headers, now_unix);
+    }
+
+    /// Where the pause took hold: True (everyone sharing the limiter),
+    /// False (only this process), None (the limiter failed to make it).
+    fn paused(&mut self, shared: Option<bool>, now: f64) {
+        let reach = shared.map(|s| if s { Reach::Shared } else { Reach::Local });
+        let now = Duration::try_from_secs_f64(now).unwrap_or_default();
+        self.call.paused(&self.caller.get().caller, reach, now);
     }
 }

@@ -1,6 +1,8 @@
 //! The options every adapter takes, and what they share at run time: the
 //! wait before each sending, the core's decision on each answer, the pause.
 
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -11,10 +13,12 @@ use tokio::time::Instant;
 use http::HeaderMap;
 use ratebound::any::DEFAULT_N;
 use ratebound::outbound::{
-    DEFAULT_BACKOFF, DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, LocalPauses, Outbound, Reach, Sending,
+    Call, Caller, DEFAULT_BACKOFF, DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, Event, Outbound, Sending,
+    Step, Target,
 };
 
-use crate::{Error, OutboundEvent, OutboundLimiter, Outcome};
+use crate::error::CallError;
+use crate::{Error, OutboundEvent, OutboundLimiter};
 
 type OnDecision = Arc<dyn Fn(&OutboundEvent<'_>) + Send + Sync>;
 type KeyFn<R> = Arc<dyn Fn(&R) -> String + Send + Sync>;
@@ -29,19 +33,15 @@ pub(crate) enum Key<R> {
 }
 
 impl<R> Key<R> {
-    /// The key of `request`, with `host` for [`Key::Host`].
-    pub(crate) fn of(&self, request: &R, host: impl FnOnce(&R) -> String) -> String {
+    /// The key `request` gives itself (a key function's), else `None`: the
+    /// core's rule ([`Caller::call`]: the adapter's key, else the host).
+    pub(crate) fn of(&self, request: &R) -> Option<String> {
         match self {
-            Key::Host => host(request),
-            Key::Fixed(key) => key.clone(),
-            Key::Custom(f) => f(request),
+            Key::Custom(f) => Some(f(request)),
+            Key::Host | Key::Fixed(_) => None,
         }
     }
 }
-
-/// The key when a request names no host (a path-only URI, as tonic's
-/// requests to a `Channel` are): one key for all of them.
-pub(crate) const NO_HOST: &str = "default";
 
 /// Builds an adapter: `RateLimitMiddleware::builder` (feature `reqwest`;
 /// `R` = `reqwest::Request`) or `RateLimitLayer::builder` (feature
@@ -155,14 +155,7 @@ impl<R> Builder<R> {
 
     /// The checked options.
     pub(crate) fn finish(self) -> Result<(Settings, Key<R>), Error> {
-        let algorithm = self.limiter.algorithm();
-        if algorithm != "token_bucket" {
-            return Err(Error::Limit(ratebound::Error::Unsupported {
-                operation: "pause (an outbound limiter must be a token bucket)",
-                algorithm,
-            }));
-        }
-        // The core's rule for a sending, as Python's and Node's adapters.
+        // The core's rules for a sending, as Python's and Node's adapters.
         let sending = Sending::new(self.n, self.timeout)?;
         let mut outbound = Outbound::new()
             .with_retries(self.retries)
@@ -172,174 +165,151 @@ impl<R> Builder<R> {
         if let Some(statuses) = &self.statuses {
             outbound = outbound.with_statuses(statuses)?;
         }
+        let fixed = match &self.key {
+            Key::Fixed(key) => Some(key.clone()),
+            Key::Host | Key::Custom(_) => None,
+        };
+        // Only a token bucket can be paused: the core says which.
+        let caller = Caller::new(self.limiter.algorithm(), outbound, sending, fixed)?;
         let settings = Settings {
             limiter: self.limiter,
-            outbound,
-            timeout: sending.timeout(),
-            n: sending.n(),
+            caller,
             on_decision: self.on_decision,
-            pauses: LocalPauses::new(),
+            origin: Instant::now(),
         };
         Ok((settings, self.key))
     }
 }
 
-/// What an adapter does around each sending (the same for all of them).
-pub(crate) struct Settings {
-    limiter: Arc<dyn OutboundLimiter>,
-    outbound: Outbound,
-    timeout: Option<Duration>,
-    n: u64,
-    on_decision: Option<OnDecision>,
-    /// The pauses the limiter's store could not be told of, kept here.
-    pauses: LocalPauses,
+/// What an adapter does with its client: the I/O of one sending.
+pub(crate) trait Exchange {
+    /// A request, as the adapter sends it.
+    type Request;
+    /// Its answer.
+    type Response;
+    /// The client's error (a transport error: returned as it is).
+    type Error;
+    /// A copy of `request` to send again, or `None` when its body is read
+    /// once (a stream).
+    fn copy(&self, request: &Self::Request) -> Option<Self::Request>;
+    /// Sends `request`.
+    fn send(
+        &mut self,
+        request: Self::Request,
+    ) -> impl Future<Output = Result<Self::Response, Self::Error>>;
+    /// The answer's status and the pause it asks for.
+    fn answer(&self, response: &Self::Response) -> (u16, Option<Duration>);
 }
 
-/// The core's advice on one answer, with the status it was given for.
-pub(crate) struct Decision {
-    status: u16,
-    pause: Option<Duration>,
-    capped: bool,
-    retry: bool,
-    gave_up: bool,
+/// What an adapter does around each sending (the same for all of them):
+/// the core's call machine ([`Caller`], [`Call`]) says each step, this
+/// one loop does it.
+pub(crate) struct Settings {
+    limiter: Arc<dyn OutboundLimiter>,
+    caller: Caller,
+    on_decision: Option<OnDecision>,
+    /// Where the adapter's clock starts (the machine reads time since).
+    origin: Instant,
 }
 
 impl Settings {
-    /// Whether the answer to attempt `attempt` may be retried (else the
-    /// request is not copied).
-    pub(crate) fn may_retry(&self, attempt: u32) -> bool {
-        attempt < self.outbound.retries()
-    }
-
-    /// Waits out a pause kept in this process (the limiter's store could
-    /// not be told of it), then for the sending's tokens.
-    pub(crate) async fn acquire(&self, key: &str, attempt: u32) -> Result<(), Error> {
-        let start = Instant::now();
-        let mut timeout = self.timeout;
-        if let Some(hold) = self.pauses.hold(key, timeout, start.into_std())? {
-            tokio::time::sleep(hold).await;
-            timeout = timeout.map(|t| t.saturating_sub(start.elapsed()));
-        }
-        self.limiter.acquire(key, self.n, timeout).await?;
-        let waited = start.elapsed();
-        if waited >= Duration::from_millis(1) {
-            self.tell(
-                Event {
-                    outcome: Outcome::Waited,
-                    duration: Some(waited),
-                    status: None,
-                    attempt,
-                    capped: false,
-                    local: false,
-                },
-                key,
-            );
-        }
-        Ok(())
-    }
-
-    /// The core's advice on the answer to attempt `attempt`; `asked` is a
-    /// pause the answer asked for outside its HTTP headers (a gRPC
-    /// `RetryInfo`), capped at `max_pause` here — the longer of the two is
-    /// obeyed.
-    pub(crate) fn decide(
+    /// One call of `method` to `target`, keyed by `key` (a key function's)
+    /// or the core's rule.
+    pub(crate) fn call(
         &self,
         method: &str,
-        status: u16,
-        headers: &HeaderMap,
-        attempt: u32,
-        asked: Option<Duration>,
-    ) -> Decision {
+        target: Target<'_>,
+        key: Option<String>,
+    ) -> Result<Call, Error> {
+        Ok(self.caller.call(method, target, key, None, None, true)?)
+    }
+
+    /// The pause asked in `headers` (`Retry-After`, `RateLimit` fields).
+    pub(crate) fn asked(headers: &HeaderMap) -> Option<Duration> {
         let now_unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let lines = headers
             .iter()
             .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
-        // The longer of the headers' pause and one asked elsewhere (a gRPC
-        // `RetryInfo`); the core caps it and adds the backoff.
-        let asked = ratebound::outbound::pause_asked(lines, now_unix)
-            .max(asked)
-            .filter(|d| !d.is_zero());
-        let advice = self.outbound.advise_asked(method, status, asked, attempt);
-        Decision {
-            status,
-            pause: advice.pause,
-            capped: advice.capped,
-            retry: advice.retry,
-            gave_up: advice.gave_up,
-        }
+        ratebound::outbound::pause_asked(lines, now_unix)
     }
 
-    /// Obeys `decision`: pauses the limiter for everyone if asked, and says
-    /// whether to send again (`resendable`: the request can be).
-    pub(crate) async fn settle(
+    /// Runs `call` for `request` through `x`: the machine's steps, the
+    /// one loop of every Rust adapter.
+    pub(crate) async fn run<X: Exchange>(
         &self,
-        key: &str,
-        decision: &Decision,
-        attempt: u32,
-        resendable: bool,
-    ) -> bool {
-        let status = Some(decision.status);
-        if let Some(pause) = decision.pause {
-            // A pause the store could not be told of (Redis down), or the
-            // limiter could not make (a shared table with no slot for the
-            // key), is kept in this process: an outage does not cancel it.
-            let reach = self.limiter.pause(key, pause).await.unwrap_or(Reach::Local);
-            let local = self
-                .pauses
-                .paused(key, pause, reach, Instant::now().into_std());
-            self.tell(
-                Event {
-                    outcome: Outcome::Paused,
-                    duration: Some(pause),
-                    status,
-                    attempt,
-                    capped: decision.capped,
-                    local,
+        mut call: Call,
+        request: X::Request,
+        mut x: X,
+    ) -> Result<X::Response, CallError<X::Error>> {
+        let c = &self.caller;
+        let mut request = Some(request);
+        let mut again = None;
+        let mut response = None;
+        loop {
+            let step = call
+                .next(c, self.origin.elapsed())
+                .map_err(|e| CallError::Limiter(e.into()))?;
+            match step {
+                Step::Hold(d) => tokio::time::sleep(d).await,
+                Step::Acquire { n, timeout } => self
+                    .limiter
+                    .acquire(call.key(), n, timeout)
+                    .await
+                    .map_err(CallError::Limiter)?,
+                Step::Send => {
+                    let Some(r) = request.take() else {
+                        unreachable!("the machine sends after a retry only")
+                    };
+                    if call.may_retry(c) {
+                        again = x.copy(&r);
+                        if again.is_none() {
+                            call.one_shot();
+                        }
+                    }
+                    let res = x.send(r).await.map_err(CallError::Service)?;
+                    let (status, asked) = x.answer(&res);
+                    call.answered_asked(c, status, asked);
+                    response = Some(res);
+                }
+                Step::Pause(d) => {
+                    // A pause the limiter failed to make is the machine's
+                    // to keep (told local).
+                    let reach = self.limiter.pause(call.key(), d).await.ok();
+                    call.paused(c, reach, self.origin.elapsed());
+                }
+                Step::Report(e) => self.tell(&call, e),
+                Step::Retry => {
+                    // The answer is dropped unread: its connection is not
+                    // reused, which is all a refusal costs.
+                    response = None;
+                    request = again.take();
+                }
+                Step::Done => match response {
+                    Some(res) => return Ok(res),
+                    None => unreachable!("the machine is done after an answer only"),
                 },
-                key,
-            );
+            }
         }
-        let plain = |outcome| Event {
-            outcome,
-            duration: None,
-            status,
-            attempt,
-            capped: false,
-            local: false,
-        };
-        if decision.retry && resendable {
-            self.tell(plain(Outcome::Retried), key);
-            return true;
-        }
-        if decision.retry || decision.gave_up {
-            self.tell(plain(Outcome::GaveUp), key);
-        }
-        false
     }
 
-    fn tell(&self, e: Event, key: &str) {
+    /// Tells the hook; a panicking hook never fails the call (the panic
+    /// hook has printed it).
+    fn tell(&self, call: &Call, e: Event) {
         if let Some(f) = &self.on_decision {
-            f(&OutboundEvent {
+            let event = OutboundEvent {
                 outcome: e.outcome,
-                key,
+                key: call.key(),
                 duration: e.duration,
                 status: e.status,
                 attempt: e.attempt,
                 capped: e.capped,
                 local: e.local,
-            });
+            };
+            if catch_unwind(AssertUnwindSafe(|| f(&event))).is_err() {
+                let _first = self.caller.hook_threw();
+            }
         }
     }
-}
-
-/// An event but its key.
-struct Event {
-    outcome: Outcome,
-    duration: Option<Duration>,
-    status: Option<u16>,
-    attempt: u32,
-    capped: bool,
-    local: bool,
 }

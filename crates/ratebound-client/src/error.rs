@@ -84,3 +84,33 @@ impl std::error::Error for Error {
         }
     }
 }
+
+/// What a call through an adapter fails with (the tower layer's
+/// [`RateLimited`](crate::RateLimited) returns it).
+#[derive(Debug)]
+pub enum CallError<E> {
+    /// The limiter's error: a wait beyond the timeout
+    /// ([`ratebound::Error::DeadlineExceeded`]; nothing was sent), `n`
+    /// above the burst.
+    Limiter(Error),
+    /// The inner service's error.
+    Service(E),
+}
+
+impl<E: fmt::Display> fmt::Display for CallError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Limiter(e) => e.fmt(f),
+            CallError::Service(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for CallError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CallError::Limiter(e) => std::error::Error::source(e),
+            CallError::Service(e) => e.source(),
+        }
+    }
+}

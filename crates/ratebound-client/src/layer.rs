@@ -1,17 +1,21 @@
 //! The tower adapter (feature `tower`): a `Layer` for HTTP clients.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::request::Parts;
-use http::{Request, Response, Uri};
+use http::uri::Authority;
+use http::{Request, Response};
+use ratebound::outbound::{Call, Target};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::builder::{Key, NO_HOST, Settings};
+use crate::builder::{Exchange, Key, Settings};
 use crate::limiter::BoxFuture;
-use crate::{Builder, Error, OutboundLimiter, grpc};
+use crate::{Builder, CallError, Error, OutboundLimiter, grpc};
 
 /// A tower [`Layer`] for HTTP clients — hyper-util's `Client`, a tonic
 /// `Channel`, any `Service<http::Request<B>, Response = http::Response<_>>`
@@ -163,60 +167,32 @@ impl RetryBody for tonic::body::Body {
     }
 }
 
-/// What a [`RateLimited`] call fails with.
-#[derive(Debug)]
-pub enum CallError<E> {
-    /// The limiter's error: a wait beyond the timeout
-    /// ([`ratebound::Error::DeadlineExceeded`]; nothing was sent), `n`
-    /// above the burst.
-    Limiter(Error),
-    /// The inner service's error.
-    Service(E),
-}
-
-impl<E: fmt::Display> fmt::Display for CallError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CallError::Limiter(e) => e.fmt(f),
-            CallError::Service(e) => e.fmt(f),
-        }
-    }
-}
-
-impl<E: std::error::Error + 'static> std::error::Error for CallError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CallError::Limiter(e) => std::error::Error::source(e),
-            CallError::Service(e) => e.source(),
-        }
-    }
-}
-
-/// The default port of a scheme, left out of keys (as Node's `url.host`).
-fn default_port(uri: &Uri) -> Option<u16> {
-    match uri.scheme_str() {
-        Some("http") => Some(80),
-        Some("https") => Some(443),
-        _ => None,
-    }
-}
-
-/// The URI's `host:port` (`host` for no port or the scheme's), else the
-/// `Host` header's, else [`NO_HOST`].
-fn host(parts: &Parts) -> String {
-    if let Some(authority) = parts.uri.authority() {
-        return match authority.port_u16() {
-            Some(port) if Some(port) != default_port(&parts.uri) => {
-                format!("{}:{port}", authority.host())
-            }
-            _ => authority.host().to_string(),
-        };
-    }
-    parts
-        .headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map_or_else(|| NO_HOST.to_string(), str::to_string)
+/// The call for a request: its target is its URI's scheme, host and port,
+/// else its `Host` header's host and port (a tonic `Channel`'s requests
+/// name only a path), else none.
+fn call_of(s: &Settings, key: &Key<Parts>, parts: &Parts) -> Result<Call, Error> {
+    let scheme = parts.uri.scheme_str().unwrap_or("");
+    let header = match parts.uri.authority() {
+        Some(_) => None,
+        None => parts
+            .headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.parse::<Authority>().ok()),
+    };
+    let target = match parts.uri.authority().or(header.as_ref()) {
+        Some(a) => Target {
+            scheme,
+            host: a.host(),
+            port: a.port_u16(),
+        },
+        None => Target {
+            scheme,
+            host: "",
+            port: None,
+        },
+    };
+    s.call(parts.method.as_str(), target, key.of(parts))
 }
 
 impl<S, B, ResBody> Service<Request<B>> for RateLimited<S>
@@ -243,81 +219,55 @@ where
     }
 }
 
+/// One tower call's I/O: the inner service, made ready before each
+/// sending.
+struct Tower<S, B, ResBody> {
+    inner: S,
+    types: PhantomData<fn(B) -> ResBody>,
+}
+
+impl<S, B, ResBody> Exchange for Tower<S, B, ResBody>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+    B: RetryBody,
+{
+    type Request = (Parts, B);
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+
+    fn copy(&self, (parts, body): &(Parts, B)) -> Option<(Parts, B)> {
+        body.try_clone().map(|b| (parts.clone(), b))
+    }
+
+    async fn send(&mut self, (parts, body): (Parts, B)) -> Result<Response<ResBody>, S::Error> {
+        std::future::poll_fn(|cx| self.inner.poll_ready(cx)).await?;
+        self.inner.call(Request::from_parts(parts, body)).await
+    }
+
+    fn answer(&self, response: &Response<ResBody>) -> (u16, Option<Duration>) {
+        // A gRPC status counts as an HTTP one; the longer of the two
+        // pauses asked is obeyed.
+        let (status, grpc) = grpc::status_of(response.status().as_u16(), response.headers());
+        (status, Settings::asked(response.headers()).max(grpc))
+    }
+}
+
 impl Sender {
     async fn send<S, B, ResBody>(
         &self,
-        mut inner: S,
+        inner: S,
         request: Request<B>,
     ) -> Result<Response<ResBody>, CallError<S::Error>>
     where
         S: Service<Request<B>, Response = Response<ResBody>>,
         B: RetryBody,
     {
-        let s = &self.settings;
-        let (mut parts, mut body) = request.into_parts();
-        let key = self.key.of(&parts, host);
-        let method = parts.method.clone();
-        let mut attempt = 0;
-        loop {
-            s.acquire(&key, attempt).await.map_err(CallError::Limiter)?;
-            let again = if s.may_retry(attempt) {
-                body.try_clone().map(|b| (parts.clone(), b))
-            } else {
-                None
-            };
-            std::future::poll_fn(|cx| inner.poll_ready(cx))
-                .await
-                .map_err(CallError::Service)?;
-            let response = inner
-                .call(Request::from_parts(parts, body))
-                .await
-                .map_err(CallError::Service)?;
-            let (status, asked) = grpc::status_of(response.status().as_u16(), response.headers());
-            let decision = s.decide(method.as_str(), status, response.headers(), attempt, asked);
-            let retry = s.settle(&key, &decision, attempt, again.is_some()).await;
-            match again {
-                Some((p, b)) if retry => {
-                    drop(response);
-                    (parts, body) = (p, b);
-                    attempt += 1;
-                }
-                _ => return Ok(response),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_key_is_the_host_and_a_port_that_is_not_the_default() {
-        let parts = |uri: &str, host_header: Option<&str>| {
-            let mut request = Request::builder().uri(uri);
-            if let Some(h) = host_header {
-                request = request.header("host", h);
-            }
-            request.body(()).expect("request").into_parts().0
+        let (parts, body) = request.into_parts();
+        let call = call_of(&self.settings, &self.key, &parts).map_err(CallError::Limiter)?;
+        let tower = Tower {
+            inner,
+            types: PhantomData,
         };
-        for (uri, header, key) in [
-            ("http://partner.example/v1", None, "partner.example"),
-            ("http://partner.example:80/v1", None, "partner.example"),
-            ("https://partner.example:443/v1", None, "partner.example"),
-            (
-                "http://partner.example:8080/v1",
-                None,
-                "partner.example:8080",
-            ),
-            ("https://[::1]:8443/", None, "[::1]:8443"),
-            (
-                "/grpc.health.v1.Health/Check",
-                Some("partner:50051"),
-                "partner:50051",
-            ),
-            ("/grpc.health.v1.Health/Check", None, NO_HOST),
-        ] {
-            assert_eq!(host(&parts(uri, header)), key, "{uri}");
-        }
+        self.settings.run(call, (parts, body), tower).await
     }
 }

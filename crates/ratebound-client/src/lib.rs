@@ -17,10 +17,12 @@ mod limiter;
 mod middleware;
 
 pub use builder::Builder;
+#[cfg(feature = "tower")]
+pub use error::CallError;
 pub use error::Error;
 pub use event::{OutboundEvent, Outcome};
 #[cfg(feature = "tower")]
-pub use layer::{CallError, RateLimitLayer, RateLimited, RetryBody};
+pub use layer::{RateLimitLayer, RateLimited, RetryBody};
 pub use limiter::{BoxFuture, OutboundLimiter};
 #[cfg(feature = "reqwest")]
 pub use middleware::RateLimitMiddleware;

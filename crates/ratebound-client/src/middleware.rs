@@ -4,7 +4,12 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::builder::{Key, NO_HOST, Settings};
+use std::time::Duration;
+
+use ratebound::outbound::Target;
+
+use crate::builder::{Exchange, Key, Settings};
+use crate::error::CallError;
 use crate::{Builder, Error, OutboundLimiter};
 
 /// A [`reqwest_middleware::Middleware`] that sends each request only once
@@ -70,14 +75,30 @@ impl std::fmt::Debug for RateLimitMiddleware {
     }
 }
 
-/// `host:port`, or `host` when the URL gives no port or the scheme's
-/// default (`reqwest::Url::port` leaves it out), as Node's `url.host`.
-fn host(request: &Request) -> String {
-    let url = request.url();
-    match (url.host_str(), url.port()) {
-        (Some(host), Some(port)) => format!("{host}:{port}"),
-        (Some(host), None) => host.to_string(),
-        (None, _) => NO_HOST.to_string(),
+/// One reqwest call's I/O: the rest of the middleware chain.
+struct Reqwest<'a> {
+    next: Next<'a>,
+    extensions: &'a mut Extensions,
+}
+
+impl Exchange for Reqwest<'_> {
+    type Request = Request;
+    type Response = Response;
+    type Error = reqwest_middleware::Error;
+
+    fn copy(&self, request: &Request) -> Option<Request> {
+        request.try_clone()
+    }
+
+    async fn send(&mut self, request: Request) -> reqwest_middleware::Result<Response> {
+        self.next.clone().run(request, self.extensions).await
+    }
+
+    fn answer(&self, response: &Response) -> (u16, Option<Duration>) {
+        (
+            response.status().as_u16(),
+            Settings::asked(response.headers()),
+        )
     }
 }
 
@@ -89,59 +110,23 @@ impl Middleware for RateLimitMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let s = &self.settings;
-        let key = self.key.of(&request, host);
-        let method = request.method().clone();
-        let mut request = request;
-        let mut attempt = 0;
-        loop {
-            s.acquire(&key, attempt)
-                .await
-                .map_err(reqwest_middleware::Error::middleware)?;
-            let again = if s.may_retry(attempt) {
-                request.try_clone()
-            } else {
-                None
-            };
-            let response = next.clone().run(request, extensions).await?;
-            let decision = s.decide(
-                method.as_str(),
-                response.status().as_u16(),
-                response.headers(),
-                attempt,
-                None,
-            );
-            let retry = s.settle(&key, &decision, attempt, again.is_some()).await;
-            match again {
-                Some(copy) if retry => {
-                    // The answer is dropped unread: its connection is not
-                    // reused, which is all a refusal costs.
-                    drop(response);
-                    request = copy;
-                    attempt += 1;
-                }
-                _ => return Ok(response),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_key_is_the_host_and_a_port_that_is_not_the_default() {
-        for (url, key) in [
-            ("http://partner.example/v1", "partner.example"),
-            ("http://partner.example:80/v1", "partner.example"),
-            ("https://partner.example:443/v1", "partner.example"),
-            ("http://partner.example:8080/v1", "partner.example:8080"),
-            ("https://[::1]:8443/", "[::1]:8443"),
-            ("http://127.0.0.1:3000/", "127.0.0.1:3000"),
-        ] {
-            let request = Request::new(reqwest::Method::GET, url.parse().expect("url"));
-            assert_eq!(host(&request), key, "{url}");
+        let url = request.url();
+        // `Url::port` leaves out the scheme's default; the core's rule
+        // drops it either way.
+        let target = Target {
+            scheme: url.scheme(),
+            host: url.host_str().unwrap_or(""),
+            port: url.port(),
+        };
+        let call = self
+            .settings
+            .call(request.method().as_str(), target, self.key.of(&request))
+            .map_err(reqwest_middleware::Error::middleware)?;
+        let exchange = Reqwest { next, extensions };
+        match self.settings.run(call, request, exchange).await {
+            Ok(response) => Ok(response),
+            Err(CallError::Limiter(e)) => Err(reqwest_middleware::Error::middleware(e)),
+            Err(CallError::Service(e)) => Err(e),
         }
     }
 }

@@ -1,11 +1,10 @@
 """What the HTTP client adapters (``ratebound.httpx``, ``ratebound.requests``)
-share: the limiter bound to its calling convention, the options, and the
-events told to ``on_decision``. The decision itself — how long the partner
-asked to pause (or the backoff, for a refusal that asked nothing), whether
-to send again, how long a pause kept in this process still holds a
-sending — is the core's (``_ratebound._Outbound``, replaying
-``spec/outbound.json``); this module only waits, pauses, sleeps and
-counts."""
+share: the limiter bound to its calling convention, the options, and one
+loop over the core's call machine (``_ratebound._Outbound.call``, replaying
+``spec/outbound.json`` and ``spec/outbound_calls.json``), which says every
+step — hold, wait for tokens, send, pause, report, retry or done — and owns
+every rule (the key, the waited threshold, one-shot bodies, a failed
+pause, the events). This module only sleeps, waits, sends and reports."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from typing import Any, Awaitable, Callable, NamedTuple, Optional, TypedDict, Ty
 from . import _ratebound
 from . import redis as _redis
 from ._errors import RateboundError
+from ._errors import Unsupported as _Unsupported
 
 Number = Union[int, float]
 R = TypeVar("R")
@@ -96,21 +96,15 @@ def _ratebound_error(message: str) -> Exception:
 
 
 class Bound:
-    """A limiter the adapters can wait on and pause: a token bucket (local,
-    shared memory or Redis), keyed or single. Anything else is refused here,
-    at construction: a window cannot be paused, so it cannot obey a
-    partner's ``Retry-After`` for everyone."""
+    """A limiter the adapters can wait on and pause, keyed or single: a
+    ratebound limiter (the core refuses one that is not a token bucket)."""
 
     def __init__(self, limiter: Any, *, asynchronous: bool) -> None:
         if limiter is None:
             raise _ratebound_error("a limiter is required: a token bucket (local, shared memory or Redis)")
         if not isinstance(limiter, _KEYED + _SINGLE + (_redis._Limiter, _redis._AsyncLimiter)):
             raise _ratebound_error(f"not a ratebound limiter: {limiter!r}")
-        algorithm = _algorithm(limiter)
-        if algorithm != "token_bucket":
-            raise _ratebound_error(
-                f"{type(limiter).__name__} ({algorithm}) cannot be paused: an outbound limit must be a token bucket"
-            )
+        self.algorithm = _algorithm(limiter) or "unknown"
         is_async_redis = isinstance(limiter, _redis.AsyncTokenBucket)
         if is_async_redis and not asynchronous:
             raise _ratebound_error("rb.redis.AsyncTokenBucket needs the async adapter (AsyncRateLimitTransport)")
@@ -119,7 +113,9 @@ class Bound:
         self.limiter: Any = limiter
         self.keyed = isinstance(limiter, _KEYED)
         self.remote = isinstance(limiter, (_redis.TokenBucket, _redis.AsyncTokenBucket))
-        if isinstance(limiter, (_redis.TokenBucket, _redis.AsyncTokenBucket)) and limiter._engine.on_error == "open":
+
+    def warn_if_open(self) -> None:
+        if self.remote and self.limiter._engine.on_error == "open":
             warnings.warn(
                 "an outbound limiter that fails open sends every request to the partner while Redis is "
                 "unreachable (a flood partners block keys for): build it with "
@@ -140,30 +136,26 @@ class Bound:
         else:
             await self.limiter.acquire(n, timeout)
 
-    def pause_blocking(self, key: str, seconds: float) -> bool:
-        """Pauses the limiter; whether everyone sharing it was told (a
-        pause Redis could not be told of pauses the local share, if any)."""
-        try:
-            if self.keyed:
-                told = self.limiter.pause(key, seconds)
-            else:
-                told = self.limiter.pause(seconds)
-        except RateboundError:  # a shared table with no slot for the key
-            return False
-        return self.told(key, seconds, told)
+    def _pause(self, key: str, seconds: float) -> Any:
+        return self.limiter.pause(key, seconds) if self.keyed else self.limiter.pause(seconds)
 
-    async def pause(self, key: str, seconds: float) -> bool:
+    def pause_blocking(self, key: str, seconds: float) -> Optional[bool]:
+        """Pauses the limiter: True when everyone sharing it was told,
+        False when only this process (Redis could not be told: the local
+        share is paused), None when the limiter failed to (a shared table
+        with no slot for the key)."""
+        try:
+            return self.told(key, seconds, self._pause(key, seconds))
+        except RateboundError:
+            return None
+
+    async def pause(self, key: str, seconds: float) -> Optional[bool]:
         """:meth:`pause_blocking` for asyncio."""
         try:
-            if self.keyed:
-                told = self.limiter.pause(key, seconds)
-            else:
-                told = self.limiter.pause(seconds)
-            if inspect.isawaitable(told):
-                told = await told
+            told = self._pause(key, seconds)
+            return self.told(key, seconds, await told if inspect.isawaitable(told) else told)
         except RateboundError:
-            return False
-        return self.told(key, seconds, told)
+            return None
 
     def told(self, key: str, seconds: float, told: Any) -> bool:
         # A Redis limiter's pause says the shift it gave, or None when Redis
@@ -175,10 +167,9 @@ class Bound:
 
 
 class Options:
-    """The adapters' options, checked once at construction by the core
-    (``Outbound::from_loose`` for the policy, ``Sending::from_loose`` for
-    each sending's ``n`` and ``timeout``: the rules and defaults of the Rust
-    and Node adapters)."""
+    """An adapter's options, checked once at construction by the core
+    (``_Outbound``: the policy, each sending's ``n`` and ``timeout``, the
+    limiters accepted), and its loops over the core's call machine."""
 
     def __init__(
         self,
@@ -195,153 +186,98 @@ class Options:
         n: Optional[int] = None,
         on_decision: Optional[OnOutbound] = None,
     ) -> None:
-        self.bound = Bound(limiter, asynchronous=asynchronous)
+        self.bound = bound = Bound(limiter, asynchronous=asynchronous)
         if key is not None and not isinstance(key, str) and not callable(key):
             raise _ratebound_error(f"key must be a string or a function of the request, got {key!r}")
-        self.key = key
-        self.outbound = _ratebound._Outbound(
-            retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method, backoff=backoff
-        )
-        self.n, self.timeout = _ratebound._Outbound.sending(n, timeout)
+        self.key_fn = key if callable(key) else None
+        try:
+            self.outbound = _ratebound._Outbound(
+                algorithm=bound.algorithm, key=key if isinstance(key, str) else None, n=n, timeout=timeout,
+                retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method, backoff=backoff,
+            )
+        except _Unsupported as e:
+            name = type(limiter).__name__
+            raise _ratebound_error(f"{name} ({bound.algorithm}) cannot be paused: {e}") from None
+        bound.warn_if_open()
         self.on_decision = on_decision
 
-    def per_request(self, overrides: Any, request: Any, host: str) -> tuple[str, int, Optional[float]]:
-        """The key, n and timeout of one request: its ``ratebound``
-        overrides, else the adapter's, else the request's host."""
+    def call(
+        self, overrides: Any, request: Any, method: str, target: tuple[str, str, Optional[int]], resendable: bool
+    ) -> Any:
+        """One request's call: its ``ratebound`` overrides (key, n,
+        timeout), else the key function's key; the rest is the core's."""
         o = overrides if isinstance(overrides, dict) else {}
-        key = o.get("key", self.key)
-        if callable(key):
-            key = key(request)
-        if key is None:
-            key = host
-        if not isinstance(key, str):
+        key = o.get("key")
+        if key is None and self.key_fn is not None:
+            key = self.key_fn(request)
+        if key is not None and not isinstance(key, str):
             raise _ratebound_error(f"key must be a string, got {key!r}")
-        n, timeout = _ratebound._Outbound.sending(
-            o.get("n", self.n), o["timeout"] if "timeout" in o else self.timeout
+        scheme, host, port = target
+        return self.outbound.call(
+            method, scheme, host or "", port, key, o.get("n"), o.get("timeout"), "timeout" in o, resendable
         )
-        return key, n, timeout
-
-    def advise(self, method: str, status: int, headers: list[tuple[str, str]], attempt: int) -> Any:
-        return self.outbound.advise(method, status, headers, attempt, time.time())
 
     def send_blocking(
-        self,
-        key: str,
-        n: int,
-        timeout: Optional[float],
-        method: str,
-        send: Callable[[], R],
-        answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
+        self, call: Any, send: Callable[[], R], answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
         discard: Callable[[R], None],
-        resend: bool = True,
     ) -> R:
-        """The sequence of one call, on this thread: wait for a token,
-        ``send``, obey the ``answer`` (pause the limiter, send again through
-        it), until a response is the caller's. Without ``resend`` (a body
-        that can be read once: a generator, a file, a stream) the request
-        is never sent again: a retry due is a give-up, and the caller gets
-        the response."""
-        attempt = 0
+        """One call, on this thread: the machine's steps until the response
+        is the caller's."""
+        response: Any = None
         while True:
-            start = time.monotonic()
-            hold = self.outbound.hold(key, timeout)
-            if hold is not None:
-                time.sleep(hold)
-            self.bound.acquire_blocking(key, n, self.left(timeout, start))
-            self.waited(key, start, attempt)
-            response = send()
-            status, headers = answer(response)
-            pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
-            if retry and not resend:
-                retry, gave_up = False, True
-            local = False
-            if pause is not None:
-                local = self.outbound.paused(key, pause, self.bound.pause_blocking(key, pause))
-            if self.settled(key, status, attempt, pause, capped, retry, gave_up, local):
-                return response
-            discard(response)
-            attempt += 1
+            step = call.next(time.monotonic())
+            kind = step[0]
+            if kind == "acquire":
+                self.bound.acquire_blocking(call.key, step[1], step[2])
+            elif kind == "send":
+                response = send()
+                call.answered(*answer(response), time.time())
+            elif kind == "pause":
+                call.paused(self.bound.pause_blocking(call.key, step[1]), time.monotonic())
+            elif kind == "event":
+                self.tell(call.key, step)
+            elif kind == "hold":
+                time.sleep(step[1])
+            elif kind == "retry":
+                discard(response)
+            else:
+                return response  # type: ignore[no-any-return]
 
     async def send(
-        self,
-        key: str,
-        n: int,
-        timeout: Optional[float],
-        method: str,
-        send: Callable[[], Awaitable[R]],
-        answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
+        self, call: Any, send: Callable[[], Awaitable[R]], answer: Callable[[R], tuple[int, list[tuple[str, str]]]],
         discard: Callable[[R], Awaitable[None]],
-        resend: bool = True,
     ) -> R:
         """:meth:`send_blocking` for asyncio: the waits are the event loop's
-        (a cancelled call gives its token back), measured on its clock (a
-        test's loop on virtual time drives them)."""
-        attempt = 0
+        (a cancelled call gives its token back), on its clock (a test's
+        loop on virtual time drives them)."""
         now = asyncio.get_running_loop().time
+        response: Any = None
         while True:
-            start = now()
-            hold = self.outbound.hold(key, timeout)
-            if hold is not None:
-                await asyncio.sleep(hold)
-            await self.bound.acquire(key, n, self.left(timeout, start, now))
-            self.waited(key, start, attempt, now)
-            response = await send()
-            status, headers = answer(response)
-            pause, capped, retry, gave_up = self.advise(method, status, headers, attempt)
-            if retry and not resend:
-                retry, gave_up = False, True
-            local = False
-            if pause is not None:
-                local = self.outbound.paused(key, pause, await self.bound.pause(key, pause))
-            if self.settled(key, status, attempt, pause, capped, retry, gave_up, local):
-                return response
-            await discard(response)
-            attempt += 1
+            step = call.next(now())
+            kind = step[0]
+            if kind == "acquire":
+                await self.bound.acquire(call.key, step[1], step[2])
+            elif kind == "send":
+                response = await send()
+                call.answered(*answer(response), time.time())
+            elif kind == "pause":
+                call.paused(await self.bound.pause(call.key, step[1]), now())
+            elif kind == "event":
+                self.tell(call.key, step)
+            elif kind == "hold":
+                await asyncio.sleep(step[1])
+            elif kind == "retry":
+                await discard(response)
+            else:
+                return response  # type: ignore[no-any-return]
 
-    @staticmethod
-    def left(timeout: Optional[float], start: float, now: Callable[[], float] = time.monotonic) -> Optional[float]:
-        """What is left of a sending's `timeout` after a hold (``now``: the
-        clock ``start`` was read on)."""
-        return None if timeout is None else max(0.0, timeout - (now() - start))
-
-    def waited(self, key: str, start: float, attempt: int, now: Callable[[], float] = time.monotonic) -> None:
-        waited = now() - start
-        if waited >= 0.001:
-            self.tell("waited", key, waited, None, attempt)
-
-    def settled(
-        self,
-        key: str,
-        status: int,
-        attempt: int,
-        pause: Optional[float],
-        capped: bool,
-        retry: bool,
-        gave_up: bool,
-        local: bool = False,
-    ) -> bool:
-        """Reports an answer; whether the response is the caller's."""
-        if pause is not None:
-            self.tell("paused", key, pause, status, attempt, capped, local)
-        if retry:
-            self.tell("retried", key, None, status, attempt)
-        elif gave_up:
-            self.tell("gave_up", key, None, status, attempt)
-        return not retry
-
-    def tell(
-        self,
-        outcome: str,
-        key: str,
-        seconds: Optional[float],
-        status: Optional[int],
-        attempt: int,
-        capped: bool = False,
-        local: bool = False,
-    ) -> None:
+    def tell(self, key: str, step: tuple[Any, ...]) -> None:
         if self.on_decision is None:
             return
         try:
-            self.on_decision(OutboundEvent(outcome, key, seconds, status, attempt, capped, local))
-        except Exception:  # a metrics hook must never break the call
-            logging.getLogger("ratebound").exception("on_decision raised; the call goes on")
+            self.on_decision(OutboundEvent(step[1], key, *step[2:]))
+        except Exception:  # a metrics hook never breaks the call; told once
+            if self.outbound.hook_threw():
+                logging.getLogger("ratebound").warning(
+                    "on_decision raised; the call goes on (later raises are not logged)", exc_info=True
+                )

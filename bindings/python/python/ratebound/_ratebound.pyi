@@ -26,6 +26,7 @@ __all__ = [
     "Place",
     "Concurrency",
     "Ask",
+    "_Call",
     "_Outbound",
     "_RedisEngine",
     "RedisStats",
@@ -166,6 +167,10 @@ class _Outbound:
     def __new__(
         cls: type[_T],
         *,
+        algorithm: str = "token_bucket",
+        key: Optional[str] = None,
+        n: Optional[int] = None,
+        timeout: Optional[_Number] = None,
         retries: Optional[int] = None,
         max_pause: Optional[_Number] = None,
         statuses: Optional[Sequence[int]] = None,
@@ -180,11 +185,30 @@ class _Outbound:
     def max_pause(self) -> float: ...
     @property
     def backoff(self) -> float: ...
-    def paused(self, key: str, seconds: float, shared: bool) -> bool: ...
-    def hold(self, key: str, timeout: Optional[float] = None) -> Optional[float]: ...
+    def call(
+        self,
+        method: str,
+        scheme: str,
+        host: str,
+        port: Optional[int],
+        key: Optional[str] = None,
+        n: Optional[int] = None,
+        timeout: Optional[_Number] = None,
+        timeout_given: bool = False,
+        resendable: bool = True,
+    ) -> _Call: ...
+    def hook_threw(self) -> bool: ...
     def advise(
         self, method: str, status: int, headers: Sequence[tuple[str, str]], attempt: int, now_unix: float
     ) -> tuple[Optional[float], bool, bool, bool]: ...
+
+@final
+class _Call:
+    @property
+    def key(self) -> str: ...
+    def next(self, now: float) -> tuple[Any, ...]: ...
+    def answered(self, status: int, headers: Sequence[tuple[str, str]], now_unix: float) -> None: ...
+    def paused(self, shared: Optional[bool], now: float) -> None: ...
 
 @final
 class Place:

@@ -10,8 +10,8 @@ again, so they never add traffic beyond the limit.
     client = httpx.Client(transport=rb.httpx.RateLimitTransport(limit, key="partner"))
     client.get("https://partner.example/v1/items")
 
-The decision (how long to pause, whether to retry) is the core's
-(``spec/outbound.json``); this module only waits, pauses and sends."""
+Every step and rule of a call is the core's (``spec/outbound.json``,
+``spec/outbound_calls.json``); this module only waits, pauses and sends."""
 
 from __future__ import annotations
 
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["AsyncRateLimitTransport", "OutboundEvent", "RateLimitTransport"]
-
-
-def _host(request: httpx.Request) -> str:
-    return request.url.netloc.decode("ascii")
 
 
 def _replayable(request: httpx.Request) -> bool:
@@ -60,8 +56,12 @@ class _Limited:
     def __init__(self, limiter: Any, **options: Unpack[OutboundOptions]) -> None:
         self._o = Options(limiter, asynchronous=self._asynchronous, **options)
 
-    def _plan(self, request: httpx.Request) -> tuple[str, int, Optional[float]]:
-        return self._o.per_request(request.extensions.get("ratebound"), request, _host(request))
+    def _call(self, request: httpx.Request) -> Any:
+        u = request.url
+        return self._o.call(
+            request.extensions.get("ratebound"), request, request.method, (u.scheme, u.host, u.port),
+            _replayable(request),
+        )
 
 
 class RateLimitTransport(_Limited, httpx.BaseTransport):
@@ -102,10 +102,8 @@ class RateLimitTransport(_Limited, httpx.BaseTransport):
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        key, n, timeout = self._plan(request)
         return self._o.send_blocking(
-            key, n, timeout, request.method, lambda: self._transport.handle_request(request), _answer, _discard,
-            resend=_replayable(request),
+            self._call(request), lambda: self._transport.handle_request(request), _answer, _discard
         )
 
     def close(self) -> None:
@@ -127,10 +125,8 @@ class AsyncRateLimitTransport(_Limited, httpx.AsyncBaseTransport):
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        key, n, timeout = self._plan(request)
         return await self._o.send(
-            key, n, timeout, request.method, lambda: self._transport.handle_async_request(request), _answer, _adiscard,
-            resend=_replayable(request),
+            self._call(request), lambda: self._transport.handle_async_request(request), _answer, _adiscard
         )
 
     async def aclose(self) -> None:

@@ -11,8 +11,8 @@ through the limiter again.
     session.mount("https://partner.example/", rb.requests.RateLimitAdapter(limit, key="partner"))
     session.get("https://partner.example/v1/items")
 
-The decision (how long to pause, whether to retry) is the core's
-(``spec/outbound.json``); this module only waits, pauses and sends."""
+Every step and rule of a call is the core's (``spec/outbound.json``,
+``spec/outbound_calls.json``); this module only waits, pauses and sends."""
 
 from __future__ import annotations
 
@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["OutboundEvent", "RateLimitAdapter"]
-
-
-def _host(request: requests.PreparedRequest) -> str:
-    netloc = urlsplit(request.url or "").netloc
-    return netloc.rpartition("@")[2]
 
 
 class RateLimitAdapter(HTTPAdapter):
@@ -70,18 +65,16 @@ class RateLimitAdapter(HTTPAdapter):
         cert: Union[None, bytes, str, tuple[Union[bytes, str], Union[bytes, str]]] = None,
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
-        key, n, wait_timeout = self._o.per_request(None, request, _host(request))
+        url = urlsplit(request.url or "")
+        method = request.method or "GET"
+        call = self._o.call(None, request, method, (url.scheme, url.hostname or "", url.port), _replayable(request.body))
         return self._o.send_blocking(
-            key,
-            n,
-            wait_timeout,
-            request.method or "GET",
+            call,
             lambda: super(RateLimitAdapter, self).send(
                 request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
             ),
             _answer,
             _discard,
-            resend=_replayable(request.body),
         )
 
 

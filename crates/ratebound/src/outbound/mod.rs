@@ -44,9 +44,11 @@ use std::time::Duration;
 use crate::Error;
 use crate::any::{DEFAULT_N, seconds, whole};
 
+mod call;
 mod headers;
 mod pauses;
 
+pub use call::{Call, Caller, Event, NO_HOST, Outcome, Step, Target, WAITED_MIN, default_key};
 pub use headers::{http_date, parse_ratelimit_field, parse_retry_after, pause_asked};
 pub use pauses::{LOCAL_PAUSES_MAX_KEYS, LocalPauses, Reach};
 
@@ -387,6 +389,18 @@ impl Outbound {
         asked: Option<Duration>,
         attempt: u32,
     ) -> Advice {
+        self.advise_for(idempotent(method), status, asked, attempt)
+    }
+
+    /// [`advise_asked`](Self::advise_asked) for a method that is
+    /// `idempotent` or not.
+    pub(crate) fn advise_for(
+        &self,
+        idempotent: bool,
+        status: u16,
+        asked: Option<Duration>,
+        attempt: u32,
+    ) -> Advice {
         let cut = |d: Duration| {
             if d > self.max_pause {
                 (Some(self.max_pause), true)
@@ -395,7 +409,7 @@ impl Outbound {
             }
         };
         let retryable = self.statuses.contains(&status);
-        let may = attempt < self.retries && (self.retry_any_method || idempotent(method));
+        let may = attempt < self.retries && (self.retry_any_method || idempotent);
         let retry = retryable && may;
         let (pause, capped) = match asked {
             Some(d) if !d.is_zero() => cut(d),

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::Error;
 
@@ -31,14 +31,16 @@ pub const LOCAL_PAUSES_MAX_KEYS: usize = 10_000;
 /// call of the adapter for that key, goes out no sooner than the partner
 /// asked — whatever the limiter's fail policy lets through.
 ///
-/// Sans-I/O: the caller passes the instant and does the sleeping.
+/// Sans-I/O: the caller passes the time — a reading of its monotonic
+/// clock (`now`, time since any fixed origin: one clock for one table) —
+/// and does the sleeping.
 ///
 /// # Examples
 /// ```
-/// use std::time::{Duration, Instant};
+/// use std::time::Duration;
 /// use ratebound::outbound::{LocalPauses, Reach};
 /// let pauses = LocalPauses::new();
-/// let now = Instant::now();
+/// let now = Duration::from_secs(100);
 /// // Redis was told: nothing for this process to keep.
 /// assert!(!pauses.paused("partner", Duration::from_secs(2), Reach::Shared, now));
 /// assert_eq!(pauses.hold("partner", None, now)?, None);
@@ -55,7 +57,7 @@ pub const LOCAL_PAUSES_MAX_KEYS: usize = 10_000;
 pub struct LocalPauses {
     // A lock, not atomics: pauses are rare (a partner's refusal during an
     // outage) and a read of an empty table is one uncontended lock.
-    until: Mutex<HashMap<String, Instant>>,
+    until: Mutex<HashMap<String, Duration>>,
 }
 
 impl LocalPauses {
@@ -69,7 +71,7 @@ impl LocalPauses {
     /// ([`Reach::Local`]) is kept (a pause ending no later than one already
     /// kept changes nothing). Whether the pause is local — what the
     /// adapter's `paused` event says.
-    pub fn paused(&self, key: &str, pause: Duration, reach: Reach, now: Instant) -> bool {
+    pub fn paused(&self, key: &str, pause: Duration, reach: Reach, now: Duration) -> bool {
         if reach == Reach::Shared || pause.is_zero() {
             return reach == Reach::Local;
         }
@@ -103,7 +105,7 @@ impl LocalPauses {
         &self,
         key: &str,
         timeout: Option<Duration>,
-        now: Instant,
+        now: Duration,
     ) -> Result<Option<Duration>, Error> {
         let until = self.until.lock().unwrap_or_else(|e| e.into_inner());
         if until.is_empty() {
@@ -127,7 +129,7 @@ mod tests {
     #[test]
     fn a_full_table_forgets_the_pause_ending_first_and_later_pauses_extend() {
         let p = LocalPauses::new();
-        let now = Instant::now();
+        let now = Duration::from_secs(1);
         let s = Duration::from_secs;
         for i in 0..LOCAL_PAUSES_MAX_KEYS {
             p.paused(&format!("k{i}"), s(10 + i as u64), Reach::Local, now);

@@ -1,0 +1,229 @@
+//! Replays `spec/outbound_calls.json` through the core's call machine on a
+//! virtual clock (the adapters of every language replay the same file).
+#![cfg(not(ratebound_loom))]
+
+use std::time::Duration;
+
+use ratebound::outbound::{Call, Caller, Outbound, Reach, Sending, Step, Target};
+use serde_json::{Value, json};
+
+fn spec() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../spec/outbound_calls.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("spec")).expect("json")
+}
+
+/// The adapter's rules from a vector's `config`, through the loose readers
+/// every binding uses.
+pub fn caller(config: &Value) -> Caller {
+    let f = |name: &str| config.get(name).and_then(Value::as_f64);
+    let statuses: Option<Vec<f64>> = config.get("statuses").map(|s| {
+        s.as_array()
+            .expect("statuses")
+            .iter()
+            .map(|v| v.as_f64().expect("status"))
+            .collect()
+    });
+    let outbound = Outbound::from_loose(
+        f("retries"),
+        f("max_pause_s"),
+        statuses.as_deref(),
+        config.get("any_method").and_then(Value::as_bool),
+        f("backoff_s"),
+    )
+    .expect("outbound");
+    let sending = Sending::from_loose(f("n"), f("timeout_s")).expect("sending");
+    let key = config
+        .get("key")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Caller::new("token_bucket", outbound, sending, key).expect("caller")
+}
+
+/// scheme, host, port of a URL of the vectors (`scheme://host[:port]/...`).
+fn target(url: &str) -> (String, String, Option<u16>) {
+    let (scheme, rest) = url.split_once("://").expect("scheme");
+    let authority = rest.split('/').next().expect("authority");
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, p) = v6.split_once(']').expect("]");
+            (format!("[{h}]"), p.strip_prefix(':'))
+        }
+        None => match authority.split_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (authority.to_string(), None),
+        },
+    };
+    let port = port.map(|p| p.parse().expect("port"));
+    (scheme.to_string(), host.to_ascii_lowercase(), port)
+}
+
+fn secs(d: Duration) -> Value {
+    json!(d.as_secs_f64())
+}
+
+fn opt_secs(d: Option<Duration>) -> Value {
+    d.map_or(Value::Null, secs)
+}
+
+fn replay(v: &Value) -> (String, Vec<Value>) {
+    let caller = caller(v.get("config").unwrap_or(&json!({})));
+    let r = &v["request"];
+    let (scheme, host, port) = target(r["url"].as_str().expect("url"));
+    let timeout = r
+        .get("timeout_s")
+        .map(|t| t.as_f64().map(Duration::from_secs_f64));
+    let mut call: Call = caller
+        .call(
+            r["method"].as_str().expect("method"),
+            Target {
+                scheme: &scheme,
+                host: &host,
+                port,
+            },
+            r.get("key").and_then(Value::as_str).map(str::to_string),
+            r.get("n").and_then(Value::as_u64),
+            timeout,
+            r["body"] != "stream",
+        )
+        .expect("call");
+    let key = call.key().to_string();
+    let sendings = v["sendings"].as_array().expect("sendings");
+    let mut now = Duration::from_secs(1000);
+    let mut steps = Vec::new();
+    let mut i = 0;
+    loop {
+        let s = &sendings[i];
+        match call.next(&caller, now).expect("step") {
+            Step::Hold(d) => {
+                steps.push(json!(["hold", secs(d)]));
+                now += d;
+            }
+            Step::Acquire { n, timeout } => {
+                steps.push(json!(["acquire", n, opt_secs(timeout)]));
+                now += Duration::from_secs_f64(
+                    s.get("acquire_s").and_then(Value::as_f64).unwrap_or(0.0),
+                );
+            }
+            Step::Send => {
+                steps.push(json!(["send"]));
+                let headers: Vec<(&str, &str)> = s["headers"]
+                    .as_array()
+                    .expect("headers")
+                    .iter()
+                    .map(|h| (h[0].as_str().expect("name"), h[1].as_str().expect("value")))
+                    .collect();
+                let status = u16::try_from(s["status"].as_u64().expect("status")).expect("u16");
+                call.answered(&caller, status, headers, 1_800_000_000.0);
+            }
+            Step::Pause(d) => {
+                steps.push(json!(["pause", secs(d)]));
+                let reach = match s.get("pause").and_then(Value::as_str).unwrap_or("shared") {
+                    "shared" => Some(Reach::Shared),
+                    "local" => Some(Reach::Local),
+                    "failed" => None,
+                    other => panic!("pause {other}"),
+                };
+                call.paused(&caller, reach, now);
+            }
+            Step::Report(e) => steps.push(json!([
+                "event",
+                e.outcome.as_str(),
+                opt_secs(e.duration),
+                e.status,
+                e.attempt,
+                e.capped,
+                e.local
+            ])),
+            Step::Retry => {
+                steps.push(json!(["retry"]));
+                i += 1;
+            }
+            Step::Done => {
+                steps.push(json!(["done"]));
+                assert_eq!(i + 1, sendings.len(), "{}: every sending is used", v["id"]);
+                return (key, steps);
+            }
+        }
+    }
+}
+
+/// Numbers compared as seconds to the nanosecond.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            (x.as_f64().expect("n") - y.as_f64().expect("n")).abs() < 1e-9
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+        }
+        _ => a == b,
+    }
+}
+
+#[test]
+fn every_vector_replays_through_the_machine() {
+    let spec = spec();
+    let vectors = spec["vectors"].as_array().expect("vectors");
+    assert!(vectors.len() >= 15);
+    for v in vectors {
+        let (key, steps) = replay(v);
+        assert_eq!(key, v["expect"]["key"], "{}", v["id"]);
+        let want = &v["expect"]["steps"];
+        assert!(
+            same(&Value::Array(steps.clone()), want),
+            "{}:\n got {steps:?}\nwant {want}",
+            v["id"]
+        );
+    }
+}
+
+#[test]
+fn a_hold_longer_than_the_timeout_fails_at_once() {
+    let caller = caller(&json!({"timeout_s": 1}));
+    let t = Target {
+        scheme: "http",
+        host: "p",
+        port: None,
+    };
+    let mut call = caller.call("GET", t, None, None, None, true).expect("call");
+    let now = Duration::from_secs(5);
+    assert!(matches!(call.next(&caller, now), Ok(Step::Acquire { .. })));
+    assert_eq!(call.next(&caller, now).expect("send"), Step::Send);
+    call.answered(&caller, 429, [("Retry-After", "3")], 0.0);
+    assert_eq!(
+        call.next(&caller, now).expect("pause"),
+        Step::Pause(Duration::from_secs(3))
+    );
+    call.paused(&caller, Some(Reach::Local), now);
+    // Every later call for the key is held: beyond its 1 s timeout it fails.
+    let mut other = caller.call("GET", t, None, None, None, true).expect("call");
+    let e = other
+        .next(&caller, now)
+        .expect_err("held beyond the timeout");
+    assert_eq!(e.code(), "deadline_exceeded");
+}
+
+#[test]
+fn the_hook_threw_is_told_once() {
+    let caller = caller(&json!({}));
+    assert!(caller.hook_threw());
+    assert!(!caller.hook_threw());
+}
+
+#[test]
+fn only_a_token_bucket_is_accepted() {
+    for (algorithm, ok) in [
+        ("token_bucket", true),
+        ("fixed_window", false),
+        ("sliding_log", false),
+        ("x", false),
+    ] {
+        let got = Caller::new(algorithm, Outbound::new(), Sending::default(), None);
+        assert_eq!(got.is_ok(), ok, "{algorithm}");
+    }
+    let e = Caller::new("x", Outbound::new(), Sending::default(), None).expect_err("x");
+    assert_eq!(e.code(), "unsupported");
+}
