@@ -187,6 +187,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
         self: &Arc<Self>,
         calls: Vec<(Arc<Call>, Arc<Engine>)>,
     ) -> Vec<Answer> {
+        let start = Instant::now();
         let mut waits = Vec::with_capacity(calls.len());
         let waiting: Vec<Waiting> = calls
             .into_iter()
@@ -205,11 +206,17 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
             Some(planner) => lock(planner).together(waiting),
             None => waiting.into_iter().map(Batch::alone).collect(),
         };
+        // Each batch but the last on a task of its own; the last here (no
+        // hop between its reply and its callers).
+        let mut batches = batches.into_iter();
+        let last = batches.next_back();
         for batch in batches {
             let pump = self.clone();
             tokio::spawn(async move { pump.send(batch).await });
         }
-        let start = Instant::now();
+        if let Some(batch) = last {
+            self.send(batch).await;
+        }
         let mut answers = Vec::with_capacity(waits.len());
         for (rx, timeout) in waits {
             answers.push(match tokio::time::timeout_at(start + timeout, rx).await {
