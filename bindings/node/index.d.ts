@@ -2250,10 +2250,25 @@ export declare namespace http {
    */
   export function clientIp(peer: string, rawHeaders?: string[] | null, trustedProxies?: string | string[] | number | null, clientIpHeader?: string | null): string
   /**
+   * Every field a gate sets on a response, in lower case: those
+   * [`merge_fields`] merges.
+   */
+  export function gateFields(): Array<string>
+  /**
    * The address a limit is keyed on: IPv4-mapped IPv6 unwrapped, IPv6 cut to
    * its first `prefix` bits (default 64; above 128 counts as 128).
    */
   export function ipKey(address: string, prefix?: number | undefined | null): string
+  /**
+   * The quota fields of a response two limits decided, by the core's one
+   * rule (`ratebound::gate::merge_fields`): `first` the fields of the limit
+   * that decided first (the site-wide middleware), `second` the next's (a
+   * route's own limit), each `[name, value, ...]`; the answer likewise, in
+   * lower case. `RateLimit` and `RateLimit-Policy` lists are joined (the
+   * first's entries first), the legacy fields are the tighter limit's, the
+   * longer `Retry-After` stays.
+   */
+  export function mergeFields(first: Array<string>, second: Array<string>): Array<string>
   /** The `RateLimit-Policy` field value for token-bucket policies. */
   export function rateLimitPolicy(policies: Array<QuotaPolicy>): string
   /**

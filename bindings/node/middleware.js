@@ -264,17 +264,11 @@ module.exports = function middleware(native, policyFields) {
   }
 
   // How each framework answers: its raw Node response (for 'close'), a
-  // header set, and a refusal sent.
-  // A quota field already set by another limit (the site-wide one before a
-  // route's) is a list: the lines are kept, each limit's policy listed.
-  const LISTS = new Set(['ratelimit', 'ratelimit-policy'])
-  function listed(previous, name, value) {
-    if (previous === undefined || !LISTS.has(name.toLowerCase())) return value
-    return [].concat(previous, value)
-  }
+  // header read and set, and a refusal sent.
   const EXPRESS = {
     raw: (res) => res,
-    header: (res, name, value) => res.setHeader(name, listed(res.getHeader(name), name, value)),
+    get: (res, name) => res.getHeader(name),
+    header: (res, name, value) => res.setHeader(name, value),
     send(res, v) {
       res.statusCode = v.status
       res.setHeader('content-type', v.contentType)
@@ -283,10 +277,29 @@ module.exports = function middleware(native, policyFields) {
   }
   const FASTIFY = {
     raw: (reply) => reply.raw,
-    header: (reply, name, value) => reply.header(name, listed(reply.getHeader(name), name, value)),
+    get: (reply, name) => reply.getHeader(name),
+    header: (reply, name, value) => reply.header(name, value),
     // A Buffer: Fastify sends it as is, with the core's content type (for a
     // string it would add a charset to a JSON type).
     send: (reply, v) => reply.code(v.status).header('content-type', v.contentType).send(Buffer.from(v.body)),
+  }
+
+  // The gate's fields `h` ([name, value, ...]) on the response. Quota
+  // fields another limit set already (the site-wide one, before a route's)
+  // are merged by the core's rule: lists joined, the site's entries first.
+  const GATE_FIELDS = native.http.gateFields()
+  function setFields(io, res, h) {
+    let clash = false
+    for (let i = 0; i < h.length && !clash; i += 2) clash = io.get(res, h[i]) !== undefined
+    if (clash) {
+      const present = []
+      for (const name of GATE_FIELDS) {
+        const value = io.get(res, name)
+        if (value !== undefined) present.push(name, [].concat(value).join(', '))
+      }
+      h = native.http.mergeFields(present, h)
+    }
+    for (let i = 0; i < h.length; i += 2) io.header(res, h[i], h[i + 1])
   }
 
   /**
@@ -308,8 +321,7 @@ module.exports = function middleware(native, policyFields) {
         if (timed) timeAtHead(r, place)
         r.once('close', () => place.release())
       }
-      const h = v.headers
-      for (let i = 0; i < h.length; i += 2) io.header(res, h[i], h[i + 1])
+      setFields(io, res, v.headers)
       if (v.status === 0) return next()
       if (handler !== null) return handler(req, res, next, refusal(v))
       io.send(res, v)

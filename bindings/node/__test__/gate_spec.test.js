@@ -16,6 +16,7 @@ const rb = require('..')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'gate.json')
 const { vectors } = JSON.parse(fs.readFileSync(SPEC, 'utf8'))
+const RULES = JSON.parse(fs.readFileSync(path.join(path.dirname(SPEC), 'gate_rules.json'), 'utf8'))
 
 // The test-only header carrying the peer the server is to see.
 const PEER = 'x-test-peer'
@@ -141,7 +142,7 @@ async function replay(vector, start, failures) {
       let got
       try {
         if (taken !== occupied) failures.push(`${where}: occupied = ${taken}, want ${occupied}`)
-        got = await send(port, r.peer, r.headers)
+        got = await send(port, r.peer, r.headers ?? [])
       } finally {
         for (let j = 0; j < taken; j++) gate.leave()
       }
@@ -256,3 +257,50 @@ test('a forged Forwarded header does not buy fresh buckets: Fastify', async () =
     return { port: app.server.address().port, stop: () => app.close() }
   })
 })
+
+// spec/gate_rules.json's `merge` vectors: a route's own limit under the
+// app-wide middleware; the response carries both limits' fields by the
+// core's rule (before: Express and Fastify kept the route's legacy fields
+// whichever limit was tighter).
+async function startMergeExpress({ site, route }, clock, told) {
+  const app = expressLib()
+  const mw = rb.express(middlewareOptions(site, clock, (req) => req.rawHeaders, told))
+  app.use(mw)
+  app.get('/', rb.express(middlewareOptions(route, clock, (req) => req.rawHeaders, told)), (req, res) => res.send('ok'))
+  const server = http.createServer((req, res) => {
+    withPeer(req)
+    app(req, res)
+  })
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  return { port: server.address().port, gate: mw.gate, stop: () => new Promise((r) => server.close(r)) }
+}
+
+async function startMergeFastify({ site, route }, clock, told) {
+  const app = Fastify({
+    serverFactory: (handler) =>
+      http.createServer((req, res) => {
+        withPeer(req)
+        handler(req, res)
+      }),
+  })
+  const rawOf = (request) => request.raw.rawHeaders
+  await app.register(rb.fastify, middlewareOptions(site, clock, rawOf, told))
+  const onRequest = rb.fastify.limit(middlewareOptions(route, clock, rawOf, told))
+  app.get('/', { onRequest }, (request, reply) => reply.send('ok'))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: app.server.address().port, gate: app.ratebound, stop: () => app.close() }
+}
+
+for (const [framework, start] of [
+  ['Express', startMergeExpress],
+  ['Fastify', startMergeFastify],
+]) {
+  test(`spec/gate_rules.json merge vectors over HTTP: ${framework}`, async () => {
+    const failures = []
+    for (const v of RULES.merge) {
+      await replay({ id: v.id, options: { site: v.site, route: v.route }, requests: v.requests }, start, failures)
+    }
+    assert.deepEqual(failures, [])
+    assert.ok(RULES.merge.length >= 4)
+  })
+}

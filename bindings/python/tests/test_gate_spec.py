@@ -27,6 +27,7 @@ import ratebound as rb
 
 SPEC = json.loads((pathlib.Path(__file__).parents[3] / "spec" / "gate.json").read_text())
 VECTORS = SPEC["vectors"]
+RULES = json.loads((pathlib.Path(__file__).parents[3] / "spec" / "gate_rules.json").read_text())
 
 
 # The fields a policy of spec/gate.json may have. The middleware refuses a
@@ -281,3 +282,64 @@ def test_options_are_checked_by_the_core() -> None:
     assert rb.client_ip("127.0.0.1", lines, trusted_proxies=1) == "203.0.113.9"
     assert rb.client_ip("127.0.0.1", lines, trusted_proxies=1, client_ip_header="forwarded") == "1.1.1.1"
     assert rb.client_ip("127.0.0.1", lines) == "127.0.0.1"
+
+
+def route_kwargs(options: dict[str, Any], clock: rb.ManualClock) -> dict[str, Any]:
+    """A ``gate_rules.json`` limit's options as keyword arguments, for the
+    middleware and for a route's ``limit`` alike."""
+    out = {k: v for k, v in options.items() if k != "policies"}
+    out["policies"] = {p["name"]: {k: v for k, v in p.items() if k != "name"} for p in options["policies"]}
+    return dict(out, clock=clock)
+
+
+def replay_merge(base: str, current: Current, make: Callable[[dict[str, Any], dict[str, Any]], Any]) -> list[str]:
+    """Replays ``gate_rules.json``'s ``merge`` vectors: ``make(site, route)``
+    is the app of one vector — the site middleware over a route with its
+    own limit."""
+    failures: list[str] = []
+    with httpx.Client(base_url=base, timeout=10) as client:
+        for v in RULES["merge"]:
+            clock = rb.ManualClock()
+            current.app = make(route_kwargs(v["site"], clock), route_kwargs(v["route"], clock))
+            for i, r in enumerate(v["requests"]):
+                response = client.get("/", headers=[("x-test-peer", r["peer"])])
+                compare(f"{v['id']} step {i}", response, r["expect"], failures)
+    assert len(RULES["merge"]) >= 4
+    return failures
+
+
+def test_asgi_merges_a_fastapi_route_limit_under_the_middleware(asgi_server: tuple[str, Current]) -> None:
+    """Before: the middleware appended its fields to the route's, so the
+    legacy fields came twice (``5, 2``)."""
+    from fastapi import Depends, FastAPI
+
+    base, current = asgi_server
+
+    def make(site: dict[str, Any], route: dict[str, Any]) -> Any:
+        app = FastAPI()
+
+        @app.get("/", dependencies=[Depends(rb.fastapi.limit(**route))])
+        def hello() -> str:
+            return "ok"
+
+        return rb.asgi.RateLimitMiddleware(app, **site)
+
+    failures = replay_merge(base, current, make)
+    assert not failures, "\n".join(failures)
+
+
+def test_wsgi_merges_a_flask_route_limit_under_the_middleware(wsgi_server: tuple[str, Current]) -> None:
+    base, current = wsgi_server
+
+    def make(site: dict[str, Any], route: dict[str, Any]) -> Any:
+        app = Flask(__name__)
+
+        @app.get("/")
+        @rb.flask.limit(**route)
+        def hello() -> str:
+            return "ok"
+
+        return rb.wsgi.RateLimitMiddleware(app.wsgi_app, **site)
+
+    failures = replay_merge(base, current, make)
+    assert not failures, "\n".join(failures)

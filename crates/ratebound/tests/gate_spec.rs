@@ -6,7 +6,7 @@ mod support;
 use ratebound::ManualClock;
 use ratebound::any::{AnyClock, Gate, GateOptions, Key, KeySource, Loose, RemoteAnswer, Request};
 use serde_json::Value;
-use support::gate::{compare, compare_outcome, failing, load, policy, remote};
+use support::gate::{compare, compare_outcome, failing, load, load_rules, policy, remote};
 
 /// The gate a vector's options describe, through the loose parser the
 /// bindings use.
@@ -143,4 +143,54 @@ fn gate_vectors() {
         }
     }
     assert!(failures.is_empty(), "gate.json:\n{}", failures.join("\n"));
+}
+
+/// `spec/gate_rules.json`'s `merge` vectors on the core: the site's gate
+/// decides, then the route's (when the site's admitted), and the response
+/// carries their fields as `ratebound::gate::merge_fields` joins them.
+#[test]
+fn merge_vectors() {
+    let spec = load_rules();
+    let mut failures = Vec::new();
+    for v in spec["merge"].as_array().unwrap() {
+        let id = v["id"].as_str().unwrap();
+        let clock = ManualClock::new();
+        let (site, _) = build(&v["site"], &clock);
+        let (route, _) = build(&v["route"], &clock);
+        for (i, r) in v["requests"].as_array().unwrap().iter().enumerate() {
+            let peer = r["peer"].as_str().unwrap().parse().unwrap();
+            let lines: [(&str, &str); 0] = [];
+            let request = Request {
+                key: None,
+                peer: Some(peer),
+                headers: &lines[..],
+            };
+            let outer = site.decide(&request);
+            let (status, body, fields) = if outer.is_pass() {
+                let inner = route.decide(&request);
+                let status = if inner.is_pass() { 200 } else { inner.status };
+                let body = inner.body.as_ref().map(|(_, b)| b.clone());
+                let merged = ratebound::gate::merge_fields(&outer.headers(), &inner.headers());
+                (status, body, merged)
+            } else {
+                let body = outer.body.as_ref().map(|(_, b)| b.clone());
+                (outer.status, body, outer.headers())
+            };
+            let header = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.clone())
+            };
+            compare(
+                &format!("{id} step {i}"),
+                status,
+                header,
+                body.as_deref(),
+                &r["expect"],
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -89,6 +89,20 @@ class RateLimitEvent(NamedTuple):
 OnDecision = Callable[[RateLimitEvent], None]
 
 
+Lines = Any  # a response's header lines: (name, value) pairs of str or bytes
+
+
+def with_fields(present: Lines, mine: Lines) -> Lines:
+    """A response's header lines ``present`` with this limit's quota fields
+    ``mine`` added. Quota fields already there (a route's own limit under
+    the site middleware) are merged by the core's one rule, this limit's
+    first (it decided first): ``RateLimit`` and ``RateLimit-Policy`` lists
+    joined, the legacy fields of the tighter limit, the longer
+    ``Retry-After``."""
+    merged = _ratebound._merge_fields(present, mine)
+    return [*present, *mine] if merged is None else merged
+
+
 def reason(status: int) -> str:
     try:
         return HTTPStatus(status).phrase

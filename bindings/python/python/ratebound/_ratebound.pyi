@@ -36,6 +36,7 @@ __all__ = [
     "_is_redis_target",
     "_redis_forked",
     "_misconfigured",
+    "_merge_fields",
     "retry_after_secs",
     "ip_key",
     "client_ip",
@@ -480,6 +481,10 @@ def client_ip(
 ) -> str: ...
 def ratelimit_policy(policies: list[tuple[str, str]]) -> str: ...
 def clock_source() -> str: ...
+def _merge_fields(
+    present: Iterable[tuple[Union[str, bytes], Union[str, bytes]]],
+    mine: Iterable[tuple[Union[str, bytes], Union[str, bytes]]],
+) -> Optional[list[tuple[Any, Any]]]: ...
 
 @disjoint_base
 class SharedTokenBucket:

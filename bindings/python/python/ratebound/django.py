@@ -30,7 +30,7 @@ from django.utils.module_loading import import_string
 from django.views import View
 
 from ._errors import RateboundError
-from ._http import MiddlewareBase, Options
+from ._http import MiddlewareBase, Options, with_fields
 from ._ratebound import Ask, Place, Verdict
 from ._route import RouteLimit
 from .wsgi import _Release
@@ -64,20 +64,12 @@ def _refusal(verdict: Verdict) -> _Refusal:
     )
 
 
-# List fields: a view's limit and the middleware's both appear in them.
-_LISTS = ("ratelimit", "ratelimit-policy")
-
-
 def _with_fields(response: Any, fields: Fields) -> Any:
-    """``response`` with the RateLimit fields added: joined to the same
-    fields already there (a view limit's, under the middleware), as two
-    header lines of a list field would be."""
+    """``response`` with this limit's RateLimit fields added; fields a view
+    limit set already are merged by the core's rule (``with_fields``)."""
     if isinstance(response, HttpResponseBase):
-        for name, value in fields:
-            if name.lower() in _LISTS and name in response:
-                response[name] = f"{response[name]}, {value}"
-            else:
-                response[name] = value
+        for name, value in with_fields(list(response.items()), fields):
+            response[name] = value
     return response
 
 

@@ -12,6 +12,14 @@ pub fn load() -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// `spec/gate_rules.json`: the rules between a front door and its
+/// framework (two limits on one response, the client address).
+pub fn load_rules() -> Value {
+    let path = format!("{}/../../spec/gate_rules.json", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 /// One policy of a vector's options.
 pub fn policy(p: &Value) -> (String, KeyedAlgorithm) {
     let num = |k: &str| p.get(k).and_then(Value::as_f64);
