@@ -218,10 +218,10 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
     PolicyOptions | redis.Limiter | SharedKeyedLimiter | { name: string; limiter: redis.Limiter | SharedKeyedLimiter }
   >
   /**
-   * The key: `'ip'` (any case; default: the client IP — `req.ip`, which follows
-   * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
-   * `trustedProxies` the address the core finds from the socket and the
-   * `clientIpHeader`), a header name or `{ header: 'x-api-key' }` (the
+   * The key: `'ip'` (any case; default: the client IP — the socket's peer,
+   * or with `trustedProxies` the address the core finds from the socket and
+   * the `clientIpHeader`; the framework's `trust proxy`/`trustProxy` is not
+   * read), a header name or `{ header: 'x-api-key' }` (the
    * same as `keyHeader`: the core reads the header lines; repeated lines, a
    * comma or an empty value are no key), or a function of the request
    * (`null`/`undefined`/`''` for no key). Given once: not with `keyHeader`.

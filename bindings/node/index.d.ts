@@ -218,10 +218,10 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
     PolicyOptions | redis.Limiter | SharedKeyedLimiter | { name: string; limiter: redis.Limiter | SharedKeyedLimiter }
   >
   /**
-   * The key: `'ip'` (any case; default: the client IP — `req.ip`, which follows
-   * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
-   * `trustedProxies` the address the core finds from the socket and the
-   * `clientIpHeader`), a header name or `{ header: 'x-api-key' }` (the
+   * The key: `'ip'` (any case; default: the client IP — the socket's peer,
+   * or with `trustedProxies` the address the core finds from the socket and
+   * the `clientIpHeader`; the framework's `trust proxy`/`trustProxy` is not
+   * read), a header name or `{ header: 'x-api-key' }` (the
    * same as `keyHeader`: the core reads the header lines; repeated lines, a
    * comma or an empty value are no key), or a function of the request
    * (`null`/`undefined`/`''` for no key). Given once: not with `keyHeader`.
@@ -843,7 +843,7 @@ export declare class Gate {
    * concurrency place (`admit` runs the whole sequence): `key` (with
    * `givenKey`: a string, whole number (at most 2^53) or `Uint8Array`;
    * `null`/`undefined`/`''` for none; ignored otherwise), the peer
-   * address (the socket's, or the framework's `req.ip`), and the
+   * address (the socket's peer, as the middleware passes it), and the
    * request's raw header lines (`req.rawHeaders`: a flat array
    * `[name, value, ...]` in the order received). The gate reads only the
    * `keyHeader` lines and, with `trustedProxies`, the `clientIpHeader`

@@ -166,9 +166,10 @@ async function replay(vector, start, failures) {
   }
 }
 
-async function startExpress(options, clock, told) {
+async function startExpress(options, clock, told, trust) {
   const mw = rb.express(middlewareOptions(options, clock, (req) => req.rawHeaders, told))
   const app = expressLib()
+  if (trust) app.set('trust proxy', true)
   app.use(mw)
   app.use((req, res) => res.status(200).send('ok'))
   const server = http.createServer((req, res) => {
@@ -183,8 +184,9 @@ async function startExpress(options, clock, told) {
   }
 }
 
-async function startFastify(options, clock, told) {
+async function startFastify(options, clock, told, trust) {
   const app = Fastify({
+    trustProxy: trust === true,
     serverFactory: (handler) =>
       http.createServer((req, res) => {
         withPeer(req)
@@ -302,5 +304,24 @@ for (const [framework, start] of [
     }
     assert.deepEqual(failures, [])
     assert.ok(RULES.merge.length >= 4)
+  })
+}
+
+// spec/gate_rules.json's `client_address` vectors, with the framework told
+// to trust every proxy: the key is still the socket's peer unless the
+// middleware's own trustedProxies say otherwise (before: req.ip, which
+// such a framework takes from the client's X-Forwarded-For).
+for (const [framework, start] of [
+  ['Express', startExpress],
+  ['Fastify', startFastify],
+]) {
+  test(`spec/gate_rules.json client_address vectors over HTTP, the framework trusting every proxy: ${framework}`, async () => {
+    const failures = []
+    for (const v of RULES.client_address) {
+      await replay(v, (options, clock, told) => start(options, clock, told, true), failures)
+      await replay(v, start, failures)
+    }
+    assert.deepEqual(failures, [])
+    assert.ok(RULES.client_address.length >= 2)
   })
 }

@@ -188,11 +188,12 @@ def compare(at: str, response: httpx.Response, expect: dict[str, Any], failures:
 
 
 def replay(
-    base: str, current: Current, build: Callable[..., Any], given: Callable[[Any], Any], asyncio_: bool
+    base: str, current: Current, build: Callable[..., Any], given: Callable[[Any], Any], asyncio_: bool,
+    vectors: list[Any] = VECTORS,
 ) -> list[str]:
     failures: list[str] = []
     with httpx.Client(base_url=base, timeout=10) as client:
-        for v in VECTORS:
+        for v in vectors:
             clock = rb.ManualClock()
             told = Told()
             options = middleware_options(v["options"], clock, given, asyncio_, told)
@@ -343,3 +344,17 @@ def test_wsgi_merges_a_flask_route_limit_under_the_middleware(wsgi_server: tuple
 
     failures = replay_merge(base, current, make)
     assert not failures, "\n".join(failures)
+
+
+def test_client_address_is_the_peer_unless_the_middleware_trusts_proxies(
+    asgi_server: tuple[str, Current], wsgi_server: tuple[str, Current]
+) -> None:
+    """spec/gate_rules.json's ``client_address`` vectors: the socket's peer
+    (the server's client address) is the key; X-Forwarded-For counts only
+    under the middleware's own ``trusted_proxies``."""
+    vectors = RULES["client_address"]
+    assert len(vectors) >= 2
+    for (base, current), build, asyncio_ in ((asgi_server, rb.asgi.RateLimitMiddleware, True),
+                                             (wsgi_server, rb.wsgi.RateLimitMiddleware, False)):
+        failures = replay(base, current, build, lambda _: None, asyncio_, vectors)
+        assert not failures, "\n".join(failures)

@@ -155,7 +155,7 @@ impl Gate {
     /// concurrency place (`admit` runs the whole sequence): `key` (with
     /// `givenKey`: a string, whole number (at most 2^53) or `Uint8Array`;
     /// `null`/`undefined`/`''` for none; ignored otherwise), the peer
-    /// address (the socket's, or the framework's `req.ip`), and the
+    /// address (the socket's peer, as the middleware passes it), and the
     /// request's raw header lines (`req.rawHeaders`: a flat array
     /// `[name, value, ...]` in the order received). The gate reads only the
     /// `keyHeader` lines and, with `trustedProxies`, the `clientIpHeader`
