@@ -228,7 +228,7 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
    */
   key?: 'ip' | string | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
-  skip?: (req: any) => boolean
+  exempt?: (req: any) => boolean
   /**
    * With `concurrencyLimit`: requests for which this returns true are never
    * shed (at the cap they go on without a place).

@@ -89,6 +89,9 @@ module.exports = function middleware(native, policyFields) {
       throw typeError('ratebound middleware options are required')
     }
     const { skip, exempt, critical, priority, handler, onDecision, label, key, policies, ...gateOptions } = options
+    // One name per concept: the exemption hook is `exempt` in the Gate and
+    // in Python too.
+    if (skip !== undefined) throw invalidOption("unknown ratebound middleware option 'skip': the exemption hook is 'exempt'")
     for (const name of REGISTER_OPTIONS) delete gateOptions[name]
     for (const name of ['remote', 'givenKey']) {
       if (gateOptions[name] !== undefined) {
@@ -122,7 +125,7 @@ module.exports = function middleware(native, policyFields) {
       gateOptions,
       remote,
       keyOf,
-      exempt: skip || exempt || undefined,
+      exempt: exempt || undefined,
       critical: critical || undefined,
       priority: priority ?? undefined,
       handler,

@@ -59,7 +59,7 @@ test('Express middleware: scenarios 2 and 3 (cleanup drops alice and bob), custo
     rate: 1,
     burst: 2,
     key: { header: 'X-API-Key' },
-    skip: (req) => req.path === '/health',
+    exempt: (req) => req.path === '/health',
     clock,
   })
   app.use(limit)
@@ -116,7 +116,7 @@ test('Fastify plugin: scenarios 2 and 3 (cleanup drops alice and bob), legacy he
     rate: 1,
     burst: 2,
     key: (req) => req.headers['x-api-key'],
-    skip: (req) => req.url === '/health',
+    exempt: (req) => req.url === '/health',
     clock,
   })
   app.get('/', async () => 'hello')
@@ -319,4 +319,13 @@ test('a policy field the middleware does not take is an error naming it', () => 
     )
     make([{ name: 'p', rate: 1, burst: 3 }])
   }
+})
+
+// One name per concept (issue 38): the exemption hook is `exempt`, as in
+// the Gate and Python; `skip` (accepted silently before) is refused, named.
+test('the exemption hook is exempt: skip is refused with the name to use', () => {
+  assert.throws(
+    () => rb.express({ rate: 1, skip: () => true }),
+    (e) => e.code === 'ERR_RATEBOUND_INVALID_OPTION' && /'exempt'/.test(e.message),
+  )
 })
