@@ -368,7 +368,7 @@ module.exports = function middleware(native, policyFields) {
     // What routes inherit.
     const defaults = {}
     for (const [name, value] of Object.entries(rest)) {
-      if (!REGISTER_OPTIONS.has(name) && name !== 'label') defaults[name] = value
+      if (!REGISTER_OPTIONS.has(name)) defaults[name] = value
     }
     const hasPolicy = (o) => Object.keys(o).some((name) => POLICY_OPTIONS.has(name) && o[name] !== undefined)
     let app = null
@@ -381,14 +381,15 @@ module.exports = function middleware(native, policyFields) {
       check(rest)
     }
     const appHook = app === null ? null : fastifyHook(app)
+    // A route's options by the core's rules: which it takes
+    // (Gate.routeOption) and which of the plugin's it inherits
+    // (Gate.routeInherits).
     function merged(own) {
+      const given = Object.keys(own).filter((name) => own[name] !== undefined)
+      for (const name of given) Gate.routeOption(name)
       const out = {}
-      const ownPolicy = hasPolicy(own)
-      const ownKey = own.key !== undefined || own.keyHeader !== undefined
       for (const [name, value] of Object.entries(defaults)) {
-        if (ownPolicy && POLICY_OPTIONS.has(name)) continue
-        if (ownKey && (name === 'key' || name === 'keyHeader')) continue
-        out[name] = value
+        if (Gate.routeInherits(name, given)) out[name] = value
       }
       return Object.assign(out, own)
     }

@@ -325,3 +325,52 @@ for (const [framework, start] of [
     assert.ok(RULES.client_address.length >= 2)
   })
 }
+
+// spec/gate_rules.json's `route_options`: which options a route's own
+// limit takes and which of the plugin's it inherits — the core's rules, as
+// the Fastify plugin applies them (Python's route limits take the same).
+test('spec/gate_rules.json route_options: the core rules the Fastify routes follow', async () => {
+  const { takes, inherits } = RULES.route_options
+  const failures = []
+  for (const t of takes) {
+    let took = true
+    try {
+      rb.Gate.routeOption(camel(t.option))
+    } catch (e) {
+      took = false
+      assert.equal(e.code, 'ERR_RATEBOUND_INVALID_OPTION')
+    }
+    if (took !== t.takes) failures.push(`${t.option}: takes = ${took}`)
+  }
+  for (const v of inherits) {
+    const own = v.own.map(camel)
+    const got = v.site.filter((name) => rb.Gate.routeInherits(camel(name), own))
+    if (JSON.stringify(got) !== JSON.stringify(v.inherited)) failures.push(`${v.id}: inherited ${got}`)
+  }
+  assert.deepEqual(failures, [])
+  assert.ok(takes.length >= 20 && inherits.length >= 4)
+})
+
+test("Fastify: a route's limit refuses the application's options and does not inherit them", async () => {
+  // Before (issue 38): a route's concurrencyLimit was taken, and the
+  // plugin's inherited (each route its own cap).
+  const refused = Fastify()
+  await refused.register(rb.fastify, { rate: 100 })
+  // Thrown where the route is declared (at the root context: by get()).
+  assert.throws(
+    () => refused.get('/', { config: { rateLimit: { rate: 1, concurrencyLimit: 1 } } }, async () => 'ok'),
+    (e) => e.code === 'ERR_RATEBOUND_INVALID_OPTION' && /route GET \/: .*concurrencyLimit/.test(e.message),
+  )
+  await refused.close()
+  const app = Fastify()
+  await app.register(rb.fastify, { rate: 100, headers: 'legacy', concurrencyLimit: 5, global: false })
+  app.get('/', { config: { rateLimit: { rate: 1, burst: 1 } } }, async () => 'ok')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const r = await send(app.server.address().port, '127.0.0.1', [])
+    assert.equal(r.status, 200)
+    assert.equal(r.headers['x-ratelimit-limit'], '1') // the plugin's headers: inherited
+  } finally {
+    await app.close()
+  }
+})

@@ -172,3 +172,11 @@ pub(crate) fn _merge_fields<'py>(
     }
     Ok(Some(kept))
 }
+
+/// Raises `ConfigError` unless a route's own limit takes the option `name`
+/// (the core's rule, `ratebound::gate::route_option`: every option of the
+/// middleware but shedding, which is the application's).
+#[pyfunction]
+pub(crate) fn _route_option(py: Python<'_>, name: &str) -> PyResult<()> {
+    ratebound::gate::route_option(name).or_py(py)
+}

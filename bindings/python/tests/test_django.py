@@ -253,7 +253,7 @@ def test_limit_key_function_and_on_decision_label(urls: Callable[..., str]) -> N
 def test_limit_bad_configuration_fails_where_the_view_is_declared() -> None:
     with pytest.raises(rb.QuotaError, match='"5/fortnight"'):
         rb.django.limit("5/fortnight")
-    with pytest.raises(TypeError, match="unknown option 'concurency_limit'"):
+    with pytest.raises(TypeError, match='"concurency_limit": is not a middleware option'):
         rb.django.limit("5/minute", concurency_limit=3)
 
     class NotAView:

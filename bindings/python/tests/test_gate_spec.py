@@ -358,3 +358,74 @@ def test_client_address_is_the_peer_unless_the_middleware_trusts_proxies(
                                              (wsgi_server, rb.wsgi.RateLimitMiddleware, False)):
         failures = replay(base, current, build, lambda _: None, asyncio_, vectors)
         assert not failures, "\n".join(failures)
+
+
+def test_route_options_follow_the_core_rule() -> None:
+    """spec/gate_rules.json's ``route_options``: a route's ``limit`` takes
+    every option of the middleware but the application's (shedding), by
+    the core's rule. Before (issue 38): a whitelist of 8 options refused
+    ``store_error_retry_after`` and remote policies, and named no rule."""
+    rules = RULES["route_options"]
+    values = {"concurrency_limit": 2, "concurrency_initial": 2, "concurrency_min": 1, "concurrency_max": 4,
+              "concurrency_tolerance": 2.0, "background_fraction": 0.5, "critical": lambda r: False,
+              "priority": "normal", "store_error_retry_after": 3, "trusted_proxies": 1,
+              "client_ip_header": "x-forwarded-for", "ipv6_prefix": 48, "missing_key": "shared",
+              "headers": "legacy", "body": "problem_json", "max_keys": 10, "overflow": "reject",
+              "key_header": "x-api-key"}
+    failures = []
+    for t in rules["takes"]:
+        name = t["option"]
+        if name not in values:
+            continue  # rate, policies: the limit's own arguments
+        try:
+            extra = {"trusted_proxies": 1} if name == "client_ip_header" else {}
+            rb.fastapi.limit("5/minute", **{name: values[name]}, **extra)
+            took = True
+        except rb.ConfigError as e:
+            took = False
+            assert "route option" in str(e), e
+        if took != t["takes"]:
+            failures.append(f"{name}: takes = {took}")
+    assert not failures, failures
+    assert len(rules["takes"]) >= 20
+
+
+def test_route_limits_take_remote_policies(asgi_server: tuple[str, Current], wsgi_server: tuple[str, Current]) -> None:
+    """spec/gate.json's remote-policy vectors through a FastAPI route's and
+    a Flask view's own limit: a remote policy's failure is answered by the
+    core's rule there too (before: a route limit refused remote policies)."""
+    from fastapi import Depends, FastAPI
+
+    vectors = [v for v in VECTORS if "remote" in v["options"]]
+    assert len(vectors) >= 3
+
+    def fastapi_app(inner: Any, **options: Any) -> Any:
+        app = FastAPI()
+
+        @app.get("/", dependencies=[Depends(rb.fastapi.limit(**options))])
+        def hello() -> str:
+            return "ok"
+
+        return app
+
+    def flask_app(inner: Any, **options: Any) -> Any:
+        app = Flask(__name__)
+
+        @app.get("/")
+        @rb.flask.limit(**options)
+        def hello() -> str:
+            return "ok"
+
+        return app.wsgi_app
+
+    # FastAPI answers a route limit's refusal through HTTPException (so the
+    # application's exception handlers apply): its body is FastAPI's JSON.
+    as_json = json.loads(json.dumps(vectors))
+    for v in as_json:
+        for r in v["requests"]:
+            r["expect"].pop("body", None)
+            r["expect"].get("headers", {}).pop("content-type", None)
+    for (base, current), build, asyncio_, replayed in ((asgi_server, fastapi_app, True, as_json),
+                                                       (wsgi_server, flask_app, False, vectors)):
+        failures = replay(base, current, build, lambda _: None, asyncio_, replayed)
+        assert not failures, "\n".join(failures)

@@ -198,3 +198,37 @@ fn merge_vectors() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `spec/gate_rules.json`'s `route_options`: which options a route's own
+/// limit takes and which of the site's it inherits, on the core's rules.
+#[test]
+fn route_option_vectors() {
+    let spec = load_rules();
+    let rules = &spec["route_options"];
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut failures = Vec::new();
+    for t in rules["takes"].as_array().unwrap() {
+        let option = t["option"].as_str().unwrap();
+        let takes = ratebound::gate::route_option(option).is_ok();
+        if takes != t["takes"].as_bool().unwrap() {
+            failures.push(format!("{option}: takes = {takes}"));
+        }
+    }
+    for v in rules["inherits"].as_array().unwrap() {
+        let own = names(&v["own"]);
+        let got: Vec<String> = names(&v["site"])
+            .into_iter()
+            .filter(|n| ratebound::gate::route_inherits(n, &own))
+            .collect();
+        if got != names(&v["inherited"]) {
+            failures.push(format!("{}: inherited {got:?}", v["id"]));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -37,6 +37,7 @@ __all__ = [
     "_redis_forked",
     "_misconfigured",
     "_merge_fields",
+    "_route_option",
     "retry_after_secs",
     "ip_key",
     "client_ip",
@@ -485,6 +486,7 @@ def _merge_fields(
     present: Iterable[tuple[Union[str, bytes], Union[str, bytes]]],
     mine: Iterable[tuple[Union[str, bytes], Union[str, bytes]]],
 ) -> Optional[list[tuple[Any, Any]]]: ...
+def _route_option(name: str) -> None: ...
 
 @disjoint_base
 class SharedTokenBucket:

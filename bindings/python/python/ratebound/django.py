@@ -100,15 +100,18 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
             method_decorator(self, name="dispatch")(view)
             return view
         if iscoroutinefunction(view):
+            self._check_remote(True, "an async view")
 
             @functools.wraps(view)
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                refused, fields = self._admit(request)
+                refused, fields = await self._admit_async(request)
                 if refused is not None:
                     return refused
                 return _with_fields(await view(request, *args, **kwargs), fields)
 
             return limited_async  # type: ignore[return-value]
+
+        self._check_remote(False, "a sync view")
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -124,16 +127,28 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
         return limited  # type: ignore[return-value]
 
     def _admit(self, request: HttpRequest) -> tuple[Optional[_Refusal], Fields]:
-        """The refusal for ``request`` (or ``None``) and the fields to add."""
+        """The refusal for ``request`` (or ``None``) and the fields to add.
+        A route limit has no exempt and no cap: a verdict, or with remote
+        policies an Ask (sync limiters under a sync view: checked)."""
+        answer = self._ask(request)
+        return _answered(self._finish(answer) if isinstance(answer, Ask) else cast(Verdict, answer))
+
+    async def _admit_async(self, request: HttpRequest) -> tuple[Optional[_Refusal], Fields]:
+        """``_admit`` for an async view: asyncio Redis limiters."""
+        answer = self._ask(request)
+        return _answered(await self._finish_async(answer) if isinstance(answer, Ask) else cast(Verdict, answer))
+
+    def _ask(self, request: HttpRequest) -> Union[None, Verdict, Ask]:
         meta = request.META
         route = None
         if self._route_label:
             match = request.resolver_match
             route = match.route if match is not None else None
-        # A route limit has no exempt, no cap and no remote policy: always
-        # a verdict.
-        verdict = cast(Verdict, self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True, route))
-        return (_refusal(verdict) if verdict.status else None), verdict.headers
+        return self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True, route)
+
+
+def _answered(verdict: Verdict) -> tuple[Optional[_Refusal], Fields]:
+    return (_refusal(verdict) if verdict.status else None), verdict.headers
 
 
 # settings.RATEBOUND's names: the middleware's keyword options.

@@ -26,7 +26,10 @@ pub use options::{
     QuotaHeaders, RefusalBody, store_error_retry_after,
 };
 pub use request::{Decisions, Request};
-pub use spec::{DEFAULT_POLICY_NAME, GateSpec, POLICY_FIELDS, PolicySpec, RemoteKind};
+pub use spec::{
+    APP_OPTIONS, DEFAULT_POLICY_NAME, GateSpec, POLICY_FIELDS, PolicySpec, RemoteKind,
+    route_inherits, route_option,
+};
 pub use verdict::{Field, Fields, Outcome, RemoteAnswer, StoreNotice, Verdict};
 
 use std::time::Duration;
