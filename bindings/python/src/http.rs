@@ -180,3 +180,17 @@ pub(crate) fn _merge_fields<'py>(
 pub(crate) fn _route_option(py: Python<'_>, name: &str) -> PyResult<()> {
     ratebound::gate::route_option(name).or_py(py)
 }
+
+/// The core's error for a wait refused because it would be longer than the
+/// caller accepts (`Error::DeadlineExceeded`: `RateLimitExceeded`, code
+/// `deadline_exceeded`), for the `limit` decorator's refusal: `wait` and
+/// `max_wait` in seconds (0: refused at once).
+#[pyfunction]
+pub(crate) fn _deadline_exceeded(py: Python<'_>, wait: f64, max_wait: f64) -> Py<PyAny> {
+    let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or_default();
+    let e = ratebound::Error::DeadlineExceeded {
+        wait: secs(wait),
+        max_wait: secs(max_wait),
+    };
+    py_err(py, e).into_value(py).into_any()
+}

@@ -62,6 +62,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(clock_source, m)?)?;
     m.add_function(wrap_pyfunction!(http::_merge_fields, m)?)?;
     m.add_function(wrap_pyfunction!(http::_route_option, m)?)?;
+    m.add_function(wrap_pyfunction!(http::_deadline_exceeded, m)?)?;
     // The default caps of the two kinds of per-key table (the decorator's
     // own table is an in-process one).
     m.add("DEFAULT_MAX_KEYS", ratebound::any::DEFAULT_MAX_KEYS)?;
