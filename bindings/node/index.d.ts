@@ -21,7 +21,7 @@ export interface AcquireOptions {
 export declare class RateLimitExceededError extends Error {
   constructor(retryAfter: number)
   readonly name: 'RateLimitExceededError'
-  readonly code: 'ERR_RATEBOUND_RATE_LIMIT_EXCEEDED'
+  readonly code: 'ERR_RATEBOUND_DEADLINE_EXCEEDED'
   /** Seconds the caller would have had to wait. */
   readonly retryAfter: number
 }
