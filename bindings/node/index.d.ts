@@ -19,7 +19,7 @@ export interface AcquireOptions {
  * says how long the wait would have been (seconds). Nothing was taken.
  */
 export declare class RateLimitExceededError extends Error {
-  constructor(retryAfter: number)
+  constructor(retryAfter: number, maxWait?: number)
   readonly name: 'RateLimitExceededError'
   readonly code: 'ERR_RATEBOUND_DEADLINE_EXCEEDED'
   /** Seconds the caller would have had to wait. */
