@@ -54,6 +54,11 @@ function failure(fails) {
     e.code = 'ERR_RATEBOUND_TOO_MANY_KEYS'
     return e
   }
+  if (fails === 'store_misconfigured') {
+    const e = new Error('authentication failed: a wrong password or user')
+    e.code = 'ERR_RATEBOUND_STORE_MISCONFIGURED'
+    return e
+  }
   if (fails !== 'error') throw new Error(`unknown fails ${JSON.stringify(fails)}`)
   return new TypeError('the store failed')
 }

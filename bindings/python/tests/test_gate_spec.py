@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
+import redis
 import pytest
 import uvicorn
 from flask import Flask
@@ -44,12 +45,16 @@ class FailingStore:
     given it checks through it as through any client with ``evalsha``."""
 
     def __init__(self, fails: str) -> None:
-        assert fails in ("error", "too_many_keys"), fails
+        assert fails in ("error", "too_many_keys", "store_misconfigured"), fails
         self.fails = fails
 
     def error(self) -> Exception:
         if self.fails == "too_many_keys":
             return rb.TooManyKeys("the table is full", "too_many_keys")
+        if self.fails == "store_misconfigured":
+            # What redis-py raises for a wrong password: the limiter tells
+            # it a misconfiguration (its fail policy is "open" here).
+            return redis.exceptions.AuthenticationError("WRONGPASS invalid username-password pair or user is disabled.")
         return RuntimeError("the store failed")
 
     def evalsha(self, *args: Any) -> Any:
@@ -95,7 +100,7 @@ def middleware_options(
                 assert set(p) & {"limit", "window", "algorithm"} == set(), "a token bucket"
                 store = (AsyncFailingStore if asyncio_ else FailingStore)(p["fails"])
                 bucket = rb.redis.AsyncTokenBucket if asyncio_ else rb.redis.TokenBucket
-                out.setdefault("policies", {})[p["name"]] = bucket(store, rate=p["rate"], burst=p["burst"])
+                out.setdefault("policies", {})[p["name"]] = bucket(store, rate=p["rate"], burst=p["burst"], on_error="open")
         elif name == "key":
             assert value == "given"
             out["key"] = given

@@ -47,7 +47,7 @@ pub fn remote(p: &Value) -> (String, KeyedAlgorithm, String) {
         .and_then(|f| f.as_str().map(str::to_string))
         .unwrap_or_else(|| panic!("remote policy {p}: no fails"));
     assert!(
-        ["error", "too_many_keys"].contains(&fails.as_str()),
+        ["error", "too_many_keys", "store_misconfigured"].contains(&fails.as_str()),
         "remote policy {p}: fails {fails}"
     );
     let (name, algorithm) = policy(&fields);
@@ -57,7 +57,7 @@ pub fn remote(p: &Value) -> (String, KeyedAlgorithm, String) {
 /// What a remote policy whose checks fail with `fails` answers, by the
 /// core's one rule.
 pub fn failing(fails: &str) -> ratebound::any::RemoteAnswer {
-    let code = (fails == "too_many_keys").then_some("too_many_keys");
+    let code = (fails != "error").then_some(fails);
     ratebound::any::RemoteAnswer::from_error(code)
 }
 
