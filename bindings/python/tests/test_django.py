@@ -540,7 +540,7 @@ def test_middleware_redis_limiter_of_the_wrong_kind_fails_at_startup() -> None:
 # per vector, behind wsgiref (WSGI) and uvicorn (ASGI), with the servers and
 # the replay of test_gate_spec.py (which gives each request the vector's
 # peer as its client address).
-from test_gate_spec import VECTORS, asgi_server, replay, replay_merge, wsgi_server  # noqa: E402,F401 - the servers are fixtures
+from test_gate_spec import RULES, VECTORS, asgi_server, replay, replay_merge, wsgi_server  # noqa: E402,F401 - the servers are fixtures
 
 
 class LoadedMiddleware(rb.django.RateLimitMiddleware):
@@ -578,6 +578,9 @@ def test_middleware_replays_every_gate_vector(server: str, urls: Callable[..., s
     middleware = [f"{__name__}.LoadedMiddleware"]
     with override_settings(ROOT_URLCONF=urls(path("", ok)), MIDDLEWARE=middleware):
         failures = replay(base, current, build, given_key, asyncio_=server == "uvicorn")
+        # spec/gate_rules.json's client addresses: REMOTE_ADDR unless the
+        # middleware trusts proxies.
+        failures += replay(base, current, build, given_key, server == "uvicorn", RULES["client_address"])
     assert not failures, "\n".join(failures)
     assert len(VECTORS) >= 48
 
