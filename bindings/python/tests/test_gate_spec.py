@@ -434,3 +434,31 @@ def test_route_limits_take_remote_policies(asgi_server: tuple[str, Current], wsg
                                                        (wsgi_server, flask_app, False, vectors)):
         failures = replay(base, current, build, lambda _: None, asyncio_, replayed)
         assert not failures, "\n".join(failures)
+
+
+def test_route_limits_take_exempt(asgi_server: tuple[str, Current], wsgi_server: tuple[str, Current]) -> None:
+    """A route's limit takes the middleware's hooks but shedding's (the
+    core's rule): ``exempt`` lets a request by untouched — no fields, not
+    counted (before: a route limit refused it)."""
+    from fastapi import Depends, FastAPI
+
+    spare = lambda request: True  # noqa: E731
+    fast = FastAPI()
+
+    @fast.get("/", dependencies=[Depends(rb.fastapi.limit(1, 1, exempt=spare))])
+    def hello() -> str:
+        return "ok"
+
+    flask = Flask(__name__)
+
+    @flask.get("/")
+    @rb.flask.limit(1, 1, exempt=spare)
+    def flask_hello() -> str:
+        return "ok"
+
+    for (base, current), app in ((asgi_server, fast), (wsgi_server, flask.wsgi_app)):
+        current.app = app
+        with httpx.Client(base_url=base, timeout=10) as client:
+            answers = [client.get("/", headers=[("x-test-peer", "192.0.2.1")]) for _ in range(3)]
+        assert [r.status_code for r in answers] == [200, 200, 200]
+        assert all("ratelimit" not in r.headers for r in answers)

@@ -25,6 +25,7 @@ def route_gate(
     options: Mapping[str, Any],
     on_decision: Optional[OnDecision] = None,
     label: Optional[str] = None,
+    exempt: Optional[Callable[[Any], bool]] = None,
 ) -> tuple[Gate, list[tuple[str, Remote]]]:
     """The gate of one limit and its remote policies (Redis limiters,
     shared-memory tables, as the middleware takes them).
@@ -39,7 +40,7 @@ def route_gate(
         _ratebound._route_option(name)
     return build_gate(
         {"rate": rate, "burst": burst, **options}, policies,
-        key=key, on_decision=on_decision, label=label, clock=clock,
+        key=key, exempt=exempt, on_decision=on_decision, label=label, clock=clock,
     )
 
 
@@ -60,8 +61,9 @@ class RouteLimit(RemoteAsker):
         clock: Optional[ManualClock] = None,
         on_decision: Optional[OnDecision] = None,
         label: Optional[str] = None,
+        exempt: Optional[Callable[[Any], bool]] = None,
         **options: Any,
     ) -> None:
-        self.gate, self._remote = route_gate(rate, burst, key, policies, clock, options, on_decision, label)
+        self.gate, self._remote = route_gate(rate, burst, key, policies, clock, options, on_decision, label, exempt)
         # Whether each request's route is the event's label.
         self._route_label = on_decision is not None and label is None

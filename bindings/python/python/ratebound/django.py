@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Optional, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Optional, TypeVar, Union
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
@@ -128,15 +128,15 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
 
     def _admit(self, request: HttpRequest) -> tuple[Optional[_Refusal], Fields]:
         """The refusal for ``request`` (or ``None``) and the fields to add.
-        A route limit has no exempt and no cap: a verdict, or with remote
+        A route limit has no cap: None (exempt), a verdict, or with remote
         policies an Ask (sync limiters under a sync view: checked)."""
         answer = self._ask(request)
-        return _answered(self._finish(answer) if isinstance(answer, Ask) else cast(Verdict, answer))
+        return _answered(self._finish(answer) if isinstance(answer, Ask) else answer)
 
     async def _admit_async(self, request: HttpRequest) -> tuple[Optional[_Refusal], Fields]:
         """``_admit`` for an async view: asyncio Redis limiters."""
         answer = self._ask(request)
-        return _answered(await self._finish_async(answer) if isinstance(answer, Ask) else cast(Verdict, answer))
+        return _answered(await self._finish_async(answer) if isinstance(answer, Ask) else answer)
 
     def _ask(self, request: HttpRequest) -> Union[None, Verdict, Ask]:
         meta = request.META
@@ -147,7 +147,9 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
         return self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True, route)
 
 
-def _answered(verdict: Verdict) -> tuple[Optional[_Refusal], Fields]:
+def _answered(verdict: Optional[Verdict]) -> tuple[Optional[_Refusal], Fields]:
+    if verdict is None:  # exempt
+        return None, []
     return (_refusal(verdict) if verdict.status else None), verdict.headers
 
 

@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from fastapi import HTTPException, Request, Response
 
-from ._ratebound import Ask, Verdict
+from ._ratebound import Ask
 from ._route import RouteLimit
 
 __all__ = ["limit"]
@@ -56,10 +56,12 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: Depends(limit("5/
     async def __call__(self, request: Request, response: Response) -> None:
         client = request.client
         route = getattr(request.scope.get("route"), "path", None) if self._route_label else None
-        # A route limit has no exempt and no cap: a verdict, or with remote
+        # A route limit has no cap: None (exempt), a verdict, or with remote
         # policies an Ask (asyncio Redis limiters: checked when made).
         answer = self.gate.admit(request, client.host if client else None, request.scope["headers"], False, route)
-        verdict = await self._finish_async(answer) if isinstance(answer, Ask) else cast(Verdict, answer)
+        if answer is None:
+            return
+        verdict = await self._finish_async(answer) if isinstance(answer, Ask) else answer
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in verdict.headers}
         request.state.ratelimit = headers
         if verdict.status:

@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar, cast
 
 import flask
 
-from ._ratebound import Ask, Verdict
+from ._ratebound import Ask
 from ._route import RouteLimit
 
 __all__ = ["limit"]
@@ -43,10 +43,12 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
             if self._route_label:
                 rule = request.url_rule
                 route = rule.rule if rule else None
-            # A route limit has no exempt and no cap: a verdict, or with
+            # A route limit has no cap: None (exempt), a verdict, or with
             # remote policies an Ask (sync Redis limiters: checked when made).
             answer = self.gate.admit(request, request.remote_addr, request.environ, True, route)
-            verdict = self._finish(answer) if isinstance(answer, Ask) else cast(Verdict, answer)
+            if answer is None:
+                return view(*args, **kwargs)
+            verdict = self._finish(answer) if isinstance(answer, Ask) else answer
             fields = verdict.headers
             if verdict.status:
                 return flask.Response(verdict.body, status=verdict.status, headers=fields, content_type=verdict.content_type)
