@@ -25,7 +25,7 @@ __all__ = ["limit"]
 class limit(RouteLimit):  # noqa: N801 - used like a function: Depends(limit("5/minute"))
     """A dependency that limits the routes it is given to.
 
-    ``limit(rate, burst=None, *, key="ip", policies=None, clock=None,
+    ``limit(rate, burst=None, *, key="ip", policies=None, clock=None, exempt=None,
     **options)``: one token-bucket policy ``rate`` (``"5/minute"``,
     ``"100/s burst 20"``, a number per second) or ``policies`` (a dict of
     name -> rate, as the middleware takes); ``key``: ``"ip"`` (default), a
