@@ -260,8 +260,10 @@ pub(crate) fn insert_all(headers: &mut HeaderMap, mut fields: QuotaFields) {
 /// slots are not copied first).
 #[inline]
 pub(crate) fn insert_taken(headers: &mut HeaderMap, fields: &mut QuotaFields) {
-    // An inner limit (a route's own layer) set quota fields already.
-    if let Some((name, _)) = &fields[0]
+    // An inner limit (a route's own layer) set quota fields already (a
+    // response without fields has none: no lookup).
+    if !headers.is_empty()
+        && let Some((name, _)) = &fields[0]
         && headers.contains_key(name)
     {
         return merge_taken(headers, fields);
