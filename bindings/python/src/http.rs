@@ -129,6 +129,24 @@ pub(crate) fn _merge_fields<'py>(
         })?;
         Ok((s.to_cow()?.into_owned(), false))
     };
+    // The common case first, without a copy: no quota field there.
+    let mut any = false;
+    for item in present.try_iter()? {
+        let name = item?.get_item(0)?;
+        any = if let Ok(b) = name.cast::<pyo3::types::PyBytes>() {
+            ratebound::gate::is_gate_field(b.as_bytes())
+        } else if let Ok(s) = name.cast::<PyString>() {
+            ratebound::gate::is_gate_field(s.to_cow()?.as_bytes())
+        } else {
+            false
+        };
+        if any {
+            break;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
     let mut kept: Vec<Line> = Vec::new();
     let mut theirs = Vec::new();
     for item in present.try_iter()? {

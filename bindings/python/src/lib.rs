@@ -70,6 +70,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_SHARED_MAX_KEYS",
         ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
     )?;
+    m.add("_GATE_FIELDS", ratebound::gate::GATE_FIELDS.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -99,8 +99,14 @@ def with_fields(present: Lines, mine: Lines) -> Lines:
     first (it decided first): ``RateLimit`` and ``RateLimit-Policy`` lists
     joined, the legacy fields of the tighter limit, the longer
     ``Retry-After``."""
-    merged = _ratebound._merge_fields(present, mine)
-    return [*present, *mine] if merged is None else merged
+    for name, _ in present:
+        if name in _QUOTA_FIELDS:  # as the gates write them: lower case
+            return _ratebound._merge_fields(present, mine) or [*present, *mine]
+    return [*present, *mine]
+
+
+# The fields a gate sets (the core's list), as str and as bytes.
+_QUOTA_FIELDS = frozenset([*_ratebound._GATE_FIELDS, *(n.encode() for n in _ratebound._GATE_FIELDS)])
 
 
 def reason(status: int) -> str:

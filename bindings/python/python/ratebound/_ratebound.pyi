@@ -38,6 +38,7 @@ __all__ = [
     "_misconfigured",
     "_merge_fields",
     "_route_option",
+    "_GATE_FIELDS",
     "_deadline_exceeded",
     "retry_after_secs",
     "ip_key",
@@ -488,6 +489,8 @@ def _merge_fields(
     mine: Iterable[tuple[Union[str, bytes], Union[str, bytes]]],
 ) -> Optional[list[tuple[Any, Any]]]: ...
 def _route_option(name: str) -> None: ...
+
+_GATE_FIELDS: list[str]
 def _deadline_exceeded(wait: float, max_wait: float) -> BaseException: ...
 
 @disjoint_base
