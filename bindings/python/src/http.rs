@@ -105,90 +105,51 @@ pub(crate) fn clock_source() -> &'static str {
 }
 
 /// A header line: (name, value), str or bytes.
-type Line = (Py<PyAny>, Py<PyAny>);
+type Line<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>);
 
 /// The header lines of a response with this limit's quota fields `mine`
-/// added to `present` (a response's lines, which an inner limit — a
-/// route's own — may have given quota fields already), by the core's rule
+/// merged into `present` (a response's lines, to which an inner limit — a
+/// route's own — gave quota fields) by the core's rule
 /// (`ratebound::gate::merge_fields`: the lists joined, the tighter legacy
 /// fields, the longer wait), this limit's entries first (it decided
-/// first); `None` when `present` has no quota field (then append `mine`).
-/// Pairs of str or bytes; the merged fields in the kind of `mine`'s.
+/// first). Pairs of str or bytes; the merged fields in the kind of
+/// `mine`'s.
 #[pyfunction]
 pub(crate) fn _merge_fields<'py>(
     py: Python<'py>,
-    present: &Bound<'py, PyAny>,
-    mine: &Bound<'py, PyAny>,
-) -> PyResult<Option<Vec<Line>>> {
-    let text = |o: &Bound<'py, PyAny>| -> PyResult<(String, bool)> {
-        if let Ok(b) = o.cast::<pyo3::types::PyBytes>() {
-            return Ok((String::from_utf8_lossy(b.as_bytes()).into_owned(), true));
+    present: Vec<Line<'py>>,
+    mine: Vec<Line<'py>>,
+) -> PyResult<Vec<Line<'py>>> {
+    let text = |o: &Bound<'py, PyAny>| -> PyResult<String> {
+        match o.cast::<pyo3::types::PyBytes>() {
+            Ok(b) => Ok(String::from_utf8_lossy(b.as_bytes()).into_owned()),
+            Err(_) => Ok(o.cast::<PyString>()?.to_cow()?.into_owned()),
         }
-        let s = o.cast::<PyString>().map_err(|_| {
-            PyTypeError::new_err("header lines are (name, value) pairs of str or bytes")
-        })?;
-        Ok((s.to_cow()?.into_owned(), false))
     };
-    // The common case first, without a copy: no quota field there.
-    let mut any = false;
-    for item in present.try_iter()? {
-        let name = item?.get_item(0)?;
-        any = if let Ok(b) = name.cast::<pyo3::types::PyBytes>() {
-            ratebound::gate::is_gate_field(b.as_bytes())
-        } else if let Ok(s) = name.cast::<PyString>() {
-            ratebound::gate::is_gate_field(s.to_cow()?.as_bytes())
-        } else {
-            false
-        };
-        if any {
-            break;
-        }
-    }
-    if !any {
-        return Ok(None);
-    }
-    let mut kept: Vec<Line> = Vec::new();
-    let mut theirs = Vec::new();
-    for item in present.try_iter()? {
-        let item = item?;
-        let (name, value) = (item.get_item(0)?, item.get_item(1)?);
-        let (n, _) = text(&name)?;
-        if ratebound::gate::is_gate_field(n.as_bytes()) {
-            theirs.push((n, text(&value)?.0));
-        } else {
-            kept.push((name.unbind(), value.unbind()));
-        }
-    }
-    if theirs.is_empty() {
-        return Ok(None);
-    }
-    let mut ours = Vec::new();
-    let mut as_bytes = false;
-    for item in mine.try_iter()? {
-        let item = item?;
-        let (n, b) = text(&item.get_item(0)?)?;
-        as_bytes = b;
-        ours.push((n, text(&item.get_item(1)?)?.0));
-    }
-    for (name, value) in ratebound::gate::merge_fields(&ours, &theirs) {
-        let pair: Line = if as_bytes {
-            (
-                pyo3::types::PyBytes::new(py, name.as_bytes())
-                    .into_any()
-                    .unbind(),
-                pyo3::types::PyBytes::new(py, value.as_bytes())
-                    .into_any()
-                    .unbind(),
-            )
+    let pairs = |lines: &[Line<'py>]| -> PyResult<Vec<(String, String)>> {
+        lines
+            .iter()
+            .map(|(n, v)| Ok((text(n)?, text(v)?)))
+            .collect()
+    };
+    let (theirs, mut out): (Vec<_>, Vec<_>) = present
+        .into_iter()
+        .partition(|(n, _)| text(n).is_ok_and(|n| ratebound::gate::is_gate_field(n.as_bytes())));
+    let as_bytes = mine
+        .first()
+        .is_some_and(|(n, _)| n.is_instance_of::<pyo3::types::PyBytes>());
+    for (name, value) in ratebound::gate::merge_fields(&pairs(&mine)?, &pairs(&theirs)?) {
+        out.push(if as_bytes {
+            let bytes = |t: &str| pyo3::types::PyBytes::new(py, t.as_bytes()).into_any();
+            (bytes(name), bytes(&value))
         } else {
             (
-                PyString::new(py, name).into_any().unbind(),
-                PyString::new(py, &value).into_any().unbind(),
+                PyString::new(py, name).into_any(),
+                PyString::new(py, &value).into_any(),
             )
-        };
-        kept.push(pair);
+        });
     }
-    Ok(Some(kept))
+    Ok(out)
 }
 
 /// Raises `ConfigError` unless a route's own limit takes the option `name`

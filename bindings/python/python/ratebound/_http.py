@@ -101,7 +101,7 @@ def with_fields(present: Lines, mine: Lines) -> Lines:
     ``Retry-After``."""
     for name, _ in present:
         if name in _QUOTA_FIELDS:  # as the gates write them: lower case
-            return _ratebound._merge_fields(present, mine) or [*present, *mine]
+            return _ratebound._merge_fields(present, mine)
     return [*present, *mine]
 
 
