@@ -19,9 +19,9 @@ export interface AcquireOptions {
  * says how long the wait would have been (seconds). Nothing was taken.
  */
 export declare class RateLimitExceededError extends Error {
-  constructor(retryAfter: number)
+  constructor(retryAfter: number, maxWait?: number)
   readonly name: 'RateLimitExceededError'
-  readonly code: 'ERR_RATEBOUND_RATE_LIMIT_EXCEEDED'
+  readonly code: 'ERR_RATEBOUND_DEADLINE_EXCEEDED'
   /** Seconds the caller would have had to wait. */
   readonly retryAfter: number
 }
@@ -218,17 +218,17 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
     PolicyOptions | redis.Limiter | SharedKeyedLimiter | { name: string; limiter: redis.Limiter | SharedKeyedLimiter }
   >
   /**
-   * The key: `'ip'` (any case; default: the client IP — `req.ip`, which follows
-   * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
-   * `trustedProxies` the address the core finds from the socket and the
-   * `clientIpHeader`), a header name or `{ header: 'x-api-key' }` (the
+   * The key: `'ip'` (any case; default: the client IP — the socket's peer,
+   * or with `trustedProxies` the address the core finds from the socket and
+   * the `clientIpHeader`; the framework's `trust proxy`/`trustProxy` is not
+   * read), a header name or `{ header: 'x-api-key' }` (the
    * same as `keyHeader`: the core reads the header lines; repeated lines, a
    * comma or an empty value are no key), or a function of the request
    * (`null`/`undefined`/`''` for no key). Given once: not with `keyHeader`.
    */
   key?: 'ip' | string | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
-  skip?: (req: any) => boolean
+  exempt?: (req: any) => boolean
   /**
    * With `concurrencyLimit`: requests for which this returns true are never
    * shed (at the cap they go on without a place).

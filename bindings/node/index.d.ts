@@ -19,9 +19,9 @@ export interface AcquireOptions {
  * says how long the wait would have been (seconds). Nothing was taken.
  */
 export declare class RateLimitExceededError extends Error {
-  constructor(retryAfter: number)
+  constructor(retryAfter: number, maxWait?: number)
   readonly name: 'RateLimitExceededError'
-  readonly code: 'ERR_RATEBOUND_RATE_LIMIT_EXCEEDED'
+  readonly code: 'ERR_RATEBOUND_DEADLINE_EXCEEDED'
   /** Seconds the caller would have had to wait. */
   readonly retryAfter: number
 }
@@ -218,17 +218,17 @@ export interface MiddlewareOptions extends Omit<GateOptions, 'policies' | 'given
     PolicyOptions | redis.Limiter | SharedKeyedLimiter | { name: string; limiter: redis.Limiter | SharedKeyedLimiter }
   >
   /**
-   * The key: `'ip'` (any case; default: the client IP — `req.ip`, which follows
-   * Express's `trust proxy` / Fastify's `trustProxy` setting, or with
-   * `trustedProxies` the address the core finds from the socket and the
-   * `clientIpHeader`), a header name or `{ header: 'x-api-key' }` (the
+   * The key: `'ip'` (any case; default: the client IP — the socket's peer,
+   * or with `trustedProxies` the address the core finds from the socket and
+   * the `clientIpHeader`; the framework's `trust proxy`/`trustProxy` is not
+   * read), a header name or `{ header: 'x-api-key' }` (the
    * same as `keyHeader`: the core reads the header lines; repeated lines, a
    * comma or an empty value are no key), or a function of the request
    * (`null`/`undefined`/`''` for no key). Given once: not with `keyHeader`.
    */
   key?: 'ip' | string | { header: string } | ((req: any) => Key | null | undefined)
   /** Requests for which this returns true are not counted (exemptions). */
-  skip?: (req: any) => boolean
+  exempt?: (req: any) => boolean
   /**
    * With `concurrencyLimit`: requests for which this returns true are never
    * shed (at the cap they go on without a place).
@@ -843,7 +843,7 @@ export declare class Gate {
    * concurrency place (`admit` runs the whole sequence): `key` (with
    * `givenKey`: a string, whole number (at most 2^53) or `Uint8Array`;
    * `null`/`undefined`/`''` for none; ignored otherwise), the peer
-   * address (the socket's, or the framework's `req.ip`), and the
+   * address (the socket's peer, as the middleware passes it), and the
    * request's raw header lines (`req.rawHeaders`: a flat array
    * `[name, value, ...]` in the order received). The gate reads only the
    * `keyHeader` lines and, with `trustedProxies`, the `clientIpHeader`
@@ -2305,10 +2305,25 @@ export declare namespace http {
    */
   export function clientIp(peer: string, rawHeaders?: string[] | null, trustedProxies?: string | string[] | number | null, clientIpHeader?: string | null): string
   /**
+   * Every field a gate sets on a response, in lower case: those
+   * [`merge_fields`] merges.
+   */
+  export function gateFields(): Array<string>
+  /**
    * The address a limit is keyed on: IPv4-mapped IPv6 unwrapped, IPv6 cut to
    * its first `prefix` bits (default 64; above 128 counts as 128).
    */
   export function ipKey(address: string, prefix?: number | undefined | null): string
+  /**
+   * The quota fields of a response two limits decided, by the core's one
+   * rule (`ratebound::gate::merge_fields`): `first` the fields of the limit
+   * that decided first (the site-wide middleware), `second` the next's (a
+   * route's own limit), each `[name, value, ...]`; the answer likewise, in
+   * lower case. `RateLimit` and `RateLimit-Policy` lists are joined (the
+   * first's entries first), the legacy fields are the tighter limit's, the
+   * longer `Retry-After` stays.
+   */
+  export function mergeFields(first: Array<string>, second: Array<string>): Array<string>
   /** The `RateLimit-Policy` field value for token-bucket policies. */
   export function rateLimitPolicy(policies: Array<QuotaPolicy>): string
   /**

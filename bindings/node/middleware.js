@@ -89,6 +89,9 @@ module.exports = function middleware(native, policyFields) {
       throw typeError('ratebound middleware options are required')
     }
     const { skip, exempt, critical, priority, handler, onDecision, label, key, policies, ...gateOptions } = options
+    // One name per concept: the exemption hook is `exempt` in the Gate and
+    // in Python too.
+    if (skip !== undefined) throw invalidOption("unknown ratebound middleware option 'skip': the exemption hook is 'exempt'")
     for (const name of REGISTER_OPTIONS) delete gateOptions[name]
     for (const name of ['remote', 'givenKey']) {
       if (gateOptions[name] !== undefined) {
@@ -122,7 +125,7 @@ module.exports = function middleware(native, policyFields) {
       gateOptions,
       remote,
       keyOf,
-      exempt: skip || exempt || undefined,
+      exempt: exempt || undefined,
       critical: critical || undefined,
       priority: priority ?? undefined,
       handler,
@@ -159,11 +162,10 @@ module.exports = function middleware(native, policyFields) {
     // the names it gave them.
     const names = gate.remoteNames
     remote.forEach((r, i) => (r.name = names[i]))
-    // With trustedProxies the peer is the socket's address and the core
-    // applies the proxy rules to the header lines; without, the peer is the
-    // framework's req.ip (Express's `trust proxy`, Fastify's `trustProxy`)
-    // and the core reads no forwarding header.
-    const ownProxies = gateOptions.trustedProxies != null
+    // The client address is the socket's peer, always — the rule of every
+    // front door: a forwarding header is read only under the middleware's
+    // own trustedProxies, by the core, never through the framework's
+    // req.ip (Express's `trust proxy`, Fastify's `trustProxy`).
     // Only the lines of the fields the gate reads cross into Rust (each
     // value that crosses costs an N-API call), as Node received them
     // (rawHeaders: in order, repeated lines kept); the gate names them.
@@ -185,15 +187,9 @@ module.exports = function middleware(native, policyFields) {
     }
     // The gate's whole sequence for `req`: null (exempt), an Admission, or
     // with remote policies an Ask.
-    let trustChecked = ownProxies
     function admit(req) {
-      if (!trustChecked) {
-        if (spoofable(req)) throw permissiveTrustProxy()
-        trustChecked = true
-      }
       const r = raw(req)
-      const peer = ownProxies ? (r.socket == null ? undefined : r.socket.remoteAddress) : req.ip
-      return gate.admit(req, peer, lines(r.rawHeaders))
+      return gate.admit(req, r.socket == null ? undefined : r.socket.remoteAddress, lines(r.rawHeaders))
     }
     // A request waiting for its remote policies: each is asked once for
     // the request's identity (one round trip each, bounded by its deadline;
@@ -222,40 +218,6 @@ module.exports = function middleware(native, policyFields) {
     return { gate, admit, finish, timed, handler: handler || null }
   }
 
-  // Whether the framework's req.ip trusts every hop (Express's `trust
-  // proxy: true`, Fastify's `trustProxy: true`, or a hop count of 16 or
-  // more): asked of its own getter, for a client at a public address whose
-  // X-Forwarded-For claims 16 hops — req.ip is then the first entry, which
-  // any client writes.
-  const CLAIMED = Array.from({ length: 16 }, (_, i) => `198.51.100.${i + 1}`).join(', ')
-  function spoofable(req) {
-    let getter
-    for (let o = req; o != null && getter === undefined; o = Object.getPrototypeOf(o)) {
-      const d = Object.getOwnPropertyDescriptor(o, 'ip')
-      if (d !== undefined) getter = d.get
-    }
-    if (typeof getter !== 'function') return false
-    const socket = { remoteAddress: '203.0.113.9' }
-    const probe = { app: req.app, headers: { 'x-forwarded-for': CLAIMED }, socket, connection: socket }
-    probe.raw = probe
-    try {
-      return getter.call(probe) === '198.51.100.1'
-    } catch {
-      return false
-    }
-  }
-
-  function permissiveTrustProxy() {
-    const e = new TypeError(
-      "the framework's req.ip trusts every proxy (Express `trust proxy: true`, Fastify `trustProxy: true`): it is the " +
-        'first X-Forwarded-For entry, which any client writes, so each client could pick its own rate-limit key. ' +
-        'Give ratebound `trustedProxies` (your proxies\' networks or their number: it then reads the socket\'s peer ' +
-        "and the forwarding header itself), or set the framework's trust to your proxies only",
-    )
-    e.code = 'ERR_RATEBOUND_PERMISSIVE_TRUST_PROXY'
-    return e
-  }
-
   // The Gate's options of `options` checked, without a gate: the defaults
   // of Fastify routes' limits (no policy needed).
   function check(options) {
@@ -264,17 +226,11 @@ module.exports = function middleware(native, policyFields) {
   }
 
   // How each framework answers: its raw Node response (for 'close'), a
-  // header set, and a refusal sent.
-  // A quota field already set by another limit (the site-wide one before a
-  // route's) is a list: the lines are kept, each limit's policy listed.
-  const LISTS = new Set(['ratelimit', 'ratelimit-policy'])
-  function listed(previous, name, value) {
-    if (previous === undefined || !LISTS.has(name.toLowerCase())) return value
-    return [].concat(previous, value)
-  }
+  // header read and set, and a refusal sent.
   const EXPRESS = {
     raw: (res) => res,
-    header: (res, name, value) => res.setHeader(name, listed(res.getHeader(name), name, value)),
+    get: (res, name) => res.getHeader(name),
+    header: (res, name, value) => res.setHeader(name, value),
     send(res, v) {
       res.statusCode = v.status
       res.setHeader('content-type', v.contentType)
@@ -283,10 +239,29 @@ module.exports = function middleware(native, policyFields) {
   }
   const FASTIFY = {
     raw: (reply) => reply.raw,
-    header: (reply, name, value) => reply.header(name, listed(reply.getHeader(name), name, value)),
+    get: (reply, name) => reply.getHeader(name),
+    header: (reply, name, value) => reply.header(name, value),
     // A Buffer: Fastify sends it as is, with the core's content type (for a
     // string it would add a charset to a JSON type).
     send: (reply, v) => reply.code(v.status).header('content-type', v.contentType).send(Buffer.from(v.body)),
+  }
+
+  // The gate's fields `h` ([name, value, ...]) on the response. Quota
+  // fields another limit set already (the site-wide one, before a route's)
+  // are merged by the core's rule: lists joined, the site's entries first.
+  const GATE_FIELDS = native.http.gateFields()
+  function setFields(io, res, h) {
+    let clash = false
+    for (let i = 0; i < h.length && !clash; i += 2) clash = io.get(res, h[i]) !== undefined
+    if (clash) {
+      const present = []
+      for (const name of GATE_FIELDS) {
+        const value = io.get(res, name)
+        if (value !== undefined) present.push(name, [].concat(value).join(', '))
+      }
+      h = native.http.mergeFields(present, h)
+    }
+    for (let i = 0; i < h.length; i += 2) io.header(res, h[i], h[i + 1])
   }
 
   /**
@@ -308,8 +283,7 @@ module.exports = function middleware(native, policyFields) {
         if (timed) timeAtHead(r, place)
         r.once('close', () => place.release())
       }
-      const h = v.headers
-      for (let i = 0; i < h.length; i += 2) io.header(res, h[i], h[i + 1])
+      setFields(io, res, v.headers)
       if (v.status === 0) return next()
       if (handler !== null) return handler(req, res, next, refusal(v))
       io.send(res, v)
@@ -394,7 +368,7 @@ module.exports = function middleware(native, policyFields) {
     // What routes inherit.
     const defaults = {}
     for (const [name, value] of Object.entries(rest)) {
-      if (!REGISTER_OPTIONS.has(name) && name !== 'label') defaults[name] = value
+      if (!REGISTER_OPTIONS.has(name)) defaults[name] = value
     }
     const hasPolicy = (o) => Object.keys(o).some((name) => POLICY_OPTIONS.has(name) && o[name] !== undefined)
     let app = null
@@ -407,14 +381,15 @@ module.exports = function middleware(native, policyFields) {
       check(rest)
     }
     const appHook = app === null ? null : fastifyHook(app)
+    // A route's options by the core's rules: which it takes
+    // (Gate.routeOption) and which of the plugin's it inherits
+    // (Gate.routeInherits).
     function merged(own) {
+      const given = Object.keys(own).filter((name) => own[name] !== undefined)
+      for (const name of given) Gate.routeOption(name)
       const out = {}
-      const ownPolicy = hasPolicy(own)
-      const ownKey = own.key !== undefined || own.keyHeader !== undefined
       for (const [name, value] of Object.entries(defaults)) {
-        if (ownPolicy && POLICY_OPTIONS.has(name)) continue
-        if (ownKey && (name === 'key' || name === 'keyHeader')) continue
-        out[name] = value
+        if (Gate.routeInherits(name, given)) out[name] = value
       }
       return Object.assign(out, own)
     }

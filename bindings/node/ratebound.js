@@ -61,11 +61,13 @@ function decision(allowed) {
   }
 }
 
+// A wait longer than the caller accepts: the core's DeadlineExceeded (its
+// message and code, as the native errors and Python's RateLimitExceeded).
 class RateLimitExceededError extends Error {
-  constructor(retryAfter) {
-    super(`rate limit exceeded: the tokens would take ${retryAfter} s, longer than the timeout`)
+  constructor(retryAfter, maxWait) {
+    super(native.deadlineMessage(retryAfter, maxWait ?? undefined))
     this.name = 'RateLimitExceededError'
-    this.code = 'ERR_RATEBOUND_RATE_LIMIT_EXCEEDED'
+    this.code = 'ERR_RATEBOUND_DEADLINE_EXCEEDED'
     this.retryAfter = retryAfter
   }
 }
@@ -105,7 +107,7 @@ async function drive(step, abandon, options) {
   for (;;) {
     const [kind, ns] = step()
     if (kind === 0) return
-    if (kind === 3) throw new RateLimitExceededError(ns / 1e9)
+    if (kind === 3) throw new RateLimitExceededError(ns / 1e9, options == null ? undefined : options.timeout)
     try {
       await sleep(Math.ceil(ns / 1e6), signal)
     } catch (e) {

@@ -16,6 +16,7 @@ const rb = require('..')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'gate.json')
 const { vectors } = JSON.parse(fs.readFileSync(SPEC, 'utf8'))
+const RULES = JSON.parse(fs.readFileSync(path.join(path.dirname(SPEC), 'gate_rules.json'), 'utf8'))
 
 // The test-only header carrying the peer the server is to see.
 const PEER = 'x-test-peer'
@@ -51,6 +52,11 @@ function failure(fails) {
   if (fails === 'too_many_keys') {
     const e = new Error('the table is full')
     e.code = 'ERR_RATEBOUND_TOO_MANY_KEYS'
+    return e
+  }
+  if (fails === 'store_misconfigured') {
+    const e = new Error('authentication failed: a wrong password or user')
+    e.code = 'ERR_RATEBOUND_STORE_MISCONFIGURED'
     return e
   }
   if (fails !== 'error') throw new Error(`unknown fails ${JSON.stringify(fails)}`)
@@ -141,7 +147,7 @@ async function replay(vector, start, failures) {
       let got
       try {
         if (taken !== occupied) failures.push(`${where}: occupied = ${taken}, want ${occupied}`)
-        got = await send(port, r.peer, r.headers)
+        got = await send(port, r.peer, r.headers ?? [])
       } finally {
         for (let j = 0; j < taken; j++) gate.leave()
       }
@@ -165,9 +171,10 @@ async function replay(vector, start, failures) {
   }
 }
 
-async function startExpress(options, clock, told) {
+async function startExpress(options, clock, told, trust) {
   const mw = rb.express(middlewareOptions(options, clock, (req) => req.rawHeaders, told))
   const app = expressLib()
+  if (trust) app.set('trust proxy', true)
   app.use(mw)
   app.use((req, res) => res.status(200).send('ok'))
   const server = http.createServer((req, res) => {
@@ -182,8 +189,9 @@ async function startExpress(options, clock, told) {
   }
 }
 
-async function startFastify(options, clock, told) {
+async function startFastify(options, clock, told, trust) {
   const app = Fastify({
+    trustProxy: trust === true,
     serverFactory: (handler) =>
       http.createServer((req, res) => {
         withPeer(req)
@@ -255,4 +263,119 @@ test('a forged Forwarded header does not buy fresh buckets: Fastify', async () =
     await app.listen({ port: 0, host: '127.0.0.1' })
     return { port: app.server.address().port, stop: () => app.close() }
   })
+})
+
+// spec/gate_rules.json's `merge` vectors: a route's own limit under the
+// app-wide middleware; the response carries both limits' fields by the
+// core's rule (before: Express and Fastify kept the route's legacy fields
+// whichever limit was tighter).
+async function startMergeExpress({ site, route }, clock, told) {
+  const app = expressLib()
+  const mw = rb.express(middlewareOptions(site, clock, (req) => req.rawHeaders, told))
+  app.use(mw)
+  app.get('/', rb.express(middlewareOptions(route, clock, (req) => req.rawHeaders, told)), (req, res) => res.send('ok'))
+  const server = http.createServer((req, res) => {
+    withPeer(req)
+    app(req, res)
+  })
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  return { port: server.address().port, gate: mw.gate, stop: () => new Promise((r) => server.close(r)) }
+}
+
+async function startMergeFastify({ site, route }, clock, told) {
+  const app = Fastify({
+    serverFactory: (handler) =>
+      http.createServer((req, res) => {
+        withPeer(req)
+        handler(req, res)
+      }),
+  })
+  const rawOf = (request) => request.raw.rawHeaders
+  await app.register(rb.fastify, middlewareOptions(site, clock, rawOf, told))
+  const onRequest = rb.fastify.limit(middlewareOptions(route, clock, rawOf, told))
+  app.get('/', { onRequest }, (request, reply) => reply.send('ok'))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: app.server.address().port, gate: app.ratebound, stop: () => app.close() }
+}
+
+for (const [framework, start] of [
+  ['Express', startMergeExpress],
+  ['Fastify', startMergeFastify],
+]) {
+  test(`spec/gate_rules.json merge vectors over HTTP: ${framework}`, async () => {
+    const failures = []
+    for (const v of RULES.merge) {
+      await replay({ id: v.id, options: { site: v.site, route: v.route }, requests: v.requests }, start, failures)
+    }
+    assert.deepEqual(failures, [])
+    assert.ok(RULES.merge.length >= 4)
+  })
+}
+
+// spec/gate_rules.json's `client_address` vectors, with the framework told
+// to trust every proxy: the key is still the socket's peer unless the
+// middleware's own trustedProxies say otherwise (before: req.ip, which
+// such a framework takes from the client's X-Forwarded-For).
+for (const [framework, start] of [
+  ['Express', startExpress],
+  ['Fastify', startFastify],
+]) {
+  test(`spec/gate_rules.json client_address vectors over HTTP, the framework trusting every proxy: ${framework}`, async () => {
+    const failures = []
+    for (const v of RULES.client_address) {
+      await replay(v, (options, clock, told) => start(options, clock, told, true), failures)
+      await replay(v, start, failures)
+    }
+    assert.deepEqual(failures, [])
+    assert.ok(RULES.client_address.length >= 2)
+  })
+}
+
+// spec/gate_rules.json's `route_options`: which options a route's own
+// limit takes and which of the plugin's it inherits — the core's rules, as
+// the Fastify plugin applies them (Python's route limits take the same).
+test('spec/gate_rules.json route_options: the core rules the Fastify routes follow', async () => {
+  const { takes, inherits } = RULES.route_options
+  const failures = []
+  for (const t of takes) {
+    let took = true
+    try {
+      rb.Gate.routeOption(camel(t.option))
+    } catch (e) {
+      took = false
+      assert.equal(e.code, 'ERR_RATEBOUND_INVALID_OPTION')
+    }
+    if (took !== t.takes) failures.push(`${t.option}: takes = ${took}`)
+  }
+  for (const v of inherits) {
+    const own = v.own.map(camel)
+    const got = v.site.filter((name) => rb.Gate.routeInherits(camel(name), own))
+    if (JSON.stringify(got) !== JSON.stringify(v.inherited)) failures.push(`${v.id}: inherited ${got}`)
+  }
+  assert.deepEqual(failures, [])
+  assert.ok(takes.length >= 20 && inherits.length >= 4)
+})
+
+test("Fastify: a route's limit refuses the application's options and does not inherit them", async () => {
+  // Before (issue 38): a route's concurrencyLimit was taken, and the
+  // plugin's inherited (each route its own cap).
+  const refused = Fastify()
+  await refused.register(rb.fastify, { rate: 100 })
+  // Thrown where the route is declared (at the root context: by get()).
+  assert.throws(
+    () => refused.get('/', { config: { rateLimit: { rate: 1, concurrencyLimit: 1 } } }, async () => 'ok'),
+    (e) => e.code === 'ERR_RATEBOUND_INVALID_OPTION' && /route GET \/: .*concurrencyLimit/.test(e.message),
+  )
+  await refused.close()
+  const app = Fastify()
+  await app.register(rb.fastify, { rate: 100, headers: 'legacy', concurrencyLimit: 5, global: false })
+  app.get('/', { config: { rateLimit: { rate: 1, burst: 1 } } }, async () => 'ok')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const r = await send(app.server.address().port, '127.0.0.1', [])
+    assert.equal(r.status, 200)
+    assert.equal(r.headers['x-ratelimit-limit'], '1') // the plugin's headers: inherited
+  } finally {
+    await app.close()
+  }
 })

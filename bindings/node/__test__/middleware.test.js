@@ -52,14 +52,14 @@ async function scenario3(port, clock, gate) {
   assert.equal(gate.cleanup(), 0)
 }
 
-test('Express middleware: scenarios 2 and 3 (cleanup drops alice and bob), custom handler, trust proxy', async () => {
+test('Express middleware: scenarios 2 and 3 (cleanup drops alice and bob), custom handler, trustedProxies', async () => {
   const clock = new rb.ManualClock()
   const app = expressLib()
   const limit = rb.express({
     rate: 1,
     burst: 2,
     key: { header: 'X-API-Key' },
-    skip: (req) => req.path === '/health',
+    exempt: (req) => req.path === '/health',
     clock,
   })
   app.use(limit)
@@ -75,14 +75,15 @@ test('Express middleware: scenarios 2 and 3 (cleanup drops alice and bob), custo
     server.close()
   }
 
-  // A custom handler, and keys by req.ip under Express's trust proxy setting.
+  // A custom handler, and keys from X-Forwarded-For under the middleware's
+  // own trustedProxies (Express's trust proxy setting is not read).
   const app2 = expressLib()
-  app2.set('trust proxy', 'loopback')
   const seen = []
   app2.use(
     rb.express({
       rate: '1/minute',
       burst: 1,
+      trustedProxies: ['127.0.0.0/8', '::1/128'],
       clock,
       handler: (req, res, next, refusal) => {
         seen.push(refusal)
@@ -115,7 +116,7 @@ test('Fastify plugin: scenarios 2 and 3 (cleanup drops alice and bob), legacy he
     rate: 1,
     burst: 2,
     key: (req) => req.headers['x-api-key'],
-    skip: (req) => req.url === '/health',
+    exempt: (req) => req.url === '/health',
     clock,
   })
   app.get('/', async () => 'hello')
@@ -318,4 +319,13 @@ test('a policy field the middleware does not take is an error naming it', () => 
     )
     make([{ name: 'p', rate: 1, burst: 3 }])
   }
+})
+
+// One name per concept (issue 38): the exemption hook is `exempt`, as in
+// the Gate and Python; `skip` (accepted silently before) is refused, named.
+test('the exemption hook is exempt: skip is refused with the name to use', () => {
+  assert.throws(
+    () => rb.express({ rate: 1, skip: () => true }),
+    (e) => e.code === 'ERR_RATEBOUND_INVALID_OPTION' && /'exempt'/.test(e.message),
+  )
 })

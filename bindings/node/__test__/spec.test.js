@@ -128,13 +128,14 @@ for (const [file, atLeast] of Object.entries(FILES)) {
 
 test('every spec file is replayed', () => {
   const files = fs.readdirSync(SPEC).filter((f) => f.endsWith('.json')).sort()
-  // gate.json is replayed over HTTP by gate_spec.test.js; redis.json against
+  // gate.json and gate_rules.json are replayed over HTTP by
+  // gate_spec.test.js; redis.json against
   // real Redis servers, with ioredis and node-redis, by redis.test.js;
   // redis_wait.json through the engine by redis_wait_spec.test.js;
   // outbound.json through rb.Outbound by outbound_spec.test.js;
   // outbound_calls.json through the call machine, rb.fetch and rb.axios by
   // outbound_calls.test.js.
-  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'redis.json', 'redis_wait.json', 'outbound.json', 'outbound_calls.json'].sort())
+  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'gate_rules.json', 'redis.json', 'redis_wait.json', 'outbound.json', 'outbound_calls.json'].sort())
 })
 
 function keyedAlgorithm(spec) {

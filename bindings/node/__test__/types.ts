@@ -84,7 +84,7 @@ async function waiting(): Promise<void> {
   }
 }
 
-const mw = express({ rate: 1, burst: 2, key: { header: 'x-api-key' }, skip: (req) => req.path === '/health', concurrencyLimit: 64, critical: (req) => req.path === '/pay' })
+const mw = express({ rate: 1, burst: 2, key: { header: 'x-api-key' }, exempt: (req) => req.path === '/health', concurrencyLimit: 64, critical: (req) => req.path === '/pay' })
 const behindCloudflare = express({ rate: 1, trustedProxies: ['173.245.48.0/20'], clientIpHeader: 'cf-connecting-ip', missingKey: 401, keyHeader: 'x-api-key' })
 const gate: Gate = mw.gate
 const v = gate.decide(undefined, '127.0.0.1', ['X-API-Key', 'alice'])

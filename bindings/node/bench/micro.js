@@ -121,12 +121,12 @@ async function main() {
   const socket = { remoteAddress: '127.0.0.1' }
   const rawHeaders = ['Host', '127.0.0.1', 'Accept', '*/*']
   const req = { ip: '127.0.0.1', headers: {}, rawHeaders, socket, raw: { rawHeaders, socket } }
-  const res = { setHeader() {} }
+  const res = { setHeader() {}, getHeader() {} }
   const next = () => {}
   row('middleware', 'ratebound express() middleware, one request (stand-in req/res)', bench(() => mw(req, res, next) === undefined, 300_000))
   let hook = null
   rb.fastify({ decorate() {}, addHook(name, fn) { if (name === 'onRequest') hook = fn } }, { rate: BIG, burst: BIG }, () => {})
-  const reply = { header() { return this } }
+  const reply = { header() { return this }, getHeader() {} }
   row('middleware', 'ratebound fastify onRequest hook, one request (stand-in request/reply)', bench(() => hook(req, reply, next) === undefined, 300_000))
 
   if (sink < 0) console.log(sink)

@@ -75,3 +75,17 @@ impl<T> OrThrow<T> for std::result::Result<T, CoreError> {
 pub fn invalid_type(env: &Env, message: &str) -> napi::Error {
     throw_as(env, Kind::Type, "ERR_INVALID_ARG_TYPE", message)
 }
+
+/// The core's message for a wait refused because it would be longer than
+/// the caller accepts (`Error::DeadlineExceeded`), for the JavaScript
+/// `RateLimitExceededError`: `wait` and `maxWait` in seconds (`maxWait`
+/// absent: refused at once).
+#[napi_derive::napi(skip_typescript)]
+pub fn deadline_message(wait: f64, max_wait: Option<f64>) -> String {
+    let secs = |s: f64| std::time::Duration::try_from_secs_f64(s).unwrap_or_default();
+    CoreError::DeadlineExceeded {
+        wait: secs(wait),
+        max_wait: secs(max_wait.unwrap_or(0.0)),
+    }
+    .to_string()
+}

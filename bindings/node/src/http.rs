@@ -105,3 +105,30 @@ pub fn rate_limit_policy(env: Env, policies: Vec<QuotaPolicy>) -> Result<String>
     }
     Ok(http::ratelimit_policy(&out))
 }
+
+/// The quota fields of a response two limits decided, by the core's one
+/// rule (`ratebound::gate::merge_fields`): `first` the fields of the limit
+/// that decided first (the site-wide middleware), `second` the next's (a
+/// route's own limit), each `[name, value, ...]`; the answer likewise, in
+/// lower case. `RateLimit` and `RateLimit-Policy` lists are joined (the
+/// first's entries first), the legacy fields are the tighter limit's, the
+/// longer `Retry-After` stays.
+#[napi(namespace = "http")]
+pub fn merge_fields(first: Vec<String>, second: Vec<String>) -> Vec<String> {
+    let pairs = |flat: &[String]| -> Vec<(String, String)> {
+        flat.chunks_exact(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect()
+    };
+    ratebound::gate::merge_fields(&pairs(&first), &pairs(&second))
+        .into_iter()
+        .flat_map(|(n, v)| [n.to_string(), v])
+        .collect()
+}
+
+/// Every field a gate sets on a response, in lower case: those
+/// [`merge_fields`] merges.
+#[napi(namespace = "http")]
+pub fn gate_fields() -> Vec<&'static str> {
+    ratebound::gate::GATE_FIELDS.to_vec()
+}

@@ -103,3 +103,73 @@ pub(crate) fn ratelimit_policy(
 pub(crate) fn clock_source() -> &'static str {
     ratebound::MonotonicClock::source()
 }
+
+/// A header line: (name, value), str or bytes.
+type Line<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>);
+
+/// The header lines of a response with this limit's quota fields `mine`
+/// merged into `present` (a response's lines, to which an inner limit — a
+/// route's own — gave quota fields) by the core's rule
+/// (`ratebound::gate::merge_fields`: the lists joined, the tighter legacy
+/// fields, the longer wait), this limit's entries first (it decided
+/// first). Pairs of str or bytes; the merged fields in the kind of
+/// `mine`'s.
+#[pyfunction]
+pub(crate) fn _merge_fields<'py>(
+    py: Python<'py>,
+    present: Vec<Line<'py>>,
+    mine: Vec<Line<'py>>,
+) -> PyResult<Vec<Line<'py>>> {
+    let text = |o: &Bound<'py, PyAny>| -> PyResult<String> {
+        match o.cast::<pyo3::types::PyBytes>() {
+            Ok(b) => Ok(String::from_utf8_lossy(b.as_bytes()).into_owned()),
+            Err(_) => Ok(o.cast::<PyString>()?.to_cow()?.into_owned()),
+        }
+    };
+    let pairs = |lines: &[Line<'py>]| -> PyResult<Vec<(String, String)>> {
+        lines
+            .iter()
+            .map(|(n, v)| Ok((text(n)?, text(v)?)))
+            .collect()
+    };
+    let (theirs, mut out): (Vec<_>, Vec<_>) = present
+        .into_iter()
+        .partition(|(n, _)| text(n).is_ok_and(|n| ratebound::gate::is_gate_field(n.as_bytes())));
+    let as_bytes = mine
+        .first()
+        .is_some_and(|(n, _)| n.is_instance_of::<pyo3::types::PyBytes>());
+    for (name, value) in ratebound::gate::merge_fields(&pairs(&mine)?, &pairs(&theirs)?) {
+        out.push(if as_bytes {
+            let bytes = |t: &str| pyo3::types::PyBytes::new(py, t.as_bytes()).into_any();
+            (bytes(name), bytes(&value))
+        } else {
+            (
+                PyString::new(py, name).into_any(),
+                PyString::new(py, &value).into_any(),
+            )
+        });
+    }
+    Ok(out)
+}
+
+/// Raises `ConfigError` unless a route's own limit takes the option `name`
+/// (the core's rule, `ratebound::gate::route_option`: every option of the
+/// middleware but shedding, which is the application's).
+#[pyfunction]
+pub(crate) fn _route_option(py: Python<'_>, name: &str) -> PyResult<()> {
+    ratebound::gate::route_option(name).or_py(py)
+}
+
+/// The core's error for a wait refused because it would be longer than the
+/// caller accepts (`Error::DeadlineExceeded`: `RateLimitExceeded`, code
+/// `deadline_exceeded`), for the `limit` decorator's refusal: `wait` and
+/// `max_wait` in seconds (0: refused at once).
+#[pyfunction]
+pub(crate) fn _deadline_exceeded(py: Python<'_>, wait: f64, max_wait: f64) -> Py<PyAny> {
+    let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or_default();
+    let e = ratebound::Error::DeadlineExceeded {
+        wait: secs(wait),
+        max_wait: secs(max_wait),
+    };
+    py_err(py, e).into_value(py).into_any()
+}

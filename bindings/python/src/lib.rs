@@ -62,6 +62,9 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client_ip, m)?)?;
     m.add_function(wrap_pyfunction!(ratelimit_policy, m)?)?;
     m.add_function(wrap_pyfunction!(clock_source, m)?)?;
+    m.add_function(wrap_pyfunction!(http::_merge_fields, m)?)?;
+    m.add_function(wrap_pyfunction!(http::_route_option, m)?)?;
+    m.add_function(wrap_pyfunction!(http::_deadline_exceeded, m)?)?;
     // The default caps of the two kinds of per-key table (the decorator's
     // own table is an in-process one).
     m.add("DEFAULT_MAX_KEYS", ratebound::any::DEFAULT_MAX_KEYS)?;
@@ -69,6 +72,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_SHARED_MAX_KEYS",
         ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
     )?;
+    m.add("_GATE_FIELDS", ratebound::gate::GATE_FIELDS.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

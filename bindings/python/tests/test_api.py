@@ -291,6 +291,10 @@ def test_decorator_sync_and_keyed() -> None:
     with pytest.raises(rb.RateLimitExceeded) as info:
         work(3)
     assert info.value.retry_after == 1.0
+    # The core's DeadlineExceeded, as every refused wait says it (issue 38:
+    # was "rate limit exceeded; retry in 1.000 s", code "rate_limited").
+    assert info.value.code == "deadline_exceeded"
+    assert str(info.value) == "waiting 1s for tokens exceeds the maximum wait of 0ns"
     assert calls == [1, 2]
     assert work.__name__ == "work"
 

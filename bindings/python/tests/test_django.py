@@ -253,7 +253,7 @@ def test_limit_key_function_and_on_decision_label(urls: Callable[..., str]) -> N
 def test_limit_bad_configuration_fails_where_the_view_is_declared() -> None:
     with pytest.raises(rb.QuotaError, match='"5/fortnight"'):
         rb.django.limit("5/fortnight")
-    with pytest.raises(TypeError, match="unknown option 'concurency_limit'"):
+    with pytest.raises(TypeError, match='"concurency_limit": is not a middleware option'):
         rb.django.limit("5/minute", concurency_limit=3)
 
     class NotAView:
@@ -357,10 +357,10 @@ def test_middleware_and_a_view_limit_both_show_their_fields(urls: Callable[..., 
         with client_for(transport) as client:
             first = client.get("/login")
             assert first.status_code == 200
-            # The view's fields first (its response passes out through the
-            # middleware), then the site's: one list, neither lost.
-            assert first.headers["ratelimit-policy"] == '"login";q=5;w=60, "site";q=10;w=1'
-            assert first.headers["ratelimit"] == '"login";r=4;t=12, "site";r=9;t=1'
+            # The site's fields first (it decided first), then the view's:
+            # one list, neither lost — the core's rule in every front door.
+            assert first.headers["ratelimit-policy"] == '"site";q=10;w=1, "login";q=5;w=60'
+            assert first.headers["ratelimit"] == '"site";r=9;t=1, "login";r=4;t=12'
 
 
 @pytest.mark.parametrize("transport", MODES)
@@ -540,7 +540,7 @@ def test_middleware_redis_limiter_of_the_wrong_kind_fails_at_startup() -> None:
 # per vector, behind wsgiref (WSGI) and uvicorn (ASGI), with the servers and
 # the replay of test_gate_spec.py (which gives each request the vector's
 # peer as its client address).
-from test_gate_spec import VECTORS, asgi_server, replay, wsgi_server  # noqa: E402,F401 - the servers are fixtures
+from test_gate_spec import RULES, VECTORS, asgi_server, replay, replay_merge, wsgi_server  # noqa: E402,F401 - the servers are fixtures
 
 
 class LoadedMiddleware(rb.django.RateLimitMiddleware):
@@ -578,5 +578,32 @@ def test_middleware_replays_every_gate_vector(server: str, urls: Callable[..., s
     middleware = [f"{__name__}.LoadedMiddleware"]
     with override_settings(ROOT_URLCONF=urls(path("", ok)), MIDDLEWARE=middleware):
         failures = replay(base, current, build, given_key, asyncio_=server == "uvicorn")
+        # spec/gate_rules.json's client addresses: REMOTE_ADDR unless the
+        # middleware trusts proxies.
+        failures += replay(base, current, build, given_key, server == "uvicorn", RULES["client_address"])
     assert not failures, "\n".join(failures)
     assert len(VECTORS) >= 48
+
+
+@pytest.mark.parametrize("server", ["wsgiref", "uvicorn"])
+def test_middleware_merges_a_view_limit_by_the_core_rule(server: str, urls: Callable[..., str], request: Any) -> None:
+    """spec/gate_rules.json's ``merge`` vectors: a view's ``limit`` under
+    the middleware. Before: the view's entries came first and the site's
+    legacy fields overwrote the tighter view's."""
+    base, current = request.getfixturevalue({"wsgiref": "wsgi_server", "uvicorn": "asgi_server"}[server])
+    handler = {"wsgiref": WSGIHandler, "uvicorn": ASGIHandler}[server]
+    made: list[Any] = []
+
+    def make(site: dict[str, Any], route: dict[str, Any]) -> Any:
+        view = rb.django.limit(**route)(ok)
+        made.append(override_settings(ROOT_URLCONF=urls(path("", view)), RATEBOUND=site))
+        made[-1].enable()
+        return handler()
+
+    try:
+        with override_settings(MIDDLEWARE=MIDDLEWARE):
+            failures = replay_merge(base, current, make)
+    finally:
+        for o in reversed(made):
+            o.disable()
+    assert not failures, "\n".join(failures)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
+import redis
 import pytest
 import uvicorn
 from flask import Flask
@@ -27,6 +28,7 @@ import ratebound as rb
 
 SPEC = json.loads((pathlib.Path(__file__).parents[3] / "spec" / "gate.json").read_text())
 VECTORS = SPEC["vectors"]
+RULES = json.loads((pathlib.Path(__file__).parents[3] / "spec" / "gate_rules.json").read_text())
 
 
 # The fields a policy of spec/gate.json may have. The middleware refuses a
@@ -43,12 +45,16 @@ class FailingStore:
     given it checks through it as through any client with ``evalsha``."""
 
     def __init__(self, fails: str) -> None:
-        assert fails in ("error", "too_many_keys"), fails
+        assert fails in ("error", "too_many_keys", "store_misconfigured"), fails
         self.fails = fails
 
     def error(self) -> Exception:
         if self.fails == "too_many_keys":
             return rb.TooManyKeys("the table is full", "too_many_keys")
+        if self.fails == "store_misconfigured":
+            # What redis-py raises for a wrong password: the limiter tells
+            # it a misconfiguration (its fail policy is "open" here).
+            return redis.exceptions.AuthenticationError("WRONGPASS invalid username-password pair or user is disabled.")
         return RuntimeError("the store failed")
 
     def evalsha(self, *args: Any) -> Any:
@@ -94,7 +100,7 @@ def middleware_options(
                 assert set(p) & {"limit", "window", "algorithm"} == set(), "a token bucket"
                 store = (AsyncFailingStore if asyncio_ else FailingStore)(p["fails"])
                 bucket = rb.redis.AsyncTokenBucket if asyncio_ else rb.redis.TokenBucket
-                out.setdefault("policies", {})[p["name"]] = bucket(store, rate=p["rate"], burst=p["burst"])
+                out.setdefault("policies", {})[p["name"]] = bucket(store, rate=p["rate"], burst=p["burst"], on_error="open")
         elif name == "key":
             assert value == "given"
             out["key"] = given
@@ -187,11 +193,12 @@ def compare(at: str, response: httpx.Response, expect: dict[str, Any], failures:
 
 
 def replay(
-    base: str, current: Current, build: Callable[..., Any], given: Callable[[Any], Any], asyncio_: bool
+    base: str, current: Current, build: Callable[..., Any], given: Callable[[Any], Any], asyncio_: bool,
+    vectors: list[Any] = VECTORS,
 ) -> list[str]:
     failures: list[str] = []
     with httpx.Client(base_url=base, timeout=10) as client:
-        for v in VECTORS:
+        for v in vectors:
             clock = rb.ManualClock()
             told = Told()
             options = middleware_options(v["options"], clock, given, asyncio_, told)
@@ -281,3 +288,177 @@ def test_options_are_checked_by_the_core() -> None:
     assert rb.client_ip("127.0.0.1", lines, trusted_proxies=1) == "203.0.113.9"
     assert rb.client_ip("127.0.0.1", lines, trusted_proxies=1, client_ip_header="forwarded") == "1.1.1.1"
     assert rb.client_ip("127.0.0.1", lines) == "127.0.0.1"
+
+
+def route_kwargs(options: dict[str, Any], clock: rb.ManualClock) -> dict[str, Any]:
+    """A ``gate_rules.json`` limit's options as keyword arguments, for the
+    middleware and for a route's ``limit`` alike."""
+    out = {k: v for k, v in options.items() if k != "policies"}
+    out["policies"] = {p["name"]: {k: v for k, v in p.items() if k != "name"} for p in options["policies"]}
+    return dict(out, clock=clock)
+
+
+def replay_merge(base: str, current: Current, make: Callable[[dict[str, Any], dict[str, Any]], Any]) -> list[str]:
+    """Replays ``gate_rules.json``'s ``merge`` vectors: ``make(site, route)``
+    is the app of one vector — the site middleware over a route with its
+    own limit."""
+    failures: list[str] = []
+    with httpx.Client(base_url=base, timeout=10) as client:
+        for v in RULES["merge"]:
+            clock = rb.ManualClock()
+            current.app = make(route_kwargs(v["site"], clock), route_kwargs(v["route"], clock))
+            for i, r in enumerate(v["requests"]):
+                response = client.get("/", headers=[("x-test-peer", r["peer"])])
+                compare(f"{v['id']} step {i}", response, r["expect"], failures)
+    assert len(RULES["merge"]) >= 4
+    return failures
+
+
+def test_asgi_merges_a_fastapi_route_limit_under_the_middleware(asgi_server: tuple[str, Current]) -> None:
+    """Before: the middleware appended its fields to the route's, so the
+    legacy fields came twice (``5, 2``)."""
+    from fastapi import Depends, FastAPI
+
+    base, current = asgi_server
+
+    def make(site: dict[str, Any], route: dict[str, Any]) -> Any:
+        app = FastAPI()
+
+        @app.get("/", dependencies=[Depends(rb.fastapi.limit(**route))])
+        def hello() -> str:
+            return "ok"
+
+        return rb.asgi.RateLimitMiddleware(app, **site)
+
+    failures = replay_merge(base, current, make)
+    assert not failures, "\n".join(failures)
+
+
+def test_wsgi_merges_a_flask_route_limit_under_the_middleware(wsgi_server: tuple[str, Current]) -> None:
+    base, current = wsgi_server
+
+    def make(site: dict[str, Any], route: dict[str, Any]) -> Any:
+        app = Flask(__name__)
+
+        @app.get("/")
+        @rb.flask.limit(**route)
+        def hello() -> str:
+            return "ok"
+
+        return rb.wsgi.RateLimitMiddleware(app.wsgi_app, **site)
+
+    failures = replay_merge(base, current, make)
+    assert not failures, "\n".join(failures)
+
+
+def test_client_address_is_the_peer_unless_the_middleware_trusts_proxies(
+    asgi_server: tuple[str, Current], wsgi_server: tuple[str, Current]
+) -> None:
+    """spec/gate_rules.json's ``client_address`` vectors: the socket's peer
+    (the server's client address) is the key; X-Forwarded-For counts only
+    under the middleware's own ``trusted_proxies``."""
+    vectors = RULES["client_address"]
+    assert len(vectors) >= 2
+    for (base, current), build, asyncio_ in ((asgi_server, rb.asgi.RateLimitMiddleware, True),
+                                             (wsgi_server, rb.wsgi.RateLimitMiddleware, False)):
+        failures = replay(base, current, build, lambda _: None, asyncio_, vectors)
+        assert not failures, "\n".join(failures)
+
+
+def test_route_options_follow_the_core_rule() -> None:
+    """spec/gate_rules.json's ``route_options``: a route's ``limit`` takes
+    every option of the middleware but the application's (shedding), by
+    the core's rule. Before (issue 38): a whitelist of 8 options refused
+    ``store_error_retry_after`` and remote policies, and named no rule."""
+    rules = RULES["route_options"]
+    values = {"concurrency_limit": 2, "concurrency_initial": 2, "concurrency_min": 1, "concurrency_max": 4,
+              "concurrency_tolerance": 2.0, "background_fraction": 0.5, "critical": lambda r: False,
+              "priority": "normal", "store_error_retry_after": 3, "trusted_proxies": 1,
+              "client_ip_header": "x-forwarded-for", "ipv6_prefix": 48, "missing_key": "shared",
+              "headers": "legacy", "body": "problem_json", "max_keys": 10, "overflow": "reject",
+              "key_header": "x-api-key"}
+    failures = []
+    for t in rules["takes"]:
+        name = t["option"]
+        if name not in values:
+            continue  # rate, policies: the limit's own arguments
+        try:
+            extra = {"trusted_proxies": 1} if name == "client_ip_header" else {}
+            rb.fastapi.limit("5/minute", **{name: values[name]}, **extra)
+            took = True
+        except rb.ConfigError as e:
+            took = False
+            assert "route option" in str(e), e
+        if took != t["takes"]:
+            failures.append(f"{name}: takes = {took}")
+    assert not failures, failures
+    assert len(rules["takes"]) >= 20
+
+
+def test_route_limits_take_remote_policies(asgi_server: tuple[str, Current], wsgi_server: tuple[str, Current]) -> None:
+    """spec/gate.json's remote-policy vectors through a FastAPI route's and
+    a Flask view's own limit: a remote policy's failure is answered by the
+    core's rule there too (before: a route limit refused remote policies)."""
+    from fastapi import Depends, FastAPI
+
+    vectors = [v for v in VECTORS if "remote" in v["options"]]
+    assert len(vectors) >= 3
+
+    def fastapi_app(inner: Any, **options: Any) -> Any:
+        app = FastAPI()
+
+        @app.get("/", dependencies=[Depends(rb.fastapi.limit(**options))])
+        def hello() -> str:
+            return "ok"
+
+        return app
+
+    def flask_app(inner: Any, **options: Any) -> Any:
+        app = Flask(__name__)
+
+        @app.get("/")
+        @rb.flask.limit(**options)
+        def hello() -> str:
+            return "ok"
+
+        return app.wsgi_app
+
+    # FastAPI answers a route limit's refusal through HTTPException (so the
+    # application's exception handlers apply): its body is FastAPI's JSON.
+    as_json = json.loads(json.dumps(vectors))
+    for v in as_json:
+        for r in v["requests"]:
+            r["expect"].pop("body", None)
+            r["expect"].get("headers", {}).pop("content-type", None)
+    for (base, current), build, asyncio_, replayed in ((asgi_server, fastapi_app, True, as_json),
+                                                       (wsgi_server, flask_app, False, vectors)):
+        failures = replay(base, current, build, lambda _: None, asyncio_, replayed)
+        assert not failures, "\n".join(failures)
+
+
+def test_route_limits_take_exempt(asgi_server: tuple[str, Current], wsgi_server: tuple[str, Current]) -> None:
+    """A route's limit takes the middleware's hooks but shedding's (the
+    core's rule): ``exempt`` lets a request by untouched — no fields, not
+    counted (before: a route limit refused it)."""
+    from fastapi import Depends, FastAPI
+
+    spare = lambda request: True  # noqa: E731
+    fast = FastAPI()
+
+    @fast.get("/", dependencies=[Depends(rb.fastapi.limit(1, 1, exempt=spare))])
+    def hello() -> str:
+        return "ok"
+
+    flask = Flask(__name__)
+
+    @flask.get("/")
+    @rb.flask.limit(1, 1, exempt=spare)
+    def flask_hello() -> str:
+        return "ok"
+
+    for (base, current), app in ((asgi_server, fast), (wsgi_server, flask.wsgi_app)):
+        current.app = app
+        with httpx.Client(base_url=base, timeout=10) as client:
+            answers = [client.get("/", headers=[("x-test-peer", "192.0.2.1")]) for _ in range(3)]
+        assert [r.status_code for r in answers] == [200, 200, 200]
+        assert all("ratelimit" not in r.headers for r in answers)

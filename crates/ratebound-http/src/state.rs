@@ -260,12 +260,44 @@ pub(crate) fn insert_all(headers: &mut HeaderMap, mut fields: QuotaFields) {
 /// slots are not copied first).
 #[inline]
 pub(crate) fn insert_taken(headers: &mut HeaderMap, fields: &mut QuotaFields) {
+    // An inner limit (a route's own layer) set quota fields already (a
+    // response without fields has none: no lookup).
+    if !headers.is_empty()
+        && let Some((name, _)) = &fields[0]
+        && headers.contains_key(name)
+    {
+        return merge_taken(headers, fields);
+    }
     for field in fields {
         // Looked at before it is taken: an empty slot is not copied out.
         if field.is_some()
             && let Some((name, value)) = field.take()
         {
             headers.insert(name, value);
+        }
+    }
+}
+
+/// [`insert_taken`] on a response an inner limit gave quota fields: the
+/// core's rule ([`ratebound::gate::merge_fields`]), this layer's entries
+/// first (it decided first).
+#[cold]
+fn merge_taken(headers: &mut HeaderMap, fields: &mut QuotaFields) {
+    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let mine: Vec<(String, String)> = fields
+        .iter_mut()
+        .filter_map(Option::take)
+        .map(|(n, v)| (n.as_str().to_string(), text(&v)))
+        .collect();
+    let mut theirs = Vec::new();
+    for name in ratebound::gate::GATE_FIELDS {
+        if let Some(v) = headers.remove(name) {
+            theirs.push((name.to_string(), text(&v)));
+        }
+    }
+    for (name, value) in ratebound::gate::merge_fields(&mine, &theirs) {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
         }
     }
 }

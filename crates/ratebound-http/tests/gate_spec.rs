@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 #[path = "../../ratebound/tests/support/gate.rs"]
 mod support;
-use support::{compare, compare_outcome, failing, load, policy, remote};
+use support::{compare, compare_outcome, failing, load, load_rules, policy, remote};
 
 /// A vector's remote policy whose every check ends in the error it names
 /// (`fails`), answered by the core's one rule — as a policy of the
@@ -150,23 +150,29 @@ fn build(id: &str, options: &Value, clock: &ManualClock, outcomes: &Outcomes) ->
 /// The app, with test scaffolding in front of the layer: the client
 /// address the vector names, as a server without proxies would see it.
 fn app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer)
-        .layer(axum::middleware::map_request(
-            |mut req: AxumRequest| async {
-                let peer = req
-                    .headers()
-                    .get("x-test-peer")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse().ok())
-                    .map(|ip| SocketAddr::new(ip, 4711));
-                if let Some(peer) = peer {
-                    req.extensions_mut().insert(PeerAddr(peer));
-                }
-                req
-            },
-        ))
+    peered(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+}
+
+/// `router` behind the test scaffolding of [`app`].
+fn peered(router: Router) -> Router {
+    router.layer(axum::middleware::map_request(
+        |mut req: AxumRequest| async {
+            let peer = req
+                .headers()
+                .get("x-test-peer")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .map(|ip| SocketAddr::new(ip, 4711));
+            if let Some(peer) = peer {
+                req.extensions_mut().insert(PeerAddr(peer));
+            }
+            req
+        },
+    ))
 }
 
 async fn serve(app: Router) -> SocketAddr {
@@ -181,6 +187,12 @@ async fn the_tower_layer_replays_every_gate_vector_over_http() {
     let spec = load();
     let vectors = spec["vectors"].as_array().unwrap();
     assert!(vectors.len() >= 40);
+    // And gate_rules.json's client addresses: the peer unless the layer
+    // trusts proxies.
+    let rules = load_rules();
+    let vectors = vectors
+        .iter()
+        .chain(rules["client_address"].as_array().unwrap());
     let client: Client<HttpConnector, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let mut failures = Vec::new();
@@ -272,4 +284,54 @@ async fn a_forged_forwarded_header_does_not_evade_the_limit() {
             [StatusCode::OK, refused, refused, refused, refused]
         );
     }
+}
+
+/// `spec/gate_rules.json`'s `merge` vectors: a route's own layer under the
+/// site-wide one; the response carries both layers' entries, by the
+/// core's rule (before: the site's layer overwrote the route's fields).
+#[tokio::test]
+async fn a_route_layer_under_the_site_layer_merges_their_fields() {
+    let spec = load_rules();
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut failures = Vec::new();
+    for v in spec["merge"].as_array().unwrap() {
+        let id = v["id"].as_str().unwrap();
+        let clock = ManualClock::new();
+        let outcomes = Outcomes::default();
+        let route = build(id, &v["route"], &clock, &outcomes);
+        let site = build(id, &v["site"], &clock, &outcomes);
+        let router = Router::new()
+            .route("/", get(|| async { "ok" }).layer(route))
+            .layer(site);
+        let addr = serve(peered(router)).await;
+        for (i, r) in v["requests"].as_array().unwrap().iter().enumerate() {
+            let request = Request::get(format!("http://{addr}/"))
+                .header("x-test-peer", r["peer"].as_str().unwrap())
+                .body(Empty::new())
+                .unwrap();
+            let (parts, _) = client.request(request).await.unwrap().into_parts();
+            let header = |name: &str| {
+                let lines: Vec<_> = parts.headers.get_all(name).iter().collect();
+                (!lines.is_empty()).then(|| {
+                    let text = lines.iter().map(|v| String::from_utf8_lossy(v.as_bytes()));
+                    text.collect::<Vec<_>>().join(", ")
+                })
+            };
+            let at = format!("{id} step {i}");
+            compare(
+                &at,
+                parts.status.as_u16(),
+                header,
+                None,
+                &r["expect"],
+                &mut failures,
+            );
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "gate_rules.json:\n{}",
+        failures.join("\n")
+    );
 }

@@ -6,7 +6,7 @@ mod support;
 use ratebound::ManualClock;
 use ratebound::any::{AnyClock, Gate, GateOptions, Key, KeySource, Loose, RemoteAnswer, Request};
 use serde_json::Value;
-use support::gate::{compare, compare_outcome, failing, load, policy, remote};
+use support::gate::{compare, compare_outcome, failing, load, load_rules, policy, remote};
 
 /// The gate a vector's options describe, through the loose parser the
 /// bindings use.
@@ -59,8 +59,12 @@ fn gate_vectors() {
     let spec = load();
     let vectors = spec["vectors"].as_array().unwrap();
     assert!(vectors.len() >= 40, "{} vectors", vectors.len());
+    let rules = load_rules();
     let mut failures = Vec::new();
-    for v in vectors {
+    for v in vectors
+        .iter()
+        .chain(rules["client_address"].as_array().unwrap())
+    {
         let id = v["id"].as_str().unwrap();
         let clock = ManualClock::new();
         let (gate, answers) = build(&v["options"], &clock);
@@ -143,4 +147,88 @@ fn gate_vectors() {
         }
     }
     assert!(failures.is_empty(), "gate.json:\n{}", failures.join("\n"));
+}
+
+/// `spec/gate_rules.json`'s `merge` vectors on the core: the site's gate
+/// decides, then the route's (when the site's admitted), and the response
+/// carries their fields as `ratebound::gate::merge_fields` joins them.
+#[test]
+fn merge_vectors() {
+    let spec = load_rules();
+    let mut failures = Vec::new();
+    for v in spec["merge"].as_array().unwrap() {
+        let id = v["id"].as_str().unwrap();
+        let clock = ManualClock::new();
+        let (site, _) = build(&v["site"], &clock);
+        let (route, _) = build(&v["route"], &clock);
+        for (i, r) in v["requests"].as_array().unwrap().iter().enumerate() {
+            let peer = r["peer"].as_str().unwrap().parse().unwrap();
+            let lines: [(&str, &str); 0] = [];
+            let request = Request {
+                key: None,
+                peer: Some(peer),
+                headers: &lines[..],
+            };
+            let outer = site.decide(&request);
+            let (status, body, fields) = if outer.is_pass() {
+                let inner = route.decide(&request);
+                let status = if inner.is_pass() { 200 } else { inner.status };
+                let body = inner.body.as_ref().map(|(_, b)| b.clone());
+                let merged = ratebound::gate::merge_fields(&outer.headers(), &inner.headers());
+                (status, body, merged)
+            } else {
+                let body = outer.body.as_ref().map(|(_, b)| b.clone());
+                (outer.status, body, outer.headers())
+            };
+            let header = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.clone())
+            };
+            compare(
+                &format!("{id} step {i}"),
+                status,
+                header,
+                body.as_deref(),
+                &r["expect"],
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `spec/gate_rules.json`'s `route_options`: which options a route's own
+/// limit takes and which of the site's it inherits, on the core's rules.
+#[test]
+fn route_option_vectors() {
+    let spec = load_rules();
+    let rules = &spec["route_options"];
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut failures = Vec::new();
+    for t in rules["takes"].as_array().unwrap() {
+        let option = t["option"].as_str().unwrap();
+        let takes = ratebound::gate::route_option(option).is_ok();
+        if takes != t["takes"].as_bool().unwrap() {
+            failures.push(format!("{option}: takes = {takes}"));
+        }
+    }
+    for v in rules["inherits"].as_array().unwrap() {
+        let own = names(&v["own"]);
+        let got: Vec<String> = names(&v["site"])
+            .into_iter()
+            .filter(|n| ratebound::gate::route_inherits(n, &own))
+            .collect();
+        if got != names(&v["inherited"]) {
+            failures.push(format!("{}: inherited {got:?}", v["id"]));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -151,11 +151,27 @@ impl Gate {
         spec_of(&env, options, gives_key).map(drop)
     }
 
+    /// Throws unless a route's own limit takes the option `name` (the
+    /// core's rule, `route_option`: every option but the application's —
+    /// shedding is app-wide).
+    #[napi(skip_typescript)]
+    pub fn route_option(env: Env, name: String) -> Result<()> {
+        any::route_option(&name).or_throw(&env)
+    }
+
+    /// Whether a route's own limit inherits the plugin's option `name`,
+    /// given the names of the options it gives itself (the core's rule,
+    /// `route_inherits`).
+    #[napi(skip_typescript)]
+    pub fn route_inherits(name: String, own: Vec<String>) -> bool {
+        any::route_inherits(&name, &own)
+    }
+
     /// The decision for one request, without the sequence's hooks or
     /// concurrency place (`admit` runs the whole sequence): `key` (with
     /// `givenKey`: a string, whole number (at most 2^53) or `Uint8Array`;
     /// `null`/`undefined`/`''` for none; ignored otherwise), the peer
-    /// address (the socket's, or the framework's `req.ip`), and the
+    /// address (the socket's peer, as the middleware passes it), and the
     /// request's raw header lines (`req.rawHeaders`: a flat array
     /// `[name, value, ...]` in the order received). The gate reads only the
     /// `keyHeader` lines and, with `trustedProxies`, the `clientIpHeader`

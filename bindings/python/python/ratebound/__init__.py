@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _ratebound
 from ._errors import (
@@ -299,11 +299,9 @@ def limit(
         raise TypeError("a KeyedLimiter needs key=")
 
     def refused(d: Decision) -> RateLimitExceeded:
-        return RateLimitExceeded(
-            f"rate limit exceeded; retry in {d.retry_after:.3f} s",
-            "rate_limited",
-            d.retry_after,
-        )
+        # The core's DeadlineExceeded (a wait of 0 accepted), as every
+        # refused wait says it in Python and Node.
+        return cast(RateLimitExceeded, _ratebound._deadline_exceeded(d.retry_after, 0.0))
 
     def decorate(fn: F) -> F:
         if inspect.iscoroutinefunction(fn):

@@ -89,6 +89,26 @@ class RateLimitEvent(NamedTuple):
 OnDecision = Callable[[RateLimitEvent], None]
 
 
+Lines = Any  # a response's header lines: (name, value) pairs of str or bytes
+
+
+def with_fields(present: Lines, mine: Lines) -> Lines:
+    """A response's header lines ``present`` with this limit's quota fields
+    ``mine`` added. Quota fields already there (a route's own limit under
+    the site middleware) are merged by the core's one rule, this limit's
+    first (it decided first): ``RateLimit`` and ``RateLimit-Policy`` lists
+    joined, the legacy fields of the tighter limit, the longer
+    ``Retry-After``."""
+    for name, _ in present:
+        if name in _QUOTA_FIELDS:  # as the gates write them: lower case
+            return _ratebound._merge_fields(present, mine)
+    return [*present, *mine]
+
+
+# The fields a gate sets (the core's list), as str and as bytes.
+_QUOTA_FIELDS = frozenset([*_ratebound._GATE_FIELDS, *(n.encode() for n in _ratebound._GATE_FIELDS)])
+
+
 def reason(status: int) -> str:
     try:
         return HTTPStatus(status).phrase
@@ -130,7 +150,69 @@ class Options(TypedDict, total=False):
     label: Optional[str]
 
 
-class MiddlewareBase:
+class RemoteAsker:
+    """The one place a Python front door — the middleware, a route's own
+    limit — asks its remote policies (``_remote``) for a request its gate
+    (``gate``) answered with an ``Ask``, then lets the gate finish: the core
+    maps each answer (``Gate.finish``)."""
+
+    gate: Gate
+    _remote: list[tuple[str, Remote]]
+
+    def _check_remote(self, asyncio_: bool, front: str) -> None:
+        """Every policy decided elsewhere suits the front door's mode:
+        asyncio Redis limiters under ASGI (or an async view), sync ones
+        under WSGI (or a sync view), a shared-memory limiter under both."""
+        wanted = _redis._AsyncLimiter if asyncio_ else _redis._Limiter
+        for _, limiter in self._remote:
+            if not isinstance(limiter, (wanted, _ratebound.SharedKeyedLimiter)):
+                kind = "an asyncio limiter (rb.redis.AsyncTokenBucket, ...)" if asyncio_ else "a sync limiter (rb.redis.TokenBucket, ...)"
+                raise TypeError(f"a policy in Redis needs {kind} under {front}, got {type(limiter).__name__}")
+
+    def _finish(self, ask: Ask) -> Verdict:
+        """The gate's verdict once the policies decided elsewhere (sync
+        Redis limiters, shared-memory ones: the middleware checked their
+        kind) have answered for the request's identity, in order. A check
+        that raises is an answer too: the core maps it (a full table: 503
+        as the gate's own; any other error: 503 with ``Retry-After``,
+        outcome ``"store_error"``) — never a 500."""
+        try:
+            ident = ask.identity
+            answers = [_sync_answer(name, limiter, ident) for name, limiter in self._remote]
+        except BaseException:
+            ask.close()  # the place comes back now, not when the traceback goes
+            raise
+        return self._told(self.gate.finish(ask, answers), answers)
+
+    async def _finish_async(self, ask: Ask) -> Verdict:
+        """``_finish`` with asyncio Redis limiters: one round trip each, all
+        at once (within its deadline; Redis trouble is answered by its fail
+        policy, any error that escapes it by the core's rule)."""
+        try:
+            ident = ask.identity
+            answers = await asyncio.gather(*(_asked(name, limiter, ident) for name, limiter in self._remote))
+        except BaseException:
+            ask.close()
+            raise
+        return self._told(self.gate.finish(ask, answers), answers)
+
+    def _told(self, verdict: Verdict, answers: list[Any]) -> Verdict:
+        """Logs a remote policy's episode of failures as the core tells it:
+        a warning, with the error, when it begins; an info line when it
+        ends."""
+        notice = verdict.notice
+        if notice is not None:
+            if verdict.outcome == "store_error":
+                cause = next(
+                    (a for (name, _), a in zip(self._remote, answers) if name == verdict.refused_by), None
+                )
+                _log.warning("%s: %s: %s", notice, type(cause).__name__, cause, exc_info=cause)
+            else:
+                _log.info("%s", notice)
+        return verdict
+
+
+class MiddlewareBase(RemoteAsker):
     """The options both middleware take (see
     :class:`ratebound.asgi.RateLimitMiddleware`). Every option left at
     ``None`` takes the core's default, the same in Rust and Node; every rule
@@ -206,58 +288,6 @@ class MiddlewareBase:
         ``Gauge("concurrency_limit", "").set_function(lambda:
         mw.concurrency.limit)``)."""
         return self.gate.concurrency
-
-    def _check_remote(self, asyncio_: bool, front: str) -> None:
-        """Every policy decided elsewhere suits the middleware's mode:
-        asyncio Redis limiters under ASGI, sync ones under WSGI, a
-        shared-memory limiter under both."""
-        wanted = _redis._AsyncLimiter if asyncio_ else _redis._Limiter
-        for _, limiter in self._remote:
-            if not isinstance(limiter, (wanted, _ratebound.SharedKeyedLimiter)):
-                kind = "an asyncio limiter (rb.redis.AsyncTokenBucket, ...)" if asyncio_ else "a sync limiter (rb.redis.TokenBucket, ...)"
-                raise TypeError(f"a policy in Redis needs {kind} under {front}, got {type(limiter).__name__}")
-
-    def _finish(self, ask: Ask) -> Verdict:
-        """The gate's verdict once the policies decided elsewhere (sync
-        Redis limiters, shared-memory ones: the middleware checked their
-        kind) have answered for the request's identity, in order. A check
-        that raises is an answer too: the core maps it (a full table: 503
-        as the gate's own; any other error: 503 with ``Retry-After``,
-        outcome ``"store_error"``) — never a 500."""
-        try:
-            ident = ask.identity
-            answers = [_sync_answer(name, limiter, ident) for name, limiter in self._remote]
-        except BaseException:
-            ask.close()  # the place comes back now, not when the traceback goes
-            raise
-        return self._told(self.gate.finish(ask, answers), answers)
-
-    async def _finish_async(self, ask: Ask) -> Verdict:
-        """``_finish`` with asyncio Redis limiters: one round trip each, all
-        at once (within its deadline; Redis trouble is answered by its fail
-        policy, any error that escapes it by the core's rule)."""
-        try:
-            ident = ask.identity
-            answers = await asyncio.gather(*(_asked(name, limiter, ident) for name, limiter in self._remote))
-        except BaseException:
-            ask.close()
-            raise
-        return self._told(self.gate.finish(ask, answers), answers)
-
-    def _told(self, verdict: Verdict, answers: list[Any]) -> Verdict:
-        """Logs a remote policy's episode of failures as the core tells it:
-        a warning, with the error, when it begins; an info line when it
-        ends."""
-        notice = verdict.notice
-        if notice is not None:
-            if verdict.outcome == "store_error":
-                cause = next(
-                    (a for (name, _), a in zip(self._remote, answers) if name == verdict.refused_by), None
-                )
-                _log.warning("%s: %s: %s", notice, type(cause).__name__, cause, exc_info=cause)
-            else:
-                _log.info("%s", notice)
-        return verdict
 
 
 # What a remote policy answers the gate: its decision, or the error its

@@ -38,6 +38,10 @@ __all__ = [
     "_redis_forked",
     "_misconfigured",
     "_ran_late",
+    "_merge_fields",
+    "_route_option",
+    "_GATE_FIELDS",
+    "_deadline_exceeded",
     "retry_after_secs",
     "ip_key",
     "client_ip",
@@ -506,6 +510,14 @@ def client_ip(
 ) -> str: ...
 def ratelimit_policy(policies: list[tuple[str, str]]) -> str: ...
 def clock_source() -> str: ...
+def _merge_fields(
+    present: Iterable[tuple[Union[str, bytes], Union[str, bytes]]],
+    mine: Iterable[tuple[Union[str, bytes], Union[str, bytes]]],
+) -> list[tuple[Any, Any]]: ...
+def _route_option(name: str) -> None: ...
+
+_GATE_FIELDS: list[str]
+def _deadline_exceeded(wait: float, max_wait: float) -> BaseException: ...
 
 @disjoint_base
 class SharedTokenBucket:

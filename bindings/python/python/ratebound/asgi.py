@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
 
-from ._http import MiddlewareBase, Options
+from ._http import MiddlewareBase, Options, with_fields
 from ._ratebound import Ask, Verdict
 
 Scope = MutableMapping[str, Any]
@@ -102,7 +102,7 @@ class RateLimitMiddleware(MiddlewareBase):
             async def send_with_headers(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     if headers:
-                        message["headers"] = [*message.get("headers", ()), *headers]
+                        message["headers"] = with_fields(message.get("headers", ()), headers)
                     if timed is not None:
                         timed.responded()  # the latency; the place is held until the body ends
                 await send(message)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Optional, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Optional, TypeVar, Union
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
@@ -30,7 +30,7 @@ from django.utils.module_loading import import_string
 from django.views import View
 
 from ._errors import RateboundError
-from ._http import MiddlewareBase, Options
+from ._http import MiddlewareBase, Options, with_fields
 from ._ratebound import Ask, Place, Verdict
 from ._route import RouteLimit
 from .wsgi import _Release
@@ -64,20 +64,12 @@ def _refusal(verdict: Verdict) -> _Refusal:
     )
 
 
-# List fields: a view's limit and the middleware's both appear in them.
-_LISTS = ("ratelimit", "ratelimit-policy")
-
-
 def _with_fields(response: Any, fields: Fields) -> Any:
-    """``response`` with the RateLimit fields added: joined to the same
-    fields already there (a view limit's, under the middleware), as two
-    header lines of a list field would be."""
+    """``response`` with this limit's RateLimit fields added; fields a view
+    limit set already are merged by the core's rule (``with_fields``)."""
     if isinstance(response, HttpResponseBase):
-        for name, value in fields:
-            if name.lower() in _LISTS and name in response:
-                response[name] = f"{response[name]}, {value}"
-            else:
-                response[name] = value
+        for name, value in with_fields(list(response.items()), fields):
+            response[name] = value
     return response
 
 
@@ -108,15 +100,18 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
             method_decorator(self, name="dispatch")(view)
             return view
         if iscoroutinefunction(view):
+            self._check_remote(True, "an async view")
 
             @functools.wraps(view)
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                refused, fields = self._admit(request)
+                refused, fields = await self._admit_async(request)
                 if refused is not None:
                     return refused
                 return _with_fields(await view(request, *args, **kwargs), fields)
 
             return limited_async  # type: ignore[return-value]
+
+        self._check_remote(False, "a sync view")
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -132,16 +127,30 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
         return limited  # type: ignore[return-value]
 
     def _admit(self, request: HttpRequest) -> tuple[Optional[_Refusal], Fields]:
-        """The refusal for ``request`` (or ``None``) and the fields to add."""
+        """The refusal for ``request`` (or ``None``) and the fields to add.
+        A route limit has no cap: None (exempt), a verdict, or with remote
+        policies an Ask (sync limiters under a sync view: checked)."""
+        answer = self._ask(request)
+        return _answered(self._finish(answer) if isinstance(answer, Ask) else answer)
+
+    async def _admit_async(self, request: HttpRequest) -> tuple[Optional[_Refusal], Fields]:
+        """``_admit`` for an async view: asyncio Redis limiters."""
+        answer = self._ask(request)
+        return _answered(await self._finish_async(answer) if isinstance(answer, Ask) else answer)
+
+    def _ask(self, request: HttpRequest) -> Union[None, Verdict, Ask]:
         meta = request.META
         route = None
         if self._route_label:
             match = request.resolver_match
             route = match.route if match is not None else None
-        # A route limit has no exempt, no cap and no remote policy: always
-        # a verdict.
-        verdict = cast(Verdict, self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True, route))
-        return (_refusal(verdict) if verdict.status else None), verdict.headers
+        return self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True, route)
+
+
+def _answered(verdict: Optional[Verdict]) -> tuple[Optional[_Refusal], Fields]:
+    if verdict is None:  # exempt
+        return None, []
+    return (_refusal(verdict) if verdict.status else None), verdict.headers
 
 
 # settings.RATEBOUND's names: the middleware's keyword options.

@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from fastapi import HTTPException, Request, Response
 
-from ._ratebound import Verdict
+from ._ratebound import Ask
 from ._route import RouteLimit
 
 __all__ = ["limit"]
@@ -25,14 +25,17 @@ __all__ = ["limit"]
 class limit(RouteLimit):  # noqa: N801 - used like a function: Depends(limit("5/minute"))
     """A dependency that limits the routes it is given to.
 
-    ``limit(rate, burst=None, *, key="ip", policies=None, clock=None,
+    ``limit(rate, burst=None, *, key="ip", policies=None, clock=None, exempt=None,
     **options)``: one token-bucket policy ``rate`` (``"5/minute"``,
     ``"100/s burst 20"``, a number per second) or ``policies`` (a dict of
     name -> rate, as the middleware takes); ``key``: ``"ip"`` (default), a
     header name such as ``"x-api-key"``, or a function of the
     ``Request``; ``options``: the middleware's (``trusted_proxies``,
     ``client_ip_header``, ``missing_key``, ``headers``, ``body``,
-    ``max_keys``, ``overflow``, ``ipv6_prefix``).
+    ``max_keys``, ``overflow``, ``ipv6_prefix``, ``store_error_retry_after``
+    — every one but shedding, which is the application's). ``policies`` may
+    hold asyncio Redis limiters and ``SharedKeyedLimiter`` tables, as the
+    middleware's.
 
     A refusal raises ``HTTPException(429)`` with ``Retry-After`` (whole
     seconds, rounded up) and the RateLimit fields. An admitted request gets
@@ -46,12 +49,19 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: Depends(limit("5/
     path template), for metrics.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._check_remote(True, "FastAPI")
+
     async def __call__(self, request: Request, response: Response) -> None:
         client = request.client
         route = getattr(request.scope.get("route"), "path", None) if self._route_label else None
-        # A route limit has no exempt, no cap and no remote policy: always
-        # a verdict.
-        verdict = cast(Verdict, self.gate.admit(request, client.host if client else None, request.scope["headers"], False, route))
+        # A route limit has no cap: None (exempt), a verdict, or with remote
+        # policies an Ask (asyncio Redis limiters: checked when made).
+        answer = self.gate.admit(request, client.host if client else None, request.scope["headers"], False, route)
+        if answer is None:
+            return
+        verdict = await self._finish_async(answer) if isinstance(answer, Ask) else answer
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in verdict.headers}
         request.state.ratelimit = headers
         if verdict.status:

@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar, cast
 
 import flask
 
-from ._ratebound import Verdict
+from ._ratebound import Ask
 from ._route import RouteLimit
 
 __all__ = ["limit"]
@@ -35,6 +35,7 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
     """
 
     def __call__(self, view: F) -> F:
+        self._check_remote(False, "Flask")
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
             request = flask.request
@@ -42,9 +43,12 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
             if self._route_label:
                 rule = request.url_rule
                 route = rule.rule if rule else None
-            # A route limit has no exempt, no cap and no remote policy:
-            # always a verdict.
-            verdict = cast(Verdict, self.gate.admit(request, request.remote_addr, request.environ, True, route))
+            # A route limit has no cap: None (exempt), a verdict, or with
+            # remote policies an Ask (sync Redis limiters: checked when made).
+            answer = self.gate.admit(request, request.remote_addr, request.environ, True, route)
+            if answer is None:
+                return view(*args, **kwargs)
+            verdict = self._finish(answer) if isinstance(answer, Ask) else answer
             fields = verdict.headers
             if verdict.status:
                 return flask.Response(verdict.body, status=verdict.status, headers=fields, content_type=verdict.content_type)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from ._http import MiddlewareBase, Options, reason
+from ._http import MiddlewareBase, Options, reason, with_fields
 from ._ratebound import Ask, Place, Verdict
 
 Environ = dict[str, Any]
@@ -53,7 +53,7 @@ class RateLimitMiddleware(MiddlewareBase):
             def start_with_headers(status_line: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
                 if timed is not None:
                     timed.responded()  # the latency; the place is held until the body is closed
-                return start_response(status_line, [*response_headers, *fields] if fields else response_headers, exc_info)
+                return start_response(status_line, with_fields(response_headers, fields) if fields else response_headers, exc_info)
 
             start = start_with_headers
         if place is None:

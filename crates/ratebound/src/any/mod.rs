@@ -47,7 +47,8 @@ pub use crate::gate::{
     Admission, Admit, Ask, DEFAULT_MAX_KEYS, DEFAULT_POLICY_NAME, DEFAULT_STORE_ERROR_RETRY_AFTER,
     Decisions, Field, Fields, Gate, GateOptions, GateSpec, Hooks, KeySource, Loose, MissingKey,
     Outcome, POLICY_FIELDS, Place, PolicySpec, Queued, Queueing, QuotaHeaders, RefusalBody,
-    RemoteAnswer, RemoteKind, Request, StoreNotice, Verdict, store_error_retry_after,
+    RemoteAnswer, RemoteKind, Request, StoreNotice, Verdict, route_inherits, route_option,
+    store_error_retry_after,
 };
 pub use keyed::{
     AnyKeyed, DEFAULT_ALGORITHM, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow,

@@ -13,18 +13,23 @@
 
 mod admission;
 mod keys;
+mod merge;
 mod options;
 mod request;
 mod spec;
 mod verdict;
 
 pub use admission::{Admission, Admit, Ask, Hooks, Place, Queued, Queueing};
+pub use merge::{GATE_FIELDS, LIST_FIELDS, is_gate_field, merge_fields};
 pub use options::{
     DEFAULT_MAX_KEYS, DEFAULT_STORE_ERROR_RETRY_AFTER, GateOptions, KeySource, Loose, MissingKey,
     QuotaHeaders, RefusalBody, store_error_retry_after,
 };
 pub use request::{Decisions, Request};
-pub use spec::{DEFAULT_POLICY_NAME, GateSpec, POLICY_FIELDS, PolicySpec, RemoteKind};
+pub use spec::{
+    APP_OPTIONS, DEFAULT_POLICY_NAME, GateSpec, POLICY_FIELDS, PolicySpec, RemoteKind,
+    route_inherits, route_option,
+};
 pub use verdict::{Field, Fields, Outcome, RemoteAnswer, StoreNotice, Verdict};
 
 use std::time::Duration;

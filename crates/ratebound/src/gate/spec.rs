@@ -282,3 +282,106 @@ impl GateSpec {
         Gate::new(policies, options, clock)
     }
 }
+
+/// The options that belong to the whole application, never to one
+/// route's own limit: shedding (a concurrency cap counts the
+/// application's requests in flight, and `critical`/`priority` only mean
+/// something under it). Snake case; [`route_option`] reads either
+/// spelling.
+pub const APP_OPTIONS: [&str; 8] = [
+    "concurrency_limit",
+    "concurrency_initial",
+    "concurrency_min",
+    "concurrency_max",
+    "concurrency_tolerance",
+    "background_fraction",
+    "critical",
+    "priority",
+];
+
+/// `name` in snake case (`keyHeader` → `key_header`).
+fn snake(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether a route's own limit (a FastAPI/Flask/Django `limit`, a Fastify
+/// route's `config.rateLimit`) takes the option `name` (either spelling):
+/// every option and hook of the middleware — policies, remote ones too,
+/// the key, the proxy rules, the fields, the body, the key table, the
+/// hooks — except the application's ([`APP_OPTIONS`]: shedding is
+/// app-wide).
+///
+/// # Errors
+/// [`Error::InvalidOption`] naming an application option.
+///
+/// # Examples
+/// ```
+/// use ratebound::any::route_option;
+/// assert!(route_option("trustedProxies").is_ok());
+/// assert_eq!(route_option("concurrency_limit").unwrap_err().to_string(),
+///     "invalid route option \"concurrency_limit\": is the whole application's (shedding counts its requests in flight): give it to the middleware, not a route's limit");
+/// ```
+pub fn route_option(name: &str) -> Result<(), Error> {
+    if APP_OPTIONS.contains(&snake(name).as_str()) {
+        return Err(Error::InvalidOption {
+            name: "route option",
+            value: name.to_string(),
+            reason: "is the whole application's (shedding counts its requests in flight): give it to the middleware, not a route's limit",
+        });
+    }
+    Ok(())
+}
+
+/// Whether a route's own limit inherits the site-wide option `name`
+/// (either spelling) from the options it is declared under (a Fastify
+/// plugin's), given the names of the options the route gives itself
+/// (`own`). The rule, one for every front door that has such defaults:
+///
+/// - an option the route gives is its own;
+/// - the policy — its fields ([`POLICY_FIELDS`]) and `policies` — comes
+///   whole from one side: a route that gives any of it inherits none (the
+///   site's `burst` under the route's `rate` would change its limit behind
+///   its back);
+/// - the key (`key`, `key_header`) likewise;
+/// - `label` (the site's name for its own limit) and the application's
+///   options ([`APP_OPTIONS`]) are never inherited;
+/// - every other option is.
+///
+/// # Examples
+/// ```
+/// use ratebound::any::route_inherits;
+/// let own = ["rate", "keyHeader"];
+/// assert!(route_inherits("trustedProxies", &own));
+/// assert!(!route_inherits("burst", &own));
+/// assert!(!route_inherits("policies", &own));
+/// assert!(!route_inherits("key", &own));
+/// assert!(!route_inherits("label", &own));
+/// assert!(!route_inherits("concurrencyLimit", &[""; 0]));
+/// assert!(route_inherits("burst", &["headers"]));
+/// ```
+pub fn route_inherits<S: AsRef<str>>(name: &str, own: &[S]) -> bool {
+    let name = snake(name);
+    let own: Vec<String> = own.iter().map(|o| snake(o.as_ref())).collect();
+    let gives = |n: &str| own.iter().any(|o| o == n);
+    let policy = |n: &str| n == "policies" || POLICY_FIELDS.contains(&n);
+    let key = |n: &str| n == "key" || n == "key_header";
+    if gives(&name) || name == "label" || APP_OPTIONS.contains(&name.as_str()) {
+        return false;
+    }
+    if policy(&name) {
+        return !own.iter().any(|o| policy(o));
+    }
+    if key(&name) {
+        return !own.iter().any(|o| key(o));
+    }
+    true
+}

@@ -12,6 +12,14 @@ pub fn load() -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// `spec/gate_rules.json`: the rules between a front door and its
+/// framework (two limits on one response, the client address).
+pub fn load_rules() -> Value {
+    let path = format!("{}/../../spec/gate_rules.json", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 /// One policy of a vector's options.
 pub fn policy(p: &Value) -> (String, KeyedAlgorithm) {
     let num = |k: &str| p.get(k).and_then(Value::as_f64);
@@ -39,7 +47,7 @@ pub fn remote(p: &Value) -> (String, KeyedAlgorithm, String) {
         .and_then(|f| f.as_str().map(str::to_string))
         .unwrap_or_else(|| panic!("remote policy {p}: no fails"));
     assert!(
-        ["error", "too_many_keys"].contains(&fails.as_str()),
+        ["error", "too_many_keys", "store_misconfigured"].contains(&fails.as_str()),
         "remote policy {p}: fails {fails}"
     );
     let (name, algorithm) = policy(&fields);
@@ -49,7 +57,7 @@ pub fn remote(p: &Value) -> (String, KeyedAlgorithm, String) {
 /// What a remote policy whose checks fail with `fails` answers, by the
 /// core's one rule.
 pub fn failing(fails: &str) -> ratebound::any::RemoteAnswer {
-    let code = (fails == "too_many_keys").then_some("too_many_keys");
+    let code = (fails != "error").then_some(fails);
     ratebound::any::RemoteAnswer::from_error(code)
 }
 
