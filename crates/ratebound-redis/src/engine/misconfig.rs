@@ -15,7 +15,9 @@ use ratebound::Error;
 /// (`NOAUTH`) or given to a server without one, a command or key the user
 /// may not use (`NOPERM`), a database index that does not exist, a TLS
 /// handshake with a server that speaks none (or a certificate refused), a
-/// Unix socket that is not there, a host name that does not resolve.
+/// Unix socket that is not there, a host name that does not resolve, a
+/// server that does not know the script commands (`ERR unknown command
+/// 'EVALSHA'`: not Redis, or a proxy without scripting).
 ///
 /// # Examples
 /// ```
@@ -67,6 +69,8 @@ pub fn misconfiguration(text: &str) -> Option<Error> {
         || has("host not found")
     {
         "the host name does not resolve"
+    } else if has("unknown command") && (has("evalsha") || has("eval")) {
+        "the server does not run scripts (EVALSHA/EVAL unknown): not Redis, or a proxy without scripting"
     } else {
         return None;
     };
@@ -140,6 +144,11 @@ mod tests {
                 "does not resolve",
             ),
             ("getaddrinfo ENOTFOUND nowhere.invalid", "does not resolve"),
+            (
+                "ResponseError: ERR unknown command 'EVALSHA', with args beginning with: 'abc' '1'",
+                "does not run scripts",
+            ),
+            ("ERR unknown command `eval`, with args beginning with:", "does not run scripts"),
         ] {
             let e = misconfiguration(text).unwrap_or_else(|| panic!("{text}"));
             assert_eq!(e.code(), "store_misconfigured");
