@@ -1101,7 +1101,8 @@ export declare class OutboundCall {
   get key(): string
   /**
    * The next step at `nowMs` (the adapter's monotonic clock, in ms);
-   * `'exceeded'` (with the wait in `seconds`) when a pause kept in this
+   * `'exceeded'` (with the wait in `seconds`, the longest wait accepted
+   * in `timeout`) when a pause kept in this
    * process holds the sending beyond its timeout: the call fails at
    * once, sending nothing.
    */
@@ -1978,7 +1979,10 @@ export interface OutboundStep {
   seconds?: number
   /** `acquire`: the tokens. */
   n?: number
-  /** `acquire`: the longest wait left, in seconds (null: none). */
+  /**
+   * `acquire`: the longest wait left, in seconds (null: none);
+   * `exceeded`: the longest wait the call accepted.
+   */
   timeout?: number
   /** `event`: `'waited'`, `'paused'`, `'retried'` or `'gave_up'`. */
   outcome?: string

@@ -223,7 +223,7 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
           }
           break
         case 'exceeded':
-          throw new RateLimitExceededError(s.seconds)
+          throw new RateLimitExceededError(s.seconds, s.timeout ?? undefined)
         default:
           return s.kind
       }

@@ -212,7 +212,7 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       const r = await this.#driver.reserve(key, n, maxWait)
       // Refused (nothing taken): the package's RateLimitExceededError, as
       // for local limiters.
-      if (!r.granted) throw new RateLimitExceededError(r.wait)
+      if (!r.granted) throw new RateLimitExceededError(r.wait, maxWait ?? undefined)
       // The call that gives the tokens back (null: due at once).
       let back = r.call
       const engine = this.#engine

@@ -208,6 +208,7 @@ test('fetch: Retry-After of a year pauses exactly maxPause; the retry is sent ex
   strict('http://partner.test/year-strict').catch((e) => (refused = e))
   await settle()
   assert.ok(refused instanceof rb.RateLimitExceededError, String(refused))
+  assert.match(refused.message, /exceeds the maximum wait of 500ms$/, 'the timeout given, not 0ns')
   assert.equal(Date.now(), t0)
   assert.deepEqual(p.at('/year-strict'), [t0])
 

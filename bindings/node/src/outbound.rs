@@ -227,7 +227,8 @@ pub struct OutboundStep {
     pub seconds: Option<f64>,
     /// `acquire`: the tokens.
     pub n: Option<f64>,
-    /// `acquire`: the longest wait left, in seconds (null: none).
+    /// `acquire`: the longest wait left, in seconds (null: none);
+    /// `exceeded`: the longest wait the call accepted.
     pub timeout: Option<f64>,
     /// `event`: `'waited'`, `'paused'`, `'retried'` or `'gave_up'`.
     pub outcome: Option<&'static str>,
@@ -268,16 +269,18 @@ impl OutboundCall {
     }
 
     /// The next step at `nowMs` (the adapter's monotonic clock, in ms);
-    /// `'exceeded'` (with the wait in `seconds`) when a pause kept in this
+    /// `'exceeded'` (with the wait in `seconds`, the longest wait accepted
+    /// in `timeout`) when a pause kept in this
     /// process holds the sending beyond its timeout: the call fails at
     /// once, sending nothing.
     #[napi]
     pub fn next(&mut self, env: Env, now_ms: f64) -> Result<OutboundStep> {
         let s = match self.call.next(&self.caller, seconds(now_ms)) {
             Ok(s) => s,
-            Err(ratebound::Error::DeadlineExceeded { wait, .. }) => {
+            Err(ratebound::Error::DeadlineExceeded { wait, max_wait }) => {
                 return Ok(OutboundStep {
                     seconds: Some(wait.as_secs_f64()),
+                    timeout: Some(max_wait.as_secs_f64()),
                     ..step("exceeded")
                 });
             }
