@@ -12,7 +12,8 @@
 //! soon as a send of the group lands — or at once, as a further send in
 //! flight, when [`Tuning::second_at`] calls wait (never more than
 //! [`Tuning::sends`] at a time). So one caller in flight never waits for a
-//! batch, and many form batches. A group is the whole connection, or in a
+//! batch, and many form batches ([`Tuning::alone`] lets a second caller
+//! go alone too, where a runtime gains by it). A group is the whole connection, or in a
 //! Redis Cluster one hash slot ([`hash_slot`]: the keys of one script run
 //! must share a slot). A call whose caller stopped waiting before its batch
 //! went out is not sent ([`Queued::claim`]).
@@ -62,6 +63,9 @@ pub fn ran_late(overshoot: std::time::Duration, timeout: std::time::Duration) ->
 pub struct Tuning {
     /// Sends of one group in flight at most.
     pub sends: usize,
+    /// A call goes alone, sent by its own caller, while fewer sends than
+    /// this are in flight and nothing waits (at most `sends`).
+    pub alone: usize,
     /// How many calls must wait for a send beyond the first to go before
     /// the first lands.
     pub second_at: usize,
@@ -81,6 +85,7 @@ impl Tuning {
     /// against 8.0–9.0 µs.
     pub const TASKS: Tuning = Tuning {
         sends: 2,
+        alone: 1,
         second_at: 16,
     };
 
@@ -90,9 +95,11 @@ impl Tuning {
     /// median of 3 one-second rounds, 10 000 keys) one send in flight gave
     /// 28.7 k/27.1 k decisions/s at 16 threads and 38.6 k/35.1 k with 64
     /// asyncio tasks, two sends with a second one for any call 44.6 k/42.6 k
-    /// and 47.5 k/55.7 k.
+    /// and 47.5 k/55.7 k. The second goes alone, by its caller, as the
+    /// first does (no hop through a task of the driver's).
     pub const THREADS: Tuning = Tuning {
         sends: 2,
+        alone: 2,
         second_at: 1,
     };
 }
@@ -197,15 +204,16 @@ impl<Q: Queued> Planner<Q> {
         self.per_slot.then(|| hash_slot(&call.key))
     }
 
-    /// Where `call` goes: alone (nothing of its group in flight or queued:
-    /// the send counts as in flight from here), or into the queue — with
+    /// Where `call` goes: alone (nothing of its group queued and fewer than
+    /// [`Tuning::alone`] sends in flight: the send counts as in flight from
+    /// here), or into the queue — with
     /// [`queue`](Self::queue) under the same lock, or a send landing in
     /// between finds nothing queued (`queue` then sends the call at once:
     /// a queue with nothing in flight never waits).
     pub fn enter(&mut self, call: &Call) -> Enter {
         let group = self.group_of(call);
         let lane = self.lanes.entry(group).or_default();
-        if lane.sending == 0 && lane.waiting.is_empty() {
+        if lane.sending < self.tuning.alone.min(self.tuning.sends) && lane.waiting.is_empty() {
             lane.sending += 1;
             Enter::Alone(group)
         } else {

@@ -96,13 +96,14 @@ fn a_second_send_goes_when_the_tuning_says_and_never_a_third() {
             "two sends in flight already"
         );
     }
-    // The threads' tuning sends a second run for any call.
+    // The threads' tuning: a second caller goes alone too, a third waits.
     let mut t = Planner::new(Tuning::THREADS, false);
     assert_eq!(t.enter(&call(&e, "a")), Enter::Alone(None));
-    let c = q(&e, "b", 7);
+    assert_eq!(t.enter(&call(&e, "b")), Enter::Alone(None));
+    let c = q(&e, "c", 7);
     assert_eq!(t.enter(&c.call), Enter::Queue(None));
-    assert_eq!(ids(&t.queue(None, c).expect("a second send at once")), [7]);
-    assert!(t.queue(None, q(&e, "c", 8)).is_none());
+    assert!(t.queue(None, c).is_none(), "two in flight");
+    assert_eq!(ids(&t.landed(None).expect("the queue goes")), [7]);
 }
 
 #[test]
