@@ -206,27 +206,22 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Pump<C> {
             Some(planner) => lock(planner).together(waiting),
             None => waiting.into_iter().map(Batch::alone).collect(),
         };
-        // Each batch but the last on a task of its own; the last here (no
-        // hop between its reply and its callers).
-        let mut batches = batches.into_iter();
-        let last = batches.next_back();
-        for batch in batches {
-            let pump = self.clone();
-            tokio::spawn(async move { pump.send(batch).await });
-        }
-        if let Some(batch) = last {
-            self.send(batch).await;
-        }
-        let mut answers = Vec::with_capacity(waits.len());
-        for (rx, timeout) in waits {
-            answers.push(match tokio::time::timeout_at(start + timeout, rx).await {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
-                Err(_) if ran_late(Instant::now() - (start + timeout), timeout) => Answer::Unsent,
-                Err(_) => Answer::Timeout,
-            });
-        }
-        answers
+        // Every send at once, here (no task per send, no hop between a
+        // reply and its callers), each caller's answer within its own
+        // deadline meanwhile.
+        let sends = futures_util::future::join_all(batches.into_iter().map(|b| self.send(b)));
+        let answers = futures_util::future::join_all(waits.into_iter().map(|(rx, timeout)| {
+            let deadline = start + timeout;
+            async move {
+                match tokio::time::timeout_at(deadline, rx).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(_)) => Answer::Failed("the batch was dropped".to_string()),
+                    Err(_) if ran_late(Instant::now() - deadline, timeout) => Answer::Unsent,
+                    Err(_) => Answer::Timeout,
+                }
+            }
+        }));
+        futures_util::future::join(sends, answers).await.1
     }
 
     /// Sends `call` of `engine` alone within its timeout.

@@ -148,7 +148,10 @@ mod tests {
                 "ResponseError: ERR unknown command 'EVALSHA', with args beginning with: 'abc' '1'",
                 "does not run scripts",
             ),
-            ("ERR unknown command `eval`, with args beginning with:", "does not run scripts"),
+            (
+                "ERR unknown command `eval`, with args beginning with:",
+                "does not run scripts",
+            ),
         ] {
             let e = misconfiguration(text).unwrap_or_else(|| panic!("{text}"));
             assert_eq!(e.code(), "store_misconfigured");
