@@ -7,7 +7,7 @@
 //! by their fail policy meanwhile, each within its deadline, and by Redis
 //! again once the replica serves; the global bound holds throughout.
 //! The figures across fail policies come from
-//! `benches/src/bin/redis_failover.rs` (the 50-instance run).
+//! `benches/src/bin/redis_failover/` (the 50-instance run).
 
 mod support;
 
