@@ -33,7 +33,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
   const MAX_SLEEP_MS = 2 ** 31 - 1
   const { redisTemplate, redisCallScript, redisUseSlots, redisDrop, redisMisconfigured, redisHeard } = native
   const raw = redisRaw(native)
-  const { S, rawBegin, rawBeginReserve, rawAcquire, rawAcquireStep, rawAcquireAbandon, rawAcquireForget, rawFinish } = raw
+  const { S, C_STEP, rawBegin, rawBeginReserve, rawAcquire, rawAcquireStep, rawAcquireAbandon, rawAcquireForget, rawFinish } = raw
   const { ANSWER, SOURCES, STEP_CALL, STEP_SLEEP, STEP_DONE, STEP_EXCEEDED, REPLIED, TIMED_OUT, FAILED, MALFORMED } = raw
   const { CHECK, RESERVE, RAW, WAIT, integers, putReply, decisionAt, reservedAt, answerOf, TIMEOUT, Pending, begun } = raw
   const Flight = redisFlight(native, raw)
@@ -94,7 +94,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     check(key, n, scope, atUs) {
       if (this.#health.error !== null) this.#refuseNow()
       const redisKey = rawBegin(this.#h, key, n, scope, atUs)
-      if (S[0] === 0) return Promise.resolve(decisionAt(ANSWER))
+      if (S[C_STEP] === 0) return Promise.resolve(decisionAt(ANSWER))
       return this._go(begun(CHECK, redisKey))
     }
 
@@ -102,7 +102,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     reserve(key, n, maxWait) {
       if (this.#health.error !== null) this.#refuseNow()
       const redisKey = rawBeginReserve(this.#h, key, n, maxWait, undefined)
-      if (S[0] === 0) return Promise.resolve(reservedAt(ANSWER, -1))
+      if (S[C_STEP] === 0) return Promise.resolve(reservedAt(ANSWER, -1))
       return this._go(begun(RESERVE, redisKey))
     }
 
@@ -121,7 +121,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         if (listening !== undefined) await listening
         for (;;) {
           const redisKey = rawAcquireStep(h, a)
-          const what = S[0]
+          const what = S[C_STEP]
           if (what === STEP_CALL) {
             await this._go(begun(WAIT, redisKey))
             continue
@@ -141,7 +141,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
             // done).
             const back = rawAcquireAbandon(h, a)
             over = true
-            if (S[0] === STEP_CALL) await this._go(begun(WAIT, back))
+            if (S[C_STEP] === STEP_CALL) await this._go(begun(WAIT, back))
             throw e
           }
         }

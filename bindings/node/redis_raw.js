@@ -39,6 +39,13 @@ module.exports = function redisRaw(native) {
   const MAX_BATCH = R.maxBatch
   const REPLY_ROOM = 7 * MAX_BATCH
   const SOURCES = R.sources
+  // Where a step's numbers are in `S` (C_), and an answer's from its start
+  // (D_ a check's, V_ a reservation's): the layouts' one definition is
+  // src/redis/ffi.rs' call_slot, decision_slot and reserved_slot.
+  const { step: C_STEP, id: C_ID, template: C_TEMPLATE, cls: C_CLASS, slot: C_SLOT } = R.callSlots
+  const { allowed: D_ALLOWED, limit: D_LIMIT, remaining: D_REMAINING } = R.decisionSlots
+  const { retryAfter: D_RETRY_AFTER, resetAfter: D_RESET_AFTER, source: D_SOURCE } = R.decisionSlots
+  const { granted: V_GRANTED, wait: V_WAIT, source: V_SOURCE, kept: V_KEPT } = R.reservedSlots
   // What a wait's step gave.
   const [STEP_CALL, STEP_SLEEP, STEP_DONE, STEP_EXCEEDED] = R.steps
   // What became of a call, as `finish` is told.
@@ -80,12 +87,12 @@ module.exports = function redisRaw(native) {
   // The decision the engine wrote at `at` in `S`.
   function decisionAt(at) {
     return {
-      allowed: S[at] === 1,
-      limit: S[at + 1],
-      remaining: S[at + 2],
-      retryAfter: S[at + 3],
-      resetAfter: S[at + 4],
-      source: SOURCES[S[at + 5]],
+      allowed: S[at + D_ALLOWED] === 1,
+      limit: S[at + D_LIMIT],
+      remaining: S[at + D_REMAINING],
+      retryAfter: S[at + D_RETRY_AFTER],
+      resetAfter: S[at + D_RESET_AFTER],
+      source: SOURCES[S[at + D_SOURCE]],
     }
   }
 
@@ -94,10 +101,10 @@ module.exports = function redisRaw(native) {
   // took the tokens when they are due later (for cancel).
   function reservedAt(at, id) {
     return {
-      granted: S[at] === 1,
-      wait: S[at + 1],
-      source: SOURCES[S[at + 2]],
-      call: S[at + 3] === 1 ? redisKeep(id) : null,
+      granted: S[at + V_GRANTED] === 1,
+      wait: S[at + V_WAIT],
+      source: SOURCES[S[at + V_SOURCE]],
+      call: S[at + V_KEPT] === 1 ? redisKeep(id) : null,
     }
   }
 
@@ -145,11 +152,15 @@ module.exports = function redisRaw(native) {
   // The call `begin` (or a step) just published in `S`, for `kind`: its
   // key, or [key, ...args] when it has no template.
   function begun(kind, r) {
-    return S[2] < 0 ? new Pending(kind, S[1], r[0], S[2], S[3], S[4], r) : new Pending(kind, S[1], r, S[2], S[3], S[4], null)
+    const template = S[C_TEMPLATE]
+    return template < 0
+      ? new Pending(kind, S[C_ID], r[0], template, S[C_CLASS], S[C_SLOT], r)
+      : new Pending(kind, S[C_ID], r, template, S[C_CLASS], S[C_SLOT], null)
   }
 
   return {
     S,
+    C_STEP,
     rawBegin,
     rawBeginReserve,
     rawAcquire,
