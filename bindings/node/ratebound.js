@@ -260,9 +260,10 @@ define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(ke
 
 // The gate's whole sequence for one request is the core's (Gate::admit):
 // `gateAdmit` runs it, calling the gate's hooks with the request, and its
-// answer comes back as numbers in `scratch` (from `fast.gateAt`: what it
-// found, the status, the outcome, the refusing policy, the concurrency
-// place, which fields, their numbers, whether a notice comes) and strings
+// answer comes back as numbers in `scratch` (what it found, the status, the
+// outcome, the refusing policy, the concurrency place, which fields, their
+// numbers, whether a notice comes: each at its place in `fast.gateSlots`,
+// the layout's one definition being `gate_slot` in src/fast/calls.rs) and strings
 // (the RateLimit value; for an answer the content type and body too; a
 // store episode's notice), made into an Admission
 // here and only here.
@@ -270,7 +271,20 @@ const fastAdmit = fast.gateAdmit
 const fastFinish = fast.gateFinish
 const fastRelease = fast.placeRelease
 const fastResponded = fast.placeResponded
-const G = fast.gateAt
+const {
+  found: G_FOUND,
+  status: G_STATUS,
+  outcome: G_OUTCOME,
+  refusedBy: G_REFUSED_BY,
+  place: G_PLACE,
+  fields: G_FIELDS,
+  limit: G_LIMIT,
+  remaining: G_REMAINING,
+  reset: G_RESET,
+  retryAfter: G_RETRY_AFTER,
+  priority: G_PRIORITY,
+  notice: G_NOTICE,
+} = fast.gateSlots
 const OUTCOMES = fast.outcomes
 const PRIORITIES = fast.priorities
 const [F_POLICY, F_RATELIMIT, F_LIMIT, F_REMAINING, F_RESET, F_RETRY] = fast.fieldNames
@@ -334,12 +348,12 @@ function gateOf(gate) {
 }
 
 function admission(g, r) {
-  const status = scratch[G + 1]
+  const status = scratch[G_STATUS]
   let ratelimit = r
   let contentType
   let body
   let notice
-  if (scratch[G + 11] !== 0) {
+  if (scratch[G_NOTICE] !== 0) {
     ratelimit = r[0]
     contentType = r[1]
     body = r[2]
@@ -349,7 +363,7 @@ function admission(g, r) {
     contentType = r[1]
     body = r[2]
   }
-  const mask = scratch[G + 5]
+  const mask = scratch[G_FIELDS]
   let headers
   if (mask === 3) {
     headers = [F_POLICY, g.policy, F_RATELIMIT, ratelimit]
@@ -358,19 +372,19 @@ function admission(g, r) {
     if (mask & 1) headers.push(F_POLICY, g.policy)
     if (mask & 2) headers.push(F_RATELIMIT, ratelimit)
     if (mask & 4) {
-      headers.push(F_LIMIT, String(scratch[G + 6]), F_REMAINING, String(scratch[G + 7]), F_RESET, String(scratch[G + 8]))
+      headers.push(F_LIMIT, String(scratch[G_LIMIT]), F_REMAINING, String(scratch[G_REMAINING]), F_RESET, String(scratch[G_RESET]))
     }
-    if (mask & 8) headers.push(F_RETRY, String(scratch[G + 9]))
+    if (mask & 8) headers.push(F_RETRY, String(scratch[G_RETRY_AFTER]))
   }
-  const by = scratch[G + 3]
-  const place = scratch[G + 4]
-  const priority = scratch[G + 10]
+  const by = scratch[G_REFUSED_BY]
+  const place = scratch[G_PLACE]
+  const priority = scratch[G_PRIORITY]
   return new Admission(
     status,
     headers,
     contentType,
     body,
-    OUTCOMES[scratch[G + 2]],
+    OUTCOMES[scratch[G_OUTCOME]],
     by < 0 ? undefined : g.names[by],
     place < 0 ? null : new Place(place),
     priority < 0 ? undefined : PRIORITIES[priority],
@@ -381,7 +395,7 @@ function admission(g, r) {
 define(native.Gate.prototype, 'admit', function admit(request, peer, rawHeaders) {
   const g = this[GATE] ?? gateOf(this)
   const r = fastAdmit(g.handle, request, peer, rawHeaders)
-  const found = scratch[G]
+  const found = scratch[G_FOUND]
   if (found === 1) return admission(g, r)
   return found === 0 ? null : r
 })

@@ -9,11 +9,13 @@
 // This file holds the public classes (RedisLimiter and its TokenBucket,
 // FixedWindow and SlidingWindow, which ratebound.js exports as `redis`),
 // their options, and the pause news they publish and listen for. The rest
-// is in two files:
+// is in these files:
 //   redis_clients.js  the client adapters (which client, how each sends a
 //                     call), the pause subscription, whenEnded — stateless;
-//   redis_driver.js   the raw native calls and their shared array, the
-//                     deadline wheel and the Driver that batches per turn.
+//   redis_driver.js   the Driver that runs the calls of one engine, with
+//                     redis_raw.js (the raw native calls and their shared
+//                     array) and redis_flight.js (the queue, the batches
+//                     per turn and the deadline wheel).
 
 const { adapterFor, whenEnded } = require('./redis_clients.js')
 const redisDriver = require('./redis_driver.js')

@@ -16,7 +16,7 @@ use napi::sys;
 use ratebound::any::{self, Admission, Outcome};
 use ratebound::http::Priority;
 
-use super::calls::{GATE_AT, publish_gate};
+use super::calls::{GATE_AT, GATE_LEN, gate_slot, publish_gate};
 use super::ffi::{args, opt_ip, raw_throw, raw_throw_core, slot};
 use super::headers::{Lines, RAW_HEADERS_TYPE};
 use super::hooks::JsHooks;
@@ -24,7 +24,7 @@ use super::slots::{GATES, GateEntry, hold_place, release_place, responded_place}
 use crate::error;
 use crate::gate::{Ask, RemoteDecision};
 
-/// What `gateAdmit` found, in the shared array's first gate slot.
+/// What `gateAdmit` found, at [`gate_slot::FOUND`].
 const EXEMPT: f64 = 0.0;
 const DECIDED: f64 = 1.0;
 const ASK: f64 = 2.0;
@@ -129,20 +129,20 @@ unsafe fn publish(
         .priority
         .and_then(|p| PRIORITIES.iter().position(|q| *q == p))
         .map_or(-1.0, |i| i as f64);
-    publish_gate(&[
-        DECIDED,
-        f64::from(verdict.status),
-        outcome as f64,
-        by,
-        place,
-        f64::from(mask),
-        limit as f64,
-        remaining as f64,
-        reset as f64,
-        fields.retry_after.unwrap_or(0) as f64,
-        priority,
-        f64::from(u8::from(verdict.notice.is_some())),
-    ]);
+    let mut numbers = [0.0; GATE_LEN];
+    numbers[gate_slot::FOUND] = DECIDED;
+    numbers[gate_slot::STATUS] = f64::from(verdict.status);
+    numbers[gate_slot::OUTCOME] = outcome as f64;
+    numbers[gate_slot::REFUSED_BY] = by;
+    numbers[gate_slot::PLACE] = place;
+    numbers[gate_slot::FIELDS] = f64::from(mask);
+    numbers[gate_slot::LIMIT] = limit as f64;
+    numbers[gate_slot::REMAINING] = remaining as f64;
+    numbers[gate_slot::RESET] = reset as f64;
+    numbers[gate_slot::RETRY_AFTER] = fields.retry_after.unwrap_or(0) as f64;
+    numbers[gate_slot::PRIORITY] = priority;
+    numbers[gate_slot::NOTICE] = f64::from(u8::from(verdict.notice.is_some()));
+    publish_gate(&numbers);
     // SAFETY: live env; the strings are built from valid UTF-8.
     unsafe {
         let ratelimit = match fields.ratelimit.as_deref() {
@@ -421,9 +421,14 @@ pub(super) unsafe extern "C" fn raw_place_responded(
     }
 }
 
+/// Writes only what `gateAdmit` found (the first of a gate's numbers).
 fn publish_gate_kind(kind: f64) {
     publish_gate(&[kind]);
 }
+const _: () = assert!(
+    gate_slot::FOUND == 0,
+    "what was found is a gate's first number"
+);
 
 /// Throws a napi-rs error from a raw callback.
 unsafe fn throw_napi(env: sys::napi_env, e: napi::Error) {

@@ -23,7 +23,7 @@ use crate::error;
 
 thread_local! {
     /// The shared `Float64Array`'s data: [limit, remaining, retry ns, reset
-    /// ns], then a gate's answer from [`GATE_AT`] (see `admit`).
+    /// ns], then a gate's answer from [`GATE_AT`] ([`gate_slot`]).
     static SCRATCH: Cell<*mut f64> = const { Cell::new(ptr::null_mut()) };
     /// The env the array was made in, and the reference that keeps it.
     static BOUND: Cell<(sys::napi_env, sys::napi_ref)> =
@@ -33,6 +33,67 @@ thread_local! {
 /// Where a gate's numbers start in the shared array, and how many.
 pub(super) const GATE_AT: usize = 4;
 pub(super) const GATE_LEN: usize = 12;
+
+/// Each number of a gate's answer, by its place after [`GATE_AT`]: the one
+/// definition of that layout. `admit` writes by these names;
+/// `bindFastPath` gives `ratebound.js` the same names (`gateSlots`, from
+/// [`GATE_SLOTS`]) with their places in `scratch`, which it reads by.
+pub(super) mod gate_slot {
+    /// What `gateAdmit` found: 0 exempt, 1 a verdict, 2 remote policies to ask.
+    pub const FOUND: usize = 0;
+    /// The HTTP status (0: the request passes).
+    pub const STATUS: usize = 1;
+    /// The outcome, an index into `outcomes`.
+    pub const OUTCOME: usize = 2;
+    /// The refusing policy, an index into the gate's policy names (-1: none).
+    pub const REFUSED_BY: usize = 3;
+    /// The concurrency place held (-1: none).
+    pub const PLACE: usize = 4;
+    /// Which fields the verdict has: bit 0 `RateLimit-Policy`, 1
+    /// `RateLimit`, 2 the legacy three, 3 `Retry-After`.
+    pub const FIELDS: usize = 5;
+    /// The legacy fields' numbers: limit, remaining, reset (s).
+    pub const LIMIT: usize = 6;
+    pub const REMAINING: usize = 7;
+    pub const RESET: usize = 8;
+    /// `Retry-After` (s).
+    pub const RETRY_AFTER: usize = 9;
+    /// The request's priority, an index into `priorities` (-1: none).
+    pub const PRIORITY: usize = 10;
+    /// 1 when a store episode's notice comes with the strings.
+    pub const NOTICE: usize = 11;
+}
+
+/// The names `ratebound.js` reads a gate's numbers by (`gateSlots`).
+const GATE_SLOTS: [(&str, usize); GATE_LEN] = [
+    ("found", gate_slot::FOUND),
+    ("status", gate_slot::STATUS),
+    ("outcome", gate_slot::OUTCOME),
+    ("refusedBy", gate_slot::REFUSED_BY),
+    ("place", gate_slot::PLACE),
+    ("fields", gate_slot::FIELDS),
+    ("limit", gate_slot::LIMIT),
+    ("remaining", gate_slot::REMAINING),
+    ("reset", gate_slot::RESET),
+    ("retryAfter", gate_slot::RETRY_AFTER),
+    ("priority", gate_slot::PRIORITY),
+    ("notice", gate_slot::NOTICE),
+];
+
+// Every place of the layout named once, none past its end.
+const _: () = {
+    let mut seen = [false; GATE_LEN];
+    let mut i = 0;
+    while i < GATE_LEN {
+        let at = GATE_SLOTS[i].1;
+        assert!(
+            at < GATE_LEN && !seen[at],
+            "a gate slot named twice or out of range"
+        );
+        seen[at] = true;
+        i += 1;
+    }
+};
 const SCRATCH_LEN: usize = GATE_AT + GATE_LEN;
 
 /// Writes a gate's numbers to the shared array, from [`GATE_AT`].
@@ -209,8 +270,8 @@ unsafe extern "C" fn raw_noop(
 /// The shared decision array of this thread and the raw entry points
 /// (internal): `{ scratch, tryAcquire, check, checkOne, keyedCheck,
 /// gateAdmit, gateFinish, placeRelease, placeResponded, noop }`, and the
-/// core's words the gate's answers are read with: `gateAt` (where a gate's
-/// numbers start in `scratch`), `outcomes`, `priorities`, `fieldNames` and
+/// core's words the gate's answers are read with: `gateSlots` (each of a
+/// gate's numbers by name, its place in `scratch`: [`gate_slot`]), `outcomes`, `priorities`, `fieldNames` and
 /// `policyFields`. Every copy of `ratebound.js` loaded in one thread
 /// (test runners re-evaluate modules) gets the same array, so no copy reads
 /// numbers another copy's call left behind.
@@ -235,7 +296,11 @@ pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
     // SAFETY: `env` is the live env of this call.
     let exports = unsafe { crate::fast::bind_raw(env, &SHARED, &fns)? };
     let mut exports = exports;
-    exports.set("gateAt", GATE_AT as u32)?;
+    let slots: std::collections::HashMap<&str, u32> = GATE_SLOTS
+        .iter()
+        .map(|&(name, at)| (name, (GATE_AT + at) as u32))
+        .collect();
+    exports.set("gateSlots", slots)?;
     let outcomes: Vec<&str> = OUTCOMES.iter().map(|o| o.as_str()).collect();
     exports.set("outcomes", outcomes)?;
     let priorities: Vec<&str> = PRIORITIES.iter().map(|p| p.as_str()).collect();

@@ -34,6 +34,95 @@ pub const OUT: usize = REPLY + 7 * BatchCall::MAX;
 /// The shared array's length.
 pub const LEN: usize = OUT + STRIDE * BatchCall::MAX;
 
+/// What a step publishes at the array's head, by place: what it gave,
+/// and for a call to run its number, template, join class and hash slot.
+/// With the two below, the one definition of these layouts: `bindRedisPath`
+/// gives `redis_raw.js` the same names (`callSlots`, `decisionSlots`,
+/// `reservedSlots`), which it reads the numbers by.
+pub mod call_slot {
+    pub const STEP: usize = 0;
+    pub const ID: usize = 1;
+    pub const TEMPLATE: usize = 2;
+    pub const CLASS: usize = 3;
+    pub const SLOT: usize = 4;
+    /// How many.
+    pub const LEN: usize = 5;
+}
+
+/// A check's answer, by place from its start ([`ANSWER`](super::ANSWER),
+/// or a batch member's `OUT + i × STRIDE`).
+pub mod decision_slot {
+    pub const ALLOWED: usize = 0;
+    pub const LIMIT: usize = 1;
+    pub const REMAINING: usize = 2;
+    pub const RETRY_AFTER: usize = 3;
+    pub const RESET_AFTER: usize = 4;
+    /// An index into `sources`.
+    pub const SOURCE: usize = 5;
+}
+
+/// A reservation's answer, by place from its start, as a check's.
+pub mod reserved_slot {
+    pub const GRANTED: usize = 0;
+    /// The delay, or a refusal's retryAfter (s).
+    pub const WAIT: usize = 1;
+    pub const SOURCE: usize = 2;
+    /// 1: the call that gives it back waits for `redisKeep`.
+    pub const KEPT: usize = 3;
+}
+
+/// The names `redis_raw.js` reads the three layouts above by.
+pub const CALL_SLOTS: [(&str, usize); call_slot::LEN] = [
+    ("step", call_slot::STEP),
+    ("id", call_slot::ID),
+    ("template", call_slot::TEMPLATE),
+    ("cls", call_slot::CLASS),
+    ("slot", call_slot::SLOT),
+];
+pub const DECISION_SLOTS: [(&str, usize); STRIDE] = [
+    ("allowed", decision_slot::ALLOWED),
+    ("limit", decision_slot::LIMIT),
+    ("remaining", decision_slot::REMAINING),
+    ("retryAfter", decision_slot::RETRY_AFTER),
+    ("resetAfter", decision_slot::RESET_AFTER),
+    ("source", decision_slot::SOURCE),
+];
+pub const RESERVED_SLOTS: [(&str, usize); 4] = [
+    ("granted", reserved_slot::GRANTED),
+    ("wait", reserved_slot::WAIT),
+    ("source", reserved_slot::SOURCE),
+    ("kept", reserved_slot::KEPT),
+];
+
+/// Whether every place of a layout of `len` numbers is named once.
+const fn named_once(slots: &[(&str, usize)], len: usize) -> bool {
+    let mut seen = [false; 8];
+    let mut i = 0;
+    while i < slots.len() {
+        let at = slots[i].1;
+        if at >= len || at >= seen.len() || seen[at] {
+            return false;
+        }
+        seen[at] = true;
+        i += 1;
+    }
+    true
+}
+const _: () = assert!(named_once(&CALL_SLOTS, call_slot::LEN) && call_slot::LEN <= ANSWER);
+const _: () = assert!(named_once(&DECISION_SLOTS, STRIDE));
+const _: () = assert!(named_once(&RESERVED_SLOTS, STRIDE));
+
+/// A layout's names and places (`offset` added), for `bindRedisPath`.
+pub fn slot_map(
+    slots: &[(&'static str, usize)],
+    offset: usize,
+) -> std::collections::HashMap<&'static str, u32> {
+    slots
+        .iter()
+        .map(|&(name, at)| (name, (offset + at) as u32))
+        .collect()
+}
+
 thread_local! {
     /// The shared array's data.
     pub static SCRATCH: Cell<*mut f64> = const { Cell::new(ptr::null_mut()) };

@@ -12,37 +12,39 @@ use napi::sys;
 use ratebound_redis::{BatchCall, Call, CallKind, CallOutcome, Engine, RedisDecision, Reserved};
 
 use super::ffi::{
-    ANSWER, IDS, OUT, REPLY, STRIDE, args, int, no_call, no_engine, put, read, string, uint,
+    ANSWER, IDS, OUT, REPLY, STRIDE, args, decision_slot, int, no_call, no_engine, put, read,
+    reserved_slot, string, uint,
 };
 use super::table::{ACQUISITIONS, CALLS, Flight, engine, source_code, take_call};
 
 pub(super) fn decision(d: &RedisDecision) -> [f64; STRIDE] {
     let inner = d.decision();
-    [
-        f64::from(u8::from(inner.is_allowed())),
-        inner.limit() as f64,
-        inner.remaining() as f64,
-        inner.retry_after_nanos() as f64 / 1e9,
-        inner.reset_after_nanos() as f64 / 1e9,
-        source_code(d.source()),
-    ]
+    let mut a = [0.0; STRIDE];
+    a[decision_slot::ALLOWED] = f64::from(u8::from(inner.is_allowed()));
+    a[decision_slot::LIMIT] = inner.limit() as f64;
+    a[decision_slot::REMAINING] = inner.remaining() as f64;
+    a[decision_slot::RETRY_AFTER] = inner.retry_after_nanos() as f64 / 1e9;
+    a[decision_slot::RESET_AFTER] = inner.reset_after_nanos() as f64 / 1e9;
+    a[decision_slot::SOURCE] = source_code(d.source());
+    a
 }
 
 /// A reservation's answer; `kept`: its call waits for `redisKeep`.
 pub(super) fn reserved(r: &Reserved, kept: bool) -> [f64; STRIDE] {
+    let mut a = [0.0; STRIDE];
     match *r {
-        Reserved::Granted { wait, source, .. } => [
-            1.0,
-            wait.as_secs_f64(),
-            source_code(source),
-            f64::from(u8::from(kept)),
-            0.0,
-            0.0,
-        ],
+        Reserved::Granted { wait, source, .. } => {
+            a[reserved_slot::GRANTED] = 1.0;
+            a[reserved_slot::WAIT] = wait.as_secs_f64();
+            a[reserved_slot::SOURCE] = source_code(source);
+            a[reserved_slot::KEPT] = f64::from(u8::from(kept));
+        }
         Reserved::Refused { wait, source } | Reserved::Retry { wait, source } => {
-            [0.0, wait.as_secs_f64(), source_code(source), 0.0, 0.0, 0.0]
+            a[reserved_slot::WAIT] = wait.as_secs_f64();
+            a[reserved_slot::SOURCE] = source_code(source);
         }
     }
+    a
 }
 
 /// Finishes the call `flight` with `outcome`: its answer, and the call to

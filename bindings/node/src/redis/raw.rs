@@ -36,8 +36,9 @@ use ratebound::any::{self, Key};
 use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, ReserveBegin, Step};
 
 use super::ffi::{
-    ANSWER, BOUND, IDS, LEN, OUT, REPLY, SCRATCH, STRIDE, args, bytes_value, int, no_engine,
-    number, put, string, throw, throw_core, throw_key, type_of, uint, undefined,
+    ANSWER, BOUND, CALL_SLOTS, DECISION_SLOTS, IDS, LEN, OUT, REPLY, RESERVED_SLOTS, SCRATCH,
+    STRIDE, args, bytes_value, call_slot, int, no_engine, number, put, slot_map, string, throw,
+    throw_core, throw_key, type_of, uint, undefined,
 };
 use super::finish::{decision, raw_finish, raw_finish_batch, reserved};
 use super::table::{
@@ -85,7 +86,13 @@ unsafe fn publish_call(
         }
     };
     let id = CALLS.with(|c| c.borrow_mut().insert(Flight { call, acquisition }));
-    put(0, &[1.0, f64::from(id), template, class, slot]);
+    let mut head = [0.0; call_slot::LEN];
+    head[call_slot::STEP] = STEP_CALL;
+    head[call_slot::ID] = f64::from(id);
+    head[call_slot::TEMPLATE] = template;
+    head[call_slot::CLASS] = class;
+    head[call_slot::SLOT] = slot;
+    put(0, &head);
     key
 }
 
@@ -226,7 +233,7 @@ unsafe extern "C" fn raw_begin(
         match with_bytes(env, key, |k| engine.begin_in(scope.as_deref(), k, n)) {
             Err(thrown) => thrown,
             Ok(Begin::Done(d)) => {
-                put(0, &[0.0]);
+                put(call_slot::STEP, &[0.0]);
                 put(ANSWER, &decision(&d));
                 undefined(env)
             }
@@ -272,7 +279,7 @@ unsafe extern "C" fn raw_begin_reserve(
         }) {
             Err(thrown) => thrown,
             Ok(ReserveBegin::Done(r)) => {
-                put(0, &[0.0]);
+                put(call_slot::STEP, &[0.0]);
                 put(ANSWER, &reserved(&r, false));
                 undefined(env)
             }
@@ -338,7 +345,7 @@ unsafe extern "C" fn raw_acquire_step(
         let step = ACQUISITIONS.with(|s| s.borrow_mut().get_mut(a).map(|w| engine.acquire_step(w)));
         let over = |what: f64, value: f64| {
             ACQUISITIONS.with(|s| s.borrow_mut().take(a));
-            put(0, &[what]);
+            put(call_slot::STEP, &[what]);
             put(ANSWER, &[value]);
         };
         match step {
@@ -350,7 +357,7 @@ unsafe extern "C" fn raw_acquire_step(
             ),
             Some(Ok(Step::Call(call))) => publish(env, h, call, false, Some(a)),
             Some(Ok(Step::Sleep(d))) => {
-                put(0, &[STEP_SLEEP]);
+                put(call_slot::STEP, &[STEP_SLEEP]);
                 put(ANSWER, &[d.as_secs_f64()]);
                 undefined(env)
             }
@@ -389,7 +396,7 @@ unsafe extern "C" fn raw_acquire_abandon(
         match wait.and_then(|mut w| engine.acquire_abandon(&mut w)) {
             Some(call) => publish(env, h, call, false, None),
             None => {
-                put(0, &[0.0]);
+                put(call_slot::STEP, &[0.0]);
                 undefined(env)
             }
         }
@@ -443,6 +450,9 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
     exports.set("outAt", OUT as u32)?;
     exports.set("stride", STRIDE as u32)?;
     exports.set("maxBatch", BatchCall::MAX as u32)?;
+    exports.set("callSlots", slot_map(&CALL_SLOTS, 0))?;
+    exports.set("decisionSlots", slot_map(&DECISION_SLOTS, 0))?;
+    exports.set("reservedSlots", slot_map(&RESERVED_SLOTS, 0))?;
     exports.set(
         "steps",
         vec![STEP_CALL, STEP_SLEEP, STEP_DONE, STEP_EXCEEDED],
