@@ -130,7 +130,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
           if (what === STEP_DONE || what === STEP_EXCEEDED) {
             over = true
             if (what === STEP_DONE) return SOURCES[value]
-            throw new RateLimitExceededError(value)
+            throw new RateLimitExceededError(value, timeout ?? undefined)
           }
           if (what !== STEP_SLEEP) throw new Error(`ratebound: unknown step ${what}`)
           try {
