@@ -39,6 +39,28 @@ impl std::fmt::Display for BadTarget {
 impl std::error::Error for BadTarget {}
 
 /// Where a connection goes: one server or a cluster.
+///
+/// # Examples
+/// ```
+/// use ratebound::Quota;
+/// use ratebound_redis::connect::Target;
+/// use ratebound_redis::{Algorithm, Config, RedisLimiter};
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let target = Target::parse(&["redis+cluster://10.0.0.1:7000".to_string()], false, None)?;
+/// // A cluster batches per hash slot: say so for this connection type.
+/// let limiter = RedisLimiter::new(
+///     Config::new(Algorithm::TokenBucket(Quota::parse("10/s")?)),
+///     target.connect()?,
+/// )?
+/// .per_slot(target.is_cluster());
+/// let decision = limiter.check("partner").await?;
+/// # let _ = decision;
+/// # Ok(())
+/// # }
+/// // A bad URL is an error naming it, its password hidden.
+/// let bad = Target::parse(&["http://app:pw@host:6379".to_string()], false, None);
+/// assert!(bad.is_err_and(|e| e.0.contains("app:***@host")));
+/// ```
 pub struct Target {
     shown: String,
     id: String,
