@@ -9,6 +9,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from redis_servers import HOST
 
 
+class _Server(ThreadingHTTPServer):
+    # Fifty callers connect at once: socketserver's listen backlog of 5
+    # overflows when the accept loop is slow (a loaded machine), and a
+    # connection whose handshake the kernel dropped stalls until the
+    # SYN-ACK is sent again (1 s, 3 s, ...): a client read timeout that is
+    # the test server's, not the limiter's.
+    request_queue_size = 128
+
+
 class HttpPartner:
     """A partner serves with `serve` (its handler class, the path of its
     ``url``) and stops with `close`."""
@@ -20,7 +29,7 @@ class HttpPartner:
         self,
         handler: type[BaseHTTPRequestHandler],
         path: str,
-        server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer,
+        server_class: type[ThreadingHTTPServer] = _Server,
     ) -> None:
         self.httpd = server_class((HOST, 0), handler)
         self.httpd.daemon_threads = True
