@@ -40,10 +40,14 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
   // Node-redis calls begun within this many ms share one AbortSignal.
   const EPOCH_MS = 1
 
-  // The AbortSignal the node-redis calls of one EPOCH_MS share: aborted when
-  // the deadline of the last of them passes, so that a command still queued
-  // while the client is offline is withdrawn (one already sent may still
-  // run: its tokens may be spent).
+  // The AbortSignal the node-redis calls of one EPOCH_MS share: aborted once
+  // every call it carries has been answered and one of them timed out, so
+  // that a command still queued while the client is offline is withdrawn
+  // (one already sent may still run: its tokens may be spent). Not when the
+  // last of them times out: while Redis is slow a call sent from the queue
+  // keeps what is left of its deadline, so the calls of one signal need not
+  // time out in the order they were sent. An aborted signal is never given
+  // to another call (node-redis would reject it at once).
   class Epoch {
     constructor(opened) {
       this.opened = opened
@@ -51,7 +55,15 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       // One listener a queued command: no leak warning for them.
       setMaxListeners(0, this.controller.signal)
       this.options = { abortSignal: this.controller.signal }
-      this.last = null
+      // Its calls not yet answered, and whether one of them timed out.
+      this.live = 0
+      this.expired = false
+    }
+
+    // One of its calls is answered (`expired`: it timed out).
+    leave(expired) {
+      if (expired) this.expired = true
+      if (--this.live === 0 && this.expired) this.controller.abort()
     }
   }
 
@@ -219,7 +231,10 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     // it is misconfigured.
     _expire(e) {
       const epoch = e.epoch
-      if (epoch !== null && epoch.last === e) epoch.controller.abort()
+      if (epoch !== null) {
+        e.epoch = null
+        epoch.leave(true)
+      }
       // The client may have been given its error listener since.
       if (!this.#health.watching) this.#health = clientHealth(this.#client)
       const bad = this._bad ?? this.#clientSaid()
@@ -252,13 +267,20 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       return (e.words = [script[0], script[1], e.args.slice(1), script[2], script[3]])
     }
 
-    _options(e) {
+    // The options of the command that carries `e` alone, or `members` (a
+    // batch); undefined: the client takes none.
+    _options(e, members) {
       if (!this._adapter.abortable) return undefined
       const now = clock.now()
       let epoch = this.#epoch
-      if (epoch === null || now - epoch.opened > EPOCH_MS) epoch = this.#epoch = new Epoch(now)
-      e.epoch = epoch
-      epoch.last = e
+      if (epoch === null || now - epoch.opened > EPOCH_MS || epoch.controller.signal.aborted) epoch = this.#epoch = new Epoch(now)
+      if (members === undefined) {
+        e.epoch = epoch
+        epoch.live++
+      } else {
+        for (const m of members) m.epoch = epoch
+        epoch.live += members.length
+      }
       return epoch.options
     }
 

@@ -61,7 +61,7 @@ module.exports = function redisFlight(native, raw) {
 
   // The queue, the wheel and the batches of one Driver. What a Driver
   // gives it: _sendOne(e), _finishOne(e, how, len, text), _expire(e),
-  // _words(e), _options(e), _misconfigured(text), _refuse(e, bad, text)
+  // _words(e), _options(e, members), _misconfigured(text), _refuse(e, bad, text)
   // and notices(); the members both classes use are named `_x` (a `#x`
   // is private to one class body), the rest stay `#x`.
   class Flight {
@@ -277,6 +277,10 @@ module.exports = function redisFlight(native, raw) {
     // `error`).
     _settle(e, value, error) {
       e.done = true
+      if (e.epoch !== null) {
+        e.epoch.leave(false)
+        e.epoch = null
+      }
       if (e.sent !== 0) {
         if (!this.#ticking && this.#wheel[this.#head] === e) this.#shrink()
         // Room in flight: the queue goes on.
@@ -420,11 +424,7 @@ module.exports = function redisFlight(native, raw) {
       }
       const words = this._words(members[0])
       for (let i = 0; i < n; i++) this._launch(members[i], 1)
-      // One signal for the batch, aborted when its last member's deadline
-      // passes.
-      const options = this._options(members[n - 1])
-      const epoch = members[n - 1].epoch
-      for (let i = 0; i < n - 1; i++) members[i].epoch = epoch
+      const options = this._options(null, members)
       this._inFlight++
       this._stats.calls++
       this._stats.batches++

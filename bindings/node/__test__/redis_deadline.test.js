@@ -107,3 +107,68 @@ test('an answer 1 ms before the deadline is Redis\' answer; 1 ms after it, the f
   assert.equal(got.d.source, 'fail_closed')
   assert.equal(late.stats.timeouts, 1)
 })
+
+// A node-redis-like client that never answers: each command takes an
+// AbortSignal, and one sent with a signal already aborted is rejected at
+// once, as node-redis does (a command already written stays written).
+function abortable() {
+  const sent = []
+  const sendCommand = (words, options) => {
+    const signal = options?.abortSignal
+    sent.push({ at: Date.now(), key: words[3].replace('rb:tb:', ''), aborted: signal?.aborted === true, signal })
+    if (signal?.aborted) {
+      const e = new Error('The command was aborted')
+      e.name = 'AbortError'
+      return Promise.reject(e)
+    }
+    return new Promise(() => {})
+  }
+  return { client: { evalSha: () => {}, eval: () => {}, sendCommand }, sent }
+}
+
+// The calls node-redis is given share an AbortSignal per millisecond,
+// aborted once the calls it carries have all timed out. Redis slow: a call
+// that waited in the queue goes out with what is left of its deadline (here
+// 1 ms) and times out; the next call sent within the same millisecond must
+// not get that signal, already aborted, and with it an AbortError — the
+// fail policy's answer at 30 ms, 20 ms before its deadline (CI saw it so in
+// redis_batch.test.js' deadline wheel, at 30.0 ms).
+test('Redis slow: a call sent just after another timed out is never given its aborted signal (virtual time)', async () => {
+  virtual()
+  const { client, sent } = abortable()
+  const lim = new rb.redis.TokenBucket({ client, rate: 100, burst: 100, onError: 'closed', timeout: 0.05, breakerThreshold: 100000, batch: false })
+  const got = new Map()
+  const ask = (key) => {
+    const s = Date.now()
+    lim.check(key).then((d) => got.set(key, { took: Date.now() - s, source: d.source }))
+  }
+  // 64 calls fill what is in flight; the rest wait in the queue.
+  for (let i = 0; i < 64; i++) ask(`a${i}`)
+  await settle()
+  assert.equal(sent.length, 64)
+  await advance(1)
+  ask('q1')
+  await advance(20)
+  ask('q2')
+  await settle()
+  await advance(29)
+  // At 50 ms the first 64 time out (Redis slow): q1 goes out with 1 ms
+  // left of its deadline, and times out at 51 ms.
+  assert.equal(got.size, 64, [...got.keys()].join())
+  assert.deepEqual(sent.slice(64).map((s) => [s.key, s.at]), [['q1', 50]])
+  await advance(1)
+  assert.deepEqual(got.get('q1'), { took: 50, source: 'fail_closed' })
+  // q2 went out at 51 ms, with a live signal, and waits for its deadline.
+  assert.deepEqual(sent.slice(65).map((s) => [s.key, s.at, s.aborted]), [['q2', 51, false]])
+  // Every signal whose calls all timed out is aborted (a command the
+  // client still held would be withdrawn); q2's is live.
+  assert.deepEqual([...new Set(sent.slice(0, 65).map((s) => s.signal.aborted))], [true])
+  assert.equal(sent[65].signal.aborted, false)
+  await advance(19)
+  assert.equal(got.get('q2'), undefined, `q2 answered ${JSON.stringify(got.get('q2'))}, before its deadline`)
+  await advance(1)
+  assert.deepEqual(got.get('q2'), { took: 50, source: 'fail_closed' })
+  assert.equal(sent[65].signal.aborted, true)
+  assert.equal(lim.stats.timeouts, 66, JSON.stringify(lim.stats))
+  assert.equal(lim.stats.errors, 0, JSON.stringify(lim.stats))
+})
