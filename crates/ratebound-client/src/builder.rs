@@ -11,14 +11,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use http::HeaderMap;
+use ratebound::KeyedLimit;
 use ratebound::any::DEFAULT_N;
+use ratebound::any::Key::Text;
 use ratebound::outbound::{
     Call, Caller, DEFAULT_BACKOFF, DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, Event, Outbound, Sending,
     Step, Target,
 };
 
 use crate::error::CallError;
-use crate::{Error, OutboundEvent, OutboundLimiter};
+use crate::{Error, OutboundEvent};
 
 type OnDecision = Arc<dyn Fn(&OutboundEvent<'_>) + Send + Sync>;
 type KeyFn<R> = Arc<dyn Fn(&R) -> String + Send + Sync>;
@@ -53,7 +55,7 @@ impl<R> Key<R> {
 /// refusal that gave no advice, no timeout, one token per sending, the key
 /// from the host.
 pub struct Builder<R> {
-    limiter: Arc<dyn OutboundLimiter>,
+    limiter: Arc<dyn KeyedLimit>,
     key: Key<R>,
     timeout: Option<Duration>,
     n: u64,
@@ -66,7 +68,7 @@ pub struct Builder<R> {
 }
 
 impl<R> Builder<R> {
-    pub(crate) fn new(limiter: impl OutboundLimiter + 'static) -> Builder<R> {
+    pub(crate) fn new(limiter: impl KeyedLimit + 'static) -> Builder<R> {
         Builder {
             limiter: Arc::new(limiter),
             key: Key::Host,
@@ -170,7 +172,7 @@ impl<R> Builder<R> {
             Key::Host | Key::Custom(_) => None,
         };
         // Only a token bucket can be paused: the core says which.
-        let caller = Caller::new(self.limiter.algorithm(), outbound, sending, fixed)?;
+        let caller = Caller::new(self.limiter.algorithm().name(), outbound, sending, fixed)?;
         let settings = Settings {
             limiter: self.limiter,
             caller,
@@ -205,7 +207,7 @@ pub(crate) trait Exchange {
 /// the core's call machine ([`Caller`], [`Call`]) says each step, this
 /// one loop does it.
 pub(crate) struct Settings {
-    limiter: Arc<dyn OutboundLimiter>,
+    limiter: Arc<dyn KeyedLimit>,
     caller: Caller,
     on_decision: Option<OnDecision>,
     /// Where the adapter's clock starts (the machine reads time since).
@@ -255,9 +257,9 @@ impl Settings {
                 Step::Hold(d) => tokio::time::sleep(d).await,
                 Step::Acquire { n, timeout } => self
                     .limiter
-                    .acquire(call.key(), n, timeout)
+                    .acquire(Text(call.key()), n, timeout)
                     .await
-                    .map_err(CallError::Limiter)?,
+                    .map_err(|e| CallError::Limiter(e.into()))?,
                 Step::Send => {
                     let Some(r) = request.take() else {
                         unreachable!("the machine sends after a retry only")
@@ -276,7 +278,7 @@ impl Settings {
                 Step::Pause(d) => {
                     // A pause the limiter failed to make is the machine's
                     // to keep (told local).
-                    let reach = self.limiter.pause(call.key(), d).await.ok();
+                    let reach = self.limiter.pause(Text(call.key()), d).await.ok();
                     call.paused(c, reach, self.origin.elapsed());
                 }
                 Step::Report(e) => self.tell(&call, e),

@@ -19,21 +19,15 @@ pub enum Error {
     /// The core's error: a bad option, or the limiter's answer (a wait
     /// beyond the timeout, `n` above the burst).
     Limit(ratebound::Error),
-    /// A shared-memory limiter's own error (its file; never seen from a
-    /// limiter that opened, in practice).
-    #[cfg(feature = "shm")]
-    Shm(ratebound_shm::Error),
 }
 
 impl Error {
     /// A stable, machine-readable identifier: the core's code
-    /// (`deadline_exceeded`, `unsupported`, `invalid_number`, ...) or the
-    /// shared-memory limiter's (`shm_io`, ...).
+    /// (`deadline_exceeded`, `unsupported`, `invalid_number`,
+    /// `store_unavailable`, ...).
     pub fn code(&self) -> &'static str {
         match self {
             Error::Limit(e) => e.code(),
-            #[cfg(feature = "shm")]
-            Error::Shm(e) => e.code(),
         }
     }
 
@@ -55,22 +49,10 @@ impl From<ratebound::Error> for Error {
     }
 }
 
-#[cfg(feature = "shm")]
-impl From<ratebound_shm::Error> for Error {
-    fn from(e: ratebound_shm::Error) -> Error {
-        match e {
-            ratebound_shm::Error::Limit(e) => Error::Limit(e),
-            other => Error::Shm(other),
-        }
-    }
-}
-
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Limit(e) => e.fmt(f),
-            #[cfg(feature = "shm")]
-            Error::Shm(e) => e.fmt(f),
         }
     }
 }
@@ -79,8 +61,6 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Limit(e) => Some(e),
-            #[cfg(feature = "shm")]
-            Error::Shm(e) => Some(e),
         }
     }
 }

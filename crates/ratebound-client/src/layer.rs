@@ -14,8 +14,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::builder::{Exchange, Key, Settings};
-use crate::limiter::BoxFuture;
-use crate::{Builder, CallError, Error, OutboundLimiter, grpc};
+use crate::{Builder, CallError, Error, grpc};
+use ratebound::BoxFuture;
 
 /// A tower [`Layer`] for HTTP clients — hyper-util's `Client`, a tonic
 /// `Channel`, any `Service<http::Request<B>, Response = http::Response<_>>`
@@ -69,8 +69,8 @@ struct Sender {
 
 impl RateLimitLayer {
     /// A builder around `limiter` (a token bucket: see
-    /// [`OutboundLimiter`]); a key function sees the request's head.
-    pub fn builder(limiter: impl OutboundLimiter + 'static) -> Builder<Parts> {
+    /// [`KeyedLimit`](ratebound::KeyedLimit)); a key function sees the request's head.
+    pub fn builder(limiter: impl ratebound::KeyedLimit + 'static) -> Builder<Parts> {
         Builder::new(limiter)
     }
 }

@@ -3,7 +3,7 @@
 #![warn(missing_docs)]
 
 // Without an adapter (neither `reqwest` nor `tower`), what they share is
-// unused: the crate is the limiter trait alone.
+// unused.
 #[cfg_attr(not(any(feature = "reqwest", feature = "tower")), allow(dead_code))]
 mod builder;
 mod error;
@@ -12,7 +12,6 @@ mod event;
 mod grpc;
 #[cfg(feature = "tower")]
 mod layer;
-mod limiter;
 #[cfg(feature = "reqwest")]
 mod middleware;
 
@@ -23,6 +22,5 @@ pub use error::Error;
 pub use event::{OutboundEvent, Outcome};
 #[cfg(feature = "tower")]
 pub use layer::{RateLimitLayer, RateLimited, RetryBody};
-pub use limiter::{BoxFuture, OutboundLimiter};
 #[cfg(feature = "reqwest")]
 pub use middleware::RateLimitMiddleware;

@@ -10,7 +10,7 @@ use ratebound::outbound::Target;
 
 use crate::builder::{Exchange, Key, Settings};
 use crate::error::CallError;
-use crate::{Builder, Error, OutboundLimiter};
+use crate::{Builder, Error};
 
 /// A [`reqwest_middleware::Middleware`] that sends each request only once
 /// its limiter gives it a token, pauses the limiter when the partner asks
@@ -48,8 +48,8 @@ pub struct RateLimitMiddleware {
 
 impl RateLimitMiddleware {
     /// A builder around `limiter` (a token bucket: see
-    /// [`OutboundLimiter`]).
-    pub fn builder(limiter: impl OutboundLimiter + 'static) -> Builder<Request> {
+    /// [`KeyedLimit`](ratebound::KeyedLimit)).
+    pub fn builder(limiter: impl ratebound::KeyedLimit + 'static) -> Builder<Request> {
         Builder::new(limiter)
     }
 }

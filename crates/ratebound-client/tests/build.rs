@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use http::request::Parts;
-use ratebound::{KeyedAlgorithm, Quota, TokenBucket};
-use ratebound_client::{Builder, Error, OutboundLimiter, RateLimitLayer, RateLimitMiddleware};
+use ratebound::{KeyedAlgorithm, KeyedLimit, Quota, TokenBucket};
+use ratebound_client::{Builder, Error, RateLimitLayer, RateLimitMiddleware};
 use ratebound_redis::{Algorithm, Config, RedisLimiter};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
@@ -18,7 +18,7 @@ fn bucket() -> TokenBucket {
 
 /// Builds both adapters with `f`'s options; both errors must agree.
 fn both(
-    limiter: impl OutboundLimiter + Clone + 'static,
+    limiter: impl KeyedLimit + Clone + 'static,
     f: impl Fn(Builder<reqwest::Request>) -> Builder<reqwest::Request>,
     g: impl Fn(Builder<Parts>) -> Builder<Parts>,
 ) -> Error {

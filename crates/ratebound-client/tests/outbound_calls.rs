@@ -16,11 +16,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Extensions;
 use http_body_util::Full;
+use ratebound::any::Key;
 use ratebound::outbound::Reach;
-use ratebound_client::{
-    BoxFuture, Builder, Error, OutboundEvent, OutboundLimiter, RateLimitLayer, RateLimitMiddleware,
-    RetryBody,
-};
+use ratebound::{BoxFuture, KeyedAlgorithm, KeyedLimit, LimitCheck, Quota};
+use ratebound_client::{Builder, OutboundEvent, RateLimitLayer, RateLimitMiddleware, RetryBody};
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
 use serde_json::{Value, json};
 use tower_layer::Layer;
@@ -95,17 +94,25 @@ impl Script {
     }
 }
 
-impl OutboundLimiter for Script {
-    fn algorithm(&self) -> &'static str {
-        "token_bucket"
+impl KeyedLimit for Script {
+    fn algorithm(&self) -> KeyedAlgorithm {
+        KeyedAlgorithm::TokenBucket(Quota::parse("10/s").expect("quota"))
+    }
+
+    /// The adapters never check: they wait.
+    fn check(&self, _scope: &str, _key: Key<'_>, _n: u64) -> LimitCheck {
+        LimitCheck::Ready(Err(ratebound::Error::Unsupported {
+            operation: "check",
+            algorithm: "script",
+        }))
     }
 
     fn acquire<'a>(
         &'a self,
-        _key: &'a str,
+        _key: Key<'a>,
         n: u64,
         timeout: Option<Duration>,
-    ) -> BoxFuture<'a, Result<(), Error>> {
+    ) -> BoxFuture<'a, Result<(), ratebound::Error>> {
         self.push(json!(["acquire", n, timeout.map(|t| t.as_secs_f64())]));
         let s = self.sending(self.sent.load(Ordering::SeqCst));
         let wait = s.get("acquire_s").and_then(Value::as_f64).unwrap_or(0.0);
@@ -119,14 +126,18 @@ impl OutboundLimiter for Script {
         })
     }
 
-    fn pause<'a>(&'a self, _key: &'a str, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
+    fn pause<'a>(
+        &'a self,
+        _key: Key<'a>,
+        d: Duration,
+    ) -> BoxFuture<'a, Result<Reach, ratebound::Error>> {
         self.push(json!(["pause", d.as_secs_f64()]));
         let s = self.sending(self.sent.load(Ordering::SeqCst) - 1);
         let reach = match s.get("pause").and_then(Value::as_str).unwrap_or("shared") {
             "shared" => Ok(Reach::Shared),
             "local" => Ok(Reach::Local),
             // A shared table with no slot for the key.
-            _ => Err(Error::Limit(ratebound::Error::TooManyKeys { max_keys: 1 })),
+            _ => Err(ratebound::Error::TooManyKeys { max_keys: 1 }),
         };
         Box::pin(std::future::ready(reach))
     }

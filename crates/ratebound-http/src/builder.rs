@@ -12,7 +12,9 @@ use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
 
 use crate::options::{OnDecision, Predicate, PriorityFn, RequestKey};
 use crate::state::LayerState;
-use crate::{DecisionEvent, RateLimitLayer, RemotePolicy};
+use ratebound::KeyedLimit;
+
+use crate::{DecisionEvent, RateLimitLayer};
 
 impl RateLimitLayer {
     /// A builder with no policies, client-IP keys and draft headers.
@@ -44,7 +46,7 @@ pub struct Builder {
     pub(crate) priority: Option<PriorityFn>,
     pub(crate) on_decision: Option<OnDecision>,
     pub(crate) label: Option<String>,
-    pub(crate) remote: Vec<(String, Box<dyn RemotePolicy>)>,
+    pub(crate) remote: Vec<(String, Box<dyn KeyedLimit>)>,
 }
 
 impl Builder {
@@ -79,9 +81,10 @@ impl Builder {
     /// policies): a global limit in Redis (`ratebound_redis::RedisLimiter`,
     /// feature `redis`), a limit shared by the host's processes
     /// (`ratebound_shm::SharedKeyedLimiter`, feature `shm`), or any
-    /// [`RemotePolicy`]. Every policy must admit;
-    /// the remote ones are asked first, all at once, with the request's
-    /// key as every instance derives it (see [`RemotePolicy`]).
+    /// [`KeyedLimit`]. Every policy must admit; the remote ones are asked
+    /// first, all at once, with the request's key as every instance
+    /// derives it, as bytes, within `name` as its scope (see the crate's
+    /// "Remote policies").
     ///
     /// # Examples
     /// One limit per API key for the whole fleet, and a local one per
@@ -103,7 +106,7 @@ impl Builder {
     ///     .build()?;
     /// # let _ = layer; Ok(()) }
     /// ```
-    pub fn remote(mut self, name: &str, policy: impl RemotePolicy) -> Self {
+    pub fn remote(mut self, name: &str, policy: impl KeyedLimit + 'static) -> Self {
         self.options
             .remote
             .push((name.to_string(), policy.algorithm()));
@@ -247,7 +250,7 @@ impl Builder {
     }
 
     /// The `Retry-After` of the 503 answering a request whose
-    /// [remote policy](crate::RemotePolicy) failed
+    /// remote policy ([`Builder::remote`]) failed
     /// ([`RemoteAnswer::Failed`](ratebound::any::RemoteAnswer::Failed)):
     /// whole seconds, 1 to 3600 (default 1; [`build`](Self::build) refuses
     /// others).

@@ -66,7 +66,7 @@
 //! `ratebound_redis::RedisLimiter`, whose own fail policy answers while
 //! Redis is down), a limit shared by the host's processes (feature `shm`:
 //! `ratebound_shm::SharedKeyedLimiter`; a full table answers 503, never
-//! 500), or your own [`RemotePolicy`]. Each request that gets a place and a
+//! 500), or your own [`ratebound::KeyedLimit`]. Each request that gets a place and a
 //! key asks every remote policy at once for its key as every instance
 //! derives it (`key:…`, `ip:…` or `anonymous`), then the local policies
 //! decide; a remote refusal is a 429 whose `RateLimit` field lists the
@@ -156,7 +156,6 @@ pub use layer::{RateLimit, RateLimitLayer};
 pub use options::{DecisionEvent, RequestKey};
 pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer};
 pub use ratebound::http::{AdaptiveConcurrency, AdaptiveState, Priority};
-pub use remote::{RemoteCheck, RemotePolicy};
 
 use std::net::SocketAddr;
 

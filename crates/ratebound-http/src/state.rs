@@ -10,7 +10,6 @@ use ratebound::any::{self, Gate, Hooks, Key, Verdict};
 use ratebound::http::{Headers, Priority};
 
 use crate::options::{DecisionEvent, OnDecision, Predicate, PriorityFn, RequestKey};
-use crate::remote::RemotePolicy;
 use crate::{PeerAddr, grpc};
 
 pub(crate) struct LayerState {
@@ -26,7 +25,7 @@ pub(crate) struct LayerState {
     pub(crate) label: Option<String>,
     pub(crate) policy_names: Vec<String>,
     /// The remote policies by name, in the gate's `remote_names` order.
-    pub(crate) remote: Vec<(String, Box<dyn RemotePolicy>)>,
+    pub(crate) remote: Vec<(String, Box<dyn ratebound::KeyedLimit>)>,
     /// Whether the concurrency cap has a queue (feature `queue`).
     #[cfg(feature = "queue")]
     pub(crate) queued: bool,

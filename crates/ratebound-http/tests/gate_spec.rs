@@ -14,37 +14,70 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ratebound::KeyedAlgorithm;
+use std::time::Duration;
+
+use ratebound::any::Key;
 use ratebound::http::{Cidr, Forwarding, TrustedProxies};
+use ratebound::pause::Reach;
+use ratebound::{BoxFuture, KeyedAlgorithm, KeyedLimit, LimitCheck};
 use ratebound::{ManualClock, Overflow};
 use ratebound_http::{
-    Builder, MissingKey, PeerAddr, QuotaHeaders, RateLimitLayer, RefusalBody, RemoteCheck,
-    RemotePolicy, RequestKey,
+    Builder, MissingKey, PeerAddr, QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey,
 };
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
 #[path = "../../ratebound/tests/support/gate.rs"]
 mod support;
-use support::{compare, compare_outcome, failing, load, load_rules, policy, remote};
+use support::{compare, compare_outcome, load, load_rules, policy, remote};
 
 /// A vector's remote policy whose every check ends in the error it names
-/// (`fails`), answered by the core's one rule — as a policy of the
-/// application's own would map its store's error.
+/// (`fails`; `"error"`: a store's failure), mapped by the layer's one rule.
 struct Failing(KeyedAlgorithm, String);
 
-impl RemotePolicy for Failing {
+/// The error a vector's `fails` names.
+fn error_named(fails: &str) -> ratebound::Error {
+    match fails {
+        "too_many_keys" => ratebound::Error::TooManyKeys { max_keys: 1 },
+        "store_misconfigured" => ratebound::Error::StoreMisconfigured {
+            cause: "WRONGPASS".to_string(),
+        },
+        _ => ratebound::Error::StoreUnavailable {
+            cause: "the vector's store failed".to_string(),
+            retry_after: Duration::from_secs(1),
+        },
+    }
+}
+
+impl KeyedLimit for Failing {
     fn algorithm(&self) -> KeyedAlgorithm {
         self.0
     }
 
-    fn check(&self, _scope: &str, _identity: &[u8]) -> RemoteCheck {
+    fn check(&self, _scope: &str, _key: Key<'_>, _n: u64) -> LimitCheck {
         let fails = self.1.clone();
         // Answered after a turn of the runtime, as a store's I/O would be.
-        RemoteCheck::pending(async move {
+        LimitCheck::pending(async move {
             tokio::task::yield_now().await;
-            failing(&fails)
+            Err(error_named(&fails))
         })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        _key: Key<'a>,
+        _n: u64,
+        _timeout: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), ratebound::Error>> {
+        Box::pin(std::future::ready(Err(error_named(&self.1))))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        _key: Key<'a>,
+        _d: Duration,
+    ) -> BoxFuture<'a, Result<Reach, ratebound::Error>> {
+        Box::pin(std::future::ready(Err(error_named(&self.1))))
     }
 }
 
@@ -138,6 +171,13 @@ fn build(id: &str, options: &Value, clock: &ManualClock, outcomes: &Outcomes) ->
             "remote" => {
                 for p in value.as_array().unwrap_or_else(|| bad(name, value)) {
                     let (policy_name, algorithm, fails) = remote(p);
+                    // The error stands for the vector's failure: the core's
+                    // rule answers it as the vector says.
+                    assert_eq!(
+                        ratebound::any::RemoteAnswer::from_result(Err(&error_named(&fails))),
+                        support::failing(&fails),
+                        "{id}: {fails}"
+                    );
                     b = b.remote(&policy_name, Failing(algorithm, fails));
                 }
             }

@@ -12,14 +12,17 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::routing::get;
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratebound::any::RemoteAnswer;
-use ratebound::{Decision, Error, KeyedAlgorithm, Quota};
-use ratebound_http::{RateLimitLayer, RemoteCheck, RemotePolicy};
+use ratebound::any::Key;
+use ratebound::pause::Reach;
+use ratebound::{BoxFuture, Decision, Error, KeyedAlgorithm, KeyedLimit, LimitCheck, Quota};
+use ratebound_http::RateLimitLayer;
 
 /// A policy of the application's own over a store that can be down: while
 /// `down`, its check fails with an error (mapped by the core's rule).
@@ -27,25 +30,42 @@ struct Store {
     down: Arc<AtomicBool>,
 }
 
-impl RemotePolicy for Store {
+/// What the store that is down answers.
+fn down() -> Error {
+    Error::Unsupported {
+        operation: "check",
+        algorithm: "a store that is down",
+    }
+}
+
+impl KeyedLimit for Store {
     fn algorithm(&self) -> KeyedAlgorithm {
         KeyedAlgorithm::TokenBucket(Quota::parse("100/s burst 100").unwrap())
     }
 
-    fn check(&self, _scope: &str, _identity: &[u8]) -> RemoteCheck {
-        let down = self.down.load(Ordering::SeqCst);
-        RemoteCheck::pending(async move {
+    fn check(&self, _scope: &str, _key: Key<'_>, _n: u64) -> LimitCheck {
+        let is_down = self.down.load(Ordering::SeqCst);
+        LimitCheck::pending(async move {
             tokio::task::yield_now().await;
-            let result = if down {
-                Err(Error::Unsupported {
-                    operation: "check",
-                    algorithm: "a store that is down",
-                })
+            if is_down {
+                Err(down())
             } else {
                 Ok(Decision::from_parts(true, 100, 99, 0, 0))
-            };
-            RemoteAnswer::from_result(result.as_ref().map(|d| *d))
+            }
         })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        _key: Key<'a>,
+        _n: u64,
+        _timeout: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(std::future::ready(Err(down())))
+    }
+
+    fn pause<'a>(&'a self, _key: Key<'a>, _d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
+        Box::pin(std::future::ready(Err(down())))
     }
 }
 

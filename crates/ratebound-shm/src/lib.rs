@@ -69,6 +69,8 @@ mod file;
 #[cfg(all(test, not(ratebound_loom)))]
 mod heap_tests;
 mod keyed;
+#[cfg(feature = "tokio")]
+mod limit;
 mod map;
 #[cfg(all(test, ratebound_loom))]
 mod model;

@@ -145,6 +145,7 @@ pub use algorithms::{
     AllOf, FixedWindow, LeakyBucket, MAX_LOG_LIMIT, MAX_WINDOW_LIMIT, SlidingLog, SlidingWindow,
     TokenBucket,
 };
+pub use any::{BoxFuture, KeyedLimit, LimitCheck};
 pub use clock::{Clock, MAX_TIME_NANOS, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{Error, ErrorKind};

@@ -51,6 +51,19 @@
 use crate::MAX_TIME_NANOS;
 use crate::sync::{AtomicU64, Ordering, yield_now};
 
+/// Where a pause took hold (see [`KeyedLimit::pause`](crate::KeyedLimit::pause)
+/// and [`LocalPauses::paused`](crate::outbound::LocalPauses::paused)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reach {
+    /// The limiter itself: everyone sharing it (the fleet, for a Redis
+    /// limiter) waits.
+    Shared,
+    /// Only this process: the limiter's store could not be told (Redis
+    /// unreachable); a Redis limiter failing `local` had its local share
+    /// paused.
+    Local,
+}
+
 /// Set in `end` while a pause moves the state.
 const MOVING: u64 = 1 << 63;
 

@@ -15,7 +15,9 @@ use tower_service::Service;
 #[cfg(feature = "queue")]
 mod queue;
 
-use crate::remote::{RemoteCheck, answers};
+use ratebound::LimitCheck;
+
+use crate::remote::{answers, check, poll};
 use crate::state::{LayerHooks, LayerState, QuotaFields, insert_taken};
 
 pin_project_lite::pin_project! {
@@ -23,7 +25,7 @@ pin_project_lite::pin_project! {
     /// (whose future is `F`) and its request body `R`: a refusal made at
     /// once, the inner service's response with the quota fields added (the
     /// concurrency place passes to its body, or is given back if the future
-    /// is dropped or fails), or — with [remote policies](crate::RemotePolicy)
+    /// is dropped or fails), or — with remote policies ([`Builder::remote`](crate::Builder::remote))
     /// that must be waited for — their checks, awaited together, then one of
     /// those. Not boxed (its remote wait is).
     pub struct ResponseFuture<F, S, R> {
@@ -292,7 +294,7 @@ where
     let checks: Vec<_> = shared
         .remote
         .iter()
-        .map(|(name, policy)| policy.check(name, ask.identity()))
+        .map(|(name, policy)| check(policy.as_ref(), name, ask.identity()))
         .collect();
     if let Some(answers) = answers(&checks) {
         // Every policy answered at once (shared memory): no wait, and
@@ -322,7 +324,7 @@ where
 pub(crate) struct Waiting<S, R> {
     pub(crate) shared: Arc<LayerState>,
     pub(crate) ask: Ask,
-    pub(crate) checks: Vec<RemoteCheck>,
+    pub(crate) checks: Vec<LimitCheck>,
     /// The inner service that was polled ready (a clone took its place).
     pub(crate) inner: S,
     pub(crate) parts: Parts,
@@ -335,12 +337,7 @@ impl<S, R> Waiting<S, R> {
     pub(crate) fn poll_checks(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let mut pending = false;
         for check in &mut self.checks {
-            if let RemoteCheck::Pending(future) = check {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(answer) => *check = RemoteCheck::Ready(answer),
-                    Poll::Pending => pending = true,
-                }
-            }
+            pending |= poll(check, cx);
         }
         if pending {
             Poll::Pending

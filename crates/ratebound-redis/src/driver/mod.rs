@@ -5,6 +5,7 @@
 
 #[cfg(feature = "connect")]
 pub mod connect;
+mod limit;
 mod listener;
 mod pump;
 mod reservation;

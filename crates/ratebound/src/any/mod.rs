@@ -35,6 +35,7 @@
 //! ```
 
 mod keyed;
+mod limit;
 mod limiter;
 pub(crate) mod numbers;
 mod waiter;
@@ -53,6 +54,7 @@ pub use crate::gate::{
 pub use keyed::{
     AnyKeyed, DEFAULT_ALGORITHM, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow,
 };
+pub use limit::{BoxFuture, KeyedLimit, LimitCheck};
 pub use limiter::{AnyLimiter, LimiterOptions};
 pub use numbers::{
     DEFAULT_IPV6_PREFIX, DEFAULT_N, MAX_PAUSE, Rate, check_pause, count, ipv6_prefix,

@@ -48,9 +48,10 @@ mod call;
 mod headers;
 mod pauses;
 
+pub use crate::pause::Reach;
 pub use call::{Call, Caller, Event, NO_HOST, Outcome, Step, Target, WAITED_MIN, default_key};
 pub use headers::{http_date, parse_ratelimit_field, parse_retry_after, pause_asked};
-pub use pauses::{LOCAL_PAUSES_MAX_KEYS, LocalPauses, Reach};
+pub use pauses::{LOCAL_PAUSES_MAX_KEYS, LocalPauses};
 
 /// The longest header value read (longer ones are ignored: hostile).
 pub const MAX_HEADER_VALUE: usize = 1024;

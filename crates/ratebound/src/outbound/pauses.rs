@@ -7,18 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::Error;
-
-/// Where an adapter's pause took hold (see [`LocalPauses::paused`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reach {
-    /// The limiter itself: everyone sharing it (the fleet, for a Redis
-    /// limiter) waits.
-    Shared,
-    /// Only this process: the limiter's store could not be told (Redis
-    /// unreachable); a Redis limiter failing `local` had its local share
-    /// paused.
-    Local,
-}
+use crate::pause::Reach;
 
 /// The most keys [`LocalPauses`] holds; beyond, the pause ending first is
 /// forgotten.
