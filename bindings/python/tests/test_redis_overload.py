@@ -241,10 +241,11 @@ async def test_1500_concurrent_waiters_stay_within_the_bound(server: Server) -> 
     ok, worst = within_bound_from(start, admitted, burst=10, rate=300)
     assert ok, (len(admitted), took, worst, limiter.stats)
     # Any window: an admission stamped late (the loop runs 1 500 tasks, and
-    # stalls for up to ~0.15 s on this 2-core machine) shortens the window it
-    # opens by as much; 0.25 s of allowance is 75 tokens, against 1 500 in
-    # 0.35 s before.
-    ok, worst = within_bound(admitted, burst=10, rate=300, late=0.25)
+    # stalls for ~0.15 s on this 2-core machine alone, longer when other
+    # work shares it) shortens the window it opens by as much; 1 s of
+    # allowance is 300 tokens — a burst of the breaker opening (1 500 in
+    # 0.35 s before) still fails it.
+    ok, worst = within_bound(admitted, burst=10, rate=300, late=1.0)
     assert ok, (len(admitted), took, worst)
     assert not breaker_seen
     stats = limiter.stats
