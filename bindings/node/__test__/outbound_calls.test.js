@@ -148,3 +148,46 @@ test('every vector through rb.axios', async () => {
     s.check('axios')
   }
 })
+
+// A pause kept in this process (its limiter could not make it) holds every
+// later call for the key; one whose timeout is shorter fails at once,
+// sending nothing: the machine's `exceeded` step (the hold and the longest
+// wait accepted), and rb.fetch's RateLimitExceededError naming both.
+test('a pause kept here that holds a call beyond its timeout fails it at once', async () => {
+  const o = new rb.Outbound({ timeout: 1 })
+  const call = () => o.call('GET', 'http:', 'p', null, null, null, null, false, true)
+  const first = call()
+  const now = 5000
+  assert.equal(first.next(now).kind, 'acquire')
+  assert.equal(first.next(now).kind, 'send')
+  first.answered(429, [['Retry-After', '3']], 1.8e9)
+  const pause = first.next(now)
+  assert.deepEqual([pause.kind, pause.seconds], ['pause', 3])
+  first.paused(REACH.failed, now)
+  const held = call().next(now)
+  assert.deepEqual([held.kind, held.seconds, held.timeout], ['exceeded', 3, 1])
+
+  let sent = 0
+  const limiter = new rb.KeyedLimiter({ rate: 1000, burst: 1000 })
+  limiter.pause = () => {
+    throw new Error('no slot for the key')
+  }
+  const fetch = rb.fetch({
+    limiter,
+    timeout: 1,
+    retries: 0,
+    fetch: async () => {
+      sent++
+      return new Response(null, { status: 429, headers: [['Retry-After', '30']] })
+    },
+  })
+  assert.equal((await fetch('http://partner.test/')).status, 429)
+  await assert.rejects(fetch('http://partner.test/'), (e) => {
+    assert.equal(e.name, 'RateLimitExceededError')
+    assert.equal(e.code, 'ERR_RATEBOUND_DEADLINE_EXCEEDED')
+    assert.ok(e.retryAfter > 29 && e.retryAfter <= 30, String(e.retryAfter))
+    assert.match(e.message, /maximum wait of 1s/)
+    return true
+  })
+  assert.equal(sent, 1, 'the held call sent nothing')
+})
