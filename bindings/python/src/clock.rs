@@ -4,8 +4,8 @@ use pyo3::prelude::*;
 use ratebound::Clock;
 use ratebound::any::{self};
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::{nanos_to_secs, number, whole_nanos};
+use crate::error::OrPy;
 
 // ----------------------------------------------------------------- clock
 

@@ -6,8 +6,8 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString};
 use ratebound::Error;
 use ratebound::any::{self, AnyClock, Key, Rate};
 
-use crate::clock::*;
-use crate::error::*;
+use crate::clock::ManualClock;
+use crate::error::{OrPy, py_err};
 
 // ------------------------------------------------------ value conversion
 

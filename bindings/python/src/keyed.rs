@@ -5,10 +5,10 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use ratebound::any::{self, AnyKeyed};
 
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
-use crate::waiting::*;
+use crate::convert::{clock_of, count, number, opt_number, with_key, with_rate};
+use crate::decision::{Decision, decision};
+use crate::error::OrPy;
+use crate::waiting::Waiter;
 
 // ----------------------------------------------------------------- keyed
 

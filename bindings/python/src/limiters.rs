@@ -7,10 +7,10 @@ use pyo3::prelude::*;
 use ratebound::any::{self, AnyLimiter, LimiterOptions};
 use ratebound::{Limiter as _, Permit};
 
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
-use crate::waiting::*;
+use crate::convert::{clock_of, count, nanos_to_secs, number, opt_number, type_name, with_rate};
+use crate::decision::{Decision, decision};
+use crate::error::OrPy;
+use crate::waiting::Waiter;
 
 // --------------------------------------------------------------- limiter
 

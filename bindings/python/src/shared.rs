@@ -10,9 +10,9 @@ use ratebound::any;
 use ratebound::{Error, KeyedAlgorithm};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
+use crate::convert::{count, number, opt_number, with_key, with_rate};
+use crate::decision::{Decision, decision};
+use crate::error::{OrPy, error_class, py_err};
 use crate::limiters::{Holder, Reservation};
 use crate::waiting::Waiter;
 

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use ratebound::any::{self, AnyKeyed, AnyLimiter, Wait};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::{nanos_to_secs, opt_number, with_key};
+use crate::error::OrPy;
 use crate::shared::OrShm;
 
 /// Python's timers hold any sleep (asyncio re-arms its selector daily;
