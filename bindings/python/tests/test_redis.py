@@ -102,6 +102,25 @@ def test_spec_vectors_replay_against_redis(server: Server) -> None:
     assert steps == sum(len(v["steps"]) for v in vectors) and steps >= 50, steps
 
 
+def in_threads(instance: Callable[[int], None], count: int) -> None:
+    """Runs instance(0) … instance(count - 1) at once, a thread each, and
+    fails with what any of them raised."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            instance(i)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+
+
 # -------------------------------------------------------------- incident
 
 
@@ -122,38 +141,29 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     # Each instance's last request sent and first answer.
     sent = [0.0] * instances
     answered = [math.inf] * instances
-    errors: list[BaseException] = []
 
     def instance(i: int) -> None:
-        try:
-            client = server.client()
-            # Fail closed with a generous deadline: a failure must not be
-            # able to admit, and 50 threads on 2 cores are slow to wake.
-            limiter = rbr.TokenBucket(client, rate=10, burst=20, on_error="closed", timeout=0.5)
-            local = rb.TokenBucket(10, 20)
-            barrier.wait()
-            starts[i] = time.monotonic()
-            stop = starts[i] + run_for
-            while time.monotonic() < stop:
-                sent[i] = time.monotonic()
-                d = limiter.check(key)
-                answered[i] = min(answered[i], time.monotonic())
-                admitted[i] += d.allowed
-                sources[i][d.source or "?"] = sources[i].get(d.source or "?", 0) + 1
-                local_admitted[i] += local.try_acquire()
-                time.sleep(0.005)
-            ends[i] = time.monotonic()
-            limiter.close()
-            client.close()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+        client = server.client()
+        # Fail closed with a generous deadline: a failure must not be
+        # able to admit, and 50 threads on 2 cores are slow to wake.
+        limiter = rbr.TokenBucket(client, rate=10, burst=20, on_error="closed", timeout=0.5)
+        local = rb.TokenBucket(10, 20)
+        barrier.wait()
+        starts[i] = time.monotonic()
+        stop = starts[i] + run_for
+        while time.monotonic() < stop:
+            sent[i] = time.monotonic()
+            d = limiter.check(key)
+            answered[i] = min(answered[i], time.monotonic())
+            admitted[i] += d.allowed
+            sources[i][d.source or "?"] = sources[i].get(d.source or "?", 0) + 1
+            local_admitted[i] += local.try_acquire()
+            time.sleep(0.005)
+        ends[i] = time.monotonic()
+        limiter.close()
+        client.close()
 
-    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    in_threads(instance, instances)
     elapsed = max(ends) - min(starts)
     bound = 20 + 10 * elapsed + 1
     total = sum(admitted)
@@ -275,12 +285,11 @@ def assert_policy(policy: str, answers: list[rb.Decision], elapsed: float) -> No
         assert allowed < len(failed)
 
 
-@pytest.mark.parametrize("policy", ["open", "closed", "local"])
-def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
-    timeout = 0.05
-    client = own_server.client()
-    limiter = rbr.TokenBucket(
-        client,
+def fault_limiter(target: Any, policy: str, timeout: float) -> rbr.TokenBucket:
+    """The fault tests' limiter: far below its limit, `policy` (a local
+    share of 5/s for "local") while Redis fails."""
+    return rbr.TokenBucket(
+        target,
         rate=1000,
         burst=1000,
         on_error=policy,
@@ -288,15 +297,19 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
         timeout=timeout,
         breaker_cooldown=0.2,
     )
-    t = Timed(limiter, fresh_key("faults"))
-    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
 
+
+def kill_pause_flush(own_server: Server, t: Timed, policy: str, timeout: float) -> None:
+    """The fault run of the sync limiters' fault tests (redis-py and the
+    native connection): the fail policy answers within the deadline while
+    the server is killed or paused, the breaker's probe finds it back after
+    a restart on the same port (no new client), SCRIPT FLUSH is transparent."""
     # Killed mid-run, restarted on the same port.
     own_server.kill()
     start = time.monotonic()
     down = t.run(0.5)
     assert_policy(policy, down, time.monotonic() - start)
-    assert limiter.breaker_open
+    assert t.limiter.breaker_open
     own_server.start()
     t.until("redis", within=3.0)  # the breaker's probe finds it back: no new client
     assert all(d.source == "redis" for d in t.run(0.1))
@@ -317,6 +330,16 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     assert len(t.log) > before
 
     assert t.longest <= timeout + SLACK, f"a call took {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)"
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "local"])
+def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
+    timeout = 0.05
+    client = own_server.client()
+    limiter = fault_limiter(client, policy, timeout)
+    t = Timed(limiter, fresh_key("faults"))
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+    kill_pause_flush(own_server, t, policy, timeout)
     print(f"\nfaults, on_error={policy}: longest call {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
     limiter.close()
     client.close()
@@ -366,43 +389,55 @@ def test_an_idle_connection_the_server_closed_is_replaced(own_server: Server) ->
     client.close()
 
 
-async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
-    timeout = 0.05
-    client = redis.asyncio.Redis(host=HOST, port=own_server.port)
-    limiter = rbr.AsyncTokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
-    key = fresh_key("faults-async")
-    longest = 0.0
+class AsyncTimed:
+    """Timed's asyncio twin: checks every 10 ms, recording the longest call."""
 
-    async def run(seconds: float) -> list[rb.Decision]:
-        nonlocal longest
+    def __init__(self, limiter: Any, key: str) -> None:
+        self.limiter = limiter
+        self.key = key
+        self.longest = 0.0
+
+    async def run(self, seconds: float) -> list[rb.Decision]:
         out = []
         stop = time.monotonic() + seconds
         while time.monotonic() < stop:
             t = time.monotonic()
-            out.append(await limiter.check(key))
-            longest = max(longest, time.monotonic() - t)
+            out.append(await self.limiter.check(self.key))
+            self.longest = max(self.longest, time.monotonic() - t)
             await asyncio.sleep(0.01)
         return out
 
-    async def back(within: float) -> None:
+    async def back(self, within: float) -> None:
         stop = time.monotonic() + within
         while time.monotonic() < stop:
-            if (await run(0.01))[-1].source == "redis":
+            if (await self.run(0.01))[-1].source == "redis":
                 return
         raise AssertionError("no recovery")
 
-    assert all(d.source == "redis" for d in await run(0.1))
+
+async def async_kill_and_pause(own_server: Server, t: AsyncTimed, timeout: float) -> None:
+    """The fault run of the asyncio fault tests (redis-py and the native
+    connection), on_error="closed": killed, restarted, paused, SCRIPT FLUSH."""
     own_server.kill()
-    assert_policy("closed", await run(0.4), 0.4)
+    assert_policy("closed", await t.run(0.4), 0.4)
     own_server.start()
-    await back(3.0)
+    await t.back(3.0)
     own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
-    assert_policy("closed", await run(0.4), 0.4)
-    await back(5.0)
+    assert_policy("closed", await t.run(0.4), 0.4)
+    await t.back(5.0)
     own_server.admin("SCRIPT", "FLUSH")
-    assert all(d.source == "redis" for d in await run(0.1))
-    assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"
-    print(f"\nfaults, asyncio: longest call {longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
+    assert all(d.source == "redis" for d in await t.run(0.1))
+    assert t.longest <= timeout + SLACK, f"a call took {t.longest * 1000:.1f} ms"
+
+
+async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
+    timeout = 0.05
+    client = redis.asyncio.Redis(host=HOST, port=own_server.port)
+    limiter = rbr.AsyncTokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
+    t = AsyncTimed(limiter, fresh_key("faults-async"))
+    assert all(d.source == "redis" for d in await t.run(0.1))
+    await async_kill_and_pause(own_server, t, timeout)
+    print(f"\nfaults, asyncio: longest call {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
     await limiter.aclose()
     await client.aclose()
 
@@ -437,51 +472,65 @@ def holds(node: Server, key: str) -> bool:
     raise AssertionError("SCAN did not finish")
 
 
+class ClusterRun:
+    """`instances` limiters checking one key on each master (`keys`, from
+    keys_per_master) over and over for `run_for` s from a common start."""
+
+    def __init__(self, cluster: Cluster, keys: dict[int, str], instances: int, run_for: float) -> None:
+        self.cluster = cluster
+        self.keys = keys
+        self.run_for = run_for
+        self.barrier = threading.Barrier(instances)
+        self.admitted: list[dict[str, int]] = [{k: 0 for k in keys.values()} for _ in range(instances)]
+        self.sources: collections.Counter[str] = collections.Counter()
+        self.starts = [0.0] * instances
+        self.sent = [0.0] * instances
+        self.ends = [0.0] * instances
+        self.checks = [0] * instances
+
+    def instance(self, i: int, limiter: Any, pause: float = 0.0) -> None:
+        """Instance `i`'s run (in its own thread), `pause` s between rounds."""
+        self.barrier.wait()
+        self.starts[i] = time.monotonic()
+        while time.monotonic() < self.starts[i] + self.run_for:
+            for k in self.keys.values():
+                self.sent[i] = time.monotonic()
+                d = limiter.check(k)
+                self.checks[i] += 1
+                self.admitted[i][k] += d.allowed
+                self.sources[d.source or "?"] += 1
+            if pause:
+                time.sleep(pause)
+        self.ends[i] = time.monotonic()
+
+    def assert_bound_per_key(self) -> None:
+        """Each key's bound holds (and 90 % of what was earned by the last
+        request sent is admitted), and each key lives on its own master."""
+        elapsed = max(self.ends) - min(self.starts)
+        bound = 10 + 10 * elapsed + 1
+        earned = 10 + 10 * (max(self.sent) - min(self.starts))
+        for port, k in self.keys.items():
+            total = sum(a[k] for a in self.admitted)
+            assert 0.9 * earned <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, answers {dict(self.sources)}"
+            # The key lives on its own master, and only there.
+            assert [n.port for n in self.cluster.nodes if holds(n, f"rb:tb:{k}")] == [port], (k, port)
+
+
 def test_cluster_bound_holds_per_key(cluster: Cluster) -> None:
     keys = keys_per_master(cluster)
     assert len(set(keys)) == 3
     instances, run_for = 8, 2.0
-    admitted: list[dict[str, int]] = [{k: 0 for k in keys.values()} for _ in range(instances)]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(instances)
-    starts = [0.0] * instances
-    sent = [0.0] * instances
-    ends = [0.0] * instances
-    sources: collections.Counter[str] = collections.Counter()
+    run = ClusterRun(cluster, keys, instances, run_for)
 
     def instance(i: int) -> None:
-        try:
-            client = cluster.client()
-            limiter = rbr.TokenBucket(client, rate=10, burst=10, on_error="closed", timeout=0.5)
-            barrier.wait()
-            starts[i] = time.monotonic()
-            while time.monotonic() < starts[i] + run_for:
-                for k in keys.values():
-                    sent[i] = time.monotonic()
-                    d = limiter.check(k)
-                    admitted[i][k] += d.allowed
-                    sources[d.source or "?"] += 1
-                time.sleep(0.005)
-            ends[i] = time.monotonic()
-            limiter.close()
-            client.close()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+        client = cluster.client()
+        limiter = rbr.TokenBucket(client, rate=10, burst=10, on_error="closed", timeout=0.5)
+        run.instance(i, limiter, pause=0.005)
+        limiter.close()
+        client.close()
 
-    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
-    elapsed = max(ends) - min(starts)
-    bound = 10 + 10 * elapsed + 1
-    earned = 10 + 10 * (max(sent) - min(starts))
-    for port, k in keys.items():
-        total = sum(a[k] for a in admitted)
-        assert 0.9 * earned <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, answers {dict(sources)}"
-        # The key lives on its own master, and only there.
-        assert [n.port for n in cluster.nodes if holds(n, f"rb:tb:{k}")] == [port], (k, port)
+    in_threads(instance, instances)
+    run.assert_bound_per_key()
 
 
 async def test_cluster_asyncio(cluster: Cluster) -> None:

@@ -23,15 +23,11 @@ import redis.asyncio
 
 import ratebound as rb
 import ratebound.redis as rbr
+from test_redis_sync_deadline import ADMIT, COOLDOWN, DEADLINE, FAIL, START, fail_options
 from virtual_time import virtual as run_virtual
 
 pytestmark = pytest.mark.filterwarnings("error")
 
-DEADLINE = 0.05
-COOLDOWN = 0.2
-START = 1000.0
-ADMIT = [1, 19, 0, 100_000, 1, 0, 1_000_000]
-FAIL = {"open": ("fail_open", True), "closed": ("fail_closed", False), "local": ("local", True)}
 # (connect delay, reply delay, reply); a reply delay of None never answers.
 Answer = tuple[float, Optional[float], Any]
 
@@ -114,17 +110,7 @@ def pool_of(server: Server, max_connections: Optional[int] = None) -> redis.asyn
 
 def limiter(server: Server, policy: str = "closed", max_connections: Optional[int] = None) -> rbr.AsyncTokenBucket:
     client = redis.asyncio.Redis(connection_pool=pool_of(server, max_connections))
-    lim = rbr.AsyncTokenBucket(
-        client,
-        rate=10,
-        burst=20,
-        on_error=policy,
-        local_rate=5 if policy == "local" else None,
-        timeout=DEADLINE,
-        breaker_cooldown=COOLDOWN,
-        _clock=server.clock,  # type: ignore[call-arg]
-    )
-    return lim
+    return rbr.AsyncTokenBucket(client, **fail_options(policy, server.clock))
 
 
 @pytest.mark.parametrize("policy", ["open", "closed", "local"])

@@ -117,23 +117,28 @@ class ScriptedClient:
     eval = evalsha
 
 
-def limiter(kind: str, server: Server, policy: str = "closed", **options: Any) -> rbr.TokenBucket:
-    client: Union[redis.Redis, ScriptedClient]
-    if kind == "own":
-        client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=connection_class(server)))
-    else:
-        client = ScriptedClient(server)
-    lim = rbr.TokenBucket(
-        client,
+def fail_options(policy: str, clock: rb.ManualClock) -> dict[str, Any]:
+    """The deadline tests' limiter options (here and in
+    test_redis_pool_deadline.py): 10/s, burst 20, `policy` while Redis fails
+    (a local share of 5/s for "local"), DEADLINE and COOLDOWN, on `clock`."""
+    return dict(
         rate=10,
         burst=20,
         on_error=policy,
         local_rate=5 if policy == "local" else None,
         timeout=DEADLINE,
         breaker_cooldown=COOLDOWN,
-        _clock=server.clock,  # type: ignore[call-arg]
-        **options,
+        _clock=clock,
     )
+
+
+def limiter(kind: str, server: Server, policy: str = "closed", **options: Any) -> rbr.TokenBucket:
+    client: Union[redis.Redis, ScriptedClient]
+    if kind == "own":
+        client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=connection_class(server)))
+    else:
+        client = ScriptedClient(server)
+    lim = rbr.TokenBucket(client, **fail_options(policy, server.clock), **options)
     assert type(lim._runner).__name__ == {"own": "_Standalone", "as_given": "_AsIs"}[kind]
     return lim
 
