@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import pytest
 import redis
@@ -75,28 +75,34 @@ def fields(d: rb.Decision) -> dict:
     }
 
 
+def replay(target: Any, vector: dict[str, Any], failures: list[str], **kw: Any) -> int:
+    """One vector's steps in order on a limiter for `target` (a client, or
+    a URL with test_redis_native.py); how many."""
+    # A fresh random key per vector; a generous deadline, so that a slow
+    # moment of the machine cannot turn an answer into the fail policy's.
+    prefix = fresh_key("spec") + ":"
+    limiter = CLASSES[vector["config"]["algorithm"]](target, vector["config"], prefix=prefix, timeout=2.0, **kw)
+    steps = 0
+    for i, step in enumerate(vector["steps"]):
+        if "config" in step:
+            # A redeploy: the same key under new settings from here on.
+            limiter.close()
+            limiter = CLASSES[step["config"]["algorithm"]](target, step["config"], prefix=prefix, timeout=2.0, **kw)
+        steps += 1
+        got = fields(limiter._check_at(vector["id"], step["n"], step["at_us"]))
+        for field, want in step["expect"].items():
+            if got[field] != want:
+                failures.append(f"{vector['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
+    limiter.close()
+    return steps
+
+
 def test_spec_vectors_replay_against_redis(server: Server) -> None:
     vectors = json.loads(SPEC.read_text())["vectors"]
     assert len(vectors) >= 12
     failures: list[str] = []
     client = server.client()
-    steps = 0
-    for v in vectors:
-        # A fresh random key per vector; a generous deadline, so that a slow
-        # moment of the machine cannot turn an answer into the fail policy's.
-        prefix = fresh_key("spec") + ":"
-        limiter = CLASSES[v["config"]["algorithm"]](client, v["config"], prefix=prefix, timeout=2.0)
-        for i, step in enumerate(v["steps"]):
-            if "config" in step:
-                # A redeploy: the same key under new settings from here on.
-                limiter.close()
-                limiter = CLASSES[step["config"]["algorithm"]](client, step["config"], prefix=prefix, timeout=2.0)
-            steps += 1
-            got = fields(limiter._check_at(v["id"], step["n"], step["at_us"]))
-            for field, want in step["expect"].items():
-                if got[field] != want:
-                    failures.append(f"{v['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
-        limiter.close()
+    steps = sum(replay(client, v, failures) for v in vectors)
     client.close()
     assert not failures, "\n".join(failures)
     assert steps == sum(len(v["steps"]) for v in vectors) and steps >= 50, steps
@@ -180,6 +186,17 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     print(f"\nincident: Redis admitted {total} in {elapsed:.2f} s (bound {bound:.1f}); 50 local buckets {local_total}")
 
 
+async def gather_then_close(runs: Iterable[Awaitable[None]], limiters: list[Any], clients: list[Any]) -> float:
+    """Awaits the `runs` together, then closes the `limiters` and their
+    `clients`; when the runs had ended (``time.monotonic()``)."""
+    await asyncio.gather(*runs)
+    ended = time.monotonic()
+    for lim, c in zip(limiters, clients):
+        await lim.aclose()
+        await c.aclose()
+    return ended
+
+
 async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
     key = fresh_key("partner-api-async")
     run_for = 2.0
@@ -204,11 +221,7 @@ async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
             sources[d.source or "?"] += 1
             await asyncio.sleep(0.005)
 
-    await asyncio.gather(*(instance(i) for i in range(50)))
-    elapsed = time.monotonic() - start
-    for lim, c in zip(limiters, clients):
-        await lim.aclose()
-        await c.aclose()
+    elapsed = await gather_then_close((instance(i) for i in range(50)), limiters, clients) - start
     # Upper: all the run could earn (+1 for a token falling due during the
     # last call); lower: 90 % of what was earned from the first answer (the
     # first call reached Redis before it: 50 connections made on a busy
@@ -557,11 +570,7 @@ async def test_cluster_asyncio(cluster: Cluster) -> None:
                 sources[d.source or "?"] += 1
             await asyncio.sleep(0.005)
 
-    await asyncio.gather(*(instance(lim) for lim in limiters))
-    elapsed = time.monotonic() - start
-    for lim, c in zip(limiters, clients):
-        await lim.aclose()
-        await c.aclose()
+    elapsed = await gather_then_close((instance(lim) for lim in limiters), limiters, clients) - start
     # Upper: everything the run could have earned (+1 for a token falling due
     # during the last call). Lower: 90 % of what had been earned by the last
     # request sent (the wall clock runs on while the last answers come back).

@@ -27,7 +27,6 @@ import redis
 import ratebound as rb
 import ratebound.redis as rbr
 from test_redis import (  # noqa: F401 (cluster: a fixture)
-    CLASSES,
     FAIL_SOURCE,
     SLACK,
     SPEC,
@@ -40,6 +39,7 @@ from test_redis import (  # noqa: F401 (cluster: a fixture)
     in_threads,
     keys_per_master,
     kill_pause_flush,
+    replay,
 )
 from redis_servers import HOST, Cluster, Server, free_port, fresh_key
 
@@ -68,24 +68,6 @@ def script_calls(server: Server) -> int:
 
 
 # ------------------------------------------------------------ test vectors
-
-
-def replay(target: Any, vector: dict[str, Any], failures: list[str], **kw: Any) -> int:
-    """One vector's steps in order on a limiter for `target`; how many."""
-    prefix = fresh_key("spec") + ":"
-    limiter = CLASSES[vector["config"]["algorithm"]](target, vector["config"], prefix=prefix, timeout=2.0, **kw)
-    steps = 0
-    for i, step in enumerate(vector["steps"]):
-        if "config" in step:
-            limiter.close()
-            limiter = CLASSES[step["config"]["algorithm"]](target, step["config"], prefix=prefix, timeout=2.0, **kw)
-        steps += 1
-        got = fields(limiter._check_at(vector["id"], step["n"], step["at_us"]))
-        for field, want in step["expect"].items():
-            if got[field] != want:
-                failures.append(f"{vector['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
-    limiter.close()
-    return steps
 
 
 @pytest.mark.parametrize("batch", [True, False])
@@ -587,19 +569,14 @@ def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -
 
 
 async def test_asyncio_waiters_move_past_another_instances_pause(server: Server) -> None:
-    from test_redis_waiting import PAUSE, RATE, _check_moved, _tasks_in_order
+    from test_redis_waiting import RATE, _tasks_move_past_a_pause
 
     key = fresh_key("asleep-native-async")
     a = rbr.AsyncTokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
     b = rbr.TokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
     await a.acquire(fresh_key("warm"))
     assert a.listening
-    tasks, start = await _tasks_in_order(a, key, 4, [server])
-    paused_at = time.monotonic() - start
-    shift = await asyncio.to_thread(b.pause, key, PAUSE)
-    assert shift is not None
-    done = list(await asyncio.gather(*tasks))
-    _check_moved(done, paused_at, shift)
+    await _tasks_move_past_a_pause(a, lambda k, s: asyncio.to_thread(b.pause, k, s), key, 4, [server])
     await a.aclose()
     assert not a.listening
     b.close()

@@ -153,6 +153,19 @@ def at(c: rb.ManualClock) -> float:
     return round(c.now() - START, 9)
 
 
+def assert_three_deadlines_open_the_breaker(policy: str, answers: list[tuple[Any, float]], sent: list[float], lim: Any) -> None:
+    """Three calls to a silent Redis (`answers`: each one's decision and
+    when it came, `sent`: when each went out, both from the start): the
+    fail policy (not "busy") at exactly 50, 100, 150 ms, and the third
+    opened the breaker. Here and in test_redis_pool_deadline.py."""
+    for i, (d, when) in enumerate(answers):
+        assert (d.source, d.allowed) == FAIL[policy], (i, d)
+        assert when == pytest.approx(DEADLINE * (i + 1), abs=1e-9), (i, when)
+    assert sent == pytest.approx([0.0, 0.05, 0.1], abs=1e-9)
+    assert lim.breaker_open
+    assert lim.stats.busy == 0
+
+
 @pytest.mark.parametrize("policy", ["open", "closed", "local"])
 def test_own_connections_a_silent_redis_gets_the_fail_policy_at_the_deadline_then_the_breaker(policy: str) -> None:
     """Redis never answers: each of three calls gets the fail policy (not
@@ -162,13 +175,7 @@ def test_own_connections_a_silent_redis_gets_the_fail_policy_at_the_deadline_the
     c = clock()
     server = Server(c, [(None, None)] * 3)
     lim = limiter("own", server, policy)
-    for i in range(3):
-        d = lim.check("k")
-        assert (d.source, d.allowed) == FAIL[policy], (i, d)
-        assert at(c) == pytest.approx(DEADLINE * (i + 1), abs=1e-9), (i, at(c))
-    assert server.sent == pytest.approx([0.0, 0.05, 0.1], abs=1e-9)
-    assert lim.breaker_open
-    assert lim.stats.busy == 0
+    assert_three_deadlines_open_the_breaker(policy, [(lim.check("k"), at(c)) for _ in range(3)], server.sent, lim)
     opened = at(c)
     c.advance(COOLDOWN - 1e-6)
     d = lim.check("k")
