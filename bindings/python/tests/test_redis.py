@@ -842,6 +842,41 @@ def test_engine_without_io() -> None:
     assert "source='redis'" in repr(d)
 
 
+def test_stats_and_bad_instants_as_python_reads_them() -> None:
+    """RedisStats' counters as attributes, as a dict and in its repr (one
+    list of names in the binding); a bad instant for a call, and a bad
+    nanosecond count for a ManualClock, are typed errors naming the value."""
+    e = rb._ratebound._RedisEngine("token_bucket", rate="10/s burst 20", on_error="closed")
+    call = e.begin("k")
+    assert isinstance(call, rb._ratebound._RedisCall)
+    assert e.finish(call, [1, 19, 0, 100000, 1, 0, 7]).source == "redis"
+    assert e.finish(call, error="ConnectionError").source == "fail_closed"
+    s = e.stats
+    want = {"redis": 1, "lease": 0, "damaged": 0, "fail_open": 0, "fail_closed": 1, "fail_local": 0, "busy": 0}
+    assert {name: getattr(s, name) for name in want} == want
+    assert s.breaker_open is False
+    assert s._asdict() == {**want, "breaker_open": False}
+    assert repr(s) == (
+        "RedisStats(redis=1, lease=0, damaged=0, fail_open=0, fail_closed=1, fail_local=0, busy=0, breaker_open=False)"
+    )
+    with pytest.raises(TypeError, match="^now_us must be an int, got bool$"):
+        call.at(True)  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="now_us") as info:
+        call.at(-1)
+    assert "-1" in str(info.value) and "microseconds" in str(info.value), info.value
+    c = rb.ManualClock()
+    with pytest.raises(TypeError, match="^nanos must be an int, got float$"):
+        c.advance_ns(1.5)  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="nanos") as info:
+        c.set_ns(2**64)
+    assert str(2**64) in str(info.value) and "nanoseconds" in str(info.value), info.value
+    with pytest.raises(TypeError, match="^seconds must be a number, got str$"):
+        c.advance("1")  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="seconds"):
+        c.set(-1)
+    assert c.now() == 0.0
+
+
 # ---------------------------------------------------------------- middleware
 
 
