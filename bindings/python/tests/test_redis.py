@@ -648,21 +648,27 @@ def test_leasing_cuts_round_trips_and_keeps_the_bound(server: Server, k: int) ->
     client.close()
 
 
-def test_close_returns_leased_tokens(server: Server) -> None:
-    client = server.client()
-    key = fresh_key("lease-return")
-    lim = rbr.TokenBucket(client, rate=1, burst=20, lease=10)
+def assert_close_returns_leased_tokens(target: Any, key: str) -> None:
+    """A lease of 10 at burst 20 (`target`: a client, or a URL with
+    test_redis_native.py): two checks, the second the lease's, leave 8
+    leased; close gives them back, one call."""
+    lim = rbr.TokenBucket(target, rate=1, burst=20, lease=10)
     d = lim.check(key)
     assert (d.source, d.remaining) == ("redis", 9)
     assert lim.check(key).source == "lease"
     assert lim.leased() == 8
     assert lim.close() == 1
     assert lim.leased() == 0
-    other = rbr.TokenBucket(client, rate=1, burst=20)
+    other = rbr.TokenBucket(target, rate=1, burst=20)
     # 20 - 2 spent = 18 (one more may have dripped in meanwhile).
     got = sum(other.check(key).allowed for _ in range(25))
     assert got in (18, 19), got
     other.close()
+
+
+def test_close_returns_leased_tokens(server: Server) -> None:
+    client = server.client()
+    assert_close_returns_leased_tokens(client, fresh_key("lease-return"))
     client.close()
 
 

@@ -33,6 +33,7 @@ from test_redis import (  # noqa: F401 (cluster: a fixture)
     AsyncTimed,
     ClusterRun,
     Timed,
+    assert_close_returns_leased_tokens,
     async_kill_and_pause,
     fault_limiter,
     fields,
@@ -619,18 +620,7 @@ async def test_asyncio_reserve_cancel_and_a_cancelled_acquire(server: Server) ->
 
 
 def test_leases_and_close_give_tokens_back(server: Server) -> None:
-    key = fresh_key("lease-native")
-    lim = rbr.TokenBucket(url(server), rate=1, burst=20, lease=10)
-    d = lim.check(key)
-    assert (d.source, d.remaining) == ("redis", 9)
-    assert lim.check(key).source == "lease"
-    assert lim.leased() == 8
-    assert lim.close() == 1
-    assert lim.leased() == 0
-    other = rbr.TokenBucket(url(server), rate=1, burst=20)
-    got = sum(other.check(key).allowed for _ in range(25))
-    assert got in (18, 19), got
-    other.close()
+    assert_close_returns_leased_tokens(url(server), fresh_key("lease-native"))
 
 
 def test_middleware_policy_with_a_url(server: Server) -> None:
