@@ -2,10 +2,8 @@
 
 use pyo3::prelude::*;
 use ratebound::Clock;
-use ratebound::any::{self};
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::{nanos_to_secs, seconds_of, whole_nanos};
 
 // ----------------------------------------------------------------- clock
 
@@ -26,7 +24,7 @@ impl ManualClock {
 
     /// Moves the clock forward by `seconds`.
     fn advance(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let d = seconds_of(py, "seconds", seconds)?;
         self.inner.advance(d);
         Ok(())
     }
@@ -39,7 +37,7 @@ impl ManualClock {
 
     /// Sets the clock to `seconds` since its epoch (may go backwards).
     fn set(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let d = seconds_of(py, "seconds", seconds)?;
         self.inner.set(d);
         Ok(())
     }

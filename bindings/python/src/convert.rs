@@ -6,8 +6,8 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString};
 use ratebound::Error;
 use ratebound::any::{self, AnyClock, Key, Rate};
 
-use crate::clock::*;
-use crate::error::*;
+use crate::clock::ManualClock;
+use crate::error::{OrPy, py_err};
 
 // ------------------------------------------------------ value conversion
 
@@ -29,37 +29,77 @@ pub(crate) fn number(py: Python<'_>, name: &'static str, obj: &Bound<'_, PyAny>)
             type_name(obj)
         )));
     }
-    obj.extract::<f64>().map_err(|_| {
-        py_err(
-            py,
-            Error::InvalidNumber {
-                name,
-                value: obj.repr().map(|r| r.to_string()).unwrap_or_default(),
-                reason: "is too large",
-            },
-        )
-    })
+    obj.extract::<f64>()
+        .map_err(|_| bad_number(py, name, obj, "is too large"))
+}
+
+/// A number argument of seconds as a duration: a finite number ≥ 0 (the
+/// errors of `number`, then the core's `QuotaError` naming it).
+pub(crate) fn seconds_of(
+    py: Python<'_>,
+    name: &'static str,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<std::time::Duration> {
+    any::seconds(name, number(py, name, obj)?).or_py(py)
+}
+
+/// Optional seconds, checked by the core (finite, ≥ 0).
+pub(crate) fn opt_seconds(
+    py: Python<'_>,
+    name: &'static str,
+    obj: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<std::time::Duration>> {
+    opt_number(py, name, obj)?
+        .map(|t| any::seconds(name, t))
+        .transpose()
+        .or_py(py)
+}
+
+/// A whole number `name` from 0 to 2^64 - 1: a `TypeError` for anything but
+/// an int, a `QuotaError` naming the value (and `reason`) outside that.
+pub(crate) fn whole_u64(
+    py: Python<'_>,
+    name: &'static str,
+    obj: &Bound<'_, PyAny>,
+    reason: &'static str,
+) -> PyResult<u64> {
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, got {}",
+            type_name(obj)
+        )));
+    }
+    obj.extract::<u64>()
+        .map_err(|_| bad_number(py, name, obj, reason))
 }
 
 /// A count of nanoseconds: an int from 0 to 2^64 - 1 (a `QuotaError`
 /// naming the value outside that, a `TypeError` for anything but an int).
 pub(crate) fn whole_nanos(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "nanos must be an int, got {}",
-            type_name(obj)
-        )));
-    }
-    obj.extract::<u64>().map_err(|_| {
-        py_err(
-            py,
-            Error::InvalidNumber {
-                name: "nanos",
-                value: obj.repr().map(|r| r.to_string()).unwrap_or_default(),
-                reason: "must be a whole number of nanoseconds from 0 to 2^64 - 1",
-            },
-        )
-    })
+    whole_u64(
+        py,
+        "nanos",
+        obj,
+        "must be a whole number of nanoseconds from 0 to 2^64 - 1",
+    )
+}
+
+/// The core's `QuotaError` for the number `name`, naming `obj` (its repr).
+fn bad_number(
+    py: Python<'_>,
+    name: &'static str,
+    obj: &Bound<'_, PyAny>,
+    reason: &'static str,
+) -> PyErr {
+    let value = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+    py_err(
+        py,
+        Error::InvalidNumber {
+            name,
+            value,
+            reason,
+        },
+    )
 }
 
 pub(crate) fn opt_number(

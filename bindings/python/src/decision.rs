@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use ratebound_redis::Source;
 
-use crate::convert::*;
+use crate::convert::nanos_to_secs;
 
 // -------------------------------------------------------------- decision
 

@@ -9,9 +9,9 @@ use pyo3::types::PyString;
 use ratebound::any::{self, GateOptions};
 use ratebound::http::Forwarding;
 
-use crate::convert::*;
-use crate::error::*;
-use crate::gate::*;
+use crate::convert::{number, whole_nanos};
+use crate::error::{OrPy, py_err};
+use crate::gate::set_option;
 
 /// Whole seconds, rounded up, for a wait of `nanos` (the Retry-After value).
 #[pyfunction]

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use ratebound::any::{self, AnyKeyed};
 
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
-use crate::waiting::*;
+use crate::convert::{clock_of, count, number, opt_number, seconds_of, with_key, with_rate};
+use crate::decision::{Decision, decision};
+use crate::error::OrPy;
+use crate::waiting::{Source, Waiter};
 
 // ----------------------------------------------------------------- keyed
 
@@ -120,7 +120,7 @@ impl KeyedLimiter {
 
     /// Drops keys idle for at least `seconds`; how many.
     fn cleanup_idle(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let d = seconds_of(py, "seconds", seconds)?;
         let inner = &self.inner;
         Ok(py.detach(|| inner.cleanup_idle(d)))
     }
@@ -169,8 +169,7 @@ impl KeyedLimiter {
         n: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let n = count(py, n)?;
-        Waiter::for_key(py, &self.inner, key, n, timeout)?.run_blocking(py)
+        self._waiter(py, key, n, timeout)?.run_blocking(py)
     }
 
     /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
@@ -183,6 +182,11 @@ impl KeyedLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Waiter> {
         let n = count(py, n)?;
-        Waiter::for_key(py, &self.inner, key, n, timeout)
+        Waiter::of(
+            py,
+            Source::Keyed(self.inner.clone(), key.clone().unbind()),
+            n,
+            timeout,
+        )
     }
 }

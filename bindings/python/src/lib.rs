@@ -20,14 +20,14 @@ mod waiting;
 
 use pyo3::prelude::*;
 
-use crate::clock::*;
-use crate::decision::*;
-use crate::gate::*;
-use crate::http::*;
-use crate::keyed::*;
-use crate::limiters::*;
-use crate::redis::*;
-use crate::waiting::*;
+use crate::clock::ManualClock;
+use crate::decision::Decision;
+use crate::gate::{Ask, Concurrency, Gate, Place, Verdict};
+use crate::http::{client_ip, clock_source, ip_key, ratelimit_policy, retry_after_secs};
+use crate::keyed::KeyedLimiter;
+use crate::limiters::{Limiter, Reservation};
+use crate::redis::{RedisCall, RedisEngine};
+use crate::waiting::Waiter;
 
 #[pymodule(gil_used = false)]
 fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -7,10 +7,12 @@ use pyo3::prelude::*;
 use ratebound::any::{self, AnyLimiter, LimiterOptions};
 use ratebound::{Limiter as _, Permit};
 
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
-use crate::waiting::*;
+use crate::convert::{
+    clock_of, count, nanos_to_secs, number, opt_number, opt_seconds, type_name, with_rate,
+};
+use crate::decision::{Decision, decision};
+use crate::error::OrPy;
+use crate::waiting::{Source, Waiter};
 
 // --------------------------------------------------------------- limiter
 
@@ -147,20 +149,16 @@ impl Limiter {
         max_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Reservation> {
         let n = count(py, n)?;
-        let max_wait = match opt_number(py, "max_wait", max_wait)? {
-            Some(s) => Some(any::seconds("max_wait", s).or_py(py)?),
-            None => None,
-        };
+        let max_wait = opt_seconds(py, "max_wait", max_wait)?;
         let (wait, permit) = self
             .inner
             .reserve_n_at(n, max_wait, self.inner.now())
             .or_py(py)?;
-        Ok(Reservation {
-            limiter: Holder::Local(self.inner.clone()),
-            tokens: permit.tokens(),
-            permit: std::sync::Mutex::new(Some(permit)),
+        Ok(Reservation::new(
+            Holder::Local(self.inner.clone()),
+            permit,
             wait,
-        })
+        ))
     }
 
     /// Replaces a token bucket's rate (and burst), converting its state.
@@ -197,8 +195,7 @@ impl Limiter {
         n: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let n = count(py, n)?;
-        Waiter::for_limiter(py, &self.inner, n, timeout)?.run_blocking(py)
+        self._waiter(py, n, timeout)?.run_blocking(py)
     }
 
     /// For `acquire`: a wait for `n` (see `Waiter`).
@@ -210,7 +207,7 @@ impl Limiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Waiter> {
         let n = count(py, n)?;
-        Waiter::for_limiter(py, &self.inner, n, timeout)
+        Waiter::of(py, Source::Limiter(self.inner.clone()), n, timeout)
     }
 }
 
@@ -226,11 +223,22 @@ pub(crate) enum Holder {
 /// `cancel()` to give them back.
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Reservation {
-    pub(crate) limiter: Holder,
-    pub(crate) tokens: u64,
+    limiter: Holder,
+    tokens: u64,
     /// Taken by `cancel`: a permit is single use.
-    pub(crate) permit: std::sync::Mutex<Option<Permit>>,
-    pub(crate) wait: u64,
+    permit: std::sync::Mutex<Option<Permit>>,
+    wait: u64,
+}
+
+impl Reservation {
+    pub(crate) fn new(limiter: Holder, permit: Permit, wait: u64) -> Reservation {
+        Reservation {
+            limiter,
+            tokens: permit.tokens(),
+            permit: std::sync::Mutex::new(Some(permit)),
+            wait,
+        }
+    }
 }
 
 #[pymethods]

@@ -10,11 +10,11 @@ use ratebound::any;
 use ratebound::{Error, KeyedAlgorithm};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
+use crate::convert::{count, number, opt_number, opt_seconds, with_key, with_rate};
+use crate::decision::{Decision, decision};
+use crate::error::{OrPy, error_class, py_err};
 use crate::limiters::{Holder, Reservation};
-use crate::waiting::Waiter;
+use crate::waiting::{Source, Waiter};
 
 /// A shared-memory error as a Python exception: `SharedStatePermissionError`
 /// (a `PermissionError`) for the file's owner or mode, `SharedStateError`
@@ -105,19 +105,15 @@ impl SharedTokenBucket {
         max_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Reservation> {
         let n = count(py, n)?;
-        let max_wait = match opt_number(py, "max_wait", max_wait)? {
-            Some(s) => any::seconds("max_wait", s).or_py(py)?,
-            None => std::time::Duration::MAX,
-        };
+        let max_wait = opt_seconds(py, "max_wait", max_wait)?.unwrap_or(std::time::Duration::MAX);
         let r = self.inner.reserve_n(n, max_wait).or_shm(py)?;
         let wait = u64::try_from(r.delay().as_nanos()).unwrap_or(u64::MAX);
         let permit = r.into_permit();
-        Ok(Reservation {
-            limiter: Holder::Shared(self.inner.clone()),
-            tokens: permit.tokens(),
-            permit: std::sync::Mutex::new(Some(permit)),
+        Ok(Reservation::new(
+            Holder::Shared(self.inner.clone()),
+            permit,
             wait,
-        })
+        ))
     }
 
     /// Empties the bucket for every process for `seconds`; it refills at
@@ -143,8 +139,7 @@ impl SharedTokenBucket {
         n: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let n = count(py, n)?;
-        Waiter::for_shared(py, &self.inner, n, timeout)?.run_blocking(py)
+        self._waiter(py, n, timeout)?.run_blocking(py)
     }
 
     /// For `acquire`: a wait for `n` (see `Waiter`).
@@ -156,7 +151,7 @@ impl SharedTokenBucket {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Waiter> {
         let n = count(py, n)?;
-        Waiter::for_shared(py, &self.inner, n, timeout)
+        Waiter::of(py, Source::Shared(self.inner.clone()), n, timeout)
     }
 
     /// The burst.
@@ -287,8 +282,7 @@ impl SharedKeyedLimiter {
         n: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let n = count(py, n)?;
-        Waiter::for_shared_key(py, &self.inner, key, n, timeout)?.run_blocking(py)
+        self._waiter(py, key, n, timeout)?.run_blocking(py)
     }
 
     /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
@@ -301,7 +295,12 @@ impl SharedKeyedLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Waiter> {
         let n = count(py, n)?;
-        Waiter::for_shared_key(py, &self.inner, key, n, timeout)
+        Waiter::of(
+            py,
+            Source::SharedKeyed(self.inner.clone(), key.clone().unbind()),
+            n,
+            timeout,
+        )
     }
 
     /// The most one check can take.

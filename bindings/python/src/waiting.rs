@@ -10,15 +10,16 @@ use pyo3::prelude::*;
 use ratebound::any::{self, AnyKeyed, AnyLimiter, Wait};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::{nanos_to_secs, opt_number, with_key};
+use crate::error::OrPy;
 use crate::shared::OrShm;
 
 /// Python's timers hold any sleep (asyncio re-arms its selector daily;
 /// blocking sleeps are cut into 50 ms pieces below).
 const HOST_MAX_SLEEP: u64 = u64::MAX;
 
-enum Source {
+/// What a `Waiter` waits on.
+pub(crate) enum Source {
     Limiter(Arc<AnyLimiter>),
     /// The key as given: converted again at each step, like any call.
     Keyed(Arc<AnyKeyed>, Py<PyAny>),
@@ -38,63 +39,30 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn for_limiter(
+    /// A wait for `n` from `source`, or for `timeout` seconds at most
+    /// (None: any wait). A key is checked first, so that a bad key fails
+    /// before any wait.
+    pub(crate) fn of(
         py: Python<'_>,
-        limiter: &Arc<AnyLimiter>,
+        source: Source,
         n: u64,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Waiter> {
         let timeout = opt_number(py, "timeout", timeout)?;
-        let state = limiter.waiter(n, timeout, HOST_MAX_SLEEP).or_py(py)?;
+        let state = match &source {
+            Source::Limiter(l) => l.waiter(n, timeout, HOST_MAX_SLEEP).or_py(py)?,
+            Source::Keyed(k, key) => {
+                with_key(key.bind(py), |_| Ok(()))?;
+                k.waiter(n, timeout, HOST_MAX_SLEEP).or_py(py)?
+            }
+            Source::Shared(l) => l.waiter(n, timeout, HOST_MAX_SLEEP).or_shm(py)?,
+            Source::SharedKeyed(k, key) => {
+                with_key(key.bind(py), |_| Ok(()))?;
+                k.waiter(n, timeout, HOST_MAX_SLEEP).or_shm(py)?
+            }
+        };
         Ok(Waiter {
-            source: Source::Limiter(limiter.clone()),
-            state: Mutex::new(state),
-        })
-    }
-
-    pub(crate) fn for_key(
-        py: Python<'_>,
-        keyed: &Arc<AnyKeyed>,
-        key: &Bound<'_, PyAny>,
-        n: u64,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let timeout = opt_number(py, "timeout", timeout)?;
-        // The key is checked now, so that a bad key fails before any wait.
-        with_key(key, |_| Ok(()))?;
-        let state = keyed.waiter(n, timeout, HOST_MAX_SLEEP).or_py(py)?;
-        Ok(Waiter {
-            source: Source::Keyed(keyed.clone(), key.clone().unbind()),
-            state: Mutex::new(state),
-        })
-    }
-
-    pub(crate) fn for_shared(
-        py: Python<'_>,
-        limiter: &Arc<SharedLimiter>,
-        n: u64,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let timeout = opt_number(py, "timeout", timeout)?;
-        let state = limiter.waiter(n, timeout, HOST_MAX_SLEEP).or_shm(py)?;
-        Ok(Waiter {
-            source: Source::Shared(limiter.clone()),
-            state: Mutex::new(state),
-        })
-    }
-
-    pub(crate) fn for_shared_key(
-        py: Python<'_>,
-        keyed: &Arc<SharedKeyedLimiter>,
-        key: &Bound<'_, PyAny>,
-        n: u64,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let timeout = opt_number(py, "timeout", timeout)?;
-        with_key(key, |_| Ok(()))?;
-        let state = keyed.waiter(n, timeout, HOST_MAX_SLEEP).or_shm(py)?;
-        Ok(Waiter {
-            source: Source::SharedKeyed(keyed.clone(), key.clone().unbind()),
+            source,
             state: Mutex::new(state),
         })
     }

@@ -16,7 +16,7 @@ import pathlib
 import threading
 import time
 import uuid
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import pytest
 import redis
@@ -110,59 +110,44 @@ def assert_used_again(calls: list[list[tuple[float, float, str, bool]]], backs: 
     print(f"used again: {used} admitted in the {end - back:.2f} s after all were back (at least {0.9 * RATE * (end - back) - 1:.1f})")
 
 
-def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: list[Server]) -> None:
-    key = f"failover-{uuid.uuid4().hex}"
-    master, replica = master_and_replica(cluster[0].port, key_slot(f"rb:tb:{key}".encode()))
-    options = dict(rate=RATE, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
-    clients = [redis.cluster.RedisCluster(host=HOST, port=cluster[0].port) for _ in range(2)]
-    limiters = [("redis-py", rbr.TokenBucket(c, **options)) for c in clients] + [
-        ("native", rbr.TokenBucket(f"redis+cluster://{HOST}:{cluster[0].port}", **options)) for _ in range(2)
-    ]
-    run_for, kill_at = 9.0, 1.5
-    seen: list[list[tuple[float, float, str, bool]]] = [[] for _ in limiters]
-    errors: list[BaseException] = []
-    start = time.monotonic()
+def is_master(port: int) -> bool:
+    role = admin(port, "ROLE")
+    return isinstance(role, list) and bool(role) and role[0] in (b"master", "master")
 
-    def instance(i: int) -> None:
-        try:
-            limiter = limiters[i][1]
-            for _ in range(int(run_for / 0.01)):  # bounded
-                t = time.monotonic()
-                if t - start >= run_for:
-                    break
-                d = limiter.check(key)
-                seen[i].append((t - start, time.monotonic() - t, d.source or "?", d.allowed))
-                time.sleep(0.01)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
 
-    threads = [threading.Thread(target=instance, args=(i,)) for i in range(len(limiters))]
-    for t in threads:
-        t.start()
-    time.sleep(kill_at)
-    # Timed as the signal is sent: a client may see the connection drop
-    # before the process is reaped.
-    killed = time.monotonic() - start
-    next(n for n in cluster if n.port == master).kill()
-    promoted = None
+def promoted_after(start: float, killed: float, promoted: Callable[[], bool]) -> Optional[float]:
+    """Seconds from the kill (`killed` s after `start`) until `promoted()`
+    holds, polled every 10 ms for at most 8 s; None if it never does."""
     while time.monotonic() - start < killed + 8:
-        role = admin(replica, "ROLE")
-        if isinstance(role, list) and role and role[0] in (b"master", "master"):
-            promoted = time.monotonic() - start - killed
-            break
+        if promoted():
+            return time.monotonic() - start - killed
         time.sleep(0.01)
-    for t in threads:
-        t.join(timeout=30)
-    for _, limiter in limiters:
-        limiter.close()
-    for c in clients:
-        c.close()
-    assert not errors, errors
-    assert promoted is not None, "the replica was not promoted within 8 s"
+    return None
 
+
+Calls = list[tuple[float, float, str, bool]]
+
+
+def check_every_10ms(limiter: rbr.TokenBucket, key: str, start: float, run_for: float, seen: Calls) -> None:
+    """Checks `key` every 10 ms until `run_for` s after `start`, recording
+    each call's (start, duration, source, allowed)."""
+    for _ in range(int(run_for / 0.01)):  # bounded
+        t = time.monotonic()
+        if t - start >= run_for:
+            break
+        d = limiter.check(key)
+        seen.append((t - start, time.monotonic() - t, d.source or "?", d.allowed))
+        time.sleep(0.01)
+
+
+def assert_failed_over(runs: list[tuple[str, Calls]], start: float, killed: float, promoted: float, label: str = "") -> None:
+    """What the instances saw around the kill (`runs`: each one's name and
+    calls): every call within the deadline, the fail policy's refusals only
+    after the kill, Redis's answers again soon after the promotion, and
+    what Redis admitted within burst + rate·t."""
     redis_admitted = 0
     backs = []
-    for (kind, _), calls in zip(limiters, seen):
+    for kind, calls in runs:
         failed = [c for c in calls if c[2] != "redis"]
         assert failed, f"{kind}: the kill was not felt"
         for at, took, source, allowed in calls:
@@ -179,11 +164,51 @@ def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: lis
             f"{kind}: back at {after[0][0]:.2f} s, killed at {killed:.2f}, promoted {promoted:.2f} s later"
         )
         backs.append(after[0][0])
-        print(f"{kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
+        print(f"{label}{kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
               f"(promoted {promoted:.2f} s after it)")
     elapsed = time.monotonic() - start
     assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"
-    assert_used_again(seen, backs)
+    assert_used_again([calls for _, calls in runs], backs)
+
+
+def test_limiters_recover_from_a_cluster_failover_without_a_restart(cluster: list[Server]) -> None:
+    key = f"failover-{uuid.uuid4().hex}"
+    master, replica = master_and_replica(cluster[0].port, key_slot(f"rb:tb:{key}".encode()))
+    options = dict(rate=RATE, burst=20, on_error="closed", timeout=DEADLINE, breaker_cooldown=0.25)
+    clients = [redis.cluster.RedisCluster(host=HOST, port=cluster[0].port) for _ in range(2)]
+    limiters = [("redis-py", rbr.TokenBucket(c, **options)) for c in clients] + [
+        ("native", rbr.TokenBucket(f"redis+cluster://{HOST}:{cluster[0].port}", **options)) for _ in range(2)
+    ]
+    run_for, kill_at = 9.0, 1.5
+    seen: list[list[tuple[float, float, str, bool]]] = [[] for _ in limiters]
+    errors: list[BaseException] = []
+    start = time.monotonic()
+
+    def instance(i: int) -> None:
+        try:
+            check_every_10ms(limiters[i][1], key, start, run_for, seen[i])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=instance, args=(i,)) for i in range(len(limiters))]
+    for t in threads:
+        t.start()
+    time.sleep(kill_at)
+    # Timed as the signal is sent: a client may see the connection drop
+    # before the process is reaped.
+    killed = time.monotonic() - start
+    next(n for n in cluster if n.port == master).kill()
+    promoted = promoted_after(start, killed, lambda: is_master(replica))
+    for t in threads:
+        t.join(timeout=30)
+    for _, limiter in limiters:
+        limiter.close()
+    for c in clients:
+        c.close()
+    assert not errors, errors
+    assert promoted is not None, "the replica was not promoted within 8 s"
+
+    assert_failed_over([(kind, calls) for (kind, _), calls in zip(limiters, seen)], start, killed, promoted)
 
 
 # ------------------------------------------------------------- Sentinel
@@ -266,13 +291,7 @@ def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: 
     def sync_instance() -> None:
         try:
             limiter = rbr.TokenBucket(sync_client, **options)
-            for _ in range(int(run_for / 0.01)):  # bounded
-                t = time.monotonic()
-                if t - start >= run_for:
-                    break
-                d = limiter.check(key)
-                seen["sync"].append((t - start, time.monotonic() - t, d.source or "?", d.allowed))
-                time.sleep(0.01)
+            check_every_10ms(limiter, key, start, run_for, seen["sync"])
             limiter.close()
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
@@ -302,40 +321,10 @@ def test_limiters_over_redis_py_sentinel_recover_from_a_failover(sentinel_pair: 
     time.sleep(kill_at)
     killed = time.monotonic() - start
     primary.kill()
-    promoted = None
-    while time.monotonic() - start < killed + 8:
-        if sentinel_primary(sentinels[0].port) == replica.port:
-            role = admin(replica.port, "ROLE")
-            if isinstance(role, list) and role and role[0] in (b"master", "master"):
-                promoted = time.monotonic() - start - killed
-                break
-        time.sleep(0.01)
+    promoted = promoted_after(start, killed, lambda: sentinel_primary(sentinels[0].port) == replica.port and is_master(replica.port))
     for t in threads:
         t.join(timeout=30)
     sync_client.close()
     assert not errors, errors
     assert promoted is not None, "the replica was not promoted within 8 s"
-    redis_admitted = 0
-    backs = []
-    for kind, calls in seen.items():
-        failed = [c for c in calls if c[2] != "redis"]
-        assert failed, f"{kind}: the kill was not felt"
-        for at, took, source, allowed in calls:
-            assert took <= DEADLINE + SLACK, f"{kind}: a call took {took:.3f} s at {at:.2f} s ({source})"
-            if source == "redis":
-                redis_admitted += allowed
-            else:
-                assert source == "fail_closed" and not allowed, f"{kind}: {source} at {at:.2f}"
-                assert at + took >= killed, f"{kind}: a failure before the kill, at {at:.2f} s"
-        last_failure = max(at + took for at, took, _, _ in failed)
-        after = [c for c in calls if c[0] > last_failure]
-        assert after and all(c[2] == "redis" for c in after), f"{kind}: not answered by Redis again"
-        assert after[0][0] < killed + promoted + 4, (
-            f"{kind}: back at {after[0][0]:.2f} s, killed at {killed:.2f}, promoted {promoted:.2f} s later"
-        )
-        backs.append(after[0][0])
-        print(f"sentinel, {kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
-              f"(promoted {promoted:.2f} s after it)")
-    elapsed = time.monotonic() - start
-    assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"
-    assert_used_again(list(seen.values()), backs)
+    assert_failed_over(list(seen.items()), start, killed, promoted, "sentinel, ")

@@ -90,6 +90,22 @@ def test_thirty_concurrent_requests_are_sent_exactly_on_the_limiters_schedule() 
     virtual(main)
 
 
+def _a_year_of_retry_after(c: rb.ManualClock, transport_class: Any) -> tuple[Partner, list[rb.httpx.OutboundEvent], Any]:
+    """A partner whose /items answers 429 with a year's Retry-After, then
+    200; a `transport_class` to it over 100/s burst 10 on `c`, pausing at
+    most 1 s, recording its events (returned too)."""
+    partner = Partner(c, scripted({"/items": [(429, {"Retry-After": "31536000"}), (200, {})]}))
+    events: list[rb.httpx.OutboundEvent] = []
+    transport = transport_class(
+        rb.TokenBucket(100, 10, clock=c),
+        transport=httpx.MockTransport(partner),
+        max_pause=1,
+        backoff=0.05,
+        on_decision=events.append,
+    )
+    return partner, events, transport
+
+
 def test_a_year_of_retry_after_pauses_exactly_max_pause_and_the_wait_is_told_exactly() -> None:
     """A 429 with a year's Retry-After: the pause is capped to max_pause
     (1 s); the bucket is empty until its end and refills at its rate, so
@@ -97,15 +113,7 @@ def test_a_year_of_retry_after_pauses_exactly_max_pause_and_the_wait_is_told_exa
     event says exactly that."""
 
     async def main(c: rb.ManualClock) -> None:
-        partner = Partner(c, scripted({"/items": [(429, {"Retry-After": "31536000"}), (200, {})]}))
-        events: list[rb.httpx.OutboundEvent] = []
-        transport = rb.httpx.AsyncRateLimitTransport(
-            rb.TokenBucket(100, 10, clock=c),
-            transport=httpx.MockTransport(partner),
-            max_pause=1,
-            backoff=0.05,
-            on_decision=events.append,
-        )
+        partner, events, transport = _a_year_of_retry_after(c, rb.httpx.AsyncRateLimitTransport)
         async with httpx.AsyncClient(transport=transport) as client:
             assert (await client.get(URL)).status_code == 200
         assert partner.at() == pytest.approx([0.0, 1.01], abs=1e-9)
@@ -169,29 +177,28 @@ def _until(done: Callable[[], bool]) -> None:
     assert done(), "not reached within 10 s"
 
 
+def _sent_only_at(c: rb.ManualClock, partner: Partner, t: threading.Thread, out: list[Any], nanos: int, why: str) -> None:
+    """The request of thread `t` (its result in `out`) goes out exactly
+    `nanos` ns of `c` from now: not 1 ms before (the thread given 200 ms of
+    real time to send it too early, `why`), then answered 200."""
+    c.advance_ns(nanos - 1_000_000)
+    time.sleep(0.2)
+    assert partner.at() == [0.0], why
+    c.advance_ns(1_000_000)
+    t.join(10)
+    assert not t.is_alive() and out == [200]
+
+
 def test_sync_a_year_of_retry_after_pauses_exactly_max_pause_on_a_manual_clock() -> None:
     """As the asyncio test above, through ``RateLimitTransport``: the retry
     is sent exactly at 1 s (max_pause) + 1/rate (10 ms), not 1 ms before."""
     c = rb.ManualClock()
-    partner = Partner(c, scripted({"/items": [(429, {"Retry-After": "31536000"}), (200, {})]}))
-    events: list[rb.httpx.OutboundEvent] = []
-    transport = rb.httpx.RateLimitTransport(
-        rb.TokenBucket(100, 10, clock=c),
-        transport=httpx.MockTransport(partner),
-        max_pause=1,
-        backoff=0.05,
-        on_decision=events.append,
-    )
+    partner, events, transport = _a_year_of_retry_after(c, rb.httpx.RateLimitTransport)
     with httpx.Client(transport=transport) as client:
         t, out = _in_thread(lambda: client.get(URL).status_code)
         _until(lambda: [e.outcome for e in events] == ["paused", "retried"])
         assert events[0].seconds == 1.0 and events[0].capped
-        c.advance_ns(1_009_000_000)
-        time.sleep(0.2)
-        assert partner.at() == [0.0], "sent before the pause's end + 1/rate"
-        c.advance_ns(1_000_000)
-        t.join(10)
-        assert not t.is_alive() and out == [200]
+        _sent_only_at(c, partner, t, out, 1_010_000_000, "sent before the pause's end + 1/rate")
     assert partner.at() == pytest.approx([0.0, 1.01], abs=1e-9)
 
 
@@ -213,10 +220,5 @@ def test_sync_a_wait_beyond_the_timeout_is_refused_at_once_on_a_manual_clock() -
         assert out[0].code == "deadline_exceeded" and out[0].retry_after == 2.0
         assert c.now() == 0.0 and partner.at() == [0.0]
         t, out = _in_thread(lambda: client.get(URL, extensions={"ratebound": {"timeout": 5}}).status_code)
-        c.advance_ns(1_999_000_000)
-        time.sleep(0.2)
-        assert partner.at() == [0.0], "sent before the token"
-        c.advance_ns(1_000_000)
-        t.join(10)
-        assert not t.is_alive() and out == [200]
+        _sent_only_at(c, partner, t, out, 2_000_000_000, "sent before the token")
     assert partner.at() == pytest.approx([0.0, 2.0], abs=1e-9)

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import pytest
 import redis
@@ -75,31 +75,56 @@ def fields(d: rb.Decision) -> dict:
     }
 
 
+def replay(target: Any, vector: dict[str, Any], failures: list[str], **kw: Any) -> int:
+    """One vector's steps in order on a limiter for `target` (a client, or
+    a URL with test_redis_native.py); how many."""
+    # A fresh random key per vector; a generous deadline, so that a slow
+    # moment of the machine cannot turn an answer into the fail policy's.
+    prefix = fresh_key("spec") + ":"
+    limiter = CLASSES[vector["config"]["algorithm"]](target, vector["config"], prefix=prefix, timeout=2.0, **kw)
+    steps = 0
+    for i, step in enumerate(vector["steps"]):
+        if "config" in step:
+            # A redeploy: the same key under new settings from here on.
+            limiter.close()
+            limiter = CLASSES[step["config"]["algorithm"]](target, step["config"], prefix=prefix, timeout=2.0, **kw)
+        steps += 1
+        got = fields(limiter._check_at(vector["id"], step["n"], step["at_us"]))
+        for field, want in step["expect"].items():
+            if got[field] != want:
+                failures.append(f"{vector['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
+    limiter.close()
+    return steps
+
+
 def test_spec_vectors_replay_against_redis(server: Server) -> None:
     vectors = json.loads(SPEC.read_text())["vectors"]
     assert len(vectors) >= 12
     failures: list[str] = []
     client = server.client()
-    steps = 0
-    for v in vectors:
-        # A fresh random key per vector; a generous deadline, so that a slow
-        # moment of the machine cannot turn an answer into the fail policy's.
-        prefix = fresh_key("spec") + ":"
-        limiter = CLASSES[v["config"]["algorithm"]](client, v["config"], prefix=prefix, timeout=2.0)
-        for i, step in enumerate(v["steps"]):
-            if "config" in step:
-                # A redeploy: the same key under new settings from here on.
-                limiter.close()
-                limiter = CLASSES[step["config"]["algorithm"]](client, step["config"], prefix=prefix, timeout=2.0)
-            steps += 1
-            got = fields(limiter._check_at(v["id"], step["n"], step["at_us"]))
-            for field, want in step["expect"].items():
-                if got[field] != want:
-                    failures.append(f"{v['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
-        limiter.close()
+    steps = sum(replay(client, v, failures) for v in vectors)
     client.close()
     assert not failures, "\n".join(failures)
     assert steps == sum(len(v["steps"]) for v in vectors) and steps >= 50, steps
+
+
+def in_threads(instance: Callable[[int], None], count: int) -> None:
+    """Runs instance(0) … instance(count - 1) at once, a thread each, and
+    fails with what any of them raised."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            instance(i)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
 
 
 # -------------------------------------------------------------- incident
@@ -122,38 +147,29 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     # Each instance's last request sent and first answer.
     sent = [0.0] * instances
     answered = [math.inf] * instances
-    errors: list[BaseException] = []
 
     def instance(i: int) -> None:
-        try:
-            client = server.client()
-            # Fail closed with a generous deadline: a failure must not be
-            # able to admit, and 50 threads on 2 cores are slow to wake.
-            limiter = rbr.TokenBucket(client, rate=10, burst=20, on_error="closed", timeout=0.5)
-            local = rb.TokenBucket(10, 20)
-            barrier.wait()
-            starts[i] = time.monotonic()
-            stop = starts[i] + run_for
-            while time.monotonic() < stop:
-                sent[i] = time.monotonic()
-                d = limiter.check(key)
-                answered[i] = min(answered[i], time.monotonic())
-                admitted[i] += d.allowed
-                sources[i][d.source or "?"] = sources[i].get(d.source or "?", 0) + 1
-                local_admitted[i] += local.try_acquire()
-                time.sleep(0.005)
-            ends[i] = time.monotonic()
-            limiter.close()
-            client.close()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+        client = server.client()
+        # Fail closed with a generous deadline: a failure must not be
+        # able to admit, and 50 threads on 2 cores are slow to wake.
+        limiter = rbr.TokenBucket(client, rate=10, burst=20, on_error="closed", timeout=0.5)
+        local = rb.TokenBucket(10, 20)
+        barrier.wait()
+        starts[i] = time.monotonic()
+        stop = starts[i] + run_for
+        while time.monotonic() < stop:
+            sent[i] = time.monotonic()
+            d = limiter.check(key)
+            answered[i] = min(answered[i], time.monotonic())
+            admitted[i] += d.allowed
+            sources[i][d.source or "?"] = sources[i].get(d.source or "?", 0) + 1
+            local_admitted[i] += local.try_acquire()
+            time.sleep(0.005)
+        ends[i] = time.monotonic()
+        limiter.close()
+        client.close()
 
-    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    in_threads(instance, instances)
     elapsed = max(ends) - min(starts)
     bound = 20 + 10 * elapsed + 1
     total = sum(admitted)
@@ -168,6 +184,17 @@ def test_incident_fifty_instances_share_one_limit(server: Server) -> None:
     # The contrast: fifty local buckets are fifty limits.
     assert local_total > 10 * bound, f"local buckets admitted {local_total}, bound {bound:.1f}"
     print(f"\nincident: Redis admitted {total} in {elapsed:.2f} s (bound {bound:.1f}); 50 local buckets {local_total}")
+
+
+async def gather_then_close(runs: Iterable[Awaitable[None]], limiters: list[Any], clients: list[Any]) -> float:
+    """Awaits the `runs` together, then closes the `limiters` and their
+    `clients`; when the runs had ended (``time.monotonic()``)."""
+    await asyncio.gather(*runs)
+    ended = time.monotonic()
+    for lim, c in zip(limiters, clients):
+        await lim.aclose()
+        await c.aclose()
+    return ended
 
 
 async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
@@ -194,11 +221,7 @@ async def test_incident_asyncio_fifty_tasks(server: Server) -> None:
             sources[d.source or "?"] += 1
             await asyncio.sleep(0.005)
 
-    await asyncio.gather(*(instance(i) for i in range(50)))
-    elapsed = time.monotonic() - start
-    for lim, c in zip(limiters, clients):
-        await lim.aclose()
-        await c.aclose()
+    elapsed = await gather_then_close((instance(i) for i in range(50)), limiters, clients) - start
     # Upper: all the run could earn (+1 for a token falling due during the
     # last call); lower: 90 % of what was earned from the first answer (the
     # first call reached Redis before it: 50 connections made on a busy
@@ -275,12 +298,11 @@ def assert_policy(policy: str, answers: list[rb.Decision], elapsed: float) -> No
         assert allowed < len(failed)
 
 
-@pytest.mark.parametrize("policy", ["open", "closed", "local"])
-def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
-    timeout = 0.05
-    client = own_server.client()
-    limiter = rbr.TokenBucket(
-        client,
+def fault_limiter(target: Any, policy: str, timeout: float) -> rbr.TokenBucket:
+    """The fault tests' limiter: far below its limit, `policy` (a local
+    share of 5/s for "local") while Redis fails."""
+    return rbr.TokenBucket(
+        target,
         rate=1000,
         burst=1000,
         on_error=policy,
@@ -288,15 +310,19 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
         timeout=timeout,
         breaker_cooldown=0.2,
     )
-    t = Timed(limiter, fresh_key("faults"))
-    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
 
+
+def kill_pause_flush(own_server: Server, t: Timed, policy: str, timeout: float) -> None:
+    """The fault run of the sync limiters' fault tests (redis-py and the
+    native connection): the fail policy answers within the deadline while
+    the server is killed or paused, the breaker's probe finds it back after
+    a restart on the same port (no new client), SCRIPT FLUSH is transparent."""
     # Killed mid-run, restarted on the same port.
     own_server.kill()
     start = time.monotonic()
     down = t.run(0.5)
     assert_policy(policy, down, time.monotonic() - start)
-    assert limiter.breaker_open
+    assert t.limiter.breaker_open
     own_server.start()
     t.until("redis", within=3.0)  # the breaker's probe finds it back: no new client
     assert all(d.source == "redis" for d in t.run(0.1))
@@ -317,6 +343,16 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     assert len(t.log) > before
 
     assert t.longest <= timeout + SLACK, f"a call took {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)"
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "local"])
+def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
+    timeout = 0.05
+    client = own_server.client()
+    limiter = fault_limiter(client, policy, timeout)
+    t = Timed(limiter, fresh_key("faults"))
+    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
+    kill_pause_flush(own_server, t, policy, timeout)
     print(f"\nfaults, on_error={policy}: longest call {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
     limiter.close()
     client.close()
@@ -366,43 +402,55 @@ def test_an_idle_connection_the_server_closed_is_replaced(own_server: Server) ->
     client.close()
 
 
-async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
-    timeout = 0.05
-    client = redis.asyncio.Redis(host=HOST, port=own_server.port)
-    limiter = rbr.AsyncTokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
-    key = fresh_key("faults-async")
-    longest = 0.0
+class AsyncTimed:
+    """Timed's asyncio twin: checks every 10 ms, recording the longest call."""
 
-    async def run(seconds: float) -> list[rb.Decision]:
-        nonlocal longest
+    def __init__(self, limiter: Any, key: str) -> None:
+        self.limiter = limiter
+        self.key = key
+        self.longest = 0.0
+
+    async def run(self, seconds: float) -> list[rb.Decision]:
         out = []
         stop = time.monotonic() + seconds
         while time.monotonic() < stop:
             t = time.monotonic()
-            out.append(await limiter.check(key))
-            longest = max(longest, time.monotonic() - t)
+            out.append(await self.limiter.check(self.key))
+            self.longest = max(self.longest, time.monotonic() - t)
             await asyncio.sleep(0.01)
         return out
 
-    async def back(within: float) -> None:
+    async def back(self, within: float) -> None:
         stop = time.monotonic() + within
         while time.monotonic() < stop:
-            if (await run(0.01))[-1].source == "redis":
+            if (await self.run(0.01))[-1].source == "redis":
                 return
         raise AssertionError("no recovery")
 
-    assert all(d.source == "redis" for d in await run(0.1))
+
+async def async_kill_and_pause(own_server: Server, t: AsyncTimed, timeout: float) -> None:
+    """The fault run of the asyncio fault tests (redis-py and the native
+    connection), on_error="closed": killed, restarted, paused, SCRIPT FLUSH."""
     own_server.kill()
-    assert_policy("closed", await run(0.4), 0.4)
+    assert_policy("closed", await t.run(0.4), 0.4)
     own_server.start()
-    await back(3.0)
+    await t.back(3.0)
     own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
-    assert_policy("closed", await run(0.4), 0.4)
-    await back(5.0)
+    assert_policy("closed", await t.run(0.4), 0.4)
+    await t.back(5.0)
     own_server.admin("SCRIPT", "FLUSH")
-    assert all(d.source == "redis" for d in await run(0.1))
-    assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"
-    print(f"\nfaults, asyncio: longest call {longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
+    assert all(d.source == "redis" for d in await t.run(0.1))
+    assert t.longest <= timeout + SLACK, f"a call took {t.longest * 1000:.1f} ms"
+
+
+async def test_faults_asyncio_kill_and_pause(own_server: Server) -> None:
+    timeout = 0.05
+    client = redis.asyncio.Redis(host=HOST, port=own_server.port)
+    limiter = rbr.AsyncTokenBucket(client, rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
+    t = AsyncTimed(limiter, fresh_key("faults-async"))
+    assert all(d.source == "redis" for d in await t.run(0.1))
+    await async_kill_and_pause(own_server, t, timeout)
+    print(f"\nfaults, asyncio: longest call {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)")
     await limiter.aclose()
     await client.aclose()
 
@@ -437,51 +485,65 @@ def holds(node: Server, key: str) -> bool:
     raise AssertionError("SCAN did not finish")
 
 
+class ClusterRun:
+    """`instances` limiters checking one key on each master (`keys`, from
+    keys_per_master) over and over for `run_for` s from a common start."""
+
+    def __init__(self, cluster: Cluster, keys: dict[int, str], instances: int, run_for: float) -> None:
+        self.cluster = cluster
+        self.keys = keys
+        self.run_for = run_for
+        self.barrier = threading.Barrier(instances)
+        self.admitted: list[dict[str, int]] = [{k: 0 for k in keys.values()} for _ in range(instances)]
+        self.sources: collections.Counter[str] = collections.Counter()
+        self.starts = [0.0] * instances
+        self.sent = [0.0] * instances
+        self.ends = [0.0] * instances
+        self.checks = [0] * instances
+
+    def instance(self, i: int, limiter: Any, pause: float = 0.0) -> None:
+        """Instance `i`'s run (in its own thread), `pause` s between rounds."""
+        self.barrier.wait()
+        self.starts[i] = time.monotonic()
+        while time.monotonic() < self.starts[i] + self.run_for:
+            for k in self.keys.values():
+                self.sent[i] = time.monotonic()
+                d = limiter.check(k)
+                self.checks[i] += 1
+                self.admitted[i][k] += d.allowed
+                self.sources[d.source or "?"] += 1
+            if pause:
+                time.sleep(pause)
+        self.ends[i] = time.monotonic()
+
+    def assert_bound_per_key(self) -> None:
+        """Each key's bound holds (and 90 % of what was earned by the last
+        request sent is admitted), and each key lives on its own master."""
+        elapsed = max(self.ends) - min(self.starts)
+        bound = 10 + 10 * elapsed + 1
+        earned = 10 + 10 * (max(self.sent) - min(self.starts))
+        for port, k in self.keys.items():
+            total = sum(a[k] for a in self.admitted)
+            assert 0.9 * earned <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, answers {dict(self.sources)}"
+            # The key lives on its own master, and only there.
+            assert [n.port for n in self.cluster.nodes if holds(n, f"rb:tb:{k}")] == [port], (k, port)
+
+
 def test_cluster_bound_holds_per_key(cluster: Cluster) -> None:
     keys = keys_per_master(cluster)
     assert len(set(keys)) == 3
     instances, run_for = 8, 2.0
-    admitted: list[dict[str, int]] = [{k: 0 for k in keys.values()} for _ in range(instances)]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(instances)
-    starts = [0.0] * instances
-    sent = [0.0] * instances
-    ends = [0.0] * instances
-    sources: collections.Counter[str] = collections.Counter()
+    run = ClusterRun(cluster, keys, instances, run_for)
 
     def instance(i: int) -> None:
-        try:
-            client = cluster.client()
-            limiter = rbr.TokenBucket(client, rate=10, burst=10, on_error="closed", timeout=0.5)
-            barrier.wait()
-            starts[i] = time.monotonic()
-            while time.monotonic() < starts[i] + run_for:
-                for k in keys.values():
-                    sent[i] = time.monotonic()
-                    d = limiter.check(k)
-                    admitted[i][k] += d.allowed
-                    sources[d.source or "?"] += 1
-                time.sleep(0.005)
-            ends[i] = time.monotonic()
-            limiter.close()
-            client.close()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+        client = cluster.client()
+        limiter = rbr.TokenBucket(client, rate=10, burst=10, on_error="closed", timeout=0.5)
+        run.instance(i, limiter, pause=0.005)
+        limiter.close()
+        client.close()
 
-    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
-    elapsed = max(ends) - min(starts)
-    bound = 10 + 10 * elapsed + 1
-    earned = 10 + 10 * (max(sent) - min(starts))
-    for port, k in keys.items():
-        total = sum(a[k] for a in admitted)
-        assert 0.9 * earned <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, answers {dict(sources)}"
-        # The key lives on its own master, and only there.
-        assert [n.port for n in cluster.nodes if holds(n, f"rb:tb:{k}")] == [port], (k, port)
+    in_threads(instance, instances)
+    run.assert_bound_per_key()
 
 
 async def test_cluster_asyncio(cluster: Cluster) -> None:
@@ -508,11 +570,7 @@ async def test_cluster_asyncio(cluster: Cluster) -> None:
                 sources[d.source or "?"] += 1
             await asyncio.sleep(0.005)
 
-    await asyncio.gather(*(instance(lim) for lim in limiters))
-    elapsed = time.monotonic() - start
-    for lim, c in zip(limiters, clients):
-        await lim.aclose()
-        await c.aclose()
+    elapsed = await gather_then_close((instance(lim) for lim in limiters), limiters, clients) - start
     # Upper: everything the run could have earned (+1 for a token falling due
     # during the last call). Lower: 90 % of what had been earned by the last
     # request sent (the wall clock runs on while the last answers come back).
@@ -590,21 +648,27 @@ def test_leasing_cuts_round_trips_and_keeps_the_bound(server: Server, k: int) ->
     client.close()
 
 
-def test_close_returns_leased_tokens(server: Server) -> None:
-    client = server.client()
-    key = fresh_key("lease-return")
-    lim = rbr.TokenBucket(client, rate=1, burst=20, lease=10)
+def assert_close_returns_leased_tokens(target: Any, key: str) -> None:
+    """A lease of 10 at burst 20 (`target`: a client, or a URL with
+    test_redis_native.py): two checks, the second the lease's, leave 8
+    leased; close gives them back, one call."""
+    lim = rbr.TokenBucket(target, rate=1, burst=20, lease=10)
     d = lim.check(key)
     assert (d.source, d.remaining) == ("redis", 9)
     assert lim.check(key).source == "lease"
     assert lim.leased() == 8
     assert lim.close() == 1
     assert lim.leased() == 0
-    other = rbr.TokenBucket(client, rate=1, burst=20)
+    other = rbr.TokenBucket(target, rate=1, burst=20)
     # 20 - 2 spent = 18 (one more may have dripped in meanwhile).
     got = sum(other.check(key).allowed for _ in range(25))
     assert got in (18, 19), got
     other.close()
+
+
+def test_close_returns_leased_tokens(server: Server) -> None:
+    client = server.client()
+    assert_close_returns_leased_tokens(client, fresh_key("lease-return"))
     client.close()
 
 
@@ -782,6 +846,41 @@ def test_engine_without_io() -> None:
         call.at(-1)
     assert rb.TokenBucket(1).check().source is None
     assert "source='redis'" in repr(d)
+
+
+def test_stats_and_bad_instants_as_python_reads_them() -> None:
+    """RedisStats' counters as attributes, as a dict and in its repr (one
+    list of names in the binding); a bad instant for a call, and a bad
+    nanosecond count for a ManualClock, are typed errors naming the value."""
+    e = rb._ratebound._RedisEngine("token_bucket", rate="10/s burst 20", on_error="closed")
+    call = e.begin("k")
+    assert isinstance(call, rb._ratebound._RedisCall)
+    assert e.finish(call, [1, 19, 0, 100000, 1, 0, 7]).source == "redis"
+    assert e.finish(call, error="ConnectionError").source == "fail_closed"
+    s = e.stats
+    want = {"redis": 1, "lease": 0, "damaged": 0, "fail_open": 0, "fail_closed": 1, "fail_local": 0, "busy": 0}
+    assert {name: getattr(s, name) for name in want} == want
+    assert s.breaker_open is False
+    assert s._asdict() == {**want, "breaker_open": False}
+    assert repr(s) == (
+        "RedisStats(redis=1, lease=0, damaged=0, fail_open=0, fail_closed=1, fail_local=0, busy=0, breaker_open=False)"
+    )
+    with pytest.raises(TypeError, match="^now_us must be an int, got bool$"):
+        call.at(True)  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="now_us") as info:
+        call.at(-1)
+    assert "-1" in str(info.value) and "microseconds" in str(info.value), info.value
+    c = rb.ManualClock()
+    with pytest.raises(TypeError, match="^nanos must be an int, got float$"):
+        c.advance_ns(1.5)  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="nanos") as info:
+        c.set_ns(2**64)
+    assert str(2**64) in str(info.value) and "nanoseconds" in str(info.value), info.value
+    with pytest.raises(TypeError, match="^seconds must be a number, got str$"):
+        c.advance("1")  # type: ignore[arg-type]
+    with pytest.raises(rb.QuotaError, match="seconds"):
+        c.set(-1)
+    assert c.now() == 0.0
 
 
 # ---------------------------------------------------------------- middleware

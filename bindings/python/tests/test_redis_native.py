@@ -27,16 +27,20 @@ import redis
 import ratebound as rb
 import ratebound.redis as rbr
 from test_redis import (  # noqa: F401 (cluster: a fixture)
-    CLASSES,
-    CLIENT_PAUSE_MS,
     FAIL_SOURCE,
     SLACK,
     SPEC,
+    AsyncTimed,
+    ClusterRun,
     Timed,
-    assert_policy,
+    assert_close_returns_leased_tokens,
+    async_kill_and_pause,
+    fault_limiter,
     fields,
-    holds,
+    in_threads,
     keys_per_master,
+    kill_pause_flush,
+    replay,
 )
 from redis_servers import HOST, Cluster, Server, free_port, fresh_key
 
@@ -65,24 +69,6 @@ def script_calls(server: Server) -> int:
 
 
 # ------------------------------------------------------------ test vectors
-
-
-def replay(target: Any, vector: dict[str, Any], failures: list[str], **kw: Any) -> int:
-    """One vector's steps in order on a limiter for `target`; how many."""
-    prefix = fresh_key("spec") + ":"
-    limiter = CLASSES[vector["config"]["algorithm"]](target, vector["config"], prefix=prefix, timeout=2.0, **kw)
-    steps = 0
-    for i, step in enumerate(vector["steps"]):
-        if "config" in step:
-            limiter.close()
-            limiter = CLASSES[step["config"]["algorithm"]](target, step["config"], prefix=prefix, timeout=2.0, **kw)
-        steps += 1
-        got = fields(limiter._check_at(vector["id"], step["n"], step["at_us"]))
-        for field, want in step["expect"].items():
-            if got[field] != want:
-                failures.append(f"{vector['id']} step {i}: {field} = {got[field]!r}, want {want!r}")
-    limiter.close()
-    return steps
 
 
 @pytest.mark.parametrize("batch", [True, False])
@@ -153,31 +139,22 @@ def test_incident_fifty_instances_with_one_url(server: Server, batch: bool) -> N
     starts = [0.0] * instances
     ends = [0.0] * instances
     sent = [0.0] * instances
-    errors: list[BaseException] = []
     sources: collections.Counter[str] = collections.Counter()
 
     def instance(i: int) -> None:
-        try:
-            lim = rbr.TokenBucket(url(server), rate=10, burst=20, on_error="closed", timeout=0.5, batch=batch)
-            barrier.wait()
-            starts[i] = time.monotonic()
-            while time.monotonic() < starts[i] + run_for:
-                sent[i] = time.monotonic()
-                d = lim.check(key)
-                admitted[i] += d.allowed
-                sources[d.source or "?"] += 1
-                time.sleep(0.002)
-            ends[i] = time.monotonic()
-            lim.close()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+        lim = rbr.TokenBucket(url(server), rate=10, burst=20, on_error="closed", timeout=0.5, batch=batch)
+        barrier.wait()
+        starts[i] = time.monotonic()
+        while time.monotonic() < starts[i] + run_for:
+            sent[i] = time.monotonic()
+            d = lim.check(key)
+            admitted[i] += d.allowed
+            sources[d.source or "?"] += 1
+            time.sleep(0.002)
+        ends[i] = time.monotonic()
+        lim.close()
 
-    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    in_threads(instance, instances)
     elapsed = max(ends) - min(starts)
     bound = 20 + 10 * elapsed + 1
     earned = 20 + 10 * (max(sent) - min(starts))
@@ -266,80 +243,21 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     it back after a restart on the same port (no new limiter), SCRIPT FLUSH
     is transparent."""
     timeout = 0.05
-    limiter = rbr.TokenBucket(
-        url(own_server),
-        rate=1000,
-        burst=1000,
-        on_error=policy,
-        local_rate=5 if policy == "local" else None,
-        timeout=timeout,
-        breaker_cooldown=0.2,
-    )
+    limiter = fault_limiter(url(own_server), policy, timeout)
     t = Timed(limiter, fresh_key("faults"))
     t.until("redis", within=3.0)
     assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
 
-    own_server.kill()
-    start = time.monotonic()
-    down = t.run(0.5)
-    assert_policy(policy, down, time.monotonic() - start)
-    assert limiter.breaker_open
-    own_server.start()
-    t.until("redis", within=3.0)
-    assert all(d.source == "redis" for d in t.run(0.1))
-
-    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
-    start = time.monotonic()
-    slow = t.run(0.4)
-    assert_policy(policy, slow, time.monotonic() - start)
-    t.until("redis", within=5.0)
-
-    before = len(t.log)
-    own_server.admin("SCRIPT", "FLUSH")
-    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
-    own_server.admin("SCRIPT", "FLUSH")
-    assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
-    assert len(t.log) > before
-
-    assert t.longest <= timeout + SLACK, f"a call took {t.longest * 1000:.1f} ms (deadline {timeout * 1000:.0f} ms)"
+    kill_pause_flush(own_server, t, policy, timeout)
     limiter.close()
 
 
 async def test_faults_asyncio_kill_pause_flush(own_server: Server) -> None:
     timeout = 0.05
     limiter = rbr.AsyncTokenBucket(url(own_server), rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
-    key = fresh_key("faults-async")
-    longest = 0.0
-
-    async def run(seconds: float) -> list[rb.Decision]:
-        nonlocal longest
-        out = []
-        stop = time.monotonic() + seconds
-        while time.monotonic() < stop:
-            t = time.monotonic()
-            out.append(await limiter.check(key))
-            longest = max(longest, time.monotonic() - t)
-            await asyncio.sleep(0.01)
-        return out
-
-    async def back(within: float) -> None:
-        stop = time.monotonic() + within
-        while time.monotonic() < stop:
-            if (await run(0.01))[-1].source == "redis":
-                return
-        raise AssertionError("no recovery")
-
-    await back(3.0)
-    own_server.kill()
-    assert_policy("closed", await run(0.4), 0.4)
-    own_server.start()
-    await back(3.0)
-    own_server.admin("CLIENT", "PAUSE", CLIENT_PAUSE_MS, "ALL")
-    assert_policy("closed", await run(0.4), 0.4)
-    await back(5.0)
-    own_server.admin("SCRIPT", "FLUSH")
-    assert all(d.source == "redis" for d in await run(0.1))
-    assert longest <= timeout + SLACK, f"a call took {longest * 1000:.1f} ms"
+    t = AsyncTimed(limiter, fresh_key("faults-async"))
+    await t.back(3.0)
+    await async_kill_and_pause(own_server, t, timeout)
     await limiter.aclose()
 
 
@@ -579,50 +497,17 @@ def test_cluster_bound_per_key_and_batches_per_slot(cluster: Cluster, how: str) 
     for n in cluster.nodes:
         n.admin("CONFIG", "RESETSTAT")
     instances, run_for = 16, 1.5
-    admitted: list[dict[str, int]] = [{k: 0 for k in keys.values()} for _ in range(instances)]
-    sources: collections.Counter[str] = collections.Counter()
-    barrier = threading.Barrier(instances)
-    starts = [0.0] * instances
-    sent = [0.0] * instances
-    ends = [0.0] * instances
-    checks = [0] * instances
-    errors: list[BaseException] = []
+    run = ClusterRun(cluster, keys, instances, run_for)
     limiters = [rbr.TokenBucket(target, rate=10, burst=10, on_error="closed", timeout=1.0) for _ in range(instances)]
     # Ready: the topology is read in the background from construction on.
     stop = time.monotonic() + 10
     while time.monotonic() < stop and limiters[0].check(fresh_key("warm")).source != "redis":
         time.sleep(0.05)
 
-    def instance(i: int) -> None:
-        try:
-            barrier.wait()
-            starts[i] = time.monotonic()
-            while time.monotonic() < starts[i] + run_for:
-                for k in keys.values():
-                    sent[i] = time.monotonic()
-                    d = limiters[i].check(k)
-                    checks[i] += 1
-                    admitted[i][k] += d.allowed
-                    sources[d.source or "?"] += 1
-            ends[i] = time.monotonic()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=instance, args=(i,)) for i in range(instances)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
-    elapsed = max(ends) - min(starts)
-    bound = 10 + 10 * elapsed + 1
-    earned = 10 + 10 * (max(sent) - min(starts))
-    for port, k in keys.items():
-        total = sum(a[k] for a in admitted)
-        assert 0.9 * earned <= total <= bound, f"key on :{port}: {total} admitted, bound {bound:.1f}, {dict(sources)}"
-        assert [n.port for n in cluster.nodes if holds(n, f"rb:tb:{k}")] == [port], (k, port)
+    in_threads(lambda i: run.instance(i, limiters[i]), instances)
+    run.assert_bound_per_key()
     runs = sum(script_calls(n) for n in cluster.nodes)
-    assert runs < 0.9 * sum(checks), f"{runs} script runs for {sum(checks)} checks: no batching per slot"
+    assert runs < 0.9 * sum(run.checks), f"{runs} script runs for {sum(run.checks)} checks: no batching per slot"
     for n in cluster.nodes:
         errs = n.admin("INFO", "errorstats")
         assert not any("CROSSSLOT" in str(e) for e in errs), errs
@@ -651,7 +536,7 @@ def test_waiters_move_past_another_instances_pause(server: Server) -> None:
     pauses the key 1 s; A hears of it on its own pub/sub connection and
     its waiters complete only after the pause, in order (the rules as in
     test_redis_waiting)."""
-    from test_redis_waiting import PAUSE, RATE, _check_moved, _waiters_in_order
+    from test_redis_waiting import RATE, _move_past_a_pause
 
     key = fresh_key("asleep-native")
     a = rbr.TokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
@@ -659,13 +544,7 @@ def test_waiters_move_past_another_instances_pause(server: Server) -> None:
     assert not a.listening
     a.acquire_blocking(fresh_key("warm"))
     assert a.listening
-    threads, done, start = _waiters_in_order(a, key, 4, [server])
-    paused_at = time.monotonic() - start
-    shift = b.pause(key, PAUSE)
-    assert shift is not None
-    for t in threads:
-        t.join(timeout=30)
-    _check_moved(done, paused_at, shift)
+    _move_past_a_pause(a, b, key, 4, [server])
     a.close()
     assert not a.listening
     b.close()
@@ -674,7 +553,7 @@ def test_waiters_move_past_another_instances_pause(server: Server) -> None:
 def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -> None:
     """On a cluster URL: the listener subscribes on a seed node, the key
     lives on another master, the news crosses the cluster bus."""
-    from test_redis_waiting import PAUSE, RATE, _check_moved, _elsewhere, _waiters_in_order
+    from test_redis_waiting import RATE, _elsewhere, _move_past_a_pause
 
     key = _elsewhere(cluster, "cluster-asleep-native")
     target = f"redis+cluster://{HOST}:{cluster.nodes[0].port}"
@@ -685,31 +564,20 @@ def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -
         time.sleep(0.05)
     a.acquire_blocking(fresh_key("warm"))
     assert a.listening
-    threads, done, start = _waiters_in_order(a, key, 3, cluster.nodes)
-    paused_at = time.monotonic() - start
-    shift = b.pause(key, PAUSE)
-    assert shift is not None
-    for t in threads:
-        t.join(timeout=30)
-    _check_moved(done, paused_at, shift)
+    _move_past_a_pause(a, b, key, 3, cluster.nodes)
     a.close()
     b.close()
 
 
 async def test_asyncio_waiters_move_past_another_instances_pause(server: Server) -> None:
-    from test_redis_waiting import PAUSE, RATE, _check_moved, _tasks_in_order
+    from test_redis_waiting import RATE, _tasks_move_past_a_pause
 
     key = fresh_key("asleep-native-async")
     a = rbr.AsyncTokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
     b = rbr.TokenBucket(url(server), RATE, on_error="closed", timeout=1.0)
     await a.acquire(fresh_key("warm"))
     assert a.listening
-    tasks, start = await _tasks_in_order(a, key, 4, [server])
-    paused_at = time.monotonic() - start
-    shift = await asyncio.to_thread(b.pause, key, PAUSE)
-    assert shift is not None
-    done = list(await asyncio.gather(*tasks))
-    _check_moved(done, paused_at, shift)
+    await _tasks_move_past_a_pause(a, lambda k, s: asyncio.to_thread(b.pause, k, s), key, 4, [server])
     await a.aclose()
     assert not a.listening
     b.close()
@@ -752,18 +620,7 @@ async def test_asyncio_reserve_cancel_and_a_cancelled_acquire(server: Server) ->
 
 
 def test_leases_and_close_give_tokens_back(server: Server) -> None:
-    key = fresh_key("lease-native")
-    lim = rbr.TokenBucket(url(server), rate=1, burst=20, lease=10)
-    d = lim.check(key)
-    assert (d.source, d.remaining) == ("redis", 9)
-    assert lim.check(key).source == "lease"
-    assert lim.leased() == 8
-    assert lim.close() == 1
-    assert lim.leased() == 0
-    other = rbr.TokenBucket(url(server), rate=1, burst=20)
-    got = sum(other.check(key).allowed for _ in range(25))
-    assert got in (18, 19), got
-    other.close()
+    assert_close_returns_leased_tokens(url(server), fresh_key("lease-native"))
 
 
 def test_middleware_policy_with_a_url(server: Server) -> None:

@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import httpx
 import pytest
@@ -148,6 +148,18 @@ async def test_readme_outbound_recipe_keeps_the_bound_with_200_concurrent_reques
     assert stats.fail_open == 0 and not stats.breaker_open, stats
 
 
+def assert_redis_answered_within_the_bound(out: Sequence[tuple[Any, float]], n: int) -> None:
+    """All `n` answers (decision, when) came from Redis, and what they
+    admitted stays within burst 10 + 10/s."""
+    sources: dict[str, int] = {}
+    for d, _ in out:
+        sources[d.source] = sources.get(d.source, 0) + 1
+    allowed = [at for d, at in out if d.allowed]
+    assert sources == {"redis": n}, sources
+    ok, worst = within_bound(allowed, burst=10, rate=10)
+    assert ok, (len(allowed), worst)
+
+
 def test_1000_concurrent_checks_on_a_redis_py_client_threads(server: Server) -> None:
     """1 000 threads check at once on a ``redis.Redis`` (100 connections):
     every one is answered by Redis, and at most ``10 + 10·t`` are allowed.
@@ -175,13 +187,7 @@ def test_1000_concurrent_checks_on_a_redis_py_client_threads(server: Server) -> 
         t.join()
     limiter.close()
     client.close()
-    sources: dict[str, int] = {}
-    for d, _ in out:
-        sources[d.source] = sources.get(d.source, 0) + 1
-    allowed = [at for d, at in out if d.allowed]
-    assert sources == {"redis": n}, sources
-    ok, worst = within_bound(allowed, burst=10, rate=10)
-    assert ok, (len(allowed), worst)
+    assert_redis_answered_within_the_bound(out, n)
     stats = limiter.stats
     assert (stats.redis, stats.fail_open, stats.busy, stats.breaker_open) == (n, 0, 0, False), stats
 
@@ -200,13 +206,7 @@ async def test_1000_concurrent_checks_on_a_redis_py_client_asyncio(server: Serve
     out = await asyncio.gather(*(one() for _ in range(n)))
     await limiter.aclose()
     await client.aclose()
-    sources: dict[str, int] = {}
-    for d, _ in out:
-        sources[d.source] = sources.get(d.source, 0) + 1
-    allowed = [at for d, at in out if d.allowed]
-    assert sources == {"redis": n}, sources
-    ok, worst = within_bound(allowed, burst=10, rate=10)
-    assert ok, (len(allowed), worst)
+    assert_redis_answered_within_the_bound(out, n)
     stats = limiter.stats
     assert (stats.redis, stats.fail_open, stats.breaker_open) == (n, 0, False), stats
 

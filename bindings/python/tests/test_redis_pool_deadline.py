@@ -23,15 +23,19 @@ import redis.asyncio
 
 import ratebound as rb
 import ratebound.redis as rbr
+from test_redis_sync_deadline import (
+    ADMIT,
+    COOLDOWN,
+    DEADLINE,
+    FAIL,
+    START,
+    assert_three_deadlines_open_the_breaker,
+    fail_options,
+)
 from virtual_time import virtual as run_virtual
 
 pytestmark = pytest.mark.filterwarnings("error")
 
-DEADLINE = 0.05
-COOLDOWN = 0.2
-START = 1000.0
-ADMIT = [1, 19, 0, 100_000, 1, 0, 1_000_000]
-FAIL = {"open": ("fail_open", True), "closed": ("fail_closed", False), "local": ("local", True)}
 # (connect delay, reply delay, reply); a reply delay of None never answers.
 Answer = tuple[float, Optional[float], Any]
 
@@ -114,17 +118,7 @@ def pool_of(server: Server, max_connections: Optional[int] = None) -> redis.asyn
 
 def limiter(server: Server, policy: str = "closed", max_connections: Optional[int] = None) -> rbr.AsyncTokenBucket:
     client = redis.asyncio.Redis(connection_pool=pool_of(server, max_connections))
-    lim = rbr.AsyncTokenBucket(
-        client,
-        rate=10,
-        burst=20,
-        on_error=policy,
-        local_rate=5 if policy == "local" else None,
-        timeout=DEADLINE,
-        breaker_cooldown=COOLDOWN,
-        _clock=server.clock,  # type: ignore[call-arg]
-    )
-    return lim
+    return rbr.AsyncTokenBucket(client, **fail_options(policy, server.clock))
 
 
 @pytest.mark.parametrize("policy", ["open", "closed", "local"])
@@ -134,13 +128,8 @@ def test_a_silent_redis_gets_the_fail_policy_at_the_deadline_then_the_breaker(po
         lim = limiter(server, policy)
         runner = lim._runner._here()
         assert runner._pool is not None  # the own-pool path
-        for i in range(3):
-            d = await lim.check("k")
-            assert (d.source, d.allowed) == FAIL[policy], (i, d)
-            assert at(c) == pytest.approx(DEADLINE * (i + 1), abs=1e-9), (i, at(c))
-        assert server.sent == pytest.approx([0.0, 0.05, 0.1], abs=1e-9)
-        assert lim.breaker_open
-        assert lim.stats.busy == 0
+        answers = [(await lim.check("k"), at(c)) for _ in range(3)]
+        assert_three_deadlines_open_the_breaker(policy, answers, server.sent, lim)
         opened = at(c)
         await asyncio.sleep(COOLDOWN - 1e-6)
         assert (await lim.check("k")).source == FAIL[policy][0]

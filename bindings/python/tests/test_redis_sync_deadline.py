@@ -117,23 +117,28 @@ class ScriptedClient:
     eval = evalsha
 
 
-def limiter(kind: str, server: Server, policy: str = "closed", **options: Any) -> rbr.TokenBucket:
-    client: Union[redis.Redis, ScriptedClient]
-    if kind == "own":
-        client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=connection_class(server)))
-    else:
-        client = ScriptedClient(server)
-    lim = rbr.TokenBucket(
-        client,
+def fail_options(policy: str, clock: rb.ManualClock) -> dict[str, Any]:
+    """The deadline tests' limiter options (here and in
+    test_redis_pool_deadline.py): 10/s, burst 20, `policy` while Redis fails
+    (a local share of 5/s for "local"), DEADLINE and COOLDOWN, on `clock`."""
+    return dict(
         rate=10,
         burst=20,
         on_error=policy,
         local_rate=5 if policy == "local" else None,
         timeout=DEADLINE,
         breaker_cooldown=COOLDOWN,
-        _clock=server.clock,  # type: ignore[call-arg]
-        **options,
+        _clock=clock,
     )
+
+
+def limiter(kind: str, server: Server, policy: str = "closed", **options: Any) -> rbr.TokenBucket:
+    client: Union[redis.Redis, ScriptedClient]
+    if kind == "own":
+        client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=connection_class(server)))
+    else:
+        client = ScriptedClient(server)
+    lim = rbr.TokenBucket(client, **fail_options(policy, server.clock), **options)
     assert type(lim._runner).__name__ == {"own": "_Standalone", "as_given": "_AsIs"}[kind]
     return lim
 
@@ -148,6 +153,19 @@ def at(c: rb.ManualClock) -> float:
     return round(c.now() - START, 9)
 
 
+def assert_three_deadlines_open_the_breaker(policy: str, answers: list[tuple[Any, float]], sent: list[float], lim: Any) -> None:
+    """Three calls to a silent Redis (`answers`: each one's decision and
+    when it came, `sent`: when each went out, both from the start): the
+    fail policy (not "busy") at exactly 50, 100, 150 ms, and the third
+    opened the breaker. Here and in test_redis_pool_deadline.py."""
+    for i, (d, when) in enumerate(answers):
+        assert (d.source, d.allowed) == FAIL[policy], (i, d)
+        assert when == pytest.approx(DEADLINE * (i + 1), abs=1e-9), (i, when)
+    assert sent == pytest.approx([0.0, 0.05, 0.1], abs=1e-9)
+    assert lim.breaker_open
+    assert lim.stats.busy == 0
+
+
 @pytest.mark.parametrize("policy", ["open", "closed", "local"])
 def test_own_connections_a_silent_redis_gets_the_fail_policy_at_the_deadline_then_the_breaker(policy: str) -> None:
     """Redis never answers: each of three calls gets the fail policy (not
@@ -157,13 +175,7 @@ def test_own_connections_a_silent_redis_gets_the_fail_policy_at_the_deadline_the
     c = clock()
     server = Server(c, [(None, None)] * 3)
     lim = limiter("own", server, policy)
-    for i in range(3):
-        d = lim.check("k")
-        assert (d.source, d.allowed) == FAIL[policy], (i, d)
-        assert at(c) == pytest.approx(DEADLINE * (i + 1), abs=1e-9), (i, at(c))
-    assert server.sent == pytest.approx([0.0, 0.05, 0.1], abs=1e-9)
-    assert lim.breaker_open
-    assert lim.stats.busy == 0
+    assert_three_deadlines_open_the_breaker(policy, [(lim.check("k"), at(c)) for _ in range(3)], server.sent, lim)
     opened = at(c)
     c.advance(COOLDOWN - 1e-6)
     d = lim.check("k")

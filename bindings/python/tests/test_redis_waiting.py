@@ -16,7 +16,7 @@ import asyncio
 import math
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import pytest
 import redis
@@ -295,6 +295,31 @@ def _check_moved(done: list[float], paused_at: float, shift: float) -> None:
         assert done[i - 1] < done[i], f"out of order: {done}"
 
 
+def _move_past_a_pause(a: rbr.TokenBucket, b: rbr.TokenBucket, key: str, count: int, servers: list[Server]) -> None:
+    """`count` threads wait on `a` for `key` in order (the first at once);
+    `b` pauses the key: :func:`_check_moved`."""
+    threads, done, start = _waiters_in_order(a, key, count, servers)
+    paused_at = time.monotonic() - start
+    shift = b.pause(key, PAUSE)
+    assert shift is not None
+    for t in threads:
+        t.join(timeout=30)
+    _check_moved(done, paused_at, shift)
+
+
+async def _tasks_move_past_a_pause(
+    a: Any, pause: Callable[[str, float], Awaitable[Optional[float]]], key: str, count: int, servers: list[Server]
+) -> None:
+    """:func:`_move_past_a_pause` for asyncio: `count` tasks wait on `a`,
+    then `pause` (another instance's) pauses the key."""
+    tasks, start = await _tasks_in_order(a, key, count, servers)
+    paused_at = time.monotonic() - start
+    shift = await pause(key, PAUSE)
+    assert shift is not None
+    done = list(await asyncio.gather(*tasks))
+    _check_moved(done, paused_at, shift)
+
+
 def test_waiters_already_asleep_move_past_another_instances_pause(server: Server) -> None:
     """Instance A holds reservations up to 1.5 s ahead (2/s burst 1, four
     waiting threads); instance B, its own connections, pauses the key 1 s
@@ -309,13 +334,7 @@ def test_waiters_already_asleep_move_past_another_instances_pause(server: Server
     a.acquire_blocking(fresh_key("warm"))  # A listens from its first wait on (and the script is loaded)
     assert a.listening
     before = script_calls(server)
-    threads, done, start = _waiters_in_order(a, key, 4, [server])
-    paused_at = time.monotonic() - start
-    shift = b.pause(key, PAUSE)
-    assert shift is not None
-    for t in threads:
-        t.join(timeout=30)
-    _check_moved(done, paused_at, shift)
+    _move_past_a_pause(a, b, key, 4, [server])
     assert script_calls(server) - before == 4 + 1
     a.close()
     assert not a.listening
@@ -329,12 +348,7 @@ async def test_asyncio_waiters_already_asleep_move_past_another_instances_pause(
     await a.acquire(fresh_key("warm"))
     assert a.listening
     before = script_calls(server)
-    tasks, start = await _tasks_in_order(a, key, 4, [server])
-    paused_at = time.monotonic() - start
-    shift = await b.pause(key, PAUSE)
-    assert shift is not None
-    done = list(await asyncio.gather(*tasks))
-    _check_moved(done, paused_at, shift)
+    await _tasks_move_past_a_pause(a, b.pause, key, 4, [server])
     assert script_calls(server) - before == 4 + 1
     await a.aclose()
     assert not a.listening
@@ -356,13 +370,7 @@ def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -
     b = rbr.TokenBucket(cluster.client(), RATE, on_error="closed", timeout=1.0)
     a.acquire_blocking(fresh_key("warm"))
     assert a.listening
-    threads, done, start = _waiters_in_order(a, key, 3, cluster.nodes)
-    paused_at = time.monotonic() - start
-    shift = b.pause(key, PAUSE)
-    assert shift is not None
-    for t in threads:
-        t.join(timeout=30)
-    _check_moved(done, paused_at, shift)
+    _move_past_a_pause(a, b, key, 3, cluster.nodes)
     a.close()
     b.close()
 
@@ -374,12 +382,7 @@ async def test_cluster_asyncio_waiters_move_past_a_pause_on_another_master(clust
     async with a, b:
         await a.acquire(fresh_key("warm"))
         assert a.listening
-        tasks, start = await _tasks_in_order(a, key, 3, cluster.nodes)
-        paused_at = time.monotonic() - start
-        shift = await b.pause(key, PAUSE)
-        assert shift is not None
-        done = list(await asyncio.gather(*tasks))
-        _check_moved(done, paused_at, shift)
+        await _tasks_move_past_a_pause(a, b.pause, key, 3, cluster.nodes)
 
 
 class _Plain:

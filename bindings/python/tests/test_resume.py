@@ -19,6 +19,16 @@ from redis_servers import HOST, Server, fresh_key, run_script as run
 S = 1_000_000  # µs
 
 
+def _next_token_in(c: rb.ManualClock, tb: rb.TokenBucket, seconds: float) -> None:
+    """The next token comes `seconds` from now: told so, not there 1 ms
+    before, there then."""
+    assert tb.check().retry_after == pytest.approx(seconds)
+    c.advance(round(seconds - 0.001, 9))
+    assert not tb.try_acquire()
+    c.advance(0.001)
+    assert tb.try_acquire()
+
+
 def test_a_lifted_pause_leaves_the_bucket_as_if_it_had_ended_then() -> None:
     c = rb.ManualClock()
     tb = rb.TokenBucket("2/s", 3, clock=c)
@@ -28,11 +38,7 @@ def test_a_lifted_pause_leaves_the_bucket_as_if_it_had_ended_then() -> None:
     assert not tb.try_acquire()
     assert tb.resume() == "lifted"
     # Empty now, one token every 0.5 s from now on.
-    assert tb.check().retry_after == pytest.approx(0.5)
-    c.advance(0.499)
-    assert not tb.try_acquire()
-    c.advance(0.001)
-    assert tb.try_acquire()
+    _next_token_in(c, tb, 0.5)
     assert tb.resume() == "not_paused"
     # Paused again, lifted again.
     tb.pause(20)
@@ -51,11 +57,7 @@ def test_a_reservation_behind_the_pause_keeps_it_queued() -> None:
     assert r.delay == pytest.approx(9.5)
     c.advance(1)
     assert tb.resume() == "queued"
-    assert tb.check().retry_after == pytest.approx(9.0)
-    c.advance(8.999)
-    assert not tb.try_acquire()
-    c.advance(0.001)
-    assert tb.try_acquire()
+    _next_token_in(c, tb, 9.0)
 
 
 def test_keyed_resume_and_bad_input() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Callable
 
 import httpx
 from starlette.applications import Starlette
@@ -92,24 +93,24 @@ def test_wsgi_sheds_beyond_the_concurrency_limit() -> None:
         with lock:
             statuses.append(got[0])
 
+    def until(done: Callable[[], bool]) -> None:
+        """Polls `done` (under the lock) every 5 ms, for 2 s at most."""
+        for _ in range(400):
+            with lock:
+                if done():
+                    return
+            time.sleep(0.005)
+
     threads = [threading.Thread(target=call, args=({},)) for _ in range(10)]
     for t in threads:
         t.start()
-    for _ in range(400):
-        with lock:
-            if inside[0] == 4 and len(statuses) == 6:
-                break
-        time.sleep(0.005)
+    until(lambda: inside[0] == 4 and len(statuses) == 6)
     with lock:
         assert inside[0] == 4
         assert statuses == ["503 Service Unavailable"] * 6
     critical = threading.Thread(target=call, args=({"HTTP_X_CRITICAL": "1"},))
     critical.start()
-    for _ in range(400):
-        with lock:
-            if inside[0] == 5:
-                break
-        time.sleep(0.005)
+    until(lambda: inside[0] == 5)
     assert inside[0] == 5
     release.set()
     for t in [*threads, critical]:
@@ -120,11 +121,7 @@ def test_wsgi_sheds_beyond_the_concurrency_limit() -> None:
     threads = [threading.Thread(target=call, args=({},)) for _ in range(4)]
     for t in threads:
         t.start()
-    for _ in range(400):
-        with lock:
-            if inside[0] == 4:
-                break
-        time.sleep(0.005)
+    until(lambda: inside[0] == 4)
     release.set()
     for t in threads:
         t.join(10)

@@ -16,19 +16,21 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use ratebound::any::{self, GateSpec, RemoteAnswer, RemoteKind};
 
-use crate::convert::*;
-use crate::decision::*;
-use crate::error::*;
-use crate::redis::*;
+use crate::convert::{clock_of, type_name};
+use crate::decision::Decision;
+use crate::error::{OrPy, py_err};
+use crate::redis::RedisEngine_;
 
 mod answers;
 mod headers;
 mod hooks;
 mod options;
 
-pub(crate) use answers::*;
-pub(crate) use headers::*;
-pub(crate) use options::*;
+pub(crate) use answers::{Ask, Concurrency, Place, Verdict, lock};
+pub(crate) use headers::PyHeaders;
+pub(crate) use options::{
+    PriorityHook, hook, policy_spec, priority_hook, priority_of, set_option, with_loose,
+};
 
 use hooks::PyHooks;
 

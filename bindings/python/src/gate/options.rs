@@ -8,8 +8,8 @@ use ratebound::Error;
 use ratebound::any::{GateOptions, Loose, PolicySpec};
 use ratebound::http::Priority;
 
-use crate::convert::*;
-use crate::error::*;
+use crate::convert::{number, type_name};
+use crate::error::{OrPy, py_err, py_err_about};
 
 // ------------------------------------------------------------- options
 

@@ -21,9 +21,9 @@ use ratebound_redis::connect::{PauseListener, Target, speaks_plain};
 use ratebound_redis::plan::Answer;
 use ratebound_redis::{Begin, Call};
 
-use crate::convert::*;
+use crate::convert::{count, type_name};
 use crate::decision::Decision;
-use crate::error::*;
+use crate::error::OrPy;
 use crate::redis::{RedisCall, RedisEngine, misconfigured, tell, with_raw_key};
 use aio::{Completions, Done, Outgoing};
 use link::Link;

@@ -1,13 +1,10 @@
 //! `_RedisCall`: one script run the engine asks for, and its RESP form.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt};
-use ratebound::Error;
+use pyo3::types::PyBytes;
 use ratebound_redis::Call;
 
-use crate::convert::type_name;
-use crate::error::py_err;
+use crate::convert::whole_u64;
 
 /// One script run the engine asks for (see `ratebound.redis`): run
 /// `EVALSHA sha 1 key *args`, and on `NOSCRIPT` `EVAL text 1 key *args`,
@@ -72,22 +69,12 @@ impl RedisCall {
     /// The same call judged at `now_us` (µs of Redis time) instead of
     /// Redis' `TIME`: the explicit-time twin, for replaying test vectors.
     fn at(&self, py: Python<'_>, now_us: &Bound<'_, PyAny>) -> PyResult<RedisCall> {
-        if now_us.is_instance_of::<PyBool>() || !now_us.is_instance_of::<PyInt>() {
-            return Err(PyTypeError::new_err(format!(
-                "now_us must be an int, got {}",
-                type_name(now_us)
-            )));
-        }
-        let now = now_us.extract::<u64>().map_err(|_| {
-            py_err(
-                py,
-                Error::InvalidNumber {
-                    name: "now_us",
-                    value: now_us.repr().map(|r| r.to_string()).unwrap_or_default(),
-                    reason: "must be a whole number of microseconds from 0 to 2^64 - 1",
-                },
-            )
-        })?;
+        let now = whole_u64(
+            py,
+            "now_us",
+            now_us,
+            "must be a whole number of microseconds from 0 to 2^64 - 1",
+        )?;
         Ok(RedisCall {
             inner: self.inner.clone().at(now),
         })

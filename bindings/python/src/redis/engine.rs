@@ -8,12 +8,13 @@ use std::time::Duration;
 use ratebound_redis::{Algorithm, Begin, Engine, ReserveBegin};
 
 use super::acquisition::{RedisAcquisition, step_tuple};
-use super::options::{config, opt_seconds};
+use super::options::config;
 use super::outcome::{Report, max_wait, reserved};
 use super::{RedisCall, RedisStats, tell, with_raw_key};
-use crate::convert::{clock_of, count, number, opt_number, with_rate};
+use crate::convert::{clock_of, count, number, opt_seconds, seconds_of};
 use crate::decision::Decision;
 use crate::error::OrPy;
+use crate::keyed::keyed_algorithm_of;
 
 /// The sans-I/O engine of a global limit in Redis (`ratebound_redis`):
 /// it builds each call, turns each outcome into a `Decision`, and keeps
@@ -66,13 +67,7 @@ impl RedisEngine {
         // The clock of the breaker's cool-down, the leases, the local share
         // and the waits: a `ManualClock` puts them on a test's virtual time.
         let clock = clock_of(clock)?;
-        let b = opt_number(py, "burst", burst)?;
-        let l = opt_number(py, "limit", limit)?;
-        let w = opt_number(py, "window", window)?;
-        let keyed = match rate.filter(|r| !r.is_none()) {
-            Some(r) => with_rate(py, r, |r| any::keyed_algorithm(algorithm, Some(r), b, l, w))?,
-            None => any::keyed_algorithm(algorithm, None, b, l, w).or_py(py)?,
-        };
+        let keyed = keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
         let algorithm = Algorithm::from_keyed(keyed).or_py(py)?;
         let numbers = [
             ("local_rate", local_rate),
@@ -324,7 +319,7 @@ impl RedisEngine {
         seconds: &Bound<'_, PyAny>,
         scope: Option<&str>,
     ) -> PyResult<bool> {
-        let d = any::seconds("seconds", number(py, "seconds", seconds)?).or_py(py)?;
+        let d = seconds_of(py, "seconds", seconds)?;
         with_raw_key(key, |k| Ok(self.inner.pause_local(scope, k, d)))
     }
 
@@ -404,9 +399,7 @@ impl RedisEngine {
     /// What the decisions came from so far (`RedisStats`).
     #[getter]
     fn stats(&self) -> RedisStats {
-        RedisStats {
-            inner: self.inner.stats(),
-        }
+        self.inner.stats().into()
     }
 
     /// The fail policy: `"open"`, `"closed"` or `"local"` (the outbound

@@ -2,9 +2,8 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
-use ratebound::any::{self, Loose};
+use ratebound::any::Loose;
 use ratebound_redis::{Algorithm, Config};
-use std::time::Duration;
 
 use crate::convert::opt_number;
 use crate::error::OrPy;
@@ -44,16 +43,4 @@ pub(super) fn config(
         options.push(("batch", loose));
     }
     Config::from_options(algorithm, &options).or_py(py)
-}
-
-/// Optional seconds, checked by the core (finite, ≥ 0).
-pub(super) fn opt_seconds(
-    py: Python<'_>,
-    name: &'static str,
-    obj: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Duration>> {
-    opt_number(py, name, obj)?
-        .map(|t| any::seconds(name, t))
-        .transpose()
-        .or_py(py)
 }

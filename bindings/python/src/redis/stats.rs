@@ -8,83 +8,74 @@ use pyo3::types::PyDict;
 /// `fail_closed`, `fail_local`; `busy`: refused because the call could not
 /// even leave this client before its deadline), and whether its circuit
 /// breaker is open now.
-#[pyclass(name = "RedisStats", frozen, module = "ratebound.redis")]
+#[pyclass(name = "RedisStats", frozen, get_all, module = "ratebound.redis")]
 pub(crate) struct RedisStats {
-    pub(super) inner: ratebound_redis::Stats,
+    /// Decisions Redis made.
+    redis: u64,
+    /// Decisions a lease made.
+    lease: u64,
+    /// Refusals of a key whose value no script wrote.
+    damaged: u64,
+    /// Admitted by the fail policy "open".
+    fail_open: u64,
+    /// Refused by the fail policy "closed".
+    fail_closed: u64,
+    /// Answered by the fail policy "local".
+    fail_local: u64,
+    /// Refused because no connection came free before the deadline.
+    busy: u64,
+    /// Whether the circuit breaker is open.
+    breaker_open: bool,
+}
+
+impl From<ratebound_redis::Stats> for RedisStats {
+    fn from(s: ratebound_redis::Stats) -> Self {
+        RedisStats {
+            redis: s.redis,
+            lease: s.lease,
+            damaged: s.damaged,
+            fail_open: s.fail_open,
+            fail_closed: s.fail_closed,
+            fail_local: s.fail_local,
+            busy: s.busy,
+            breaker_open: s.breaker_open,
+        }
+    }
+}
+
+impl RedisStats {
+    /// The counters by name, in their order.
+    fn counters(&self) -> [(&'static str, u64); 7] {
+        [
+            ("redis", self.redis),
+            ("lease", self.lease),
+            ("damaged", self.damaged),
+            ("fail_open", self.fail_open),
+            ("fail_closed", self.fail_closed),
+            ("fail_local", self.fail_local),
+            ("busy", self.busy),
+        ]
+    }
 }
 
 #[pymethods]
 impl RedisStats {
-    /// Decisions Redis made.
-    #[getter]
-    fn redis(&self) -> u64 {
-        self.inner.redis
-    }
-    /// Decisions a lease made.
-    #[getter]
-    fn lease(&self) -> u64 {
-        self.inner.lease
-    }
-    /// Refusals of a key whose value no script wrote.
-    #[getter]
-    fn damaged(&self) -> u64 {
-        self.inner.damaged
-    }
-    /// Admitted by the fail policy "open".
-    #[getter]
-    fn fail_open(&self) -> u64 {
-        self.inner.fail_open
-    }
-    /// Refused by the fail policy "closed".
-    #[getter]
-    fn fail_closed(&self) -> u64 {
-        self.inner.fail_closed
-    }
-    /// Answered by the fail policy "local".
-    #[getter]
-    fn fail_local(&self) -> u64 {
-        self.inner.fail_local
-    }
-    /// Refused because no connection came free before the deadline.
-    #[getter]
-    fn busy(&self) -> u64 {
-        self.inner.busy
-    }
-    /// Whether the circuit breaker is open.
-    #[getter]
-    fn breaker_open(&self) -> bool {
-        self.inner.breaker_open
-    }
     /// The counters and `breaker_open` as a dict.
     fn _asdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        let s = &self.inner;
-        for (name, v) in [
-            ("redis", s.redis),
-            ("lease", s.lease),
-            ("damaged", s.damaged),
-            ("fail_open", s.fail_open),
-            ("fail_closed", s.fail_closed),
-            ("fail_local", s.fail_local),
-            ("busy", s.busy),
-        ] {
+        for (name, v) in self.counters() {
             d.set_item(name, v)?;
         }
-        d.set_item("breaker_open", s.breaker_open)?;
+        d.set_item("breaker_open", self.breaker_open)?;
         Ok(d)
     }
     fn __repr__(&self) -> String {
-        let s = &self.inner;
-        format!(
-            "RedisStats(redis={}, lease={}, damaged={}, fail_open={}, fail_closed={}, fail_local={}, busy={}, breaker_open={})",
-            s.redis,
-            s.lease,
-            s.damaged,
-            s.fail_open,
-            s.fail_closed,
-            s.fail_local,
-            s.busy,
-            if s.breaker_open { "True" } else { "False" }
-        )
+        let counters: Vec<String> = self
+            .counters()
+            .iter()
+            .map(|(name, v)| format!("{name}={v}"))
+            .collect();
+        let open = if self.breaker_open { "True" } else { "False" };
+        format!("RedisStats({}, breaker_open={open})", counters.join(", "))
     }
 }
