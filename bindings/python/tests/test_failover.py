@@ -36,6 +36,9 @@ DEADLINE = 0.25
 # connection kinds) and test_redis_pool_deadline.py (the pool path), and in
 # Rust by crates/ratebound-redis/tests/deadlines.rs.
 SLACK = 2.5
+# How long before a primary's death its writes may not have reached the
+# replica (asynchronous replication; see assert_failed_over).
+REPLICATION_WINDOW = 1.0
 RATE = 10
 
 
@@ -167,7 +170,21 @@ def assert_failed_over(runs: list[tuple[str, Calls]], start: float, killed: floa
         print(f"{label}{kind}: last fail-policy answer {last_failure - killed:.2f} s after the kill "
               f"(promoted {promoted:.2f} s after it)")
     elapsed = time.monotonic() - start
-    assert redis_admitted <= 20 + 10 * elapsed + 1, f"{redis_admitted} admitted in {elapsed:.2f} s"
+    # Replication is asynchronous: what the primary admitted just before it
+    # died may never have reached the replica, whose buckets then hold those
+    # tokens again. A second before the kill bounds that window on loopback
+    # (the stream to the replica is immediate); beyond it nothing may be
+    # admitted twice. (Seen: 112 admitted against burst + rate·t = 111.08.)
+    unreplicated = sum(
+        allowed
+        for _, calls in runs
+        for at, took, source, allowed in calls
+        if source == "redis" and at <= killed and at + took >= killed - REPLICATION_WINDOW
+    )
+    bound = 20 + 10 * elapsed + 1 + unreplicated
+    assert redis_admitted <= bound, (
+        f"{redis_admitted} admitted in {elapsed:.2f} s ({unreplicated} in the second before the kill)"
+    )
     assert_used_again([calls for _, calls in runs], backs)
 
 
