@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::validate;
+use super::window_math_new;
 use crate::clock::{Clock, MonotonicClock};
 use crate::sync::word::{Core, WordMath, limiter_via_core};
 use crate::{Decision, Error};
@@ -15,6 +15,8 @@ pub(crate) struct Fixed {
     pub(crate) window: u64,
     pub(crate) bits: u32,
 }
+
+window_math_new!(Fixed, 1);
 
 impl Fixed {
     #[inline]
@@ -198,31 +200,13 @@ impl<C: Clock> FixedWindow<C> {
     /// # Errors
     /// See [`FixedWindow`].
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
-        let (window, bits) = validate(limit, window, 1, 64)?;
         Ok(FixedWindow {
-            core: Core::new(
-                Fixed {
-                    limit,
-                    window,
-                    bits,
-                },
-                clock,
-            ),
+            core: Core::new(Fixed::new(limit, window, 64)?, clock),
         })
-    }
-
-    /// The window length.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.core.math.window)
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.core.clock
     }
 }
 
-limiter_via_core!(FixedWindow);
+limiter_via_core!(FixedWindow, window);
 
 #[cfg(test)]
 mod tests {
@@ -231,12 +215,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn fixed(limit: u64, window: u64) -> Fixed {
-        let (window, bits) = validate(limit, Duration::from_nanos(window), 1, 64).unwrap();
-        Fixed {
-            limit,
-            window,
-            bits,
-        }
+        Fixed::new(limit, Duration::from_nanos(window), 64).unwrap()
     }
 
     #[test]

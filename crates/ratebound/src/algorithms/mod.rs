@@ -77,3 +77,28 @@ pub(crate) fn validate(
     }
     Ok((window, bits))
 }
+
+/// A `new(limit, window, word_bits)` for a window math type (fields
+/// `limit`, `window`, `bits`) holding `counts` counts: [`validate`]d, so a
+/// single limiter (64 bits) and a keyed entry ([`TIER_SHIFT`](crate::keyed)
+/// bits) build it alike.
+macro_rules! window_math_new {
+    ($ty:ident, $counts:expr) => {
+        impl $ty {
+            pub(crate) fn new(
+                limit: u64,
+                window: std::time::Duration,
+                word_bits: u32,
+            ) -> Result<Self, crate::Error> {
+                let (window, bits) =
+                    crate::algorithms::validate(limit, window, $counts, word_bits)?;
+                Ok($ty {
+                    limit,
+                    window,
+                    bits,
+                })
+            }
+        }
+    };
+}
+pub(crate) use window_math_new;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::algorithms::{Moment, validate};
+use crate::algorithms::{Moment, window_math_new};
 use crate::clock::{Clock, MonotonicClock};
 use crate::sync::word::{Core, WordMath, limiter_via_core};
 use crate::{Decision, Error};
@@ -18,6 +18,8 @@ pub(crate) struct Sliding {
     pub(crate) window: u64,
     pub(crate) bits: u32,
 }
+
+window_math_new!(Sliding, 2);
 
 /// The state as seen at a moment: window index, counts, and how far into
 /// the window that moment is.
@@ -317,31 +319,13 @@ impl<C: Clock> SlidingWindow<C> {
     /// # Errors
     /// See [`SlidingWindow`].
     pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
-        let (window, bits) = validate(limit, window, 2, 64)?;
         Ok(SlidingWindow {
-            core: Core::new(
-                Sliding {
-                    limit,
-                    window,
-                    bits,
-                },
-                clock,
-            ),
+            core: Core::new(Sliding::new(limit, window, 64)?, clock),
         })
-    }
-
-    /// The window length.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.core.math.window)
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.core.clock
     }
 }
 
-limiter_via_core!(SlidingWindow);
+limiter_via_core!(SlidingWindow, window);
 
 #[cfg(test)]
 mod tests {
@@ -350,12 +334,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn sliding(limit: u64, window: u64) -> Sliding {
-        let (window, bits) = validate(limit, Duration::from_nanos(window), 2, 64).unwrap();
-        Sliding {
-            limit,
-            window,
-            bits,
-        }
+        Sliding::new(limit, Duration::from_nanos(window), 64).unwrap()
     }
 
     #[test]
