@@ -23,7 +23,7 @@ use redis::aio::ConnectionManager;
 
 mod gated;
 mod serve;
-use gated::Gated;
+use gated::gated_app;
 use serve::serve;
 
 #[path = "../../ratebound-redis/tests/support/mod.rs"]
@@ -276,8 +276,6 @@ async fn a_remote_refusal_gives_the_concurrency_place_back() {
     let server = Redis::start();
     let dir = Scratch::new("place");
     for remote in ["redis", "shm"] {
-        let gates: Arc<Mutex<Vec<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
-        let g = gates.clone();
         let builder = RateLimitLayer::builder()
             .concurrency_limit(1)
             .key(RequestKey::header("x-api-key").unwrap());
@@ -300,16 +298,7 @@ async fn a_remote_refusal_gives_the_concurrency_place_back() {
         }
         .build()
         .unwrap();
-        let app = Router::new()
-            .route(
-                "/",
-                get(move || {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    g.lock().unwrap().push(tx);
-                    async move { axum::body::Body::new(Gated(Some(rx))) }
-                }),
-            )
-            .layer(layer);
+        let (app, gates) = gated_app("/", layer);
         let addr = serve(app).await;
         let c = client();
         let request = |key: &str| {
