@@ -11,7 +11,7 @@ use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_SINGLE;
 use crate::sync::Ordering;
-use crate::table::Table;
+use crate::table::{Table, table_accessors};
 use crate::wait::drive;
 #[cfg(feature = "tokio")]
 use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
@@ -111,20 +111,7 @@ impl SharedLimiter {
         })
     }
 
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.table.path
-    }
-
-    /// The most one check can take.
-    pub fn limit(&self) -> u64 {
-        self.table.rule.limit()
-    }
-
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> KeyedAlgorithm {
-        self.table.algorithm
-    }
+    table_accessors!();
 
     /// Takes one now if there is one.
     ///

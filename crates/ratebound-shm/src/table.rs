@@ -11,6 +11,28 @@ use crate::file::HEADER;
 use crate::map::Region;
 use crate::sync::AtomicU64;
 
+/// The accessors a limiter over a [`Table`] (its field `table`) shares:
+/// `path`, `limit` and `algorithm`.
+macro_rules! table_accessors {
+    () => {
+        /// The file.
+        pub fn path(&self) -> &std::path::Path {
+            &self.table.path
+        }
+
+        /// The most one check can take.
+        pub fn limit(&self) -> u64 {
+            self.table.rule.limit()
+        }
+
+        /// The algorithm and its parameters.
+        pub fn algorithm(&self) -> ratebound::KeyedAlgorithm {
+            self.table.algorithm
+        }
+    };
+}
+pub(crate) use table_accessors;
+
 /// The mapped file: header and slots.
 // Made by `Table::open` (file.rs), which makes or checks the file.
 pub(crate) struct Table {

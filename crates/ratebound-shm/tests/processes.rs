@@ -626,23 +626,35 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The error opening a table of `keys` keys at `path`; one that opens
+/// anyway is used for every key (where a lazily backed file would die of
+/// SIGBUS), then the test fails saying `what`.
+fn open_refused(path: &Path, alg: KeyedAlgorithm, keys: u64, what: &str) -> Error {
+    match SharedKeyedLimiter::open(path, alg, keys) {
+        Ok(l) => {
+            for k in 0..keys {
+                let _ = l.check(Key::Int(k.into()));
+            }
+            panic!("{what}");
+        }
+        Err(e) => e,
+    }
+}
+
 /// The tmpfs test's part in a child process (so that a `SIGBUS` is the
 /// child's death, which the parent reports, not the test binary's).
 fn tmpfs_child(dir: &Path) {
     let alg = bucket("10/s burst 10");
     // 200 000 slots of 32 bytes and the header: 6 400 128 bytes, on 1 MiB.
     let big = dir.join("big.limit");
-    let e = match SharedKeyedLimiter::open(&big, alg, 100_000) {
-        Ok(l) => {
-            // Before the fix it opened (the file was sparse); its first
-            // thousands of keys then killed the process with SIGBUS.
-            for k in 0..100_000 {
-                let _ = l.check(Key::Int(k));
-            }
-            panic!("a 6 400 128-byte table opened on a 1 MiB tmpfs");
-        }
-        Err(e) => e,
-    };
+    // Before the fix it opened (the file was sparse); its first thousands
+    // of keys then killed the process with SIGBUS.
+    let e = open_refused(
+        &big,
+        alg,
+        100_000,
+        "a 6 400 128-byte table opened on a 1 MiB tmpfs",
+    );
     println!("too large: {e}");
     assert_eq!(e.code(), "shm_io", "{e}");
     let message = e.to_string();
@@ -706,15 +718,12 @@ fn tmpfs_child(dir: &Path) {
     assert!(!small.exists(), "no table is left");
     assert_eq!(leftovers(dir), Vec::<String>::new());
     // The sparse table is given its blocks on open, which fails now.
-    let e = match SharedKeyedLimiter::open(&sparse, alg, 10_000) {
-        Ok(l) => {
-            for k in 0..10_000 {
-                let _ = l.check(Key::Int(k));
-            }
-            panic!("a sparse table opened on a full tmpfs");
-        }
-        Err(e) => e,
-    };
+    let e = open_refused(
+        &sparse,
+        alg,
+        10_000,
+        "a sparse table opened on a full tmpfs",
+    );
     println!("sparse: {e}");
     assert_eq!(e.code(), "shm_io", "{e}");
     assert!(e.to_string().contains("cannot allocate"), "{e}");
