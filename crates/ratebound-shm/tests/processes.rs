@@ -62,6 +62,17 @@ fn admitted(child: Child) -> u64 {
         .unwrap_or_else(|| panic!("no count in {text:?}"))
 }
 
+/// A fresh directory `name` and the path of a table `file` in it, for a
+/// test's parent; `None` in a worker, once [`worked`] has done its part.
+fn parent_table(name: &str, file: &str) -> Option<(PathBuf, PathBuf)> {
+    if worked() {
+        return None;
+    }
+    let d = dir(name);
+    let path = d.join(file);
+    Some((d, path))
+}
+
 /// True in a worker process: the calling test has done the worker's part
 /// (see [`spawn`]) and must return.
 fn worked() -> bool {
@@ -164,11 +175,9 @@ fn every_process_reads_the_same_clock() {
 
 #[test]
 fn four_processes_share_one_burst_exactly() {
-    if worked() {
+    let Some((_, path)) = parent_table("burst", "one.limit") else {
         return;
-    }
-    let d = dir("burst");
-    let path = d.join("one.limit");
+    };
     // One token an hour: nothing refills during the test.
     let env = |iter: &str| {
         vec![
@@ -194,11 +203,9 @@ fn four_processes_share_one_burst_exactly() {
 
 #[test]
 fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
-    if worked() {
+    let Some((_, path)) = parent_table("rate", "rate.limit") else {
         return;
-    }
-    let d = dir("rate");
-    let path = d.join("rate.limit");
+    };
     let env = vec![
         ("RB_SHM_PATH", path.display().to_string()),
         ("RB_SHM_QUOTA", "2000/s burst 50".to_string()),
@@ -226,11 +233,9 @@ fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
 
 #[test]
 fn keyed_processes_share_each_keys_burst() {
-    if worked() {
+    let Some((_, path)) = parent_table("keyed", "keyed.limit") else {
         return;
-    }
-    let d = dir("keyed");
-    let path = d.join("keyed.limit");
+    };
     let env = vec![
         ("RB_SHM_PATH", path.display().to_string()),
         ("RB_SHM_QUOTA", "1/h burst 10".to_string()),
@@ -256,11 +261,9 @@ fn keyed_processes_share_each_keys_burst() {
 
 #[test]
 fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
-    if worked() {
+    let Some((d, path)) = parent_table("kill", "kill.limit") else {
         return;
-    }
-    let d = dir("kill");
-    let path = d.join("kill.limit");
+    };
     // 100 000 keys of one token each: the workers race through them (each
     // from key 0), claiming slots, while they are being killed.
     let quota = "1/h burst 1";
@@ -844,11 +847,9 @@ fn reuse_window() -> KeyedAlgorithm {
 
 #[test]
 fn processes_reusing_fresh_slots_admit_each_key_once() {
-    if worked() {
+    let Some((_, path)) = parent_table("reuse", "reuse.limit") else {
         return;
-    }
-    let d = dir("reuse");
-    let path = d.join("reuse.limit");
+    };
     // 64 slots, filled with keys 0..64 admitted in window 1: no empty slot
     // is left, so every key after this lives in a reused one.
     let l = SharedKeyedLimiter::open(&path, reuse_window(), 1).expect("open");
