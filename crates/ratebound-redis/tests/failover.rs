@@ -13,10 +13,11 @@
 mod node;
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use node::{MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, text};
+use node::{
+    MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, six_node_cluster, text,
+};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, SentinelConnection, Source};
 use redis::aio::ConnectionLike;
@@ -49,20 +50,7 @@ fn master_and_replica(port: u16, slot: u16) -> Option<(u16, u16)> {
 
 /// Six nodes, `--cluster-replicas 1`, until every replica's link is up.
 fn cluster() -> Vec<Node> {
-    let nodes: Vec<Node> = (0..6)
-        .map(|_| Node::start(free_cluster_port(), 500))
-        .collect();
-    let out = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
-        .output()
-        .expect("redis-cli (ci/test installs redis-tools)");
-    assert!(
-        out.status.success(),
-        "cluster create: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let nodes = six_node_cluster(free_cluster_port, 500);
     let start = Instant::now();
     loop {
         let ok = nodes.iter().all(|n| {

@@ -1,7 +1,6 @@
 //! The deployments a failover run kills a primary in: a Redis Cluster
 //! (3 masters, 1 replica each) and a Sentinel-managed pair (see main.rs).
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ratebound_redis::SentinelConnection;
@@ -10,7 +9,9 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
 
-use crate::node::{MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, text};
+use crate::node::{
+    MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, six_node_cluster, text,
+};
 
 pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -71,22 +72,8 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     pub(crate) fn start(node_timeout_ms: u64) -> Cluster {
-        let nodes: Vec<Node> = (0..6)
-            .map(|_| Node::start(cluster_port(), node_timeout_ms))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(nodes.iter().map(Node::addr))
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli (apt-get install redis-tools)");
-        assert!(
-            out.status.success(),
-            "cluster create: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
         let c = Cluster {
-            nodes,
+            nodes: six_node_cluster(cluster_port, node_timeout_ms),
             target: None,
         };
         c.wait_healthy();

@@ -102,6 +102,27 @@ impl Drop for Node {
     }
 }
 
+/// Six cluster nodes (`cluster-node-timeout` `node_timeout_ms`, on ports
+/// from `port()`) made one cluster of 3 masters with a replica each by
+/// `redis-cli --cluster create` (not yet waited for).
+pub(crate) fn six_node_cluster(port: impl Fn() -> u16, node_timeout_ms: u64) -> Vec<Node> {
+    let nodes: Vec<Node> = (0..6)
+        .map(|_| Node::start(port(), node_timeout_ms))
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(nodes.iter().map(Node::addr))
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .output()
+        .expect("redis-cli (ci/test installs it: apt-get install redis-tools)");
+    assert!(
+        out.status.success(),
+        "cluster create: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    nodes
+}
+
 /// A plain (not cluster) `redis-server` on `port`: a primary, or a replica
 /// of `replica_of`.
 pub(crate) fn plain_node(port: u16, replica_of: Option<u16>) -> Node {
