@@ -51,6 +51,13 @@ fn ready(child: &mut Child, readers: &mut Vec<BufReader<std::process::ChildStdou
     readers.push(out);
 }
 
+/// Four workers of the test `test` at once, with `env`: what they
+/// admitted together.
+fn four_workers(test: &str, env: &[(&str, String)]) -> u64 {
+    let workers: Vec<Child> = (0..4).map(|_| spawn(test, env)).collect();
+    workers.into_iter().map(admitted).sum()
+}
+
 /// The `admitted=N` a worker printed.
 fn admitted(child: Child) -> u64 {
     let out = child.wait_with_output().expect("worker output");
@@ -186,10 +193,7 @@ fn four_processes_share_one_burst_exactly() {
             ("RB_SHM_ITER", iter.to_string()),
         ]
     };
-    let workers: Vec<Child> = (0..4)
-        .map(|_| spawn("four_processes_share_one_burst_exactly", &env("20000")))
-        .collect();
-    let total: u64 = workers.into_iter().map(admitted).sum();
+    let total = four_workers("four_processes_share_one_burst_exactly", &env("20000"));
     assert_eq!(
         total, 1000,
         "four processes together admit exactly the burst"
@@ -212,15 +216,10 @@ fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
         ("RB_SHM_MILLIS", "300".to_string()),
     ];
     let start = Instant::now();
-    let workers: Vec<Child> = (0..4)
-        .map(|_| {
-            spawn(
-                "on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed",
-                &env,
-            )
-        })
-        .collect();
-    let total: u64 = workers.into_iter().map(admitted).sum();
+    let total = four_workers(
+        "on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed",
+        &env,
+    );
     let elapsed = start.elapsed().as_secs_f64();
     let bound = 50.0 + 2000.0 * elapsed;
     assert!(
@@ -242,10 +241,7 @@ fn keyed_processes_share_each_keys_burst() {
         ("RB_SHM_KEYS", "50".to_string()),
         ("RB_SHM_ITER", "5000".to_string()),
     ];
-    let workers: Vec<Child> = (0..4)
-        .map(|_| spawn("keyed_processes_share_each_keys_burst", &env))
-        .collect();
-    let total: u64 = workers.into_iter().map(admitted).sum();
+    let total = four_workers("keyed_processes_share_each_keys_burst", &env);
     assert_eq!(total, 50 * 10);
     let l = SharedKeyedLimiter::open(&path, bucket("1/h burst 10"), 1000).expect("open");
     assert_eq!(l.len(), 50, "one slot per key");

@@ -241,41 +241,34 @@ fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
     let now = l.now();
     let first = l.reserve_n_at(1, Duration::ZERO, now).expect("the burst");
     assert_eq!(first.delay(), Duration::ZERO);
-    let second = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    // One more at `now`, queued for up to a second.
+    let queue = || {
+        l.reserve_n_at(1, Duration::from_secs(1), now)
+            .expect("queued")
+    };
+    let second = queue();
     assert_eq!(second.delay(), Duration::from_millis(100));
-    let third = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let third = queue();
     assert_eq!(third.delay(), Duration::from_millis(200));
     third.cancel();
-    let again = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let again = queue();
     assert_eq!(
         again.delay(),
         Duration::from_millis(200),
         "the slot came back"
     );
     // Dropped, a reservation gives its slot back too; consumed, it keeps it.
-    let fourth = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let fourth = queue();
     assert_eq!(fourth.delay(), Duration::from_millis(300));
     drop(fourth);
-    let fifth = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let fifth = queue();
     assert_eq!(
         fifth.delay(),
         Duration::from_millis(300),
         "the dropped slot came back"
     );
     fifth.consume();
-    let sixth = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let sixth = queue();
     assert_eq!(
         sixth.delay(),
         Duration::from_millis(400),
