@@ -56,7 +56,8 @@ pub(crate) fn retry_delay(base64: &[u8]) -> Option<Duration> {
     if base64.len() > MAX_DETAILS {
         return None;
     }
-    let status = decode_base64(base64)?;
+    // gRPC's binary header encoding, padded or not.
+    let status = ratebound::http::base64::decode(base64)?;
     // google.rpc.Status { code = 1, message = 2, repeated Any details = 3 }
     let any = Fields(&status).find_map(|(field, value)| match (field, value) {
         (3, Value::Bytes(any)) if type_url(any) == Some(RETRY_INFO) => Some(any),
@@ -162,68 +163,9 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// Base64 (standard alphabet), padded or not — gRPC's binary header
-/// encoding, which receivers must accept both ways.
-fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
-    let unpadded = text.strip_suffix(b"==").or_else(|| text.strip_suffix(b"="));
-    let text = unpadded.unwrap_or(text);
-    if text.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(text.len() / 4 * 3 + 2);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for &c in text {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_reads_the_rfc_4648_vectors_padded_or_not() {
-        let cases = [
-            ("", ""),
-            ("Zg", "f"),
-            ("Zg==", "f"),
-            ("Zm8", "fo"),
-            ("Zm8=", "fo"),
-            ("Zm9v", "foo"),
-            ("Zm9vYg", "foob"),
-            ("Zm9vYmE=", "fooba"),
-            ("Zm9vYmFy", "foobar"),
-        ];
-        for (encoded, plain) in cases {
-            assert_eq!(
-                decode_base64(encoded.as_bytes()).as_deref(),
-                Some(plain.as_bytes()),
-                "{encoded:?}"
-            );
-        }
-        assert_eq!(
-            decode_base64(b"//79").as_deref(),
-            Some(&[0xff, 0xfe, 0xfd][..])
-        );
-        for bad in ["Z", "Zm9v!", "Zm 9v", "Zm9v===", "-_8"] {
-            assert_eq!(decode_base64(bad.as_bytes()), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn malformed_or_negative_details_ask_for_no_pause() {
@@ -248,7 +190,7 @@ mod tests {
             ]
             .concat();
             let status = [&[0x08, 0x08, 0x1a, any.len() as u8][..], &any].concat();
-            base64(&status)
+            ratebound::http::base64::encode(&status)
         };
         assert_eq!(
             retry_delay(encode(RETRY_INFO, 3).as_bytes()),
@@ -275,24 +217,5 @@ mod tests {
         assert_eq!(status_of(200, &headers), (200, None));
         headers.insert(&GRPC_STATUS, "0".parse().unwrap());
         assert_eq!(status_of(200, &headers), (200, None));
-    }
-
-    /// Base64, standard alphabet, unpadded (as ratebound-http writes it).
-    fn base64(data: &[u8]) -> String {
-        const ALPHABET: &[u8; 64] =
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in data.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..=chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-            }
-        }
-        out
     }
 }

@@ -18,7 +18,7 @@ use ratebound::{KeyedAlgorithm, Quota};
 use ratebound_client::RateLimitMiddleware;
 use ratebound_shm::SharedKeyedLimiter;
 use reqwest_middleware::ClientBuilder;
-use support::{Events, Hit, Partner, reply, reqwest_client, strict};
+use support::{Events, Partner, first_then, reply, reqwest_client, strict};
 
 #[tokio::test]
 async fn each_partner_host_has_its_own_limit_and_its_own_pause() {
@@ -40,13 +40,10 @@ async fn each_partner_host_has_its_own_limit_and_its_own_pause() {
         .build();
     let a = Partner::start(strict(100.0, 10.0)).await;
     // B asks for a 5 s pause on its first answer.
-    let b = Partner::start(|hit: &Hit| {
-        if hit.index == 0 {
-            reply(429, &[("retry-after", "5")], "")
-        } else {
-            reply(200, &[], "")
-        }
-    })
+    let b = Partner::start(first_then(
+        || reply(429, &[("retry-after", "5")], ""),
+        || reply(200, &[], ""),
+    ))
     .await;
     let start = Instant::now();
     assert_eq!(

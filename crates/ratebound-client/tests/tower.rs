@@ -19,7 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratebound::{Quota, TokenBucket, TokioClock};
 use ratebound_client::{RateLimitLayer, RateLimited};
-use support::{Events, Hit, Partner, grpc_ok, grpc_refusal, reply};
+use support::{Events, Hit, Partner, first_then, grpc_ok, grpc_refusal, reply};
 use tonic_types::{ErrorDetails, StatusExt};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -99,13 +99,10 @@ async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
 
 #[tokio::test(start_paused = true)]
 async fn a_429_pauses_the_limiter_for_its_retry_after() {
-    let partner = Partner::start(|hit: &Hit| {
-        if hit.index == 0 {
-            reply(429, &[("retry-after", "1")], "")
-        } else {
-            reply(200, &[], "")
-        }
-    })
+    let partner = Partner::start(first_then(
+        || reply(429, &[("retry-after", "1")], ""),
+        || reply(200, &[], ""),
+    ))
     .await;
     let events = Events::default();
     let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
@@ -130,13 +127,10 @@ async fn a_429_pauses_the_limiter_for_its_retry_after() {
 
 #[tokio::test(start_paused = true)]
 async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried() {
-    let partner = Partner::start(|hit: &Hit| {
-        if hit.index == 0 {
-            grpc_refusal(exhausted(Duration::from_millis(700)))
-        } else {
-            grpc_ok(&[0x08, 0x01])
-        }
-    })
+    let partner = Partner::start(first_then(
+        || grpc_refusal(exhausted(Duration::from_millis(700))),
+        || grpc_ok(&[0x08, 0x01]),
+    ))
     .await;
     let events = Events::default();
     let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
@@ -174,13 +168,10 @@ async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried(
 #[tokio::test(start_paused = true)]
 async fn without_any_method_resource_exhausted_pauses_but_is_not_retried() {
     // And a RetryInfo of an hour is cut to max_pause.
-    let partner = Partner::start(|hit: &Hit| {
-        if hit.index == 0 {
-            grpc_refusal(exhausted(Duration::from_secs(3600)))
-        } else {
-            grpc_ok(&[0x08, 0x01])
-        }
-    })
+    let partner = Partner::start(first_then(
+        || grpc_refusal(exhausted(Duration::from_secs(3600))),
+        || grpc_ok(&[0x08, 0x01]),
+    ))
     .await;
     let events = Events::default();
     let layer = RateLimitLayer::builder(bucket("100/s burst 10"))
@@ -209,13 +200,10 @@ async fn a_tonic_channel_through_the_layer_waits_out_the_pause() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
 
-    let partner = Partner::start(|hit: &Hit| {
-        if hit.index == 0 {
-            grpc_refusal(exhausted(Duration::from_millis(600)))
-        } else {
-            grpc_ok(&[0x08, 0x01]) // HealthCheckResponse { status: SERVING }
-        }
-    })
+    let partner = Partner::start(first_then(
+        || grpc_refusal(exhausted(Duration::from_millis(600))),
+        || grpc_ok(&[0x08, 0x01]), // HealthCheckResponse { status: SERVING }
+    ))
     .await;
     let channel = tonic::transport::Channel::from_shared(partner.url(""))
         .expect("uri")

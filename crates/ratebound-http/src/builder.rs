@@ -10,10 +10,10 @@ use ratebound::any::{MissingKey, QuotaHeaders, RefusalBody};
 use ratebound::http::{AdaptiveConcurrency, Forwarding, Priority, TrustedProxies};
 use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
 
-use crate::options::{OnDecision, Predicate, PriorityFn, RequestKey};
-use crate::state::LayerState;
 use ratebound::KeyedLimit;
 
+use crate::options::RequestKey;
+use crate::state::{LayerState, RequestHooks};
 use crate::{DecisionEvent, RateLimitLayer};
 
 impl RateLimitLayer {
@@ -23,12 +23,14 @@ impl RateLimitLayer {
             quotas: Vec::new(),
             clock: AnyClock::default(),
             options: GateOptions::default(),
-            key: RequestKey::ClientIp,
-            exempt: None,
-            critical: None,
-            priority: None,
-            on_decision: None,
-            label: None,
+            hooks: RequestHooks {
+                key: RequestKey::ClientIp,
+                exempt: None,
+                critical: None,
+                priority: None,
+                on_decision: None,
+                label: None,
+            },
             remote: Vec::new(),
         }
     }
@@ -40,12 +42,7 @@ pub struct Builder {
     pub(crate) quotas: Vec<(String, KeyedAlgorithm)>,
     pub(crate) clock: AnyClock,
     pub(crate) options: GateOptions,
-    pub(crate) key: RequestKey,
-    pub(crate) exempt: Option<Predicate>,
-    pub(crate) critical: Option<Predicate>,
-    pub(crate) priority: Option<PriorityFn>,
-    pub(crate) on_decision: Option<OnDecision>,
-    pub(crate) label: Option<String>,
+    pub(crate) hooks: RequestHooks,
     pub(crate) remote: Vec<(String, Box<dyn KeyedLimit>)>,
 }
 
@@ -53,14 +50,14 @@ impl Builder {
     /// Calls `f` once per limited request (not for exempt ones) with what
     /// happened — for metrics. Unset, nothing is done for it.
     pub fn on_decision(mut self, f: impl Fn(&DecisionEvent<'_>) + Send + Sync + 'static) -> Self {
-        self.on_decision = Some(Arc::new(f));
+        self.hooks.on_decision = Some(Arc::new(f));
         self
     }
 
     /// The label [`DecisionEvent::label`] carries, instead of the route
     /// template axum matched.
     pub fn label(mut self, label: &str) -> Self {
-        self.label = Some(label.to_string());
+        self.hooks.label = Some(label.to_string());
         self
     }
 
@@ -121,7 +118,7 @@ impl Builder {
             RequestKey::ClientIp => any::KeySource::ClientIp,
             RequestKey::Custom(_) => any::KeySource::Given,
         };
-        self.key = key;
+        self.hooks.key = key;
         self
     }
 
@@ -162,7 +159,7 @@ impl Builder {
     /// Requests for which `f` is true bypass limiting and shedding (health
     /// checks, internal callers).
     pub fn exempt(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
-        self.exempt = Some(Arc::new(f));
+        self.hooks.exempt = Some(Arc::new(f));
         self
     }
 
@@ -183,7 +180,7 @@ impl Builder {
     /// shortcut for a [`priority`](Self::priority) of
     /// [`Priority::Critical`].)
     pub fn critical(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
-        self.critical = Some(Arc::new(f));
+        self.hooks.critical = Some(Arc::new(f));
         self
     }
 
@@ -223,7 +220,7 @@ impl Builder {
     /// [`Priority::Critical`] ones are never shed. `f` is called only once
     /// the requests in flight reach that fraction.
     pub fn priority(mut self, f: impl Fn(&Parts) -> Priority + Send + Sync + 'static) -> Self {
-        self.priority = Some(Arc::new(f));
+        self.hooks.priority = Some(Arc::new(f));
         self
     }
 
@@ -305,12 +302,7 @@ impl Builder {
                 gate,
                 names,
                 policy_field,
-                key: self.key,
-                exempt: self.exempt,
-                critical: self.critical,
-                priority: self.priority,
-                on_decision: self.on_decision,
-                label: self.label,
+                hooks: self.hooks,
                 policy_names,
                 remote: self.remote,
                 #[cfg(feature = "queue")]

@@ -6,7 +6,8 @@
 //! (whole seconds, rounded up: the same number as `Retry-After`).
 //!
 //! The few protobuf fields are written here by hand (no protobuf or base64
-//! dependency); the tests decode them with tonic-types.
+//! dependency: the base64 is the core's [`ratebound::http::base64`]); the
+//! tests decode them with tonic-types.
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
@@ -73,7 +74,7 @@ pub(crate) fn refusal(verdict: &Verdict<'_>) -> Response<Bytes> {
         headers.insert(GRPC_MESSAGE.clone(), v);
     }
     let details = status_proto(code, message, verdict.fields.retry_after);
-    if let Ok(v) = HeaderValue::from_str(&base64(&details)) {
+    if let Ok(v) = HeaderValue::from_str(&ratebound::http::base64::encode(&details)) {
         headers.insert(GRPC_DETAILS.clone(), v);
     }
     if let Some(secs) = verdict.fields.retry_after {
@@ -91,25 +92,6 @@ fn percent_encode(text: &str) -> String {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Base64, standard alphabet, unpadded (gRPC's binary header encoding).
-fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        // 2 characters for 1 byte, 3 for 2, 4 for 3.
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
         }
     }
     out
@@ -158,23 +140,6 @@ fn status_proto(code: u32, message: &str, retry_after: Option<u64>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_the_rfc_4648_vectors_unpadded() {
-        let cases = [
-            ("", ""),
-            ("f", "Zg"),
-            ("fo", "Zm8"),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg"),
-            ("fooba", "Zm9vYmE"),
-            ("foobar", "Zm9vYmFy"),
-        ];
-        for (plain, encoded) in cases {
-            assert_eq!(base64(plain.as_bytes()), encoded, "{plain:?}");
-        }
-        assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
-    }
 
     #[test]
     fn messages_are_percent_encoded_as_grpc_asks() {

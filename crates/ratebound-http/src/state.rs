@@ -12,17 +12,22 @@ use ratebound::http::{Headers, Priority};
 use crate::options::{DecisionEvent, OnDecision, Predicate, PriorityFn, RequestKey};
 use crate::{PeerAddr, grpc};
 
-pub(crate) struct LayerState {
-    pub(crate) gate: Gate,
-    /// The header names the gate reads, by the address of the gate's string.
-    pub(crate) names: Vec<(usize, HeaderName)>,
-    pub(crate) policy_field: HeaderValue,
+/// The builder's per-request settings, kept by the layer as given.
+pub(crate) struct RequestHooks {
     pub(crate) key: RequestKey,
     pub(crate) exempt: Option<Predicate>,
     pub(crate) critical: Option<Predicate>,
     pub(crate) priority: Option<PriorityFn>,
     pub(crate) on_decision: Option<OnDecision>,
     pub(crate) label: Option<String>,
+}
+
+pub(crate) struct LayerState {
+    pub(crate) gate: Gate,
+    /// The header names the gate reads, by the address of the gate's string.
+    pub(crate) names: Vec<(usize, HeaderName)>,
+    pub(crate) policy_field: HeaderValue,
+    pub(crate) hooks: RequestHooks,
     pub(crate) policy_names: Vec<String>,
     /// The remote policies by name, in the gate's `remote_names` order.
     pub(crate) remote: Vec<(String, Box<dyn ratebound::KeyedLimit>)>,
@@ -49,14 +54,14 @@ impl LayerState {
         if let Some(notice) = &verdict.notice {
             log_notice(notice);
         }
-        if let Some(f) = &self.on_decision {
+        if let Some(f) = &self.hooks.on_decision {
             f(&DecisionEvent {
                 outcome: verdict.outcome,
                 policy: verdict.refused_by,
                 notice: verdict.notice,
                 priority: verdict.priority,
                 policies: &self.policy_names,
-                label: self.label.as_deref().or_else(|| Self::route(request)),
+                label: self.hooks.label.as_deref().or_else(|| Self::route(request)),
                 request,
             });
         }
@@ -140,18 +145,27 @@ impl<'a> LayerHooks<'a> {
 impl Hooks for LayerHooks<'_> {
     #[inline]
     fn exempt(&mut self) -> bool {
-        self.shared.exempt.as_ref().is_some_and(|f| f(self.parts))
+        self.shared
+            .hooks
+            .exempt
+            .as_ref()
+            .is_some_and(|f| f(self.parts))
     }
 
     #[inline]
     fn critical(&mut self) -> bool {
-        self.shared.critical.as_ref().is_some_and(|f| f(self.parts))
+        self.shared
+            .hooks
+            .critical
+            .as_ref()
+            .is_some_and(|f| f(self.parts))
     }
 
     #[inline]
     fn priority(&mut self) -> Option<Priority> {
         Some(
             self.shared
+                .hooks
                 .priority
                 .as_ref()
                 .map_or(Priority::Normal, |f| f(self.parts)),
@@ -163,7 +177,7 @@ impl Hooks for LayerHooks<'_> {
     #[inline]
     fn with_key<R>(&mut self, f: impl FnOnce(Option<Key<'_>>) -> R) -> Option<R> {
         // A Rust key closure cannot fail: its `None` is no key.
-        Some(match &self.shared.key {
+        Some(match &self.shared.hooks.key {
             RequestKey::Custom(key) => f(key(self.parts).as_deref().map(Key::Text)),
             _ => f(None),
         })

@@ -15,11 +15,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratebound::http::{Cidr, TrustedProxies};
 use ratebound::{ManualClock, Quota};
-use ratebound_http::{QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey};
+use ratebound_http::{Builder, QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey};
 
 mod gated;
 mod serve;
-use gated::Gated;
+use gated::gated_app;
 use serve::serve;
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -51,6 +51,20 @@ async fn get_with(
     )
 }
 
+/// The `x-api-key` header of the key `k`.
+const KEY: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+
+/// Serves `builder`'s layer keyed by `x-api-key` on `clock`: its address
+/// and a client.
+async fn serve_keyed(builder: Builder, clock: &ManualClock) -> (SocketAddr, HttpClient) {
+    let layer = builder
+        .key(RequestKey::header("x-api-key").unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (serve(app(layer)).await, client())
+}
+
 fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
@@ -65,14 +79,11 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
 #[tokio::test]
 async fn design_scenario_2_over_http_and_retry_after_is_honest() {
     let clock = ManualClock::new();
-    let layer = RateLimitLayer::builder()
-        .policy("default", Quota::parse("1/s burst 2").unwrap())
-        .key(RequestKey::header("x-api-key").unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    let addr = serve(app(layer)).await;
-    let c = client();
+    let (addr, c) = serve_keyed(
+        RateLimitLayer::builder().policy("default", Quota::parse("1/s burst 2").unwrap()),
+        &clock,
+    )
+    .await;
     let alice: &[(&str, &[u8])] = &[("x-api-key", b"alice")];
     let bob: &[(&str, &[u8])] = &[("x-api-key", b"bob")];
 
@@ -101,20 +112,12 @@ async fn retry_after_is_never_earlier_than_the_exact_wait_at_sub_second_rates() 
     for (rate, burst) in [(0.3, 1u64), (2.5, 2)] {
         let quota = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
         let clock = ManualClock::new();
-        let layer = RateLimitLayer::builder()
-            .policy("p", quota)
-            .key(RequestKey::header("x-api-key").unwrap())
-            .clock(clock.clone())
-            .build()
-            .unwrap();
-        let addr = serve(app(layer)).await;
-        let c = client();
-        let key: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+        let (addr, c) = serve_keyed(RateLimitLayer::builder().policy("p", quota), &clock).await;
         for round in 0..5 {
             // Spend the burst, then read the refusal.
             let mut refusal = None;
             for _ in 0..=burst {
-                let (status, headers, _) = get_with(&c, addr, "/", key).await;
+                let (status, headers, _) = get_with(&c, addr, "/", KEY).await;
                 if status == StatusCode::TOO_MANY_REQUESTS {
                     refusal = Some(headers);
                     break;
@@ -131,7 +134,7 @@ async fn retry_after_is_never_earlier_than_the_exact_wait_at_sub_second_rates() 
             );
             assert!(Duration::from_secs(secs) < exact + Duration::from_secs(1));
             clock.advance(Duration::from_secs(secs));
-            let (status, _, _) = get_with(&c, addr, "/", key).await;
+            let (status, _, _) = get_with(&c, addr, "/", KEY).await;
             assert_eq!(
                 status,
                 StatusCode::OK,
@@ -196,29 +199,26 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
 #[tokio::test]
 async fn several_policies_lose_no_tokens_when_one_refuses() {
     let clock = ManualClock::new();
-    let layer = RateLimitLayer::builder()
-        .policy("daily", Quota::parse("1/hour burst 5").unwrap())
-        .policy("rate", Quota::parse("2/s burst 2").unwrap())
-        .key(RequestKey::header("x-api-key").unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    let addr = serve(app(layer)).await;
-    let c = client();
-    let key: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+    let (addr, c) = serve_keyed(
+        RateLimitLayer::builder()
+            .policy("daily", Quota::parse("1/hour burst 5").unwrap())
+            .policy("rate", Quota::parse("2/s burst 2").unwrap()),
+        &clock,
+    )
+    .await;
     for _ in 0..2 {
-        assert_eq!(get_with(&c, addr, "/", key).await.0, StatusCode::OK);
+        assert_eq!(get_with(&c, addr, "/", KEY).await.0, StatusCode::OK);
     }
     // "rate" refuses five times; "daily" must give each token back.
     for _ in 0..5 {
-        let (status, headers, _) = get_with(&c, addr, "/", key).await;
+        let (status, headers, _) = get_with(&c, addr, "/", KEY).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(header(&headers, "retry-after"), "1");
     }
     clock.advance(Duration::from_secs(1));
-    let (status, _, _) = get_with(&c, addr, "/", key).await;
+    let (status, _, _) = get_with(&c, addr, "/", KEY).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, headers, _) = get_with(&c, addr, "/", key).await;
+    let (status, headers, _) = get_with(&c, addr, "/", KEY).await;
     assert_eq!(status, StatusCode::OK);
     // 5 − 4 admitted = 1 left of the daily burst: nothing was lost.
     assert!(
@@ -378,7 +378,6 @@ async fn a_request_without_a_key_follows_the_policy() {
     let quota = Quota::parse("1/hour burst 1").unwrap();
     let c = client();
     let none: &[(&str, &[u8])] = &[];
-    let keyed: &[(&str, &[u8])] = &[("x-api-key", b"k")];
     let build = |missing| {
         RateLimitLayer::builder()
             .policy("p", quota)
@@ -395,12 +394,12 @@ async fn a_request_without_a_key_follows_the_policy() {
             StatusCode::UNAUTHORIZED
         );
     }
-    assert_eq!(get_with(&c, addr, "/", keyed).await.0, StatusCode::OK);
+    assert_eq!(get_with(&c, addr, "/", KEY).await.0, StatusCode::OK);
     // Fall back to the IP (the default): keyless requests get the peer's bucket,
     // separate from the keyed one.
     let addr = serve(app(build(MissingKey::FallBackToIp))).await;
     assert_eq!(get_with(&c, addr, "/", none).await.0, StatusCode::OK);
-    assert_eq!(get_with(&c, addr, "/", keyed).await.0, StatusCode::OK);
+    assert_eq!(get_with(&c, addr, "/", KEY).await.0, StatusCode::OK);
     assert_eq!(
         get_with(&c, addr, "/", none).await.0,
         StatusCode::TOO_MANY_REQUESTS
@@ -416,26 +415,23 @@ async fn a_request_without_a_key_follows_the_policy() {
 async fn window_policies_work_beside_buckets() {
     use ratebound::KeyedAlgorithm;
     let clock = ManualClock::new();
-    let layer = RateLimitLayer::builder()
-        .policy("burst", Quota::parse("10/s burst 10").unwrap())
-        .policy_with(
-            "daily",
-            KeyedAlgorithm::FixedWindow {
-                limit: 3,
-                window: Duration::from_secs(86_400),
-            },
-        )
-        .key(RequestKey::header("x-api-key").unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    let addr = serve(app(layer)).await;
-    let c = client();
-    let key: &[(&str, &[u8])] = &[("x-api-key", b"k")];
+    let (addr, c) = serve_keyed(
+        RateLimitLayer::builder()
+            .policy("burst", Quota::parse("10/s burst 10").unwrap())
+            .policy_with(
+                "daily",
+                KeyedAlgorithm::FixedWindow {
+                    limit: 3,
+                    window: Duration::from_secs(86_400),
+                },
+            ),
+        &clock,
+    )
+    .await;
     for _ in 0..3 {
-        assert_eq!(get_with(&c, addr, "/", key).await.0, StatusCode::OK);
+        assert_eq!(get_with(&c, addr, "/", KEY).await.0, StatusCode::OK);
     }
-    let (status, headers, _) = get_with(&c, addr, "/", key).await;
+    let (status, headers, _) = get_with(&c, addr, "/", KEY).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&headers, "retry-after"), "86400");
     assert_eq!(
@@ -509,23 +505,11 @@ where
 /// handler has returned the response head.
 #[tokio::test]
 async fn a_streaming_response_is_in_flight_until_its_body_ends() {
-    use std::sync::Mutex;
-    let gates: Arc<Mutex<Vec<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
-    let g = gates.clone();
     let layer = RateLimitLayer::builder()
         .concurrency_limit(1)
         .build()
         .unwrap();
-    let app = Router::new()
-        .route(
-            "/stream",
-            get(move || {
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                g.lock().unwrap().push(tx);
-                async move { axum::body::Body::new(Gated(Some(rx))) }
-            }),
-        )
-        .layer(layer);
+    let (app, gates) = gated_app("/stream", layer);
     let addr = serve(app).await;
     let c = client();
     let uri = || format!("http://{addr}/stream");

@@ -23,7 +23,7 @@ use redis::aio::ConnectionManager;
 
 mod gated;
 mod serve;
-use gated::Gated;
+use gated::gated_app;
 use serve::serve;
 
 #[path = "../../ratebound-redis/tests/support/mod.rs"]
@@ -276,8 +276,6 @@ async fn a_remote_refusal_gives_the_concurrency_place_back() {
     let server = Redis::start();
     let dir = Scratch::new("place");
     for remote in ["redis", "shm"] {
-        let gates: Arc<Mutex<Vec<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
-        let g = gates.clone();
         let builder = RateLimitLayer::builder()
             .concurrency_limit(1)
             .key(RequestKey::header("x-api-key").unwrap());
@@ -300,16 +298,7 @@ async fn a_remote_refusal_gives_the_concurrency_place_back() {
         }
         .build()
         .unwrap();
-        let app = Router::new()
-            .route(
-                "/",
-                get(move || {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    g.lock().unwrap().push(tx);
-                    async move { axum::body::Body::new(Gated(Some(rx))) }
-                }),
-            )
-            .layer(layer);
+        let (app, gates) = gated_app("/", layer);
         let addr = serve(app).await;
         let c = client();
         let request = |key: &str| {
@@ -356,20 +345,21 @@ async fn a_remote_refusal_gives_the_concurrency_place_back() {
 async fn redis_trouble_is_answered_by_the_limiters_fail_policy() {
     let mut server = Redis::start();
     let prefix = fresh_prefix("down");
-    let closed = redis_limiter(&server, &prefix, "5/minute burst 5", OnError::Closed).await;
-    let open = redis_limiter(&server, &prefix, "5/minute burst 5", OnError::Open).await;
-    let closed = serve(app(RateLimitLayer::builder()
-        .remote("global", closed)
-        .key(RequestKey::header("x-api-key").unwrap())
-        .build()
-        .unwrap()))
-    .await;
-    let open = serve(app(RateLimitLayer::builder()
-        .remote("global", open)
-        .key(RequestKey::header("x-api-key").unwrap())
-        .build()
-        .unwrap()))
-    .await;
+    // A server per fail policy, its limiter the layer's one remote policy.
+    let serve_with = |on_error| {
+        let (server, prefix) = (&server, &prefix);
+        async move {
+            let limiter = redis_limiter(server, prefix, "5/minute burst 5", on_error).await;
+            serve(app(RateLimitLayer::builder()
+                .remote("global", limiter)
+                .key(RequestKey::header("x-api-key").unwrap())
+                .build()
+                .unwrap()))
+            .await
+        }
+    };
+    let closed = serve_with(OnError::Closed).await;
+    let open = serve_with(OnError::Open).await;
     let c = client();
     assert_eq!(fetch(&c, closed, "dave").await.0, StatusCode::OK);
     server.kill();

@@ -6,23 +6,21 @@
 //! ends. Before the fix such a policy could only answer "full" (503 with
 //! the full-table text, reported `rejected`, nothing logged).
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use std::time::Duration;
-
-use bytes::Bytes;
-use http::Request;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratebound::any::Key;
 use ratebound::pause::Reach;
 use ratebound::{BoxFuture, Decision, Error, KeyedAlgorithm, KeyedLimit, LimitCheck, Quota};
 use ratebound_http::RateLimitLayer;
+
+mod open_loop;
+mod serve;
+use open_loop::{client, get_root};
+use serve::serve;
 
 /// A policy of the application's own over a store that can be down: while
 /// `down`, its check fails with an error (mapped by the core's rule).
@@ -110,26 +108,16 @@ async fn a_failing_remote_policy_is_a_503_with_retry_after_logged_once_per_episo
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let addr = serve(app).await;
+    let client = client();
     let get = || async {
-        let r = client
-            .request(
-                Request::get(format!("http://{addr}/"))
-                    .body(Empty::new())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        let retry = r
-            .headers()
+        let (head, body) = get_root(&client, addr).await;
+        let retry = head
+            .headers
             .get("retry-after")
             .map(|v| v.to_str().unwrap().to_string());
-        let body = r.into_body().collect().await.unwrap().to_bytes();
-        (status, retry, String::from_utf8_lossy(&body).into_owned())
+        let body = String::from_utf8_lossy(&body).into_owned();
+        (head.status.as_u16(), retry, body)
     };
     let failed = (
         503,

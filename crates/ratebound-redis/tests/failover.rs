@@ -9,114 +9,20 @@
 //! The figures across fail policies come from
 //! `benches/src/bin/redis_failover/` (the 50-instance run).
 
+#[path = "support/node.rs"]
+mod node;
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use node::{
+    MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, six_node_cluster, text,
+};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, SentinelConnection, Source};
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use support::{free_cluster_port, free_port, fresh};
-
-/// A cluster node with a short `cluster-node-timeout` (fast failover),
-/// stopped on drop.
-struct Node {
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Node {
-    /// A cluster node (on a port Redis accepts for one).
-    fn start() -> Node {
-        let cluster = [
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "500",
-        ];
-        Node::launch(free_cluster_port(), &cluster, None)
-    }
-
-    /// A plain node, or a sentinel when given its configuration file.
-    fn plain(extra: &[&str], sentinel: Option<&Path>) -> Node {
-        Node::launch(free_port(), extra, sentinel)
-    }
-
-    fn launch(port: u16, extra: &[&str], sentinel: Option<&Path>) -> Node {
-        let dir = std::env::temp_dir().join(format!(
-            "ratebound-failover-test-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut cmd = Command::new("redis-server");
-        if let Some(conf) = sentinel {
-            cmd.arg(conf).arg("--sentinel");
-        } else {
-            cmd.args(["--save", "", "--appendonly", "no"]);
-        }
-        let child = cmd
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
-            .arg(&dir)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (ci/test installs it)");
-        let node = Node {
-            port,
-            dir,
-            child: Some(child),
-        };
-        let start = Instant::now();
-        while text(port, &["PING"]).is_none() {
-            assert!(start.elapsed() < Duration::from_secs(10), "no redis-server");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        node
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// One admin command on a fresh blocking connection, as text.
-fn text(port: u16, args: &[&str]) -> Option<String> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let mut conn = client
-        .get_connection_with_timeout(Duration::from_millis(300))
-        .ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    match cmd.query::<redis::Value>(&mut conn).ok()? {
-        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-        redis::Value::VerbatimString { text, .. } => Some(text),
-        redis::Value::SimpleString(s) => Some(s),
-        redis::Value::Int(i) => Some(i.to_string()),
-        redis::Value::Array(v) => Some(format!("{v:?}")),
-        _ => None,
-    }
-}
 
 /// The ports of the master serving `slot` and of its replica, from
 /// `CLUSTER NODES` on `port`.
@@ -144,18 +50,7 @@ fn master_and_replica(port: u16, slot: u16) -> Option<(u16, u16)> {
 
 /// Six nodes, `--cluster-replicas 1`, until every replica's link is up.
 fn cluster() -> Vec<Node> {
-    let nodes: Vec<Node> = (0..6).map(|_| Node::start()).collect();
-    let out = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
-        .output()
-        .expect("redis-cli (ci/test installs redis-tools)");
-    assert!(
-        out.status.success(),
-        "cluster create: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let nodes = six_node_cluster(free_cluster_port, 500);
     let start = Instant::now();
     loop {
         let ok = nodes.iter().all(|n| {
@@ -177,50 +72,20 @@ fn cluster() -> Vec<Node> {
     }
 }
 
-const MASTER_NAME: &str = "partner";
-
-/// A sentinel watching the primary on `primary` (quorum 2, down after
-/// 500 ms).
-fn sentinel(primary: u16) -> Node {
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!(
-        "ratebound-failover-test-{}-{port}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let conf = dir.join("sentinel.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
-             sentinel down-after-milliseconds {MASTER_NAME} 500\n\
-             sentinel failover-timeout {MASTER_NAME} 10000\n"
-        ),
-    )
-    .expect("sentinel.conf");
-    Node::launch(port, &[], Some(&conf))
-}
-
-/// The primary's port as the sentinel on `port` names it.
-fn named_primary(port: u16) -> Option<u16> {
-    let reply = text(port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])?;
-    // `[bulk-string("127.0.0.1"), bulk-string("6380")]`, as `text` shows it.
-    reply.rsplit('"').nth(1).and_then(|p| p.parse().ok())
-}
-
 /// A primary, its replica and three sentinels, once every sentinel names
 /// the primary and knows the replica and the others, and the replica's link
 /// is up: (primary, replica, sentinels).
 fn sentinel_pair() -> (Node, Node, Vec<Node>) {
-    let primary = Node::plain(&[], None);
-    let port = primary.port.to_string();
-    let replica = Node::plain(&["--replicaof", "127.0.0.1", &port], None);
-    let sentinels: Vec<Node> = (0..3).map(|_| sentinel(primary.port)).collect();
+    let primary = plain_node(free_port(), None);
+    let replica = plain_node(free_port(), Some(primary.port));
+    let sentinels: Vec<Node> = (0..3)
+        .map(|_| sentinel(free_port(), primary.port, 500))
+        .collect();
     let start = Instant::now();
     loop {
         let named = sentinels
             .iter()
-            .all(|s| named_primary(s.port) == Some(primary.port));
+            .all(|s| primary_by(s.port) == Some(primary.port));
         let known = sentinels.iter().all(|s| {
             text(s.port, &["INFO", "sentinel"])
                 .is_some_and(|t| t.contains("slaves=1") && t.contains("sentinels=3"))
@@ -418,7 +283,7 @@ async fn limiters_recover_from_a_cluster_failover_without_a_restart() {
             .expect("master")
             .kill();
     };
-    let promoted = move || text(replica, &["ROLE"]).is_some_and(|r| r.contains("master"));
+    let promoted = move || is_master(replica);
     through_failover("cluster", limiters, key, kill, promoted).await;
 }
 
@@ -464,11 +329,8 @@ async fn limiters_recover_from_a_sentinel_failover_without_a_restart() {
         assert_eq!(l.check(&key).await.unwrap().source(), Source::Redis);
     }
     let (dead, replica_port, watcher) = (primary.port, replica.port, sentinels[0].port);
-    let promoted = move || {
-        named_primary(watcher) == Some(replica_port)
-            && text(replica_port, &["ROLE"]).is_some_and(|r| r.contains("master"))
-    };
+    let promoted = move || primary_by(watcher) == Some(replica_port) && is_master(replica_port);
     through_failover("sentinel", limiters, key, || primary.kill(), promoted).await;
-    assert_ne!(named_primary(watcher), Some(dead), "the sentinels moved on");
+    assert_ne!(primary_by(watcher), Some(dead), "the sentinels moved on");
     drop(replica);
 }

@@ -17,7 +17,7 @@ use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_KEYED;
 use crate::sync::{AtomicU64, Ordering};
-use crate::table::Table;
+use crate::table::{Table, table_methods};
 use crate::wait::drive;
 #[cfg(feature = "tokio")]
 use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
@@ -90,20 +90,7 @@ impl SharedKeyedLimiter {
         })
     }
 
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.table.path
-    }
-
-    /// The most one check can take.
-    pub fn limit(&self) -> u64 {
-        self.table.rule.limit()
-    }
-
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> KeyedAlgorithm {
-        self.table.algorithm
-    }
+    table_methods!();
 
     /// Slots in the table.
     pub fn slots(&self) -> usize {
@@ -429,20 +416,6 @@ impl SharedKeyedLimiter {
             }
         }
         Ok(Resumed::NotPaused)
-    }
-
-    /// A wait for `n` for any key starting now (see
-    /// [`SharedLimiter::waiter`]), driven with [`wait_step`](Self::wait_step).
-    ///
-    /// # Errors
-    /// [`Error::Limit`] with `InvalidNumber` for a bad `timeout`.
-    pub fn waiter(
-        &self,
-        n: u64,
-        timeout: Option<f64>,
-        host_max_sleep: u64,
-    ) -> Result<Waiter, Error> {
-        Ok(Waiter::new(n, timeout, self.clock.now(), host_max_sleep)?)
     }
 
     /// Advances `waiter` for `key` now (see [`SharedLimiter::wait_step`]):

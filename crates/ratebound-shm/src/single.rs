@@ -11,7 +11,7 @@ use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_SINGLE;
 use crate::sync::Ordering;
-use crate::table::Table;
+use crate::table::{Table, table_methods};
 use crate::wait::drive;
 #[cfg(feature = "tokio")]
 use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
@@ -111,20 +111,7 @@ impl SharedLimiter {
         })
     }
 
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.table.path
-    }
-
-    /// The most one check can take.
-    pub fn limit(&self) -> u64 {
-        self.table.rule.limit()
-    }
-
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> KeyedAlgorithm {
-        self.table.algorithm
-    }
+    table_methods!();
 
     /// Takes one now if there is one.
     ///
@@ -259,23 +246,6 @@ impl SharedLimiter {
     pub fn resume_at(&self, now: u64) -> Result<Resumed, Error> {
         let t = &self.table;
         Ok(t.rule.resume_at(t.state(0), t.pause(0), now)?)
-    }
-
-    /// A wait for `n` starting now, failing at once (taking nothing) if it
-    /// cannot end within `timeout` seconds (`None`: no deadline), sleeping
-    /// at most `host_max_sleep` ns at a time: the core's
-    /// [`Waiter`], for a binding's event loop to drive with
-    /// [`wait_step`](Self::wait_step).
-    ///
-    /// # Errors
-    /// [`Error::Limit`] with `InvalidNumber` for a bad `timeout`.
-    pub fn waiter(
-        &self,
-        n: u64,
-        timeout: Option<f64>,
-        host_max_sleep: u64,
-    ) -> Result<Waiter, Error> {
-        Ok(Waiter::new(n, timeout, self.clock.now(), host_max_sleep)?)
     }
 
     /// Advances `waiter` now: [`Wait::Done`] or how long to sleep. A token

@@ -11,6 +11,46 @@ use crate::file::HEADER;
 use crate::map::Region;
 use crate::sync::AtomicU64;
 
+/// The methods a limiter over a [`Table`] (its fields `table` and `clock`)
+/// shares: `path`, `limit`, `algorithm` and `waiter`.
+macro_rules! table_methods {
+    () => {
+        /// The file.
+        pub fn path(&self) -> &std::path::Path {
+            &self.table.path
+        }
+
+        /// The most one check can take.
+        pub fn limit(&self) -> u64 {
+            self.table.rule.limit()
+        }
+
+        /// The algorithm and its parameters.
+        pub fn algorithm(&self) -> ratebound::KeyedAlgorithm {
+            self.table.algorithm
+        }
+
+        /// A wait for `n` (of any one key, on a keyed table) starting now,
+        /// failing at once (taking nothing) if it cannot end within
+        /// `timeout` seconds (`None`: no deadline), sleeping at most
+        /// `host_max_sleep` ns at a time: the core's [`Waiter`], for a
+        /// binding's event loop to drive with [`wait_step`](Self::wait_step).
+        ///
+        /// # Errors
+        /// [`Error::Limit`](crate::Error::Limit) with `InvalidNumber` for a
+        /// bad `timeout`.
+        pub fn waiter(
+            &self,
+            n: u64,
+            timeout: Option<f64>,
+            host_max_sleep: u64,
+        ) -> Result<Waiter, crate::Error> {
+            Ok(Waiter::new(n, timeout, self.clock.now(), host_max_sleep)?)
+        }
+    };
+}
+pub(crate) use table_methods;
+
 /// The mapped file: header and slots.
 // Made by `Table::open` (file.rs), which makes or checks the file.
 pub(crate) struct Table {

@@ -51,6 +51,13 @@ fn ready(child: &mut Child, readers: &mut Vec<BufReader<std::process::ChildStdou
     readers.push(out);
 }
 
+/// Four workers of the test `test` at once, with `env`: what they
+/// admitted together.
+fn four_workers(test: &str, env: &[(&str, String)]) -> u64 {
+    let workers: Vec<Child> = (0..4).map(|_| spawn(test, env)).collect();
+    workers.into_iter().map(admitted).sum()
+}
+
 /// The `admitted=N` a worker printed.
 fn admitted(child: Child) -> u64 {
     let out = child.wait_with_output().expect("worker output");
@@ -60,6 +67,17 @@ fn admitted(child: Child) -> u64 {
         .find_map(|l| l.split_once("admitted=").map(|(_, n)| n))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no count in {text:?}"))
+}
+
+/// A fresh directory `name` and the path of a table `file` in it, for a
+/// test's parent; `None` in a worker, once [`worked`] has done its part.
+fn parent_table(name: &str, file: &str) -> Option<(PathBuf, PathBuf)> {
+    if worked() {
+        return None;
+    }
+    let d = dir(name);
+    let path = d.join(file);
+    Some((d, path))
 }
 
 /// True in a worker process: the calling test has done the worker's part
@@ -164,11 +182,9 @@ fn every_process_reads_the_same_clock() {
 
 #[test]
 fn four_processes_share_one_burst_exactly() {
-    if worked() {
+    let Some((_, path)) = parent_table("burst", "one.limit") else {
         return;
-    }
-    let d = dir("burst");
-    let path = d.join("one.limit");
+    };
     // One token an hour: nothing refills during the test.
     let env = |iter: &str| {
         vec![
@@ -177,10 +193,7 @@ fn four_processes_share_one_burst_exactly() {
             ("RB_SHM_ITER", iter.to_string()),
         ]
     };
-    let workers: Vec<Child> = (0..4)
-        .map(|_| spawn("four_processes_share_one_burst_exactly", &env("20000")))
-        .collect();
-    let total: u64 = workers.into_iter().map(admitted).sum();
+    let total = four_workers("four_processes_share_one_burst_exactly", &env("20000"));
     assert_eq!(
         total, 1000,
         "four processes together admit exactly the burst"
@@ -194,26 +207,19 @@ fn four_processes_share_one_burst_exactly() {
 
 #[test]
 fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
-    if worked() {
+    let Some((_, path)) = parent_table("rate", "rate.limit") else {
         return;
-    }
-    let d = dir("rate");
-    let path = d.join("rate.limit");
+    };
     let env = vec![
         ("RB_SHM_PATH", path.display().to_string()),
         ("RB_SHM_QUOTA", "2000/s burst 50".to_string()),
         ("RB_SHM_MILLIS", "300".to_string()),
     ];
     let start = Instant::now();
-    let workers: Vec<Child> = (0..4)
-        .map(|_| {
-            spawn(
-                "on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed",
-                &env,
-            )
-        })
-        .collect();
-    let total: u64 = workers.into_iter().map(admitted).sum();
+    let total = four_workers(
+        "on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed",
+        &env,
+    );
     let elapsed = start.elapsed().as_secs_f64();
     let bound = 50.0 + 2000.0 * elapsed;
     assert!(
@@ -226,21 +232,16 @@ fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
 
 #[test]
 fn keyed_processes_share_each_keys_burst() {
-    if worked() {
+    let Some((_, path)) = parent_table("keyed", "keyed.limit") else {
         return;
-    }
-    let d = dir("keyed");
-    let path = d.join("keyed.limit");
+    };
     let env = vec![
         ("RB_SHM_PATH", path.display().to_string()),
         ("RB_SHM_QUOTA", "1/h burst 10".to_string()),
         ("RB_SHM_KEYS", "50".to_string()),
         ("RB_SHM_ITER", "5000".to_string()),
     ];
-    let workers: Vec<Child> = (0..4)
-        .map(|_| spawn("keyed_processes_share_each_keys_burst", &env))
-        .collect();
-    let total: u64 = workers.into_iter().map(admitted).sum();
+    let total = four_workers("keyed_processes_share_each_keys_burst", &env);
     assert_eq!(total, 50 * 10);
     let l = SharedKeyedLimiter::open(&path, bucket("1/h burst 10"), 1000).expect("open");
     assert_eq!(l.len(), 50, "one slot per key");
@@ -256,11 +257,9 @@ fn keyed_processes_share_each_keys_burst() {
 
 #[test]
 fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
-    if worked() {
+    let Some((d, path)) = parent_table("kill", "kill.limit") else {
         return;
-    }
-    let d = dir("kill");
-    let path = d.join("kill.limit");
+    };
     // 100 000 keys of one token each: the workers race through them (each
     // from key 0), claiming slots, while they are being killed.
     let quota = "1/h burst 1";
@@ -626,23 +625,35 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The error opening a table of `keys` keys at `path`; one that opens
+/// anyway is used for every key (where a lazily backed file would die of
+/// SIGBUS), then the test fails saying `what`.
+fn open_refused(path: &Path, alg: KeyedAlgorithm, keys: u64, what: &str) -> Error {
+    match SharedKeyedLimiter::open(path, alg, keys) {
+        Ok(l) => {
+            for k in 0..keys {
+                let _ = l.check(Key::Int(k.into()));
+            }
+            panic!("{what}");
+        }
+        Err(e) => e,
+    }
+}
+
 /// The tmpfs test's part in a child process (so that a `SIGBUS` is the
 /// child's death, which the parent reports, not the test binary's).
 fn tmpfs_child(dir: &Path) {
     let alg = bucket("10/s burst 10");
     // 200 000 slots of 32 bytes and the header: 6 400 128 bytes, on 1 MiB.
     let big = dir.join("big.limit");
-    let e = match SharedKeyedLimiter::open(&big, alg, 100_000) {
-        Ok(l) => {
-            // Before the fix it opened (the file was sparse); its first
-            // thousands of keys then killed the process with SIGBUS.
-            for k in 0..100_000 {
-                let _ = l.check(Key::Int(k));
-            }
-            panic!("a 6 400 128-byte table opened on a 1 MiB tmpfs");
-        }
-        Err(e) => e,
-    };
+    // Before the fix it opened (the file was sparse); its first thousands
+    // of keys then killed the process with SIGBUS.
+    let e = open_refused(
+        &big,
+        alg,
+        100_000,
+        "a 6 400 128-byte table opened on a 1 MiB tmpfs",
+    );
     println!("too large: {e}");
     assert_eq!(e.code(), "shm_io", "{e}");
     let message = e.to_string();
@@ -706,15 +717,12 @@ fn tmpfs_child(dir: &Path) {
     assert!(!small.exists(), "no table is left");
     assert_eq!(leftovers(dir), Vec::<String>::new());
     // The sparse table is given its blocks on open, which fails now.
-    let e = match SharedKeyedLimiter::open(&sparse, alg, 10_000) {
-        Ok(l) => {
-            for k in 0..10_000 {
-                let _ = l.check(Key::Int(k));
-            }
-            panic!("a sparse table opened on a full tmpfs");
-        }
-        Err(e) => e,
-    };
+    let e = open_refused(
+        &sparse,
+        alg,
+        10_000,
+        "a sparse table opened on a full tmpfs",
+    );
     println!("sparse: {e}");
     assert_eq!(e.code(), "shm_io", "{e}");
     assert!(e.to_string().contains("cannot allocate"), "{e}");
@@ -835,11 +843,9 @@ fn reuse_window() -> KeyedAlgorithm {
 
 #[test]
 fn processes_reusing_fresh_slots_admit_each_key_once() {
-    if worked() {
+    let Some((_, path)) = parent_table("reuse", "reuse.limit") else {
         return;
-    }
-    let d = dir("reuse");
-    let path = d.join("reuse.limit");
+    };
     // 64 slots, filled with keys 0..64 admitted in window 1: no empty slot
     // is left, so every key after this lives in a reused one.
     let l = SharedKeyedLimiter::open(&path, reuse_window(), 1).expect("open");

@@ -19,11 +19,16 @@ fn dir(name: &str) -> PathBuf {
     common::dir("shm-resume", name)
 }
 
+/// Two handles on one fresh 2/s burst 3 table in the directory `name`.
+fn two_handles(name: &str) -> (SharedLimiter, SharedLimiter) {
+    let path = dir(name).join("p.limit");
+    let open = || SharedLimiter::open(&path, bucket("2/s burst 3")).expect("open");
+    (open(), open())
+}
+
 #[test]
 fn a_resume_by_one_handle_lifts_the_pause_for_every_handle() {
-    let path = dir("single").join("p.limit");
-    let a = SharedLimiter::open(&path, bucket("2/s burst 3")).expect("open");
-    let b = SharedLimiter::open(&path, bucket("2/s burst 3")).expect("open");
+    let (a, b) = two_handles("single");
     let now = a.now();
     assert_eq!(b.resume_at(now).expect("resume"), Resumed::NotPaused);
     a.pause_at(Duration::from_secs(10), now).expect("pause");
@@ -62,9 +67,7 @@ fn a_resume_by_one_handle_lifts_the_pause_for_every_handle() {
 
 #[test]
 fn a_reservation_behind_the_shared_pause_keeps_it_queued() {
-    let path = dir("queued").join("p.limit");
-    let a = SharedLimiter::open(&path, bucket("2/s burst 3")).expect("open");
-    let b = SharedLimiter::open(&path, bucket("2/s burst 3")).expect("open");
+    let (a, b) = two_handles("queued");
     let now = a.now();
     a.pause_at(Duration::from_secs(10), now).expect("pause");
     let r = b

@@ -41,6 +41,17 @@ fn spawn(test: &str, env: &[(&str, String)]) -> Child {
     cmd.spawn().expect("spawn a worker process")
 }
 
+/// A fresh directory `name` and a table `file` in it of `alg`, for a test
+/// the parent runs alone; `None` in a worker.
+fn parent_only(name: &str, file: &str, alg: KeyedAlgorithm) -> Option<(PathBuf, SharedLimiter)> {
+    if is_worker() {
+        return None;
+    }
+    let d = dir(name);
+    let l = SharedLimiter::open(d.join(file), alg).expect("open");
+    Some((d, l))
+}
+
 fn is_worker() -> bool {
     std::env::var_os("RB_SHM_WAIT_ROLE").is_some()
 }
@@ -188,11 +199,9 @@ fn limit_code(r: Result<impl std::fmt::Debug, Error>) -> &'static str {
 
 #[test]
 fn a_wait_beyond_its_timeout_fails_at_once_taking_nothing() {
-    if is_worker() {
+    let Some((d, l)) = parent_only("timeout", "t.limit", bucket("1/h burst 1")) else {
         return;
-    }
-    let d = dir("timeout");
-    let l = SharedLimiter::open(d.join("t.limit"), bucket("1/h burst 1")).expect("open");
+    };
     l.acquire_n(1, Some(Duration::ZERO)).expect("the burst");
     let before = l.now();
     // An hour away, half an hour allowed: refused without sleeping (a
@@ -226,49 +235,40 @@ fn a_wait_beyond_its_timeout_fails_at_once_taking_nothing() {
 
 #[test]
 fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
-    if is_worker() {
+    let Some((d, l)) = parent_only("reserve", "r.limit", bucket("10/s burst 1")) else {
         return;
-    }
-    let d = dir("reserve");
-    let l = SharedLimiter::open(d.join("r.limit"), bucket("10/s burst 1")).expect("open");
+    };
     let now = l.now();
     let first = l.reserve_n_at(1, Duration::ZERO, now).expect("the burst");
     assert_eq!(first.delay(), Duration::ZERO);
-    let second = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    // One more at `now`, queued for up to a second.
+    let queue = || {
+        l.reserve_n_at(1, Duration::from_secs(1), now)
+            .expect("queued")
+    };
+    let second = queue();
     assert_eq!(second.delay(), Duration::from_millis(100));
-    let third = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let third = queue();
     assert_eq!(third.delay(), Duration::from_millis(200));
     third.cancel();
-    let again = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let again = queue();
     assert_eq!(
         again.delay(),
         Duration::from_millis(200),
         "the slot came back"
     );
     // Dropped, a reservation gives its slot back too; consumed, it keeps it.
-    let fourth = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let fourth = queue();
     assert_eq!(fourth.delay(), Duration::from_millis(300));
     drop(fourth);
-    let fifth = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let fifth = queue();
     assert_eq!(
         fifth.delay(),
         Duration::from_millis(300),
         "the dropped slot came back"
     );
     fifth.consume();
-    let sixth = l
-        .reserve_n_at(1, Duration::from_secs(1), now)
-        .expect("queued");
+    let sixth = queue();
     assert_eq!(
         sixth.delay(),
         Duration::from_millis(400),
@@ -429,11 +429,9 @@ fn a_pause_by_one_process_moves_the_waiters_of_others_past_it_in_order() {
 
 #[test]
 fn windows_wait_their_retry_after_and_cannot_pause_or_reserve() {
-    if is_worker() {
+    let Some((d, l)) = parent_only("window", "w.limit", window(2, 200)) else {
         return;
-    }
-    let d = dir("window");
-    let l = SharedLimiter::open(d.join("w.limit"), window(2, 200)).expect("open");
+    };
     let start = l.now();
     for _ in 0..3 {
         l.acquire_n(1, None).expect("acquire");
@@ -457,11 +455,9 @@ fn windows_wait_their_retry_after_and_cannot_pause_or_reserve() {
 
 #[test]
 fn bad_input_is_a_typed_error_never_a_hang() {
-    if is_worker() {
+    let Some((d, l)) = parent_only("bad", "b.limit", bucket("1/s burst 2")) else {
         return;
-    }
-    let d = dir("bad");
-    let l = SharedLimiter::open(d.join("b.limit"), bucket("1/s burst 2")).expect("open");
+    };
     for t in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
         assert_eq!(limit_code(l.waiter(1, Some(t), u64::MAX)), "invalid_number");
     }
@@ -578,11 +574,9 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
 /// slots do come back.
 #[test]
 fn cancels_in_the_middle_of_the_queue_give_nothing_back() {
-    if is_worker() {
+    let Some((_, l)) = parent_only("middle", "m.limit", bucket("10/s burst 3")) else {
         return;
-    }
-    let d = dir("middle");
-    let l = SharedLimiter::open(d.join("m.limit"), bucket("10/s burst 3")).expect("open");
+    };
     let now = l.now();
     let max = Duration::from_secs(60);
     l.reserve_n_at(3, Duration::ZERO, now)

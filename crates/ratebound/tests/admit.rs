@@ -410,24 +410,16 @@ fn an_ask_dropped_gives_its_place_back() {
 #[test]
 fn a_failing_key_function_stops_the_sequence_and_charges_no_one() {
     for remote in [false, true] {
-        let g = if remote {
-            let global = (
-                "global".to_string(),
-                KeyedAlgorithm::TokenBucket(Quota::parse("10/s").unwrap()),
-            );
-            gate(GateOptions {
-                key: KeySource::Given,
-                concurrency_limit: Some(1),
-                remote: vec![global],
-                ..GateOptions::default()
-            })
-        } else {
-            gate(GateOptions {
-                key: KeySource::Given,
-                concurrency_limit: Some(1),
-                ..GateOptions::default()
-            })
-        };
+        let global = (
+            "global".to_string(),
+            KeyedAlgorithm::TokenBucket(Quota::parse("10/s").unwrap()),
+        );
+        let g = gate(GateOptions {
+            key: KeySource::Given,
+            concurrency_limit: Some(1),
+            remote: if remote { vec![global] } else { vec![] },
+            ..GateOptions::default()
+        });
         let mut log = Log {
             key_fails: true,
             ..Log::default()

@@ -241,16 +241,27 @@ fn given(key: &str) -> Request<'_, NoHeaders> {
     }
 }
 
-fn gate(options: GateOptions, clock: AnyClock) -> Gate {
-    Gate::new(
-        vec![(
-            "per-key".to_string(),
-            KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 2").unwrap()),
-        )],
-        options,
-        clock,
+/// A token bucket policy `name` of `quota`.
+fn bucket(name: &str, quota: &str) -> (String, KeyedAlgorithm) {
+    (
+        name.to_string(),
+        KeyedAlgorithm::TokenBucket(Quota::parse(quota).unwrap()),
     )
-    .unwrap()
+}
+
+/// Keys given, a keyless request rejected with 401, and one remote policy
+/// `global` of 1/s.
+fn keyless_rejected_with_a_global_remote() -> GateOptions {
+    GateOptions {
+        key: KeySource::Given,
+        missing: MissingKey::Reject(401),
+        remote: vec![bucket("global", "1/s")],
+        ..GateOptions::default()
+    }
+}
+
+fn gate(options: GateOptions, clock: AnyClock) -> Gate {
+    Gate::new(vec![bucket("per-key", "1/s burst 2")], options, clock).unwrap()
 }
 
 #[test]
@@ -329,10 +340,7 @@ fn gate_refusal_reports_what_was_given_back() {
     let (_, c) = manual();
     let g = Gate::new(
         vec![
-            (
-                "burst".to_string(),
-                KeyedAlgorithm::TokenBucket(Quota::parse("1/minute burst 3").unwrap()),
-            ),
+            bucket("burst", "1/minute burst 3"),
             (
                 "second".to_string(),
                 KeyedAlgorithm::FixedWindow {
@@ -371,19 +379,8 @@ fn gate_refusal_reports_what_was_given_back() {
 fn verdicts_say_their_outcome() {
     let (_, c) = manual();
     let g = Gate::new(
-        vec![(
-            "p".to_string(),
-            KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 1").unwrap()),
-        )],
-        GateOptions {
-            key: KeySource::Given,
-            missing: MissingKey::Reject(401),
-            remote: vec![(
-                "global".to_string(),
-                KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
-            )],
-            ..GateOptions::default()
-        },
+        vec![bucket("p", "1/s burst 1")],
+        keyless_rejected_with_a_global_remote(),
         c,
     )
     .unwrap();
@@ -416,15 +413,9 @@ fn verdicts_say_their_outcome() {
     // Two policies of one name would share a RateLimit entry and, in
     // Redis, a key: refused where the gate is made.
     let twice = Gate::new(
-        vec![(
-            "global".to_string(),
-            KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
-        )],
+        vec![bucket("global", "1/s")],
         GateOptions {
-            remote: vec![(
-                "global".to_string(),
-                KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
-            )],
+            remote: vec![bucket("global", "1/s")],
             ..GateOptions::default()
         },
         AnyClock::default(),
@@ -450,10 +441,7 @@ fn verdicts_say_their_outcome() {
 fn gate_sheds_beyond_its_concurrency_limit() {
     let (_, c) = manual();
     let g = Gate::new(
-        vec![(
-            "p".to_string(),
-            KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
-        )],
+        vec![bucket("p", "1/s")],
         GateOptions {
             concurrency_limit: Some(2),
             ..GateOptions::default()
@@ -470,10 +458,7 @@ fn gate_sheds_beyond_its_concurrency_limit() {
     g.leave();
     assert!(g.try_enter());
     let zero = Gate::new(
-        vec![(
-            "p".to_string(),
-            KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
-        )],
+        vec![bucket("p", "1/s")],
         GateOptions {
             concurrency_limit: Some(0),
             ..GateOptions::default()
@@ -530,10 +515,7 @@ fn gate_options_parse_once_and_name_bad_values() {
     // A forwarding header without trusted proxies would key every request
     // by the proxy: refused when the gate is built.
     o.set("client_ip_header", Loose::Text("X-Real-IP")).unwrap();
-    let policy = (
-        "p".to_string(),
-        KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
-    );
+    let policy = bucket("p", "1/s");
     let err = Gate::new(vec![policy.clone()], o.clone(), AnyClock::default())
         .err()
         .unwrap();
@@ -555,15 +537,9 @@ fn gate_options_parse_once_and_name_bad_values() {
 fn gate_identity_and_remote_policies() {
     use ratebound::Decision;
     let (_, c) = manual();
-    let remote = (
-        "global".to_string(),
-        KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap()),
-    );
+    let remote = bucket("global", "10/s burst 20");
     let g = Gate::new(
-        vec![(
-            "local".to_string(),
-            KeyedAlgorithm::TokenBucket(Quota::parse("1/s burst 2").unwrap()),
-        )],
+        vec![bucket("local", "1/s burst 2")],
         GateOptions {
             key: KeySource::header("x-api-key").unwrap(),
             remote: vec![remote],
@@ -624,20 +600,7 @@ fn gate_identity_and_remote_policies() {
     // A keyless request refused by the options: identity says so, and
     // decide_with without remote decisions answers it.
     let (_, c) = manual();
-    let reject = Gate::new(
-        vec![],
-        GateOptions {
-            key: KeySource::Given,
-            missing: MissingKey::Reject(401),
-            remote: vec![(
-                "global".to_string(),
-                KeyedAlgorithm::TokenBucket(Quota::parse("1/s").unwrap()),
-            )],
-            ..GateOptions::default()
-        },
-        c,
-    )
-    .unwrap();
+    let reject = Gate::new(vec![], keyless_rejected_with_a_global_remote(), c).unwrap();
     let bare = Request {
         key: None,
         peer: None,

@@ -54,6 +54,14 @@ fn build(options: &Value, clock: &ManualClock) -> (Gate, Vec<RemoteAnswer>) {
     (gate, answers)
 }
 
+/// The value of the field `name` in `fields` (the first of that name).
+fn field(fields: &[(&str, String)], name: &str) -> Option<String> {
+    fields
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.clone())
+}
+
 #[test]
 fn gate_vectors() {
     let spec = load();
@@ -125,10 +133,7 @@ fn gate_vectors() {
                 if name == "content-type" {
                     return body.as_ref().map(|(t, _)| t.to_string());
                 }
-                headers
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| v.clone())
+                field(&headers, name)
             };
             compare(
                 &format!("{id} step {i}"),
@@ -180,16 +185,10 @@ fn merge_vectors() {
                 let body = outer.body.as_ref().map(|(_, b)| b.clone());
                 (outer.status, body, outer.headers())
             };
-            let header = |name: &str| {
-                fields
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| v.clone())
-            };
             compare(
                 &format!("{id} step {i}"),
                 status,
-                header,
+                |name| field(&fields, name),
                 body.as_deref(),
                 &r["expect"],
                 &mut failures,

@@ -7,25 +7,18 @@ use std::time::Duration;
 use ratebound::outbound::{Call, Caller, Outbound, Reach, Sending, Step, Target};
 use serde_json::{Value, json};
 
+#[path = "support/spec.rs"]
+mod spec;
+
 fn spec() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../spec/outbound_calls.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("spec")).expect("json")
+    spec::load("outbound_calls.json")
 }
 
 /// The adapter's rules from a vector's `config`, through the loose readers
 /// every binding uses.
 pub fn caller(config: &Value) -> Caller {
     let f = |name: &str| config.get(name).and_then(Value::as_f64);
-    let statuses: Option<Vec<f64>> = config.get("statuses").map(|s| {
-        s.as_array()
-            .expect("statuses")
-            .iter()
-            .map(|v| v.as_f64().expect("status"))
-            .collect()
-    });
+    let statuses = spec::numbers(config, "statuses");
     let outbound = Outbound::from_loose(
         f("retries"),
         f("max_pause_s"),

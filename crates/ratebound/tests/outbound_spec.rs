@@ -7,6 +7,9 @@ use std::time::Duration;
 use ratebound::outbound::{Advice, Outbound};
 use serde_json::Value;
 
+#[path = "support/spec.rs"]
+mod spec;
+
 fn outbound(config: Option<&Value>) -> Outbound {
     let mut o = Outbound::new();
     let Some(c) = config else { return o };
@@ -40,9 +43,7 @@ fn outbound(config: Option<&Value>) -> Outbound {
 
 #[test]
 fn every_vector_of_spec_outbound_json() {
-    let path = format!("{}/../../spec/outbound.json", env!("CARGO_MANIFEST_DIR"));
-    let spec: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("spec")).expect("json");
+    let spec = spec::load("outbound.json");
     let vectors = spec["vectors"].as_array().expect("vectors");
     assert!(vectors.len() >= 30, "the spec lost vectors");
     for v in vectors {
@@ -92,22 +93,14 @@ fn bad_configuration_is_a_typed_error_naming_the_value() {
 #[test]
 fn every_options_vector_of_spec_outbound_json() {
     use ratebound::outbound::Sending;
-    let path = format!("{}/../../spec/outbound.json", env!("CARGO_MANIFEST_DIR"));
-    let spec: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("spec")).expect("json");
+    let spec = spec::load("outbound.json");
     let vectors = spec["options"].as_array().expect("options");
     assert!(vectors.len() >= 10, "the spec lost option vectors");
     for v in vectors {
         let id = v["id"].as_str().expect("id");
         let g = &v["given"];
         let num = |name: &str| g.get(name).map(|x| x.as_f64().expect(name));
-        let statuses: Option<Vec<f64>> = g.get("statuses").map(|s| {
-            s.as_array()
-                .expect("statuses")
-                .iter()
-                .map(|x| x.as_f64().expect("status"))
-                .collect()
-        });
+        let statuses = spec::numbers(g, "statuses");
         let read = Outbound::from_loose(
             num("retries"),
             num("max_pause_s"),

@@ -4,22 +4,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratebound::{Clock, ManualClock, MonotonicClock, Quota, TokenBucket};
+use ratebound::{Clock, Limiter, ManualClock, MonotonicClock, Quota, TokenBucket};
 
-#[test]
-fn threads_on_a_frozen_clock_admit_exactly_the_burst() {
-    let burst = 1_000;
-    let quota = Quota::per_second(1).unwrap().with_burst(burst).unwrap();
-    let bucket = Arc::new(TokenBucket::with_clock(quota, ManualClock::new()));
+/// Four threads each making `takes` takes from `limiter`, of 1, 2 or 3
+/// (single and multi-token takes mixed): the tokens admitted in all.
+fn four_threads_take<L: Limiter + ?Sized + 'static>(limiter: &Arc<L>, takes: u64) -> u64 {
     let admitted = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..4)
         .map(|i| {
-            let (bucket, admitted) = (bucket.clone(), admitted.clone());
+            let (limiter, admitted) = (limiter.clone(), admitted.clone());
             std::thread::spawn(move || {
-                for k in 0..1_000u64 {
-                    // Mix single and multi-token takes.
+                for k in 0..takes {
                     let n = 1 + (k + i) % 3;
-                    if bucket.check_n(n).unwrap().is_allowed() {
+                    if limiter.check_n(n).unwrap().is_allowed() {
                         admitted.fetch_add(n, Ordering::Relaxed);
                     }
                 }
@@ -29,8 +26,16 @@ fn threads_on_a_frozen_clock_admit_exactly_the_burst() {
     for t in threads {
         t.join().unwrap();
     }
+    admitted.load(Ordering::Relaxed)
+}
+
+#[test]
+fn threads_on_a_frozen_clock_admit_exactly_the_burst() {
+    let burst = 1_000;
+    let quota = Quota::per_second(1).unwrap().with_burst(burst).unwrap();
+    let bucket = Arc::new(TokenBucket::with_clock(quota, ManualClock::new()));
+    let taken = four_threads_take(&bucket, 1_000);
     // Tokens are only ever taken whole: what is left is what no one took.
-    let taken = admitted.load(Ordering::Relaxed);
     assert_eq!(taken + bucket.available(), burst);
     assert!(
         taken >= burst - 2,
@@ -109,7 +114,7 @@ fn concurrent_reservations_queue_one_token_apart() {
 
 #[test]
 fn window_algorithms_on_a_frozen_clock_admit_exactly_their_limit() {
-    use ratebound::{FixedWindow, Limiter, SlidingLog, SlidingWindow};
+    use ratebound::{FixedWindow, SlidingLog, SlidingWindow};
     let limit = 600;
     let minute = Duration::from_secs(60);
     let clock = ManualClock::new();
@@ -128,24 +133,7 @@ fn window_algorithms_on_a_frozen_clock_admit_exactly_their_limit() {
         ),
     ];
     for (name, limiter) in limiters {
-        let admitted = Arc::new(AtomicU64::new(0));
-        let threads: Vec<_> = (0..4)
-            .map(|i| {
-                let (limiter, admitted) = (limiter.clone(), admitted.clone());
-                std::thread::spawn(move || {
-                    for k in 0..500u64 {
-                        let n = 1 + (k + i) % 3;
-                        if limiter.check_n(n).unwrap().is_allowed() {
-                            admitted.fetch_add(n, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        let taken = admitted.load(Ordering::Relaxed);
+        let taken = four_threads_take(&limiter, 500);
         assert_eq!(taken + limiter.available(), limit, "{name}");
         assert!(taken >= limit - 2, "{name}: took only {taken}");
     }

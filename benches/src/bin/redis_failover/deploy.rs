@@ -1,8 +1,6 @@
 //! The deployments a failover run kills a primary in: a Redis Cluster
 //! (3 masters, 1 replica each) and a Sentinel-managed pair (see main.rs).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ratebound_redis::SentinelConnection;
@@ -10,6 +8,10 @@ use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo};
+
+use crate::node::{
+    MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, six_node_cluster, text,
+};
 
 pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -26,113 +28,6 @@ pub(crate) fn cluster_port() -> u16 {
         }
     }
     panic!("no free port for a cluster node");
-}
-
-/// One cluster node: a `redis-server` child in its own directory.
-pub(crate) struct Node {
-    pub(crate) port: u16,
-    pub(crate) dir: PathBuf,
-    pub(crate) node_timeout_ms: u64,
-    pub(crate) child: Option<Child>,
-    /// More arguments (a replica's `--replicaof`, a sentinel's config).
-    pub(crate) extra: Vec<String>,
-    /// Not cluster-enabled.
-    pub(crate) plain: bool,
-}
-
-impl Node {
-    pub(crate) fn start(port: u16, node_timeout_ms: u64) -> Node {
-        Node::launch(port, node_timeout_ms, Vec::new(), false)
-    }
-
-    /// A node in its own directory, started: `extra` arguments (a replica's
-    /// `--replicaof`), `plain` for one not cluster-enabled.
-    pub(crate) fn launch(port: u16, node_timeout_ms: u64, extra: Vec<String>, plain: bool) -> Node {
-        let dir =
-            std::env::temp_dir().join(format!("ratebound-failover-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut n = Node {
-            port,
-            dir,
-            node_timeout_ms,
-            child: None,
-            extra,
-            plain,
-        };
-        n.spawn();
-        n
-    }
-
-    pub(crate) fn spawn(&mut self) {
-        let mut cmd = Command::new("redis-server");
-        // A sentinel's config file comes first.
-        cmd.args(self.extra.iter().filter(|a| a.ends_with(".conf")))
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(self.extra.iter().filter(|a| !a.ends_with(".conf")));
-        if !self.plain {
-            cmd.args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-node-timeout", &self.node_timeout_ms.to_string()]);
-        }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (apt-get install redis-server)");
-        self.child = Some(child);
-        let start = Instant::now();
-        while query(self.port, &["PING"]).is_none() {
-            assert!(start.elapsed() < Duration::from_secs(10), "no redis-server");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub(crate) fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    pub(crate) fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// One command on a fresh blocking connection (admin work, never in a
-/// measured path); `None` when the node does not answer.
-pub(crate) fn query(port: u16, args: &[&str]) -> Option<redis::Value> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let mut conn = client
-        .get_connection_with_timeout(Duration::from_millis(300))
-        .ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(&mut conn).ok()
-}
-
-pub(crate) fn text(port: u16, args: &[&str]) -> Option<String> {
-    match query(port, args)? {
-        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-        redis::Value::VerbatimString { text, .. } => Some(text),
-        redis::Value::SimpleString(s) => Some(s),
-        redis::Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    }
 }
 
 /// A `CLUSTER NODES` row: id, port, is master, master id, slot ranges.
@@ -177,22 +72,8 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     pub(crate) fn start(node_timeout_ms: u64) -> Cluster {
-        let nodes: Vec<Node> = (0..6)
-            .map(|_| Node::start(cluster_port(), node_timeout_ms))
-            .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(nodes.iter().map(Node::addr))
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli (apt-get install redis-tools)");
-        assert!(
-            out.status.success(),
-            "cluster create: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
         let c = Cluster {
-            nodes,
+            nodes: six_node_cluster(cluster_port, node_timeout_ms),
             target: None,
         };
         c.wait_healthy();
@@ -308,21 +189,6 @@ impl Setup for Cluster {
     }
 }
 
-/// A plain (not cluster) `redis-server`: a primary, or a replica of
-/// `replica_of`.
-pub(crate) fn plain_node(port: u16, replica_of: Option<u16>) -> Node {
-    let extra = replica_of
-        .map(|p| {
-            vec![
-                "--replicaof".to_string(),
-                "127.0.0.1".to_string(),
-                p.to_string(),
-            ]
-        })
-        .unwrap_or_default();
-    Node::launch(port, 0, extra, true)
-}
-
 /// A Sentinel-managed primary/replica pair: two `redis-server`s and three
 /// sentinels (`redis-server --sentinel`, quorum 2), `down-after-milliseconds`
 /// the node timeout.
@@ -333,36 +199,12 @@ pub(crate) struct Pair {
     target: Option<(u16, u16)>,
 }
 
-/// The name the sentinels monitor the pair by.
-pub(crate) const MASTER_NAME: &str = "partner";
-
 impl Pair {
     pub(crate) fn start(down_after_ms: u64) -> Pair {
         let primary = plain_node(free_port(), None);
         let replica = plain_node(free_port(), Some(primary.port));
         let sentinels = (0..3)
-            .map(|_| {
-                let port = free_port();
-                let dir = std::env::temp_dir()
-                    .join(format!("ratebound-failover-{}-{port}", std::process::id()));
-                std::fs::create_dir_all(&dir).expect("temp dir");
-                let conf = dir.join("sentinel.conf");
-                std::fs::write(
-                    &conf,
-                    format!(
-                        "port {port}\nbind 127.0.0.1\ndir {}\n\
-                         sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
-                         sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}\n\
-                         sentinel failover-timeout {MASTER_NAME} 10000\n\
-                         sentinel parallel-syncs {MASTER_NAME} 1\n",
-                        dir.display(),
-                        primary.port
-                    ),
-                )
-                .expect("sentinel.conf");
-                let extra = vec![conf.display().to_string(), "--sentinel".to_string()];
-                Node::launch(port, 0, extra, true)
-            })
+            .map(|_| sentinel(free_port(), primary.port, down_after_ms))
             .collect();
         let p = Pair {
             data: vec![primary, replica],
@@ -373,27 +215,13 @@ impl Pair {
         p
     }
 
-    /// The primary's port as the sentinel on `port` sees it.
-    pub(crate) fn primary_by(port: u16) -> Option<u16> {
-        match query(port, &["SENTINEL", "get-master-addr-by-name", MASTER_NAME])? {
-            redis::Value::Array(v) => match v.get(1)? {
-                redis::Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
     /// Until every sentinel agrees on the primary, knows the replica and
     /// the other sentinels, and the replica's link is up.
     pub(crate) fn wait_healthy(&self) {
         let start = Instant::now();
         loop {
-            let primaries: Vec<Option<u16>> = self
-                .sentinels
-                .iter()
-                .map(|s| Pair::primary_by(s.port))
-                .collect();
+            let primaries: Vec<Option<u16>> =
+                self.sentinels.iter().map(|s| primary_by(s.port)).collect();
             let agreed = primaries[0].filter(|p| primaries.iter().all(|q| *q == Some(*p)));
             let whole = agreed.is_some_and(|p| {
                 is_master(p)
@@ -442,7 +270,7 @@ impl Setup for Pair {
     }
 
     fn target(&mut self, _redis_key: &[u8]) {
-        let primary = Pair::primary_by(self.sentinels[0].port).expect("primary");
+        let primary = primary_by(self.sentinels[0].port).expect("primary");
         let other = self
             .data
             .iter()
@@ -456,7 +284,7 @@ impl Setup for Pair {
         let victim = self.data.iter_mut().find(|n| n.port == primary);
         victim.expect("primary node").kill();
         let sentinel = self.sentinels[0].port;
-        Box::new(move || Pair::primary_by(sentinel) == Some(replica) && is_master(replica))
+        Box::new(move || primary_by(sentinel) == Some(replica) && is_master(replica))
     }
 
     fn restore(&mut self) {
@@ -469,10 +297,4 @@ impl Setup for Pair {
         victim.spawn();
         self.wait_healthy();
     }
-}
-
-/// Whether the node on `port` answers `ROLE` as a master.
-pub(crate) fn is_master(port: u16) -> bool {
-    matches!(query(port, &["ROLE"]),
-        Some(redis::Value::Array(v)) if matches!(v.first(), Some(redis::Value::BulkString(b)) if b == b"master"))
 }

@@ -59,6 +59,8 @@ const RUN: Duration = Duration::from_secs(10);
 const KILL_AT: Duration = Duration::from_secs(3);
 
 mod deploy;
+#[path = "../../../../crates/ratebound-redis/tests/support/node.rs"]
+mod node;
 use deploy::{Cluster, Pair, Setup};
 
 /// What one call did: when it started and ended (µs into the run), how it

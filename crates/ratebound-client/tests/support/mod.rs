@@ -122,6 +122,15 @@ impl Drop for Partner {
     }
 }
 
+/// A partner's handler: the first hit answered with `first()`, every later
+/// one with `then()`.
+pub fn first_then(
+    first: impl Fn() -> Response<Body> + Send + Sync + 'static,
+    then: impl Fn() -> Response<Body> + Send + Sync + 'static,
+) -> impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static {
+    move |hit: &Hit| if hit.index == 0 { first() } else { then() }
+}
+
 /// An answer with `status`, `headers` and a text body.
 pub fn reply(status: u16, headers: &[(&str, &str)], body: &str) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());

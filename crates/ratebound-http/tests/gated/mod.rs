@@ -2,7 +2,33 @@
 //! dropped or sent to), for the tests that hold a streaming response open:
 //! shared by http.rs and remote.rs.
 
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::routing::get;
 use bytes::Bytes;
+use ratebound_http::RateLimitLayer;
+
+/// The senders of the bodies handed out so far, the latest last.
+pub type Gates = Arc<Mutex<Vec<tokio::sync::oneshot::Sender<()>>>>;
+
+/// An app under `layer` whose `path` answers with a [`Gated`] body, its
+/// sender pushed to the gates returned.
+pub fn gated_app(path: &str, layer: RateLimitLayer) -> (Router, Gates) {
+    let gates = Gates::default();
+    let g = gates.clone();
+    let app = Router::new()
+        .route(
+            path,
+            get(move || {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                g.lock().unwrap().push(tx);
+                async move { axum::body::Body::new(Gated(Some(rx))) }
+            }),
+        )
+        .layer(layer);
+    (app, gates)
+}
 
 pub struct Gated(pub Option<tokio::sync::oneshot::Receiver<()>>);
 

@@ -154,21 +154,21 @@ pub fn print(name: &str, s: &Summary) {
     );
 }
 
+/// `GET /` on `addr`: the response's head and whole body.
+pub async fn get_root(client: &HttpClient, addr: SocketAddr) -> (http::response::Parts, Bytes) {
+    let request = Request::get(format!("http://{addr}/"))
+        .body(Empty::new())
+        .unwrap();
+    let (head, body) = client.request(request).await.unwrap().into_parts();
+    (head, body.collect().await.unwrap().to_bytes())
+}
+
 /// The median of 20 sequential requests to an idle server.
 pub async fn unloaded(client: &HttpClient, addr: SocketAddr) -> Duration {
     let mut l = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
-        let r = client
-            .request(
-                Request::get(format!("http://{addr}/"))
-                    .body(Empty::new())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        r.into_body().collect().await.unwrap();
+        assert_eq!(get_root(client, addr).await.0.status, 200);
         l.push(t.elapsed());
     }
     l.sort_unstable();

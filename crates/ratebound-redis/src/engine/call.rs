@@ -192,6 +192,21 @@ pub enum CallOutcome<'a> {
     Unsent,
 }
 
+/// A pattern: every [`CallOutcome`], for the last arm of a `finish`, after
+/// the arms that took the well-formed replies and the client's own
+/// overload — what is left is a failure like any other (a reply of another
+/// shape is a server not running our script).
+macro_rules! failed_call {
+    () => {
+        CallOutcome::Reply(_)
+            | CallOutcome::Malformed
+            | CallOutcome::Timeout
+            | CallOutcome::Unsent
+            | CallOutcome::Failed(_)
+    };
+}
+pub(crate) use failed_call;
+
 impl<'a> CallOutcome<'a> {
     /// What a driver reports, read in one order for every binding:
     /// `timed_out` first (no reply within the deadline), then an `error`
@@ -263,28 +278,40 @@ pub(crate) fn well_formed(r: &[i64]) -> bool {
     r.len() == 7 && r.iter().all(|v| *v >= 0)
 }
 
+/// `commands`, `evalsha` and `eval` for a call whose `command(name,
+/// script)` makes `name script $args` (`$args` as the docs spell them).
+#[cfg(any(feature = "tokio", feature = "blocking"))]
+macro_rules! script_commands {
+    ($args:literal) => {
+        #[doc = concat!(
+            "The call as Redis commands: `EVALSHA sha ", $args, "`, and the `EVAL text ", $args,
+            "` to send once if that was refused with `NOSCRIPT` (a restart, a failover, \
+             `SCRIPT FLUSH`, another cluster node: `EVAL` loads the script)."
+        )]
+        pub fn commands(&self) -> (redis::Cmd, redis::Cmd) {
+            (self.evalsha(), self.eval())
+        }
+
+        #[doc = concat!(
+            "The first of [`commands`](Self::commands) alone: `EVALSHA sha ", $args,
+            "` (the `EVAL` carries the script's text, kilobytes: make it only on `NOSCRIPT`)."
+        )]
+        pub fn evalsha(&self) -> redis::Cmd {
+            self.command("EVALSHA", self.script.sha())
+        }
+
+        #[doc = concat!(
+            "The second of [`commands`](Self::commands) alone: `EVAL text ", $args, "`."
+        )]
+        pub fn eval(&self) -> redis::Cmd {
+            self.command("EVAL", self.script.text)
+        }
+    };
+}
+
 #[cfg(any(feature = "tokio", feature = "blocking"))]
 impl Call {
-    /// The call as Redis commands: `EVALSHA sha 1 key args…`, and the
-    /// `EVAL text 1 key args…` to send once if that was refused with
-    /// `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`, another cluster
-    /// node: `EVAL` loads the script).
-    pub fn commands(&self) -> (redis::Cmd, redis::Cmd) {
-        (self.evalsha(), self.eval())
-    }
-
-    /// The first of [`commands`](Self::commands) alone: `EVALSHA sha 1
-    /// key args…` (the `EVAL` carries the script's text, kilobytes: make it
-    /// only on `NOSCRIPT`).
-    pub fn evalsha(&self) -> redis::Cmd {
-        self.command("EVALSHA", self.script.sha())
-    }
-
-    /// The second of [`commands`](Self::commands) alone: `EVAL text 1 key
-    /// args…`.
-    pub fn eval(&self) -> redis::Cmd {
-        self.command("EVAL", self.script.text)
-    }
+    script_commands!("1 key args…");
 
     fn command(&self, name: &str, script: &str) -> redis::Cmd {
         let mut c = redis::cmd(name);
@@ -319,23 +346,7 @@ impl Call {
 
 #[cfg(any(feature = "tokio", feature = "blocking"))]
 impl BatchCall {
-    /// The batch as Redis commands: `EVALSHA sha N keys… args…`, and the
-    /// `EVAL` to send once if that was refused with `NOSCRIPT`.
-    pub fn commands(&self) -> (redis::Cmd, redis::Cmd) {
-        (self.evalsha(), self.eval())
-    }
-
-    /// The first of [`commands`](Self::commands) alone: `EVALSHA sha N
-    /// keys… args…`.
-    pub fn evalsha(&self) -> redis::Cmd {
-        self.command("EVALSHA", self.script.sha())
-    }
-
-    /// The second of [`commands`](Self::commands) alone: `EVAL text N
-    /// keys… args…`.
-    pub fn eval(&self) -> redis::Cmd {
-        self.command("EVAL", self.script.text)
-    }
+    script_commands!("N keys… args…");
 
     fn command(&self, name: &str, script: &str) -> redis::Cmd {
         let mut c = redis::cmd(name);

@@ -29,7 +29,7 @@ use ratebound::{Clock, Error, KeyedAlgorithm, KeyedLimiter, Overflow, Quota};
 
 use crate::algorithm::Algorithm;
 use crate::breaker::Breaker;
-use crate::call::{Begin, Call, CallKind, CallOutcome, well_formed};
+use crate::call::{Begin, Call, CallKind, CallOutcome, failed_call, well_formed};
 use crate::config::{Config, OnError};
 use crate::decision::{RedisDecision, Source};
 use crate::health::{Health, Notice, Stats};
@@ -433,11 +433,7 @@ impl Engine {
             // script: a failure like any other. (The scripts reply
             // well-formed for every state a key can hold — beyond the limit,
             // damaged — so no data in Redis lands here.)
-            CallOutcome::Reply(_)
-            | CallOutcome::Malformed
-            | CallOutcome::Timeout
-            | CallOutcome::Unsent
-            | CallOutcome::Failed(_) => {
+            failed_call!() => {
                 self.failed(&outcome, now);
                 return self.fail(&call.key, call.n, now);
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ratebound::{Clock, Error};
 
 use crate::algorithm::Algorithm;
-use crate::call::{Call, CallKind, CallOutcome, well_formed};
+use crate::call::{Call, CallKind, CallOutcome, failed_call, well_formed};
 use crate::decision::Source;
 use crate::engine::Engine;
 
@@ -176,11 +176,7 @@ impl Engine {
                     source: d.source(),
                 };
             }
-            CallOutcome::Reply(_)
-            | CallOutcome::Malformed
-            | CallOutcome::Timeout
-            | CallOutcome::Unsent
-            | CallOutcome::Failed(_) => {
+            failed_call!() => {
                 self.failed(&outcome, now);
                 return self.fail_reserve(&call.key, call.n, now, max_wait);
             }

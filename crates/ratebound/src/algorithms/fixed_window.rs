@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::validate;
+use super::{window_limiter, window_math_new};
 use crate::clock::{Clock, MonotonicClock};
 use crate::sync::word::{Core, WordMath, limiter_via_core};
 use crate::{Decision, Error};
@@ -15,6 +15,8 @@ pub(crate) struct Fixed {
     pub(crate) window: u64,
     pub(crate) bits: u32,
 }
+
+window_math_new!(Fixed, 1);
 
 impl Fixed {
     #[inline]
@@ -142,87 +144,44 @@ impl WordMath for Fixed {
     }
 }
 
-/// At most `limit` per window of fixed length; the count resets at each
-/// window boundary.
-///
-/// Windows are aligned to the clock's epoch: window `k` is
-/// `[k·window, (k+1)·window)` in the clock's nanoseconds (for
-/// [`MonotonicClock`], counted from the first reading in the process; for
-/// [`ManualClock`](crate::ManualClock), from 0). The window index and the
-/// count share one `AtomicU64`, updated by a compare-exchange loop; a
-/// refusal writes nothing.
-///
-/// The pitfall: a burst at the end of one window and another at the start of
-/// the next pass up to **2 × limit** within a span much shorter than the
-/// window. [`SlidingWindow`](crate::SlidingWindow) and
-/// [`SlidingLog`](crate::SlidingLog) do not.
-///
-/// # Examples
-/// ```
-/// use ratebound::{FixedWindow, Limiter, ManualClock};
-/// use std::time::Duration;
-///
-/// let clock = ManualClock::new();
-/// let limiter = FixedWindow::with_clock(2, Duration::from_secs(1), clock.clone())?;
-/// assert!(limiter.check().is_allowed());
-/// assert!(limiter.check().is_allowed());
-/// let refused = limiter.check();
-/// assert_eq!(refused.retry_after(), Duration::from_secs(1)); // the next window
-/// # Ok::<(), ratebound::Error>(())
-/// ```
-///
-/// # Errors
-/// Constructors return [`Error::InvalidLimit`] for a limit of 0 or above
-/// [`MAX_WINDOW_LIMIT`](crate::MAX_WINDOW_LIMIT), and [`Error::InvalidWindow`] for a zero window, one
-/// over 2^60 ns, or one too short for the limit's bits (the window index
-/// needs `log2(2^61 / window)` bits beside the count's `log2(limit + 1)`:
-/// for a limit of 100 any window of 16 ns or more is fine).
-#[derive(Debug)]
-pub struct FixedWindow<C: Clock = MonotonicClock> {
-    core: Core<Fixed, C>,
-}
-
-impl FixedWindow<MonotonicClock> {
-    /// `limit` per `window`, on the default clock.
+window_limiter! {
+    /// At most `limit` per window of fixed length; the count resets at each
+    /// window boundary.
+    ///
+    /// Windows are aligned to the clock's epoch: window `k` is
+    /// `[k·window, (k+1)·window)` in the clock's nanoseconds (for
+    /// [`MonotonicClock`], counted from the first reading in the process; for
+    /// [`ManualClock`](crate::ManualClock), from 0). The window index and the
+    /// count share one `AtomicU64`, updated by a compare-exchange loop; a
+    /// refusal writes nothing.
+    ///
+    /// The pitfall: a burst at the end of one window and another at the start of
+    /// the next pass up to **2 × limit** within a span much shorter than the
+    /// window. [`SlidingWindow`](crate::SlidingWindow) and
+    /// [`SlidingLog`](crate::SlidingLog) do not.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::{FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = FixedWindow::with_clock(2, Duration::from_secs(1), clock.clone())?;
+    /// assert!(limiter.check().is_allowed());
+    /// assert!(limiter.check().is_allowed());
+    /// let refused = limiter.check();
+    /// assert_eq!(refused.retry_after(), Duration::from_secs(1)); // the next window
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// See [`FixedWindow`].
-    pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
-        Self::with_clock(limit, window, MonotonicClock::new())
-    }
+    /// Constructors return [`Error::InvalidLimit`] for a limit of 0 or above
+    /// [`MAX_WINDOW_LIMIT`](crate::MAX_WINDOW_LIMIT), and [`Error::InvalidWindow`] for a zero window, one
+    /// over 2^60 ns, or one too short for the limit's bits (the window index
+    /// needs `log2(2^61 / window)` bits beside the count's `log2(limit + 1)`:
+    /// for a limit of 100 any window of 16 ns or more is fine).
+    FixedWindow(Fixed), ""
 }
-
-impl<C: Clock> FixedWindow<C> {
-    /// `limit` per `window`, reading time from `clock`.
-    ///
-    /// # Errors
-    /// See [`FixedWindow`].
-    pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
-        let (window, bits) = validate(limit, window, 1, 64)?;
-        Ok(FixedWindow {
-            core: Core::new(
-                Fixed {
-                    limit,
-                    window,
-                    bits,
-                },
-                clock,
-            ),
-        })
-    }
-
-    /// The window length.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.core.math.window)
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.core.clock
-    }
-}
-
-limiter_via_core!(FixedWindow);
 
 #[cfg(test)]
 mod tests {
@@ -231,12 +190,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn fixed(limit: u64, window: u64) -> Fixed {
-        let (window, bits) = validate(limit, Duration::from_nanos(window), 1, 64).unwrap();
-        Fixed {
-            limit,
-            window,
-            bits,
-        }
+        Fixed::new(limit, Duration::from_nanos(window), 64).unwrap()
     }
 
     #[test]

@@ -183,11 +183,6 @@ impl<C: Clock> LeakyBucket<C> {
         Duration::from_nanos(self.core.math.max_delay)
     }
 
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.core.clock
-    }
-
     /// Queues `n` requests now. See [`reserve_n_at`](Self::reserve_n_at).
     ///
     /// # Errors

@@ -77,3 +77,67 @@ pub(crate) fn validate(
     }
     Ok((window, bits))
 }
+
+/// A `new(limit, window, word_bits)` for a window math type (fields
+/// `limit`, `window`, `bits`) holding `counts` counts: [`validate`]d, so a
+/// single limiter (64 bits) and a keyed entry ([`TIER_SHIFT`](crate::keyed)
+/// bits) build it alike.
+macro_rules! window_math_new {
+    ($ty:ident, $counts:expr) => {
+        impl $ty {
+            pub(crate) fn new(
+                limit: u64,
+                window: std::time::Duration,
+                word_bits: u32,
+            ) -> Result<Self, crate::Error> {
+                let (window, bits) =
+                    crate::algorithms::validate(limit, window, $counts, word_bits)?;
+                Ok($ty {
+                    limit,
+                    window,
+                    bits,
+                })
+            }
+        }
+    };
+}
+pub(crate) use window_math_new;
+
+/// A public window limiter `$ty` (its docs first) over a
+/// [`Core`](crate::sync::word::Core) of the window math `$math`: `new`,
+/// `with_clock`, and [`limiter_via_core!`](crate::sync::word::limiter_via_core)
+/// with `window()`. `$per` says the window in the constructors' docs.
+macro_rules! window_limiter {
+    ($(#[$doc:meta])* $ty:ident($math:ident), $per:literal) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $ty<C: Clock = MonotonicClock> {
+            core: Core<$math, C>,
+        }
+
+        impl $ty<MonotonicClock> {
+            #[doc = concat!("`limit` per ", $per, "`window`, on the default clock.")]
+            ///
+            /// # Errors
+            #[doc = concat!("See [`", stringify!($ty), "`].")]
+            pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
+                Self::with_clock(limit, window, MonotonicClock::new())
+            }
+        }
+
+        impl<C: Clock> $ty<C> {
+            #[doc = concat!("`limit` per ", $per, "`window`, reading time from `clock`.")]
+            ///
+            /// # Errors
+            #[doc = concat!("See [`", stringify!($ty), "`].")]
+            pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
+                Ok($ty {
+                    core: Core::new($math::new(limit, window, 64)?, clock),
+                })
+            }
+        }
+
+        limiter_via_core!($ty, window);
+    };
+}
+pub(crate) use window_limiter;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::algorithms::{Moment, validate};
+use crate::algorithms::{Moment, window_limiter, window_math_new};
 use crate::clock::{Clock, MonotonicClock};
 use crate::sync::word::{Core, WordMath, limiter_via_core};
 use crate::{Decision, Error};
@@ -18,6 +18,8 @@ pub(crate) struct Sliding {
     pub(crate) window: u64,
     pub(crate) bits: u32,
 }
+
+window_math_new!(Sliding, 2);
 
 /// The state as seen at a moment: window index, counts, and how far into
 /// the window that moment is.
@@ -264,84 +266,41 @@ impl WordMath for Sliding {
     }
 }
 
-/// At most `limit` per sliding window, estimated from two fixed windows:
-/// `estimate = previous × (1 − elapsed/window) + current`, and `n` more are
-/// admitted iff `estimate + n ≤ limit` (exact integer arithmetic).
-///
-/// This smooths the fixed window's boundary burst at the cost of assuming
-/// the previous window's requests were spread evenly. The window index and
-/// both counts share one `AtomicU64` (each count takes `⌈log2(limit + 1)⌉`
-/// bits, so the limit and the shortest window trade off; see
-/// [`Error::InvalidWindow`]), updated by a compare-exchange loop. Windows
-/// are aligned to the clock's epoch, as in [`FixedWindow`](crate::FixedWindow).
-/// `retry_after` is the exact time until the estimate leaves room for the
-/// request.
-///
-/// # Examples
-/// ```
-/// use ratebound::{Limiter, ManualClock, SlidingWindow};
-/// use std::time::Duration;
-///
-/// // 50 per minute: 42 in the previous minute, 18 so far, 15 s in.
-/// let clock = ManualClock::new();
-/// let limiter = SlidingWindow::with_clock(50, Duration::from_secs(60), clock.clone())?;
-/// limiter.check_n(42)?;
-/// clock.set(Duration::from_secs(75));
-/// let d = limiter.check_n(18)?; // 42 × 0.75 + 18 = 49.5
-/// assert!(d.is_allowed());
-/// assert_eq!(d.remaining(), 0);
-/// assert!(!limiter.check().is_allowed());
-/// # Ok::<(), ratebound::Error>(())
-/// ```
-///
-/// # Errors
-/// As [`FixedWindow`](crate::FixedWindow), with two counts in the word.
-#[derive(Debug)]
-pub struct SlidingWindow<C: Clock = MonotonicClock> {
-    core: Core<Sliding, C>,
-}
-
-impl SlidingWindow<MonotonicClock> {
-    /// `limit` per sliding `window`, on the default clock.
+window_limiter! {
+    /// At most `limit` per sliding window, estimated from two fixed windows:
+    /// `estimate = previous × (1 − elapsed/window) + current`, and `n` more are
+    /// admitted iff `estimate + n ≤ limit` (exact integer arithmetic).
+    ///
+    /// This smooths the fixed window's boundary burst at the cost of assuming
+    /// the previous window's requests were spread evenly. The window index and
+    /// both counts share one `AtomicU64` (each count takes `⌈log2(limit + 1)⌉`
+    /// bits, so the limit and the shortest window trade off; see
+    /// [`Error::InvalidWindow`]), updated by a compare-exchange loop. Windows
+    /// are aligned to the clock's epoch, as in [`FixedWindow`](crate::FixedWindow).
+    /// `retry_after` is the exact time until the estimate leaves room for the
+    /// request.
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::{Limiter, ManualClock, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// // 50 per minute: 42 in the previous minute, 18 so far, 15 s in.
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindow::with_clock(50, Duration::from_secs(60), clock.clone())?;
+    /// limiter.check_n(42)?;
+    /// clock.set(Duration::from_secs(75));
+    /// let d = limiter.check_n(18)?; // 42 × 0.75 + 18 = 49.5
+    /// assert!(d.is_allowed());
+    /// assert_eq!(d.remaining(), 0);
+    /// assert!(!limiter.check().is_allowed());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// See [`SlidingWindow`].
-    pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
-        Self::with_clock(limit, window, MonotonicClock::new())
-    }
+    /// As [`FixedWindow`](crate::FixedWindow), with two counts in the word.
+    SlidingWindow(Sliding), "sliding "
 }
-
-impl<C: Clock> SlidingWindow<C> {
-    /// `limit` per sliding `window`, reading time from `clock`.
-    ///
-    /// # Errors
-    /// See [`SlidingWindow`].
-    pub fn with_clock(limit: u64, window: Duration, clock: C) -> Result<Self, Error> {
-        let (window, bits) = validate(limit, window, 2, 64)?;
-        Ok(SlidingWindow {
-            core: Core::new(
-                Sliding {
-                    limit,
-                    window,
-                    bits,
-                },
-                clock,
-            ),
-        })
-    }
-
-    /// The window length.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.core.math.window)
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.core.clock
-    }
-}
-
-limiter_via_core!(SlidingWindow);
 
 #[cfg(test)]
 mod tests {
@@ -350,12 +309,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn sliding(limit: u64, window: u64) -> Sliding {
-        let (window, bits) = validate(limit, Duration::from_nanos(window), 2, 64).unwrap();
-        Sliding {
-            limit,
-            window,
-            bits,
-        }
+        Sliding::new(limit, Duration::from_nanos(window), 64).unwrap()
     }
 
     #[test]

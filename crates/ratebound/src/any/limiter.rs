@@ -345,16 +345,8 @@ impl AnyLimiter {
     /// # Errors
     /// [`Error::Unsupported`] for the other algorithms.
     pub fn pause_at(&self, d: Duration, now: u64) -> Result<(), Error> {
-        match self {
-            AnyLimiter::TokenBucket(b) => {
-                b.pause_at(d, now);
-                Ok(())
-            }
-            other => Err(Error::Unsupported {
-                operation: "pause",
-                algorithm: other.algorithm(),
-            }),
-        }
+        self.bucket_for("pause")?.pause_at(d, now);
+        Ok(())
     }
 
     /// [`pause_at`](Self::pause_at) now, for `seconds` as a dynamic
@@ -375,13 +367,7 @@ impl AnyLimiter {
     /// # Errors
     /// [`Error::Unsupported`] for the other algorithms.
     pub fn resume_at(&self, now: u64) -> Result<crate::Resumed, Error> {
-        match self {
-            AnyLimiter::TokenBucket(b) => Ok(b.resume_at(now)),
-            other => Err(Error::Unsupported {
-                operation: "resume",
-                algorithm: other.algorithm(),
-            }),
-        }
+        Ok(self.bucket_for("resume")?.resume_at(now))
     }
 
     /// [`resume_at`](Self::resume_at) now.
@@ -397,13 +383,18 @@ impl AnyLimiter {
     /// # Errors
     /// [`Error::Unsupported`] for the other algorithms.
     pub fn set_quota_at(&self, quota: Quota, now: u64) -> Result<(), Error> {
+        self.bucket_for("changing the quota")?
+            .set_quota_at(quota, now);
+        Ok(())
+    }
+
+    /// The token bucket, or [`Error::Unsupported`] naming `operation` for
+    /// the other algorithms.
+    fn bucket_for(&self, operation: &'static str) -> Result<&TokenBucket<AnyClock>, Error> {
         match self {
-            AnyLimiter::TokenBucket(b) => {
-                b.set_quota_at(quota, now);
-                Ok(())
-            }
+            AnyLimiter::TokenBucket(b) => Ok(b),
             other => Err(Error::Unsupported {
-                operation: "changing the quota",
+                operation,
                 algorithm: other.algorithm(),
             }),
         }

@@ -300,16 +300,26 @@ impl Gate {
         if admitted {
             return Verdict::pass(fields);
         }
+        self.refused(fields, &self.policies, decisions.iter())
+    }
+
+    /// The refusal by `policies` whose `decisions` these are (in order):
+    /// the longest wait, named by the first that refused.
+    fn refused<'g>(
+        &'g self,
+        fields: Fields<'g>,
+        policies: &'g [Policy],
+        mut decisions: impl Iterator<Item = Decision> + Clone,
+    ) -> Verdict<'g> {
         // Allowed decisions wait 0: the largest wait is the refusals' longest.
         let wait = decisions
-            .iter()
+            .clone()
             .map(|d| d.retry_after())
             .max()
             .unwrap_or(Duration::ZERO);
         let by = decisions
-            .iter()
             .position(|d| !d.is_allowed())
-            .and_then(|i| self.policies.get(i))
+            .and_then(|i| policies.get(i))
             .map(Policy::name);
         self.refusal(fields, wait, by)
     }
@@ -458,17 +468,7 @@ impl Gate {
         if remote.iter().any(|d| !d.is_allowed()) {
             let mut fields = Fields::default();
             self.add_quota_fields(&mut fields, remote_pairs());
-            let wait = remote
-                .iter()
-                .map(|d| d.retry_after())
-                .max()
-                .unwrap_or(Duration::ZERO);
-            let by = remote
-                .iter()
-                .position(|d| !d.is_allowed())
-                .and_then(|i| self.remote.get(i))
-                .map(Policy::name);
-            return self.refusal(fields, wait, by);
+            return self.refused(fields, &self.remote, remote.iter().copied());
         }
         let mut verdict = self.decide_key(Ok(key), now);
         if verdict.status == 0 || verdict.status == 429 {

@@ -82,7 +82,7 @@ impl Decisions {
     }
 
     /// The decisions, in policy order.
-    pub fn iter(&self) -> impl Iterator<Item = Decision> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = Decision> + Clone + '_ {
         self.inline
             .iter()
             .chain(self.spill.iter())

@@ -7,6 +7,7 @@
 //! strings and `IpAddr`s out.
 
 mod adaptive;
+pub mod base64;
 mod client_ip;
 mod concurrency;
 mod fields;

@@ -2,9 +2,9 @@
 //! GCRA, the fixed window or the sliding window.
 
 use super::{KeyedAlgorithm, TIER_SHIFT};
+use crate::algorithms::Fixed;
 use crate::algorithms::gcra::Params;
 use crate::algorithms::sliding_window::Sliding;
-use crate::algorithms::{Fixed, validate};
 use crate::sync::word::WordMath;
 use crate::{Decision, Error};
 
@@ -23,20 +23,10 @@ impl Math {
                 burst: q.burst(),
             }),
             KeyedAlgorithm::FixedWindow { limit, window } => {
-                let (window, bits) = validate(limit, window, 1, TIER_SHIFT)?;
-                Math::Fixed(Fixed {
-                    limit,
-                    window,
-                    bits,
-                })
+                Math::Fixed(Fixed::new(limit, window, TIER_SHIFT)?)
             }
             KeyedAlgorithm::SlidingWindow { limit, window } => {
-                let (window, bits) = validate(limit, window, 2, TIER_SHIFT)?;
-                Math::Sliding(Sliding {
-                    limit,
-                    window,
-                    bits,
-                })
+                Math::Sliding(Sliding::new(limit, window, TIER_SHIFT)?)
             }
         })
     }

@@ -272,14 +272,11 @@ impl Outbound {
     /// [`Error::InvalidNumber`] for a zero `max_pause` (a pause could never
     /// be obeyed: say `with_retries(0)` and ignore pauses instead).
     pub fn with_max_pause(mut self, max_pause: Duration) -> Result<Outbound, Error> {
-        if max_pause.is_zero() {
-            return Err(Error::InvalidNumber {
-                name: "max_pause",
-                value: "0".to_string(),
-                reason: "must be more than 0 (to obey no pause, ignore the advice's pause)",
-            });
-        }
-        self.max_pause = max_pause;
+        self.max_pause = more_than_zero(
+            "max_pause",
+            max_pause,
+            "must be more than 0 (to obey no pause, ignore the advice's pause)",
+        )?;
         Ok(self)
     }
 
@@ -319,14 +316,11 @@ impl Outbound {
     /// [`Error::InvalidNumber`] for a zero `backoff` (a retry always
     /// waits: to send none, say `with_retries(0)`).
     pub fn with_backoff(mut self, backoff: Duration) -> Result<Outbound, Error> {
-        if backoff.is_zero() {
-            return Err(Error::InvalidNumber {
-                name: "backoff",
-                value: "0".to_string(),
-                reason: "must be more than 0 (no retry goes without a pause: to retry nothing, set retries to 0)",
-            });
-        }
-        self.backoff = backoff;
+        self.backoff = more_than_zero(
+            "backoff",
+            backoff,
+            "must be more than 0 (no retry goes without a pause: to retry nothing, set retries to 0)",
+        )?;
         Ok(self)
     }
 
@@ -434,4 +428,21 @@ pub fn idempotent(method: &str) -> bool {
     ["GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"]
         .iter()
         .any(|m| m.eq_ignore_ascii_case(method))
+}
+
+/// `d`, unless it is zero: then [`Error::InvalidNumber`] naming `name`,
+/// saying `reason`.
+fn more_than_zero(
+    name: &'static str,
+    d: Duration,
+    reason: &'static str,
+) -> Result<Duration, Error> {
+    if d.is_zero() {
+        return Err(Error::InvalidNumber {
+            name,
+            value: "0".to_string(),
+            reason,
+        });
+    }
+    Ok(d)
 }

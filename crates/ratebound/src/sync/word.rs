@@ -102,9 +102,27 @@ impl<M: WordMath, C: Clock> Core<M, C> {
 }
 
 /// Implements [`Limiter`](crate::Limiter) for a public type whose field
-/// `core` is a [`Core`].
+/// `core` is a [`Core`], and its `clock()`; with `, window` also its
+/// `window()` (a window math's `window`).
 macro_rules! limiter_via_core {
+    ($ty:ident, window) => {
+        $crate::sync::word::limiter_via_core!($ty);
+
+        impl<C: $crate::Clock> $ty<C> {
+            /// The window length.
+            pub fn window(&self) -> std::time::Duration {
+                std::time::Duration::from_nanos(self.core.math.window)
+            }
+        }
+    };
     ($ty:ident) => {
+        impl<C: $crate::Clock> $ty<C> {
+            /// The clock this limiter reads.
+            pub fn clock(&self) -> &C {
+                &self.core.clock
+            }
+        }
+
         impl<C: $crate::Clock> $crate::Limiter for $ty<C> {
             fn now(&self) -> u64 {
                 self.core.clock.now()
