@@ -138,8 +138,14 @@ pub fn key_error(env: &Env, e: KeyError) -> napi::Error {
     }
 }
 
-/// Throws `message` as a `kind` error with `code` from a raw callback.
-pub(crate) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str, message: &str) {
+/// Throws `message` as a `kind` error with `code` from a raw callback;
+/// null, the callback's return value after a throw.
+pub(crate) unsafe fn raw_throw(
+    env: sys::napi_env,
+    kind: error::Kind,
+    code: &str,
+    message: &str,
+) -> sys::napi_value {
     let code = CString::new(code).unwrap_or_default();
     let message = CString::new(message).unwrap_or_default();
     // SAFETY: live env; NUL-terminated strings that outlive the call.
@@ -150,10 +156,11 @@ pub(crate) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str
             error::Kind::Plain => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
         }
     };
+    ptr::null_mut()
 }
 
-/// Throws the error a bad key gets, from a raw callback.
-pub(crate) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
+/// Throws the error a bad key gets, from a raw callback; null.
+pub(crate) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) -> sys::napi_value {
     // SAFETY: as raw_throw.
     unsafe {
         match e {
@@ -173,9 +180,10 @@ pub(crate) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
     }
 }
 
-pub(crate) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) {
+/// Throws the core's error `e` from a raw callback; null.
+pub(crate) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) -> sys::napi_value {
     // SAFETY: as raw_throw.
-    unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) };
+    unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) }
 }
 
 /// Up to N arguments; missing ones are `undefined` (N-API fills them).
