@@ -29,6 +29,29 @@ const DEADLINE = 250 // ms
 const SLACK = 2500 // ms
 const RATE = 10
 
+// One instance's calls (`kind` names it) around the kill at `killed`: the
+// kill was felt; every call returned within the deadline (and SLACK); every
+// answer not Redis' is the fail policy's (closed), after the kill; after the
+// last of them Redis answers again. Returns how many Redis admitted, when
+// the last failure ended and the calls after it.
+function aroundTheKill(kind, calls, killed) {
+  let admitted = 0
+  const failed = calls.filter((c) => c.source !== 'redis')
+  assert.ok(failed.length > 0, `${kind}: the kill was felt`)
+  for (const c of calls) {
+    assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
+    if (c.source === 'redis') admitted += c.allowed ? 1 : 0
+    else {
+      assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
+      assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
+    }
+  }
+  const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
+  const back = calls.filter((c) => c.at > lastFailure)
+  assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+  return { admitted, lastFailure, back }
+}
+
 // Once the instances in `seen` at `back` are answered by Redis again (`back`:
 // when the last of them was), the limit is used again: they ask far more
 // often than RATE, so from then to the last answer at least 90 % of RATE·t
@@ -131,19 +154,8 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
   const backs = []
   for (const [i, calls] of seen.entries()) {
     const kind = `${kinds[i]} #${i}`
-    const failed = calls.filter((c) => c.source !== 'redis')
-    assert.ok(failed.length > 0, `${kind}: the kill was felt`)
-    for (const c of calls) {
-      assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
-      if (c.source === 'redis') redisAdmitted += c.allowed ? 1 : 0
-      else {
-        assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
-        assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
-      }
-    }
-    const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
-    const back = calls.filter((c) => c.at > lastFailure)
-    assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+    const { admitted, lastFailure, back } = aroundTheKill(kind, calls, killed)
+    redisAdmitted += admitted
     // Within 4 s of the promotion; node-redis's default refresh, 5 s after
     // the kill, within 8 s.
     const within = clientsUsed[i] === nrDefault ? 8000 : 4000
@@ -267,19 +279,8 @@ test('limiters over ioredis with sentinels recover from a Sentinel failover with
   const backs = []
   for (const [i, calls] of seen.entries()) {
     const kind = `ioredis sentinel #${i}`
-    const failed = calls.filter((c) => c.source !== 'redis')
-    assert.ok(failed.length > 0, `${kind}: the kill was felt`)
-    for (const c of calls) {
-      assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
-      if (c.source === 'redis') redisAdmitted += c.allowed ? 1 : 0
-      else {
-        assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
-        assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
-      }
-    }
-    const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
-    const back = calls.filter((c) => c.at > lastFailure)
-    assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+    const { admitted, lastFailure, back } = aroundTheKill(kind, calls, killed)
+    redisAdmitted += admitted
     assert.ok(back[0].at < killed + promoted + 4000, `${kind}: back at ${back[0].at.toFixed(0)} ms, killed at ${killed.toFixed(0)}, promoted ${promoted.toFixed(0)} ms later`)
     backs.push(back[0].at)
     console.log(`# ${kind}: last fail-policy answer ${(lastFailure - killed).toFixed(0)} ms after the kill (promoted ${promoted.toFixed(0)} ms after it)`)

@@ -162,18 +162,8 @@ pub unsafe fn string(env: sys::napi_env, v: sys::napi_value) -> Option<String> {
         if type_of(env, v) != sys::ValueType::napi_string {
             return None;
         }
-        let mut len = 0usize;
-        sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len);
-        let mut buf = vec![0u8; len + 1];
-        let mut written = 0usize;
-        sys::napi_get_value_string_utf8(
-            env,
-            v,
-            buf.as_mut_ptr().cast::<c_char>(),
-            buf.len(),
-            &mut written,
-        );
-        buf.truncate(written);
+        let mut buf = Vec::new();
+        crate::fast::push_utf8(env, v, &mut buf);
         String::from_utf8(buf).ok()
     }
 }

@@ -26,6 +26,7 @@
 #![allow(unsafe_code)]
 
 use std::ptr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use napi::bindgen_prelude::*;
@@ -33,7 +34,7 @@ use napi::sys;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key};
-use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, ReserveBegin, Step};
+use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, Engine, ReserveBegin, Step};
 
 use super::ffi::{
     ANSWER, BOUND, CALL_SLOTS, DECISION_SLOTS, IDS, LEN, OUT, REPLY, RESERVED_SLOTS, SCRATCH,
@@ -248,6 +249,46 @@ unsafe extern "C" fn raw_begin(
     }
 }
 
+/// The arguments of `beginReserve` and `acquire`, `(handle, key, n,
+/// seconds, scope)`: the handle's engine, the key (read by the call), the
+/// count, the seconds (undefined or null: none) and the scope.
+struct WaitArgs {
+    h: u32,
+    engine: Arc<Engine>,
+    key: sys::napi_value,
+    n: u64,
+    seconds: Option<Duration>,
+    scope: Option<String>,
+}
+
+/// Reads [`WaitArgs`] in order, the seconds named `name`; the first bad
+/// one is thrown.
+unsafe fn wait_args(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    name: &'static str,
+) -> std::result::Result<WaitArgs, sys::napi_value> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let [h, key, n, seconds, scope] = args::<5>(env, info);
+        let h = uint(env, h);
+        let n = count(env, n).map_err(|e| throw_core(env, &e))?;
+        let seconds = seconds_of(env, name, seconds)?;
+        let scope = scope_of(env, scope)?;
+        let Some(engine) = engine(h) else {
+            return Err(no_engine(env));
+        };
+        Ok(WaitArgs {
+            h,
+            engine,
+            key,
+            n,
+            seconds,
+            scope,
+        })
+    }
+}
+
 /// `beginReserve(handle, key, n, maxWait, scope) -> key | undefined`: a
 /// reservation's first step, as `begin` (an answer at `ANSWER` in the
 /// reservation's layout).
@@ -257,25 +298,13 @@ unsafe extern "C" fn raw_begin_reserve(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, key, n, max_wait, scope] = args::<5>(env, info);
-        let h = uint(env, h);
-        let n = match count(env, n) {
-            Ok(n) => n,
-            Err(e) => return throw_core(env, &e),
-        };
-        let max_wait = match seconds_of(env, "maxWait", max_wait) {
-            Ok(d) => d.unwrap_or(Duration::MAX),
+        let a = match wait_args(env, info, "maxWait") {
+            Ok(a) => a,
             Err(thrown) => return thrown,
         };
-        let scope = match scope_of(env, scope) {
-            Ok(s) => s,
-            Err(thrown) => return thrown,
-        };
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
-        };
-        match with_bytes(env, key, |k| {
-            engine.begin_reserve(scope.as_deref(), k, n, max_wait)
+        let max_wait = a.seconds.unwrap_or(Duration::MAX);
+        match with_bytes(env, a.key, |k| {
+            a.engine.begin_reserve(a.scope.as_deref(), k, a.n, max_wait)
         }) {
             Err(thrown) => thrown,
             Ok(ReserveBegin::Done(r)) => {
@@ -283,7 +312,7 @@ unsafe extern "C" fn raw_begin_reserve(
                 put(ANSWER, &reserved(&r, false));
                 undefined(env)
             }
-            Ok(ReserveBegin::Call(call)) => publish(env, h, call, false, None),
+            Ok(ReserveBegin::Call(call)) => publish(env, a.h, call, false, None),
         }
     }
 }
@@ -297,25 +326,12 @@ unsafe extern "C" fn raw_acquire(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, key, n, timeout, scope] = args::<5>(env, info);
-        let h = uint(env, h);
-        let n = match count(env, n) {
-            Ok(n) => n,
-            Err(e) => return throw_core(env, &e),
-        };
-        let timeout = match seconds_of(env, "timeout", timeout) {
-            Ok(t) => t,
+        let a = match wait_args(env, info, "timeout") {
+            Ok(a) => a,
             Err(thrown) => return thrown,
         };
-        let scope = match scope_of(env, scope) {
-            Ok(s) => s,
-            Err(thrown) => return thrown,
-        };
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
-        };
-        match with_bytes(env, key, |k| {
-            engine.acquire(scope.as_deref(), k, n, timeout)
+        match with_bytes(env, a.key, |k| {
+            a.engine.acquire(a.scope.as_deref(), k, a.n, a.seconds)
         }) {
             Err(thrown) => thrown,
             Ok(a) => {
