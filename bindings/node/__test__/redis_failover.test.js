@@ -29,6 +29,24 @@ const DEADLINE = 250 // ms
 const SLACK = 2500 // ms
 const RATE = 10
 
+// Each limiter checks `key` from `t0` for `runFor` ms, every 10 ms
+// (bounded: one check per 10 ms of the run at most). `seen[i]`: limiter
+// i's calls — when each began (ms from t0), how long it took, its source
+// and whether it was allowed; `runs`: their promises.
+function checkFor(limiters, key, t0, runFor) {
+  const seen = limiters.map(() => [])
+  const runs = limiters.map(async (lim, i) => {
+    for (let n = 0; n < runFor / 10; n++) {
+      const t = now()
+      if (t - t0 >= runFor) break
+      const d = await lim.check(key)
+      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
+      await sleep(10)
+    }
+  })
+  return { seen, runs }
+}
+
 // One instance's calls (`kind` names it) around the kill at `killed`: the
 // kill was felt; every call returned within the deadline (and SLACK); every
 // answer not Redis' is the fail policy's (closed), after the kill; after the
@@ -115,17 +133,7 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
   const runFor = 10000
   const killAt = 1500
   const t0 = now()
-  const seen = limiters.map(() => [])
-  const runs = limiters.map(async (lim, i) => {
-    // Bounded: one check per 10 ms of the run at most.
-    for (let n = 0; n < runFor / 10; n++) {
-      const t = now()
-      if (t - t0 >= runFor) break
-      const d = await lim.check(key)
-      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
-      await sleep(10)
-    }
-  })
+  const { seen, runs } = checkFor(limiters, key, t0, runFor)
   await sleep(killAt)
   // Timed as the signal is sent: a client may see the connection drop
   // before the process's exit is reported.
@@ -249,16 +257,7 @@ test('limiters over ioredis with sentinels recover from a Sentinel failover with
   const key = `failover-${crypto.randomBytes(8).toString('hex')}`
   const runFor = 9000
   const t0 = now()
-  const seen = limiters.map(() => [])
-  const runs = limiters.map(async (lim, i) => {
-    for (let n = 0; n < runFor / 10; n++) {
-      const t = now()
-      if (t - t0 >= runFor) break
-      const d = await lim.check(key)
-      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
-      await sleep(10)
-    }
-  })
+  const { seen, runs } = checkFor(limiters, key, t0, runFor)
   await sleep(1500)
   const killed = now() - t0
   await primary.kill()
