@@ -9,7 +9,6 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 use ratebound::Limiter;
-use ratebound::any::AnyLimiter;
 
 use super::admit::{
     OUTCOMES, PRIORITIES, field_names, raw_gate_admit, raw_gate_finish, raw_place_release,
@@ -149,7 +148,7 @@ unsafe extern "C" fn raw_try_acquire(
     unsafe {
         let [h] = args::<1>(env, info);
         let h = slot(env, h);
-        let ok = LIMITERS.with(|s| s.borrow().get(h).map(AnyLimiter::try_acquire));
+        let ok = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.try_acquire()));
         match ok {
             Some(ok) => boolean(env, ok),
             None => not_live(env),

@@ -249,25 +249,23 @@ unsafe extern "C" fn raw_begin(
     }
 }
 
-/// The arguments of `beginReserve` and `acquire`, `(handle, key, n,
-/// seconds, scope)`: the handle's engine, the key (read by the call), the
-/// count, the seconds (undefined or null: none) and the scope.
-struct WaitArgs {
-    h: u32,
-    engine: Arc<Engine>,
-    key: sys::napi_value,
-    n: u64,
-    seconds: Option<Duration>,
-    scope: Option<String>,
-}
-
-/// Reads [`WaitArgs`] in order, the seconds named `name`; the first bad
-/// one is thrown.
-unsafe fn wait_args(
+/// Runs `f` with the arguments of `beginReserve` and `acquire`, `(handle,
+/// key, n, seconds, scope)`, read in that order (the first bad one is
+/// thrown): the handle's engine, the scope, the key's bytes, the count and
+/// the seconds named `name` (undefined or null: none). The handle and what
+/// `f` gave; its error is thrown.
+unsafe fn with_wait_args<R>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
     name: &'static str,
-) -> std::result::Result<WaitArgs, sys::napi_value> {
+    f: impl FnOnce(
+        &Engine,
+        Option<&str>,
+        &[u8],
+        u64,
+        Option<Duration>,
+    ) -> std::result::Result<R, CoreError>,
+) -> std::result::Result<(u32, R), sys::napi_value> {
     // SAFETY: live handles (the caller's contract).
     unsafe {
         let [h, key, n, seconds, scope] = args::<5>(env, info);
@@ -278,14 +276,8 @@ unsafe fn wait_args(
         let Some(engine) = engine(h) else {
             return Err(no_engine(env));
         };
-        Ok(WaitArgs {
-            h,
-            engine,
-            key,
-            n,
-            seconds,
-            scope,
-        })
+        let r = with_bytes(env, key, |k| f(&engine, scope.as_deref(), k, n, seconds))?;
+        Ok((h, r))
     }
 }
 
@@ -298,21 +290,17 @@ unsafe extern "C" fn raw_begin_reserve(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let a = match wait_args(env, info, "maxWait") {
-            Ok(a) => a,
-            Err(thrown) => return thrown,
-        };
-        let max_wait = a.seconds.unwrap_or(Duration::MAX);
-        match with_bytes(env, a.key, |k| {
-            a.engine.begin_reserve(a.scope.as_deref(), k, a.n, max_wait)
-        }) {
+        let begun = with_wait_args(env, info, "maxWait", |engine, scope, k, n, max_wait| {
+            engine.begin_reserve(scope, k, n, max_wait.unwrap_or(Duration::MAX))
+        });
+        match begun {
             Err(thrown) => thrown,
-            Ok(ReserveBegin::Done(r)) => {
+            Ok((_, ReserveBegin::Done(r))) => {
                 put(call_slot::STEP, &[0.0]);
                 put(ANSWER, &reserved(&r, false));
                 undefined(env)
             }
-            Ok(ReserveBegin::Call(call)) => publish(env, a.h, call, false, None),
+            Ok((h, ReserveBegin::Call(call))) => publish(env, h, call, false, None),
         }
     }
 }
@@ -326,18 +314,34 @@ unsafe extern "C" fn raw_acquire(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let a = match wait_args(env, info, "timeout") {
-            Ok(a) => a,
-            Err(thrown) => return thrown,
-        };
-        match with_bytes(env, a.key, |k| {
-            a.engine.acquire(a.scope.as_deref(), k, a.n, a.seconds)
-        }) {
+        let begun = with_wait_args(env, info, "timeout", |engine, scope, k, n, timeout| {
+            engine.acquire(scope, k, n, timeout)
+        });
+        match begun {
             Err(thrown) => thrown,
-            Ok(a) => {
+            Ok((_, a)) => {
                 let id = ACQUISITIONS.with(|s| s.borrow_mut().insert(a));
                 int(env, id as i32)
             }
+        }
+    }
+}
+
+/// The arguments `(handle, a)` of `acquireStep` and `acquireAbandon`: the
+/// handle, its engine and the wait's number (not checked); no engine is
+/// thrown.
+unsafe fn wait_of(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> std::result::Result<(u32, Arc<Engine>, u32), sys::napi_value> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let [h, a] = args::<2>(env, info);
+        let h = uint(env, h);
+        let a = uint(env, a);
+        match engine(h) {
+            Some(engine) => Ok((h, engine, a)),
+            None => Err(no_engine(env)),
         }
     }
 }
@@ -352,11 +356,9 @@ unsafe extern "C" fn raw_acquire_step(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, a] = args::<2>(env, info);
-        let h = uint(env, h);
-        let a = uint(env, a);
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
+        let (h, engine, a) = match wait_of(env, info) {
+            Ok(w) => w,
+            Err(thrown) => return thrown,
         };
         let step = ACQUISITIONS.with(|s| s.borrow_mut().get_mut(a).map(|w| engine.acquire_step(w)));
         let over = |what: f64, value: f64| {
@@ -402,11 +404,9 @@ unsafe extern "C" fn raw_acquire_abandon(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, a] = args::<2>(env, info);
-        let h = uint(env, h);
-        let a = uint(env, a);
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
+        let (h, engine, a) = match wait_of(env, info) {
+            Ok(w) => w,
+            Err(thrown) => return thrown,
         };
         let wait = ACQUISITIONS.with(|s| s.borrow_mut().take(a));
         match wait.and_then(|mut w| engine.acquire_abandon(&mut w)) {
