@@ -13,6 +13,7 @@ const IORedis = require('ioredis')
 const { createClient } = require('redis')
 const rb = require('..')
 const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
+const { get, expressAndFastify } = require('./fixtures/http.js')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
 
@@ -408,38 +409,18 @@ async function listen(app) {
   return server
 }
 
-function get(port, headers) {
-  const http = require('node:http')
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: HOST, port, path: '/', headers, agent: false }, (res) => {
-      let body = ''
-      res.on('data', (c) => (body += c))
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
-    })
-    req.on('error', reject)
-  })
-}
-
 test('middleware: a global limit in Redis is one policy away, shared by two instances (Express and Fastify)', async () => {
-  const express = require('express')
-  const Fastify = require('fastify')
   const s = await main()
   const prefix = `${randomKey('mw')}:`
   const global = async () => rb.redis.TokenBucket({ client: await ioredis(s.port), rate: 1, burst: 2, prefix })
   // The local policy refills slowly (100/hour), so that what charged it shows.
   const policies = async () => [{ name: 'burst', rate: '100/hour' }, { name: 'global', limiter: await global() }]
 
-  const a = express()
-  a.use(rb.express({ policies: await policies(), key: { header: 'x-api-key' } }))
-  a.get('/', (req, res) => res.send('ok'))
-  const fastify = Fastify()
-  await fastify.register(rb.fastify, { policies: await policies(), key: { header: 'x-api-key' } })
-  fastify.get('/', async () => 'ok')
-  await fastify.listen({ port: 0, host: HOST })
-  const serverA = await listen(a)
+  const { portA, portB, close } = await expressAndFastify(
+    { policies: await policies(), key: { header: 'x-api-key' } },
+    { policies: await policies(), key: { header: 'x-api-key' } },
+  )
   try {
-    const portA = serverA.address().port
-    const portB = fastify.server.address().port
     const first = await get(portA, { 'x-api-key': 'alice' })
     assert.equal(first.status, 200)
     assert.equal(first.headers['ratelimit-policy'], '"burst";q=100;w=3600, "global";q=2;w=2')
@@ -463,8 +444,7 @@ test('middleware: a global limit in Redis is one policy away, shared by two inst
     assert.equal(again.status, 200)
     assert.match(again.headers.ratelimit, /^"burst";r=98;/)
   } finally {
-    serverA.close()
-    await fastify.close()
+    await close()
   }
 })
 
