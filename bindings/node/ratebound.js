@@ -411,44 +411,11 @@ const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abo
 const { fetch, axios } = require('./outbound.js')(native, { RateLimitExceededError, sleep })
 
 const noop = fast.noop
-const {
-  ManualClock,
-  TokenBucket,
-  FixedWindow,
-  SlidingWindow,
-  SlidingLog,
-  LeakyBucket,
-  AllOf,
-  KeyedLimiter,
-  SharedTokenBucket,
-  SharedKeyedLimiter,
-  Gate,
-  Ask,
-  Outbound,
-  Reservation,
-  RedisEngine,
-  RedisCall,
-  http,
-} = native
 
+// What JavaScript adds, then the native classes as they are: each assigned
+// by name, so that Node's ESM loader sees every named export
+// (`import { TokenBucket } from 'ratebound'`).
 module.exports = {
-  ManualClock,
-  TokenBucket,
-  FixedWindow,
-  SlidingWindow,
-  SlidingLog,
-  LeakyBucket,
-  AllOf,
-  KeyedLimiter,
-  SharedTokenBucket,
-  SharedKeyedLimiter,
-  Gate,
-  Ask,
-  Outbound,
-  Reservation,
-  RedisEngine,
-  RedisCall,
-  http,
   redis,
   RateLimitExceededError,
   express,
@@ -457,3 +424,20 @@ module.exports = {
   axios,
   noop,
 }
+module.exports.ManualClock = native.ManualClock
+module.exports.TokenBucket = native.TokenBucket
+module.exports.FixedWindow = native.FixedWindow
+module.exports.SlidingWindow = native.SlidingWindow
+module.exports.SlidingLog = native.SlidingLog
+module.exports.LeakyBucket = native.LeakyBucket
+module.exports.AllOf = native.AllOf
+module.exports.KeyedLimiter = native.KeyedLimiter
+module.exports.SharedTokenBucket = native.SharedTokenBucket
+module.exports.SharedKeyedLimiter = native.SharedKeyedLimiter
+module.exports.Gate = native.Gate
+module.exports.Ask = native.Ask
+module.exports.Outbound = native.Outbound
+module.exports.Reservation = native.Reservation
+module.exports.RedisEngine = native.RedisEngine
+module.exports.RedisCall = native.RedisCall
+module.exports.http = native.http

@@ -3,6 +3,7 @@ const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const { Worker } = require('node:worker_threads')
 const rb = require('..')
+const { settle } = require('./fixtures/common.js')
 
 test('DESIGN.md scenario 1 through check() and tryAcquire()', () => {
   const clock = new rb.ManualClock()
@@ -179,9 +180,6 @@ test('acquire: 50 on 100/s burst 1 take about 0.5 s, spaced 10 ms on the real cl
 // exactly i × 10 ms, not 1 ms before.
 test('acquire: 50 on 100/s burst 1 are done at exactly 10 ms apart (virtual time)', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] })
-  const settle = async () => {
-    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
-  }
   const clock = new rb.ManualClock()
   const tb = new rb.TokenBucket({ rate: 100, burst: 1, clock })
   let ms = 0
@@ -208,9 +206,6 @@ test('acquire: 50 on 100/s burst 1 are done at exactly 10 ms apart (virtual time
 // follow the call, with no virtual time passed (it was < 250 ms of wall time).
 test('acquire: an unmeetable timeout rejects at once, taking nothing (virtual time)', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] })
-  const settle = async () => {
-    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
-  }
   const clock = new rb.ManualClock()
   const tb = new rb.TokenBucket({ rate: 1, burst: 1, clock })
   assert.equal(tb.tryAcquire(), true)

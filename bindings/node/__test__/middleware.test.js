@@ -8,6 +8,7 @@ const assert = require('node:assert/strict')
 const expressLib = require('express')
 const Fastify = require('fastify')
 const rb = require('..')
+const { heldRoute } = require('./fixtures/common.js')
 
 async function get(port, path, headers = {}) {
   const r = await fetch(`http://127.0.0.1:${port}${path}`, { headers })
@@ -244,33 +245,25 @@ test('http.clientIp reads only the configured header from trusted proxies', () =
 // exactly 4 run, 6 are refused with 503 and Retry-After: 1 at once; a
 // critical request still passes; every place comes back.
 async function shedding(start) {
-  let inside = 0
-  let release
-  const gateOpen = new Promise((r) => (release = r))
-  const slow = async () => {
-    inside++
-    await gateOpen
-    inside--
-    return 'done'
-  }
-  const { port, stop } = await start(slow)
+  const route = heldRoute()
+  const { port, stop } = await start(route.handler)
   try {
     const pending = Array.from({ length: 10 }, () => get(port, '/slow'))
     const settled = []
     pending.forEach((p) => p.then((r) => settled.push(r)))
-    for (let i = 0; i < 400 && !(inside === 4 && settled.length === 6); i++) {
+    for (let i = 0; i < 400 && !(route.inside === 4 && settled.length === 6); i++) {
       await new Promise((r) => setTimeout(r, 5))
     }
-    assert.equal(inside, 4)
+    assert.equal(route.inside, 4)
     assert.equal(settled.length, 6)
     for (const r of settled) {
       assert.equal(r.status, 503)
       assert.equal(r.headers.get('retry-after'), '1')
     }
     const critical = get(port, '/slow', { 'x-critical': '1' })
-    for (let i = 0; i < 400 && inside !== 5; i++) await new Promise((r) => setTimeout(r, 5))
-    assert.equal(inside, 5)
-    release()
+    for (let i = 0; i < 400 && route.inside !== 5; i++) await new Promise((r) => setTimeout(r, 5))
+    assert.equal(route.inside, 5)
+    route.open()
     const done = await Promise.all([...pending, critical])
     assert.equal(done.filter((r) => r.status === 200).length, 5)
     // Places came back: four at once are admitted again.

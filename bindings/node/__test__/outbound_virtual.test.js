@@ -13,16 +13,11 @@ const { test, mock, afterEach } = require('node:test')
 const assert = require('node:assert/strict')
 const axios = require('axios')
 const rb = require('..')
+const { settle } = require('./fixtures/common.js')
 const { clock: adapterClock } = require('../outbound.js')
 
 const realNow = adapterClock.now
 const MS = 1_000_000 // ns
-
-// Lets the promises and the immediates of this turn run (real turns of the
-// event loop; the mocked timers fire only on tick()).
-async function settle() {
-  for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
-}
 
 // Virtual time from 0: the limiter's ManualClock, the mock timers and Date.
 function virtual() {

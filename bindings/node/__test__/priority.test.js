@@ -12,6 +12,7 @@ const assert = require('node:assert/strict')
 const expressLib = require('express')
 const Fastify = require('fastify')
 const rb = require('..')
+const { heldRoute } = require('./fixtures/common.js')
 
 async function get(port, path, headers = {}) {
   const r = await fetch(`http://127.0.0.1:${port}${path}`, { headers })
@@ -125,18 +126,10 @@ test('Gate: a priority answering nothing is normal; a bad answer or a throw is s
   ok.place.release()
 })
 
-// A server with a cap of 4 (fraction ½) in front of /slow, which waits for
-// `release()`; x-priority gives the priority, onDecision is logged.
+// A server with a cap of 4 (fraction ½) in front of /slow, which holds its
+// requests (`heldRoute`); x-priority gives the priority, onDecision is logged.
 async function priorities(start) {
-  let inside = 0
-  let open
-  let gateOpen = new Promise((r) => (open = r))
-  const slow = async () => {
-    inside++
-    await gateOpen
-    inside--
-    return 'done'
-  }
+  const route = heldRoute()
   const events = []
   const options = {
     rate: 1000,
@@ -146,24 +139,24 @@ async function priorities(start) {
     onDecision: (e) => events.push(e),
     label: 'app',
   }
-  const { port, stop, limit } = await start(options, slow)
+  const { port, stop, limit } = await start(options, route.handler)
   try {
     const held = [get(port, '/slow'), get(port, '/slow')]
-    await until(() => inside === 2)
+    await until(() => route.inside === 2)
     assert.equal(limit.concurrency.inFlight, 2)
     // At the share: background is shed (503, Retry-After: 1), normal goes in.
     const bg = await get(port, '/slow', { 'x-priority': 'background' })
     assert.equal(bg.status, 503)
     assert.equal(bg.headers.get('retry-after'), '1')
     held.push(get(port, '/slow'), get(port, '/slow'))
-    await until(() => inside === 4)
+    await until(() => route.inside === 4)
     const normal = await get(port, '/slow')
     assert.equal(normal.status, 503)
     // Critical: on past the full cap.
     held.push(get(port, '/slow', { 'x-priority': 'critical' }))
-    await until(() => inside === 5)
+    await until(() => route.inside === 5)
     assert.equal(limit.concurrency.inFlight, 4)
-    open()
+    route.open()
     assert.deepEqual((await Promise.all(held)).map((r) => r.status), [200, 200, 200, 200, 200])
     const shed = events.filter((e) => e.outcome === 'shed')
     assert.deepEqual(shed, [
@@ -175,7 +168,7 @@ async function priorities(start) {
 
     // A bad priority: the fail-safe answer (503 with Retry-After, a
     // warning), never the framework's error path (500); nothing: normal.
-    gateOpen = Promise.resolve()
+    route.door = Promise.resolve()
     const warnings = []
     const warned = (w) => warnings.push(w)
     process.on('warning', warned)
@@ -186,15 +179,15 @@ async function priorities(start) {
       // The priority is asked at the share only: hold two places.
       let release
       const blocker = new Promise((r) => (release = r))
-      gateOpen = blocker
+      route.door = blocker
       const two = [get(port, '/slow'), get(port, '/slow')]
-      await until(() => inside === 2)
+      await until(() => route.inside === 2)
       warnings.length = 0
       const bad = get(port, '/slow', { 'x-priority': priority })
       try {
         if (named === null) {
           // Answered nothing: normal, a place at the share.
-          await until(() => inside === 3)
+          await until(() => route.inside === 3)
           release()
           assert.equal((await bad).status, 200)
         } else {
@@ -207,14 +200,14 @@ async function priorities(start) {
         release()
       }
       assert.deepEqual((await Promise.all(two)).map((r) => r.status), [200, 200])
-      gateOpen = Promise.resolve()
+      route.door = Promise.resolve()
     }
     process.off('warning', warned)
     assert.equal(warnings.length, 0)
     await until(() => limit.concurrency.inFlight === 0)
     assert.equal((await get(port, '/slow')).status, 200)
   } finally {
-    open()
+    route.open()
     await stop()
   }
 }

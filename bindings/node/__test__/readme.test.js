@@ -117,7 +117,7 @@ for (const block of ALL) {
   })
 }
 
-// Every ```ts block, type-checked as printed against index.d.ts (and the
+// Every ```ts block, type-checked as printed against ratebound.d.ts (and the
 // frameworks' own types) with the package's tsconfig: each block a module
 // of its own in a scratch folder inside the package, so that 'ratebound'
 // resolves to this package as it does for a user.

@@ -11,15 +11,10 @@
 const { test, mock, afterEach } = require('node:test')
 const assert = require('node:assert/strict')
 const rb = require('..')
+const { settle } = require('./fixtures/common.js')
 const { clock } = require('../redis_driver.js')
 
 const realNow = clock.now
-
-// Lets the promises and the immediates of this turn run (real turns of the
-// event loop; the mocked timers fire only on tick()).
-async function settle() {
-  for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
-}
 
 // Moves virtual time forward by `ms`, one millisecond at a time (each
 // timer, and the setImmediate it queues, runs at its instant).

@@ -29,6 +29,47 @@ const DEADLINE = 250 // ms
 const SLACK = 2500 // ms
 const RATE = 10
 
+// Each limiter checks `key` from `t0` for `runFor` ms, every 10 ms
+// (bounded: one check per 10 ms of the run at most). `seen[i]`: limiter
+// i's calls — when each began (ms from t0), how long it took, its source
+// and whether it was allowed; `runs`: their promises.
+function checkFor(limiters, key, t0, runFor) {
+  const seen = limiters.map(() => [])
+  const runs = limiters.map(async (lim, i) => {
+    for (let n = 0; n < runFor / 10; n++) {
+      const t = now()
+      if (t - t0 >= runFor) break
+      const d = await lim.check(key)
+      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
+      await sleep(10)
+    }
+  })
+  return { seen, runs }
+}
+
+// One instance's calls (`kind` names it) around the kill at `killed`: the
+// kill was felt; every call returned within the deadline (and SLACK); every
+// answer not Redis' is the fail policy's (closed), after the kill; after the
+// last of them Redis answers again. Returns how many Redis admitted, when
+// the last failure ended and the calls after it.
+function aroundTheKill(kind, calls, killed) {
+  let admitted = 0
+  const failed = calls.filter((c) => c.source !== 'redis')
+  assert.ok(failed.length > 0, `${kind}: the kill was felt`)
+  for (const c of calls) {
+    assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
+    if (c.source === 'redis') admitted += c.allowed ? 1 : 0
+    else {
+      assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
+      assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
+    }
+  }
+  const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
+  const back = calls.filter((c) => c.at > lastFailure)
+  assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+  return { admitted, lastFailure, back }
+}
+
 // Once the instances in `seen` at `back` are answered by Redis again (`back`:
 // when the last of them was), the limit is used again: they ask far more
 // often than RATE, so from then to the last answer at least 90 % of RATE·t
@@ -92,17 +133,7 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
   const runFor = 10000
   const killAt = 1500
   const t0 = now()
-  const seen = limiters.map(() => [])
-  const runs = limiters.map(async (lim, i) => {
-    // Bounded: one check per 10 ms of the run at most.
-    for (let n = 0; n < runFor / 10; n++) {
-      const t = now()
-      if (t - t0 >= runFor) break
-      const d = await lim.check(key)
-      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
-      await sleep(10)
-    }
-  })
+  const { seen, runs } = checkFor(limiters, key, t0, runFor)
   await sleep(killAt)
   // Timed as the signal is sent: a client may see the connection drop
   // before the process's exit is reported.
@@ -131,19 +162,8 @@ test('limiters over ioredis Cluster and node-redis cluster recover from a failov
   const backs = []
   for (const [i, calls] of seen.entries()) {
     const kind = `${kinds[i]} #${i}`
-    const failed = calls.filter((c) => c.source !== 'redis')
-    assert.ok(failed.length > 0, `${kind}: the kill was felt`)
-    for (const c of calls) {
-      assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
-      if (c.source === 'redis') redisAdmitted += c.allowed ? 1 : 0
-      else {
-        assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
-        assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
-      }
-    }
-    const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
-    const back = calls.filter((c) => c.at > lastFailure)
-    assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+    const { admitted, lastFailure, back } = aroundTheKill(kind, calls, killed)
+    redisAdmitted += admitted
     // Within 4 s of the promotion; node-redis's default refresh, 5 s after
     // the kill, within 8 s.
     const within = clientsUsed[i] === nrDefault ? 8000 : 4000
@@ -237,16 +257,7 @@ test('limiters over ioredis with sentinels recover from a Sentinel failover with
   const key = `failover-${crypto.randomBytes(8).toString('hex')}`
   const runFor = 9000
   const t0 = now()
-  const seen = limiters.map(() => [])
-  const runs = limiters.map(async (lim, i) => {
-    for (let n = 0; n < runFor / 10; n++) {
-      const t = now()
-      if (t - t0 >= runFor) break
-      const d = await lim.check(key)
-      seen[i].push({ at: t - t0, took: now() - t, source: d.source, allowed: d.allowed })
-      await sleep(10)
-    }
-  })
+  const { seen, runs } = checkFor(limiters, key, t0, runFor)
   await sleep(1500)
   const killed = now() - t0
   await primary.kill()
@@ -267,19 +278,8 @@ test('limiters over ioredis with sentinels recover from a Sentinel failover with
   const backs = []
   for (const [i, calls] of seen.entries()) {
     const kind = `ioredis sentinel #${i}`
-    const failed = calls.filter((c) => c.source !== 'redis')
-    assert.ok(failed.length > 0, `${kind}: the kill was felt`)
-    for (const c of calls) {
-      assert.ok(c.took <= DEADLINE + SLACK, `${kind}: a call took ${c.took.toFixed(0)} ms at ${c.at.toFixed(0)} ms (${c.source})`)
-      if (c.source === 'redis') redisAdmitted += c.allowed ? 1 : 0
-      else {
-        assert.ok(c.source === 'fail_closed' && !c.allowed, `${kind}: ${c.source} at ${c.at.toFixed(0)} ms`)
-        assert.ok(c.at + c.took >= killed, `${kind}: a failure before the kill, at ${c.at.toFixed(0)} ms`)
-      }
-    }
-    const lastFailure = Math.max(...failed.map((c) => c.at + c.took))
-    const back = calls.filter((c) => c.at > lastFailure)
-    assert.ok(back.length > 0 && back.every((c) => c.source === 'redis'), `${kind}: answered by Redis again`)
+    const { admitted, lastFailure, back } = aroundTheKill(kind, calls, killed)
+    redisAdmitted += admitted
     assert.ok(back[0].at < killed + promoted + 4000, `${kind}: back at ${back[0].at.toFixed(0)} ms, killed at ${killed.toFixed(0)}, promoted ${promoted.toFixed(0)} ms later`)
     backs.push(back[0].at)
     console.log(`# ${kind}: last fail-policy answer ${(lastFailure - killed).toFixed(0)} ms after the kill (promoted ${promoted.toFixed(0)} ms after it)`)

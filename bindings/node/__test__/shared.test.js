@@ -7,6 +7,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const rb = require('..')
+const { get, expressAndFastify } = require('./fixtures/http.js')
 
 const WORKER = path.join(__dirname, 'fixtures', 'shared-worker.js')
 
@@ -218,32 +219,13 @@ test('examples/cluster.js: four cluster workers share one per-client limit', asy
 })
 
 test('a SharedKeyedLimiter is a middleware policy: Express and Fastify share it', async () => {
-  const express = require('express')
-  const Fastify = require('fastify')
-  const http = require('node:http')
-  const get = (port, headers) =>
-    new Promise((resolve, reject) => {
-      http
-        .get({ host: '127.0.0.1', port, path: '/', headers, agent: false }, (res) => {
-          res.resume()
-          res.on('end', () => resolve({ status: res.statusCode, headers: res.headers }))
-        })
-        .on('error', reject)
-    })
   const file = path.join(tmpdir(), 'clients.limit')
   const shared = () => new rb.SharedKeyedLimiter({ path: file, rate: '1/h', burst: 2, maxKeys: 1000 })
-  const a = express()
-  a.use(rb.express({ policies: [{ name: 'local', rate: 100 }, shared()], key: { header: 'x-api-key' } }))
-  a.get('/', (req, res) => res.send('ok'))
-  const serverA = a.listen(0, '127.0.0.1')
-  await new Promise((resolve) => serverA.on('listening', resolve))
-  const f = Fastify()
-  await f.register(rb.fastify, { policies: [{ name: 'clients', limiter: shared() }], key: { header: 'x-api-key' } })
-  f.get('/', async () => 'ok')
-  await f.listen({ port: 0, host: '127.0.0.1' })
+  const { portA, portB, close } = await expressAndFastify(
+    { policies: [{ name: 'local', rate: 100 }, shared()], key: { header: 'x-api-key' } },
+    { policies: [{ name: 'clients', limiter: shared() }], key: { header: 'x-api-key' } },
+  )
   try {
-    const portA = serverA.address().port
-    const portB = f.server.address().port
     const first = await get(portA, { 'x-api-key': 'alice' })
     assert.equal(first.status, 200)
     assert.equal(first.headers['ratelimit-policy'], '"local";q=100;w=1, "host";q=2;w=7200')
@@ -257,39 +239,20 @@ test('a SharedKeyedLimiter is a middleware policy: Express and Fastify share it'
     // serve workers of both languages.
     assert.equal(shared().available(Buffer.from('key:alice')), 0)
   } finally {
-    serverA.close()
-    await f.close()
+    await close()
   }
 })
 
 test('a full SharedKeyedLimiter policy answers 503 (Retry-After 1) in Express and Fastify, never 500', async () => {
-  const express = require('express')
-  const Fastify = require('fastify')
-  const http = require('node:http')
-  const get = (port, headers) =>
-    new Promise((resolve, reject) => {
-      http
-        .get({ host: '127.0.0.1', port, path: '/', headers, agent: false }, (res) => {
-          let body = ''
-          res.on('data', (c) => (body += c))
-          res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
-        })
-        .on('error', reject)
-    })
   const table = (name) => new rb.SharedKeyedLimiter({ path: path.join(tmpdir(), `${name}.limit`), rate: '1/h', burst: 100, maxKeys: 8 })
-  const a = express()
   const tableA = table('express-full')
-  a.use(rb.express({ policies: [tableA], key: { header: 'x-api-key' } }))
-  a.get('/', (req, res) => res.send('ok'))
-  const serverA = a.listen(0, '127.0.0.1')
-  await new Promise((resolve) => serverA.on('listening', resolve))
-  const f = Fastify()
   const tableB = table('fastify-full')
-  await f.register(rb.fastify, { policies: [tableB], key: { header: 'x-api-key' } })
-  f.get('/', async () => 'ok')
-  await f.listen({ port: 0, host: '127.0.0.1' })
+  const { portA, portB, close } = await expressAndFastify(
+    { policies: [tableA], key: { header: 'x-api-key' } },
+    { policies: [tableB], key: { header: 'x-api-key' } },
+  )
   try {
-    for (const [port, t] of [[serverA.address().port, tableA], [f.server.address().port, tableB]]) {
+    for (const [port, t] of [[portA, tableA], [portB, tableB]]) {
       const counts = new Map()
       for (let i = 0; i < 150; i++) {
         const r = await get(port, { 'x-api-key': `user-${i}` })
@@ -305,8 +268,7 @@ test('a full SharedKeyedLimiter policy answers 503 (Retry-After 1) in Express an
       assert.equal((await get(port, { 'x-api-key': 'user-0' })).status, 200)
     }
   } finally {
-    serverA.close()
-    await f.close()
+    await close()
   }
 })
 

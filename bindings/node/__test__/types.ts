@@ -1,4 +1,4 @@
-// Type-checked with `tsc --noEmit` against index.d.ts (npm run typecheck).
+// Type-checked with `tsc --noEmit` against ratebound.d.ts (npm run typecheck).
 import {
   Admission,
   AllOf,

@@ -74,64 +74,67 @@ function lateness(rows, start) {
   return done.map((t, k) => Math.max(0, t - (start + (Math.max(0, k + 1 - BURST) * 1000) / RATE)))
 }
 
-async function clients(port) {
+// INSTANCES limiters in Redis, each with a client of its own, and the
+// function that closes the clients.
+async function redisLimiters(port) {
   const cs = []
   for (let i = 0; i < INSTANCES; i++) {
     const c = new IORedis({ host: '127.0.0.1', port })
     await c.ping()
     cs.push(c)
   }
-  return cs
+  const lims = cs.map((client) => rb.redis.TokenBucket({ client, rate: `${RATE}/s burst ${BURST}`, timeout: 1 }))
+  return { lims, close: async () => cs.forEach((c) => c.disconnect()) }
 }
 
-async function ratebound(port, admin, key) {
-  const cs = await clients(port)
-  const lims = cs.map((client) => rb.redis.TokenBucket({ client, rate: `${RATE}/s burst ${BURST}`, timeout: 1 }))
+// Every limiter takes EACH acquisitions, one after another, all limiters at
+// once (`acquireOne(lim)`, which may return the moment the acquisition was
+// due: then how late it woke goes to `wake`). The script calls Redis ran,
+// when each acquisition was asked for and done, the start and the total
+// (ms); `close()` after.
+async function measure(admin, limiters, acquireOne, close) {
   const before = await scriptCalls(admin)
   const rows = []
-  const spread = []
+  const wake = []
   const start = now()
   await Promise.all(
-    lims.map(async (lim) => {
+    limiters.map(async (lim) => {
       for (let i = 0; i < EACH; i++) {
         const first = now()
-        const r = await lim.reserve(key, 1, { maxWait: 60 })
-        const due = now() + r.delay * 1000
-        // As acquire does: whole milliseconds, rounded up (never early).
-        if (r.delay > 0) await sleep(Math.ceil(r.delay * 1000))
+        const due = await acquireOne(lim)
         const done = now()
-        spread.push(done - due)
+        if (due !== undefined) wake.push(done - due)
         rows.push({ first, done })
       }
     }),
   )
-  const row = { calls: (await scriptCalls(admin)) - before, rows, start, wake: spread, total: now() - start }
-  for (const c of cs) c.disconnect()
+  const row = { calls: (await scriptCalls(admin)) - before, rows, start, wake, total: now() - start }
+  await close()
   return row
 }
 
+async function ratebound(port, admin, key) {
+  const { lims, close } = await redisLimiters(port)
+  const acquireOne = async (lim) => {
+    const r = await lim.reserve(key, 1, { maxWait: 60 })
+    const due = now() + r.delay * 1000
+    // As acquire does: whole milliseconds, rounded up (never early).
+    if (r.delay > 0) await sleep(Math.ceil(r.delay * 1000))
+    return due
+  }
+  return measure(admin, lims, acquireOne, close)
+}
+
 async function polling(port, admin, key) {
-  const cs = await clients(port)
-  const lims = cs.map((client) => rb.redis.TokenBucket({ client, rate: `${RATE}/s burst ${BURST}`, timeout: 1 }))
-  const before = await scriptCalls(admin)
-  const rows = []
-  const start = now()
-  await Promise.all(
-    lims.map(async (lim) => {
-      for (let i = 0; i < EACH; i++) {
-        const first = now()
-        for (;;) {
-          const d = await lim.check(key)
-          if (d.allowed) break
-          await sleep(d.retryAfter * 1000)
-        }
-        rows.push({ first, done: now() })
-      }
-    }),
-  )
-  const row = { calls: (await scriptCalls(admin)) - before, rows, start, total: now() - start }
-  for (const c of cs) c.disconnect()
-  return row
+  const { lims, close } = await redisLimiters(port)
+  const acquireOne = async (lim) => {
+    for (;;) {
+      const d = await lim.check(key)
+      if (d.allowed) break
+      await sleep(d.retryAfter * 1000)
+    }
+  }
+  return measure(admin, lims, acquireOne, close)
 }
 
 async function bottleneck(port, admin, key) {
@@ -149,21 +152,10 @@ async function bottleneck(port, admin, key) {
     await b.ready()
     limiters.push(b)
   }
-  const before = await scriptCalls(admin)
-  const rows = []
-  const start = now()
-  await Promise.all(
-    limiters.map(async (b) => {
-      for (let i = 0; i < EACH; i++) {
-        const first = now()
-        await b.schedule(async () => {})
-        rows.push({ first, done: now() })
-      }
-    }),
-  )
-  const row = { calls: (await scriptCalls(admin)) - before, rows, start, total: now() - start }
-  for (const b of limiters) await b.disconnect()
-  return row
+  const close = async () => {
+    for (const b of limiters) await b.disconnect()
+  }
+  return measure(admin, limiters, (b) => b.schedule(async () => {}), close)
 }
 
 async function main() {

@@ -20,3 +20,4 @@ pub mod outbound;
 pub mod redis;
 pub mod redis_wait;
 pub mod shared;
+mod slab;

@@ -30,6 +30,12 @@ fn shm_step(env: &Env, step: std::result::Result<any::Wait, ShmError>) -> Result
     }
 }
 
+/// A wait the table made, or its error thrown.
+fn shm_waiter(env: &Env, made: std::result::Result<any::Waiter, ShmError>) -> Result<Waiter> {
+    let made = made.map_err(|e| shm_throw(env, e))?;
+    Waiter::new(env, Ok(made))
+}
+
 /// `seconds` as a pause's duration.
 fn pause_of(env: &Env, seconds: f64) -> Result<std::time::Duration> {
     any::pause_seconds(seconds).or_throw(env)
@@ -172,11 +178,7 @@ impl SharedTokenBucket {
     #[napi(skip_typescript)]
     pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
         let n = tokens(&env, n)?;
-        let made = self
-            .inner
-            .waiter(n, timeout, HOST_MAX_SLEEP)
-            .map_err(|e| shm_throw(&env, e))?;
-        Waiter::new(&env, Ok(made))
+        shm_waiter(&env, self.inner.waiter(n, timeout, HOST_MAX_SLEEP))
     }
 
     /// One step of a wait (internal: `acquire`).
@@ -336,11 +338,7 @@ impl SharedKeyedLimiter {
     #[napi(skip_typescript)]
     pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
         let n = tokens(&env, n)?;
-        let made = self
-            .inner
-            .waiter(n, timeout, HOST_MAX_SLEEP)
-            .map_err(|e| shm_throw(&env, e))?;
-        Waiter::new(&env, Ok(made))
+        shm_waiter(&env, self.inner.waiter(n, timeout, HOST_MAX_SLEEP))
     }
 
     /// One step of a wait for `key` (internal: `acquire`).

@@ -185,13 +185,12 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
         let peer = opt_ip(env, peer);
         // Every header line is copied out before any hook runs.
         let Ok(headers) = Lines::read(env, raw_headers, gate.header_names()) else {
-            raw_throw(
+            return raw_throw(
                 env,
                 error::Kind::Type,
                 "ERR_INVALID_ARG_TYPE",
                 RAW_HEADERS_TYPE,
             );
-            return ptr::null_mut();
         };
         let r = any::Request {
             key: None,
@@ -218,15 +217,12 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
             }
             any::Admit::Decided(a) => publish(env, gate, a),
             // Only a hook that threw stops the sequence (returned above).
-            any::Admit::Stopped => {
-                raw_throw(
-                    env,
-                    crate::error::Kind::Plain,
-                    "ERR_RATEBOUND_INTERNAL",
-                    "the request sequence stopped without a hook's error",
-                );
-                ptr::null_mut()
-            }
+            any::Admit::Stopped => raw_throw(
+                env,
+                crate::error::Kind::Plain,
+                "ERR_RATEBOUND_INTERNAL",
+                "the request sequence stopped without a hook's error",
+            ),
             any::Admit::Ask(ask) => {
                 let ask = Ask::new(ask, gate.clone());
                 match <Ask as ToNapiValue>::to_napi_value(env, ask) {
@@ -234,10 +230,7 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
                         publish_gate_kind(ASK);
                         v
                     }
-                    Err(e) => {
-                        throw_napi(env, e);
-                        ptr::null_mut()
-                    }
+                    Err(e) => throw_napi(env, e),
                 }
             }
         }
@@ -328,28 +321,26 @@ pub(super) unsafe extern "C" fn raw_gate_finish(
         let mut ask = match ClassInstance::<Ask>::from_napi_value(env, ask) {
             Ok(ask) => ask,
             Err(_) => {
-                raw_throw(
+                return raw_throw(
                     env,
                     error::Kind::Type,
                     "ERR_INVALID_ARG_TYPE",
                     "ask must be the Ask the gate's admit() returned",
                 );
-                return ptr::null_mut();
             }
         };
         if !Arc::ptr_eq(&ask.gate, gate) {
-            raw_throw(
+            return raw_throw(
                 env,
                 error::Kind::Type,
                 "ERR_INVALID_ARG_VALUE",
                 "this Ask is another gate's",
             );
-            return ptr::null_mut();
         }
         let answers = match answers_of(env, answers) {
             Ok(answers) => answers,
             Err(Bad::Type(reason)) => {
-                raw_throw(
+                return raw_throw(
                     env,
                     error::Kind::Type,
                     "ERR_INVALID_ARG_TYPE",
@@ -357,31 +348,27 @@ pub(super) unsafe extern "C" fn raw_gate_finish(
                         "answers must be an array of the remote policies' decisions, the errors their checks threw, or null: {reason}"
                     ),
                 );
-                return ptr::null_mut();
             }
             Err(Bad::Core(e)) => {
-                raw_throw_core(env, &e);
-                return ptr::null_mut();
+                return raw_throw_core(env, &e);
             }
         };
         let wanted = gate.remote_names().len();
         if answers.len() != wanted {
-            raw_throw(
+            return raw_throw(
                 env,
                 error::Kind::Range,
                 "ERR_INVALID_ARG_VALUE",
                 &format!("{} answers for {wanted} remote policies", answers.len()),
             );
-            return ptr::null_mut();
         }
         let Some(asked) = ask.inner.take() else {
-            raw_throw(
+            return raw_throw(
                 env,
                 error::Kind::Plain,
                 "ERR_RATEBOUND_ASK_CLOSED",
                 "this Ask is already finished or closed",
             );
-            return ptr::null_mut();
         };
         let mut hooks = JsHooks::new(env, &entry.hooks, request);
         let admission = gate.finish(asked, &answers, &mut hooks);
@@ -431,9 +418,9 @@ const _: () = assert!(
 );
 
 /// Throws a napi-rs error from a raw callback.
-unsafe fn throw_napi(env: sys::napi_env, e: napi::Error) {
+unsafe fn throw_napi(env: sys::napi_env, e: napi::Error) -> sys::napi_value {
     // SAFETY: live env.
-    unsafe { raw_throw(env, error::Kind::Plain, "ERR_RATEBOUND_INTERNAL", &e.reason) };
+    unsafe { raw_throw(env, error::Kind::Plain, "ERR_RATEBOUND_INTERNAL", &e.reason) }
 }
 
 const _: () = assert!(GATE_AT >= 4, "the gate's numbers follow a decision's");

@@ -9,7 +9,6 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 use ratebound::Limiter;
-use ratebound::any::AnyLimiter;
 
 use super::admit::{
     OUTCOMES, PRIORITIES, field_names, raw_gate_admit, raw_gate_finish, raw_place_release,
@@ -125,6 +124,21 @@ fn publish(d: ratebound::Decision) -> i32 {
     i32::from(d.is_allowed())
 }
 
+/// Throws the `TypeError` of a call on what is no live limiter (a freed
+/// slot, or none); null, the callback's return value.
+#[cold]
+unsafe fn not_live(env: sys::napi_env) -> sys::napi_value {
+    // SAFETY: live env (the caller's N-API call).
+    unsafe {
+        raw_throw(
+            env,
+            error::Kind::Type,
+            "ERR_INVALID_THIS",
+            "not a live ratebound limiter",
+        )
+    }
+}
+
 /// `tryAcquire(slot) -> boolean`.
 unsafe extern "C" fn raw_try_acquire(
     env: sys::napi_env,
@@ -134,18 +148,10 @@ unsafe extern "C" fn raw_try_acquire(
     unsafe {
         let [h] = args::<1>(env, info);
         let h = slot(env, h);
-        let ok = LIMITERS.with(|s| s.borrow().get(h).map(AnyLimiter::try_acquire));
+        let ok = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.try_acquire()));
         match ok {
             Some(ok) => boolean(env, ok),
-            None => {
-                raw_throw(
-                    env,
-                    error::Kind::Type,
-                    "ERR_INVALID_THIS",
-                    "not a live ratebound limiter",
-                );
-                ptr::null_mut()
-            }
+            None => not_live(env),
         }
     }
 }
@@ -161,27 +167,13 @@ unsafe extern "C" fn raw_check(
         let h = slot(env, h);
         let n = match count(env, n) {
             Ok(n) => n,
-            Err(e) => {
-                raw_throw_core(env, &e);
-                return ptr::null_mut();
-            }
+            Err(e) => return raw_throw_core(env, &e),
         };
         let result = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_n(n)));
         match result {
             Some(Ok(d)) => int(env, publish(d)),
-            Some(Err(e)) => {
-                raw_throw_core(env, &e);
-                ptr::null_mut()
-            }
-            None => {
-                raw_throw(
-                    env,
-                    error::Kind::Type,
-                    "ERR_INVALID_THIS",
-                    "not a live ratebound limiter",
-                );
-                ptr::null_mut()
-            }
+            Some(Err(e)) => raw_throw_core(env, &e),
+            None => not_live(env),
         }
     }
 }
@@ -199,15 +191,7 @@ unsafe extern "C" fn raw_check_one(
         let result = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_at(l.now())));
         match result {
             Some(d) => int(env, publish(d)),
-            None => {
-                raw_throw(
-                    env,
-                    error::Kind::Type,
-                    "ERR_INVALID_THIS",
-                    "not a live ratebound limiter",
-                );
-                ptr::null_mut()
-            }
+            None => not_live(env),
         }
     }
 }
@@ -223,10 +207,7 @@ unsafe extern "C" fn raw_keyed_check(
         let h = slot(env, h);
         let n = match count(env, n) {
             Ok(n) => n,
-            Err(e) => {
-                raw_throw_core(env, &e);
-                return ptr::null_mut();
-            }
+            Err(e) => return raw_throw_core(env, &e),
         };
         let result = KEYED.with(|s| {
             let s = s.borrow();
@@ -235,23 +216,9 @@ unsafe extern "C" fn raw_keyed_check(
         });
         match result {
             Some(Ok(Ok(d))) => int(env, publish(d)),
-            Some(Ok(Err(e))) => {
-                raw_throw_core(env, &e);
-                ptr::null_mut()
-            }
-            Some(Err(e)) => {
-                raw_throw_key(env, &e);
-                ptr::null_mut()
-            }
-            None => {
-                raw_throw(
-                    env,
-                    error::Kind::Type,
-                    "ERR_INVALID_THIS",
-                    "not a live ratebound limiter",
-                );
-                ptr::null_mut()
-            }
+            Some(Ok(Err(e))) => raw_throw_core(env, &e),
+            Some(Err(e)) => raw_throw_key(env, &e),
+            None => not_live(env),
         }
     }
 }

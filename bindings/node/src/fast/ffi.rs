@@ -37,37 +37,17 @@ pub unsafe fn with_key<R>(
     match kind {
         sys::ValueType::napi_string => {
             let mut buf = [0u8; 256];
-            let mut len = 0usize;
-            // SAFETY: `buf` holds 256 bytes; N-API writes at most 255 and a NUL.
-            unsafe {
-                sys::napi_get_value_string_utf8(
-                    env,
-                    value,
-                    buf.as_mut_ptr().cast::<c_char>(),
-                    buf.len(),
-                    &mut len,
-                )
-            };
+            // SAFETY: live handles (the caller's contract).
+            let len = unsafe { utf8_into(env, value, &mut buf) };
             // A string cut short stops at most 3 bytes before the end (at a
             // character boundary): read such strings again, whole.
             if len + 4 < buf.len() {
                 return Ok(f(text_key(&buf[..len])));
             }
-            let mut full = 0usize;
-            // SAFETY: a null buffer asks for the length only.
-            unsafe { sys::napi_get_value_string_utf8(env, value, ptr::null_mut(), 0, &mut full) };
-            let mut heap = vec![0u8; full + 1];
-            // SAFETY: `heap` holds `full + 1` bytes, room for the string and a NUL.
-            unsafe {
-                sys::napi_get_value_string_utf8(
-                    env,
-                    value,
-                    heap.as_mut_ptr().cast::<c_char>(),
-                    heap.len(),
-                    &mut len,
-                )
-            };
-            Ok(f(text_key(&heap[..len])))
+            let mut heap = Vec::new();
+            // SAFETY: as above.
+            unsafe { push_utf8(env, value, &mut heap) };
+            Ok(f(text_key(&heap)))
         }
         sys::ValueType::napi_number => {
             let mut x = 0f64;
@@ -138,8 +118,14 @@ pub fn key_error(env: &Env, e: KeyError) -> napi::Error {
     }
 }
 
-/// Throws `message` as a `kind` error with `code` from a raw callback.
-pub(crate) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str, message: &str) {
+/// Throws `message` as a `kind` error with `code` from a raw callback;
+/// null, the callback's return value after a throw.
+pub(crate) unsafe fn raw_throw(
+    env: sys::napi_env,
+    kind: error::Kind,
+    code: &str,
+    message: &str,
+) -> sys::napi_value {
     let code = CString::new(code).unwrap_or_default();
     let message = CString::new(message).unwrap_or_default();
     // SAFETY: live env; NUL-terminated strings that outlive the call.
@@ -150,10 +136,11 @@ pub(crate) unsafe fn raw_throw(env: sys::napi_env, kind: error::Kind, code: &str
             error::Kind::Plain => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
         }
     };
+    ptr::null_mut()
 }
 
-/// Throws the error a bad key gets, from a raw callback.
-pub(crate) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
+/// Throws the error a bad key gets, from a raw callback; null.
+pub(crate) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) -> sys::napi_value {
     // SAFETY: as raw_throw.
     unsafe {
         match e {
@@ -173,9 +160,10 @@ pub(crate) unsafe fn raw_throw_key(env: sys::napi_env, e: &KeyError) {
     }
 }
 
-pub(crate) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) {
+/// Throws the core's error `e` from a raw callback; null.
+pub(crate) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) -> sys::napi_value {
     // SAFETY: as raw_throw.
-    unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) };
+    unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) }
 }
 
 /// Up to N arguments; missing ones are `undefined` (N-API fills them).
@@ -259,21 +247,14 @@ pub(super) unsafe fn opt_ip(env: sys::napi_env, v: sys::napi_value) -> Option<st
             return None;
         }
         let mut buf = [0u8; 64];
-        let mut len = 0usize;
-        sys::napi_get_value_string_utf8(
-            env,
-            v,
-            buf.as_mut_ptr().cast::<c_char>(),
-            buf.len(),
-            &mut len,
-        );
+        let len = utf8_into(env, v, &mut buf);
         std::str::from_utf8(&buf[..len]).ok()?.parse().ok()
     }
 }
 
 /// Appends the UTF-8 bytes of the string `v` to `out`; `false` if `v` is
 /// not a string.
-pub(super) unsafe fn push_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> bool {
+pub(crate) unsafe fn push_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> bool {
     let mut len = 0usize;
     // SAFETY: live handles (the caller's contract); a null buffer asks for
     // the length only.
@@ -283,19 +264,32 @@ pub(super) unsafe fn push_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut
     }
     let start = out.len();
     out.resize(start + len + 1, 0);
-    let mut written = 0usize;
     // SAFETY: `out[start..]` holds `len + 1` bytes, room for the string and a NUL.
+    let written = unsafe { utf8_into(env, v, &mut out[start..]) };
+    out.truncate(start + written);
+    true
+}
+
+/// Copies the string `v` into `buf` as UTF-8, NUL-terminated: at most
+/// `buf.len() - 1` bytes, cut at a character boundary; how many.
+///
+/// # Safety
+/// `env` and `v` must be the live handles of the current callback.
+#[inline(always)]
+pub(crate) unsafe fn utf8_into(env: sys::napi_env, v: sys::napi_value, buf: &mut [u8]) -> usize {
+    let mut len = 0usize;
+    // SAFETY: live handles (the caller's contract); N-API writes at most
+    // `buf.len()` bytes, the NUL included.
     unsafe {
         sys::napi_get_value_string_utf8(
             env,
             v,
-            out[start..].as_mut_ptr().cast::<c_char>(),
-            len + 1,
-            &mut written,
+            buf.as_mut_ptr().cast::<c_char>(),
+            buf.len(),
+            &mut len,
         )
     };
-    out.truncate(start + written);
-    true
+    len
 }
 
 /// A shared `Float64Array` of `len` numbers and the thread-locals that

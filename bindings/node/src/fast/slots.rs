@@ -9,59 +9,7 @@ use std::sync::Arc;
 use ratebound::any::{self, AnyKeyed, AnyLimiter};
 
 use super::hooks::HookRefs;
-
-/// Slots of live limiters; a slot is freed when its class instance is
-/// garbage collected.
-pub(super) struct Slab<T> {
-    items: Vec<Option<T>>,
-    free: Vec<u32>,
-}
-
-impl<T> Slab<T> {
-    const fn new() -> Slab<T> {
-        Slab {
-            items: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-
-    fn insert(&mut self, item: T) -> u32 {
-        match self.free.pop() {
-            Some(slot) => {
-                self.items[slot as usize] = Some(item);
-                slot
-            }
-            None => {
-                self.items.push(Some(item));
-                (self.items.len() - 1) as u32
-            }
-        }
-    }
-
-    fn get_mut(&mut self, slot: u32) -> Option<&mut T> {
-        self.items.get_mut(slot as usize)?.as_mut()
-    }
-
-    fn take(&mut self, slot: u32) -> Option<T> {
-        let item = self.items.get_mut(slot as usize)?.take()?;
-        self.free.push(slot);
-        Some(item)
-    }
-}
-
-impl<T> Slab<Arc<T>> {
-    #[inline]
-    pub(super) fn get(&self, slot: u32) -> Option<&T> {
-        self.items.get(slot as usize)?.as_deref()
-    }
-}
-
-impl<T> Slab<Rc<T>> {
-    #[inline]
-    pub(super) fn get_rc(&self, slot: u32) -> Option<Rc<T>> {
-        self.items.get(slot as usize)?.clone()
-    }
-}
+use crate::slab::Slab;
 
 /// A gate of the table: the core's gate and the JavaScript hooks its
 /// sequence calls (references of this thread's env: not `Send`).

@@ -162,47 +162,19 @@ pub unsafe fn string(env: sys::napi_env, v: sys::napi_value) -> Option<String> {
         if type_of(env, v) != sys::ValueType::napi_string {
             return None;
         }
-        let mut len = 0usize;
-        sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len);
-        let mut buf = vec![0u8; len + 1];
-        let mut written = 0usize;
-        sys::napi_get_value_string_utf8(
-            env,
-            v,
-            buf.as_mut_ptr().cast::<c_char>(),
-            buf.len(),
-            &mut written,
-        );
-        buf.truncate(written);
+        let mut buf = Vec::new();
+        crate::fast::push_utf8(env, v, &mut buf);
         String::from_utf8(buf).ok()
     }
 }
 
-/// Throws `message` as a `kind` error with `code` (the fast path's
-/// thrower); the callback's return value.
-pub unsafe fn throw(
-    env: sys::napi_env,
-    kind: error::Kind,
-    code: &str,
-    message: &str,
-) -> sys::napi_value {
-    // SAFETY: live env, as the fast path's.
-    unsafe { crate::fast::raw_throw(env, kind, code, message) };
-    ptr::null_mut()
-}
-
-/// Throws the core's error `e`; the callback's return value.
-pub unsafe fn throw_core(env: sys::napi_env, e: &ratebound::Error) -> sys::napi_value {
-    // SAFETY: as `throw`.
-    unsafe { crate::fast::raw_throw_core(env, e) };
-    ptr::null_mut()
-}
+/// The fast path's throwers: each returns null, the callback's return value.
+pub(crate) use crate::fast::{raw_throw as throw, raw_throw_core as throw_core};
 
 /// Throws the error a bad key gets; the callback's return value.
 pub unsafe fn throw_key(env: sys::napi_env, e: KeyError) -> sys::napi_value {
-    // SAFETY: as `throw`.
-    unsafe { crate::fast::raw_throw_key(env, &e) };
-    ptr::null_mut()
+    // SAFETY: live env, as the fast path's.
+    unsafe { crate::fast::raw_throw_key(env, &e) }
 }
 
 pub unsafe fn no_engine(env: sys::napi_env) -> sys::napi_value {

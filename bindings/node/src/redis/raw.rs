@@ -26,6 +26,7 @@
 #![allow(unsafe_code)]
 
 use std::ptr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use napi::bindgen_prelude::*;
@@ -33,7 +34,7 @@ use napi::sys;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any::{self, Key};
-use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, ReserveBegin, Step};
+use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, Engine, ReserveBegin, Step};
 
 use super::ffi::{
     ANSWER, BOUND, CALL_SLOTS, DECISION_SLOTS, IDS, LEN, OUT, REPLY, RESERVED_SLOTS, SCRATCH,
@@ -248,6 +249,38 @@ unsafe extern "C" fn raw_begin(
     }
 }
 
+/// Runs `f` with the arguments of `beginReserve` and `acquire`, `(handle,
+/// key, n, seconds, scope)`, read in that order (the first bad one is
+/// thrown): the handle's engine, the scope, the key's bytes, the count and
+/// the seconds named `name` (undefined or null: none). The handle and what
+/// `f` gave; its error is thrown.
+unsafe fn with_wait_args<R>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    name: &'static str,
+    f: impl FnOnce(
+        &Engine,
+        Option<&str>,
+        &[u8],
+        u64,
+        Option<Duration>,
+    ) -> std::result::Result<R, CoreError>,
+) -> std::result::Result<(u32, R), sys::napi_value> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let [h, key, n, seconds, scope] = args::<5>(env, info);
+        let h = uint(env, h);
+        let n = count(env, n).map_err(|e| throw_core(env, &e))?;
+        let seconds = seconds_of(env, name, seconds)?;
+        let scope = scope_of(env, scope)?;
+        let Some(engine) = engine(h) else {
+            return Err(no_engine(env));
+        };
+        let r = with_bytes(env, key, |k| f(&engine, scope.as_deref(), k, n, seconds))?;
+        Ok((h, r))
+    }
+}
+
 /// `beginReserve(handle, key, n, maxWait, scope) -> key | undefined`: a
 /// reservation's first step, as `begin` (an answer at `ANSWER` in the
 /// reservation's layout).
@@ -257,33 +290,17 @@ unsafe extern "C" fn raw_begin_reserve(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, key, n, max_wait, scope] = args::<5>(env, info);
-        let h = uint(env, h);
-        let n = match count(env, n) {
-            Ok(n) => n,
-            Err(e) => return throw_core(env, &e),
-        };
-        let max_wait = match seconds_of(env, "maxWait", max_wait) {
-            Ok(d) => d.unwrap_or(Duration::MAX),
-            Err(thrown) => return thrown,
-        };
-        let scope = match scope_of(env, scope) {
-            Ok(s) => s,
-            Err(thrown) => return thrown,
-        };
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
-        };
-        match with_bytes(env, key, |k| {
-            engine.begin_reserve(scope.as_deref(), k, n, max_wait)
-        }) {
+        let begun = with_wait_args(env, info, "maxWait", |engine, scope, k, n, max_wait| {
+            engine.begin_reserve(scope, k, n, max_wait.unwrap_or(Duration::MAX))
+        });
+        match begun {
             Err(thrown) => thrown,
-            Ok(ReserveBegin::Done(r)) => {
+            Ok((_, ReserveBegin::Done(r))) => {
                 put(call_slot::STEP, &[0.0]);
                 put(ANSWER, &reserved(&r, false));
                 undefined(env)
             }
-            Ok(ReserveBegin::Call(call)) => publish(env, h, call, false, None),
+            Ok((h, ReserveBegin::Call(call))) => publish(env, h, call, false, None),
         }
     }
 }
@@ -297,31 +314,34 @@ unsafe extern "C" fn raw_acquire(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, key, n, timeout, scope] = args::<5>(env, info);
-        let h = uint(env, h);
-        let n = match count(env, n) {
-            Ok(n) => n,
-            Err(e) => return throw_core(env, &e),
-        };
-        let timeout = match seconds_of(env, "timeout", timeout) {
-            Ok(t) => t,
-            Err(thrown) => return thrown,
-        };
-        let scope = match scope_of(env, scope) {
-            Ok(s) => s,
-            Err(thrown) => return thrown,
-        };
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
-        };
-        match with_bytes(env, key, |k| {
-            engine.acquire(scope.as_deref(), k, n, timeout)
-        }) {
+        let begun = with_wait_args(env, info, "timeout", |engine, scope, k, n, timeout| {
+            engine.acquire(scope, k, n, timeout)
+        });
+        match begun {
             Err(thrown) => thrown,
-            Ok(a) => {
+            Ok((_, a)) => {
                 let id = ACQUISITIONS.with(|s| s.borrow_mut().insert(a));
                 int(env, id as i32)
             }
+        }
+    }
+}
+
+/// The arguments `(handle, a)` of `acquireStep` and `acquireAbandon`: the
+/// handle, its engine and the wait's number (not checked); no engine is
+/// thrown.
+unsafe fn wait_of(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> std::result::Result<(u32, Arc<Engine>, u32), sys::napi_value> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let [h, a] = args::<2>(env, info);
+        let h = uint(env, h);
+        let a = uint(env, a);
+        match engine(h) {
+            Some(engine) => Ok((h, engine, a)),
+            None => Err(no_engine(env)),
         }
     }
 }
@@ -336,11 +356,9 @@ unsafe extern "C" fn raw_acquire_step(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, a] = args::<2>(env, info);
-        let h = uint(env, h);
-        let a = uint(env, a);
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
+        let (h, engine, a) = match wait_of(env, info) {
+            Ok(w) => w,
+            Err(thrown) => return thrown,
         };
         let step = ACQUISITIONS.with(|s| s.borrow_mut().get_mut(a).map(|w| engine.acquire_step(w)));
         let over = |what: f64, value: f64| {
@@ -386,11 +404,9 @@ unsafe extern "C" fn raw_acquire_abandon(
 ) -> sys::napi_value {
     // SAFETY: called by N-API with live handles.
     unsafe {
-        let [h, a] = args::<2>(env, info);
-        let h = uint(env, h);
-        let a = uint(env, a);
-        let Some(engine) = engine(h) else {
-            return no_engine(env);
+        let (h, engine, a) = match wait_of(env, info) {
+            Ok(w) => w,
+            Err(thrown) => return thrown,
         };
         let wait = ACQUISITIONS.with(|s| s.borrow_mut().take(a));
         match wait.and_then(|mut w| engine.acquire_abandon(&mut w)) {

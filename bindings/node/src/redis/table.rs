@@ -9,6 +9,8 @@ use std::sync::Arc;
 use ratebound_redis::script::Script;
 use ratebound_redis::{Acquisition, BatchCall, Call, Engine, Source};
 
+use crate::slab::Slab;
+
 /// The most templates (distinct argument lists) and join classes one
 /// engine keeps; calls past them go without (slower, never wrong).
 const MAX_TEMPLATES: usize = 32;
@@ -27,56 +29,6 @@ pub const SOURCES: [Source; 7] = [
 
 pub fn source_code(s: Source) -> f64 {
     SOURCES.iter().position(|x| *x == s).unwrap_or(0) as f64
-}
-
-/// A table of items by number, numbers reused once freed.
-pub struct Slab<T> {
-    items: Vec<Option<T>>,
-    free: Vec<u32>,
-}
-
-impl<T> Slab<T> {
-    pub const fn new() -> Slab<T> {
-        Slab {
-            items: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-
-    pub fn insert(&mut self, item: T) -> u32 {
-        match self.free.pop() {
-            Some(slot) => {
-                self.items[slot as usize] = Some(item);
-                slot
-            }
-            None => {
-                self.items.push(Some(item));
-                (self.items.len() - 1) as u32
-            }
-        }
-    }
-
-    pub fn get(&self, slot: u32) -> Option<&T> {
-        self.items.get(slot as usize)?.as_ref()
-    }
-
-    pub fn get_mut(&mut self, slot: u32) -> Option<&mut T> {
-        self.items.get_mut(slot as usize)?.as_mut()
-    }
-
-    pub fn take(&mut self, slot: u32) -> Option<T> {
-        let item = self.items.get_mut(slot as usize)?.take()?;
-        self.free.push(slot);
-        Some(item)
-    }
-
-    /// Puts `item` back at `slot`, freed by `take` (a kept call).
-    pub fn restore(&mut self, slot: u32, item: T) {
-        if let Some(i) = self.free.iter().rposition(|&s| s == slot) {
-            self.free.swap_remove(i);
-            self.items[slot as usize] = Some(item);
-        }
-    }
 }
 
 /// An engine as the hot path sees it: the engine, and the argument lists
