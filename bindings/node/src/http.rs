@@ -6,7 +6,7 @@ use std::time::Duration;
 use napi::JsValue;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratebound::any::GateOptions;
+use ratebound::gate::GateOptions;
 use ratebound::http::{self, Policy};
 use ratebound::{Error as CoreError, any};
 

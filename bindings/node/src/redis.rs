@@ -12,7 +12,8 @@ use napi::JsValue;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
-use ratebound::any::{self, Key, Loose as CoreLoose};
+use ratebound::any::{self, Key};
+use ratebound::gate::Loose as CoreLoose;
 use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, Notice, OnError};
 
 mod ffi;

@@ -6,7 +6,8 @@ use std::time::Duration;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
-use ratebound::any::{self, GateOptions};
+use ratebound::any;
+use ratebound::gate::GateOptions;
 use ratebound::http::Forwarding;
 
 use crate::convert::{number, whole_nanos};

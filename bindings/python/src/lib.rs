@@ -67,7 +67,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(http::_deadline_exceeded, m)?)?;
     // The default caps of the two kinds of per-key table (the decorator's
     // own table is an in-process one).
-    m.add("DEFAULT_MAX_KEYS", ratebound::any::DEFAULT_MAX_KEYS)?;
+    m.add("DEFAULT_MAX_KEYS", ratebound::gate::DEFAULT_MAX_KEYS)?;
     m.add(
         "DEFAULT_SHARED_MAX_KEYS",
         ratebound_shm::DEFAULT_SHARED_MAX_KEYS,

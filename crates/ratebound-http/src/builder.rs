@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
-use ratebound::any::{self, AnyClock, Gate, GateOptions};
-use ratebound::any::{MissingKey, QuotaHeaders, RefusalBody};
+use ratebound::any::AnyClock;
+use ratebound::gate;
+use ratebound::gate::{Gate, GateOptions};
+use ratebound::gate::{MissingKey, QuotaHeaders, RefusalBody};
 use ratebound::http::{AdaptiveConcurrency, Forwarding, Priority, TrustedProxies};
 use ratebound::{Clock, Error, KeyedAlgorithm, Overflow, Quota};
 
@@ -114,9 +116,9 @@ impl Builder {
     /// Where keys come from (default: [`RequestKey::ClientIp`]).
     pub fn key(mut self, key: RequestKey) -> Self {
         self.options.key = match &key {
-            RequestKey::Header(name) => any::KeySource::Header(name.as_str().to_string()),
-            RequestKey::ClientIp => any::KeySource::ClientIp,
-            RequestKey::Custom(_) => any::KeySource::Given,
+            RequestKey::Header(name) => gate::KeySource::Header(name.as_str().to_string()),
+            RequestKey::ClientIp => gate::KeySource::ClientIp,
+            RequestKey::Custom(_) => gate::KeySource::Given,
         };
         self.hooks.key = key;
         self
@@ -248,7 +250,7 @@ impl Builder {
 
     /// The `Retry-After` of the 503 answering a request whose
     /// remote policy ([`Builder::remote`]) failed
-    /// ([`RemoteAnswer::Failed`](ratebound::any::RemoteAnswer::Failed)):
+    /// ([`RemoteAnswer::Failed`](ratebound::gate::RemoteAnswer::Failed)):
     /// whole seconds, 1 to 3600 (default 1; [`build`](Self::build) refuses
     /// others).
     pub fn store_error_retry_after(mut self, secs: u64) -> Self {

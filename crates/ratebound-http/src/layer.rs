@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use ratebound::any::{self, Admission, Admit, Gate};
+use ratebound::gate;
+use ratebound::gate::{Admission, Admit, Gate};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -66,7 +67,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
-        let view = any::Request {
+        let view = gate::Request {
             key: None,
             peer: LayerState::peer(&parts),
             headers: &shared.lines(&parts),
@@ -75,8 +76,8 @@ where
         #[cfg(feature = "queue")]
         let admit = if shared.queued {
             match shared.gate.admit_or_queue(&view, &mut hooks) {
-                any::Queueing::Admit(admit) => admit,
-                any::Queueing::Queued(queued) => {
+                gate::Queueing::Admit(admit) => admit,
+                gate::Queueing::Queued(queued) => {
                     return ResponseFuture::queued(crate::future::Queueing::new(
                         &self.shared,
                         queued,

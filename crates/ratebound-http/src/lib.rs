@@ -6,7 +6,7 @@
 //! hyper services and tonic (gRPC calls get a gRPC status, see below).
 //!
 //! The whole decision — key, proxies, policies, status, headers, body — is
-//! made by the core's [`ratebound::any::Gate`], the same one the Python and
+//! made by the core's [`ratebound::gate::Gate`], the same one the Python and
 //! Node middleware call; this crate only moves a request's parts in and the
 //! verdict out, and `spec/gate.json` is replayed against it over HTTP.
 //!
@@ -154,7 +154,7 @@ pub use builder::Builder;
 pub use future::{ResponseBody, ResponseFuture};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use options::{DecisionEvent, RequestKey};
-pub use ratebound::any::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer};
+pub use ratebound::gate::{MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer};
 pub use ratebound::http::{AdaptiveConcurrency, AdaptiveState, Priority};
 
 use std::net::SocketAddr;

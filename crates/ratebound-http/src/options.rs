@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::header::HeaderName;
 use http::request::Parts;
 use ratebound::Error;
-use ratebound::any::Outcome;
+use ratebound::gate::Outcome;
 use ratebound::http::Priority;
 
 #[cfg(doc)]
@@ -29,7 +29,7 @@ pub struct DecisionEvent<'a> {
     pub policy: Option<&'a str>,
     /// A remote policy's episode of failures began or ended with this
     /// request (the layer also logs it, once per episode).
-    pub notice: Option<ratebound::any::StoreNotice<'a>>,
+    pub notice: Option<ratebound::gate::StoreNotice<'a>>,
     /// Every policy's name, in order.
     pub policies: &'a [String],
     /// The [`Builder::label`] if set, else the route template axum matched

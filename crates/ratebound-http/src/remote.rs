@@ -33,7 +33,8 @@
 
 use std::task::{Context, Poll};
 
-use ratebound::any::{Key, RemoteAnswer};
+use ratebound::any::Key;
+use ratebound::gate::RemoteAnswer;
 use ratebound::{KeyedLimit, LimitCheck};
 
 #[cfg(doc)]

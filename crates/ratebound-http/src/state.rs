@@ -6,7 +6,9 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, Response, StatusCode};
-use ratebound::any::{self, Gate, Hooks, Key, Verdict};
+use ratebound::any::Key;
+use ratebound::gate;
+use ratebound::gate::{Gate, Hooks, Verdict};
 use ratebound::http::{Headers, Priority};
 
 use crate::options::{DecisionEvent, OnDecision, Predicate, PriorityFn, RequestKey};
@@ -72,7 +74,7 @@ impl LayerState {
 /// a warning when a remote policy's checks begin to fail, an info line when
 /// it answers again.
 #[cold]
-fn log_notice(notice: &ratebound::any::StoreNotice<'_>) {
+fn log_notice(notice: &ratebound::gate::StoreNotice<'_>) {
     if notice.began() {
         log::warn!("{notice}");
     } else {
@@ -223,7 +225,7 @@ impl LayerState {
 
     /// The verdict's quota fields as header values (the `RateLimit` string's
     /// buffer becomes its value: no copy).
-    pub(crate) fn quota_fields(&self, fields: any::Fields<'_>) -> QuotaFields {
+    pub(crate) fn quota_fields(&self, fields: gate::Fields<'_>) -> QuotaFields {
         let mut out: QuotaFields = [None, None, None];
         if let Some(value) = fields.ratelimit
             && let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value))

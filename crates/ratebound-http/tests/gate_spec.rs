@@ -174,7 +174,7 @@ fn build(id: &str, options: &Value, clock: &ManualClock, outcomes: &Outcomes) ->
                     // The error stands for the vector's failure: the core's
                     // rule answers it as the vector says.
                     assert_eq!(
-                        ratebound::any::RemoteAnswer::from_result(Err(&error_named(&fails))),
+                        ratebound::gate::RemoteAnswer::from_result(Err(&error_named(&fails))),
                         support::failing(&fails),
                         "{id}: {fails}"
                     );

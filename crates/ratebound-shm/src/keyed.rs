@@ -24,7 +24,7 @@ use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
 
 /// The room for keys a shared-memory keyed table gets when none is asked
 /// for (the Python and Node constructors' default). Smaller than an
-/// in-process table's cap ([`ratebound::any::DEFAULT_MAX_KEYS`], 1 000 000):
+/// in-process table's cap ([`ratebound::gate::DEFAULT_MAX_KEYS`], 1 000 000):
 /// a shared table is allocated whole when its file is made — `2 × max_keys`
 /// slots of 32 bytes, 640 KiB here, on a tmpfs such as `/dev/shm` — while an
 /// in-process table grows only with the keys it meets.

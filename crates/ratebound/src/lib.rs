@@ -85,7 +85,7 @@
 //!   fixed or learned from latency ([`http::AdaptiveConcurrency`]), with
 //!   priorities and an optional short queue.
 //! - [`any`]: limiters, keys and a whole HTTP middleware decision
-//!   ([`any::Gate`]) chosen at run time from loosely typed options — the
+//!   ([`gate::Gate`]) chosen at run time from loosely typed options — the
 //!   surface the Python and Node bindings wrap, so they decide nothing
 //!   themselves.
 //! - [`fingerprint`]: 128-bit keyed fingerprints (SipHash-2-4-128) for
@@ -108,7 +108,7 @@
 //! Express, Fastify) calls: `spec` parses a dynamic language's options by
 //! name (every default and rule), `options` holds them typed, `request`
 //! is what a request brings, the `Gate` decides, and
-//! [`Gate::admit`](any::Gate::admit) runs the request sequence (exempt →
+//! [`Gate::admit`](gate::Gate::admit) runs the request sequence (exempt →
 //! concurrency place, by priority → critical → shed → key → decide →
 //! report) and hands
 //! back the verdict with the place as a guard. A front door only converts

@@ -2,8 +2,9 @@
 //! runs — exempt, a concurrency place, critical, shed, the key, decide
 //! (remote policies first), report — and the place's guard.
 
-use ratebound::any::{Admission, Admit, AnyClock, Gate, GateOptions, Hooks, Key, KeySource};
-use ratebound::any::{MissingKey, Outcome, RemoteAnswer, Request, StoreNotice, Verdict};
+use ratebound::any::{AnyClock, Key};
+use ratebound::gate::{Admission, Admit, Gate, GateOptions, Hooks, KeySource};
+use ratebound::gate::{MissingKey, Outcome, RemoteAnswer, Request, StoreNotice, Verdict};
 use ratebound::http::NoHeaders;
 use ratebound::{Decision, KeyedAlgorithm, ManualClock, Quota};
 
@@ -367,14 +368,14 @@ fn a_failed_remote_check_outranks_the_other_answers() {
         let e = o
             .set(
                 "store_error_retry_after",
-                ratebound::any::Loose::Number(bad),
+                ratebound::gate::Loose::Number(bad),
             )
             .unwrap_err();
         assert!(e.to_string().contains("store_error_retry_after"), "{e}");
     }
     o.set(
         "storeErrorRetryAfter",
-        ratebound::any::Loose::Number(3600.0),
+        ratebound::gate::Loose::Number(3600.0),
     )
     .unwrap();
     assert_eq!(o.store_error_retry_after, 3600);

@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebound::any::{
-    Acquire, AnyClock, AnyKeyed, AnyLimiter, Gate, GateOptions, Key, KeySource, Loose,
-    MANUAL_POLL_NANOS, MissingKey, Outcome, QuotaHeaders, Rate, Request, Wait, keyed_algorithm,
+    Acquire, AnyClock, AnyKeyed, AnyLimiter, Key, MANUAL_POLL_NANOS, Rate, Wait, keyed_algorithm,
     seconds, whole,
+};
+use ratebound::gate::{
+    Gate, GateOptions, KeySource, Loose, MissingKey, Outcome, QuotaHeaders, Request,
 };
 use ratebound::http::NoHeaders;
 use ratebound::{Error, KeyedAlgorithm, Limiter, ManualClock, Overflow, Quota};
@@ -405,7 +407,7 @@ fn verdicts_say_their_outcome() {
     };
     // A remote policy whose table is full: the gate's own full-table
     // answer (503, Retry-After 1), never 500; nothing charged locally.
-    let full = g.decide_with(&given("m"), &[ratebound::any::RemoteAnswer::Full]);
+    let full = g.decide_with(&given("m"), &[ratebound::gate::RemoteAnswer::Full]);
     assert_eq!(
         (full.status, full.outcome, full.fields.retry_after),
         (503, Outcome::Rejected, Some(1))
@@ -575,7 +577,7 @@ fn gate_identity_and_remote_policies() {
     let ok = Decision::from_parts(true, 20, 19, 0, 100_000_000);
     let v = g.decide_with(&req, &[ok]);
     assert_eq!(v.status, 0);
-    let field = |v: &ratebound::any::Verdict<'_>| {
+    let field = |v: &ratebound::gate::Verdict<'_>| {
         v.headers()
             .into_iter()
             .find(|(n, _)| *n == "ratelimit")

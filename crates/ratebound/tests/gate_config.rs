@@ -1,7 +1,8 @@
 //! `GateSpec` / `PolicySpec`: the one parser of a dynamic front door's
 //! middleware configuration — its defaults and the rules between options.
 
-use ratebound::any::{AnyClock, GateSpec, Loose, PolicySpec, RemoteKind};
+use ratebound::any::AnyClock;
+use ratebound::gate::{GateSpec, Loose, PolicySpec, RemoteKind};
 use ratebound::{KeyedAlgorithm, Quota};
 
 fn policy(fields: &[(&str, Loose<'_>)]) -> PolicySpec {
@@ -106,7 +107,7 @@ fn one_form_of_policy_and_one_source_of_key() {
         let gate = spec.build(AnyClock::default()).unwrap();
         assert_eq!(
             gate.options().key,
-            ratebound::any::KeySource::ClientIp,
+            ratebound::gate::KeySource::ClientIp,
             "{ip}"
         );
     }
@@ -116,7 +117,7 @@ fn one_form_of_policy_and_one_source_of_key() {
     let gate = header.build(AnyClock::default()).unwrap();
     assert_eq!(
         gate.options().key,
-        ratebound::any::KeySource::header("x-api-key").unwrap()
+        ratebound::gate::KeySource::header("x-api-key").unwrap()
     );
     assert!(GateSpec::default().set("key", Loose::Number(1.0)).is_err());
 

@@ -4,7 +4,8 @@
 mod support;
 
 use ratebound::ManualClock;
-use ratebound::any::{AnyClock, Gate, GateOptions, Key, KeySource, Loose, RemoteAnswer, Request};
+use ratebound::any::{AnyClock, Key};
+use ratebound::gate::{Gate, GateOptions, KeySource, Loose, RemoteAnswer, Request};
 use serde_json::Value;
 use support::gate::{compare, compare_outcome, failing, load, load_rules, policy, remote};
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use ratebound::any::{Admit, AnyClock, Gate, GateOptions, Hooks, Loose, Outcome, Request};
+use ratebound::any::AnyClock;
+use ratebound::gate::{Admit, Gate, GateOptions, Hooks, Loose, Outcome, Request};
 use ratebound::http::{ConcurrencyCap, Priority};
 use ratebound::{Error, ManualClock};
 
@@ -54,7 +55,7 @@ impl Hooks for Prioritised {
         self.asked += 1;
         self.priority
     }
-    fn report(&mut self, verdict: &ratebound::any::Verdict<'_>) {
+    fn report(&mut self, verdict: &ratebound::gate::Verdict<'_>) {
         if verdict.outcome == Outcome::Shed {
             self.shed = Some(verdict.priority);
         }
@@ -262,7 +263,7 @@ fn the_queue_serves_the_oldest_while_fresh_and_the_newest_once_stale() {
 fn an_adaptive_limit_alone_is_a_whole_gate_spec() {
     // `concurrency_limit="auto"` with no policy: only load shedding, as a
     // fixed limit alone (it was refused for want of a rate).
-    let mut spec = ratebound::any::GateSpec::default();
+    let mut spec = ratebound::gate::GateSpec::default();
     spec.set("concurrency_limit", Loose::Text("auto")).unwrap();
     let gate = spec.build(AnyClock::default()).unwrap();
     assert!(gate.concurrency().unwrap().is_adaptive());

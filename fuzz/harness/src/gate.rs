@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
-use ratebound::any::{
-    AnyClock, Gate, GateOptions, Key, KeySource, MissingKey, Outcome, QuotaHeaders, RefusalBody,
-    RemoteAnswer, Request,
+use ratebound::any::{AnyClock, Key};
+use ratebound::gate::{
+    Gate, GateOptions, KeySource, MissingKey, Outcome, QuotaHeaders, RefusalBody, RemoteAnswer,
+    Request,
 };
 use ratebound::{Decision, ManualClock, Overflow};
 

@@ -2,7 +2,8 @@
 //! `AnyLimiter::from_options` (a limiter chosen by name) and the Redis
 //! limiter's `Config::from_options` with `Engine::new`.
 
-use ratebound::any::{AnyClock, AnyLimiter, LimiterOptions, Loose, Rate};
+use ratebound::any::{AnyClock, AnyLimiter, LimiterOptions, Rate};
+use ratebound::gate::Loose;
 use ratebound::{Limiter, ManualClock};
 use ratebound_redis::{Algorithm, Config, Engine};
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use ratebound::any::{AnyClock, Gate, GateOptions, Loose};
+use ratebound::any::AnyClock;
+use ratebound::gate::{Gate, GateOptions, Loose};
 use ratebound::{KeyedAlgorithm, ManualClock, Quota};
 
 use crate::Input;

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi::sys;
-use ratebound::any::{self, Admission, Outcome};
+use ratebound::gate;
+use ratebound::gate::{Admission, Outcome};
 use ratebound::http::Priority;
 
 use super::calls::{GATE_AT, GATE_LEN, gate_slot, publish_gate};
@@ -48,7 +49,7 @@ pub(super) const PRIORITIES: [Priority; 3] =
 /// for `fieldNames` in `bindFastPath`: the policy, `RateLimit`, the three
 /// legacy fields, `Retry-After`.
 pub(super) fn field_names() -> Vec<&'static str> {
-    let all = any::Fields {
+    let all = gate::Fields {
         policy: Some(""),
         ratelimit: Some(Vec::new()),
         legacy: Some([0; 3]),
@@ -106,7 +107,7 @@ unsafe fn undefined(env: sys::napi_env) -> sys::napi_value {
 /// notice (the shared array's last gate slot says so).
 unsafe fn publish(
     env: sys::napi_env,
-    gate: &any::Gate,
+    gate: &gate::Gate,
     admission: Admission<'_>,
 ) -> sys::napi_value {
     let Admission { verdict, place } = admission;
@@ -192,7 +193,7 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
                 RAW_HEADERS_TYPE,
             );
         };
-        let r = any::Request {
+        let r = gate::Request {
             key: None,
             peer,
             headers: &headers,
@@ -202,7 +203,7 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
         if hooks.threw {
             // The exception is pending; the place, if any, goes back now,
             // untimed (the request never reached the application).
-            if let any::Admit::Decided(Admission {
+            if let gate::Admit::Decided(Admission {
                 place: Some(place), ..
             }) = admitted
             {
@@ -211,19 +212,19 @@ pub(super) unsafe extern "C" fn raw_gate_admit(
             return ptr::null_mut();
         }
         match admitted {
-            any::Admit::Exempt => {
+            gate::Admit::Exempt => {
                 publish_gate_kind(EXEMPT);
                 undefined(env)
             }
-            any::Admit::Decided(a) => publish(env, gate, a),
+            gate::Admit::Decided(a) => publish(env, gate, a),
             // Only a hook that threw stops the sequence (returned above).
-            any::Admit::Stopped => raw_throw(
+            gate::Admit::Stopped => raw_throw(
                 env,
                 crate::error::Kind::Plain,
                 "ERR_RATEBOUND_INTERNAL",
                 "the request sequence stopped without a hook's error",
             ),
-            any::Admit::Ask(ask) => {
+            gate::Admit::Ask(ask) => {
                 let ask = Ask::new(ask, gate.clone());
                 match <Ask as ToNapiValue>::to_napi_value(env, ask) {
                     Ok(v) => {
@@ -251,7 +252,7 @@ enum Bad {
 unsafe fn answers_of(
     env: sys::napi_env,
     answers: sys::napi_value,
-) -> std::result::Result<Vec<any::RemoteAnswer>, Bad> {
+) -> std::result::Result<Vec<gate::RemoteAnswer>, Bad> {
     // SAFETY: live handles (the caller's contract).
     unsafe {
         let mut is_array = false;
@@ -268,13 +269,13 @@ unsafe fn answers_of(
             let mut kind = 0;
             sys::napi_typeof(env, item, &mut kind);
             if kind == sys::ValueType::napi_null || kind == sys::ValueType::napi_undefined {
-                out.push(any::RemoteAnswer::Full);
+                out.push(gate::RemoteAnswer::Full);
                 continue;
             }
             let mut is_error = false;
             sys::napi_is_error(env, item, &mut is_error);
             if is_error {
-                out.push(any::RemoteAnswer::from_error(
+                out.push(gate::RemoteAnswer::from_error(
                     error_code(env, item).as_deref(),
                 ));
                 continue;

@@ -273,6 +273,6 @@ pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
     let priorities: Vec<&str> = PRIORITIES.iter().map(|p| p.as_str()).collect();
     exports.set("priorities", priorities)?;
     exports.set("fieldNames", field_names())?;
-    exports.set("policyFields", ratebound::any::POLICY_FIELDS.to_vec())?;
+    exports.set("policyFields", ratebound::gate::POLICY_FIELDS.to_vec())?;
     Ok(exports)
 }

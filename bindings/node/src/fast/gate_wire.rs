@@ -3,7 +3,7 @@
 
 use napi::bindgen_prelude::*;
 use napi::sys;
-use ratebound::any;
+use ratebound::gate;
 
 use super::ffi::{KeyError, key_error, type_of, with_key};
 use super::headers::{Lines, RAW_HEADERS_TYPE};
@@ -26,11 +26,11 @@ pub enum DecideError {
 /// current callback.
 pub unsafe fn decide<R>(
     env: sys::napi_env,
-    gate: &any::Gate,
+    gate: &gate::Gate,
     key: sys::napi_value,
     peer: Option<std::net::IpAddr>,
     raw_headers: sys::napi_value,
-    f: impl FnOnce(&any::Verdict<'_>) -> R,
+    f: impl FnOnce(&gate::Verdict<'_>) -> R,
 ) -> std::result::Result<R, DecideError> {
     // SAFETY: the caller's contract.
     unsafe { with_request(env, gate, key, peer, raw_headers, |r| f(&gate.decide(r))) }
@@ -43,11 +43,11 @@ pub unsafe fn decide<R>(
 /// As [`decide`].
 pub unsafe fn with_request<R>(
     env: sys::napi_env,
-    gate: &any::Gate,
+    gate: &gate::Gate,
     key: sys::napi_value,
     peer: Option<std::net::IpAddr>,
     raw_headers: sys::napi_value,
-    f: impl FnOnce(&any::Request<'_, Lines<'_>>) -> R,
+    f: impl FnOnce(&gate::Request<'_, Lines<'_>>) -> R,
 ) -> std::result::Result<R, DecideError> {
     // SAFETY: the caller's contract. Every header line is copied out before
     // `with_key` borrows a Uint8Array's bytes, so no JavaScript runs while
@@ -61,7 +61,7 @@ pub unsafe fn with_request<R>(
                 sys::ValueType::napi_undefined | sys::ValueType::napi_null
             );
         if absent {
-            let request = any::Request {
+            let request = gate::Request {
                 key: None,
                 peer,
                 headers: &headers,
@@ -69,7 +69,7 @@ pub unsafe fn with_request<R>(
             return Ok(f(&request));
         }
         with_key(env, key, |k| {
-            let request = any::Request {
+            let request = gate::Request {
                 key: Some(k),
                 peer,
                 headers: &headers,

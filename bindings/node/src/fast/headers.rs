@@ -12,7 +12,7 @@ use super::ffi::{push_utf8, type_of};
 /// array `[name, value, name, value, ...]`, in the order received,
 /// duplicates kept), copied out for the core: only the lines of the fields
 /// the gate reads
-/// ([`any::Gate::header_names`](ratebound::any::Gate::header_names)), and
+/// ([`gate::Gate::header_names`](ratebound::gate::Gate::header_names)), and
 /// nothing at all when it reads none. Every JavaScript value is read before
 /// the core decides, so no JavaScript (an array getter) can run while it
 /// does.

@@ -9,7 +9,9 @@ use std::ffi::c_char;
 use std::ptr;
 
 use napi::sys;
-use ratebound::any::{self, Hooks, Key};
+use ratebound::any::Key;
+use ratebound::gate;
+use ratebound::gate::Hooks;
 use ratebound::http::Priority;
 
 use super::ffi::{push_utf8, raw_throw_core, raw_throw_key, type_of, with_key};
@@ -300,7 +302,7 @@ impl Hooks for JsHooks<'_> {
         }
     }
 
-    fn report(&mut self, verdict: &any::Verdict<'_>) {
+    fn report(&mut self, verdict: &gate::Verdict<'_>) {
         if self.hooks.report.is_null() || self.threw {
             return;
         }

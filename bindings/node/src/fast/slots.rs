@@ -6,7 +6,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ratebound::any::{self, AnyKeyed, AnyLimiter};
+use ratebound::any::{AnyKeyed, AnyLimiter};
+use ratebound::gate;
 
 use super::hooks::HookRefs;
 use crate::slab::Slab;
@@ -14,7 +15,7 @@ use crate::slab::Slab;
 /// A gate of the table: the core's gate and the JavaScript hooks its
 /// sequence calls (references of this thread's env: not `Send`).
 pub(super) struct GateEntry {
-    pub(super) gate: Arc<any::Gate>,
+    pub(super) gate: Arc<gate::Gate>,
     pub(super) hooks: HookRefs,
 }
 
@@ -23,7 +24,7 @@ thread_local! {
     pub(super) static KEYED: RefCell<Slab<Arc<AnyKeyed>>> = const { RefCell::new(Slab::new()) };
     pub(super) static GATES: RefCell<Slab<Rc<GateEntry>>> = const { RefCell::new(Slab::new()) };
     /// The places of passing requests, until their `Place` is released.
-    static PLACES: RefCell<Slab<any::Place>> = const { RefCell::new(Slab::new()) };
+    static PLACES: RefCell<Slab<gate::Place>> = const { RefCell::new(Slab::new()) };
 }
 
 /// Gives `limiter` a slot in this thread's table.
@@ -47,7 +48,7 @@ pub fn unregister_keyed(slot: u32) {
 }
 
 /// Gives `gate` and its hooks a slot in this thread's table.
-pub fn register_gate(gate: Arc<any::Gate>, hooks: HookRefs) -> u32 {
+pub fn register_gate(gate: Arc<gate::Gate>, hooks: HookRefs) -> u32 {
     let entry = Rc::new(GateEntry { gate, hooks });
     GATES.with(|s| s.borrow_mut().insert(entry))
 }
@@ -65,7 +66,7 @@ pub fn unregister_gate(slot: u32) {
 }
 
 /// Keeps `place` until [`release_place`]; its slot.
-pub(super) fn hold_place(place: any::Place) -> u32 {
+pub(super) fn hold_place(place: gate::Place) -> u32 {
     PLACES.with(|s| s.borrow_mut().insert(place))
 }
 
@@ -81,5 +82,5 @@ pub(super) fn release_place(slot: u32) {
 /// The response's head is written for the place in `slot` (see
 /// `Place::responded`); nothing if it was given back already.
 pub(super) fn responded_place(slot: u32) {
-    let _ = PLACES.try_with(|s| s.borrow_mut().get_mut(slot).map(any::Place::responded));
+    let _ = PLACES.try_with(|s| s.borrow_mut().get_mut(slot).map(gate::Place::responded));
 }

@@ -13,7 +13,7 @@ use napi::JsValue;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
-use ratebound::any;
+use ratebound::gate;
 
 use crate::error::OrThrow;
 use crate::fast::{self, HookRefs};
@@ -69,7 +69,7 @@ pub struct ConcurrencyState {
 }
 
 /// The core's verdict as a JS object.
-fn verdict(v: &any::Verdict<'_>) -> Verdict {
+fn verdict(v: &gate::Verdict<'_>) -> Verdict {
     let mut headers = Vec::new();
     for (name, value) in v.headers() {
         headers.push(name.to_string());
@@ -91,7 +91,7 @@ fn verdict(v: &any::Verdict<'_>) -> Verdict {
 }
 
 /// An HTTP middleware's whole request sequence, made by the core
-/// (`ratebound::any::Gate`): exempt → a place among the requests in flight
+/// (`ratebound::gate::Gate`): exempt → a place among the requests in flight
 /// (`concurrencyLimit`; shed with 503 at a full cap unless critical) → the
 /// key (the `keyHeader`, the `key` hook, or the client IP under the
 /// trusted-proxy rules, IPv6 grouped by prefix) → every policy
@@ -101,7 +101,7 @@ fn verdict(v: &any::Verdict<'_>) -> Verdict {
 /// in and out.
 #[napi]
 pub struct Gate {
-    inner: Arc<any::Gate>,
+    inner: Arc<gate::Gate>,
     handle: u32,
 }
 
@@ -156,7 +156,7 @@ impl Gate {
     /// shedding is app-wide).
     #[napi(skip_typescript)]
     pub fn route_option(env: Env, name: String) -> Result<()> {
-        any::route_option(&name).or_throw(&env)
+        gate::route_option(&name).or_throw(&env)
     }
 
     /// Whether a route's own limit inherits the plugin's option `name`,
@@ -164,7 +164,7 @@ impl Gate {
     /// `route_inherits`).
     #[napi(skip_typescript)]
     pub fn route_inherits(name: String, own: Vec<String>) -> bool {
-        any::route_inherits(&name, &own)
+        gate::route_inherits(&name, &own)
     }
 
     /// The decision for one request, without the sequence's hooks or
@@ -336,14 +336,14 @@ unsafe fn hold(env: &Env, this: &This<Object>, functions: &[sys::napi_value]) ->
 /// (it is given back when collected, too).
 #[napi]
 pub struct Ask {
-    pub(crate) inner: Option<any::Ask>,
+    pub(crate) inner: Option<gate::Ask>,
     identity: Vec<u8>,
-    pub(crate) gate: Arc<any::Gate>,
+    pub(crate) gate: Arc<gate::Gate>,
 }
 
 impl Ask {
     /// `ask`, of `gate`.
-    pub(crate) fn new(ask: any::Ask, gate: Arc<any::Gate>) -> Ask {
+    pub(crate) fn new(ask: gate::Ask, gate: Arc<gate::Gate>) -> Ask {
         Ask {
             identity: ask.identity().to_vec(),
             inner: Some(ask),

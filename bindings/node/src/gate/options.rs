@@ -10,8 +10,9 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
-use ratebound::any::{
-    self, GateOptions as CoreOptions, GateSpec, Loose, PolicySpec, RemoteAnswer, RemoteKind,
+use ratebound::any;
+use ratebound::gate::{
+    GateOptions as CoreOptions, GateSpec, Loose, PolicySpec, RemoteAnswer, RemoteKind,
 };
 use ratebound::http::Priority;
 

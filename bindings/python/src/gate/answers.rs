@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use ratebound::any::{self};
+use ratebound::gate;
 use ratebound::http::{ConcurrencyCap, Priority};
 
 // ------------------------------------------------------------ answers
@@ -20,7 +20,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// both idempotent). Released too when garbage-collected.
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Place {
-    pub(super) inner: Mutex<Option<any::Place>>,
+    pub(super) inner: Mutex<Option<gate::Place>>,
 }
 
 #[pymethods]
@@ -92,7 +92,7 @@ pub(crate) struct Verdict {
     #[pyo3(get)]
     pub(super) place: Py<PyAny>,
     pub(super) code: u16,
-    pub(super) outcome: any::Outcome,
+    pub(super) outcome: gate::Outcome,
     pub(super) refused_by: Option<String>,
     pub(super) priority: Option<Priority>,
     pub(super) notice: Option<String>,
@@ -197,7 +197,7 @@ impl Concurrency {
 /// place: `close()` it (or let it go) when the answers never come.
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Ask {
-    pub(super) inner: Mutex<Option<any::Ask>>,
+    pub(super) inner: Mutex<Option<gate::Ask>>,
     /// What each remote policy checks.
     #[pyo3(get)]
     pub(super) identity: Py<PyBytes>,

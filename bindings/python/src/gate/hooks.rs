@@ -4,7 +4,9 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use ratebound::any::{self, Hooks, Key};
+use ratebound::any::Key;
+use ratebound::gate;
+use ratebound::gate::Hooks;
 use ratebound::http::Priority;
 
 use super::{Gate, PriorityHook, priority_of};
@@ -111,7 +113,7 @@ impl Hooks for PyHooks<'_, '_> {
         None
     }
 
-    fn report(&mut self, verdict: &any::Verdict<'_>) {
+    fn report(&mut self, verdict: &gate::Verdict<'_>) {
         let gate = self.gate;
         let Some((on_decision, event)) = &gate.on_decision else {
             return;

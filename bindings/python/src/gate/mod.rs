@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-use ratebound::any::{self, GateSpec, RemoteAnswer, RemoteKind};
+use ratebound::gate;
+use ratebound::gate::{GateSpec, RemoteAnswer, RemoteKind};
 
 use crate::convert::{clock_of, type_name};
 use crate::decision::Decision;
@@ -41,7 +42,7 @@ use hooks::PyHooks;
 /// core's, the same in Rust and Node.
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Gate {
-    inner: any::Gate,
+    inner: gate::Gate,
     /// Header names and the fixed policy value, made once as Python
     /// objects: `(name, as bytes, as str)`.
     fixed: Vec<(String, Py<PyAny>, Py<PyAny>)>,
@@ -73,15 +74,15 @@ impl Gate {
     fn verdict<'py>(
         &self,
         py: Python<'py>,
-        v: &any::Verdict<'_>,
-        place: Option<any::Place>,
+        v: &gate::Verdict<'_>,
+        place: Option<gate::Place>,
         wsgi: bool,
     ) -> PyResult<Bound<'py, Verdict>> {
         let headers = PyList::empty(py);
         for (name, value) in v.fields.iter() {
             let value = match value {
-                any::Field::Text(t) => self.text(py, t, wsgi),
-                any::Field::Number(n) => self.text(py, &n.to_string(), wsgi),
+                gate::Field::Text(t) => self.text(py, t, wsgi),
+                gate::Field::Number(n) => self.text(py, &n.to_string(), wsgi),
             };
             headers.append((self.text(py, name, wsgi), value))?;
         }
@@ -299,7 +300,7 @@ impl Gate {
             }
             Some(h) => PyHeaders::Asgi(h),
         };
-        let r = any::Request {
+        let r = gate::Request {
             key: None,
             peer: peer.and_then(|p| p.parse::<IpAddr>().ok()),
             headers: &lines,
@@ -315,22 +316,24 @@ impl Gate {
         if let Some(e) = hooks.error {
             // The place, if any, is given back here, untimed: a failed
             // hook says nothing of the service's latency.
-            if let any::Admit::Decided(any::Admission { place: Some(p), .. }) = admitted {
+            if let gate::Admit::Decided(gate::Admission { place: Some(p), .. }) = admitted {
                 p.forfeit();
             }
             return Err(e);
         }
         Ok(match admitted {
-            any::Admit::Exempt => None,
+            gate::Admit::Exempt => None,
             // Only a failed hook stops the sequence, and its error is raised
             // above; a stop without one would be the core's bug.
-            any::Admit::Stopped => {
+            gate::Admit::Stopped => {
                 return Err(pyo3::exceptions::PyRuntimeError::new_err(
                     "the request sequence stopped without a hook's error",
                 ));
             }
-            any::Admit::Decided(a) => Some(self.verdict(py, &a.verdict, a.place, wsgi)?.into_any()),
-            any::Admit::Ask(ask) => {
+            gate::Admit::Decided(a) => {
+                Some(self.verdict(py, &a.verdict, a.place, wsgi)?.into_any())
+            }
+            gate::Admit::Ask(ask) => {
                 let identity = PyBytes::new(py, ask.identity()).unbind();
                 let ask = Ask {
                     inner: Mutex::new(Some(ask)),

@@ -5,7 +5,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyMapping, PyString};
 use ratebound::Error;
-use ratebound::any::{GateOptions, Loose, PolicySpec};
+use ratebound::gate::{GateOptions, Loose, PolicySpec};
 use ratebound::http::Priority;
 
 use crate::convert::{number, type_name};

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
-use ratebound::any::Loose;
+use ratebound::gate::Loose;
 use ratebound_redis::{Algorithm, Config};
 
 use crate::convert::opt_number;

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
-use ratebound::any::{Admission, Ask, Place};
+use ratebound::gate::{Admission, Ask, Place};
 use tower_service::Service;
 
 #[cfg(feature = "queue")]

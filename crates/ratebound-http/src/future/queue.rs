@@ -9,7 +9,8 @@ use std::task::{Context, Poll};
 
 use http::request::Parts;
 use http::{Request, Response};
-use ratebound::any::{self, Admit, Queued};
+use ratebound::gate;
+use ratebound::gate::{Admit, Queued};
 use tower_service::Service;
 
 use super::{State, asked};
@@ -68,7 +69,7 @@ impl<S, R> QueueWait<S, R> {
             body,
             ..
         } = self;
-        let view = any::Request {
+        let view = gate::Request {
             key: None,
             peer: LayerState::peer(&parts),
             headers: &shared.lines(&parts),

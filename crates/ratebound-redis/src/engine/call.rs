@@ -161,7 +161,7 @@ impl BatchCall {
 }
 
 /// What became of a [`Call`] (the engine's `finish` steps take it; named
-/// so as not to be the gate's [`ratebound::any::Outcome`], which says how
+/// so as not to be the gate's [`ratebound::gate::Outcome`], which says how
 /// a request was answered).
 #[derive(Clone, Copy, Debug)]
 pub enum CallOutcome<'a> {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use ratebound::Error;
-use ratebound::any::{self, Loose};
+use ratebound::any;
+use ratebound::gate::Loose;
 
 use crate::algorithm::Algorithm;
 
@@ -18,7 +19,7 @@ pub enum OnError {
     /// A local token bucket per key, at this many tokens per second — a
     /// share of the global rate (e.g. rate / number of instances); its burst
     /// is the global burst scaled by the same share, at least 1. At most
-    /// [`ratebound::any::DEFAULT_MAX_KEYS`] keys, the least recent forgotten:
+    /// [`ratebound::gate::DEFAULT_MAX_KEYS`] keys, the least recent forgotten:
     /// an in-process table, capped as every other.
     Local(f64),
 }
@@ -135,7 +136,7 @@ impl Config {
     ///
     /// # Examples
     /// ```
-    /// use ratebound::{KeyedAlgorithm, Quota, any::Loose};
+    /// use ratebound::{KeyedAlgorithm, Quota, gate::Loose};
     /// use ratebound_redis::{Algorithm, Config};
     /// let a = Algorithm::from_keyed(KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20")?))?;
     /// let c = Config::from_options(a, &[("leaseTtl", Loose::Number(0.5)), ("lease", Loose::Number(10.0))])?;
@@ -232,7 +233,7 @@ mod tests {
 
     #[test]
     fn loose_options_are_parsed_once_for_every_binding() {
-        use ratebound::any::Loose;
+        use ratebound::gate::Loose;
         let a = Algorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap());
         let c = Config::from_options(
             a,

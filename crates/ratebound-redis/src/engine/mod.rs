@@ -104,7 +104,7 @@ impl Engine {
                     KeyedLimiter::new(KeyedAlgorithm::TokenBucket(quota))?
                         .with_clock(clock.clone())
                         .with_max_keys(
-                            ratebound::any::DEFAULT_MAX_KEYS,
+                            ratebound::gate::DEFAULT_MAX_KEYS,
                             Overflow::EvictLeastRecent,
                         )?,
                 )

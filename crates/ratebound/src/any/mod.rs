@@ -14,9 +14,11 @@
 //!   integers) stored as 128-bit keyed fingerprints, so a key costs the same
 //!   few bytes whatever its length, and none of it lives on a script
 //!   engine's heap.
-//! - [`Gate`]: an HTTP middleware's whole decision (key, all-or-nothing
-//!   policies, status, `Retry-After`, quota fields, body), for the Python and
-//!   Node middleware.
+//! - [`KeyedLimit`]: a limit checked, waited on and paused per key,
+//!   wherever it lives, behind one trait object.
+//!
+//! The HTTP middleware's whole decision, built on these, is the layer above:
+//! [`gate`](crate::gate).
 //!
 //! # Examples
 //! ```
@@ -42,15 +44,6 @@ mod waiter;
 
 pub use crate::clock::{AnyClock, MANUAL_POLL_NANOS};
 pub use crate::limiter::Acquire;
-// The HTTP gate is `crate::gate`, the top layer; its names stay here too.
-pub use crate::gate;
-pub use crate::gate::{
-    Admission, Admit, Ask, DEFAULT_MAX_KEYS, DEFAULT_POLICY_NAME, DEFAULT_STORE_ERROR_RETRY_AFTER,
-    Decisions, Field, Fields, Gate, GateOptions, GateSpec, Hooks, KeySource, Loose, MissingKey,
-    Outcome, POLICY_FIELDS, Place, PolicySpec, Queued, Queueing, QuotaHeaders, RefusalBody,
-    RemoteAnswer, RemoteKind, Request, StoreNotice, Verdict, route_inherits, route_option,
-    store_error_retry_after,
-};
 pub use keyed::{
     AnyKeyed, DEFAULT_ALGORITHM, Fingerprint, Fingerprinter, Key, keyed_algorithm, overflow,
 };

@@ -237,7 +237,8 @@ impl Gate {
     ///
     /// # Examples
     /// ```
-    /// use ratebound::any::{Admit, AnyClock, Gate, GateOptions, Request};
+    /// use ratebound::any::AnyClock;
+    /// use ratebound::gate::{Admit, Gate, GateOptions, Request};
     /// use ratebound::{KeyedAlgorithm, ManualClock, Quota};
     ///
     /// let options = GateOptions { concurrency_limit: Some(1), ..GateOptions::default() };

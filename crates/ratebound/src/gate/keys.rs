@@ -116,7 +116,8 @@ impl Gate {
     ///
     /// # Examples
     /// ```
-    /// use ratebound::any::{AnyClock, Gate, GateOptions, Request};
+    /// use ratebound::any::AnyClock;
+    /// use ratebound::gate::{Gate, GateOptions, Request};
     /// use ratebound::{KeyedAlgorithm, Quota};
     /// let policy = ("p".to_string(), KeyedAlgorithm::TokenBucket(Quota::parse("1/s")?));
     /// let gate = Gate::new(vec![policy], GateOptions::default(), AnyClock::default())?;

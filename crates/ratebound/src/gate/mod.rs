@@ -51,7 +51,8 @@ use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter};
 ///
 /// # Examples
 /// ```
-/// use ratebound::any::{AnyClock, Gate, GateOptions, KeySource, Request};
+/// use ratebound::any::AnyClock;
+/// use ratebound::gate::{Gate, GateOptions, KeySource, Request};
 /// use ratebound::{KeyedAlgorithm, ManualClock, Quota};
 ///
 /// let options = GateOptions { key: KeySource::header("X-API-Key")?, ..GateOptions::default() };

@@ -318,7 +318,7 @@ impl GateOptions {
     ///
     /// # Examples
     /// ```
-    /// use ratebound::any::{GateOptions, Loose};
+    /// use ratebound::gate::{GateOptions, Loose};
     /// let mut o = GateOptions::default();
     /// o.set("trusted_proxies", Loose::List(&["10.0.0.0/8"]))?;
     /// o.set("clientIpHeader", Loose::Text("CF-Connecting-IP"))?;

@@ -20,7 +20,7 @@ pub const POLICY_FIELDS: [&str; 6] = ["name", "algorithm", "rate", "burst", "lim
 ///
 /// # Examples
 /// ```
-/// use ratebound::any::{Loose, PolicySpec};
+/// use ratebound::gate::{Loose, PolicySpec};
 /// let mut p = PolicySpec::default();
 /// p.set("rate", Loose::Text("10/s"))?;
 /// p.set("burst", Loose::Number(20.0))?;
@@ -140,7 +140,8 @@ impl RemoteKind {
 ///
 /// # Examples
 /// ```
-/// use ratebound::any::{AnyClock, GateSpec, Loose, PolicySpec};
+/// use ratebound::any::AnyClock;
+/// use ratebound::gate::{GateSpec, Loose, PolicySpec};
 /// let mut spec = GateSpec::default();
 /// spec.set("rate", Loose::Text("5/s"))?;
 /// spec.set("keyHeader", Loose::Text("x-api-key"))?;
@@ -325,7 +326,7 @@ fn snake(name: &str) -> String {
 ///
 /// # Examples
 /// ```
-/// use ratebound::any::route_option;
+/// use ratebound::gate::route_option;
 /// assert!(route_option("trustedProxies").is_ok());
 /// assert_eq!(route_option("concurrency_limit").unwrap_err().to_string(),
 ///     "invalid route option \"concurrency_limit\": is the whole application's (shedding counts its requests in flight): give it to the middleware, not a route's limit");
@@ -358,7 +359,7 @@ pub fn route_option(name: &str) -> Result<(), Error> {
 ///
 /// # Examples
 /// ```
-/// use ratebound::any::route_inherits;
+/// use ratebound::gate::route_inherits;
 /// let own = ["rate", "keyHeader"];
 /// assert!(route_inherits("trustedProxies", &own));
 /// assert!(!route_inherits("burst", &own));

@@ -131,7 +131,7 @@ impl StoreNotice<'_> {
 ///
 /// # Examples
 /// ```
-/// use ratebound::any::StoreNotice;
+/// use ratebound::gate::StoreNotice;
 /// let began = StoreNotice::Began { policy: "global", retry_after: 1 };
 /// assert_eq!(began.to_string(), "ratebound: the store of remote policy \"global\" failed; \
 ///     its requests are answered 503 with Retry-After: 1 until it answers again");
@@ -300,7 +300,7 @@ impl RemoteAnswer {
     ///
     /// # Examples
     /// ```
-    /// use ratebound::any::RemoteAnswer;
+    /// use ratebound::gate::RemoteAnswer;
     /// assert_eq!(RemoteAnswer::from_error(Some("too_many_keys")), RemoteAnswer::Full);
     /// assert_eq!(RemoteAnswer::from_error(None), RemoteAnswer::Failed);
     /// ```
@@ -316,7 +316,7 @@ impl RemoteAnswer {
     ///
     /// # Examples
     /// ```
-    /// use ratebound::any::RemoteAnswer;
+    /// use ratebound::gate::RemoteAnswer;
     /// use ratebound::{Decision, Error};
     /// let d = Decision::from_parts(true, 5, 4, 0, 0);
     /// assert_eq!(RemoteAnswer::from_result(Ok(d)), RemoteAnswer::Decided(d));

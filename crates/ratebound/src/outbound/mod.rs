@@ -1,5 +1,5 @@
 //! The outbound decision: what a client calling a partner does with the
-//! partner's answer — sans-I/O, as [`Gate`](crate::any::Gate) is for
+//! partner's answer — sans-I/O, as [`Gate`](crate::gate::Gate) is for
 //! servers. Given a response's method, status and headers, it says how long
 //! to pause the limiter (for every caller sharing it: the fleet, through a
 //! Redis limiter) and whether to send the request again (through the

@@ -56,9 +56,9 @@ pub fn remote(p: &Value) -> (String, KeyedAlgorithm, String) {
 
 /// What a remote policy whose checks fail with `fails` answers, by the
 /// core's one rule.
-pub fn failing(fails: &str) -> ratebound::any::RemoteAnswer {
+pub fn failing(fails: &str) -> ratebound::gate::RemoteAnswer {
     let code = (fails != "error").then_some(fails);
-    ratebound::any::RemoteAnswer::from_error(code)
+    ratebound::gate::RemoteAnswer::from_error(code)
 }
 
 /// Compares the outcome told to the decision hook with `expect.outcome`,
