@@ -45,8 +45,8 @@ impl<R> Key<R> {
     }
 }
 
-/// Builds an adapter: `RateLimitMiddleware::builder` (feature `reqwest`;
-/// `R` = `reqwest::Request`) or `RateLimitLayer::builder` (feature
+/// Builds an adapter: `OutboundMiddleware::builder` (feature `reqwest`;
+/// `R` = `reqwest::Request`) or `OutboundLayer::builder` (feature
 /// `tower`; `R` = `http::request::Parts`); `R` is what a key function
 /// sees. Every
 /// default is the core's [`Outbound`] and the Python and Node adapters':
@@ -54,7 +54,7 @@ impl<R> Key<R> {
 /// idempotent methods, a backoff of 1 s (doubling) before retrying a
 /// refusal that gave no advice, no timeout, one token per sending, the key
 /// from the host.
-pub struct Builder<R> {
+pub struct OutboundBuilder<R> {
     limiter: Arc<dyn KeyedLimit>,
     key: Key<R>,
     timeout: Option<Duration>,
@@ -67,9 +67,9 @@ pub struct Builder<R> {
     on_decision: Option<OnDecision>,
 }
 
-impl<R> Builder<R> {
-    pub(crate) fn new(limiter: impl KeyedLimit + 'static) -> Builder<R> {
-        Builder {
+impl<R> OutboundBuilder<R> {
+    pub(crate) fn new(limiter: impl KeyedLimit + 'static) -> OutboundBuilder<R> {
+        OutboundBuilder {
             limiter: Arc::new(limiter),
             key: Key::Host,
             timeout: None,

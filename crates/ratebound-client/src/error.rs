@@ -66,7 +66,7 @@ impl std::error::Error for Error {
 }
 
 /// What a call through an adapter fails with (the tower layer's
-/// [`RateLimited`](crate::RateLimited) returns it).
+/// [`OutboundService`](crate::OutboundService) returns it).
 #[derive(Debug)]
 pub enum CallError<E> {
     /// The limiter's error: a wait beyond the timeout

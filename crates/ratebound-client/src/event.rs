@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-/// What happened to a call, for [`Builder::on_decision`](crate::Builder::on_decision):
+/// What happened to a call, for [`OutboundBuilder::on_decision`](crate::OutboundBuilder::on_decision):
 /// the core's (`ratebound::outbound::Outcome`), as Python's and Node's
 /// adapters name it.
 pub use ratebound::outbound::Outcome;
 
-/// What [`Builder::on_decision`](crate::Builder::on_decision)'s callback
+/// What [`OutboundBuilder::on_decision`](crate::OutboundBuilder::on_decision)'s callback
 /// is told: the shape of Python's `OutboundEvent`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutboundEvent<'a> {

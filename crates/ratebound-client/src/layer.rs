@@ -14,13 +14,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::builder::{Exchange, Key, Settings};
-use crate::{Builder, CallError, Error, grpc};
+use crate::{CallError, Error, OutboundBuilder, grpc};
 use ratebound::BoxFuture;
 
 /// A tower [`Layer`] for HTTP clients — hyper-util's `Client`, a tonic
 /// `Channel`, any `Service<http::Request<B>, Response = http::Response<_>>`
 /// that is `Clone` — doing what
-/// [`RateLimitMiddleware`](crate::RateLimitMiddleware) does: wait for the
+/// [`OutboundMiddleware`](crate::OutboundMiddleware) does: wait for the
 /// limiter's token before each sending, pause the limiter as the partner
 /// asks, send retries through it; see the crate docs.
 ///
@@ -29,7 +29,7 @@ use ratebound::BoxFuture;
 /// `UNAVAILABLE` as a 503; the `google.rpc.RetryInfo` in its
 /// `grpc-status-details-bin` is a pause (capped at `max_pause`; with a
 /// `Retry-After` too, the longer one is obeyed). gRPC calls are POSTs:
-/// they are retried only with [`Builder::any_method`].
+/// they are retried only with [`OutboundBuilder::any_method`].
 ///
 /// **Retries need the request again**: a request is sent again only when
 /// its body can be copied ([`RetryBody`]: `Full`, `Empty`, `String`, ...).
@@ -45,18 +45,18 @@ use ratebound::BoxFuture;
 /// ```
 /// # #[cfg(feature = "tower")] fn main() -> Result<(), ratebound_client::Error> {
 /// use ratebound::{Quota, TokenBucket};
-/// use ratebound_client::RateLimitLayer;
+/// use ratebound_client::OutboundLayer;
 /// use tower_layer::Layer;
 ///
 /// let limiter = TokenBucket::new(Quota::parse("10/s burst 20")?);
-/// let layer = RateLimitLayer::builder(limiter).key("partner").build()?;
+/// let layer = OutboundLayer::builder(limiter).key("partner").build()?;
 /// # #[derive(Clone)] struct Client;
 /// let service = layer.layer(Client); // hyper-util's Client, a tonic Channel
 /// # let _ = service; Ok(()) }
 /// # #[cfg(not(feature = "tower"))] fn main() {}
 /// ```
 #[derive(Clone)]
-pub struct RateLimitLayer {
+pub struct OutboundLayer {
     sender: Arc<Sender>,
 }
 
@@ -67,57 +67,57 @@ struct Sender {
     key: Key<Parts>,
 }
 
-impl RateLimitLayer {
+impl OutboundLayer {
     /// A builder around `limiter` (a token bucket: see
     /// [`KeyedLimit`](ratebound::KeyedLimit)); a key function sees the request's head.
-    pub fn builder(limiter: impl ratebound::KeyedLimit + 'static) -> Builder<Parts> {
-        Builder::new(limiter)
+    pub fn builder(limiter: impl ratebound::KeyedLimit + 'static) -> OutboundBuilder<Parts> {
+        OutboundBuilder::new(limiter)
     }
 }
 
-impl Builder<Parts> {
+impl OutboundBuilder<Parts> {
     /// The layer.
     ///
     /// # Errors
-    /// As [`RateLimitMiddleware`](crate::RateLimitMiddleware)'s builder:
+    /// As [`OutboundMiddleware`](crate::OutboundMiddleware)'s builder:
     /// [`Error::Limit`] with [`ratebound::Error::Unsupported`] for a
     /// window, [`ratebound::Error::InvalidNumber`] for a zero `max_pause`,
     /// a status outside 100–599 or `n = 0`.
-    pub fn build(self) -> Result<RateLimitLayer, Error> {
+    pub fn build(self) -> Result<OutboundLayer, Error> {
         let (settings, key) = self.finish()?;
-        Ok(RateLimitLayer {
+        Ok(OutboundLayer {
             sender: Arc::new(Sender { settings, key }),
         })
     }
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl fmt::Debug for OutboundLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer").finish_non_exhaustive()
+        f.debug_struct("OutboundLayer").finish_non_exhaustive()
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimited<S>;
+impl<S> Layer<S> for OutboundLayer {
+    type Service = OutboundService<S>;
 
-    fn layer(&self, inner: S) -> RateLimited<S> {
-        RateLimited {
+    fn layer(&self, inner: S) -> OutboundService<S> {
+        OutboundService {
             inner,
             sender: self.sender.clone(),
         }
     }
 }
 
-/// The service [`RateLimitLayer`] wraps around `S`.
+/// The service [`OutboundLayer`] wraps around `S`.
 #[derive(Clone)]
-pub struct RateLimited<S> {
+pub struct OutboundService<S> {
     inner: S,
     sender: Arc<Sender>,
 }
 
-impl<S> fmt::Debug for RateLimited<S> {
+impl<S> fmt::Debug for OutboundService<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimited").finish_non_exhaustive()
+        f.debug_struct("OutboundService").finish_non_exhaustive()
     }
 }
 
@@ -195,7 +195,7 @@ fn call_of(s: &Settings, key: &Key<Parts>, parts: &Parts) -> Result<Call, Error>
     s.call(parts.method.as_str(), target, key.of(parts))
 }
 
-impl<S, B, ResBody> Service<Request<B>> for RateLimited<S>
+impl<S, B, ResBody> Service<Request<B>> for OutboundService<S>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,

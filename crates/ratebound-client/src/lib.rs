@@ -15,12 +15,12 @@ mod layer;
 #[cfg(feature = "reqwest")]
 mod middleware;
 
-pub use builder::Builder;
+pub use builder::OutboundBuilder;
 #[cfg(feature = "tower")]
 pub use error::CallError;
 pub use error::Error;
 pub use event::{OutboundEvent, Outcome};
 #[cfg(feature = "tower")]
-pub use layer::{RateLimitLayer, RateLimited, RetryBody};
+pub use layer::{OutboundLayer, OutboundService, RetryBody};
 #[cfg(feature = "reqwest")]
-pub use middleware::RateLimitMiddleware;
+pub use middleware::OutboundMiddleware;

@@ -10,7 +10,7 @@ use ratebound::outbound::Target;
 
 use crate::builder::{Exchange, Key, Settings};
 use crate::error::CallError;
-use crate::{Builder, Error};
+use crate::{Error, OutboundBuilder};
 
 /// A [`reqwest_middleware::Middleware`] that sends each request only once
 /// its limiter gives it a token, pauses the limiter when the partner asks
@@ -32,29 +32,29 @@ use crate::{Builder, Error};
 /// ```
 /// # #[cfg(feature = "reqwest")] fn main() -> Result<(), ratebound_client::Error> {
 /// use ratebound::{Quota, TokenBucket};
-/// use ratebound_client::RateLimitMiddleware;
+/// use ratebound_client::OutboundMiddleware;
 ///
 /// let limiter = TokenBucket::new(Quota::parse("10/s burst 20")?);
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-///     .with(RateLimitMiddleware::builder(limiter).key("partner").build()?)
+///     .with(OutboundMiddleware::builder(limiter).key("partner").build()?)
 ///     .build();
 /// # let _ = client; Ok(()) }
 /// # #[cfg(not(feature = "reqwest"))] fn main() {}
 /// ```
-pub struct RateLimitMiddleware {
+pub struct OutboundMiddleware {
     settings: Settings,
     key: Key<Request>,
 }
 
-impl RateLimitMiddleware {
+impl OutboundMiddleware {
     /// A builder around `limiter` (a token bucket: see
     /// [`KeyedLimit`](ratebound::KeyedLimit)).
-    pub fn builder(limiter: impl ratebound::KeyedLimit + 'static) -> Builder<Request> {
-        Builder::new(limiter)
+    pub fn builder(limiter: impl ratebound::KeyedLimit + 'static) -> OutboundBuilder<Request> {
+        OutboundBuilder::new(limiter)
     }
 }
 
-impl Builder<Request> {
+impl OutboundBuilder<Request> {
     /// The middleware.
     ///
     /// # Errors
@@ -62,16 +62,15 @@ impl Builder<Request> {
     /// limiter that is not a token bucket (a window cannot be paused),
     /// [`ratebound::Error::InvalidNumber`] for a zero `max_pause`, a status
     /// outside 100–599 or `n = 0`.
-    pub fn build(self) -> Result<RateLimitMiddleware, Error> {
+    pub fn build(self) -> Result<OutboundMiddleware, Error> {
         let (settings, key) = self.finish()?;
-        Ok(RateLimitMiddleware { settings, key })
+        Ok(OutboundMiddleware { settings, key })
     }
 }
 
-impl std::fmt::Debug for RateLimitMiddleware {
+impl std::fmt::Debug for OutboundMiddleware {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimitMiddleware")
-            .finish_non_exhaustive()
+        f.debug_struct("OutboundMiddleware").finish_non_exhaustive()
     }
 }
 
@@ -103,7 +102,7 @@ impl Exchange for Reqwest<'_> {
 }
 
 #[async_trait::async_trait]
-impl Middleware for RateLimitMiddleware {
+impl Middleware for OutboundMiddleware {
     async fn handle(
         &self,
         request: Request,

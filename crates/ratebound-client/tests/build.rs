@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 use ratebound::{KeyedAlgorithm, KeyedLimit, Quota, TokenBucket};
-use ratebound_client::{Builder, Error, RateLimitLayer, RateLimitMiddleware};
+use ratebound_client::{Error, OutboundBuilder, OutboundLayer, OutboundMiddleware};
 use ratebound_redis::{Algorithm, Config, RedisLimiter};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
@@ -19,13 +19,13 @@ fn bucket() -> TokenBucket {
 /// Builds both adapters with `f`'s options; both errors must agree.
 fn both(
     limiter: impl KeyedLimit + Clone + 'static,
-    f: impl Fn(Builder<reqwest::Request>) -> Builder<reqwest::Request>,
-    g: impl Fn(Builder<Parts>) -> Builder<Parts>,
+    f: impl Fn(OutboundBuilder<reqwest::Request>) -> OutboundBuilder<reqwest::Request>,
+    g: impl Fn(OutboundBuilder<Parts>) -> OutboundBuilder<Parts>,
 ) -> Error {
-    let a = f(RateLimitMiddleware::builder(limiter.clone()))
+    let a = f(OutboundMiddleware::builder(limiter.clone()))
         .build()
         .unwrap_err();
-    let b = g(RateLimitLayer::builder(limiter)).build().unwrap_err();
+    let b = g(OutboundLayer::builder(limiter)).build().unwrap_err();
     assert_eq!(a.to_string(), b.to_string());
     assert_eq!(a.code(), b.code());
     a
@@ -73,7 +73,7 @@ fn window_limiters_are_refused_shared_memory() {
     // A shared token bucket is taken.
     let tb = KeyedAlgorithm::TokenBucket(Quota::parse("10/s").expect("quota"));
     let ok = SharedLimiter::open(dir.join("tb.limit"), tb).expect("open");
-    assert!(RateLimitMiddleware::builder(ok).build().is_ok());
+    assert!(OutboundMiddleware::builder(ok).build().is_ok());
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
@@ -95,7 +95,7 @@ async fn window_limiters_are_refused_redis() {
     );
     let tb =
         RedisLimiter::token_bucket(Quota::parse("10/s").expect("quota"), conn).expect("limiter");
-    assert!(RateLimitLayer::builder(tb).build().is_ok());
+    assert!(OutboundLayer::builder(tb).build().is_ok());
 }
 
 #[test]
@@ -128,7 +128,7 @@ fn a_status_outside_100_to_599_is_refused() {
         );
     }
     assert!(
-        RateLimitMiddleware::builder(bucket())
+        OutboundMiddleware::builder(bucket())
             .statuses(&[429, 503, 502])
             .build()
             .is_ok()

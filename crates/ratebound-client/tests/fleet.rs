@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ratebound::{Quota, TokenBucket};
-use ratebound_client::{Error, RateLimitMiddleware};
+use ratebound_client::{Error, OutboundMiddleware};
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter};
 use redis::aio::ConnectionManager;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -31,7 +31,7 @@ async fn instance(redis: &Redis, quota: &str) -> RedisLimiter<ConnectionManager>
     limiter
 }
 
-fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
+fn client(middleware: OutboundMiddleware) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest_client())
         .with(middleware)
         .build()
@@ -50,7 +50,7 @@ async fn ten_instances_on_one_redis_key_never_overrun_the_partner() {
     let mut clients = Vec::new();
     for _ in 0..10 {
         let limiter = instance(&redis, "20/s burst 5").await;
-        let middleware = RateLimitMiddleware::builder(limiter).key(&key).build();
+        let middleware = OutboundMiddleware::builder(limiter).key(&key).build();
         clients.push(client(middleware.expect("middleware")));
     }
     let start = Instant::now();
@@ -85,7 +85,7 @@ async fn ten_local_buckets_overrun_the_same_partner() {
         .map(|_| {
             let limiter = TokenBucket::new(Quota::parse("20/s burst 5").expect("quota"));
             client(
-                RateLimitMiddleware::builder(limiter)
+                OutboundMiddleware::builder(limiter)
                     .retries(0)
                     .build()
                     .expect("middleware"),
@@ -122,7 +122,7 @@ async fn a_throttle_quiets_the_whole_fleet_until_it_is_over() {
     let mut clients = Vec::new();
     for _ in 0..10 {
         let limiter = instance(&redis, "3/s burst 3").await;
-        let middleware = RateLimitMiddleware::builder(limiter)
+        let middleware = OutboundMiddleware::builder(limiter)
             .key(&key)
             .on_decision(events.hook())
             .build();
@@ -177,7 +177,7 @@ async fn a_wait_beyond_the_timeout_on_redis_fails_and_sends_nothing() {
     let partner = Partner::start(strict(100.0, 10.0)).await;
     // The next token a minute away, the timeout 10 s: refused at once.
     let limiter = instance(&redis, "1/min burst 1").await;
-    let middleware = RateLimitMiddleware::builder(limiter)
+    let middleware = OutboundMiddleware::builder(limiter)
         .key(&fresh("partner"))
         .timeout(Duration::from_secs(10))
         .build();
@@ -241,7 +241,7 @@ async fn a_partners_pause_outlives_a_redis_outage() {
         redis.kill();
         let events = Events::default();
         let a = client(
-            RateLimitMiddleware::builder(limiter.clone())
+            OutboundMiddleware::builder(limiter.clone())
                 .key("partner")
                 .on_decision(events.hook())
                 .build()
@@ -264,7 +264,7 @@ async fn a_partners_pause_outlives_a_redis_outage() {
         let mut others = vec![a.clone()];
         if matches!(on_error, OnError::Local(_)) {
             others.push(client(
-                RateLimitMiddleware::builder(limiter.clone())
+                OutboundMiddleware::builder(limiter.clone())
                     .key("partner")
                     .build()
                     .expect("middleware"),
@@ -316,7 +316,7 @@ async fn during_an_outage_failing_local_keeps_the_partner_within_the_share() {
         let limiter = failing(&redis, on_error).await;
         redis.kill();
         let c = client(
-            RateLimitMiddleware::builder(limiter)
+            OutboundMiddleware::builder(limiter)
                 .key("partner")
                 .timeout(Duration::from_secs(1))
                 .build()

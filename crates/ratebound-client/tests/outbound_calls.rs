@@ -1,5 +1,5 @@
 //! Replays `spec/outbound_calls.json` through both adapters —
-//! `RateLimitMiddleware` (reqwest-middleware) and `RateLimitLayer` (tower)
+//! `OutboundMiddleware` (reqwest-middleware) and `OutboundLayer` (tower)
 //! — with a scripted partner (the last middleware of the chain; the inner
 //! service) and a scripted limiter that records each wait and pause and
 //! answers each pause as the vector says (shared, local, failed). In
@@ -19,7 +19,9 @@ use http_body_util::Full;
 use ratebound::any::Key;
 use ratebound::outbound::Reach;
 use ratebound::{BoxFuture, KeyedAlgorithm, KeyedLimit, LimitCheck, Quota};
-use ratebound_client::{Builder, OutboundEvent, RateLimitLayer, RateLimitMiddleware, RetryBody};
+use ratebound_client::{
+    OutboundBuilder, OutboundEvent, OutboundLayer, OutboundMiddleware, RetryBody,
+};
 use reqwest_middleware::{ClientBuilder, Middleware, Next};
 use serde_json::{Value, json};
 use tower_layer::Layer;
@@ -143,7 +145,7 @@ impl KeyedLimit for Script {
     }
 }
 
-fn configure<R>(mut b: Builder<R>, config: &Value, script: &Script) -> Builder<R> {
+fn configure<R>(mut b: OutboundBuilder<R>, config: &Value, script: &Script) -> OutboundBuilder<R> {
     let f = |name: &str| config.get(name).and_then(Value::as_f64);
     if let Some(k) = config.get("key").and_then(Value::as_str) {
         b = b.key(k);
@@ -240,7 +242,7 @@ async fn every_vector_through_reqwest_middleware() {
     assert!(vectors.len() >= 15);
     for v in &vectors {
         let script = Script::new(v);
-        let builder = RateLimitMiddleware::builder(script.clone());
+        let builder = OutboundMiddleware::builder(script.clone());
         let middleware = configure(builder, v.get("config").unwrap_or(&json!({})), &script)
             .build()
             .expect("middleware");
@@ -300,7 +302,7 @@ impl Service<http::Request<TestBody>> for Inner {
 async fn every_vector_through_the_tower_layer() {
     for v in &vectors() {
         let script = Script::new(v);
-        let builder = RateLimitLayer::builder(script.clone());
+        let builder = OutboundLayer::builder(script.clone());
         let layer = configure(builder, v.get("config").unwrap_or(&json!({})), &script)
             .build()
             .expect("layer");
@@ -333,7 +335,7 @@ async fn a_path_only_request_is_keyed_by_its_host_header_else_one_key() {
     ] {
         let v = json!({"sendings": [{"status": 503, "headers": []}]});
         let script = Script::new(&v);
-        let layer = RateLimitLayer::builder(script.clone())
+        let layer = OutboundLayer::builder(script.clone())
             .retries(0)
             .on_decision(script.hook())
             .build()
@@ -356,7 +358,7 @@ async fn a_panicking_hook_never_fails_the_call() {
     let script = Script::new(&v);
     let told = Arc::new(AtomicUsize::new(0));
     let count = told.clone();
-    let layer = RateLimitLayer::builder(script.clone())
+    let layer = OutboundLayer::builder(script.clone())
         .backoff(Duration::from_millis(1))
         .on_decision(move |_| {
             count.fetch_add(1, Ordering::SeqCst);

@@ -12,12 +12,12 @@ mod support;
 use std::time::Duration;
 
 use ratebound::{Quota, TokenBucket, TokioClock};
-use ratebound_client::{Error, RateLimitMiddleware};
+use ratebound_client::{Error, OutboundMiddleware};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use support::{Events, Partner, call_all, reply, reqwest_client, strict};
 use tokio::time::Instant;
 
-fn client(middleware: RateLimitMiddleware) -> ClientWithMiddleware {
+fn client(middleware: OutboundMiddleware) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest_client())
         .with(middleware)
         .build()
@@ -33,7 +33,7 @@ async fn thirty_concurrent_calls_wait_their_turn_and_none_is_refused() {
     let partner = Partner::start(strict(25.0, 10.0)).await;
     let events = Events::default();
     let client = client(
-        RateLimitMiddleware::builder(bucket("20/s burst 5"))
+        OutboundMiddleware::builder(bucket("20/s burst 5"))
             .on_decision(events.hook())
             .build()
             .expect("middleware"),
@@ -84,7 +84,7 @@ async fn a_503_then_200_is_retried_exactly_once() {
     let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
     let events = Events::default();
     let client = client(
-        RateLimitMiddleware::builder(bucket("100/s burst 10"))
+        OutboundMiddleware::builder(bucket("100/s burst 10"))
             .on_decision(events.hook())
             .build()
             .expect("middleware"),
@@ -133,7 +133,7 @@ async fn a_bare_429_is_retried_only_after_the_backoff_which_doubles_up_to_max_pa
     let partner = Partner::start(scripted(&[(429, ""), (429, ""), (429, ""), (200, "")])).await;
     let events = Events::default();
     let client = client(
-        RateLimitMiddleware::builder(bucket("100/s burst 10"))
+        OutboundMiddleware::builder(bucket("100/s burst 10"))
             .retries(3)
             .backoff(Duration::from_millis(200))
             .max_pause(Duration::from_millis(500))
@@ -177,7 +177,7 @@ async fn a_post_is_not_retried_unless_any_method() {
     let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
     let events = Events::default();
     let once = client(
-        RateLimitMiddleware::builder(bucket("100/s burst 10"))
+        OutboundMiddleware::builder(bucket("100/s burst 10"))
             .on_decision(events.hook())
             .build()
             .expect("middleware"),
@@ -194,7 +194,7 @@ async fn a_post_is_not_retried_unless_any_method() {
 
     let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
     let any = client(
-        RateLimitMiddleware::builder(bucket("100/s burst 10"))
+        OutboundMiddleware::builder(bucket("100/s burst 10"))
             .any_method(true)
             .build()
             .expect("middleware"),
@@ -214,7 +214,7 @@ async fn a_year_long_retry_after_pauses_for_max_pause_only() {
     let partner = Partner::start(scripted(&[(429, "31536000"), (200, "")])).await;
     let events = Events::default();
     let client = client(
-        RateLimitMiddleware::builder(bucket("100/s burst 10"))
+        OutboundMiddleware::builder(bucket("100/s burst 10"))
             .max_pause(Duration::from_secs(1))
             .retries(0)
             .on_decision(events.hook())
@@ -247,7 +247,7 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
     let partner = Partner::start(scripted(&[(429, "")])).await;
     let events = Events::default();
     let client = client(
-        RateLimitMiddleware::builder(bucket("100/s burst 10"))
+        OutboundMiddleware::builder(bucket("100/s burst 10"))
             .backoff(Duration::from_millis(20))
             .on_decision(events.hook())
             .build()
@@ -276,7 +276,7 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
 async fn a_wait_beyond_the_timeout_fails_at_once_and_sends_nothing() {
     let partner = Partner::start(strict(100.0, 10.0)).await;
     let client = client(
-        RateLimitMiddleware::builder(bucket("1/s burst 1"))
+        OutboundMiddleware::builder(bucket("1/s burst 1"))
             .timeout(Duration::from_millis(100))
             .build()
             .expect("middleware"),
@@ -302,7 +302,7 @@ async fn keys_come_from_the_host_a_string_or_a_function() {
         // A 503 first: its pause's event names the key.
         let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
         let events = Events::default();
-        let builder = RateLimitMiddleware::builder(bucket("100/s burst 10"))
+        let builder = OutboundMiddleware::builder(bucket("100/s burst 10"))
             .backoff(Duration::from_millis(20))
             .on_decision(events.hook());
         let (builder, want) = match case {

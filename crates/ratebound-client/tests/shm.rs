@@ -15,7 +15,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ratebound::{KeyedAlgorithm, Quota};
-use ratebound_client::RateLimitMiddleware;
+use ratebound_client::OutboundMiddleware;
 use ratebound_shm::SharedKeyedLimiter;
 use reqwest_middleware::ClientBuilder;
 use support::{Events, Partner, first_then, reply, reqwest_client, strict};
@@ -31,7 +31,7 @@ async fn each_partner_host_has_its_own_limit_and_its_own_pause() {
     let events = Events::default();
     let client = ClientBuilder::new(reqwest_client())
         .with(
-            RateLimitMiddleware::builder(limiter)
+            OutboundMiddleware::builder(limiter)
                 .retries(0)
                 .on_decision(events.hook())
                 .build()
