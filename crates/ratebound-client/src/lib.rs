@@ -19,7 +19,7 @@ pub use builder::OutboundBuilder;
 #[cfg(feature = "tower")]
 pub use error::CallError;
 pub use error::Error;
-pub use event::{OutboundEvent, Outcome};
+pub use event::{EventKind, OutboundEvent};
 #[cfg(feature = "tower")]
 pub use layer::{OutboundLayer, OutboundService, RetryBody};
 #[cfg(feature = "reqwest")]

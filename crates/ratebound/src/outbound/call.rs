@@ -53,7 +53,7 @@ pub const NO_HOST: &str = "default";
 /// What happened, for the adapter's `on_decision` hook.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Outcome {
+pub enum EventKind {
     /// The limiter made the request wait [`Event::duration`] before it
     /// went out (told for waits of [`WAITED_MIN`] or more).
     Waited,
@@ -70,15 +70,15 @@ pub enum Outcome {
     GaveUp,
 }
 
-impl Outcome {
+impl EventKind {
     /// `"waited"`, `"paused"`, `"retried"` or `"gave_up"`, as every
     /// adapter's event names them.
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Waited => "waited",
-            Outcome::Paused => "paused",
-            Outcome::Retried => "retried",
-            Outcome::GaveUp => "gave_up",
+            EventKind::Waited => "waited",
+            EventKind::Paused => "paused",
+            EventKind::Retried => "retried",
+            EventKind::GaveUp => "gave_up",
         }
     }
 }
@@ -87,9 +87,9 @@ impl Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     /// What happened.
-    pub outcome: Outcome,
-    /// How long the request waited ([`Outcome::Waited`]) or the limiter
-    /// was paused ([`Outcome::Paused`]); `None` otherwise.
+    pub outcome: EventKind,
+    /// How long the request waited ([`EventKind::Waited`]) or the limiter
+    /// was paused ([`EventKind::Paused`]); `None` otherwise.
     pub duration: Option<Duration>,
     /// The answer's status (`None` before one).
     pub status: Option<u16>,
@@ -463,7 +463,7 @@ impl Call {
                     self.state = State::Send;
                     let waited = now.saturating_sub(self.started);
                     if waited >= WAITED_MIN {
-                        return Ok(Step::Report(self.event(Outcome::Waited, Some(waited))));
+                        return Ok(Step::Report(self.event(EventKind::Waited, Some(waited))));
                     }
                 }
                 State::Send => {
@@ -483,17 +483,17 @@ impl Call {
                 State::Paused => {
                     self.state = State::Settle;
                     let pause = self.advice.pause;
-                    return Ok(Step::Report(self.event(Outcome::Paused, pause)));
+                    return Ok(Step::Report(self.event(EventKind::Paused, pause)));
                 }
                 State::Settle => {
                     let a = self.advice;
                     if a.retry {
                         self.state = State::Retried;
-                        return Ok(Step::Report(self.event(Outcome::Retried, None)));
+                        return Ok(Step::Report(self.event(EventKind::Retried, None)));
                     }
                     self.state = State::Over;
                     if a.gave_up {
-                        return Ok(Step::Report(self.event(Outcome::GaveUp, None)));
+                        return Ok(Step::Report(self.event(EventKind::GaveUp, None)));
                     }
                 }
                 State::Retried => {
@@ -557,15 +557,15 @@ impl Call {
         self.state = State::Paused;
     }
 
-    fn event(&self, outcome: Outcome, duration: Option<Duration>) -> Event {
-        let answered = !matches!(outcome, Outcome::Waited);
+    fn event(&self, outcome: EventKind, duration: Option<Duration>) -> Event {
+        let answered = !matches!(outcome, EventKind::Waited);
         Event {
             outcome,
             duration,
             status: answered.then_some(self.status),
             attempt: self.attempt,
-            capped: outcome == Outcome::Paused && self.advice.capped,
-            local: outcome == Outcome::Paused && self.local,
+            capped: outcome == EventKind::Paused && self.advice.capped,
+            local: outcome == EventKind::Paused && self.local,
         }
     }
 }

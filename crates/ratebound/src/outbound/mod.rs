@@ -49,7 +49,7 @@ mod headers;
 mod pauses;
 
 pub use crate::pause::Reach;
-pub use call::{Call, Caller, Event, NO_HOST, Outcome, Step, Target, WAITED_MIN, default_key};
+pub use call::{Call, Caller, Event, EventKind, NO_HOST, Step, Target, WAITED_MIN, default_key};
 pub use headers::{http_date, parse_ratelimit_field, parse_retry_after, pause_asked};
 pub use pauses::{LOCAL_PAUSES_MAX_KEYS, LocalPauses};
 
