@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 
 use crate::clock::ManualClock;
 use crate::decision::Decision;
-use crate::gate::{Ask, Concurrency, Gate, Place, Verdict};
+use crate::gate::{Admission, Ask, Concurrency, Gate, Place};
 use crate::http::{client_ip, clock_source, ip_key, ratelimit_policy, retry_after_secs};
 use crate::keyed::KeyedLimiter;
 use crate::limiters::{Limiter, Reservation};
@@ -40,7 +40,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<shared::SharedTokenBucket>()?;
     m.add_class::<shared::SharedKeyedLimiter>()?;
     m.add_class::<Gate>()?;
-    m.add_class::<Verdict>()?;
+    m.add_class::<Admission>()?;
     m.add_class::<Place>()?;
     m.add_class::<Concurrency>()?;
     m.add_class::<Ask>()?;

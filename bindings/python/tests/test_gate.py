@@ -1,6 +1,6 @@
 """The extension's ``Gate``, which every front door drives: ``admit`` runs the
 core's whole sequence with the hooks stored in the gate and answers with
-typed objects — ``None`` (exempt), a ``Verdict`` (with its concurrency
+typed objects — ``None`` (exempt), an ``Admission`` (with its concurrency
 ``Place``), or an ``Ask`` of the remote policies, then ``finish``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Optional
 import pytest
 
 import ratebound as rb
-from ratebound._ratebound import Ask, Gate, Place, Verdict
+from ratebound._ratebound import Ask, Gate, Place, Admission
 
 PEER = "192.0.2.1"
 
@@ -31,7 +31,7 @@ def test_a_verdict_is_typed_in_both_spellings() -> None:
     clock = rb.ManualClock()
     gate = Gate({"rate": "1/s", "key_header": "x-api-key"}, clock=clock)
     passed = admit(gate, scope(b"k"))
-    assert isinstance(passed, Verdict)
+    assert isinstance(passed, Admission)
     assert (passed.status, passed.passed, passed.outcome, passed.refused_by) == (0, True, "allowed", None)
     assert passed.place is None and passed.body is None and passed.content_type is None
     assert passed.headers == [(b"ratelimit-policy", b'"default";q=1;w=1'), (b"ratelimit", b'"default";r=0;t=1')]
@@ -40,7 +40,7 @@ def test_a_verdict_is_typed_in_both_spellings() -> None:
     assert refused.content_type == b"text/plain; charset=utf-8"
     assert refused.body == b"rate limit exceeded; retry in 1 s\n"
     assert (b"retry-after", b"1") in refused.headers
-    assert repr(refused) == "Verdict(status=429, outcome=\"refused\", refused_by=\"default\")"
+    assert repr(refused) == "Admission(status=429, outcome=\"refused\", refused_by=\"default\")"
     # A WSGI request: the environ in, str out (the body stays bytes).
     wsgi = gate.admit({"HTTP_X_API_KEY": "w"}, PEER, {"HTTP_X_API_KEY": "w"}, True)
     assert wsgi.headers[0] == ("ratelimit-policy", '"default";q=1;w=1')

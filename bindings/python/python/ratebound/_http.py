@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, NamedTu
 
 from . import _ratebound
 from . import redis as _redis
-from ._ratebound import Ask, Concurrency, Decision, Gate, ManualClock, Verdict
+from ._ratebound import Ask, Concurrency, Decision, Gate, ManualClock, Admission
 
 _log = logging.getLogger("ratebound")
 
@@ -169,7 +169,7 @@ class RemoteAsker:
                 kind = "an asyncio limiter (rb.redis.AsyncTokenBucket, ...)" if asyncio_ else "a sync limiter (rb.redis.TokenBucket, ...)"
                 raise TypeError(f"a policy in Redis needs {kind} under {front}, got {type(limiter).__name__}")
 
-    def _finish(self, ask: Ask) -> Verdict:
+    def _finish(self, ask: Ask) -> Admission:
         """The gate's verdict once the policies decided elsewhere (sync
         Redis limiters, shared-memory ones: the middleware checked their
         kind) have answered for the request's identity, in order. A check
@@ -184,7 +184,7 @@ class RemoteAsker:
             raise
         return self._told(self.gate.finish(ask, answers), answers)
 
-    async def _finish_async(self, ask: Ask) -> Verdict:
+    async def _finish_async(self, ask: Ask) -> Admission:
         """``_finish`` with asyncio Redis limiters: one round trip each, all
         at once (within its deadline; Redis trouble is answered by its fail
         policy, any error that escapes it by the core's rule)."""
@@ -196,7 +196,7 @@ class RemoteAsker:
             raise
         return self._told(self.gate.finish(ask, answers), answers)
 
-    def _told(self, verdict: Verdict, answers: list[Any]) -> Verdict:
+    def _told(self, verdict: Admission, answers: list[Any]) -> Admission:
         """Logs a remote policy's episode of failures as the core tells it:
         a warning, with the error, when it begins; an info line when it
         ends."""

@@ -22,7 +22,7 @@ __all__ = [
     "SharedKeyedLimiter",
     "KeyedLimiter",
     "Gate",
-    "Verdict",
+    "Admission",
     "Place",
     "Concurrency",
     "Ask",
@@ -231,7 +231,7 @@ class Place:
     def held(self) -> bool: ...
 
 @final
-class Verdict:
+class Admission:
     # Header names and values and the content type: bytes, or str when
     # admitted with wsgi=True.
     @property
@@ -299,8 +299,8 @@ class Gate:
         headers: Optional[Any] = None,
         wsgi: bool = False,
         label: Optional[str] = None,
-    ) -> Union[None, Verdict, Ask]: ...
-    def finish(self, ask: Ask, answers: Sequence[Union[Decision, BaseException, None]]) -> Verdict: ...
+    ) -> Union[None, Admission, Ask]: ...
+    def finish(self, ask: Ask, answers: Sequence[Union[Decision, BaseException, None]]) -> Admission: ...
     def try_enter(self) -> bool: ...
     def leave(self) -> None: ...
     @property

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, MutableMapping
 
 from ._http import MiddlewareBase, Options, with_fields
-from ._ratebound import Ask, Verdict
+from ._ratebound import Ask, Admission
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -114,7 +114,7 @@ class RateLimitMiddleware(MiddlewareBase):
                 place.release()
 
 
-async def _answer(send: Send, verdict: Verdict) -> None:
+async def _answer(send: Send, verdict: Admission) -> None:
     """Sends the gate's answer: its status, fields, content type and body."""
     body = verdict.body or b""
     headers = [*verdict.headers, (b"content-type", verdict.content_type), (b"content-length", str(len(body)).encode())]

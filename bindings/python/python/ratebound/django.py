@@ -31,7 +31,7 @@ from django.views import View
 
 from ._errors import RateboundError
 from ._http import MiddlewareBase, Options, with_fields
-from ._ratebound import Ask, Place, Verdict
+from ._ratebound import Ask, Place, Admission
 from ._route import RouteLimit
 from .wsgi import _Release
 
@@ -57,7 +57,7 @@ async def _now(response: _Refusal) -> _Refusal:
     return response
 
 
-def _refusal(verdict: Verdict) -> _Refusal:
+def _refusal(verdict: Admission) -> _Refusal:
     """The answer (status, fields, content type, body) the gate gave."""
     return _Refusal(
         verdict.body or b"", status=verdict.status, content_type=verdict.content_type, headers=dict(verdict.headers)
@@ -138,7 +138,7 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
         answer = self._ask(request)
         return _answered(await self._finish_async(answer) if isinstance(answer, Ask) else answer)
 
-    def _ask(self, request: HttpRequest) -> Union[None, Verdict, Ask]:
+    def _ask(self, request: HttpRequest) -> Union[None, Admission, Ask]:
         meta = request.META
         route = None
         if self._route_label:
@@ -147,7 +147,7 @@ class limit(RouteLimit):  # noqa: N801 - used like a function: @limit("5/minute"
         return self.gate.admit(request, meta.get("REMOTE_ADDR"), meta, True, route)
 
 
-def _answered(verdict: Optional[Verdict]) -> tuple[Optional[_Refusal], Fields]:
+def _answered(verdict: Optional[Admission]) -> tuple[Optional[_Refusal], Fields]:
     if verdict is None:  # exempt
         return None, []
     return (_refusal(verdict) if verdict.status else None), verdict.headers

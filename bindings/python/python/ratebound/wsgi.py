@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ._http import MiddlewareBase, Options, reason, with_fields
-from ._ratebound import Ask, Place, Verdict
+from ._ratebound import Ask, Place, Admission
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -67,7 +67,7 @@ class RateLimitMiddleware(MiddlewareBase):
         return _Release(body, place)
 
 
-def _answer(start_response: StartResponse, verdict: Verdict) -> list[bytes]:
+def _answer(start_response: StartResponse, verdict: Admission) -> list[bytes]:
     """Starts the gate's answer: its status, fields, content type and body."""
     body = verdict.body or b""
     fields = [*verdict.headers, ("content-type", verdict.content_type), ("content-length", str(len(body)))]

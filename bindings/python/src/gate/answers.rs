@@ -1,4 +1,4 @@
-//! What the gate answers, typed: `Verdict`, the concurrency `Place`, and
+//! What the gate answers, typed: `Admission`, the concurrency `Place`, and
 //! `Ask`, a request waiting for its remote policies.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -72,7 +72,7 @@ impl Place {
 /// line to log when a remote policy's episode of failures begins (with a
 /// `"store_error"` outcome: a warning) or ends.
 #[pyclass(frozen, freelist = 64, module = "ratebound")]
-pub(crate) struct Verdict {
+pub(crate) struct Admission {
     // The fields the front doors read on every request are Python objects
     // (`None` for nothing): a frozen class's `Py` fields are struct members,
     // read by the interpreter without a call.
@@ -99,7 +99,7 @@ pub(crate) struct Verdict {
 }
 
 #[pymethods]
-impl Verdict {
+impl Admission {
     /// Whether the request goes on to the application.
     #[getter]
     fn passed(&self) -> bool {
@@ -136,7 +136,7 @@ impl Verdict {
             None => String::new(),
         };
         format!(
-            "Verdict(status={}, outcome={:?}{by})",
+            "Admission(status={}, outcome={:?}{by})",
             self.code,
             self.outcome.as_str()
         )

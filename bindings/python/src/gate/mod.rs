@@ -3,7 +3,7 @@
 //! limits). Built by the core's one parser (`GateSpec`), it runs the core's
 //! `Gate::admit` / `Gate::finish` with the front door's hooks — exempt,
 //! critical, priority, the key function, `on_decision` — called here with the
-//! framework's request; its answers cross as typed objects: `Verdict`, the
+//! framework's request; its answers cross as typed objects: `Admission`, the
 //! concurrency `Place` a passing request holds, and `Ask`, a request
 //! waiting for its remote (Redis, shared-memory) policies. The hooks are
 //! `hooks`'s; the answers `answers`'s.
@@ -27,7 +27,7 @@ mod headers;
 mod hooks;
 mod options;
 
-pub(crate) use answers::{Ask, Concurrency, Place, Verdict, lock};
+pub(crate) use answers::{Admission, Ask, Concurrency, Place, lock};
 pub(crate) use headers::PyHeaders;
 pub(crate) use options::{
     PriorityHook, hook, policy_spec, priority_hook, priority_of, set_option, with_loose,
@@ -70,14 +70,14 @@ pub(crate) const FIELD_NAMES: [&str; 7] = [
 ];
 
 impl Gate {
-    /// A core verdict (and its place) as a `Verdict`.
+    /// A core verdict (and its place) as an `Admission`.
     fn verdict<'py>(
         &self,
         py: Python<'py>,
         v: &gate::Verdict<'_>,
         place: Option<gate::Place>,
         wsgi: bool,
-    ) -> PyResult<Bound<'py, Verdict>> {
+    ) -> PyResult<Bound<'py, Admission>> {
         let headers = PyList::empty(py);
         for (name, value) in v.fields.iter() {
             let value = match value {
@@ -105,7 +105,7 @@ impl Gate {
         };
         Bound::new(
             py,
-            Verdict {
+            Admission {
                 status: v.status.into_pyobject(py)?.into_any().unbind(),
                 headers: headers.unbind(),
                 content_type,
@@ -277,7 +277,7 @@ impl Gate {
     /// (header names and values out are then str); `label`: the event's
     /// label when the gate has none (the route).
     ///
-    /// `None`: exempt, on to the application untouched. A `Verdict`: the
+    /// `None`: exempt, on to the application untouched. An `Admission`: the
     /// answer. An `Ask`: the remote policies first, then `finish`.
     #[pyo3(signature = (request, peer=None, headers=None, wsgi=false, label=None))]
     fn admit<'py>(
@@ -359,7 +359,7 @@ impl Gate {
         py: Python<'py>,
         ask: &Bound<'py, Ask>,
         answers: Vec<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, Verdict>> {
+    ) -> PyResult<Bound<'py, Admission>> {
         let a = ask.get();
         if a.gate != self.id() {
             return Err(PyValueError::new_err("this Ask is another gate's"));
