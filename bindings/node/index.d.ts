@@ -167,7 +167,7 @@ export declare class FixedWindow {
 
 /**
  * An HTTP middleware's whole request sequence, made by the core
- * (`ratebound::any::Gate`): exempt → a place among the requests in flight
+ * (`ratebound::gate::Gate`): exempt → a place among the requests in flight
  * (`concurrencyLimit`; shed with 503 at a full cap unless critical) → the
  * key (the `keyHeader`, the `key` hook, or the client IP under the
  * trusted-proxy rules, IPv6 grouped by prefix) → every policy
