@@ -423,7 +423,7 @@ test('http.ipKey: the prefix is the core rule (default 64, above 128 the whole a
 
 test('number keys: the core rule, whole and at most 2^53 in magnitude; the same Redis key as Python', () => {
   // Issue 25: Key::from_f64 (Node said 2^53 - 1, the core's numbers 2^53).
-  // test_redis.py::test_integer_keys_are_the_cores gives the same key.
+  // test_redis_inputs.py::test_integer_keys_are_the_cores gives the same key.
   const call = new rb.RedisEngine({ rate: 1 }).begin(2 ** 53)
   assert.equal(call.key.toString(), 'rb:tb:9007199254740992')
   assert.equal(new rb.RedisEngine({ rate: 1 }).begin(-7).key.toString(), 'rb:tb:-7')

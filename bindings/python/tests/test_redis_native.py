@@ -26,7 +26,7 @@ import redis
 
 import ratebound as rb
 import ratebound.redis as rbr
-from test_redis import (  # noqa: F401 (cluster: a fixture)
+from redis_support import (
     FAIL_SOURCE,
     SLACK,
     SPEC,
