@@ -375,3 +375,15 @@ def assert_close_returns_leased_tokens(target: Any, key: str) -> None:
 
 def closed_port() -> int:
     return free_port()
+
+
+# ------------------------------------------------ the native connection
+
+
+def url(server: Server, db: int = 0) -> str:
+    return f"redis://{HOST}:{server.port}/{db}"
+
+
+def script_calls(server: Server) -> int:
+    stats = server.admin("INFO", "commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
