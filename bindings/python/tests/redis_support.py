@@ -8,10 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import math
 import pathlib
-import select
-import socket
 import threading
 import time
 import uuid
@@ -24,11 +21,6 @@ from redis.crc import key_slot
 
 import ratebound as rb
 import ratebound.redis as rbr
-from flask import Flask
-from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route
-from starlette.testclient import TestClient  # warns (httpx) at import, outside the tests
 
 from redis_servers import HOST, Cluster, Server, free_port, fresh_key
 

@@ -12,28 +12,17 @@ import asyncio
 import collections
 import json
 import math
-import pathlib
-import select
-import socket
 import threading
 import time
-import uuid
-from typing import Any, Awaitable, Callable, Iterable
 
 import pytest
 import redis
 import redis.asyncio
-from redis.crc import key_slot
 
 import ratebound as rb
 import ratebound.redis as rbr
-from flask import Flask
-from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route
-from starlette.testclient import TestClient  # warns (httpx) at import, outside the tests
 
-from redis_servers import HOST, Cluster, Server, free_port, fresh_key
+from redis_servers import HOST, Cluster, Server, fresh_key
 from redis_support import (
     assert_close_returns_leased_tokens,
     async_kill_and_pause,

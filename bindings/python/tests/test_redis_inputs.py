@@ -8,21 +8,14 @@ Redis policies — against real Redis servers the tests start themselves
 from __future__ import annotations
 
 import asyncio
-import collections
-import json
-import math
-import pathlib
 import select
 import socket
-import threading
 import time
-import uuid
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Callable
 
 import pytest
 import redis
 import redis.asyncio
-from redis.crc import key_slot
 
 import ratebound as rb
 import ratebound.redis as rbr
@@ -32,11 +25,10 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient  # warns (httpx) at import, outside the tests
 
-from redis_servers import HOST, Cluster, Server, free_port, fresh_key
+from redis_servers import HOST, Server, fresh_key
 from redis_support import (
     closed_port,
     FAIL_SOURCE,
-    fields,
     NOT_RETRIES,
 )
 

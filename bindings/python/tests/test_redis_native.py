@@ -12,14 +12,9 @@ import asyncio
 import collections
 import json
 import os
-import pathlib
-import shutil
-import socket
-import subprocess
 import threading
 import time
-import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import pytest
 import redis
@@ -42,7 +37,7 @@ from redis_support import (
     url,
     script_calls,
 )
-from redis_servers import HOST, Cluster, Server, free_port, fresh_key
+from redis_servers import HOST, Cluster, Server, fresh_key
 
 pytestmark = pytest.mark.filterwarnings("error")
 

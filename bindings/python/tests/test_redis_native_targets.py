@@ -8,18 +8,14 @@ start (see test_redis_native.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import json
 import os
 import pathlib
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
 import redis
@@ -31,7 +27,7 @@ from redis_support import (
     SLACK,
     url,
 )
-from redis_servers import HOST, Cluster, Server, free_port, fresh_key
+from redis_servers import HOST, Server, free_port, fresh_key
 
 pytestmark = pytest.mark.filterwarnings("error")
 
