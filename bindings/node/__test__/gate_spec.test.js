@@ -101,13 +101,18 @@ function middlewareOptions(options, clock, rawOf, told) {
   return out
 }
 
+// How long one request may take before it fails the vector: a liveness
+// bound (a server that never answers fails here instead of hanging the run).
+const REQUEST_TIMEOUT_MS = 10_000
+
 // One GET / on a fresh connection with exactly these header lines (after
 // Host and the peer), in this order.
 function send(port, peer, lines) {
   const headers = ['Host', `127.0.0.1:${port}`, PEER, peer]
   for (const [name, value] of lines) headers.push(name, value)
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: '/', method: 'GET', agent: false, headers }, (res) => {
+    const signal = AbortSignal.timeout(REQUEST_TIMEOUT_MS)
+    const req = http.request({ host: '127.0.0.1', port, path: '/', method: 'GET', agent: false, headers, signal }, (res) => {
       let body = ''
       res.setEncoding('utf8')
       res.on('data', (chunk) => (body += chunk))
