@@ -8,7 +8,10 @@
 // check) and batched (the default: checks that wait while others are in
 // flight go out together as one script run). 10 000 keys; then one hot key
 // with and without leasing (k = 100), and the reserve mode (`reserve`, and
-// `acquire`: a global wait) beside `check` at 16 in flight. Starts and stops its
+// `acquire`: a global wait) beside `check` at 16 in flight, and the checks
+// again through a node-redis client (its calls carry an AbortSignal, shared
+// by the calls of one millisecond and aborted once all of them are answered
+// and one timed out: redis_driver.js' Epoch). Starts and stops its
 // own redis-server on a free 127.0.0.1 port. Median of ROUNDS rounds of
 // DURATION s per row, the variants of a row interleaved in each round.
 // Usage: node bench/redis.js [seconds] [rounds]   (~3 min by default)
@@ -18,6 +21,7 @@ const net = require('node:net')
 const os = require('node:os')
 const path = require('node:path')
 const IORedis = require('ioredis')
+const { createClient } = require('redis')
 const { RateLimiterRedis } = require('rate-limiter-flexible')
 const rb = require('..')
 
@@ -215,6 +219,31 @@ async function main() {
     console.log('|---|---:|---:|---:|')
     console.log(`| batch: false | ${us(m.check)} | ${us(m.reserve)} | ${us(m.acquire)} |`)
     console.log(`| batched | ${us(m.checkB)} | ${us(m.reserveB)} | ${us(m.acquireB)} |`)
+    // The checks through node-redis, batch: false and batched.
+    const nr = createClient({ socket: { host: '127.0.0.1', port } })
+    nr.on('error', () => {})
+    await nr.connect()
+    const nrPlain = rb.redis.TokenBucket({ ...big, client: nr, batch: false })
+    const nrBatched = rb.redis.TokenBucket({ ...big, client: nr })
+    await nrPlain.check('warm')
+    DURATION = 0.3
+    for (const lim of [nrPlain, nrBatched]) await rate(16, (k) => lim.check(k), false)
+    DURATION = saved
+    console.log('')
+    console.log('The checks through one node-redis client (median decisions/s (p50 / p99 ms); CPU per decision, µs: this process / Redis):')
+    console.log('| in flight | node-redis, batch: false | CPU | node-redis, batched | CPU |')
+    console.log('|---:|---:|---:|---:|---:|')
+    for (const inFlight of [1, 16, 64]) {
+      const nrRows = { plain: [], batched: [] }
+      for (let r = 0; r < ROUNDS; r++) {
+        nrRows.plain.push(await rate(inFlight, (k) => nrPlain.check(k), false))
+        nrRows.batched.push(await rate(inFlight, (k) => nrBatched.check(k), false))
+      }
+      const p = medians(nrRows.plain)
+      const b = medians(nrRows.batched)
+      console.log(`| ${inFlight} | ${cell(p)} | ${us(p)} | ${cell(b)} | ${us(b)} |`)
+    }
+    await nr.quit()
     const s = batched.stats
     console.log('')
     console.log(`batched limiter: ${s.calls} script calls, ${s.batches} of them batches holding ${s.batched} checks (${(s.batched / Math.max(1, s.batches)).toFixed(1)} a batch)`)

@@ -42,7 +42,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///     }
 ///     fn check(&self, _scope: &str, _key: Key<'_>, n: u64) -> LimitCheck {
 ///         let burst = self.0.burst();
-///         Ok(Decision::from_parts(true, burst, burst - n, 0, 0)).into()
+///         Ok(Decision::from_parts(true, burst, burst.saturating_sub(n), 0, 0)).into()
 ///     }
 ///     fn acquire<'a>(&'a self, _: Key<'a>, _: u64, _: Option<Duration>) -> BoxFuture<'a, Result<(), Error>> {
 ///         Box::pin(std::future::ready(Ok(())))
