@@ -18,10 +18,6 @@
 // many keys.
 const WRITE_EVERY = 8
 
-function isNoScript(e) {
-  return e != null && typeof e.message === 'string' && e.message.startsWith('NOSCRIPT')
-}
-
 function errorText(e) {
   if (e == null) return 'unknown error'
   if (typeof e.message === 'string' && e.message !== '') return e.message
@@ -283,4 +279,4 @@ function whenEnded(client, stop) {
   return () => stops.delete(stop)
 }
 
-module.exports = { adapterFor, isNoScript, errorText, whenEnded, clientHealth }
+module.exports = { adapterFor, errorText, whenEnded, clientHealth }

@@ -17,12 +17,11 @@
 // outcome handed to the engine, never a rejection.
 
 const { setMaxListeners } = require('node:events')
-const { isNoScript, errorText, clientHealth } = require('./redis_clients.js')
+const { errorText, clientHealth } = require('./redis_clients.js')
 const redisRaw = require('./redis_raw.js')
 const redisFlight = require('./redis_flight.js')
 
 const { clock } = redisRaw
-const { ALONE } = redisFlight
 
 // Called once by redis.js with the addon and what the package defines
 // (ratebound.js): the Driver class, TIMEOUT (what a RedisCall run alone
@@ -98,7 +97,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     // The driver's counters, the engine's answers by path and the breaker.
     get stats() {
-      return { ...this._stats, ...this.#engine.stats }
+      return { ...this._counters(), ...this.#engine.stats }
     }
 
     // A check: the decision, from Redis or from the engine at once. Throws
@@ -226,25 +225,28 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       return bad
     }
 
+    // The typed error of the client's last failure, when it said the
+    // client is misconfigured, else null: what a late call then is.
+    _misconfiguredNow() {
+      // The client may have been given its error listener since.
+      if (!this.#health.watching) this.#health = clientHealth(this.#client)
+      return this._bad ?? this.#clientSaid()
+    }
+
     // No answer within the deadline: the fail policy's (the call may still
     // run: its tokens may be spent) — unless the client's last failure said
-    // it is misconfigured.
-    _expire(e) {
+    // it is misconfigured (`bad`, its typed error).
+    _expire(e, bad) {
       const epoch = e.epoch
       if (epoch !== null) {
         e.epoch = null
         epoch.leave(true)
       }
-      // The client may have been given its error listener since.
-      if (!this.#health.watching) this.#health = clientHealth(this.#client)
-      const bad = this._bad ?? this.#clientSaid()
       if (bad !== null) {
         this._stats.errors++
         this._refuse(e, bad, bad.message)
         return
       }
-      this._stats.timeouts++
-      this._slow = true
       this._finishOne(e, TIMED_OUT, 0, undefined)
     }
 
@@ -286,19 +288,14 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
 
     _sendOne(e) {
       const words = this._words(e)
-      this._launch(e, ALONE)
       const options = this._options(e)
-      this._inFlight++
-      this._stats.calls++
       let sent
       try {
         sent = this._adapter.one(words[0], e.key, words[2], options)
       } catch (err) {
-        this._stampSoon()
         this.#oneFailed(e, err, options)
         return
       }
-      this._stampSoon()
       Promise.resolve(sent).then(
         (reply) => this.#oneReplied(e, reply),
         (err) => this.#oneFailed(e, err, options),
@@ -321,7 +318,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
     }
 
     #oneFailed(e, err, options) {
-      if (!e.done && isNoScript(err) && !e.evaled) {
+      if (!e.done && !e.evaled && this._noScript(err)) {
         // Not loaded on this server (a restart, a failover, SCRIPT FLUSH,
         // another cluster node): EVAL loads it. Same deadline.
         e.evaled = true
@@ -340,7 +337,7 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
         )
         return
       }
-      this._inFlight--
+      this._failed()
       const text = errorText(err)
       const bad = this._misconfigured(text)
       if (e.done) return

@@ -31,6 +31,11 @@ module.exports = function redisRaw(native) {
   const rawAcquireForget = R.acquireForget
   const rawFinish = R.finish
   const rawFinishBatch = R.finishBatch
+  const rawEnter = R.enter
+  const rawSettle = R.settle
+  const rawLanded = R.landed
+  // The codes of the turns (src/redis/turns.rs), by name.
+  const TURNS = R.turns
   const ANSWER = R.answerAt
   const IDS = R.idsAt
   const REPLY = R.replyAt
@@ -121,7 +126,7 @@ module.exports = function redisRaw(native) {
 
   // One call in flight (or queued for a batch): what it was begun for, its
   // number in the native table, the key to send, its template, join class
-  // and hash slot, its deadline, and the resolve of the caller's promise.
+  // and hash slot, its ticket, and the resolve of the caller's promise.
   class Pending {
     constructor(kind, id, key, template, cls, slot, args) {
       this.kind = kind
@@ -132,13 +137,9 @@ module.exports = function redisRaw(native) {
       this.template = template
       this.cls = cls
       this.slot = slot
-      this.deadline = 0
-      // When it was queued (ms; clock.now()).
-      this.since = 0
+      // Its ticket with the turns (redis_flight.js) until settled, else -1.
+      this.ticket = -1
       this.done = false
-      // Handed to the client: what it counts against IN_FLIGHT until
-      // settled (0: not sent).
-      this.sent = 0
       this.evaled = false
       this.epoch = null
       this.resolve = null
@@ -169,6 +170,10 @@ module.exports = function redisRaw(native) {
     rawAcquireForget,
     rawFinish,
     rawFinishBatch,
+    rawEnter,
+    rawSettle,
+    rawLanded,
+    TURNS,
     ANSWER,
     IDS,
     OUT,

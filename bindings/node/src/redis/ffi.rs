@@ -21,6 +21,8 @@ use ratebound_redis::BatchCall;
 use crate::error;
 use crate::fast::KeyError;
 
+/// Where `enter` puts a call's ticket (see `turns`).
+pub const TICKET: usize = call_slot::LEN;
 /// Where an answer starts in the shared array.
 pub const ANSWER: usize = 8;
 /// The numbers of one answer.
@@ -108,7 +110,7 @@ const fn named_once(slots: &[(&str, usize)], len: usize) -> bool {
     }
     true
 }
-const _: () = assert!(named_once(&CALL_SLOTS, call_slot::LEN) && call_slot::LEN <= ANSWER);
+const _: () = assert!(named_once(&CALL_SLOTS, call_slot::LEN) && TICKET < ANSWER);
 const _: () = assert!(named_once(&DECISION_SLOTS, STRIDE));
 const _: () = assert!(named_once(&RESERVED_SLOTS, STRIDE));
 

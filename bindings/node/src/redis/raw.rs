@@ -436,7 +436,7 @@ unsafe extern "C" fn raw_acquire_forget(
 
 /// The shared array of this thread and the raw entry points (internal):
 /// `{ scratch, begin, beginReserve, acquire, acquireStep, acquireAbandon,
-/// acquireForget, finish, finishBatch, sources, answerAt, idsAt, replyAt,
+/// acquireForget, finish, finishBatch, enter, settle, landed, turns, sources, answerAt, idsAt, replyAt,
 /// outAt, stride, maxBatch, steps }`. Every copy of `redis.js` loaded in
 /// one thread gets the same array.
 #[napi(skip_typescript)]
@@ -446,7 +446,7 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
         bound: &BOUND,
         scratch: &SCRATCH,
     };
-    let fns: [(&std::ffi::CStr, sys::napi_callback); 8] = [
+    let fns: [(&std::ffi::CStr, sys::napi_callback); 11] = [
         (c"begin", Some(raw_begin)),
         (c"beginReserve", Some(raw_begin_reserve)),
         (c"acquire", Some(raw_acquire)),
@@ -455,6 +455,9 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
         (c"acquireForget", Some(raw_acquire_forget)),
         (c"finish", Some(raw_finish)),
         (c"finishBatch", Some(raw_finish_batch)),
+        (c"enter", Some(super::turns::raw_enter)),
+        (c"settle", Some(super::turns::raw_settle)),
+        (c"landed", Some(super::turns::raw_landed)),
     ];
     // SAFETY: `env` is the live env of this call.
     let mut exports = unsafe { crate::fast::bind_raw(env, &SHARED, &fns)? };
@@ -469,6 +472,7 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
     exports.set("callSlots", slot_map(&CALL_SLOTS, 0))?;
     exports.set("decisionSlots", slot_map(&DECISION_SLOTS, 0))?;
     exports.set("reservedSlots", slot_map(&RESERVED_SLOTS, 0))?;
+    exports.set("turns", super::turns::codes())?;
     exports.set(
         "steps",
         vec![STEP_CALL, STEP_SLEEP, STEP_DONE, STEP_EXCEEDED],

@@ -39,6 +39,8 @@ pub struct Entry {
     classes: Vec<Call>,
     /// Whether `begin` computes the key's hash slot (a cluster client).
     pub slots: bool,
+    /// When its driver's calls go out (`turns`), once opened.
+    pub turns: Option<ratebound_redis::plan::Turns>,
 }
 
 impl Entry {
@@ -98,6 +100,7 @@ pub fn register(engine: Arc<Engine>) -> u32 {
             templates: Vec::new(),
             classes: Vec::new(),
             slots: false,
+            turns: None,
         })
     })
 }

@@ -18,6 +18,13 @@
 //! must share a slot). A call whose caller stopped waiting before its batch
 //! went out is not sent ([`Queued::claim`]).
 //!
+//! **Two rules, one per kind of runtime.** [`Planner`] is for callers on
+//! tasks or threads (the Rust driver, Python's native connection), where a
+//! caller alone should never wait for a batch. [`Turns`] is for callers on
+//! one event loop (Node), where every call of a turn is begun before any
+//! reply can land: the turn's calls go out together at its end, with the
+//! event loop's back-pressure, Redis-slow mode and deadline wheel.
+//!
 //! **Replies** ([`Reply`], [`Batch::answers`]): a script's reply is a list
 //! of integers; a batch's is seven a call, in order. Anything else is
 //! [`Answer::Malformed`] for every call of the send. A `NOSCRIPT` refusal
@@ -26,9 +33,11 @@
 
 mod batch;
 mod slot;
+mod turns;
 
 pub use batch::{Answer, Batch, Reply, Request};
 pub use slot::hash_slot;
+pub use turns::{Asks, Entry, Go, Out, Ticket, TurnStats, TurnTuning, Turns};
 
 use std::collections::{HashMap, VecDeque};
 

@@ -1,0 +1,236 @@
+//! When a Redis driver's calls go out and when they are late, for
+//! `redis_flight.js`: the engine's [`Turns`] (ratebound-redis'
+//! `plan::turns`, the rule for an event loop), kept in the engine's entry
+//! of the native table. JavaScript holds its callers by ticket, the
+//! sockets and the one timer, and does what `Turns` hands back.
+//!
+//! The per-call steps are raw callbacks (`enter`, `settle`, `landed`, in
+//! `bindRedisPath`); the per-turn ones (`flush`, `stamp`, `sweep`) are
+//! napi functions that return their [`Out`]s as a `Float64Array`:
+//! `[code, ticket]` each, a batch `[MANY, n, ticket × n]`, then the
+//! trailing numbers each names.
+
+#![allow(unsafe_code)]
+
+use std::time::Duration;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use napi_derive::napi;
+use ratebound_redis::plan::{Asks, Entry, Go, Out, TurnTuning, Turns};
+
+use super::ffi::{TICKET, args, int, no_engine, number, put, uint};
+use super::table::ENGINES;
+use crate::error;
+
+/// The codes `redis_flight.js` reads [`Out`]s by.
+pub const OUT_ONE: f64 = 0.0;
+pub const OUT_MANY: f64 = 1.0;
+pub const OUT_UNSENT: f64 = 2.0;
+pub const OUT_TIMED_OUT: f64 = 3.0;
+pub const OUT_LATE: f64 = 4.0;
+/// Where `enter` puts a call: its return value's low two bits (the asks
+/// above them).
+pub const GO_NOW: i32 = 0;
+pub const GO_QUEUED: i32 = 1;
+pub const GO_UNSENT: i32 = 2;
+
+/// The names `redis_flight.js` reads the codes by (in `bindRedisPath`).
+pub fn codes() -> std::collections::HashMap<&'static str, f64> {
+    [
+        ("one", OUT_ONE),
+        ("many", OUT_MANY),
+        ("unsent", OUT_UNSENT),
+        ("timedOut", OUT_TIMED_OUT),
+        ("late", OUT_LATE),
+        ("goNow", f64::from(GO_NOW)),
+        ("goQueued", f64::from(GO_QUEUED)),
+        ("goUnsent", f64::from(GO_UNSENT)),
+        ("askFlush", f64::from(Asks::FLUSH)),
+        ("askStamp", f64::from(Asks::STAMP)),
+        ("ticketAt", TICKET as f64),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A time in ms (`performance.now()`'s) as the planner's instant.
+fn instant(ms: f64) -> Duration {
+    if ms.is_finite() && ms > 0.0 {
+        Duration::from_secs_f64(ms.min(1e15) / 1000.0)
+    } else {
+        Duration::ZERO
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Runs `f` on engine `h`'s turns; `None` when the engine or its turns
+/// are gone.
+fn with_turns<T>(h: u32, f: impl FnOnce(&mut Turns) -> T) -> Option<T> {
+    ENGINES.with(|s| s.borrow_mut().get_mut(h)?.turns.as_mut().map(f))
+}
+
+fn gone(env: &Env) -> Error {
+    error::throw_as(
+        env,
+        error::Kind::Type,
+        "ERR_INVALID_THIS",
+        "not a live ratebound Redis engine",
+    )
+}
+
+/// Opens the turns of engine `handle` (internal): its calls have a
+/// deadline of `deadline_ms`, batched or not.
+#[napi(skip_typescript)]
+pub fn redis_turns_open(env: Env, handle: u32, deadline_ms: f64, batching: bool) -> Result<()> {
+    let turns = Turns::new(TurnTuning::EVENT_LOOP, instant(deadline_ms), batching);
+    ENGINES.with(|s| match s.borrow_mut().get_mut(handle) {
+        Some(e) => {
+            e.turns = Some(turns);
+            Ok(())
+        }
+        None => Err(gone(&env)),
+    })
+}
+
+fn push_outs(out: &[Out], to: &mut Vec<f64>) {
+    for o in out {
+        match o {
+            Out::One(t) => to.extend([OUT_ONE, f64::from(*t)]),
+            Out::Many(ts) => {
+                to.extend([OUT_MANY, ts.len() as f64]);
+                to.extend(ts.iter().map(|&t| f64::from(t)));
+            }
+            Out::Unsent(t) => to.extend([OUT_UNSENT, f64::from(*t)]),
+            Out::TimedOut(t) => to.extend([OUT_TIMED_OUT, f64::from(*t)]),
+            Out::Late(t) => to.extend([OUT_LATE, f64::from(*t)]),
+        }
+    }
+}
+
+/// The end of a turn (internal): what goes out, then the asks.
+#[napi(skip_typescript)]
+pub fn redis_turns_flush(env: Env, handle: u32, now_ms: f64) -> Result<Float64Array> {
+    let (out, asks) = with_turns(handle, |t| t.flush(instant(now_ms))).ok_or_else(|| gone(&env))?;
+    let mut flat = Vec::with_capacity(out.len() * 2 + 1);
+    push_outs(&out, &mut flat);
+    flat.push(f64::from(asks.0));
+    Ok(Float64Array::new(flat))
+}
+
+/// The client wrote this turn's commands (internal): the timer to arm, in
+/// ms, or -1.
+#[napi(skip_typescript)]
+pub fn redis_turns_stamp(env: Env, handle: u32, now_ms: f64) -> Result<f64> {
+    let timer = with_turns(handle, |t| t.stamp(instant(now_ms))).ok_or_else(|| gone(&env))?;
+    Ok(timer.map_or(-1.0, millis))
+}
+
+/// The timer fired (internal): the calls late or timed out, then the
+/// timer to arm (ms, or -1), then the asks.
+#[napi(skip_typescript)]
+pub fn redis_turns_sweep(
+    env: Env,
+    handle: u32,
+    now_ms: f64,
+    misconfigured: bool,
+) -> Result<Float64Array> {
+    let (out, timer, asks) = with_turns(handle, |t| t.sweep(instant(now_ms), misconfigured))
+        .ok_or_else(|| gone(&env))?;
+    let mut flat = Vec::with_capacity(out.len() * 2 + 2);
+    push_outs(&out, &mut flat);
+    flat.push(timer.map_or(-1.0, millis));
+    flat.push(f64::from(asks.0));
+    Ok(Float64Array::new(flat))
+}
+
+/// Engine `handle`'s turns' counters (internal): `[calls, timeouts,
+/// batches, batched, queued, unsent]`.
+#[napi(skip_typescript)]
+pub fn redis_turns_stats(env: Env, handle: u32) -> Result<Vec<f64>> {
+    let s = with_turns(handle, |t| t.stats()).ok_or_else(|| gone(&env))?;
+    Ok([
+        s.calls, s.timeouts, s.batches, s.batched, s.queued, s.unsent,
+    ]
+    .map(|n| n as f64)
+    .to_vec())
+}
+
+/// Whether a client's error text says the server has not got the script
+/// (internal): send the `EVAL` once, within the same deadline.
+#[napi(skip_typescript)]
+pub fn redis_is_no_script(text: String) -> bool {
+    ratebound_redis::plan::Reply::is_noscript(&text)
+}
+
+/// `enter(handle, cls, slot, keep, nowMs) -> go | asks << 2`: a call
+/// begins (`cls` -1: it never joins; `keep`: never unsent); its ticket at
+/// `TICKET` in the shared array.
+pub unsafe extern "C" fn raw_enter(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, cls, slot, keep, now] = args::<5>(env, info);
+        let h = uint(env, h);
+        let cls = number(env, cls).unwrap_or(-1.0);
+        let slot = number(env, slot).unwrap_or(0.0);
+        let keep = number(env, keep).unwrap_or(0.0) != 0.0;
+        let now = instant(number(env, now).unwrap_or(0.0));
+        let join = (cls >= 0.0).then_some((cls as u32, slot as u16));
+        match with_turns(h, |t| t.enter(Entry { join, keep }, now)) {
+            Some((ticket, go, asks)) => {
+                put(TICKET, &[f64::from(ticket)]);
+                let go = match go {
+                    Go::Now => GO_NOW,
+                    Go::Queued => GO_QUEUED,
+                    Go::Unsent => GO_UNSENT,
+                };
+                int(env, go | i32::from(asks.0) << 2)
+            }
+            None => no_engine(env),
+        }
+    }
+}
+
+/// `settle(handle, ticket) -> asks`: the call's caller has its answer.
+pub unsafe extern "C" fn raw_settle(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, t] = args::<2>(env, info);
+        let (h, t) = (uint(env, h), uint(env, t));
+        let asks = with_turns(h, |turns| turns.settle(t)).unwrap_or_default();
+        int(env, i32::from(asks.0))
+    }
+}
+
+/// `landed(handle, replied) -> asks`: a send is over, with a reply
+/// (`replied` 1) or a failure.
+pub unsafe extern "C" fn raw_landed(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, replied] = args::<2>(env, info);
+        let h = uint(env, h);
+        let replied = number(env, replied).unwrap_or(0.0) != 0.0;
+        let asks = with_turns(h, |t| {
+            if replied {
+                t.replied()
+            } else {
+                t.failed();
+                Asks::default()
+            }
+        })
+        .unwrap_or_default();
+        int(env, i32::from(asks.0))
+    }
+}
