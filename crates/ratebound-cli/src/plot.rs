@@ -7,6 +7,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use plotters::chart::DualCoordChartContext;
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use resvg::{tiny_skia, usvg};
 
@@ -22,6 +25,44 @@ const FONT_FAMILY: &str = "DejaVu Sans";
 
 fn err(e: impl std::fmt::Display) -> CliError {
     CliError::new(format!("cannot draw the plot: {e}"))
+}
+
+/// A panel's coordinates: seconds across, a value up.
+type Axes = Cartesian2d<RangedCoordf64, RangedCoordf64>;
+
+/// One panel's chart, its mesh and both axes drawn: `x` is the end of its
+/// time axis and that axis' description; `left` the width of the left
+/// axis' labels in pixels, its largest value and its description; `right`
+/// the same for the right axis (labels 55 pixels wide). Each axis runs
+/// from 0 to a tenth above its largest value.
+fn panel<'a>(
+    area: &DrawingArea<SVGBackend<'a>, Shift>,
+    caption: String,
+    (end, x_desc): (f64, &str),
+    (left_width, left_max, left_desc): (u32, f64, &str),
+    (right_max, right_desc): (f64, &str),
+) -> Result<DualCoordChartContext<'a, SVGBackend<'a>, Axes, Axes>, CliError> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(6)
+        .x_label_area_size(28)
+        .y_label_area_size(left_width)
+        .right_y_label_area_size(55)
+        .build_cartesian_2d(0f64..end, 0f64..left_max * 1.1)
+        .map_err(err)?
+        .set_secondary_coord(0f64..end, 0f64..right_max * 1.1);
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(left_desc)
+        .draw()
+        .map_err(err)?;
+    chart
+        .configure_secondary_axes()
+        .y_desc(right_desc)
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
 }
 
 /// What a chart is written as, from the extension of its path.
@@ -126,26 +167,13 @@ fn draw_outcomes(doc: &mut String, title: &str, outcomes: &[Outcome]) -> Result<
             o.max_in_window,
             o.window
         );
-        let mut chart = ChartBuilder::on(area)
-            .caption(caption, ("sans-serif", 15))
-            .margin(6)
-            .x_label_area_size(28)
-            .y_label_area_size(55)
-            .right_y_label_area_size(55)
-            .build_cartesian_2d(0f64..end, 0f64..most * 1.1)
-            .map_err(err)?
-            .set_secondary_coord(0f64..end, 0f64..level_max * 1.1);
-        chart
-            .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc(format!("requests / {:.3} s", width_s))
-            .draw()
-            .map_err(err)?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("level: tokens or places left (blue)")
-            .draw()
-            .map_err(err)?;
+        let mut chart = panel(
+            area,
+            caption,
+            (end, "time (s)"),
+            (55, most, &format!("requests / {:.3} s", width_s)),
+            (level_max, "level: tokens or places left (blue)"),
+        )?;
         let at = |i: usize| i as f64 * width_s;
         chart
             .draw_series(
@@ -256,26 +284,13 @@ fn draw_runs(doc: &mut String, title: &str, server: &Server, runs: &[Run]) -> Re
             show(r.p50),
             show(r.p99)
         );
-        let mut chart = ChartBuilder::on(area)
-            .caption(caption, ("sans-serif", 15))
-            .margin(6)
-            .x_label_area_size(28)
-            .y_label_area_size(60)
-            .right_y_label_area_size(55)
-            .build_cartesian_2d(0f64..end, 0f64..p99_max * 1.1)
-            .map_err(err)?
-            .set_secondary_coord(0f64..end, 0f64..right_max * 1.1);
-        chart
-            .configure_mesh()
-            .x_desc("arrival time (s)")
-            .y_desc("latency p99 (ms, red)")
-            .draw()
-            .map_err(err)?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("limit (blue), in flight (grey)")
-            .draw()
-            .map_err(err)?;
+        let mut chart = panel(
+            area,
+            caption,
+            (end, "arrival time (s)"),
+            (60, p99_max, "latency p99 (ms, red)"),
+            (right_max, "limit (blue), in flight (grey)"),
+        )?;
         let mid = |i: usize| (i as f64 + 0.5) * width_s;
         chart
             .draw_series(LineSeries::new(
