@@ -383,14 +383,9 @@ impl SharedKeyedLimiter {
     /// when the key has no slot.
     pub fn pause_at(&self, key: Key<'_>, d: Duration, now: u64) -> Result<(), Error> {
         let t = &self.table;
-        if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
-            // The rule's own error, without claiming a slot.
-            let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
-            let words = pause::Words {
-                end: &end,
-                shifted: &shifted,
-            };
-            return Ok(t.rule.pause_at(&end, words, 0, now).map(|_| ())?);
+        if let Some(refused) = self.on_a_window(|word, pause| t.rule.pause_at(word, pause, 0, now))
+        {
+            return refused.map(|_| ());
         }
         let fp = self.fingerprint_of(key);
         for _ in 0..8 {
@@ -407,6 +402,23 @@ impl SharedKeyedLimiter {
         Err(Error::Limit(ratebound::Error::TooManyKeys {
             max_keys: t.slots,
         }))
+    }
+
+    /// For a window, `op` (a pause or a resume) on scratch words: the
+    /// rule's own error, without claiming a slot; `None` for a token bucket.
+    fn on_a_window<T>(
+        &self,
+        op: impl FnOnce(&AtomicU64, pause::Words<'_>) -> Result<T, ratebound::Error>,
+    ) -> Option<Result<T, Error>> {
+        if matches!(self.table.algorithm, KeyedAlgorithm::TokenBucket(_)) {
+            return None;
+        }
+        let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
+        let words = pause::Words {
+            end: &end,
+            shifted: &shifted,
+        };
+        Some(op(&end, words).map_err(Error::Limit))
     }
 
     /// Lifts `key`'s pause now; see [`resume_at`](Self::resume_at).
@@ -426,14 +438,8 @@ impl SharedKeyedLimiter {
     /// [`Error::Limit`] with `Unsupported` for a window.
     pub fn resume_at(&self, key: Key<'_>, now: u64) -> Result<Resumed, Error> {
         let t = &self.table;
-        if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
-            // The rule's own error.
-            let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
-            let words = pause::Words {
-                end: &end,
-                shifted: &shifted,
-            };
-            return Ok(t.rule.resume_at(&end, words, now)?);
+        if let Some(refused) = self.on_a_window(|word, pause| t.rule.resume_at(word, pause, now)) {
+            return refused;
         }
         let fp = self.fingerprint_of(key);
         for place in 0..self.window() {
