@@ -27,6 +27,34 @@ fn err(e: impl std::fmt::Display) -> CliError {
     CliError::new(format!("cannot draw the plot: {e}"))
 }
 
+/// A part of a chart's SVG page.
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// A white SVG page into `doc`, 1000 pixels wide: a band `band.0` pixels
+/// high with `title` at `band.1` from its top, then `panels` (at least one)
+/// panels 230 pixels high. Returns the page (to present), the band and the
+/// panels.
+fn page<'a>(
+    doc: &'a mut String,
+    title: &str,
+    band: (u32, i32),
+    panels: usize,
+) -> Result<(Area<'a>, Area<'a>, Vec<Area<'a>>), CliError> {
+    let panels = panels.max(1);
+    let height = u32::try_from(band.0 as usize + 230 * panels).unwrap_or(u32::MAX);
+    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (top, body) = root.split_vertically(band.0);
+    top.draw(&Text::new(
+        title.to_string(),
+        (10, band.1),
+        ("sans-serif", 20).into_font(),
+    ))
+    .map_err(err)?;
+    let areas = body.split_evenly((panels, 1));
+    Ok((root, top, areas))
+}
+
 /// A panel's coordinates: seconds across, a value up.
 type Axes = Cartesian2d<RangedCoordf64, RangedCoordf64>;
 
@@ -36,7 +64,7 @@ type Axes = Cartesian2d<RangedCoordf64, RangedCoordf64>;
 /// the same for the right axis (labels 55 pixels wide). Each axis runs
 /// from 0 to a tenth above its largest value.
 fn panel<'a>(
-    area: &DrawingArea<SVGBackend<'a>, Shift>,
+    area: &Area<'a>,
     caption: String,
     (end, x_desc): (f64, &str),
     (left_width, left_max, left_desc): (u32, f64, &str),
@@ -131,18 +159,7 @@ pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliErro
 
 /// Draws the outcomes as an SVG document into `doc`.
 fn draw_outcomes(doc: &mut String, title: &str, outcomes: &[Outcome]) -> Result<(), CliError> {
-    let panels = outcomes.len().max(1);
-    let height = u32::try_from(40 + 230 * panels).unwrap_or(u32::MAX);
-    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let (top, body) = root.split_vertically(40);
-    top.draw(&Text::new(
-        title.to_string(),
-        (10, 10),
-        ("sans-serif", 20).into_font(),
-    ))
-    .map_err(err)?;
-    let areas = body.split_evenly((panels, 1));
+    let (root, _, areas) = page(doc, title, (40, 10), outcomes.len())?;
     for (area, o) in areas.iter().zip(outcomes) {
         let width_s = o.bin_width as f64 / 1e9;
         let end = width_s * o.bins.len() as f64;
@@ -237,17 +254,7 @@ pub fn server_svg(path: &Path, title: &str, server: &Server, runs: &[Run]) -> Re
 
 /// Draws the server model's runs as an SVG document into `doc`.
 fn draw_runs(doc: &mut String, title: &str, server: &Server, runs: &[Run]) -> Result<(), CliError> {
-    let panels = runs.len().max(1);
-    let height = u32::try_from(62 + 230 * panels).unwrap_or(u32::MAX);
-    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let (top, body) = root.split_vertically(62);
-    top.draw(&Text::new(
-        title.to_string(),
-        (10, 8),
-        ("sans-serif", 20).into_font(),
-    ))
-    .map_err(err)?;
+    let (root, top, areas) = page(doc, title, (62, 8), runs.len())?;
     top.draw(&Text::new(
         "red: latency p99 of the requests arriving then (left axis; light grey: 3x the service \
          time); blue: the limit, grey: requests in flight (right axis)",
@@ -256,7 +263,6 @@ fn draw_runs(doc: &mut String, title: &str, server: &Server, runs: &[Run]) -> Re
     ))
     .map_err(err)?;
     let bound_ms = 3.0 * server.service as f64 / 1e6;
-    let areas = body.split_evenly((panels, 1));
     for (area, r) in areas.iter().zip(runs) {
         let width_s = r.bin_width as f64 / 1e9;
         let end = width_s * r.bins.len() as f64;
