@@ -15,7 +15,7 @@ use resvg::{tiny_skia, usvg};
 
 use crate::CliError;
 use crate::server::{Run, Server};
-use crate::simulate::Outcome;
+use crate::simulate::{Bin, Outcome};
 
 /// The typeface every text of a PNG chart is drawn in (DejaVu Sans 2.37,
 /// unmodified; `fonts/LICENSE-DejaVu`).
@@ -191,41 +191,25 @@ fn draw_outcomes(doc: &mut String, title: &str, outcomes: &[Outcome]) -> Result<
             (55, most, &format!("requests / {:.3} s", width_s)),
             (level_max, "level: tokens or places left (blue)"),
         )?;
-        let at = |i: usize| i as f64 * width_s;
+        // One count of each bin, at the bin's start.
+        let points = |count: fn(&Bin) -> u64| {
+            let bins = o.bins.iter().enumerate();
+            bins.map(move |(i, b)| (i as f64 * width_s, count(b) as f64))
+        };
         chart
             .draw_series(
-                AreaSeries::new(
-                    o.bins
-                        .iter()
-                        .enumerate()
-                        .map(|(i, b)| (at(i), b.admitted as f64)),
-                    0.0,
-                    GREEN.mix(0.35),
-                )
-                .border_style(GREEN),
+                AreaSeries::new(points(|b| b.admitted), 0.0, GREEN.mix(0.35)).border_style(GREEN),
             )
             .map_err(err)?
             .label("admitted")
             .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], GREEN.filled()));
         chart
-            .draw_series(LineSeries::new(
-                o.bins
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| (at(i), b.refused as f64)),
-                RED.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(points(|b| b.refused), RED.stroke_width(2)))
             .map_err(err)?
             .label("refused")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], RED.stroke_width(2)));
         chart
-            .draw_secondary_series(LineSeries::new(
-                o.bins
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| (at(i), b.level as f64)),
-                BLUE,
-            ))
+            .draw_secondary_series(LineSeries::new(points(|b| b.level), BLUE))
             .map_err(err)?
             .label("level")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLUE));

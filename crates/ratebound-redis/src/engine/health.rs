@@ -282,7 +282,10 @@ impl Health {
 mod tests {
     use std::time::Duration;
 
+    use ratebound::ManualClock;
+
     use super::Notice;
+    use crate::Engine;
     use crate::call::{Begin, CallOutcome};
     use crate::config::OnError;
     use crate::decision::Source;
@@ -290,13 +293,20 @@ mod tests {
 
     const REPLY: [i64; 7] = [1, 19, 0, 100_000, 1, 0, 7];
 
+    /// A test engine failing by `policy` whose Redis answered a call on
+    /// `k` `ago` ago.
+    fn answered(policy: OnError, ago: Duration) -> (Engine, ManualClock) {
+        let (e, clock) = engine(policy, 0);
+        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
+        clock.advance(ago);
+        (e, clock)
+    }
+
     #[test]
     fn a_call_that_never_left_the_client_is_busy_not_the_fail_policy() {
         // The test engine fails open and opens its breaker after 2 failures.
-        let (e, clock) = engine(OnError::Open, 0);
         // Redis answers this engine's calls...
-        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
-        clock.advance(Duration::from_millis(20));
+        let (e, _) = answered(OnError::Open, Duration::from_millis(20));
         // ...while others wait in the client's own queue past the deadline.
         for _ in 0..5 {
             let d = e.finish(&call(&e, "k", 1), CallOutcome::Unsent);
@@ -320,11 +330,9 @@ mod tests {
 
     #[test]
     fn a_timeout_while_redis_answers_others_is_the_clients_overload() {
-        let (e, clock) = engine(OnError::Open, 0);
-        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
         // Redis answered 49 ms ago: a call that timed out now waited in
         // the client's own queue.
-        clock.advance(Duration::from_millis(49));
+        let (e, clock) = answered(OnError::Open, Duration::from_millis(49));
         for _ in 0..3 {
             let d = e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
             assert_eq!((d.source(), d.is_allowed()), (Source::Busy, false));
@@ -348,11 +356,9 @@ mod tests {
             (OnError::Closed, "fail_closed"),
             (OnError::Local(5.0), "fail_local"),
         ] {
-            let (e, clock) = engine(policy, 0);
-            e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
             // A deadline (50 ms) with no reply from Redis: a timeout is
             // the server's.
-            clock.advance(Duration::from_millis(50));
+            let (e, _) = answered(policy, Duration::from_millis(50));
             e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
             e.finish(&call(&e, "k", 1), CallOutcome::Failed("connection refused"));
             // Open now: answered by the fail policy without a call.
