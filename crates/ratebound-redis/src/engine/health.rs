@@ -293,6 +293,16 @@ mod tests {
 
     const REPLY: [i64; 7] = [1, 19, 0, 100_000, 1, 0, 7];
 
+    /// A wait for `k` of at most `timeout` whose first step, a call, has
+    /// been handed out.
+    fn calling(e: &Engine, timeout: Duration) -> crate::Acquisition {
+        let mut a = e.acquire(None, b"k", 1, Some(timeout)).unwrap();
+        let crate::Step::Call(_) = e.acquire_step(&mut a).unwrap() else {
+            panic!("a call first")
+        };
+        a
+    }
+
     /// A test engine failing by `policy` whose Redis answered a call on
     /// `k` `ago` ago.
     fn answered(policy: OnError, ago: Duration) -> (Engine, ManualClock) {
@@ -417,12 +427,7 @@ mod tests {
     #[test]
     fn a_wait_refused_by_the_closed_policy_says_redis_is_unavailable() {
         let (e, _) = engine(OnError::Closed, 0);
-        let mut a = e
-            .acquire(None, b"k", 1, Some(Duration::from_secs(30)))
-            .unwrap();
-        let crate::Step::Call(_) = e.acquire_step(&mut a).unwrap() else {
-            panic!("a call first")
-        };
+        let mut a = calling(&e, Duration::from_secs(30));
         e.acquire_reply(&mut a, CallOutcome::Failed("connection refused"));
         let err = e.acquire_step(&mut a).unwrap_err();
         assert_eq!(err.code(), "store_unavailable");
@@ -438,12 +443,7 @@ mod tests {
     #[test]
     fn an_unsent_reservation_asks_again_within_its_deadline() {
         let (e, clock) = engine(OnError::Open, 0);
-        let mut a = e
-            .acquire(None, b"k", 1, Some(Duration::from_millis(10)))
-            .unwrap();
-        let crate::Step::Call(_) = e.acquire_step(&mut a).unwrap() else {
-            panic!("a call first")
-        };
+        let mut a = calling(&e, Duration::from_millis(10));
         // Redis answers others (a reply just now), this one never left.
         e.finish(&call(&e, "other", 1), CallOutcome::Reply(&REPLY));
         e.acquire_reply(&mut a, CallOutcome::Unsent);
