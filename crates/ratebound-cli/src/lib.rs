@@ -60,6 +60,29 @@ impl std::fmt::Display for CliError {
     }
 }
 
+/// `num` (a part of the argument `text`) read as a number, else the error
+/// `{what}: TEXT is not {kind}`.
+pub(crate) fn number(num: &str, text: &str, what: &str, kind: &str) -> Result<f64, CliError> {
+    num.trim()
+        .parse()
+        .map_err(|_| CliError::new(format!("{what}: {} is not {kind}", Shown(text))))
+}
+
+/// `text` split at its first `sep`, else the error `{what}: TEXT is not
+/// {form}` (`form` names the two parts and gives an example).
+///
+/// # Errors
+/// When `text` has no `sep`.
+pub fn split_pair<'a>(
+    text: &'a str,
+    sep: char,
+    what: &str,
+    form: &str,
+) -> Result<(&'a str, &'a str), CliError> {
+    text.split_once(sep)
+        .ok_or_else(|| CliError::new(format!("{what}: {} is not {form}", Shown(text))))
+}
+
 /// A span: `60s`, `1.5s`, `500ms`, `2min`, `1h`, or a number of seconds.
 pub fn parse_duration(text: &str, what: &str) -> Result<u64, CliError> {
     let t = text.trim();
@@ -67,12 +90,7 @@ pub fn parse_duration(text: &str, what: &str) -> Result<u64, CliError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| {
-        CliError::new(format!(
-            "{what}: {} is not a duration (e.g. 60s, 500ms)",
-            Shown(text)
-        ))
-    })?;
+    let value = number(num, text, what, "a duration (e.g. 60s, 500ms)")?;
     let scale = match unit.trim() {
         "" | "s" | "sec" => 1e9,
         "ms" => 1e6,

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use ratebound::Quota;
-use ratebound_cli::{CliError, MAX_SPAN, SECOND, Shown, parse_duration, traffic};
+use ratebound_cli::{CliError, MAX_SPAN, SECOND, Shown, parse_duration, split_pair, traffic};
 
 use simulate::{Algo, Limits};
 

@@ -7,12 +7,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use plotters::chart::DualCoordChartContext;
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use resvg::{tiny_skia, usvg};
 
 use crate::CliError;
 use crate::server::{Run, Server};
-use crate::simulate::Outcome;
+use crate::simulate::{Bin, Outcome};
 
 /// The typeface every text of a PNG chart is drawn in (DejaVu Sans 2.37,
 /// unmodified; `fonts/LICENSE-DejaVu`).
@@ -22,6 +25,72 @@ const FONT_FAMILY: &str = "DejaVu Sans";
 
 fn err(e: impl std::fmt::Display) -> CliError {
     CliError::new(format!("cannot draw the plot: {e}"))
+}
+
+/// A part of a chart's SVG page.
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// A white SVG page into `doc`, 1000 pixels wide: a band `band.0` pixels
+/// high with `title` at `band.1` from its top, then `panels` (at least one)
+/// panels 230 pixels high. Returns the page (to present), the band and the
+/// panels.
+fn page<'a>(
+    doc: &'a mut String,
+    title: &str,
+    band: (u32, i32),
+    panels: usize,
+) -> Result<(Area<'a>, Area<'a>, Vec<Area<'a>>), CliError> {
+    let panels = panels.max(1);
+    let height = u32::try_from(band.0 as usize + 230 * panels).unwrap_or(u32::MAX);
+    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (top, body) = root.split_vertically(band.0);
+    top.draw(&Text::new(
+        title.to_string(),
+        (10, band.1),
+        ("sans-serif", 20).into_font(),
+    ))
+    .map_err(err)?;
+    let areas = body.split_evenly((panels, 1));
+    Ok((root, top, areas))
+}
+
+/// A panel's coordinates: seconds across, a value up.
+type Axes = Cartesian2d<RangedCoordf64, RangedCoordf64>;
+
+/// One panel's chart, its mesh and both axes drawn: `x` is the end of its
+/// time axis and that axis' description; `left` the width of the left
+/// axis' labels in pixels, its largest value and its description; `right`
+/// the same for the right axis (labels 55 pixels wide). Each axis runs
+/// from 0 to a tenth above its largest value.
+fn panel<'a>(
+    area: &Area<'a>,
+    caption: String,
+    (end, x_desc): (f64, &str),
+    (left_width, left_max, left_desc): (u32, f64, &str),
+    (right_max, right_desc): (f64, &str),
+) -> Result<DualCoordChartContext<'a, SVGBackend<'a>, Axes, Axes>, CliError> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(6)
+        .x_label_area_size(28)
+        .y_label_area_size(left_width)
+        .right_y_label_area_size(55)
+        .build_cartesian_2d(0f64..end, 0f64..left_max * 1.1)
+        .map_err(err)?
+        .set_secondary_coord(0f64..end, 0f64..right_max * 1.1);
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(left_desc)
+        .draw()
+        .map_err(err)?;
+    chart
+        .configure_secondary_axes()
+        .y_desc(right_desc)
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
 }
 
 /// What a chart is written as, from the extension of its path.
@@ -90,18 +159,7 @@ pub fn svg(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<(), CliErro
 
 /// Draws the outcomes as an SVG document into `doc`.
 fn draw_outcomes(doc: &mut String, title: &str, outcomes: &[Outcome]) -> Result<(), CliError> {
-    let panels = outcomes.len().max(1);
-    let height = u32::try_from(40 + 230 * panels).unwrap_or(u32::MAX);
-    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let (top, body) = root.split_vertically(40);
-    top.draw(&Text::new(
-        title.to_string(),
-        (10, 10),
-        ("sans-serif", 20).into_font(),
-    ))
-    .map_err(err)?;
-    let areas = body.split_evenly((panels, 1));
+    let (root, _, areas) = page(doc, title, (40, 10), outcomes.len())?;
     for (area, o) in areas.iter().zip(outcomes) {
         let width_s = o.bin_width as f64 / 1e9;
         let end = width_s * o.bins.len() as f64;
@@ -126,61 +184,32 @@ fn draw_outcomes(doc: &mut String, title: &str, outcomes: &[Outcome]) -> Result<
             o.max_in_window,
             o.window
         );
-        let mut chart = ChartBuilder::on(area)
-            .caption(caption, ("sans-serif", 15))
-            .margin(6)
-            .x_label_area_size(28)
-            .y_label_area_size(55)
-            .right_y_label_area_size(55)
-            .build_cartesian_2d(0f64..end, 0f64..most * 1.1)
-            .map_err(err)?
-            .set_secondary_coord(0f64..end, 0f64..level_max * 1.1);
-        chart
-            .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc(format!("requests / {:.3} s", width_s))
-            .draw()
-            .map_err(err)?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("level: tokens or places left (blue)")
-            .draw()
-            .map_err(err)?;
-        let at = |i: usize| i as f64 * width_s;
+        let mut chart = panel(
+            area,
+            caption,
+            (end, "time (s)"),
+            (55, most, &format!("requests / {:.3} s", width_s)),
+            (level_max, "level: tokens or places left (blue)"),
+        )?;
+        // One count of each bin, at the bin's start.
+        let points = |count: fn(&Bin) -> u64| {
+            let bins = o.bins.iter().enumerate();
+            bins.map(move |(i, b)| (i as f64 * width_s, count(b) as f64))
+        };
         chart
             .draw_series(
-                AreaSeries::new(
-                    o.bins
-                        .iter()
-                        .enumerate()
-                        .map(|(i, b)| (at(i), b.admitted as f64)),
-                    0.0,
-                    GREEN.mix(0.35),
-                )
-                .border_style(GREEN),
+                AreaSeries::new(points(|b| b.admitted), 0.0, GREEN.mix(0.35)).border_style(GREEN),
             )
             .map_err(err)?
             .label("admitted")
             .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], GREEN.filled()));
         chart
-            .draw_series(LineSeries::new(
-                o.bins
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| (at(i), b.refused as f64)),
-                RED.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(points(|b| b.refused), RED.stroke_width(2)))
             .map_err(err)?
             .label("refused")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], RED.stroke_width(2)));
         chart
-            .draw_secondary_series(LineSeries::new(
-                o.bins
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| (at(i), b.level as f64)),
-                BLUE,
-            ))
+            .draw_secondary_series(LineSeries::new(points(|b| b.level), BLUE))
             .map_err(err)?
             .label("level")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLUE));
@@ -209,17 +238,7 @@ pub fn server_svg(path: &Path, title: &str, server: &Server, runs: &[Run]) -> Re
 
 /// Draws the server model's runs as an SVG document into `doc`.
 fn draw_runs(doc: &mut String, title: &str, server: &Server, runs: &[Run]) -> Result<(), CliError> {
-    let panels = runs.len().max(1);
-    let height = u32::try_from(62 + 230 * panels).unwrap_or(u32::MAX);
-    let root = SVGBackend::with_string(doc, (1000, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let (top, body) = root.split_vertically(62);
-    top.draw(&Text::new(
-        title.to_string(),
-        (10, 8),
-        ("sans-serif", 20).into_font(),
-    ))
-    .map_err(err)?;
+    let (root, top, areas) = page(doc, title, (62, 8), runs.len())?;
     top.draw(&Text::new(
         "red: latency p99 of the requests arriving then (left axis; light grey: 3x the service \
          time); blue: the limit, grey: requests in flight (right axis)",
@@ -228,7 +247,6 @@ fn draw_runs(doc: &mut String, title: &str, server: &Server, runs: &[Run]) -> Re
     ))
     .map_err(err)?;
     let bound_ms = 3.0 * server.service as f64 / 1e6;
-    let areas = body.split_evenly((panels, 1));
     for (area, r) in areas.iter().zip(runs) {
         let width_s = r.bin_width as f64 / 1e9;
         let end = width_s * r.bins.len() as f64;
@@ -256,26 +274,13 @@ fn draw_runs(doc: &mut String, title: &str, server: &Server, runs: &[Run]) -> Re
             show(r.p50),
             show(r.p99)
         );
-        let mut chart = ChartBuilder::on(area)
-            .caption(caption, ("sans-serif", 15))
-            .margin(6)
-            .x_label_area_size(28)
-            .y_label_area_size(60)
-            .right_y_label_area_size(55)
-            .build_cartesian_2d(0f64..end, 0f64..p99_max * 1.1)
-            .map_err(err)?
-            .set_secondary_coord(0f64..end, 0f64..right_max * 1.1);
-        chart
-            .configure_mesh()
-            .x_desc("arrival time (s)")
-            .y_desc("latency p99 (ms, red)")
-            .draw()
-            .map_err(err)?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("limit (blue), in flight (grey)")
-            .draw()
-            .map_err(err)?;
+        let mut chart = panel(
+            area,
+            caption,
+            (end, "arrival time (s)"),
+            (60, p99_max, "latency p99 (ms, red)"),
+            (right_max, "limit (blue), in flight (grey)"),
+        )?;
         let mid = |i: usize| (i as f64 + 0.5) * width_s;
         chart
             .draw_series(LineSeries::new(

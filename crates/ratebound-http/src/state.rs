@@ -142,25 +142,23 @@ impl<'a> LayerHooks<'a> {
     pub(crate) fn new(shared: &'a LayerState, parts: &'a Parts) -> Self {
         LayerHooks { shared, parts }
     }
+
+    /// Whether the request head satisfies `predicate` (none set: no).
+    #[inline]
+    fn holds(&self, predicate: &Option<Predicate>) -> bool {
+        predicate.as_ref().is_some_and(|f| f(self.parts))
+    }
 }
 
 impl Hooks for LayerHooks<'_> {
     #[inline]
     fn exempt(&mut self) -> bool {
-        self.shared
-            .hooks
-            .exempt
-            .as_ref()
-            .is_some_and(|f| f(self.parts))
+        self.holds(&self.shared.hooks.exempt)
     }
 
     #[inline]
     fn critical(&mut self) -> bool {
-        self.shared
-            .hooks
-            .critical
-            .as_ref()
-            .is_some_and(|f| f(self.parts))
+        self.holds(&self.shared.hooks.critical)
     }
 
     #[inline]

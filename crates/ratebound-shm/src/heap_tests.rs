@@ -4,31 +4,16 @@
 //! which cannot map files (`cargo +nightly miri test -p ratebound-shm
 //! --lib heap_tests`, in ci/miri), and runs as an ordinary test too.
 
-use std::path::PathBuf;
+use ratebound::any::Key;
+use ratebound::{KeyedAlgorithm, Quota};
 
-use ratebound::any::{Fingerprinter, Key};
-use ratebound::fingerprint::Seed;
-use ratebound::{KeyedAlgorithm, Quota, WordRule};
-
-use crate::map::Region;
-use crate::table::{Table, words_for};
-use crate::{Error, SharedKeyedLimiter, SystemClock};
+use crate::{Error, SharedKeyedLimiter};
 
 const S: u64 = 1_000_000_000;
 
 fn keyed(quota: &str, slots: usize) -> SharedKeyedLimiter {
     let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse(quota).unwrap());
-    SharedKeyedLimiter {
-        table: Table {
-            region: Region::heap(words_for(slots).unwrap()),
-            path: PathBuf::from("(heap)"),
-            rule: WordRule::new(algorithm).unwrap(),
-            algorithm,
-            slots,
-            fingerprints: Fingerprinter::with_seed(Seed::from_keys(3, 5)),
-        },
-        clock: SystemClock,
-    }
+    SharedKeyedLimiter::on_heap(algorithm, slots, "(heap)", (3, 5))
 }
 
 #[test]

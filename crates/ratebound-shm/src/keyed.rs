@@ -65,6 +65,31 @@ struct Found {
 }
 
 impl SharedKeyedLimiter {
+    /// A limiter on a table of `slots` words on the heap instead of a file
+    /// (for the heap tests under Miri and the loom models), fingerprints
+    /// keyed by `seed`; `path` only names it.
+    #[cfg(test)]
+    pub(crate) fn on_heap(
+        algorithm: KeyedAlgorithm,
+        slots: usize,
+        path: &str,
+        seed: (u64, u64),
+    ) -> SharedKeyedLimiter {
+        SharedKeyedLimiter {
+            table: Table {
+                region: crate::map::Region::heap(crate::table::words_for(slots).unwrap()),
+                path: path.into(),
+                rule: ratebound::WordRule::new(algorithm).unwrap(),
+                algorithm,
+                slots,
+                fingerprints: ratebound::any::Fingerprinter::with_seed(
+                    ratebound::fingerprint::Seed::from_keys(seed.0, seed.1),
+                ),
+            },
+            clock: SystemClock,
+        }
+    }
+
     /// Opens the keyed limiter at `path` with room for `max_keys` keys
     /// (the table has `2 × max_keys` slots, at least 64), making the file if
     /// there is none.
@@ -129,61 +154,68 @@ impl SharedKeyedLimiter {
     /// empty one (claimed), else the first whose state is fresh (reused).
     fn locate(&self, fp: u64, now: u64) -> Result<Found, Error> {
         let t = &self.table;
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire — pairs with the Release of the exchange
-            // that wrote this fingerprint (the key's claim, or a reuse),
-            // after which that process's view of the slot is ours too.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                if held == fp || self.cancel(slot, fp) {
-                    return Ok(Found { slot, place });
+        let found = self
+            .probe(fp, |slot, held| {
+                if held != EMPTY {
+                    return false;
                 }
-                // Reused for another key just now: go on.
-                continue;
-            }
-            if held == EMPTY {
                 // Ordering: AcqRel/Acquire — Release publishes the claim to
                 // whoever next reads the fingerprint, Acquire as for the load.
+                // Lost to another key: slots never become empty again, so
+                // go on.
                 match t.fingerprint(slot).compare_exchange(
                     EMPTY,
                     fp,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
-                    Ok(_) => return Ok(Found { slot, place }),
-                    Err(now_held) if now_held == fp => return Ok(Found { slot, place }),
-                    // Another key took it: slots never become empty again,
-                    // so go on.
-                    Err(_) => continue,
+                    Ok(_) => true,
+                    Err(now_held) => now_held == fp,
                 }
-            }
-        }
-        // No empty slot left in the window: reuse the first fresh one. Its
-        // old key, if a process is deciding for it right now, notices and
-        // gives back (see `reclaim` and `check_n_at`).
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire, as above.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                if held == fp || self.cancel(slot, fp) {
-                    return Ok(Found { slot, place });
-                }
-                continue;
-            }
-            // Ordering: Acquire — a first look; `reclaim` decides on a
-            // read-modify-write of the state.
-            let state = t.state(slot).load(Ordering::Acquire);
-            if held != EMPTY && t.rule.is_fresh(state, now) && self.reclaim(slot, held, fp, now) {
-                return Ok(Found { slot, place });
-            }
-        }
+            })
+            // No empty slot left in the window: reuse the first fresh one.
+            // Its old key, if a process is deciding for it right now,
+            // notices and gives back (see `reclaim` and `check_n_at`).
+            .or_else(|| {
+                self.probe(fp, |slot, held| {
+                    // Ordering: Acquire — a first look; `reclaim` decides on
+                    // a read-modify-write of the state.
+                    let state = t.state(slot).load(Ordering::Acquire);
+                    held != EMPTY
+                        && t.rule.is_fresh(state, now)
+                        && self.reclaim(slot, held, fp, now)
+                })
+            });
         // The table holds one key per slot: that is its capacity, whatever
         // `max_keys` it was opened with (the slots are twice as many).
-        Err(Error::Limit(ratebound::Error::TooManyKeys {
+        found.ok_or(Error::Limit(ratebound::Error::TooManyKeys {
             max_keys: self.table.slots,
         }))
+    }
+
+    /// One pass over the key's window: the first slot holding the key, or
+    /// the first other slot (`held` its fingerprint) that `take` takes for
+    /// it.
+    #[inline]
+    fn probe(&self, fp: u64, mut take: impl FnMut(usize, u64) -> bool) -> Option<Found> {
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire — pairs with the Release of the exchange
+            // that wrote this fingerprint (the key's claim, or a reuse),
+            // after which that process's view of the slot is ours too.
+            let held = self.table.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                if held == fp || self.cancel(slot, fp) {
+                    return Some(Found { slot, place });
+                }
+                // Reused for another key just now: go on.
+                continue;
+            }
+            if take(slot, held) {
+                return Some(Found { slot, place });
+            }
+        }
+        None
     }
 
     /// Clears the reclaiming bit of `slot` held by `fp`'s key: true if the
@@ -351,14 +383,9 @@ impl SharedKeyedLimiter {
     /// when the key has no slot.
     pub fn pause_at(&self, key: Key<'_>, d: Duration, now: u64) -> Result<(), Error> {
         let t = &self.table;
-        if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
-            // The rule's own error, without claiming a slot.
-            let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
-            let words = pause::Words {
-                end: &end,
-                shifted: &shifted,
-            };
-            return Ok(t.rule.pause_at(&end, words, 0, now).map(|_| ())?);
+        if let Some(refused) = self.on_a_window(|word, pause| t.rule.pause_at(word, pause, 0, now))
+        {
+            return refused.map(|_| ());
         }
         let fp = self.fingerprint_of(key);
         for _ in 0..8 {
@@ -375,6 +402,23 @@ impl SharedKeyedLimiter {
         Err(Error::Limit(ratebound::Error::TooManyKeys {
             max_keys: t.slots,
         }))
+    }
+
+    /// For a window, `op` (a pause or a resume) on scratch words: the
+    /// rule's own error, without claiming a slot; `None` for a token bucket.
+    fn on_a_window<T>(
+        &self,
+        op: impl FnOnce(&AtomicU64, pause::Words<'_>) -> Result<T, ratebound::Error>,
+    ) -> Option<Result<T, Error>> {
+        if matches!(self.table.algorithm, KeyedAlgorithm::TokenBucket(_)) {
+            return None;
+        }
+        let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
+        let words = pause::Words {
+            end: &end,
+            shifted: &shifted,
+        };
+        Some(op(&end, words).map_err(Error::Limit))
     }
 
     /// Lifts `key`'s pause now; see [`resume_at`](Self::resume_at).
@@ -394,14 +438,8 @@ impl SharedKeyedLimiter {
     /// [`Error::Limit`] with `Unsupported` for a window.
     pub fn resume_at(&self, key: Key<'_>, now: u64) -> Result<Resumed, Error> {
         let t = &self.table;
-        if !matches!(t.algorithm, KeyedAlgorithm::TokenBucket(_)) {
-            // The rule's own error.
-            let (end, shifted) = (AtomicU64::new(0), AtomicU64::new(0));
-            let words = pause::Words {
-                end: &end,
-                shifted: &shifted,
-            };
-            return Ok(t.rule.resume_at(&end, words, now)?);
+        if let Some(refused) = self.on_a_window(|word, pause| t.rule.resume_at(word, pause, now)) {
+            return refused;
         }
         let fp = self.fingerprint_of(key);
         for place in 0..self.window() {

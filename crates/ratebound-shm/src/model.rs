@@ -12,18 +12,13 @@
 //! Every limit is one token an hour on a frozen clock: a state is fresh
 //! only until a key is admitted on it.
 
-use std::path::PathBuf;
-
 use loom::sync::Arc;
 use loom::thread;
-use ratebound::any::{Fingerprinter, Key};
-use ratebound::fingerprint::Seed;
-use ratebound::{KeyedAlgorithm, Quota, WordRule};
+use ratebound::any::Key;
+use ratebound::{KeyedAlgorithm, Quota};
 
-use crate::map::Region;
 use crate::sync::Ordering;
-use crate::table::{Table, words_for};
-use crate::{Error, SharedKeyedLimiter, SystemClock};
+use crate::{Error, SharedKeyedLimiter};
 
 /// The frozen time of every model (ns).
 const NOW: u64 = 10_000_000_000;
@@ -41,17 +36,7 @@ enum Seen {
 fn table(held: &[(usize, i128, bool)]) -> SharedKeyedLimiter {
     let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse("1/h burst 1").unwrap());
     let slots = 2;
-    let l = SharedKeyedLimiter {
-        table: Table {
-            region: Region::heap(words_for(slots).unwrap()),
-            path: PathBuf::from("(loom)"),
-            rule: WordRule::new(algorithm).unwrap(),
-            algorithm,
-            slots,
-            fingerprints: Fingerprinter::with_seed(Seed::from_keys(7, 11)),
-        },
-        clock: SystemClock,
-    };
+    let l = SharedKeyedLimiter::on_heap(algorithm, slots, "(loom)", (7, 11));
     for &(slot, key, spent) in held {
         let fp = l.fingerprint_of(Key::Int(key));
         // Ordering: Relaxed — before any thread is spawned.

@@ -132,12 +132,7 @@ fn tune(v: &mut Variant, pair: &str) -> Result<(), CliError> {
 pub fn parse_slowdown(spec: &str) -> Result<Vec<(u64, f64)>, CliError> {
     let mut steps: Vec<(u64, f64)> = Vec::new();
     for step in spec.split(',').map(str::trim) {
-        let (at, factor) = step.split_once(':').ok_or_else(|| {
-            CliError::new(format!(
-                "--slowdown: {} is not TIME:FACTOR, e.g. 4s:2x",
-                Shown(step)
-            ))
-        })?;
+        let (at, factor) = crate::split_pair(step, ':', "--slowdown", "TIME:FACTOR, e.g. 4s:2x")?;
         let at = crate::parse_duration(at, "--slowdown")?;
         let text = factor.trim();
         let f = text
@@ -205,12 +200,12 @@ fn share(text: &str, what: &str) -> Result<f64, CliError> {
 pub fn parse_priorities(spec: &str) -> Result<Mix, CliError> {
     let mut mix = Mix::default();
     for item in spec.split(',').map(str::trim) {
-        let (name, value) = item.split_once('=').ok_or_else(|| {
-            CliError::new(format!(
-                "--priorities: {} is not PRIORITY=SHARE, e.g. background=50%",
-                Shown(item)
-            ))
-        })?;
+        let (name, value) = crate::split_pair(
+            item,
+            '=',
+            "--priorities",
+            "PRIORITY=SHARE, e.g. background=50%",
+        )?;
         let value = share(value, "--priorities")?;
         match name.trim() {
             "critical" => mix.critical = value,

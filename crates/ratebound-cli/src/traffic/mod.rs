@@ -80,12 +80,7 @@ impl Keys {
 /// (`s`, `min`, `h`).
 fn rate_per_second(spec: &str, what: &str) -> Result<f64, CliError> {
     let (num, unit) = spec.split_once('/').unwrap_or((spec, "s"));
-    let n: f64 = num.trim().parse().map_err(|_| {
-        CliError::new(format!(
-            "{what}: {} is not a rate (e.g. 100 or 100/s)",
-            Shown(spec)
-        ))
-    })?;
+    let n = crate::number(num, spec, what, "a rate (e.g. 100 or 100/s)")?;
     let per = match unit.trim() {
         "s" | "sec" | "second" => 1.0,
         "m" | "min" | "minute" => 60.0,

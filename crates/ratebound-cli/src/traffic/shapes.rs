@@ -89,12 +89,7 @@ pub fn shape(spec: &str, args: &ShapeArgs) -> Result<Traffic, CliError> {
         }
         "burst" => {
             needs_arg("burst:N@T, e.g. burst:100@5s")?;
-            let (n, at) = arg.split_once('@').ok_or_else(|| {
-                CliError::new(format!(
-                    "--traffic burst: {} is not N@T, e.g. burst:100@5s",
-                    Shown(arg)
-                ))
-            })?;
+            let (n, at) = crate::split_pair(arg, '@', "--traffic burst", "N@T, e.g. burst:100@5s")?;
             let n: u64 = n.trim().parse().map_err(|_| {
                 CliError::new(format!(
                     "--traffic burst: {} is not a whole number of requests",

@@ -12,6 +12,26 @@ use http::{Request, Response, StatusCode};
 use ratebound::gate::{Admission, Ask, Place};
 use tower_service::Service;
 
+/// The poll of a state that waits: `$variant`'s `waiting`, polled by its
+/// `$poll`; once over (or gone), the state moves on to where the request
+/// goes.
+macro_rules! settle {
+    ($state:ident, $cx:ident, $variant:path, $poll:ident) => {{
+        let $variant { waiting } = $state.as_mut().project() else {
+            return Poll::Ready(());
+        };
+        if let Some(w) = waiting.as_mut() {
+            std::task::ready!(w.$poll($cx));
+        }
+        let next = match waiting.take() {
+            Some(w) => w.finish(),
+            None => State::Ready { response: None },
+        };
+        $state.set(next);
+        Poll::Ready(())
+    }};
+}
+
 #[cfg(feature = "queue")]
 mod queue;
 
@@ -186,18 +206,7 @@ fn poll_remote<S, R, B>(
 where
     S: Service<Request<R>, Response = Response<B>>,
 {
-    let StateProj::Remote { waiting } = state.as_mut().project() else {
-        return Poll::Ready(());
-    };
-    if let Some(w) = waiting.as_mut() {
-        std::task::ready!(w.poll_checks(cx));
-    }
-    let next = match waiting.take() {
-        Some(w) => w.finish(),
-        None => State::Ready { response: None },
-    };
-    state.set(next);
-    Poll::Ready(())
+    settle!(state, cx, StateProj::Remote, poll_checks)
 }
 
 pin_project_lite::pin_project! {

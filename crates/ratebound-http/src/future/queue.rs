@@ -103,16 +103,5 @@ pub(crate) fn poll_queued<S, R, B>(
 where
     S: Service<Request<R>, Response = Response<B>> + Clone,
 {
-    let super::StateProj::Queued { waiting } = state.as_mut().project() else {
-        return Poll::Ready(());
-    };
-    if let Some(w) = waiting.as_mut() {
-        std::task::ready!(w.poll_wait(cx));
-    }
-    let next = match waiting.take() {
-        Some(w) => w.finish(),
-        None => State::Ready { response: None },
-    };
-    state.set(next);
-    Poll::Ready(())
+    settle!(state, cx, super::StateProj::Queued, poll_wait)
 }

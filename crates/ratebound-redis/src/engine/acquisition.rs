@@ -81,7 +81,11 @@ impl Engine {
                 }
                 State::Start | State::RetryAt(_) => {
                     let max_wait = a.max_wait(now);
-                    match self.begin_take(a.scope.as_deref(), &a.key, a.n, max_wait)? {
+                    match self.begin_take(
+                        self.redis_key(a.scope.as_deref(), &a.key),
+                        a.n,
+                        max_wait,
+                    )? {
                         ReserveBegin::Done(r) => self.apply(a, r, None, now),
                         ReserveBegin::Call(call) => {
                             // News heard before the call is sent is of a
@@ -362,6 +366,13 @@ pub(crate) mod tests {
         );
     }
 
+    /// A wait for `key` that Redis has answered as [`granted`] says.
+    pub(crate) fn reserved(e: &Engine, key: &str, now_us: i64, wait_us: i64) -> Acquisition {
+        let mut a = pending(e, key);
+        granted(e, &mut a, now_us, wait_us);
+        a
+    }
+
     pub(crate) fn news(at_us: u64, shift_us: u64, id: u64, key: &str) -> Vec<u8> {
         format!("{at_us}:{shift_us}:{id:016x}:{key}").into_bytes()
     }
@@ -373,8 +384,7 @@ pub(crate) mod tests {
     #[test]
     fn a_pause_heard_while_sleeping_moves_the_wake_up() {
         let (e, clock) = engine();
-        let mut a = pending(&e, "k");
-        granted(&e, &mut a, 1_000_000, 300_000);
+        let mut a = reserved(&e, "k", 1_000_000, 300_000);
         assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
         clock.advance(50 * MS);
         // Another instance paused 600 ms, 50 ms after the reservation.
@@ -411,8 +421,7 @@ pub(crate) mod tests {
     #[test]
     fn a_late_waiter_waits_for_a_pause_that_began_after_its_slot_was_due() {
         let (e, clock) = engine();
-        let mut a = pending(&e, "k");
-        granted(&e, &mut a, 1_000_000, 300_000);
+        let mut a = reserved(&e, "k", 1_000_000, 300_000);
         assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
         // The slot was due at 1 300 000; a pause ran 1 µs later, for 600 ms,
         // and this waiter (woken late) has not gone: it waits for the end
@@ -453,8 +462,7 @@ pub(crate) mod tests {
         // to 700 000 + …): the slot moves to 801 000. P2 ran at 700 000 and
         // moved the slot (801 000 ≥ 700 000) by 200 ms: 1 001 000.
         let (e, _) = engine();
-        let mut a = pending(&e, "k");
-        granted(&e, &mut a, 1_000, 300_000);
+        let mut a = reserved(&e, "k", 1_000, 300_000);
         // P2's news first: alone, it would not move the slot (301 000 <
         // 700 000) — the waiter, late, would wait for its end (900 000).
         assert!(e.hear(&news(700_000, 200_000, 2, "rb:tb:k")));
@@ -463,8 +471,7 @@ pub(crate) mod tests {
         assert_eq!(step(&e, &mut a), Step::Sleep(1000 * MS));
         // The same news heard in the order they ran.
         let (e, _) = engine();
-        let mut a = pending(&e, "k");
-        granted(&e, &mut a, 1_000, 300_000);
+        let mut a = reserved(&e, "k", 1_000, 300_000);
         e.hear(&news(100_000, 500_000, 1, "rb:tb:k"));
         e.hear(&news(700_000, 200_000, 2, "rb:tb:k"));
         assert_eq!(step(&e, &mut a), Step::Sleep(1000 * MS));
@@ -505,8 +512,7 @@ pub(crate) mod tests {
     #[test]
     fn told_directly_the_same_rule_holds() {
         let (e, _) = engine();
-        let mut a = pending(&e, "k");
-        granted(&e, &mut a, 1_000_000, 300_000);
+        let mut a = reserved(&e, "k", 1_000_000, 300_000);
         e.acquire_shift(&mut a, 900_000, 600 * MS); // before the reservation
         assert_eq!(step(&e, &mut a), Step::Sleep(300 * MS));
         e.acquire_shift(&mut a, 1_100_000, 600 * MS);

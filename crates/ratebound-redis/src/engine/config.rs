@@ -152,30 +152,20 @@ impl Config {
         let mut c = Config::new(algorithm);
         let (mut on_error, mut local_rate) = (None, None);
         for &(name, value) in options {
-            let Some(&(snake, camel)) = OPTIONS.iter().find(|(s, c)| *s == name || *c == name)
-            else {
-                return Err(Error::InvalidOption {
-                    name: "option",
-                    value: name.to_string(),
-                    reason: "is not a Redis limiter option",
-                });
+            let (snake, spelt) =
+                ratebound::gate::option_name(&OPTIONS, name, "is not a Redis limiter option")?;
+            let wrong_type = |reason| Error::InvalidOption {
+                name: spelt,
+                value: format!("{value:?}"),
+                reason,
             };
-            let spelt = if name == snake { snake } else { camel };
             let number = || match value {
                 Loose::Number(n) => Ok(n),
-                _ => Err(Error::InvalidOption {
-                    name: spelt,
-                    value: format!("{value:?}"),
-                    reason: "must be a number",
-                }),
+                _ => Err(wrong_type("must be a number")),
             };
             let text = || match value {
                 Loose::Text(t) => Ok(t),
-                _ => Err(Error::InvalidOption {
-                    name: spelt,
-                    value: format!("{value:?}"),
-                    reason: "must be a string",
-                }),
+                _ => Err(wrong_type("must be a string")),
             };
             let out_of_range = |reason| Error::InvalidNumber {
                 name: spelt,
@@ -202,13 +192,7 @@ impl Config {
                 }
                 "batch" => match value {
                     Loose::Bool(b) => c.batch = b,
-                    _ => {
-                        return Err(Error::InvalidOption {
-                            name: spelt,
-                            value: format!("{value:?}"),
-                            reason: "must be a boolean",
-                        });
-                    }
+                    _ => return Err(wrong_type("must be a boolean")),
                 },
                 "breaker_threshold" => {
                     let t = any::whole(spelt, number()?, 1)?;

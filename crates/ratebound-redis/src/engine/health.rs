@@ -282,7 +282,10 @@ impl Health {
 mod tests {
     use std::time::Duration;
 
+    use ratebound::ManualClock;
+
     use super::Notice;
+    use crate::Engine;
     use crate::call::{Begin, CallOutcome};
     use crate::config::OnError;
     use crate::decision::Source;
@@ -290,13 +293,30 @@ mod tests {
 
     const REPLY: [i64; 7] = [1, 19, 0, 100_000, 1, 0, 7];
 
+    /// A wait for `k` of at most `timeout` whose first step, a call, has
+    /// been handed out.
+    fn calling(e: &Engine, timeout: Duration) -> crate::Acquisition {
+        let mut a = e.acquire(None, b"k", 1, Some(timeout)).unwrap();
+        let crate::Step::Call(_) = e.acquire_step(&mut a).unwrap() else {
+            panic!("a call first")
+        };
+        a
+    }
+
+    /// A test engine failing by `policy` whose Redis answered a call on
+    /// `k` `ago` ago.
+    fn answered(policy: OnError, ago: Duration) -> (Engine, ManualClock) {
+        let (e, clock) = engine(policy, 0);
+        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
+        clock.advance(ago);
+        (e, clock)
+    }
+
     #[test]
     fn a_call_that_never_left_the_client_is_busy_not_the_fail_policy() {
         // The test engine fails open and opens its breaker after 2 failures.
-        let (e, clock) = engine(OnError::Open, 0);
         // Redis answers this engine's calls...
-        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
-        clock.advance(Duration::from_millis(20));
+        let (e, _) = answered(OnError::Open, Duration::from_millis(20));
         // ...while others wait in the client's own queue past the deadline.
         for _ in 0..5 {
             let d = e.finish(&call(&e, "k", 1), CallOutcome::Unsent);
@@ -320,11 +340,9 @@ mod tests {
 
     #[test]
     fn a_timeout_while_redis_answers_others_is_the_clients_overload() {
-        let (e, clock) = engine(OnError::Open, 0);
-        e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
         // Redis answered 49 ms ago: a call that timed out now waited in
         // the client's own queue.
-        clock.advance(Duration::from_millis(49));
+        let (e, clock) = answered(OnError::Open, Duration::from_millis(49));
         for _ in 0..3 {
             let d = e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
             assert_eq!((d.source(), d.is_allowed()), (Source::Busy, false));
@@ -348,11 +366,9 @@ mod tests {
             (OnError::Closed, "fail_closed"),
             (OnError::Local(5.0), "fail_local"),
         ] {
-            let (e, clock) = engine(policy, 0);
-            e.finish(&call(&e, "k", 1), CallOutcome::Reply(&REPLY));
             // A deadline (50 ms) with no reply from Redis: a timeout is
             // the server's.
-            clock.advance(Duration::from_millis(50));
+            let (e, _) = answered(policy, Duration::from_millis(50));
             e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
             e.finish(&call(&e, "k", 1), CallOutcome::Failed("connection refused"));
             // Open now: answered by the fail policy without a call.
@@ -411,12 +427,7 @@ mod tests {
     #[test]
     fn a_wait_refused_by_the_closed_policy_says_redis_is_unavailable() {
         let (e, _) = engine(OnError::Closed, 0);
-        let mut a = e
-            .acquire(None, b"k", 1, Some(Duration::from_secs(30)))
-            .unwrap();
-        let crate::Step::Call(_) = e.acquire_step(&mut a).unwrap() else {
-            panic!("a call first")
-        };
+        let mut a = calling(&e, Duration::from_secs(30));
         e.acquire_reply(&mut a, CallOutcome::Failed("connection refused"));
         let err = e.acquire_step(&mut a).unwrap_err();
         assert_eq!(err.code(), "store_unavailable");
@@ -432,12 +443,7 @@ mod tests {
     #[test]
     fn an_unsent_reservation_asks_again_within_its_deadline() {
         let (e, clock) = engine(OnError::Open, 0);
-        let mut a = e
-            .acquire(None, b"k", 1, Some(Duration::from_millis(10)))
-            .unwrap();
-        let crate::Step::Call(_) = e.acquire_step(&mut a).unwrap() else {
-            panic!("a call first")
-        };
+        let mut a = calling(&e, Duration::from_millis(10));
         // Redis answers others (a reply just now), this one never left.
         e.finish(&call(&e, "other", 1), CallOutcome::Reply(&REPLY));
         e.acquire_reply(&mut a, CallOutcome::Unsent);

@@ -522,4 +522,16 @@ impl Engine {
     pub fn algorithm(&self) -> &'static str {
         self.config.algorithm.name()
     }
+
+    /// `Ok` for a token bucket; for a window [`Error::Unsupported`] naming
+    /// `operation` (a window has no slots to reserve, pause or resume).
+    pub(crate) fn bucket_only(&self, operation: &'static str) -> Result<(), Error> {
+        if matches!(self.config.algorithm, Algorithm::TokenBucket(_)) {
+            return Ok(());
+        }
+        Err(Error::Unsupported {
+            operation,
+            algorithm: self.algorithm(),
+        })
+    }
 }

@@ -33,12 +33,7 @@ impl Engine {
         key: &[u8],
         duration: Duration,
     ) -> Result<Call, Error> {
-        if !matches!(self.config.algorithm, Algorithm::TokenBucket(_)) {
-            return Err(Error::Unsupported {
-                operation: "pause",
-                algorithm: self.algorithm(),
-            });
-        }
+        self.bucket_only("pause")?;
         ratebound::any::check_pause(duration)?;
         let for_us = micros(duration);
         Ok(self.call(self.redis_key(scope, key), CallKind::Pause { for_us }, 1))
@@ -82,12 +77,7 @@ impl Engine {
     /// # Errors
     /// [`Error::Unsupported`] for a window.
     pub fn begin_resume(&self, scope: Option<&str>, key: &[u8]) -> Result<Call, Error> {
-        if !matches!(self.config.algorithm, Algorithm::TokenBucket(_)) {
-            return Err(Error::Unsupported {
-                operation: "resume",
-                algorithm: self.algorithm(),
-            });
-        }
+        self.bucket_only("resume")?;
         Ok(self.call(self.redis_key(scope, key), CallKind::Resume, 1))
     }
 
@@ -212,7 +202,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::acquisition::Step;
-    use crate::acquisition::tests::{MS, engine, granted, news, pending, step};
+    use crate::acquisition::tests::{MS, engine, news, reserved, step};
     use crate::algorithm::Algorithm;
     use crate::call::CallOutcome;
     use crate::config::Config;
@@ -224,8 +214,7 @@ mod tests {
     #[test]
     fn an_engine_tells_its_own_waiters_and_knows_its_echo() {
         let (e, clock) = engine();
-        let mut a = pending(&e, "k");
-        granted(&e, &mut a, 1_000_000, 300_000);
+        let mut a = reserved(&e, "k", 1_000_000, 300_000);
         let call = e.begin_pause(None, b"k", 600 * MS).unwrap();
         let paused = e
             .finish_pause(CallOutcome::Reply(&[
@@ -328,8 +317,7 @@ mod tests {
     #[test]
     fn the_table_keeps_the_last_ten_thousand() {
         let (e, clock) = engine();
-        let mut a = pending(&e, "first");
-        granted(&e, &mut a, 1_000, 300_000);
+        let mut a = reserved(&e, "first", 1_000, 300_000);
         assert!(e.hear(&news(2_000, 100_000, 0, "rb:tb:first")));
         for i in 1..=NEWS_KEPT as u64 {
             assert!(e.hear(&news(2_000, 100_000, i, &format!("rb:tb:{}", i % 7))));

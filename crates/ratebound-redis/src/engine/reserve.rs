@@ -105,27 +105,21 @@ impl Engine {
         n: u64,
         max_wait: Duration,
     ) -> Result<ReserveBegin, Error> {
-        if !matches!(self.config.algorithm, Algorithm::TokenBucket(_)) {
-            return Err(Error::Unsupported {
-                operation: "reserve",
-                algorithm: self.algorithm(),
-            });
-        }
-        self.begin_take(scope, key, n, max_wait)
+        self.bucket_only("reserve")?;
+        self.begin_take(self.redis_key(scope, key), n, max_wait)
     }
 
-    /// [`begin_reserve`](Self::begin_reserve), or for a window a check whose
-    /// refusal is [`Reserved::Retry`] after its exact `retry_after`.
+    /// [`begin_reserve`](Self::begin_reserve) on the key `full` (as
+    /// [`redis_key`](Self::redis_key) names it), or for a window a check
+    /// whose refusal is [`Reserved::Retry`] after its exact `retry_after`.
     pub(crate) fn begin_take(
         &self,
-        scope: Option<&str>,
-        key: &[u8],
+        full: Vec<u8>,
         n: u64,
         max_wait: Duration,
     ) -> Result<ReserveBegin, Error> {
         self.capacity_check(n)?;
         let now = self.clock.now();
-        let full = self.redis_key(scope, key);
         if self.config.lease > 0 {
             let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(lease) = leases.get_mut(&full)

@@ -23,7 +23,7 @@ pub use admission::{Admission, Admit, Ask, Hooks, Place, Queued, Queueing};
 pub use merge::{GATE_FIELDS, LIST_FIELDS, is_gate_field, merge_fields};
 pub use options::{
     DEFAULT_MAX_KEYS, DEFAULT_STORE_ERROR_RETRY_AFTER, GateOptions, KeySource, Loose, MissingKey,
-    QuotaHeaders, RefusalBody, store_error_retry_after,
+    QuotaHeaders, RefusalBody, option_name, store_error_retry_after,
 };
 pub use request::{Decisions, Request};
 pub use spec::{

@@ -263,6 +263,38 @@ const OPTIONS: [(&str, &str); 16] = [
     ("store_error_retry_after", "storeErrorRetryAfter"),
 ];
 
+/// The option `name` among `options` (each in Python's and JavaScript's
+/// spelling, `(snake_case, camelCase)`): its `snake_case` name, and its
+/// name as spelt (for errors naming it).
+///
+/// # Errors
+/// [`Error::InvalidOption`] naming `name` when it is none of them; `reason`
+/// says whose options they are (`"is not a middleware option"`).
+///
+/// # Examples
+/// ```
+/// let options = [("max_keys", "maxKeys")];
+/// let found = ratebound::gate::option_name(&options, "maxKeys", "is not an option");
+/// assert_eq!(found?, ("max_keys", "maxKeys"));
+/// let err = ratebound::gate::option_name(&options, "max", "is not an option").unwrap_err();
+/// assert_eq!(err.to_string(), "invalid option \"max\": is not an option");
+/// # Ok::<(), ratebound::Error>(())
+/// ```
+pub fn option_name(
+    options: &[(&'static str, &'static str)],
+    name: &str,
+    reason: &'static str,
+) -> Result<(&'static str, &'static str), Error> {
+    match options.iter().find(|(s, c)| *s == name || *c == name) {
+        Some(&(snake, camel)) => Ok((snake, if name == snake { snake } else { camel })),
+        None => Err(Error::InvalidOption {
+            name: "option",
+            value: name.to_string(),
+            reason,
+        }),
+    }
+}
+
 pub(super) fn loose_text(value: Loose<'_>) -> String {
     match value {
         Loose::Text(t) => t.to_string(),
@@ -327,14 +359,7 @@ impl GateOptions {
     /// # Ok::<(), ratebound::Error>(())
     /// ```
     pub fn set(&mut self, name: &str, value: Loose<'_>) -> Result<(), Error> {
-        let Some(&(snake, camel)) = OPTIONS.iter().find(|(s, c)| *s == name || *c == name) else {
-            return Err(Error::InvalidOption {
-                name: "option",
-                value: name.to_string(),
-                reason: "is not a middleware option",
-            });
-        };
-        let spelt = if name == snake { snake } else { camel };
+        let (snake, spelt) = option_name(&OPTIONS, name, "is not a middleware option")?;
         let wrong = |reason| Error::InvalidOption {
             name: spelt,
             value: loose_text(value),

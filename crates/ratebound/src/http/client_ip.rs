@@ -288,21 +288,20 @@ pub fn client_ip<H: Headers + ?Sized>(
             }
             entry(&combined).and_then(parse_hop).unwrap_or(peer)
         }
-        Forwarding::XForwardedFor => walk(
-            peer,
-            combined
-                .rsplit(|b| *b == b',')
-                .map(|e| entry(e).and_then(parse_hop)),
-            trusted,
-        ),
-        Forwarding::Forwarded => walk(
-            peer,
-            combined
-                .rsplit(|b| *b == b',')
-                .map(|e| entry(e).and_then(forwarded_for)),
-            trusted,
-        ),
+        Forwarding::XForwardedFor => walk(peer, hops(&combined, parse_hop), trusted),
+        Forwarding::Forwarded => walk(peer, hops(&combined, forwarded_for), trusted),
     }
+}
+
+/// The entries of the comma-separated `combined` lines, nearest (last)
+/// first, each read by `parse` (`None`: not text, or no address).
+fn hops<'a>(
+    combined: &'a [u8],
+    parse: impl Fn(&str) -> Option<IpAddr> + 'a,
+) -> impl Iterator<Item = Option<IpAddr>> + 'a {
+    combined
+        .rsplit(|b| *b == b',')
+        .map(move |e| std::str::from_utf8(e).ok().and_then(&parse))
 }
 
 /// Walks `hops` (nearest first) from `peer` as `trusted` allows.
