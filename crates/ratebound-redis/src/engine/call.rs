@@ -192,21 +192,6 @@ pub enum CallOutcome<'a> {
     Unsent,
 }
 
-/// A pattern: every [`CallOutcome`], for the last arm of a `finish`, after
-/// the arms that took the well-formed replies and the client's own
-/// overload — what is left is a failure like any other (a reply of another
-/// shape is a server not running our script).
-macro_rules! failed_call {
-    () => {
-        CallOutcome::Reply(_)
-            | CallOutcome::Malformed
-            | CallOutcome::Timeout
-            | CallOutcome::Unsent
-            | CallOutcome::Failed(_)
-    };
-}
-pub(crate) use failed_call;
-
 impl<'a> CallOutcome<'a> {
     /// What a driver reports, read in one order for every binding:
     /// `timed_out` first (no reply within the deadline), then an `error`

@@ -29,7 +29,7 @@ use ratebound::{Clock, Error, KeyedAlgorithm, KeyedLimiter, Overflow, Quota};
 
 use crate::algorithm::Algorithm;
 use crate::breaker::Breaker;
-use crate::call::{Begin, Call, CallKind, CallOutcome, failed_call, well_formed};
+use crate::call::{Begin, Call, CallKind, CallOutcome, well_formed};
 use crate::config::{Config, OnError};
 use crate::decision::{RedisDecision, Source};
 use crate::health::{Health, Notice, Stats};
@@ -429,11 +429,12 @@ impl Engine {
             CallOutcome::Reply(r) if well_formed(r) => r,
             // The client's own overload, not Redis'.
             _ if self.overloaded(&outcome, now) => return self.unsent(now),
-            // A reply of another shape is a server that is not running our
-            // script: a failure like any other. (The scripts reply
-            // well-formed for every state a key can hold — beyond the limit,
-            // damaged — so no data in Redis lands here.)
-            failed_call!() => {
+            // What is left is Redis' failure (the client's own overload was
+            // taken above): a timeout, an error, a reply of another shape —
+            // a server that is not running our script. (The scripts reply
+            // well-formed for every state a key can hold — beyond the
+            // limit, damaged — so no data in Redis lands here.)
+            _ => {
                 self.failed(&outcome, now);
                 return self.fail(&call.key, call.n, now);
             }

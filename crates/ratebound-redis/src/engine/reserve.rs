@@ -9,7 +9,7 @@ use std::time::Duration;
 use ratebound::{Clock, Error};
 
 use crate::algorithm::Algorithm;
-use crate::call::{Call, CallKind, CallOutcome, failed_call, well_formed};
+use crate::call::{Call, CallKind, CallOutcome, well_formed};
 use crate::decision::Source;
 use crate::engine::Engine;
 
@@ -170,7 +170,9 @@ impl Engine {
                     source: d.source(),
                 };
             }
-            failed_call!() => {
+            // What is left is Redis' failure: a timeout, an error, a reply
+            // of another shape.
+            _ => {
                 self.failed(&outcome, now);
                 return self.fail_reserve(&call.key, call.n, now, max_wait);
             }
