@@ -24,9 +24,11 @@ const { clock } = require('./redis_raw.js')
 
 // Called once by redis_driver.js with the addon and redisRaw's answer.
 module.exports = function redisFlight(native, raw) {
-  const { redisHeard, redisTurnsOpen, redisTurnsFlush, redisTurnsStamp, redisTurnsSweep, redisTurnsStats, redisIsNoScript } = native
-  const { S, rawFinishBatch, rawEnter, rawSettle, rawLanded, TURNS, IDS, OUT, STRIDE, REPLIED, TIMED_OUT, FAILED, MALFORMED, UNSENT, RAW, putReply, answerOf } = raw
-  const { one: ONE, many: MANY, unsent: OUT_UNSENT, timedOut: OUT_TIMED_OUT, ticketAt: TICKET } = TURNS
+  const { redisHeard, redisTurnsOpen, redisTurnsStats, redisIsNoScript } = native
+  const { S, rawFinishBatch, rawEnter, rawSettle, rawLanded, rawStamp, rawFlush, rawSweep, TURNS } = raw
+  const { IDS, OUT, STRIDE, REPLIED, TIMED_OUT, FAILED, MALFORMED, UNSENT, RAW, putReply, answerOf } = raw
+  const { one: ONE, many: MANY, unsent: OUT_UNSENT, timedOut: OUT_TIMED_OUT } = TURNS
+  const { ticketAt: TICKET, asksAt: ASKS, timerAt: TIMER, planAt: PLAN } = TURNS
   const { goNow: GO_NOW, goUnsent: GO_UNSENT, askFlush: ASK_FLUSH, askStamp: ASK_STAMP } = TURNS
 
   // The callers and sends of one Driver. What a Driver gives it:
@@ -87,13 +89,14 @@ module.exports = function redisFlight(native, raw) {
     }
 
     #flush = () => {
-      const out = redisTurnsFlush(this.#h, clock.now())
-      this.#run(out, out.length - 1, null)
-      this.#ask(out[out.length - 1])
+      const plan = rawFlush(this.#h, clock.now())
+      const asks = S[ASKS]
+      this.#run(plan, null)
+      this.#ask(asks)
     }
 
     #stamp = () => {
-      const ms = redisTurnsStamp(this.#h, clock.now())
+      const ms = rawStamp(this.#h, clock.now())
       if (ms >= 0) this.#arm(ms)
     }
 
@@ -111,18 +114,25 @@ module.exports = function redisFlight(native, raw) {
 
     #sweep = () => {
       const bad = this._misconfiguredNow()
-      const out = redisTurnsSweep(this.#h, clock.now(), bad !== null)
-      const n = out.length
-      this.#run(out, n - 2, bad)
-      if (out[n - 2] >= 0) this.#arm(out[n - 2])
-      this.#ask(out[n - 1])
+      const plan = rawSweep(this.#h, clock.now(), bad !== null ? 1 : 0)
+      const timer = S[TIMER]
+      const asks = S[ASKS]
+      this.#run(plan, bad)
+      if (timer >= 0) this.#arm(timer)
+      this.#ask(asks)
     }
 
-    // Does what the turns handed back in `out` (up to `end`); `bad`: the
-    // client's typed error for a late call, if it said it is misconfigured.
-    #run(out, end, bad) {
+    // Does what the turns handed back: `plan` numbers at PLAN in `S`, or
+    // an array of them (a plan too long for `S`); `bad`: the client's
+    // typed error for a late call, if it said it is misconfigured. Nothing
+    // it calls writes at PLAN.
+    #run(plan, bad) {
+      const inS = typeof plan === 'number'
+      const out = inS ? S : plan
+      const end = inS ? PLAN + plan : plan.length
       const calls = this.#calls
-      for (let i = 0; i < end; ) {
+      const from = inS ? PLAN : 0
+      for (let i = from; i < end; ) {
         const code = out[i]
         if (code === MANY) {
           const n = out[i + 1]

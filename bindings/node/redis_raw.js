@@ -34,6 +34,9 @@ module.exports = function redisRaw(native) {
   const rawEnter = R.enter
   const rawSettle = R.settle
   const rawLanded = R.landed
+  const rawStamp = R.stamp
+  const rawFlush = R.flush
+  const rawSweep = R.sweep
   // The codes of the turns (src/redis/turns.rs), by name.
   const TURNS = R.turns
   const ANSWER = R.answerAt
@@ -173,6 +176,9 @@ module.exports = function redisRaw(native) {
     rawEnter,
     rawSettle,
     rawLanded,
+    rawStamp,
+    rawFlush,
+    rawSweep,
     TURNS,
     ANSWER,
     IDS,

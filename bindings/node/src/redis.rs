@@ -26,10 +26,7 @@ pub use raw::{
     bind_redis_path, redis_call_script, redis_drop, redis_heard, redis_keep, redis_misconfigured,
     redis_template, redis_use_slots,
 };
-pub use turns::{
-    redis_is_no_script, redis_turns_flush, redis_turns_open, redis_turns_stamp, redis_turns_stats,
-    redis_turns_sweep,
-};
+pub use turns::{redis_is_no_script, redis_turns_open, redis_turns_stats};
 
 use std::sync::Arc;
 

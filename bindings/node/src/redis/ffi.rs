@@ -7,7 +7,8 @@
 //! - [`ANSWER`]: an answer, [`STRIDE`] numbers (see `raw`);
 //! - [`IDS`]: a batch's call numbers (-1: a member answered already);
 //! - [`REPLY`]: the numbers of a reply (a batch's: 7 per call);
-//! - [`OUT`]: a batch's answers, [`STRIDE`] numbers each.
+//! - [`OUT`]: a batch's answers, [`STRIDE`] numbers each;
+//! - [`PLAN`]: what the turns' `flush` and `sweep` hand back (see `turns`).
 
 #![allow(unsafe_code)]
 
@@ -23,6 +24,10 @@ use crate::fast::KeyError;
 
 /// Where `enter` puts a call's ticket (see `turns`).
 pub const TICKET: usize = call_slot::LEN;
+/// Where the turns' steps put what they ask for next.
+pub const ASKS: usize = TICKET + 1;
+/// Where `sweep` puts when to look again (ms; -1: never).
+pub const TIMER: usize = ASKS + 1;
 /// Where an answer starts in the shared array.
 pub const ANSWER: usize = 8;
 /// The numbers of one answer.
@@ -33,8 +38,12 @@ pub const IDS: usize = ANSWER + STRIDE + 2;
 pub const REPLY: usize = IDS + BatchCall::MAX;
 /// Where a batch's answers start.
 pub const OUT: usize = REPLY + 7 * BatchCall::MAX;
+/// Where `flush` and `sweep` write what to do (see `turns`).
+pub const PLAN: usize = OUT + STRIDE * BatchCall::MAX;
+/// The room there: a turn's sends (at most 256 calls in flight) and more.
+pub const PLAN_LEN: usize = 1024;
 /// The shared array's length.
-pub const LEN: usize = OUT + STRIDE * BatchCall::MAX;
+pub const LEN: usize = PLAN + PLAN_LEN;
 
 /// What a step publishes at the array's head, by place: what it gave,
 /// and for a call to run its number, template, join class and hash slot.
@@ -110,7 +119,7 @@ const fn named_once(slots: &[(&str, usize)], len: usize) -> bool {
     }
     true
 }
-const _: () = assert!(named_once(&CALL_SLOTS, call_slot::LEN) && TICKET < ANSWER);
+const _: () = assert!(named_once(&CALL_SLOTS, call_slot::LEN) && TIMER < ANSWER);
 const _: () = assert!(named_once(&DECISION_SLOTS, STRIDE));
 const _: () = assert!(named_once(&RESERVED_SLOTS, STRIDE));
 
@@ -207,6 +216,13 @@ pub unsafe fn undefined(env: sys::napi_env) -> sys::napi_value {
     let mut out = ptr::null_mut();
     // SAFETY: live env.
     unsafe { sys::napi_get_undefined(env, &mut out) };
+    out
+}
+
+pub unsafe fn double(env: sys::napi_env, x: f64) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: live env.
+    unsafe { sys::napi_create_double(env, x, &mut out) };
     out
 }
 

@@ -436,7 +436,8 @@ unsafe extern "C" fn raw_acquire_forget(
 
 /// The shared array of this thread and the raw entry points (internal):
 /// `{ scratch, begin, beginReserve, acquire, acquireStep, acquireAbandon,
-/// acquireForget, finish, finishBatch, enter, settle, landed, turns, sources, answerAt, idsAt, replyAt,
+/// acquireForget, finish, finishBatch, enter, settle, landed, stamp, flush,
+/// sweep, turns, sources, answerAt, idsAt, replyAt,
 /// outAt, stride, maxBatch, steps }`. Every copy of `redis.js` loaded in
 /// one thread gets the same array.
 #[napi(skip_typescript)]
@@ -446,7 +447,7 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
         bound: &BOUND,
         scratch: &SCRATCH,
     };
-    let fns: [(&std::ffi::CStr, sys::napi_callback); 11] = [
+    let fns: [(&std::ffi::CStr, sys::napi_callback); 14] = [
         (c"begin", Some(raw_begin)),
         (c"beginReserve", Some(raw_begin_reserve)),
         (c"acquire", Some(raw_acquire)),
@@ -458,6 +459,9 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
         (c"enter", Some(super::turns::raw_enter)),
         (c"settle", Some(super::turns::raw_settle)),
         (c"landed", Some(super::turns::raw_landed)),
+        (c"stamp", Some(super::turns::raw_stamp)),
+        (c"flush", Some(super::turns::raw_flush)),
+        (c"sweep", Some(super::turns::raw_sweep)),
     ];
     // SAFETY: `env` is the live env of this call.
     let mut exports = unsafe { crate::fast::bind_raw(env, &SHARED, &fns)? };

@@ -4,11 +4,13 @@
 //! of the native table. JavaScript holds its callers by ticket, the
 //! sockets and the one timer, and does what `Turns` hands back.
 //!
-//! The per-call steps are raw callbacks (`enter`, `settle`, `landed`, in
-//! `bindRedisPath`); the per-turn ones (`flush`, `stamp`, `sweep`) are
-//! napi functions that return their [`Out`]s as a `Float64Array`:
-//! `[code, ticket]` each, a batch `[MANY, n, ticket × n]`, then the
-//! trailing numbers each names.
+//! Every step is a raw callback (in `bindRedisPath`: `enter`, `settle`,
+//! `landed`, `stamp`, `flush`, `sweep`). `flush` and `sweep` write their
+//! [`Out`]s at `PLAN` in the shared array — `[code, ticket]` each, a batch
+//! `[MANY, n, ticket × n]` — and return how many numbers they wrote (a
+//! plan longer than the room there, a flood of calls unsent at once, comes
+//! back as an array instead); what they ask for next is at `ASKS`, the
+//! sweep's next look at `TIMER` (ms; -1: none).
 
 #![allow(unsafe_code)]
 
@@ -19,7 +21,9 @@ use napi::sys;
 use napi_derive::napi;
 use ratebound_redis::plan::{Asks, Entry, Go, Out, TurnTuning, Turns};
 
-use super::ffi::{TICKET, args, int, no_engine, number, put, uint};
+use super::ffi::{
+    ASKS, PLAN, PLAN_LEN, TICKET, TIMER, args, double, int, no_engine, number, put, uint,
+};
 use super::table::ENGINES;
 use crate::error;
 
@@ -49,6 +53,9 @@ pub fn codes() -> std::collections::HashMap<&'static str, f64> {
         ("askFlush", f64::from(Asks::FLUSH)),
         ("askStamp", f64::from(Asks::STAMP)),
         ("ticketAt", TICKET as f64),
+        ("asksAt", ASKS as f64),
+        ("timerAt", TIMER as f64),
+        ("planAt", PLAN as f64),
     ]
     .into_iter()
     .collect()
@@ -109,42 +116,6 @@ fn push_outs(out: &[Out], to: &mut Vec<f64>) {
             Out::Late(t) => to.extend([OUT_LATE, f64::from(*t)]),
         }
     }
-}
-
-/// The end of a turn (internal): what goes out, then the asks.
-#[napi(skip_typescript)]
-pub fn redis_turns_flush(env: Env, handle: u32, now_ms: f64) -> Result<Float64Array> {
-    let (out, asks) = with_turns(handle, |t| t.flush(instant(now_ms))).ok_or_else(|| gone(&env))?;
-    let mut flat = Vec::with_capacity(out.len() * 2 + 1);
-    push_outs(&out, &mut flat);
-    flat.push(f64::from(asks.0));
-    Ok(Float64Array::new(flat))
-}
-
-/// The client wrote this turn's commands (internal): the timer to arm, in
-/// ms, or -1.
-#[napi(skip_typescript)]
-pub fn redis_turns_stamp(env: Env, handle: u32, now_ms: f64) -> Result<f64> {
-    let timer = with_turns(handle, |t| t.stamp(instant(now_ms))).ok_or_else(|| gone(&env))?;
-    Ok(timer.map_or(-1.0, millis))
-}
-
-/// The timer fired (internal): the calls late or timed out, then the
-/// timer to arm (ms, or -1), then the asks.
-#[napi(skip_typescript)]
-pub fn redis_turns_sweep(
-    env: Env,
-    handle: u32,
-    now_ms: f64,
-    misconfigured: bool,
-) -> Result<Float64Array> {
-    let (out, timer, asks) = with_turns(handle, |t| t.sweep(instant(now_ms), misconfigured))
-        .ok_or_else(|| gone(&env))?;
-    let mut flat = Vec::with_capacity(out.len() * 2 + 2);
-    push_outs(&out, &mut flat);
-    flat.push(timer.map_or(-1.0, millis));
-    flat.push(f64::from(asks.0));
-    Ok(Float64Array::new(flat))
 }
 
 /// Engine `handle`'s turns' counters (internal): `[calls, timeouts,
@@ -232,5 +203,88 @@ pub unsafe extern "C" fn raw_landed(
         })
         .unwrap_or_default();
         int(env, i32::from(asks.0))
+    }
+}
+
+/// Hands `out` to JavaScript: at `PLAN` (their count returned), or as an
+/// array when they do not fit there.
+unsafe fn hand(env: sys::napi_env, out: &[Out]) -> sys::napi_value {
+    let mut flat = Vec::with_capacity(out.len() * 2);
+    push_outs(out, &mut flat);
+    // SAFETY: live env (the caller's contract).
+    unsafe {
+        if flat.len() <= PLAN_LEN {
+            put(PLAN, &flat);
+            return int(env, flat.len() as i32);
+        }
+        let mut array = std::ptr::null_mut();
+        sys::napi_create_array_with_length(env, flat.len(), &mut array);
+        for (i, x) in flat.iter().enumerate() {
+            sys::napi_set_element(env, array, i as u32, double(env, *x));
+        }
+        array
+    }
+}
+
+/// `flush(handle, nowMs) -> count | array`: the end of a turn — what goes
+/// out (see the module's docs); the asks at `ASKS`.
+pub unsafe extern "C" fn raw_flush(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, now] = args::<2>(env, info);
+        let h = uint(env, h);
+        let now = instant(number(env, now).unwrap_or(0.0));
+        match with_turns(h, |t| t.flush(now)) {
+            Some((out, asks)) => {
+                put(ASKS, &[f64::from(asks.0)]);
+                hand(env, &out)
+            }
+            None => no_engine(env),
+        }
+    }
+}
+
+/// `stamp(handle, nowMs) -> ms`: the client wrote this turn's commands;
+/// the timer to arm (ms), or -1.
+pub unsafe extern "C" fn raw_stamp(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, now] = args::<2>(env, info);
+        let h = uint(env, h);
+        let now = instant(number(env, now).unwrap_or(0.0));
+        match with_turns(h, |t| t.stamp(now)) {
+            Some(timer) => double(env, timer.map_or(-1.0, millis)),
+            None => no_engine(env),
+        }
+    }
+}
+
+/// `sweep(handle, nowMs, misconfigured) -> count | array`: the timer
+/// fired — the calls late or timed out; the next look at `TIMER`, the
+/// asks at `ASKS`.
+pub unsafe extern "C" fn raw_sweep(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by N-API with live handles.
+    unsafe {
+        let [h, now, bad] = args::<3>(env, info);
+        let h = uint(env, h);
+        let now = instant(number(env, now).unwrap_or(0.0));
+        let bad = number(env, bad).unwrap_or(0.0) != 0.0;
+        match with_turns(h, |t| t.sweep(now, bad)) {
+            Some((out, timer, asks)) => {
+                put(ASKS, &[f64::from(asks.0)]);
+                put(TIMER, &[timer.map_or(-1.0, millis)]);
+                hand(env, &out)
+            }
+            None => no_engine(env),
+        }
     }
 }
