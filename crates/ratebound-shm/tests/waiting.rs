@@ -6,7 +6,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use common::bucket;
@@ -30,15 +30,7 @@ fn window(limit: u64, ms: u64) -> KeyedAlgorithm {
 
 /// This binary again, running only `test`, as a worker with `env`.
 fn spawn(test: &str, env: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("RB_SHM_WAIT_ROLE", "worker")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawn a worker process")
+    common::spawn("RB_SHM_WAIT_ROLE", test, env)
 }
 
 /// A fresh directory `name` and a table `file` in it of `alg`, for a test
