@@ -120,40 +120,25 @@ fn wrong_files_are_clear_errors() {
         std::fs::write(&path, b).expect("write");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     };
-    let mut bad = bytes.clone();
-    bad[..8].copy_from_slice(b"GARBAGE!");
-    write(&bad);
-    let e = expect_err(
-        SharedLimiter::open(&path, bucket("10/s burst 10")),
-        "bad magic",
-    );
-    assert!(
-        matches!(e, Error::Corrupt { .. }) && e.to_string().contains("magic"),
-        "{e}"
-    );
-    let mut bad = bytes.clone();
-    bad[8..16].copy_from_slice(&3u64.to_le_bytes());
-    write(&bad);
-    let e = expect_err(
-        SharedLimiter::open(&path, bucket("10/s burst 10")),
-        "version 3",
-    );
-    assert!(e.to_string().contains("layout version 3"), "{e}");
-    write(&bytes[..bytes.len() - 8]);
-    let e = expect_err(
-        SharedLimiter::open(&path, bucket("10/s burst 10")),
-        "truncated",
-    );
-    assert!(
-        matches!(e, Error::Corrupt { .. }) && e.to_string().contains("truncated"),
-        "{e}"
-    );
-    write(&bytes[..20]);
-    let e = expect_err(
-        SharedLimiter::open(&path, bucket("10/s burst 10")),
-        "header cut",
-    );
-    assert!(e.to_string().contains("shorter than the header"), "{e}");
+    let mut magic = bytes.clone();
+    magic[..8].copy_from_slice(b"GARBAGE!");
+    let mut version = bytes.clone();
+    version[8..16].copy_from_slice(&3u64.to_le_bytes());
+    // (the file, what it is, what the error says, whether it is `Corrupt`)
+    for (file, what, says, corrupt) in [
+        (&magic[..], "bad magic", "magic", true),
+        (&version[..], "version 3", "layout version 3", false),
+        (&bytes[..bytes.len() - 8], "truncated", "truncated", true),
+        (&bytes[..20], "header cut", "shorter than the header", false),
+    ] {
+        write(file);
+        let e = expect_err(SharedLimiter::open(&path, bucket("10/s burst 10")), what);
+        assert!(e.to_string().contains(says), "{what}: {e}");
+        assert!(
+            !corrupt || matches!(e, Error::Corrupt { .. }),
+            "{what}: {e}"
+        );
+    }
     write(&bytes);
     SharedLimiter::open(&path, bucket("10/s burst 10")).expect("whole again");
 

@@ -44,6 +44,20 @@ fn ready(child: &mut Child, readers: &mut Vec<BufReader<std::process::ChildStdou
     readers.push(out);
 }
 
+/// A worker's environment: the table at `path` of `quota`, and `more`.
+fn worker_env(
+    path: &std::path::Path,
+    quota: &str,
+    more: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("RB_SHM_PATH", path.display().to_string()),
+        ("RB_SHM_QUOTA", quota.to_string()),
+    ];
+    env.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
+    env
+}
+
 /// Four workers of the test `test` at once, with `env`: what they
 /// admitted together.
 fn four_workers(test: &str, env: &[(&str, String)]) -> u64 {
@@ -175,14 +189,8 @@ fn four_processes_share_one_burst_exactly() {
         return;
     };
     // One token an hour: nothing refills during the test.
-    let env = |iter: &str| {
-        vec![
-            ("RB_SHM_PATH", path.display().to_string()),
-            ("RB_SHM_QUOTA", "1/h burst 1000".to_string()),
-            ("RB_SHM_ITER", iter.to_string()),
-        ]
-    };
-    let total = four_workers("four_processes_share_one_burst_exactly", &env("20000"));
+    let env = worker_env(&path, "1/h burst 1000", &[("RB_SHM_ITER", "20000")]);
+    let total = four_workers("four_processes_share_one_burst_exactly", &env);
     assert_eq!(
         total, 1000,
         "four processes together admit exactly the burst"
@@ -199,11 +207,7 @@ fn on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed() {
     let Some((_, path)) = parent_table("rate", "rate.limit") else {
         return;
     };
-    let env = vec![
-        ("RB_SHM_PATH", path.display().to_string()),
-        ("RB_SHM_QUOTA", "2000/s burst 50".to_string()),
-        ("RB_SHM_MILLIS", "300".to_string()),
-    ];
+    let env = worker_env(&path, "2000/s burst 50", &[("RB_SHM_MILLIS", "300")]);
     let start = Instant::now();
     let total = four_workers(
         "on_the_real_clock_processes_stay_within_burst_plus_rate_times_elapsed",
@@ -224,12 +228,11 @@ fn keyed_processes_share_each_keys_burst() {
     let Some((_, path)) = parent_table("keyed", "keyed.limit") else {
         return;
     };
-    let env = vec![
-        ("RB_SHM_PATH", path.display().to_string()),
-        ("RB_SHM_QUOTA", "1/h burst 10".to_string()),
-        ("RB_SHM_KEYS", "50".to_string()),
-        ("RB_SHM_ITER", "5000".to_string()),
-    ];
+    let env = worker_env(
+        &path,
+        "1/h burst 10",
+        &[("RB_SHM_KEYS", "50"), ("RB_SHM_ITER", "5000")],
+    );
     let total = four_workers("keyed_processes_share_each_keys_burst", &env);
     assert_eq!(total, 50 * 10);
     let l = SharedKeyedLimiter::open(&path, bucket("1/h burst 10"), 1000).expect("open");
@@ -254,18 +257,19 @@ fn kill_dash_nine_during_a_run_leaves_a_consistent_table() {
     let quota = "1/h burst 1";
     let keys = 100_000u64;
     let env = |n: usize| {
-        vec![
-            ("RB_SHM_PATH", path.display().to_string()),
-            ("RB_SHM_QUOTA", quota.to_string()),
-            ("RB_SHM_KEYS", keys.to_string()),
-            ("RB_SHM_MAX", keys.to_string()),
-            ("RB_SHM_ITER", keys.to_string()),
-            (
-                "RB_SHM_LOG",
-                d.join(format!("log-{n}")).display().to_string(),
-            ),
-            ("RB_SHM_MILLIS", "3000".to_string()),
-        ]
+        let (keys, log) = (keys.to_string(), d.join(format!("log-{n}")));
+        let log = log.display().to_string();
+        worker_env(
+            &path,
+            quota,
+            &[
+                ("RB_SHM_KEYS", &keys),
+                ("RB_SHM_MAX", &keys),
+                ("RB_SHM_ITER", &keys),
+                ("RB_SHM_LOG", &log),
+                ("RB_SHM_MILLIS", "3000"),
+            ],
+        )
     };
     let mut next = 0;
     let mut readers = Vec::new();

@@ -44,6 +44,11 @@ fn keyless_rejected_with_a_global_remote() -> GateOptions {
     }
 }
 
+/// True if `verdict` sets the header `name` to `value`.
+fn has(verdict: &ratebound::gate::Verdict<'_>, name: &str, value: &str) -> bool {
+    verdict.headers().contains(&(name, value.to_string()))
+}
+
 fn gate(options: GateOptions, clock: AnyClock) -> Gate {
     Gate::new(vec![bucket("per-key", "1/s burst 2")], options, clock).unwrap()
 }
@@ -61,19 +66,11 @@ fn gate_design_scenario_2() {
     let req = given;
     let first = g.decide(&req("alice"));
     assert_eq!(first.status, 0);
-    assert!(
-        first
-            .headers()
-            .contains(&("ratelimit", "\"per-key\";r=1;t=1".to_string()))
-    );
+    assert!(has(&first, "ratelimit", "\"per-key\";r=1;t=1"));
     assert_eq!(g.decide(&req("alice")).status, 0);
     let refused = g.decide(&req("alice"));
     assert_eq!(refused.status, 429);
-    assert!(
-        refused
-            .headers()
-            .contains(&("retry-after", "1".to_string()))
-    );
+    assert!(has(&refused, "retry-after", "1"));
     assert!(refused.body.unwrap().1.contains("retry in 1 s"));
     assert_eq!(g.decide(&req("bob")).status, 0);
     clock.advance(Duration::from_secs(1));
@@ -238,7 +235,7 @@ fn gate_sheds_beyond_its_concurrency_limit() {
     assert!(!g.try_enter());
     let shed = g.shed();
     assert_eq!(shed.status, 503);
-    assert!(shed.headers().contains(&("retry-after", "1".to_string())));
+    assert!(has(&shed, "retry-after", "1"));
     g.leave();
     assert!(g.try_enter());
     let zero = Gate::new(

@@ -48,12 +48,7 @@ fn every_vector_of_spec_outbound_json() {
     assert!(vectors.len() >= 30, "the spec lost vectors");
     for v in vectors {
         let id = v["id"].as_str().expect("id");
-        let headers: Vec<(&str, &str)> = v["headers"]
-            .as_array()
-            .expect("headers")
-            .iter()
-            .map(|h| (h[0].as_str().expect("name"), h[1].as_str().expect("value")))
-            .collect();
+        let headers = spec::headers(v);
         let advice = outbound(v.get("config")).advise(
             v["method"].as_str().expect("method"),
             u16::try_from(v["status"].as_u64().expect("status")).expect("u16"),

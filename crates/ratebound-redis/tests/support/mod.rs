@@ -207,6 +207,21 @@ pub async fn manager(url: &str) -> redis::aio::ConnectionManager {
         .expect("connect")
 }
 
+/// Which third of the 16 384 hash slots `key` is in: which master holds it
+/// in a [`Cluster`] (redis-cli gives each one third), asked of `node`.
+pub async fn slot_third(
+    node: &mut redis::aio::ConnectionManager,
+    key: impl redis::ToRedisArgs,
+) -> usize {
+    let slot: u64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(node)
+        .await
+        .unwrap();
+    (slot * 3 / 16384) as usize
+}
+
 /// The script calls (`EVALSHA` and `EVAL`) the server of `conn` has run so
 /// far (`INFO commandstats`).
 pub async fn script_calls_of(conn: &mut redis::aio::ConnectionManager) -> u64 {
