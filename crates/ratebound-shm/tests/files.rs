@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::bucket;
+use common::{bucket, fixed_window};
 use ratebound::KeyedAlgorithm;
 use ratebound::any::Key;
 use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
@@ -35,10 +35,7 @@ fn worked() -> bool {
 fn a_full_table_reuses_only_fresh_slots() {
     let d = dir("full");
     let path = d.join("full.limit");
-    let window = KeyedAlgorithm::FixedWindow {
-        limit: 1,
-        window: Duration::from_millis(100),
-    };
+    let window = fixed_window(1, Duration::from_millis(100));
     // max_keys 1 still makes the smallest table: 64 slots.
     let l = SharedKeyedLimiter::open(&path, window, 1).expect("open");
     assert_eq!(l.slots(), 64);
@@ -92,13 +89,7 @@ fn wrong_files_are_clear_errors() {
     );
     assert!(e.to_string().contains("burst 10, not 20"), "{e}");
     let e = expect_err(
-        SharedLimiter::open(
-            &path,
-            KeyedAlgorithm::FixedWindow {
-                limit: 10,
-                window: Duration::from_secs(1),
-            },
-        ),
+        SharedLimiter::open(&path, fixed_window(10, Duration::from_secs(1))),
         "other algorithm",
     );
     assert!(
@@ -227,10 +218,7 @@ fn a_damaged_word_over_the_limit_leaves_nothing_available() {
     // 7. The window (2^59 ns, 18 years) makes every reading window 0.
     let d = dir("damaged");
     let path = d.join("w.limit");
-    let window = KeyedAlgorithm::FixedWindow {
-        limit: 5,
-        window: Duration::from_nanos(1 << 59),
-    };
+    let window = fixed_window(5, Duration::from_nanos(1 << 59));
     let l = SharedLimiter::open(&path, window).expect("create");
     assert_eq!(l.available(), 5);
     // The state word follows the 16 header words and the slot's fingerprint.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::bucket;
+use common::{bucket, fixed_window};
 use ratebound::KeyedAlgorithm;
 use ratebound::any::Key;
 use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
@@ -396,10 +396,7 @@ const REUSE_WINDOW: u64 = 1_000_000_000;
 const REUSE_KEYS: u64 = 32;
 
 fn reuse_window() -> KeyedAlgorithm {
-    KeyedAlgorithm::FixedWindow {
-        limit: 1,
-        window: Duration::from_nanos(REUSE_WINDOW),
-    }
+    fixed_window(1, Duration::from_nanos(REUSE_WINDOW))
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::Duration;
 
-use common::bucket;
+use common::{bucket, fixed_window};
 use ratebound::KeyedAlgorithm;
 use ratebound::any::{Key, Wait};
 use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
@@ -22,10 +22,7 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn window(limit: u64, ms: u64) -> KeyedAlgorithm {
-    KeyedAlgorithm::FixedWindow {
-        limit,
-        window: Duration::from_millis(ms),
-    }
+    fixed_window(limit, Duration::from_millis(ms))
 }
 
 /// This binary again, running only `test`, as a worker with `env`.
@@ -231,6 +228,7 @@ fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
         return;
     };
     let now = l.now();
+    let ms = Duration::from_millis;
     let first = l.reserve_n_at(1, Duration::ZERO, now).expect("the burst");
     assert_eq!(first.delay(), Duration::ZERO);
     // One more at `now`, queued for up to a second.
@@ -239,33 +237,21 @@ fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
             .expect("queued")
     };
     let second = queue();
-    assert_eq!(second.delay(), Duration::from_millis(100));
+    assert_eq!(second.delay(), ms(100));
     let third = queue();
-    assert_eq!(third.delay(), Duration::from_millis(200));
+    assert_eq!(third.delay(), ms(200));
     third.cancel();
     let again = queue();
-    assert_eq!(
-        again.delay(),
-        Duration::from_millis(200),
-        "the slot came back"
-    );
+    assert_eq!(again.delay(), ms(200), "the slot came back");
     // Dropped, a reservation gives its slot back too; consumed, it keeps it.
     let fourth = queue();
-    assert_eq!(fourth.delay(), Duration::from_millis(300));
+    assert_eq!(fourth.delay(), ms(300));
     drop(fourth);
     let fifth = queue();
-    assert_eq!(
-        fifth.delay(),
-        Duration::from_millis(300),
-        "the dropped slot came back"
-    );
+    assert_eq!(fifth.delay(), ms(300), "the dropped slot came back");
     fifth.consume();
     let sixth = queue();
-    assert_eq!(
-        sixth.delay(),
-        Duration::from_millis(400),
-        "the consumed slot is kept"
-    );
+    assert_eq!(sixth.delay(), ms(400), "the consumed slot is kept");
     sixth.consume();
     // Another handle's permit is refused, nothing given back.
     let other = SharedLimiter::open(d.join("r.limit"), bucket("10/s burst 1")).expect("open");

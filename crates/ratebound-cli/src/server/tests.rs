@@ -3,6 +3,14 @@
 use super::*;
 use crate::traffic::Event;
 
+/// `parse` refuses each `(bad, needle)` case with an error naming `needle`.
+fn refuses<T: std::fmt::Debug>(parse: fn(&str) -> Result<T, CliError>, cases: &[(&str, &str)]) {
+    for (bad, needle) in cases {
+        let e = parse(bad).unwrap_err().to_string();
+        assert!(e.contains(needle), "{bad}: {e}");
+    }
+}
+
 fn steady(rate: u64, secs: u64) -> Traffic {
     let gap = SECOND / rate;
     Traffic {
@@ -89,20 +97,20 @@ fn variants_parse_with_their_tuning() {
         panic!("{v:?}")
     };
     assert_eq!((c.max_limit, c.tolerance), (50, 2.0));
-    for (bad, needle) in [
-        ("fixed:0", "fixed cap \"fixed:0\""),
-        ("fixed", "fixed cap \"fixed\""),
-        ("adaptive", "unknown variant \"adaptive\""),
-        ("none,max=5", "\"max=5\" tunes no auto"),
-        ("auto:speed=2", "unknown setting \"speed=2\""),
-        ("auto:tolerance=NaN", "tolerance=\"NaN\""),
-        ("auto:tolerance=0.5", "tolerance 0.5"),
-        ("auto:min=0", "min_limit"),
-        ("", "unknown variant \"\""),
-    ] {
-        let e = parse_variants(bad).unwrap_err().to_string();
-        assert!(e.contains(needle), "{bad}: {e}");
-    }
+    refuses(
+        parse_variants,
+        &[
+            ("fixed:0", "fixed cap \"fixed:0\""),
+            ("fixed", "fixed cap \"fixed\""),
+            ("adaptive", "unknown variant \"adaptive\""),
+            ("none,max=5", "\"max=5\" tunes no auto"),
+            ("auto:speed=2", "unknown setting \"speed=2\""),
+            ("auto:tolerance=NaN", "tolerance=\"NaN\""),
+            ("auto:tolerance=0.5", "tolerance 0.5"),
+            ("auto:min=0", "min_limit"),
+            ("", "unknown variant \"\""),
+        ],
+    );
 }
 
 #[test]
@@ -111,17 +119,17 @@ fn slowdown_and_jitter_refuse_bad_values() {
         parse_slowdown("4s:2x, 8s:1").unwrap(),
         vec![(4 * SECOND, 2.0), (8 * SECOND, 1.0)]
     );
-    for (bad, needle) in [
-        ("4s", "\"4s\" is not TIME:FACTOR"),
-        ("4s:-2x", "factor \"-2x\""),
-        ("4s:NaNx", "factor \"NaNx\""),
-        ("4s:0", "factor \"0\""),
-        ("soon:2x", "\"soon\" is not a duration"),
-        ("4s:2x,2s:1x", "\"2s:1x\" must come after"),
-    ] {
-        let e = parse_slowdown(bad).unwrap_err().to_string();
-        assert!(e.contains(needle), "{bad}: {e}");
-    }
+    refuses(
+        parse_slowdown,
+        &[
+            ("4s", "\"4s\" is not TIME:FACTOR"),
+            ("4s:-2x", "factor \"-2x\""),
+            ("4s:NaNx", "factor \"NaNx\""),
+            ("4s:0", "factor \"0\""),
+            ("soon:2x", "\"soon\" is not a duration"),
+            ("4s:2x,2s:1x", "\"2s:1x\" must come after"),
+        ],
+    );
     assert_eq!(parse_jitter("0.25").unwrap(), 0.25);
     for bad in ["1", "-0.1", "NaN", "lots"] {
         let e = parse_jitter(bad).unwrap_err().to_string();

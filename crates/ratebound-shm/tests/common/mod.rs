@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use ratebound::{KeyedAlgorithm, Quota};
 
@@ -14,6 +15,11 @@ pub fn dir(prefix: &str, name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("test dir");
     d
+}
+
+/// A fixed window of `limit` per `window`.
+pub fn fixed_window(limit: u64, window: Duration) -> KeyedAlgorithm {
+    KeyedAlgorithm::FixedWindow { limit, window }
 }
 
 pub fn bucket(q: &str) -> KeyedAlgorithm {

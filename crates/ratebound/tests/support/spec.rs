@@ -13,6 +13,18 @@ pub fn load(name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// The list `name` of a spec file, which must hold at least `at_least`
+/// entries (a file that lost vectors fails here).
+pub fn list<'a>(spec: &'a Value, name: &str, at_least: usize) -> &'a [Value] {
+    let list = spec[name].as_array().expect(name);
+    assert!(
+        list.len() >= at_least,
+        "the spec lost {name}: {} of at least {at_least}",
+        list.len()
+    );
+    list
+}
+
 /// The numbers of the list `name` in `config`, when it gives one (a
 /// vector's `statuses`).
 pub fn numbers(config: &Value, name: &str) -> Option<Vec<f64>> {
