@@ -24,16 +24,7 @@ fn traffic_files_csv_and_json_lines() {
         "timestamp,key,n\n0,alice,1\n0,alice,1\n0,alice,1\n0,bob,2\n0.5,bob,1\n",
     )
     .unwrap();
-    let v = json(&[
-        "simulate",
-        "--traffic",
-        csv.to_str().unwrap(),
-        "--rate",
-        "1/s burst 2",
-        "--algorithm",
-        "token-bucket",
-        "--json",
-    ]);
+    let v = simulate_file(&csv, "1/s burst 2").expect("simulated");
     // alice: 2 of 3; bob: 2 tokens then none left at 0.5 s.
     assert_eq!(admitted(&v, "token-bucket", "key"), 3, "{v}");
     assert_eq!(v["algorithms"][0]["keys"], 2);
@@ -44,16 +35,7 @@ fn traffic_files_csv_and_json_lines() {
         "{\"t\": \"2026-12-01T10:00:00Z\", \"key\": \"a\"}\n{\"t\": \"2026-12-01T10:00:00.5Z\", \"key\": \"a\"}\n{\"t\": \"2026-12-01T11:00:00+01:00\", \"key\": \"a\"}\n",
     )
     .unwrap();
-    let v = json(&[
-        "simulate",
-        "--traffic",
-        jsonl.to_str().unwrap(),
-        "--rate",
-        "1/s burst 1",
-        "--algorithm",
-        "token-bucket",
-        "--json",
-    ]);
+    let v = simulate_file(&jsonl, "1/s burst 1").expect("simulated");
     // The third is the same instant as the first (+01:00): refused too.
     assert_eq!(admitted(&v, "token-bucket", "key"), 1, "{v}");
     assert_eq!(v["requests"], 3);
@@ -227,7 +209,6 @@ fn poisson_is_seeded_and_a_noisy_neighbour_is_contained_per_key() {
     );
 }
 
-/// `simulate --json` on a traffic file: the output, or the error line.
 /// The length of an error message less the path it names: what the test
 /// bounds is how much of the *input* a message quotes, which must not depend
 /// on where the checkout lives (a fresh clone under a longer path failed the
@@ -238,6 +219,8 @@ fn without_path(err: &str, path: &std::path::Path) -> usize {
     err.replace(path, "").len()
 }
 
+/// `simulate --json` of `path` at `rate` with a token bucket: the output,
+/// or the error line (exit code 2).
 fn simulate_file(path: &std::path::Path, rate: &str) -> Result<serde_json::Value, String> {
     let o = ratebound(&[
         "simulate",
