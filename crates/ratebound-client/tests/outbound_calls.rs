@@ -27,12 +27,11 @@ use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
 
+#[path = "../../ratebound/tests/support/spec.rs"]
+mod spec;
+
 fn spec() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../spec/outbound_calls.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("spec")).expect("json")
+    spec::load("outbound_calls.json")
 }
 
 /// What a vector's run saw: acquires, sendings, pauses and events, in
@@ -186,18 +185,6 @@ fn want(v: &Value) -> Vec<Value> {
     out
 }
 
-fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            (x.as_f64().expect("n") - y.as_f64().expect("n")).abs() < 1e-6
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
-        }
-        _ => a == b,
-    }
-}
-
 fn vectors() -> Vec<Value> {
     spec()["vectors"]
         .as_array()
@@ -215,7 +202,11 @@ fn check(v: &Value, script: &Script, adapter: &str) {
     let got = script.seen.lock().unwrap().clone();
     let want = want(v);
     assert!(
-        same(&Value::Array(got.clone()), &Value::Array(want.clone())),
+        spec::same(
+            &Value::Array(got.clone()),
+            &Value::Array(want.clone()),
+            1e-6
+        ),
         "{adapter} {}:\n got {got:?}\nwant {want:?}",
         v["id"]
     );

@@ -12,15 +12,22 @@ mod support;
 use std::time::Duration;
 
 use ratebound::{Quota, TokenBucket, TokioClock};
-use ratebound_client::{Error, OutboundMiddleware};
+use ratebound_client::{Error, OutboundBuilder, OutboundMiddleware};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use support::{Events, Partner, call_all, reply, reqwest_client, strict};
 use tokio::time::Instant;
 
-fn client(middleware: OutboundMiddleware) -> ClientWithMiddleware {
+/// A client through the middleware `builder` makes.
+fn client(builder: OutboundBuilder<reqwest::Request>) -> ClientWithMiddleware {
+    let middleware = builder.build().expect("middleware");
     ClientBuilder::new(reqwest_client())
         .with(middleware)
         .build()
+}
+
+/// The middleware over a bucket of `quota`, telling `events`.
+fn told(quota: &str, events: &Events) -> OutboundBuilder<reqwest::Request> {
+    OutboundMiddleware::builder(bucket(quota)).on_decision(events.hook())
 }
 
 fn bucket(quota: &str) -> TokenBucket<TokioClock> {
@@ -32,12 +39,7 @@ async fn thirty_concurrent_calls_wait_their_turn_and_none_is_refused() {
     // A partner of 25/s, bursts of 10; our limit 20/s, bursts of 5.
     let partner = Partner::start(strict(25.0, 10.0)).await;
     let events = Events::default();
-    let client = client(
-        OutboundMiddleware::builder(bucket("20/s burst 5"))
-            .on_decision(events.hook())
-            .build()
-            .expect("middleware"),
-    );
+    let client = client(told("20/s burst 5", &events));
     let start = Instant::now();
     let statuses = call_all(&[client], 30, &partner.url("/items")).await;
     let elapsed = start.elapsed();
@@ -83,12 +85,7 @@ fn scripted(
 async fn a_503_then_200_is_retried_exactly_once() {
     let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
     let events = Events::default();
-    let client = client(
-        OutboundMiddleware::builder(bucket("100/s burst 10"))
-            .on_decision(events.hook())
-            .build()
-            .expect("middleware"),
-    );
+    let client = client(told("100/s burst 10", &events));
     let response = client.get(partner.url("/")).send().await.expect("send");
     assert_eq!(response.status(), 200);
     assert_eq!(response.text().await.expect("body"), "answer 2");
@@ -133,13 +130,10 @@ async fn a_bare_429_is_retried_only_after_the_backoff_which_doubles_up_to_max_pa
     let partner = Partner::start(scripted(&[(429, ""), (429, ""), (429, ""), (200, "")])).await;
     let events = Events::default();
     let client = client(
-        OutboundMiddleware::builder(bucket("100/s burst 10"))
+        told("100/s burst 10", &events)
             .retries(3)
             .backoff(Duration::from_millis(200))
-            .max_pause(Duration::from_millis(500))
-            .on_decision(events.hook())
-            .build()
-            .expect("middleware"),
+            .max_pause(Duration::from_millis(500)),
     );
     let response = client.get(partner.url("/")).send().await.expect("send");
     assert_eq!(response.status(), 200);
@@ -174,39 +168,23 @@ async fn a_bare_429_is_retried_only_after_the_backoff_which_doubles_up_to_max_pa
 
 #[tokio::test(start_paused = true)]
 async fn a_post_is_not_retried_unless_any_method() {
-    let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
-    let events = Events::default();
-    let once = client(
-        OutboundMiddleware::builder(bucket("100/s burst 10"))
-            .on_decision(events.hook())
-            .build()
-            .expect("middleware"),
-    );
-    let response = once
-        .post(partner.url("/orders"))
-        .body("{}")
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(response.status(), 503);
-    assert_eq!(partner.hits(), 1);
-    assert_eq!(events.outcomes(), ["gave_up"]);
-
-    let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
-    let any = client(
-        OutboundMiddleware::builder(bucket("100/s burst 10"))
-            .any_method(true)
-            .build()
-            .expect("middleware"),
-    );
-    let response = any
-        .post(partner.url("/orders"))
-        .body("{}")
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(response.status(), 200);
-    assert_eq!(partner.hits(), 2);
+    // (any_method, the status answered, the partner's hits)
+    for (any_method, status, hits) in [(false, 503, 1), (true, 200, 2)] {
+        let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
+        let events = Events::default();
+        let client = client(told("100/s burst 10", &events).any_method(any_method));
+        let response = client
+            .post(partner.url("/orders"))
+            .body("{}")
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(response.status(), status, "any_method {any_method}");
+        assert_eq!(partner.hits(), hits, "any_method {any_method}");
+        if !any_method {
+            assert_eq!(events.outcomes(), ["gave_up"]);
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -214,12 +192,9 @@ async fn a_year_long_retry_after_pauses_for_max_pause_only() {
     let partner = Partner::start(scripted(&[(429, "31536000"), (200, "")])).await;
     let events = Events::default();
     let client = client(
-        OutboundMiddleware::builder(bucket("100/s burst 10"))
+        told("100/s burst 10", &events)
             .max_pause(Duration::from_secs(1))
-            .retries(0)
-            .on_decision(events.hook())
-            .build()
-            .expect("middleware"),
+            .retries(0),
     );
     let response = client.get(partner.url("/")).send().await.expect("send");
     assert_eq!(response.status(), 429);
@@ -246,13 +221,7 @@ async fn a_year_long_retry_after_pauses_for_max_pause_only() {
 async fn when_retries_are_spent_the_caller_gets_the_last_429() {
     let partner = Partner::start(scripted(&[(429, "")])).await;
     let events = Events::default();
-    let client = client(
-        OutboundMiddleware::builder(bucket("100/s burst 10"))
-            .backoff(Duration::from_millis(20))
-            .on_decision(events.hook())
-            .build()
-            .expect("middleware"),
-    );
+    let client = client(told("100/s burst 10", &events).backoff(Duration::from_millis(20)));
     let response = client.get(partner.url("/")).send().await.expect("send");
     assert_eq!(response.status(), 429);
     assert_eq!(response.text().await.expect("body"), "answer 3");
@@ -276,10 +245,7 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
 async fn a_wait_beyond_the_timeout_fails_at_once_and_sends_nothing() {
     let partner = Partner::start(strict(100.0, 10.0)).await;
     let client = client(
-        OutboundMiddleware::builder(bucket("1/s burst 1"))
-            .timeout(Duration::from_millis(100))
-            .build()
-            .expect("middleware"),
+        OutboundMiddleware::builder(bucket("1/s burst 1")).timeout(Duration::from_millis(100)),
     );
     let first = client.get(partner.url("/")).send().await.expect("send");
     assert_eq!(first.status(), 200);
@@ -302,9 +268,7 @@ async fn keys_come_from_the_host_a_string_or_a_function() {
         // A 503 first: its pause's event names the key.
         let partner = Partner::start(scripted(&[(503, ""), (200, "")])).await;
         let events = Events::default();
-        let builder = OutboundMiddleware::builder(bucket("100/s burst 10"))
-            .backoff(Duration::from_millis(20))
-            .on_decision(events.hook());
+        let builder = told("100/s burst 10", &events).backoff(Duration::from_millis(20));
         let (builder, want) = match case {
             0 => (builder, format!("127.0.0.1:{}", partner.addr.port())),
             1 => (builder.key("partner"), "partner".to_string()),
@@ -313,7 +277,7 @@ async fn keys_come_from_the_host_a_string_or_a_function() {
                 "/a".to_string(),
             ),
         };
-        let client = client(builder.build().expect("middleware"));
+        let client = client(builder);
         let response = client.get(partner.url("/a")).send().await.expect("send");
         assert_eq!(response.status(), 200);
         assert_eq!(events.all()[0].0, "paused");

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use ratebound::{Quota, TokenBucket, TokioClock};
-use ratebound_client::{OutboundLayer, OutboundService};
+use ratebound_client::{OutboundBuilder, OutboundLayer, OutboundService};
 use support::{Events, Hit, Partner, first_then, grpc_ok, grpc_refusal, reply};
 use tonic_types::{ErrorDetails, StatusExt};
 use tower_layer::Layer;
@@ -32,6 +32,11 @@ fn hyper_client() -> Hyper {
 
 fn bucket(quota: &str) -> TokenBucket<TokioClock> {
     TokenBucket::with_clock(Quota::parse(quota).expect("quota"), TokioClock::new())
+}
+
+/// The layer's builder over a bucket of 100/s burst 10, telling `events`.
+fn told(events: &Events) -> OutboundBuilder<http::request::Parts> {
+    OutboundLayer::builder(bucket("100/s burst 10")).on_decision(events.hook())
 }
 
 /// The last `waited` event's duration: how long the last sending waited.
@@ -72,9 +77,8 @@ async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
     let partner =
         Partner::start(|hit: &Hit| reply(if hit.index == 0 { 503 } else { 200 }, &[], "")).await;
     let events = Events::default();
-    let layer = OutboundLayer::builder(bucket("100/s burst 10"))
+    let layer = told(&events)
         .backoff(Duration::from_millis(300))
-        .on_decision(events.hook())
         .build()
         .expect("layer");
     let mut service: OutboundService<Hyper> = layer.layer(hyper_client());
@@ -105,11 +109,7 @@ async fn a_429_pauses_the_limiter_for_its_retry_after() {
     ))
     .await;
     let events = Events::default();
-    let layer = OutboundLayer::builder(bucket("100/s burst 10"))
-        .retries(0)
-        .on_decision(events.hook())
-        .build()
-        .expect("layer");
+    let layer = told(&events).retries(0).build().expect("layer");
     let mut service = layer.layer(hyper_client());
     let response = call(&mut service, get(&partner.url("/")))
         .await
@@ -133,9 +133,8 @@ async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried(
     ))
     .await;
     let events = Events::default();
-    let layer = OutboundLayer::builder(bucket("100/s burst 10"))
+    let layer = told(&events)
         .any_method(true) // gRPC calls are POSTs
-        .on_decision(events.hook())
         .build()
         .expect("layer");
     let mut service = layer.layer(hyper_client());
@@ -174,9 +173,8 @@ async fn without_any_method_resource_exhausted_pauses_but_is_not_retried() {
     ))
     .await;
     let events = Events::default();
-    let layer = OutboundLayer::builder(bucket("100/s burst 10"))
+    let layer = told(&events)
         .max_pause(Duration::from_millis(500))
-        .on_decision(events.hook())
         .build()
         .expect("layer");
     let mut service = layer.layer(hyper_client());
@@ -211,10 +209,9 @@ async fn a_tonic_channel_through_the_layer_waits_out_the_pause() {
         .await
         .expect("connect");
     let events = Events::default();
-    let layer = OutboundLayer::builder(bucket("100/s burst 10"))
+    let layer = told(&events)
         .key("partner") // tonic's requests carry only a path
         .any_method(true)
-        .on_decision(events.hook())
         .build()
         .expect("layer");
     let mut client = HealthClient::new(layer.layer(channel));

@@ -65,16 +65,20 @@ async fn check(client: &mut HealthClient<Channel>, key: Option<&str>) -> Result<
     client.check(request).await.map(|_| ())
 }
 
-#[tokio::test]
-async fn a_refused_call_is_resource_exhausted_with_retry_info() {
-    let clock = ManualClock::new();
-    let layer = RateLimitLayer::builder()
-        .policy("calls", Quota::parse("2/minute").unwrap())
+/// The policy `calls` of `quota` per `x-api-key`, on `clock`.
+fn keyed_layer(quota: &str, clock: &ManualClock) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .policy("calls", Quota::parse(quota).unwrap())
         .key(RequestKey::header("x-api-key").unwrap())
         .clock(clock.clone())
         .build()
-        .unwrap();
-    let addr = serve(layer).await;
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_call_is_resource_exhausted_with_retry_info() {
+    let clock = ManualClock::new();
+    let addr = serve(keyed_layer("2/minute", &clock)).await;
     let mut c = client(addr).await;
 
     check(&mut c, Some("alice")).await.unwrap();
@@ -110,13 +114,7 @@ async fn a_refused_call_is_resource_exhausted_with_retry_info() {
 #[tokio::test]
 async fn admitted_calls_carry_the_quota_fields() {
     let clock = ManualClock::new();
-    let layer = RateLimitLayer::builder()
-        .policy("calls", Quota::parse("5/s").unwrap())
-        .key(RequestKey::header("x-api-key").unwrap())
-        .clock(clock)
-        .build()
-        .unwrap();
-    let addr = serve(layer).await;
+    let addr = serve(keyed_layer("5/s", &clock)).await;
     let mut c = client(addr).await;
     let mut request = tonic::Request::new(HealthCheckRequest {
         service: String::new(),

@@ -9,12 +9,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use ratebound::{KeyedAlgorithm, Quota};
 use ratebound_http::{Outcome, RateLimitLayer, RequestKey};
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter};
@@ -22,19 +18,15 @@ use ratebound_shm::SharedKeyedLimiter;
 use redis::aio::ConnectionManager;
 
 mod gated;
+mod over_http;
 mod serve;
 use gated::gated_app;
+use over_http::{HttpClient, client, header};
 use serve::serve;
 
 #[path = "../../ratebound-redis/tests/support/mod.rs"]
 mod redis_server;
 use redis_server::Server as Redis;
-
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
-}
 
 /// Awaits `f` for at most 10 s: a test that goes wrong fails, never hangs
 /// (an admitted request to a streaming handler would wait for its gate).
@@ -57,10 +49,6 @@ async fn fetch(c: &HttpClient, addr: SocketAddr, key: &str) -> (StatusCode, Head
         parts.headers,
         String::from_utf8_lossy(&body).into_owned(),
     )
-}
-
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
-    headers.get(name).map_or("", |v| v.to_str().unwrap())
 }
 
 fn app(layer: RateLimitLayer) -> Router {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
-use support::{Cluster, Server, fresh, manager, script_calls_of};
+use support::{Cluster, Server, fresh, manager, script_calls_of, slot_third};
 
 fn config(quota: &str, batch: bool) -> Config {
     let mut c = Config::new(Algorithm::TokenBucket(Quota::parse(quota).unwrap()));
@@ -21,6 +21,11 @@ fn config(quota: &str, batch: bool) -> Config {
     // the ones that set their own), and the machine may be busy.
     c.timeout = Duration::from_secs(2);
     c
+}
+
+/// A limiter of `quota` on `server` (its own connection), batching or not.
+async fn limiter_on(server: &Server, quota: &str, batch: bool) -> RedisLimiter<ConnectionManager> {
+    RedisLimiter::new(config(quota, batch), manager(&server.url()).await).unwrap()
 }
 
 /// `tasks` concurrent callers, each checking `keys(task, i)` for `i` in
@@ -63,11 +68,7 @@ async fn a_burst_of_200_concurrent_checks_admits_exactly_the_burst() {
     let server = Server::start();
     let mut admin = manager(&server.url()).await;
     for batch in [true, false] {
-        let limiter = RedisLimiter::new(
-            config("1/hour burst 50", batch),
-            manager(&server.url()).await,
-        )
-        .unwrap();
+        let limiter = limiter_on(&server, "1/hour burst 50", batch).await;
         let key = fresh("burst");
         let before = script_calls_of(&mut admin).await;
         let decisions = concurrently(&limiter, 200, 1, move |_, _| key.clone()).await;
@@ -108,11 +109,7 @@ async fn sixty_four_in_flight_batch_and_decide_alike() {
     let mut admin = manager(&server.url()).await;
     let mut seen = Vec::new();
     for batch in [true, false] {
-        let limiter = RedisLimiter::new(
-            config("1/hour burst 1", batch),
-            manager(&server.url()).await,
-        )
-        .unwrap();
+        let limiter = limiter_on(&server, "1/hour burst 1", batch).await;
         let prefix = fresh("many");
         let before = script_calls_of(&mut admin).await;
         let decisions = concurrently(&limiter, 64, 20, move |t, i| {
@@ -154,11 +151,7 @@ async fn sixty_four_in_flight_batch_and_decide_alike() {
 async fn callers_that_give_up_do_not_break_the_others() {
     let server = Server::start();
     let mut admin = manager(&server.url()).await;
-    let limiter = RedisLimiter::new(
-        config("1000/s burst 1000", true),
-        manager(&server.url()).await,
-    )
-    .unwrap();
+    let limiter = limiter_on(&server, "1000/s burst 1000", true).await;
     let prefix = fresh("quit");
     let mut handles = Vec::new();
     for t in 0..64usize {
@@ -283,13 +276,7 @@ async fn a_cluster_batches_per_slot_and_never_crosses_slots() {
     let mut groups: Vec<Option<String>> = vec![None, None, None];
     for i in 0..1000 {
         let t = format!("{tag}-{i}");
-        let slot: u64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(&t)
-            .query_async(&mut nodes[0])
-            .await
-            .unwrap();
-        let third = (slot * 3 / 16384) as usize;
+        let third = slot_third(&mut nodes[0], &t).await;
         if groups[third].is_none() {
             groups[third] = Some(t);
         }

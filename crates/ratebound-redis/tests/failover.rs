@@ -9,19 +9,17 @@
 //! The figures across fail policies come from
 //! `benches/src/bin/redis_failover/` (the 50-instance run).
 
-#[path = "support/node.rs"]
-mod node;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use node::{
-    MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, six_node_cluster, text,
-};
 use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, SentinelConnection, Source};
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
+use support::node::{
+    MASTER_NAME, Node, is_master, plain_node, primary_by, sentinel, six_node_cluster, text,
+};
 use support::{free_cluster_port, free_port, fresh};
 
 /// The ports of the master serving `slot` and of its replica, from

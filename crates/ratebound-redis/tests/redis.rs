@@ -13,7 +13,7 @@ use ratebound::{Quota, TokenBucket};
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
 use serde_json::Value;
-use support::{Cluster, Server, fresh, manager, script_calls_of};
+use support::{Cluster, Server, fresh, manager, script_calls_of, slot_third};
 use vectors::{config_of, observed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,13 +173,7 @@ async fn a_cluster_holds_the_bound_per_key_on_every_master() {
     for i in 0..1000 {
         let key = format!("cluster-{i}");
         let redis_key = limiter.engine().redis_key(None, key.as_bytes());
-        let slot: u64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(&redis_key)
-            .query_async(&mut nodes[0])
-            .await
-            .unwrap();
-        let third = (slot * 3 / 16384) as usize;
+        let third = slot_third(&mut nodes[0], &redis_key).await;
         if keys[third].is_none() {
             keys[third] = Some((key, redis_key));
         }

@@ -22,6 +22,12 @@ fn at_once(check: LimitCheck) -> bool {
     }
 }
 
+/// How far a pause of `seconds` for the key `key` through the trait reached.
+async fn paused(limit: &dyn KeyedLimit, key: &str, seconds: u64) -> Reach {
+    let pause = limit.pause(Key::Text(key), Duration::from_secs(seconds));
+    pause.await.expect("pause")
+}
+
 #[tokio::test]
 async fn a_shared_keyed_table_as_a_keyed_limit() {
     let path = common::dir("shm-keyed-limit", "keyed").join("k.limit");
@@ -37,13 +43,7 @@ async fn a_shared_keyed_table_as_a_keyed_limit() {
 
     // A second handle on the file sees a pause made through the trait.
     let other = SharedKeyedLimiter::open(&path, bucket("1/minute burst 1"), 64).expect("open");
-    assert_eq!(
-        limit
-            .pause(Key::Text("p"), Duration::from_secs(60))
-            .await
-            .expect("pause"),
-        Reach::Shared
-    );
+    assert_eq!(paused(&*limit, "p", 60).await, Reach::Shared);
     assert!(!other.check(Key::Text("p")).expect("check").is_allowed());
     let err = limit
         .acquire(Key::Text("p"), 1, Some(Duration::ZERO))
@@ -66,11 +66,5 @@ async fn a_shared_limit_as_a_keyed_limit_ignores_the_key() {
     assert!(at_once(limit.check("api", Key::Text("a"), 1)));
     assert!(at_once(limit.check("web", Key::Bytes(b"b"), 1)));
     assert!(!at_once(limit.check("api", Key::Int(3), 1)));
-    assert_eq!(
-        limit
-            .pause(Key::Text("x"), Duration::from_secs(1))
-            .await
-            .expect("pause"),
-        Reach::Shared
-    );
+    assert_eq!(paused(&*limit, "x", 1).await, Reach::Shared);
 }

@@ -6,9 +6,9 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::bucket;
+use common::{bucket, fixed_window};
+use ratebound::Resumed;
 use ratebound::any::{Key, Wait};
-use ratebound::{KeyedAlgorithm, Resumed};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
 const MS: u64 = 1_000_000;
@@ -140,10 +140,7 @@ fn keyed_resume_lifts_one_key_and_claims_no_slot() {
 #[test]
 fn resume_on_a_window_is_unsupported() {
     let d = dir("window");
-    let window = KeyedAlgorithm::FixedWindow {
-        limit: 3,
-        window: Duration::from_secs(1),
-    };
+    let window = fixed_window(3, Duration::from_secs(1));
     let s = SharedLimiter::open(d.join("w.limit"), window).expect("open");
     let k = SharedKeyedLimiter::open(d.join("kw.limit"), window, 8).expect("open");
     for e in [

@@ -6,10 +6,10 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
-use common::bucket;
+use common::{bucket, fixed_window};
 use ratebound::KeyedAlgorithm;
 use ratebound::any::{Key, Wait};
 use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
@@ -22,23 +22,12 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn window(limit: u64, ms: u64) -> KeyedAlgorithm {
-    KeyedAlgorithm::FixedWindow {
-        limit,
-        window: Duration::from_millis(ms),
-    }
+    fixed_window(limit, Duration::from_millis(ms))
 }
 
 /// This binary again, running only `test`, as a worker with `env`.
 fn spawn(test: &str, env: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("RB_SHM_WAIT_ROLE", "worker")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawn a worker process")
+    common::spawn("RB_SHM_WAIT_ROLE", test, env)
 }
 
 /// A fresh directory `name` and a table `file` in it of `alg`, for a test
@@ -239,6 +228,7 @@ fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
         return;
     };
     let now = l.now();
+    let ms = Duration::from_millis;
     let first = l.reserve_n_at(1, Duration::ZERO, now).expect("the burst");
     assert_eq!(first.delay(), Duration::ZERO);
     // One more at `now`, queued for up to a second.
@@ -247,33 +237,21 @@ fn a_reservation_holds_its_place_and_cancel_gives_it_back() {
             .expect("queued")
     };
     let second = queue();
-    assert_eq!(second.delay(), Duration::from_millis(100));
+    assert_eq!(second.delay(), ms(100));
     let third = queue();
-    assert_eq!(third.delay(), Duration::from_millis(200));
+    assert_eq!(third.delay(), ms(200));
     third.cancel();
     let again = queue();
-    assert_eq!(
-        again.delay(),
-        Duration::from_millis(200),
-        "the slot came back"
-    );
+    assert_eq!(again.delay(), ms(200), "the slot came back");
     // Dropped, a reservation gives its slot back too; consumed, it keeps it.
     let fourth = queue();
-    assert_eq!(fourth.delay(), Duration::from_millis(300));
+    assert_eq!(fourth.delay(), ms(300));
     drop(fourth);
     let fifth = queue();
-    assert_eq!(
-        fifth.delay(),
-        Duration::from_millis(300),
-        "the dropped slot came back"
-    );
+    assert_eq!(fifth.delay(), ms(300), "the dropped slot came back");
     fifth.consume();
     let sixth = queue();
-    assert_eq!(
-        sixth.delay(),
-        Duration::from_millis(400),
-        "the consumed slot is kept"
-    );
+    assert_eq!(sixth.delay(), ms(400), "the consumed slot is kept");
     sixth.consume();
     // Another handle's permit is refused, nothing given back.
     let other = SharedLimiter::open(d.join("r.limit"), bucket("10/s burst 1")).expect("open");
@@ -499,6 +477,14 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
     let meets = |(t0, t1): (u64, u64), k: u64, (s0, s1): (u64, u64), delay: u64| {
         s0 + delay <= t1 + k * 100 * MS + 1_000 && t0 + k * 100 * MS <= s1 + delay + 1_000
     };
+    // The next token (slot 1) came no earlier than 100 ms after the burst.
+    let never_early = |now: u64, (t0, _): (u64, u64)| {
+        assert!(
+            now >= t0 + 100 * MS,
+            "never early: {} ns after the burst",
+            now - t0
+        );
+    };
     let l = SharedLimiter::open(d.join("a.limit"), bucket("10/s burst 1")).expect("open");
     let t0 = l.now();
     l.acquire(1, None).await.expect("the burst");
@@ -506,11 +492,7 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
     l.acquire(1, Some(Duration::from_secs(5)))
         .await
         .expect("the next token");
-    assert!(
-        l.now() >= burst.0 + 100 * MS,
-        "never early: {} ns after the burst",
-        l.now() - burst.0
-    );
+    never_early(l.now(), burst);
     // A wait dropped while it holds the next slot (slot 2) gives it back:
     // the next reservation is due at slot 2, not slot 3.
     let dropped = tokio::time::timeout(Duration::from_millis(20), l.acquire(1, None)).await;
@@ -542,11 +524,7 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
     k.acquire(Key::Int(7), 1, None)
         .await
         .expect("the next token");
-    assert!(
-        k.now() >= burst.0 + 100 * MS,
-        "never early: {} ns after the burst",
-        k.now() - burst.0
-    );
+    never_early(k.now(), burst);
     let dropped =
         tokio::time::timeout(Duration::from_millis(20), k.acquire(Key::Int(7), 1, None)).await;
     assert!(dropped.is_err());

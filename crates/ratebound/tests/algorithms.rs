@@ -389,26 +389,29 @@ fn window_limits_and_windows_are_validated_with_clear_errors() {
     assert!(SlidingWindow::with_clock(1_000, Duration::from_secs(60), clock()).is_ok());
 }
 
+/// A token bucket of `quota` on `clock`, to share in an `AllOf`.
+fn bucket_on(quota: &str, clock: &ManualClock) -> Arc<TokenBucket<ManualClock>> {
+    Arc::new(TokenBucket::with_clock(
+        Quota::parse(quota).unwrap(),
+        clock.clone(),
+    ))
+}
+
+/// A fixed window of `limit` per `seconds` on `clock`, to share in an `AllOf`.
+fn window_on(limit: u64, seconds: u64, clock: &ManualClock) -> Arc<FixedWindow<ManualClock>> {
+    Arc::new(FixedWindow::with_clock(limit, Duration::from_secs(seconds), clock.clone()).unwrap())
+}
+
 /// A refused composite answers for the state it leaves: the members that
 /// had admitted are shown after their give-back, the members not yet asked
 /// as they are (issue 13: it used to show a member's remaining from before
 /// its give-back).
 #[test]
 fn a_refused_all_of_reports_the_state_after_the_give_back() {
-    use ratebound::{AllOf, FixedWindow, Limiter, ManualClock, Quota, TokenBucket};
-    use std::sync::Arc;
-    use std::time::Duration;
-
     let clock = ManualClock::new();
-    let bucket = Arc::new(TokenBucket::with_clock(
-        Quota::parse("10/s burst 20").unwrap(),
-        clock.clone(),
-    ));
-    let hour =
-        Arc::new(FixedWindow::with_clock(25, Duration::from_secs(3600), clock.clone()).unwrap());
-    let day = Arc::new(
-        FixedWindow::with_clock(1000, Duration::from_secs(86_400), clock.clone()).unwrap(),
-    );
+    let bucket = bucket_on("10/s burst 20", &clock);
+    let hour = window_on(25, 3600, &clock);
+    let day = window_on(1000, 86_400, &clock);
     let all = AllOf::new(vec![bucket.clone(), hour.clone(), day.clone()]).unwrap();
     assert!(all.check_n(20).unwrap().is_allowed());
     clock.advance(Duration::from_secs(1));
@@ -477,22 +480,11 @@ fn a_permit_belongs_to_the_limiter_and_key_that_issued_it() {
 /// back (it used to leave them taken).
 #[test]
 fn a_nested_all_of_rolls_back() {
-    use ratebound::{AllOf, FixedWindow, Limiter, ManualClock, Quota, TokenBucket};
-    use std::sync::Arc;
-    use std::time::Duration;
-
     let clock = ManualClock::new();
-    let a = Arc::new(TokenBucket::with_clock(
-        Quota::parse("1/hour burst 5").unwrap(),
-        clock.clone(),
-    ));
-    let b = Arc::new(TokenBucket::with_clock(
-        Quota::parse("1/hour burst 5").unwrap(),
-        clock.clone(),
-    ));
+    let a = bucket_on("1/hour burst 5", &clock);
+    let b = bucket_on("1/hour burst 5", &clock);
     let inner = Arc::new(AllOf::new(vec![a.clone(), b.clone()]).unwrap());
-    let tight =
-        Arc::new(FixedWindow::with_clock(5, Duration::from_secs(3600), clock.clone()).unwrap());
+    let tight = window_on(5, 3600, &clock);
     assert!(tight.check_n(5).unwrap().is_allowed()); // the sibling is full
     let outer = AllOf::new(vec![inner.clone(), tight]).unwrap();
     assert!(!outer.check_n(3).unwrap().is_allowed());

@@ -12,6 +12,21 @@ fn bucket(spec: &str) -> KeyedAlgorithm {
     KeyedAlgorithm::TokenBucket(Quota::parse(spec).unwrap())
 }
 
+/// 10/s burst 3 per key, on `clock`.
+fn burst_of_3(clock: &ManualClock) -> KeyedLimiter<String, ManualClock> {
+    KeyedLimiter::new(bucket("10/s burst 3"))
+        .unwrap()
+        .with_clock(clock.clone())
+}
+
+/// A fixed window of two per `seconds`.
+fn two_per(seconds: u64) -> KeyedAlgorithm {
+    KeyedAlgorithm::FixedWindow {
+        limit: 2,
+        window: Duration::from_secs(seconds),
+    }
+}
+
 #[test]
 fn a_noisy_neighbour_does_not_eat_the_quiet_keys_quota() {
     // 10/s burst 10 per key. Over 10 s in 10 ms steps, "noisy" asks 10 times
@@ -259,15 +274,10 @@ proptest! {
 #[test]
 fn acquire_and_release_give_an_admission_back() {
     let clock = ManualClock::new();
-    let burst = KeyedLimiter::new(bucket("10/s burst 3"))
+    let burst = burst_of_3(&clock);
+    let hourly = KeyedLimiter::new(two_per(3600))
         .unwrap()
         .with_clock(clock.clone());
-    let hourly = KeyedLimiter::new(KeyedAlgorithm::FixedWindow {
-        limit: 2,
-        window: Duration::from_secs(3600),
-    })
-    .unwrap()
-    .with_clock(clock.clone());
     let key = "k".to_string();
     let now = clock.now();
     // Two requests pass both policies; the third is refused by the hourly
@@ -294,17 +304,12 @@ fn acquire_and_release_give_an_admission_back() {
 #[test]
 fn check_all_is_all_or_nothing_and_rolls_back_on_errors() {
     let clock = ManualClock::new();
-    let burst = KeyedLimiter::new(bucket("10/s burst 3"))
+    let burst = burst_of_3(&clock);
+    let daily = KeyedLimiter::new(two_per(86_400))
+        .unwrap()
+        .with_max_keys(1, Overflow::RejectNewKeys)
         .unwrap()
         .with_clock(clock.clone());
-    let daily = KeyedLimiter::new(KeyedAlgorithm::FixedWindow {
-        limit: 2,
-        window: Duration::from_secs(86_400),
-    })
-    .unwrap()
-    .with_max_keys(1, Overflow::RejectNewKeys)
-    .unwrap()
-    .with_clock(clock.clone());
     let (a, b) = ("a".to_string(), "b".to_string());
     let now = clock.now();
     let all = |key: &String| KeyedLimiter::check_all_at([&burst, &daily], key, 1, now);

@@ -102,12 +102,7 @@ fn replay(v: &Value) -> (String, Vec<Value>) {
             }
             Step::Send => {
                 steps.push(json!(["send"]));
-                let headers: Vec<(&str, &str)> = s["headers"]
-                    .as_array()
-                    .expect("headers")
-                    .iter()
-                    .map(|h| (h[0].as_str().expect("name"), h[1].as_str().expect("value")))
-                    .collect();
+                let headers = spec::headers(s);
                 let status = u16::try_from(s["status"].as_u64().expect("status")).expect("u16");
                 call.answered(&caller, status, headers, 1_800_000_000.0);
             }
@@ -143,30 +138,17 @@ fn replay(v: &Value) -> (String, Vec<Value>) {
     }
 }
 
-/// Numbers compared as seconds to the nanosecond.
-fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            (x.as_f64().expect("n") - y.as_f64().expect("n")).abs() < 1e-9
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
-        }
-        _ => a == b,
-    }
-}
-
 #[test]
 fn every_vector_replays_through_the_machine() {
     let spec = spec();
-    let vectors = spec["vectors"].as_array().expect("vectors");
-    assert!(vectors.len() >= 15);
+    let vectors = spec::list(&spec, "vectors", 15);
     for v in vectors {
         let (key, steps) = replay(v);
         assert_eq!(key, v["expect"]["key"], "{}", v["id"]);
         let want = &v["expect"]["steps"];
         assert!(
-            same(&Value::Array(steps.clone()), want),
+            // Numbers compared as seconds to the nanosecond.
+            spec::same(&Value::Array(steps.clone()), want, 1e-9),
             "{}:\n got {steps:?}\nwant {want}",
             v["id"]
         );

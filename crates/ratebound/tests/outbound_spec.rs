@@ -44,16 +44,10 @@ fn outbound(config: Option<&Value>) -> Outbound {
 #[test]
 fn every_vector_of_spec_outbound_json() {
     let spec = spec::load("outbound.json");
-    let vectors = spec["vectors"].as_array().expect("vectors");
-    assert!(vectors.len() >= 30, "the spec lost vectors");
+    let vectors = spec::list(&spec, "vectors", 30);
     for v in vectors {
         let id = v["id"].as_str().expect("id");
-        let headers: Vec<(&str, &str)> = v["headers"]
-            .as_array()
-            .expect("headers")
-            .iter()
-            .map(|h| (h[0].as_str().expect("name"), h[1].as_str().expect("value")))
-            .collect();
+        let headers = spec::headers(v);
         let advice = outbound(v.get("config")).advise(
             v["method"].as_str().expect("method"),
             u16::try_from(v["status"].as_u64().expect("status")).expect("u16"),
@@ -94,8 +88,7 @@ fn bad_configuration_is_a_typed_error_naming_the_value() {
 fn every_options_vector_of_spec_outbound_json() {
     use ratebound::outbound::Sending;
     let spec = spec::load("outbound.json");
-    let vectors = spec["options"].as_array().expect("options");
-    assert!(vectors.len() >= 10, "the spec lost option vectors");
+    let vectors = spec::list(&spec, "options", 10);
     for v in vectors {
         let id = v["id"].as_str().expect("id");
         let g = &v["given"];

@@ -16,6 +16,15 @@ fn load(name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// A vector's steps, numbered from 0.
+fn steps(vector: &Value) -> impl Iterator<Item = (usize, &Value)> {
+    vector["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .enumerate()
+}
+
 fn u64_of(v: &Value, key: &str) -> Option<u64> {
     v.get(key).map(|x| {
         x.as_u64()
@@ -127,12 +136,7 @@ fn replay(vector: &Value, failures: &mut Vec<String>) {
     let mut reservations: Vec<Option<Reservation<'_>>> = Vec::new();
     let (mut admitted, mut refused) = (0u64, 0u64);
 
-    for (i, step) in vector["steps"]
-        .as_array()
-        .expect("steps")
-        .iter()
-        .enumerate()
-    {
+    for (i, step) in steps(vector) {
         if let Some(t) = u64_of(step, "set_time_ns") {
             clock.set_nanos(t);
         }
@@ -236,12 +240,7 @@ fn replay_keyed(vector: &Value, failures: &mut Vec<String>) {
         };
         limiter = limiter.with_max_keys(max_keys as usize, overflow).unwrap();
     }
-    for (i, step) in vector["steps"]
-        .as_array()
-        .expect("steps")
-        .iter()
-        .enumerate()
-    {
+    for (i, step) in steps(vector) {
         if let Some(dt) = u64_of(step, "advance_ns") {
             clock.advance_nanos(dt);
         }

@@ -1,5 +1,6 @@
 //! The `ratebound` binary run as a user runs it, for the CLI's test files:
 //! its output, a fresh scratch file, the usage-error contract.
+#![allow(dead_code)] // each user takes its part
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -38,4 +39,22 @@ pub fn assert_usage_error(args: &[&str], needle: &str) {
     assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
     assert!(!err.contains("panicked"), "{err}");
     assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
+}
+
+/// The JSON a successful run printed.
+pub fn json(args: &[&str]) -> serde_json::Value {
+    let o = ratebound(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("JSON output")
+}
+
+/// What the `algorithm`/`scope` row of a `simulate --json` result admitted.
+pub fn admitted(v: &serde_json::Value, algorithm: &str, scope: &str) -> u64 {
+    v["algorithms"]
+        .as_array()
+        .expect("algorithms")
+        .iter()
+        .find(|a| a["algorithm"] == algorithm && a["scope"] == scope)
+        .and_then(|a| a["admitted"].as_u64())
+        .unwrap_or_else(|| panic!("no {algorithm}/{scope} in {v}"))
 }

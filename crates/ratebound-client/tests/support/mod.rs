@@ -259,13 +259,8 @@ mod redis_server;
 pub use redis_server::Server as Redis;
 
 /// A fresh key for one test (a shared server never sees it twice).
-pub fn fresh(name: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{name}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
-}
+#[allow(unused_imports)]
+pub use redis_server::fresh;
 
 /// One event told to `on_decision`: (outcome, key, duration, status,
 /// attempt, capped, local).

@@ -11,6 +11,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// The nodes of the failover tests (tests/failover.rs), and `redis-cli
+// --cluster create`.
+#[path = "node.rs"]
+pub mod node;
+
 /// A free port on 127.0.0.1 (bound and released: another process could
 /// take it in between, which only makes a test fail loudly).
 pub fn free_port() -> u16 {
@@ -143,20 +148,7 @@ impl Cluster {
         let nodes: Vec<Server> = (0..3)
             .map(|_| Server::start_on(free_cluster_port(), true))
             .collect();
-        let mut create = Command::new("redis-cli");
-        create.args(["--cluster", "create"]);
-        for n in &nodes {
-            create.arg(format!("127.0.0.1:{}", n.port));
-        }
-        let out = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli --cluster create (ci/test installs redis-tools)");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        node::create_cluster(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)), 0);
         let start = Instant::now();
         for n in &nodes {
             while raw(n.port, "CLUSTER INFO").is_none_or(|r| !r.contains("cluster_state:ok")) {
@@ -205,6 +197,21 @@ pub async fn manager(url: &str) -> redis::aio::ConnectionManager {
     redis::aio::ConnectionManager::new(client)
         .await
         .expect("connect")
+}
+
+/// Which third of the 16 384 hash slots `key` is in: which master holds it
+/// in a [`Cluster`] (redis-cli gives each one third), asked of `node`.
+pub async fn slot_third(
+    node: &mut redis::aio::ConnectionManager,
+    key: impl redis::ToRedisArgs,
+) -> usize {
+    let slot: u64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(node)
+        .await
+        .unwrap();
+    (slot * 3 / 16384) as usize
 }
 
 /// The script calls (`EVALSHA` and `EVAL`) the server of `conn` has run so

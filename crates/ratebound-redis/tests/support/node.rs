@@ -109,10 +109,17 @@ pub(crate) fn six_node_cluster(port: impl Fn() -> u16, node_timeout_ms: u64) -> 
     let nodes: Vec<Node> = (0..6)
         .map(|_| Node::start(port(), node_timeout_ms))
         .collect();
+    create_cluster(nodes.iter().map(Node::addr), 1);
+    nodes
+}
+
+/// `redis-cli --cluster create` of the nodes at `addrs` (`host:port`),
+/// `replicas` replicas a master; the test fails if it fails.
+pub(crate) fn create_cluster(addrs: impl IntoIterator<Item = String>, replicas: u32) {
     let out = Command::new("redis-cli")
         .args(["--cluster", "create"])
-        .args(nodes.iter().map(Node::addr))
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .args(addrs)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
         .output()
         .expect("redis-cli (ci/test installs it: apt-get install redis-tools)");
     assert!(
@@ -120,7 +127,6 @@ pub(crate) fn six_node_cluster(port: impl Fn() -> u16, node_timeout_ms: u64) -> 
         "cluster create: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    nodes
 }
 
 /// A plain (not cluster) `redis-server` on `port`: a primary, or a replica
