@@ -1,7 +1,7 @@
 """Replays spec/gate.json — the whole middleware decision — over real HTTP
 on 127.0.0.1: the ASGI middleware in front of Starlette under uvicorn, and
 the WSGI middleware in front of Flask under wsgiref, with httpx sending each
-vector's header lines in order (test_django.py replays it through Django's
+vector's header lines in order (test_django_middleware.py replays it through Django's
 middleware with these servers). The Rust core, the tower layer and the
 Express/Fastify middleware replay the same file."""
 

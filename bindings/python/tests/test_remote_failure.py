@@ -9,7 +9,7 @@ against a real Redis (before: ``RuntimeError: Event loop is closed`` out of
 the ASGI middleware, a 500 per request).
 
 The same rule is replayed from spec/gate.json (its ``remote`` vectors) by
-test_gate_spec.py (ASGI, WSGI) and test_django.py."""
+test_gate_spec.py (ASGI, WSGI) and test_django_middleware.py."""
 
 from __future__ import annotations
 
