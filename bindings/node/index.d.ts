@@ -104,7 +104,16 @@ export declare class Ask {
  * but up to twice the limit can pass across a window boundary.
  */
 export declare class FixedWindow {
-  /** `limit` per `window` seconds. */
+  /**
+   * A limiter of these options (each option's rule is on its
+   * field).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_RATE`,
+   * `ERR_RATEBOUND_INVALID_NUMBER`, ... for a number that is not
+   * usable; {TypeError} `ERR_INVALID_ARG_TYPE` for an option of
+   * another type, `ERR_RATEBOUND_PARSE_ERROR` for a quota string
+   * that does not parse.
+   */
   constructor(options?: WindowOptions | undefined | null)
   /**
    * Takes `n` tokens (default 1) now if all `n` are there, and
@@ -297,12 +306,21 @@ export declare class KeyedLimiter {
 }
 
 /**
- * A leaky bucket (a queue): departures exactly `1/rate` seconds apart; a
- * request is admitted only if its turn comes within `maxDelay` seconds.
- * With `acquire`, callers wait for their turn.
+ * A leaky bucket (a queue): `rate` departures per second, exactly `1/rate`
+ * seconds apart; a request is admitted only if its turn comes within
+ * `maxDelay` seconds. With `acquire`, callers wait for their turn.
  */
 export declare class LeakyBucket {
-  /** `rate` departures per second, waits of at most `maxDelay` seconds. */
+  /**
+   * A limiter of these options (each option's rule is on its
+   * field).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_RATE`,
+   * `ERR_RATEBOUND_INVALID_NUMBER`, ... for a number that is not
+   * usable; {TypeError} `ERR_INVALID_ARG_TYPE` for an option of
+   * another type, `ERR_RATEBOUND_PARSE_ERROR` for a quota string
+   * that does not parse.
+   */
   constructor(options?: LeakyBucketOptions | undefined | null)
   /**
    * Takes `n` tokens (default 1) now if all `n` are there, and
@@ -809,7 +827,16 @@ export declare class SharedTokenBucket {
  * timestamp per admitted request (memory grows with the limit).
  */
 export declare class SlidingLog {
-  /** `limit` per any `window` seconds. */
+  /**
+   * A limiter of these options (each option's rule is on its
+   * field).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_RATE`,
+   * `ERR_RATEBOUND_INVALID_NUMBER`, ... for a number that is not
+   * usable; {TypeError} `ERR_INVALID_ARG_TYPE` for an option of
+   * another type, `ERR_RATEBOUND_PARSE_ERROR` for a quota string
+   * that does not parse.
+   */
   constructor(options?: WindowOptions | undefined | null)
   /**
    * Takes `n` tokens (default 1) now if all `n` are there, and
@@ -871,12 +898,22 @@ export declare class SlidingLog {
 }
 
 /**
- * A sliding window counter: the current window's count plus the previous
- * window's, weighted by how much of it still overlaps. One word of state;
- * an approximation of the exact `SlidingLog`.
+ * A sliding window counter: `limit` per sliding `window` seconds, the
+ * current window's count plus the previous window's, weighted by how much
+ * of it still overlaps. One word of state; an approximation of the exact
+ * `SlidingLog`.
  */
 export declare class SlidingWindow {
-  /** `limit` per sliding `window` seconds. */
+  /**
+   * A limiter of these options (each option's rule is on its
+   * field).
+   *
+   * @throws {RangeError} `ERR_RATEBOUND_INVALID_RATE`,
+   * `ERR_RATEBOUND_INVALID_NUMBER`, ... for a number that is not
+   * usable; {TypeError} `ERR_INVALID_ARG_TYPE` for an option of
+   * another type, `ERR_RATEBOUND_PARSE_ERROR` for a quota string
+   * that does not parse.
+   */
   constructor(options?: WindowOptions | undefined | null)
   /**
    * Takes `n` tokens (default 1) now if all `n` are there, and
@@ -939,8 +976,8 @@ export declare class SlidingWindow {
 
 /**
  * A token bucket (GCRA): at most `burst` tokens, refilled at `rate` per
- * second, starting full. One 64-bit word of state, updated lock-free;
- * `retryAfter` is exact to the nanosecond.
+ * second (or a quota string), starting full. One 64-bit word of state,
+ * updated lock-free; `retryAfter` is exact to the nanosecond.
  *
  * ```js
  * const tb = new TokenBucket({ rate: 2, burst: 3 })   // or rate: '2/s'
@@ -950,19 +987,16 @@ export declare class SlidingWindow {
  */
 export declare class TokenBucket {
   /**
-   * A token bucket of `rate` per second holding at most `burst`.
+   * A limiter of these options (each option's rule is on its
+   * field).
    *
    * @throws {RangeError} `ERR_RATEBOUND_INVALID_RATE`,
-   * `ERR_RATEBOUND_INVALID_NUMBER`, ... for a rate or burst that is not
-   * usable; {TypeError} `ERR_RATEBOUND_PARSE_ERROR` for a quota string
+   * `ERR_RATEBOUND_INVALID_NUMBER`, ... for a number that is not
+   * usable; {TypeError} `ERR_INVALID_ARG_TYPE` for an option of
+   * another type, `ERR_RATEBOUND_PARSE_ERROR` for a quota string
    * that does not parse.
    */
   constructor(options?: TokenBucketOptions | undefined | null)
-  /**
-   * Replaces the quota, keeping what was taken: `rate` per second (or a
-   * quota string) with `burst`.
-   */
-  setQuota(rate: number | string, burst?: number): void
   /**
    * Takes `n` tokens (default 1) now if all `n` are there, and
    * says so. A refusal is a decision, never an exception.
@@ -1020,6 +1054,11 @@ export declare class TokenBucket {
    * `ERR_RATEBOUND_UNSUPPORTED` for the windows and the log.
    */
   reserve(n?: number | undefined | null, maxWait?: number | undefined | null): Reservation
+  /**
+   * Replaces the quota, keeping what was taken: `rate` per second (or a
+   * quota string) with `burst`.
+   */
+  setQuota(rate: number | string, burst?: number): void
 }
 
 /**

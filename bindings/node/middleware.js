@@ -462,15 +462,14 @@ module.exports = function middleware(native, policyFields) {
    * routes' own limits (`config.rateLimit`), in one onRequest hook.
    */
   function fastify(instance, options, done) {
-    let limits
     try {
-      limits = fastifyLimits(options)
+      const limits = fastifyLimits(options)
+      instance.decorate('ratebound', limits.gate)
+      instance.addHook('onRoute', limits.onRoute)
+      instance.addHook('onRequest', limits.onRequest)
     } catch (e) {
       return done(e)
     }
-    instance.decorate('ratebound', limits.gate)
-    instance.addHook('onRoute', limits.onRoute)
-    instance.addHook('onRequest', limits.onRequest)
     done()
   }
 

@@ -170,6 +170,17 @@ for (const C of [native.KeyedLimiter, native.SharedKeyedLimiter]) {
   typed(C.prototype, 'reserve', [[1, 'n', true], [2, 'maxWait', true]])
 }
 
+// `acquire(n, options)` of a limiter without keys: its own wait for `n`,
+// stepped by `drive`; an abort gives back what the wait holds.
+async function acquire(n, options) {
+  const waiter = this.waiter(numbered(n), timeoutOf(options))
+  return drive(
+    () => this.waitStep(waiter),
+    () => this.abandonWait(waiter),
+    options,
+  )
+}
+
 for (const C of [
   native.TokenBucket,
   native.FixedWindow,
@@ -195,14 +206,7 @@ for (const C of [
     if (typeof n !== 'number') numberArg('n', n)
     return decision(fastCheck(h, n) === 1)
   })
-  define(C.prototype, 'acquire', async function acquire(n, options) {
-    const waiter = this.waiter(numbered(n), timeoutOf(options))
-    return drive(
-      () => this.waitStep(waiter),
-      () => this.abandonWait(waiter),
-      options,
-    )
-  })
+  define(C.prototype, 'acquire', acquire)
 }
 
 const keyedGetter = handleGetter(native.KeyedLimiter)
@@ -241,14 +245,7 @@ define(native.KeyedLimiter.prototype, 'acquire', async function acquire(key, n, 
 
 // Shared memory: a token bucket reserves on the shared word (every process
 // in one order), a window sleeps its retry_after; an abort gives back.
-define(native.SharedTokenBucket.prototype, 'acquire', async function acquire(n, options) {
-  const waiter = this.waiter(numbered(n), timeoutOf(options))
-  return drive(
-    () => this.waitStep(waiter),
-    () => this.abandonWait(waiter),
-    options,
-  )
-})
+define(native.SharedTokenBucket.prototype, 'acquire', acquire)
 define(native.SharedKeyedLimiter.prototype, 'acquire', async function acquire(key, n, options) {
   const waiter = this.waiter(numbered(n), timeoutOf(options))
   return drive(

@@ -303,11 +303,6 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
       return results.filter((r) => r.reply !== undefined).length
     }
 
-    /** Whether the circuit breaker is open (Redis is being spared). */
-    get breakerOpen() {
-      return this.#engine.breakerOpen
-    }
-
     /**
      * Whether this limiter hears other instances' pauses now (from its
      * first wait on, when its client can be duplicated).
@@ -319,26 +314,6 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     /** The native engine (configuration, breaker, leases). */
     get engine() {
       return this.#engine
-    }
-
-    /** Leased tokens held now, over all keys. */
-    get leased() {
-      return this.#engine.leased
-    }
-
-    /** The deadline of every call, in seconds. */
-    get timeout() {
-      return this.#engine.timeout
-    }
-
-    /** The burst, or the window's limit. */
-    get limit() {
-      return this.#engine.limit
-    }
-
-    /** The algorithm: 'token_bucket', 'fixed_window' or 'sliding_window'. */
-    get algorithm() {
-      return this.#engine.algorithm
     }
 
     /** Which client was detected: 'ioredis', 'ioredis-cluster' or 'node-redis'. */
@@ -359,6 +334,19 @@ module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, 
     get stats() {
       return this.#driver.stats
     }
+  }
+
+  // The engine's own state, read through: `breakerOpen` (whether the
+  // circuit breaker is open: Redis is being spared), `leased` (leased tokens
+  // held now, over all keys), `timeout` (every call's deadline, in seconds),
+  // `limit` (the burst, or the window's limit) and `algorithm`.
+  for (const name of ['breakerOpen', 'leased', 'timeout', 'limit', 'algorithm']) {
+    Object.defineProperty(RedisLimiter.prototype, name, {
+      get() {
+        return this.engine[name]
+      },
+      configurable: true,
+    })
   }
 
   // Each class works with and without `new`.

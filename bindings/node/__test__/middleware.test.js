@@ -192,6 +192,19 @@ test('middleware options are checked at startup', () => {
   }
 })
 
+test('Fastify plugin registered twice: ready() rejects with the decorator error, the process goes on', async () => {
+  // Before: decorate() threw out of the plugin past avvio, an uncaught
+  // exception that ended the process.
+  const app = Fastify()
+  app.register(rb.fastify, { rate: 10, burst: 10 })
+  app.register(rb.fastify, { rate: 10, burst: 10 })
+  await assert.rejects(app.ready(), { code: 'FST_ERR_DEC_ALREADY_PRESENT' })
+  // Bad options still fail the same way.
+  const bad = Fastify()
+  bad.register(rb.fastify, { rate: 0 })
+  await assert.rejects(bad.ready(), { code: 'ERR_RATEBOUND_INVALID_RATE' })
+})
+
 test('Gate: the core reads the raw header lines, in order', () => {
   const clock = new rb.ManualClock()
   const gate = new rb.Gate({ policies: [{ rate: 1, burst: 1 }], keyHeader: 'x-api-key', missingKey: 401, clock })

@@ -401,6 +401,23 @@ test('close() gives leased tokens back', async () => {
   await closeClient(client)
 })
 
+test("a limiter's breakerOpen, leased, timeout, limit and algorithm are its engine's", async () => {
+  const server = await main()
+  const client = await ioredis(server.port)
+  const tb = new rb.redis.TokenBucket({ client, rate: 1, burst: 10, lease: 4, timeout: 0.25 })
+  const fw = rb.redis.FixedWindow({ client, limit: 7, window: 1 })
+  assert.deepEqual(
+    [tb.breakerOpen, tb.leased, tb.timeout, tb.limit, tb.algorithm],
+    [false, 0, 0.25, 10, 'token_bucket'],
+  )
+  assert.deepEqual([fw.limit, fw.algorithm, fw.timeout], [7, 'fixed_window', 0.05])
+  assert.equal((await tb.check(randomKey('through'))).source, 'redis')
+  assert.equal(tb.leased, tb.engine.leased)
+  assert.equal(tb.leased, 3)
+  await tb.close()
+  await closeClient(client)
+})
+
 // ------------------------------------------------------------- middleware
 
 async function listen(app) {

@@ -13,6 +13,7 @@ use crate::limiters::{
     Decision, HOST_MAX_SLEEP, ManualClock, Waiter, clock_of, loose_number, loose_rate, rate_of,
     step_to_js, tokens,
 };
+use crate::slab::Registered;
 
 /// Options of `new KeyedLimiter(...)`.
 #[napi(object, object_to_js = false)]
@@ -73,14 +74,7 @@ pub fn keyed_algorithm_of(
 /// (about 36 bytes per key, nothing on the V8 heap).
 #[napi]
 pub struct KeyedLimiter {
-    inner: Arc<AnyKeyed>,
-    handle: u32,
-}
-
-impl Drop for KeyedLimiter {
-    fn drop(&mut self) {
-        fast::unregister_keyed(self.handle);
-    }
+    inner: Registered<AnyKeyed>,
 }
 
 /// `f` of a JavaScript key argument (string, integer or Uint8Array), or the
@@ -128,12 +122,14 @@ impl KeyedLimiter {
             None => None,
         };
         let overflow = any::overflow(o.overflow.as_deref()).or_throw(&env)?;
-        let inner = Arc::new(
-            AnyKeyed::new(algorithm, max_keys, overflow, clock_of(o.clock)).or_throw(&env)?,
-        );
+        let inner =
+            AnyKeyed::new(algorithm, max_keys, overflow, clock_of(o.clock)).or_throw(&env)?;
         Ok(KeyedLimiter {
-            handle: fast::register_keyed(inner.clone()),
-            inner,
+            inner: Registered::new(
+                Arc::new(inner),
+                fast::register_keyed,
+                fast::unregister_keyed,
+            ),
         })
     }
 
@@ -210,7 +206,7 @@ impl KeyedLimiter {
     /// The slot of the fast entry points (internal).
     #[napi(getter, skip_typescript)]
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.inner.handle
     }
 
     /// Empties `key`'s token bucket for `seconds`, refilling at the rate

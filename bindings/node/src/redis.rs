@@ -31,8 +31,9 @@ pub use turns::{redis_is_no_script, redis_turns_open, redis_turns_stats};
 use std::sync::Arc;
 
 use crate::error::{OrThrow, invalid_type};
-use crate::keyed::js_key;
-use crate::limiters::{loose_number, loose_rate, rate_of, tokens};
+use crate::keyed::{js_key, keyed_algorithm_of};
+use crate::limiters::{Decision, loose_number, tokens};
+use crate::slab::Registered;
 
 /// Options of `new RedisEngine(...)` (and of `redis.TokenBucket`,
 /// `redis.FixedWindow`, `redis.SlidingWindow`, which add `client`).
@@ -115,13 +116,20 @@ pub struct RedisDecision {
 
 impl From<ratebound_redis::RedisDecision> for RedisDecision {
     fn from(d: ratebound_redis::RedisDecision) -> RedisDecision {
-        let inner = d.decision();
+        // The numbers as every decision gives them to JavaScript.
+        let Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+        } = Decision::from(d.decision());
         RedisDecision {
-            allowed: inner.is_allowed(),
-            limit: inner.limit() as f64,
-            remaining: inner.remaining() as f64,
-            retry_after: inner.retry_after_nanos() as f64 / 1e9,
-            reset_after: inner.reset_after_nanos() as f64 / 1e9,
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
             source: d.source().as_str(),
         }
     }
@@ -311,15 +319,9 @@ fn js_names(e: CoreError) -> CoreError {
 /// ```
 #[napi]
 pub struct RedisEngine {
-    pub(crate) engine: Arc<Engine>,
-    /// Its number in this thread's table of the raw hot path (`table`).
-    handle: u32,
-}
-
-impl Drop for RedisEngine {
-    fn drop(&mut self) {
-        table::unregister(self.handle);
-    }
+    /// The engine, numbered in this thread's table of the raw hot path
+    /// (`table`).
+    pub(crate) engine: Registered<Engine>,
 }
 
 #[napi]
@@ -338,16 +340,7 @@ impl RedisEngine {
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<RedisEngineOptions<'_>>) -> Result<RedisEngine> {
         let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let rate_option = loose_rate(&env, &o.rate)?;
-        let rate = match &rate_option {
-            Some(_) => Some(rate_of(&rate_option).or_throw(&env)?),
-            None => None,
-        };
-        let burst = loose_number(&env, &o.burst, "burst")?;
-        let limit = loose_number(&env, &o.limit, "limit")?;
-        let window = loose_number(&env, &o.window, "window")?;
-        let keyed = any::keyed_algorithm(o.algorithm.as_deref(), rate, burst, limit, window)
-            .or_throw(&env)?;
+        let keyed = keyed_algorithm_of(&env, &o.algorithm, &o.rate, &o.burst, &o.limit, &o.window)?;
         let algorithm = Algorithm::from_keyed(keyed).or_throw(&env)?;
         // Every option is parsed, checked and defaulted by the core.
         let prefix = loose_string(&env, &o.prefix, "prefix")?;
@@ -375,8 +368,9 @@ impl RedisEngine {
             .map_err(js_names)
             .or_throw(&env)?;
         let engine = Arc::new(Engine::new(config).map_err(js_names).or_throw(&env)?);
-        let handle = table::register(engine.clone());
-        Ok(RedisEngine { engine, handle })
+        Ok(RedisEngine {
+            engine: Registered::new(engine, table::register, table::unregister),
+        })
     }
 
     /// Step one of taking `n` (default 1) tokens for `key`: a decision
@@ -460,7 +454,7 @@ impl RedisEngine {
     /// The engine's number for the driver's raw hot path (internal).
     #[napi(getter, skip_typescript)]
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.engine.handle
     }
 
     /// Whether the circuit breaker is open (Redis is being spared).

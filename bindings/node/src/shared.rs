@@ -32,7 +32,7 @@ fn shm_step(env: &Env, step: std::result::Result<any::Wait, ShmError>) -> Result
 
 /// A wait the table made, or its error thrown.
 fn shm_waiter(env: &Env, made: std::result::Result<any::Waiter, ShmError>) -> Result<Waiter> {
-    let made = made.map_err(|e| shm_throw(env, e))?;
+    let made = made.or_throw(env)?;
     Waiter::new(env, Ok(made))
 }
 
@@ -52,6 +52,13 @@ fn shm_throw(env: &Env, e: ShmError) -> napi::Error {
             let code = format!("ERR_RATEBOUND_{}", other.code().to_ascii_uppercase());
             throw_as(env, Kind::Plain, &code, &other.to_string())
         }
+    }
+}
+
+/// A shared-memory result, its error thrown by [`shm_throw`].
+impl<T> OrThrow<T> for std::result::Result<T, ShmError> {
+    fn or_throw(self, env: &Env) -> Result<T> {
+        self.map_err(|e| shm_throw(env, e))
     }
 }
 
@@ -94,8 +101,8 @@ impl SharedTokenBucket {
         let quota = rate_of(&rate)
             .and_then(|r| any::quota(r, burst))
             .or_throw(&env)?;
-        let inner = SharedLimiter::open(&o.path, KeyedAlgorithm::TokenBucket(quota))
-            .map_err(|e| shm_throw(&env, e))?;
+        let inner =
+            SharedLimiter::open(&o.path, KeyedAlgorithm::TokenBucket(quota)).or_throw(&env)?;
         Ok(SharedTokenBucket {
             inner: Arc::new(inner),
         })
@@ -105,19 +112,13 @@ impl SharedTokenBucket {
     #[napi]
     pub fn check(&self, env: Env, n: Option<f64>) -> Result<Decision> {
         let n = tokens(&env, n)?;
-        self.inner
-            .check_n(n)
-            .map(Decision::from)
-            .map_err(|e| shm_throw(&env, e))
+        self.inner.check_n(n).map(Decision::from).or_throw(&env)
     }
 
     /// Takes one (or `n`) now if it is there: the decision only.
     #[napi(ts_args_type = "n?: number")]
     pub fn try_acquire(&self, env: Env) -> Result<bool> {
-        self.inner
-            .check()
-            .map(|d| d.is_allowed())
-            .map_err(|e| shm_throw(&env, e))
+        self.inner.check().map(|d| d.is_allowed()).or_throw(&env)
     }
 
     /// Tokens available now.
@@ -140,10 +141,7 @@ impl SharedTokenBucket {
             Some(m) => any::seconds("maxWait", m).or_throw(&env)?,
             None => std::time::Duration::MAX,
         };
-        let r = self
-            .inner
-            .reserve_n(n, max_wait)
-            .map_err(|e| shm_throw(&env, e))?;
+        let r = self.inner.reserve_n(n, max_wait).or_throw(&env)?;
         let wait = u64::try_from(r.delay().as_nanos()).unwrap_or(u64::MAX);
         Ok(Reservation {
             limiter: Holder::Shared(self.inner.clone()),
@@ -161,17 +159,14 @@ impl SharedTokenBucket {
     #[napi]
     pub fn pause(&self, env: Env, seconds: f64) -> Result<()> {
         let d = pause_of(&env, seconds)?;
-        self.inner.pause(d).map_err(|e| shm_throw(&env, e))
+        self.inner.pause(d).or_throw(&env)
     }
 
     /// Lifts the pause for every process now if nothing was built on it:
     /// `'lifted'`, `'not_paused'` or `'queued'` (see `TokenBucket.resume`).
     #[napi(ts_return_type = "'lifted' | 'not_paused' | 'queued'")]
     pub fn resume(&self, env: Env) -> Result<&'static str> {
-        self.inner
-            .resume()
-            .map(|r| r.as_str())
-            .map_err(|e| shm_throw(&env, e))
+        self.inner.resume().map(|r| r.as_str()).or_throw(&env)
     }
 
     /// A wait for `n` tokens (internal: `acquire`).
@@ -192,7 +187,7 @@ impl SharedTokenBucket {
     pub fn abandon_wait(&self, env: Env, waiter: &Waiter) -> Result<()> {
         self.inner
             .abandon(&mut waiter.state.borrow_mut())
-            .map_err(|e| shm_throw(&env, e))
+            .or_throw(&env)
     }
 
     /// The burst.
@@ -282,7 +277,7 @@ impl SharedKeyedLimiter {
             Some(m) => any::whole("maxKeys", m, 1).or_throw(&env)?,
             None => ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
         };
-        let inner = ShmKeyed::open(&o.path, algorithm, max).map_err(|e| shm_throw(&env, e))?;
+        let inner = ShmKeyed::open(&o.path, algorithm, max).or_throw(&env)?;
         Ok(SharedKeyedLimiter { inner })
     }
 
@@ -292,7 +287,7 @@ impl SharedKeyedLimiter {
         let n = tokens(&env, n)?;
         self.key(&env, &key, |k| self.inner.check_n(k, n))?
             .map(Decision::from)
-            .map_err(|e| shm_throw(&env, e))
+            .or_throw(&env)
     }
 
     /// Takes one (or `n`) for `key` now if it is there: the decision only.
@@ -300,7 +295,7 @@ impl SharedKeyedLimiter {
     pub fn try_acquire(&self, env: Env, key: Unknown<'_>) -> Result<bool> {
         self.key(&env, &key, |k| self.inner.check(k))?
             .map(|d| d.is_allowed())
-            .map_err(|e| shm_throw(&env, e))
+            .or_throw(&env)
     }
 
     /// How many `key` could take now.
@@ -317,7 +312,7 @@ impl SharedKeyedLimiter {
     pub fn pause(&self, env: Env, key: Unknown<'_>, seconds: f64) -> Result<()> {
         let d = pause_of(&env, seconds)?;
         self.key(&env, &key, |k| self.inner.pause(k, d))?
-            .map_err(|e| shm_throw(&env, e))
+            .or_throw(&env)
     }
 
     /// Lifts `key`'s pause for every process now if nothing was built on
@@ -331,7 +326,7 @@ impl SharedKeyedLimiter {
     pub fn resume(&self, env: Env, key: Unknown<'_>) -> Result<&'static str> {
         self.key(&env, &key, |k| self.inner.resume(k))?
             .map(|r| r.as_str())
-            .map_err(|e| shm_throw(&env, e))
+            .or_throw(&env)
     }
 
     /// A wait for `n` tokens of some key (internal: `acquire`).
@@ -356,7 +351,7 @@ impl SharedKeyedLimiter {
         self.key(&env, &key, |k| {
             self.inner.abandon(&mut waiter.state.borrow_mut(), k)
         })?
-        .map_err(|e| shm_throw(&env, e))
+        .or_throw(&env)
     }
 
     /// The most one check can take.

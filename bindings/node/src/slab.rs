@@ -62,3 +62,41 @@ impl<T> Slab<Rc<T>> {
         self.items.get(slot as usize)?.clone()
     }
 }
+
+/// What a class holds that the raw entry points reach by number: the shared
+/// value (`Deref`) and its `handle` in this thread's table, freed by `free`
+/// when the class is collected.
+pub(crate) struct Registered<T> {
+    value: std::sync::Arc<T>,
+    pub(crate) handle: u32,
+    free: fn(u32),
+}
+
+impl<T> Registered<T> {
+    /// `value`, given its slot by `register`; `free` gives the slot back.
+    pub(crate) fn new(
+        value: std::sync::Arc<T>,
+        register: impl FnOnce(std::sync::Arc<T>) -> u32,
+        free: fn(u32),
+    ) -> Registered<T> {
+        Registered {
+            handle: register(value.clone()),
+            value,
+            free,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Registered<T> {
+    type Target = std::sync::Arc<T>;
+
+    fn deref(&self) -> &std::sync::Arc<T> {
+        &self.value
+    }
+}
+
+impl<T> Drop for Registered<T> {
+    fn drop(&mut self) {
+        (self.free)(self.handle);
+    }
+}

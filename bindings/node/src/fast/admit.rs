@@ -18,7 +18,7 @@ use ratebound::gate::{Admission, Outcome};
 use ratebound::http::Priority;
 
 use super::calls::{GATE_AT, GATE_LEN, gate_slot, publish_gate};
-use super::ffi::{args, opt_ip, raw_throw, raw_throw_core, slot};
+use super::ffi::{opt_ip, raw_entries, raw_throw, raw_throw_core, slot};
 use super::headers::{Lines, RAW_HEADERS_TYPE};
 use super::hooks::JsHooks;
 use super::slots::{GATES, GateEntry, hold_place, release_place, responded_place};
@@ -168,76 +168,6 @@ unsafe fn publish(
     }
 }
 
-/// `gateAdmit(slot, request, peer, rawHeaders)`: the core's whole sequence
-/// (`Gate::admit`), the hooks called with `request`. Returns as
-/// [`publish`] for a decision; `undefined` for an exempt request; an `Ask`
-/// for a gate with remote policies (the shared array says which).
-pub(super) unsafe extern "C" fn raw_gate_admit(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, request, peer, raw_headers] = args::<4>(env, info);
-        let Some(entry) = gate_in(env, h) else {
-            return ptr::null_mut();
-        };
-        let gate = &entry.gate;
-        let peer = opt_ip(env, peer);
-        // Every header line is copied out before any hook runs.
-        let Ok(headers) = Lines::read(env, raw_headers, gate.header_names()) else {
-            return raw_throw(
-                env,
-                error::Kind::Type,
-                "ERR_INVALID_ARG_TYPE",
-                RAW_HEADERS_TYPE,
-            );
-        };
-        let r = gate::Request {
-            key: None,
-            peer,
-            headers: &headers,
-        };
-        let mut hooks = JsHooks::new(env, &entry.hooks, request);
-        let admitted = gate.admit(&r, &mut hooks);
-        if hooks.threw {
-            // The exception is pending; the place, if any, goes back now,
-            // untimed (the request never reached the application).
-            if let gate::Admit::Decided(Admission {
-                place: Some(place), ..
-            }) = admitted
-            {
-                place.forfeit();
-            }
-            return ptr::null_mut();
-        }
-        match admitted {
-            gate::Admit::Exempt => {
-                publish_gate_kind(EXEMPT);
-                undefined(env)
-            }
-            gate::Admit::Decided(a) => publish(env, gate, a),
-            // Only a hook that threw stops the sequence (returned above).
-            gate::Admit::Stopped => raw_throw(
-                env,
-                crate::error::Kind::Plain,
-                "ERR_RATEBOUND_INTERNAL",
-                "the request sequence stopped without a hook's error",
-            ),
-            gate::Admit::Ask(ask) => {
-                let ask = Ask::new(ask, gate.clone());
-                match <Ask as ToNapiValue>::to_napi_value(env, ask) {
-                    Ok(v) => {
-                        publish_gate_kind(ASK);
-                        v
-                    }
-                    Err(e) => throw_napi(env, e),
-                }
-            }
-        }
-    }
-}
-
 /// Why `answers` could not be read.
 enum Bad {
     Type(String),
@@ -304,17 +234,75 @@ unsafe fn error_code(env: sys::napi_env, e: sys::napi_value) -> Option<String> {
     }
 }
 
-/// `gateFinish(slot, ask, answers, request)`: the rest of the sequence
-/// (`Gate::finish`) once the remote policies have answered `ask`, one
-/// answer per remote policy in order (a decision; `null` for a full table;
-/// the error its check threw); returns as [`publish`].
-pub(super) unsafe extern "C" fn raw_gate_finish(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, ask, answers, request] = args::<4>(env, info);
+raw_entries! {
+    /// `gateAdmit(slot, request, peer, rawHeaders)`: the core's whole sequence
+    /// (`Gate::admit`), the hooks called with `request`. Returns as
+    /// [`publish`] for a decision; `undefined` for an exempt request; an `Ask`
+    /// for a gate with remote policies (the shared array says which).
+    fn raw_gate_admit(env, [h, request, peer, raw_headers]) as c"gateAdmit" {
+        let Some(entry) = gate_in(env, h) else {
+            return ptr::null_mut();
+        };
+        let gate = &entry.gate;
+        let peer = opt_ip(env, peer);
+        // Every header line is copied out before any hook runs.
+        let Ok(headers) = Lines::read(env, raw_headers, gate.header_names()) else {
+            return raw_throw(
+                env,
+                error::Kind::Type,
+                "ERR_INVALID_ARG_TYPE",
+                RAW_HEADERS_TYPE,
+            );
+        };
+        let r = gate::Request {
+            key: None,
+            peer,
+            headers: &headers,
+        };
+        let mut hooks = JsHooks::new(env, &entry.hooks, request);
+        let admitted = gate.admit(&r, &mut hooks);
+        if hooks.threw {
+            // The exception is pending; the place, if any, goes back now,
+            // untimed (the request never reached the application).
+            if let gate::Admit::Decided(Admission {
+                place: Some(place), ..
+            }) = admitted
+            {
+                place.forfeit();
+            }
+            return ptr::null_mut();
+        }
+        match admitted {
+            gate::Admit::Exempt => {
+                publish_gate_kind(EXEMPT);
+                undefined(env)
+            }
+            gate::Admit::Decided(a) => publish(env, gate, a),
+            // Only a hook that threw stops the sequence (returned above).
+            gate::Admit::Stopped => raw_throw(
+                env,
+                crate::error::Kind::Plain,
+                "ERR_RATEBOUND_INTERNAL",
+                "the request sequence stopped without a hook's error",
+            ),
+            gate::Admit::Ask(ask) => {
+                let ask = Ask::new(ask, gate.clone());
+                match <Ask as ToNapiValue>::to_napi_value(env, ask) {
+                    Ok(v) => {
+                        publish_gate_kind(ASK);
+                        v
+                    }
+                    Err(e) => throw_napi(env, e),
+                }
+            }
+        }
+    }
+
+    /// `gateFinish(slot, ask, answers, request)`: the rest of the sequence
+    /// (`Gate::finish`) once the remote policies have answered `ask`, one
+    /// answer per remote policy in order (a decision; `null` for a full table;
+    /// the error its check threw); returns as [`publish`].
+    fn raw_gate_finish(env, [h, ask, answers, request]) as c"gateFinish" {
         let Some(entry) = gate_in(env, h) else {
             return ptr::null_mut();
         };
@@ -378,32 +366,18 @@ pub(super) unsafe extern "C" fn raw_gate_finish(
         }
         publish(env, gate, admission)
     }
-}
 
-/// `placeRelease(slot)`: gives back the place of a `Place` (which calls it
-/// once).
-pub(super) unsafe extern "C" fn raw_place_release(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h] = args::<1>(env, info);
+    /// `placeRelease(slot)`: gives back the place of a `Place` (which calls it
+    /// once).
+    fn raw_place_release(env, [h]) as c"placeRelease" {
         release_place(slot(env, h));
         undefined(env)
     }
-}
 
-/// `placeResponded(slot)`: the response's head is written — under an
-/// adaptive limit the request's latency is taken now (once); the place
-/// stays held until `placeRelease`.
-pub(super) unsafe extern "C" fn raw_place_responded(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h] = args::<1>(env, info);
+    /// `placeResponded(slot)`: the response's head is written — under an
+    /// adaptive limit the request's latency is taken now (once); the place
+    /// stays held until `placeRelease`.
+    fn raw_place_responded(env, [h]) as c"placeResponded" {
         responded_place(slot(env, h));
         undefined(env)
     }

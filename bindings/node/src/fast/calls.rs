@@ -10,12 +10,9 @@ use napi::sys;
 use napi_derive::napi;
 use ratebound::Limiter;
 
-use super::admit::{
-    OUTCOMES, PRIORITIES, field_names, raw_gate_admit, raw_gate_finish, raw_place_release,
-    raw_place_responded,
-};
+use super::admit::{self, OUTCOMES, PRIORITIES, field_names};
 use super::ffi::{
-    args, boolean, count, int, raw_throw, raw_throw_core, raw_throw_key, slot, with_key,
+    boolean, count, int, raw_entries, raw_throw, raw_throw_core, raw_throw_key, slot, with_key,
 };
 use super::slots::{KEYED, LIMITERS};
 use crate::error;
@@ -139,14 +136,9 @@ unsafe fn not_live(env: sys::napi_env) -> sys::napi_value {
     }
 }
 
-/// `tryAcquire(slot) -> boolean`.
-unsafe extern "C" fn raw_try_acquire(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h] = args::<1>(env, info);
+raw_entries! {
+    /// `tryAcquire(slot) -> boolean`.
+    fn raw_try_acquire(env, [h]) as c"tryAcquire" {
         let h = slot(env, h);
         let ok = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.try_acquire()));
         match ok {
@@ -154,56 +146,33 @@ unsafe extern "C" fn raw_try_acquire(
             None => not_live(env),
         }
     }
-}
 
-/// `check(slot, n) -> 1 | 0`, the decision's numbers in the shared array.
-unsafe extern "C" fn raw_check(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, n] = args::<2>(env, info);
+    /// `check(slot, n) -> 1 | 0`, the decision's numbers in the shared array.
+    fn raw_check(env, [h, n]) as c"check" {
         let h = slot(env, h);
         let n = match count(env, n) {
             Ok(n) => n,
             Err(e) => return raw_throw_core(env, &e),
         };
-        let result = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_n(n)));
-        match result {
+        match LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_n(n))) {
             Some(Ok(d)) => int(env, publish(d)),
             Some(Err(e)) => raw_throw_core(env, &e),
             None => not_live(env),
         }
     }
-}
 
-/// `checkOne(slot) -> 1 | 0`: `check()` without a count (one token; no
-/// count to read or validate).
-unsafe extern "C" fn raw_check_one(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h] = args::<1>(env, info);
+    /// `checkOne(slot) -> 1 | 0`: `check()` without a count (one token; no
+    /// count to read or validate).
+    fn raw_check_one(env, [h]) as c"checkOne" {
         let h = slot(env, h);
-        let result = LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_at(l.now())));
-        match result {
+        match LIMITERS.with(|s| s.borrow().get(h).map(|l| l.check_at(l.now()))) {
             Some(d) => int(env, publish(d)),
             None => not_live(env),
         }
     }
-}
 
-/// `keyedCheck(slot, key, n) -> 1 | 0`, the numbers in the shared array.
-unsafe extern "C" fn raw_keyed_check(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, key, n] = args::<3>(env, info);
+    /// `keyedCheck(slot, key, n) -> 1 | 0`, the numbers in the shared array.
+    fn raw_keyed_check(env, [h, key, n]) as c"keyedCheck" {
         let h = slot(env, h);
         let n = match count(env, n) {
             Ok(n) => n,
@@ -249,17 +218,13 @@ pub fn bind_fast_path(env: &Env) -> Result<Object<'_>> {
         bound: &BOUND,
         scratch: &SCRATCH,
     };
-    let fns: [(&std::ffi::CStr, sys::napi_callback); 9] = [
-        (c"checkOne", Some(raw_check_one)),
-        (c"tryAcquire", Some(raw_try_acquire)),
-        (c"gateAdmit", Some(raw_gate_admit)),
-        (c"gateFinish", Some(raw_gate_finish)),
-        (c"placeRelease", Some(raw_place_release)),
-        (c"placeResponded", Some(raw_place_responded)),
-        (c"check", Some(raw_check)),
-        (c"keyedCheck", Some(raw_keyed_check)),
-        (c"noop", Some(raw_noop)),
-    ];
+    let noop: (&std::ffi::CStr, sys::napi_callback) = (c"noop", Some(raw_noop));
+    let fns: Vec<_> = ENTRIES
+        .iter()
+        .chain(admit::ENTRIES)
+        .chain([&noop])
+        .copied()
+        .collect();
     // SAFETY: `env` is the live env of this call.
     let exports = unsafe { crate::fast::bind_raw(env, &SHARED, &fns)? };
     let mut exports = exports;

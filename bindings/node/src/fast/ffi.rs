@@ -166,6 +166,37 @@ pub(crate) unsafe fn raw_throw_core(env: sys::napi_env, e: &ratebound::Error) ->
     unsafe { raw_throw(env, error::kind(e), &error::code(e), &e.to_string()) }
 }
 
+/// Raw N-API entry points: each `fn name(env, [a, b, ...]) as c"jsName"
+/// { body }` becomes an `unsafe extern "C"` callback that reads its first
+/// arguments into `a`, `b`, ... ([`args`]: missing ones `undefined`) and
+/// returns what `body` returns, run with the live handles N-API calls it
+/// with; `ENTRIES` lists them by the names [`bind_raw`] gives them.
+macro_rules! raw_entries {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($env:ident, [$($arg:ident),*]) as $js:literal $body:block
+    )*) => {
+        $(
+            $(#[$doc])*
+            unsafe extern "C" fn $name(
+                $env: napi::sys::napi_env,
+                info: napi::sys::napi_callback_info,
+            ) -> napi::sys::napi_value {
+                // SAFETY: called by N-API with live handles.
+                unsafe {
+                    let [$($arg),*] = $crate::fast::ffi::args($env, info);
+                    $body
+                }
+            }
+        )*
+
+        /// These entry points by their names in JavaScript.
+        pub(super) const ENTRIES: &[(&std::ffi::CStr, napi::sys::napi_callback)] =
+            &[$(($js, Some($name))),*];
+    };
+}
+pub(crate) use raw_entries;
+
 /// Up to N arguments; missing ones are `undefined` (N-API fills them).
 #[inline(always)]
 pub(crate) unsafe fn args<const N: usize>(

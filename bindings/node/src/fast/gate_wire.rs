@@ -17,30 +17,13 @@ pub enum DecideError {
     Headers,
 }
 
-/// `gate`'s verdict for one request, given to `f`: `key` (absent, `null` or
-/// `undefined` for none; read only by a gate whose key is given), the peer
-/// and the raw header lines (see [`Lines`]).
+/// `f` given the request `key` (absent, `null` or `undefined` for none;
+/// read only by a gate whose key is given), the peer and the raw header
+/// lines (see [`Lines`]) make.
 ///
 /// # Safety
 /// `env` and the handles (unless null) must be the live handles of the
 /// current callback.
-pub unsafe fn decide<R>(
-    env: sys::napi_env,
-    gate: &gate::Gate,
-    key: sys::napi_value,
-    peer: Option<std::net::IpAddr>,
-    raw_headers: sys::napi_value,
-    f: impl FnOnce(&gate::Verdict<'_>) -> R,
-) -> std::result::Result<R, DecideError> {
-    // SAFETY: the caller's contract.
-    unsafe { with_request(env, gate, key, peer, raw_headers, |r| f(&gate.decide(r))) }
-}
-
-/// `f` given the request `key`, `peer` and the raw header lines make (see
-/// [`decide`]).
-///
-/// # Safety
-/// As [`decide`].
 pub unsafe fn with_request<R>(
     env: sys::napi_env,
     gate: &gate::Gate,

@@ -26,7 +26,7 @@ pub use ffi::{KeyError, key_error, with_key};
 pub(crate) use ffi::{
     SharedArray, args as raw_args, bind_raw, push_utf8, raw_throw, raw_throw_core, raw_throw_key,
 };
-pub use gate_wire::{DecideError, decide, decide_error, with_request};
+pub use gate_wire::{DecideError, decide_error, with_request};
 pub use headers::{Lines, NotRawHeaders, RAW_HEADERS_TYPE};
 pub use hooks::{HOOK_NAMES, HookRefs, KEY_HOOK, PRIORITY_HOOK};
 pub use slots::{

@@ -18,6 +18,7 @@ use ratebound::gate;
 use crate::error::OrThrow;
 use crate::fast::{self, HookRefs};
 use crate::limiters::{ManualClock, clock_of};
+use crate::slab::Registered;
 
 mod options;
 
@@ -101,14 +102,7 @@ fn verdict(v: &gate::Verdict<'_>) -> Verdict {
 /// in and out.
 #[napi]
 pub struct Gate {
-    inner: Arc<gate::Gate>,
-    handle: u32,
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        fast::unregister_gate(self.handle);
-    }
+    inner: Registered<gate::Gate>,
 }
 
 #[napi]
@@ -137,8 +131,11 @@ impl Gate {
             HookRefs::new(env.raw(), functions, constant)
         };
         Ok(Gate {
-            handle: fast::register_gate(inner.clone(), refs),
-            inner,
+            inner: Registered::new(
+                inner,
+                |g| fast::register_gate(g, refs),
+                fast::unregister_gate,
+            ),
         })
     }
 
@@ -191,7 +188,11 @@ impl Gate {
         let lines = raw_headers.map_or(std::ptr::null_mut(), |h| h.raw());
         // SAFETY: the env and the arguments of the current call.
         #[allow(unsafe_code)]
-        let v = unsafe { fast::decide(env.raw(), &self.inner, key, peer, lines, verdict) };
+        let v = unsafe {
+            fast::with_request(env.raw(), &self.inner, key, peer, lines, |r| {
+                verdict(&self.inner.decide(r))
+            })
+        };
         v.map_err(|e| fast::decide_error(&env, e))
     }
 
@@ -263,7 +264,7 @@ impl Gate {
     /// The slot of the fast entry point (internal).
     #[napi(getter, skip_typescript)]
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.inner.handle
     }
 
     /// Keys tracked by the first policy.

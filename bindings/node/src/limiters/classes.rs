@@ -7,16 +7,20 @@ use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use ratebound::Error as CoreError;
 use ratebound::Limiter;
-use ratebound::any::{self, AnyLimiter};
+use ratebound::any::{self, AnyClock, AnyLimiter, Rate};
 
 use super::clock::ManualClock;
 use super::decision::Decision;
-use super::options::{RateOption, clock_of, loose_number, loose_rate, number, rate_of, tokens};
+use super::options::{
+    Loose, RateOption, clock_of, loose_number, loose_rate, number, rate_of, tokens,
+};
 use super::reservation::{Holder, Reservation};
 use super::wait::{HOST_MAX_SLEEP, Waiter, step_to_js};
 use crate::error::{OrThrow, invalid_type};
 use crate::fast;
+use crate::slab::Registered;
 
 /// Options of `new TokenBucket(...)`.
 #[napi(object, object_to_js = false)]
@@ -61,19 +65,20 @@ pub struct LeakyBucketOptions<'a> {
     pub clock: Option<&'static ManualClock>,
 }
 
-/// What every limiter class holds: the core limiter and its slot in the
+/// What every limiter class holds: the core limiter, numbered in the
 /// fast-path table.
 pub struct LimiterSlot {
-    pub(crate) limiter: Arc<AnyLimiter>,
-    handle: u32,
+    pub(crate) limiter: Registered<AnyLimiter>,
 }
 
 impl LimiterSlot {
     fn new(limiter: AnyLimiter) -> LimiterSlot {
-        let limiter = Arc::new(limiter);
         LimiterSlot {
-            handle: fast::register_limiter(limiter.clone()),
-            limiter,
+            limiter: Registered::new(
+                Arc::new(limiter),
+                fast::register_limiter,
+                fast::unregister_limiter,
+            ),
         }
     }
 
@@ -129,13 +134,31 @@ impl LimiterSlot {
     }
 }
 
-impl Drop for LimiterSlot {
-    fn drop(&mut self) {
-        fast::unregister_limiter(self.handle);
-    }
-}
-
+/// A limiter class's methods: `limiter_class!(Name)`, the methods every
+/// class shares over its [`LimiterSlot`] (`self.0`); `limiter_class!(Name(
+/// Options) = make)`, those and the constructor from `Options` (`make`: the
+/// options to the core's limiter, which checks and defaults them).
 macro_rules! limiter_class {
+    ($name:ident($options:ident) = $make:expr) => {
+        #[napi]
+        impl $name {
+            /// A limiter of these options (each option's rule is on its
+            /// field).
+            ///
+            /// @throws {RangeError} `ERR_RATEBOUND_INVALID_RATE`,
+            /// `ERR_RATEBOUND_INVALID_NUMBER`, ... for a number that is not
+            /// usable; {TypeError} `ERR_INVALID_ARG_TYPE` for an option of
+            /// another type, `ERR_RATEBOUND_PARSE_ERROR` for a quota string
+            /// that does not parse.
+            #[napi(constructor)]
+            pub fn new(env: Env, options: Option<$options<'_>>) -> Result<$name> {
+                let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
+                let make: fn(&Env, $options<'_>) -> Result<AnyLimiter> = $make;
+                Ok($name(LimiterSlot::new(make(&env, o)?)))
+            }
+        }
+        limiter_class!($name);
+    };
     ($name:ident) => {
         #[napi]
         impl $name {
@@ -146,32 +169,32 @@ macro_rules! limiter_class {
             /// `n` is more than the limiter ever admits at once.
             #[napi]
             pub fn check(&self, env: Env, n: Option<f64>) -> Result<Decision> {
-                self.slot.check(&env, n)
+                self.0.check(&env, n)
             }
 
             /// Takes one token (or `n`) now if it is there: the decision
             /// only, with no object created (without `n`, the fastest call).
             #[napi(ts_args_type = "n?: number")]
             pub fn try_acquire(&self) -> bool {
-                self.slot.limiter.try_acquire()
+                self.0.limiter.try_acquire()
             }
 
             /// What `check(n)` would answer now, taking nothing.
             #[napi]
             pub fn peek(&self, env: Env, n: Option<f64>) -> Result<Decision> {
-                self.slot.peek(&env, n)
+                self.0.peek(&env, n)
             }
 
             /// How many tokens could be taken now.
             #[napi]
             pub fn available(&self) -> f64 {
-                self.slot.limiter.available() as f64
+                self.0.limiter.available() as f64
             }
 
             /// The most the limiter admits at once.
             #[napi(getter)]
             pub fn limit(&self) -> f64 {
-                self.slot.limiter.limit() as f64
+                self.0.limiter.limit() as f64
             }
 
             /// The algorithm: `"token_bucket"`, `"fixed_window"`,
@@ -179,7 +202,7 @@ macro_rules! limiter_class {
             /// `"all_of"`.
             #[napi(getter)]
             pub fn algorithm(&self) -> &'static str {
-                self.slot.limiter.algorithm()
+                self.0.limiter.algorithm()
             }
 
             /// Empties a token bucket for `seconds` (a partner's
@@ -192,7 +215,7 @@ macro_rules! limiter_class {
             /// `ERR_RATEBOUND_UNSUPPORTED` for the other algorithms.
             #[napi]
             pub fn pause(&self, env: Env, seconds: f64) -> Result<()> {
-                self.slot.pause(&env, seconds)
+                self.0.pause(&env, seconds)
             }
 
             /// Lifts a token bucket's pause now if nothing was built on it:
@@ -204,7 +227,7 @@ macro_rules! limiter_class {
             /// algorithms.
             #[napi(ts_return_type = "'lifted' | 'not_paused' | 'queued'")]
             pub fn resume(&self, env: Env) -> Result<&'static str> {
-                self.slot.resume(&env)
+                self.0.resume(&env)
             }
 
             /// Takes `n` tokens (default 1) now even if they are not there
@@ -222,39 +245,65 @@ macro_rules! limiter_class {
                 n: Option<f64>,
                 max_wait: Option<f64>,
             ) -> Result<Reservation> {
-                self.slot.reserve(&env, n, max_wait)
+                self.0.reserve(&env, n, max_wait)
             }
 
             /// The slot of the fast entry points (internal).
             #[napi(getter, skip_typescript)]
             pub fn handle(&self) -> u32 {
-                self.slot.handle
+                self.0.limiter.handle
             }
 
             /// A wait for `n` tokens (internal: `acquire`).
             #[napi(skip_typescript)]
             pub fn waiter(&self, env: Env, n: Option<f64>, timeout: Option<f64>) -> Result<Waiter> {
-                self.slot.waiter(&env, n, timeout)
+                self.0.waiter(&env, n, timeout)
             }
 
             /// One step of a wait (internal: `acquire`).
             #[napi(skip_typescript)]
             pub fn wait_step(&self, env: Env, waiter: &Waiter) -> Result<Vec<f64>> {
-                self.slot.wait_step(&env, waiter)
+                self.0.wait_step(&env, waiter)
             }
 
             /// Ends a wait early, giving back what it holds (internal).
             #[napi(skip_typescript)]
             pub fn abandon_wait(&self, env: Env, waiter: &Waiter) -> Result<()> {
-                self.slot.abandon_wait(&env, waiter)
+                self.0.abandon_wait(&env, waiter)
             }
         }
     };
 }
 
+/// A window class's constructor in the core: `limit` per `window` seconds.
+type WindowMaker = fn(f64, f64, AnyClock) -> std::result::Result<AnyLimiter, CoreError>;
+
+/// A window class's limiter from its options.
+fn windowed(env: &Env, o: WindowOptions<'_>, make: WindowMaker) -> Result<AnyLimiter> {
+    let limit = loose_number(env, &o.limit, "limit")?;
+    let window = loose_number(env, &o.window, "window")?;
+    number(limit, "limit")
+        .and_then(|l| make(l, number(window, "window")?, clock_of(o.clock)))
+        .or_throw(env)
+}
+
+/// A rated class's limiter: `rate` (tokens per second or a quota string)
+/// and its other number option (`other`: the value and its name), by the
+/// core's constructor `make`.
+fn rated(
+    env: &Env,
+    rate: &Loose<'_>,
+    other: (&Loose<'_>, &str),
+    make: impl FnOnce(Rate<'_>, Option<f64>) -> std::result::Result<AnyLimiter, CoreError>,
+) -> Result<AnyLimiter> {
+    let rate = loose_rate(env, rate)?;
+    let other = loose_number(env, other.0, other.1)?;
+    rate_of(&rate).and_then(|r| make(r, other)).or_throw(env)
+}
+
 /// A token bucket (GCRA): at most `burst` tokens, refilled at `rate` per
-/// second, starting full. One 64-bit word of state, updated lock-free;
-/// `retryAfter` is exact to the nanosecond.
+/// second (or a quota string), starting full. One 64-bit word of state,
+/// updated lock-free; `retryAfter` is exact to the nanosecond.
 ///
 /// ```js
 /// const tb = new TokenBucket({ rate: 2, burst: 3 })   // or rate: '2/s'
@@ -262,31 +311,17 @@ macro_rules! limiter_class {
 /// const d = tb.check(); d.allowed, d.remaining, d.retryAfter
 /// ```
 #[napi]
-pub struct TokenBucket {
-    slot: LimiterSlot,
-}
+pub struct TokenBucket(LimiterSlot);
+limiter_class!(
+    TokenBucket(TokenBucketOptions) = |env, o| {
+        rated(env, &o.rate, (&o.burst, "burst"), |rate, burst| {
+            AnyLimiter::token_bucket(rate, burst, clock_of(o.clock))
+        })
+    }
+);
 
 #[napi]
 impl TokenBucket {
-    /// A token bucket of `rate` per second holding at most `burst`.
-    ///
-    /// @throws {RangeError} `ERR_RATEBOUND_INVALID_RATE`,
-    /// `ERR_RATEBOUND_INVALID_NUMBER`, ... for a rate or burst that is not
-    /// usable; {TypeError} `ERR_RATEBOUND_PARSE_ERROR` for a quota string
-    /// that does not parse.
-    #[napi(constructor)]
-    pub fn new(env: Env, options: Option<TokenBucketOptions<'_>>) -> Result<TokenBucket> {
-        let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let rate = loose_rate(&env, &o.rate)?;
-        let burst = loose_number(&env, &o.burst, "burst")?;
-        let limiter = rate_of(&rate)
-            .and_then(|rate| AnyLimiter::token_bucket(rate, burst, clock_of(o.clock)))
-            .or_throw(&env)?;
-        Ok(TokenBucket {
-            slot: LimiterSlot::new(limiter),
-        })
-    }
-
     /// Replaces the quota, keeping what was taken: `rate` per second (or a
     /// quota string) with `burst`.
     #[napi(ts_args_type = "rate: number | string, burst?: number")]
@@ -294,131 +329,56 @@ impl TokenBucket {
         let rate = Some(rate);
         let rate = rate_of(&rate).or_throw(&env)?;
         let q = any::quota(rate, burst).or_throw(&env)?;
-        let l = &self.slot.limiter;
+        let l = &self.0.limiter;
         l.set_quota_at(q, l.now()).or_throw(&env)
     }
 }
-limiter_class!(TokenBucket);
 
 /// A fixed window: `limit` requests per aligned `window` seconds. Simple,
 /// but up to twice the limit can pass across a window boundary.
 #[napi]
-pub struct FixedWindow {
-    slot: LimiterSlot,
-}
+pub struct FixedWindow(LimiterSlot);
+limiter_class!(FixedWindow(WindowOptions) = |env, o| windowed(env, o, AnyLimiter::fixed_window));
 
+/// A sliding window counter: `limit` per sliding `window` seconds, the
+/// current window's count plus the previous window's, weighted by how much
+/// of it still overlaps. One word of state; an approximation of the exact
+/// `SlidingLog`.
 #[napi]
-impl FixedWindow {
-    /// `limit` per `window` seconds.
-    #[napi(constructor)]
-    pub fn new(env: Env, options: Option<WindowOptions<'_>>) -> Result<FixedWindow> {
-        let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let (limit, window) = (
-            loose_number(&env, &o.limit, "limit")?,
-            loose_number(&env, &o.window, "window")?,
-        );
-        let limiter = number(limit, "limit")
-            .and_then(|l| Ok((l, number(window, "window")?)))
-            .and_then(|(l, w)| AnyLimiter::fixed_window(l, w, clock_of(o.clock)))
-            .or_throw(&env)?;
-        Ok(FixedWindow {
-            slot: LimiterSlot::new(limiter),
-        })
-    }
-}
-limiter_class!(FixedWindow);
-
-/// A sliding window counter: the current window's count plus the previous
-/// window's, weighted by how much of it still overlaps. One word of state;
-/// an approximation of the exact `SlidingLog`.
-#[napi]
-pub struct SlidingWindow {
-    slot: LimiterSlot,
-}
-
-#[napi]
-impl SlidingWindow {
-    /// `limit` per sliding `window` seconds.
-    #[napi(constructor)]
-    pub fn new(env: Env, options: Option<WindowOptions<'_>>) -> Result<SlidingWindow> {
-        let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let (limit, window) = (
-            loose_number(&env, &o.limit, "limit")?,
-            loose_number(&env, &o.window, "window")?,
-        );
-        let limiter = number(limit, "limit")
-            .and_then(|l| Ok((l, number(window, "window")?)))
-            .and_then(|(l, w)| AnyLimiter::sliding_window(l, w, clock_of(o.clock)))
-            .or_throw(&env)?;
-        Ok(SlidingWindow {
-            slot: LimiterSlot::new(limiter),
-        })
-    }
-}
-limiter_class!(SlidingWindow);
+pub struct SlidingWindow(LimiterSlot);
+limiter_class!(
+    SlidingWindow(WindowOptions) = |env, o| windowed(env, o, AnyLimiter::sliding_window)
+);
 
 /// A sliding log: exactly `limit` per any `window` seconds, keeping one
 /// timestamp per admitted request (memory grows with the limit).
 #[napi]
-pub struct SlidingLog {
-    slot: LimiterSlot,
-}
+pub struct SlidingLog(LimiterSlot);
+limiter_class!(SlidingLog(WindowOptions) = |env, o| windowed(env, o, AnyLimiter::sliding_log));
 
+/// A leaky bucket (a queue): `rate` departures per second, exactly `1/rate`
+/// seconds apart; a request is admitted only if its turn comes within
+/// `maxDelay` seconds. With `acquire`, callers wait for their turn.
 #[napi]
-impl SlidingLog {
-    /// `limit` per any `window` seconds.
-    #[napi(constructor)]
-    pub fn new(env: Env, options: Option<WindowOptions<'_>>) -> Result<SlidingLog> {
-        let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let (limit, window) = (
-            loose_number(&env, &o.limit, "limit")?,
-            loose_number(&env, &o.window, "window")?,
-        );
-        let limiter = number(limit, "limit")
-            .and_then(|l| Ok((l, number(window, "window")?)))
-            .and_then(|(l, w)| AnyLimiter::sliding_log(l, w, clock_of(o.clock)))
-            .or_throw(&env)?;
-        Ok(SlidingLog {
-            slot: LimiterSlot::new(limiter),
-        })
+pub struct LeakyBucket(LimiterSlot);
+limiter_class!(
+    LeakyBucket(LeakyBucketOptions) = |env, o| {
+        rated(
+            env,
+            &o.rate,
+            (&o.max_delay, "maxDelay"),
+            |rate, max_delay| {
+                AnyLimiter::leaky_bucket(rate, number(max_delay, "maxDelay")?, clock_of(o.clock))
+            },
+        )
     }
-}
-limiter_class!(SlidingLog);
-
-/// A leaky bucket (a queue): departures exactly `1/rate` seconds apart; a
-/// request is admitted only if its turn comes within `maxDelay` seconds.
-/// With `acquire`, callers wait for their turn.
-#[napi]
-pub struct LeakyBucket {
-    slot: LimiterSlot,
-}
-
-#[napi]
-impl LeakyBucket {
-    /// `rate` departures per second, waits of at most `maxDelay` seconds.
-    #[napi(constructor)]
-    pub fn new(env: Env, options: Option<LeakyBucketOptions<'_>>) -> Result<LeakyBucket> {
-        let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let rate = loose_rate(&env, &o.rate)?;
-        let max_delay = loose_number(&env, &o.max_delay, "maxDelay")?;
-        let limiter = rate_of(&rate)
-            .and_then(|r| Ok((r, number(max_delay, "maxDelay")?)))
-            .and_then(|(r, m)| AnyLimiter::leaky_bucket(r, m, clock_of(o.clock)))
-            .or_throw(&env)?;
-        Ok(LeakyBucket {
-            slot: LimiterSlot::new(limiter),
-        })
-    }
-}
-limiter_class!(LeakyBucket);
+);
 
 /// Several limiters as one, all or nothing: a request is admitted only if
 /// every member admits it, and members that admitted give their tokens back
 /// when another refuses.
 #[napi]
-pub struct AllOf {
-    slot: LimiterSlot,
-}
+pub struct AllOf(LimiterSlot);
 
 /// A member of an `AllOf`.
 pub type Member<'a> =
@@ -434,18 +394,19 @@ impl AllOf {
     pub fn new(env: Env, members: Vec<Member<'static>>) -> Result<AllOf> {
         let members = members
             .into_iter()
-            .map(|m| match m {
-                Either5::A(l) => l.slot.limiter.clone(),
-                Either5::B(l) => l.slot.limiter.clone(),
-                Either5::C(l) => l.slot.limiter.clone(),
-                Either5::D(l) => l.slot.limiter.clone(),
-                Either5::E(l) => l.slot.limiter.clone(),
+            .map(|m| {
+                let slot = match m {
+                    Either5::A(l) => &l.0,
+                    Either5::B(l) => &l.0,
+                    Either5::C(l) => &l.0,
+                    Either5::D(l) => &l.0,
+                    Either5::E(l) => &l.0,
+                };
+                slot.limiter.clone()
             })
             .collect();
         let limiter = AnyLimiter::all_of(members).or_throw(&env)?;
-        Ok(AllOf {
-            slot: LimiterSlot::new(limiter),
-        })
+        Ok(AllOf(LimiterSlot::new(limiter)))
     }
 }
 limiter_class!(AllOf);
