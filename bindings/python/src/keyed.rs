@@ -39,8 +39,7 @@ pub(crate) struct KeyedLimiter {
     pub(crate) inner: Arc<AnyKeyed>,
 }
 
-#[pymethods]
-impl KeyedLimiter {
+keyed_pymethods!(KeyedLimiter, or_py, Source::Keyed, {
     #[new]
     #[pyo3(signature = (rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None, overflow=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
@@ -65,38 +64,6 @@ impl KeyedLimiter {
         Ok(KeyedLimiter {
             inner: Arc::new(AnyKeyed::new(alg, max, o, c).or_py(py)?),
         })
-    }
-
-    /// Takes `n` (default 1) for `key` if its limit allows.
-    #[pyo3(signature = (key, n=None))]
-    fn check(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<Decision>> {
-        let n = count(py, n)?;
-        let d = with_key(key, |k| self.inner.check_n(k, n).or_py(py))?;
-        decision(py, d)
-    }
-
-    /// Like `check`, returning only whether it was allowed.
-    #[pyo3(signature = (key, n=None))]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let n = count(py, n)?;
-        with_key(key, |k| {
-            Ok(self.inner.check_n(k, n).or_py(py)?.is_allowed())
-        })
-    }
-
-    /// Tokens `key` could take now.
-    fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
-        with_key(key, |k| Ok(self.inner.available(k)))
     }
 
     /// Forgets `key`; whether it was tracked.
@@ -137,10 +104,6 @@ impl KeyedLimiter {
         self.inner.algorithm()
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.len()
-    }
-
     /// Empties `key`'s token bucket for `seconds`; it refills at the rate
     /// afterwards.
     fn pause(
@@ -152,41 +115,4 @@ impl KeyedLimiter {
         let s = number(py, "seconds", seconds)?;
         with_key(key, |k| self.inner.pause(k, s).or_py(py))
     }
-
-    /// Lifts `key`'s pause now: "lifted" or "not_paused" (a key never has
-    /// reservations behind its pause).
-    fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
-        with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).or_py(py))
-    }
-
-    /// Blocks (GIL released) until `n` are taken for `key`; raises
-    /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn acquire_blocking(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self._waiter(py, key, n, timeout)?.run_blocking(py)
-    }
-
-    /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn _waiter(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let n = count(py, n)?;
-        Waiter::of(
-            py,
-            Source::Keyed(self.inner.clone(), key.clone().unbind()),
-            n,
-            timeout,
-        )
-    }
-}
+});

@@ -4,6 +4,9 @@
 //! anything: it converts Python values into the core's types, the core's
 //! answers and errors back, and releases the GIL while it sleeps.
 
+#[macro_use]
+mod methods;
+
 mod clock;
 mod convert;
 mod decision;

@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use ratebound::any;
-use ratebound::{Error, KeyedAlgorithm};
+use ratebound::{Error, KeyedAlgorithm, Permit};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
 use crate::convert::{count, number, opt_number, opt_seconds, with_key, with_rate};
@@ -54,8 +55,7 @@ fn pause_of(py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<std::time::D
     any::pause_seconds(number(py, "seconds", seconds)?).or_py(py)
 }
 
-#[pymethods]
-impl SharedTokenBucket {
+single_pymethods!(SharedTokenBucket, or_shm, Source::Shared, Holder::Shared, {
     #[new]
     #[pyo3(signature = (path, rate=None, burst=None))]
     fn new(
@@ -90,74 +90,11 @@ impl SharedTokenBucket {
         Ok(self.inner.check_n(n).or_shm(py)?.is_allowed())
     }
 
-    /// Tokens available now.
-    fn available(&self) -> u64 {
-        self.inner.available()
-    }
-
-    /// Takes `n` now on the shared word even if they arrive only later, if
-    /// within `max_wait` seconds (None: any wait), for every process.
-    #[pyo3(signature = (n=None, max_wait=None))]
-    fn reserve(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        max_wait: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Reservation> {
-        let n = count(py, n)?;
-        let max_wait = opt_seconds(py, "max_wait", max_wait)?.unwrap_or(std::time::Duration::MAX);
-        let r = self.inner.reserve_n(n, max_wait).or_shm(py)?;
-        let wait = u64::try_from(r.delay().as_nanos()).unwrap_or(u64::MAX);
-        let permit = r.into_permit();
-        Ok(Reservation::new(
-            Holder::Shared(self.inner.clone()),
-            permit,
-            wait,
-        ))
-    }
-
     /// Empties the bucket for every process for `seconds`; it refills at
     /// the rate afterwards.
     fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
         let d = pause_of(py, seconds)?;
         self.inner.pause(d).or_shm(py)
-    }
-
-    /// Lifts the pause for every process now if nothing was built on it:
-    /// "lifted", "not_paused" or "queued".
-    fn resume(&self, py: Python<'_>) -> PyResult<&'static str> {
-        self.inner.resume().map(|r| r.as_str()).or_shm(py)
-    }
-
-    /// Blocks the calling thread (GIL released) until `n` are taken; raises
-    /// `RateLimitExceeded` at once, taking nothing, if `timeout` seconds
-    /// cannot suffice.
-    #[pyo3(signature = (n=None, timeout=None))]
-    fn acquire_blocking(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self._waiter(py, n, timeout)?.run_blocking(py)
-    }
-
-    /// For `acquire`: a wait for `n` (see `Waiter`).
-    #[pyo3(signature = (n=None, timeout=None))]
-    fn _waiter(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let n = count(py, n)?;
-        Waiter::of(py, Source::Shared(self.inner.clone()), n, timeout)
-    }
-
-    /// The burst.
-    #[getter]
-    fn limit(&self) -> u64 {
-        self.inner.limit()
     }
 
     /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
@@ -180,6 +117,16 @@ impl SharedTokenBucket {
             self.inner.available()
         )
     }
+});
+
+impl SharedTokenBucket {
+    /// For `reserve`, on the shared word: the wait in nanoseconds and the
+    /// permit.
+    fn reserved(&self, n: u64, max_wait: Option<Duration>) -> Result<(u64, Permit), ShmError> {
+        let r = self.inner.reserve_n(n, max_wait.unwrap_or(Duration::MAX))?;
+        let wait = u64::try_from(r.delay().as_nanos()).unwrap_or(u64::MAX);
+        Ok((wait, r.into_permit()))
+    }
 }
 
 /// One limit per key, shared by every process that opens `path`; room for
@@ -196,8 +143,7 @@ impl SharedKeyedLimiter {
     }
 }
 
-#[pymethods]
-impl SharedKeyedLimiter {
+keyed_pymethods!(SharedKeyedLimiter, or_shm, Source::SharedKeyed, {
     #[new]
     #[pyo3(signature = (path, rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None))]
     #[allow(clippy::too_many_arguments)]
@@ -221,39 +167,6 @@ impl SharedKeyedLimiter {
         })
     }
 
-    /// Takes `n` (default 1) for `key` if its limit allows, for every
-    /// process.
-    #[pyo3(signature = (key, n=None))]
-    fn check(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<Decision>> {
-        let n = count(py, n)?;
-        let d = with_key(key, |k| self.inner.check_n(k, n).or_shm(py))?;
-        decision(py, d)
-    }
-
-    /// `check(key, n).allowed`.
-    #[pyo3(signature = (key, n=None))]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let n = count(py, n)?;
-        with_key(key, |k| {
-            Ok(self.inner.check_n(k, n).or_shm(py)?.is_allowed())
-        })
-    }
-
-    /// How many `key` could take now.
-    fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
-        with_key(key, |k| Ok(self.inner.available(k)))
-    }
-
     /// Empties `key`'s token bucket for every process for `seconds`.
     fn pause(
         &self,
@@ -263,44 +176,6 @@ impl SharedKeyedLimiter {
     ) -> PyResult<()> {
         let d = pause_of(py, seconds)?;
         with_key(key, |k| self.inner.pause(k, d).or_shm(py))
-    }
-
-    /// Lifts `key`'s pause for every process now if nothing was built on
-    /// it: "lifted", "not_paused" or "queued".
-    fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
-        with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).or_shm(py))
-    }
-
-    /// Blocks (GIL released) until `n` are taken for `key`; raises
-    /// `RateLimitExceeded` at once, taking nothing, if `timeout` seconds
-    /// cannot suffice.
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn acquire_blocking(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self._waiter(py, key, n, timeout)?.run_blocking(py)
-    }
-
-    /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn _waiter(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let n = count(py, n)?;
-        Waiter::of(
-            py,
-            Source::SharedKeyed(self.inner.clone(), key.clone().unbind()),
-            n,
-            timeout,
-        )
     }
 
     /// The most one check can take.
@@ -327,11 +202,6 @@ impl SharedKeyedLimiter {
         self.inner.path().to_path_buf()
     }
 
-    /// Slots held by a key.
-    fn __len__(&self) -> usize {
-        self.inner.len()
-    }
-
     fn __repr__(&self) -> String {
         format!(
             "SharedKeyedLimiter(path={:?}, keys={}, slots={})",
@@ -340,4 +210,4 @@ impl SharedKeyedLimiter {
             self.inner.slots()
         )
     }
-}
+});

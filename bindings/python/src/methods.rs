@@ -1,0 +1,120 @@
+//! The Python methods the local and shared-memory limiters have in common,
+//! written once. pyo3 takes one `#[pymethods]` block a class: each macro
+//! writes a class's whole block, its own methods (`{ ... }`) and the shared
+//! ones. `$or` turns the class's errors into Python's (`or_py`, `or_shm`);
+//! `$source` is its [`Source`](crate::waiting::Source) variant.
+
+/// `Limiter` and `SharedTokenBucket`: `available`, `limit`, `reserve`,
+/// `resume`, `acquire_blocking` and `_waiter`. `$holder` is the class's
+/// [`Holder`](crate::limiters::Holder) variant, and each class has a
+/// `reserved(n, max_wait)`: the wait in nanoseconds and the permit.
+macro_rules! single_pymethods {
+    ($ty:ident, $or:ident, $source:path, $holder:path, { $($own:tt)* }) => {
+        #[pymethods]
+        impl $ty {
+            $($own)*
+
+            /// Tokens (requests) that could be taken now.
+            fn available(&self) -> u64 {
+                self.inner.available()
+            }
+
+            /// The most that can ever be taken at once (burst or window limit).
+            #[getter]
+            fn limit(&self) -> u64 {
+                self.inner.limit()
+            }
+
+            /// Takes `n` now even if they arrive only later (for every
+            /// process, if it is shared), if within `max_wait` seconds (None:
+            /// any wait). Token and leaky buckets only.
+            #[pyo3(signature = (n=None, max_wait=None))]
+            fn reserve(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>, max_wait: Option<&Bound<'_, PyAny>>) -> PyResult<Reservation> {
+                let n = count(py, n)?;
+                let max_wait = opt_seconds(py, "max_wait", max_wait)?;
+                let (wait, permit) = self.reserved(n, max_wait).$or(py)?;
+                Ok(Reservation::new($holder(self.inner.clone()), permit, wait))
+            }
+
+            /// Lifts a token bucket's pause now (for every process, if it is
+            /// shared) if nothing was built on it: "lifted", "not_paused" or
+            /// "queued" (see `ratebound::Resumed`).
+            fn resume(&self, py: Python<'_>) -> PyResult<&'static str> {
+                self.inner.resume().map(|r| r.as_str()).$or(py)
+            }
+
+            /// Blocks the calling thread (GIL released) until `n` are taken;
+            /// raises `RateLimitExceeded` at once, taking nothing, if
+            /// `timeout` seconds cannot suffice.
+            #[pyo3(signature = (n=None, timeout=None))]
+            fn acquire_blocking(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+                self._waiter(py, n, timeout)?.run_blocking(py)
+            }
+
+            /// For `acquire`: a wait for `n` (see `Waiter`).
+            #[pyo3(signature = (n=None, timeout=None))]
+            fn _waiter(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Waiter> {
+                let n = count(py, n)?;
+                Waiter::of(py, $source(self.inner.clone()), n, timeout)
+            }
+        }
+    };
+}
+
+/// `KeyedLimiter` and `SharedKeyedLimiter`: `check`, `try_acquire`,
+/// `available`, `resume`, `__len__`, `acquire_blocking` and `_waiter`.
+macro_rules! keyed_pymethods {
+    ($ty:ident, $or:ident, $source:path, { $($own:tt)* }) => {
+        #[pymethods]
+        impl $ty {
+            $($own)*
+
+            /// Takes `n` (default 1) for `key` if its limit allows (for every
+            /// process, if it is shared).
+            #[pyo3(signature = (key, n=None))]
+            fn check(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+                let n = count(py, n)?;
+                let d = with_key(key, |k| self.inner.check_n(k, n).$or(py))?;
+                decision(py, d)
+            }
+
+            /// Like `check`, returning only whether it was allowed.
+            #[pyo3(signature = (key, n=None))]
+            fn try_acquire(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+                let n = count(py, n)?;
+                with_key(key, |k| Ok(self.inner.check_n(k, n).$or(py)?.is_allowed()))
+            }
+
+            /// Tokens `key` could take now.
+            fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+                with_key(key, |k| Ok(self.inner.available(k)))
+            }
+
+            /// Lifts `key`'s pause now (for every process, if it is shared) if
+            /// nothing was built on it: "lifted", "not_paused" or "queued".
+            fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+                with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).$or(py))
+            }
+
+            /// Keys held now.
+            fn __len__(&self) -> usize {
+                self.inner.len()
+            }
+
+            /// Blocks (GIL released) until `n` are taken for `key`; raises
+            /// `RateLimitExceeded` at once, taking nothing, if `timeout`
+            /// seconds cannot suffice.
+            #[pyo3(signature = (key, n=None, timeout=None))]
+            fn acquire_blocking(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: Option<&Bound<'_, PyAny>>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+                self._waiter(py, key, n, timeout)?.run_blocking(py)
+            }
+
+            /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
+            #[pyo3(signature = (key, n=None, timeout=None))]
+            fn _waiter(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: Option<&Bound<'_, PyAny>>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Waiter> {
+                let n = count(py, n)?;
+                Waiter::of(py, $source(self.inner.clone(), key.clone().unbind()), n, timeout)
+            }
+        }
+    };
+}
