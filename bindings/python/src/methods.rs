@@ -118,3 +118,64 @@ macro_rules! keyed_pymethods {
         }
     };
 }
+
+/// `_RedisEngine` and `_NativeRedis`: the class's own methods, then two
+/// kinds written with their arguments once. `scoped`: `(key, n=None,
+/// [timeout or max_wait]=None, scope=None)` — a key (str, bytes or int),
+/// a count, a number of seconds for some, and a middleware policy's scope.
+/// `outcome`: the method's own arguments, then what became of a call —
+/// `reply=None, timed_out=False, error=None, unsent=False`, the runner's
+/// outcome tuple — as a `Report` named by the method.
+macro_rules! redis_pymethods {
+    (
+        impl $class:ident { $($own:tt)* }
+        scoped {$(
+            $(#[$sattr:meta])*
+            fn $sname:ident(
+                $ss:ident, $spy:ident, $key:ident, $n:ident, $scope:ident $(; $secs:ident)?
+            ) -> $sret:ty $sbody:block
+        )*}
+        outcome {$(
+            $(#[$attr:meta])*
+            fn $name:ident<$lt:lifetime>(
+                $s:ident, $py:ident, $report:ident $(; $($arg:ident: $ty:ty),+)?
+            ) -> $ret:ty $body:block
+        )*}
+    ) => {
+        #[pymethods]
+        impl $class {
+            $($own)*
+            $(
+                $(#[$sattr])*
+                #[pyo3(signature = ($key, $n=None, $($secs=None,)? $scope=None))]
+                fn $sname(
+                    &$ss,
+                    $spy: Python<'_>,
+                    $key: &Bound<'_, PyAny>,
+                    $n: Option<&Bound<'_, PyAny>>,
+                    $($secs: Option<&Bound<'_, PyAny>>,)?
+                    $scope: Option<&str>,
+                ) -> $sret $sbody
+            )*
+            $(
+                $(#[$attr])*
+                #[pyo3(signature = (
+                    $($($arg,)+)? reply=None, timed_out=false, error=None, unsent=false
+                ))]
+                #[allow(clippy::too_many_arguments)]
+                fn $name<$lt>(
+                    &$s,
+                    $py: Python<$lt>,
+                    $($($arg: $ty,)+)?
+                    reply: Option<&Bound<$lt, PyAny>>,
+                    timed_out: bool,
+                    error: Option<&str>,
+                    unsent: bool,
+                ) -> $ret {
+                    let $report = Report::new(reply, timed_out, error, unsent);
+                    $body
+                }
+            )*
+        }
+    };
+}
