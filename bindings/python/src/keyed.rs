@@ -13,15 +13,13 @@ use crate::waiting::{Source, Waiter};
 // ----------------------------------------------------------------- keyed
 
 /// A per-key algorithm from Python's loose options (`KeyedLimiter`,
-/// `SharedKeyedLimiter`): numbers checked and named, the choice (and the
-/// default for `None`) made by the core's `keyed_algorithm`.
+/// `SharedKeyedLimiter`, `_RedisEngine`): `rate`, `burst`, `limit` and
+/// `window`, numbers checked and named, the choice (and the default for
+/// `None`) made by the core's `keyed_algorithm`.
 pub(crate) fn keyed_algorithm_of(
     py: Python<'_>,
     algorithm: Option<&str>,
-    rate: Option<&Bound<'_, PyAny>>,
-    burst: Option<&Bound<'_, PyAny>>,
-    limit: Option<&Bound<'_, PyAny>>,
-    window: Option<&Bound<'_, PyAny>>,
+    [rate, burst, limit, window]: [Option<&Bound<'_, PyAny>>; 4],
 ) -> PyResult<ratebound::KeyedAlgorithm> {
     let b = opt_number(py, "burst", burst)?;
     let l = opt_number(py, "limit", limit)?;
@@ -55,7 +53,7 @@ keyed_pymethods!(KeyedLimiter, or_py, Source::Keyed, {
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let c = clock_of(clock)?;
-        let alg = keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
+        let alg = keyed_algorithm_of(py, algorithm, [rate, burst, limit, window])?;
         let max = match opt_number(py, "max_keys", max_keys)? {
             Some(m) => Some(any::whole("max_keys", m, 1).or_py(py)? as usize),
             None => None,

@@ -157,7 +157,7 @@ keyed_pymethods!(SharedKeyedLimiter, or_shm, Source::SharedKeyed, {
         window: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let alg = crate::keyed::keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
+        let alg = crate::keyed::keyed_algorithm_of(py, algorithm, [rate, burst, limit, window])?;
         let max = match opt_number(py, "max_keys", max_keys)? {
             Some(m) => any::whole("max_keys", m, 1).or_py(py)?,
             None => ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
