@@ -37,33 +37,17 @@ pub(crate) struct KeyedLimiter {
     pub(crate) inner: Arc<AnyKeyed>,
 }
 
-keyed_pymethods!(KeyedLimiter, or_py, Source::Keyed, {
-    #[new]
-    #[pyo3(signature = (rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None, overflow=None, clock=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        rate: Option<&Bound<'_, PyAny>>,
-        burst: Option<&Bound<'_, PyAny>>,
-        algorithm: Option<&str>,
-        limit: Option<&Bound<'_, PyAny>>,
-        window: Option<&Bound<'_, PyAny>>,
-        max_keys: Option<&Bound<'_, PyAny>>,
-        overflow: Option<&str>,
-        clock: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+keyed_pymethods!(
+    KeyedLimiter, or_py, number, Source::Keyed,
+    new(; overflow: Option<&str>, clock: Option<&Bound<'_, PyAny>>) |py, alg, max_keys| {
         let c = clock_of(clock)?;
-        let alg = keyed_algorithm_of(py, algorithm, [rate, burst, limit, window])?;
-        let max = match opt_number(py, "max_keys", max_keys)? {
-            Some(m) => Some(any::whole("max_keys", m, 1).or_py(py)? as usize),
-            None => None,
-        };
         let o = any::overflow(overflow).or_py(py)?;
+        let max = max_keys.map(|m| m as usize);
         Ok(KeyedLimiter {
             inner: Arc::new(AnyKeyed::new(alg, max, o, c).or_py(py)?),
         })
-    }
-
+    },
+{
     /// Forgets `key`; whether it was tracked.
     fn remove(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         with_key(key, |k| Ok(self.inner.remove(k)))
@@ -100,17 +84,5 @@ keyed_pymethods!(KeyedLimiter, or_py, Source::Keyed, {
     #[getter]
     fn algorithm(&self) -> &'static str {
         self.inner.algorithm()
-    }
-
-    /// Empties `key`'s token bucket for `seconds`; it refills at the rate
-    /// afterwards.
-    fn pause(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let s = number(py, "seconds", seconds)?;
-        with_key(key, |k| self.inner.pause(k, s).or_py(py))
     }
 });

@@ -24,7 +24,7 @@ pub(crate) struct Limiter {
     pub(crate) inner: Arc<AnyLimiter>,
 }
 
-single_pymethods!(Limiter, or_py, Source::Limiter, Holder::Local, {
+single_pymethods!(Limiter, or_py, number, Source::Limiter, Holder::Local, {
     #[new]
     #[pyo3(signature = (algorithm, *, rate=None, burst=None, limit=None, window=None, max_delay=None, members=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
@@ -139,12 +139,6 @@ single_pymethods!(Limiter, or_py, Source::Limiter, Holder::Local, {
         let b = opt_number(py, "burst", burst)?;
         let q = with_rate(py, rate, |r| any::quota(r, b))?;
         self.inner.set_quota_at(q, self.inner.now()).or_py(py)
-    }
-
-    /// Empties a token bucket for `seconds`; it refills at the rate
-    /// afterwards. Reservations already held keep their time.
-    fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.inner.pause(number(py, "seconds", seconds)?).or_py(py)
     }
 });
 

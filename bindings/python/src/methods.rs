@@ -1,15 +1,16 @@
-//! The Python methods the local and shared-memory limiters have in common,
-//! written once. pyo3 takes one `#[pymethods]` block a class: each macro
-//! writes a class's whole block, its own methods (`{ ... }`) and the shared
-//! ones. `$or` turns the class's errors into Python's (`or_py`, `or_shm`);
-//! `$source` is its [`Source`](crate::waiting::Source) variant.
+//! The Python methods the local, shared-memory and Redis classes have in
+//! common, written once. pyo3 takes one `#[pymethods]` block a class: each
+//! macro writes a class's whole block, its own methods (`{ ... }`) and the
+//! shared ones. `$or` turns the class's errors into Python's (`or_py`, `or_shm`);
+//! `$seconds` reads a pause's `seconds` as its `pause` takes them (`number`,
+//! `pause_of`); `$source` is its [`Source`](crate::waiting::Source) variant.
 
 /// `Limiter` and `SharedTokenBucket`: `available`, `limit`, `reserve`,
-/// `resume`, `acquire_blocking` and `_waiter`. `$holder` is the class's
+/// `pause`, `resume`, `acquire_blocking` and `_waiter`. `$holder` is the class's
 /// [`Holder`](crate::limiters::Holder) variant, and each class has a
 /// `reserved(n, max_wait)`: the wait in nanoseconds and the permit.
 macro_rules! single_pymethods {
-    ($ty:ident, $or:ident, $source:path, $holder:path, { $($own:tt)* }) => {
+    ($ty:ident, $or:ident, $seconds:ident, $source:path, $holder:path, { $($own:tt)* }) => {
         #[pymethods]
         impl $ty {
             $($own)*
@@ -34,6 +35,13 @@ macro_rules! single_pymethods {
                 let max_wait = opt_seconds(py, "max_wait", max_wait)?;
                 let (wait, permit) = self.reserved(n, max_wait).$or(py)?;
                 Ok(Reservation::new($holder(self.inner.clone()), permit, wait))
+            }
+
+            /// Empties a token bucket (for every process, if it is shared) for
+            /// `seconds`; it refills at the rate afterwards. Reservations
+            /// already held keep their time.
+            fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+                self.inner.pause($seconds(py, "seconds", seconds)?).$or(py)
             }
 
             /// Lifts a token bucket's pause now (for every process, if it is
@@ -61,12 +69,48 @@ macro_rules! single_pymethods {
     };
 }
 
-/// `KeyedLimiter` and `SharedKeyedLimiter`: `check`, `try_acquire`,
-/// `available`, `resume`, `__len__`, `acquire_blocking` and `_waiter`.
+/// `KeyedLimiter` and `SharedKeyedLimiter`: the constructor's common
+/// arguments — `rate=None, burst=None, *, algorithm=None, limit=None,
+/// window=None, max_keys=None`, between the class's own leading and trailing
+/// ones (`new(lead: T; trail: U) |py, algorithm, max_keys| { ... }`: the
+/// body gets the core's algorithm and the checked `max_keys`) — then
+/// `check`, `try_acquire`, `available`, `pause`, `resume`, `__len__`,
+/// `acquire_blocking` and `_waiter`.
 macro_rules! keyed_pymethods {
-    ($ty:ident, $or:ident, $source:path, { $($own:tt)* }) => {
+    (
+        $ty:ident, $or:ident, $seconds:ident, $source:path,
+        new($($lead:ident: $leadty:ty),*; $($trail:ident: $trailty:ty),*)
+            |$py:ident, $alg:ident, $max:ident| $new:block,
+        { $($own:tt)* }
+    ) => {
         #[pymethods]
         impl $ty {
+            #[new]
+            #[pyo3(signature = (
+                $($lead,)* rate=None, burst=None, *, algorithm=None, limit=None, window=None,
+                max_keys=None $(, $trail=None)*
+            ))]
+            #[allow(clippy::too_many_arguments)]
+            fn new(
+                $py: Python<'_>,
+                $($lead: $leadty,)*
+                rate: Option<&Bound<'_, PyAny>>,
+                burst: Option<&Bound<'_, PyAny>>,
+                algorithm: Option<&str>,
+                limit: Option<&Bound<'_, PyAny>>,
+                window: Option<&Bound<'_, PyAny>>,
+                max_keys: Option<&Bound<'_, PyAny>>,
+                $($trail: $trailty,)*
+            ) -> PyResult<Self> {
+                let numbers = [rate, burst, limit, window];
+                let $alg = crate::keyed::keyed_algorithm_of($py, algorithm, numbers)?;
+                let $max = match crate::convert::opt_number($py, "max_keys", max_keys)? {
+                    Some(m) => Some(ratebound::any::whole("max_keys", m, 1).or_py($py)?),
+                    None => None,
+                };
+                $new
+            }
+
             $($own)*
 
             /// Takes `n` (default 1) for `key` if its limit allows (for every
@@ -90,8 +134,17 @@ macro_rules! keyed_pymethods {
                 with_key(key, |k| Ok(self.inner.available(k)))
             }
 
+            /// Empties `key`'s token bucket (for every process, if it is
+            /// shared) for `seconds`; it refills at the rate afterwards.
+            fn pause(&self, py: Python<'_>, key: &Bound<'_, PyAny>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+                let s = $seconds(py, "seconds", seconds)?;
+                with_key(key, |k| self.inner.pause(k, s).$or(py))
+            }
+
             /// Lifts `key`'s pause now (for every process, if it is shared) if
-            /// nothing was built on it: "lifted", "not_paused" or "queued".
+            /// nothing was built on it: "lifted", "not_paused" or, in a shared
+            /// table, "queued" (an in-process key never has reservations
+            /// behind its pause).
             fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
                 with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).$or(py))
             }

@@ -50,74 +50,74 @@ pub(crate) struct SharedTokenBucket {
     inner: Arc<SharedLimiter>,
 }
 
-/// `seconds` as a pause's duration: a finite number ≥ 0.
-fn pause_of(py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<std::time::Duration> {
-    any::pause_seconds(number(py, "seconds", seconds)?).or_py(py)
+/// `value` (named `name`) as a pause's duration: a finite number ≥ 0.
+fn pause_of(py: Python<'_>, name: &'static str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    any::pause_seconds(number(py, name, value)?).or_py(py)
 }
 
-single_pymethods!(SharedTokenBucket, or_shm, Source::Shared, Holder::Shared, {
-    #[new]
-    #[pyo3(signature = (path, rate=None, burst=None))]
-    fn new(
-        py: Python<'_>,
-        path: PathBuf,
-        rate: Option<&Bound<'_, PyAny>>,
-        burst: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let rate = rate
-            .filter(|r| !r.is_none())
-            .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))?;
-        let b = opt_number(py, "burst", burst)?;
-        let quota = with_rate(py, rate, |r| any::quota(r, b))?;
-        Ok(SharedTokenBucket {
-            inner: Arc::new(
-                SharedLimiter::open(path, KeyedAlgorithm::TokenBucket(quota)).or_shm(py)?,
-            ),
-        })
-    }
+single_pymethods!(
+    SharedTokenBucket,
+    or_shm,
+    pause_of,
+    Source::Shared,
+    Holder::Shared,
+    {
+        #[new]
+        #[pyo3(signature = (path, rate=None, burst=None))]
+        fn new(
+            py: Python<'_>,
+            path: PathBuf,
+            rate: Option<&Bound<'_, PyAny>>,
+            burst: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<Self> {
+            let rate = rate
+                .filter(|r| !r.is_none())
+                .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))?;
+            let b = opt_number(py, "burst", burst)?;
+            let quota = with_rate(py, rate, |r| any::quota(r, b))?;
+            Ok(SharedTokenBucket {
+                inner: Arc::new(
+                    SharedLimiter::open(path, KeyedAlgorithm::TokenBucket(quota)).or_shm(py)?,
+                ),
+            })
+        }
 
-    /// Takes `n` (default 1) now if all `n` are there, for every process.
-    #[pyo3(signature = (n=None))]
-    fn check(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
-        let n = count(py, n)?;
-        decision(py, self.inner.check_n(n).or_shm(py)?)
-    }
+        /// Takes `n` (default 1) now if all `n` are there, for every process.
+        #[pyo3(signature = (n=None))]
+        fn check(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+            let n = count(py, n)?;
+            decision(py, self.inner.check_n(n).or_shm(py)?)
+        }
 
-    /// `check(n).allowed`, without building the decision.
-    #[pyo3(signature = (n=None))]
-    fn try_acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        let n = count(py, n)?;
-        Ok(self.inner.check_n(n).or_shm(py)?.is_allowed())
-    }
+        /// `check(n).allowed`, without building the decision.
+        #[pyo3(signature = (n=None))]
+        fn try_acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+            let n = count(py, n)?;
+            Ok(self.inner.check_n(n).or_shm(py)?.is_allowed())
+        }
 
-    /// Empties the bucket for every process for `seconds`; it refills at
-    /// the rate afterwards.
-    fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        let d = pause_of(py, seconds)?;
-        self.inner.pause(d).or_shm(py)
-    }
+        /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
+        #[getter]
+        fn algorithm(&self) -> &'static str {
+            self.inner.algorithm().name()
+        }
 
-    /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
-    #[getter]
-    fn algorithm(&self) -> &'static str {
-        self.inner.algorithm().name()
-    }
+        /// The file the processes share.
+        #[getter]
+        fn path(&self) -> PathBuf {
+            self.inner.path().to_path_buf()
+        }
 
-    /// The file the processes share.
-    #[getter]
-    fn path(&self) -> PathBuf {
-        self.inner.path().to_path_buf()
+        fn __repr__(&self) -> String {
+            format!(
+                "SharedTokenBucket(path={:?}, limit={}, available={})",
+                self.inner.path().display().to_string(),
+                self.inner.limit(),
+                self.inner.available()
+            )
+        }
     }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "SharedTokenBucket(path={:?}, limit={}, available={})",
-            self.inner.path().display().to_string(),
-            self.inner.limit(),
-            self.inner.available()
-        )
-    }
-});
+);
 
 impl SharedTokenBucket {
     /// For `reserve`, on the shared word: the wait in nanoseconds and the
@@ -143,41 +143,15 @@ impl SharedKeyedLimiter {
     }
 }
 
-keyed_pymethods!(SharedKeyedLimiter, or_shm, Source::SharedKeyed, {
-    #[new]
-    #[pyo3(signature = (path, rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        path: PathBuf,
-        rate: Option<&Bound<'_, PyAny>>,
-        burst: Option<&Bound<'_, PyAny>>,
-        algorithm: Option<&str>,
-        limit: Option<&Bound<'_, PyAny>>,
-        window: Option<&Bound<'_, PyAny>>,
-        max_keys: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let alg = crate::keyed::keyed_algorithm_of(py, algorithm, [rate, burst, limit, window])?;
-        let max = match opt_number(py, "max_keys", max_keys)? {
-            Some(m) => any::whole("max_keys", m, 1).or_py(py)?,
-            None => ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
-        };
+keyed_pymethods!(
+    SharedKeyedLimiter, or_shm, pause_of, Source::SharedKeyed,
+    new(path: PathBuf;) |py, alg, max_keys| {
+        let max = max_keys.unwrap_or(ratebound_shm::DEFAULT_SHARED_MAX_KEYS);
         Ok(SharedKeyedLimiter {
             inner: Arc::new(ShmKeyed::open(path, alg, max).or_shm(py)?),
         })
-    }
-
-    /// Empties `key`'s token bucket for every process for `seconds`.
-    fn pause(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let d = pause_of(py, seconds)?;
-        with_key(key, |k| self.inner.pause(k, d).or_shm(py))
-    }
-
+    },
+{
     /// The most one check can take.
     #[getter]
     fn limit(&self) -> u64 {
