@@ -197,11 +197,7 @@ impl RedisEngine {
     /// adapters warn about `"open"`).
     #[getter]
     fn on_error(&self) -> &'static str {
-        match self.inner.config().on_error {
-            ratebound_redis::OnError::Closed => "closed",
-            ratebound_redis::OnError::Local(_) => "local",
-            _ => "open",
-        }
+        self.inner.policy_name()
     }
 
     /// Every call's deadline, in seconds.
