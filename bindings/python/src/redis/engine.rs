@@ -193,13 +193,6 @@ impl RedisEngine {
         self.inner.stats().into()
     }
 
-    /// The fail policy: `"open"`, `"closed"` or `"local"` (the outbound
-    /// adapters warn about `"open"`).
-    #[getter]
-    fn on_error(&self) -> &'static str {
-        self.inner.policy_name()
-    }
-
     /// Every call's deadline, in seconds.
     #[getter]
     fn timeout(&self) -> f64 {
@@ -222,6 +215,13 @@ impl RedisEngine {
     #[getter]
     fn prefix(&self) -> &str {
         &self.inner.config().prefix
+    }
+
+    /// The fail policy: `"open"`, `"closed"` or `"local"` (the outbound
+    /// adapters warn about `"open"`).
+    #[getter]
+    fn on_error(&self) -> &'static str {
+        self.inner.policy_name()
     }
 
     /// Leased tokens held now, over all keys.
