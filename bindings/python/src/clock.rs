@@ -24,21 +24,19 @@ impl ManualClock {
 
     /// Moves the clock forward by `seconds`.
     fn advance(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        let d = seconds_of(py, "seconds", seconds)?;
-        self.inner.advance(d);
+        self.inner.advance(seconds_of(py, "seconds", seconds)?);
+        Ok(())
+    }
+
+    /// Sets the clock to `seconds` since its epoch (may go backwards).
+    fn set(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.set(seconds_of(py, "seconds", seconds)?);
         Ok(())
     }
 
     /// Moves the clock forward by `nanos` nanoseconds.
     fn advance_ns(&self, py: Python<'_>, nanos: &Bound<'_, PyAny>) -> PyResult<()> {
         self.inner.advance_nanos(whole_nanos(py, nanos)?);
-        Ok(())
-    }
-
-    /// Sets the clock to `seconds` since its epoch (may go backwards).
-    fn set(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        let d = seconds_of(py, "seconds", seconds)?;
-        self.inner.set(d);
         Ok(())
     }
 

@@ -13,15 +13,13 @@ use crate::waiting::{Source, Waiter};
 // ----------------------------------------------------------------- keyed
 
 /// A per-key algorithm from Python's loose options (`KeyedLimiter`,
-/// `SharedKeyedLimiter`): numbers checked and named, the choice (and the
-/// default for `None`) made by the core's `keyed_algorithm`.
+/// `SharedKeyedLimiter`, `_RedisEngine`): `rate`, `burst`, `limit` and
+/// `window`, numbers checked and named, the choice (and the default for
+/// `None`) made by the core's `keyed_algorithm`.
 pub(crate) fn keyed_algorithm_of(
     py: Python<'_>,
     algorithm: Option<&str>,
-    rate: Option<&Bound<'_, PyAny>>,
-    burst: Option<&Bound<'_, PyAny>>,
-    limit: Option<&Bound<'_, PyAny>>,
-    window: Option<&Bound<'_, PyAny>>,
+    [rate, burst, limit, window]: [Option<&Bound<'_, PyAny>>; 4],
 ) -> PyResult<ratebound::KeyedAlgorithm> {
     let b = opt_number(py, "burst", burst)?;
     let l = opt_number(py, "limit", limit)?;
@@ -39,66 +37,17 @@ pub(crate) struct KeyedLimiter {
     pub(crate) inner: Arc<AnyKeyed>,
 }
 
-#[pymethods]
-impl KeyedLimiter {
-    #[new]
-    #[pyo3(signature = (rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None, overflow=None, clock=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        rate: Option<&Bound<'_, PyAny>>,
-        burst: Option<&Bound<'_, PyAny>>,
-        algorithm: Option<&str>,
-        limit: Option<&Bound<'_, PyAny>>,
-        window: Option<&Bound<'_, PyAny>>,
-        max_keys: Option<&Bound<'_, PyAny>>,
-        overflow: Option<&str>,
-        clock: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+keyed_pymethods!(
+    KeyedLimiter, or_py, number, Source::Keyed,
+    new(; overflow: Option<&str>, clock: Option<&Bound<'_, PyAny>>) |py, alg, max_keys| {
         let c = clock_of(clock)?;
-        let alg = keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
-        let max = match opt_number(py, "max_keys", max_keys)? {
-            Some(m) => Some(any::whole("max_keys", m, 1).or_py(py)? as usize),
-            None => None,
-        };
         let o = any::overflow(overflow).or_py(py)?;
+        let max = max_keys.map(|m| m as usize);
         Ok(KeyedLimiter {
             inner: Arc::new(AnyKeyed::new(alg, max, o, c).or_py(py)?),
         })
-    }
-
-    /// Takes `n` (default 1) for `key` if its limit allows.
-    #[pyo3(signature = (key, n=None))]
-    fn check(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<Decision>> {
-        let n = count(py, n)?;
-        let d = with_key(key, |k| self.inner.check_n(k, n).or_py(py))?;
-        decision(py, d)
-    }
-
-    /// Like `check`, returning only whether it was allowed.
-    #[pyo3(signature = (key, n=None))]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let n = count(py, n)?;
-        with_key(key, |k| {
-            Ok(self.inner.check_n(k, n).or_py(py)?.is_allowed())
-        })
-    }
-
-    /// Tokens `key` could take now.
-    fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
-        with_key(key, |k| Ok(self.inner.available(k)))
-    }
-
+    },
+{
     /// Forgets `key`; whether it was tracked.
     fn remove(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         with_key(key, |k| Ok(self.inner.remove(k)))
@@ -136,57 +85,4 @@ impl KeyedLimiter {
     fn algorithm(&self) -> &'static str {
         self.inner.algorithm()
     }
-
-    fn __len__(&self) -> usize {
-        self.inner.len()
-    }
-
-    /// Empties `key`'s token bucket for `seconds`; it refills at the rate
-    /// afterwards.
-    fn pause(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let s = number(py, "seconds", seconds)?;
-        with_key(key, |k| self.inner.pause(k, s).or_py(py))
-    }
-
-    /// Lifts `key`'s pause now: "lifted" or "not_paused" (a key never has
-    /// reservations behind its pause).
-    fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
-        with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).or_py(py))
-    }
-
-    /// Blocks (GIL released) until `n` are taken for `key`; raises
-    /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn acquire_blocking(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self._waiter(py, key, n, timeout)?.run_blocking(py)
-    }
-
-    /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn _waiter(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let n = count(py, n)?;
-        Waiter::of(
-            py,
-            Source::Keyed(self.inner.clone(), key.clone().unbind()),
-            n,
-            timeout,
-        )
-    }
-}
+});

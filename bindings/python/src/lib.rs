@@ -4,6 +4,9 @@
 //! anything: it converts Python values into the core's types, the core's
 //! answers and errors back, and releases the GIL while it sleeps.
 
+#[macro_use]
+mod methods;
+
 mod clock;
 mod convert;
 mod decision;
@@ -29,42 +32,30 @@ use crate::limiters::{Limiter, Reservation};
 use crate::redis::{RedisCall, RedisEngine};
 use crate::waiting::Waiter;
 
+/// Adds each class, or each function, to the module `m`.
+macro_rules! add {
+    ($m:ident, classes: $($class:ty),+) => {
+        $($m.add_class::<$class>()?;)+
+    };
+    ($m:ident, functions: $($f:path),+) => {
+        $($m.add_function(wrap_pyfunction!($f, $m)?)?;)+
+    };
+}
+
 #[pymodule(gil_used = false)]
 fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<ManualClock>()?;
-    m.add_class::<Decision>()?;
-    m.add_class::<Limiter>()?;
-    m.add_class::<Reservation>()?;
-    m.add_class::<Waiter>()?;
-    m.add_class::<KeyedLimiter>()?;
-    m.add_class::<shared::SharedTokenBucket>()?;
-    m.add_class::<shared::SharedKeyedLimiter>()?;
-    m.add_class::<Gate>()?;
-    m.add_class::<Admission>()?;
-    m.add_class::<Place>()?;
-    m.add_class::<Concurrency>()?;
-    m.add_class::<Ask>()?;
-    m.add_class::<outbound::Outbound>()?;
-    m.add_class::<outbound::Call>()?;
-    m.add_class::<RedisEngine>()?;
-    m.add_class::<RedisCall>()?;
-    m.add_class::<redis::RedisAcquisition>()?;
-    m.add_class::<redis::RedisStats>()?;
-    m.add_function(wrap_pyfunction!(redis::_misconfigured, m)?)?;
-    m.add_function(wrap_pyfunction!(redis::_ran_late, m)?)?;
-    // The native Redis connection (a URL in place of a redis-py client).
-    m.add_class::<native_redis::NativeRedis>()?;
-    m.add_class::<native_redis::NativeCompletions>()?;
-    m.add_function(wrap_pyfunction!(native_redis::_is_redis_target, m)?)?;
-    m.add_function(wrap_pyfunction!(native_redis::_redis_forked, m)?)?;
-    m.add_function(wrap_pyfunction!(retry_after_secs, m)?)?;
-    m.add_function(wrap_pyfunction!(ip_key, m)?)?;
-    m.add_function(wrap_pyfunction!(client_ip, m)?)?;
-    m.add_function(wrap_pyfunction!(ratelimit_policy, m)?)?;
-    m.add_function(wrap_pyfunction!(clock_source, m)?)?;
-    m.add_function(wrap_pyfunction!(http::_merge_fields, m)?)?;
-    m.add_function(wrap_pyfunction!(http::_route_option, m)?)?;
-    m.add_function(wrap_pyfunction!(http::_deadline_exceeded, m)?)?;
+    add!(m, classes:
+        ManualClock, Decision, Limiter, Reservation, Waiter, KeyedLimiter,
+        shared::SharedTokenBucket, shared::SharedKeyedLimiter, Gate, Admission, Place,
+        Concurrency, Ask, outbound::Outbound, outbound::Call, RedisEngine, RedisCall,
+        redis::RedisAcquisition, redis::RedisStats, native_redis::NativeRedis,
+        native_redis::NativeCompletions
+    );
+    add!(m, functions:
+        redis::_misconfigured, redis::_ran_late, native_redis::_is_redis_target,
+        native_redis::_redis_forked, retry_after_secs, ip_key, client_ip, ratelimit_policy,
+        clock_source, http::_merge_fields, http::_route_option, http::_deadline_exceeded
+    );
     // The default caps of the two kinds of per-key table (the decorator's
     // own table is an in-process one).
     m.add("DEFAULT_MAX_KEYS", ratebound::gate::DEFAULT_MAX_KEYS)?;

@@ -1,11 +1,12 @@
 //! `Limiter` (the five algorithms and `AllOf`) and `Reservation`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use ratebound::any::{self, AnyLimiter, LimiterOptions};
-use ratebound::{Limiter as _, Permit};
+use ratebound::{Error, Limiter as _, Permit};
 
 use crate::convert::{
     clock_of, count, nanos_to_secs, number, opt_number, opt_seconds, type_name, with_rate,
@@ -23,8 +24,7 @@ pub(crate) struct Limiter {
     pub(crate) inner: Arc<AnyLimiter>,
 }
 
-#[pymethods]
-impl Limiter {
+single_pymethods!(Limiter, or_py, number, Source::Limiter, Holder::Local, {
     #[new]
     #[pyo3(signature = (algorithm, *, rate=None, burst=None, limit=None, window=None, max_delay=None, members=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
@@ -122,43 +122,10 @@ impl Limiter {
         decision(py, d)
     }
 
-    /// Tokens (requests) that could be taken now.
-    fn available(&self) -> u64 {
-        self.inner.available()
-    }
-
-    /// The most that can ever be taken at once (burst or window limit).
-    #[getter]
-    fn limit(&self) -> u64 {
-        self.inner.limit()
-    }
-
     /// The algorithm's name, e.g. "token_bucket".
     #[getter]
     fn algorithm(&self) -> &'static str {
         self.inner.algorithm()
-    }
-
-    /// Takes `n` now even if they arrive only later, if within `max_wait`
-    /// seconds (None: any wait). Token and leaky buckets only.
-    #[pyo3(signature = (n=None, max_wait=None))]
-    fn reserve(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        max_wait: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Reservation> {
-        let n = count(py, n)?;
-        let max_wait = opt_seconds(py, "max_wait", max_wait)?;
-        let (wait, permit) = self
-            .inner
-            .reserve_n_at(n, max_wait, self.inner.now())
-            .or_py(py)?;
-        Ok(Reservation::new(
-            Holder::Local(self.inner.clone()),
-            permit,
-            wait,
-        ))
     }
 
     /// Replaces a token bucket's rate (and burst), converting its state.
@@ -173,41 +140,12 @@ impl Limiter {
         let q = with_rate(py, rate, |r| any::quota(r, b))?;
         self.inner.set_quota_at(q, self.inner.now()).or_py(py)
     }
+});
 
-    /// Empties a token bucket for `seconds`; it refills at the rate
-    /// afterwards. Reservations already held keep their time.
-    fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.inner.pause(number(py, "seconds", seconds)?).or_py(py)
-    }
-
-    /// Lifts a token bucket's pause now if nothing was built on it:
-    /// "lifted", "not_paused" or "queued" (see `ratebound::Resumed`).
-    fn resume(&self, py: Python<'_>) -> PyResult<&'static str> {
-        self.inner.resume().map(|r| r.as_str()).or_py(py)
-    }
-
-    /// Blocks the calling thread (GIL released) until `n` are taken; raises
-    /// `RateLimitExceeded` at once if `timeout` seconds cannot suffice.
-    #[pyo3(signature = (n=None, timeout=None))]
-    fn acquire_blocking(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self._waiter(py, n, timeout)?.run_blocking(py)
-    }
-
-    /// For `acquire`: a wait for `n` (see `Waiter`).
-    #[pyo3(signature = (n=None, timeout=None))]
-    fn _waiter(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let n = count(py, n)?;
-        Waiter::of(py, Source::Limiter(self.inner.clone()), n, timeout)
+impl Limiter {
+    /// For `reserve`: the wait in nanoseconds and the permit.
+    fn reserved(&self, n: u64, max_wait: Option<Duration>) -> Result<(u64, Permit), Error> {
+        self.inner.reserve_n_at(n, max_wait, self.inner.now())
     }
 }
 

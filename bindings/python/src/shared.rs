@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use ratebound::any;
-use ratebound::{Error, KeyedAlgorithm};
+use ratebound::{Error, KeyedAlgorithm, Permit};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
 use crate::convert::{count, number, opt_number, opt_seconds, with_key, with_rate};
@@ -49,136 +50,82 @@ pub(crate) struct SharedTokenBucket {
     inner: Arc<SharedLimiter>,
 }
 
-/// `seconds` as a pause's duration: a finite number ≥ 0.
-fn pause_of(py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<std::time::Duration> {
-    any::pause_seconds(number(py, "seconds", seconds)?).or_py(py)
+/// `value` (named `name`) as a pause's duration: a finite number ≥ 0.
+fn pause_of(py: Python<'_>, name: &'static str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    any::pause_seconds(number(py, name, value)?).or_py(py)
 }
 
-#[pymethods]
+single_pymethods!(
+    SharedTokenBucket,
+    or_shm,
+    pause_of,
+    Source::Shared,
+    Holder::Shared,
+    {
+        #[new]
+        #[pyo3(signature = (path, rate=None, burst=None))]
+        fn new(
+            py: Python<'_>,
+            path: PathBuf,
+            rate: Option<&Bound<'_, PyAny>>,
+            burst: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<Self> {
+            let rate = rate
+                .filter(|r| !r.is_none())
+                .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))?;
+            let b = opt_number(py, "burst", burst)?;
+            let quota = with_rate(py, rate, |r| any::quota(r, b))?;
+            Ok(SharedTokenBucket {
+                inner: Arc::new(
+                    SharedLimiter::open(path, KeyedAlgorithm::TokenBucket(quota)).or_shm(py)?,
+                ),
+            })
+        }
+
+        /// Takes `n` (default 1) now if all `n` are there, for every process.
+        #[pyo3(signature = (n=None))]
+        fn check(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
+            let n = count(py, n)?;
+            decision(py, self.inner.check_n(n).or_shm(py)?)
+        }
+
+        /// `check(n).allowed`, without building the decision.
+        #[pyo3(signature = (n=None))]
+        fn try_acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+            let n = count(py, n)?;
+            Ok(self.inner.check_n(n).or_shm(py)?.is_allowed())
+        }
+
+        /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
+        #[getter]
+        fn algorithm(&self) -> &'static str {
+            self.inner.algorithm().name()
+        }
+
+        /// The file the processes share.
+        #[getter]
+        fn path(&self) -> PathBuf {
+            self.inner.path().to_path_buf()
+        }
+
+        fn __repr__(&self) -> String {
+            format!(
+                "SharedTokenBucket(path={:?}, limit={}, available={})",
+                self.inner.path().display().to_string(),
+                self.inner.limit(),
+                self.inner.available()
+            )
+        }
+    }
+);
+
 impl SharedTokenBucket {
-    #[new]
-    #[pyo3(signature = (path, rate=None, burst=None))]
-    fn new(
-        py: Python<'_>,
-        path: PathBuf,
-        rate: Option<&Bound<'_, PyAny>>,
-        burst: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let rate = rate
-            .filter(|r| !r.is_none())
-            .ok_or_else(|| py_err(py, Error::Missing { name: "rate" }))?;
-        let b = opt_number(py, "burst", burst)?;
-        let quota = with_rate(py, rate, |r| any::quota(r, b))?;
-        Ok(SharedTokenBucket {
-            inner: Arc::new(
-                SharedLimiter::open(path, KeyedAlgorithm::TokenBucket(quota)).or_shm(py)?,
-            ),
-        })
-    }
-
-    /// Takes `n` (default 1) now if all `n` are there, for every process.
-    #[pyo3(signature = (n=None))]
-    fn check(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Decision>> {
-        let n = count(py, n)?;
-        decision(py, self.inner.check_n(n).or_shm(py)?)
-    }
-
-    /// `check(n).allowed`, without building the decision.
-    #[pyo3(signature = (n=None))]
-    fn try_acquire(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        let n = count(py, n)?;
-        Ok(self.inner.check_n(n).or_shm(py)?.is_allowed())
-    }
-
-    /// Tokens available now.
-    fn available(&self) -> u64 {
-        self.inner.available()
-    }
-
-    /// Takes `n` now on the shared word even if they arrive only later, if
-    /// within `max_wait` seconds (None: any wait), for every process.
-    #[pyo3(signature = (n=None, max_wait=None))]
-    fn reserve(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        max_wait: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Reservation> {
-        let n = count(py, n)?;
-        let max_wait = opt_seconds(py, "max_wait", max_wait)?.unwrap_or(std::time::Duration::MAX);
-        let r = self.inner.reserve_n(n, max_wait).or_shm(py)?;
+    /// For `reserve`, on the shared word: the wait in nanoseconds and the
+    /// permit.
+    fn reserved(&self, n: u64, max_wait: Option<Duration>) -> Result<(u64, Permit), ShmError> {
+        let r = self.inner.reserve_n(n, max_wait.unwrap_or(Duration::MAX))?;
         let wait = u64::try_from(r.delay().as_nanos()).unwrap_or(u64::MAX);
-        let permit = r.into_permit();
-        Ok(Reservation::new(
-            Holder::Shared(self.inner.clone()),
-            permit,
-            wait,
-        ))
-    }
-
-    /// Empties the bucket for every process for `seconds`; it refills at
-    /// the rate afterwards.
-    fn pause(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        let d = pause_of(py, seconds)?;
-        self.inner.pause(d).or_shm(py)
-    }
-
-    /// Lifts the pause for every process now if nothing was built on it:
-    /// "lifted", "not_paused" or "queued".
-    fn resume(&self, py: Python<'_>) -> PyResult<&'static str> {
-        self.inner.resume().map(|r| r.as_str()).or_shm(py)
-    }
-
-    /// Blocks the calling thread (GIL released) until `n` are taken; raises
-    /// `RateLimitExceeded` at once, taking nothing, if `timeout` seconds
-    /// cannot suffice.
-    #[pyo3(signature = (n=None, timeout=None))]
-    fn acquire_blocking(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self._waiter(py, n, timeout)?.run_blocking(py)
-    }
-
-    /// For `acquire`: a wait for `n` (see `Waiter`).
-    #[pyo3(signature = (n=None, timeout=None))]
-    fn _waiter(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let n = count(py, n)?;
-        Waiter::of(py, Source::Shared(self.inner.clone()), n, timeout)
-    }
-
-    /// The burst.
-    #[getter]
-    fn limit(&self) -> u64 {
-        self.inner.limit()
-    }
-
-    /// The algorithm: "token_bucket", "fixed_window" or "sliding_window".
-    #[getter]
-    fn algorithm(&self) -> &'static str {
-        self.inner.algorithm().name()
-    }
-
-    /// The file the processes share.
-    #[getter]
-    fn path(&self) -> PathBuf {
-        self.inner.path().to_path_buf()
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "SharedTokenBucket(path={:?}, limit={}, available={})",
-            self.inner.path().display().to_string(),
-            self.inner.limit(),
-            self.inner.available()
-        )
+        Ok((wait, r.into_permit()))
     }
 }
 
@@ -196,113 +143,15 @@ impl SharedKeyedLimiter {
     }
 }
 
-#[pymethods]
-impl SharedKeyedLimiter {
-    #[new]
-    #[pyo3(signature = (path, rate=None, burst=None, *, algorithm=None, limit=None, window=None, max_keys=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        path: PathBuf,
-        rate: Option<&Bound<'_, PyAny>>,
-        burst: Option<&Bound<'_, PyAny>>,
-        algorithm: Option<&str>,
-        limit: Option<&Bound<'_, PyAny>>,
-        window: Option<&Bound<'_, PyAny>>,
-        max_keys: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let alg = crate::keyed::keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
-        let max = match opt_number(py, "max_keys", max_keys)? {
-            Some(m) => any::whole("max_keys", m, 1).or_py(py)?,
-            None => ratebound_shm::DEFAULT_SHARED_MAX_KEYS,
-        };
+keyed_pymethods!(
+    SharedKeyedLimiter, or_shm, pause_of, Source::SharedKeyed,
+    new(path: PathBuf;) |py, alg, max_keys| {
+        let max = max_keys.unwrap_or(ratebound_shm::DEFAULT_SHARED_MAX_KEYS);
         Ok(SharedKeyedLimiter {
             inner: Arc::new(ShmKeyed::open(path, alg, max).or_shm(py)?),
         })
-    }
-
-    /// Takes `n` (default 1) for `key` if its limit allows, for every
-    /// process.
-    #[pyo3(signature = (key, n=None))]
-    fn check(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<Decision>> {
-        let n = count(py, n)?;
-        let d = with_key(key, |k| self.inner.check_n(k, n).or_shm(py))?;
-        decision(py, d)
-    }
-
-    /// `check(key, n).allowed`.
-    #[pyo3(signature = (key, n=None))]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let n = count(py, n)?;
-        with_key(key, |k| {
-            Ok(self.inner.check_n(k, n).or_shm(py)?.is_allowed())
-        })
-    }
-
-    /// How many `key` could take now.
-    fn available(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
-        with_key(key, |k| Ok(self.inner.available(k)))
-    }
-
-    /// Empties `key`'s token bucket for every process for `seconds`.
-    fn pause(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let d = pause_of(py, seconds)?;
-        with_key(key, |k| self.inner.pause(k, d).or_shm(py))
-    }
-
-    /// Lifts `key`'s pause for every process now if nothing was built on
-    /// it: "lifted", "not_paused" or "queued".
-    fn resume(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<&'static str> {
-        with_key(key, |k| self.inner.resume(k).map(|r| r.as_str()).or_shm(py))
-    }
-
-    /// Blocks (GIL released) until `n` are taken for `key`; raises
-    /// `RateLimitExceeded` at once, taking nothing, if `timeout` seconds
-    /// cannot suffice.
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn acquire_blocking(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self._waiter(py, key, n, timeout)?.run_blocking(py)
-    }
-
-    /// For `acquire`: a wait for `n` of `key` (see `Waiter`).
-    #[pyo3(signature = (key, n=None, timeout=None))]
-    fn _waiter(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Waiter> {
-        let n = count(py, n)?;
-        Waiter::of(
-            py,
-            Source::SharedKeyed(self.inner.clone(), key.clone().unbind()),
-            n,
-            timeout,
-        )
-    }
-
+    },
+{
     /// The most one check can take.
     #[getter]
     fn limit(&self) -> u64 {
@@ -327,11 +176,6 @@ impl SharedKeyedLimiter {
         self.inner.path().to_path_buf()
     }
 
-    /// Slots held by a key.
-    fn __len__(&self) -> usize {
-        self.inner.len()
-    }
-
     fn __repr__(&self) -> String {
         format!(
             "SharedKeyedLimiter(path={:?}, keys={}, slots={})",
@@ -340,4 +184,4 @@ impl SharedKeyedLimiter {
             self.inner.slots()
         )
     }
-}
+});

@@ -358,7 +358,7 @@ def test_waiters_move_past_another_instances_pause(server: Server) -> None:
 def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -> None:
     """On a cluster URL: the listener subscribes on a seed node, the key
     lives on another master, the news crosses the cluster bus."""
-    from test_redis_waiting import RATE, _elsewhere, _move_past_a_pause
+    from test_redis_waiting import RATE, _elsewhere, _first_wait_then_moved
 
     key = _elsewhere(cluster, "cluster-asleep-native")
     target = f"redis+cluster://{HOST}:{cluster.nodes[0].port}"
@@ -367,11 +367,7 @@ def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -
     stop = time.monotonic() + 10
     while time.monotonic() < stop and a.check(fresh_key("ready")).source != "redis":
         time.sleep(0.05)
-    a.acquire_blocking(fresh_key("warm"))
-    assert a.listening
-    _move_past_a_pause(a, b, key, 3, cluster.nodes)
-    a.close()
-    b.close()
+    _first_wait_then_moved(a, b, key, 3, cluster.nodes)
 
 
 async def test_asyncio_waiters_move_past_another_instances_pause(server: Server) -> None:

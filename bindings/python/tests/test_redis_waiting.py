@@ -307,6 +307,16 @@ def _move_past_a_pause(a: rbr.TokenBucket, b: rbr.TokenBucket, key: str, count: 
     _check_moved(done, paused_at, shift)
 
 
+def _first_wait_then_moved(a: rbr.TokenBucket, b: rbr.TokenBucket, key: str, count: int, servers: list[Server]) -> None:
+    """`a`'s first wait (it listens from then on), then
+    :func:`_move_past_a_pause`; both closed."""
+    a.acquire_blocking(fresh_key("warm"))
+    assert a.listening
+    _move_past_a_pause(a, b, key, count, servers)
+    a.close()
+    b.close()
+
+
 async def _tasks_move_past_a_pause(
     a: Any, pause: Callable[[str, float], Awaitable[Optional[float]]], key: str, count: int, servers: list[Server]
 ) -> None:
@@ -368,11 +378,7 @@ def test_cluster_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -
     key = _elsewhere(cluster, "cluster-asleep")
     a = rbr.TokenBucket(cluster.client(), RATE, on_error="closed", timeout=1.0)
     b = rbr.TokenBucket(cluster.client(), RATE, on_error="closed", timeout=1.0)
-    a.acquire_blocking(fresh_key("warm"))
-    assert a.listening
-    _move_past_a_pause(a, b, key, 3, cluster.nodes)
-    a.close()
-    b.close()
+    _first_wait_then_moved(a, b, key, 3, cluster.nodes)
 
 
 async def test_cluster_asyncio_waiters_move_past_a_pause_on_another_master(cluster: Cluster) -> None:

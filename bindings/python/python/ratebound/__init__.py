@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import Any, Callable, Optional, TypeVar, Union, cast
+from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, cast
 
 from . import _ratebound
 from ._errors import (
@@ -152,39 +152,41 @@ class TokenBucket(Limiter):
         return super().__new__(cls, "token_bucket", rate=rate, burst=burst, clock=clock)
 
 
-class FixedWindow(Limiter):
+_W = TypeVar("_W", bound="_Window")
+
+
+class _Window(Limiter):
+    """The constructor of the three windows: ``limit`` per ``window``
+    seconds, by the subclass's ``_algorithm``."""
+
+    __slots__ = ()
+    _algorithm: ClassVar[str]
+
+    def __new__(cls: type[_W], limit: int, window: Number, *, clock: Optional[ManualClock] = None) -> _W:
+        return super().__new__(cls, cls._algorithm, limit=limit, window=window, clock=clock)
+
+
+class FixedWindow(_Window):
     """At most ``limit`` per fixed window of ``window`` seconds."""
 
     __slots__ = ()
-
-    def __new__(
-        cls, limit: int, window: Number, *, clock: Optional[ManualClock] = None
-    ) -> "FixedWindow":
-        return super().__new__(cls, "fixed_window", limit=limit, window=window, clock=clock)
+    _algorithm = "fixed_window"
 
 
-class SlidingWindow(Limiter):
+class SlidingWindow(_Window):
     """At most about ``limit`` per sliding ``window`` seconds (a weighted
     counter of two fixed windows: O(1) memory)."""
 
     __slots__ = ()
-
-    def __new__(
-        cls, limit: int, window: Number, *, clock: Optional[ManualClock] = None
-    ) -> "SlidingWindow":
-        return super().__new__(cls, "sliding_window", limit=limit, window=window, clock=clock)
+    _algorithm = "sliding_window"
 
 
-class SlidingLog(Limiter):
+class SlidingLog(_Window):
     """Exactly at most ``limit`` in any ``window`` seconds (a log of
     timestamps: O(limit) memory, ``limit`` ≤ 10**6)."""
 
     __slots__ = ()
-
-    def __new__(
-        cls, limit: int, window: Number, *, clock: Optional[ManualClock] = None
-    ) -> "SlidingLog":
-        return super().__new__(cls, "sliding_log", limit=limit, window=window, clock=clock)
+    _algorithm = "sliding_log"
 
 
 class LeakyBucket(Limiter):

@@ -45,12 +45,7 @@ class RateLimitExceeded(RateboundError):
 
     retry_after: float
 
-    def __init__(
-        self,
-        message: str = "rate limit exceeded",
-        code: str = "deadline_exceeded",
-        retry_after: float = 0.0,
-    ) -> None:
+    def __init__(self, message: str = "rate limit exceeded", code: str = "deadline_exceeded", retry_after: float = 0.0) -> None:
         super().__init__(message, code)
         self.retry_after = retry_after
 
@@ -107,10 +102,5 @@ class StoreUnavailable(RateLimitExceeded, ConnectionError):
     says why. A :class:`RateLimitExceeded`, as a refused wait always was;
     ``retry_after`` is the breaker's cool-down."""
 
-    def __init__(
-        self,
-        message: str = "the store is unavailable",
-        code: str = "store_unavailable",
-        retry_after: float = 0.0,
-    ) -> None:
+    def __init__(self, message: str = "the store is unavailable", code: str = "store_unavailable", retry_after: float = 0.0) -> None:
         super().__init__(message, code, retry_after)

@@ -2,9 +2,9 @@
 type-checks tests/typed_usage.py against them with mypy --strict)."""
 
 import os
-from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, TypeVar, Union, final, type_check_only
+from typing import Any, Final, Callable, Iterable, Optional, Protocol, Sequence, TypeVar, Union, final, type_check_only
 
-from typing_extensions import disjoint_base
+from typing_extensions import TypedDict, Unpack, disjoint_base
 
 _T = TypeVar("_T")
 
@@ -68,20 +68,14 @@ class ManualClock:
 
 @final
 class Decision:
-    @property
-    def allowed(self) -> bool: ...
-    @property
-    def limit(self) -> int: ...
-    @property
-    def remaining(self) -> int: ...
-    @property
-    def retry_after(self) -> float: ...
-    @property
-    def reset_after(self) -> float: ...
-    @property
-    def retry_after_ns(self) -> int: ...
-    @property
-    def reset_after_ns(self) -> int: ...
+    def __bool__(self) -> bool: ...
+    allowed: Final[bool]
+    limit: Final[int]
+    remaining: Final[int]
+    retry_after: Final[float]
+    reset_after: Final[float]
+    retry_after_ns: Final[int]
+    reset_after_ns: Final[int]
     @property
     def source(self) -> Optional[str]:
         """Which path of a Redis limiter answered: "redis", "lease",
@@ -89,7 +83,6 @@ class Decision:
         share), or "damaged" (Redis answered, but the key held a value no
         script wrote: it was rebuilt as spent and the request refused).
         ``None`` for every local limiter's decision."""
-    def __bool__(self) -> bool: ...
 
 @final
 class Waiter:
@@ -98,13 +91,49 @@ class Waiter:
 
 @final
 class Reservation:
-    @property
-    def delay(self) -> float: ...
-    @property
-    def delay_ns(self) -> int: ...
-    @property
-    def tokens(self) -> int: ...
+    delay: Final[float]
+    delay_ns: Final[int]
+    tokens: Final[int]
     def cancel(self) -> None: ...
+
+# The constructors' keyword-only options, written once (every one None by
+# default).
+@type_check_only
+class _AlgorithmOptions(TypedDict, total=False):
+    rate: Optional[_Rate]
+    burst: Optional[int]
+    limit: Optional[int]
+    window: Optional[_Number]
+    clock: Optional[ManualClock]
+
+@type_check_only
+class _LimiterOptions(_AlgorithmOptions, total=False):
+    max_delay: Optional[_Number]
+    members: Optional[Iterable["Limiter"]]
+
+@type_check_only
+class _KeyedOptions(TypedDict, total=False):
+    algorithm: Optional[str]
+    limit: Optional[int]
+    window: Optional[_Number]
+    max_keys: Optional[int]
+
+@type_check_only
+class _LocalKeyedOptions(_KeyedOptions, total=False):
+    overflow: Optional[str]
+    clock: Optional[ManualClock]
+
+@type_check_only
+class _EngineOptions(_AlgorithmOptions, total=False):
+    prefix: Optional[str]
+    on_error: Optional[str]
+    local_rate: Optional[_Number]
+    timeout: Optional[_Number]
+    lease: Optional[int]
+    lease_ttl: Optional[_Number]
+    breaker_threshold: Optional[int]
+    breaker_cooldown: Optional[_Number]
+    batch: Optional[bool]
 
 # What the local and shared-memory limiters have in common, written once:
 # stub-only classes (the runtime classes share no base).
@@ -141,14 +170,7 @@ class Limiter(_Calls):
     def __new__(
         cls: type[_T],
         algorithm: str,
-        *,
-        rate: Optional[_Rate] = None,
-        burst: Optional[int] = None,
-        limit: Optional[int] = None,
-        window: Optional[_Number] = None,
-        max_delay: Optional[_Number] = None,
-        members: Optional[Iterable["Limiter"]] = None,
-        clock: Optional[ManualClock] = None,
+        **options: Unpack[_LimiterOptions],
     ) -> _T: ...
     def peek(self, n: Optional[int] = None) -> Decision: ...
     def set_quota(self, rate: _Rate, burst: Optional[int] = None) -> None: ...
@@ -159,44 +181,38 @@ class KeyedLimiter(_KeyedCalls):
         cls: type[_T],
         rate: Optional[_Rate] = None,
         burst: Optional[int] = None,
-        *,
-        algorithm: Optional[str] = None,
-        limit: Optional[int] = None,
-        window: Optional[_Number] = None,
-        max_keys: Optional[int] = None,
-        overflow: Optional[str] = None,
-        clock: Optional[ManualClock] = None,
+        **options: Unpack[_LocalKeyedOptions],
     ) -> _T: ...
     def remove(self, key: _Key) -> bool: ...
     def reset(self, key: _Key) -> None: ...
     def cleanup(self) -> int: ...
     def cleanup_idle(self, seconds: _Number) -> int: ...
-    @property
-    def max_keys(self) -> int: ...
+    max_keys: Final[int]
+
+# `algorithm` is "token_bucket" by default.
+@type_check_only
+class _OutboundOptions(TypedDict, total=False):
+    algorithm: str
+    key: Optional[str]
+    n: Optional[int]
+    timeout: Optional[_Number]
+    retries: Optional[int]
+    max_pause: Optional[_Number]
+    statuses: Optional[Sequence[int]]
+    any_method: Optional[bool]
+    backoff: Optional[_Number]
 
 @final
 class _Outbound:
     def __new__(
         cls: type[_T],
-        *,
-        algorithm: str = "token_bucket",
-        key: Optional[str] = None,
-        n: Optional[int] = None,
-        timeout: Optional[_Number] = None,
-        retries: Optional[int] = None,
-        max_pause: Optional[_Number] = None,
-        statuses: Optional[Sequence[int]] = None,
-        any_method: Optional[bool] = None,
-        backoff: Optional[_Number] = None,
+        **options: Unpack[_OutboundOptions],
     ) -> _T: ...
     @staticmethod
     def sending(n: Optional[int] = None, timeout: Optional[_Number] = None) -> tuple[int, Optional[float]]: ...
-    @property
-    def retries(self) -> int: ...
-    @property
-    def max_pause(self) -> float: ...
-    @property
-    def backoff(self) -> float: ...
+    retries: Final[int]
+    max_pause: Final[float]
+    backoff: Final[float]
     def call(
         self,
         method: str,
@@ -216,8 +232,7 @@ class _Outbound:
 
 @final
 class _Call:
-    @property
-    def key(self) -> str: ...
+    key: Final[str]
     def next(self, now: float) -> tuple[Any, ...]: ...
     def answered(self, status: int, headers: Sequence[tuple[str, str]], now_unix: float) -> None: ...
     def paused(self, shared: Optional[bool], now: float) -> None: ...
@@ -227,53 +242,35 @@ class Place:
     def release(self) -> None: ...
     def responded(self) -> None: ...
     def close(self) -> None: ...
-    @property
-    def held(self) -> bool: ...
+    held: Final[bool]
 
 @final
 class Admission:
     # Header names and values and the content type: bytes, or str when
     # admitted with wsgi=True.
-    @property
-    def status(self) -> int: ...
-    @property
-    def headers(self) -> list[tuple[Any, Any]]: ...
-    @property
-    def content_type(self) -> Any: ...
-    @property
-    def body(self) -> Optional[bytes]: ...
-    @property
-    def place(self) -> Optional[Place]: ...
-    @property
-    def passed(self) -> bool: ...
-    @property
-    def outcome(self) -> str: ...
-    @property
-    def refused_by(self) -> Optional[str]: ...
-    @property
-    def priority(self) -> Optional[str]: ...
-    @property
-    def notice(self) -> Optional[str]: ...
+    status: Final[int]
+    headers: Final[list[tuple[Any, Any]]]
+    content_type: Final[Any]
+    body: Final[Optional[bytes]]
+    place: Final[Optional[Place]]
+    passed: Final[bool]
+    outcome: Final[str]
+    refused_by: Final[Optional[str]]
+    priority: Final[Optional[str]]
+    notice: Final[Optional[str]]
 
 @final
 class Concurrency:
-    @property
-    def limit(self) -> int: ...
-    @property
-    def in_flight(self) -> int: ...
-    @property
-    def adaptive(self) -> bool: ...
-    @property
-    def baseline_ms(self) -> Optional[float]: ...
-    @property
-    def recent_ms(self) -> Optional[float]: ...
-    @property
-    def windows(self) -> int: ...
+    limit: Final[int]
+    in_flight: Final[int]
+    adaptive: Final[bool]
+    baseline_ms: Final[Optional[float]]
+    recent_ms: Final[Optional[float]]
+    windows: Final[int]
 
 @final
 class Ask:
-    @property
-    def identity(self) -> bytes: ...
+    identity: Final[bytes]
     def close(self) -> None: ...
 
 @final
@@ -303,41 +300,26 @@ class Gate:
     def finish(self, ask: Ask, answers: Sequence[Union[Decision, BaseException, None]]) -> Admission: ...
     def try_enter(self) -> bool: ...
     def leave(self) -> None: ...
-    @property
-    def capped(self) -> bool: ...
-    @property
-    def adaptive(self) -> bool: ...
-    @property
-    def concurrency(self) -> Optional[Concurrency]: ...
-    @property
-    def policy_field(self) -> str: ...
-    @property
-    def policy_names(self) -> tuple[str, ...]: ...
-    @property
-    def remote_names(self) -> list[str]: ...
+    capped: Final[bool]
+    adaptive: Final[bool]
+    concurrency: Final[Optional[Concurrency]]
+    policy_field: Final[str]
+    policy_names: Final[tuple[str, ...]]
+    remote_names: Final[list[str]]
     def __len__(self) -> int: ...
     def cleanup(self) -> int: ...
 
 @final
 class _RedisCall:
-    @property
-    def sha(self) -> str: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def script(self) -> str: ...
-    @property
-    def key(self) -> bytes: ...
-    @property
-    def args(self) -> list[str]: ...
-    @property
-    def command(self) -> bytes: ...
-    @property
-    def eval_command(self) -> bytes: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def n(self) -> int: ...
+    sha: Final[str]
+    text: Final[str]
+    script: Final[str]
+    key: Final[bytes]
+    args: Final[list[str]]
+    command: Final[bytes]
+    eval_command: Final[bytes]
+    kind: Final[str]
+    n: Final[int]
     def at(self, now_us: int) -> "_RedisCall": ...
 
 @final
@@ -348,22 +330,14 @@ class RedisStats:
     """What a Redis limiter's decisions came from, counted since it was
     made, and whether its circuit breaker is open now."""
 
-    @property
-    def redis(self) -> int: ...
-    @property
-    def lease(self) -> int: ...
-    @property
-    def damaged(self) -> int: ...
-    @property
-    def fail_open(self) -> int: ...
-    @property
-    def fail_closed(self) -> int: ...
-    @property
-    def fail_local(self) -> int: ...
-    @property
-    def busy(self) -> int: ...
-    @property
-    def breaker_open(self) -> bool: ...
+    redis: Final[int]
+    lease: Final[int]
+    damaged: Final[int]
+    fail_open: Final[int]
+    fail_closed: Final[int]
+    fail_local: Final[int]
+    busy: Final[int]
+    breaker_open: Final[bool]
     def _asdict(self) -> dict[str, Union[int, bool]]: ...
 
 @final
@@ -371,102 +345,39 @@ class _RedisEngine:
     def __new__(
         cls,
         algorithm: Optional[str] = None,
-        *,
-        rate: Optional[_Rate] = None,
-        burst: Optional[int] = None,
-        limit: Optional[int] = None,
-        window: Optional[_Number] = None,
-        prefix: Optional[str] = None,
-        on_error: Optional[str] = None,
-        local_rate: Optional[_Number] = None,
-        timeout: Optional[_Number] = None,
-        lease: Optional[int] = None,
-        lease_ttl: Optional[_Number] = None,
-        breaker_threshold: Optional[int] = None,
-        breaker_cooldown: Optional[_Number] = None,
-        batch: Optional[bool] = None,
-        clock: Optional[ManualClock] = None,
+        **options: Unpack[_EngineOptions],
     ) -> "_RedisEngine": ...
     def begin(self, key: _Key, n: Optional[int] = None, scope: Optional[str] = None) -> Union[Decision, _RedisCall]: ...
-    def finish(
-        self,
-        call: _RedisCall,
-        reply: Optional[Any] = None,
-        timed_out: bool = False,
-        error: Optional[str] = None,
-        unsent: bool = False,
-    ) -> Decision: ...
+    def finish(self, call: _RedisCall, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> Decision: ...
     def drain(self) -> list[_RedisCall]: ...
     def acquire(
         self, key: _Key, n: Optional[int] = None, timeout: Optional[_Number] = None, scope: Optional[str] = None
     ) -> _RedisAcquisition: ...
     def acquire_step(self, a: _RedisAcquisition) -> tuple[str, Any]: ...
-    def acquire_reply(
-        self,
-        a: _RedisAcquisition,
-        reply: Optional[Any] = None,
-        timed_out: bool = False,
-        error: Optional[str] = None,
-        unsent: bool = False,
-    ) -> None: ...
+    def acquire_reply(self, a: _RedisAcquisition, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> None: ...
     def acquire_abandon(self, a: _RedisAcquisition) -> Optional[_RedisCall]: ...
     def begin_reserve(
         self, key: _Key, n: Optional[int] = None, max_wait: Optional[_Number] = None, scope: Optional[str] = None
     ) -> Union[tuple[float, str, Optional[int]], _RedisCall]: ...
-    def finish_reserve(
-        self,
-        call: _RedisCall,
-        reply: Optional[Any] = None,
-        timed_out: bool = False,
-        error: Optional[str] = None,
-        unsent: bool = False,
-    ) -> tuple[float, str, Optional[int]]: ...
+    def finish_reserve(self, call: _RedisCall, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> tuple[float, str, Optional[int]]: ...
     def give_back(self, reserve_call: _RedisCall, end_us: int) -> _RedisCall: ...
-    def orphaned(
-        self,
-        call: _RedisCall,
-        reply: Optional[Any] = None,
-        timed_out: bool = False,
-        error: Optional[str] = None,
-        unsent: bool = False,
-    ) -> Optional[_RedisCall]: ...
-    def given_back(
-        self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False
-    ) -> bool: ...
+    def orphaned(self, call: _RedisCall, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> Optional[_RedisCall]: ...
+    def given_back(self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> bool: ...
     def begin_pause(self, key: _Key, seconds: _Number, scope: Optional[str] = None) -> _RedisCall: ...
     def pause_local(self, key: _Key, seconds: _Number, scope: Optional[str] = None) -> bool: ...
     def begin_resume(self, key: _Key, scope: Optional[str] = None) -> _RedisCall: ...
-    def finish_resume(
-        self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False
-    ) -> Optional[str]: ...
-    def finish_pause(
-        self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False
-    ) -> Optional[float]: ...
-    def finish_pause_news(
-        self,
-        call: _RedisCall,
-        reply: Optional[Any] = None,
-        timed_out: bool = False,
-        error: Optional[str] = None,
-        unsent: bool = False,
-    ) -> Optional[tuple[float, Optional[bytes]]]: ...
-    @property
-    def pause_channel(self) -> str: ...
+    def finish_resume(self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> Optional[str]: ...
+    def finish_pause(self, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> Optional[float]: ...
+    def finish_pause_news(self, call: _RedisCall, reply: Optional[Any] = None, timed_out: bool = False, error: Optional[str] = None, unsent: bool = False) -> Optional[tuple[float, Optional[bytes]]]: ...
+    pause_channel: Final[str]
     def hear(self, message: bytes) -> bool: ...
-    @property
-    def breaker_open(self) -> bool: ...
-    @property
-    def stats(self) -> RedisStats: ...
-    @property
-    def on_error(self) -> str: ...
-    @property
-    def timeout(self) -> float: ...
-    @property
-    def algorithm(self) -> str: ...
-    @property
-    def limit(self) -> int: ...
-    @property
-    def prefix(self) -> str: ...
+    breaker_open: Final[bool]
+    stats: Final[RedisStats]
+    on_error: Final[str]
+    timeout: Final[float]
+    algorithm: Final[str]
+    limit: Final[int]
+    prefix: Final[str]
     def leased(self) -> int: ...
 
 # The native Redis connection (a URL in place of a redis-py client).
@@ -489,16 +400,12 @@ class _NativeRedis:
     def arun(self, call: _RedisCall) -> Any: ...
     def apublish(self, channel: str, message: bytes) -> Any: ...
     def listen(self) -> None: ...
-    @property
-    def listening(self) -> bool: ...
-    @property
-    def heard_first(self) -> bool: ...
+    listening: Final[bool]
+    heard_first: Final[bool]
     def wait_listening(self, timeout: float) -> None: ...
     def close(self) -> None: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def batch(self) -> bool: ...
+    target: Final[str]
+    batch: Final[bool]
 
 @final
 class _Completions:
@@ -530,8 +437,7 @@ def _deadline_exceeded(wait: float, max_wait: float) -> BaseException: ...
 @disjoint_base
 class SharedTokenBucket(_Calls):
     def __new__(cls: type[_T], path: Union[str, "os.PathLike[str]"], rate: Optional[_Rate] = None, burst: Optional[int] = None) -> _T: ...
-    @property
-    def path(self) -> "os.PathLike[str]": ...
+    path: Final["os.PathLike[str]"]
 
 @disjoint_base
 class SharedKeyedLimiter(_KeyedCalls):
@@ -540,15 +446,8 @@ class SharedKeyedLimiter(_KeyedCalls):
         path: Union[str, "os.PathLike[str]"],
         rate: Optional[_Rate] = None,
         burst: Optional[int] = None,
-        *,
-        algorithm: Optional[str] = None,
-        limit: Optional[int] = None,
-        window: Optional[_Number] = None,
-        max_keys: Optional[int] = None,
+        **options: Unpack[_KeyedOptions],
     ) -> _T: ...
-    @property
-    def limit(self) -> int: ...
-    @property
-    def slots(self) -> int: ...
-    @property
-    def path(self) -> "os.PathLike[str]": ...
+    limit: Final[int]
+    slots: Final[int]
+    path: Final["os.PathLike[str]"]

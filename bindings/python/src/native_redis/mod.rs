@@ -232,7 +232,7 @@ impl NativeRedis {
     }
 }
 
-#[pymethods]
+redis_pymethods! {
 impl NativeRedis {
     #[new]
     #[pyo3(signature = (target, engine, *, ssl_ca_certs=None))]
@@ -295,29 +295,6 @@ impl NativeRedis {
         Ok(this)
     }
 
-    /// `engine.begin`, the call and `engine.finish` in one step, the GIL
-    /// released while Redis answers: the decision for `n` (default 1) of
-    /// `key`, within `scope` if given.
-    #[pyo3(signature = (key, n=None, scope=None))]
-    fn check(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        scope: Option<&str>,
-    ) -> PyResult<Py<PyAny>> {
-        match self.begin(py, key, n, scope)? {
-            Begin::Done(d) => Self::decision(py, d),
-            Begin::Call(call) => {
-                let call = Arc::new(call);
-                let r = self.run_blocking(py, &call)?;
-                self.engine().misconfigured(&r.outcome()).or_py(py)?;
-                let d = self.engine().finish(&call, r.outcome());
-                tell(py, self.engine());
-                Self::decision(py, d)
-            }
-        }
-    }
 
     /// Runs `call` (EVALSHA, and EVAL on NOSCRIPT) within the deadline, the
     /// GIL released meanwhile: `(reply, timed_out, error, unsent)` for the
@@ -346,34 +323,6 @@ impl NativeRedis {
             .unwrap_or(false))
     }
 
-    /// `check` for asyncio: a `Decision` already (a lease, the breaker), or
-    /// a future of the running loop that gets it.
-    #[pyo3(signature = (key, n=None, scope=None))]
-    fn acheck(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        scope: Option<&str>,
-    ) -> PyResult<Py<PyAny>> {
-        let event_loop = Self::running_loop(py)?;
-        let link = self.link()?;
-        match self.begin(py, key, n, scope)? {
-            Begin::Done(d) => Self::decision(py, d),
-            Begin::Call(call) => {
-                let (fut, completions) = self.future(py, &event_loop)?;
-                let out = Outgoing {
-                    link,
-                    call: Arc::new(call),
-                    fut: fut.clone_ref(py),
-                    engine: self.engine.clone_ref(py),
-                    decide: true,
-                };
-                completions.get().queue(py, event_loop.bind(py), out)?;
-                Ok(fut)
-            }
-        }
-    }
 
     /// `run` for asyncio: a future of `(reply, timed_out, error, unsent)`.
     fn arun(&self, py: Python<'_>, call: &Bound<'_, RedisCall>) -> PyResult<Py<PyAny>> {
@@ -485,6 +434,50 @@ impl NativeRedis {
             self.batch
         )
     }
+}
+
+scoped {
+    /// `engine.begin`, the call and `engine.finish` in one step, the GIL
+    /// released while Redis answers: the decision for `n` (default 1) of
+    /// `key`, within `scope` if given.
+    fn check(self, py, key, n, scope) -> PyResult<Py<PyAny>> {
+        match self.begin(py, key, n, scope)? {
+            Begin::Done(d) => Self::decision(py, d),
+            Begin::Call(call) => {
+                let call = Arc::new(call);
+                let r = self.run_blocking(py, &call)?;
+                self.engine().misconfigured(&r.outcome()).or_py(py)?;
+                let d = self.engine().finish(&call, r.outcome());
+                tell(py, self.engine());
+                Self::decision(py, d)
+            }
+        }
+    }
+
+    /// `check` for asyncio: a `Decision` already (a lease, the breaker), or
+    /// a future of the running loop that gets it.
+    fn acheck(self, py, key, n, scope) -> PyResult<Py<PyAny>> {
+        let event_loop = Self::running_loop(py)?;
+        let link = self.link()?;
+        match self.begin(py, key, n, scope)? {
+            Begin::Done(d) => Self::decision(py, d),
+            Begin::Call(call) => {
+                let (fut, completions) = self.future(py, &event_loop)?;
+                let out = Outgoing {
+                    link,
+                    call: Arc::new(call),
+                    fut: fut.clone_ref(py),
+                    engine: self.engine.clone_ref(py),
+                    decide: true,
+                };
+                completions.get().queue(py, event_loop.bind(py), out)?;
+                Ok(fut)
+            }
+        }
+    }
+}
+
+outcome {}
 }
 
 /// Whether `client` names a Redis target (a str, or a list or tuple of

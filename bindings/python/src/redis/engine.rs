@@ -41,7 +41,7 @@ impl RedisEngine {
     }
 }
 
-#[pymethods]
+redis_pymethods! {
 impl RedisEngine {
     #[new]
     #[pyo3(signature = (algorithm=None, *, rate=None, burst=None, limit=None, window=None, prefix=None, on_error=None, local_rate=None, timeout=None, lease=None, lease_ttl=None, breaker_threshold=None, breaker_cooldown=None, batch=None, clock=None))]
@@ -67,7 +67,7 @@ impl RedisEngine {
         // The clock of the breaker's cool-down, the leases, the local share
         // and the waits: a `ManualClock` puts them on a test's virtual time.
         let clock = clock_of(clock)?;
-        let keyed = keyed_algorithm_of(py, algorithm, rate, burst, limit, window)?;
+        let keyed = keyed_algorithm_of(py, algorithm, [rate, burst, limit, window])?;
         let algorithm = Algorithm::from_keyed(keyed).or_py(py)?;
         let numbers = [
             ("local_rate", local_rate),
@@ -83,64 +83,7 @@ impl RedisEngine {
         })
     }
 
-    /// Step one of taking `n` (default 1) for `key` (str, bytes or int),
-    /// within `scope` if given (a middleware's policy name: its own keys):
-    /// a `Decision` already (a lease, or the fail policy while the breaker
-    /// is open), or a `RedisCall` to run and pass to `finish`.
-    #[pyo3(signature = (key, n=None, scope=None))]
-    fn begin(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        scope: Option<&str>,
-    ) -> PyResult<Py<PyAny>> {
-        let n = count(py, n)?;
-        match with_raw_key(key, |k| self.inner.begin_in(scope, k, n).or_py(py))? {
-            Begin::Done(d) => Ok(Self::decision(py, d)?.into_any()),
-            Begin::Call(call) => Ok(Py::new(py, RedisCall { inner: call })?.into_any()),
-        }
-    }
 
-    /// Step two: the decision from what became of `call` — its `reply` (the
-    /// script's list of ints), `timed_out=True` (no reply within the
-    /// deadline), `error` (a connection or server error's text), or
-    /// `unsent=True` (it never left this client before its deadline: a
-    /// full pool; refused as "busy", never the fail policy's). An error that
-    /// says the store is misconfigured raises `StoreMisconfigured`.
-    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
-    fn finish(
-        &self,
-        py: Python<'_>,
-        call: &Bound<'_, RedisCall>,
-        reply: Option<&Bound<'_, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> PyResult<Py<Decision>> {
-        let call = &call.get().inner;
-        let d = Report::new(reply, timed_out, error, unsent)
-            .settle(py, &self.inner, |o| self.inner.finish(call, o))?;
-        Self::decision(py, d)
-    }
-
-    /// A wait for `n` (default 1) tokens for `key`, within `scope` if
-    /// given, failing if it cannot end within `timeout` seconds (None: as
-    /// long as it takes); driven by `acquire_step`.
-    #[pyo3(signature = (key, n=None, timeout=None, scope=None))]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-        scope: Option<&str>,
-    ) -> PyResult<RedisAcquisition> {
-        let n = count(py, n)?;
-        let timeout = opt_seconds(py, "timeout", timeout)?;
-        let a = with_raw_key(key, |k| self.inner.acquire(scope, k, n, timeout).or_py(py))?;
-        Ok(RedisAcquisition::new(a))
-    }
 
     /// What the wait does next: `("call", RedisCall)` (run it, then
     /// `acquire_reply`), `("sleep", seconds)` or `("done", source)`.
@@ -155,23 +98,6 @@ impl RedisEngine {
         step_tuple(py, step.or_py(py)?)
     }
 
-    /// Hands the wait what became of the call its last step gave.
-    #[pyo3(signature = (a, reply=None, timed_out=false, error=None, unsent=false))]
-    fn acquire_reply(
-        &self,
-        py: Python<'_>,
-        a: &Bound<'_, RedisAcquisition>,
-        reply: Option<&Bound<'_, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> PyResult<()> {
-        Report::new(reply, timed_out, error, unsent).settle(py, &self.inner, |o| {
-            self.inner.acquire_reply(&mut a.get().lock(), o);
-        })?;
-        Ok(())
-    }
-
     /// The caller gave up: the call that gives held tokens back, if any.
     fn acquire_abandon(&self, a: &Bound<'_, RedisAcquisition>) -> Option<RedisCall> {
         self.inner
@@ -179,47 +105,6 @@ impl RedisEngine {
             .map(|inner| RedisCall { inner })
     }
 
-    /// Step one of a reservation of `n` for `key` due within `max_wait`
-    /// seconds (None: any wait): `(delay, source, None)` already (a lease, the
-    /// fail policy) or a `RedisCall` for `finish_reserve`. Raises
-    /// `RateLimitExceeded` when refused, taking nothing.
-    #[pyo3(signature = (key, n=None, max_wait=None, scope=None))]
-    fn begin_reserve(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        max_wait: Option<&Bound<'_, PyAny>>,
-        scope: Option<&str>,
-    ) -> PyResult<Py<PyAny>> {
-        let n = count(py, n)?;
-        let max_wait = opt_seconds(py, "max_wait", max_wait)?.unwrap_or(Duration::MAX);
-        let begun = with_raw_key(key, |k| {
-            self.inner.begin_reserve(scope, k, n, max_wait).or_py(py)
-        })?;
-        match begun {
-            ReserveBegin::Done(r) => Ok(reserved(py, r, max_wait)?.into_any().unbind()),
-            ReserveBegin::Call(call) => Ok(Py::new(py, RedisCall { inner: call })?.into_any()),
-        }
-    }
-
-    /// Step two of a reservation: `(delay, source, end_us)`, or `RateLimitExceeded`
-    /// (nothing taken) when the tokens are due only beyond its max_wait.
-    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
-    fn finish_reserve<'py>(
-        &self,
-        py: Python<'py>,
-        call: &Bound<'py, RedisCall>,
-        reply: Option<&Bound<'py, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> PyResult<Bound<'py, PyTuple>> {
-        let call = &call.get().inner;
-        let r = Report::new(reply, timed_out, error, unsent)
-            .settle(py, &self.inner, |o| self.inner.finish_reserve(call, o))?;
-        reserved(py, r, max_wait(call))
-    }
 
     /// The call that gives a reservation's tokens back (`reserve_call`: the
     /// call that took them; `end_us`: the end of their slot, the third item
@@ -229,38 +114,6 @@ impl RedisEngine {
         RedisCall {
             inner: self.inner.give_back(&reserve_call.get().inner, end_us),
         }
-    }
-
-    /// The outcome of a reservation's call whose caller went away before
-    /// it came (a cancelled task): the call that gives back what Redis
-    /// reserved, if anything (see `Engine::orphaned`).
-    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
-    fn orphaned(
-        &self,
-        py: Python<'_>,
-        call: &Bound<'_, RedisCall>,
-        reply: Option<&Bound<'_, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> PyResult<Option<RedisCall>> {
-        let call = &call.get().inner;
-        let back = Report::new(reply, timed_out, error, unsent)
-            .settle(py, &self.inner, |o| self.inner.orphaned(call, o))?;
-        Ok(back.map(|inner| RedisCall { inner }))
-    }
-
-    /// Whether a give-back's outcome says Redis took the tokens back
-    /// (False: built on since, or the call failed).
-    #[pyo3(signature = (reply=None, timed_out=false, error=None, unsent=false))]
-    fn given_back(
-        &self,
-        reply: Option<&Bound<'_, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> bool {
-        Report::new(reply, timed_out, error, unsent).read(ratebound_redis::given_back)
     }
 
     /// The call that pauses `key` for `seconds` for every instance.
@@ -290,24 +143,6 @@ impl RedisEngine {
         Ok(RedisCall { inner: call })
     }
 
-    /// What became of a resume: "lifted", "not_paused" or "queued", or
-    /// None when Redis could not be told.
-    #[pyo3(signature = (reply=None, timed_out=false, error=None, unsent=false))]
-    fn finish_resume(
-        &self,
-        py: Python<'_>,
-        reply: Option<&Bound<'_, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> PyResult<Option<&'static str>> {
-        let resumed =
-            Report::new(reply, timed_out, error, unsent).settle(py, &self.inner, |o| {
-                self.inner.finish_resume(o).map(|r| r.as_str())
-            })?;
-        Ok(resumed)
-    }
-
     /// Pauses `key` for `seconds` in this process's local share (the
     /// limit of `on_error="local"`), for a pause Redis could not be told
     /// of; whether there was a local share to pause.
@@ -321,50 +156,6 @@ impl RedisEngine {
     ) -> PyResult<bool> {
         let d = seconds_of(py, "seconds", seconds)?;
         with_raw_key(key, |k| Ok(self.inner.pause_local(scope, k, d)))
-    }
-
-    /// What became of a pause: the shift it gave the reserved slots, in
-    /// seconds (0.0: a pause already on covered it), or None when Redis
-    /// could not be told.
-    #[pyo3(signature = (reply=None, timed_out=false, error=None, unsent=false))]
-    fn finish_pause(
-        &self,
-        py: Python<'_>,
-        reply: Option<&Bound<'_, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> PyResult<Option<f64>> {
-        let shift = Report::new(reply, timed_out, error, unsent).settle(py, &self.inner, |o| {
-            self.inner
-                .finish_pause(o)
-                .map(|(_, shift)| shift.as_secs_f64())
-        })?;
-        Ok(shift)
-    }
-
-    /// What became of the pause `call` and what to tell the other
-    /// instances: `(shift seconds, news)` — `news` the message to `PUBLISH`
-    /// on `pause_channel` (None: nothing to tell, a pause already on covered
-    /// it); this engine's own waiters are told already — or None when Redis
-    /// could not be told.
-    #[pyo3(signature = (call, reply=None, timed_out=false, error=None, unsent=false))]
-    fn finish_pause_news<'py>(
-        &self,
-        py: Python<'py>,
-        call: &Bound<'py, RedisCall>,
-        reply: Option<&Bound<'py, PyAny>>,
-        timed_out: bool,
-        error: Option<&str>,
-        unsent: bool,
-    ) -> PyResult<Option<(f64, Option<Bound<'py, PyBytes>>)>> {
-        let call = &call.get().inner;
-        let paused = Report::new(reply, timed_out, error, unsent)
-            .settle(py, &self.inner, |o| self.inner.finish_pause(o))?;
-        Ok(paused.map(|(start_us, shift)| {
-            let news = self.inner.pause_news(call, start_us, shift);
-            (shift.as_secs_f64(), news.map(|m| PyBytes::new(py, &m)))
-        }))
     }
 
     /// The pub/sub channel of this prefix's pause news (`"rb:pause"`).
@@ -402,17 +193,6 @@ impl RedisEngine {
         self.inner.stats().into()
     }
 
-    /// The fail policy: `"open"`, `"closed"` or `"local"` (the outbound
-    /// adapters warn about `"open"`).
-    #[getter]
-    fn on_error(&self) -> &'static str {
-        match self.inner.config().on_error {
-            ratebound_redis::OnError::Closed => "closed",
-            ratebound_redis::OnError::Local(_) => "local",
-            _ => "open",
-        }
-    }
-
     /// Every call's deadline, in seconds.
     #[getter]
     fn timeout(&self) -> f64 {
@@ -437,8 +217,137 @@ impl RedisEngine {
         &self.inner.config().prefix
     }
 
+    /// The fail policy: `"open"`, `"closed"` or `"local"` (the outbound
+    /// adapters warn about `"open"`).
+    #[getter]
+    fn on_error(&self) -> &'static str {
+        self.inner.policy_name()
+    }
+
     /// Leased tokens held now, over all keys.
     fn leased(&self) -> u64 {
         self.inner.leased()
     }
+}
+
+scoped {
+    /// Step one of taking `n` (default 1) for `key` (str, bytes or int),
+    /// within `scope` if given (a middleware's policy name: its own keys):
+    /// a `Decision` already (a lease, or the fail policy while the breaker
+    /// is open), or a `RedisCall` to run and pass to `finish`.
+    fn begin(self, py, key, n, scope) -> PyResult<Py<PyAny>> {
+        let n = count(py, n)?;
+        match with_raw_key(key, |k| self.inner.begin_in(scope, k, n).or_py(py))? {
+            Begin::Done(d) => Ok(Self::decision(py, d)?.into_any()),
+            Begin::Call(call) => Ok(Py::new(py, RedisCall { inner: call })?.into_any()),
+        }
+    }
+
+    /// A wait for `n` (default 1) tokens for `key`, within `scope` if
+    /// given, failing if it cannot end within `timeout` seconds (None: as
+    /// long as it takes); driven by `acquire_step`.
+    fn acquire(self, py, key, n, scope; timeout) -> PyResult<RedisAcquisition> {
+        let n = count(py, n)?;
+        let timeout = opt_seconds(py, "timeout", timeout)?;
+        let a = with_raw_key(key, |k| self.inner.acquire(scope, k, n, timeout).or_py(py))?;
+        Ok(RedisAcquisition::new(a))
+    }
+
+    /// Step one of a reservation of `n` for `key` due within `max_wait`
+    /// seconds (None: any wait): `(delay, source, None)` already (a lease, the
+    /// fail policy) or a `RedisCall` for `finish_reserve`. Raises
+    /// `RateLimitExceeded` when refused, taking nothing.
+    fn begin_reserve(self, py, key, n, scope; max_wait) -> PyResult<Py<PyAny>> {
+        let n = count(py, n)?;
+        let max_wait = opt_seconds(py, "max_wait", max_wait)?.unwrap_or(Duration::MAX);
+        let begun = with_raw_key(key, |k| {
+            self.inner.begin_reserve(scope, k, n, max_wait).or_py(py)
+        })?;
+        match begun {
+            ReserveBegin::Done(r) => Ok(reserved(py, r, max_wait)?.into_any().unbind()),
+            ReserveBegin::Call(call) => Ok(Py::new(py, RedisCall { inner: call })?.into_any()),
+        }
+    }
+}
+
+outcome {
+
+    /// Step two: the decision from what became of `call` — its `reply` (the
+    /// script's list of ints), `timed_out=True` (no reply within the
+    /// deadline), `error` (a connection or server error's text), or
+    /// `unsent=True` (it never left this client before its deadline: a
+    /// full pool; refused as "busy", never the fail policy's). An error that
+    /// says the store is misconfigured raises `StoreMisconfigured`.
+    fn finish<'py>(self, py, report; call: &Bound<'py, RedisCall>) -> PyResult<Py<Decision>> {
+        let call = &call.get().inner;
+        let d = report.settle(py, &self.inner, |o| self.inner.finish(call, o))?;
+        Self::decision(py, d)
+    }
+
+    /// Hands the wait what became of the call its last step gave.
+    fn acquire_reply<'py>(self, py, report; a: &Bound<'py, RedisAcquisition>) -> PyResult<()> {
+        report.settle(py, &self.inner, |o| {
+            self.inner.acquire_reply(&mut a.get().lock(), o);
+        })?;
+        Ok(())
+    }
+
+    /// Step two of a reservation: `(delay, source, end_us)`, or
+    /// `RateLimitExceeded` (nothing taken) when the tokens are due only
+    /// beyond its max_wait.
+    fn finish_reserve<'py>(
+        self, py, report; call: &Bound<'py, RedisCall>
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let call = &call.get().inner;
+        let r = report.settle(py, &self.inner, |o| self.inner.finish_reserve(call, o))?;
+        reserved(py, r, max_wait(call))
+    }
+
+    /// The outcome of a reservation's call whose caller went away before
+    /// it came (a cancelled task): the call that gives back what Redis
+    /// reserved, if anything (see `Engine::orphaned`).
+    fn orphaned<'py>(
+        self, py, report; call: &Bound<'py, RedisCall>
+    ) -> PyResult<Option<RedisCall>> {
+        let call = &call.get().inner;
+        let back = report.settle(py, &self.inner, |o| self.inner.orphaned(call, o))?;
+        Ok(back.map(|inner| RedisCall { inner }))
+    }
+
+    /// Whether a give-back's outcome says Redis took the tokens back
+    /// (False: built on since, or the call failed).
+    fn given_back<'py>(self, _py, report) -> bool {
+        report.read(ratebound_redis::given_back)
+    }
+
+    /// What became of a resume: "lifted", "not_paused" or "queued", or
+    /// None when Redis could not be told.
+    fn finish_resume<'py>(self, py, report) -> PyResult<Option<&'static str>> {
+        report.settle(py, &self.inner, |o| self.inner.finish_resume(o).map(|r| r.as_str()))
+    }
+
+    /// What became of a pause: the shift it gave the reserved slots, in
+    /// seconds (0.0: a pause already on covered it), or None when Redis
+    /// could not be told.
+    fn finish_pause<'py>(self, py, report) -> PyResult<Option<f64>> {
+        let shift = |(_, s): (u64, Duration)| s.as_secs_f64();
+        report.settle(py, &self.inner, |o| self.inner.finish_pause(o).map(shift))
+    }
+
+    /// What became of the pause `call` and what to tell the other
+    /// instances: `(shift seconds, news)` — `news` the message to `PUBLISH`
+    /// on `pause_channel` (None: nothing to tell, a pause already on covered
+    /// it); this engine's own waiters are told already — or None when Redis
+    /// could not be told.
+    fn finish_pause_news<'py>(
+        self, py, report; call: &Bound<'py, RedisCall>
+    ) -> PyResult<Option<(f64, Option<Bound<'py, PyBytes>>)>> {
+        let call = &call.get().inner;
+        let paused = report.settle(py, &self.inner, |o| self.inner.finish_pause(o))?;
+        Ok(paused.map(|(start_us, shift)| {
+            let news = self.inner.pause_news(call, start_us, shift);
+            (shift.as_secs_f64(), news.map(|m| PyBytes::new(py, &m)))
+        }))
+    }
+}
 }

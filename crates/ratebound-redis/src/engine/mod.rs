@@ -176,8 +176,9 @@ impl Engine {
         self.health.take_notices()
     }
 
-    /// The fail policy's name: `"open"`, `"closed"` or `"local"`.
-    pub(crate) fn policy_name(&self) -> &'static str {
+    /// The fail policy's name: `"open"`, `"closed"` or `"local"` (the
+    /// bindings' `on_error`).
+    pub fn policy_name(&self) -> &'static str {
         match self.config.on_error {
             OnError::Open => "open",
             OnError::Closed => "closed",

@@ -101,10 +101,7 @@ class _AsyncLimiter(_Base):
         a = self._engine.acquire(key, n, timeout)
         await self._listen()
         try:
-            while True:
-                kind, what = self._engine.acquire_step(a)
-                if kind == "done":
-                    return
+            for kind, what in self._steps(a):
                 if kind == "sleep":
                     await asyncio.sleep(what)
                 else:

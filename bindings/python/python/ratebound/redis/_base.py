@@ -4,10 +4,11 @@ arguments, and :class:`RedisReservation`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Optional
 
 from .._errors import ConfigError
-from .._ratebound import Decision, ManualClock, RedisStats, _is_redis_target, _NativeRedis, _RedisCall, _RedisEngine
+from .._ratebound import Decision, ManualClock, RedisStats, _is_redis_target, _NativeRedis
+from .._ratebound import _RedisAcquisition, _RedisCall, _RedisEngine
 from ._options import Number, Options, Rate, SlidingOptions
 from ._runners import _Outcome
 
@@ -63,6 +64,16 @@ class _Base:
         if isinstance(step, Decision) or now_us is None:
             return step
         return step.at(now_us)
+
+    def _steps(self, a: _RedisAcquisition) -> Iterator[tuple[str, Any]]:
+        """The steps of the wait ``a`` until it is done, for the sync and the
+        asyncio loops: ``("sleep", seconds)``, or ``("call", call)`` to run
+        and hand to ``acquire_reply``."""
+        while True:
+            step = self._engine.acquire_step(a)
+            if step[0] == "done":
+                return
+            yield step
 
     def _reserved(self, call: _RedisCall, outcome: _Outcome) -> RedisReservation:
         delay, source, end_us = self._engine.finish_reserve(call, *outcome)
@@ -128,28 +139,21 @@ class _TokenBucketArgs(_Base):
 
 class _FixedWindowArgs(_Base):
     __slots__ = ()
+    _window: ClassVar[str] = "fixed_window"
 
-    def __init__(
-        self,
-        client: Any,
-        limit: int,
-        window: Number,
-        **options: Unpack[Options],
-    ) -> None:
-        super().__init__(client, "fixed_window", limit=limit, window=window, **options)
+    def __init__(self, client: Any, limit: int, window: Number, **options: Unpack[Options]) -> None:
+        super().__init__(client, self._window, limit=limit, window=window, **options)
 
 
-class _SlidingWindowArgs(_Base):
+class _SlidingWindowArgs(_FixedWindowArgs):
+    """:class:`_FixedWindowArgs` without the leases (``SlidingOptions``)."""
+
     __slots__ = ()
+    _window: ClassVar[str] = "sliding_window"
 
-    def __init__(
-        self,
-        client: Any,
-        limit: int,
-        window: Number,
-        **options: Unpack[SlidingOptions],
-    ) -> None:
-        super().__init__(client, "sliding_window", limit=limit, window=window, **options)
+    if TYPE_CHECKING:
+
+        def __init__(self, client: Any, limit: int, window: Number, **options: Unpack[SlidingOptions]) -> None: ...
 
 
 def _of_asyncio(limiter: Any) -> bool:

@@ -60,11 +60,6 @@ def _subscriber(
     return subscribe
 
 
-def _closers(pubsub: Any, method: str, close: Optional[Callable[[], Any]]) -> list[Callable[[], Any]]:
-    """What closes a listener's pub/sub object and its connection."""
-    return [done for done in (getattr(pubsub, method, None), close) if done is not None]
-
-
 def _news(data: Any) -> bytes:
     return data if isinstance(data, bytes) else str(data).encode("utf-8", "surrogateescape")
 
@@ -90,6 +85,12 @@ class _Hearing:
             self._backoff = 0.1
         elif m["type"] == "message":
             self._hear(_news(m["data"]))
+
+    def _lost(self, pubsub: Any, method: str, close: Optional[Callable[[], Any]]) -> list[Callable[[], Any]]:
+        """The connection is over: no longer subscribed. What closes the
+        pub/sub object (its ``method``) and its connection."""
+        self._subscribed(False)
+        return [done for done in (getattr(pubsub, method, None), close) if done is not None]
 
     def _retry_in(self) -> float:
         """How long to wait before the next attempt to subscribe: 0.1 s at
@@ -133,8 +134,7 @@ class _Listener(_Hearing):
             except Exception:  # a lost connection, an unreachable server: try again
                 pass
             finally:
-                self._subscribed(False)
-                for done in _closers(pubsub, "close", close):
+                for done in self._lost(pubsub, "close", close):
                     with contextlib.suppress(Exception):
                         done()
             self._stop.wait(self._retry_in())
@@ -169,8 +169,7 @@ class _AsyncListener(_Hearing):
             except Exception:  # a lost connection, an unreachable server: try again
                 pass
             finally:
-                self._subscribed(False)
-                for done in _closers(pubsub, "aclose", close):
+                for done in self._lost(pubsub, "aclose", close):
                     with contextlib.suppress(Exception):
                         await done()
             await asyncio.sleep(self._retry_in())

@@ -122,10 +122,7 @@ class _Limiter(_Base):
         a = self._engine.acquire(key, n, timeout)
         self._listen()
         try:
-            while True:
-                kind, what = self._engine.acquire_step(a)
-                if kind == "done":
-                    return
+            for kind, what in self._steps(a):
                 if kind == "sleep":
                     self._sleep(what)
                 else:
