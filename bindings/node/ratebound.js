@@ -80,8 +80,10 @@ function abortError(signal) {
   return e
 }
 
-// The core's waiter never asks for a sleep longer than a host timer holds
-// (2^31 - 1 ms).
+// The longest sleep a host timer holds (2^31 - 1 ms): the core's waiter
+// never asks for more; a Redis wait's step is asked again after it.
+const MAX_SLEEP_MS = 2 ** 31 - 1
+
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
     if (signal && signal.aborted) return reject(abortError(signal))
@@ -98,20 +100,30 @@ function sleep(ms, signal) {
   })
 }
 
-// Drives the core's waiter: [0] done, [2, ns] sleep and step again, [3, ns]
-// the timeout cannot be met (nothing taken). An abort gives back what the
-// waiter holds.
-async function drive(step, abandon, options) {
+// What a wait does next: the one protocol of every wait, local or in Redis
+// (src/limiters/wait.rs' `step`).
+const { call: STEP_CALL, sleep: STEP_SLEEP, done: STEP_DONE, exceeded: STEP_EXCEEDED } = native.waitSteps()
+
+// Drives a wait: `step()` gives [CALL, call] (run by `run`, then step
+// again), [SLEEP, s], [DONE, x] (resolves with x) or [EXCEEDED, s] (the
+// timeout cannot be met: nothing taken). An abort ends it with
+// `abandon()` awaited, which gives back what the wait holds.
+async function drive(step, abandon, options, run) {
   const signal = options == null ? undefined : options.signal
   if (signal && signal.aborted) throw abortError(signal)
   for (;;) {
-    const [kind, ns] = step()
-    if (kind === 0) return
-    if (kind === 3) throw new RateLimitExceededError(ns / 1e9, options == null ? undefined : options.timeout)
+    const [kind, value] = step()
+    if (kind === STEP_CALL) {
+      await run(value)
+      continue
+    }
+    if (kind === STEP_DONE) return value
+    if (kind === STEP_EXCEEDED) throw new RateLimitExceededError(value, options == null ? undefined : options.timeout)
+    if (kind !== STEP_SLEEP) throw new Error(`ratebound: unknown wait step ${kind}`)
     try {
-      await sleep(Math.ceil(ns / 1e6), signal)
+      await sleep(Math.min(Math.ceil(value * 1000), MAX_SLEEP_MS), signal)
     } catch (e) {
-      abandon()
+      await abandon()
       throw e
     }
   }
@@ -403,7 +415,7 @@ define(native.Gate.prototype, 'finish', function finish(ask, answers, request) {
 
 const { express, fastify } = require('./middleware.js')(native, fast.policyFields)
 // Global limits in Redis, with the application's ioredis or node-redis client.
-const redis = require('./redis.js')(native, { RateLimitExceededError, sleep, abortError })
+const redis = require('./redis.js')(native, { drive, abortError, RateLimitExceededError })
 // Calls to a partner through a limiter, as the core's Outbound advises.
 const { fetch, axios } = require('./outbound.js')(native, { RateLimitExceededError, sleep })
 

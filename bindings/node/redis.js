@@ -20,9 +20,9 @@
 const { adapterFor, whenEnded } = require('./redis_clients.js')
 const redisDriver = require('./redis_driver.js')
 
-module.exports = function redisDrivers(native, { RateLimitExceededError, sleep, abortError }) {
+module.exports = function redisDrivers(native, { drive, abortError, RateLimitExceededError }) {
   const { RedisEngine } = native
-  const { Driver, TIMEOUT, integers } = redisDriver(native, { RateLimitExceededError, sleep })
+  const { Driver, TIMEOUT, integers } = redisDriver(native, { drive })
 
   function optionError(message) {
     const e = new TypeError(message)

@@ -24,16 +24,14 @@ const redisFlight = require('./redis_flight.js')
 const { clock } = redisRaw
 
 // Called once by redis.js with the addon and what the package defines
-// (ratebound.js): the Driver class, TIMEOUT (what a RedisCall run alone
-// resolves with when its deadline passed) and integers (a RedisCall's reply
-// as the engine takes it).
-module.exports = function redisDriver(native, { RateLimitExceededError, sleep }) {
-  // The longest sleep a host timer holds; the engine is asked again after it.
-  const MAX_SLEEP_MS = 2 ** 31 - 1
+// (ratebound.js: `drive`, which runs every wait's steps): the Driver class,
+// TIMEOUT (what a RedisCall run alone resolves with when its deadline
+// passed) and integers (a RedisCall's reply as the engine takes it).
+module.exports = function redisDriver(native, { drive }) {
   const { redisTemplate, redisCallScript, redisUseSlots, redisDrop, redisMisconfigured, redisHeard } = native
   const raw = redisRaw(native)
   const { S, C_STEP, rawBegin, rawBeginReserve, rawAcquire, rawAcquireStep, rawAcquireAbandon, rawAcquireForget, rawFinish } = raw
-  const { ANSWER, SOURCES, STEP_CALL, STEP_SLEEP, STEP_DONE, STEP_EXCEEDED, REPLIED, TIMED_OUT, FAILED, MALFORMED } = raw
+  const { ANSWER, SOURCES, STEP_CALL, STEP_DONE, STEP_EXCEEDED, REPLIED, TIMED_OUT, FAILED, MALFORMED } = raw
   const { CHECK, RESERVE, RAW, WAIT, integers, putReply, decisionAt, reservedAt, answerOf, TIMEOUT, Pending, begun } = raw
   const Flight = redisFlight(native, raw)
   // Node-redis calls begun within this many ms share one AbortSignal.
@@ -117,45 +115,35 @@ module.exports = function redisDriver(native, { RateLimitExceededError, sleep })
       return this._go(begun(RESERVE, redisKey))
     }
 
-    // A wait for `n` tokens for `key` (acquire): the engine's steps, its
-    // calls through the queue like checks, its sleeps here; what `listen`
-    // gives is awaited before the first. Resolves with the source that
-    // answered.
+    // A wait for `n` tokens for `key` (acquire): the engine's steps, run by
+    // the package's one `drive` (its calls through the queue like checks);
+    // what `listen` gives is awaited before the first. Resolves with the
+    // source that answered.
     async acquire(key, n, timeout, signal, listen) {
       if (this.#health.error !== null) this.#refuseNow()
       const h = this.#h
       const a = rawAcquire(h, key, n, timeout, undefined)
       // Whether the engine forgot the wait already (it ended).
       let over = false
+      const step = () => {
+        const redisKey = rawAcquireStep(h, a)
+        const what = S[C_STEP]
+        if (what === STEP_CALL) return [what, begun(WAIT, redisKey)]
+        if (what === STEP_DONE || what === STEP_EXCEEDED) over = true
+        return [what, what === STEP_DONE ? SOURCES[S[ANSWER]] : S[ANSWER]]
+      }
+      // Given up: what the wait holds goes back (the engine forgets the
+      // wait: its number may be another's by the time that is done).
+      const abandon = () => {
+        const back = rawAcquireAbandon(h, a)
+        over = true
+        if (S[C_STEP] === STEP_CALL) return this._go(begun(WAIT, back))
+        return undefined
+      }
       try {
         const listening = listen()
         if (listening !== undefined) await listening
-        for (;;) {
-          const redisKey = rawAcquireStep(h, a)
-          const what = S[C_STEP]
-          if (what === STEP_CALL) {
-            await this._go(begun(WAIT, redisKey))
-            continue
-          }
-          const value = S[ANSWER]
-          if (what === STEP_DONE || what === STEP_EXCEEDED) {
-            over = true
-            if (what === STEP_DONE) return SOURCES[value]
-            throw new RateLimitExceededError(value, timeout ?? undefined)
-          }
-          if (what !== STEP_SLEEP) throw new Error(`ratebound: unknown step ${what}`)
-          try {
-            await sleep(Math.min(Math.ceil(value * 1000), MAX_SLEEP_MS), signal)
-          } catch (e) {
-            // Given up: what the wait holds goes back (the engine forgets
-            // the wait: its number may be another's by the time that is
-            // done).
-            const back = rawAcquireAbandon(h, a)
-            over = true
-            if (S[C_STEP] === STEP_CALL) await this._go(begun(WAIT, back))
-            throw e
-          }
-        }
+        return await drive(step, abandon, { signal, timeout }, (e) => this._go(e))
       } finally {
         if (!over) rawAcquireForget(a)
       }

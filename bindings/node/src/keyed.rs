@@ -10,8 +10,8 @@ use ratebound::any::{self, AnyKeyed, Key};
 use crate::error::OrThrow;
 use crate::fast::{self, key_error, with_key};
 use crate::limiters::{
-    Decision, HOST_MAX_SLEEP, ManualClock, Waiter, clock_of, loose_number, loose_rate, rate_of,
-    step_to_js, tokens,
+    Decision, HOST_MAX_SLEEP, ManualClock, Waiter, clock_of, core_step, loose_number, loose_rate,
+    rate_of, tokens,
 };
 use crate::slab::Registered;
 
@@ -248,6 +248,6 @@ impl KeyedLimiter {
         let step = self.key(&env, &key, |k| {
             self.inner.wait_step(&mut waiter.state.borrow_mut(), k)
         })?;
-        step_to_js(&env, step)
+        core_step(&env, step)
     }
 }

@@ -14,20 +14,21 @@ use std::sync::Arc;
 use crate::error::{Kind, OrThrow, throw, throw_as};
 use crate::limiters::{
     Decision, HOST_MAX_SLEEP, Holder, Reservation, Waiter, loose_number, loose_rate, rate_of,
-    tokens,
+    step_to_js, tokens,
 };
 
 /// A wait step for JavaScript (see `limiters::step_to_js`), from a shared
 /// limiter.
 fn shm_step(env: &Env, step: std::result::Result<any::Wait, ShmError>) -> Result<Vec<f64>> {
-    match step {
-        Ok(any::Wait::Done) => Ok(vec![0.0, 0.0]),
-        Ok(any::Wait::Sleep(nanos)) => Ok(vec![2.0, nanos as f64]),
-        Err(ShmError::Limit(ratebound::Error::DeadlineExceeded { wait, .. })) => {
-            Ok(vec![3.0, wait.as_nanos() as f64])
-        }
-        Err(e) => Err(shm_throw(env, e)),
-    }
+    step_to_js(
+        env,
+        step,
+        |e| match e {
+            ShmError::Limit(ratebound::Error::DeadlineExceeded { wait, .. }) => Some(*wait),
+            _ => None,
+        },
+        shm_throw,
+    )
 }
 
 /// A wait the table made, or its error thrown.

@@ -17,7 +17,7 @@ use super::options::{
     Loose, RateOption, clock_of, loose_number, loose_rate, number, rate_of, tokens,
 };
 use super::reservation::{Holder, Reservation};
-use super::wait::{HOST_MAX_SLEEP, Waiter, step_to_js};
+use super::wait::{HOST_MAX_SLEEP, Waiter, core_step};
 use crate::error::{OrThrow, invalid_type};
 use crate::fast;
 use crate::slab::Registered;
@@ -101,7 +101,7 @@ impl LimiterSlot {
     }
 
     fn wait_step(&self, env: &Env, waiter: &Waiter) -> Result<Vec<f64>> {
-        step_to_js(env, self.limiter.wait_step(&mut waiter.state.borrow_mut()))
+        core_step(env, self.limiter.wait_step(&mut waiter.state.borrow_mut()))
     }
 
     fn abandon_wait(&self, env: &Env, waiter: &Waiter) -> Result<()> {

@@ -18,4 +18,4 @@ pub use options::{
 };
 pub(crate) use reservation::Holder;
 pub use reservation::Reservation;
-pub use wait::{HOST_MAX_SLEEP, Waiter, step_to_js};
+pub use wait::{HOST_MAX_SLEEP, Waiter, core_step, step, step_to_js, wait_steps};

@@ -29,14 +29,66 @@ impl Waiter {
     }
 }
 
-/// A wait step for JavaScript: `[0, 0]` done, `[2, nanos]` sleep that long
-/// and step again, `[3, nanos]` the timeout cannot be met (nothing taken;
-/// `nanos` is the wait that would have been needed).
-pub fn step_to_js(env: &Env, step: std::result::Result<any::Wait, CoreError>) -> Result<Vec<f64>> {
+/// What a wait does next, for JavaScript — one protocol for every wait,
+/// a local limiter's (`Waiter`) and a Redis limiter's (the engine's
+/// acquisition, `redis/raw.rs`), which `ratebound.js`' one `drive` runs:
+/// `[CALL, …]` run the call (Redis only) and step again; `[SLEEP, s]`
+/// sleep `s` seconds and step again; `[DONE, x]` the tokens are the
+/// caller's (`x`: for Redis, the source that answered); `[EXCEEDED, s]`
+/// the timeout cannot be met (nothing taken; `s`: the wait it would need).
+pub mod step {
+    /// Run the call, then step again.
+    pub const CALL: f64 = 1.0;
+    /// Sleep, then step again.
+    pub const SLEEP: f64 = 2.0;
+    /// The tokens are the caller's.
+    pub const DONE: f64 = 3.0;
+    /// The timeout cannot be met.
+    pub const EXCEEDED: f64 = 4.0;
+    /// In that order, for `bindRedisPath`'s `steps`.
+    pub const ALL: [f64; 4] = [CALL, SLEEP, DONE, EXCEEDED];
+}
+
+/// A local wait's step for JavaScript (see [`step`]); any other error is
+/// thrown.
+pub fn step_to_js<E>(
+    env: &Env,
+    step: std::result::Result<any::Wait, E>,
+    exceeded: impl FnOnce(&E) -> Option<std::time::Duration>,
+    throw: impl FnOnce(&Env, E) -> Error,
+) -> Result<Vec<f64>> {
     match step {
-        Ok(any::Wait::Done) => Ok(vec![0.0, 0.0]),
-        Ok(any::Wait::Sleep(nanos)) => Ok(vec![2.0, nanos as f64]),
-        Err(CoreError::DeadlineExceeded { wait, .. }) => Ok(vec![3.0, wait.as_nanos() as f64]),
-        Err(e) => Err(crate::error::throw(env, &e)),
+        Ok(any::Wait::Done) => Ok(vec![step::DONE]),
+        Ok(any::Wait::Sleep(nanos)) => Ok(vec![step::SLEEP, nanos as f64 / 1e9]),
+        Err(e) => match exceeded(&e) {
+            Some(wait) => Ok(vec![step::EXCEEDED, wait.as_secs_f64()]),
+            None => Err(throw(env, e)),
+        },
     }
+}
+
+/// A local limiter's wait step (see [`step_to_js`]).
+pub fn core_step(env: &Env, step: std::result::Result<any::Wait, CoreError>) -> Result<Vec<f64>> {
+    step_to_js(
+        env,
+        step,
+        |e| match e {
+            CoreError::DeadlineExceeded { wait, .. } => Some(*wait),
+            _ => None,
+        },
+        |env, e| crate::error::throw(env, &e),
+    )
+}
+
+/// The codes of [`step`] by name (internal), for `ratebound.js`.
+#[napi(skip_typescript)]
+pub fn wait_steps() -> std::collections::HashMap<&'static str, f64> {
+    [
+        ("call", step::CALL),
+        ("sleep", step::SLEEP),
+        ("done", step::DONE),
+        ("exceeded", step::EXCEEDED),
+    ]
+    .into_iter()
+    .collect()
 }

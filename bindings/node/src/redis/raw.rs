@@ -50,11 +50,11 @@ use crate::error;
 use crate::fast::with_key;
 use crate::redis::RedisCall;
 
-/// What a wait's step gave, in `[0]`.
-const STEP_CALL: f64 = 1.0;
-const STEP_SLEEP: f64 = 2.0;
-const STEP_DONE: f64 = 3.0;
-const STEP_EXCEEDED: f64 = 4.0;
+/// What a wait's step gave, in `[0]`: the one protocol of every wait.
+use crate::limiters::step::{
+    ALL as STEPS, CALL as STEP_CALL, DONE as STEP_DONE, EXCEEDED as STEP_EXCEEDED,
+    SLEEP as STEP_SLEEP,
+};
 
 /// Publishes a begun call: its number, template, class and slot; the key
 /// to send as the return value.
@@ -477,10 +477,7 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
     exports.set("decisionSlots", slot_map(&DECISION_SLOTS, 0))?;
     exports.set("reservedSlots", slot_map(&RESERVED_SLOTS, 0))?;
     exports.set("turns", super::turns::codes())?;
-    exports.set(
-        "steps",
-        vec![STEP_CALL, STEP_SLEEP, STEP_DONE, STEP_EXCEEDED],
-    )?;
+    exports.set("steps", STEPS.to_vec())?;
     Ok(exports)
 }
 
