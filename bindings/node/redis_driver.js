@@ -275,16 +275,15 @@ module.exports = function redisDriver(native, { drive }) {
     }
 
     _sendOne(e) {
+      this.#send(e, 0, this._adapter.one, this._options(e))
+    }
+
+    // Sends `e` alone with `how` (the adapter's `one`, or `oneEval` after a
+    // NOSCRIPT) and the script at `script` of its words (sha or text).
+    #send(e, script, how, options) {
       const words = this._words(e)
-      const options = this._options(e)
-      let sent
-      try {
-        sent = this._adapter.one(words[0], e.key, words[2], options)
-      } catch (err) {
-        this.#oneFailed(e, err, options)
-        return
-      }
-      Promise.resolve(sent).then(
+      this._wire(
+        () => how.call(this._adapter, words[script], e.key, words[2], options),
         (reply) => this.#oneReplied(e, reply),
         (err) => this.#oneFailed(e, err, options),
       )
@@ -311,18 +310,7 @@ module.exports = function redisDriver(native, { drive }) {
         // another cluster node): EVAL loads it. Same deadline.
         e.evaled = true
         this._stats.evals++
-        const words = this._words(e)
-        let sent
-        try {
-          sent = this._adapter.oneEval(words[1], e.key, words[2], options)
-        } catch (err2) {
-          this.#oneFailed(e, err2, options)
-          return
-        }
-        Promise.resolve(sent).then(
-          (reply) => this.#oneReplied(e, reply),
-          (err2) => this.#oneFailed(e, err2, options),
-        )
+        this.#send(e, 1, this._adapter.oneEval, options)
         return
       }
       this._failed()

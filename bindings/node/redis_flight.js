@@ -211,17 +211,30 @@ module.exports = function redisFlight(native, raw) {
       const words = this._words(members[0])
       const options = this._options(null, members)
       const batch = { members, flat, words, options, evaled: false }
-      let sent
-      try {
-        sent = this._adapter.many(words[3], members.length, flat, options)
-      } catch (err) {
-        this.#manyFailed(batch, err)
-        return
-      }
-      Promise.resolve(sent).then(
+      this.#sendBatch(batch, words[3], this._adapter.many)
+    }
+
+    // Sends `batch` with `how` (the adapter's `many`, or `manyEval` after a
+    // NOSCRIPT) and script `script`.
+    #sendBatch(batch, script, how) {
+      this._wire(
+        () => how.call(this._adapter, script, batch.members.length, batch.flat, batch.options),
         (reply) => this.#manyReplied(batch, reply),
         (err) => this.#manyFailed(batch, err),
       )
+    }
+
+    // Runs `send()` (a client's call, which may throw or reject): its reply
+    // goes to `replied`, its failure to `failed`.
+    _wire(send, replied, failed) {
+      let sent
+      try {
+        sent = send()
+      } catch (err) {
+        failed(err)
+        return
+      }
+      Promise.resolve(sent).then(replied, failed)
     }
 
     // Writes the numbers of the members still waiting at IDS (-1 for those
@@ -258,17 +271,7 @@ module.exports = function redisFlight(native, raw) {
       if (live && !batch.evaled && this._noScript(err)) {
         batch.evaled = true
         this._stats.evals++
-        let sent
-        try {
-          sent = this._adapter.manyEval(batch.words[4], members.length, batch.flat, batch.options)
-        } catch (err2) {
-          this.#manyFailed(batch, err2)
-          return
-        }
-        Promise.resolve(sent).then(
-          (reply) => this.#manyReplied(batch, reply),
-          (err2) => this.#manyFailed(batch, err2),
-        )
+        this.#sendBatch(batch, batch.words[4], this._adapter.manyEval)
         return
       }
       this._failed()

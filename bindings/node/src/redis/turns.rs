@@ -74,6 +74,16 @@ fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// The `(handle, nowMs)` a step begins with, read.
+unsafe fn handle_at(
+    env: sys::napi_env,
+    h: sys::napi_value,
+    now: sys::napi_value,
+) -> (u32, Duration) {
+    // SAFETY: live handles (the caller's contract).
+    unsafe { (uint(env, h), instant(number(env, now).unwrap_or(0.0))) }
+}
+
 /// Runs `f` on engine `h`'s turns; `None` when the engine or its turns
 /// are gone.
 fn with_turns<T>(h: u32, f: impl FnOnce(&mut Turns) -> T) -> Option<T> {
@@ -147,11 +157,10 @@ pub unsafe extern "C" fn raw_enter(
     // SAFETY: called by N-API with live handles.
     unsafe {
         let [h, cls, slot, keep, now] = args::<5>(env, info);
-        let h = uint(env, h);
+        let (h, now) = handle_at(env, h, now);
         let cls = number(env, cls).unwrap_or(-1.0);
         let slot = number(env, slot).unwrap_or(0.0);
         let keep = number(env, keep).unwrap_or(0.0) != 0.0;
-        let now = instant(number(env, now).unwrap_or(0.0));
         let join = (cls >= 0.0).then_some((cls as u32, slot as u16));
         match with_turns(h, |t| t.enter(Entry { join, keep }, now)) {
             Some((ticket, go, asks)) => {
@@ -235,8 +244,7 @@ pub unsafe extern "C" fn raw_flush(
     // SAFETY: called by N-API with live handles.
     unsafe {
         let [h, now] = args::<2>(env, info);
-        let h = uint(env, h);
-        let now = instant(number(env, now).unwrap_or(0.0));
+        let (h, now) = handle_at(env, h, now);
         match with_turns(h, |t| t.flush(now)) {
             Some((out, asks)) => {
                 put(ASKS, &[f64::from(asks.0)]);
@@ -256,8 +264,7 @@ pub unsafe extern "C" fn raw_stamp(
     // SAFETY: called by N-API with live handles.
     unsafe {
         let [h, now] = args::<2>(env, info);
-        let h = uint(env, h);
-        let now = instant(number(env, now).unwrap_or(0.0));
+        let (h, now) = handle_at(env, h, now);
         match with_turns(h, |t| t.stamp(now)) {
             Some(timer) => double(env, timer.map_or(-1.0, millis)),
             None => no_engine(env),
@@ -275,8 +282,7 @@ pub unsafe extern "C" fn raw_sweep(
     // SAFETY: called by N-API with live handles.
     unsafe {
         let [h, now, bad] = args::<3>(env, info);
-        let h = uint(env, h);
-        let now = instant(number(env, now).unwrap_or(0.0));
+        let (h, now) = handle_at(env, h, now);
         let bad = number(env, bad).unwrap_or(0.0) != 0.0;
         match with_turns(h, |t| t.sweep(now, bad)) {
             Some((out, timer, asks)) => {
