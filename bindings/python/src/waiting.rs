@@ -1,5 +1,6 @@
 //! Waiting: the core's [`any::Waiter`] driven from Python — a blocking loop
-//! here (GIL released), an asyncio loop in `ratebound/__init__.py`. Both only
+//! here (GIL released), asyncio by `ratebound/_wait.py`'s `drive`, which
+//! runs the Redis waits' steps too. Both only
 //! sleep what the waiter says and ask it again; the deadline, when the wait
 //! is over and what to give back live in the core.
 
@@ -29,9 +30,9 @@ pub(crate) enum Source {
     SharedKeyed(Arc<SharedKeyedLimiter>, Py<PyAny>),
 }
 
-/// One caller's wait (internal: made by `acquire`): `step()` returns the
-/// seconds to sleep before stepping again, or `None` when the tokens are
-/// taken; `abandon()` gives back what the wait holds.
+/// One caller's wait (internal: made by `acquire`): `step()` says what to
+/// do next (`("sleep", seconds)` or `("done", None)`, the protocol of every
+/// wait); `abandon()` gives back what the wait holds.
 #[pyclass(frozen, module = "ratebound")]
 pub(crate) struct Waiter {
     source: Source,
@@ -113,12 +114,13 @@ impl Waiter {
 
 #[pymethods]
 impl Waiter {
-    /// Seconds to sleep before stepping again, or `None`: the tokens are
-    /// taken.
-    fn step(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+    /// What the wait does next, as every wait answers (`ratebound/_wait.py`,
+    /// and `_RedisEngine.acquire_step`): `("sleep", seconds)` then step
+    /// again, or `("done", None)`: the tokens are taken.
+    fn step(&self, py: Python<'_>) -> PyResult<(&'static str, Option<f64>)> {
         Ok(match self.next(py)? {
-            Wait::Done => None,
-            Wait::Sleep(nanos) => Some(nanos_to_secs(nanos)),
+            Wait::Done => ("done", None),
+            Wait::Sleep(nanos) => ("sleep", Some(nanos_to_secs(nanos))),
         })
     }
 

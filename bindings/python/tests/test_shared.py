@@ -371,7 +371,7 @@ def test_four_processes_acquiring_share_one_rate_never_early(tmp_path: Path, key
 def _reserve_and_sleep(path: str, ready: "multiprocessing.Queue[int]") -> None:
     tb = rb.SharedTokenBucket(path, rate=1, burst=5)
     w = tb._waiter(5)
-    assert w.step() is not None  # reserved on the shared word, 5 s ahead
+    assert w.step()[0] == "sleep"  # reserved on the shared word, 5 s ahead
     ready.put(os.getpid())
     time.sleep(60)
 
@@ -396,7 +396,7 @@ def test_sigkill_of_a_waiting_process_loses_only_its_own_reservation(tmp_path: P
     r.cancel()
     # A waiter that gives up gives its tokens back (the same slot again).
     w = tb._waiter(2)
-    assert w.step() is not None
+    assert w.step()[0] == "sleep"
     w.abandon()
     a2 = time.monotonic()
     r = tb.reserve(1, max_wait=60)

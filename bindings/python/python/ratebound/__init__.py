@@ -49,6 +49,8 @@ from ._ratebound import (
 )
 from . import asgi, redis, wsgi
 from ._http import RateLimitEvent
+from ._wait import drive as _drive
+from ._wait import steps as _steps
 
 
 def __getattr__(name: str) -> Any:
@@ -105,17 +107,17 @@ Number = Union[int, float]
 
 
 async def _wait(waiter: "_ratebound.Waiter") -> None:
-    """Sleeps what the core's waiter says until it says done; a cancelled
-    task gives back what the waiter holds."""
-    try:
-        while True:
-            wait = waiter.step()
-            if wait is None:
-                return
-            await asyncio.sleep(wait)
-    except BaseException:
+    """Runs a local wait's steps (see ``_wait.py``); a cancelled task gives
+    back what the waiter holds."""
+
+    async def abandon() -> None:
         waiter.abandon()
-        raise
+
+    await _drive(_steps(waiter.step), _no_call, abandon)
+
+
+async def _no_call(call: Any) -> None:
+    raise RuntimeError(f"ratebound: a local wait gave a call to run: {call!r}")
 
 
 class Limiter(_ratebound.Limiter):

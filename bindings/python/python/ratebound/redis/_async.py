@@ -9,6 +9,7 @@ import time
 from typing import Any, ClassVar, Optional, TypeVar
 
 from .._ratebound import Decision
+from .._wait import drive
 from ._base import RedisReservation, _Base, _FixedWindowArgs, _SlidingWindowArgs, _TokenBucketArgs
 from ._listeners import _AsyncListener
 from ._options import Key, Number
@@ -100,17 +101,16 @@ class _AsyncLimiter(_Base):
         the tokens it holds."""
         a = self._engine.acquire(key, n, timeout)
         await self._listen()
-        try:
-            for kind, what in self._steps(a):
-                if kind == "sleep":
-                    await asyncio.sleep(what)
-                else:
-                    self._engine.acquire_reply(a, *(await self._run_owned(what)))
-        except BaseException:
+
+        async def run(call: Any) -> None:
+            self._engine.acquire_reply(a, *(await self._run_owned(call)))
+
+        async def abandon() -> None:
             back = self._engine.acquire_abandon(a)
             if back is not None:
                 await asyncio.shield(self._runner.run(back))
-            raise
+
+        await drive(self._steps(a), run, abandon)
 
     async def reserve(self, key: Key, n: Optional[int] = None, max_wait: Optional[Number] = None) -> RedisReservation:
         """:meth:`TokenBucket.reserve`; give the tokens back with

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Optional
 
 from .._errors import ConfigError
+from .._wait import steps
 from .._ratebound import Decision, ManualClock, RedisStats, _is_redis_target, _NativeRedis
 from .._ratebound import _RedisAcquisition, _RedisCall, _RedisEngine
 from ._options import Number, Options, Rate, SlidingOptions
@@ -66,14 +67,10 @@ class _Base:
         return step.at(now_us)
 
     def _steps(self, a: _RedisAcquisition) -> Iterator[tuple[str, Any]]:
-        """The steps of the wait ``a`` until it is done, for the sync and the
-        asyncio loops: ``("sleep", seconds)``, or ``("call", call)`` to run
-        and hand to ``acquire_reply``."""
-        while True:
-            step = self._engine.acquire_step(a)
-            if step[0] == "done":
-                return
-            yield step
+        """The steps of the wait ``a`` until it is done (``_wait.steps``):
+        ``("sleep", seconds)``, or ``("call", call)`` to run and hand to
+        ``acquire_reply``."""
+        return steps(lambda: self._engine.acquire_step(a))
 
     def _reserved(self, call: _RedisCall, outcome: _Outcome) -> RedisReservation:
         delay, source, end_us = self._engine.finish_reserve(call, *outcome)

@@ -9,6 +9,7 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 from .._ratebound import Decision
+from .._wait import drive_blocking
 from ._base import RedisReservation, _Base, _FixedWindowArgs, _SlidingWindowArgs, _TokenBucketArgs
 from ._listeners import _Listener
 from ._options import Key, Number
@@ -121,17 +122,15 @@ class _Limiter(_Base):
         on until its new time (see the module docs)."""
         a = self._engine.acquire(key, n, timeout)
         self._listen()
-        try:
-            for kind, what in self._steps(a):
-                if kind == "sleep":
-                    self._sleep(what)
-                else:
-                    self._engine.acquire_reply(a, *self._runner.run(what))
-        except BaseException:
+
+        def abandon() -> None:
             back = self._engine.acquire_abandon(a)
             if back is not None:
                 self._runner.run(back)
-            raise
+
+        drive_blocking(
+            self._steps(a), lambda call: self._engine.acquire_reply(a, *self._runner.run(call)), abandon, self._sleep
+        )
 
     def reserve(self, key: Key, n: Optional[int] = None, max_wait: Optional[Number] = None) -> "RedisReservation":
         """Takes ``n`` tokens for ``key`` now, even if they are due only
