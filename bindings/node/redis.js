@@ -14,8 +14,9 @@
 //                     call), the pause subscription, whenEnded — stateless;
 //   redis_driver.js   the Driver that runs the calls of one engine, with
 //                     redis_raw.js (the raw native calls and their shared
-//                     array) and redis_flight.js (the queue, the batches
-//                     per turn and the deadline wheel).
+//                     array) and redis_flight.js (the sends the crate's
+//                     plan::Turns asks for: the batches per turn and the
+//                     deadline wheel).
 
 const { adapterFor, whenEnded } = require('./redis_clients.js')
 const redisDriver = require('./redis_driver.js')

@@ -4,8 +4,10 @@
 // share (Epoch). Its parts are in two files:
 //   redis_raw.js     the raw native calls and their shared Float64Array,
 //                    the calls in flight (Pending), reply and answer;
-//   redis_flight.js  the queue, the batches, the back-pressure and the
-//                    deadline wheel (Flight, which the Driver extends).
+//   redis_flight.js  the sends the crate's plan::Turns asks for (the
+//                    queue, the batches, the back-pressure and the
+//                    deadline wheel are its rule), by ticket (Flight,
+//                    which the Driver extends).
 // The client adapters it sends through are redis_clients.js'.
 //
 // The Driver runs the calls like the Rust driver
