@@ -184,7 +184,7 @@ macro_rules! raw_entries {
             ) -> napi::sys::napi_value {
                 // SAFETY: called by N-API with live handles.
                 unsafe {
-                    let [$($arg),*] = $crate::fast::ffi::args($env, info);
+                    let [$($arg),*] = $crate::fast::raw_args($env, info);
                     $body
                 }
             }

@@ -24,7 +24,8 @@ mod slots;
 pub use calls::bind_fast_path;
 pub use ffi::{KeyError, key_error, with_key};
 pub(crate) use ffi::{
-    SharedArray, args as raw_args, bind_raw, push_utf8, raw_throw, raw_throw_core, raw_throw_key,
+    SharedArray, args as raw_args, bind_raw, push_utf8, raw_entries, raw_throw, raw_throw_core,
+    raw_throw_key,
 };
 pub use gate_wire::{DecideError, decide_error, with_request};
 pub use headers::{Lines, NotRawHeaders, RAW_HEADERS_TYPE};

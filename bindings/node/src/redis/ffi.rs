@@ -142,9 +142,6 @@ thread_local! {
         const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
 }
 
-/// Up to N arguments (the fast path's reader).
-pub(crate) use crate::fast::raw_args as args;
-
 pub unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
     let mut kind = sys::ValueType::napi_undefined;
     // SAFETY: live handles (the caller's contract).
