@@ -45,65 +45,64 @@ pub const PLAN_LEN: usize = 1024;
 /// The shared array's length.
 pub const LEN: usize = PLAN + PLAN_LEN;
 
-/// What a step publishes at the array's head, by place: what it gave,
-/// and for a call to run its number, template, join class and hash slot.
-/// With the two below, the one definition of these layouts: `bindRedisPath`
-/// gives `redis_raw.js` the same names (`callSlots`, `decisionSlots`,
-/// `reservedSlots`), which it reads the numbers by.
-pub mod call_slot {
-    pub const STEP: usize = 0;
-    pub const ID: usize = 1;
-    pub const TEMPLATE: usize = 2;
-    pub const CLASS: usize = 3;
-    pub const SLOT: usize = 4;
+/// A layout: a module `$m` of places (`pub const NAME: usize`) and `$names`,
+/// the names `redis_raw.js` reads those places by (`bindRedisPath` gives
+/// them as `callSlots`, `decisionSlots`, `reservedSlots`): the one
+/// definition of each.
+macro_rules! layout {
+    (
+        $(#[$doc:meta])*
+        $m:ident, $names:ident: [$($(#[$cdoc:meta])* $name:ident = $at:literal as $js:literal),* $(,)?]
+        $(, $($extra:tt)*)?
+    ) => {
+        $(#[$doc])*
+        pub mod $m {
+            $($(#[$cdoc])* pub const $name: usize = $at;)*
+            $($($extra)*)?
+        }
+        pub const $names: &[(&str, usize)] = &[$(($js, $m::$name)),*];
+    };
+}
+
+layout! {
+    /// What a step publishes at the array's head, by place: what it gave,
+    /// and for a call to run its number, template, join class and hash slot.
+    call_slot, CALL_SLOTS: [
+        STEP = 0 as "step",
+        ID = 1 as "id",
+        TEMPLATE = 2 as "template",
+        CLASS = 3 as "cls",
+        SLOT = 4 as "slot",
+    ],
     /// How many.
     pub const LEN: usize = 5;
 }
 
-/// A check's answer, by place from its start ([`ANSWER`](super::ANSWER),
-/// or a batch member's `OUT + i × STRIDE`).
-pub mod decision_slot {
-    pub const ALLOWED: usize = 0;
-    pub const LIMIT: usize = 1;
-    pub const REMAINING: usize = 2;
-    pub const RETRY_AFTER: usize = 3;
-    pub const RESET_AFTER: usize = 4;
-    /// An index into `sources`.
-    pub const SOURCE: usize = 5;
+layout! {
+    /// A check's answer, by place from its start ([`ANSWER`](super::ANSWER),
+    /// or a batch member's `OUT + i × STRIDE`).
+    decision_slot, DECISION_SLOTS: [
+        ALLOWED = 0 as "allowed",
+        LIMIT = 1 as "limit",
+        REMAINING = 2 as "remaining",
+        RETRY_AFTER = 3 as "retryAfter",
+        RESET_AFTER = 4 as "resetAfter",
+        /// An index into `sources`.
+        SOURCE = 5 as "source",
+    ]
 }
 
-/// A reservation's answer, by place from its start, as a check's.
-pub mod reserved_slot {
-    pub const GRANTED: usize = 0;
-    /// The delay, or a refusal's retryAfter (s).
-    pub const WAIT: usize = 1;
-    pub const SOURCE: usize = 2;
-    /// 1: the call that gives it back waits for `redisKeep`.
-    pub const KEPT: usize = 3;
+layout! {
+    /// A reservation's answer, by place from its start, as a check's.
+    reserved_slot, RESERVED_SLOTS: [
+        GRANTED = 0 as "granted",
+        /// The delay, or a refusal's retryAfter (s).
+        WAIT = 1 as "wait",
+        SOURCE = 2 as "source",
+        /// 1: the call that gives it back waits for `redisKeep`.
+        KEPT = 3 as "kept",
+    ]
 }
-
-/// The names `redis_raw.js` reads the three layouts above by.
-pub const CALL_SLOTS: [(&str, usize); call_slot::LEN] = [
-    ("step", call_slot::STEP),
-    ("id", call_slot::ID),
-    ("template", call_slot::TEMPLATE),
-    ("cls", call_slot::CLASS),
-    ("slot", call_slot::SLOT),
-];
-pub const DECISION_SLOTS: [(&str, usize); STRIDE] = [
-    ("allowed", decision_slot::ALLOWED),
-    ("limit", decision_slot::LIMIT),
-    ("remaining", decision_slot::REMAINING),
-    ("retryAfter", decision_slot::RETRY_AFTER),
-    ("resetAfter", decision_slot::RESET_AFTER),
-    ("source", decision_slot::SOURCE),
-];
-pub const RESERVED_SLOTS: [(&str, usize); 4] = [
-    ("granted", reserved_slot::GRANTED),
-    ("wait", reserved_slot::WAIT),
-    ("source", reserved_slot::SOURCE),
-    ("kept", reserved_slot::KEPT),
-];
 
 /// Whether every place of a layout of `len` numbers is named once.
 const fn named_once(slots: &[(&str, usize)], len: usize) -> bool {
@@ -119,9 +118,10 @@ const fn named_once(slots: &[(&str, usize)], len: usize) -> bool {
     }
     true
 }
-const _: () = assert!(named_once(&CALL_SLOTS, call_slot::LEN) && TIMER < ANSWER);
-const _: () = assert!(named_once(&DECISION_SLOTS, STRIDE));
-const _: () = assert!(named_once(&RESERVED_SLOTS, STRIDE));
+const _: () = assert!(named_once(CALL_SLOTS, call_slot::LEN) && CALL_SLOTS.len() == call_slot::LEN);
+const _: () = assert!(TIMER < ANSWER);
+const _: () = assert!(named_once(DECISION_SLOTS, STRIDE) && DECISION_SLOTS.len() == STRIDE);
+const _: () = assert!(named_once(RESERVED_SLOTS, STRIDE));
 
 /// A layout's names and places (`offset` added), for `bindRedisPath`.
 pub fn slot_map(

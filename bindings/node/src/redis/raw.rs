@@ -428,9 +428,9 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
     exports.set("outAt", OUT as u32)?;
     exports.set("stride", STRIDE as u32)?;
     exports.set("maxBatch", BatchCall::MAX as u32)?;
-    exports.set("callSlots", slot_map(&CALL_SLOTS, 0))?;
-    exports.set("decisionSlots", slot_map(&DECISION_SLOTS, 0))?;
-    exports.set("reservedSlots", slot_map(&RESERVED_SLOTS, 0))?;
+    exports.set("callSlots", slot_map(CALL_SLOTS, 0))?;
+    exports.set("decisionSlots", slot_map(DECISION_SLOTS, 0))?;
+    exports.set("reservedSlots", slot_map(RESERVED_SLOTS, 0))?;
     exports.set("turns", super::turns::codes())?;
     exports.set("steps", STEPS.to_vec())?;
     Ok(exports)
