@@ -142,25 +142,11 @@ thread_local! {
         const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
 }
 
-pub unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
-    let mut kind = sys::ValueType::napi_undefined;
-    // SAFETY: live handles (the caller's contract).
-    unsafe { sys::napi_typeof(env, v, &mut kind) };
-    kind
-}
-
 pub unsafe fn number(env: sys::napi_env, v: sys::napi_value) -> Option<f64> {
     let mut x = 0f64;
     // SAFETY: live handles; a non-number reports an error status.
     let status = unsafe { sys::napi_get_value_double(env, v, &mut x) };
     (status == sys::Status::napi_ok).then_some(x)
-}
-
-pub unsafe fn uint(env: sys::napi_env, v: sys::napi_value) -> u32 {
-    let mut h = u32::MAX;
-    // SAFETY: live handles; a non-number leaves `h` at MAX, which nothing has.
-    unsafe { sys::napi_get_value_uint32(env, v, &mut h) };
-    h
 }
 
 /// A string argument, or `None` for anything else.
@@ -175,6 +161,13 @@ pub unsafe fn string(env: sys::napi_env, v: sys::napi_value) -> Option<String> {
         String::from_utf8(buf).ok()
     }
 }
+
+/// The fast path's readers: an argument's type, a whole number (a
+/// non-number is `u32::MAX`, which no handle or call has) and a count (the
+/// core's default when `undefined`); and a number made.
+pub(crate) use crate::fast::{
+    raw_count as count, raw_int as int, raw_type_of as type_of, raw_uint as uint,
+};
 
 /// The fast path's throwers: each returns null, the callback's return value.
 pub(crate) use crate::fast::{raw_throw as throw, raw_throw_core as throw_core};
@@ -220,13 +213,6 @@ pub unsafe fn double(env: sys::napi_env, x: f64) -> sys::napi_value {
     let mut out = ptr::null_mut();
     // SAFETY: live env.
     unsafe { sys::napi_create_double(env, x, &mut out) };
-    out
-}
-
-pub unsafe fn int(env: sys::napi_env, i: i32) -> sys::napi_value {
-    let mut out = ptr::null_mut();
-    // SAFETY: live env.
-    unsafe { sys::napi_create_int32(env, i, &mut out) };
     out
 }
 

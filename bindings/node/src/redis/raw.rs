@@ -38,7 +38,7 @@ use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, Engine, ReserveBegin,
 
 use super::ffi::{
     ANSWER, BOUND, CALL_SLOTS, DECISION_SLOTS, IDS, LEN, OUT, REPLY, RESERVED_SLOTS, SCRATCH,
-    STRIDE, bytes_value, call_slot, int, no_engine, number, put, slot_map, string, throw,
+    STRIDE, bytes_value, call_slot, count, int, no_engine, number, put, slot_map, string, throw,
     throw_core, throw_key, type_of, uint, undefined,
 };
 use super::finish::{decision, reserved};
@@ -124,19 +124,6 @@ unsafe fn publish(
         Some(entry) => unsafe { publish_call(env, entry, call, explicit, acquisition) },
         None => unsafe { no_engine(env) },
     })
-}
-
-/// Reads `n` (undefined: the core's default; anything but a number is
-/// refused as NaN is).
-unsafe fn count(env: sys::napi_env, n: sys::napi_value) -> std::result::Result<u64, CoreError> {
-    // SAFETY: live handles (the caller's contract).
-    unsafe {
-        match number(env, n) {
-            Some(x) => any::count(Some(x)),
-            None if type_of(env, n) == sys::ValueType::napi_undefined => any::count(None),
-            None => any::count(Some(f64::NAN)),
-        }
-    }
 }
 
 /// Reads a scope: undefined or null (none) or a string.
