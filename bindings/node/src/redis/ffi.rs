@@ -45,83 +45,50 @@ pub const PLAN_LEN: usize = 1024;
 /// The shared array's length.
 pub const LEN: usize = PLAN + PLAN_LEN;
 
-/// A layout: a module `$m` of places (`pub const NAME: usize`) and `$names`,
-/// the names `redis_raw.js` reads those places by (`bindRedisPath` gives
-/// them as `callSlots`, `decisionSlots`, `reservedSlots`): the one
-/// definition of each.
+/// A layout: a module `$m` of places (`pub const NAME: usize`, numbered
+/// in order from 0) and `$names`, the names `redis_raw.js` reads those
+/// places by (`bindRedisPath` gives them as `callSlots`, `decisionSlots`,
+/// `reservedSlots`): the one definition of each.
 macro_rules! layout {
-    (
+    ($(
         $(#[$doc:meta])*
-        $m:ident, $names:ident: [$($(#[$cdoc:meta])* $name:ident = $at:literal as $js:literal),* $(,)?]
-        $(, $($extra:tt)*)?
-    ) => {
+        $m:ident, $names:ident: [$($(#[$cdoc:meta])* $name:ident $js:literal),* $(,)?]
+    )*) => {$(
         $(#[$doc])*
         pub mod $m {
-            $($(#[$cdoc])* pub const $name: usize = $at;)*
-            $($($extra)*)?
+            #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+            enum Place { $($name),* }
+            $($(#[$cdoc])* pub const $name: usize = Place::$name as usize;)*
+            /// How many.
+            pub const LEN: usize = [$(Place::$name),*].len();
         }
         pub const $names: &[(&str, usize)] = &[$(($js, $m::$name)),*];
-    };
+    )*};
 }
 
 layout! {
     /// What a step publishes at the array's head, by place: what it gave,
     /// and for a call to run its number, template, join class and hash slot.
-    call_slot, CALL_SLOTS: [
-        STEP = 0 as "step",
-        ID = 1 as "id",
-        TEMPLATE = 2 as "template",
-        CLASS = 3 as "cls",
-        SLOT = 4 as "slot",
-    ],
-    /// How many.
-    pub const LEN: usize = 5;
-}
+    call_slot, CALL_SLOTS: [STEP "step", ID "id", TEMPLATE "template", CLASS "cls", SLOT "slot"]
 
-layout! {
     /// A check's answer, by place from its start ([`ANSWER`](super::ANSWER),
-    /// or a batch member's `OUT + i × STRIDE`).
+    /// or a batch member's `OUT + i × STRIDE`); `SOURCE`: an index into
+    /// `sources`.
     decision_slot, DECISION_SLOTS: [
-        ALLOWED = 0 as "allowed",
-        LIMIT = 1 as "limit",
-        REMAINING = 2 as "remaining",
-        RETRY_AFTER = 3 as "retryAfter",
-        RESET_AFTER = 4 as "resetAfter",
-        /// An index into `sources`.
-        SOURCE = 5 as "source",
+        ALLOWED "allowed", LIMIT "limit", REMAINING "remaining",
+        RETRY_AFTER "retryAfter", RESET_AFTER "resetAfter", SOURCE "source",
     ]
+
+    /// A reservation's answer, by place from its start, as a check's:
+    /// `WAIT` the delay, or a refusal's retryAfter (s); `KEPT` 1: the call
+    /// that gives it back waits for `redisKeep`.
+    reserved_slot, RESERVED_SLOTS: [GRANTED "granted", WAIT "wait", SOURCE "source", KEPT "kept"]
 }
 
-layout! {
-    /// A reservation's answer, by place from its start, as a check's.
-    reserved_slot, RESERVED_SLOTS: [
-        GRANTED = 0 as "granted",
-        /// The delay, or a refusal's retryAfter (s).
-        WAIT = 1 as "wait",
-        SOURCE = 2 as "source",
-        /// 1: the call that gives it back waits for `redisKeep`.
-        KEPT = 3 as "kept",
-    ]
-}
-
-/// Whether every place of a layout of `len` numbers is named once.
-const fn named_once(slots: &[(&str, usize)], len: usize) -> bool {
-    let mut seen = [false; 8];
-    let mut i = 0;
-    while i < slots.len() {
-        let at = slots[i].1;
-        if at >= len || at >= seen.len() || seen[at] {
-            return false;
-        }
-        seen[at] = true;
-        i += 1;
-    }
-    true
-}
-const _: () = assert!(named_once(CALL_SLOTS, call_slot::LEN) && CALL_SLOTS.len() == call_slot::LEN);
+// The places fit: a call's head before `TICKET`, `ASKS` and `TIMER`, and
+// an answer in `STRIDE` numbers.
 const _: () = assert!(TIMER < ANSWER);
-const _: () = assert!(named_once(DECISION_SLOTS, STRIDE) && DECISION_SLOTS.len() == STRIDE);
-const _: () = assert!(named_once(RESERVED_SLOTS, STRIDE));
+const _: () = assert!(decision_slot::LEN == STRIDE && reserved_slot::LEN <= STRIDE);
 
 /// A layout's names and places (`offset` added), for `bindRedisPath`.
 pub fn slot_map(
