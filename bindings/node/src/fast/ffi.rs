@@ -184,7 +184,7 @@ macro_rules! raw_entries {
             ) -> napi::sys::napi_value {
                 // SAFETY: called by N-API with live handles.
                 unsafe {
-                    let [$($arg),*] = $crate::fast::ffi::args($env, info);
+                    let [$($arg),*] = $crate::fast::raw_args($env, info);
                     $body
                 }
             }
@@ -220,7 +220,7 @@ pub(crate) unsafe fn args<const N: usize>(
 }
 
 #[inline(always)]
-pub(super) unsafe fn slot(env: sys::napi_env, v: sys::napi_value) -> u32 {
+pub(crate) unsafe fn slot(env: sys::napi_env, v: sys::napi_value) -> u32 {
     let mut h = u32::MAX;
     // SAFETY: live handles; a non-number leaves `h` at MAX, which no slot has.
     unsafe { sys::napi_get_value_uint32(env, v, &mut h) };
@@ -230,7 +230,7 @@ pub(super) unsafe fn slot(env: sys::napi_env, v: sys::napi_value) -> u32 {
 /// `n`: the core's [`any::count`] — its default when `undefined`, else a
 /// whole number ≥ 0 (any other value is NaN to it, refused).
 #[inline(always)]
-pub(super) unsafe fn count(
+pub(crate) unsafe fn count(
     env: sys::napi_env,
     v: sys::napi_value,
 ) -> std::result::Result<u64, ratebound::Error> {
@@ -256,14 +256,14 @@ pub(super) unsafe fn boolean(env: sys::napi_env, b: bool) -> sys::napi_value {
 }
 
 #[inline(always)]
-pub(super) unsafe fn int(env: sys::napi_env, i: i32) -> sys::napi_value {
+pub(crate) unsafe fn int(env: sys::napi_env, i: i32) -> sys::napi_value {
     let mut out = ptr::null_mut();
     // SAFETY: live env.
     unsafe { sys::napi_create_int32(env, i, &mut out) };
     out
 }
 
-pub(super) unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
+pub(crate) unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
     let mut kind = sys::ValueType::napi_undefined;
     // SAFETY: live handles (the caller's contract).
     unsafe { sys::napi_typeof(env, v, &mut kind) };

@@ -24,7 +24,9 @@ mod slots;
 pub use calls::bind_fast_path;
 pub use ffi::{KeyError, key_error, with_key};
 pub(crate) use ffi::{
-    SharedArray, args as raw_args, bind_raw, push_utf8, raw_throw, raw_throw_core, raw_throw_key,
+    SharedArray, args as raw_args, bind_raw, count as raw_count, int as raw_int, push_utf8,
+    raw_entries, raw_throw, raw_throw_core, raw_throw_key, slot as raw_uint,
+    type_of as raw_type_of,
 };
 pub use gate_wire::{DecideError, decide_error, with_request};
 pub use headers::{Lines, NotRawHeaders, RAW_HEADERS_TYPE};

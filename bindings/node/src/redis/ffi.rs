@@ -45,83 +45,50 @@ pub const PLAN_LEN: usize = 1024;
 /// The shared array's length.
 pub const LEN: usize = PLAN + PLAN_LEN;
 
-/// What a step publishes at the array's head, by place: what it gave,
-/// and for a call to run its number, template, join class and hash slot.
-/// With the two below, the one definition of these layouts: `bindRedisPath`
-/// gives `redis_raw.js` the same names (`callSlots`, `decisionSlots`,
-/// `reservedSlots`), which it reads the numbers by.
-pub mod call_slot {
-    pub const STEP: usize = 0;
-    pub const ID: usize = 1;
-    pub const TEMPLATE: usize = 2;
-    pub const CLASS: usize = 3;
-    pub const SLOT: usize = 4;
-    /// How many.
-    pub const LEN: usize = 5;
-}
-
-/// A check's answer, by place from its start ([`ANSWER`](super::ANSWER),
-/// or a batch member's `OUT + i × STRIDE`).
-pub mod decision_slot {
-    pub const ALLOWED: usize = 0;
-    pub const LIMIT: usize = 1;
-    pub const REMAINING: usize = 2;
-    pub const RETRY_AFTER: usize = 3;
-    pub const RESET_AFTER: usize = 4;
-    /// An index into `sources`.
-    pub const SOURCE: usize = 5;
-}
-
-/// A reservation's answer, by place from its start, as a check's.
-pub mod reserved_slot {
-    pub const GRANTED: usize = 0;
-    /// The delay, or a refusal's retryAfter (s).
-    pub const WAIT: usize = 1;
-    pub const SOURCE: usize = 2;
-    /// 1: the call that gives it back waits for `redisKeep`.
-    pub const KEPT: usize = 3;
-}
-
-/// The names `redis_raw.js` reads the three layouts above by.
-pub const CALL_SLOTS: [(&str, usize); call_slot::LEN] = [
-    ("step", call_slot::STEP),
-    ("id", call_slot::ID),
-    ("template", call_slot::TEMPLATE),
-    ("cls", call_slot::CLASS),
-    ("slot", call_slot::SLOT),
-];
-pub const DECISION_SLOTS: [(&str, usize); STRIDE] = [
-    ("allowed", decision_slot::ALLOWED),
-    ("limit", decision_slot::LIMIT),
-    ("remaining", decision_slot::REMAINING),
-    ("retryAfter", decision_slot::RETRY_AFTER),
-    ("resetAfter", decision_slot::RESET_AFTER),
-    ("source", decision_slot::SOURCE),
-];
-pub const RESERVED_SLOTS: [(&str, usize); 4] = [
-    ("granted", reserved_slot::GRANTED),
-    ("wait", reserved_slot::WAIT),
-    ("source", reserved_slot::SOURCE),
-    ("kept", reserved_slot::KEPT),
-];
-
-/// Whether every place of a layout of `len` numbers is named once.
-const fn named_once(slots: &[(&str, usize)], len: usize) -> bool {
-    let mut seen = [false; 8];
-    let mut i = 0;
-    while i < slots.len() {
-        let at = slots[i].1;
-        if at >= len || at >= seen.len() || seen[at] {
-            return false;
+/// A layout: a module `$m` of places (`pub const NAME: usize`, numbered
+/// in order from 0) and `$names`, the names `redis_raw.js` reads those
+/// places by (`bindRedisPath` gives them as `callSlots`, `decisionSlots`,
+/// `reservedSlots`): the one definition of each.
+macro_rules! layout {
+    ($(
+        $(#[$doc:meta])*
+        $m:ident, $names:ident: [$($(#[$cdoc:meta])* $name:ident $js:literal),* $(,)?]
+    )*) => {$(
+        $(#[$doc])*
+        pub mod $m {
+            #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+            enum Place { $($name),* }
+            $($(#[$cdoc])* pub const $name: usize = Place::$name as usize;)*
+            /// How many.
+            pub const LEN: usize = [$(Place::$name),*].len();
         }
-        seen[at] = true;
-        i += 1;
-    }
-    true
+        pub const $names: &[(&str, usize)] = &[$(($js, $m::$name)),*];
+    )*};
 }
-const _: () = assert!(named_once(&CALL_SLOTS, call_slot::LEN) && TIMER < ANSWER);
-const _: () = assert!(named_once(&DECISION_SLOTS, STRIDE));
-const _: () = assert!(named_once(&RESERVED_SLOTS, STRIDE));
+
+layout! {
+    /// What a step publishes at the array's head, by place: what it gave,
+    /// and for a call to run its number, template, join class and hash slot.
+    call_slot, CALL_SLOTS: [STEP "step", ID "id", TEMPLATE "template", CLASS "cls", SLOT "slot"]
+
+    /// A check's answer, by place from its start ([`ANSWER`](super::ANSWER),
+    /// or a batch member's `OUT + i × STRIDE`); `SOURCE`: an index into
+    /// `sources`.
+    decision_slot, DECISION_SLOTS: [
+        ALLOWED "allowed", LIMIT "limit", REMAINING "remaining",
+        RETRY_AFTER "retryAfter", RESET_AFTER "resetAfter", SOURCE "source",
+    ]
+
+    /// A reservation's answer, by place from its start, as a check's:
+    /// `WAIT` the delay, or a refusal's retryAfter (s); `KEPT` 1: the call
+    /// that gives it back waits for `redisKeep`.
+    reserved_slot, RESERVED_SLOTS: [GRANTED "granted", WAIT "wait", SOURCE "source", KEPT "kept"]
+}
+
+// The places fit: a call's head before `TICKET`, `ASKS` and `TIMER`, and
+// an answer in `STRIDE` numbers.
+const _: () = assert!(TIMER < ANSWER);
+const _: () = assert!(decision_slot::LEN == STRIDE && reserved_slot::LEN <= STRIDE);
 
 /// A layout's names and places (`offset` added), for `bindRedisPath`.
 pub fn slot_map(
@@ -142,28 +109,11 @@ thread_local! {
         const { Cell::new((ptr::null_mut(), ptr::null_mut())) };
 }
 
-/// Up to N arguments (the fast path's reader).
-pub(crate) use crate::fast::raw_args as args;
-
-pub unsafe fn type_of(env: sys::napi_env, v: sys::napi_value) -> i32 {
-    let mut kind = sys::ValueType::napi_undefined;
-    // SAFETY: live handles (the caller's contract).
-    unsafe { sys::napi_typeof(env, v, &mut kind) };
-    kind
-}
-
 pub unsafe fn number(env: sys::napi_env, v: sys::napi_value) -> Option<f64> {
     let mut x = 0f64;
     // SAFETY: live handles; a non-number reports an error status.
     let status = unsafe { sys::napi_get_value_double(env, v, &mut x) };
     (status == sys::Status::napi_ok).then_some(x)
-}
-
-pub unsafe fn uint(env: sys::napi_env, v: sys::napi_value) -> u32 {
-    let mut h = u32::MAX;
-    // SAFETY: live handles; a non-number leaves `h` at MAX, which nothing has.
-    unsafe { sys::napi_get_value_uint32(env, v, &mut h) };
-    h
 }
 
 /// A string argument, or `None` for anything else.
@@ -178,6 +128,13 @@ pub unsafe fn string(env: sys::napi_env, v: sys::napi_value) -> Option<String> {
         String::from_utf8(buf).ok()
     }
 }
+
+/// The fast path's readers: an argument's type, a whole number (a
+/// non-number is `u32::MAX`, which no handle or call has) and a count (the
+/// core's default when `undefined`); and a number made.
+pub(crate) use crate::fast::{
+    raw_count as count, raw_int as int, raw_type_of as type_of, raw_uint as uint,
+};
 
 /// The fast path's throwers: each returns null, the callback's return value.
 pub(crate) use crate::fast::{raw_throw as throw, raw_throw_core as throw_core};
@@ -223,13 +180,6 @@ pub unsafe fn double(env: sys::napi_env, x: f64) -> sys::napi_value {
     let mut out = ptr::null_mut();
     // SAFETY: live env.
     unsafe { sys::napi_create_double(env, x, &mut out) };
-    out
-}
-
-pub unsafe fn int(env: sys::napi_env, i: i32) -> sys::napi_value {
-    let mut out = ptr::null_mut();
-    // SAFETY: live env.
-    unsafe { sys::napi_create_int32(env, i, &mut out) };
     out
 }
 

@@ -12,10 +12,11 @@ use napi::sys;
 use ratebound_redis::{BatchCall, Call, CallKind, CallOutcome, Engine, RedisDecision, Reserved};
 
 use super::ffi::{
-    ANSWER, IDS, OUT, REPLY, STRIDE, args, decision_slot, int, no_call, no_engine, put, read,
+    ANSWER, IDS, OUT, REPLY, STRIDE, decision_slot, int, no_call, no_engine, put, read,
     reserved_slot, string, uint,
 };
 use super::table::{ACQUISITIONS, CALLS, Flight, engine, source_code, take_call};
+use crate::fast::raw_entries;
 
 pub(super) fn decision(d: &RedisDecision) -> [f64; STRIDE] {
     let inner = d.decision();
@@ -115,18 +116,22 @@ unsafe fn outcome_of<R>(
     }
 }
 
-/// `finish(handle, id, how, len, error) -> 0..3`: what became of call
-/// `id` (see `outcome_of`); its answer at `ANSWER` (a check's, or a
-/// reservation's); bit 0 set if it admitted (or granted), bit 1 if the
-/// engine has notices to take (`takeNotices`). The call is forgotten
-/// unless the answer says it is kept.
-pub(super) unsafe extern "C" fn raw_finish(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, id, how, len, text] = args::<5>(env, info);
+/// The calls of a batch: the numbers at `IDS` (`count` of them; -1 for a
+/// member answered already, left out).
+fn members(count: usize) -> Vec<Option<u32>> {
+    read(IDS, count.min(BatchCall::MAX))
+        .iter()
+        .map(|&x| (x >= 0.0 && x.fract() == 0.0 && x < f64::from(u32::MAX)).then_some(x as u32))
+        .collect()
+}
+
+raw_entries! {
+    /// `finish(handle, id, how, len, error) -> 0..3`: what became of call
+    /// `id` (see `outcome_of`); its answer at `ANSWER` (a check's, or a
+    /// reservation's); bit 0 set if it admitted (or granted), bit 1 if the
+    /// engine has notices to take (`takeNotices`). The call is forgotten
+    /// unless the answer says it is kept.
+    fn raw_finish(env, [h, id, how, len, text]) as c"finish" {
         let h = uint(env, h);
         let id = uint(env, id);
         let Some(engine) = engine(h) else {
@@ -149,29 +154,13 @@ pub(super) unsafe extern "C" fn raw_finish(
             i32::from(answer[0] == 1.0) | (i32::from(engine.has_notices()) << 1),
         )
     }
-}
 
-/// The calls of a batch: the numbers at `IDS` (`count` of them; -1 for a
-/// member answered already, left out).
-fn members(count: usize) -> Vec<Option<u32>> {
-    read(IDS, count.min(BatchCall::MAX))
-        .iter()
-        .map(|&x| (x >= 0.0 && x.fract() == 0.0 && x < f64::from(u32::MAX)).then_some(x as u32))
-        .collect()
-}
-
-/// `finishBatch(handle, count, how, len, error) -> 0 | 2`: what became of
-/// the batch of the calls numbered at `IDS` (see `outcome_of`; a reply of
-/// 7 numbers a member, in order): member `i`'s answer at `OUT + i ×
-/// STRIDE`. A reply of another length fails every member. 2 if the engine
-/// has notices to take (`takeNotices`).
-pub(super) unsafe extern "C" fn raw_finish_batch(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, count, how, len, text] = args::<5>(env, info);
+    /// `finishBatch(handle, count, how, len, error) -> 0 | 2`: what became of
+    /// the batch of the calls numbered at `IDS` (see `outcome_of`; a reply of
+    /// 7 numbers a member, in order): member `i`'s answer at `OUT + i ×
+    /// STRIDE`. A reply of another length fails every member. 2 if the engine
+    /// has notices to take (`takeNotices`).
+    fn raw_finish_batch(env, [h, count, how, len, text]) as c"finishBatch" {
         let h = uint(env, h);
         let ids = members(uint(env, count) as usize);
         let Some(engine) = engine(h) else {

@@ -38,16 +38,16 @@ use ratebound_redis::{BatchCall, Begin, Call, CallOutcome, Engine, ReserveBegin,
 
 use super::ffi::{
     ANSWER, BOUND, CALL_SLOTS, DECISION_SLOTS, IDS, LEN, OUT, REPLY, RESERVED_SLOTS, SCRATCH,
-    STRIDE, args, bytes_value, call_slot, int, no_engine, number, put, slot_map, string, throw,
+    STRIDE, bytes_value, call_slot, count, int, no_engine, number, put, slot_map, string, throw,
     throw_core, throw_key, type_of, uint, undefined,
 };
-use super::finish::{decision, raw_finish, raw_finish_batch, reserved};
+use super::finish::{decision, reserved};
 use super::table::{
     ACQUISITIONS, CALLS, ENGINES, Entry, Flight, SOURCES, engine, source_code, take_call, template,
     use_slots,
 };
 use crate::error;
-use crate::fast::with_key;
+use crate::fast::{raw_entries, with_key};
 use crate::redis::RedisCall;
 
 /// What a wait's step gave, in `[0]`: the one protocol of every wait.
@@ -126,19 +126,6 @@ unsafe fn publish(
     })
 }
 
-/// Reads `n` (undefined: the core's default; anything but a number is
-/// refused as NaN is).
-unsafe fn count(env: sys::napi_env, n: sys::napi_value) -> std::result::Result<u64, CoreError> {
-    // SAFETY: live handles (the caller's contract).
-    unsafe {
-        match number(env, n) {
-            Some(x) => any::count(Some(x)),
-            None if type_of(env, n) == sys::ValueType::napi_undefined => any::count(None),
-            None => any::count(Some(f64::NAN)),
-        }
-    }
-}
-
 /// Reads a scope: undefined or null (none) or a string.
 unsafe fn scope_of(
     env: sys::napi_env,
@@ -200,18 +187,63 @@ unsafe fn with_bytes<R>(
     }
 }
 
-/// `begin(handle, key, n, scope, atUs) -> key | undefined`: a check's first
-/// step. A call to run: `[0] = 1`, its number, template, class and slot
-/// in the shared array, the Redis key (a string, or a `Buffer` when not
-/// UTF-8) returned. Answered already (a lease, an open breaker): `[0] = 0`
-/// and the answer at `ANSWER`.
-unsafe extern "C" fn raw_begin(
+/// Runs `f` with the arguments of `beginReserve` and `acquire`, `(handle,
+/// key, n, seconds, scope)`, read in that order (the first bad one is
+/// thrown): the handle's engine, the scope, the key's bytes, the count and
+/// the seconds named `name` (undefined or null: none). The handle and what
+/// `f` gave; its error is thrown.
+unsafe fn with_wait_args<R>(
     env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
+    [h, key, n, seconds, scope]: [sys::napi_value; 5],
+    name: &'static str,
+    f: impl FnOnce(
+        &Engine,
+        Option<&str>,
+        &[u8],
+        u64,
+        Option<Duration>,
+    ) -> std::result::Result<R, CoreError>,
+) -> std::result::Result<(u32, R), sys::napi_value> {
+    // SAFETY: live handles (the caller's contract).
     unsafe {
-        let [h, key, n, scope, at] = args::<5>(env, info);
+        let h = uint(env, h);
+        let n = count(env, n).map_err(|e| throw_core(env, &e))?;
+        let seconds = seconds_of(env, name, seconds)?;
+        let scope = scope_of(env, scope)?;
+        let Some(engine) = engine(h) else {
+            return Err(no_engine(env));
+        };
+        let r = with_bytes(env, key, |k| f(&engine, scope.as_deref(), k, n, seconds))?;
+        Ok((h, r))
+    }
+}
+
+/// The arguments `(handle, a)` of `acquireStep` and `acquireAbandon`: the
+/// handle, its engine and the wait's number (not checked); no engine is
+/// thrown.
+unsafe fn wait_of(
+    env: sys::napi_env,
+    h: sys::napi_value,
+    a: sys::napi_value,
+) -> std::result::Result<(u32, Arc<Engine>, u32), sys::napi_value> {
+    // SAFETY: live handles (the caller's contract).
+    unsafe {
+        let h = uint(env, h);
+        let a = uint(env, a);
+        match engine(h) {
+            Some(engine) => Ok((h, engine, a)),
+            None => Err(no_engine(env)),
+        }
+    }
+}
+
+raw_entries! {
+    /// `begin(handle, key, n, scope, atUs) -> key | undefined`: a check's first
+    /// step. A call to run: `[0] = 1`, its number, template, class and slot
+    /// in the shared array, the Redis key (a string, or a `Buffer` when not
+    /// UTF-8) returned. Answered already (a lease, an open breaker): `[0] = 0`
+    /// and the answer at `ANSWER`.
+    fn raw_begin(env, [h, key, n, scope, at]) as c"begin" {
         let h = uint(env, h);
         let n = match count(env, n) {
             Ok(n) => n,
@@ -247,50 +279,13 @@ unsafe extern "C" fn raw_begin(
             }
         }
     }
-}
 
-/// Runs `f` with the arguments of `beginReserve` and `acquire`, `(handle,
-/// key, n, seconds, scope)`, read in that order (the first bad one is
-/// thrown): the handle's engine, the scope, the key's bytes, the count and
-/// the seconds named `name` (undefined or null: none). The handle and what
-/// `f` gave; its error is thrown.
-unsafe fn with_wait_args<R>(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-    name: &'static str,
-    f: impl FnOnce(
-        &Engine,
-        Option<&str>,
-        &[u8],
-        u64,
-        Option<Duration>,
-    ) -> std::result::Result<R, CoreError>,
-) -> std::result::Result<(u32, R), sys::napi_value> {
-    // SAFETY: live handles (the caller's contract).
-    unsafe {
-        let [h, key, n, seconds, scope] = args::<5>(env, info);
-        let h = uint(env, h);
-        let n = count(env, n).map_err(|e| throw_core(env, &e))?;
-        let seconds = seconds_of(env, name, seconds)?;
-        let scope = scope_of(env, scope)?;
-        let Some(engine) = engine(h) else {
-            return Err(no_engine(env));
-        };
-        let r = with_bytes(env, key, |k| f(&engine, scope.as_deref(), k, n, seconds))?;
-        Ok((h, r))
-    }
-}
-
-/// `beginReserve(handle, key, n, maxWait, scope) -> key | undefined`: a
-/// reservation's first step, as `begin` (an answer at `ANSWER` in the
-/// reservation's layout).
-unsafe extern "C" fn raw_begin_reserve(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let begun = with_wait_args(env, info, "maxWait", |engine, scope, k, n, max_wait| {
+    /// `beginReserve(handle, key, n, maxWait, scope) -> key | undefined`: a
+    /// reservation's first step, as `begin` (an answer at `ANSWER` in the
+    /// reservation's layout).
+    fn raw_begin_reserve(env, [h, key, n, max_wait, scope]) as c"beginReserve" {
+        let args = [h, key, n, max_wait, scope];
+        let begun = with_wait_args(env, args, "maxWait", |engine, scope, k, n, max_wait| {
             engine.begin_reserve(scope, k, n, max_wait.unwrap_or(Duration::MAX))
         });
         match begun {
@@ -303,18 +298,13 @@ unsafe extern "C" fn raw_begin_reserve(
             Ok((h, ReserveBegin::Call(call))) => publish(env, h, call, false, None),
         }
     }
-}
 
-/// `acquire(handle, key, n, timeout, scope) -> number`: a wait for `n`
-/// tokens for `key` that cannot take longer than `timeout` seconds (none:
-/// as long as it takes): its number, for `acquireStep`.
-unsafe extern "C" fn raw_acquire(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let begun = with_wait_args(env, info, "timeout", |engine, scope, k, n, timeout| {
+    /// `acquire(handle, key, n, timeout, scope) -> number`: a wait for `n`
+    /// tokens for `key` that cannot take longer than `timeout` seconds (none:
+    /// as long as it takes): its number, for `acquireStep`.
+    fn raw_acquire(env, [h, key, n, timeout, scope]) as c"acquire" {
+        let args = [h, key, n, timeout, scope];
+        let begun = with_wait_args(env, args, "timeout", |engine, scope, k, n, timeout| {
             engine.acquire(scope, k, n, timeout)
         });
         match begun {
@@ -325,38 +315,13 @@ unsafe extern "C" fn raw_acquire(
             }
         }
     }
-}
 
-/// The arguments `(handle, a)` of `acquireStep` and `acquireAbandon`: the
-/// handle, its engine and the wait's number (not checked); no engine is
-/// thrown.
-unsafe fn wait_of(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> std::result::Result<(u32, Arc<Engine>, u32), sys::napi_value> {
-    // SAFETY: live handles (the caller's contract).
-    unsafe {
-        let [h, a] = args::<2>(env, info);
-        let h = uint(env, h);
-        let a = uint(env, a);
-        match engine(h) {
-            Some(engine) => Ok((h, engine, a)),
-            None => Err(no_engine(env)),
-        }
-    }
-}
-
-/// `acquireStep(handle, a) -> key | undefined`: what wait `a` does next
-/// (see the module's docs); a call is published as `begin`'s, and its
-/// outcome goes to the wait (`finish` answers nothing for it). A wait that
-/// is over is forgotten.
-unsafe extern "C" fn raw_acquire_step(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let (h, engine, a) = match wait_of(env, info) {
+    /// `acquireStep(handle, a) -> key | undefined`: what wait `a` does next
+    /// (see the module's docs); a call is published as `begin`'s, and its
+    /// outcome goes to the wait (`finish` answers nothing for it). A wait that
+    /// is over is forgotten.
+    fn raw_acquire_step(env, [h, a]) as c"acquireStep" {
+        let (h, engine, a) = match wait_of(env, h, a) {
             Ok(w) => w,
             Err(thrown) => return thrown,
         };
@@ -393,18 +358,12 @@ unsafe extern "C" fn raw_acquire_step(
             }
         }
     }
-}
 
-/// `acquireAbandon(handle, a) -> key | undefined`: the caller of wait `a`
-/// gave up; the call that gives back what it holds (published as
-/// `begin`'s; it needs no answer), or undefined. The wait is forgotten.
-unsafe extern "C" fn raw_acquire_abandon(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let (h, engine, a) = match wait_of(env, info) {
+    /// `acquireAbandon(handle, a) -> key | undefined`: the caller of wait `a`
+    /// gave up; the call that gives back what it holds (published as
+    /// `begin`'s; it needs no answer), or undefined. The wait is forgotten.
+    fn raw_acquire_abandon(env, [h, a]) as c"acquireAbandon" {
+        let (h, engine, a) = match wait_of(env, h, a) {
             Ok(w) => w,
             Err(thrown) => return thrown,
         };
@@ -417,17 +376,10 @@ unsafe extern "C" fn raw_acquire_abandon(
             }
         }
     }
-}
 
-/// `acquireForget(a)`: forgets wait `a` if it is still known (however it
-/// ended); whether it was.
-unsafe extern "C" fn raw_acquire_forget(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [a] = args::<1>(env, info);
+    /// `acquireForget(a)`: forgets wait `a` if it is still known (however it
+    /// ended); whether it was.
+    fn raw_acquire_forget(env, [a]) as c"acquireForget" {
         let a = uint(env, a);
         let known = ACQUISITIONS.with(|s| s.borrow_mut().take(a)).is_some();
         int(env, i32::from(known))
@@ -447,22 +399,12 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
         bound: &BOUND,
         scratch: &SCRATCH,
     };
-    let fns: [(&std::ffi::CStr, sys::napi_callback); 14] = [
-        (c"begin", Some(raw_begin)),
-        (c"beginReserve", Some(raw_begin_reserve)),
-        (c"acquire", Some(raw_acquire)),
-        (c"acquireStep", Some(raw_acquire_step)),
-        (c"acquireAbandon", Some(raw_acquire_abandon)),
-        (c"acquireForget", Some(raw_acquire_forget)),
-        (c"finish", Some(raw_finish)),
-        (c"finishBatch", Some(raw_finish_batch)),
-        (c"enter", Some(super::turns::raw_enter)),
-        (c"settle", Some(super::turns::raw_settle)),
-        (c"landed", Some(super::turns::raw_landed)),
-        (c"stamp", Some(super::turns::raw_stamp)),
-        (c"flush", Some(super::turns::raw_flush)),
-        (c"sweep", Some(super::turns::raw_sweep)),
-    ];
+    let fns: Vec<_> = ENTRIES
+        .iter()
+        .chain(super::finish::ENTRIES)
+        .chain(super::turns::ENTRIES)
+        .copied()
+        .collect();
     // SAFETY: `env` is the live env of this call.
     let mut exports = unsafe { crate::fast::bind_raw(env, &SHARED, &fns)? };
     let sources: Vec<&str> = SOURCES.iter().map(|s| s.as_str()).collect();
@@ -473,9 +415,9 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
     exports.set("outAt", OUT as u32)?;
     exports.set("stride", STRIDE as u32)?;
     exports.set("maxBatch", BatchCall::MAX as u32)?;
-    exports.set("callSlots", slot_map(&CALL_SLOTS, 0))?;
-    exports.set("decisionSlots", slot_map(&DECISION_SLOTS, 0))?;
-    exports.set("reservedSlots", slot_map(&RESERVED_SLOTS, 0))?;
+    exports.set("callSlots", slot_map(CALL_SLOTS, 0))?;
+    exports.set("decisionSlots", slot_map(DECISION_SLOTS, 0))?;
+    exports.set("reservedSlots", slot_map(RESERVED_SLOTS, 0))?;
     exports.set("turns", super::turns::codes())?;
     exports.set("steps", STEPS.to_vec())?;
     Ok(exports)

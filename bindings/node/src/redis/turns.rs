@@ -21,11 +21,10 @@ use napi::sys;
 use napi_derive::napi;
 use ratebound_redis::plan::{Asks, Entry, Go, Out, TurnTuning, Turns};
 
-use super::ffi::{
-    ASKS, PLAN, PLAN_LEN, TICKET, TIMER, args, double, int, no_engine, number, put, uint,
-};
+use super::ffi::{ASKS, PLAN, PLAN_LEN, TICKET, TIMER, double, int, no_engine, number, put, uint};
 use super::table::ENGINES;
 use crate::error;
+use crate::fast::raw_entries;
 
 /// The codes `redis_flight.js` reads [`Out`]s by.
 pub const OUT_ONE: f64 = 0.0;
@@ -147,74 +146,6 @@ pub fn redis_is_no_script(text: String) -> bool {
     ratebound_redis::plan::Reply::is_noscript(&text)
 }
 
-/// `enter(handle, cls, slot, keep, nowMs) -> go | asks << 2`: a call
-/// begins (`cls` -1: it never joins; `keep`: never unsent); its ticket at
-/// `TICKET` in the shared array.
-pub unsafe extern "C" fn raw_enter(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, cls, slot, keep, now] = args::<5>(env, info);
-        let (h, now) = handle_at(env, h, now);
-        let cls = number(env, cls).unwrap_or(-1.0);
-        let slot = number(env, slot).unwrap_or(0.0);
-        let keep = number(env, keep).unwrap_or(0.0) != 0.0;
-        let join = (cls >= 0.0).then_some((cls as u32, slot as u16));
-        match with_turns(h, |t| t.enter(Entry { join, keep }, now)) {
-            Some((ticket, go, asks)) => {
-                put(TICKET, &[f64::from(ticket)]);
-                let go = match go {
-                    Go::Now => GO_NOW,
-                    Go::Queued => GO_QUEUED,
-                    Go::Unsent => GO_UNSENT,
-                };
-                int(env, go | i32::from(asks.0) << 2)
-            }
-            None => no_engine(env),
-        }
-    }
-}
-
-/// `settle(handle, ticket) -> asks`: the call's caller has its answer.
-pub unsafe extern "C" fn raw_settle(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, t] = args::<2>(env, info);
-        let (h, t) = (uint(env, h), uint(env, t));
-        let asks = with_turns(h, |turns| turns.settle(t)).unwrap_or_default();
-        int(env, i32::from(asks.0))
-    }
-}
-
-/// `landed(handle, replied) -> asks`: a send is over, with a reply
-/// (`replied` 1) or a failure.
-pub unsafe extern "C" fn raw_landed(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, replied] = args::<2>(env, info);
-        let h = uint(env, h);
-        let replied = number(env, replied).unwrap_or(0.0) != 0.0;
-        let asks = with_turns(h, |t| {
-            if replied {
-                t.replied()
-            } else {
-                t.failed();
-                Asks::default()
-            }
-        })
-        .unwrap_or_default();
-        int(env, i32::from(asks.0))
-    }
-}
-
 /// Hands `out` to JavaScript: at `PLAN` (their count returned), or as an
 /// array when they do not fit there.
 unsafe fn hand(env: sys::napi_env, out: &[Out]) -> sys::napi_value {
@@ -235,15 +166,57 @@ unsafe fn hand(env: sys::napi_env, out: &[Out]) -> sys::napi_value {
     }
 }
 
-/// `flush(handle, nowMs) -> count | array`: the end of a turn — what goes
-/// out (see the module's docs); the asks at `ASKS`.
-pub unsafe extern "C" fn raw_flush(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, now] = args::<2>(env, info);
+raw_entries! {
+    /// `enter(handle, cls, slot, keep, nowMs) -> go | asks << 2`: a call
+    /// begins (`cls` -1: it never joins; `keep`: never unsent); its ticket at
+    /// `TICKET` in the shared array.
+    fn raw_enter(env, [h, cls, slot, keep, now]) as c"enter" {
+        let (h, now) = handle_at(env, h, now);
+        let cls = number(env, cls).unwrap_or(-1.0);
+        let slot = number(env, slot).unwrap_or(0.0);
+        let keep = number(env, keep).unwrap_or(0.0) != 0.0;
+        let join = (cls >= 0.0).then_some((cls as u32, slot as u16));
+        match with_turns(h, |t| t.enter(Entry { join, keep }, now)) {
+            Some((ticket, go, asks)) => {
+                put(TICKET, &[f64::from(ticket)]);
+                let go = match go {
+                    Go::Now => GO_NOW,
+                    Go::Queued => GO_QUEUED,
+                    Go::Unsent => GO_UNSENT,
+                };
+                int(env, go | i32::from(asks.0) << 2)
+            }
+            None => no_engine(env),
+        }
+    }
+
+    /// `settle(handle, ticket) -> asks`: the call's caller has its answer.
+    fn raw_settle(env, [h, t]) as c"settle" {
+        let (h, t) = (uint(env, h), uint(env, t));
+        let asks = with_turns(h, |turns| turns.settle(t)).unwrap_or_default();
+        int(env, i32::from(asks.0))
+    }
+
+    /// `landed(handle, replied) -> asks`: a send is over, with a reply
+    /// (`replied` 1) or a failure.
+    fn raw_landed(env, [h, replied]) as c"landed" {
+        let h = uint(env, h);
+        let replied = number(env, replied).unwrap_or(0.0) != 0.0;
+        let asks = with_turns(h, |t| {
+            if replied {
+                t.replied()
+            } else {
+                t.failed();
+                Asks::default()
+            }
+        })
+        .unwrap_or_default();
+        int(env, i32::from(asks.0))
+    }
+
+    /// `flush(handle, nowMs) -> count | array`: the end of a turn — what goes
+    /// out (see the module's docs); the asks at `ASKS`.
+    fn raw_flush(env, [h, now]) as c"flush" {
         let (h, now) = handle_at(env, h, now);
         match with_turns(h, |t| t.flush(now)) {
             Some((out, asks)) => {
@@ -253,35 +226,21 @@ pub unsafe extern "C" fn raw_flush(
             None => no_engine(env),
         }
     }
-}
 
-/// `stamp(handle, nowMs) -> ms`: the client wrote this turn's commands;
-/// the timer to arm (ms), or -1.
-pub unsafe extern "C" fn raw_stamp(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, now] = args::<2>(env, info);
+    /// `stamp(handle, nowMs) -> ms`: the client wrote this turn's commands;
+    /// the timer to arm (ms), or -1.
+    fn raw_stamp(env, [h, now]) as c"stamp" {
         let (h, now) = handle_at(env, h, now);
         match with_turns(h, |t| t.stamp(now)) {
             Some(timer) => double(env, timer.map_or(-1.0, millis)),
             None => no_engine(env),
         }
     }
-}
 
-/// `sweep(handle, nowMs, misconfigured) -> count | array`: the timer
-/// fired — the calls late or timed out; the next look at `TIMER`, the
-/// asks at `ASKS`.
-pub unsafe extern "C" fn raw_sweep(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by N-API with live handles.
-    unsafe {
-        let [h, now, bad] = args::<3>(env, info);
+    /// `sweep(handle, nowMs, misconfigured) -> count | array`: the timer
+    /// fired — the calls late or timed out; the next look at `TIMER`, the
+    /// asks at `ASKS`.
+    fn raw_sweep(env, [h, now, bad]) as c"sweep" {
         let (h, now) = handle_at(env, h, now);
         let bad = number(env, bad).unwrap_or(0.0) != 0.0;
         match with_turns(h, |t| t.sweep(now, bad)) {
