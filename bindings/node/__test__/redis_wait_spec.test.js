@@ -81,3 +81,35 @@ test('spec/redis_wait.json: every vector through the engine, zero differences', 
   assert.ok(steps >= 20, `${steps} steps`)
   client.disconnect()
 })
+
+// The lower-level wait (RedisEngine.acquire and its steps), which a driver
+// for another client runs: the package's limiters use the raw path instead.
+test('RedisEngine.acquire: calls, then done or a sleep; an abandoned wait gives its slot back; a timeout that cannot be met', async () => {
+  const client = await server()
+  const prefix = `acquire-${crypto.randomBytes(6).toString('hex')}:`
+  // One token a second: each slot is 1 s after the last.
+  const e = new rb.RedisEngine({ algorithm: 'token_bucket', rate: 1, burst: 1, prefix, timeout: 2 })
+  // Runs the wait's calls until its next step that is not one.
+  async function next(a) {
+    for (;;) {
+      const step = e.acquireStep(a)
+      if (!(step instanceof rb.RedisCall)) return step
+      e.acquireReply(a, await run(client, step), false, null)
+    }
+  }
+  assert.equal(await next(e.acquire('k', 1, 5, null)), 'redis', 'the burst: done at once')
+  const a = e.acquire('k', 1, 5, null)
+  const wait = await next(a)
+  assert.equal(typeof wait, 'number')
+  assert.ok(wait > 0 && wait <= 1, `the next slot, reserved, is due within 1 s: ${wait}`)
+  // Given up while it sleeps: the call that gives the slot back.
+  const back = e.acquireAbandon(a)
+  assert.ok(back instanceof rb.RedisCall)
+  await run(client, back)
+  // So the next wait is due in that same slot, not the one after it.
+  const again = await next(e.acquire('k', 1, 5, null))
+  assert.ok(typeof again === 'number' && again <= 1, `after the give-back: ${again}`)
+  // A wait that cannot end within 0.5 s: the wait it would need, nothing taken.
+  const exceeded = await next(e.acquire('k', 1, 0.5, null))
+  assert.ok(exceeded.retryAfter > 1, JSON.stringify(exceeded))
+})
