@@ -21,8 +21,24 @@ const ALONE: Entry = Entry {
     keep: false,
 };
 
+/// One script run each.
+fn runs(parts: &[&[Ticket]]) -> Vec<Out> {
+    parts.iter().map(|p| Out::Many(p.to_vec())).collect()
+}
+
 fn batched() -> Turns {
     Turns::new(TurnTuning::EVENT_LOOP, DEADLINE, true)
+}
+
+/// Batched turns whose one call alone got no answer within its deadline
+/// (settled since): Redis is slow.
+fn slow() -> Turns {
+    let mut t = batched();
+    let (a, _, _) = t.enter(ALONE, ms(0));
+    t.stamp(ms(0));
+    t.sweep(ms(50), false);
+    t.settle(a);
+    t
 }
 
 /// Enters `n` calls like `entry` at `now`: their tickets, each queued.
@@ -60,13 +76,7 @@ fn a_long_queue_with_nothing_in_flight_goes_as_two_runs() {
     let mut t = batched();
     let first = queue(&mut t, joins(0), 8, ms(0));
     let (out, _) = t.flush(ms(0));
-    assert_eq!(
-        out,
-        vec![
-            Out::Many(first[..4].to_vec()),
-            Out::Many(first[4..].to_vec())
-        ]
-    );
+    assert_eq!(out, runs(&[&first[..4], &first[4..]]));
     // With those in flight, the next turn's eight go as one.
     let next = queue(&mut t, joins(0), 8, ms(1));
     let (out, _) = t.flush(ms(1));
@@ -113,13 +123,7 @@ fn a_run_holds_at_most_batch_call_max_and_the_rest_waits_for_room() {
     let all = queue(&mut t, joins(0), 300, ms(0));
     let (out, _) = t.flush(ms(0));
     // Room for 256: two runs (split: nothing in flight) of 128.
-    assert_eq!(
-        out,
-        vec![
-            Out::Many(all[..128].to_vec()),
-            Out::Many(all[128..256].to_vec())
-        ]
-    );
+    assert_eq!(out, runs(&[&all[..128], &all[128..256]]));
     assert_eq!(t.waiting(), 44);
     let (again, _) = t.flush(ms(0));
     assert!(again.is_empty(), "no room in flight");
@@ -226,11 +230,7 @@ fn a_late_call_of_a_misconfigured_client_is_not_redis_being_slow() {
 
 #[test]
 fn while_redis_is_slow_one_call_goes_at_a_time_and_the_queue_times_out() {
-    let mut t = batched();
-    let (a, _, _) = t.enter(ALONE, ms(0));
-    t.stamp(ms(0));
-    t.sweep(ms(50), false);
-    t.settle(a);
+    let mut t = slow();
     assert!(t.slow());
     // Slow: room for one call alone (4).
     let (b, go, _) = t.enter(ALONE, ms(60));
@@ -260,11 +260,7 @@ fn while_redis_is_slow_one_call_goes_at_a_time_and_the_queue_times_out() {
 
 #[test]
 fn a_reply_ends_the_slowness_and_the_queue_goes_on() {
-    let mut t = batched();
-    let (a, _, _) = t.enter(ALONE, ms(0));
-    t.stamp(ms(0));
-    t.sweep(ms(50), false);
-    t.settle(a);
+    let mut t = slow();
     let q = queue(&mut t, joins(0), 5, ms(55));
     // Slow: room for 4.
     assert_eq!(t.flush(ms(55)).0, vec![Out::Many(q[..4].to_vec())]);
