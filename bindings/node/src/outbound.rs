@@ -4,13 +4,13 @@
 //! answer. The binding converts values; the core decides.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::outbound::{Caller, Reach, Step, Target};
 
 use crate::error::OrThrow;
+use crate::limiters::from_ms;
 
 /// The options of an `Outbound` policy.
 #[napi(object)]
@@ -256,10 +256,6 @@ pub struct OutboundCall {
     call: ratebound::outbound::Call,
 }
 
-fn seconds(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s / 1000.0).unwrap_or_default()
-}
-
 #[napi]
 impl OutboundCall {
     /// The limiter key (when the request gave none of its own).
@@ -275,7 +271,7 @@ impl OutboundCall {
     /// once, sending nothing.
     #[napi]
     pub fn next(&mut self, env: Env, now_ms: f64) -> Result<OutboundStep> {
-        let s = match self.call.next(&self.caller, seconds(now_ms)) {
+        let s = match self.call.next(&self.caller, from_ms(now_ms)) {
             Ok(s) => s,
             Err(ratebound::Error::DeadlineExceeded { wait, max_wait }) => {
                 return Ok(OutboundStep {
@@ -332,6 +328,6 @@ impl OutboundCall {
     #[napi]
     pub fn paused(&mut self, shared: Option<bool>, now_ms: f64) {
         let reach = shared.map(|s| if s { Reach::Shared } else { Reach::Local });
-        self.call.paused(&self.caller, reach, seconds(now_ms));
+        self.call.paused(&self.caller, reach, from_ms(now_ms));
     }
 }

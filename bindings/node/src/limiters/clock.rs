@@ -64,3 +64,9 @@ impl ManualClock {
         ratebound::Clock::now(&self.inner) as f64
     }
 }
+
+/// A JavaScript time in ms (`performance.now()`'s, a driver's own clock)
+/// as the core's instant; anything but a finite number ≥ 0 is 0.
+pub fn from_ms(ms: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(ms / 1000.0).unwrap_or_default()
+}

@@ -11,7 +11,7 @@ pub use classes::{
     AllOf, FixedWindow, LeakyBucket, LeakyBucketOptions, LimiterSlot, Member, SlidingLog,
     SlidingWindow, TokenBucket, TokenBucketOptions, WindowOptions,
 };
-pub use clock::ManualClock;
+pub use clock::{ManualClock, from_ms};
 pub use decision::Decision;
 pub use options::{
     Loose, RateOption, clock_of, loose_number, loose_rate, number, rate_of, required, tokens,

@@ -25,6 +25,7 @@ use super::ffi::{ASKS, PLAN, PLAN_LEN, TICKET, TIMER, double, int, no_engine, nu
 use super::table::ENGINES;
 use crate::error;
 use crate::fast::raw_entries;
+use crate::limiters::from_ms;
 
 /// The codes `redis_flight.js` reads [`Out`]s by.
 pub const OUT_ONE: f64 = 0.0;
@@ -60,15 +61,6 @@ pub fn codes() -> std::collections::HashMap<&'static str, f64> {
     .collect()
 }
 
-/// A time in ms (`performance.now()`'s) as the planner's instant.
-fn instant(ms: f64) -> Duration {
-    if ms.is_finite() && ms > 0.0 {
-        Duration::from_secs_f64(ms.min(1e15) / 1000.0)
-    } else {
-        Duration::ZERO
-    }
-}
-
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -80,7 +72,7 @@ unsafe fn handle_at(
     now: sys::napi_value,
 ) -> (u32, Duration) {
     // SAFETY: live handles (the caller's contract).
-    unsafe { (uint(env, h), instant(number(env, now).unwrap_or(0.0))) }
+    unsafe { (uint(env, h), from_ms(number(env, now).unwrap_or(0.0))) }
 }
 
 /// Runs `f` on engine `h`'s turns; `None` when the engine or its turns
@@ -102,7 +94,7 @@ fn gone(env: &Env) -> Error {
 /// deadline of `deadline_ms`, batched or not.
 #[napi(skip_typescript)]
 pub fn redis_turns_open(env: Env, handle: u32, deadline_ms: f64, batching: bool) -> Result<()> {
-    let turns = Turns::new(TurnTuning::EVENT_LOOP, instant(deadline_ms), batching);
+    let turns = Turns::new(TurnTuning::EVENT_LOOP, from_ms(deadline_ms), batching);
     ENGINES.with(|s| match s.borrow_mut().get_mut(handle) {
         Some(e) => {
             e.turns = Some(turns);
