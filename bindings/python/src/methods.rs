@@ -172,10 +172,12 @@ macro_rules! keyed_pymethods {
     };
 }
 
-/// `_RedisEngine` and `_NativeRedis`: the class's own methods, then two
+/// `_RedisEngine` and `_NativeRedis`: the class's own methods, then three
 /// kinds written with their arguments once. `scoped`: `(key, n=None,
 /// [timeout or max_wait]=None, scope=None)` — a key (str, bytes or int),
 /// a count, a number of seconds for some, and a middleware policy's scope.
+/// `keyed`: `(key, [seconds], scope=None)` — a key, for some a number of
+/// seconds (a pause's), and the scope.
 /// `outcome`: the method's own arguments, then what became of a call —
 /// `reply=None, timed_out=False, error=None, unsent=False`, the runner's
 /// outcome tuple — as a `Report` named by the method.
@@ -187,6 +189,12 @@ macro_rules! redis_pymethods {
             fn $sname:ident(
                 $ss:ident, $spy:ident, $key:ident, $n:ident, $scope:ident $(; $secs:ident)?
             ) -> $sret:ty $sbody:block
+        )*}
+        keyed {$(
+            $(#[$kattr:meta])*
+            fn $kname:ident(
+                $ks:ident, $kpy:ident, $kkey:ident, $kscope:ident $(; $ksecs:ident)?
+            ) -> $kret:ty $kbody:block
         )*}
         outcome {$(
             $(#[$attr:meta])*
@@ -209,6 +217,17 @@ macro_rules! redis_pymethods {
                     $($secs: Option<&Bound<'_, PyAny>>,)?
                     $scope: Option<&str>,
                 ) -> $sret $sbody
+            )*
+            $(
+                $(#[$kattr])*
+                #[pyo3(signature = ($kkey, $($ksecs,)? $kscope=None))]
+                fn $kname(
+                    &$ks,
+                    $kpy: Python<'_>,
+                    $kkey: &Bound<'_, PyAny>,
+                    $($ksecs: &Bound<'_, PyAny>,)?
+                    $kscope: Option<&str>,
+                ) -> $kret $kbody
             )*
             $(
                 $(#[$attr])*

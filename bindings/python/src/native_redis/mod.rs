@@ -477,6 +477,8 @@ scoped {
     }
 }
 
+keyed {}
+
 outcome {}
 }
 

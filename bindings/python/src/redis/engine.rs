@@ -116,48 +116,6 @@ impl RedisEngine {
         }
     }
 
-    /// The call that pauses `key` for `seconds` for every instance.
-    #[pyo3(signature = (key, seconds, scope=None))]
-    fn begin_pause(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        seconds: &Bound<'_, PyAny>,
-        scope: Option<&str>,
-    ) -> PyResult<RedisCall> {
-        let d = any::pause_seconds(number(py, "seconds", seconds)?).or_py(py)?;
-        let call = with_raw_key(key, |k| self.inner.begin_pause(scope, k, d).or_py(py))?;
-        Ok(RedisCall { inner: call })
-    }
-
-    /// The call that lifts the pause on `key` for every instance if
-    /// nothing was built on it (one script run, on Redis' clock).
-    #[pyo3(signature = (key, scope=None))]
-    fn begin_resume(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        scope: Option<&str>,
-    ) -> PyResult<RedisCall> {
-        let call = with_raw_key(key, |k| self.inner.begin_resume(scope, k).or_py(py))?;
-        Ok(RedisCall { inner: call })
-    }
-
-    /// Pauses `key` for `seconds` in this process's local share (the
-    /// limit of `on_error="local"`), for a pause Redis could not be told
-    /// of; whether there was a local share to pause.
-    #[pyo3(signature = (key, seconds, scope=None))]
-    fn pause_local(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        seconds: &Bound<'_, PyAny>,
-        scope: Option<&str>,
-    ) -> PyResult<bool> {
-        let d = seconds_of(py, "seconds", seconds)?;
-        with_raw_key(key, |k| Ok(self.inner.pause_local(scope, k, d)))
-    }
-
     /// The pub/sub channel of this prefix's pause news (`"rb:pause"`).
     #[getter]
     fn pause_channel(&self) -> String {
@@ -267,6 +225,30 @@ scoped {
             ReserveBegin::Done(r) => Ok(reserved(py, r, max_wait)?.into_any().unbind()),
             ReserveBegin::Call(call) => Ok(Py::new(py, RedisCall { inner: call })?.into_any()),
         }
+    }
+}
+
+keyed {
+    /// The call that pauses `key` for `seconds` for every instance.
+    fn begin_pause(self, py, key, scope; seconds) -> PyResult<RedisCall> {
+        let d = any::pause_seconds(number(py, "seconds", seconds)?).or_py(py)?;
+        let call = with_raw_key(key, |k| self.inner.begin_pause(scope, k, d).or_py(py))?;
+        Ok(RedisCall { inner: call })
+    }
+
+    /// The call that lifts the pause on `key` for every instance if
+    /// nothing was built on it (one script run, on Redis' clock).
+    fn begin_resume(self, py, key, scope) -> PyResult<RedisCall> {
+        let call = with_raw_key(key, |k| self.inner.begin_resume(scope, k).or_py(py))?;
+        Ok(RedisCall { inner: call })
+    }
+
+    /// Pauses `key` for `seconds` in this process's local share (the
+    /// limit of `on_error="local"`), for a pause Redis could not be told
+    /// of; whether there was a local share to pause.
+    fn pause_local(self, py, key, scope; seconds) -> PyResult<bool> {
+        let d = seconds_of(py, "seconds", seconds)?;
+        with_raw_key(key, |k| Ok(self.inner.pause_local(scope, k, d)))
     }
 }
 
