@@ -12,7 +12,7 @@ use napi::JsValue;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
-use ratebound::any::{self, Key};
+use ratebound::any;
 use ratebound::gate::Loose as CoreLoose;
 use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, Notice, OnError};
 
@@ -31,7 +31,7 @@ pub use turns::{redis_is_no_script, redis_turns_open, redis_turns_stats};
 use std::sync::Arc;
 
 use crate::error::{OrThrow, invalid_type};
-use crate::keyed::{js_key, keyed_algorithm_of};
+use crate::keyed::keyed_algorithm_of;
 use crate::limiters::{Decision, loose_number, tokens};
 use crate::slab::Registered;
 
@@ -400,13 +400,8 @@ impl RedisEngine {
         scope: Option<String>,
     ) -> Result<Either<RedisDecision, RedisCall>> {
         let n = tokens(&env, n)?;
-        let scope = scope.as_deref();
-        let begun = js_key(&env, &key, |k| match k {
-            Key::Text(s) => self.engine.begin_in(scope, s.as_bytes(), n),
-            Key::Bytes(b) => self.engine.begin_in(scope, b, n),
-            Key::Int(i) => self.engine.begin_in(scope, i.to_string().as_bytes(), n),
-        })?;
-        match begun.or_throw(&env)? {
+        let begun = self.with_raw(&env, key, |k| self.engine.begin_in(scope.as_deref(), k, n))?;
+        match begun {
             Begin::Done(d) => Ok(Either::A(d.into())),
             Begin::Call(call) => Ok(Either::B(RedisCall { call })),
         }

@@ -85,8 +85,10 @@ fn granted(r: Reserved) -> Either<Granted, Exceeded> {
 }
 
 impl RedisEngine {
-    /// Runs `f` with the raw bytes of a JS key.
-    fn with_raw<R>(
+    /// Runs `f` with the raw bytes of a JS key (a string's UTF-8, a
+    /// number's decimal text, a `Uint8Array`'s bytes: what Redis stores
+    /// after the prefix), its error thrown.
+    pub(crate) fn with_raw<R>(
         &self,
         env: &Env,
         key: Unknown<'_>,
