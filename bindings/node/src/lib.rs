@@ -9,6 +9,14 @@
 //! the raw N-API entry points of [`fast`]. [`redis`] exposes the sans-I/O
 //! engine of `ratebound-redis` (global limits in Redis), whose calls
 //! `redis.js` runs with the application's ioredis or node-redis client.
+//!
+//! A `#[napi]` item cannot take its doc comments from a `macro_rules!`
+//! caller: the macro passes `/// text` on as `#[doc = r" text"]`, and
+//! napi-derive (3.7) copies a doc attribute's token text, so `index.d.ts`
+//! would read `r" text`. A macro may write napi items with the docs it
+//! holds itself (`limiter_class!`), not with docs it is given; hence the
+//! option objects and the Redis engine's methods spell out their
+//! arguments (the JavaScript API) one by one.
 
 pub mod error;
 pub mod fast;
