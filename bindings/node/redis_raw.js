@@ -68,16 +68,19 @@ module.exports = function redisRaw(native) {
   const RAW = 2 // a RedisCall of the engine's slower steps: its reply as it came
   const WAIT = 3 // an acquire's call (or its give-back): the answer is the wait's
 
-  // The script's reply as the engine takes it: an array of numbers (the
-  // clients' bigints and numeric strings as numbers); anything else as it
-  // came, which the engine counts as a malformed reply (as Python's).
+  // One item of a script's reply as the engine takes it: a number, the
+  // clients' bigints and numeric strings as numbers, anything else NaN.
+  function replyNumber(v) {
+    return typeof v === 'number' ? v : typeof v === 'bigint' || typeof v === 'string' ? Number(v) : NaN
+  }
+
+  // The script's reply as the engine takes it: an array of numbers
+  // (`replyNumber`); anything else as it came, which the engine counts as
+  // a malformed reply (as Python's).
   function integers(reply) {
     if (!Array.isArray(reply)) return reply
     const out = new Array(reply.length)
-    for (let i = 0; i < reply.length; i++) {
-      const v = reply[i]
-      out[i] = typeof v === 'number' ? v : typeof v === 'bigint' || typeof v === 'string' ? Number(v) : NaN
-    }
+    for (let i = 0; i < reply.length; i++) out[i] = replyNumber(reply[i])
     return out
   }
 
@@ -85,10 +88,7 @@ module.exports = function redisRaw(native) {
   // or -1 for a reply that is no array (or longer than any script's).
   function putReply(reply) {
     if (!Array.isArray(reply) || reply.length > REPLY_ROOM) return -1
-    for (let i = 0; i < reply.length; i++) {
-      const v = reply[i]
-      S[REPLY + i] = typeof v === 'number' ? v : typeof v === 'bigint' || typeof v === 'string' ? Number(v) : NaN
-    }
+    for (let i = 0; i < reply.length; i++) S[REPLY + i] = replyNumber(reply[i])
     return reply.length
   }
 
