@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 
 import redis
 
 import ratebound as rb
 import ratebound.redis as rbr
+
+# The Python tests' redis-server starter (a free port, persistence off, pinged).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bindings/python/tests"))
+from redis_servers import Server  # noqa: E402
 
 B = 60_000_000 * 20_000_000  # a base time in µs
 # (driver, n, µs after B, allowed, remaining, retry_after_us): one bucket's
@@ -82,28 +84,13 @@ rb.redis.TokenBucket({ client, rate: 2, burst: 3, timeout: 2 })
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> int:
     rust, node_dir = sys.argv[1], str(pathlib.Path(sys.argv[2]).resolve())
-    port = free_port()
     with tempfile.TemporaryDirectory() as d:
-        server = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d],
-            stdout=subprocess.DEVNULL,
-        )
+        server = Server(pathlib.Path(d)).start()
+        port = server.port
         try:
-            client = redis.Redis(host="127.0.0.1", port=port)
-            for _ in range(200):
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
+            client = server.client()
             python = rbr.TokenBucket(client, rate=2, burst=3, timeout=2.0)
             key = f"cross-{uuid.uuid4().hex}"
             passed = failed = 0
@@ -169,7 +156,6 @@ def main() -> int:
             client.close()
         finally:
             server.kill()
-            server.wait()
     print(f"cross-language: {passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 

@@ -141,7 +141,7 @@ def free_port():
 
 
 # Our scripts' arguments after KEYS: the clock ("" = Redis' TIME), then per
-# key what Engine::call sends (algorithm.rs script_and_args: the fixed two,
+# key what Engine::call sends (algorithm.rs in_redis: the fixed two,
 # then n, mode, max).
 GCRA_FREE = ["1000", "1000000000", "1", "check", "1"]  # 1000/s, burst 10^6
 GCRA_TIGHT = ["100000", "2000000", "1", "check", "1"]  # 10/s, burst 20

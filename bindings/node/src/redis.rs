@@ -14,7 +14,7 @@ use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any;
 use ratebound::gate::Loose as CoreLoose;
-use ratebound_redis::{Algorithm, Begin, Call, CallOutcome, Config, Engine, Notice, OnError};
+use ratebound_redis::{Begin, Call, CallOutcome, Config, Engine, Notice, OnError};
 
 mod ffi;
 mod finish;
@@ -340,8 +340,8 @@ impl RedisEngine {
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<RedisEngineOptions<'_>>) -> Result<RedisEngine> {
         let o = options.ok_or_else(|| invalid_type(&env, "options are required"))?;
-        let keyed = keyed_algorithm_of(&env, &o.algorithm, &o.rate, &o.burst, &o.limit, &o.window)?;
-        let algorithm = Algorithm::from_keyed(keyed).or_throw(&env)?;
+        let algorithm =
+            keyed_algorithm_of(&env, &o.algorithm, &o.rate, &o.burst, &o.limit, &o.window)?;
         // Every option is parsed, checked and defaulted by the core.
         let prefix = loose_string(&env, &o.prefix, "prefix")?;
         let on_error = loose_string(&env, &o.on_error, "onError")?;

@@ -17,8 +17,8 @@ redis-server. Median of ROUNDS rounds.
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,18 +35,16 @@ from limits.strategies import FixedWindowRateLimiter, SlidingWindowCounterRateLi
 import ratebound.redis as rbr
 from ratebound._ratebound import _RedisCall, _RedisEngine
 
+# The tests' redis-server starter (a free port, persistence off, pinged).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from redis_servers import Server  # noqa: E402
+
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 KEYS = 10_000
 
 # A measurement: decisions/s, p50 and p99 seconds per decision.
 Measure = tuple[float, float, float]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:
@@ -128,20 +126,11 @@ def ceiling(port: int, clients: int, call: _RedisCall) -> Measure:
 
 
 def main() -> None:
-    port = free_port()
     with tempfile.TemporaryDirectory() as d:
-        server = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d],
-            stdout=subprocess.DEVNULL,
-        )
+        server = Server(pathlib.Path(d)).start()
+        port = server.port
         try:
-            admin = redis.Redis(host="127.0.0.1", port=port)
-            for _ in range(200):
-                try:
-                    admin.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
+            admin = server.client()
             engine = _RedisEngine("token_bucket", rate=1_000_000, burst=1_000_000)
             call = engine.begin("x")
             assert isinstance(call, _RedisCall)
@@ -196,7 +185,6 @@ def main() -> None:
                     print(f"| {n} | {name} | {r:.0f} | {100 * r / ceil:.0f} % | {fmt(p50)} | {fmt(p99)} |")
         finally:
             server.kill()
-            server.wait()
 
 
 if __name__ == "__main__":

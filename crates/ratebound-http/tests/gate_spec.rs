@@ -16,10 +16,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
-use ratebound::any::Key;
 use ratebound::http::{Cidr, Forwarding, TrustedProxies};
-use ratebound::pause::Reach;
-use ratebound::{BoxFuture, KeyedAlgorithm, KeyedLimit, LimitCheck};
 use ratebound::{ManualClock, Overflow};
 use ratebound_http::{
     Builder, MissingKey, PeerAddr, QuotaHeaders, RateLimitLayer, RefusalBody, RequestKey,
@@ -27,13 +24,11 @@ use ratebound_http::{
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
+mod failing;
+use failing::Failing;
 #[path = "../../ratebound/tests/support/gate.rs"]
 mod support;
 use support::{compare, compare_outcome, load, load_rules, policy, remote};
-
-/// A vector's remote policy whose every check ends in the error it names
-/// (`fails`; `"error"`: a store's failure), mapped by the layer's one rule.
-struct Failing(KeyedAlgorithm, String);
 
 /// The error a vector's `fails` names.
 fn error_named(fails: &str) -> ratebound::Error {
@@ -46,38 +41,6 @@ fn error_named(fails: &str) -> ratebound::Error {
             cause: "the vector's store failed".to_string(),
             retry_after: Duration::from_secs(1),
         },
-    }
-}
-
-impl KeyedLimit for Failing {
-    fn algorithm(&self) -> KeyedAlgorithm {
-        self.0
-    }
-
-    fn check(&self, _scope: &str, _key: Key<'_>, _n: u64) -> LimitCheck {
-        let fails = self.1.clone();
-        // Answered after a turn of the runtime, as a store's I/O would be.
-        LimitCheck::pending(async move {
-            tokio::task::yield_now().await;
-            Err(error_named(&fails))
-        })
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        _key: Key<'a>,
-        _n: u64,
-        _timeout: Option<Duration>,
-    ) -> BoxFuture<'a, Result<(), ratebound::Error>> {
-        Box::pin(std::future::ready(Err(error_named(&self.1))))
-    }
-
-    fn pause<'a>(
-        &'a self,
-        _key: Key<'a>,
-        _d: Duration,
-    ) -> BoxFuture<'a, Result<Reach, ratebound::Error>> {
-        Box::pin(std::future::ready(Err(error_named(&self.1))))
     }
 }
 
@@ -178,7 +141,9 @@ fn build(id: &str, options: &Value, clock: &ManualClock, outcomes: &Outcomes) ->
                         support::failing(&fails),
                         "{id}: {fails}"
                     );
-                    b = b.remote(&policy_name, Failing(algorithm, fails));
+                    // Every check ends in that error.
+                    let fault = Box::new(move || Some(error_named(&fails)));
+                    b = b.remote(&policy_name, Failing { algorithm, fault });
                 }
             }
             other => panic!("{id}: unknown option {other}"),

@@ -8,62 +8,24 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use ratebound::any::Key;
-use ratebound::pause::Reach;
-use ratebound::{BoxFuture, Decision, Error, KeyedAlgorithm, KeyedLimit, LimitCheck, Quota};
+use ratebound::{Error, KeyedAlgorithm, Quota};
 use ratebound_http::RateLimitLayer;
 
+mod failing;
 mod open_loop;
 mod serve;
+use failing::Failing;
 use open_loop::{client, get_root};
 use serve::serve;
 
-/// A policy of the application's own over a store that can be down: while
-/// `down`, its check fails with an error (mapped by the core's rule).
-struct Store {
-    down: Arc<AtomicBool>,
-}
-
 /// What the store that is down answers.
-fn down() -> Error {
+fn down_error() -> Error {
     Error::Unsupported {
         operation: "check",
         algorithm: "a store that is down",
-    }
-}
-
-impl KeyedLimit for Store {
-    fn algorithm(&self) -> KeyedAlgorithm {
-        KeyedAlgorithm::TokenBucket(Quota::parse("100/s burst 100").unwrap())
-    }
-
-    fn check(&self, _scope: &str, _key: Key<'_>, _n: u64) -> LimitCheck {
-        let is_down = self.down.load(Ordering::SeqCst);
-        LimitCheck::pending(async move {
-            tokio::task::yield_now().await;
-            if is_down {
-                Err(down())
-            } else {
-                Ok(Decision::from_parts(true, 100, 99, 0, 0))
-            }
-        })
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        _key: Key<'a>,
-        _n: u64,
-        _timeout: Option<Duration>,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(std::future::ready(Err(down())))
-    }
-
-    fn pause<'a>(&'a self, _key: Key<'a>, _d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
-        Box::pin(std::future::ready(Err(down())))
     }
 }
 
@@ -96,7 +58,13 @@ async fn a_failing_remote_policy_is_a_503_with_retry_after_logged_once_per_episo
     let told = outcomes.clone();
     let layer = RateLimitLayer::builder()
         .policy("local", Quota::parse("100/s burst 100").unwrap())
-        .remote("global", Store { down: down.clone() })
+        .remote("global", {
+            let down = down.clone();
+            Failing {
+                algorithm: KeyedAlgorithm::TokenBucket(Quota::parse("100/s burst 100").unwrap()),
+                fault: Box::new(move || down.load(Ordering::SeqCst).then(down_error)),
+            }
+        })
         .store_error_retry_after(5)
         .on_decision(move |e| {
             told.lock()

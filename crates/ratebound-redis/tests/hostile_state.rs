@@ -57,10 +57,26 @@ const T0: u64 = 1_200_000_000_000_000 + 1_000_000;
 async fn a_lowered_limit_refuses_the_users_over_it_and_no_one_else() {
     let server = Server::start();
     for on_error in [OnError::Open, OnError::Closed] {
-        for (before, after) in [
-            (bucket("10/s burst 100"), bucket("10/s burst 2")),
-            (window(false, 100), window(false, 2)),
-            (window(true, 100), window(true, 2)),
+        // The exact wait: a bucket's TAT is 50 T = 5 s ahead, the new
+        // tolerance 2 T = 0.2 s: 4.8 s + T = 4.9 s. A fixed window waits for
+        // its end (T0 is 1 s into it); the sliding one until the estimate
+        // 50·(60−e)/60 ≤ 1 in the next window: e ≥ 58.8 s, 118.8 s − 1 s.
+        for (before, after, want) in [
+            (
+                bucket("10/s burst 100"),
+                bucket("10/s burst 2"),
+                Duration::from_millis(4_900),
+            ),
+            (
+                window(false, 100),
+                window(false, 2),
+                Duration::from_secs(59),
+            ),
+            (
+                window(true, 100),
+                window(true, 2),
+                Duration::from_millis(117_800),
+            ),
         ] {
             let prefix = format!("{}:", fresh("lowered"));
             let old = limiter(&server, before, &prefix, on_error).await;
@@ -76,16 +92,6 @@ async fn a_lowered_limit_refuses_the_users_over_it_and_no_one_else() {
                     assert_eq!(d.source(), Source::Redis, "{what}");
                     assert!(!d.is_allowed(), "{what}");
                     assert_eq!(d.remaining(), 0, "{what}");
-                    // The exact wait: a bucket's TAT is 50 T = 5 s ahead,
-                    // the new tolerance 2 T = 0.2 s: 4.8 s + T = 4.9 s. A
-                    // fixed window waits for its end (T0 is 1 s into it);
-                    // the sliding one until the estimate 50·(60−e)/60 ≤ 1
-                    // in the next window: e ≥ 58.8 s, 118.8 s − 1 s.
-                    let want = match after {
-                        Algorithm::TokenBucket(_) => Duration::from_millis(4_900),
-                        Algorithm::FixedWindow { .. } => Duration::from_secs(59),
-                        Algorithm::SlidingWindow { .. } => Duration::from_millis(117_800),
-                    };
                     assert_eq!(d.retry_after(), want, "{what}");
                 }
             }
@@ -97,11 +103,7 @@ async fn a_lowered_limit_refuses_the_users_over_it_and_no_one_else() {
                 "{after:?}"
             );
             // Past the wait, an old user is admitted again.
-            let later = match after {
-                Algorithm::TokenBucket(_) => T0 + 4_900_000,
-                Algorithm::FixedWindow { .. } => T0 + 59_000_000,
-                Algorithm::SlidingWindow { .. } => T0 + 117_800_000,
-            };
+            let later = T0 + u64::try_from(want.as_micros()).unwrap();
             let d = new.check_n_at("user-0", 1, later).await.unwrap();
             assert!(d.is_allowed(), "{after:?}: {d:?}");
             // A query (n = 0) reports the state and takes nothing.

@@ -334,6 +334,63 @@ proptest! {
     }
 }
 
+/// Each result is an error of its `code` whose message names its `needle`.
+fn assert_errors<T: std::fmt::Debug>(
+    cases: impl IntoIterator<Item = (Result<T, ratebound::Error>, &'static str, &'static str)>,
+) {
+    for (result, code, needle) in cases {
+        let err = result.unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(
+            err.to_string().contains(needle),
+            "{err:?} should name {needle}"
+        );
+    }
+}
+
+#[test]
+fn quota_bad_input_is_a_typed_error_naming_the_value() {
+    let cases: [(Result<Quota, ratebound::Error>, &str, &str); 11] = [
+        (Quota::per_second(0), "invalid_rate", "0"),
+        (Quota::per_second(-2.5), "invalid_rate", "-2.5"),
+        (Quota::per_second(f64::NAN), "invalid_rate", "NaN"),
+        (Quota::per_second(f64::INFINITY), "invalid_rate", "inf"),
+        (Quota::per_second(2e9), "rate_too_high", "2000000000"),
+        (Quota::per_second(1e40), "rate_too_high", "1000"),
+        (
+            Quota::per_second(1).and_then(|q| q.with_burst(0)),
+            "invalid_burst",
+            "0",
+        ),
+        (Quota::parse("ten/s"), "parse_error", "ten/s"),
+        (
+            Quota::parse("10/fortnight"),
+            "parse_error",
+            "unknown time unit",
+        ),
+        (Quota::parse("-1/s"), "invalid_rate", "-1"),
+        (
+            Quota::with_period(Duration::from_secs(40 * 365 * 86_400)),
+            "period_too_long",
+            "ns",
+        ),
+    ];
+    assert_errors(cases);
+    assert_eq!(Quota::parse("10/0s").unwrap_err().code(), "parse_error");
+    assert_eq!(Quota::parse("").unwrap_err().code(), "parse_error");
+    assert_eq!(
+        Quota::parse("10/s burst x").unwrap_err().code(),
+        "parse_error"
+    );
+    assert_eq!(
+        Quota::per_second(1)
+            .and_then(|q| q.with_burst(u64::MAX))
+            .unwrap_err()
+            .code(),
+        "period_too_long"
+    );
+}
+
 #[test]
 fn window_limits_and_windows_are_validated_with_clear_errors() {
     let clock = ManualClock::new;
@@ -376,14 +433,7 @@ fn window_limits_and_windows_are_validated_with_clear_errors() {
             "ns",
         ),
     ];
-    for (result, code, needle) in cases {
-        let err = result.unwrap_err();
-        assert_eq!(err.code(), code, "{err}");
-        assert!(
-            err.to_string().contains(needle),
-            "{err} should name {needle}"
-        );
-    }
+    assert_errors(cases);
     // The documented trade-off: a limit of 100 accepts windows down to 16 ns.
     assert!(FixedWindow::with_clock(100, Duration::from_nanos(16), clock()).is_ok());
     assert!(SlidingWindow::with_clock(1_000, Duration::from_secs(60), clock()).is_ok());

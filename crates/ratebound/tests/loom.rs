@@ -267,6 +267,27 @@ fn model_check(burst: u64, plans: &'static [&'static [Op]]) {
 
 /// [`model_check`], also demanding the debt the model ends with: a
 /// reservation after the threads shows how far the bucket is owed.
+/// Each plan on a thread of its own against `limiter` (`run` makes one
+/// plan's calls): every plan with what its calls saw, in the plans' order.
+fn run_plans<L: Send + Sync + 'static>(
+    limiter: &Arc<L>,
+    plans: &'static [&'static [Op]],
+    run: fn(&L, &[Op]) -> Vec<Seen>,
+) -> Vec<(&'static [Op], Vec<Seen>)> {
+    let handles: Vec<_> = plans
+        .iter()
+        .map(|ops| {
+            let limiter = limiter.clone();
+            thread::spawn(move || run(&limiter, ops))
+        })
+        .collect();
+    plans
+        .iter()
+        .copied()
+        .zip(handles.into_iter().map(|h| h.join().unwrap()))
+        .collect()
+}
+
 fn model_check_debt(burst: u64, plans: &'static [&'static [Op]]) {
     model_check_to(burst, plans, true);
 }
@@ -280,18 +301,7 @@ fn model_check_to(burst: u64, plans: &'static [&'static [Op]], with_debt: bool) 
             .with_burst(burst)
             .unwrap();
         let bucket = Arc::new(TokenBucket::with_clock(quota, clock));
-        let handles: Vec<_> = plans
-            .iter()
-            .map(|ops| {
-                let bucket = bucket.clone();
-                thread::spawn(move || run(&bucket, ops))
-            })
-            .collect();
-        let results: Vec<(&[Op], Vec<Seen>)> = plans
-            .iter()
-            .copied()
-            .zip(handles.into_iter().map(|h| h.join().unwrap()))
-            .collect();
+        let results = run_plans(&bucket, plans, run);
         let available = bucket.available();
         let debt = with_debt.then(|| {
             let r = bucket

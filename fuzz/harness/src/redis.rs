@@ -9,7 +9,7 @@ use std::time::Duration;
 use ratebound::any::AnyClock;
 use ratebound::{KeyedAlgorithm, ManualClock};
 use ratebound_redis::{
-    Algorithm, Begin, CallOutcome, Config, Engine, OnError, ReserveBegin, Reserved, Source,
+    Begin, CallOutcome, Config, Engine, OnError, ReserveBegin, Reserved, Source,
 };
 
 use crate::Input;
@@ -49,10 +49,7 @@ fn is_failure(source: Source) -> bool {
 /// outcome from the input.
 pub fn redis_reply(data: &[u8]) {
     let mut input = Input::new(data);
-    let keyed = algorithm(&mut input);
-    let Ok(alg) = Algorithm::from_keyed(keyed) else {
-        return;
-    };
+    let alg = algorithm(&mut input);
     let mut config = Config::new(alg);
     config.on_error = match input.byte() % 3 {
         0 => OnError::Open,
@@ -66,7 +63,7 @@ pub fn redis_reply(data: &[u8]) {
         return;
     };
     let capacity = alg.capacity();
-    let bucket = matches!(keyed, KeyedAlgorithm::TokenBucket(_));
+    let bucket = matches!(alg, KeyedAlgorithm::TokenBucket(_));
     let mut doubles = Vec::new();
     for _ in 0..input.below(17) {
         if input.is_empty() {

@@ -483,7 +483,7 @@ pub(super) fn remote_policy(
         (Some(engine), None) => {
             let engine = ClassInstance::<crate::redis::RedisEngine>::from_unknown(engine)
                 .map_err(|_| wrong())?;
-            (RemoteKind::Redis, engine.engine.config().algorithm.keyed())
+            (RemoteKind::Redis, engine.engine.config().algorithm)
         }
         (None, Some(shared)) => {
             let shared = ClassInstance::<crate::shared::SharedKeyedLimiter>::from_unknown(shared)

@@ -197,10 +197,7 @@ impl Gate {
         // or a limit shared by the host's processes (shared memory).
         for (name, limiter) in remote.iter().flatten() {
             let (kind, algorithm) = if let Ok(engine) = limiter.cast::<RedisEngine_>() {
-                (
-                    RemoteKind::Redis,
-                    engine.get().inner.config().algorithm.keyed(),
-                )
+                (RemoteKind::Redis, engine.get().inner.config().algorithm)
             } else if let Ok(shared) = limiter.cast::<crate::shared::SharedKeyedLimiter>() {
                 (RemoteKind::Host, shared.get().algorithm())
             } else {

@@ -5,7 +5,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use ratebound::any;
 use std::time::Duration;
 
-use ratebound_redis::{Algorithm, Begin, Engine, ReserveBegin};
+use ratebound_redis::{Begin, Engine, ReserveBegin};
 
 use super::acquisition::{RedisAcquisition, step_tuple};
 use super::options::config;
@@ -67,8 +67,7 @@ impl RedisEngine {
         // The clock of the breaker's cool-down, the leases, the local share
         // and the waits: a `ManualClock` puts them on a test's virtual time.
         let clock = clock_of(clock)?;
-        let keyed = keyed_algorithm_of(py, algorithm, [rate, burst, limit, window])?;
-        let algorithm = Algorithm::from_keyed(keyed).or_py(py)?;
+        let algorithm = keyed_algorithm_of(py, algorithm, [rate, burst, limit, window])?;
         let numbers = [
             ("local_rate", local_rate),
             ("timeout", timeout),

@@ -45,7 +45,7 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     fn algorithm(&self) -> KeyedAlgorithm {
-        self.engine().config().algorithm.keyed()
+        self.engine().config().algorithm
     }
 
     fn check(&self, scope: &str, key: Key<'_>, n: u64) -> LimitCheck {

@@ -137,8 +137,8 @@ impl Config {
     /// # Examples
     /// ```
     /// use ratebound::{KeyedAlgorithm, Quota, gate::Loose};
-    /// use ratebound_redis::{Algorithm, Config};
-    /// let a = Algorithm::from_keyed(KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20")?))?;
+    /// use ratebound_redis::Config;
+    /// let a = KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20")?);
     /// let c = Config::from_options(a, &[("leaseTtl", Loose::Number(0.5)), ("lease", Loose::Number(10.0))])?;
     /// assert_eq!((c.lease, c.lease_ttl.as_millis()), (10, 500));
     /// let err = Config::from_options(a, &[("timeout", Loose::Number(0.0))]).unwrap_err();
@@ -211,7 +211,7 @@ impl Config {
 mod tests {
     use std::time::Duration;
 
-    use ratebound::{KeyedAlgorithm, Quota};
+    use ratebound::Quota;
 
     use super::*;
 
@@ -292,13 +292,5 @@ mod tests {
             assert_eq!(err.code(), code, "{name}: {err}");
             assert!(err.to_string().contains(text), "{name}: {err}");
         }
-        let sliding = Algorithm::from_keyed(KeyedAlgorithm::SlidingWindow {
-            limit: 5,
-            window: Duration::from_secs(1),
-        });
-        assert!(matches!(
-            sliding,
-            Ok(Algorithm::SlidingWindow { limit: 5, .. })
-        ));
     }
 }

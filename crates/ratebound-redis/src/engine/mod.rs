@@ -27,21 +27,19 @@ use std::time::Duration;
 use ratebound::any::{AnyClock, Fingerprint, Fingerprinter};
 use ratebound::{Clock, Error, KeyedAlgorithm, KeyedLimiter, Overflow, Quota};
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, InRedis, in_redis};
 use crate::breaker::Breaker;
 use crate::call::{Begin, Call, CallKind, CallOutcome, well_formed};
 use crate::config::{Config, OnError};
 use crate::decision::{RedisDecision, Source};
 use crate::health::{Health, Notice, Stats};
 use crate::lease::Lease;
-use crate::script::Script;
 
 /// The sans-I/O global limiter (see the module docs).
 pub struct Engine {
     pub(crate) config: Config,
-    script: &'static Script,
-    /// The script's fixed arguments after `now`, `n`, `mode`.
-    fixed: [String; 2],
+    /// The script, its fixed arguments and the key space's tag.
+    redis: InRedis,
     pub(crate) breaker: Breaker,
     pub(crate) leases: Mutex<HashMap<Vec<u8>, Lease>>,
     pub(crate) local: Option<KeyedLimiter<Fingerprint, AnyClock>>,
@@ -70,8 +68,9 @@ impl Engine {
     /// (Redis keeps µs); [`Error::InvalidWindow`] for a window under 1 µs or
     /// a sliding window whose `limit × window(µs)` exceeds 2^53 (the
     /// script's arithmetic would no longer be exact);
-    /// [`Error::Unsupported`] for leasing a sliding window;
-    /// [`Error::InvalidOption`] for a zero timeout.
+    /// [`Error::Unsupported`] for leasing a sliding window, or for an
+    /// algorithm Redis has no script for; [`Error::InvalidOption`] for a
+    /// zero timeout.
     pub fn new(config: Config) -> Result<Engine, Error> {
         Engine::with_clock(config, AnyClock::default())
     }
@@ -81,7 +80,7 @@ impl Engine {
     /// # Errors
     /// As [`new`](Self::new).
     pub fn with_clock(config: Config, clock: AnyClock) -> Result<Engine, Error> {
-        let (script, fixed) = config.algorithm.script_and_args()?;
+        let redis = in_redis(&config.algorithm)?;
         if config.lease > 0 && matches!(config.algorithm, Algorithm::SlidingWindow { .. }) {
             return Err(Error::Unsupported {
                 operation: "leasing",
@@ -116,8 +115,7 @@ impl Engine {
                 config.breaker_threshold.max(1),
                 u64::try_from(config.breaker_cooldown.as_nanos()).unwrap_or(u64::MAX),
             ),
-            script,
-            fixed,
+            redis,
             leases: Mutex::new(HashMap::new()),
             local,
             fingerprints: Fingerprinter::new(),
@@ -315,8 +313,8 @@ impl Engine {
         self.health.cause()
     }
 
-    /// The Redis key for `key`: the prefix, the algorithm's
-    /// [tag](Algorithm::tag), then `:` and the key —
+    /// The Redis key for `key`: the prefix, the algorithm's tag (its key
+    /// space: `tb`, `fw`, `sw`), then `:` and the key —
     /// `rb:tb:alice` for a token bucket, `rb:fw:alice` for a fixed window.
     /// Within a `scope` (a middleware's policy name, so that two policies
     /// of one middleware never share a key) the tag is followed by `@`, the
@@ -325,7 +323,7 @@ impl Engine {
     /// Redis key; every instance of one limiter gives the same one.
     pub fn redis_key(&self, scope: Option<&str>, key: &[u8]) -> Vec<u8> {
         let prefix = self.config.prefix.as_bytes();
-        let tag = self.config.algorithm.tag().as_bytes();
+        let tag = self.redis.tag.as_bytes();
         let extra = scope.map_or(0, |s| 1 + 3 * s.len());
         let mut k = Vec::with_capacity(prefix.len() + tag.len() + extra + 1 + key.len());
         k.extend_from_slice(prefix);
@@ -354,12 +352,12 @@ impl Engine {
         };
         let mode = kind.as_str();
         Call {
-            script: self.script,
+            script: self.redis.script,
             key,
             args: vec![
                 String::new(),
-                self.fixed[0].clone(),
-                self.fixed[1].clone(),
+                self.redis.fixed[0].clone(),
+                self.redis.fixed[1].clone(),
                 n.to_string(),
                 mode.to_string(),
                 max.to_string(),

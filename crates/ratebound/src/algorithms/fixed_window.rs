@@ -25,7 +25,7 @@ impl Fixed {
     }
 
     #[inline]
-    fn pack(self, index: u64, count: u64) -> u64 {
+    pub(super) fn pack(self, index: u64, count: u64) -> u64 {
         (index << self.bits) | count
     }
 
@@ -181,45 +181,4 @@ window_limiter! {
     /// needs `log2(2^61 / window)` bits beside the count's `log2(limit + 1)`:
     /// for a limit of 100 any window of 16 ns or more is fine).
     FixedWindow(Fixed), ""
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    fn fixed(limit: u64, window: u64) -> Fixed {
-        Fixed::new(limit, Duration::from_nanos(window), 64).unwrap()
-    }
-
-    #[test]
-    fn a_count_above_the_limit_leaves_none_and_never_wraps() {
-        // A limit of 5 takes 3 bits, so a word can say 7: a damaged shared
-        // file can hold one. It used to report 5 − 7 = 2^64 − 2 available.
-        let f = fixed(5, S);
-        let word = f.pack(3, 7);
-        let now = f.at(3 * S + 10);
-        assert_eq!(f.available(word, now), 0);
-        assert_eq!(f.admit(word, now, 1), None);
-        let refused = f.decision(word, now, 1, false);
-        assert_eq!(refused.remaining(), 0);
-        assert_eq!(refused.retry_after_nanos(), S - 10);
-        // The next window starts from zero as usual.
-        assert_eq!(f.available(word, f.at(4 * S)), 5);
-    }
-
-    #[test]
-    fn an_index_beyond_any_clock_saturates() {
-        // Limit 1, 1 s windows: 63 bits of index, far more than 2^61 ns of
-        // clock; `(index + 1) · window` of the largest one overflows u64.
-        let f = fixed(1, S);
-        let word = u64::MAX;
-        let now = f.at(5 * S);
-        assert_eq!(f.available(word, now), 0);
-        let refused = f.decision(word, now, 1, false);
-        assert_eq!(refused.remaining(), 0);
-        assert_eq!(refused.retry_after_nanos(), u64::MAX - 5 * S);
-        assert_eq!(f.idle(word, 5 * S), 0);
-    }
 }

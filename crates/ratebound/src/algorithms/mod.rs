@@ -9,6 +9,8 @@ use crate::clock::MAX_TIME_NANOS;
 use crate::quota::MAX_SPAN_NANOS;
 
 mod all_of;
+#[cfg(test)]
+mod damaged;
 mod fixed_window;
 pub(crate) mod gcra;
 mod leaky_bucket;

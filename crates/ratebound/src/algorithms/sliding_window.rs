@@ -41,7 +41,7 @@ impl Sliding {
     }
 
     #[inline]
-    fn pack(self, index: u64, previous: u64, current: u64) -> u64 {
+    pub(super) fn pack(self, index: u64, previous: u64, current: u64) -> u64 {
         (index << (2 * self.bits)) | (previous << self.bits) | current
     }
 
@@ -300,49 +300,4 @@ window_limiter! {
     /// # Errors
     /// As [`FixedWindow`](crate::FixedWindow), with two counts in the word.
     SlidingWindow(Sliding), "sliding "
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    fn sliding(limit: u64, window: u64) -> Sliding {
-        Sliding::new(limit, Duration::from_nanos(window), 64).unwrap()
-    }
-
-    #[test]
-    fn counts_above_the_limit_leave_none_and_never_wrap() {
-        // Limit 5 takes 3 bits per count: a damaged word can say 7 and 7.
-        let s = sliding(5, S);
-        let word = s.pack(3, 7, 7);
-        for now in [3 * S + 10, 4 * S + 10] {
-            let m = s.at(now);
-            assert_eq!(s.available(word, m), 0, "at {now}");
-            assert_eq!(s.admit(word, m, 1), None, "at {now}");
-            let refused = s.decision(word, m, 1, false);
-            assert_eq!(refused.remaining(), 0, "at {now}");
-            assert!(refused.retry_after_nanos() > 0, "at {now}");
-        }
-        // Two windows on, both counts have slid out.
-        assert_eq!(s.available(word, s.at(5 * S)), 5);
-    }
-
-    #[test]
-    fn an_index_beyond_any_clock_saturates() {
-        // Limit 1, 1 s windows: 62 bits of index; `index · window` of the
-        // largest one overflows u64.
-        let s = sliding(1, S);
-        let word = u64::MAX;
-        let now = S / 2;
-        let m = s.at(now);
-        assert_eq!(s.available(word, m), 0);
-        let refused = s.decision(word, m, 1, false);
-        assert_eq!(refused.remaining(), 0);
-        // (u64::MAX − now) + two windows' wait: saturated.
-        assert_eq!(refused.retry_after_nanos(), u64::MAX);
-        assert_eq!(refused.reset_after_nanos(), u64::MAX - now);
-        assert_eq!(s.idle(word, now), 0);
-    }
 }

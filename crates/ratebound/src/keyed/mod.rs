@@ -51,6 +51,27 @@ impl KeyedAlgorithm {
             KeyedAlgorithm::SlidingWindow { .. } => "sliding_window",
         }
     }
+
+    /// The most one key can take at once: a bucket's burst, a window's
+    /// limit.
+    pub fn capacity(&self) -> u64 {
+        match self {
+            KeyedAlgorithm::TokenBucket(q) => q.burst(),
+            KeyedAlgorithm::FixedWindow { limit, .. }
+            | KeyedAlgorithm::SlidingWindow { limit, .. } => *limit,
+        }
+    }
+
+    /// The average admitted per second over the long run.
+    pub fn rate(&self) -> f64 {
+        match self {
+            KeyedAlgorithm::TokenBucket(q) => 1e9 / q.emission_interval_nanos() as f64,
+            KeyedAlgorithm::FixedWindow { limit, window }
+            | KeyedAlgorithm::SlidingWindow { limit, window } => {
+                *limit as f64 / window.as_secs_f64()
+            }
+        }
+    }
 }
 
 /// What a [`KeyedLimiter`] at its `max_keys` cap does with a new key once no

@@ -15,25 +15,14 @@ fn model_check_counting(
         let clock = ManualClock::new();
         clock.set_nanos(10 * T + 7);
         let limiter: Arc<Box<dyn Limiter>> = Arc::new(make(clock));
-        let handles: Vec<_> = plans
-            .iter()
-            .map(|ops| {
-                let limiter = limiter.clone();
-                thread::spawn(move || {
-                    ops.iter()
-                        .map(|op| match *op {
-                            Op::Check(n) => limiter.check_n(n).map_or(Seen::TooMany, seen),
-                            other => panic!("{other:?} is for token buckets"),
-                        })
-                        .collect::<Vec<_>>()
+        let results = run_plans(&limiter, plans, |limiter, ops| {
+            ops.iter()
+                .map(|op| match *op {
+                    Op::Check(n) => limiter.check_n(n).map_or(Seen::TooMany, seen),
+                    other => panic!("{other:?} is for token buckets"),
                 })
-            })
-            .collect();
-        let results: Vec<(&[Op], Vec<Seen>)> = plans
-            .iter()
-            .copied()
-            .zip(handles.into_iter().map(|h| h.join().unwrap()))
-            .collect();
+                .collect()
+        });
         let available = limiter.available();
         assert!(
             linearizable(limit, &results, available),
