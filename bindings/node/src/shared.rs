@@ -19,7 +19,10 @@ use crate::limiters::{
 
 /// A wait step for JavaScript (see `limiters::step_to_js`), from a shared
 /// limiter.
-fn shm_step(env: &Env, step: std::result::Result<any::Wait, ShmError>) -> Result<Vec<f64>> {
+fn shm_step(
+    env: &Env,
+    step: std::result::Result<ratebound::wait::Step, ShmError>,
+) -> Result<Vec<f64>> {
     step_to_js(
         env,
         step,

@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use ratebound::any::{self, AnyKeyed, AnyLimiter, Wait};
+use ratebound::any::{self, AnyKeyed, AnyLimiter};
+use ratebound::wait::{Step, drive_blocking_with};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
-use crate::convert::{nanos_to_secs, opt_number, with_key};
+use crate::convert::{opt_number, with_key};
 use crate::error::OrPy;
 use crate::shared::OrShm;
 
@@ -68,7 +69,7 @@ impl Waiter {
         })
     }
 
-    fn next(&self, py: Python<'_>) -> PyResult<Wait> {
+    fn next(&self, py: Python<'_>) -> PyResult<Step> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match &self.source {
             Source::Limiter(l) => l.wait_step(&mut state).or_py(py),
@@ -95,20 +96,20 @@ impl Waiter {
         }
     }
 
-    /// Steps and sleeps (GIL released) until done; gives back what it holds
-    /// if a signal handler raises during a sleep.
+    /// Steps and sleeps (GIL released) until done, with the core's loop;
+    /// gives back what it holds if a signal handler raises during a sleep.
     pub(crate) fn run_blocking(&self, py: Python<'_>) -> PyResult<()> {
-        loop {
-            match self.next(py)? {
-                Wait::Done => return Ok(()),
-                Wait::Sleep(nanos) => {
-                    if let Err(e) = sleep_released(py, nanos) {
-                        self.give_up(py)?;
-                        return Err(e);
-                    }
-                }
-            }
-        }
+        drive_blocking_with(
+            &mut (),
+            |_| self.next(py),
+            |_, never| match never {},
+            |d| {
+                sleep_released(py, d).or_else(|e| {
+                    self.give_up(py)?;
+                    Err(e)
+                })
+            },
+        )
     }
 }
 
@@ -119,8 +120,8 @@ impl Waiter {
     /// again, or `("done", None)`: the tokens are taken.
     fn step(&self, py: Python<'_>) -> PyResult<(&'static str, Option<f64>)> {
         Ok(match self.next(py)? {
-            Wait::Done => ("done", None),
-            Wait::Sleep(nanos) => ("sleep", Some(nanos_to_secs(nanos))),
+            Step::Done(()) => ("done", None),
+            Step::Sleep(d) => ("sleep", Some(d.as_secs_f64())),
         })
     }
 
@@ -130,10 +131,9 @@ impl Waiter {
     }
 }
 
-/// Sleeps `nanos` with the GIL released, waking every 50 ms to let Python
+/// Sleeps `left` with the GIL released, waking every 50 ms to let Python
 /// handle signals (Ctrl-C raises here).
-fn sleep_released(py: Python<'_>, nanos: u64) -> PyResult<()> {
-    let mut left = Duration::from_nanos(nanos);
+fn sleep_released(py: Python<'_>, mut left: Duration) -> PyResult<()> {
     while !left.is_zero() {
         let chunk = left.min(Duration::from_millis(50));
         py.detach(|| std::thread::sleep(chunk));

@@ -17,8 +17,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ratebound::outbound::Outbound;
+use ratebound::wait::drive_blocking;
 use ratebound::{KeyedAlgorithm, Quota, TokenBucket};
-use ratebound_redis::{Algorithm, CallOutcome, Config, Engine, OnError, Step};
+use ratebound_redis::{Algorithm, CallOutcome, Config, Engine, OnError};
 use ratebound_shm::SharedLimiter;
 
 use crate::CliError;
@@ -189,17 +190,19 @@ impl Limit {
             },
             Limit::Redis(engine, conn) => {
                 let mut a = engine.acquire(None, KEY, 1, Some(left))?;
-                loop {
-                    match engine.acquire_step(&mut a) {
-                        Ok(Step::Done(_)) => return Ok(true),
-                        Ok(Step::Sleep(d)) => thread::sleep(d),
-                        Ok(Step::Call(call)) => {
-                            let reply = run(conn, &call);
-                            engine.acquire_reply(&mut a, outcome(&reply));
-                        }
-                        Err(ratebound::Error::DeadlineExceeded { .. }) => return Ok(false),
-                        Err(e) => return Err(e.into()),
-                    }
+                let done = drive_blocking(
+                    &mut a,
+                    |a| engine.acquire_step(a),
+                    |a, call| {
+                        let reply = run(conn, &call);
+                        engine.acquire_reply(a, outcome(&reply));
+                        Ok(())
+                    },
+                );
+                match done {
+                    Ok(_) => Ok(true),
+                    Err(ratebound::Error::DeadlineExceeded { .. }) => Ok(false),
+                    Err(e) => Err(e.into()),
                 }
             }
         }

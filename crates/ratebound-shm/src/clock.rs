@@ -20,6 +20,10 @@ impl Clock for SystemClock {
     }
 }
 
+/// The longest single sleep of an async wait (it steps again after it).
+#[cfg(feature = "tokio")]
+pub(crate) const ASYNC_MAX_SLEEP_NANOS: u64 = 3_600_000_000_000;
+
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

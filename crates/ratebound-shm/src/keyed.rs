@@ -6,21 +6,21 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratebound::any::{Acquire, Key, Wait, Waiter};
+use ratebound::any::{Acquire, Key, Waiter};
 use ratebound::pause;
+use ratebound::wait::{Step, drive_blocking};
 use ratebound::{Clock, Decision, KeyedAlgorithm, Resumed};
 
 // For the docs' links to the single limiter's methods.
 #[cfg(doc)]
 use crate::SharedLimiter;
+#[cfg(feature = "tokio")]
+use crate::clock::ASYNC_MAX_SLEEP_NANOS;
 use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_KEYED;
 use crate::sync::{AtomicU64, Ordering};
 use crate::table::{Table, table_methods};
-use crate::wait::drive;
-#[cfg(feature = "tokio")]
-use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
 
 /// The room for keys a shared-memory keyed table gets when none is asked
 /// for (the Python and Node constructors' default). Smaller than an
@@ -464,7 +464,7 @@ impl SharedKeyedLimiter {
     /// # Errors
     /// As [`SharedLimiter::wait_step`]; `TooManyKeys` when the key has no
     /// slot.
-    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Wait, Error> {
+    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Step, Error> {
         let fp = self.fingerprint_of(key);
         let now = self.clock.now();
         let t = &self.table;
@@ -538,7 +538,11 @@ impl SharedKeyedLimiter {
     /// As [`wait_step`](Self::wait_step).
     pub fn acquire_n(&self, key: Key<'_>, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
         let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
-        drive(&mut waiter, |w| self.wait_step(w, key))
+        drive_blocking(
+            &mut waiter,
+            |w| self.wait_step(w, key),
+            |_, never| match never {},
+        )
     }
 
     /// [`acquire_n`](Self::acquire_n) without blocking the thread (feature
@@ -554,14 +558,15 @@ impl SharedKeyedLimiter {
         n: u64,
         timeout: Option<Duration>,
     ) -> Result<(), Error> {
-        let pending = Pending {
-            waiter: Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS),
-            abandon: |w: &mut Waiter| {
+        let waiter = Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS);
+        ratebound::wait::drive(
+            waiter,
+            |w| self.wait_step(w, key),
+            |w| {
                 let _ = self.abandon(w, key);
             },
-            over: false,
-        };
-        drive_async(pending, |w| self.wait_step(w, key)).await
+        )
+        .await
     }
 
     /// How many `key` could take now (the full limit if it has no slot).

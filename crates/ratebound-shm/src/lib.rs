@@ -77,7 +77,6 @@ mod model;
 mod single;
 mod sync;
 mod table;
-mod wait;
 
 pub use clock::SystemClock;
 pub use error::Error;

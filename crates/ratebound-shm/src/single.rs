@@ -4,17 +4,17 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratebound::any::{Wait, Waiter};
+use ratebound::any::Waiter;
+use ratebound::wait::{Step, drive_blocking};
 use ratebound::{Clock, Decision, KeyedAlgorithm, Permit, Resumed};
 
+#[cfg(feature = "tokio")]
+use crate::clock::ASYNC_MAX_SLEEP_NANOS;
 use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_SINGLE;
 use crate::sync::Ordering;
 use crate::table::{Table, table_methods};
-use crate::wait::drive;
-#[cfg(feature = "tokio")]
-use crate::wait::{ASYNC_MAX_SLEEP_NANOS, Pending, drive_async};
 
 /// One limit shared by every process that opens the same file.
 pub struct SharedLimiter {
@@ -248,7 +248,7 @@ impl SharedLimiter {
         Ok(t.rule.resume_at(t.state(0), t.pause(0), now)?)
     }
 
-    /// Advances `waiter` now: [`Wait::Done`] or how long to sleep. A token
+    /// Advances `waiter` now: [`Step::Done`] or how long to sleep. A token
     /// bucket reserves on the shared word at the first step (one order for
     /// every process); a window says to sleep its exact `retry_after` and
     /// decides again.
@@ -257,7 +257,7 @@ impl SharedLimiter {
     /// [`Error::Limit`] with `DeadlineExceeded` at once, taking nothing,
     /// when the wait would end after the deadline; `InsufficientCapacity`
     /// when `n` exceeds the limit.
-    pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Wait, Error> {
+    pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Step, Error> {
         let (rule, word) = (&self.table.rule, self.table.state(0));
         // Read before the step reserves (see `Waiter::step_paused`).
         let shifted = self.table.pause(0).shifted();
@@ -310,7 +310,11 @@ impl SharedLimiter {
     /// As [`wait_step`](Self::wait_step).
     pub fn acquire_n(&self, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
         let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
-        drive(&mut waiter, |w| self.wait_step(w))
+        drive_blocking(
+            &mut waiter,
+            |w| self.wait_step(w),
+            |_, never| match never {},
+        )
     }
 
     /// [`acquire_n`](Self::acquire_n) without blocking the thread (feature
@@ -321,14 +325,15 @@ impl SharedLimiter {
     /// As [`acquire_n`](Self::acquire_n).
     #[cfg(feature = "tokio")]
     pub async fn acquire(&self, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
-        let pending = Pending {
-            waiter: Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS),
-            abandon: |w: &mut Waiter| {
+        let waiter = Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS);
+        ratebound::wait::drive(
+            waiter,
+            |w| self.wait_step(w),
+            |w| {
                 let _ = self.abandon(w);
             },
-            over: false,
-        };
-        drive_async(pending, |w| self.wait_step(w)).await
+        )
+        .await
     }
 
     /// How many could be taken now.

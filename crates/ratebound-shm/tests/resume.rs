@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::{bucket, fixed_window};
 use ratebound::Resumed;
-use ratebound::any::{Key, Wait};
+use ratebound::any::Key;
+use ratebound::wait::Step;
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter};
 
 const MS: u64 = 1_000_000;
@@ -121,7 +122,7 @@ fn keyed_resume_lifts_one_key_and_claims_no_slot() {
     let mut w = k.waiter(1, Some(60.0), u64::MAX).expect("waiter");
     assert!(matches!(
         k.wait_step(&mut w, Key::Text("bob")).expect("step"),
-        Wait::Sleep(_)
+        Step::Sleep(_)
     ));
     assert_eq!(
         other

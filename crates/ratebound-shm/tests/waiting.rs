@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::{bucket, fixed_window};
 use ratebound::KeyedAlgorithm;
-use ratebound::any::{Key, Wait};
+use ratebound::any::Key;
+use ratebound::wait::Step;
 use ratebound_shm::{Error, SharedKeyedLimiter, SharedLimiter};
 
 const MS: u64 = 1_000_000;
@@ -135,7 +136,7 @@ fn kill_dash_nine_of_a_waiting_process_loses_only_its_own_reservation() {
         let l = SharedLimiter::open(var("RB_PATH"), bucket(quota)).expect("open");
         let mut w = l.waiter(5, None, u64::MAX).expect("waiter");
         // The first step reserves on the shared word.
-        assert!(matches!(l.wait_step(&mut w), Ok(Wait::Sleep(_))));
+        assert!(matches!(l.wait_step(&mut w), Ok(Step::Sleep(_))));
         println!("reserved");
         std::thread::sleep(Duration::from_secs(60));
         return;
@@ -170,7 +171,7 @@ fn kill_dash_nine_of_a_waiting_process_loses_only_its_own_reservation() {
     // A waiter that gives up (rather than being killed) gives its tokens
     // back: the same reservation is due at the same time again.
     let mut w = l.waiter(2, None, u64::MAX).expect("waiter");
-    assert!(matches!(l.wait_step(&mut w), Ok(Wait::Sleep(_))));
+    assert!(matches!(l.wait_step(&mut w), Ok(Step::Sleep(_))));
     l.abandon(&mut w).expect("abandon");
     let t2 = l.now();
     let r = l
@@ -534,11 +535,11 @@ async fn async_acquire_waits_and_a_dropped_wait_gives_back() {
     let step = k.wait_step(&mut w, Key::Int(7)).expect("step");
     let judged = (s0, k.now());
     match step {
-        Wait::Sleep(ns) => assert!(
-            meets(burst, 2, judged, ns),
-            "the dropped wait's slot came back: {ns} ns"
+        Step::Sleep(d) => assert!(
+            meets(burst, 2, judged, d.as_nanos() as u64),
+            "the dropped wait's slot came back: {d:?}"
         ),
-        Wait::Done => panic!("the burst is spent"),
+        Step::Done(()) => panic!("the burst is spent"),
     }
     k.abandon(&mut w, Key::Int(7)).expect("give back");
 }

@@ -117,7 +117,8 @@
 //! # Features
 //!
 //! - `tokio`: `until_ready`, `until_n_ready` and `wait_n`, which sleep on
-//!   tokio's timer and give tokens back if the future is dropped; and
+//!   tokio's timer and give tokens back if the future is dropped;
+//!   `wait::drive`, the async loop of every wait's steps; and
 //!   `KeyedLimiter::spawn_cleanup`, an optional interval cleanup; and
 //!   `TokioClock`, a clock over tokio's (in tests, paused) time.
 
@@ -139,7 +140,8 @@ pub mod pause;
 mod quota;
 mod sync;
 #[cfg(feature = "tokio")]
-mod wait;
+mod tokio_wait;
+pub mod wait;
 
 pub use algorithms::{
     AllOf, FixedWindow, LeakyBucket, MAX_LOG_LIMIT, MAX_WINDOW_LIMIT, SlidingLog, SlidingWindow,
@@ -154,7 +156,7 @@ pub use limiter::{Limiter, Permit, Reservation};
 pub use pause::Resumed;
 pub use quota::{MAX_SPAN_NANOS, Quota};
 #[cfg(feature = "tokio")]
-pub use wait::{CleanupTask, TokioClock};
+pub use tokio_wait::{CleanupTask, TokioClock};
 
 /// The examples of the READMEs and docs/, compiled and run as doctests.
 #[cfg(doctest)]

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebound::any::{
-    Acquire, AnyClock, AnyKeyed, AnyLimiter, Key, MANUAL_POLL_NANOS, Rate, Wait, keyed_algorithm,
+    Acquire, AnyClock, AnyKeyed, AnyLimiter, Key, MANUAL_POLL_NANOS, Rate, keyed_algorithm,
     seconds, whole,
 };
+use ratebound::wait::{Step, drive_blocking_with};
 use ratebound::{Error, Limiter, ManualClock, Overflow, Quota};
 
 const SECOND: u64 = 1_000_000_000;
@@ -235,19 +236,28 @@ const DAY: u64 = 86_400 * SECOND;
 /// Node's timer limit, 2^31 − 1 ms, in nanoseconds.
 const NODE_TIMER: u64 = ((1 << 31) - 1) * 1_000_000;
 
-/// Drives `waiter` the way a binding does, except that each sleep moves the
-/// manual clock instead of waiting: the clock time at which it says done.
-fn drive_on(clock: &ManualClock, mut step: impl FnMut() -> Result<Wait, Error>) -> u64 {
-    for _ in 0..100_000 {
-        match step().expect("step") {
-            Wait::Done => return ratebound::Clock::now(clock),
-            Wait::Sleep(nanos) => {
-                assert!((1..=NODE_TIMER).contains(&nanos), "sleep {nanos}");
-                clock.advance_nanos(nanos);
-            }
-        }
-    }
-    panic!("no end after 100000 steps");
+/// Drives `waiter` with the core's loop the way a binding does, except that
+/// each sleep moves the manual clock instead of waiting: the clock time at
+/// which it says done.
+fn drive_on(clock: &ManualClock, mut step: impl FnMut() -> Result<Step, Error>) -> u64 {
+    let mut sleeps = 0;
+    drive_blocking_with(
+        &mut (),
+        |_| step(),
+        |_, never| match never {},
+        |d| {
+            assert!(
+                d >= Duration::from_nanos(1) && d <= Duration::from_nanos(NODE_TIMER),
+                "sleep {d:?}"
+            );
+            sleeps += 1;
+            assert!(sleeps <= 100_000, "no end after 100000 sleeps");
+            clock.advance(d);
+            Ok(())
+        },
+    )
+    .expect("step");
+    ratebound::Clock::now(clock)
 }
 
 #[test]
@@ -266,12 +276,12 @@ fn a_thirty_day_wait_is_never_done_early() {
     // On a manual clock the waiter looks again every millisecond.
     assert_eq!(
         tb.wait_step(&mut waiter).unwrap(),
-        Wait::Sleep(MANUAL_POLL_NANOS)
+        Step::Sleep(Duration::from_nanos(MANUAL_POLL_NANOS))
     );
     clock.advance_nanos(30 * DAY - 2 * MANUAL_POLL_NANOS);
     assert_eq!(
         tb.wait_step(&mut waiter).unwrap(),
-        Wait::Sleep(MANUAL_POLL_NANOS)
+        Step::Sleep(Duration::from_nanos(MANUAL_POLL_NANOS))
     );
     let done_at = drive_on(&clock, || tb.wait_step(&mut waiter));
     assert_eq!(done_at, 30 * DAY, "done exactly when due");
@@ -288,8 +298,11 @@ fn a_waiter_on_the_real_clock_sleeps_in_host_timer_pieces() {
     assert!(tb.try_acquire());
     let mut waiter = tb.waiter(1, None, NODE_TIMER).unwrap();
     match tb.wait_step(&mut waiter).unwrap() {
-        Wait::Sleep(n) => assert!(n > 900_000_000 && n <= SECOND, "{n}"),
-        Wait::Done => panic!("done before its token"),
+        Step::Sleep(d) => assert!(
+            d > Duration::from_millis(900) && d <= Duration::from_nanos(SECOND),
+            "{d:?}"
+        ),
+        Step::Done(()) => panic!("done before its token"),
     }
     tb.abandon(&mut waiter).unwrap();
     assert!(waiter.is_over());
@@ -304,7 +317,7 @@ fn a_waiter_on_the_real_clock_sleeps_in_host_timer_pieces() {
     let mut waiter = slow_any.waiter(1, None, NODE_TIMER).unwrap();
     assert_eq!(
         slow_any.wait_step(&mut waiter).unwrap(),
-        Wait::Sleep(NODE_TIMER)
+        Step::Sleep(Duration::from_nanos(NODE_TIMER))
     );
     assert_eq!(
         drive_on(&clock, || slow_any.wait_step(&mut waiter)),
@@ -318,7 +331,7 @@ fn an_abandoned_wait_gives_its_tokens_back_once() {
     let tb = AnyLimiter::token_bucket(Rate::Text("1/s"), None, any_clock).unwrap();
     assert!(tb.try_acquire());
     let mut waiter = tb.waiter(1, None, u64::MAX).unwrap();
-    assert!(matches!(tb.wait_step(&mut waiter).unwrap(), Wait::Sleep(_)));
+    assert!(matches!(tb.wait_step(&mut waiter).unwrap(), Step::Sleep(_)));
     assert_eq!(
         tb.peek_n_at(1, tb.now()).unwrap().retry_after(),
         Duration::from_secs(2)
@@ -330,7 +343,7 @@ fn an_abandoned_wait_gives_its_tokens_back_once() {
     );
     // Twice, or stepping after abandoning, changes nothing.
     tb.abandon(&mut waiter).unwrap();
-    assert_eq!(tb.wait_step(&mut waiter).unwrap(), Wait::Done);
+    assert_eq!(tb.wait_step(&mut waiter).unwrap(), Step::Done(()));
     assert_eq!(
         tb.peek_n_at(1, tb.now()).unwrap().retry_after(),
         Duration::from_secs(1)
@@ -343,7 +356,7 @@ fn an_abandoned_wait_gives_its_tokens_back_once() {
     let mut theirs = other.waiter(1, None, u64::MAX).unwrap();
     assert!(matches!(
         other.wait_step(&mut theirs).unwrap(),
-        Wait::Sleep(_)
+        Step::Sleep(_)
     ));
     assert!(matches!(tb.abandon(&mut theirs), Err(Error::ForeignPermit)));
 }

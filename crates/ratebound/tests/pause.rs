@@ -5,7 +5,8 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use ratebound::any::{Acquire, AnyClock, AnyKeyed, AnyLimiter, Key, Rate, Wait, Waiter};
+use ratebound::any::{Acquire, AnyClock, AnyKeyed, AnyLimiter, Key, Rate, Waiter};
+use ratebound::wait::Step;
 use ratebound::{
     Error, KeyedAlgorithm, KeyedLimiter, Limiter, ManualClock, Overflow, Quota, TokenBucket,
     WordRule,
@@ -110,7 +111,7 @@ fn waiters_holding_reservations_move_past_a_later_pause_in_their_order() {
         .map(|_| tb.waiter(1, None, u64::MAX).expect("waiter"))
         .collect();
     for w in &mut waiters {
-        assert!(matches!(tb.wait_step(w), Ok(Wait::Sleep(_))));
+        assert!(matches!(tb.wait_step(w), Ok(Step::Sleep(_))));
     }
     // At 50 ms a partner says: not for 1 s.
     clock.advance_nanos(50 * MS);
@@ -123,7 +124,7 @@ fn waiters_holding_reservations_move_past_a_later_pause_in_their_order() {
         t += MS;
         clock.set_nanos(t);
         for (i, w) in waiters.iter_mut().enumerate() {
-            if !w.is_over() && tb.wait_step(w).expect("step") == Wait::Done {
+            if !w.is_over() && tb.wait_step(w).expect("step") == Step::Done(()) {
                 done_at.push((i, t));
             }
         }
@@ -144,10 +145,10 @@ fn an_abandoned_moved_waiter_gives_back_its_moved_slot_never_into_the_pause() {
     let (clock, tb) = ten_a_second();
     assert!(tb.try_acquire());
     let mut w = tb.waiter(1, None, u64::MAX).expect("waiter");
-    assert!(matches!(tb.wait_step(&mut w), Ok(Wait::Sleep(_))));
+    assert!(matches!(tb.wait_step(&mut w), Ok(Step::Sleep(_))));
     tb.pause(1.0).expect("pause");
     clock.advance_nanos(100 * MS);
-    assert!(matches!(tb.wait_step(&mut w), Ok(Wait::Sleep(_))), "moved");
+    assert!(matches!(tb.wait_step(&mut w), Ok(Step::Sleep(_))), "moved");
     tb.abandon(&mut w).expect("abandon");
     // Its slot (1.1 s) came back, but nothing inside the pause did: the
     // next waiter is due when the pause ends plus one period.
@@ -168,11 +169,14 @@ fn a_waiter_after_a_pause_sleeps_past_it() {
         "deadline_exceeded"
     );
     let mut w = tb.waiter(1, Some(0.6), u64::MAX).expect("waiter");
-    assert!(matches!(tb.wait_step(&mut w), Ok(Wait::Sleep(_))));
+    assert!(matches!(tb.wait_step(&mut w), Ok(Step::Sleep(_))));
     clock.advance_nanos(600 * MS - 1);
-    assert!(matches!(tb.wait_step(&mut w), Ok(Wait::Sleep(1))));
+    assert_eq!(
+        tb.wait_step(&mut w).expect("step"),
+        Step::Sleep(Duration::from_nanos(1))
+    );
     clock.advance_nanos(1);
-    assert_eq!(tb.wait_step(&mut w).expect("step"), Wait::Done);
+    assert_eq!(tb.wait_step(&mut w).expect("step"), Step::Done(()));
 }
 
 #[test]
@@ -307,14 +311,14 @@ fn a_word_rule_drives_a_waiter_on_a_word_it_does_not_own() {
             rule.acquire_step(&word, n, d, now, 7).map(|(s, _)| s)
         })
         .expect("step");
-    assert_eq!(step, Wait::Done);
+    assert_eq!(step, Step::Done(()));
     let mut second = Waiter::start(1, Some(Duration::from_secs(1)), now, u64::MAX);
     let step = second
         .step(now, |n, d| {
             rule.acquire_step(&word, n, d, now, 7).map(|(s, _)| s)
         })
         .expect("step");
-    assert_eq!(step, Wait::Sleep(100 * MS));
+    assert_eq!(step, Step::Sleep(Duration::from_nanos(100 * MS)));
     // Given back: the next waiter gets the same slot.
     let permit = second.abandon().expect("held");
     assert!(matches!(
@@ -348,7 +352,7 @@ fn a_word_rule_drives_a_waiter_on_a_word_it_does_not_own() {
             rule.acquire_step(&word, n, d, now, 7).map(|(s, _)| s)
         })
         .expect("step");
-    assert_eq!(step, Wait::Sleep(200 * MS));
+    assert_eq!(step, Step::Sleep(Duration::from_nanos(200 * MS)));
     assert_eq!(rule.pause_at(&word, words, S, now).expect("pause"), Some(S));
     assert_eq!(rule.pause_at(&word, words, S, now).expect("pause"), None);
     assert_eq!(rule.available(state(), now + S + 200 * MS), 0);
@@ -357,7 +361,7 @@ fn a_word_rule_drives_a_waiter_on_a_word_it_does_not_own() {
     let step = third
         .step_paused(at, words.shifted(), |_, _| unreachable!("held"))
         .expect("step");
-    assert_eq!(step, Wait::Sleep(S));
+    assert_eq!(step, Step::Sleep(Duration::from_nanos(S)));
     // A window's rule refuses.
     let w = WordRule::new(KeyedAlgorithm::FixedWindow {
         limit: 1,

@@ -6,6 +6,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::any;
+use ratebound::wait::Step;
 
 use crate::error::OrThrow;
 
@@ -53,13 +54,13 @@ pub mod step {
 /// thrown.
 pub fn step_to_js<E>(
     env: &Env,
-    step: std::result::Result<any::Wait, E>,
+    step: std::result::Result<Step, E>,
     exceeded: impl FnOnce(&E) -> Option<std::time::Duration>,
     throw: impl FnOnce(&Env, E) -> Error,
 ) -> Result<Vec<f64>> {
     match step {
-        Ok(any::Wait::Done) => Ok(vec![step::DONE]),
-        Ok(any::Wait::Sleep(nanos)) => Ok(vec![step::SLEEP, nanos as f64 / 1e9]),
+        Ok(Step::Done(())) => Ok(vec![step::DONE]),
+        Ok(Step::Sleep(d)) => Ok(vec![step::SLEEP, d.as_secs_f64()]),
         Err(e) => match exceeded(&e) {
             Some(wait) => Ok(vec![step::EXCEEDED, wait.as_secs_f64()]),
             None => Err(throw(env, e)),
@@ -68,7 +69,7 @@ pub fn step_to_js<E>(
 }
 
 /// A local limiter's wait step (see [`step_to_js`]).
-pub fn core_step(env: &Env, step: std::result::Result<any::Wait, CoreError>) -> Result<Vec<f64>> {
+pub fn core_step(env: &Env, step: std::result::Result<Step, CoreError>) -> Result<Vec<f64>> {
     step_to_js(
         env,
         step,

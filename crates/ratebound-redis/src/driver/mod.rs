@@ -14,7 +14,7 @@ pub(crate) mod sentinel;
 use listener::{Listener, listen};
 pub use pump::Pump;
 pub use reservation::RedisReservation;
-use reservation::{Flight, GiveBackOnDrop};
+use reservation::{Flight, give_back_later};
 
 use std::any::TypeId;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::plan::{Answer, Tuning};
 use crate::{
-    Algorithm, Begin, Call, Config, Engine, RedisDecision, ReserveBegin, Reserved, Source, Step,
+    Algorithm, Begin, Call, Config, Engine, RedisDecision, ReserveBegin, Reserved, Source,
 };
 
 /// A global limit in Redis: every instance that checks the same key with
@@ -340,28 +340,25 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         timeout: Option<Duration>,
     ) -> Result<Source, Error> {
         let a = self.engine.acquire(None, key.as_ref(), n, timeout)?;
-        let mut held = GiveBackOnDrop {
-            limiter: self.clone(),
-            a: Some(a),
-        };
-        loop {
-            let Some(a) = held.a.as_mut() else {
-                return Ok(Source::Redis);
-            };
-            match self.engine.acquire_step(a)? {
-                Step::Done(source) => {
-                    held.a = None;
-                    return Ok(source);
+        ratebound::wait::drive_calls(
+            a,
+            |a| self.engine.acquire_step(a),
+            |call| self.run_owned(Arc::new(call)),
+            |a, answer| {
+                self.engine.misconfigured(&answer.outcome())?;
+                self.engine.acquire_reply(a, answer.outcome());
+                self.tell();
+                Ok(())
+            },
+            |a| {
+                // Dropped while it holds reserved tokens (the caller's
+                // future was dropped): given back from a spawned task.
+                if let Some(call) = self.engine.acquire_abandon(a) {
+                    give_back_later(self.clone(), call);
                 }
-                Step::Sleep(d) => tokio::time::sleep(d).await,
-                Step::Call(call) => {
-                    let answer = self.run_owned(Arc::new(call)).await;
-                    self.engine.misconfigured(&answer.outcome())?;
-                    self.engine.acquire_reply(a, answer.outcome());
-                    self.tell();
-                }
-            }
-        }
+            },
+        )
+        .await
     }
 
     /// Reserves `n` tokens for `key` if they are due within `max_wait`:

@@ -1,5 +1,6 @@
-//! Reservations and acquisitions in flight: what gives their tokens back
-//! when the caller goes away.
+//! Reservations and reservation calls in flight: what gives their tokens
+//! back when the caller goes away (an acquisition's wait gives back through
+//! `ratebound::wait::drive_calls`' `abandon`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,24 +9,7 @@ use redis::aio::ConnectionLike;
 
 use super::RedisLimiter;
 use crate::plan::Answer;
-use crate::{Acquisition, Call, Source};
-
-/// An acquisition in progress: dropped while it holds reserved tokens (the
-/// caller's future was dropped), it gives them back from a spawned task.
-pub(super) struct GiveBackOnDrop<C: ConnectionLike + Clone + Send + Sync + 'static> {
-    pub(super) limiter: RedisLimiter<C>,
-    pub(super) a: Option<Acquisition>,
-}
-
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for GiveBackOnDrop<C> {
-    fn drop(&mut self) {
-        if let Some(mut a) = self.a.take()
-            && let Some(call) = self.limiter.engine.acquire_abandon(&mut a)
-        {
-            give_back_later(self.limiter.clone(), call);
-        }
-    }
-}
+use crate::{Call, Source};
 
 /// A reservation's call in flight on its own task (see
 /// [`RedisLimiter::run_owned`]): dropped before its answer was taken, it

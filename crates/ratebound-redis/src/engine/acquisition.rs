@@ -267,16 +267,13 @@ impl Slot {
     }
 }
 
-/// What an [`Acquisition`] does next.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Run this call and hand its outcome to [`Engine::acquire_reply`].
-    Call(Call),
-    /// Sleep this long, then step again.
-    Sleep(Duration),
-    /// The tokens are the caller's (the path that answered).
-    Done(Source),
-}
+/// What an [`Acquisition`] does next: the core's one step type
+/// ([`ratebound::wait::Step`]) — `Call(call)`: run it and hand its outcome
+/// to [`Engine::acquire_reply`]; `Sleep(d)`: sleep, then step again;
+/// `Done(source)`: the tokens are the caller's (the path that answered).
+/// [`ratebound::wait::drive_blocking`] runs it (and, with tokio,
+/// `ratebound::wait::drive_calls`).
+pub type Step = ratebound::wait::Step<Call, Source>;
 
 #[derive(Clone, Debug)]
 enum State {

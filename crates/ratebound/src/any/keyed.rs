@@ -6,8 +6,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::numbers::{MAX_EXACT, Rate, quota, window_args};
-use super::{Acquire, AnyClock, Wait, Waiter};
+use super::{Acquire, AnyClock, Waiter};
 use crate::error::show;
+use crate::wait::Step;
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, Overflow};
 
 /// A key as a dynamic language gives it. The three kinds never collide:
@@ -297,7 +298,7 @@ impl AnyKeyed {
     ///
     /// # Errors
     /// As [`acquire_step`](Self::acquire_step).
-    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Wait, Error> {
+    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Step, Error> {
         let now = self.now();
         waiter.step(now, |n, deadline| self.acquire_step(key, n, deadline, now))
     }

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::AnyClock;
+use super::Waiter;
 use super::numbers::{Rate, quota, seconds, window_args};
-use super::{Wait, Waiter};
 use crate::limiter::Acquire;
+use crate::wait::Step;
 use crate::{
     AllOf, Decision, Error, FixedWindow, LeakyBucket, Limiter, Permit, Quota, SlidingLog,
     SlidingWindow, TokenBucket,
@@ -222,13 +223,13 @@ impl AnyLimiter {
         Waiter::new(n, timeout, self.now(), host_max_sleep.min(self.max_sleep()))
     }
 
-    /// Advances `waiter` at the clock's time: [`Wait::Done`] or how long to
+    /// Advances `waiter` at the clock's time: [`Step::Done`] or how long to
     /// sleep before the next step.
     ///
     /// # Errors
     /// As [`acquire_step`](Self::acquire_step), on the first step (or a
     /// window's retries): the deadline cannot be met, or `n` never can.
-    pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Wait, Error> {
+    pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Step, Error> {
         // Read before the step reserves (see `Waiter::step_paused`).
         let shifted = match self {
             AnyLimiter::TokenBucket(b) => b.pause_shifted(),

@@ -53,4 +53,4 @@ pub use numbers::{
     DEFAULT_IPV6_PREFIX, DEFAULT_N, MAX_PAUSE, Rate, check_pause, count, ipv6_prefix,
     pause_seconds, quota, seconds, whole,
 };
-pub use waiter::{Wait, Waiter};
+pub use waiter::Waiter;

@@ -8,16 +8,8 @@ use std::time::Duration;
 
 use super::numbers::seconds;
 use crate::limiter::Acquire;
+use crate::wait::Step;
 use crate::{Error, Permit};
-
-/// What to do next (see [`Waiter`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// The tokens are yours: go ahead.
-    Done,
-    /// Sleep this many nanoseconds (at least 1), then step again.
-    Sleep(u64),
-}
 
 /// One caller's wait for `n` tokens, made by
 /// [`AnyLimiter::waiter`](super::AnyLimiter::waiter) or
@@ -26,7 +18,7 @@ pub enum Wait {
 ///
 /// A bucket reserves on the first step, and the waiter then holds the
 /// tokens until the limiter's clock reaches the time they are due — it says
-/// [`Wait::Done`] only then, however early a host timer fires or however
+/// [`Step::Done`] only then, however early a host timer fires or however
 /// long the wait (a wait of 30 days is slept in pieces the host's timer can
 /// hold). The windows cannot reserve: the waiter sleeps until they would
 /// admit and asks again. The deadline (`timeout` after the waiter was made)
@@ -34,21 +26,26 @@ pub enum Wait {
 /// nothing. A caller that gives up calls `abandon`, which gives held tokens
 /// back.
 ///
+/// Its steps are [`Step`]s without calls: sleep (at least 1 ns, at most
+/// the `max_sleep` it was made with) or done.
+///
 /// # Examples
 /// ```
-/// use ratebound::any::{AnyClock, AnyLimiter, Rate, Wait};
+/// use ratebound::any::{AnyClock, AnyLimiter, Rate};
+/// use ratebound::wait::Step;
 /// use ratebound::{Limiter, ManualClock};
+/// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
 /// let tb = AnyLimiter::token_bucket(Rate::Text("1/s"), None, AnyClock::Manual(clock.clone()))?;
 /// assert!(tb.try_acquire());
 /// let mut waiter = tb.waiter(1, None, u64::MAX)?;
 /// // Reserved; the clock is manual, so the waiter looks again every 1 ms.
-/// assert_eq!(tb.wait_step(&mut waiter)?, Wait::Sleep(1_000_000));
+/// assert_eq!(tb.wait_step(&mut waiter)?, Step::Sleep(Duration::from_millis(1)));
 /// clock.advance_nanos(999_999_999);
-/// assert_eq!(tb.wait_step(&mut waiter)?, Wait::Sleep(1));
+/// assert_eq!(tb.wait_step(&mut waiter)?, Step::Sleep(Duration::from_nanos(1)));
 /// clock.advance_nanos(1);
-/// assert_eq!(tb.wait_step(&mut waiter)?, Wait::Done);
+/// assert_eq!(tb.wait_step(&mut waiter)?, Step::Done(()));
 /// # Ok::<(), ratebound::Error>(())
 /// ```
 #[derive(Debug)]
@@ -107,7 +104,7 @@ impl Waiter {
         &mut self,
         now: u64,
         take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
-    ) -> Result<Wait, Error> {
+    ) -> Result<Step, Error> {
         self.step_paused(now, 0, take)
     }
 
@@ -117,7 +114,7 @@ impl Waiter {
     /// [`Words::shifted`](crate::pause::Words::shifted)) *before* this
     /// step, so before `take` reserves. Held tokens whose bucket was paused
     /// since are due that much later, and the waiter sleeps on: it says
-    /// [`Wait::Done`] only at the moved time.
+    /// [`Step::Done`] only at the moved time.
     ///
     /// # Errors
     /// `take`'s.
@@ -126,7 +123,7 @@ impl Waiter {
         now: u64,
         shifted: u64,
         take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
-    ) -> Result<Wait, Error> {
+    ) -> Result<Step, Error> {
         self.step_at(now, 0, shifted, take)
     }
 
@@ -145,9 +142,9 @@ impl Waiter {
         place: u64,
         shifted: u64,
         take: impl FnOnce(u64, Option<u64>) -> Result<Acquire, Error>,
-    ) -> Result<Wait, Error> {
+    ) -> Result<Step, Error> {
         if self.done {
-            return Ok(Wait::Done);
+            return Ok(Step::Done(()));
         }
         if let Some((due, permit)) = &mut self.held {
             let moved = if place == self.place {
@@ -167,14 +164,14 @@ impl Waiter {
                 // The permit is used: nothing is given back any more.
                 self.held = None;
                 self.done = true;
-                return Ok(Wait::Done);
+                return Ok(Step::Done(()));
             }
             return Ok(self.sleep(due - now));
         }
         Ok(match take(self.n, self.deadline)? {
             Acquire::Admitted => {
                 self.done = true;
-                Wait::Done
+                Step::Done(())
             }
             Acquire::Reserved { wait_nanos, permit } => {
                 self.held = Some((now.saturating_add(wait_nanos), permit));
@@ -186,8 +183,9 @@ impl Waiter {
         })
     }
 
-    fn sleep(&self, nanos: u64) -> Wait {
-        Wait::Sleep(nanos.clamp(1, self.max_sleep))
+    /// A sleep of `nanos`, at least 1 ns and at most `max_sleep`.
+    fn sleep(&self, nanos: u64) -> Step {
+        Step::Sleep(Duration::from_nanos(nanos.clamp(1, self.max_sleep)))
     }
 
     /// Ends the wait; the tokens to give back, if any were held.
