@@ -22,6 +22,7 @@ import redis
 import ratebound as rb
 import ratebound.redis as rbr
 from redis_support import (
+    RECOVERY,
     SPEC,
     AsyncTimed,
     ClusterRun,
@@ -219,7 +220,7 @@ def test_faults_kill_pause_flush(own_server: Server, policy: str) -> None:
     timeout = 0.05
     limiter = fault_limiter(url(own_server), policy, timeout)
     t = Timed(limiter, fresh_key("faults"))
-    t.until("redis", within=3.0)
+    t.until("redis", within=RECOVERY)
     assert all(d.source == "redis" and d.allowed for d in t.run(0.1))
 
     kill_pause_flush(own_server, t, policy, timeout)
@@ -230,7 +231,7 @@ async def test_faults_asyncio_kill_pause_flush(own_server: Server) -> None:
     timeout = 0.05
     limiter = rbr.AsyncTokenBucket(url(own_server), rate=1000, burst=1000, on_error="closed", timeout=timeout, breaker_cooldown=0.2)
     t = AsyncTimed(limiter, fresh_key("faults-async"))
-    await t.back(3.0)
+    await t.back(RECOVERY)
     await async_kill_and_pause(own_server, t, timeout)
     await limiter.aclose()
 

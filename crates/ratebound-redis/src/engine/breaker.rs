@@ -1,16 +1,26 @@
 //! The circuit breaker that spares a dead Redis ([`Breaker`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A circuit breaker: after `threshold` consecutive failures it opens for
 /// `cooldown`, answering with the fail policy and sending nothing; then one
 /// probe at a time is let through, and a success closes it.
+///
+/// A probe holds the half-open breaker for one `cooldown` at most: a probe
+/// that settles neither way — it never left the client (busy), it timed
+/// out while Redis answered others, its caller gave up and it was never
+/// finished — lets the next probe through once that time has passed. (A
+/// flag held until the probe's success or failure stayed set when the
+/// probe came back busy after a `CLIENT PAUSE`, and the breaker stayed open
+/// for good: the fail policy answered every call from then on.)
 #[derive(Debug)]
 pub(crate) struct Breaker {
     failures: AtomicU32,
     /// Clock time until which the breaker is open; 0 when closed.
     open_until: AtomicU64,
-    probing: AtomicBool,
+    /// Clock time until which the half-open breaker's probe holds it (no
+    /// other probe before); 0 when no probe is out.
+    probe_until: AtomicU64,
     threshold: u32,
     pub(crate) cooldown: u64,
 }
@@ -22,7 +32,7 @@ impl Breaker {
         Breaker {
             failures: AtomicU32::new(0),
             open_until: AtomicU64::new(0),
-            probing: AtomicBool::new(false),
+            probe_until: AtomicU64::new(0),
             threshold,
             cooldown,
         }
@@ -39,9 +49,18 @@ impl Breaker {
         if now < until {
             return false;
         }
-        // Half open: one probe at a time.
-        self.probing
-            .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+        // Half open: one probe at a time, for one cool-down at most.
+        let probe = self.probe_until.load(Ordering::Relaxed);
+        if now < probe {
+            return false;
+        }
+        self.probe_until
+            .compare_exchange(
+                probe,
+                now.saturating_add(self.cooldown).max(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
             .is_ok()
     }
 
@@ -54,7 +73,7 @@ impl Breaker {
             return false;
         }
         let was = self.open_until.swap(0, Ordering::Relaxed);
-        self.probing.store(false, Ordering::Relaxed);
+        self.probe_until.store(0, Ordering::Relaxed);
         was != 0
     }
 
@@ -72,7 +91,7 @@ impl Breaker {
                 .swap(now.saturating_add(self.cooldown).max(1), Ordering::Relaxed);
             opened = was == 0;
         }
-        self.probing.store(false, Ordering::Relaxed);
+        self.probe_until.store(0, Ordering::Relaxed);
         opened
     }
 
@@ -145,5 +164,39 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// A probe that settles neither way does not hold the breaker open for
+    /// good: one that came back busy (unsent, or late while Redis answered
+    /// others — what a `CLIENT PAUSE` left behind), or one never finished
+    /// (its caller gave up), lets the next probe through one cool-down
+    /// later; before that, the fail policy answers.
+    #[test]
+    fn a_probe_that_settles_neither_way_holds_the_breaker_for_one_cooldown() {
+        let (e, clock) = engine(OnError::Open, 0);
+        for _ in 0..2 {
+            e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
+        }
+        assert!(e.breaker_open());
+        clock.advance(Duration::from_millis(100));
+        let probe = call(&e, "k", 1);
+        let d = e.finish(&probe, CallOutcome::Unsent);
+        assert_eq!(d.source(), Source::Busy);
+        assert!(e.breaker_open(), "busy is no answer from Redis");
+        clock.advance(Duration::from_millis(99));
+        assert!(
+            matches!(e.begin(b"k", 1).unwrap(), Begin::Done(d) if d.source() == Source::FailOpen),
+            "the busy probe holds the breaker for one cool-down"
+        );
+        clock.advance(Duration::from_millis(1));
+        // A probe again; this one is never finished (its caller gave up).
+        let lost = call(&e, "k", 1);
+        drop(lost);
+        assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
+        clock.advance(Duration::from_millis(100));
+        let probe = call(&e, "k", 1);
+        let d = e.finish(&probe, CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
+        assert_eq!(d.source(), Source::Redis);
+        assert!(!e.breaker_open());
     }
 }
