@@ -76,6 +76,15 @@ impl Breaker {
         opened
     }
 
+    /// A call came back with no word on Redis (refused as busy: this
+    /// client's own overload): if it was the half-open breaker's probe,
+    /// the next call probes. Before, such a probe left the breaker
+    /// probing for good — the fail policy answered every call until the
+    /// process restarted.
+    pub(crate) fn unanswered(&self) {
+        self.probing.store(false, Ordering::Relaxed);
+    }
+
     pub(crate) fn is_open(&self) -> bool {
         self.open_until.load(Ordering::Relaxed) != 0
     }
@@ -89,6 +98,7 @@ mod tests {
     use crate::config::OnError;
     use crate::decision::Source;
     use crate::engine::tests::{call, engine};
+    use crate::reserve::{ReserveBegin, Reserved};
 
     #[test]
     fn the_breaker_opens_after_failures_and_probes_after_its_cooldown() {
@@ -145,5 +155,44 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_probe_refused_as_busy_lets_the_next_call_probe() {
+        // The half-open breaker's probe came back unsent (its deadline's
+        // timer ran late: this client's own overload, no word on Redis):
+        // it is neither a success nor a failure, and the next call probes
+        // (it used to find the breaker probing for good).
+        let (e, clock) = engine(OnError::Closed, 0);
+        for _ in 0..2 {
+            e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
+        }
+        assert!(e.breaker_open());
+        clock.advance(Duration::from_millis(100));
+        let probe = call(&e, "k", 1);
+        let d = e.finish(&probe, CallOutcome::Unsent);
+        assert_eq!(d.source(), Source::Busy);
+        assert!(e.breaker_open());
+        let probe = call(&e, "k", 1);
+        e.finish(&probe, CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
+        assert!(!e.breaker_open());
+        // The same for a reservation's probe.
+        let (e, clock) = engine(OnError::Closed, 0);
+        for _ in 0..2 {
+            e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
+        }
+        clock.advance(Duration::from_millis(100));
+        let Ok(ReserveBegin::Call(probe)) = e.begin_reserve(None, b"k", 1, Duration::from_secs(1))
+        else {
+            panic!("the probe");
+        };
+        assert!(matches!(
+            e.finish_reserve(&probe, CallOutcome::Unsent),
+            Reserved::Retry { .. }
+        ));
+        assert!(
+            matches!(e.begin(b"k", 1), Ok(Begin::Call(_))),
+            "the next call probes"
+        );
     }
 }
