@@ -38,7 +38,7 @@ mod turns;
 
 pub use batch::{Answer, Batch, Reply, Request, Resend};
 pub use slot::hash_slot;
-pub use turns::{Asks, Entry, Go, Out, Ticket, TurnStats, TurnTuning, Turns};
+pub use turns::{Asks, Entry, Go, Out, SIGNAL_EPOCH, Ticket, TurnStats, TurnTuning, Turns};
 
 use std::collections::{HashMap, VecDeque};
 
