@@ -1,13 +1,12 @@
 'use strict'
 // The native side of the Redis drivers (redis.js): the Driver that runs
-// the calls of one engine with one client, and the AbortSignal its calls
-// share (Epoch). Its parts are in two files:
+// the calls of one engine with one client. Its parts are in two files:
 //   redis_raw.js     the raw native calls and their shared Float64Array,
 //                    the calls in flight (Pending), reply and answer;
 //   redis_flight.js  the sends the crate's plan::Turns asks for (the
-//                    queue, the batches, the back-pressure and the
-//                    deadline wheel are its rule), by ticket (Flight,
-//                    which the Driver extends).
+//                    queue, the batches, the back-pressure, the
+//                    deadline wheel and the abort signals are its
+//                    rule), by ticket (Flight, which the Driver extends).
 // The client adapters it sends through are redis_clients.js'.
 //
 // The Driver runs the calls like the Rust driver
@@ -33,37 +32,19 @@ module.exports = function redisDriver(native, { drive }) {
   const { redisTemplate, redisCallScript, redisUseSlots, redisDrop, redisMisconfigured, redisHeard } = native
   const raw = redisRaw(native)
   const { S, C_STEP, rawBegin, rawBeginReserve, rawAcquire, rawAcquireStep, rawAcquireAbandon, rawAcquireForget, rawFinish } = raw
+  const { rawCarry, IDS } = raw
   const { ANSWER, SOURCES, STEP_CALL, STEP_DONE, STEP_EXCEEDED, REPLIED, TIMED_OUT, FAILED, MALFORMED } = raw
   const { CHECK, RESERVE, RAW, WAIT, integers, putReply, decisionAt, reservedAt, answerOf, TIMEOUT, Pending, begun } = raw
   const Flight = redisFlight(native, raw)
-  // Node-redis calls begun within this many ms share one AbortSignal.
-  const EPOCH_MS = 1
 
-  // The AbortSignal the node-redis calls of one EPOCH_MS share: aborted once
-  // every call it carries has been answered and one of them timed out, so
-  // that a command still queued while the client is offline is withdrawn
-  // (one already sent may still run: its tokens may be spent). Not when the
-  // last of them times out: while Redis is slow a call sent from the queue
-  // keeps what is left of its deadline, so the calls of one signal need not
-  // time out in the order they were sent. An aborted signal is never given
-  // to another call (node-redis would reject it at once).
-  class Epoch {
-    constructor(opened) {
-      this.opened = opened
-      this.controller = new AbortController()
-      // One listener a queued command: no leak warning for them.
-      setMaxListeners(0, this.controller.signal)
-      this.options = { abortSignal: this.controller.signal }
-      // Its calls not yet answered, and whether one of them timed out.
-      this.live = 0
-      this.expired = false
-    }
-
-    // One of its calls is answered (`expired`: it timed out).
-    leave(expired) {
-      if (expired) this.expired = true
-      if (--this.live === 0 && this.expired) this.controller.abort()
-    }
+  // A new AbortSignal for node-redis' commands (when it opens and when it
+  // is aborted is the rule of the crate's plan::Turns: `carry`): its
+  // controller and the options that carry it.
+  function signal() {
+    const controller = new AbortController()
+    // One listener a queued command: no leak warning for them.
+    setMaxListeners(0, controller.signal)
+    return { controller, options: { abortSignal: controller.signal } }
   }
 
   // Runs the calls of one engine with one client: the templates, the calls
@@ -77,7 +58,8 @@ module.exports = function redisDriver(native, { drive }) {
     #templates = []
     // The script of the calls without a template, by join class.
     #scripts = []
-    #epoch = null
+    // The signal the sends carry now (see _options).
+    #signal = null
     // The application's client and what it last said of its connection
     // (redis_clients.js' clientHealth), and the typed error for the last
     // text that said (cached: texts repeat at every reconnection).
@@ -227,11 +209,6 @@ module.exports = function redisDriver(native, { drive }) {
     // run: its tokens may be spent) — unless the client's last failure said
     // it is misconfigured (`bad`, its typed error).
     _expire(e, bad) {
-      const epoch = e.epoch
-      if (epoch !== null) {
-        e.epoch = null
-        epoch.leave(true)
-      }
       if (bad !== null) {
         this._stats.errors++
         this._refuse(e, bad, bad.message)
@@ -260,20 +237,16 @@ module.exports = function redisDriver(native, { drive }) {
     }
 
     // The options of the command that carries `e` alone, or `members` (a
-    // batch); undefined: the client takes none.
+    // batch); undefined: the client takes none. The turns say when a new
+    // signal opens (and, as calls settle, when one is aborted).
     _options(e, members) {
       if (!this._adapter.abortable) return undefined
-      const now = clock.now()
-      let epoch = this.#epoch
-      if (epoch === null || now - epoch.opened > EPOCH_MS || epoch.controller.signal.aborted) epoch = this.#epoch = new Epoch(now)
-      if (members === undefined) {
-        e.epoch = epoch
-        epoch.live++
-      } else {
-        for (const m of members) m.epoch = epoch
-        epoch.live += members.length
-      }
-      return epoch.options
+      const calls = members === undefined ? [e] : members
+      for (let i = 0; i < calls.length; i++) S[IDS + i] = calls[i].ticket
+      if (rawCarry(this.#h, calls.length, clock.now()) !== 0) this.#signal = signal()
+      const s = this.#signal
+      for (let i = 0; i < calls.length; i++) calls[i].controller = s.controller
+      return s.options
     }
 
     _sendOne(e) {

@@ -29,7 +29,7 @@ module.exports = function redisFlight(native, raw) {
   const { IDS, OUT, STRIDE, REPLIED, TIMED_OUT, FAILED, MALFORMED, UNSENT, RAW, putReply, answerOf } = raw
   const { one: ONE, many: MANY, unsent: OUT_UNSENT, timedOut: OUT_TIMED_OUT } = TURNS
   const { ticketAt: TICKET, asksAt: ASKS, timerAt: TIMER, planAt: PLAN } = TURNS
-  const { goNow: GO_NOW, goUnsent: GO_UNSENT, askFlush: ASK_FLUSH, askStamp: ASK_STAMP } = TURNS
+  const { goNow: GO_NOW, goUnsent: GO_UNSENT, askFlush: ASK_FLUSH, askStamp: ASK_STAMP, askAbort: ASK_ABORT } = TURNS
 
   // The callers and sends of one Driver. What a Driver gives it:
   // _sendOne(e), _finishOne(e, how, len, text), _expire(e, bad),
@@ -152,18 +152,18 @@ module.exports = function redisFlight(native, raw) {
     }
 
     // The caller of `e` is answered `value` (or its promise rejected with
-    // `error`); the turns hear of it.
+    // `error`); the turns hear of it, and may say to abort the signal its
+    // send carried.
     _settle(e, value, error) {
       e.done = true
-      if (e.epoch !== null) {
-        e.epoch.leave(false)
-        e.epoch = null
-      }
       const t = e.ticket
       if (t >= 0) {
         e.ticket = -1
         this.#calls[t] = undefined
-        this.#ask(rawSettle(this.#h, t))
+        const asks = rawSettle(this.#h, t)
+        if ((asks & ASK_ABORT) !== 0 && e.controller !== null) e.controller.abort()
+        e.controller = null
+        this.#ask(asks)
       }
       if (error === undefined) e.resolve(value)
       else e.reject(error)

@@ -32,6 +32,7 @@ module.exports = function redisRaw(native) {
   const rawFinish = R.finish
   const rawFinishBatch = R.finishBatch
   const rawEnter = R.enter
+  const rawCarry = R.carry
   const rawSettle = R.settle
   const rawLanded = R.landed
   const rawStamp = R.stamp
@@ -144,7 +145,8 @@ module.exports = function redisRaw(native) {
       this.ticket = -1
       this.done = false
       this.evaled = false
-      this.epoch = null
+      // The AbortController of the signal its send carries (node-redis).
+      this.controller = null
       this.resolve = null
       this.reject = null
       // [sha, text, args, batchSha, batchText], once known (a RAW call's
@@ -174,6 +176,7 @@ module.exports = function redisRaw(native) {
     rawFinish,
     rawFinishBatch,
     rawEnter,
+    rawCarry,
     rawSettle,
     rawLanded,
     rawStamp,

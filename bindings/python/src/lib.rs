@@ -52,7 +52,7 @@ fn _ratebound(m: &Bound<'_, PyModule>) -> PyResult<()> {
         native_redis::NativeCompletions
     );
     add!(m, functions:
-        redis::_misconfigured, redis::_ran_late, native_redis::_is_redis_target,
+        redis::_misconfigured, redis::_ran_late, redis::_after_evalsha, native_redis::_is_redis_target,
         native_redis::_redis_forked, retry_after_secs, ip_key, client_ip, ratelimit_policy,
         clock_source, http::_merge_fields, http::_route_option, http::_deadline_exceeded
     );

@@ -54,6 +54,50 @@ class Scripted:
 FAIL = {"open": ("fail_open", True), "closed": ("fail_closed", False), "local": ("local", True)}
 
 
+class NoScript(Scripted):
+    """A server without the script: ``evalsha`` is refused with NOSCRIPT
+    (as redis-py raises it) after ``delay``; ``eval`` answers after
+    ``eval_delay``."""
+
+    def __init__(self, delay: float, eval_delay: float) -> None:
+        super().__init__(delay)
+        self.eval_delay = eval_delay
+        self.names: list[str] = []
+
+    async def evalsha(self, *args: Any) -> Any:
+        import redis
+
+        self.names.append("evalsha")
+        await super().evalsha(*args)
+        raise redis.exceptions.NoScriptError("No matching script. Please use EVAL.", status_code="NOSCRIPT")
+
+    async def eval(self, *args: Any) -> Any:  # type: ignore[override]
+        self.names.append("eval")
+        self.sent.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(self.eval_delay)
+        return ADMIT
+
+
+@pytest.mark.parametrize("eval_delay, source, took", [(0.015, "redis", 0.045), (0.025, "fail_closed", DEADLINE)])
+def test_noscript_then_eval_shares_the_one_deadline(eval_delay: float, source: str, took: float) -> None:
+    """NOSCRIPT after 30 ms: the EVAL goes at once, with the 20 ms left;
+    answering in 15 ms is Redis' answer at 45 ms, in 25 ms too late (the
+    fail policy at exactly 50 ms)."""
+
+    async def main(loop: ClockLoop) -> None:
+        client = NoScript(0.03, eval_delay)
+        lim = rbr.AsyncTokenBucket(client, rate=10, burst=20, on_error="closed", timeout=DEADLINE)
+        t0 = loop.time()
+        d = await lim.check("k")
+        assert d.source == source, d
+        assert loop.time() - t0 == pytest.approx(took, abs=1e-9)
+        assert client.names == ["evalsha", "eval"]
+        assert [t - t0 for t in client.sent] == pytest.approx([0.0, 0.03], abs=1e-9)
+        await lim.aclose()
+
+    virtual(main)
+
+
 @pytest.mark.parametrize("policy", ["open", "closed", "local"])
 def test_a_call_redis_never_answers_gets_the_fail_policy_exactly_at_the_deadline(policy: str) -> None:
     """The fail policy's answer (not "busy": the client was not overloaded,

@@ -112,6 +112,8 @@ class ScriptedClient:
             self.server.clock.advance(self.own_timeout)
             raise redis.TimeoutError("Timeout reading from socket")
         self.server.clock.advance(delay)
+        if isinstance(reply, redis.ResponseError):
+            raise reply  # as redis-py raises an error reply
         return reply
 
     eval = evalsha
@@ -208,11 +210,20 @@ def test_own_connections_an_answer_just_before_the_deadline_is_redis_one_just_af
     lim.close()
 
 
-def test_own_connections_noscript_then_eval_shares_the_one_deadline() -> None:
+# NOSCRIPT as redis-py raises it: the code in ``status_code`` (redis-py 6
+# on), or dropped (before).
+NOSCRIPTS = {
+    "code": lambda: redis.exceptions.NoScriptError("No matching script. Please use EVAL.", status_code="NOSCRIPT"),
+    "no_code": lambda: redis.exceptions.NoScriptError("No matching script"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(NOSCRIPTS))
+def test_own_connections_noscript_then_eval_shares_the_one_deadline(form: str) -> None:
     """NOSCRIPT after 30 ms: the EVAL that loads the script has only the
     20 ms left; answering in 25 ms is too late (fail policy at exactly
     50 ms); in 15 ms is Redis' answer at 45 ms."""
-    noscript = redis.exceptions.NoScriptError("No matching script")
+    noscript = NOSCRIPTS[form]()
     for eval_delay, expected, when in [(0.025, "fail_closed", DEADLINE), (0.015, "redis", 0.045)]:
         c = clock()
         server = Server(c, [(0.03, noscript), (eval_delay, ADMIT)])
@@ -223,6 +234,41 @@ def test_own_connections_noscript_then_eval_shares_the_one_deadline() -> None:
         assert [bytes(cmd[0]).split(b"\r\n")[2] for cmd in server.commands] == [b"EVALSHA", b"EVAL"]
         assert server.sent == pytest.approx([0.0, 0.03], abs=1e-9)
         lim.close()
+
+
+@pytest.mark.parametrize("form", sorted(NOSCRIPTS))
+def test_a_client_used_as_given_noscript_then_eval_within_the_one_deadline(form: str) -> None:
+    """A client used as given: NOSCRIPT after 30 ms, the EVAL (the
+    script's text) at once, its reply at 45 ms Redis' answer; a NOSCRIPT
+    that comes 1 ms past the deadline sends no EVAL (the fail policy
+    then); an
+    EVAL refused with NOSCRIPT again is not sent a third time (the
+    failure: the fail policy at once)."""
+    c = clock()
+    server = Server(c, [(0.03, NOSCRIPTS[form]()), (0.015, ADMIT)])
+    lim = limiter("as_given", server)
+    d = lim.check("k")
+    assert (d.source, d.allowed) == ("redis", True), d
+    assert at(c) == pytest.approx(0.045, abs=1e-9)
+    sha, text = server.commands[0][0], server.commands[1][0]
+    assert len(server.commands) == 2 and len(sha) == 40 and "redis.call" in text, server.commands
+    assert server.sent == pytest.approx([0.0, 0.03], abs=1e-9)
+
+    c = clock()
+    server = Server(c, [(DEADLINE + 0.001, NOSCRIPTS[form]())])
+    lim = limiter("as_given", server)
+    d = lim.check("k")
+    assert d.source == "fail_closed", d
+    assert at(c) == pytest.approx(DEADLINE + 0.001, abs=1e-9)
+    assert server.sent == [0.0]
+
+    c = clock()
+    server = Server(c, [(0.01, NOSCRIPTS[form]()), (0.01, NOSCRIPTS[form]())])
+    lim = limiter("as_given", server)
+    d = lim.check("k")
+    assert d.source == "fail_closed", d
+    assert at(c) == pytest.approx(0.02, abs=1e-9)
+    assert server.sent == pytest.approx([0.0, 0.01], abs=1e-9)
 
 
 @pytest.mark.parametrize("policy", ["open", "closed", "local"])

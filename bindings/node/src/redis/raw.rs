@@ -388,7 +388,7 @@ raw_entries! {
 
 /// The shared array of this thread and the raw entry points (internal):
 /// `{ scratch, begin, beginReserve, acquire, acquireStep, acquireAbandon,
-/// acquireForget, finish, finishBatch, enter, settle, landed, stamp, flush,
+/// acquireForget, finish, finishBatch, enter, carry, settle, landed, stamp, flush,
 /// sweep, turns, sources, answerAt, idsAt, replyAt,
 /// outAt, stride, maxBatch, steps }`. Every copy of `redis.js` loaded in
 /// one thread gets the same array.

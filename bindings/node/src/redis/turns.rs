@@ -4,8 +4,8 @@
 //! of the native table. JavaScript holds its callers by ticket, the
 //! sockets and the one timer, and does what `Turns` hands back.
 //!
-//! Every step is a raw callback (in `bindRedisPath`: `enter`, `settle`,
-//! `landed`, `stamp`, `flush`, `sweep`). `flush` and `sweep` write their
+//! Every step is a raw callback (in `bindRedisPath`: `enter`, `carry`,
+//! `settle`, `landed`, `stamp`, `flush`, `sweep`). `flush` and `sweep` write their
 //! [`Out`]s at `PLAN` in the shared array — `[code, ticket]` each, a batch
 //! `[MANY, n, ticket × n]` — and return how many numbers they wrote (a
 //! plan longer than the room there, a flood of calls unsent at once, comes
@@ -19,9 +19,12 @@ use std::time::Duration;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
+use ratebound_redis::BatchCall;
 use ratebound_redis::plan::{Asks, Entry, Go, Out, TurnTuning, Turns};
 
-use super::ffi::{ASKS, PLAN, PLAN_LEN, TICKET, TIMER, double, int, no_engine, number, put, uint};
+use super::ffi::{
+    ASKS, IDS, PLAN, PLAN_LEN, TICKET, TIMER, double, int, no_engine, number, put, read, uint,
+};
 use super::table::ENGINES;
 use crate::error;
 use crate::fast::raw_entries;
@@ -52,6 +55,7 @@ pub fn codes() -> std::collections::HashMap<&'static str, f64> {
         ("goUnsent", f64::from(GO_UNSENT)),
         ("askFlush", f64::from(Asks::FLUSH)),
         ("askStamp", f64::from(Asks::STAMP)),
+        ("askAbort", f64::from(Asks::ABORT)),
         ("ticketAt", TICKET as f64),
         ("asksAt", ASKS as f64),
         ("timerAt", TIMER as f64),
@@ -182,7 +186,21 @@ raw_entries! {
         }
     }
 
-    /// `settle(handle, ticket) -> asks`: the call's caller has its answer.
+    /// `carry(handle, n, nowMs) -> 0 | 1`: the sends of the `n` calls whose
+    /// tickets are at `IDS` carry the current abort signal; 1: a new one
+    /// opens first (the driver makes it).
+    fn raw_carry(env, [h, n, now]) as c"carry" {
+        let (h, now) = handle_at(env, h, now);
+        let n = uint(env, n) as usize;
+        let tickets: Vec<u32> = read(IDS, n.min(BatchCall::MAX)).iter().map(|&t| t as u32).collect();
+        match with_turns(h, |t| t.carry(&tickets, now)) {
+            Some(open) => int(env, i32::from(open)),
+            None => no_engine(env),
+        }
+    }
+
+    /// `settle(handle, ticket) -> asks`: the call's caller has its answer
+    /// (`askAbort`: abort the signal its send carried).
     fn raw_settle(env, [h, t]) as c"settle" {
         let (h, t) = (uint(env, h), uint(env, t));
         let asks = with_turns(h, |turns| turns.settle(t)).unwrap_or_default();

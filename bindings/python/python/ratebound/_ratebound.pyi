@@ -2,7 +2,7 @@
 type-checks tests/typed_usage.py against them with mypy --strict)."""
 
 import os
-from typing import Any, Final, Callable, Iterable, Optional, Protocol, Sequence, TypeVar, Union, final, type_check_only
+from typing import Any, Final, Callable, Iterable, Literal, Optional, Protocol, Sequence, TypeVar, Union, final, type_check_only
 
 from typing_extensions import TypedDict, Unpack, disjoint_base
 
@@ -38,6 +38,7 @@ __all__ = [
     "_redis_forked",
     "_misconfigured",
     "_ran_late",
+    "_after_evalsha",
     "_merge_fields",
     "_route_option",
     "_GATE_FIELDS",
@@ -414,6 +415,7 @@ class _Completions:
 def _is_redis_target(client: object) -> bool: ...
 def _misconfigured(error: str) -> Optional[Exception]: ...
 def _ran_late(overshoot: float, timeout: float) -> bool: ...
+def _after_evalsha(error: str, left: Optional[float]) -> Literal["eval", "timeout", "failed"]: ...
 def _redis_forked() -> None: ...
 def retry_after_secs(nanos: int) -> int: ...
 def ip_key(ip: str, prefix: Optional[int] = None) -> str: ...

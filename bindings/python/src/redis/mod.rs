@@ -78,6 +78,31 @@ pub(crate) fn _ran_late(overshoot: f64, timeout: f64) -> bool {
     overshoot > 0.0 && ratebound_redis::plan::ran_late(secs(overshoot), secs(timeout))
 }
 
+/// `_after_evalsha(error, left)`: what the runner does once a call's
+/// `EVALSHA` failed with the server error `error` (its text, Redis' code
+/// first), `left` seconds before the call's deadline (None: it has none):
+/// "eval" — send the call's `EVAL` now, once (`NOSCRIPT`: the server has
+/// not got the script) —, "timeout" (`NOSCRIPT` past the deadline) or
+/// "failed" (the failure as it is): `ratebound_redis::plan::Resend`.
+#[pyfunction]
+#[pyo3(signature = (error, left))]
+pub(crate) fn _after_evalsha(error: &str, left: Option<f64>) -> &'static str {
+    use ratebound_redis::plan::Resend;
+    let left = match left {
+        None => std::time::Duration::MAX,
+        Some(s) if s > 0.0 => {
+            std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX)
+        }
+        // Past the deadline (or not a number of seconds): no time left.
+        Some(_) => std::time::Duration::ZERO,
+    };
+    match Resend::after_evalsha(error, left) {
+        Resend::Eval => "eval",
+        Resend::TimedOut => "timeout",
+        Resend::Failed => "failed",
+    }
+}
+
 /// `_misconfigured(error)`: the `StoreMisconfigured` exception an error
 /// text says, or None (for a runner that meets it outside a call).
 #[pyfunction]

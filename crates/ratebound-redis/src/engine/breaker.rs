@@ -95,6 +95,15 @@ impl Breaker {
         opened
     }
 
+    /// A call came back with no word on Redis (refused as busy: this
+    /// client's own overload): if it was the half-open breaker's probe,
+    /// the next call probes. Before, such a probe left the breaker
+    /// probing for good — the fail policy answered every call until the
+    /// process restarted.
+    pub(crate) fn unanswered(&self) {
+        self.probe_until.store(0, Ordering::Relaxed);
+    }
+
     pub(crate) fn is_open(&self) -> bool {
         self.open_until.load(Ordering::Relaxed) != 0
     }
@@ -108,6 +117,7 @@ mod tests {
     use crate::config::OnError;
     use crate::decision::Source;
     use crate::engine::tests::{call, engine};
+    use crate::reserve::{ReserveBegin, Reserved};
 
     #[test]
     fn the_breaker_opens_after_failures_and_probes_after_its_cooldown() {
@@ -167,12 +177,14 @@ mod tests {
     }
 
     /// A probe that settles neither way does not hold the breaker open for
-    /// good: one that came back busy (unsent, or late while Redis answered
-    /// others — what a `CLIENT PAUSE` left behind), or one never finished
-    /// (its caller gave up), lets the next probe through one cool-down
-    /// later; before that, the fail policy answers.
+    /// good (it did: the fail policy answered every call until the process
+    /// restarted). One refused as busy (unsent, or late while Redis
+    /// answered others — what a `CLIENT PAUSE` left behind on a loaded
+    /// client) lets the next call probe at once, a check's or a
+    /// reservation's; one never finished (its caller gave up) holds the
+    /// probe place for one cool-down, the fail policy answering meanwhile.
     #[test]
-    fn a_probe_that_settles_neither_way_holds_the_breaker_for_one_cooldown() {
+    fn a_probe_that_settles_neither_way_does_not_hold_the_breaker_open() {
         let (e, clock) = engine(OnError::Open, 0);
         for _ in 0..2 {
             e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
@@ -183,20 +195,36 @@ mod tests {
         let d = e.finish(&probe, CallOutcome::Unsent);
         assert_eq!(d.source(), Source::Busy);
         assert!(e.breaker_open(), "busy is no answer from Redis");
+        // The next call probes; this one is never finished.
+        let lost = call(&e, "k", 1);
+        drop(lost);
         clock.advance(Duration::from_millis(99));
         assert!(
             matches!(e.begin(b"k", 1).unwrap(), Begin::Done(d) if d.source() == Source::FailOpen),
-            "the busy probe holds the breaker for one cool-down"
+            "the lost probe holds the breaker for one cool-down"
         );
         clock.advance(Duration::from_millis(1));
-        // A probe again; this one is never finished (its caller gave up).
-        let lost = call(&e, "k", 1);
-        drop(lost);
-        assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
-        clock.advance(Duration::from_millis(100));
         let probe = call(&e, "k", 1);
         let d = e.finish(&probe, CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
         assert_eq!(d.source(), Source::Redis);
         assert!(!e.breaker_open());
+        // A reservation's probe refused as busy: the next call probes.
+        let (e, clock) = engine(OnError::Closed, 0);
+        for _ in 0..2 {
+            e.finish(&call(&e, "k", 1), CallOutcome::Timeout);
+        }
+        clock.advance(Duration::from_millis(100));
+        let Ok(ReserveBegin::Call(probe)) = e.begin_reserve(None, b"k", 1, Duration::from_secs(1))
+        else {
+            panic!("the probe");
+        };
+        assert!(matches!(
+            e.finish_reserve(&probe, CallOutcome::Unsent),
+            Reserved::Retry { .. }
+        ));
+        assert!(
+            matches!(e.begin(b"k", 1), Ok(Begin::Call(_))),
+            "the next call probes"
+        );
     }
 }

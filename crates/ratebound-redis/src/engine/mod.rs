@@ -291,8 +291,10 @@ impl Engine {
     }
 
     /// A call never left this client: refused as busy, counted, told once
-    /// per breaker cool-down; the breaker does not hear of it.
+    /// per breaker cool-down; the breaker does not hear of it (but if it
+    /// was the half-open breaker's probe, the next call probes).
     pub(crate) fn unsent(&self, now: u64) -> RedisDecision {
+        self.breaker.unanswered();
         self.health
             .busy(now, self.breaker.cooldown, self.config.timeout);
         self.health.count(Source::Busy);

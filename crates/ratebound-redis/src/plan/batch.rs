@@ -1,6 +1,8 @@
 //! One send ([`Batch`]): what goes on the wire ([`Request`]), how the
 //! reply is read ([`Reply`]) and what each call of it gets ([`Answer`]).
 
+use std::time::Duration;
+
 use super::{Group, Queued};
 use crate::script::Script;
 use crate::{BatchCall, Call, CallOutcome};
@@ -56,9 +58,13 @@ impl Reply {
 
     /// Whether a server error's text says the server has not got the
     /// script (`NOSCRIPT …`: a restart, a failover, `SCRIPT FLUSH`, another
-    /// cluster node): send the run's `EVAL` once, within the same deadline.
+    /// cluster node) — with its code, or as the server's words alone (`No
+    /// matching script…`: a client that drops the code, as redis-py did
+    /// before its `status_code`): send the run's `EVAL` once, within the
+    /// same deadline ([`Resend::after_evalsha`]).
     pub fn is_noscript(error: &str) -> bool {
-        error.trim_start_matches('-').starts_with("NOSCRIPT")
+        let error = error.trim_start_matches('-');
+        error.starts_with("NOSCRIPT") || error.starts_with("No matching script")
     }
 
     /// A reply as the `redis` crate reads it.
@@ -70,6 +76,49 @@ impl Reply {
                 _ => None,
             })),
             _ => Err(Answer::Malformed),
+        }
+    }
+}
+
+/// What a driver does once the `EVALSHA` of a script run failed
+/// ([`Resend::after_evalsha`]). The `EVAL` goes at most once: its own
+/// failure, whatever it is, is the call's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resend {
+    /// The server has not got the script: send the run's `EVAL` (which
+    /// loads it) in what is left of the same deadline.
+    Eval,
+    /// The server has not got the script, but the deadline has passed:
+    /// no `EVAL` — the call timed out.
+    TimedOut,
+    /// Any other failure: the call's, as it is.
+    Failed,
+}
+
+impl Resend {
+    /// After the `EVALSHA` of a run failed with the server error `error`
+    /// (its text, with Redis' code if the client keeps it), `left` before
+    /// the call's deadline: the `EVAL` on `NOSCRIPT` ([`Reply::is_noscript`])
+    /// while time is left, a timeout on `NOSCRIPT` past the deadline, the
+    /// failure as it is otherwise.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use ratebound_redis::plan::Resend;
+    /// let ms = Duration::from_millis;
+    /// let noscript = "NOSCRIPT No matching script. Please use EVAL.";
+    /// assert_eq!(Resend::after_evalsha(noscript, ms(20)), Resend::Eval);
+    /// assert_eq!(Resend::after_evalsha(noscript, Duration::ZERO), Resend::TimedOut);
+    /// assert_eq!(Resend::after_evalsha("NOPERM no permissions", ms(20)), Resend::Failed);
+    /// ```
+    pub fn after_evalsha(error: &str, left: Duration) -> Resend {
+        if !Reply::is_noscript(error) {
+            Resend::Failed
+        } else if left.is_zero() {
+            Resend::TimedOut
+        } else {
+            Resend::Eval
         }
     }
 }

@@ -29,15 +29,16 @@
 //! of integers; a batch's is seven a call, in order. Anything else is
 //! [`Answer::Malformed`] for every call of the send. A `NOSCRIPT` refusal
 //! of the `EVALSHA` is answered by one `EVAL` of the same run within the
-//! same deadline ([`Reply::is_noscript`] tells it from other errors).
+//! same deadline ([`Resend::after_evalsha`] says what a failed `EVALSHA`
+//! calls for; [`Reply::is_noscript`] tells `NOSCRIPT` from other errors).
 
 mod batch;
 mod slot;
 mod turns;
 
-pub use batch::{Answer, Batch, Reply, Request};
+pub use batch::{Answer, Batch, Reply, Request, Resend};
 pub use slot::hash_slot;
-pub use turns::{Asks, Entry, Go, Out, Ticket, TurnStats, TurnTuning, Turns};
+pub use turns::{Asks, Entry, Go, Out, SIGNAL_EPOCH, Ticket, TurnStats, TurnTuning, Turns};
 
 use std::collections::{HashMap, VecDeque};
 

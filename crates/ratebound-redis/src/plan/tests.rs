@@ -226,6 +226,53 @@ fn reply_typing_and_noscript() {
 }
 
 #[test]
+fn a_failed_evalsha_is_followed_by_the_eval_only_on_noscript_with_time_left() {
+    use std::time::Duration;
+    let left = Duration::from_millis(20);
+    // The server's words, with the code (redis-py's `status_code` put back,
+    // node-redis, ioredis) or without it (redis-py before `status_code`).
+    for noscript in [
+        "NOSCRIPT No matching script. Please use EVAL.",
+        "-NOSCRIPT No matching script",
+        "No matching script. Please use EVAL.",
+    ] {
+        assert_eq!(
+            Resend::after_evalsha(noscript, left),
+            Resend::Eval,
+            "{noscript}"
+        );
+        assert_eq!(
+            Resend::after_evalsha(noscript, Duration::from_nanos(1)),
+            Resend::Eval,
+            "{noscript}: any time left"
+        );
+        assert_eq!(
+            Resend::after_evalsha(noscript, Duration::ZERO),
+            Resend::TimedOut,
+            "{noscript}: past the deadline, no EVAL"
+        );
+    }
+    for other in [
+        "ERR unknown command 'EVALSHA'",
+        "NOPERM this user has no permissions to run the 'evalsha' command",
+        "ERR Error running script (call to f_1234): @user_script:1: No matching script",
+        "BUSY Redis is busy running a script",
+        "",
+    ] {
+        assert_eq!(
+            Resend::after_evalsha(other, left),
+            Resend::Failed,
+            "{other}"
+        );
+        assert_eq!(
+            Resend::after_evalsha(other, Duration::ZERO),
+            Resend::Failed,
+            "{other}"
+        );
+    }
+}
+
+#[test]
 fn hash_slots_are_redis_cluster_s() {
     // From the Redis Cluster specification's examples and CLUSTER KEYSLOT.
     // CRC16/XMODEM of "123456789" is 0x31C3 (below 16384).

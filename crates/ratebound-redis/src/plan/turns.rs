@@ -40,11 +40,24 @@
 //! timeout), hands back the calls whose deadline passed ([`Out::Late`])
 //! and when to look again.
 //!
-//! The driver keeps the sockets, its callers by [`Ticket`], and the timer;
-//! it tells [`Turns::settle`] when a call's caller has its answer, and
-//! [`Turns::replied`] / [`Turns::failed`] when a send is over.
+//! **Abort signals** (a client that withdraws a command still queued in
+//! it when the command's signal is aborted: node-redis' `AbortSignal`).
+//! The sends begun within [`SIGNAL_EPOCH`] of each other carry one signal
+//! ([`Turns::carry`]); it is aborted once every call it carries is settled
+//! and one of them was late ([`Asks::ABORT`]), so that a command still
+//! queued while the client is offline is withdrawn (one already sent may
+//! still run: its tokens may be spent). Not when the last of them is
+//! late: while Redis is slow a call sent from the queue keeps what is left
+//! of its deadline, so the calls of one signal need not time out in the
+//! order they were sent. An aborted signal is never carried again (the
+//! client would refuse a command with it at once).
+//!
+//! The driver keeps the sockets, its callers by [`Ticket`], the timer and
+//! the signals by call; it tells [`Turns::settle`] when a call's caller
+//! has its answer, and [`Turns::replied`] / [`Turns::failed`] when a send
+//! is over.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::BatchCall;
@@ -94,6 +107,11 @@ impl TurnTuning {
         self.queue_min.max(deadline * self.queue_deadlines)
     }
 }
+
+/// How long after a signal opened the sends begun still carry it (see
+/// the module docs): a millisecond's calls share one `AbortSignal`, one
+/// object per millisecond rather than per call.
+pub const SIGNAL_EPOCH: Duration = Duration::from_millis(1);
 
 /// A call's number while [`Turns`] knows it (from [`Turns::enter`] to
 /// [`Turns::settle`]); numbers are reused after.
@@ -152,6 +170,9 @@ impl Asks {
     /// Call [`Turns::stamp`] once the client has written this turn's
     /// commands.
     pub const STAMP: u8 = 2;
+    /// Abort the signal the settled call's send carried (see
+    /// [`Turns::carry`]).
+    pub const ABORT: u8 = 4;
 
     /// Whether a flush is asked for.
     pub fn flush(self) -> bool {
@@ -161,6 +182,11 @@ impl Asks {
     /// Whether a stamp is asked for.
     pub fn stamp(self) -> bool {
         self.0 & Asks::STAMP != 0
+    }
+
+    /// Whether the settled call's signal is to be aborted.
+    pub fn abort(self) -> bool {
+        self.0 & Asks::ABORT != 0
     }
 }
 
@@ -201,6 +227,15 @@ struct Slot {
     since: Option<Duration>,
     deadline: Duration,
     cost: usize,
+    /// The signal its send carries, if any (see [`Turns::carry`]).
+    signal: Option<u32>,
+}
+
+/// One signal's calls not yet settled, and whether one of them was late.
+#[derive(Clone, Copy, Debug, Default)]
+struct Carried {
+    live: usize,
+    late: bool,
 }
 
 /// One limiter's calls on an event loop (see the module docs): pure
@@ -227,6 +262,11 @@ pub struct Turns {
     stamp_asked: bool,
     timer_armed: bool,
     stats: TurnStats,
+    /// The signal the sends carry now: its number and when it opened.
+    signal: Option<(u32, Duration)>,
+    /// The signals that carry calls not yet settled, by number.
+    carried: HashMap<u32, Carried>,
+    next_signal: u32,
 }
 
 impl Turns {
@@ -249,6 +289,9 @@ impl Turns {
             stamp_asked: false,
             timer_armed: false,
             stats: TurnStats::default(),
+            signal: None,
+            carried: HashMap::new(),
+            next_signal: 0,
         }
     }
 
@@ -419,6 +462,9 @@ impl Turns {
                     self.stats.timeouts += 1;
                     self.slow = true;
                 }
+                if let Some(c) = s.signal.and_then(|n| self.carried.get_mut(&n)) {
+                    c.late = true;
+                }
                 out.push(Out::Late(t));
             }
             self.wheel.pop_front();
@@ -443,8 +489,40 @@ impl Turns {
         (out, timer, self.flush_soon())
     }
 
+    /// The sends of `tickets` (calls sent: [`Go::Now`], [`Out::One`],
+    /// [`Out::Many`]) carry the current abort signal, at `now` (see the
+    /// module docs): `true` when a new one opens first — none yet, the
+    /// current one opened more than [`SIGNAL_EPOCH`] ago, or it was
+    /// aborted —, which the driver makes and gives these sends and the
+    /// next ones until the next `true`.
+    pub fn carry(&mut self, tickets: &[Ticket], now: Duration) -> bool {
+        let open = match self.signal {
+            Some((_, opened)) => now.saturating_sub(opened) > SIGNAL_EPOCH,
+            None => true,
+        };
+        if open {
+            self.next_signal = self.next_signal.wrapping_add(1);
+            self.signal = Some((self.next_signal, now));
+        }
+        let Some((n, _)) = self.signal else {
+            return open;
+        };
+        for &t in tickets {
+            if let Some(s) = self.slots.get_mut(t as usize)
+                && s.state == State::Sent
+                && s.signal.is_none()
+            {
+                s.signal = Some(n);
+                self.carried.entry(n).or_default().live += 1;
+            }
+        }
+        open
+    }
+
     /// The caller of `t` has its answer (from a reply, a failure or one of
-    /// [`Out`]'s): the ticket is over; a call sent makes room.
+    /// [`Out`]'s): the ticket is over; a call sent makes room; the last
+    /// call of a signal one of whose calls was late aborts it
+    /// ([`Asks::ABORT`]).
     pub fn settle(&mut self, t: Ticket) -> Asks {
         let Some(s) = self.slots.get_mut(t as usize) else {
             return Asks::default();
@@ -460,10 +538,15 @@ impl Turns {
             }
         }
         let cost = s.cost;
+        let signal = s.signal.take();
         s.state = State::Free;
         s.round = s.round.wrapping_add(1);
         s.cost = 0;
         self.free.push(t);
+        let abort = match signal {
+            Some(n) if self.left(n) => Asks(Asks::ABORT),
+            _ => Asks::default(),
+        };
         // The wheel's head keeps no settled calls.
         while let Some(&(h, round)) = self.wheel.front() {
             if self.slots[h as usize].round == round {
@@ -474,10 +557,29 @@ impl Turns {
         if was == State::Sent {
             self.load -= cost;
             if self.load < self.tuning.in_flight {
-                return self.flush_soon();
+                return Asks(self.flush_soon().0 | abort.0);
             }
         }
-        Asks::default()
+        abort
+    }
+
+    /// A call of signal `n` is settled: whether that aborts it (its last
+    /// call, and one of them was late).
+    fn left(&mut self, n: u32) -> bool {
+        let Some(c) = self.carried.get_mut(&n) else {
+            return false;
+        };
+        c.live -= 1;
+        if c.live > 0 {
+            return false;
+        }
+        let late = c.late;
+        self.carried.remove(&n);
+        if late && self.signal.is_some_and(|(current, _)| current == n) {
+            // Never carried again.
+            self.signal = None;
+        }
+        late
     }
 
     /// A send got its reply (of any kind): Redis answers, no longer slow.
@@ -503,6 +605,7 @@ impl Turns {
             since,
             deadline: Duration::ZERO,
             cost: 0,
+            signal: None,
         };
         match self.free.pop() {
             Some(t) => {

@@ -283,3 +283,82 @@ fn a_settled_tickets_deadline_is_forgotten_when_its_number_is_reused() {
     t.stamp(ms(1));
     assert_eq!(t.sweep(ms(51), false).0, vec![Out::Late(b)]);
 }
+
+/// Enters a call alone at `now`, sent at once: its ticket.
+fn sent(t: &mut Turns, now: Duration) -> Ticket {
+    let (ticket, go, _) = t.enter(ALONE, now);
+    assert_eq!(go, Go::Now);
+    ticket
+}
+
+#[test]
+fn the_sends_of_a_millisecond_carry_one_signal() {
+    let mut t = batched();
+    let a = sent(&mut t, ms(0));
+    assert!(t.carry(&[a], ms(0)), "the first opens one");
+    let b = sent(&mut t, ms(1));
+    assert!(!t.carry(&[b], ms(1)), "within SIGNAL_EPOCH: the same");
+    let c = sent(&mut t, ms(2));
+    assert!(t.carry(&[c], ms(2)), "older than SIGNAL_EPOCH: a new one");
+    // A batch carries one signal.
+    let many = queue(&mut t, joins(0), 3, ms(2));
+    let (out, _) = t.flush(ms(2));
+    assert_eq!(out, runs(&[&many]));
+    assert!(!t.carry(&many, ms(2)));
+    // Settled without a late call: never aborted.
+    for x in [a, b, c].into_iter().chain(many) {
+        assert!(!t.settle(x).abort());
+    }
+}
+
+#[test]
+fn a_signal_is_aborted_once_its_calls_are_settled_and_one_was_late() {
+    let mut t = batched();
+    let a = sent(&mut t, ms(0));
+    let b = sent(&mut t, ms(0));
+    assert!(t.carry(&[a], ms(0)) && !t.carry(&[b], ms(0)));
+    t.stamp(ms(0));
+    let (out, _, _) = t.sweep(ms(50), false);
+    assert_eq!(out, [Out::Late(a), Out::Late(b)]);
+    assert!(!t.settle(a).abort(), "b still waits");
+    assert!(t.settle(b).abort(), "the last: aborted");
+    // Never carried again, however soon: with a deadline shorter than
+    // SIGNAL_EPOCH, aborted 0.6 ms after it opened, the next send 0.1 ms
+    // later gets a new one.
+    let us = Duration::from_micros;
+    let mut t = Turns::new(TurnTuning::EVENT_LOOP, us(500), true);
+    let a = sent(&mut t, us(0));
+    assert!(t.carry(&[a], us(0)));
+    t.stamp(us(0));
+    assert_eq!(t.sweep(us(600), false).0, [Out::Late(a)]);
+    assert!(t.settle(a).abort());
+    let c = sent(&mut t, us(700));
+    assert!(t.carry(&[c], us(700)), "a new one");
+    assert!(!t.settle(c).abort());
+}
+
+#[test]
+fn a_late_call_does_not_abort_its_signal_while_another_of_it_waits() {
+    // Redis slow: the calls of one signal need not time out in the order
+    // they were sent — the last late one leaves the live one its signal.
+    let mut t = batched();
+    let a = sent(&mut t, ms(0));
+    t.carry(&[a], ms(0));
+    t.stamp(ms(0));
+    let b = sent(&mut t, ms(1));
+    assert!(!t.carry(&[b], ms(1)));
+    t.stamp(ms(1));
+    let (out, _, _) = t.sweep(ms(50), false);
+    assert_eq!(out, [Out::Late(a)]);
+    assert!(!t.settle(a).abort(), "b is not answered yet");
+    t.replied();
+    assert!(t.settle(b).abort(), "then b is: the signal goes");
+    // A signal none of whose calls was late is carried on.
+    let c = sent(&mut t, ms(60));
+    assert!(t.carry(&[c], ms(60)));
+    t.replied();
+    assert!(!t.settle(c).abort());
+    let d = sent(&mut t, ms(60));
+    assert!(!t.carry(&[d], ms(60)), "still open, within SIGNAL_EPOCH");
+    assert_eq!(SIGNAL_EPOCH, ms(1));
+}

@@ -150,10 +150,11 @@ from __future__ import annotations
 
 # The package's modules, one concern each: _options (the keyword options and
 # the arguments' types), _runners (how a call reaches Redis, sync and
-# asyncio: the NOSCRIPT fallback, the deadlines), _listeners (the pause
-# listeners), _base (what the sync and asyncio limiters share without
-# waiting: the engine's steps, the constructors, RedisReservation), _sync and
-# _async (the limiters). Their private names stay reachable here.
+# asyncio: the deadlines, the EVAL the engine asks for after a NOSCRIPT),
+# _listeners (the pause listeners), _base (what the sync and asyncio limiters
+# share without waiting: the engine's steps, the constructors,
+# RedisReservation), _sync and _async (the limiters). Their private names
+# stay reachable here.
 from .._ratebound import Decision as Decision
 from .._ratebound import RedisStats
 from ._async import AsyncFixedWindow, AsyncSlidingWindow, AsyncTokenBucket, _AsyncLimiter as _AsyncLimiter

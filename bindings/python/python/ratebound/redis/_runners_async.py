@@ -165,7 +165,7 @@ class _AsyncRunner(_Calls):
     def _deadline(self) -> float:
         return _now() + self._timeout
 
-    async def _sent_read(self, call: _RedisCall, progress: list[float]) -> Any:
+    async def _sent_read(self, call: _RedisCall, progress: list[float], deadline: float) -> Any:
         """The call on a connection of the limiter's own pool, written as
         the engine packed it and its reply read. ``progress``: ``[sent,
         own]`` — how far it got (0: still in this client's own queue for
@@ -199,8 +199,8 @@ class _AsyncRunner(_Calls):
             progress[0] = 2.0
             try:
                 return await conn.read_response()
-            except self._noscript:
-                # Not loaded on this server: EVAL loads it, within the deadline.
+            except self._refused as e:
+                self._resend(e, _left_now(deadline))
                 await conn.send_packed_command(call.eval_command)
                 return await conn.read_response()
         finally:
@@ -216,11 +216,11 @@ class _AsyncRunner(_Calls):
             made = self._makers = (weakref.ref(loop), asyncio.Semaphore(_MAKERS))
         return made[1]
 
-    async def _attempt(self, call: _RedisCall) -> Any:
+    async def _attempt(self, call: _RedisCall, deadline: float) -> Any:
         try:
             return await self._client.evalsha(call.sha, 1, call.key, *call.args)
-        except self._noscript:
-            # Not loaded on this node: EVAL loads it, within the deadline.
+        except self._refused as e:
+            self._resend(e, _left_now(deadline))
             return await self._client.eval(call.text, 1, call.key, *call.args)
 
     async def _ready(self, deadline: float) -> None:
@@ -275,7 +275,11 @@ class _AsyncRunner(_Calls):
         # timeout of theirs read as the client's overload, "busy", and the
         # fail policy and the breaker never heard of a silent Redis).
         progress = [2.0, 0.0] if self._pool is None else [0.0, deadline - self._timeout]
-        attempt = (lambda: self._sent_read(call, progress)) if self._pool is not None else (lambda: self._attempt(call))
+        attempt = (
+            (lambda: self._sent_read(call, progress, deadline))
+            if self._pool is not None
+            else (lambda: self._attempt(call, deadline))
+        )
         try:
             return await self._within(attempt, deadline), False, None, False
         except (asyncio.TimeoutError, self._timeout_error) as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from .._ratebound import _misconfigured
+from .._ratebound import _after_evalsha, _misconfigured
 
 # What became of a call: (reply, timed_out, error, unsent). ``unsent``: the
 # call never left this client before its deadline (no connection came free):
@@ -64,20 +64,27 @@ def _unsent(e: BaseException) -> bool:
     return type(e).__name__ == "MaxConnectionsError" or str(e) == "No connection available."
 
 
-def _failed(e: BaseException, timeout_error: type) -> _Outcome:
-    """What an exception from redis-py makes of a call: a timeout, a call
-    that never left the client, or a failure whose text keeps the error
-    code Redis sent (redis-py strips it: ``WRONGPASS``, ``NOPERM``, ``ERR``),
-    for the engine's reading of a misconfiguration."""
-    if isinstance(e, (timeout_error, TimeoutError)):
-        return None, True, None, False
-    if _unsent(e):
-        return _UNSENT
+def _said(e: BaseException) -> str:
+    """The text of an error from redis-py with the error code Redis sent
+    first (redis-py strips it into ``status_code``: ``NOSCRIPT``,
+    ``WRONGPASS``, ``NOPERM``, ``ERR``), as the engine reads errors."""
     text = str(e)
     code = getattr(e, "status_code", None)
     if isinstance(code, str) and code and not text.startswith(code):
         text = f"{code} {text}"
-    return None, False, f"{type(e).__name__}: {text}", False
+    return text
+
+
+def _failed(e: BaseException, timeout_error: type) -> _Outcome:
+    """What an exception from redis-py makes of a call: a timeout, a call
+    that never left the client, or a failure whose text keeps the error
+    code Redis sent (:func:`_said`), for the engine's reading of a
+    misconfiguration."""
+    if isinstance(e, (timeout_error, TimeoutError)):
+        return None, True, None, False
+    if _unsent(e):
+        return _UNSENT
+    return None, False, f"{type(e).__name__}: {_said(e)}", False
 
 
 def _raise_misconfigured(outcome: _Outcome) -> None:
@@ -164,8 +171,8 @@ def _cluster_kwargs(
 
 
 class _Calls:
-    """What every runner knows: its deadline on its clock, and which errors
-    are outcomes."""
+    """What every runner knows: its deadline on its clock, which errors
+    are outcomes, and what follows a call's failed ``EVALSHA``."""
 
     _timeout: float
 
@@ -176,7 +183,21 @@ class _Calls:
             (e.RedisError, e.RedisClusterException, OSError) if cluster else (e.RedisError, OSError)
         )
         self._timeout_error = e.TimeoutError
-        self._noscript = e.NoScriptError
+        # An error the server replied (NOSCRIPT among them).
+        self._refused = e.ResponseError
 
     def _deadline(self) -> float:
         return self._now() + self._timeout
+
+    def _resend(self, e: BaseException, left: Optional[float]) -> None:
+        """The ``EVALSHA`` of a call failed with the server's ``e``, ``left``
+        seconds before its deadline (None: it has none): returns if the
+        engine says to send the call's ``EVAL`` now, once (``NOSCRIPT``: a
+        restart, a failover, ``SCRIPT FLUSH``, another cluster node);
+        raises the timeout if it says the deadline passed, ``e`` itself
+        for any other failure (ratebound_redis::plan::Resend)."""
+        told = _after_evalsha(_said(e), left)
+        if told == "timeout":
+            raise self._timeout_error("deadline passed") from None
+        if told != "eval":
+            raise e

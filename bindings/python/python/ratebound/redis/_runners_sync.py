@@ -68,9 +68,9 @@ class _Gate:
             place.release()
 
 class _SyncCalls(_Calls):
-    """What the sync runners share: the NOSCRIPT fallback, what becomes of
-    a call, and a publish within a place of the gate (:class:`_Standalone`'s
-    and :class:`_Cluster`'s)."""
+    """What the sync runners share: a script run through a client's
+    ``evalsha`` and ``eval``, what becomes of a call, and a publish within
+    a place of the gate (:class:`_Standalone`'s and :class:`_Cluster`'s)."""
 
     _gate: _Gate
 
@@ -79,12 +79,8 @@ class _SyncCalls(_Calls):
     ) -> Any:
         try:
             return evalsha(call.sha, 1, call.key, *call.args)
-        except self._noscript:
-            # Not loaded on this server (a restart, a failover, SCRIPT
-            # FLUSH, another cluster node): EVAL loads it, within the same
-            # deadline.
-            if deadline is not None and self._now() >= deadline:
-                raise self._timeout_error("deadline passed")
+        except self._refused as e:
+            self._resend(e, None if deadline is None else _left(deadline, self._now))
             return eval_(call.text, 1, call.key, *call.args)
 
     def _outcome(self, attempt: Callable[[], Any]) -> _Outcome:
@@ -210,11 +206,8 @@ class _Standalone(_SyncCalls):
             conn.send_packed_command((call.command,))
             try:
                 reply = self._read(conn, deadline)
-            except self._noscript:
-                # Not loaded on this server (a restart, a failover, SCRIPT
-                # FLUSH): EVAL loads it, within the same deadline.
-                if self._now() >= deadline:
-                    raise self._timeout_error("deadline passed") from None
+            except self._refused as e:
+                self._resend(e, _left(deadline, self._now))
                 conn.send_packed_command((call.eval_command,))
                 reply = self._read(conn, deadline)
             clean = True
