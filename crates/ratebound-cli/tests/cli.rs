@@ -1,7 +1,7 @@
 //! The `ratebound` binary as a user runs it: output, exit codes, files (the
 //! traffic files and bad input are `traffic.rs`'s).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[path = "support/png.rs"]
 mod png_image;
@@ -15,6 +15,24 @@ use run::{admitted, json, ratebound, stderr, stdout};
 /// A file under the target directory, fresh for this test.
 fn scratch(name: &str) -> PathBuf {
     run::scratch_in("cli-tests", name)
+}
+
+/// `simulate --traffic boundary --plot <path>`, which must succeed and say
+/// where it wrote the plot.
+fn plot_boundary(path: &Path) {
+    let o = ratebound(&[
+        "simulate",
+        "--traffic",
+        "boundary",
+        "--plot",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("plot: {}", path.display())),
+        "{}",
+        stdout(&o)
+    );
 }
 
 /// `200 x N, 429 x M` of the line of scenario 7 that starts with `what`.
@@ -164,19 +182,7 @@ fn leaky_bucket_reports_added_delay() {
 fn the_plot_is_a_png_of_the_svg_with_its_text_drawn() {
     let (svg, png) = (scratch("same.svg"), scratch("same.PNG"));
     for path in [&svg, &png] {
-        let o = ratebound(&[
-            "simulate",
-            "--traffic",
-            "boundary",
-            "--plot",
-            path.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        assert!(
-            stdout(&o).contains(&format!("plot: {}", path.display())),
-            "{}",
-            stdout(&o)
-        );
+        plot_boundary(path);
     }
     // The PNG has the SVG's size, one pixel per unit.
     let size = svg_chart::read(&svg)
@@ -203,14 +209,7 @@ fn the_plot_is_a_png_of_the_svg_with_its_text_drawn() {
 #[test]
 fn the_plot_is_an_svg_with_one_panel_per_algorithm() {
     let svg = scratch("plot.svg");
-    let o = ratebound(&[
-        "simulate",
-        "--traffic",
-        "boundary",
-        "--plot",
-        svg.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    plot_boundary(&svg);
     let chart = svg_chart::read(&svg);
     assert!(chart.len > 10_000, "{} bytes", chart.len);
     chart.assert_panels(&[

@@ -298,13 +298,20 @@ fn a_traffic_file_goes_to_the_server_model_too() {
     assert_eq!(num(fixed, "latency_max_s"), 0.2);
 }
 
+/// The overload example charted to a fresh file `name`, which must succeed
+/// and say where it drew the chart: the chart's path.
+fn chart_overload(name: &str) -> PathBuf {
+    let path = scratch(name);
+    let mut args = overload();
+    args.extend(["--chart", path.to_str().unwrap()]);
+    let out = run_ok(&args);
+    assert!(out.contains(&format!("plot: {}", path.display())), "{out}");
+    path
+}
+
 #[test]
 fn the_chart_has_one_panel_per_variant() {
-    let svg = scratch("server.svg");
-    let mut args = overload();
-    args.extend(["--chart", svg.to_str().unwrap()]);
-    let out = run_ok(&args);
-    assert!(out.contains(&format!("plot: {}", svg.display())), "{out}");
+    let svg = chart_overload("server.svg");
     let chart = svg_chart::read(&svg);
     chart.assert_panels(&["none:", "fixed:4:", "auto:"]);
     assert!(chart.says("1198 shed") || chart.says(" shed,"));
@@ -315,11 +322,7 @@ fn the_chart_has_one_panel_per_variant() {
 
 #[test]
 fn the_chart_is_a_png_too() {
-    let png = scratch("server.png");
-    let mut args = overload();
-    args.extend(["--chart", png.to_str().unwrap()]);
-    let out = run_ok(&args);
-    assert!(out.contains(&format!("plot: {}", png.display())), "{out}");
+    let png = chart_overload("server.png");
     let image = png_image::decode(&png);
     // 1000 wide; a 62 px heading and one 230 px panel per variant (3).
     assert_eq!((image.width, image.height), (1000, 62 + 230 * 3));
@@ -409,47 +412,69 @@ fn bad_server_input_is_one_line_naming_the_value() {
         a.extend_from_slice(extra);
         a
     };
+    // Bad values of the server model's other flags, after a good
+    // `--service-time 20ms`.
     for (extra, needle) in [
         (
-            &["--service-time", "20ms", "--workers", "0"][..],
+            &["--workers", "0"][..],
             "--workers: \"0\" must be a whole number of at least 1",
         ),
-        (&["--service-time", "20ms", "--workers", "-3"], "\"-3\""),
+        (&["--workers", "-3"], "\"-3\""),
         (
-            &["--service-time", "-20ms"],
+            &["--concurrency", "none,magic"],
+            "unknown variant \"magic\"",
+        ),
+        (&["--concurrency", "fixed:0"], "\"fixed:0\""),
+        (&["--concurrency", "auto:max=1,min=5"], "max_limit"),
+        (&["--slowdown", "4s:-1x"], "factor \"-1x\""),
+        (&["--jitter", "1.5"], "--jitter: \"1.5\""),
+        (
+            &["--warmup", "5s"],
+            "--warmup \"5s\": must be shorter than the traffic's 2s",
+        ),
+        (&["--rate", "10/s"], "--rate is for the rate limits"),
+        (
+            &["--algorithm", "token-bucket"],
+            "--algorithm is for the rate limits",
+        ),
+        (
+            &["--plot", "out.jpeg"],
+            "--plot out.jpeg: the file must end in .svg or .png",
+        ),
+        (
+            &["--priorities", "normal=5%"],
+            "\"normal\" is not critical or background",
+        ),
+        (
+            &["--priorities", "background=150%"],
+            "\"150%\" must be a share",
+        ),
+        (
+            &["--priorities", "background=NaN"],
+            "\"NaN\" must be a share",
+        ),
+        (
+            &["--priorities", "critical=60%,background=0.6"],
+            "adds up to more than 100 %",
+        ),
+        (
+            &["--background-fraction", "2"],
+            "--background-fraction: \"2\"",
+        ),
+    ] {
+        assert_usage_error(
+            &with(&[&["--service-time", "20ms"], extra].concat()),
+            needle,
+        );
+    }
+    // Bad service times, and the server model's flags without one.
+    for (extra, needle) in [
+        (
+            &["--service-time", "-20ms"][..],
             "--service-time: \"-20ms\" must be more than 0",
         ),
         (&["--service-time", "NaN"], "--service-time: \"NaN\""),
         (&["--service-time", "0ms"], "--service-time: \"0ms\""),
-        (
-            &["--service-time", "20ms", "--concurrency", "none,magic"],
-            "unknown variant \"magic\"",
-        ),
-        (
-            &["--service-time", "20ms", "--concurrency", "fixed:0"],
-            "\"fixed:0\"",
-        ),
-        (
-            &[
-                "--service-time",
-                "20ms",
-                "--concurrency",
-                "auto:max=1,min=5",
-            ],
-            "max_limit",
-        ),
-        (
-            &["--service-time", "20ms", "--slowdown", "4s:-1x"],
-            "factor \"-1x\"",
-        ),
-        (
-            &["--service-time", "20ms", "--jitter", "1.5"],
-            "--jitter: \"1.5\"",
-        ),
-        (
-            &["--service-time", "20ms", "--warmup", "5s"],
-            "--warmup \"5s\": must be shorter than the traffic's 2s",
-        ),
         (
             &["--workers", "4"],
             "--workers is part of the server model: give --service-time too",
@@ -457,43 +482,6 @@ fn bad_server_input_is_one_line_naming_the_value() {
         (
             &["--concurrency", "auto"],
             "--concurrency is part of the server model",
-        ),
-        (
-            &["--service-time", "20ms", "--rate", "10/s"],
-            "--rate is for the rate limits",
-        ),
-        (
-            &["--service-time", "20ms", "--algorithm", "token-bucket"],
-            "--algorithm is for the rate limits",
-        ),
-        (
-            &["--service-time", "20ms", "--plot", "out.jpeg"],
-            "--plot out.jpeg: the file must end in .svg or .png",
-        ),
-        (
-            &["--service-time", "20ms", "--priorities", "normal=5%"],
-            "\"normal\" is not critical or background",
-        ),
-        (
-            &["--service-time", "20ms", "--priorities", "background=150%"],
-            "\"150%\" must be a share",
-        ),
-        (
-            &["--service-time", "20ms", "--priorities", "background=NaN"],
-            "\"NaN\" must be a share",
-        ),
-        (
-            &[
-                "--service-time",
-                "20ms",
-                "--priorities",
-                "critical=60%,background=0.6",
-            ],
-            "adds up to more than 100 %",
-        ),
-        (
-            &["--service-time", "20ms", "--background-fraction", "2"],
-            "--background-fraction: \"2\"",
         ),
         (
             &["--priorities", "background=50%"],

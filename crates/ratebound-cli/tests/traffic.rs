@@ -15,26 +15,33 @@ fn scratch(name: &str) -> PathBuf {
     run::scratch_in("traffic-tests", name)
 }
 
+/// A traffic file under the target directory holding `text`.
+fn traffic_file(name: &str, text: impl AsRef<[u8]>) -> PathBuf {
+    let path = scratch(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 #[test]
 fn traffic_files_csv_and_json_lines() {
-    let csv = scratch("log.csv");
     // A header, seconds with keys and weights, and RFC 3339 times.
-    std::fs::write(
-        &csv,
+    let csv = traffic_file(
+        "log.csv",
         "timestamp,key,n\n0,alice,1\n0,alice,1\n0,alice,1\n0,bob,2\n0.5,bob,1\n",
-    )
-    .unwrap();
+    );
     let v = simulate_file(&csv, "1/s burst 2").expect("simulated");
     // alice: 2 of 3; bob: 2 tokens then none left at 0.5 s.
     assert_eq!(admitted(&v, "token-bucket", "key"), 3, "{v}");
     assert_eq!(v["algorithms"][0]["keys"], 2);
 
-    let jsonl = scratch("log.jsonl");
-    std::fs::write(
-        &jsonl,
-        "{\"t\": \"2026-12-01T10:00:00Z\", \"key\": \"a\"}\n{\"t\": \"2026-12-01T10:00:00.5Z\", \"key\": \"a\"}\n{\"t\": \"2026-12-01T11:00:00+01:00\", \"key\": \"a\"}\n",
-    )
-    .unwrap();
+    let jsonl = traffic_file(
+        "log.jsonl",
+        concat!(
+            "{\"t\": \"2026-12-01T10:00:00Z\", \"key\": \"a\"}\n",
+            "{\"t\": \"2026-12-01T10:00:00.5Z\", \"key\": \"a\"}\n",
+            "{\"t\": \"2026-12-01T11:00:00+01:00\", \"key\": \"a\"}\n",
+        ),
+    );
     let v = simulate_file(&jsonl, "1/s burst 1").expect("simulated");
     // The third is the same instant as the first (+01:00): refused too.
     assert_eq!(admitted(&v, "token-bucket", "key"), 1, "{v}");
@@ -129,20 +136,17 @@ fn bad_input_is_one_line_and_exit_code_2() {
     );
     assert_usage_error(&["inspect", "--redis", "redis://127.0.0.1:1", "k"], "redis");
 
-    let bad = scratch("bad.csv");
-    std::fs::write(&bad, "0,a\n1,a\n2,a,many\n").unwrap();
+    let bad = traffic_file("bad.csv", "0,a\n1,a\n2,a,many\n");
     assert_usage_error(
         &["simulate", "--traffic", bad.to_str().unwrap()],
         "line 3, column 5: n \"many\" is not a whole number",
     );
-    let bad = scratch("bad-time.csv");
-    std::fs::write(&bad, "0,a\nsoon,a\n").unwrap();
+    let bad = traffic_file("bad-time.csv", "0,a\nsoon,a\n");
     assert_usage_error(
         &["simulate", "--traffic", bad.to_str().unwrap()],
         "line 2, column 1",
     );
-    let bad = scratch("bad.jsonl");
-    std::fs::write(&bad, "{\"t\": 1}\n{\"t\": 2,}\n").unwrap();
+    let bad = traffic_file("bad.jsonl", "{\"t\": 1}\n{\"t\": 2,}\n");
     assert_usage_error(
         &["simulate", "--traffic", bad.to_str().unwrap()],
         "line 2, column",
@@ -242,12 +246,10 @@ fn simulate_file(path: &std::path::Path, rate: &str) -> Result<serde_json::Value
 
 #[test]
 fn quoted_csv_fields_keep_their_commas_and_quotes() {
-    let csv = scratch("quoted.csv");
-    std::fs::write(
-        &csv,
+    let csv = traffic_file(
+        "quoted.csv",
         "timestamp,key,n\n0,\"a,b\",1\n0,\"a,b\"\n0,\"say \"\"hi\"\"\",1\n0,c\n",
-    )
-    .unwrap();
+    );
     let v = simulate_file(&csv, "1/s burst 1").unwrap_or_else(|e| panic!("{e}"));
     // Three keys ("a,b", `say "hi"`, c); "a,b" sent two at once and got one.
     assert_eq!(v["requests"], 4, "{v}");
@@ -284,8 +286,7 @@ fn a_line_over_1_mib_is_refused_without_echoing_it() {
             format!("{{\"t\": 1, \"n\": \"{}\"}}\n", "9x".repeat(500_000)),
         ),
     ] {
-        let bad = scratch(name);
-        std::fs::write(&bad, format!("0,a\n{line}")).unwrap();
+        let bad = traffic_file(name, format!("0,a\n{line}"));
         let err = simulate_file(&bad, "1/s").unwrap_err();
         assert!(err.contains("line 2"), "{name}: {err:.300}");
         let quoted = without_path(&err, &bad);
@@ -326,16 +327,14 @@ fn timestamps_beyond_the_nanosecond_range_are_refused() {
             "line 2",
         ),
     ] {
-        let path = scratch(name);
-        std::fs::write(&path, rows).unwrap();
+        let path = traffic_file(name, rows);
         let err = simulate_file(&path, "1/s").unwrap_err();
         assert!(err.contains(needle), "{name}: {err}");
         assert!(err.contains("out of range"), "{name}: {err}");
     }
     // Each time fits, but not the span between them (285 years; the
     // built-in shapes' --duration stops at about 36).
-    let far = scratch("far-apart.csv");
-    std::fs::write(&far, "0,a\n9000000000,a\n").unwrap();
+    let far = traffic_file("far-apart.csv", "0,a\n9000000000,a\n");
     let err = simulate_file(&far, "1/s").unwrap_err();
     assert!(err.contains("line 2") && err.contains("line 1"), "{err}");
     assert!(err.contains("36 years"), "{err}");
