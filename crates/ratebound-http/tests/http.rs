@@ -22,23 +22,22 @@ use serve::serve;
 /// The `x-api-key` header of the key `k`.
 const KEY: &[(&str, &[u8])] = &[("x-api-key", b"k")];
 
-/// Serves `builder`'s layer keyed by `x-api-key` on `clock`: its address
-/// and a client.
-async fn serve_keyed(builder: Builder, clock: &ManualClock) -> (SocketAddr, HttpClient) {
+/// Serves `builder`'s layer keyed by `x-api-key` on a fresh manual clock:
+/// its address, a client and the clock.
+async fn serve_keyed(builder: Builder) -> (SocketAddr, HttpClient, ManualClock) {
+    let clock = ManualClock::new();
     let layer = builder
         .key(RequestKey::header("x-api-key").unwrap())
         .clock(clock.clone())
         .build()
         .unwrap();
-    (serve(app(layer)).await, client())
+    (serve(app(layer)).await, client(), clock)
 }
 
 #[tokio::test]
 async fn design_scenario_2_over_http_and_retry_after_is_honest() {
-    let clock = ManualClock::new();
-    let (addr, c) = serve_keyed(
+    let (addr, c, clock) = serve_keyed(
         RateLimitLayer::builder().policy("default", Quota::parse("1/s burst 2").unwrap()),
-        &clock,
     )
     .await;
     let alice: &[(&str, &[u8])] = &[("x-api-key", b"alice")];
@@ -68,8 +67,7 @@ async fn design_scenario_2_over_http_and_retry_after_is_honest() {
 async fn retry_after_is_never_earlier_than_the_exact_wait_at_sub_second_rates() {
     for (rate, burst) in [(0.3, 1u64), (2.5, 2)] {
         let quota = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
-        let clock = ManualClock::new();
-        let (addr, c) = serve_keyed(RateLimitLayer::builder().policy("p", quota), &clock).await;
+        let (addr, c, clock) = serve_keyed(RateLimitLayer::builder().policy("p", quota)).await;
         for round in 0..5 {
             // Spend the burst, then read the refusal.
             let mut refusal = None;
@@ -155,12 +153,10 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
 
 #[tokio::test]
 async fn several_policies_lose_no_tokens_when_one_refuses() {
-    let clock = ManualClock::new();
-    let (addr, c) = serve_keyed(
+    let (addr, c, clock) = serve_keyed(
         RateLimitLayer::builder()
             .policy("daily", Quota::parse("1/hour burst 5").unwrap())
             .policy("rate", Quota::parse("2/s burst 2").unwrap()),
-        &clock,
     )
     .await;
     for _ in 0..2 {
@@ -371,8 +367,7 @@ async fn a_request_without_a_key_follows_the_policy() {
 #[tokio::test]
 async fn window_policies_work_beside_buckets() {
     use ratebound::KeyedAlgorithm;
-    let clock = ManualClock::new();
-    let (addr, c) = serve_keyed(
+    let (addr, c, _clock) = serve_keyed(
         RateLimitLayer::builder()
             .policy("burst", Quota::parse("10/s burst 10").unwrap())
             .policy_with(
@@ -382,7 +377,6 @@ async fn window_policies_work_beside_buckets() {
                     window: Duration::from_secs(86_400),
                 },
             ),
-        &clock,
     )
     .await;
     for _ in 0..3 {
