@@ -72,6 +72,16 @@ fn exhausted(delay: Duration) -> tonic::Status {
     )
 }
 
+/// A gRPC health service whose first call is refused `RESOURCE_EXHAUSTED`
+/// asking for `delay`; every later one answers SERVING.
+async fn exhausted_once(delay: Duration) -> Partner {
+    Partner::start(first_then(
+        move || grpc_refusal(exhausted(delay)),
+        || grpc_ok(&[0x08, 0x01]), // HealthCheckResponse { status: SERVING }
+    ))
+    .await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_503_then_200_is_retried_exactly_once_over_hyper_util() {
     let partner =
@@ -127,11 +137,7 @@ async fn a_429_pauses_the_limiter_for_its_retry_after() {
 
 #[tokio::test(start_paused = true)]
 async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried() {
-    let partner = Partner::start(first_then(
-        || grpc_refusal(exhausted(Duration::from_millis(700))),
-        || grpc_ok(&[0x08, 0x01]),
-    ))
-    .await;
+    let partner = exhausted_once(Duration::from_millis(700)).await;
     let events = Events::default();
     let layer = told(&events)
         .any_method(true) // gRPC calls are POSTs
@@ -167,11 +173,7 @@ async fn resource_exhausted_with_retry_info_pauses_for_its_delay_and_is_retried(
 #[tokio::test(start_paused = true)]
 async fn without_any_method_resource_exhausted_pauses_but_is_not_retried() {
     // And a RetryInfo of an hour is cut to max_pause.
-    let partner = Partner::start(first_then(
-        || grpc_refusal(exhausted(Duration::from_secs(3600))),
-        || grpc_ok(&[0x08, 0x01]),
-    ))
-    .await;
+    let partner = exhausted_once(Duration::from_secs(3600)).await;
     let events = Events::default();
     let layer = told(&events)
         .max_pause(Duration::from_millis(500))
@@ -198,11 +200,7 @@ async fn a_tonic_channel_through_the_layer_waits_out_the_pause() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
 
-    let partner = Partner::start(first_then(
-        || grpc_refusal(exhausted(Duration::from_millis(600))),
-        || grpc_ok(&[0x08, 0x01]), // HealthCheckResponse { status: SERVING }
-    ))
-    .await;
+    let partner = exhausted_once(Duration::from_millis(600)).await;
     let channel = tonic::transport::Channel::from_shared(partner.url(""))
         .expect("uri")
         .connect()
