@@ -17,7 +17,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 const IORedis = require('ioredis')
 const rb = require('..')
-const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
+const { sleep, now, unhandledRejections, clientsAndBatches } = require('./fixtures/common.js')
 const native = require('../index.js')
 
 const SPEC = path.join(__dirname, '..', '..', '..', 'spec', 'redis.json')
@@ -227,48 +227,46 @@ test('batching: concurrent reservations take consecutive slots, batched and not;
 test('deadline wheel: 300 checks in flight while Redis is paused all get the fail policy at their deadline', async () => {
   const server = await startServer()
   const lines = []
-  for (const [kind, connect] of Object.entries(CLIENTS)) {
-    for (const batch of [false, true]) {
-      const client = await connect(server.port)
-      // A high breaker threshold: every call goes to Redis and waits there.
-      const lim = new rb.redis.TokenBucket({ client, rate: 100, burst: 100, onError: 'closed', timeout: 0.05, breakerThreshold: 100000, breakerCooldown: 0.2, batch })
-      assert.equal((await lim.check('warm')).source, 'redis')
-      // WRITE: the scripts stall, and this test's own CLIENT UNPAUSE goes
-      // through once it has seen every answer (30 s would be the pause).
-      assert.equal(await cli(server.port, 'CLIENT', 'PAUSE', '30000', 'WRITE'), 'OK')
-      const records = []
-      // Three waves of 100, 20 ms apart: many in flight at once, deadlines
-      // spread over 40 ms.
-      const waves = []
-      for (let w = 0; w < 3; w++) {
-        if (w > 0) await sleep(20)
-        for (let i = 0; i < 100; i++) {
-          const s = now()
-          waves.push(lim.check(`k${w}-${i}`).then((d) => records.push({ took: now() - s, source: d.source, allowed: d.allowed })))
-        }
+  for (const [kind, connect, batch] of clientsAndBatches(CLIENTS, [false, true])) {
+    const client = await connect(server.port)
+    // A high breaker threshold: every call goes to Redis and waits there.
+    const lim = new rb.redis.TokenBucket({ client, rate: 100, burst: 100, onError: 'closed', timeout: 0.05, breakerThreshold: 100000, breakerCooldown: 0.2, batch })
+    assert.equal((await lim.check('warm')).source, 'redis')
+    // WRITE: the scripts stall, and this test's own CLIENT UNPAUSE goes
+    // through once it has seen every answer (30 s would be the pause).
+    assert.equal(await cli(server.port, 'CLIENT', 'PAUSE', '30000', 'WRITE'), 'OK')
+    const records = []
+    // Three waves of 100, 20 ms apart: many in flight at once, deadlines
+    // spread over 40 ms.
+    const waves = []
+    for (let w = 0; w < 3; w++) {
+      if (w > 0) await sleep(20)
+      for (let i = 0; i < 100; i++) {
+        const s = now()
+        waves.push(lim.check(`k${w}-${i}`).then((d) => records.push({ took: now() - s, source: d.source, allowed: d.allowed })))
       }
-      await Promise.all(waves)
-      const label = `${kind} batch ${batch}`
-      assert.equal(records.length, 300, label)
-      assert.deepEqual([...new Set(records.map((r) => `${r.source} ${r.allowed}`))], ['fail_closed false'], label)
-      const took = records.map((r) => r.took).sort((a, b) => a - b)
-      assert.ok(took[0] >= 49, `${label}: the first answer after ${took[0].toFixed(1)} ms, before its deadline`)
-      // A liveness bound (2.5 s of slack) for a loaded machine, far below
-      // the pause's end (an answer Redis gave after it would be 'redis'):
-      // the exact instant is redis_deadline.test.js' (virtual time).
-      assert.ok(took.at(-1) <= 50 + 2500, `${label}: the last answer after ${took.at(-1).toFixed(1)} ms`)
-      assert.equal(lim.stats.timeouts, 300, `${label}: ${JSON.stringify(lim.stats)}`)
-      lines.push(`${label}: ${took[0].toFixed(1)}–${took.at(-1).toFixed(1)} ms`)
-      // After the pause, Redis answers again.
-      assert.equal(await cli(server.port, 'CLIENT', 'UNPAUSE'), 'OK')
-      for (let i = 0; ; i++) {
-        const d = await lim.check('after')
-        if (d.source === 'redis') break
-        assert.ok(i < 100, `${label}: Redis answers after the pause`)
-        await sleep(10)
-      }
-      dropClient(client)
     }
+    await Promise.all(waves)
+    const label = `${kind} batch ${batch}`
+    assert.equal(records.length, 300, label)
+    assert.deepEqual([...new Set(records.map((r) => `${r.source} ${r.allowed}`))], ['fail_closed false'], label)
+    const took = records.map((r) => r.took).sort((a, b) => a - b)
+    assert.ok(took[0] >= 49, `${label}: the first answer after ${took[0].toFixed(1)} ms, before its deadline`)
+    // A liveness bound (2.5 s of slack) for a loaded machine, far below
+    // the pause's end (an answer Redis gave after it would be 'redis'):
+    // the exact instant is redis_deadline.test.js' (virtual time).
+    assert.ok(took.at(-1) <= 50 + 2500, `${label}: the last answer after ${took.at(-1).toFixed(1)} ms`)
+    assert.equal(lim.stats.timeouts, 300, `${label}: ${JSON.stringify(lim.stats)}`)
+    lines.push(`${label}: ${took[0].toFixed(1)}–${took.at(-1).toFixed(1)} ms`)
+    // After the pause, Redis answers again.
+    assert.equal(await cli(server.port, 'CLIENT', 'UNPAUSE'), 'OK')
+    for (let i = 0; ; i++) {
+      const d = await lim.check('after')
+      if (d.source === 'redis') break
+      assert.ok(i < 100, `${label}: Redis answers after the pause`)
+      await sleep(10)
+    }
+    dropClient(client)
   }
   console.log(`# deadline wheel, 300 checks in flight, deadline 50 ms: ${lines.join('; ')}`)
   await server.kill()

@@ -13,7 +13,7 @@ const crypto = require('node:crypto')
 const IORedis = require('ioredis')
 const { createClient } = require('redis')
 const rb = require('..')
-const { sleep, now, unhandledRejections } = require('./fixtures/common.js')
+const { sleep, now, unhandledRejections, clientsAndBatches } = require('./fixtures/common.js')
 
 const { HOST, startServer, stopAll, cli } = require('./fixtures/redis-server.js')
 
@@ -88,26 +88,24 @@ test('3 000 checks begun in one turn on one limiter: every one answered by Redis
   const server = await main()
   const lines = []
   const results = []
-  for (const [kind, connect] of Object.entries(CLIENTS)) {
-    for (const batch of [true, false]) {
-      const client = await connect(server.port)
-      // The default fail policy: 'open'.
-      const lim = new rb.redis.TokenBucket({ client, rate: 10, burst: 10, batch, timeout: TIMEOUT, prefix: prefix() })
-      const t0 = now()
-      const { result: answers, opened } = await watchBreaker(lim, () => {
-        const all = []
-        for (let i = 0; i < 3000; i++) all.push(lim.check('k'))
-        return Promise.all(all)
-      })
-      const took = (now() - t0) / 1000
-      const label = `${kind} batch ${batch}`
-      const sources = {}
-      for (const d of answers) sources[d.source] = (sources[d.source] ?? 0) + 1
-      const allowed = answers.filter((d) => d.allowed).length
-      const bound = 10 + Math.ceil(10 * took) + 1
-      lines.push(`${label}: ${allowed} allowed (bound ${bound}) in ${(took * 1000).toFixed(0)} ms, ${JSON.stringify(sources)}, breaker opened: ${opened}, ${JSON.stringify(lim.stats)}`)
-      results.push({ label, sources, allowed, bound, opened, stats: lim.stats, line: lines.at(-1) })
-    }
+  for (const [kind, connect, batch] of clientsAndBatches(CLIENTS, [true, false])) {
+    const client = await connect(server.port)
+    // The default fail policy: 'open'.
+    const lim = new rb.redis.TokenBucket({ client, rate: 10, burst: 10, batch, timeout: TIMEOUT, prefix: prefix() })
+    const t0 = now()
+    const { result: answers, opened } = await watchBreaker(lim, () => {
+      const all = []
+      for (let i = 0; i < 3000; i++) all.push(lim.check('k'))
+      return Promise.all(all)
+    })
+    const took = (now() - t0) / 1000
+    const label = `${kind} batch ${batch}`
+    const sources = {}
+    for (const d of answers) sources[d.source] = (sources[d.source] ?? 0) + 1
+    const allowed = answers.filter((d) => d.allowed).length
+    const bound = 10 + Math.ceil(10 * took) + 1
+    lines.push(`${label}: ${allowed} allowed (bound ${bound}) in ${(took * 1000).toFixed(0)} ms, ${JSON.stringify(sources)}, breaker opened: ${opened}, ${JSON.stringify(lim.stats)}`)
+    results.push({ label, sources, allowed, bound, opened, stats: lim.stats, line: lines.at(-1) })
   }
   for (const line of lines) console.log(`# ${line}`)
   for (const r of results) {
@@ -127,63 +125,61 @@ test('3 000 checks begun in one turn on one limiter: every one answered by Redis
 test('3 000 waits begun in one turn at 500/s: admitted within the bound, every one through Redis, the breaker never open', async () => {
   const server = await main()
   const lines = []
-  for (const [kind, connect] of Object.entries(CLIENTS)) {
-    for (const batch of [true, false]) {
-      const client = await connect(server.port)
-      const shared = prefix()
-      const lim = new rb.redis.TokenBucket({ client, rate: 500, burst: 10, batch, timeout: TIMEOUT, prefix: shared })
-      // Another instance, its own client, pauses the key for 0.3 s while
-      // these waits are asleep: none of them may be admitted inside it.
-      const other = new rb.redis.TokenBucket({ client: await connect(server.port), rate: 500, burst: 10, timeout: TIMEOUT, prefix: shared })
-      let paused = null
-      const t0 = now()
-      const admitted = []
-      const sources = {}
-      let refused = 0
-      const { opened } = await watchBreaker(lim, () => {
-        const all = []
-        for (let i = 0; i < 3000; i++) {
-          all.push(
-            lim.acquire('k', 1, { timeout: 1 }).then(
-              (source) => {
-                admitted.push(now() - t0)
-                sources[source] = (sources[source] ?? 0) + 1
-              },
-              (e) => {
-                assert.ok(e instanceof rb.RateLimitExceededError, String(e))
-                refused++
-              },
-            ),
-          )
-        }
-        const pausing = sleep(300).then(async () => {
-          const called = now() - t0
-          const shift = await other.pause('k', 0.3)
-          paused = { called, returned: now() - t0, shift }
-        })
-        return Promise.all([...all, pausing])
+  for (const [kind, connect, batch] of clientsAndBatches(CLIENTS, [true, false])) {
+    const client = await connect(server.port)
+    const shared = prefix()
+    const lim = new rb.redis.TokenBucket({ client, rate: 500, burst: 10, batch, timeout: TIMEOUT, prefix: shared })
+    // Another instance, its own client, pauses the key for 0.3 s while
+    // these waits are asleep: none of them may be admitted inside it.
+    const other = new rb.redis.TokenBucket({ client: await connect(server.port), rate: 500, burst: 10, timeout: TIMEOUT, prefix: shared })
+    let paused = null
+    const t0 = now()
+    const admitted = []
+    const sources = {}
+    let refused = 0
+    const { opened } = await watchBreaker(lim, () => {
+      const all = []
+      for (let i = 0; i < 3000; i++) {
+        all.push(
+          lim.acquire('k', 1, { timeout: 1 }).then(
+            (source) => {
+              admitted.push(now() - t0)
+              sources[source] = (sources[source] ?? 0) + 1
+            },
+            (e) => {
+              assert.ok(e instanceof rb.RateLimitExceededError, String(e))
+              refused++
+            },
+          ),
+        )
+      }
+      const pausing = sleep(300).then(async () => {
+        const called = now() - t0
+        const shift = await other.pause('k', 0.3)
+        paused = { called, returned: now() - t0, shift }
       })
-      const label = `${kind} batch ${batch}`
-      // The pause reached Redis between `called` and `returned`, and lasts
-      // 0.3 s from there: an admission after `returned` (and the news's
-      // trip, 30 ms) but before `called` + 0.3 s is inside it.
-      const inside = admitted.filter((t) => t > paused.returned + 30 && t < paused.called + 300 - 10)
-      const span = admitted.length > 0 ? Math.max(...admitted) / 1000 : 0
-      // Redis admits burst + rate·t from the first reservation on, less
-      // the 0.3 s paused; the waits end on this process's clock, which may
-      // run late (never early by more than a timer's slack): 5 % and 10
-      // tokens of slack.
-      const bound = Math.ceil((10 + 500 * Math.max(0, span - 0.3)) * 1.05) + 10
-      lines.push(`${label}: ${admitted.length} admitted in ${span.toFixed(3)} s (bound ${bound}), ${refused} refused, ${inside.length} inside the other instance's pause (${paused.called.toFixed(0)}–${(paused.called + 300).toFixed(0)} ms, shift ${paused.shift}), ${JSON.stringify(sources)}, ${JSON.stringify(lim.stats)}`)
-      assert.equal(admitted.length + refused, 3000, lines.at(-1))
-      assert.ok(admitted.length <= bound, lines.at(-1))
-      // About a second's worth is admitted: the waits do not all fail.
-      assert.ok(admitted.length >= 300, lines.at(-1))
-      assert.deepEqual(Object.keys(sources), ['redis'], lines.at(-1))
-      assert.equal(opened, false, `${label}: the breaker opened; ${lines.at(-1)}`)
-      assert.ok(paused.shift > 0, `${label}: the pause moved the reservations; ${lines.at(-1)}`)
-      assert.equal(inside.length, 0, lines.at(-1))
-    }
+      return Promise.all([...all, pausing])
+    })
+    const label = `${kind} batch ${batch}`
+    // The pause reached Redis between `called` and `returned`, and lasts
+    // 0.3 s from there: an admission after `returned` (and the news's
+    // trip, 30 ms) but before `called` + 0.3 s is inside it.
+    const inside = admitted.filter((t) => t > paused.returned + 30 && t < paused.called + 300 - 10)
+    const span = admitted.length > 0 ? Math.max(...admitted) / 1000 : 0
+    // Redis admits burst + rate·t from the first reservation on, less
+    // the 0.3 s paused; the waits end on this process's clock, which may
+    // run late (never early by more than a timer's slack): 5 % and 10
+    // tokens of slack.
+    const bound = Math.ceil((10 + 500 * Math.max(0, span - 0.3)) * 1.05) + 10
+    lines.push(`${label}: ${admitted.length} admitted in ${span.toFixed(3)} s (bound ${bound}), ${refused} refused, ${inside.length} inside the other instance's pause (${paused.called.toFixed(0)}–${(paused.called + 300).toFixed(0)} ms, shift ${paused.shift}), ${JSON.stringify(sources)}, ${JSON.stringify(lim.stats)}`)
+    assert.equal(admitted.length + refused, 3000, lines.at(-1))
+    assert.ok(admitted.length <= bound, lines.at(-1))
+    // About a second's worth is admitted: the waits do not all fail.
+    assert.ok(admitted.length >= 300, lines.at(-1))
+    assert.deepEqual(Object.keys(sources), ['redis'], lines.at(-1))
+    assert.equal(opened, false, `${label}: the breaker opened; ${lines.at(-1)}`)
+    assert.ok(paused.shift > 0, `${label}: the pause moved the reservations; ${lines.at(-1)}`)
+    assert.equal(inside.length, 0, lines.at(-1))
   }
   for (const line of lines) console.log(`# ${line}`)
 })
@@ -270,40 +266,38 @@ test('an outage is counted by source and told once: one warning when the breaker
 // never left), the breaker open, no warning.
 test("this process too busy to send: calls that never left are refused as 'busy', never the fail policy, the breaker closed, one warning", async () => {
   const server = await main()
-  for (const [kind, connect] of Object.entries(CLIENTS)) {
-    for (const batch of [true, false]) {
-      const client = await connect(server.port)
-      const lim = new rb.redis.TokenBucket({ client, rate: 10, burst: 10, batch, prefix: prefix() })
-      assert.equal((await lim.check('warm', 0)).source, 'redis')
-      await tick()
-      warnings.length = 0
-      const all = []
-      for (let i = 0; i < 3000; i++) all.push(lim.check('k'))
-      // The event loop held for longer than a call may wait to be sent
-      // (max(1 s, 20 deadlines)): nothing could go out meanwhile.
-      const until = now() + 1100
-      while (now() < until) {}
-      const answers = await Promise.all(all)
-      await tick()
-      const label = `${kind} batch ${batch}`
-      const sources = {}
-      for (const d of answers) sources[d.source] = (sources[d.source] ?? 0) + 1
-      const line = `${label}: ${JSON.stringify(sources)}, ${JSON.stringify(lim.stats)}`
-      assert.ok((sources.busy ?? 0) >= 2700, line)
-      assert.equal((sources.fail_open ?? 0) + (sources.fail_closed ?? 0) + (sources.local ?? 0), 0, line)
-      for (const d of answers) {
-        if (d.source !== 'busy') continue
-        assert.equal(d.allowed, false, line)
-        assert.equal(d.retryAfter, 0.05, line)
-      }
-      assert.equal(lim.stats.busy, sources.busy, line)
-      assert.equal(lim.stats.failOpen, 0, line)
-      assert.equal(lim.breakerOpen, false, line)
-      assert.deepEqual(warnings.map((w) => w.kind), ['busy'], `${line}: ${warnings.map((w) => w.message).join(' | ')}`)
-      assert.match(warnings[0].message, /redis client is overloaded/)
-      // And the next call goes to Redis.
-      assert.equal((await lim.check('after')).source, 'redis', label)
+  for (const [kind, connect, batch] of clientsAndBatches(CLIENTS, [true, false])) {
+    const client = await connect(server.port)
+    const lim = new rb.redis.TokenBucket({ client, rate: 10, burst: 10, batch, prefix: prefix() })
+    assert.equal((await lim.check('warm', 0)).source, 'redis')
+    await tick()
+    warnings.length = 0
+    const all = []
+    for (let i = 0; i < 3000; i++) all.push(lim.check('k'))
+    // The event loop held for longer than a call may wait to be sent
+    // (max(1 s, 20 deadlines)): nothing could go out meanwhile.
+    const until = now() + 1100
+    while (now() < until) {}
+    const answers = await Promise.all(all)
+    await tick()
+    const label = `${kind} batch ${batch}`
+    const sources = {}
+    for (const d of answers) sources[d.source] = (sources[d.source] ?? 0) + 1
+    const line = `${label}: ${JSON.stringify(sources)}, ${JSON.stringify(lim.stats)}`
+    assert.ok((sources.busy ?? 0) >= 2700, line)
+    assert.equal((sources.fail_open ?? 0) + (sources.fail_closed ?? 0) + (sources.local ?? 0), 0, line)
+    for (const d of answers) {
+      if (d.source !== 'busy') continue
+      assert.equal(d.allowed, false, line)
+      assert.equal(d.retryAfter, 0.05, line)
     }
+    assert.equal(lim.stats.busy, sources.busy, line)
+    assert.equal(lim.stats.failOpen, 0, line)
+    assert.equal(lim.breakerOpen, false, line)
+    assert.deepEqual(warnings.map((w) => w.kind), ['busy'], `${line}: ${warnings.map((w) => w.message).join(' | ')}`)
+    assert.match(warnings[0].message, /redis client is overloaded/)
+    // And the next call goes to Redis.
+    assert.equal((await lim.check('after')).source, 'redis', label)
   }
 })
 
