@@ -35,6 +35,15 @@ fn quota(period: Duration, burst: u64) -> Quota {
         .expect("valid quota")
 }
 
+/// A row's `limiter`, ready for its timed checks: on a row of refusals
+/// (`expect` false) its one token is taken first, by `take`.
+fn prepared<L: Limiter>(name: &str, expect: bool, limiter: L, take: impl Fn(&L) -> bool) -> L {
+    if !expect {
+        assert!(take(&limiter), "{name}: the one token");
+    }
+    limiter
+}
+
 /// Times `iters` checks at t = step, 2·step, 3·step, … ns and asserts every
 /// one came out as `expect`.
 fn row<L: Limiter>(
@@ -46,10 +55,7 @@ fn row<L: Limiter>(
 ) {
     group.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let limiter = make(iters);
-            if !expect {
-                assert!(limiter.check_at(0).is_allowed(), "{name}: the one token");
-            }
+            let limiter = prepared(name, expect, make(iters), |l| l.check_at(0).is_allowed());
             let t = Cell::new(step);
             let (elapsed, allowed) = run_timed(iters, || {
                 let now = t.get();
@@ -146,10 +152,7 @@ fn pair<L: Limiter>(
 ) {
     group.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let limiter = make(iters);
-            if !expect {
-                assert!(limiter.check().is_allowed(), "{name}: the one token");
-            }
+            let limiter = prepared(name, expect, make(iters), |l| l.check().is_allowed());
             let run = run_pair(iters, || {
                 black_box(black_box(&limiter).check()).is_allowed()
             });

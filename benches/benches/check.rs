@@ -191,14 +191,7 @@ impl RowRunner for Pair<'_, '_> {
                 let limiter = row_limiter(make, iters, expect_allowed, name);
                 let run = run_pair(iters, || black_box(&limiter).check_once());
                 let want = if expect_allowed { 2 * iters } else { 0 };
-                assert_eq!(
-                    run.allowed, want,
-                    "{name}: {} of 2×{iters} timed checks admitted",
-                    run.allowed
-                );
-                stats.add(iters, &run);
-                // Criterion divides by `iters`: wall time per check per thread.
-                run.wall
+                stats.add_checked(name, iters, want, &run)
             })
         });
         self.stats_out.extend(stats.report(self.group_name, name));

@@ -164,15 +164,7 @@ impl RowRunner for Pair<'_, '_> {
                     || black_box(limiter).check_once(walk_a.next_key()),
                     || black_box(limiter).check_once(walk_b.next_key()),
                 );
-                assert_eq!(
-                    run.allowed,
-                    2 * iters,
-                    "{name}: {} of 2×{iters} timed checks admitted",
-                    run.allowed
-                );
-                stats.add(iters, &run);
-                // Criterion divides by `iters`: wall time per check per thread.
-                run.wall
+                stats.add_checked(name, iters, 2 * iters, &run)
             })
         });
         self.stats_out.extend(stats.report(self.group_name, name));

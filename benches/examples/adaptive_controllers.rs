@@ -84,28 +84,49 @@ fn window_size(limit: f64) -> u64 {
     (limit as u64).clamp(16, 256)
 }
 
-/// The count of a textbook controller's requests in flight against its
-/// (real-valued) limit.
-struct Count {
-    limit: f64,
-    in_flight: usize,
+/// What a textbook controller does to its limit as each window closes.
+trait Rule {
+    const NAME: &'static str;
+    /// Sets `limit` from the closed window's (mean, min) latency.
+    fn update(&mut self, limit: &mut f64, mean: f64, min: u64);
 }
 
-impl Count {
-    fn new() -> Count {
-        Count {
+/// A textbook controller: its requests in flight against its (real-valued)
+/// limit, sampled in windows, the limit set by its rule `R`.
+struct Textbook<R> {
+    limit: f64,
+    in_flight: usize,
+    window: Window,
+    rule: R,
+}
+
+impl<R: Rule> Textbook<R> {
+    fn new(rule: R) -> Textbook<R> {
+        Textbook {
             limit: 20.0,
             in_flight: 0,
+            window: Window::default(),
+            rule,
         }
     }
+}
 
+impl<R: Rule> Controller for Textbook<R> {
+    fn name(&self) -> &'static str {
+        R::NAME
+    }
     fn enter(&mut self) -> Option<(u64, usize)> {
         (self.in_flight < self.limit()).then(|| {
             self.in_flight += 1;
             (0, 0)
         })
     }
-
+    fn done(&mut self, _: (u64, usize), latency: u64) {
+        self.in_flight -= 1;
+        if let Some((mean, min)) = self.window.add(latency, window_size(self.limit)) {
+            self.rule.update(&mut self.limit, mean, min);
+        }
+    }
     fn limit(&self) -> usize {
         self.limit.round() as usize
     }
@@ -115,38 +136,23 @@ impl Count {
 /// samples; new = limit · clamp(1.5 · long / short, ½, 1) + 4, smoothed by
 /// 0.2; the long average decays when the short one falls below half of it.
 struct Gradient2 {
-    count: Count,
     long: f64,
-    window: Window,
 }
 
-impl Controller for Gradient2 {
-    fn name(&self) -> &'static str {
-        "gradient2"
-    }
-    fn enter(&mut self) -> Option<(u64, usize)> {
-        self.count.enter()
-    }
-    fn done(&mut self, _: (u64, usize), latency: u64) {
-        let c = &mut self.count;
-        c.in_flight -= 1;
-        let Some((short, _)) = self.window.add(latency, window_size(c.limit)) else {
-            return;
-        };
+impl Rule for Gradient2 {
+    const NAME: &'static str = "gradient2";
+    fn update(&mut self, limit: &mut f64, short: f64, _: u64) {
         if self.long == 0.0 {
             self.long = short;
         }
-        let weight = window_size(c.limit) as f64 / 600.0;
+        let weight = window_size(*limit) as f64 / 600.0;
         self.long += (short - self.long) * weight;
         if self.long / short > 2.0 {
             self.long *= 0.95;
         }
         let gradient = (1.5 * self.long / short).clamp(0.5, 1.0);
-        let new = c.limit * gradient + 4.0;
-        c.limit = (c.limit * 0.8 + new * 0.2).clamp(2.0, 1000.0);
-    }
-    fn limit(&self) -> usize {
-        self.count.limit()
+        let new = *limit * gradient + 4.0;
+        *limit = (*limit * 0.8 + new * 0.2).clamp(2.0, 1000.0);
     }
 }
 
@@ -154,40 +160,25 @@ impl Controller for Gradient2 {
 /// min / mean); below alpha = 3·log10(limit) the limit grows by
 /// log10(limit), above beta = 6·log10(limit) it shrinks by as much.
 struct Vegas {
-    count: Count,
     no_load: u64,
-    window: Window,
 }
 
-impl Controller for Vegas {
-    fn name(&self) -> &'static str {
-        "vegas"
-    }
-    fn enter(&mut self) -> Option<(u64, usize)> {
-        self.count.enter()
-    }
-    fn done(&mut self, _: (u64, usize), latency: u64) {
-        let c = &mut self.count;
-        c.in_flight -= 1;
-        let Some((mean, min)) = self.window.add(latency, window_size(c.limit)) else {
-            return;
-        };
+impl Rule for Vegas {
+    const NAME: &'static str = "vegas";
+    fn update(&mut self, limit: &mut f64, mean: f64, min: u64) {
         self.no_load = if self.no_load == 0 {
             min
         } else {
             self.no_load.min(min)
         };
-        let queue = c.limit * (1.0 - self.no_load as f64 / mean);
-        let step = c.limit.log10().max(1.0);
+        let queue = *limit * (1.0 - self.no_load as f64 / mean);
+        let step = limit.log10().max(1.0);
         if queue < 3.0 * step {
-            c.limit += step;
+            *limit += step;
         } else if queue > 6.0 * step {
-            c.limit -= step;
+            *limit -= step;
         }
-        c.limit = c.limit.clamp(2.0, 1000.0);
-    }
-    fn limit(&self) -> usize {
-        self.count.limit()
+        *limit = limit.clamp(2.0, 1000.0);
     }
 }
 
@@ -279,16 +270,8 @@ fn controllers(clock: &ManualClock) -> Vec<Box<dyn Controller>> {
     .expect("tuning");
     vec![
         Box::new(Core { cap: core }),
-        Box::new(Gradient2 {
-            count: Count::new(),
-            long: 0.0,
-            window: Window::default(),
-        }),
-        Box::new(Vegas {
-            count: Count::new(),
-            no_load: 0,
-            window: Window::default(),
-        }),
+        Box::new(Textbook::new(Gradient2 { long: 0.0 })),
+        Box::new(Textbook::new(Vegas { no_load: 0 })),
     ]
 }
 

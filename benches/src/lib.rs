@@ -313,6 +313,20 @@ impl PairStats {
         self.cpu[1] += run.cpu[1];
     }
 
+    /// Checks that `want` of the run's 2 × `iters` timed checks were
+    /// admitted (panicking with the row's `name` if not), adds the run, and
+    /// returns its wall time, which Criterion divides by `iters`: wall time
+    /// per check per thread.
+    pub fn add_checked(&mut self, name: &str, iters: u64, want: u64, run: &PairRun) -> Duration {
+        assert_eq!(
+            run.allowed, want,
+            "{name}: {} of 2×{iters} timed checks admitted",
+            run.allowed
+        );
+        self.add(iters, run);
+        run.wall
+    }
+
     /// Wall nanoseconds per check per thread.
     pub fn wall_ns_per_call(&self) -> f64 {
         self.wall.as_nanos() as f64 / self.iters.max(1) as f64

@@ -20,6 +20,7 @@ use ratebound::Quota;
 use ratebound_redis::{Algorithm, Config, OnError, RedisLimiter, Source};
 use redis::aio::ConnectionManager;
 use support::{Server, fresh, manager};
+use tokio::sync::MutexGuard;
 
 /// One test at a time: each pauses or kills its server.
 static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -89,6 +90,28 @@ async fn until_source(
     }
 }
 
+/// This test's turn (held while the guard lives), a fresh server and an
+/// admin connection to it.
+async fn my_turn_on_a_server() -> (MutexGuard<'static, ()>, Server, ConnectionManager) {
+    let turn = TURNS.lock().await;
+    let server = Server::start();
+    let admin = manager(&server.url()).await;
+    (turn, server, admin)
+}
+
+/// A limiter on `server` with the fail policy `on_error` (and the other
+/// settings of [`policy_config`]), and a fresh key Redis has answered once.
+async fn answered_once(
+    server: &Server,
+    on_error: OnError,
+    name: &str,
+) -> (RedisLimiter<ConnectionManager>, String) {
+    let limiter = RedisLimiter::new(policy_config(on_error), manager(&server.url()).await).unwrap();
+    let key = fresh(name);
+    assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
+    (limiter, key)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_fail_policy_does_what_it_says_and_recovers() {
     let _turn = TURNS.lock().await;
@@ -98,10 +121,7 @@ async fn each_fail_policy_does_what_it_says_and_recovers() {
         (OnError::Local(50.0), Source::Local),
     ] {
         let mut server = Server::start();
-        let limiter =
-            RedisLimiter::new(policy_config(on_error), manager(&server.url()).await).unwrap();
-        let key = fresh("faults");
-        assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
+        let (limiter, key) = answered_once(&server, on_error, "faults").await;
 
         // Killed: every call answers within its deadline, by the policy.
         server.kill();
@@ -157,9 +177,7 @@ async fn each_fail_policy_does_what_it_says_and_recovers() {
 /// no wait exceeds its timeout by more than one call deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_under_client_pause_follow_the_fail_policy() {
-    let _turn = TURNS.lock().await;
-    let server = Server::start();
-    let mut admin = manager(&server.url()).await;
+    let (_turn, server, mut admin) = my_turn_on_a_server().await;
     for (on_error, want) in [
         (OnError::Open, Some(Source::FailOpen)),
         (OnError::Closed, None),
@@ -205,18 +223,13 @@ async fn waits_under_client_pause_follow_the_fail_policy() {
 /// and Redis answers again once the pause is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_callers_under_client_pause_answer_within_their_deadline() {
-    let _turn = TURNS.lock().await;
-    let server = Server::start();
-    let mut admin = manager(&server.url()).await;
+    let (_turn, server, mut admin) = my_turn_on_a_server().await;
     for (on_error, failed) in [
         (OnError::Open, Source::FailOpen),
         (OnError::Closed, Source::FailClosed),
     ] {
-        let config = policy_config(on_error);
-        assert!(config.batch, "batching is the default");
-        let limiter = RedisLimiter::new(config, manager(&server.url()).await).unwrap();
-        let key = fresh("pause-batch");
-        assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
+        assert!(policy_config(on_error).batch, "batching is the default");
+        let (limiter, key) = answered_once(&server, on_error, "pause-batch").await;
         pause(&mut admin).await;
         let mut callers = Vec::new();
         for i in 0..64 {
@@ -250,13 +263,8 @@ async fn batched_callers_under_client_pause_answer_within_their_deadline() {
 /// never opens. Once the server takes the client again, Redis decides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_the_client_lacks_is_an_error_not_the_fail_policy() {
-    let _turn = TURNS.lock().await;
-    let server = Server::start();
-    let mut admin = manager(&server.url()).await;
-    let limiter =
-        RedisLimiter::new(policy_config(OnError::Open), manager(&server.url()).await).unwrap();
-    let key = fresh("noauth");
-    assert_eq!(limiter.check(&key).await.unwrap().source(), Source::Redis);
+    let (_turn, server, mut admin) = my_turn_on_a_server().await;
+    let (limiter, key) = answered_once(&server, OnError::Open, "noauth").await;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("requirepass")

@@ -32,15 +32,32 @@ async fn until_calls(admin: &mut ConnectionManager, want: u64) {
     }
 }
 
-/// `count` instances (own connections, fail closed) with the script
-/// loaded: every call they make is one EVALSHA.
-async fn warm_instances(server: &Server, count: usize, quota: &str) -> Vec<Limiter> {
+/// A fresh Redis with `count` instances (own connections, fail closed)
+/// and the script loaded: every call they make is one EVALSHA.
+struct Warm {
+    /// The server, stopped when this is dropped.
+    _server: Server,
+    admin: ConnectionManager,
+    instances: Vec<Limiter>,
+    /// Script calls Redis had served once the instances were ready.
+    before: u64,
+}
+
+async fn warm_instances(count: usize, quota: &str) -> Warm {
+    let server = Server::start();
+    let mut admin = manager(&server.url()).await;
     let mut instances = Vec::new();
     for _ in 0..count {
-        instances.push(bucket(server, quota, OnError::Closed).await);
+        instances.push(bucket(&server, quota, OnError::Closed).await);
     }
     instances[0].check(fresh("warm")).await.unwrap();
-    instances
+    let before = script_calls_of(&mut admin).await;
+    Warm {
+        _server: server,
+        admin,
+        instances,
+        before,
+    }
 }
 
 /// Fifty instances (own connections) each acquire 3 tokens at 50/s burst
@@ -51,15 +68,12 @@ async fn warm_instances(server: &Server, count: usize, quota: &str) -> Vec<Limit
 /// and nothing meets `NOSCRIPT`): no polling, no retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_instances_wait_in_one_order_with_one_call_each() {
-    let server = Server::start();
-    let mut admin = manager(&server.url()).await;
     let key = fresh("fifty");
-    let instances = warm_instances(&server, 50, "50/s burst 10").await;
-    let before = script_calls_of(&mut admin).await;
+    let mut warm = warm_instances(50, "50/s burst 10").await;
     let done = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for limiter in instances {
+    for limiter in warm.instances {
         let (key, done) = (key.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..3 {
@@ -75,7 +89,7 @@ async fn fifty_instances_wait_in_one_order_with_one_call_each() {
     for t in tasks {
         t.await.unwrap();
     }
-    let calls = script_calls_of(&mut admin).await - before;
+    let calls = script_calls_of(&mut warm.admin).await - warm.before;
     let mut times = done.lock().await.clone();
     times.sort();
     assert_eq!(times.len(), 150);
@@ -100,15 +114,12 @@ async fn fifty_instances_wait_in_one_order_with_one_call_each() {
 /// (never earlier; at most 500 ms later on a loaded machine).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_are_served_in_the_order_their_reservations_reached_redis() {
-    let server = Server::start();
-    let mut admin = manager(&server.url()).await;
     let key = fresh("order");
-    let instances = warm_instances(&server, 6, "2/s burst 1").await;
-    let before = script_calls_of(&mut admin).await;
+    let mut warm = warm_instances(6, "2/s burst 1").await;
     let t0 = Instant::now();
     let mut first_reserved = Duration::ZERO;
     let mut tasks = Vec::new();
-    for (k, limiter) in instances.into_iter().enumerate() {
+    for (k, limiter) in warm.instances.into_iter().enumerate() {
         let key = key.clone();
         tasks.push(tokio::spawn(async move {
             limiter
@@ -117,7 +128,7 @@ async fn instances_are_served_in_the_order_their_reservations_reached_redis() {
                 .unwrap();
             t0.elapsed()
         }));
-        until_calls(&mut admin, before + k as u64 + 1).await;
+        until_calls(&mut warm.admin, warm.before + k as u64 + 1).await;
         if k == 0 {
             first_reserved = t0.elapsed();
         }

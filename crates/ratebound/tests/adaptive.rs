@@ -9,15 +9,13 @@ use ratebound::http::{AdaptiveConcurrency, ConcurrencyCap};
 
 #[path = "support/model.rs"]
 mod model;
-use model::{MS, OVERLOAD, Phase, Run, adaptive, serve, serve_arrivals, tuned};
+use model::{MS, OVERLOAD, Phase, Run, adaptive, serve, serve_adaptive, serve_arrivals, tuned};
 
 #[test]
 fn an_overload_keeps_latency_near_the_unloaded_and_serves_the_capacity() {
     // 4 workers × 20 ms = 200/s, offered 500/s for 4 s.
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
     let load = OVERLOAD;
-    let run = serve(&cap, &clock, &[load]);
+    let (_, run) = serve_adaptive(&[load]);
     let p99 = run.p99_after(1_000 * MS, 5_000 * MS);
     let goodput = run.goodput(1_000 * MS, 4_900 * MS);
     assert!(p99 <= 60 * MS, "p99 {} ms", p99 / MS);
@@ -34,13 +32,11 @@ fn an_overload_keeps_latency_near_the_unloaded_and_serves_the_capacity() {
 
 /// The overload for 3 s on 4 workers × 20 ms, then `then`.
 fn overload_then(then: Phase) -> Run {
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
     let first = Phase {
         until: 3_000 * MS,
         ..OVERLOAD
     };
-    serve(&cap, &clock, &[first, then])
+    serve_adaptive(&[first, then]).1
 }
 
 /// The overload for 3 s on 4 workers, then 5 s more on `workers`.
@@ -151,8 +147,6 @@ fn a_slowdown_that_ends_is_forgotten() {
     // baseline's decay toward the windowed minimum brings it back. Before
     // it did, the re-learned 40 ms stayed for good and the limit let the
     // queue grow to 1.5 × 40 ms (p50 62-64 ms against 38 in a real run).
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
     let phases = [
         Phase {
             until: 3_000 * MS,
@@ -168,7 +162,7 @@ fn a_slowdown_that_ends_is_forgotten() {
             ..OVERLOAD
         },
     ];
-    let run = serve(&cap, &clock, &phases);
+    let (_, run) = serve_adaptive(&phases);
     trace(&run, 1_000 * MS, 14_000 * MS, 8);
     let during = run.windows_in(3_000 * MS, 6_000 * MS);
     let relearned = during.map(|w| w.baseline_ms).fold(0.0, f64::max);
@@ -218,13 +212,11 @@ fn a_slowdown_that_ends_is_forgotten() {
 
 #[test]
 fn a_healthy_service_is_never_shed() {
-    let clock = ManualClock::new();
-    let cap = adaptive(&clock);
     let light = Phase {
         gap: 7 * MS,
         ..OVERLOAD
     };
-    let run = serve(&cap, &clock, &[light]);
+    let (cap, run) = serve_adaptive(&[light]);
     assert!(run.shed.is_empty(), "{} shed", run.shed.len());
     assert_eq!(cap.limit(), 20, "a limit nobody reaches is not raised");
 }

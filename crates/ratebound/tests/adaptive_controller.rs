@@ -19,13 +19,7 @@ use ratebound::http::{AdaptiveConcurrency, ConcurrencyCap, Priority};
 /// its minimum. Deterministic: a manual clock, no threads.
 #[test]
 fn a_limit_reached_during_a_window_rises_though_the_close_sees_one_in_flight() {
-    let clock = ManualClock::new();
-    let tuning = AdaptiveConcurrency {
-        initial_limit: 3,
-        min_limit: 2,
-        ..AdaptiveConcurrency::default()
-    };
-    let cap = ConcurrencyCap::adaptive(tuning, AnyClock::Manual(clock.clone())).unwrap();
+    let (cap, clock) = cap_at(3);
     let step = std::time::Duration::from_millis(40);
     let mut shed = 0;
     for _ in 0..50 {
@@ -133,6 +127,12 @@ fn alone_window(cap: &ConcurrencyCap, clock: &ManualClock, ms: u64) -> (usize, f
     (state.limit, state.baseline_us / 1e3)
 }
 
+/// `n` windows of [`window`], each `ms` long: their (limit, baseline ms).
+fn windows(cap: &ConcurrencyCap, clock: &ManualClock, ms: u64, n: usize) -> Vec<(usize, f64)> {
+    (0..n).map(|_| window(cap, clock, ms)).collect()
+}
+
+/// An adaptive cap starting at `initial` (at least 2) on a manual clock.
 fn cap_at(initial: usize) -> (ConcurrencyCap, ManualClock) {
     let clock = ManualClock::new();
     let tuning = AdaptiveConcurrency {
@@ -155,7 +155,7 @@ fn a_cut_that_loses_the_rate_with_the_latency_unchanged_relearns_the_baseline() 
     // 2026-12-05 it took a cut by a third: 13, in the 5th window.)
     let (cap, clock) = cap_at(20);
     assert_eq!(alone_window(&cap, &clock, 20), (20, 20.0));
-    let seen: Vec<_> = (0..4).map(|_| window(&cap, &clock, 60)).collect();
+    let seen = windows(&cap, &clock, 60, 4);
     assert_eq!(seen, [(18, 20.0), (16, 20.0), (15, 20.0), (20, 60.0)]);
     // At the new baseline the latency is within the tolerance: no cut.
     let (limit, _) = window(&cap, &clock, 60);
@@ -213,7 +213,7 @@ fn four_congested_windows_at_the_minimum_relearn_the_baseline() {
     // the minimum.)
     let (cap, clock) = cap_at(2);
     assert_eq!(window(&cap, &clock, 20), (2, 20.0));
-    let seen: Vec<_> = (0..4).map(|_| window(&cap, &clock, 60)).collect();
+    let seen = windows(&cap, &clock, 60, 4);
     assert_eq!(seen, [(2, 20.0), (2, 20.0), (2, 20.0), (2, 60.0)]);
 
     // A window within the tolerance between starts the count again.

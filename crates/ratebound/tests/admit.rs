@@ -57,6 +57,19 @@ const PEER: Request<'static, NoHeaders> = Request {
     headers: &NoHeaders,
 };
 
+/// A request from `PEER` with alice's API key in `x-api-key`.
+const ALICE: Request<'static, [(&str, &str)]> = Request {
+    key: None,
+    peer: PEER.peer,
+    headers: &[("x-api-key", "alice")],
+};
+
+/// The remote policy "global", a token bucket of `quota`.
+fn global(quota: &str) -> (String, KeyedAlgorithm) {
+    let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse(quota).unwrap());
+    ("global".to_string(), algorithm)
+}
+
 fn decided(a: Admit<'_>) -> Admission<'_> {
     match a {
         Admit::Decided(a) => a,
@@ -177,15 +190,11 @@ fn a_key_in_the_request_wins_and_the_hook_is_not_asked() {
 }
 
 fn remote_gate() -> Gate {
-    let global = (
-        "global".to_string(),
-        KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap()),
-    );
     gate(GateOptions {
         key: KeySource::header("x-api-key").unwrap(),
         missing: MissingKey::Reject(401),
         concurrency_limit: Some(2),
-        remote: vec![global],
+        remote: vec![global("10/s burst 20")],
         ..GateOptions::default()
     })
 }
@@ -204,12 +213,7 @@ fn remote(allowed: bool) -> Decision {
 fn remote_policies_are_asked_with_the_identity_and_finish_decides() {
     let g = remote_gate();
     assert_eq!(g.remote_names().collect::<Vec<_>>(), ["global"]);
-    let lines = [("x-api-key", "alice")];
-    let request = Request {
-        key: None,
-        peer: PEER.peer,
-        headers: &lines[..],
-    };
+    let request = ALICE;
     let mut log = Log::default();
     let Admit::Ask(ask) = g.admit(&request, &mut log) else {
         panic!("remote policies are asked first")
@@ -264,22 +268,13 @@ fn remote_policies_are_asked_with_the_identity_and_finish_decides() {
 /// token is spent.
 #[test]
 fn a_failed_remote_check_is_a_503_told_once_per_episode() {
-    let global = (
-        "global".to_string(),
-        KeyedAlgorithm::TokenBucket(Quota::parse("10/s burst 20").unwrap()),
-    );
     let g = gate(GateOptions {
         key: KeySource::header("x-api-key").unwrap(),
-        remote: vec![global],
+        remote: vec![global("10/s burst 20")],
         store_error_retry_after: 7,
         ..GateOptions::default()
     });
-    let lines = [("x-api-key", "alice")];
-    let request = Request {
-        key: None,
-        peer: PEER.peer,
-        headers: &lines[..],
-    };
+    let request = ALICE;
     let mut log = Log::default();
     let mut finish = |answer: RemoteAnswer| {
         let Admit::Ask(ask) = g.admit(&request, &mut log) else {
@@ -346,12 +341,7 @@ fn a_failed_remote_check_outranks_the_other_answers() {
         remote: vec![("a".to_string(), shape), ("b".to_string(), shape)],
         ..GateOptions::default()
     });
-    let lines = [("x-api-key", "alice")];
-    let request = Request {
-        key: None,
-        peer: PEER.peer,
-        headers: &lines[..],
-    };
+    let request = ALICE;
     let refused = RemoteAnswer::from(remote(false));
     let v = g.decide_with(&request, &[refused, RemoteAnswer::Failed]);
     assert_eq!(
@@ -390,12 +380,7 @@ fn a_failed_remote_check_outranks_the_other_answers() {
 #[test]
 fn an_ask_dropped_gives_its_place_back() {
     let g = remote_gate();
-    let lines = [("x-api-key", "alice")];
-    let request = Request {
-        key: None,
-        peer: PEER.peer,
-        headers: &lines[..],
-    };
+    let request = ALICE;
     for _ in 0..10 {
         // Two places: both taken by pending asks, then both given back.
         let (Admit::Ask(a), Admit::Ask(b)) =
@@ -411,14 +396,10 @@ fn an_ask_dropped_gives_its_place_back() {
 #[test]
 fn a_failing_key_function_stops_the_sequence_and_charges_no_one() {
     for remote in [false, true] {
-        let global = (
-            "global".to_string(),
-            KeyedAlgorithm::TokenBucket(Quota::parse("10/s").unwrap()),
-        );
         let g = gate(GateOptions {
             key: KeySource::Given,
             concurrency_limit: Some(1),
-            remote: if remote { vec![global] } else { vec![] },
+            remote: if remote { vec![global("10/s")] } else { vec![] },
             ..GateOptions::default()
         });
         let mut log = Log {

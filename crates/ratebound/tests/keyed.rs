@@ -1,6 +1,7 @@
 //! Keyed limiters: isolation between keys, concurrent first use, tiers, and
 //! cleanup never changing a later decision.
 
+use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,11 +13,19 @@ fn bucket(spec: &str) -> KeyedAlgorithm {
     KeyedAlgorithm::TokenBucket(Quota::parse(spec).unwrap())
 }
 
-/// 10/s burst 3 per key, on `clock`.
-fn burst_of_3(clock: &ManualClock) -> KeyedLimiter<String, ManualClock> {
-    KeyedLimiter::new(bucket("10/s burst 3"))
+/// `algorithm` per key, on `clock`.
+fn on_clock<K: Hash + Eq + Clone>(
+    algorithm: KeyedAlgorithm,
+    clock: &ManualClock,
+) -> KeyedLimiter<K, ManualClock> {
+    KeyedLimiter::new(algorithm)
         .unwrap()
         .with_clock(clock.clone())
+}
+
+/// 10/s burst 3 per key, on `clock`.
+fn burst_of_3(clock: &ManualClock) -> KeyedLimiter<String, ManualClock> {
+    on_clock(bucket("10/s burst 3"), clock)
 }
 
 /// A fixed window of two per `seconds`.
@@ -32,9 +41,7 @@ fn a_noisy_neighbour_does_not_eat_the_quiet_keys_quota() {
     // 10/s burst 10 per key. Over 10 s in 10 ms steps, "noisy" asks 10 times
     // a step (1000/s); "quiet-1" and "quiet-2" ask once every 200 ms (5/s).
     let clock = ManualClock::new();
-    let limiter = KeyedLimiter::new(bucket("10/s burst 10"))
-        .unwrap()
-        .with_clock(clock.clone());
+    let limiter = on_clock(bucket("10/s burst 10"), &clock);
     let (mut noisy, mut quiet_asked, mut quiet_admitted) = (0u64, 0u64, 0u64);
     for step in 0..1_000u64 {
         for _ in 0..10 {
@@ -60,11 +67,7 @@ fn a_noisy_neighbour_does_not_eat_the_quiet_keys_quota() {
 #[test]
 fn concurrent_first_use_creates_one_state_and_loses_nothing() {
     for _round in 0..20 {
-        let limiter = Arc::new(
-            KeyedLimiter::new(bucket("1/s burst 50"))
-                .unwrap()
-                .with_clock(ManualClock::new()),
-        );
+        let limiter = Arc::new(on_clock(bucket("1/s burst 50"), &ManualClock::new()));
         let admitted = Arc::new(AtomicU64::new(0));
         let threads: Vec<_> = (0..4)
             .map(|_| {
@@ -142,9 +145,7 @@ fn tiers_give_keys_their_own_quota_and_can_change() {
 
 #[test]
 fn bad_input_is_an_error_and_creates_no_state() {
-    let limiter = KeyedLimiter::new(bucket("1/s burst 2"))
-        .unwrap()
-        .with_clock(ManualClock::new());
+    let limiter = on_clock(bucket("1/s burst 2"), &ManualClock::new());
     assert_eq!(
         limiter.check_n(&7u64, 3).unwrap_err().code(),
         "insufficient_capacity"
@@ -275,9 +276,7 @@ proptest! {
 fn acquire_and_release_give_an_admission_back() {
     let clock = ManualClock::new();
     let burst = burst_of_3(&clock);
-    let hourly = KeyedLimiter::new(two_per(3600))
-        .unwrap()
-        .with_clock(clock.clone());
+    let hourly = on_clock(two_per(3600), &clock);
     let key = "k".to_string();
     let now = clock.now();
     // Two requests pass both policies; the third is refused by the hourly
@@ -305,11 +304,9 @@ fn acquire_and_release_give_an_admission_back() {
 fn check_all_is_all_or_nothing_and_rolls_back_on_errors() {
     let clock = ManualClock::new();
     let burst = burst_of_3(&clock);
-    let daily = KeyedLimiter::new(two_per(86_400))
-        .unwrap()
+    let daily = on_clock(two_per(86_400), &clock)
         .with_max_keys(1, Overflow::RejectNewKeys)
-        .unwrap()
-        .with_clock(clock.clone());
+        .unwrap();
     let (a, b) = ("a".to_string(), "b".to_string());
     let now = clock.now();
     let all = |key: &String| KeyedLimiter::check_all_at([&burst, &daily], key, 1, now);

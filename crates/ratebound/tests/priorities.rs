@@ -217,21 +217,23 @@ fn bad_adaptive_options_are_named() {
 fn the_queue_serves_the_oldest_while_fresh_and_the_newest_once_stale() {
     use std::sync::Arc;
     let clock = ManualClock::new();
-    let queued = |clock: &ManualClock| {
+    // A cap of one, held, with a 100 ms queue: one waiter queues, another
+    // `gap` later, and the holder leaves.
+    let two_waiters = |gap: u64| {
         let cap = ConcurrencyCap::new(1)
             .unwrap()
             .with_queue(Duration::from_millis(100), AnyClock::Manual(clock.clone()))
             .unwrap();
         let cap = Arc::new(cap);
         assert!(cap.try_enter());
-        cap
+        let first = cap.wait_for_place().unwrap();
+        clock.advance(Duration::from_millis(gap));
+        let second = cap.wait_for_place().unwrap();
+        cap.leave();
+        (cap, first, second)
     };
     // Fresh: the oldest waited 10 ms of 100 — first come, first served.
-    let cap = queued(&clock);
-    let first = cap.wait_for_place().unwrap();
-    clock.advance(Duration::from_millis(10));
-    let second = cap.wait_for_place().unwrap();
-    cap.leave();
+    let (cap, first, second) = two_waiters(10);
     assert!(first.is_granted() && !second.is_granted());
     assert!(!second.finish(), "nothing came for it");
     assert!(first.finish());
@@ -240,11 +242,7 @@ fn the_queue_serves_the_oldest_while_fresh_and_the_newest_once_stale() {
 
     // Stale: the oldest waited 60 ms, more than half the wait — the newest
     // is served (its client is likelier still there).
-    let cap = queued(&clock);
-    let first = cap.wait_for_place().unwrap();
-    clock.advance(Duration::from_millis(60));
-    let second = cap.wait_for_place().unwrap();
-    cap.leave();
+    let (cap, first, second) = two_waiters(60);
     assert!(second.is_granted() && !first.is_granted());
     drop(first); // gave up: leaves the queue
     drop(second); // granted but dropped: the place is passed on, not lost

@@ -52,6 +52,15 @@ fn queue(t: &mut Turns, entry: Entry, n: usize, now: Duration) -> Vec<Ticket> {
         .collect()
 }
 
+/// Idle batched turns with `n` calls of class 0 queued and flushed at 0:
+/// the turns, the calls' tickets and what the flush sent.
+fn flushed(n: usize) -> (Turns, Vec<Ticket>, Vec<Out>) {
+    let mut t = batched();
+    let tickets = queue(&mut t, joins(0), n, ms(0));
+    let (out, _) = t.flush(ms(0));
+    (t, tickets, out)
+}
+
 #[test]
 fn a_turns_calls_go_as_one_run_at_its_end() {
     let mut t = batched();
@@ -73,18 +82,15 @@ fn a_turns_calls_go_as_one_run_at_its_end() {
 
 #[test]
 fn a_long_queue_with_nothing_in_flight_goes_as_two_runs() {
-    let mut t = batched();
-    let first = queue(&mut t, joins(0), 8, ms(0));
-    let (out, _) = t.flush(ms(0));
+    let (mut t, first, out) = flushed(8);
     assert_eq!(out, runs(&[&first[..4], &first[4..]]));
     // With those in flight, the next turn's eight go as one.
     let next = queue(&mut t, joins(0), 8, ms(1));
     let (out, _) = t.flush(ms(1));
     assert_eq!(out, vec![Out::Many(next)]);
     // A queue shorter than split_at goes as one even when idle.
-    let mut idle = batched();
-    let few = queue(&mut idle, joins(0), 7, ms(0));
-    assert_eq!(idle.flush(ms(0)).0, vec![Out::Many(few)]);
+    let (_, few, out) = flushed(7);
+    assert_eq!(out, vec![Out::Many(few)]);
 }
 
 #[test]
@@ -119,9 +125,7 @@ fn groups_go_by_class_and_slot_and_a_call_that_never_joins_alone() {
 
 #[test]
 fn a_run_holds_at_most_batch_call_max_and_the_rest_waits_for_room() {
-    let mut t = batched();
-    let all = queue(&mut t, joins(0), 300, ms(0));
-    let (out, _) = t.flush(ms(0));
+    let (mut t, all, out) = flushed(300);
     // Room for 256: two runs (split: nothing in flight) of 128.
     assert_eq!(out, runs(&[&all[..128], &all[128..256]]));
     assert_eq!(t.waiting(), 44);

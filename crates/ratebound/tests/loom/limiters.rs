@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// Runs `f` on a new thread with its own clone of `shared` (an `Arc`).
+fn spawn_with<T: Clone + Send + 'static, R: Send + 'static>(
+    shared: &T,
+    f: impl FnOnce(T) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let shared = shared.clone();
+    thread::spawn(move || f(shared))
+}
+
 /// Concurrent checks (only) on any limiter that, on a frozen clock, admits
 /// exactly `limit` in all — the window algorithms — checked for
 /// linearizability against the same token-counting model.
@@ -115,10 +124,9 @@ fn all_of_rolls_back_under_contention() {
             FixedWindow::with_clock(1, Duration::from_secs(60), clock).unwrap(),
         );
         let both = Arc::new(AllOf::new(vec![bucket.clone(), window.clone()]).unwrap());
-        let composite = {
-            let both = both.clone();
-            thread::spawn(move || (0..2).filter(|_| both.check().is_allowed()).count() as u64)
-        };
+        let composite = spawn_with(&both, move |both| {
+            (0..2).filter(|_| both.check().is_allowed()).count() as u64
+        });
         let direct = window.check().is_allowed();
         let through = composite.join().unwrap();
         assert_eq!(
@@ -146,10 +154,9 @@ fn keyed_first_use_creates_one_state() {
                 .unwrap()
                 .with_clock(ManualClock::new()),
         );
-        let other = {
-            let limiter = limiter.clone();
-            thread::spawn(move || limiter.check(&7).unwrap().is_allowed())
-        };
+        let other = spawn_with(&limiter, move |limiter| {
+            limiter.check(&7).unwrap().is_allowed()
+        });
         let mine = limiter.check(&7).unwrap().is_allowed();
         let theirs = other.join().unwrap();
         assert!(mine != theirs, "exactly one admitted: {mine} {theirs}");
@@ -228,10 +235,7 @@ fn keyed_reset_races_checks_and_keeps_the_tier() {
         let limiter = Arc::new(keyed_with_tiers(1));
         assert!(limiter.check(&7).unwrap().is_allowed());
         assert!(limiter.check(&7).unwrap().is_allowed());
-        let resetter = {
-            let limiter = limiter.clone();
-            thread::spawn(move || limiter.reset(&7))
-        };
+        let resetter = spawn_with(&limiter, move |limiter| limiter.reset(&7));
         let checks = [
             limiter.check(&7).unwrap().is_allowed(),
             limiter.check(&7).unwrap().is_allowed(),
@@ -256,10 +260,7 @@ fn keyed_reset_races_a_tier_change() {
         let limiter = Arc::new(keyed_with_tiers(0));
         assert!(limiter.check(&7).unwrap().is_allowed());
         assert_eq!(limiter.available(&7), 0);
-        let resetter = {
-            let limiter = limiter.clone();
-            thread::spawn(move || limiter.reset(&7))
-        };
+        let resetter = spawn_with(&limiter, move |limiter| limiter.reset(&7));
         limiter.set_tier(&7, 1).unwrap();
         resetter.join().unwrap();
         let left = limiter.available(&7);
@@ -278,16 +279,13 @@ fn keyed_release_races_a_check() {
     loom::model(|| {
         let limiter = Arc::new(keyed_with_tiers(0));
         let now = 10 * T;
-        let giver = {
-            let limiter = limiter.clone();
-            thread::spawn(move || {
-                let (d, permit) = limiter.acquire_n_at(&7, 1, now).unwrap();
-                if let Some(permit) = permit {
-                    limiter.release(&7, permit).unwrap();
-                }
-                d.is_allowed()
-            })
-        };
+        let giver = spawn_with(&limiter, move |limiter| {
+            let (d, permit) = limiter.acquire_n_at(&7, 1, now).unwrap();
+            if let Some(permit) = permit {
+                limiter.release(&7, permit).unwrap();
+            }
+            d.is_allowed()
+        });
         let checked = limiter.check_at(&7, now).unwrap().is_allowed();
         let took = giver.join().unwrap();
         let left = limiter.available_at(&7, now);
@@ -337,10 +335,7 @@ fn adaptive_samples_racing_window_closes_are_each_counted_once() {
             }
             timed
         };
-        let other = {
-            let cap = cap.clone();
-            thread::spawn(move || work(&cap))
-        };
+        let other = spawn_with(&cap, move |cap| work(&cap));
         let mine = work(&cap);
         let theirs = other.join().unwrap();
         let state = cap.state().unwrap();
@@ -370,17 +365,14 @@ fn a_lowered_adaptive_limit_races_an_admission() {
             .map(|_| (cap.start(), cap.try_enter_as(|| Priority::Normal).unwrap()))
             .collect();
         clock.advance(Duration::from_secs(1));
-        let other = {
-            let cap = cap.clone();
-            thread::spawn(move || {
-                let entered = cap.try_enter_as(|| Priority::Normal);
-                assert!(cap.in_flight() <= 2, "a third place");
-                if entered.is_ok() {
-                    cap.leave();
-                }
-                entered.is_ok()
-            })
-        };
+        let other = spawn_with(&cap, move |cap| {
+            let entered = cap.try_enter_as(|| Priority::Normal);
+            assert!(cap.in_flight() <= 2, "a third place");
+            if entered.is_ok() {
+                cap.leave();
+            }
+            entered.is_ok()
+        });
         for (start, before) in held {
             cap.leave_after(start, before);
         }
@@ -412,10 +404,7 @@ fn a_place_given_back_while_a_waiter_queues_is_never_missed() {
     // never left free with the waiter asleep.
     loom::model(|| {
         let cap = queued_cap();
-        let waiter = {
-            let cap = cap.clone();
-            thread::spawn(move || cap.wait_for_place().unwrap())
-        };
+        let waiter = spawn_with(&cap, move |cap| cap.wait_for_place().unwrap());
         cap.leave();
         let waiter = waiter.join().unwrap();
         assert!(waiter.is_granted(), "a free place and a sleeping waiter");
@@ -433,17 +422,14 @@ fn a_waiter_giving_up_races_a_hand_off() {
     // lost or counted twice.
     loom::model(|| {
         let cap = queued_cap();
-        let gave_up = {
-            let cap = cap.clone();
-            thread::spawn(move || {
-                let waiter = cap.wait_for_place().unwrap();
-                let held = waiter.finish();
-                if held {
-                    cap.leave();
-                }
-                held
-            })
-        };
+        let gave_up = spawn_with(&cap, move |cap| {
+            let waiter = cap.wait_for_place().unwrap();
+            let held = waiter.finish();
+            if held {
+                cap.leave();
+            }
+            held
+        });
         cap.leave();
         let _ = gave_up.join().unwrap();
         assert_eq!(cap.in_flight(), 0, "a place lost or counted twice");

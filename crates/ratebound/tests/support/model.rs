@@ -199,6 +199,15 @@ pub fn serve_arrivals(
 }
 
 /// The default adaptive limit on `clock`.
+/// A fresh adaptive cap (the default tuning) on its own manual clock,
+/// serving `phases`; the cap is returned for what it holds after.
+pub fn serve_adaptive(phases: &[Phase]) -> (ConcurrencyCap, Run) {
+    let clock = ManualClock::new();
+    let cap = adaptive(&clock);
+    let run = serve(&cap, &clock, phases);
+    (cap, run)
+}
+
 pub fn adaptive(clock: &ManualClock) -> ConcurrencyCap {
     tuned(clock, AdaptiveConcurrency::default())
 }
