@@ -34,11 +34,13 @@
 
 mod batch;
 mod slot;
+mod turn_io;
 mod turns;
 
 pub use batch::{Answer, Batch, Reply, Request, Resend};
 pub use slot::hash_slot;
-pub use turns::{Asks, Entry, Go, Out, SIGNAL_EPOCH, Ticket, TurnStats, TurnTuning, Turns};
+pub use turn_io::{Asks, Entry, Go, Out, SIGNAL_EPOCH, Ticket, TurnStats, TurnTuning};
+pub use turns::Turns;
 
 use std::collections::{HashMap, VecDeque};
 
