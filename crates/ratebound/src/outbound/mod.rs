@@ -46,11 +46,16 @@ use crate::any::{DEFAULT_N, seconds, whole};
 
 mod call;
 mod headers;
+mod learn;
 mod pauses;
 
 pub use crate::pause::Reach;
 pub use call::{Call, Caller, Event, EventKind, NO_HOST, Step, Target, WAITED_MIN, default_key};
 pub use headers::{http_date, parse_ratelimit_field, parse_retry_after, pause_asked};
+pub use learn::{
+    DEFAULT_FACTOR, DEFAULT_FLOOR, DEFAULT_GAP, DEFAULT_PROBE, DEFAULT_STEP, FULL, Learned,
+    Learning, MAX_INSTANT_MS,
+};
 pub use pauses::{LOCAL_PAUSES_MAX_KEYS, LocalPauses};
 
 /// The longest header value read (longer ones are ignored: hostile).
