@@ -117,16 +117,16 @@ pub const DEFAULT_GAP: Duration = Duration::from_millis(250);
 const TIME_BITS: u32 = 44;
 const CUT_BIT: u32 = 61;
 
-/// What the fleet has learned: the fraction of the ceiling it runs at and
-/// the instant that fraction last changed, packed in one `u64`.
+/// What the fleet has learned: the fraction of the ceiling it runs at, the
+/// instant that fraction last changed and whether that change was a cut,
+/// packed in one `u64`.
 ///
 /// Layout of [`to_bits`](Self::to_bits): bits 0–43 the instant of the last
 /// change in ms on the clock every sharer uses (Redis `TIME`, the machine's
 /// monotonic clock), at most [`MAX_INSTANT_MS`]; bits 44–60 the *cut*,
 /// `FULL − fraction` with the fraction in 1/65536ths of the ceiling (so 0
 /// is the ceiling); bit 61 set when the last change was a cut; bits 62–63
-/// zero. The word 0 is fresh state: the
-/// ceiling, never changed. [`from_bits`](Self::from_bits) reads any word
+/// zero. The word 0 is fresh state: the ceiling, never changed. [`from_bits`](Self::from_bits) reads any word
 /// (a damaged store's too) into these bounds.
 ///
 /// A store applies a transition with one compare-and-swap from the bits
@@ -313,7 +313,8 @@ impl Learning {
         self.ceiling
     }
 
-    /// The floor, as a fraction of the ceiling.
+    /// The floor, as a fraction of the ceiling (kept in 65536ths: the
+    /// nearest one to the fraction given).
     pub fn floor(&self) -> f64 {
         f64::from(self.floor) / f64::from(FULL)
     }
