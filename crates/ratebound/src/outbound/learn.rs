@@ -40,7 +40,7 @@
 //! admits 10/s burst 20 and answers a bare 429 beyond. With the defaults —
 //! cut × 0.7, floor 1/20, a step of 1/60 of the ceiling (0.5/s here) after
 //! 500 ms without a change, a gap of 250 ms — the last 10 s of a 20 s run
-//! see 1.9 % of what reached the partner refused (2 of 104) and 101 % of its
+//! see 1.9 % of what reached the partner refused (2 of 103) and 101 % of its
 //! capacity served (its burst counts); without learning, 66.7 % are
 //! refused. When the partner drops to 5/s and back to 10/s, the second
 //! half of each phase sees at most 3.8 % refused, and the learned rate is
