@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratebound::outbound::{FULL, Learned, Learning, MAX_INSTANT_MS};
-use ratebound::{ErrorKind, Quota};
+use ratebound::{ErrorKind, MAX_SPAN_NANOS, Quota};
 
 fn learning() -> Learning {
     Learning::new(Quota::parse("30/s burst 30").unwrap())
@@ -180,6 +180,15 @@ fn the_quota_follows_the_fraction() {
         .with_floor(1.0 / 65536.0)
         .unwrap();
     assert!(tiny.quota(Learned::from_bits(u64::MAX)).rate_per_second() > 0.0);
+    // A ceiling near the longest quota: the learned period is the longest
+    // one and the burst shrinks to fit it, never the ceiling in its place.
+    let ceiling = Quota::with_period(Duration::from_nanos(MAX_SPAN_NANOS / 4))
+        .and_then(|q| q.with_burst(4))
+        .unwrap();
+    let longest = Learning::new(ceiling).with_floor(1.0 / 65536.0).unwrap();
+    let q = longest.quota(Learned::from_bits(u64::MAX));
+    assert_eq!(q.emission_interval_nanos(), MAX_SPAN_NANOS);
+    assert_eq!(q.burst(), 1);
 }
 
 #[test]

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// `cooldown`, answering with the fail policy and sending nothing; then one
 /// probe at a time is let through, and a success closes it.
 ///
-/// A probe holds the half-open breaker for one `cooldown` at most: a probe
-/// that settles neither way — it never left the client (busy), it timed
-/// out while Redis answered others, its caller gave up and it was never
-/// finished — lets the next probe through once that time has passed. (A
-/// flag held until the probe's success or failure stayed set when the
-/// probe came back busy after a `CLIENT PAUSE`, and the breaker stayed open
-/// for good: the fail policy answered every call from then on.)
+/// A probe that settles neither way does not hold the half-open breaker
+/// for good: one refused as busy (it never left the client, or it timed
+/// out while Redis answered others) lets the next call probe at once
+/// ([`unanswered`](Self::unanswered)); one never finished (its caller gave
+/// up) holds the probe place for one `cooldown` at most. (A flag held
+/// until the probe's success or failure stayed set when the probe came
+/// back busy after a `CLIENT PAUSE`, and the breaker stayed open for good:
+/// the fail policy answered every call from then on.)
 #[derive(Debug)]
 pub(crate) struct Breaker {
     failures: AtomicU32,

@@ -374,17 +374,21 @@ impl Learning {
     pub fn quota(&self, learned: Learned) -> Quota {
         let f = u128::from(learned.fraction.clamp(self.floor, FULL));
         let full = u128::from(FULL);
-        let period = u128::from(self.ceiling.emission_interval_nanos());
+        let max = u128::from(crate::MAX_SPAN_NANOS);
         // The floor is at least 1 unit: f ≥ 1; period × 2^16 fits u128.
-        let scaled = (period * full).div_ceil(f);
-        let burst = (u128::from(self.ceiling.burst()) * f / full).max(1);
-        let period = Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX));
-        Quota::with_period(period)
-            .and_then(|q| q.with_burst(u64::try_from(burst).unwrap_or(1)))
-            // A period too long for a Quota (a ceiling of one a year at a
-            // 1/65536 floor): the ceiling's burst at the longest period.
-            .or_else(|_| Quota::with_period(Duration::from_nanos(crate::MAX_SPAN_NANOS)))
-            .unwrap_or(self.ceiling)
+        // A period past a quota's longest (a ceiling of one a year at a
+        // 1/65536 floor) is the longest, and the burst is cut so that
+        // period × burst stays within it too: a valid quota, never the
+        // ceiling in its place.
+        let period = (u128::from(self.ceiling.emission_interval_nanos()) * full)
+            .div_ceil(f)
+            .clamp(1, max);
+        let burst = (u128::from(self.ceiling.burst()) * f / full).clamp(1, max / period);
+        // Both within 2^60 by the clamps.
+        Quota::from_params(
+            u64::try_from(period).unwrap_or(crate::MAX_SPAN_NANOS),
+            u64::try_from(burst).unwrap_or(1),
+        )
     }
 }
 
