@@ -293,6 +293,7 @@ impl OutboundCall {
                 ..step("acquire")
             },
             Step::Send => step("send"),
+            Step::Adapt { .. } => step("adapt"),
             Step::Pause(d) => OutboundStep {
                 seconds: Some(d.as_secs_f64()),
                 ..step("pause")

@@ -187,6 +187,9 @@ impl Call {
             Step::Acquire { n, timeout } => ("acquire", n, timeout.map(secs)).into_pyobject(py),
             Step::Send => ("send",).into_pyobject(py),
             Step::Pause(d) => ("pause", secs(d)).into_pyobject(py),
+            Step::Adapt { seen, next } => {
+                ("adapt", seen.to_bits(), next.to_bits()).into_pyobject(py)
+            }
             Step::Report(e) => (
                 "event",
                 e.outcome.as_str(),

@@ -64,6 +64,7 @@ pub struct OutboundBuilder<R> {
     backoff: Duration,
     statuses: Option<Vec<u16>>,
     any_method: bool,
+    adaptive: Option<bool>,
     on_decision: Option<OnDecision>,
 }
 
@@ -79,6 +80,7 @@ impl<R> OutboundBuilder<R> {
             backoff: DEFAULT_BACKOFF,
             statuses: None,
             any_method: false,
+            adaptive: None,
             on_decision: None,
         }
     }
@@ -147,6 +149,21 @@ impl<R> OutboundBuilder<R> {
         self
     }
 
+    /// Learns the partner's real limit from its answers (default: on,
+    /// wherever the limiter can keep it — a token bucket in this process,
+    /// in shared memory or in Redis): each refusal (a status to retry on)
+    /// cuts the rate the fleet sharing the limiter runs at, each success
+    /// after a quiet probe period raises it a step, never above the
+    /// limiter's configured quota (a ceiling, not a promise). See
+    /// [`ratebound::outbound::Learning`]; each change is told as
+    /// [`EventKind::Adapted`](crate::EventKind::Adapted). `false`: the
+    /// limiter runs at its configured quota whatever the partner says;
+    /// `true` on a limiter that cannot learn fails the build.
+    pub fn adaptive(mut self, adaptive: bool) -> Self {
+        self.adaptive = Some(adaptive);
+        self
+    }
+
     /// Calls `f` for each wait, pause, retry and give-up (see
     /// [`OutboundEvent`]) — for metrics and logs. Unset, nothing is done
     /// for it.
@@ -172,7 +189,11 @@ impl<R> OutboundBuilder<R> {
             Key::Host | Key::Custom(_) => None,
         };
         // Only a token bucket can be paused: the core says which.
-        let caller = Caller::new(self.limiter.algorithm().name(), outbound, sending, fixed)?;
+        let algorithm = self.limiter.algorithm();
+        let mut caller = Caller::new(algorithm.name(), outbound, sending, fixed)?;
+        if let ratebound::KeyedAlgorithm::TokenBucket(ceiling) = algorithm {
+            caller = caller.with_adaptive(self.adaptive, self.limiter.learns(), ceiling)?;
+        }
         let settings = Settings {
             limiter: self.limiter,
             caller,
@@ -228,9 +249,7 @@ impl Settings {
 
     /// The pause asked in `headers` (`Retry-After`, `RateLimit` fields).
     pub(crate) fn asked(headers: &HeaderMap) -> Option<Duration> {
-        let now_unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let now_unix = unix_now();
         let lines = headers
             .iter()
             .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
@@ -255,11 +274,15 @@ impl Settings {
                 .map_err(|e| CallError::Limiter(e.into()))?;
             match step {
                 Step::Hold(d) => tokio::time::sleep(d).await,
-                Step::Acquire { n, timeout } => self
-                    .limiter
-                    .acquire(Text(call.key()), n, timeout)
-                    .await
-                    .map_err(|e| CallError::Limiter(e.into()))?,
+                Step::Acquire { n, timeout } => {
+                    self.limiter
+                        .acquire(Text(call.key()), n, timeout)
+                        .await
+                        .map_err(|e| CallError::Limiter(e.into()))?;
+                    if c.learning().is_some() {
+                        call.saw(self.limiter.learned(Text(call.key())));
+                    }
+                }
                 Step::Send => {
                     let Some(r) = request.take() else {
                         unreachable!("the machine sends after a retry only")
@@ -272,8 +295,15 @@ impl Settings {
                     }
                     let res = x.send(r).await.map_err(CallError::Service)?;
                     let (status, asked) = x.answer(&res);
-                    call.answered_asked(c, status, asked);
+                    call.answered_asked(c, status, asked, unix_now());
                     response = Some(res);
+                }
+                Step::Adapt { seen, next } => {
+                    // A store that could not be told learns nothing this
+                    // time: the next answer proposes again.
+                    let key = Text(call.key());
+                    let replaced = self.limiter.adapt(key, seen, next).await;
+                    call.adapted(replaced.unwrap_or(false));
                 }
                 Step::Pause(d) => {
                     // A pause the limiter failed to make is the machine's
@@ -299,6 +329,7 @@ impl Settings {
     /// Tells the hook; a panicking hook never fails the call (the panic
     /// hook has printed it).
     fn tell(&self, call: &Call, e: Event) {
+        let c = &self.caller;
         if let Some(f) = &self.on_decision {
             let event = OutboundEvent {
                 outcome: e.outcome,
@@ -308,10 +339,21 @@ impl Settings {
                 attempt: e.attempt,
                 capped: e.capped,
                 local: e.local,
+                rates: e
+                    .learned
+                    .and_then(|(from, to)| Some((c.rate(from)?, c.rate(to)?))),
             };
             if catch_unwind(AssertUnwindSafe(|| f(&event))).is_err() {
                 let _first = self.caller.hook_threw();
             }
         }
     }
+}
+
+/// Seconds since the Unix epoch (the clock of HTTP-dates and of a fleet's
+/// learned word).
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

@@ -9,7 +9,7 @@ pub use ratebound::outbound::EventKind;
 
 /// What [`OutboundBuilder::on_decision`](crate::OutboundBuilder::on_decision)'s callback
 /// is told: the shape of Python's `OutboundEvent`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OutboundEvent<'a> {
     /// What happened.
     pub outcome: EventKind,
@@ -31,4 +31,7 @@ pub struct OutboundEvent<'a> {
     /// keeps it — its sendings for the key, the retry first, wait it out —
     /// and a Redis limiter failing `local` paused its local share.
     pub local: bool,
+    /// The fleet's learned rate for the key, from and to, in tokens per
+    /// second ([`EventKind::Adapted`]; `None` otherwise).
+    pub rates: Option<(f64, f64)>,
 }

@@ -11,13 +11,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::Extensions;
 use http_body_util::Full;
 use ratebound::any::Key;
-use ratebound::outbound::Reach;
+use ratebound::outbound::{Learned, Reach};
 use ratebound::{BoxFuture, KeyedAlgorithm, KeyedLimit, LimitCheck, Quota};
 use ratebound_client::{
     OutboundBuilder, OutboundEvent, OutboundLayer, OutboundMiddleware, RetryBody,
@@ -142,6 +142,56 @@ impl KeyedLimit for Script {
         };
         Box::pin(std::future::ready(reach))
     }
+
+    fn learns(&self) -> bool {
+        true
+    }
+
+    /// The vector's word for the sending under way, its instant moved from
+    /// the vectors' clock (answers at Unix time 1 800 000 000 s) to now:
+    /// the adapters date answers by the real clock.
+    fn learned(&self, _key: Key<'_>) -> Learned {
+        let l = learned(self.sending(self.sent.load(Ordering::SeqCst)));
+        if l.is_fresh() {
+            return l;
+        }
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis();
+        let age = VECTOR_NOW_MS - l.changed_ms();
+        let at = u64::try_from(now_ms).expect("ms") - age;
+        Learned::new(l.fraction_units(), at).with_cut(l.was_cut())
+    }
+
+    fn adapt<'a>(
+        &'a self,
+        _key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, ratebound::Error>> {
+        self.push(json!([
+            "adapt",
+            seen.fraction_units(),
+            next.fraction_units(),
+            next.was_cut()
+        ]));
+        let s = self.sending(self.sent.load(Ordering::SeqCst) - 1);
+        let replaced = s.get("adapt").and_then(Value::as_str) != Some("kept");
+        Box::pin(std::future::ready(Ok(replaced)))
+    }
+}
+
+/// The vectors' answers arrive at this Unix time (ms).
+const VECTOR_NOW_MS: u64 = 1_800_000_000_000;
+
+/// The learned word a vector's sending went under (fresh when absent).
+fn learned(s: &Value) -> Learned {
+    s.get("learned").map_or_else(Learned::fresh, |l| {
+        let units = u32::try_from(l["units"].as_u64().expect("units")).expect("u32");
+        Learned::new(units, l["at_ms"].as_u64().unwrap_or(0))
+            .with_cut(l.get("cut").and_then(Value::as_bool).unwrap_or(false))
+    })
 }
 
 fn configure<R>(mut b: OutboundBuilder<R>, config: &Value, script: &Script) -> OutboundBuilder<R> {
@@ -164,6 +214,13 @@ fn configure<R>(mut b: OutboundBuilder<R>, config: &Value, script: &Script) -> O
     if let Some(a) = config.get("any_method").and_then(Value::as_bool) {
         b = b.any_method(a);
     }
+    // Learning is off unless the vector turns it on.
+    b = b.adaptive(
+        config
+            .get("adaptive")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    );
     b.on_decision(script.hook())
 }
 

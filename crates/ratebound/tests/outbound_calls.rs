@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use ratebound::outbound::{Call, Caller, Outbound, Reach, Sending, Step, Target};
+use ratebound::Quota;
+use ratebound::outbound::{Call, Caller, Learned, Outbound, Reach, Sending, Step, Target};
 use serde_json::{Value, json};
 
 #[path = "support/spec.rs"]
@@ -32,7 +33,31 @@ pub fn caller(config: &Value) -> Caller {
         .get("key")
         .and_then(Value::as_str)
         .map(str::to_string);
-    Caller::new("token_bucket", outbound, sending, key).expect("caller")
+    let caller = Caller::new("token_bucket", outbound, sending, key).expect("caller");
+    // A learning adapter (off unless the vector says so): its limiter's
+    // configured quota is the ceiling.
+    let adaptive = config
+        .get("adaptive")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let ceiling = config
+        .get("quota")
+        .and_then(Value::as_str)
+        .map_or_else(|| Quota::parse("30/s burst 30"), Quota::parse)
+        .expect("quota");
+    caller
+        .with_adaptive(Some(adaptive), true, ceiling)
+        .expect("adaptive")
+}
+
+/// The learned word a sending went under (`learned`: its fraction in
+/// 65536ths, the instant `at_ms` it changed, `cut`); fresh when absent.
+pub fn learned(s: &Value) -> Learned {
+    s.get("learned").map_or_else(Learned::fresh, |l| {
+        let units = u32::try_from(l["units"].as_u64().expect("units")).expect("u32");
+        Learned::new(units, l["at_ms"].as_u64().unwrap_or(0))
+            .with_cut(l.get("cut").and_then(Value::as_bool).unwrap_or(false))
+    })
 }
 
 /// scheme, host, port of a URL of the vectors (`scheme://host[:port]/...`).
@@ -99,12 +124,22 @@ fn replay(v: &Value) -> (String, Vec<Value>) {
                 now += Duration::from_secs_f64(
                     s.get("acquire_s").and_then(Value::as_f64).unwrap_or(0.0),
                 );
+                call.saw(learned(s));
             }
             Step::Send => {
                 steps.push(json!(["send"]));
                 let headers = spec::headers(s);
                 let status = u16::try_from(s["status"].as_u64().expect("status")).expect("u16");
                 call.answered(&caller, status, headers, 1_800_000_000.0);
+            }
+            Step::Adapt { seen, next } => {
+                steps.push(json!([
+                    "adapt",
+                    seen.fraction_units(),
+                    next.fraction_units(),
+                    next.was_cut()
+                ]));
+                call.adapted(s.get("adapt").and_then(Value::as_str) != Some("kept"));
             }
             Step::Pause(d) => {
                 steps.push(json!(["pause", secs(d)]));

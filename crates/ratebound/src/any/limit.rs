@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Key;
+use crate::outbound::Learned;
 use crate::pause::Reach;
 use crate::{Decision, Error, KeyedAlgorithm};
 
@@ -101,6 +102,45 @@ pub trait KeyedLimit: Send + Sync {
     /// The limit's: a shared table with no slot left for the key, an
     /// algorithm that cannot be paused ([`Error::Unsupported`]).
     fn pause<'a>(&'a self, key: Key<'a>, d: Duration) -> BoxFuture<'a, Result<Reach, Error>>;
+
+    /// Whether this limit keeps what outbound adapters learn of a
+    /// partner's real limit ([`learned`](Self::learned),
+    /// [`adapt`](Self::adapt)); `false` by default: an adapter then does
+    /// not learn (and refuses to be told to).
+    fn learns(&self) -> bool {
+        false
+    }
+
+    /// What the adapters sharing this limit have learned for `key` (the
+    /// word an adapter's learning starts from when it sends), without I/O:
+    /// a store across the network answers with what its last reply for
+    /// the key said. The fresh word (nothing learned: the limit as
+    /// configured) by default.
+    fn learned(&self, key: Key<'_>) -> Learned {
+        let _ = key;
+        Learned::fresh()
+    }
+
+    /// Replaces `key`'s learned word `seen` with `next` for everyone
+    /// sharing the limit, if it is still `seen` (a compare-and-swap: of
+    /// the fifty instances proposing a change from one word, one wins);
+    /// the limit then runs at `next`'s share of its configured quota
+    /// ([`Learned::scale`]). `Ok(true)` when replaced.
+    ///
+    /// # Errors
+    /// The store's; [`Error::Unsupported`] by default.
+    fn adapt<'a>(
+        &'a self,
+        key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let _ = (key, seen, next);
+        Box::pin(std::future::ready(Err(Error::Unsupported {
+            operation: "adapt (learning a partner's limit)",
+            algorithm: "this limit",
+        })))
+    }
 }
 
 /// A [`KeyedLimit::check`]'s answer: now, or once its I/O is done.
@@ -173,6 +213,23 @@ impl<L: KeyedLimit + ?Sized> KeyedLimit for Arc<L> {
     fn pause<'a>(&'a self, key: Key<'a>, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
         (**self).pause(key, d)
     }
+
+    fn learns(&self) -> bool {
+        (**self).learns()
+    }
+
+    fn learned(&self, key: Key<'_>) -> Learned {
+        (**self).learned(key)
+    }
+
+    fn adapt<'a>(
+        &'a self,
+        key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        (**self).adapt(key, seen, next)
+    }
 }
 
 /// One bucket for every key (the key and the scope are ignored): checks
@@ -182,7 +239,8 @@ impl<L: KeyedLimit + ?Sized> KeyedLimit for Arc<L> {
 #[cfg(feature = "tokio")]
 impl<C: crate::Clock> KeyedLimit for crate::TokenBucket<C> {
     fn algorithm(&self) -> KeyedAlgorithm {
-        KeyedAlgorithm::TokenBucket(self.quota())
+        // The quota set, not the share of it learned.
+        KeyedAlgorithm::TokenBucket(self.ceiling())
     }
 
     fn check(&self, _scope: &str, _key: Key<'_>, n: u64) -> LimitCheck {
@@ -201,5 +259,24 @@ impl<C: crate::Clock> KeyedLimit for crate::TokenBucket<C> {
     fn pause<'a>(&'a self, _key: Key<'a>, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
         crate::TokenBucket::pause(self, d);
         Box::pin(std::future::ready(Ok(Reach::Shared)))
+    }
+
+    fn learns(&self) -> bool {
+        true
+    }
+
+    fn learned(&self, _key: Key<'_>) -> Learned {
+        crate::TokenBucket::learned(self)
+    }
+
+    fn adapt<'a>(
+        &'a self,
+        _key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(std::future::ready(Ok(crate::TokenBucket::adapt(
+            self, seen, next,
+        ))))
     }
 }

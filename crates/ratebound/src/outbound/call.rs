@@ -35,99 +35,19 @@
 //!   the adapter swallows it, and reports the first throw of each adapter
 //!   once ([`Caller::hook_threw`] says when), as a warning.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{Advice, LocalPauses, Outbound, Reach, Sending, idempotent, pause_asked};
+pub use super::step::{Event, EventKind, Step};
+pub use super::target::{NO_HOST, Target, default_key};
+use super::{
+    Advice, Learned, Learning, LocalPauses, Outbound, Reach, Sending, idempotent, pause_asked,
+};
 use crate::Error;
 use crate::any::{seconds, whole};
 
 /// A wait this long or longer is reported as `waited`.
 pub const WAITED_MIN: Duration = Duration::from_millis(1);
-
-/// The key of a request that names no host (a path-only URI, as tonic's
-/// requests to a `Channel` are): one key for all of them.
-pub const NO_HOST: &str = "default";
-
-/// What happened, for the adapter's `on_decision` hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EventKind {
-    /// The limiter made the request wait [`Event::duration`] before it
-    /// went out (told for waits of [`WAITED_MIN`] or more).
-    Waited,
-    /// The partner's answer paused the limiter for [`Event::duration`],
-    /// for everyone sharing it ([`Event::capped`] when cut to `max_pause`;
-    /// [`Event::local`] when only this process could be paused) — as the
-    /// partner asked, or, for a refusal that gave no advice, the backoff.
-    Paused,
-    /// The answer is sent again, through the limiter.
-    Retried,
-    /// A status to retry on, but the request may not be sent again
-    /// (retries spent, a method that is not idempotent, a body that can be
-    /// read once): the caller gets this response.
-    GaveUp,
-}
-
-impl EventKind {
-    /// `"waited"`, `"paused"`, `"retried"` or `"gave_up"`, as every
-    /// adapter's event names them.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Waited => "waited",
-            EventKind::Paused => "paused",
-            EventKind::Retried => "retried",
-            EventKind::GaveUp => "gave_up",
-        }
-    }
-}
-
-/// One event of a call (its key is [`Call::key`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Event {
-    /// What happened.
-    pub outcome: EventKind,
-    /// How long the request waited ([`EventKind::Waited`]) or the limiter
-    /// was paused ([`EventKind::Paused`]); `None` otherwise.
-    pub duration: Option<Duration>,
-    /// The answer's status (`None` before one).
-    pub status: Option<u16>,
-    /// The sending it is about (0: the first).
-    pub attempt: u32,
-    /// Whether the pause was cut to `max_pause`.
-    pub capped: bool,
-    /// Whether the pause reached only this process.
-    pub local: bool,
-}
-
-/// What the adapter does next (see the module's notes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Sleep this long (a pause kept in this process), then ask again.
-    Hold(Duration),
-    /// Wait for `n` tokens of the limiter for [`Call::key`], at most
-    /// `timeout` (`None`: as long as it takes); then ask again. A limiter
-    /// error ends the call with it: nothing is sent.
-    Acquire {
-        /// The tokens.
-        n: u64,
-        /// The longest wait left.
-        timeout: Option<Duration>,
-    },
-    /// Send the request; then tell [`Call::answered`] (or
-    /// [`Call::answered_asked`]). A transport error ends the call with it.
-    Send,
-    /// Pause the limiter for [`Call::key`] this long; then tell
-    /// [`Call::paused`] where it took hold.
-    Pause(Duration),
-    /// Tell the hook (if any); then ask again.
-    Report(Event),
-    /// Let the answer go (unread) and ask again: the request is sent again.
-    Retry,
-    /// The answer is the caller's.
-    Done,
-}
 
 /// What an adapter holds for all its calls: the policy, each sending's
 /// tokens and timeout, its key (if fixed), the pauses kept in this process
@@ -139,6 +59,7 @@ pub struct Caller {
     key: Option<String>,
     pauses: LocalPauses,
     hook_threw: AtomicBool,
+    learning: Option<Learning>,
 }
 
 /// The names of the algorithms a limiter may report (for the error's
@@ -194,7 +115,57 @@ impl Caller {
             key,
             pauses: LocalPauses::new(),
             hook_threw: AtomicBool::new(false),
+            learning: None,
         })
+    }
+
+    /// Learns the partner's real limit from its answers with `learning`
+    /// (`None`: does not): each answer to a sending that went under a
+    /// learned word ([`Call::saw`]) proposes the next word — a cut on a
+    /// status to retry on (a refusal: 429, 503), a step up on a success
+    /// (2xx) after a quiet probe period — as a [`Step::Adapt`]. Its
+    /// ceiling is the limiter's configured quota.
+    #[must_use]
+    pub fn with_learning(mut self, learning: Option<Learning>) -> Caller {
+        self.learning = learning;
+        self
+    }
+
+    /// Learning as an adapter's `adaptive` option asks, for a limiter that
+    /// `learns` (keeps a learned word: `KeyedLimit::learns`) with the
+    /// configured quota `ceiling`: `None` (the option not given) learns
+    /// wherever the limiter can — on by default, a partner's refusal
+    /// always means the number was too high; `Some(false)` never;
+    /// `Some(true)` insists. The same rule for every adapter.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for `Some(true)` on a limiter that cannot
+    /// keep what is learned: asked for, learning is never silently off.
+    pub fn with_adaptive(
+        self,
+        adaptive: Option<bool>,
+        learns: bool,
+        ceiling: crate::Quota,
+    ) -> Result<Caller, Error> {
+        match (adaptive, learns) {
+            (Some(true), false) => Err(Error::Unsupported {
+                operation: "adaptive (learning a partner's limit needs a limiter that keeps it: a token bucket in this process, in shared memory or in Redis)",
+                algorithm: "this limiter",
+            }),
+            (Some(false), _) | (None, false) => Ok(self.with_learning(None)),
+            _ => Ok(self.with_learning(Some(Learning::new(ceiling)))),
+        }
+    }
+
+    /// The learning rule, if this adapter learns.
+    pub fn learning(&self) -> Option<&Learning> {
+        self.learning.as_ref()
+    }
+
+    /// `learned` as a rate (tokens per second) of this adapter's ceiling;
+    /// `None` when it does not learn.
+    pub fn rate(&self, learned: Learned) -> Option<f64> {
+        self.learning.as_ref().map(|l| l.rate(learned))
     }
 
     /// [`call`](Self::call) with the numbers a dynamic language passes:
@@ -295,6 +266,8 @@ impl Caller {
                 gave_up: false,
             },
             local: false,
+            seen: Learned::fresh(),
+            learned: None,
         })
     }
 
@@ -304,60 +277,6 @@ impl Caller {
     pub fn hook_threw(&self) -> bool {
         !self.hook_threw.swap(true, Ordering::Relaxed)
     }
-}
-
-/// Where a request goes: its URL's scheme, host and port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target<'a> {
-    /// `"http"`, `"https"`, ... (any case; a trailing `:` is ignored).
-    pub scheme: &'a str,
-    /// The host, as the URL spells it (an IPv6 address with or without its
-    /// brackets); empty: none.
-    pub host: &'a str,
-    /// The port the URL gives, if any.
-    pub port: Option<u16>,
-}
-
-/// The key of a request to `target`: `host:port`, or `host` when the URL
-/// gives no port or the scheme's default (80 for `http`, 443 for
-/// `https`); an IPv6 host in brackets; [`NO_HOST`] for no host.
-///
-/// # Examples
-/// ```
-/// use ratebound::outbound::{Target, default_key};
-/// let key = |scheme, host, port| default_key(Target { scheme, host, port });
-/// assert_eq!(key("https", "partner.example", Some(443)), "partner.example");
-/// assert_eq!(key("http", "partner.example", Some(8080)), "partner.example:8080");
-/// assert_eq!(key("https:", "::1", Some(8443)), "[::1]:8443");
-/// assert_eq!(key("http", "", None), "default");
-/// ```
-pub fn default_key(target: Target<'_>) -> String {
-    let Target { scheme, host, port } = target;
-    if host.is_empty() {
-        return NO_HOST.to_string();
-    }
-    let scheme = scheme.strip_suffix(':').unwrap_or(scheme);
-    let default = if scheme.eq_ignore_ascii_case("http") {
-        Some(80)
-    } else if scheme.eq_ignore_ascii_case("https") {
-        Some(443)
-    } else {
-        None
-    };
-    let bracket = host.contains(':') && !host.starts_with('[');
-    let mut key = String::with_capacity(host.len() + 8);
-    if bracket {
-        key.push('[');
-    }
-    key.push_str(host);
-    if bracket {
-        key.push(']');
-    }
-    if let Some(port) = port.filter(|p| Some(*p) != default) {
-        // Into the key's own buffer: no second allocation.
-        let _ = write!(key, ":{port}");
-    }
-    key
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -378,6 +297,14 @@ enum State {
     Pausing,
     /// The pause was made: tell it.
     Paused,
+    /// The answer calls for a new learned word: ask for it.
+    Adapt,
+    /// The new word is asked for: waiting for whether it was taken.
+    Adapting,
+    /// The word was replaced: tell it, then pause or settle.
+    Adapted,
+    /// The pause step if one is due, else settle.
+    AfterAdapt,
     /// The answer's last events and end.
     Settle,
     /// `retried` was told: retry.
@@ -402,6 +329,10 @@ pub struct Call {
     status: u16,
     advice: Advice,
     local: bool,
+    /// The learned word this sending went under ([`Call::saw`]).
+    seen: Learned,
+    /// The word the answer calls for, then (once replaced) the change.
+    learned: Option<(Learned, Learned)>,
 }
 
 impl Call {
@@ -472,6 +403,27 @@ impl Call {
                 }
                 // Asked again before the answer: send is still the step.
                 State::Sent => return Ok(Step::Send),
+                State::Adapt => {
+                    self.state = State::Adapting;
+                    if let Some((seen, next)) = self.learned {
+                        return Ok(Step::Adapt { seen, next });
+                    }
+                }
+                State::Adapting => {
+                    // Asked again without the result: not replaced.
+                    self.adapted(false);
+                }
+                State::Adapted => {
+                    self.state = State::AfterAdapt;
+                    return Ok(Step::Report(self.event(EventKind::Adapted, None)));
+                }
+                State::AfterAdapt => {
+                    self.state = if self.advice.pause.is_some() {
+                        State::Pause
+                    } else {
+                        State::Settle
+                    };
+                }
                 State::Pause => {
                     self.state = State::Pausing;
                     return Ok(Step::Pause(self.advice.pause.unwrap_or_default()));
@@ -516,13 +468,30 @@ impl Call {
         headers: impl IntoIterator<Item = (&'h str, &'h str)>,
         now_unix: f64,
     ) {
-        self.answered_asked(caller, status, pause_asked(headers, now_unix));
+        self.answered_asked(caller, status, pause_asked(headers, now_unix), now_unix);
+    }
+
+    /// The learned word the limiter held for [`key`](Self::key) when this
+    /// sending went (the limiter's `learned`, read after the tokens came):
+    /// what the answer's evidence is about. Untold, the fresh word — a
+    /// proposal from it is then dropped by the limiter wherever something
+    /// is learned.
+    pub fn saw(&mut self, seen: Learned) {
+        self.seen = seen;
     }
 
     /// [`answered`](Self::answered) given the pause the answer asked for
     /// (from its headers, [`pause_asked`], or elsewhere — a gRPC
-    /// `RetryInfo` — the longer of them; `None`: none).
-    pub fn answered_asked(&mut self, caller: &Caller, status: u16, asked: Option<Duration>) {
+    /// `RetryInfo` — the longer of them; `None`: none), received at
+    /// `now_unix` (seconds since the Unix epoch: the clock a fleet's
+    /// learned word is dated by).
+    pub fn answered_asked(
+        &mut self,
+        caller: &Caller,
+        status: u16,
+        asked: Option<Duration>,
+        now_unix: f64,
+    ) {
         let mut advice = caller
             .outbound
             .advise_for(self.idempotent, status, asked, self.attempt);
@@ -534,11 +503,39 @@ impl Call {
         self.status = status;
         self.advice = advice;
         self.local = false;
-        self.state = if advice.pause.is_some() {
+        self.learned = caller.learning.as_ref().and_then(|l| {
+            let now_ms = unix_ms(now_unix);
+            let next = if caller.outbound.statuses().contains(&status) {
+                l.refused(self.seen, now_ms)
+            } else if (200..300).contains(&status) {
+                l.answered(self.seen, now_ms)
+            } else {
+                None
+            }?;
+            Some((self.seen, next))
+        });
+        self.state = if self.learned.is_some() {
+            State::Adapt
+        } else if advice.pause.is_some() {
             State::Pause
         } else {
             State::Settle
         };
+    }
+
+    /// Whether the limiter replaced its learned word as
+    /// [`Step::Adapt`] asked (`false` too when it failed): when it did,
+    /// `adapted` is told next.
+    pub fn adapted(&mut self, replaced: bool) {
+        if self.state != State::Adapting {
+            return;
+        }
+        if replaced {
+            self.state = State::Adapted;
+        } else {
+            self.learned = None;
+            self.state = State::AfterAdapt;
+        }
     }
 
     /// Where the pause took hold: [`Reach::Shared`], [`Reach::Local`]
@@ -566,6 +563,22 @@ impl Call {
             attempt: self.attempt,
             capped: outcome == EventKind::Paused && self.advice.capped,
             local: outcome == EventKind::Paused && self.local,
+            learned: if outcome == EventKind::Adapted {
+                self.learned
+            } else {
+                None
+            },
         }
     }
+}
+
+/// `now_unix` seconds as whole milliseconds (0 before the epoch or for a
+/// value that is not a number).
+fn unix_ms(now_unix: f64) -> u64 {
+    let ms = (now_unix * 1000.0).floor();
+    if ms.is_nan() || ms <= 0.0 {
+        return 0;
+    }
+    // Saturates beyond u64 (a float cast does).
+    ms as u64
 }

@@ -206,6 +206,47 @@ impl Learned {
 
     /// The change instant of a transition at `now`: strictly after the
     /// last one (so every transition changes the bits), saturated.
+    /// The quota a store runs at under this word: `ceiling`'s rate and
+    /// burst scaled by the fraction (at least 1/65536: a word the rule
+    /// wrote is never below its floor), the interval rounded up so the
+    /// quota never exceeds the learned rate, a burst of at least 1. A
+    /// period past a quota's longest is the longest, and the burst is cut
+    /// so that period × burst stays within it too: a valid quota, never the
+    /// ceiling in its place. The one scaling every store applies (Redis'
+    /// script does the same in µs).
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::Quota;
+    /// use ratebound::outbound::{FULL, Learned};
+    /// let ceiling = Quota::parse("30/s burst 30")?;
+    /// assert_eq!(Learned::fresh().scale(ceiling), ceiling);
+    /// // A third (21845 65536ths): 9 tokens of burst, and never above a third
+    /// // of the rate (the interval at least three times the ceiling's).
+    /// let third = Learned::new(FULL / 3, 1).scale(ceiling);
+    /// assert_eq!(third.burst(), 9);
+    /// assert!(third.emission_interval_nanos() >= 3 * ceiling.emission_interval_nanos());
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn scale(self, ceiling: Quota) -> Quota {
+        let f = u128::from(self.fraction.clamp(1, FULL));
+        if f == u128::from(FULL) {
+            return ceiling;
+        }
+        let full = u128::from(FULL);
+        let max = u128::from(crate::MAX_SPAN_NANOS);
+        // f ≥ 1; period × 2^16 fits u128.
+        let period = (u128::from(ceiling.emission_interval_nanos()) * full)
+            .div_ceil(f)
+            .clamp(1, max);
+        let burst = (u128::from(ceiling.burst()) * f / full).clamp(1, max / period);
+        // Both within 2^60 by the clamps.
+        Quota::from_params(
+            u64::try_from(period).unwrap_or(crate::MAX_SPAN_NANOS),
+            u64::try_from(burst).unwrap_or(1),
+        )
+    }
+
     fn next_instant(self, now_ms: u64) -> u64 {
         now_ms
             .max(self.changed_ms.saturating_add(1))
@@ -372,23 +413,8 @@ impl Learning {
     /// scaled by [`fraction`](Self::fraction) (a burst of at least 1; the
     /// interval rounded up, so never above the learned rate).
     pub fn quota(&self, learned: Learned) -> Quota {
-        let f = u128::from(learned.fraction.clamp(self.floor, FULL));
-        let full = u128::from(FULL);
-        let max = u128::from(crate::MAX_SPAN_NANOS);
-        // The floor is at least 1 unit: f ≥ 1; period × 2^16 fits u128.
-        // A period past a quota's longest (a ceiling of one a year at a
-        // 1/65536 floor) is the longest, and the burst is cut so that
-        // period × burst stays within it too: a valid quota, never the
-        // ceiling in its place.
-        let period = (u128::from(self.ceiling.emission_interval_nanos()) * full)
-            .div_ceil(f)
-            .clamp(1, max);
-        let burst = (u128::from(self.ceiling.burst()) * f / full).clamp(1, max / period);
-        // Both within 2^60 by the clamps.
-        Quota::from_params(
-            u64::try_from(period).unwrap_or(crate::MAX_SPAN_NANOS),
-            u64::try_from(burst).unwrap_or(1),
-        )
+        let f = learned.fraction.clamp(self.floor, FULL);
+        Learned::new(f, learned.changed_ms).scale(self.ceiling)
     }
 }
 

@@ -48,6 +48,8 @@ mod call;
 mod headers;
 mod learn;
 mod pauses;
+mod step;
+mod target;
 
 pub use crate::pause::Reach;
 pub use call::{Call, Caller, Event, EventKind, NO_HOST, Step, Target, WAITED_MIN, default_key};
@@ -344,6 +346,11 @@ impl Outbound {
     /// The longest pause obeyed.
     pub fn max_pause(&self) -> Duration {
         self.max_pause
+    }
+
+    /// The statuses retried (refusals: what a learning adapter cuts on).
+    pub fn statuses(&self) -> &[u16] {
+        &self.statuses
     }
 
     /// The pause before the first retry of a refusal that gave no advice.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::{TokenBucket, epoch_generation, pack, params, tat};
 use crate::clock::{Clock, MAX_TIME_NANOS};
 use crate::limiter::Permit;
+use crate::outbound::Learned;
 use crate::sync::Ordering;
 use crate::{Error, Quota, Resumed};
 
@@ -131,9 +132,12 @@ impl<C: Clock> TokenBucket<C> {
     /// while four more `set_quota` calls ran, and finds the state word equal
     /// to the very value it read (to the nanosecond), completes with the
     /// quota of four changes ago — one check's tokens priced at that quota.
+    ///
+    /// The quota set is the ceiling of what an outbound adapter learns
+    /// ([`adapt`](Self::adapt)): with a word learned, the bucket runs at
+    /// that word's share of it.
     pub fn set_quota(&self, quota: Quota) {
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        self.set_quota_locked(quota, self.clock.now());
+        self.set_quota_at(quota, self.clock.now());
     }
 
     /// Changes the quota at `now`, keeping the number of whole tokens
@@ -141,8 +145,45 @@ impl<C: Clock> TokenBucket<C> {
     /// queued reservations. Reservations made under the old quota can no
     /// longer be cancelled.
     pub fn set_quota_at(&self, quota: Quota, now: u64) {
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        self.set_quota_locked(quota, now);
+        let mut ceiling = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        *ceiling = quota;
+        let learned = Learned::from_bits(self.learned.load(Ordering::Relaxed));
+        self.set_quota_locked(learned.scale(quota), now);
+    }
+
+    /// The quota set (at construction or by [`set_quota`](Self::set_quota)):
+    /// what [`quota`](Self::quota) is when nothing is learned, and the
+    /// ceiling of what an outbound adapter learns.
+    pub fn ceiling(&self) -> Quota {
+        *self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the outbound adapters calling through this bucket have learned
+    /// of the partner's real limit (see [`outbound::learn`](crate::outbound::Learning)):
+    /// the fresh word when nothing is.
+    pub fn learned(&self) -> Learned {
+        Learned::from_bits(self.learned.load(Ordering::Acquire))
+    }
+
+    /// Replaces the learned word `seen` with `next` if it is still `seen`
+    /// (a compare-and-swap: of fifty adapters proposing a change from the
+    /// same word, one wins), and runs the bucket at `next`'s share of the
+    /// ceiling from now on, keeping the whole tokens it has (as
+    /// [`set_quota`](Self::set_quota) does). Returns whether it replaced.
+    pub fn adapt(&self, seen: Learned, next: Learned) -> bool {
+        self.adapt_at(seen, next, self.clock.now())
+    }
+
+    /// [`adapt`](Self::adapt) at `now`.
+    pub fn adapt_at(&self, seen: Learned, next: Learned, now: u64) -> bool {
+        let ceiling = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the writer lock: the word and the quota change together.
+        if self.learned.load(Ordering::Relaxed) != seen.to_bits() {
+            return false;
+        }
+        self.learned.store(next.to_bits(), Ordering::Release);
+        self.set_quota_locked(next.scale(*ceiling), now);
+        true
     }
 
     fn set_quota_locked(&self, quota: Quota, now: u64) {

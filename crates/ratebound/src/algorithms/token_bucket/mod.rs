@@ -65,7 +65,10 @@ pub struct TokenBucket<C: Clock = MonotonicClock> {
     /// The latest epoch whose word is installed, stored after the CAS that
     /// installs it: a lower bound on the epoch of any word loaded after it.
     epoch: AtomicU64,
-    writer: Mutex<()>,
+    /// Serializes quota changes; holds the quota set by the user (the
+    /// ceiling an outbound adapter's learning scales, see
+    /// [`adapt`](Self::adapt)).
+    writer: Mutex<Quota>,
     clock: C,
     /// This bucket's id (see [`Permit`]); last, so that the hot state keeps
     /// its place in the struct.
@@ -73,6 +76,9 @@ pub struct TokenBucket<C: Clock = MonotonicClock> {
     /// Written by a pause, read by waiters when they wake (see
     /// [`pause`](crate::pause)); checks never touch them.
     pause: PauseWords,
+    /// What a fleet's outbound learning wrote ([`Learned`]'s bits; 0:
+    /// nothing learned, the quota as set). Checks never touch it.
+    learned: AtomicU64,
 }
 
 impl TokenBucket<MonotonicClock> {
@@ -92,9 +98,10 @@ impl<C: Clock> TokenBucket<C> {
             state: AtomicState::new(pack(0, 0)),
             slots: Slots::new(p),
             epoch: AtomicU64::new(0),
-            writer: Mutex::new(()),
+            writer: Mutex::new(quota),
             clock,
             pause: PauseWords::new(),
+            learned: AtomicU64::new(0),
         }
     }
 

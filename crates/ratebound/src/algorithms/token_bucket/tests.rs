@@ -63,3 +63,31 @@ fn a_word_from_four_quota_changes_ago_gets_no_quota() {
     let (p, epoch) = bucket.quota_of(word, floor).expect("current quota");
     assert_eq!((p.period, p.burst, epoch), (1_000_000_000, 6, 4));
 }
+
+/// The learned word and the quota change together, once per word seen: a
+/// proposal from a word no longer held is dropped, and the ceiling set by
+/// `set_quota` is what a later word scales.
+#[test]
+fn adapt_scales_the_ceiling_by_the_word_once_per_word_seen() {
+    use crate::outbound::{FULL, Learned};
+    let clock = ManualClock::new();
+    let ceiling = Quota::per_second(30).unwrap().with_burst(30).unwrap();
+    let b = TokenBucket::with_clock(ceiling, clock.clone());
+    assert!(b.learned().is_fresh());
+    let half = Learned::new(FULL / 2, 1_000).with_cut(true);
+    assert!(b.adapt(Learned::fresh(), half));
+    assert_eq!(b.quota(), half.scale(ceiling));
+    assert_eq!(b.quota().burst(), 15);
+    // Another instance proposing from the fresh word is too late.
+    let other = Learned::new(FULL / 4, 1_000).with_cut(true);
+    assert!(!b.adapt(Learned::fresh(), other));
+    assert_eq!(b.learned(), half);
+    // The ceiling survives, and a new one is scaled by the word held.
+    assert_eq!(b.ceiling(), ceiling);
+    let lower = Quota::per_second(10).unwrap().with_burst(10).unwrap();
+    b.set_quota(lower);
+    assert_eq!((b.ceiling(), b.quota()), (lower, half.scale(lower)));
+    // The word back at the ceiling: the quota set, exactly.
+    assert!(b.adapt(half, Learned::new(FULL, 2_000)));
+    assert_eq!(b.quota(), lower);
+}
