@@ -199,6 +199,7 @@ impl<R> OutboundBuilder<R> {
             caller,
             on_decision: self.on_decision,
             origin: Instant::now(),
+            origin_unix: unix_now(),
         };
         Ok((settings, self.key))
     }
@@ -233,6 +234,11 @@ pub(crate) struct Settings {
     on_decision: Option<OnDecision>,
     /// Where the adapter's clock starts (the machine reads time since).
     origin: Instant,
+    /// The Unix time at `origin`, in seconds: the adapter dates answers
+    /// by its own clock from there (one clock for waits and for the
+    /// learned word; in tokio's paused time, a test's answers are dated
+    /// exactly).
+    origin_unix: f64,
 }
 
 impl Settings {
@@ -295,7 +301,8 @@ impl Settings {
                     }
                     let res = x.send(r).await.map_err(CallError::Service)?;
                     let (status, asked) = x.answer(&res);
-                    call.answered_asked(c, status, asked, unix_now());
+                    let now_unix = self.origin_unix + self.origin.elapsed().as_secs_f64();
+                    call.answered_asked(c, status, asked, now_unix);
                     response = Some(res);
                 }
                 Step::Adapt { seen, next } => {

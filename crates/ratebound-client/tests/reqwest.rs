@@ -90,14 +90,19 @@ async fn a_503_then_200_is_retried_exactly_once() {
     assert_eq!(response.status(), 200);
     assert_eq!(response.text().await.expect("body"), "answer 2");
     assert_eq!(partner.hits(), 2);
-    // No retry without a pause: the bare 503 paused the default backoff.
-    assert_eq!(events.outcomes(), ["paused", "retried"]);
+    // No retry without a pause: the bare 503 paused the default backoff
+    // (and, learning by default, cut the learned rate first); the 200 a
+    // second later, after a quiet probe period, steps it up again.
+    assert_eq!(
+        events.outcomes(),
+        ["adapted", "paused", "retried", "adapted"]
+    );
     let port = partner.addr.port();
     let key = format!("127.0.0.1:{port}");
     let all: Vec<_> = events
         .all()
         .into_iter()
-        .filter(|e| e.0 != "waited")
+        .filter(|e| e.0 != "waited" && e.0 != "adapted")
         .collect();
     assert_eq!(
         all,
@@ -182,7 +187,8 @@ async fn a_post_is_not_retried_unless_any_method() {
         assert_eq!(response.status(), status, "any_method {any_method}");
         assert_eq!(partner.hits(), hits, "any_method {any_method}");
         if !any_method {
-            assert_eq!(events.outcomes(), ["gave_up"]);
+            // The refusal is evidence all the same (learning by default).
+            assert_eq!(events.outcomes(), ["adapted", "gave_up"]);
         }
     }
 }
@@ -194,7 +200,9 @@ async fn a_year_long_retry_after_pauses_for_max_pause_only() {
     let client = client(
         told("100/s burst 10", &events)
             .max_pause(Duration::from_secs(1))
-            .retries(0),
+            .retries(0)
+            // The pause's arithmetic at the configured rate, exactly.
+            .adaptive(false),
     );
     let response = client.get(partner.url("/")).send().await.expect("send");
     assert_eq!(response.status(), 429);
@@ -227,10 +235,14 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
     assert_eq!(response.text().await.expect("body"), "answer 3");
     assert_eq!(partner.hits(), 3);
     // Each retry after its backoff; the last refusal, not retried, pauses
-    // nothing.
+    // nothing. The first refusal cuts the learned rate; the next two come
+    // within the gap after that cut (20 and 60 ms on the adapter's clock):
+    // no evidence against the new rate.
     assert_eq!(
         events.outcomes(),
-        ["paused", "retried", "paused", "retried", "gave_up"]
+        [
+            "adapted", "paused", "retried", "paused", "retried", "gave_up"
+        ]
     );
     let attempts: Vec<u32> = events
         .all()
@@ -238,7 +250,7 @@ async fn when_retries_are_spent_the_caller_gets_the_last_429() {
         .filter(|e| e.0 != "waited")
         .map(|e| e.4)
         .collect();
-    assert_eq!(attempts, [0, 0, 1, 1, 2]);
+    assert_eq!(attempts, [0, 0, 0, 1, 1, 2]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -280,7 +292,8 @@ async fn keys_come_from_the_host_a_string_or_a_function() {
         let client = client(builder);
         let response = client.get(partner.url("/a")).send().await.expect("send");
         assert_eq!(response.status(), 200);
-        assert_eq!(events.all()[0].0, "paused");
-        assert_eq!(events.all()[0].1, want, "case {case}");
+        // After the learned rate's cut (learning by default).
+        assert_eq!(events.all()[1].0, "paused");
+        assert_eq!(events.all()[1].1, want, "case {case}");
     }
 }

@@ -35,8 +35,14 @@ fn bucket(quota: &str) -> TokenBucket<TokioClock> {
 }
 
 /// The layer's builder over a bucket of 100/s burst 10, telling `events`.
+/// A layer over a bucket of 100/s telling `events`; learning off: these
+/// tests check a pause's arithmetic at the configured rate, exactly (the
+/// reqwest tests and `learn.rs` cover learning, on by default, through the
+/// same loop).
 fn told(events: &Events) -> OutboundBuilder<http::request::Parts> {
-    OutboundLayer::builder(bucket("100/s burst 10")).on_decision(events.hook())
+    OutboundLayer::builder(bucket("100/s burst 10"))
+        .adaptive(false)
+        .on_decision(events.hook())
 }
 
 /// The last `waited` event's duration: how long the last sending waited.

@@ -148,7 +148,7 @@ impl<C: Clock> TokenBucket<C> {
         let mut ceiling = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         *ceiling = quota;
         let learned = Learned::from_bits(self.learned.load(Ordering::Relaxed));
-        self.set_quota_locked(learned.scale(quota), now);
+        self.set_quota_locked(learned.scale(quota), now, false);
     }
 
     /// The quota set (at construction or by [`set_quota`](Self::set_quota)):
@@ -181,12 +181,31 @@ impl<C: Clock> TokenBucket<C> {
         if self.learned.load(Ordering::Relaxed) != seen.to_bits() {
             return false;
         }
+        // A cut is in force once the waiters in line (their slots taken at
+        // the old rate) have gone: dated from the last one's slot.
+        let next = match self.peek_n_at(0, now) {
+            Ok(d) => {
+                let q = self.quota();
+                let tau =
+                    Duration::from_nanos(q.emission_interval_nanos().saturating_mul(q.burst()));
+                next.settled_after(d.reset_after().saturating_sub(tau))
+            }
+            Err(_) => next,
+        };
         self.learned.store(next.to_bits(), Ordering::Release);
-        self.set_quota_locked(next.scale(*ceiling), now);
+        // The schedule is kept: the slots already taken stay where they are
+        // and the next come after the last of them at the new rate (a
+        // conversion keeping the token debt would, on a step up, put new
+        // slots beside those of the waiters already asleep: twice the rate
+        // for a queue's length).
+        self.set_quota_locked(next.scale(*ceiling), now, true);
         true
     }
 
-    fn set_quota_locked(&self, quota: Quota, now: u64) {
+    /// Installs `quota` at `now`: the state converted to keep the whole
+    /// tokens and the token debt (`set_quota`), or, with `keep_schedule`,
+    /// the theoretical arrival time as it is (`adapt`).
+    fn set_quota_locked(&self, quota: Quota, now: u64, keep_schedule: bool) {
         let now = now.min(MAX_TIME_NANOS);
         let to = params(quota);
         // Only writers change the epoch, and we hold the writer lock: the
@@ -207,8 +226,14 @@ impl<C: Clock> TokenBucket<C> {
         // events, so it is documented on `set_quota` instead.
         let from = self.slots.held(epoch_generation(current));
         self.slots.write(next_g, next, to);
-        self.state
-            .update(|word| Some(pack(next_g, from.convert(tat(word), now, to))));
+        self.state.update(|word| {
+            let t = if keep_schedule {
+                tat(word)
+            } else {
+                from.convert(tat(word), now, to)
+            };
+            Some(pack(next_g, t))
+        });
         // Ordering: Release — readers that load this epoch then load a word
         // at least this new (see `quota_of`).
         self.epoch.store(next, Ordering::Release);

