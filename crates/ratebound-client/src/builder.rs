@@ -281,11 +281,15 @@ impl Settings {
             match step {
                 Step::Hold(d) => tokio::time::sleep(d).await,
                 Step::Acquire { n, timeout } => {
+                    let learns = c.learning().is_some();
+                    if learns {
+                        call.reserving(self.limiter.learned(Text(call.key())));
+                    }
                     self.limiter
                         .acquire(Text(call.key()), n, timeout)
                         .await
                         .map_err(|e| CallError::Limiter(e.into()))?;
-                    if c.learning().is_some() {
+                    if learns {
                         call.saw(self.limiter.learned(Text(call.key())));
                     }
                 }

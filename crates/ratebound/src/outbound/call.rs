@@ -267,6 +267,7 @@ impl Caller {
             },
             local: false,
             seen: Learned::fresh(),
+            reserved: None,
             learned: None,
         })
     }
@@ -331,6 +332,8 @@ pub struct Call {
     local: bool,
     /// The learned word this sending went under ([`Call::saw`]).
     seen: Learned,
+    /// The learned word when its wait began ([`Call::reserving`]).
+    reserved: Option<Learned>,
     /// The word the answer calls for, then (once replaced) the change.
     learned: Option<(Learned, Learned)>,
 }
@@ -391,6 +394,19 @@ impl Call {
                     return Ok(Step::Acquire { n: self.n, timeout });
                 }
                 State::Acquiring => {
+                    // A cut came while this sending waited in line: its
+                    // slot was priced at a rate found too high, and sent
+                    // now it would keep the old pace (the partner would
+                    // refuse it, and the fleet cut again). It waits again,
+                    // at the new rate, within what is left of its timeout.
+                    if let Some(reserved) = self.reserved.take()
+                        && caller.learning.is_some()
+                        && self.seen.cut_since(reserved)
+                    {
+                        let spent = now.saturating_sub(self.started);
+                        let timeout = self.timeout.map(|t| t.saturating_sub(spent));
+                        return Ok(Step::Acquire { n: self.n, timeout });
+                    }
                     self.state = State::Send;
                     let waited = now.saturating_sub(self.started);
                     if waited >= WAITED_MIN {
@@ -478,6 +494,17 @@ impl Call {
     /// is learned.
     pub fn saw(&mut self, seen: Learned) {
         self.seen = seen;
+    }
+
+    /// The learned word the limiter held for [`key`](Self::key) when this
+    /// sending's wait began (read before the tokens are asked for; then
+    /// [`saw`](Self::saw) after they came). When a cut came between
+    /// ([`Learned::cut_since`]), the machine asks for the tokens again
+    /// instead of sending: a fleet in line (fifty instances, each with a
+    /// slot taken ahead) keeps no old pace after a cut. Untold, a sending
+    /// goes when its tokens come.
+    pub fn reserving(&mut self, seen: Learned) {
+        self.reserved = Some(seen);
     }
 
     /// [`answered`](Self::answered) given the pause the answer asked for

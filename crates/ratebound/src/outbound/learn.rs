@@ -247,23 +247,13 @@ impl Learned {
         )
     }
 
-    /// This word, a cut, dated `queued` later: a store whose callers hold
-    /// slots taken at the old rate (waiters already in line) applies a cut
-    /// from when the last of them has gone — the partner hears the old
-    /// pace until then, and a refusal of theirs is no evidence against the
-    /// new rate (the gap after a cut runs from this instant, and so does
-    /// the quiet period before a step up). A word that is no cut is
-    /// returned as it is.
-    #[must_use]
-    pub fn settled_after(self, queued: std::time::Duration) -> Learned {
-        if !self.cut {
-            return self;
-        }
-        let ms = u64::try_from(queued.as_millis()).unwrap_or(u64::MAX);
-        Learned {
-            changed_ms: self.changed_ms.saturating_add(ms).min(MAX_INSTANT_MS),
-            ..self
-        }
+    /// Whether this word is a cut made after `earlier` (changed later, to
+    /// a lower fraction): a slot taken under `earlier` — a waiter already
+    /// in line — was priced at a rate since found too high. The call
+    /// machine then waits again rather than send at the old pace (see
+    /// [`Call::reserving`](super::Call::reserving)).
+    pub fn cut_since(self, earlier: Learned) -> bool {
+        self.cut && self.changed_ms > earlier.changed_ms && self.fraction < earlier.fraction
     }
 
     fn next_instant(self, now_ms: u64) -> u64 {

@@ -181,17 +181,6 @@ impl<C: Clock> TokenBucket<C> {
         if self.learned.load(Ordering::Relaxed) != seen.to_bits() {
             return false;
         }
-        // A cut is in force once the waiters in line (their slots taken at
-        // the old rate) have gone: dated from the last one's slot.
-        let next = match self.peek_n_at(0, now) {
-            Ok(d) => {
-                let q = self.quota();
-                let tau =
-                    Duration::from_nanos(q.emission_interval_nanos().saturating_mul(q.burst()));
-                next.settled_after(d.reset_after().saturating_sub(tau))
-            }
-            Err(_) => next,
-        };
         self.learned.store(next.to_bits(), Ordering::Release);
         // The schedule is kept: the slots already taken stay where they are
         // and the next come after the last of them at the new rate (a
