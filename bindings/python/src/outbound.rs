@@ -66,12 +66,12 @@ pub(crate) struct Outbound {
 impl Outbound {
     /// Each option not given (or None) is the core's default
     /// (`Outbound::from_loose`, `Sending::from_loose`).
-    #[new]
     ///
     /// `adaptive` is the adapter's option (None: learn where `limiter`
     /// can keep it; False: never; True: insist — `Unsupported` naming a
     /// limiter that cannot), the ceiling `limiter`'s configured quota
     /// (`Caller::with_adaptive`).
+    #[new]
     #[pyo3(signature = (*, algorithm="token_bucket", key=None, n=None, timeout=None, retries=None, max_pause=None, statuses=None, any_method=None, backoff=None, adaptive=None, limiter=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
