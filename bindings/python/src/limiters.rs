@@ -6,6 +6,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use ratebound::any::{self, AnyLimiter, LimiterOptions};
+use ratebound::outbound::{Learned, Learning};
 use ratebound::{Error, Limiter as _, Permit};
 
 use crate::convert::{
@@ -140,7 +141,46 @@ single_pymethods!(Limiter, or_py, number, Source::Limiter, Holder::Local, {
         let q = with_rate(py, rate, |r| any::quota(r, b))?;
         self.inner.set_quota_at(q, self.inner.now()).or_py(py)
     }
+
+    /// For the outbound adapters: the word a token bucket keeps of what
+    /// they learned of a partner's limit (`ratebound::outbound::Learned`,
+    /// as bits; 0: nothing learned — also for every other algorithm).
+    fn _learned(&self) -> u64 {
+        match self.inner.as_ref() {
+            AnyLimiter::TokenBucket(tb) => tb.learned().to_bits(),
+            _ => Learned::fresh().to_bits(),
+        }
+    }
+
+    /// For the outbound adapters: replaces the learned word `seen` with
+    /// `next` if it is still `seen`, the bucket running at `next`'s share
+    /// of its configured quota from now on; whether it replaced.
+    fn _adapt(&self, py: Python<'_>, seen: u64, next: u64) -> PyResult<bool> {
+        match self.inner.as_ref() {
+            AnyLimiter::TokenBucket(tb) => {
+                Ok(tb.adapt(Learned::from_bits(seen), Learned::from_bits(next)))
+            }
+            other => Err(cannot_learn(other)).or_py(py),
+        }
+    }
+
+    /// The rate learned of the partner, in tokens per second: the
+    /// configured rate when nothing is learned.
+    fn _learned_rate(&self, py: Python<'_>) -> PyResult<f64> {
+        match self.inner.as_ref() {
+            AnyLimiter::TokenBucket(tb) => Ok(Learning::new(tb.ceiling()).rate(tb.learned())),
+            other => Err(cannot_learn(other)).or_py(py),
+        }
+    }
 });
+
+/// What a limiter other than a token bucket says when asked to learn.
+fn cannot_learn(limiter: &AnyLimiter) -> Error {
+    Error::Unsupported {
+        operation: "learning a partner's limit (a token bucket learns)",
+        algorithm: limiter.algorithm(),
+    }
+}
 
 impl Limiter {
     /// For `reserve`: the wait in nanoseconds and the permit.

@@ -5,12 +5,54 @@
 
 use std::time::Duration;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
-use ratebound::outbound::{Caller, Outbound as Policy, Reach, Sending, Step, Target};
+use pyo3::types::{PyBool, PyTuple};
+use ratebound::Quota;
+use ratebound::any::AnyLimiter;
+use ratebound::outbound::{Caller, Learned, Outbound as Policy, Reach, Sending, Step, Target};
 
-use crate::convert::{number, opt_number};
-use crate::error::OrPy;
+use crate::convert::{number, opt_number, type_name};
+use crate::error::{OrPy, py_err_about};
+use crate::limiters::Limiter;
+
+/// The quota `limiter` was configured with, if it keeps what the adapters
+/// learn of a partner's limit (the local token bucket); `None` when it
+/// cannot learn.
+fn ceiling_of(limiter: &Bound<'_, PyAny>) -> Option<Quota> {
+    let l = limiter.cast::<Limiter>().ok()?;
+    match l.get().inner.as_ref() {
+        AnyLimiter::TokenBucket(tb) => Some(tb.ceiling()),
+        _ => None,
+    }
+}
+
+/// The `adaptive` option: `None`, `True` or `False`; anything else is a
+/// `TypeError` naming it.
+fn adaptive_of(adaptive: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bool>> {
+    match adaptive.filter(|a| !a.is_none()) {
+        None => Ok(None),
+        Some(a) if a.is_instance_of::<PyBool>() => Ok(Some(a.extract()?)),
+        Some(a) => Err(PyTypeError::new_err(format!(
+            "adaptive must be True, False or None, got {} {}",
+            type_name(a),
+            a.repr()?
+        ))),
+    }
+}
+
+/// How a limiter is named in an error: `rb.TokenBucket`,
+/// `rb.redis.TokenBucket` (its public module, `ratebound` as `rb`).
+fn limiter_name(limiter: &Bound<'_, PyAny>) -> String {
+    let t = limiter.get_type();
+    let module = t.module().map(|m| m.to_string()).unwrap_or_default();
+    let public: Vec<&str> = module
+        .split('.')
+        .filter(|p| !p.starts_with('_'))
+        .map(|p| if p == "ratebound" { "rb" } else { p })
+        .collect();
+    format!("{}.{}", public.join("."), type_name(limiter))
+}
 
 /// An adapter's rules: the policy, each sending's `n` and `timeout`, its
 /// fixed `key` (None: each request's host), the pauses it keeps in this
@@ -24,8 +66,13 @@ pub(crate) struct Outbound {
 impl Outbound {
     /// Each option not given (or None) is the core's default
     /// (`Outbound::from_loose`, `Sending::from_loose`).
+    ///
+    /// `adaptive` is the adapter's option (None: learn where `limiter`
+    /// can keep it; False: never; True: insist — `Unsupported` naming a
+    /// limiter that cannot), the ceiling `limiter`'s configured quota
+    /// (`Caller::with_adaptive`).
     #[new]
-    #[pyo3(signature = (*, algorithm="token_bucket", key=None, n=None, timeout=None, retries=None, max_pause=None, statuses=None, any_method=None, backoff=None))]
+    #[pyo3(signature = (*, algorithm="token_bucket", key=None, n=None, timeout=None, retries=None, max_pause=None, statuses=None, any_method=None, backoff=None, adaptive=None, limiter=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -38,7 +85,10 @@ impl Outbound {
         statuses: Option<&Bound<'_, PyAny>>,
         any_method: Option<bool>,
         backoff: Option<&Bound<'_, PyAny>>,
+        adaptive: Option<&Bound<'_, PyAny>>,
+        limiter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let adaptive = adaptive_of(adaptive)?;
         let statuses = match statuses.filter(|s| !s.is_none()) {
             Some(list) => Some(
                 list.try_iter()?
@@ -59,7 +109,34 @@ impl Outbound {
             Sending::from_loose(opt_number(py, "n", n)?, opt_number(py, "timeout", timeout)?)
                 .or_py(py)?;
         let caller = Caller::new(algorithm, policy, sending, key).or_py(py)?;
+        let ceiling = limiter.and_then(ceiling_of);
+        // A limiter that cannot learn has no ceiling to keep: any quota.
+        let quota = match ceiling {
+            Some(q) => q,
+            None => Quota::per_second(1).or_py(py)?,
+        };
+        let caller = caller
+            .with_adaptive(adaptive, ceiling.is_some(), quota)
+            .map_err(|e| {
+                let name = limiter.map_or_else(|| "no limiter".to_string(), limiter_name);
+                py_err_about(py, e, &format!("adaptive=True with {name}"))
+            })?;
         Ok(Outbound { caller })
+    }
+
+    /// Whether the adapter learns: after the tokens come, tell the call
+    /// the limiter's learned word (`_Call.saw`).
+    #[getter]
+    fn learning(&self) -> bool {
+        self.caller.learning().is_some()
+    }
+
+    /// The learned word of `units` 65536ths of the ceiling, changed at
+    /// `changed_ms` (Unix ms), by a cut or not, as the limiters keep it.
+    #[staticmethod]
+    #[pyo3(signature = (units, changed_ms, cut=false))]
+    fn learned_word(units: u32, changed_ms: u64, cut: bool) -> u64 {
+        Learned::new(units, changed_ms).with_cut(cut).to_bits()
     }
 
     /// Each sending's `(n, timeout)` as the core reads them
@@ -158,9 +235,13 @@ impl Outbound {
 }
 
 /// One call's steps (`_Outbound.call`): `next(now)` gives a tuple —
-/// `("hold", s)`, `("acquire", n, timeout)`, `("send",)`, `("pause", s)`,
-/// `("event", outcome, seconds, status, attempt, capped, local)`,
-/// `("retry",)` or `("done",)`.
+/// `("hold", s)`, `("acquire", n, timeout)`, `("send",)`,
+/// `("adapt", from_units, to_units, cut, seen, next)` (the learned words'
+/// fractions in 65536ths, whether `next` is a cut, and the words to hand
+/// the limiter's `_adapt`), `("pause", s)`,
+/// `("event", outcome, seconds, status, attempt, capped, local, from_rate,
+/// to_rate)` (the rates in tokens/s, for `adapted` only), `("retry",)` or
+/// `("done",)`.
 #[pyclass(name = "_Call", module = "ratebound._ratebound")]
 pub(crate) struct Call {
     caller: Py<Outbound>,
@@ -187,19 +268,34 @@ impl Call {
             Step::Acquire { n, timeout } => ("acquire", n, timeout.map(secs)).into_pyobject(py),
             Step::Send => ("send",).into_pyobject(py),
             Step::Pause(d) => ("pause", secs(d)).into_pyobject(py),
-            Step::Adapt { seen, next } => {
-                ("adapt", seen.to_bits(), next.to_bits()).into_pyobject(py)
-            }
-            Step::Report(e) => (
-                "event",
-                e.outcome.as_str(),
-                e.duration.map(secs),
-                e.status,
-                e.attempt,
-                e.capped,
-                e.local,
+            Step::Adapt { seen, next } => (
+                "adapt",
+                seen.fraction_units(),
+                next.fraction_units(),
+                next.was_cut(),
+                seen.to_bits(),
+                next.to_bits(),
             )
                 .into_pyobject(py),
+            Step::Report(e) => {
+                let caller = &self.caller.get().caller;
+                let rates = e
+                    .learned
+                    .map(|(from, to)| (caller.rate(from), caller.rate(to)));
+                let (from_rate, to_rate) = rates.unwrap_or_default();
+                (
+                    "event",
+                    e.outcome.as_str(),
+                    e.duration.map(secs),
+                    e.status,
+                    e.attempt,
+                    e.capped,
+                    e.local,
+                    from_rate,
+                    to_rate,
+                )
+                    .into_pyobject(py)
+            }
             Step::Retry => ("retry",).into_pyobject(py),
             Step::Done => ("done",).into_pyobject(py),
         }
@@ -210,6 +306,18 @@ impl Call {
         let headers = headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
         self.call
             .answered(&self.caller.get().caller, status, headers, now_unix);
+    }
+
+    /// The learned word (`_learned` of the limiter, for the call's key)
+    /// the sending goes under, read after the tokens came.
+    fn saw(&mut self, seen: u64) {
+        self.call.saw(Learned::from_bits(seen));
+    }
+
+    /// Whether the limiter replaced its learned word as `("adapt", ...)`
+    /// asked (False too when it failed).
+    fn adapted(&mut self, replaced: bool) {
+        self.call.adapted(replaced);
     }
 
     /// Where the pause took hold: True (everyone sharing the limiter),

@@ -292,9 +292,11 @@ def test_asyncio_calls_wait_on_a_local_bucket_and_on_the_fleets(server: Server, 
 def test_retries_go_through_the_limiter_and_obey_the_policy(partner: Partner) -> None:
     events: list[Any] = []
     limiter = rb.TokenBucket(100, 10)
-    with httpx.Client(
-        transport=rb.httpx.RateLimitTransport(limiter, key="p", max_pause=1, backoff=0.05, on_decision=events.append)
-    ) as client:
+    # Not learning (the rate cut on a refusal: test_outbound_learning.py).
+    transport = rb.httpx.RateLimitTransport(
+        limiter, key="p", max_pause=1, backoff=0.05, adaptive=False, on_decision=events.append
+    )
+    with httpx.Client(transport=transport) as client:
         # A 503 then a 200: exactly one retry, after the backoff.
         partner.script = [(503, {})]
         assert client.get(partner.url).status_code == 200
@@ -380,8 +382,12 @@ def test_requests_adapter_waits_retries_and_keeps_posts() -> None:
     partner = Partner(25, 10)
     events: list[Any] = []
     session = requests.Session()
+    # Not learning (the rate cut on a refusal: test_outbound_learning.py).
     session.mount(
-        "http://", rb.requests.RateLimitAdapter(rb.TokenBucket(20, 5), key="p", backoff=0.05, on_decision=events.append)
+        "http://",
+        rb.requests.RateLimitAdapter(
+            rb.TokenBucket(20, 5), key="p", backoff=0.05, adaptive=False, on_decision=events.append
+        ),
     )
     start = time.monotonic()
 

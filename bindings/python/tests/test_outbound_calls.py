@@ -5,8 +5,11 @@ and async transports over ``httpx.MockTransport``, ``rb.requests`` over
 ``HTTPAdapter`` answering from the vector — with the limiter's wait and
 pause recorded (and answered as the vector says: shared, local, failed).
 The adapters' clocks are real, so they skip ``machine_only`` vectors and
-compare every step but holds and ``waited``. The Rust and Node suites
-replay the same file."""
+compare every step but holds and ``waited``. The learning vectors go
+through the machine with the learned word each sending went under (as the
+adapters read it from the limiter after the tokens came) and the limiter's
+answer to each ``adapt``; a local ``rb.TokenBucket`` of the vector's quota
+is the ceiling. The Rust and Node suites replay the same file."""
 
 from __future__ import annotations
 
@@ -34,11 +37,23 @@ REACH = {"shared": True, "local": False, "failed": None}
 
 # The adapters' options named as the vectors name them.
 OPTIONS = {"key": "key", "timeout_s": "timeout", "n": "n", "retries": "retries", "max_pause_s": "max_pause",
-           "backoff_s": "backoff", "any_method": "any_method", "statuses": "statuses"}
+           "backoff_s": "backoff", "any_method": "any_method", "statuses": "statuses", "adaptive": "adaptive"}
+# The ceiling a learning vector's limiter is configured with.
+QUOTA = "30/s burst 30"
 
 
 def options(v: dict[str, Any]) -> dict[str, Any]:
-    return {OPTIONS[k]: x for k, x in v.get("config", {}).items()}
+    """The adapter's options; learning is off unless the vector says so."""
+    given = {OPTIONS[k]: x for k, x in v.get("config", {}).items() if k in OPTIONS}
+    return {"adaptive": False, **given}
+
+
+def learned(s: dict[str, Any]) -> int:
+    """The learned word a sending went under (fresh when not given)."""
+    w = s.get("learned")
+    if w is None:
+        return 0
+    return _ratebound._Outbound.learned_word(w["units"], w["at_ms"], w.get("cut", False))
 
 
 def same(a: Any, b: Any) -> bool:
@@ -52,23 +67,39 @@ def same(a: Any, b: Any) -> bool:
 @pytest.mark.parametrize("v", VECTORS, ids=[v["id"] for v in VECTORS])
 def test_machine(v: dict[str, Any]) -> None:
     """Every step, on a virtual clock, as the adapters' loops drive it."""
-    o = _ratebound._Outbound(**options(v))
+    ceiling = rb.TokenBucket(v.get("config", {}).get("quota", QUOTA))
+    o = _ratebound._Outbound(**options(v), limiter=ceiling)
+    assert o.learning == (v.get("config", {}).get("adaptive") is True)
     r = v["request"]
     u = urlsplit(r["url"])
     call = o.call(r["method"], u.scheme, u.hostname or "", u.port, r.get("key"), r.get("n"), r.get("timeout_s"),
                   "timeout_s" in r, r["body"] != "stream")
     assert call.key == v["expect"]["key"]
-    now, i, steps = 1000.0, 0, []
+    now, i, steps, words = 1000.0, 0, [], []
     while True:
         step = call.next(now)
         steps.append(list(step))
         kind, s = step[0], v["sendings"][min(i, len(v["sendings"]) - 1)]
+        if kind == "event":
+            # The rates learned, told beside the spec's fields: the words'
+            # shares of the ceiling's rate.
+            steps[-1], rates = steps[-1][:7], step[7:]
+            if step[1] == "adapted":
+                assert same(list(rates), [ceiling.learned_rate() * u / 65536 for u in words.pop()]), rates
+            else:
+                assert rates == (None, None)
         if kind == "hold":
             now += step[1]
         elif kind == "acquire":
             now += s.get("acquire_s", 0)
+            if o.learning:
+                call.saw(learned(s))
         elif kind == "send":
             call.answered(s["status"], [tuple(h) for h in s["headers"]], 1.8e9)
+        elif kind == "adapt":
+            steps[-1] = steps[-1][:4]  # the words themselves are the limiter's
+            words.append(step[1:3])
+            call.adapted(s.get("adapt", "replaced") == "replaced")
         elif kind == "pause":
             call.paused(REACH[s.get("pause", "shared")], now)
         elif kind == "retry":

@@ -93,7 +93,8 @@ def test_thirty_concurrent_requests_are_sent_exactly_on_the_limiters_schedule() 
 def _a_year_of_retry_after(c: rb.ManualClock, transport_class: Any) -> tuple[Partner, list[rb.httpx.OutboundEvent], Any]:
     """A partner whose /items answers 429 with a year's Retry-After, then
     200; a `transport_class` to it over 100/s burst 10 on `c`, pausing at
-    most 1 s, recording its events (returned too)."""
+    most 1 s, recording its events (returned too). Not learning: the
+    bucket keeps its rate (a refusal cutting it: tests/test_outbound_learning.py)."""
     partner = Partner(c, scripted({"/items": [(429, {"Retry-After": "31536000"}), (200, {})]}))
     events: list[rb.httpx.OutboundEvent] = []
     transport = transport_class(
@@ -101,6 +102,7 @@ def _a_year_of_retry_after(c: rb.ManualClock, transport_class: Any) -> tuple[Par
         transport=httpx.MockTransport(partner),
         max_pause=1,
         backoff=0.05,
+        adaptive=False,
         on_decision=events.append,
     )
     return partner, events, transport

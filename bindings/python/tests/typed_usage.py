@@ -126,18 +126,20 @@ def outbound_usage() -> list[object]:
     tb = rb.TokenBucket(10, 5)
     t = rb.httpx.RateLimitTransport(tb, key=lambda r: r.url.host, timeout=1.5, on_decision=seen.append)
     client = httpx.Client(transport=t)
-    at = rb.httpx.AsyncRateLimitTransport(tb, key="partner", retries=1, max_pause=60)
+    at = rb.httpx.AsyncRateLimitTransport(tb, key="partner", retries=1, max_pause=60, adaptive=True)
     ac = httpx.AsyncClient(transport=at)
     session = requests.Session()
-    session.mount("https://", rb.requests.RateLimitAdapter(tb, statuses=[429], any_method=True))
+    session.mount("https://", rb.requests.RateLimitAdapter(tb, statuses=[429], any_method=True, adaptive=False))
     client.close()
     session.close()
-    return [client, ac, session, seen]
+    learned: float = tb.learned_rate()
+    drops: list[float] = [e.from_rate - e.to_rate for e in seen if e.from_rate is not None and e.to_rate is not None]
+    return [client, ac, session, seen, learned, drops]
 
 
 def test_outbound_usage() -> None:
     got = outbound_usage()
-    assert len(got) == 4 and got[3] == []
+    assert len(got) == 6 and got[3] == [] and got[4] == 10.0 and got[5] == []
 
 
 def test_typed_usage() -> None:

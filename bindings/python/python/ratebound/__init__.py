@@ -153,6 +153,15 @@ class TokenBucket(Limiter):
     ) -> "TokenBucket":
         return super().__new__(cls, "token_bucket", rate=rate, burst=burst, clock=clock)
 
+    def learned_rate(self, key: Optional[str] = None) -> float:
+        """The rate (tokens per second) the outbound adapters calling
+        through this bucket have learned of the partner (see
+        ``rb.httpx.RateLimitTransport``'s ``adaptive``): the configured
+        rate when nothing is learned. One bucket holds one rate: ``key``
+        is accepted (as a keyed limiter's gauge takes it) and changes
+        nothing."""
+        return self._learned_rate()
+
 
 _W = TypeVar("_W", bound="_Window")
 

@@ -2,9 +2,11 @@
 share: the limiter bound to its calling convention, the options, and one
 loop over the core's call machine (``_ratebound._Outbound.call``, replaying
 ``spec/outbound.json`` and ``spec/outbound_calls.json``), which says every
-step — hold, wait for tokens, send, pause, report, retry or done — and owns
-every rule (the key, the waited threshold, one-shot bodies, a failed
-pause, the events). This module only sleeps, waits, sends and reports."""
+step — hold, wait for tokens, send, adapt the learned rate, pause, report,
+retry or done — and owns every rule (the key, the waited threshold,
+one-shot bodies, a failed pause, what an answer teaches, the events). This
+module only sleeps, waits, sends, reads and writes the limiter's learned
+word, and reports."""
 
 from __future__ import annotations
 
@@ -36,9 +38,12 @@ class OutboundEvent(NamedTuple):
     the retry first — and a limiter failing ``"local"`` paused its local
     share), ``"retried"`` (the answer is sent again, through the
     limiter) or ``"gave_up"`` (a 429/503 the request may not be retried on,
-    or retries spent: the caller gets it) — with the limiter ``key``, the
-    answer's ``status`` (``None`` before one) and the ``attempt`` (0: the
-    first sending)."""
+    or retries spent: the caller gets it) or ``"adapted"`` (the answer
+    changed the rate learned of the partner, for everyone sharing the
+    limiter: cut on a refusal, stepped up after a quiet while; from
+    ``from_rate`` to ``to_rate`` tokens per second, ``None`` for the other
+    outcomes) — with the limiter ``key``, the answer's ``status`` (``None``
+    before one) and the ``attempt`` (0: the first sending)."""
 
     outcome: str
     key: Optional[str]
@@ -47,6 +52,8 @@ class OutboundEvent(NamedTuple):
     attempt: int
     capped: bool = False
     local: bool = False
+    from_rate: Optional[float] = None
+    to_rate: Optional[float] = None
 
 
 OnOutbound = Callable[[OutboundEvent], None]
@@ -65,6 +72,7 @@ class OutboundOptions(TypedDict, total=False):
     statuses: Optional[list[int]]
     any_method: Optional[bool]
     n: Optional[int]
+    adaptive: Optional[bool]
     on_decision: Optional[OnOutbound]
 
 # Keyed limiters take a key first; the others (one bucket) take none.
@@ -157,6 +165,31 @@ class Bound:
         except RateboundError:
             return None
 
+    def learned(self, key: str) -> int:
+        """The learned word the limiter holds for ``key`` (the core's
+        ``Learned``, as bits)."""
+        return self.limiter._learned(key) if self.keyed else self.limiter._learned()  # type: ignore[no-any-return]
+
+    def _adapt(self, key: str, seen: int, next: int) -> Any:
+        return self.limiter._adapt(key, seen, next) if self.keyed else self.limiter._adapt(seen, next)
+
+    def adapt_blocking(self, key: str, seen: int, next: int) -> bool:
+        """Replaces ``key``'s learned word ``seen`` with ``next`` for
+        everyone sharing the limiter, if it is still ``seen``: whether it
+        did (False when the limiter failed to)."""
+        try:
+            return bool(self._adapt(key, seen, next))
+        except RateboundError:
+            return False
+
+    async def adapt(self, key: str, seen: int, next: int) -> bool:
+        """:meth:`adapt_blocking` for asyncio."""
+        try:
+            replaced = self._adapt(key, seen, next)
+            return bool(await replaced if inspect.isawaitable(replaced) else replaced)
+        except RateboundError:
+            return False
+
     def told(self, key: str, seconds: float, told: Any) -> bool:
         # A Redis limiter's pause says the shift it gave, or None when Redis
         # could not be told; a local or shared-memory pause always holds.
@@ -184,6 +217,7 @@ class Options:
         statuses: Optional[list[int]] = None,
         any_method: Optional[bool] = None,
         n: Optional[int] = None,
+        adaptive: Optional[bool] = None,
         on_decision: Optional[OnOutbound] = None,
     ) -> None:
         self.bound = bound = Bound(limiter, asynchronous=asynchronous)
@@ -194,10 +228,14 @@ class Options:
             self.outbound = _ratebound._Outbound(
                 algorithm=bound.algorithm, key=key if isinstance(key, str) else None, n=n, timeout=timeout,
                 retries=retries, max_pause=max_pause, statuses=statuses, any_method=any_method, backoff=backoff,
+                adaptive=adaptive, limiter=limiter,
             )
         except _Unsupported as e:
+            if bound.algorithm == "token_bucket":
+                raise  # adaptive=True with a limiter that cannot learn: the core's error, naming it
             name = type(limiter).__name__
             raise _ratebound_error(f"{name} ({bound.algorithm}) cannot be paused: {e}") from None
+        self.learning = self.outbound.learning
         bound.warn_if_open()
         self.on_decision = on_decision
 
@@ -229,9 +267,13 @@ class Options:
             kind = step[0]
             if kind == "acquire":
                 self.bound.acquire_blocking(call.key, step[1], step[2])
+                if self.learning:
+                    call.saw(self.bound.learned(call.key))
             elif kind == "send":
                 response = send()
                 call.answered(*answer(response), time.time())
+            elif kind == "adapt":
+                call.adapted(self.bound.adapt_blocking(call.key, step[4], step[5]))
             elif kind == "pause":
                 call.paused(self.bound.pause_blocking(call.key, step[1]), time.monotonic())
             elif kind == "event":
@@ -257,9 +299,13 @@ class Options:
             kind = step[0]
             if kind == "acquire":
                 await self.bound.acquire(call.key, step[1], step[2])
+                if self.learning:
+                    call.saw(self.bound.learned(call.key))
             elif kind == "send":
                 response = await send()
                 call.answered(*answer(response), time.time())
+            elif kind == "adapt":
+                call.adapted(await self.bound.adapt(call.key, step[4], step[5]))
             elif kind == "pause":
                 call.paused(await self.bound.pause(call.key, step[1]), now())
             elif kind == "event":

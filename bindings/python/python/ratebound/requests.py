@@ -37,7 +37,9 @@ class RateLimitAdapter(HTTPAdapter):
     a token bucket — local, shared memory or ``rb.redis.TokenBucket``;
     ``key`` a string, a function of the ``PreparedRequest``, or the host
     and port; ``timeout`` bounding each wait: beyond it
-    ``rb.RateLimitExceeded`` is raised at once and nothing is sent). The
+    ``rb.RateLimitExceeded`` is raised at once and nothing is sent;
+    ``adaptive`` learning the partner's real limit from its refusals where
+    the limiter can keep it, ``adaptive=False`` never). The
     HTTP timeouts stay ``send``'s own (``session.get(url, timeout=...)``).
     ``pool_connections``, ``pool_maxsize`` and ``pool_block`` go to
     ``HTTPAdapter``; its own ``max_retries`` stays 0 — retries are the

@@ -1,0 +1,223 @@
+"""The outbound adapters learn a partner's real limit (issue 39): a partner
+written here on 127.0.0.1 admits 20/s (its own bucket, not ratebound) and
+answers a bare 429 — no ``Retry-After``, no ``RateLimit`` fields — beyond
+it; the caller's local ``rb.TokenBucket`` is configured ten times higher.
+Learning on (the default), the refusals cut the bucket's rate, told as
+``adapted`` events (from a higher to a lower rate), and
+``limiter.learned_rate()`` falls below the configured rate; once the
+partner is quiet the rate steps back up. With ``adaptive=False`` the same
+refusals change nothing. The loops are bounded by counts; no assertion is
+on how long anything took. The rules themselves (how much, how often) are
+the core's: spec/outbound_calls.json's ``learn-*`` vectors, replayed by
+tests/test_outbound_calls.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+import redis
+import requests
+
+import ratebound as rb
+import ratebound.httpx
+import ratebound.requests
+from partners import HttpPartner
+from redis_servers import HOST
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+ADAPTERS = ["httpx", "httpx-async", "requests"]
+CONFIGURED = 200.0  # the caller's rate: ten times the partner's
+
+
+class BarePartner(HttpPartner):
+    """Admits `rate`/s with bursts of `burst` (its own bucket) and answers
+    a bare 429 beyond it, until `open()`: then everything is admitted."""
+
+    def __init__(self, rate: float = 20, burst: float = 5) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.last = burst, time.monotonic()
+        self.lock = threading.Lock()
+        self.statuses: dict[int, int] = {}
+        self.limited = True
+        partner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                status = partner.decide()
+                body = b"ok" if status == 200 else b"no"
+                self.send_response(status)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.serve(Handler, "/v1/items")
+
+    def decide(self) -> int:
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+            self.last = now
+            if not self.limited or self.tokens >= 1:
+                self.tokens = max(0.0, self.tokens - 1)
+                status = 200
+            else:
+                status = 429
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            return status
+
+    def open(self) -> None:
+        with self.lock:
+            self.limited = False
+
+    def count(self, status: int) -> int:
+        with self.lock:
+            return self.statuses.get(status, 0)
+
+
+@pytest.fixture
+def partner() -> Iterator[BarePartner]:
+    p = BarePartner()
+    yield p
+    p.close()
+
+
+def drive(adapter: str, limiter: rb.TokenBucket, url: str, most: int, enough: Callable[[], bool], **options: Any) -> int:
+    """GETs through `adapter` over `limiter`, one after another, until
+    `enough()` or `most` were sent; how many were."""
+    if adapter == "httpx":
+        with httpx.Client(transport=rb.httpx.RateLimitTransport(limiter, **options)) as client:
+            for sent in range(most):
+                if enough():
+                    return sent
+                client.get(url)
+        return most
+    if adapter == "httpx-async":
+
+        async def run() -> int:
+            async with httpx.AsyncClient(transport=rb.httpx.AsyncRateLimitTransport(limiter, **options)) as client:
+                for sent in range(most):
+                    if enough():
+                        return sent
+                    await client.get(url)
+            return most
+
+        return asyncio.run(run())
+    with requests.Session() as session:
+        session.mount("http://", rb.requests.RateLimitAdapter(limiter, **options))
+        for sent in range(most):
+            if enough():
+                return sent
+            session.get(url, timeout=10).close()
+    return most
+
+
+def adapted(events: list[rb.httpx.OutboundEvent]) -> list[rb.httpx.OutboundEvent]:
+    return [e for e in events if e.outcome == "adapted"]
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_bare_429s_cut_the_learned_rate_and_a_quiet_partner_lets_it_back_up(adapter: str, partner: BarePartner) -> None:
+    limiter = rb.TokenBucket(CONFIGURED, 20)
+    assert limiter.learned_rate() == CONFIGURED and limiter.learned_rate("partner") == CONFIGURED
+    events: list[rb.httpx.OutboundEvent] = []
+    # retries=0: every refusal is the caller's; learning does not need a retry.
+    sent = drive(adapter, limiter, partner.url, 400, lambda: len(adapted(events)) >= 2, retries=0,
+                 on_decision=events.append)
+    cuts = adapted(events)
+    assert len(cuts) >= 2, (sent, partner.statuses)
+    # Each cut on a refusal, from a higher rate to a lower one, the first
+    # from the configured rate, each from where the one before left it.
+    assert all(e.status == 429 and e.from_rate is not None and e.to_rate is not None and e.from_rate > e.to_rate
+               for e in cuts), cuts
+    assert cuts[0].from_rate == pytest.approx(CONFIGURED)
+    assert all(a.to_rate == b.from_rate for a, b in zip(cuts, cuts[1:])), cuts
+    assert all(e.key == cuts[0].key and e.seconds is None for e in cuts)
+    # The gauge reads what the events told; the bucket runs at it (its
+    # burst scaled down with the rate).
+    assert limiter.learned_rate() == cuts[-1].to_rate < CONFIGURED
+    assert limiter.limit < 20
+    # The other outcomes carry no rates.
+    assert all(e.from_rate is None and e.to_rate is None for e in events if e.outcome != "adapted")
+
+    # The partner stops refusing: after a quiet while, a success steps the
+    # rate up (never above the configured one).
+    partner.open()
+    low = limiter.learned_rate()
+    events.clear()
+    sent = drive(adapter, limiter, partner.url, 400, lambda: bool(adapted(events)), retries=0,
+                 on_decision=events.append)
+    ups = adapted(events)
+    assert ups, (sent, partner.statuses)
+    up = ups[0]
+    assert up.status == 200 and up.from_rate == low and up.to_rate is not None and low < up.to_rate <= CONFIGURED
+    assert limiter.learned_rate() == up.to_rate
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_adaptive_false_learns_nothing_from_the_same_refusals(adapter: str, partner: BarePartner) -> None:
+    limiter = rb.TokenBucket(CONFIGURED, 20)
+    events: list[rb.httpx.OutboundEvent] = []
+    drive(adapter, limiter, partner.url, 60, lambda: False, retries=0, adaptive=False, on_decision=events.append)
+    assert partner.count(429) > 10, partner.statuses  # the evidence was there
+    assert adapted(events) == []
+    assert limiter.learned_rate() == CONFIGURED and limiter.limit == 20
+
+
+def _refused(limiter: Any, **options: Any) -> list[str]:
+    """The outcomes of one GET answered 429 through rb.httpx over `limiter`."""
+    events: list[rb.httpx.OutboundEvent] = []
+    mock = httpx.MockTransport(lambda request: httpx.Response(429))
+    transport = rb.httpx.RateLimitTransport(limiter, transport=mock, retries=0, on_decision=events.append, **options)
+    with httpx.Client(transport=transport) as client:
+        assert client.get("http://partner.example/").status_code == 429
+    return [e.outcome for e in events if e.outcome != "waited"]
+
+
+def test_learning_is_on_by_default_where_the_limiter_learns() -> None:
+    assert _refused(rb.TokenBucket(100, 10)) == ["adapted", "gave_up"]
+    assert _refused(rb.TokenBucket(100, 10), adaptive=True) == ["adapted", "gave_up"]
+    assert _refused(rb.TokenBucket(100, 10), adaptive=False) == ["gave_up"]
+    # A keyed local limiter keeps no learned rate: off unless asked for.
+    assert _refused(rb.KeyedLimiter(100, 10)) == ["gave_up"]
+
+
+def test_bad_adaptive_is_a_clear_error_at_construction(tmp_path: Any) -> None:
+    for bad in ("yes", 1, 0.0):
+        with pytest.raises(TypeError, match=r"adaptive must be True, False or None, got (str 'yes'|int 1|float 0\.0)"):
+            rb.httpx.RateLimitTransport(rb.TokenBucket(1, 1), adaptive=bad)
+    with pytest.raises(TypeError, match="adaptive must be True, False or None"):
+        rb.httpx.AsyncRateLimitTransport(rb.TokenBucket(1, 1), adaptive="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="adaptive must be True, False or None"):
+        rb.requests.RateLimitAdapter(rb.TokenBucket(1, 1), adaptive="yes")  # type: ignore[arg-type]
+    # Insisting on learning with a limiter that cannot keep what is
+    # learned: the typed error, naming the limiter. Not insisting: off.
+    redis_bucket = rb.redis.TokenBucket(redis.Redis(host=HOST, port=1), rate=1, burst=1, on_error="closed")
+    cannot = [
+        (rb.KeyedLimiter(10, 10), "rb.KeyedLimiter"),
+        (rb.SharedTokenBucket(tmp_path / "b", 10, 10), "rb.SharedTokenBucket"),
+        (rb.SharedKeyedLimiter(tmp_path / "k", 10, 10, max_keys=8), "rb.SharedKeyedLimiter"),
+        (redis_bucket, "rb.redis.TokenBucket"),
+    ]
+    for limiter, name in cannot:
+        with pytest.raises(rb.Unsupported, match=f"adaptive=True with {name}: .*learning a partner's limit") as e:
+            rb.httpx.RateLimitTransport(limiter, adaptive=True)
+        assert e.value.code == "unsupported"
+        with pytest.raises(rb.Unsupported, match=f"adaptive=True with {name}"):
+            rb.requests.RateLimitAdapter(limiter, adaptive=True)
+        rb.httpx.RateLimitTransport(limiter)
+        rb.requests.RateLimitAdapter(limiter, adaptive=False)
+    with pytest.raises(rb.Unsupported, match="adaptive=True with rb.redis.AsyncTokenBucket"):
+        rb.httpx.AsyncRateLimitTransport(
+            rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=1), rate=1, burst=1, on_error="closed"),
+            adaptive=True,
+        )
