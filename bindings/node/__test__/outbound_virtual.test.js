@@ -177,6 +177,9 @@ test('fetch: Retry-After of a year pauses exactly maxPause; the retry is sent ex
     limiter: new rb.TokenBucket({ rate: 100, burst: 10, clock: v.clock }),
     maxPause: 1,
     backoff: 0.05,
+    // The pauses' instants only: learning would change the rate after
+    // each refusal (outbound_learn.test.js).
+    adaptive: false,
     fetch: p.send,
     onDecision: (e) => events.push(e),
   })
