@@ -426,6 +426,12 @@ export declare class Outbound {
    * `timeout`.
    */
   static sending(n?: number | undefined | null, timeout?: number | undefined | null): Sending
+  /**
+   * Whether this adapter learns the partner's limit (`adaptive`): after
+   * each acquisition it tells the call the limiter's learned word
+   * (`OutboundCall.saw`).
+   */
+  get learning(): boolean
   /** The most retries. */
   get retries(): number
   /** The longest pause obeyed, in seconds. */
@@ -475,6 +481,22 @@ export declare class OutboundCall {
    * received at `nowUnix` (seconds since the Unix epoch).
    */
   answered(status: number, headers: Array<Array<string>>, nowUnix: number): void
+  /**
+   * The learned word the limiter held for the call's key once the
+   * tokens came (the limiter's, a `u64` in decimal): what the answer's
+   * evidence is about. Told only when the adapter learns
+   * (`Outbound.learning`).
+   *
+   * @throws {TypeError} `ERR_INVALID_ARG_TYPE` for text that is not a
+   * `u64` in decimal.
+   */
+  saw(word: string): void
+  /**
+   * Whether the limiter replaced its learned word as the `'adapt'` step
+   * asked (false too when it failed): when it did, the `'adapted'`
+   * event comes next.
+   */
+  adapted(replaced: boolean): void
   /**
    * Where the pause took hold: true (everyone sharing the limiter),
    * false (only this process), null (the limiter failed to make it).
@@ -1059,6 +1081,14 @@ export declare class TokenBucket {
    * quota string) with `burst`.
    */
   setQuota(rate: number | string, burst?: number): void
+  /**
+   * The rate in force after what the outbound adapters calling through
+   * this bucket learned of the partner's real limit (`rb.fetch`,
+   * `rb.axios`: `adaptive`), in tokens per second: the configured rate
+   * (the last `setQuota`'s) while nothing is learned, never above it
+   * and never below its floor (1/20 of it).
+   */
+  learnedRate(): number
 }
 
 /**
@@ -1346,12 +1376,28 @@ export interface OutboundOptions {
    * `maxPause`.
    */
   backoff?: number
+  /**
+   * Learn the partner's real limit from its answers (see
+   * `OutboundCall.next`'s `'adapt'`): a refusal cuts the rate every
+   * caller sharing `limiter` runs at, a quiet success steps it back up,
+   * never above the limiter's configured quota. Default: on where
+   * `limiter` keeps what is learned (a `TokenBucket`), off elsewhere;
+   * `true` on a limiter that cannot keep it throws `TypeError`
+   * (`ERR_RATEBOUND_UNSUPPORTED`).
+   */
+  adaptive?: boolean
+  /**
+   * The adapter's limiter: whether it keeps what is learned, and its
+   * configured quota (the ceiling of what is learned). Absent: one that
+   * does not learn.
+   */
+  limiter?: unknown
 }
 
 /**
  * One step of a call (see `OutboundCall.next`): `kind` is `'hold'`,
- * `'acquire'`, `'send'`, `'pause'`, `'event'`, `'retry'`, `'done'` or
- * `'exceeded'`.
+ * `'acquire'`, `'send'`, `'adapt'`, `'pause'`, `'event'`, `'retry'`,
+ * `'done'` or `'exceeded'`.
  */
 export interface OutboundStep {
   /** What to do. */
@@ -1368,7 +1414,10 @@ export interface OutboundStep {
    * `exceeded`: the longest wait the call accepted.
    */
   timeout?: number
-  /** `event`: `'waited'`, `'paused'`, `'retried'` or `'gave_up'`. */
+  /**
+   * `event`: `'waited'`, `'adapted'`, `'paused'`, `'retried'` or
+   * `'gave_up'`.
+   */
   outcome?: string
   /** `event`: the answer's status (null before one). */
   status?: number
@@ -1378,6 +1427,17 @@ export interface OutboundStep {
   capped?: boolean
   /** `event`: the pause reached only this process. */
   local?: boolean
+  /**
+   * `adapt`: the learned word this sending went under, a `u64` in
+   * decimal (replace it only if the limiter still holds it).
+   */
+  seen?: string
+  /** `adapt`: the learned word the answer calls for (decimal). */
+  next?: string
+  /** `event` `'adapted'`: the learned rate before, in tokens per second. */
+  fromRate?: number
+  /** `event` `'adapted'`: the learned rate now, in tokens per second. */
+  toRate?: number
 }
 
 /** What became of a pause, and what to tell the other instances. */

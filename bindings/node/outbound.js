@@ -2,10 +2,12 @@
 // Calling a partner through a limiter: rb.fetch (a fetch function) and
 // rb.axios (interceptors on the application's axios instance). The native
 // Outbound is the Rust core's call machine: it says every step of a call —
-// hold, acquire, send, pause, report, retry or done — and owns every rule
-// (the default key, the waited threshold, one-shot bodies, a failed pause,
-// the events; spec/outbound_calls.json). This file only does the I/O:
-// sleeps, waits for tokens, sends, pauses and reports.
+// hold, acquire, send, adapt, pause, report, retry or done — and owns every
+// rule (the default key, the waited threshold, one-shot bodies, a failed
+// pause, what an answer teaches of the partner's limit, the events;
+// spec/outbound_calls.json). This file only does the I/O: sleeps, waits
+// for tokens, sends, tells the limiter what was learned, pauses and
+// reports.
 //
 // The pause goes to the limiter itself, so that every caller sharing it
 // waits (with an rb.redis.TokenBucket, every instance of the fleet), and a
@@ -22,7 +24,7 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
 
   // Every option each adapter reads: anything else is a misspelling and
   // fails where the adapter is made.
-  const POLICY = ['limiter', 'key', 'timeout', 'n', 'retries', 'maxPause', 'backoff', 'statuses', 'anyMethod', 'onDecision']
+  const POLICY = ['limiter', 'key', 'timeout', 'n', 'retries', 'maxPause', 'backoff', 'statuses', 'anyMethod', 'adaptive', 'onDecision']
   const FETCH_OPTIONS = new Set([...POLICY, 'fetch'])
   const AXIOS_OPTIONS = new Set(POLICY)
   // What one request may override (`init.ratebound`, `config.ratebound`).
@@ -82,14 +84,16 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
   }
 
   // The native Outbound (the core's call machine: the policy, each
-  // sending's tokens and timeout, the fixed key, the limiters it accepts),
-  // with the options' types checked here.
+  // sending's tokens and timeout, the fixed key, the limiters it accepts,
+  // whether it learns — from the limiter and `adaptive`), with the
+  // options' types checked here.
   function outboundOf(where, options) {
-    const { statuses, anyMethod, key } = options
+    const { statuses, anyMethod, key, adaptive } = options
     if (statuses != null && (!Array.isArray(statuses) || !statuses.every((s) => typeof s === 'number'))) {
       throw typeError(`${where}: statuses is an array of HTTP statuses, not ${shown(statuses)}`)
     }
     if (anyMethod != null && typeof anyMethod !== 'boolean') throw typeError(`${where}: anyMethod is a boolean, not ${shown(anyMethod)}`)
+    if (adaptive != null && typeof adaptive !== 'boolean') throw typeError(`${where}: adaptive is a boolean, not ${shown(adaptive)}`)
     const o = {
       algorithm: String(options.limiter.algorithm),
       key: typeof key === 'string' ? key : undefined,
@@ -100,6 +104,8 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
       backoff: number(where, 'backoff', options.backoff, 'a number of seconds'),
       statuses: statuses ?? undefined,
       anyMethod: anyMethod ?? undefined,
+      adaptive: adaptive ?? undefined,
+      limiter: options.limiter,
     }
     return within(where, () => new Outbound(o))
   }
@@ -134,6 +140,9 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
       keyed,
       remote,
       outbound,
+      // The core says whether this adapter learns (`adaptive`, and whether
+      // the limiter keeps what is learned).
+      learning: outbound.learning,
       key: key ?? null,
       // A throwing onDecision is the application's bug, never the
       // request's failure: swallowed, the first throw warned (the core's
@@ -211,15 +220,26 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
           const options = { timeout: s.timeout ?? undefined, signal: c.signal }
           if (p.keyed) await p.limiter.acquire(c.key, s.n, options)
           else await p.limiter.acquire(s.n, options)
+          // What the answer's evidence will be about: the learned word
+          // the tokens came under.
+          if (p.learning) c.call.saw(p.keyed ? p.limiter.learnedWord(c.key) : p.limiter.learnedWord())
           break
         }
+        case 'adapt':
+          c.call.adapted(await adapt(p, c.key, s.seen, s.next))
+          break
         case 'pause':
           c.call.paused(await pause(p, c.key, s.seconds), clock.now())
           break
         case 'event':
           if (p.report !== null) {
             const { outcome, seconds, status, attempt, capped, local } = s
-            p.report({ outcome, key: c.key, seconds: seconds ?? null, status: status ?? null, attempt, capped, local })
+            const event = { outcome, key: c.key, seconds: seconds ?? null, status: status ?? null, attempt, capped, local }
+            if (outcome === 'adapted') {
+              event.fromRate = s.fromRate ?? null
+              event.toRate = s.toRate ?? null
+            }
+            p.report(event)
           }
           break
         case 'exceeded':
@@ -233,6 +253,18 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
   // An answer to the core: its status and header fields.
   function answered(c, status, headers) {
     c.call.answered(status, headers, Date.now() / 1000)
+  }
+
+  // Tells the limiter the learned word the answer calls for (`next`, if
+  // it still holds `seen`: the words are u64s in decimal): whether it
+  // replaced it. A limiter that could not be told learns nothing this
+  // time (false): the next answer proposes again.
+  async function adapt(p, key, seen, next) {
+    try {
+      return (await (p.keyed ? p.limiter.adaptWord(key, seen, next) : p.limiter.adaptWord(seen, next))) === true
+    } catch {
+      return false
+    }
   }
 
   // Pauses the limiter: true when everyone sharing it was told, false

@@ -126,7 +126,8 @@ test('fetch: 503 then 200 is retried once; a POST is not, unless anyMethod', asy
   })
   const limiter = new rb.TokenBucket({ rate: 100, burst: 10 })
   const events = []
-  const call = rb.fetch({ limiter, backoff: 0.05, onDecision: (e) => events.push(e) })
+  // The pauses and retries only (learning: outbound_learn.test.js).
+  const call = rb.fetch({ limiter, backoff: 0.05, adaptive: false, onDecision: (e) => events.push(e) })
   const res = await call(`${p.url}/flaky`)
   assert.equal(res.status, 200)
   assert.equal(await res.text(), 'ok GET')
@@ -143,7 +144,7 @@ test('fetch: 503 then 200 is retried once; a POST is not, unless anyMethod', asy
   assert.equal(p.hits('/post'), 1)
   assert.deepEqual(decisions(events), ['gave_up@0:503'])
 
-  const any = rb.fetch({ limiter, anyMethod: true, backoff: 0.05 })
+  const any = rb.fetch({ limiter, anyMethod: true, backoff: 0.05, adaptive: false })
   const again = await any(`${p.url}/post-any`, { method: 'POST', body: 'payload' })
   assert.equal(again.status, 200)
   assert.equal(await again.text(), 'ok POST')
@@ -170,7 +171,8 @@ test('fetch: Retry-After of a year pauses for maxPause; spent retries return the
   })
   const limiter = new rb.TokenBucket({ rate: 100, burst: 10 })
   const events = []
-  const call = rb.fetch({ limiter, maxPause: 1, backoff: 0.05, onDecision: (e) => events.push(e) })
+  // The pauses and retries only (learning: outbound_learn.test.js).
+  const call = rb.fetch({ limiter, maxPause: 1, backoff: 0.05, adaptive: false, onDecision: (e) => events.push(e) })
   const start = now()
   const res = await call(`${p.url}/year`)
   const ms = now() - start

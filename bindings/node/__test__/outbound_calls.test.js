@@ -6,7 +6,10 @@
 // the vector), with the limiter's waits and pauses recorded. The adapters'
 // clocks are real, so they skip `machine_only` vectors and compare every
 // step but holds and `waited`. The Rust and Python suites replay the same
-// file.
+// file. A learning vector (`adaptive`) runs over a TokenBucket of the
+// vector's quota (its ceiling), each sending under the learned word the
+// vector gives (`learned`), its `adapt` step's words read back as the
+// vector writes them.
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
@@ -27,6 +30,21 @@ function options(v, names) {
 }
 const NATIVE = { key: 'key', timeout_s: 'timeout', n: 'n', retries: 'retries', max_pause_s: 'maxPause', backoff_s: 'backoff', any_method: 'anyMethod' }
 
+// A learned word (a u64 in decimal, as the limiters and the machine pass
+// it) from a vector's `learned` — its fraction in 65536ths, the instant it
+// changed, whether that was a cut — by the core's documented layout
+// (ratebound::outbound::Learned): bits 0–43 the instant, 44–60 65536 −
+// the fraction, 61 the cut. Absent: the fresh word, 0.
+const FULL = 65536n
+function word(learned) {
+  if (learned == null) return '0'
+  const { units, at_ms: at = 0, cut = false } = learned
+  return String((BigInt(cut) << 61n) | ((FULL - BigInt(units)) << 44n) | BigInt(at))
+}
+// A word's fraction in 65536ths and its cut bit.
+const units = (w) => Number(FULL - ((BigInt(w) >> 44n) & 0x1ffffn))
+const cut = (w) => ((BigInt(w) >> 61n) & 1n) === 1n
+
 function same(a, b) {
   if (typeof a === 'number' && typeof b === 'number') return Math.abs(a - b) < 1e-6
   if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => same(x, b[i]))
@@ -35,8 +53,16 @@ function same(a, b) {
 
 test('every vector through the machine, on a virtual clock', () => {
   assert.ok(vectors.length >= 15, 'the spec lost vectors')
+  let learned = 0
   for (const v of vectors) {
-    const o = new rb.Outbound(options(v, NATIVE))
+    const c = v.config ?? {}
+    // The limiter whose configured quota is the ceiling; learning only
+    // where the vector says so.
+    const limiter = new rb.TokenBucket({ rate: c.quota ?? '30/s burst 30' })
+    const o = new rb.Outbound({ ...options(v, NATIVE), adaptive: c.adaptive ?? false, limiter })
+    assert.equal(o.learning, c.adaptive === true, v.id)
+    const ceiling = limiter.learnedRate()
+    let adapt = null
     const r = v.request
     const u = new URL(r.url)
     const port = u.port === '' ? null : Number(u.port)
@@ -54,6 +80,11 @@ test('every vector through the machine, on a virtual clock', () => {
       } else if (s.kind === 'acquire') {
         steps.push(['acquire', s.n, s.timeout ?? null])
         now += (sending.acquire_s ?? 0) * 1000
+        if (o.learning) call.saw(word(sending.learned))
+      } else if (s.kind === 'adapt') {
+        steps.push(['adapt', units(s.seen), units(s.next), cut(s.next)])
+        adapt = s
+        call.adapted(sending.adapt !== 'kept')
       } else if (s.kind === 'send') {
         steps.push(['send'])
         call.answered(sending.status, sending.headers, 1.8e9)
@@ -62,6 +93,11 @@ test('every vector through the machine, on a virtual clock', () => {
         call.paused(REACH[sending.pause ?? 'shared'], now)
       } else if (s.kind === 'event') {
         steps.push(['event', s.outcome, s.seconds ?? null, s.status ?? null, s.attempt, s.capped, s.local])
+        if (s.outcome === 'adapted') {
+          // The rates of the words the adapt step carried, of the ceiling.
+          learned++
+          assert.ok(same([s.fromRate, s.toRate], [(ceiling * units(adapt.seen)) / 65536, (ceiling * units(adapt.next)) / 65536]), `${v.id}: ${s.fromRate} → ${s.toRate}`)
+        }
       } else {
         steps.push([s.kind])
         if (s.kind === 'retry') i++
@@ -70,6 +106,7 @@ test('every vector through the machine, on a virtual clock', () => {
     }
     assert.ok(same(steps, v.expect.steps), `${v.id}:\n got ${JSON.stringify(steps)}\nwant ${JSON.stringify(v.expect.steps)}`)
   }
+  assert.ok(learned >= 3, 'the spec lost its learning vectors')
 })
 
 // One vector's run through an adapter: the partner's answers in turn, the

@@ -177,6 +177,9 @@ test('fetch: Retry-After of a year pauses exactly maxPause; the retry is sent ex
     limiter: new rb.TokenBucket({ rate: 100, burst: 10, clock: v.clock }),
     maxPause: 1,
     backoff: 0.05,
+    // The pauses' instants only: learning would change the rate after
+    // each refusal (outbound_learn.test.js).
+    adaptive: false,
     fetch: p.send,
     onDecision: (e) => events.push(e),
   })
@@ -274,3 +277,70 @@ test('fetch: a wait beyond the timeout is refused at once and sends nothing (vir
   assert.equal((await third).status, 200)
   assert.deepEqual(p.at('/x'), [0, 2000])
 })
+
+// Learning (issue 39) on virtual time: the issue's partner — 10/s burst
+// 20, a bare 429 beyond (no Retry-After) — called by four callers at once
+// through one local TokenBucket configured at 30/s burst 30, for 20 s.
+// Learning (the default) finds the partner's limit: in the last 10 s at
+// most 5 % of what reached it was refused and it served at least 85 % of
+// its capacity; `adaptive: false` keeps sending at 30/s, two in three
+// refused. The partner answers at once (no round trip) and every instant
+// is virtual: the same numbers on every run.
+for (const adaptive of [undefined, false]) {
+  test(`fetch: a bare-429 partner at 10/s, a TokenBucket at 30/s, adaptive ${adaptive}: the last 10 s's 429s and goodput (virtual time)`, async (t) => {
+    const v = virtual()
+    let tokens = 20
+    let at = 0
+    // [virtual ms, status] of every answer.
+    const answers = []
+    const p = partner(() => {
+      const now = Date.now()
+      tokens = Math.min(20, tokens + ((now - at) / 1000) * 10)
+      at = now
+      const status = tokens >= 1 - 1e-9 ? 200 : 429
+      if (status === 200) tokens -= 1
+      answers.push([now, status])
+      return [status, {}, status === 200 ? 'ok' : 'over the limit']
+    })
+    const limiter = new rb.TokenBucket({ rate: 30, burst: 30, clock: v.clock })
+    const adapted = []
+    // The default: the option left out.
+    const learning = adaptive === undefined ? {} : { adaptive }
+    const f = rb.fetch({ limiter, retries: 0, ...learning, fetch: p.send, onDecision: (e) => e.outcome === 'adapted' && adapted.push(e) })
+    const END = 20_000
+    let stop = false
+    const caller = async () => {
+      while (!stop) {
+        const res = await f('http://partner.test/items')
+        await res.text()
+      }
+    }
+    const callers = Promise.all([caller(), caller(), caller(), caller()])
+    await v.advance(END)
+    stop = true
+    // Each caller's last request goes out when its token comes.
+    await v.advance(1000)
+    await callers
+    const late = answers.filter(([ms]) => ms >= END - 10_000 && ms < END)
+    const refused = late.filter(([, status]) => status === 429).length
+    const served = late.length - refused
+    const share = refused / late.length
+    t.diagnostic(
+      `adaptive ${adaptive}: last 10 s: ${late.length} reached the partner, ${refused} × 429 (${(100 * share).toFixed(1)} %), ` +
+        `${served} × 200 (${served}% of its capacity of 100); ${adapted.length} adapted events; learned ${limiter.learnedRate().toFixed(2)}/s`,
+    )
+    if (adaptive === false) {
+      assert.deepEqual(adapted, [])
+      // 30/s to the nanosecond of its interval.
+      assert.ok(Math.abs(limiter.learnedRate() - 30) < 1e-5, String(limiter.learnedRate()))
+      assert.ok(share > 0.5, `${refused} of ${late.length}`)
+    } else {
+      assert.ok(share <= 0.05, `${refused} of ${late.length} refused`)
+      assert.ok(served >= 85, `${served} served of 100`)
+      // Down from the ceiling, never below the floor (1/20: 1.5/s).
+      assert.ok(Math.abs(adapted[0].fromRate - 30) < 1e-5, String(adapted[0].fromRate))
+      for (const e of adapted) assert.ok(e.toRate >= 1.5 - 1e-5 && e.toRate <= 30, JSON.stringify(e))
+      assert.ok(limiter.learnedRate() < 29, String(limiter.learnedRate()))
+    }
+  })
+}

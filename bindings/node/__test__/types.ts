@@ -268,20 +268,24 @@ async function outboundClients(): Promise<void> {
   rbFetch({ limiter: new SharedTokenBucket({ path: '/dev/shm/partner.limit', rate: 5 }), anyMethod: true })
   const api: AxiosInstance = rbAxios(axiosDefault.create({ baseURL: 'https://partner.example' }), {
     limiter: new TokenBucket({ rate: 5 }),
-    onDecision: (e) => void [e.outcome, e.key, e.attempt, e.status, e.seconds, e.capped],
+    adaptive: true,
+    onDecision: (e) => void [e.outcome, e.key, e.attempt, e.status, e.seconds, e.capped, e.fromRate, e.toRate],
   })
+  const gauge: number = new TokenBucket({ rate: 5 }).learnedRate()
   const got = await api.get<string>('/v1/items', { ratebound: { timeout: 2 } })
   const body: string = got.data
   const ejected: boolean = rbAxios.eject(api)
-  const outcome: 'waited' | 'paused' | 'retried' | 'gave_up' = events[0].outcome
+  const outcome: 'waited' | 'adapted' | 'paused' | 'retried' | 'gave_up' = events[0].outcome
   // @ts-expect-error: a limiter is required
   rbFetch({ timeout: 1 })
   // @ts-expect-error: a window cannot be paused (also a TypeError at run time)
   rbFetch({ limiter: new FixedWindow({ limit: 10, window: 1 }) })
+  // @ts-expect-error: adaptive is a boolean (also a TypeError at run time)
+  rbFetch({ limiter: partner, adaptive: 'yes' })
   // @ts-expect-error: per-request options are timeout, key and n
   await call('https://partner.example/', { ratebound: { retries: 3 } })
   // @ts-expect-error: the first argument is an axios instance
   rbAxios({}, { limiter: partner })
-  void [res, body, ejected, outcome]
+  void [res, body, ejected, outcome, gauge]
 }
 void outboundClients

@@ -5,16 +5,19 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratebound::outbound::{Caller, Reach, Step, Target};
+use ratebound::Quota;
+use ratebound::outbound::{Caller, Learned, Reach, Step, Target};
 
-use crate::error::OrThrow;
-use crate::limiters::from_ms;
+use crate::error::{OrThrow, invalid_type};
+use crate::limiters::{TokenBucket, from_ms};
 
 /// The options of an `Outbound` policy.
-#[napi(object)]
-pub struct OutboundOptions {
+#[napi(object, object_to_js = false)]
+pub struct OutboundOptions<'a> {
     /// The limiter's algorithm (default `'token_bucket'`): anything else
     /// cannot be paused and is refused.
     pub algorithm: Option<String>,
@@ -36,6 +39,46 @@ pub struct OutboundOptions {
     /// (default 1), doubled for each earlier refusal of the call and cut to
     /// `maxPause`.
     pub backoff: Option<f64>,
+    /// Learn the partner's real limit from its answers (see
+    /// `OutboundCall.next`'s `'adapt'`): a refusal cuts the rate every
+    /// caller sharing `limiter` runs at, a quiet success steps it back up,
+    /// never above the limiter's configured quota. Default: on where
+    /// `limiter` keeps what is learned (a `TokenBucket`), off elsewhere;
+    /// `true` on a limiter that cannot keep it throws `TypeError`
+    /// (`ERR_RATEBOUND_UNSUPPORTED`).
+    pub adaptive: Option<bool>,
+    /// The adapter's limiter: whether it keeps what is learned, and its
+    /// configured quota (the ceiling of what is learned). Absent: one that
+    /// does not learn.
+    #[napi(ts_type = "unknown")]
+    pub limiter: Option<Unknown<'a>>,
+}
+
+/// The configured quota of `limiter` when it keeps a learned word (the
+/// local `TokenBucket`); `None` for every other limiter (for now: the
+/// shared-memory and Redis limiters, the keyed ones).
+fn ceiling_of(limiter: Option<Unknown<'_>>) -> Option<Quota> {
+    let bucket = ClassInstance::<TokenBucket>::from_unknown(limiter?).ok()?;
+    bucket.core().map(ratebound::TokenBucket::ceiling)
+}
+
+/// A learned word as the limiters and the machine pass it through
+/// JavaScript: the `u64` in decimal (a number would lose its low bits).
+pub(crate) fn word(learned: Learned) -> String {
+    learned.to_bits().to_string()
+}
+
+/// A learned word from its decimal text (`name` says which, for the error).
+///
+/// @throws {TypeError} `ERR_INVALID_ARG_TYPE` for text that is not a
+/// `u64` in decimal.
+pub(crate) fn word_of(env: &Env, name: &str, text: &str) -> Result<Learned> {
+    text.parse::<u64>().map(Learned::from_bits).map_err(|_| {
+        invalid_type(
+            env,
+            &format!("{name} is a learned word (a u64 in decimal), not {text:?}"),
+        )
+    })
 }
 
 /// What to do after a response.
@@ -88,6 +131,8 @@ impl Outbound {
             statuses: None,
             any_method: None,
             backoff: None,
+            adaptive: None,
+            limiter: None,
         });
         let inner = ratebound::outbound::Outbound::from_loose(
             o.retries,
@@ -100,6 +145,15 @@ impl Outbound {
         let sending = ratebound::outbound::Sending::from_loose(o.n, o.timeout).or_throw(&env)?;
         let algorithm = o.algorithm.as_deref().unwrap_or("token_bucket");
         let caller = Caller::new(algorithm, inner, sending, o.key).or_throw(&env)?;
+        // The core's rule for `adaptive` (`Caller::with_adaptive`); a
+        // limiter that keeps nothing learned has no ceiling to learn under,
+        // and the one given is never read.
+        let caller = match ceiling_of(o.limiter) {
+            Some(ceiling) => caller.with_adaptive(o.adaptive, true, ceiling),
+            None => Quota::with_period(Duration::from_secs(1))
+                .and_then(|unread| caller.with_adaptive(o.adaptive, false, unread)),
+        }
+        .or_throw(&env)?;
         Ok(Outbound {
             caller: Arc::new(caller),
         })
@@ -118,6 +172,14 @@ impl Outbound {
             n: s.n() as f64,
             timeout: s.timeout().map(|t| t.as_secs_f64()),
         })
+    }
+
+    /// Whether this adapter learns the partner's limit (`adaptive`): after
+    /// each acquisition it tells the call the limiter's learned word
+    /// (`OutboundCall.saw`).
+    #[napi(getter)]
+    pub fn learning(&self) -> bool {
+        self.caller.learning().is_some()
     }
 
     /// The most retries.
@@ -215,8 +277,8 @@ impl Outbound {
 }
 
 /// One step of a call (see `OutboundCall.next`): `kind` is `'hold'`,
-/// `'acquire'`, `'send'`, `'pause'`, `'event'`, `'retry'`, `'done'` or
-/// `'exceeded'`.
+/// `'acquire'`, `'send'`, `'adapt'`, `'pause'`, `'event'`, `'retry'`,
+/// `'done'` or `'exceeded'`.
 #[napi(object, object_from_js = false)]
 #[derive(Default)]
 pub struct OutboundStep {
@@ -230,7 +292,8 @@ pub struct OutboundStep {
     /// `acquire`: the longest wait left, in seconds (null: none);
     /// `exceeded`: the longest wait the call accepted.
     pub timeout: Option<f64>,
-    /// `event`: `'waited'`, `'paused'`, `'retried'` or `'gave_up'`.
+    /// `event`: `'waited'`, `'adapted'`, `'paused'`, `'retried'` or
+    /// `'gave_up'`.
     pub outcome: Option<&'static str>,
     /// `event`: the answer's status (null before one).
     pub status: Option<u32>,
@@ -240,6 +303,15 @@ pub struct OutboundStep {
     pub capped: Option<bool>,
     /// `event`: the pause reached only this process.
     pub local: Option<bool>,
+    /// `adapt`: the learned word this sending went under, a `u64` in
+    /// decimal (replace it only if the limiter still holds it).
+    pub seen: Option<String>,
+    /// `adapt`: the learned word the answer calls for (decimal).
+    pub next: Option<String>,
+    /// `event` `'adapted'`: the learned rate before, in tokens per second.
+    pub from_rate: Option<f64>,
+    /// `event` `'adapted'`: the learned rate now, in tokens per second.
+    pub to_rate: Option<f64>,
 }
 
 fn step(kind: &'static str) -> OutboundStep {
@@ -293,7 +365,11 @@ impl OutboundCall {
                 ..step("acquire")
             },
             Step::Send => step("send"),
-            Step::Adapt { .. } => step("adapt"),
+            Step::Adapt { seen, next } => OutboundStep {
+                seen: Some(word(seen)),
+                next: Some(word(next)),
+                ..step("adapt")
+            },
             Step::Pause(d) => OutboundStep {
                 seconds: Some(d.as_secs_f64()),
                 ..step("pause")
@@ -305,6 +381,8 @@ impl OutboundCall {
                 attempt: Some(e.attempt),
                 capped: Some(e.capped),
                 local: Some(e.local),
+                from_rate: e.learned.and_then(|(from, _)| self.caller.rate(from)),
+                to_rate: e.learned.and_then(|(_, to)| self.caller.rate(to)),
                 ..step("event")
             },
             Step::Retry => step("retry"),
@@ -322,6 +400,27 @@ impl OutboundCall {
             _ => None,
         });
         self.call.answered(&self.caller, status, pairs, now_unix);
+    }
+
+    /// The learned word the limiter held for the call's key once the
+    /// tokens came (the limiter's, a `u64` in decimal): what the answer's
+    /// evidence is about. Told only when the adapter learns
+    /// (`Outbound.learning`).
+    ///
+    /// @throws {TypeError} `ERR_INVALID_ARG_TYPE` for text that is not a
+    /// `u64` in decimal.
+    #[napi]
+    pub fn saw(&mut self, env: Env, word: String) -> Result<()> {
+        self.call.saw(word_of(&env, "the learned word", &word)?);
+        Ok(())
+    }
+
+    /// Whether the limiter replaced its learned word as the `'adapt'` step
+    /// asked (false too when it failed): when it did, the `'adapted'`
+    /// event comes next.
+    #[napi]
+    pub fn adapted(&mut self, replaced: bool) {
+        self.call.adapted(replaced);
     }
 
     /// Where the pause took hold: true (everyone sharing the limiter),

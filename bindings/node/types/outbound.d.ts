@@ -25,10 +25,13 @@ export interface OutboundRequestOptions {
  * Redis could not be told, so only this process waits), `'retried'` (the answer to
  * `attempt`, with `status`, is sent again, through the limiter) or
  * `'gave_up'` (a status it retries, but the method is not idempotent or the
- * retries are spent: the caller gets this answer).
+ * retries are spent: the caller gets this answer). With `adaptive`,
+ * `'adapted'` comes first after an answer that changed the learned rate
+ * every caller sharing the limiter runs at (`fromRate` → `toRate`): a
+ * refusal's cut, or a step up after a quiet success.
  */
 export interface OutboundEvent {
-  outcome: 'waited' | 'paused' | 'retried' | 'gave_up'
+  outcome: 'waited' | 'adapted' | 'paused' | 'retried' | 'gave_up'
   /** The request's key (with an unkeyed limiter it only names the request). */
   key: Key
   /** Seconds waited (`'waited'`) or paused (`'paused'`), else null. */
@@ -46,6 +49,10 @@ export interface OutboundEvent {
    * local share.
    */
   local: boolean
+  /** `'adapted'` only: the learned rate before, in tokens per second. */
+  fromRate?: number | null
+  /** `'adapted'` only: the learned rate now, in tokens per second (the limiter's `learnedRate()`). */
+  toRate?: number | null
 }
 
 /**
@@ -63,6 +70,16 @@ export interface OutboundClientOptions extends Omit<OutboundOptions, 'key' | 'al
    * is a `TypeError` (`ERR_RATEBOUND_UNSUPPORTED`: the core's rule).
    */
   limiter: TokenBucket | SharedTokenBucket | KeyedLimiter | SharedKeyedLimiter | redis.TokenBucket
+  /**
+   * Learn the partner's real limit from its answers: a refusal (a status
+   * of `statuses`, with or without a pause) cuts the rate the limiter runs
+   * at, for everyone sharing it, a quiet success steps it back up, never
+   * above the limiter's configured quota (`'adapted'` events; the
+   * limiter's `learnedRate()`). Default: on with a `TokenBucket`, off
+   * with the other limiters, which do not keep what is learned yet
+   * (`true` with one of them: `TypeError`, `ERR_RATEBOUND_UNSUPPORTED`).
+   */
+  adaptive?: boolean
   /** The longest wait for a token, in seconds, per sending (default: as long as it takes). */
   timeout?: number
   /** Tokens per sending (default 1). */

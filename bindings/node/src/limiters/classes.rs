@@ -10,6 +10,7 @@ use napi_derive::napi;
 use ratebound::Error as CoreError;
 use ratebound::Limiter;
 use ratebound::any::{self, AnyClock, AnyLimiter, Rate};
+use ratebound::outbound::{Learned, Learning};
 
 use super::clock::ManualClock;
 use super::decision::Decision;
@@ -331,6 +332,43 @@ impl TokenBucket {
         let q = any::quota(rate, burst).or_throw(&env)?;
         let l = &self.0.limiter;
         l.set_quota_at(q, l.now()).or_throw(&env)
+    }
+
+    /// The rate in force after what the outbound adapters calling through
+    /// this bucket learned of the partner's real limit (`rb.fetch`,
+    /// `rb.axios`: `adaptive`), in tokens per second: the configured rate
+    /// (the last `setQuota`'s) while nothing is learned, never above it
+    /// and never below its floor (1/20 of it).
+    #[napi]
+    pub fn learned_rate(&self) -> f64 {
+        self.core()
+            .map_or(0.0, |b| Learning::new(b.ceiling()).rate(b.learned()))
+    }
+
+    /// The learned word (internal: the outbound adapters), a `u64` in
+    /// decimal.
+    #[napi(skip_typescript)]
+    pub fn learned_word(&self) -> String {
+        crate::outbound::word(self.core().map_or_else(Learned::fresh, |b| b.learned()))
+    }
+
+    /// Replaces the learned word `seen` with `next` if it is still `seen`
+    /// (internal: the outbound adapters' `'adapt'` step); whether it did.
+    #[napi(skip_typescript)]
+    pub fn adapt_word(&self, env: Env, seen: String, next: String) -> Result<bool> {
+        let seen = crate::outbound::word_of(&env, "seen", &seen)?;
+        let next = crate::outbound::word_of(&env, "next", &next)?;
+        Ok(self.core().is_some_and(|b| b.adapt(seen, next)))
+    }
+}
+
+impl TokenBucket {
+    /// The core's token bucket (always: the class makes no other).
+    pub(crate) fn core(&self) -> Option<&ratebound::TokenBucket<AnyClock>> {
+        match &**self.0.limiter {
+            AnyLimiter::TokenBucket(b) => Some(b),
+            _ => None,
+        }
     }
 }
 

@@ -1,0 +1,195 @@
+'use strict'
+// rb.fetch and rb.axios learn a partner's real limit (issue 39): against a
+// REAL HTTP partner on 127.0.0.1 (fixtures/outbound.js' server, with its
+// own bucket) that answers a bare 429 — no Retry-After, no RateLimit
+// fields — beyond its limit, a local TokenBucket configured well above it
+// cuts the rate it runs at (`adapted` events, `learnedRate()`); with
+// `adaptive: false` it does not. The rule itself (when to cut, when to
+// step up) is the core's, replayed exactly in outbound_calls.test.js;
+// here only the direction is asserted, over bounded loops, never a time.
+const { test, after } = require('node:test')
+const assert = require('node:assert/strict')
+const path = require('node:path')
+const IORedis = require('ioredis')
+const axios = require('axios')
+const rb = require('..')
+const { unhandledRejections } = require('./fixtures/common.js')
+const { HOST } = require('./fixtures/redis-server.js')
+const { TMP, cleanup, bucket, partner } = require('./fixtures/outbound.js')
+
+const unhandled = unhandledRejections()
+
+after(async () => {
+  await cleanup()
+  assert.deepEqual(unhandled, [], 'unhandled rejections')
+})
+
+// The partner: 10/s, bursts of 5, a bare 429 beyond.
+async function bare429Partner() {
+  const limit = bucket(10, 5)
+  return partner(() => (limit.take() === 0 ? [200, {}, 'ok'] : [429, {}, 'over the limit']))
+}
+
+// The configured rate, far above the partner's 10/s.
+const CONFIGURED = 100
+
+// Sends through `call` (a function of a path returning the status), four
+// at a time, until `enough(events)` or `most` requests.
+async function drive(call, events, enough, most) {
+  let sent = 0
+  const worker = async () => {
+    while (sent < most && !enough(events)) {
+      sent++
+      await call('/items')
+    }
+  }
+  await Promise.all([worker(), worker(), worker(), worker()])
+  return sent
+}
+
+const cuts = (events) => events.filter((e) => e.outcome === 'adapted' && e.toRate < e.fromRate)
+
+// Each adapter, learning (by default with fetch, asked for with axios).
+const ADAPTERS = {
+  fetch: (p, options) => {
+    const f = rb.fetch(options)
+    return async (pathname) => (await f(`${p.url}${pathname}`)).status
+  },
+  axios: (p, options) => {
+    const api = rb.axios(axios.create({ baseURL: p.url, validateStatus: () => true }), options)
+    return async (pathname) => (await api.get(pathname)).status
+  },
+}
+
+for (const [name, make] of Object.entries(ADAPTERS)) {
+  test(`${name}: bare 429s from a partner below the configured rate cut the learned rate; adaptive: false does not`, async (t) => {
+    const p = await bare429Partner()
+    const limiter = new rb.TokenBucket({ rate: CONFIGURED, burst: 10 })
+    assert.equal(limiter.learnedRate(), CONFIGURED, 'nothing learned yet: the configured rate')
+    const events = []
+    // retries: 0 — every answer is the caller's; learning does not need a
+    // retry (nor a pause: a bare 429 with no retry left pauses nothing).
+    const options = { limiter, retries: 0, onDecision: (e) => events.push(e) }
+    if (name === 'axios') options.adaptive = true
+    const call = make(p, options)
+    const sent = await drive(call, events, (e) => cuts(e).length >= 3, 1000)
+
+    assert.ok(p.count(429) > 0, 'the partner refused')
+    const adapted = events.filter((e) => e.outcome === 'adapted')
+    assert.ok(cuts(events).length >= 3, `${cuts(events).length} cuts in ${sent} requests (${p.count(429)} × 429)`)
+    // The first cut is from the ceiling: nothing was learned before.
+    assert.equal(adapted[0].fromRate, CONFIGURED)
+    assert.equal(adapted[0].status, 429)
+    for (const e of adapted) {
+      assert.equal(typeof e.fromRate, 'number')
+      assert.equal(typeof e.toRate, 'number')
+      // A refusal cuts, a success steps up: never the other way.
+      if (e.status === 429) assert.ok(e.toRate < e.fromRate, JSON.stringify(e))
+      else assert.ok(e.status === 200 && e.toRate > e.fromRate && e.toRate <= CONFIGURED, JSON.stringify(e))
+    }
+    // One chain of changes: each event starts where the last one left.
+    for (let i = 1; i < adapted.length; i++) assert.equal(adapted[i].fromRate, adapted[i - 1].toRate)
+    // The limiter runs at the last rate learned, below the configured one.
+    assert.equal(limiter.learnedRate(), adapted.at(-1).toRate)
+    assert.ok(limiter.learnedRate() < CONFIGURED, String(limiter.learnedRate()))
+    t.diagnostic(
+      `learning: ${sent} requests, ${p.count(200)} × 200, ${p.count(429)} × 429, ${cuts(events).length} cuts, ` +
+        `${adapted.length - cuts(events).length} steps up; learned ${limiter.learnedRate().toFixed(2)}/s of ${CONFIGURED}/s`,
+    )
+    await p.close()
+
+    // The same partner, adaptive: false: refused, and nothing learned.
+    const q = await bare429Partner()
+    const fixed = new rb.TokenBucket({ rate: CONFIGURED, burst: 10 })
+    const still = []
+    const plain = make(q, { limiter: fixed, retries: 0, adaptive: false, onDecision: (e) => still.push(e) })
+    await drive(plain, still, () => false, 60)
+    assert.ok(q.count(429) > 0, 'the partner refused')
+    assert.deepEqual(
+      still.filter((e) => e.outcome === 'adapted'),
+      [],
+    )
+    assert.equal(fixed.learnedRate(), CONFIGURED)
+    t.diagnostic(`adaptive: false: 60 requests, ${q.count(200)} × 200, ${q.count(429)} × 429; still ${fixed.learnedRate()}/s`)
+    await q.close()
+  })
+}
+
+// Several adapters over one limiter learn one rate: what one learned is
+// the word the next sends under (no cut from a word it no longer holds).
+test('two adapters sharing a TokenBucket learn one rate', async () => {
+  const p = await bare429Partner()
+  const limiter = new rb.TokenBucket({ rate: CONFIGURED, burst: 10 })
+  const events = []
+  const a = ADAPTERS.fetch(p, { limiter, retries: 0, onDecision: (e) => events.push(e) })
+  const b = ADAPTERS.axios(p, { limiter, retries: 0, onDecision: (e) => events.push(e) })
+  let turn = 0
+  await drive((pathname) => (turn++ % 2 === 0 ? a : b)(pathname), events, (e) => cuts(e).length >= 2, 1000)
+  const adapted = events.filter((e) => e.outcome === 'adapted')
+  assert.ok(cuts(events).length >= 2, `${cuts(events).length} cuts`)
+  for (let i = 1; i < adapted.length; i++) assert.equal(adapted[i].fromRate, adapted[i - 1].toRate)
+  assert.equal(limiter.learnedRate(), adapted.at(-1).toRate)
+  await p.close()
+})
+
+test('adaptive: bad input and the limiters that do not learn yet', async () => {
+  const typed = (C, code, re) => (e) => e instanceof C && e.code === code && re.test(e.message)
+  const bucket = new rb.TokenBucket({ rate: 1 })
+  const io = new IORedis({ host: HOST, port: 1, lazyConnect: true })
+  // Only the local TokenBucket keeps a learned word for now: the Redis and
+  // shared-memory limiters, and the keyed local one, do not learn (off by
+  // default) and refuse to be told to.
+  const others = [
+    new rb.KeyedLimiter({ rate: 1 }),
+    new rb.SharedTokenBucket({ path: path.join(TMP, 'learn-bucket.limit'), rate: 1, burst: 1 }),
+    new rb.SharedKeyedLimiter({ path: path.join(TMP, 'learn-keyed.limit'), rate: 1, burst: 1 }),
+    new rb.redis.TokenBucket({ client: io, rate: 1, onError: 'closed' }),
+  ]
+  for (const make of [(o) => rb.fetch(o), (o) => rb.axios(axios.create(), o)]) {
+    for (const bad of ['yes', 1, {}]) {
+      assert.throws(() => make({ limiter: bucket, adaptive: bad }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /adaptive is a boolean, not/))
+    }
+    assert.throws(() => make({ limiter: bucket, adaptive: 'yes' }), /adaptive is a boolean, not "yes"/)
+    for (const limiter of [bucket, ...others]) {
+      make({ limiter })
+      make({ limiter, adaptive: false })
+    }
+    make({ limiter: bucket, adaptive: true })
+    for (const limiter of others) {
+      assert.throws(() => make({ limiter, adaptive: true }), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /adaptive/), limiter.constructor.name)
+    }
+  }
+  io.disconnect()
+
+  // A limiter that does not learn: a bare 429 changes nothing, no event.
+  const events = []
+  const keyed = new rb.KeyedLimiter({ rate: 1000, burst: 1000 })
+  const f = rb.fetch({ limiter: keyed, retries: 0, onDecision: (e) => events.push(e), fetch: async () => new Response(null, { status: 429 }) })
+  assert.equal((await f('http://partner.test/')).status, 429)
+  assert.deepEqual(
+    events.map((e) => e.outcome),
+    ['gave_up'],
+  )
+
+  // The native words are u64s in decimal: anything else is a TypeError.
+  assert.throws(() => bucket.adaptWord('0', 'lots'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /next is a learned word.*"lots"/))
+  assert.throws(() => bucket.adaptWord('-1', '0'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /seen/))
+  assert.throws(() => bucket.adaptWord('18446744073709551616', '0'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /seen/))
+  const o = new rb.Outbound({ limiter: bucket })
+  assert.equal(o.learning, true, 'on by default with a TokenBucket')
+  assert.equal(new rb.Outbound({ limiter: bucket, adaptive: false }).learning, false)
+  assert.equal(new rb.Outbound({}).learning, false, 'no limiter: nothing keeps what is learned')
+  const call = o.call('GET', 'http:', 'p', null, null, null, null, false, true)
+  assert.throws(() => call.saw('0x10'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /learned word/))
+  // A word above 2^53 keeps every bit through the adapter's strings.
+  assert.equal(bucket.learnedWord(), '0')
+  const big = String((1n << 61n) | (20000n << 44n) | 1799999999999n)
+  assert.equal(bucket.adaptWord('0', big), true)
+  assert.equal(bucket.learnedWord(), big)
+  assert.equal(bucket.adaptWord('0', '0'), false, 'no longer the word seen: kept')
+  // The rate of (65536 − 20000)/65536 of the ceiling, 1/s.
+  assert.ok(Math.abs(bucket.learnedRate() - 45536 / 65536) < 1e-9, String(bucket.learnedRate()))
+  // setQuota sets the ceiling and keeps the word.
+  bucket.setQuota(10)
+  assert.ok(Math.abs(bucket.learnedRate() - (10 * 45536) / 65536) < 1e-9, String(bucket.learnedRate()))
+})
