@@ -218,6 +218,9 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
           break
         case 'acquire': {
           const options = { timeout: s.timeout ?? undefined, signal: c.signal }
+          // The word the wait began under: a cut while in line means wait
+          // again (the machine says acquire once more).
+          if (p.learning) c.call.reserving(p.keyed ? p.limiter.learnedWord(c.key) : p.limiter.learnedWord())
           if (p.keyed) await p.limiter.acquire(c.key, s.n, options)
           else await p.limiter.acquire(s.n, options)
           // What the answer's evidence will be about: the learned word

@@ -70,6 +70,7 @@ test('every vector through the machine, on a virtual clock', () => {
     assert.equal(call.key, v.expect.key, v.id)
     let now = 1e6
     let i = 0
+    let waited = null
     const steps = []
     for (;;) {
       const s = call.next(now)
@@ -80,7 +81,13 @@ test('every vector through the machine, on a virtual clock', () => {
       } else if (s.kind === 'acquire') {
         steps.push(['acquire', s.n, s.timeout ?? null])
         now += (sending.acquire_s ?? 0) * 1000
-        if (o.learning) call.saw(word(sending.learned))
+        if (o.learning) {
+          // The first wait of a sending begins under `learned_before`.
+          const before = waited !== i && 'learned_before' in sending ? sending.learned_before : sending.learned
+          call.reserving(word(before))
+          waited = i
+          call.saw(word(sending.learned))
+        }
       } else if (s.kind === 'adapt') {
         steps.push(['adapt', units(s.seen), units(s.next), cut(s.next)])
         adapt = s

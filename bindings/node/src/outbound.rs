@@ -402,6 +402,20 @@ impl OutboundCall {
         self.call.answered(&self.caller, status, pairs, now_unix);
     }
 
+    /// The learned word when the wait for the tokens began (the limiter's
+    /// `learnedWord`, read before asking for them): a cut that comes while
+    /// the sending is in line makes the machine ask for the tokens again
+    /// rather than send at the old pace.
+    ///
+    /// @throws {TypeError} `ERR_INVALID_ARG_TYPE` for text that is not a
+    /// `u64` in decimal.
+    #[napi]
+    pub fn reserving(&mut self, env: Env, word: String) -> Result<()> {
+        self.call
+            .reserving(word_of(&env, "the learned word", &word)?);
+        Ok(())
+    }
+
     /// The learned word the limiter held for the call's key once the
     /// tokens came (the limiter's, a `u64` in decimal): what the answer's
     /// evidence is about. Told only when the adapter learns

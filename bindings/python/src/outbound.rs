@@ -314,6 +314,14 @@ impl Call {
         self.call.saw(Learned::from_bits(seen));
     }
 
+    /// The learned word when the wait for the tokens began (read before
+    /// asking for them): a cut that comes while the sending is in line
+    /// makes it wait again (`acquire` once more) rather than send at the
+    /// old pace.
+    fn reserving(&mut self, seen: u64) {
+        self.call.reserving(Learned::from_bits(seen));
+    }
+
     /// Whether the limiter replaced its learned word as `("adapt", ...)`
     /// asked (False too when it failed).
     fn adapted(&mut self, replaced: bool) {

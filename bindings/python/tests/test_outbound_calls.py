@@ -48,9 +48,12 @@ def options(v: dict[str, Any]) -> dict[str, Any]:
     return {"adaptive": False, **given}
 
 
-def learned(s: dict[str, Any]) -> int:
-    """The learned word a sending went under (fresh when not given)."""
-    w = s.get("learned")
+def learned(s: dict[str, Any], field: str = "learned") -> int:
+    """The learned word a sending went under (fresh when not given), or
+    when its first wait began (``learned_before``; absent: the same)."""
+    if field not in s:
+        field = "learned"
+    w = s.get(field)
     if w is None:
         return 0
     return _ratebound._Outbound.learned_word(w["units"], w["at_ms"], w.get("cut", False))
@@ -75,7 +78,7 @@ def test_machine(v: dict[str, Any]) -> None:
     call = o.call(r["method"], u.scheme, u.hostname or "", u.port, r.get("key"), r.get("n"), r.get("timeout_s"),
                   "timeout_s" in r, r["body"] != "stream")
     assert call.key == v["expect"]["key"]
-    now, i, steps, words = 1000.0, 0, [], []
+    now, i, steps, words, waited = 1000.0, 0, [], [], None
     while True:
         step = call.next(now)
         steps.append(list(step))
@@ -93,6 +96,9 @@ def test_machine(v: dict[str, Any]) -> None:
         elif kind == "acquire":
             now += s.get("acquire_s", 0)
             if o.learning:
+                # The first wait of a sending begins under learned_before.
+                call.reserving(learned(s, "learned" if waited == i else "learned_before"))
+                waited = i
                 call.saw(learned(s))
         elif kind == "send":
             call.answered(s["status"], [tuple(h) for h in s["headers"]], 1.8e9)

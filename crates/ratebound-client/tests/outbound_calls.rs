@@ -41,6 +41,8 @@ struct Script {
     vector: Arc<Value>,
     sent: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<Value>>>,
+    /// The learned word's reads so far for one sending: (sending, reads).
+    reads: Arc<Mutex<(usize, usize)>>,
 }
 
 impl Script {
@@ -49,6 +51,7 @@ impl Script {
             vector: Arc::new(vector.clone()),
             sent: Arc::new(AtomicUsize::new(0)),
             seen: Arc::new(Mutex::new(Vec::new())),
+            reads: Arc::new(Mutex::new((usize::MAX, 0))),
         }
     }
 
@@ -151,7 +154,22 @@ impl KeyedLimit for Script {
     /// the vectors' clock (answers at Unix time 1 800 000 000 s) to now:
     /// the adapters date answers by the real clock.
     fn learned(&self, _key: Key<'_>) -> Learned {
-        let l = learned(self.sending(self.sent.load(Ordering::SeqCst)));
+        // The first read of a sending is when its first wait begins
+        // (`learned_before`); the later ones, `learned`.
+        let i = self.sent.load(Ordering::SeqCst);
+        let first = {
+            let mut reads = self.reads.lock().unwrap();
+            if reads.0 != i {
+                *reads = (i, 0);
+            }
+            reads.1 += 1;
+            reads.1 == 1
+        };
+        let s = self.sending(i);
+        let l = match s.get("learned_before") {
+            Some(w) if first => learned_word(Some(w)),
+            _ => learned(s),
+        };
         if l.is_fresh() {
             return l;
         }
@@ -187,7 +205,12 @@ const VECTOR_NOW_MS: u64 = 1_800_000_000_000;
 
 /// The learned word a vector's sending went under (fresh when absent).
 fn learned(s: &Value) -> Learned {
-    s.get("learned").map_or_else(Learned::fresh, |l| {
+    learned_word(s.get("learned"))
+}
+
+/// A vector's word (null or absent: fresh).
+fn learned_word(w: Option<&Value>) -> Learned {
+    w.filter(|l| !l.is_null()).map_or_else(Learned::fresh, |l| {
         let units = u32::try_from(l["units"].as_u64().expect("units")).expect("u32");
         Learned::new(units, l["at_ms"].as_u64().unwrap_or(0))
             .with_cut(l.get("cut").and_then(Value::as_bool).unwrap_or(false))

@@ -53,7 +53,20 @@ pub fn caller(config: &Value) -> Caller {
 /// The learned word a sending went under (`learned`: its fraction in
 /// 65536ths, the instant `at_ms` it changed, `cut`); fresh when absent.
 pub fn learned(s: &Value) -> Learned {
-    s.get("learned").map_or_else(Learned::fresh, |l| {
+    word(s.get("learned"))
+}
+
+/// The learned word when a sending's first wait began (`learned_before`;
+/// null: fresh; absent: as [`learned`]).
+pub fn learned_before(s: &Value) -> Learned {
+    match s.get("learned_before") {
+        Some(w) => word(Some(w)),
+        None => learned(s),
+    }
+}
+
+fn word(w: Option<&Value>) -> Learned {
+    w.filter(|l| !l.is_null()).map_or_else(Learned::fresh, |l| {
         let units = u32::try_from(l["units"].as_u64().expect("units")).expect("u32");
         Learned::new(units, l["at_ms"].as_u64().unwrap_or(0))
             .with_cut(l.get("cut").and_then(Value::as_bool).unwrap_or(false))
@@ -112,6 +125,8 @@ fn replay(v: &Value) -> (String, Vec<Value>) {
     let mut now = Duration::from_secs(1000);
     let mut steps = Vec::new();
     let mut i = 0;
+    // The sending whose first wait has begun.
+    let mut waited = None;
     loop {
         let s = &sendings[i];
         match call.next(&caller, now).expect("step") {
@@ -124,6 +139,12 @@ fn replay(v: &Value) -> (String, Vec<Value>) {
                 now += Duration::from_secs_f64(
                     s.get("acquire_s").and_then(Value::as_f64).unwrap_or(0.0),
                 );
+                call.reserving(if waited == Some(i) {
+                    learned(s)
+                } else {
+                    learned_before(s)
+                });
+                waited = Some(i);
                 call.saw(learned(s));
             }
             Step::Send => {

@@ -266,6 +266,8 @@ class Options:
             step = call.next(time.monotonic())
             kind = step[0]
             if kind == "acquire":
+                if self.learning:
+                    call.reserving(self.bound.learned(call.key))
                 self.bound.acquire_blocking(call.key, step[1], step[2])
                 if self.learning:
                     call.saw(self.bound.learned(call.key))
@@ -298,6 +300,8 @@ class Options:
             step = call.next(now())
             kind = step[0]
             if kind == "acquire":
+                if self.learning:
+                    call.reserving(self.bound.learned(call.key))
                 await self.bound.acquire(call.key, step[1], step[2])
                 if self.learning:
                     call.saw(self.bound.learned(call.key))
