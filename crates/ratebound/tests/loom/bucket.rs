@@ -247,3 +247,37 @@ fn checks_while_the_clock_moves() {
         }
     });
 }
+
+/// Two adapters propose different words from the one they both saw, while
+/// a third thread checks: exactly one proposal is taken, the word and the
+/// quota in force are the winner's together (`Learned::scale` of the
+/// ceiling), and the check is answered by a whole quota — the bucket was
+/// full, so it is admitted with the remaining count of the ceiling's burst
+/// or of the winner's.
+#[test]
+fn two_adapts_from_one_word_one_wins_while_a_check_runs() {
+    use ratebound::outbound::{FULL, Learned};
+    loom::model(|| {
+        let ceiling = Quota::with_period(Duration::from_nanos(T))
+            .unwrap()
+            .with_burst(4)
+            .unwrap();
+        let bucket = Arc::new(TokenBucket::with_clock(ceiling, ManualClock::new()));
+        let half = Learned::new(FULL / 2, 1).with_cut(true);
+        let quarter = Learned::new(FULL / 4, 1).with_cut(true);
+        let spawn = |next: Learned| {
+            let b = bucket.clone();
+            thread::spawn(move || b.adapt_at(Learned::fresh(), next, 0))
+        };
+        let (a, c) = (spawn(half), spawn(quarter));
+        let d = bucket.check_n_at(1, 0).expect("check");
+        let (a, c) = (a.join().unwrap(), c.join().unwrap());
+        assert!(a ^ c, "exactly one adapt wins: {a} {c}");
+        let won = if a { half } else { quarter };
+        assert_eq!(bucket.learned(), won);
+        assert_eq!(bucket.quota(), won.scale(ceiling));
+        assert!(d.is_allowed());
+        let remaining = [3, won.scale(ceiling).burst() - 1];
+        assert!(remaining.contains(&d.remaining()), "{}", d.remaining());
+    });
+}
