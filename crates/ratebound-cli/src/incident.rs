@@ -25,23 +25,34 @@ use ratebound_shm::SharedLimiter;
 use crate::CliError;
 
 /// Workers calling the partner.
-const WORKERS: usize = 50;
+pub(crate) const WORKERS: usize = 50;
 /// The partner's quota and the limit set below it.
-const PARTNER_RATE: f64 = 10.0;
-const PARTNER_BURST: f64 = 20.0;
+pub(crate) const PARTNER_RATE: f64 = 10.0;
+pub(crate) const PARTNER_BURST: f64 = 20.0;
 const LIMIT: &str = "9/s burst 15";
 
-/// The partner: its own token bucket (not ratebound's), counting answers.
-struct Partner {
-    addr: SocketAddr,
+/// The partner: its own token bucket (not ratebound's), counting answers
+/// (in all, and per second since it started).
+pub(crate) struct Partner {
+    pub(crate) addr: SocketAddr,
     bucket: Mutex<(f64, Instant)>,
     ok: AtomicU64,
     refused: AtomicU64,
     stop: AtomicBool,
+    /// Refusals without `Retry-After` (a reverse proxy's limiter).
+    bare: bool,
+    started: Instant,
+    /// (200s, 429s) in each second since `started`.
+    seconds: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Partner {
     fn start() -> Result<Arc<Partner>, CliError> {
+        Partner::start_with(false)
+    }
+
+    /// A partner answering a bare 429 (no `Retry-After`) when `bare`.
+    pub(crate) fn start_with(bare: bool) -> Result<Arc<Partner>, CliError> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .map_err(|e| CliError::new(format!("cannot listen on 127.0.0.1: {e}")))?;
         let addr = listener
@@ -53,6 +64,9 @@ impl Partner {
             ok: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            bare,
+            started: Instant::now(),
+            seconds: Mutex::new(Vec::new()),
         });
         let p = partner.clone();
         thread::spawn(move || {
@@ -89,9 +103,14 @@ impl Partner {
             if !any {
                 continue;
             }
-            let answer = if self.take() {
+            let taken = self.take();
+            self.count(taken);
+            let answer = if taken {
                 self.ok.fetch_add(1, Ordering::Relaxed);
                 "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+            } else if self.bare {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-length: 2\r\n\r\nno"
             } else {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 2\r\n\r\nno"
@@ -100,6 +119,30 @@ impl Partner {
                 return;
             }
         }
+    }
+
+    /// Counts an answer in its second.
+    fn count(&self, ok: bool) {
+        let second = usize::try_from(self.started.elapsed().as_secs()).unwrap_or(usize::MAX);
+        let mut seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        if seconds.len() <= second && second < 3600 {
+            seconds.resize(second + 1, (0, 0));
+        }
+        if let Some(s) = seconds.get_mut(second) {
+            if ok {
+                s.0 += 1;
+            } else {
+                s.1 += 1;
+            }
+        }
+    }
+
+    /// The (200s, 429s) of each second so far.
+    pub(crate) fn per_second(&self) -> Vec<(u64, u64)> {
+        self.seconds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn take(&self) -> bool {
@@ -115,7 +158,7 @@ impl Partner {
         }
     }
 
-    fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
         // Wakes the accept loop so that it sees the flag.
         let _ = TcpStream::connect(self.addr);
@@ -123,7 +166,9 @@ impl Partner {
 }
 
 /// One GET on a keep-alive connection: the status and the headers.
-fn get(conn: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<(String, String)>)> {
+pub(crate) fn get(
+    conn: &mut BufReader<TcpStream>,
+) -> std::io::Result<(u16, Vec<(String, String)>)> {
     conn.get_mut()
         .write_all(b"GET /v1/items HTTP/1.1\r\nhost: partner\r\n\r\n")?;
     let mut line = String::new();

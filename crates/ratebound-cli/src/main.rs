@@ -10,6 +10,7 @@ mod bench;
 mod demo;
 mod incident;
 mod inspect;
+mod learning;
 mod plot;
 mod server;
 mod simulate;
@@ -24,7 +25,7 @@ use ratebound_cli::{CliError, MAX_SPAN, SECOND, Shown, parse_duration, split_pai
 
 use simulate::{Algo, Limits};
 
-/// Scenarios 1-6, then 7 live (unless told otherwise).
+/// Scenarios 1-6, then 7 and 8 live (unless told otherwise).
 fn demo(args: &DemoArgs) -> Result<String, CliError> {
     let secs = parse_duration(&args.seconds, "--seconds")?;
     if secs == 0 || secs > 60 * SECOND {
@@ -43,6 +44,16 @@ fn demo(args: &DemoArgs) -> Result<String, CliError> {
             args.redis.as_deref(),
             Duration::from_nanos(secs),
         )?);
+        if !args.no_learning {
+            let learn = parse_duration(&args.learning_seconds, "--learning-seconds")?;
+            if learn < SECOND || learn > 60 * SECOND {
+                return Err(CliError::new(format!(
+                    "--learning-seconds must be from 1 s to 60 s, got {}",
+                    Shown(&args.learning_seconds)
+                )));
+            }
+            out.push_str(&learning::render(Duration::from_secs(learn / SECOND))?);
+        }
     }
     Ok(out)
 }
@@ -89,9 +100,15 @@ struct DemoArgs {
     /// Only scenarios 1-6 (deterministic, no network).
     #[arg(long, conflicts_with = "live_only")]
     no_live: bool,
-    /// Only scenario 7.
+    /// Only the live scenarios (7, and 8 unless --no-learning).
     #[arg(long)]
     live_only: bool,
+    /// How long each of scenario 8's fleets runs (whole seconds, 1-60).
+    #[arg(long, default_value = "10s", allow_hyphen_values = true)]
+    learning_seconds: String,
+    /// Skip scenario 8 (a fleet learning a partner's real limit).
+    #[arg(long)]
+    no_learning: bool,
 }
 
 #[derive(Args, Debug)]

@@ -56,7 +56,7 @@ fn answered(out: &str, what: &str) -> (u64, u64) {
 
 #[test]
 fn demo_scenario_7_the_shared_limit_keeps_the_partner_from_refusing() {
-    let o = ratebound(&["demo", "--live-only", "--seconds", "2s"]);
+    let o = ratebound(&["demo", "--live-only", "--seconds", "2s", "--no-learning"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
@@ -72,12 +72,73 @@ fn demo_scenario_7_the_shared_limit_keeps_the_partner_from_refusing() {
     assert!(!out.contains("DESIGN.md"), "{out}");
 }
 
+/// Scenario 8's "second half" line after `name`'s row: (200s, 429s,
+/// changes learned).
+fn second_half(out: &str, name: &str) -> (u64, u64, u64) {
+    let mut lines = out.lines().skip_while(|l| !l.contains(name));
+    let row = lines.next().unwrap_or_else(|| panic!("no {name} in {out}"));
+    let half = lines
+        .next()
+        .unwrap_or_else(|| panic!("no second half after {row}"));
+    let numbers: Vec<u64> = half
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .filter(|s| !s.is_empty() && !s.contains('.'))
+        .map(|s| s.parse().expect("a count"))
+        .collect();
+    // "200 x N, 429 x M (P % refused); K changes learned"
+    assert!(numbers.len() >= 6, "{half}");
+    (numbers[1], numbers[3], numbers[5])
+}
+
+#[test]
+fn demo_scenario_8_learning_keeps_a_wrong_limit_from_drawing_429s() {
+    let o = ratebound(&[
+        "demo",
+        "--live-only",
+        "--seconds",
+        "1s",
+        "--learning-seconds",
+        "8s",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("8. A wrong limit, live"), "{out}");
+    let (off_ok, off_refused, off_changes) = second_half(&out, "learning off");
+    let (on_ok, on_refused, on_changes) = second_half(&out, "learning (the default)");
+    assert_eq!(off_changes, 0, "{out}");
+    assert!(on_changes > 0, "{out}");
+    // Without learning the partner refuses a large share (two for every
+    // 200 between the fleet's pauses); with it, a small one.
+    let share = |ok: u64, no: u64| no as f64 / (ok + no).max(1) as f64;
+    assert!(share(off_ok, off_refused) > 0.2, "{out}");
+    assert!(
+        share(on_ok, on_refused) < share(off_ok, off_refused) / 2.0,
+        "{out}"
+    );
+}
+
 #[test]
 fn demo_rejects_bad_seconds() {
     for bad in ["0s", "61s", "soon"] {
         let o = ratebound(&["demo", "--live-only", "--seconds", bad]);
         assert_eq!(o.status.code(), Some(2), "{bad}");
         assert!(stderr(&o).contains("--seconds"), "{bad}: {}", stderr(&o));
+    }
+    for bad in ["0s", "61s", "soon", "500ms"] {
+        let o = ratebound(&[
+            "demo",
+            "--live-only",
+            "--seconds",
+            "1s",
+            "--learning-seconds",
+            bad,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(
+            stderr(&o).contains("--learning-seconds"),
+            "{bad}: {}",
+            stderr(&o)
+        );
     }
 }
 
@@ -289,6 +350,7 @@ fn demo_scenario_7_on_redis_keeps_the_partner_from_refusing() {
         "--live-only",
         "--seconds",
         "2s",
+        "--no-learning",
         "--redis",
         &server.url(),
     ]);
