@@ -6,17 +6,15 @@
 //! `Retry-After`, no `RateLimit` fields) beyond. For 20 s every instance
 //! sends as fast as the adapter lets it. With learning (the default) the
 //! last 10 s see at most 5 % of what reached the partner refused and at
-//! least 85 % of its capacity served — refusals hold with room (1.1–1.2 %
-//! in four runs on 2026-12-05), **goodput does not reliably**: 90 %, 93 %,
-//! and 81 % with a second fleet running beside it (each cut leaves a
-//! silence while the slots given up drain, and where the silences fall in
-//! the window decides it). The test asserts 75 % until that is fixed; the
-//! 85 % bar stays open on issue 39;
-//! with `.adaptive(false)`, the documented contrast, two thirds are
-//! refused for as long as it runs. The fifty waiters keep a queue fifty
-//! deep: the call machine's rule that a sending whose wait saw a cut waits
-//! again (`Call::reserving`) is what keeps the old pace from reaching the
-//! partner after a cut.
+//! least 85 % of its capacity served (on 2026-12-05: 1.9 % and 2.8 %
+//! refused, 104 % and 106 % served — its burst counts); with
+//! `.adaptive(false)`, the documented contrast, two thirds are refused for
+//! as long as it runs. The fifty waiters keep a queue fifty deep: a
+//! sending whose wait saw the rate fall waits again (`Call::reserving`)
+//! and a cut drops the slots taken beyond an empty bucket
+//! (`TokenBucket::adapt`), which is what keeps the old pace from reaching
+//! the partner after a cut, and the fleet from idling behind slots nobody
+//! uses.
 //! The per-second counts are printed (`--nocapture`). The exact rule is
 //! checked in virtual time by `ratebound/tests/learn_fleet.rs`; these bars
 //! hold with room on a loaded machine (a slow instance sends less, which
@@ -121,9 +119,8 @@ async fn fifty_instances_find_a_bare_429_partners_limit() {
         "{:.1} % refused: {seconds:?}",
         refused * 100.0
     );
-    // The issue's bar is 85 % (see the module's notes).
     assert!(
-        goodput >= 0.75,
+        goodput >= 0.85,
         "goodput {:.0} %: {seconds:?}",
         goodput * 100.0
     );

@@ -247,13 +247,14 @@ impl Learned {
         )
     }
 
-    /// Whether this word is a cut made after `earlier` (changed later, to
-    /// a lower fraction): a slot taken under `earlier` — a waiter already
-    /// in line — was priced at a rate since found too high. The call
+    /// Whether this word is lower than `earlier` and newer (a cut came
+    /// since, whatever steps up followed it): a slot taken under `earlier`
+    /// — a waiter already in line — was priced at a rate since found too
+    /// high. The call
     /// machine then waits again rather than send at the old pace (see
     /// [`Call::reserving`](super::Call::reserving)).
     pub fn cut_since(self, earlier: Learned) -> bool {
-        self.cut && self.changed_ms > earlier.changed_ms && self.fraction < earlier.fraction
+        self.changed_ms > earlier.changed_ms && self.fraction < earlier.fraction
     }
 
     fn next_instant(self, now_ms: u64) -> u64 {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{TokenBucket, epoch_generation, pack, params, tat};
+use crate::algorithms::gcra::MAX_TAT;
 use crate::clock::{Clock, MAX_TIME_NANOS};
 use crate::limiter::Permit;
 use crate::outbound::Learned;
@@ -187,8 +188,35 @@ impl<C: Clock> TokenBucket<C> {
         // conversion keeping the token debt would, on a step up, put new
         // slots beside those of the waiters already asleep: twice the rate
         // for a queue's length).
-        self.set_quota_locked(next.scale(*ceiling), now, true);
+        let quota = next.scale(*ceiling);
+        self.set_quota_locked(quota, now, true);
+        if next.fraction_units() < seen.fraction_units() {
+            // A cut: the slots taken beyond an empty bucket were priced at
+            // the rate found too high, and every outbound sending holding
+            // one waits again when it comes (`Learned::cut_since`): they
+            // are dropped, so that those sendings line up again at the new
+            // rate from now rather than behind slots nobody will use (a
+            // queue that would grow by a fleet's length at every cut).
+            self.drop_queue(quota, now);
+        }
         true
+    }
+
+    /// Empties the queue beyond an empty bucket of `quota` at `now` (or at
+    /// the end of a pause on, which stays): the theoretical arrival time is
+    /// at most that instant + τ — no token left, none owed beyond.
+    fn drop_queue(&self, quota: Quota, now: u64) {
+        let now = now.min(MAX_TIME_NANOS);
+        let from = self.pause.words().ends(now).unwrap_or(now);
+        let empty = from.saturating_add(
+            quota
+                .emission_interval_nanos()
+                .saturating_mul(quota.burst()),
+        );
+        // Under the writer lock: the epoch is stable.
+        let g = epoch_generation(self.epoch.load(Ordering::Relaxed));
+        self.state
+            .update(|word| (tat(word) > empty).then(|| pack(g, empty.min(MAX_TAT))));
     }
 
     /// Installs `quota` at `now`: the state converted to keep the whole

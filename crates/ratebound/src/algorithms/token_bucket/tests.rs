@@ -91,3 +91,38 @@ fn adapt_scales_the_ceiling_by_the_word_once_per_word_seen() {
     assert!(b.adapt(half, Learned::new(FULL, 2_000)));
     assert_eq!(b.quota(), lower);
 }
+
+/// A cut drops the queue beyond an empty bucket (the waiters holding those
+/// slots wait again: `Learned::cut_since`), never a pause on; a step up
+/// keeps the schedule.
+#[test]
+fn a_cut_drops_the_queue_but_not_a_pause_and_a_step_up_keeps_it() {
+    use crate::outbound::{FULL, Learned};
+    let ceiling = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+    let b = TokenBucket::with_clock(ceiling, ManualClock::new());
+    // Two at once, then eight queued: the last slot 800 ms out.
+    for _ in 0..10 {
+        let _held = b.reserve_n_at(1, Duration::MAX, 0).unwrap();
+    }
+    let half = Learned::new(FULL / 2, 1).with_cut(true);
+    assert!(b.adapt_at(Learned::fresh(), half, 0));
+    // 5/s burst 1, from an empty bucket now: the next slot 200 ms out, not
+    // behind the 800 ms of dropped slots.
+    let next = b.reserve_n_at(1, Duration::MAX, 0).unwrap();
+    assert_eq!(next.delay(), Duration::from_millis(200));
+    // A step up keeps the schedule: the next slot follows that one.
+    let up = Learned::new(FULL, 2);
+    assert!(b.adapt_at(half, up, 0));
+    let after = b.reserve_n_at(1, Duration::MAX, 0).unwrap();
+    assert_eq!(after.delay(), Duration::from_millis(300));
+    // A pause on stays through a cut: nothing before its end.
+    b.pause_at(Duration::from_secs(5), 0);
+    let cut = Learned::new(FULL / 2, 3).with_cut(true);
+    assert!(b.adapt_at(up, cut, 0));
+    let paused = b.reserve_n_at(1, Duration::MAX, 0).unwrap();
+    assert!(
+        paused.delay() >= Duration::from_secs(5),
+        "{:?}",
+        paused.delay()
+    );
+}
