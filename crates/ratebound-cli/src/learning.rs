@@ -3,9 +3,9 @@
 //! times what the partner (on 127.0.0.1, 10/s bursts of 20) allows — and
 //! the partner answers a bare 429, no `Retry-After`, as a reverse proxy's
 //! limiter does. Each worker runs the core's outbound call machine (the
-//! steps every adapter runs: wait for a token, send, learn from the answer,
-//! pause, retry). Learning off, the fleet draws two 429s for every 200 for
-//! as long as it runs; learning on (the adapters' default), the first
+//! steps every adapter runs: wait for a token, send, learn from the answer;
+//! no retries, so that the partner sees the fleet's own pace). Learning
+//! off, the fleet draws two 429s for every 200 for as long as it runs; learning on (the adapters' default), the first
 //! refusals cut the shared rate and the fleet settles under the partner's
 //! real limit. The partner's 200s and 429s are printed per second.
 
@@ -93,11 +93,16 @@ fn fleet(adaptive: bool, run_for: Duration) -> Result<(Vec<(u64, u64)>, u64, f64
     let partner = Partner::start_with(true)?;
     let bucket = Arc::new(TokenBucket::new(quota));
     let caller = Arc::new(
-        Caller::new("token_bucket", Outbound::new(), Sending::default(), None)?.with_adaptive(
-            Some(adaptive),
-            true,
-            quota,
-        )?,
+        // No retries: each refusal is the caller's, so the partner sees the
+        // fleet's own pace (a retry's backoff would pause everyone and hide
+        // it).
+        Caller::new(
+            "token_bucket",
+            Outbound::new().with_retries(0),
+            Sending::default(),
+            None,
+        )?
+        .with_adaptive(Some(adaptive), true, quota)?,
     );
     let adapted = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + run_for;
