@@ -330,6 +330,24 @@ fn worker(mut limit: Limit, addr: SocketAddr, deadline: Instant) -> Result<(), C
     Ok(())
 }
 
+/// Waits for every worker, then stops the partner; the first worker's
+/// error, if any.
+pub(crate) fn join(
+    handles: Vec<thread::JoinHandle<Result<(), CliError>>>,
+    partner: &Partner,
+) -> Result<(), CliError> {
+    let mut first_error = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => first_error = first_error.or(Some(e)),
+            Err(_) => first_error = first_error.or(Some(CliError::new("a worker panicked"))),
+        }
+    }
+    partner.shutdown();
+    first_error.map_or(Ok(()), Err)
+}
+
 /// Runs the fifty workers on limits made by `make`; the partner's counts.
 fn fleet(
     make: &dyn Fn() -> Result<Limit, CliError>,
@@ -347,18 +365,7 @@ fn fleet(
             thread::spawn(move || worker(limit, addr, deadline))
         })
         .collect();
-    let mut first_error = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => first_error = first_error.or(Some(e)),
-            Err(_) => first_error = first_error.or(Some(CliError::new("a worker panicked"))),
-        }
-    }
-    partner.shutdown();
-    if let Some(e) = first_error {
-        return Err(e);
-    }
+    join(handles, &partner)?;
     Ok((
         partner.ok.load(Ordering::Relaxed),
         partner.refused.load(Ordering::Relaxed),

@@ -20,7 +20,7 @@ use ratebound::outbound::{Caller, EventKind, Outbound, Reach, Sending, Step, Tar
 use ratebound::{Quota, TokenBucket};
 
 use crate::CliError;
-use crate::incident::{PARTNER_BURST, PARTNER_RATE, Partner, WORKERS, get};
+use crate::incident::{PARTNER_BURST, PARTNER_RATE, Partner, WORKERS, get, join};
 
 /// What the fleet is configured at: three times the partner's limit.
 const CONFIGURED: &str = "30/s burst 30";
@@ -86,9 +86,18 @@ fn worker(
     Ok(())
 }
 
-/// One fleet for `run_for`: the partner's (200s, 429s) per second, the
-/// learned changes and the rate the bucket ends at.
-fn fleet(adaptive: bool, run_for: Duration) -> Result<(Vec<(u64, u64)>, u64, f64), CliError> {
+/// What one fleet's run shows.
+struct Run {
+    /// The partner's (200s, 429s) in each second.
+    seconds: Vec<(u64, u64)>,
+    /// The learned rate's changes.
+    adapted: u64,
+    /// The rate the shared bucket ends at.
+    rate: f64,
+}
+
+/// One fleet for `run_for`.
+fn fleet(adaptive: bool, run_for: Duration) -> Result<Run, CliError> {
     let quota = Quota::parse(CONFIGURED)?;
     let partner = Partner::start_with(true)?;
     let bucket = Arc::new(TokenBucket::new(quota));
@@ -113,23 +122,16 @@ fn fleet(adaptive: bool, run_for: Duration) -> Result<(Vec<(u64, u64)>, u64, f64
             thread::spawn(move || worker(&bucket, &caller, addr, deadline, &adapted))
         })
         .collect();
-    let mut first_error = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => first_error = first_error.or(Some(e)),
-            Err(_) => first_error = first_error.or(Some(CliError::new("a worker panicked"))),
-        }
-    }
-    partner.shutdown();
-    if let Some(e) = first_error {
-        return Err(e);
-    }
+    join(handles, &partner)?;
     let mut seconds = partner.per_second();
     seconds.truncate(usize::try_from(run_for.as_secs()).unwrap_or(usize::MAX));
     let rate = quota.rate_per_second() * f64::from(bucket.learned().fraction_units().max(1))
         / f64::from(ratebound::outbound::FULL);
-    Ok((seconds, adapted.load(Ordering::Relaxed), rate))
+    Ok(Run {
+        seconds,
+        adapted: adapted.load(Ordering::Relaxed),
+        rate,
+    })
 }
 
 /// Scenario 8 as text: the same fleet without learning and with it, each
@@ -143,7 +145,11 @@ pub fn render(run_for: Duration) -> Result<String, CliError> {
          outbound call machine for {secs} s. The partner's 200s and 429s per second:\n"
     );
     for adaptive in [false, true] {
-        let (seconds, adapted, rate) = fleet(adaptive, run_for)?;
+        let Run {
+            seconds,
+            adapted,
+            rate,
+        } = fleet(adaptive, run_for)?;
         let row: Vec<String> = seconds
             .iter()
             .map(|(ok, no)| format!("{ok:>2}/{no:<2}"))

@@ -46,7 +46,7 @@ fn demo(args: &DemoArgs) -> Result<String, CliError> {
         )?);
         if !args.no_learning {
             let learn = parse_duration(&args.learning_seconds, "--learning-seconds")?;
-            if learn < SECOND || learn > 60 * SECOND {
+            if !(SECOND..=60 * SECOND).contains(&learn) {
                 return Err(CliError::new(format!(
                     "--learning-seconds must be from 1 s to 60 s, got {}",
                     Shown(&args.learning_seconds)

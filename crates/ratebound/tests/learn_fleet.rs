@@ -71,6 +71,26 @@ impl Run {
         (from..self.seconds.len()).find(|&s| self.seconds[s].rate >= rate)
     }
 
+    /// The changing partner's phases (10/s, 5/s, 10/s from 0, 10 and 20 s):
+    /// in the second half of each, at most 10 % refused and at least
+    /// `bars[i]` of that phase's capacity served.
+    fn check_phases(&self, label: &str, bars: [f64; 3]) {
+        for ((from, rate), bar) in [(5, 10), (15, 5), (25, 10)].into_iter().zip(bars) {
+            let (share, goodput) = (
+                self.refused_share(from, from + 5),
+                self.goodput(from, from + 5, rate),
+            );
+            println!(
+                "{label}{from}-{} s at {rate}/s: {:.1} % refused, goodput {:.1} %",
+                from + 5,
+                share * 100.0,
+                goodput * 100.0
+            );
+            assert!(share <= 0.10, "{from} s: refused share {share}");
+            assert!(goodput >= bar, "{from} s: goodput {goodput}");
+        }
+    }
+
     fn print(&self, title: &str) {
         println!("{title}: second, 200s, 429s, learned rate");
         for (i, s) in self.seconds.iter().enumerate() {
@@ -311,20 +331,7 @@ fn a_fleet_follows_a_partner_that_changes_its_limit() {
     };
     let run = simulate(Some(default_learning()), &partner, 30);
     run.print("learning, partner 10/s, 5/s, 10/s");
-    for (from, rate) in [(5, 10), (15, 5), (25, 10)] {
-        let (share, goodput) = (
-            run.refused_share(from, from + 5),
-            run.goodput(from, from + 5, rate),
-        );
-        println!(
-            "{from}-{} s at {rate}/s: {:.1} % refused, goodput {:.1} %",
-            from + 5,
-            share * 100.0,
-            goodput * 100.0
-        );
-        assert!(share <= 0.10, "{from} s: refused share {share}");
-        assert!(goodput >= 0.80, "{from} s: goodput {goodput}");
-    }
+    run.check_phases("", [0.80, 0.80, 0.80]);
     let back = run.reached(20, 8.0).expect("back up");
     println!("learned rate back at 8/s by the end of second {back}");
     assert!(back < 30, "back at {back} s");
@@ -392,21 +399,8 @@ fn a_fleet_in_line_learns_the_partners_limit() {
     };
     let changing = simulate_queued(Some(default_learning()), &partner, 30);
     changing.print("queued, learning, partner 10/s, 5/s, 10/s");
-    for (from, rate, bar) in [(5, 10, 0.80), (15, 5, 0.80), (25, 10, 0.60)] {
-        let (share, goodput) = (
-            changing.refused_share(from, from + 5),
-            changing.goodput(from, from + 5, rate),
-        );
-        println!(
-            "queued {from}-{} s at {rate}/s: {:.1} % refused, goodput {:.1} %",
-            from + 5,
-            share * 100.0,
-            goodput * 100.0
-        );
-        assert!(share <= 0.10, "{from} s: refused share {share}");
-        // The bar is 80 % in every phase (see above).
-        assert!(goodput >= bar, "{from} s: goodput {goodput}");
-    }
+    // The bar is 80 % in every phase (see above).
+    changing.check_phases("queued ", [0.80, 0.80, 0.60]);
     let back = changing.reached(20, 8.0).expect("back up");
     println!("queued: learned rate back at 8/s by the end of second {back}");
     assert!(back < 30, "back at {back} s");
