@@ -189,6 +189,14 @@ fn small_differences_cost_no_store_call() {
     assert_eq!(l.announced(at(target + 600), &quota, 5_000), None);
     let p = l.announced(at(target + 700), &quota, 5_000).unwrap();
     assert_eq!(p.fraction_units(), target);
+    // A small drop is no cut (waiters in line keep their slots); a drop
+    // of 1/8 or more is.
+    assert!(!p.was_cut());
+    assert!(
+        l.announced(at(target + 3_000), &quota, 5_000)
+            .unwrap()
+            .was_cut()
+    );
     // Up: only from 1/8 below it.
     assert_eq!(l.announced(at(target - 2_000), &quota, 5_000), None);
     let p = l.announced(at(target - 2_500), &quota, 5_000).unwrap();
