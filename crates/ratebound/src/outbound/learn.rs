@@ -16,6 +16,11 @@
 //!   changed at least a probe period ago ([`DEFAULT_PROBE`]) raises it by
 //!   one additive step ([`DEFAULT_STEP`] of the ceiling), never above the
 //!   ceiling: [`Learning::answered`].
+//! - **The quota a partner announces.** An answer telling what is left
+//!   before its window resets (`RateLimit-Remaining` / `RateLimit-Reset`,
+//!   `X-RateLimit-*`, the IETF `RateLimit` field) sets the fraction that
+//!   spends no more than that before the reset, in place of the step up:
+//!   [`Learning::announced`].
 //!
 //! **Fifty instances cut once.** Each transition is computed from the state
 //! the instance *saw* when it sent (the word its acquisition read), and the
