@@ -15,8 +15,8 @@ use ratebound::KeyedLimit;
 use ratebound::any::DEFAULT_N;
 use ratebound::any::Key::Text;
 use ratebound::outbound::{
-    Call, Caller, DEFAULT_BACKOFF, DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, Event, Outbound, Sending,
-    Step, Target,
+    Announced, Call, Caller, DEFAULT_BACKOFF, DEFAULT_MAX_PAUSE, DEFAULT_RETRIES, Event, Outbound,
+    Sending, Step, Target,
 };
 
 use crate::error::CallError;
@@ -221,8 +221,9 @@ pub(crate) trait Exchange {
         &mut self,
         request: Self::Request,
     ) -> impl Future<Output = Result<Self::Response, Self::Error>>;
-    /// The answer's status and the pause it asks for.
-    fn answer(&self, response: &Self::Response) -> (u16, Option<Duration>);
+    /// The answer's status, the pause it asks for and the quota it
+    /// announces.
+    fn answer(&self, response: &Self::Response) -> (u16, Option<Duration>, Option<Announced>);
 }
 
 /// What an adapter does around each sending (the same for all of them):
@@ -253,13 +254,15 @@ impl Settings {
         Ok(self.caller.call(method, target, key, None, None, true)?)
     }
 
-    /// The pause asked in `headers` (`Retry-After`, `RateLimit` fields).
-    pub(crate) fn asked(headers: &HeaderMap) -> Option<Duration> {
+    /// The pause asked in `headers` (`Retry-After`, `RateLimit` fields)
+    /// and the quota they announce (`RateLimit`, `RateLimit-*`,
+    /// `X-RateLimit-*`).
+    pub(crate) fn read(headers: &HeaderMap) -> (Option<Duration>, Option<Announced>) {
         let now_unix = unix_now();
         let lines = headers
             .iter()
             .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
-        ratebound::outbound::pause_asked(lines, now_unix)
+        ratebound::outbound::read_answer(lines, now_unix)
     }
 
     /// Runs `call` for `request` through `x`: the machine's steps, the
@@ -304,9 +307,9 @@ impl Settings {
                         }
                     }
                     let res = x.send(r).await.map_err(CallError::Service)?;
-                    let (status, asked) = x.answer(&res);
+                    let (status, asked, announced) = x.answer(&res);
                     let now_unix = self.origin_unix + self.origin.elapsed().as_secs_f64();
-                    call.answered_asked(c, status, asked, now_unix);
+                    call.answered_announced(c, status, asked, announced, now_unix);
                     response = Some(res);
                 }
                 Step::Adapt { seen, next } => {

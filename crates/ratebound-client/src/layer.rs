@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::request::Parts;
 use http::uri::Authority;
 use http::{Request, Response};
-use ratebound::outbound::{Call, Target};
+use ratebound::outbound::{Announced, Call, Target};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -244,11 +244,12 @@ where
         self.inner.call(Request::from_parts(parts, body)).await
     }
 
-    fn answer(&self, response: &Response<ResBody>) -> (u16, Option<Duration>) {
+    fn answer(&self, response: &Response<ResBody>) -> (u16, Option<Duration>, Option<Announced>) {
         // A gRPC status counts as an HTTP one; the longer of the two
         // pauses asked is obeyed.
         let (status, grpc) = grpc::status_of(response.status().as_u16(), response.headers());
-        (status, Settings::asked(response.headers()).max(grpc))
+        let (asked, announced) = Settings::read(response.headers());
+        (status, asked.max(grpc), announced)
     }
 }
 

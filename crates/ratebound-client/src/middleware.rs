@@ -6,7 +6,7 @@ use reqwest_middleware::{Middleware, Next};
 
 use std::time::Duration;
 
-use ratebound::outbound::Target;
+use ratebound::outbound::{Announced, Target};
 
 use crate::builder::{Exchange, Key, Settings};
 use crate::error::CallError;
@@ -93,11 +93,9 @@ impl Exchange for Reqwest<'_> {
         self.next.clone().run(request, self.extensions).await
     }
 
-    fn answer(&self, response: &Response) -> (u16, Option<Duration>) {
-        (
-            response.status().as_u16(),
-            Settings::asked(response.headers()),
-        )
+    fn answer(&self, response: &Response) -> (u16, Option<Duration>, Option<Announced>) {
+        let (asked, announced) = Settings::read(response.headers());
+        (response.status().as_u16(), asked, announced)
     }
 }
 

@@ -15,6 +15,16 @@
 //! (`TokenBucket::adapt`), which is what keeps the old pace from reaching
 //! the partner after a cut, and the fleet from idling behind slots nobody
 //! uses.
+//!
+//! The announced-quota case too: a partner with a quota of 100 per 10 s
+//! window that tells what is left on every answer (`RateLimit-Remaining` /
+//! `RateLimit-Reset`, or the IETF `RateLimit` field): the same fleet draws
+//! no 429 after its first window (2026-12-05, answers 50 ms late: 0 × 429
+//! in both variants; 90 and 19, 89 and 85 of 100 served in the later
+//! windows — the fleet in line reaches a new pace a queue's length late,
+//! see `ratebound/tests/learn_fleet.rs`). Without the rule (only the pause
+//! when 0 is left) the same fleet spends each window's 100 in 2–3 s and
+//! draws a 429 or two per window from what it had in flight.
 //! The per-second counts are printed (`--nocapture`). The exact rule is
 //! checked in virtual time by `ratebound/tests/learn_fleet.rs`; these bars
 //! hold with room on a loaded machine (a slow instance sends less, which
@@ -22,7 +32,7 @@
 
 mod support;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ratebound::{Quota, TokenBucket};
@@ -35,7 +45,12 @@ const RUN: Duration = Duration::from_secs(20);
 
 /// The partner's 200s and 429s in each second of the run.
 fn per_second(partner: &Partner) -> Vec<(usize, usize)> {
-    let mut seconds = vec![(0, 0); RUN.as_secs() as usize + 1];
+    per_second_of(partner, RUN)
+}
+
+/// The partner's 200s and 429s in each second of a run of `run`.
+fn per_second_of(partner: &Partner, run: Duration) -> Vec<(usize, usize)> {
+    let mut seconds = vec![(0, 0); run.as_secs() as usize + 1];
     for hit in partner.log() {
         let s = (hit.at.as_secs() as usize).min(seconds.len() - 1);
         match hit.status {
@@ -143,4 +158,127 @@ async fn without_learning_a_third_is_refused_for_as_long_as_it_runs() {
         refused * 100.0
     );
     assert!((rate - 30.0).abs() < 0.01, "nothing learned: {rate}");
+}
+
+/// The announcing partner's quota: 100 per window of 10 s (from its start).
+const WINDOW_QUOTA: u64 = 100;
+const WINDOW: Duration = Duration::from_secs(10);
+/// Three windows.
+const ANNOUNCED_RUN: Duration = Duration::from_secs(30);
+
+/// Announced quota over real sockets: fifty instances (each its own
+/// reqwest client and adapter, one local bucket configured at 30/s burst
+/// 30) call a partner on 127.0.0.1 whose quota is 100 per 10 s window and
+/// whose answers come back 50 ms after it counted the request (on
+/// loopback, a fleet that only pauses when told 0 is left has nothing in
+/// flight by then, and draws no 429 either), telling what is left on every answer — `RateLimit-Remaining` /
+/// `RateLimit-Reset` (seconds, rounded up), or with `ietf` the IETF field
+/// `RateLimit: "default";r=R;t=T` — and a 429 beyond. Three windows; the
+/// per-second counts and the learned rate are returned.
+async fn announcing_fleet(ietf: bool) -> (Vec<(usize, usize)>, f64) {
+    let spent = Mutex::new((0u64, 0u64));
+    // Each answer comes back 50 ms after the partner counted its request.
+    let partner = Partner::start_delayed(Duration::from_millis(50), move |hit| {
+        let window = hit.at.as_nanos() / WINDOW.as_nanos();
+        let window = u64::try_from(window).expect("window");
+        let mut spent = spent.lock().unwrap();
+        if spent.0 != window {
+            *spent = (window, 0);
+        }
+        let ok = spent.1 < WINDOW_QUOTA;
+        spent.1 += u64::from(ok);
+        let end = WINDOW * u32::try_from(window + 1).expect("window");
+        let reset = (end - hit.at).as_millis().div_ceil(1000).to_string();
+        let remaining = (WINDOW_QUOTA - spent.1).to_string();
+        let field = format!(r#""default";r={remaining};t={reset}"#);
+        let headers: Vec<(&str, &str)> = if ietf {
+            vec![("RateLimit", &field)]
+        } else {
+            vec![
+                ("RateLimit-Remaining", &remaining),
+                ("RateLimit-Reset", &reset),
+            ]
+        };
+        if ok {
+            reply(200, &headers, "ok")
+        } else {
+            reply(429, &headers, "")
+        }
+    })
+    .await;
+    let ceiling = Quota::parse("30/s burst 30").expect("quota");
+    let shared = Arc::new(TokenBucket::new(ceiling));
+    let url = partner.url("/items");
+    let end = Instant::now() + ANNOUNCED_RUN;
+    let mut instances = tokio::task::JoinSet::new();
+    for _ in 0..INSTANCES {
+        let middleware = OutboundMiddleware::builder(shared.clone())
+            .key("partner")
+            .retries(0)
+            .build()
+            .expect("middleware");
+        let client = ClientBuilder::new(reqwest_client())
+            .with(middleware)
+            .build();
+        let url = url.clone();
+        instances.spawn(async move {
+            // Bounded: at most the run's length of the fleet's ceiling.
+            for _ in 0..30 * ANNOUNCED_RUN.as_secs() {
+                if Instant::now() >= end {
+                    break;
+                }
+                let _ = client.get(&url).send().await;
+            }
+        });
+    }
+    // The run ends for everyone at once: the waiters still in line are
+    // dropped (the queue would otherwise drain for seconds after it).
+    tokio::time::sleep_until(end.into()).await;
+    instances.shutdown().await;
+    let rate = ratebound::outbound::Learning::new(ceiling).rate(shared.learned());
+    (per_second_of(&partner, ANNOUNCED_RUN), rate)
+}
+
+/// The bar: no 429 after the first window; the 200s of each later window
+/// printed beside it.
+fn no_429_after_the_first_window(label: &str, seconds: &[(usize, usize)], rate: f64) {
+    println!("{label}: 200s/429s per second {seconds:?}; learned rate {rate:.2}/s");
+    let window = WINDOW.as_secs() as usize;
+    let served: Vec<usize> = (1..3)
+        .map(|w| {
+            seconds[w * window..(w + 1) * window]
+                .iter()
+                .map(|s| s.0)
+                .sum()
+        })
+        .collect();
+    let first: (usize, usize) = seconds[..window]
+        .iter()
+        .fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1));
+    // The last entry: requests in flight at the run's end.
+    let refused: usize = seconds[window..].iter().map(|s| s.1).sum();
+    println!(
+        "{label}: first window {} × 200, {} × 429; later windows {served:?} × 200, {refused} × 429",
+        first.0, first.1
+    );
+    assert_eq!(
+        refused, 0,
+        "{label}: 429s after the first window: {seconds:?}"
+    );
+    assert!(
+        served.iter().all(|&s| s > 0),
+        "{label}: a window served nothing: {seconds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_instances_follow_an_announced_quota() {
+    let (seconds, rate) = announcing_fleet(false).await;
+    no_429_after_the_first_window("RateLimit-Remaining/Reset", &seconds, rate);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_instances_follow_a_quota_announced_in_the_ietf_field() {
+    let (seconds, rate) = announcing_fleet(true).await;
+    no_429_after_the_first_window("RateLimit field", &seconds, rate);
 }

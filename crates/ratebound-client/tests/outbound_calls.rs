@@ -99,8 +99,14 @@ impl Script {
 }
 
 impl KeyedLimit for Script {
+    /// The vector's `quota` (default 30/s burst 30): a learning adapter's
+    /// ceiling, which an announced quota's fraction is of.
     fn algorithm(&self) -> KeyedAlgorithm {
-        KeyedAlgorithm::TokenBucket(Quota::parse("10/s").expect("quota"))
+        let quota = self.vector["config"]
+            .get("quota")
+            .and_then(Value::as_str)
+            .unwrap_or("30/s burst 30");
+        KeyedAlgorithm::TokenBucket(Quota::parse(quota).expect("quota"))
     }
 
     /// The adapters never check: they wait.

@@ -12,20 +12,64 @@
 
 use std::time::Duration;
 
-use ratebound::outbound::{Learned, Learning};
+use ratebound::outbound::{Learned, Learning, read_answer};
 use ratebound::{ManualClock, Quota, TokenBucket};
 
 const INSTANCES: usize = 50;
 const MS: u64 = 1_000_000;
 
 /// The partner's limit over time: (from second, rate per second), burst 20;
-/// and the span (in s) during which it is down (a 503 to everything).
+/// and the span (in s) during which it is down (a 503 to everything). Or,
+/// when it `announce`s, a quota of [`WINDOW_QUOTA`] per window of
+/// [`WINDOW_S`] seconds (from 0 s on), told on every answer.
 struct Partner {
     /// Refuses half of what it admits, at random (a fixed sequence): a
     /// hostile or broken partner whose refusals say nothing of a rate.
     coin: bool,
     phases: Vec<(u64, u64)>,
     down: Option<(u64, u64)>,
+    announce: Option<Style>,
+}
+
+/// How an announcing partner tells its quota on every answer.
+#[derive(Clone, Copy, Debug)]
+enum Style {
+    /// `RateLimit-Remaining` / `RateLimit-Reset` (seconds, rounded up).
+    Fields,
+    /// The IETF field: `RateLimit: "default";r=R;t=T`.
+    Ietf,
+    /// `X-RateLimit-Remaining` / `X-RateLimit-Reset` as a Unix time.
+    XUnix,
+}
+
+/// The announcing partner's quota: 100 per 10 s window.
+const WINDOW_QUOTA: u64 = 100;
+const WINDOW_S: u64 = 10;
+
+/// The Unix time (s) of the simulation's 0 ms.
+const EPOCH_S: u64 = 1_800_000_000;
+
+impl Style {
+    /// The answer's header fields for `remaining` requests left, the
+    /// window ending at `end_ms`, told at `now_ms`.
+    fn headers(self, remaining: u64, end_ms: u64, now_ms: u64) -> Vec<(String, String)> {
+        let t = (end_ms - now_ms).div_ceil(1000).to_string();
+        let r = remaining.to_string();
+        match self {
+            Style::Fields => vec![
+                ("RateLimit-Remaining".into(), r),
+                ("RateLimit-Reset".into(), t),
+            ],
+            Style::Ietf => vec![("RateLimit".into(), format!(r#""default";r={r};t={t}"#))],
+            Style::XUnix => vec![
+                ("X-RateLimit-Remaining".into(), r),
+                (
+                    "X-RateLimit-Reset".into(),
+                    (EPOCH_S + end_ms / 1000).to_string(),
+                ),
+            ],
+        }
+    }
 }
 
 /// Per second: the partner's 200s and refusals, and the learned rate at
@@ -118,8 +162,9 @@ enum Event {
     /// A request reaches the partner: its sender, the state it saw, the
     /// way back in ms.
     Arrive(usize, u64, u64),
-    /// An answer reaches its sender: the sender, the state it saw, refused.
-    Answer(usize, u64, bool),
+    /// An answer reaches its sender: the sender, the state it saw, refused,
+    /// the header fields of an announcing partner.
+    Answer(usize, u64, bool, Vec<(String, String)>),
 }
 
 /// Runs the fleet for `seconds` against `partner`; `learning: None` keeps
@@ -159,6 +204,8 @@ fn simulate_seeded(
     let mut later: Vec<(u64, usize, u64)> = Vec::new();
     let mut busy = [false; INSTANCES];
     let mut rng = Rng(seed);
+    // The announcing partner's window and the requests it took in it.
+    let mut spent = (0u64, 0u64);
     let mut run = Run {
         seconds: vec![Second::default(); seconds as usize],
         low: 1.0,
@@ -202,26 +249,58 @@ fn simulate_seeded(
                         .down
                         .is_some_and(|(a, b)| (a * 1000..b * 1000).contains(&now));
                     let heads = partner.coin && rng.round_trip_ms().is_multiple_of(2);
-                    let ok = !down && !heads && limit.check_at(ns).is_allowed();
+                    let (ok, headers) = match partner.announce {
+                        Some(style) => {
+                            // The window this request falls in, and what
+                            // is left of its quota once it is counted.
+                            let window = now / (WINDOW_S * 1000);
+                            if window != spent.0 {
+                                spent = (window, 0);
+                            }
+                            let ok = spent.1 < WINDOW_QUOTA;
+                            spent.1 += u64::from(ok);
+                            let end_ms = (window + 1) * WINDOW_S * 1000;
+                            (ok, style.headers(WINDOW_QUOTA - spent.1, end_ms, now))
+                        }
+                        None => (
+                            !down && !heads && limit.check_at(ns).is_allowed(),
+                            Vec::new(),
+                        ),
+                    };
                     if ok {
                         run.seconds[second].ok += 1;
                     } else {
                         run.seconds[second].refused += 1;
                     }
-                    events[(now + back) as usize].push(Event::Answer(who, seen, !ok));
+                    events[(now + back) as usize].push(Event::Answer(who, seen, !ok, headers));
                 }
-                Event::Answer(who, seen, refused) => {
+                Event::Answer(who, seen, refused, headers) => {
                     busy[who] = false;
-                    let Some(learning) = learning else { continue };
-                    let seen_state = Learned::from_bits(seen);
-                    let proposal = if refused {
-                        learning.refused(seen_state, now)
-                    } else {
-                        learning.answered(seen_state, now)
-                    };
-                    // The store's compare-and-swap from what the sender saw.
-                    if let Some(p) = proposal {
-                        shared.adapt_at(seen_state, p, ns);
+                    // What the call machine reads from the answer.
+                    let now_unix = EPOCH_S as f64 + now as f64 / 1000.0;
+                    let (pause, announced) = read_answer(
+                        headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                        now_unix,
+                    );
+                    if let Some(learning) = learning {
+                        let seen_state = Learned::from_bits(seen);
+                        let proposal = if refused {
+                            learning.refused(seen_state, now)
+                        } else if let Some(quota) = &announced {
+                            learning.announced(seen_state, quota, now)
+                        } else {
+                            learning.answered(seen_state, now)
+                        };
+                        // The store's compare-and-swap from what the
+                        // sender saw.
+                        if let Some(p) = proposal {
+                            shared.adapt_at(seen_state, p, ns);
+                        }
+                    }
+                    // A count of 0: the partner's pause, for everyone
+                    // (learning or not).
+                    if let Some(d) = pause {
+                        shared.pause_at(d, ns);
                     }
                 }
             }
@@ -270,6 +349,7 @@ fn bare_429s() -> Partner {
         phases: vec![(0, 10)],
         down: None,
         coin: false,
+        announce: None,
     }
 }
 
@@ -328,6 +408,7 @@ fn a_fleet_follows_a_partner_that_changes_its_limit() {
         phases: vec![(0, 10), (10, 5), (20, 10)],
         down: None,
         coin: false,
+        announce: None,
     };
     let run = simulate(Some(default_learning()), &partner, 30);
     run.print("learning, partner 10/s, 5/s, 10/s");
@@ -347,6 +428,7 @@ fn a_fleet_survives_a_partner_that_is_down() {
         phases: vec![(0, 10)],
         down: Some((5, 35)),
         coin: false,
+        announce: None,
     };
     let learning = default_learning();
     let run = simulate(Some(learning), &partner, 55);
@@ -396,6 +478,7 @@ fn a_fleet_in_line_learns_the_partners_limit() {
         phases: vec![(0, 10), (10, 5), (20, 10)],
         down: None,
         coin: false,
+        announce: None,
     };
     let changing = simulate_queued(Some(default_learning()), &partner, 30);
     changing.print("queued, learning, partner 10/s, 5/s, 10/s");
@@ -417,6 +500,7 @@ fn a_partner_refusing_at_random_keeps_the_rate_within_bounds() {
         phases: vec![(0, 10)],
         down: None,
         coin: true,
+        announce: None,
     };
     let learning = default_learning();
     for run in [
@@ -432,4 +516,62 @@ fn a_partner_refusing_at_random_keeps_the_rate_within_bounds() {
         // over the 30 s: the fleet never stops calling.
         assert!(ok >= 15 && refused > 0, "the fleet kept calling: {ok}");
     }
+}
+
+/// Announced quota: a partner with a quota of 100 per 10 s window that
+/// tells `RateLimit-Remaining` / `RateLimit-Reset` on every answer (and,
+/// in the other variants, the IETF `RateLimit` field, or
+/// `X-RateLimit-*` with a Unix-time reset): the fleet configured at 30/s
+/// draws no 429 after its first window, sending one request at a time per
+/// instance (served at least 80 of each later window's 100) or in line as
+/// the adapters wait (each instance's slot reserved ahead: a queue fifty
+/// deep, which changes of pace reach a queue's length late — served at
+/// least 60 % of the later windows' quota in all). Without learning (only
+/// the pause a count of 0 asks) the same fleet in line spends each
+/// window's quota at once and draws 429s from what it had in line, window
+/// after window: the documented contrast.
+#[test]
+fn a_fleet_follows_the_quota_a_partner_announces() {
+    for style in [Style::Fields, Style::Ietf, Style::XUnix] {
+        let partner = Partner {
+            phases: vec![(0, 10)],
+            down: None,
+            coin: false,
+            announce: Some(style),
+        };
+        for (queued, run) in [
+            (false, simulate(Some(default_learning()), &partner, 40)),
+            (
+                true,
+                simulate_queued(Some(default_learning()), &partner, 40),
+            ),
+        ] {
+            let label = format!("{style:?}{}", if queued { ", queued" } else { "" });
+            run.print(&format!("learning, announced 100 per 10 s ({label})"));
+            let (first_ok, first_refused) = run.counts(0, 10);
+            let (ok, refused) = run.counts(10, 40);
+            let windows: Vec<u64> = (1..4).map(|w| run.counts(w * 10, w * 10 + 10).0).collect();
+            println!(
+                "{label}: first window {first_ok} × 200, {first_refused} × 429; \
+                 then {ok} × 200 ({windows:?} per window), {refused} × 429"
+            );
+            assert_eq!(refused, 0, "{label}: 429s after the first window");
+            if queued {
+                assert!(ok >= 180, "{label}: served {ok} of 300");
+            } else {
+                assert!(windows.iter().all(|&w| w >= 80), "{label}: {windows:?}");
+            }
+        }
+    }
+    let partner = Partner {
+        phases: vec![(0, 10)],
+        down: None,
+        coin: false,
+        announce: Some(Style::Fields),
+    };
+    let fixed = simulate_queued(None, &partner, 40);
+    fixed.print("no learning, announced 100 per 10 s");
+    let (_, refused) = fixed.counts(10, 40);
+    println!("no learning: {refused} × 429 after the first window");
+    assert!(refused > 0, "without learning the bar must fail");
 }

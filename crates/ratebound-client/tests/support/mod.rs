@@ -53,6 +53,16 @@ impl Partner {
     pub async fn start(
         handler: impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static,
     ) -> Partner {
+        Partner::start_delayed(Duration::ZERO, handler).await
+    }
+
+    /// [`start`](Self::start), each answer decided (and logged) when its
+    /// request arrives but sent `delay` later: the way back of a network
+    /// farther than loopback.
+    pub async fn start_delayed(
+        delay: Duration,
+        handler: impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static,
+    ) -> Partner {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -83,7 +93,12 @@ impl Partner {
                         at: hit.at,
                         status: response.status().as_u16(),
                     });
-                    async move { Ok::<_, Infallible>(response) }
+                    async move {
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 connections.spawn(async move {
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())

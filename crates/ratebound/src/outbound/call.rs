@@ -41,7 +41,8 @@ use std::time::Duration;
 pub use super::step::{Event, EventKind, Step};
 pub use super::target::{NO_HOST, Target, default_key};
 use super::{
-    Advice, Learned, Learning, LocalPauses, Outbound, Reach, Sending, idempotent, pause_asked,
+    Advice, Announced, Learned, Learning, LocalPauses, Outbound, Reach, Sending, idempotent,
+    read_answer,
 };
 use crate::Error;
 use crate::any::{seconds, whole};
@@ -476,7 +477,9 @@ impl Call {
 
     /// The answer to the sending: its `status` and header fields (name,
     /// value), received at `now_unix` (seconds since the Unix epoch, for
-    /// HTTP-dates).
+    /// HTTP-dates). The headers give the pause asked and the quota
+    /// announced ([`read_answer`]): what
+    /// [`answered_announced`](Self::answered_announced) takes.
     pub fn answered<'h>(
         &mut self,
         caller: &Caller,
@@ -484,7 +487,8 @@ impl Call {
         headers: impl IntoIterator<Item = (&'h str, &'h str)>,
         now_unix: f64,
     ) {
-        self.answered_asked(caller, status, pause_asked(headers, now_unix), now_unix);
+        let (asked, announced) = read_answer(headers, now_unix);
+        self.answered_announced(caller, status, asked, announced, now_unix);
     }
 
     /// The learned word the limiter held for [`key`](Self::key) when this
@@ -508,15 +512,33 @@ impl Call {
     }
 
     /// [`answered`](Self::answered) given the pause the answer asked for
-    /// (from its headers, [`pause_asked`], or elsewhere — a gRPC
+    /// (from its headers, [`pause_asked`](super::pause_asked), or elsewhere — a gRPC
     /// `RetryInfo` — the longer of them; `None`: none), received at
     /// `now_unix` (seconds since the Unix epoch: the clock a fleet's
-    /// learned word is dated by).
+    /// learned word is dated by); no quota announced.
     pub fn answered_asked(
         &mut self,
         caller: &Caller,
         status: u16,
         asked: Option<Duration>,
+        now_unix: f64,
+    ) {
+        self.answered_announced(caller, status, asked, None, now_unix);
+    }
+
+    /// [`answered_asked`](Self::answered_asked) with the quota the answer
+    /// `announced` ([`announced`](super::announced); `None`: none). A
+    /// learning adapter's next word: on a status to retry on (a refusal),
+    /// the cut ([`Learning::refused`]); else, on an answer that announces
+    /// a quota, the fraction that spends no more than it before its reset
+    /// ([`Learning::announced`], in place of the quiet probe's step up);
+    /// else, on a success, the step up ([`Learning::answered`]).
+    pub fn answered_announced(
+        &mut self,
+        caller: &Caller,
+        status: u16,
+        asked: Option<Duration>,
+        announced: Option<Announced>,
         now_unix: f64,
     ) {
         let mut advice = caller
@@ -534,6 +556,8 @@ impl Call {
             let now_ms = unix_ms(now_unix);
             let next = if caller.outbound.statuses().contains(&status) {
                 l.refused(self.seen, now_ms)
+            } else if let Some(quota) = &announced {
+                l.announced(self.seen, quota, now_ms)
             } else if (200..300).contains(&status) {
                 l.answered(self.seen, now_ms)
             } else {

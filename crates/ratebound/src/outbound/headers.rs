@@ -5,6 +5,139 @@ use std::time::Duration;
 
 use super::{MAX_HEADER_VALUE, UNIX_TIME_FLOOR};
 
+/// The most quota windows read from one answer (the IETF field may list
+/// several policies; more are ignored — a hostile list costs nothing).
+pub const MAX_WINDOWS: usize = 4;
+
+/// The longest reset a fleet follows: one day. A window announced to
+/// reset later (a year away, a Unix time in milliseconds read as seconds)
+/// is no quota to pace by: ignored, as a date in the past is.
+pub const MAX_ANNOUNCED_RESET: Duration = Duration::from_secs(86_400);
+
+/// The quota a partner announced on an answer: up to [`MAX_WINDOWS`]
+/// windows, each the requests it will still take (`remaining`) before its
+/// window resets (`reset`, from the answer's arrival). Read by
+/// [`announced`] from the IETF `RateLimit` field (`r`, `t` of each item;
+/// the older draft's `remaining`, `reset`), else `RateLimit-Remaining` /
+/// `RateLimit-Reset`, else `X-RateLimit-Remaining` / `X-RateLimit-Reset`
+/// (a reset above 10⁹ is a Unix time) — the first form that announces
+/// one. A window is kept only with a reset above 0 and at most
+/// [`MAX_ANNOUNCED_RESET`]; a remaining count too large to hold is
+/// `u64::MAX` (the ceiling, once the rule reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Announced {
+    windows: [(u64, Duration); MAX_WINDOWS],
+    len: usize,
+}
+
+impl Announced {
+    /// One window: `remaining` requests until `reset`; `None` for a reset
+    /// of 0 or beyond [`MAX_ANNOUNCED_RESET`].
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use ratebound::outbound::Announced;
+    /// let a = Announced::new(12, Duration::from_secs(4)).unwrap();
+    /// assert_eq!(a.windows(), &[(12, Duration::from_secs(4))]);
+    /// assert!(Announced::new(12, Duration::ZERO).is_none());
+    /// assert!(Announced::new(12, Duration::from_secs(365 * 86_400)).is_none());
+    /// ```
+    pub fn new(remaining: u64, reset: Duration) -> Option<Announced> {
+        let mut a = Announced::default();
+        a.push(remaining, reset);
+        (!a.is_empty()).then_some(a)
+    }
+
+    /// This quota and one more window (kept as [`new`](Self::new) keeps
+    /// one; beyond [`MAX_WINDOWS`], dropped).
+    #[must_use]
+    pub fn with(mut self, remaining: u64, reset: Duration) -> Announced {
+        self.push(remaining, reset);
+        self
+    }
+
+    /// The windows: (remaining, reset).
+    pub fn windows(&self) -> &[(u64, Duration)] {
+        &self.windows[..self.len]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, remaining: u64, reset: Duration) {
+        if self.len < MAX_WINDOWS && !reset.is_zero() && reset <= MAX_ANNOUNCED_RESET {
+            self.windows[self.len] = (remaining, reset);
+            self.len += 1;
+        }
+    }
+}
+
+/// The fields of one answer that ratebound reads, each form apart.
+#[derive(Default)]
+struct Fields {
+    retry_after: Option<Duration>,
+    field: Option<Duration>,
+    field_quota: Announced,
+    remaining: Option<u64>,
+    reset: Option<u64>,
+    x_remaining: Option<u64>,
+    x_reset: Option<u64>,
+}
+
+impl Fields {
+    fn read<'h>(headers: impl IntoIterator<Item = (&'h str, &'h str)>, now_unix: f64) -> Fields {
+        let mut f = Fields::default();
+        let longest = |a: Option<Duration>, b: Option<Duration>| a.max(b).or(a).or(b);
+        for (name, value) in headers {
+            if value.len() > MAX_HEADER_VALUE {
+                continue;
+            }
+            let value = value.trim();
+            let is = |n: &str| name.eq_ignore_ascii_case(n);
+            if is("retry-after") {
+                f.retry_after = longest(f.retry_after, parse_retry_after(value, now_unix));
+            } else if is("ratelimit") {
+                f.field = longest(f.field, parse_ratelimit_field(value));
+                field_items(value, |r, t| {
+                    f.field_quota.push(r, Duration::from_secs(t));
+                });
+            } else if is("ratelimit-remaining") {
+                f.remaining = integer(value);
+            } else if is("ratelimit-reset") {
+                f.reset = integer(value);
+            } else if is("x-ratelimit-remaining") {
+                f.x_remaining = integer(value);
+            } else if is("x-ratelimit-reset") {
+                f.x_reset = integer(value);
+            }
+        }
+        f
+    }
+
+    fn pause(&self, now_unix: f64) -> Option<Duration> {
+        let spent = |remaining: Option<u64>, reset: Option<u64>| match (remaining, reset) {
+            (Some(0), Some(reset)) => reset_in(reset, now_unix),
+            _ => None,
+        };
+        self.retry_after
+            .or(self.field)
+            .or_else(|| spent(self.remaining, self.reset))
+            .or_else(|| spent(self.x_remaining, self.x_reset))
+    }
+
+    fn announced(&self, now_unix: f64) -> Option<Announced> {
+        let pair = |remaining: Option<u64>, reset: Option<u64>| {
+            Announced::new(remaining?, reset_in(reset?, now_unix)?)
+        };
+        (!self.field_quota.is_empty())
+            .then_some(self.field_quota)
+            .or_else(|| pair(self.remaining, self.reset))
+            .or_else(|| pair(self.x_remaining, self.x_reset))
+    }
+}
+
 /// How long the headers ask to pause: `Retry-After` first, then the IETF
 /// `RateLimit` field, then `RateLimit-*`, then `X-RateLimit-*`; the longest
 /// of what one form says. `None` when nothing valid asks for a pause.
@@ -12,39 +145,39 @@ pub fn pause_asked<'h>(
     headers: impl IntoIterator<Item = (&'h str, &'h str)>,
     now_unix: f64,
 ) -> Option<Duration> {
-    let mut retry_after = None;
-    let mut field = None;
-    let (mut remaining, mut reset) = (None, None);
-    let (mut x_remaining, mut x_reset) = (None, None);
-    let longest = |a: Option<Duration>, b: Option<Duration>| a.max(b).or(a).or(b);
-    for (name, value) in headers {
-        if value.len() > MAX_HEADER_VALUE {
-            continue;
-        }
-        let value = value.trim();
-        let is = |n: &str| name.eq_ignore_ascii_case(n);
-        if is("retry-after") {
-            retry_after = longest(retry_after, parse_retry_after(value, now_unix));
-        } else if is("ratelimit") {
-            field = longest(field, parse_ratelimit_field(value));
-        } else if is("ratelimit-remaining") {
-            remaining = integer(value);
-        } else if is("ratelimit-reset") {
-            reset = integer(value);
-        } else if is("x-ratelimit-remaining") {
-            x_remaining = integer(value);
-        } else if is("x-ratelimit-reset") {
-            x_reset = integer(value);
-        }
-    }
-    let spent = |remaining: Option<u64>, reset: Option<u64>| match (remaining, reset) {
-        (Some(0), Some(reset)) => reset_in(reset, now_unix),
-        _ => None,
-    };
-    retry_after
-        .or(field)
-        .or_else(|| spent(remaining, reset))
-        .or_else(|| spent(x_remaining, x_reset))
+    Fields::read(headers, now_unix).pause(now_unix)
+}
+
+/// The quota the headers announce (see [`Announced`]), `None` when no
+/// form announces a valid window. Any answer may carry one, a success as
+/// much as a refusal; negative, fractional, overlong or non-numeric
+/// values are ignored, as are resets in the past or beyond
+/// [`MAX_ANNOUNCED_RESET`].
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use ratebound::outbound::announced;
+/// let a = announced([("RateLimit-Remaining", "12"), ("RateLimit-Reset", "4")], 0.0).unwrap();
+/// assert_eq!(a.windows(), &[(12, Duration::from_secs(4))]);
+/// let a = announced([("RateLimit", r#""default";r=50;t=30"#)], 0.0).unwrap();
+/// assert_eq!(a.windows(), &[(50, Duration::from_secs(30))]);
+/// assert!(announced([("RateLimit-Remaining", "-1"), ("RateLimit-Reset", "4")], 0.0).is_none());
+/// ```
+pub fn announced<'h>(
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    now_unix: f64,
+) -> Option<Announced> {
+    Fields::read(headers, now_unix).announced(now_unix)
+}
+
+/// [`pause_asked`] and [`announced`] of one answer, its headers read once.
+pub fn read_answer<'h>(
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    now_unix: f64,
+) -> (Option<Duration>, Option<Announced>) {
+    let f = Fields::read(headers, now_unix);
+    (f.pause(now_unix), f.announced(now_unix))
 }
 
 /// A reset of `v` seconds, or a Unix time when `v` is above 10⁹.
@@ -87,6 +220,18 @@ pub fn parse_retry_after(value: &str, now_unix: f64) -> Option<Duration> {
 /// `limit=10, remaining=0, reset=30`.
 pub fn parse_ratelimit_field(value: &str) -> Option<Duration> {
     let mut longest: Option<Duration> = None;
+    field_items(value, |r, t| {
+        if r == 0 {
+            longest = longest.max(Some(Duration::from_secs(t)));
+        }
+    });
+    longest
+}
+
+/// Each (remaining, reset seconds) the IETF `RateLimit` field gives: every
+/// item with both `r` and `t`, then the older draft's `remaining` and
+/// `reset` members when both are there.
+fn field_items(value: &str, mut each: impl FnMut(u64, u64)) {
     let (mut old_remaining, mut old_reset) = (None, None);
     for item in value.split(',') {
         let mut params = item.split(';').map(str::trim);
@@ -108,13 +253,12 @@ pub fn parse_ratelimit_field(value: &str) -> Option<Duration> {
                 _ => {}
             }
         }
-        if let (Some(0), Some(t)) = (r, t) {
-            longest = longest.max(Some(Duration::from_secs(t)));
+        if let (Some(r), Some(t)) = (r, t) {
+            each(r, t);
         }
     }
-    match (old_remaining, old_reset) {
-        (Some(0), Some(reset)) => longest.max(Some(Duration::from_secs(reset))),
-        _ => longest,
+    if let (Some(r), Some(t)) = (old_remaining, old_reset) {
+        each(r, t);
     }
 }
 

@@ -16,6 +16,11 @@
 //!   changed at least a probe period ago ([`DEFAULT_PROBE`]) raises it by
 //!   one additive step ([`DEFAULT_STEP`] of the ceiling), never above the
 //!   ceiling: [`Learning::answered`].
+//! - **The quota a partner announces.** An answer telling what is left
+//!   before its window resets (`RateLimit-Remaining` / `RateLimit-Reset`,
+//!   `X-RateLimit-*`, the IETF `RateLimit` field) sets the fraction that
+//!   spends no more than that before the reset, in place of the step up:
+//!   [`Learning::announced`].
 //!
 //! **Fifty instances cut once.** Each transition is computed from the state
 //! the instance *saw* when it sent (the word its acquisition read), and the
@@ -89,6 +94,7 @@
 
 use std::time::Duration;
 
+use super::Announced;
 use crate::{Error, Quota};
 
 /// The fraction 1 (the ceiling) in [`Learned::fraction_units`].
@@ -113,6 +119,16 @@ pub const DEFAULT_STEP: f64 = 1.0 / 60.0;
 /// The default time after a cut during which a refusal is not evidence
 /// against the new rate: 250 ms.
 pub const DEFAULT_GAP: Duration = Duration::from_millis(250);
+
+/// An announced quota lowers the learned fraction when it calls for at
+/// least 1/`ANNOUNCED_DOWN` (1/32, about 3 %) less: see
+/// [`Learning::announced`].
+pub const ANNOUNCED_DOWN: u32 = 32;
+
+/// An announced quota raises the learned fraction when it allows at least
+/// 1/`ANNOUNCED_UP` (1/8, 12.5 %) more, or the ceiling: see
+/// [`Learning::announced`].
+pub const ANNOUNCED_UP: u32 = 8;
 
 const TIME_BITS: u32 = 44;
 const CUT_BIT: u32 = 61;
@@ -407,6 +423,97 @@ impl Learning {
             .saturating_add(self.step)
             .min(FULL);
         Some(Learned::new(up, seen.next_instant(now_ms)))
+    }
+
+    /// The fraction that follows the quota a partner `announced` on an
+    /// answer sent under `seen`, at `now_ms`: for each window (R requests
+    /// left, resetting in t seconds) the fraction f with
+    /// `burst·f + rate·f·t ≤ R` — the ceiling's burst counts, since the
+    /// fleet may spend its whole burst at once, and the rate for the rest
+    /// of the window — the smallest over the windows, within
+    /// [floor, 1]. A window with R = 0 proposes nothing: the answer's
+    /// pause until its reset is the rule there (see [`pause_asked`](super::pause_asked)).
+    ///
+    /// Proposed only when it differs enough from `seen` to matter, so that
+    /// answers do not each cost the store a compare-and-swap: down when it
+    /// is at least 1/[`ANNOUNCED_DOWN`] (about 3 %) lower — what the fleet
+    /// would overspend is then under 3 % of what is left, and the next
+    /// answers keep correcting it as R and t shrink; up when it is at
+    /// least 1/[`ANNOUNCED_UP`] (12.5 %) higher, or the ceiling. A fleet
+    /// spending exactly at the pace it was given announces the same
+    /// fraction again (R and t shrink together: `R = f·(burst + rate·t)`
+    /// stays true), so steady answers cost no store call; what moves it is
+    /// the partner's rounding of t to whole seconds (rounded up, as
+    /// partners do, it only ever understates the pace: the wider upward
+    /// threshold keeps that jitter from raising and lowering the word on
+    /// alternate answers). A drop of 1/[`ANNOUNCED_UP`] or more is marked
+    /// as a cut: the waiters in line wait again at the new pace
+    /// ([`Learned::cut_since`]); a smaller one is not, since each wait
+    /// given up leaves a silence of a queue's length (in the simulated
+    /// fleet in line, cutting on every 3 % drop served 196 of 300 after
+    /// the first window where this serves 261; never cutting let the
+    /// first window's queue drive the fraction to the floor, 57 of 300).
+    ///
+    /// When a window resets, the next answers announce the new one — R
+    /// back to the full count, t to the window's length — and the fraction
+    /// goes back up by the same rule, at once. The quiet probe's step up
+    /// does not run on an answer that announces a quota (a probe above
+    /// what the partner announced would only draw its refusals): the
+    /// adapters ask this rule instead ([`Call::answered`](super::Call::answered)).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use ratebound::Quota;
+    /// use ratebound::outbound::{Announced, Learned, Learning};
+    /// let learning = Learning::new(Quota::parse("30/s burst 30")?);
+    /// // 99 left for 10 s: 99 / (30 + 30 × 10) = 0.3 of the ceiling, 9/s.
+    /// let quota = Announced::new(99, Duration::from_secs(10)).unwrap();
+    /// let next = learning.announced(Learned::fresh(), &quota, 1_000).unwrap();
+    /// assert!((learning.rate(next) - 9.0).abs() < 0.01);
+    /// // The same announcement again: nothing to change.
+    /// assert_eq!(learning.announced(next, &quota, 1_100), None);
+    /// // The window reset: 100 left for 10 s is too close to propose...
+    /// let reset = Announced::new(100, Duration::from_secs(10)).unwrap();
+    /// assert_eq!(learning.announced(next, &reset, 2_000), None);
+    /// // ...a generous one goes back to the ceiling.
+    /// let generous = Announced::new(5000, Duration::from_secs(10)).unwrap();
+    /// assert!((learning.rate(learning.announced(next, &generous, 2_000).unwrap()) - 30.0).abs() < 0.01);
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn announced(&self, seen: Learned, announced: &Announced, now_ms: u64) -> Option<Learned> {
+        // At least 1 (a quota's burst is): never a division by zero.
+        let burst = self.ceiling.burst() as f64;
+        let rate = self.ceiling.rate_per_second();
+        let target = announced
+            .windows()
+            .iter()
+            .filter(|(remaining, _)| *remaining > 0)
+            .map(|&(remaining, reset)| remaining as f64 / (burst + rate * reset.as_secs_f64()))
+            .fold(None, |low: Option<f64>, f| {
+                Some(low.map_or(f, |l| l.min(f)))
+            })?;
+        // Finite and ≥ 0 (a finite count over at least 1): in units,
+        // rounded down (never above the quota), within [floor, FULL].
+        let units = if target >= 1.0 {
+            FULL
+        } else {
+            (target * f64::from(FULL)).floor() as u32
+        }
+        .clamp(self.floor, FULL);
+        let from = seen.fraction.clamp(self.floor, FULL);
+        let up = from.div_ceil(ANNOUNCED_UP);
+        let matters = if units < from {
+            from - units >= from.div_ceil(ANNOUNCED_DOWN)
+        } else {
+            units > from && (units == FULL || units - from >= up)
+        };
+        // A large drop is a cut: the waiters in line wait again at the new
+        // pace. A small one is not (each wait given up leaves a silence of
+        // a queue's length: a cut for the partner's rounding would cost
+        // more than the few requests it saves).
+        let cut = units < from && from - units >= up;
+        matters.then(|| Learned::new(units, seen.next_instant(now_ms)).with_cut(cut))
     }
 
     /// The fraction of the ceiling `learned` stands for, within [floor, 1].

@@ -17,6 +17,11 @@
 //!   / `X-RateLimit-Reset`: a remaining count of 0 with a reset in seconds,
 //!   or (a value above 10⁹) a Unix time.
 //!
+//! Whatever the count, the same fields announce the partner's quota
+//! ([`announced`]: the requests left before the window resets), which a
+//! learning adapter follows ([`Learning::announced`]): the fleet spends no
+//! more than that count before the reset.
+//!
 //! A pause longer than [`Outbound::max_pause`] (default 5 minutes) is cut to
 //! it, however many digits it has — a hostile or broken partner cannot stop
 //! the fleet for a year, nor make it retry at once — and a value that is
@@ -53,10 +58,13 @@ mod target;
 
 pub use crate::pause::Reach;
 pub use call::{Call, Caller, Event, EventKind, NO_HOST, Step, Target, WAITED_MIN, default_key};
-pub use headers::{http_date, parse_ratelimit_field, parse_retry_after, pause_asked};
+pub use headers::{
+    Announced, MAX_ANNOUNCED_RESET, MAX_WINDOWS, announced, http_date, parse_ratelimit_field,
+    parse_retry_after, pause_asked, read_answer,
+};
 pub use learn::{
-    DEFAULT_FACTOR, DEFAULT_FLOOR, DEFAULT_GAP, DEFAULT_PROBE, DEFAULT_STEP, FULL, Learned,
-    Learning, MAX_INSTANT_MS,
+    ANNOUNCED_DOWN, ANNOUNCED_UP, DEFAULT_FACTOR, DEFAULT_FLOOR, DEFAULT_GAP, DEFAULT_PROBE,
+    DEFAULT_STEP, FULL, Learned, Learning, MAX_INSTANT_MS,
 };
 pub use pauses::{LOCAL_PAUSES_MAX_KEYS, LocalPauses};
 
