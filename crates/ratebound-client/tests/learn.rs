@@ -20,9 +20,8 @@
 //! window that tells what is left on every answer (`RateLimit-Remaining` /
 //! `RateLimit-Reset`, or the IETF `RateLimit` field): the same fleet draws
 //! no 429 after its first window (2026-12-05, answers 50 ms late: 0 × 429
-//! in both variants; 90 and 19, 89 and 85 of 100 served in the later
-//! windows — the fleet in line reaches a new pace a queue's length late,
-//! see `ratebound/tests/learn_fleet.rs`). Without the rule (only the pause
+//! in both variants; 95 and 96, 96 and 96 of 100 served in the later
+//! windows). Without the rule (only the pause
 //! when 0 is left) the same fleet spends each window's 100 in 2–3 s and
 //! draws a 429 or two per window from what it had in flight.
 //! The per-second counts are printed (`--nocapture`). The exact rule is

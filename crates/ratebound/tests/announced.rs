@@ -189,8 +189,8 @@ fn small_differences_cost_no_store_call() {
     assert_eq!(l.announced(at(target + 600), &quota, 5_000), None);
     let p = l.announced(at(target + 700), &quota, 5_000).unwrap();
     assert_eq!(p.fraction_units(), target);
-    // A small drop is no cut (waiters in line keep their slots); a drop
-    // of 1/8 or more is.
+    // A small drop is not marked a cut (no gap after it); a drop of 1/8
+    // or more is.
     assert!(!p.was_cut());
     assert!(
         l.announced(at(target + 3_000), &quota, 5_000)

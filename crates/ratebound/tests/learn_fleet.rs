@@ -525,8 +525,8 @@ fn a_partner_refusing_at_random_keeps_the_rate_within_bounds() {
 /// draws no 429 after its first window, sending one request at a time per
 /// instance (served at least 80 of each later window's 100) or in line as
 /// the adapters wait (each instance's slot reserved ahead: a queue fifty
-/// deep, which changes of pace reach a queue's length late — served at
-/// least 60 % of the later windows' quota in all). Without learning (only
+/// deep — served at least 60 % of the later windows' quota in all: 287,
+/// 287 and 252 of 300 for the three styles on 2026-12-05). Without learning (only
 /// the pause a count of 0 asks) the same fleet in line spends each
 /// window's quota at once and draws 429s from what it had in line, window
 /// after window: the documented contrast.

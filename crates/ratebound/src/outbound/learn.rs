@@ -447,12 +447,13 @@ impl Learning {
     /// partners do, it only ever understates the pace: the wider upward
     /// threshold keeps that jitter from raising and lowering the word on
     /// alternate answers). A drop of 1/[`ANNOUNCED_UP`] or more is marked
-    /// as a cut: the waiters in line wait again at the new pace
-    /// ([`Learned::cut_since`]); a smaller one is not, since each wait
-    /// given up leaves a silence of a queue's length (in the simulated
-    /// fleet in line, cutting on every 3 % drop served 196 of 300 after
-    /// the first window where this serves 261; never cutting let the
-    /// first window's queue drive the fraction to the floor, 57 of 300).
+    /// as a cut (the gap after a cut then keeps the refusals of what was
+    /// already in flight from cutting again). Any drop, marked or not,
+    /// makes the waiters in line whose slots were priced higher wait again
+    /// ([`Learned::cut_since`]), and the stores drop the slots taken beyond
+    /// an empty bucket (`TokenBucket::adapt`): the simulated fleet in line
+    /// serves 287 of the 300 the three windows after the first allow, with
+    /// no refusal.
     ///
     /// When a window resets, the next answers announce the new one — R
     /// back to the full count, t to the window's length — and the fraction
