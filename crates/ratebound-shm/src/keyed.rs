@@ -21,7 +21,7 @@ use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_KEYED;
 use crate::sync::{AtomicU64, Ordering};
-use crate::table::{Table, cannot_learn, table_methods};
+use crate::table::{Table, cannot_learn, swap_learned, table_methods};
 
 /// The room for keys a shared-memory keyed table gets when none is asked
 /// for (the Python and Node constructors' default). Smaller than an
@@ -639,22 +639,19 @@ impl SharedKeyedLimiter {
             return Err(Error::Limit(cannot_learn(t.algorithm)));
         }
         let fp = self.fingerprint_of(key);
-        let (seen, next) = (seen.to_bits(), next.to_bits());
         for _ in 0..8 {
             let found = self.locate(fp, now)?;
             let word = t.learned(found.slot);
-            // Ordering: AcqRel/Acquire — one exchange from the word seen.
-            let replaced = word
-                .compare_exchange(seen, next, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok();
+            let replaced = swap_learned(word, seen, next);
             if self.still_home(fp, found) {
                 return Ok(replaced);
             }
             // The slot went to another key meanwhile: it starts from
             // nothing learned, not from our word.
             if replaced {
-                // Ordering: as above.
-                let _ = word.compare_exchange(next, 0, Ordering::AcqRel, Ordering::Acquire);
+                // Ordering: AcqRel/Acquire, as an adapt's exchange.
+                let _ =
+                    word.compare_exchange(next.to_bits(), 0, Ordering::AcqRel, Ordering::Acquire);
             }
         }
         Err(Error::Limit(ratebound::Error::TooManyKeys {

@@ -15,7 +15,7 @@ use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_SINGLE;
 use crate::sync::Ordering;
-use crate::table::{Table, cannot_learn, table_methods};
+use crate::table::{Table, cannot_learn, swap_learned, table_methods};
 
 /// One limit shared by every process that opens the same file.
 pub struct SharedLimiter {
@@ -369,15 +369,7 @@ impl SharedLimiter {
         if t.ceiling().is_none() {
             return Err(Error::Limit(cannot_learn(t.algorithm)));
         }
-        // Ordering: AcqRel/Acquire — one exchange from the word seen.
-        Ok(t.learned(0)
-            .compare_exchange(
-                seen.to_bits(),
-                next.to_bits(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok())
+        Ok(swap_learned(t.learned(0), seen, next))
     }
 
     /// How many could be taken now.

@@ -129,6 +129,27 @@ pub(crate) fn cannot_learn(algorithm: KeyedAlgorithm) -> ratebound::Error {
     }
 }
 
+/// Replaces the learned `word` by `next` if it reads as `seen` (one
+/// compare-and-swap from the bits it holds): a word a damaged file holds
+/// out of bounds reads as what [`Learned::from_bits`] makes of it, so the
+/// adapters that saw that can still replace it.
+pub(crate) fn swap_learned(word: &AtomicU64, seen: Learned, next: Learned) -> bool {
+    // Ordering: Acquire — pairs with the exchange that wrote the word.
+    let mut held = word.load(Ordering::Acquire);
+    loop {
+        if Learned::from_bits(held) != seen {
+            return false;
+        }
+        // Ordering: AcqRel/Acquire — one exchange from the bits read.
+        match word.compare_exchange(held, next.to_bits(), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            // Changed meanwhile: compared again (another adapter's word
+            // differs from `seen`, so this ends).
+            Err(now) => held = now,
+        }
+    }
+}
+
 /// The rule of `ceiling` scaled by `learned`, out of line (the cold path).
 #[cold]
 #[inline(never)]

@@ -256,7 +256,14 @@ fn damaged_words_never_raise_the_rate_nor_panic() {
             .expect("pause");
         let _ = one.resume_at(now);
         let _ = many.available(key);
-        let _ = many.adapt(key, many.learned(key), Learned::fresh());
+        // An adapter that read the word (as `learned` reads it) replaces
+        // it: a damaged word heals at the next change.
+        let seen = one.learned();
+        assert!(one.adapt(seen, Learned::fresh()).expect("adapt"), "{w:#x}");
+        assert_eq!(one.learned(), Learned::fresh());
+        let seen = many.learned(key);
+        assert!(many.adapt(key, seen, tenth()).expect("adapt"), "{w:#x}");
+        assert_eq!(many.learned(key), tenth());
     }
 }
 
