@@ -14,6 +14,8 @@ tests/test_outbound_calls.py."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
@@ -272,3 +274,58 @@ def test_bad_adaptive_is_a_clear_error_at_construction(tmp_path: Any) -> None:
             rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=1), rate=1, burst=1, on_error="closed"),
             adaptive=True,
         )
+
+
+# A worker process: GETs `url` through rb.requests over the shared bucket at
+# `path` until it has seen two changes of the learned rate (or 300
+# requests), then prints each change as "from to status".
+_WORKER = """
+import sys
+import requests
+import ratebound as rb
+import ratebound.requests
+
+url, path, configured = sys.argv[1], sys.argv[2], float(sys.argv[3])
+limiter = rb.SharedTokenBucket(path, configured, 20)
+events = []
+with requests.Session() as session:
+    session.mount("http://", rb.requests.RateLimitAdapter(limiter, retries=0, on_decision=events.append))
+    for _ in range(300):
+        if sum(e.outcome == "adapted" for e in events) >= 2:
+            break
+        session.get(url, timeout=10).close()
+for e in events:
+    if e.outcome == "adapted":
+        print(e.from_rate, e.to_rate, e.status, flush=True)
+"""
+
+
+def test_worker_processes_learn_one_rate_through_the_file(partner: BarePartner, tmp_path: Path) -> None:
+    # Four processes, each its own adapter, one SharedTokenBucket file: a
+    # change is made by one compare-and-swap on the file's word from the
+    # word its request was sent under, so no two processes change the
+    # same word — no two changes start from the same rate (four local
+    # buckets would each cut from the configured rate) — and the file
+    # holds the last of them for every process.
+    path = tmp_path / "partner.limit"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, partner.url, str(path), str(CONFIGURED)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    changes: list[tuple[float, float, int]] = []
+    for w in workers:
+        out, _ = w.communicate(timeout=120)
+        assert w.returncode == 0
+        changes += [(float(a), float(b), int(s)) for a, b, s in (line.split() for line in out.splitlines())]
+    assert len(changes) >= 4, (changes, partner.statuses)
+    froms = [c[0] for c in changes]
+    assert len(set(froms)) == len(froms), f"two processes changed the same word: {sorted(changes, reverse=True)}"
+    assert froms.count(CONFIGURED) == 1, "one cut from the configured rate, for all of them"
+    assert all(c[2] == 429 and c[1] < c[0] for c in changes if c[2] == 429)
+    here = rb.SharedTokenBucket(path, CONFIGURED, 20)
+    assert here.learned_rate() in {c[1] for c in changes}
+    assert here.learned_rate() < CONFIGURED
