@@ -249,3 +249,59 @@ test('the shared-memory buckets keep the learned word in the file, for every han
   assert.throws(() => w.learnedRate('k'), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /fixed_window/))
   assert.throws(() => w.adaptWord('k', '0', cut), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /fixed_window/))
 })
+
+// A worker process: GETs `url` through rb.fetch over the shared bucket at
+// `file` until it has seen two changes of the learned rate (or 300
+// requests), then prints each change as "from to status".
+const WORKER = `
+const rb = require(process.argv[1])
+const [url, file, configured] = process.argv.slice(2)
+const limiter = new rb.SharedTokenBucket({ path: file, rate: Number(configured), burst: 10 })
+const events = []
+const f = rb.fetch({ limiter, retries: 0, onDecision: (e) => events.push(e) })
+;(async () => {
+  for (let i = 0; i < 300 && events.filter((e) => e.outcome === 'adapted').length < 2; i++) {
+    await (await f(url)).arrayBuffer()
+  }
+  for (const e of events) if (e.outcome === 'adapted') console.log(e.fromRate, e.toRate, e.status)
+})()
+`
+
+test('worker processes learn one rate through a SharedTokenBucket file', async () => {
+  const { spawn } = require('node:child_process')
+  const p = await bare429Partner()
+  const file = path.join(TMP, `learn-processes-${process.pid}.limit`)
+  // Four processes, each its own adapter, one file: a change is one
+  // compare-and-swap on the file's word from the word its request was sent
+  // under, so no two processes change the same word (four local buckets
+  // would each cut from the configured rate), and the file holds the last.
+  const run = () =>
+    new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, ['-e', WORKER, path.join(__dirname, '..'), `${p.url}/items`, file, String(CONFIGURED)], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      })
+      let out = ''
+      child.stdout.on('data', (d) => (out += d))
+      child.on('error', reject)
+      child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`worker exited ${code}`))))
+    })
+  const outs = await Promise.all([run(), run(), run(), run()])
+  const changes = outs.flatMap((o) =>
+    o
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.split(' ').map(Number)),
+  )
+  assert.ok(changes.length >= 4, JSON.stringify(changes))
+  const froms = changes.map((c) => c[0])
+  assert.equal(new Set(froms).size, froms.length, `two processes changed the same word: ${JSON.stringify(changes)}`)
+  assert.equal(froms.filter((r) => r === CONFIGURED).length, 1, 'one cut from the configured rate, for all of them')
+  const here = new rb.SharedTokenBucket({ path: file, rate: CONFIGURED, burst: 10 })
+  assert.ok(
+    changes.some((c) => c[1] === here.learnedRate()),
+    `${here.learnedRate()}`,
+  )
+  assert.ok(here.learnedRate() < CONFIGURED)
+  await p.close()
+})
