@@ -150,8 +150,8 @@ pub(crate) fn swap_learned(word: &AtomicU64, seen: Learned, next: Learned) -> bo
     }
 }
 
-/// The rule of `ceiling` scaled by `learned`, out of line (the cold path).
-#[cold]
+/// The rule of `ceiling` scaled by `learned`: out of line, so that the
+/// fresh path inlined into every decision stays a load and a compare.
 #[inline(never)]
 fn scaled_rule(learned: Learned, ceiling: Quota, configured: WordRule) -> WordRule {
     // A token bucket's rule is always valid; the configured one (the
