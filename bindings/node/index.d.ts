@@ -795,6 +795,17 @@ export declare class SharedKeyedLimiter {
   get limit(): number
   /** The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
   get algorithm(): string
+  /**
+   * The rate in force for `key` after what the outbound adapters of
+   * every process learned of its partner's real limit (the adapters'
+   * key: each request's host unless they were given one; the file keeps
+   * it in the key's slot), in tokens per second: the configured rate
+   * while nothing is learned.
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window (which
+   * does not learn), `ERR_INVALID_ARG_TYPE` for a bad key.
+   */
+  learnedRate(key: string | number | Uint8Array): number
   /** Slots in the table (twice `maxKeys`, at least 64). */
   get slots(): number
   /** Slots held by a key. */
@@ -848,6 +859,15 @@ export declare class SharedTokenBucket {
   resume(): 'lifted' | 'not_paused' | 'queued'
   /** The burst. */
   get limit(): number
+  /**
+   * The rate in force after what the outbound adapters of every process
+   * calling through this file learned of the partner's real limit
+   * (`rb.fetch`, `rb.axios`: `adaptive`; the file keeps it beside the
+   * bucket), in tokens per second: the configured rate while nothing is
+   * learned, never above it. One bucket holds one rate: a `key` is
+   * accepted (as a keyed limiter's gauge takes one) and changes nothing.
+   */
+  learnedRate(key?: string | number | Uint8Array): number
   /** The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`. */
   get algorithm(): string
   /** The file the processes share. */

@@ -61,11 +61,26 @@ const ADAPTERS = {
   },
 }
 
+// The limiters that learn: a bucket in this process, and the shared-memory
+// ones, whose file keeps the learned word for every process on the host.
+let files = 0
+const LEARNERS = {
+  local: (rate, burst) => new rb.TokenBucket({ rate, burst }),
+  shared: (rate, burst) => new rb.SharedTokenBucket({ path: path.join(TMP, `learn-${process.pid}-${files++}.limit`), rate, burst }),
+  'shared-keyed': (rate, burst) =>
+    new rb.SharedKeyedLimiter({ path: path.join(TMP, `learn-keyed-${process.pid}-${files++}.limit`), rate, burst, maxKeys: 8 }),
+}
+
+// The learned rate: a keyed limiter's for the adapters' key (the host).
+const gauge = (limiter, key) => (limiter instanceof rb.SharedKeyedLimiter ? limiter.learnedRate(key) : limiter.learnedRate())
+
 for (const [name, make] of Object.entries(ADAPTERS)) {
-  test(`${name}: bare 429s from a partner below the configured rate cut the learned rate; adaptive: false does not`, async (t) => {
+  for (const [kind, learner] of Object.entries(LEARNERS)) {
+  test(`${name} over a ${kind} bucket: bare 429s from a partner below the configured rate cut the learned rate; adaptive: false does not`, async (t) => {
     const p = await bare429Partner()
-    const limiter = new rb.TokenBucket({ rate: CONFIGURED, burst: 10 })
-    assert.equal(limiter.learnedRate(), CONFIGURED, 'nothing learned yet: the configured rate')
+    const limiter = learner(CONFIGURED, 10)
+    const host = new URL(p.url).host
+    assert.equal(gauge(limiter, host), CONFIGURED, 'nothing learned yet: the configured rate')
     const events = []
     // retries: 0 — every answer is the caller's; learning does not need a
     // retry (nor a pause: a bare 429 with no retry left pauses nothing).
@@ -89,18 +104,21 @@ for (const [name, make] of Object.entries(ADAPTERS)) {
     }
     // One chain of changes: each event starts where the last one left.
     for (let i = 1; i < adapted.length; i++) assert.equal(adapted[i].fromRate, adapted[i - 1].toRate)
-    // The limiter runs at the last rate learned, below the configured one.
-    assert.equal(limiter.learnedRate(), adapted.at(-1).toRate)
-    assert.ok(limiter.learnedRate() < CONFIGURED, String(limiter.learnedRate()))
+    // The limiter runs at the last rate learned, below the configured one
+    // (for the key the events name: the partner's host).
+    assert.equal(adapted[0].key, host)
+    const learned = gauge(limiter, host)
+    assert.equal(learned, adapted.at(-1).toRate)
+    assert.ok(learned < CONFIGURED, String(learned))
     t.diagnostic(
       `learning: ${sent} requests, ${p.count(200)} × 200, ${p.count(429)} × 429, ${cuts(events).length} cuts, ` +
-        `${adapted.length - cuts(events).length} steps up; learned ${limiter.learnedRate().toFixed(2)}/s of ${CONFIGURED}/s`,
+        `${adapted.length - cuts(events).length} steps up; learned ${learned.toFixed(2)}/s of ${CONFIGURED}/s`,
     )
     await p.close()
 
     // The same partner, adaptive: false: refused, and nothing learned.
     const q = await bare429Partner()
-    const fixed = new rb.TokenBucket({ rate: CONFIGURED, burst: 10 })
+    const fixed = learner(CONFIGURED, 10)
     const still = []
     const plain = make(q, { limiter: fixed, retries: 0, adaptive: false, onDecision: (e) => still.push(e) })
     await drive(plain, still, () => false, 60)
@@ -109,10 +127,12 @@ for (const [name, make] of Object.entries(ADAPTERS)) {
       still.filter((e) => e.outcome === 'adapted'),
       [],
     )
-    assert.equal(fixed.learnedRate(), CONFIGURED)
-    t.diagnostic(`adaptive: false: 60 requests, ${q.count(200)} × 200, ${q.count(429)} × 429; still ${fixed.learnedRate()}/s`)
+    const qhost = new URL(q.url).host
+    assert.equal(gauge(fixed, qhost), CONFIGURED)
+    t.diagnostic(`adaptive: false: 60 requests, ${q.count(200)} × 200, ${q.count(429)} × 429; still ${gauge(fixed, qhost)}/s`)
     await q.close()
   })
+  }
 }
 
 // Several adapters over one limiter learn one rate: what one learned is
@@ -136,25 +156,25 @@ test('adaptive: bad input and the limiters that do not learn yet', async () => {
   const typed = (C, code, re) => (e) => e instanceof C && e.code === code && re.test(e.message)
   const bucket = new rb.TokenBucket({ rate: 1 })
   const io = new IORedis({ host: HOST, port: 1, lazyConnect: true })
-  // Only the local TokenBucket keeps a learned word for now: the Redis and
-  // shared-memory limiters, and the keyed local one, do not learn (off by
+  // The local and shared-memory token buckets keep a learned word: the
+  // Redis limiter and the keyed local one do not learn yet (off by
   // default) and refuse to be told to.
-  const others = [
-    new rb.KeyedLimiter({ rate: 1 }),
+  const learners = [
+    bucket,
     new rb.SharedTokenBucket({ path: path.join(TMP, 'learn-bucket.limit'), rate: 1, burst: 1 }),
     new rb.SharedKeyedLimiter({ path: path.join(TMP, 'learn-keyed.limit'), rate: 1, burst: 1 }),
-    new rb.redis.TokenBucket({ client: io, rate: 1, onError: 'closed' }),
   ]
+  const others = [new rb.KeyedLimiter({ rate: 1 }), new rb.redis.TokenBucket({ client: io, rate: 1, onError: 'closed' })]
   for (const make of [(o) => rb.fetch(o), (o) => rb.axios(axios.create(), o)]) {
     for (const bad of ['yes', 1, {}]) {
       assert.throws(() => make({ limiter: bucket, adaptive: bad }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /adaptive is a boolean, not/))
     }
     assert.throws(() => make({ limiter: bucket, adaptive: 'yes' }), /adaptive is a boolean, not "yes"/)
-    for (const limiter of [bucket, ...others]) {
+    for (const limiter of [...learners, ...others]) {
       make({ limiter })
       make({ limiter, adaptive: false })
     }
-    make({ limiter: bucket, adaptive: true })
+    for (const limiter of learners) make({ limiter, adaptive: true })
     for (const limiter of others) {
       assert.throws(() => make({ limiter, adaptive: true }), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /adaptive/), limiter.constructor.name)
     }
@@ -192,4 +212,96 @@ test('adaptive: bad input and the limiters that do not learn yet', async () => {
   // setQuota sets the ceiling and keeps the word.
   bucket.setQuota(10)
   assert.ok(Math.abs(bucket.learnedRate() - (10 * 45536) / 65536) < 1e-9, String(bucket.learnedRate()))
+})
+
+test('the shared-memory buckets keep the learned word in the file, for every handle (every process)', () => {
+  const typed = (C, code, re) => (e) => e instanceof C && e.code === code && re.test(e.message)
+  const file = path.join(TMP, `learn-words-${process.pid}.limit`)
+  // Two handles on one file stand for two worker processes.
+  const a = new rb.SharedTokenBucket({ path: file, rate: 100, burst: 10 })
+  const b = new rb.SharedTokenBucket({ path: file, rate: 100, burst: 10 })
+  assert.equal(new rb.Outbound({ limiter: a }).learning, true, 'on by default with a SharedTokenBucket')
+  assert.equal(a.learnedWord(), '0')
+  // A cut to 7/10 of the ceiling (45876 65536ths), made at some instant.
+  const cut = String((1n << 61n) | (19660n << 44n) | 1799999999999n)
+  assert.equal(a.adaptWord('0', cut), true)
+  assert.equal(b.learnedWord(), cut, 'the other handle reads the word')
+  assert.equal(b.adaptWord('0', '0'), false, 'no longer the word seen: kept')
+  assert.ok(Math.abs(b.learnedRate() - (100 * 45876) / 65536) < 1e-9, String(b.learnedRate()))
+  assert.equal(b.learnedRate('any key'), b.learnedRate(), 'one bucket, one rate')
+  // It runs at it: a burst of 7 where 10 were configured.
+  let taken = 0
+  while (b.tryAcquire()) taken++
+  assert.equal(taken, 7)
+  assert.throws(() => a.adaptWord(cut, 'lots'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /next is a learned word/))
+
+  const kfile = path.join(TMP, `learn-words-keyed-${process.pid}.limit`)
+  const k = new rb.SharedKeyedLimiter({ path: kfile, rate: 100, burst: 10, maxKeys: 8 })
+  const k2 = new rb.SharedKeyedLimiter({ path: kfile, rate: 100, burst: 10, maxKeys: 8 })
+  assert.equal(new rb.Outbound({ limiter: k }).learning, true, 'on by default with a token-bucket SharedKeyedLimiter')
+  assert.equal(k.adaptWord('partner.example', '0', cut), true)
+  assert.equal(k2.learnedWord('partner.example'), cut)
+  assert.equal(k2.learnedWord('other.example'), '0', 'each key its own word')
+  assert.equal(k2.learnedRate('other.example'), 100)
+  assert.throws(() => k2.learnedRate(), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /key/))
+  const w = new rb.SharedKeyedLimiter({ path: path.join(TMP, `learn-window-${process.pid}.limit`), algorithm: 'fixed_window', limit: 10, window: 1 })
+  assert.equal(new rb.Outbound({ limiter: w }).learning, false, 'a window does not learn')
+  assert.throws(() => w.learnedRate('k'), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /fixed_window/))
+  assert.throws(() => w.adaptWord('k', '0', cut), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /fixed_window/))
+})
+
+// A worker process: GETs `url` through rb.fetch over the shared bucket at
+// `file` until it has seen two changes of the learned rate (or 300
+// requests), then prints each change as "from to status".
+const WORKER = `
+const rb = require(process.argv[1])
+const [url, file, configured] = process.argv.slice(2)
+const limiter = new rb.SharedTokenBucket({ path: file, rate: Number(configured), burst: 10 })
+const events = []
+const f = rb.fetch({ limiter, retries: 0, onDecision: (e) => events.push(e) })
+;(async () => {
+  for (let i = 0; i < 300 && events.filter((e) => e.outcome === 'adapted').length < 2; i++) {
+    await (await f(url)).arrayBuffer()
+  }
+  for (const e of events) if (e.outcome === 'adapted') console.log(e.fromRate, e.toRate, e.status)
+})()
+`
+
+test('worker processes learn one rate through a SharedTokenBucket file', async () => {
+  const { spawn } = require('node:child_process')
+  const p = await bare429Partner()
+  const file = path.join(TMP, `learn-processes-${process.pid}.limit`)
+  // Four processes, each its own adapter, one file: a change is one
+  // compare-and-swap on the file's word from the word its request was sent
+  // under, so no two processes change the same word (four local buckets
+  // would each cut from the configured rate), and the file holds the last.
+  const run = () =>
+    new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, ['-e', WORKER, path.join(__dirname, '..'), `${p.url}/items`, file, String(CONFIGURED)], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      })
+      let out = ''
+      child.stdout.on('data', (d) => (out += d))
+      child.on('error', reject)
+      child.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`worker exited ${code}`))))
+    })
+  const outs = await Promise.all([run(), run(), run(), run()])
+  const changes = outs.flatMap((o) =>
+    o
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.split(' ').map(Number)),
+  )
+  assert.ok(changes.length >= 4, JSON.stringify(changes))
+  const froms = changes.map((c) => c[0])
+  assert.equal(new Set(froms).size, froms.length, `two processes changed the same word: ${JSON.stringify(changes)}`)
+  assert.equal(froms.filter((r) => r === CONFIGURED).length, 1, 'one cut from the configured rate, for all of them')
+  const here = new rb.SharedTokenBucket({ path: file, rate: CONFIGURED, burst: 10 })
+  assert.ok(
+    changes.some((c) => c[1] === here.learnedRate()),
+    `${here.learnedRate()}`,
+  )
+  assert.ok(here.learnedRate() < CONFIGURED)
+  await p.close()
 })

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratebound::Quota;
 use ratebound::outbound::{Caller, Learned, Reach, Step, Target};
+use ratebound::{KeyedAlgorithm, Quota};
 
 use crate::error::{OrThrow, invalid_type};
 use crate::limiters::{TokenBucket, from_ms};
+use crate::shared::{SharedKeyedLimiter, SharedTokenBucket};
 
 /// The options of an `Outbound` policy.
 #[napi(object, object_to_js = false)]
@@ -55,11 +56,26 @@ pub struct OutboundOptions<'a> {
 }
 
 /// The configured quota of `limiter` when it keeps a learned word (the
-/// local `TokenBucket`); `None` for every other limiter (for now: the
-/// shared-memory and Redis limiters, the keyed ones).
+/// local `TokenBucket`; a `SharedTokenBucket` or token-bucket
+/// `SharedKeyedLimiter`, whose file keeps it for every process); `None`
+/// for every other limiter (for now: the Redis limiters, the in-process
+/// keyed ones, windows).
 fn ceiling_of(limiter: Option<Unknown<'_>>) -> Option<Quota> {
-    let bucket = ClassInstance::<TokenBucket>::from_unknown(limiter?).ok()?;
-    bucket.core().map(ratebound::TokenBucket::ceiling)
+    let limiter = limiter?;
+    let bucket = |algorithm| match algorithm {
+        KeyedAlgorithm::TokenBucket(q) => Some(q),
+        _ => None,
+    };
+    if let Ok(local) = ClassInstance::<TokenBucket>::from_unknown(limiter) {
+        return local.core().map(ratebound::TokenBucket::ceiling);
+    }
+    if let Ok(shared) = ClassInstance::<SharedTokenBucket>::from_unknown(limiter) {
+        return bucket(shared.keyed_algorithm());
+    }
+    if let Ok(keyed) = ClassInstance::<SharedKeyedLimiter>::from_unknown(limiter) {
+        return bucket(keyed.algorithm());
+    }
+    None
 }
 
 /// A learned word as the limiters and the machine pass it through

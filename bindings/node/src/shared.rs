@@ -6,6 +6,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratebound::KeyedAlgorithm;
 use ratebound::any::{self, Key};
+use ratebound::outbound::{Learned, Learning};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
 use std::cell::Cell;
@@ -16,6 +17,21 @@ use crate::limiters::{
     Decision, HOST_MAX_SLEEP, Holder, Reservation, Waiter, loose_number, loose_rate, rate_of,
     step_to_js, tokens,
 };
+
+/// The rate of `learned` under a token bucket's configured quota (the
+/// ceiling), in tokens per second; a window does not learn.
+fn learned_rate(
+    algorithm: KeyedAlgorithm,
+    learned: Learned,
+) -> std::result::Result<f64, ratebound::Error> {
+    match algorithm {
+        KeyedAlgorithm::TokenBucket(q) => Ok(Learning::new(q).rate(learned)),
+        other => Err(ratebound::Error::Unsupported {
+            operation: "learning a partner's limit (a token bucket learns)",
+            algorithm: other.name(),
+        }),
+    }
+}
 
 /// A wait step for JavaScript (see `limiters::step_to_js`), from a shared
 /// limiter.
@@ -85,6 +101,13 @@ pub struct SharedTokenBucketOptions<'a> {
 #[napi]
 pub struct SharedTokenBucket {
     inner: Arc<SharedLimiter>,
+}
+
+impl SharedTokenBucket {
+    /// The algorithm and its parameters (the adapters' ceiling).
+    pub(crate) fn keyed_algorithm(&self) -> KeyedAlgorithm {
+        self.inner.algorithm()
+    }
 }
 
 #[napi]
@@ -198,6 +221,34 @@ impl SharedTokenBucket {
     #[napi(getter)]
     pub fn limit(&self) -> f64 {
         self.inner.limit() as f64
+    }
+
+    /// The rate in force after what the outbound adapters of every process
+    /// calling through this file learned of the partner's real limit
+    /// (`rb.fetch`, `rb.axios`: `adaptive`; the file keeps it beside the
+    /// bucket), in tokens per second: the configured rate while nothing is
+    /// learned, never above it. One bucket holds one rate: a `key` is
+    /// accepted (as a keyed limiter's gauge takes one) and changes nothing.
+    #[napi(ts_args_type = "key?: string | number | Uint8Array")]
+    pub fn learned_rate(&self, env: Env) -> Result<f64> {
+        learned_rate(self.inner.algorithm(), self.inner.learned()).or_throw(&env)
+    }
+
+    /// The learned word (internal: the outbound adapters), a `u64` in
+    /// decimal.
+    #[napi(skip_typescript)]
+    pub fn learned_word(&self) -> String {
+        crate::outbound::word(self.inner.learned())
+    }
+
+    /// Replaces the learned word `seen` with `next` for every process if
+    /// it is still `seen` (internal: the outbound adapters' `'adapt'`
+    /// step); whether it did.
+    #[napi(skip_typescript)]
+    pub fn adapt_word(&self, env: Env, seen: String, next: String) -> Result<bool> {
+        let seen = crate::outbound::word_of(&env, "seen", &seen)?;
+        let next = crate::outbound::word_of(&env, "next", &next)?;
+        self.inner.adapt(seen, next).or_throw(&env)
     }
 
     /// The algorithm: `'token_bucket'`, `'fixed_window'` or `'sliding_window'`.
@@ -368,6 +419,45 @@ impl SharedKeyedLimiter {
     #[napi(getter, js_name = "algorithm")]
     pub fn algorithm_name(&self) -> &'static str {
         self.inner.algorithm().name()
+    }
+
+    /// The rate in force for `key` after what the outbound adapters of
+    /// every process learned of its partner's real limit (the adapters'
+    /// key: each request's host unless they were given one; the file keeps
+    /// it in the key's slot), in tokens per second: the configured rate
+    /// while nothing is learned.
+    ///
+    /// @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window (which
+    /// does not learn), `ERR_INVALID_ARG_TYPE` for a bad key.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn learned_rate(&self, env: Env, key: Unknown<'_>) -> Result<f64> {
+        let learned = self.key(&env, &key, |k| self.inner.learned(k))?;
+        learned_rate(self.inner.algorithm(), learned).or_throw(&env)
+    }
+
+    /// `key`'s learned word (internal: the outbound adapters), a `u64` in
+    /// decimal.
+    #[napi(skip_typescript)]
+    pub fn learned_word(&self, env: Env, key: Unknown<'_>) -> Result<String> {
+        let learned = self.key(&env, &key, |k| self.inner.learned(k))?;
+        Ok(crate::outbound::word(learned))
+    }
+
+    /// Replaces `key`'s learned word `seen` with `next` for every process
+    /// if it is still `seen` (internal: the outbound adapters' `'adapt'`
+    /// step); whether it did.
+    #[napi(skip_typescript)]
+    pub fn adapt_word(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        seen: String,
+        next: String,
+    ) -> Result<bool> {
+        let seen = crate::outbound::word_of(&env, "seen", &seen)?;
+        let next = crate::outbound::word_of(&env, "next", &next)?;
+        self.key(&env, &key, |k| self.inner.adapt(k, seen, next))?
+            .or_throw(&env)
     }
 
     /// Slots in the table (twice `maxKeys`, at least 64).

@@ -8,23 +8,37 @@ use std::time::Duration;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyTuple};
-use ratebound::Quota;
 use ratebound::any::AnyLimiter;
 use ratebound::outbound::{Caller, Learned, Outbound as Policy, Reach, Sending, Step, Target};
+use ratebound::{KeyedAlgorithm, Quota};
 
 use crate::convert::{number, opt_number, type_name};
 use crate::error::{OrPy, py_err_about};
 use crate::limiters::Limiter;
+use crate::shared::{SharedKeyedLimiter, SharedTokenBucket};
 
 /// The quota `limiter` was configured with, if it keeps what the adapters
-/// learn of a partner's limit (the local token bucket); `None` when it
-/// cannot learn.
+/// learn of a partner's limit (a local token bucket; a shared-memory token
+/// bucket, one or keyed, whose file keeps it for every process); `None`
+/// when it cannot learn.
 fn ceiling_of(limiter: &Bound<'_, PyAny>) -> Option<Quota> {
-    let l = limiter.cast::<Limiter>().ok()?;
-    match l.get().inner.as_ref() {
-        AnyLimiter::TokenBucket(tb) => Some(tb.ceiling()),
+    let bucket = |algorithm| match algorithm {
+        KeyedAlgorithm::TokenBucket(q) => Some(q),
         _ => None,
+    };
+    if let Ok(l) = limiter.cast::<Limiter>() {
+        return match l.get().inner.as_ref() {
+            AnyLimiter::TokenBucket(tb) => Some(tb.ceiling()),
+            _ => None,
+        };
     }
+    if let Ok(s) = limiter.cast::<SharedTokenBucket>() {
+        return bucket(s.get().keyed_algorithm());
+    }
+    if let Ok(k) = limiter.cast::<SharedKeyedLimiter>() {
+        return bucket(k.get().algorithm());
+    }
+    None
 }
 
 /// The `adaptive` option: `None`, `True` or `False`; anything else is a

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use ratebound::any;
+use ratebound::outbound::{Learned, Learning};
 use ratebound::{Error, KeyedAlgorithm, Permit};
 use ratebound_shm::{Error as ShmError, SharedKeyedLimiter as ShmKeyed, SharedLimiter};
 
@@ -41,6 +42,18 @@ pub(crate) trait OrShm<T> {
 impl<T> OrShm<T> for Result<T, ShmError> {
     fn or_shm(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| shm_err(py, e))
+    }
+}
+
+/// The rate of `learned` under a token bucket's configured quota (the
+/// ceiling), in tokens per second; a window does not learn.
+fn learned_rate(algorithm: KeyedAlgorithm, learned: Learned) -> Result<f64, Error> {
+    match algorithm {
+        KeyedAlgorithm::TokenBucket(q) => Ok(Learning::new(q).rate(learned)),
+        other => Err(Error::Unsupported {
+            operation: "learning a partner's limit (a token bucket learns)",
+            algorithm: other.name(),
+        }),
     }
 }
 
@@ -102,6 +115,28 @@ single_pymethods!(
             self.inner.algorithm().name()
         }
 
+        /// For the outbound adapters: the word the file keeps of what every
+        /// process's adapters learned of the partner's limit
+        /// (`ratebound::outbound::Learned`, as bits; 0: nothing learned).
+        fn _learned(&self) -> u64 {
+            self.inner.learned().to_bits()
+        }
+
+        /// For the outbound adapters: replaces the learned word `seen` with
+        /// `next` for every process if it is still `seen`, the bucket
+        /// running at `next`'s share of its configured quota from now on;
+        /// whether it replaced.
+        fn _adapt(&self, py: Python<'_>, seen: u64, next: u64) -> PyResult<bool> {
+            let (seen, next) = (Learned::from_bits(seen), Learned::from_bits(next));
+            self.inner.adapt(seen, next).or_shm(py)
+        }
+
+        /// The rate learned of the partner, in tokens per second: the
+        /// configured rate when nothing is learned.
+        fn _learned_rate(&self, py: Python<'_>) -> PyResult<f64> {
+            learned_rate(self.inner.algorithm(), self.inner.learned()).or_py(py)
+        }
+
         /// The file the processes share.
         #[getter]
         fn path(&self) -> PathBuf {
@@ -120,6 +155,11 @@ single_pymethods!(
 );
 
 impl SharedTokenBucket {
+    /// The algorithm and its parameters (the adapters' ceiling).
+    pub(crate) fn keyed_algorithm(&self) -> KeyedAlgorithm {
+        self.inner.algorithm()
+    }
+
     /// For `reserve`, on the shared word: the wait in nanoseconds and the
     /// permit.
     fn reserved(&self, n: u64, max_wait: Option<Duration>) -> Result<(u64, Permit), ShmError> {
@@ -168,6 +208,28 @@ keyed_pymethods!(
     #[getter]
     fn slots(&self) -> usize {
         self.inner.slots()
+    }
+
+    /// For the outbound adapters: the word `key`'s slot keeps of what every
+    /// process's adapters learned of the partner's limit
+    /// (`ratebound::outbound::Learned`, as bits; 0: nothing learned).
+    fn _learned(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+        with_key(key, |k| Ok(self.inner.learned(k).to_bits()))
+    }
+
+    /// For the outbound adapters: replaces `key`'s learned word `seen` with
+    /// `next` for every process if it is still `seen`; whether it replaced.
+    fn _adapt(&self, py: Python<'_>, key: &Bound<'_, PyAny>, seen: u64, next: u64) -> PyResult<bool> {
+        let (seen, next) = (Learned::from_bits(seen), Learned::from_bits(next));
+        with_key(key, |k| self.inner.adapt(k, seen, next).or_shm(py))
+    }
+
+    /// The rate learned of `key`'s partner, in tokens per second: the
+    /// configured rate when nothing is learned.
+    fn _learned_rate(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<f64> {
+        with_key(key, |k| {
+            learned_rate(self.inner.algorithm(), self.inner.learned(k)).or_py(py)
+        })
     }
 
     /// The file the processes share.

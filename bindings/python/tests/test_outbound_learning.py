@@ -14,10 +14,13 @@ tests/test_outbound_calls.py."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
 
 import httpx
 import pytest
@@ -125,10 +128,32 @@ def adapted(events: list[rb.httpx.OutboundEvent]) -> list[rb.httpx.OutboundEvent
     return [e for e in events if e.outcome == "adapted"]
 
 
+# The limiters that learn: one bucket in this process, and the shared-memory
+# ones, whose file keeps the learned rate for every process on the host.
+LEARNERS = ["local", "shared", "shared-keyed"]
+
+
+def learner(kind: str, tmp_path: Path, rate: float = CONFIGURED, burst: int = 20) -> Any:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    if kind == "local":
+        return rb.TokenBucket(rate, burst)
+    if kind == "shared":
+        return rb.SharedTokenBucket(tmp_path / "partner.limit", rate, burst)
+    return rb.SharedKeyedLimiter(tmp_path / "partners.limit", rate, burst, max_keys=8)
+
+
+def gauge(limiter: Any, key: Optional[str]) -> float:
+    """The learned rate: a keyed limiter's for the adapter's key."""
+    return limiter.learned_rate(key) if isinstance(limiter, rb.SharedKeyedLimiter) else limiter.learned_rate()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("kind", LEARNERS)
 @pytest.mark.parametrize("adapter", ADAPTERS)
-def test_bare_429s_cut_the_learned_rate_and_a_quiet_partner_lets_it_back_up(adapter: str, partner: BarePartner) -> None:
-    limiter = rb.TokenBucket(CONFIGURED, 20)
-    assert limiter.learned_rate() == CONFIGURED and limiter.learned_rate("partner") == CONFIGURED
+def test_bare_429s_cut_the_learned_rate_and_a_quiet_partner_lets_it_back_up(
+    adapter: str, kind: str, partner: BarePartner, tmp_path: Path
+) -> None:
+    limiter = learner(kind, tmp_path)
+    assert gauge(limiter, "partner") == CONFIGURED
     events: list[rb.httpx.OutboundEvent] = []
     # retries=0: every refusal is the caller's; learning does not need a retry.
     sent = drive(adapter, limiter, partner.url, 400, lambda: len(adapted(events)) >= 2, retries=0,
@@ -143,16 +168,22 @@ def test_bare_429s_cut_the_learned_rate_and_a_quiet_partner_lets_it_back_up(adap
     assert all(a.to_rate == b.from_rate for a, b in zip(cuts, cuts[1:])), cuts
     assert all(e.key == cuts[0].key and e.seconds is None for e in cuts)
     # The gauge reads what the events told; the bucket runs at it (its
-    # burst scaled down with the rate).
-    assert limiter.learned_rate() == cuts[-1].to_rate < CONFIGURED
-    assert limiter.limit < 20
+    # burst scaled down with the rate: a shared table keeps its configured
+    # `limit`, so its checks tell).
+    key = cuts[0].key
+    assert gauge(limiter, key) == cuts[-1].to_rate < CONFIGURED
+    if kind == "local":
+        assert limiter.limit < 20
+    else:
+        taken = [limiter.try_acquire(key) if kind == "shared-keyed" else limiter.try_acquire() for _ in range(20)]
+        assert sum(taken) < 20, taken
     # The other outcomes carry no rates.
     assert all(e.from_rate is None and e.to_rate is None for e in events if e.outcome != "adapted")
 
     # The partner stops refusing: after a quiet while, a success steps the
     # rate up (never above the configured one).
     partner.open()
-    low = limiter.learned_rate()
+    low = gauge(limiter, key)
     events.clear()
     sent = drive(adapter, limiter, partner.url, 400, lambda: bool(adapted(events)), retries=0,
                  on_decision=events.append)
@@ -160,17 +191,21 @@ def test_bare_429s_cut_the_learned_rate_and_a_quiet_partner_lets_it_back_up(adap
     assert ups, (sent, partner.statuses)
     up = ups[0]
     assert up.status == 200 and up.from_rate == low and up.to_rate is not None and low < up.to_rate <= CONFIGURED
-    assert limiter.learned_rate() == up.to_rate
+    assert gauge(limiter, key) == up.to_rate
 
 
+@pytest.mark.parametrize("kind", LEARNERS)
 @pytest.mark.parametrize("adapter", ADAPTERS)
-def test_adaptive_false_learns_nothing_from_the_same_refusals(adapter: str, partner: BarePartner) -> None:
-    limiter = rb.TokenBucket(CONFIGURED, 20)
+def test_adaptive_false_learns_nothing_from_the_same_refusals(
+    adapter: str, kind: str, partner: BarePartner, tmp_path: Path
+) -> None:
+    limiter = learner(kind, tmp_path)
     events: list[rb.httpx.OutboundEvent] = []
     drive(adapter, limiter, partner.url, 60, lambda: False, retries=0, adaptive=False, on_decision=events.append)
     assert partner.count(429) > 10, partner.statuses  # the evidence was there
     assert adapted(events) == []
-    assert limiter.learned_rate() == CONFIGURED and limiter.limit == 20
+    key = next(e.key for e in events if e.outcome == "gave_up")
+    assert gauge(limiter, key) == CONFIGURED and limiter.limit == 20
 
 
 def _refused(limiter: Any, **options: Any) -> list[str]:
@@ -183,12 +218,32 @@ def _refused(limiter: Any, **options: Any) -> list[str]:
     return [e.outcome for e in events if e.outcome != "waited"]
 
 
-def test_learning_is_on_by_default_where_the_limiter_learns() -> None:
-    assert _refused(rb.TokenBucket(100, 10)) == ["adapted", "gave_up"]
-    assert _refused(rb.TokenBucket(100, 10), adaptive=True) == ["adapted", "gave_up"]
-    assert _refused(rb.TokenBucket(100, 10), adaptive=False) == ["gave_up"]
+@pytest.mark.parametrize("kind", LEARNERS)
+def test_learning_is_on_by_default_where_the_limiter_learns(kind: str, tmp_path: Path) -> None:
+    assert _refused(learner(kind, tmp_path / "a", 100, 10)) == ["adapted", "gave_up"]
+    assert _refused(learner(kind, tmp_path / "b", 100, 10), adaptive=True) == ["adapted", "gave_up"]
+    assert _refused(learner(kind, tmp_path / "c", 100, 10), adaptive=False) == ["gave_up"]
     # A keyed local limiter keeps no learned rate: off unless asked for.
     assert _refused(rb.KeyedLimiter(100, 10)) == ["gave_up"]
+
+
+def test_a_shared_learned_rate_is_read_by_every_handle_on_the_file(tmp_path: Path) -> None:
+    # Two handles on one file stand for two worker processes (the processes
+    # test below runs real ones): one adapter's cut is the other's rate.
+    path = tmp_path / "partner.limit"
+    a, b = rb.SharedTokenBucket(path, 100, 10), rb.SharedTokenBucket(path, 100, 10)
+    assert _refused(a) == ["adapted", "gave_up"]
+    assert a.learned_rate() == b.learned_rate() == pytest.approx(70.0, abs=0.01)
+    assert b.learned_rate("any key") == b.learned_rate()
+    keyed = tmp_path / "partners.limit"
+    k1, k2 = (rb.SharedKeyedLimiter(keyed, 100, 10, max_keys=8) for _ in range(2))
+    assert _refused(k1) == ["adapted", "gave_up"]
+    assert k2.learned_rate("partner.example") == pytest.approx(70.0, abs=0.01)
+    assert k2.learned_rate("other.example") == 100.0
+    with pytest.raises(TypeError, match="needs the key"):
+        k2.learned_rate()
+    with pytest.raises(rb.Unsupported, match="fixed_window"):
+        rb.SharedKeyedLimiter(tmp_path / "w.limit", algorithm="fixed_window", limit=10, window=1, max_keys=8).learned_rate("k")
 
 
 def test_bad_adaptive_is_a_clear_error_at_construction(tmp_path: Any) -> None:
@@ -204,8 +259,6 @@ def test_bad_adaptive_is_a_clear_error_at_construction(tmp_path: Any) -> None:
     redis_bucket = rb.redis.TokenBucket(redis.Redis(host=HOST, port=1), rate=1, burst=1, on_error="closed")
     cannot = [
         (rb.KeyedLimiter(10, 10), "rb.KeyedLimiter"),
-        (rb.SharedTokenBucket(tmp_path / "b", 10, 10), "rb.SharedTokenBucket"),
-        (rb.SharedKeyedLimiter(tmp_path / "k", 10, 10, max_keys=8), "rb.SharedKeyedLimiter"),
         (redis_bucket, "rb.redis.TokenBucket"),
     ]
     for limiter, name in cannot:
@@ -221,3 +274,58 @@ def test_bad_adaptive_is_a_clear_error_at_construction(tmp_path: Any) -> None:
             rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host=HOST, port=1), rate=1, burst=1, on_error="closed"),
             adaptive=True,
         )
+
+
+# A worker process: GETs `url` through rb.requests over the shared bucket at
+# `path` until it has seen two changes of the learned rate (or 300
+# requests), then prints each change as "from to status".
+_WORKER = """
+import sys
+import requests
+import ratebound as rb
+import ratebound.requests
+
+url, path, configured = sys.argv[1], sys.argv[2], float(sys.argv[3])
+limiter = rb.SharedTokenBucket(path, configured, 20)
+events = []
+with requests.Session() as session:
+    session.mount("http://", rb.requests.RateLimitAdapter(limiter, retries=0, on_decision=events.append))
+    for _ in range(300):
+        if sum(e.outcome == "adapted" for e in events) >= 2:
+            break
+        session.get(url, timeout=10).close()
+for e in events:
+    if e.outcome == "adapted":
+        print(e.from_rate, e.to_rate, e.status, flush=True)
+"""
+
+
+def test_worker_processes_learn_one_rate_through_the_file(partner: BarePartner, tmp_path: Path) -> None:
+    # Four processes, each its own adapter, one SharedTokenBucket file: a
+    # change is made by one compare-and-swap on the file's word from the
+    # word its request was sent under, so no two processes change the
+    # same word — no two changes start from the same rate (four local
+    # buckets would each cut from the configured rate) — and the file
+    # holds the last of them for every process.
+    path = tmp_path / "partner.limit"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, partner.url, str(path), str(CONFIGURED)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    changes: list[tuple[float, float, int]] = []
+    for w in workers:
+        out, _ = w.communicate(timeout=120)
+        assert w.returncode == 0
+        changes += [(float(a), float(b), int(s)) for a, b, s in (line.split() for line in out.splitlines())]
+    assert len(changes) >= 4, (changes, partner.statuses)
+    froms = [c[0] for c in changes]
+    assert len(set(froms)) == len(froms), f"two processes changed the same word: {sorted(changes, reverse=True)}"
+    assert froms.count(CONFIGURED) == 1, "one cut from the configured rate, for all of them"
+    assert all(c[2] == 429 and c[1] < c[0] for c in changes if c[2] == 429)
+    here = rb.SharedTokenBucket(path, CONFIGURED, 20)
+    assert here.learned_rate() in {c[1] for c in changes}
+    assert here.learned_rate() < CONFIGURED

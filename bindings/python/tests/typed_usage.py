@@ -4,6 +4,8 @@ and inline types; also run by pytest (test_typed_usage) so it must work."""
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from typing import Optional
 
 import httpx
@@ -134,12 +136,21 @@ def outbound_usage() -> list[object]:
     session.close()
     learned: float = tb.learned_rate()
     drops: list[float] = [e.from_rate - e.to_rate for e in seen if e.from_rate is not None and e.to_rate is not None]
-    return [client, ac, session, seen, learned, drops]
+    # The shared-memory buckets learn too, for every process on the host.
+    files = tempfile.mkdtemp()
+    shared = rb.SharedTokenBucket(os.path.join(files, "partner.limit"), 10, 5)
+    per_host = rb.SharedKeyedLimiter(os.path.join(files, "partners.limit"), 10, 5, max_keys=100)
+    rb.httpx.RateLimitTransport(shared, adaptive=True)
+    rb.requests.RateLimitAdapter(per_host)
+    shared_rate: float = shared.learned_rate()
+    host_rate: float = per_host.learned_rate("api.partner.example")
+    return [client, ac, session, seen, learned, drops, shared_rate, host_rate]
 
 
 def test_outbound_usage() -> None:
     got = outbound_usage()
-    assert len(got) == 6 and got[3] == [] and got[4] == 10.0 and got[5] == []
+    assert len(got) == 8 and got[3] == [] and got[4] == 10.0 and got[5] == []
+    assert got[6:] == [10.0, 10.0], "nothing learned yet: the configured rate"
 
 
 def test_typed_usage() -> None:

@@ -19,7 +19,10 @@ use crate::table::{Table, words_for};
 
 // The header, in words.
 const MAGIC: u64 = u64::from_le_bytes(*b"RBSHMTAB");
-const VERSION: u64 = 2;
+/// The layout version: 3 since slots gained the learned word (eight words
+/// a slot); a file of version 2 (four-word slots) or 1 is refused, never
+/// read with another layout.
+const VERSION: u64 = 3;
 pub(crate) const HEADER: usize = 16;
 const W_MAGIC: usize = 0;
 const W_VERSION: usize = 1;
@@ -274,7 +277,9 @@ fn verify(
     }
     if word(W_VERSION) != VERSION {
         return Err(corrupt(format!(
-            "layout version {}, this build reads version {VERSION}",
+            "layout version {}, this build reads version {VERSION} (a table made by \
+             another version of ratebound-shm: remove the file once no process has it open, \
+             and it is made again)",
             word(W_VERSION)
         )));
     }

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ratebound::any::{Acquire, Key, Waiter};
+use ratebound::outbound::Learned;
 use ratebound::pause;
 use ratebound::wait::{Step, drive_blocking};
 use ratebound::{Clock, Decision, KeyedAlgorithm, Resumed};
@@ -20,13 +21,13 @@ use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_KEYED;
 use crate::sync::{AtomicU64, Ordering};
-use crate::table::{Table, table_methods};
+use crate::table::{Table, cannot_learn, swap_learned, table_methods};
 
 /// The room for keys a shared-memory keyed table gets when none is asked
 /// for (the Python and Node constructors' default). Smaller than an
 /// in-process table's cap ([`ratebound::gate::DEFAULT_MAX_KEYS`], 1 000 000):
 /// a shared table is allocated whole when its file is made — `2 × max_keys`
-/// slots of 32 bytes, 640 KiB here, on a tmpfs such as `/dev/shm` — while an
+/// slots of 64 bytes, 1.25 MiB here, on a tmpfs such as `/dev/shm` — while an
 /// in-process table grows only with the keys it meets.
 pub const DEFAULT_SHARED_MAX_KEYS: u64 = 10_000;
 
@@ -283,7 +284,14 @@ impl SharedKeyedLimiter {
         }
         // Ordering: AcqRel/Acquire, as for a claim.
         match word.compare_exchange(owner | RECLAIMING, fp, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => true,
+            Ok(_) => {
+                // The new key starts from nothing learned: the old key's
+                // word is forgotten with its state (an adapt of the old
+                // key landing after this undoes itself, see `adapt_at`).
+                // Ordering: Relaxed — a value on its own (see `rule_at`).
+                t.learned(slot).store(0, Ordering::Relaxed);
+                true
+            }
             // Another process of the same key completed the same reuse.
             Err(now_held) => now_held == fp,
         }
@@ -347,12 +355,13 @@ impl SharedKeyedLimiter {
         // again); a refusal for want of a slot ends that.
         for _ in 0..8 {
             let found = self.locate(fp, now)?;
-            let (decision, mark) = t.rule.check_n_at(t.state(found.slot), n, now)?;
+            let rule = t.rule_at(found.slot);
+            let (decision, mark) = rule.check_n_at(t.state(found.slot), n, now)?;
             if self.still_home(fp, found) {
                 return Ok(decision);
             }
             if let Some(mark) = mark {
-                t.rule.release(t.state(found.slot), mark, n);
+                rule.release(t.state(found.slot), mark, n);
             }
         }
         Err(Error::Limit(ratebound::Error::TooManyKeys {
@@ -390,8 +399,12 @@ impl SharedKeyedLimiter {
         let fp = self.fingerprint_of(key);
         for _ in 0..8 {
             let found = self.locate(fp, now)?;
-            t.rule
-                .pause_at(t.state(found.slot), t.pause(found.slot), nanos(d), now)?;
+            t.rule_at(found.slot).pause_at(
+                t.state(found.slot),
+                t.pause(found.slot),
+                nanos(d),
+                now,
+            )?;
             // A pause only adds debt: if the slot went to another key
             // meanwhile, that key is paused too (harmlessly late), and the
             // pause is made again where this key lives.
@@ -447,7 +460,9 @@ impl SharedKeyedLimiter {
             // Ordering: Acquire, as in `locate`.
             let held = t.fingerprint(slot).load(Ordering::Acquire);
             if held & !RECLAIMING == fp {
-                return Ok(t.rule.resume_at(t.state(slot), t.pause(slot), now)?);
+                return Ok(t
+                    .rule_at(slot)
+                    .resume_at(t.state(slot), t.pause(slot), now)?);
             }
             if held == EMPTY {
                 break;
@@ -476,14 +491,13 @@ impl SharedKeyedLimiter {
             let shifted = t.pause(found.slot).shifted();
             let mut moved = false;
             let step = waiter.step_at(now, found.slot as u64, shifted, |n, deadline| {
-                let (step, mark) =
-                    t.rule
-                        .acquire_step(t.state(found.slot), n, deadline, now, fp)?;
+                let rule = t.rule_at(found.slot);
+                let (step, mark) = rule.acquire_step(t.state(found.slot), n, deadline, now, fp)?;
                 if self.still_home(fp, found) {
                     return Ok(step);
                 }
                 if let Some(mark) = mark {
-                    t.rule.release(t.state(found.slot), mark, n);
+                    rule.release(t.state(found.slot), mark, n);
                 }
                 moved = true;
                 // Nothing held: the waiter is as it was.
@@ -515,7 +529,7 @@ impl SharedKeyedLimiter {
             // Ordering: Acquire, as in `locate`.
             let held = t.fingerprint(slot).load(Ordering::Acquire);
             if held & !RECLAIMING == fp {
-                return Ok(t.rule.release_permit_paused(
+                return Ok(t.rule_at(slot).release_permit_paused(
                     t.state(slot),
                     t.pause(slot),
                     permit,
@@ -569,6 +583,82 @@ impl SharedKeyedLimiter {
         .await
     }
 
+    /// What the outbound adapters sharing this table learned of `key`'s
+    /// partner: the slot's learned word (fresh, the configured quota, for
+    /// a key with no slot — none is claimed — and for a window).
+    pub fn learned(&self, key: Key<'_>) -> Learned {
+        if self.table.ceiling().is_none() {
+            return Learned::fresh();
+        }
+        let fp = self.fingerprint_of(key);
+        let t = &self.table;
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as in `locate`.
+            let held = t.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                // Ordering: Acquire — pairs with an adapt's exchange.
+                return Learned::from_bits(t.learned(slot).load(Ordering::Acquire));
+            }
+            if held == EMPTY {
+                break;
+            }
+        }
+        Learned::fresh()
+    }
+
+    /// Replaces `key`'s learned word `seen` with `next` for every process,
+    /// if it is still `seen`: one compare-and-swap on the key's slot (a key
+    /// with no slot gets one). From then on `key` runs at `next`'s share
+    /// of the configured quota ([`Learned::scale`]), its schedule kept as
+    /// it is (the reservations already made stay where they are). Returns
+    /// whether it replaced. A key whose slot is reused for another key
+    /// (its state fresh again) forgets what it learned.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `Unsupported` for a window, `TooManyKeys`
+    /// when the key has no slot.
+    pub fn adapt(&self, key: Key<'_>, seen: Learned, next: Learned) -> Result<bool, Error> {
+        self.adapt_at(key, seen, next, self.clock.now())
+    }
+
+    /// [`adapt`](Self::adapt) at `now` (ns of `CLOCK_MONOTONIC`: only a
+    /// slot's reuse depends on it).
+    ///
+    /// # Errors
+    /// As [`adapt`](Self::adapt).
+    pub fn adapt_at(
+        &self,
+        key: Key<'_>,
+        seen: Learned,
+        next: Learned,
+        now: u64,
+    ) -> Result<bool, Error> {
+        let t = &self.table;
+        if t.ceiling().is_none() {
+            return Err(Error::Limit(cannot_learn(t.algorithm)));
+        }
+        let fp = self.fingerprint_of(key);
+        for _ in 0..8 {
+            let found = self.locate(fp, now)?;
+            let word = t.learned(found.slot);
+            let replaced = swap_learned(word, seen, next);
+            if self.still_home(fp, found) {
+                return Ok(replaced);
+            }
+            // The slot went to another key meanwhile: it starts from
+            // nothing learned, not from our word.
+            if replaced {
+                // Ordering: AcqRel/Acquire, as an adapt's exchange.
+                let _ =
+                    word.compare_exchange(next.to_bits(), 0, Ordering::AcqRel, Ordering::Acquire);
+            }
+        }
+        Err(Error::Limit(ratebound::Error::TooManyKeys {
+            max_keys: t.slots,
+        }))
+    }
+
     /// How many `key` could take now (the full limit if it has no slot).
     pub fn available(&self, key: Key<'_>) -> u64 {
         let fp = self.fingerprint_of(key);
@@ -580,7 +670,9 @@ impl SharedKeyedLimiter {
             let held = t.fingerprint(slot).load(Ordering::Acquire);
             if held & !RECLAIMING == fp {
                 // Ordering: Acquire, as for a decision's first load.
-                return t.rule.available(t.state(slot).load(Ordering::Acquire), now);
+                return t
+                    .rule_at(slot)
+                    .available(t.state(slot).load(Ordering::Acquire), now);
             }
             if held == EMPTY {
                 break;

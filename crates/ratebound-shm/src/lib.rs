@@ -21,10 +21,12 @@
 //! # The file
 //! A header of 16 words — magic, layout version, mode (single or keyed),
 //! algorithm and its two parameters, clock, capacity, the secret seed that
-//! fingerprints keys, the boot it was made in — then slots of four words:
-//! `(fingerprint, state, pause end, pause shifts)` (layout version 2; a
-//! token bucket's pause words let a pause move the reservations already
-//! made, see [`ratebound::pause`]). It is created with mode 0600 under a temporary name and linked
+//! fingerprints keys, the boot it was made in — then slots of eight words,
+//! one cache line each: `(fingerprint, state, pause end, pause shifts,
+//! learned, 0, 0, 0)` (layout version 3; a token bucket's pause words let a
+//! pause move the reservations already made, see [`ratebound::pause`]; the
+//! learned word is what the outbound adapters learned of a partner's limit,
+//! see [`SharedLimiter::adapt`]). It is created with mode 0600 under a temporary name and linked
 //! into place whole, so no process ever sees a half-written header. Opening
 //! checks the owner and mode, the magic, the version, every parameter and
 //! the size: a mismatch is an [`Error`], never a silently different limit.

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use ratebound::any::Key;
+use ratebound::outbound::Learned;
 use ratebound::pause::Reach;
 use ratebound::{BoxFuture, Decision, KeyedAlgorithm, KeyedLimit, LimitCheck};
 
@@ -60,6 +61,28 @@ impl KeyedLimit for SharedLimiter {
     ) -> BoxFuture<'a, Result<Reach, ratebound::Error>> {
         ready(SharedLimiter::pause(self, d).map(|()| Reach::Shared))
     }
+
+    /// A token bucket learns: every process's adapters share the file's
+    /// learned word.
+    fn learns(&self) -> bool {
+        matches!(
+            SharedLimiter::algorithm(self),
+            KeyedAlgorithm::TokenBucket(_)
+        )
+    }
+
+    fn learned(&self, _key: Key<'_>) -> Learned {
+        SharedLimiter::learned(self)
+    }
+
+    fn adapt<'a>(
+        &'a self,
+        _key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, ratebound::Error>> {
+        ready(SharedLimiter::adapt(self, seen, next))
+    }
 }
 
 /// One limit per key, shared by this host's processes: decided at once,
@@ -97,5 +120,27 @@ impl KeyedLimit for SharedKeyedLimiter {
         d: Duration,
     ) -> BoxFuture<'a, Result<Reach, ratebound::Error>> {
         ready(SharedKeyedLimiter::pause(self, key, d).map(|()| Reach::Shared))
+    }
+
+    /// A token bucket learns, per key: every process's adapters share the
+    /// key's learned word in its slot.
+    fn learns(&self) -> bool {
+        matches!(
+            SharedKeyedLimiter::algorithm(self),
+            KeyedAlgorithm::TokenBucket(_)
+        )
+    }
+
+    fn learned(&self, key: Key<'_>) -> Learned {
+        SharedKeyedLimiter::learned(self, key)
+    }
+
+    fn adapt<'a>(
+        &'a self,
+        key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, ratebound::Error>> {
+        ready(SharedKeyedLimiter::adapt(self, key, seen, next))
     }
 }

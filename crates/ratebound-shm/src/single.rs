@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ratebound::any::Waiter;
+use ratebound::outbound::Learned;
 use ratebound::wait::{Step, drive_blocking};
 use ratebound::{Clock, Decision, KeyedAlgorithm, Permit, Resumed};
 
@@ -14,7 +15,7 @@ use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_SINGLE;
 use crate::sync::Ordering;
-use crate::table::{Table, table_methods};
+use crate::table::{Table, cannot_learn, swap_learned, table_methods};
 
 /// One limit shared by every process that opens the same file.
 pub struct SharedLimiter {
@@ -136,7 +137,11 @@ impl SharedLimiter {
     /// # Errors
     /// As [`check_n`](Self::check_n).
     pub fn check_n_at(&self, n: u64, now: u64) -> Result<Decision, Error> {
-        Ok(self.table.rule.check_n_at(self.table.state(0), n, now)?.0)
+        Ok(self
+            .table
+            .rule_at(0)
+            .check_n_at(self.table.state(0), n, now)?
+            .0)
     }
 
     /// The clock reading decisions are made at (ns of `CLOCK_MONOTONIC`).
@@ -168,7 +173,7 @@ impl SharedLimiter {
         max_wait: Duration,
         now: u64,
     ) -> Result<SharedReservation<'_>, Error> {
-        let rule = &self.table.rule;
+        let rule = self.table.rule_at(0);
         let (wait, mark) = rule.reserve_n_at(self.table.state(0), n, nanos(max_wait), now)?;
         Ok(SharedReservation {
             limiter: self,
@@ -186,7 +191,7 @@ impl SharedLimiter {
     /// nothing is given back.
     pub fn release(&self, permit: Permit) -> Result<(), Error> {
         let t = &self.table;
-        Ok(t.rule.release_permit_paused(
+        Ok(t.rule_at(0).release_permit_paused(
             t.state(0),
             t.pause(0),
             permit,
@@ -218,7 +223,8 @@ impl SharedLimiter {
     /// [`Error::Limit`] with `Unsupported` for a window.
     pub fn pause_at(&self, d: Duration, now: u64) -> Result<(), Error> {
         let t = &self.table;
-        t.rule.pause_at(t.state(0), t.pause(0), nanos(d), now)?;
+        t.rule_at(0)
+            .pause_at(t.state(0), t.pause(0), nanos(d), now)?;
         Ok(())
     }
 
@@ -245,7 +251,7 @@ impl SharedLimiter {
     /// [`Error::Limit`] with `Unsupported` for a window.
     pub fn resume_at(&self, now: u64) -> Result<Resumed, Error> {
         let t = &self.table;
-        Ok(t.rule.resume_at(t.state(0), t.pause(0), now)?)
+        Ok(t.rule_at(0).resume_at(t.state(0), t.pause(0), now)?)
     }
 
     /// Advances `waiter` now: [`Step::Done`] or how long to sleep. A token
@@ -258,7 +264,7 @@ impl SharedLimiter {
     /// when the wait would end after the deadline; `InsufficientCapacity`
     /// when `n` exceeds the limit.
     pub fn wait_step(&self, waiter: &mut Waiter) -> Result<Step, Error> {
-        let (rule, word) = (&self.table.rule, self.table.state(0));
+        let (rule, word) = (self.table.rule_at(0), self.table.state(0));
         // Read before the step reserves (see `Waiter::step_paused`).
         let shifted = self.table.pause(0).shifted();
         let now = self.clock.now();
@@ -336,9 +342,39 @@ impl SharedLimiter {
         .await
     }
 
+    /// What the outbound adapters sharing this limiter learned of the
+    /// partner's limit: the file's learned word (fresh, the configured
+    /// quota, when nothing is; always, for a window).
+    pub fn learned(&self) -> Learned {
+        if self.table.ceiling().is_none() {
+            return Learned::fresh();
+        }
+        // Ordering: Acquire — pairs with an adapt's exchange.
+        Learned::from_bits(self.table.learned(0).load(Ordering::Acquire))
+    }
+
+    /// Replaces the learned word `seen` with `next` for every process, if
+    /// it is still `seen` (one compare-and-swap on the file's word: of
+    /// fifty processes proposing a change from the same word, one wins).
+    /// From then on every check, reservation and wait runs at `next`'s
+    /// share of the configured quota ([`Learned::scale`]), the schedule
+    /// kept as it is (as [`TokenBucket::adapt`](ratebound::TokenBucket::adapt):
+    /// the reservations already made stay where they are). Returns whether
+    /// it replaced.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with `Unsupported` for a window.
+    pub fn adapt(&self, seen: Learned, next: Learned) -> Result<bool, Error> {
+        let t = &self.table;
+        if t.ceiling().is_none() {
+            return Err(Error::Limit(cannot_learn(t.algorithm)));
+        }
+        Ok(swap_learned(t.learned(0), seen, next))
+    }
+
     /// How many could be taken now.
     pub fn available(&self) -> u64 {
         let state = self.table.state(0).load(Ordering::Acquire);
-        self.table.rule.available(state, self.clock.now())
+        self.table.rule_at(0).available(state, self.clock.now())
     }
 }

@@ -114,11 +114,18 @@ fn wrong_files_are_clear_errors() {
     let mut magic = bytes.clone();
     magic[..8].copy_from_slice(b"GARBAGE!");
     let mut version = bytes.clone();
-    version[8..16].copy_from_slice(&3u64.to_le_bytes());
+    // Version 2, four-word slots without the learned word: refused, never
+    // read with the new layout.
+    version[8..16].copy_from_slice(&2u64.to_le_bytes());
     // (the file, what it is, what the error says, whether it is `Corrupt`)
     for (file, what, says, corrupt) in [
         (&magic[..], "bad magic", "magic", true),
-        (&version[..], "version 3", "layout version 3", false),
+        (
+            &version[..],
+            "version 2",
+            "layout version 2, this build reads version 3",
+            true,
+        ),
         (&bytes[..bytes.len() - 8], "truncated", "truncated", true),
         (&bytes[..20], "header cut", "shorter than the header", false),
     ] {
@@ -291,7 +298,7 @@ fn open_refused(path: &Path, alg: KeyedAlgorithm, keys: u64, what: &str) -> Erro
 /// child's death, which the parent reports, not the test binary's).
 fn tmpfs_child(dir: &Path) {
     let alg = bucket("10/s burst 10");
-    // 200 000 slots of 32 bytes and the header: 6 400 128 bytes, on 1 MiB.
+    // 200 000 slots of 64 bytes and the header: 12 800 128 bytes, on 1 MiB.
     let big = dir.join("big.limit");
     // Before the fix it opened (the file was sparse); its first thousands
     // of keys then killed the process with SIGBUS.
@@ -299,13 +306,13 @@ fn tmpfs_child(dir: &Path) {
         &big,
         alg,
         100_000,
-        "a 6 400 128-byte table opened on a 1 MiB tmpfs",
+        "a 12 800 128-byte table opened on a 1 MiB tmpfs",
     );
     println!("too large: {e}");
     assert_eq!(e.code(), "shm_io", "{e}");
     let message = e.to_string();
     assert!(
-        message.starts_with(&big.display().to_string()) && message.contains("6400128 bytes"),
+        message.starts_with(&big.display().to_string()) && message.contains("12800128 bytes"),
         "{message}"
     );
     assert!(
@@ -321,7 +328,8 @@ fn tmpfs_child(dir: &Path) {
     // first write to a hole raises SIGBUS.
     let sparse = dir.join("sparse.limit");
     let len = {
-        let l = SharedKeyedLimiter::open(&sparse, alg, 10_000).expect("room for 320 KB");
+        // 10 000 slots of 64 bytes: 640 KB of the 1 MiB.
+        let l = SharedKeyedLimiter::open(&sparse, alg, 5_000).expect("room for 640 KB");
         assert!(l.check(Key::Int(1)).expect("check").is_allowed());
         std::fs::metadata(&sparse).expect("meta").len()
     };
@@ -364,12 +372,7 @@ fn tmpfs_child(dir: &Path) {
     assert!(!small.exists(), "no table is left");
     assert_eq!(leftovers(dir), Vec::<String>::new());
     // The sparse table is given its blocks on open, which fails now.
-    let e = open_refused(
-        &sparse,
-        alg,
-        10_000,
-        "a sparse table opened on a full tmpfs",
-    );
+    let e = open_refused(&sparse, alg, 5_000, "a sparse table opened on a full tmpfs");
     println!("sparse: {e}");
     assert_eq!(e.code(), "shm_io", "{e}");
     assert!(e.to_string().contains("cannot allocate"), "{e}");
@@ -377,7 +380,7 @@ fn tmpfs_child(dir: &Path) {
     // With room again, the same calls make tables that work.
     drop(filler);
     std::fs::remove_file(dir.join("filler")).expect("remove filler");
-    let l = SharedKeyedLimiter::open(&sparse, alg, 10_000).expect("room again");
+    let l = SharedKeyedLimiter::open(&sparse, alg, 5_000).expect("room again");
     let meta = std::fs::metadata(&sparse).expect("meta");
     assert!(
         std::os::unix::fs::MetadataExt::blocks(&meta) * 512 >= len,

@@ -68,3 +68,46 @@ async fn a_shared_limit_as_a_keyed_limit_ignores_the_key() {
     assert!(!at_once(limit.check("api", Key::Int(3), 1)));
     assert_eq!(paused(&*limit, "x", 1).await, Reach::Shared);
 }
+
+#[tokio::test]
+async fn the_shared_limits_learn_through_the_trait_a_window_does_not() {
+    use ratebound::outbound::{FULL, Learned};
+    let d = common::dir("shm-keyed-limit", "learn");
+    let tenth = Learned::new(FULL / 10 + 1, 1);
+    let one: Arc<dyn KeyedLimit> =
+        Arc::new(SharedLimiter::open(d.join("one.limit"), bucket("1/h burst 100")).expect("open"));
+    let keyed: Arc<dyn KeyedLimit> = Arc::new(
+        SharedKeyedLimiter::open(d.join("k.limit"), bucket("1/h burst 100"), 64).expect("open"),
+    );
+    for limit in [&one, &keyed] {
+        assert!(limit.learns());
+        let k = Key::Text("partner");
+        assert_eq!(limit.learned(k), Learned::fresh());
+        assert!(
+            limit
+                .adapt(k, Learned::fresh(), tenth)
+                .await
+                .expect("adapt")
+        );
+        assert!(
+            !limit
+                .adapt(k, Learned::fresh(), tenth)
+                .await
+                .expect("adapt")
+        );
+        assert_eq!(limit.learned(k), tenth);
+        let admitted = (0..100)
+            .filter(|_| at_once(limit.check("api", k, 1)))
+            .count();
+        assert_eq!(admitted, 10, "a tenth of the burst");
+    }
+    let window = common::fixed_window(10, Duration::from_secs(1));
+    let w: Arc<dyn KeyedLimit> =
+        Arc::new(SharedKeyedLimiter::open(d.join("w.limit"), window, 64).expect("open"));
+    assert!(!w.learns());
+    let err = w
+        .adapt(Key::Text("partner"), Learned::fresh(), tenth)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "unsupported");
+}

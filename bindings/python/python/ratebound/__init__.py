@@ -262,6 +262,15 @@ class SharedTokenBucket(_ratebound.SharedTokenBucket):
         reservation back."""
         await _wait(self._waiter(n, timeout))
 
+    def learned_rate(self, key: Optional[str] = None) -> float:
+        """The rate (tokens per second) the outbound adapters of every
+        process calling through this file have learned of the partner (see
+        ``rb.httpx.RateLimitTransport``'s ``adaptive``; the file keeps it
+        beside the bucket): the configured rate when nothing is learned.
+        One bucket holds one rate: ``key`` is accepted (as a keyed
+        limiter's gauge takes it) and changes nothing."""
+        return self._learned_rate()
+
 
 class SharedKeyedLimiter(_ratebound.SharedKeyedLimiter):
     """One limit per key, shared by every process that opens ``path``: a
@@ -278,6 +287,17 @@ class SharedKeyedLimiter(_ratebound.SharedKeyedLimiter):
         """Waits until ``n`` are taken for ``key`` (see
         :meth:`SharedTokenBucket.acquire`)."""
         await _wait(self._waiter(key, n, timeout))
+
+    def learned_rate(self, key: Union[str, bytes, int, None] = None) -> float:
+        """The rate (tokens per second) the outbound adapters of every
+        process have learned of ``key``'s partner (the adapters' key: each
+        request's host unless they were given one; the file keeps it in
+        the key's slot): the configured rate when nothing is learned.
+        Raises ``TypeError`` without a key, :class:`Unsupported` for a
+        window (which does not learn)."""
+        if key is None:
+            raise TypeError("SharedKeyedLimiter.learned_rate needs the key (the adapter's: each request's host by default)")
+        return self._learned_rate(key)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
