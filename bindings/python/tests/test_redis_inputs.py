@@ -354,7 +354,7 @@ def test_what_became_of_a_call_is_read_by_the_engines_rule() -> None:
     is read before a reply, an error before a reply, nothing at all is a
     failure (it was a TypeError here; Node read the reply first)."""
     e = rb._ratebound._RedisEngine(rate=10, burst=20, on_error="closed", breaker_threshold=100)
-    good = [1, 19, 0, 100_000, 1, 0, 7]
+    good = [1, 19, 0, 100_000, 1, 0, 7, 0, 0]
     for reply in ("garbage", b"garbage", [1, 2.5], [[1]], 5, [1, "2"]):
         assert e.finish(e.begin("k"), reply).source == "fail_closed", reply
     assert e.finish(e.begin("k"), good, timed_out=True).source == "fail_closed"
