@@ -3,7 +3,8 @@
 --          in integer microseconds of Redis' own clock (TIME), and while a
 --          pause is on, ":" and the pause's end: "<TAT>" or "<TAT>:<end>";
 --          once the fleet has learned something of a partner's limit, the
---          learned word beside them: "<TAT>:<end or 0>:<hi>:<lo>" (below).
+--          learned word after them: "<TAT>:<hi>:<lo>" or
+--          "<TAT>:<end>:<hi>:<lo>" (below).
 -- ARGV[1]  now in µs, or "" to read Redis' TIME (see prelude.lua;
 --          production calls pass "").
 -- ARGV[2]  T: the emission interval in µs (1/rate, rounded up) — the
@@ -86,9 +87,9 @@
 local function decide(key, now, o, T, tau, n)
   local mode = ARGV[o + 4]
   local tat, paused, bad, w = now, 0, 0, nil
-  -- The learned word's two parts (0, 0: fresh) and hi's cut (FULL −
-  -- fraction).
-  local hi, lo, cut = 0, 0, 0
+  -- The learned word's two parts (0, 0: fresh), as numbers and as text,
+  -- and hi's cut (FULL − fraction).
+  local hi, lo, cut, hs, ls = 0, 0, 0, nil, nil
   local raw = redis.pcall('GET', key)
   if raw then
     -- A string, or the error table of a key of another type (WRONGTYPE).
@@ -97,22 +98,29 @@ local function decide(key, now, o, T, tau, n)
       if #raw <= 16 and string.match(raw, '^%d+$') then
         v = raw + 0
       else
-        -- With a learned word first (a learning fleet's every call), then
-        -- a pause alone.
-        local a, b, c, d = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
-        if a then
-          if #a <= 16 and #b <= 16 and #c <= 6 and #d <= 14 then
-            c, d = c + 0, d + 0
-            cut = c % 131072
-            if c <= 262143 and cut <= 65536 and d <= 17592186044415 then
-              v, p, hi, lo = a + 0, b + 0, c, d
+        -- A learned word first (a learning fleet's every call), then a
+        -- pause alone, then both. `hs`, `ls`: the word's parts as stored,
+        -- written back as they are.
+        local a, c, d = string.match(raw, '^(%d+):(%d+):(%d+)$')
+        local b = nil
+        if not a then
+          a, b = string.match(raw, '^(%d+):(%d+)$')
+          if not a then a, b, c, d = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$') end
+        end
+        -- (b: nil without a pause, p then stays 0.)
+        if a and #a <= 16 and (not b or #b <= 16) then
+          if not c then
+            v, p = a + 0, b + 0
+          elseif #c <= 6 and #d <= 14 then
+            hi, lo = c + 0, d + 0
+            cut = hi % 131072
+            if hi <= 262143 and cut <= 65536 and lo <= 17592186044415 then
+              v, hs, ls = a + 0, c, d
+              if b then p = b + 0 end
             else
-              cut = 0
+              hi, lo, cut = 0, 0, 0
             end
           end
-        else
-          a, b = string.match(raw, '^(%d+):(%d+)$')
-          if a and #a <= 16 and #b <= 16 then v, p = a + 0, b + 0 end
         end
       end
     end
@@ -120,7 +128,7 @@ local function decide(key, now, o, T, tau, n)
       if v > now then tat = v end
       paused = p
     else
-      bad, tat, hi, lo, cut = 1, now + tau, 0, 0, 0
+      bad, tat, hi, lo, cut, hs, ls = 1, now + tau, 0, 0, 0, nil, nil
       w = tat
     end
   end
@@ -132,36 +140,48 @@ local function decide(key, now, o, T, tau, n)
     local sh, sl, nh, nl = string.match(ARGV[o + 5], '^(%d+):(%d+):(%d+):(%d+)$')
     if sh and #sh <= 6 and #sl <= 14 and #nh <= 6 and #nl <= 14
         and sh + 0 == hi and sl + 0 == lo then
-      nh, nl = nh + 0, nl + 0
-      local nc = nh % 131072
-      if nh <= 262143 and nc <= 65536 and nl <= 17592186044415 then
-        ok, hi, lo, cut = 1, nh, nl, nc
+      local h, l = nh + 0, nl + 0
+      local nc = h % 131072
+      if h <= 262143 and nc <= 65536 and l <= 17592186044415 then
+        ok, hi, lo, cut, hs, ls = 1, h, l, nc, nh, nl
         w = tat
       end
     end
   end
   -- The learned share of the ceiling (see the header): exact integer
   -- arithmetic below 2^53 throughout.
+  -- (x - x % 1 is floor(x) for x ≥ 0, exactly, without a call.)
   if cut > 0 then
     local f = 65536 - cut
     if f < 1 then f = 1 end
-    local b = math.floor(tau / T)
+    local b = tau / T
+    b = b - b % 1
     if b * T > tau then b = b - 1 end
-    -- T · 65536 / f = q · 65536 + r · 65536 / f (T = q · f + r).
-    local q = math.floor(T / f)
+    -- T · 65536 / f = q · 65536 + m / f (T = q · f + r, m = r · 65536 <
+    -- 2^33: m / f is never rounded onto an integer, so its floor is
+    -- exact, and the ceiling one more unless it divides).
+    local q = T / f
+    q = q - q % 1
     if q * f > T then q = q - 1 end
-    local r = math.ceil((T - q * f) * 65536 / f)
+    local m = (T - q * f) * 65536
+    local r = m / f
+    r = r - r % 1
+    if r * f < m then r = r + 1 end
     if q > 17592186044 then
       T = 1152921504606847
     else
       T = q * 65536 + r
       if T > 1152921504606847 then T = 1152921504606847 end
     end
-    -- b · f / 65536 = u · f + v · f / 65536 (b = u · 65536 + v).
-    local u = math.floor(b / 65536)
-    local s = u * f + math.floor((b - u * 65536) * f / 65536)
+    -- b · f / 65536 = u · f + v · f / 65536 (b = u · 65536 + v; a
+    -- division by a power of two is exact).
+    local u = b / 65536
+    u = u - u % 1
+    local s = (b - u * 65536) * f / 65536
+    s = u * f + s - s % 1
     if s * T > 1152921504606846 then
-      s = math.floor(1152921504606846 / T)
+      s = 1152921504606846 / T
+      s = s - s % 1
       if s * T > 1152921504606846 then s = s - 1 end
     end
     if s < 1 then s = 1 end
@@ -259,12 +279,17 @@ local function decide(key, now, o, T, tau, n)
         redis.call('DEL', key)
       end
     else
-      -- A learned word lives at least tau' (see the header).
+      -- A learned word lives at least tau' (see the header); its parts
+      -- are written as they were read (or given).
       local keep = w - now
       if keep < tau then keep = tau end
-      if paused <= now then paused = 0 end
-      redis.call('SET', key, string.format('%d:%d:%d:%d', w, paused, hi, lo), 'PX',
-        string.format('%d', math.ceil(keep / 1000)))
+      local text
+      if paused > now then
+        text = string.format('%d:%d:', w, paused) .. hs .. ':' .. ls
+      else
+        text = string.format('%d:', w) .. hs .. ':' .. ls
+      end
+      redis.call('SET', key, text, 'PX', string.format('%d', math.ceil(keep / 1000)))
     end
   end
   -- Tokens left at `at`: floor(max(now + tau - at, 0) / T), exactly.

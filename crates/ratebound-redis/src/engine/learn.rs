@@ -1,6 +1,7 @@
 //! What the outbound adapters learn of a partner's real limit, in Redis,
 //! sans-I/O: the learned word ([`Learned`]) lives beside the bucket, in the
-//! same key (`lua/gcra.lua`: `"<TAT>:<pause end>:<hi>:<lo>"`), and is read
+//! same key (`lua/gcra.lua`: `"<TAT>:<hi>:<lo>"`, or with the pause's end
+//! after the TAT while one is on), and is read
 //! by the same script run as every acquisition — the bucket runs at the
 //! word's share of the ceiling (the configured quota), scaled as
 //! [`Learned::scale`] scales it. Every reply of the token bucket's script
