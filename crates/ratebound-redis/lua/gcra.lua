@@ -154,31 +154,50 @@ local function decide(key, now, o, T, tau, n)
   if cut > 0 then
     local f = 65536 - cut
     if f < 1 then f = 1 end
+    -- b = tau / T, exact (tau = b · T).
     local b = tau / T
     b = b - b % 1
-    if b * T > tau then b = b - 1 end
-    -- T · 65536 / f = q · 65536 + m / f (T = q · f + r, m = r · 65536 <
-    -- 2^33: m / f is never rounded onto an integer, so its floor is
-    -- exact, and the ceiling one more unless it divides).
-    local q = T / f
-    q = q - q % 1
-    if q * f > T then q = q - 1 end
-    local m = (T - q * f) * 65536
-    local r = m / f
-    r = r - r % 1
-    if r * f < m then r = r + 1 end
-    if q > 17592186044 then
-      T = 1152921504606847
+    local x = T * 65536
+    if x < 9007199254740992 then
+      -- T' = ceil(x / f): x is exact, and x / f is never rounded onto an
+      -- integer (x < 2^53: it lies at least 1 / f from one, more than
+      -- half its last place), so its floor is exact, and the ceiling one
+      -- more unless f divides x.
+      local t = x / f
+      t = t - t % 1
+      if t * f < x then t = t + 1 end
+      if t > 1152921504606847 then t = 1152921504606847 end
+      T = t
     else
-      T = q * 65536 + r
-      if T > 1152921504606847 then T = 1152921504606847 end
+      -- T · 65536 / f = q · 65536 + m / f (T = q · f + r, m = r · 65536
+      -- < 2^33, the same argument).
+      local q = T / f
+      q = q - q % 1
+      if q * f > T then q = q - 1 end
+      local m = (T - q * f) * 65536
+      local r = m / f
+      r = r - r % 1
+      if r * f < m then r = r + 1 end
+      if q > 17592186044 then
+        T = 1152921504606847
+      else
+        T = q * 65536 + r
+        if T > 1152921504606847 then T = 1152921504606847 end
+      end
     end
-    -- b · f / 65536 = u · f + v · f / 65536 (b = u · 65536 + v; a
-    -- division by a power of two is exact).
-    local u = b / 65536
-    u = u - u % 1
-    local s = (b - u * 65536) * f / 65536
-    s = u * f + s - s % 1
+    -- burst' = floor(b · f / 65536) (a division by a power of two is
+    -- exact), as u · f + floor(v · f / 65536) (b = u · 65536 + v) when
+    -- b · f would pass 2^53.
+    local s = b * f
+    if s < 9007199254740992 then
+      s = s / 65536
+      s = s - s % 1
+    else
+      local u = b / 65536
+      u = u - u % 1
+      s = (b - u * 65536) * f / 65536
+      s = u * f + s - s % 1
+    end
     if s * T > 1152921504606846 then
       s = 1152921504606846 / T
       s = s - s % 1

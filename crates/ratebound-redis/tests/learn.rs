@@ -85,11 +85,41 @@ async fn check(
     (d, e.learned(None, key.as_bytes()))
 }
 
-/// The bucket `e`'s script runs `key` at, seen from a full bucket: a check
-/// of 1 at `at` tells T' (reset_after) and the burst (remaining + 1).
-async fn bucket_seen(conn: &mut ConnectionManager, e: &Engine, key: &str, at: u64) -> (u64, u64) {
-    let (d, _) = check(conn, e, key, 1, at).await;
+/// The bucket a word makes in Redis: `w` written over the fresh word at
+/// `at` and a check of 1 at `at`, in one script run (a batch: no time
+/// passes between them, so the key cannot expire — a learned key lives
+/// τ' of Redis' own clock, which can be a few ms) — T' is the check's
+/// reset_after and the burst its remaining + 1.
+async fn bucket_seen(
+    conn: &mut ConnectionManager,
+    e: &Engine,
+    key: &str,
+    w: Learned,
+    at: u64,
+) -> (u64, u64) {
+    let Begin::Call(check) = e.begin(key.as_bytes(), 1).unwrap() else {
+        panic!("answered without Redis")
+    };
+    let calls = [
+        e.begin_adapt(None, key.as_bytes(), Learned::fresh(), w)
+            .unwrap()
+            .at(at),
+        check.at(at),
+    ];
+    let refs: Vec<&_> = calls.iter().collect();
+    let batch = BatchCall::of(&refs).expect("an adapt joins a check");
+    let reply: Vec<i64> = match batch.evalsha().query_async(conn).await {
+        Ok(r) => r,
+        Err(_) => batch.eval().query_async(conn).await.unwrap(),
+    };
+    let parts: Vec<&[i64]> = BatchCall::replies(&reply, 2).unwrap().collect();
+    assert_eq!(
+        e.finish_adapt(&calls[0], CallOutcome::Reply(parts[0])),
+        Ok(true)
+    );
+    let d = e.finish(&calls[1], CallOutcome::Reply(parts[1]));
     assert!(d.is_allowed(), "{d:?}");
+    assert_eq!(e.learned(None, key.as_bytes()), w);
     (d.reset_after().as_micros() as u64, d.remaining() + 1)
 }
 
@@ -196,11 +226,7 @@ async fn the_scripts_scaling_is_learned_scale() {
         let e = Engine::new(config).unwrap();
         let w = word(&s["learned"]);
         let key = fresh("scale");
-        assert!(
-            adapt(&mut conn, &e, &key, Learned::fresh(), w, T0).await,
-            "{doc}"
-        );
-        let (t, burst) = bucket_seen(&mut conn, &e, &key, T0).await;
+        let (t, burst) = bucket_seen(&mut conn, &e, &key, w, T0).await;
         let want = (
             s["expect"]["interval_us"].as_u64().unwrap(),
             s["expect"]["burst"].as_u64().unwrap(),
@@ -267,8 +293,7 @@ async fn random_ceilings_scale_as_learned_scale_does() {
         let w = Learned::new(units, 1 + rng.below(1 << 40)).with_cut(rng.below(2) == 1);
         let e = Engine::new(bucket(ceiling)).unwrap();
         let key = fresh("random");
-        assert!(adapt(&mut conn, &e, &key, Learned::fresh(), w, T0).await);
-        let got = bucket_seen(&mut conn, &e, &key, T0).await;
+        let got = bucket_seen(&mut conn, &e, &key, w, T0).await;
         let what = format!("case {case}: {ceiling:?} under {w:?}");
         if let Some(want) = scaled(ceiling, w) {
             assert_eq!(got, want, "{what}");
