@@ -18,10 +18,16 @@ interleaved, ROUNDS rounds; the table shows each figure's median.
 Paths: "allowed" is 10 000 random keys under a limit none of them reaches,
 "refused" one hot key that is over its limit after the first call. A batch
 row is one script run over 16 or 64 random keys (µs per decision = µs per
-call ÷ keys). rate-limiter-flexible always runs the same three commands
+call ÷ keys). A "held" row's keys each hold a bucket in use before the run (a TAT
+100 s ahead: the key is there on every call, as a partner's key is under
+steady traffic — the "allowed" row's keys mostly expire between calls); a
+"learned" row's keys hold the same and a learned word beside it (what the
+outbound adapters learn of a partner's limit: half the ceiling), so the
+script scales the bucket on every call. Learned against held is what
+learning costs an acquisition (issue 39's goal: at most +10 %). rate-limiter-flexible always runs the same three commands
 (SET NX EX, INCRBY, PTTL) whatever its count: its two rows differ only in the
 keys. The two "floor" rows are what any script of ours must at least do —
-TIME, GET (and SET with PX when it admits), a reply of seven integers —
+TIME, GET (and SET with PX when it admits), a reply of nine integers —
 deciding nothing: the part of a row's cost that is not its Lua.
 
 Usage: python3 benches/redis/script_cost.py [ROUNDS] [SCALE]
@@ -125,6 +131,17 @@ class Redis:
             return None if n < 0 else [self.read() for _ in range(n)]
         raise RuntimeError(f"unexpected reply {line!r}")
 
+    def pipeline(self, commands):
+        """Sends every command, then reads every reply (in order)."""
+        out = []
+        for args in commands:
+            out.append(b"*%d\r\n" % len(args))
+            for a in args:
+                a = a if isinstance(a, bytes) else str(a).encode()
+                out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+        return [self.read() for _ in commands]
+
     def info(self, section):
         fields = {}
         for line in self.call("INFO", section).splitlines():
@@ -163,16 +180,39 @@ def many(script, prefix, args, keys):
 
 
 # The least any script of our contract can cost: Redis' clock, the key read,
-# a write with its expiry, and the reply's seven integers, deciding nothing
+# a write with its expiry, and the reply's nine integers, deciding nothing
 # (our own text; a reference, not a limiter).
 FLOOR_WRITE = ("local t = redis.call('TIME') redis.pcall('GET', KEYS[1]) "
                "redis.call('SET', KEYS[1], '1733000000123456', 'PX', '1000') "
-               "return {1, 0, 0, 0, 1, 0, 0}")
-FLOOR_READ = "local t = redis.call('TIME') redis.pcall('GET', KEYS[1]) return {0, 0, 0, 0, 0, 0, 0}"
+               "return {1, 0, 0, 0, 1, 0, 0, 0, 0}")
+FLOOR_READ = "local t = redis.call('TIME') redis.pcall('GET', KEYS[1]) return {0, 0, 0, 0, 0, 0, 0, 0, 0}"
+
+# A learned word as lua/gcra.lua keeps it beside the TAT: half the ceiling
+# (65536ths: the cut 32768), left by a cut (bit 17 of hi), changed at a
+# Unix instant in ms.
+WORD = "%d:%d" % ((1 << 17) | 32768, 1_800_000_000_000)
+
+
+def held_keys(prefix, learned, hot=None):
+    """The keys a "held" or learned row runs on (-r 10000's 10 000, twelve
+    digits, or the one hot key), each holding a TAT 100 s ahead of Redis'
+    clock (a bucket in use: its key is there on every call, as a partner's
+    key is under steady traffic) and, for a learned row, the word beside
+    it. Returns a function of the connection: the commands to send."""
+    names = [hot] if hot else [prefix + "%012d" % i for i in range(10_000)]
+
+    def commands(r):
+        sec, usec = r.call("TIME")
+        tat = int(sec) * 1_000_000 + int(usec) + 100_000_000
+        value = f"{tat}:{WORD}" if learned else str(tat)
+        return [("SET", k, value, "PX", "600000") for k in names]
+
+    return commands
 
 
 def rows(peer_version):
-    """(name, path, script, argv, decisions per call, -n, expected allowed)."""
+    """(name, path, script, argv, decisions per call, -n, expected allowed,
+    the commands that set the keys up after FLUSHALL)."""
     peer = f"rate-limiter-flexible {peer_version}"
     # The peer's arguments as RateLimiterRedis passes them for consume(key,
     # 1) with points 10, duration 1 s: points to consume, the duration in
@@ -180,7 +220,13 @@ def rows(peer_version):
     peer_args = ["1", "1", "10", "1"]
     return [
         ("gcra", "allowed, 10 000 keys", *one("gcra", "rb:tb:" + RANDOM, GCRA_FREE), 1, 120_000, 1),
+        ("gcra", "allowed, 10 000 keys held", *one("gcra", "rb:tb:" + RANDOM, GCRA_FREE), 1, 120_000, 1,
+         held_keys("rb:tb:", False)),
+        ("gcra learned", "allowed, 10 000 keys held", *one("gcra", "rb:tb:" + RANDOM, GCRA_FREE), 1, 120_000, 1,
+         held_keys("rb:tb:", True)),
         ("gcra", "refused, 1 hot key", *one("gcra", "rb:tb:hot", GCRA_TIGHT), 1, 120_000, 0),
+        ("gcra learned", "refused, 1 hot key", *one("gcra", "rb:tb:hot", GCRA_TIGHT), 1, 120_000, 0,
+         held_keys("rb:tb:", True, hot="rb:tb:hot")),
         ("gcra", "reserve (due now), 10 000 keys", *one("gcra", "rb:tb:" + RANDOM, GCRA_RESERVE), 1, 120_000, 1),
         ("fixed_window", "allowed, 10 000 keys", *one("fixed_window", "rb:fw:" + RANDOM, FW_FREE), 1, 120_000, 1),
         ("fixed_window", "refused, 1 hot key", *one("fixed_window", "rb:fw:hot", FW_TIGHT), 1, 120_000, 0),
@@ -189,8 +235,8 @@ def rows(peer_version):
         ("gcra batch", "16 keys a call, allowed", *many("gcra_batch", "rb:tb:", GCRA_FREE, 16), 16, 20_000, 1),
         ("gcra batch", "64 keys a call, allowed", *many("gcra_batch", "rb:tb:", GCRA_FREE, 64), 64, 5_000, 1),
         ("fixed_window batch", "64 keys a call, allowed", *many("fixed_window_batch", "rb:fw:", FW_FREE, 64), 64, 5_000, 1),
-        ("floor: TIME, GET, SET PX, 7 integers", "no decision, 10 000 keys", *one("floor_write", "rb:tb:" + RANDOM, GCRA_FREE), 1, 120_000, None),
-        ("floor: TIME, GET, 7 integers", "no decision, 1 hot key", *one("floor_read", "rb:tb:hot", GCRA_TIGHT), 1, 120_000, None),
+        ("floor: TIME, GET, SET PX, 9 integers", "no decision, 10 000 keys", *one("floor_write", "rb:tb:" + RANDOM, GCRA_FREE), 1, 120_000, None),
+        ("floor: TIME, GET, 9 integers", "no decision, 1 hot key", *one("floor_read", "rb:tb:hot", GCRA_TIGHT), 1, 120_000, None),
         (peer, "under the limit, 10 000 keys", "peer", ["1", "rlflx:" + RANDOM] + peer_args, 1, 120_000, None),
         (peer, "over the limit, 1 hot key", "peer", ["1", "rlflx:hot"] + peer_args, 1, 120_000, None),
     ]
@@ -247,8 +293,10 @@ def main():
         results = {i: [] for i in range(len(table))}
         started = time.time()
         for _round in range(rounds):
-            for i, (name, path, script, argv, per, n, expect) in enumerate(table):
+            for i, (name, path, script, argv, per, n, expect, *setup) in enumerate(table):
                 r.call("FLUSHALL")
+                for commands in setup:
+                    r.pipeline(commands(r))
                 # One call first: the path is what the row says it is (and
                 # a hot key is over its limit before the run).
                 first = r.call("EVALSHA", shas[script], *sample(argv))
@@ -256,6 +304,8 @@ def main():
                     first = r.call("EVALSHA", shas[script], *sample(argv))
                 if expect is not None and first[0] != expect:
                     sys.exit(f"{name} {path}: allowed = {first[0]}, want {expect} ({first})")
+                if name.endswith("learned") and first[7] == 0:
+                    sys.exit(f"{name} {path}: no learned word in force ({first})")
                 r.call("CONFIG", "RESETSTAT")
                 cpu0 = r.info("cpu")
                 cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-P", "16",
@@ -291,7 +341,7 @@ def main():
     print()
     print("| script | path | Redis-side µs / call | µs / decision | server CPU µs / decision | calls/s | decisions/s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    for i, (name, path, _script, _argv, per, _n, _expect) in enumerate(table):
+    for i, (name, path, _script, _argv, per, _n, _expect, *_setup) in enumerate(table):
         usec = statistics.median(v[0] for v in results[i])
         cpu = statistics.median(v[1] for v in results[i])
         rps = statistics.median(v[2] for v in results[i])

@@ -46,7 +46,7 @@ module.exports = function redisRaw(native) {
   const OUT = R.outAt
   const STRIDE = R.stride
   const MAX_BATCH = R.maxBatch
-  const REPLY_ROOM = 7 * MAX_BATCH
+  const REPLY_ROOM = R.replyLen * MAX_BATCH
   const SOURCES = R.sources
   // Where a step's numbers are in `S` (C_), and an answer's from its start
   // (D_ a check's, V_ a reservation's): the layouts' one definition is

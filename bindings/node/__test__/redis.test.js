@@ -102,7 +102,7 @@ test("what became of a call: the engine's rule, as in Python", () => {
   // 'unexpected reply'); timedOut is read before a reply, then error, and
   // nothing at all is a failure (test_redis.py: the same answers).
   const e = new rb.RedisEngine({ rate: 10, burst: 20, onError: 'closed', breakerThreshold: 100 })
-  const good = [1, 19, 0, 100000, 1, 0, 7]
+  const good = [1, 19, 0, 100000, 1, 0, 7, 0, 0]
   for (const reply of ['garbage', Buffer.from('garbage'), [1, 2.5], [[1]], 5, [1, '2'], {}]) {
     assert.equal(e.finish(e.begin('k'), reply).source, 'fail_closed', String(reply))
   }

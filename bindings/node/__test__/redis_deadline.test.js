@@ -42,7 +42,7 @@ function scripted(delay) {
   const answer = (...args) => {
     sent.push(Date.now())
     return new Promise((resolve) => {
-      if (delay !== Infinity) setTimeout(() => resolve([1, 19, 0, 100000, 1, 0, 1_000_000]), delay)
+      if (delay !== Infinity) setTimeout(() => resolve([1, 19, 0, 100000, 1, 0, 1_000_000, 0, 0]), delay)
     })
   }
   return { client: { evalsha: answer, eval: answer }, sent }

@@ -134,8 +134,10 @@ test('every spec file is replayed', () => {
   // redis_wait.json through the engine by redis_wait_spec.test.js;
   // outbound.json through rb.Outbound by outbound_spec.test.js;
   // outbound_calls.json through the call machine, rb.fetch and rb.axios by
-  // outbound_calls.test.js.
-  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'gate_rules.json', 'redis.json', 'redis_wait.json', 'outbound.json', 'outbound_calls.json'].sort())
+  // outbound_calls.test.js; redis_learn.json (the learned word in Redis) by
+  // the Rust driver's tests/learn.rs until this binding's Redis limiters
+  // learn (issue 39).
+  assert.deepEqual(files, [...Object.keys(FILES), 'keyed.json', 'http.json', 'gate.json', 'gate_rules.json', 'redis.json', 'redis_wait.json', 'redis_learn.json', 'outbound.json', 'outbound_calls.json'].sort())
 })
 
 function keyedAlgorithm(spec) {

@@ -409,7 +409,7 @@ impl RedisEngine {
 
     /// Step two: the decision from what became of `call` — `timedOut` (no
     /// reply within the deadline), else an `error` text (a connection or
-    /// server error), else the script's reply (seven integers), read in
+    /// server error), else the script's reply (nine integers), read in
     /// that order by the engine (`CallOutcome::reported`). A reply that is
     /// not an array of integers (`CallOutcome::Malformed`), or of another
     /// shape, counts as a failure, as in Python. Failures feed the circuit

@@ -27,7 +27,7 @@ def virtual(main: Callable[[ClockLoop], Awaitable[None]]) -> None:
 
 # A GCRA reply that admits: allowed, remaining, retry_after_us,
 # reset_after_us, taken, damaged, now_us.
-ADMIT = [1, 19, 0, 100_000, 1, 0, 1_000_000]
+ADMIT = [1, 19, 0, 100_000, 1, 0, 1_000_000, 0, 0]
 
 
 class Scripted:
@@ -152,7 +152,7 @@ def test_a_caller_cancelled_while_its_reservation_is_in_flight_gives_it_back(how
     seen in a real-Redis run of the Rust driver.)"""
 
     async def main(loop: ClockLoop) -> None:
-        reply = [1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000]
+        reply = [1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000, 0, 0]
         client = Scripted(0.01, reply)
         lim = rbr.AsyncTokenBucket(client, rate=10, burst=1, on_error="closed", timeout=DEADLINE)
         t0 = loop.time()

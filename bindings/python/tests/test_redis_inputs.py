@@ -179,7 +179,7 @@ def test_engine_without_io() -> None:
     assert call.key == b"rb:tb:k" and call.kind == "check" and call.n == 1 and call.script == "gcra"
     assert len(call.sha) == 40 and "redis.call" in call.text
     assert call.args[0] == "" and call.at(7).args[0] == "7"
-    d = e.finish(call, [1, 19, 0, 100000, 1, 0, 7])
+    d = e.finish(call, [1, 19, 0, 100000, 1, 0, 7, 0, 0])
     assert (d.allowed, d.remaining, d.reset_after_ns, d.source) == (True, 19, 100_000_000, "redis")
     assert e.begin("k", scope="hourly").key == b"rb:tb@hourly:k"
     # A timeout within a deadline of Redis' last answer is the client's own
@@ -195,7 +195,7 @@ def test_engine_without_io() -> None:
     time.sleep(0.06)
     probe = e.begin("k")
     assert isinstance(probe, rb._ratebound._RedisCall)
-    assert e.finish(probe, [1, 18, 0, 200000, 1, 0, 7]).source == "redis"
+    assert e.finish(probe, [1, 18, 0, 200000, 1, 0, 7, 0, 0]).source == "redis"
     assert not e.breaker_open
     # Nothing reported is a failure by the engine's rule (CallOutcome::
     # reported), as in Node; this binding raised TypeError of its own.
@@ -215,7 +215,7 @@ def test_stats_and_bad_instants_as_python_reads_them() -> None:
     e = rb._ratebound._RedisEngine("token_bucket", rate="10/s burst 20", on_error="closed")
     call = e.begin("k")
     assert isinstance(call, rb._ratebound._RedisCall)
-    assert e.finish(call, [1, 19, 0, 100000, 1, 0, 7]).source == "redis"
+    assert e.finish(call, [1, 19, 0, 100000, 1, 0, 7, 0, 0]).source == "redis"
     assert e.finish(call, error="ConnectionError").source == "fail_closed"
     s = e.stats
     want = {"redis": 1, "lease": 0, "damaged": 0, "fail_open": 0, "fail_closed": 1, "fail_local": 0, "busy": 0}
@@ -354,7 +354,7 @@ def test_what_became_of_a_call_is_read_by_the_engines_rule() -> None:
     is read before a reply, an error before a reply, nothing at all is a
     failure (it was a TypeError here; Node read the reply first)."""
     e = rb._ratebound._RedisEngine(rate=10, burst=20, on_error="closed", breaker_threshold=100)
-    good = [1, 19, 0, 100_000, 1, 0, 7]
+    good = [1, 19, 0, 100_000, 1, 0, 7, 0, 0]
     for reply in ("garbage", b"garbage", [1, 2.5], [[1]], 5, [1, "2"]):
         assert e.finish(e.begin("k"), reply).source == "fail_closed", reply
     assert e.finish(e.begin("k"), good, timed_out=True).source == "fail_closed"

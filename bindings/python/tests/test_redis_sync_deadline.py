@@ -32,7 +32,7 @@ COOLDOWN = 0.2
 START = 1000.0
 # A GCRA reply that admits: allowed, remaining, retry_after_us,
 # reset_after_us, taken, damaged, now_us.
-ADMIT = [1, 19, 0, 100_000, 1, 0, 1_000_000]
+ADMIT = [1, 19, 0, 100_000, 1, 0, 1_000_000, 0, 0]
 FAIL = {"open": ("fail_open", True), "closed": ("fail_closed", False), "local": ("local", True)}
 
 # A scripted answer: (delay in seconds, reply); a delay of None never answers.
@@ -314,8 +314,8 @@ def test_a_client_used_as_given_a_late_reservation_is_given_back() -> None:
     back at once: one ``return`` call, up to the TAT the reservation left."""
     c = clock()
     wait_us = 500_000
-    reply = [1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000]
-    server = Server(c, [(DEADLINE + 0.001, reply)], then=(0.0, [1, 0, 0, 0, 1, 0, 1_051_000]))
+    reply = [1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000, 0, 0]
+    server = Server(c, [(DEADLINE + 0.001, reply)], then=(0.0, [1, 0, 0, 0, 1, 0, 1_051_000, 0, 0]))
     lim = limiter("as_given", server)
     with pytest.raises(rb.RateLimitExceeded):
         lim.reserve("k", max_wait=1)
@@ -328,7 +328,7 @@ def test_a_wait_sleeps_on_the_limiters_clock() -> None:
     """``acquire_blocking`` reserves once and sleeps until the tokens are
     due on the limiter's clock: 300 ms after the reply, exactly."""
     c = clock()
-    reply = [1, 0, 300_000, 400_000, 1, 0, 1_000_000]
+    reply = [1, 0, 300_000, 400_000, 1, 0, 1_000_000, 0, 0]
     server = Server(c, [(0.01, reply)])
     lim = limiter("as_given", server)
     lim.acquire_blocking("k", timeout=1)

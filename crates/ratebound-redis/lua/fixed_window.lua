@@ -8,13 +8,15 @@
 -- ARGV[5]  mode: "check", "lease" (at least n, up to ARGV[6]) or "return"
 -- ARGV[6]  with "lease": the most to take (read in that mode only)
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken,
--- damaged, now_us}, every field ≥ 0 whatever the key holds.
+-- damaged, now_us, 0, 0} (a window learns nothing: the learned word's two
+-- parts are always fresh, see gcra.lua), every field ≥ 0 whatever the key
+-- holds.
 -- A refusal writes nothing; the key expires at the window's end. A count
 -- above the limit (the limit was lowered) is refused until the window
 -- ends, remaining 0. A value that is not "<index>:<count>" (damaged) is
 -- rebuilt as a full current window, stored, and judged as that.
 -- decide(key, now, o, limit, W, n): the decision for `key` at `now` (µs),
--- as seven values; its arguments are ARGV[o + 1] … (o = 1 for a call on
+-- as nine values; its arguments are ARGV[o + 1] … (o = 1 for a call on
 -- one key: ARGV[2] …), the first three read as numbers by the tail
 -- (one.lua, many.lua). At most one write, at the end (`w`).
 local function decide(key, now, o, limit, W, n)
@@ -66,5 +68,5 @@ local function decide(key, now, o, limit, W, n)
   local left, reset = limit - count, 0
   if left < 0 then left = 0 end
   if count > 0 then reset = until_end end
-  return ok, left, retry, reset, taken, bad, now
+  return ok, left, retry, reset, taken, bad, now, 0, 0
 end

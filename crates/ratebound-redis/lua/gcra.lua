@@ -1,11 +1,15 @@
 -- ratebound: GCRA token bucket, one key, one round trip.
 -- KEYS[1]  the bucket's key; its value is the theoretical arrival time (TAT)
 --          in integer microseconds of Redis' own clock (TIME), and while a
---          pause is on, ":" and the pause's end: "<TAT>" or "<TAT>:<end>".
+--          pause is on, ":" and the pause's end: "<TAT>" or "<TAT>:<end>";
+--          once the fleet has learned something of a partner's limit, the
+--          learned word after them: "<TAT>:<hi>:<lo>" or
+--          "<TAT>:<end>:<hi>:<lo>" (below).
 -- ARGV[1]  now in µs, or "" to read Redis' TIME (see prelude.lua;
 --          production calls pass "").
--- ARGV[2]  T: the emission interval in µs (1/rate, rounded up)
--- ARGV[3]  tau: the tolerance in µs (burst · T)
+-- ARGV[2]  T: the emission interval in µs (1/rate, rounded up) — the
+--          ceiling's
+-- ARGV[3]  tau: the tolerance in µs (burst · T) — the ceiling's
 -- ARGV[4]  n: tokens (0: a query — admitted, nothing written)
 -- ARGV[5]  mode: "check" (take n or nothing), "lease" (take at least n and
 --          up to ARGV[6] if there), "return" (give back the n a taking
@@ -13,14 +17,17 @@
 --          them since), "reserve" (take n even if they arrive in the
 --          future, if within ARGV[6] µs), "pause" (empty until now +
 --          ARGV[6] µs), "resume" (lift the pause on, if nothing was built
---          on it)
+--          on it), "adapt" (replace the learned word ARGV[6] names as seen
+--          by the one it names as next, if it is still the one seen)
 -- ARGV[6]  with "lease": the most to take; "return": the TAT the taking
 --          left (the end of its slot, µs: now_us + reset_after_us of its
 --          reply); "reserve": the longest wait in µs; "pause": how long in
---          µs (read in those modes only)
+--          µs; "adapt": "<seen hi>:<seen lo>:<next hi>:<next lo>" (read in
+--          those modes only)
 -- Reply: {allowed (0/1), remaining, retry_after_us, reset_after_us, taken,
--- damaged (0/1), now_us (the clock the script judged at)}, every field ≥ 0
--- whatever the key holds. A reservation's retry_after is the wait until its
+-- damaged (0/1), now_us (the clock the script judged at), word_hi,
+-- word_lo (the learned word in force once the call is done; 0, 0: fresh)},
+-- every field ≥ 0 whatever the key holds. A reservation's retry_after is the wait until its
 -- tokens are due (allowed = 1: they are taken); beyond the longest wait it
 -- is the wait it would need (allowed = 0: nothing taken). A pause replies
 -- in retry_after the shift δ it gave every slot from max(now, the last
@@ -31,7 +38,28 @@
 -- the pause or moved by it; the TAT becomes now + tau — empty now,
 -- refilling from now — and the end is dropped); allowed = 1, taken = 0 if
 -- no pause was on; allowed = 0 and retry_after = the time left until the
--- pause's end if reservations stand behind it (nothing written).
+-- pause's end if reservations stand behind it (nothing written). An adapt
+-- replies allowed = 1 if it replaced the word, 0 if the word was another
+-- (nothing written), with the word in force after it.
+-- The learned word (ratebound::outbound::Learned, what the outbound
+-- adapters learn of a partner's real limit) is a u64 of 62 bits, beyond a
+-- double's 53: it is kept as two numbers, hi = word >> 44 (the cut bit,
+-- then FULL − fraction in 65536ths of the ceiling: 0 to 65536) and lo =
+-- word & (2^44 − 1) (the change instant, ms). While hi's fraction is
+-- below the whole (hi % 2^17 > 0), the bucket runs at the ceiling scaled
+-- as Learned::scale scales it, in µs: f = max(1, 65536 − hi % 2^17),
+-- T' = min(ceil(T · 65536 / f), ceil(2^60 / 1000)), b = tau / T,
+-- b' = max(1, min(floor(b · f / 65536), floor(floor(2^60 / 1000) / T'))),
+-- tau' = b' · T' (the same numbers as Learned::scale of the ceiling with
+-- T in whole µs, rounded up to µs; its burst bound, 2^60 ns over the
+-- period, is the script's only where b' · T' would pass 36 years, and
+-- there the script's burst is the smaller). A fresh word (hi = lo = 0)
+-- is stored as no word at all: a fleet that learned nothing pays nothing.
+-- A key holding a learned word lives at least tau' after each write (the
+-- time its bucket takes to fill at the learned rate), so an adapt on a
+-- full bucket is kept; idle that long, the key expires with the word: the
+-- fleet is back at the ceiling and learns again from the partner's next
+-- refusals.
 -- Give-backs: the slots [end − n·T, end) of the takings still held never
 -- overlap and all end at or before the TAT (a taking starts at max(TAT,
 -- now); a pause moves the ones from its start on, in their order, and the
@@ -47,17 +75,21 @@
 -- (PX rounded up), so forgetting it changes no decision.
 -- A TAT more than tau ahead (the burst was lowered, reservations, a pause)
 -- is a bucket with fewer than 0 tokens: refused with the exact wait,
--- remaining 0. A value that is not a TAT (damaged) is rebuilt as an empty
--- bucket — TAT = now + tau, stored — and judged as that: conservative,
--- never admitting more than the limit, and that key's problem alone.
+-- remaining 0. A value that is not a TAT (damaged: a learned word out of
+-- its bounds too) is rebuilt as an empty bucket at the ceiling, the word
+-- fresh — TAT = now + tau, stored — and judged as that: conservative
+-- (never admitting more than the ceiling), and that key's problem alone.
 -- decide(key, now, o, T, tau, n): the decision for `key` at `now` (µs), as
--- seven values; its arguments are ARGV[o + 1] … (o = 1 for a call on one
+-- nine values; its arguments are ARGV[o + 1] … (o = 1 for a call on one
 -- key: ARGV[2] …), the first three read as numbers by the tail (one.lua,
 -- many.lua). At most one write: `w`, the TAT to store (nil: nothing to
 -- write), is written once at the end.
 local function decide(key, now, o, T, tau, n)
   local mode = ARGV[o + 4]
   local tat, paused, bad, w = now, 0, 0, nil
+  -- The learned word's two parts (0, 0: fresh), as numbers and as text,
+  -- and hi's cut (FULL − fraction).
+  local hi, lo, cut, hs, ls = 0, 0, 0, nil, nil
   local raw = redis.pcall('GET', key)
   if raw then
     -- A string, or the error table of a key of another type (WRONGTYPE).
@@ -66,21 +98,117 @@ local function decide(key, now, o, T, tau, n)
       if #raw <= 16 and string.match(raw, '^%d+$') then
         v = raw + 0
       else
-        local a, b = string.match(raw, '^(%d+):(%d+)$')
-        if a and #a <= 16 and #b <= 16 then v, p = a + 0, b + 0 end
+        -- A learned word first (a learning fleet's every call), then a
+        -- pause alone, then both. `hs`, `ls`: the word's parts as stored,
+        -- written back as they are.
+        local a, c, d = string.match(raw, '^(%d+):(%d+):(%d+)$')
+        local b = nil
+        if not a then
+          a, b = string.match(raw, '^(%d+):(%d+)$')
+          if not a then a, b, c, d = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$') end
+        end
+        -- (b: nil without a pause, p then stays 0.)
+        if a and #a <= 16 and (not b or #b <= 16) then
+          if not c then
+            v, p = a + 0, b + 0
+          elseif #c <= 6 and #d <= 14 then
+            hi, lo = c + 0, d + 0
+            cut = hi % 131072
+            if hi <= 262143 and cut <= 65536 and lo <= 17592186044415 then
+              v, hs, ls = a + 0, c, d
+              if b then p = b + 0 end
+            else
+              hi, lo, cut = 0, 0, 0
+            end
+          end
+        end
       end
     end
     if v and v <= 9007199254740991 and p <= 9007199254740991 then
       if v > now then tat = v end
       paused = p
     else
-      bad, tat = 1, now + tau
+      bad, tat, hi, lo, cut, hs, ls = 1, now + tau, 0, 0, 0, nil, nil
       w = tat
     end
   end
-  -- The reply: allowed, retry_after, taken; `at`, the TAT its remaining
-  -- and reset_after are read at.
-  local ok, retry, taken, at = 1, 0, 0, tat
+  -- An adapt: the compare-and-swap of the word, before the scaling (the
+  -- bucket then runs at the word it leaves). `ok` says whether it replaced.
+  local ok = 1
+  if mode == 'adapt' then
+    ok = 0
+    local sh, sl, nh, nl = string.match(ARGV[o + 5], '^(%d+):(%d+):(%d+):(%d+)$')
+    if sh and #sh <= 6 and #sl <= 14 and #nh <= 6 and #nl <= 14
+        and sh + 0 == hi and sl + 0 == lo then
+      local h, l = nh + 0, nl + 0
+      local nc = h % 131072
+      if h <= 262143 and nc <= 65536 and l <= 17592186044415 then
+        ok, hi, lo, cut, hs, ls = 1, h, l, nc, nh, nl
+        w = tat
+      end
+    end
+  end
+  -- The learned share of the ceiling (see the header): exact integer
+  -- arithmetic below 2^53 throughout.
+  -- (x - x % 1 is floor(x) for x ≥ 0, exactly, without a call.)
+  if cut > 0 then
+    local f = 65536 - cut
+    if f < 1 then f = 1 end
+    -- b = tau / T, exact (tau = b · T).
+    local b = tau / T
+    b = b - b % 1
+    local x = T * 65536
+    if x < 9007199254740992 then
+      -- T' = ceil(x / f): x is exact, and x / f is never rounded onto an
+      -- integer (x < 2^53: it lies at least 1 / f from one, more than
+      -- half its last place), so its floor is exact, and the ceiling one
+      -- more unless f divides x.
+      local t = x / f
+      t = t - t % 1
+      if t * f < x then t = t + 1 end
+      if t > 1152921504606847 then t = 1152921504606847 end
+      T = t
+    else
+      -- T · 65536 / f = q · 65536 + m / f (T = q · f + r, m = r · 65536
+      -- < 2^33, the same argument).
+      local q = T / f
+      q = q - q % 1
+      if q * f > T then q = q - 1 end
+      local m = (T - q * f) * 65536
+      local r = m / f
+      r = r - r % 1
+      if r * f < m then r = r + 1 end
+      if q > 17592186044 then
+        T = 1152921504606847
+      else
+        T = q * 65536 + r
+        if T > 1152921504606847 then T = 1152921504606847 end
+      end
+    end
+    -- burst' = floor(b · f / 65536) (a division by a power of two is
+    -- exact), as u · f + floor(v · f / 65536) (b = u · 65536 + v) when
+    -- b · f would pass 2^53.
+    local s = b * f
+    if s < 9007199254740992 then
+      s = s / 65536
+      s = s - s % 1
+    else
+      local u = b / 65536
+      u = u - u % 1
+      s = (b - u * 65536) * f / 65536
+      s = u * f + s - s % 1
+    end
+    if s * T > 1152921504606846 then
+      s = 1152921504606846 / T
+      s = s - s % 1
+      if s * T > 1152921504606846 then s = s - 1 end
+    end
+    if s < 1 then s = 1 end
+    tau = s * T
+  end
+  -- The reply: allowed (`ok`, above), retry_after, taken; `at`, the TAT
+  -- its remaining and reset_after are read at.
+  local retry, taken, at = 0, 0, tat
   if mode == 'resume' then
     -- Lifted only from exactly the state the pauses left; the queue
     -- behind a pause (its slots, its waiters) is never moved earlier.
@@ -92,6 +220,8 @@ local function decide(key, now, o, T, tau, n)
         ok, retry = 0, paused - now
       end
     end
+  elseif mode == 'adapt' then
+    -- Decided above: the state as it is, under the word in force.
   elseif n == 0 and mode ~= 'pause' then
     -- A query: the state as it is.
   elseif mode == 'check' then
@@ -159,12 +289,26 @@ local function decide(key, now, o, T, tau, n)
     end
   end
   if w then
-    if w > now then
-      local text
-      if paused > now then text = string.format('%d:%d', w, paused) else text = string.format('%d', w) end
-      redis.call('SET', key, text, 'PX', string.format('%d', math.ceil((w - now) / 1000)))
+    if hi == 0 and lo == 0 then
+      if w > now then
+        local text
+        if paused > now then text = string.format('%d:%d', w, paused) else text = string.format('%d', w) end
+        redis.call('SET', key, text, 'PX', string.format('%d', math.ceil((w - now) / 1000)))
+      else
+        redis.call('DEL', key)
+      end
     else
-      redis.call('DEL', key)
+      -- A learned word lives at least tau' (see the header); its parts
+      -- are written as they were read (or given).
+      local keep = w - now
+      if keep < tau then keep = tau end
+      local text
+      if paused > now then
+        text = string.format('%d:%d:', w, paused) .. hs .. ':' .. ls
+      else
+        text = string.format('%d:', w) .. hs .. ':' .. ls
+      end
+      redis.call('SET', key, text, 'PX', string.format('%d', math.ceil(keep / 1000)))
     end
   end
   -- Tokens left at `at`: floor(max(now + tau - at, 0) / T), exactly.
@@ -174,5 +318,5 @@ local function decide(key, now, o, T, tau, n)
     left = math.floor(d / T)
     if left * T > d then left = left - 1 end
   end
-  return ok, left, retry, at - now, taken, bad, now
+  return ok, left, retry, at - now, taken, bad, now, hi, lo
 end

@@ -3,7 +3,7 @@
 -- own arguments, `per` = (#ARGV - 1) / N of them, in KEYS' order. The keys
 -- are decided one after another in that order, exactly as N calls in that
 -- order would decide them (a key twice: the second sees the first's
--- write). Reply: the N replies' seven integers each, one flat list.
+-- write). Reply: the N replies' nine integers each, one flat list.
 -- The first three arguments of a key (the limit's two numbers, n) are
 -- mostly those of the key before (one limiter): Lua strings are interned,
 -- so an equal string is the same object, compared at no cost, and its
@@ -18,8 +18,8 @@ for i = 1, #KEYS do
   if x ~= sa then sa, a = x, x + 0 end
   if y ~= sb then sb, b = y, y + 0 end
   if z ~= sn then sn, n = z, z + 0 end
-  out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6], out[j + 7] =
-    decide(KEYS[i], now, o, a, b, n)
-  j = j + 7
+  out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6], out[j + 7],
+    out[j + 8], out[j + 9] = decide(KEYS[i], now, o, a, b, n)
+  j = j + 9
 end
 return out

@@ -10,14 +10,14 @@
 -- overlaps the sliding window: admit n iff
 --   previous·(W − elapsed) + (current + n)·W ≤ limit·W.
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us, taken,
--- damaged, now_us}: the same math as the core crate's SlidingWindow, in µs; every
+-- damaged, now_us, 0, 0} (a window learns nothing: see gcra.lua): the same math as the core crate's SlidingWindow, in µs; every
 -- field ≥ 0 whatever the key holds. Counts above the limit (it was
 -- lowered) are refused with the exact wait. A value that is not
 -- "<index>:<previous>:<current>", or whose window lies more than one
 -- window ahead (a redeploy lengthened the window), is damaged: rebuilt as
 -- a full current window, stored, and judged as that.
 -- decide(key, now, o, limit, W, n): the decision for `key` at `now` (µs),
--- as seven values; its arguments are ARGV[o + 1] … (o = 1 for a call on
+-- as nine values; its arguments are ARGV[o + 1] … (o = 1 for a call on
 -- one key: ARGV[2] …), the first three read as numbers by the tail
 -- (one.lua, many.lua). At most one write, at the end (`w`).
 local function decide(key, now, o, limit, W, n)
@@ -102,5 +102,5 @@ local function decide(key, now, o, limit, W, n)
     left = math.floor(room / W)
     if left * W > room then left = left - 1 end
   end
-  return ok, left, retry, reset, taken, bad, now
+  return ok, left, retry, reset, taken, bad, now, 0, 0
 end

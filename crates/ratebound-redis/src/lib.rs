@@ -53,7 +53,7 @@
 mod engine;
 pub use engine::script;
 pub(crate) use engine::{
-    acquisition, algorithm, breaker, call, config, decision, health, lease, misconfig, news,
+    acquisition, algorithm, breaker, call, config, decision, health, learn, lease, misconfig, news,
     reserve,
 };
 
@@ -66,7 +66,7 @@ pub(crate) use driver::sentinel;
 
 pub use acquisition::{Acquisition, Step};
 pub use algorithm::Algorithm;
-pub use call::{BatchCall, Begin, Call, CallKind, CallOutcome};
+pub use call::{BatchCall, Begin, Call, CallKind, CallOutcome, REPLY_LEN};
 pub use config::{Config, OnError};
 pub use decision::{RedisDecision, Source};
 pub use engine::Engine;

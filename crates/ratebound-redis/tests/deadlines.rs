@@ -75,7 +75,7 @@ impl ConnectionLike for Scripted {
             })
             .collect();
         let script = *self.script.lock().unwrap();
-        // EVALSHA sha numkeys …: the script's seven integers per key.
+        // EVALSHA sha numkeys …: the script's nine integers per key.
         let keys = match cmd.args_iter().nth(2) {
             Some(redis::Arg::Simple(n)) => std::str::from_utf8(n).unwrap().parse().unwrap(),
             _ => 1,
@@ -89,7 +89,7 @@ impl ConnectionLike for Scripted {
                 }
                 Script::After(delay, wait_us) => {
                     tokio::time::sleep(delay).await;
-                    let one = [1, 0, wait_us, wait_us, 1, 0, 0];
+                    let one = [1, 0, wait_us, wait_us, 1, 0, 0, 0, 0];
                     Ok(Value::Array(
                         (0..keys)
                             .flat_map(|_| one.map(Value::Int))

@@ -181,7 +181,11 @@ fn damage() -> Vec<&'static str> {
         "0x10",
         " 12",
         "12:x",
-        "1:2:3:4",
+        "1:2:3:4:5",
+        // A bucket's learned word beyond its bounds (hi above 2^18 - 1),
+        // and a cut of more than the whole (above 65536).
+        "1:2:999999:4",
+        "1:2:65537:4",
         "99999999999999999999",
     ]
 }

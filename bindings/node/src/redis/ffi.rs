@@ -6,7 +6,7 @@
 //!   go in one batch; -1: never), `[4]` the key's Redis Cluster hash slot;
 //! - [`ANSWER`]: an answer, [`STRIDE`] numbers (see `raw`);
 //! - [`IDS`]: a batch's call numbers (-1: a member answered already);
-//! - [`REPLY`]: the numbers of a reply (a batch's: 7 per call);
+//! - [`REPLY`]: the numbers of a reply (a batch's: [`REPLY_LEN`] per call);
 //! - [`OUT`]: a batch's answers, [`STRIDE`] numbers each;
 //! - [`PLAN`]: what the turns' `flush` and `sweep` hand back (see `turns`).
 
@@ -17,7 +17,7 @@ use std::ffi::{c_char, c_void};
 use std::ptr;
 
 use napi::sys;
-use ratebound_redis::BatchCall;
+use ratebound_redis::{BatchCall, REPLY_LEN};
 
 use crate::error;
 use crate::fast::KeyError;
@@ -37,7 +37,7 @@ pub const IDS: usize = ANSWER + STRIDE + 2;
 /// Where a reply's numbers start.
 pub const REPLY: usize = IDS + BatchCall::MAX;
 /// Where a batch's answers start.
-pub const OUT: usize = REPLY + 7 * BatchCall::MAX;
+pub const OUT: usize = REPLY + REPLY_LEN * BatchCall::MAX;
 /// Where `flush` and `sweep` write what to do (see `turns`).
 pub const PLAN: usize = OUT + STRIDE * BatchCall::MAX;
 /// The room there: a turn's sends (at most 256 calls in flight) and more.

@@ -157,7 +157,7 @@ raw_entries! {
 
     /// `finishBatch(handle, count, how, len, error) -> 0 | 2`: what became of
     /// the batch of the calls numbered at `IDS` (see `outcome_of`; a reply of
-    /// 7 numbers a member, in order): member `i`'s answer at `OUT + i ×
+    /// `REPLY_LEN` numbers a member, in order): member `i`'s answer at `OUT + i ×
     /// STRIDE`. A reply of another length fails every member. 2 if the engine
     /// has notices to take (`takeNotices`).
     fn raw_finish_batch(env, [h, count, how, len, text]) as c"finishBatch" {

@@ -390,7 +390,7 @@ raw_entries! {
 /// `{ scratch, begin, beginReserve, acquire, acquireStep, acquireAbandon,
 /// acquireForget, finish, finishBatch, enter, carry, settle, landed, stamp, flush,
 /// sweep, turns, sources, answerAt, idsAt, replyAt,
-/// outAt, stride, maxBatch, steps }`. Every copy of `redis.js` loaded in
+/// outAt, stride, maxBatch, replyLen, steps }`. Every copy of `redis.js` loaded in
 /// one thread gets the same array.
 #[napi(skip_typescript)]
 pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
@@ -415,6 +415,7 @@ pub fn bind_redis_path(env: &Env) -> Result<Object<'_>> {
     exports.set("outAt", OUT as u32)?;
     exports.set("stride", STRIDE as u32)?;
     exports.set("maxBatch", BatchCall::MAX as u32)?;
+    exports.set("replyLen", ratebound_redis::REPLY_LEN as u32)?;
     exports.set("callSlots", slot_map(CALL_SLOTS, 0))?;
     exports.set("decisionSlots", slot_map(DECISION_SLOTS, 0))?;
     exports.set("reservedSlots", slot_map(RESERVED_SLOTS, 0))?;

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use ratebound::any::Key;
+use ratebound::outbound::Learned;
 use ratebound::pause::Reach;
 use ratebound::{BoxFuture, Error, KeyedAlgorithm, KeyedLimit, LimitCheck};
 use redis::aio::ConnectionLike;
@@ -40,6 +41,13 @@ fn bytes(key: Key<'_>) -> Cow<'_, [u8]> {
 ///   keeps the pause in this process. Build the limiter
 ///   [`with_pause_news`](RedisLimiter::with_pause_news) so that its waiters
 ///   hear the other instances' pauses at once.
+/// - A token bucket learns (windows do not): the learned word lives beside
+///   the bucket in Redis, read by the script of every acquisition;
+///   [`learned`](KeyedLimit::learned) answers from the last reply for the
+///   key (no I/O), [`adapt`](KeyedLimit::adapt) is one script call (a
+///   compare-and-swap for the whole fleet) that fails with
+///   [`Error::StoreUnavailable`] while Redis cannot be told — nothing is
+///   learned then, and nothing waits.
 impl<C> KeyedLimit for RedisLimiter<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -80,5 +88,25 @@ where
                 }
             }
         })
+    }
+
+    fn learns(&self) -> bool {
+        matches!(
+            self.engine().config().algorithm,
+            KeyedAlgorithm::TokenBucket(_)
+        )
+    }
+
+    fn learned(&self, key: Key<'_>) -> Learned {
+        RedisLimiter::learned(self, bytes(key))
+    }
+
+    fn adapt<'a>(
+        &'a self,
+        key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move { RedisLimiter::adapt(self, bytes(key), seen, next).await })
     }
 }

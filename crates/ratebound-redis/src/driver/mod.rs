@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ratebound::any::AnyClock;
+use ratebound::outbound::Learned;
 use ratebound::{Error, Quota, Resumed};
 use redis::aio::ConnectionLike;
 
@@ -466,6 +467,67 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         let resumed = self.engine.finish_resume(answer.outcome());
         self.tell();
         Ok(resumed)
+    }
+
+    /// What the fleet has learned of the partner's real limit for `key`
+    /// (see [`Engine::learned`]): the word the last reply for `key` carried,
+    /// without I/O — the fresh word (the ceiling) before any.
+    pub fn learned(&self, key: impl AsRef<[u8]>) -> Learned {
+        self.engine.learned(None, key.as_ref())
+    }
+
+    /// Replaces `key`'s learned word `seen` with `next` for every instance,
+    /// if it is still `seen` (one script call, within the deadline; see
+    /// [`Engine::begin_adapt`]): `Ok(true)` when it did, `Ok(false)` when
+    /// another instance changed it first. The bucket runs at `next`'s share
+    /// of the configured quota ([`Learned::scale`]) from then on.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`] when Redis could not be told (down,
+    /// slow, the breaker open: nothing learned; no fail policy answers it);
+    /// [`Error::Unsupported`] for a window; a misconfigured server's error.
+    pub async fn adapt(
+        &self,
+        key: impl AsRef<[u8]>,
+        seen: Learned,
+        next: Learned,
+    ) -> Result<bool, Error> {
+        self.adapt_with(key.as_ref(), seen, next, None).await
+    }
+
+    /// [`adapt`](Self::adapt) judged at `now_us` (µs) instead of Redis'
+    /// `TIME`: the explicit-time twin, for tests and vectors.
+    ///
+    /// # Errors
+    /// As [`adapt`](Self::adapt).
+    pub async fn adapt_at(
+        &self,
+        key: impl AsRef<[u8]>,
+        seen: Learned,
+        next: Learned,
+        now_us: u64,
+    ) -> Result<bool, Error> {
+        self.adapt_with(key.as_ref(), seen, next, Some(now_us))
+            .await
+    }
+
+    async fn adapt_with(
+        &self,
+        key: &[u8],
+        seen: Learned,
+        next: Learned,
+        now_us: Option<u64>,
+    ) -> Result<bool, Error> {
+        let call = self.engine.begin_adapt(None, key, seen, next)?;
+        let call = Arc::new(match now_us {
+            Some(now) => call.at(now),
+            None => call,
+        });
+        let answer = self.run(&call).await;
+        self.engine.misconfigured(&answer.outcome())?;
+        let replaced = self.engine.finish_adapt(&call, answer.outcome());
+        self.tell();
+        replaced
     }
 
     /// Runs a reservation's `call` on a task of its own, so that it

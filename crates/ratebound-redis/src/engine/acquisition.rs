@@ -359,7 +359,7 @@ pub(crate) mod tests {
     pub(crate) fn granted(e: &Engine, a: &mut Acquisition, now_us: i64, wait_us: i64) {
         e.acquire_reply(
             a,
-            CallOutcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, now_us]),
+            CallOutcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, now_us, 0, 0]),
         );
     }
 
@@ -487,7 +487,7 @@ pub(crate) mod tests {
             let back = e
                 .orphaned(
                     &call,
-                    CallOutcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000]),
+                    CallOutcome::Reply(&[1, 0, wait_us, wait_us + 100_000, 1, 0, 1_000_000, 0, 0]),
                 )
                 .expect("given back");
             assert_eq!(back.kind.as_str(), "return");
@@ -497,7 +497,7 @@ pub(crate) mod tests {
         assert!(
             e.orphaned(
                 &call,
-                CallOutcome::Reply(&[0, 0, 900_000, 0, 0, 0, 1_000_000])
+                CallOutcome::Reply(&[0, 0, 900_000, 0, 0, 0, 1_000_000, 0, 0])
             )
             .is_none()
         );

@@ -138,7 +138,10 @@ mod tests {
         // One probe at a time.
         let probe = call(&e, "k", 1);
         assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
-        e.finish(&probe, CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
+        e.finish(
+            &probe,
+            CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7, 0, 0]),
+        );
         assert!(!e.breaker_open());
         call(&e, "k", 1);
         // A reply of the wrong shape is a failure too (0.1.0's five fields, six,
@@ -206,7 +209,10 @@ mod tests {
         );
         clock.advance(Duration::from_millis(1));
         let probe = call(&e, "k", 1);
-        let d = e.finish(&probe, CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7]));
+        let d = e.finish(
+            &probe,
+            CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7, 0, 0]),
+        );
         assert_eq!(d.source(), Source::Redis);
         assert!(!e.breaker_open());
         // A reservation's probe refused as busy: the next call probes.

@@ -29,11 +29,18 @@ pub enum CallKind {
     },
     /// Lift the pause on, if nothing was built on it.
     Resume,
+    /// Replace the learned word `seen` with `next` if it is still `seen`.
+    Adapt {
+        /// The word the proposal was made from.
+        seen: ratebound::outbound::Learned,
+        /// The word proposed.
+        next: ratebound::outbound::Learned,
+    },
 }
 
 impl CallKind {
-    /// `"check"`, `"lease"`, `"return"`, `"reserve"`, `"pause"` or
-    /// `"resume"`: the script's mode.
+    /// `"check"`, `"lease"`, `"return"`, `"reserve"`, `"pause"`,
+    /// `"resume"` or `"adapt"`: the script's mode.
     pub fn as_str(self) -> &'static str {
         match self {
             CallKind::Check => "check",
@@ -42,13 +49,14 @@ impl CallKind {
             CallKind::Reserve { .. } => "reserve",
             CallKind::Pause { .. } => "pause",
             CallKind::Resume => "resume",
+            CallKind::Adapt { .. } => "adapt",
         }
     }
 }
 
 /// One script run for a driver to perform: `EVALSHA sha 1 key args...`,
 /// and on a `NOSCRIPT` reply `EVAL text 1 key args...` once (which also
-/// loads the script). The reply is seven integers, for
+/// loads the script). The reply is [`REPLY_LEN`] (nine) integers, for
 /// [`Engine::finish`](crate::Engine::finish) (or
 /// [`Engine::finish_reserve`](crate::Engine::finish_reserve),
 /// [`Engine::finish_pause`](crate::Engine::finish_pause)).
@@ -80,7 +88,7 @@ impl Call {
 /// one explicit time), as **one** script run: `EVALSHA <batch sha> N key1 …
 /// keyN <clock> <the first call's arguments> … <the last's>` (on
 /// `NOSCRIPT`, `EVAL` with the batch text), whose reply is each call's
-/// seven integers in order, flat ([`replies`](Self::replies) splits them).
+/// [`REPLY_LEN`] integers in order, flat ([`replies`](Self::replies) splits them).
 /// The keys are decided one after another in the calls' order, exactly as
 /// separate calls in that order would decide them: a key twice in one
 /// batch, the second sees the first's write. In a Redis Cluster every key
@@ -100,10 +108,10 @@ impl Call {
 /// assert_eq!(batch.script.name, "gcra_batch");
 /// assert_eq!(batch.keys, [b"rb:tb:alice".to_vec(), b"rb:tb:bob".to_vec()]);
 /// assert_eq!(batch.args.len(), 1 + 2 * (a.args.len() - 1));
-/// let reply = [1, 9, 0, 100_000, 1, 0, 7, 0, 0, 5, 9, 0, 0, 7];
-/// let parts: Vec<&[i64]> = BatchCall::replies(&reply, 2).expect("7 × 2").collect();
-/// assert_eq!(parts[1], &[0, 0, 5, 9, 0, 0, 7]);
-/// assert!(BatchCall::replies(&reply[..13], 2).is_none());
+/// let reply = [1, 9, 0, 100_000, 1, 0, 7, 0, 0, 0, 0, 5, 9, 0, 0, 7, 0, 0];
+/// let parts: Vec<&[i64]> = BatchCall::replies(&reply, 2).expect("9 × 2").collect();
+/// assert_eq!(parts[1], &[0, 0, 5, 9, 0, 0, 7, 0, 0]);
+/// assert!(BatchCall::replies(&reply[..17], 2).is_none());
 /// # Ok::<(), ratebound::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,12 +159,12 @@ impl BatchCall {
         })
     }
 
-    /// A batch's reply as each call's seven integers, in the calls' order;
-    /// `None` when it is not 7 × `calls` long (a server not running our
+    /// A batch's reply as each call's [`REPLY_LEN`] integers, in the
+    /// calls' order; `None` when it is not that × `calls` long (a server not running our
     /// script: every call of the batch is then a failure,
     /// [`CallOutcome::Malformed`]).
     pub fn replies(reply: &[i64], calls: usize) -> Option<std::slice::ChunksExact<'_, i64>> {
-        (calls > 0 && reply.len() == 7 * calls).then(|| reply.chunks_exact(7))
+        (calls > 0 && reply.len() == REPLY_LEN * calls).then(|| reply.chunks_exact(REPLY_LEN))
     }
 }
 
@@ -165,8 +173,9 @@ impl BatchCall {
 /// a request was answered).
 #[derive(Clone, Copy, Debug)]
 pub enum CallOutcome<'a> {
-    /// The script's reply. One of another shape than the scripts' (seven
-    /// integers, none negative) is a failure, as [`Malformed`](Self::Malformed).
+    /// The script's reply. One of another shape than the scripts'
+    /// ([`REPLY_LEN`] integers, none negative, the learned word's two
+    /// parts within their bounds) is a failure, as [`Malformed`](Self::Malformed).
     Reply(&'a [i64]),
     /// A reply that is not a list of integers (a string, a nested list, a
     /// number that is no integer): a server that is not running our script.
@@ -203,7 +212,7 @@ impl<'a> CallOutcome<'a> {
     /// # Examples
     /// ```
     /// use ratebound_redis::CallOutcome;
-    /// let reply = Some(CallOutcome::Reply(&[1, 0, 0, 0, 1, 0, 7]));
+    /// let reply = Some(CallOutcome::Reply(&[1, 0, 0, 0, 1, 0, 7, 0, 0]));
     /// assert!(matches!(CallOutcome::reported(reply, true, None), CallOutcome::Timeout));
     /// assert!(matches!(CallOutcome::reported(None, false, Some("down")), CallOutcome::Failed("down")));
     /// assert!(matches!(CallOutcome::reported(None, false, None), CallOutcome::Failed("no reply")));
@@ -258,9 +267,17 @@ pub enum Begin {
     Call(Call),
 }
 
-/// Whether `r` is a reply of the scripts: seven integers, none negative.
+/// How many integers a script replies per call: allowed, remaining,
+/// retry_after_us, reset_after_us, taken, damaged, now_us, then the learned
+/// word's two parts (its bits 44 and up, its bits 0–43; 0 and 0 for the
+/// fresh word, and always from a window's script) — see `lua/gcra.lua`. A
+/// batch replies this many per call, in order.
+pub const REPLY_LEN: usize = 9;
+
+/// Whether `r` is a reply of the scripts: [`REPLY_LEN`] integers, none
+/// negative, the learned word's parts within their bits (18 and 44).
 pub(crate) fn well_formed(r: &[i64]) -> bool {
-    r.len() == 7 && r.iter().all(|v| *v >= 0)
+    r.len() == REPLY_LEN && r.iter().all(|v| *v >= 0) && r[7] < 1 << 18 && r[8] < 1 << 44
 }
 
 /// `commands`, `evalsha` and `eval` for a call whose `command(name,

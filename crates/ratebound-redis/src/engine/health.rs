@@ -291,7 +291,7 @@ mod tests {
     use crate::decision::Source;
     use crate::engine::tests::{call, engine};
 
-    const REPLY: [i64; 7] = [1, 19, 0, 100_000, 1, 0, 7];
+    const REPLY: [i64; 9] = [1, 19, 0, 100_000, 1, 0, 7, 0, 0];
 
     /// A wait for `k` of at most `timeout` whose first step, a call, has
     /// been handed out.

@@ -85,7 +85,7 @@ mod tests {
         let (e, clock) = engine(OnError::Open, 5);
         let c = call(&e, "k", 1);
         assert_eq!(c.args[4..], ["lease", "5"]);
-        let d = e.finish(&c, CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]));
+        let d = e.finish(&c, CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7, 0, 0]));
         assert_eq!((d.source(), d.remaining()), (Source::Redis, 4));
         for left in [3, 2] {
             match e.begin(b"k", 1).unwrap() {
@@ -106,7 +106,7 @@ mod tests {
         // Leases lapse.
         e.finish(
             &call(&e, "j", 1),
-            CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
+            CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7, 0, 0]),
         );
         clock.advance(Duration::from_secs(1));
         assert!(matches!(e.begin(b"j", 1).unwrap(), Begin::Call(_)));
@@ -119,7 +119,7 @@ mod tests {
         // Leased 5 (1 used, 4 spare), the bucket left at 500 007 µs.
         e.finish(
             &call(&e, "k", 1),
-            CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
+            CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7, 0, 0]),
         );
         assert!(matches!(e.begin(b"k", 1).unwrap(), Begin::Done(_)));
         // 3 left; 4 asked: a second lease of 5 (1 spare) on top, left at
@@ -127,7 +127,7 @@ mod tests {
         let Begin::Call(c) = e.begin(b"k", 4).unwrap() else {
             panic!("the lease holds 3")
         };
-        e.finish(&c, CallOutcome::Reply(&[1, 10, 0, 900_000, 5, 0, 10]));
+        e.finish(&c, CallOutcome::Reply(&[1, 10, 0, 900_000, 5, 0, 10, 0, 0]));
         assert_eq!(e.leased(), 4);
         // Only the last call's spare lies on top of its slot; the 3 older
         // ones sit under it and stay taken.

@@ -11,6 +11,7 @@ pub(crate) mod call;
 pub(crate) mod config;
 pub(crate) mod decision;
 pub(crate) mod health;
+pub(crate) mod learn;
 pub(crate) mod lease;
 pub(crate) mod misconfig;
 pub(crate) mod news;
@@ -49,6 +50,8 @@ pub struct Engine {
     pub(crate) news: crate::news::News,
     /// The answers' counts and the notices to log.
     pub(crate) health: Health,
+    /// The learned word each key's last reply carried (see `learn.rs`).
+    pub(crate) words: crate::learn::Words,
 }
 
 impl std::fmt::Debug for Engine {
@@ -122,6 +125,7 @@ impl Engine {
             clock,
             news: crate::news::News::new(),
             health: Health::default(),
+            words: crate::learn::Words::default(),
             config,
         })
     }
@@ -347,10 +351,14 @@ impl Engine {
 
     pub(crate) fn call(&self, key: Vec<u8>, kind: CallKind, n: u64) -> Call {
         let max = match kind {
-            CallKind::Check | CallKind::Return | CallKind::Resume => n,
-            CallKind::Lease => self.config.lease.max(n),
-            CallKind::Reserve { max_wait_us } => max_wait_us,
-            CallKind::Pause { for_us } => for_us,
+            CallKind::Check | CallKind::Return | CallKind::Resume => n.to_string(),
+            CallKind::Lease => self.config.lease.max(n).to_string(),
+            CallKind::Reserve { max_wait_us } => max_wait_us.to_string(),
+            CallKind::Pause { for_us } => for_us.to_string(),
+            CallKind::Adapt { seen, next } => {
+                let ((sh, sl), (nh, nl)) = (crate::learn::parts(seen), crate::learn::parts(next));
+                format!("{sh}:{sl}:{nh}:{nl}")
+            }
         };
         let mode = kind.as_str();
         Call {
@@ -362,7 +370,7 @@ impl Engine {
                 self.redis.fixed[1].clone(),
                 n.to_string(),
                 mode.to_string(),
-                max.to_string(),
+                max,
             ],
             kind,
             n,
@@ -441,6 +449,7 @@ impl Engine {
             }
         };
         self.answered(now);
+        self.heard_word(&call.key, reply);
         let [allowed, remaining, retry_us, reset_us, taken, damaged] =
             [reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]].map(|v| v as u64);
         let allowed = allowed == 1;

@@ -218,7 +218,7 @@ mod tests {
         let call = e.begin_pause(None, b"k", 600 * MS).unwrap();
         let paused = e
             .finish_pause(CallOutcome::Reply(&[
-                1, 0, 600_000, 900_000, 0, 0, 1_050_000,
+                1, 0, 600_000, 900_000, 0, 0, 1_050_000, 0, 0,
             ]))
             .unwrap();
         assert_eq!(paused, (1_050_000, 600 * MS));

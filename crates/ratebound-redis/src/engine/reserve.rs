@@ -178,6 +178,7 @@ impl Engine {
             }
         };
         self.answered(now);
+        self.heard_word(&call.key, reply);
         let source = if reply[5] == 1 {
             Source::Damaged
         } else {
@@ -265,7 +266,7 @@ impl Engine {
     /// };
     /// // Redis' answer: granted at 7 000 000 µs, due in 100 ms, the TAT
     /// // left 200 ms ahead (reset_after).
-    /// let r = engine.finish_reserve(&call, CallOutcome::Reply(&[1, 0, 100_000, 200_000, 1, 0, 7_000_000]));
+    /// let r = engine.finish_reserve(&call, CallOutcome::Reply(&[1, 0, 100_000, 200_000, 1, 0, 7_000_000, 0, 0]));
     /// let Reserved::Granted { end_us: Some(end_us), .. } = r else { unreachable!() };
     /// assert_eq!(end_us, 7_200_000);
     /// let back = engine.give_back(&call, end_us);

@@ -75,7 +75,7 @@ pub static SLIDING_WINDOW_BATCH: Script = Script::new(
 impl Script {
     /// The script that runs this one's decision over many keys in one run
     /// (`lua/many.lua`): `KEYS[1..N]`, `ARGV[1]` the clock argument, then
-    /// each key's own arguments in order; its reply is the N replies' seven
+    /// each key's own arguments in order; its reply is the N replies' nine
     /// integers, flat. A batch script is its own batch.
     pub fn batch(&'static self) -> &'static Script {
         match self.name {

@@ -35,16 +35,22 @@ fn calls_carry_the_script_key_and_arguments() {
     // now (Redis TIME), T = 100 000 µs, tau = 20 T, n, mode, max.
     assert_eq!(c.args, ["", "100000", "2000000", "3", "check", "3"]);
     assert_eq!(c.clone().at(42).args[0], "42");
-    let d = e.finish(&c, CallOutcome::Reply(&[1, 17, 0, 300_000, 3, 0, 7]));
+    let d = e.finish(&c, CallOutcome::Reply(&[1, 17, 0, 300_000, 3, 0, 7, 0, 0]));
     assert_eq!(d.source(), Source::Redis);
     assert_eq!(d.remaining(), 17);
     assert_eq!(d.reset_after(), Duration::from_millis(300));
-    let d = e.finish(&c, CallOutcome::Reply(&[0, 0, 250, 2_000_000, 0, 0, 7]));
+    let d = e.finish(
+        &c,
+        CallOutcome::Reply(&[0, 0, 250, 2_000_000, 0, 0, 7, 0, 0]),
+    );
     assert!(!d.is_allowed());
     assert_eq!(d.retry_after(), Duration::from_micros(250));
     // The script found the key damaged and rebuilt it: a refusal of
     // Redis', which the breaker counts as a success.
-    let d = e.finish(&c, CallOutcome::Reply(&[0, 0, 100_000, 2_000_000, 0, 1, 7]));
+    let d = e.finish(
+        &c,
+        CallOutcome::Reply(&[0, 0, 100_000, 2_000_000, 0, 1, 7, 0, 0]),
+    );
     assert_eq!((d.is_allowed(), d.source()), (false, Source::Damaged));
 }
 
@@ -113,7 +119,7 @@ fn n_zero_is_a_query_that_never_leases() {
     // A lease with tokens does not answer a query either.
     e.finish(
         &call(&e, "k", 1),
-        CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7]),
+        CallOutcome::Reply(&[1, 15, 0, 500_000, 5, 0, 7, 0, 0]),
     );
     assert_eq!(e.leased(), 4);
     assert!(matches!(e.begin(b"k", 0).unwrap(), Begin::Call(_)));

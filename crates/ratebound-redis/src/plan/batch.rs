@@ -11,7 +11,7 @@ use crate::{BatchCall, Call, CallOutcome};
 /// caller); [`outcome`](Self::outcome) is how the engine reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
-    /// The script's reply (for a batch, this call's seven integers).
+    /// The script's reply (for a batch, this call's nine integers).
     Reply(Vec<i64>),
     /// A reply that is not a list of integers, or a batch's of the wrong
     /// length.
@@ -241,8 +241,9 @@ impl<Q: Queued> Batch<Q> {
 
     /// Each call with its answer, given the send's `reply` (its integers,
     /// or what went wrong): a lone call gets the reply; a batch's calls
-    /// seven integers each, in order, or all [`Answer::Malformed`] if the
-    /// reply is not seven a call; a failure is every call's.
+    /// [`REPLY_LEN`](crate::REPLY_LEN) integers each, in order, or all
+    /// [`Answer::Malformed`] if the reply is not that many a call; a
+    /// failure is every call's.
     pub fn answers(self, reply: Result<Vec<i64>, Answer>) -> Vec<(Q, Answer)> {
         let n = self.calls.len();
         match reply {

@@ -26,7 +26,8 @@
 //! event loop's back-pressure, Redis-slow mode and deadline wheel.
 //!
 //! **Replies** ([`Reply`], [`Batch::answers`]): a script's reply is a list
-//! of integers; a batch's is seven a call, in order. Anything else is
+//! of integers; a batch's is nine a call ([`REPLY_LEN`](crate::REPLY_LEN)),
+//! in order. Anything else is
 //! [`Answer::Malformed`] for every call of the send. A `NOSCRIPT` refusal
 //! of the `EVALSHA` is answered by one `EVAL` of the same run within the
 //! same deadline ([`Resend::after_evalsha`] says what a failed `EVALSHA`

@@ -188,15 +188,15 @@ fn calls_sent_together_go_as_one_run_per_script_and_slot() {
 }
 
 #[test]
-fn replies_are_fanned_out_seven_a_call_or_malformed_for_all() {
+fn replies_are_fanned_out_nine_a_call_or_malformed_for_all() {
     let e = engine("bucket");
     let p: Planner<Q> = Planner::new(Tuning::TASKS, false);
     let two = || p.together(vec![q(&e, "a", 1), q(&e, "b", 2)]).remove(0);
-    let reply: Vec<i64> = (0..14).collect();
+    let reply: Vec<i64> = (0..18).collect();
     let got = two().answers(Ok(reply.clone()));
-    assert_eq!(got[0].1, Answer::Reply(reply[..7].to_vec()));
-    assert_eq!(got[1].1, Answer::Reply(reply[7..].to_vec()));
-    let short = two().answers(Ok(reply[..13].to_vec()));
+    assert_eq!(got[0].1, Answer::Reply(reply[..9].to_vec()));
+    assert_eq!(got[1].1, Answer::Reply(reply[9..].to_vec()));
+    let short = two().answers(Ok(reply[..17].to_vec()));
     assert!(short.iter().all(|(_, a)| *a == Answer::Malformed));
     let failed = two().answers(Err(Answer::Failed("down".into())));
     assert!(

@@ -1,0 +1,312 @@
+//! What the outbound adapters learn of a partner's real limit, in Redis,
+//! sans-I/O: the learned word ([`Learned`]) lives beside the bucket, in the
+//! same key (`lua/gcra.lua`: `"<TAT>:<hi>:<lo>"`, or with the pause's end
+//! after the TAT while one is on), and is read
+//! by the same script run as every acquisition — the bucket runs at the
+//! word's share of the ceiling (the configured quota), scaled as
+//! [`Learned::scale`] scales it. Every reply of the token bucket's script
+//! carries the word in force ([`Engine::learned`] answers from the last
+//! one for the key, without I/O); [`Engine::begin_adapt`] is the
+//! compare-and-swap that replaces it for the whole fleet.
+//!
+//! **Forgetting.** A key holding a learned word lives at least the learned
+//! tolerance (`burst' × T'`: the time its bucket takes to fill at the
+//! learned rate) after each write. A fleet idle that long finds the key
+//! gone: it runs at the ceiling again and learns again from the partner's
+//! next refusals (a word never expires while the fleet keeps calling).
+//! A damaged key is rebuilt with the fresh word (the ceiling, never above).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ratebound::outbound::Learned;
+use ratebound::{Clock, Error};
+
+use crate::call::{Call, CallKind, CallOutcome, well_formed};
+use crate::engine::Engine;
+
+/// The most keys whose last word an engine keeps (beyond it, another key's
+/// entry is dropped: its next reply brings it back).
+pub(crate) const MAX_WORDS: usize = 65_536;
+
+/// The bits of a word's low part (the change instant, ms).
+const LO_BITS: u32 = 44;
+
+/// The two numbers a script keeps and replies for `word` (its bits 44 and
+/// up, then its bits 0–43): each below 2^53, where a Lua number is exact.
+pub(crate) fn parts(word: Learned) -> (u64, u64) {
+    let bits = word.to_bits();
+    (bits >> LO_BITS, bits & ((1 << LO_BITS) - 1))
+}
+
+/// The word of a well-formed reply (its last two numbers).
+pub(crate) fn word_of(reply: &[i64]) -> Learned {
+    let (hi, lo) = (reply[7] as u64, reply[8] as u64);
+    Learned::from_bits((hi << LO_BITS) | lo)
+}
+
+/// The words of the keys an engine last heard of (none while nothing was
+/// ever learned: a fleet that learned nothing takes no lock for it).
+#[derive(Debug, Default)]
+pub(crate) struct Words {
+    /// Whether any word was ever kept (read before taking the lock).
+    any: AtomicBool,
+    map: Mutex<HashMap<Vec<u8>, u64>>,
+}
+
+impl Words {
+    /// `key`'s reply said `word`.
+    pub(crate) fn heard(&self, key: &[u8], word: Learned) {
+        let bits = word.to_bits();
+        // Ordering: Relaxed — the flag only spares the lock; the map itself
+        // is read and written under it.
+        if bits == 0 && !self.any.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if bits == 0 {
+            map.remove(key);
+            return;
+        }
+        self.any.store(true, Ordering::Relaxed);
+        if let Some(old) = map.get_mut(key) {
+            *old = bits;
+            return;
+        }
+        if map.len() >= MAX_WORDS
+            && let Some(other) = map.keys().next().cloned()
+        {
+            map.remove(&other);
+        }
+        map.insert(key.to_vec(), bits);
+    }
+
+    /// The last word heard for `key` (fresh if none).
+    pub(crate) fn of(&self, key: &[u8]) -> Learned {
+        if !self.any.load(Ordering::Relaxed) {
+            return Learned::fresh();
+        }
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        Learned::from_bits(map.get(key).copied().unwrap_or(0))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Engine {
+    /// What the fleet has learned for `key` (within `scope`, as in
+    /// [`redis_key`](Self::redis_key)), as the last reply of Redis for
+    /// that key said — no I/O: the fresh word (the ceiling) before any
+    /// reply, for a window (it learns nothing), and once a key's reply
+    /// said it was forgotten. An outbound adapter sends under this word
+    /// ([`ratebound::outbound::Call::saw`]) right after its acquisition,
+    /// whose reply carried it.
+    pub fn learned(&self, scope: Option<&str>, key: &[u8]) -> Learned {
+        self.words.of(&self.redis_key(scope, key))
+    }
+
+    /// Heard `reply` (well-formed) for the key `full`: its word.
+    pub(crate) fn heard_word(&self, full: &[u8], reply: &[i64]) {
+        self.words.heard(full, word_of(reply));
+    }
+
+    /// The call that replaces `key`'s learned word `seen` with `next` for
+    /// every instance, if it is still `seen` (a compare-and-swap in the
+    /// script, one round trip; the bucket's state is left as it is, and
+    /// runs at `next`'s share of the ceiling from then on). Run it like
+    /// any call and hand its outcome to
+    /// [`finish_adapt`](Self::finish_adapt).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a window (it learns nothing);
+    /// [`Error::StoreUnavailable`] while the circuit breaker spares Redis
+    /// (nothing is learned; no fail policy answers an adapt).
+    ///
+    /// # Examples
+    /// ```
+    /// use ratebound::Quota;
+    /// use ratebound::outbound::{FULL, Learned};
+    /// use ratebound_redis::{Algorithm, CallOutcome, Config, Engine};
+    /// let engine = Engine::new(Config::new(Algorithm::TokenBucket(Quota::parse("30/s")?)))?;
+    /// let next = Learned::new(FULL / 2, 1_800_000_000_000).with_cut(true);
+    /// let call = engine.begin_adapt(None, b"partner", Learned::fresh(), next)?;
+    /// assert_eq!(call.args[4], "adapt");
+    /// // Redis' answer: replaced, and the word in force is `next`
+    /// // (its two parts: bits 44 and up, bits 0-43).
+    /// let (hi, lo) = ((next.to_bits() >> 44) as i64, (next.to_bits() & ((1 << 44) - 1)) as i64);
+    /// let reply = [1, 15, 0, 0, 0, 0, 1_800_000_000_000_000, hi, lo];
+    /// assert_eq!(engine.finish_adapt(&call, CallOutcome::Reply(&reply)), Ok(true));
+    /// assert_eq!(engine.learned(None, b"partner"), next);
+    /// # Ok::<(), ratebound::Error>(())
+    /// ```
+    pub fn begin_adapt(
+        &self,
+        scope: Option<&str>,
+        key: &[u8],
+        seen: Learned,
+        next: Learned,
+    ) -> Result<Call, Error> {
+        self.bucket_only("adapt (learning a partner's limit)")?;
+        let now = self.clock.now();
+        if !self.breaker.may_call(now) {
+            return Err(self.adapt_failed());
+        }
+        Ok(self.call(
+            self.redis_key(scope, key),
+            CallKind::Adapt { seen, next },
+            0,
+        ))
+    }
+
+    /// What became of an adapt: `Ok(true)` when the word was replaced,
+    /// `Ok(false)` when another instance had changed it first (the word
+    /// now in force is [`learned`](Self::learned)'s).
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`] when Redis did not answer (the breaker
+    /// hears of it as of any call; the client's own overload does not
+    /// count): nothing is learned, and the caller goes on.
+    pub fn finish_adapt(&self, call: &Call, outcome: CallOutcome<'_>) -> Result<bool, Error> {
+        let now = self.clock.now();
+        match outcome {
+            CallOutcome::Reply(r) if well_formed(r) => {
+                self.answered(now);
+                self.heard_word(&call.key, r);
+                Ok(r[0] == 1)
+            }
+            _ if self.overloaded(&outcome, now) => {
+                self.breaker.unanswered();
+                Err(Error::StoreUnavailable {
+                    cause: "the redis client is overloaded: the adapt was not sent in time"
+                        .to_string(),
+                    retry_after: self.config.timeout,
+                })
+            }
+            _ => {
+                self.failed(&outcome, now);
+                Err(self.adapt_failed())
+            }
+        }
+    }
+
+    fn adapt_failed(&self) -> Error {
+        Error::StoreUnavailable {
+            cause: format!(
+                "redis unavailable ({}): nothing learned{}",
+                self.last_cause(),
+                if self.breaker.is_open() {
+                    " (the circuit breaker is open)"
+                } else {
+                    ""
+                }
+            ),
+            retry_after: Duration::from_nanos(self.breaker.cooldown),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acquisition::tests::engine;
+    use ratebound::outbound::FULL;
+
+    fn reply_with(word: Learned) -> [i64; 9] {
+        let (hi, lo) = parts(word);
+        [1, 0, 0, 100_000, 1, 0, 1_000_000, hi as i64, lo as i64]
+    }
+
+    #[test]
+    fn parts_are_exact_below_2_53_and_come_back() {
+        for word in [
+            Learned::fresh(),
+            Learned::new(FULL, 1),
+            Learned::new(0, ratebound::outbound::MAX_INSTANT_MS).with_cut(true),
+            Learned::new(FULL / 3, 1_800_000_000_123).with_cut(true),
+        ] {
+            let (hi, lo) = parts(word);
+            assert!(hi < 1 << 18 && lo < 1 << 44, "{word:?}");
+            assert_eq!(word_of(&reply_with(word)), word);
+        }
+    }
+
+    #[test]
+    fn each_reply_leaves_its_keys_word() {
+        let (e, _) = engine();
+        let crate::Begin::Call(call) = e.begin(b"k", 1).unwrap() else {
+            panic!("a call")
+        };
+        assert_eq!(e.learned(None, b"k"), Learned::fresh());
+        let word = Learned::new(FULL / 2, 7).with_cut(true);
+        e.finish(&call, CallOutcome::Reply(&reply_with(word)));
+        assert_eq!(e.learned(None, b"k"), word);
+        // Another scope is another key.
+        assert_eq!(e.learned(Some("api"), b"k"), Learned::fresh());
+        // Forgotten (the key expired): the next reply says fresh.
+        e.finish(&call, CallOutcome::Reply(&reply_with(Learned::fresh())));
+        assert_eq!(e.learned(None, b"k"), Learned::fresh());
+        assert_eq!(e.words.len(), 0);
+        // A failure tells nothing of the word.
+        e.finish(&call, CallOutcome::Reply(&reply_with(word)));
+        e.finish(&call, CallOutcome::Timeout);
+        assert_eq!(e.learned(None, b"k"), word);
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let words = Words::default();
+        let word = Learned::new(1, 1);
+        for i in 0..MAX_WORDS + 10 {
+            words.heard(format!("k{i}").as_bytes(), word);
+        }
+        assert_eq!(words.len(), MAX_WORDS);
+        // The last one heard is there.
+        assert_eq!(words.of(format!("k{}", MAX_WORDS + 9).as_bytes()), word);
+    }
+
+    #[test]
+    fn an_adapt_fails_while_the_breaker_is_open_and_learns_nothing() {
+        let (e, _) = engine();
+        let next = Learned::new(FULL / 2, 1);
+        let call = e.begin_adapt(None, b"k", Learned::fresh(), next).unwrap();
+        assert_eq!(call.args[5], format!("0:0:{}:1", parts(next).0));
+        assert!(matches!(
+            e.finish_adapt(&call, CallOutcome::Failed("connection refused")),
+            Err(Error::StoreUnavailable { .. })
+        ));
+        for _ in 0..5 {
+            let _ = e.finish_adapt(&call, CallOutcome::Timeout);
+        }
+        assert!(e.breaker_open());
+        let err = e
+            .begin_adapt(None, b"k", Learned::fresh(), next)
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::StoreUnavailable { cause, .. } if cause.contains("nothing learned")),
+            "{err:?}"
+        );
+        assert_eq!(e.learned(None, b"k"), Learned::fresh());
+        // A reply of another shape (a word beyond its bounds) is a failure.
+        let mut bad = reply_with(next);
+        bad[7] = 1 << 18;
+        assert!(e.finish_adapt(&call, CallOutcome::Reply(&bad)).is_err());
+    }
+
+    #[test]
+    fn a_window_learns_nothing() {
+        let c = crate::Config::new(crate::Algorithm::FixedWindow {
+            limit: 10,
+            window: Duration::from_secs(1),
+        });
+        let e = Engine::new(c).unwrap();
+        assert!(matches!(
+            e.begin_adapt(None, b"k", Learned::fresh(), Learned::new(1, 1)),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+}
