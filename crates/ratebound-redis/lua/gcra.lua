@@ -40,7 +40,9 @@
 -- no pause was on; allowed = 0 and retry_after = the time left until the
 -- pause's end if reservations stand behind it (nothing written). An adapt
 -- replies allowed = 1 if it replaced the word, 0 if the word was another
--- (nothing written), with the word in force after it.
+-- (nothing written), with the word in force after it; one that lowers the
+-- share drops the queue beyond an empty bucket at the new rate (the TAT is
+-- at most max(now, the pause's end) + tau'), as TokenBucket::adapt does.
 -- The learned word (ratebound::outbound::Learned, what the outbound
 -- adapters learn of a partner's real limit) is a u64 of 62 bits, beyond a
 -- double's 53: it is kept as two numbers, hi = word >> 44 (the cut bit,
@@ -134,7 +136,7 @@ local function decide(key, now, o, T, tau, n)
   end
   -- An adapt: the compare-and-swap of the word, before the scaling (the
   -- bucket then runs at the word it leaves). `ok` says whether it replaced.
-  local ok = 1
+  local ok, drop = 1, 0
   if mode == 'adapt' then
     ok = 0
     local sh, sl, nh, nl = string.match(ARGV[o + 5], '^(%d+):(%d+):(%d+):(%d+)$')
@@ -143,6 +145,8 @@ local function decide(key, now, o, T, tau, n)
       local h, l = nh + 0, nl + 0
       local nc = h % 131072
       if h <= 262143 and nc <= 65536 and l <= 17592186044415 then
+        -- A lower share (a larger complement): the queue is dropped below.
+        if nc > cut then drop = 1 end
         ok, hi, lo, cut, hs, ls = 1, h, l, nc, nh, nl
         w = tat
       end
@@ -221,7 +225,17 @@ local function decide(key, now, o, T, tau, n)
       end
     end
   elseif mode == 'adapt' then
-    -- Decided above: the state as it is, under the word in force.
+    -- Decided above: the state as it is, under the word in force; after
+    -- a drop, without the slots taken beyond an empty bucket at the new
+    -- rate (from the end of a pause on, which stays): their holders, the
+    -- adapters' waiters, take new ones (Learned::cut_since), and slots
+    -- nobody uses would hold the fleet back a queue's length.
+    if drop == 1 then
+      local empty = now
+      if paused > now then empty = paused end
+      empty = empty + tau
+      if tat > empty then tat, at, w = empty, empty, empty end
+    end
   elseif n == 0 and mode ~= 'pause' then
     -- A query: the state as it is.
   elseif mode == 'check' then
