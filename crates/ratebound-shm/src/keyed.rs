@@ -644,6 +644,12 @@ impl SharedKeyedLimiter {
             let word = t.learned(found.slot);
             let replaced = swap_learned(word, seen, next);
             if self.still_home(fp, found) {
+                // A lower share drops the key's queue beyond an empty
+                // bucket (as TokenBucket::adapt: its waiters wait again).
+                if replaced && next.fraction_units() < seen.fraction_units() {
+                    let (state, pause) = (t.state(found.slot), t.pause(found.slot));
+                    t.rule_at(found.slot).drop_queue_at(state, pause, now)?;
+                }
                 return Ok(replaced);
             }
             // The slot went to another key meanwhile: it starts from

@@ -358,18 +358,33 @@ impl SharedLimiter {
     /// fifty processes proposing a change from the same word, one wins).
     /// From then on every check, reservation and wait runs at `next`'s
     /// share of the configured quota ([`Learned::scale`]), the schedule
-    /// kept as it is (as [`TokenBucket::adapt`](ratebound::TokenBucket::adapt):
-    /// the reservations already made stay where they are). Returns whether
-    /// it replaced.
+    /// kept as it is on a raise, and the queue beyond an empty bucket
+    /// dropped on a fall (as [`TokenBucket::adapt`](ratebound::TokenBucket::adapt)).
+    /// Returns whether it replaced.
     ///
     /// # Errors
     /// [`Error::Limit`] with `Unsupported` for a window.
     pub fn adapt(&self, seen: Learned, next: Learned) -> Result<bool, Error> {
+        self.adapt_at(seen, next, self.clock.now())
+    }
+
+    /// [`adapt`](Self::adapt) at `now`. A lower share drops the queue
+    /// beyond an empty bucket at the new rate, a pause on kept (as
+    /// [`TokenBucket::adapt`](ratebound::TokenBucket::adapt) does: the
+    /// adapters' waiters holding those slots wait again).
+    ///
+    /// # Errors
+    /// As [`adapt`](Self::adapt).
+    pub fn adapt_at(&self, seen: Learned, next: Learned, now: u64) -> Result<bool, Error> {
         let t = &self.table;
         if t.ceiling().is_none() {
             return Err(Error::Limit(cannot_learn(t.algorithm)));
         }
-        Ok(swap_learned(t.learned(0), seen, next))
+        let replaced = swap_learned(t.learned(0), seen, next);
+        if replaced && next.fraction_units() < seen.fraction_units() {
+            t.rule_at(0).drop_queue_at(t.state(0), t.pause(0), now)?;
+        }
+        Ok(replaced)
     }
 
     /// How many could be taken now.

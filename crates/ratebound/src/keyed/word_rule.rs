@@ -268,6 +268,39 @@ impl WordRule {
         }))
     }
 
+    /// Drops a token bucket's queue at `now`: the slots taken beyond an
+    /// empty bucket (from `now`, or from the end of a pause on, which
+    /// stays) are forgotten, so that the next taker lines up from there —
+    /// what a store does when an outbound adapter's learned rate falls
+    /// (their holders wait again: [`Learned::cut_since`](crate::outbound::Learned::cut_since);
+    /// see [`TokenBucket::adapt`](crate::TokenBucket::adapt)). `self` is the
+    /// rule in force after the fall.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for the windows.
+    pub fn drop_queue_at(
+        &self,
+        word: &AtomicU64,
+        pause: crate::pause::Words<'_>,
+        now: u64,
+    ) -> Result<(), Error> {
+        let Math::Bucket(p) = self.math else {
+            return Err(Error::Unsupported {
+                operation: "drop_queue",
+                algorithm: self.algorithm(),
+            });
+        };
+        let now = now.min(crate::MAX_TIME_NANOS);
+        let from = pause.ends(now).unwrap_or(now);
+        let empty = from
+            .saturating_add(p.tau())
+            .min(crate::algorithms::gcra::MAX_TAT);
+        update(word, |w| {
+            (w & STATE_MASK > empty).then_some((w & !STATE_MASK) | empty)
+        });
+        Ok(())
+    }
+
     /// Lifts the pause on `word` at `now` if nothing was built on it (see
     /// [`TokenBucket::resume_at`](crate::TokenBucket::resume_at)): `pause`
     /// are the word's two pause words.
