@@ -34,10 +34,15 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ratebound::{Quota, TokenBucket};
+use ratebound::any::Key;
+use ratebound::outbound::Learned;
+use ratebound::{KeyedAlgorithm, KeyedLimit, Quota, TokenBucket};
 use ratebound_client::OutboundMiddleware;
+use ratebound_redis::{Algorithm, Config, RedisLimiter};
+use ratebound_shm::SharedLimiter;
+use redis::aio::ConnectionManager;
 use reqwest_middleware::ClientBuilder;
-use support::{Bucket, Partner, reply, reqwest_client};
+use support::{Bucket, Partner, Redis, fresh, reply, reqwest_client};
 
 const INSTANCES: usize = 50;
 const RUN: Duration = Duration::from_secs(20);
@@ -60,9 +65,18 @@ fn per_second_of(partner: &Partner, run: Duration) -> Vec<(usize, usize)> {
     seconds
 }
 
-/// Runs the fleet for [`RUN`]; the partner's counts per second and the
-/// shared bucket's learned rate at the end.
-async fn fleet(adaptive: bool) -> (Vec<(usize, usize)>, f64) {
+/// The fleet's ceiling: three times the partner's 10/s.
+const CEILING: &str = "30/s burst 30";
+
+/// Runs the fleet for [`RUN`], one instance on each of `limiters` (one
+/// shared bucket fifty times, or fifty handles on one store); the partner's
+/// counts per second and the learned rate at the end (`learned`, read
+/// after the run).
+async fn fleet_on(
+    limiters: Vec<Arc<dyn KeyedLimit>>,
+    adaptive: bool,
+    learned: impl FnOnce() -> Learned,
+) -> (Vec<(usize, usize)>, f64) {
     let partner_bucket = Bucket::new(10.0, 20.0);
     let partner = Partner::start(move |_hit| {
         if partner_bucket.take() {
@@ -72,13 +86,12 @@ async fn fleet(adaptive: bool) -> (Vec<(usize, usize)>, f64) {
         }
     })
     .await;
-    let ceiling = Quota::parse("30/s burst 30").expect("quota");
-    let shared = Arc::new(TokenBucket::new(ceiling));
+    let ceiling = Quota::parse(CEILING).expect("quota");
     let url = partner.url("/items");
     let end = Instant::now() + RUN;
     let mut instances = tokio::task::JoinSet::new();
-    for _ in 0..INSTANCES {
-        let middleware = OutboundMiddleware::builder(shared.clone())
+    for limiter in limiters {
+        let middleware = OutboundMiddleware::builder(limiter)
             .key("partner")
             // A refusal is the caller's at once: every sending is the
             // fleet's own decision, not a backoff's.
@@ -101,9 +114,39 @@ async fn fleet(adaptive: bool) -> (Vec<(usize, usize)>, f64) {
         });
     }
     while instances.join_next().await.is_some() {}
-    let learned = shared.learned();
-    let rate = ratebound::outbound::Learning::new(ceiling).rate(learned);
+    let rate = ratebound::outbound::Learning::new(ceiling).rate(learned());
     (per_second(&partner), rate)
+}
+
+/// The fleet on one local bucket shared by its fifty instances.
+async fn fleet(adaptive: bool) -> (Vec<(usize, usize)>, f64) {
+    let shared = Arc::new(TokenBucket::new(Quota::parse(CEILING).expect("quota")));
+    let limiters = (0..INSTANCES)
+        .map(|_| shared.clone() as Arc<dyn KeyedLimit>)
+        .collect();
+    fleet_on(limiters, adaptive, || TokenBucket::learned(&shared)).await
+}
+
+/// Prints and checks a learning fleet's run against the bars.
+fn learned_the_limit(label: &str, seconds: &[(usize, usize)], rate: f64) {
+    println!("{label}: 200s/429s per second {seconds:?}; learned rate {rate:.2}/s");
+    let (refused, goodput) = last_ten(seconds);
+    println!(
+        "{label}, last 10 s: {:.1} % refused, goodput {:.0} % of capacity",
+        refused * 100.0,
+        goodput * 100.0
+    );
+    assert!(
+        refused <= 0.05,
+        "{label}: {:.1} % refused: {seconds:?}",
+        refused * 100.0
+    );
+    assert!(
+        goodput >= 0.85,
+        "{label}: goodput {:.0} %: {seconds:?}",
+        goodput * 100.0
+    );
+    assert!(rate < 30.0, "{label}: nothing learned: {rate}");
 }
 
 /// The last 10 s: the share refused and the partner's 200s against its
@@ -121,24 +164,65 @@ fn last_ten(seconds: &[(usize, usize)]) -> (f64, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_instances_find_a_bare_429_partners_limit() {
     let (seconds, rate) = fleet(true).await;
-    println!("learning: 200s/429s per second {seconds:?}; learned rate {rate:.2}/s");
-    let (refused, goodput) = last_ten(&seconds);
-    println!(
-        "learning, last 10 s: {:.1} % refused, goodput {:.0} % of capacity",
-        refused * 100.0,
-        goodput * 100.0
-    );
-    assert!(
-        refused <= 0.05,
-        "{:.1} % refused: {seconds:?}",
-        refused * 100.0
-    );
-    assert!(
-        goodput >= 0.85,
-        "goodput {:.0} %: {seconds:?}",
-        goodput * 100.0
-    );
-    assert!(rate < 30.0, "the shared bucket learned nothing: {rate}");
+    learned_the_limit("learning", &seconds, rate);
+}
+
+/// The same fifty instances over Redis, each its own connection and
+/// limiter (`RedisLimiter`, as fleet.rs builds them, listening to the
+/// prefix's channel): what one learns, the others run at from their next
+/// acquisition, and their waiters hear of it before they send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_instances_over_redis_find_a_bare_429_partners_limit() {
+    let redis = Redis::start();
+    let key_prefix = format!("{}:", fresh("learn"));
+    let mut limiters: Vec<Arc<dyn KeyedLimit>> = Vec::new();
+    let mut first = None;
+    for _ in 0..INSTANCES {
+        let client = redis::Client::open(redis.url()).expect("url");
+        let conn = ConnectionManager::new(client.clone())
+            .await
+            .expect("connect");
+        let mut config = Config::new(Algorithm::TokenBucket(
+            Quota::parse(CEILING).expect("quota"),
+        ));
+        config.prefix = key_prefix.clone();
+        // A 1 s deadline per call (the default 50 ms is for request paths).
+        config.timeout = Duration::from_secs(1);
+        // Listening to the channel: a word another instance learned reaches
+        // this one's waiters before they send (a fall: they wait again).
+        let limiter = RedisLimiter::new(config, conn).expect("limiter");
+        let limiter = Arc::new(limiter.with_pause_news(client).await);
+        assert!(limiter.listening(), "subscribed");
+        first.get_or_insert_with(|| limiter.clone());
+        limiters.push(limiter);
+    }
+    let first = first.expect("an instance");
+    let (seconds, rate) = fleet_on(limiters, true, || {
+        KeyedLimit::learned(&*first, Key::Text("partner"))
+    })
+    .await;
+    learned_the_limit("redis", &seconds, rate);
+}
+
+/// The same fifty instances on one shared-memory file, each its own
+/// handle (`SharedLimiter`, as each process of a host opens it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_instances_on_shared_memory_find_a_bare_429_partners_limit() {
+    let dir = std::env::temp_dir().join(fresh("ratebound-learn"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("partner.limit");
+    let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse(CEILING).expect("quota"));
+    let handles: Vec<Arc<SharedLimiter>> = (0..INSTANCES)
+        .map(|_| Arc::new(SharedLimiter::open(&path, algorithm).expect("open")))
+        .collect();
+    let first = handles[0].clone();
+    let limiters = handles
+        .into_iter()
+        .map(|h| h as Arc<dyn KeyedLimit>)
+        .collect();
+    let (seconds, rate) = fleet_on(limiters, true, || SharedLimiter::learned(&first)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    learned_the_limit("shared memory", &seconds, rate);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +318,7 @@ async fn announcing_fleet(ietf: bool) -> (Vec<(usize, usize)>, f64) {
     // dropped (the queue would otherwise drain for seconds after it).
     tokio::time::sleep_until(end.into()).await;
     instances.shutdown().await;
-    let rate = ratebound::outbound::Learning::new(ceiling).rate(shared.learned());
+    let rate = ratebound::outbound::Learning::new(ceiling).rate(TokenBucket::learned(&shared));
     (per_second_of(&partner, ANNOUNCED_RUN), rate)
 }
 

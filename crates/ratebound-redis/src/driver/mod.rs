@@ -527,6 +527,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         self.engine.misconfigured(&answer.outcome())?;
         let replaced = self.engine.finish_adapt(&call, answer.outcome());
         self.tell();
+        if replaced == Ok(true) {
+            // News for the instances already waiting (their waits, under
+            // the word their reservations read, end under this one: a fall
+            // makes them wait again at the new rate), published on the
+            // prefix's channel as a pause is, within the deadline.
+            let mut conn = self.conn.clone();
+            let mut command = redis::cmd("PUBLISH");
+            command
+                .arg(self.engine.pause_channel())
+                .arg(self.engine.learned_news(&call, next));
+            let publish = command.query_async::<redis::Value>(&mut conn);
+            let _ = tokio::time::timeout(self.engine.timeout(), publish).await;
+        }
         replaced
     }
 

@@ -84,6 +84,15 @@ impl Words {
     }
 
     /// The last word heard for `key` (fresh if none).
+    /// `word` heard of on the channel: kept unless the last reply already
+    /// told a word changed later (news can arrive after it).
+    pub(crate) fn heard_news(&self, key: &[u8], word: Learned) {
+        let held = self.of(key);
+        if held.is_fresh() || word.changed_ms() > held.changed_ms() {
+            self.heard(key, word);
+        }
+    }
+
     pub(crate) fn of(&self, key: &[u8]) -> Learned {
         if !self.any.load(Ordering::Relaxed) {
             return Learned::fresh();
@@ -210,6 +219,56 @@ impl Engine {
     }
 }
 
+/// Learned news: `L:<hi>:<lo>:<key>` (the word's two parts, each within
+/// its bounds, and the full Redis key).
+pub(crate) fn parse_learned_news(m: &[u8]) -> Option<(Learned, &[u8])> {
+    fn decimal(b: &[u8], most: u64) -> Option<u64> {
+        if b.is_empty() || b.len() > 14 || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let v = b.iter().fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+        (v <= most).then_some(v)
+    }
+    let rest = m.strip_prefix(b"L:")?;
+    if rest.len() > 64 + crate::news::NEWS_MAX_KEY {
+        return None;
+    }
+    let mut parts = rest.splitn(3, |b| *b == b':');
+    let hi = decimal(parts.next()?, (1 << 18) - 1)?;
+    let lo = decimal(parts.next()?, (1 << LO_BITS) - 1)?;
+    let key = parts.next()?;
+    if key.is_empty() {
+        return None;
+    }
+    Some((Learned::from_bits((hi << LO_BITS) | lo), key))
+}
+
+impl Engine {
+    /// The news an adapt that replaced the word publishes on the
+    /// prefix's channel ([`pause_channel`](Self::pause_channel)): the
+    /// instances that listen learn the word at once — their waiters, whose
+    /// reservations read the word before, see a fall when they wake and
+    /// wait again at the new rate ([`ratebound::outbound::Call::reserving`]).
+    pub fn learned_news(&self, call: &Call, next: Learned) -> Vec<u8> {
+        let (hi, lo) = parts(next);
+        let mut m = format!("L:{hi}:{lo}:").into_bytes();
+        m.extend_from_slice(&call.key);
+        m
+    }
+
+    /// Hears learned news ([`learned_news`](Self::learned_news)) for one of
+    /// this prefix's token bucket keys: the word is kept unless a later one
+    /// is known. True when the message was learned news of ours.
+    pub(crate) fn hear_learned(&self, message: &[u8]) -> Option<bool> {
+        let (word, key) = parse_learned_news(message)?;
+        if !self.ours(key) {
+            return Some(false);
+        }
+        self.words.heard_news(key, word);
+        Some(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +367,36 @@ mod tests {
             e.begin_adapt(None, b"k", Learned::fresh(), Learned::new(1, 1)),
             Err(Error::Unsupported { .. })
         ));
+    }
+
+    /// An adapt's news reaches another engine's cache; an older word never
+    /// replaces a newer one its own replies told; another prefix's key,
+    /// a window's engine and malformed news are not heard.
+    #[test]
+    fn learned_news_is_heard_in_order_and_only_for_our_keys() {
+        let (a, _) = engine();
+        let (b, _) = engine();
+        let half = Learned::new(FULL / 2, 2_000).with_cut(true);
+        let call = a
+            .begin_adapt(None, b"partner", Learned::fresh(), half)
+            .unwrap();
+        let news = a.learned_news(&call, half);
+        assert!(b.hear(&news));
+        assert_eq!(b.learned(None, b"partner"), half);
+        // Older news than what is known: kept out.
+        let older = Learned::new(FULL / 4, 1_000).with_cut(true);
+        assert!(b.hear(&a.learned_news(&call, older)));
+        assert_eq!(b.learned(None, b"partner"), half);
+        // Another prefix's key, bad numbers, no key: not ours, not news.
+        assert!(!b.hear(b"L:1:2:other:tb:partner"));
+        for bad in [
+            &b"L:999999:1:rb:tb:k"[..],
+            b"L:1:x:rb:tb:k",
+            b"L:1:2:",
+            b"L:1",
+        ] {
+            assert!(parse_learned_news(bad).is_none(), "{bad:?}");
+            assert!(!b.hear(bad));
+        }
     }
 }

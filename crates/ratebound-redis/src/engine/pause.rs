@@ -182,18 +182,25 @@ impl Engine {
     /// That is how the script moved the slot in Redis. Shifts only make a
     /// wait longer: a sleeper needs no interruption.
     pub fn hear(&self, message: &[u8]) -> bool {
+        // Learned news (an adapt that replaced the word) is heard too.
+        if let Some(ours) = self.hear_learned(message) {
+            return ours;
+        }
         let Some((at_us, shift_us, id, key)) = parse_news(message) else {
             return false;
         };
+        self.ours(key) && self.news.record(key, at_us, shift_us, id)
+    }
+
+    /// Whether `key` is one of this prefix's token bucket keys (`rb:tb:`
+    /// or `rb:tb@`), on an engine of a token bucket.
+    pub(crate) fn ours(&self, key: &[u8]) -> bool {
         let Algorithm::TokenBucket(_) = self.config.algorithm else {
             return false;
         };
-        // Only this prefix's token bucket keys (`rb:tb:` or `rb:tb@`).
-        let ours = key
-            .strip_prefix(self.config.prefix.as_bytes())
+        key.strip_prefix(self.config.prefix.as_bytes())
             .and_then(|k| k.strip_prefix(b"tb"))
-            .is_some_and(|k| k.first().is_some_and(|b| *b == b':' || *b == b'@'));
-        ours && self.news.record(key, at_us, shift_us, id)
+            .is_some_and(|k| k.first().is_some_and(|b| *b == b':' || *b == b'@'))
     }
 }
 
