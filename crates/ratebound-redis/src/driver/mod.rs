@@ -536,7 +536,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             let mut command = redis::cmd("PUBLISH");
             command
                 .arg(self.engine.pause_channel())
-                .arg(self.engine.learned_news(&call, next));
+                .arg(self.engine.learned_news(&call));
             let publish = command.query_async::<redis::Value>(&mut conn);
             let _ = tokio::time::timeout(self.engine.timeout(), publish).await;
         }

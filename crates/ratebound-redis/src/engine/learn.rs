@@ -249,8 +249,11 @@ impl Engine {
     /// instances that listen learn the word at once — their waiters, whose
     /// reservations read the word before, see a fall when they wake and
     /// wait again at the new rate ([`ratebound::outbound::Call::reserving`]).
-    pub fn learned_news(&self, call: &Call, next: Learned) -> Vec<u8> {
-        let (hi, lo) = parts(next);
+    ///
+    /// Made after [`finish_adapt`](Self::finish_adapt) answered `Ok(true)`
+    /// for `call`: it tells the word that call wrote.
+    pub fn learned_news(&self, call: &Call) -> Vec<u8> {
+        let (hi, lo) = parts(self.words.of(&call.key));
         let mut m = format!("L:{hi}:{lo}:").into_bytes();
         m.extend_from_slice(&call.key);
         m
@@ -380,12 +383,18 @@ mod tests {
         let call = a
             .begin_adapt(None, b"partner", Learned::fresh(), half)
             .unwrap();
-        let news = a.learned_news(&call, half);
+        let (hi, lo) = parts(half);
+        let reply = [1, 15, 0, 0, 0, 0, 1_000_000, hi as i64, lo as i64];
+        assert_eq!(a.finish_adapt(&call, CallOutcome::Reply(&reply)), Ok(true));
+        let news = a.learned_news(&call);
         assert!(b.hear(&news));
         assert_eq!(b.learned(None, b"partner"), half);
         // Older news than what is known: kept out.
         let older = Learned::new(FULL / 4, 1_000).with_cut(true);
-        assert!(b.hear(&a.learned_news(&call, older)));
+        let (hi, lo) = parts(older);
+        let mut old_news = format!("L:{hi}:{lo}:").into_bytes();
+        old_news.extend_from_slice(&call.key);
+        assert!(b.hear(&old_news));
         assert_eq!(b.learned(None, b"partner"), half);
         // Another prefix's key, bad numbers, no key: not ours, not news.
         assert!(!b.hear(b"L:1:2:other:tb:partner"));
