@@ -68,6 +68,48 @@ fn per_second_of(partner: &Partner, run: Duration) -> Vec<(usize, usize)> {
 /// The fleet's ceiling: three times the partner's 10/s.
 const CEILING: &str = "30/s burst 30";
 
+/// One instance on each of `limiters` (its own reqwest client and
+/// adapter, key "partner", no retries: every sending is the fleet's own
+/// decision, not a backoff's) calls `url` as fast as its adapter lets it
+/// until `run` is over; with `cut_off`, the waiters still in line then are
+/// dropped (the queue would otherwise drain for seconds after it).
+async fn call_until(
+    limiters: Vec<Arc<dyn KeyedLimit>>,
+    adaptive: bool,
+    url: String,
+    run: Duration,
+    cut_off: bool,
+) {
+    let end = Instant::now() + run;
+    let mut instances = tokio::task::JoinSet::new();
+    for limiter in limiters {
+        let middleware = OutboundMiddleware::builder(limiter)
+            .key("partner")
+            .retries(0)
+            .adaptive(adaptive)
+            .build()
+            .expect("middleware");
+        let client = ClientBuilder::new(reqwest_client())
+            .with(middleware)
+            .build();
+        let url = url.clone();
+        instances.spawn(async move {
+            // Bounded: at most the run's length of the fleet's ceiling.
+            for _ in 0..30 * run.as_secs() {
+                if Instant::now() >= end {
+                    break;
+                }
+                let _ = client.get(&url).send().await;
+            }
+        });
+    }
+    if cut_off {
+        tokio::time::sleep_until(end.into()).await;
+        instances.shutdown().await;
+    }
+    while instances.join_next().await.is_some() {}
+}
+
 /// Runs the fleet for [`RUN`], one instance on each of `limiters` (one
 /// shared bucket fifty times, or fifty handles on one store); the partner's
 /// counts per second and the learned rate at the end (`learned`, read
@@ -87,33 +129,7 @@ async fn fleet_on(
     })
     .await;
     let ceiling = Quota::parse(CEILING).expect("quota");
-    let url = partner.url("/items");
-    let end = Instant::now() + RUN;
-    let mut instances = tokio::task::JoinSet::new();
-    for limiter in limiters {
-        let middleware = OutboundMiddleware::builder(limiter)
-            .key("partner")
-            // A refusal is the caller's at once: every sending is the
-            // fleet's own decision, not a backoff's.
-            .retries(0)
-            .adaptive(adaptive)
-            .build()
-            .expect("middleware");
-        let client = ClientBuilder::new(reqwest_client())
-            .with(middleware)
-            .build();
-        let url = url.clone();
-        instances.spawn(async move {
-            // Bounded: at most the run's length of the fleet's ceiling.
-            for _ in 0..30 * RUN.as_secs() {
-                if Instant::now() >= end {
-                    break;
-                }
-                let _ = client.get(&url).send().await;
-            }
-        });
-    }
-    while instances.join_next().await.is_some() {}
+    call_until(limiters, adaptive, partner.url("/items"), RUN, false).await;
     let rate = ratebound::outbound::Learning::new(ceiling).rate(learned());
     (per_second(&partner), rate)
 }
@@ -289,35 +305,12 @@ async fn announcing_fleet(ietf: bool) -> (Vec<(usize, usize)>, f64) {
         }
     })
     .await;
-    let ceiling = Quota::parse("30/s burst 30").expect("quota");
+    let ceiling = Quota::parse(CEILING).expect("quota");
     let shared = Arc::new(TokenBucket::new(ceiling));
-    let url = partner.url("/items");
-    let end = Instant::now() + ANNOUNCED_RUN;
-    let mut instances = tokio::task::JoinSet::new();
-    for _ in 0..INSTANCES {
-        let middleware = OutboundMiddleware::builder(shared.clone())
-            .key("partner")
-            .retries(0)
-            .build()
-            .expect("middleware");
-        let client = ClientBuilder::new(reqwest_client())
-            .with(middleware)
-            .build();
-        let url = url.clone();
-        instances.spawn(async move {
-            // Bounded: at most the run's length of the fleet's ceiling.
-            for _ in 0..30 * ANNOUNCED_RUN.as_secs() {
-                if Instant::now() >= end {
-                    break;
-                }
-                let _ = client.get(&url).send().await;
-            }
-        });
-    }
-    // The run ends for everyone at once: the waiters still in line are
-    // dropped (the queue would otherwise drain for seconds after it).
-    tokio::time::sleep_until(end.into()).await;
-    instances.shutdown().await;
+    let limiters = (0..INSTANCES)
+        .map(|_| shared.clone() as Arc<dyn KeyedLimit>)
+        .collect();
+    call_until(limiters, true, partner.url("/items"), ANNOUNCED_RUN, true).await;
     let rate = ratebound::outbound::Learning::new(ceiling).rate(TokenBucket::learned(&shared));
     (per_second_of(&partner, ANNOUNCED_RUN), rate)
 }

@@ -20,7 +20,7 @@ use ratebound_redis::{
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use serde_json::Value;
-use support::{Server, fresh, manager, run};
+use support::{Server, adapt, fresh, manager, run};
 use vectors::{config_of, observed};
 
 /// An instant of Redis' clock far from the test's (µs), as in the vectors.
@@ -49,23 +49,6 @@ fn bucket(quota: Quota) -> Config {
     c.prefix = format!("{}:", fresh("learn"));
     c.timeout = Duration::from_secs(2);
     c
-}
-
-/// An adapt of `key` at `at`: whether it replaced.
-async fn adapt(
-    conn: &mut ConnectionManager,
-    e: &Engine,
-    key: &str,
-    seen: Learned,
-    next: Learned,
-    at: u64,
-) -> bool {
-    let call = e
-        .begin_adapt(None, key.as_bytes(), seen, next)
-        .unwrap()
-        .at(at);
-    let reply = run(conn, &call).await;
-    e.finish_adapt(&call, CallOutcome::Reply(&reply)).unwrap()
 }
 
 /// A check of `n` for `key` at `at`, as its decision and the reply's word.

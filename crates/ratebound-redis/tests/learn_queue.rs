@@ -12,7 +12,7 @@ use ratebound::Quota;
 use ratebound::outbound::{FULL, Learned};
 use ratebound_redis::{Algorithm, CallOutcome, Config, Engine, ReserveBegin, Reserved};
 use redis::aio::ConnectionManager;
-use support::{Server, fresh, manager, run};
+use support::{Server, adapt, fresh, manager, run};
 
 const T0: u64 = 1_200_000_000_000_000;
 
@@ -30,22 +30,6 @@ async fn reserve(conn: &mut ConnectionManager, e: &Engine, key: &str, n: u64, at
         Reserved::Granted { wait, .. } => wait,
         other => panic!("{other:?}"),
     }
-}
-
-async fn adapt(
-    conn: &mut ConnectionManager,
-    e: &Engine,
-    key: &str,
-    seen: Learned,
-    next: Learned,
-    at: u64,
-) -> bool {
-    let call = e
-        .begin_adapt(None, key.as_bytes(), seen, next)
-        .unwrap()
-        .at(at);
-    let reply = run(conn, &call).await;
-    e.finish_adapt(&call, CallOutcome::Reply(&reply)).unwrap()
 }
 
 async fn pause(conn: &mut ConnectionManager, e: &Engine, key: &str, d: Duration, at: u64) {

@@ -260,3 +260,22 @@ pub async fn run(
             .expect("EVAL"),
     }
 }
+
+/// An adapt of `key`'s learned word `seen` → `next` at Redis time `at`
+/// (µs): whether it replaced.
+pub async fn adapt(
+    conn: &mut redis::aio::ConnectionManager,
+    e: &ratebound_redis::Engine,
+    key: &str,
+    seen: ratebound::outbound::Learned,
+    next: ratebound::outbound::Learned,
+    at: u64,
+) -> bool {
+    let call = e
+        .begin_adapt(None, key.as_bytes(), seen, next)
+        .unwrap()
+        .at(at);
+    let reply = run(conn, &call).await;
+    e.finish_adapt(&call, ratebound_redis::CallOutcome::Reply(&reply))
+        .unwrap()
+}
