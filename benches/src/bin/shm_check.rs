@@ -1,5 +1,6 @@
 //! A check on a limit shared through memory (crate `ratebound-shm`) against
-//! the same check in-process, and several processes on one shared bucket:
+//! the same check in-process, the shared checks under a learned word (an
+//! outbound adapter's), and several processes on one shared bucket:
 //! wall nanoseconds per call, median of 7 runs of 2 000 000 calls.
 //!
 //! Run: `cargo run --release -p ratebound-benches --bin shm_check` (ci/bench).
@@ -10,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use ratebound::any::Key;
+use ratebound::outbound::{FULL, Learned};
 use ratebound::{KeyedAlgorithm, KeyedLimiter, Quota, TokenBucket};
 use ratebound_shm::{SharedKeyedLimiter, SharedLimiter, SystemClock};
 
@@ -71,6 +73,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let skeyed = SharedKeyedLimiter::open(dir.join("keyed.limit"), algorithm, 10_000)?;
     row(
         "SharedKeyedLimiter, 1000 keys (shared memory)",
+        median_ns(|i| {
+            skeyed
+                .check(Key::Int(i128::from(i % 1000)))
+                .is_ok_and(|d| d.is_allowed())
+        }),
+    );
+    // A learned word (an outbound adapter's: half the ceiling) makes
+    // every decision scale the configured quota.
+    let half = Learned::new(FULL / 2, 1);
+    shared.adapt(Learned::fresh(), half)?;
+    row(
+        "SharedLimiter, a learned word",
+        median_ns(|_| shared.check().is_ok_and(|d| d.is_allowed())),
+    );
+    for i in 0..1000 {
+        skeyed.adapt(Key::Int(i), Learned::fresh(), half)?;
+    }
+    row(
+        "SharedKeyedLimiter, 1000 keys, learned words",
         median_ns(|i| {
             skeyed
                 .check(Key::Int(i128::from(i % 1000)))
