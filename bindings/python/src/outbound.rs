@@ -15,12 +15,14 @@ use ratebound::{KeyedAlgorithm, Quota};
 use crate::convert::{number, opt_number, type_name};
 use crate::error::{OrPy, py_err_about};
 use crate::limiters::Limiter;
+use crate::redis::RedisEngine;
 use crate::shared::{SharedKeyedLimiter, SharedTokenBucket};
 
 /// The quota `limiter` was configured with, if it keeps what the adapters
 /// learn of a partner's limit (a local token bucket; a shared-memory token
-/// bucket, one or keyed, whose file keeps it for every process); `None`
-/// when it cannot learn.
+/// bucket, one or keyed, whose file keeps it for every process; a Redis
+/// token bucket, sync or asyncio, whose keys keep it for the fleet);
+/// `None` when it cannot learn.
 fn ceiling_of(limiter: &Bound<'_, PyAny>) -> Option<Quota> {
     let bucket = |algorithm| match algorithm {
         KeyedAlgorithm::TokenBucket(q) => Some(q),
@@ -37,6 +39,13 @@ fn ceiling_of(limiter: &Bound<'_, PyAny>) -> Option<Quota> {
     }
     if let Ok(k) = limiter.cast::<SharedKeyedLimiter>() {
         return bucket(k.get().algorithm());
+    }
+    // A Redis limiter (`rb.redis.TokenBucket`, `AsyncTokenBucket`): its
+    // engine keeps the word beside the bucket, for the whole fleet.
+    if let Ok(engine) = limiter.getattr(pyo3::intern!(limiter.py(), "_engine"))
+        && let Ok(e) = engine.cast::<RedisEngine>()
+    {
+        return bucket(e.get().inner.config().algorithm);
     }
     None
 }

@@ -91,14 +91,15 @@ class RateLimitTransport(_Limited, httpx.BaseTransport):
     overrides ``timeout``, ``key`` and the tokens taken (``n``, default 1).
     ``adaptive`` learns the partner's real limit (default: wherever the
     limiter can keep it — ``rb.TokenBucket``, ``rb.SharedTokenBucket``, a
-    token-bucket ``rb.SharedKeyedLimiter``): a refusal (429/503, with or
+    token-bucket ``rb.SharedKeyedLimiter``, ``rb.redis.TokenBucket`` and
+    ``AsyncTokenBucket``): a refusal (429/503, with or
     without a pause, retried or not) cuts the rate the limiter runs at, for
     everyone sharing it, and a success after a quiet while steps it back
     up, never above the configured rate (the core's rule);
     ``adaptive=False`` never does, ``adaptive=True`` insists
-    (``rb.Unsupported`` for a limiter that cannot learn: Redis limiters,
-    for now, windows, ``rb.KeyedLimiter``). ``limiter.learned_rate()`` reads the rate in
-    force. ``on_decision`` is told an :class:`OutboundEvent` for each wait,
+    (``rb.Unsupported`` for a limiter that cannot learn: windows,
+    ``rb.KeyedLimiter``). ``limiter.learned_rate()`` (a keyed limiter's:
+    ``learned_rate(key)``) reads the rate in force. ``on_decision`` is told an :class:`OutboundEvent` for each wait,
     pause, retry, give-up and change of the learned rate (``adapted``,
     with ``from_rate`` and ``to_rate``). When retries are spent the
     caller gets the last response; a body that can be read once (a

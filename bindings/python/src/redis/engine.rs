@@ -2,7 +2,9 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use ratebound::Error;
 use ratebound::any;
+use ratebound::outbound::{Learned, Learning};
 use std::time::Duration;
 
 use ratebound_redis::{Begin, Engine, ReserveBegin};
@@ -13,7 +15,7 @@ use super::outcome::{Report, max_wait, reserved};
 use super::{RedisCall, RedisStats, tell, with_raw_key};
 use crate::convert::{clock_of, count, number, opt_seconds, seconds_of};
 use crate::decision::Decision;
-use crate::error::OrPy;
+use crate::error::{OrPy, py_err};
 use crate::keyed::keyed_algorithm_of;
 
 /// The sans-I/O engine of a global limit in Redis (`ratebound_redis`):
@@ -185,6 +187,56 @@ impl RedisEngine {
     fn leased(&self) -> u64 {
         self.inner.leased()
     }
+
+    /// For the outbound adapters: the word the fleet has learned of
+    /// `key`'s partner (`ratebound::outbound::Learned`, as bits; 0: nothing
+    /// learned), as the last reply of Redis for the key said — no I/O
+    /// (`Engine::learned`).
+    #[pyo3(signature = (key, scope=None))]
+    fn learned(&self, key: &Bound<'_, PyAny>, scope: Option<&str>) -> PyResult<u64> {
+        with_raw_key(key, |k| Ok(self.inner.learned(scope, k).to_bits()))
+    }
+
+    /// The rate learned of `key`'s partner in tokens per second (the
+    /// configured rate when nothing is learned); `Unsupported` for a
+    /// window, which does not learn.
+    #[pyo3(signature = (key, scope=None))]
+    fn learned_rate(&self, py: Python<'_>, key: &Bound<'_, PyAny>, scope: Option<&str>) -> PyResult<f64> {
+        let learned = with_raw_key(key, |k| Ok(self.inner.learned(scope, k)))?;
+        match self.inner.config().algorithm {
+            ratebound::KeyedAlgorithm::TokenBucket(q) => Ok(Learning::new(q).rate(learned)),
+            other => Err(py_err(
+                py,
+                Error::Unsupported {
+                    operation: "learning a partner's limit (a token bucket learns)",
+                    algorithm: other.name(),
+                },
+            )),
+        }
+    }
+
+    /// The call that replaces `key`'s learned word `seen` with `next` for
+    /// every instance if it is still `seen` (`Engine::begin_adapt`), for
+    /// `finish_adapt`; None while the circuit breaker spares Redis (nothing
+    /// is learned). `Unsupported` for a window.
+    #[pyo3(signature = (key, seen, next, scope=None))]
+    fn begin_adapt(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        seen: u64,
+        next: u64,
+        scope: Option<&str>,
+    ) -> PyResult<Option<RedisCall>> {
+        let (seen, next) = (Learned::from_bits(seen), Learned::from_bits(next));
+        let begun = with_raw_key(key, |k| Ok(self.inner.begin_adapt(scope, k, seen, next)))?;
+        tell(py, &self.inner);
+        match begun {
+            Ok(inner) => Ok(Some(RedisCall { inner })),
+            Err(Error::StoreUnavailable { .. }) => Ok(None),
+            Err(e) => Err(py_err(py, e)),
+        }
+    }
 }
 
 scoped {
@@ -263,6 +315,15 @@ outcome {
         let call = &call.get().inner;
         let d = report.settle(py, &self.inner, |o| self.inner.finish(call, o))?;
         Self::decision(py, d)
+    }
+
+    /// Whether the adapt `call` replaced the learned word (False: another
+    /// instance changed it first, or Redis did not answer — nothing is
+    /// learned; `Engine::finish_adapt`).
+    fn finish_adapt<'py>(self, py, report; call: &Bound<'py, RedisCall>) -> PyResult<bool> {
+        let call = &call.get().inner;
+        let replaced = report.settle(py, &self.inner, |o| self.inner.finish_adapt(call, o))?;
+        Ok(replaced.unwrap_or(false))
     }
 
     /// Hands the wait what became of the call its last step gave.

@@ -189,6 +189,13 @@ class AsyncTokenBucket(_TokenBucketArgs, _AsyncLimiter):
 
     __slots__ = ()
 
+    async def _adapt(self, key: Key, seen: int, next: int) -> bool:
+        # TokenBucket._adapt, its call awaited on the event loop.
+        call = self._engine.begin_adapt(key, seen, next)
+        if call is None:
+            return False
+        return self._engine.finish_adapt(call, *(await self._runner.run(call)))
+
 
 class AsyncFixedWindow(_FixedWindowArgs, _AsyncLimiter):
     """:class:`FixedWindow` for a ``redis.asyncio`` client."""

@@ -10,7 +10,7 @@ from .._errors import ConfigError
 from .._wait import steps
 from .._ratebound import Decision, ManualClock, RedisStats, _is_redis_target, _NativeRedis
 from .._ratebound import _RedisAcquisition, _RedisCall, _RedisEngine
-from ._options import Number, Options, Rate, SlidingOptions
+from ._options import Key, Number, Options, Rate, SlidingOptions
 from ._runners import _Outcome
 
 if TYPE_CHECKING:
@@ -132,6 +132,20 @@ class _TokenBucketArgs(_Base):
         **options: Unpack[Options],
     ) -> None:
         super().__init__(client, "token_bucket", rate=rate, burst=burst, **options)
+
+    def _learned(self, key: Key) -> int:
+        """For the outbound adapters: the word the fleet has learned of
+        ``key``'s partner (the core's ``Learned``, as bits; 0: nothing), as
+        Redis' last reply for the key said — no I/O."""
+        return self._engine.learned(key)
+
+    def learned_rate(self, key: Key) -> float:
+        """The rate (tokens per second) the outbound adapters of every
+        instance have learned of ``key``'s partner (the adapters' key: each
+        request's host unless they were given one; Redis keeps it beside
+        the key's bucket, and this instance knows it as of its last call
+        for the key — no I/O): the configured rate when nothing is learned."""
+        return self._engine.learned_rate(key)
 
 
 class _FixedWindowArgs(_Base):

@@ -215,6 +215,16 @@ class TokenBucket(_TokenBucketArgs, _Limiter):
 
     __slots__ = ()
 
+    def _adapt(self, key: Key, seen: int, next: int) -> bool:
+        # For the outbound adapters: replaces key's learned word seen with
+        # next for every instance if it is still seen (one script call, the
+        # engine's compare-and-swap); False when another instance changed it
+        # first or Redis could not be told (nothing learned).
+        call = self._engine.begin_adapt(key, seen, next)
+        if call is None:
+            return False  # the breaker spares Redis
+        return self._engine.finish_adapt(call, *self._runner.run(call))
+
 
 class FixedWindow(_FixedWindowArgs, _Limiter):
     """At most ``limit`` per fixed window of ``window`` seconds, windows
