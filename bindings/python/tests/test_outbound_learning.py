@@ -640,21 +640,13 @@ def last_ten(seconds: list[tuple[int, int]]) -> tuple[float, float]:
     return refused / max(1, ok + refused), ok / 100.0
 
 
-# Not reached yet over Redis (measured 2026-12-05, two runs: 29.4 % and
-# 30.1 % refused in the last 10 s, 101 % and 100 % served; the learned rate
-# stays at 21-22/s for 7 s after the first cut, ending near 12/s). Why: a
-# Redis waiter sleeps on a slot its reservation's reply priced, and that
-# reply's word is all its engine knows of the word until its next call —
-# the fleet's queue is fifty slots deep (2-5 s), so the word a sending went
-# under is seconds stale when its 429 comes, and its cut loses the
-# compare-and-swap to the step-ups in between. Reading the word after the
-# wait (a zero-token check, tried and not kept) brought the refusals to
-# 1.2 % but served 80 %: the waiters that then wait again stand behind the
-# old pace's slots, which Redis' script does not drop on a cut (the local
-# and shared-memory buckets do). Handing `reserving` the word the
-# reservation's reply carried (no spurious second wait) made it worse:
-# 57.9 % refused. strict: this fails once the bars hold.
-@pytest.mark.xfail(strict=True, reason="a Redis waiter hears no cut during its wait, and the script keeps the old queue")
+# The issue's bars over Redis (2026-12-05: 1.9 % refused, 106 % served in
+# the last 10 s). What it takes: an adapt that replaced the word publishes
+# it on the prefix's channel, so that the waiters of every instance — whose
+# reservations read the word seconds before, the fleet's queue fifty deep —
+# see a fall when they wake and wait again at the new rate; and a fall
+# drops the queue beyond an empty bucket in Redis' script, so that they do
+# not stand behind the old pace's slots. Without them: 28-30 % refused.
 def test_fifty_redis_instances_find_a_bare_429_partners_limit(server: Server) -> None:
     seconds, rate = fleet(server, adaptive=True)
     refused, goodput = last_ten(seconds)

@@ -237,6 +237,13 @@ impl RedisEngine {
             Err(e) => Err(py_err(py, e)),
         }
     }
+
+    /// The news an adapt that replaced the word (`finish_adapt` answered
+    /// True) publishes on `pause_channel`: the other instances' waiters
+    /// see the word before they send (a fall: they wait again).
+    fn learned_news<'py>(&self, py: Python<'py>, call: &Bound<'py, RedisCall>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.learned_news(&call.get().inner))
+    }
 }
 
 scoped {

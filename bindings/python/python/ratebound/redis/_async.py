@@ -194,7 +194,10 @@ class AsyncTokenBucket(_TokenBucketArgs, _AsyncLimiter):
         call = self._engine.begin_adapt(key, seen, next)
         if call is None:
             return False
-        return self._engine.finish_adapt(call, *(await self._runner.run(call)))
+        replaced = self._engine.finish_adapt(call, *(await self._runner.run(call)))
+        if replaced:
+            await self._runner.publish(self._engine.pause_channel, self._engine.learned_news(call))
+        return replaced
 
 
 class AsyncFixedWindow(_FixedWindowArgs, _AsyncLimiter):

@@ -223,7 +223,11 @@ class TokenBucket(_TokenBucketArgs, _Limiter):
         call = self._engine.begin_adapt(key, seen, next)
         if call is None:
             return False  # the breaker spares Redis
-        return self._engine.finish_adapt(call, *self._runner.run(call))
+        replaced = self._engine.finish_adapt(call, *self._runner.run(call))
+        if replaced:
+            # The other instances' waiters hear it before they send.
+            self._runner.publish(self._engine.pause_channel, self._engine.learned_news(call))
+        return replaced
 
 
 class FixedWindow(_FixedWindowArgs, _Limiter):
