@@ -542,9 +542,9 @@ export declare class RedisCall {
   /**
    * What the call asks: `'check'`, `'lease'`, `'return'` (from
    * `drain()`: give leased tokens back; such calls need no `finish`),
-   * `'reserve'`, `'pause'` or `'resume'`.
+   * `'reserve'`, `'pause'`, `'resume'` or `'adapt'`.
    */
-  get kind(): 'check' | 'lease' | 'return' | 'reserve' | 'pause' | 'resume'
+  get kind(): 'check' | 'lease' | 'return' | 'reserve' | 'pause' | 'resume' | 'adapt'
   /** The tokens asked for. */
   get n(): number
   /**
@@ -730,6 +730,39 @@ export declare class RedisEngine {
    * Redis could not be told.
    */
   finishPauseNews(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): PauseNews | null
+  /**
+   * `key`'s learned word (internal: the outbound adapters), a `u64` in
+   * decimal: the one the last reply for the key carried (no I/O; `'0'`,
+   * nothing learned, before any).
+   */
+  learnedWord(key: string | number | Uint8Array, scope?: string | null): string
+  /**
+   * The rate in force for `key` after what the outbound adapters of
+   * every instance learned of its partner's real limit, in tokens per
+   * second (as the last reply for the key carried it; no I/O): the
+   * configured rate while nothing is learned.
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window (it
+   * does not learn), `ERR_INVALID_ARG_TYPE` for a bad key.
+   */
+  learnedRate(key: string | number | Uint8Array, scope?: string | null): number
+  /**
+   * The call that replaces `key`'s learned word `seen` with `next` for
+   * every instance if it is still `seen` (words: `u64`s in decimal;
+   * internal: the outbound adapters' `'adapt'`), or null when Redis
+   * cannot be told now (the breaker is open: nothing is learned).
+   *
+   * @throws {TypeError} `ERR_INVALID_ARG_TYPE` for a word that is not a
+   * `u64` in decimal or a bad key, `ERR_RATEBOUND_UNSUPPORTED` for a
+   * window.
+   */
+  beginAdapt(key: string | number | Uint8Array, seen: string, next: string, scope?: string | null): RedisCall | null
+  /**
+   * What became of the adapt `call`: true when the word was replaced;
+   * false when another instance had changed it first, or Redis could
+   * not be told (nothing learned: the next answer proposes again).
+   */
+  finishAdapt(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): boolean
   /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
   get pauseChannel(): string
   /**
@@ -1411,7 +1444,8 @@ export interface OutboundOptions {
    * `OutboundCall.next`'s `'adapt'`): a refusal cuts the rate every
    * caller sharing `limiter` runs at, a quiet success steps it back up,
    * never above the limiter's configured quota. Default: on where
-   * `limiter` keeps what is learned (a `TokenBucket`), off elsewhere;
+   * `limiter` keeps what is learned (a token bucket: local, shared or
+   * Redis), off elsewhere;
    * `true` on a limiter that cannot keep it throws `TypeError`
    * (`ERR_RATEBOUND_UNSUPPORTED`).
    */

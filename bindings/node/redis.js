@@ -267,6 +267,41 @@ module.exports = function redisDrivers(native, { drive, abortError, RateLimitExc
     }
 
     /**
+     * The rate in force for `key` after what the outbound adapters
+     * (`rb.fetch`, `rb.axios`: `adaptive`) of every instance learned of its
+     * partner's real limit, in tokens per second: the learned word lives
+     * beside the bucket in Redis and every call for the key reads it; this
+     * answers from the last reply this instance had for the key (no I/O).
+     * The configured rate while nothing is learned, never above it. Throws
+     * `ERR_RATEBOUND_UNSUPPORTED` for a window (it does not learn).
+     */
+    learnedRate(key) {
+      return this.#engine.learnedRate(key, null)
+    }
+
+    /**
+     * `key`'s learned word (internal: the outbound adapters), a u64 in
+     * decimal, from the last reply for the key (no I/O).
+     */
+    learnedWord(key) {
+      return this.#engine.learnedWord(key, null)
+    }
+
+    /**
+     * Replaces `key`'s learned word `seen` with `next` for every instance
+     * if it is still `seen` (internal: the outbound adapters' 'adapt'; one
+     * script call, its call and reply the engine's): resolves with whether
+     * it did — false too when Redis could not be told (nothing learned).
+     */
+    async adaptWord(key, seen, next) {
+      const call = this.#engine.beginAdapt(key, seen, next, null)
+      if (call === null) return false
+      const replaced = this.#engine.finishAdapt(call, ...(await this.#result(call)))
+      this.#told()
+      return replaced
+    }
+
+    /**
      * `check` within `scope` (a middleware's policy name): that policy's
      * own key in Redis, never shared with another policy on the prefix.
      */

@@ -14,12 +14,14 @@ const IORedis = require('ioredis')
 const axios = require('axios')
 const rb = require('..')
 const { unhandledRejections } = require('./fixtures/common.js')
-const { HOST } = require('./fixtures/redis-server.js')
+const { HOST, startServer } = require('./fixtures/redis-server.js')
+const { ioredis, nodeRedis, closeAll } = require('./fixtures/redis-clients.js')
 const { TMP, cleanup, bucket, partner } = require('./fixtures/outbound.js')
 
 const unhandled = unhandledRejections()
 
 after(async () => {
+  await closeAll()
   await cleanup()
   assert.deepEqual(unhandled, [], 'unhandled rejections')
 })
@@ -61,10 +63,25 @@ const ADAPTERS = {
   },
 }
 
-// The limiters that learn: a bucket in this process, and the shared-memory
-// ones, whose file keeps the learned word for every process on the host.
+// One redis-server for the file's Redis buckets, started on first use.
+let redis = null
+const redisPort = async () => (redis ??= await startServer()).port
+// A Redis token bucket on its own connection and prefix (failing closed:
+// a learning test must not be admitted by the fail policy).
+let prefixes = 0
+const redisBucket = (connect) => async (rate, burst) => {
+  const client = await connect(await redisPort())
+  return new rb.redis.TokenBucket({ client, prefix: `learn-${process.pid}-${prefixes++}:`, rate, burst, onError: 'closed', timeout: 1 })
+}
+
+// The limiters that learn: a bucket in this process, the shared-memory
+// ones, whose file keeps the learned word for every process on the host,
+// and the Redis bucket (over either client), whose key keeps it for every
+// instance.
 let files = 0
 const LEARNERS = {
+  'redis (ioredis)': redisBucket(ioredis),
+  'redis (node-redis)': redisBucket(nodeRedis),
   local: (rate, burst) => new rb.TokenBucket({ rate, burst }),
   shared: (rate, burst) => new rb.SharedTokenBucket({ path: path.join(TMP, `learn-${process.pid}-${files++}.limit`), rate, burst }),
   'shared-keyed': (rate, burst) =>
@@ -72,13 +89,14 @@ const LEARNERS = {
 }
 
 // The learned rate: a keyed limiter's for the adapters' key (the host).
-const gauge = (limiter, key) => (limiter instanceof rb.SharedKeyedLimiter ? limiter.learnedRate(key) : limiter.learnedRate())
+const gauge = (limiter, key) =>
+  limiter instanceof rb.SharedKeyedLimiter || limiter instanceof rb.redis.TokenBucket ? limiter.learnedRate(key) : limiter.learnedRate()
 
 for (const [name, make] of Object.entries(ADAPTERS)) {
   for (const [kind, learner] of Object.entries(LEARNERS)) {
   test(`${name} over a ${kind} bucket: bare 429s from a partner below the configured rate cut the learned rate; adaptive: false does not`, async (t) => {
     const p = await bare429Partner()
-    const limiter = learner(CONFIGURED, 10)
+    const limiter = await learner(CONFIGURED, 10)
     const host = new URL(p.url).host
     assert.equal(gauge(limiter, host), CONFIGURED, 'nothing learned yet: the configured rate')
     const events = []
@@ -118,7 +136,7 @@ for (const [name, make] of Object.entries(ADAPTERS)) {
 
     // The same partner, adaptive: false: refused, and nothing learned.
     const q = await bare429Partner()
-    const fixed = learner(CONFIGURED, 10)
+    const fixed = await learner(CONFIGURED, 10)
     const still = []
     const plain = make(q, { limiter: fixed, retries: 0, adaptive: false, onDecision: (e) => still.push(e) })
     await drive(plain, still, () => false, 60)
@@ -152,19 +170,36 @@ test('two adapters sharing a TokenBucket learn one rate', async () => {
   await p.close()
 })
 
-test('adaptive: bad input and the limiters that do not learn yet', async () => {
+test('adaptive: bad input and the limiters that do not learn', async () => {
   const typed = (C, code, re) => (e) => e instanceof C && e.code === code && re.test(e.message)
   const bucket = new rb.TokenBucket({ rate: 1 })
   const io = new IORedis({ host: HOST, port: 1, lazyConnect: true })
-  // The local and shared-memory token buckets keep a learned word: the
-  // Redis limiter and the keyed local one do not learn yet (off by
+  // The local, shared-memory and Redis token buckets keep a learned word:
+  // the keyed local limiter and the Redis windows do not learn (off by
   // default) and refuse to be told to.
   const learners = [
     bucket,
     new rb.SharedTokenBucket({ path: path.join(TMP, 'learn-bucket.limit'), rate: 1, burst: 1 }),
     new rb.SharedKeyedLimiter({ path: path.join(TMP, 'learn-keyed.limit'), rate: 1, burst: 1 }),
+    new rb.redis.TokenBucket({ client: io, rate: 1, onError: 'closed' }),
   ]
-  const others = [new rb.KeyedLimiter({ rate: 1 }), new rb.redis.TokenBucket({ client: io, rate: 1, onError: 'closed' })]
+  const others = [new rb.KeyedLimiter({ rate: 1 })]
+  // The Redis windows (no outbound limiters: they cannot be paused) do
+  // not learn: a typed error, never a word.
+  for (const w of [
+    new rb.redis.FixedWindow({ client: io, limit: 1, window: 1, onError: 'closed' }),
+    new rb.redis.SlidingWindow({ client: io, limit: 1, window: 1, onError: 'closed' }),
+  ]) {
+    assert.throws(() => w.learnedRate('k'), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /window/))
+    await assert.rejects(w.adaptWord('k', '0', '1'), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /window/))
+  }
+  // A Redis bucket's words are checked like the others', and a Redis that
+  // cannot be told learns nothing: false, never a rejection.
+  const down = learners[3]
+  assert.equal(down.learnedWord('k'), '0')
+  assert.equal(down.learnedRate('k'), 1)
+  await assert.rejects(down.adaptWord('k', '0', 'lots'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /next is a learned word/))
+  assert.equal(await down.adaptWord('k', '0', String((1n << 61n) | (20000n << 44n) | 1799999999999n)), false)
   for (const make of [(o) => rb.fetch(o), (o) => rb.axios(axios.create(), o)]) {
     for (const bad of ['yes', 1, {}]) {
       assert.throws(() => make({ limiter: bucket, adaptive: bad }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /adaptive is a boolean, not/))
@@ -304,4 +339,31 @@ test('worker processes learn one rate through a SharedTokenBucket file', async (
   )
   assert.ok(here.learnedRate() < CONFIGURED)
   await p.close()
+})
+
+// The Redis bucket keeps the learned word beside the bucket in Redis: two
+// instances (two connections) of one limit read one word — each from the
+// last reply it had for the key — and run at it.
+test('the Redis bucket keeps the learned word in Redis, for every instance', async () => {
+  const port = await redisPort()
+  const prefix = `learn-words-${process.pid}:`
+  const a = new rb.redis.TokenBucket({ client: await ioredis(port), prefix, rate: 100, burst: 10, onError: 'closed', timeout: 1 })
+  const b = new rb.redis.TokenBucket({ client: await nodeRedis(port), prefix, rate: 100, burst: 10, onError: 'closed', timeout: 1 })
+  assert.equal(new rb.Outbound({ limiter: a }).learning, true, 'on by default with a redis.TokenBucket')
+  // A cut to 7/10 of the ceiling (45876 65536ths), made at some instant.
+  const cut = String((1n << 61n) | (19660n << 44n) | 1799999999999n)
+  assert.equal(await a.adaptWord('partner', '0', cut), true)
+  assert.equal(a.learnedWord('partner'), cut, 'the reply carried the word')
+  assert.equal(b.learnedWord('partner'), '0', 'no reply yet: nothing known (no I/O)')
+  // It runs at it: a burst of 7 where 10 were configured; the replies
+  // carry the word to b.
+  let taken = 0
+  while (taken < 20 && (await b.tryAcquire('partner'))) taken++
+  assert.equal(taken, 7)
+  assert.equal(b.learnedWord('partner'), cut)
+  assert.ok(Math.abs(b.learnedRate('partner') - (100 * 45876) / 65536) < 1e-9, String(b.learnedRate('partner')))
+  assert.equal(await b.adaptWord('partner', '0', '0'), false, 'no longer the word seen: kept')
+  assert.equal(b.learnedRate('other'), 100, 'each key its own word')
+  await a.close()
+  await b.close()
 })

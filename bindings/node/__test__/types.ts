@@ -272,6 +272,7 @@ async function outboundClients(): Promise<void> {
     onDecision: (e) => void [e.outcome, e.key, e.attempt, e.status, e.seconds, e.capped, e.fromRate, e.toRate],
   })
   const gauge: number = new TokenBucket({ rate: 5 }).learnedRate()
+  const fleetGauge: number = partner.learnedRate('partner')
   const got = await api.get<string>('/v1/items', { ratebound: { timeout: 2 } })
   const body: string = got.data
   const ejected: boolean = rbAxios.eject(api)

@@ -14,6 +14,7 @@ use ratebound::{KeyedAlgorithm, Quota};
 
 use crate::error::{OrThrow, invalid_type};
 use crate::limiters::{TokenBucket, from_ms};
+use crate::redis::RedisEngine;
 use crate::shared::{SharedKeyedLimiter, SharedTokenBucket};
 
 /// The options of an `Outbound` policy.
@@ -44,7 +45,8 @@ pub struct OutboundOptions<'a> {
     /// `OutboundCall.next`'s `'adapt'`): a refusal cuts the rate every
     /// caller sharing `limiter` runs at, a quiet success steps it back up,
     /// never above the limiter's configured quota. Default: on where
-    /// `limiter` keeps what is learned (a `TokenBucket`), off elsewhere;
+    /// `limiter` keeps what is learned (a token bucket: local, shared or
+    /// Redis), off elsewhere;
     /// `true` on a limiter that cannot keep it throws `TypeError`
     /// (`ERR_RATEBOUND_UNSUPPORTED`).
     pub adaptive: Option<bool>,
@@ -57,9 +59,9 @@ pub struct OutboundOptions<'a> {
 
 /// The configured quota of `limiter` when it keeps a learned word (the
 /// local `TokenBucket`; a `SharedTokenBucket` or token-bucket
-/// `SharedKeyedLimiter`, whose file keeps it for every process); `None`
-/// for every other limiter (for now: the Redis limiters, the in-process
-/// keyed ones, windows).
+/// `SharedKeyedLimiter`, whose file keeps it for every process; a Redis
+/// `TokenBucket`, whose key in Redis keeps it for every instance); `None`
+/// for every other limiter (the in-process keyed ones, windows).
 fn ceiling_of(limiter: Option<Unknown<'_>>) -> Option<Quota> {
     let limiter = limiter?;
     let bucket = |algorithm| match algorithm {
@@ -74,6 +76,22 @@ fn ceiling_of(limiter: Option<Unknown<'_>>) -> Option<Quota> {
     }
     if let Ok(keyed) = ClassInstance::<SharedKeyedLimiter>::from_unknown(limiter) {
         return bucket(keyed.algorithm());
+    }
+    // A Redis limiter (`redis.TokenBucket`): its native engine, which
+    // keeps the word beside the bucket in Redis for every instance.
+    let engine = |value: Unknown<'_>| {
+        ClassInstance::<RedisEngine>::from_unknown(value)
+            .ok()
+            .and_then(|e| bucket(e.engine.config().algorithm))
+    };
+    if let Some(q) = engine(limiter) {
+        return Some(q);
+    }
+    if limiter.get_type().ok()? == ValueType::Object {
+        let object = Object::from_unknown(limiter).ok()?;
+        if let Ok(Some(inner)) = object.get_named_property::<Option<Unknown<'_>>>("engine") {
+            return engine(inner);
+        }
     }
     None
 }

@@ -231,10 +231,10 @@ impl RedisCall {
 
     /// What the call asks: `'check'`, `'lease'`, `'return'` (from
     /// `drain()`: give leased tokens back; such calls need no `finish`),
-    /// `'reserve'`, `'pause'` or `'resume'`.
+    /// `'reserve'`, `'pause'`, `'resume'` or `'adapt'`.
     #[napi(
         getter,
-        ts_return_type = "'check' | 'lease' | 'return' | 'reserve' | 'pause' | 'resume'"
+        ts_return_type = "'check' | 'lease' | 'return' | 'reserve' | 'pause' | 'resume' | 'adapt'"
     )]
     pub fn kind(&self) -> &'static str {
         self.call.kind.as_str()

@@ -373,6 +373,84 @@ impl RedisEngine {
         }))
     }
 
+    /// `key`'s learned word (internal: the outbound adapters), a `u64` in
+    /// decimal: the one the last reply for the key carried (no I/O; `'0'`,
+    /// nothing learned, before any).
+    #[napi(ts_args_type = "key: string | number | Uint8Array, scope?: string | null")]
+    pub fn learned_word(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        scope: Option<String>,
+    ) -> Result<String> {
+        let learned = self.with_raw(&env, key, |k| Ok(self.engine.learned(scope.as_deref(), k)))?;
+        Ok(crate::outbound::word(learned))
+    }
+
+    /// The rate in force for `key` after what the outbound adapters of
+    /// every instance learned of its partner's real limit, in tokens per
+    /// second (as the last reply for the key carried it; no I/O): the
+    /// configured rate while nothing is learned.
+    ///
+    /// @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window (it
+    /// does not learn), `ERR_INVALID_ARG_TYPE` for a bad key.
+    #[napi(ts_args_type = "key: string | number | Uint8Array, scope?: string | null")]
+    pub fn learned_rate(&self, env: Env, key: Unknown<'_>, scope: Option<String>) -> Result<f64> {
+        let algorithm = self.engine.config().algorithm;
+        self.with_raw(&env, key, |k| {
+            crate::shared::learned_rate(algorithm, self.engine.learned(scope.as_deref(), k))
+        })
+    }
+
+    /// The call that replaces `key`'s learned word `seen` with `next` for
+    /// every instance if it is still `seen` (words: `u64`s in decimal;
+    /// internal: the outbound adapters' `'adapt'`), or null when Redis
+    /// cannot be told now (the breaker is open: nothing is learned).
+    ///
+    /// @throws {TypeError} `ERR_INVALID_ARG_TYPE` for a word that is not a
+    /// `u64` in decimal or a bad key, `ERR_RATEBOUND_UNSUPPORTED` for a
+    /// window.
+    #[napi(
+        ts_args_type = "key: string | number | Uint8Array, seen: string, next: string, scope?: string | null"
+    )]
+    pub fn begin_adapt(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        seen: String,
+        next: String,
+        scope: Option<String>,
+    ) -> Result<Option<RedisCall>> {
+        let seen = crate::outbound::word_of(&env, "seen", &seen)?;
+        let next = crate::outbound::word_of(&env, "next", &next)?;
+        self.with_raw(&env, key, |k| {
+            match self.engine.begin_adapt(scope.as_deref(), k, seen, next) {
+                Ok(call) => Ok(Some(RedisCall { call })),
+                Err(CoreError::StoreUnavailable { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// What became of the adapt `call`: true when the word was replaced;
+    /// false when another instance had changed it first, or Redis could
+    /// not be told (nothing learned: the next answer proposes again).
+    #[napi(
+        ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
+    )]
+    pub fn finish_adapt(
+        &self,
+        call: &RedisCall,
+        reply: Option<Unknown<'_>>,
+        timed_out: Option<bool>,
+        error: Option<String>,
+        unsent: Option<bool>,
+    ) -> Result<bool> {
+        with_outcome(reply, timed_out, error, unsent, |o| {
+            self.engine.finish_adapt(&call.call, o).unwrap_or(false)
+        })
+    }
+
     /// The pub/sub channel of this prefix's pause news (`'rb:pause'`).
     #[napi(getter)]
     pub fn pause_channel(&self) -> String {

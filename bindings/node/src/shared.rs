@@ -20,7 +20,7 @@ use crate::limiters::{
 
 /// The rate of `learned` under a token bucket's configured quota (the
 /// ceiling), in tokens per second; a window does not learn.
-fn learned_rate(
+pub(crate) fn learned_rate(
     algorithm: KeyedAlgorithm,
     learned: Learned,
 ) -> std::result::Result<f64, ratebound::Error> {

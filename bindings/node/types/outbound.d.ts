@@ -75,9 +75,11 @@ export interface OutboundClientOptions extends Omit<OutboundOptions, 'key' | 'al
    * of `statuses`, with or without a pause) cuts the rate the limiter runs
    * at, for everyone sharing it, a quiet success steps it back up, never
    * above the limiter's configured quota (`'adapted'` events; the
-   * limiter's `learnedRate()`). Default: on with a `TokenBucket`, off
-   * with the other limiters, which do not keep what is learned yet
-   * (`true` with one of them: `TypeError`, `ERR_RATEBOUND_UNSUPPORTED`).
+   * limiter's `learnedRate()`). Default: on with the token buckets that
+   * keep what is learned (`TokenBucket`, `SharedTokenBucket`, a token-bucket
+   * `SharedKeyedLimiter`, `redis.TokenBucket`), off with the others (the
+   * `KeyedLimiter`, windows), which do not (`true` with one of them:
+   * `TypeError`, `ERR_RATEBOUND_UNSUPPORTED`).
    */
   adaptive?: boolean
   /** The longest wait for a token, in seconds, per sending (default: as long as it takes). */

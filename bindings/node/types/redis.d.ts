@@ -177,6 +177,17 @@ export declare namespace redis {
      */
     resume(key: Key): Promise<'lifted' | 'not_paused' | 'queued' | null>
     /**
+     * The rate in force for `key` after what the outbound adapters
+     * (`rb.fetch`, `rb.axios`: `adaptive`, on by default with a Redis token
+     * bucket) of every instance learned of the partner's real limit, in
+     * tokens per second: the learned word lives beside the bucket in Redis,
+     * read by every call for the key; this answers from the last reply this
+     * instance had for the key (no I/O). The configured rate while nothing
+     * is learned, never above it. Throws `TypeError`
+     * (`ERR_RATEBOUND_UNSUPPORTED`) for a window: windows do not learn.
+     */
+    learnedRate(key: Key): number
+    /**
      * Gives every unspent leased token back to Redis (call it on shutdown)
      * and stops listening for pauses (closing the client stops it too);
      * resolves with how many keys' tokens went back. The client stays open.
