@@ -763,6 +763,12 @@ export declare class RedisEngine {
    * not be told (nothing learned: the next answer proposes again).
    */
   finishAdapt(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): boolean
+  /**
+   * The news an adapt that replaced the word (`finishAdapt` answered
+   * true) publishes on `pauseChannel`: the other instances' waiters see
+   * the word before they send (a fall: they wait again at the new rate).
+   */
+  learnedNews(call: RedisCall): Buffer
   /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
   get pauseChannel(): string
   /**

@@ -224,12 +224,8 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
           if (p.keyed) await p.limiter.acquire(c.key, s.n, options)
           else await p.limiter.acquire(s.n, options)
           // What the answer's evidence will be about: the learned word
-          // the tokens came under. A Redis bucket knows the word of its
-          // own last reply only — its reservation's, made before the wait,
-          // while the other instances may have changed it since: a query
-          // (0 tokens, nothing taken; batched with the other checks) brings
-          // the word in force now.
-          if (p.learning && p.remote) await p.limiter.check(c.key, 0)
+          // the tokens came under (a Redis bucket's: its last reply's, or
+          // what another instance published since).
           if (p.learning) c.call.saw(p.keyed ? p.limiter.learnedWord(c.key) : p.limiter.learnedWord())
           break
         }

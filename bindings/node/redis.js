@@ -298,6 +298,8 @@ module.exports = function redisDrivers(native, { drive, abortError, RateLimitExc
       if (call === null) return false
       const replaced = this.#engine.finishAdapt(call, ...(await this.#result(call)))
       this.#told()
+      // The other instances' waiters hear it before they send.
+      if (replaced) await this.#publish(this.#engine.pauseChannel, this.#engine.learnedNews(call))
       return replaced
     }
 

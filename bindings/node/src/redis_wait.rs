@@ -451,6 +451,14 @@ impl RedisEngine {
         })
     }
 
+    /// The news an adapt that replaced the word (`finishAdapt` answered
+    /// true) publishes on `pauseChannel`: the other instances' waiters see
+    /// the word before they send (a fall: they wait again at the new rate).
+    #[napi]
+    pub fn learned_news(&self, call: &RedisCall) -> Buffer {
+        self.engine.learned_news(&call.call).into()
+    }
+
     /// The pub/sub channel of this prefix's pause news (`'rb:pause'`).
     #[napi(getter)]
     pub fn pause_channel(&self) -> String {
