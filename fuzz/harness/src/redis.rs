@@ -9,18 +9,19 @@ use std::time::Duration;
 use ratebound::any::AnyClock;
 use ratebound::{KeyedAlgorithm, ManualClock};
 use ratebound_redis::{
-    Begin, CallOutcome, Config, Engine, OnError, ReserveBegin, Reserved, Source,
+    Begin, CallOutcome, Config, Engine, OnError, REPLY_LEN, ReserveBegin, Reserved, Source,
 };
 
 use crate::Input;
 use crate::options::algorithm;
 
-/// A reply from the input: mostly seven integers (the scripts' shape),
-/// sometimes another length or negative numbers.
+/// A reply from the input: mostly [`REPLY_LEN`] integers (the scripts'
+/// shape, the learned word's two parts last), sometimes another length or
+/// negative numbers.
 fn reply(input: &mut Input<'_>) -> Vec<i64> {
     let len = match input.byte() % 8 {
-        0 => input.below(10),
-        _ => 7,
+        0 => input.below(12),
+        _ => REPLY_LEN,
     };
     (0..len)
         .map(|_| match input.byte() % 5 {
@@ -33,9 +34,10 @@ fn reply(input: &mut Input<'_>) -> Vec<i64> {
         .collect()
 }
 
-/// The scripts' shape: seven integers, none negative.
+/// The scripts' shape: [`REPLY_LEN`] integers, none negative, the learned
+/// word's parts within their bits (18 and 44).
 fn well_formed(r: &[i64]) -> bool {
-    r.len() == 7 && r.iter().all(|v| *v >= 0)
+    r.len() == REPLY_LEN && r.iter().all(|v| *v >= 0) && r[7] < 1 << 18 && r[8] < 1 << 44
 }
 
 fn is_failure(source: Source) -> bool {
@@ -130,6 +132,12 @@ pub fn redis_reply(data: &[u8]) {
                         Some(r) => {
                             assert_eq!(d.is_allowed(), r[0] == 1, "{r:?} gave {d:?}");
                             assert!(!is_failure(d.source()), "{r:?} gave {d:?}");
+                        }
+                        // The client's own overload (a call timed out
+                        // while Redis answered others) is busy, never the
+                        // fail policy: refused, whatever the policy.
+                        None if d.source() == Source::Busy => {
+                            assert!(!d.is_allowed(), "busy admitted {d:?}");
                         }
                         None => {
                             assert!(is_failure(d.source()), "{outcome:?} gave {d:?}");
