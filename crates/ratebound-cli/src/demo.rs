@@ -1,6 +1,7 @@
 //! `ratebound demo`: the source scenarios 1–6 on a manual clock, each as a
 //! table. Deterministic: the output is compared with a golden file.
-//! Scenario 7, the incident, runs live (`incident.rs`).
+//! Scenario 7, the incident, and 8, a wrong limit learned, run live
+//! (`incident.rs`, `learning.rs`); [`run`] is the command.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -10,9 +11,68 @@ use ratebound::{
     SlidingLog, SlidingWindow, TokenBucket,
 };
 
-use crate::{CliError, show_duration};
+use clap::Args;
+use ratebound_cli::{Shown, parse_duration};
+
+use crate::{CliError, incident, learning, show_duration};
 
 const SECOND: u64 = 1_000_000_000;
+
+#[derive(Args, Debug)]
+pub(crate) struct DemoArgs {
+    /// Also run scenario 7's fleet on a limit in this Redis, e.g.
+    /// redis://127.0.0.1:6379 (its keys: rb-demo-<pid>:tb:partner-demo).
+    #[arg(long)]
+    redis: Option<String>,
+    /// How long each of scenario 7's fleets runs.
+    #[arg(long, default_value = "3s", allow_hyphen_values = true)]
+    seconds: String,
+    /// Only scenarios 1-6 (deterministic, no network).
+    #[arg(long, conflicts_with = "live_only")]
+    no_live: bool,
+    /// Only the live scenarios (7, and 8 unless --no-learning).
+    #[arg(long)]
+    live_only: bool,
+    /// How long each of scenario 8's fleets runs (whole seconds, 1-60).
+    #[arg(long, default_value = "10s", allow_hyphen_values = true)]
+    learning_seconds: String,
+    /// Skip scenario 8 (a fleet learning a partner's real limit).
+    #[arg(long)]
+    no_learning: bool,
+}
+
+/// Scenarios 1-6, then 7 and 8 live (unless told otherwise).
+pub(crate) fn run(args: &DemoArgs) -> Result<String, CliError> {
+    let secs = parse_duration(&args.seconds, "--seconds")?;
+    if secs == 0 || secs > 60 * SECOND {
+        return Err(CliError::new(format!(
+            "--seconds must be more than 0 and at most 60 s, got {}",
+            Shown(&args.seconds)
+        )));
+    }
+    let mut out = if args.live_only {
+        String::new()
+    } else {
+        render()?
+    };
+    if !args.no_live {
+        out.push_str(&incident::render(
+            args.redis.as_deref(),
+            Duration::from_nanos(secs),
+        )?);
+        if !args.no_learning {
+            let learn = parse_duration(&args.learning_seconds, "--learning-seconds")?;
+            if !(SECOND..=60 * SECOND).contains(&learn) {
+                return Err(CliError::new(format!(
+                    "--learning-seconds must be from 1 s to 60 s, got {}",
+                    Shown(&args.learning_seconds)
+                )));
+            }
+            out.push_str(&learning::render(Duration::from_secs(learn / SECOND))?);
+        }
+    }
+    Ok(out)
+}
 
 /// One table: a title, then rows of (time, request, decision, remaining,
 /// retry-after).

@@ -25,39 +25,6 @@ use ratebound_cli::{CliError, MAX_SPAN, SECOND, Shown, parse_duration, split_pai
 
 use simulate::{Algo, Limits};
 
-/// Scenarios 1-6, then 7 and 8 live (unless told otherwise).
-fn demo(args: &DemoArgs) -> Result<String, CliError> {
-    let secs = parse_duration(&args.seconds, "--seconds")?;
-    if secs == 0 || secs > 60 * SECOND {
-        return Err(CliError::new(format!(
-            "--seconds must be more than 0 and at most 60 s, got {}",
-            Shown(&args.seconds)
-        )));
-    }
-    let mut out = if args.live_only {
-        String::new()
-    } else {
-        demo::render()?
-    };
-    if !args.no_live {
-        out.push_str(&incident::render(
-            args.redis.as_deref(),
-            Duration::from_nanos(secs),
-        )?);
-        if !args.no_learning {
-            let learn = parse_duration(&args.learning_seconds, "--learning-seconds")?;
-            if !(SECOND..=60 * SECOND).contains(&learn) {
-                return Err(CliError::new(format!(
-                    "--learning-seconds must be from 1 s to 60 s, got {}",
-                    Shown(&args.learning_seconds)
-                )));
-            }
-            out.push_str(&learning::render(Duration::from_secs(learn / SECOND))?);
-        }
-    }
-    Ok(out)
-}
-
 /// Rate limiting you can see: the source scenarios, your traffic replayed
 /// against every algorithm, a global limit's state in Redis.
 #[derive(Parser, Debug)]
@@ -71,7 +38,7 @@ struct Cli {
 enum Command {
     /// The source scenarios: 1-6 on a manual clock, as tables, then 7, the
     /// incident, live (fifty workers calling a partner on 127.0.0.1).
-    Demo(DemoArgs),
+    Demo(demo::DemoArgs),
     /// Replays traffic against one or all algorithms on a manual clock — or,
     /// with --service-time, sends it to a server model behind no cap, a
     /// fixed concurrency cap and the adaptive limit, side by side.
@@ -86,29 +53,6 @@ enum Command {
     Inspect(InspectArgs),
     /// A quick throughput check of the core on this machine.
     Bench(BenchArgs),
-}
-
-#[derive(Args, Debug)]
-struct DemoArgs {
-    /// Also run scenario 7's fleet on a limit in this Redis, e.g.
-    /// redis://127.0.0.1:6379 (its keys: rb-demo-<pid>:tb:partner-demo).
-    #[arg(long)]
-    redis: Option<String>,
-    /// How long each of scenario 7's fleets runs.
-    #[arg(long, default_value = "3s", allow_hyphen_values = true)]
-    seconds: String,
-    /// Only scenarios 1-6 (deterministic, no network).
-    #[arg(long, conflicts_with = "live_only")]
-    no_live: bool,
-    /// Only the live scenarios (7, and 8 unless --no-learning).
-    #[arg(long)]
-    live_only: bool,
-    /// How long each of scenario 8's fleets runs (whole seconds, 1-60).
-    #[arg(long, default_value = "10s", allow_hyphen_values = true)]
-    learning_seconds: String,
-    /// Skip scenario 8 (a fleet learning a partner's real limit).
-    #[arg(long)]
-    no_learning: bool,
 }
 
 #[derive(Args, Debug)]
@@ -515,7 +459,7 @@ use simulate::Outcome;
 
 fn run(cli: Cli) -> Result<String, CliError> {
     match cli.command {
-        Command::Demo(args) => demo(&args),
+        Command::Demo(args) => demo::run(&args),
         Command::Simulate(args) => simulate(&args),
         Command::Inspect(args) => inspect::run(&args.redis, &args.key, args.rate.as_deref()),
         Command::Bench(args) => {

@@ -6,22 +6,21 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratebound::any::{Acquire, Key, Waiter};
-use ratebound::outbound::Learned;
+use ratebound::any::{Key, Waiter};
 use ratebound::pause;
-use ratebound::wait::{Step, drive_blocking};
 use ratebound::{Clock, Decision, KeyedAlgorithm, Resumed};
 
 // For the docs' links to the single limiter's methods.
 #[cfg(doc)]
 use crate::SharedLimiter;
-#[cfg(feature = "tokio")]
-use crate::clock::ASYNC_MAX_SLEEP_NANOS;
 use crate::clock::{SystemClock, nanos};
 use crate::error::Error;
 use crate::file::MODE_KEYED;
 use crate::sync::{AtomicU64, Ordering};
-use crate::table::{Table, cannot_learn, swap_learned, table_methods};
+use crate::table::{Table, table_methods};
+
+mod learn;
+mod wait;
 
 /// The room for keys a shared-memory keyed table gets when none is asked
 /// for (the Python and Node constructors' default). Smaller than an
@@ -469,200 +468,6 @@ impl SharedKeyedLimiter {
             }
         }
         Ok(Resumed::NotPaused)
-    }
-
-    /// Advances `waiter` for `key` now (see [`SharedLimiter::wait_step`]):
-    /// a token bucket reserves in the key's slot (a reserved state is not
-    /// fresh, so the slot stays the key's), a window sleeps its exact
-    /// `retry_after` and decides again.
-    ///
-    /// # Errors
-    /// As [`SharedLimiter::wait_step`]; `TooManyKeys` when the key has no
-    /// slot.
-    pub fn wait_step(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<Step, Error> {
-        let fp = self.fingerprint_of(key);
-        let now = self.clock.now();
-        let t = &self.table;
-        // As `check_n_at`: if the slot went to another key meanwhile, what
-        // was taken there is given back and the step made again.
-        for _ in 0..8 {
-            let found = self.locate(fp, now)?;
-            // Read before the step reserves (see `Waiter::step_at`).
-            let shifted = t.pause(found.slot).shifted();
-            let mut moved = false;
-            let step = waiter.step_at(now, found.slot as u64, shifted, |n, deadline| {
-                let rule = t.rule_at(found.slot);
-                let (step, mark) = rule.acquire_step(t.state(found.slot), n, deadline, now, fp)?;
-                if self.still_home(fp, found) {
-                    return Ok(step);
-                }
-                if let Some(mark) = mark {
-                    rule.release(t.state(found.slot), mark, n);
-                }
-                moved = true;
-                // Nothing held: the waiter is as it was.
-                Ok(Acquire::Retry { wait_nanos: 1 })
-            })?;
-            if !moved {
-                return Ok(step);
-            }
-        }
-        Err(Error::Limit(ratebound::Error::TooManyKeys {
-            max_keys: t.slots,
-        }))
-    }
-
-    /// Ends `key`'s `waiter` early: the tokens it holds go back to the
-    /// key's slot if no later taker has built on them (nothing if the
-    /// key no longer has a slot).
-    ///
-    /// # Errors
-    /// [`Error::Limit`] with `ForeignPermit` for a waiter of another key.
-    pub fn abandon(&self, waiter: &mut Waiter, key: Key<'_>) -> Result<(), Error> {
-        let Some(permit) = waiter.abandon() else {
-            return Ok(());
-        };
-        let fp = self.fingerprint_of(key);
-        let t = &self.table;
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire, as in `locate`.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                return Ok(t.rule_at(slot).release_permit_paused(
-                    t.state(slot),
-                    t.pause(slot),
-                    permit,
-                    fp,
-                    self.clock.now(),
-                )?);
-            }
-            if held == EMPTY {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits on this thread until `n` are the caller's for `key`, or fails
-    /// at once, taking nothing, if that would take longer than `timeout`
-    /// (see [`SharedLimiter::acquire_n`]).
-    ///
-    /// # Errors
-    /// As [`wait_step`](Self::wait_step).
-    pub fn acquire_n(&self, key: Key<'_>, n: u64, timeout: Option<Duration>) -> Result<(), Error> {
-        let mut waiter = Waiter::start(n, timeout, self.clock.now(), u64::MAX);
-        drive_blocking(
-            &mut waiter,
-            |w| self.wait_step(w, key),
-            |_, never| match never {},
-        )
-    }
-
-    /// [`acquire_n`](Self::acquire_n) without blocking the thread (feature
-    /// `tokio`). Dropped before it is over, the future gives back the
-    /// tokens it holds.
-    ///
-    /// # Errors
-    /// As [`acquire_n`](Self::acquire_n).
-    #[cfg(feature = "tokio")]
-    pub async fn acquire(
-        &self,
-        key: Key<'_>,
-        n: u64,
-        timeout: Option<Duration>,
-    ) -> Result<(), Error> {
-        let waiter = Waiter::start(n, timeout, self.clock.now(), ASYNC_MAX_SLEEP_NANOS);
-        ratebound::wait::drive(
-            waiter,
-            |w| self.wait_step(w, key),
-            |w| {
-                let _ = self.abandon(w, key);
-            },
-        )
-        .await
-    }
-
-    /// What the outbound adapters sharing this table learned of `key`'s
-    /// partner: the slot's learned word (fresh, the configured quota, for
-    /// a key with no slot — none is claimed — and for a window).
-    pub fn learned(&self, key: Key<'_>) -> Learned {
-        if self.table.ceiling().is_none() {
-            return Learned::fresh();
-        }
-        let fp = self.fingerprint_of(key);
-        let t = &self.table;
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire, as in `locate`.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                // Ordering: Acquire — pairs with an adapt's exchange.
-                return Learned::from_bits(t.learned(slot).load(Ordering::Acquire));
-            }
-            if held == EMPTY {
-                break;
-            }
-        }
-        Learned::fresh()
-    }
-
-    /// Replaces `key`'s learned word `seen` with `next` for every process,
-    /// if it is still `seen`: one compare-and-swap on the key's slot (a key
-    /// with no slot gets one). From then on `key` runs at `next`'s share
-    /// of the configured quota ([`Learned::scale`]), its schedule kept as
-    /// it is (the reservations already made stay where they are). Returns
-    /// whether it replaced. A key whose slot is reused for another key
-    /// (its state fresh again) forgets what it learned.
-    ///
-    /// # Errors
-    /// [`Error::Limit`] with `Unsupported` for a window, `TooManyKeys`
-    /// when the key has no slot.
-    pub fn adapt(&self, key: Key<'_>, seen: Learned, next: Learned) -> Result<bool, Error> {
-        self.adapt_at(key, seen, next, self.clock.now())
-    }
-
-    /// [`adapt`](Self::adapt) at `now` (ns of `CLOCK_MONOTONIC`: only a
-    /// slot's reuse depends on it).
-    ///
-    /// # Errors
-    /// As [`adapt`](Self::adapt).
-    pub fn adapt_at(
-        &self,
-        key: Key<'_>,
-        seen: Learned,
-        next: Learned,
-        now: u64,
-    ) -> Result<bool, Error> {
-        let t = &self.table;
-        if t.ceiling().is_none() {
-            return Err(Error::Limit(cannot_learn(t.algorithm)));
-        }
-        let fp = self.fingerprint_of(key);
-        for _ in 0..8 {
-            let found = self.locate(fp, now)?;
-            let word = t.learned(found.slot);
-            let replaced = swap_learned(word, seen, next);
-            if self.still_home(fp, found) {
-                // A lower share drops the key's queue beyond an empty
-                // bucket (as TokenBucket::adapt: its waiters wait again).
-                if replaced && next.fraction_units() < seen.fraction_units() {
-                    let (state, pause) = (t.state(found.slot), t.pause(found.slot));
-                    t.rule_at(found.slot).drop_queue_at(state, pause, now)?;
-                }
-                return Ok(replaced);
-            }
-            // The slot went to another key meanwhile: it starts from
-            // nothing learned, not from our word.
-            if replaced {
-                // Ordering: AcqRel/Acquire, as an adapt's exchange.
-                let _ =
-                    word.compare_exchange(next.to_bits(), 0, Ordering::AcqRel, Ordering::Acquire);
-            }
-        }
-        Err(Error::Limit(ratebound::Error::TooManyKeys {
-            max_keys: t.slots,
-        }))
     }
 
     /// How many `key` could take now (the full limit if it has no slot).

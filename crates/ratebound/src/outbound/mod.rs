@@ -50,6 +50,7 @@ use crate::Error;
 use crate::any::{DEFAULT_N, seconds, whole};
 
 mod call;
+mod caller;
 mod headers;
 mod learn;
 mod pauses;
