@@ -765,17 +765,13 @@ export declare class RedisEngine {
    */
   beginAdapt(key: string | number | Uint8Array, seen: string, next: string, scope?: string | null): RedisCall | null
   /**
-   * What became of the adapt `call`: true when the word was replaced;
-   * false when another instance had changed it first, or Redis could
-   * not be told (nothing learned: the next answer proposes again).
+   * What became of the adapt `call` (`replaced`: false when another
+   * instance had changed it first, or Redis could not be told — nothing
+   * learned: the next answer proposes again) and the news to publish on
+   * `pauseChannel` for the other instances' waiters (`news`, null:
+   * nothing to tell; `Engine::finish_adapt_news`).
    */
-  finishAdapt(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): boolean
-  /**
-   * The news an adapt that replaced the word (`finishAdapt` answered
-   * true) publishes on `pauseChannel`: the other instances' waiters see
-   * the word before they send (a fall: they wait again at the new rate).
-   */
-  learnedNews(call: RedisCall): Buffer
+  finishAdapt(call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean): AdaptNews
   /** The pub/sub channel of this prefix's pause news (`'rb:pause'`). */
   get pauseChannel(): string
   /**
@@ -1172,6 +1168,23 @@ export declare class TokenBucket {
  * methods of its own): the deadline, the tokens it holds, when it is over.
  */
 export declare class Waiter {}
+
+/**
+ * What became of an adapt of the learned word, and what to tell the
+ * other instances.
+ */
+export interface AdaptNews {
+  /**
+   * Whether the word was replaced (false: another instance changed it
+   * first, or Redis could not be told).
+   */
+  replaced: boolean
+  /**
+   * The message to `PUBLISH` on `pauseChannel`; absent when there is
+   * nothing to tell (not replaced).
+   */
+  news?: Buffer
+}
 
 /** What to do after a response. */
 export interface Advice {

@@ -296,10 +296,10 @@ module.exports = function redisDrivers(native, { drive, abortError, RateLimitExc
     async adaptWord(key, seen, next) {
       const call = this.#engine.beginAdapt(key, seen, next, null)
       if (call === null) return false
-      const replaced = this.#engine.finishAdapt(call, ...(await this.#result(call)))
+      const { replaced, news } = this.#engine.finishAdapt(call, ...(await this.#result(call)))
       this.#told()
       // The other instances' waiters hear it before they send.
-      if (replaced) await this.#publish(this.#engine.pauseChannel, this.#engine.learnedNews(call))
+      if (news != null) await this.#publish(this.#engine.pauseChannel, news)
       return replaced
     }
 

@@ -54,6 +54,18 @@ pub struct PauseNews {
     pub news: Option<Buffer>,
 }
 
+/// What became of an adapt of the learned word, and what to tell the
+/// other instances.
+#[napi(object, object_from_js = false)]
+pub struct AdaptNews {
+    /// Whether the word was replaced (false: another instance changed it
+    /// first, or Redis could not be told).
+    pub replaced: bool,
+    /// The message to `PUBLISH` on `pauseChannel`; absent when there is
+    /// nothing to tell (not replaced).
+    pub news: Option<Buffer>,
+}
+
 /// A wait that cannot end within its timeout.
 #[napi(object, object_from_js = false)]
 pub struct Exceeded {
@@ -432,9 +444,11 @@ impl RedisEngine {
         })
     }
 
-    /// What became of the adapt `call`: true when the word was replaced;
-    /// false when another instance had changed it first, or Redis could
-    /// not be told (nothing learned: the next answer proposes again).
+    /// What became of the adapt `call` (`replaced`: false when another
+    /// instance had changed it first, or Redis could not be told — nothing
+    /// learned: the next answer proposes again) and the news to publish on
+    /// `pauseChannel` for the other instances' waiters (`news`, null:
+    /// nothing to tell; `Engine::finish_adapt_news`).
     #[napi(
         ts_args_type = "call: RedisCall, reply: unknown, timedOut?: boolean, error?: string | null, unsent?: boolean"
     )]
@@ -445,18 +459,16 @@ impl RedisEngine {
         timed_out: Option<bool>,
         error: Option<String>,
         unsent: Option<bool>,
-    ) -> Result<bool> {
-        with_outcome(reply, timed_out, error, unsent, |o| {
-            self.engine.finish_adapt(&call.call, o).unwrap_or(false)
+    ) -> Result<AdaptNews> {
+        let (replaced, news) = with_outcome(reply, timed_out, error, unsent, |o| {
+            self.engine
+                .finish_adapt_news(&call.call, o)
+                .unwrap_or((false, None))
+        })?;
+        Ok(AdaptNews {
+            replaced,
+            news: news.map(Buffer::from),
         })
-    }
-
-    /// The news an adapt that replaced the word (`finishAdapt` answered
-    /// true) publishes on `pauseChannel`: the other instances' waiters see
-    /// the word before they send (a fall: they wait again at the new rate).
-    #[napi]
-    pub fn learned_news(&self, call: &RedisCall) -> Buffer {
-        self.engine.learned_news(&call.call).into()
     }
 
     /// The pub/sub channel of this prefix's pause news (`'rb:pause'`).

@@ -238,12 +238,6 @@ impl RedisEngine {
         }
     }
 
-    /// The news an adapt that replaced the word (`finish_adapt` answered
-    /// True) publishes on `pause_channel`: the other instances' waiters
-    /// see the word before they send (a fall: they wait again).
-    fn learned_news<'py>(&self, py: Python<'py>, call: &Bound<'py, RedisCall>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.learned_news(&call.get().inner))
-    }
 }
 
 scoped {
@@ -326,11 +320,15 @@ outcome {
 
     /// Whether the adapt `call` replaced the learned word (False: another
     /// instance changed it first, or Redis did not answer — nothing is
-    /// learned; `Engine::finish_adapt`).
-    fn finish_adapt<'py>(self, py, report; call: &Bound<'py, RedisCall>) -> PyResult<bool> {
+    /// learned) and the news to `PUBLISH` on `pause_channel` for the other
+    /// instances' waiters (None: nothing to tell; `Engine::finish_adapt_news`).
+    fn finish_adapt<'py>(
+        self, py, report; call: &Bound<'py, RedisCall>
+    ) -> PyResult<(bool, Option<Bound<'py, PyBytes>>)> {
         let call = &call.get().inner;
-        let replaced = report.settle(py, &self.inner, |o| self.inner.finish_adapt(call, o))?;
-        Ok(replaced.unwrap_or(false))
+        let done = report.settle(py, &self.inner, |o| self.inner.finish_adapt_news(call, o))?;
+        let (replaced, news) = done.unwrap_or((false, None));
+        Ok((replaced, news.map(|m| PyBytes::new(py, &m))))
     }
 
     /// Hands the wait what became of the call its last step gave.

@@ -525,22 +525,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         });
         let answer = self.run(&call).await;
         self.engine.misconfigured(&answer.outcome())?;
-        let replaced = self.engine.finish_adapt(&call, answer.outcome());
+        let done = self.engine.finish_adapt_news(&call, answer.outcome());
         self.tell();
-        if replaced == Ok(true) {
-            // News for the instances already waiting (their waits, under
-            // the word their reservations read, end under this one: a fall
-            // makes them wait again at the new rate), published on the
-            // prefix's channel as a pause is, within the deadline.
+        if let Ok((_, Some(news))) = &done {
+            // Published on the prefix's channel as a pause is, within the
+            // deadline.
             let mut conn = self.conn.clone();
             let mut command = redis::cmd("PUBLISH");
-            command
-                .arg(self.engine.pause_channel())
-                .arg(self.engine.learned_news(&call));
+            command.arg(self.engine.pause_channel()).arg(news);
             let publish = command.query_async::<redis::Value>(&mut conn);
             let _ = tokio::time::timeout(self.engine.timeout(), publish).await;
         }
-        replaced
+        done.map(|(replaced, _)| replaced)
     }
 
     /// Runs a reservation's `call` on a task of its own, so that it

@@ -203,6 +203,25 @@ impl Engine {
         }
     }
 
+    /// [`finish_adapt`](Self::finish_adapt), and the news to publish on
+    /// [`pause_channel`](Self::pause_channel) for the other instances
+    /// (their waiters, whose reservations read the word before, see a fall
+    /// when they wake and wait again at the new rate —
+    /// [`ratebound::outbound::Call::reserving`]): `Some` exactly when the
+    /// word was replaced. The drivers publish what it says, within the
+    /// deadline, and report the `bool`.
+    ///
+    /// # Errors
+    /// As [`finish_adapt`](Self::finish_adapt).
+    pub fn finish_adapt_news(
+        &self,
+        call: &Call,
+        outcome: CallOutcome<'_>,
+    ) -> Result<(bool, Option<Vec<u8>>), Error> {
+        let replaced = self.finish_adapt(call, outcome)?;
+        Ok((replaced, replaced.then(|| self.learned_news(call))))
+    }
+
     fn adapt_failed(&self) -> Error {
         Error::StoreUnavailable {
             cause: format!(
@@ -245,14 +264,11 @@ pub(crate) fn parse_learned_news(m: &[u8]) -> Option<(Learned, &[u8])> {
 
 impl Engine {
     /// The news an adapt that replaced the word publishes on the
-    /// prefix's channel ([`pause_channel`](Self::pause_channel)): the
-    /// instances that listen learn the word at once — their waiters, whose
-    /// reservations read the word before, see a fall when they wake and
-    /// wait again at the new rate ([`ratebound::outbound::Call::reserving`]).
-    ///
-    /// Made after [`finish_adapt`](Self::finish_adapt) answered `Ok(true)`
-    /// for `call`: it tells the word that call wrote.
-    pub fn learned_news(&self, call: &Call) -> Vec<u8> {
+    /// prefix's channel ([`finish_adapt_news`](Self::finish_adapt_news)):
+    /// the instances that listen learn the word at once. Made after
+    /// [`finish_adapt`](Self::finish_adapt) answered `Ok(true)` for
+    /// `call`: it tells the word that call wrote.
+    pub(crate) fn learned_news(&self, call: &Call) -> Vec<u8> {
         let (hi, lo) = parts(self.words.of(&call.key));
         let mut m = format!("L:{hi}:{lo}:").into_bytes();
         m.extend_from_slice(&call.key);
@@ -372,6 +388,30 @@ mod tests {
         ));
     }
 
+    /// An adapt that did not replace the word (another instance changed it
+    /// first) has nothing to tell; one Redis did not answer is an error.
+    #[test]
+    fn only_a_replaced_word_is_news() {
+        let (a, _) = engine();
+        let half = Learned::new(FULL / 2, 2_000).with_cut(true);
+        let other = Learned::new(FULL / 3, 2_500).with_cut(true);
+        let call = a
+            .begin_adapt(None, b"partner", Learned::fresh(), half)
+            .unwrap();
+        let (hi, lo) = parts(other);
+        let reply = [0, 15, 0, 0, 0, 0, 1_000_000, hi as i64, lo as i64];
+        assert_eq!(
+            a.finish_adapt_news(&call, CallOutcome::Reply(&reply)),
+            Ok((false, None))
+        );
+        assert_eq!(a.learned(None, b"partner"), other);
+        let call = a.begin_adapt(None, b"partner", other, half).unwrap();
+        assert!(matches!(
+            a.finish_adapt_news(&call, CallOutcome::Failed("connection reset")),
+            Err(Error::StoreUnavailable { .. })
+        ));
+    }
+
     /// An adapt's news reaches another engine's cache; an older word never
     /// replaces a newer one its own replies told; another prefix's key,
     /// a window's engine and malformed news are not heard.
@@ -385,8 +425,11 @@ mod tests {
             .unwrap();
         let (hi, lo) = parts(half);
         let reply = [1, 15, 0, 0, 0, 0, 1_000_000, hi as i64, lo as i64];
-        assert_eq!(a.finish_adapt(&call, CallOutcome::Reply(&reply)), Ok(true));
-        let news = a.learned_news(&call);
+        let (replaced, news) = a
+            .finish_adapt_news(&call, CallOutcome::Reply(&reply))
+            .unwrap();
+        assert!(replaced);
+        let news = news.expect("news of a replaced word");
         assert!(b.hear(&news));
         assert_eq!(b.learned(None, b"partner"), half);
         // Older news than what is known: kept out.

@@ -194,9 +194,9 @@ class AsyncTokenBucket(_TokenBucketArgs, _AsyncLimiter):
         call = self._engine.begin_adapt(key, seen, next)
         if call is None:
             return False
-        replaced = self._engine.finish_adapt(call, *(await self._runner.run(call)))
-        if replaced:
-            await self._runner.publish(self._engine.pause_channel, self._engine.learned_news(call))
+        replaced, news = self._engine.finish_adapt(call, *(await self._runner.run(call)))
+        if news is not None:
+            await self._runner.publish(self._engine.pause_channel, news)
         return replaced
 
 

@@ -223,10 +223,10 @@ class TokenBucket(_TokenBucketArgs, _Limiter):
         call = self._engine.begin_adapt(key, seen, next)
         if call is None:
             return False  # the breaker spares Redis
-        replaced = self._engine.finish_adapt(call, *self._runner.run(call))
-        if replaced:
+        replaced, news = self._engine.finish_adapt(call, *self._runner.run(call))
+        if news is not None:
             # The other instances' waiters hear it before they send.
-            self._runner.publish(self._engine.pause_channel, self._engine.learned_news(call))
+            self._runner.publish(self._engine.pause_channel, news)
         return replaced
 
 
