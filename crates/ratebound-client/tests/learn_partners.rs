@@ -382,8 +382,7 @@ fn hostile_headers(index: usize) -> Vec<(String, String)> {
 /// the IETF field's `r=-1;t=0`: no error from the adapter (every call
 /// returns the partner's answer), the learned rate within [floor,
 /// ceiling] and finite (2026-12-05, three runs: 0 errors of 438, 544 and
-/// 517 calls; the learned rate within [10.29, 30.00]/s — the garbage
-/// read as nothing, the huge counts as the ceiling).
+/// 517 calls; the learned rate within [10.29, 30.00]/s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_quota_headers_fail_no_call_and_keep_the_rate_within_bounds() {
     let (limiters, read) = one_bucket(SMALL_FLEET);
