@@ -2,7 +2,8 @@
 //! (HTTP/1.1 and h2c) with its own tiny token bucket, not ratebound's,
 //! that logs every request it gets and what it answered — and real
 //! `redis-server`s on free ports (crates/ratebound-redis/tests/support,
-//! included). Everything stops on drop.
+//! included); the learning fleet of learn.rs and learn_partners.rs in
+//! `fleet`. Everything stops on drop.
 
 #![allow(dead_code)]
 
