@@ -32,82 +32,20 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ratebound::any::Key;
 use ratebound::outbound::Learned;
-use ratebound::{KeyedAlgorithm, KeyedLimit, Quota, TokenBucket};
-use ratebound_client::OutboundMiddleware;
-use ratebound_redis::{Algorithm, Config, RedisLimiter};
+use ratebound::{KeyedAlgorithm, KeyedLimit, TokenBucket};
 use ratebound_shm::SharedLimiter;
-use redis::aio::ConnectionManager;
-use reqwest_middleware::ClientBuilder;
-use support::{Bucket, Partner, Redis, fresh, reply, reqwest_client};
+use support::fleet::{INSTANCES, call_until, ceiling, keyed, per_second_of, rate, redis_fleet};
+use support::{Bucket, Partner, Redis, fresh, reply};
 
-const INSTANCES: usize = 50;
 const RUN: Duration = Duration::from_secs(20);
 
 /// The partner's 200s and 429s in each second of the run.
 fn per_second(partner: &Partner) -> Vec<(usize, usize)> {
     per_second_of(partner, RUN)
-}
-
-/// The partner's 200s and 429s in each second of a run of `run`.
-fn per_second_of(partner: &Partner, run: Duration) -> Vec<(usize, usize)> {
-    let mut seconds = vec![(0, 0); run.as_secs() as usize + 1];
-    for hit in partner.log() {
-        let s = (hit.at.as_secs() as usize).min(seconds.len() - 1);
-        match hit.status {
-            200 => seconds[s].0 += 1,
-            _ => seconds[s].1 += 1,
-        }
-    }
-    seconds
-}
-
-/// The fleet's ceiling: three times the partner's 10/s.
-const CEILING: &str = "30/s burst 30";
-
-/// One instance on each of `limiters` (its own reqwest client and
-/// adapter, key "partner", no retries: every sending is the fleet's own
-/// decision, not a backoff's) calls `url` as fast as its adapter lets it
-/// until `run` is over; with `cut_off`, the waiters still in line then are
-/// dropped (the queue would otherwise drain for seconds after it).
-async fn call_until(
-    limiters: Vec<Arc<dyn KeyedLimit>>,
-    adaptive: bool,
-    url: String,
-    run: Duration,
-    cut_off: bool,
-) {
-    let end = Instant::now() + run;
-    let mut instances = tokio::task::JoinSet::new();
-    for limiter in limiters {
-        let middleware = OutboundMiddleware::builder(limiter)
-            .key("partner")
-            .retries(0)
-            .adaptive(adaptive)
-            .build()
-            .expect("middleware");
-        let client = ClientBuilder::new(reqwest_client())
-            .with(middleware)
-            .build();
-        let url = url.clone();
-        instances.spawn(async move {
-            // Bounded: at most the run's length of the fleet's ceiling.
-            for _ in 0..30 * run.as_secs() {
-                if Instant::now() >= end {
-                    break;
-                }
-                let _ = client.get(&url).send().await;
-            }
-        });
-    }
-    if cut_off {
-        tokio::time::sleep_until(end.into()).await;
-        instances.shutdown().await;
-    }
-    while instances.join_next().await.is_some() {}
 }
 
 /// Runs the fleet for [`RUN`], one instance on each of `limiters` (one
@@ -128,15 +66,14 @@ async fn fleet_on(
         }
     })
     .await;
-    let ceiling = Quota::parse(CEILING).expect("quota");
     call_until(limiters, adaptive, partner.url("/items"), RUN, false).await;
-    let rate = ratebound::outbound::Learning::new(ceiling).rate(learned());
+    let rate = rate(learned());
     (per_second(&partner), rate)
 }
 
 /// The fleet on one local bucket shared by its fifty instances.
 async fn fleet(adaptive: bool) -> (Vec<(usize, usize)>, f64) {
-    let shared = Arc::new(TokenBucket::new(Quota::parse(CEILING).expect("quota")));
+    let shared = Arc::new(TokenBucket::new(ceiling()));
     let limiters = (0..INSTANCES)
         .map(|_| shared.clone() as Arc<dyn KeyedLimit>)
         .collect();
@@ -191,29 +128,9 @@ async fn fifty_instances_find_a_bare_429_partners_limit() {
 async fn fifty_instances_over_redis_find_a_bare_429_partners_limit() {
     let redis = Redis::start();
     let key_prefix = format!("{}:", fresh("learn"));
-    let mut limiters: Vec<Arc<dyn KeyedLimit>> = Vec::new();
-    let mut first = None;
-    for _ in 0..INSTANCES {
-        let client = redis::Client::open(redis.url()).expect("url");
-        let conn = ConnectionManager::new(client.clone())
-            .await
-            .expect("connect");
-        let mut config = Config::new(Algorithm::TokenBucket(
-            Quota::parse(CEILING).expect("quota"),
-        ));
-        config.prefix = key_prefix.clone();
-        // A 1 s deadline per call (the default 50 ms is for request paths).
-        config.timeout = Duration::from_secs(1);
-        // Listening to the channel: a word another instance learned reaches
-        // this one's waiters before they send (a fall: they wait again).
-        let limiter = RedisLimiter::new(config, conn).expect("limiter");
-        let limiter = Arc::new(limiter.with_pause_news(client).await);
-        assert!(limiter.listening(), "subscribed");
-        first.get_or_insert_with(|| limiter.clone());
-        limiters.push(limiter);
-    }
-    let first = first.expect("an instance");
-    let (seconds, rate) = fleet_on(limiters, true, || {
+    let limiters = redis_fleet(&redis, &key_prefix, INSTANCES).await;
+    let first = limiters[0].clone();
+    let (seconds, rate) = fleet_on(keyed(&limiters), true, || {
         KeyedLimit::learned(&*first, Key::Text("partner"))
     })
     .await;
@@ -227,7 +144,7 @@ async fn fifty_instances_on_shared_memory_find_a_bare_429_partners_limit() {
     let dir = std::env::temp_dir().join(fresh("ratebound-learn"));
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join("partner.limit");
-    let algorithm = KeyedAlgorithm::TokenBucket(Quota::parse(CEILING).expect("quota"));
+    let algorithm = KeyedAlgorithm::TokenBucket(ceiling());
     let handles: Vec<Arc<SharedLimiter>> = (0..INSTANCES)
         .map(|_| Arc::new(SharedLimiter::open(&path, algorithm).expect("open")))
         .collect();
@@ -305,13 +222,12 @@ async fn announcing_fleet(ietf: bool) -> (Vec<(usize, usize)>, f64) {
         }
     })
     .await;
-    let ceiling = Quota::parse(CEILING).expect("quota");
-    let shared = Arc::new(TokenBucket::new(ceiling));
+    let shared = Arc::new(TokenBucket::new(ceiling()));
     let limiters = (0..INSTANCES)
         .map(|_| shared.clone() as Arc<dyn KeyedLimit>)
         .collect();
     call_until(limiters, true, partner.url("/items"), ANNOUNCED_RUN, true).await;
-    let rate = ratebound::outbound::Learning::new(ceiling).rate(TokenBucket::learned(&shared));
+    let rate = rate(TokenBucket::learned(&shared));
     (per_second_of(&partner, ANNOUNCED_RUN), rate)
 }
 

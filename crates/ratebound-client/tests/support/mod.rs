@@ -2,7 +2,8 @@
 //! (HTTP/1.1 and h2c) with its own tiny token bucket, not ratebound's,
 //! that logs every request it gets and what it answered — and real
 //! `redis-server`s on free ports (crates/ratebound-redis/tests/support,
-//! included). Everything stops on drop.
+//! included); the learning fleet of learn.rs and learn_partners.rs in
+//! `fleet`. Everything stops on drop.
 
 #![allow(dead_code)]
 
@@ -191,26 +192,60 @@ pub fn empty() -> Empty<Bytes> {
 /// strict), independent of ratebound: `rate` per second, `burst` at once,
 /// full at the start.
 pub struct Bucket {
-    rate: f64,
+    /// (from, rate per second): the rate in force from each instant on,
+    /// since the bucket's start, in order.
+    rates: Vec<(Duration, f64)>,
     burst: f64,
+    start: Instant,
     state: Mutex<(f64, Instant)>,
 }
 
 impl Bucket {
     pub fn new(rate: f64, burst: f64) -> Bucket {
+        Bucket::phased(&[(Duration::ZERO, rate)], burst)
+    }
+
+    /// A bucket whose rate changes: `rates[i].1` per second from
+    /// `rates[i].0` after its start (the first from 0) until the next.
+    pub fn phased(rates: &[(Duration, f64)], burst: f64) -> Bucket {
+        let now = Instant::now();
         Bucket {
-            rate,
+            rates: rates.to_vec(),
             burst,
-            state: Mutex::new((burst, Instant::now())),
+            start: now,
+            state: Mutex::new((burst, now)),
         }
+    }
+
+    /// The tokens earned between `from` and `to` (since the start), each
+    /// phase at its rate.
+    fn earned(&self, from: Duration, to: Duration) -> f64 {
+        let ends = self
+            .rates
+            .iter()
+            .skip(1)
+            .map(|r| r.0)
+            .chain([Duration::MAX]);
+        self.rates
+            .iter()
+            .zip(ends)
+            .map(|(&(start, rate), end)| {
+                let (a, b) = (from.max(start), to.min(end));
+                if b > a {
+                    (b - a).as_secs_f64() * rate
+                } else {
+                    0.0
+                }
+            })
+            .sum()
     }
 
     /// Takes a token if there is one.
     pub fn take(&self) -> bool {
         let mut state = self.state.lock().unwrap();
         let now = Instant::now();
-        let tokens =
-            (state.0 + now.duration_since(state.1).as_secs_f64() * self.rate).min(self.burst);
+        let earned = self.earned(state.1 - self.start, now - self.start);
+        let tokens = (state.0 + earned).min(self.burst);
         let taken = tokens >= 1.0;
         *state = (if taken { tokens - 1.0 } else { tokens }, now);
         taken
@@ -325,3 +360,8 @@ impl Events {
         self.0.lock().unwrap().clone()
     }
 }
+
+// ---- The learning fleet of learn.rs and learn_partners.rs ----
+
+#[cfg(all(feature = "reqwest", feature = "redis"))]
+pub mod fleet;
