@@ -100,27 +100,35 @@ local function decide(key, now, o, T, tau, n)
       if #raw <= 16 and string.match(raw, '^%d+$') then
         v = raw + 0
       else
-        -- A learned word first (a learning fleet's every call), then a
-        -- pause alone, then both. `hs`, `ls`: the word's parts as stored,
-        -- written back as they are.
+        -- A learned word first (a learning fleet's every call: its own
+        -- branch, the fewest tests), then a pause alone, then both. `hs`,
+        -- `ls`: the word's parts as stored, written back as they are.
         local a, c, d = string.match(raw, '^(%d+):(%d+):(%d+)$')
-        local b = nil
-        if not a then
-          a, b = string.match(raw, '^(%d+):(%d+)$')
-          if not a then a, b, c, d = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$') end
-        end
-        -- (b: nil without a pause, p then stays 0.)
-        if a and #a <= 16 and (not b or #b <= 16) then
-          if not c then
-            v, p = a + 0, b + 0
-          elseif #c <= 6 and #d <= 14 then
+        if a then
+          if #a <= 16 and #c <= 6 and #d <= 14 then
             hi, lo = c + 0, d + 0
             cut = hi % 131072
             if hi <= 262143 and cut <= 65536 and lo <= 17592186044415 then
               v, hs, ls = a + 0, c, d
-              if b then p = b + 0 end
             else
               hi, lo, cut = 0, 0, 0
+            end
+          end
+        else
+          local b
+          a, b = string.match(raw, '^(%d+):(%d+)$')
+          if not a then a, b, c, d = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$') end
+          if a and #a <= 16 and #b <= 16 then
+            if not c then
+              v, p = a + 0, b + 0
+            elseif #c <= 6 and #d <= 14 then
+              hi, lo = c + 0, d + 0
+              cut = hi % 131072
+              if hi <= 262143 and cut <= 65536 and lo <= 17592186044415 then
+                v, p, hs, ls = a + 0, b + 0, c, d
+              else
+                hi, lo, cut = 0, 0, 0
+              end
             end
           end
         end
@@ -202,13 +210,18 @@ local function decide(key, now, o, T, tau, n)
       s = (b - u * 65536) * f / 65536
       s = u * f + s - s % 1
     end
-    if s * T > 1152921504606846 then
-      s = 1152921504606846 / T
-      s = s - s % 1
-      if s * T > 1152921504606846 then s = s - 1 end
-    end
-    if s < 1 then s = 1 end
+    -- (tau' first: one product on the usual path, where neither bound
+    -- below applies.)
     tau = s * T
+    if tau > 1152921504606846 or s < 1 then
+      if tau > 1152921504606846 then
+        s = 1152921504606846 / T
+        s = s - s % 1
+        if s * T > 1152921504606846 then s = s - 1 end
+      end
+      if s < 1 then s = 1 end
+      tau = s * T
+    end
   end
   -- The reply: allowed (`ok`, above), retry_after, taken; `at`, the TAT
   -- its remaining and reset_after are read at.
