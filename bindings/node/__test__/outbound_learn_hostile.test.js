@@ -4,10 +4,11 @@
 // each its own Redis connection (ioredis and node-redis in turn),
 // rb.redis.TokenBucket and adapter (fixtures/learn-fleet-worker.js'
 // instance), one Redis limit configured at 30/s burst 30, retries: 0.
-// Over Redis rather than the in-process TokenBucket: the learned word goes
-// through the Redis script (its compare-and-swap from ten connections,
-// its bounds as the script reads them), which the hostile answers must not
-// break either. The learned rate is read from Redis every 100 ms; it must
+// Over Redis rather than the in-process TokenBucket: the learned word is
+// kept in Redis beside the bucket, read by the acquiring script and
+// changed by compare-and-swap from ten connections — the path a fleet's
+// hostile answers go through (the answers are read by the same core
+// either way). The learned rate is read from Redis every 100 ms; it must
 // stay within [floor, ceiling] — the default floor is 1/20 of the
 // ceiling, 1.5/s — and finite, whatever the partner says:
 // - a coin per request, 200 or 429, for 20 s: the fleet keeps calling;
