@@ -482,6 +482,13 @@ export declare class OutboundCall {
    */
   answered(status: number, headers: Array<Array<string>>, nowUnix: number): void
   /**
+   * The limiter refused the tokens `'acquire'` asked for with its
+   * `RateLimitExceededError` (nothing taken): they were `seconds` away
+   * (its `retryAfter`). The machine says what next: hold and ask again
+   * (a learning call's line beyond the horizon), or `'exceeded'`.
+   */
+  beyond(seconds: number): void
+  /**
    * The learned word when the wait for the tokens began (the limiter's
    * `learnedWord`, read before asking for them): a cut that comes while
    * the sending is in line makes the machine ask for the tokens again

@@ -221,8 +221,16 @@ module.exports = function outbound(native, { RateLimitExceededError, sleep }) {
           // The word the wait began under: a cut while in line means wait
           // again (the machine says acquire once more).
           if (p.learning) c.call.reserving(p.keyed ? p.limiter.learnedWord(c.key) : p.limiter.learnedWord())
-          if (p.keyed) await p.limiter.acquire(c.key, s.n, options)
-          else await p.limiter.acquire(s.n, options)
+          try {
+            if (p.keyed) await p.limiter.acquire(c.key, s.n, options)
+            else await p.limiter.acquire(s.n, options)
+          } catch (e) {
+            if (!(e instanceof RateLimitExceededError)) throw e
+            // Nothing taken: the machine says hold (a learning call's line
+            // beyond its horizon), or 'exceeded'.
+            c.call.beyond(e.retryAfter)
+            break
+          }
           // What the answer's evidence will be about: the learned word
           // the tokens came under (a Redis bucket's: its last reply's, or
           // what another instance published since).

@@ -71,6 +71,7 @@ test('every vector through the machine, on a virtual clock', () => {
     let now = 1e6
     let i = 0
     let waited = null
+    let refused = [0, 0]
     const steps = []
     for (;;) {
       const s = call.next(now)
@@ -80,6 +81,12 @@ test('every vector through the machine, on a virtual clock', () => {
         now += s.seconds * 1000
       } else if (s.kind === 'acquire') {
         steps.push(['acquire', s.n, s.timeout ?? null])
+        if (refused[0] !== i) refused = [i, 0]
+        if (refused[1] < (sending.beyond_s ?? []).length) {
+          // The limiter's deadline error: the tokens further than asked.
+          call.beyond(sending.beyond_s[refused[1]++])
+          continue
+        }
         now += (sending.acquire_s ?? 0) * 1000
         if (o.learning) {
           // The first wait of a sending begins under `learned_before`.
@@ -105,6 +112,9 @@ test('every vector through the machine, on a virtual clock', () => {
           learned++
           assert.ok(same([s.fromRate, s.toRate], [(ceiling * units(adapt.seen)) / 65536, (ceiling * units(adapt.next)) / 65536]), `${v.id}: ${s.fromRate} → ${s.toRate}`)
         }
+      } else if (s.kind === 'exceeded') {
+        steps.push(['exceeded', s.seconds, s.timeout])
+        break
       } else {
         steps.push([s.kind])
         if (s.kind === 'retry') i++

@@ -436,6 +436,16 @@ impl OutboundCall {
         self.call.answered(&self.caller, status, pairs, now_unix);
     }
 
+    /// The limiter refused the tokens `'acquire'` asked for with its
+    /// `RateLimitExceededError` (nothing taken): they were `seconds` away
+    /// (its `retryAfter`). The machine says what next: hold and ask again
+    /// (a learning call's line beyond the horizon), or `'exceeded'`.
+    #[napi]
+    pub fn beyond(&mut self, seconds: f64) {
+        self.call
+            .beyond(Duration::try_from_secs_f64(seconds).unwrap_or_default());
+    }
+
     /// The learned word when the wait for the tokens began (the limiter's
     /// `learnedWord`, read before asking for them): a cut that comes while
     /// the sending is in line makes the machine ask for the tokens again

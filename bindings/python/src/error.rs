@@ -37,9 +37,12 @@ fn py_err_saying(py: Python<'_>, e: Error, message: String) -> PyErr {
     let made = (|| -> PyResult<PyErr> {
         let cls = error_class(py, class)?;
         let instance = match &e {
-            Error::DeadlineExceeded { wait, .. } => {
-                cls.call1((message, e.code(), wait.as_secs_f64()))?
-            }
+            Error::DeadlineExceeded { wait, max_wait } => cls.call1((
+                message,
+                e.code(),
+                wait.as_secs_f64(),
+                max_wait.as_secs_f64(),
+            ))?,
             Error::StoreUnavailable { retry_after, .. } => {
                 cls.call1((message, e.code(), retry_after.as_secs_f64()))?
             }

@@ -345,6 +345,15 @@ impl Call {
         self.call.reserving(Learned::from_bits(seen));
     }
 
+    /// The limiter refused the tokens `("acquire", ...)` asked for with
+    /// `RateLimitExceeded` (nothing taken): they were `wait` seconds away.
+    /// The machine says what next: hold and ask again (a learning call's
+    /// line beyond the horizon), or the error (`next` raises it).
+    fn beyond(&mut self, wait: f64) {
+        self.call
+            .beyond(Duration::try_from_secs_f64(wait).unwrap_or_default());
+    }
+
     /// Whether the limiter replaced its learned word as `("adapt", ...)`
     /// asked (False too when it failed).
     fn adapted(&mut self, replaced: bool) {

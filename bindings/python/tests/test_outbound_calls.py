@@ -78,9 +78,14 @@ def test_machine(v: dict[str, Any]) -> None:
     call = o.call(r["method"], u.scheme, u.hostname or "", u.port, r.get("key"), r.get("n"), r.get("timeout_s"),
                   "timeout_s" in r, r["body"] != "stream")
     assert call.key == v["expect"]["key"]
-    now, i, steps, words, waited = 1000.0, 0, [], [], None
+    now, i, steps, words, waited, refused = 1000.0, 0, [], [], None, (0, 0)
     while True:
-        step = call.next(now)
+        try:
+            step = call.next(now)
+        except rb.RateLimitExceeded as e:
+            # The limiter's deadline error, told by the machine.
+            steps.append(["exceeded", e.retry_after, e.max_wait])
+            break
         steps.append(list(step))
         kind, s = step[0], v["sendings"][min(i, len(v["sendings"]) - 1)]
         if kind == "event":
@@ -94,6 +99,11 @@ def test_machine(v: dict[str, Any]) -> None:
         if kind == "hold":
             now += step[1]
         elif kind == "acquire":
+            refused = refused if refused[0] == i else (i, 0)
+            if refused[1] < len(s.get("beyond_s", [])):
+                call.beyond(s["beyond_s"][refused[1]])
+                refused = (i, refused[1] + 1)
+                continue
             now += s.get("acquire_s", 0)
             if o.learning:
                 # The first wait of a sending begins under learned_before.

@@ -54,7 +54,14 @@ fn worker(
                     match bucket.reserve_n(n, timeout.unwrap_or(left).min(left)) {
                         Ok(r) => thread::sleep(r.delay()),
                         // Past the run's end: this worker is done.
-                        Err(ratebound::Error::DeadlineExceeded { .. }) => return Ok(()),
+                        Err(ratebound::Error::DeadlineExceeded { wait, .. }) if wait > left => {
+                            return Ok(());
+                        }
+                        // Beyond the line's horizon: the machine says hold.
+                        Err(ratebound::Error::DeadlineExceeded { wait, .. }) => {
+                            call.beyond(wait);
+                            continue;
+                        }
                         Err(e) => return Err(e.into()),
                     }
                     call.saw(bucket.learned());

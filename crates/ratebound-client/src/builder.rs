@@ -288,10 +288,16 @@ impl Settings {
                     if learns {
                         call.reserving(self.limiter.learned(Text(call.key())));
                     }
-                    self.limiter
-                        .acquire(Text(call.key()), n, timeout)
-                        .await
-                        .map_err(|e| CallError::Limiter(e.into()))?;
+                    match self.limiter.acquire(Text(call.key()), n, timeout).await {
+                        Ok(()) => {}
+                        // Nothing taken: the machine says hold (a learning
+                        // call's line beyond its horizon), or fails the call.
+                        Err(ratebound::Error::DeadlineExceeded { wait, .. }) => {
+                            call.beyond(wait);
+                            continue;
+                        }
+                        Err(e) => return Err(CallError::Limiter(e.into())),
+                    }
                     if learns {
                         call.saw(self.limiter.learned(Text(call.key())));
                     }

@@ -43,6 +43,8 @@ struct Script {
     seen: Arc<Mutex<Vec<Value>>>,
     /// The learned word's reads so far for one sending: (sending, reads).
     reads: Arc<Mutex<(usize, usize)>>,
+    /// The asks for tokens so far for one sending: (sending, asks).
+    asks: Arc<Mutex<(usize, usize)>>,
 }
 
 impl Script {
@@ -52,6 +54,7 @@ impl Script {
             sent: Arc::new(AtomicUsize::new(0)),
             seen: Arc::new(Mutex::new(Vec::new())),
             reads: Arc::new(Mutex::new((usize::MAX, 0))),
+            asks: Arc::new(Mutex::new((usize::MAX, 0))),
         }
     }
 
@@ -124,7 +127,26 @@ impl KeyedLimit for Script {
         timeout: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), ratebound::Error>> {
         self.push(json!(["acquire", n, timeout.map(|t| t.as_secs_f64())]));
-        let s = self.sending(self.sent.load(Ordering::SeqCst));
+        let i = self.sent.load(Ordering::SeqCst);
+        let s = self.sending(i);
+        let ask = {
+            let mut asks = self.asks.lock().unwrap();
+            if asks.0 != i {
+                *asks = (i, 0);
+            }
+            asks.1 += 1;
+            asks.1 - 1
+        };
+        // The limiter's deadline error, as the vector says (`beyond_s`).
+        let beyond = s.get("beyond_s").and_then(|b| b.get(ask));
+        if let Some(w) = beyond.and_then(Value::as_f64) {
+            return Box::pin(std::future::ready(Err(
+                ratebound::Error::DeadlineExceeded {
+                    wait: Duration::from_secs_f64(w),
+                    max_wait: timeout.unwrap_or_default(),
+                },
+            )));
+        }
         let wait = s.get("acquire_s").and_then(Value::as_f64).unwrap_or(0.0);
         Box::pin(async move {
             // tokio's timer has a grain of 1 ms: a shorter wait is none

@@ -127,15 +127,34 @@ fn replay(v: &Value) -> (String, Vec<Value>) {
     let mut i = 0;
     // The sending whose first wait has begun.
     let mut waited = None;
+    // The asks for tokens the limiter refused (`beyond_s`) so far.
+    let mut refused = (0, 0);
     loop {
         let s = &sendings[i];
-        match call.next(&caller, now).expect("step") {
+        let step = match call.next(&caller, now) {
+            Ok(step) => step,
+            Err(ratebound::Error::DeadlineExceeded { wait, max_wait }) => {
+                steps.push(json!(["exceeded", secs(wait), secs(max_wait)]));
+                return (key, steps);
+            }
+            Err(e) => panic!("{}: step: {e}", v["id"]),
+        };
+        match step {
             Step::Hold(d) => {
                 steps.push(json!(["hold", secs(d)]));
                 now += d;
             }
             Step::Acquire { n, timeout } => {
                 steps.push(json!(["acquire", n, opt_secs(timeout)]));
+                if refused.0 != i {
+                    refused = (i, 0);
+                }
+                let beyond = s.get("beyond_s").and_then(Value::as_array);
+                if let Some(w) = beyond.and_then(|b| b.get(refused.1)) {
+                    refused.1 += 1;
+                    call.beyond(Duration::from_secs_f64(w.as_f64().expect("beyond_s")));
+                    continue;
+                }
                 now += Duration::from_secs_f64(
                     s.get("acquire_s").and_then(Value::as_f64).unwrap_or(0.0),
                 );

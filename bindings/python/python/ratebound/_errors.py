@@ -3,6 +3,8 @@ error code, the same in Rust, Python and Node."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 __all__ = [
     "RateboundError",
     "QuotaError",
@@ -41,16 +43,26 @@ class InsufficientCapacity(RateboundError, ValueError):
 class RateLimitExceeded(RateboundError):
     """Raised by ``acquire`` when its timeout cannot be met (at once, taking
     nothing), and by ``@limit``-decorated functions when refused.
-    ``retry_after`` is the wait in seconds after which it would succeed."""
+    ``retry_after`` is the wait in seconds after which it would succeed;
+    ``max_wait`` the longest wait the caller accepted (``None`` where it is
+    not told: a decorated function refused)."""
 
     retry_after: float
+    max_wait: Optional[float]
 
-    def __init__(self, message: str = "rate limit exceeded", code: str = "deadline_exceeded", retry_after: float = 0.0) -> None:
+    def __init__(
+        self,
+        message: str = "rate limit exceeded",
+        code: str = "deadline_exceeded",
+        retry_after: float = 0.0,
+        max_wait: Optional[float] = None,
+    ) -> None:
         super().__init__(message, code)
         self.retry_after = retry_after
+        self.max_wait = max_wait
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (str(self), self.code, self.retry_after))
+        return (type(self), (str(self), self.code, self.retry_after, self.max_wait))
 
 
 class TooManyKeys(RateboundError):

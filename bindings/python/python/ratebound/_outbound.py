@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, NamedTuple, Optional, TypedDict, Ty
 
 from . import _ratebound
 from . import redis as _redis
-from ._errors import RateboundError
+from ._errors import RateboundError, RateLimitExceeded
 from ._errors import Unsupported as _Unsupported
 
 Number = Union[int, float]
@@ -268,7 +268,12 @@ class Options:
             if kind == "acquire":
                 if self.learning:
                     call.reserving(self.bound.learned(call.key))
-                self.bound.acquire_blocking(call.key, step[1], step[2])
+                try:
+                    self.bound.acquire_blocking(call.key, step[1], step[2])
+                except RateLimitExceeded as e:
+                    # Nothing taken: the machine says hold, or raises it.
+                    call.beyond(e.retry_after)
+                    continue
                 if self.learning:
                     call.saw(self.bound.learned(call.key))
             elif kind == "send":
@@ -302,7 +307,11 @@ class Options:
             if kind == "acquire":
                 if self.learning:
                     call.reserving(self.bound.learned(call.key))
-                await self.bound.acquire(call.key, step[1], step[2])
+                try:
+                    await self.bound.acquire(call.key, step[1], step[2])
+                except RateLimitExceeded as e:
+                    call.beyond(e.retry_after)
+                    continue
                 if self.learning:
                     call.saw(self.bound.learned(call.key))
             elif kind == "send":

@@ -17,6 +17,10 @@
 //!   443 for `https`) dropped, an IPv6 host in brackets ([`default_key`]).
 //! - **The waited threshold**: a wait of [`WAITED_MIN`] (1 ms) or more is
 //!   reported as `waited`.
+//! - **The line horizon** (learning calls): tokens are asked for within
+//!   [`LINE_HORIZON`]; a line longer than that is waited out without a
+//!   slot ([`Call::beyond`]), so that a rise of the learned rate reaches
+//!   the partner within the horizon.
 //! - **One-shot bodies**: a request whose body can be read once (a stream,
 //!   a generator, a file) is never sent again; a retry due is a give-up.
 //! - **A failed pause** (the limiter's store could not be told, or the
@@ -45,6 +49,22 @@ use crate::Error;
 
 /// A wait this long or longer is reported as `waited`.
 pub const WAITED_MIN: Duration = Duration::from_millis(1);
+
+/// How far ahead a learning call takes its slot in the limiter's line.
+///
+/// A fleet in line (fifty instances, each with a slot taken ahead) keeps
+/// the pace of the rate in force when each slot was taken: after a cut,
+/// [`Call::reserving`] makes the sendings whose wait saw it wait again,
+/// but after a rise nothing can make a slot come earlier, and the fleet
+/// follows the partner a queue's length late (10 s for fifty at 5/s).
+/// So, while learning, a sending asks for its tokens within this horizon
+/// only ([`Step::Acquire`]'s `timeout`); when they are further (the
+/// limiter's deadline error, told through [`Call::beyond`]) it holds
+/// without a slot and asks again. The line is then at most this long,
+/// and a rise reaches the partner within it. In virtual time
+/// (`crates/ratebound/tests/learn_fleet.rs`, the partner at 10/s, 5/s,
+/// then 10/s), the last phase's goodput goes from 64 % to 110 %.
+pub const LINE_HORIZON: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -100,6 +120,12 @@ pub struct Call {
     seen: Learned,
     /// The learned word when its wait began ([`Call::reserving`]).
     reserved: Option<Learned>,
+    /// How far the tokens were when the limiter refused them beyond the
+    /// step's timeout ([`Call::beyond`]).
+    beyond: Option<Duration>,
+    /// This sending joins the line however long it is: its timeout is
+    /// too short to hold and ask again.
+    committed: bool,
     /// The word the answer calls for, then (once replaced) the change.
     learned: Option<(Learned, Learned)>,
 }
@@ -126,6 +152,8 @@ impl Call {
             local: false,
             seen: Learned::fresh(),
             reserved: None,
+            beyond: None,
+            committed: false,
             learned: None,
         }
     }
@@ -166,6 +194,7 @@ impl Call {
             match self.state {
                 State::Begin => {
                     self.started = now;
+                    self.committed = false;
                     self.state = State::Held;
                     if let Some(d) = caller.pauses.hold(&self.key, self.timeout, now)? {
                         return Ok(Step::Hold(d));
@@ -175,16 +204,24 @@ impl Call {
                     // A hold ends with the time it asked, but a later pause
                     // may have come meanwhile: held again.
                     let spent = now.saturating_sub(self.started);
-                    let timeout = self.timeout.map(|t| t.saturating_sub(spent));
+                    let timeout = self.left(now);
                     if spent > Duration::ZERO
                         && let Some(d) = caller.pauses.hold(&self.key, timeout, now)?
                     {
                         return Ok(Step::Hold(d));
                     }
                     self.state = State::Acquiring;
-                    return Ok(Step::Acquire { n: self.n, timeout });
+                    return Ok(self.acquire(caller, timeout));
                 }
                 State::Acquiring => {
+                    if let Some(wait) = self.beyond.take() {
+                        if let Some(d) = self.line_too_long(caller, wait, now)? {
+                            self.state = State::Held;
+                            return Ok(Step::Hold(d));
+                        }
+                        let left = self.left(now);
+                        return Ok(self.acquire(caller, left));
+                    }
                     // A cut came while this sending waited in line: its
                     // slot was priced at a rate found too high, and sent
                     // now it would keep the old pace (the partner would
@@ -194,9 +231,8 @@ impl Call {
                         && caller.learning.is_some()
                         && self.seen.cut_since(reserved)
                     {
-                        let spent = now.saturating_sub(self.started);
-                        let timeout = self.timeout.map(|t| t.saturating_sub(spent));
-                        return Ok(Step::Acquire { n: self.n, timeout });
+                        let left = self.left(now);
+                        return Ok(self.acquire(caller, left));
                     }
                     self.state = State::Send;
                     let waited = now.saturating_sub(self.started);
@@ -299,6 +335,69 @@ impl Call {
     /// goes when its tokens come.
     pub fn reserving(&mut self, seen: Learned) {
         self.reserved = Some(seen);
+    }
+
+    /// The limiter refused this sending's tokens ([`Step::Acquire`]) with
+    /// its deadline error: they were `wait` away, beyond the step's
+    /// `timeout` (nothing was taken). Tell it, then ask for the next step:
+    /// - beyond what is left of the sending's own timeout (or not
+    ///   learning: the timeout was the sending's own), the call fails with
+    ///   [`Error::DeadlineExceeded`], as the limiter's wait would;
+    /// - else the line is longer than [`LINE_HORIZON`]: the sending holds
+    ///   ([`Step::Hold`]) until the line's end comes within the horizon
+    ///   (`wait − horizon`), at least a horizon (so that a fleet holding
+    ///   asks about once a horizon each, not at every slot), then asks
+    ///   again — or, when its timeout would not leave that hold plus the
+    ///   wait it was told, it joins the line at once (the next
+    ///   [`Step::Acquire`] has the whole timeout left), as a sending that
+    ///   does not learn would: a hold never fails a call that its line
+    ///   would have served in time.
+    pub fn beyond(&mut self, wait: Duration) {
+        if self.state == State::Acquiring {
+            self.beyond = Some(wait);
+        }
+    }
+
+    /// What is left of the sending's timeout at `now`.
+    fn left(&self, now: Duration) -> Option<Duration> {
+        let spent = now.saturating_sub(self.started);
+        self.timeout.map(|t| t.saturating_sub(spent))
+    }
+
+    /// The tokens asked for, with `left` of the sending's timeout: within
+    /// [`LINE_HORIZON`] while learning (unless committed).
+    fn acquire(&self, caller: &Caller, left: Option<Duration>) -> Step {
+        let timeout = if caller.learning.is_some() && !self.committed {
+            Some(left.map_or(LINE_HORIZON, |l| l.min(LINE_HORIZON)))
+        } else {
+            left
+        };
+        Step::Acquire { n: self.n, timeout }
+    }
+
+    /// After the limiter refused tokens `wait` away ([`Call::beyond`]):
+    /// how long to hold before asking again, `None` to ask again at once
+    /// (committed to the line).
+    fn line_too_long(
+        &mut self,
+        caller: &Caller,
+        wait: Duration,
+        now: Duration,
+    ) -> Result<Option<Duration>, Error> {
+        let left = self.left(now);
+        let lined = caller.learning.is_some() && !self.committed;
+        if !lined || left.is_some_and(|l| wait > l) {
+            return Err(Error::DeadlineExceeded {
+                wait,
+                max_wait: left.unwrap_or(Duration::ZERO),
+            });
+        }
+        let hold = wait.saturating_sub(LINE_HORIZON).max(LINE_HORIZON);
+        if left.is_some_and(|l| hold.saturating_add(wait) > l) {
+            self.committed = true;
+            return Ok(None);
+        }
+        Ok(Some(hold))
     }
 
     /// [`answered`](Self::answered) given the pause the answer asked for

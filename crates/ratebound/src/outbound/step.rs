@@ -67,11 +67,14 @@ pub struct Event {
 /// What the adapter does next (see the module's notes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Sleep this long (a pause kept in this process), then ask again.
+    /// Sleep this long (a pause kept in this process, or a line longer
+    /// than [`LINE_HORIZON`](super::LINE_HORIZON): [`Call::beyond`](super::Call::beyond)), then ask again.
     Hold(Duration),
     /// Wait for `n` tokens of the limiter for [`Call::key`](super::Call::key), at most
-    /// `timeout` (`None`: as long as it takes); then ask again. A limiter
-    /// error ends the call with it: nothing is sent.
+    /// `timeout` (`None`: as long as it takes); then ask again. The
+    /// limiter's deadline error (the tokens further than `timeout`,
+    /// nothing taken) is told to [`Call::beyond`](super::Call::beyond), then ask again; any other
+    /// limiter error ends the call with it: nothing is sent.
     Acquire {
         /// The tokens.
         n: u64,
