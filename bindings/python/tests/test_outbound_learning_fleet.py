@@ -182,19 +182,14 @@ CHANGING_RUN = 30
 # The bars: in the second half of each phase (5-10, 15-20, 25-30 s)
 # 429s <= 10 % of what reached the partner and 200s >= 80 % of the phase's
 # capacity (rate x 5 s); the learned rate back at 8/s within 10 s of the
-# rise (by 30 s). Measured on 2026-12-05 (four runs, main at 73137393,
-# before the "line horizon" change to the call machine):
-#   5-10 s (10/s):  0.0 / 2.1 / 0.0 % refused, 82 / 92 / 82 % served;
-#   15-20 s (5/s):  13.8 / 10.3 / 7.7 % refused, 104 / 96 % served;
-#   25-30 s (10/s): 5.9 / 0.0 % refused, 64 / 62 % served;
-#   back at 8/s by 24-25 s.
-# Asserted: the bars met in every run. Short of the bars, so
-# printed and not asserted: the 5/s phase's refusals (three or four 429s
-# of some thirty, at most one over the bar: the probe steps up past 5/s and
-# is cut again within the half phase), and the rise phase's goodput — the
-# fleet's queue, fifty deep, reserved at the lower rate, holds the fleet
-# below the partner for seconds after the learned rate is back (virtual
-# time: 64 %, 110 % once a sending may not reserve more than 1 s ahead).
+# rise (by 30 s). Measured on 2026-12-05, two runs: 1.9 / 1.8 % refused
+# and 106 / 108 % served at 10/s, 7.4 / 7.4 % and 100 / 100 % at 5/s,
+# 0.0 / 0.0 % and 114 / 112 % once the partner rose, back at 8/s by 24 s.
+# The rise takes a sending that may not reserve its slot more than 1 s
+# ahead (the call machine's line horizon): before it, the fleet's queue,
+# fifty deep and reserved at the lower rate, held the fleet below the
+# partner for seconds after the learned rate was back — 56-64 % served in
+# 25-30 s, and 10.3-13.8 % refused at 5/s.
 def test_fifty_redis_instances_follow_a_partner_that_changes_its_limit(server: Server) -> None:
     seconds, rates = fleet(server, True, FleetPartner(phases(CHANGES, 20)), CHANGING_RUN)
     print(f"changing partner: 200s/429s per second {seconds}")
@@ -203,18 +198,15 @@ def test_fifty_redis_instances_follow_a_partner_that_changes_its_limit(server: S
     for since, rate in CHANGES:
         half = int(since) + 5  # the second half of the phase
         ok, refused = counts(seconds, half, half + 5)
-        share, goodput = refused / max(1, ok + refused), ok / (rate * 5)
-        halves.append((share, goodput))
-        short = [bar for bar, met in (("<= 10 % refused", share <= 0.10), (">= 80 % served", goodput >= 0.80)) if not met]
-        print(f"changing partner, {half}-{half + 5} s ({rate:g}/s): {share:.1%} refused, goodput {goodput:.0%}"
-              + (f" — SHORT of the issue's bar ({', '.join(short)})" if short else ""))
+        halves.append((refused / max(1, ok + refused), ok / (rate * 5)))
+        print(f"changing partner, {half}-{half + 5} s ({rate:g}/s): {halves[-1][0]:.1%} refused, "
+              f"goodput {halves[-1][1]:.0%}")
     # rates[i] is the learned rate at the end of second i.
     back = next((i + 1 for i in range(20, CHANGING_RUN) if rates[i] >= 8.0), None)
     print(f"changing partner: learned rate back at 8/s by {back} s (the partner rose at 20 s)")
-    (share1, goodput1), (_, goodput2), (share3, _) = halves
-    assert share1 <= 0.10 and goodput1 >= 0.80, seconds
-    assert goodput2 >= 0.80, seconds
-    assert share3 <= 0.10, seconds
+    for (share, goodput), (since, _) in zip(halves, CHANGES):
+        assert share <= 0.10, (since, seconds)
+        assert goodput >= 0.80, (since, seconds)
     assert back is not None and back <= 30, rates
 
 
