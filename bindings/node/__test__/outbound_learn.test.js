@@ -367,3 +367,18 @@ test('the Redis bucket keeps the learned word in Redis, for every instance', asy
   await a.close()
   await b.close()
 })
+
+test("an announced quota is a share of the bucket's quota as it is now (setQuota after the adapter was built)", async () => {
+  // 10/s → 20/s: the announced 100 for 10 s is 100 / (20 + 20·10) of the
+  // quota as it is now, 9.09/s — not 100 / (10 + 10·10) of it (18.2/s,
+  // twice what the partner announced).
+  const p = await partner(() => [200, { 'RateLimit-Remaining': '100', 'RateLimit-Reset': '10' }, 'ok'])
+  for (const [name, make] of Object.entries(ADAPTERS)) {
+    const limiter = new rb.TokenBucket({ rate: 10, burst: 10 })
+    const call = make(p, { limiter })
+    limiter.setQuota(20, 20)
+    assert.equal(await call('/v1'), 200)
+    assert.ok(Math.abs(limiter.learnedRate() - 100 / 11) < 0.01, `${name}: ${limiter.learnedRate()}`)
+  }
+  await p.close()
+})

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use ratebound::any::AnyLimiter;
 use ratebound::outbound::{Caller, Learned, Reach, Step, Target};
 use ratebound::{KeyedAlgorithm, Quota};
 
@@ -188,6 +189,25 @@ impl Outbound {
                 .and_then(|unread| caller.with_adaptive(o.adaptive, false, unread)),
         }
         .or_throw(&env)?;
+        // A local `TokenBucket`'s quota as it is when an answer is read
+        // (`setQuota` changes it): the ceiling of what is learned.
+        let caller = match o
+            .limiter
+            .and_then(|l| ClassInstance::<TokenBucket>::from_unknown(l).ok())
+        {
+            Some(local) => {
+                let bucket = local.shared();
+                let built = caller.learning().map(|l| l.ceiling());
+                match built {
+                    Some(built) => caller.with_live_ceiling(Arc::new(move || match &*bucket {
+                        AnyLimiter::TokenBucket(b) => b.ceiling(),
+                        _ => built,
+                    })),
+                    None => caller,
+                }
+            }
+            None => caller,
+        };
         Ok(Outbound {
             caller: Arc::new(caller),
         })

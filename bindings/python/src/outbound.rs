@@ -3,6 +3,7 @@
 //! The machine says each step of a call; the adapter does it. The binding
 //! converts values; the core decides.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::exceptions::PyTypeError;
@@ -144,6 +145,19 @@ impl Outbound {
                 let name = limiter.map_or_else(|| "no limiter".to_string(), limiter_name);
                 py_err_about(py, e, &format!("adaptive=True with {name}"))
             })?;
+        // A local `rb.TokenBucket`'s quota as it is when an answer is read
+        // (`set_quota` changes it): the ceiling of what is learned.
+        let local = limiter
+            .and_then(|l| l.cast::<Limiter>().ok())
+            .map(|l| Arc::clone(&l.get().inner));
+        let caller = match (local, caller.learning().map(|l| l.ceiling())) {
+            (Some(bucket), Some(built)) if matches!(*bucket, AnyLimiter::TokenBucket(_)) => caller
+                .with_live_ceiling(Arc::new(move || match &*bucket {
+                    AnyLimiter::TokenBucket(b) => b.ceiling(),
+                    _ => built,
+                })),
+            _ => caller,
+        };
         Ok(Outbound { caller })
     }
 

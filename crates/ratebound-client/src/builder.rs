@@ -193,6 +193,13 @@ impl<R> OutboundBuilder<R> {
         let mut caller = Caller::new(algorithm.name(), outbound, sending, fixed)?;
         if let ratebound::KeyedAlgorithm::TokenBucket(ceiling) = algorithm {
             caller = caller.with_adaptive(self.adaptive, self.limiter.learns(), ceiling)?;
+            // The limiter's quota as it is when an answer is read (a
+            // `TokenBucket`'s `set_quota` changes it).
+            let limiter = Arc::clone(&self.limiter);
+            caller = caller.with_live_ceiling(Arc::new(move || match limiter.algorithm() {
+                ratebound::KeyedAlgorithm::TokenBucket(now) => now,
+                _ => ceiling,
+            }));
         }
         let settings = Settings {
             limiter: self.limiter,

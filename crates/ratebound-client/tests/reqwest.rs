@@ -297,3 +297,32 @@ async fn keys_come_from_the_host_a_string_or_a_function() {
         assert_eq!(events.all()[1].1, want, "case {case}");
     }
 }
+
+/// The bucket's quota changed after the middleware was built (10/s → 20/s):
+/// the partner's announced quota (100 left for 10 s) is a share of the
+/// quota as it is now — the bucket then runs at 100 / (20 + 20·10) of it,
+/// 9.09/s, not at 100 / (10 + 10·10) of it (18.2/s: twice what the
+/// partner announced).
+#[tokio::test(start_paused = true)]
+async fn an_announced_quota_is_a_share_of_the_bucket_as_it_is_now() {
+    let partner = Partner::start(|_| {
+        reply(
+            200,
+            &[("RateLimit-Remaining", "100"), ("RateLimit-Reset", "10")],
+            "ok",
+        )
+    })
+    .await;
+    let shared = std::sync::Arc::new(bucket("10/s burst 10"));
+    let client = client(OutboundMiddleware::builder(shared.clone()));
+    shared.set_quota(Quota::parse("20/s burst 20").expect("quota"));
+    let status = client
+        .get(partner.url("/items"))
+        .send()
+        .await
+        .expect("send")
+        .status();
+    assert_eq!(status, 200);
+    let rate = shared.quota().rate_per_second();
+    assert!((rate - 100.0 / 11.0).abs() < 0.01, "{rate}");
+}

@@ -277,3 +277,59 @@ fn only_a_token_bucket_is_accepted() {
     let e = Caller::new("x", Outbound::new(), Sending::default(), None).expect_err("x");
     assert_eq!(e.code(), "unsupported");
 }
+
+/// A limiter whose quota changed after the adapter was built
+/// (`TokenBucket::set_quota`, 10/s → 20/s): an announced quota (100 left
+/// for 10 s) is a share of the ceiling as it is now — 100 / (20 + 20·10),
+/// 9.09/s once the bucket runs at it — not of the one the adapter was
+/// built with (100 / (10 + 10·10) of the new ceiling would spend 18/s).
+#[test]
+fn an_announced_quota_is_a_share_of_the_ceiling_as_it_is_now() {
+    use ratebound::{ManualClock, TokenBucket};
+    use std::sync::Arc;
+    let bucket = Arc::new(TokenBucket::with_clock(
+        Quota::parse("10/s burst 10").unwrap(),
+        ManualClock::new(),
+    ));
+    let built = |live: bool| {
+        let c = Caller::new("token_bucket", Outbound::new(), Sending::default(), None)
+            .unwrap()
+            .with_adaptive(None, true, bucket.ceiling())
+            .unwrap();
+        if live {
+            let b = Arc::clone(&bucket);
+            c.with_live_ceiling(Arc::new(move || b.ceiling()))
+        } else {
+            c
+        }
+    };
+    let (live, fixed) = (built(true), built(false));
+    bucket.set_quota(Quota::parse("20/s burst 20").unwrap());
+    let next_of = |caller: &Caller| {
+        let t = Target {
+            scheme: "http",
+            host: "p",
+            port: None,
+        };
+        let mut call = caller.call("GET", t, None, None, None, true).unwrap();
+        let now = Duration::from_secs(1);
+        assert!(matches!(call.next(caller, now), Ok(Step::Acquire { .. })));
+        call.saw(Learned::fresh());
+        assert_eq!(call.next(caller, now).unwrap(), Step::Send);
+        let headers = [("RateLimit-Remaining", "100"), ("RateLimit-Reset", "10")];
+        call.answered(caller, 200, headers, 1_800_000_000.0);
+        match call.next(caller, now).unwrap() {
+            Step::Adapt { next, .. } => next,
+            other => panic!("{other:?}"),
+        }
+    };
+    let (now_share, old_share) = (next_of(&live), next_of(&fixed));
+    let rate = live.rate(now_share).unwrap();
+    assert!((rate - 100.0 / 11.0).abs() < 0.01, "{rate}");
+    // The bucket runs at the word's share of its quota as it is now.
+    bucket.adapt(Learned::fresh(), now_share);
+    assert!((bucket.quota().rate_per_second() - 100.0 / 11.0).abs() < 0.01);
+    // Built once and never read again, the old ceiling's share: twice
+    // what the partner announced, at the new quota.
+    assert!((old_share.fraction_units() as f64 / 65536.0 * 20.0 - 200.0 / 11.0).abs() < 0.01);
+}

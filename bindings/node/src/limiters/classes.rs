@@ -363,6 +363,12 @@ impl TokenBucket {
 }
 
 impl TokenBucket {
+    /// The core's limiter, shared (an outbound adapter reads the bucket's
+    /// quota as it is now: `setQuota` changes it).
+    pub(crate) fn shared(&self) -> std::sync::Arc<AnyLimiter> {
+        std::sync::Arc::clone(&self.0.limiter)
+    }
+
     /// The core's token bucket (always: the class makes no other).
     pub(crate) fn core(&self) -> Option<&ratebound::TokenBucket<AnyClock>> {
         match &**self.0.limiter {

@@ -41,7 +41,7 @@
 
 use std::time::Duration;
 
-pub use super::caller::Caller;
+pub use super::caller::{Caller, CeilingSource};
 pub use super::step::{Event, EventKind, Step};
 pub use super::target::{NO_HOST, Target, default_key};
 use super::{Advice, Announced, Learned, Reach, Sending, read_answer};
@@ -441,7 +441,7 @@ impl Call {
         self.status = status;
         self.advice = advice;
         self.local = false;
-        self.learned = caller.learning.as_ref().and_then(|l| {
+        self.learned = caller.learning_now().and_then(|l| {
             let now_ms = unix_ms(now_unix);
             let next = if caller.outbound.statuses().contains(&status) {
                 l.refused(self.seen, now_ms)

@@ -2,14 +2,15 @@
 //! sending's tokens and timeout, its key, the pauses kept in this process,
 //! the learning rule), and where each [`Call`] begins.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{
     Call, Learned, Learning, LocalPauses, Outbound, Sending, Target, default_key, idempotent,
 };
-use crate::Error;
 use crate::any::{seconds, whole};
+use crate::{Error, Quota};
 
 /// What an adapter holds for all its calls: the policy, each sending's
 /// tokens and timeout, its key (if fixed), the pauses kept in this process
@@ -22,6 +23,21 @@ pub struct Caller {
     pub(super) pauses: LocalPauses,
     pub(super) hook_threw: AtomicBool,
     pub(super) learning: Option<Learning>,
+    ceiling: Option<LiveCeiling>,
+}
+
+/// Where an adapter reads its limiter's quota as it is now (a
+/// `TokenBucket` whose `set_quota` may change it): see
+/// [`Caller::with_live_ceiling`].
+pub type CeilingSource = Arc<dyn Fn() -> Quota + Send + Sync>;
+
+#[derive(Clone)]
+struct LiveCeiling(CeilingSource);
+
+impl std::fmt::Debug for LiveCeiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LiveCeiling({:?})", (self.0)())
+    }
 }
 
 /// The names of the algorithms a limiter may report (for the error's
@@ -78,6 +94,7 @@ impl Caller {
             pauses: LocalPauses::new(),
             hook_threw: AtomicBool::new(false),
             learning: None,
+            ceiling: None,
         })
     }
 
@@ -119,15 +136,41 @@ impl Caller {
         }
     }
 
-    /// The learning rule, if this adapter learns.
+    /// The ceiling read from `source` whenever it matters — an answer's
+    /// announced quota is turned into a share of it, and an `adapted`
+    /// event's words into rates — rather than the quota given to
+    /// [`with_adaptive`](Self::with_adaptive) when the adapter was built:
+    /// for a limiter whose quota can change (`TokenBucket::set_quota`),
+    /// whose buckets then run at the learned share of the new ceiling. A
+    /// share computed against the old one would spend more (or less) than
+    /// the partner announced.
+    #[must_use]
+    pub fn with_live_ceiling(mut self, source: CeilingSource) -> Caller {
+        self.ceiling = Some(LiveCeiling(source));
+        self
+    }
+
+    /// The learning rule, if this adapter learns, under the ceiling given
+    /// when it was built (see [`learning_now`](Self::learning_now)).
     pub fn learning(&self) -> Option<&Learning> {
         self.learning.as_ref()
     }
 
-    /// `learned` as a rate (tokens per second) of this adapter's ceiling;
-    /// `None` when it does not learn.
+    /// The learning rule under the limiter's ceiling as it is now
+    /// ([`with_live_ceiling`](Self::with_live_ceiling)), if this adapter
+    /// learns.
+    pub fn learning_now(&self) -> Option<Learning> {
+        let l = self.learning?;
+        Some(match &self.ceiling {
+            Some(LiveCeiling(source)) => l.with_ceiling(source()),
+            None => l,
+        })
+    }
+
+    /// `learned` as a rate (tokens per second) of this adapter's ceiling
+    /// as it is now; `None` when it does not learn.
     pub fn rate(&self, learned: Learned) -> Option<f64> {
-        self.learning.as_ref().map(|l| l.rate(learned))
+        self.learning_now().map(|l| l.rate(learned))
     }
 
     /// [`call`](Self::call) with the numbers a dynamic language passes:

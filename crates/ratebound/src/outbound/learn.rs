@@ -380,6 +380,15 @@ impl Learning {
         self.ceiling
     }
 
+    /// This rule under another ceiling (the limiter's quota was changed:
+    /// `TokenBucket::set_quota`); the learned word, a fraction, then
+    /// stands for that share of the new one.
+    #[must_use]
+    pub fn with_ceiling(mut self, ceiling: Quota) -> Learning {
+        self.ceiling = ceiling;
+        self
+    }
+
     /// The floor, as a fraction of the ceiling (kept in 65536ths: the
     /// nearest one to the fraction given).
     pub fn floor(&self) -> f64 {

@@ -59,7 +59,8 @@ mod target;
 
 pub use crate::pause::Reach;
 pub use call::{
-    Call, Caller, Event, EventKind, LINE_HORIZON, NO_HOST, Step, Target, WAITED_MIN, default_key,
+    Call, Caller, CeilingSource, Event, EventKind, LINE_HORIZON, NO_HOST, Step, Target, WAITED_MIN,
+    default_key,
 };
 pub use headers::{
     Announced, MAX_ANNOUNCED_RESET, MAX_WINDOWS, announced, http_date, parse_ratelimit_field,
