@@ -2,7 +2,7 @@
 HTTP server on 127.0.0.1 in a thread of its own, its ``url``, ``close``;
 and the partners' own limit, a token bucket of their own (not
 ratebound's): `Bucket`, and `BarePartner`, which answers a bare 429 beyond
-it; `FleetPartner`, whose answers (status and header fields) are a function
+it; `OkPartner`, which answers 200 with fixed header fields; `FleetPartner`, whose answers (status and header fields) are a function
 of the time since a fleet's start, counted per second."""
 
 from __future__ import annotations
@@ -46,6 +46,26 @@ class HttpPartner:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class OkPartner(HttpPartner):
+    """Answers every GET of any path with 200 "ok" and the header fields
+    `headers`."""
+
+    def __init__(self, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        self.serve(Handler, "/v1")
 
 
 class Bucket:

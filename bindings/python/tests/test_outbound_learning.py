@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -28,7 +27,7 @@ import requests
 import ratebound as rb
 import ratebound.httpx
 import ratebound.requests
-from partners import BarePartner, HttpPartner
+from partners import BarePartner, OkPartner
 from redis_servers import HOST, Server, fresh_key
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -441,25 +440,6 @@ def test_worker_processes_learn_one_rate_through_the_file(partner: BarePartner, 
     assert here.learned_rate() < CONFIGURED
 
 
-class AnnouncingPartner(HttpPartner):
-    """Answers 200 with 100 left for 10 s, every time."""
-
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("RateLimit-Remaining", "100")
-                self.send_header("RateLimit-Reset", "10")
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-        self.serve(Handler, "/v1")
-
-
 @pytest.mark.parametrize("adapter", ["httpx", "requests"])
 def test_an_announced_quota_is_a_share_of_the_bucket_as_it_is_now(adapter: str) -> None:
     """The bucket's quota changed after the adapter was built (10/s → 20/s):
@@ -467,7 +447,7 @@ def test_an_announced_quota_is_a_share_of_the_bucket_as_it_is_now(adapter: str) 
     100 / (20 + 20·10), 9.09/s — not of the one the adapter was built with
     (100 / (10 + 10·10) of the new quota: 18.2/s, twice what the partner
     announced). (The asyncio transport shares the sync one's core.)"""
-    partner = AnnouncingPartner()
+    partner = OkPartner((("RateLimit-Remaining", "100"), ("RateLimit-Reset", "10")))
     limit = rb.TokenBucket(10, 10)
     client: Any
     if adapter == "httpx":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -28,27 +27,12 @@ import ratebound as rb
 import ratebound.httpx
 import ratebound.requests
 from ratebound import _outbound
-from partners import HttpPartner
+from partners import OkPartner
 from redis_servers import HOST, Server
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 CALLS = 5
-
-
-class OkPartner(HttpPartner):
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-        self.serve(Handler, "/v1")
 
 
 @pytest.fixture
