@@ -19,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 
@@ -39,7 +41,10 @@ import ratebound as rb
 import ratebound.httpx, ratebound.requests
 
 url, port, prefix, mode, each, start, run, adaptive = sys.argv[1:9]
-port, each, start, run, adaptive = int(port), int(each), float(start), float(run), adaptive == "1"
+# port "shm": the limit is the shared-memory file `prefix` names.
+shm = port == "shm"
+port = 0 if shm else int(port)
+each, start, run, adaptive = int(each), float(start), float(run), adaptive == "1"
 end = start + run
 options = dict(key="partner", retries=0, adaptive=adaptive)
 limit = dict(prefix=prefix, on_error="closed", timeout=1.0)
@@ -49,7 +54,10 @@ def pace():
     time.sleep(max(0.0, start - time.time()))
 
 async def task():
-    limiter = rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host="127.0.0.1", port=port), 30, 30, **limit)
+    if shm:
+        limiter = rb.SharedTokenBucket(prefix, 30, 30)
+    else:
+        limiter = rb.redis.AsyncTokenBucket(redis.asyncio.Redis(host="127.0.0.1", port=port), 30, 30, **limit)
     transport = rb.httpx.AsyncRateLimitTransport(limiter, **options)
     async with httpx.AsyncClient(transport=transport, timeout=10) as client:
         await asyncio.sleep(max(0.0, start - time.time()))
@@ -60,10 +68,14 @@ async def task():
                 await client.get(url)
             except Exception as e:
                 failed.append(repr(e))
-    await limiter.aclose()
+    if not shm:
+        await limiter.aclose()
 
 def thread():
-    limiter = rb.redis.TokenBucket(redis.Redis(host="127.0.0.1", port=port), 30, 30, **limit)
+    if shm:
+        limiter = rb.SharedTokenBucket(prefix, 30, 30)
+    else:
+        limiter = rb.redis.TokenBucket(redis.Redis(host="127.0.0.1", port=port), 30, 30, **limit)
     with requests.Session() as session:
         session.mount("http://", rb.requests.RateLimitAdapter(limiter, **options))
         pace()
@@ -74,7 +86,8 @@ def thread():
                 session.get(url, timeout=10).close()
             except Exception as e:
                 failed.append(repr(e))
-    limiter.close()
+    if not shm:
+        limiter.close()
 
 if mode == "async":
     async def main():
@@ -90,30 +103,45 @@ print(len(failed), failed[:3], flush=True)
 """
 
 
-def fleet(server: Server, adaptive: bool, partner: FleetPartner, run: int) -> tuple[list[tuple[int, int]], list[float]]:
+def fleet(
+    server: Optional[Server], adaptive: bool, partner: FleetPartner, run: int, shm: Optional[Path] = None
+) -> tuple[list[tuple[int, int]], list[float]]:
     """Runs the fleet for `run` seconds against `partner` (closed after);
     the partner's (200s, refusals) in each second of the run — the last
     entry: answers to requests in flight at its end — and the learned rate
-    in Redis at the end of each second, then once more after the run."""
-    prefix = fresh_key("fleet") + ":"
+    at the end of each second, then once more after the run. The limit is
+    in Redis (`server`), or with `shm` in that shared-memory file."""
     start = time.time() + FLEET_START
     partner.start = start
-    # The learned rate in Redis each second (a query: takes nothing).
-    probe = rb.redis.TokenBucket(server.client(), CEILING, 30, prefix=prefix, on_error="closed", timeout=1.0)
+    probe: Any
+    if shm is not None:
+        prefix, port = str(shm), "shm"
+        probe = rb.SharedTokenBucket(shm, CEILING, 30)
+
+        def learned() -> float:
+            return float(probe.learned_rate())
+    else:
+        assert server is not None
+        prefix, port = fresh_key("fleet") + ":", str(server.port)
+        # The learned rate in Redis (a query: takes nothing).
+        probe = rb.redis.TokenBucket(server.client(), CEILING, 30, prefix=prefix, on_error="closed", timeout=1.0)
+
+        def learned() -> float:
+            probe.check("partner", 0)  # hears the word in force
+            return float(probe.learned_rate("partner"))
     rates: list[float] = []
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(max(0.0, start + len(rates) + 1 - time.time())) and len(rates) < run:
-            probe.check("partner", 0)
-            rates.append(round(probe.learned_rate("partner"), 2))
+            rates.append(round(learned(), 2))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
         workers = [
             subprocess.Popen(
-                [sys.executable, "-c", _FLEET_WORKER, partner.url, str(server.port), prefix,
+                [sys.executable, "-c", _FLEET_WORKER, partner.url, port, prefix,
                  "async" if i < 3 else "threads", str(FLEET_EACH), repr(start), str(run),
                  "1" if adaptive else "0"],
                 stdout=subprocess.PIPE,
@@ -130,9 +158,9 @@ def fleet(server: Server, adaptive: bool, partner: FleetPartner, run: int) -> tu
         sampler.join()
         partner.close()
     print("learned rate each second:", rates)
-    probe.check("partner", 0)  # hears the word in force
-    rates.append(probe.learned_rate("partner"))
-    probe.close()
+    rates.append(learned())
+    if shm is None:
+        probe.close()
     return partner.per_second(run), rates
 
 
@@ -159,6 +187,21 @@ def test_fifty_redis_instances_find_a_bare_429_partners_limit(server: Server) ->
     refused, goodput = last_ten(seconds)
     print(f"learning: 200s/429s per second {seconds}; learned rate {rates[-1]:.2f}/s")
     print(f"learning, last 10 s: {refused:.1%} refused, goodput {goodput:.0%} of capacity")
+    assert refused <= 0.05, seconds
+    assert goodput >= 0.85, seconds
+    assert rates[-1] < CEILING, rates
+
+
+# The same fleet on one shared-memory file instead of Redis: fifty
+# instances in five processes, each its own rb.SharedTokenBucket handle on
+# the file, whose slot keeps the learned word beside the bucket.
+def test_fifty_instances_in_five_processes_on_one_shared_memory_file_find_a_bare_429_partners_limit(
+    tmp_path: Path,
+) -> None:
+    seconds, rates = fleet(None, True, FleetPartner(phases([(0, 10)], 20)), BARE_RUN, shm=tmp_path / "fleet.limit")
+    refused, goodput = last_ten(seconds)
+    print(f"shared memory: 200s/429s per second {seconds}; learned rate {rates[-1]:.2f}/s")
+    print(f"shared memory, last 10 s: {refused:.1%} refused, goodput {goodput:.0%} of capacity")
     assert refused <= 0.05, seconds
     assert goodput >= 0.85, seconds
     assert rates[-1] < CEILING, rates
