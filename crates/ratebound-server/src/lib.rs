@@ -1,0 +1,17 @@
+//! `ratebound serve`: a rate limit service for Envoy-based gateways.
+//!
+//! Envoy, Istio, Envoy Gateway, Contour, Emissary and Gloo ask a global
+//! rate limit service over gRPC (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`)
+//! whether a request may pass. This crate answers that protocol from the
+//! reference server's YAML configuration (envoyproxy/ratelimit's, read
+//! unchanged), with ratebound's algorithms behind it: sliding windows,
+//! token buckets, windows of any length and several limits on one
+//! descriptor, decided in this process, in shared memory or in Redis.
+//!
+//! - [`model`]: the rules a configuration holds.
+//! - [`api`]: a request and its answer, without the wire.
+//! - [`engine`]: decides a request against the rules.
+
+pub mod api;
+pub mod engine;
+pub mod model;
