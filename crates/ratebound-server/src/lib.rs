@@ -11,7 +11,17 @@
 //! - [`model`]: the rules a configuration holds.
 //! - [`api`]: a request and its answer, without the wire.
 //! - [`engine`]: decides a request against the rules.
+//! - [`rls`]: RLS v3 over gRPC, converted to and from [`api`].
+//! - [`json`]: the reference server's `POST /json` request and answer.
+//! - [`http`]: `POST /json`, `GET /healthcheck`, `GET /metrics`.
+//! - [`metrics`]: the wire's counters.
+//! - [`serve`]: the runner (both listeners, health, graceful shutdown).
 
 pub mod api;
 pub mod engine;
+pub mod http;
+pub mod json;
+pub mod metrics;
 pub mod model;
+pub mod rls;
+pub mod serve;

@@ -1,0 +1,264 @@
+//! The runner: the gRPC and HTTP listeners, the health services, and a
+//! graceful shutdown.
+//!
+//! [`bind`] opens both addresses (port 0 for any free port) and reports the
+//! bound ones; [`Bound::run`] serves until the shutdown future completes,
+//! then: health turns NOT_SERVING (gRPC health) and `/healthcheck` answers
+//! 500, [`ServeOptions::drain`] passes (for a load balancer to notice),
+//! both listeners stop accepting, and the requests in flight are answered
+//! before it returns. [`serve`] is both.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::SERVICE_NAME;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+
+use crate::engine::Engine;
+use crate::http::{HttpState, MetricsSource, router};
+use crate::metrics::Metrics;
+use crate::rls::{Bounds, RlsService};
+
+/// The gRPC health service names reported: the whole server (`""`), the
+/// RLS service, and the reference server's own (`"ratelimit"`), so a probe
+/// written for it keeps working.
+pub const HEALTH_NAMES: [&str; 3] = ["", SERVICE_NAME, "ratelimit"];
+
+/// Where and how to serve.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// The gRPC address (default `0.0.0.0:8081`, the reference server's).
+    pub grpc: SocketAddr,
+    /// The HTTP address (default `0.0.0.0:8080`, the reference server's).
+    pub http: SocketAddr,
+    /// The configuration file or directory the engine's rules were read
+    /// from (for the reload and the logs; the runner itself does not read
+    /// it).
+    pub config: PathBuf,
+    /// The bounds on a request.
+    pub bounds: Bounds,
+    /// Between reporting unhealthy and closing the listeners on shutdown
+    /// (default 0).
+    pub drain: Duration,
+    /// More Prometheus text for `/metrics` (the engine's).
+    pub extra_metrics: Option<MetricsSource>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            grpc: SocketAddr::from(([0, 0, 0, 0], 8081)),
+            http: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            config: PathBuf::new(),
+            bounds: Bounds::default(),
+            drain: Duration::ZERO,
+            extra_metrics: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("grpc", &self.grpc)
+            .field("http", &self.http)
+            .field("config", &self.config)
+            .field("bounds", &self.bounds)
+            .field("drain", &self.drain)
+            .field("extra_metrics", &self.extra_metrics.is_some())
+            .finish()
+    }
+}
+
+/// Why serving failed.
+#[derive(Debug)]
+pub enum ServeError {
+    /// An address could not be bound.
+    Bind {
+        /// `"gRPC"` or `"HTTP"`.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    Grpc(tonic::transport::Error),
+    /// The HTTP server failed.
+    Http(std::io::Error),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Bind { what, addr, source } => {
+                write!(f, "cannot listen for {what} on {addr}: {source}")
+            }
+            ServeError::Grpc(e) => write!(f, "the gRPC server failed: {e}"),
+            ServeError::Http(e) => write!(f, "the HTTP server failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Bind { source, .. } => Some(source),
+            ServeError::Grpc(e) => Some(e),
+            ServeError::Http(e) => Some(e),
+        }
+    }
+}
+
+/// Both listeners bound, not yet serving.
+pub struct Bound {
+    engine: Arc<Engine>,
+    options: ServeOptions,
+    grpc: TcpListener,
+    http: TcpListener,
+    grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound")
+            .field("grpc_addr", &self.grpc_addr)
+            .field("http_addr", &self.http_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn listen(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), ServeError> {
+    let bind_error = |source| ServeError::Bind { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
+/// Binds the gRPC and HTTP addresses of `options`.
+///
+/// # Errors
+/// [`ServeError::Bind`] naming the address that could not be bound.
+pub async fn bind(engine: Arc<Engine>, options: ServeOptions) -> Result<Bound, ServeError> {
+    let (grpc, grpc_addr) = listen("gRPC", options.grpc).await?;
+    let (http, http_addr) = listen("HTTP", options.http).await?;
+    Ok(Bound {
+        engine,
+        options,
+        grpc,
+        http,
+        grpc_addr,
+        http_addr,
+    })
+}
+
+impl Bound {
+    /// The gRPC address bound (the real port when 0 was asked).
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// The HTTP address bound.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully (see
+    /// the module's documentation).
+    ///
+    /// # Errors
+    /// [`ServeError`] when a server fails (not on shutdown).
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ServeError> {
+        let Bound {
+            engine,
+            options,
+            grpc,
+            http,
+            ..
+        } = self;
+        let metrics = Arc::new(Metrics::new(&engine.config()));
+        let healthy = Arc::new(AtomicBool::new(true));
+
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        for name in HEALTH_NAMES {
+            reporter
+                .set_service_status(name, ServingStatus::Serving)
+                .await;
+        }
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            // An error: the sender is gone, which is a stop too.
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+
+        let rls = RlsService::new(Arc::clone(&engine), options.bounds, Arc::clone(&metrics));
+        let grpc_server = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(rls.into_server())
+            .serve_with_incoming_shutdown(TcpIncoming::from(grpc), stopped(stop_rx.clone()));
+
+        let state = HttpState {
+            engine,
+            bounds: options.bounds,
+            metrics,
+            healthy: Arc::clone(&healthy),
+            extra_metrics: options.extra_metrics.clone(),
+        };
+        let http_server = axum::serve(http, router(state))
+            .with_graceful_shutdown(stopped(stop_rx))
+            .into_future();
+
+        let drain = options.drain;
+        let stopper = async move {
+            shutdown.await;
+            healthy.store(false, Ordering::Release);
+            for name in HEALTH_NAMES {
+                reporter
+                    .set_service_status(name, ServingStatus::NotServing)
+                    .await;
+            }
+            if !drain.is_zero() {
+                tokio::time::sleep(drain).await;
+            }
+            let _ = stop_tx.send(true);
+        };
+
+        let grpc_server = async { grpc_server.await.map_err(ServeError::Grpc) };
+        let http_server = async { http_server.await.map_err(ServeError::Http) };
+        // The first failure ends both; else both end once stopped.
+        let servers = async {
+            tokio::try_join!(grpc_server, http_server)?;
+            Ok(())
+        };
+        tokio::pin!(servers, stopper);
+        tokio::select! {
+            result = &mut servers => result,
+            () = &mut stopper => servers.await,
+        }
+    }
+}
+
+/// Binds both addresses and serves until `shutdown` completes ([`bind`]
+/// then [`Bound::run`]).
+///
+/// # Errors
+/// [`ServeError`] when an address cannot be bound or a server fails.
+pub async fn serve(
+    engine: Arc<Engine>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    bind(engine, options).await?.run(shutdown).await
+}
