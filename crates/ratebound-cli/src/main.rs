@@ -12,6 +12,7 @@ mod incident;
 mod inspect;
 mod learning;
 mod plot;
+mod serve;
 mod server;
 mod simulate;
 
@@ -53,6 +54,9 @@ enum Command {
     Inspect(InspectArgs),
     /// A quick throughput check of the core on this machine.
     Bench(BenchArgs),
+    /// A rate limit service for Envoy-based gateways: RLS v3 over gRPC and
+    /// the reference server's HTTP endpoints, from its YAML.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -466,6 +470,7 @@ fn run(cli: Cli) -> Result<String, CliError> {
             let secs = parse_duration(&args.seconds, "--seconds")?;
             bench::run(Duration::from_nanos(secs))
         }
+        Command::Serve(args) => serve::run(&args),
     }
 }
 

@@ -1,0 +1,104 @@
+//! `ratebound serve` as a process: bad flags are one line and exit 2, it
+//! serves on the addresses it reports, and SIGTERM stops it gracefully.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn ratebound(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ratebound"))
+        .args(args)
+        .output()
+        .expect("ratebound runs")
+}
+
+#[test]
+fn bad_flags_are_one_line_and_exit_2() {
+    let out = ratebound(&["serve", "--config", "Cargo.toml", "--grpc", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err,
+        "ratebound: --grpc: \"nope\" is not an address such as 0.0.0.0:8081 or [::1]:8081\n"
+    );
+    let out = ratebound(&["serve", "--config", "/nonexistent/rules.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("/nonexistent/rules.yaml")
+    );
+}
+
+fn get(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[cfg(unix)]
+#[test]
+fn serves_then_stops_on_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ratebound"))
+        .args(["serve", "--config", "Cargo.toml"])
+        .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ratebound runs");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut http = None;
+    for _ in 0..10 {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if let Some(rest) = line.strip_prefix("ratebound serve: gRPC on ") {
+            http = rest.split("HTTP on ").nth(1).map(|a| a.trim().to_string());
+            break;
+        }
+    }
+    let Some(http) = http else {
+        let _ = child.kill();
+        panic!("no bound addresses reported");
+    };
+    let answer = get(&http, "/healthcheck");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nOK"), "{answer}");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running 5 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(out, "ratebound serve: stopped\n");
+}
