@@ -1,5 +1,5 @@
 //! RLS v3 over gRPC: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`
-//! converted to and from [`api`](crate::api), decided by the [`Engine`].
+//! converted to and from [`api`], decided by the [`Engine`].
 //!
 //! The request's strings are moved into the [`api::Request`], not copied;
 //! the answer's are moved into the protobuf. Bounds ([`Bounds`]) are applied
