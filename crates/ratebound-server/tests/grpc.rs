@@ -396,3 +396,100 @@ async fn health_serves_then_not_while_draining() {
     assert_eq!((answer.status, answer.body.as_str()), (500, ""));
     server.finish().await;
 }
+
+/// A request body sent as the test says, part by part.
+struct Parts(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for Parts {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|part| part.map(|b| Ok(http_body::Frame::data(b))))
+    }
+}
+
+#[tokio::test]
+async fn shutdown_answers_the_call_in_flight() {
+    use http_body_util::BodyExt;
+    use prost::Message;
+
+    let mut server = start(config(&["edge"]), ServeOptions::default()).await;
+    let tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+
+    let message = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![descriptor(vec![entry("k", "v")], None)],
+        hits_addend: 1,
+    }
+    .encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    let (parts, body) = tokio::sync::mpsc::channel(2);
+    let request = hyper::Request::post(format!(
+        "http://{}/{SERVICE_NAME}/ShouldRateLimit",
+        server.grpc
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(Parts(body))
+    .unwrap();
+    let call = tokio::spawn(sender.send_request(request));
+    parts
+        .send(bytes::Bytes::copy_from_slice(&framed[..3]))
+        .await
+        .unwrap();
+    // Let the stream open on the server: the call is in flight.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    server.stop();
+    let mut closed = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(server.grpc).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(closed, "the gRPC listener closes on shutdown");
+    assert!(
+        !server.task.is_finished(),
+        "the runner waits for the call in flight"
+    );
+
+    parts
+        .send(bytes::Bytes::copy_from_slice(&framed[3..]))
+        .await
+        .unwrap();
+    drop(parts);
+    let response = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("an answer within 5 s")
+        .unwrap()
+        .expect("the call is answered");
+    assert_eq!(response.status(), 200);
+    let collected = response.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned().expect("gRPC trailers");
+    assert_eq!(
+        trailers.get("grpc-status").map(|v| v.as_bytes()),
+        Some(&b"0"[..])
+    );
+    let bytes = collected.to_bytes();
+    let answer = RateLimitResponse::decode(&bytes[5..]).unwrap();
+    assert_eq!(answer.overall_code, PbCode::Ok as i32);
+    assert_eq!(answer.statuses.len(), 1);
+    server.finish().await;
+}
