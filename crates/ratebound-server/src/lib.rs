@@ -15,3 +15,6 @@
 pub mod api;
 pub mod engine;
 pub mod model;
+mod store;
+
+pub use store::UnixClock;
