@@ -34,7 +34,7 @@ fn reply(input: &mut Input<'_>) -> Vec<i64> {
         })
         .collect();
     // Sometimes the word "as hinted" (a hinted call's, else malformed).
-    if len == REPLY_LEN && input.byte() % 4 == 0 {
+    if len == REPLY_LEN && input.byte().is_multiple_of(4) {
         (r[7], r[8]) = (HINTED, 0);
     }
     r

@@ -7,7 +7,10 @@
 //! [`Learned::scale`] scales it. Every reply of the token bucket's script
 //! carries the word in force ([`Engine::learned`] answers from the last
 //! one for the key, without I/O); [`Engine::begin_adapt`] is the
-//! compare-and-swap that replaces it for the whole fleet.
+//! compare-and-swap that replaces it for the whole fleet. A check, lease
+//! or reservation on a key whose word is known hints it
+//! ([`Call::hint`]): the script compares the stored word with the hint
+//! instead of reading and scaling it.
 //!
 //! **Forgetting.** A key holding a learned word lives at least the learned
 //! tolerance (`burst' × T'`: the time its bucket takes to fill at the
