@@ -303,6 +303,18 @@ export declare class KeyedLimiter {
    * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for the windows.
    */
   resume(key: string | number | Uint8Array): 'lifted' | 'not_paused' | 'queued'
+  /**
+   * The rate in force for `key` after what the outbound adapters calling
+   * through this limiter learned of its partner's real limit (the
+   * adapters' key: each request's host unless they were given one; the
+   * limiter keeps it beside the key's state, and drops it with the
+   * key), in tokens per second: the configured rate while nothing is
+   * learned.
+   *
+   * @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window (which
+   * does not learn), `ERR_INVALID_ARG_TYPE` for a bad key.
+   */
+  learnedRate(key: string | number | Uint8Array): number
 }
 
 /**

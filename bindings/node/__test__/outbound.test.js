@@ -318,6 +318,8 @@ test('axios: 503 then 200 retried once, the 429 pause, a POST not retried, spent
   const api = rb.axios(axios.create({ baseURL: p.url }), {
     limiter: new rb.KeyedLimiter({ rate: 100, burst: 10 }),
     backoff: 0.05,
+    // The retries and pauses alone (learning is outbound_learn*.test.js').
+    adaptive: false,
     onDecision: (e) => events.push(e),
   })
   const res = await api.get('/flaky')

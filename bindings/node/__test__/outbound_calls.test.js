@@ -179,6 +179,7 @@ test('every vector through rb.fetch', async () => {
         return new Response(null, { status: a.status, headers: a.headers })
       },
       ...options(v, OPTIONS),
+      adaptive: v.config?.adaptive ?? false,
     })
     const body = { none: undefined, bytes: 'payload', stream: Readable.from(['payload']) }[v.request.body]
     await fetch(v.request.url, { method: v.request.method, body, ratebound: own(v) })
@@ -196,7 +197,7 @@ test('every vector through rb.axios', async () => {
         return { data: '', status: a.status, statusText: '', headers: Object.fromEntries(a.headers), config, request: {} }
       },
     })
-    rb.axios(instance, { limiter: s.limiter, onDecision: s.onDecision, ...options(v, OPTIONS) })
+    rb.axios(instance, { limiter: s.limiter, onDecision: s.onDecision, ...options(v, OPTIONS), adaptive: v.config?.adaptive ?? false })
     const data = { none: undefined, bytes: 'payload', stream: Readable.from(['payload']) }[v.request.body]
     await instance.request({ url: v.request.url, method: v.request.method, data, ratebound: own(v) })
     s.check('axios')

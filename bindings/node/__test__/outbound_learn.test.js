@@ -74,15 +74,16 @@ const redisBucket = (connect) => async (rate, burst) => {
   return new rb.redis.TokenBucket({ client, prefix: `learn-${process.pid}-${prefixes++}:`, rate, burst, onError: 'closed', timeout: 1 })
 }
 
-// The limiters that learn: a bucket in this process, the shared-memory
-// ones, whose file keeps the learned word for every process on the host,
-// and the Redis bucket (over either client), whose key keeps it for every
-// instance.
+// The limiters that learn: a bucket in this process, a keyed one (per key,
+// beside the key's state), the shared-memory ones, whose file keeps the
+// learned word for every process on the host, and the Redis bucket (over
+// either client), whose key keeps it for every instance.
 let files = 0
 const LEARNERS = {
   'redis (ioredis)': redisBucket(ioredis),
   'redis (node-redis)': redisBucket(nodeRedis),
   local: (rate, burst) => new rb.TokenBucket({ rate, burst }),
+  keyed: (rate, burst) => new rb.KeyedLimiter({ rate, burst, maxKeys: 8 }),
   shared: (rate, burst) => new rb.SharedTokenBucket({ path: path.join(TMP, `learn-${process.pid}-${files++}.limit`), rate, burst }),
   'shared-keyed': (rate, burst) =>
     new rb.SharedKeyedLimiter({ path: path.join(TMP, `learn-keyed-${process.pid}-${files++}.limit`), rate, burst, maxKeys: 8 }),
@@ -90,7 +91,7 @@ const LEARNERS = {
 
 // The learned rate: a keyed limiter's for the adapters' key (the host).
 const gauge = (limiter, key) =>
-  limiter instanceof rb.SharedKeyedLimiter || limiter instanceof rb.redis.TokenBucket ? limiter.learnedRate(key) : limiter.learnedRate()
+  [rb.KeyedLimiter, rb.SharedKeyedLimiter, rb.redis.TokenBucket].some((C) => limiter instanceof C) ? limiter.learnedRate(key) : limiter.learnedRate()
 
 for (const [name, make] of Object.entries(ADAPTERS)) {
   for (const [kind, learner] of Object.entries(LEARNERS)) {
@@ -128,6 +129,13 @@ for (const [name, make] of Object.entries(ADAPTERS)) {
     const learned = gauge(limiter, host)
     assert.equal(learned, adapted.at(-1).toRate)
     assert.ok(learned < CONFIGURED, String(learned))
+    if (kind === 'keyed') {
+      // Per key: the host's bucket runs at the learned rate (its burst
+      // scaled down too), another key at the whole quota.
+      assert.ok(limiter.available(host) < 10, String(limiter.available(host)))
+      assert.equal(limiter.learnedRate('other.test'), CONFIGURED)
+      assert.equal(limiter.available('other.test'), 10)
+    }
     t.diagnostic(
       `learning: ${sent} requests, ${p.count(200)} × 200, ${p.count(429)} × 429, ${cuts(events).length} cuts, ` +
         `${adapted.length - cuts(events).length} steps up; learned ${learned.toFixed(2)}/s of ${CONFIGURED}/s`,
@@ -174,16 +182,15 @@ test('adaptive: bad input and the limiters that do not learn', async () => {
   const typed = (C, code, re) => (e) => e instanceof C && e.code === code && re.test(e.message)
   const bucket = new rb.TokenBucket({ rate: 1 })
   const io = new IORedis({ host: HOST, port: 1, lazyConnect: true })
-  // The local, shared-memory and Redis token buckets keep a learned word:
-  // the keyed local limiter and the Redis windows do not learn (off by
-  // default) and refuse to be told to.
+  // Every token bucket keeps a learned word (local, keyed, shared-memory,
+  // Redis); the windows do not learn (and serve no adapter).
   const learners = [
     bucket,
+    new rb.KeyedLimiter({ rate: 1 }),
     new rb.SharedTokenBucket({ path: path.join(TMP, 'learn-bucket.limit'), rate: 1, burst: 1 }),
     new rb.SharedKeyedLimiter({ path: path.join(TMP, 'learn-keyed.limit'), rate: 1, burst: 1 }),
     new rb.redis.TokenBucket({ client: io, rate: 1, onError: 'closed' }),
   ]
-  const others = [new rb.KeyedLimiter({ rate: 1 })]
   // The Redis windows (no outbound limiters: they cannot be paused) do
   // not learn: a typed error, never a word.
   for (const w of [
@@ -195,7 +202,7 @@ test('adaptive: bad input and the limiters that do not learn', async () => {
   }
   // A Redis bucket's words are checked like the others', and a Redis that
   // cannot be told learns nothing: false, never a rejection.
-  const down = learners[3]
+  const down = learners[4]
   assert.equal(down.learnedWord('k'), '0')
   assert.equal(down.learnedRate('k'), 1)
   await assert.rejects(down.adaptWord('k', '0', 'lots'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /next is a learned word/))
@@ -205,26 +212,31 @@ test('adaptive: bad input and the limiters that do not learn', async () => {
       assert.throws(() => make({ limiter: bucket, adaptive: bad }), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /adaptive is a boolean, not/))
     }
     assert.throws(() => make({ limiter: bucket, adaptive: 'yes' }), /adaptive is a boolean, not "yes"/)
-    for (const limiter of [...learners, ...others]) {
+    for (const limiter of learners) {
       make({ limiter })
       make({ limiter, adaptive: false })
-    }
-    for (const limiter of learners) make({ limiter, adaptive: true })
-    for (const limiter of others) {
-      assert.throws(() => make({ limiter, adaptive: true }), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /adaptive/), limiter.constructor.name)
+      make({ limiter, adaptive: true })
     }
   }
   io.disconnect()
 
-  // A limiter that does not learn: a bare 429 changes nothing, no event.
+  // The keyed local limiter learns per key: a bare 429 cuts the host's
+  // rate (one event), and no other key's; a window's learnedRate is a
+  // typed error.
   const events = []
   const keyed = new rb.KeyedLimiter({ rate: 1000, burst: 1000 })
   const f = rb.fetch({ limiter: keyed, retries: 0, onDecision: (e) => events.push(e), fetch: async () => new Response(null, { status: 429 }) })
   assert.equal((await f('http://partner.test/')).status, 429)
   assert.deepEqual(
     events.map((e) => e.outcome),
-    ['gave_up'],
+    ['adapted', 'gave_up'],
   )
+  assert.equal(keyed.learnedRate('partner.test'), events[0].toRate)
+  assert.ok(events[0].toRate < 1000, String(events[0].toRate))
+  assert.equal(keyed.learnedRate('other.test'), 1000)
+  const window = new rb.KeyedLimiter({ algorithm: 'fixed_window', limit: 10, window: 1 })
+  assert.throws(() => window.learnedRate('k'), typed(TypeError, 'ERR_RATEBOUND_UNSUPPORTED', /fixed_window/))
+  assert.throws(() => keyed.adaptWord('k', '0', 'lots'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /next is a learned word/))
 
   // The native words are u64s in decimal: anything else is a TypeError.
   assert.throws(() => bucket.adaptWord('0', 'lots'), typed(TypeError, 'ERR_INVALID_ARG_TYPE', /next is a learned word.*"lots"/))

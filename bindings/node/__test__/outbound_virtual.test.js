@@ -235,6 +235,9 @@ test('axios: Retry-After: 1 resends exactly at the end of the pause + 1/rate (vi
   const api = rb.axios(axios.create({ baseURL: 'http://partner.test', adapter: p.adapter }), {
     limiter: new rb.KeyedLimiter({ rate: 100, burst: 10, clock: v.clock }),
     backoff: 0.05,
+    // The pause's instants only: learning would change the rate after the
+    // refusal (outbound_learn.test.js).
+    adaptive: false,
     onDecision: (e) => events.push(e),
   })
   let res = null

@@ -106,6 +106,12 @@ impl KeyedLimiter {
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(Key<'_>) -> R) -> Result<R> {
         js_key(env, key, f)
     }
+
+    /// The algorithm as configured (a token bucket's quota: the ceiling of
+    /// what outbound adapters learn).
+    pub(crate) fn keyed_algorithm(&self) -> ratebound::KeyedAlgorithm {
+        self.inner.keyed_algorithm()
+    }
 }
 
 #[napi]
@@ -232,6 +238,46 @@ impl KeyedLimiter {
     pub fn resume(&self, env: Env, key: Unknown<'_>) -> Result<&'static str> {
         self.key(&env, &key, |k| self.inner.resume(k))?
             .map(|r| r.as_str())
+            .or_throw(&env)
+    }
+
+    /// The rate in force for `key` after what the outbound adapters calling
+    /// through this limiter learned of its partner's real limit (the
+    /// adapters' key: each request's host unless they were given one; the
+    /// limiter keeps it beside the key's state, and drops it with the
+    /// key), in tokens per second: the configured rate while nothing is
+    /// learned.
+    ///
+    /// @throws {TypeError} `ERR_RATEBOUND_UNSUPPORTED` for a window (which
+    /// does not learn), `ERR_INVALID_ARG_TYPE` for a bad key.
+    #[napi(ts_args_type = "key: string | number | Uint8Array")]
+    pub fn learned_rate(&self, env: Env, key: Unknown<'_>) -> Result<f64> {
+        let learned = self.key(&env, &key, |k| self.inner.learned(k))?;
+        crate::shared::learned_rate(self.inner.keyed_algorithm(), learned).or_throw(&env)
+    }
+
+    /// `key`'s learned word (internal: the outbound adapters), a `u64` in
+    /// decimal.
+    #[napi(skip_typescript)]
+    pub fn learned_word(&self, env: Env, key: Unknown<'_>) -> Result<String> {
+        let learned = self.key(&env, &key, |k| self.inner.learned(k))?;
+        Ok(crate::outbound::word(learned))
+    }
+
+    /// Replaces `key`'s learned word `seen` with `next` if it is still
+    /// `seen` (internal: the outbound adapters' `'adapt'` step); whether it
+    /// did.
+    #[napi(skip_typescript)]
+    pub fn adapt_word(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        seen: String,
+        next: String,
+    ) -> Result<bool> {
+        let seen = crate::outbound::word_of(&env, "seen", &seen)?;
+        let next = crate::outbound::word_of(&env, "next", &next)?;
+        self.key(&env, &key, |k| self.inner.adapt(k, seen, next))?
             .or_throw(&env)
     }
 

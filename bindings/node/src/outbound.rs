@@ -14,6 +14,7 @@ use ratebound::outbound::{Caller, Learned, Reach, Step, Target};
 use ratebound::{KeyedAlgorithm, Quota};
 
 use crate::error::{OrThrow, invalid_type};
+use crate::keyed::KeyedLimiter;
 use crate::limiters::{TokenBucket, from_ms};
 use crate::redis::RedisEngine;
 use crate::shared::{SharedKeyedLimiter, SharedTokenBucket};
@@ -59,10 +60,10 @@ pub struct OutboundOptions<'a> {
 }
 
 /// The configured quota of `limiter` when it keeps a learned word (the
-/// local `TokenBucket`; a `SharedTokenBucket` or token-bucket
-/// `SharedKeyedLimiter`, whose file keeps it for every process; a Redis
-/// `TokenBucket`, whose key in Redis keeps it for every instance); `None`
-/// for every other limiter (the in-process keyed ones, windows).
+/// local `TokenBucket` and token-bucket `KeyedLimiter`; a
+/// `SharedTokenBucket` or token-bucket `SharedKeyedLimiter`, whose file
+/// keeps it for every process; a Redis `TokenBucket`, whose key in Redis
+/// keeps it for every instance); `None` for every other limiter (windows).
 fn ceiling_of(limiter: Option<Unknown<'_>>) -> Option<Quota> {
     let limiter = limiter?;
     let bucket = |algorithm| match algorithm {
@@ -77,6 +78,9 @@ fn ceiling_of(limiter: Option<Unknown<'_>>) -> Option<Quota> {
     }
     if let Ok(keyed) = ClassInstance::<SharedKeyedLimiter>::from_unknown(limiter) {
         return bucket(keyed.algorithm());
+    }
+    if let Ok(keyed) = ClassInstance::<KeyedLimiter>::from_unknown(limiter) {
+        return bucket(keyed.keyed_algorithm());
     }
     // A Redis limiter (`redis.TokenBucket`): its native engine, which
     // keeps the word beside the bucket in Redis for every instance.
@@ -189,6 +193,14 @@ impl Outbound {
                 .and_then(|unread| caller.with_adaptive(o.adaptive, false, unread)),
         }
         .or_throw(&env)?;
+        // A local keyed limiter takes a waiter's tokens only when they are
+        // due (it decides again after each sleep): no slot to price again.
+        let caller = match o.limiter {
+            Some(l) if ClassInstance::<KeyedLimiter>::from_unknown(l).is_ok() => {
+                caller.taking_when_due()
+            }
+            _ => caller,
+        };
         // A local `TokenBucket`'s quota as it is when an answer is read
         // (`setQuota` changes it): the ceiling of what is learned.
         let caller = match o

@@ -75,10 +75,10 @@ export interface OutboundClientOptions extends Omit<OutboundOptions, 'key' | 'al
    * of `statuses`, with or without a pause) cuts the rate the limiter runs
    * at, for everyone sharing it, a quiet success steps it back up, never
    * above the limiter's configured quota (`'adapted'` events; the
-   * limiter's `learnedRate()`). Default: on with the token buckets that
-   * keep what is learned (`TokenBucket`, `SharedTokenBucket`, a token-bucket
-   * `SharedKeyedLimiter`, `redis.TokenBucket`), off with the others (the
-   * `KeyedLimiter`, windows), which do not (`true` with one of them:
+   * limiter's `learnedRate()`). Default: on with every token bucket, which
+   * keeps what is learned (`TokenBucket`, a token-bucket `KeyedLimiter` per
+   * key, `SharedTokenBucket`, a token-bucket `SharedKeyedLimiter`,
+   * `redis.TokenBucket`); a window does not (`true` with one:
    * `TypeError`, `ERR_RATEBOUND_UNSUPPORTED`).
    */
   adaptive?: boolean

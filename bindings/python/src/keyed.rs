@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use ratebound::any::{self, AnyKeyed};
+use ratebound::outbound::Learned;
 
 use crate::convert::{clock_of, count, number, opt_number, seconds_of, with_key, with_rate};
 use crate::decision::{Decision, decision};
 use crate::error::OrPy;
+use crate::shared::learned_rate;
 use crate::waiting::{Source, Waiter};
 
 // ----------------------------------------------------------------- keyed
@@ -84,5 +86,28 @@ keyed_pymethods!(
     #[getter]
     fn algorithm(&self) -> &'static str {
         self.inner.algorithm()
+    }
+
+    /// For the outbound adapters: the word `key` keeps of what they learned
+    /// of its partner's limit (`ratebound::outbound::Learned`, as bits; 0:
+    /// nothing learned — also for an untracked key and a window).
+    fn _learned(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+        with_key(key, |k| Ok(self.inner.learned(k).to_bits()))
+    }
+
+    /// For the outbound adapters: replaces `key`'s learned word `seen` with
+    /// `next` if it is still `seen`, the key deciding at `next`'s share of
+    /// the configured quota from now on; whether it replaced.
+    fn _adapt(&self, py: Python<'_>, key: &Bound<'_, PyAny>, seen: u64, next: u64) -> PyResult<bool> {
+        let (seen, next) = (Learned::from_bits(seen), Learned::from_bits(next));
+        with_key(key, |k| self.inner.adapt(k, seen, next).or_py(py))
+    }
+
+    /// The rate learned of `key`'s partner, in tokens per second: the
+    /// configured rate when nothing is learned.
+    fn _learned_rate(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<f64> {
+        with_key(key, |k| {
+            learned_rate(self.inner.keyed_algorithm(), self.inner.learned(k)).or_py(py)
+        })
     }
 });

@@ -15,12 +15,13 @@ use ratebound::{KeyedAlgorithm, Quota};
 
 use crate::convert::{number, opt_number, type_name};
 use crate::error::{OrPy, py_err_about};
+use crate::keyed::KeyedLimiter;
 use crate::limiters::Limiter;
 use crate::redis::RedisEngine;
 use crate::shared::{SharedKeyedLimiter, SharedTokenBucket};
 
 /// The quota `limiter` was configured with, if it keeps what the adapters
-/// learn of a partner's limit (a local token bucket; a shared-memory token
+/// learn of a partner's limit (a local token bucket, one or keyed; a shared-memory token
 /// bucket, one or keyed, whose file keeps it for every process; a Redis
 /// token bucket, sync or asyncio, whose keys keep it for the fleet);
 /// `None` when it cannot learn.
@@ -40,6 +41,9 @@ fn ceiling_of(limiter: &Bound<'_, PyAny>) -> Option<Quota> {
     }
     if let Ok(k) = limiter.cast::<SharedKeyedLimiter>() {
         return bucket(k.get().algorithm());
+    }
+    if let Ok(k) = limiter.cast::<KeyedLimiter>() {
+        return bucket(k.get().inner.keyed_algorithm());
     }
     // A Redis limiter (`rb.redis.TokenBucket`, `AsyncTokenBucket`): its
     // engine keeps the word beside the bucket, for the whole fleet.
@@ -150,6 +154,13 @@ impl Outbound {
         let local = limiter
             .and_then(|l| l.cast::<Limiter>().ok())
             .map(|l| Arc::clone(&l.get().inner));
+        // A local keyed limiter takes a waiter's tokens only when they are
+        // due (it decides again after each sleep): no slot to price again.
+        let caller = if limiter.is_some_and(|l| l.cast::<KeyedLimiter>().is_ok()) {
+            caller.taking_when_due()
+        } else {
+            caller
+        };
         let caller = match (local, caller.learning().map(|l| l.ceiling())) {
             (Some(bucket), Some(built)) if matches!(*bucket, AnyLimiter::TokenBucket(_)) => caller
                 .with_live_ceiling(Arc::new(move || match &*bucket {

@@ -47,7 +47,7 @@ impl<T> OrShm<T> for Result<T, ShmError> {
 
 /// The rate of `learned` under a token bucket's configured quota (the
 /// ceiling), in tokens per second; a window does not learn.
-fn learned_rate(algorithm: KeyedAlgorithm, learned: Learned) -> Result<f64, Error> {
+pub(crate) fn learned_rate(algorithm: KeyedAlgorithm, learned: Learned) -> Result<f64, Error> {
     match algorithm {
         KeyedAlgorithm::TokenBucket(q) => Ok(Learning::new(q).rate(learned)),
         other => Err(Error::Unsupported {

@@ -81,15 +81,18 @@ def adapted(events: list[rb.httpx.OutboundEvent]) -> list[rb.httpx.OutboundEvent
     return [e for e in events if e.outcome == "adapted"]
 
 
-# The limiters that learn: one bucket in this process, and the shared-memory
-# ones, whose file keeps the learned rate for every process on the host.
-LEARNERS = ["local", "shared", "shared-keyed"]
+# The limiters that learn: one bucket in this process, a keyed one (per
+# key, beside the key's state), and the shared-memory ones, whose file
+# keeps the learned rate for every process on the host.
+LEARNERS = ["local", "keyed", "shared", "shared-keyed"]
 
 
 def learner(kind: str, tmp_path: Path, rate: float = CONFIGURED, burst: int = 20) -> Any:
     tmp_path.mkdir(parents=True, exist_ok=True)
     if kind == "local":
         return rb.TokenBucket(rate, burst)
+    if kind == "keyed":
+        return rb.KeyedLimiter(rate, burst, max_keys=8)
     if kind == "shared":
         return rb.SharedTokenBucket(tmp_path / "partner.limit", rate, burst)
     return rb.SharedKeyedLimiter(tmp_path / "partners.limit", rate, burst, max_keys=8)
@@ -97,7 +100,7 @@ def learner(kind: str, tmp_path: Path, rate: float = CONFIGURED, burst: int = 20
 
 def gauge(limiter: Any, key: Optional[str]) -> float:
     """The learned rate: a keyed limiter's for the adapter's key."""
-    keyed = (rb.SharedKeyedLimiter, rb.redis.TokenBucket, rb.redis.AsyncTokenBucket)
+    keyed = (rb.KeyedLimiter, rb.SharedKeyedLimiter, rb.redis.TokenBucket, rb.redis.AsyncTokenBucket)
     return limiter.learned_rate(key) if isinstance(limiter, keyed) else limiter.learned_rate()  # type: ignore[no-any-return]
 
 
@@ -276,8 +279,13 @@ def test_bare_429s_cut_the_learned_rate_and_a_quiet_partner_lets_it_back_up(
     if kind == "local":
         assert limiter.limit < 20
     else:
-        taken = [limiter.try_acquire(key) if kind == "shared-keyed" else limiter.try_acquire() for _ in range(20)]
+        keyed = kind in ("keyed", "shared-keyed")
+        taken = [limiter.try_acquire(key) if keyed else limiter.try_acquire() for _ in range(20)]
         assert sum(taken) < 20, taken
+        if kind == "keyed":
+            # Per key: another partner's key keeps the whole quota.
+            assert gauge(limiter, "other.example") == CONFIGURED
+            assert sum(limiter.try_acquire("other.example") for _ in range(20)) == 20
     # The other outcomes carry no rates.
     assert all(e.from_rate is None and e.to_rate is None for e in events if e.outcome != "adapted")
 
@@ -306,7 +314,11 @@ def test_adaptive_false_learns_nothing_from_the_same_refusals(
     assert partner.count(429) > 10, partner.statuses  # the evidence was there
     assert adapted(events) == []
     key = next(e.key for e in events if e.outcome == "gave_up")
-    assert gauge(limiter, key) == CONFIGURED and limiter.limit == 20
+    assert gauge(limiter, key) == CONFIGURED
+    if kind == "keyed":
+        assert limiter.available(key) <= 20 and sum(limiter.try_acquire("fresh") for _ in range(25)) == 20
+    else:
+        assert limiter.limit == 20
 
 
 def _refused(limiter: Any, **options: Any) -> list[str]:
@@ -329,8 +341,6 @@ def test_learning_is_on_by_default_where_the_limiter_learns(kind: str, tmp_path:
     assert _refused(make("a")) == ["adapted", "gave_up"]
     assert _refused(make("b"), adaptive=True) == ["adapted", "gave_up"]
     assert _refused(make("c"), adaptive=False) == ["gave_up"]
-    # A keyed local limiter keeps no learned rate: off unless asked for.
-    assert _refused(rb.KeyedLimiter(100, 10)) == ["gave_up"]
 
 
 def test_a_shared_learned_rate_is_read_by_every_handle_on_the_file(tmp_path: Path) -> None:
@@ -360,17 +370,16 @@ def test_bad_adaptive_is_a_clear_error_at_construction(tmp_path: Any) -> None:
         rb.httpx.AsyncRateLimitTransport(rb.TokenBucket(1, 1), adaptive="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="adaptive must be True, False or None"):
         rb.requests.RateLimitAdapter(rb.TokenBucket(1, 1), adaptive="yes")  # type: ignore[arg-type]
-    # Insisting on learning with a limiter that cannot keep what is
-    # learned: the typed error, naming the limiter. Not insisting: off.
-    cannot = [(rb.KeyedLimiter(10, 10), "rb.KeyedLimiter")]
-    for limiter, name in cannot:
-        with pytest.raises(rb.Unsupported, match=f"adaptive=True with {name}: .*learning a partner's limit") as e:
-            rb.httpx.RateLimitTransport(limiter, adaptive=True)
-        assert e.value.code == "unsupported"
-        with pytest.raises(rb.Unsupported, match=f"adaptive=True with {name}"):
-            rb.requests.RateLimitAdapter(limiter, adaptive=True)
-        rb.httpx.RateLimitTransport(limiter)
-        rb.requests.RateLimitAdapter(limiter, adaptive=False)
+    # Every limiter an adapter takes (a token bucket: one that can be
+    # paused) keeps what is learned, the in-process keyed one too:
+    # insisting is fine. A keyed window serves no adapter, learning or not.
+    rb.httpx.RateLimitTransport(rb.KeyedLimiter(10, 10), adaptive=True)
+    rb.requests.RateLimitAdapter(rb.KeyedLimiter(10, 10), adaptive=True)
+    for adaptive in (True, False, None):
+        with pytest.raises(rb.ConfigError, match=r"KeyedLimiter \(sliding_window\) cannot be paused"):
+            rb.httpx.RateLimitTransport(
+                rb.KeyedLimiter(algorithm="sliding_window", limit=10, window=1), adaptive=adaptive
+            )
     # The Redis token buckets learn (Redis keeps the word): insisting is
     # fine. A Redis window neither learns nor serves an adapter.
     rb.httpx.RateLimitTransport(
@@ -462,3 +471,17 @@ def test_an_announced_quota_is_a_share_of_the_bucket_as_it_is_now(adapter: str) 
     finally:
         client.close()
         partner.close()
+
+
+@pytest.mark.parametrize("kind", ["local", "keyed"])
+def test_a_cut_while_waiting_asks_again_only_where_the_wait_held_a_slot(kind: str, tmp_path: Path) -> None:
+    # A bucket's wait holds a slot priced before the cut: the machine asks
+    # for the tokens again. A keyed limiter takes them only when due, at
+    # the rate in force then: asking again would take them twice.
+    o = rb._ratebound._Outbound(limiter=learner(kind, tmp_path))
+    assert o.learning
+    call = o.call("GET", "http", "partner.example", None, None, None, None, False, True)
+    assert call.next(1000.0)[0] == "acquire"
+    call.reserving(0)
+    call.saw(rb._ratebound._Outbound.learned_word(32768, 1_800_000_000_000, True))
+    assert call.next(1000.0)[0] == ("acquire" if kind == "local" else "send")

@@ -193,6 +193,9 @@ impl<R> OutboundBuilder<R> {
         let mut caller = Caller::new(algorithm.name(), outbound, sending, fixed)?;
         if let ratebound::KeyedAlgorithm::TokenBucket(ceiling) = algorithm {
             caller = caller.with_adaptive(self.adaptive, self.limiter.learns(), ceiling)?;
+            if !self.limiter.reserves() {
+                caller = caller.taking_when_due();
+            }
             // The limiter's quota as it is when an answer is read (a
             // `TokenBucket`'s `set_quota` changes it).
             let limiter = Arc::clone(&self.limiter);

@@ -34,9 +34,9 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratebound::any::Key;
+use ratebound::any::{AnyClock, AnyKeyed, Key};
 use ratebound::outbound::Learned;
-use ratebound::{KeyedAlgorithm, KeyedLimit, TokenBucket};
+use ratebound::{KeyedAlgorithm, KeyedLimit, Overflow, TokenBucket};
 use ratebound_shm::SharedLimiter;
 use support::fleet::{INSTANCES, call_until, ceiling, keyed, per_second_of, rate, redis_fleet};
 use support::{Bucket, Partner, Redis, fresh, reply};
@@ -156,6 +156,27 @@ async fn fifty_instances_on_shared_memory_find_a_bare_429_partners_limit() {
     let (seconds, rate) = fleet_on(limiters, true, || SharedLimiter::learned(&first)).await;
     let _ = std::fs::remove_dir_all(&dir);
     learned_the_limit("shared memory", &seconds, rate);
+}
+
+/// The same fifty instances on one local keyed limiter (`AnyKeyed`, a
+/// limit per key; the fleet's key "partner"), whose waits decide again
+/// after each sleep: a cut is in every waiter's next decision, and a
+/// sending that waited is not asked to wait again (`Caller::taking_when_due`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_instances_on_a_local_keyed_limiter_find_a_bare_429_partners_limit() {
+    let algorithm = KeyedAlgorithm::TokenBucket(ceiling());
+    let any = AnyKeyed::new(
+        algorithm,
+        Some(64),
+        Overflow::RejectNewKeys,
+        AnyClock::default(),
+    );
+    let any = Arc::new(any.expect("keyed"));
+    let limiters = (0..INSTANCES)
+        .map(|_| any.clone() as Arc<dyn KeyedLimit>)
+        .collect();
+    let (seconds, rate) = fleet_on(limiters, true, || any.learned(Key::Text("partner"))).await;
+    learned_the_limit("local keyed", &seconds, rate);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

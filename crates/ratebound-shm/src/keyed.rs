@@ -218,6 +218,26 @@ impl SharedKeyedLimiter {
         None
     }
 
+    /// The slot holding `fp`'s key, without claiming one: the first in its
+    /// window holding it (a reuse of it under way too: until the reuse
+    /// completes, the slot is the key's), `None` once an empty slot ends
+    /// the search or the window is over. What a read, a give-back or a
+    /// lift looks at; a decision takes [`locate`](Self::locate).
+    pub(crate) fn find(&self, fp: u64) -> Option<usize> {
+        for place in 0..self.window() {
+            let slot = self.slot_at(fp, place);
+            // Ordering: Acquire, as in `probe`.
+            let held = self.table.fingerprint(slot).load(Ordering::Acquire);
+            if held & !RECLAIMING == fp {
+                return Some(slot);
+            }
+            if held == EMPTY {
+                return None;
+            }
+        }
+        None
+    }
+
     /// Clears the reclaiming bit of `slot` held by `fp`'s key: true if the
     /// slot is then surely `fp`'s (a reuse that had not completed fails).
     fn cancel(&self, slot: usize, fp: u64) -> bool {
@@ -453,42 +473,23 @@ impl SharedKeyedLimiter {
         if let Some(refused) = self.on_a_window(|word, pause| t.rule.resume_at(word, pause, now)) {
             return refused;
         }
-        let fp = self.fingerprint_of(key);
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire, as in `locate`.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                return Ok(t
-                    .rule_at(slot)
-                    .resume_at(t.state(slot), t.pause(slot), now)?);
-            }
-            if held == EMPTY {
-                break;
-            }
+        match self.find(self.fingerprint_of(key)) {
+            Some(slot) => Ok(t
+                .rule_at(slot)
+                .resume_at(t.state(slot), t.pause(slot), now)?),
+            None => Ok(Resumed::NotPaused),
         }
-        Ok(Resumed::NotPaused)
     }
 
     /// How many `key` could take now (the full limit if it has no slot).
     pub fn available(&self, key: Key<'_>) -> u64 {
-        let fp = self.fingerprint_of(key);
         let t = &self.table;
-        let now = self.clock.now();
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire, as in `locate`.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                // Ordering: Acquire, as for a decision's first load.
-                return t
-                    .rule_at(slot)
-                    .available(t.state(slot).load(Ordering::Acquire), now);
-            }
-            if held == EMPTY {
-                break;
-            }
+        match self.find(self.fingerprint_of(key)) {
+            // Ordering: Acquire, as for a decision's first load.
+            Some(slot) => t
+                .rule_at(slot)
+                .available(t.state(slot).load(Ordering::Acquire), self.clock.now()),
+            None => t.rule.limit(),
         }
-        t.rule.limit()
     }
 }

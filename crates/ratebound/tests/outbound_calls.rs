@@ -256,6 +256,32 @@ fn a_hold_longer_than_the_timeout_fails_at_once() {
     assert_eq!(e.code(), "deadline_exceeded");
 }
 
+/// A cut while a sending waited: a limiter whose waits hold a slot priced
+/// before the cut asks for the tokens again; one whose waits take their
+/// tokens only when due (an in-process keyed limiter) has them priced at
+/// the cut already, and sends — taking them twice would halve the rate.
+#[test]
+fn a_cut_while_waiting_asks_again_only_where_the_wait_held_a_slot() {
+    let t = Target {
+        scheme: "http",
+        host: "p",
+        port: None,
+    };
+    let cut = Learned::new(1 << 15, 1_000).with_cut(true);
+    let second_step = |caller: &Caller| {
+        let mut call = caller.call("GET", t, None, None, None, true).expect("call");
+        let now = Duration::from_secs(5);
+        assert!(matches!(call.next(caller, now), Ok(Step::Acquire { .. })));
+        call.reserving(Learned::fresh());
+        call.saw(cut);
+        call.next(caller, now).expect("step")
+    };
+    let reserving = caller(&json!({"adaptive": true}));
+    assert!(matches!(second_step(&reserving), Step::Acquire { .. }));
+    let when_due = caller(&json!({"adaptive": true})).taking_when_due();
+    assert_eq!(second_step(&when_due), Step::Send);
+}
+
 #[test]
 fn the_hook_threw_is_told_once() {
     let caller = caller(&json!({}));

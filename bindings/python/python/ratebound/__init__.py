@@ -239,6 +239,18 @@ class KeyedLimiter(_ratebound.KeyedLimiter):
         and asks again."""
         await _wait(self._waiter(key, n, timeout))
 
+    def learned_rate(self, key: Union[str, bytes, int, None] = None) -> float:
+        """The rate (tokens per second) the outbound adapters calling through
+        this limiter have learned of ``key``'s partner (the adapters' key:
+        each request's host unless they were given one; the limiter keeps
+        it beside the key's state, and drops it with the key): the
+        configured rate when nothing is learned. Raises ``TypeError``
+        without a key, :class:`Unsupported` for a window (which does not
+        learn)."""
+        if key is None:
+            raise TypeError("KeyedLimiter.learned_rate needs the key (the adapter's: each request's host by default)")
+        return self._learned_rate(key)
+
     def __repr__(self) -> str:
         return f"KeyedLimiter(keys={len(self)}, max_keys={self.max_keys})"
 

@@ -6,7 +6,7 @@ use ratebound::outbound::Learned;
 
 use ratebound::Clock;
 
-use super::{EMPTY, RECLAIMING, SharedKeyedLimiter};
+use super::SharedKeyedLimiter;
 // For the docs' links to the single limiter's methods.
 #[cfg(doc)]
 use crate::SharedLimiter;
@@ -22,21 +22,11 @@ impl SharedKeyedLimiter {
         if self.table.ceiling().is_none() {
             return Learned::fresh();
         }
-        let fp = self.fingerprint_of(key);
-        let t = &self.table;
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire, as in `locate`.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                // Ordering: Acquire — pairs with an adapt's exchange.
-                return Learned::from_bits(t.learned(slot).load(Ordering::Acquire));
-            }
-            if held == EMPTY {
-                break;
-            }
+        match self.find(self.fingerprint_of(key)) {
+            // Ordering: Acquire — pairs with an adapt's exchange.
+            Some(slot) => Learned::from_bits(self.table.learned(slot).load(Ordering::Acquire)),
+            None => Learned::fresh(),
         }
-        Learned::fresh()
     }
 
     /// Replaces `key`'s learned word `seen` with `next` for every process,

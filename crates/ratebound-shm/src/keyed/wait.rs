@@ -7,14 +7,13 @@ use ratebound::Clock;
 use ratebound::any::{Acquire, Key, Waiter};
 use ratebound::wait::{Step, drive_blocking};
 
-use super::{EMPTY, RECLAIMING, SharedKeyedLimiter};
+use super::SharedKeyedLimiter;
 // For the docs' links to the single limiter's methods.
 #[cfg(doc)]
 use crate::SharedLimiter;
 #[cfg(feature = "tokio")]
 use crate::clock::ASYNC_MAX_SLEEP_NANOS;
 use crate::error::Error;
-use crate::sync::Ordering;
 
 impl SharedKeyedLimiter {
     /// Advances `waiter` for `key` now (see [`SharedLimiter::wait_step`]):
@@ -70,24 +69,16 @@ impl SharedKeyedLimiter {
         };
         let fp = self.fingerprint_of(key);
         let t = &self.table;
-        for place in 0..self.window() {
-            let slot = self.slot_at(fp, place);
-            // Ordering: Acquire, as in `locate`.
-            let held = t.fingerprint(slot).load(Ordering::Acquire);
-            if held & !RECLAIMING == fp {
-                return Ok(t.rule_at(slot).release_permit_paused(
-                    t.state(slot),
-                    t.pause(slot),
-                    permit,
-                    fp,
-                    self.clock.now(),
-                )?);
-            }
-            if held == EMPTY {
-                break;
-            }
-        }
-        Ok(())
+        let Some(slot) = self.find(fp) else {
+            return Ok(());
+        };
+        Ok(t.rule_at(slot).release_permit_paused(
+            t.state(slot),
+            t.pause(slot),
+            permit,
+            fp,
+            self.clock.now(),
+        )?)
     }
 
     /// Waits on this thread until `n` are the caller's for `key`, or fails

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::numbers::{MAX_EXACT, Rate, quota, window_args};
 use super::{Acquire, AnyClock, Waiter};
 use crate::error::show;
+use crate::outbound::Learned;
 use crate::wait::Step;
 use crate::{Clock, Decision, Error, KeyedAlgorithm, KeyedLimiter, Overflow};
 
@@ -182,6 +183,7 @@ pub fn overflow<'n>(name: impl Into<Option<&'n str>>) -> Result<Overflow, Error>
 pub struct AnyKeyed {
     limiter: KeyedLimiter<Fingerprint, AnyClock>,
     fingerprints: Fingerprinter,
+    algorithm: KeyedAlgorithm,
 }
 
 impl AnyKeyed {
@@ -203,6 +205,7 @@ impl AnyKeyed {
         Ok(AnyKeyed {
             limiter,
             fingerprints: Fingerprinter::new(),
+            algorithm,
         })
     }
 
@@ -369,5 +372,27 @@ impl AnyKeyed {
     /// `"sliding_window"`).
     pub fn algorithm(&self) -> &'static str {
         self.limiter.algorithm()
+    }
+
+    /// The algorithm and its parameters, as configured: a token bucket's
+    /// quota is the ceiling of what outbound adapters learn.
+    pub fn keyed_algorithm(&self) -> KeyedAlgorithm {
+        self.algorithm
+    }
+
+    /// What outbound adapters learned of `key`'s partner (see
+    /// [`KeyedLimiter::learned`]).
+    pub fn learned(&self, key: Key<'_>) -> Learned {
+        self.limiter.learned(&self.fingerprint(key))
+    }
+
+    /// Replaces `key`'s learned word `seen` with `next` (see
+    /// [`KeyedLimiter::adapt`]); whether it did.
+    ///
+    /// # Errors
+    /// As [`KeyedLimiter::adapt`] ([`Error::Unsupported`] for the windows).
+    pub fn adapt(&self, key: Key<'_>, seen: Learned, next: Learned) -> Result<bool, Error> {
+        self.limiter
+            .adapt_at(&self.fingerprint(key), seen, next, self.now())
     }
 }

@@ -23,7 +23,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// neither writes its own adapter per store.
 ///
 /// Implemented for [`TokenBucket`](crate::TokenBucket) (this process, one
-/// bucket for every key; feature `tokio`),
+/// bucket for every key; feature `tokio`), [`AnyKeyed`](super::AnyKeyed)
+/// (this process, one limit per key; feature `tokio`),
 /// `ratebound_shm::{SharedLimiter, SharedKeyedLimiter}` (the host's
 /// processes), `ratebound_redis::RedisLimiter` (the fleet), and `Arc` of
 /// any of them.
@@ -109,6 +110,16 @@ pub trait KeyedLimit: Send + Sync {
     /// not learn (and refuses to be told to).
     fn learns(&self) -> bool {
         false
+    }
+
+    /// Whether a wait ([`acquire`](Self::acquire)) holds a place priced
+    /// when it is taken — a slot in the line of a bucket that reserves —
+    /// rather than taking its tokens only when they are due (a limit that
+    /// decides again after each sleep); `true` by default. An outbound
+    /// adapter asks again for tokens priced before a cut only where they
+    /// were ([`Caller::taking_when_due`](crate::outbound::Caller::taking_when_due)).
+    fn reserves(&self) -> bool {
+        true
     }
 
     /// What the adapters sharing this limit have learned for `key` (the
@@ -218,6 +229,10 @@ impl<L: KeyedLimit + ?Sized> KeyedLimit for Arc<L> {
         (**self).learns()
     }
 
+    fn reserves(&self) -> bool {
+        (**self).reserves()
+    }
+
     fn learned(&self, key: Key<'_>) -> Learned {
         (**self).learned(key)
     }
@@ -278,5 +293,73 @@ impl<C: crate::Clock> KeyedLimit for crate::TokenBucket<C> {
         Box::pin(std::future::ready(Ok(crate::TokenBucket::adapt(
             self, seen, next,
         ))))
+    }
+}
+
+/// One limit per key in this process (the scope is not needed: the limiter
+/// is the policy's own): checks decide at once; a wait decides again after
+/// each sleep on tokio's timer, holding nothing meanwhile (a key's state may
+/// be evicted); pauses and what outbound adapters learn are the key's.
+#[cfg(feature = "tokio")]
+impl KeyedLimit for super::AnyKeyed {
+    fn algorithm(&self) -> KeyedAlgorithm {
+        self.keyed_algorithm()
+    }
+
+    fn check(&self, _scope: &str, key: Key<'_>, n: u64) -> LimitCheck {
+        self.check_n(key, n).into()
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: Key<'a>,
+        n: u64,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            let deadline = timeout.map(|t| self.now().saturating_add(nanos(t)));
+            let max_sleep = self.inner().clock().max_sleep();
+            loop {
+                match self.acquire_step(key, n, deadline, self.now())? {
+                    crate::limiter::Acquire::Retry { wait_nanos } => {
+                        let d = Duration::from_nanos(wait_nanos.min(max_sleep));
+                        tokio::time::sleep(d).await;
+                    }
+                    _ => return Ok(()),
+                }
+            }
+        })
+    }
+
+    fn pause<'a>(&'a self, key: Key<'a>, d: Duration) -> BoxFuture<'a, Result<Reach, Error>> {
+        let fingerprint = self.fingerprint(key);
+        let paused = self.inner().pause_at(&fingerprint, d, self.now());
+        Box::pin(std::future::ready(paused.map(|()| Reach::Shared)))
+    }
+
+    /// A token bucket learns, per key.
+    fn learns(&self) -> bool {
+        matches!(self.keyed_algorithm(), KeyedAlgorithm::TokenBucket(_))
+    }
+
+    /// A wait takes its tokens only when they are due.
+    fn reserves(&self) -> bool {
+        false
+    }
+
+    fn learned(&self, key: Key<'_>) -> Learned {
+        super::AnyKeyed::learned(self, key)
+    }
+
+    fn adapt<'a>(
+        &'a self,
+        key: Key<'a>,
+        seen: Learned,
+        next: Learned,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(std::future::ready(super::AnyKeyed::adapt(
+            self, key, seen, next,
+        )))
     }
 }

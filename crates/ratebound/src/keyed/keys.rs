@@ -31,6 +31,9 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     pub fn remove(&self, key: &K) -> bool {
         let (hash, shard) = self.locate(key);
         let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
+        if let Ok(entry) = shard.learned.find_entry(hash, |(k, _)| k == key) {
+            entry.remove();
+        }
         match shard.table.find_entry(hash, |(k, _)| k == key) {
             Ok(entry) => {
                 entry.remove();
@@ -102,10 +105,12 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
 
     /// Drops every key whose state at `now` is indistinguishable from a fresh
     /// one: no later decision (at a time ≥ `now`) can tell the difference.
+    /// A key holding a learned rate below its quota ([`adapt`](Self::adapt))
+    /// is kept: dropped, it would decide at its whole quota again.
     /// Returns how many were dropped; gives memory back when most are gone.
     pub fn cleanup_at(&self, now: u64) -> usize {
         let now = now.min(MAX_TIME_NANOS);
-        self.retain(|word| !self.fresh(word, now))
+        self.retain(|word, learned| !self.fresh(word, now) || learned)
     }
 
     /// Drops every key idle for longer than `idle` now; see
@@ -119,22 +124,25 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     /// it certainly is that idle). Decision-preserving only when `idle` is
     /// at least the refill time (burst/rate, or one window for a fixed
     /// window, two for a sliding one); a shorter `idle` also drops keys that
-    /// still carry debt, whose next request then starts fresh.
+    /// still carry debt, whose next request then starts fresh. A key
+    /// dropped forgets what outbound adapters learned for it (as a Redis
+    /// key expiring does).
     pub fn cleanup_idle_at(&self, idle: Duration, now: u64) -> usize {
         let now = now.min(MAX_TIME_NANOS);
         let idle = u64::try_from(idle.as_nanos()).unwrap_or(u64::MAX);
-        self.retain(|word| {
+        self.retain(|word, _| {
             self.tiers[(word >> TIER_SHIFT) as usize].idle(word & STATE_MASK, now) <= idle
         })
     }
 
-    pub(super) fn retain(&self, keep: impl Fn(u64) -> bool) -> usize {
+    /// Keeps the keys for which `keep(word, learned)` (`learned`: the key
+    /// holds a learned rate below its quota), in every shard.
+    pub(super) fn retain(&self, keep: impl Fn(u64, bool) -> bool) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
             let before = shard.table.len();
-            // Ordering: Relaxed — the write lock excludes every check.
-            shard.table.retain(|(_, w)| keep(w.load(Ordering::Relaxed)));
+            self.sweep(&mut shard, &keep);
             removed += before - shard.table.len();
             // Give memory back once the table is mostly empty.
             if shard.table.len() < shard.table.capacity() / 4 {

@@ -213,11 +213,13 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         }
     }
 
-    /// Decides on one key's word; a permit to give the admission back.
+    /// Decides on one key's word (`key`'s, in `shard`); a permit to give
+    /// the admission back.
     #[inline]
     pub(super) fn decide(
         &self,
-        word: &AtomicU64,
+        shard: &Shard<K>,
+        (key, word): (&K, &AtomicU64),
         hash: u64,
         n: u64,
         now: u64,
@@ -226,7 +228,21 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         // the shard's write lock), so it can be read once.
         // Ordering: Relaxed — only the tier bits are used from this load.
         let tier = (word.load(Ordering::Relaxed) >> TIER_SHIFT) as usize;
-        let math = self.tiers[tier];
+        let math = self.math_of(shard, hash, key, tier);
+        self.decide_by((math, tier), word, hash, n, now)
+    }
+
+    /// Decides on one key's word, of tier `tier`, by `math` (its tier's,
+    /// maybe learned).
+    #[inline]
+    fn decide_by(
+        &self,
+        (math, tier): (Math, usize),
+        word: &AtomicU64,
+        hash: u64,
+        n: u64,
+        now: u64,
+    ) -> Result<(Decision, Option<Permit>), Error> {
         if n > math.limit() {
             return Err(Error::InsufficientCapacity {
                 requested: n,
@@ -307,7 +323,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         {
             let shard = shard.read().unwrap_or_else(|e| e.into_inner());
             if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
-                return self.decide(word, hash, n, now);
+                return self.decide(&shard, (key, word), hash, n, now);
             }
         }
         self.check_new(key, hash, shard, n, now)
@@ -334,7 +350,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
         // Another thread may have created it since the read lock was dropped.
         if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
-            return self.decide(word, hash, n, now);
+            return self.decide(&shard, (key, word), hash, n, now);
         }
         if !self.make_room(&mut shard, now) {
             return Err(Error::TooManyKeys {
@@ -346,7 +362,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         let entry = shard
             .table
             .insert_unique(hash, (key.clone(), fresh), hasher);
-        self.decide(&entry.get().1, hash, n, now)
+        // A new key has learned nothing (a dropped key's word went with it).
+        self.decide_by((self.tiers[tier], tier), &entry.get().1, hash, n, now)
     }
 
     /// True if the word's state is fresh at `now`.
@@ -365,9 +382,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         if now >= shard.next_sweep {
             // Ordering (here and below): Relaxed — the write lock is held, so
             // no compare-exchange runs on these words.
-            shard
-                .table
-                .retain(|(_, w)| !self.fresh(w.load(Ordering::Relaxed), now));
+            self.sweep(shard, |w, learned| !self.fresh(w, now) || learned);
             shard.next_sweep = now.saturating_add(self.sweep_every.max(1));
             if shard.table.len() < shard.cap {
                 return true;
@@ -387,6 +402,9 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         if let Some(victim) = victim {
             let hash = self.hasher.hash_one(&victim);
             if let Ok(entry) = shard.table.find_entry(hash, |(k, _)| *k == victim) {
+                entry.remove();
+            }
+            if let Ok(entry) = shard.learned.find_entry(hash, |(k, _)| *k == victim) {
                 entry.remove();
             }
         }
@@ -413,7 +431,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
                 if tier != permit.aux {
                     return None;
                 }
-                let math = self.tiers[tier as usize];
+                let math = self.math_of(&shard, hash, key, tier as usize);
                 math.release(w & STATE_MASK, permit.mark, permit.n)
                     .map(|state| state | (tier << TIER_SHIFT))
             });
@@ -458,7 +476,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
                 if let Some((_, word)) = shard.table.find(hash, |(k, _)| k == key) {
                     // Invariant: as a check's, on the same word — the state
                     // only grows, the tier bits are kept.
-                    update(word, |w| match self.tiers[(w >> TIER_SHIFT) as usize] {
+                    let tier = |w: u64| (w >> TIER_SHIFT) as usize;
+                    update(word, |w| match self.math_of(&shard, hash, key, tier(w)) {
                         Math::Bucket(p) => {
                             Some((w & !STATE_MASK) | p.pause(w & STATE_MASK, now, d))
                         }
@@ -520,7 +539,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
         };
         // Invariant: as a check's, on the same word — the tier bits are
         // kept; the state is lowered only from a pause's.
-        let (_, lifted) = update(word, |w| match self.tiers[(w >> TIER_SHIFT) as usize] {
+        let tier = |w: u64| (w >> TIER_SHIFT) as usize;
+        let (_, lifted) = update(word, |w| match self.math_of(&shard, hash, key, tier(w)) {
             Math::Bucket(p) => {
                 let now = now().min(MAX_TIME_NANOS);
                 let tau = p.tau();
@@ -559,7 +579,8 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
             Some((_, word)) => {
                 // Ordering: Acquire, as for a check.
                 let word = word.load(Ordering::Acquire);
-                self.tiers[(word >> TIER_SHIFT) as usize].available(word & STATE_MASK, now)
+                let math = self.math_of(&shard, hash, key, (word >> TIER_SHIFT) as usize);
+                math.available(word & STATE_MASK, now)
             }
             None => self.tier_of_new(key).map_or(0, |t| self.tiers[t].limit()),
         }

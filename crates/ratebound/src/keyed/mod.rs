@@ -10,6 +10,7 @@ use crate::Quota;
 
 mod all_of;
 mod keys;
+mod learn;
 mod limiter;
 mod math;
 mod shards;

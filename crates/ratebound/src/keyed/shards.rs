@@ -8,6 +8,11 @@ use crate::sync::{AtomicU64, RwLock};
 
 pub(super) struct Shard<K> {
     pub(super) table: HashTable<(K, AtomicU64)>,
+    /// What outbound adapters learned of a partner's limit for some of the
+    /// shard's keys (`Learned`'s bits): empty — one length read by a
+    /// decision — until something is learned, and never holding a key the
+    /// table does not (see `keyed/learn.rs`).
+    pub(super) learned: HashTable<(K, AtomicU64)>,
     /// This shard's share of `max_keys`.
     pub(super) cap: usize,
     /// No sweep for fresh keys before this time (see `make_room`).
@@ -39,6 +44,7 @@ pub(super) fn new_shards<K>(count: usize, max_keys: usize) -> Box<[CachePadded<R
             let cap = max_keys / count + usize::from(i < max_keys % count);
             CachePadded::new(RwLock::new(Shard {
                 table: HashTable::new(),
+                learned: HashTable::new(),
                 cap,
                 next_sweep: 0,
             }))

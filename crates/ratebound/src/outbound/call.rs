@@ -229,6 +229,7 @@ impl Call {
                     // at the new rate, within what is left of its timeout.
                     if let Some(reserved) = self.reserved.take()
                         && caller.learning.is_some()
+                        && caller.reserves
                         && self.seen.cut_since(reserved)
                     {
                         let left = self.left(now);

@@ -24,6 +24,9 @@ pub struct Caller {
     pub(super) hook_threw: AtomicBool,
     pub(super) learning: Option<Learning>,
     ceiling: Option<LiveCeiling>,
+    /// Whether the limiter's waits hold a slot priced when taken (see
+    /// [`Caller::taking_when_due`]).
+    pub(super) reserves: bool,
 }
 
 /// Where an adapter reads its limiter's quota as it is now (a
@@ -95,6 +98,7 @@ impl Caller {
             hook_threw: AtomicBool::new(false),
             learning: None,
             ceiling: None,
+            reserves: true,
         })
     }
 
@@ -147,6 +151,18 @@ impl Caller {
     #[must_use]
     pub fn with_live_ceiling(mut self, source: CeilingSource) -> Caller {
         self.ceiling = Some(LiveCeiling(source));
+        self
+    }
+
+    /// For a limiter whose waits take their tokens only when they are due
+    /// (an in-process keyed limiter: a waiter decides again after each
+    /// sleep, and holds no slot meanwhile), so that what a sending took is
+    /// always priced at the rate in force when it took it: a cut while it
+    /// waited is already in its price, and [`Call::reserving`] asks for
+    /// nothing more (asking again would take the tokens twice).
+    #[must_use]
+    pub fn taking_when_due(mut self) -> Caller {
+        self.reserves = false;
         self
     }
 

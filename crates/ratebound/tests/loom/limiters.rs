@@ -165,6 +165,46 @@ fn keyed_first_use_creates_one_state() {
 }
 
 #[test]
+fn keyed_adapts_from_one_word_apply_once_and_checks_see_a_whole_rate() {
+    // Two adapters propose different cuts of a new key from the fresh word
+    // (each may be the one creating the key and its word) while the main
+    // thread checks the key twice (burst 2, frozen clock): exactly one
+    // proposal wins, the word held is the winner's, one key is tracked, and
+    // the checks admit as the whole quota (2) or a halved one (1) would.
+    use ratebound::outbound::{FULL, Learned};
+    use ratebound::{KeyedAlgorithm, KeyedLimiter};
+    loom::model(|| {
+        let quota = Quota::with_period(Duration::from_nanos(T))
+            .unwrap()
+            .with_burst(2)
+            .unwrap();
+        let clock = ManualClock::new();
+        clock.set_nanos(10 * T);
+        let limiter = Arc::new(
+            KeyedLimiter::<u32>::new(KeyedAlgorithm::TokenBucket(quota))
+                .unwrap()
+                .with_clock(clock),
+        );
+        let cut = |units| Learned::new(units, 1).with_cut(true);
+        let adapter = |units| {
+            spawn_with(&limiter, move |limiter| {
+                limiter.adapt(&7, Learned::fresh(), cut(units)).unwrap()
+            })
+        };
+        let (a, b) = (adapter(FULL / 2), adapter(FULL / 2 + 1));
+        let admitted = (0..2)
+            .filter(|_| limiter.check(&7).unwrap().is_allowed())
+            .count();
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(a != b, "exactly one proposal applies: {a} {b}");
+        let winner = if a { FULL / 2 } else { FULL / 2 + 1 };
+        assert_eq!(limiter.learned(&7), cut(winner));
+        assert_eq!(limiter.len(), 1);
+        assert!(admitted == 1 || admitted == 2, "admitted {admitted}");
+    });
+}
+
+#[test]
 fn concurrency_cap_never_lets_more_in_than_its_limit() {
     // Cap 1, two threads each trying twice: whoever holds the place is
     // alone inside (a separate counter checks it), a place given back can
