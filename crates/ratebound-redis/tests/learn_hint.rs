@@ -4,9 +4,9 @@
 //! they must be the script's own scaling bit for bit, or decisions change.
 //! Random ceilings, words and bucket states, each judged hinted and by
 //! the full path at one explicit time on two keys holding one value; a
-//! batch of hinted calls; and the scripts before the hint (`git show` of
-//! the commit this change was made on) sharing keys with these, as during
-//! a rolling deploy.
+//! batch of hinted calls; and the scripts before the hint (those of
+//! commit 6da8a406, kept in `tests/fixtures/before_hint/`) sharing keys
+//! with these, as during a rolling deploy.
 
 mod support;
 
@@ -22,9 +22,6 @@ use support::{Server, fresh, manager};
 
 /// An instant of Redis' clock far from the test's (µs), as in the vectors.
 const T0: u64 = 1_200_000_000_000_000;
-
-/// The commit the hint was added on: its scripts are "the old ones".
-const BEFORE_HINT: &str = "6da8a406";
 
 fn config(ceiling: Quota, lease: u64) -> Config {
     let mut c = Config::new(Algorithm::TokenBucket(ceiling));
@@ -358,24 +355,17 @@ async fn a_batch_of_hinted_calls_decides_as_the_full_path() {
     }
 }
 
-/// The script text of `BEFORE_HINT` (prelude, gcra, one), as the engine
-/// of that commit built it: what an instance not yet redeployed runs.
+/// The script text before the hint (prelude, gcra, one of commit
+/// 6da8a406, kept in `tests/fixtures/before_hint/`: a clone without that
+/// history still runs this), as the engine of that commit built it:
+/// what an instance not yet redeployed runs.
 fn old_text() -> String {
-    let dir = env!("CARGO_MANIFEST_DIR");
-    ["prelude", "gcra", "one"]
-        .iter()
-        .map(|name| {
-            let out = std::process::Command::new("git")
-                .args(["-C", dir, "show"])
-                .arg(format!(
-                    "{BEFORE_HINT}:crates/ratebound-redis/lua/{name}.lua"
-                ))
-                .output()
-                .expect("git (the old scripts come from the repository's history)");
-            assert!(out.status.success(), "git show {BEFORE_HINT}: {out:?}");
-            String::from_utf8(out.stdout).unwrap()
-        })
-        .collect()
+    [
+        include_str!("fixtures/before_hint/prelude.lua"),
+        include_str!("fixtures/before_hint/gcra.lua"),
+        include_str!("fixtures/before_hint/one.lua"),
+    ]
+    .concat()
 }
 
 /// A rolling deploy: one key driven by old and new instances in turn —
