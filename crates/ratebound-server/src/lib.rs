@@ -11,7 +11,14 @@
 //! - [`model`]: the rules a configuration holds.
 //! - [`api`]: a request and its answer, without the wire.
 //! - [`engine`]: decides a request against the rules.
+//! - [`config`]: reads the YAML into a [`Config`](model::Config).
+//! - [`matching`]: the rule a request descriptor falls under.
 
 pub mod api;
+pub mod config;
 pub mod engine;
+pub mod matching;
 pub mod model;
+
+pub use config::{ConfigError, ConfigErrorKind, Summary, check};
+pub use matching::{Match, apply_replaces};

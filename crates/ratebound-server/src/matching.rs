@@ -1,0 +1,240 @@
+//! Finding the rule a request descriptor falls under, as the reference
+//! server finds it, and the keys its state and metrics go by.
+//!
+//! The walk (the reference's `GetLimit`): entry `i` of the request is
+//! matched against the descriptors at depth `i`, one level at a time, with
+//! no going back. At each level the most specific descriptor with the
+//! entry's key is taken: the exact value first, then the wildcard values
+//! in the file's order (the first that matches), then the descriptor
+//! without a value. A rule applies only when the request ends at the level
+//! of the descriptor holding it (README Example 4: a request longer or
+//! shorter than the rule's depth matches nothing); a request that goes on
+//! below a descriptor without children matches nothing, even if that
+//! descriptor has a rule. A descriptor without a rule (a placeholder)
+//! matches nothing either.
+
+use std::collections::HashSet;
+
+use crate::config::value_text;
+use crate::model::{Config, Descriptor, Domain, Limit, Rule, Value};
+
+/// How one entry of a request matched its level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    Exact,
+    Wildcard,
+    KeyOnly,
+}
+
+/// The rule one request descriptor falls under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Match<'a> {
+    /// The descriptor matched: its rule, `shadow_mode`, `replaces`.
+    pub descriptor: &'a Descriptor,
+    /// `unlimited: true`: always OK, nothing counted ([`limits`](Self::limits)
+    /// is then empty).
+    pub unlimited: bool,
+    /// The limits in force, in the file's order (all of the rule's, until
+    /// [`apply_replaces`] drops the replaced ones).
+    pub limits: Vec<&'a Limit>,
+    /// What identifies this descriptor's counters: the domain, then each
+    /// entry's key and value, each length-prefixed (`<bytes>:<text>`), a
+    /// value as `=<bytes>:<value sent>` or, for an entry matched by a
+    /// `share_threshold` wildcard, `*<bytes>:<the pattern>` (every value
+    /// it matches shares one counter, as the reference keys it by the
+    /// pattern). Length prefixes make the key unambiguous whatever bytes a
+    /// gateway sends: the reference's `domain_key_value_` join gives
+    /// `("a_b", "c")` and `("a", "b_c")` one key. Each of
+    /// [`limits`](Self::limits) needs its own counter: the engine adds the
+    /// limit's index (or its algorithm and window) to this key.
+    pub state_key: String,
+    /// The reference's metric key: `domain.key_value.key2...` (see
+    /// [`find`]).
+    pub metric_key: String,
+}
+
+/// Finds the rule `entries` (a request descriptor's `(key, value)` pairs,
+/// in order) fall under in `domain`, with its state and metric keys.
+/// `None`: no rule (the reference answers OK, without a limit).
+///
+/// The metric key is the reference's: the domain, then per entry `.key`
+/// and `_value` where the value is shown: an exact value always; a
+/// wildcard's pattern text (`files/*`), or the value sent when the
+/// descriptor has `value_to_metric` (the pattern still, with
+/// `share_threshold`); the value sent for a value-less descriptor only with
+/// `value_to_metric`. When the matched descriptor has `detailed_metric`,
+/// every entry shows `key_value` as sent (`key_` for an empty value),
+/// except `share_threshold` entries, which show their pattern.
+pub fn find<'a>(domain: &'a Domain, entries: &[(String, String)]) -> Option<Match<'a>> {
+    let mut level: &'a [Descriptor] = &domain.descriptors;
+    let mut shared: Vec<Option<String>> = Vec::with_capacity(entries.len());
+    let mut metric = domain.name.clone();
+    for (i, (key, value)) in entries.iter().enumerate() {
+        let (node, how) = step(level, key, value)?;
+        let pattern = match (&node.value, how) {
+            (Some(v @ Value::Wildcard(_)), How::Wildcard) => Some(value_text(v)),
+            _ => None,
+        };
+        let shown = match how {
+            How::Exact => Some(value.as_str()),
+            How::Wildcard if node.share_threshold => pattern.as_deref(),
+            How::Wildcard if node.value_to_metric => Some(value.as_str()),
+            How::Wildcard => pattern.as_deref(),
+            How::KeyOnly if node.value_to_metric => Some(value.as_str()),
+            How::KeyOnly => None,
+        };
+        metric.push('.');
+        metric.push_str(key);
+        if let Some(v) = shown.filter(|v| !v.is_empty()) {
+            metric.push('_');
+            metric.push_str(v);
+        }
+        shared.push(pattern.filter(|_| node.share_threshold));
+        if i + 1 == entries.len() {
+            let rule = node.rule.as_ref()?;
+            if node.detailed_metric {
+                metric = detailed_metric(&domain.name, entries, &shared);
+            }
+            let (unlimited, limits) = match rule {
+                Rule::Unlimited => (true, Vec::new()),
+                Rule::Limits(l) => (false, l.iter().collect()),
+            };
+            return Some(Match {
+                descriptor: node,
+                unlimited,
+                limits,
+                state_key: state_key(&domain.name, entries, &shared),
+                metric_key: metric,
+            });
+        }
+        if node.children.is_empty() {
+            return None;
+        }
+        level = &node.children;
+    }
+    None
+}
+
+/// The descriptor of `level` the entry `(key, value)` falls under.
+fn step<'a>(level: &'a [Descriptor], key: &str, value: &str) -> Option<(&'a Descriptor, How)> {
+    let same_key = || level.iter().filter(move |d| d.key == key);
+    if let Some(d) = same_key().find(|d| matches!(&d.value, Some(Value::Exact(v)) if v == value)) {
+        return Some((d, How::Exact));
+    }
+    if let Some(d) = same_key()
+        .find(|d| matches!(&d.value, Some(Value::Wildcard(parts)) if wildcard_match(parts, value)))
+    {
+        return Some((d, How::Wildcard));
+    }
+    same_key()
+        .find(|d| d.value.is_none())
+        .map(|d| (d, How::KeyOnly))
+}
+
+/// Whether `value` matches the pattern whose text between `*`s is `parts`
+/// (each `*` matching zero or more characters, in order).
+pub fn wildcard_match(parts: &[String], value: &str) -> bool {
+    let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+        return false;
+    };
+    if parts.len() == 1 {
+        return first == value;
+    }
+    let fixed: usize = parts.iter().map(String::len).sum();
+    if value.len() < fixed || !value.starts_with(first.as_str()) || !value.ends_with(last.as_str())
+    {
+        return false;
+    }
+    // The middle parts, in order, between the prefix and the suffix.
+    let mut rest = &value[first.len()..value.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part.as_str()) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+fn push_len(key: &mut String, tag: char, text: &str) {
+    key.push(tag);
+    key.push_str(&text.len().to_string());
+    key.push(':');
+    key.push_str(text);
+}
+
+fn state_key(domain: &str, entries: &[(String, String)], shared: &[Option<String>]) -> String {
+    let mut key = String::new();
+    push_len(&mut key, '#', domain);
+    for ((k, v), share) in entries.iter().zip(shared) {
+        push_len(&mut key, '|', k);
+        match share {
+            Some(pattern) => push_len(&mut key, '*', pattern),
+            None => push_len(&mut key, '=', v),
+        }
+    }
+    key
+}
+
+fn detailed_metric(
+    domain: &str,
+    entries: &[(String, String)],
+    shared: &[Option<String>],
+) -> String {
+    let mut key = domain.to_string();
+    let any_shared = shared.iter().any(Option::is_some);
+    for ((k, v), share) in entries.iter().zip(shared) {
+        key.push('.');
+        key.push_str(k);
+        match share {
+            Some(pattern) => {
+                key.push('_');
+                key.push_str(pattern);
+            }
+            // The reference writes `key_` for an empty value, unless some
+            // entry shares a threshold.
+            None if !v.is_empty() || !any_shared => {
+                key.push('_');
+                key.push_str(v);
+            }
+            None => {}
+        }
+    }
+    key
+}
+
+/// Drops what `replaces` names, across one request's matches (README
+/// Example 7): every match's descriptor's `replaces` names (an unlimited
+/// one's too) are gathered, then each limit with one of those names is
+/// dropped from its match; a match left without limits becomes `None`
+/// (the reference answers it OK, without a limit). Unlimited matches are
+/// never dropped.
+pub fn apply_replaces(matches: &mut [Option<Match<'_>>]) {
+    let names: HashSet<String> = matches
+        .iter()
+        .flatten()
+        .flat_map(|m| m.descriptor.replaces.iter().cloned())
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    for slot in matches.iter_mut() {
+        let Some(m) = slot else { continue };
+        if m.unlimited {
+            continue;
+        }
+        m.limits
+            .retain(|l| l.name.as_ref().is_none_or(|n| !names.contains(n)));
+        if m.limits.is_empty() {
+            *slot = None;
+        }
+    }
+}
+
+impl Config {
+    /// The rule `entries` fall under in `domain` ([`find`]); `None` for an
+    /// unknown domain too.
+    pub fn find(&self, domain: &str, entries: &[(String, String)]) -> Option<Match<'_>> {
+        find(self.domains.get(domain)?, entries)
+    }
+}
