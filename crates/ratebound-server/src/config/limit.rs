@@ -120,12 +120,12 @@ pub(crate) fn read_block(src: Src<'_>, map: &MarkedMappingNode) -> Result<Block,
         requests_per_unit,
         window,
         burst: burst.map(|(b, _)| b),
-        place: src.place(map.span()),
+        place: src.place(&Src::map_span(map)),
     };
     if let Err(reason) = representable(&limit) {
         return Err(src.error(
             ConfigErrorKind::Unrepresentable,
-            map.span(),
+            &Src::map_span(map),
             format!(
                 "{} requests per {} with {} cannot be represented: {reason}",
                 limit.requests_per_unit,
@@ -166,7 +166,7 @@ fn read_replaces(
             _ => {
                 return Err(src.error(
                     ConfigErrorKind::Missing,
-                    entry.span(),
+                    &Src::map_span(entry),
                     "a replaces entry needs a name",
                 ));
             }
@@ -187,7 +187,7 @@ fn read_window(src: Src<'_>, map: &MarkedMappingNode) -> Result<Window, ConfigEr
         )),
         (None, None) => Err(src.error(
             ConfigErrorKind::Missing,
-            map.span(),
+            &Src::map_span(map),
             "a rate_limit needs a unit (second, minute, hour, day, week, month or year) or a window (e.g. 30s)",
         )),
         (Some(u), None) => {

@@ -57,7 +57,7 @@ pub(crate) fn read_domain(src: Src<'_>, text: &str) -> Result<Domain, ConfigErro
         _ => {
             return Err(src.error(
                 ConfigErrorKind::Missing,
-                map.span(),
+                &Src::map_span(&map),
                 "the file has no domain (domain: <name>)",
             ));
         }
@@ -138,7 +138,7 @@ fn read_descriptor(
         None => {
             return Err(src.error(
                 ConfigErrorKind::Missing,
-                map.span(),
+                &Src::map_span(map),
                 "a descriptor needs a key",
             ));
         }
@@ -189,7 +189,7 @@ fn read_descriptor(
         value_to_metric: src.boolean(map, "value_to_metric")?.0,
         share_threshold,
         children,
-        place: src.place(map.span()),
+        place: src.place(&Src::map_span(map)),
     })
 }
 
@@ -232,7 +232,7 @@ fn read_rule(
                 let Some(limit) = block.limit else {
                     return Err(src.error(
                         ConfigErrorKind::Conflict,
-                        entry.span(),
+                        &Src::map_span(entry),
                         "unlimited: true cannot be one of several rate_limits",
                     ));
                 };

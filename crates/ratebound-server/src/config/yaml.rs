@@ -29,6 +29,12 @@ impl Src<'_> {
         }
     }
 
+    /// Where a mapping begins: its first key (the loader marks a block
+    /// mapping at its first `:`).
+    pub(crate) fn map_span(map: &MarkedMappingNode) -> Span {
+        map.keys().next().map(|k| *k.span()).unwrap_or(*map.span())
+    }
+
     /// An error of `kind` where `span` begins.
     pub(crate) fn error(
         &self,
@@ -41,7 +47,11 @@ impl Src<'_> {
 
     /// Parses `text`: a mapping at the top, a key written twice refused.
     pub(crate) fn parse(&self, text: &str) -> Result<Node, ConfigError> {
-        let options = LoaderOptions::default().error_on_duplicate_keys(true);
+        // Coercion off: a scalar's `may_coerce` then says it was written plain
+        // (unquoted), which is what tells `null` from `"null"`.
+        let options = LoaderOptions::default()
+            .error_on_duplicate_keys(true)
+            .prevent_coercion(true);
         marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| self.load_error(e))
     }
 
