@@ -12,6 +12,24 @@
 //! below a descriptor without children matches nothing, even if that
 //! descriptor has a rule. A descriptor without a rule (a placeholder)
 //! matches nothing either.
+//!
+//! ```
+//! use ratebound_server::model::Config;
+//!
+//! let config = Config::parse(
+//!     "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n",
+//!     "edge.yaml",
+//! )?;
+//! let entries = [("remote_address".to_string(), "192.0.2.1".to_string())];
+//! let found = config.find("edge", &entries).expect("a rule");
+//! assert_eq!(found.limits[0].requests_per_unit, 10);
+//! assert_eq!(found.metric_key, "edge.remote_address");
+//! assert_eq!(found.state_key, "#4:edge|14:remote_address=9:192.0.2.1");
+//! // A longer request matches nothing (the reference's Example 4).
+//! let longer = [entries[0].clone(), ("path".to_string(), "/".to_string())];
+//! assert!(config.find("edge", &longer).is_none());
+//! # Ok::<(), ratebound_server::ConfigError>(())
+//! ```
 
 use std::collections::HashSet;
 
@@ -51,6 +69,31 @@ pub struct Match<'a> {
     /// The reference's metric key: `domain.key_value.key2...` (see
     /// [`find`]).
     pub metric_key: String,
+}
+
+impl Match<'_> {
+    /// The key of `limit`'s counter (`limit` one of [`limits`](Self::limits)):
+    /// the [`state_key`](Self::state_key), then `@<position>/<algorithm>/<window
+    /// in ns>`. The position is the limit's in its descriptor's rule as
+    /// written (`-` for a limit not of this rule), so two limits of one
+    /// descriptor never share a counter, and [`apply_replaces`] dropping
+    /// one does not move the others'. The algorithm and window are in it
+    /// so that a reload changing either starts a fresh counter, while one
+    /// changing only `requests_per_unit` keeps counting (as the
+    /// reference's keys do).
+    pub fn limit_state_key(&self, limit: &Limit) -> String {
+        let position = match &self.descriptor.rule {
+            Some(Rule::Limits(all)) => all.iter().position(|l| std::ptr::eq(l, limit)),
+            _ => None,
+        };
+        format!(
+            "{}@{}/{}/{}",
+            self.state_key,
+            position.map_or_else(|| "-".to_string(), |p| p.to_string()),
+            limit.algorithm.name(),
+            limit.window.length.as_nanos()
+        )
+    }
 }
 
 /// Finds the rule `entries` (a request descriptor's `(key, value)` pairs,

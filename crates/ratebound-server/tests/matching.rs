@@ -492,3 +492,97 @@ fn state_keys_are_unambiguous() {
     let z = c.find("d", &entries(&[("a", "1:x|1:y")])).unwrap();
     assert_eq!(z.state_key, "#1:d|1:a=7:1:x|1:y");
 }
+
+#[test]
+fn each_limit_has_its_own_counter_key() {
+    let c = config(
+        "\
+domain: k
+descriptors:
+  - key: a
+    rate_limits:
+      - name: first
+        window: 1500ms
+        requests_per_unit: 5
+      - name: second
+        algorithm: token_bucket
+        unit: minute
+        requests_per_unit: 50
+  - key: b
+    rate_limit:
+      replaces:
+        - name: first
+      unit: second
+      requests_per_unit: 1
+",
+    );
+    let m = c.find("k", &entries(&[("a", "x")])).unwrap();
+    assert_eq!(
+        m.limit_state_key(m.limits[0]),
+        "#1:k|1:a=1:x@0/fixed_window/1500000000"
+    );
+    assert_eq!(
+        m.limit_state_key(m.limits[1]),
+        "#1:k|1:a=1:x@1/token_bucket/60000000000"
+    );
+    // Replacing the first leaves the second's key as it was.
+    let mut both = vec![Some(m.clone()), c.find("k", &entries(&[("b", "y")]))];
+    apply_replaces(&mut both);
+    let left = both[0].as_ref().unwrap();
+    assert_eq!(left.limits.len(), 1);
+    assert_eq!(
+        left.limit_state_key(left.limits[0]),
+        "#1:k|1:a=1:x@1/token_bucket/60000000000"
+    );
+    // A limit of another rule is marked as such.
+    let other = both[1].as_ref().unwrap().limits[0];
+    assert_eq!(
+        m.limit_state_key(other),
+        "#1:k|1:a=1:x@-/fixed_window/1000000000"
+    );
+}
+
+/// Wildcard matching by plain backtracking, to check the scan against.
+fn glob(pattern: &[u8], value: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => value.is_empty(),
+        Some((b'*', rest)) => (0..=value.len()).any(|i| glob(rest, &value[i..])),
+        Some((c, rest)) => value.first() == Some(c) && glob(rest, &value[1..]),
+    }
+}
+
+/// Every string over `alphabet` up to `len` characters.
+fn strings(alphabet: &[char], len: usize) -> Vec<String> {
+    let mut all = vec![String::new()];
+    let mut last = vec![String::new()];
+    for _ in 0..len {
+        last = last
+            .iter()
+            .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+            .collect();
+        all.extend(last.iter().cloned());
+    }
+    all
+}
+
+#[test]
+fn wildcard_matching_agrees_with_backtracking_on_every_small_case() {
+    let patterns: Vec<String> = strings(&['a', 'b', '*'], 5)
+        .into_iter()
+        .filter(|p| p.contains('*'))
+        .collect();
+    let values = strings(&['a', 'b'], 6);
+    let mut checked = 0;
+    for p in &patterns {
+        let parts: Vec<String> = p.split('*').map(str::to_string).collect();
+        for v in &values {
+            assert_eq!(
+                wildcard_match(&parts, v),
+                glob(p.as_bytes(), v.as_bytes()),
+                "{p} ~ {v}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 30_000, "{checked}");
+}

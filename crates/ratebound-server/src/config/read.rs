@@ -174,7 +174,11 @@ fn read_descriptor(
             ),
         ));
     }
+    let shadow_mode = src.boolean(map, "shadow_mode")?.0;
+    let detailed_metric = src.boolean(map, "detailed_metric")?.0;
+    let value_to_metric = src.boolean(map, "value_to_metric")?.0;
     let (rule, replaces) = read_rule(src, map)?;
+    // The nested ones last: this descriptor's own errors come first.
     let children = match src.sequence(map, "descriptors")? {
         Some(list) => read_list(src, list, depth + 1)?,
         None => Vec::new(),
@@ -184,9 +188,9 @@ fn read_descriptor(
         value,
         rule,
         replaces,
-        shadow_mode: src.boolean(map, "shadow_mode")?.0,
-        detailed_metric: src.boolean(map, "detailed_metric")?.0,
-        value_to_metric: src.boolean(map, "value_to_metric")?.0,
+        shadow_mode,
+        detailed_metric,
+        value_to_metric,
         share_threshold,
         children,
         place: src.place(&Src::map_span(map)),
@@ -237,7 +241,11 @@ fn read_rule(
                     ));
                 };
                 limits.push(limit);
-                replaces.extend(block.replaces);
+                for name in block.replaces {
+                    if !replaces.contains(&name) {
+                        replaces.push(name);
+                    }
+                }
             }
             // A limit replacing another of the same descriptor would
             // replace itself.
@@ -254,7 +262,6 @@ fn read_rule(
                     ));
                 }
             }
-            replaces.dedup();
             Ok((Some(Rule::Limits(limits)), replaces))
         }
     }
