@@ -40,6 +40,17 @@ fn a_directory_loads_every_yaml_file_sorted() {
         ),
         (1, 9)
     );
+    // What is passed over is listed, for `--check` to say.
+    let summary = check(&dir).unwrap();
+    assert_eq!(summary.files, [dir.join("a.yml"), dir.join("b.yaml")]);
+    assert_eq!(
+        summary.skipped,
+        [
+            dir.join(".editor.yaml"),
+            dir.join("notes.txt"),
+            dir.join("sub")
+        ]
+    );
     // One file alone.
     assert_eq!(Config::load(dir.join("a.yml")).unwrap().domains.len(), 1);
     // An error names the file it is in.
@@ -103,6 +114,11 @@ fn check_counts_a_fixture_directory() {
         ),
         (5, 5, 5, 1)
     );
+    assert_eq!(
+        summary.files,
+        [dir.join("10-edge.yaml"), dir.join("20-api.yaml")]
+    );
+    assert!(summary.skipped.is_empty(), "{:?}", summary.skipped);
     assert_eq!(
         summary.to_string(),
         "2 domains (api, edge): 5 descriptors, 5 rules (1 unlimited), 5 limits"

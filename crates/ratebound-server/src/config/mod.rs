@@ -64,7 +64,7 @@ impl Config {
     /// with one domain.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
-        let files = config_files(path)?;
+        let (files, _) = config_files(path)?;
         let mut config = Config::default();
         for file in &files {
             let text = std::fs::read_to_string(file).map_err(|e| io_error(file, &e))?;
@@ -117,13 +117,22 @@ fn io_error(path: &Path, error: &std::io::Error) -> ConfigError {
     )
 }
 
-/// `path` itself, or the YAML files of the directory `path`, sorted.
-fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+/// The files [`Config::load`] reads for `path` (`path` itself, or the
+/// YAML files of the directory `path`, sorted), and the entries of the
+/// directory it passes over (other files, hidden ones, subdirectories),
+/// sorted: the reference server loads every file of its runtime
+/// directory's tree, so a file left out here is worth a word.
+///
+/// # Errors
+/// [`ConfigError`] of kind [`Io`](ConfigErrorKind::Io) for a path that
+/// cannot be read, [`Missing`](ConfigErrorKind::Missing) for a directory
+/// without a YAML file.
+pub fn config_files(path: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ConfigError> {
     let meta = std::fs::metadata(path).map_err(|e| io_error(path, &e))?;
     if !meta.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
+        return Ok((vec![path.to_path_buf()], Vec::new()));
     }
-    let mut files = Vec::new();
+    let (mut files, mut skipped) = (Vec::new(), Vec::new());
     for entry in std::fs::read_dir(path).map_err(|e| io_error(path, &e))? {
         let entry = entry.map_err(|e| io_error(path, &e))?;
         let name = entry.file_name();
@@ -132,6 +141,8 @@ fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
         // Follows symbolic links (a Kubernetes ConfigMap's files are links).
         if yaml && !name.starts_with('.') && entry.path().is_file() {
             files.push(entry.path());
+        } else {
+            skipped.push(entry.path());
         }
     }
     if files.is_empty() {
@@ -146,12 +157,17 @@ fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
         ));
     }
     files.sort();
-    Ok(files)
+    skipped.sort();
+    Ok((files, skipped))
 }
 
 /// What a configuration holds, for `ratebound serve --check` to print.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
+    /// The files read.
+    pub files: Vec<PathBuf>,
+    /// What a directory holds besides them (see [`config_files`]).
+    pub skipped: Vec<PathBuf>,
     /// The domains, by name.
     pub domains: Vec<String>,
     /// Descriptors in all (placeholders included).
@@ -165,7 +181,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Counts `config`.
+    /// Counts `config` (its files left empty).
     pub fn of(config: &Config) -> Summary {
         fn walk(list: &[Descriptor], s: &mut Summary) {
             for d in list {
@@ -196,7 +212,8 @@ impl Summary {
 }
 
 impl std::fmt::Display for Summary {
-    /// `2 domains (a, b): 5 descriptors, 4 rules (1 unlimited), 4 limits`.
+    /// `2 domains (a, b): 5 descriptors, 4 rules (1 unlimited), 4 limits`
+    /// (the files are for the caller to list).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let plural =
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
@@ -219,5 +236,12 @@ impl std::fmt::Display for Summary {
 /// # Errors
 /// [`Config::load`]'s.
 pub fn check(path: impl AsRef<Path>) -> Result<Summary, ConfigError> {
-    Config::load(path).map(|c| Summary::of(&c))
+    let path = path.as_ref();
+    let config = Config::load(path)?;
+    let (files, skipped) = config_files(path)?;
+    Ok(Summary {
+        files,
+        skipped,
+        ..Summary::of(&config)
+    })
 }
