@@ -21,4 +21,4 @@ pub mod matching;
 pub mod model;
 
 pub use config::{ConfigError, ConfigErrorKind, Summary, check};
-pub use matching::{Match, apply_replaces};
+pub use matching::{Match, Rules, apply_replaces};

@@ -36,9 +36,13 @@ use std::collections::HashSet;
 use crate::config::value_text;
 use crate::model::{Config, Descriptor, Domain, Limit, Rule, Value};
 
+mod index;
+
+pub use index::Rules;
+
 /// How one entry of a request matched its level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum How {
+pub(crate) enum How {
     Exact,
     Wildcard,
     KeyOnly,
@@ -108,12 +112,25 @@ impl Match<'_> {
 /// `value_to_metric`. When the matched descriptor has `detailed_metric`,
 /// every entry shows `key_value` as sent (`key_` for an empty value),
 /// except `share_threshold` entries, which show their pattern.
+///
+/// This scans each level; [`Rules`] answers the same from an index.
 pub fn find<'a>(domain: &'a Domain, entries: &[(String, String)]) -> Option<Match<'a>> {
+    walk(domain, entries, step)
+}
+
+/// The walk, with `step` choosing the position in a level an entry falls
+/// under, and how.
+fn walk<'a>(
+    domain: &'a Domain,
+    entries: &[(String, String)],
+    mut step: impl FnMut(&'a [Descriptor], &str, &str) -> Option<(usize, How)>,
+) -> Option<Match<'a>> {
     let mut level: &'a [Descriptor] = &domain.descriptors;
     let mut shared: Vec<Option<String>> = Vec::with_capacity(entries.len());
     let mut metric = domain.name.clone();
     for (i, (key, value)) in entries.iter().enumerate() {
-        let (node, how) = step(level, key, value)?;
+        let (position, how) = step(level, key, value)?;
+        let node = level.get(position)?;
         let pattern = match (&node.value, how) {
             (Some(v @ Value::Wildcard(_)), How::Wildcard) => Some(value_text(v)),
             _ => None,
@@ -158,20 +175,26 @@ pub fn find<'a>(domain: &'a Domain, entries: &[(String, String)]) -> Option<Matc
     None
 }
 
-/// The descriptor of `level` the entry `(key, value)` falls under.
-fn step<'a>(level: &'a [Descriptor], key: &str, value: &str) -> Option<(&'a Descriptor, How)> {
-    let same_key = || level.iter().filter(move |d| d.key == key);
-    if let Some(d) = same_key().find(|d| matches!(&d.value, Some(Value::Exact(v)) if v == value)) {
-        return Some((d, How::Exact));
-    }
-    if let Some(d) = same_key()
-        .find(|d| matches!(&d.value, Some(Value::Wildcard(parts)) if wildcard_match(parts, value)))
+/// The position in `level` of the descriptor the entry `(key, value)`
+/// falls under, by scanning.
+fn step(level: &[Descriptor], key: &str, value: &str) -> Option<(usize, How)> {
+    let same_key = || level.iter().enumerate().filter(move |(_, d)| d.key == key);
+    if let Some((p, _)) =
+        same_key().find(|(_, d)| matches!(&d.value, Some(Value::Exact(v)) if v == value))
     {
-        return Some((d, How::Wildcard));
+        return Some((p, How::Exact));
+    }
+    if let Some((p, _)) = same_key().find(|(_, d)| is_wildcard_of(d, value)) {
+        return Some((p, How::Wildcard));
     }
     same_key()
-        .find(|d| d.value.is_none())
-        .map(|d| (d, How::KeyOnly))
+        .find(|(_, d)| d.value.is_none())
+        .map(|(p, _)| (p, How::KeyOnly))
+}
+
+/// Whether `d` has a wildcard value that `value` matches.
+fn is_wildcard_of(d: &Descriptor, value: &str) -> bool {
+    matches!(&d.value, Some(Value::Wildcard(parts)) if wildcard_match(parts, value))
 }
 
 /// Whether `value` matches the pattern whose text between `*`s is `parts`

@@ -586,3 +586,121 @@ fn wildcard_matching_agrees_with_backtracking_on_every_small_case() {
     }
     assert!(checked > 30_000, "{checked}");
 }
+
+#[test]
+fn the_index_answers_as_the_scan() {
+    use ratebound_server::Rules;
+    // Every example, and a tree with every kind of sibling, asked every
+    // request of up to three entries over their keys and some values.
+    let mixed = "\
+domain: mixed
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+    descriptors:
+      - key: j
+        value: x*
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: k
+    value: a*
+    share_threshold: true
+    descriptors:
+      - key: j
+        rate_limit: {unit: second, requests_per_unit: 3}
+  - key: k
+    value: ab
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: k
+    value: '*b'
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: j
+    value: ab
+    rate_limit: {unit: minute, requests_per_unit: 6}
+";
+    let mut texts: Vec<&str> = common::ALL.iter().map(|(_, t)| *t).collect();
+    texts.push(mixed);
+    let mut compared = 0;
+    let mut found = 0;
+    for text in texts {
+        let c = config(text);
+        let rules = Rules::new(c.clone());
+        let domain = c.domains.keys().next().unwrap().clone();
+        let mut keys: Vec<String> = vec!["k".into(), "j".into(), "none".into()];
+        let mut values: Vec<String> = vec!["ab".into(), "xb".into(), "a".into(), "".into()];
+        fn gather(
+            list: &[ratebound_server::model::Descriptor],
+            keys: &mut Vec<String>,
+            values: &mut Vec<String>,
+        ) {
+            for d in list {
+                keys.push(d.key.clone());
+                if let Some(v) = &d.value {
+                    let text = match v {
+                        ratebound_server::model::Value::Exact(e) => e.clone(),
+                        ratebound_server::model::Value::Wildcard(p) => p.join("Z"),
+                    };
+                    values.push(text);
+                }
+                gather(&d.children, keys, values);
+            }
+        }
+        gather(&c.domains[&domain].descriptors, &mut keys, &mut values);
+        keys.sort();
+        keys.dedup();
+        values.sort();
+        values.dedup();
+        let pairs: Vec<(String, String)> = keys
+            .iter()
+            .flat_map(|k| values.iter().map(move |v| (k.clone(), v.clone())))
+            .collect();
+        let mut requests: Vec<Vec<(String, String)>> =
+            pairs.iter().map(|p| vec![p.clone()]).collect();
+        for a in &pairs {
+            for b in &pairs {
+                requests.push(vec![a.clone(), b.clone()]);
+            }
+        }
+        for r in requests.clone().into_iter().take(3000) {
+            if r.len() == 2 {
+                for p in pairs.iter().take(6) {
+                    let mut three = r.clone();
+                    three.push(p.clone());
+                    requests.push(three);
+                }
+            }
+        }
+        for r in &requests {
+            let scanned = find(&c.domains[&domain], r);
+            assert_eq!(rules.find(&domain, r), scanned, "{domain} {r:?}");
+            found += usize::from(scanned.is_some());
+            compared += 1;
+        }
+    }
+    assert!(compared > 10_000, "{compared}");
+    assert!(found > 50, "{found}");
+}
+
+#[test]
+fn a_level_of_many_values_is_indexed() {
+    use ratebound_server::Rules;
+    let mut text = String::from(
+        "domain: big\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+    );
+    for i in 0..5_000 {
+        text.push_str(&format!(
+            "  - key: ip\n    value: 10.0.{}.{}\n    rate_limit: {{unit: second, requests_per_unit: 0}}\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    let rules = Rules::new(config(&text));
+    let blocked = rules
+        .find("big", &entries(&[("ip", "10.0.19.135")]))
+        .unwrap();
+    assert_eq!(blocked.limits[0].requests_per_unit, 0);
+    assert_eq!(blocked.metric_key, "big.ip_10.0.19.135");
+    let other = rules.find("big", &entries(&[("ip", "192.0.2.1")])).unwrap();
+    assert_eq!(other.limits[0].requests_per_unit, 10);
+    assert_eq!(rules.config().domains["big"].descriptors.len(), 5_001);
+    assert!(rules.find("absent", &entries(&[("ip", "x")])).is_none());
+}

@@ -1,5 +1,7 @@
 //! A file's domain and its tree of descriptors.
 
+use std::collections::HashMap;
+
 use marked_yaml::Node;
 use marked_yaml::types::{MarkedMappingNode, MarkedSequenceNode};
 
@@ -87,26 +89,31 @@ fn read_list(
         ));
     }
     let mut read: Vec<Descriptor> = Vec::with_capacity(list.len());
+    // (key, value as written) → the line of its first descriptor: a value
+    // with '*' is a wildcard, one without exact, so the text tells them
+    // apart. A map, not a scan: a level may hold thousands of values.
+    let mut seen: HashMap<(String, Option<String>), usize> = HashMap::with_capacity(list.len());
     for node in list.iter() {
         let map = src.entry(node, "descriptors")?;
         let descriptor = read_descriptor(src, map, depth)?;
-        if let Some(first) = read
-            .iter()
-            .find(|d| d.key == descriptor.key && d.value == descriptor.value)
-        {
-            let shown = match &descriptor.value {
-                None => format!("key '{}' (no value)", descriptor.key),
-                Some(v) => format!("key '{}' value '{}'", descriptor.key, value_text(v)),
+        let id = (
+            descriptor.key.clone(),
+            descriptor.value.as_ref().map(value_text),
+        );
+        if let Some(first_line) = seen.get(&id) {
+            let shown = match &id.1 {
+                None => format!("key '{}' (no value)", id.0),
+                Some(v) => format!("key '{}' value '{v}'", id.0),
             };
             return Err(ConfigError::new(
                 ConfigErrorKind::DuplicateDescriptor,
                 descriptor.place,
                 format!(
-                    "duplicate descriptor {shown}: the same key and value are at line {} of this level",
-                    first.place.line
+                    "duplicate descriptor {shown}: the same key and value are at line {first_line} of this level"
                 ),
             ));
         }
+        seen.insert(id, descriptor.place.line);
         read.push(descriptor);
     }
     Ok(read)

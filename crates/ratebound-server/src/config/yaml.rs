@@ -177,10 +177,10 @@ impl Src<'_> {
         }
     }
 
-    /// The field `name` of `map` as a whole number up to `max` (`None`:
-    /// absent or null). Decimal, YAML 1.1's `0x`/`0o`/`0b` and leading-0
-    /// octal forms and `_` separators are read as the reference server's
-    /// parser reads them. `range` words the message: "from 0 to 4294967295".
+    /// The field `name` of `map` as a whole number from `min` to `max`
+    /// (`None`: absent or null). Decimal, YAML 1.1's `0x`/`0o`/`0b` and
+    /// leading-0 octal forms and `_` separators are read as the reference
+    /// server's parser reads them.
     pub(crate) fn whole(
         &self,
         map: &MarkedMappingNode,
