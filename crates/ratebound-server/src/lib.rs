@@ -11,10 +11,16 @@
 //! - [`model`]: the rules a configuration holds.
 //! - [`api`]: a request and its answer, without the wire.
 //! - [`engine`]: decides a request against the rules.
+//! - [`config`]: reads the YAML into a [`Config`](model::Config).
+//! - [`matching`]: the rule a request descriptor falls under.
 
 pub mod api;
+pub mod config;
 pub mod engine;
+pub mod matching;
 pub mod model;
 mod store;
 
+pub use config::{ConfigError, ConfigErrorKind, Summary, check};
+pub use matching::{Match, Rules, apply_replaces};
 pub use store::UnixClock;
