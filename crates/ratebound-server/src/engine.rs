@@ -1,5 +1,5 @@
 //! The engine: decides a [`Request`] against a [`Config`]'s rules, its
-//! limits' state in this process ([`crate::store`]).
+//! limits' state in this process (one keyed limiter of the core per distinct limit).
 //!
 //! Each request descriptor is decided on its own, as the reference server
 //! decides them: the rule it matches (none: OK, nothing counted), its
@@ -24,6 +24,7 @@ use ratebound::http::{Policy, ratelimit, ratelimit_policy, retry_after_secs};
 use ratebound::{Decision, Error as CoreError};
 
 use crate::api::{Code, CurrentLimit, DescriptorStatus, Request, RequestDescriptor, Response};
+use crate::matching::{Match, Rules, apply_replaces};
 use crate::model::{Algorithm, Config, Descriptor, Limit, Place, Rule};
 use crate::store::{Store, UnixClock};
 
@@ -112,7 +113,7 @@ impl Default for Options {
 
 /// Decides requests against the rules in force.
 pub struct Engine {
-    config: Arc<Config>,
+    rules: Arc<Rules>,
     store: Store,
 }
 
@@ -135,14 +136,14 @@ impl Engine {
             check_rules(&store, &domain.descriptors)?;
         }
         Ok(Engine {
-            config: Arc::new(config),
+            rules: Arc::new(Rules::new(config)),
             store,
         })
     }
 
     /// The rules in force.
-    pub fn config(&self) -> Arc<Config> {
-        Arc::clone(&self.config)
+    pub fn rules(&self) -> Arc<Rules> {
+        Arc::clone(&self.rules)
     }
 
     /// Decides `request`: one status per descriptor, the overall code, the
@@ -154,55 +155,39 @@ impl Engine {
     pub fn decide(&self, request: &Request) -> Result<Response, RequestError> {
         check_request(request)?;
         let now = self.store.now();
-        let domain = self.config.domains.get(&request.domain);
-        let found: Vec<Option<Found<'_>>> = request
+        let mut found: Vec<Option<Match<'_>>> = request
             .descriptors
             .iter()
-            .map(|d| domain.and_then(|dm| find(&request.domain, &dm.descriptors, &d.entries)))
+            .map(|d| self.rules.find(&request.domain, &d.entries))
             .collect();
-        // `replaces`: a limit named by a matched rule's `replaces` is not
-        // applied to this request.
-        let replaced: Vec<&str> = found
-            .iter()
-            .flatten()
-            .flat_map(|f| f.node.replaces.iter().map(String::as_str))
-            .collect();
+        // A limit named by a matched rule's `replaces` is not applied.
+        apply_replaces(&mut found);
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         let mut shown: Vec<(Policy, Decision)> = Vec::new();
         let mut retry: Option<Duration> = None;
-        for (d, f) in request.descriptors.iter().zip(&found) {
+        for (d, m) in request.descriptors.iter().zip(&found) {
             let hits = d.hits_addend.unwrap_or_else(|| request.hits_addend.max(1));
-            let status = match f {
+            let status = match m {
                 None => unmatched(),
-                Some(f) => match &f.node.rule {
-                    None => unmatched(),
-                    Some(Rule::Unlimited) => DescriptorStatus {
-                        code: Code::Ok,
-                        current_limit: None,
-                        limit_remaining: u32::MAX,
-                        duration_until_reset: None,
-                    },
-                    Some(Rule::Limits(limits)) => {
-                        let applied: Vec<&Limit> = limits
-                            .iter()
-                            .filter(|l| !l.name.as_deref().is_some_and(|n| replaced.contains(&n)))
-                            .collect();
-                        if applied.is_empty() {
-                            unmatched()
-                        } else {
-                            let outcome = self.decide_limits(&applied, &f.state_key, hits, now)?;
-                            if outcome.status.code == Code::OverLimit {
-                                retry = retry.max(Some(outcome.retry_after));
-                            }
-                            shown.extend(outcome.shown);
-                            let mut status = outcome.status;
-                            if f.node.shadow_mode && status.code == Code::OverLimit {
-                                status.code = Code::Ok;
-                            }
-                            status
-                        }
-                    }
+                Some(m) if m.unlimited => DescriptorStatus {
+                    code: Code::Ok,
+                    current_limit: None,
+                    limit_remaining: u32::MAX,
+                    duration_until_reset: None,
                 },
+                Some(m) => {
+                    let outcome =
+                        self.decide_limits(&m.limits, m.state_key.as_bytes(), hits, now)?;
+                    if outcome.status.code == Code::OverLimit {
+                        retry = retry.max(Some(outcome.retry_after));
+                    }
+                    shown.extend(outcome.shown);
+                    let mut status = outcome.status;
+                    if m.descriptor.shadow_mode && status.code == Code::OverLimit {
+                        status.code = Code::Ok;
+                    }
+                    status
+                }
             };
             statuses.push(status);
         }
@@ -239,9 +224,15 @@ impl Engine {
         now: u64,
     ) -> Result<Outcome, RequestError> {
         let key = self.store.key(state_key);
-        // A limit of 0 refuses every request, counting nothing.
+        // A limit of 0 refuses every request, counting nothing (a query,
+        // 0 hits, is not over it: as the reference's count, 0 + 0 ≤ 0).
         if let Some(zero) = limits.iter().find(|l| l.requests_per_unit == 0) {
-            return Ok(Outcome::refused_by(zero, now));
+            let mut outcome = Outcome::refused_by(zero, now);
+            if hits == 0 {
+                outcome.status.code = Code::Ok;
+                outcome.retry_after = Duration::ZERO;
+            }
+            return Ok(outcome);
         }
         let limiters = limits
             .iter()
@@ -458,75 +449,4 @@ fn check_rules(store: &Store, nodes: &[Descriptor]) -> Result<(), RuleError> {
         check_rules(store, &node.children)?;
     }
     Ok(())
-}
-
-/// The rule a request descriptor matched, and its state key.
-struct Found<'c> {
-    node: &'c Descriptor,
-    state_key: Vec<u8>,
-}
-
-/// The rule `entries` match in a domain's tree: entry `i` at depth `i`, an
-/// exact value before a pattern before a key alone, the request as long as
-/// the path matched. The state key is the domain and each entry's key and
-/// value, each length-prefixed (so no two paths share one).
-fn find<'c>(
-    domain: &str,
-    nodes: &'c [Descriptor],
-    entries: &[(String, String)],
-) -> Option<Found<'c>> {
-    let mut level = nodes;
-    let mut node = None;
-    let mut state_key = Vec::new();
-    push(&mut state_key, domain.as_bytes());
-    for (key, value) in entries {
-        let at = level
-            .iter()
-            .find(|n| n.key == *key && matches!(&n.value, Some(crate::model::Value::Exact(v)) if v == value))
-            .or_else(|| {
-                level.iter().find(|n| {
-                    n.key == *key
-                        && matches!(&n.value, Some(crate::model::Value::Wildcard(parts)) if wildcard(parts, value))
-                })
-            })
-            .or_else(|| level.iter().find(|n| n.key == *key && n.value.is_none()))?;
-        push(&mut state_key, key.as_bytes());
-        match (&at.value, at.share_threshold) {
-            (Some(crate::model::Value::Wildcard(parts)), true) => {
-                push(
-                    &mut state_key,
-                    parts.first().map_or(&b""[..], |p| p.as_bytes()),
-                );
-            }
-            _ => push(&mut state_key, value.as_bytes()),
-        }
-        node = Some(at);
-        level = &at.children;
-    }
-    node.map(|node| Found { node, state_key })
-}
-
-fn push(key: &mut Vec<u8>, part: &[u8]) {
-    key.extend_from_slice(&(part.len() as u32).to_le_bytes());
-    key.extend_from_slice(part);
-}
-
-/// Whether `value` matches the pattern whose text between `*`s is `parts`.
-fn wildcard(parts: &[String], value: &str) -> bool {
-    let Some((first, rest)) = parts.split_first() else {
-        return false;
-    };
-    let Some(mut tail) = value.strip_prefix(first.as_str()) else {
-        return false;
-    };
-    let Some((last, middle)) = rest.split_last() else {
-        return tail.is_empty();
-    };
-    for part in middle {
-        match tail.find(part.as_str()) {
-            Some(at) => tail = &tail[at + part.len()..],
-            None => return false,
-        }
-    }
-    tail.len() >= last.len() && tail.ends_with(last.as_str())
 }

@@ -455,3 +455,78 @@ fn a_sliding_log_is_refused_when_the_rules_are_taken_naming_where() {
         "{err}"
     );
 }
+
+/// From the YAML a gateway team already has (the reference README's
+/// example 2) to answers: the nested rule and the flat one, each its own
+/// counter, the day's window whole seconds to midnight.
+#[test]
+fn a_reference_yaml_file_decides_as_its_readme_says() {
+    let yaml = "domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+";
+    let config = Config::parse(yaml, "messaging.yaml").expect("the reference's file");
+    let clock = ManualClock::new();
+    clock.set_nanos(MIDNIGHT + 3_600 * SEC);
+    let options = Options {
+        clock: AnyClock::Manual(clock),
+        max_keys: 1000,
+    };
+    let e = Engine::with_options(config, options).expect("engine");
+    let marketing = RequestDescriptor {
+        entries: vec![
+            ("message_type".into(), "marketing".into()),
+            ("to_number".into(), "2061111111".into()),
+        ],
+        hits_addend: None,
+    };
+    let any = RequestDescriptor {
+        entries: vec![("to_number".into(), "2061111111".into())],
+        hits_addend: None,
+    };
+    let req = Request {
+        domain: "messaging".into(),
+        descriptors: vec![marketing, any],
+        hits_addend: 0,
+    };
+    let answers: Vec<(Code, u32)> = (0..6)
+        .map(|_| {
+            let r = e.decide(&req).expect("decide");
+            (r.statuses[0].code, r.statuses[1].limit_remaining)
+        })
+        .collect();
+    // Five marketing messages a day; the number's own 100 counts every
+    // request (the reference counts each descriptor on its own).
+    let codes: Vec<Code> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(
+        codes,
+        [
+            Code::Ok,
+            Code::Ok,
+            Code::Ok,
+            Code::Ok,
+            Code::Ok,
+            Code::OverLimit
+        ]
+    );
+    let left: Vec<u32> = answers.iter().map(|a| a.1).collect();
+    assert_eq!(left, [99, 98, 97, 96, 95, 94]);
+    let r = e.decide(&req).expect("decide");
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(
+        r.statuses[0].duration_until_reset,
+        Some(Duration::from_secs(86_400 - 3_600))
+    );
+    let limit = r.statuses[0].current_limit.as_ref().expect("limit");
+    assert_eq!((limit.requests_per_unit, limit.unit), (5, Unit::Day));
+}
