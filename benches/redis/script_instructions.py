@@ -46,13 +46,23 @@ def text_at(rev):
     return "".join(out)
 
 
+# A hinted call's arguments (what Engine::call sends for a key whose last
+# reply told sc.WORD): the word's scaled T' and tau' in place of the
+# ceiling's, then the word's text as stored and the ceiling's T:tau.
+HINT = ":" + sc.WORD
+HINTED_FREE = ["2000", "1000000000", "1", "check", "1", HINT, "1000:1000000000"]
+HINTED_TIGHT = ["200000", "2000000", "1", "check", "1", HINT, "100000:2000000"]
+
 # (name, key or None for script_cost's 10 000 held keys, arguments, learned
-# word in the keys (None: no set-up), expected allowed)
+# word in the keys (None: no set-up), expected allowed). The hinted rows
+# run the worktree's text only (an older script reads no hint).
 ROWS = [
     ("held", None, sc.GCRA_FREE, False, 1),
     ("learned", None, sc.GCRA_FREE, True, 1),
+    ("hinted", None, HINTED_FREE, True, 1),
     ("refused", "rb:tb:hot", sc.GCRA_TIGHT, None, 0),
     ("learned refused", "rb:tb:hot", sc.GCRA_TIGHT, True, 0),
+    ("hinted refused", "rb:tb:hot", HINTED_TIGHT, True, 0),
 ]
 
 
@@ -116,6 +126,8 @@ def main():
         shas = [(label, r.call("SCRIPT", "LOAD", text)) for label, text in texts]
         for name, hot, args, learned, expect in ROWS:
             for label, sha in shas:
+                if name.startswith("hinted") and label != "worktree":
+                    continue
                 r.call("FLUSHALL")
                 if learned is not None:
                     r.pipeline(sc.held_keys("rb:tb:", learned, hot=hot)(r))
@@ -123,7 +135,8 @@ def main():
                 keys = [hot or "rb:tb:%012d" % rng.randrange(10_000) for _ in range(n + 30)]
                 for key in keys[:30]:  # the path is what the row says it is
                     first = r.call("EVALSHA", sha, "1", key, "", *args)
-                if first[0] != expect or (learned and first[7] == 0):
+                hint = name.startswith("hinted")
+                if first[0] != expect or (learned and first[7] == 0) or hint != (first[7] == 1 << 18):
                     sys.exit(f"{name} ({label}): unexpected reply {first}")
                 subprocess.run(["callgrind_control", "-z", str(server.pid)], capture_output=True, timeout=60)
                 for i in range(30, n + 30, 100):
@@ -143,10 +156,13 @@ def main():
     print("| --- |" + " ---: |" * len(labels))
     for name, *_ in ROWS:
         print(f"| {name} | " + " | ".join("%s / %s" % tuple(f"{x:,.0f}" for x in results[(name, label)])
-                                            for label in labels) + " |")
+                                            if (name, label) in results else "—" for label in labels) + " |")
     print()
     for label in labels:
-        for learned, base in (("learned", "held"), ("learned refused", "refused")):
+        for learned, base in (("learned", "held"), ("learned refused", "refused"),
+                              ("hinted", "held"), ("hinted refused", "refused")):
+            if (learned, label) not in results:
+                continue
             print(f"{label}: {learned} against {base}: " + "; ".join(
                 f"{what} {b - a:+,.0f} Ir a call ({100 * (b / a - 1):+.1f} %)"
                 for what, a, b in zip(("all", "EVALSHA's run"), results[(base, label)], results[(learned, label)])))

@@ -31,6 +31,55 @@ fn bad_flags_are_one_line_and_exit_2() {
     );
 }
 
+/// The reference README's example 3, written out here as a test input, in
+/// a file of its own under the system's temporary directory.
+fn rules_file(name: &str, text: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("ratebound-serve-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const EXAMPLE3: &str = "\
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+
+  # Black list IP
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+";
+
+#[test]
+fn check_reads_the_file_and_names_a_bad_value() {
+    let good = rules_file("good.yaml", EXAMPLE3);
+    let out = ratebound(&["serve", "--config", good.to_str().unwrap(), "--check"]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains(": OK, 1 domain (edge_proxy_per_ip)"),
+        "{stdout}"
+    );
+
+    let bad = rules_file(
+        "bad.yaml",
+        &EXAMPLE3.replace("requests_per_unit: 10", "requests_per_unit: -10"),
+    );
+    let out = ratebound(&["serve", "--config", bad.to_str().unwrap(), "--check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("bad.yaml:6:"), "{err}");
+    assert!(err.contains("-10"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let _ = std::fs::remove_file(good);
+    let _ = std::fs::remove_file(bad);
+}
+
 fn get(addr: &str, path: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("connects");
     stream
@@ -49,8 +98,9 @@ fn get(addr: &str, path: &str) -> String {
 #[cfg(unix)]
 #[test]
 fn serves_then_stops_on_sigterm() {
+    let rules = rules_file("serve.yaml", EXAMPLE3);
     let mut child = Command::new(env!("CARGO_BIN_EXE_ratebound"))
-        .args(["serve", "--config", "Cargo.toml"])
+        .args(["serve", "--config", rules.to_str().unwrap()])
         .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -101,4 +151,5 @@ fn serves_then_stops_on_sigterm() {
         .read_to_string(&mut out)
         .unwrap();
     assert_eq!(out, "ratebound serve: stopped\n");
+    let _ = std::fs::remove_file(rules);
 }

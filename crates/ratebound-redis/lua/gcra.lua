@@ -24,6 +24,15 @@
 --          reply); "reserve": the longest wait in µs; "pause": how long in
 --          µs; "adapt": "<seen hi>:<seen lo>:<next hi>:<next lo>" (read in
 --          those modes only)
+-- ARGV[7]  optional, a hint (Engine::call, for a key whose last reply told
+--          a learned word): that word's text as stored, ":<hi>:<lo>";
+--          ARGV[2] and ARGV[3] are then the word's T' and tau' (the
+--          scaling below, done by the engine in integers: the same
+--          numbers) and ARGV[8] the ceiling's "<T>:<tau>". A key holding
+--          "<TAT>" then exactly the hint is judged on T' and tau' without
+--          reading the word nor scaling, and the reply's word is 262144, 0
+--          ("as hinted", beyond hi's 18 bits); any other key is judged on
+--          the ceiling by the full path. Not read in "adapt".
 -- Reply: {allowed (0/1), remaining, retry_after_us, reset_after_us, taken,
 -- damaged (0/1), now_us (the clock the script judged at), word_hi,
 -- word_lo (the learned word in force once the call is done; 0, 0: fresh)},
@@ -81,18 +90,39 @@
 -- its bounds too) is rebuilt as an empty bucket at the ceiling, the word
 -- fresh — TAT = now + tau, stored — and judged as that: conservative
 -- (never admitting more than the ceiling), and that key's problem alone.
--- decide(key, now, o, T, tau, n): the decision for `key` at `now` (µs), as
--- nine values; its arguments are ARGV[o + 1] … (o = 1 for a call on one
+-- decide(key, now, o, T, tau, n, h): the decision for `key` at `now` (µs),
+-- as nine values; its arguments are ARGV[o + 1] … (o = 1 for a call on one
 -- key: ARGV[2] …), the first three read as numbers by the tail (one.lua,
--- many.lua). At most one write: `w`, the TAT to store (nil: nothing to
+-- many.lua), and `h` the hint (ARGV[o + 6]; nil: none). At most one write: `w`, the TAT to store (nil: nothing to
 -- write), is written once at the end.
-local function decide(key, now, o, T, tau, n)
+local function decide(key, now, o, T, tau, n, h)
   local mode = ARGV[o + 4]
   local tat, paused, bad, w = now, 0, 0, nil
   -- The learned word's two parts (0, 0: fresh), as numbers and as text,
-  -- and hi's cut (FULL − fraction).
-  local hi, lo, cut, hs, ls = 0, 0, 0, nil, nil
+  -- and hi's cut (FULL − fraction); `ws`, the hinted word's text as
+  -- stored (":<hi>:<lo>") when the key holds exactly the hint.
+  local hi, lo, cut, hs, ls, ws = 0, 0, 0, nil, nil, nil
   local raw = redis.pcall('GET', key)
+  if h then
+    -- A hinted call: T and tau are the word's scaled T' and tau' (the
+    -- engine's, bit-identical to the scaling below) if the key holds
+    -- "<TAT>" then exactly the hint, a pause-free learned word; else the
+    -- ceiling's are in ARGV[o + 7] and the full path runs.
+    if type(raw) == 'string' then
+      local a = string.match(raw, '^%d+')
+      if a and #a <= 16 and string.sub(raw, #a + 1) == h and mode ~= 'adapt' then
+        a = a + 0
+        if a <= 9007199254740991 then
+          if a > now then tat = a end
+          hi, ws, raw = 262144, h, nil
+        end
+      end
+    end
+    if not ws then
+      local x, y = string.match(ARGV[o + 7], '^(%d+):(%d+)$')
+      T, tau = x + 0, y + 0
+    end
+  end
   if raw then
     -- A string, or the error table of a key of another type (WRONGTYPE).
     local v, p = nil, 0
@@ -316,7 +346,13 @@ local function decide(key, now, o, T, tau, n)
     end
   end
   if w then
-    if hi == 0 and lo == 0 then
+    if ws then
+      local keep = w - now
+      if keep < tau then keep = tau end
+      local text
+      if paused > now then text = string.format('%d:%d', w, paused) .. ws else text = string.format('%d', w) .. ws end
+      redis.call('SET', key, text, 'PX', string.format('%d', math.ceil(keep / 1000)))
+    elseif hi == 0 and lo == 0 then
       if w > now then
         local text
         if paused > now then text = string.format('%d:%d', w, paused) else text = string.format('%d', w) end

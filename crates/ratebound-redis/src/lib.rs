@@ -66,7 +66,7 @@ pub(crate) use driver::sentinel;
 
 pub use acquisition::{Acquisition, Step};
 pub use algorithm::Algorithm;
-pub use call::{BatchCall, Begin, Call, CallKind, CallOutcome, REPLY_LEN};
+pub use call::{BatchCall, Begin, Call, CallKind, CallOutcome, HINTED, REPLY_LEN};
 pub use config::{Config, OnError};
 pub use decision::{RedisDecision, Source};
 pub use engine::Engine;

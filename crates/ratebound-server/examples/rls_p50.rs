@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         http: "127.0.0.1:0".parse()?,
         ..ServeOptions::default()
     };
-    let bound = bind(Arc::new(Engine::new(Config::default())), options).await?;
+    let bound = bind(Arc::new(Engine::new(Config::default())?), options).await?;
     let grpc = bound.grpc_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(bound.run(async move {

@@ -1,9 +1,39 @@
-//! The engine: decides a [`Request`] against a [`Config`]'s rules.
+//! The engine: decides a [`Request`] against a [`Config`]'s rules, its
+//! limits' state in this process (one keyed limiter of the core per distinct limit).
+//!
+//! Each request descriptor is decided on its own, as the reference server
+//! decides them: the rule it matches (none: OK, nothing counted), its
+//! hits (its own `hits_addend`, else the request's, 0 meaning 1), and the
+//! answer — OK with what is left, or over the limit. A descriptor whose
+//! rule holds several limits (`rate_limits`) is admitted only when all of
+//! them admit it, and nothing is charged to any when one refuses. The
+//! request is over the limit when any descriptor is (shadow mode aside).
+//!
+//! A fixed window decides as the reference server's counter: a request
+//! that would take the count past the limit is refused and the window
+//! stays refused until it ends (the reference counts refused hits too, so
+//! its count is then past the limit; here what was left is taken, so the
+//! count is at the limit). One difference remains: a descriptor of
+//! `hits_addend: 0` (a query) in a window that refused is answered OK with
+//! nothing left here, and over the limit there.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::api::{Code, DescriptorStatus, Request, Response};
-use crate::model::Config;
+use ratebound::http::{Policy, ratelimit, ratelimit_policy, retry_after_secs};
+use ratebound::{Decision, Error as CoreError};
+
+use crate::api::{Code, CurrentLimit, DescriptorStatus, Request, RequestDescriptor, Response};
+use crate::matching::{Match, Rules, apply_replaces};
+use crate::model::{Algorithm, Config, Descriptor, Limit, Place, Rule};
+use crate::store::{Store, UnixClock};
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 256;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 64;
+/// The longest key or value of an entry, and the longest domain, in bytes.
+pub const MAX_TEXT: usize = 4096;
 
 /// A request the engine refuses to decide: too large, or malformed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,45 +67,386 @@ impl std::fmt::Display for RequestError {
 
 impl std::error::Error for RequestError {}
 
+/// A rule the engine cannot decide by, found when it takes the rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleError {
+    /// Where the limit was written.
+    pub place: Place,
+    /// The core's reason.
+    pub reason: String,
+}
+
+impl std::fmt::Display for RuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &self.place;
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            p.file.display(),
+            p.line,
+            p.column,
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+/// How the engine keeps its state.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The clock: Unix time in ns (default: [`UnixClock`]).
+    pub clock: ratebound::any::AnyClock,
+    /// The most keys each distinct limit tracks (the least recently used
+    /// forgotten beyond; default 1 000 000).
+    pub max_keys: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            clock: ratebound::any::AnyClock::Shared(Arc::new(UnixClock::new())),
+            max_keys: 1_000_000,
+        }
+    }
+}
+
 /// Decides requests against the rules in force.
 pub struct Engine {
-    config: Arc<Config>,
+    rules: Arc<Rules>,
+    store: Store,
 }
 
 impl Engine {
     /// An engine deciding by `config`, its state in this process.
-    pub fn new(config: Config) -> Engine {
-        Engine {
-            config: Arc::new(config),
+    ///
+    /// # Errors
+    /// [`RuleError`] for a limit the engine cannot decide by.
+    pub fn new(config: Config) -> Result<Engine, RuleError> {
+        Engine::with_options(config, Options::default())
+    }
+
+    /// [`new`](Self::new) with `options`.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_options(config: Config, options: Options) -> Result<Engine, RuleError> {
+        let store = Store::new(options.clock, options.max_keys);
+        for domain in config.domains.values() {
+            check_rules(&store, &domain.descriptors)?;
         }
+        Ok(Engine {
+            rules: Arc::new(Rules::new(config)),
+            store,
+        })
     }
 
     /// The rules in force.
-    pub fn config(&self) -> Arc<Config> {
-        Arc::clone(&self.config)
+    pub fn rules(&self) -> Arc<Rules> {
+        Arc::clone(&self.rules)
     }
 
     /// Decides `request`: one status per descriptor, the overall code, the
     /// headers.
     ///
     /// # Errors
-    /// [`RequestError`] for a request too large or malformed.
+    /// [`RequestError`] for a request too large or malformed (nothing is
+    /// counted).
     pub fn decide(&self, request: &Request) -> Result<Response, RequestError> {
-        // Filled in by the engine's work: every descriptor OK for now.
-        let statuses = request
+        check_request(request)?;
+        let now = self.store.now();
+        let mut found: Vec<Option<Match<'_>>> = request
             .descriptors
             .iter()
-            .map(|_| DescriptorStatus {
-                code: Code::Ok,
-                current_limit: None,
-                limit_remaining: 0,
-                duration_until_reset: None,
-            })
+            .map(|d| self.rules.find(&request.domain, &d.entries))
             .collect();
+        // A limit named by a matched rule's `replaces` is not applied.
+        apply_replaces(&mut found);
+        let mut statuses = Vec::with_capacity(request.descriptors.len());
+        let mut shown: Vec<(Policy, Decision)> = Vec::new();
+        let mut retry: Option<Duration> = None;
+        for (d, m) in request.descriptors.iter().zip(&found) {
+            let hits = d.hits_addend.unwrap_or_else(|| request.hits_addend.max(1));
+            let status = match m {
+                None => unmatched(),
+                Some(m) if m.unlimited => DescriptorStatus {
+                    code: Code::Ok,
+                    current_limit: None,
+                    limit_remaining: u32::MAX,
+                    duration_until_reset: None,
+                },
+                Some(m) => {
+                    let outcome =
+                        self.decide_limits(&m.limits, m.state_key.as_bytes(), hits, now)?;
+                    if outcome.status.code == Code::OverLimit {
+                        retry = retry.max(Some(outcome.retry_after));
+                    }
+                    shown.extend(outcome.shown);
+                    let mut status = outcome.status;
+                    if m.descriptor.shadow_mode && status.code == Code::OverLimit {
+                        status.code = Code::Ok;
+                    }
+                    status
+                }
+            };
+            statuses.push(status);
+        }
+        let over = statuses.iter().any(|s| s.code == Code::OverLimit);
+        let mut headers = Vec::new();
+        if !shown.is_empty() {
+            let policies: Vec<Policy> = shown.iter().map(|(p, _)| p.clone()).collect();
+            headers.push(("RateLimit-Policy".to_string(), ratelimit_policy(&policies)));
+            headers.push((
+                "RateLimit".to_string(),
+                ratelimit(shown.iter().map(|(p, d)| (p, *d))),
+            ));
+        }
+        if over && let Some(wait) = retry {
+            headers.push((
+                "Retry-After".to_string(),
+                retry_after_secs(wait).to_string(),
+            ));
+        }
         Ok(Response {
-            overall_code: Code::Ok,
+            overall_code: if over { Code::OverLimit } else { Code::Ok },
             statuses,
-            headers: Vec::new(),
+            headers,
         })
     }
+
+    /// One descriptor's limits (one or several, all or nothing) for
+    /// `hits` at `now`.
+    fn decide_limits(
+        &self,
+        limits: &[&Limit],
+        state_key: &[u8],
+        hits: u64,
+        now: u64,
+    ) -> Result<Outcome, RequestError> {
+        let key = self.store.key(state_key);
+        // A limit of 0 refuses every request, counting nothing (a query,
+        // 0 hits, is not over it: as the reference's count, 0 + 0 ≤ 0).
+        if let Some(zero) = limits.iter().find(|l| l.requests_per_unit == 0) {
+            let mut outcome = Outcome::refused_by(zero, now);
+            if hits == 0 {
+                outcome.status.code = Code::Ok;
+                outcome.retry_after = Duration::ZERO;
+            }
+            return Ok(outcome);
+        }
+        let limiters = limits
+            .iter()
+            .map(|l| self.store.limiter(l))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(internal)?;
+        let mut decisions: Vec<Option<Decision>> = vec![None; limits.len()];
+        let refs: Vec<&crate::store::Limiter> = limiters.iter().map(AsRef::as_ref).collect();
+        let admitted =
+            crate::store::Limiter::check_all_with(refs.iter().copied(), &key, hits, now, |i, d| {
+                decisions[i] = Some(d);
+            });
+        let admitted = match admitted {
+            Ok(a) => a,
+            // More hits than the limit ever holds: over it, nothing taken.
+            Err(CoreError::InsufficientCapacity { .. }) => {
+                let first = limits.iter().max_by_key(|l| l.requests_per_unit).copied();
+                return Ok(Outcome::refused_by(first.unwrap_or(limits[0]), now));
+            }
+            Err(e) => return Err(internal(e)),
+        };
+        // A refused fixed window stays refused until it ends, as the
+        // reference server's counter (see the module's notes).
+        if !admitted && limits.len() == 1 && limits[0].algorithm == Algorithm::FixedWindow {
+            let left = refs[0].available_at(&key, now);
+            if left > 0 {
+                let _ = refs[0].check_n_at(&key, left, now);
+            }
+        }
+        // The limit the answer names: the first refusing, else the one with
+        // the least left.
+        let pick = (0..limits.len())
+            .filter_map(|i| decisions[i].map(|d| (i, d)))
+            .min_by_key(|(_, d)| (d.is_allowed(), d.remaining()));
+        let Some((i, decision)) = pick else {
+            return Err(internal(CoreError::Unsupported {
+                operation: "a decision of every limit",
+                algorithm: "stacked limits",
+            }));
+        };
+        let limit = limits[i];
+        let code = if admitted { Code::Ok } else { Code::OverLimit };
+        let shown = limits
+            .iter()
+            .zip(&decisions)
+            .filter_map(|(l, d)| Some((policy(l)?, (*d)?)))
+            .collect();
+        Ok(Outcome {
+            status: DescriptorStatus {
+                code,
+                current_limit: Some(current(limit)),
+                limit_remaining: if admitted {
+                    u32::try_from(decision.remaining()).unwrap_or(u32::MAX)
+                } else {
+                    0
+                },
+                duration_until_reset: Some(until_reset(limit, &decision, now)),
+            },
+            retry_after: decisions
+                .iter()
+                .flatten()
+                .map(Decision::retry_after)
+                .max()
+                .unwrap_or_default(),
+            shown,
+        })
+    }
+}
+
+/// One descriptor's answer, the wait before it would pass, and the
+/// decisions the headers tell.
+struct Outcome {
+    status: DescriptorStatus,
+    retry_after: Duration,
+    shown: Vec<(Policy, Decision)>,
+}
+
+impl Outcome {
+    /// Refused by `limit` with nothing counted (a limit of 0, or more hits
+    /// than it holds): until its window ends.
+    fn refused_by(limit: &Limit, now: u64) -> Outcome {
+        let reset = window_left(limit, now);
+        Outcome {
+            status: DescriptorStatus {
+                code: Code::OverLimit,
+                current_limit: Some(current(limit)),
+                limit_remaining: 0,
+                duration_until_reset: Some(reset),
+            },
+            retry_after: reset,
+            shown: Vec::new(),
+        }
+    }
+}
+
+fn unmatched() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok,
+        current_limit: None,
+        limit_remaining: 0,
+        duration_until_reset: None,
+    }
+}
+
+fn current(limit: &Limit) -> CurrentLimit {
+    CurrentLimit {
+        requests_per_unit: u32::try_from(limit.requests_per_unit).unwrap_or(u32::MAX),
+        unit: limit.window.unit,
+        name: limit.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The policy the `RateLimit-Policy` field names for `limit`.
+fn policy(limit: &Limit) -> Option<Policy> {
+    let name = limit.name.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}-per-{}ms",
+            limit.algorithm.name(),
+            limit.requests_per_unit,
+            limit.window.length.as_millis()
+        )
+    });
+    Policy::new(&name, limit.requests_per_unit, limit.window.length).ok()
+}
+
+/// What is left of the window `now` is in, as the reference server says
+/// it for a `unit` (whole seconds: the unit's length less the Unix seconds
+/// into it), exactly for a `window:`.
+fn window_left(limit: &Limit, now: u64) -> Duration {
+    let length = u64::try_from(limit.window.length.as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    if length % 1_000_000_000 == 0 {
+        let unit = length / 1_000_000_000;
+        Duration::from_secs(unit - (now / 1_000_000_000) % unit)
+    } else {
+        Duration::from_nanos(length - now % length)
+    }
+}
+
+/// Until `limit` is whole again after `decision`: a fixed window's end; for
+/// the others, the time to refill.
+fn until_reset(limit: &Limit, decision: &Decision, now: u64) -> Duration {
+    match limit.algorithm {
+        Algorithm::FixedWindow => window_left(limit, now),
+        _ => decision.reset_after(),
+    }
+}
+
+fn internal(e: CoreError) -> RequestError {
+    RequestError::Invalid {
+        reason: format!("the limit could not decide: {e}"),
+    }
+}
+
+/// Refuses a request that is malformed or larger than the engine takes.
+fn check_request(request: &Request) -> Result<(), RequestError> {
+    let too_large = |what, size: usize, max: usize| {
+        (size > max).then_some(RequestError::TooLarge {
+            what,
+            size: size as u64,
+            max: max as u64,
+        })
+    };
+    if request.domain.is_empty() {
+        return Err(RequestError::Invalid {
+            reason: "domain: a rate limit request needs a domain".to_string(),
+        });
+    }
+    if request.descriptors.is_empty() {
+        return Err(RequestError::Invalid {
+            reason: "descriptors: a rate limit request needs at least one descriptor".to_string(),
+        });
+    }
+    if let Some(e) = too_large("domain", request.domain.len(), MAX_TEXT)
+        .or_else(|| too_large("descriptors", request.descriptors.len(), MAX_DESCRIPTORS))
+    {
+        return Err(e);
+    }
+    for d in &request.descriptors {
+        check_descriptor(d, &too_large)?;
+    }
+    Ok(())
+}
+
+fn check_descriptor(
+    d: &RequestDescriptor,
+    too_large: &impl Fn(&'static str, usize, usize) -> Option<RequestError>,
+) -> Result<(), RequestError> {
+    if let Some(e) = too_large("entries", d.entries.len(), MAX_ENTRIES) {
+        return Err(e);
+    }
+    for (k, v) in &d.entries {
+        if let Some(e) =
+            too_large("key", k.len(), MAX_TEXT).or_else(|| too_large("value", v.len(), MAX_TEXT))
+        {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Refuses, before any request, a limit the store cannot build.
+fn check_rules(store: &Store, nodes: &[Descriptor]) -> Result<(), RuleError> {
+    for node in nodes {
+        if let Some(Rule::Limits(limits)) = &node.rule {
+            for l in limits.iter().filter(|l| l.requests_per_unit > 0) {
+                store.limiter(l).map_err(|e| RuleError {
+                    place: l.place.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
+        }
+        check_rules(store, &node.children)?;
+    }
+    Ok(())
 }

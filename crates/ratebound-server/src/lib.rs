@@ -11,6 +11,8 @@
 //! - [`model`]: the rules a configuration holds.
 //! - [`api`]: a request and its answer, without the wire.
 //! - [`engine`]: decides a request against the rules.
+//! - [`config`]: reads the YAML into a [`Config`](model::Config).
+//! - [`matching`]: the rule a request descriptor falls under.
 //! - [`rls`]: RLS v3 over gRPC, converted to and from [`api`].
 //! - [`json`]: the reference server's `POST /json` request and answer.
 //! - [`http`]: `POST /json`, `GET /healthcheck`, `GET /metrics`.
@@ -18,10 +20,17 @@
 //! - [`serve`]: the runner (both listeners, health, graceful shutdown).
 
 pub mod api;
+pub mod config;
 pub mod engine;
 pub mod http;
 pub mod json;
+pub mod matching;
 pub mod metrics;
 pub mod model;
 pub mod rls;
 pub mod serve;
+mod store;
+
+pub use config::{ConfigError, ConfigErrorKind, Summary, check};
+pub use matching::{Match, Rules, apply_replaces};
+pub use store::UnixClock;

@@ -33,11 +33,14 @@ pub struct Bounds {
     /// one from its length prefix with `OUT_OF_RANGE`, before buffering
     /// it); also the largest `POST /json` body. Default 1 MiB.
     pub max_message_bytes: usize,
-    /// The most descriptors in one request. Default 1 024.
+    /// The most descriptors in one request. Default the engine's
+    /// [`MAX_DESCRIPTORS`](crate::engine::MAX_DESCRIPTORS).
     pub max_descriptors: usize,
-    /// The most entries in one descriptor. Default 256.
+    /// The most entries in one descriptor. Default the engine's
+    /// [`MAX_ENTRIES`](crate::engine::MAX_ENTRIES).
     pub max_entries: usize,
-    /// The longest domain, key or value, in bytes. Default 8 KiB.
+    /// The longest domain, key or value, in bytes. Default the engine's
+    /// [`MAX_TEXT`](crate::engine::MAX_TEXT).
     pub max_text_bytes: usize,
 }
 
@@ -45,9 +48,9 @@ impl Default for Bounds {
     fn default() -> Bounds {
         Bounds {
             max_message_bytes: 1 << 20,
-            max_descriptors: 1024,
-            max_entries: 256,
-            max_text_bytes: 8 << 10,
+            max_descriptors: crate::engine::MAX_DESCRIPTORS,
+            max_entries: crate::engine::MAX_ENTRIES,
+            max_text_bytes: crate::engine::MAX_TEXT,
         }
     }
 }

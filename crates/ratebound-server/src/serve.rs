@@ -187,7 +187,7 @@ impl Bound {
             http,
             ..
         } = self;
-        let metrics = Arc::new(Metrics::new(&engine.config()));
+        let metrics = Arc::new(Metrics::new(engine.rules().config()));
         let healthy = Arc::new(AtomicBool::new(true));
 
         let (reporter, health_service) = tonic_health::server::health_reporter();

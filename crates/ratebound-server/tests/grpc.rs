@@ -1,7 +1,7 @@
 //! RLS v3 over gRPC with a real tonic client on 127.0.0.1: the conversions
 //! field by field, the bounds, health, graceful shutdown.
 
-mod common;
+mod wire;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,7 +27,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use common::{config, http, start};
+use wire::{config, http, start};
 
 fn entry(key: &str, value: &str) -> Entry {
     Entry {
@@ -322,21 +322,21 @@ async fn oversized_requests_are_refused_and_the_server_keeps_serving() {
 
     let metrics = http(server.http, "GET", "/metrics", b"").await.body;
     assert_eq!(
-        common::sample(
+        wire::sample(
             &metrics,
             "ratebound_request_errors_total{transport=\"grpc\",reason=\"too_large\"}"
         ),
         3
     );
     assert_eq!(
-        common::sample(
+        wire::sample(
             &metrics,
             "ratebound_request_errors_total{transport=\"grpc\",reason=\"invalid\"}"
         ),
         1
     );
     assert_eq!(
-        common::sample(
+        wire::sample(
             &metrics,
             "ratebound_requests_total{transport=\"grpc\",domain=\"edge\",code=\"OK\"}"
         ),
@@ -491,5 +491,84 @@ async fn shutdown_answers_the_call_in_flight() {
     let answer = RateLimitResponse::decode(&bytes[5..]).unwrap();
     assert_eq!(answer.overall_code, PbCode::Ok as i32);
     assert_eq!(answer.statuses.len(), 1);
+    server.finish().await;
+}
+
+/// The reference README's example 3 (a per-IP limit and a black-listed IP),
+/// written out here as a test input.
+const BLACK_LIST: &str = "\
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+
+  # Black list IP
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+";
+
+#[tokio::test]
+async fn a_real_decision_crosses_the_wire() {
+    // engine: the lead's decisions, seen through the wire (the black-listed
+    // IP is over the limit whatever the clock says).
+    let config = ratebound_server::model::Config::parse(BLACK_LIST, "black_list.yaml").unwrap();
+    let server = start(config, ServeOptions::default()).await;
+    let request = RateLimitRequest {
+        domain: "edge_proxy_per_ip".into(),
+        descriptors: vec![descriptor(vec![entry("remote_address", "50.0.0.5")], None)],
+        hits_addend: 0,
+    };
+    let response = client(server.grpc)
+        .await
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        response.overall_code,
+        PbCode::OverLimit as i32,
+        "{response:?}"
+    );
+    let status = &response.statuses[0];
+    assert_eq!(status.code, PbCode::OverLimit as i32);
+    let limit = status.current_limit.as_ref().expect("the limit decided by");
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (0, PbUnit::Second as i32)
+    );
+    assert!(
+        response
+            .response_headers_to_add
+            .iter()
+            .any(|h| h.key.eq_ignore_ascii_case("retry-after")),
+        "{response:?}"
+    );
+
+    let answer = http(
+        server.http,
+        "POST",
+        "/json",
+        br#"{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}"#,
+    )
+    .await;
+    assert_eq!(answer.status, 429, "{answer:?}");
+    let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(body["overallCode"], "OVER_LIMIT");
+    assert_eq!(body["statuses"][0]["currentLimit"]["unit"], "SECOND");
+    let metrics = http(server.http, "GET", "/metrics", b"").await.body;
+    let over = |transport: &str| {
+        wire::sample(
+            &metrics,
+            &format!(
+                "ratebound_requests_total{{transport=\"{transport}\",domain=\"edge_proxy_per_ip\",code=\"OVER_LIMIT\"}}"
+            ),
+        )
+    };
+    assert_eq!((over("grpc"), over("json")), (1, 1));
     server.finish().await;
 }

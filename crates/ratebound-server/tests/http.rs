@@ -2,7 +2,7 @@
 //! `GET /healthcheck`, `GET /metrics`, and a graceful shutdown that
 //! answers the request in flight.
 
-mod common;
+mod wire;
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use common::{config, http, read_answer, sample, start};
+use wire::{config, http, read_answer, sample, start};
 
 #[tokio::test]
 async fn json_round_trip_in_either_spelling() {

@@ -319,3 +319,27 @@ fn check_all_is_all_or_nothing_and_rolls_back_on_errors() {
     assert_eq!(all(&b).unwrap_err().code(), "too_many_keys");
     assert_eq!(burst.available(&b), 3);
 }
+
+/// All or nothing whichever limiter refuses: an earlier one refusing, the
+/// later ones that admitted give back (before, they kept their tokens).
+#[test]
+fn check_all_gives_back_what_later_limiters_took_when_an_earlier_one_refuses() {
+    let clock = ManualClock::new();
+    let burst = on_clock::<&str>(bucket("1/s burst 1"), &clock);
+    let daily = on_clock::<&str>(two_per(86_400), &clock);
+    let both = || KeyedLimiter::check_all_at([&burst, &daily], &"alice", 1, 0).unwrap();
+    assert!(both().iter().all(|d| d.is_allowed()));
+    // The burst refuses first: the day's window is not charged.
+    let refused = both();
+    assert!(!refused[0].is_allowed() && refused[1].is_allowed());
+    assert_eq!(daily.available_at(&"alice", 0), 1);
+    assert_eq!(
+        refused[1].remaining(),
+        1,
+        "the later decision tells the state after the give-back"
+    );
+    for _ in 0..5 {
+        assert!(!both()[0].is_allowed());
+    }
+    assert_eq!(daily.available_at(&"alice", 0), 1);
+}

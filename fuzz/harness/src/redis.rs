@@ -9,7 +9,8 @@ use std::time::Duration;
 use ratebound::any::AnyClock;
 use ratebound::{KeyedAlgorithm, ManualClock};
 use ratebound_redis::{
-    Begin, CallOutcome, Config, Engine, OnError, REPLY_LEN, ReserveBegin, Reserved, Source,
+    Begin, Call, CallOutcome, Config, Engine, HINTED, OnError, REPLY_LEN, ReserveBegin, Reserved,
+    Source,
 };
 
 use crate::Input;
@@ -23,7 +24,7 @@ fn reply(input: &mut Input<'_>) -> Vec<i64> {
         0 => input.below(12),
         _ => REPLY_LEN,
     };
-    (0..len)
+    let mut r: Vec<i64> = (0..len)
         .map(|_| match input.byte() % 5 {
             0 => i64::from(input.byte() % 2),
             1 => i64::from(input.u16()),
@@ -31,13 +32,21 @@ fn reply(input: &mut Input<'_>) -> Vec<i64> {
             3 => i64::MAX - i64::from(input.byte()),
             _ => i64::from(input.u32()),
         })
-        .collect()
+        .collect();
+    // Sometimes the word "as hinted" (a hinted call's, else malformed).
+    if len == REPLY_LEN && input.byte().is_multiple_of(4) {
+        (r[7], r[8]) = (HINTED, 0);
+    }
+    r
 }
 
 /// The scripts' shape: [`REPLY_LEN`] integers, none negative, the learned
-/// word's parts within their bits (18 and 44).
-fn well_formed(r: &[i64]) -> bool {
-    r.len() == REPLY_LEN && r.iter().all(|v| *v >= 0) && r[7] < 1 << 18 && r[8] < 1 << 44
+/// word's parts within their bits (18 and 44) — or, to a hinted call
+/// (`Call::hint`), [`HINTED`] and 0.
+fn well_formed(r: &[i64], hinted: bool) -> bool {
+    r.len() == REPLY_LEN
+        && r.iter().all(|v| *v >= 0)
+        && ((r[7] < 1 << 18 && r[8] < 1 << 44) || (hinted && r[7] == HINTED && r[8] == 0))
 }
 
 fn is_failure(source: Source) -> bool {
@@ -84,8 +93,11 @@ pub fn redis_reply(data: &[u8]) {
             _ if as_double => CallOutcome::of_numbers(&values, &mut doubles),
             _ => CallOutcome::Reply(&r),
         };
-        let replied = match outcome {
-            CallOutcome::Reply(ints) => well_formed(ints).then(|| ints.to_vec()),
+        // The reply as the call it answers reads it (None: a failure).
+        let replied = |call: Option<&Call>| match outcome {
+            CallOutcome::Reply(ints) => {
+                well_formed(ints, call.and_then(Call::hint).is_some()).then(|| ints.to_vec())
+            }
             _ => None,
         };
         match input.byte() % 4 {
@@ -93,6 +105,7 @@ pub fn redis_reply(data: &[u8]) {
                 let max_wait = Duration::from_micros(input.number());
                 match engine.begin_reserve(None, key, n, max_wait) {
                     Ok(ReserveBegin::Call(call)) => {
+                        let replied = replied(Some(&call));
                         let got = engine.finish_reserve(&call, outcome);
                         if let Some(r) = &replied {
                             let granted = matches!(got, Reserved::Granted { .. });
@@ -114,6 +127,9 @@ pub fn redis_reply(data: &[u8]) {
                 if let Ok(call) =
                     engine.begin_pause(None, key, Duration::from_millis(u64::from(input.u16()) + 1))
                 {
+                    // A pause is never hinted.
+                    assert_eq!(call.hint(), None);
+                    let replied = replied(None);
                     let got = engine.finish_pause(outcome);
                     assert_eq!(got.is_some(), replied.is_some(), "{got:?} for {replied:?}");
                     let _ = call;
@@ -121,6 +137,7 @@ pub fn redis_reply(data: &[u8]) {
             }
             _ => match engine.begin(key, n) {
                 Ok(Begin::Call(call)) => {
+                    let replied = replied(Some(&call));
                     let d = engine.finish(&call, outcome);
                     assert!(d.remaining() <= d.limit(), "{d:?}");
                     // The local share's bucket has its own burst (which the
@@ -132,6 +149,10 @@ pub fn redis_reply(data: &[u8]) {
                         Some(r) => {
                             assert_eq!(d.is_allowed(), r[0] == 1, "{r:?} gave {d:?}");
                             assert!(!is_failure(d.source()), "{r:?} gave {d:?}");
+                            // "As hinted": the word the call hinted.
+                            if r[7] == HINTED {
+                                assert_eq!(Some(engine.learned(None, key)), call.hint());
+                            }
                         }
                         // The client's own overload (a call timed out
                         // while Redis answered others) is busy, never the

@@ -31,6 +31,12 @@ pub(crate) struct InRedis {
     /// redeploy) keeps its keys, and a state beyond the new limit is
     /// refused with the exact wait.
     pub(crate) tag: &'static str,
+    /// A token bucket's `T` and `tau` (µs) as numbers, for the hinted
+    /// calls ([`crate::learn::scaled`]); `None` for a window, and for a
+    /// bucket whose `tau` a double does not hold exactly (at or above 2^53
+    /// µs: the script's own scaling is then not exact, and its calls go
+    /// without a hint).
+    pub(crate) bucket: Option<(u128, u128)>,
 }
 
 /// How `algorithm` runs in Redis.
@@ -41,6 +47,7 @@ pub(crate) struct InRedis {
 /// checks of a window's limit and length), and [`Error::Unsupported`] for
 /// an algorithm Redis has no script for.
 pub(crate) fn in_redis(algorithm: &KeyedAlgorithm) -> Result<InRedis, Error> {
+    let mut bucket = None;
     let (script, fixed, tag) = match *algorithm {
         KeyedAlgorithm::TokenBucket(q) => {
             let t = micros_up(u128::from(q.emission_interval_nanos()));
@@ -53,6 +60,7 @@ pub(crate) fn in_redis(algorithm: &KeyedAlgorithm) -> Result<InRedis, Error> {
                 });
             }
             let tau = t * u128::from(q.burst());
+            bucket = (tau < MAX_EXACT).then_some((t, tau));
             (&GCRA, [t.to_string(), tau.to_string()], "tb")
         }
         KeyedAlgorithm::FixedWindow { limit, window }
@@ -91,7 +99,12 @@ pub(crate) fn in_redis(algorithm: &KeyedAlgorithm) -> Result<InRedis, Error> {
             });
         }
     };
-    Ok(InRedis { script, fixed, tag })
+    Ok(InRedis {
+        script,
+        fixed,
+        tag,
+        bucket,
+    })
 }
 
 fn micros_up(nanos: u128) -> u128 {

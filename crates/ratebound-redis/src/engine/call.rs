@@ -73,9 +73,39 @@ pub struct Call {
     pub kind: CallKind,
     /// The tokens the caller asked for.
     pub n: u64,
+    /// The learned word the arguments hint (see [`Call::hint`]).
+    pub(crate) hint: Option<ratebound::outbound::Learned>,
 }
 
 impl Call {
+    /// The learned word this call hints to the script, if any: a check,
+    /// lease or reservation on a token bucket whose key's last reply told
+    /// a learned word carries that word's scaled `T'` and `tau'` (µs) in
+    /// place of the ceiling's (`args[1]`, `args[2]`), then the word as it
+    /// is stored (`args[6]`, `":<hi>:<lo>"`) and the ceiling's
+    /// `"<T>:<tau>"` (`args[7]`). A key holding that word is read with one
+    /// string comparison and no scaling, and the reply's word is then
+    /// [`HINTED`] (`[.., 262144, 0]`: "the hinted one"); a key holding any
+    /// other runs the full path on the ceiling and replies its word. The
+    /// decisions are the same either way. (With its two more arguments, a
+    /// hinted call joins a batch of hinted calls only:
+    /// [`BatchCall::joins`].)
+    pub fn hint(&self) -> Option<ratebound::outbound::Learned> {
+        self.hint
+    }
+
+    /// Whether `r` is a reply of the scripts to this call: [`REPLY_LEN`]
+    /// integers, none negative, the learned word's parts within their bits
+    /// (18 and 44) — or, to a hinted call, [`HINTED`] and 0.
+    pub fn replied(&self, r: &[i64]) -> bool {
+        well_formed(r)
+            || (self.hint.is_some()
+                && r.len() == REPLY_LEN
+                && r[7] == HINTED
+                && r[8] == 0
+                && r[..7].iter().all(|v| *v >= 0))
+    }
+
     /// The same call judged at `now_us` (µs) instead of Redis' `TIME`: the
     /// explicit-time twin, for replaying test vectors.
     pub fn at(mut self, now_us: u64) -> Call {
@@ -270,12 +300,18 @@ pub enum Begin {
 /// How many integers a script replies per call: allowed, remaining,
 /// retry_after_us, reset_after_us, taken, damaged, now_us, then the learned
 /// word's two parts (its bits 44 and up, its bits 0–43; 0 and 0 for the
-/// fresh word, and always from a window's script) — see `lua/gcra.lua`. A
+/// fresh word, and always from a window's script; [`HINTED`] and 0 for the
+/// word a hinted call named, [`Call::hint`]) — see `lua/gcra.lua`. A
 /// batch replies this many per call, in order.
 pub const REPLY_LEN: usize = 9;
 
-/// Whether `r` is a reply of the scripts: [`REPLY_LEN`] integers, none
-/// negative, the learned word's parts within their bits (18 and 44).
+/// A reply's word part (`reply[7]`, beyond the 18 bits of a word's) that
+/// says "the word the call hinted" ([`Call::hint`]), with 0 after it.
+pub const HINTED: i64 = 1 << 18;
+
+/// Whether `r` is a reply of the scripts to an unhinted call: [`REPLY_LEN`]
+/// integers, none negative, the learned word's parts within their bits (18
+/// and 44).
 pub(crate) fn well_formed(r: &[i64]) -> bool {
     r.len() == REPLY_LEN && r.iter().all(|v| *v >= 0) && r[7] < 1 << 18 && r[8] < 1 << 44
 }

@@ -7,7 +7,10 @@
 //! [`Learned::scale`] scales it. Every reply of the token bucket's script
 //! carries the word in force ([`Engine::learned`] answers from the last
 //! one for the key, without I/O); [`Engine::begin_adapt`] is the
-//! compare-and-swap that replaces it for the whole fleet.
+//! compare-and-swap that replaces it for the whole fleet. A check, lease
+//! or reservation on a key whose word is known hints it
+//! ([`Call::hint`]): the script compares the stored word with the hint
+//! instead of reading and scaling it.
 //!
 //! **Forgetting.** A key holding a learned word lives at least the learned
 //! tolerance (`burst' × T'`: the time its bucket takes to fill at the
@@ -24,7 +27,7 @@ use std::time::Duration;
 use ratebound::outbound::Learned;
 use ratebound::{Clock, Error};
 
-use crate::call::{Call, CallKind, CallOutcome, well_formed};
+use crate::call::{Call, CallKind, CallOutcome, HINTED};
 use crate::engine::Engine;
 
 /// The most keys whose last word an engine keeps (beyond it, another key's
@@ -45,6 +48,46 @@ pub(crate) fn parts(word: Learned) -> (u64, u64) {
 pub(crate) fn word_of(reply: &[i64]) -> Learned {
     let (hi, lo) = (reply[7] as u64, reply[8] as u64);
     Learned::from_bits((hi << LO_BITS) | lo)
+}
+
+/// The word of `call`'s well-formed reply ([`Call::replied`]): the hint's
+/// when the script says the key held it ([`HINTED`]).
+pub(crate) fn word_of_call(call: &Call, reply: &[i64]) -> Learned {
+    match call.hint {
+        Some(word) if reply[7] == HINTED => word,
+        _ => word_of(reply),
+    }
+}
+
+/// The longest interval `lua/gcra.lua` scales to, µs: ceil(2^60 / 1000).
+const MAX_T: u128 = 1_152_921_504_606_847;
+/// The longest tolerance it scales to, µs: floor(2^60 / 1000).
+const MAX_TAU: u128 = 1_152_921_504_606_846;
+
+/// `T'` and `tau'` (µs) of the ceiling's `t` and `tau` (µs, `tau` a
+/// multiple of `t` below 2^53) under a word whose bits 44 and up are `hi`:
+/// `lua/gcra.lua`'s scaling in integers — its doubles are exact there, so
+/// these are its numbers bit for bit (`tests/learn_hint.rs` compares the
+/// two against a real Redis), which a hinted call hands it instead of
+/// having it scale.
+pub(crate) fn scaled(hi: u64, t: u128, tau: u128) -> (u128, u128) {
+    let cut = u128::from(hi % (1 << 17));
+    if cut == 0 {
+        return (t, tau);
+    }
+    let f = 65_536u128.saturating_sub(cut).max(1);
+    let b = tau / t;
+    let t2 = (t * 65_536).div_ceil(f).min(MAX_T);
+    let mut s = b * f / 65_536;
+    let mut tau2 = s * t2;
+    if tau2 > MAX_TAU || s < 1 {
+        if tau2 > MAX_TAU {
+            s = MAX_TAU / t2;
+        }
+        s = s.max(1);
+        tau2 = s * t2;
+    }
+    (t2, tau2)
 }
 
 /// The words of the keys an engine last heard of (none while nothing was
@@ -119,9 +162,45 @@ impl Engine {
         self.words.of(&self.redis_key(scope, key))
     }
 
-    /// Heard `reply` (well-formed) for the key `full`: its word.
-    pub(crate) fn heard_word(&self, full: &[u8], reply: &[i64]) {
-        self.words.heard(full, word_of(reply));
+    /// Heard `reply` ([`Call::replied`]) to `call`: its key's word.
+    pub(crate) fn heard_word(&self, call: &Call, reply: &[i64]) {
+        self.words.heard(&call.key, word_of_call(call, reply));
+    }
+
+    /// The hint for a call of `kind` on `key` (its full key) with `args`
+    /// as [`call`](Self::call) made them: while the key's last reply told
+    /// a learned word, a check, lease or reservation on a token bucket
+    /// hands the script the word's scaled `T'` and `tau'` in place of the
+    /// ceiling's, then the word as it is stored (`":<hi>:<lo>"`) and the
+    /// ceiling's `"<T>:<tau>"`: a key that holds that word is read with one
+    /// string comparison, without scaling (the reply then says
+    /// [`HINTED`]); any other runs the full path on the ceiling. The word
+    /// hinted, if any.
+    pub(crate) fn hint(
+        &self,
+        key: &[u8],
+        kind: CallKind,
+        args: &mut Vec<String>,
+    ) -> Option<Learned> {
+        let (t, tau) = self.redis.bucket?;
+        if !matches!(
+            kind,
+            CallKind::Check | CallKind::Lease | CallKind::Reserve { .. }
+        ) {
+            return None;
+        }
+        let word = self.words.of(key);
+        if word.is_fresh() {
+            return None;
+        }
+        let (hi, lo) = parts(word);
+        let (t2, tau2) = scaled(hi, t, tau);
+        let ceiling = format!("{}:{}", args[1], args[2]);
+        args[1] = t2.to_string();
+        args[2] = tau2.to_string();
+        args.push(format!(":{hi}:{lo}"));
+        args.push(ceiling);
+        Some(word)
     }
 
     /// The call that replaces `key`'s learned word `seen` with `next` for
@@ -183,9 +262,9 @@ impl Engine {
     pub fn finish_adapt(&self, call: &Call, outcome: CallOutcome<'_>) -> Result<bool, Error> {
         let now = self.clock.now();
         match outcome {
-            CallOutcome::Reply(r) if well_formed(r) => {
+            CallOutcome::Reply(r) if call.replied(r) => {
                 self.answered(now);
-                self.heard_word(&call.key, r);
+                self.heard_word(call, r);
                 Ok(r[0] == 1)
             }
             _ if self.overloaded(&outcome, now) => {

@@ -30,7 +30,7 @@ use ratebound::{Clock, Error, KeyedAlgorithm, KeyedLimiter, Overflow, Quota};
 
 use crate::algorithm::{Algorithm, InRedis, in_redis};
 use crate::breaker::Breaker;
-use crate::call::{Begin, Call, CallKind, CallOutcome, well_formed};
+use crate::call::{Begin, Call, CallKind, CallOutcome};
 use crate::config::{Config, OnError};
 use crate::decision::{RedisDecision, Source};
 use crate::health::{Health, Notice, Stats};
@@ -360,20 +360,22 @@ impl Engine {
                 format!("{sh}:{sl}:{nh}:{nl}")
             }
         };
-        let mode = kind.as_str();
+        let mut args = vec![
+            String::new(),
+            self.redis.fixed[0].clone(),
+            self.redis.fixed[1].clone(),
+            n.to_string(),
+            kind.as_str().to_string(),
+            max,
+        ];
+        let hint = self.hint(&key, kind, &mut args);
         Call {
             script: self.redis.script,
             key,
-            args: vec![
-                String::new(),
-                self.redis.fixed[0].clone(),
-                self.redis.fixed[1].clone(),
-                n.to_string(),
-                mode.to_string(),
-                max,
-            ],
+            args,
             kind,
             n,
+            hint,
         }
     }
 
@@ -435,7 +437,7 @@ impl Engine {
     pub fn finish(&self, call: &Call, outcome: CallOutcome<'_>) -> RedisDecision {
         let now = self.clock.now();
         let reply = match outcome {
-            CallOutcome::Reply(r) if well_formed(r) => r,
+            CallOutcome::Reply(r) if call.replied(r) => r,
             // The client's own overload, not Redis'.
             _ if self.overloaded(&outcome, now) => return self.unsent(now),
             // What is left is Redis' failure (the client's own overload was
@@ -449,7 +451,7 @@ impl Engine {
             }
         };
         self.answered(now);
-        self.heard_word(&call.key, reply);
+        self.heard_word(call, reply);
         let [allowed, remaining, retry_us, reset_us, taken, damaged] =
             [reply[0], reply[1], reply[2], reply[3], reply[4], reply[5]].map(|v| v as u64);
         let allowed = allowed == 1;

@@ -159,7 +159,7 @@ impl Engine {
             _ => Duration::MAX,
         };
         let reply = match outcome {
-            CallOutcome::Reply(r) if well_formed(r) => r,
+            CallOutcome::Reply(r) if call.replied(r) => r,
             // The client's own overload (never sent, or late while Redis
             // answered others): nothing reserved as far as the caller
             // knows; ask again soon, within the wait's own deadline.
@@ -178,7 +178,7 @@ impl Engine {
             }
         };
         self.answered(now);
-        self.heard_word(&call.key, reply);
+        self.heard_word(call, reply);
         let source = if reply[5] == 1 {
             Source::Damaged
         } else {

@@ -163,3 +163,70 @@ fn bad_settings_are_typed_errors() {
 fn e_code(c: Config) -> &'static str {
     Engine::new(c).unwrap_err().code()
 }
+
+/// Once a key's reply told a learned word, its checks, leases and
+/// reservations hint it (the word's T'/tau', its text, the ceiling); its
+/// pauses, resumes, give-backs and adapts do not, nor another key's
+/// calls. "As hinted" is the hinted word — and a malformed reply to an
+/// unhinted call.
+#[test]
+fn calls_on_a_learned_key_hint_its_word() {
+    use ratebound::outbound::{FULL, Learned};
+    let (e, _) = engine(OnError::Closed, 0);
+    let half = Learned::new(FULL / 2, 1_800_000_000_000).with_cut(true);
+    let (hi, lo) = crate::learn::parts(half);
+    let c = call(&e, "p", 1);
+    assert_eq!((c.hint(), c.args.len()), (None, 6));
+    let d = e.finish(
+        &c,
+        CallOutcome::Reply(&[1, 19, 0, 100_000, 1, 0, 7, hi as i64, lo as i64]),
+    );
+    assert!(d.is_allowed());
+    let c = call(&e, "p", 1);
+    assert_eq!(c.hint(), Some(half));
+    // Half of 10/s burst 20: T' = 200 000 µs, burst 10.
+    assert_eq!(
+        c.args,
+        [
+            "",
+            "200000",
+            "2000000",
+            "1",
+            "check",
+            "1",
+            &format!(":{hi}:{lo}"),
+            "100000:2000000"
+        ]
+    );
+    let Ok(crate::ReserveBegin::Call(r)) = e.begin_reserve(None, b"p", 1, Duration::MAX) else {
+        panic!("a reservation's call")
+    };
+    assert_eq!((r.hint(), &r.args[4]), (Some(half), &"reserve".to_string()));
+    assert_eq!(e.give_back(&r, 7).hint(), None);
+    for other in [
+        e.begin_pause(None, b"p", Duration::from_secs(1)).unwrap(),
+        e.begin_resume(None, b"p").unwrap(),
+        e.begin_adapt(None, b"p", half, Learned::fresh()).unwrap(),
+    ] {
+        assert_eq!(
+            (other.hint(), other.args.len()),
+            (None, 6),
+            "{:?}",
+            other.kind
+        );
+    }
+    assert_eq!(call(&e, "q", 1).hint(), None);
+    // "As hinted": the word stays the hinted one.
+    let hinted = [0, 0, 50_000, 2_000_000, 0, 0, 7, crate::HINTED, 0];
+    let d = e.finish(&c, CallOutcome::Reply(&hinted));
+    assert_eq!((d.is_allowed(), d.source()), (false, Source::Redis));
+    assert_eq!(e.learned(None, b"p"), half);
+    // The same reply to an unhinted call is not one of the scripts'.
+    let q = call(&e, "q", 1);
+    assert_eq!(
+        e.finish(&q, CallOutcome::Reply(&hinted)).source(),
+        Source::FailClosed
+    );
+    assert!(!q.replied(&hinted) && c.replied(&hinted));
+    assert!(!c.replied(&[0, 0, 50_000, 2_000_000, 0, 0, 7, crate::HINTED, 1]));
+}

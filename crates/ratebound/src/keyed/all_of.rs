@@ -90,17 +90,25 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
     where
         Self: 'a,
     {
-        Self::check_rest(&mut limiters.into_iter(), 0, key, n, now, &mut each)
+        Self::check_rest(
+            &mut limiters.into_iter(),
+            (0, false),
+            key,
+            n,
+            now,
+            &mut each,
+        )
     }
 
     /// The rest of a [`check_all_with`](Self::check_all_with) from limiter
-    /// `index` on: each level of the recursion holds its limiter's permit on
-    /// the stack until the later limiters have decided, and gives it back if
-    /// any of them refused or failed — in reverse order, as a list of
-    /// permits would, without one.
+    /// `index` on (`refused`: an earlier limiter refused): each level of
+    /// the recursion holds its limiter's permit on the stack until the
+    /// later limiters have decided, and gives it back if any limiter,
+    /// earlier or later, refused or failed — in reverse order, as a list
+    /// of permits would, without one.
     pub(super) fn check_rest<'a, F: FnMut(usize, Decision)>(
         limiters: &mut impl Iterator<Item = &'a Self>,
-        index: usize,
+        (index, refused): (usize, bool),
         key: &K,
         n: u64,
         now: u64,
@@ -113,8 +121,9 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, C> {
             return Ok(true);
         };
         let (decision, permit) = limiter.acquire_n_at(key, n, now)?;
-        let rest = Self::check_rest(limiters, index + 1, key, n, now, each);
-        let admitted = decision.is_allowed() && matches!(rest, Ok(true));
+        let refused = refused || !decision.is_allowed();
+        let rest = Self::check_rest(limiters, (index + 1, refused), key, n, now, each);
+        let admitted = !refused && matches!(rest, Ok(true));
         let mut shown = decision;
         if !admitted && let Some(permit) = permit {
             // Issued just above, for this key: it is this limiter's own.

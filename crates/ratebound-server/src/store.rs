@@ -1,0 +1,160 @@
+//! Where the limits' state lives in this process: one keyed limiter of the
+//! core per distinct limit (algorithm, count, window, burst), each key a
+//! descriptor's state key stored as a 128-bit fingerprint, on a clock that
+//! reads Unix time (so fixed windows are aligned to multiples of their
+//! length since the Unix epoch, as the reference server's).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ratebound::any::{AnyClock, Fingerprint, Fingerprinter};
+use ratebound::{Clock, KeyedAlgorithm, KeyedLimiter, MonotonicClock, Overflow, Quota};
+
+use crate::model::{Algorithm, Limit};
+
+/// Unix time in ns, monotonic: the wall clock read once at the start, then
+/// the monotonic clock's progress. A fixed window's index (`now / window`)
+/// is then the reference server's (`unix_seconds / unit`), and a step of
+/// the wall clock (NTP, a VM resumed) cannot move a limit backwards.
+#[derive(Clone, Debug)]
+pub struct UnixClock {
+    origin: u64,
+    monotonic: MonotonicClock,
+}
+
+impl UnixClock {
+    /// The clock, reading the wall clock now.
+    pub fn new() -> UnixClock {
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let monotonic = MonotonicClock::new();
+        let origin = u64::try_from(unix.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_sub(monotonic.now());
+        UnixClock { origin, monotonic }
+    }
+}
+
+impl Default for UnixClock {
+    fn default() -> UnixClock {
+        UnixClock::new()
+    }
+}
+
+impl Clock for UnixClock {
+    fn now(&self) -> u64 {
+        self.origin
+            .saturating_add(self.monotonic.now())
+            .min(ratebound::MAX_TIME_NANOS)
+    }
+}
+
+/// What makes two limits one: their algorithm, count, window and burst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Spec {
+    algorithm: Algorithm,
+    requests: u64,
+    window_ns: u64,
+    burst: u64,
+}
+
+impl Spec {
+    /// The spec of `limit` (whose count is at least 1).
+    pub(crate) fn of(limit: &Limit) -> Spec {
+        Spec {
+            algorithm: limit.algorithm,
+            requests: limit.requests_per_unit,
+            window_ns: u64::try_from(limit.window.length.as_nanos()).unwrap_or(u64::MAX),
+            burst: limit.burst.unwrap_or(limit.requests_per_unit),
+        }
+    }
+
+    /// The core's algorithm for this spec.
+    fn algorithm(self) -> Result<KeyedAlgorithm, ratebound::Error> {
+        let window = Duration::from_nanos(self.window_ns);
+        Ok(match self.algorithm {
+            Algorithm::FixedWindow => KeyedAlgorithm::FixedWindow {
+                limit: self.requests,
+                window,
+            },
+            Algorithm::SlidingWindow => KeyedAlgorithm::SlidingWindow {
+                limit: self.requests,
+                window,
+            },
+            // The exact log keeps a time per request: per key, in this
+            // process, it is not built yet — said where the rules are
+            // taken (`Engine::new`), never replaced by an approximation.
+            Algorithm::SlidingLog => {
+                return Err(ratebound::Error::Unsupported {
+                    operation: "a sliding log per descriptor (ratebound serve)",
+                    algorithm: "sliding_log",
+                });
+            }
+            Algorithm::TokenBucket => KeyedAlgorithm::TokenBucket(Quota::parse(&format!(
+                "{}/{}ns burst {}",
+                self.requests, self.window_ns, self.burst
+            ))?),
+        })
+    }
+}
+
+/// One limit's state: a keyed limiter of the core.
+pub(crate) type Limiter = KeyedLimiter<Fingerprint, AnyClock>;
+
+/// Every limit's state in this process.
+pub(crate) struct Store {
+    limiters: RwLock<HashMap<Spec, Arc<Limiter>>>,
+    fingerprints: Fingerprinter,
+    clock: AnyClock,
+    max_keys: usize,
+}
+
+impl Store {
+    /// A store whose limiters each track at most `max_keys` keys (the
+    /// least recently used forgotten beyond), on `clock` (Unix time in ns:
+    /// a [`UnixClock`], or a manual clock set to Unix time in tests).
+    pub(crate) fn new(clock: AnyClock, max_keys: usize) -> Store {
+        Store {
+            limiters: RwLock::new(HashMap::new()),
+            fingerprints: Fingerprinter::new(),
+            clock,
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// The time now, Unix ns.
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// The stored form of a state key.
+    pub(crate) fn key(&self, state_key: &[u8]) -> Fingerprint {
+        self.fingerprints.of(0, state_key)
+    }
+
+    /// The limiter of `limit` (count ≥ 1), made at first use.
+    ///
+    /// # Errors
+    /// The core's, for a limit it cannot represent (the configuration's
+    /// checks refuse those first).
+    pub(crate) fn limiter(&self, limit: &Limit) -> Result<Arc<Limiter>, ratebound::Error> {
+        let spec = Spec::of(limit);
+        if let Some(l) = self
+            .limiters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&spec)
+        {
+            return Ok(Arc::clone(l));
+        }
+        let made = KeyedLimiter::new(spec.algorithm()?)?
+            .with_max_keys(self.max_keys, Overflow::EvictLeastRecent)?
+            .with_clock(self.clock.clone());
+        let mut all = self.limiters.write().unwrap_or_else(|e| e.into_inner());
+        Ok(Arc::clone(
+            all.entry(spec).or_insert_with(|| Arc::new(made)),
+        ))
+    }
+}
