@@ -1,6 +1,6 @@
 //! A sanity number, not a benchmark: the latency of `ShouldRateLimit`
 //! round trips on loopback, one tonic client, one call at a time, against
-//! the in-process server (with the engine of the day).
+//! the in-process server, one fixed-window rule matched and counted.
 //!
 //! `cargo run --release -p ratebound-server --example rls_p50 [CALLS]`
 
@@ -27,7 +27,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         http: "127.0.0.1:0".parse()?,
         ..ServeOptions::default()
     };
-    let bound = bind(Arc::new(Engine::new(Config::default())?), options).await?;
+    let rules = "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      - key: path\n        rate_limit:\n          unit: second\n          requests_per_unit: 1000000\n";
+    let config = Config::parse(rules, "rls_p50.yaml")?;
+    let bound = bind(Arc::new(Engine::new(config)?), options).await?;
     let grpc = bound.grpc_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(bound.run(async move {
@@ -54,7 +56,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut times: Vec<Duration> = Vec::with_capacity(calls);
     for i in 0..calls + 1000 {
         let start = Instant::now();
-        client.should_rate_limit(request.clone()).await?;
+        let answer = client
+            .should_rate_limit(request.clone())
+            .await?
+            .into_inner();
+        assert!(
+            answer.statuses[0].current_limit.is_some(),
+            "the rule matched"
+        );
         if i >= 1000 {
             times.push(start.elapsed());
         }
