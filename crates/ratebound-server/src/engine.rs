@@ -17,7 +17,7 @@
 //! `hits_addend: 0` (a query) in a window that refused is answered OK with
 //! nothing left here, and over the limit there.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ratebound::http::{Policy, ratelimit, ratelimit_policy, retry_after_secs};
@@ -113,7 +113,9 @@ impl Default for Options {
 
 /// Decides requests against the rules in force.
 pub struct Engine {
-    rules: Arc<Rules>,
+    /// Swapped whole by [`reload`](Engine::reload): a decision reads one
+    /// set of rules from start to end.
+    rules: RwLock<Arc<Rules>>,
     store: Store,
 }
 
@@ -136,14 +138,32 @@ impl Engine {
             check_rules(&store, &domain.descriptors)?;
         }
         Ok(Engine {
-            rules: Arc::new(Rules::new(config)),
+            rules: RwLock::new(Arc::new(Rules::new(config))),
             store,
         })
     }
 
     /// The rules in force.
     pub fn rules(&self) -> Arc<Rules> {
-        Arc::clone(&self.rules)
+        Arc::clone(&self.rules.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `config` in force at once, for the next decisions (those under
+    /// way finish by the rules they began with). The limits' state is
+    /// kept: a descriptor whose limit (algorithm, count, window, burst) is
+    /// unchanged goes on counting where it was; a changed limit counts
+    /// from nothing.
+    ///
+    /// # Errors
+    /// [`RuleError`] for a limit the engine cannot decide by: the rules in
+    /// force stay.
+    pub fn reload(&self, config: Config) -> Result<(), RuleError> {
+        for domain in config.domains.values() {
+            check_rules(&self.store, &domain.descriptors)?;
+        }
+        let rules = Arc::new(Rules::new(config));
+        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        Ok(())
     }
 
     /// Decides `request`: one status per descriptor, the overall code, the
@@ -155,10 +175,11 @@ impl Engine {
     pub fn decide(&self, request: &Request) -> Result<Response, RequestError> {
         check_request(request)?;
         let now = self.store.now();
+        let rules = self.rules();
         let mut found: Vec<Option<Match<'_>>> = request
             .descriptors
             .iter()
-            .map(|d| self.rules.find(&request.domain, &d.entries))
+            .map(|d| rules.find(&request.domain, &d.entries))
             .collect();
         // A limit named by a matched rule's `replaces` is not applied.
         apply_replaces(&mut found);

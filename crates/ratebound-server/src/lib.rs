@@ -13,12 +13,14 @@
 //! - [`engine`]: decides a request against the rules.
 //! - [`config`]: reads the YAML into a [`Config`](model::Config).
 //! - [`matching`]: the rule a request descriptor falls under.
+//! - [`reload`]: the configuration watched and swapped when it changes.
 
 pub mod api;
 pub mod config;
 pub mod engine;
 pub mod matching;
 pub mod model;
+pub mod reload;
 mod store;
 
 pub use config::{ConfigError, ConfigErrorKind, Summary, check};
