@@ -26,6 +26,7 @@ use ratebound::{Decision, Error as CoreError};
 use crate::api::{Code, CurrentLimit, DescriptorStatus, Request, RequestDescriptor, Response};
 use crate::matching::{Match, Rules, apply_replaces};
 use crate::model::{Algorithm, Config, Descriptor, Limit, Place, Rule};
+use crate::stats::{Seen, Stats};
 use crate::store::{Store, UnixClock};
 
 /// The most descriptors one request may carry.
@@ -117,6 +118,7 @@ pub struct Engine {
     /// set of rules from start to end.
     rules: RwLock<Arc<Rules>>,
     store: Store,
+    stats: Stats,
 }
 
 impl Engine {
@@ -140,6 +142,7 @@ impl Engine {
         Ok(Engine {
             rules: RwLock::new(Arc::new(Rules::new(config))),
             store,
+            stats: Stats::default(),
         })
     }
 
@@ -204,9 +207,19 @@ impl Engine {
                     }
                     shown.extend(outcome.shown);
                     let mut status = outcome.status;
-                    if m.descriptor.shadow_mode && status.code == Code::OverLimit {
+                    let over = status.code == Code::OverLimit;
+                    let shadow = m.descriptor.shadow_mode && over;
+                    if shadow {
                         status.code = Code::Ok;
                     }
+                    let seen = if over {
+                        Seen::Over { shadow }
+                    } else {
+                        Seen::Within {
+                            near: near_limit(&status),
+                        }
+                    };
+                    self.stats.count(&request.domain, &m.metric_key, hits, seen);
                     status
                 }
             };
@@ -233,6 +246,12 @@ impl Engine {
             statuses,
             headers,
         })
+    }
+
+    /// Appends what the engine decided, per domain and descriptor, in
+    /// Prometheus' text format (`ratebound_descriptor_*_total`).
+    pub fn render_metrics(&self, out: &mut String) {
+        self.stats.render(out);
     }
 
     /// One descriptor's limits (one or several, all or nothing) for
@@ -347,6 +366,16 @@ impl Outcome {
             shown: Vec::new(),
         }
     }
+}
+
+/// Whether `status` (within its limit) has 80 % of the limit or more
+/// spent: the reference's default near-limit ratio.
+fn near_limit(status: &DescriptorStatus) -> bool {
+    status.current_limit.as_ref().is_some_and(|l| {
+        let limit = u64::from(l.requests_per_unit);
+        let spent = limit.saturating_sub(u64::from(status.limit_remaining));
+        spent * 5 > limit * 4
+    })
 }
 
 fn unmatched() -> DescriptorStatus {

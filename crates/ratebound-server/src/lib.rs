@@ -21,6 +21,7 @@ pub mod engine;
 pub mod matching;
 pub mod model;
 pub mod reload;
+pub mod stats;
 mod store;
 
 pub use config::{ConfigError, ConfigErrorKind, Summary, check};
