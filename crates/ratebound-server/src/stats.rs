@@ -96,7 +96,7 @@ impl Stats {
         let all = self.series.read().unwrap_or_else(|e| e.into_inner());
         let mut keys: Vec<&(String, String)> = all.keys().collect();
         keys.sort();
-        let metrics: [(&str, &str, fn(&Counts) -> &AtomicU64); 5] = [
+        let metrics: [Metric; 5] = [
             (
                 "ratebound_descriptor_hits_total",
                 "Hits counted against a descriptor's limit.",
@@ -138,6 +138,9 @@ impl Stats {
         }
     }
 }
+
+/// A metric's name, help and the count of a series it reads.
+type Metric = (&'static str, &'static str, fn(&Counts) -> &AtomicU64);
 
 /// `value` as a Prometheus label value: `\`, `"` and line feeds escaped.
 pub fn label(value: &str) -> String {
