@@ -17,7 +17,7 @@
 //! `hits_addend: 0` (a query) in a window that refused is answered OK with
 //! nothing left here, and over the limit there.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ratebound::http::{Policy, ratelimit, ratelimit_policy, retry_after_secs};
@@ -26,6 +26,7 @@ use ratebound::{Decision, Error as CoreError};
 use crate::api::{Code, CurrentLimit, DescriptorStatus, Request, RequestDescriptor, Response};
 use crate::matching::{Match, Rules, apply_replaces};
 use crate::model::{Algorithm, Config, Descriptor, Limit, Place, Rule};
+use crate::stats::{Seen, Stats};
 use crate::store::{Store, UnixClock};
 
 /// The most descriptors one request may carry.
@@ -113,8 +114,11 @@ impl Default for Options {
 
 /// Decides requests against the rules in force.
 pub struct Engine {
-    rules: Arc<Rules>,
+    /// Swapped whole by [`reload`](Engine::reload): a decision reads one
+    /// set of rules from start to end.
+    rules: RwLock<Arc<Rules>>,
     store: Store,
+    stats: Stats,
 }
 
 impl Engine {
@@ -136,14 +140,33 @@ impl Engine {
             check_rules(&store, &domain.descriptors)?;
         }
         Ok(Engine {
-            rules: Arc::new(Rules::new(config)),
+            rules: RwLock::new(Arc::new(Rules::new(config))),
             store,
+            stats: Stats::default(),
         })
     }
 
     /// The rules in force.
     pub fn rules(&self) -> Arc<Rules> {
-        Arc::clone(&self.rules)
+        Arc::clone(&self.rules.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `config` in force at once, for the next decisions (those under
+    /// way finish by the rules they began with). The limits' state is
+    /// kept: a descriptor whose limit (algorithm, count, window, burst) is
+    /// unchanged goes on counting where it was; a changed limit counts
+    /// from nothing.
+    ///
+    /// # Errors
+    /// [`RuleError`] for a limit the engine cannot decide by: the rules in
+    /// force stay.
+    pub fn reload(&self, config: Config) -> Result<(), RuleError> {
+        for domain in config.domains.values() {
+            check_rules(&self.store, &domain.descriptors)?;
+        }
+        let rules = Arc::new(Rules::new(config));
+        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        Ok(())
     }
 
     /// Decides `request`: one status per descriptor, the overall code, the
@@ -155,10 +178,11 @@ impl Engine {
     pub fn decide(&self, request: &Request) -> Result<Response, RequestError> {
         check_request(request)?;
         let now = self.store.now();
+        let rules = self.rules();
         let mut found: Vec<Option<Match<'_>>> = request
             .descriptors
             .iter()
-            .map(|d| self.rules.find(&request.domain, &d.entries))
+            .map(|d| rules.find(&request.domain, &d.entries))
             .collect();
         // A limit named by a matched rule's `replaces` is not applied.
         apply_replaces(&mut found);
@@ -183,9 +207,19 @@ impl Engine {
                     }
                     shown.extend(outcome.shown);
                     let mut status = outcome.status;
-                    if m.descriptor.shadow_mode && status.code == Code::OverLimit {
+                    let over = status.code == Code::OverLimit;
+                    let shadow = m.descriptor.shadow_mode && over;
+                    if shadow {
                         status.code = Code::Ok;
                     }
+                    let seen = if over {
+                        Seen::Over { shadow }
+                    } else {
+                        Seen::Within {
+                            near: near_limit(&status),
+                        }
+                    };
+                    self.stats.count(&request.domain, &m.metric_key, hits, seen);
                     status
                 }
             };
@@ -212,6 +246,12 @@ impl Engine {
             statuses,
             headers,
         })
+    }
+
+    /// Appends what the engine decided, per domain and descriptor, in
+    /// Prometheus' text format (`ratebound_descriptor_*_total`).
+    pub fn render_metrics(&self, out: &mut String) {
+        self.stats.render(out);
     }
 
     /// One descriptor's limits (one or several, all or nothing) for
@@ -326,6 +366,16 @@ impl Outcome {
             shown: Vec::new(),
         }
     }
+}
+
+/// Whether `status` (within its limit) has 80 % of the limit or more
+/// spent: the reference's default near-limit ratio.
+fn near_limit(status: &DescriptorStatus) -> bool {
+    status.current_limit.as_ref().is_some_and(|l| {
+        let limit = u64::from(l.requests_per_unit);
+        let spent = limit.saturating_sub(u64::from(status.limit_remaining));
+        spent * 5 > limit * 4
+    })
 }
 
 fn unmatched() -> DescriptorStatus {

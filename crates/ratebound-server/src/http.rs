@@ -11,7 +11,9 @@
 //!   request the engine refuses (as the reference server), 413 for a body or
 //!   a part of it over the [`Bounds`].
 //! - `/healthcheck`: 200 `OK`, or 500 with no body once shutting down.
-//! - `/metrics`: Prometheus' text format, names beginning `ratebound_`.
+//! - `/metrics`: Prometheus' text format, names beginning `ratebound_`:
+//!   the wire's counters ([`Metrics`]), then the engine's
+//!   ([`Engine::render_metrics`]), then [`HttpState::extra_metrics`].
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -32,8 +34,8 @@ use crate::json::{request_from_json, response_to_json};
 use crate::metrics::{Metrics, Refusal, Transport};
 use crate::rls::{Bounds, request_from_proto, response_to_proto};
 
-/// More Prometheus text for `/metrics` (the engine's counters), appended
-/// after the wire's.
+/// More Prometheus text for `/metrics`, appended after the wire's and the
+/// engine's.
 pub type MetricsSource = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// What the HTTP endpoints share.
@@ -143,6 +145,7 @@ async fn metrics(State(state): State<HttpState>) -> Response {
          # TYPE ratebound_healthy gauge\n\
          ratebound_healthy {healthy}\n"
     );
+    state.engine.render_metrics(&mut out);
     if let Some(extra) = &state.extra_metrics {
         extra(&mut out);
     }

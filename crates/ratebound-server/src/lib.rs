@@ -13,6 +13,8 @@
 //! - [`engine`]: decides a request against the rules.
 //! - [`config`]: reads the YAML into a [`Config`](model::Config).
 //! - [`matching`]: the rule a request descriptor falls under.
+//! - [`reload`]: the configuration watched and swapped when it changes.
+//! - [`stats`]: what the engine decided, for Prometheus.
 //! - [`rls`]: RLS v3 over gRPC, converted to and from [`api`].
 //! - [`json`]: the reference server's `POST /json` request and answer.
 //! - [`http`]: `POST /json`, `GET /healthcheck`, `GET /metrics`.
@@ -27,8 +29,10 @@ pub mod json;
 pub mod matching;
 pub mod metrics;
 pub mod model;
+pub mod reload;
 pub mod rls;
 pub mod serve;
+pub mod stats;
 mod store;
 
 pub use config::{ConfigError, ConfigErrorKind, Summary, check};

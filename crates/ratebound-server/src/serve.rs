@@ -48,7 +48,8 @@ pub struct ServeOptions {
     /// Between reporting unhealthy and closing the listeners on shutdown
     /// (default 0).
     pub drain: Duration,
-    /// More Prometheus text for `/metrics` (the engine's).
+    /// More Prometheus text for `/metrics` (after the wire's and the
+    /// engine's).
     pub extra_metrics: Option<MetricsSource>,
 }
 

@@ -5,6 +5,8 @@
 //! boundary burst, stacked limits all or nothing, the headers, and the
 //! requests refused before any decision.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -461,21 +463,7 @@ fn a_sliding_log_is_refused_when_the_rules_are_taken_naming_where() {
 /// counter, the day's window whole seconds to midnight.
 #[test]
 fn a_reference_yaml_file_decides_as_its_readme_says() {
-    let yaml = "domain: messaging
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-";
-    let config = Config::parse(yaml, "messaging.yaml").expect("the reference's file");
+    let config = Config::parse(common::EXAMPLE2, "messaging.yaml").expect("the reference's file");
     let clock = ManualClock::new();
     clock.set_nanos(MIDNIGHT + 3_600 * SEC);
     let options = Options {

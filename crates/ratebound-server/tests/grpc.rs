@@ -570,5 +570,10 @@ async fn a_real_decision_crosses_the_wire() {
         )
     };
     assert_eq!((over("grpc"), over("json")), (1, 1));
+    // engine: its own counters follow the wire's.
+    assert!(
+        metrics.contains("ratebound_descriptor_over_limit_total{"),
+        "{metrics}"
+    );
     server.finish().await;
 }
