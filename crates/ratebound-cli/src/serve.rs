@@ -11,7 +11,8 @@ use clap::Args;
 use ratebound_cli::{CliError, Shown, parse_duration};
 use ratebound_server::engine::Engine;
 use ratebound_server::model::Config;
-use ratebound_server::serve::{ServeOptions, bind};
+use ratebound_server::reload::Polled;
+use ratebound_server::serve::{ReloadReport, ServeOptions, bind};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -30,6 +31,11 @@ pub struct ServeArgs {
     /// none).
     #[arg(long, allow_hyphen_values = true)]
     drain: Option<String>,
+    /// How often to look at --config for a change, put in force at once
+    /// (a file that does not read is reported and the rules in force
+    /// stay).
+    #[arg(long, default_value = "1s", allow_hyphen_values = true)]
+    reload_every: String,
     /// Check the configuration, print what it holds and exit (0: good, 2:
     /// the file, line, column and bad value).
     #[arg(long)]
@@ -101,11 +107,24 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
         return check(&args.config);
     }
     let engine = Engine::new(load(&args.config)?).map_err(|e| CliError::new(e.to_string()))?;
+    let reload_every = Duration::from_nanos(parse_duration(&args.reload_every, "--reload-every")?);
+    let shown = args.config.display().to_string();
+    let on_reload: ReloadReport = Arc::new(move |polled: &Polled| match polled {
+        Polled::Unchanged => {}
+        Polled::Reloaded { domains } => {
+            eprintln!("ratebound serve: {shown} reloaded: {}", domains.join(", "));
+        }
+        Polled::Refused { error } => {
+            eprintln!("ratebound serve: {error} (the rules in force stay)");
+        }
+    });
     let options = ServeOptions {
         grpc,
         http,
         config: args.config.clone(),
         drain,
+        reload_every: Some(reload_every),
+        on_reload: Some(on_reload),
         ..ServeOptions::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

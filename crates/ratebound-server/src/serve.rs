@@ -25,6 +25,7 @@ use tonic_health::ServingStatus;
 use crate::engine::Engine;
 use crate::http::{HttpState, MetricsSource, router};
 use crate::metrics::Metrics;
+use crate::reload::{Polled, Watcher};
 use crate::rls::{Bounds, RlsService};
 
 /// The gRPC health service names reported: the whole server (`""`), the
@@ -51,7 +52,17 @@ pub struct ServeOptions {
     /// More Prometheus text for `/metrics` (after the wire's and the
     /// engine's).
     pub extra_metrics: Option<MetricsSource>,
+    /// Poll [`config`](Self::config) this often and put a changed
+    /// configuration in force ([`Watcher`]; `None`, the default: never).
+    pub reload_every: Option<Duration>,
+    /// Told what each poll that found a change did (a configuration put in
+    /// force, or refused with its file, line and column: the rules in
+    /// force stay).
+    pub on_reload: Option<ReloadReport>,
 }
+
+/// Told what a reload did ([`ServeOptions::on_reload`]).
+pub type ReloadReport = Arc<dyn Fn(&Polled) + Send + Sync>;
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
@@ -62,6 +73,8 @@ impl Default for ServeOptions {
             bounds: Bounds::default(),
             drain: Duration::ZERO,
             extra_metrics: None,
+            reload_every: None,
+            on_reload: None,
         }
     }
 }
@@ -75,6 +88,8 @@ impl std::fmt::Debug for ServeOptions {
             .field("bounds", &self.bounds)
             .field("drain", &self.drain)
             .field("extra_metrics", &self.extra_metrics.is_some())
+            .field("reload_every", &self.reload_every)
+            .field("on_reload", &self.on_reload.is_some())
             .finish()
     }
 }
@@ -217,7 +232,7 @@ impl Bound {
             );
 
         let state = HttpState {
-            engine,
+            engine: Arc::clone(&engine),
             bounds: options.bounds,
             metrics,
             healthy: Arc::clone(&healthy),
@@ -227,9 +242,18 @@ impl Bound {
             let _ = tcp.set_nodelay(true);
         });
         let http_server = axum::serve(http, router(state))
-            .with_graceful_shutdown(stopped(stop_rx))
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
             .into_future();
 
+        let reloader = options.reload_every.map(|every| {
+            tokio::spawn(reload(
+                Arc::clone(&engine),
+                Watcher::new(options.config.clone()),
+                every,
+                options.on_reload.clone(),
+                stopped(stop_rx.clone()),
+            ))
+        });
         let drain = options.drain;
         let stopper = async move {
             shutdown.await;
@@ -253,9 +277,51 @@ impl Bound {
             Ok(())
         };
         tokio::pin!(servers, stopper);
-        tokio::select! {
+        let result = tokio::select! {
             result = &mut servers => result,
             () = &mut stopper => servers.await,
+        };
+        if let Some(reloader) = reloader {
+            reloader.abort();
+        }
+        result
+    }
+}
+
+/// Polls `watcher` every `every` until `stopped`, reporting changes.
+async fn reload(
+    engine: Arc<Engine>,
+    watcher: Watcher,
+    every: Duration,
+    report: Option<ReloadReport>,
+    stopped: impl Future<Output = ()>,
+) {
+    let mut watcher = Some(watcher);
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            () = &mut stopped => return,
+            _ = ticks.tick() => {}
+        }
+        // Reading files blocks: off the runtime's workers.
+        let Some(w) = watcher.take() else { return };
+        let engine = Arc::clone(&engine);
+        let Ok((w, polled)) = tokio::task::spawn_blocking(move || {
+            let mut w = w;
+            let polled = w.poll(&engine);
+            (w, polled)
+        })
+        .await
+        else {
+            return;
+        };
+        watcher = Some(w);
+        if polled != Polled::Unchanged
+            && let Some(report) = &report
+        {
+            report(&polled);
         }
     }
 }

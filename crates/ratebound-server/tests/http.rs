@@ -179,3 +179,79 @@ async fn shutdown_answers_the_request_in_flight() {
     assert!(answer.body.contains("\"overallCode\":\"OK\""), "{answer:?}");
     server.finish().await;
 }
+
+/// The reference README's example 3 with the black-listed IP given.
+fn black_list(ip: &str) -> String {
+    format!(
+        "domain: edge_proxy_per_ip\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n\n  # Black list IP\n  - key: remote_address\n    value: {ip}\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n"
+    )
+}
+
+async fn status_of_ip(http_addr: std::net::SocketAddr, ip: &str) -> u16 {
+    let body = format!(
+        r#"{{"domain":"edge_proxy_per_ip","descriptors":[{{"entries":[{{"key":"remote_address","value":"{ip}"}}]}}]}}"#
+    );
+    http(http_addr, "POST", "/json", body.as_bytes())
+        .await
+        .status
+}
+
+#[tokio::test]
+async fn the_runner_reloads_a_changed_file_and_keeps_the_rules_on_a_broken_one() {
+    use ratebound_server::reload::Polled;
+    use std::sync::{Arc, Mutex};
+
+    let path =
+        std::env::temp_dir().join(format!("ratebound-wire-reload-{}.yaml", std::process::id()));
+    std::fs::write(&path, black_list("50.0.0.5")).unwrap();
+    let config = ratebound_server::model::Config::load(&path).unwrap();
+    let seen: Arc<Mutex<Vec<Polled>>> = Arc::default();
+    let report = Arc::clone(&seen);
+    let options = ServeOptions {
+        config: path.clone(),
+        reload_every: Some(Duration::from_millis(20)),
+        on_reload: Some(Arc::new(move |p: &Polled| {
+            report.lock().unwrap().push(p.clone())
+        })),
+        ..ServeOptions::default()
+    };
+    let server = start(config, options).await;
+    // engine: the black-listed IP is refused, another one admitted.
+    assert_eq!(status_of_ip(server.http, "50.0.0.5").await, 429);
+
+    let wait_for = |n: usize| {
+        let seen = Arc::clone(&seen);
+        async move {
+            for _ in 0..250 {
+                if seen.lock().unwrap().len() >= n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            panic!("no reload reported within 5 s");
+        }
+    };
+    std::fs::write(&path, black_list("50.0.0.6")).unwrap();
+    wait_for(1).await;
+    assert!(
+        matches!(&seen.lock().unwrap()[0], Polled::Reloaded { domains } if domains == &["edge_proxy_per_ip"])
+    );
+    assert_eq!(status_of_ip(server.http, "50.0.0.5").await, 200);
+    assert_eq!(status_of_ip(server.http, "50.0.0.6").await, 429);
+
+    std::fs::write(
+        &path,
+        black_list("50.0.0.7").replace("requests_per_unit: 0", "requests_per_unit: -1"),
+    )
+    .unwrap();
+    wait_for(2).await;
+    match &seen.lock().unwrap()[1] {
+        Polled::Refused { error } => assert!(error.contains(":13:"), "{error}"),
+        other => panic!("{other:?}"),
+    }
+    // The rules in force stay.
+    assert_eq!(status_of_ip(server.http, "50.0.0.6").await, 429);
+    assert_eq!(status_of_ip(server.http, "50.0.0.7").await, 200);
+    server.finish().await;
+    let _ = std::fs::remove_file(path);
+}
