@@ -18,8 +18,8 @@ use ratebound_server::serve::{ReloadReport, ServeOptions, bind};
 pub struct ServeArgs {
     /// The reference server's YAML: a file, or a directory of them (one
     /// domain per file).
-    #[arg(long)]
-    config: PathBuf,
+    #[arg(long, required_unless_present = "check")]
+    config: Option<PathBuf>,
     /// The gRPC address (RLS v3, gRPC health).
     #[arg(long, default_value = "0.0.0.0:8081")]
     grpc: String,
@@ -36,10 +36,11 @@ pub struct ServeArgs {
     /// stay).
     #[arg(long, default_value = "1s", allow_hyphen_values = true)]
     reload_every: String,
-    /// Check the configuration, print what it holds and exit (0: good, 2:
-    /// the file, line, column and bad value).
-    #[arg(long)]
-    check: bool,
+    /// Check the configuration (this path, or --config's), print what it
+    /// holds and exit (0: good, 2: the file, line, column and bad value).
+    #[arg(long, value_name = "CONFIG")]
+    #[allow(clippy::option_option)]
+    check: Option<Option<PathBuf>>,
 }
 
 fn address(text: &str, flag: &str) -> Result<SocketAddr, CliError> {
@@ -103,12 +104,19 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
         Some(d) => Duration::from_nanos(parse_duration(d, "--drain")?),
         None => Duration::ZERO,
     };
-    if args.check {
-        return check(&args.config);
-    }
-    let engine = Engine::new(load(&args.config)?).map_err(|e| CliError::new(e.to_string()))?;
+    let config = match (&args.check, &args.config) {
+        // `--check PATH`, or `--config PATH --check`.
+        (Some(Some(path)), _) | (Some(None), Some(path)) => return check(path),
+        (_, Some(path)) => path,
+        (_, None) => {
+            return Err(CliError::new(
+                "ratebound serve: --config PATH is required".to_string(),
+            ));
+        }
+    };
+    let engine = Engine::new(load(config)?).map_err(|e| CliError::new(e.to_string()))?;
     let reload_every = Duration::from_nanos(parse_duration(&args.reload_every, "--reload-every")?);
-    let shown = args.config.display().to_string();
+    let shown = config.display().to_string();
     let on_reload: ReloadReport = Arc::new(move |polled: &Polled| match polled {
         Polled::Unchanged => {}
         Polled::Reloaded { domains } => {
@@ -121,7 +129,7 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
     let options = ServeOptions {
         grpc,
         http,
-        config: args.config.clone(),
+        config: config.clone(),
         drain,
         reload_every: Some(reload_every),
         on_reload: Some(on_reload),

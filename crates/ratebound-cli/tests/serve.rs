@@ -70,12 +70,19 @@ fn check_reads_the_file_and_names_a_bad_value() {
         "bad.yaml",
         &EXAMPLE3.replace("requests_per_unit: 10", "requests_per_unit: -10"),
     );
-    let out = ratebound(&["serve", "--config", bad.to_str().unwrap(), "--check"]);
+    let out = ratebound(&["serve", "--check", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("bad.yaml:6:"), "{err}");
     assert!(err.contains("-10"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    // `--check PATH` (as `ratebound serve --check CONFIG`) and `--config
+    // PATH --check` say the same.
+    let out = ratebound(&["serve", "--check", good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), stdout);
+    let out = ratebound(&["serve"]);
+    assert_eq!(out.status.code(), Some(2), "no --config: refused");
     let _ = std::fs::remove_file(good);
     let _ = std::fs::remove_file(bad);
 }
