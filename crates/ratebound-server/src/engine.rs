@@ -202,7 +202,8 @@ impl Engine {
                 Some(m) => {
                     let outcome =
                         self.decide_limits(&m.limits, m.state_key.as_bytes(), hits, now)?;
-                    if outcome.status.code == Code::OverLimit {
+                    // A refusal shadow mode lets through asks no wait.
+                    if outcome.status.code == Code::OverLimit && !m.descriptor.shadow_mode {
                         retry = retry.max(Some(outcome.retry_after));
                     }
                     shown.extend(outcome.shown);

@@ -518,3 +518,38 @@ fn a_reference_yaml_file_decides_as_its_readme_says() {
     let limit = r.statuses[0].current_limit.as_ref().expect("limit");
     assert_eq!((limit.requests_per_unit, limit.unit), (5, Unit::Day));
 }
+
+/// A refusal that shadow mode lets through asks no wait: `Retry-After` is
+/// the real refusal's (1 s), not the shadow one's (its day), and without a
+/// real refusal there is none.
+#[test]
+fn retry_after_comes_from_a_real_refusal_never_a_shadow_one() {
+    let mut shadow = node(
+        "tenant",
+        None,
+        limits(vec![limit(Algorithm::FixedWindow, 1, Unit::Day)]),
+    );
+    shadow.shadow_mode = true;
+    let real = node(
+        "ip",
+        None,
+        limits(vec![limit(Algorithm::FixedWindow, 1, Unit::Second)]),
+    );
+    let (e, _) = engine(vec![shadow, real], MIDNIGHT + 7 * SEC);
+    let both: &[&[(&str, &str)]] = &[&[("tenant", "t")], &[("ip", "1.2.3.4")]];
+    let retry = |r: &ratebound_server::api::Response| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k == "Retry-After")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        e.decide(&request(both, 0)).expect("decide").overall_code,
+        Code::Ok
+    );
+    let r = e.decide(&request(both, 0)).expect("decide");
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(retry(&r).as_deref(), Some("1"));
+    let r = e.decide(&request(&[both[0]], 0)).expect("decide");
+    assert_eq!((r.overall_code, retry(&r)), (Code::Ok, None));
+}
