@@ -8,7 +8,9 @@
 //! the rows round-robin (1, 16, 64 streams; then again, `--rounds` times):
 //! each row is at most `--calls` calls or `--seconds` seconds, whichever
 //! comes first, with that many calls in flight at once over `--connections`
-//! HTTP/2 connections (stream `i` on connection `i % connections`). Every
+//! HTTP/2 connections (stream `i` on connection `i % connections`): a
+//! closed loop, or with `--rate` an open one (that many calls a second in
+//! all, each stream on its own schedule). Every
 //! call's latency is kept and sorted; the table shows each column's median
 //! over the rounds, and the server's CPU time per decision from
 //! `/proc/PID/stat`. The child is killed at the end, and on a panic.
@@ -16,7 +18,7 @@
 //! `cargo build --release -p ratebound-cli && cargo run --release -p
 //! ratebound-server --example rls_load -- [--server PATH] [--calls N]
 //! [--seconds S] [--rounds R] [--streams 1,16,64] [--connections C]
-//! [--client-threads T]`
+//! [--client-threads T] [--rate CALLS_PER_SECOND]`
 //!
 //! The server defaults to `ratebound` beside the example's directory
 //! (`target/release/ratebound` for `target/release/examples/rls_load`).
@@ -68,6 +70,10 @@ struct Options {
     streams: Vec<usize>,
     connections: usize,
     client_threads: usize,
+    /// Open loop: this many calls a second in all, spread evenly over the
+    /// streams (0: closed loop, each stream sends its next call as soon as
+    /// its last is answered).
+    rate: f64,
 }
 
 fn options() -> Result<Options, Error> {
@@ -85,6 +91,7 @@ fn options() -> Result<Options, Error> {
         streams: vec![1, 16, 64],
         connections: 1,
         client_threads: 1,
+        rate: 0.0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -97,6 +104,7 @@ fn options() -> Result<Options, Error> {
             "--rounds" => o.rounds = value.parse().map_err(|e| bad(&e))?,
             "--connections" => o.connections = value.parse().map_err(|e| bad(&e))?,
             "--client-threads" => o.client_threads = value.parse().map_err(|e| bad(&e))?,
+            "--rate" => o.rate = value.parse().map_err(|e| bad(&e))?,
             "--streams" => {
                 o.streams = value
                     .split(',')
@@ -114,6 +122,9 @@ fn options() -> Result<Options, Error> {
     }
     if !(o.seconds > 0.0 && o.seconds <= 600.0) {
         return Err(format!("--seconds {}: between 0 and 600", o.seconds).into());
+    }
+    if !(o.rate >= 0.0 && o.rate <= 1e7) {
+        return Err(format!("--rate {}: between 0 (closed loop) and 10^7", o.rate).into());
     }
     if o.streams.is_empty() || o.streams.iter().any(|&s| s == 0 || s > 10_000) {
         return Err(format!("--streams {:?}: each between 1 and 10000", o.streams).into());
@@ -295,6 +306,7 @@ async fn row(
     seconds: f64,
     seed: u64,
     pids: (&str, f64),
+    rate: f64,
 ) -> Result<Run, Error> {
     let issued = Arc::new(AtomicUsize::new(0));
     let (pid, tick) = pids;
@@ -306,12 +318,24 @@ async fn row(
         let mut client = clients[s % clients.len()].clone();
         let issued = issued.clone();
         let mut rng = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(s as u64 + 1)) | 1;
+        // Open loop: stream s sends at start + (s/streams + k) × interval.
+        let interval = (rate > 0.0).then(|| Duration::from_secs_f64(streams as f64 / rate));
+        let mut next = interval.map(|i| start + i.mul_f64(s as f64 / streams as f64));
         tasks.push(tokio::spawn(async move {
             let mut t = Tally {
                 nanos: Vec::with_capacity(calls / streams + 1),
                 ..Tally::default()
             };
             while issued.fetch_add(1, Ordering::Relaxed) < calls && Instant::now() < deadline {
+                if let (Some(at), Some(i)) = (next.as_mut(), interval) {
+                    let now = Instant::now();
+                    if *at > now {
+                        tokio::time::sleep_until((*at).into()).await;
+                    }
+                    // The schedule is kept (late calls go out at once) unless
+                    // more than 50 ms behind: then it starts again from now.
+                    *at = (*at + i).max(now.checked_sub(Duration::from_millis(50)).unwrap_or(now));
+                }
                 let ask = request(&mut rng);
                 let sent = Instant::now();
                 let answer = client.should_rate_limit(ask).await;
@@ -421,12 +445,29 @@ async fn bench(o: &Options, server: &Server) -> Result<(), Error> {
         loadavg()
     );
     // Warm-up, not recorded: connections, the server's key tables.
-    row(&clients, 16, 20_000, 2.0, 1, (&pid, tick)).await?;
+    row(&clients, 16, 20_000, 2.0, 1, (&pid, tick), 0.0).await?;
+    if o.rate > 0.0 {
+        println!(
+            "Open loop: {} calls/s in all, spread evenly over the streams; a latency runs from the call's send (tokio's timer has 1 ms ticks: sends go out in small bursts).",
+            o.rate
+        );
+    } else {
+        println!("Closed loop: each stream sends its next call when its last is answered.");
+    }
     let mut runs: Vec<Vec<Run>> = o.streams.iter().map(|_| Vec::new()).collect();
     for round in 0..o.rounds {
         for (i, &streams) in o.streams.iter().enumerate() {
             let seed = 0x5EED_0000 + (round * 1000 + streams) as u64;
-            let r = row(&clients, streams, o.calls, o.seconds, seed, (&pid, tick)).await?;
+            let r = row(
+                &clients,
+                streams,
+                o.calls,
+                o.seconds,
+                seed,
+                (&pid, tick),
+                o.rate,
+            )
+            .await?;
             let q = r.quantiles.map(micros);
             println!(
                 "round {} streams {streams}: {} calls in {:.2} s, {:.0}/s, p50 {:.0} µs p99 {:.0} µs p99.9 {:.0} µs max {:.0} µs, OK {} OVER_LIMIT {} other {} errors {}",
