@@ -499,7 +499,7 @@ async fn bench(o: &Options, server: &Server) -> Result<(), Error> {
     println!(
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    let mut missed = None;
+    let mut at_64 = None;
     for (i, &streams) in o.streams.iter().enumerate() {
         let rs = &runs[i];
         let m = |f: &dyn Fn(&Run) -> f64| median(rs.iter().map(f).collect());
@@ -534,16 +534,24 @@ async fn bench(o: &Options, server: &Server) -> Result<(), Error> {
             per_call(&|r: &Run| r.client_cpu),
         );
         if streams == 64 {
-            missed = Some(q(1));
+            at_64 = Some(q(1));
         }
     }
     println!();
-    if let Some(p99) = missed {
-        let verdict = if p99 < 1000.0 { "met" } else { "MISSED" };
-        println!(
-            "Goal (issue 40): in-process p99 under 1 ms at 64 streams: {verdict} ({}).",
+    match at_64 {
+        Some(p99) if o.rate > 0.0 => println!(
+            "Open loop at {}/s: p99 {} at 64 streams (the goal is the closed loop's).",
+            o.rate,
             shown_us(p99)
-        );
+        ),
+        Some(p99) => {
+            let verdict = if p99 < 1000.0 { "met" } else { "MISSED" };
+            println!(
+                "Goal (issue 40): in-process p99 under 1 ms at 64 streams: {verdict} ({}).",
+                shown_us(p99)
+            );
+        }
+        None => {}
     }
     println!("Load average after: {}", loadavg());
     Ok(())
