@@ -231,7 +231,15 @@ async fn the_runner_reloads_a_changed_file_and_keeps_the_rules_on_a_broken_one()
             panic!("no reload reported within 5 s");
         }
     };
-    std::fs::write(&path, black_list("50.0.0.6")).unwrap();
+    // Each new content is written beside the file and renamed over it, as
+    // a deploy (or a ConfigMap's symlink swap) does: a watcher polling
+    // every 20 ms could otherwise read a file half written.
+    let replace = |text: String| {
+        let tmp = path.with_extension("yaml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    };
+    replace(black_list("50.0.0.6"));
     wait_for(1).await;
     assert!(
         matches!(&seen.lock().unwrap()[0], Polled::Reloaded { domains } if domains == &["edge_proxy_per_ip"])
@@ -239,11 +247,7 @@ async fn the_runner_reloads_a_changed_file_and_keeps_the_rules_on_a_broken_one()
     assert_eq!(status_of_ip(server.http, "50.0.0.5").await, 200);
     assert_eq!(status_of_ip(server.http, "50.0.0.6").await, 429);
 
-    std::fs::write(
-        &path,
-        black_list("50.0.0.7").replace("requests_per_unit: 0", "requests_per_unit: -1"),
-    )
-    .unwrap();
+    replace(black_list("50.0.0.7").replace("requests_per_unit: 0", "requests_per_unit: -1"));
     wait_for(2).await;
     match &seen.lock().unwrap()[1] {
         Polled::Refused { error } => assert!(error.contains(":13:"), "{error}"),
