@@ -48,7 +48,9 @@ pub(crate) enum Seen {
 /// The engine's counts.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    series: RwLock<HashMap<(String, String), Arc<Counts>>>,
+    /// Domain → descriptor → counts: looked up by `&str`, so a decision
+    /// on a known series allocates nothing.
+    series: RwLock<HashMap<String, HashMap<String, Arc<Counts>>>>,
 }
 
 impl Stats {
@@ -73,29 +75,35 @@ impl Stats {
     }
 
     fn counts(&self, domain: &str, descriptor: &str) -> Arc<Counts> {
-        let key = (domain.to_string(), descriptor.to_string());
         if let Some(c) = self
             .series
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
+            .get(domain)
+            .and_then(|d| d.get(descriptor))
         {
             return Arc::clone(c);
         }
         let mut all = self.series.write().unwrap_or_else(|e| e.into_inner());
-        let key = if all.len() >= MAX_SERIES && !all.contains_key(&key) {
-            (domain.to_string(), OTHER.to_string())
+        let total: usize = all.values().map(HashMap::len).sum();
+        let known = all.get(domain).is_some_and(|d| d.contains_key(descriptor));
+        let descriptor = if total >= MAX_SERIES && !known {
+            OTHER
         } else {
-            key
+            descriptor
         };
-        Arc::clone(all.entry(key).or_default())
+        let series = all.entry(domain.to_string()).or_default();
+        Arc::clone(series.entry(descriptor.to_string()).or_default())
     }
 
     /// The counts in Prometheus' text format, series in name order.
     pub(crate) fn render(&self, out: &mut String) {
         let all = self.series.read().unwrap_or_else(|e| e.into_inner());
-        let mut keys: Vec<&(String, String)> = all.keys().collect();
-        keys.sort();
+        let mut keys: Vec<(&String, &String, &Arc<Counts>)> = all
+            .iter()
+            .flat_map(|(d, s)| s.iter().map(move |(k, c)| (d, k, c)))
+            .collect();
+        keys.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         let metrics: [Metric; 5] = [
             (
                 "ratebound_descriptor_hits_total",
@@ -126,13 +134,13 @@ impl Stats {
         for (name, help, field) in metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} counter");
-            for key in &keys {
-                let value = field(&all[*key]).load(Ordering::Relaxed);
+            for (domain, descriptor, counts) in &keys {
+                let value = field(counts).load(Ordering::Relaxed);
                 let _ = writeln!(
                     out,
                     "{name}{{domain=\"{}\",descriptor=\"{}\"}} {value}",
-                    label(&key.0),
-                    label(&key.1)
+                    label(domain),
+                    label(descriptor)
                 );
             }
         }

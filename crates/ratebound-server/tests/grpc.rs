@@ -1,6 +1,7 @@
 //! RLS v3 over gRPC with a real tonic client on 127.0.0.1: the conversions
 //! field by field, the bounds, health, graceful shutdown.
 
+mod common;
 mod wire;
 
 use std::sync::{Arc, Mutex};
@@ -494,29 +495,12 @@ async fn shutdown_answers_the_call_in_flight() {
     server.finish().await;
 }
 
-/// The reference README's example 3 (a per-IP limit and a black-listed IP),
-/// written out here as a test input.
-const BLACK_LIST: &str = "\
-domain: edge_proxy_per_ip
-descriptors:
-  - key: remote_address
-    rate_limit:
-      unit: second
-      requests_per_unit: 10
-
-  # Black list IP
-  - key: remote_address
-    value: 50.0.0.5
-    rate_limit:
-      unit: second
-      requests_per_unit: 0
-";
-
 #[tokio::test]
 async fn a_real_decision_crosses_the_wire() {
     // engine: the lead's decisions, seen through the wire (the black-listed
     // IP is over the limit whatever the clock says).
-    let config = ratebound_server::model::Config::parse(BLACK_LIST, "black_list.yaml").unwrap();
+    let config =
+        ratebound_server::model::Config::parse(common::EXAMPLE3, "black_list.yaml").unwrap();
     let server = start(config, ServeOptions::default()).await;
     let request = RateLimitRequest {
         domain: "edge_proxy_per_ip".into(),

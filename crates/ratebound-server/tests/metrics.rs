@@ -103,3 +103,46 @@ descriptors:
         "{text}"
     );
 }
+
+#[test]
+fn past_the_bound_new_series_are_counted_as_other() {
+    use ratebound_server::stats::{MAX_SERIES, OTHER};
+    let e = engine(
+        "domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+",
+    );
+    for i in 0..MAX_SERIES + 5 {
+        ask(&e, "d", &[("user", &format!("u{i}"))]);
+    }
+    ask(&e, "d", &[("user", "u0")]);
+    let mut text = String::new();
+    e.render_metrics(&mut text);
+    let hits: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("ratebound_descriptor_hits_total{"))
+        .collect();
+    assert_eq!(
+        hits.len(),
+        MAX_SERIES + 1,
+        "the bound, and one series for the rest"
+    );
+    let other = format!("{{domain=\"d\",descriptor=\"{OTHER}\"}}");
+    assert_eq!(
+        value(&text, &format!("ratebound_descriptor_hits_total{other}")),
+        Some(5)
+    );
+    // A series counted apart stays apart.
+    assert_eq!(
+        value(
+            &text,
+            "ratebound_descriptor_hits_total{domain=\"d\",descriptor=\"d.user_u0\"}"
+        ),
+        Some(2)
+    );
+}
