@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use clap::Args;
 use ratebound_cli::{CliError, Shown, parse_duration};
-use ratebound_server::engine::Engine;
+use ratebound_redis::OnError;
+use ratebound_redis::connect::Target;
+use ratebound_server::backend::{Backend, RedisOptions};
+use ratebound_server::engine::{Engine, Options};
 use ratebound_server::model::Config;
 use ratebound_server::reload::Polled;
 use ratebound_server::serve::{ReloadReport, ServeOptions, bind};
@@ -41,6 +44,88 @@ pub struct ServeArgs {
     #[arg(long, value_name = "CONFIG")]
     #[allow(clippy::option_option)]
     check: Option<Option<PathBuf>>,
+    /// Keep the limits in Redis, shared by every server of the fleet: one
+    /// server's URL (redis://, rediss://, unix://) or a cluster's
+    /// (redis+cluster://, or --redis given once per seed node).
+    #[arg(long, value_name = "URL", conflicts_with = "shm")]
+    redis: Vec<String>,
+    /// What answers while Redis is down, slow or erroring: open (admit)
+    /// or closed (refuse); every such answer is counted in /metrics and
+    /// logged.
+    #[arg(long, default_value = "open", value_name = "open|closed")]
+    redis_on_error: String,
+    /// Each Redis call's deadline, past which the fail policy answers
+    /// (Envoy's filter gives up after 20ms by default).
+    #[arg(long, default_value = "15ms", allow_hyphen_values = true)]
+    redis_timeout: String,
+    /// Prepended to every Redis key.
+    #[arg(long, default_value = "rb:")]
+    redis_prefix: String,
+    /// Keep the limits in shared memory, shared by the server processes of
+    /// this host: one file per distinct limit in this directory.
+    #[arg(long, value_name = "DIR")]
+    shm: Option<PathBuf>,
+    /// The most keys each distinct limit tracks (in this process, the
+    /// least recently used forgotten beyond; in shared memory, each file's
+    /// room).
+    #[arg(long, default_value = "1000000")]
+    max_keys: String,
+}
+
+/// The backend the flags ask for.
+fn backend(args: &ServeArgs) -> Result<Backend, CliError> {
+    if let Some(dir) = &args.shm {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::new(format!("--shm {}: {e}", dir.display())))?;
+        return Ok(Backend::Shared { dir: dir.clone() });
+    }
+    if args.redis.is_empty() {
+        return Ok(Backend::Local);
+    }
+    let target = Target::parse(&args.redis, args.redis.len() > 1, None)
+        .map_err(|e| CliError::new(format!("--redis: {e}")))?;
+    let mut options = RedisOptions::new(target);
+    options.on_error = match args.redis_on_error.as_str() {
+        "open" => OnError::Open,
+        "closed" => OnError::Closed,
+        other => {
+            return Err(CliError::new(format!(
+                "--redis-on-error: {} is not open or closed",
+                Shown(other)
+            )));
+        }
+    };
+    let timeout = parse_duration(&args.redis_timeout, "--redis-timeout")?;
+    if timeout == 0 {
+        return Err(CliError::new(format!(
+            "--redis-timeout: {} must be above 0",
+            Shown(&args.redis_timeout)
+        )));
+    }
+    options.timeout = Duration::from_nanos(timeout);
+    options.prefix = args.redis_prefix.clone();
+    Ok(Backend::Redis(options))
+}
+
+/// The engine's options the flags ask for.
+fn engine_options(args: &ServeArgs) -> Result<Options, CliError> {
+    let max_keys = args
+        .max_keys
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            CliError::new(format!(
+                "--max-keys: {} is not a whole number above 0",
+                Shown(&args.max_keys)
+            ))
+        })?;
+    Ok(Options {
+        max_keys,
+        backend: backend(args)?,
+        ..Options::default()
+    })
 }
 
 fn address(text: &str, flag: &str) -> Result<SocketAddr, CliError> {
@@ -114,7 +199,8 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
             ));
         }
     };
-    let engine = Engine::new(load(config)?).map_err(|e| CliError::new(e.to_string()))?;
+    let engine = Engine::with_options(load(config)?, engine_options(args)?)
+        .map_err(|e| CliError::new(e.to_string()))?;
     let reload_every = Duration::from_nanos(parse_duration(&args.reload_every, "--reload-every")?);
     let shown = config.display().to_string();
     let on_reload: ReloadReport = Arc::new(move |polled: &Polled| match polled {

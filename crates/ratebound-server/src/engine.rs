@@ -24,6 +24,7 @@ use ratebound::http::{Policy, ratelimit, ratelimit_policy, retry_after_secs};
 use ratebound::{Decision, Error as CoreError};
 
 use crate::api::{Code, CurrentLimit, DescriptorStatus, Request, RequestDescriptor, Response};
+use crate::backend::Backend;
 use crate::matching::{Match, Rules, apply_replaces};
 use crate::model::{Algorithm, Config, Descriptor, Limit, Place, Rule};
 use crate::stats::{Seen, Stats};
@@ -53,6 +54,13 @@ pub enum RequestError {
         /// What is wrong, naming the field and the value.
         reason: String,
     },
+    /// The limits' store could not decide (a full shared-memory table, a
+    /// Redis that refuses this client, a fail policy `closed` that
+    /// refused): the request is not answered OK, and the error is counted.
+    Unavailable {
+        /// The store's reason.
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for RequestError {
@@ -61,7 +69,9 @@ impl std::fmt::Display for RequestError {
             RequestError::TooLarge { what, size, max } => {
                 write!(f, "{what}: {size} is more than the {max} taken")
             }
-            RequestError::Invalid { reason } => f.write_str(reason),
+            RequestError::Invalid { reason } | RequestError::Unavailable { reason } => {
+                f.write_str(reason)
+            }
         }
     }
 }
@@ -99,8 +109,11 @@ pub struct Options {
     /// The clock: Unix time in ns (default: [`UnixClock`]).
     pub clock: ratebound::any::AnyClock,
     /// The most keys each distinct limit tracks (the least recently used
-    /// forgotten beyond; default 1 000 000).
+    /// forgotten beyond; default 1 000 000). In shared memory, each
+    /// limit's file has room for this many.
     pub max_keys: usize,
+    /// Where the limits' state lives (default: in this process).
+    pub backend: Backend,
 }
 
 impl Default for Options {
@@ -108,6 +121,7 @@ impl Default for Options {
         Options {
             clock: ratebound::any::AnyClock::Shared(Arc::new(UnixClock::new())),
             max_keys: 1_000_000,
+            backend: Backend::Local,
         }
     }
 }
@@ -135,7 +149,7 @@ impl Engine {
     /// # Errors
     /// As [`new`](Self::new).
     pub fn with_options(config: Config, options: Options) -> Result<Engine, RuleError> {
-        let store = Store::new(options.clock, options.max_keys);
+        let store = Store::new(options.backend, options.clock, options.max_keys);
         for domain in config.domains.values() {
             check_rules(&store, &domain.descriptors)?;
         }
@@ -170,12 +184,14 @@ impl Engine {
     }
 
     /// Decides `request`: one status per descriptor, the overall code, the
-    /// headers.
+    /// headers. In this process the answer is ready at the first poll; in
+    /// a shared backend every descriptor is asked at once (one batch to
+    /// Redis).
     ///
     /// # Errors
     /// [`RequestError`] for a request too large or malformed (nothing is
-    /// counted).
-    pub fn decide(&self, request: &Request) -> Result<Response, RequestError> {
+    /// counted), or a store that could not decide.
+    pub async fn decide(&self, request: &Request) -> Result<Response, RequestError> {
         check_request(request)?;
         let now = self.store.now();
         let rules = self.rules();
@@ -186,22 +202,44 @@ impl Engine {
             .collect();
         // A limit named by a matched rule's `replaces` is not applied.
         apply_replaces(&mut found);
+        let hits =
+            |d: &RequestDescriptor| d.hits_addend.unwrap_or_else(|| request.hits_addend.max(1));
+        let outcomes: Vec<Option<Outcome>> = if self.store.is_local() {
+            let mut all = Vec::with_capacity(found.len());
+            for (d, m) in request.descriptors.iter().zip(&found) {
+                all.push(match m {
+                    Some(m) if !m.unlimited => {
+                        Some(self.decide_limits(&m.limits, m.state_key.as_bytes(), hits(d), now)?)
+                    }
+                    _ => None,
+                });
+            }
+            all
+        } else {
+            let asked = request
+                .descriptors
+                .iter()
+                .zip(&found)
+                .map(|(d, m)| async move {
+                    match m {
+                        Some(m) if !m.unlimited => self
+                            .decide_shared(&m.limits, m.state_key.as_bytes(), hits(d), now)
+                            .await
+                            .map(Some),
+                        _ => Ok(None),
+                    }
+                });
+            futures_util::future::join_all(asked)
+                .await
+                .into_iter()
+                .collect::<Result<_, _>>()?
+        };
         let mut statuses = Vec::with_capacity(request.descriptors.len());
         let mut shown: Vec<(Policy, Decision)> = Vec::new();
         let mut retry: Option<Duration> = None;
-        for (d, m) in request.descriptors.iter().zip(&found) {
-            let hits = d.hits_addend.unwrap_or_else(|| request.hits_addend.max(1));
-            let status = match m {
-                None => unmatched(),
-                Some(m) if m.unlimited => DescriptorStatus {
-                    code: Code::Ok,
-                    current_limit: None,
-                    limit_remaining: u32::MAX,
-                    duration_until_reset: None,
-                },
-                Some(m) => {
-                    let outcome =
-                        self.decide_limits(&m.limits, m.state_key.as_bytes(), hits, now)?;
+        for ((d, m), outcome) in request.descriptors.iter().zip(&found).zip(outcomes) {
+            let status = match (m, outcome) {
+                (Some(m), Some(outcome)) => {
                     // A refusal shadow mode lets through asks no wait.
                     if outcome.status.code == Code::OverLimit && !m.descriptor.shadow_mode {
                         retry = retry.max(Some(outcome.retry_after));
@@ -220,9 +258,17 @@ impl Engine {
                             near: near_limit(&status),
                         }
                     };
-                    self.stats.count(&request.domain, &m.metric_key, hits, seen);
+                    self.stats
+                        .count(&request.domain, &m.metric_key, hits(d), seen);
                     status
                 }
+                (Some(m), None) if m.unlimited => DescriptorStatus {
+                    code: Code::Ok,
+                    current_limit: None,
+                    limit_remaining: u32::MAX,
+                    duration_until_reset: None,
+                },
+                _ => unmatched(),
             };
             statuses.push(status);
         }
@@ -253,10 +299,11 @@ impl Engine {
     /// Prometheus' text format (`ratebound_descriptor_*_total`).
     pub fn render_metrics(&self, out: &mut String) {
         self.stats.render(out);
+        self.store.render(out);
     }
 
-    /// One descriptor's limits (one or several, all or nothing) for
-    /// `hits` at `now`.
+    /// One descriptor's limits in this process (one or several, all or
+    /// nothing: the core's `check_all`) for `hits` at `now`.
     fn decide_limits(
         &self,
         limits: &[&Limit],
@@ -264,22 +311,15 @@ impl Engine {
         hits: u64,
         now: u64,
     ) -> Result<Outcome, RequestError> {
-        let key = self.store.key(state_key);
-        // A limit of 0 refuses every request, counting nothing (a query,
-        // 0 hits, is not over it: as the reference's count, 0 + 0 ≤ 0).
-        if let Some(zero) = limits.iter().find(|l| l.requests_per_unit == 0) {
-            let mut outcome = Outcome::refused_by(zero, now);
-            if hits == 0 {
-                outcome.status.code = Code::Ok;
-                outcome.retry_after = Duration::ZERO;
-            }
+        if let Some(outcome) = zero_limit(limits, hits, now) {
             return Ok(outcome);
         }
+        let key = self.store.key(state_key);
         let limiters = limits
             .iter()
             .map(|l| self.store.limiter(l))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(internal)?;
+            .map_err(unavailable)?;
         let mut decisions: Vec<Option<Decision>> = vec![None; limits.len()];
         let refs: Vec<&crate::store::Limiter> = limiters.iter().map(AsRef::as_ref).collect();
         let admitted =
@@ -288,12 +328,8 @@ impl Engine {
             });
         let admitted = match admitted {
             Ok(a) => a,
-            // More hits than the limit ever holds: over it, nothing taken.
-            Err(CoreError::InsufficientCapacity { .. }) => {
-                let first = limits.iter().max_by_key(|l| l.requests_per_unit).copied();
-                return Ok(Outcome::refused_by(first.unwrap_or(limits[0]), now));
-            }
-            Err(e) => return Err(internal(e)),
+            Err(CoreError::InsufficientCapacity { .. }) => return Ok(too_many(limits, now)),
+            Err(e) => return Err(unavailable(e)),
         };
         // A refused fixed window stays refused until it ends, as the
         // reference server's counter (see the module's notes).
@@ -303,44 +339,150 @@ impl Engine {
                 let _ = refs[0].check_n_at(&key, left, now);
             }
         }
-        // The limit the answer names: the first refusing, else the one with
-        // the least left.
-        let pick = (0..limits.len())
-            .filter_map(|i| decisions[i].map(|d| (i, d)))
-            .min_by_key(|(_, d)| (d.is_allowed(), d.remaining()));
-        let Some((i, decision)) = pick else {
-            return Err(internal(CoreError::Unsupported {
-                operation: "a decision of every limit",
-                algorithm: "stacked limits",
-            }));
-        };
-        let limit = limits[i];
-        let code = if admitted { Code::Ok } else { Code::OverLimit };
-        let shown = limits
+        let refuser = decisions
             .iter()
-            .zip(&decisions)
-            .filter_map(|(l, d)| Some((policy(l)?, (*d)?)))
-            .collect();
-        Ok(Outcome {
-            status: DescriptorStatus {
-                code,
-                current_limit: Some(current(limit)),
-                limit_remaining: if admitted {
-                    u32::try_from(decision.remaining()).unwrap_or(u32::MAX)
-                } else {
-                    0
-                },
-                duration_until_reset: Some(until_reset(limit, &decision, now)),
-            },
-            retry_after: decisions
-                .iter()
-                .flatten()
-                .map(Decision::retry_after)
-                .max()
-                .unwrap_or_default(),
-            shown,
-        })
+            .position(|d| d.is_some_and(|d| !d.is_allowed()));
+        outcome(limits, &decisions, admitted, refuser, now)
     }
+
+    /// One descriptor's limits in the shared backend for `hits` at `now`.
+    ///
+    /// One limit: one call. Several (`rate_limits`): every limit is first
+    /// asked what it has (nothing taken), and only when each has room for
+    /// `hits` are they taken from each — two calls, each batch sent
+    /// together. Between the two, other servers may take: a limit that
+    /// then refuses leaves the others charged (the bound: a request
+    /// refused in that race still counts against the limits that took it).
+    /// A refused fixed window is not filled as in this process: a smaller
+    /// request may still pass in it.
+    async fn decide_shared(
+        &self,
+        limits: &[&Limit],
+        state_key: &[u8],
+        hits: u64,
+        now: u64,
+    ) -> Result<Outcome, RequestError> {
+        if let Some(outcome) = zero_limit(limits, hits, now) {
+            return Ok(outcome);
+        }
+        if limits
+            .iter()
+            .any(|l| hits > l.burst.unwrap_or(l.requests_per_unit))
+        {
+            return Ok(too_many(limits, now));
+        }
+        let shared = limits
+            .iter()
+            .map(|l| self.store.shared(l))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(unavailable)?;
+        let ask = |n: u64| {
+            futures_util::future::join_all(
+                shared
+                    .iter()
+                    .map(move |s| s.remote.check(&s.scope, state_key, n, now)),
+            )
+        };
+        let answers = |all: Vec<Result<Decision, CoreError>>| {
+            all.into_iter()
+                .map(|d| match d {
+                    Ok(d) => Ok(Some(d)),
+                    Err(CoreError::InsufficientCapacity { .. }) => Ok(None),
+                    Err(e) => Err(unavailable(e)),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        if limits.len() > 1 {
+            let had = answers(ask(0).await)?;
+            if let Some(short) = had
+                .iter()
+                .position(|d| d.is_none_or(|d| d.remaining() < hits))
+            {
+                return outcome(limits, &had, false, Some(short), now);
+            }
+        }
+        let decisions = answers(ask(hits).await)?;
+        if decisions.iter().any(Option::is_none) {
+            return Ok(too_many(limits, now));
+        }
+        let refuser = decisions
+            .iter()
+            .position(|d| d.is_some_and(|d| !d.is_allowed()));
+        outcome(limits, &decisions, refuser.is_none(), refuser, now)
+    }
+}
+
+/// A descriptor with a limit of 0: refused, counting nothing (a query,
+/// 0 hits, is not over it: as the reference's count, 0 + 0 ≤ 0).
+fn zero_limit(limits: &[&Limit], hits: u64, now: u64) -> Option<Outcome> {
+    let zero = limits.iter().find(|l| l.requests_per_unit == 0)?;
+    let mut outcome = Outcome::refused_by(zero, now);
+    if hits == 0 {
+        outcome.status.code = Code::Ok;
+        outcome.retry_after = Duration::ZERO;
+    }
+    Some(outcome)
+}
+
+/// More hits than a limit ever holds: over it, nothing taken.
+fn too_many(limits: &[&Limit], now: u64) -> Outcome {
+    let largest = limits.iter().max_by_key(|l| l.requests_per_unit).copied();
+    Outcome::refused_by(largest.unwrap_or(limits[0]), now)
+}
+
+/// The answer of a descriptor's `limits` from their `decisions`:
+/// `admitted` or refused by `refuser`. It names the limit that refused,
+/// else the one with the least left.
+fn outcome(
+    limits: &[&Limit],
+    decisions: &[Option<Decision>],
+    admitted: bool,
+    refuser: Option<usize>,
+    now: u64,
+) -> Result<Outcome, RequestError> {
+    let pick = refuser.filter(|_| !admitted).or_else(|| {
+        (0..limits.len())
+            .filter_map(|i| decisions[i].map(|d| (i, d)))
+            .min_by_key(|(_, d)| d.remaining())
+            .map(|(i, _)| i)
+    });
+    let Some(i) = pick else {
+        return Err(unavailable(CoreError::Unsupported {
+            operation: "a decision of every limit",
+            algorithm: "stacked limits",
+        }));
+    };
+    let limit = limits[i];
+    let decision = decisions[i];
+    let until = decision.map_or_else(|| window_left(limit, now), |d| until_reset(limit, &d, now));
+    let mut retry_after = decisions
+        .iter()
+        .flatten()
+        .map(Decision::retry_after)
+        .max()
+        .unwrap_or_default();
+    if !admitted && retry_after.is_zero() {
+        // Refused before anything was taken (a shared backend's limit
+        // without room): its wait is at most until it is whole again.
+        retry_after = until;
+    }
+    Ok(Outcome {
+        status: DescriptorStatus {
+            code: if admitted { Code::Ok } else { Code::OverLimit },
+            current_limit: Some(current(limit)),
+            limit_remaining: match decision {
+                Some(d) if admitted => u32::try_from(d.remaining()).unwrap_or(u32::MAX),
+                _ => 0,
+            },
+            duration_until_reset: Some(until),
+        },
+        retry_after,
+        shown: limits
+            .iter()
+            .zip(decisions)
+            .filter_map(|(l, d)| Some((policy(l)?, (*d)?)))
+            .collect(),
+    })
 }
 
 /// One descriptor's answer, the wait before it would pass, and the
@@ -433,8 +575,9 @@ fn until_reset(limit: &Limit, decision: &Decision, now: u64) -> Duration {
     }
 }
 
-fn internal(e: CoreError) -> RequestError {
-    RequestError::Invalid {
+/// A store that could not decide.
+fn unavailable(e: CoreError) -> RequestError {
+    RequestError::Unavailable {
         reason: format!("the limit could not decide: {e}"),
     }
 }
@@ -491,7 +634,7 @@ fn check_rules(store: &Store, nodes: &[Descriptor]) -> Result<(), RuleError> {
     for node in nodes {
         if let Some(Rule::Limits(limits)) = &node.rule {
             for l in limits.iter().filter(|l| l.requests_per_unit > 0) {
-                store.limiter(l).map_err(|e| RuleError {
+                store.validate(l).map_err(|e| RuleError {
                     place: l.place.clone(),
                     reason: e.to_string(),
                 })?;

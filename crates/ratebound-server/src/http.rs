@@ -79,6 +79,7 @@ fn refused(state: &HttpState, error: &RequestError) -> Response {
     let status = match error {
         RequestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         RequestError::Invalid { .. } => StatusCode::BAD_REQUEST,
+        RequestError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
     };
     text(status, format!("{error}\n"))
 }
@@ -111,7 +112,7 @@ async fn json(State(state): State<HttpState>, body: Result<Bytes, BytesRejection
         Ok(request) => request,
         Err(error) => return refused(&state, &error),
     };
-    let response = match state.engine.decide(&request) {
+    let response = match state.engine.decide(&request).await {
         Ok(response) => response,
         Err(error) => return refused(&state, &error),
     };

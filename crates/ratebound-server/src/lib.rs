@@ -11,6 +11,7 @@
 //! - [`model`]: the rules a configuration holds.
 //! - [`api`]: a request and its answer, without the wire.
 //! - [`engine`]: decides a request against the rules.
+//! - [`backend`]: where the limits' state lives when several servers share it.
 //! - [`config`]: reads the YAML into a [`Config`](model::Config).
 //! - [`matching`]: the rule a request descriptor falls under.
 //! - [`reload`]: the configuration watched and swapped when it changes.
@@ -22,6 +23,7 @@
 //! - [`serve`]: the runner (both listeners, health, graceful shutdown).
 
 pub mod api;
+pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod http;

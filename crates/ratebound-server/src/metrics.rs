@@ -45,17 +45,26 @@ pub enum Refusal {
     Invalid,
     /// `POST /json`: a body that is not the request's JSON.
     BadJson,
+    /// The limits' store could not decide ([`RequestError::Unavailable`]).
+    Unavailable,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 3] = [Refusal::TooLarge, Refusal::Invalid, Refusal::BadJson];
+    const ALL: [Refusal; 4] = [
+        Refusal::TooLarge,
+        Refusal::Invalid,
+        Refusal::BadJson,
+        Refusal::Unavailable,
+    ];
 
-    /// The label value (`"too_large"`, `"invalid"`, `"bad_json"`).
+    /// The label value (`"too_large"`, `"invalid"`, `"bad_json"`,
+    /// `"unavailable"`).
     pub fn name(self) -> &'static str {
         match self {
             Refusal::TooLarge => "too_large",
             Refusal::Invalid => "invalid",
             Refusal::BadJson => "bad_json",
+            Refusal::Unavailable => "unavailable",
         }
     }
 }
@@ -86,7 +95,7 @@ struct DomainCounters([[AtomicU64; 3]; 2]);
 pub struct Metrics {
     domains: HashMap<String, DomainCounters>,
     other: DomainCounters,
-    refused: [[AtomicU64; 3]; 2],
+    refused: [[AtomicU64; Refusal::ALL.len()]; 2],
 }
 
 impl Metrics {
@@ -114,6 +123,7 @@ impl Metrics {
         let reason = match error {
             RequestError::TooLarge { .. } => Refusal::TooLarge,
             RequestError::Invalid { .. } => Refusal::Invalid,
+            RequestError::Unavailable { .. } => Refusal::Unavailable,
         };
         self.refused_for(transport, reason);
     }

@@ -201,6 +201,7 @@ pub fn status_of(error: &RequestError) -> Status {
     match error {
         RequestError::TooLarge { .. } => Status::resource_exhausted(error.to_string()),
         RequestError::Invalid { .. } => Status::invalid_argument(error.to_string()),
+        RequestError::Unavailable { .. } => Status::unavailable(error.to_string()),
     }
 }
 
@@ -235,13 +236,14 @@ impl RlsService {
     ///
     /// # Errors
     /// The gRPC status of a refused request ([`status_of`]).
-    pub fn decide(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        let decided = request_from_proto(request, &self.bounds).and_then(|request| {
-            let response = self.engine.decide(&request)?;
-            self.metrics
-                .decided(Transport::Grpc, &request.domain, response.overall_code);
-            Ok(response)
-        });
+    pub async fn decide(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let decided = match request_from_proto(request, &self.bounds) {
+            Ok(request) => self.engine.decide(&request).await.inspect(|response| {
+                self.metrics
+                    .decided(Transport::Grpc, &request.domain, response.overall_code);
+            }),
+            Err(error) => Err(error),
+        };
         match decided {
             Ok(response) => Ok(response_to_proto(response)),
             Err(error) => {
@@ -258,7 +260,9 @@ impl RateLimitService for RlsService {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, Status> {
-        self.decide(request.into_inner()).map(tonic::Response::new)
+        self.decide(request.into_inner())
+            .await
+            .map(tonic::Response::new)
     }
 }
 

@@ -1,16 +1,19 @@
-//! Where the limits' state lives in this process: one keyed limiter of the
-//! core per distinct limit (algorithm, count, window, burst), each key a
-//! descriptor's state key stored as a 128-bit fingerprint, on a clock that
-//! reads Unix time (so fixed windows are aligned to multiples of their
-//! length since the Unix epoch, as the reference server's).
+//! Where the limits' state lives: in this process, one keyed limiter of
+//! the core per distinct limit (algorithm, count, window, burst), each key
+//! a descriptor's state key stored as a 128-bit fingerprint; or in a shared
+//! [`Backend`], one limiter of the backend per distinct limit. Decisions
+//! are made on a clock that reads Unix time (so fixed windows are aligned
+//! to multiples of their length since the Unix epoch, as the reference
+//! server's; Redis reads its own, which is Unix time too).
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratebound::any::{AnyClock, Fingerprint, Fingerprinter};
 use ratebound::{Clock, KeyedAlgorithm, KeyedLimiter, MonotonicClock, Overflow, Quota};
 
+use crate::backend::{Backend, Remote};
 use crate::model::{Algorithm, Limit};
 
 /// Unix time in ns, monotonic: the wall clock read once at the start, then
@@ -71,6 +74,18 @@ impl Spec {
         }
     }
 
+    /// The limit's name in a shared backend (its file, its Redis scope):
+    /// every number that makes it, so that two limits never share a count.
+    fn name(self) -> String {
+        format!(
+            "{}-{}-per-{}ns-burst-{}",
+            self.algorithm.name(),
+            self.requests,
+            self.window_ns,
+            self.burst
+        )
+    }
+
     /// The core's algorithm for this spec.
     fn algorithm(self) -> Result<KeyedAlgorithm, ratebound::Error> {
         let window = Duration::from_nanos(self.window_ns);
@@ -103,25 +118,44 @@ impl Spec {
 /// One limit's state: a keyed limiter of the core.
 pub(crate) type Limiter = KeyedLimiter<Fingerprint, AnyClock>;
 
-/// Every limit's state in this process.
+/// A shared backend's limiter of one distinct limit, and the scope its
+/// keys live under.
+pub(crate) struct Shared {
+    pub(crate) remote: Remote,
+    pub(crate) scope: String,
+}
+
+/// Every limit's state.
 pub(crate) struct Store {
     limiters: RwLock<HashMap<Spec, Arc<Limiter>>>,
+    shared: RwLock<HashMap<Spec, Arc<Shared>>>,
+    backend: Backend,
+    connection: OnceLock<ratebound_redis::connect::Connection>,
     fingerprints: Fingerprinter,
     clock: AnyClock,
     max_keys: usize,
 }
 
 impl Store {
-    /// A store whose limiters each track at most `max_keys` keys (the
-    /// least recently used forgotten beyond), on `clock` (Unix time in ns:
-    /// a [`UnixClock`], or a manual clock set to Unix time in tests).
-    pub(crate) fn new(clock: AnyClock, max_keys: usize) -> Store {
+    /// A store in `backend` whose limiters each track at most `max_keys`
+    /// keys (in this process, the least recently used forgotten beyond),
+    /// on `clock` (Unix time in ns: a [`UnixClock`], or a manual clock set
+    /// to Unix time in tests).
+    pub(crate) fn new(backend: Backend, clock: AnyClock, max_keys: usize) -> Store {
         Store {
             limiters: RwLock::new(HashMap::new()),
+            shared: RwLock::new(HashMap::new()),
+            backend,
+            connection: OnceLock::new(),
             fingerprints: Fingerprinter::new(),
             clock,
             max_keys: max_keys.max(1),
         }
+    }
+
+    /// Whether the state lives in this process.
+    pub(crate) fn is_local(&self) -> bool {
+        matches!(self.backend, Backend::Local)
     }
 
     /// The time now, Unix ns.
@@ -134,6 +168,65 @@ impl Store {
         self.fingerprints.of(0, state_key)
     }
 
+    /// Whether the backend can hold `limit` (count ≥ 1), asked before any
+    /// request: in this process or shared memory, its limiter is made (a
+    /// file is opened); for Redis, the driver's engine is asked (no I/O:
+    /// the connection is made at the first decision).
+    ///
+    /// # Errors
+    /// The core's or the backend's reason.
+    pub(crate) fn validate(&self, limit: &Limit) -> Result<(), ratebound::Error> {
+        match &self.backend {
+            Backend::Local => self.limiter(limit).map(drop),
+            Backend::Shared { .. } => self.shared(limit).map(drop),
+            Backend::Redis(options) => {
+                let algorithm = Spec::of(limit).algorithm()?;
+                ratebound_redis::Engine::new(options.config(algorithm)).map(drop)
+            }
+        }
+    }
+
+    /// The shared backend's limiter of `limit` (count ≥ 1), made at first
+    /// use.
+    ///
+    /// # Errors
+    /// The core's or the backend's, for a limit it cannot hold.
+    pub(crate) fn shared(&self, limit: &Limit) -> Result<Arc<Shared>, ratebound::Error> {
+        let spec = Spec::of(limit);
+        if let Some(l) = self
+            .shared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&spec)
+        {
+            return Ok(Arc::clone(l));
+        }
+        let scope = spec.name();
+        let remote = Remote::open(
+            &self.backend,
+            &self.connection,
+            spec.algorithm()?,
+            &scope,
+            self.max_keys,
+        )?;
+        let mut all = self.shared.write().unwrap_or_else(|e| e.into_inner());
+        Ok(Arc::clone(
+            all.entry(spec)
+                .or_insert_with(|| Arc::new(Shared { remote, scope })),
+        ))
+    }
+
+    /// Appends the backend's counters (Prometheus' text format).
+    pub(crate) fn render(&self, out: &mut String) {
+        let all: Vec<Arc<Shared>> = self
+            .shared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        crate::backend::render(&self.backend, all.iter().map(|s| &s.remote), out);
+    }
     /// The limiter of `limit` (count ≥ 1), made at first use.
     ///
     /// # Errors

@@ -6,6 +6,7 @@
 //! requests refused before any decision.
 
 mod common;
+use common::DecideNow;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -71,6 +72,7 @@ fn engine(descriptors: Vec<Descriptor>, at: u64) -> (Engine, ManualClock) {
     let options = Options {
         clock: AnyClock::Manual(clock.clone()),
         max_keys: 1000,
+        ..Options::default()
     };
     let engine = Engine::with_options(Config { domains }, options).expect("engine");
     (engine, clock)
@@ -97,7 +99,7 @@ fn request(descriptors: &[&[(&str, &str)]], hits: u64) -> Request {
 fn remaining(e: &Engine, entries: &[(&str, &str)], n: usize) -> Vec<Option<u32>> {
     (0..n)
         .map(|_| {
-            let r = e.decide(&request(&[entries], 0)).expect("decide");
+            let r = e.decide_now(&request(&[entries], 0)).expect("decide");
             let s = &r.statuses[0];
             assert_eq!(r.overall_code, s.code);
             (s.code == Code::Ok).then_some(s.limit_remaining)
@@ -132,7 +134,7 @@ fn a_fixed_window_counts_down_then_refuses_until_the_next_aligned_window() {
         remaining(&e, &[("remote_address", "50.0.0.2")], 1),
         vec![Some(9)]
     );
-    let r = e.decide(&request(&[&ip], 0)).expect("decide");
+    let r = e.decide_now(&request(&[&ip], 0)).expect("decide");
     let s = &r.statuses[0];
     assert_eq!(s.duration_until_reset, Some(Duration::from_secs(1)));
     let limit = s.current_limit.as_ref().expect("limit");
@@ -152,7 +154,7 @@ fn a_minute_window_is_aligned_to_the_epoch_and_says_the_whole_seconds_left() {
     let (e, clock) = engine(vec![rule], MIDNIGHT + 42 * SEC + 500_000_000);
     let user = [("user", "alice")];
     assert_eq!(remaining(&e, &user, 3), vec![Some(1), Some(0), None]);
-    let r = e.decide(&request(&[&user], 0)).expect("decide");
+    let r = e.decide_now(&request(&[&user], 0)).expect("decide");
     // 42.5 s into the minute: the reference says 60 − 42 = 18 s.
     assert_eq!(
         r.statuses[0].duration_until_reset,
@@ -175,7 +177,7 @@ fn a_limit_of_zero_an_unmatched_descriptor_an_unknown_domain_and_unlimited() {
     rules.push(node("ldap", None, Some(Rule::Unlimited)));
     let (e, _) = engine(rules, MIDNIGHT);
     let r = e
-        .decide(&request(
+        .decide_now(&request(
             &[
                 &[("remote_address", "50.0.0.5")],
                 &[("nothing", "here")],
@@ -207,7 +209,7 @@ fn a_limit_of_zero_an_unmatched_descriptor_an_unknown_domain_and_unlimited() {
     // A longer request than any path of the tree matches nothing (the
     // reference README's example 4).
     let r = e
-        .decide(&request(
+        .decide_now(&request(
             &[&[("remote_address", "1.2.3.4"), ("path", "/")]],
             0,
         ))
@@ -218,7 +220,7 @@ fn a_limit_of_zero_an_unmatched_descriptor_an_unknown_domain_and_unlimited() {
     );
     let mut other = request(&[&[("remote_address", "50.0.0.5")]], 0);
     other.domain = "unknown".to_string();
-    assert_eq!(e.decide(&other).expect("decide").overall_code, Code::Ok);
+    assert_eq!(e.decide_now(&other).expect("decide").overall_code, Code::Ok);
 }
 
 #[test]
@@ -230,30 +232,32 @@ fn hits_addend_counts_per_request_or_per_descriptor_and_too_many_count_nothing()
     );
     let (e, _) = engine(vec![rule], MIDNIGHT);
     let k: &[(&str, &str)] = &[("k", "v")];
-    let r = e.decide(&request(&[k], 3)).expect("decide");
+    let r = e.decide_now(&request(&[k], 3)).expect("decide");
     assert_eq!(r.statuses[0].limit_remaining, 7);
     // Per descriptor: 0 is a query (nothing counted), 2 counts 2.
     let mut q = request(&[k, k], 3);
     q.descriptors[0].hits_addend = Some(0);
     q.descriptors[1].hits_addend = Some(2);
-    let r = e.decide(&q).expect("decide");
+    let r = e.decide_now(&q).expect("decide");
     assert_eq!(
         (r.statuses[0].limit_remaining, r.statuses[1].limit_remaining),
         (7, 5)
     );
     // 2^32 hits: over the limit, nothing taken.
-    let r = e.decide(&request(&[k], 1 << 32)).expect("decide");
+    let r = e.decide_now(&request(&[k], 1 << 32)).expect("decide");
     assert_eq!(r.overall_code, Code::OverLimit);
     assert_eq!(
-        e.decide(&request(&[k], 1)).expect("decide").statuses[0].limit_remaining,
+        e.decide_now(&request(&[k], 1)).expect("decide").statuses[0].limit_remaining,
         4
     );
     // A refused fixed window stays refused for its window (the reference's
     // counter is past the limit): 4 left, 5 asked — refused; then 1 too.
-    let r = e.decide(&request(&[k], 5)).expect("decide");
+    let r = e.decide_now(&request(&[k], 5)).expect("decide");
     assert_eq!(r.overall_code, Code::OverLimit);
     assert_eq!(
-        e.decide(&request(&[k], 1)).expect("decide").overall_code,
+        e.decide_now(&request(&[k], 1))
+            .expect("decide")
+            .overall_code,
         Code::OverLimit
     );
 }
@@ -289,7 +293,7 @@ fn stacked_limits_admit_all_or_nothing() {
     let (e, clock) = engine(vec![rule], MIDNIGHT + SEC);
     let user = [("user", "alice")];
     assert_eq!(remaining(&e, &user, 3), vec![Some(1), Some(0), None]);
-    let r = e.decide(&request(&[&user], 0)).expect("decide");
+    let r = e.decide_now(&request(&[&user], 0)).expect("decide");
     assert_eq!(
         r.statuses[0]
             .current_limit
@@ -301,7 +305,7 @@ fn stacked_limits_admit_all_or_nothing() {
     // the burst's token is not spent by the refusal.
     clock.set_nanos(MIDNIGHT + 2 * SEC);
     assert_eq!(remaining(&e, &user, 2), vec![Some(0), None]);
-    let r = e.decide(&request(&[&user], 0)).expect("decide");
+    let r = e.decide_now(&request(&[&user], 0)).expect("decide");
     let s = &r.statuses[0];
     assert_eq!(
         s.current_limit.as_ref().map(|l| l.name.as_str()),
@@ -354,7 +358,7 @@ fn shadow_mode_answers_ok_and_replaces_drops_the_named_limit() {
         &[("key_1", "value_1"), ("user", "bkthomps")],
         &[("key_2", "value_2"), ("user", "bkthomps")],
     ];
-    let r = e.decide(&request(both, 0)).expect("decide");
+    let r = e.decide_now(&request(both, 0)).expect("decide");
     assert_eq!(r.statuses[0].current_limit, None, "replaced: not applied");
     assert_eq!(r.statuses[1].limit_remaining, 9);
     // Alone, the first still applies its own 5.
@@ -394,7 +398,7 @@ fn wildcards_match_and_share_a_threshold_only_when_told() {
         vec![Some(0)]
     );
     let r = e
-        .decide(&request(&[&[("path", "/api/2/other")]], 0))
+        .decide_now(&request(&[&[("path", "/api/2/other")]], 0))
         .expect("decide");
     assert_eq!(r.statuses[0].current_limit, None);
 }
@@ -405,15 +409,15 @@ fn requests_too_large_or_malformed_are_refused_before_any_decision() {
     let mut empty = request(&[&[("remote_address", "1.1.1.1")]], 0);
     empty.domain.clear();
     assert!(
-        matches!(e.decide(&empty), Err(RequestError::Invalid { reason }) if reason.contains("domain"))
+        matches!(e.decide_now(&empty), Err(RequestError::Invalid { reason }) if reason.contains("domain"))
     );
     assert!(
-        matches!(e.decide(&request(&[], 0)), Err(RequestError::Invalid { reason }) if reason.contains("descriptor"))
+        matches!(e.decide_now(&request(&[], 0)), Err(RequestError::Invalid { reason }) if reason.contains("descriptor"))
     );
     let one: &[(&str, &str)] = &[("remote_address", "1.1.1.1")];
     let many = request(&vec![one; 257], 0);
     assert_eq!(
-        e.decide(&many),
+        e.decide_now(&many),
         Err(RequestError::TooLarge {
             what: "descriptors",
             size: 257,
@@ -423,7 +427,7 @@ fn requests_too_large_or_malformed_are_refused_before_any_decision() {
     let big = "x".repeat(1 << 20);
     let huge = request(&[&[("remote_address", big.as_str())]], 0);
     assert_eq!(
-        e.decide(&huge),
+        e.decide_now(&huge),
         Err(RequestError::TooLarge {
             what: "value",
             size: 1 << 20,
@@ -469,6 +473,7 @@ fn a_reference_yaml_file_decides_as_its_readme_says() {
     let options = Options {
         clock: AnyClock::Manual(clock),
         max_keys: 1000,
+        ..Options::default()
     };
     let e = Engine::with_options(config, options).expect("engine");
     let marketing = RequestDescriptor {
@@ -489,7 +494,7 @@ fn a_reference_yaml_file_decides_as_its_readme_says() {
     };
     let answers: Vec<(Code, u32)> = (0..6)
         .map(|_| {
-            let r = e.decide(&req).expect("decide");
+            let r = e.decide_now(&req).expect("decide");
             (r.statuses[0].code, r.statuses[1].limit_remaining)
         })
         .collect();
@@ -509,7 +514,7 @@ fn a_reference_yaml_file_decides_as_its_readme_says() {
     );
     let left: Vec<u32> = answers.iter().map(|a| a.1).collect();
     assert_eq!(left, [99, 98, 97, 96, 95, 94]);
-    let r = e.decide(&req).expect("decide");
+    let r = e.decide_now(&req).expect("decide");
     assert_eq!(r.overall_code, Code::OverLimit);
     assert_eq!(
         r.statuses[0].duration_until_reset,
@@ -544,12 +549,14 @@ fn retry_after_comes_from_a_real_refusal_never_a_shadow_one() {
             .map(|(_, v)| v.clone())
     };
     assert_eq!(
-        e.decide(&request(both, 0)).expect("decide").overall_code,
+        e.decide_now(&request(both, 0))
+            .expect("decide")
+            .overall_code,
         Code::Ok
     );
-    let r = e.decide(&request(both, 0)).expect("decide");
+    let r = e.decide_now(&request(both, 0)).expect("decide");
     assert_eq!(r.overall_code, Code::OverLimit);
     assert_eq!(retry(&r).as_deref(), Some("1"));
-    let r = e.decide(&request(&[both[0]], 0)).expect("decide");
+    let r = e.decide_now(&request(&[both[0]], 0)).expect("decide");
     assert_eq!((r.overall_code, retry(&r)), (Code::Ok, None));
 }

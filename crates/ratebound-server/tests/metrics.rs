@@ -3,6 +3,7 @@
 //! value in a metric key escaped; the series bounded.
 
 mod common;
+use common::DecideNow;
 
 use ratebound::ManualClock;
 use ratebound::any::AnyClock;
@@ -18,6 +19,7 @@ fn engine(yaml: &str) -> Engine {
     let options = Options {
         clock: AnyClock::Manual(clock),
         max_keys: 100,
+        ..Options::default()
     };
     Engine::with_options(Config::parse(yaml, "m.yaml").expect("config"), options).expect("engine")
 }
@@ -34,7 +36,7 @@ fn ask(e: &Engine, domain: &str, entries: &[(&str, &str)]) {
         }],
         hits_addend: 0,
     };
-    e.decide(&req).expect("decide");
+    e.decide_now(&req).expect("decide");
 }
 
 /// The value of the series `name{labels}` in `text`.

@@ -2,6 +2,9 @@
 //! file written mid-run (reported with its line and column, the rules in
 //! force kept), and a directory gaining a domain.
 
+mod common;
+use common::DecideNow;
+
 use std::path::PathBuf;
 
 use ratebound::ManualClock;
@@ -42,7 +45,7 @@ fn admitted(e: &Engine, domain: &str, tries: usize) -> usize {
         hits_addend: 0,
     };
     (0..tries)
-        .filter(|_| e.decide(&req).expect("decide").overall_code == Code::Ok)
+        .filter(|_| e.decide_now(&req).expect("decide").overall_code == Code::Ok)
         .count()
 }
 
@@ -56,6 +59,7 @@ fn a_limit_raised_and_lowered_by_rewriting_the_file_takes_hold_at_the_next_poll(
     let options = Options {
         clock: AnyClock::Manual(clock),
         max_keys: 100,
+        ..Options::default()
     };
     let e = Engine::with_options(Config::load(&file).expect("load"), options).expect("engine");
     let mut w = Watcher::new(&file);

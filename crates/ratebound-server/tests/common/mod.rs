@@ -6,8 +6,11 @@
 
 use std::path::PathBuf;
 
+use futures_util::FutureExt;
 use ratebound_server::ConfigError;
+use ratebound_server::api::{Request, Response};
 use ratebound_server::config::ConfigErrorKind;
+use ratebound_server::engine::{Engine, RequestError};
 use ratebound_server::model::Config;
 
 pub const EXAMPLE1: &str = "\
@@ -312,5 +315,19 @@ pub fn assert_refused(
     );
     for name in names {
         assert!(shown.contains(name), "{shown} does not name {name}");
+    }
+}
+
+/// An in-process engine's decision, which is ready at the first poll.
+pub trait DecideNow {
+    /// [`Engine::decide`], polled once.
+    fn decide_now(&self, request: &Request) -> Result<Response, RequestError>;
+}
+
+impl DecideNow for Engine {
+    fn decide_now(&self, request: &Request) -> Result<Response, RequestError> {
+        self.decide(request)
+            .now_or_never()
+            .expect("an in-process decision is ready at the first poll")
     }
 }
