@@ -56,7 +56,7 @@ enum Command {
     Bench(BenchArgs),
     /// A rate limit service for Envoy-based gateways: RLS v3 over gRPC and
     /// the reference server's HTTP endpoints, from its YAML.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
 }
 
 #[derive(Args, Debug)]
