@@ -11,6 +11,7 @@ mod demo;
 mod incident;
 mod inspect;
 mod learning;
+mod logging;
 mod plot;
 mod serve;
 mod server;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use log::Level;
 use ratebound_cli::{CliError, Shown, parse_duration};
 use ratebound_redis::OnError;
 use ratebound_redis::connect::Target;
@@ -16,6 +17,8 @@ use ratebound_server::engine::{Engine, Options};
 use ratebound_server::model::Config;
 use ratebound_server::reload::Polled;
 use ratebound_server::serve::{ReloadReport, ServeOptions, bind};
+
+use crate::logging;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -70,6 +73,10 @@ pub struct ServeArgs {
     /// room).
     #[arg(long, default_value = "1000000")]
     max_keys: String,
+    /// The log's lines on stderr: text (for a person) or json (one object
+    /// per line: ts, level, target, msg and the event's fields).
+    #[arg(long, default_value = "text", value_name = "text|json")]
+    log_format: String,
 }
 
 /// The backend the flags ask for.
@@ -199,18 +206,34 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
             ));
         }
     };
+    let format = logging::Format::parse(&args.log_format).ok_or_else(|| {
+        CliError::new(format!(
+            "--log-format: {} is not text or json",
+            Shown(&args.log_format)
+        ))
+    })?;
     let engine = Engine::with_options(load(config)?, engine_options(args)?)
         .map_err(|e| CliError::new(e.to_string()))?;
+    logging::init(format);
     let reload_every = Duration::from_nanos(parse_duration(&args.reload_every, "--reload-every")?);
     let shown = config.display().to_string();
     let on_reload: ReloadReport = Arc::new(move |polled: &Polled| match polled {
         Polled::Unchanged => {}
-        Polled::Reloaded { domains } => {
-            eprintln!("ratebound serve: {shown} reloaded: {}", domains.join(", "));
-        }
-        Polled::Refused { error } => {
-            eprintln!("ratebound serve: {error} (the rules in force stay)");
-        }
+        Polled::Reloaded { domains } => logging::line(
+            Level::Info,
+            "ratebound",
+            &format!("{shown} reloaded: {}", domains.join(", ")),
+            &[
+                ("config", shown.clone().into()),
+                ("domains", domains.clone().into()),
+            ],
+        ),
+        Polled::Refused { error } => logging::line(
+            Level::Warn,
+            "ratebound",
+            &format!("{error} (the rules in force stay)"),
+            &[("config", shown.clone().into())],
+        ),
     });
     let options = ServeOptions {
         grpc,
@@ -229,10 +252,12 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
         let bound = bind(Arc::new(engine), options)
             .await
             .map_err(|e| CliError::new(e.to_string()))?;
-        eprintln!(
-            "ratebound serve: gRPC on {}, HTTP on {}",
-            bound.grpc_addr(),
-            bound.http_addr()
+        let (g, h) = (bound.grpc_addr().to_string(), bound.http_addr().to_string());
+        logging::line(
+            Level::Info,
+            "ratebound",
+            &format!("gRPC on {g}, HTTP on {h}"),
+            &[("grpc", g.clone().into()), ("http", h.clone().into())],
         );
         bound
             .run(signalled())

@@ -15,6 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis_support::{Cluster, Server};
@@ -23,6 +24,8 @@ use redis_support::{Cluster, Server};
 struct Serve {
     child: Child,
     http: String,
+    /// What it logged after its addresses.
+    log: Arc<Mutex<String>>,
 }
 
 impl Serve {
@@ -45,17 +48,25 @@ impl Serve {
                 break;
             }
             seen.push_str(&line);
-            if let Some(rest) = line.strip_prefix("ratebound serve: gRPC on ") {
-                let http = rest.split("HTTP on ").nth(1).map(|a| a.trim().to_string());
+            let http = match line.strip_prefix("ratebound serve: gRPC on ") {
+                Some(rest) => rest.split("HTTP on ").nth(1).map(|a| a.trim().to_string()),
+                // `--log-format json`: the event's own field.
+                None => serde_json::from_str::<serde_json::Value>(&line)
+                    .ok()
+                    .and_then(|v| Some(v.get("http")?.as_str()?.to_string())),
+            };
+            if let Some(http) = http {
                 // Keep reading its log so that it never blocks on a full pipe.
+                let log = Arc::new(Mutex::new(String::new()));
+                let kept = Arc::clone(&log);
                 std::thread::spawn(move || {
-                    let mut sink = String::new();
-                    let _ = stderr.read_to_string(&mut sink);
+                    let mut line = String::new();
+                    while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+                        kept.lock().unwrap().push_str(&line);
+                        line.clear();
+                    }
                 });
-                return Serve {
-                    child,
-                    http: http.expect("an HTTP address"),
-                };
+                return Serve { child, http, log };
             }
         }
         let _ = child.kill();
@@ -281,6 +292,8 @@ fn redis_killed_the_fail_policy_answers_and_redis_decides_again_once_back() {
             "open",
             "--redis-timeout",
             "200ms",
+            "--log-format",
+            "json",
         ],
     );
     assert_eq!(closed.ask("fleet", "user", "ann").0, 200);
@@ -301,6 +314,27 @@ fn redis_killed_the_fail_policy_answers_and_redis_decides_again_once_back() {
             "ratebound_backend_errors_total{backend=\"redis\"}"
         ) >= 3
     );
+    // And logged: a JSON line from the Redis driver, at warn; a text line.
+    let warned = |s: &Serve| {
+        s.log.lock().unwrap().lines().any(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            v["target"] == "ratebound_redis" && v["level"] == "warn" && v["ts"].is_string()
+        })
+    };
+    let texted = |s: &Serve| {
+        s.log
+            .lock()
+            .unwrap()
+            .contains("ratebound serve: warn ratebound_redis: ")
+    };
+    // The lines are read from the processes' stderr by threads of ours:
+    // give them a moment (bounded).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(warned(&open) && texted(&closed)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(warned(&open), "{}", open.log.lock().unwrap());
+    assert!(texted(&closed), "{}", closed.log.lock().unwrap());
 
     // Back (empty): within the breaker's cool-down and a reconnect, Redis
     // decides again — no restart of the servers.

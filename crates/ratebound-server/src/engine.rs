@@ -353,8 +353,8 @@ impl Engine {
     /// together. Between the two, other servers may take: a limit that
     /// then refuses leaves the others charged (the bound: a request
     /// refused in that race still counts against the limits that took it).
-    /// A refused fixed window is not filled as in this process: a smaller
-    /// request may still pass in it.
+    /// A refused fixed window is filled, as in this process (one more call
+    /// on a refusal only), so that it stays refused until it ends.
     async fn decide_shared(
         &self,
         limits: &[&Limit],
@@ -408,6 +408,18 @@ impl Engine {
         let refuser = decisions
             .iter()
             .position(|d| d.is_some_and(|d| !d.is_allowed()));
+        if let ([limit], [Some(d)]) = (limits, decisions.as_slice())
+            && !d.is_allowed()
+            && limit.algorithm == Algorithm::FixedWindow
+            && d.remaining() > 0
+        {
+            let s = &shared[0];
+            // What it takes is what was left: a refusal changes nothing.
+            s.remote
+                .check(&s.scope, state_key, d.remaining(), now)
+                .await
+                .map_err(unavailable)?;
+        }
         outcome(limits, &decisions, refuser.is_none(), refuser, now)
     }
 }

@@ -135,6 +135,35 @@ fn one_limit_is_one_file_shared_by_every_engine_and_says_what_is_left() {
 }
 
 #[test]
+fn a_refused_fixed_window_stays_refused_until_it_ends_as_in_this_process() {
+    let dir = scratch("filled");
+    let clock = ManualClock::new();
+    clock.set_nanos(MIDNIGHT);
+    let yaml = "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n";
+    let e = engine(yaml, &dir, &clock);
+    let ask_n = |hits: u64| {
+        let request = Request {
+            domain: "api".to_string(),
+            descriptors: vec![RequestDescriptor {
+                entries: vec![("user".to_string(), "ann".to_string())],
+                hits_addend: None,
+            }],
+            hits_addend: hits,
+        };
+        let r = e.decide(&request).now_or_never().expect("ready").unwrap();
+        (r.overall_code, r.statuses[0].limit_remaining)
+    };
+    assert_eq!(ask_n(3), (Code::Ok, 2));
+    // Three more do not fit: refused, and the window is then spent, as the
+    // reference server's count past the limit.
+    assert_eq!(ask_n(3), (Code::OverLimit, 0));
+    assert_eq!(ask_n(1), (Code::OverLimit, 0));
+    clock.set_nanos(MIDNIGHT + MINUTE);
+    assert_eq!(ask_n(1), (Code::Ok, 4));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn a_directory_that_cannot_hold_the_files_is_refused_at_start() {
     let file = scratch("not-a-dir");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
