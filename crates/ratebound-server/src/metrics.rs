@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use crate::api::Code;
 use crate::engine::RequestError;
@@ -93,7 +94,9 @@ struct DomainCounters([[AtomicU64; 3]; 2]);
 
 /// The wire's counters.
 pub struct Metrics {
-    domains: HashMap<String, DomainCounters>,
+    /// Grown by [`know`](Metrics::know) when a reload adds a domain (a
+    /// domain the rules no longer name keeps its series).
+    domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
     other: DomainCounters,
     refused: [[AtomicU64; Refusal::ALL.len()]; 2],
 }
@@ -102,19 +105,31 @@ impl Metrics {
     /// Counters for the domains `config` names.
     pub fn new(config: &Config) -> Metrics {
         Metrics {
-            domains: config
-                .domains
-                .keys()
-                .map(|name| (name.clone(), DomainCounters::default()))
-                .collect(),
+            domains: RwLock::new(
+                config
+                    .domains
+                    .keys()
+                    .map(|name| (name.clone(), Arc::default()))
+                    .collect(),
+            ),
             other: DomainCounters::default(),
             refused: Default::default(),
         }
     }
 
+    /// Counters for the domains of `config` too (a reload put it in
+    /// force): their requests are then counted under their own label.
+    pub fn know(&self, config: &Config) {
+        let mut domains = self.domains.write().unwrap_or_else(|e| e.into_inner());
+        for name in config.domains.keys() {
+            domains.entry(name.clone()).or_default();
+        }
+    }
+
     /// Counts a decided request.
     pub fn decided(&self, transport: Transport, domain: &str, code: Code) {
-        let counters = self.domains.get(domain).unwrap_or(&self.other);
+        let domains = self.domains.read().unwrap_or_else(|e| e.into_inner());
+        let counters = domains.get(domain).map_or(&self.other, AsRef::as_ref);
         counters.0[transport as usize][code_index(code)].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -141,11 +156,12 @@ impl Metrics {
             "# HELP ratebound_requests_total Rate limit requests decided, by transport, domain and overall code (domain=\"\": not a configured domain).\n\
              # TYPE ratebound_requests_total counter\n",
         );
-        let mut names: Vec<&String> = self.domains.keys().collect();
+        let domains = self.domains.read().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<&String> = domains.keys().collect();
         names.sort();
         let all = names
             .into_iter()
-            .map(|n| (n.as_str(), &self.domains[n]))
+            .map(|n| (n.as_str(), domains[n].as_ref()))
             .chain(std::iter::once(("", &self.other)));
         for (domain, counters) in all {
             for transport in Transport::ALL {

@@ -234,7 +234,7 @@ impl Bound {
         let state = HttpState {
             engine: Arc::clone(&engine),
             bounds: options.bounds,
-            metrics,
+            metrics: Arc::clone(&metrics),
             healthy: Arc::clone(&healthy),
             extra_metrics: options.extra_metrics.clone(),
         };
@@ -248,6 +248,7 @@ impl Bound {
         let reloader = options.reload_every.map(|every| {
             tokio::spawn(reload(
                 Arc::clone(&engine),
+                Arc::clone(&metrics),
                 Watcher::new(options.config.clone()),
                 every,
                 options.on_reload.clone(),
@@ -291,6 +292,7 @@ impl Bound {
 /// Polls `watcher` every `every` until `stopped`, reporting changes.
 async fn reload(
     engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
     watcher: Watcher,
     every: Duration,
     report: Option<ReloadReport>,
@@ -307,10 +309,10 @@ async fn reload(
         }
         // Reading files blocks: off the runtime's workers.
         let Some(w) = watcher.take() else { return };
-        let engine = Arc::clone(&engine);
+        let polling = Arc::clone(&engine);
         let Ok((w, polled)) = tokio::task::spawn_blocking(move || {
             let mut w = w;
-            let polled = w.poll(&engine);
+            let polled = w.poll(&polling);
             (w, polled)
         })
         .await
@@ -318,6 +320,10 @@ async fn reload(
             return;
         };
         watcher = Some(w);
+        if let Polled::Reloaded { .. } = polled {
+            // A domain the reload added is counted under its own label.
+            metrics.know(engine.rules().config());
+        }
         if polled != Polled::Unchanged
             && let Some(report) = &report
         {

@@ -256,6 +256,20 @@ async fn the_runner_reloads_a_changed_file_and_keeps_the_rules_on_a_broken_one()
     // The rules in force stay.
     assert_eq!(status_of_ip(server.http, "50.0.0.6").await, 429);
     assert_eq!(status_of_ip(server.http, "50.0.0.7").await, 200);
+
+    // A domain the reload adds is counted under its own label at once.
+    replace(black_list("50.0.0.8").replace("domain: edge_proxy_per_ip", "domain: edge_v2"));
+    wait_for(3).await;
+    let body = r#"{"domain":"edge_v2","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.8"}]}]}"#;
+    let answer = http(server.http, "POST", "/json", body.as_bytes()).await;
+    assert_eq!(answer.status, 429);
+    let metrics = http(server.http, "GET", "/metrics", b"").await.body;
+    assert!(
+        metrics.contains(
+            "ratebound_requests_total{transport=\"json\",domain=\"edge_v2\",code=\"OVER_LIMIT\"} 1\n"
+        ),
+        "{metrics}"
+    );
     server.finish().await;
     let _ = std::fs::remove_file(path);
 }
