@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use crate::model::Unit;
 
-/// One descriptor of a request: its entries in order, and its own
-/// `hits_addend` (RLS v3's per-descriptor one, `None`: the request's).
+/// One descriptor of a request: its entries in order, its own
+/// `hits_addend` (RLS v3's per-descriptor one, `None`: the request's), and
+/// the limit the gateway gives it (RLS v3's `limit`, an override).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestDescriptor {
     /// `(key, value)` pairs, in the order the gateway sent them.
@@ -15,6 +16,23 @@ pub struct RequestDescriptor {
     /// How many hits this descriptor counts (`None`: the request's
     /// `hits_addend`).
     pub hits_addend: Option<u64>,
+    /// The gateway's own limit for this descriptor (`None`: the
+    /// configuration's).
+    pub limit: Option<LimitOverride>,
+}
+
+/// A limit the gateway sends with a descriptor (RLS v3
+/// `RateLimitDescriptor.limit`, set in Envoy's route configuration): as
+/// the reference server, for a domain the configuration names, the
+/// descriptor is decided by a fixed window of `requests_per_unit` per
+/// `unit` instead of the configuration's rule (whether a rule matches or
+/// not), never in shadow mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: Unit,
 }
 
 /// A request: a domain, its descriptors, and the hits each counts.

@@ -23,10 +23,12 @@ use std::time::Duration;
 use ratebound::http::{Policy, ratelimit, ratelimit_policy, retry_after_secs};
 use ratebound::{Decision, Error as CoreError};
 
-use crate::api::{Code, CurrentLimit, DescriptorStatus, Request, RequestDescriptor, Response};
+use crate::api::{
+    Code, CurrentLimit, DescriptorStatus, LimitOverride, Request, RequestDescriptor, Response,
+};
 use crate::backend::Backend;
-use crate::matching::{Match, Rules, apply_replaces};
-use crate::model::{Algorithm, Config, Descriptor, Limit, Place, Rule};
+use crate::matching::{Match, Rules, apply_replaces, override_keys};
+use crate::model::{Algorithm, Config, Descriptor, Limit, Place, Rule, Window};
 use crate::stats::{Seen, Stats};
 use crate::store::{Store, UnixClock};
 
@@ -195,13 +197,37 @@ impl Engine {
         check_request(request)?;
         let now = self.store.now();
         let rules = self.rules();
+        // The gateway's own limits (RLS v3 `limit`), for a domain the
+        // rules name: a fixed window each, instead of the rules'.
+        let known = rules.config().domains.contains_key(&request.domain);
+        let overrides: Vec<Option<Limit>> = request
+            .descriptors
+            .iter()
+            .map(|d| d.limit.filter(|_| known).map(override_limit))
+            .collect();
         let mut found: Vec<Option<Match<'_>>> = request
             .descriptors
             .iter()
-            .map(|d| rules.find(&request.domain, &d.entries))
+            .zip(&overrides)
+            .map(|(d, o)| match o {
+                None => rules.find(&request.domain, &d.entries),
+                Some(_) => None,
+            })
             .collect();
         // A limit named by a matched rule's `replaces` is not applied.
         apply_replaces(&mut found);
+        for ((d, o), m) in request.descriptors.iter().zip(&overrides).zip(&mut found) {
+            if let Some(limit) = o {
+                let (state_key, metric_key) = override_keys(&request.domain, &d.entries);
+                *m = Some(Match {
+                    descriptor: overriding(),
+                    unlimited: false,
+                    limits: vec![limit],
+                    state_key,
+                    metric_key,
+                });
+            }
+        }
         let hits =
             |d: &RequestDescriptor| d.hits_addend.unwrap_or_else(|| request.hits_addend.max(1));
         let outcomes: Vec<Option<Outcome>> = if self.store.is_local() {
@@ -422,6 +448,39 @@ impl Engine {
         }
         outcome(limits, &decisions, refuser.is_none(), refuser, now)
     }
+}
+
+/// The limit of a gateway's override: a fixed window, as the reference.
+fn override_limit(o: LimitOverride) -> Limit {
+    Limit {
+        name: None,
+        algorithm: Algorithm::FixedWindow,
+        requests_per_unit: u64::from(o.requests_per_unit),
+        window: Window {
+            unit: o.unit,
+            length: o.unit.length(),
+        },
+        burst: None,
+        place: Place::default(),
+    }
+}
+
+/// What a descriptor decided by a gateway's override is matched to: no
+/// shadow mode, no `replaces`.
+fn overriding() -> &'static Descriptor {
+    static NODE: std::sync::OnceLock<Descriptor> = std::sync::OnceLock::new();
+    NODE.get_or_init(|| Descriptor {
+        key: String::new(),
+        value: None,
+        rule: None,
+        replaces: Vec::new(),
+        shadow_mode: false,
+        detailed_metric: false,
+        value_to_metric: false,
+        share_threshold: false,
+        children: Vec::new(),
+        place: Place::default(),
+    })
 }
 
 /// A descriptor with a limit of 0: refused, counting nothing (a query,

@@ -222,6 +222,24 @@ pub fn wildcard_match(parts: &[String], value: &str) -> bool {
     true
 }
 
+/// The state key and the metric key of a descriptor decided by the
+/// gateway's own limit (RLS v3's `limit`): every entry as sent (the state
+/// key as a rule's with exact values; the metric key as the reference's,
+/// `domain.key_value.key2_value2`).
+pub fn override_keys(domain: &str, entries: &[(String, String)]) -> (String, String) {
+    let exact = vec![None; entries.len()];
+    let mut metric = domain.to_string();
+    for (k, v) in entries {
+        metric.push('.');
+        metric.push_str(k);
+        if !v.is_empty() {
+            metric.push('_');
+            metric.push_str(v);
+        }
+    }
+    (state_key(domain, entries, &exact), metric)
+}
+
 fn push_len(key: &mut String, tag: char, text: &str) {
     key.push(tag);
     key.push_str(&text.len().to_string());

@@ -115,9 +115,22 @@ pub fn request_from_proto(
             bounds.text("value", &entry.value)?;
             entries.push((entry.key, entry.value));
         }
+        let limit = match descriptor.limit {
+            None => None,
+            Some(o) => Some(api::LimitOverride {
+                requests_per_unit: o.requests_per_unit,
+                unit: unit_from_proto(o.unit).ok_or_else(|| RequestError::Invalid {
+                    reason: format!(
+                        "descriptors[{i}].limit.unit: {} is not a unit (second, minute, hour, day, week, month, year)",
+                        o.unit
+                    ),
+                })?,
+            }),
+        };
         descriptors.push(api::RequestDescriptor {
             entries,
             hits_addend: descriptor.hits_addend.map(|h| h.value),
+            limit,
         });
     }
     Ok(api::Request {
@@ -136,7 +149,22 @@ pub fn code_to_proto(code: Code) -> i32 {
     }
 }
 
-/// RLS v3's number for a unit.
+/// The unit RLS v3 numbers `unit` (`None`: UNKNOWN, or no unit).
+pub fn unit_from_proto(unit: i32) -> Option<Unit> {
+    Some(match PbUnit::try_from(unit).ok()? {
+        PbUnit::Unknown => return None,
+        PbUnit::Second => Unit::Second,
+        PbUnit::Minute => Unit::Minute,
+        PbUnit::Hour => Unit::Hour,
+        PbUnit::Day => Unit::Day,
+        PbUnit::Week => Unit::Week,
+        PbUnit::Month => Unit::Month,
+        PbUnit::Year => Unit::Year,
+    })
+}
+
+/// RLS v3's number for a unit (the response's `Unit` and
+/// `envoy.type.v3.RateLimitUnit` number them alike).
 pub fn unit_to_proto(unit: Unit) -> i32 {
     let unit = match unit {
         Unit::Second => PbUnit::Second,

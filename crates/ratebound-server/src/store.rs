@@ -118,6 +118,12 @@ impl Spec {
 /// One limit's state: a keyed limiter of the core.
 pub(crate) type Limiter = KeyedLimiter<Fingerprint, AnyClock>;
 
+/// The most distinct limits a store holds (each a keyed limiter, or a
+/// shared backend's limiter and file): the configuration's are few, but a
+/// gateway's overrides (RLS v3 `limit`) come with requests, so their count
+/// is bounded here; past it, a new limit is refused (`TooManyKeys`).
+pub(crate) const MAX_LIMITS: usize = 4096;
+
 /// A shared backend's limiter of one distinct limit, and the scope its
 /// keys live under.
 pub(crate) struct Shared {
@@ -201,6 +207,11 @@ impl Store {
         {
             return Ok(Arc::clone(l));
         }
+        if self.shared.read().unwrap_or_else(|e| e.into_inner()).len() >= MAX_LIMITS {
+            return Err(ratebound::Error::TooManyKeys {
+                max_keys: MAX_LIMITS,
+            });
+        }
         let scope = spec.name();
         let remote = Remote::open(
             &self.backend,
@@ -241,6 +252,17 @@ impl Store {
             .get(&spec)
         {
             return Ok(Arc::clone(l));
+        }
+        if self
+            .limiters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+            >= MAX_LIMITS
+        {
+            return Err(ratebound::Error::TooManyKeys {
+                max_keys: MAX_LIMITS,
+            });
         }
         let made = KeyedLimiter::new(spec.algorithm()?)?
             .with_max_keys(self.max_keys, Overflow::EvictLeastRecent)?

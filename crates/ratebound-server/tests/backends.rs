@@ -44,6 +44,7 @@ fn ask(e: &Engine, user: &str) -> Result<Response, RequestError> {
         descriptors: vec![RequestDescriptor {
             entries: vec![("user".to_string(), user.to_string())],
             hits_addend: None,
+            limit: None,
         }],
         hits_addend: 0,
     };
@@ -147,6 +148,7 @@ fn a_refused_fixed_window_stays_refused_until_it_ends_as_in_this_process() {
             descriptors: vec![RequestDescriptor {
                 entries: vec![("user".to_string(), "ann".to_string())],
                 hits_addend: None,
+                limit: None,
             }],
             hits_addend: hits,
         };

@@ -89,6 +89,7 @@ fn request(descriptors: &[&[(&str, &str)]], hits: u64) -> Request {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
                 hits_addend: None,
+                limit: None,
             })
             .collect(),
         hits_addend: hits,
@@ -482,10 +483,12 @@ fn a_reference_yaml_file_decides_as_its_readme_says() {
             ("to_number".into(), "2061111111".into()),
         ],
         hits_addend: None,
+        limit: None,
     };
     let any = RequestDescriptor {
         entries: vec![("to_number".into(), "2061111111".into())],
         hits_addend: None,
+        limit: None,
     };
     let req = Request {
         domain: "messaging".into(),

@@ -144,15 +144,18 @@ async fn every_field_crosses_the_wire_both_ways() {
                         ("path".into(), "/a".into())
                     ],
                     hits_addend: Some(5),
+                    limit: None,
                 },
                 api::RequestDescriptor {
                     entries: vec![("user".into(), String::new())],
                     // 0 per descriptor: look without counting.
                     hits_addend: Some(0),
+                    limit: None,
                 },
                 api::RequestDescriptor {
                     entries: vec![("k".into(), "v".into())],
                     hits_addend: None,
+                    limit: None,
                 },
             ],
             hits_addend: 3,

@@ -33,6 +33,7 @@ fn ask(e: &Engine, domain: &str, entries: &[(&str, &str)]) {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             hits_addend: None,
+            limit: None,
         }],
         hits_addend: 0,
     };

@@ -41,6 +41,7 @@ fn admitted(e: &Engine, domain: &str, tries: usize) -> usize {
         descriptors: vec![RequestDescriptor {
             entries: vec![("remote_address".into(), "192.0.2.1".into())],
             hits_addend: None,
+            limit: None,
         }],
         hits_addend: 0,
     };
