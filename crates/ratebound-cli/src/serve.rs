@@ -102,14 +102,8 @@ fn backend(args: &ServeArgs) -> Result<Backend, CliError> {
             )));
         }
     };
-    let timeout = parse_duration(&args.redis_timeout, "--redis-timeout")?;
-    if timeout == 0 {
-        return Err(CliError::new(format!(
-            "--redis-timeout: {} must be above 0",
-            Shown(&args.redis_timeout)
-        )));
-    }
-    options.timeout = Duration::from_nanos(timeout);
+    // parse_duration refuses 0.
+    options.timeout = Duration::from_nanos(parse_duration(&args.redis_timeout, "--redis-timeout")?);
     options.prefix = args.redis_prefix.clone();
     Ok(Backend::Redis(options))
 }

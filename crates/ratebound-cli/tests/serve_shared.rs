@@ -357,3 +357,52 @@ fn redis_killed_the_fail_policy_answers_and_redis_decides_again_once_back() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn bad_backend_flags_are_one_line_naming_the_value_and_exit_2() {
+    let dir = scratch("flags");
+    let rules = rules(&dir, 1);
+    let rules = rules.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ratebound"))
+            .args(["serve", "--config", rules, "--grpc", "127.0.0.1:0"])
+            .args(["--http", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .expect("ratebound runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let url = ["--redis", "redis://127.0.0.1:1/"];
+    for (args, says) in [
+        (
+            vec!["--redis-on-error", "maybe"],
+            "--redis-on-error: \"maybe\" is not open or closed",
+        ),
+        (
+            vec!["--redis-timeout", "0ms"],
+            "--redis-timeout: \"0ms\" must be more than 0",
+        ),
+        (
+            vec!["--max-keys", "0"],
+            "--max-keys: \"0\" is not a whole number above 0",
+        ),
+        (
+            vec!["--log-format", "xml"],
+            "--log-format: \"xml\" is not text or json",
+        ),
+    ] {
+        let err = run(&[&url[..], &args[..]].concat());
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let err = run(&["--redis", "nope://x"]);
+    assert!(
+        err.contains("--redis: ") && err.contains("nope://x"),
+        "{err}"
+    );
+    // One backend: Redis or shared memory.
+    let err = run(&["--redis", "redis://127.0.0.1:1/", "--shm", "/tmp/x"]);
+    assert!(err.contains("--shm"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
