@@ -44,11 +44,13 @@ use crate::model::{Config, Descriptor, Domain, Place, Rule};
 
 mod error;
 mod limit;
+mod load;
 mod read;
 mod yaml;
 
 pub use error::{ConfigError, ConfigErrorKind};
 pub use limit::{parse_window, token_bucket_quota};
+pub use load::{MAX_ALIAS_NODES, MAX_NESTING};
 pub use read::MAX_DEPTH;
 pub(crate) use read::value_text;
 
@@ -84,7 +86,7 @@ impl Config {
     }
 
     fn parse_domain(text: &str, file: &Path) -> Result<Domain, ConfigError> {
-        read::read_domain(yaml::Src { file }, text)
+        read::read_domain(file, text)
     }
 
     /// Adds `domain`, refusing a second domain of one name.
