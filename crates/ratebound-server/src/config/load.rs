@@ -30,6 +30,7 @@ use marked_yaml::{Marker, Node, Span};
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::{Marker as YamlMarker, ScanError, TScalarStyle};
 
+use super::alias::{Copier, Via, through};
 use super::error::{ConfigError, ConfigErrorKind};
 use crate::model::Place;
 
@@ -40,21 +41,6 @@ pub const MAX_ALIAS_NODES: usize = 100_000;
 
 /// How deep a file's YAML may nest (lists and mappings in one another).
 pub const MAX_NESTING: usize = 512;
-
-/// One use of an alias: the nodes copied through it carry its index + 1
-/// as their markers' `source` (0: written where they are).
-#[derive(Clone, Debug)]
-pub(crate) struct Via {
-    /// The alias's name (without `*`).
-    pub(crate) name: String,
-    /// Where the alias is written.
-    pub(crate) line: usize,
-    /// Its column.
-    pub(crate) column: usize,
-    /// The alias use that brought this alias's copy where it is (its
-    /// index + 1; 0: none, the alias is written there).
-    pub(crate) outer: usize,
-}
 
 /// A file's root mapping and the alias uses its markers name.
 pub(crate) struct Loaded {
@@ -77,11 +63,11 @@ pub(crate) fn load(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
         root: None,
     };
     let mut parser = Parser::new_from_str(text);
-    loop {
+    let end = loop {
         let (event, mark) = parser.next_token().map_err(|e| loader.scan_error(&e))?;
         let mark = marker(mark);
         match event {
-            Event::DocumentEnd | Event::StreamEnd => break,
+            Event::DocumentEnd | Event::StreamEnd => break mark,
             Event::Alias(id) => loader.alias(id, mark)?,
             Event::Scalar(value, style, anchor, tag) => {
                 if tag.is_some() {
@@ -101,11 +87,11 @@ pub(crate) fn load(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
             Event::SequenceEnd | Event::MappingEnd => loader.close(mark)?,
             Event::StreamStart | Event::DocumentStart | Event::Nothing => {}
         }
-    }
-    let root = loader
-        .root
-        .take()
-        .unwrap_or_else(|| Node::from(MarkedMappingNode::new_empty(Span::new_blank())));
+    };
+    // No node at all: an empty mapping where the text ends.
+    let root = loader.root.take().unwrap_or_else(|| {
+        Node::from(MarkedMappingNode::new_empty(Span::new_with_marks(end, end)))
+    });
     Ok(Loaded {
         root,
         vias: loader.vias,
@@ -388,12 +374,7 @@ impl Loader<'_> {
             outer: 0,
         });
         let via = self.vias.len();
-        let mut copier = Copier {
-            vias: &mut self.vias,
-            via,
-            memo: HashMap::new(),
-        };
-        let copy = copier.node(node);
+        let copy = Copier::new(&mut self.vias, via).node(node);
         self.value(copy, size, mark)
     }
 
@@ -495,105 +476,5 @@ impl Loader<'_> {
             map.key = Some(key);
         }
         Ok(())
-    }
-}
-
-/// Copies an anchored node for one alias use: each marker's `source`
-/// re-based on that use.
-struct Copier<'v> {
-    vias: &'v mut Vec<Via>,
-    /// The alias use (index + 1).
-    via: usize,
-    /// A source in the anchored node → its source in the copy.
-    memo: HashMap<usize, usize>,
-}
-
-impl Copier<'_> {
-    fn node(&mut self, node: &Node) -> Node {
-        match node {
-            Node::Scalar(s) => Node::from(self.scalar(s)),
-            Node::Sequence(list) => {
-                let items = list.iter().map(|n| self.node(n)).collect();
-                Node::from(MarkedSequenceNode::new(self.span(list.span()), items))
-            }
-            Node::Mapping(map) => {
-                let mut copy = MarkedMappingNode::new_empty(self.span(map.span()));
-                for (k, v) in map.iter() {
-                    let (k, v) = (self.scalar(k), self.node(v));
-                    copy.insert(k, v);
-                }
-                Node::from(copy)
-            }
-        }
-    }
-
-    fn scalar(&mut self, s: &MarkedScalarNode) -> MarkedScalarNode {
-        let mut copy = s.clone();
-        *copy.span_mut() = self.span(s.span());
-        copy
-    }
-
-    fn span(&mut self, span: &Span) -> Span {
-        let mut span = *span;
-        if let Some(m) = span.start_mut() {
-            m.set_source(self.rebase(m.source()));
-        }
-        if let Some(m) = span.end_mut() {
-            m.set_source(self.rebase(m.source()));
-        }
-        span
-    }
-
-    /// The source in the copy of a node whose source is `source`: written
-    /// in the anchored node → this use; brought there by an alias → a
-    /// use of that alias brought by this one.
-    fn rebase(&mut self, source: usize) -> usize {
-        // The chain from `source` outwards to the first already re-based
-        // (or to 0: this use).
-        let mut chain = Vec::new();
-        let mut at = source;
-        let mut base = loop {
-            if at == 0 {
-                break self.via;
-            }
-            if let Some(done) = self.memo.get(&at) {
-                break *done;
-            }
-            chain.push(at);
-            at = self.vias[at - 1].outer;
-        };
-        for old in chain.into_iter().rev() {
-            let mut via = self.vias[old - 1].clone();
-            via.outer = base;
-            self.vias.push(via);
-            base = self.vias.len();
-            self.memo.insert(old, base);
-        }
-        base
-    }
-}
-
-/// What an error's place owes to aliases: ` (through the alias *a at
-/// line 9, column 15, ...)`, or nothing for a place written there.
-pub(crate) fn through(vias: &[Via], source: usize) -> String {
-    const SHOWN: usize = 4;
-    let mut parts = Vec::new();
-    let mut at = source;
-    while at != 0 && at <= vias.len() {
-        let via = &vias[at - 1];
-        if parts.len() == SHOWN {
-            parts.push("...".to_string());
-            break;
-        }
-        parts.push(format!(
-            "*{} at line {}, column {}",
-            via.name, via.line, via.column
-        ));
-        at = via.outer;
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!(" (through the alias {})", parts.join(", in "))
     }
 }

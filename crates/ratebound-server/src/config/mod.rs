@@ -22,8 +22,9 @@
 //!
 //! What is checked, each refused with a [`ConfigError`] naming the file,
 //! the line, the column and the bad value (the first error of a file):
-//! YAML syntax (anchors, aliases, tags and a key written twice in one
-//! mapping are refused too); unknown fields, per level (the reference
+//! YAML syntax (tags and a key written twice in one mapping are refused
+//! too; anchors, aliases and merge keys are read as the reference server
+//! reads them, bounded: see [`MAX_ALIAS_NODES`]); unknown fields, per level (the reference
 //! refuses a key it knows nowhere; a misplaced one it ignores, this reader
 //! refuses it: `rate_limt` or a `unit` beside `key` is a mistake, not a
 //! choice); `requests_per_unit` a whole number from 0 to 2^32 − 1 (absent:
@@ -42,6 +43,7 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{Config, Descriptor, Domain, Place, Rule};
 
+mod alias;
 mod error;
 mod limit;
 mod load;

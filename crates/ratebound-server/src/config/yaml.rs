@@ -7,8 +7,8 @@ use std::path::Path;
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
 use marked_yaml::{Node, Span};
 
+use super::alias::{Via, through};
 use super::error::{ConfigError, ConfigErrorKind};
-use super::load::{Via, through};
 use crate::model::Place;
 
 /// The file being read: turns spans into [`Place`]s.
