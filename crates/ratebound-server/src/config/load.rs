@@ -17,7 +17,8 @@
 //!   file differently from one of them.
 //! - Aliases may add at most [`MAX_ALIAS_NODES`] nodes to a file (a
 //!   "billion laughs" file is refused at the alias that would pass it,
-//!   before anything is copied); nodes nest at most [`MAX_NESTING`] deep.
+//!   before anything is copied); the text nests at most [`MAX_NESTING`]
+//!   deep.
 //! - As before: keys written twice in one mapping, tags, and a top level
 //!   that is not a mapping are refused; scalars are not coerced (their
 //!   `may_coerce` flag says they were written plain).
@@ -39,7 +40,11 @@ use crate::model::Place;
 /// one): far beyond a real file's reuse, far below what hurts.
 pub const MAX_ALIAS_NODES: usize = 100_000;
 
-/// How deep a file's YAML may nest (lists and mappings in one another).
+/// How deep a file's text may nest (lists and mappings in one another).
+/// An alias's copy adds the depth of its anchored node, itself bounded:
+/// a chain of aliases each one level deeper than the last copies
+/// quadratically many nodes, so [`MAX_ALIAS_NODES`] stops it within a
+/// few hundred levels.
 pub const MAX_NESTING: usize = 512;
 
 /// A file's root mapping and the alias uses its markers name.
