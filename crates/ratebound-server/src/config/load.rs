@@ -10,7 +10,9 @@
 //!   brought it there.
 //! - A merge key's mappings add the keys the mapping does not write
 //!   (an earlier mapping of `<<: [*a, *b]` wins over a later one); the
-//!   written keys come first in the result. A key written *before* `<<`
+//!   written keys come first in the result. A `rate_limit` (or
+//!   `metadata`) both written and merged is combined field by field, the
+//!   written fields winning, as yaml.v2 fills the reference's structs. A key written *before* `<<`
 //!   that the merge also sets is refused: `yaml.v2` lets the merged value
 //!   override it there (it applies `<<` in the order written), the YAML
 //!   merge spec keeps the written one, and a silent choice would read the
@@ -46,6 +48,13 @@ pub const MAX_ALIAS_NODES: usize = 100_000;
 /// quadratically many nodes, so [`MAX_ALIAS_NODES`] stops it within a
 /// few hundred levels.
 pub const MAX_NESTING: usize = 512;
+
+/// The keys whose mappings a merge combines with the mapping kept, field
+/// by field (the kept fields winning), rather than leaving out: the
+/// reference server decodes `rate_limit` into a Go struct pointer and
+/// `metadata` into a Go map, which yaml.v2 fills in place, so a merged
+/// block and a block written after `<<` add up there.
+const FIELD_BY_FIELD: [&str; 2] = ["rate_limit", "metadata"];
 
 /// A file's root mapping and the alias uses its markers name.
 pub(crate) struct Loaded {
@@ -339,8 +348,24 @@ impl Loader<'_> {
                         ),
                     ));
                 }
-                if !map.contains_key(key.as_str()) {
-                    map.insert(key, value);
+                match (map.get_mut(key.as_str()), value) {
+                    (None, value) => {
+                        map.insert(key, value);
+                    }
+                    // Filled field by field, as yaml.v2 fills the Go
+                    // struct or map the reference decodes it into.
+                    (Some(Node::Mapping(kept)), Node::Mapping(mut merged))
+                        if FIELD_BY_FIELD.contains(&key.as_str()) =>
+                    {
+                        for (field, value) in std::mem::take(&mut *merged) {
+                            if !kept.contains_key(field.as_str()) {
+                                kept.insert(field, value);
+                            }
+                        }
+                    }
+                    // Written after `<<`, or merged from an earlier
+                    // mapping: kept.
+                    (Some(_), _) => {}
                 }
             }
         }
