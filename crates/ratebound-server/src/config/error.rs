@@ -10,8 +10,11 @@ use crate::model::Place;
 pub enum ConfigErrorKind {
     /// The file or directory could not be read.
     Io,
-    /// The text is not YAML (or uses YAML the loader does not take:
-    /// anchors, aliases, tags, a key written twice in one mapping).
+    /// The text is not YAML (or uses YAML the loader does not take: tags,
+    /// a key written twice in one mapping, an alias to no anchor or to its
+    /// own, aliases adding more than
+    /// [`MAX_ALIAS_NODES`](super::MAX_ALIAS_NODES) nodes, nesting deeper
+    /// than [`MAX_NESTING`](super::MAX_NESTING)).
     Syntax,
     /// A field this format does not have (a misspelt `rate_limt`).
     UnknownField,

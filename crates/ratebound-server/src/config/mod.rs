@@ -22,8 +22,9 @@
 //!
 //! What is checked, each refused with a [`ConfigError`] naming the file,
 //! the line, the column and the bad value (the first error of a file):
-//! YAML syntax (anchors, aliases, tags and a key written twice in one
-//! mapping are refused too); unknown fields, per level (the reference
+//! YAML syntax (tags and a key written twice in one mapping are refused
+//! too; anchors, aliases and merge keys are read as the reference server
+//! reads them, bounded: see [`MAX_ALIAS_NODES`]); unknown fields, per level (the reference
 //! refuses a key it knows nowhere; a misplaced one it ignores, this reader
 //! refuses it: `rate_limt` or a `unit` beside `key` is a mistake, not a
 //! choice); `requests_per_unit` a whole number from 0 to 2^32 − 1 (absent:
@@ -42,13 +43,16 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{Config, Descriptor, Domain, Place, Rule};
 
+mod alias;
 mod error;
 mod limit;
+mod load;
 mod read;
 mod yaml;
 
 pub use error::{ConfigError, ConfigErrorKind};
 pub use limit::{parse_window, token_bucket_quota};
+pub use load::{MAX_ALIAS_NODES, MAX_NESTING};
 pub use read::MAX_DEPTH;
 pub(crate) use read::value_text;
 
@@ -84,7 +88,7 @@ impl Config {
     }
 
     fn parse_domain(text: &str, file: &Path) -> Result<Domain, ConfigError> {
-        read::read_domain(yaml::Src { file }, text)
+        read::read_domain(file, text)
     }
 
     /// Adds `domain`, refusing a second domain of one name.

@@ -1,12 +1,14 @@
 //! A file's domain and its tree of descriptors.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use marked_yaml::Node;
 use marked_yaml::types::{MarkedMappingNode, MarkedSequenceNode};
 
 use super::error::{ConfigError, ConfigErrorKind};
 use super::limit::read_block;
+use super::load::{Loaded, load};
 use super::yaml::Src;
 use crate::model::{Descriptor, Domain, Rule, Value};
 
@@ -31,8 +33,8 @@ const FIELDS: &[&str] = &[
     "metadata",
 ];
 
-/// Reads one file's text into its domain.
-pub(crate) fn read_domain(src: Src<'_>, text: &str) -> Result<Domain, ConfigError> {
+/// Reads one file's text (`file` names it) into its domain.
+pub(crate) fn read_domain(file: &Path, text: &str) -> Result<Domain, ConfigError> {
     let root = if text.lines().all(|l| {
         let l = l.trim();
         l.is_empty() || l.starts_with('#') || l == "---"
@@ -40,19 +42,24 @@ pub(crate) fn read_domain(src: Src<'_>, text: &str) -> Result<Domain, ConfigErro
         // An empty file: what is missing is the domain.
         None
     } else {
-        Some(src.parse(text)?)
+        Some(load(file, text)?)
     };
-    let Some(Node::Mapping(map)) = root else {
+    let Some(Loaded {
+        root: Node::Mapping(map),
+        vias,
+    }) = root
+    else {
         return Err(ConfigError::new(
             ConfigErrorKind::Missing,
             crate::model::Place {
-                file: src.file.to_path_buf(),
+                file: file.to_path_buf(),
                 line: 1,
                 column: 1,
             },
             "the file has no domain",
         ));
     };
+    let src = Src { file, vias: &vias };
     src.known_fields(&map, "the file", &["domain", "descriptors"])?;
     let name = match src.string(&map, "domain")? {
         Some(s) if !s.as_str().is_empty() => s,
@@ -105,9 +112,11 @@ fn read_list(
                 None => format!("key '{}' (no value)", id.0),
                 Some(v) => format!("key '{}' value '{v}'", id.0),
             };
-            return Err(ConfigError::new(
+            // At the descriptor's first key, as its place (an alias's copy
+            // says so).
+            return Err(src.error(
                 ConfigErrorKind::DuplicateDescriptor,
-                descriptor.place,
+                &Src::map_span(map),
                 format!(
                     "duplicate descriptor {shown}: the same key and value are at line {first_line} of this level"
                 ),

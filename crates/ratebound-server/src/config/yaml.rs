@@ -1,11 +1,13 @@
-//! Reading YAML nodes with their places: the text parsed by `marked-yaml`,
-//! and each value checked for its kind, named with its line and column.
+//! Reading YAML nodes with their places (the text loaded by [`super::load`]),
+//! each value checked for its kind, named with its line and column (and,
+//! for a value an alias copied, the alias).
 
 use std::path::Path;
 
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode};
-use marked_yaml::{LoadError, LoaderOptions, Node, Span};
+use marked_yaml::{Node, Span};
 
+use super::alias::{Via, through};
 use super::error::{ConfigError, ConfigErrorKind};
 use crate::model::Place;
 
@@ -13,6 +15,8 @@ use crate::model::Place;
 #[derive(Clone, Copy)]
 pub(crate) struct Src<'a> {
     pub(crate) file: &'a Path,
+    /// The alias uses the nodes' markers name (see [`super::load`]).
+    pub(crate) vias: &'a [Via],
 }
 
 impl Src<'_> {
@@ -35,71 +39,20 @@ impl Src<'_> {
         map.keys().next().map(|k| *k.span()).unwrap_or(*map.span())
     }
 
-    /// An error of `kind` where `span` begins.
+    /// An error of `kind` where `span` begins (a value an alias copied:
+    /// where it is written in the anchored node, the message naming the
+    /// alias).
     pub(crate) fn error(
         &self,
         kind: ConfigErrorKind,
         span: &Span,
         message: impl Into<String>,
     ) -> ConfigError {
+        let mut message = message.into();
+        if let Some(m) = span.start() {
+            message.push_str(&through(self.vias, m.source()));
+        }
         ConfigError::new(kind, self.place(span), message)
-    }
-
-    /// Parses `text`: a mapping at the top, a key written twice refused.
-    pub(crate) fn parse(&self, text: &str) -> Result<Node, ConfigError> {
-        // Coercion off: a scalar's `may_coerce` then says it was written plain
-        // (unquoted), which is what tells `null` from `"null"`.
-        let options = LoaderOptions::default()
-            .error_on_duplicate_keys(true)
-            .prevent_coercion(true);
-        marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| self.load_error(e))
-    }
-
-    fn load_error(&self, error: LoadError) -> ConfigError {
-        let (marker, message) = match &error {
-            LoadError::TopLevelMustBeMapping(m) => (
-                *m,
-                "the file must be a mapping (domain: ..., descriptors: ...)".to_string(),
-            ),
-            LoadError::TopLevelMustBeSequence(m) => (*m, "expected a sequence".to_string()),
-            LoadError::UnexpectedAnchor(m) => {
-                (*m, "YAML anchors and aliases are not supported".to_string())
-            }
-            LoadError::MappingKeyMustBeScalar(m) => {
-                (*m, "a mapping key must be a plain string".to_string())
-            }
-            LoadError::UnexpectedTag(m) => {
-                (*m, "YAML tags (!!str ...) are not supported".to_string())
-            }
-            LoadError::ScanError(m, e) => (*m, format!("YAML syntax error: {}", e.info())),
-            LoadError::DuplicateKey(inner) => {
-                let first = inner.prev_key.span().start().map(|m| m.line()).unwrap_or(0);
-                let marker = inner.key.span().start().copied();
-                let message = format!(
-                    "field '{}' is written twice in one mapping (first at line {first})",
-                    inner.key.as_str()
-                );
-                match marker {
-                    Some(m) => (m, message),
-                    None => {
-                        return ConfigError::new(
-                            ConfigErrorKind::Syntax,
-                            self.place(&Span::new_blank()),
-                            message,
-                        );
-                    }
-                }
-            }
-        };
-        ConfigError::new(
-            ConfigErrorKind::Syntax,
-            Place {
-                file: self.file.to_path_buf(),
-                line: marker.line(),
-                column: marker.column(),
-            },
-            message,
-        )
     }
 
     /// Refuses a key of `map` not in `known`, naming it and what `what`
