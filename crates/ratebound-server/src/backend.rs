@@ -1,6 +1,6 @@
 //! Where the limits' state lives when it is shared: in shared memory (the
 //! server processes of one host) or in Redis (every server of a fleet, one
-//! node or a cluster). In-process state is the [`store`](crate::store)'s
+//! node or a cluster). In-process state is the store's
 //! own.
 //!
 //! Each distinct limit (algorithm, count, window, burst) is one limiter of
