@@ -106,3 +106,10 @@ def seconds_left(length: int, at: float) -> int:
     left at ``at``, in whole seconds (the reference server's way)."""
     return length - int(at) % length
 
+
+
+def seconds_left_between(length: int, start: float, end: float) -> range:
+    """What a fixed window of ``length`` s says is left (whole seconds) at
+    some instant from ``start`` to ``end``, both in one window (as
+    ``one_window`` makes them): a second may tick between."""
+    return range(seconds_left(length, end + MARGIN), seconds_left(length, start - MARGIN) + 1)

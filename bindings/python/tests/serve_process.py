@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from typing import Optional
+from typing import Callable, Optional
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -160,3 +160,8 @@ def metric(text: str, series: str) -> int:
         if line.startswith(series + " "):
             return int(float(line[len(series) + 1 :]))
     raise AssertionError(f"no sample {series} in:\n{text}")
+
+
+# The ``serve`` fixture (conftest.py): starts a server over the files given
+# (name → YAML text).
+Start = Callable[[dict[str, str]], Serve]

@@ -17,9 +17,8 @@ answers of a run that did not are asserted exactly."""
 from __future__ import annotations
 
 import math
-import pathlib
 import time
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import grpc
 import pytest
@@ -49,36 +48,10 @@ from rls_client import (
     one_window,
     reset,
     seconds_left,
+    seconds_left_between,
     summary,
 )
-from serve_process import Serve, metric
-
-Start = Callable[[dict[str, str]], Serve]
-
-
-@pytest.fixture
-def serve(tmp_path: pathlib.Path) -> Iterator[Start]:
-    """Starts ``ratebound serve`` over the given files (name → YAML);
-    each is stopped with SIGTERM after the test, which must end it with
-    status 0 (graceful shutdown)."""
-    started: list[Serve] = []
-
-    def start(files: dict[str, str]) -> Serve:
-        directory = tmp_path / f"serve{len(started)}"
-        directory.mkdir()
-        s = Serve(directory, files)
-        started.append(s)
-        return s.start()
-
-    yield start
-    for s in started:
-        alive = s.process is not None and s.process.poll() is None
-        status = s.stop()
-        assert not alive or status == 0, (
-            f"ratebound serve exited {status} on SIGTERM:\n{s.log.read_text()}"
-        )
-
-
+from serve_process import Start, metric
 
 
 def test_readme_example_1_each_database_value_its_own_500_per_second(serve: Start) -> None:
@@ -118,7 +91,7 @@ def test_readme_example_2_marketing_five_a_day_to_a_number_any_message_100(
 ) -> None:
     s = serve({"messaging.yaml": EXAMPLE2})
 
-    def run(attempt: int) -> tuple[float, list[Answer], Answer]:
+    def run(attempt: int) -> tuple[range, list[Answer], Answer]:
         number = f"20611111{attempt:02d}"
         # The README's request: both descriptors in one call.
         both = [
@@ -127,6 +100,7 @@ def test_readme_example_2_marketing_five_a_day_to_a_number_any_message_100(
         ]
         at = time.time()
         answers = [ask(s, "messaging", both) for _ in range(6)]
+        day = seconds_left_between(86_400, at, time.time())
         # Another number: its own 5 and its own 100.
         other = ask(
             s,
@@ -136,9 +110,9 @@ def test_readme_example_2_marketing_five_a_day_to_a_number_any_message_100(
                 descriptor([("to_number", number + "9")]),
             ],
         )
-        return at, answers, other
+        return day, answers, other
 
-    at, answers, other = one_window(86_400, run)
+    day, answers, other = one_window(86_400, run)
     marketing = [summary(a.statuses[0]) for a in answers]
     assert marketing == [(OK, 5, DAY, left, "") for left in (4, 3, 2, 1, 0)] + [
         (OVER, 5, DAY, 0, "")
@@ -151,8 +125,9 @@ def test_readme_example_2_marketing_five_a_day_to_a_number_any_message_100(
     # A logical OR of the descriptors' decisions.
     assert [a.overall_code for a in answers] == [OK] * 5 + [OVER]
     # Whole seconds to the next UTC midnight.
-    assert reset(answers[-1].statuses[0]) == seconds_left(86_400, at)
-    assert headers(answers[-1])["Retry-After"] == str(seconds_left(86_400, at))
+    left = reset(answers[-1].statuses[0])
+    assert left in day, (left, day)
+    assert headers(answers[-1])["Retry-After"] == str(int(left))
     assert [summary(x) for x in other.statuses] == [
         (OK, 5, DAY, 4, ""),
         (OK, 100, DAY, 99, ""),
@@ -374,21 +349,22 @@ descriptors:
 def test_stacked_limits_admit_all_or_nothing(serve: Start) -> None:
     s = serve({"stacked.yaml": STACKED})
 
-    def run(attempt: int) -> Optional[tuple[float, list[Answer], float, list[Answer]]]:
+    def run(attempt: int) -> Optional[tuple[range, list[Answer], range, list[Answer]]]:
         user = [("user", f"alice{attempt}")]
         t0 = time.time()
         first = [one(s, "stacked", user) for _ in range(3)]
         if time.time() - t0 > 0.9:
             return None  # the bucket earned a token meanwhile
+        day0 = seconds_left_between(86_400, t0, time.time())
         # The bucket whole again (2 s), then the same again.
         time.sleep(2.1)
         t1 = time.time()
         second = [one(s, "stacked", user) for _ in range(2)]
         if time.time() - t1 > 0.9:
             return None
-        return t0, first, t1, second
+        return day0, first, seconds_left_between(86_400, t1, time.time()), second
 
-    t0, first, t1, second = one_window(86_400, run)
+    day0, first, day1, second = one_window(86_400, run)
     # The burst (2) refuses the third; the day's count is not charged by
     # the refusal: 1 of its 3 still left.
     assert [x.overall_code for x in first] == [OK, OK, OVER], first
@@ -397,22 +373,25 @@ def test_stacked_limits_admit_all_or_nothing(serve: Start) -> None:
         (OK, 2, SECOND, 0, "burst"),
         (OVER, 2, SECOND, 0, "burst"),
     ]
-    day = seconds_left(86_400, t0)
-    assert [headers(x)["RateLimit"] for x in first] == [
-        f'"burst";r=1;t=1, "daily";r=2;t={day}',
-        f'"burst";r=0;t=2, "daily";r=1;t={day}',
-        f'"burst";r=0;t=2, "daily";r=1;t={day}',
+    # Both limits' fields; the day's t: whole seconds to UTC midnight.
+    shown = [headers(x)["RateLimit"] for x in first]
+    starts = [
+        '"burst";r=1;t=1, "daily";r=2;t=',
+        '"burst";r=0;t=2, "daily";r=1;t=',
+        '"burst";r=0;t=2, "daily";r=1;t=',
     ]
+    for field, start in zip(shown, starts):
+        assert field.startswith(start) and int(field[len(start) :]) in day0, (shown, day0)
     assert headers(first[0])["RateLimit-Policy"] == '"burst";q=2;w=2, "daily";q=3;w=86400'
     assert "Retry-After" not in headers(first[1])
     assert headers(first[2])["Retry-After"] == "1"
     # The day's last one, then the day refuses, and the bucket's token is
     # not spent by that refusal.
     assert [x.overall_code for x in second] == [OK, OVER], second
-    day = seconds_left(86_400, t1)
     assert summary(second[0].statuses[0]) == (OK, 3, DAY, 0, "daily")
     assert summary(second[1].statuses[0]) == (OVER, 3, DAY, 0, "daily")
-    assert reset(second[1].statuses[0]) == day
+    day = int(reset(second[1].statuses[0]))
+    assert day in day1, (day, day1)
     assert headers(second[1])["RateLimit"] == f'"burst";r=1;t=1, "daily";r=0;t={day}'
     assert headers(second[1])["Retry-After"] == str(day)
 
@@ -480,33 +459,37 @@ def test_hits_addend_per_request_and_per_descriptor(serve: Start) -> None:
 def test_the_ratelimit_ratelimit_policy_and_retry_after_headers(serve: Start) -> None:
     s = serve({"hourly.yaml": HOURLY})
 
-    def run(attempt: int) -> tuple[float, list[Answer]]:
+    def run(attempt: int) -> tuple[range, list[Answer]]:
         tenant = [("tenant", f"t{attempt}")]
         at = time.time()
-        return at, [one(s, "hourly", tenant) for _ in range(4)]
+        answers = [one(s, "hourly", tenant) for _ in range(4)]
+        return seconds_left_between(60, at, time.time()), answers
 
-    at, answers = one_window(60, run)
-    t = seconds_left(60, at)
-    assert [headers(x) for x in answers[:3]] == [
-        {
-            "RateLimit-Policy": '"per_tenant";q=3;w=60',
-            "RateLimit": f'"per_tenant";r={left};t={t}',
-        }
-        for left in (2, 1, 0)
-    ], answers
-    # Refused: the wait to the window's end, rounded up.
-    assert headers(answers[3]) == {
-        "RateLimit-Policy": '"per_tenant";q=3;w=60',
-        "RateLimit": f'"per_tenant";r=0;t={t}',
-        "Retry-After": str(t),
-    }
+    minute, answers = one_window(60, run)
     assert [summary(x.statuses[0]) for x in answers] == [
         (OK, 3, MINUTE, 2, "per_tenant"),
         (OK, 3, MINUTE, 1, "per_tenant"),
         (OK, 3, MINUTE, 0, "per_tenant"),
         (OVER, 3, MINUTE, 0, "per_tenant"),
     ]
-    assert all(reset(x.statuses[0]) == t for x in answers)
+    # What each answer says is left of the minute (whole seconds), the
+    # same in its status and its fields.
+    left = [reset(x.statuses[0]) for x in answers]
+    assert all(t in minute for t in left) and left == sorted(left, reverse=True), (left, minute)
+    t = [int(x) for x in left]
+    assert [headers(x) for x in answers[:3]] == [
+        {
+            "RateLimit-Policy": '"per_tenant";q=3;w=60',
+            "RateLimit": f'"per_tenant";r={r};t={t[i]}',
+        }
+        for i, r in enumerate((2, 1, 0))
+    ], answers
+    # Refused: the wait to the window's end, rounded up.
+    assert headers(answers[3]) == {
+        "RateLimit-Policy": '"per_tenant";q=3;w=60',
+        "RateLimit": f'"per_tenant";r=0;t={t[3]}',
+        "Retry-After": str(t[3]),
+    }
 
     # Two limits in one request: a policy and a remaining count each, in
     # the descriptors' order; an unnamed limit is named by its rule.
@@ -565,3 +548,39 @@ def test_an_oversized_request_is_a_grpc_error_and_the_server_answers_after(
         assert summary(r.statuses[0]) == (OK, 10, HOUR, 9, ""), r
     _, text = s.http_get("/metrics")
     assert metric(text, 'ratebound_request_errors_total{transport="grpc",reason="too_large"}') == 3
+
+
+# A window no whole second divides: its duration_until_reset is exact (ns),
+# so it shows the server's Unix time to the client.
+CLOCK = """\
+domain: clock
+descriptors:
+  - key: k
+    rate_limit:
+      requests_per_unit: 1000000
+      window: 1500ms
+"""
+
+
+def test_the_servers_unix_time_is_the_machines(serve: Start) -> None:
+    """Fixed windows align to the Unix epoch, as the reference server's
+    (and several servers over one store must agree on where a window
+    ends): the server's time, read through the window's end, is the
+    client's wall clock within MARGIN (the best of 20 calls)."""
+    s = serve({"clock.yaml": CLOCK})
+    best: Optional[tuple[float, float]] = None
+    for _ in range(20):
+        sent = time.time()
+        answer = one(s, "clock", [("k", "v")])
+        came = time.time()
+        server_into = 1.5 - reset(answer.statuses[0])
+        # Server minus client, in (-0.75 s, 0.75 s].
+        offset = (server_into - ((sent + came) / 2) % 1.5 + 0.75) % 1.5 - 0.75
+        if best is None or came - sent < best[0]:
+            best = (came - sent, offset)
+    assert best is not None
+    rtt, offset = best
+    assert abs(offset) <= MARGIN + rtt / 2, (
+        f"the server's Unix time is {offset * 1e3:+.1f} ms off the machine's "
+        f"(round trip {rtt * 1e3:.2f} ms)"
+    )
