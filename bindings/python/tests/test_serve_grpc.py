@@ -519,20 +519,25 @@ def test_an_oversized_request_is_a_grpc_error_and_the_server_answers_after(
     serve: Start,
 ) -> None:
     s = serve({"hourly.yaml": HOURLY})
+    too_large = grpc.StatusCode.RESOURCE_EXHAUSTED
+    many, wide = "descriptors: 10000", "entries: 10000"
     refused = [
         # 10 000 descriptors.
-        ([descriptor([("user", str(i))]) for i in range(10_000)], "descriptors: 10000"),
+        ("hourly", [descriptor([("user", str(i))]) for i in range(10_000)], too_large, many),
         # 10 000 entries in one descriptor.
-        ([descriptor([("user", str(i)) for i in range(10_000)])], "entries: 10000"),
+        ("hourly", [descriptor([("user", str(i)) for i in range(10_000)])], too_large, wide),
         # A 1 MB value (under the message bound, over the text bound).
-        ([descriptor([("user", "x" * 1_000_000)])], "value: 1000000"),
+        ("hourly", [descriptor([("user", "x" * 1_000_000)])], too_large, "value: 1000000"),
+        # Malformed: no descriptor, no domain.
+        ("hourly", [], grpc.StatusCode.INVALID_ARGUMENT, "descriptors"),
+        ("", [descriptor([("user", "0")])], grpc.StatusCode.INVALID_ARGUMENT, "domain"),
     ]
-    for descriptors, named in refused:
+    for domain, descriptors, code, named in refused:
         with pytest.raises(grpc.RpcError) as caught:
-            ask(s, "hourly", descriptors)
+            ask(s, domain, descriptors)
         error = caught.value
         assert isinstance(error, grpc.Call)
-        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
+        assert error.code() == code, error
         assert named in (error.details() or ""), error.details()
     # Nothing was counted, and the server still answers, on the same
     # channel and on a new one.
@@ -547,7 +552,8 @@ def test_an_oversized_request_is_a_grpc_error_and_the_server_answers_after(
         )
         assert summary(r.statuses[0]) == (OK, 10, HOUR, 9, ""), r
     _, text = s.http_get("/metrics")
-    assert metric(text, 'ratebound_request_errors_total{transport="grpc",reason="too_large"}') == 3
+    errors = 'ratebound_request_errors_total{transport="grpc",reason="%s"}'
+    assert (metric(text, errors % "too_large"), metric(text, errors % "invalid")) == (3, 2)
 
 
 # A window no whole second divides: its duration_until_reset is exact (ns),
