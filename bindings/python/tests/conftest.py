@@ -1,6 +1,7 @@
 """Fixtures shared by the suites: real Redis servers (redis_servers.py).
 `server` is one per test module, `own_server` one per test (the fault
-tests kill theirs), `cluster` a 3-master Redis Cluster per module."""
+tests kill theirs), `cluster` a 3-master Redis Cluster per module;
+`serve`, real `ratebound serve` processes (serve_process.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import gc
 import pathlib
 import time
 import warnings
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
 from redis_servers import Cluster, Server, create_cluster
+
+if TYPE_CHECKING:
+    from serve_process import Serve, Start
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +63,29 @@ def _collected_before() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gc.collect()
+
+
+@pytest.fixture
+def serve(tmp_path: pathlib.Path) -> Iterator[Start]:
+    """Starts ``ratebound serve`` over the given files (name → YAML);
+    each is stopped with SIGTERM after the test, which must end it with
+    status 0 (graceful shutdown). Imported here, not above: only this
+    fixture needs grpcio."""
+    from serve_process import Serve
+
+    started: list[Serve] = []
+
+    def start(files: dict[str, str]) -> Serve:
+        directory = tmp_path / f"serve{len(started)}"
+        directory.mkdir()
+        s = Serve(directory, files)
+        started.append(s)
+        return s.start()
+
+    yield start
+    for s in started:
+        alive = s.process is not None and s.process.poll() is None
+        status = s.stop()
+        assert not alive or status == 0, (
+            f"ratebound serve exited {status} on SIGTERM:\n{s.log.read_text()}"
+        )
