@@ -62,12 +62,12 @@ pub struct ServeOptions {
     pub on_reload: Option<ReloadReport>,
     /// The tokio runtime workers to serve on (`None`, the default: tokio's
     /// default, one per core, or `TOKIO_WORKER_THREADS`). The runner
-    /// serves on whatever runtime it is awaited on: this is for the
-    /// caller that builds the runtime (the CLI's `ratebound serve --workers
-    /// N`). One worker does more decisions a
-    /// second when the gateway keeps the server busy (no wake-ups between
-    /// two workers); more workers answer a burst sooner when it is not
-    /// (see the crate's README, "Benchmark").
+    /// serves on whatever runtime it is awaited on: this is for the caller
+    /// that builds the runtime (the CLI's `ratebound serve --workers N`).
+    /// One worker does more decisions a second when the gateway keeps the
+    /// server busy (no wake-ups between two workers); more workers answer
+    /// a burst sooner when it does not (see the crate's README,
+    /// "Benchmark").
     pub workers: Option<NonZeroUsize>,
 }
 
