@@ -3,6 +3,7 @@
 //! SIGTERM or SIGINT, then a graceful shutdown.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +78,12 @@ pub struct ServeArgs {
     /// per line: ts, level, target, msg and the event's fields).
     #[arg(long, default_value = "text", value_name = "text|json")]
     log_format: String,
+    /// Runtime worker threads (default: one per core, or
+    /// TOKIO_WORKER_THREADS). 1 does the most decisions a second while the
+    /// gateway keeps the server busy; more answer a burst sooner when it
+    /// does not (see ratebound-server's README, "Benchmark").
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    workers: Option<String>,
 }
 
 /// The backend the flags ask for.
@@ -127,6 +134,36 @@ fn engine_options(args: &ServeArgs) -> Result<Options, CliError> {
         backend: backend(args)?,
         ..Options::default()
     })
+}
+
+/// The most runtime workers `--workers` takes.
+const MAX_WORKERS: usize = 1024;
+
+/// `--workers N`: a whole number from 1 to [`MAX_WORKERS`].
+fn workers(text: &str) -> Result<NonZeroUsize, CliError> {
+    text.trim()
+        .parse::<NonZeroUsize>()
+        .ok()
+        .filter(|n| n.get() <= MAX_WORKERS)
+        .ok_or_else(|| {
+            CliError::new(format!(
+                "--workers: {} is not a number of runtime worker threads from 1 to {MAX_WORKERS}",
+                Shown(text)
+            ))
+        })
+}
+
+/// The runtime `options` ask for: [`ServeOptions::workers`] worker threads
+/// (tokio's default when `None`), I/O and timers enabled.
+fn runtime(options: &ServeOptions) -> Result<tokio::runtime::Runtime, CliError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = options.workers {
+        builder.worker_threads(n.get());
+    }
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(format!("cannot start the runtime: {e}")))
 }
 
 fn address(text: &str, flag: &str) -> Result<SocketAddr, CliError> {
@@ -190,6 +227,7 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
         Some(d) => Duration::from_nanos(parse_duration(d, "--drain")?),
         None => Duration::ZERO,
     };
+    let workers = args.workers.as_deref().map(workers).transpose()?;
     let config = match (&args.check, &args.config) {
         // `--check PATH`, or `--config PATH --check`.
         (Some(Some(path)), _) | (Some(None), Some(path)) => return check(path),
@@ -236,12 +274,10 @@ pub fn run(args: &ServeArgs) -> Result<String, CliError> {
         drain,
         reload_every: Some(reload_every),
         on_reload: Some(on_reload),
+        workers,
         ..ServeOptions::default()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::new(format!("cannot start the runtime: {e}")))?;
+    let runtime = runtime(&options)?;
     runtime.block_on(async move {
         let bound = bind(Arc::new(engine), options)
             .await

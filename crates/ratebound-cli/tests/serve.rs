@@ -102,13 +102,42 @@ fn get(addr: &str, path: &str) -> String {
     answer
 }
 
+#[test]
+fn workers_must_be_a_count_of_threads() {
+    for bad in ["0", "abc", "-1", "1.5", "1025"] {
+        let out = ratebound(&["serve", "--config", "Cargo.toml", "--workers", bad]);
+        assert_eq!(out.status.code(), Some(2), "--workers {bad}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(
+            err,
+            format!(
+                "ratebound: --workers: \"{bad}\" is not a number of runtime worker threads from 1 to 1024\n"
+            )
+        );
+    }
+}
+
 #[cfg(unix)]
 #[test]
 fn serves_then_stops_on_sigterm() {
-    let rules = rules_file("serve.yaml", EXAMPLE3);
+    serve_until_sigterm("serve.yaml", &[]);
+}
+
+#[cfg(unix)]
+#[test]
+fn serves_on_one_worker() {
+    serve_until_sigterm("one-worker.yaml", &["--workers", "1"]);
+}
+
+/// Starts `ratebound serve` with `extra` arguments, checks its
+/// `/healthcheck`, sends SIGTERM and checks it stops within 5 s.
+#[cfg(unix)]
+fn serve_until_sigterm(name: &str, extra: &[&str]) {
+    let rules = rules_file(name, EXAMPLE3);
     let mut child = Command::new(env!("CARGO_BIN_EXE_ratebound"))
         .args(["serve", "--config", rules.to_str().unwrap()])
         .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

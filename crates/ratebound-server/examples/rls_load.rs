@@ -18,7 +18,8 @@
 //! `cargo build --release -p ratebound-cli && cargo run --release -p
 //! ratebound-server --example rls_load -- [--server PATH] [--calls N]
 //! [--seconds S] [--rounds R] [--streams 1,16,64] [--connections C]
-//! [--client-threads T] [--rate CALLS_PER_SECOND]`
+//! [--client-threads T] [--rate CALLS_PER_SECOND] [--server-args "--workers 1"]`
+//! (`--server-args`: more arguments for `ratebound serve`, split at spaces)
 //!
 //! The server defaults to `ratebound` beside the example's directory
 //! (`target/release/ratebound` for `target/release/examples/rls_load`).
@@ -74,6 +75,8 @@ struct Options {
     /// streams (0: closed loop, each stream sends its next call as soon as
     /// its last is answered).
     rate: f64,
+    /// More arguments for `ratebound serve` (e.g. `--workers 1`).
+    server_args: Vec<String>,
 }
 
 fn options() -> Result<Options, Error> {
@@ -92,6 +95,7 @@ fn options() -> Result<Options, Error> {
         connections: 1,
         client_threads: 1,
         rate: 0.0,
+        server_args: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -105,6 +109,7 @@ fn options() -> Result<Options, Error> {
             "--connections" => o.connections = value.parse().map_err(|e| bad(&e))?,
             "--client-threads" => o.client_threads = value.parse().map_err(|e| bad(&e))?,
             "--rate" => o.rate = value.parse().map_err(|e| bad(&e))?,
+            "--server-args" => o.server_args = value.split_whitespace().map(String::from).collect(),
             "--streams" => {
                 o.streams = value
                     .split(',')
@@ -151,13 +156,14 @@ impl Drop for Server {
 
 /// Starts `ratebound serve` on 127.0.0.1 (any free ports) and reads the
 /// bound addresses from its first line on stderr.
-fn start(binary: &PathBuf) -> Result<Server, Error> {
+fn start(binary: &PathBuf, extra: &[String]) -> Result<Server, Error> {
     let yaml = std::env::temp_dir().join(format!("rls_load-{}.yaml", std::process::id()));
     std::fs::write(&yaml, RULES)?;
     let child = Command::new(binary)
         .args(["serve", "--config"])
         .arg(&yaml)
         .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -438,7 +444,11 @@ async fn bench(o: &Options, server: &Server) -> Result<(), Error> {
         clients.push(RateLimitServiceClient::new(channel));
     }
     println!(
-        "ratebound serve (pid {pid}) on {}, {} HTTP/2 connection(s), load generator: {} tokio worker thread(s); load average before: {}",
+        "ratebound serve {}(pid {pid}) on {}, {} HTTP/2 connection(s), load generator: {} tokio worker thread(s); load average before: {}",
+        o.server_args
+            .iter()
+            .map(|a| format!("{a} "))
+            .collect::<String>(),
         server.grpc,
         o.connections,
         o.client_threads,
@@ -559,7 +569,7 @@ async fn bench(o: &Options, server: &Server) -> Result<(), Error> {
 
 fn main() -> Result<(), Error> {
     let o = options()?;
-    let server = start(&o.server)?;
+    let server = start(&o.server, &o.server_args)?;
     let runtime = if o.client_threads == 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +60,15 @@ pub struct ServeOptions {
     /// force, or refused with its file, line and column: the rules in
     /// force stay).
     pub on_reload: Option<ReloadReport>,
+    /// The tokio runtime workers to serve on (`None`, the default: tokio's
+    /// default, one per core, or `TOKIO_WORKER_THREADS`). The runner
+    /// serves on whatever runtime it is awaited on: this is for the caller
+    /// that builds the runtime (the CLI's `ratebound serve --workers N`).
+    /// One worker does more decisions a second when the gateway keeps the
+    /// server busy (no wake-ups between two workers); more workers answer
+    /// a burst sooner when it does not (see the crate's README,
+    /// "Benchmark").
+    pub workers: Option<NonZeroUsize>,
 }
 
 /// Told what a reload did ([`ServeOptions::on_reload`]).
@@ -75,6 +85,7 @@ impl Default for ServeOptions {
             extra_metrics: None,
             reload_every: None,
             on_reload: None,
+            workers: None,
         }
     }
 }
@@ -90,6 +101,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("extra_metrics", &self.extra_metrics.is_some())
             .field("reload_every", &self.reload_every)
             .field("on_reload", &self.on_reload.is_some())
+            .field("workers", &self.workers)
             .finish()
     }
 }
