@@ -17,10 +17,12 @@
 //! `hits_addend: 0` (a query) in a window that refused is answered OK with
 //! nothing left here, and over the limit there.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ratebound::http::{Policy, ratelimit, ratelimit_policy, retry_after_secs};
+use ratebound::http::{Policy, ratelimit, ratelimit_policy_of, retry_after_secs};
 use ratebound::{Decision, Error as CoreError};
 
 use crate::api::{
@@ -132,7 +134,7 @@ impl Default for Options {
 pub struct Engine {
     /// Swapped whole by [`reload`](Engine::reload): a decision reads one
     /// set of rules from start to end.
-    rules: RwLock<Arc<Rules>>,
+    in_force: RwLock<Arc<InForce>>,
     store: Store,
     stats: Stats,
 }
@@ -156,7 +158,7 @@ impl Engine {
             check_rules(&store, &domain.descriptors)?;
         }
         Ok(Engine {
-            rules: RwLock::new(Arc::new(Rules::new(config))),
+            in_force: RwLock::new(Arc::new(InForce::new(Rules::new(config)))),
             store,
             stats: Stats::default(),
         })
@@ -164,7 +166,12 @@ impl Engine {
 
     /// The rules in force.
     pub fn rules(&self) -> Arc<Rules> {
-        Arc::clone(&self.rules.read().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&self.in_force().rules)
+    }
+
+    /// The rules in force and their limits' policies.
+    fn in_force(&self) -> Arc<InForce> {
+        Arc::clone(&self.in_force.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Puts `config` in force at once, for the next decisions (those under
@@ -180,8 +187,8 @@ impl Engine {
         for domain in config.domains.values() {
             check_rules(&self.store, &domain.descriptors)?;
         }
-        let rules = Arc::new(Rules::new(config));
-        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        let in_force = Arc::new(InForce::new(Rules::new(config)));
+        *self.in_force.write().unwrap_or_else(|e| e.into_inner()) = in_force;
         Ok(())
     }
 
@@ -196,28 +203,36 @@ impl Engine {
     pub async fn decide(&self, request: &Request) -> Result<Response, RequestError> {
         check_request(request)?;
         let now = self.store.now();
-        let rules = self.rules();
+        let in_force = self.in_force();
+        let rules = &in_force.rules;
         // The gateway's own limits (RLS v3 `limit`), for a domain the
         // rules name: a fixed window each, instead of the rules'.
-        let known = rules.config().domains.contains_key(&request.domain);
-        let overrides: Vec<Option<Limit>> = request
-            .descriptors
-            .iter()
-            .map(|d| d.limit.filter(|_| known).map(override_limit))
-            .collect();
+        let known = request.descriptors.iter().any(|d| d.limit.is_some())
+            && rules.config().domains.contains_key(&request.domain);
+        // Made only when there are some (none: no allocation).
+        let overrides: Vec<Option<Limit>> = if known {
+            request
+                .descriptors
+                .iter()
+                .map(|d| d.limit.map(override_limit))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let overridden = |i: usize| overrides.get(i).and_then(Option::as_ref);
         let mut found: Vec<Option<Match<'_>>> = request
             .descriptors
             .iter()
-            .zip(&overrides)
-            .map(|(d, o)| match o {
+            .enumerate()
+            .map(|(i, d)| match overridden(i) {
                 None => rules.find(&request.domain, &d.entries),
                 Some(_) => None,
             })
             .collect();
         // A limit named by a matched rule's `replaces` is not applied.
         apply_replaces(&mut found);
-        for ((d, o), m) in request.descriptors.iter().zip(&overrides).zip(&mut found) {
-            if let Some(limit) = o {
+        for (i, (d, m)) in request.descriptors.iter().zip(&mut found).enumerate() {
+            if let Some(limit) = overridden(i) {
                 let (state_key, metric_key) = override_keys(&request.domain, &d.entries);
                 *m = Some(Match {
                     descriptor: overriding(),
@@ -261,7 +276,7 @@ impl Engine {
                 .collect::<Result<_, _>>()?
         };
         let mut statuses = Vec::with_capacity(request.descriptors.len());
-        let mut shown: Vec<(Policy, Decision)> = Vec::new();
+        let mut shown: Vec<(Cow<'_, Policy>, Decision)> = Vec::new();
         let mut retry: Option<Duration> = None;
         for ((d, m), outcome) in request.descriptors.iter().zip(&found).zip(outcomes) {
             let status = match (m, outcome) {
@@ -270,7 +285,11 @@ impl Engine {
                     if outcome.status.code == Code::OverLimit && !m.descriptor.shadow_mode {
                         retry = retry.max(Some(outcome.retry_after));
                     }
-                    shown.extend(outcome.shown);
+                    for (l, d) in m.limits.iter().zip(&outcome.decisions) {
+                        if let (Some(d), Some(p)) = (d, in_force.policy(l)) {
+                            shown.push((p, *d));
+                        }
+                    }
                     let mut status = outcome.status;
                     let over = status.code == Code::OverLimit;
                     let shadow = m.descriptor.shadow_mode && over;
@@ -301,11 +320,13 @@ impl Engine {
         let over = statuses.iter().any(|s| s.code == Code::OverLimit);
         let mut headers = Vec::new();
         if !shown.is_empty() {
-            let policies: Vec<Policy> = shown.iter().map(|(p, _)| p.clone()).collect();
-            headers.push(("RateLimit-Policy".to_string(), ratelimit_policy(&policies)));
+            headers.push((
+                "RateLimit-Policy".to_string(),
+                ratelimit_policy_of(shown.iter().map(|(p, _)| p.as_ref())),
+            ));
             headers.push((
                 "RateLimit".to_string(),
-                ratelimit(shown.iter().map(|(p, d)| (p, *d))),
+                ratelimit(shown.iter().map(|(p, d)| (p.as_ref(), *d))),
             ));
         }
         if over && let Some(wait) = retry {
@@ -347,11 +368,13 @@ impl Engine {
             .collect::<Result<Vec<_>, _>>()
             .map_err(unavailable)?;
         let mut decisions: Vec<Option<Decision>> = vec![None; limits.len()];
-        let refs: Vec<&crate::store::Limiter> = limiters.iter().map(AsRef::as_ref).collect();
-        let admitted =
-            crate::store::Limiter::check_all_with(refs.iter().copied(), &key, hits, now, |i, d| {
-                decisions[i] = Some(d);
-            });
+        let admitted = crate::store::Limiter::check_all_with(
+            limiters.iter().map(AsRef::as_ref),
+            &key,
+            hits,
+            now,
+            |i, d| decisions[i] = Some(d),
+        );
         let admitted = match admitted {
             Ok(a) => a,
             Err(CoreError::InsufficientCapacity { .. }) => return Ok(too_many(limits, now)),
@@ -360,15 +383,15 @@ impl Engine {
         // A refused fixed window stays refused until it ends, as the
         // reference server's counter (see the module's notes).
         if !admitted && limits.len() == 1 && limits[0].algorithm == Algorithm::FixedWindow {
-            let left = refs[0].available_at(&key, now);
+            let left = limiters[0].available_at(&key, now);
             if left > 0 {
-                let _ = refs[0].check_n_at(&key, left, now);
+                let _ = limiters[0].check_n_at(&key, left, now);
             }
         }
         let refuser = decisions
             .iter()
             .position(|d| d.is_some_and(|d| !d.is_allowed()));
-        outcome(limits, &decisions, admitted, refuser, now)
+        outcome(limits, decisions, admitted, refuser, now)
     }
 
     /// One descriptor's limits in the shared backend for `hits` at `now`.
@@ -424,7 +447,7 @@ impl Engine {
                 .iter()
                 .position(|d| d.is_none_or(|d| d.remaining() < hits))
             {
-                return outcome(limits, &had, false, Some(short), now);
+                return outcome(limits, had, false, Some(short), now);
             }
         }
         let decisions = answers(ask(hits).await)?;
@@ -446,7 +469,7 @@ impl Engine {
                 .await
                 .map_err(unavailable)?;
         }
-        outcome(limits, &decisions, refuser.is_none(), refuser, now)
+        outcome(limits, decisions, refuser.is_none(), refuser, now)
     }
 }
 
@@ -506,7 +529,7 @@ fn too_many(limits: &[&Limit], now: u64) -> Outcome {
 /// else the one with the least left.
 fn outcome(
     limits: &[&Limit],
-    decisions: &[Option<Decision>],
+    decisions: Vec<Option<Decision>>,
     admitted: bool,
     refuser: Option<usize>,
     now: u64,
@@ -548,20 +571,56 @@ fn outcome(
             duration_until_reset: Some(until),
         },
         retry_after,
-        shown: limits
-            .iter()
-            .zip(decisions)
-            .filter_map(|(l, d)| Some((policy(l)?, (*d)?)))
-            .collect(),
+        decisions,
     })
 }
 
-/// One descriptor's answer, the wait before it would pass, and the
-/// decisions the headers tell.
+/// One descriptor's answer, the wait before it would pass, and each of
+/// its limits' decision (for the headers; none when nothing was asked).
 struct Outcome {
     status: DescriptorStatus,
     retry_after: Duration,
-    shown: Vec<(Policy, Decision)>,
+    decisions: Vec<Option<Decision>>,
+}
+
+/// The rules in force, and the `RateLimit-Policy` of each of their limits
+/// (made once, not per answer), by the limit's address in the rules.
+struct InForce {
+    rules: Arc<Rules>,
+    policies: HashMap<usize, Policy>,
+}
+
+impl InForce {
+    fn new(rules: Rules) -> InForce {
+        fn gather(nodes: &[Descriptor], into: &mut HashMap<usize, Policy>) {
+            for node in nodes {
+                if let Some(Rule::Limits(limits)) = &node.rule {
+                    for l in limits {
+                        if let Some(p) = policy(l) {
+                            into.insert(std::ptr::from_ref(l) as usize, p);
+                        }
+                    }
+                }
+                gather(&node.children, into);
+            }
+        }
+        let rules = Arc::new(rules);
+        let mut policies = HashMap::new();
+        for domain in rules.config().domains.values() {
+            gather(&domain.descriptors, &mut policies);
+        }
+        InForce { rules, policies }
+    }
+
+    /// `limit`'s policy: made at load for a limit of the rules (the
+    /// address is one of theirs while `self` holds them), else now (a
+    /// gateway's override).
+    fn policy(&self, limit: &Limit) -> Option<Cow<'_, Policy>> {
+        match self.policies.get(&(std::ptr::from_ref(limit) as usize)) {
+            Some(p) => Some(Cow::Borrowed(p)),
+            None => policy(limit).map(Cow::Owned),
+        }
+    }
 }
 
 impl Outcome {
@@ -577,7 +636,7 @@ impl Outcome {
                 duration_until_reset: Some(reset),
             },
             retry_after: reset,
-            shown: Vec::new(),
+            decisions: Vec::new(),
         }
     }
 }

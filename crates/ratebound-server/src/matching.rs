@@ -241,14 +241,21 @@ pub fn override_keys(domain: &str, entries: &[(String, String)]) -> (String, Str
 }
 
 fn push_len(key: &mut String, tag: char, text: &str) {
+    use std::fmt::Write as _;
     key.push(tag);
-    key.push_str(&text.len().to_string());
-    key.push(':');
+    let _ = write!(key, "{}:", text.len());
     key.push_str(text);
 }
 
 fn state_key(domain: &str, entries: &[(String, String)], shared: &[Option<String>]) -> String {
-    let mut key = String::new();
+    // Room for every part and its length prefix: one allocation.
+    let room = domain.len()
+        + entries
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 16)
+            .sum::<usize>()
+        + 8;
+    let mut key = String::with_capacity(room);
     push_len(&mut key, '#', domain);
     for ((k, v), share) in entries.iter().zip(shared) {
         push_len(&mut key, '|', k);

@@ -145,8 +145,14 @@ pub(super) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
 /// `"burst";q=20;w=2, "hourly";q=1000;w=3600` (an integer of more than
 /// 15 digits, which a structured field cannot hold, as 999999999999999).
 pub fn ratelimit_policy(policies: &[Policy]) -> String {
+    ratelimit_policy_of(policies)
+}
+
+/// [`ratelimit_policy`] of policies held anywhere (borrowed from a table
+/// built once, not gathered into a slice per response).
+pub fn ratelimit_policy_of<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> String {
     let mut out = String::new();
-    for (i, p) in policies.iter().enumerate() {
+    for (i, p) in policies.into_iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }

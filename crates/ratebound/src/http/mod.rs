@@ -22,5 +22,6 @@ pub use client_ip::{
 pub(crate) use concurrency::concurrency_share_check;
 pub use concurrency::{ConcurrencyCap, DEFAULT_BACKGROUND_FRACTION, MAX_QUEUE_WAIT, PlaceWait};
 pub use fields::{
-    Policy, legacy_headers, ratelimit, ratelimit_bytes, ratelimit_policy, retry_after_secs,
+    Policy, legacy_headers, ratelimit, ratelimit_bytes, ratelimit_policy, ratelimit_policy_of,
+    retry_after_secs,
 };
