@@ -554,6 +554,11 @@ async fn bench(o: &Options, server: &Server) -> Result<(), Error> {
             o.rate,
             shown_us(p99)
         ),
+        // The goal is the in-process one; over Redis, the row is compared
+        // with redis-benchmark's ceiling (ci/bench prints it beside).
+        Some(p99) if o.server_args.iter().any(|a| a == "--redis") => {
+            println!("Over Redis: p99 at 64 streams {}.", shown_us(p99));
+        }
         Some(p99) => {
             let verdict = if p99 < 1000.0 { "met" } else { "MISSED" };
             println!(
