@@ -24,6 +24,10 @@
 //! The server defaults to `ratebound` beside the example's directory
 //! (`target/release/ratebound` for `target/release/examples/rls_load`).
 
+#[path = "common/mix.rs"]
+mod mix;
+use mix::{RULES, request};
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,35 +36,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Channel, Endpoint};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
-
-/// The rules served: a coarse per-IP fixed window (the reference server's
-/// YAML, unchanged) and, under it, a token bucket on the login path per IP
-/// (an extension).
-const RULES: &str = "\
-domain: edge
-descriptors:
-  - key: remote_address
-    rate_limit:
-      unit: minute
-      requests_per_unit: 100
-    descriptors:
-      - key: path
-        value: /login
-        rate_limit:
-          algorithm: token_bucket
-          unit: second
-          requests_per_unit: 1
-          burst: 3
-";
 
 /// The command line.
 struct Options {
@@ -237,46 +218,6 @@ fn clock_tick() -> f64 {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100.0)
-}
-
-/// A request as a gateway sends it: the client's address, and the address
-/// with the path. 1 call in 50 comes from one of 8 busy addresses (which
-/// pass their per-IP limit), the rest from 65 536 others; 1 in 10 is a
-/// login.
-fn request(rng: &mut u64) -> RateLimitRequest {
-    // xorshift64
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    let r = *rng;
-    let ip = if r.is_multiple_of(50) {
-        format!("192.0.2.{}", (r >> 8) % 8)
-    } else {
-        format!("10.1.{}.{}", (r >> 8) & 255, (r >> 16) & 255)
-    };
-    let path = if (r >> 24).is_multiple_of(10) {
-        "/login"
-    } else {
-        "/api/items"
-    };
-    let entry = |key: &str, value: &str| Entry {
-        key: key.into(),
-        value: value.into(),
-    };
-    RateLimitRequest {
-        domain: "edge".into(),
-        descriptors: vec![
-            RateLimitDescriptor {
-                entries: vec![entry("remote_address", &ip)],
-                ..RateLimitDescriptor::default()
-            },
-            RateLimitDescriptor {
-                entries: vec![entry("remote_address", &ip), entry("path", path)],
-                ..RateLimitDescriptor::default()
-            },
-        ],
-        hits_addend: 1,
-    }
 }
 
 /// One stream's share of a row.

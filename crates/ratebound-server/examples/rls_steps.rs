@@ -14,11 +14,13 @@
 //!
 //! `cargo run --release -p ratebound-server --example rls_steps [CALLS]`
 
+#[path = "common/mix.rs"]
+mod mix;
+use mix::{RULES, request};
+
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use futures_util::FutureExt;
 use prost::Message;
@@ -26,61 +28,6 @@ use ratebound_server::engine::Engine;
 use ratebound_server::metrics::Metrics;
 use ratebound_server::model::Config;
 use ratebound_server::rls::{Bounds, RlsService, request_from_proto, response_to_proto};
-
-/// `rls_load`'s rules.
-const RULES: &str = "\
-domain: edge
-descriptors:
-  - key: remote_address
-    rate_limit:
-      unit: minute
-      requests_per_unit: 100
-    descriptors:
-      - key: path
-        value: /login
-        rate_limit:
-          algorithm: token_bucket
-          unit: second
-          requests_per_unit: 1
-          burst: 3
-";
-
-/// `rls_load`'s request mix: 1 call in 50 from 8 busy addresses, the rest
-/// from 65 536 others; 1 in 10 a login.
-fn request(rng: &mut u64) -> RateLimitRequest {
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    let r = *rng;
-    let ip = if r.is_multiple_of(50) {
-        format!("192.0.2.{}", (r >> 8) % 8)
-    } else {
-        format!("10.1.{}.{}", (r >> 8) & 255, (r >> 16) & 255)
-    };
-    let path = if (r >> 24).is_multiple_of(10) {
-        "/login"
-    } else {
-        "/api/items"
-    };
-    let entry = |key: &str, value: &str| Entry {
-        key: key.into(),
-        value: value.into(),
-    };
-    RateLimitRequest {
-        domain: "edge".into(),
-        descriptors: vec![
-            RateLimitDescriptor {
-                entries: vec![entry("remote_address", &ip)],
-                ..RateLimitDescriptor::default()
-            },
-            RateLimitDescriptor {
-                entries: vec![entry("remote_address", &ip), entry("path", path)],
-                ..RateLimitDescriptor::default()
-            },
-        ],
-        hits_addend: 1,
-    }
-}
 
 /// Runs `step` once per input (the inputs made beforehand, untimed);
 /// prints the nanoseconds per call; returns the outputs (dropped after
