@@ -362,6 +362,9 @@ impl Engine {
             return Ok(outcome);
         }
         let key = self.store.key(state_key);
+        if limits.iter().any(|l| l.algorithm == Algorithm::SlidingLog) {
+            return self.decide_with_logs(limits, &key, hits, now);
+        }
         let limiters = limits
             .iter()
             .map(|l| self.store.limiter(l))
@@ -388,10 +391,54 @@ impl Engine {
                 let _ = limiters[0].check_n_at(&key, left, now);
             }
         }
-        let refuser = decisions
-            .iter()
-            .position(|d| d.is_some_and(|d| !d.is_allowed()));
+        let refuser = first_refusal(&decisions);
         outcome(limits, decisions, admitted, refuser, now)
+    }
+
+    /// Limits of which one or more is a sliding log (in this process): one
+    /// alone is one decision; stacked, each is asked what it has (nothing
+    /// taken) and, only when each has room for `hits`, taken from — as a
+    /// shared backend's, with the same bound (a thread taking between the
+    /// two steps can leave a refused request charged to the limits that
+    /// took it).
+    fn decide_with_logs(
+        &self,
+        limits: &[&Limit],
+        key: &ratebound::any::Fingerprint,
+        hits: u64,
+        now: u64,
+    ) -> Result<Outcome, RequestError> {
+        enum Held {
+            Keyed(Arc<crate::store::Limiter>),
+            Log(Arc<crate::log_table::LogTable>),
+        }
+        let held = limits
+            .iter()
+            .map(|l| match l.algorithm {
+                Algorithm::SlidingLog => self.store.log(l).map(Held::Log),
+                _ => self.store.limiter(l).map(Held::Keyed),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(unavailable)?;
+        let ask = |n: u64| {
+            held.iter()
+                .map(|h| match h {
+                    Held::Keyed(k) => k.check_n_at(key, n, now),
+                    Held::Log(t) => t.check_n_at(key, n, now),
+                })
+                .collect::<Vec<_>>()
+        };
+        if limits.len() > 1
+            && let Some(refused) = short_of(limits, answers(ask(0))?, hits, now)
+        {
+            return refused;
+        }
+        let decisions = answers(ask(hits))?;
+        if decisions.iter().any(Option::is_none) {
+            return Ok(too_many(limits, now));
+        }
+        let refuser = first_refusal(&decisions);
+        outcome(limits, decisions, refuser.is_none(), refuser, now)
     }
 
     /// One descriptor's limits in the shared backend for `hits` at `now`.
@@ -432,31 +479,16 @@ impl Engine {
                     .map(move |s| s.remote.check(&s.scope, state_key, n, now)),
             )
         };
-        let answers = |all: Vec<Result<Decision, CoreError>>| {
-            all.into_iter()
-                .map(|d| match d {
-                    Ok(d) => Ok(Some(d)),
-                    Err(CoreError::InsufficientCapacity { .. }) => Ok(None),
-                    Err(e) => Err(unavailable(e)),
-                })
-                .collect::<Result<Vec<_>, _>>()
-        };
-        if limits.len() > 1 {
-            let had = answers(ask(0).await)?;
-            if let Some(short) = had
-                .iter()
-                .position(|d| d.is_none_or(|d| d.remaining() < hits))
-            {
-                return outcome(limits, had, false, Some(short), now);
-            }
+        if limits.len() > 1
+            && let Some(refused) = short_of(limits, answers(ask(0).await)?, hits, now)
+        {
+            return refused;
         }
         let decisions = answers(ask(hits).await)?;
         if decisions.iter().any(Option::is_none) {
             return Ok(too_many(limits, now));
         }
-        let refuser = decisions
-            .iter()
-            .position(|d| d.is_some_and(|d| !d.is_allowed()));
+        let refuser = first_refusal(&decisions);
         if let ([limit], [Some(d)]) = (limits, decisions.as_slice())
             && !d.is_allowed()
             && limit.algorithm == Algorithm::FixedWindow
@@ -516,6 +548,39 @@ fn zero_limit(limits: &[&Limit], hits: u64, now: u64) -> Option<Outcome> {
         outcome.retry_after = Duration::ZERO;
     }
     Some(outcome)
+}
+
+/// Each limit's answer: its decision, or `None` for more hits than it
+/// ever holds.
+fn answers(all: Vec<Result<Decision, CoreError>>) -> Result<Vec<Option<Decision>>, RequestError> {
+    all.into_iter()
+        .map(|d| match d {
+            Ok(d) => Ok(Some(d)),
+            Err(CoreError::InsufficientCapacity { .. }) => Ok(None),
+            Err(e) => Err(unavailable(e)),
+        })
+        .collect()
+}
+
+/// Stacked limits asked what they have (`had`, nothing taken): refused by
+/// the first without room for `hits`, else `None` (take from each).
+fn short_of(
+    limits: &[&Limit],
+    had: Vec<Option<Decision>>,
+    hits: u64,
+    now: u64,
+) -> Option<Result<Outcome, RequestError>> {
+    let short = had
+        .iter()
+        .position(|d| d.is_none_or(|d| d.remaining() < hits))?;
+    Some(outcome(limits, had, false, Some(short), now))
+}
+
+/// The first limit that refused.
+fn first_refusal(decisions: &[Option<Decision>]) -> Option<usize> {
+    decisions
+        .iter()
+        .position(|d| d.is_some_and(|d| !d.is_allowed()))
 }
 
 /// More hits than a limit ever holds: over it, nothing taken.

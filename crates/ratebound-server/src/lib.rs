@@ -28,6 +28,7 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod json;
+mod log_table;
 pub mod matching;
 pub mod metrics;
 pub mod model;

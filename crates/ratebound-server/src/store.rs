@@ -14,6 +14,7 @@ use ratebound::any::{AnyClock, Fingerprint, Fingerprinter};
 use ratebound::{Clock, KeyedAlgorithm, KeyedLimiter, MonotonicClock, Overflow, Quota};
 
 use crate::backend::{Backend, Remote};
+use crate::log_table::LogTable;
 use crate::model::{Algorithm, Limit};
 
 /// Unix time in ns, monotonic: the wall clock read once at the start, then
@@ -117,12 +118,13 @@ impl Spec {
                 limit: self.requests,
                 window,
             },
-            // The exact log keeps a time per request: per key, in this
-            // process, it is not built yet — said where the rules are
-            // taken (`Engine::new`), never replaced by an approximation.
+            // The exact log keeps a time per request: in this process it
+            // is a table of its own (`LogTable`); a shared backend has no
+            // log — said where the rules are taken, never replaced by an
+            // approximation.
             Algorithm::SlidingLog => {
                 return Err(ratebound::Error::Unsupported {
-                    operation: "a sliding log per descriptor (ratebound serve)",
+                    operation: "a sliding log per descriptor in shared memory or Redis (in this process only)",
                     algorithm: "sliding_log",
                 });
             }
@@ -153,6 +155,7 @@ pub(crate) struct Shared {
 /// Every limit's state.
 pub(crate) struct Store {
     limiters: RwLock<HashMap<Spec, Arc<Limiter>>>,
+    logs: RwLock<HashMap<Spec, Arc<LogTable>>>,
     shared: RwLock<HashMap<Spec, Arc<Shared>>>,
     backend: Backend,
     connection: OnceLock<ratebound_redis::connect::Connection>,
@@ -169,6 +172,7 @@ impl Store {
     pub(crate) fn new(backend: Backend, clock: AnyClock, max_keys: usize) -> Store {
         Store {
             limiters: RwLock::new(HashMap::new()),
+            logs: RwLock::new(HashMap::new()),
             shared: RwLock::new(HashMap::new()),
             backend,
             connection: OnceLock::new(),
@@ -202,6 +206,7 @@ impl Store {
     /// The core's or the backend's reason.
     pub(crate) fn validate(&self, limit: &Limit) -> Result<(), ratebound::Error> {
         match &self.backend {
+            Backend::Local if limit.algorithm == Algorithm::SlidingLog => self.log(limit).map(drop),
             Backend::Local => self.limiter(limit).map(drop),
             Backend::Shared { .. } => self.shared(limit).map(drop),
             Backend::Redis(options) => {
@@ -257,6 +262,38 @@ impl Store {
             .collect();
         crate::backend::render(&self.backend, all.iter().map(|s| &s.remote), out);
     }
+    /// The log table of a `sliding_log` `limit` (count ≥ 1), made at
+    /// first use.
+    ///
+    /// # Errors
+    /// The core's, for a limit a log cannot hold.
+    pub(crate) fn log(&self, limit: &Limit) -> Result<Arc<LogTable>, ratebound::Error> {
+        let spec = Spec::of(limit);
+        if let Some(l) = self
+            .logs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&spec)
+        {
+            return Ok(Arc::clone(l));
+        }
+        if self.logs.read().unwrap_or_else(|e| e.into_inner()).len() >= MAX_LIMITS {
+            return Err(ratebound::Error::TooManyKeys {
+                max_keys: MAX_LIMITS,
+            });
+        }
+        let made = LogTable::new(
+            spec.requests,
+            Duration::from_nanos(spec.window_ns),
+            self.clock.clone(),
+            self.max_keys,
+        )?;
+        let mut all = self.logs.write().unwrap_or_else(|e| e.into_inner());
+        Ok(Arc::clone(
+            all.entry(spec).or_insert_with(|| Arc::new(made)),
+        ))
+    }
+
     /// The limiter of `limit` (count ≥ 1), made at first use.
     ///
     /// # Errors

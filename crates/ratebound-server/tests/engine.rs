@@ -439,30 +439,6 @@ fn requests_too_large_or_malformed_are_refused_before_any_decision() {
     assert_eq!(remaining(&e, one, 1), vec![Some(9)]);
 }
 
-#[test]
-fn a_sliding_log_is_refused_when_the_rules_are_taken_naming_where() {
-    let mut log = limit(Algorithm::SlidingLog, 5, Unit::Second);
-    log.place = Place {
-        file: "limits.yaml".into(),
-        line: 7,
-        column: 9,
-    };
-    let mut domains = BTreeMap::new();
-    domains.insert(
-        "d".to_string(),
-        Domain {
-            name: "d".to_string(),
-            descriptors: vec![node("k", None, limits(vec![log]))],
-            place: Place::default(),
-        },
-    );
-    let err = Engine::new(Config { domains }).err().expect("refused");
-    assert!(
-        err.to_string().starts_with("limits.yaml:7:9: ") && err.to_string().contains("sliding_log"),
-        "{err}"
-    );
-}
-
 /// From the YAML a gateway team already has (the reference README's
 /// example 2) to answers: the nested rule and the flat one, each its own
 /// counter, the day's window whole seconds to midnight.
