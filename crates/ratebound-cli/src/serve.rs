@@ -84,6 +84,11 @@ pub struct ServeArgs {
     /// does not (see ratebound-server's README, "Benchmark").
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     workers: Option<String>,
+    /// Answer without the RateLimit, RateLimit-Policy and Retry-After
+    /// fields for the gateway to add (the reference server's
+    /// LIMIT_RESPONSE_HEADERS_ENABLED=false).
+    #[arg(long)]
+    no_response_headers: bool,
 }
 
 /// The backend the flags ask for.
@@ -132,6 +137,7 @@ fn engine_options(args: &ServeArgs) -> Result<Options, CliError> {
     Ok(Options {
         max_keys,
         backend: backend(args)?,
+        response_headers: !args.no_response_headers,
         ..Options::default()
     })
 }

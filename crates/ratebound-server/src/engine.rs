@@ -118,6 +118,10 @@ pub struct Options {
     pub max_keys: usize,
     /// Where the limits' state lives (default: in this process).
     pub backend: Backend,
+    /// Whether answers carry `RateLimit`, `RateLimit-Policy` and
+    /// `Retry-After` for the gateway to add (`response_headers_to_add`;
+    /// default on — the reference server's `LIMIT_RESPONSE_HEADERS_ENABLED`).
+    pub response_headers: bool,
 }
 
 impl Default for Options {
@@ -126,6 +130,7 @@ impl Default for Options {
             clock: ratebound::any::AnyClock::Shared(Arc::new(UnixClock::new())),
             max_keys: 1_000_000,
             backend: Backend::Local,
+            response_headers: true,
         }
     }
 }
@@ -137,6 +142,7 @@ pub struct Engine {
     in_force: RwLock<Arc<InForce>>,
     store: Store,
     stats: Stats,
+    response_headers: bool,
 }
 
 impl Engine {
@@ -161,6 +167,7 @@ impl Engine {
             in_force: RwLock::new(Arc::new(InForce::new(Rules::new(config)))),
             store,
             stats: Stats::default(),
+            response_headers: options.response_headers,
         })
     }
 
@@ -285,7 +292,8 @@ impl Engine {
                     if outcome.status.code == Code::OverLimit && !m.descriptor.shadow_mode {
                         retry = retry.max(Some(outcome.retry_after));
                     }
-                    for (l, d) in m.limits.iter().zip(&outcome.decisions) {
+                    let told = m.limits.iter().zip(&outcome.decisions);
+                    for (l, d) in told.filter(|_| self.response_headers) {
                         if let (Some(d), Some(p)) = (d, in_force.policy(l)) {
                             shown.push((p, *d));
                         }
@@ -329,7 +337,10 @@ impl Engine {
                 ratelimit(shown.iter().map(|(p, d)| (p.as_ref(), *d))),
             ));
         }
-        if over && let Some(wait) = retry {
+        if over
+            && self.response_headers
+            && let Some(wait) = retry
+        {
             headers.push((
                 "Retry-After".to_string(),
                 retry_after_secs(wait).to_string(),

@@ -33,6 +33,7 @@ fn engine(yaml: &str, dir: &std::path::Path, clock: &ManualClock) -> Engine {
         backend: Backend::Shared {
             dir: dir.to_path_buf(),
         },
+        ..Options::default()
     };
     Engine::with_options(Config::parse(yaml, "shared.yaml").expect("rules"), options)
         .expect("engine")
@@ -175,6 +176,7 @@ fn a_directory_that_cannot_hold_the_files_is_refused_at_start() {
         clock: AnyClock::Manual(clock),
         max_keys: 100,
         backend: Backend::Shared { dir: file.clone() },
+        ..Options::default()
     };
     let err = Engine::with_options(Config::parse(STACKED, "shared.yaml").unwrap(), options)
         .err()

@@ -539,3 +539,27 @@ fn retry_after_comes_from_a_real_refusal_never_a_shadow_one() {
     let r = e.decide_now(&request(&[both[0]], 0)).expect("decide");
     assert_eq!((r.overall_code, retry(&r)), (Code::Ok, None));
 }
+
+#[test]
+fn response_headers_can_be_turned_off_and_the_decision_is_the_same() {
+    let yaml = "domain: d\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1\n";
+    let make = |response_headers| {
+        let options = Options {
+            clock: AnyClock::Manual(ManualClock::new()),
+            response_headers,
+            ..Options::default()
+        };
+        Engine::with_options(Config::parse(yaml, "d.yaml").unwrap(), options).unwrap()
+    };
+    let (on, off) = (make(true), make(false));
+    for _ in 0..2 {
+        let (a, b) = (
+            on.decide_now(&request(&[&[("user", "u")]], 0)).unwrap(),
+            off.decide_now(&request(&[&[("user", "u")]], 0)).unwrap(),
+        );
+        assert_eq!(a.statuses, b.statuses);
+        assert_eq!(a.overall_code, b.overall_code);
+        assert!(!a.headers.is_empty());
+        assert_eq!(b.headers, Vec::new());
+    }
+}
