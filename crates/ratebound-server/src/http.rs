@@ -85,6 +85,13 @@ fn refused(state: &HttpState, error: &RequestError) -> Response {
 }
 
 async fn json(State(state): State<HttpState>, body: Result<Bytes, BytesRejection>) -> Response {
+    let start = std::time::Instant::now();
+    let answer = answer_json(&state, body).await;
+    state.metrics.answered(Transport::Json, start.elapsed());
+    answer
+}
+
+async fn answer_json(state: &HttpState, body: Result<Bytes, BytesRejection>) -> Response {
     let body = match body {
         Ok(body) => body,
         Err(rejection) => {
@@ -110,11 +117,11 @@ async fn json(State(state): State<HttpState>, body: Result<Bytes, BytesRejection
     };
     let request = match request_from_proto(request, &state.bounds) {
         Ok(request) => request,
-        Err(error) => return refused(&state, &error),
+        Err(error) => return refused(state, &error),
     };
     let response = match state.engine.decide(&request).await {
         Ok(response) => response,
-        Err(error) => return refused(&state, &error),
+        Err(error) => return refused(state, &error),
     };
     state
         .metrics

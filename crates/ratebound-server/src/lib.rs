@@ -20,6 +20,7 @@
 //! - [`json`]: the reference server's `POST /json` request and answer.
 //! - [`http`]: `POST /json`, `GET /healthcheck`, `GET /metrics`.
 //! - [`metrics`]: the wire's counters.
+//! - [`latency`]: the answers' latency histogram.
 //! - [`serve`]: the runner (both listeners, health, graceful shutdown).
 
 pub mod api;
@@ -28,6 +29,7 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod json;
+pub mod latency;
 mod log_table;
 pub mod matching;
 pub mod metrics;

@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::api::Code;
 use crate::engine::RequestError;
+use crate::latency::Latency;
 use crate::model::Config;
 
 /// Where a request came in.
@@ -99,6 +100,7 @@ pub struct Metrics {
     domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
     other: DomainCounters,
     refused: [[AtomicU64; Refusal::ALL.len()]; 2],
+    latency: Latency,
 }
 
 impl Metrics {
@@ -114,6 +116,7 @@ impl Metrics {
             ),
             other: DomainCounters::default(),
             refused: Default::default(),
+            latency: Latency::default(),
         }
     }
 
@@ -124,6 +127,11 @@ impl Metrics {
         for name in config.domains.keys() {
             domains.entry(name.clone()).or_default();
         }
+    }
+
+    /// Counts an answer (decided or refused) that took `took`.
+    pub fn answered(&self, transport: Transport, took: std::time::Duration) {
+        self.latency.observe(transport, took);
     }
 
     /// Counts a decided request.
@@ -193,6 +201,7 @@ impl Metrics {
                 );
             }
         }
+        self.latency.render(out);
     }
 }
 

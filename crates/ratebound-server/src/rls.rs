@@ -265,6 +265,13 @@ impl RlsService {
     /// # Errors
     /// The gRPC status of a refused request ([`status_of`]).
     pub async fn decide(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let start = std::time::Instant::now();
+        let answer = self.answer(request).await;
+        self.metrics.answered(Transport::Grpc, start.elapsed());
+        answer
+    }
+
+    async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
         let decided = match request_from_proto(request, &self.bounds) {
             Ok(request) => self.engine.decide(&request).await.inspect(|response| {
                 self.metrics

@@ -557,6 +557,13 @@ async fn a_real_decision_crosses_the_wire() {
         )
     };
     assert_eq!((over("grpc"), over("json")), (1, 1));
+    // wire: each answer's time in the latency histogram.
+    let answered = |transport: &str| {
+        let series =
+            format!("ratebound_request_duration_seconds_count{{transport=\"{transport}\"}}");
+        wire::sample(&metrics, &series)
+    };
+    assert_eq!((answered("grpc"), answered("json")), (1, 1));
     // engine: its own counters follow the wire's.
     assert!(
         metrics.contains("ratebound_descriptor_over_limit_total{"),
