@@ -7,7 +7,10 @@
 //! [`LOG_BUDGET`] ÷ `limit` (1 GiB of timestamps per limit at worst). A key
 //! whose log is empty changes no decision when forgotten: when the table is
 //! full, those are dropped first; if none is, a new key is refused
-//! (`TooManyKeys`), never admitted unlimited.
+//! (`TooManyKeys`), never admitted unlimited. A sweep that freed nothing
+//! is not repeated for 1/64 of the window, so a flood of new keys does
+//! not scan the shard once each (an empty log may then wait that long to
+//! be reclaimed: its new keys are refused meanwhile, never let through).
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -23,9 +26,19 @@ pub(crate) const LOG_BUDGET: u64 = 1 << 27;
 
 const SHARDS: usize = 16;
 
+/// One shard's logs, and when a sweep for empty ones may run again.
+#[derive(Default)]
+struct Shard {
+    logs: HashMap<Fingerprint, SlidingLog<AnyClock>>,
+    /// A sweep that freed nothing is not run again before this (ns): a
+    /// flood of new keys into a full shard costs one scan per
+    /// 1/64 window, not one per key.
+    next_sweep: u64,
+}
+
 /// One sliding-log limit's keys.
 pub(crate) struct LogTable {
-    shards: Vec<Mutex<HashMap<Fingerprint, SlidingLog<AnyClock>>>>,
+    shards: Vec<Mutex<Shard>>,
     hasher: std::collections::hash_map::RandomState,
     limit: u64,
     window: Duration,
@@ -50,7 +63,7 @@ impl LogTable {
         let keys = (max_keys as u64).min(LOG_BUDGET / limit.max(1)).max(1);
         let per_shard = usize::try_from(keys.div_ceil(SHARDS as u64)).unwrap_or(usize::MAX);
         Ok(LogTable {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             limit,
             window,
@@ -64,7 +77,7 @@ impl LogTable {
         self.per_shard.saturating_mul(SHARDS)
     }
 
-    fn shard(&self, key: &Fingerprint) -> &Mutex<HashMap<Fingerprint, SlidingLog<AnyClock>>> {
+    fn shard(&self, key: &Fingerprint) -> &Mutex<Shard> {
         &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
@@ -80,7 +93,7 @@ impl LogTable {
         now: u64,
     ) -> Result<Decision, Error> {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(log) = shard.get(key) {
+        if let Some(log) = shard.logs.get(key) {
             return log.check_n_at(n, now);
         }
         if n > self.limit {
@@ -89,19 +102,25 @@ impl LogTable {
                 burst: self.limit,
             });
         }
-        if shard.len() >= self.per_shard {
+        if shard.logs.len() >= self.per_shard && now >= shard.next_sweep {
             // Forget the keys whose log is empty: no decision changes.
-            shard.retain(|_, log| log.available_at(now) < self.limit);
-            if shard.len() >= self.per_shard {
-                return Err(Error::TooManyKeys {
-                    max_keys: self.max_keys(),
-                });
+            shard
+                .logs
+                .retain(|_, log| log.available_at(now) < self.limit);
+            if shard.logs.len() >= self.per_shard {
+                let pause = u64::try_from(self.window.as_nanos() / 64).unwrap_or(u64::MAX);
+                shard.next_sweep = now.saturating_add(pause);
             }
+        }
+        if shard.logs.len() >= self.per_shard {
+            return Err(Error::TooManyKeys {
+                max_keys: self.max_keys(),
+            });
         }
         let log = SlidingLog::with_clock(self.limit, self.window, self.clock.clone())?;
         let decision = log.check_n_at(n, now)?;
         if n > 0 {
-            shard.insert(*key, log);
+            shard.logs.insert(*key, log);
         }
         Ok(decision)
     }

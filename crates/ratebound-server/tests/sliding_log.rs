@@ -154,6 +154,36 @@ fn a_log_tracks_a_bounded_number_of_keys_and_forgets_only_empty_logs() {
 }
 
 #[test]
+fn a_full_log_table_sweeps_at_most_once_per_sixty_fourth_of_its_window() {
+    let clock = ManualClock::new();
+    clock.set_nanos(MIDNIGHT);
+    let e = engine(LOG, &clock, 16);
+    // Every shard full of logs made at midnight (1 000 random-hashed keys
+    // leave one of the 16 shards empty with odds under 10^-27).
+    for i in 0..1000 {
+        let _ = ask(&e, &format!("user-{i}"));
+    }
+    // One new key, so one shard. 59.5 s: the logs still hold their
+    // request; a sweep frees nothing, and the next may run 60 s / 64 =
+    // 937.5 ms later.
+    clock.set_nanos(MIDNIGHT + 59_500_000_000);
+    assert!(matches!(
+        ask(&e, "newcomer"),
+        Err(RequestError::Unavailable { .. })
+    ));
+    // 60 s: the logs are empty, but no sweep yet: still refused (never
+    // let through).
+    clock.set_nanos(MIDNIGHT + 60 * SEC);
+    assert!(matches!(
+        ask(&e, "newcomer"),
+        Err(RequestError::Unavailable { .. })
+    ));
+    // 59.5 s + 937.5 ms: swept, a new key is decided.
+    clock.set_nanos(MIDNIGHT + 59_500_000_000 + 937_500_000);
+    assert_eq!(ask(&e, "newcomer").unwrap().overall_code, Code::Ok);
+}
+
+#[test]
 fn a_shared_backend_refuses_a_log_at_start_naming_where() {
     let dir = std::env::temp_dir().join(format!("ratebound-log-{}", std::process::id()));
     let options = Options {
